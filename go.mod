@@ -1,0 +1,3 @@
+module github.com/lockerhq/locker
+
+go 1.26
