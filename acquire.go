@@ -1,0 +1,261 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Acquire takes the lock on name, waiting until it is free, ctx is done or
+// the Client closes. A wait that ends without the lock returns an error
+// wrapping ErrNotAcquired and the context's error. Input errors
+// (ErrInvalidName, ErrInvalidTTL) come before any network call.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, name, true, opts)
+}
+
+// TryAcquire takes the lock on name if it is free, and otherwise returns an
+// error wrapping ErrNotAcquired at once.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, name, false, opts)
+}
+
+// Do acquires the lock on name (waiting, as Acquire does), runs fn with a
+// context that is cancelled, with the loss as its cause, if the lock is
+// lost, and releases the lock on every path, panics included. It returns
+// fn's error, joined with an error wrapping ErrLost if the lock was lost
+// while fn ran, or with Release's error.
+func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := l.h.afterLost(cancel)
+	defer func() {
+		stop()
+		cancel(nil)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(l.h.ttl))
+		defer rcancel()
+		rerr := l.Release(rctx)
+		if lost := l.Err(); lost != nil {
+			err = errors.Join(err, lost)
+		} else {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(fctx)
+}
+
+// releaseTimeout bounds a release made on the caller's behalf: past the TTL
+// the store frees the lock anyway.
+func releaseTimeout(ttl time.Duration) time.Duration {
+	return min(max(ttl, time.Second), 10*time.Second)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
+	lc := lockConfig{ttl: c.cfg.ttl}
+	for _, o := range opts {
+		o(&lc)
+	}
+	op := "try-acquire"
+	if wait {
+		op = "acquire"
+	}
+	if err := checkName(name); err != nil {
+		return nil, fmt.Errorf("locker: %s: %w", op, err)
+	}
+	if err := checkTTL(lc.ttl); err != nil {
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
+	ctx, end, err := c.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
+	defer end()
+
+	key := backend.Key(c.cfg.namespace, name)
+	h, outer, err := c.claim(ctx, key, lc.owner)
+	if err != nil {
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
+	if outer != nil {
+		return c.reenter(ctx, outer, op)
+	}
+	token, err := newToken(c.cfg.rand)
+	if err != nil {
+		c.abandon(h)
+		return nil, err
+	}
+	h.name, h.token, h.auto, h.ttl = name, token, !lc.noAuto, lc.ttl
+	req := backend.Lock{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
+	var grant backend.Grant
+	var start time.Time
+	if wait {
+		grant, start, err = c.wait(ctx, req)
+	} else {
+		start = time.Now()
+		grant, err = c.drv.TryAcquire(ctx, req)
+	}
+	if err != nil {
+		c.abandon(h)
+		if !wait && errors.Is(err, ErrNotAcquired) {
+			return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrNotAcquired)
+		}
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
+	h.fence = grant.Fence
+	if grant.TTL > h.ttl {
+		h.ttl = grant.TTL
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.abandon(h)
+		_ = c.drv.Release(context.WithoutCancel(ctx), h.lock())
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrClosed)
+	}
+	h.depth = 1
+	h.ok = true
+	c.live[h] = struct{}{}
+	c.mu.Unlock()
+	close(h.ready)
+	h.confirmed(start)
+	return &Lock{h: h}, nil
+}
+
+// claim returns a new hold for key, or, when owner already holds key in this
+// Client, that outer hold with one more level counted. Concurrent first
+// acquisitions by one owner wait for each other rather than for the store,
+// so they cannot block each other.
+func (c *Client) claim(ctx context.Context, key, owner string) (h, outer *hold, err error) {
+	k := ownerKey{key, owner}
+	for {
+		c.mu.Lock()
+		prev := c.owned[k]
+		switch {
+		case owner == "":
+			c.mu.Unlock()
+			return c.newHold(key, owner), nil, nil
+		case prev == nil:
+			h = c.newHold(key, owner)
+			c.owned[k] = h
+			c.mu.Unlock()
+			return h, nil, nil
+		case prev.ok:
+			prev.depth++
+			c.mu.Unlock()
+			return nil, prev, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-prev.ready: // it succeeded, or failed and left the map: look again
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+		}
+	}
+}
+
+func (c *Client) newHold(key, owner string) *hold {
+	return &hold{
+		c: c, key: key, owner: owner,
+		ready:  make(chan struct{}),
+		lost:   make(chan struct{}),
+		onLost: map[*func(error)]struct{}{},
+		slot:   -1,
+	}
+}
+
+// abandon forgets a hold whose first acquisition failed.
+func (c *Client) abandon(h *hold) {
+	c.mu.Lock()
+	if h.owner != "" && c.owned[ownerKey{h.key, h.owner}] == h {
+		delete(c.owned, ownerKey{h.key, h.owner})
+	}
+	c.mu.Unlock()
+	h.mu.Lock()
+	h.done = true
+	h.mu.Unlock()
+	select {
+	case <-h.ready:
+	default:
+		close(h.ready)
+	}
+}
+
+// reenter extends the TTL of an owner's hold, whose level claim counted.
+func (c *Client) reenter(ctx context.Context, h *hold, op string) (*Lock, error) {
+	err := h.err()
+	if err == nil {
+		err = c.refresh(ctx, h)
+	}
+	if err != nil {
+		// Give the level back; if the outer Lock was released meanwhile,
+		// this frees the lock.
+		_ = c.release(context.WithoutCancel(ctx), h)
+		if lost := h.err(); lost != nil {
+			return nil, fmt.Errorf("locker: %s %q: re-entry: %w", op, h.name, lost)
+		}
+		return nil, fmt.Errorf("locker: %s %q: re-entry: %w", op, h.name, err)
+	}
+	return &Lock{h: h}, nil
+}
+
+// refresh extends h in the store; a proven loss fires Lost.
+func (c *Client) refresh(ctx context.Context, h *hold) error {
+	start := time.Now()
+	err := c.drv.Refresh(ctx, h.lock())
+	switch {
+	case err == nil:
+		h.confirmed(start)
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		h.lose(fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
+		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
+	default:
+		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
+	}
+}
+
+// release drops one level of h, and frees it in the store at the last one.
+func (c *Client) release(ctx context.Context, h *hold) error {
+	c.mu.Lock()
+	h.depth--
+	if h.depth > 0 {
+		c.mu.Unlock()
+		if lost := h.err(); lost != nil {
+			return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
+		}
+		return nil
+	}
+	if h.owner != "" && c.owned[ownerKey{h.key, h.owner}] == h {
+		delete(c.owned, ownerKey{h.key, h.owner})
+	}
+	delete(c.live, h)
+	wake := c.released[h.key]
+	delete(c.released, h.key)
+	c.mu.Unlock()
+	if wake != nil {
+		close(wake.ch)
+	}
+
+	lost := h.err()
+	h.mu.Lock()
+	h.done = true
+	h.mu.Unlock()
+	c.dog.unschedule(h)
+	err := c.drv.Release(ctx, h.lock())
+	switch {
+	case lost != nil:
+		return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		return fmt.Errorf("locker: release %q: %w: it expired or was taken over", h.name, err)
+	default:
+		return fmt.Errorf("locker: release %q: %w (it expires after its TTL)", h.name, err)
+	}
+}

@@ -1,0 +1,115 @@
+package backend
+
+import (
+	"context"
+	"time"
+)
+
+// MaxKeyLen is the longest key, in bytes, that a driver must accept. Keys are
+// a namespace (at most MaxNamespaceLen bytes), a '/', and a name (at most
+// MaxNameLen bytes); see [Key].
+const (
+	MaxNameLen      = 256
+	MaxNamespaceLen = 64
+	MaxKeyLen       = MaxNamespaceLen + 1 + MaxNameLen
+)
+
+// Key is how the locker package turns a client namespace and a lock name
+// into the key it hands to a driver. Namespaces cannot contain '/', so two
+// different (namespace, name) pairs never produce the same key.
+func Key(namespace, name string) string { return namespace + "/" + name }
+
+// Lock is one acquisition as the locker package describes it to a driver.
+type Lock struct {
+	// Key identifies the lock in the store (see [Key]). Every valid key must
+	// work: the driver escapes or hashes it as its store requires.
+	Key string
+	// Token is the holder's secret: 32 lowercase hex digits (128 bits from
+	// crypto/rand). Only the holder knows it, so a store operation that checks
+	// it cannot touch another holder's lock. Drivers must never log it whole.
+	Token string
+	// TTL is how long the lock lives without a refresh. Always positive.
+	TTL time.Duration
+	// Fence is the fencing token the driver returned from the acquisition.
+	// Zero on acquire; set on Refresh and Release, where a driver may use it
+	// to check the exact incarnation (etcd: the create revision).
+	Fence uint64
+	// Owner is the caller's explicit owner identity, or "". Informational: a
+	// driver may store it so that operators can see who holds a lock.
+	Owner string
+	// OnLost, set on acquire, may be called by a driver at most once, from
+	// any goroutine and without blocking, when it learns that this grant is
+	// lost (session expired, lease revoked, key deleted under a watch). The
+	// locker package also finds losses itself through Refresh, so a driver
+	// without such knowledge ignores it.
+	OnLost func(error)
+}
+
+// Grant is what a driver reports about a successful acquisition.
+type Grant struct {
+	// Fence is the fencing token: for one key, strictly greater than that of
+	// every earlier grant by any client of the store. Zero means the driver
+	// issues no fencing tokens.
+	Fence uint64
+	// TTL is the effective TTL: the requested one, or what the store made of
+	// it (rounded up to its granularity or raised to its minimum). Never less
+	// than the requested TTL, and never "no expiry".
+	TTL time.Duration
+}
+
+// Driver is the required interface. Its methods are called concurrently.
+type Driver interface {
+	// TryAcquire takes l.Key for l.Token with l.TTL, once, without waiting.
+	// It returns ErrNotAcquired (possibly wrapped) when another token holds
+	// the key, and any other error when it cannot tell (network, server).
+	// A lock whose TTL has run out counts as free. On an error, the driver
+	// leaves nothing behind that could keep the key held.
+	TryAcquire(ctx context.Context, l Lock) (Grant, error)
+
+	// Refresh extends the lock to l.TTL from now if, and only if, l.Token
+	// still holds l.Key. It returns ErrNotHeld when the store shows the key
+	// free or held by another token: the lock is proven lost. Any other
+	// error means "could not tell".
+	Refresh(ctx context.Context, l Lock) error
+
+	// Release frees l.Key if, and only if, l.Token holds it. It returns
+	// ErrNotHeld when the token did not hold it, and must never free or
+	// shorten another token's lock.
+	Release(ctx context.Context, l Lock) error
+
+	// Close releases the driver's resources (connections it opened, not a
+	// client the user passed in) and stops its goroutines. Later calls
+	// return ErrClosed.
+	Close() error
+}
+
+// Waiter is implemented by drivers with native fair waiting (ZooKeeper and
+// etcd queues): waiters are served in arrival order.
+type Waiter interface {
+	// Acquire blocks until l.Token holds l.Key, ctx is done, or an error
+	// occurs. When it returns an error, including ctx's, it leaves nothing
+	// behind in the store (no queue entry) and no goroutine.
+	Acquire(ctx context.Context, l Lock) (Grant, error)
+}
+
+// Notifier is implemented by drivers that can tell waiters that a key may
+// have become free (Redis pub/sub, PostgreSQL LISTEN/NOTIFY). The locker
+// package still backs off with a cap, so a lost notification costs latency,
+// not liveness.
+type Notifier interface {
+	// Subscribe starts delivering a value on the returned channel (buffered;
+	// sends never block, extra ones are dropped) whenever key may have been
+	// released, until cancel is called. After Subscribe returns, no release
+	// is missed. cancel is idempotent and must free every resource.
+	Subscribe(ctx context.Context, key string) (ch <-chan struct{}, cancel func(), err error)
+}
+
+// Session is implemented by drivers whose locks are kept alive by a
+// server-side session that the driver maintains itself (an etcd lease, a
+// ZooKeeper session). The locker package then schedules no per-lock refresh;
+// the driver reports losses through Lock.OnLost.
+type Session interface {
+	// SessionTTL is the effective session timeout: how long locks outlive
+	// the client's last contact with the store.
+	SessionTTL() time.Duration
+}

@@ -1,0 +1,29 @@
+package backend
+
+import "errors"
+
+// The sentinel errors shared by the locker package and its drivers. The
+// locker package re-exports each under the same name; errors.Is matches
+// either spelling because they are the same values. Drivers return (or wrap)
+// ErrNotAcquired, ErrNotHeld, ErrClosed, ErrUnsupported and ErrInvalidURL;
+// the others come from the locker package's own checks.
+var (
+	// ErrNotAcquired: the lock is held by someone else.
+	ErrNotAcquired = errors.New("locker: not acquired")
+	// ErrNotHeld: the token does not hold the lock (it expired, was taken
+	// over, was released already, or never existed).
+	ErrNotHeld = errors.New("locker: not held")
+	// ErrLost: a held lock was found lost while its holder still used it.
+	ErrLost = errors.New("locker: lock lost")
+	// ErrClosed: the client or driver was closed.
+	ErrClosed = errors.New("locker: closed")
+	// ErrInvalidName: the lock name (or namespace) is not acceptable.
+	ErrInvalidName = errors.New("locker: invalid name")
+	// ErrInvalidTTL: the TTL is zero, negative or out of the backend's range.
+	ErrInvalidTTL = errors.New("locker: invalid ttl")
+	// ErrUnsupported: the backend cannot do what was asked.
+	ErrUnsupported = errors.New("locker: unsupported")
+	// ErrInvalidURL: a URL or DSN is malformed, names an unknown scheme or
+	// carries an unknown parameter.
+	ErrInvalidURL = errors.New("locker: invalid url")
+)

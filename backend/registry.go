@@ -1,0 +1,68 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"sync"
+)
+
+// Opener opens a driver for the URLs of one scheme.
+type Opener struct {
+	// Usage shows the URL form, for help texts: "redis://[user:password@]host:port/db".
+	Usage string
+	// Open returns a driver for u. It rejects unknown query parameters with
+	// ErrInvalidURL ([Params] helps) and should fail fast, within ctx, when
+	// the store cannot be reached.
+	Open func(ctx context.Context, u *url.URL) (Driver, error)
+}
+
+var (
+	mu      sync.RWMutex
+	openers = map[string]Opener{}
+)
+
+// Register makes a driver available under scheme. It panics if scheme is
+// registered twice or opener.Open is nil, as database/sql.Register does:
+// both are programming errors found at init.
+func Register(scheme string, opener Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	if opener.Open == nil {
+		panic("backend: Register " + scheme + " with a nil Open")
+	}
+	if _, dup := openers[scheme]; dup {
+		panic("backend: Register called twice for scheme " + scheme)
+	}
+	openers[scheme] = opener
+}
+
+// Scheme describes one registered scheme.
+type Scheme struct {
+	Name  string
+	Usage string
+}
+
+// Schemes lists the registered schemes, sorted by name.
+func Schemes() []Scheme {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Scheme, 0, len(openers))
+	for name, o := range openers {
+		out = append(out, Scheme{Name: name, Usage: o.Usage})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Open finds the driver for u's scheme and opens it.
+func Open(ctx context.Context, u *url.URL) (Driver, error) {
+	mu.RLock()
+	o, ok := openers[u.Scheme]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown scheme %q (forgotten import? e.g. import _ \"github.com/lockerhq/locker/%slock\")", ErrInvalidURL, u.Scheme, u.Scheme)
+	}
+	return o.Open(ctx, u)
+}

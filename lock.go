@@ -1,0 +1,176 @@
+package locker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// hold is one acquisition in the store. Re-entrant acquisitions share it,
+// each with a Lock handle of its own.
+type hold struct {
+	c     *Client
+	name  string
+	key   string
+	owner string
+	token string
+	auto  bool
+
+	// Set once the acquisition succeeds; read-only after ready closes.
+	fence uint64
+	ttl   time.Duration
+	ready chan struct{} // closed when the first acquisition ends, either way
+	ok    bool          // the first acquisition succeeded
+
+	depth int // guarded by c.mu
+
+	mu         sync.Mutex
+	validUntil time.Time // when the store may free it, judged from our side
+	refreshErr error     // the last failed automatic refresh, if the next has not succeeded
+	lost       chan struct{}
+	lostErr    error
+	onLost     map[*func(error)]struct{}
+	done       bool // released; no loss is reported after that
+
+	slot int       // index in the watchdog's heap, -1 when not scheduled
+	due  time.Time // guarded by the watchdog's mutex
+}
+
+func (h *hold) lock() backend.Lock {
+	return backend.Lock{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner}
+}
+
+// lose records that the lock is lost, once, and tells everyone listening.
+func (h *hold) lose(err error) {
+	h.mu.Lock()
+	if h.lostErr != nil || h.done {
+		h.mu.Unlock()
+		return
+	}
+	h.lostErr = err
+	close(h.lost)
+	fns := h.onLost
+	h.onLost = nil
+	h.mu.Unlock()
+	h.c.dog.unschedule(h)
+	h.c.cfg.logger.Warn("locker: lock lost", "name", h.name, "token", Token(h.token), "err", err)
+	for f := range fns {
+		(*f)(err)
+	}
+}
+
+// afterLost calls f when the lock is lost (at once if it is already), unless
+// stop is called first.
+func (h *hold) afterLost(f func(error)) (stop func()) {
+	h.mu.Lock()
+	if h.lostErr != nil {
+		err := h.lostErr
+		h.mu.Unlock()
+		f(err)
+		return func() {}
+	}
+	p := &f
+	h.onLost[p] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.onLost, p)
+		h.mu.Unlock()
+	}
+}
+
+func (h *hold) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lostErr
+}
+
+// confirmed records that the store held the lock for a full TTL from start,
+// a time taken before the request was sent, so our deadline is never later
+// than the store's.
+func (h *hold) confirmed(start time.Time) {
+	h.mu.Lock()
+	if until := start.Add(h.ttl); until.After(h.validUntil) {
+		h.validUntil = until
+	}
+	h.mu.Unlock()
+	h.c.dog.schedule(h, start)
+}
+
+// Lock is a held lock. Each successful Acquire returns its own Lock; a
+// re-entrant one shares the hold of the outer one.
+type Lock struct {
+	h        *hold
+	released atomic.Bool
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.h.name }
+
+// Owner returns the owner given with the Owner option, or "".
+func (l *Lock) Owner() string { return l.h.owner }
+
+// Token returns the holder's secret token. Printing it shows a prefix only.
+func (l *Lock) Token() Token { return Token(l.h.token) }
+
+// Fence returns the fencing token: for one name, strictly greater than the
+// fence of every earlier holder, on any client. Pass it to the resource the
+// lock protects, which rejects writes with a fence lower than one it has
+// seen. Zero means the backend issues no fencing tokens. A re-entrant Lock
+// has the fence of its outer one.
+func (l *Lock) Fence() uint64 { return l.h.fence }
+
+// TTL returns the effective TTL the backend granted: the requested one or
+// more, never less.
+func (l *Lock) TTL() time.Duration { return l.h.ttl }
+
+// Lost returns a channel that is closed as soon as the lock is known lost: a
+// refresh was rejected, the TTL ran out without a refresh, the backend's
+// session or lease ended, or the Client was closed. It is not closed by
+// Release.
+func (l *Lock) Lost() <-chan struct{} { return l.h.lost }
+
+// Err returns nil while the lock is not known lost, then an error wrapping
+// ErrLost (or ErrClosed) that says why.
+func (l *Lock) Err() error { return l.h.err() }
+
+// Refresh extends the lock to its TTL from now. It returns an error wrapping
+// ErrNotHeld when the store shows the lock gone (and Lost fires), and the
+// store's error when it cannot tell.
+func (l *Lock) Refresh(ctx context.Context) error {
+	h := l.h
+	if l.released.Load() {
+		return fmt.Errorf("locker: refresh %q: %w: released", h.name, ErrNotHeld)
+	}
+	ctx, end, err := h.c.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
+	}
+	defer end()
+	if err := h.err(); err != nil {
+		return fmt.Errorf("locker: refresh %q: %w: %w", h.name, ErrNotHeld, err)
+	}
+	return h.c.refresh(ctx, h)
+}
+
+// Release frees the lock, or for a re-entrant Lock one level of it: the
+// store frees the lock at the outermost Release. A second Release of the
+// same Lock, or a Release after the lock was lost, returns an error wrapping
+// ErrNotHeld. When the store cannot be reached, the error says so and the
+// lock expires after its TTL.
+func (l *Lock) Release(ctx context.Context) error {
+	h := l.h
+	if !l.released.CompareAndSwap(false, true) {
+		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
+	}
+	ctx, end, err := h.c.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("locker: release %q: %w", h.name, err)
+	}
+	defer end()
+	return h.c.release(ctx, h)
+}

@@ -1,0 +1,202 @@
+// Package locker is a distributed lock with pluggable backends.
+//
+// A [Client] holds the semantics once: blocking and non-blocking
+// acquisition, TTLs, token-checked release and refresh, automatic refresh,
+// the lost-lock signal, reentrancy for an explicit owner and fencing tokens.
+// A backend driver (package backend) only stores locks. Choose the backend
+// by URL, after a blank import of its package:
+//
+//	import _ "github.com/lockerhq/locker/redislock"
+//
+//	c, err := locker.Open(ctx, "redis://127.0.0.1:6379/0?namespace=billing")
+//	err = c.Do(ctx, "nightly-report", func(ctx context.Context) error {
+//		// ctx is cancelled if the lock is lost.
+//		return run(ctx)
+//	})
+//
+// or build the driver from a client you already have and call [New].
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Client acquires locks through one backend driver. It is safe for
+// concurrent use. Close it to release its locks and stop its goroutines.
+type Client struct {
+	drv      backend.Driver
+	waiter   backend.Waiter   // nil unless the driver queues waiters natively
+	notifier backend.Notifier // nil unless the driver notifies releases
+	session  backend.Session  // nil unless a server-side session keeps locks alive
+	cfg      config
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	ops    sync.WaitGroup // calls in flight, awaited by Close
+	dog    *watchdog
+
+	mu       sync.Mutex
+	closed   bool
+	owned    map[ownerKey]*hold       // holds with an explicit owner, for reentrancy
+	live     map[*hold]struct{}       // every hold not yet released, for Close
+	released map[string]*localWaiters // per key, waiters to wake when a hold on it is released here
+}
+
+type ownerKey struct{ key, owner string }
+
+// New returns a Client that uses drv, built from a store client the caller
+// already has (like sql.OpenDB). The Client owns drv: Close closes it.
+func New(drv backend.Driver, opts ...Option) (*Client, error) {
+	if drv == nil {
+		return nil, fmt.Errorf("locker: New: %w: nil driver", ErrUnsupported)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkNamespace(cfg.namespace); err != nil {
+		return nil, fmt.Errorf("locker: New: %w", err)
+	}
+	if err := checkTTL(cfg.ttl); err != nil {
+		return nil, fmt.Errorf("locker: New: default %w", err)
+	}
+	if cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin {
+		return nil, fmt.Errorf("locker: New: %w: backoff bounds %v..%v", ErrUnsupported, cfg.backoffMin, cfg.backoffMax)
+	}
+	c := &Client{
+		drv:      drv,
+		cfg:      cfg,
+		owned:    map[ownerKey]*hold{},
+		live:     map[*hold]struct{}{},
+		released: map[string]*localWaiters{},
+	}
+	c.waiter, _ = drv.(backend.Waiter)
+	c.notifier, _ = drv.(backend.Notifier)
+	c.session, _ = drv.(backend.Session)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.dog = newWatchdog(c)
+	return c, nil
+}
+
+// Open returns a Client for a backend URL such as "redis://host:6379/0".
+// The driver's package must be imported (a blank import is enough). Two
+// parameters belong to the Client and work with every scheme: namespace
+// (see WithNamespace) and ttl (see WithDefaultTTL); they override opts.
+// Any parameter that neither the Client nor the driver knows is an error.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("locker: Open: %w: %v", ErrInvalidURL, redactURLError(err))
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, u.Redacted())
+	}
+	q := u.Query()
+	if ns, ok := q["namespace"]; ok {
+		opts = append(opts, WithNamespace(ns[0]))
+		q.Del("namespace")
+	}
+	if s, ok := q["ttl"]; ok {
+		ttl, err := time.ParseDuration(s[0])
+		if err != nil {
+			return nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration", ErrInvalidURL, s[0])
+		}
+		opts = append(opts, WithDefaultTTL(ttl))
+		q.Del("ttl")
+	}
+	u.RawQuery = q.Encode()
+	// Check the Client's own settings before the driver dials anything.
+	probe := defaultConfig()
+	for _, o := range opts {
+		o(&probe)
+	}
+	if err := checkNamespace(probe.namespace); err != nil {
+		return nil, fmt.Errorf("locker: Open: %w", err)
+	}
+	if err := checkTTL(probe.ttl); err != nil {
+		return nil, fmt.Errorf("locker: Open: default %w", err)
+	}
+	drv, err := backend.Open(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("locker: Open %s: %w", u.Redacted(), err)
+	}
+	c, err := New(drv, opts...)
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// redactURLError keeps a password in a malformed URL out of error messages.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			return fmt.Errorf("%s %s: %v", ue.Op, u.Redacted(), ue.Err)
+		}
+		return fmt.Errorf("%s: %v", ue.Op, ue.Err)
+	}
+	return err
+}
+
+// Driver returns the Client's backend driver, for type assertions to a
+// backend package's own types.
+func (c *Client) Driver() backend.Driver { return c.drv }
+
+// begin registers a call in flight; the returned context ends when ctx does
+// or the Client closes.
+func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	c.ops.Add(1)
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	return ctx, func() { stop(); cancel(); c.ops.Done() }, nil
+}
+
+// Close releases every lock the Client holds (their Lost channels close with
+// ErrClosed), ends waiting acquisitions with ErrClosed, stops the watchdog
+// and closes the driver. Later calls return ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	holds := make([]*hold, 0, len(c.live))
+	for h := range c.live {
+		holds = append(holds, h)
+	}
+	c.mu.Unlock()
+
+	c.cancel()
+	c.ops.Wait()
+	c.dog.stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, h := range holds {
+		h.lose(fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.drv.Release(ctx, h.lock())
+		}()
+	}
+	wg.Wait()
+	return c.drv.Close()
+}

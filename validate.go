@@ -1,0 +1,55 @@
+package locker
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// MaxNameLen is the longest lock name, in bytes, that every backend accepts.
+const MaxNameLen = backend.MaxNameLen
+
+// checkName accepts any non-empty valid UTF-8 string without NUL of at most
+// MaxNameLen bytes. Backends encode what their stores cannot hold, so the
+// same names work everywhere.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidName)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: contains NUL", ErrInvalidName)
+	}
+	return nil
+}
+
+// checkNamespace accepts 1 to 64 bytes of [A-Za-z0-9._-]. Without '/', a
+// namespace and a name join into a key that no other pair produces.
+func checkNamespace(ns string) error {
+	if ns == "" || len(ns) > backend.MaxNamespaceLen {
+		return fmt.Errorf("%w: namespace must be 1 to %d bytes, got %d", ErrInvalidName, backend.MaxNamespaceLen, len(ns))
+	}
+	for _, r := range ns {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%w: namespace %q: only letters, digits, '.', '_' and '-'", ErrInvalidName, ns)
+		}
+	}
+	return nil
+}
+
+// MaxTTL bounds a lock's TTL. A longer one is almost always a unit mistake,
+// and some stores cannot express it.
+const MaxTTL = 30 * 24 * time.Hour
+
+func checkTTL(ttl time.Duration) error {
+	if ttl <= 0 || ttl > MaxTTL {
+		return fmt.Errorf("%w: %v (want more than 0, at most %v)", ErrInvalidTTL, ttl, MaxTTL)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+package locker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// wait acquires req, waiting as well as the driver allows: in its native
+// queue, woken by its notifications, or backing off with jitter. It returns
+// the grant and when the successful request was sent.
+func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, time.Time, error) {
+	if c.waiter != nil {
+		start := time.Now()
+		g, err := c.waiter.Acquire(ctx, req)
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+		}
+		return g, start, err
+	}
+	var notified <-chan struct{}
+	if c.notifier != nil {
+		ch, cancel, err := c.notifier.Subscribe(ctx, req.Key)
+		if err != nil {
+			// Waiting still works without notifications, only slower.
+			c.cfg.logger.Warn("locker: release notifications unavailable, polling", "key", req.Key, "err", err)
+		} else {
+			defer cancel()
+			notified = ch
+		}
+	}
+	b := backoff{min: c.cfg.backoffMin, max: c.cfg.backoffMax}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		// Look at local releases before trying, so none is missed.
+		local, unwatch := c.watchLocal(req.Key)
+		start := time.Now()
+		g, err := c.drv.TryAcquire(ctx, req)
+		if err == nil {
+			unwatch()
+			return g, start, nil
+		}
+		if !errors.Is(err, ErrNotAcquired) {
+			unwatch()
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+			}
+			return backend.Grant{}, start, err
+		}
+		d := b.next()
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			unwatch()
+			if c.ctx.Err() != nil {
+				return backend.Grant{}, start, ErrClosed
+			}
+			return backend.Grant{}, start, fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+		case <-notified:
+		case <-local:
+		case <-timer.C:
+		}
+		unwatch()
+	}
+}
+
+// localWaiters lets waiters in this process learn of a release by this
+// Client without a round trip to the store.
+type localWaiters struct {
+	ch      chan struct{} // closed at the next release of the key
+	waiters int
+}
+
+// watchLocal returns a channel closed when a hold on key is next released by
+// this Client, and a func to call when no longer watching.
+func (c *Client) watchLocal(key string) (<-chan struct{}, func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.released[key]
+	if w == nil {
+		w = &localWaiters{ch: make(chan struct{})}
+		c.released[key] = w
+	}
+	w.waiters++
+	return w.ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if w.waiters--; w.waiters == 0 && c.released[key] == w {
+			delete(c.released, key)
+		}
+	}
+}
+
+// backoff doubles from min to max, each wait drawn from [d/2, d) so that
+// waiters spread out.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
