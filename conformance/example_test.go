@@ -1,0 +1,36 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/memlock"
+)
+
+// memHarness is how an outside backend joins the suite: a few lines that
+// open independent drivers on one store and take a lock away from it.
+type memHarness struct{ store *memlock.Store }
+
+func (h memHarness) NewDriver(context.Context) (backend.Driver, error) {
+	return memlock.New(h.store), nil
+}
+
+func (h memHarness) Expire(_ context.Context, key string) error {
+	if !h.store.Expire(key) {
+		return fmt.Errorf("no lock on %q to expire", key)
+	}
+	return nil
+}
+
+func (h memHarness) Traits() conformance.Traits {
+	return conformance.Traits{} // exact expiry; the default TTL suits it
+}
+
+// TestMemBackend runs the whole suite against the in-memory backend, as a
+// third party's test would against its own.
+func TestMemBackend(t *testing.T) {
+	conformance.Run(t, memHarness{store: memlock.NewStore()})
+}
