@@ -1,0 +1,78 @@
+// Package memcachelock stores locks in memcached, through
+// github.com/bradfitz/gomemcache.
+//
+//	import _ "github.com/lockerhq/locker/memcachelock"
+//
+//	c, err := locker.Open(ctx, "memcache://10.0.0.1:11211,10.0.0.2:11211?timeout=500ms")
+//
+// or, with a client you built yourself, locker.New(memcachelock.New(mc)).
+//
+// # How it works
+//
+// A lock is one item. Acquiring is add (atomic create-if-absent) with the
+// TTL as the item's expiration and the holder's token as its value.
+// Refreshing and releasing are gets, a check of the token, then cas, which
+// succeeds only if nobody changed the item since the gets: so this backend
+// never extends or removes another holder's lock. memcached has no
+// compare-and-delete; a release is a cas to a tombstone with a negative
+// expiration, which memcached treats as already expired, so the item is gone
+// at once. (A blind delete, or a get followed by a delete, as many memcached
+// lock libraries do, can remove the next holder's lock.)
+//
+// Fencing tokens come from a per-name counter advanced with incr, drawn
+// while the new holder's item exists and confirmed by a gets before the
+// lock is granted, so they increase strictly from holder to holder. A
+// missing counter (after a restart or an eviction) is seeded with the
+// current time in microseconds, so fences keep increasing across restarts as
+// long as the clients' clocks agree to within milliseconds and no clock
+// steps back. An uncontended acquisition costs three round trips (add, incr,
+// gets) and a release two (gets, cas).
+//
+// # TTLs
+//
+// memcached counts expiry in whole seconds, on a clock that ticks once a
+// second. TTLs are rounded up to whole seconds (Lock.TTL reports the
+// effective TTL, at least one second) and a lock may outlive its TTL by up
+// to about one second before another client can take it. TTLs up to 30 days
+// work; the last second of that range is sent as an absolute Unix time, as
+// memcached requires, and relies on the server's clock being right.
+//
+// Waiting uses the locker package's capped exponential backoff with jitter:
+// memcached cannot notify a waiter when a lock is released.
+//
+// # Several servers
+//
+// A URL or client with several servers spreads locks over them by
+// gomemcache's key hashing; each lock lives on one server, which is not
+// replicated. Every process that locks the same names must list the same
+// servers in the same order, or two processes can map one name to two
+// servers and both hold it. When a lock's server is down, that lock can
+// neither be acquired nor refreshed (held locks are reported lost when
+// their TTL runs out); locks on other servers are unaffected.
+//
+// # What memcached cannot promise
+//
+// memcached is a cache. It can drop a held lock before its TTL:
+//
+//   - Eviction: when memory is full, memcached evicts items, held locks
+//     included. Run memcached with -M (return errors instead of evicting)
+//     and enough memory (-m), or on instances that hold nothing but locks.
+//   - Restart: a restarted memcached has forgotten every lock.
+//   - flush_all, or anything else that deletes or overwrites the items.
+//
+// When that happens, another client can acquire the lock while the old
+// holder still believes it holds it, until the old holder's next refresh
+// (every TTL/3 with automatic refresh), which finds the loss and fires the
+// lock's Lost channel. Use the fencing token where exclusion matters.
+//
+// gomemcache speaks memcached's text protocol without TLS or
+// authentication (SASL), and memcached's text protocol has none either:
+// anyone who can reach the server can read, take and delete every lock. Use
+// this backend only on a trusted network, with memcached bound to private
+// addresses. A custom dialer on your own client (New) can add TLS for a
+// memcached built with TLS support.
+//
+// gomemcache takes no context: each network call is bounded by the client's
+// timeout (the URL's timeout parameter, 500ms by default) instead, and the
+// driver checks the context between calls.
+package memcachelock

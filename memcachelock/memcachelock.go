@@ -1,0 +1,421 @@
+package memcachelock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Key layout. A lock on key K lives in the item lockKey(K); its fencing
+// counter in lockKey(K)+":f". backend.ShortKey escapes ':' (and spaces and
+// control characters), so no lock item can be named like a counter, and it
+// keeps both names within memcached's 250 bytes.
+const (
+	maxItemKey  = 250
+	fenceSuffix = ":f"
+)
+
+func lockKey(key string) string  { return backend.ShortKey(key, maxItemKey-len(fenceSuffix)) }
+func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
+
+// Values. A held lock's item holds the holder's token (32 hex digits),
+// followed, when the acquisition named an owner, by a space and the first
+// maxOwnerLen bytes of the owner, for operators. A released lock's item, if
+// the server keeps it at all (see Release), holds the tombstone.
+const (
+	tokenLen    = 32
+	maxOwnerLen = 200
+	tombstone   = "-"
+)
+
+func holdValue(token, owner string) []byte {
+	if owner == "" {
+		return []byte(token)
+	}
+	if len(owner) > maxOwnerLen {
+		owner = owner[:maxOwnerLen]
+	}
+	return []byte(token + " " + owner)
+}
+
+// heldBy reports whether an item's value says that token holds the lock.
+func heldBy(v []byte, token string) bool {
+	return len(token) == tokenLen && len(v) >= tokenLen && string(v[:tokenLen]) == token &&
+		(len(v) == tokenLen || v[tokenLen] == ' ')
+}
+
+// isTombstone reports whether the value marks a released lock. Anything
+// else that is not the caller's hold, even a value we did not write, counts
+// as held by someone else: a lock is never taken over a value we cannot read.
+func isTombstone(v []byte) bool { return bytes.Equal(v, []byte(tombstone)) }
+
+// TTLs. memcached counts expiry in whole seconds on a clock that ticks once
+// per second: an item stored for n seconds becomes invisible at the n-th
+// tick after the store, which is between n-1 and n seconds later (a little
+// earlier still if the server's timer fires late). So a TTL of d is stored
+// for ceil(d)+1 seconds: the lock lives at least ceil(d), the effective TTL
+// reported in the Grant, and at most about one second more (the
+// granularity). Relative expirations above 30 days are read by memcached as
+// absolute Unix times; those few TTLs (above 30 days minus one second, up to
+// the portable maximum of 30 days) are sent as Unix times, which then relies
+// on the server's clock agreeing with ours.
+const (
+	maxRelative = 30 * 24 * 60 * 60 // seconds; memcached's REALTIME_MAXDELTA
+	maxTTL      = 30 * 24 * time.Hour
+	// fenceExpiration bounds how long an idle fencing counter stays in
+	// memory (see nextFence for why losing it is harmless).
+	fenceExpiration = maxRelative
+	// releaseExpiration makes memcached treat an item as already expired:
+	// a negative expiration is "immediately expired" in memcached's protocol.
+	releaseExpiration = -1
+)
+
+// expiration converts a TTL into memcached's expiration field and the
+// effective TTL.
+func expiration(ttl time.Duration, now time.Time) (exp int32, eff time.Duration, err error) {
+	if ttl <= 0 || ttl > maxTTL {
+		return 0, 0, fmt.Errorf("memcachelock: %w: %v (want more than 0, at most %v)", backend.ErrInvalidTTL, ttl, maxTTL)
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	n := secs + 1
+	if n > maxRelative {
+		n += now.Unix()
+		if n > math.MaxInt32 {
+			return 0, 0, fmt.Errorf("memcachelock: %w: %v: a TTL above 30 days minus 1s needs an absolute expiry, which memcached cannot express after 2038", backend.ErrInvalidTTL, ttl)
+		}
+	}
+	return int32(n), time.Duration(secs) * time.Second, nil
+}
+
+// Driver is the memcached driver. See the package documentation.
+type Driver struct {
+	mc  *memcache.Client
+	own bool // we made mc, so Close closes it
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup // calls in flight, awaited by Close
+}
+
+// New returns a driver that uses mc, a client the caller built (its server
+// list, timeouts, dialer). Every process that locks the same names must give
+// its client the same server list in the same order, so that each key maps to
+// the same server everywhere. Close does not close mc.
+func New(mc *memcache.Client) backend.Driver {
+	return &Driver{mc: mc}
+}
+
+// begin registers a call in flight, or reports that the driver is closed.
+func (d *Driver) begin() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return backend.ErrClosed
+	}
+	d.ops.Add(1)
+	return nil
+}
+
+// Close waits for the calls in flight (each bounded by the client's
+// timeout) and closes the client's idle connections if the driver opened
+// the client itself.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.ops.Wait()
+	if d.own {
+		return d.mc.Close()
+	}
+	return nil
+}
+
+// gomemcache takes no context: each of its calls is bounded by the client's
+// Timeout instead. The driver checks ctx before every round trip.
+func live(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memcachelock: %s: %w", op, context.Cause(ctx))
+	}
+	return nil
+}
+
+// maxAttempts bounds the retries of a step that lost a race (a cas
+// conflict, an item that vanished between two commands).
+const maxAttempts = 4
+
+// TryAcquire takes the lock with add, the atomic create-if-absent, or with
+// a cas over a tombstone; then draws a fence; then confirms it still holds
+// the lock (see nextFence for why the confirmation is needed).
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	exp, eff, err := expiration(l.TTL, time.Now())
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if err := d.begin(); err != nil {
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", err)
+	}
+	defer d.ops.Done()
+	if err := live(ctx, "acquire"); err != nil {
+		return backend.Grant{}, err
+	}
+	lk := lockKey(l.Key)
+	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
+
+	won, err := d.claim(ctx, item, l.Token)
+	if err != nil {
+		// The add or cas may have been applied even though we saw an error
+		// (a timeout after the server stored it): take back what we may
+		// have left, token-checked, so that it does not hold the key.
+		d.cleanup(l)
+		return backend.Grant{}, err
+	}
+	if !won {
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", backend.ErrNotAcquired)
+	}
+
+	fail := func(err error) (backend.Grant, error) {
+		d.cleanup(l)
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	fence, err := d.nextFence(l.Key)
+	if err != nil {
+		return fail(fmt.Errorf("memcachelock: acquire: fence: %w", err))
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	// Confirm: the item we created must still be there, so that the fence
+	// was drawn while we held the lock.
+	cur, err := d.mc.Get(lk)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	case err != nil:
+		return fail(fmt.Errorf("memcachelock: acquire: confirm: %w", err))
+	case !heldBy(cur.Value, l.Token):
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
+	}
+	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+// claim stores item (holding token) if the key is free: absent, expired, or
+// a tombstone. It reports false when another token holds the key.
+func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (bool, error) {
+	for range maxAttempts {
+		err := d.mc.Add(item)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, memcache.ErrNotStored):
+			return false, fmt.Errorf("memcachelock: acquire: add: %w", err)
+		}
+		// Something is there: a holder, or a tombstone a server kept.
+		if err := live(ctx, "acquire"); err != nil {
+			return false, err
+		}
+		cur, err := d.mc.Get(item.Key)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			continue // gone since the add: try again
+		case err != nil:
+			return false, fmt.Errorf("memcachelock: acquire: gets: %w", err)
+		case heldBy(cur.Value, token):
+			// Only this acquisition writes this token, so this is an add
+			// of ours whose reply was lost. Keep it, with a fresh expiry.
+		case !isTombstone(cur.Value):
+			return false, nil
+		}
+		if err := live(ctx, "acquire"); err != nil {
+			return false, err
+		}
+		over := *item
+		over.CasID = cur.CasID
+		err = d.mc.CompareAndSwap(&over)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			continue // changed since our gets: look again
+		default:
+			return false, fmt.Errorf("memcachelock: acquire: cas: %w", err)
+		}
+	}
+	// The key kept changing under us: someone else is active on it.
+	return false, nil
+}
+
+// cleanup frees what an acquisition that fails may have stored, if it is
+// still ours. Best effort: if the server cannot be reached either, the item
+// expires after its TTL.
+func (d *Driver) cleanup(l backend.Lock) {
+	_ = d.release(context.Background(), l)
+}
+
+// nextFence draws the fencing token for a holder of key: incr on the key's
+// counter, seeded from the clock when missing.
+//
+// Why fences strictly increase across holders. Every holder that gets a
+// Grant drew its fence with incr between the moment its item was created
+// (add, or cas over a tombstone) and the confirming gets that found the same
+// item still there. An item, once gone, never comes back with that token
+// (only the acquisition that created it writes the token, and refreshes need
+// the item to exist), so the item existed through the whole interval, and no
+// other holder's item could be created in it: add and cas-over-tombstone
+// fail while a held item exists. The intervals of two granted holders are
+// therefore disjoint and in the order of their holds, and so are their
+// incrs: a later holder's fence is greater. Without the confirmation this
+// fails: a holder whose item expires or is evicted between its add and its
+// incr could draw its fence after the next holder did, and carry the larger
+// fence while no longer holding the lock. An acquisition that fails the
+// confirmation returns no grant; its fence is simply skipped.
+//
+// The counter can be lost: a restart, an eviction (unless memcached runs
+// with -M), or its own expiration after fenceExpiration seconds, which bounds
+// the memory of counters of idle keys. A missing counter is seeded with the
+// current Unix time in microseconds (add, so that concurrent seeders agree
+// on one seed; then incr). A counter seeded at time t0 and incremented k
+// times holds t0+k, which is at most the time in microseconds at any later
+// moment as long as the key was acquired less than once per microsecond on
+// average since t0; each acquisition takes at least three round trips to
+// memcached, so this holds with a wide margin. A fresh seed is then larger
+// than every fence issued before the loss, provided that the clock of the
+// client that reseeds is not behind the clocks of earlier holders by more
+// than the time that passed between the last fence before the loss and the
+// reseed. Clocks kept in sync by NTP (milliseconds) satisfy this unless the
+// counter is lost and reseeded within milliseconds of the last fence; a
+// client clock stepped backwards by more than that can issue a smaller fence.
+// Where the lock item and the counter live on different servers (the client
+// hashes each key on its own), none of this changes: the argument only uses
+// the order of the operations, which one client issues one after another.
+func (d *Driver) nextFence(key string) (uint64, error) {
+	fk := fenceKey(key)
+	for range maxAttempts {
+		n, err := d.mc.Increment(fk, 1)
+		switch {
+		case err == nil:
+			return n, nil
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			return 0, fmt.Errorf("incr: %w", err)
+		}
+		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
+		err = d.mc.Add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: fenceExpiration})
+		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
+			return 0, fmt.Errorf("seed: %w", err)
+		}
+		// Seeded, by us or by a concurrent seeder: incr again.
+	}
+	return 0, errors.New("the counter kept disappearing")
+}
+
+// Refresh extends the lock with gets and cas: the cas succeeds only if the
+// item is still the very one our gets found holding our token, so it never
+// extends another holder's lock (touch, which checks nothing, could).
+func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+	exp, _, err := expiration(l.TTL, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := d.begin(); err != nil {
+		return fmt.Errorf("memcachelock: refresh: %w", err)
+	}
+	defer d.ops.Done()
+	lk := lockKey(l.Key)
+	for range maxAttempts {
+		if err := live(ctx, "refresh"); err != nil {
+			return err
+		}
+		cur, err := d.mc.Get(lk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return fmt.Errorf("memcachelock: refresh: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+		case err != nil:
+			return fmt.Errorf("memcachelock: refresh: gets: %w", err)
+		case !heldBy(cur.Value, l.Token):
+			return fmt.Errorf("memcachelock: refresh: %w: another token holds it", backend.ErrNotHeld)
+		}
+		if err := live(ctx, "refresh"); err != nil {
+			return err
+		}
+		cur.Expiration = exp
+		err = d.mc.CompareAndSwap(cur)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: refresh: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+		case errors.Is(err, memcache.ErrCASConflict):
+			continue // changed since our gets (a concurrent refresh of ours): look again
+		default:
+			return fmt.Errorf("memcachelock: refresh: cas: %w", err)
+		}
+	}
+	return fmt.Errorf("memcachelock: refresh: the lock item kept changing during %d attempts", maxAttempts)
+}
+
+// Release frees the lock with gets and cas. memcached has no
+// compare-and-delete, and a blind delete (or gets, then delete) can remove
+// the next holder's lock if ours expired in between. Instead, the cas
+// replaces the item only if it is still the very one our gets found holding
+// our token: memcached gives every stored item version a new cas id, so an
+// item that expired, was evicted, refreshed or re-created by another holder
+// since our gets makes the cas fail, and we never touch it. What the cas
+// stores is a tombstone with a negative expiration, which memcached treats as
+// already expired: the item disappears at once, exactly as if deleted, and
+// the next add succeeds. Should a server keep the tombstone anyway, an
+// acquisition treats it as free and takes it over with gets and cas.
+func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+	if err := d.begin(); err != nil {
+		return fmt.Errorf("memcachelock: release: %w", err)
+	}
+	defer d.ops.Done()
+	return d.release(ctx, l)
+}
+
+func (d *Driver) release(ctx context.Context, l backend.Lock) error {
+	lk := lockKey(l.Key)
+	for range maxAttempts {
+		if err := live(ctx, "release"); err != nil {
+			return err
+		}
+		cur, err := d.mc.Get(lk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return fmt.Errorf("memcachelock: release: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+		case err != nil:
+			return fmt.Errorf("memcachelock: release: gets: %w", err)
+		case !heldBy(cur.Value, l.Token):
+			return fmt.Errorf("memcachelock: release: %w: another token holds it", backend.ErrNotHeld)
+		}
+		if err := live(ctx, "release"); err != nil {
+			return err
+		}
+		err = d.mc.CompareAndSwap(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: release: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+		case errors.Is(err, memcache.ErrCASConflict):
+			continue // changed since our gets (a concurrent refresh of ours): look again
+		default:
+			return fmt.Errorf("memcachelock: release: cas: %w", err)
+		}
+	}
+	return fmt.Errorf("memcachelock: release: the lock item kept changing during %d attempts", maxAttempts)
+}

@@ -1,0 +1,102 @@
+package memcachelock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Usage is the URL form this package registers.
+const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2]  or  memcache:///path/to/memcached.sock"
+
+const defaultPort = "11211"
+
+func init() {
+	backend.Register("memcache", backend.Opener{Usage: Usage, Open: Open})
+}
+
+// Open returns a driver for a memcache:// URL: a comma-separated server
+// list (port 11211 by default) or the path of a Unix socket. Parameters:
+// timeout, the read, write and dial timeout of each call (default 500ms);
+// max_idle, the idle connections kept per server (default 2). Open pings
+// every server, each within the timeout, and fails if one does not answer.
+func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+	servers, err := parseServers(u)
+	if err != nil {
+		return nil, err
+	}
+	p := backend.NewParams(u)
+	timeout := p.Duration("timeout", memcache.DefaultTimeout)
+	maxIdle := p.Int("max_idle", memcache.DefaultMaxIdleConns)
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("memcachelock: %w", err)
+	}
+	if timeout <= 0 || maxIdle < 1 {
+		return nil, fmt.Errorf("memcachelock: %w: timeout must be positive and max_idle at least 1", backend.ErrInvalidURL)
+	}
+	var sl memcache.ServerList
+	if err := sl.SetServers(servers...); err != nil {
+		return nil, fmt.Errorf("memcachelock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+	}
+	mc := memcache.NewFromSelector(&sl)
+	mc.Timeout = timeout
+	mc.MaxIdleConns = maxIdle
+	// A context deadline sooner than the timeout bounds the first contact.
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < timeout {
+			mc.Timeout = max(left, time.Millisecond)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memcachelock: open: %w", err)
+	}
+	err = mc.Ping()
+	mc.Timeout = timeout
+	if err != nil {
+		mc.Close()
+		return nil, fmt.Errorf("memcachelock: open %s: %w", u.Redacted(), err)
+	}
+	return &Driver{mc: mc, own: true}, nil
+}
+
+// parseServers reads the server list from u's host (or a socket path).
+func parseServers(u *url.URL) ([]string, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("memcachelock: %w: %s: %s", backend.ErrInvalidURL, u.Redacted(), why)
+	}
+	if u.User != nil {
+		return nil, bad("memcached has no authentication in this client; remove the user info")
+	}
+	if u.Host == "" {
+		if u.Path == "" || u.Path == "/" {
+			return nil, bad("no server")
+		}
+		return []string{u.Path}, nil // a Unix socket
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, bad("unexpected path " + u.Path)
+	}
+	var servers []string
+	for _, hp := range strings.Split(u.Host, ",") {
+		if hp == "" {
+			return nil, bad("empty server in the list")
+		}
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			// No port: the default one.
+			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), defaultPort
+		}
+		if host == "" {
+			return nil, bad("empty host in " + hp)
+		}
+		servers = append(servers, net.JoinHostPort(host, port))
+	}
+	return servers, nil
+}
