@@ -1,0 +1,265 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var allEnv = []string{
+	EnvRedisAddr, EnvRedisQuorumAddrs, EnvMemcacheAddr, EnvMemcacheSmallAddr, EnvPostgresURL,
+	EnvEtcdEndpoints, EnvEtcdClusterEndpoints, EnvZKAddr, EnvZKEnsemble,
+}
+
+// clearEnv blanks every address variable for the test (blank means unset here).
+func clearEnv(t *testing.T) {
+	for _, k := range allEnv {
+		t.Setenv(k, "")
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	clearEnv(t)
+	checkString(t, "RedisAddr", RedisAddr(), "127.0.0.1:6379")
+	checkList(t, "RedisQuorumAddrs", RedisQuorumAddrs(),
+		"127.0.0.1:6381", "127.0.0.1:6382", "127.0.0.1:6383", "127.0.0.1:6384", "127.0.0.1:6385")
+	checkString(t, "MemcacheAddr", MemcacheAddr(), "127.0.0.1:11211")
+	checkString(t, "MemcacheSmallAddr", MemcacheSmallAddr(), "127.0.0.1:11212")
+	checkString(t, "PostgresURL", PostgresURL(), "postgres://locker@127.0.0.1:5432/locker?sslmode=disable")
+	checkString(t, "PostgresAddr", PostgresAddr(), "127.0.0.1:5432")
+	checkList(t, "EtcdEndpoints", EtcdEndpoints(), "127.0.0.1:2379")
+	checkList(t, "EtcdClusterEndpoints", EtcdClusterEndpoints(), "127.0.0.1:23791", "127.0.0.1:23792", "127.0.0.1:23793")
+	checkList(t, "ZKAddrs", ZKAddrs(), "127.0.0.1:2181")
+	checkList(t, "ZKEnsemble", ZKEnsemble(), "127.0.0.1:2182", "127.0.0.1:2183", "127.0.0.1:2184")
+}
+
+func TestOverrides(t *testing.T) {
+	clearEnv(t)
+	t.Setenv(EnvRedisAddr, " 10.0.0.1:7000 ")
+	t.Setenv(EnvRedisQuorumAddrs, "a:1, b:2 ,,c:3,")
+	t.Setenv(EnvMemcacheAddr, "m:1")
+	t.Setenv(EnvMemcacheSmallAddr, "m:2")
+	t.Setenv(EnvPostgresURL, "postgres://u:p@db.example:6543/x?sslmode=disable")
+	t.Setenv(EnvEtcdEndpoints, "http://e1:2379,http://e2:2379")
+	t.Setenv(EnvEtcdClusterEndpoints, "c1:1")
+	t.Setenv(EnvZKAddr, "z:1")
+	t.Setenv(EnvZKEnsemble, "z1:1,z2:2")
+
+	checkString(t, "RedisAddr", RedisAddr(), "10.0.0.1:7000")
+	checkList(t, "RedisQuorumAddrs", RedisQuorumAddrs(), "a:1", "b:2", "c:3")
+	checkString(t, "MemcacheAddr", MemcacheAddr(), "m:1")
+	checkString(t, "MemcacheSmallAddr", MemcacheSmallAddr(), "m:2")
+	checkString(t, "PostgresURL", PostgresURL(), "postgres://u:p@db.example:6543/x?sslmode=disable")
+	checkString(t, "PostgresAddr", PostgresAddr(), "db.example:6543")
+	checkList(t, "EtcdEndpoints", EtcdEndpoints(), "http://e1:2379", "http://e2:2379")
+	checkList(t, "EtcdClusterEndpoints", EtcdClusterEndpoints(), "c1:1")
+	checkList(t, "ZKAddrs", ZKAddrs(), "z:1")
+	checkList(t, "ZKEnsemble", ZKEnsemble(), "z1:1", "z2:2")
+}
+
+func TestPostgresAddr(t *testing.T) {
+	for url, want := range map[string]string{
+		"postgres://locker@127.0.0.1:5432/locker?sslmode=disable": "127.0.0.1:5432",
+		"postgresql://h/db":                 "h:5432",
+		"postgres://u@[::1]:5433/db":        "[::1]:5433",
+		"postgres://u@localhost:15432/db?x": "localhost:15432",
+	} {
+		t.Setenv(EnvPostgresURL, url)
+		checkString(t, url, PostgresAddr(), want)
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:2379":          "127.0.0.1:2379",
+		"http://127.0.0.1:2379":   "127.0.0.1:2379",
+		"https://h:1/v3/":         "h:1",
+		"unix:///tmp/sock":        "",
+		"redis://127.0.0.1:6379/": "127.0.0.1:6379",
+	} {
+		checkString(t, in, hostPort(in), want)
+	}
+}
+
+// The instance names must be the ones scripts/services.sh knows.
+func TestInstances(t *testing.T) {
+	clearEnv(t)
+	var names []string
+	for _, in := range Instances() {
+		names = append(names, in.Name)
+	}
+	want := []string{"redis", "redis-q1", "redis-q2", "redis-q3", "redis-q4", "redis-q5",
+		"memcached", "memcached-small", "postgres", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
+		"zk", "zk-e1", "zk-e2", "zk-e3"}
+	if !slices.Equal(names, want) {
+		t.Errorf("Instances() names = %v, want %v", names, want)
+	}
+	if got := describe("http://127.0.0.1:23792"); !strings.Contains(got, "etcd-c2") {
+		t.Errorf("describe(etcd-c2 endpoint) = %q, want it to name etcd-c2", got)
+	}
+	if got := describe("127.0.0.1:6383"); !strings.Contains(got, "redis-q3") || !strings.Contains(got, "redis") {
+		t.Errorf("describe(redis-q3) = %q", got)
+	}
+	if knownInstance("nope") || !knownInstance("zk-e3") {
+		t.Error("knownInstance is wrong")
+	}
+}
+
+func TestScriptPath(t *testing.T) {
+	p, err := ScriptPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(p, "/scripts/services.sh") {
+		t.Errorf("ScriptPath() = %q", p)
+	}
+}
+
+// fakeTB records what Require does instead of stopping the test.
+type fakeTB struct {
+	testing.TB
+	skipped, failed bool
+	msg             string
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Skipf(format string, args ...any) {
+	f.skipped = true
+	f.msg = fmt.Sprintf(format, args...)
+}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed = true
+	f.msg = fmt.Sprintf(format, args...)
+}
+
+// closedAddr returns a local address nothing listens on.
+func closedAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestRequireUnreachable(t *testing.T) {
+	clearEnv(t)
+	addr := closedAddr(t)
+	t.Setenv(EnvRedisAddr, addr) // so that the message names the service
+
+	for _, tc := range []struct {
+		ci, require string
+		wantFail    bool
+	}{
+		{"", "", false},
+		{"true", "", true},
+		{"", "1", true},
+		{"", "0", false},
+	} {
+		t.Setenv("CI", tc.ci)
+		t.Setenv(EnvRequireServers, tc.require)
+		f := &fakeTB{}
+		Require(f, addr)
+		if f.failed != tc.wantFail || f.skipped == tc.wantFail {
+			t.Errorf("CI=%q %s=%q: failed=%v skipped=%v, want failed=%v",
+				tc.ci, EnvRequireServers, tc.require, f.failed, f.skipped, tc.wantFail)
+		}
+		for _, want := range []string{"redis", "instance redis,", addr, "scripts/services.sh up"} {
+			if !strings.Contains(f.msg, want) {
+				t.Errorf("message %q does not contain %q", f.msg, want)
+			}
+		}
+	}
+}
+
+func TestRequireReachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("CI", "true")
+	f := &fakeTB{}
+	Require(f, l.Addr().String(), "http://"+l.Addr().String())
+	if f.failed || f.skipped {
+		t.Errorf("Require on a listening address: failed=%v skipped=%v (%s)", f.failed, f.skipped, f.msg)
+	}
+}
+
+func TestUnknownInstance(t *testing.T) {
+	if err := runScript("stop", "no-such-instance"); err == nil {
+		t.Error("runScript accepted an unknown instance")
+	}
+}
+
+// redisPing sends PING and expects +PONG.
+func redisPing(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// With the servers up (scripts/services.sh up), Require passes for redis and
+// redis answers.
+func TestRequireRedis(t *testing.T) {
+	Require(t, RedisAddr())
+	if err := redisPing(RedisAddr()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStopStart stops and restarts redis-q5 through the script. Other packages
+// may be using that server, so it only runs with LOCKER_TESTENV_RESTART=1.
+func TestStopStart(t *testing.T) {
+	if os.Getenv("LOCKER_TESTENV_RESTART") != "1" {
+		t.Skip("set LOCKER_TESTENV_RESTART=1 to stop and restart redis-q5")
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	addr := RedisQuorumAddrs()[4]
+	Require(t, addr)
+	Stop(t, "redis-q5")
+	if err := redisPing(addr); err == nil {
+		t.Fatal("redis-q5 still answers after Stop")
+	}
+	Start(t, "redis-q5")
+	if err := redisPing(addr); err != nil {
+		t.Fatalf("redis-q5 after Start: %v", err)
+	}
+}
+
+func checkString(t *testing.T, what, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %q, want %q", what, got, want)
+	}
+}
+
+func checkList(t *testing.T, what string, got []string, want ...string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s = %q, want %q", what, got, want)
+	}
+}

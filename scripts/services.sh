@@ -1,0 +1,784 @@
+#!/usr/bin/env bash
+# scripts/services.sh - run the real servers the integration tests talk to.
+#
+# Usage:
+#   scripts/services.sh up [NAME|GROUP...]   install what is missing, start (default: everything),
+#                                            wait until it answers, print `export` lines on stdout
+#   scripts/services.sh down                 stop every instance this script started (pid files)
+#   scripts/services.sh status [NAME...]     print each instance with up/down (exit 3 if any is down)
+#   scripts/services.sh start NAME...        start (restart) single instances, reusing their data dir
+#   scripts/services.sh stop NAME...         stop single instances (SIGTERM, SIGKILL after 30 s)
+#   scripts/services.sh env                  print the `export` lines only
+#   scripts/services.sh logs NAME            print the tail of an instance's log
+#   scripts/services.sh clean                `down`, then delete every instance's data dir
+#
+# `eval "$(scripts/services.sh up)"` works: progress goes to stderr, the exports to stdout.
+#
+# Instances (the address comes from the env var; only its port is used, every server binds
+# 127.0.0.1 and nothing else):
+#   redis                 LOCKER_REDIS_ADDR             127.0.0.1:6379
+#   redis-q1..redis-q5    LOCKER_REDIS_QUORUM_ADDRS     127.0.0.1:6381,...,127.0.0.1:6385
+#   memcached             LOCKER_MEMCACHE_ADDR          127.0.0.1:11211
+#   memcached-small       LOCKER_MEMCACHE_SMALL_ADDR    127.0.0.1:11212   (-m 2: 2 MB, evicts)
+#   postgres              LOCKER_POSTGRES_URL           postgres://locker@127.0.0.1:5432/locker?sslmode=disable
+#   etcd                  LOCKER_ETCD_ENDPOINTS         127.0.0.1:2379    (peer: LOCKER_ETCD_PEER_PORT=2380)
+#   etcd-c1..etcd-c3      LOCKER_ETCD_CLUSTER_ENDPOINTS 127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
+#                         (peers: LOCKER_ETCD_CLUSTER_PEER_PORTS=23801,23802,23803)
+#   zk                    LOCKER_ZK_ADDR                127.0.0.1:2181
+#   zk-e1..zk-e3          LOCKER_ZK_ENSEMBLE            127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184
+#                         (quorum ports LOCKER_ZK_QUORUM_PORTS=28881,28882,28883,
+#                          election ports LOCKER_ZK_ELECTION_PORTS=38881,38882,38883)
+# Groups accepted by up/start/stop/status: all, redis-quorum, etcd-cluster, zk-ensemble.
+#
+# Other knobs: LOCKER_SERVICES_DIR (default <repo>/.services, git-ignored) holds one directory
+# per instance (data/, server.log, pid); LOCKER_SERVICES_TIMEOUT (default 60) bounds the wait
+# for readiness, in seconds.
+#
+# Server settings that tests depend on:
+#   redis      no persistence (save "", appendonly no), maxmemory-policy noeviction,
+#              enable-debug-command local (DEBUG SLEEP etc. work from 127.0.0.1).
+#   memcached  run as user memcache (or nobody) when started as root; UDP off.
+#   postgres   own cluster (initdb), trust auth on 127.0.0.1, superuser role and database
+#              from LOCKER_POSTGRES_URL (locker/locker), max_connections=300, fsync=off.
+#              A Debian cluster on the same port (e.g. 15/main on 5432) is stopped and its
+#              start.conf set to "manual".
+#   etcd       3.4 (Debian), default heartbeat 100 ms / election timeout 1000 ms, so the
+#              server's minimum lease TTL is 2 s: a lease granted with a smaller TTL gets 2 s.
+#              A stopped member that is started again rejoins with its data dir.
+#   zookeeper  3.8 (Debian), tickTime=500 ms, minSessionTimeout=1000 ms,
+#              maxSessionTimeout=60000 ms: the server clamps the session timeout a client asks
+#              for into [1 s, 60 s]. initLimit=20 ticks (10 s), syncLimit=10 ticks (5 s).
+#              admin server off, all four-letter words allowed, JVM -Xmx128m, forceSync=no.
+#
+# Needs bash, coreutils, util-linux (setpriv, flock) and Debian packages, which it installs
+# with apt-get when a binary is missing (root, or sudo).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIR=${LOCKER_SERVICES_DIR:-$ROOT/.services}
+TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
+
+: "${LOCKER_REDIS_ADDR:=127.0.0.1:6379}"
+: "${LOCKER_REDIS_QUORUM_ADDRS:=127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385}"
+: "${LOCKER_MEMCACHE_ADDR:=127.0.0.1:11211}"
+: "${LOCKER_MEMCACHE_SMALL_ADDR:=127.0.0.1:11212}"
+: "${LOCKER_POSTGRES_URL:=postgres://locker@127.0.0.1:5432/locker?sslmode=disable}"
+: "${LOCKER_ETCD_ENDPOINTS:=127.0.0.1:2379}"
+: "${LOCKER_ETCD_PEER_PORT:=2380}"
+: "${LOCKER_ETCD_CLUSTER_ENDPOINTS:=127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793}"
+: "${LOCKER_ETCD_CLUSTER_PEER_PORTS:=23801,23802,23803}"
+: "${LOCKER_ZK_ADDR:=127.0.0.1:2181}"
+: "${LOCKER_ZK_ENSEMBLE:=127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184}"
+: "${LOCKER_ZK_QUORUM_PORTS:=28881,28882,28883}"
+: "${LOCKER_ZK_ELECTION_PORTS:=38881,38882,38883}"
+
+ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 memcached memcached-small postgres
+	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3)
+
+log() { printf '%s\n' "services: $*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+# ---------------------------------------------------------------- names, ports
+
+# nth LIST N: the N-th (1-based) element of a comma-separated list, without spaces.
+nth() {
+	local IFS=, i=0 x
+	for x in $1; do
+		x=${x//[[:space:]]/}
+		[[ -z $x ]] && continue
+		i=$((i + 1))
+		if ((i == $2)); then
+			printf '%s\n' "$x"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# port_of ADDR: the port of host:port, [v6]:port or scheme://host:port.
+port_of() {
+	local a=${1#*://}
+	a=${a%%/*}
+	a=${a##*:}
+	[[ $a =~ ^[0-9]+$ ]] || return 1
+	printf '%s\n' "$a"
+}
+
+# Parts of LOCKER_POSTGRES_URL: user, port, database.
+pg_url_part() {
+	local u=${LOCKER_POSTGRES_URL#*://} user port db hostport
+	u=${u%%\?*}
+	user=locker
+	if [[ $u == *@* ]]; then
+		user=${u%%@*}
+		user=${user%%:*}
+		u=${u#*@}
+	fi
+	hostport=${u%%/*}
+	db=locker
+	[[ $u == */* && -n ${u#*/} ]] && db=${u#*/}
+	port=5432
+	[[ $hostport =~ :([0-9]+)$ ]] && port=${BASH_REMATCH[1]}
+	case $1 in
+	user) printf '%s\n' "$user" ;;
+	port) printf '%s\n' "$port" ;;
+	db) printf '%s\n' "$db" ;;
+	esac
+}
+
+kind() {
+	case $1 in
+	redis | redis-q[1-5]) echo redis ;;
+	memcached | memcached-small) echo memcached ;;
+	postgres) echo postgres ;;
+	etcd | etcd-c[1-3]) echo etcd ;;
+	zk | zk-e[1-3]) echo zk ;;
+	*) return 1 ;;
+	esac
+}
+
+# index of a numbered member: redis-q3 -> 3.
+idx() { printf '%s\n' "${1##*[!0-9]}"; }
+
+port() {
+	local p=""
+	case $1 in
+	redis) p=$(port_of "$LOCKER_REDIS_ADDR") || p="" ;;
+	redis-q*) p=$(port_of "$(nth "$LOCKER_REDIS_QUORUM_ADDRS" "$(idx "$1")")") || p="" ;;
+	memcached) p=$(port_of "$LOCKER_MEMCACHE_ADDR") || p="" ;;
+	memcached-small) p=$(port_of "$LOCKER_MEMCACHE_SMALL_ADDR") || p="" ;;
+	postgres) p=$(pg_url_part port) || p="" ;;
+	etcd) p=$(port_of "$(nth "$LOCKER_ETCD_ENDPOINTS" 1)") || p="" ;;
+	etcd-c*) p=$(port_of "$(nth "$LOCKER_ETCD_CLUSTER_ENDPOINTS" "$(idx "$1")")") || p="" ;;
+	zk) p=$(port_of "$(nth "$LOCKER_ZK_ADDR" 1)") || p="" ;;
+	zk-e*) p=$(port_of "$(nth "$LOCKER_ZK_ENSEMBLE" "$(idx "$1")")") || p="" ;;
+	esac
+	[[ -n $p ]] || die "$1: no port (check the LOCKER_* variable for it)"
+	printf '%s\n' "$p"
+}
+
+etcd_peer_port() {
+	case $1 in
+	etcd) printf '%s\n' "$LOCKER_ETCD_PEER_PORT" ;;
+	etcd-c*) nth "$LOCKER_ETCD_CLUSTER_PEER_PORTS" "$(idx "$1")" || die "$1: no peer port in LOCKER_ETCD_CLUSTER_PEER_PORTS" ;;
+	esac
+}
+
+# expand NAMES...: validated instance names, groups expanded, duplicates dropped.
+expand() {
+	local n out=() seen=" "
+	for n in "$@"; do
+		case $n in
+		all) set -- "${ALL[@]}" ;;
+		redis-quorum) set -- redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 ;;
+		etcd-cluster) set -- etcd-c1 etcd-c2 etcd-c3 ;;
+		zk-ensemble) set -- zk-e1 zk-e2 zk-e3 ;;
+		*)
+			kind "$n" >/dev/null || die "unknown instance '$n' (known: ${ALL[*]} all redis-quorum etcd-cluster zk-ensemble)"
+			set -- "$n"
+			;;
+		esac
+		local m
+		for m in "$@"; do
+			[[ $seen == *" $m "* ]] && continue
+			seen+="$m "
+			out+=("$m")
+		done
+	done
+	printf '%s\n' "${out[@]}"
+}
+
+idir() { printf '%s\n' "$DIR/$1"; }
+
+# ---------------------------------------------------------------- install
+
+pg_bin() {
+	local d dirs=(/usr/lib/postgresql/*/bin)
+	for d in /usr/lib/postgresql/15/bin $(printf '%s\n' "${dirs[@]}" | sort -V -r); do
+		if [[ -x $d/postgres && -x $d/initdb && -x $d/pg_isready && -x $d/psql ]]; then
+			printf '%s\n' "$d"
+			return 0
+		fi
+	done
+	return 1
+}
+
+zk_classpath() {
+	local j=/usr/share/java cp
+	[[ -r $j/zookeeper.jar ]] || return 1
+	cp=$j/zookeeper.jar
+	if [[ -r $j/slf4j-log4j12.jar && -r $j/log4j-1.2.jar ]]; then
+		cp+=:$j/slf4j-log4j12.jar:$j/log4j-1.2.jar
+	elif [[ -r $j/slf4j-simple.jar ]]; then
+		cp+=:$j/slf4j-simple.jar
+	fi
+	printf '%s\n' "$cp"
+}
+
+# missing_packages KIND...: Debian packages to install for these kinds.
+missing_packages() {
+	local k pkgs=()
+	for k in "$@"; do
+		case $k in
+		redis)
+			command -v redis-server >/dev/null || pkgs+=(redis-server)
+			command -v redis-cli >/dev/null || pkgs+=(redis-tools)
+			;;
+		memcached) command -v memcached >/dev/null || pkgs+=(memcached) ;;
+		postgres) pg_bin >/dev/null || pkgs+=(postgresql) ;;
+		etcd)
+			command -v etcd >/dev/null || pkgs+=(etcd-server)
+			command -v etcdctl >/dev/null || pkgs+=(etcd-client)
+			;;
+		zk)
+			zk_classpath >/dev/null || pkgs+=(zookeeper)
+			command -v java >/dev/null || pkgs+=(default-jre-headless)
+			;;
+		esac
+	done
+	[[ ${#pkgs[@]} -gt 0 ]] && printf '%s\n' "${pkgs[@]}" | sort -u
+	return 0
+}
+
+POLICY_RC=/usr/sbin/policy-rc.d
+OUR_POLICY_RC=
+remove_policy_rc() {
+	if [[ -n $OUR_POLICY_RC ]] && [[ -f $POLICY_RC ]] && grep -q 'locker services.sh' "$POLICY_RC"; then
+		if [[ $EUID -eq 0 ]]; then rm -f "$POLICY_RC"; else sudo rm -f "$POLICY_RC"; fi
+	fi
+	OUR_POLICY_RC=
+}
+
+install_kinds() {
+	local pkgs sudo=()
+	mapfile -t pkgs < <(missing_packages "$@")
+	[[ ${#pkgs[@]} -eq 0 ]] && return 0
+	if [[ $EUID -ne 0 ]]; then
+		command -v sudo >/dev/null || die "missing packages ${pkgs[*]}: run as root or install them"
+		sudo=(sudo)
+	fi
+	log "installing ${pkgs[*]} (apt-get)"
+	# The packages' maintainer scripts would start their own daemons on our ports (redis on
+	# 6379, a postgres cluster on 5432, ...). A policy-rc.d that says 101 stops invoke-rc.d.
+	if [[ ! -e $POLICY_RC ]]; then
+		"${sudo[@]}" sh -c "printf '#!/bin/sh\n# locker services.sh: no daemon starts during apt-get\nexit 101\n' >$POLICY_RC && chmod 755 $POLICY_RC"
+		OUR_POLICY_RC=1
+		trap remove_policy_rc EXIT
+	fi
+	local rc=0
+	{
+		"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+			"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${pkgs[@]}"
+	} >"$DIR/apt.log" 2>&1 || rc=$?
+	[[ -n $OUR_POLICY_RC ]] && "${sudo[@]}" rm -f "$POLICY_RC" && OUR_POLICY_RC=
+	if ((rc != 0)); then
+		tail -n 30 "$DIR/apt.log" >&2
+		die "apt-get failed (full log: $DIR/apt.log)"
+	fi
+	local k
+	for k in "$@"; do
+		[[ -n $(missing_packages "$k") ]] && die "still missing after apt-get: $(missing_packages "$k" | tr '\n' ' ')"
+	done
+	return 0
+}
+
+# ---------------------------------------------------------------- processes
+
+pid_of() {
+	local f
+	f=$(idir "$1")/pid
+	[[ -r $f ]] || return 1
+	local p
+	p=$(<"$f")
+	[[ $p =~ ^[0-9]+$ ]] || return 1
+	printf '%s\n' "$p"
+}
+
+# alive PID: the process exists and is not a zombie (an exited server waits for its
+# reaper, which may be a slow PID 1).
+alive() {
+	local stat st
+	stat=$(<"/proc/$1/stat") 2>/dev/null || return 1
+	st=${stat##*) }
+	st=${st%% *}
+	[[ -n $st && $st != Z && $st != X ]]
+}
+
+# running NAME: its recorded process is alive and is the right program.
+running() {
+	local p cmd
+	p=$(pid_of "$1") || return 1
+	alive "$p" || return 1
+	cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || return 1
+	case $(kind "$1") in
+	redis) [[ $cmd == *redis-server* ]] ;;
+	memcached) [[ $cmd == *memcached* ]] ;;
+	postgres) [[ $cmd == *postgres* ]] ;;
+	etcd) [[ $cmd == *etcd* ]] ;;
+	zk) [[ $cmd == *java* && $cmd == *QuorumPeerMain* ]] ;;
+	esac
+}
+
+# tcp_open PORT: something accepts connections on 127.0.0.1:PORT.
+tcp_open() {
+	# shellcheck disable=SC2016 # $1 is expanded by the inner bash
+	timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null
+}
+
+# spawn NAME CMD...: start CMD in its own session, output to the instance log, pid recorded.
+spawn() {
+	local d
+	d=$(idir "$1")
+	shift
+	# fd 9 is the lock: the server must not inherit it or it would hold the lock forever.
+	(cd "$d" && exec setsid "$@" 9>&-) </dev/null >>"$d/server.log" 2>&1 &
+	echo $! >"$d/pid"
+}
+
+as_postgres() {
+	if [[ $EUID -eq 0 ]]; then
+		setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# ---------------------------------------------------------------- start
+
+start_redis() {
+	local n=$1 d p
+	d=$(idir "$n")
+	p=$(port "$n")
+	mkdir -p "$d/data"
+	cat >"$d/redis.conf" <<EOF
+bind 127.0.0.1
+port $p
+protected-mode yes
+daemonize no
+dir $d/data
+logfile ""
+save ""
+appendonly no
+maxmemory-policy noeviction
+enable-debug-command local
+EOF
+	spawn "$n" redis-server "$d/redis.conf"
+}
+
+start_memcached() {
+	local n=$1 p mem=64 user=()
+	p=$(port "$n")
+	[[ $n == memcached-small ]] && mem=2
+	if [[ $EUID -eq 0 ]]; then
+		if id memcache >/dev/null 2>&1; then user=(-u memcache); else user=(-u nobody); fi
+	fi
+	mkdir -p "$(idir "$n")"
+	spawn "$n" memcached "${user[@]}" -l 127.0.0.1 -p "$p" -U 0 -m "$mem" -t 2
+}
+
+# The Debian package creates (and, with an init system, starts) its own cluster, normally
+# 15/main on 5432. Stop any Debian cluster on our port and keep it from starting again.
+pg_clear_debian_cluster() {
+	command -v pg_lsclusters >/dev/null || return 0
+	local p=$1 ver name cport status
+	while read -r ver name cport status _; do
+		[[ $cport == "$p" ]] || continue
+		if [[ $status == online* ]]; then
+			log "postgres: stopping Debian cluster $ver/$name, it holds port $p"
+			pg_ctlcluster "$ver" "$name" stop -m fast || true
+		fi
+		local sc=/etc/postgresql/$ver/$name/start.conf
+		if [[ -w $sc ]] && grep -qx 'auto' "$sc"; then
+			log "postgres: setting $sc to manual (Debian cluster $ver/$name uses port $p)"
+			sed -i 's/^auto$/manual/' "$sc"
+		fi
+	done < <(pg_lsclusters -h 2>/dev/null)
+}
+
+# The postgres instance dir must be reachable by the postgres user. If the repo lives where it
+# is not (e.g. under /root), the data goes to /var/tmp and $DIR/postgres is a symlink to it.
+pg_dir() {
+	local d=$DIR/postgres
+	if [[ -e $d || -L $d ]]; then
+		readlink -f "$d"
+		return
+	fi
+	if [[ $EUID -eq 0 ]] && ! setpriv --reuid=postgres --regid=postgres --init-groups -- test -x "$DIR"; then
+		local alt
+		alt=/var/tmp/locker-services-$(printf '%s' "$DIR" | md5sum | cut -c1-12)/postgres
+		mkdir -p "$alt"
+		ln -s "$alt" "$d"
+		log "postgres: $DIR is not reachable by user postgres; data in $alt"
+		printf '%s\n' "$alt"
+		return
+	fi
+	mkdir -p "$d"
+	printf '%s\n' "$d"
+}
+
+start_postgres() {
+	local n=postgres d p bin user
+	bin=$(pg_bin) || die "postgres: binaries not found"
+	p=$(port $n)
+	user=$(pg_url_part user)
+	pg_clear_debian_cluster "$p"
+	d=$(pg_dir)
+	[[ $EUID -eq 0 ]] && chown postgres:postgres "$d"
+	if [[ ! -s $d/data/PG_VERSION ]]; then
+		rm -rf "$d/data"
+		log "postgres: initdb $d/data (superuser $user)"
+		if ! (cd "$d" && as_postgres "$bin/initdb" -D "$d/data" -U "$user" --auth=trust -E UTF8 --locale=C --no-sync 9>&-) >"$d/initdb.log" 2>&1; then
+			tail -n 20 "$d/initdb.log" >&2
+			die "postgres: initdb failed"
+		fi
+	fi
+	local pgcmd=("$bin/postgres" -D "$d/data"
+		-c listen_addresses=127.0.0.1 -c port="$p" -c unix_socket_directories="$d"
+		-c max_connections=300 -c shared_buffers=64MB
+		-c fsync=off -c synchronous_commit=off -c full_page_writes=off
+		-c logging_collector=off -c log_min_messages=warning)
+	if [[ $EUID -eq 0 ]]; then
+		pgcmd=(setpriv --reuid=postgres --regid=postgres --init-groups -- "${pgcmd[@]}")
+	fi
+	spawn "$n" "${pgcmd[@]}"
+}
+
+etcd_members() {
+	case $1 in
+	etcd) printf 'etcd=http://127.0.0.1:%s' "$(etcd_peer_port etcd)" ;;
+	etcd-c*)
+		local i s=""
+		for i in 1 2 3; do
+			s+="${s:+,}etcd-c$i=http://127.0.0.1:$(etcd_peer_port "etcd-c$i")"
+		done
+		printf '%s' "$s"
+		;;
+	esac
+}
+
+start_etcd() {
+	local n=$1 d p pp state=new token=locker-etcd
+	d=$(idir "$n")
+	p=$(port "$n")
+	pp=$(etcd_peer_port "$n")
+	[[ $n == etcd-c* ]] && token=locker-etcd-cluster
+	mkdir -p "$d"
+	# etcd ignores the initial-cluster flags once data/member exists: a restart rejoins.
+	[[ -d $d/data/member ]] && state=existing
+	mkdir -p "$d/data"
+	chmod 700 "$d/data"
+	spawn "$n" etcd \
+		--name "$n" --data-dir "$d/data" \
+		--listen-client-urls "http://127.0.0.1:$p" --advertise-client-urls "http://127.0.0.1:$p" \
+		--listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+		--initial-cluster "$(etcd_members "$n")" --initial-cluster-token "$token" \
+		--initial-cluster-state "$state" --logger zap --log-outputs stderr
+}
+
+start_zk() {
+	local n=$1 d p cp i
+	d=$(idir "$n")
+	p=$(port "$n")
+	cp=$(zk_classpath) || die "zk: /usr/share/java/zookeeper.jar not found"
+	mkdir -p "$d/data"
+	cat >"$d/zoo.cfg" <<EOF
+tickTime=500
+initLimit=20
+syncLimit=10
+minSessionTimeout=1000
+maxSessionTimeout=60000
+dataDir=$d/data
+clientPort=$p
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=*
+EOF
+	if [[ $n == zk-e* ]]; then
+		idx "$n" >"$d/data/myid"
+		for i in 1 2 3; do
+			local q e
+			q=$(nth "$LOCKER_ZK_QUORUM_PORTS" "$i") || die "zk: no quorum port $i in LOCKER_ZK_QUORUM_PORTS"
+			e=$(nth "$LOCKER_ZK_ELECTION_PORTS" "$i") || die "zk: no election port $i in LOCKER_ZK_ELECTION_PORTS"
+			echo "server.$i=127.0.0.1:$q:$e" >>"$d/zoo.cfg"
+		done
+	fi
+	cat >"$d/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}@%L] - %m%n
+EOF
+	spawn "$n" java -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+		-Djava.net.preferIPv4Stack=true -Dzookeeper.forceSync=no \
+		-Dzookeeper.jmx.log4j.disable=true -Dlog4j.configuration="file:$d/log4j.properties" \
+		-Dorg.slf4j.simpleLogger.showDateTime=true \
+		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
+}
+
+# start_one NAME: start it unless it already runs. Returns 1 if it could not be started.
+start_one() {
+	local n=$1 p
+	if running "$n"; then
+		log "$n: already running (pid $(pid_of "$n"))"
+		return 0
+	fi
+	p=$(port "$n")
+	if tcp_open "$p"; then
+		log "$n: port 127.0.0.1:$p is already taken by a process this script did not start:"
+		if command -v ss >/dev/null; then ss -ltnpH "sport = :$p" >&2 || true; fi
+		return 1
+	fi
+	mkdir -p "$(idir "$n")"
+	rm -f "$(idir "$n")/pid"
+	printf '\n===== %s start %s =====\n' "$(date '+%F %T')" "$n" >>"$(idir "$n")/server.log"
+	log "$n: starting on 127.0.0.1:$p"
+	"start_$(kind "$n")" "$n"
+}
+
+# ---------------------------------------------------------------- readiness
+
+# ready NAME: the server answers a real request.
+ready() {
+	local n=$1 p
+	p=$(port "$n")
+	case $(kind "$n") in
+	redis) [[ $(timeout 3 redis-cli -h 127.0.0.1 -p "$p" ping 2>/dev/null) == PONG ]] ;;
+	memcached)
+		# shellcheck disable=SC2016
+		timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "version\r\n" >&3 && IFS= read -r l <&3 && [[ $l == VERSION* ]]' _ "$p" 2>/dev/null
+		;;
+	postgres)
+		local bin user db
+		bin=$(pg_bin) || return 1
+		user=$(pg_url_part user)
+		db=$(pg_url_part db)
+		timeout 3 "$bin/pg_isready" -q -h 127.0.0.1 -p "$p" -U "$user" -d postgres || return 1
+		local has
+		has=$(PGCONNECT_TIMEOUT=3 timeout 5 "$bin/psql" -h 127.0.0.1 -p "$p" -U "$user" -d postgres -XAtq \
+			-c "select 1 from pg_database where datname = '$db'" 2>/dev/null) || return 1
+		if [[ $has != 1 ]]; then
+			[[ -n ${PG_CREATE_DB:-} ]] || return 1
+			PGCONNECT_TIMEOUT=3 timeout 10 "$bin/createdb" -h 127.0.0.1 -p "$p" -U "$user" "$db" >/dev/null 2>&1 || return 1
+		fi
+		;;
+	etcd)
+		ETCDCTL_API=3 timeout 5 etcdctl --endpoints "http://127.0.0.1:$p" --dial-timeout 2s \
+			--command-timeout 3s endpoint health >/dev/null 2>&1
+		;;
+	zk)
+		local out
+		# shellcheck disable=SC2016
+		out=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && cat <&3' _ "$p" 2>/dev/null) || true
+		[[ $out == *"Mode: "* ]]
+		;;
+	esac
+}
+
+# wait_ready DEADLINE NAME...: wait for every NAME; print log tails of the ones that fail.
+wait_ready() {
+	local deadline=$1 n failed=()
+	shift
+	for n in "$@"; do
+		while ! ready "$n"; do
+			if ! running "$n"; then
+				log "$n: process exited"
+				failed+=("$n")
+				continue 2
+			fi
+			if ((SECONDS >= deadline)); then
+				log "$n: no answer on 127.0.0.1:$(port "$n") after ${TIMEOUT}s"
+				failed+=("$n")
+				continue 2
+			fi
+			sleep 0.2
+		done
+		log "$n: up on 127.0.0.1:$(port "$n")"
+	done
+	for n in "${failed[@]}"; do
+		printf '%s\n' "----- $n: last lines of $(idir "$n")/server.log -----" >&2
+		tail -n 25 "$(idir "$n")/server.log" >&2 || true
+	done
+	if ((${#failed[@]} > 0)); then
+		log "failed: ${failed[*]}"
+		return 1
+	fi
+}
+
+# ---------------------------------------------------------------- stop
+
+stop_one() {
+	local n=$1 p sig=TERM i
+	if ! running "$n"; then
+		rm -f "$(idir "$n")/pid"
+		log "$n: not running"
+		return 0
+	fi
+	p=$(pid_of "$n")
+	[[ $(kind "$n") == postgres ]] && sig=INT # fast shutdown
+	kill -s "$sig" "$p" 2>/dev/null || true
+	for ((i = 0; i < 300; i++)); do
+		alive "$p" || break
+		sleep 0.1
+	done
+	if alive "$p"; then
+		log "$n: still running after 30s, SIGKILL"
+		kill -s KILL "$p" 2>/dev/null || true
+		while alive "$p"; do sleep 0.1; done
+	fi
+	rm -f "$(idir "$n")/pid"
+	log "$n: stopped"
+}
+
+# ---------------------------------------------------------------- commands
+
+print_env() {
+	cat <<EOF
+export LOCKER_REDIS_ADDR=$LOCKER_REDIS_ADDR
+export LOCKER_REDIS_QUORUM_ADDRS=$LOCKER_REDIS_QUORUM_ADDRS
+export LOCKER_MEMCACHE_ADDR=$LOCKER_MEMCACHE_ADDR
+export LOCKER_MEMCACHE_SMALL_ADDR=$LOCKER_MEMCACHE_SMALL_ADDR
+export LOCKER_POSTGRES_URL='$LOCKER_POSTGRES_URL'
+export LOCKER_ETCD_ENDPOINTS=$LOCKER_ETCD_ENDPOINTS
+export LOCKER_ETCD_CLUSTER_ENDPOINTS=$LOCKER_ETCD_CLUSTER_ENDPOINTS
+export LOCKER_ZK_ADDR=$LOCKER_ZK_ADDR
+export LOCKER_ZK_ENSEMBLE=$LOCKER_ZK_ENSEMBLE
+EOF
+}
+
+lock() {
+	exec 9>"$DIR/.lock"
+	flock -w 600 9 || die "could not lock $DIR/.lock"
+}
+
+prepare_dir() {
+	mkdir -p "$DIR"
+	DIR=$(cd "$DIR" && pwd)
+	# the postgres user has to get through it
+	chmod 755 "$DIR" 2>/dev/null || true
+}
+
+cmd_up() {
+	local names kinds n rc=0
+	mapfile -t names < <(expand "${@:-all}")
+	mapfile -t kinds < <(for n in "${names[@]}"; do kind "$n"; done | sort -u)
+	lock
+	install_kinds "${kinds[@]}"
+	PG_CREATE_DB=1
+	local deadline=$((SECONDS + TIMEOUT)) started=()
+	for n in "${names[@]}"; do
+		if start_one "$n"; then started+=("$n"); else rc=1; fi
+	done
+	if ((${#started[@]} > 0)); then
+		wait_ready "$deadline" "${started[@]}" || rc=1
+	fi
+	((rc == 0)) || exit 1
+	print_env
+}
+
+cmd_stop() {
+	[[ $# -gt 0 ]] || die "stop: name an instance (or use down)"
+	local names n
+	mapfile -t names < <(expand "$@")
+	lock
+	stop_many "${names[@]}"
+}
+
+# stop_many NAME...: stop in parallel, except the members of the etcd cluster: stopped one by
+# one, each leader hands over to a live member at once; when its peers are already gone it
+# waits about 7 s for a leader transfer that cannot happen.
+stop_many() {
+	local n cluster=()
+	for n in "$@"; do
+		if [[ $n == etcd-c* ]]; then
+			cluster+=("$n")
+		else
+			stop_one "$n" &
+		fi
+	done
+	if ((${#cluster[@]} > 0)); then
+		for n in "${cluster[@]}"; do stop_one "$n"; done &
+	fi
+	wait
+}
+
+cmd_down() {
+	lock
+	local n names=()
+	for n in "${ALL[@]}"; do
+		[[ -e $(idir "$n")/pid ]] && names+=("$n")
+	done
+	if ((${#names[@]} == 0)); then
+		log "nothing running"
+		return 0
+	fi
+	stop_many "${names[@]}"
+}
+
+cmd_status() {
+	local names n rc=0 state
+	mapfile -t names < <(expand "${@:-all}")
+	for n in "${names[@]}"; do
+		if ready "$n"; then
+			state=up
+			if ! running "$n"; then state="up (not started by this script)"; fi
+		elif running "$n"; then
+			state="down (pid $(pid_of "$n") runs but does not answer)"
+			rc=3
+		else
+			state=down
+			rc=3
+		fi
+		printf '%-16s 127.0.0.1:%-6s %s\n' "$n" "$(port "$n")" "$state"
+	done
+	return $rc
+}
+
+cmd_clean() {
+	cmd_down
+	local n
+	for n in "${ALL[@]}"; do
+		local d=$DIR/$n
+		if [[ -L $d ]]; then
+			rm -rf "$(readlink -f "$d")"
+		fi
+		rm -rf "$d"
+	done
+	rm -f "$DIR/apt.log"
+	log "removed the data dirs under $DIR"
+}
+
+main() {
+	local cmd=${1:-}
+	[[ $# -gt 0 ]] && shift
+	case $cmd in
+	up | start | stop | down | status | clean | logs | env) ;;
+	-h | --help | help)
+		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+		return 0
+		;;
+	*) die "usage: $0 up|down|status|start NAME|stop NAME|env|logs NAME|clean (see --help)" ;;
+	esac
+	prepare_dir
+	case $cmd in
+	up) cmd_up "$@" ;;
+	start)
+		[[ $# -gt 0 ]] || die "start: name an instance (or use up)"
+		cmd_up "$@" >/dev/null
+		;;
+	stop) cmd_stop "$@" ;;
+	down) cmd_down ;;
+	status) cmd_status "$@" ;;
+	clean) cmd_clean ;;
+	env) print_env ;;
+	logs)
+		if [[ $# -ne 1 ]] || ! kind "$1" >/dev/null; then die "logs: name one instance"; fi
+		tail -n "${LINES_TAIL:-50}" "$(idir "$1")/server.log"
+		;;
+	esac
+}
+
+main "$@"
