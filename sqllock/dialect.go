@@ -1,0 +1,192 @@
+package sqllock
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SchemaSQL is the DDL of the lock table with its default name,
+// locker_locks: the contents of schema.sql, for migrations.
+//
+//go:embed schema.sql
+var SchemaSQL string
+
+// defaultTable is the table name in SchemaSQL.
+const defaultTable = "locker_locks"
+
+// dialect holds every SQL statement the driver runs, and what the store's
+// error codes mean, so that another database could be added next to
+// PostgreSQL without touching the driver's logic. Statements take their
+// arguments in the order documented on each field; durations are whole
+// microseconds and all time arithmetic uses the server's clock.
+type dialect struct {
+	// table is the quoted, possibly schema-qualified, table name.
+	table string
+	// channel is the notification channel of the table, and listen the
+	// statement that subscribes a connection to it.
+	channel, listen string
+
+	// exists($1 table) returns one boolean: the table exists.
+	exists string
+	// schemaExists($1 schema) returns one boolean: the schema exists.
+	schemaExists string
+	// createLock($1 int8) serializes schema creation between processes, for
+	// the rest of the transaction.
+	createLock string
+	// createSchema and createTable are the DDL, without arguments.
+	createSchema, createTable string
+
+	// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new version
+	// when the key was free, expired, or already the token's; no row when
+	// another token holds it.
+	acquire string
+	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs) extends a live
+	// lock of the token; it affects no row otherwise.
+	refresh string
+	// release($1 key, $2 token, $3 fence or 0, $4 channel) frees the token's
+	// lock and notifies the channel; it returns one boolean (whether the lock
+	// was still live) or no row when the token did not have it.
+	release string
+	// expire($1 key, $2 channel) ends the lock on key as its TTL would.
+	expire string
+	// inspect($1 key) returns held, owner, version, remaining µs; no row
+	// when the key was never locked.
+	inspect string
+}
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
+// the server, silently, so we refuse them.
+const maxIdentLen = 63
+
+func postgresDialect(schema, table string) dialect {
+	ident := pgx.Identifier{table}
+	qualified := table
+	if schema != "" {
+		ident = pgx.Identifier{schema, table}
+		qualified = schema + "." + table
+	}
+	t := ident.Sanitize()
+	channel := "sqllock:" + qualified
+	if len(channel) > maxIdentLen {
+		sum := sha256.Sum256([]byte(qualified))
+		channel = "sqllock:" + hex.EncodeToString(sum[:16])
+	}
+	d := dialect{
+		table:        t,
+		channel:      channel,
+		listen:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+		exists:       `SELECT to_regclass($1) IS NOT NULL`,
+		schemaExists: `SELECT to_regnamespace($1) IS NOT NULL`,
+		createLock:   `SELECT pg_advisory_xact_lock($1)`,
+		createTable:  strings.ReplaceAll(SchemaSQL, defaultTable, t),
+		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
+VALUES ($1, $2, $3, 1, clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE
+SET token = excluded.token, owner = excluded.owner, version = l.version + 1,
+    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
+RETURNING version`,
+		refresh: `UPDATE ` + t + `
+SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
+WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()`,
+		release: `WITH old AS (
+    SELECT name, expires_at > clock_timestamp() AS live FROM ` + t + `
+    WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
+    FOR UPDATE
+), freed AS (
+    UPDATE ` + t + ` AS l
+    SET token = NULL, owner = NULL, expires_at = least(l.expires_at, clock_timestamp())
+    FROM old WHERE l.name = old.name AND l.token = $2
+    RETURNING l.name, old.live
+)
+SELECT freed.live FROM freed, pg_notify($4, freed.name)`,
+		expire: `WITH e AS (
+    UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
+    WHERE name = $1 RETURNING name
+)
+SELECT count(*) FROM e, pg_notify($2, e.name)`,
+		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version,
+    greatest(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000))::int8
+FROM ` + t + ` WHERE name = $1`,
+	}
+	if schema != "" {
+		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
+	}
+	return d
+}
+
+// createLockKey is the advisory lock that serializes the creation of one
+// table between processes.
+func (d dialect) createLockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("github.com/lockerhq/locker/sqllock schema " + d.table))
+	return int64(h.Sum64())
+}
+
+// PostgreSQL error codes (SQLSTATE) that the driver handles.
+const (
+	codeSerialization = "40001" // serialization_failure
+	codeDeadlock      = "40P01" // deadlock_detected
+	codeUnique        = "23505" // unique_violation (concurrent CREATE ... IF NOT EXISTS, or a first INSERT race)
+	codeDupTable      = "42P07" // duplicate_table
+	codeDupSchema     = "42P06" // duplicate_schema
+	codeUndefTable    = "42P01" // undefined_table
+)
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// conflict reports an error that a concurrent transaction caused and that
+// goes away when the statement runs again.
+func conflict(err error) bool {
+	switch sqlState(err) {
+	case codeSerialization, codeDeadlock, codeUnique:
+		return true
+	}
+	return false
+}
+
+// createRace reports the errors a concurrent CREATE ... IF NOT EXISTS can
+// still raise: the other creator won.
+func createRace(err error) bool {
+	switch sqlState(err) {
+	case codeUnique, codeDupTable, codeDupSchema:
+		return true
+	}
+	return false
+}
+
+// connLost reports an error from a connection that broke (the server
+// terminated the backend, the network failed), after which a new connection
+// may well succeed.
+func connLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if code := sqlState(err); code != "" {
+		return strings.HasPrefix(code, "08") || // connection_exception
+			code == "57P01" || code == "57P02" || code == "57P03" // admin/crash shutdown, cannot connect now
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && !pgconn.Timeout(err) {
+		return true // a network error that is not our context's deadline
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "conn closed") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}

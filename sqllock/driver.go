@@ -1,0 +1,404 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver keeps locks in a PostgreSQL table. It implements backend.Driver and
+// backend.Notifier. Its methods are safe for concurrent use.
+type Driver struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	cfg     config
+	sql     dialect
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+
+	schemaOK atomic.Bool
+	schemaMu sync.Mutex
+
+	lis *listener
+}
+
+var (
+	_ backend.Driver   = (*Driver)(nil)
+	_ backend.Notifier = (*Driver)(nil)
+)
+
+type config struct {
+	table      string
+	schema     string
+	create     bool
+	clock      func() time.Time
+	listenIdle time.Duration
+}
+
+// Option configures a Driver.
+type Option func(*config)
+
+// Table sets the name of the lock table (default "locker_locks"), at most 63
+// bytes. Without Schema, PostgreSQL finds it through the search_path and
+// creates it in the first schema there.
+func Table(name string) Option { return func(c *config) { c.table = name } }
+
+// Schema puts the lock table in the named schema (default: none, the
+// search_path decides). With CreateTable, the schema is created if missing.
+func Schema(name string) Option { return func(c *config) { c.schema = name } }
+
+// CreateTable turns the automatic creation of the table (and of its
+// schema) on first use on (the default) or off. Turn it off when your
+// migrations run SchemaSQL; the driver then only checks that the table
+// exists.
+func CreateTable(on bool) Option { return func(c *config) { c.create = on } }
+
+// WithClock replaces time.Now as the driver's client clock. The driver uses
+// it only to translate the server's remaining TTL into a local time in
+// Inspect: every expiry is computed by the database server from its own
+// clock, so a wrong client clock cannot make a lock expire early or late.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.clock = now
+		}
+	}
+}
+
+// ListenIdle sets how long the connection that listens for release
+// notifications stays open after its last subscriber left (default 30s).
+func ListenIdle(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
+
+// New returns a driver that uses pool, a pool the caller already has. Lock
+// statements run on the pool directly, one autocommitted statement each,
+// never inside a transaction of the caller. Close does not close pool. The
+// driver also opens one extra connection, with pool's configuration, to
+// LISTEN for releases while someone waits.
+func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("sqllock: New: %w: nil pool", backend.ErrUnsupported)
+	}
+	return newDriver(pool, false, opts)
+}
+
+func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
+	cfg := config{table: defaultTable, create: true, clock: time.Now, listenIdle: 30 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkIdent("table", cfg.table, false); err != nil {
+		return nil, err
+	}
+	if err := checkIdent("schema", cfg.schema, true); err != nil {
+		return nil, err
+	}
+	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: postgresDialect(cfg.schema, cfg.table)}
+	d.lis = newListener(d)
+	return d, nil
+}
+
+func checkIdent(what, name string, empty bool) error {
+	switch {
+	case name == "" && empty:
+		return nil
+	case name == "" || len(name) > maxIdentLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("sqllock: %w: %s name %q: want 1 to %d bytes of UTF-8 without NUL", backend.ErrInvalidURL, what, name, maxIdentLen)
+	}
+	return nil
+}
+
+// TableName returns the quoted, possibly schema-qualified, name of the lock
+// table, as it appears in the driver's statements.
+func (d *Driver) TableName() string { return d.sql.table }
+
+// Channel returns the LISTEN/NOTIFY channel on which releases are announced
+// (the payload is the key).
+func (d *Driver) Channel() string { return d.sql.channel }
+
+// micros returns ttl in whole microseconds, rounded up: PostgreSQL's
+// timestamps count microseconds.
+func micros(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("sqllock: %w: %v", backend.ErrInvalidTTL, ttl)
+	}
+	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
+}
+
+func (d *Driver) begin(op string) error {
+	if d.closed.Load() {
+		return fmt.Errorf("sqllock: %s: %w", op, backend.ErrClosed)
+	}
+	return nil
+}
+
+// TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
+// UPDATE that takes the row only when it is free or expired by the server's
+// clock, and bumps its version, the fence.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	us, err := micros(l.TTL)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if err := d.begin("acquire"); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		return backend.Grant{}, err
+	}
+	var version int64
+	// The statement is idempotent for one token (the token's own row is
+	// taken again), so it can be retried after a broken connection.
+	err = d.retry(ctx, func() error {
+		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
+	})
+	switch {
+	case err == nil:
+		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w", backend.ErrNotAcquired)
+	case conflict(err):
+		// Still racing after the retries: someone else keeps winning.
+		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w (%v)", backend.ErrNotAcquired, err)
+	}
+	if sqlState(err) != "" && !connLost(err) {
+		return backend.Grant{}, d.wrap("acquire", err) // the server refused it
+	}
+	// We cannot tell whether the statement committed: undo it, so that
+	// nothing keeps the key held. The token is ours alone, so this cannot
+	// free anyone else's lock.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var live bool
+	_ = d.pool.QueryRow(cctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+	return backend.Grant{}, d.wrap("acquire", err)
+}
+
+// Refresh implements backend.Driver: it extends a live lock of l.Token to
+// l.TTL from the server's now.
+func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+	us, err := micros(l.TTL)
+	if err != nil {
+		return err
+	}
+	if err := d.begin("refresh"); err != nil {
+		return err
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		return err
+	}
+	var n int64
+	err = d.retry(ctx, func() error {
+		tag, err := d.pool.Exec(ctx, d.sql.refresh, l.Key, l.Token, int64(l.Fence), us)
+		n = tag.RowsAffected()
+		return err
+	})
+	switch {
+	case err != nil:
+		return d.wrap("refresh", err)
+	case n == 0:
+		return fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release implements backend.Driver: it frees the token's lock (the row
+// stays, with its version) and notifies waiters in the same statement.
+func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+	if err := d.begin("release"); err != nil {
+		return err
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		return err
+	}
+	var live bool
+	var uncertain error
+	err := d.retry(ctx, func() error {
+		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel).Scan(&live)
+		if connLost(err) && uncertain == nil {
+			uncertain = err
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
+		// An earlier attempt may have released it: we cannot tell.
+		return d.wrap("release", uncertain)
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("sqllock: release: %w", backend.ErrNotHeld)
+	case err != nil:
+		return d.wrap("release", err)
+	case !live:
+		return fmt.Errorf("sqllock: release: %w: its TTL had run out", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Close implements backend.Driver. It stops the listener and closes the
+// pool if the driver opened it (Open), not one passed to New.
+func (d *Driver) Close() error {
+	first := false
+	d.closeOnce.Do(func() {
+		first = true
+		d.closed.Store(true)
+		d.lis.close()
+		if d.ownPool {
+			d.pool.Close()
+		}
+	})
+	if !first {
+		return fmt.Errorf("sqllock: close: %w", backend.ErrClosed)
+	}
+	return nil
+}
+
+// Info describes the lock on one key, as the database sees it now.
+type Info struct {
+	// Held: a token holds the key and its TTL has not run out.
+	Held bool
+	// Owner is the holder's owner identity, or "".
+	Owner string
+	// Fence is the version of the row: the fence of the last acquisition.
+	Fence uint64
+	// Remaining is how long the lock lives without a refresh, by the
+	// server's clock; zero when not held.
+	Remaining time.Duration
+	// ExpiresAt is when that is, on the driver's clock.
+	ExpiresAt time.Time
+}
+
+// Inspect reports the state of the lock on key (namespace + "/" + name).
+// A key that was never locked gives a zero Info.
+func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
+	if err := d.begin("inspect"); err != nil {
+		return Info{}, err
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		return Info{}, err
+	}
+	var (
+		info    Info
+		version int64
+		us      int64
+	)
+	err := d.pool.QueryRow(ctx, d.sql.inspect, key).Scan(&info.Held, &info.Owner, &version, &us)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Info{}, nil
+	case err != nil:
+		return Info{}, d.wrap("inspect", err)
+	}
+	info.Fence = uint64(version)
+	if info.Held {
+		info.Remaining = time.Duration(us) * time.Microsecond
+		info.ExpiresAt = d.cfg.clock().Add(info.Remaining)
+	}
+	return info, nil
+}
+
+// retry runs f until it succeeds or fails for good: conflicts with
+// concurrent transactions (serialization failures, deadlocks, unique
+// violations) are retried, and so are broken connections.
+func (d *Driver) retry(ctx context.Context, f func() error) error {
+	const attempts = 5
+	var err error
+	for i := range attempts {
+		err = f()
+		if err == nil || ctx.Err() != nil || i == attempts-1 {
+			return err
+		}
+		// Every statement can run twice without harm: acquire takes the
+		// token's own row again, refresh extends again, and Release treats
+		// "not held" after a lost connection as "cannot tell".
+		if !conflict(err) && !connLost(err) {
+			return err
+		}
+		pause := time.Duration(1<<i) * time.Millisecond
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+	return err
+}
+
+// wrap adds the package name and explains an error of the store. Errors
+// from pgx never contain the password.
+func (d *Driver) wrap(op string, err error) error {
+	if d.closed.Load() {
+		return fmt.Errorf("sqllock: %s: %w (%v)", op, backend.ErrClosed, err)
+	}
+	if sqlState(err) == codeUndefTable {
+		return fmt.Errorf("sqllock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
+	}
+	return fmt.Errorf("sqllock: %s: %w", op, err)
+}
+
+// ensureSchema creates the table on first use, or with CreateTable(false)
+// checks that it exists. Several processes may do so at once: an advisory
+// lock serializes them, and the errors of a concurrent CREATE ... IF NOT
+// EXISTS count as success.
+func (d *Driver) ensureSchema(ctx context.Context) error {
+	if d.schemaOK.Load() {
+		return nil
+	}
+	d.schemaMu.Lock()
+	defer d.schemaMu.Unlock()
+	if d.schemaOK.Load() {
+		return nil
+	}
+	var exists bool
+	if err := d.pool.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil {
+		return d.wrap("schema", err)
+	}
+	if !exists && !d.cfg.create {
+		return fmt.Errorf("sqllock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
+	}
+	if !exists {
+		err := d.retry(ctx, func() error { return d.create(ctx) })
+		if err != nil && !createRace(err) {
+			return fmt.Errorf("sqllock: create table %s: %w", d.sql.table, err)
+		}
+	}
+	d.schemaOK.Store(true)
+	return nil
+}
+
+func (d *Driver) create(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil || exists {
+			return err
+		}
+		if d.sql.createSchema != "" {
+			var schemaExists bool
+			if err := tx.QueryRow(ctx, d.sql.schemaExists, pgx.Identifier{d.cfg.schema}.Sanitize()).Scan(&schemaExists); err != nil {
+				return err
+			}
+			if !schemaExists {
+				if _, err := tx.Exec(ctx, d.sql.createSchema); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := tx.Exec(ctx, d.sql.createTable)
+		return err
+	})
+}

@@ -1,0 +1,197 @@
+package sqllock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+const usage = "://[user[:password]@]host[:port][,host2...]/database[?sslmode=verify-full&lock_table=locker_locks&lock_schema=NAME&create_table=true&...pgx parameters]"
+
+func init() {
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		backend.Register(scheme, backend.Opener{Usage: scheme + usage, Open: open})
+	}
+}
+
+// Our own URL parameters, removed before the rest goes to pgx.
+const (
+	paramTable  = "lock_table"
+	paramSchema = "lock_schema"
+	paramCreate = "create_table"
+)
+
+// pgxParams are the parameters that pgx itself consumes (pgconn, pgx and
+// pgxpool). pgx sends every other parameter to the server as a run-time
+// setting, so that a misspelt option would fail at connect time with a
+// server error, or be silently accepted (a "custom.name" setting), or change
+// how our statements behave (default_transaction_isolation,
+// default_transaction_read_only, session_replication_role...). We accept
+// pgx's own parameters and the short list of server settings below, and
+// reject everything else with ErrInvalidURL.
+var pgxParams = []string{
+	// pgconn
+	"host", "port", "database", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "sslkey", "sslcert", "sslcertmode", "sslrootcert", "sslnegotiation",
+	"sslpassword", "sslsni", "krbspn", "krbsrvname", "target_session_attrs",
+	"service", "servicefile", "min_protocol_version", "max_protocol_version",
+	"channel_binding", "require_auth",
+	// pgx
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	// pgxpool
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_idle_time", "pool_health_check_period", "pool_max_conn_lifetime_jitter",
+	"pool_ping_timeout",
+}
+
+// serverParams are the run-time settings we let through to the server: they
+// name the session or bound it, and cannot change what a lock statement
+// means.
+var serverParams = []string{
+	"application_name", "search_path", "timezone", "options",
+	"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout",
+}
+
+// defaultConnectTimeout bounds Open's connection attempt when the URL has no
+// connect_timeout and ctx no deadline.
+const defaultConnectTimeout = 10 * time.Second
+
+func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+	return Open(ctx, u.String())
+}
+
+// Open connects to PostgreSQL with a URL such as
+// "postgres://locker@db.example.com:5432/app?sslmode=verify-full" (the
+// "postgresql" scheme works too), checks that the server answers, and
+// creates the lock table unless create_table=false. Besides pgx's own
+// parameters, the URL may carry lock_table, lock_schema and create_table,
+// and the server settings application_name, search_path, timezone, options,
+// statement_timeout, lock_timeout and idle_in_transaction_session_timeout;
+// any other parameter is an error wrapping ErrInvalidURL. The password may
+// come from PGPASSWORD or a passfile instead of the URL. Options given here
+// override the URL's. Close closes the pool that Open made.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: %w: cannot parse the URL", backend.ErrInvalidURL)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return nil, fmt.Errorf("sqllock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
+	}
+	p := backend.NewParams(u)
+	var urlOpts []Option
+	if p.Has(paramTable) {
+		urlOpts = append(urlOpts, Table(p.String(paramTable, defaultTable)))
+	}
+	if p.Has(paramSchema) {
+		urlOpts = append(urlOpts, Schema(p.String(paramSchema, "")))
+	}
+	if p.Has(paramCreate) {
+		urlOpts = append(urlOpts, CreateTable(p.Bool(paramCreate, true)))
+	}
+	for _, name := range pgxParams {
+		p.Has(name)
+	}
+	for _, name := range serverParams {
+		p.Has(name)
+	}
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("sqllock: %s: %w", redactedURL(u), err)
+	}
+	q := u.Query()
+	q.Del(paramTable)
+	q.Del(paramSchema)
+	q.Del(paramCreate)
+	pu := *u
+	pu.RawQuery = q.Encode()
+	cfg, err := pgxpool.ParseConfig(pu.String())
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: %w: %s: %s", backend.ErrInvalidURL, redactedURL(u), redact(u, err))
+	}
+	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	return openConfig(ctx, cfg, redactedURL(u), append(urlOpts, opts...))
+}
+
+// OpenConfig is Open for a pool configuration built by the caller, e.g.
+// with pgxpool.ParseConfig and hooks of its own. The driver owns the pool.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("sqllock: OpenConfig: %w: nil config", backend.ErrUnsupported)
+	}
+	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
+}
+
+func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []Option) (*Driver, error) {
+	// Check the options before dialling anything.
+	probe := config{table: defaultTable}
+	for _, o := range opts {
+		o(&probe)
+	}
+	if err := checkIdent("table", probe.table, false); err != nil {
+		return nil, err
+	}
+	if err := checkIdent("schema", probe.schema, true); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: open %s: %v", where, err)
+	}
+	d, err := newDriver(pool, true, opts)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)
+		defer cancel()
+	}
+	if err := pool.Ping(ctx); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("sqllock: open %s: %w", where, err)
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// redact removes u's password from a pgx error text (pgx redacts it too,
+// on a best-effort basis).
+func redact(u *url.URL, err error) string {
+	msg := err.Error()
+	if pw, ok := u.User.Password(); ok && pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		msg = strings.ReplaceAll(msg, url.PathEscape(pw), "xxxxx")
+		msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+	}
+	return msg
+}
+
+// redactedURL is u.Redacted with the password and sslpassword query
+// parameters hidden as well.
+func redactedURL(u *url.URL) string {
+	r := *u
+	q := r.Query()
+	hidden := false
+	for _, name := range []string{"password", "sslpassword"} {
+		if q.Has(name) {
+			q.Set(name, "xxxxx")
+			hidden = true
+		}
+	}
+	if hidden {
+		r.RawQuery = q.Encode()
+	}
+	return r.Redacted()
+}
