@@ -109,7 +109,7 @@ func TestKeys(t *testing.T) {
 	keys := []string{
 		backend.Key("ns", "a"), backend.Key("ns", "a:f"), backend.Key("ns", "a b\x01\n"),
 		backend.Key(strings.Repeat("n", backend.MaxNamespaceLen), long),
-		backend.Key(strings.Repeat("n", backend.MaxNamespaceLen), long[:len(long)-2] + "x"),
+		backend.Key(strings.Repeat("n", backend.MaxNamespaceLen), long[:len(long)-2]+"x"),
 	}
 	seen := map[string]string{}
 	for _, k := range keys {
