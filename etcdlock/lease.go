@@ -1,0 +1,327 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// lease is one session: an etcd lease kept alive by its own goroutine, with
+// the locks that hang on it. Its fields are guarded by the driver's mutex.
+type lease struct {
+	id  clientv3.LeaseID
+	sec int64         // granted TTL in seconds: the key in Driver.leases
+	ttl time.Duration // granted TTL
+
+	until     time.Time // the server keeps the lease at least until then
+	users     int       // acquisitions in progress on it
+	entries   map[*entry]struct{}
+	idleSince time.Time // when it last had no user and no entry
+
+	done chan struct{} // closed by end
+	err  error         // why it ended; set once, with done closed
+}
+
+// end marks the lease gone. Call with the driver's mutex held.
+func (ls *lease) end(err error) bool {
+	if ls.err != nil {
+		return false
+	}
+	ls.err = err
+	close(ls.done)
+	return true
+}
+
+// useLease returns a live lease for ttl, granting one if needed, counted as
+// in use until unuse.
+func (d *Driver) useLease(ctx context.Context, ttl time.Duration) (*lease, error) {
+	sec, err := ttlSeconds(ttl)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, backend.ErrClosed
+	}
+	sec = max(sec, d.minTTL)
+	if ls := d.leases[sec]; ls != nil {
+		ls.users++
+		d.mu.Unlock()
+		return ls, nil
+	}
+	d.mu.Unlock()
+
+	start := time.Now()
+	resp, err := d.cli.Grant(ctx, sec)
+	if err != nil {
+		return nil, err
+	}
+	if resp.TTL < sec {
+		// Never pretend: a server that grants less than asked is not one
+		// whose TTLs we can report.
+		d.revokeLater(resp.ID)
+		return nil, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
+	}
+	ls := &lease{
+		id:      resp.ID,
+		sec:     resp.TTL,
+		ttl:     time.Duration(resp.TTL) * time.Second,
+		until:   start.Add(time.Duration(resp.TTL) * time.Second),
+		entries: map[*entry]struct{}{},
+		done:    make(chan struct{}),
+	}
+	d.mu.Lock()
+	if resp.TTL > sec && resp.TTL > d.minTTL {
+		d.minTTL = resp.TTL // the server raised it: that is its minimum
+	}
+	if d.closed {
+		d.mu.Unlock()
+		d.revokeLater(resp.ID)
+		return nil, backend.ErrClosed
+	}
+	if other := d.leases[ls.sec]; other != nil {
+		// A concurrent acquisition granted one first: share it.
+		other.users++
+		d.mu.Unlock()
+		d.revokeLater(resp.ID)
+		return other, nil
+	}
+	ls.users++
+	d.leases[ls.sec] = ls
+	d.bg.Add(1)
+	d.mu.Unlock()
+	go d.keepAlive(ls)
+	return ls, nil
+}
+
+// unuse ends an acquisition's use of ls.
+func (d *Driver) unuse(ls *lease) {
+	d.mu.Lock()
+	ls.users--
+	if ls.users == 0 && len(ls.entries) == 0 {
+		ls.idleSince = time.Now()
+	}
+	d.mu.Unlock()
+}
+
+func (d *Driver) leaseByID(id clientv3.LeaseID) *lease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ls := range d.leases {
+		if ls.id == id {
+			return ls
+		}
+	}
+	return nil
+}
+
+// renewed records a keep-alive sent at start that the server answered.
+func (d *Driver) renewed(ls *lease, start time.Time, ttlSec int64) {
+	until := start.Add(time.Duration(ttlSec) * time.Second)
+	d.mu.Lock()
+	if until.After(ls.until) {
+		ls.until = until
+	}
+	d.mu.Unlock()
+}
+
+// loseLease reports every lock on ls lost, once, and makes sure the server
+// drops the lease too (it may still be alive if only our keep-alives
+// failed).
+func (d *Driver) loseLease(ls *lease, why string) {
+	err := fmt.Errorf("etcdlock: session lease %x %s: %w", int64(ls.id), why, backend.ErrLost)
+	d.mu.Lock()
+	if !ls.end(err) {
+		d.mu.Unlock()
+		return
+	}
+	if d.leases[ls.sec] == ls {
+		delete(d.leases, ls.sec)
+	}
+	var lost []func(error)
+	for e := range ls.entries {
+		if d.held[e.key] == e {
+			delete(d.held, e.key)
+		}
+		if e.onLost != nil {
+			lost = append(lost, e.onLost)
+		}
+	}
+	ls.entries = map[*entry]struct{}{}
+	d.mu.Unlock()
+	for _, f := range lost {
+		f(err)
+	}
+	d.revokeLater(ls.id)
+}
+
+// loseEntry reports one held lock lost: its entry is gone.
+func (d *Driver) loseEntry(e *entry, why string) {
+	d.mu.Lock()
+	if d.held[e.key] != e {
+		d.mu.Unlock()
+		return // released meanwhile
+	}
+	delete(d.held, e.key)
+	delete(e.ls.entries, e)
+	d.mu.Unlock()
+	if e.onLost != nil {
+		e.onLost(fmt.Errorf("etcdlock: lock entry %s %s: %w", e.key, why, backend.ErrLost))
+	}
+}
+
+// revokeLater revokes a lease in the background, bounded by Close.
+func (d *Driver) revokeLater(id clientv3.LeaseID) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		_, _ = d.cli.Revoke(ctx, id)
+		return
+	}
+	d.bg.Add(1)
+	d.mu.Unlock()
+	go func() {
+		defer d.bg.Done()
+		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		defer cancel()
+		_, _ = d.cli.Revoke(ctx, id)
+	}()
+}
+
+// keepAlive sends ls a keep-alive every TTL/3 until the driver closes or
+// the lease is lost, retires it when idle, checks that the held locks'
+// entries still exist, and retries the deletion of orphaned entries.
+func (d *Driver) keepAlive(ls *lease) {
+	defer d.bg.Done()
+	period := ls.ttl / 3
+	timer := time.NewTimer(period)
+	defer timer.Stop()
+	for {
+		select {
+		case <-d.ctx.Done():
+			return
+		case <-ls.done:
+			return
+		case <-timer.C:
+		}
+		if d.retireIfIdle(ls) {
+			return
+		}
+		d.mu.Lock()
+		until := ls.until
+		d.mu.Unlock()
+		start := time.Now()
+		ctx, cancel := context.WithDeadline(d.ctx, until)
+		resp, err := d.cli.KeepAliveOnce(ctx, ls.id)
+		cancel()
+		switch {
+		case err == nil:
+			d.renewed(ls, start, resp.TTL)
+			d.verify(ls)
+			d.sweep()
+			timer.Reset(max(period-time.Since(start), 0))
+		case isLeaseNotFound(err):
+			d.loseLease(ls, "was revoked or expired")
+			return
+		case d.ctx.Err() != nil:
+			return
+		case !time.Now().Before(until):
+			d.loseLease(ls, fmt.Sprintf("got no keep-alive through for its whole TTL (%v): %v", ls.ttl, err))
+			return
+		default:
+			timer.Reset(min(max(period/8, 20*time.Millisecond), time.Until(until)))
+		}
+	}
+}
+
+// retireIfIdle revokes ls if nothing used it for idleLease.
+func (d *Driver) retireIfIdle(ls *lease) bool {
+	d.mu.Lock()
+	idle := ls.users == 0 && len(ls.entries) == 0 && !ls.idleSince.IsZero() && time.Since(ls.idleSince) > idleLease
+	if idle {
+		if d.leases[ls.sec] == ls {
+			delete(d.leases, ls.sec)
+		}
+		ls.end(fmt.Errorf("etcdlock: session lease %x retired: %w", int64(ls.id), backend.ErrClosed))
+	}
+	d.mu.Unlock()
+	if idle {
+		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		_, _ = d.cli.Revoke(ctx, ls.id)
+		cancel()
+	}
+	return idle
+}
+
+// verify checks that the entries of the locks held on ls still exist with
+// their creation revisions, in one read-only transaction per 64 locks, and
+// reports the missing ones lost.
+func (d *Driver) verify(ls *lease) {
+	d.mu.Lock()
+	entries := make([]*entry, 0, len(ls.entries))
+	for e := range ls.entries {
+		entries = append(entries, e)
+	}
+	d.mu.Unlock()
+	for len(entries) > 0 {
+		n := min(len(entries), 64)
+		batch := entries[:n]
+		entries = entries[n:]
+		cmps := make([]clientv3.Cmp, n)
+		gets := make([]clientv3.Op, n)
+		for i, e := range batch {
+			cmps[i] = clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev)
+			gets[i] = clientv3.OpGet(e.key, clientv3.WithKeysOnly())
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, ls.ttl/3)
+		resp, err := d.cli.Txn(ctx).If(cmps...).Else(gets...).Commit()
+		cancel()
+		if err != nil || resp.Succeeded {
+			continue
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 || kvs[0].CreateRevision != batch[i].rev {
+				d.loseEntry(batch[i], "was deleted")
+			}
+		}
+	}
+}
+
+// sweep retries deleting entries whose deletion failed earlier.
+func (d *Driver) sweep() {
+	d.mu.Lock()
+	if len(d.orphans) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	orphans := make(map[string]int64, len(d.orphans))
+	for k, rev := range d.orphans {
+		orphans[k] = rev
+	}
+	d.mu.Unlock()
+	for key, rev := range orphans {
+		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		err := d.deleteEntry(ctx, key, rev)
+		cancel()
+		if err == nil {
+			d.mu.Lock()
+			if d.orphans[key] == rev {
+				delete(d.orphans, key)
+			}
+			d.mu.Unlock()
+		}
+	}
+}
+
+func isLeaseNotFound(err error) bool {
+	return err != nil && errors.Is(err, rpctypes.ErrLeaseNotFound)
+}

@@ -1,0 +1,149 @@
+package etcdlock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Usage is the URL form of the etcd scheme.
+const Usage = "etcd://[user[:password]@]host[:port][,host[:port]...][/prefix][?tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&dial_timeout=5s]"
+
+// PasswordEnv is the environment variable read for the password when the
+// URL names a user but no password.
+const PasswordEnv = "ETCD_PASSWORD"
+
+const defaultDialTimeout = 5 * time.Second
+
+func init() {
+	backend.Register("etcd", backend.Opener{Usage: Usage, Open: Open})
+}
+
+// Open connects to the etcd cluster that u names and returns a driver that
+// owns the connection. The URL is
+//
+//	etcd://[user[:password]@]host[:port][,host[:port]...][/prefix]
+//
+// with endpoints separated by commas (port 2379 by default) and the key
+// prefix as the path (default DefaultPrefix). Parameters:
+//
+//	tls=true            use TLS (implied by ca, cert and key)
+//	ca=FILE             PEM file of the CA certificates to trust
+//	cert=FILE, key=FILE client certificate and key, for TLS client auth
+//	server_name=NAME    the name to check the server certificate against
+//	dial_timeout=5s     how long Open waits for the cluster to answer
+//
+// With a user and no password in the URL, the password is read from the
+// environment variable ETCD_PASSWORD, so that it need not be in the URL.
+// Open fails within dial_timeout (or ctx) when the cluster cannot be reached.
+func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+	cfg, prefix, err := Config(u)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: open %s: %w", u.Redacted(), err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, prefix+"/", clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcdlock: open %s: cluster not reachable: %w", u.Redacted(), err)
+	}
+	return newDriver(cli, true, WithPrefix(prefix)), nil
+}
+
+// Config turns an etcd URL (see Open) into a client configuration and a key
+// prefix, without connecting.
+func Config(u *url.URL) (clientv3.Config, string, error) {
+	fail := func(format string, args ...any) (clientv3.Config, string, error) {
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w: %s", u.Redacted(), backend.ErrInvalidURL, fmt.Sprintf(format, args...))
+	}
+	if u.Scheme != "etcd" {
+		return fail("scheme must be etcd")
+	}
+	if u.Opaque != "" {
+		return fail("want etcd://host:port/prefix")
+	}
+	var endpoints []string
+	for _, h := range strings.Split(u.Host, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), "2379"
+		}
+		if host == "" || port == "" {
+			return fail("bad endpoint %q", h)
+		}
+		endpoints = append(endpoints, net.JoinHostPort(host, port))
+	}
+	if len(endpoints) == 0 {
+		return fail("no endpoint")
+	}
+	p := backend.NewParams(u)
+	useTLS := p.Bool("tls", false)
+	ca := p.String("ca", "")
+	cert := p.String("cert", "")
+	key := p.String("key", "")
+	serverName := p.String("server_name", "")
+	dial := p.Duration("dial_timeout", defaultDialTimeout)
+	if err := p.Err(); err != nil {
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w", u.Redacted(), err)
+	}
+	if dial <= 0 {
+		dial = defaultDialTimeout
+	}
+	cfg := clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: dial,
+		Logger:      zap.NewNop(),
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		pw, ok := u.User.Password()
+		if !ok {
+			pw = os.Getenv(PasswordEnv)
+		}
+		cfg.Password = pw
+	}
+	if useTLS || ca != "" || cert != "" || key != "" || serverName != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+		if ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return fail("ca: %v", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return fail("ca: no PEM certificate in %s", ca)
+			}
+			tc.RootCAs = pool
+		}
+		if (cert == "") != (key == "") {
+			return fail("cert and key go together")
+		}
+		if cert != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return fail("cert/key: %v", err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		cfg.TLS = tc
+	}
+	return cfg, cleanPrefix(u.Path), nil
+}

@@ -1,0 +1,204 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// enqueue puts l's entry at the back of the queue and waits until every
+// older entry is gone.
+func (d *Driver) enqueue(ctx context.Context, ls *lease, l backend.Lock, key string) (backend.Grant, error) {
+	dir := d.Dir(l.Key)
+	// One transaction: our entry, and the two youngest entries, which are
+	// ours and the one just ahead of us (if any). Retried, it finds our
+	// entry already there.
+	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, l.Owner, clientv3.WithLease(ls.id)),
+				clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
+	})
+	if err != nil {
+		return backend.Grant{}, d.failedPut(ctx, ls, key, err)
+	}
+	var (
+		rev     int64 // our entry's creation revision
+		pred    *mvccpb.KeyValue
+		checked = resp.Header.Revision // pred was just ahead of us at this revision
+	)
+	if resp.Succeeded {
+		rev = resp.Header.Revision
+		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 1 {
+			pred = kvs[1]
+		}
+	} else {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			return backend.Grant{}, errRequeue // gone again already
+		}
+		rev = kvs[0].CreateRevision
+		if pred, checked, err = d.ahead(ctx, dir, key, rev); err != nil {
+			return backend.Grant{}, d.abandon(ctx, ls, key, rev, err)
+		}
+	}
+	for pred != nil {
+		if pred, checked, err = d.waitFor(ctx, ls, dir, key, rev, pred, checked); err != nil {
+			return backend.Grant{}, d.abandon(ctx, ls, key, rev, err)
+		}
+	}
+	// ahead found our entry alive at the head of the queue, in the same
+	// linearizable read: our lease was alive then, and the lock is ours.
+	return d.grant(ctx, ls, l, key, rev)
+}
+
+// abandon deletes the entry of a wait that failed.
+func (d *Driver) abandon(ctx context.Context, ls *lease, key string, rev int64, err error) error {
+	d.remove(ctx, key, rev)
+	if errors.Is(err, errRequeue) || ls.isDone() {
+		return errRequeue
+	}
+	if ctx.Err() != nil {
+		return errors.Join(backend.ErrNotAcquired, d.ctxErr(ctx))
+	}
+	return err
+}
+
+func (ls *lease) isDone() bool {
+	select {
+	case <-ls.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ahead checks, in one linearizable read, that our entry still exists with
+// revision rev, and returns the entry just ahead of it (nil: we hold the
+// lock) and the revision of the read.
+func (d *Driver) ahead(ctx context.Context, dir, key string, rev int64) (*mvccpb.KeyValue, int64, error) {
+	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1))...))
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if !resp.Succeeded {
+		return nil, 0, errRequeue
+	}
+	var pred *mvccpb.KeyValue
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		pred = kvs[0]
+	}
+	return pred, resp.Header.Revision, nil
+}
+
+// waitFor waits until pred, which was just ahead of our entry at revision
+// checked, is deleted, and returns what is ahead of us then.
+//
+// The watch starts at the server's current revision, never at an older one:
+// etcd serves a watch that starts in the past from a loop that runs every
+// 100 ms, which would stall every hand-off. A delete between checked and the
+// watch's start is caught by one read once the watch exists.
+func (d *Driver) waitFor(ctx context.Context, ls *lease, dir, key string, rev int64, pred *mvccpb.KeyValue, checked int64) (*mvccpb.KeyValue, int64, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := d.cli.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-ls.done:
+			return nil, 0, errRequeue
+		case wr, ok = <-wch:
+		}
+		if !ok || wr.Canceled || wr.Err() != nil {
+			// The watch broke (no leader, member gone): look again, after a
+			// pause so that a lasting failure does not spin.
+			t := time.NewTimer(50 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, 0, ctx.Err()
+			case <-t.C:
+			}
+			return d.ahead(ctx, dir, key, rev)
+		}
+		if wr.Created {
+			if wr.Header.Revision <= checked {
+				continue // the watch covers everything after checked
+			}
+			p, at, err := d.ahead(ctx, dir, key, rev)
+			if err != nil || p == nil || string(p.Key) != string(pred.Key) {
+				return p, at, err
+			}
+			continue // pred is still there and the watch sees its deletion
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return d.ahead(ctx, dir, key, rev)
+			}
+		}
+	}
+}
+
+// txn commits the transaction that build makes, retrying while etcd is
+// unavailable or between leaders. Every transaction of this package is safe
+// to repeat.
+func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	var ambiguous bool
+	return d.txnAttempts(ctx, build, &ambiguous)
+}
+
+// txnAttempts is txn, and sets *ambiguous when an attempt failed in a way
+// that may have been applied.
+func (d *Driver) txnAttempts(ctx context.Context, build func(context.Context) clientv3.Txn, ambiguous *bool) (*clientv3.TxnResponse, error) {
+	wait := 25 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		resp, err := build(ctx).Commit()
+		if err == nil || attempt == 8 || !transient(err) || ctx.Err() != nil {
+			return resp, err
+		}
+		*ambiguous = true
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(wait*2, 500*time.Millisecond)
+	}
+}
+
+// transient reports errors after which a request may succeed when sent
+// again: a member went away, or the cluster is between leaders.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrNotCapable, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
+		return true
+	}
+	return false
+}
