@@ -18,7 +18,7 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		start := time.Now()
 		g, err := c.waiter.Acquire(ctx, req)
 		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+			err = c.waitEnded(ctx)
 		}
 		return g, start, err
 	}
@@ -52,7 +52,7 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		if !errors.Is(err, ErrNotAcquired) {
 			unwatch()
 			if ctx.Err() != nil {
-				err = fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+				err = c.waitEnded(ctx)
 			}
 			return backend.Grant{}, start, err
 		}
@@ -65,16 +65,22 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		select {
 		case <-ctx.Done():
 			unwatch()
-			if c.ctx.Err() != nil {
-				return backend.Grant{}, start, ErrClosed
-			}
-			return backend.Grant{}, start, fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
+			return backend.Grant{}, start, c.waitEnded(ctx)
 		case <-notified:
 		case <-local:
 		case <-timer.C:
 		}
 		unwatch()
 	}
+}
+
+// waitEnded says why a wait ended early: the Client closed, or the
+// caller's context ended.
+func (c *Client) waitEnded(ctx context.Context) error {
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
 }
 
 // localWaiters lets waiters in this process learn of a release by this

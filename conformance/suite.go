@@ -762,6 +762,32 @@ func (s *suite) badInput(t *testing.T) {
 	if n := cd.calls.Load(); n != 0 {
 		t.Errorf("bad input reached the driver %d times, want 0", n)
 	}
+
+	// Valid extremes: a TTL below the store's granularity is rounded up
+	// (never 0, never "no expiry"), and the longest TTL does not overflow.
+	c2 := s.client(t)
+	for _, ttl := range []time.Duration{time.Nanosecond, locker.MaxTTL} {
+		name := s.name(t, ttl.String())
+		l, err := c.TryAcquire(ctx, name, locker.TTL(ttl), locker.AutoRefresh(false))
+		if errors.Is(err, locker.ErrInvalidTTL) {
+			continue // the backend cannot express it, and says so
+		}
+		if err != nil {
+			t.Errorf("TryAcquire with TTL %v = %v, want success or ErrInvalidTTL", ttl, err)
+			continue
+		}
+		if l.TTL() < ttl {
+			t.Errorf("TTL %v granted as %v: shortened", ttl, l.TTL())
+		}
+		if ttl == locker.MaxTTL || s.isSession(c) {
+			time.Sleep(50 * time.Millisecond)
+			mustRefuse(t, ctx, c2, name, fmt.Sprintf("a lock with TTL %v is held", ttl))
+			mustRelease(t, ctx, l)
+			continue
+		}
+		// Rounded up, it still expires.
+		acquireWithin(t, ctx, c2, name, l.TTL()+s.slack())
+	}
 	if _, err := locker.New(drv, locker.WithNamespace("a/b")); !errors.Is(err, locker.ErrInvalidName) {
 		t.Errorf("New with namespace %q = %v, want ErrInvalidName", "a/b", err)
 	}

@@ -1,0 +1,341 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/memlock"
+)
+
+// The suite must be able to fail. Each variant below breaks the in-memory
+// backend in one way a real driver might, and names the cases that must
+// catch it. TestSuiteCatchesBrokenBackends runs each variant's cases in a
+// child process and checks that every one of them fails, and that every
+// case of the suite catches at least one variant.
+var brokenVariants = map[string][]string{
+	// Release deletes whatever holds the key: no token check.
+	"release-ignores-token": {"ForgedTokenChangesNothing", "DoubleReleaseNotHeld", "OldHolderCannotTouchNewHolder"},
+	// Refresh reports success without checking or extending anything.
+	"refresh-always-ok": {"LostSignalFires", "DoCancelsOnLoss", "ReentryAfterLossFails", "RefreshExtends", "WatchdogKeepsLock", "ReentryExtendsTTL", "ForgedTokenChangesNothing"},
+	// The TTL is ignored: locks never expire.
+	"never-expires": {"ExpiresAfterTTL", "OldHolderCannotTouchNewHolder", "FencesIncreaseAcrossExpiry"},
+	// Locks expire at half their TTL.
+	"expires-early": {"ExpiresAfterTTL", "RefreshExtends", "ReentryExtendsTTL"},
+	// TryAcquire takes over a held lock.
+	"no-exclusion": {"SecondAcquirerRefused", "ConcurrentTryAcquireOneWinner", "CounterUnderContention", "ReentrantThreeDeep", "WatchdogKeepsLock"},
+	// Keys lose the characters a naive encoder drops, so names collide.
+	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
+	// Release reports success but leaves the lock held for an hour.
+	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease"},
+	// TryAcquire on a held lock ignores its context for seconds.
+	"ignores-context": {"CancelReturnsPromptly"},
+	// A native queue that forgets to remove a cancelled waiter's entry.
+	"queue-leaks-entry": {"CancelLeavesNoEntry"},
+	// A native queue that claims FIFO but serves the newest waiter first.
+	"lifo-queue": {"FIFOWaiters"},
+	// Each client counts fences on its own, not in the store.
+	"per-client-fences": {"FencesIncrease", "FencesIncreaseAcrossExpiry"},
+	// TTLs go through int32 milliseconds: 1ns becomes 0 ("no expiry"), 30
+	// days overflows.
+	"int32-millis": {"BadInputTypedErrors"},
+	// Goroutines outlive Close and cancelled subscriptions.
+	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine"},
+}
+
+// Controls: the same wrapper, unbroken, must pass every case it runs.
+var controlVariants = []string{"none", "fifo-queue"}
+
+const variantEnv = "LOCKER_CONFORMANCE_BROKEN"
+
+func TestSuiteCatchesBrokenBackends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the suite in child processes")
+	}
+	caught := map[string]bool{}
+	for _, want := range brokenVariants {
+		for _, c := range want {
+			caught[c] = true
+		}
+	}
+	for _, c := range cases {
+		if !caught[c.name] {
+			t.Errorf("case %s catches none of the broken variants: show that it can fail", c.name)
+		}
+	}
+	for variant, want := range brokenVariants {
+		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
+			out, err := runChild(t, variant, want)
+			if err == nil {
+				t.Fatalf("the suite passed a backend broken as %q\n%s", variant, out)
+			}
+			for _, c := range want {
+				if !regexp.MustCompile(`--- FAIL: TestBrokenChild/(Serial|Parallel)/` + c + ` `).MatchString(out) {
+					t.Errorf("case %s did not catch %q", c, variant)
+				}
+			}
+			if t.Failed() {
+				t.Logf("child output:\n%s", out)
+			}
+		})
+	}
+	for _, variant := range controlVariants {
+		t.Run("control-"+variant, func(t *testing.T) {
+			t.Parallel()
+			if out, err := runChild(t, variant, nil); err != nil || strings.Contains(out, "--- FAIL") {
+				t.Fatalf("the unbroken wrapper %q failed the suite: %v\n%s", variant, err, out)
+			}
+		})
+	}
+}
+
+// runChild runs the named cases (all when nil) against a variant in a
+// child process of this test binary.
+func runChild(t *testing.T, variant string, only []string) (string, error) {
+	run := "^TestBrokenChild$"
+	if only != nil {
+		run += "/^(Serial|Parallel)$/^(" + strings.Join(only, "|") + ")$"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), variantEnv+"="+variant)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("child for %q timed out:\n%s", variant, out)
+	}
+	return string(out), err
+}
+
+// TestBrokenChild is the child side of TestSuiteCatchesBrokenBackends.
+func TestBrokenChild(t *testing.T) {
+	variant := os.Getenv(variantEnv)
+	if variant == "" {
+		t.Log("nothing to do: TestSuiteCatchesBrokenBackends runs this in a child process")
+		return
+	}
+	Run(t, newBrokenHarness(variant))
+}
+
+// brokenHarness wraps one memlock store; its drivers share the state that
+// their breakage needs.
+type brokenHarness struct {
+	variant string
+	store   *memlock.Store
+	mu      sync.Mutex
+	queues  map[string][]string // native-queue variants: waiting tokens per key
+	holders map[string]string   // native-queue variants: who holds each key
+}
+
+func newBrokenHarness(variant string) Harness {
+	h := &brokenHarness{
+		variant: variant,
+		store:   memlock.NewStore(),
+		queues:  map[string][]string{},
+		holders: map[string]string{},
+	}
+	if h.queued() {
+		return queueHarness{h}
+	}
+	return h
+}
+
+func (h *brokenHarness) queued() bool {
+	return strings.HasSuffix(h.variant, "queue") || h.variant == "queue-leaks-entry"
+}
+
+// queueHarness lets the suite count the native queue's entries.
+type queueHarness struct{ *brokenHarness }
+
+func (h *brokenHarness) NewDriver(context.Context) (backend.Driver, error) {
+	d := &brokenDriver{Driver: memlock.New(h.store), h: h, fences: map[string]uint64{}}
+	if h.variant == "leaks-goroutines" {
+		go func() { select {} }()
+	}
+	if h.queued() {
+		return &queueDriver{d}, nil
+	}
+	return d, nil
+}
+
+func (h *brokenHarness) Expire(_ context.Context, key string) error {
+	if !h.store.Expire(h.mapKey(key)) {
+		return fmt.Errorf("no lock on %q", key)
+	}
+	return nil
+}
+
+func (h *brokenHarness) Traits() Traits {
+	return Traits{TTL: 300 * time.Millisecond, FIFO: strings.HasSuffix(h.variant, "queue")}
+}
+
+// Entries counts waiters and the holder, for the native-queue variants.
+func (h queueHarness) Entries(_ context.Context, key string) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(h.queues[key])
+	if h.holders[key] != "" {
+		n++
+	}
+	return n, nil
+}
+
+var nonAlnum = regexp.MustCompile(`[^A-Za-z0-9]`)
+
+func (h *brokenHarness) mapKey(key string) string {
+	if h.variant == "lossy-keys" {
+		return nonAlnum.ReplaceAllString(key, "")
+	}
+	return key
+}
+
+type brokenDriver struct {
+	*memlock.Driver
+	h      *brokenHarness
+	mu     sync.Mutex
+	fences map[string]uint64 // per-client-fences
+}
+
+func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	want := l.TTL
+	l.Key = d.h.mapKey(l.Key)
+	switch d.h.variant {
+	case "never-expires":
+		l.TTL = time.Hour
+	case "expires-early":
+		l.TTL /= 2
+	case "int32-millis":
+		switch ms := int32(l.TTL.Milliseconds()); {
+		case ms == 0:
+			l.TTL = time.Hour // as memcached reads 0: no expiry
+		case ms < 0:
+			l.TTL = time.Nanosecond
+		default:
+			l.TTL = time.Duration(ms) * time.Millisecond
+		}
+	}
+	g, err := d.Driver.TryAcquire(ctx, l)
+	switch {
+	case err == nil:
+	case d.h.variant == "no-exclusion":
+		d.h.store.Expire(l.Key)
+		g, err = d.Driver.TryAcquire(ctx, l)
+	case d.h.variant == "ignores-context":
+		time.Sleep(3 * time.Second)
+	}
+	if err != nil {
+		return g, err
+	}
+	g.TTL = want
+	if d.h.variant == "per-client-fences" {
+		d.mu.Lock()
+		d.fences[l.Key]++
+		g.Fence = d.fences[l.Key]
+		d.mu.Unlock()
+	}
+	return g, nil
+}
+
+func (d *brokenDriver) Refresh(ctx context.Context, l backend.Lock) error {
+	l.Key = d.h.mapKey(l.Key)
+	switch d.h.variant {
+	case "refresh-always-ok":
+		return nil
+	case "expires-early":
+		l.TTL /= 2
+	}
+	return d.Driver.Refresh(ctx, l)
+}
+
+func (d *brokenDriver) Release(ctx context.Context, l backend.Lock) error {
+	l.Key = d.h.mapKey(l.Key)
+	switch d.h.variant {
+	case "release-ignores-token":
+		if !d.h.store.Expire(l.Key) {
+			return fmt.Errorf("broken: %w", backend.ErrNotHeld)
+		}
+		return nil
+	case "release-keeps-lock":
+		l.TTL = time.Hour
+		d.Driver.Refresh(ctx, l)
+		return nil
+	}
+	return d.Driver.Release(ctx, l)
+}
+
+func (d *brokenDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	ch, cancel, err := d.Driver.Subscribe(ctx, d.h.mapKey(key))
+	if err == nil && d.h.variant == "leaks-goroutines" {
+		go func() { select {} }()
+	}
+	return ch, cancel, err
+}
+
+// queueDriver adds a native queue: waiters take turns by their place in it.
+type queueDriver struct{ *brokenDriver }
+
+var _ backend.Waiter = (*queueDriver)(nil)
+
+func (d *queueDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	h := d.h
+	h.mu.Lock()
+	h.queues[l.Key] = append(h.queues[l.Key], l.Token)
+	h.mu.Unlock()
+	leave := func() {
+		h.mu.Lock()
+		h.queues[l.Key] = slices.DeleteFunc(h.queues[l.Key], func(t string) bool { return t == l.Token })
+		h.mu.Unlock()
+	}
+	for {
+		h.mu.Lock()
+		q := h.queues[l.Key]
+		next := q[0]
+		if h.variant == "lifo-queue" {
+			next = q[len(q)-1]
+		}
+		h.mu.Unlock()
+		if next == l.Token {
+			g, err := d.TryAcquire(ctx, l)
+			if err == nil {
+				leave()
+				return g, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if h.variant != "queue-leaks-entry" {
+				leave()
+			}
+			return backend.Grant{}, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+func (d *queueDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	g, err := d.brokenDriver.TryAcquire(ctx, l)
+	if err == nil {
+		d.h.mu.Lock()
+		d.h.holders[l.Key] = l.Token
+		d.h.mu.Unlock()
+	}
+	return g, err
+}
+
+func (d *queueDriver) Release(ctx context.Context, l backend.Lock) error {
+	d.h.mu.Lock()
+	if d.h.holders[l.Key] == l.Token {
+		delete(d.h.holders, l.Key)
+	}
+	d.h.mu.Unlock()
+	return d.brokenDriver.Release(ctx, l)
+}
