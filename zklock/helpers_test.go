@@ -1,0 +1,221 @@
+package zklock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// testTimeout is the session timeout of test drivers: the server's
+// minimum is 1s; 2s keeps a busy machine from expiring sessions by accident.
+const testTimeout = 2 * time.Second
+
+// registry remembers the drivers a test made, so that Expire can find the
+// one whose session owns a node and end that session.
+type registry struct {
+	mu      sync.Mutex
+	drivers []*Driver
+}
+
+func (r *registry) add(d *Driver) {
+	r.mu.Lock()
+	r.drivers = append(r.drivers, d)
+	r.mu.Unlock()
+}
+
+func (r *registry) bySession(sid int64) *Driver {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.drivers {
+		if d.wire != nil {
+			if s, _ := d.wire.credentials(); s == sid {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+var drivers registry
+
+func dial(t testing.TB, servers []string, opts ...Option) *Driver {
+	t.Helper()
+	testenv.Require(t, servers...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opts = append([]Option{WithSessionTimeout(testTimeout), WithRoot("/locker-test")}, opts...)
+	d, err := Dial(ctx, servers, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers.add(d)
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func newToken(t testing.TB) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func uniqueKey(t testing.TB) string {
+	return "zklock-test/" + t.Name() + "/" + newToken(t)[:8]
+}
+
+// holderSession returns the session that owns the first node of key's
+// queue, and the node's path.
+func holderSession(conn *zk.Conn, d *Driver, key string) (int64, string, error) {
+	parent := d.parentPath(key)
+	names, _, err := conn.Children(parent)
+	if err != nil {
+		return 0, "", err
+	}
+	best, bestSeq := "", int64(-1)
+	for _, n := range names {
+		if _, seq, ok := parseNode(n); ok && (bestSeq < 0 || seq < bestSeq) {
+			best, bestSeq = n, seq
+		}
+	}
+	if best == "" {
+		return 0, "", fmt.Errorf("no holder of %q", key)
+	}
+	ok, st, err := conn.Exists(parent + "/" + best)
+	if err != nil {
+		return 0, "", err
+	}
+	if !ok {
+		return 0, "", fmt.Errorf("holder node of %q went away", key)
+	}
+	return st.EphemeralOwner, parent + "/" + best, nil
+}
+
+// expireSession ends a session on the server, as its expiry would: it
+// connects with the session's id and password, from a second connection,
+// and closes the session. The server deletes the session's ephemeral nodes
+// and closes its connections; the owner learns of it when it reconnects.
+func expireSession(servers []string, sid int64, passwd []byte) error {
+	var lastErr error
+	for _, addr := range servers {
+		if err := closeSession(addr, sid, passwd); err != nil {
+			lastErr = err
+			continue
+		}
+		return nil
+	}
+	return lastErr
+}
+
+func closeSession(addr string, sid int64, passwd []byte) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	// ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId, passwd.
+	req := make([]byte, 0, 64)
+	req = binary.BigEndian.AppendUint32(req, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, uint32(testTimeout/time.Millisecond))
+	req = binary.BigEndian.AppendUint64(req, uint64(sid))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
+	req = append(req, passwd...)
+	if err := writePacket(c, req); err != nil {
+		return err
+	}
+	resp, err := readPacket(c)
+	if err != nil {
+		return fmt.Errorf("connect as session %#x: %w", sid, err)
+	}
+	if len(resp) < 16 {
+		return fmt.Errorf("short connect response")
+	}
+	if got := int64(binary.BigEndian.Uint64(resp[8:16])); got == 0 {
+		return nil // already expired
+	} else if got != sid {
+		return fmt.Errorf("server gave session %#x, not %#x", got, sid)
+	}
+	// closeSession: xid 1, opcode -11.
+	close := binary.BigEndian.AppendUint32(nil, 1)
+	close = binary.BigEndian.AppendUint32(close, uint32(0xfffffff5))
+	if err := writePacket(c, close); err != nil {
+		return err
+	}
+	for {
+		resp, err := readPacket(c)
+		if err != nil {
+			return fmt.Errorf("close session %#x: %w", sid, err)
+		}
+		if len(resp) >= 16 && int32(binary.BigEndian.Uint32(resp[0:4])) == 1 {
+			if code := int32(binary.BigEndian.Uint32(resp[12:16])); code != 0 {
+				return fmt.Errorf("close session %#x: error %d", sid, code)
+			}
+			return nil
+		}
+	}
+}
+
+func writePacket(w io.Writer, b []byte) error {
+	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+func readPacket(r io.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(n[:]))
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+// expireKey ends the session of key's holder, which must be one of the
+// drivers made by dial.
+func expireKey(ctx context.Context, servers []string, d *Driver, key string) error {
+	sid, _, err := holderSession(d.conn, d, key)
+	if err != nil {
+		return err
+	}
+	owner := drivers.bySession(sid)
+	if owner == nil {
+		return fmt.Errorf("session %#x of %q's holder is none of ours", sid, key)
+	}
+	s, passwd := owner.wire.credentials()
+	if s != sid {
+		return fmt.Errorf("session changed")
+	}
+	if err := expireSession(servers, sid, passwd); err != nil {
+		return err
+	}
+	// Wait until the server has deleted the node.
+	for ctx.Err() == nil {
+		s2, _, err := holderSession(d.conn, d, key)
+		if err != nil || s2 != sid {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ctx.Err()
+}
+
+func lockFor(t testing.TB, key string) backend.Lock {
+	return backend.Lock{Key: key, Token: newToken(t), TTL: time.Second}
+}
+
+var errTest = errors.New("test")

@@ -1,0 +1,688 @@
+package zklock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+)
+
+// A lock node is named "lk-" + the hash of its token + "-" + the sequence
+// number ZooKeeper appends: the hash finds a node whose create response was
+// lost (a protected create), and proves that a token owns a node without
+// showing the token to anyone who lists the queue.
+const (
+	nodePrefix = "lk-"
+	hashLen    = 32
+	nameHead   = len(nodePrefix) + hashLen + 1
+)
+
+// errGone: our queue node is not there any more.
+var errGone = errors.New("queue node gone")
+
+func tokenHash(token string) string {
+	sum := sha256.Sum256([]byte("zklock\x00" + token))
+	return hex.EncodeToString(sum[:hashLen/2])
+}
+
+// parseNode splits a child name into its token hash and sequence number;
+// ok is false for nodes that are not ours.
+func parseNode(name string) (hash string, seq int64, ok bool) {
+	if len(name) <= nameHead || !strings.HasPrefix(name, nodePrefix) || name[nameHead-1] != '-' {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseInt(name[nameHead:], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[len(nodePrefix) : nameHead-1], seq, true
+}
+
+// entry is one queue node.
+type entry struct {
+	parent  string
+	name    string
+	seq     int64
+	fence   uint64 // the node's creation zxid
+	session int64  // the session that owns it
+}
+
+func (e *entry) path() string { return e.parent + "/" + e.name }
+
+// held is a granted lock.
+type held struct {
+	path    string
+	session int64
+	fence   uint64
+	onLost  func(error)
+	lost    bool
+}
+
+func (d *Driver) parentPath(key string) string { return d.root + "/" + backend.EscapeKey(key) }
+
+// transient reports whether err means "could not tell, try again".
+func transient(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+func (d *Driver) closedErr(op string) error {
+	return fmt.Errorf("zklock: %s: %w", op, backend.ErrClosed)
+}
+
+// call runs f, a blocking zk call, so that ctx can end the wait; f runs to
+// completion in a goroutine Close waits for.
+func call[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
+	var zero T
+	if ctx.Done() == nil {
+		return f()
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, context.Cause(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	if !d.spawn(func() {
+		v, err := f()
+		ch <- result{v, err}
+	}) {
+		return zero, backend.ErrClosed
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, context.Cause(ctx)
+	}
+}
+
+type children struct {
+	names []string
+}
+
+func (d *Driver) children(ctx context.Context, parent string) ([]string, error) {
+	r, err := call(ctx, d, func() (children, error) {
+		names, _, err := d.conn.Children(parent)
+		return children{names}, err
+	})
+	return r.names, err
+}
+
+// TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
+// node and, unless the node is first, deletes it again.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	if d.isClosed() {
+		return backend.Grant{}, d.closedErr("try-acquire")
+	}
+	e, err := d.enqueue(ctx, l, 3)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+	}
+	if e.seq != 0 { // sequence 0: the first node ever made under this parent, so the lowest
+		pred, err := d.predecessor(ctx, e)
+		if err != nil {
+			d.abandon(e)
+			if errors.Is(err, errGone) {
+				err = d.goneErr(e)
+			}
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+		}
+		if pred != "" {
+			d.abandon(e)
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
+		}
+	}
+	return d.grant(e, l, "try-acquire")
+}
+
+// Acquire queues a node for l.Key and waits, watching only the node just
+// ahead of it, until it is first: waiters are served in arrival order.
+func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	if d.isClosed() {
+		return backend.Grant{}, d.closedErr("acquire")
+	}
+	e, err := d.enqueue(ctx, l, 0)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
+	}
+	if e.seq == 0 {
+		return d.grant(e, l, "acquire")
+	}
+	retry := newBackoff()
+	for {
+		pred, err := d.predecessor(ctx, e)
+		if err == nil && pred != "" {
+			var ch <-chan zk.Event
+			ch, err = d.watch(ctx, e.parent+"/"+pred)
+			if err == nil && ch != nil {
+				select {
+				case ev := <-ch:
+					if ev.Type == zk.EventNotWatching {
+						if errors.Is(ev.Err, zk.ErrSessionExpired) {
+							d.abandon(e)
+							return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
+						}
+						d.abandon(e)
+						return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
+					}
+					continue
+				case <-ctx.Done():
+					d.abandon(e)
+					return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
+				case <-d.done:
+					d.abandon(e)
+					return backend.Grant{}, d.closedErr("acquire")
+				}
+			}
+			if err == nil {
+				continue // the predecessor went away meanwhile: look again
+			}
+		}
+		switch {
+		case err == nil:
+			return d.grant(e, l, "acquire")
+		case errors.Is(err, errGone):
+			d.abandon(e)
+			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", d.goneErr(e))
+		case ctx.Err() != nil:
+			d.abandon(e)
+			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
+		case d.isClosed():
+			d.abandon(e)
+			return backend.Grant{}, d.closedErr("acquire")
+		case transient(err):
+			// A disconnect: our node lives as long as the session does.
+			if !retry.sleep(ctx.Done(), d.done) {
+				d.abandon(e)
+				if ctx.Err() != nil {
+					return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
+				}
+				return backend.Grant{}, d.closedErr("acquire")
+			}
+		default:
+			d.abandon(e)
+			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
+		}
+	}
+}
+
+// goneErr explains why our queue node disappeared.
+func (d *Driver) goneErr(e *entry) error {
+	if d.conn.SessionID() != e.session {
+		return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
+	}
+	return fmt.Errorf("%w: the queue node %s was deleted by someone else", backend.ErrNotAcquired, e.path())
+}
+
+// watch sets a watch on a node; a nil channel means the node is gone.
+func (d *Driver) watch(ctx context.Context, path string) (<-chan zk.Event, error) {
+	return call(ctx, d, func() (<-chan zk.Event, error) {
+		// GetW, not ExistsW: it sets no watch on a missing node, which
+		// would never fire (sequence numbers are not reused) and pile up.
+		_, _, ch, err := d.conn.GetW(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		return ch, err
+	})
+}
+
+// grant records e as held by l.Token.
+func (d *Driver) grant(e *entry, l backend.Lock, op string) (backend.Grant, error) {
+	if d.conn.SessionID() != e.session {
+		d.abandon(e)
+		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		d.abandon(e)
+		return backend.Grant{}, d.closedErr(op)
+	}
+	d.holds[l.Token] = &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
+	d.mu.Unlock()
+	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl)}, nil
+}
+
+// predecessor lists the queue and returns the node just ahead of e, or ""
+// when e is first.
+func (d *Driver) predecessor(ctx context.Context, e *entry) (string, error) {
+	names, err := d.children(ctx, e.parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", errGone
+	}
+	if err != nil {
+		return "", err
+	}
+	found := false
+	pred, predSeq := "", int64(-1)
+	for _, n := range names {
+		_, seq, ok := parseNode(n)
+		if !ok {
+			continue
+		}
+		if n == e.name {
+			found = true
+		} else if seq < e.seq && seq > predSeq {
+			pred, predSeq = n, seq
+		}
+	}
+	if !found {
+		return "", errGone
+	}
+	return pred, nil
+}
+
+// enqueue creates l's queue node. maxTransient bounds the attempts that
+// fail for want of a connection (0: until ctx ends). On an error it leaves
+// no node behind.
+func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) (*entry, error) {
+	parent := d.parentPath(l.Key)
+	hash := tokenHash(l.Token)
+	data := []byte(l.Owner)
+	if ctx.Done() == nil {
+		return d.create(parent, hash, data, maxTransient, nil)
+	}
+	type result struct {
+		e   *entry
+		err error
+	}
+	ch := make(chan result, 1)
+	gaveUp, taken, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	if !d.spawn(func() {
+		defer close(finished)
+		e, err := d.create(parent, hash, data, maxTransient, gaveUp)
+		ch <- result{e, err}
+		select {
+		case <-taken:
+		case <-gaveUp:
+			if e != nil {
+				d.abandon(e) // the caller left: take back what we made
+			}
+		}
+	}) {
+		return nil, backend.ErrClosed
+	}
+	select {
+	case r := <-ch:
+		close(taken)
+		return r.e, r.err
+	case <-ctx.Done():
+		close(gaveUp)
+		// Usually one round trip: wait, so that nothing is left behind
+		// when we return.
+		t := time.NewTimer(d.ttl)
+		defer t.Stop()
+		select {
+		case <-finished:
+		case <-t.C:
+		}
+		return nil, context.Cause(ctx)
+	}
+}
+
+// create makes the queue node under parent, creating parent (a container
+// node, which the server deletes once it is empty) when missing. The node
+// and the parent's data are written in one transaction, whose zxid, the
+// parent's new Mzxid, is the node's Czxid: the fence, without another round
+// trip. When a response is lost, the node is looked for by its token hash.
+// On an error, it leaves no node behind (cleaning up in the background when
+// it cannot tell whether the server made one).
+func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop <-chan struct{}) (*entry, error) {
+	prefix := parent + "/" + nodePrefix + hash + "-"
+	retry := newBackoff()
+	uncertain := false
+	fails, noNode := 0, 0
+	giveUp := func(err error) (*entry, error) {
+		if uncertain {
+			d.spawn(func() { d.reapHash(parent, hash, 0) })
+		}
+		return nil, err
+	}
+	for {
+		sid := d.conn.SessionID()
+		res, err := d.conn.Multi(
+			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+			&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
+		)
+		if err == nil && (len(res) != 2 || res[1].Stat == nil || !strings.HasPrefix(res[0].String, parent+"/")) {
+			err = fmt.Errorf("unexpected multi response %+v", res)
+			uncertain = true
+			return giveUp(err)
+		}
+		if err == nil {
+			name := res[0].String[len(parent)+1:]
+			_, seq, ok := parseNode(name)
+			e := &entry{parent: parent, name: name, seq: seq, fence: uint64(res[1].Stat.Mzxid), session: sid}
+			if !ok {
+				d.deleteQuiet(e.path())
+				return nil, fmt.Errorf("unexpected node name %q", name)
+			}
+			if sid != 0 && d.conn.SessionID() == sid {
+				return e, nil
+			}
+			// The session changed under us: the node may be gone or belong
+			// to the new session. Start over.
+			d.deleteQuiet(e.path())
+			err = zk.ErrSessionExpired
+		}
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			if noNode++; noNode > 3 {
+				return giveUp(fmt.Errorf("create %s: %w", parent, err))
+			}
+			if err := d.ensureParent(parent); err != nil {
+				return giveUp(err)
+			}
+			continue
+		case errors.Is(err, zk.ErrConnectionClosed):
+			// The server may have made the node before the connection
+			// dropped: look for it by its hash.
+			uncertain = true
+			if e, ferr := d.find(parent, hash); ferr == nil && e != nil {
+				return e, nil
+			}
+		case transient(err):
+		case errors.Is(err, zk.ErrClosing):
+			return giveUp(backend.ErrClosed)
+		default:
+			return giveUp(fmt.Errorf("create the queue node under %s: %w", parent, err))
+		}
+		if fails++; maxTransient > 0 && fails >= maxTransient {
+			return giveUp(fmt.Errorf("create the queue node: %w", err))
+		}
+		if !retry.sleep(stop, d.done) {
+			return giveUp(fmt.Errorf("create the queue node: gave up: %w", err))
+		}
+	}
+}
+
+// ensureParent creates the container node parent, and the root if needed.
+func (d *Driver) ensureParent(parent string) error {
+	for range 2 {
+		_, err := d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			if err := d.ensureRoot(); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("create %s: %w", parent, err)
+		}
+	}
+	return fmt.Errorf("create %s: %w", parent, zk.ErrNoNode)
+}
+
+// ensureRoot creates the root and its ancestors, as persistent nodes.
+func (d *Driver) ensureRoot() error {
+	parts := strings.Split(d.root[1:], "/")
+	p := ""
+	for _, part := range parts {
+		p += "/" + part
+		_, err := d.conn.Create(p, []byte{}, 0, d.acl)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create the root %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// find looks for the node of a token hash under parent, after a create
+// whose response was lost. Extra nodes of the same hash (a retried create
+// that the server made twice) are deleted.
+func (d *Driver) find(parent, hash string) (*entry, error) {
+	_, _ = d.conn.Sync(parent) // catch up with the leader, which made the node if anyone did
+	names, _, err := d.conn.Children(parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var best *entry
+	for _, n := range names {
+		h, seq, ok := parseNode(n)
+		if !ok || h != hash {
+			continue
+		}
+		e := &entry{parent: parent, name: n, seq: seq}
+		if best == nil || seq < best.seq {
+			if best != nil {
+				d.deleteQuiet(best.path())
+			}
+			best = e
+		} else {
+			d.deleteQuiet(e.path())
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	ok, st, err := d.conn.Exists(best.path())
+	if err != nil {
+		return nil, err
+	}
+	if !ok || st.EphemeralOwner != d.conn.SessionID() {
+		return nil, nil // gone, or an expired session's, about to go
+	}
+	best.fence, best.session = uint64(st.Czxid), st.EphemeralOwner
+	return best, nil
+}
+
+func (d *Driver) deleteQuiet(path string) {
+	if err := d.conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		d.log.Debug("zklock: delete failed", "path", path, "err", err)
+	}
+}
+
+// abandon deletes a queue node we no longer want; when that fails for want
+// of a connection, it keeps trying in the background for as long as the
+// node's session may live.
+func (d *Driver) abandon(e *entry) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.ttl)
+	defer cancel()
+	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
+	if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+		return
+	}
+	d.spawn(func() { d.reapHash(e.parent, hashOf(e.name), e.session) })
+}
+
+func hashOf(name string) string {
+	h, _, _ := parseNode(name)
+	return h
+}
+
+// reapHash deletes every node of a token hash under parent, retrying until
+// none is left, the driver closes or the session that may own them (if
+// known) is gone: then they are gone too.
+func (d *Driver) reapHash(parent, hash string, session int64) {
+	retry := newBackoff()
+	deadline := time.Now().Add(2*d.ttl + 10*time.Second)
+	for time.Now().Before(deadline) {
+		if session != 0 && d.conn.SessionID() != session {
+			return
+		}
+		names, _, err := d.conn.Children(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			return
+		}
+		if err == nil {
+			left := false
+			for _, n := range names {
+				if h, _, ok := parseNode(n); ok && h == hash {
+					if err := d.conn.Delete(parent+"/"+n, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+						left = true
+					}
+				}
+			}
+			if !left {
+				return
+			}
+		}
+		if !retry.sleep(d.done, nil) {
+			return
+		}
+	}
+	d.log.Warn("zklock: could not delete an abandoned queue node; it goes with the session", "parent", parent)
+}
+
+// lookup finds the node of l.Token by listing l.Key's queue: its path and
+// whether it is first.
+func (d *Driver) lookup(ctx context.Context, l backend.Lock) (path string, first bool, err error) {
+	parent := d.parentPath(l.Key)
+	names, err := d.children(ctx, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	hash := tokenHash(l.Token)
+	mine, minSeq, mySeq := "", int64(-1), int64(-1)
+	for _, n := range names {
+		h, seq, ok := parseNode(n)
+		if !ok {
+			continue
+		}
+		if minSeq < 0 || seq < minSeq {
+			minSeq = seq
+		}
+		if h == hash && (mine == "" || seq < mySeq) {
+			mine, mySeq = n, seq
+		}
+	}
+	if mine == "" {
+		return "", false, nil
+	}
+	return parent + "/" + mine, mySeq == minSeq, nil
+}
+
+// Release deletes l.Token's node if it holds l.Key.
+func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+	if d.isClosed() {
+		return d.closedErr("release")
+	}
+	d.mu.Lock()
+	h := d.holds[l.Token]
+	delete(d.holds, l.Token)
+	d.mu.Unlock()
+	var path string
+	var session int64
+	if h != nil {
+		path, session = h.path, h.session
+		if d.conn.SessionID() != session {
+			// Its session ended, and the server deleted the node with it.
+			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+		}
+	} else {
+		p, first, err := d.lookup(ctx, l)
+		if err != nil {
+			return fmt.Errorf("zklock: release: %w", err)
+		}
+		if p == "" {
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		}
+		if !first {
+			// A queue node of this token that does not hold the lock: not
+			// ours to report as released, but nobody wants it either.
+			d.deleteQuiet(p)
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		}
+		path = p
+	}
+	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+	case transient(err) || ctx.Err() != nil:
+		// Could not tell. The node lives as long as our session: keep
+		// trying, or the lock would stay held.
+		parent, name := path[:strings.LastIndexByte(path, '/')], path[strings.LastIndexByte(path, '/')+1:]
+		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
+		return fmt.Errorf("zklock: release: %w (deleting it in the background)", err)
+	default:
+		return fmt.Errorf("zklock: release: %w", err)
+	}
+}
+
+// Refresh checks that l.Token still holds l.Key: the session keeps the lock
+// alive, so there is nothing to extend.
+func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+	if d.isClosed() {
+		return d.closedErr("refresh")
+	}
+	d.mu.Lock()
+	h := d.holds[l.Token]
+	var path string
+	var session int64
+	if h != nil {
+		path, session = h.path, h.session
+	}
+	d.mu.Unlock()
+	if h != nil && d.conn.SessionID() != session {
+		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+	}
+	if h == nil {
+		p, first, err := d.lookup(ctx, l)
+		if err != nil {
+			return fmt.Errorf("zklock: refresh: %w", err)
+		}
+		if p == "" || !first {
+			return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+		}
+		path = p
+	}
+	type stat struct {
+		ok bool
+		st *zk.Stat
+	}
+	r, err := call(ctx, d, func() (stat, error) {
+		ok, st, err := d.conn.Exists(path)
+		return stat{ok, st}, err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("zklock: refresh: %w", err)
+	case !r.ok:
+		return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+	case h != nil && r.st.EphemeralOwner != session:
+		return fmt.Errorf("zklock: refresh: %w: the node belongs to another session", backend.ErrNotHeld)
+	case l.Fence != 0 && uint64(r.st.Czxid) != l.Fence:
+		return fmt.Errorf("zklock: refresh: %w: another incarnation", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// backoff spaces retries: 20ms doubling to 500ms.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{d: 20 * time.Millisecond} }
+
+// sleep waits for the next retry; false if a or b closed first.
+func (b *backoff) sleep(a, c <-chan struct{}) bool {
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	b.d = min(2*b.d, 500*time.Millisecond)
+	select {
+	case <-t.C:
+		return true
+	case <-a:
+		return false
+	case <-c:
+		return false
+	}
+}

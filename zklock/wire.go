@@ -1,0 +1,95 @@
+package zklock
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// wire watches the bytes of a connection the driver opened: when the server
+// last said anything (the session lives session-timeout after the server's
+// last contact), and the connect response (the negotiated timeout, the
+// session's id and password), which the zk package keeps to itself.
+type wire struct {
+	lastRead  atomic.Int64 // unix nanoseconds
+	timeoutMs atomic.Int32
+
+	mu        sync.Mutex
+	sessionID int64
+	passwd    []byte
+}
+
+func (w *wire) dialer(dial zk.Dialer) zk.Dialer {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := dial(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &wireConn{Conn: c, w: w}, nil
+	}
+}
+
+// lastContact returns when the server last sent anything.
+func (w *wire) lastContact() time.Time { return time.Unix(0, w.lastRead.Load()) }
+
+// credentials returns the session's id and password, as the server last
+// granted them.
+func (w *wire) credentials() (int64, []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sessionID, append([]byte(nil), w.passwd...)
+}
+
+// wireConn is read by one goroutine at a time (the zk client's handshake,
+// then its receive loop), so head and parsed need no lock.
+type wireConn struct {
+	net.Conn
+	w      *wire
+	head   []byte
+	parsed bool
+}
+
+func (c *wireConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.w.lastRead.Store(time.Now().UnixNano())
+		if !c.parsed {
+			c.head = append(c.head, p[:n]...)
+			c.parse()
+		}
+	}
+	return n, err
+}
+
+// parse decodes the connect response, the first packet on a connection:
+// length, protocol version, timeout (ms), session id, password.
+func (c *wireConn) parse() {
+	if len(c.head) < 4 {
+		return
+	}
+	blen := int(binary.BigEndian.Uint32(c.head))
+	if blen < 20 || blen > 1024 {
+		c.parsed, c.head = true, nil
+		return
+	}
+	if len(c.head) < 4+blen {
+		return
+	}
+	b := c.head[4 : 4+blen]
+	c.parsed, c.head = true, nil
+	timeout := int32(binary.BigEndian.Uint32(b[4:8]))
+	sid := int64(binary.BigEndian.Uint64(b[8:16]))
+	plen := int(int32(binary.BigEndian.Uint32(b[16:20])))
+	if sid == 0 || plen < 0 || 20+plen > len(b) {
+		return // the session expired: the zk client starts a new one
+	}
+	c.w.timeoutMs.Store(timeout)
+	c.w.mu.Lock()
+	c.w.sessionID = sid
+	c.w.passwd = append([]byte(nil), b[20:20+plen]...)
+	c.w.mu.Unlock()
+}
