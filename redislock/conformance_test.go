@@ -1,0 +1,104 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// harness runs the suite on the single server.
+type harness struct{ admin *redis.Client }
+
+func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
+}
+
+func (h harness) Expire(ctx context.Context, key string) error {
+	n, err := h.admin.Del(ctx, lockKey(key)).Result()
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no lock on %q to expire", key)
+	}
+	return err
+}
+
+func (h harness) Traits() conformance.Traits {
+	return conformance.Traits{TTL: 500 * time.Millisecond}
+}
+
+func TestConformance(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer admin.Close()
+	conformance.Run(t, harness{admin: admin})
+}
+
+// quorumHarness runs the suite on the five independent servers.
+type quorumHarness struct {
+	admins []*redis.Client
+	addrs  []string
+}
+
+func newQuorumHarness(t *testing.T) *quorumHarness {
+	h := &quorumHarness{addrs: testenv.RedisQuorumAddrs()}
+	for _, a := range h.addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		h.admins = append(h.admins, c)
+	}
+	return h
+}
+
+func (h *quorumHarness) url() string {
+	return "redis+quorum://" + strings.Join(h.addrs, ",") + "/0"
+}
+
+func (h *quorumHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return OpenQuorum(ctx, h.url())
+}
+
+func (h *quorumHarness) Expire(ctx context.Context, key string) error {
+	deleted := 0
+	var errs []error
+	for _, c := range h.admins {
+		n, err := c.Del(ctx, lockKey(key)).Result()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		deleted += int(n)
+	}
+	if deleted == 0 {
+		return fmt.Errorf("no lock on %q to expire: %w", key, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (h *quorumHarness) Traits() conformance.Traits {
+	// Servers keep the key about 1% + 2ms past the TTL (the drift
+	// allowance), so a lock frees that much later than its TTL.
+	return conformance.Traits{TTL: 500 * time.Millisecond, Granularity: 10 * time.Millisecond}
+}
+
+func TestConformanceQuorum(t *testing.T) {
+	h := newQuorumHarness(t)
+	testenv.Require(t, h.addrs...)
+	conformance.Run(t, h)
+}
+
+// TestConformanceQuorumTwoDown runs the suite with two of the five servers
+// stopped: a majority of three still decides.
+func TestConformanceQuorumTwoDown(t *testing.T) {
+	h := newQuorumHarness(t)
+	testenv.Require(t, h.addrs...)
+	testenv.Stop(t, "redis-q4")
+	testenv.Stop(t, "redis-q5")
+	conformance.Run(t, h)
+}

@@ -1,0 +1,506 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/refresh.lua
+	refreshLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+	//go:embed scripts/raise.lua
+	raiseLua string
+
+	// Script.Run sends EVALSHA and falls back to EVAL when the server
+	// answers NOSCRIPT (a restart or failover emptied its script cache).
+	acquireScript = redis.NewScript(acquireLua)
+	refreshScript = redis.NewScript(refreshLua)
+	releaseScript = redis.NewScript(releaseLua)
+	raiseScript   = redis.NewScript(raiseLua)
+)
+
+// Key layout. The lock key and its fence counter share the hash tag
+// {EscapeKey(key)}, so they live in one Redis Cluster slot and one script
+// can touch both. EscapeKey's output has no braces, so the tag is exactly
+// the escaped key.
+func lockKey(key string) string  { return "{" + backend.EscapeKey(key) + "}:lock" }
+func fenceKey(key string) string { return "{" + backend.EscapeKey(key) + "}:fence" }
+
+// releaseChannel is where a release is published. Channels ignore the
+// database number, so two applications that share a server but not a
+// database may wake each other's waiters: a spurious wake-up costs one
+// attempt, nothing more.
+func releaseChannel(key string) string { return "{" + backend.EscapeKey(key) + "}:released" }
+
+// ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.
+func ttlMillis(ttl time.Duration) int64 {
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return max(int64(ms), 1)
+}
+
+// node is one Redis deployment (a server, a cluster or a ring) reached
+// through one go-redis client: the scripts, the maxmemory check and the
+// release subscriptions. Driver uses one node, Quorum one per server.
+type node struct {
+	rdb    redis.UniversalClient
+	owned  bool // opened by us: Close closes it
+	ring   bool // *redis.Ring: subscriptions must be routed per channel
+	log    *slog.Logger
+	linger time.Duration
+
+	checkCancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	hubs   map[string]*hub // by route: "" for a client or cluster, the channel for a ring
+	seq    uint64          // last barrier PING payload sent, on any hub
+	wg     sync.WaitGroup  // hub goroutines, linger timers, the maxmemory check
+}
+
+func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
+	_, ring := rdb.(*redis.Ring)
+	return &node{
+		rdb:    rdb,
+		owned:  owned,
+		ring:   ring,
+		log:    cfg.logger,
+		linger: cfg.linger,
+		hubs:   map[string]*hub{},
+	}
+}
+
+// acquire runs the acquire script: the fence, or 0 when another token holds
+// the lock.
+func (n *node) acquire(ctx context.Context, l backend.Lock, px int64) (uint64, error) {
+	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, l.Token, px).Int64()
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("acquire script returned %d", v)
+	}
+	return uint64(v), nil
+}
+
+func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
+	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, l.Token, px).Int64()
+	return v == 1, err
+}
+
+func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
+	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, l.Token, releaseChannel(l.Key)).Int64()
+	return v == 1, err
+}
+
+func (n *node) raise(ctx context.Context, l backend.Lock, fence uint64) (bool, error) {
+	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, l.Token, strconv.FormatUint(fence, 10)).Int64()
+	return v == 1, err
+}
+
+// cleanup removes what a failed acquisition may have left: the script may
+// have run even though its reply was lost or ctx ended. Best effort,
+// bounded, and token-checked like every release.
+func (n *node) cleanup(ctx context.Context, l backend.Lock) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _ = n.release(ctx, l)
+}
+
+const cleanupTimeout = 2 * time.Second
+
+// checkMaxmemory warns once when a server may evict keys: an evicted lock
+// key is a silently lost lock. A server that refuses CONFIG (managed
+// services often do) is not an error.
+func (n *node) checkMaxmemory(ctx context.Context, what string) {
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			n.log.Debug("redislock: cannot read maxmemory-policy", "server", what, "err", err)
+			return nil
+		}
+		if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
+			n.log.Warn("redislock: maxmemory-policy is not noeviction: an evicted lock key is a silently lost lock; set maxmemory-policy noeviction",
+				"server", what, "maxmemory-policy", p)
+		}
+		return nil
+	}
+	switch c := n.rdb.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	case *redis.Ring:
+		_ = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	default:
+		_ = check(ctx, n.rdb)
+	}
+}
+
+// checkMaxmemoryAsync runs the check in the background, for constructors
+// that have no context; close stops it.
+func (n *node) checkMaxmemoryAsync(what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	n.checkCancel = cancel
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer cancel()
+		n.checkMaxmemory(ctx, what)
+	}()
+}
+
+// close stops the node's goroutines and subscriptions, and closes the
+// client if the node opened it.
+func (n *node) close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	var hubs []*hub
+	for _, h := range n.hubs {
+		hubs = append(hubs, h)
+		h.kill()
+		for _, st := range h.chans {
+			if st.idle != nil && st.idle.Stop() {
+				n.wg.Done()
+			}
+			st.idle = nil
+		}
+	}
+	n.hubs = map[string]*hub{}
+	n.mu.Unlock()
+	if n.checkCancel != nil {
+		n.checkCancel()
+	}
+	for _, h := range hubs {
+		_ = h.ps.Close()
+		h.failBarriers(backend.ErrClosed)
+	}
+	n.wg.Wait()
+	if n.owned {
+		return n.rdb.Close()
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- notifications
+
+// A hub is one pub/sub connection and the goroutine that reads it. A plain
+// client or a cluster shares one hub among all channels (PUBLISH reaches
+// every node of a cluster, so any node will do); a ring routes each channel
+// to its shard, so it gets a hub per channel. A channel stays subscribed for
+// a moment (linger) after its last waiter leaves, so that a busy lock costs
+// no SUBSCRIBE round trip per acquisition; a hub without channels closes.
+type hub struct {
+	n     *node
+	route string
+	ps    *redis.PubSub
+	wmu   sync.Mutex // orders SUBSCRIBE, UNSUBSCRIBE and PING on the connection
+
+	// Guarded by n.mu.
+	chans    map[string]*chanState
+	dead     bool
+	quit     chan struct{} // closed when dead is set
+	epoch    uint64             // advanced whenever the connection failed
+	barriers map[uint64]*barrier // PING payload -> waiting Subscribe
+}
+
+type chanState struct {
+	subs   map[*subscription]struct{}
+	active bool        // confirmed subscribed on the current connection
+	idle   *time.Timer // linger before UNSUBSCRIBE, when subs is empty
+}
+
+type subscription struct {
+	ch chan struct{}
+}
+
+type barrier struct {
+	done chan error // buffered 1
+}
+
+// subscribe arranges for ch to receive a value whenever key's release
+// channel carries a message, and returns once the subscription is confirmed.
+func (n *node) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
+	channel := releaseChannel(key)
+	route := ""
+	if n.ring {
+		route = channel
+	}
+	sub := &subscription{ch: ch}
+	var h *hub
+	var st *chanState
+	for h == nil {
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			return nil, backend.ErrClosed
+		}
+		if cur := n.hubs[route]; cur != nil && !cur.dead {
+			h = cur
+			break
+		}
+		n.mu.Unlock()
+		// Make the connection object outside the lock: for a ring it
+		// already subscribes.
+		var ps *redis.PubSub
+		if n.ring {
+			ps = n.rdb.Subscribe(ctx, channel)
+		} else {
+			ps = n.rdb.Subscribe(ctx)
+		}
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			_ = ps.Close()
+			return nil, backend.ErrClosed
+		}
+		if cur := n.hubs[route]; cur != nil && !cur.dead {
+			n.mu.Unlock()
+			_ = ps.Close()
+			continue
+		}
+		h = &hub{n: n, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{})}
+		n.hubs[route] = h
+		n.wg.Add(1)
+		go h.run()
+	}
+	// n.mu is held.
+	st = h.chans[channel]
+	if st == nil {
+		st = &chanState{subs: map[*subscription]struct{}{}}
+		h.chans[channel] = st
+	}
+	if st.idle != nil {
+		if st.idle.Stop() {
+			n.wg.Done()
+		}
+		st.idle = nil
+	}
+	st.subs[sub] = struct{}{}
+	active := st.active
+	n.mu.Unlock()
+
+	var once sync.Once
+	cancel = func() { once.Do(func() { n.unsubscribe(h, channel, st, sub) }) }
+	if active {
+		return cancel, nil
+	}
+	if err := h.confirm(ctx, channel, st); err != nil {
+		cancel()
+		return nil, err
+	}
+	return cancel, nil
+}
+
+// barrierTimeout bounds the wait for a subscription's confirmation: past
+// it, the caller waits by polling rather than not at all.
+const barrierTimeout = 2 * time.Second
+
+// confirm sends SUBSCRIBE and then a PING with a unique payload on the same
+// connection. The server answers in order, so the PONG proves the
+// subscription active. If the connection was replaced meanwhile, go-redis
+// subscribed the channel again on the new one before sending anything else,
+// so a later PONG proves it as well.
+func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
+	n := h.n
+	b := &barrier{done: make(chan error, 1)}
+	h.wmu.Lock()
+	n.mu.Lock()
+	if h.dead {
+		n.mu.Unlock()
+		h.wmu.Unlock()
+		return backend.ErrClosed
+	}
+	n.seq++
+	seq := n.seq
+	epoch := h.epoch
+	h.barriers[seq] = b
+	n.mu.Unlock()
+	err := h.ps.Subscribe(ctx, channel)
+	if err == nil {
+		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	}
+	h.wmu.Unlock()
+	if err == nil {
+		t := time.NewTimer(barrierTimeout)
+		select {
+		case err = <-b.done:
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		case <-t.C:
+			err = errors.New("no confirmation from the server")
+		}
+		t.Stop()
+	}
+	n.mu.Lock()
+	delete(h.barriers, seq)
+	if err == nil && h.epoch == epoch && !h.dead {
+		st.active = true
+	}
+	n.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("redislock: subscribe: %w", err)
+	}
+	return nil
+}
+
+const pingPrefix = "redislock:"
+
+// unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
+// if nobody subscribed again.
+func (n *node) unsubscribe(h *hub, channel string, st *chanState, sub *subscription) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(st.subs, sub)
+	if len(st.subs) > 0 || n.closed || h.dead || h.chans[channel] != st || st.idle != nil {
+		return
+	}
+	n.wg.Add(1)
+	var t *time.Timer
+	t = time.AfterFunc(n.linger, func() {
+		defer n.wg.Done()
+		h.expire(channel, st, t)
+	})
+	st.idle = t
+}
+
+// expire UNSUBSCRIBEs an idle channel, or closes the hub if it was the last.
+func (h *hub) expire(channel string, st *chanState, t *time.Timer) {
+	n := h.n
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	n.mu.Lock()
+	if n.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle != t {
+		n.mu.Unlock()
+		return
+	}
+	delete(h.chans, channel)
+	last := len(h.chans) == 0
+	if last {
+		h.kill()
+		if n.hubs[h.route] == h {
+			delete(n.hubs, h.route)
+		}
+	}
+	n.mu.Unlock()
+	if last {
+		_ = h.ps.Close()
+		h.failBarriers(backend.ErrClosed)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = h.ps.Unsubscribe(ctx, channel)
+}
+
+// kill marks the hub dead; n.mu must be held.
+func (h *hub) kill() {
+	if !h.dead {
+		h.dead = true
+		close(h.quit)
+	}
+}
+
+func (h *hub) failBarriers(err error) {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	for seq, b := range h.barriers {
+		select {
+		case b.done <- err:
+		default:
+		}
+		delete(h.barriers, seq)
+	}
+}
+
+// run reads the hub's connection until it is closed, delivering release
+// messages and PONGs.
+func (h *hub) run() {
+	n := h.n
+	defer n.wg.Done()
+	ctx := context.Background()
+	failures := 0
+	for {
+		msg, err := h.ps.Receive(ctx)
+		if err != nil {
+			n.mu.Lock()
+			dead := h.dead
+			n.mu.Unlock()
+			if dead || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			// The connection failed; go-redis reconnects and subscribes
+			// again, but messages sent meanwhile are lost (waiters' backoff
+			// covers them), and subscriptions must be confirmed anew.
+			n.mu.Lock()
+			h.epoch++
+			for _, st := range h.chans {
+				st.active = false
+			}
+			n.mu.Unlock()
+			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
+			failures++
+			if failures > 1 {
+				d := min(time.Duration(failures)*50*time.Millisecond, time.Second)
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-h.quit:
+					t.Stop()
+					return
+				}
+			}
+			continue
+		}
+		failures = 0
+		switch m := msg.(type) {
+		case *redis.Message:
+			n.mu.Lock()
+			if st := h.chans[m.Channel]; st != nil {
+				for s := range st.subs {
+					select {
+					case s.ch <- struct{}{}:
+					default:
+					}
+				}
+			}
+			n.mu.Unlock()
+		case *redis.Pong:
+			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
+				continue
+			}
+			seq, err := strconv.ParseUint(m.Payload[len(pingPrefix):], 10, 64)
+			if err != nil {
+				continue
+			}
+			// PONGs arrive in order: every earlier barrier on this
+			// connection is passed too.
+			n.mu.Lock()
+			for s, b := range h.barriers {
+				if s <= seq {
+					select {
+					case b.done <- nil:
+					default:
+					}
+					delete(h.barriers, s)
+				}
+			}
+			n.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+func init() {
+	for _, tls := range []string{"", "s"} {
+		backend.Register("redis"+tls, backend.Opener{
+			Usage: "redis" + tls + "://[user:password@]host:port/db[?go-redis options]",
+			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return Open(ctx, u.String()) },
+		})
+		backend.Register("redis"+tls+"+cluster", backend.Opener{
+			Usage: "redis" + tls + "+cluster://[user:password@]host:port,host:port,...[?go-redis cluster options]",
+			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return Open(ctx, u.String()) },
+		})
+		backend.Register("redis"+tls+"+quorum", backend.Opener{
+			Usage: "redis" + tls + "+quorum://[user:password@]host:port,host:port,host:port/db[?go-redis options]",
+			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return OpenQuorum(ctx, u.String()) },
+		})
+	}
+}
+
+// defaultOpenTimeout bounds Open when ctx has no deadline.
+const defaultOpenTimeout = 10 * time.Second
+
+// Open connects to the deployment that rawURL names and returns a Driver
+// that owns the connection (Close closes it):
+//
+//	redis://[user:password@]host:port/db?go-redis options
+//	rediss://...                                      (TLS)
+//	redis+cluster://[user:password@]host:port,host:port?go-redis cluster options
+//	rediss+cluster://...                              (TLS)
+//
+// The query parameters are go-redis's own (dial_timeout=3s, pool_size=20,
+// ...; see redis.ParseURL and redis.ParseClusterURL); an unknown one is an
+// error wrapping backend.ErrInvalidURL. The cluster form also accepts
+// go-redis's addr=host:port parameter. Open pings the server, within ctx or
+// 10 seconds, and checks its maxmemory-policy once.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w: cannot parse the URL", backend.ErrInvalidURL)
+	}
+	var rdb redis.UniversalClient
+	switch u.Scheme {
+	case "redis", "rediss":
+		o, err := redis.ParseURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+		}
+		rdb = redis.NewClient(o)
+	case "redis+cluster", "rediss+cluster":
+		hosts := splitHosts(u.Host)
+		if len(hosts) == 0 {
+			return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
+		}
+		if u.Path != "" && u.Path != "/" {
+			return nil, fmt.Errorf("redislock: %w: %s: a cluster has no database number", backend.ErrInvalidURL, u.Redacted())
+		}
+		c := *u
+		c.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
+		c.Host = hosts[0]
+		c.Path = ""
+		q := c.Query()
+		for _, h := range hosts[1:] {
+			q.Add("addr", h)
+		}
+		c.RawQuery = q.Encode()
+		o, err := redis.ParseClusterURL(c.String())
+		if err != nil {
+			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+		}
+		rdb = redis.NewClusterClient(o)
+	default:
+		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis, rediss, redis+cluster or rediss+cluster; redis+quorum: OpenQuorum)", backend.ErrInvalidURL, u.Scheme)
+	}
+	ctx, cancel := openContext(ctx)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redislock: open %s: %w", u.Redacted(), err)
+	}
+	cfg := buildConfig(opts)
+	n := newNode(rdb, true, &cfg)
+	n.checkMaxmemory(ctx, u.Host)
+	return &Driver{n: n}, nil
+}
+
+func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, defaultOpenTimeout)
+}
+
+func splitHosts(host string) []string {
+	var out []string
+	for _, h := range strings.Split(host, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// OpenQuorum connects to N independent servers and returns a Quorum that
+// owns the connections:
+//
+//	redis+quorum://[user:password@]host:port,host:port,host:port/db?go-redis options
+//	rediss+quorum://...                               (TLS)
+//
+// Every server gets the same credentials, database and go-redis options.
+// Unless the URL sets max_retries, a server's failed command is not retried
+// (max_retries=-1): it is one vote, and the others decide without waiting.
+// IPv6 literals cannot be listed; use NewQuorum. Open fails when fewer than
+// a majority of the servers answer a PING within ctx (or 10 seconds).
+func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w: cannot parse the URL", backend.ErrInvalidURL)
+	}
+	if u.Scheme != "redis+quorum" && u.Scheme != "rediss+quorum" {
+		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis+quorum or rediss+quorum)", backend.ErrInvalidURL, u.Scheme)
+	}
+	hosts := splitHosts(u.Host)
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
+	}
+	var clients []redis.UniversalClient
+	closeAll := func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	for _, h := range hosts {
+		c := *u
+		c.Scheme = strings.TrimSuffix(u.Scheme, "+quorum")
+		c.Host = h
+		o, err := redis.ParseURL(c.String())
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+		}
+		if !u.Query().Has("max_retries") {
+			o.MaxRetries = -1
+		}
+		clients = append(clients, redis.NewClient(o))
+	}
+	cfg := buildConfig(opts)
+	q := &Quorum{quorum: len(clients)/2 + 1, cfg: cfg}
+	for i, c := range clients {
+		q.nodes = append(q.nodes, newNode(c, true, &cfg))
+		q.addrs = append(q.addrs, hosts[i])
+	}
+	ctx, cancel := openContext(ctx)
+	defer cancel()
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, n := range q.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = n.rdb.Ping(ctx).Err(); errs[i] == nil {
+				n.checkMaxmemory(ctx, hosts[i])
+			}
+		}()
+	}
+	wg.Wait()
+	up := 0
+	var down []error
+	for i, err := range errs {
+		if err == nil {
+			up++
+		} else {
+			down = append(down, fmt.Errorf("%s: %w", hosts[i], err))
+		}
+	}
+	if up < q.quorum {
+		q.Close()
+		return nil, fmt.Errorf("redislock: open %s: %d of %d servers answered, %d needed: %w", u.Redacted(), up, len(hosts), q.quorum, errors.Join(down...))
+	}
+	for _, err := range down {
+		cfg.logger.Warn("redislock: quorum server unreachable at open", "err", err)
+	}
+	return q, nil
+}

@@ -1,0 +1,171 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Option configures a Driver or a Quorum.
+type Option func(*config)
+
+type config struct {
+	logger      *slog.Logger
+	linger      time.Duration
+	driftFactor float64
+	driftMin    time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		logger:      slog.New(slog.DiscardHandler),
+		linger:      time.Second,
+		driftFactor: 0.01,
+		driftMin:    2 * time.Millisecond,
+	}
+}
+
+// WithLogger sets where the driver reports a server whose maxmemory-policy
+// may evict lock keys (default: nowhere).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithClockDrift sets the Quorum's allowance for clock-rate differences
+// between this process and the servers: factor of the TTL (default 0.01)
+// plus fixed (default 2ms). It has no effect on a Driver.
+func WithClockDrift(factor float64, fixed time.Duration) Option {
+	return func(c *config) {
+		if factor >= 0 && factor < 0.5 {
+			c.driftFactor = factor
+		}
+		if fixed >= 0 {
+			c.driftMin = fixed
+		}
+	}
+}
+
+// withLinger sets how long a release channel stays subscribed after its
+// last waiter left. For tests.
+func withLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
+
+// Driver is the Redis backend for one deployment: a server, a Redis
+// Cluster or a ring, through any go-redis client. It implements
+// backend.Driver and backend.Notifier.
+type Driver struct {
+	n      *node
+	closed atomic.Bool
+}
+
+var (
+	_ backend.Driver   = (*Driver)(nil)
+	_ backend.Notifier = (*Driver)(nil)
+)
+
+// New returns a Driver that uses a client the caller already has: a
+// *redis.Client, *redis.ClusterClient, *redis.Ring or failover client.
+// Close does not close rdb. New checks the server's maxmemory-policy in the
+// background and warns (see WithLogger) when it is not noeviction.
+func New(rdb redis.UniversalClient, opts ...Option) *Driver {
+	cfg := buildConfig(opts)
+	d := &Driver{n: newNode(rdb, false, &cfg)}
+	d.n.checkMaxmemoryAsync("redis")
+	return d
+}
+
+func buildConfig(opts []Option) config {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
+}
+
+// Client returns the go-redis client the Driver uses.
+func (d *Driver) Client() redis.UniversalClient { return d.n.rdb }
+
+// TryAcquire implements backend.Driver: one atomic script sets the lock key
+// (SET NX PX) and advances the name's fence counter.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	if d.closed.Load() {
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrClosed)
+	}
+	px := ttlMillis(l.TTL)
+	fence, err := d.n.acquire(ctx, l, px)
+	if err != nil {
+		// The script may have run although we never saw its answer.
+		d.n.cleanup(ctx, l)
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+	}
+	if fence == 0 {
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrNotAcquired)
+	}
+	return backend.Grant{Fence: fence, TTL: time.Duration(px) * time.Millisecond}, nil
+}
+
+// Refresh implements backend.Driver.
+func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+	if d.closed.Load() {
+		return fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
+	}
+	ok, err := d.n.refresh(ctx, l, ttlMillis(l.TTL))
+	if err != nil {
+		return fmt.Errorf("redislock: refresh: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("redislock: refresh: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release implements backend.Driver; a release publishes on the key's
+// channel so that waiters retry at once.
+func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+	if d.closed.Load() {
+		return fmt.Errorf("redislock: release: %w", backend.ErrClosed)
+	}
+	ok, err := d.n.release(ctx, l)
+	if err != nil {
+		return fmt.Errorf("redislock: release: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("redislock: release: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Subscribe implements backend.Notifier over Redis pub/sub.
+func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if d.closed.Load() {
+		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	ch := make(chan struct{}, 1)
+	cancel, err := d.n.subscribe(ctx, key, ch)
+	if err != nil {
+		if errors.Is(err, backend.ErrClosed) && !errors.Is(err, context.Canceled) {
+			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+		}
+		return nil, nil, err
+	}
+	return ch, cancel, nil
+}
+
+// Close implements backend.Driver. It stops the Driver's subscriptions and
+// goroutines, and closes the client only if Open created it.
+func (d *Driver) Close() error {
+	if d.closed.Swap(true) {
+		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)
+	}
+	return d.n.close()
+}

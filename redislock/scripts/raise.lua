@@ -1,0 +1,19 @@
+-- raise (quorum mode): while the token still holds the lock on this server,
+-- raise the fencing counter to at least the fence the acquisition reports,
+-- the highest that any granting server returned. See Quorum.TryAcquire for
+-- why this keeps fences strictly increasing across holders.
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  fence counter
+-- ARGV[1]  token
+-- ARGV[2]  fence (decimal)
+--
+-- Returns 1 when the token holds the lock (counter now >= fence), else 0.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+if c == nil or c < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return 1
