@@ -25,7 +25,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 
 // Do acquires the lock on name (waiting, as Acquire does), runs fn with a
 // context that is cancelled, with the loss as its cause, if the lock is
-// lost, and releases the lock on every path, panics included. It returns
+// lost, and releases the lock on every path, panics included. fn finds the
+// Lock, for its fence, with FromContext. It returns
 // fn's error, joined with an error wrapping ErrLost if the lock was lost
 // while fn ran, or with Release's error.
 func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
@@ -33,7 +34,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	stop := l.h.afterLost(cancel)
 	defer func() {
 		stop()
@@ -48,6 +49,15 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 		}
 	}()
 	return fn(fctx)
+}
+
+type lockKey struct{}
+
+// FromContext returns the Lock that Do holds while it runs fn with ctx, or
+// nil.
+func FromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(lockKey{}).(*Lock)
+	return l
 }
 
 // releaseTimeout bounds a release made on the caller's behalf: past the TTL

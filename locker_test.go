@@ -1,0 +1,264 @@
+package locker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/memlock"
+)
+
+func newClient(t testing.TB, s *memlock.Store, opts ...locker.Option) *locker.Client {
+	t.Helper()
+	return newClientOn(t, memlock.New(s), opts...)
+}
+
+func newClientOn(t testing.TB, d backend.Driver, opts ...locker.Option) *locker.Client {
+	t.Helper()
+	c, err := locker.New(d, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestTokenNeverPrintedWhole(t *testing.T) {
+	var logs bytes.Buffer
+	c := newClient(t, memlock.NewStore(), locker.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	l, err := c.TryAcquire(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := l.Token()
+	if len(tok) != 32 {
+		t.Fatalf("token %d hex digits, want 32 (128 bits)", len(tok))
+	}
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("held", "token", tok)
+	printed := fmt.Sprintf("%s %v %q %+v %#v %x", tok, tok, tok, tok, tok, tok) + logs.String()
+	if strings.Contains(printed, string(tok)) || strings.Contains(printed, string(tok[8:])) {
+		t.Fatalf("the whole token shows in %q", printed)
+	}
+}
+
+func TestFailingRandomSourceIsAnError(t *testing.T) {
+	s := memlock.NewStore()
+	c := newClient(t, s, locker.WithRandom(iotest.ErrReader(errors.New("entropy gone"))))
+	_, err := c.TryAcquire(context.Background(), "x")
+	if err == nil || !strings.Contains(err.Error(), "entropy gone") {
+		t.Fatalf("TryAcquire with a failing random source = %v, want its error", err)
+	}
+	// Nothing was taken.
+	if _, err := newClient(t, s).TryAcquire(context.Background(), "x"); err != nil {
+		t.Fatalf("the name is not free after the failed acquire: %v", err)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		url  string
+		want error
+		text string
+	}{
+		{"nosuch://host", locker.ErrInvalidURL, "import"},
+		{"mem://?bogus=1", locker.ErrInvalidURL, "bogus"},
+		{"mem://?namespace=a/b", locker.ErrInvalidName, "namespace"},
+		{"mem://?ttl=banana", locker.ErrInvalidURL, "ttl"},
+		{"mem://?ttl=-1s", locker.ErrInvalidTTL, ""},
+		{"no scheme", locker.ErrInvalidURL, "scheme"},
+		{"redis://user:s3cret@host:port:bad", locker.ErrInvalidURL, ""},
+	} {
+		_, err := locker.Open(ctx, tc.url)
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("Open(%q) = %v, want %v mentioning %q", tc.url, err, tc.want, tc.text)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q) error shows the password: %v", tc.url, err)
+		}
+	}
+	a, err := locker.Open(ctx, "mem://open-test?namespace=app-a&ttl=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := locker.Open(ctx, "mem://open-test?namespace=app-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	la, err := a.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.TTL() != 2*time.Second {
+		t.Errorf("ttl parameter: lock TTL %v, want 2s", la.TTL())
+	}
+	if _, err := b.TryAcquire(ctx, "job"); err != nil {
+		t.Errorf("another namespace on the same store collides: %v", err)
+	}
+	if _, err := locker.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+func TestSameOwnerConcurrentFirstAcquire(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, memlock.NewStore())
+	const n = 16
+	locks := make([]*locker.Lock, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			l, err := c.Acquire(ctx, "x", locker.Owner("o"))
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+			}
+			locks[i] = l
+		})
+	}
+	wg.Wait()
+	for _, l := range locks[1:] {
+		if l.Fence() != locks[0].Fence() {
+			t.Fatalf("fences %d and %d: all %d acquisitions should share one hold", l.Fence(), locks[0].Fence(), n)
+		}
+	}
+	for i, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release %d: %v", i, err)
+		}
+	}
+	if _, err := c.TryAcquire(ctx, "x"); err != nil {
+		t.Fatalf("free after the last release: %v", err)
+	}
+}
+
+func TestDoReleasesOnPanicAndReturnsFnError(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, memlock.NewStore())
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic did not propagate")
+			}
+		}()
+		c.Do(ctx, "x", func(context.Context) error { panic("boom") })
+	}()
+	boom := errors.New("boom")
+	if err := c.Do(ctx, "x", func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	if _, err := c.TryAcquire(ctx, "x"); err != nil {
+		t.Fatalf("Do left the lock held: %v", err)
+	}
+}
+
+// flaky fails every Refresh with a network-style error while down is set.
+type flaky struct {
+	*memlock.Driver
+	down      atomic.Bool
+	refreshes atomic.Int32
+}
+
+func (f *flaky) Refresh(ctx context.Context, l backend.Lock) error {
+	f.refreshes.Add(1)
+	if f.down.Load() {
+		return errors.New("connection refused")
+	}
+	return f.Driver.Refresh(ctx, l)
+}
+
+func TestWatchdogRetriesUntilTTLThenLoses(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	f := &flaky{Driver: memlock.New(memlock.NewStore())}
+	c := newClientOn(t, f)
+
+	// An outage shorter than the TTL costs nothing.
+	l, err := c.TryAcquire(ctx, "x", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.down.Store(true)
+	time.Sleep(ttl / 2)
+	f.down.Store(false)
+	time.Sleep(ttl)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lost after a short outage: %v", err)
+	}
+
+	// A longer one loses the lock at the end of the TTL, not before.
+	f.down.Store(true)
+	start := time.Now()
+	select {
+	case <-l.Lost():
+		took := time.Since(start)
+		if took > ttl+500*time.Millisecond {
+			t.Errorf("lost %v after the outage began, TTL %v", took, ttl)
+		}
+		if !errors.Is(l.Err(), locker.ErrLost) || !strings.Contains(l.Err().Error(), "connection refused") {
+			t.Errorf("Err = %v, want ErrLost with the refresh error", l.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost during a long outage")
+	}
+	if f.refreshes.Load() < 4 {
+		t.Errorf("%d refreshes: the watchdog should retry during an outage", f.refreshes.Load())
+	}
+}
+
+func TestWatchdogCostsNoGoroutinePerLock(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, memlock.NewStore())
+	before := runtime.NumGoroutine()
+	const n = 10000
+	for i := range n {
+		if _, err := c.TryAcquire(ctx, fmt.Sprint("lock-", i), locker.TTL(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(700 * time.Millisecond) // two refresh rounds
+	if after := runtime.NumGoroutine(); after-before > 2*64 {
+		t.Fatalf("%d goroutines for %d held locks", after-before, n)
+	}
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	c := newClient(b, memlock.NewStore())
+	for b.Loop() {
+		l, err := c.TryAcquire(ctx, "x")
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(ctx)
+	}
+}
+
+// BenchmarkHeldLock reports the memory one held, auto-refreshed lock costs.
+func BenchmarkHeldLock(b *testing.B) {
+	ctx := context.Background()
+	c := newClient(b, memlock.NewStore())
+	names := make([]string, b.N)
+	for i := range names {
+		names[i] = fmt.Sprint("lock-", i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := c.TryAcquire(ctx, names[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

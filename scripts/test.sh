@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): install and start the real
+# servers, then vet and run every test under the race detector. A test
+# whose server is unreachable fails here; it does not skip.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
+
+eval "$(bash scripts/services.sh up)"
+export LOCKER_REQUIRE_SERVERS=1
+
+go vet ./...
+go test -race -count=1 -timeout 15m "$@" ./...
