@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -152,6 +155,53 @@ func live(ctx context.Context, op string) error {
 	return nil
 }
 
+// The memcached calls, each repeated once when it failed on a connection
+// that the server had closed: gomemcache pools idle connections, and after a
+// server restart the first call on each pooled connection fails that way,
+// without having reached the server. Every call here is safe to repeat even
+// if the first one was applied after all: a repeated add finds our own
+// token and keeps it (claim), a repeated incr only skips a fence, a
+// repeated cas finds the cas id changed and looks again. The one imprecise
+// outcome is a release applied twice, which then reports ErrNotHeld for a
+// lock it did free.
+
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (d *Driver) get(key string) (*memcache.Item, error) {
+	it, err := d.mc.Get(key)
+	if staleConn(err) {
+		it, err = d.mc.Get(key)
+	}
+	return it, err
+}
+
+func (d *Driver) add(it *memcache.Item) error {
+	err := d.mc.Add(it)
+	if staleConn(err) {
+		err = d.mc.Add(it)
+	}
+	return err
+}
+
+func (d *Driver) cas(it *memcache.Item) error {
+	err := d.mc.CompareAndSwap(it)
+	if staleConn(err) {
+		err = d.mc.CompareAndSwap(it)
+	}
+	return err
+}
+
+func (d *Driver) incr(key string) (uint64, error) {
+	n, err := d.mc.Increment(key, 1)
+	if staleConn(err) {
+		n, err = d.mc.Increment(key, 1)
+	}
+	return n, err
+}
+
 // maxAttempts bounds the retries of a step that lost a race (a cas
 // conflict, an item that vanished between two commands).
 const maxAttempts = 4
@@ -202,7 +252,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	}
 	// Confirm: the item we created must still be there, so that the fence
 	// was drawn while we held the lock.
-	cur, err := d.mc.Get(lk)
+	cur, err := d.get(lk)
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
 		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
@@ -218,7 +268,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 // a tombstone. It reports false when another token holds the key.
 func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (bool, error) {
 	for range maxAttempts {
-		err := d.mc.Add(item)
+		err := d.add(item)
 		switch {
 		case err == nil:
 			return true, nil
@@ -229,7 +279,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 		if err := live(ctx, "acquire"); err != nil {
 			return false, err
 		}
-		cur, err := d.mc.Get(item.Key)
+		cur, err := d.get(item.Key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			continue // gone since the add: try again
@@ -246,7 +296,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 		}
 		over := *item
 		over.CasID = cur.CasID
-		err = d.mc.CompareAndSwap(&over)
+		err = d.cas(&over)
 		switch {
 		case err == nil:
 			return true, nil
@@ -306,7 +356,7 @@ func (d *Driver) cleanup(l backend.Lock) {
 func (d *Driver) nextFence(key string) (uint64, error) {
 	fk := fenceKey(key)
 	for range maxAttempts {
-		n, err := d.mc.Increment(fk, 1)
+		n, err := d.incr(fk)
 		switch {
 		case err == nil:
 			return n, nil
@@ -314,7 +364,7 @@ func (d *Driver) nextFence(key string) (uint64, error) {
 			return 0, fmt.Errorf("incr: %w", err)
 		}
 		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
-		err = d.mc.Add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: fenceExpiration})
+		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: fenceExpiration})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			return 0, fmt.Errorf("seed: %w", err)
 		}
@@ -340,7 +390,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 		if err := live(ctx, "refresh"); err != nil {
 			return err
 		}
-		cur, err := d.mc.Get(lk)
+		cur, err := d.get(lk)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return fmt.Errorf("memcachelock: refresh: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
@@ -353,7 +403,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 			return err
 		}
 		cur.Expiration = exp
-		err = d.mc.CompareAndSwap(cur)
+		err = d.cas(cur)
 		switch {
 		case err == nil:
 			return nil
@@ -393,7 +443,7 @@ func (d *Driver) release(ctx context.Context, l backend.Lock) error {
 		if err := live(ctx, "release"); err != nil {
 			return err
 		}
-		cur, err := d.mc.Get(lk)
+		cur, err := d.get(lk)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return fmt.Errorf("memcachelock: release: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
@@ -405,7 +455,7 @@ func (d *Driver) release(ctx context.Context, l backend.Lock) error {
 		if err := live(ctx, "release"); err != nil {
 			return err
 		}
-		err = d.mc.CompareAndSwap(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
 		switch {
 		case err == nil:
 			return nil
