@@ -22,11 +22,18 @@
 // Fencing tokens come from a per-name counter advanced with incr, drawn
 // while the new holder's item exists and confirmed by a gets before the
 // lock is granted, so they increase strictly from holder to holder. A
-// missing counter (after a restart or an eviction) is seeded with the
-// current time in microseconds, so fences keep increasing across restarts as
-// long as the clients' clocks agree to within milliseconds and no clock
-// steps back. An uncontended acquisition costs three round trips (add, incr,
-// gets) and a release two (gets, cas).
+// missing counter (after a restart, an eviction, or 30 days after it was
+// seeded, when it expires so that counters of unused names do not pile up)
+// is seeded with the current Unix time in microseconds. The fence then stays
+// larger than every earlier one provided that (1) the name was acquired less
+// than once per microsecond on average since the counter was last seeded
+// (each acquisition takes three round trips, so this holds by a wide margin),
+// and (2) the clock of the client that seeds again is not behind the clocks
+// of earlier holders by more than the time since the last fence before the
+// loss. Keep client clocks synchronised (NTP) and never step them back.
+//
+// An uncontended acquisition costs three round trips (add, incr, gets) and
+// a release two (gets, cas), against two for a bare add and delete.
 //
 // # TTLs
 //
@@ -65,12 +72,13 @@
 // (every TTL/3 with automatic refresh), which finds the loss and fires the
 // lock's Lost channel. Use the fencing token where exclusion matters.
 //
-// gomemcache speaks memcached's text protocol without TLS or
-// authentication (SASL), and memcached's text protocol has none either:
-// anyone who can reach the server can read, take and delete every lock. Use
-// this backend only on a trusted network, with memcached bound to private
-// addresses. A custom dialer on your own client (New) can add TLS for a
-// memcached built with TLS support.
+// There is no authentication: gomemcache implements none (memcached's SASL
+// needs the binary protocol, which it does not speak), and the URL form
+// offers no TLS. Anyone who can reach the server can read, take and delete
+// every lock. Use this backend only on a trusted network, with memcached
+// bound to private addresses. (For a memcached built with TLS, a client of
+// your own with a TLS DialContext, passed to New, encrypts the traffic; it
+// still authenticates nobody.)
 //
 // gomemcache takes no context: each network call is bounded by the client's
 // timeout (the URL's timeout parameter, 500ms by default) instead, and the
