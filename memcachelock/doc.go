@@ -55,7 +55,11 @@
 // servers in the same order, or two processes can map one name to two
 // servers and both hold it. When a lock's server is down, that lock can
 // neither be acquired nor refreshed (held locks are reported lost when
-// their TTL runs out); locks on other servers are unaffected.
+// their TTL runs out); locks on other servers are unaffected. A lock's item
+// and its fence counter are hashed separately and may live on different
+// servers. That does not weaken the fences: their order rests only on the
+// order in which each client sends its commands, and a lost counter is
+// seeded again as described above.
 //
 // # What memcached cannot promise
 //
