@@ -214,8 +214,8 @@ type hub struct {
 	// Guarded by n.mu.
 	chans    map[string]*chanState
 	dead     bool
-	quit     chan struct{} // closed when dead is set
-	epoch    uint64             // advanced whenever the connection failed
+	quit     chan struct{}       // closed when dead is set
+	epoch    uint64              // advanced whenever the connection failed
 	barriers map[uint64]*barrier // PING payload -> waiting Subscribe
 }
 

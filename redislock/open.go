@@ -61,25 +61,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 		}
 		rdb = redis.NewClient(o)
 	case "redis+cluster", "rediss+cluster":
-		hosts := splitHosts(u.Host)
-		if len(hosts) == 0 {
-			return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
-		}
-		if u.Path != "" && u.Path != "/" {
-			return nil, fmt.Errorf("redislock: %w: %s: a cluster has no database number", backend.ErrInvalidURL, u.Redacted())
-		}
-		c := *u
-		c.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
-		c.Host = hosts[0]
-		c.Path = ""
-		q := c.Query()
-		for _, h := range hosts[1:] {
-			q.Add("addr", h)
-		}
-		c.RawQuery = q.Encode()
-		o, err := redis.ParseClusterURL(c.String())
+		o, err := clusterOptions(u)
 		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+			return nil, err
 		}
 		rdb = redis.NewClusterClient(o)
 	default:
@@ -95,6 +79,32 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	n := newNode(rdb, true, &cfg)
 	n.checkMaxmemory(ctx, u.Host)
 	return &Driver{n: n}, nil
+}
+
+// clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
+// own form, redis://h1:p1?addr=h2:p2&opts, and parses that.
+func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
+	hosts := splitHosts(u.Host)
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("redislock: %w: %s: a cluster has no database number", backend.ErrInvalidURL, u.Redacted())
+	}
+	c := *u
+	c.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
+	c.Host = hosts[0]
+	c.Path = ""
+	q := c.Query()
+	for _, h := range hosts[1:] {
+		q.Add("addr", h)
+	}
+	c.RawQuery = q.Encode()
+	o, err := redis.ParseClusterURL(c.String())
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+	}
+	return o, nil
 }
 
 func openContext(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,10 +130,34 @@ func (q *Quorum) errSummary(res []result) string {
 // TryAcquire implements backend.Driver: the lock is acquired on every
 // server, and held when a majority granted it within its validity. Any
 // failure releases it everywhere, so nothing stays held.
+//
+// Contenders that try at the same moment can split the vote so that none
+// has a majority. Such an attempt (some servers granted, a majority
+// answered, too few granted) is released and tried again after a short
+// random pause, at most splitRetries times, so that of simultaneous tries
+// on a free lock one wins, as with a single server.
 func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
 	if q.closed.Load() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
 	}
+	for attempt := 1; ; attempt++ {
+		g, split, err := q.tryOnce(ctx, l)
+		if !split || attempt > splitRetries || ctx.Err() != nil {
+			return g, err
+		}
+		t := time.NewTimer(rand.N(time.Duration(attempt) * 2 * time.Millisecond))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return g, err
+		}
+	}
+}
+
+const splitRetries = 3
+
+func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
 	t0 := time.Now()
@@ -160,12 +185,12 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if granted < q.quorum {
 		q.abandon(ctx, l)
 		if granted+denied >= q.quorum {
-			// Enough servers answered to decide: another token holds it
-			// (or contenders split the vote and all retry).
-			return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
+			// Enough servers answered to decide: another token holds it,
+			// or contenders split the vote.
+			return backend.Grant{}, granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
 				backend.ErrNotAcquired, granted, len(q.nodes), q.quorum)
 		}
-		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
+		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
 			granted+denied, len(q.nodes), q.quorum, q.errSummary(res))
 	}
 
@@ -175,12 +200,13 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	var raiseErr error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for i, r := range res {
-		if !r.ok || r.err != nil {
-			continue
-		}
-		if r.fence == fence {
+	for _, r := range res {
+		if r.ok && r.err == nil && r.fence == fence {
 			confirmed++
+		}
+	}
+	for i, r := range res {
+		if !r.ok || r.err != nil || r.fence == fence {
 			continue
 		}
 		wg.Add(1)
@@ -206,15 +232,15 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	switch {
 	case confirmed < q.quorum && lostRace:
 		q.abandon(ctx, l)
-		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w: the lock expired on a server during the acquisition", backend.ErrNotAcquired)
+		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w: the lock expired on a server during the acquisition", backend.ErrNotAcquired)
 	case confirmed < q.quorum:
 		q.abandon(ctx, l)
-		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: raising the fence on %d of %d servers failed: %w", q.quorum-confirmed, q.quorum, raiseErr)
+		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: raising the fence on %d of %d servers failed: %w", q.quorum-confirmed, q.quorum, raiseErr)
 	case elapsed >= ttl:
 		q.abandon(ctx, l)
-		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w: acquiring took %v, its whole validity", backend.ErrNotAcquired, elapsed.Round(time.Millisecond))
+		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w: acquiring took %v, its whole validity", backend.ErrNotAcquired, elapsed.Round(time.Millisecond))
 	}
-	return backend.Grant{Fence: fence, TTL: ttl}, nil
+	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
 
 // abandon releases a failed acquisition on every server, including those

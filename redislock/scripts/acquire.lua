@@ -1,27 +1,30 @@
 -- acquire: take the lock for a token and advance the fencing counter in the
 -- same atomic step, so that the lock and its fence can never disagree.
 --
--- KEYS[1]  lock key      {K}:lock   (holds the token)
--- KEYS[2]  fence counter {K}:fence  (same hash slot: the {K} hash tag)
+-- KEYS[1]  lock key      {E}:lock   (holds the token)
+-- KEYS[2]  fence counter {E}:fence  (same hash slot: the {E} hash tag)
 -- ARGV[1]  token
 -- ARGV[2]  TTL in milliseconds
 --
 -- Returns the fence (> 0) when the token holds the lock, 0 when another
 -- token holds it.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local f = redis.call('INCR', KEYS[2])
-  if f == 1 then
-    -- The counter did not exist: first use of the name, or the server lost
-    -- its data (restart without persistence, eviction). Start from the
-    -- server's clock in microseconds, which is greater than any value the
-    -- lost counter can have reached (it counted far fewer than one
-    -- acquisition per microsecond since it was itself started from the
-    -- clock), so fences keep increasing across the loss.
-    local t = redis.call('TIME')
-    local seed = t[1] .. string.format('%06d', tonumber(t[2]))
-    redis.call('SET', KEYS[2], seed)
-    return tonumber(seed)
+  -- fence = max(previous fence + 1, server clock in microseconds).
+  -- The counter alone makes fences strictly increase on one server. The
+  -- clock keeps them increasing when the counter is lost or stale: after a
+  -- restart without persistence, or a failover to a replica that missed
+  -- the last increments, the new count starts above every fence issued
+  -- before (those were at most the old clock), provided the clocks did not
+  -- go back by more than the restart or failover took.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local f = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+  if f < now then
+    f = now
   end
+  -- Microseconds since 1970 stay below 2^53 until the year 2255, so the
+  -- Lua number is exact.
+  redis.call('SET', KEYS[2], string.format('%d', f))
   return f
 end
 -- A retry of this very acquisition (the reply was lost and the client sent

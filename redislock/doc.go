@@ -1,0 +1,113 @@
+// Package redislock is the Redis backend of package locker: a Redis server,
+// a Redis Cluster or a ring through go-redis, or a quorum of independent
+// servers (the Redlock algorithm).
+//
+// # URLs
+//
+// A blank import registers these schemes with locker.Open:
+//
+//	redis://[user:password@]host:port/db[?options]        one server (or a proxy)
+//	rediss://[user:password@]host:port/db[?options]       the same over TLS
+//	redis+cluster://[user:password@]host:port,host:port[?options]   Redis Cluster
+//	rediss+cluster://...                                  the same over TLS
+//	redis+quorum://[user:password@]host:port,host:port,host:port/db[?options]
+//	rediss+quorum://...                                   Redlock over TLS
+//
+// The options are go-redis's own query parameters (dial_timeout=3s,
+// read_timeout=1s, pool_size=20, max_retries=2, client_name=..., skip_verify
+// for rediss; see redis.ParseURL and redis.ParseClusterURL); an unknown one
+// is an error wrapping locker.ErrInvalidURL. The cluster form also takes
+// go-redis's addr=host:port parameter for more seed nodes. Multi-host forms
+// cannot list IPv6 literals; build the clients and call [NewQuorum] or [New].
+// locker.Open's own namespace and ttl parameters work with every scheme.
+//
+// With a client you already have (any redis.UniversalClient: *redis.Client,
+// *redis.ClusterClient, *redis.Ring, a failover client), call [New]; for a
+// quorum, [NewQuorum]. Their Close leaves your clients open.
+//
+// # How it works
+//
+// A lock is a string key holding the holder's random token, with a TTL:
+// SET NX PX in a Lua script that, in the same atomic step, advances the
+// name's fencing counter (INCR), so the lock and its fence never disagree.
+// Refresh (PEXPIRE) and release (DEL) are Lua scripts that first compare
+// the token, so a holder can never touch another holder's lock. The scripts
+// are embedded and sent with EVALSHA, falling back to EVAL when a restart or
+// failover emptied the server's script cache. TTLs are in milliseconds
+// (PX): a TTL is rounded up to whole milliseconds, at least 1ms.
+//
+// Keys: for the lock key K (namespace/name), the lock is "{E}:lock" and its
+// fence counter "{E}:fence", where E is backend.EscapeKey(K). The {E} hash
+// tag keeps both in one Redis Cluster slot. A grant's fence is the larger
+// of the previous fence plus one and the server clock in microseconds: the
+// counter makes fences strictly increase, and the clock keeps them
+// increasing when the counter is lost or stale (a restart without
+// persistence, a failover to a replica that missed the last increments),
+// as long as the server clocks did not go back by more than the restart or
+// failover took. Fence counters are kept forever, a few dozen bytes per
+// name ever locked.
+//
+// Waiting: a release PUBLISHes on the channel "{E}:released". A blocked
+// Acquire subscribes first (the driver confirms the subscription with a
+// PING on the same connection, so no later release is missed) and retries
+// as soon as a message arrives; the locker package's capped backoff with
+// jitter covers a lost message (a dropped pub/sub connection, a lock that
+// expired rather than being released). One pub/sub connection per Driver
+// serves all names (per channel on a ring, whose channels live on
+// different shards); a channel stays subscribed for a second after its
+// last waiter left, so a busy lock pays no SUBSCRIBE per acquisition.
+// Plain PUBLISH is used rather than sharded SPUBLISH: it works on every
+// Redis version and on a ring, and in a cluster it reaches subscribers on
+// any node. The price, in a large cluster, is that each release is
+// broadcast over the cluster bus to every node. Pub/sub ignores the
+// database number, so applications that share a server but use different
+// databases may wake each other's waiters needlessly (one extra attempt).
+//
+// At start, the driver reads maxmemory-policy (on every master of a
+// cluster) and logs a warning (see [WithLogger]) unless it is noeviction:
+// an evicted lock key is a silently lost lock. A server that refuses CONFIG
+// is not an error.
+//
+// # Quorum (Redlock)
+//
+// [Quorum] takes the lock on N independent servers (not replicas of each
+// other; 3 or 5) and holds it when a majority granted it. Each server keeps
+// the key for the TTL plus a clock-drift allowance (1% of the TTL plus
+// 2ms, see [WithClockDrift]); the lock is valid for the TTL from the moment
+// the first request was sent, and an acquisition that took the whole TTL
+// fails. Refresh and release go to every server; a failed acquisition
+// releases on every server, so nothing stays held. Fences stay strictly
+// increasing although each server counts on its own: the fence is the
+// highest counter among the granting servers, and before the lock is
+// reported held, every granting server's counter is raised to it (the
+// argument is on [Quorum]). With servers down, the lock works while a
+// majority answers; with fewer, acquisition fails with an error naming the
+// unreachable servers. Servers of a URL-opened Quorum do not retry failed
+// commands (max_retries=-1 unless the URL sets it): a down server costs one
+// vote, not the retries' delay.
+//
+// # What Redis cannot promise
+//
+// Redis keeps locks in memory and replicates them asynchronously, so:
+//
+//   - A failover to a replica that had not yet received the lock key loses
+//     the lock: a second client can acquire it while the first still holds
+//     it. The first learns it at its next refresh (a third of the TTL), not
+//     before. (WAIT after acquiring narrows the window; it does not close it.)
+//   - A restart without persistence loses every lock: the holder finds out
+//     at its next refresh. Run with appendonly yes and appendfsync always,
+//     or keep a restarted server out of service for one TTL (Redlock's
+//     "delayed restart"), so that no lock it forgot can be granted twice.
+//   - A large jump of a server's clock shortens a lease: Redis expires keys
+//     by its own wall clock, so a lock may end before its TTL is up.
+//     Quorum mode tolerates it on a minority of servers; the drift
+//     allowance covers clocks that run fast, not clocks that are stepped.
+//   - Eviction (any maxmemory-policy but noeviction) can delete a lock key
+//     at any time.
+//
+// In all these cases two holders can briefly overlap. The mitigation is the
+// fencing token: pass Lock.Fence() to the protected resource and have it
+// reject writes with a fence lower than one it has seen. Fences keep
+// increasing across such failovers and restarts (see Keys above), so the
+// resource can tell the new holder from the old one.
+package redislock
