@@ -96,15 +96,12 @@ RETURNING version`,
 		refresh: `UPDATE ` + t + `
 SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()`,
-		release: `WITH old AS (
-    SELECT name, expires_at > clock_timestamp() AS live FROM ` + t + `
+		// A released row keeps its expires_at, so that RETURNING can tell
+		// whether the lock was still live; token NULL marks it free.
+		release: `WITH freed AS (
+    UPDATE ` + t + ` SET token = NULL, owner = NULL
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
-    FOR UPDATE
-), freed AS (
-    UPDATE ` + t + ` AS l
-    SET token = NULL, owner = NULL, expires_at = least(l.expires_at, clock_timestamp())
-    FROM old WHERE l.name = old.name AND l.token = $2
-    RETURNING l.name, old.live
+    RETURNING name, expires_at > clock_timestamp() AS live
 )
 SELECT freed.live FROM freed, pg_notify($4, freed.name)`,
 		expire: `WITH e AS (

@@ -16,5 +16,5 @@ CREATE TABLE IF NOT EXISTS locker_locks (
     owner       text,                    -- the holder's owner identity (informational)
     version     bigint      NOT NULL,    -- fencing token: +1 at every acquisition
     acquired_at timestamptz NOT NULL,    -- server clock
-    expires_at  timestamptz NOT NULL     -- server clock; the lock is free once it has passed
+    expires_at  timestamptz NOT NULL     -- server clock; the lock is free once it has passed (or token is NULL)
 );
