@@ -44,6 +44,13 @@ func (h *hold) lock() backend.Lock {
 	return backend.Lock{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner}
 }
 
+// deadline is when the store may free h, judged from our side.
+func (h *hold) deadline() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.validUntil
+}
+
 // lose records that the lock is lost, once, and tells everyone listening.
 func (h *hold) lose(err error) {
 	h.mu.Lock()

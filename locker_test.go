@@ -218,19 +218,54 @@ func TestWatchdogRetriesUntilTTLThenLoses(t *testing.T) {
 	}
 }
 
-func TestWatchdogCostsNoGoroutinePerLock(t *testing.T) {
+// batchCounter counts refresh calls and the locks they carry.
+type batchCounter struct {
+	*memlock.Driver
+	calls, locks atomic.Int64
+}
+
+func (b *batchCounter) Refresh(ctx context.Context, l backend.Lock) error {
+	b.calls.Add(1)
+	b.locks.Add(1)
+	return b.Driver.Refresh(ctx, l)
+}
+
+func (b *batchCounter) RefreshMany(ctx context.Context, ls []backend.Lock) []error {
+	b.calls.Add(1)
+	b.locks.Add(int64(len(ls)))
+	return b.Driver.RefreshMany(ctx, ls)
+}
+
+func TestTenThousandLocksRefreshInBatches(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t, memlock.NewStore())
+	d := &batchCounter{Driver: memlock.New(memlock.NewStore())}
+	c := newClientOn(t, d)
 	before := runtime.NumGoroutine()
-	const n = 10000
+	const n, ttl = 10000, 600 * time.Millisecond
+	var held []*locker.Lock
 	for i := range n {
-		if _, err := c.TryAcquire(ctx, fmt.Sprint("lock-", i), locker.TTL(time.Second)); err != nil {
+		l, err := c.TryAcquire(ctx, fmt.Sprint("lock-", i), locker.TTL(ttl))
+		if err != nil {
 			t.Fatal(err)
 		}
+		held = append(held, l)
 	}
-	time.Sleep(700 * time.Millisecond) // two refresh rounds
-	if after := runtime.NumGoroutine(); after-before > 2*64 {
-		t.Fatalf("%d goroutines for %d held locks", after-before, n)
+	time.Sleep(3 * ttl) // several refresh rounds
+	if after := runtime.NumGoroutine(); after-before > 64 {
+		t.Errorf("%d goroutines for %d held locks", after-before, n)
+	}
+	calls, locks := d.calls.Load(), d.locks.Load()
+	if locks < 2*n {
+		t.Errorf("%d locks refreshed in %v, want at least %d", locks, 3*ttl, 2*n)
+	}
+	if calls*50 > locks {
+		t.Errorf("%d refresh calls for %d lock refreshes: want batches of 50 or more on average", calls, locks)
+	}
+	t.Logf("%d locks: %d refreshes in %d calls", n, locks, calls)
+	for _, l := range held {
+		if l.Err() != nil {
+			t.Fatalf("lost: %v", l.Err())
+		}
 	}
 }
 

@@ -7,24 +7,36 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
-// maxRefreshing bounds the refreshes one Client has in flight.
-const maxRefreshing = 64
+const (
+	// maxRefreshing bounds the refresh calls one Client has in flight.
+	maxRefreshing = 64
+	// maxBatch bounds the locks in one RefreshMany call.
+	maxBatch = 512
+)
+
+// early is how much sooner than due a hold may be refreshed, so that holds
+// due at nearly the same time share a batch: a twelfth of the TTL, a
+// quarter of the time between refreshes.
+func early(h *hold) time.Duration { return h.ttl / 12 }
 
 // watchdog keeps a Client's locks alive: one goroutine and one timer per
 // Client, not per lock, with the holds in a heap by when they are next due.
 // A hold is due for a refresh every TTL/3, or, without automatic refresh,
 // at its deadline, when it is declared lost.
 type watchdog struct {
-	c    *Client
-	mu   sync.Mutex
-	due  holdHeap
-	wake chan struct{}
-	quit chan struct{}
-	done chan struct{}
-	sem  chan struct{}
-	busy sync.WaitGroup
+	c     *Client
+	batch backend.BatchRefresher // nil unless the driver refreshes in batches
+	mu    sync.Mutex
+	due   holdHeap
+	wake  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
+	sem   chan struct{}
+	busy  sync.WaitGroup
 }
 
 func newWatchdog(c *Client) *watchdog {
@@ -35,6 +47,7 @@ func newWatchdog(c *Client) *watchdog {
 		done: make(chan struct{}),
 		sem:  make(chan struct{}, maxRefreshing),
 	}
+	w.batch, _ = c.drv.(backend.BatchRefresher)
 	go w.run()
 	return w
 }
@@ -100,18 +113,16 @@ func (w *watchdog) run() {
 		now := time.Now()
 		var ready []*hold
 		w.mu.Lock()
-		for len(w.due) > 0 && !w.due[0].due.After(now) {
+		for len(w.due) > 0 && w.due[0].due.Sub(now) <= early(w.due[0]) {
 			ready = append(ready, heap.Pop(&w.due).(*hold))
 		}
 		next := time.Hour
 		if len(w.due) > 0 {
-			next = w.due[0].due.Sub(now)
+			next = w.due[0].due.Sub(now) - early(w.due[0])
 		}
 		w.mu.Unlock()
-		for _, h := range ready {
-			if !w.fire(h, now) {
-				return
-			}
+		if !w.fire(ready, now) {
+			return
 		}
 		timer.Reset(next)
 		select {
@@ -123,45 +134,84 @@ func (w *watchdog) run() {
 	}
 }
 
-// fire handles a due hold: lost if its deadline passed, else refreshed in
-// the background. It returns false when the watchdog is stopping.
-func (w *watchdog) fire(h *hold, now time.Time) bool {
-	h.mu.Lock()
-	skip := h.done || h.lostErr != nil
-	until, lastErr := h.validUntil, h.refreshErr
-	h.mu.Unlock()
-	switch {
-	case skip:
-		return true
-	case !now.Before(until):
-		why := "its TTL ran out without a refresh"
-		if lastErr != nil {
-			why = "refreshes failed until its TTL ran out: " + lastErr.Error()
+// fire handles the holds that fell due: lost if their deadline passed,
+// else refreshed in the background, in batches where the driver can. It
+// returns false when the watchdog is stopping.
+func (w *watchdog) fire(ready []*hold, now time.Time) bool {
+	var refresh []*hold
+	for _, h := range ready {
+		h.mu.Lock()
+		skip := h.done || h.lostErr != nil
+		until, lastErr := h.validUntil, h.refreshErr
+		h.mu.Unlock()
+		switch {
+		case skip:
+		case !now.Before(until):
+			why := "its TTL ran out without a refresh"
+			if lastErr != nil {
+				why = "refreshes failed until its TTL ran out: " + lastErr.Error()
+			}
+			h.lose(fmt.Errorf("locker: %q: %w: %s", h.name, ErrLost, why))
+		case !h.auto:
+			w.put(h, until)
+		default:
+			refresh = append(refresh, h)
 		}
-		h.lose(fmt.Errorf("locker: %q: %w: %s", h.name, ErrLost, why))
-		return true
-	case !h.auto:
-		w.put(h, until)
-		return true
 	}
-	select {
-	case w.sem <- struct{}{}:
-	case <-w.quit:
-		return false
+	for len(refresh) > 0 {
+		n := 1
+		if w.batch != nil {
+			n = min(len(refresh), maxBatch)
+		}
+		group := refresh[:n]
+		refresh = refresh[n:]
+		select {
+		case w.sem <- struct{}{}:
+		case <-w.quit:
+			return false
+		}
+		w.busy.Add(1)
+		go func() {
+			defer func() { <-w.sem; w.busy.Done() }()
+			w.refresh(group)
+		}()
 	}
-	w.busy.Add(1)
-	go func() {
-		defer func() { <-w.sem; w.busy.Done() }()
-		w.refresh(h, until)
-	}()
 	return true
 }
 
-func (w *watchdog) refresh(h *hold, until time.Time) {
+// refresh refreshes hs, in one call when there are several, each bounded by
+// the earliest deadline among them.
+func (w *watchdog) refresh(hs []*hold) {
+	until := hs[0].deadline()
+	locks := make([]backend.Lock, len(hs))
+	for i, h := range hs {
+		locks[i] = h.lock()
+		if d := h.deadline(); d.Before(until) {
+			until = d
+		}
+	}
 	ctx, cancel := context.WithDeadline(w.c.ctx, until)
 	defer cancel()
 	start := time.Now()
-	err := w.c.drv.Refresh(ctx, h.lock())
+	var errs []error
+	if len(hs) == 1 {
+		errs = []error{w.c.drv.Refresh(ctx, locks[0])}
+	} else {
+		errs = w.batch.RefreshMany(ctx, locks)
+	}
+	for i, h := range hs {
+		var err error
+		if i < len(errs) {
+			err = errs[i]
+		} else {
+			err = fmt.Errorf("locker: driver returned %d results for %d refreshes", len(errs), len(hs))
+		}
+		w.settle(h, start, err)
+	}
+}
+
+// settle records the outcome of h's refresh that was sent at start.
+func (w *watchdog) settle(h *hold, start time.Time, err error) {
 	switch {
 	case err == nil:
 		h.mu.Lock()
@@ -177,6 +227,7 @@ func (w *watchdog) refresh(h *hold, until time.Time) {
 		w.c.cfg.logger.Warn("locker: refresh failed, retrying", "name", h.name, "token", Token(h.token), "err", err)
 		h.mu.Lock()
 		h.refreshErr = err
+		until := h.validUntil
 		h.mu.Unlock()
 		at := time.Now().Add(max(h.ttl/10, 10*time.Millisecond))
 		if at.After(until) {

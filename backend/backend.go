@@ -113,3 +113,13 @@ type Session interface {
 	// the client's last contact with the store.
 	SessionTTL() time.Duration
 }
+
+// BatchRefresher is implemented by drivers that can refresh many locks in
+// one round trip (a pipeline, one statement). The watchdog then refreshes
+// the locks that fall due together in batches, so that holding many locks
+// costs round trips in proportion to batches, not locks.
+type BatchRefresher interface {
+	// RefreshMany refreshes each lock as Refresh would and returns one
+	// error per lock, in order: nil, ErrNotHeld, or another error.
+	RefreshMany(ctx context.Context, locks []Lock) []error
+}

@@ -8,8 +8,8 @@
 // locker package. A driver implements the small required interface [Driver]
 // and, where its store allows, optional interfaces that the locker package
 // finds by type assertion: [Waiter] (native fair waiting), [Notifier]
-// (release notifications) and [Session] (locks kept alive by a server-side
-// session).
+// (release notifications), [Session] (locks kept alive by a server-side
+// session) and [BatchRefresher] (many refreshes in one round trip).
 //
 // Drivers receive only validated input: keys are non-empty valid UTF-8 with
 // no NUL byte, at most [MaxKeyLen] bytes, and TTLs are positive. A driver

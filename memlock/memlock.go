@@ -112,8 +112,9 @@ type Driver struct {
 func New(s *Store) *Driver { return &Driver{s: s} }
 
 var (
-	_ backend.Driver   = (*Driver)(nil)
-	_ backend.Notifier = (*Driver)(nil)
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
 )
 
 func (d *Driver) check(ctx context.Context) error {
@@ -148,12 +149,34 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	return s.refresh(l, time.Now())
+}
+
+func (s *Store) refresh(l backend.Lock, now time.Time) error {
 	if e, ok := s.held(l.Key, now); !ok || e.token != l.Token {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}
 	s.locks[l.Key] = entry{token: l.Token, expires: now.Add(l.TTL)}
 	return nil
+}
+
+// RefreshMany implements backend.BatchRefresher.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+	errs := make([]error, len(locks))
+	if err := d.check(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for i, l := range locks {
+		errs[i] = s.refresh(l, now)
+	}
+	return errs
 }
 
 // Release implements backend.Driver.
