@@ -1,0 +1,540 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// client returns a locker.Client on a new driver of h, closed at cleanup.
+func (h *harness) client(t *testing.T, opts ...locker.Option) (*locker.Client, *Driver) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	drv, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatalf("NewDriver: %v", err)
+	}
+	c, err := locker.New(drv, append([]locker.Option{locker.WithNamespace("t"), locker.WithDefaultTTL(2 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, drv.(*Driver)
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestConfigFromURL(t *testing.T) {
+	t.Setenv(PasswordEnv, "from-env")
+	cases := []struct {
+		url       string
+		endpoints string
+		prefix    string
+		user, pw  string
+		tls       bool
+	}{
+		{"etcd://127.0.0.1:2379", "127.0.0.1:2379", DefaultPrefix, "", "", false},
+		{"etcd://h1:2379,h2,h3:2380/locks/", "h1:2379,h2:2379,h3:2380", "/locks", "", "", false},
+		{"etcd://[::1]/a/b", "[::1]:2379", "/a/b", "", "", false},
+		{"etcd://alice:s3cret@h:2379/p", "h:2379", "/p", "alice", "s3cret", false},
+		{"etcd://alice@h:2379/p", "h:2379", "/p", "alice", "from-env", false},
+		{"etcd://h?tls=true&server_name=etcd.local&dial_timeout=1s", "h:2379", DefaultPrefix, "", "", true},
+	}
+	for _, c := range cases {
+		u, err := url.Parse(c.url)
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		cfg, prefix, err := Config(u)
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		if got := strings.Join(cfg.Endpoints, ","); got != c.endpoints {
+			t.Errorf("%s: endpoints %s, want %s", c.url, got, c.endpoints)
+		}
+		if prefix != c.prefix {
+			t.Errorf("%s: prefix %q, want %q", c.url, prefix, c.prefix)
+		}
+		if cfg.Username != c.user || cfg.Password != c.pw {
+			t.Errorf("%s: user %q password %q, want %q %q", c.url, cfg.Username, cfg.Password, c.user, c.pw)
+		}
+		if (cfg.TLS != nil) != c.tls {
+			t.Errorf("%s: TLS %v, want %v", c.url, cfg.TLS != nil, c.tls)
+		}
+	}
+	for _, bad := range []string{
+		"etcd://h:2379/p?nope=1",
+		"etcd://alice:s3cret@h:2379/p?tls=maybe",
+		"etcd://h:2379/p?dial_timeout=soon",
+		"etcd://h:2379/p?cert=/tmp/x.pem",
+		"etcd://h:2379/p?ca=/nonexistent/ca.pem",
+		"etcd:///p",
+	} {
+		u, err := url.Parse(bad)
+		if err != nil {
+			t.Fatalf("%s: %v", bad, err)
+		}
+		_, _, err = Config(u)
+		if !errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("%s: %v, want ErrInvalidURL", bad, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the error shows the password: %v", bad, err)
+		}
+	}
+}
+
+func TestOpenFailsFast(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	_, err := locker.Open(context.Background(), "etcd://alice:s3cret@127.0.0.1:1/x?dial_timeout=500ms")
+	if err == nil {
+		t.Fatal("Open of an unreachable cluster succeeded")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Open took %v to fail", took)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("the error shows the password: %v", err)
+	}
+}
+
+func TestOpenThroughLocker(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c, err := locker.Open(ctx, h.url()+"&namespace=viaopen&ttl=3s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.TTL() != 3*time.Second || l.Fence() == 0 {
+		t.Errorf("TTL %v fence %d, want 3s and a fence", l.TTL(), l.Fence())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEffectiveTTL: lease TTLs are whole seconds, at least the server's
+// minimum, and the Grant says so; locks with one TTL share one lease.
+func TestEffectiveTTL(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	_, d := h.client(t)
+	for i, c := range []struct{ ask, want time.Duration }{
+		{time.Nanosecond, 2 * time.Second},
+		{1500 * time.Millisecond, 2 * time.Second},
+		{2 * time.Second, 2 * time.Second},
+		{2001 * time.Millisecond, 3 * time.Second},
+		{10 * time.Second, 10 * time.Second},
+	} {
+		l := backend.Lock{Key: "t/ttl" + string(rune('a'+i)), Token: strings.Repeat("ab", 16), TTL: c.ask}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatalf("TTL %v: %v", c.ask, err)
+		}
+		if g.TTL != c.want {
+			t.Errorf("TTL %v granted as %v, want %v", c.ask, g.TTL, c.want)
+		}
+		l.Fence = g.Fence
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.mu.Lock()
+	n := len(d.leases)
+	d.mu.Unlock()
+	if n != 3 {
+		t.Errorf("%d leases for TTLs of 2s, 3s and 10s, want 3", n)
+	}
+	if got := d.SessionTTL(); got != 2*time.Second {
+		t.Errorf("SessionTTL %v, want 2s", got)
+	}
+	for _, bad := range []time.Duration{0, -1, (maxLeaseTTL + 1) * time.Second} {
+		_, err := d.TryAcquire(ctx, backend.Lock{Key: "t/bad", Token: strings.Repeat("cd", 16), TTL: bad})
+		if !errors.Is(err, backend.ErrInvalidTTL) {
+			t.Errorf("TTL %v: %v, want ErrInvalidTTL", bad, err)
+		}
+	}
+}
+
+// TestNamesIsolated: the queues of "a" and "a/b" never mix.
+func TestNamesIsolated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c1, _ := h.client(t)
+	c2, _ := h.client(t)
+	names := []string{"a", "a/b", "a/", "a%2Fb"}
+	var held []*locker.Lock
+	for _, n := range names {
+		l, err := c1.TryAcquire(ctx, n)
+		if err != nil {
+			t.Fatalf("TryAcquire(%q): %v", n, err)
+		}
+		held = append(held, l)
+	}
+	got := make(chan string, len(names))
+	for _, n := range names {
+		go func() {
+			l, err := c2.Acquire(ctx, n)
+			if err != nil {
+				t.Errorf("Acquire(%q): %v", n, err)
+				got <- ""
+				return
+			}
+			got <- n
+			l.Release(ctx)
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var total int
+		for _, n := range names {
+			k, err := h.Entries(ctx, backend.Key("t", n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += k
+		}
+		if total == 2*len(names) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries, want %d", total, 2*len(names))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, n := range names {
+		if err := held[i].Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case w := <-got:
+			if w != n {
+				t.Fatalf("releasing %q woke the waiter of %q", n, w)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the waiter of %q did not get it", n)
+		}
+	}
+}
+
+// TestRevokedLease: a lease revoked from outside fires the holder's lost
+// signal, and the next waiter gets the lock with a higher fence.
+func TestRevokedLease(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c1, _ := h.client(t)
+	c2, _ := h.client(t)
+	l, err := c1.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c1.TryAcquire(ctx, "y") // same client, same lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *locker.Lock, 1)
+	go func() {
+		w, err := c2.Acquire(ctx, "x")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	time.Sleep(200 * time.Millisecond)
+	revoked := time.Now()
+	if err := h.Expire(ctx, backend.Key("t", "x")); err != nil {
+		t.Fatal(err)
+	}
+	var w *locker.Lock
+	select {
+	case w = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock after the holder's lease was revoked")
+	}
+	if w == nil {
+		t.FailNow()
+	}
+	if w.Fence() <= l.Fence() {
+		t.Errorf("fence %d after %d", w.Fence(), l.Fence())
+	}
+	for _, held := range []*locker.Lock{l, other} {
+		select {
+		case <-held.Lost():
+			if !errors.Is(held.Err(), locker.ErrLost) {
+				t.Errorf("Err() = %v, want ErrLost", held.Err())
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%q: no lost signal %v after its lease was revoked", held.Name(), time.Since(revoked))
+		}
+	}
+	t.Logf("lost signal %v after the revoke", time.Since(revoked))
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The client goes on with a new lease.
+	l2, err := c1.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatalf("TryAcquire after the lease was lost: %v", err)
+	}
+	l2.Release(ctx)
+}
+
+// TestWaiterLeaseRevoked: a waiter whose lease is revoked queues again with
+// a new lease, and still gets the lock.
+func TestWaiterLeaseRevoked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c1, _ := h.client(t)
+	c2, d2 := h.client(t)
+	l, err := c1.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := c2.Acquire(ctx, "x")
+		if err == nil {
+			w.Release(ctx)
+		}
+		got <- err
+	}()
+	var id clientv3.LeaseID
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if n, _ := h.Entries(ctx, backend.Key("t", "x")); n == 2 {
+			d2.mu.Lock()
+			for _, ls := range d2.leases {
+				id = ls.id
+			}
+			d2.mu.Unlock()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not queue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := h.admin.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The waiter learns of it from its next keep-alive (TTL/3), and queues
+	// again.
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		d2.mu.Lock()
+		var nu clientv3.LeaseID
+		for _, ls := range d2.leases {
+			nu = ls.id
+		}
+		d2.mu.Unlock()
+		n, _ := h.Entries(ctx, backend.Key("t", "x"))
+		if n == 2 && nu != id && nu != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries 3s after the waiter's lease was revoked, want 2: it queues again", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.Release(ctx)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the lock")
+	}
+}
+
+// TestEntryDeletedByHand: an entry deleted while its lease lives is
+// reported lost within a TTL.
+func TestEntryDeletedByHand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c1, _ := h.client(t)
+	l, err := c1.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.admin.Delete(ctx, h.probe.Dir(backend.Key("t", "x")), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(l.TTL() + time.Second):
+		t.Fatal("no lost signal after the entry was deleted")
+	}
+	if err := l.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Release = %v, want ErrNotHeld", err)
+	}
+}
+
+// TestNewKeepsUserClient: Close frees the locks but leaves the user's client
+// open.
+func TestNewKeepsUserClient(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	d := New(h.admin, WithPrefix(h.prefix))
+	l := backend.Lock{Key: "t/x", Token: strings.Repeat("ef", 16), TTL: 2 * time.Second}
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.Entries(ctx, "t/x"); err != nil || n != 0 {
+		t.Fatalf("%d entries after Close (err %v), want 0", n, err)
+	}
+	if _, err := d.TryAcquire(ctx, l); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	if err := d.Close(); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("second Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestMemberStopped: with a member of the cluster stopped (first etcd-c1,
+// then whichever member leads), locks keep working through the others, no
+// two holders ever hold at once, fences keep increasing, and a lock held
+// across the stop is not lost.
+func TestMemberStopped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdClusterEndpoints())
+	memberStopped(t, h, "etcd-c1")
+	leader := leaderInstance(t, h)
+	t.Logf("the leader is %s", leader)
+	memberStopped(t, h, leader)
+}
+
+// leaderInstance names the instance of the cluster's leader.
+func leaderInstance(t *testing.T, h *harness) string {
+	t.Helper()
+	ctx := testCtx(t, 10*time.Second)
+	var leader uint64
+	ids := map[uint64]int{}
+	for i, ep := range h.endpoints {
+		st, err := h.admin.Status(ctx, ep)
+		if err != nil {
+			t.Fatalf("status of %s: %v", ep, err)
+		}
+		leader = st.Leader
+		ids[st.Header.MemberId] = i
+	}
+	i, ok := ids[leader]
+	if !ok {
+		t.Fatalf("leader %x is none of %v", leader, h.endpoints)
+	}
+	return "etcd-c" + string(rune('1'+i))
+}
+
+func memberStopped(t *testing.T, h *harness, instance string) {
+	ctx := testCtx(t, 2*time.Minute)
+	c1, _ := h.client(t)
+	c2, _ := h.client(t)
+	long, err := c1.TryAcquire(ctx, "long-"+instance, locker.TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		inside     int
+		lastFence  uint64
+		acquired   atomic.Int64
+		errCount   atomic.Int64
+		stopped    atomic.Bool
+		afterStop  atomic.Int64
+		stopWorker = make(chan struct{})
+		wg         sync.WaitGroup
+	)
+	for w := range 6 {
+		c := []*locker.Client{c1, c2}[w%2]
+		wg.Go(func() {
+			for {
+				select {
+				case <-stopWorker:
+					return
+				default:
+				}
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				l, err := c.Acquire(actx, "x-"+instance)
+				cancel()
+				if err != nil {
+					errCount.Add(1)
+					t.Logf("worker %d: %v", w, err)
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				inside++
+				if inside != 1 {
+					t.Errorf("%d holders at once", inside)
+				}
+				if l.Fence() <= lastFence {
+					t.Errorf("fence %d after %d", l.Fence(), lastFence)
+				}
+				lastFence = l.Fence()
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				acquired.Add(1)
+				if stopped.Load() {
+					afterStop.Add(1)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Logf("worker %d: release: %v", w, err)
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	before := acquired.Load()
+	testenv.Stop(t, instance)
+	stopped.Store(true)
+	time.Sleep(4 * time.Second)
+	during := afterStop.Load()
+	testenv.Start(t, instance)
+	time.Sleep(time.Second)
+	close(stopWorker)
+	wg.Wait()
+	t.Logf("%s: acquisitions: %d before the stop, %d with it down, %d in all; %d errors", instance, before, during, acquired.Load(), errCount.Load())
+	if before == 0 || during == 0 {
+		t.Fatalf("locks did not keep working: %d acquisitions before the stop, %d while %s was down", before, during, instance)
+	}
+	select {
+	case <-long.Lost():
+		t.Errorf("a lock held across the stop of %s was lost: %v", instance, long.Err())
+	default:
+	}
+	if err := long.Release(ctx); err != nil {
+		t.Errorf("release of the long-held lock: %v", err)
+	}
+}
