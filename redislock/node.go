@@ -220,9 +220,10 @@ type hub struct {
 }
 
 type chanState struct {
-	subs   map[*subscription]struct{}
-	active bool        // confirmed subscribed on the current connection
-	idle   *time.Timer // linger before UNSUBSCRIBE, when subs is empty
+	subs    map[*subscription]struct{}
+	active  bool        // confirmed subscribed on the current connection
+	idle    *time.Timer // linger before UNSUBSCRIBE, when subs is empty
+	idleGen uint64      // which linger idle is
 }
 
 type subscription struct {
@@ -371,21 +372,21 @@ func (n *node) unsubscribe(h *hub, channel string, st *chanState, sub *subscript
 		return
 	}
 	n.wg.Add(1)
-	var t *time.Timer
-	t = time.AfterFunc(n.linger, func() {
+	st.idleGen++
+	gen := st.idleGen
+	st.idle = time.AfterFunc(n.linger, func() {
 		defer n.wg.Done()
-		h.expire(channel, st, t)
+		h.expire(channel, st, gen)
 	})
-	st.idle = t
 }
 
 // expire UNSUBSCRIBEs an idle channel, or closes the hub if it was the last.
-func (h *hub) expire(channel string, st *chanState, t *time.Timer) {
+func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	n := h.n
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
 	n.mu.Lock()
-	if n.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle != t {
+	if n.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle == nil || st.idleGen != gen {
 		n.mu.Unlock()
 		return
 	}

@@ -1,0 +1,474 @@
+package redislock
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// uniqueKey returns a driver key no other test uses.
+func uniqueKey(t *testing.T) string {
+	return backend.Key("redislock-test", t.Name()+"/"+randHex(4))
+}
+
+func newToken() string { return randHex(16) }
+
+func adminClient(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openDriver(t *testing.T, opts ...Option) *Driver {
+	t.Helper()
+	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0", opts...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestKeysShareASlot(t *testing.T) {
+	for _, k := range []string{"ns/a", "ns/{x}", "ns/}{", "ns/a:b", "ns/ü/../"} {
+		lk, fk, ch := lockKey(k), fenceKey(k), releaseChannel(k)
+		tag := func(s string) string {
+			i := strings.IndexByte(s, '{')
+			j := strings.IndexByte(s[i+1:], '}')
+			return s[i+1 : i+1+j]
+		}
+		if tag(lk) != backend.EscapeKey(k) || tag(fk) != tag(lk) || tag(ch) != tag(lk) {
+			t.Errorf("key %q: lock %q, fence %q, channel %q do not share the hash tag %q", k, lk, fk, ch, backend.EscapeKey(k))
+		}
+	}
+}
+
+func TestTTLRounding(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	d := openDriver(t)
+	admin := adminClient(t, testenv.RedisAddr())
+	for _, c := range []struct {
+		ttl, want time.Duration
+	}{
+		{time.Nanosecond, time.Millisecond},
+		{1500 * time.Microsecond, 2 * time.Millisecond},
+		{time.Second, time.Second},
+		{30 * 24 * time.Hour, 30 * 24 * time.Hour},
+	} {
+		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: c.ttl}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatalf("TryAcquire(TTL %v): %v", c.ttl, err)
+		}
+		if g.TTL != c.want {
+			t.Errorf("TTL %v granted as %v, want %v", c.ttl, g.TTL, c.want)
+		}
+		if c.ttl >= time.Second {
+			pttl, err := admin.PTTL(ctx, lockKey(l.Key)).Result()
+			if err != nil || pttl <= 0 || pttl > c.want {
+				t.Errorf("TTL %v: the server's PTTL is %v (err %v)", c.ttl, pttl, err)
+			}
+		}
+		_ = d.Release(ctx, l)
+	}
+}
+
+// The acquire script is safe to run twice (go-redis retries a command whose
+// reply was lost): the second run reports the same grant.
+func TestAcquireRetryIsIdempotent(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	d := openDriver(t)
+	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
+	g1, err := d.TryAcquire(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx, l)
+	if err != nil || g2.Fence != g1.Fence {
+		t.Fatalf("the same token's second acquire = %+v, %v; want fence %d", g2, err, g1.Fence)
+	}
+	other := l
+	other.Token = newToken()
+	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("another token's acquire = %v, want ErrNotAcquired", err)
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Losing the fence counter (as a restart without persistence or a failover
+// to a stale replica would) does not make fences go back.
+func TestFenceSurvivesLostCounter(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	d := openDriver(t)
+	admin := adminClient(t, testenv.RedisAddr())
+	key := uniqueKey(t)
+	var last uint64
+	for i := range 6 {
+		l := backend.Lock{Key: key, Token: newToken(), TTL: time.Second}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("round %d: fence %d after %d", i, g.Fence, last)
+		}
+		last = g.Fence
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		switch i {
+		case 1:
+			admin.Del(ctx, fenceKey(key)) // lost
+		case 3:
+			// stale: a replica that missed increments
+			admin.Set(ctx, fenceKey(key), "7", 0)
+		}
+	}
+	if err := admin.Del(ctx, fenceKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An empty script cache (restart, failover, SCRIPT FLUSH) is refilled.
+func TestNoScriptFallback(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := testCtx(t)
+	d := openDriver(t)
+	admin := adminClient(t, testenv.RedisAddr())
+	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+	for _, step := range []func() error{
+		func() error { _, err := d.TryAcquire(ctx, l); return err },
+		func() error { return d.Refresh(ctx, l) },
+		func() error { return d.Release(ctx, l) },
+	} {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := step(); err != nil {
+			t.Fatalf("after SCRIPT FLUSH: %v", err)
+		}
+	}
+}
+
+func TestNotifications(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	d1, d2 := openDriver(t), openDriver(t, withLinger(20*time.Millisecond))
+	key := uniqueKey(t)
+	l := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	if _, err := d1.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	ch, cancel, err := d2.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch2, cancel2, err := d2.Subscribe(ctx, key) // a second waiter on the same name
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, cancelOther, err := d2.Subscribe(ctx, key+"x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancelOther()
+	if err := d1.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []<-chan struct{}{ch, ch2} {
+		select {
+		case <-c:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %d: no notification 5s after the release", i)
+		}
+	}
+	select {
+	case <-other:
+		t.Fatalf("a release of another name woke a waiter")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	cancel() // idempotent
+	cancel2()
+	// The channel is unsubscribed after the linger; the hub stays for the
+	// other name.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d2.n.mu.Lock()
+		h := d2.n.hubs[""]
+		n := len(h.chans)
+		d2.n.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d channels still subscribed, want 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelOther()
+	for {
+		d2.n.mu.Lock()
+		n := len(d2.n.hubs)
+		d2.n.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle hub was not closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// And it comes back.
+	ch, cancel, err = d2.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	if _, err := d1.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no notification after re-subscribing")
+	}
+	d2.Close()
+	if _, _, err := d2.Subscribe(ctx, key); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Subscribe after Close = %v, want ErrClosed", err)
+	}
+	cancel() // after Close: still safe
+}
+
+// Many waiters subscribe and leave concurrently, on several names, while
+// releases are published: no race, no lost confirmation.
+func TestSubscribeChurn(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	d := openDriver(t, withLinger(time.Millisecond))
+	pub := openDriver(t)
+	keys := []string{uniqueKey(t), uniqueKey(t), uniqueKey(t)}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 30 {
+				key := keys[(w+i)%len(keys)]
+				_, cancel, err := d.Subscribe(ctx, key)
+				if err != nil {
+					t.Errorf("Subscribe: %v", err)
+					return
+				}
+				l := backend.Lock{Key: key, Token: newToken(), TTL: time.Second}
+				if _, err := pub.TryAcquire(ctx, l); err == nil {
+					_ = pub.Release(ctx, l)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestMaxmemoryWarning(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := testCtx(t)
+	admin := adminClient(t, testenv.RedisAddr())
+	old, err := admin.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		t.Skipf("CONFIG GET: %v", err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Skipf("CONFIG SET: %v", err)
+	}
+	t.Cleanup(func() { admin.ConfigSet(context.Background(), "maxmemory-policy", old["maxmemory-policy"]) })
+
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	d, err := Open(ctx, "redis://"+testenv.RedisAddr()+"/0", WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if !strings.Contains(buf.String(), "allkeys-lru") {
+		t.Fatalf("Open logged %q, want a warning naming allkeys-lru", buf.String())
+	}
+
+	// New checks in the background.
+	buf.Reset()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	d = New(rdb, WithLogger(log))
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(buf.String(), "allkeys-lru") {
+		if time.Now().After(deadline) {
+			t.Fatalf("New logged %q, want a warning naming allkeys-lru", buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Close closed the caller's client: %v", err)
+	}
+
+	// A user who may not run CONFIG: no warning, no failure.
+	user := "redislock-test-" + randHex(4)
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Skipf("ACL SETUSER: %v", err)
+	}
+	defer admin.Do(context.Background(), "ACL", "DELUSER", user)
+	buf.Reset()
+	d, err = Open(ctx, "redis://"+user+":pw@"+testenv.RedisAddr()+"/0", WithLogger(log))
+	if err != nil {
+		t.Fatalf("Open as a user without CONFIG: %v", err)
+	}
+	defer d.Close()
+	if strings.Contains(buf.String(), "WARN") {
+		t.Fatalf("warned without being able to read the policy: %q", buf.String())
+	}
+	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		t.Fatalf("TryAcquire as a user without CONFIG: %v", err)
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
+}
+
+// A ring spreads names over shards; each name's lock, fence and release
+// channel stay on one shard, and waiters are woken on that shard.
+func TestRing(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs[0], addrs[1])
+	t.Parallel()
+	ctx := testCtx(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]}})
+	defer ring.Close()
+	rdb1 := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]}})
+	defer rdb1.Close()
+	c1, err := locker.New(New(ring), locker.WithNamespace("redislock-ring"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c2, err := locker.New(New(rdb1), locker.WithNamespace("redislock-ring"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	for i := range 8 {
+		name := t.Name() + randHex(4) + string(rune('a'+i))
+		l, err := c1.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			w, err := c2.Acquire(ctx, name)
+			if err == nil {
+				err = w.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(30 * time.Millisecond)
+		released := time.Now()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		// Woken, not polled: well under the 250ms backoff cap.
+		if d := time.Since(released); d > 200*time.Millisecond {
+			t.Logf("name %d: waiter took %v after the release", i, d)
+		}
+	}
+}
+
+// Close leaves the caller's client open, and stops every goroutine.
+func TestNewDoesNotCloseCallersClient(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	d := New(rdb)
+	if _, cancel, err := d.Subscribe(ctx, uniqueKey(t)); err != nil {
+		t.Fatal(err)
+	} else {
+		defer cancel()
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("second Close = %v, want ErrClosed", err)
+	}
+	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+	if _, err := d.TryAcquire(ctx, l); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the caller's client was closed: %v", err)
+	}
+}
