@@ -125,7 +125,9 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if c.closed {
 		c.mu.Unlock()
 		c.abandon(h)
-		_ = c.drv.Release(context.WithoutCancel(ctx), h.lock())
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(h.ttl))
+		_ = c.drv.Release(rctx, h.lock())
+		cancel()
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrClosed)
 	}
 	h.depth = 1

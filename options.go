@@ -89,4 +89,7 @@ func Owner(owner string) LockOption { return func(c *lockConfig) { c.owner = own
 // AutoRefresh turns the watchdog on (the default) or off. With it, the
 // Client refreshes the lock every TTL/3 until Release. Without it, the lock
 // expires TTL after it was acquired or last refreshed, and Lost fires then.
+// On backends whose locks live in a server-side session (etcd, ZooKeeper:
+// backend.Session) the session keeps every lock alive and the option has
+// no effect; such a lock is lost when the session ends.
 func AutoRefresh(on bool) LockOption { return func(c *lockConfig) { c.noAuto = !on } }
