@@ -85,9 +85,9 @@ func postgresDialect(schema, table string) dialect {
 		exists:       `SELECT to_regclass($1) IS NOT NULL`,
 		schemaExists: `SELECT to_regnamespace($1) IS NOT NULL`,
 		createLock:   `SELECT pg_advisory_xact_lock($1)`,
-		createTable:  strings.ReplaceAll(SchemaSQL, defaultTable, t),
+		createTable:  schemaFor(t),
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
-VALUES ($1, $2, $3, 1, clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond')
+VALUES ($1, $2, nullif($3, ''), 1, clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond')
 ON CONFLICT (name) DO UPDATE
 SET token = excluded.token, owner = excluded.owner, version = l.version + 1,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
@@ -117,6 +117,19 @@ FROM ` + t + ` WHERE name = $1`,
 		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
 	}
 	return d
+}
+
+// schemaFor returns SchemaSQL for the quoted table name t, without its
+// comments, so that a name can only ever be a name.
+func schemaFor(t string) string {
+	var b strings.Builder
+	for line := range strings.Lines(SchemaSQL) {
+		if code, _, _ := strings.Cut(line, "--"); strings.TrimSpace(code) != "" {
+			b.WriteString(strings.ReplaceAll(strings.TrimRight(code, " \t\r\n"), defaultTable, t))
+			b.WriteString("\n")
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // createLockKey is the advisory lock that serializes the creation of one

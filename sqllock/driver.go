@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -113,8 +114,8 @@ func checkIdent(what, name string, empty bool) error {
 	switch {
 	case name == "" && empty:
 		return nil
-	case name == "" || len(name) > maxIdentLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("sqllock: %w: %s name %q: want 1 to %d bytes of UTF-8 without NUL", backend.ErrInvalidURL, what, name, maxIdentLen)
+	case name == "" || len(name) > maxIdentLen || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
+		return fmt.Errorf("sqllock: %w: %s name %q: want 1 to %d bytes of UTF-8 without control characters", backend.ErrInvalidURL, what, name, maxIdentLen)
 	}
 	return nil
 }

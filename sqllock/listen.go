@@ -30,6 +30,10 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 // connection; the caller then polls instead.
 const subscribeWait = 5 * time.Second
 
+// listenPing is how long the listener waits without a notification before
+// it checks its connection.
+const listenPing = 30 * time.Second
+
 type subscription struct {
 	key string
 	ch  chan struct{}
@@ -219,11 +223,13 @@ func (l *listener) run() {
 // listener stops (true).
 func (l *listener) serve(conn *pgx.Conn) bool {
 	tick := min(max(l.d.cfg.listenIdle/2, 10*time.Millisecond), time.Second)
+	heard := time.Now()
 	for {
 		wctx, cancel := context.WithTimeout(l.ctx, tick)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if n != nil {
+			heard = time.Now()
 			l.deliver(n.Payload)
 		}
 		switch {
@@ -233,6 +239,17 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 		case (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)) && !conn.IsClosed():
 			if l.stopIfIdle(l.d.cfg.listenIdle) {
 				return true
+			}
+			if time.Since(heard) >= listenPing {
+				// A connection that died without a word (a half-open TCP
+				// connection) would otherwise wait forever.
+				pctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+				err := conn.Ping(pctx)
+				cancel()
+				if err != nil {
+					return l.ctx.Err() != nil && l.stopIfIdle(0)
+				}
+				heard = time.Now()
 			}
 		default:
 			return false

@@ -137,7 +137,7 @@ func TestBadOptions(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
-	for _, o := range []Option{Table(""), Table(strings.Repeat("x", 64)), Table("a\x00b"), Schema(strings.Repeat("s", 64))} {
+	for _, o := range []Option{Table(""), Table(strings.Repeat("x", 64)), Table("a\x00b"), Table("x\nDROP TABLE y; --"), Schema(strings.Repeat("s", 64))} {
 		if _, err := newDriver(nil, false, []Option{o}); !errors.Is(err, backend.ErrInvalidURL) {
 			t.Errorf("bad option: %v, want ErrInvalidURL", err)
 		}
@@ -147,5 +147,42 @@ func TestBadOptions(t *testing.T) {
 	}
 	if ch := postgresDialect(strings.Repeat("s", 63), strings.Repeat("t", 63)).channel; len(ch) > maxIdentLen {
 		t.Fatalf("channel %q longer than %d bytes", ch, maxIdentLen)
+	}
+}
+
+// Names that need quoting work end to end: creation, locks, notifications.
+func TestQuotedNames(t *testing.T) {
+	t.Parallel()
+	admin := adminPool(t)
+	ctx := context.Background()
+	schema, table := `Sch ema.`+randHex(3), `Locks "Q" ü-`+randHex(3)
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+quote(schema)+" CASCADE")
+	})
+	d, err := Open(ctx, baseURL(t), Schema(schema), Table(table))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer d.Close()
+	ch, cancel, err := d.Subscribe(ctx, "q/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	l := backend.Lock{Key: "q/k", Token: randHex(16), TTL: time.Second}
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification")
+	}
+	var n int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+d.TableName()).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows %d, %v", n, err)
 	}
 }
