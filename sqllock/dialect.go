@@ -50,6 +50,10 @@ type dialect struct {
 	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs) extends a live
 	// lock of the token; it affects no row otherwise.
 	refresh string
+	// refreshMany($1 keys, $2 tokens, $3 fences, $4 ttls µs, arrays of
+	// one length) is refresh for each element, and returns the 1-based
+	// positions of those it extended.
+	refreshMany string
 	// release($1 key, $2 token, $3 fence or 0, $4 channel) frees the token's
 	// lock and notifies the channel; it returns one boolean (whether the lock
 	// was still live) or no row when the token did not have it.
@@ -96,6 +100,12 @@ RETURNING version`,
 		refresh: `UPDATE ` + t + `
 SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()`,
+		refreshMany: `UPDATE ` + t + ` AS l
+SET expires_at = clock_timestamp() + b.us * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS b(name, token, fence, us, i)
+WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fence)
+    AND l.expires_at > clock_timestamp()
+RETURNING b.i`,
 		// A released row keeps its expires_at, so that RETURNING can tell
 		// whether the lock was still live; token NULL marks it free.
 		release: `WITH freed AS (

@@ -36,8 +36,9 @@ type Driver struct {
 }
 
 var (
-	_ backend.Driver   = (*Driver)(nil)
-	_ backend.Notifier = (*Driver)(nil)
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
 )
 
 type config struct {
@@ -212,6 +213,71 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 		return fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
 	}
 	return nil
+}
+
+// RefreshMany implements backend.BatchRefresher: one UPDATE over the
+// unnested arrays of keys, tokens, fences and TTLs refreshes every lock
+// that its token still holds.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+	errs := make([]error, len(locks))
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	if err := d.begin("refresh"); err != nil {
+		return fail(err)
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		return fail(err)
+	}
+	n := len(locks)
+	keys, tokens := make([]string, 0, n), make([]string, 0, n)
+	fences, ttls := make([]int64, 0, n), make([]int64, 0, n)
+	pos := make([]int, 0, n) // index in locks of each array element
+	for i, l := range locks {
+		us, err := micros(l.TTL)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		keys, tokens = append(keys, l.Key), append(tokens, l.Token)
+		fences, ttls = append(fences, int64(l.Fence)), append(ttls, us)
+		pos = append(pos, i)
+	}
+	if len(pos) == 0 {
+		return errs
+	}
+	done := make([]bool, len(pos))
+	err := d.retry(ctx, func() error {
+		rows, err := d.pool.Query(ctx, d.sql.refreshMany, keys, tokens, fences, ttls)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var i int64
+			if err := rows.Scan(&i); err != nil {
+				return err
+			}
+			if i >= 1 && int(i) <= len(done) {
+				done[i-1] = true
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return fail(d.wrap("refresh", err))
+	}
+	for j, i := range pos {
+		if !done[j] {
+			errs[i] = fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
+		}
+	}
+	return errs
 }
 
 // Release implements backend.Driver: it frees the token's lock (the row

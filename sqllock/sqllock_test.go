@@ -270,3 +270,54 @@ func TestClientClockDoesNotMatter(t *testing.T) {
 		other.Close()
 	}
 }
+
+func TestRefreshMany(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx := context.Background()
+	var held []backend.Lock
+	for i := range 5 {
+		l := backend.Lock{Key: "many/" + string(rune('a'+i)), Token: randHex(16), TTL: 300 * time.Millisecond}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Fence = g.Fence
+		held = append(held, l)
+	}
+	if err := h.Expire(ctx, held[3].Key); err != nil {
+		t.Fatal(err)
+	}
+	forged := held[1]
+	forged.Token = randHex(16)
+	stale := held[2]
+	stale.Fence++
+	bad := held[4]
+	bad.TTL = 0
+	batch := []backend.Lock{held[0], forged, stale, held[3], bad, held[1], {Key: "many/none", Token: randHex(16), TTL: time.Second}}
+	for i := range batch {
+		if batch[i].TTL > 0 {
+			batch[i].TTL = 5 * time.Second
+		}
+	}
+	errs := d.RefreshMany(ctx, batch)
+	want := []error{nil, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrInvalidTTL, nil, backend.ErrNotHeld}
+	if len(errs) != len(want) {
+		t.Fatalf("%d results for %d locks", len(errs), len(batch))
+	}
+	for i := range want {
+		if (want[i] == nil) != (errs[i] == nil) || want[i] != nil && !errors.Is(errs[i], want[i]) {
+			t.Errorf("lock %d: %v, want %v", i, errs[i], want[i])
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // past the original TTL: only the refreshed live on
+	for i, l := range held {
+		info, err := d.Inspect(ctx, l.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantHeld := i == 0 || i == 1; info.Held != wantHeld {
+			t.Errorf("lock %d held %v, want %v", i, info.Held, wantHeld)
+		}
+	}
+}
