@@ -2,7 +2,13 @@ package zklock
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,4 +155,208 @@ func TestExpireFiresLost(t *testing.T) {
 	if err := d1.Release(ctx, l1); !errors.Is(err, backend.ErrNotHeld) {
 		t.Errorf("Release after expiry: %v", err)
 	}
+}
+
+func TestACLStopsTheft(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	alice := dial(t, servers, WithDigestAuth("alice", "s3cret"))
+	bob := dial(t, servers, WithDigestAuth("alice", "s3cret")) // another process with the credential
+	eve := dial(t, servers)                                     // no credential
+	mallory := dial(t, servers, WithDigestAuth("alice", "guess"))
+	ctx := context.Background()
+	key := uniqueKey(t)
+
+	l := lockFor(t, key)
+	if _, err := alice.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	_, path, err := holderSession(eve.conn, eve, key)
+	if err != nil {
+		t.Fatalf("others can still read the queue: %v", err)
+	}
+	for name, thief := range map[string]*Driver{"no credential": eve, "wrong password": mallory} {
+		if err := thief.conn.Delete(path, -1); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s: deleting the holder's node = %v, want ErrNoAuth", name, err)
+		}
+		if _, err := thief.conn.Set(path, []byte("mine"), -1); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s: writing the holder's node = %v, want ErrNoAuth", name, err)
+		}
+		if _, err := thief.TryAcquire(ctx, lockFor(t, key)); err == nil || errors.Is(err, backend.ErrNotAcquired) {
+			t.Errorf("%s: TryAcquire = %v, want a permission error", name, err)
+		} else if !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s: TryAcquire = %v, want it to wrap ErrNoAuth", name, err)
+		}
+		// Even with the token, a release cannot delete the node.
+		if err := thief.Release(ctx, l); err == nil {
+			t.Errorf("%s: Release with the holder's token succeeded", name)
+		}
+	}
+	if n := entries(t, alice, key); n != 1 {
+		t.Fatalf("%d nodes in the queue, want the holder's only", n)
+	}
+	l2 := lockFor(t, key)
+	if _, err := bob.TryAcquire(ctx, l2); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("a client with the credential: TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if err := alice.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.TryAcquire(ctx, l2); err != nil {
+		t.Fatalf("a client with the credential, after the release: %v", err)
+	}
+	acl, _, err := eve.conn.GetACL(alice.parentPath(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acl) != 2 || acl[0].Scheme != "digest" || acl[1].Scheme != "world" || acl[1].Perms != zk.PermRead {
+		t.Errorf("parent ACL %+v", acl)
+	}
+}
+
+// TestWaiterSessionExpires: a waiter whose session expires gets a clear
+// error, and its node is gone.
+func TestWaiterSessionExpires(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	holder, waiter := dial(t, servers), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	if _, err := holder.TryAcquire(ctx, lockFor(t, key)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, lockFor(t, key))
+		done <- err
+	}()
+	for entries(t, holder, key) != 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sid := waiter.conn.SessionID()
+	_, g := drivers.bySession(sid)
+	_, passwd := waiter.wire.credentials()
+	g.close()
+	err := expireSession(servers, sid, passwd)
+	g.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("Acquire = %v, want ErrSessionExpired", err)
+		}
+		t.Logf("waiter: %v", err)
+	case <-time.After(2 * testTimeout):
+		t.Fatal("the waiter still waits after its session expired")
+	}
+	if n := entries(t, holder, key); n != 1 {
+		t.Fatalf("%d nodes in the queue, want the holder's only", n)
+	}
+	// The driver goes on with a new session.
+	if _, err := waiter.TryAcquire(ctx, lockFor(t, key+"/other")); err != nil {
+		t.Fatalf("after the expiry: %v", err)
+	}
+}
+
+// dropConn loses the response to the next multi-op: it discards what the
+// server sends once the request is out, and hangs up.
+type dropConn struct {
+	net.Conn
+	armed *atomic.Bool
+	drop  atomic.Bool
+	hits  *atomic.Int32
+}
+
+func (c *dropConn) Write(p []byte) (int, error) {
+	if len(p) >= 12 && int32(binary.BigEndian.Uint32(p[8:12])) == 14 && c.armed.CompareAndSwap(true, false) {
+		c.drop.Store(true)
+		c.hits.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *dropConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.drop.Load() {
+		c.Conn.Close()
+		return 0, errors.New("test: response dropped")
+	}
+	return n, err
+}
+
+func TestLostCreateResponseFound(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	var armed atomic.Bool
+	var hits atomic.Int32
+	var logs syncBuffer
+	d := dial(t, servers, WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &dropConn{Conn: c, armed: &armed, hits: &hits}, nil
+	}), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, fresh := range []bool{true, false} {
+		key := uniqueKey(t)
+		if !fresh {
+			l := lockFor(t, key)
+			if _, err := d.TryAcquire(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		armed.Store(true)
+		l := lockFor(t, key)
+		g, err := d.Acquire(ctx, l)
+		if err != nil {
+			t.Fatalf("Acquire with a lost create response (fresh name %v): %v", fresh, err)
+		}
+		if armed.Load() {
+			t.Fatal("no multi-op was sent")
+		}
+		if n := entries(t, d, key); n != 1 {
+			t.Fatalf("%d nodes after a lost create response, want 1", n)
+		}
+		_, path, _ := holderSession(d.conn, d, key)
+		_, st, err := d.conn.Exists(path)
+		if err != nil || uint64(st.Czxid) != g.Fence {
+			t.Fatalf("fence %d, node %+v, %v", g.Fence, st, err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hits.Load() != 2 {
+		t.Fatalf("%d responses dropped, want 2", hits.Load())
+	}
+	// On the fresh name the lost response was "no parent"; on the known
+	// one the server made the node, and the driver found it again.
+	if n := strings.Count(logs.String(), "found the node of a lost create response"); n != 1 {
+		t.Errorf("%d nodes found again, want 1", n)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -389,6 +389,7 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 			// dropped: look for it by its hash.
 			uncertain = true
 			if e, ferr := d.find(parent, hash); ferr == nil && e != nil {
+				d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
 				return e, nil
 			}
 		case transient(err):

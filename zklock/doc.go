@@ -1,0 +1,105 @@
+// Package zklock is the ZooKeeper backend of package locker: the lock
+// recipe of ZooKeeper's documentation and Curator's InterProcessMutex, with
+// a context, try-lock, fencing tokens, a lost-lock signal and recovery
+// from a lost create response.
+//
+//	import _ "github.com/lockerhq/locker/zklock"
+//
+//	c, err := locker.Open(ctx, "zk://user:secret@zk1:2181,zk2:2181,zk3:2181/locks?session_timeout=10s")
+//
+// or, with a connection you already have:
+//
+//	drv, err := zklock.New(conn, zklock.WithRoot("/locks"))
+//	c, err := locker.New(drv)
+//
+// # URL
+//
+//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=10s]
+//
+// The path is the root node under which the locks live (default /locker);
+// it is created when missing. session_timeout is the session timeout the
+// driver asks for; connect_timeout bounds Open's wait for a session. A
+// user and password authenticate with the digest scheme (see ACLs).
+//
+// # The recipe
+//
+// Each lock name is one child of the root: the key escaped by
+// backend.EscapeKey, so every valid name is one valid node name ('/', '.',
+// '..', spaces, control characters and unicode included). That node is a
+// container node (ZooKeeper 3.5.3 or later), which the server deletes once
+// it is empty, so parents of unused names do not pile up.
+//
+// An acquisition creates an ephemeral sequential node under the name's
+// node; the lowest sequence number holds the lock. A waiter watches only
+// the node just ahead of it (no herd effect), so waiters are served in
+// arrival order (FIFO). TryAcquire creates its node and, unless it is
+// first, deletes it again. A cancelled or failed acquisition deletes its
+// node before it returns (or, when the connection is down, keeps trying in
+// the background for as long as the node's session may live).
+//
+// The node is created in a multi-op together with a write to the parent,
+// so that the parent's Mzxid in the reply is the node's creation zxid: the
+// fence, in the same round trip. A lock on a name nobody used before costs
+// one extra round trip to create the parent (the create is tried first and
+// the parent made only when missing), and a first node (sequence 0) needs
+// no listing. So: known name 2 round trips, fresh name 3, release 1.
+//
+// Node names carry a hash of the holder's token ("lk-<hash>-<sequence>").
+// When a create's response is lost with the connection, the driver finds
+// its node again by that hash (a protected create) rather than leaving an
+// orphan that would block everyone behind it; and Release and Refresh
+// find the token's node by it, so that no token can touch another's node.
+//
+// # Fencing
+//
+// Grant.Fence is the creation zxid (Czxid) of the holder's node. zxids grow
+// across the whole ensemble for its life, so fences keep increasing even
+// when the name's node is deleted and recreated (sequence numbers would
+// restart) and across session expiries.
+//
+// # Sessions and TTLs
+//
+// A Driver has one ZooKeeper session; the zk client keeps it alive with
+// pings, and every lock of the driver lives exactly as long as the
+// session. The driver implements backend.Session: its SessionTTL is the
+// session timeout the server negotiated (it clamps the requested one into
+// its [minSessionTimeout, maxSessionTimeout], by default 2 to 20 ticks),
+// and package locker schedules no refreshes. A lock's TTL cannot be set
+// per lock: Grant.TTL reports the session timeout when it is longer than
+// the requested TTL, and the requested TTL when that is longer (the lock
+// lives as long as the session, so it outlives any TTL while the client is
+// alive). Refresh only checks that the lock is still held.
+//
+// A disconnect means "maybe lost": the zk client resumes the session on
+// any server of the ensemble, and the locks are kept. The lock is reported
+// lost (Lock.OnLost, hence locker's Lost channel and Do's context) when
+// the session expires, which the driver learns when it reconnects, or
+// when the server has been silent for nine tenths of the session timeout,
+// after which the session may have expired without the driver being able
+// to hear of it. A waiter whose session expires gets an error wrapping
+// ErrSessionExpired, and its node is gone with the session.
+//
+// # ACLs
+//
+// With a user and password (the URL's userinfo, or WithDigestAuth), the
+// driver authenticates with the digest scheme and creates every node with
+// the ACL "all permissions for this credential, read for everyone": others
+// can see who holds a lock but cannot create nodes in its queue nor delete
+// the holder's node (ZooKeeper checks a delete against the parent's ACL,
+// which is the same). Clients sharing a lock name must share the
+// credential. With New, authenticate the connection yourself and pass the
+// ACL with WithACL (DigestACL builds it).
+//
+// # What it cannot promise
+//
+// ZooKeeper's guarantees are the session's: a holder partitioned from the
+// ensemble keeps believing it holds the lock until its driver declares it
+// lost (nine tenths of the session timeout after the server's last word),
+// while the server may expire the session, and grant the lock to another,
+// one session timeout after the last request it received. The margin
+// between the two is a tenth of the timeout, less the network delay, and a
+// paused process (GC, swap) can overrun it: use the fence. With a
+// connection passed to New, the driver can only poll the connection's
+// state, and declares locks lost a third of the session timeout after it
+// sees the connection drop, which is earlier but coarser.
+package zklock
