@@ -162,7 +162,7 @@ func TestACLStopsTheft(t *testing.T) {
 	servers := testenv.ZKAddrs()
 	alice := dial(t, servers, WithDigestAuth("alice", "s3cret"))
 	bob := dial(t, servers, WithDigestAuth("alice", "s3cret")) // another process with the credential
-	eve := dial(t, servers)                                     // no credential
+	eve := dial(t, servers)                                    // no credential
 	mallory := dial(t, servers, WithDigestAuth("alice", "guess"))
 	ctx := context.Background()
 	key := uniqueKey(t)

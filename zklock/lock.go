@@ -603,20 +603,39 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 		}
 		path = p
 	}
-	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
-	case transient(err) || ctx.Err() != nil:
+	// The node's name is unique to the token: after an attempt whose answer
+	// was lost, "no node" means that attempt deleted it.
+	uncertain := false
+	retry := newBackoff()
+	for {
+		_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode) && uncertain:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		case session != 0 && d.conn.SessionID() != session:
+			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+		case transient(err) && ctx.Err() == nil:
+			uncertain = true
+			if retry.sleep(ctx.Done(), d.done) {
+				continue
+			}
+		}
+		if !transient(err) && ctx.Err() == nil {
+			return fmt.Errorf("zklock: release: %w", err)
+		}
 		// Could not tell. The node lives as long as our session: keep
 		// trying, or the lock would stay held.
-		parent, name := path[:strings.LastIndexByte(path, '/')], path[strings.LastIndexByte(path, '/')+1:]
+		i := strings.LastIndexByte(path, '/')
+		parent, name := path[:i], path[i+1:]
 		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
-		return fmt.Errorf("zklock: release: %w (deleting it in the background)", err)
-	default:
-		return fmt.Errorf("zklock: release: %w", err)
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return fmt.Errorf("zklock: release: %w (deleting the node in the background)", err)
 	}
 }
 

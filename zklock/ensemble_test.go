@@ -1,0 +1,141 @@
+package zklock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// serverMode asks a server whether it leads ("srvr" four-letter word).
+func serverMode(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("srvr")); err != nil {
+		return "", err
+	}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if mode, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return strings.TrimSpace(mode), nil
+		}
+	}
+	return "", fmt.Errorf("no mode in %q", out)
+}
+
+// TestEnsembleMemberStops: with one of three servers stopped, locks keep
+// working, no two holders are ever granted the lock, and fences keep
+// increasing.
+func TestEnsembleMemberStops(t *testing.T) {
+	servers := testenv.ZKEnsemble()
+	testenv.Require(t, servers...)
+	// A leader's stop means an election, during which no server answers:
+	// a longer session outlives it.
+	const session = 8 * time.Second
+	const workers = 4
+	ds := make([]*Driver, workers)
+	for i := range ds {
+		ds[i] = dial(t, servers, WithSessionTimeout(session))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := uniqueKey(t)
+
+	var (
+		inside            atomic.Int32
+		mu                sync.Mutex
+		lastFence         uint64
+		grants, afterStop atomic.Int64
+		stopped           atomic.Bool
+		lost              atomic.Int32
+		stop              = make(chan struct{})
+		wg                sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := ds[w]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l := lockFor(t, key)
+				l.OnLost = func(err error) {
+					lost.Add(1)
+					t.Logf("worker %d: lost: %v", w, err)
+				}
+				actx, acancel := context.WithTimeout(ctx, 2*session)
+				g, err := d.Acquire(actx, l)
+				acancel()
+				if err != nil {
+					t.Errorf("worker %d: Acquire: %v", w, err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				if g.Fence <= lastFence {
+					t.Errorf("fence %d after %d", g.Fence, lastFence)
+				}
+				lastFence = g.Fence
+				mu.Unlock()
+				grants.Add(1)
+				if stopped.Load() && afterStop.Add(1) == 1 {
+					firstAfter.Store(time.Now().UnixNano())
+				}
+				time.Sleep(2 * time.Millisecond)
+				inside.Add(-1)
+				if err := d.Release(ctx, l); err != nil {
+					t.Errorf("worker %d: Release: %v", w, err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	before := grants.Load()
+	// Stop the leader: the ensemble elects another, and every session
+	// moves or waits.
+	victim := "zk-e1"
+	for i, addr := range servers {
+		if mode, err := serverMode(addr); err == nil && mode == "leader" {
+			victim = fmt.Sprintf("zk-e%d", i+1)
+		}
+	}
+	t.Logf("stopping %s, the leader", victim)
+	testenv.Stop(t, victim)
+	t.Cleanup(func() { testenv.Start(t, victim) })
+	stoppedAt := time.Now()
+	stopped.Store(true)
+	for afterStop.Load() < 20 && time.Since(stoppedAt) < 30*time.Second {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d grants in 2s before the stop, %d in %v after it, the first %v after it", before, afterStop.Load(), time.Since(stoppedAt), time.Unix(0, firstAfter.Load()).Sub(stoppedAt))
+	if afterStop.Load() < 20 {
+		t.Errorf("only %d grants in 30s with a member stopped", afterStop.Load())
+	}
+	if n := lost.Load(); n != 0 {
+		t.Errorf("%d locks lost: the sessions should have moved to the other servers", n)
+	}
+}
