@@ -1,0 +1,297 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+func openQuorum(t *testing.T) *Quorum {
+	t.Helper()
+	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0")
+	if err != nil {
+		t.Fatalf("OpenQuorum: %v", err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+// With three of five servers stopped, acquisition fails with an error that
+// says so, and leaves nothing held on the two that answer; a blocked
+// Acquire returns that error rather than waiting forever.
+func TestQuorumThreeDown(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	ctx := testCtx(t)
+	q := openQuorum(t)
+	c, err := locker.New(q, locker.WithNamespace("redislock-q3down"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	admins := []*redis.Client{adminClient(t, addrs[0]), adminClient(t, addrs[1])}
+	for _, in := range []string{"redis-q3", "redis-q4", "redis-q5"} {
+		testenv.Stop(t, in)
+	}
+	name := "q3down-" + randHex(4)
+	key := backend.Key("redislock-q3down", name)
+	for _, try := range []func() error{
+		func() error { _, err := c.TryAcquire(ctx, name); return err },
+		func() error {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err := c.Acquire(actx, name)
+			return err
+		},
+	} {
+		start := time.Now()
+		err := try()
+		if err == nil {
+			t.Fatalf("acquired with 3 of 5 servers down")
+		}
+		if errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+			t.Fatalf("took %v and returned %v: want a prompt error", time.Since(start), err)
+		}
+		if !strings.Contains(err.Error(), "only 2 of 5 servers answered, 3 needed") {
+			t.Fatalf("error %q does not say that too few servers answered", err)
+		}
+		t.Logf("error: %v", err)
+		for i, a := range admins {
+			if n, err := a.Exists(ctx, lockKey(key)).Result(); err != nil || n != 0 {
+				t.Fatalf("server %d holds the lock after the failed acquisition (%d, %v)", i+1, n, err)
+			}
+		}
+	}
+	// Open itself refuses a quorum it cannot reach.
+	if _, err := OpenQuorum(ctx, "redis+quorum://"+strings.Join(addrs, ",")+"/0"); err == nil || !strings.Contains(err.Error(), "2 of 5 servers answered") {
+		t.Fatalf("OpenQuorum with 3 of 5 down = %v", err)
+	}
+}
+
+// Different majorities grant successive holders, and the fence still
+// increases. The servers' counters are set so that, without raising the
+// granting servers' counters to the fence, the second holder would get a
+// smaller fence than the first. Which servers grant is steered by holding
+// the lock on the others with a foreign token.
+func TestQuorumFenceAcrossMajorities(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	q := openQuorum(t)
+	var admins []*redis.Client
+	for _, a := range addrs {
+		admins = append(admins, adminClient(t, a))
+	}
+	key := uniqueKey(t)
+	// Far in the future, so the clock never dominates in this test.
+	const base = uint64(1) << 52
+	counters := []uint64{base + 100, base + 10, base + 10, base + 10, base + 10}
+	for i, a := range admins {
+		if err := a.Set(ctx, fenceKey(key), strconv.FormatUint(counters[i], 10), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Del(context.Background(), fenceKey(key))
+	}
+	block := func(servers ...int) func() {
+		for _, i := range servers {
+			admins[i].Set(ctx, lockKey(key), "foreign", 10*time.Second)
+		}
+		return func() {
+			for _, i := range servers {
+				admins[i].Del(ctx, lockKey(key))
+			}
+		}
+	}
+	counter := func(i int) uint64 {
+		v, err := admins[i].Get(ctx, fenceKey(key)).Uint64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	// A: servers 0, 1, 2 grant, with 101, 11, 11.
+	unblock := block(3, 4)
+	a := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	ga, err := q.TryAcquire(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ga.Fence != base+101 {
+		t.Fatalf("A's fence = %d, want base+101", ga.Fence-base)
+	}
+	for i := range 3 {
+		if c := counter(i); c < ga.Fence {
+			t.Fatalf("server %d's counter is base+%d after A's grant, below A's fence", i, c-base)
+		}
+	}
+	if err := q.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	unblock()
+
+	// B: servers 2, 3, 4 grant; only server 2 was in A's majority.
+	unblock = block(0, 1)
+	defer unblock()
+	b := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	gb, err := q.TryAcquire(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without the raise, server 2 would have counted 12, servers 3 and 4
+	// 11: B's fence would be base+12 < base+101.
+	if gb.Fence <= ga.Fence {
+		t.Fatalf("B's fence base+%d is not above A's base+%d", gb.Fence-base, ga.Fence-base)
+	}
+	if err := q.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The same with real outages: the first holder's majority is servers 1-3
+// (4 and 5 stopped), the second's 3-5 (1 and 2 stopped, 4 and 5 restarted
+// without their data).
+func TestQuorumFenceAcrossOutages(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	ctx := testCtx(t)
+	q := openQuorum(t)
+	c, err := locker.New(q, locker.WithNamespace("redislock-qout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	name := "outage-" + randHex(4)
+	var fences []uint64
+	take := func() {
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences = append(fences, l.Fence())
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take()
+	testenv.Stop(t, "redis-q4")
+	testenv.Stop(t, "redis-q5")
+	take()
+	testenv.Start(t, "redis-q4")
+	testenv.Start(t, "redis-q5")
+	testenv.Stop(t, "redis-q1")
+	testenv.Stop(t, "redis-q2")
+	take()
+	testenv.Start(t, "redis-q1")
+	testenv.Start(t, "redis-q2")
+	take()
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fences %v do not increase", fences)
+		}
+	}
+}
+
+// Of simultaneous TryAcquire calls on a free lock, exactly one wins, even
+// though they can split the servers' votes.
+func TestQuorumSimultaneousTries(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	qs := []*Quorum{openQuorum(t), openQuorum(t), openQuorum(t), openQuorum(t)}
+	const rounds, tries = 30, 12
+	zero := 0
+	for r := range rounds {
+		key := uniqueKey(t)
+		var wins atomic.Int32
+		var held []backend.Lock
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range tries {
+			wg.Go(func() {
+				l := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+				<-start
+				_, err := qs[i%len(qs)].TryAcquire(ctx, l)
+				switch {
+				case err == nil:
+					wins.Add(1)
+					mu.Lock()
+					held = append(held, l)
+					mu.Unlock()
+				case !errors.Is(err, backend.ErrNotAcquired):
+					t.Errorf("round %d: %v", r, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := wins.Load(); n > 1 {
+			t.Fatalf("round %d: %d winners", r, n)
+		} else if n == 0 {
+			zero++
+		}
+		for _, l := range held {
+			qs[0].Release(ctx, l)
+		}
+	}
+	t.Logf("%d of %d rounds had no winner", zero, rounds)
+	if zero > rounds/10 {
+		t.Fatalf("%d of %d rounds of simultaneous tries had no winner", zero, rounds)
+	}
+}
+
+// Refresh and Release decide by majority: with the lock gone from three
+// servers, a refresh proves it lost; with two, it still holds.
+func TestQuorumRefreshMajority(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	q := openQuorum(t)
+	var admins []*redis.Client
+	for _, a := range addrs {
+		admins = append(admins, adminClient(t, a))
+	}
+	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
+	if _, err := q.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	// Each server keeps it for TTL + the drift allowance.
+	for i, a := range admins {
+		pttl, err := a.PTTL(ctx, lockKey(l.Key)).Result()
+		if err != nil || pttl <= l.TTL || pttl > l.TTL+100*time.Millisecond {
+			t.Fatalf("server %d: PTTL %v (err %v), want a little over %v", i, pttl, err, l.TTL)
+		}
+	}
+	admins[0].Del(ctx, lockKey(l.Key))
+	admins[1].Del(ctx, lockKey(l.Key))
+	if err := q.Refresh(ctx, l); err != nil {
+		t.Fatalf("Refresh held by 3 of 5: %v", err)
+	}
+	admins[2].Del(ctx, lockKey(l.Key))
+	if err := q.Refresh(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Refresh held by 2 of 5 = %v, want ErrNotHeld", err)
+	}
+	if err := q.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Release held by 2 of 5 = %v, want ErrNotHeld", err)
+	}
+	for i, a := range admins {
+		if n, _ := a.Exists(ctx, lockKey(l.Key)).Result(); n != 0 {
+			t.Fatalf("server %d still has the key after Release", i)
+		}
+	}
+}
