@@ -62,6 +62,7 @@ func TestEnsembleMemberStops(t *testing.T) {
 		grants, afterStop atomic.Int64
 		stopped           atomic.Bool
 		lost              atomic.Int32
+		firstAfter        atomic.Int64
 		stop              = make(chan struct{})
 		wg                sync.WaitGroup
 	)
