@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
@@ -174,8 +175,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 		// Still racing after the retries: someone else keeps winning.
 		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w (%v)", backend.ErrNotAcquired, err)
 	}
-	if sqlState(err) != "" && !connLost(err) {
-		return backend.Grant{}, d.wrap("acquire", err) // the server refused it
+	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
+		// The server refused the statement, or it was never sent.
+		return backend.Grant{}, d.wrap("acquire", err)
 	}
 	// We cannot tell whether the statement committed: undo it, so that
 	// nothing keeps the key held. The token is ours alone, so this cannot

@@ -88,11 +88,11 @@ type harness struct {
 	sql   dialect
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, params ...string) *harness {
 	admin := adminPool(t)
 	table := testTable(t, admin, "")
 	return &harness{
-		url:   withParams(t, baseURL(t), paramTable, table, "application_name", "sqllock-conformance"),
+		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "sqllock-conformance"}, params...)...),
 		admin: admin,
 		sql:   postgresDialect("", table),
 	}
@@ -133,13 +133,22 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
 }
 
+// The simple protocol, as behind PgBouncer in transaction mode: every
+// statement works without prepared statements.
+func TestConformanceSimpleProtocol(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the whole suite again")
+	}
+	conformance.Run(t, newHarness(t, "default_query_exec_mode", "simple_protocol"))
+}
+
 // testDriver opens a driver on a fresh table.
-func testDriver(t *testing.T, opts ...Option) (*Driver, *harness) {
+func testDriver(t *testing.T, params ...string) (*Driver, *harness) {
 	t.Helper()
-	h := newHarness(t)
+	h := newHarness(t, params...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := Open(ctx, h.url, opts...)
+	d, err := Open(ctx, h.url)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -273,7 +282,16 @@ func TestClientClockDoesNotMatter(t *testing.T) {
 
 func TestRefreshMany(t *testing.T) {
 	t.Parallel()
-	d, h := testDriver(t)
+	for _, mode := range []string{"cache_statement", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testRefreshMany(t, mode)
+		})
+	}
+}
+
+func testRefreshMany(t *testing.T, mode string) {
+	d, h := testDriver(t, "default_query_exec_mode", mode)
 	ctx := context.Background()
 	var held []backend.Lock
 	for i := range 5 {
