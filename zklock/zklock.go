@@ -145,6 +145,8 @@ var (
 //
 //	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=10s]
 //
+// A port may be left out (2181) except on the last host, which url.Parse
+// checks; a list of IPv6 literals does not parse as a URL (use Dial).
 // The path is the root node (default /locker). A user and password
 // authenticate with the digest scheme and protect the nodes with an ACL
 // (see WithDigestAuth).
