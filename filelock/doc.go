@@ -1,0 +1,72 @@
+// Package filelock is a host-local lock store: scheme file://. Locks live as
+// small state files in one directory, shared by every process of the machine
+// that can write there. It needs no server, and it is the backend lockctl
+// uses when none is configured.
+//
+//	import _ "github.com/lockerhq/locker/filelock"
+//
+//	c, err := locker.Open(ctx, "file:///var/lib/myapp/locks")
+//
+// # URLs
+//
+//	file:///absolute/dir[?sync=false]
+//	file:relative/dir[?sync=false]     (relative to the working directory at Open)
+//
+// The directory is created (mode 0700) when missing. A host other than
+// "localhost" (file://host/dir) is an error: the store is local by design.
+// Parameters: sync=false skips the fsync after each acquisition (see
+// Durability); namespace= and ttl= belong to the locker package.
+//
+// # How it works
+//
+// Each key has a state file: the key escaped with backend.EscapeKey, or,
+// past 200 bytes, shortened with backend.ShortKey (a prefix and a SHA-256),
+// plus ".lock". Every operation opens the file, takes an exclusive flock(2)
+// on it for the few microseconds it needs, reads the state, decides, writes
+// the new state in place and unlocks. No process holds the flock while it
+// holds the lock: the flock only serializes operations, so a holder that
+// crashes or is stopped never blocks anyone for longer than its TTL, after
+// which the lock counts as free.
+//
+// The state file holds two fixed-size records, each with a CRC; a write goes
+// to the older one, and a reader takes the valid record with the higher
+// sequence number. A write torn by a power cut therefore leaves the previous
+// state readable. Writes are in place rather than by rename, because a rename
+// would replace the inode that other processes are waiting to flock.
+//
+// Fencing tokens are a per-key counter in the same file, raised by every
+// acquisition. Release keeps the file (marked free), so the counter never
+// restarts: lock files are never deleted by this package. Deleting them by
+// hand while no process uses them is safe for exclusion, but restarts their
+// fences at 1.
+//
+// # Clock
+//
+// One machine, one clock. On Linux, expiry is measured on CLOCK_BOOTTIME,
+// together with the kernel's boot ID: a step of the wall clock (NTP, an
+// administrator) neither frees locks early nor keeps them late, time spent
+// suspended counts, and a lock written before a reboot counts as free after
+// it (its holder died with the boot). Elsewhere expiry is wall-clock time in
+// Unix nanoseconds, so a wall clock stepped forward frees locks early and one
+// stepped back keeps them late by the step.
+//
+// # Durability
+//
+// An acquisition is fsynced (the file, and the directory when the file is
+// new) before it is reported, so that fences survive a power cut and never
+// repeat. Refresh and release are not: after a crash every holder is gone,
+// and a lock whose release was lost expires with its TTL. sync=false skips
+// the fsync, for tmpfs or when repeated fences after a power cut do not
+// matter; it makes acquisition several times faster on disks.
+//
+// # Limits
+//
+// It works on Linux and the BSDs, macOS included (flock(2)); elsewhere Open
+// fails with backend.ErrUnsupported. It does not reach across machines, and
+// flock over NFS is not to be trusted: use a local file system. Waiters poll
+// with the locker package's backoff (up to 250 ms between tries, waiters in
+// the same process are woken at once): there is no queue, so no fairness.
+// Files are created with mode 0600: the processes that share locks must run
+// as the same user (or share the files by other means). One file per lock
+// name ever used stays in the directory.
+package filelock

@@ -1,0 +1,300 @@
+package filelock
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/conformance"
+)
+
+type harness struct{ dir string }
+
+func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	u, err := url.Parse("file://" + h.dir)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, u)
+}
+
+func (h harness) Expire(ctx context.Context, key string) error {
+	d, err := New(h.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.expire(ctx, key)
+}
+
+func (h harness) Traits() conformance.Traits {
+	return conformance.Traits{TTL: 500 * time.Millisecond}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, harness{dir: t.TempDir()})
+}
+
+func TestConformanceNoSync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	conformance.Run(t, noSync{harness{dir: t.TempDir()}})
+}
+
+type noSync struct{ harness }
+
+func (h noSync) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return New(h.dir, WithSync(false))
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestURLs(t *testing.T) {
+	dir := t.TempDir()
+	wd, _ := os.Getwd()
+	good := map[string]string{
+		"file://" + dir:                     dir,
+		"file://" + dir + "/sub?sync=false": filepath.Join(dir, "sub"),
+		"file://localhost" + dir:            dir,
+		"file:rel/x":                        filepath.Join(wd, "rel/x"),
+		"file://" + dir + "/sp%20ace":       filepath.Join(dir, "sp ace"),
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(wd, "rel")) })
+	for raw, want := range good {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Open(ctx(t), u)
+		if err != nil {
+			t.Errorf("Open(%q): %v", raw, err)
+			continue
+		}
+		if got := d.(*Driver).Dir(); got != want {
+			t.Errorf("Open(%q) dir %q, want %q", raw, got, want)
+		}
+		if strings.Contains(raw, "sync=false") == d.(*Driver).sync {
+			t.Errorf("Open(%q): sync %v", raw, d.(*Driver).sync)
+		}
+	}
+	for _, raw := range []string{"file://", "file://host/dir", "file://u:secret@/dir", "file://" + dir + "?sync=maybe", "file://" + dir + "?x=1"} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Open(ctx(t), u)
+		if !errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v, want ErrInvalidURL", raw, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open(%q): error shows the password: %v", raw, err)
+		}
+	}
+	f := filepath.Join(dir, "plain")
+	os.WriteFile(f, nil, 0o600)
+	if _, err := New(f); err == nil {
+		t.Errorf("New on a plain file succeeded")
+	}
+}
+
+func lock(key, tok string) backend.Lock {
+	return backend.Lock{Key: key, Token: tok, TTL: time.Minute}
+}
+
+func TestFencePersistsAcrossDrivers(t *testing.T) {
+	dir := t.TempDir()
+	var last uint64
+	for i := range 5 {
+		d, err := New(dir, WithSync(i%2 == 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := d.TryAcquire(ctx(t), lock("ns/a", "tok"+string(rune('a'+i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("fence %d after %d", g.Fence, last)
+		}
+		last = g.Fence
+		if err := d.Release(ctx(t), lock("ns/a", "tok"+string(rune('a'+i)))); err != nil {
+			t.Fatal(err)
+		}
+		d.Close()
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ns%2Fa.lock")); err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+}
+
+func TestIdempotentAcquireAndToken(t *testing.T) {
+	d, _ := New(t.TempDir())
+	g1, err := d.TryAcquire(ctx(t), lock("k", "t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx(t), lock("k", "t1"))
+	if err != nil || g2.Fence != g1.Fence {
+		t.Fatalf("retried acquire by the holder: %v, fence %d then %d", err, g1.Fence, g2.Fence)
+	}
+	if _, err := d.TryAcquire(ctx(t), lock("k", "t2")); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("other token: %v", err)
+	}
+	if err := d.Refresh(ctx(t), lock("missing", "t1")); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("refresh of a key never locked: %v", err)
+	}
+	if err := d.Release(ctx(t), lock("missing", "t1")); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("release of a key never locked: %v", err)
+	}
+	b, _ := os.ReadFile(d.Path("k"))
+	if strings.Contains(string(b), "t1") {
+		t.Fatalf("the state file holds the token in clear")
+	}
+	h, err := d.Inspect(ctx(t), "k")
+	if err != nil || !h.Held || h.PID != os.Getpid() || h.Fence != g1.Fence {
+		t.Fatalf("Inspect = %+v, %v", h, err)
+	}
+	d.Close()
+	if _, err := d.TryAcquire(ctx(t), lock("k2", "t1")); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// A torn write damages one record; the other still holds the previous
+// state, fence included.
+func TestTornWriteKeepsPreviousState(t *testing.T) {
+	d, _ := New(t.TempDir())
+	if _, err := d.TryAcquire(ctx(t), lock("k", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx(t), lock("k", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	// seq is 2 now: the release went to record 0. Damage it.
+	f, _ := os.OpenFile(d.Path("k"), os.O_RDWR, 0)
+	f.WriteAt([]byte("garbage"), 100)
+	f.Close()
+	// Record 1 (the acquisition, fence 1, held by t1) is what remains.
+	if _, err := d.TryAcquire(ctx(t), lock("k", "t2")); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("acquire after a torn release = %v, want the previous state (held)", err)
+	}
+	if err := d.Release(ctx(t), lock("k", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	g, err := d.TryAcquire(ctx(t), lock("k", "t2"))
+	if err != nil || g.Fence != 2 {
+		t.Fatalf("acquire = %v, fence %d, want 2", err, g.Fence)
+	}
+	// Both damaged: an error naming the file, never a reset fence.
+	os.WriteFile(d.Path("k"), []byte(strings.Repeat("x", 2*recSize)), 0o600)
+	if _, err := d.TryAcquire(ctx(t), lock("k", "t3")); err == nil || !strings.Contains(err.Error(), d.Path("k")) {
+		t.Fatalf("acquire on a damaged file = %v", err)
+	}
+}
+
+// A lock written during another boot counts as free, and its fence goes on.
+func TestOtherBootIsFree(t *testing.T) {
+	d, _ := New(t.TempDir())
+	if _, err := d.TryAcquire(ctx(t), lock("k", "t1")); err != nil {
+		t.Fatal(err)
+	}
+	other := &Driver{dir: d.dir, sync: d.sync, clk: d.clk}
+	other.clk.boot[0] ^= 1
+	if d.clk.boot == other.clk.boot {
+		t.Skip("no boot ID on this platform")
+	}
+	g, err := other.TryAcquire(ctx(t), lock("k", "t2"))
+	if err != nil || g.Fence != 2 {
+		t.Fatalf("acquire in another boot = %v, fence %d", err, g.Fence)
+	}
+}
+
+// Many goroutines with their own drivers (as processes would be) never
+// share the lock.
+func TestExclusionAcrossDrivers(t *testing.T) {
+	dir := t.TempDir()
+	var inside, total int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			d, _ := New(dir, WithSync(false))
+			c, _ := locker.New(d)
+			defer c.Close()
+			for range 20 {
+				err := c.Do(ctx(t), "x", func(context.Context) error {
+					mu.Lock()
+					inside++
+					n := inside
+					mu.Unlock()
+					if n != 1 {
+						t.Errorf("worker %d: %d inside", w, n)
+					}
+					time.Sleep(100 * time.Microsecond)
+					mu.Lock()
+					inside--
+					total++
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if total != 160 {
+		t.Fatalf("total %d", total)
+	}
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, sync := range []bool{true, false} {
+		name := "sync"
+		if !sync {
+			name = "nosync"
+		}
+		b.Run(name, func(b *testing.B) {
+			d, _ := New(b.TempDir(), WithSync(sync))
+			ctx := context.Background()
+			l := lock("ns/bench", "tok")
+			for b.Loop() {
+				if _, err := d.TryAcquire(ctx, l); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Release(ctx, l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkRefresh(b *testing.B) {
+	d, _ := New(b.TempDir())
+	ctx := context.Background()
+	l := lock("ns/bench", "tok")
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := d.Refresh(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
