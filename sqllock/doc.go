@@ -6,9 +6,11 @@
 //
 //	c, err := locker.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full")
 //
-// or build the driver from a pool you already have with [New] and pass it
-// to locker.New. Statements run on the pool, one autocommitted statement
-// each, never inside a transaction of yours.
+// or build the driver from a pool you already have with [New] (or from a
+// pool configuration with [OpenConfig]) and pass it to locker.New.
+// Statements run on the pool, one autocommitted statement each, never
+// inside a transaction of yours. [Driver.Inspect] shows a lock as the
+// database sees it; so does a plain SELECT on the table.
 //
 // # The table
 //
@@ -17,8 +19,9 @@
 // expiry time (see [SchemaSQL], also shipped as schema.sql). Acquiring is one
 // INSERT ... ON CONFLICT DO UPDATE that takes the row only when it is free
 // or expired, and adds one to its version, which is the fencing token.
-// Refresh and release are UPDATEs conditional on the token (and version).
-// A release keeps the row with a NULL token, so versions never restart. All
+// Refresh and release are UPDATEs conditional on the token (and version);
+// the watchdog's batches of refreshes are one UPDATE over arrays. A release
+// keeps the row with a NULL token, so versions never restart. All
 // expiry arithmetic uses the database server's clock (clock_timestamp()),
 // never the client's: client clock skew cannot make a lock expire early or
 // late. TTLs count whole microseconds and are rounded up to one.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
 )
 
 // URLs rejected before any connection is attempted.
@@ -83,6 +84,9 @@ func TestOpenForms(t *testing.T) {
 			"search_path", "public", "statement_timeout", "5000", "connect_timeout", "5", "pool_max_conns", "4",
 			"default_query_exec_mode", "cache_describe"),
 		strings.Replace(withParams(t, base, paramTable, table2, paramCreate, "true"), "postgres://", "postgresql://", 1),
+		// Two hosts, pgx's multi-host form (both the test server here).
+		strings.Replace(withParams(t, base, paramTable, table2, "target_session_attrs", "read-write"),
+			testenv.PostgresAddr(), testenv.PostgresAddr()+","+testenv.PostgresAddr(), 1),
 	}
 	for _, raw := range forms {
 		c, err := locker.Open(ctx, withParams(t, raw, "namespace", "forms", "ttl", "2s"))
