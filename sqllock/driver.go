@@ -19,8 +19,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Driver keeps locks in a PostgreSQL table. It implements backend.Driver and
-// backend.Notifier. Its methods are safe for concurrent use.
+// Driver keeps locks in a PostgreSQL table. It implements backend.Driver,
+// backend.Notifier and backend.BatchRefresher. Its methods are safe for
+// concurrent use.
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
@@ -295,7 +296,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 	var uncertain error
 	err := d.retry(ctx, func() error {
 		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel).Scan(&live)
-		if connLost(err) && uncertain == nil {
+		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}
 		return err
