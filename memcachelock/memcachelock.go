@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -30,10 +31,11 @@ const (
 func lockKey(key string) string  { return backend.ShortKey(key, maxItemKey-len(fenceSuffix)) }
 func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
 
-// Values. A held lock's item holds the holder's token (32 hex digits),
-// followed, when the acquisition named an owner, by a space and the first
-// maxOwnerLen bytes of the owner, for operators. A released lock's item, if
-// the server keeps it at all (see Release), holds the tombstone.
+// Values. A held lock's item holds the holder's token (the locker package
+// makes 32 hex digits), followed, when the acquisition named an owner, by a
+// space and the first maxOwnerLen bytes of the owner, for operators. A
+// released lock's item, if the server keeps it at all (see Release), holds
+// the tombstone.
 const (
 	tokenLen    = 32
 	maxOwnerLen = 200
@@ -50,10 +52,18 @@ func holdValue(token, owner string) []byte {
 	return []byte(token + " " + owner)
 }
 
+// checkToken rejects tokens that a value cannot carry unambiguously.
+func checkToken(token string) error {
+	if token == "" || token == tombstone || strings.ContainsAny(token, " \x00") {
+		return fmt.Errorf("memcachelock: %w: a token must be non-empty, without spaces or NUL", backend.ErrUnsupported)
+	}
+	return nil
+}
+
 // heldBy reports whether an item's value says that token holds the lock.
 func heldBy(v []byte, token string) bool {
-	return len(token) == tokenLen && len(v) >= tokenLen && string(v[:tokenLen]) == token &&
-		(len(v) == tokenLen || v[tokenLen] == ' ')
+	return checkToken(token) == nil && len(v) >= len(token) && string(v[:len(token)]) == token &&
+		(len(v) == len(token) || v[len(token)] == ' ')
 }
 
 // isTombstone reports whether the value marks a released lock. Anything
@@ -215,6 +225,9 @@ const maxAttempts = 4
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
 	exp, eff, err := expiration(l.TTL, time.Now())
 	if err != nil {
+		return backend.Grant{}, err
+	}
+	if err := checkToken(l.Token); err != nil {
 		return backend.Grant{}, err
 	}
 	if err := d.begin(); err != nil {

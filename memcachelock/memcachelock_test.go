@@ -151,6 +151,19 @@ func TestValues(t *testing.T) {
 	if n := len(holdValue(tok, strings.Repeat("o", 1000))); n != tokenLen+1+maxOwnerLen {
 		t.Errorf("value with a long owner is %d bytes", n)
 	}
+	// Tokens of other lengths work too; ones a value cannot carry do not.
+	if !heldBy([]byte("abc job"), "abc") || heldBy([]byte("abcd"), "abc") || heldBy([]byte("ab"), "abc") {
+		t.Error("a short token misread")
+	}
+	for _, bad := range []string{"", "a b", tombstone, "a\x00"} {
+		if heldBy([]byte(bad), bad) || !errors.Is(checkToken(bad), backend.ErrUnsupported) {
+			t.Errorf("token %q accepted", bad)
+		}
+		d := New(memcache.New("127.0.0.1:1")) // never reached
+		if _, err := d.TryAcquire(context.Background(), backend.Lock{Key: "a/b", Token: bad, TTL: time.Second}); !errors.Is(err, backend.ErrUnsupported) {
+			t.Errorf("TryAcquire with token %q = %v, want ErrUnsupported", bad, err)
+		}
+	}
 	if heldBy([]byte(tombstone), "") || !isTombstone([]byte(tombstone)) || isTombstone(holdValue(tok, "")) {
 		t.Error("tombstone misread")
 	}
