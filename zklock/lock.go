@@ -50,6 +50,7 @@ type entry struct {
 	parent  string
 	name    string
 	seq     int64
+	first   bool   // known to be the lowest node
 	fence   uint64 // the node's creation zxid
 	session int64  // the session that owns it
 }
@@ -127,8 +128,8 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
 	}
-	if e.seq != 0 { // sequence 0: the first node ever made under this parent, so the lowest
-		pred, err := d.predecessor(ctx, e)
+	if !e.first {
+		pred, _, err := d.predecessor(ctx, e)
 		if err != nil {
 			d.abandon(e)
 			if errors.Is(err, errGone) {
@@ -154,23 +155,26 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
 	}
-	if e.seq == 0 {
-		return d.grant(e, l, "acquire")
-	}
 	retry := newBackoff()
-	for {
-		pred, err := d.predecessor(ctx, e)
+	for !e.first {
+		pred, ahead, err := d.predecessor(ctx, e)
 		if err == nil && pred != "" {
 			var ch <-chan zk.Event
 			ch, err = d.watch(ctx, e.parent+"/"+pred)
 			if err == nil && ch != nil {
 				select {
 				case ev := <-ch:
-					if ev.Type == zk.EventNotWatching {
-						if errors.Is(ev.Err, zk.ErrSessionExpired) {
-							d.abandon(e)
-							return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
-						}
+					switch {
+					case ev.Type == zk.EventNodeDeleted && ahead == 1:
+						// The only node ahead of ours is gone, and no new
+						// node can sort before ours: we are first, without
+						// listing the queue again.
+						e.first = true
+					case ev.Type != zk.EventNotWatching:
+					case errors.Is(ev.Err, zk.ErrSessionExpired):
+						d.abandon(e)
+						return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
+					default:
 						d.abandon(e)
 						return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
 					}
@@ -189,7 +193,7 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 		}
 		switch {
 		case err == nil:
-			return d.grant(e, l, "acquire")
+			e.first = true
 		case errors.Is(err, errGone):
 			d.abandon(e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", d.goneErr(e))
@@ -213,6 +217,7 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
 		}
 	}
+	return d.grant(e, l, "acquire")
 }
 
 // goneErr explains why our queue node disappeared.
@@ -253,33 +258,35 @@ func (d *Driver) grant(e *entry, l backend.Lock, op string) (backend.Grant, erro
 	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl)}, nil
 }
 
-// predecessor lists the queue and returns the node just ahead of e, or ""
-// when e is first.
-func (d *Driver) predecessor(ctx context.Context, e *entry) (string, error) {
+// predecessor lists the queue and returns the node just ahead of e ("" when
+// e is first) and how many nodes are ahead of it.
+func (d *Driver) predecessor(ctx context.Context, e *entry) (string, int, error) {
 	names, err := d.children(ctx, e.parent)
 	if errors.Is(err, zk.ErrNoNode) {
-		return "", errGone
+		return "", 0, errGone
 	}
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	found := false
-	pred, predSeq := "", int64(-1)
+	pred, predSeq, ahead := "", int64(-1), 0
 	for _, n := range names {
 		_, seq, ok := parseNode(n)
-		if !ok {
-			continue
-		}
-		if n == e.name {
+		switch {
+		case !ok:
+		case n == e.name:
 			found = true
-		} else if seq < e.seq && seq > predSeq {
-			pred, predSeq = n, seq
+		case seq < e.seq:
+			ahead++
+			if seq > predSeq {
+				pred, predSeq = n, seq
+			}
 		}
 	}
 	if !found {
-		return "", errGone
+		return "", 0, errGone
 	}
-	return pred, nil
+	return pred, ahead, nil
 }
 
 // enqueue creates l's queue node. maxTransient bounds the attempts that
@@ -362,7 +369,11 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		if err == nil {
 			name := res[0].String[len(parent)+1:]
 			_, seq, ok := parseNode(name)
-			e := &entry{parent: parent, name: name, seq: seq, fence: uint64(res[1].Stat.Mzxid), session: sid}
+			// The parent's stat is read in the same transaction, after the
+			// create: a single child is ours, so it is first, with no
+			// listing of the queue.
+			st := res[1].Stat
+			e := &entry{parent: parent, name: name, seq: seq, fence: uint64(st.Mzxid), session: sid, first: st.NumChildren == 1}
 			if !ok {
 				d.deleteQuiet(e.path())
 				return nil, fmt.Errorf("unexpected node name %q", name)
