@@ -409,3 +409,35 @@ func TestFirstInsertRace(t *testing.T) {
 		})
 	}
 }
+
+// The listening connection closes ListenIdle after the last subscriber
+// left, and opens again for the next one.
+func TestListenerIdles(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	app := "sqllock-idle-" + randHex(4)
+	d, err := Open(ctx, withParams(t, h.url, "application_name", app), ListenIdle(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for round := range 2 {
+		_, cancel, err := d.Subscribe(ctx, "idle/x")
+		if err != nil {
+			t.Fatalf("round %d: Subscribe: %v", round, err)
+		}
+		if n := listening(t, h.admin, app); n != 1 {
+			t.Fatalf("round %d: %d listening connections, want 1", round, n)
+		}
+		cancel()
+		cancel() // idempotent
+		deadline := time.Now().Add(5 * time.Second)
+		for listening(t, h.admin, app) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the listening connection stayed open", round)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
