@@ -165,14 +165,17 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		if !u.Query().Has("max_retries") {
 			o.MaxRetries = -1
 		}
+		// A refused connection is one lost vote; go-redis's default of 5
+		// dial attempts, 100ms apart, would make every operation wait for it.
+		o.DialerRetries = 1
 		clients = append(clients, redis.NewClient(o))
 	}
 	cfg := buildConfig(opts)
-	q := &Quorum{quorum: len(clients)/2 + 1, cfg: cfg}
-	for i, c := range clients {
-		q.nodes = append(q.nodes, newNode(c, true, &cfg))
-		q.addrs = append(q.addrs, hosts[i])
+	var nodes []*node
+	for _, c := range clients {
+		nodes = append(nodes, newNode(c, true, &cfg))
 	}
+	q := newQuorum(nodes, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
 	errs := make([]error, len(clients))

@@ -47,6 +47,16 @@ type Quorum struct {
 	quorum int
 	cfg    config
 	closed atomic.Bool
+	bg     sync.WaitGroup // servers' answers that came after the decision
+
+	ctx  context.Context // cancelled by Close: ends background work
+	stop context.CancelFunc
+}
+
+func newQuorum(nodes []*node, addrs []string, cfg config) *Quorum {
+	q := &Quorum{nodes: nodes, addrs: addrs, quorum: len(nodes)/2 + 1, cfg: cfg}
+	q.ctx, q.stop = context.WithCancel(context.Background())
+	return q
 }
 
 var (
@@ -62,15 +72,16 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 		return nil, fmt.Errorf("redislock: quorum: %w: no servers", backend.ErrUnsupported)
 	}
 	cfg := buildConfig(opts)
-	q := &Quorum{quorum: len(clients)/2 + 1, cfg: cfg}
+	var nodes []*node
+	var addrs []string
 	for i, c := range clients {
 		if c == nil {
 			return nil, fmt.Errorf("redislock: quorum: %w: client %d is nil", backend.ErrUnsupported, i)
 		}
-		n := newNode(c, false, &cfg)
-		q.nodes = append(q.nodes, n)
-		q.addrs = append(q.addrs, clientAddr(c, i))
+		nodes = append(nodes, newNode(c, false, &cfg))
+		addrs = append(addrs, clientAddr(c, i))
 	}
+	q := newQuorum(nodes, addrs, cfg)
 	for i, n := range q.nodes {
 		n.checkMaxmemoryAsync(q.addrs[i])
 	}
@@ -94,42 +105,123 @@ func (q *Quorum) px(ttl time.Duration) int64 {
 }
 
 type result struct {
-	ok    bool
-	fence uint64
-	err   error
+	answered bool // the server answered before gather returned
+	ok       bool
+	fence    uint64
+	err      error
 }
 
-// each runs fn on every server concurrently and returns the results in
-// server order.
-func (q *Quorum) each(ctx context.Context, fn func(ctx context.Context, n *node) (bool, uint64, error)) []result {
-	res := make([]result, len(q.nodes))
+// gather runs fn on every server concurrently, each with its own context
+// that the caller's cancellation does not end (a command sent should
+// complete, so that the store is left as the caller believes) but timeout
+// bounds. It returns the results in server order as soon as decided
+// reports that the answers so far settle the matter, all servers answered,
+// or ctx ends: a slow or unreachable minority does not hold up the
+// majority. Servers that answer later are passed to late, in the
+// background; Close waits for them.
+func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
+	fn func(ctx context.Context, n *node) result,
+	decided func(ok, notOK int) bool,
+	late func(i int, r result),
+) []result {
+	type answer struct {
+		i int
+		r result
+	}
+	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
+	cancel := func() { stopOnClose(); cancelTimeout() }
+	ch := make(chan answer, len(q.nodes))
 	var wg sync.WaitGroup
 	for i, n := range q.nodes {
 		wg.Add(1)
+		q.bg.Add(1)
 		go func() {
+			defer q.bg.Done()
 			defer wg.Done()
-			ok, f, err := fn(ctx, n)
-			res[i] = result{ok: ok, fence: f, err: err}
+			r := fn(nodeCtx, n)
+			ch <- answer{i, r}
 		}()
 	}
-	wg.Wait()
+	res := make([]result, len(q.nodes))
+	ok, notOK, got := 0, 0, 0
+	for got < len(q.nodes) && !decided(ok, notOK) {
+		select {
+		case a := <-ch:
+			got++
+			a.r.answered = true
+			res[a.i] = a.r
+			switch {
+			case a.r.err != nil:
+			case a.r.ok:
+				ok++
+			default:
+				notOK++
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	if got == len(q.nodes) {
+		cancel()
+		return res
+	}
+	// Hand the stragglers to late.
+	q.bg.Add(1)
+	go func() {
+		defer q.bg.Done()
+		defer cancel()
+		wg.Wait()
+		close(ch)
+		for a := range ch {
+			if late != nil {
+				late(a.i, a.r)
+			}
+		}
+	}()
 	return res
 }
 
-// errSummary lists the servers' errors, for a message that says what failed.
+// decidedBy is the usual rule: a majority said yes, or so many said no that
+// no majority can say yes.
+func (q *Quorum) decidedBy(ok, notOK int) bool {
+	return ok >= q.quorum || notOK > len(q.nodes)-q.quorum
+}
+
+// errSummary lists the servers' errors and silences, for a message that
+// says what failed.
 func (q *Quorum) errSummary(res []result) string {
 	var parts []string
 	for i, r := range res {
-		if r.err != nil {
+		switch {
+		case !r.answered:
+			parts = append(parts, fmt.Sprintf("%s: no answer in time", q.addrs[i]))
+		case r.err != nil:
 			parts = append(parts, fmt.Sprintf("%s: %v", q.addrs[i], r.err))
 		}
 	}
 	return strings.Join(parts, "; ")
 }
 
+func count(res []result) (ok, notOK int) {
+	for _, r := range res {
+		switch {
+		case !r.answered, r.err != nil:
+		case r.ok:
+			ok++
+		default:
+			notOK++
+		}
+	}
+	return ok, notOK
+}
+
 // TryAcquire implements backend.Driver: the lock is acquired on every
 // server, and held when a majority granted it within its validity. Any
-// failure releases it everywhere, so nothing stays held.
+// failure releases it everywhere, so nothing stays held (a server that
+// grants after the attempt was given up releases at once). Servers that
+// have not answered when a majority has are not waited for.
 //
 // Contenders that try at the same moment can split the vote so that none
 // has a majority. Such an attempt (some servers granted, a majority
@@ -139,6 +231,9 @@ func (q *Quorum) errSummary(res []result) string {
 func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
 	if q.closed.Load() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
+	}
+	if l.TTL < minQuorumTTL {
+		l.TTL = minQuorumTTL
 	}
 	for attempt := 1; ; attempt++ {
 		g, split, err := q.tryOnce(ctx, l)
@@ -157,41 +252,61 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 
 const splitRetries = 3
 
+// minQuorumTTL is the shortest TTL a Quorum grants: a shorter one would be
+// used up by the round trips of acquiring it.
+const minQuorumTTL = 100 * time.Millisecond
+
 func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
 	t0 := time.Now()
-	deadline := t0.Add(ttl)
-	// A server that has not answered by the end of the validity is of no
-	// use to this acquisition.
-	actx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	res := q.each(actx, func(ctx context.Context, n *node) (bool, uint64, error) {
-		f, err := n.acquire(ctx, l, px)
-		return f > 0, f, err
-	})
-	granted, denied := 0, 0
-	var fence uint64
-	for _, r := range res {
-		switch {
-		case r.err != nil:
-		case r.ok:
-			granted++
-			fence = max(fence, r.fence)
-		default:
-			denied++
+	// outcome is closed when this attempt is settled; failed tells how.
+	outcome := make(chan struct{})
+	var failed atomic.Bool
+	settle := func(ok bool) {
+		failed.Store(!ok)
+		close(outcome)
+	}
+	// A server that grants after the attempt was given up releases it.
+	late := func(i int, r result) {
+		if r.ok || r.err != nil {
+			<-outcome
+			if failed.Load() {
+				q.nodes[i].cleanup(ctx, l)
+			}
 		}
 	}
+	// A server that has not answered by the end of the validity is of no
+	// use to this acquisition.
+	res := q.gather(ctx, ttl, func(ctx context.Context, n *node) result {
+		f, err := n.acquire(ctx, l, px)
+		return result{ok: f > 0, fence: f, err: err}
+	}, q.decidedBy, late)
+	granted, denied := count(res)
+	answered := 0
+	var fence uint64
+	for _, r := range res {
+		if r.answered {
+			answered++
+		}
+		if r.answered && r.ok && r.err == nil {
+			fence = max(fence, r.fence)
+		}
+	}
+	fail := func(split bool, err error) (backend.Grant, bool, error) {
+		q.abandon(ctx, l, res)
+		settle(false)
+		return backend.Grant{}, split, err
+	}
 	if granted < q.quorum {
-		q.abandon(ctx, l)
 		if granted+denied >= q.quorum {
 			// Enough servers answered to decide: another token holds it,
 			// or contenders split the vote.
-			return backend.Grant{}, granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
-				backend.ErrNotAcquired, granted, len(q.nodes), q.quorum)
+			return fail(granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
+				backend.ErrNotAcquired, granted, len(q.nodes), q.quorum))
 		}
-		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
-			granted+denied, len(q.nodes), q.quorum, q.errSummary(res))
+		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
+			granted+denied, len(q.nodes), q.quorum, q.errSummary(res)))
 	}
 
 	// Raise the counters of the granting servers that are below the fence
@@ -201,18 +316,20 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for _, r := range res {
-		if r.ok && r.err == nil && r.fence == fence {
+		if r.answered && r.ok && r.err == nil && r.fence == fence {
 			confirmed++
 		}
 	}
+	rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
+	defer cancel()
 	for i, r := range res {
-		if !r.ok || r.err != nil || r.fence == fence {
+		if !r.answered || !r.ok || r.err != nil || r.fence == fence {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := q.nodes[i].raise(actx, l, fence)
+			ok, err := q.nodes[i].raise(rctx, l, fence)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -231,27 +348,38 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 	elapsed := time.Since(t0)
 	switch {
 	case confirmed < q.quorum && lostRace:
-		q.abandon(ctx, l)
-		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w: the lock expired on a server during the acquisition", backend.ErrNotAcquired)
+		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w: the lock expired on a server during the acquisition", backend.ErrNotAcquired))
 	case confirmed < q.quorum:
-		q.abandon(ctx, l)
-		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: raising the fence on %d of %d servers failed: %w", q.quorum-confirmed, q.quorum, raiseErr)
+		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: raising the fence failed on too many servers (%d of %d needed confirmed): %w", confirmed, q.quorum, raiseErr))
 	case elapsed >= ttl:
-		q.abandon(ctx, l)
-		return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w: acquiring took %v, its whole validity", backend.ErrNotAcquired, elapsed.Round(time.Millisecond))
+		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w: acquiring took %v, its whole validity", backend.ErrNotAcquired, elapsed.Round(time.Millisecond)))
 	}
+	settle(true)
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
 
-// abandon releases a failed acquisition on every server, including those
-// that did not answer: they may have granted it.
-func (q *Quorum) abandon(ctx context.Context, l backend.Lock) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	q.each(ctx, func(ctx context.Context, n *node) (bool, uint64, error) {
-		ok, err := n.release(ctx, l)
-		return ok, 0, err
-	})
+// abandon releases a failed acquisition: at once on the servers that
+// granted it, in the background on those that failed to answer (they may
+// have granted it); those that had not answered yet release when they do.
+func (q *Quorum) abandon(ctx context.Context, l backend.Lock, res []result) {
+	var wg sync.WaitGroup
+	for i, r := range res {
+		switch {
+		case r.answered && r.ok && r.err == nil:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				q.nodes[i].cleanup(ctx, l)
+			}()
+		case r.answered && r.err != nil:
+			q.bg.Add(1)
+			go func() {
+				defer q.bg.Done()
+				q.nodes[i].cleanup(ctx, l)
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 // Refresh implements backend.Driver: it extends the lock on every server
@@ -262,14 +390,15 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Lock) error {
 	if q.closed.Load() {
 		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
 	}
+	if l.TTL < minQuorumTTL {
+		l.TTL = minQuorumTTL
+	}
 	px := q.px(l.TTL)
 	t0 := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, l.TTL)
-	defer cancel()
-	res := q.each(rctx, func(ctx context.Context, n *node) (bool, uint64, error) {
+	res := q.gather(ctx, l.TTL, func(ctx context.Context, n *node) result {
 		ok, err := n.refresh(ctx, l, px)
-		return ok, 0, err
-	})
+		return result{ok: ok, err: err}
+	}, q.decidedBy, nil)
 	ok, notHeld := count(res)
 	switch {
 	case ok >= q.quorum && time.Since(t0) < l.TTL:
@@ -278,78 +407,84 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Lock) error {
 		return fmt.Errorf("redislock: quorum: refresh: %w (%d of %d servers hold it, %d needed)", backend.ErrNotHeld, ok, len(q.nodes), q.quorum)
 	case ok >= q.quorum:
 		return fmt.Errorf("redislock: quorum: refresh: took %v, longer than the TTL", time.Since(t0).Round(time.Millisecond))
+	case ctx.Err() != nil:
+		return fmt.Errorf("redislock: quorum: refresh: %w", context.Cause(ctx))
 	default:
 		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %s", ok, len(q.nodes), q.quorum, q.errSummary(res))
 	}
 }
 
-// Release implements backend.Driver: it releases the lock on every server.
-// It reports ErrNotHeld when no majority held it for the token.
+// Release implements backend.Driver: it releases the lock on every server
+// (those that are slow to answer, in the background). It reports
+// ErrNotHeld when no majority held it for the token.
 func (q *Quorum) Release(ctx context.Context, l backend.Lock) error {
 	if q.closed.Load() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}
-	res := q.each(ctx, func(ctx context.Context, n *node) (bool, uint64, error) {
+	res := q.gather(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, n *node) result {
 		ok, err := n.release(ctx, l)
-		return ok, 0, err
-	})
+		return result{ok: ok, err: err}
+	}, q.decidedBy, nil)
 	ok, notHeld := count(res)
 	switch {
 	case ok >= q.quorum:
 		return nil
 	case notHeld > len(q.nodes)-q.quorum:
 		return fmt.Errorf("redislock: quorum: release: %w (%d of %d servers held it)", backend.ErrNotHeld, ok, len(q.nodes))
+	case ctx.Err() != nil:
+		return fmt.Errorf("redislock: quorum: release: %w", context.Cause(ctx))
 	default:
 		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %s", ok, len(q.nodes), q.quorum, q.errSummary(res))
 	}
 }
 
-func count(res []result) (ok, notOK int) {
-	for _, r := range res {
-		switch {
-		case r.err != nil:
-		case r.ok:
-			ok++
-		default:
-			notOK++
-		}
-	}
-	return ok, notOK
-}
-
 // Subscribe implements backend.Notifier: it subscribes on every server and
-// succeeds when a majority confirmed. A release reaches a majority too, so
+// returns once a majority confirmed. A release reaches a majority too, so
 // at least one subscribed server sees it.
 func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if q.closed.Load() {
 		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
-	cancels := make([]func(), len(q.nodes))
-	res := make([]result, len(q.nodes))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := n.subscribe(ctx, key, ch)
-			cancels[i], res[i] = c, result{ok: err == nil, err: err}
-		}()
+	var mu sync.Mutex
+	var cancels []func()
+	cancelled := false
+	add := func(c func()) {
+		mu.Lock()
+		if cancelled {
+			mu.Unlock()
+			c()
+			return
+		}
+		cancels = append(cancels, c)
+		mu.Unlock()
 	}
-	wg.Wait()
 	cancel := func() {
-		for _, c := range cancels {
-			if c != nil {
-				c()
-			}
+		mu.Lock()
+		cs := cancels
+		cancels, cancelled = nil, true
+		mu.Unlock()
+		for _, c := range cs {
+			c()
 		}
 	}
+	res := q.gather(ctx, barrierTimeout, func(sctx context.Context, n *node) result {
+		// The caller's ctx ends the wait for a confirmation, as it should;
+		// sctx bounds it otherwise.
+		sctx, stop := context.WithCancel(sctx)
+		defer stop()
+		defer context.AfterFunc(ctx, stop)()
+		c, err := n.subscribe(sctx, key, ch)
+		if err == nil {
+			add(c)
+		}
+		return result{ok: err == nil, err: err}
+	}, func(ok, _ int) bool { return ok >= q.quorum }, nil)
 	if ok, _ := count(res); ok < q.quorum {
 		cancel()
 		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %d of %d servers confirmed, %d needed: %s", ok, len(q.nodes), q.quorum, q.errSummary(res))
 	}
-	var once sync.Once
-	return ch, func() { once.Do(cancel) }, nil
+	return ch, cancel, nil
 }
 
 // Close implements backend.Driver. It closes the clients only if OpenQuorum
@@ -359,6 +494,8 @@ func (q *Quorum) Close() error {
 		return fmt.Errorf("redislock: quorum: close: %w", backend.ErrClosed)
 	}
 	var errs []error
+	q.stop()
+	q.bg.Wait()
 	for _, n := range q.nodes {
 		if err := n.close(); err != nil {
 			errs = append(errs, err)
