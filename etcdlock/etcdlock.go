@@ -14,11 +14,16 @@
 // # How locks are stored
 //
 // A lock on key k is a queue: the directory <prefix>/<backend.EscapeKey(k)>/.
-// Every acquisition puts one entry there, named after a hash of its secret
-// token (never the token itself) and attached to its client's lease. The
-// entry with the lowest creation revision holds the lock; the others wait,
-// each watching only the entry just ahead of it. The escaped key contains no
-// '/', so the queues of names such as "a" and "a/b" never overlap.
+// Every acquisition puts one entry there, <lease ID in hex>-<slot>, attached
+// to its client's lease; the slot is the lowest number not in use by another
+// acquisition of the same name by the same client, so a client that takes a
+// lock again and again reuses one key rather than leaving a trail of deleted
+// keys that etcd's index keeps (and that every range over the queue would
+// walk) until the next compaction. The entry with the lowest creation
+// revision holds the lock; the others wait, each watching only the entry just
+// ahead of it. The escaped key contains no '/', so the queues of names such
+// as "a" and "a/b" never overlap. Tokens never reach the store: the driver
+// maps each held token to its entry.
 //
 // A try-acquire writes its entry only if the directory is empty (one
 // transaction, a range comparison), so a failed try leaves nothing behind.
@@ -43,10 +48,9 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -103,9 +107,11 @@ type Driver struct {
 	closed  bool
 	leases  map[int64]*lease  // live leases by granted TTL in seconds
 	minTTL  int64             // the server's minimum lease TTL, once learned
-	held    map[string]*entry // held locks by etcd key
-	orphans map[string]int64  // entries to delete: etcd key → creation revision (0: any)
+	held    map[holdKey]*entry // held locks
+	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
 }
+
+type holdKey struct{ key, token string }
 
 var (
 	_ backend.Driver  = (*Driver)(nil)
@@ -115,10 +121,19 @@ var (
 
 // entry is a held lock.
 type entry struct {
-	key    string // etcd key
-	rev    int64  // its creation revision: the fence
-	ls     *lease
+	hk     holdKey
+	s      *slot
+	rev    int64 // its creation revision: the fence
 	onLost func(error)
+}
+
+// slot is the key of one acquisition's entry, reserved in its lease until
+// the entry is known gone from the store.
+type slot struct {
+	ls  *lease
+	dir string
+	n   int
+	key string
 }
 
 // New returns a driver that uses cli, a client the caller built and keeps
@@ -134,8 +149,8 @@ func newDriver(cli *clientv3.Client, owned bool, opts ...Option) *Driver {
 		owned:   owned,
 		prefix:  DefaultPrefix,
 		leases:  map[int64]*lease{},
-		held:    map[string]*entry{},
-		orphans: map[string]int64{},
+		held:    map[holdKey]*entry{},
+		orphans: map[*slot]int64{},
 	}
 	for _, o := range opts {
 		o(d)
@@ -156,11 +171,40 @@ func (d *Driver) Dir(key string) string {
 	return d.prefix + "/" + backend.EscapeKey(key) + "/"
 }
 
-// entryKey is the etcd key of token's entry in the queue of key: a hash, so
-// that listing the queue does not show tokens.
-func (d *Driver) entryKey(l backend.Lock) string {
-	sum := sha256.Sum256([]byte(l.Token))
-	return d.Dir(l.Key) + hex.EncodeToString(sum[:8])
+// alloc reserves the lowest free slot of ls in dir.
+func (d *Driver) alloc(ls *lease, dir string) *slot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	used := ls.slots[dir]
+	if used == nil {
+		used = map[int]struct{}{}
+		ls.slots[dir] = used
+	}
+	n := 0
+	for {
+		if _, ok := used[n]; !ok {
+			break
+		}
+		n++
+	}
+	used[n] = struct{}{}
+	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n)}
+}
+
+// free gives a slot back: its entry is gone from the store.
+func (d *Driver) free(s *slot) {
+	d.mu.Lock()
+	d.freeLocked(s)
+	d.mu.Unlock()
+}
+
+func (d *Driver) freeLocked(s *slot) {
+	if used := s.ls.slots[s.dir]; used != nil {
+		delete(used, s.n)
+		if len(used) == 0 {
+			delete(s.ls.slots, s.dir)
+		}
+	}
 }
 
 // SessionTTL returns the TTL of the driver's session lease: the default-TTL
@@ -242,7 +286,7 @@ func (d *Driver) acquire(ctx context.Context, l backend.Lock, wait bool) (backen
 		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
 	}
 	defer end()
-	key := d.entryKey(l)
+	dir := d.Dir(l.Key)
 	for attempt := 0; ; attempt++ {
 		ls, err := d.useLease(ctx, l.TTL)
 		if err != nil {
@@ -251,11 +295,12 @@ func (d *Driver) acquire(ctx context.Context, l backend.Lock, wait bool) (backen
 			}
 			return backend.Grant{}, fmt.Errorf("etcdlock: %s: lease: %w", op, err)
 		}
+		s := d.alloc(ls, dir)
 		var g backend.Grant
 		if wait {
-			g, err = d.enqueue(ctx, ls, l, key)
+			g, err = d.enqueue(ctx, s, l)
 		} else {
-			g, err = d.try(ctx, ls, l, key)
+			g, err = d.try(ctx, s, l)
 		}
 		d.unuse(ls)
 		if errors.Is(err, errRequeue) && attempt < 5 {
@@ -277,71 +322,75 @@ func (d *Driver) acquire(ctx context.Context, l backend.Lock, wait bool) (backen
 // or it was deleted by hand) before we got the lock.
 var errRequeue = errors.New("entry lost while queued")
 
-func (d *Driver) try(ctx context.Context, ls *lease, l backend.Lock, key string) (backend.Grant, error) {
-	dir := d.Dir(l.Key)
+func (d *Driver) try(ctx context.Context, s *slot, l backend.Lock) (backend.Grant, error) {
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(key, l.Owner, clientv3.WithLease(ls.id))).
-			Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...))
+			If(clientv3.Compare(clientv3.CreateRevision(s.dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
+			Else(clientv3.OpGet(s.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
 	})
 	if err != nil {
-		return backend.Grant{}, d.failedPut(ctx, ls, key, err)
+		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
 	rev := resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 || string(kvs[0].Key) != key {
+		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
+			d.free(s)
 			return backend.Grant{}, backend.ErrNotAcquired
 		}
 		// An earlier attempt of ours was applied although its reply was lost.
 		rev = kvs[0].CreateRevision
 	}
-	return d.grant(ctx, ls, l, key, rev)
+	return d.grant(ctx, s, l, rev)
 }
 
-// failedPut handles an error from a transaction that may have written key:
-// a lost lease means start over; anything else may have been applied, so the
-// entry is deleted (or left to the background sweep).
-func (d *Driver) failedPut(ctx context.Context, ls *lease, key string, err error) error {
+// failedPut handles an error from a transaction that may have written s's
+// key: a lost lease means start over; anything else may have been applied,
+// so the entry is deleted (or left to the background sweep).
+func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
 	if isLeaseNotFound(err) {
-		d.loseLease(ls, "was not found by the server")
+		d.loseLease(s.ls, "was not found by the server")
 		return errRequeue
 	}
-	d.remove(ctx, key, 0)
+	d.remove(ctx, s, 0)
 	return err
 }
 
 // grant records a held lock, unless its lease was lost meanwhile.
-func (d *Driver) grant(ctx context.Context, ls *lease, l backend.Lock, key string, rev int64) (backend.Grant, error) {
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Lock, rev int64) (backend.Grant, error) {
 	d.mu.Lock()
-	if ls.err != nil {
+	if s.ls.err != nil {
 		d.mu.Unlock()
-		d.remove(ctx, key, rev)
+		d.remove(ctx, s, rev)
 		return backend.Grant{}, errRequeue
 	}
-	e := &entry{key: key, rev: rev, ls: ls, onLost: l.OnLost}
-	if old := d.held[key]; old != nil && old.ls != nil {
-		delete(old.ls.entries, old)
+	hk := holdKey{l.Key, l.Token}
+	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	if old := d.held[hk]; old != nil {
+		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
 	}
-	d.held[key] = e
-	ls.entries[e] = struct{}{}
+	d.held[hk] = e
+	s.ls.entries[e] = struct{}{}
 	d.mu.Unlock()
-	return backend.Grant{Fence: uint64(rev), TTL: ls.ttl}, nil
+	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl}, nil
 }
 
 // remove deletes a waiter's or a failed acquisition's entry, even when ctx
-// is done. rev 0 deletes the key whatever its revision (it is named after a
-// token that no one else has). When etcd cannot be reached, the background
-// sweep keeps trying for as long as the lease may keep the entry alive.
-func (d *Driver) remove(ctx context.Context, key string, rev int64) {
+// is done, and frees its slot. rev 0 deletes the key whatever its revision
+// (the slot is ours). When etcd cannot be reached, the background sweep
+// keeps trying for as long as the lease may keep the entry alive, and the
+// slot stays reserved until then.
+func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	if err := d.deleteEntry(ctx, key, rev); err != nil {
+	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
 		d.mu.Lock()
-		d.orphans[key] = rev
+		d.orphans[s] = rev
 		d.mu.Unlock()
+		return
 	}
+	d.free(s)
 }
 
 func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
@@ -363,71 +412,63 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 		return fmt.Errorf("etcdlock: refresh: %w", err)
 	}
 	defer end()
-	key := d.entryKey(l)
+	d.mu.Lock()
+	e := d.held[holdKey{l.Key, l.Token}]
+	d.mu.Unlock()
+	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
+	}
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(holds(key, l.Fence)).Then(clientv3.OpGet(key, clientv3.WithKeysOnly()))
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev))
 	})
 	if err != nil {
 		return fmt.Errorf("etcdlock: refresh: %w", err)
 	}
-	kvs := resp.Responses
-	if !resp.Succeeded || len(kvs) == 0 || len(kvs[0].GetResponseRange().GetKvs()) == 0 {
-		d.forget(key)
+	if !resp.Succeeded {
+		d.forget(e, true)
 		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
 	}
-	id := clientv3.LeaseID(kvs[0].GetResponseRange().GetKvs()[0].Lease)
-	if id == clientv3.NoLease {
-		return nil
-	}
 	start := time.Now()
-	ka, err := d.cli.KeepAliveOnce(ctx, id)
+	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
 	switch {
 	case isLeaseNotFound(err):
-		if ls := d.leaseByID(id); ls != nil {
-			d.loseLease(ls, "was not found by the server")
-		}
-		d.forget(key)
+		d.loseLease(e.s.ls, "was not found by the server")
 		return fmt.Errorf("etcdlock: refresh: %w: its lease expired", backend.ErrNotHeld)
 	case err != nil:
 		return fmt.Errorf("etcdlock: refresh: keep-alive: %w", err)
 	}
-	if ls := d.leaseByID(id); ls != nil {
-		d.renewed(ls, start, ka.TTL)
-	}
+	d.renewed(e.s.ls, start, ka.TTL)
 	return nil
 }
 
-// holds compares key's creation revision with fence, or, without a fence,
-// checks that key exists.
-func holds(key string, fence uint64) clientv3.Cmp {
-	if fence == 0 {
-		return clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
-	}
-	return clientv3.Compare(clientv3.CreateRevision(key), "=", int64(fence))
-}
-
-// Release deletes l's entry if its creation revision is still l.Fence, so a
-// retried release never deletes a newer lock.
+// Release deletes l's entry if its creation revision is still the fence,
+// so a retried release never deletes a newer lock.
 func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 	ctx, end, err := d.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: release: %w", err)
 	}
 	defer end()
-	key := d.entryKey(l)
-	d.forget(key)
+	d.mu.Lock()
+	e := d.held[holdKey{l.Key, l.Token}]
+	d.mu.Unlock()
+	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+	}
+	if !d.forget(e, false) {
+		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+	}
 	var ambiguous bool
 	resp, err := d.txnAttempts(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(holds(key, l.Fence)).Then(clientv3.OpDelete(key))
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).Then(clientv3.OpDelete(e.s.key))
 	}, &ambiguous)
 	if err != nil {
-		if l.Fence != 0 {
-			d.mu.Lock()
-			d.orphans[key] = int64(l.Fence)
-			d.mu.Unlock()
-		}
+		d.mu.Lock()
+		d.orphans[e.s] = e.rev
+		d.mu.Unlock()
 		return fmt.Errorf("etcdlock: release: %w (the driver keeps trying in the background)", err)
 	}
+	d.free(e.s)
 	if !resp.Succeeded && !ambiguous {
 		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
 	}
@@ -436,18 +477,25 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 	return nil
 }
 
-// forget drops a held lock from the driver's books: no loss is reported
-// for it any more.
-func (d *Driver) forget(key string) {
+// forget drops a held lock from the driver's books, so that no loss is
+// reported for it any more; gone says its entry is gone from the store, and
+// frees its slot. It reports whether e was still on the books.
+func (d *Driver) forget(e *entry, gone bool) bool {
 	d.mu.Lock()
-	if e := d.held[key]; e != nil {
-		delete(d.held, key)
-		delete(e.ls.entries, e)
-		if len(e.ls.entries) == 0 && e.ls.users == 0 {
-			e.ls.idleSince = time.Now()
-		}
+	defer d.mu.Unlock()
+	if d.held[e.hk] != e {
+		return false
 	}
-	d.mu.Unlock()
+	delete(d.held, e.hk)
+	ls := e.s.ls
+	delete(ls.entries, e)
+	if len(ls.entries) == 0 && ls.users == 0 {
+		ls.idleSince = time.Now()
+	}
+	if gone {
+		d.freeLocked(e.s)
+	}
+	return true
 }
 
 // Close stops the driver's goroutines and revokes its leases, which frees

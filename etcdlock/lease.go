@@ -21,6 +21,7 @@ type lease struct {
 	until     time.Time // the server keeps the lease at least until then
 	users     int       // acquisitions in progress on it
 	entries   map[*entry]struct{}
+	slots     map[string]map[int]struct{} // by queue directory: slots in use
 	idleSince time.Time // when it last had no user and no entry
 
 	done chan struct{} // closed by end
@@ -74,6 +75,7 @@ func (d *Driver) useLease(ctx context.Context, ttl time.Duration) (*lease, error
 		ttl:     time.Duration(resp.TTL) * time.Second,
 		until:   start.Add(time.Duration(resp.TTL) * time.Second),
 		entries: map[*entry]struct{}{},
+		slots:   map[string]map[int]struct{}{},
 		done:    make(chan struct{}),
 	}
 	d.mu.Lock()
@@ -146,8 +148,8 @@ func (d *Driver) loseLease(ls *lease, why string) {
 	}
 	var lost []func(error)
 	for e := range ls.entries {
-		if d.held[e.key] == e {
-			delete(d.held, e.key)
+		if d.held[e.hk] == e {
+			delete(d.held, e.hk)
 		}
 		if e.onLost != nil {
 			lost = append(lost, e.onLost)
@@ -163,16 +165,11 @@ func (d *Driver) loseLease(ls *lease, why string) {
 
 // loseEntry reports one held lock lost: its entry is gone.
 func (d *Driver) loseEntry(e *entry, why string) {
-	d.mu.Lock()
-	if d.held[e.key] != e {
-		d.mu.Unlock()
+	if !d.forget(e, true) {
 		return // released meanwhile
 	}
-	delete(d.held, e.key)
-	delete(e.ls.entries, e)
-	d.mu.Unlock()
 	if e.onLost != nil {
-		e.onLost(fmt.Errorf("etcdlock: lock entry %s %s: %w", e.key, why, backend.ErrLost))
+		e.onLost(fmt.Errorf("etcdlock: lock entry %s %s: %w", e.s.key, why, backend.ErrLost))
 	}
 }
 
@@ -278,8 +275,8 @@ func (d *Driver) verify(ls *lease) {
 		cmps := make([]clientv3.Cmp, n)
 		gets := make([]clientv3.Op, n)
 		for i, e := range batch {
-			cmps[i] = clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev)
-			gets[i] = clientv3.OpGet(e.key, clientv3.WithKeysOnly())
+			cmps[i] = clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)
+			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, ls.ttl/3)
 		resp, err := d.cli.Txn(ctx).If(cmps...).Else(gets...).Commit()
@@ -303,20 +300,19 @@ func (d *Driver) sweep() {
 		d.mu.Unlock()
 		return
 	}
-	orphans := make(map[string]int64, len(d.orphans))
-	for k, rev := range d.orphans {
-		orphans[k] = rev
+	orphans := make(map[*slot]int64, len(d.orphans))
+	for s, rev := range d.orphans {
+		orphans[s] = rev
 	}
 	d.mu.Unlock()
-	for key, rev := range orphans {
+	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
-		err := d.deleteEntry(ctx, key, rev)
+		err := d.deleteEntry(ctx, s.key, rev)
 		cancel()
 		if err == nil {
 			d.mu.Lock()
-			if d.orphans[key] == rev {
-				delete(d.orphans, key)
-			}
+			delete(d.orphans, s)
+			d.freeLocked(s)
 			d.mu.Unlock()
 		}
 	}

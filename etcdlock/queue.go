@@ -15,8 +15,8 @@ import (
 
 // enqueue puts l's entry at the back of the queue and waits until every
 // older entry is gone.
-func (d *Driver) enqueue(ctx context.Context, ls *lease, l backend.Lock, key string) (backend.Grant, error) {
-	dir := d.Dir(l.Key)
+func (d *Driver) enqueue(ctx context.Context, s *slot, l backend.Lock) (backend.Grant, error) {
+	ls, dir, key := s.ls, s.dir, s.key
 	// One transaction: our entry, and the two youngest entries, which are
 	// ours and the one just ahead of us (if any). Retried, it finds our
 	// entry already there.
@@ -29,7 +29,7 @@ func (d *Driver) enqueue(ctx context.Context, ls *lease, l backend.Lock, key str
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
-		return backend.Grant{}, d.failedPut(ctx, ls, key, err)
+		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
 	var (
 		rev     int64 // our entry's creation revision
@@ -44,27 +44,28 @@ func (d *Driver) enqueue(ctx context.Context, ls *lease, l backend.Lock, key str
 	} else {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
+			d.free(s)
 			return backend.Grant{}, errRequeue // gone again already
 		}
 		rev = kvs[0].CreateRevision
 		if pred, checked, err = d.ahead(ctx, dir, key, rev); err != nil {
-			return backend.Grant{}, d.abandon(ctx, ls, key, rev, err)
+			return backend.Grant{}, d.abandon(ctx, s, rev, err)
 		}
 	}
 	for pred != nil {
 		if pred, checked, err = d.waitFor(ctx, ls, dir, key, rev, pred, checked); err != nil {
-			return backend.Grant{}, d.abandon(ctx, ls, key, rev, err)
+			return backend.Grant{}, d.abandon(ctx, s, rev, err)
 		}
 	}
 	// ahead found our entry alive at the head of the queue, in the same
 	// linearizable read: our lease was alive then, and the lock is ours.
-	return d.grant(ctx, ls, l, key, rev)
+	return d.grant(ctx, s, l, rev)
 }
 
 // abandon deletes the entry of a wait that failed.
-func (d *Driver) abandon(ctx context.Context, ls *lease, key string, rev int64, err error) error {
-	d.remove(ctx, key, rev)
-	if errors.Is(err, errRequeue) || ls.isDone() {
+func (d *Driver) abandon(ctx context.Context, s *slot, rev int64, err error) error {
+	d.remove(ctx, s, rev)
+	if errors.Is(err, errRequeue) || s.ls.isDone() {
 		return errRequeue
 	}
 	if ctx.Err() != nil {
