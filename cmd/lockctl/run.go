@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockerhq/locker"
+)
+
+// Environment of COMMAND.
+const (
+	envName      = "LOCKER_NAME"
+	envFence     = "LOCKER_FENCE"
+	envOwner     = "LOCKER_OWNER"
+	envBackendID = "LOCKER_BACKEND_ID"
+)
+
+type runOpts struct {
+	backend  string
+	ttl      time.Duration
+	wait     time.Duration
+	waitSet  bool
+	noWait   bool
+	owner    string
+	grace    time.Duration
+	connect  time.Duration
+	verbose  bool
+	name     string
+	command  []string
+	stderr   io.Writer
+	exitHook func() // tests
+}
+
+func runCmd(args []string, globalBackend string, stderr io.Writer) int {
+	o := runOpts{stderr: stderr}
+	fs := flag.NewFlagSet("lockctl run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
+	fs.DurationVar(&o.ttl, "ttl", locker.DefaultTTL, "lock TTL: how long a crashed holder keeps others out")
+	fs.DurationVar(&o.wait, "wait", 0, "give up after waiting this long (default: wait until acquired)")
+	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is held (exit 75)")
+	fs.StringVar(&o.owner, "owner", "", "holder identity; nested runs with the same NAME, owner and backend are reentrant")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, SIGKILL COMMAND's process group this long after SIGTERM")
+	fs.DurationVar(&o.connect, "connect-timeout", 10*time.Second, "bound on connecting to the backend")
+	fs.BoolVar(&o.verbose, "v", false, "report the acquisition and release on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: lockctl run [flags] NAME -- COMMAND [ARG...]\n\nExit status: COMMAND's; 128+N if it died of signal N; 75 not acquired; 76 lock lost;\n127 COMMAND not startable; 2 error before COMMAND ran.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return exitUsage
+	}
+	fs.Visit(func(f *flag.Flag) { o.waitSet = o.waitSet || f.Name == "wait" })
+	if err := o.parseArgs(fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "lockctl run: %v\n", err)
+		return exitUsage
+	}
+	return o.run()
+}
+
+func (o *runOpts) parseArgs(rest []string) error {
+	switch {
+	case o.noWait && o.waitSet:
+		return errors.New("--wait and --no-wait exclude each other")
+	case o.waitSet && o.wait <= 0:
+		return fmt.Errorf("--wait %v: want a positive duration (or --no-wait)", o.wait)
+	case o.ttl <= 0 || o.ttl > locker.MaxTTL:
+		return fmt.Errorf("--ttl %v: want more than 0 and at most %v", o.ttl, locker.MaxTTL)
+	case o.grace < 0:
+		return fmt.Errorf("--grace %v: want a non-negative duration", o.grace)
+	case o.connect <= 0:
+		return fmt.Errorf("--connect-timeout %v: want a positive duration", o.connect)
+	case len(rest) == 0:
+		return errors.New("missing NAME (usage: lockctl run [flags] NAME -- COMMAND [ARG...])")
+	}
+	o.name, o.command = rest[0], rest[1:]
+	if len(o.command) > 0 && o.command[0] == "--" {
+		o.command = o.command[1:]
+	}
+	if len(o.command) == 0 {
+		return errors.New("missing COMMAND (usage: lockctl run [flags] NAME -- COMMAND [ARG...])")
+	}
+	switch {
+	case o.name == "":
+		return errors.New("NAME is empty")
+	case len(o.name) > locker.MaxNameLen:
+		return fmt.Errorf("NAME is %d bytes, more than %d", len(o.name), locker.MaxNameLen)
+	case !utf8.ValidString(o.name):
+		return errors.New("NAME is not valid UTF-8")
+	case strings.HasPrefix(o.name, "-"):
+		// Almost always a misplaced flag: flags go before NAME.
+		return fmt.Errorf("NAME %q starts with '-': flags go before NAME", o.name)
+	}
+	return nil
+}
+
+// signalError is the cause of a wait cut short by a signal to lockctl.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + e.sig.String() }
+
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 128 + 15
+}
+
+// interruptible runs f with a context that ends when a signal arrives on
+// sigs, and returns the signal that cut it short, if any.
+func interruptible[T any](ctx context.Context, sigs <-chan os.Signal, f func(context.Context) (T, error)) (T, os.Signal, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, nil, r.err
+	case sig := <-sigs:
+		cancel(signalError{sig})
+		r := <-done
+		return r.v, sig, r.err
+	}
+}
+
+func (o *runOpts) logf(format string, args ...any) {
+	fmt.Fprintf(o.stderr, "lockctl: "+format+"\n", args...)
+}
+
+func (o *runOpts) run() int {
+	rawURL := resolveURL(o.backend)
+	bid := backendID(rawURL)
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	// Nested inside a run that holds NAME for the same owner: reentrant.
+	if o.owner != "" && os.Getenv(envOwner) == o.owner && os.Getenv(envName) == o.name && os.Getenv(envBackendID) == bid {
+		if o.verbose {
+			o.logf("%q is held by an enclosing lockctl run for owner %q: running COMMAND under it", o.name, o.owner)
+		}
+		cmd := o.command
+		c := exec.Command(cmd[0], cmd[1:]...)
+		c.Env = os.Environ()
+		if err := o.start(c); err != nil {
+			o.logf("cannot run %s: %v", cmd[0], err)
+			return exitNoCommand
+		}
+		status, _ := o.supervise(c, nil, sigs)
+		return status
+	}
+
+	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	client, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Client, error) {
+		ctx, cancel := context.WithTimeout(ctx, o.connect)
+		defer cancel()
+		c, err := locker.Open(ctx, rawURL, locker.WithLogger(logger))
+		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (no answer within --connect-timeout %v)", err, o.connect)
+		}
+		return c, err
+	})
+	if sig != nil {
+		if client != nil {
+			client.Close()
+		}
+		o.logf("interrupted by %v while connecting", sig)
+		return signalStatus(sig)
+	}
+	if err != nil {
+		o.logf("%v", err)
+		return exitUsage
+	}
+	defer client.Close()
+
+	opts := []locker.LockOption{locker.TTL(o.ttl)}
+	if o.owner != "" {
+		opts = append(opts, locker.Owner(o.owner))
+	}
+	l, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Lock, error) {
+		switch {
+		case o.noWait:
+			return client.TryAcquire(ctx, o.name, opts...)
+		case o.waitSet:
+			ctx, cancel := context.WithTimeout(ctx, o.wait)
+			defer cancel()
+			return client.Acquire(ctx, o.name, opts...)
+		default:
+			return client.Acquire(ctx, o.name, opts...)
+		}
+	})
+	if sig != nil {
+		if l != nil {
+			o.release(l)
+		}
+		o.logf("interrupted by %v while waiting for %q", sig, o.name)
+		return signalStatus(sig)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, locker.ErrNotAcquired) && o.noWait:
+			o.logf("%q is held by another holder (--no-wait)", o.name)
+			return exitNotAcquired
+		case errors.Is(err, locker.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded):
+			o.logf("%q not acquired within --wait %v", o.name, o.wait)
+			return exitNotAcquired
+		default:
+			o.logf("%v", err)
+			return exitUsage
+		}
+	}
+	if o.verbose {
+		o.logf("acquired %q (fence %d, ttl %v)", o.name, l.Fence(), l.TTL())
+	}
+
+	cmd := o.command
+	c := exec.Command(cmd[0], cmd[1:]...)
+	c.Env = append(withoutLockerEnv(os.Environ()),
+		envName+"="+o.name,
+		envFence+"="+strconv.FormatUint(l.Fence(), 10),
+	)
+	if o.owner != "" {
+		c.Env = append(c.Env, envOwner+"="+o.owner, envBackendID+"="+bid)
+	}
+	if err := o.start(c); err != nil {
+		o.release(l)
+		o.logf("cannot run %s: %v", cmd[0], err)
+		return exitNoCommand
+	}
+	status, lost := o.supervise(c, l, sigs)
+	if lost != nil {
+		o.release(l)
+		return exitLost
+	}
+	o.release(l)
+	return status
+}
+
+// start starts c in a process group of its own, with lockctl's standard
+// files.
+func (o *runOpts) start(c *exec.Cmd) error {
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	tty, fg := foregroundTTY()
+	if fg {
+		c.SysProcAttr.Foreground = true
+		c.SysProcAttr.Ctty = tty
+	}
+	err := c.Start()
+	if fg && err != nil {
+		restoreTTY(tty)
+	}
+	return err
+}
+
+// supervise waits for c, passing signals on to its process group and
+// stopping it if l is lost. It returns the exit status as a shell reports
+// it and the loss, if the lock was lost while c ran.
+func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, sigs <-chan os.Signal) (int, error) {
+	pgid := c.Process.Pid
+	done := make(chan struct{})
+	go func() {
+		c.Wait()
+		close(done)
+	}()
+	var lostC <-chan struct{}
+	if l != nil {
+		lostC = l.Lost()
+	}
+	var lost error
+	var kill <-chan time.Time
+	var killAt time.Time
+wait:
+	for {
+		select {
+		case sig := <-sigs:
+			if s, ok := sig.(syscall.Signal); ok {
+				syscall.Kill(-pgid, s)
+			}
+		case <-lostC:
+			lostC = nil
+			lost = l.Err()
+			o.logf("lost the lock on %q while COMMAND ran: %v; sending SIGTERM to COMMAND (SIGKILL in %v)", o.name, lost, o.grace)
+			syscall.Kill(-pgid, syscall.SIGTERM)
+			killAt = time.Now().Add(o.grace)
+			kill = time.After(o.grace)
+		case <-kill:
+			kill = nil
+			syscall.Kill(-pgid, syscall.SIGKILL)
+		case <-done:
+			break wait
+		}
+	}
+	if tty, fg := foregroundTTY(); c.SysProcAttr != nil && c.SysProcAttr.Foreground && !fg {
+		restoreTTY(tty)
+	}
+	if lost == nil && l != nil {
+		if err := l.Err(); err != nil && errors.Is(err, locker.ErrLost) {
+			lost = err
+			o.logf("lost the lock on %q while COMMAND ran: %v", o.name, lost)
+		}
+	}
+	if lost != nil {
+		// COMMAND has exited; whatever else of its group remains gets the
+		// rest of the grace period, then SIGKILL.
+		if killAt.IsZero() {
+			killAt = time.Now()
+		}
+		for syscall.Kill(-pgid, 0) == nil {
+			if time.Now().After(killAt) {
+				syscall.Kill(-pgid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return exitStatus(c.ProcessState), lost
+}
+
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// release releases l, bounded in time: past its TTL the store frees it
+// anyway.
+func (o *runOpts) release(l *locker.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(max(l.TTL(), time.Second), 10*time.Second))
+	defer cancel()
+	err := l.Release(ctx)
+	switch {
+	case err == nil:
+		if o.verbose {
+			o.logf("released %q", o.name)
+		}
+	case l.Err() != nil:
+		// Lost: reported already.
+	default:
+		o.logf("%v", err)
+	}
+}
+
+// withoutLockerEnv drops the variables lockctl sets for COMMAND, so that an
+// outer run's values do not leak into an inner one's.
+func withoutLockerEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == envName || k == envFence || k == envOwner || k == envBackendID {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// backendID identifies a backend URL without revealing it, for nested runs.
+func backendID(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		raw = u.Redacted()
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return hex.EncodeToString(sum[:8])
+}
