@@ -129,7 +129,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
 	}
 	if !e.first {
-		pred, _, err := d.predecessor(ctx, e)
+		pred, _, _, err := d.predecessor(ctx, e)
 		if err != nil {
 			d.abandon(e)
 			if errors.Is(err, errGone) {
@@ -155,45 +155,78 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
 	}
-	retry := newBackoff()
+	// Each waiter watches the node just ahead of it and the one ahead of
+	// that: still no herd (a deletion wakes at most two waiters), and when
+	// the second one goes, the waiter lists the queue while its predecessor
+	// takes the lock, so that it knows it is next and takes the lock at
+	// the news of its predecessor's deletion, without listing again.
+	var (
+		retry           = newBackoff()
+		pred, pred2     string // the nodes watched
+		predCh, pred2Ch <-chan zk.Event
+		ahead           int
+	)
 	for !e.first {
-		pred, ahead, err := d.predecessor(ctx, e)
-		if err == nil && pred != "" {
+		p, p2, n, err := d.predecessor(ctx, e)
+		ahead = n
+		if err == nil && p == "" {
+			e.first = true
+			break
+		}
+		if err == nil && p != pred {
+			pred, predCh = "", nil
 			var ch <-chan zk.Event
-			ch, err = d.watch(ctx, e.parent+"/"+pred)
-			if err == nil && ch != nil {
-				select {
-				case ev := <-ch:
-					switch {
-					case ev.Type == zk.EventNodeDeleted && ahead == 1:
-						// The only node ahead of ours is gone, and no new
-						// node can sort before ours: we are first, without
-						// listing the queue again.
-						e.first = true
-					case ev.Type != zk.EventNotWatching:
-					case errors.Is(ev.Err, zk.ErrSessionExpired):
-						d.abandon(e)
-						return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
-					default:
-						d.abandon(e)
-						return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
-					}
-					continue
-				case <-ctx.Done():
-					d.abandon(e)
-					return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
-				case <-d.done:
-					d.abandon(e)
-					return backend.Grant{}, d.closedErr("acquire")
-				}
+			if ch, err = d.watch(ctx, e.parent+"/"+p); err == nil && ch == nil {
+				continue // gone meanwhile: look again
 			}
 			if err == nil {
-				continue // the predecessor went away meanwhile: look again
+				pred, predCh = p, ch
+			}
+		}
+		if err == nil && p2 != pred2 {
+			pred2, pred2Ch = "", nil
+			if p2 != "" {
+				ch, werr := d.watch(ctx, e.parent+"/"+p2)
+				if werr == nil && ch == nil {
+					continue
+				}
+				if werr == nil { // else wait without it
+					pred2, pred2Ch = p2, ch
+				}
+			}
+		}
+		if err == nil {
+			var ev zk.Event
+			select {
+			case ev = <-predCh:
+				pred, predCh = "", nil
+				if ev.Type == zk.EventNodeDeleted && ahead == 1 {
+					// The only node ahead of ours is gone, and no new
+					// node can sort before ours: we are first.
+					e.first = true
+					continue
+				}
+			case ev = <-pred2Ch:
+				pred2, pred2Ch = "", nil
+			case <-ctx.Done():
+				d.abandon(e)
+				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
+			case <-d.done:
+				d.abandon(e)
+				return backend.Grant{}, d.closedErr("acquire")
+			}
+			switch {
+			case ev.Type != zk.EventNotWatching:
+				continue
+			case errors.Is(ev.Err, zk.ErrSessionExpired):
+				d.abandon(e)
+				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
+			default:
+				d.abandon(e)
+				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
 			}
 		}
 		switch {
-		case err == nil:
-			e.first = true
 		case errors.Is(err, errGone):
 			d.abandon(e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", d.goneErr(e))
@@ -259,17 +292,17 @@ func (d *Driver) grant(e *entry, l backend.Lock, op string) (backend.Grant, erro
 }
 
 // predecessor lists the queue and returns the node just ahead of e ("" when
-// e is first) and how many nodes are ahead of it.
-func (d *Driver) predecessor(ctx context.Context, e *entry) (string, int, error) {
+// e is first), the one ahead of that, and how many nodes are ahead of e.
+func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string, ahead int, err error) {
 	names, err := d.children(ctx, e.parent)
 	if errors.Is(err, zk.ErrNoNode) {
-		return "", 0, errGone
+		return "", "", 0, errGone
 	}
 	if err != nil {
-		return "", 0, err
+		return "", "", 0, err
 	}
 	found := false
-	pred, predSeq, ahead := "", int64(-1), 0
+	predSeq, pred2Seq := int64(-1), int64(-1)
 	for _, n := range names {
 		_, seq, ok := parseNode(n)
 		switch {
@@ -279,14 +312,17 @@ func (d *Driver) predecessor(ctx context.Context, e *entry) (string, int, error)
 		case seq < e.seq:
 			ahead++
 			if seq > predSeq {
+				pred2, pred2Seq = pred, predSeq
 				pred, predSeq = n, seq
+			} else if seq > pred2Seq {
+				pred2, pred2Seq = n, seq
 			}
 		}
 	}
 	if !found {
-		return "", 0, errGone
+		return "", "", 0, errGone
 	}
-	return pred, ahead, nil
+	return pred, pred2, ahead, nil
 }
 
 // enqueue creates l's queue node. maxTransient bounds the attempts that
@@ -355,6 +391,9 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		}
 		return nil, err
 	}
+	if d.wire != nil && !d.knownParent(parent) {
+		d.pipelineParent(parent)
+	}
 	for {
 		sid := d.conn.SessionID()
 		res, err := d.conn.Multi(
@@ -379,6 +418,7 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return nil, fmt.Errorf("unexpected node name %q", name)
 			}
 			if sid != 0 && d.conn.SessionID() == sid {
+				d.rememberParent(parent)
 				return e, nil
 			}
 			// The session changed under us: the node may be gone or belong
@@ -388,6 +428,7 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
+			d.forgetParent(parent)
 			if noNode++; noNode > 3 {
 				return giveUp(fmt.Errorf("create %s: %w", parent, err))
 			}
@@ -416,6 +457,54 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 			return giveUp(fmt.Errorf("create the queue node: gave up: %w", err))
 		}
 	}
+}
+
+// pipelineParent sends the creation of a name's node, which may be missing,
+// ahead of the queue node's: once the request is on the wire, the create
+// that follows it runs after it, so a fresh name costs no extra round trip
+// (only a failed create on the server when the parent exists after all).
+func (d *Driver) pipelineParent(parent string) {
+	sent, stop := d.wire.sent(parent)
+	defer stop()
+	done := make(chan struct{})
+	if !d.spawn(func() {
+		defer close(done)
+		_, _ = d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+	}) {
+		return
+	}
+	t := time.NewTimer(d.ttl)
+	defer t.Stop()
+	select {
+	case <-sent:
+	case <-done: // failed to send (no connection): the usual path handles it
+	case <-t.C:
+	}
+}
+
+// maxParents bounds the driver's memory of names whose node exists.
+const maxParents = 8192
+
+func (d *Driver) knownParent(parent string) bool {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	_, ok := d.parents[parent]
+	return ok
+}
+
+func (d *Driver) rememberParent(parent string) {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	if len(d.parents) >= maxParents {
+		clear(d.parents)
+	}
+	d.parents[parent] = struct{}{}
+}
+
+func (d *Driver) forgetParent(parent string) {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	delete(d.parents, parent)
 }
 
 // ensureParent creates the container node parent, and the root if needed.

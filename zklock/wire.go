@@ -21,6 +21,51 @@ type wire struct {
 	mu        sync.Mutex
 	sessionID int64
 	passwd    []byte
+	expect    map[string]chan struct{} // container creates someone waits to see sent
+}
+
+// opCreateContainer is the opcode of a container create request.
+const opCreateContainer = 19
+
+// sent returns a channel closed once a container create of path has been
+// written to the connection, and a func to stop waiting. Requests on a
+// connection are written in order and the server runs a session's
+// requests in order, so a request sent after that runs after the create.
+func (w *wire) sent(path string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	if w.expect == nil {
+		w.expect = map[string]chan struct{}{}
+	}
+	w.expect[path] = ch
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		if w.expect[path] == ch {
+			delete(w.expect, path)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// wrote notes a request written to the connection: header (xid, opcode),
+// then, for a create, the path.
+func (w *wire) wrote(p []byte) {
+	if len(p) < 16 || int32(binary.BigEndian.Uint32(p[8:12])) != opCreateContainer {
+		return
+	}
+	n := int(int32(binary.BigEndian.Uint32(p[12:16])))
+	if n < 0 || 16+n > len(p) {
+		return
+	}
+	path := string(p[16 : 16+n])
+	w.mu.Lock()
+	ch := w.expect[path]
+	delete(w.expect, path)
+	w.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
 }
 
 func (w *wire) dialer(dial zk.Dialer) zk.Dialer {
@@ -51,6 +96,14 @@ type wireConn struct {
 	w      *wire
 	head   []byte
 	parsed bool
+}
+
+func (c *wireConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err == nil {
+		c.w.wrote(p) // the zk client writes each request whole
+	}
+	return n, err
 }
 
 func (c *wireConn) Read(p []byte) (int, error) {

@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -123,7 +122,8 @@ type Driver struct {
 	ttl    time.Duration // the negotiated session timeout
 	log    *slog.Logger
 
-	rootOK atomic.Bool // the root exists, as far as we know
+	pmu     sync.Mutex
+	parents map[string]struct{} // names' nodes seen to exist (the server deletes them when empty)
 
 	mu     sync.Mutex
 	closed bool
@@ -351,12 +351,13 @@ func negotiatedTimeout(conn *zk.Conn) time.Duration {
 
 func newDriver(cfg config) *Driver {
 	return &Driver{
-		root:  cfg.root,
-		acl:   cfg.acl,
-		log:   cfg.logger,
-		holds: map[string]*held{},
-		done:  make(chan struct{}),
-		wake:  make(chan struct{}, 1),
+		root:    cfg.root,
+		acl:     cfg.acl,
+		log:     cfg.logger,
+		holds:   map[string]*held{},
+		parents: map[string]struct{}{},
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
 	}
 }
 
