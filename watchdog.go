@@ -32,6 +32,7 @@ type watchdog struct {
 	batch backend.BatchRefresher // nil unless the driver refreshes in batches
 	mu    sync.Mutex
 	due   holdHeap
+	armed time.Time // when the timer fires next; guarded by mu
 	wake  chan struct{}
 	quit  chan struct{}
 	done  chan struct{}
@@ -81,9 +82,10 @@ func (w *watchdog) put(h *hold, at time.Time) {
 	} else {
 		heap.Push(&w.due, h)
 	}
-	first := w.due[0] == h
+	// Wake the goroutine only if h must fire before its timer does.
+	sooner := w.due[0] == h && at.Add(-early(h)).Before(w.armed)
 	w.mu.Unlock()
-	if first {
+	if sooner {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -120,6 +122,7 @@ func (w *watchdog) run() {
 		if len(w.due) > 0 {
 			next = w.due[0].due.Sub(now) - early(w.due[0])
 		}
+		w.armed = now.Add(next)
 		w.mu.Unlock()
 		if !w.fire(ready, now) {
 			return
