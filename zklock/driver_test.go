@@ -337,10 +337,10 @@ func TestLostCreateResponseFound(t *testing.T) {
 	if hits.Load() != 2 {
 		t.Fatalf("%d responses dropped, want 2", hits.Load())
 	}
-	// On the fresh name the lost response was "no parent"; on the known
-	// one the server made the node, and the driver found it again.
-	if n := strings.Count(logs.String(), "found the node of a lost create response"); n != 1 {
-		t.Errorf("%d nodes found again, want 1", n)
+	// The server made both nodes (the fresh name's parent is created just
+	// ahead of the node), and the driver found them again.
+	if n := strings.Count(logs.String(), "found the node of a lost create response"); n != 2 {
+		t.Errorf("%d nodes found again, want 2", n)
 	}
 }
 
@@ -359,4 +359,95 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// freezer cuts a driver off from the servers without closing anything:
+// what it sends is dropped, nothing reaches it, and it cannot dial.
+type freezer struct {
+	gate
+	frozen atomic.Bool
+}
+
+func (f *freezer) dialer(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := f.gate.dialer(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &frozenConn{Conn: c, f: f}, nil
+}
+
+func (f *freezer) freeze() { f.gate.close(); f.frozen.Store(true) }
+
+func (f *freezer) thaw() { f.frozen.Store(false); f.gate.open() }
+
+type frozenConn struct {
+	net.Conn
+	f *freezer
+}
+
+func (c *frozenConn) Write(p []byte) (int, error) {
+	if c.f.frozen.Load() {
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *frozenConn) Read(p []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(p)
+		if !c.f.frozen.Load() || err != nil {
+			return n, err
+		}
+	}
+}
+
+// TestPartitionedHolderLosesFirst: a holder cut off from ZooKeeper hears
+// that its lock is lost before the server expires its session and another
+// client takes the lock.
+func TestPartitionedHolderLosesFirst(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	f := &freezer{}
+	holder := dial(t, servers, WithDialer(f.dialer))
+	t.Cleanup(f.thaw)
+	other := dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	lostAt := make(chan time.Time, 1)
+	l := lockFor(t, key)
+	l.OnLost = func(error) { lostAt <- time.Now() }
+	if _, err := holder.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if _, err := other.Acquire(ctx, lockFor(t, key)); err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+	}()
+	time.Sleep(200 * time.Millisecond)
+	frozen := time.Now()
+	f.freeze()
+	var lost, taken time.Time
+	select {
+	case lost = <-lostAt:
+	case <-time.After(3 * testTimeout):
+		t.Fatal("no lost signal")
+	}
+	select {
+	case taken = <-got:
+	case <-time.After(3 * testTimeout):
+		t.Fatal("the other client never got the lock")
+	}
+	t.Logf("cut off at 0, lost signal at %v, the other client got the lock at %v (session timeout %v)",
+		lost.Sub(frozen), taken.Sub(frozen), testTimeout)
+	if !lost.Before(taken) {
+		t.Errorf("the other client got the lock before the holder heard it lost it")
+	}
+	f.thaw()
+	if err := holder.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release after the session expired: %v", err)
+	}
 }
