@@ -28,7 +28,10 @@ import (
 // Contended: 8 workers on 2 clients take turns on one name, holding it 1ms;
 // acq/s is acquisitions per second, handoff-ms the median time from a
 // release call to the next holder's grant, rtt-ms the server's median round
-// trip for a write (a put) measured just before.
+// trip for a write (a put) measured meanwhile.
+//
+// Both interleave the contenders, so that the load of a shared machine
+// falls on each alike, and report ratios.
 
 type benchLocker interface {
 	lock(ctx context.Context) (unlock func(context.Context) error, err error)
@@ -166,75 +169,122 @@ func (dl driverLocker) lock(ctx context.Context) (func(context.Context) error, e
 	return func(ctx context.Context) error { return dl.d.Release(ctx, l) }, nil
 }
 
-// putRTT is the median round trip of a put, the cost of one write.
-func putRTT(b *testing.B) time.Duration {
+// rttProbe measures the server's round trip for a write (a put) while the
+// benchmark runs, one every 20ms, until stop is called; then it returns the
+// median.
+func rttProbe(b *testing.B) (stop func() time.Duration) {
 	cli := benchClient(b)
 	ctx := context.Background()
 	key := fmt.Sprintf("/locker-bench-rtt/%d", time.Now().UnixNano())
-	var ds []time.Duration
-	for range 200 {
-		start := time.Now()
-		if _, err := cli.Put(ctx, key, "x"); err != nil {
-			b.Fatal(err)
+	quit := make(chan struct{})
+	done := make(chan []time.Duration)
+	go func() {
+		var ds []time.Duration
+		for {
+			select {
+			case <-quit:
+				done <- ds
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			start := time.Now()
+			if _, err := cli.Put(ctx, key, "x"); err == nil {
+				ds = append(ds, time.Since(start))
+			}
 		}
-		ds = append(ds, time.Since(start))
+	}()
+	return func() time.Duration {
+		close(quit)
+		ds := <-done
+		cli.Delete(ctx, key)
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
 	}
-	cli.Delete(ctx, key)
-	slices.Sort(ds)
-	return ds[len(ds)/2]
 }
 
+// BenchmarkContended alternates rounds of the contenders (one round per
+// iteration: 250 acquisitions each), so that the load of a shared machine
+// falls on both alike.
 func BenchmarkContended(b *testing.B) {
 	const workers = 8
+	const perRound = 250
+	all := make([][]benchLocker, len(setups))
+	for i, s := range setups {
+		all[i] = s.new(b, workers)
+	}
+	names := []string{"etcdlock", "mutex"}
+	elapsed := make([]time.Duration, len(setups))
+	handoffs := make([][]time.Duration, len(setups))
+	var rtts []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for i, ls := range all {
+			probe := rttProbe(b)
+			e, h := contend(b, ls, perRound)
+			rtts = append(rtts, probe())
+			elapsed[i] += e
+			handoffs[i] = append(handoffs[i], h...)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(rtts)
+	rtt := rtts[len(rtts)/2]
+	rate := make([]float64, len(setups))
+	for i := range setups {
+		rate[i] = float64(b.N*perRound) / elapsed[i].Seconds()
+		b.ReportMetric(rate[i], names[i]+"-acq/s")
+		hs := handoffs[i]
+		slices.Sort(hs)
+		med := hs[len(hs)/2]
+		b.ReportMetric(float64(med)/1e6, names[i]+"-handoff-ms")
+		if i == 0 {
+			b.ReportMetric(float64(med)/float64(rtt), "etcdlock-handoff/rtt")
+		}
+	}
+	b.ReportMetric(rate[0]/rate[1], "acq-ratio")
+	b.ReportMetric(float64(rtt)/1e6, "rtt-ms")
+}
+
+// contend runs n acquisitions of ls's workers on one name, each holding it
+// 1ms, and returns how long they took and the hand-off times: from a
+// release call to the next holder's grant.
+func contend(b *testing.B, ls []benchLocker, n int) (time.Duration, []time.Duration) {
 	const hold = time.Millisecond
-	for _, s := range setups {
-		b.Run(s.name, func(b *testing.B) {
-			ls := s.new(b, workers)
-			rtt := putRTT(b)
-			ctx := context.Background()
-			var (
-				next     atomic.Int64
-				released atomic.Int64 // when the last release call began, in ns
-				mu       sync.Mutex
-				handoffs []time.Duration
-				wg       sync.WaitGroup
-			)
-			b.ResetTimer()
-			start := time.Now()
-			for _, l := range ls {
-				wg.Go(func() {
-					for next.Add(1) <= int64(b.N) {
-						unlock, err := l.lock(ctx)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						now := time.Now().UnixNano()
-						if r := released.Load(); r != 0 {
-							mu.Lock()
-							handoffs = append(handoffs, time.Duration(now-r))
-							mu.Unlock()
-						}
-						time.Sleep(hold)
-						released.Store(time.Now().UnixNano())
-						if err := unlock(ctx); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+	ctx := context.Background()
+	var (
+		next     atomic.Int64
+		released atomic.Int64 // when the last release call began, in ns
+		mu       sync.Mutex
+		handoffs []time.Duration
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for _, l := range ls {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				unlock, err := l.lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now().UnixNano()
+				if r := released.Load(); r != 0 {
+					mu.Lock()
+					handoffs = append(handoffs, time.Duration(now-r))
+					mu.Unlock()
+				}
+				time.Sleep(hold)
+				released.Store(time.Now().UnixNano())
+				if err := unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
 			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			slices.Sort(handoffs)
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "acq/s")
-			if len(handoffs) > 0 {
-				med := handoffs[len(handoffs)/2]
-				b.ReportMetric(float64(med)/1e6, "handoff-ms")
-				b.ReportMetric(float64(med)/float64(rtt), "handoff/rtt")
-			}
-			b.ReportMetric(float64(rtt)/1e6, "rtt-ms")
 		})
 	}
+	wg.Wait()
+	return time.Since(start), handoffs
 }

@@ -105,6 +105,16 @@ func (d *Driver) ahead(ctx context.Context, dir, key string, rev int64) (*mvccpb
 	return pred, resp.Header.Revision, nil
 }
 
+// stillThere reports whether pred still exists at a revision at least
+// minRev, by a serializable read; false when it cannot tell.
+func (d *Driver) stillThere(ctx context.Context, pred *mvccpb.KeyValue, minRev int64) bool {
+	resp, err := d.cli.Get(ctx, string(pred.Key), clientv3.WithSerializable(), clientv3.WithKeysOnly())
+	if err != nil || resp.Header.Revision < minRev {
+		return false
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == pred.CreateRevision
+}
+
 // waitFor waits until pred, which was just ahead of our entry at revision
 // checked, is deleted, and returns what is ahead of us then.
 //
@@ -142,11 +152,13 @@ func (d *Driver) waitFor(ctx context.Context, ls *lease, dir, key string, rev in
 			if wr.Header.Revision <= checked {
 				continue // the watch covers everything after checked
 			}
-			p, at, err := d.ahead(ctx, dir, key, rev)
-			if err != nil || p == nil || string(p.Key) != string(pred.Key) {
-				return p, at, err
+			// Did pred go before the watch started? A local read of a
+			// member that is at least as far as the watch's start is enough
+			// to tell; anything else is settled by a linearizable read.
+			if d.stillThere(ctx, pred, wr.Header.Revision) {
+				continue // the watch sees its deletion
 			}
-			continue // pred is still there and the watch sees its deletion
+			return d.ahead(ctx, dir, key, rev)
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
