@@ -30,19 +30,28 @@
 // it is empty, so parents of unused names do not pile up.
 //
 // An acquisition creates an ephemeral sequential node under the name's
-// node; the lowest sequence number holds the lock. A waiter watches only
-// the node just ahead of it (no herd effect), so waiters are served in
-// arrival order (FIFO). TryAcquire creates its node and, unless it is
-// first, deletes it again. A cancelled or failed acquisition deletes its
-// node before it returns (or, when the connection is down, keeps trying in
-// the background for as long as the node's session may live).
+// node; the lowest sequence number holds the lock. Waiters are served in
+// arrival order (FIFO) without a herd effect: a waiter watches the node
+// just ahead of it and the one ahead of that, so a deletion wakes at most
+// two waiters. When the second one goes, the waiter lists the queue while
+// its predecessor takes the lock, learns that it is next, and takes the
+// lock on the news of its predecessor's deletion without listing again:
+// a handoff costs the release's write and its notification. TryAcquire
+// creates its node and, unless it is first, deletes it again. A cancelled
+// or failed acquisition deletes its node before it returns (or, when the
+// connection is down, keeps trying in the background for as long as the
+// node's session may live).
 //
 // The node is created in a multi-op together with a write to the parent,
-// so that the parent's Mzxid in the reply is the node's creation zxid: the
-// fence, in the same round trip. A lock on a name nobody used before costs
-// one extra round trip to create the parent (the create is tried first and
-// the parent made only when missing), and a first node (sequence 0) needs
-// no listing. So: known name 2 round trips, fresh name 3, release 1.
+// whose stat in the reply gives the node's creation zxid (the parent's new
+// Mzxid: the fence) and the parent's number of children: when it is 1,
+// the node is alone and holds the lock. A free lock costs one round trip
+// to take and one to release. On a name the driver has not seen yet, a
+// connection the driver dialed sends the creation of the name's node just
+// ahead of the queue node's (the server runs a session's requests in
+// order), so a fresh name costs no extra round trip either; with a
+// connection passed to New, the parent is created when the first create
+// finds it missing (two more round trips).
 //
 // Node names carry a hash of the holder's token ("lk-<hash>-<sequence>").
 // When a create's response is lost with the connection, the driver finds
