@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,12 +58,14 @@ func ttlMillis(ttl time.Duration) int64 {
 // release subscriptions. Driver uses one node, Quorum one per server.
 type node struct {
 	rdb    redis.UniversalClient
-	owned  bool // opened by us: Close closes it
-	ring   bool // *redis.Ring: subscriptions must be routed per channel
+	addr   string // for messages
+	owned  bool   // opened by us: Close closes it
+	ring   bool   // *redis.Ring: subscriptions must be routed per channel
 	log    *slog.Logger
 	linger time.Duration
 
 	checkCancel context.CancelFunc
+	closeOnce   sync.Once
 
 	mu     sync.Mutex
 	closed bool
@@ -83,10 +86,24 @@ func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 	}
 }
 
-// acquire runs the acquire script: the fence, or 0 when another token holds
-// the lock.
-func (n *node) acquire(ctx context.Context, l backend.Lock, px int64) (uint64, error) {
-	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, l.Token, px).Int64()
+// The lock key holds "<token>.<attempt>". The token says who holds it, for
+// refresh and release; the attempt says which try of that token set it, so
+// that cleaning up after a failed try (in the background, on a server that
+// answered late) never removes the key that a later, successful try of the
+// same token set.
+var attempts atomic.Uint64
+
+// attempt returns a lock value for a new try of l.
+func attempt(l backend.Lock) string {
+	return l.Token + "." + strconv.FormatUint(attempts.Add(1), 36)
+}
+
+func holder(l backend.Lock) string { return l.Token + "." }
+
+// acquire runs the acquire script for one attempt (see attempt): the
+// fence, or 0 when another token holds the lock.
+func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (uint64, error) {
+	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l)).Int64()
 	if err != nil {
 		return 0, err
 	}
@@ -97,27 +114,27 @@ func (n *node) acquire(ctx context.Context, l backend.Lock, px int64) (uint64, e
 }
 
 func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
-	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, l.Token, px).Int64()
+	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
 	return v == 1, err
 }
 
 func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
-	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, l.Token, releaseChannel(l.Key)).Int64()
+	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
 	return v == 1, err
 }
 
-func (n *node) raise(ctx context.Context, l backend.Lock, fence uint64) (bool, error) {
-	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, l.Token, strconv.FormatUint(fence, 10)).Int64()
+func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
+	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
 	return v == 1, err
 }
 
-// cleanup removes what a failed acquisition may have left: the script may
-// have run even though its reply was lost or ctx ended. Best effort,
-// bounded, and token-checked like every release.
-func (n *node) cleanup(ctx context.Context, l backend.Lock) {
+// cleanup removes what a failed attempt may have left: the script may have
+// run even though its reply was lost or ctx ended. Best effort, bounded,
+// and only if that very attempt holds the key.
+func (n *node) cleanup(ctx context.Context, l backend.Lock, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, _ = n.release(ctx, l)
+	_ = releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
 }
 
 const cleanupTimeout = 2 * time.Second
@@ -191,10 +208,16 @@ func (n *node) close() error {
 		h.failBarriers(backend.ErrClosed)
 	}
 	n.wg.Wait()
+	return n.closeClient()
+}
+
+// closeClient closes the client if the node opened it, once.
+func (n *node) closeClient() error {
+	var err error
 	if n.owned {
-		return n.rdb.Close()
+		n.closeOnce.Do(func() { err = n.rdb.Close() })
 	}
-	return nil
+	return err
 }
 
 // ---------------------------------------------------------------- notifications

@@ -2,11 +2,9 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -172,39 +170,40 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	}
 	cfg := buildConfig(opts)
 	var nodes []*node
-	for _, c := range clients {
-		nodes = append(nodes, newNode(c, true, &cfg))
+	for i, c := range clients {
+		n := newNode(c, true, &cfg)
+		n.addr = hosts[i]
+		nodes = append(nodes, n)
 	}
 	q := newQuorum(nodes, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
-	errs := make([]error, len(clients))
-	var wg sync.WaitGroup
-	for i, n := range q.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[i] = n.rdb.Ping(ctx).Err(); errs[i] == nil {
-				n.checkMaxmemory(ctx, hosts[i])
-			}
-		}()
+	// Wait for a majority, not for every server: a silent one would hold
+	// Open up until the deadline. Later answers are checked in the
+	// background.
+	timeout := defaultOpenTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
 	}
-	wg.Wait()
-	up := 0
-	var down []error
-	for i, err := range errs {
+	res := q.gather(ctx, timeout, func(ctx context.Context, n *node) result {
+		err := n.rdb.Ping(ctx).Err()
 		if err == nil {
-			up++
-		} else {
-			down = append(down, fmt.Errorf("%s: %w", hosts[i], err))
+			n.checkMaxmemory(ctx, n.addr)
 		}
-	}
-	if up < q.quorum {
+		return result{ok: err == nil, err: err}
+	}, func(ok, _ int) bool { return ok >= q.quorum }, func(i int, r result) {
+		if r.err != nil {
+			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
+		}
+	})
+	if up, _ := count(res); up < q.quorum {
 		q.Close()
-		return nil, fmt.Errorf("redislock: open %s: %d of %d servers answered, %d needed: %w", u.Redacted(), up, len(hosts), q.quorum, errors.Join(down...))
+		return nil, fmt.Errorf("redislock: open %s: %d of %d servers answered, %d needed: %s", u.Redacted(), up, len(hosts), q.quorum, q.errSummary(res))
 	}
-	for _, err := range down {
-		cfg.logger.Warn("redislock: quorum server unreachable at open", "err", err)
+	for i, r := range res {
+		if r.err != nil {
+			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
+		}
 	}
 	return q, nil
 }

@@ -259,6 +259,7 @@ const minQuorumTTL = 100 * time.Millisecond
 func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
+	value := attempt(l)
 	t0 := time.Now()
 	// outcome is closed when this attempt is settled; failed tells how.
 	outcome := make(chan struct{})
@@ -272,14 +273,14 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		if r.ok || r.err != nil {
 			<-outcome
 			if failed.Load() {
-				q.nodes[i].cleanup(ctx, l)
+				q.nodes[i].cleanup(ctx, l, value)
 			}
 		}
 	}
 	// A server that has not answered by the end of the validity is of no
 	// use to this acquisition.
 	res := q.gather(ctx, ttl, func(ctx context.Context, n *node) result {
-		f, err := n.acquire(ctx, l, px)
+		f, err := n.acquire(ctx, l, value, px)
 		return result{ok: f > 0, fence: f, err: err}
 	}, q.decidedBy, late)
 	granted, denied := count(res)
@@ -294,7 +295,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		}
 	}
 	fail := func(split bool, err error) (backend.Grant, bool, error) {
-		q.abandon(ctx, l, res)
+		q.abandon(ctx, l, value, res)
 		settle(false)
 		return backend.Grant{}, split, err
 	}
@@ -329,7 +330,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := q.nodes[i].raise(rctx, l, fence)
+			ok, err := q.nodes[i].raise(rctx, l, value, fence)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -361,7 +362,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 // abandon releases a failed acquisition: at once on the servers that
 // granted it, in the background on those that failed to answer (they may
 // have granted it); those that had not answered yet release when they do.
-func (q *Quorum) abandon(ctx context.Context, l backend.Lock, res []result) {
+func (q *Quorum) abandon(ctx context.Context, l backend.Lock, value string, res []result) {
 	var wg sync.WaitGroup
 	for i, r := range res {
 		switch {
@@ -369,13 +370,13 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Lock, res []result) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				q.nodes[i].cleanup(ctx, l)
+				q.nodes[i].cleanup(ctx, l, value)
 			}()
 		case r.answered && r.err != nil:
 			q.bg.Add(1)
 			go func() {
 				defer q.bg.Done()
-				q.nodes[i].cleanup(ctx, l)
+				q.nodes[i].cleanup(ctx, l, value)
 			}()
 		}
 	}
@@ -488,13 +489,23 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 }
 
 // Close implements backend.Driver. It closes the clients only if OpenQuorum
-// or locker.Open created them.
+// or locker.Open created them. It waits for requests still in flight to
+// servers that had not answered when their majority did: on clients that
+// Close closes, they end at once; on a caller's clients, at their read
+// timeout at the latest.
 func (q *Quorum) Close() error {
 	if q.closed.Swap(true) {
 		return fmt.Errorf("redislock: quorum: close: %w", backend.ErrClosed)
 	}
 	var errs []error
 	q.stop()
+	// Closing the clients we opened ends their requests in flight at once;
+	// requests on a caller's client end at its read timeout.
+	for _, n := range q.nodes {
+		if err := n.closeClient(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	q.bg.Wait()
 	for _, n := range q.nodes {
 		if err := n.close(); err != nil {

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,9 +271,15 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	if _, err := q.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	// Each server keeps it for TTL + the drift allowance.
+	// Each server keeps it for TTL + the drift allowance. (TryAcquire
+	// returns once a majority granted: the others' grants may still be on
+	// their way.)
 	for i, a := range admins {
 		pttl, err := a.PTTL(ctx, lockKey(l.Key)).Result()
+		for deadline := time.Now().Add(2 * time.Second); err == nil && pttl < 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+			pttl, err = a.PTTL(ctx, lockKey(l.Key)).Result()
+		}
 		if err != nil || pttl <= l.TTL || pttl > l.TTL+100*time.Millisecond {
 			t.Fatalf("server %d: PTTL %v (err %v), want a little over %v", i, pttl, err, l.TTL)
 		}
@@ -293,5 +300,110 @@ func TestQuorumRefreshMajority(t *testing.T) {
 		if n, _ := a.Exists(ctx, lockKey(l.Key)).Result(); n != 0 {
 			t.Fatalf("server %d still has the key after Release", i)
 		}
+	}
+}
+
+// blackhole accepts connections and never answers, like a server behind a
+// network partition that drops packets.
+func blackhole(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
+// Two of five servers silent (partitioned, not refusing): every operation
+// completes with the three that answer, without waiting for the silent ones.
+func TestQuorumTwoSilent(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	var clients []redis.UniversalClient
+	for _, a := range []string{addrs[0], blackhole(t), addrs[1], blackhole(t), addrs[2]} {
+		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, ReadTimeout: 5 * time.Second})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	q, err := NewQuorum(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 10 * time.Second}
+	start := time.Now()
+	if _, err := q.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Refresh(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	ch, cancel, err := q.Subscribe(ctx, l.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no release notification")
+	}
+	cancel()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("acquire, refresh, subscribe and release took %v with two silent servers", took)
+	}
+	t.Logf("acquire, refresh, subscribe and release took %v with two silent servers", time.Since(start).Round(time.Millisecond))
+	// Close waits for the silent servers' requests, at most until the
+	// clients' read timeout.
+	start = time.Now()
+	q.Close()
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("Close took %v", took)
+	}
+
+	// Opened from a URL, the Quorum owns its clients: Open does not wait
+	// for the silent servers, and Close cuts their requests short.
+	start = time.Now()
+	q, err = OpenQuorum(ctx, "redis+quorum://"+strings.Join([]string{addrs[0], blackhole(t), addrs[1], blackhole(t), addrs[2]}, ",")+"/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("OpenQuorum, acquire, release and Close took %v with two silent servers", took)
 	}
 }

@@ -102,10 +102,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrClosed)
 	}
 	px := ttlMillis(l.TTL)
-	fence, err := d.n.acquire(ctx, l, px)
+	value := attempt(l)
+	fence, err := d.n.acquire(ctx, l, value, px)
 	if err != nil {
 		// The script may have run although we never saw its answer.
-		d.n.cleanup(ctx, l)
+		d.n.cleanup(ctx, l, value)
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if fence == 0 {

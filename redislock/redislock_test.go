@@ -101,25 +101,37 @@ func TestTTLRounding(t *testing.T) {
 }
 
 // The acquire script is safe to run twice (go-redis retries a command whose
-// reply was lost): the second run reports the same grant.
+// reply was lost): the second run of one attempt reports the same grant. A
+// new attempt of the same token (the caller retrying after an error) takes
+// the key over with a new fence; cleaning up after the first attempt then
+// leaves the second's key alone.
 func TestAcquireRetryIsIdempotent(t *testing.T) {
 	testenv.Require(t, testenv.RedisAddr())
 	t.Parallel()
 	ctx := testCtx(t)
 	d := openDriver(t)
 	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
-	g1, err := d.TryAcquire(ctx, l)
-	if err != nil {
-		t.Fatal(err)
+	first := attempt(l)
+	f1, err := d.n.acquire(ctx, l, first, 5000)
+	if err != nil || f1 == 0 {
+		t.Fatal(f1, err)
+	}
+	again, err := d.n.acquire(ctx, l, first, 5000)
+	if err != nil || again != f1 {
+		t.Fatalf("the same attempt run twice = %d, %v; want fence %d", again, err, f1)
 	}
 	g2, err := d.TryAcquire(ctx, l)
-	if err != nil || g2.Fence != g1.Fence {
-		t.Fatalf("the same token's second acquire = %+v, %v; want fence %d", g2, err, g1.Fence)
+	if err != nil || g2.Fence <= f1 {
+		t.Fatalf("a new attempt of the same token = %+v, %v; want a fence above %d", g2, err, f1)
 	}
+	d.n.cleanup(ctx, l, first)
 	other := l
 	other.Token = newToken()
 	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, backend.ErrNotAcquired) {
-		t.Fatalf("another token's acquire = %v, want ErrNotAcquired", err)
+		t.Fatalf("another token's acquire = %v, want ErrNotAcquired: the first attempt's cleanup removed the second's key", err)
+	}
+	if err := d.Refresh(ctx, l); err != nil {
+		t.Fatal(err)
 	}
 	if err := d.Release(ctx, l); err != nil {
 		t.Fatal(err)

@@ -1,14 +1,15 @@
--- raise (quorum mode): while the token still holds the lock on this server,
--- raise the fencing counter to at least the fence the acquisition reports,
--- the highest that any granting server returned. See Quorum.TryAcquire for
--- why this keeps fences strictly increasing across holders.
+-- raise (quorum mode): while this attempt still holds the lock on this
+-- server, raise the fencing counter to at least the fence the acquisition
+-- reports, the highest that any granting server returned. See the Quorum
+-- type's comment for why this keeps fences strictly increasing across
+-- holders.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
--- ARGV[1]  token
+-- ARGV[1]  "<token>.<attempt>"
 -- ARGV[2]  fence (decimal)
 --
--- Returns 1 when the token holds the lock (counter now >= fence), else 0.
+-- Returns 1 when the attempt holds the lock (counter now >= fence), else 0.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end

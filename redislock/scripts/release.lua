@@ -2,12 +2,22 @@
 -- waiters that it is free.
 --
 -- KEYS[1]  lock key
--- ARGV[1]  token
+-- ARGV[1]  "<token>." to release whatever attempt of the token holds it,
+--          or "<token>.<attempt>" with ARGV[3] = "1" to clean up after one
+--          failed attempt only (a later attempt of the same token may hold
+--          it by now)
 -- ARGV[2]  release channel (a channel is not a key; PUBLISH reaches every
 --          subscriber, on every node of a cluster)
 --
--- Returns 1 when released, 0 when the key is free or another token's.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- Returns 1 when released, 0 when the key is free or another's.
+local cur = redis.call('GET', KEYS[1])
+local mine
+if ARGV[3] == '1' then
+  mine = cur == ARGV[1]
+else
+  mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
+end
+if mine then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
