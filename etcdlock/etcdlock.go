@@ -105,8 +105,8 @@ type Driver struct {
 
 	mu      sync.Mutex
 	closed  bool
-	leases  map[int64]*lease  // live leases by granted TTL in seconds
-	minTTL  int64             // the server's minimum lease TTL, once learned
+	leases  map[int64]*lease   // live leases by granted TTL in seconds
+	minTTL  int64              // the server's minimum lease TTL, once learned
 	held    map[holdKey]*entry // held locks
 	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
 }

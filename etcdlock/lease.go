@@ -22,7 +22,7 @@ type lease struct {
 	users     int       // acquisitions in progress on it
 	entries   map[*entry]struct{}
 	slots     map[string]map[int]struct{} // by queue directory: slots in use
-	idleSince time.Time // when it last had no user and no entry
+	idleSince time.Time                   // when it last had no user and no entry
 
 	done chan struct{} // closed by end
 	err  error         // why it ended; set once, with done closed
