@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bytes"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+func fileURL(t *testing.T) string {
+	return (&url.URL{Scheme: "file", Path: t.TempDir()}).String()
+}
+
+func run(t *testing.T, u string, args ...string) (*proc, int) {
+	t.Helper()
+	p := lockctlProc(append([]string{"run", "--backend", u}, args...)...)
+	code, _ := p.status(t)
+	return p, code
+}
+
+func TestExitStatusPassesThrough(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	for script, want := range map[string]int{
+		"exit 0":        0,
+		"exit 7":        7,
+		"exit 255":      255,
+		"kill -TERM $$": 128 + int(syscall.SIGTERM),
+		"kill -KILL $$": 128 + int(syscall.SIGKILL),
+		"kill -USR1 $$": 128 + int(syscall.SIGUSR1),
+		`test "$LOCKER_NAME" = "n a/me" && test "$LOCKER_FENCE" -gt 0`: 0,
+	} {
+		p, code := run(t, u, "n a/me", "--", "sh", "-c", script)
+		if code != want {
+			t.Errorf("COMMAND %q: exit %d, want %d; stderr:\n%s", script, code, want, &p.stderr)
+		}
+	}
+	// Fences are per name and grow with each holder.
+	dir := t.TempDir()
+	for range 3 {
+		p := lockctlProc("run", "--backend", u, "fenced", "--", "sh", "-c", `echo "$LOCKER_FENCE" >> "$D/f"`)
+		p.Env = append(p.Env, "D="+dir)
+		if code, _ := p.status(t); code != 0 {
+			t.Fatalf("exit %d: %s", code, &p.stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "f")); strings.Join(strings.Fields(string(b)), ",") != "1,2,3" {
+		t.Errorf("fences of one name = %q, want 1,2,3", b)
+	}
+}
+
+// SIGINT and SIGTERM sent to lockctl reach COMMAND; the lock is released
+// once COMMAND has exited.
+func TestSignalsPassOn(t *testing.T) {
+	t.Parallel()
+	u, dir := fileURL(t), t.TempDir()
+	for _, c := range []struct {
+		sig    syscall.Signal
+		script string
+		want   int
+	}{
+		{syscall.SIGTERM, `trap 'exit 42' TERM; echo > "$D/ready"; while :; do sleep 0.05; done`, 42},
+		{syscall.SIGINT, `echo > "$D/ready"; exec sleep 60`, 128 + int(syscall.SIGINT)},
+		{syscall.SIGTERM, `echo > "$D/ready"; exec sleep 60`, 128 + int(syscall.SIGTERM)},
+	} {
+		os.Remove(filepath.Join(dir, "ready"))
+		p := lockctlProc("run", "--backend", u, "sig", "--", "sh", "-c", c.script)
+		p.Env = append(p.Env, "D="+dir)
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFile(t, filepath.Join(dir, "ready"), 30*time.Second)
+		p.Process.Signal(c.sig)
+		p.Wait()
+		if got := p.ProcessState.ExitCode(); got != c.want {
+			t.Errorf("%v to lockctl running %q: exit %d, want %d; stderr:\n%s", c.sig, c.script, got, c.want, &p.stderr)
+		}
+		if q, code := run(t, u, "--no-wait", "sig", "--", "true"); code != 0 {
+			t.Fatalf("the lock is not free after COMMAND exited: exit %d\n%s", code, &q.stderr)
+		}
+	}
+}
+
+func TestWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	u, dir := fileURL(t), t.TempDir()
+	startHolder(t, dir, "1", "--backend", u, "w")
+	p, code := run(t, u, "--wait", "700ms", "w", "--", "true")
+	if code != exitNotAcquired || !strings.Contains(p.stderr.String(), "not acquired within") {
+		t.Fatalf("--wait on a held lock: exit %d, stderr %q; want %d", code, &p.stderr, exitNotAcquired)
+	}
+	// SIGINT while waiting: COMMAND never runs.
+	w := lockctlProc("run", "--backend", u, "w", "--", "sh", "-c", `echo ran > "$D/ran"`)
+	w.Env = append(w.Env, "D="+dir)
+	w.Start()
+	time.Sleep(500 * time.Millisecond)
+	w.Process.Signal(syscall.SIGINT)
+	w.Wait()
+	if got := w.ProcessState.ExitCode(); got != 128+int(syscall.SIGINT) {
+		t.Errorf("SIGINT while waiting: exit %d, want %d; stderr:\n%s", got, 128+int(syscall.SIGINT), &w.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("COMMAND ran although the wait was interrupted")
+	}
+}
+
+func TestCommandNotStartable(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	p, code := run(t, u, "nc", "--", "/no/such/command")
+	if code != exitNoCommand || !strings.Contains(p.stderr.String(), "cannot run") {
+		t.Fatalf("missing COMMAND: exit %d, stderr %q; want %d", code, &p.stderr, exitNoCommand)
+	}
+	notExec := filepath.Join(t.TempDir(), "script")
+	os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644)
+	if p, code := run(t, u, "nc", "--", notExec); code != exitNoCommand {
+		t.Fatalf("non-executable COMMAND: exit %d; stderr %q", code, &p.stderr)
+	}
+	if p, code := run(t, u, "--no-wait", "nc", "--", "true"); code != 0 {
+		t.Fatalf("the lock was not released after COMMAND failed to start: exit %d\n%s", code, &p.stderr)
+	}
+}
+
+func TestBadInputExits2(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	dir := t.TempDir()
+	marker := `echo ran > "` + filepath.Join(dir, "ran") + `"`
+	cases := map[string][]string{
+		"empty name":                          {"run", "--backend", u, "", "--", "sh", "-c", marker},
+		"invalid UTF-8":                       {"run", "--backend", u, "a\xffb", "--", "sh", "-c", marker},
+		"name too long":                       {"run", "--backend", u, strings.Repeat("x", 257), "--", "sh", "-c", marker},
+		"no command":                          {"run", "--backend", u, "x", "--"},
+		"no name":                             {"run", "--backend", u},
+		"bad ttl":                             {"run", "--backend", u, "--ttl", "-1s", "x", "--", "sh", "-c", marker},
+		"huge ttl":                            {"run", "--backend", u, "--ttl", "1000h", "x", "--", "sh", "-c", marker},
+		"not a duration":                      {"run", "--backend", u, "--ttl", "5", "x", "--", "sh", "-c", marker},
+		"wait and no-wait":                    {"run", "--backend", u, "--wait", "1s", "--no-wait", "x", "--", "sh", "-c", marker},
+		"unknown flag":                        {"run", "--backend", u, "--frobnicate", "x", "--", "sh", "-c", marker},
+		"unknown scheme":                      {"run", "--backend", "bogus://x", "x", "--", "sh", "-c", marker},
+		"unknown parameter":                   {"run", "--backend", u + "?colour=red", "x", "--", "sh", "-c", marker},
+		"bad namespace":                       {"run", "--backend", u + "?namespace=a/b", "x", "--", "sh", "-c", marker},
+		"unknown command":                     {"frobnicate"},
+		"backends with args":                  {"backends", "x"},
+		"unreachable server":                  {"run", "--backend", "redis://127.0.0.1:1/0", "--connect-timeout", "1s", "x", "--", "sh", "-c", marker},
+		"unreachable server, waiting forever": {"run", "--backend", "etcd://127.0.0.1:1", "--connect-timeout", "1s", "x", "--", "sh", "-c", marker},
+	}
+	for what, args := range cases {
+		p := lockctlProc(args...)
+		code, took := p.status(t)
+		msg := strings.TrimSpace(p.stderr.String())
+		if code != exitUsage {
+			t.Errorf("%s: exit %d, want %d; stderr:\n%s", what, code, exitUsage, msg)
+			continue
+		}
+		if msg == "" || !strings.Contains(msg, "lockctl") {
+			t.Errorf("%s: stderr %q, want a message from lockctl", what, msg)
+		}
+		if strings.HasPrefix(what, "unreachable") {
+			if took > 5*time.Second {
+				t.Errorf("%s: took %v with --connect-timeout 1s", what, took)
+			}
+			if n := strings.Count(msg, "\n"); n > 0 {
+				t.Errorf("%s: %d lines on stderr, want one:\n%s", what, n+1, msg)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("COMMAND ran after an error")
+	}
+}
+
+func TestDefaultBackendAndEnv(t *testing.T) {
+	t.Parallel()
+	cache := t.TempDir()
+	// No --backend, no LOCKER_URL: the file backend under the cache directory.
+	p := lockctlProc("run", "d", "--", "true")
+	p.Env = append(p.Env, "XDG_CACHE_HOME="+cache)
+	if code, _ := p.status(t); code != 0 {
+		t.Fatalf("default backend: exit %d\n%s", code, &p.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(cache, "lockctl", "*.lock")); len(m) != 1 {
+		t.Fatalf("lock files in the default directory: %v", m)
+	}
+	// LOCKER_URL picks the backend; --backend overrides it.
+	dir := t.TempDir()
+	p = lockctlProc("run", "e", "--", "true")
+	p.Env = append(p.Env, "LOCKER_URL="+(&url.URL{Scheme: "file", Path: dir}).String())
+	if code, _ := p.status(t); code != 0 {
+		t.Fatalf("LOCKER_URL: exit %d\n%s", code, &p.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.lock")); len(m) != 1 {
+		t.Fatalf("lock files in $LOCKER_URL's directory: %v", m)
+	}
+	p = lockctlProc("--backend", "mem://", "run", "e", "--", "true")
+	p.Env = append(p.Env, "LOCKER_URL=bogus://")
+	if code, _ := p.status(t); code != 0 {
+		t.Fatalf("--backend over LOCKER_URL: exit %d\n%s", code, &p.stderr)
+	}
+}
+
+// --owner makes a nested run on the same name reentrant; without it, the
+// nested run is another holder.
+func TestNestedOwner(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	nested := func(outer, inner string) int {
+		args := []string{"run", "--backend", u}
+		if outer != "" {
+			args = append(args, "--owner", outer)
+		}
+		args = append(args, "n", "--", lockctlBin, "run", "--backend", u, "--no-wait")
+		if inner != "" {
+			args = append(args, "--owner", inner)
+		}
+		args = append(args, "n", "--", "sh", "-c", `test "$LOCKER_OWNER" = "`+inner+`" || exit 9`)
+		p := lockctlProc(args...)
+		code, _ := p.status(t)
+		return code
+	}
+	if code := nested("job-1", "job-1"); code != 0 {
+		t.Errorf("nested run with the same owner: exit %d, want 0", code)
+	}
+	if code := nested("job-1", "job-2"); code != exitNotAcquired {
+		t.Errorf("nested run with another owner: exit %d, want %d", code, exitNotAcquired)
+	}
+	if code := nested("", ""); code != exitNotAcquired {
+		t.Errorf("nested run without owner: exit %d, want %d", code, exitNotAcquired)
+	}
+}
+
+func TestBackendsCommand(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if code := lockctl([]string{"backends"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, &errb)
+	}
+	for _, s := range backend.Schemes() {
+		if !strings.Contains(out.String(), s.Name+" ") || !strings.Contains(out.String(), s.Usage) {
+			t.Errorf("scheme %s missing from:\n%s", s.Name, &out)
+		}
+	}
+	for _, want := range []string{"file", "mem", "redis", "etcd", "zk", "postgres", "memcache"} {
+		if !strings.Contains(out.String(), "\n"+want+" ") {
+			t.Errorf("%s not compiled in:\n%s", want, &out)
+		}
+	}
+}
