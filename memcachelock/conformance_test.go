@@ -53,10 +53,9 @@ func (h harness) Entries(_ context.Context, key string) (int, error) {
 }
 
 func (h harness) Traits() conformance.Traits {
-	// memcached counts whole seconds, and frees a lock up to about a second
-	// after its TTL (the driver asks for one second more than the TTL, since
-	// memcached's clock may tick just after the store).
-	return conformance.Traits{TTL: time.Second, Granularity: time.Second}
+	// memcached counts whole seconds, and frees a lock up to two seconds
+	// after its TTL (see expirationMargin).
+	return conformance.Traits{TTL: time.Second, Granularity: expirationMargin * time.Second}
 }
 
 func TestConformance(t *testing.T) {

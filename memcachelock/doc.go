@@ -38,11 +38,14 @@
 // # TTLs
 //
 // memcached counts expiry in whole seconds, on a clock that ticks once a
-// second. TTLs are rounded up to whole seconds (Lock.TTL reports the
-// effective TTL, at least one second) and a lock may outlive its TTL by up
-// to about one second before another client can take it. TTLs up to 30 days
-// work; the last second of that range is sent as an absolute Unix time, as
-// memcached requires, and relies on the server's clock being right.
+// second and whose ticks drift. TTLs are rounded up to whole seconds
+// (Lock.TTL reports the effective TTL, at least one second), and the driver
+// asks memcached for two seconds more, so that the lock lives at least its
+// effective TTL whatever the phase of memcached's clock. Another client can
+// take an abandoned lock between one and two seconds after its effective
+// TTL. TTLs up to 30 days work; the last two seconds of that range are sent
+// as an absolute Unix time, as memcached requires, and rely on the server's
+// clock being right.
 //
 // Waiting uses the locker package's capped exponential backoff with jitter:
 // memcached cannot notify a waiter when a lock is released.

@@ -71,16 +71,26 @@ func heldBy(v []byte, token string) bool {
 // as held by someone else: a lock is never taken over a value we cannot read.
 func isTombstone(v []byte) bool { return bytes.Equal(v, []byte(tombstone)) }
 
-// TTLs. memcached counts expiry in whole seconds on a clock that ticks once
-// per second: an item stored for n seconds becomes invisible at the n-th
-// tick after the store, which is between n-1 and n seconds later (a little
-// earlier still if the server's timer fires late). So a TTL of d is stored
-// for ceil(d)+1 seconds: the lock lives at least ceil(d), the effective TTL
-// reported in the Grant, and at most about one second more (the
-// granularity). Relative expirations above 30 days are read by memcached as
-// absolute Unix times; those few TTLs (above 30 days minus one second, up to
-// the portable maximum of 30 days) are sent as Unix times, which then relies
-// on the server's clock agreeing with ours.
+// TTLs. memcached counts expiry in whole seconds, on a clock (current_time)
+// that a timer advances once per second from the server's monotonic clock:
+// an item stored for n seconds expires at the first tick whose second is at
+// least current_time+n. Between ticks current_time lags, so in the steady
+// state the item lives between n-1 and n seconds. But the timer is re-armed
+// one second after each tick has run, so its ticks drift later (we measured
+// 0.8 ms per tick on a busy machine); whenever the drift carries a tick
+// over a second boundary, current_time jumps by two, and items stored during
+// the second before that tick live only between n-2 and n-1 seconds. At
+// that drift this happens about every 20 minutes. So a TTL of d is stored for
+// ceil(d)+2 seconds: the lock lives at least ceil(d) (less at most the
+// timer's lateness, a millisecond or so), which is the effective TTL
+// reported in the Grant, and normally frees between one and two seconds
+// after it, never more than two (the granularity). Relative expirations
+// above 30 days are read by memcached as absolute Unix times; the few TTLs
+// that need one (above 30 days minus two seconds, up to the portable maximum
+// of 30 days) are sent as Unix times, which relies on the server's clock
+// agreeing with ours.
+const expirationMargin = 2
+
 const (
 	maxRelative = 30 * 24 * 60 * 60 // seconds; memcached's REALTIME_MAXDELTA
 	maxTTL      = 30 * 24 * time.Hour
@@ -102,11 +112,11 @@ func expiration(ttl time.Duration, now time.Time) (exp int32, eff time.Duration,
 		return 0, 0, fmt.Errorf("memcachelock: %w: %v (want more than 0, at most %v)", backend.ErrInvalidTTL, ttl, maxTTL)
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	n := secs + 1
+	n := secs + expirationMargin
 	if n > maxRelative {
 		n += now.Unix()
 		if n > math.MaxInt32 {
-			return 0, 0, fmt.Errorf("memcachelock: %w: %v: a TTL above 30 days minus 1s needs an absolute expiry, which memcached cannot express after 2038", backend.ErrInvalidTTL, ttl)
+			return 0, 0, fmt.Errorf("memcachelock: %w: %v: a TTL above 30 days minus 2s needs an absolute expiry, which gomemcache cannot send after 2038", backend.ErrInvalidTTL, ttl)
 		}
 	}
 	return int32(n), time.Duration(secs) * time.Second, nil
