@@ -41,7 +41,11 @@ func (h *harness) Traits() conformance.Traits {
 
 // Entries counts the nodes in key's queue: the holder's and the waiters'.
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
-	names, _, err := h.watcher.conn.Children(h.watcher.parentPath(key))
+	parent := h.watcher.parentPath(key)
+	if _, err := h.watcher.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return 0, err
+	}
+	names, _, err := h.watcher.conn.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0, nil
 	}

@@ -100,7 +100,11 @@ func TestBasics(t *testing.T) {
 
 func entries(t testing.TB, d *Driver, key string) int {
 	t.Helper()
-	names, _, err := d.conn.Children(d.parentPath(key))
+	parent := d.parentPath(key)
+	if _, err := d.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatal(err)
+	}
+	names, _, err := d.conn.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0
 	}

@@ -131,6 +131,11 @@ func uniqueKey(t testing.TB) string {
 // queue, and the node's path.
 func holderSession(conn *zk.Conn, d *Driver, key string) (int64, string, error) {
 	parent := d.parentPath(key)
+	// This connection's server may lag behind the one the holder used:
+	// catch up with the leader first.
+	if _, err := conn.Sync(parent); err != nil {
+		return 0, "", err
+	}
 	names, _, err := conn.Children(parent)
 	if err != nil {
 		return 0, "", err
