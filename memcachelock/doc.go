@@ -25,12 +25,13 @@
 // missing counter (after a restart, an eviction, or 30 days after it was
 // seeded, when it expires so that counters of unused names do not pile up)
 // is seeded with the current Unix time in microseconds. The fence then stays
-// larger than every earlier one provided that (1) the name was acquired less
-// than once per microsecond on average since the counter was last seeded
-// (each acquisition takes three round trips, so this holds by a wide margin),
-// and (2) the clock of the client that seeds again is not behind the clocks
-// of earlier holders by more than the time since the last fence before the
-// loss. Keep client clocks synchronised (NTP) and never step them back.
+// larger than every earlier one provided that the counter was advanced
+// fewer times than microseconds passed between its seed and the reseed
+// (every acquisition takes three round trips, so it runs far behind the
+// clock), and that the reseeding client's clock is not behind the previous
+// seeder's by more than the difference (those microseconds minus the fences
+// handed out). Keep client clocks synchronised (NTP) and
+// never step them back. The details are in the source (nextFence).
 //
 // An uncontended acquisition costs three round trips (add, incr, gets) and
 // a release two (gets, cas), against two for a bare add and delete.

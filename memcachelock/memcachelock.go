@@ -364,18 +364,24 @@ func (d *Driver) cleanup(l backend.Lock) {
 // The counter can be lost: a restart, an eviction (unless memcached runs
 // with -M), or its own expiration after fenceExpiration seconds, which bounds
 // the memory of counters of idle keys. A missing counter is seeded with the
-// current Unix time in microseconds (add, so that concurrent seeders agree
-// on one seed; then incr). A counter seeded at time t0 and incremented k
-// times holds t0+k, which is at most the time in microseconds at any later
-// moment as long as the key was acquired less than once per microsecond on
-// average since t0; each acquisition takes at least three round trips to
-// memcached, so this holds with a wide margin. A fresh seed is then larger
-// than every fence issued before the loss, provided that the clock of the
-// client that reseeds is not behind the clocks of earlier holders by more
-// than the time that passed between the last fence before the loss and the
-// reseed. Clocks kept in sync by NTP (milliseconds) satisfy this unless the
-// counter is lost and reseeded within milliseconds of the last fence; a
-// client clock stepped backwards by more than that can issue a smaller fence.
+// current Unix time in microseconds from the client's clock (add, so that
+// concurrent seeders agree on one seed; then incr). Exactly what that
+// guarantees: say the lost counter was seeded with S, client C0's clock at
+// real time t0, and handed out S+1 .. S+k. A client C1 that seeds it again
+// at t1 writes its own clock at t1, and every later fence exceeds S+k if and
+// only if that clock reading exceeds S+k, that is, if
+//
+//	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
+//
+// With equal clocks this says: fewer than one acquisition per microsecond
+// on average between the seed and the reseed. Each acquisition takes three
+// round trips to memcached (tens of microseconds even on loopback), so the
+// counter runs behind the clock by most of the time since the seed, and that
+// is the slack left for clock differences: with clocks synchronised by NTP
+// (milliseconds) it is exhausted only if a counter is lost within
+// milliseconds of being seeded. What breaks it: a client clock behind the
+// previous seeder's by more than the slack (a clock stepped back by hand,
+// or a machine with no time synchronisation).
 // Where the lock item and the counter live on different servers (the client
 // hashes each key on its own), none of this changes: the argument only uses
 // the order of the operations, which one client issues one after another.
