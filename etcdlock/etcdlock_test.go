@@ -538,3 +538,59 @@ func memberStopped(t *testing.T, h *harness, instance string) {
 		t.Errorf("release of the long-held lock: %v", err)
 	}
 }
+
+// TestOrphanSweep: an entry whose deletion failed is deleted by the
+// background sweep, and its slot is then reused.
+func TestOrphanSweep(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	_, d := h.client(t)
+	l := backend.Lock{Key: "t/orphan", Token: strings.Repeat("12", 16), TTL: 2 * time.Second}
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	// As if the release's request had failed.
+	d.mu.Lock()
+	e := d.held[holdKey{l.Key, l.Token}]
+	d.mu.Unlock()
+	d.forget(e, false)
+	d.mu.Lock()
+	d.orphans[e.s] = e.rev
+	d.mu.Unlock()
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		n, err := h.Entries(ctx, l.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the orphaned entry is still there 3s later")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	d.mu.Lock()
+	left, slots := len(d.orphans), len(e.s.ls.slots)
+	d.mu.Unlock()
+	if left != 0 || slots != 0 {
+		t.Fatalf("%d orphans and %d slot directories left after the sweep", left, slots)
+	}
+	l.Token = strings.Repeat("34", 16)
+	g, err := d.Acquire(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Fence = g.Fence
+	d.mu.Lock()
+	key := d.held[holdKey{l.Key, l.Token}].s.key
+	d.mu.Unlock()
+	if key != e.s.key {
+		t.Errorf("new entry %s, want the freed slot's %s", key, e.s.key)
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+}
