@@ -90,12 +90,15 @@ func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 // refresh and release; the attempt says which try of that token set it, so
 // that cleaning up after a failed try (in the background, on a server that
 // answered late) never removes the key that a later, successful try of the
-// same token set.
+// same token set. Attempts are numbered in increasing order, and a key set
+// by a later attempt is never overwritten by an earlier one (the acquire
+// script checks), so a straggler of an abandoned try cannot take the key
+// from the try that followed it.
 var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
 func attempt(l backend.Lock) string {
-	return l.Token + "." + strconv.FormatUint(attempts.Add(1), 36)
+	return l.Token + "." + strconv.FormatUint(attempts.Add(1), 10)
 }
 
 func holder(l backend.Lock) string { return l.Token + "." }

@@ -252,9 +252,10 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 
 const splitRetries = 3
 
-// minQuorumTTL is the shortest TTL a Quorum grants: a shorter one would be
-// used up by the round trips of acquiring it.
-const minQuorumTTL = 100 * time.Millisecond
+// minQuorumTTL is the shortest TTL a Quorum grants: a shorter one could be
+// used up by the two rounds of requests that acquiring takes on a busy
+// machine.
+const minQuorumTTL = 500 * time.Millisecond
 
 func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
@@ -279,8 +280,14 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 	}
 	// A server that has not answered by the end of the validity is of no
 	// use to this acquisition.
-	res := q.gather(ctx, ttl, func(ctx context.Context, n *node) result {
-		f, err := n.acquire(ctx, l, value, px)
+	res := q.gather(ctx, ttl, func(nctx context.Context, n *node) result {
+		// A request not yet sent when the caller gives up is not sent: it
+		// could only grant a lock nobody wants. One already sent is seen
+		// through by late.
+		nctx, stop := context.WithCancel(nctx)
+		defer stop()
+		defer context.AfterFunc(ctx, stop)()
+		f, err := n.acquire(nctx, l, value, px)
 		return result{ok: f > 0, fence: f, err: err}
 	}, q.decidedBy, late)
 	granted, denied := count(res)
@@ -350,6 +357,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 	switch {
 	case confirmed < q.quorum && lostRace:
 		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w: the lock expired on a server during the acquisition", backend.ErrNotAcquired))
+	case confirmed < q.quorum && elapsed >= ttl:
+		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w: acquiring took %v, its whole validity (%v)", backend.ErrNotAcquired, elapsed.Round(time.Millisecond), raiseErr))
 	case confirmed < q.quorum:
 		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: raising the fence failed on too many servers (%d of %d needed confirmed): %w", confirmed, q.quorum, raiseErr))
 	case elapsed >= ttl:

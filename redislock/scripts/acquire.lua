@@ -4,6 +4,7 @@
 -- KEYS[1]  lock key      {E}:lock   (holds "<token>.<attempt>")
 -- KEYS[2]  fence counter {E}:fence  (same hash slot: the {E} hash tag)
 -- ARGV[1]  "<token>.<attempt>": the token and which attempt of it this is
+--          (attempts of one token are numbered in increasing order)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "<token>."
 --
@@ -17,8 +18,17 @@ if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
-if cur and string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
-  return 0 -- another token's
+if cur then
+  if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
+    return 0 -- another token's
+  end
+  -- Left by another attempt of the same token. A later attempt's key stays:
+  -- this one is a straggler of a try already given up.
+  local theirs = tonumber(string.sub(cur, #ARGV[3] + 1))
+  local ours = tonumber(string.sub(ARGV[1], #ARGV[3] + 1))
+  if theirs and ours and theirs > ours then
+    return 0
+  end
 end
 -- Free, or left by an earlier attempt of the same token that failed
 -- elsewhere: take it, as this attempt, with a new fence.
