@@ -775,6 +775,8 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 		return stat{ok, st}, err
 	})
 	switch {
+	case err != nil && h != nil && d.conn.SessionID() != session:
+		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
 	case err != nil:
 		return fmt.Errorf("zklock: refresh: %w", err)
 	case !r.ok:

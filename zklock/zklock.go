@@ -490,9 +490,10 @@ func (z zkLogger) Printf(format string, args ...any) {
 }
 
 // hostList is the zk client's server list without its pause on the first
-// reconnection: the default provider waits a second before every retry on
-// a single server, which delays the news of an expired session. This one
-// tries every server once at once, then pauses between rounds.
+// reconnections: the default provider waits a second before every retry
+// on a single server, which delays the news of an expired session (one
+// connection to learn it, another for the new session). This one goes
+// twice around the servers at once, then pauses between rounds.
 type hostList struct {
 	mu      sync.Mutex
 	servers []string
@@ -520,7 +521,7 @@ func (h *hostList) Next() (string, bool) {
 	n := len(h.servers)
 	h.curr = (h.curr + 1) % n
 	h.tried++
-	return h.servers[h.curr], h.tried > n && (h.tried-1)%n == 0
+	return h.servers[h.curr], h.tried > 2*n && (h.tried-1)%n == 0
 }
 
 func (h *hostList) Connected() {
