@@ -204,8 +204,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 
 	writeTable(stdout, report)
 	if *jsonFile != "" {
-		b, _ := json.MarshalIndent(report, "", "  ")
-		if err := os.WriteFile(*jsonFile, append(b, '\n'), 0o644); err != nil {
+		b, err := json.MarshalIndent(report, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*jsonFile, append(b, '\n'), 0o644)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "lockctl bench: %v\n", err)
 			status = 1
 		}
@@ -335,7 +338,7 @@ func writeTable(w io.Writer, rep benchReport) {
 		}
 		if k := r.Contended; k != nil {
 			fair := "∞"
-			if !math.IsInf(k.Fairness, 1) {
+			if k.MinPer > 0 {
 				fair = fmt.Sprintf("%.2f", k.Fairness)
 			}
 			cells = append(cells, rate(k.AcquisitionsSec), dur(k.HandoffP50), dur(k.HandoffP99), fair)

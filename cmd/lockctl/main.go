@@ -108,10 +108,13 @@ The backend is --backend URL, else $LOCKER_URL, else %s.
 Run "lockctl run -h" or "lockctl bench -h" for their flags.
 `
 
-func main() {
+func init() {
 	// go-redis logs dial failures to stderr by itself; lockctl reports
 	// errors once, in its own words.
 	redis.SetLogger(quietLogger{})
+}
+
+func main() {
 	os.Exit(lockctl(os.Args[1:], os.Stdout, os.Stderr))
 }
 

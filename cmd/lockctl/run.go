@@ -176,7 +176,7 @@ func (o *runOpts) run() int {
 		return status
 	}
 
-	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{
+	logger := slog.New(skipLost{slog.NewTextHandler(o.stderr, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey && len(groups) == 0 {
@@ -184,7 +184,7 @@ func (o *runOpts) run() int {
 			}
 			return a
 		},
-	}))
+	})})
 	client, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Client, error) {
 		ctx, cancel := context.WithTimeout(ctx, o.connect)
 		defer cancel()
@@ -398,3 +398,18 @@ func backendID(raw string) string {
 	sum := sha256.Sum256([]byte(raw))
 	return hex.EncodeToString(sum[:8])
 }
+
+// skipLost drops the locker package's own "lock lost" warning: lockctl
+// reports the loss itself, with what it does about it. Other warnings
+// (refreshes failing and retried) go through.
+type skipLost struct{ slog.Handler }
+
+func (h skipLost) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "locker: lock lost" {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h skipLost) WithAttrs(as []slog.Attr) slog.Handler { return skipLost{h.Handler.WithAttrs(as)} }
+func (h skipLost) WithGroup(g string) slog.Handler       { return skipLost{h.Handler.WithGroup(g)} }

@@ -32,6 +32,8 @@ type Config struct {
 	TTL      time.Duration // lock TTL of every workload
 	// Progress, if set, is told when each workload starts.
 	Progress func(workload string)
+
+	skipRefreshCount bool // BenchmarkHeld: acquire, measure memory, release
 }
 
 // Defaults are the settings of `lockctl bench` without flags.
@@ -69,6 +71,7 @@ func (c Config) withDefaults() Config {
 		d.TTL = c.TTL
 	}
 	d.Progress = c.Progress
+	d.skipRefreshCount = c.skipRefreshCount
 	return d
 }
 
@@ -93,7 +96,7 @@ type Contended struct {
 	HandoffP50      time.Duration `json:"handoff_p50_ns"`
 	HandoffP99      time.Duration `json:"handoff_p99_ns"`
 	// Fairness is the most acquisitions of one worker over the fewest
-	// (1 is perfectly fair; +Inf when a worker never got the lock).
+	// (1 is perfectly fair); 0 when a worker never got the lock (MinPer 0).
 	Fairness float64 `json:"fairness"`
 	MinPer   int     `json:"min_per_worker"`
 	MaxPer   int     `json:"max_per_worker"`
@@ -407,7 +410,7 @@ func RunContended(ctx context.Context, cs clients, cfg Config) (Contended, error
 		total += n
 	}
 	lo, hi := slices.Min(counts), slices.Max(counts)
-	fair := math.Inf(1)
+	fair := 0.0
 	if lo > 0 {
 		fair = float64(hi) / float64(lo)
 	}
@@ -485,7 +488,7 @@ func RunHeld(ctx context.Context, cs clients, cfg Config) (Held, error) {
 
 	// Count in the steady state: the first refreshes come a third of a
 	// TTL after the acquisitions.
-	if left := cfg.TTL/3 - time.Since(start); left > 0 {
+	if left := cfg.TTL/3 - time.Since(start); left > 0 && !cfg.skipRefreshCount {
 		select {
 		case <-time.After(left):
 		case <-ctx.Done():
@@ -493,9 +496,11 @@ func RunHeld(ctx context.Context, cs clients, cfg Config) (Held, error) {
 	}
 	r0, c0 := cd.refreshed.Load(), cd.calls.Load()
 	t0 := time.Now()
-	select {
-	case <-time.After(cfg.HeldFor):
-	case <-ctx.Done():
+	if !cfg.skipRefreshCount {
+		select {
+		case <-time.After(cfg.HeldFor):
+		case <-ctx.Done():
+		}
 	}
 	dt := time.Since(t0).Seconds()
 	h.RefreshesSec = float64(cd.refreshed.Load()-r0) / dt

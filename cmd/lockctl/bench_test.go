@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBenchCommand(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fileURL := (&url.URL{Scheme: "file", Path: filepath.Join(dir, "locks"), RawQuery: "sync=false"}).String()
+	jsonFile, svgFile := filepath.Join(dir, "b.json"), filepath.Join(dir, "b.svg")
+	var out, errb bytes.Buffer
+	code := lockctl([]string{"bench", "--backends", "mem://b1," + fileURL + ",mem://b2",
+		"--duration", "100ms", "--held", "200", "--held-for", "200ms", "--ttl", "600ms",
+		"--json", jsonFile, "--svg", svgFile}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+	if errb.Len() > 0 {
+		t.Errorf("stderr is not a terminal, yet: %q", &errb)
+	}
+	table := out.String()
+	for _, row := range []string{"| mem |", "| file |", "| mem#2 |"} {
+		if !strings.Contains(table, row) {
+			t.Errorf("no row %q in:\n%s", row, table)
+		}
+	}
+	var rep benchReport
+	b, err := os.ReadFile(jsonFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("JSON: %v", err)
+	}
+	if len(rep.Results) != 3 || rep.Results[1].Held == nil || rep.Results[1].Held.Locks != 200 || rep.Machine.CPUs == 0 {
+		t.Fatalf("JSON report: %s", b)
+	}
+	svg, err := os.ReadFile(svgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("SVG is not well-formed: %v", err)
+		}
+	}
+	if !bytes.Contains(svg, []byte("<svg")) || bytes.Count(svg, []byte("<rect")) < 4*3 {
+		t.Errorf("SVG has no bars:\n%s", svg)
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"bench", "--held", "0"},
+		{"bench", "--backends", "nourl"},
+		{"bench", "extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := lockctl(args, &out, &errb); code != exitUsage || errb.Len() == 0 {
+			t.Errorf("%q: exit %d, stderr %q", args, code, &errb)
+		}
+	}
+	// An unreachable backend is reported and skipped; the exit status says so.
+	var out, errb bytes.Buffer
+	code := lockctl([]string{"bench", "--backends", "redis://127.0.0.1:1/0?dial_timeout=200ms,mem://", "--duration", "50ms",
+		"--held", "10", "--held-for", "50ms", "--ttl", "300ms"}, &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "redis") || !strings.Contains(out.String(), "| mem |") {
+		t.Errorf("unreachable backend: exit %d, stderr %q, table:\n%s", code, &errb, &out)
+	}
+}
+
+func TestRejoinTargets(t *testing.T) {
+	got := rejoinTargets([]benchTarget{{url: "etcd://a:2379"}, {url: "b:2379"}, {url: "mem://"}, {url: "file:rel"}, {url: "redis+quorum://h:1"}, {url: "h:2/0"}})
+	var urls []string
+	for _, g := range got {
+		urls = append(urls, g.url)
+	}
+	if strings.Join(urls, " ") != "etcd://a:2379,b:2379 mem:// file:rel redis+quorum://h:1,h:2/0" {
+		t.Errorf("rejoined: %q", urls)
+	}
+}

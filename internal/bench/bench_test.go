@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/filelock"
+	"github.com/lockerhq/locker/memlock"
+)
+
+var tiny = Config{
+	Duration: 100 * time.Millisecond,
+	Parallel: 4,
+	Workers:  4,
+	Clients:  2,
+	Held:     300,
+	HeldFor:  300 * time.Millisecond,
+	TTL:      600 * time.Millisecond,
+}
+
+func TestRunMem(t *testing.T) {
+	open, opts, err := URLOpener("mem://bench-test?namespace=x&ttl=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	cfg := tiny
+	cfg.Progress = func(w string) { steps = append(steps, w) }
+	r := Run(context.Background(), "mem", open, opts, cfg)
+	if len(r.Errors) > 0 {
+		t.Fatalf("errors: %v", r.Errors)
+	}
+	if fmt.Sprint(steps) != fmt.Sprint(Workloads) {
+		t.Errorf("progress %v, want %v", steps, Workloads)
+	}
+	if r.Uncontended.Ops == 0 || r.Uncontended.P50 <= 0 || r.Uncontended.P99 < r.Uncontended.P50 {
+		t.Errorf("uncontended %+v", r.Uncontended)
+	}
+	if r.Parallel.Ops == 0 {
+		t.Errorf("parallel %+v", r.Parallel)
+	}
+	if k := r.Contended; k.Acquisitions == 0 || k.MaxPer < k.MinPer || k.Errors > 0 {
+		t.Errorf("contended %+v", k)
+	}
+	h := r.Held
+	if h.Locks != tiny.Held || h.Errors > 0 || h.Lost > 0 || h.BytesPerLock <= 0 || !h.Batch || h.Session {
+		t.Errorf("held %+v", h)
+	}
+	// 300 locks refreshed every TTL/4..TTL/3: some 1000 to 2000 per second.
+	if h.RefreshesSec < 300 || h.CallsSec <= 0 || h.CallsSec > h.RefreshesSec {
+		t.Errorf("held: %.0f refreshes/s in %.0f calls/s", h.RefreshesSec, h.CallsSec)
+	}
+	if h.Goroutines > 10 {
+		t.Errorf("held: %d more goroutines while holding %d locks", h.Goroutines, h.Locks)
+	}
+}
+
+func TestRunFile(t *testing.T) {
+	u := &url.URL{Scheme: "file", Path: t.TempDir(), RawQuery: "sync=false"}
+	open, opts, err := URLOpener(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Run(context.Background(), "file", open, opts, tiny)
+	if len(r.Errors) > 0 || r.Held.Errors > 0 || r.Held.Lost > 0 {
+		t.Fatalf("errors: %v, held %+v", r.Errors, r.Held)
+	}
+}
+
+func TestURLOpenerErrors(t *testing.T) {
+	if _, _, err := URLOpener("mem://x?ttl=soon"); err == nil {
+		t.Errorf("ttl=soon accepted")
+	}
+	open, _, err := URLOpener("bogus://x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(context.Background()); err == nil {
+		t.Errorf("bogus scheme opened")
+	}
+}
+
+type sessionDriver struct{ backend.Driver }
+
+func (sessionDriver) SessionTTL() time.Duration { return time.Second }
+
+type batchSessionDriver struct{ *memlock.Driver }
+
+func (batchSessionDriver) SessionTTL() time.Duration { return time.Second }
+
+// Count keeps exactly the optional interfaces that decide how locks are
+// kept alive.
+func TestCountForwards(t *testing.T) {
+	mem := memlock.New(memlock.NewStore())
+	for _, c := range []struct {
+		drv            backend.Driver
+		session, batch bool
+	}{
+		{mem, false, true},
+		{sessionDriver{mem}, true, false},
+		{batchSessionDriver{mem}, true, true},
+		{struct{ backend.Driver }{mem}, false, false},
+	} {
+		cd, w := Count(c.drv)
+		_, s := w.(backend.Session)
+		_, b := w.(backend.BatchRefresher)
+		if s != c.session || b != c.batch || cd.session != c.session || cd.batch != c.batch {
+			t.Errorf("%T: wrapper session %v batch %v, want %v %v", c.drv, s, b, c.session, c.batch)
+		}
+		ctx := context.Background()
+		l := backend.Lock{Key: "k", Token: "t", TTL: time.Minute}
+		if _, err := w.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		w.Refresh(ctx, l)
+		if b {
+			w.(backend.BatchRefresher).RefreshMany(ctx, []backend.Lock{l, l})
+		}
+		locks, calls := cd.Refreshed()
+		if want := map[bool]int64{false: 1, true: 3}[b]; locks != want {
+			t.Errorf("%T: %d locks refreshed, want %d (%d calls)", c.drv, locks, want, calls)
+		}
+		w.Release(ctx, l)
+	}
+}
+
+// The testing.B benchmarks run the workloads per operation on the two
+// backends that need no server; the server backends have theirs in their
+// own packages, and `lockctl bench` compares them all.
+func benchBackends(b *testing.B) map[string]clients {
+	dir := b.TempDir()
+	opts := []locker.Option{locker.WithNamespace("b"), locker.WithDefaultTTL(10 * time.Second)}
+	store := memlock.NewStore()
+	return map[string]clients{
+		"mem":  {open: func(context.Context) (backend.Driver, error) { return memlock.New(store), nil }, opts: opts},
+		"file": {open: func(context.Context) (backend.Driver, error) { return filelock.New(dir) }, opts: opts},
+		"file-nosync": {open: func(context.Context) (backend.Driver, error) {
+			return filelock.New(dir, filelock.WithSync(false))
+		}, opts: opts},
+	}
+}
+
+func mustClient(b *testing.B, cs clients) *locker.Client {
+	c, err := cs.client(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func BenchmarkUncontended(b *testing.B) {
+	for name, cs := range benchBackends(b) {
+		b.Run(name, func(b *testing.B) {
+			c := mustClient(b, cs)
+			ctx := context.Background()
+			for b.Loop() {
+				if err := acquireRelease(ctx, c, "u"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkParallel(b *testing.B) {
+	for name, cs := range benchBackends(b) {
+		b.Run(name, func(b *testing.B) {
+			c := mustClient(b, cs)
+			ctx := context.Background()
+			var id atomic.Int64
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				n := fmt.Sprintf("p-%d", id.Add(1))
+				for pb.Next() {
+					if err := acquireRelease(ctx, c, n); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkContended(b *testing.B) {
+	for name, cs := range benchBackends(b) {
+		b.Run(name, func(b *testing.B) {
+			c1, c2 := mustClient(b, cs), mustClient(b, cs)
+			ctx := context.Background()
+			var id atomic.Int64
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				c := c1
+				if id.Add(1)%2 == 0 {
+					c = c2
+				}
+				for pb.Next() {
+					if err := acquireRelease(ctx, c, "contended"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHeld acquires b.N locks and keeps them (ns/op: acquisition and
+// release per lock), reporting the heap they cost per lock.
+func BenchmarkHeld(b *testing.B) {
+	for name, cs := range benchBackends(b) {
+		b.Run(name, func(b *testing.B) {
+			cfg := Config{Held: max(b.N, 1), TTL: 30 * time.Second, skipRefreshCount: true}
+			h, err := RunHeld(context.Background(), cs, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(h.BytesPerLock, "heap-B/lock")
+			b.ReportMetric(float64(h.Goroutines), "goroutines")
+		})
+	}
+}
