@@ -35,7 +35,10 @@ func init() {
 //	etcd://[user[:password]@]host[:port][,host[:port]...][/prefix]
 //
 // with endpoints separated by commas (port 2379 by default) and the key
-// prefix as the path (default DefaultPrefix). Parameters:
+// prefix as the path (default DefaultPrefix). Go's URL parser insists that
+// the last endpoint carry a port when there are several, and takes an IPv6
+// literal ([::1]:2379) only as the single endpoint; for anything else, build
+// a client and use New. Parameters:
 //
 //	tls=true            use TLS (implied by ca, cert and key)
 //	ca=FILE             PEM file of the CA certificates to trust
