@@ -14,7 +14,7 @@
 //
 // # URL
 //
-//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=10s]
+//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s]
 //
 // The path is the root node under which the locks live (default /locker);
 // it is created when missing. session_timeout is the session timeout the

@@ -20,7 +20,7 @@ import (
 const (
 	DefaultRoot           = "/locker"
 	DefaultSessionTimeout = 10 * time.Second
-	DefaultConnectTimeout = 10 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
 )
 
 // ErrSessionExpired is wrapped by the error of an acquisition whose
@@ -30,7 +30,7 @@ var ErrSessionExpired = errors.New("zklock: session expired")
 
 func init() {
 	backend.Register("zk", backend.Opener{
-		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root]?session_timeout=10s&connect_timeout=10s",
+		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root]?session_timeout=10s&connect_timeout=5s",
 		Open:  Open,
 	})
 }
@@ -75,7 +75,7 @@ func WithDigestAuth(user, password string) Option {
 // driver cannot read it from the connection.
 func WithSessionTimeout(d time.Duration) Option { return func(c *config) { c.sessionTimeout = d } }
 
-// WithConnectTimeout bounds how long Dial waits for a session (default 10s,
+// WithConnectTimeout bounds how long Dial waits for a session (default 5s,
 // and never longer than its context allows).
 func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
 
@@ -143,7 +143,7 @@ var (
 
 // Open opens a driver for a zk:// URL:
 //
-//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=10s]
+//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s]
 //
 // A port may be left out (2181) except on the last host, which url.Parse
 // checks; a list of IPv6 literals does not parse as a URL (use Dial).
