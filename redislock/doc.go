@@ -38,14 +38,17 @@
 //
 // Keys: for the lock key K (namespace/name), the lock is "{E}:lock" and its
 // fence counter "{E}:fence", where E is backend.EscapeKey(K). The {E} hash
-// tag keeps both in one Redis Cluster slot. A grant's fence is the larger
-// of the previous fence plus one and the server clock in microseconds: the
-// counter makes fences strictly increase, and the clock keeps them
-// increasing when the counter is lost or stale (a restart without
-// persistence, a failover to a replica that missed the last increments),
-// as long as the server clocks did not go back by more than the restart or
-// failover took. Fence counters are kept forever, a few dozen bytes per
-// name ever locked.
+// tag keeps both in one Redis Cluster slot. The lock key's value is the
+// holder's token and which attempt of it set the key ("<token>.<n>"), so
+// that cleaning up after a failed attempt never removes a later attempt's
+// key. A grant's fence is the counter, advanced by INCR in the acquire
+// script, and kept at or above the server clock in microseconds: a missing
+// counter starts at the clock, and one that lags behind the current second
+// is raised to it. So fences keep increasing even when the counter is lost
+// (a restart without persistence) or stale (a failover to a replica that
+// missed the last increments, provided a second boundary passed since the
+// old primary's last grant), as long as the server clocks did not go back.
+// Fence counters are kept forever, a few dozen bytes per name ever locked.
 //
 // Waiting: a release PUBLISHes on the channel "{E}:released". A blocked
 // Acquire subscribes first (the driver confirms the subscription with a

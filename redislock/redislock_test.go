@@ -138,8 +138,9 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	}
 }
 
-// Losing the fence counter (as a restart without persistence or a failover
-// to a stale replica would) does not make fences go back.
+// Losing the fence counter (as a restart without persistence would), or
+// going back to a stale one (as a failover to a replica that missed
+// increments would, seconds later), does not make fences go back.
 func TestFenceSurvivesLostCounter(t *testing.T) {
 	testenv.Require(t, testenv.RedisAddr())
 	t.Parallel()
@@ -165,8 +166,10 @@ func TestFenceSurvivesLostCounter(t *testing.T) {
 		case 1:
 			admin.Del(ctx, fenceKey(key)) // lost
 		case 3:
-			// stale: a replica that missed increments
+			// stale: a replica that missed increments, promoted a second
+			// later (a failover takes seconds)
 			admin.Set(ctx, fenceKey(key), "7", 0)
+			time.Sleep(1100 * time.Millisecond)
 		}
 	}
 	if err := admin.Del(ctx, fenceKey(key)).Err(); err != nil {

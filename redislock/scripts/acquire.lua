@@ -10,43 +10,52 @@
 --
 -- Returns the fence (> 0) when the token holds the lock, 0 when another
 -- token holds it.
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-  -- A retry of this very attempt (the reply was lost and the client sent
-  -- the script again): report the grant once more, with the fence it got;
-  -- no other acquirer can have advanced the counter meanwhile.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(redis.call('GET', KEYS[2]) or '0')
-end
-if cur then
-  if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
-    return 0 -- another token's
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local cur = redis.call('GET', KEYS[1])
+  if cur == ARGV[1] then
+    -- A retry of this very attempt (the reply was lost and the client
+    -- sent the script again): report the grant once more, with the fence
+    -- it got; no other acquirer can have advanced the counter meanwhile.
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(redis.call('GET', KEYS[2]) or '0')
   end
-  -- Left by another attempt of the same token. A later attempt's key stays:
-  -- this one is a straggler of a try already given up.
+  if not cur or string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
+    return 0 -- another token's (or it expired this very moment: try again)
+  end
+  -- Left by another attempt of the same token. A later attempt's key
+  -- stays: this one is a straggler of a try already given up. An earlier
+  -- attempt's key (it failed elsewhere) is taken over by this one, with a
+  -- new fence.
   local theirs = tonumber(string.sub(cur, #ARGV[3] + 1))
   local ours = tonumber(string.sub(ARGV[1], #ARGV[3] + 1))
   if theirs and ours and theirs > ours then
     return 0
   end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
--- Free, or left by an earlier attempt of the same token that failed
--- elsewhere: take it, as this attempt, with a new fence.
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
--- fence = max(previous fence + 1, server clock in microseconds).
--- The counter alone makes fences strictly increase on one server. The
--- clock keeps them increasing when the counter is lost or stale: after a
--- restart without persistence, or a failover to a replica that missed the
--- last increments, the new count starts above every fence issued before
--- (those were at most the old clock), provided the clocks did not go back
--- by more than the restart or failover took.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local f = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
-if f < now then
-  f = now
+-- The fence is the counter, advanced by INCR, and kept at or above the
+-- server clock: a missing counter (first use, or the server lost its data)
+-- starts at the clock in microseconds, and one that lags behind the start
+-- of the current second is raised to it. Every acquisition takes well over
+-- a microsecond, so the counter never runs ahead of the clock in
+-- microseconds, and fences issued before a loss are below the clock when
+-- the counter starts again: fences keep increasing across a restart
+-- without persistence, and across a failover to a replica that missed the
+-- last increments provided a second boundary passed since the last grant
+-- on the old primary (failovers take seconds), as long as the clocks did
+-- not go back. On a busy lock the clock costs one write a second.
+-- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
+-- numbers are exact.
+local f = redis.call('INCR', KEYS[2])
+if f == 1 then
+  local t = redis.call('TIME')
+  local seed = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('SET', KEYS[2], seed)
+  return tonumber(seed)
 end
--- Microseconds since 1970 stay below 2^53 until the year 2255, so the Lua
--- number is exact.
-redis.call('SET', KEYS[2], string.format('%d', f))
+local sec = redis.call('TIME')[1]
+if f < tonumber(sec) * 1000000 then
+  redis.call('SET', KEYS[2], sec .. '000000')
+  return tonumber(sec) * 1000000
+end
 return f
