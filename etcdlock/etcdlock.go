@@ -33,6 +33,21 @@
 // transaction that deletes the entry only if its creation revision is still
 // the fence.
 //
+// # Waiting
+//
+// A waiter writes its entry and reads the entry just ahead in one
+// transaction, then watches that entry alone (no thundering herd). The watch
+// starts at the server's current revision, because etcd serves watches that
+// start in the past from a loop that runs every 100 ms, which would stall
+// every hand-off (this is what slows concurrency.Mutex down under
+// contention); a deletion between the read and the watch's start is caught
+// by one read once the watch exists. When the entry ahead goes, one
+// linearizable read checks that the waiter's own entry still exists (so its
+// lease is alive: etcd's own Mutex once granted locks after the session had
+// expired) and that nothing older is left. A waiter whose lease is lost
+// queues again, at the back, with a new lease; a cancelled waiter deletes
+// its entry before it returns.
+//
 // # Sessions
 //
 // A driver keeps one lease per effective TTL (in practice one per client: a
@@ -44,6 +59,12 @@
 // TTL, every lock on the lease reports its loss through Lock.OnLost. Every
 // TTL/3 the driver also checks that the entries of its held locks still
 // exist, so that an entry deleted by hand is reported lost too.
+//
+// Locks live as long as their lease: Lock.Refresh checks the entry and
+// sends a keep-alive, and locker.AutoRefresh(false) does not make a lock
+// expire on its own. Closing the driver revokes its leases, which frees all
+// its locks at once. A lease with no lock and no waiter is revoked after a
+// minute.
 package etcdlock
 
 import (
