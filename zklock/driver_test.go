@@ -86,6 +86,25 @@ func TestBasics(t *testing.T) {
 	if g2.Fence <= g1.Fence {
 		t.Errorf("fence %d after %d", g2.Fence, g1.Fence)
 	}
+	// Fences keep increasing when the name's node is deleted and made
+	// again (sequence numbers restart).
+	if err := d2.Release(ctx, l2); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.conn.Delete(d1.parentPath(key), -1); err != nil {
+		t.Fatal(err)
+	}
+	l4 := lockFor(t, key)
+	g4, err := d1.TryAcquire(ctx, l4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g4.Fence <= g2.Fence {
+		t.Errorf("fence %d after %d, across a new parent", g4.Fence, g2.Fence)
+	}
+	if _, path, _ := holderSession(d1.conn, d1, key); !strings.HasSuffix(path, "-0000000000") {
+		t.Errorf("holder %s: the sequence should have restarted", path)
+	}
 	// A requested TTL longer than the session's is reported as such.
 	l3 := lockFor(t, key+"/long")
 	l3.TTL = time.Hour
@@ -453,5 +472,60 @@ func TestPartitionedHolderLosesFirst(t *testing.T) {
 	f.thaw()
 	if err := holder.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
 		t.Errorf("Release after the session expired: %v", err)
+	}
+}
+
+// TestNewDetectsExpiry: with a connection the caller built, the driver
+// polls it, and reports the loss when the session expires.
+func TestNewDetectsExpiry(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	w := &wire{}
+	g := &gate{}
+	conn, _, err := zk.Connect(servers, testTimeout, zk.WithLogInfo(false), zk.WithDialer(w.dialer(g.dialer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := waitSession(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(conn); err != nil {
+		t.Fatalf("New: %v", err) // the default root
+	}
+	d, err := New(conn, WithRoot("/locker-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	key := uniqueKey(t)
+	lost := make(chan error, 1)
+	l := lockFor(t, key)
+	l.OnLost = func(err error) { lost <- err }
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	sid, passwd := w.credentials()
+	g.close()
+	start := time.Now()
+	err = expireSession(servers, sid, passwd)
+	g.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lost:
+		if !errors.Is(err, backend.ErrLost) {
+			t.Errorf("lost with %v", err)
+		}
+		t.Logf("lost after %v: %v", time.Since(start), err)
+	case <-time.After(testTimeout):
+		t.Fatal("no lost signal within the session timeout")
+	}
+	if err := d.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release after the expiry: %v", err)
 	}
 }
