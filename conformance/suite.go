@@ -129,6 +129,7 @@ func (s *suite) name(t *testing.T, suffix string) string {
 
 func (s *suite) key(name string) string { return backend.Key(s.ns, name) }
 
+// isSession reports whether c's locks live in a server-side session.
 func (s *suite) isSession(c *locker.Client) bool {
 	_, ok := c.Driver().(backend.Session)
 	return ok
@@ -779,7 +780,7 @@ func (s *suite) badInput(t *testing.T) {
 		if l.TTL() < ttl {
 			t.Errorf("TTL %v granted as %v: shortened", ttl, l.TTL())
 		}
-		if ttl == locker.MaxTTL || s.isSession(c) {
+		if _, session := drv.(backend.Session); ttl == locker.MaxTTL || session {
 			time.Sleep(50 * time.Millisecond)
 			mustRefuse(t, ctx, c2, name, fmt.Sprintf("a lock with TTL %v is held", ttl))
 			mustRelease(t, ctx, l)
