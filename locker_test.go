@@ -241,7 +241,7 @@ func TestTenThousandLocksRefreshInBatches(t *testing.T) {
 	d := &batchCounter{Driver: memlock.New(memlock.NewStore())}
 	c := newClientOn(t, d)
 	before := runtime.NumGoroutine()
-	const n, ttl = 10000, 600 * time.Millisecond
+	const n, ttl = 10000, 2 * time.Second // generous: CI's two cores are busy
 	var held []*locker.Lock
 	for i := range n {
 		l, err := c.TryAcquire(ctx, fmt.Sprint("lock-", i), locker.TTL(ttl))
@@ -250,13 +250,13 @@ func TestTenThousandLocksRefreshInBatches(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	time.Sleep(3 * ttl) // several refresh rounds
+	time.Sleep(2 * ttl) // about six refresh rounds
 	if after := runtime.NumGoroutine(); after-before > 64 {
 		t.Errorf("%d goroutines for %d held locks", after-before, n)
 	}
 	calls, locks := d.calls.Load(), d.locks.Load()
 	if locks < 2*n {
-		t.Errorf("%d locks refreshed in %v, want at least %d", locks, 3*ttl, 2*n)
+		t.Errorf("%d locks refreshed in %v, want at least %d", locks, 2*ttl, 2*n)
 	}
 	if calls*50 > locks {
 		t.Errorf("%d refresh calls for %d lock refreshes: want batches of 50 or more on average", calls, locks)
