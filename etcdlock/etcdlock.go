@@ -440,7 +440,10 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
 	}
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev))
+		// The Get is not decoration: etcd serves a transaction without
+		// operations as a serializable read, from a member that may lag.
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).
+			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
 	})
 	if err != nil {
 		return fmt.Errorf("etcdlock: refresh: %w", err)

@@ -594,3 +594,26 @@ func TestOrphanSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRefreshRightAfterAcquire: on a cluster, a refresh that follows an
+// acquisition at once, through another member, still finds the lock (etcd
+// serves a transaction without operations as a serializable read, from a
+// member that may not have applied the acquisition yet).
+func TestRefreshRightAfterAcquire(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdClusterEndpoints())
+	ctx := testCtx(t, time.Minute)
+	c, _ := h.client(t)
+	for i := range 200 {
+		l, err := c.TryAcquire(ctx, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx); err != nil {
+			t.Fatalf("round %d: refresh right after the acquisition: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
