@@ -96,14 +96,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&d.Held, "held", d.Held, "K: locks held at once by one client")
 	fs.DurationVar(&d.HeldFor, "held-for", d.HeldFor, "how long the K locks are held while refreshes are counted")
 	fs.DurationVar(&d.TTL, "ttl", d.TTL, "lock TTL of every workload")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: lockctl bench [flags]\n\nRuns the same workloads against each backend and prints one table.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fmt.Fprintf(stderr, "usage: lockctl bench [flags]\n\nRuns the same workloads against each backend and prints one table.\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "lockctl bench: %v (see lockctl bench -h)\n", err)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {

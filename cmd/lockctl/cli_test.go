@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -162,12 +163,12 @@ func TestBadInputExits2(t *testing.T) {
 		if msg == "" || !strings.Contains(msg, "lockctl") {
 			t.Errorf("%s: stderr %q, want a message from lockctl", what, msg)
 		}
+		if n := strings.Count(msg, "\n"); n > 0 {
+			t.Errorf("%s: %d lines on stderr, want one:\n%s", what, n+1, msg)
+		}
 		if strings.HasPrefix(what, "unreachable") {
 			if took > 5*time.Second {
 				t.Errorf("%s: took %v with --connect-timeout 1s", what, took)
-			}
-			if n := strings.Count(msg, "\n"); n > 0 {
-				t.Errorf("%s: %d lines on stderr, want one:\n%s", what, n+1, msg)
 			}
 		}
 	}
@@ -249,6 +250,55 @@ func TestBackendsCommand(t *testing.T) {
 	for _, want := range []string{"file", "mem", "redis", "etcd", "zk", "postgres", "memcache"} {
 		if !strings.Contains(out.String(), "\n"+want+" ") {
 			t.Errorf("%s not compiled in:\n%s", want, &out)
+		}
+	}
+}
+
+// After "--", a NAME may start with '-'.
+func TestDashName(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	if p, code := run(t, u, "--", "-x", "--", "sh", "-c", `test "$LOCKER_NAME" = -x`); code != 0 {
+		t.Fatalf("exit %d: %s", code, &p.stderr)
+	}
+}
+
+// A COMMAND that ignores SIGTERM after a lost lock is killed after --grace.
+func TestLostLockGraceKill(t *testing.T) {
+	t.Parallel()
+	u, dir := fileURL(t), t.TempDir()
+	p := lockctlProc("run", "--backend", u, "--ttl", "1s", "--grace", "1s", "g", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > "$D/child.1"; echo "$LOCKER_FENCE" > "$D/held.1"; sleep 60`)
+	p.Env = append(p.Env, "D="+dir)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Process.Signal(syscall.SIGCONT); p.Process.Kill() }()
+	waitFile(t, filepath.Join(dir, "held.1"), 30*time.Second)
+	child := childPID(t, dir, "1")
+	defer syscall.Kill(-child, syscall.SIGKILL)
+	p.Process.Signal(syscall.SIGSTOP)
+	if q, code := run(t, u, "--wait", "30s", "g", "--", "true"); code != 0 {
+		t.Fatalf("taking the stopped holder's lock: exit %d: %s", code, &q.stderr)
+	}
+	continued := time.Now()
+	p.Process.Signal(syscall.SIGCONT)
+	p.Wait()
+	took := time.Since(continued)
+	if code := p.ProcessState.ExitCode(); code != exitLost {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitLost, &p.stderr)
+	}
+	if took < time.Second || took > 5*time.Second {
+		t.Errorf("exited %v after SIGCONT, want after the 1s grace period", took)
+	}
+	// The group's last process, orphaned, is reaped by init a moment later.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := syscall.Kill(-child, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("COMMAND's process group is still there after SIGKILL (kill 0: %v)", err)
 		}
 	}
 }

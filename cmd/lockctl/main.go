@@ -120,18 +120,21 @@ func main() {
 
 func lockctl(args []string, stdout, stderr io.Writer) int {
 	global := flag.NewFlagSet("lockctl", flag.ContinueOnError)
-	global.SetOutput(stderr)
+	global.SetOutput(io.Discard)
 	backendURL := global.String("backend", "", "backend URL (default $LOCKER_URL, else the file backend)")
-	global.Usage = func() { fmt.Fprintf(stderr, usage, defaultURL()) }
+	global.Usage = func() {}
+	printUsage := func() { fmt.Fprintf(stderr, usage, defaultURL()) }
 	if err := global.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			printUsage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "lockctl: %v (see lockctl -h)\n", err)
 		return exitUsage
 	}
 	args = global.Args()
 	if len(args) == 0 {
-		global.Usage()
+		printUsage()
 		return exitUsage
 	}
 	switch args[0] {
@@ -142,7 +145,7 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
-		global.Usage()
+		printUsage()
 		return 0
 	default:
 		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, backends or bench)\n", args[0])

@@ -43,13 +43,12 @@ type runOpts struct {
 	name     string
 	command  []string
 	stderr   io.Writer
-	exitHook func() // tests
+	dashName bool // NAME came after "--"
 }
 
 func runCmd(args []string, globalBackend string, stderr io.Writer) int {
 	o := runOpts{stderr: stderr}
 	fs := flag.NewFlagSet("lockctl run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
 	fs.DurationVar(&o.ttl, "ttl", locker.DefaultTTL, "lock TTL: how long a crashed holder keeps others out")
 	fs.DurationVar(&o.wait, "wait", 0, "give up after waiting this long (default: wait until acquired)")
@@ -58,17 +57,23 @@ func runCmd(args []string, globalBackend string, stderr io.Writer) int {
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, SIGKILL COMMAND's process group this long after SIGTERM")
 	fs.DurationVar(&o.connect, "connect-timeout", 10*time.Second, "bound on connecting to the backend")
 	fs.BoolVar(&o.verbose, "v", false, "report the acquisition and release on stderr")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: lockctl run [flags] NAME -- COMMAND [ARG...]\n\nExit status: COMMAND's; 128+N if it died of signal N; 75 not acquired; 76 lock lost;\n127 COMMAND not startable; 2 error before COMMAND ran.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	// Parse errors get one line; -h gets the whole usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fmt.Fprintf(stderr, "usage: lockctl run [flags] NAME -- COMMAND [ARG...]\n\nExit status: COMMAND's; 128+N if it died of signal N; 75 not acquired; 76 lock lost;\n127 COMMAND not startable; 2 error before COMMAND ran.\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
 			return 0
 		}
+		fmt.Fprintf(stderr, "lockctl run: %v (see lockctl run -h)\n", err)
 		return exitUsage
 	}
 	fs.Visit(func(f *flag.Flag) { o.waitSet = o.waitSet || f.Name == "wait" })
+	// After an explicit "--", NAME may start with '-'.
+	n := len(args) - fs.NArg()
+	o.dashName = n > 0 && args[n-1] == "--"
 	if err := o.parseArgs(fs.Args()); err != nil {
 		fmt.Fprintf(stderr, "lockctl run: %v\n", err)
 		return exitUsage
@@ -94,6 +99,8 @@ func (o *runOpts) parseArgs(rest []string) error {
 	o.name, o.command = rest[0], rest[1:]
 	if len(o.command) > 0 && o.command[0] == "--" {
 		o.command = o.command[1:]
+	} else if len(o.command) > 0 && strings.HasPrefix(o.command[0], "-") {
+		return fmt.Errorf("%q after NAME: flags go before NAME, and COMMAND after --", o.command[0])
 	}
 	if len(o.command) == 0 {
 		return errors.New("missing COMMAND (usage: lockctl run [flags] NAME -- COMMAND [ARG...])")
@@ -105,9 +112,10 @@ func (o *runOpts) parseArgs(rest []string) error {
 		return fmt.Errorf("NAME is %d bytes, more than %d", len(o.name), locker.MaxNameLen)
 	case !utf8.ValidString(o.name):
 		return errors.New("NAME is not valid UTF-8")
-	case strings.HasPrefix(o.name, "-"):
-		// Almost always a misplaced flag: flags go before NAME.
-		return fmt.Errorf("NAME %q starts with '-': flags go before NAME", o.name)
+	case strings.HasPrefix(o.name, "-") && !o.dashName:
+		// Almost always a misplaced flag; "lockctl run [flags] -- -NAME -- COMMAND"
+		// takes such a name.
+		return fmt.Errorf("NAME %q starts with '-': flags go before NAME (or put -- before such a NAME)", o.name)
 	}
 	return nil
 }
@@ -148,8 +156,15 @@ func interruptible[T any](ctx context.Context, sigs <-chan os.Signal, f func(con
 	}
 }
 
+// logf writes one line on stderr: errors from client libraries may span
+// several (pgx lists every host it tried).
 func (o *runOpts) logf(format string, args ...any) {
-	fmt.Fprintf(o.stderr, "lockctl: "+format+"\n", args...)
+	msg := fmt.Sprintf(format, args...)
+	lines := strings.Split(msg, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	fmt.Fprintf(o.stderr, "lockctl: %s\n", strings.Join(lines, " "))
 }
 
 func (o *runOpts) run() int {
