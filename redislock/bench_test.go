@@ -159,18 +159,56 @@ type event struct {
 	called, got, release time.Time
 }
 
+// sharedDriver lets several locker.Clients use one driver: Close does
+// nothing (the benchmark closes the driver itself).
+type sharedDriver struct {
+	backend.Driver
+	backend.Notifier
+}
+
+func (sharedDriver) Close() error { return nil }
+
 func benchContended(b *testing.B, open func() backend.Driver, pingClient func() redis.UniversalClient) {
+	// As specified: 2 locker.Clients, 4 workers each.
+	b.Run("2-clients", func(b *testing.B) { benchContendedWith(b, open, pingClient, false) })
+	// The same 2 drivers (2 go-redis clients, 2 subscription hubs), but a
+	// locker.Client per worker: the locker package then wakes no waiter of
+	// the same Client on release ahead of the others (see the report), and
+	// every waiter learns of a release the same way, by pub/sub.
+	b.Run("client-per-worker", func(b *testing.B) { benchContendedWith(b, open, pingClient, true) })
+}
+
+func benchContendedWith(b *testing.B, open func() backend.Driver, pingClient func() redis.UniversalClient, perWorker bool) {
 	ctx := context.Background()
 	const workers, clients, hold = 8, 2, time.Millisecond
 	ns := "redislock-bench"
 	var cs []*locker.Client
 	for range clients {
-		c, err := locker.New(open(), locker.WithNamespace(ns))
-		if err != nil {
-			b.Fatal(err)
+		d := open()
+		if !perWorker {
+			c, err := locker.New(d, locker.WithNamespace(ns))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			cs = append(cs, c)
+			continue
 		}
-		defer c.Close()
-		cs = append(cs, c)
+		defer d.Close()
+		for range workers / clients {
+			c, err := locker.New(sharedDriver{d, d.(backend.Notifier)}, locker.WithNamespace(ns))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			cs = append(cs, c)
+		}
+	}
+	clientOf := func(w int) *locker.Client {
+		if perWorker {
+			return cs[(w%clients)*(workers/clients)+w/clients]
+		}
+		return cs[w%clients]
 	}
 	name := "contended-" + randHex(4)
 	// Warm up each client's connections and subscription.
@@ -182,6 +220,29 @@ func benchContended(b *testing.B, open func() backend.Driver, pingClient func() 
 		l.Release(ctx)
 	}
 	rtt := medianRTT(b, pingClient())
+	// The round trip again, while the workers run: the same machine, as
+	// busy as the handoffs see it.
+	pinger := pingClient()
+	stopPing := make(chan struct{})
+	var busyRTTs []time.Duration
+	var pingWG sync.WaitGroup
+	pingWG.Go(func() {
+		defer pinger.Close()
+		for {
+			select {
+			case <-stopPing:
+				return
+			default:
+			}
+			t := time.Now()
+			if err := pinger.Ping(ctx).Err(); err != nil {
+				b.Error(err)
+				return
+			}
+			busyRTTs = append(busyRTTs, time.Since(t))
+			time.Sleep(time.Millisecond)
+		}
+	})
 
 	total := b.N
 	events := make([]event, 0, total+workers)
@@ -191,7 +252,7 @@ func benchContended(b *testing.B, open func() backend.Driver, pingClient func() 
 	b.ResetTimer()
 	for w := range workers {
 		wg.Go(func() {
-			c := cs[w%clients]
+			c := clientOf(w)
 			for taken.Add(1) <= int64(total) {
 				e := event{worker: w, called: time.Now()}
 				l, err := c.Acquire(ctx, name)
@@ -214,9 +275,11 @@ func benchContended(b *testing.B, open func() backend.Driver, pingClient func() 
 	}
 	wg.Wait()
 	b.StopTimer()
+	close(stopPing)
+	pingWG.Wait()
 	slices.SortFunc(events, func(x, y event) int { return x.got.Compare(y.got) })
 	var handoffs, waits []time.Duration
-	retakes := 0
+	retakes, sameClient := 0, 0
 	for i, e := range events {
 		waits = append(waits, e.got.Sub(e.called))
 		if i == 0 {
@@ -227,6 +290,9 @@ func benchContended(b *testing.B, open func() backend.Driver, pingClient func() 
 		if e.worker == prev.worker {
 			retakes++
 		}
+		if e.worker%clients == prev.worker%clients {
+			sameClient++
+		}
 	}
 	if len(handoffs) == 0 {
 		return
@@ -236,9 +302,15 @@ func benchContended(b *testing.B, open func() backend.Driver, pingClient func() 
 	b.ReportMetric(float64(h.Microseconds()), "handoff-p50-µs")
 	b.ReportMetric(float64(rtt.Microseconds()), "rtt-p50-µs")
 	b.ReportMetric(float64(h)/float64(rtt), "handoff/rtt")
+	if len(busyRTTs) > 0 {
+		busy := percentile(busyRTTs, 50)
+		b.ReportMetric(float64(busy.Microseconds()), "busy-rtt-p50-µs")
+		b.ReportMetric(float64(h)/float64(busy), "handoff/busy-rtt")
+	}
 	b.ReportMetric(ms(percentile(waits, 99)), "wait-p99-ms")
 	b.ReportMetric(ms(percentile(waits, 50)), "wait-p50-ms")
 	b.ReportMetric(100*float64(retakes)/float64(len(handoffs)), "retake-%")
+	b.ReportMetric(100*float64(sameClient)/float64(len(handoffs)), "same-client-%")
 	b.ReportMetric(0, "ns/op")
 }
 

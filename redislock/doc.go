@@ -53,7 +53,10 @@
 // Waiting: a release PUBLISHes on the channel "{E}:released". A blocked
 // Acquire subscribes first (the driver confirms the subscription with a
 // PING on the same connection, so no later release is missed) and retries
-// as soon as a message arrives; the locker package's capped backoff with
+// as soon as a message arrives (in one process, the longest waiting first
+// and each other waiter 300µs after the one before it, so that waiters are
+// served roughly in arrival order rather than racing on every release);
+// the locker package's capped backoff with
 // jitter covers a lost message (a dropped pub/sub connection, a lock that
 // expired rather than being released). One pub/sub connection per Driver
 // serves all names (per channel on a ring, whose channels live on

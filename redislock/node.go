@@ -1,11 +1,13 @@
 package redislock
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -253,7 +255,8 @@ type chanState struct {
 }
 
 type subscription struct {
-	ch chan struct{}
+	ch  chan struct{}
+	seq uint64 // order of arrival: the longest waiter has the smallest
 }
 
 type barrier struct {
@@ -268,14 +271,14 @@ func (n *node) subscribe(ctx context.Context, key string, ch chan struct{}) (can
 	if n.ring {
 		route = channel
 	}
-	sub := &subscription{ch: ch}
+	sub := &subscription{ch: ch, seq: subSeq.Add(1)}
 	var h *hub
 	var st *chanState
 	for h == nil {
 		n.mu.Lock()
 		if n.closed {
 			n.mu.Unlock()
-			return nil, backend.ErrClosed
+			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 		}
 		if cur := n.hubs[route]; cur != nil && !cur.dead {
 			h = cur
@@ -294,7 +297,7 @@ func (n *node) subscribe(ctx context.Context, key string, ch chan struct{}) (can
 		if n.closed {
 			n.mu.Unlock()
 			_ = ps.Close()
-			return nil, backend.ErrClosed
+			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 		}
 		if cur := n.hubs[route]; cur != nil && !cur.dead {
 			n.mu.Unlock()
@@ -435,6 +438,38 @@ func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	_ = h.ps.Unsubscribe(ctx, channel)
 }
 
+// subSeq numbers subscriptions in order of arrival.
+var subSeq atomic.Uint64
+
+// wakeStagger is how much later than the one before it each waiter of a
+// process is woken by a release, longest waiter first.
+const wakeStagger = 300 * time.Microsecond
+
+// deliver wakes the waiters of a released lock, the longest waiting at
+// once and each of the others wakeStagger after the one before it. All
+// are told, as the Notifier contract says; the head start lets the longest
+// waiter of each process try first, so that waiters are served roughly in
+// arrival order instead of racing on every release, in which some of them
+// lose for a long time.
+func (n *node) deliver(subs []*subscription) {
+	slices.SortFunc(subs, func(a, b *subscription) int { return cmp.Compare(a.seq, b.seq) })
+	for i, s := range subs {
+		if i == 0 || wakeStagger == 0 {
+			notify(s.ch)
+			continue
+		}
+		ch := s.ch
+		time.AfterFunc(time.Duration(i)*wakeStagger, func() { notify(ch) })
+	}
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // kill marks the hub dead; n.mu must be held.
 func (h *hub) kill() {
 	if !h.dead {
@@ -498,15 +533,14 @@ func (h *hub) run() {
 		switch m := msg.(type) {
 		case *redis.Message:
 			n.mu.Lock()
+			var subs []*subscription
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
-					select {
-					case s.ch <- struct{}{}:
-					default:
-					}
+					subs = append(subs, s)
 				}
 			}
 			n.mu.Unlock()
+			n.deliver(subs)
 		case *redis.Pong:
 			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
 				continue

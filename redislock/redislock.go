@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -154,9 +153,6 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	ch := make(chan struct{}, 1)
 	cancel, err := d.n.subscribe(ctx, key, ch)
 	if err != nil {
-		if errors.Is(err, backend.ErrClosed) && !errors.Is(err, context.Canceled) {
-			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-		}
 		return nil, nil, err
 	}
 	return ch, cancel, nil
