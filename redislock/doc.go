@@ -56,9 +56,9 @@
 // as soon as a message arrives (in one process, the longest waiting first
 // and each other waiter 300µs after the one before it, so that waiters are
 // served roughly in arrival order rather than racing on every release);
-// the locker package's capped backoff with
-// jitter covers a lost message (a dropped pub/sub connection, a lock that
-// expired rather than being released). One pub/sub connection per Driver
+// the locker package's capped backoff with jitter covers a lost message (a
+// dropped pub/sub connection, a lock that expired rather than being
+// released). One pub/sub connection per Driver
 // serves all names (per channel on a ring, whose channels live on
 // different shards); a channel stays subscribed for a second after its
 // last waiter left, so a busy lock pays no SUBSCRIBE per acquisition.
@@ -77,7 +77,11 @@
 // # Quorum (Redlock)
 //
 // [Quorum] takes the lock on N independent servers (not replicas of each
-// other; 3 or 5) and holds it when a majority granted it. Each server keeps
+// other; 3 or 5) and holds it when a majority granted it. Every operation
+// returns as soon as a majority has answered: a slow or partitioned
+// minority costs nothing, and its late answers are dealt with in the
+// background (a late grant of an abandoned attempt is released at once).
+// Its minimum TTL is 500ms: shorter leases are raised to it. Each server keeps
 // the key for the TTL plus a clock-drift allowance (1% of the TTL plus
 // 2ms, see [WithClockDrift]); the lock is valid for the TTL from the moment
 // the first request was sent, and an acquisition that took the whole TTL

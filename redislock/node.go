@@ -237,7 +237,7 @@ type hub struct {
 	n     *node
 	route string
 	ps    *redis.PubSub
-	wmu   sync.Mutex // orders SUBSCRIBE, UNSUBSCRIBE and PING on the connection
+	wmu   chan struct{} // held (full) while writing SUBSCRIBE, UNSUBSCRIBE or PING, to order them
 
 	// Guarded by n.mu.
 	chans    map[string]*chanState
@@ -304,7 +304,7 @@ func (n *node) subscribe(ctx context.Context, key string, ch chan struct{}) (can
 			_ = ps.Close()
 			continue
 		}
-		h = &hub{n: n, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{})}
+		h = &hub{n: n, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
 		n.hubs[route] = h
 		n.wg.Add(1)
 		go h.run()
@@ -349,12 +349,22 @@ const barrierTimeout = 2 * time.Second
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
 	n := h.n
 	b := &barrier{done: make(chan error, 1)}
-	h.wmu.Lock()
+	deadline := time.NewTimer(barrierTimeout)
+	defer deadline.Stop()
+	// Wait for the connection ctx-aware: a write to a server that does not
+	// answer can take long.
+	select {
+	case h.wmu <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("redislock: subscribe: %w", context.Cause(ctx))
+	case <-deadline.C:
+		return errors.New("redislock: subscribe: the pub/sub connection is busy")
+	}
 	n.mu.Lock()
 	if h.dead {
 		n.mu.Unlock()
-		h.wmu.Unlock()
-		return backend.ErrClosed
+		<-h.wmu
+		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
 	n.seq++
 	seq := n.seq
@@ -365,17 +375,15 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	if err == nil {
 		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
 	}
-	h.wmu.Unlock()
+	<-h.wmu
 	if err == nil {
-		t := time.NewTimer(barrierTimeout)
 		select {
 		case err = <-b.done:
 		case <-ctx.Done():
 			err = context.Cause(ctx)
-		case <-t.C:
+		case <-deadline.C:
 			err = errors.New("no confirmation from the server")
 		}
-		t.Stop()
 	}
 	n.mu.Lock()
 	delete(h.barriers, seq)
@@ -412,8 +420,12 @@ func (n *node) unsubscribe(h *hub, channel string, st *chanState, sub *subscript
 // expire UNSUBSCRIBEs an idle channel, or closes the hub if it was the last.
 func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	n := h.n
-	h.wmu.Lock()
-	defer h.wmu.Unlock()
+	select {
+	case h.wmu <- struct{}{}:
+	case <-h.quit:
+		return
+	}
+	defer func() { <-h.wmu }()
 	n.mu.Lock()
 	if n.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle == nil || st.idleGen != gen {
 		n.mu.Unlock()
