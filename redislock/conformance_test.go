@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -111,4 +112,39 @@ func TestConformanceQuorumTwoDown(t *testing.T) {
 	// probes; they are not the driver's goroutines.
 	h.ignore = []string{"pool.(*ConnPool).tryDial"}
 	conformance.Run(t, h)
+}
+
+// clusterHarness runs the suite on a Redis Cluster, when one is given in
+// LOCKER_REDIS_CLUSTER_ADDRS (host:port,...; scripts/services.sh runs
+// none). Locks and fences hash to one slot per name; releases published on
+// one node reach waiters subscribed on another.
+type clusterHarness struct {
+	url   string
+	admin *redis.ClusterClient
+}
+
+func (h clusterHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return Open(ctx, h.url)
+}
+
+func (h clusterHarness) Expire(ctx context.Context, key string) error {
+	n, err := h.admin.Del(ctx, lockKey(key)).Result()
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no lock on %q to expire", key)
+	}
+	return err
+}
+
+func (h clusterHarness) Traits() conformance.Traits {
+	return conformance.Traits{TTL: 500 * time.Millisecond}
+}
+
+func TestConformanceCluster(t *testing.T) {
+	addrs := os.Getenv("LOCKER_REDIS_CLUSTER_ADDRS")
+	if addrs == "" {
+		t.Skip("LOCKER_REDIS_CLUSTER_ADDRS is not set: no Redis Cluster to test against")
+	}
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+	defer admin.Close()
+	conformance.Run(t, clusterHarness{url: "redis+cluster://" + addrs, admin: admin})
 }
