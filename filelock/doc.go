@@ -66,7 +66,10 @@
 // flock over NFS is not to be trusted: use a local file system. Waiters poll
 // with the locker package's backoff (up to 250 ms between tries, waiters in
 // the same process are woken at once): there is no queue, so no fairness.
-// Files are created with mode 0600: the processes that share locks must run
-// as the same user (or share the files by other means). One file per lock
-// name ever used stays in the directory.
+// Files are created with mode 0600 and a missing directory with mode 0700:
+// the processes that share locks must run as the same user. One file per
+// lock name ever used stays in the directory. A process stopped (SIGSTOP,
+// a debugger) in the few microseconds of an operation keeps that file's
+// flock, and operations on the same name by others wait until it continues
+// or their context ends.
 package filelock

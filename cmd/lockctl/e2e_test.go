@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // End-to-end tests: they build lockctl and run it as real processes, against

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command lockctl runs a command under a lock, on any backend, and compares
 // backends side by side.
 //
@@ -61,6 +63,9 @@
 // lock is released); 2 for every error before COMMAND runs (bad flags or
 // name, unknown scheme, unreachable server: one line on stderr); 128+N when
 // lockctl itself is interrupted by signal N while waiting for the lock.
+//
+// lockctl runs on Unix systems (Linux, macOS, the BSDs): it relies on
+// process groups and signals.
 package main
 
 import (
