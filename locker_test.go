@@ -297,3 +297,45 @@ func BenchmarkHeldLock(b *testing.B) {
 		}
 	}
 }
+
+// blinking fails every TryAcquire with a network-style error until up.
+type blinking struct {
+	*memlock.Driver
+	up    atomic.Bool
+	tries atomic.Int32
+}
+
+func (b *blinking) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	b.tries.Add(1)
+	if !b.up.Load() {
+		return backend.Grant{}, errors.New("connection reset")
+	}
+	return b.Driver.TryAcquire(ctx, l)
+}
+
+func TestAcquireWaitsThroughABlip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &blinking{Driver: memlock.New(memlock.NewStore())}
+	c := newClientOn(t, b)
+	time.AfterFunc(300*time.Millisecond, func() { b.up.Store(true) })
+	if _, err := c.Acquire(ctx, "x"); err != nil {
+		t.Fatalf("Acquire across a 300ms outage: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	b.up.Store(false)
+	if _, err := c.TryAcquire(ctx, "z"); err == nil || !strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("TryAcquire during an outage = %v, want the error at once", err)
+	}
+
+	start := time.Now()
+	_, err := c.Acquire(ctx, "z")
+	if err == nil || !strings.Contains(err.Error(), "connection reset") {
+		t.Fatalf("Acquire during a long outage = %v, want the store's error", err)
+	}
+	if took := time.Since(start); took < 5*time.Second || took > 8*time.Second {
+		t.Fatalf("Acquire gave up after %v, want about 5s", took)
+	}
+}

@@ -40,6 +40,7 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 			timer.Stop()
 		}
 	}()
+	var failing time.Time // since when every try has failed with an error
 	for {
 		// Look at local releases before trying, so none is missed.
 		local, unwatch := c.watchLocal(req.Key)
@@ -49,12 +50,21 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 			unwatch()
 			return g, start, nil
 		}
-		if !errors.Is(err, ErrNotAcquired) {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
+			failing = time.Time{}
+		case ctx.Err() != nil:
 			unwatch()
-			if ctx.Err() != nil {
-				err = c.waitEnded(ctx)
-			}
+			return backend.Grant{}, start, c.waitEnded(ctx)
+		case permanent(err) || !failing.IsZero() && time.Since(failing) > waitRetryFor:
+			unwatch()
 			return backend.Grant{}, start, err
+		default:
+			// A blip in reaching the store does not end the wait.
+			if failing.IsZero() {
+				failing = start
+			}
+			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
 		}
 		d := b.next()
 		if timer == nil {
@@ -72,6 +82,20 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		}
 		unwatch()
 	}
+}
+
+// waitRetryFor is how long a blocking Acquire keeps trying while every try
+// fails to reach the store, before it returns the error.
+const waitRetryFor = 5 * time.Second
+
+// permanent reports errors that trying again cannot mend.
+func permanent(err error) bool {
+	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitEnded says why a wait ended early: the Client closed, or the

@@ -30,7 +30,8 @@ type Traits struct {
 	// a multiple of it.
 	TTL time.Duration
 	// Granularity is how much later than its TTL the store may free an
-	// expired lock (memcached counts whole seconds: 1s). Zero for exact.
+	// expired lock (memcached counts whole seconds, and its clock can skip
+	// one: 2s). Zero for exact.
 	Granularity time.Duration
 	// FIFO claims that blocked waiters are served in arrival order.
 	FIFO bool
