@@ -141,6 +141,11 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			if raw == "" {
 				continue
 			}
+			raw, err := expandURL(raw)
+			if err != nil {
+				fmt.Fprintf(stderr, "lockctl bench: %v\n", err)
+				return exitUsage
+			}
 			u, err := url.Parse(raw)
 			if err != nil || u.Scheme == "" {
 				fmt.Fprintf(stderr, "lockctl bench: %q is not a backend URL\n", redact(raw))

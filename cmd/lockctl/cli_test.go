@@ -304,3 +304,37 @@ func TestLostLockGraceKill(t *testing.T) {
 		}
 	}
 }
+
+func TestExpandURL(t *testing.T) {
+	t.Setenv("LOCKCTL_TEST_PW", "p@ss/w:rd %?#&=+${}")
+	got, err := expandURL("redis://user:${LOCKCTL_TEST_PW}@h:6379/0?x=$y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, _ := u.User.Password(); pw != "p@ss/w:rd %?#&=+${}" || u.Host != "h:6379" || u.RawQuery != "x=$y" {
+		t.Fatalf("expanded %q: password %q host %q query %q", got, pw, u.Host, u.RawQuery)
+	}
+	for _, bad := range []string{"redis://:${LOCKCTL_UNSET_VAR}@h", "redis://:${LOCKCTL_TEST_PW@h", "redis://:${}@h"} {
+		if _, err := expandURL(bad); err == nil {
+			t.Errorf("expandURL(%q) succeeded", bad)
+		}
+	}
+	// Through lockctl: the variable is read from lockctl's environment.
+	dir := t.TempDir()
+	p := lockctlProc("run", "x", "--", "true")
+	p.Env = append(p.Env, "LOCKER_URL="+(&url.URL{Scheme: "file", Path: dir}).String()+"/${LOCKCTL_SUB}", "LOCKCTL_SUB=a b/c")
+	if code, _ := p.status(t); code != 0 {
+		t.Fatalf("exit %d: %s", code, &p.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "a b", "c", "*.lock")); len(m) != 1 {
+		t.Fatalf("lock files in the directory named by ${LOCKCTL_SUB}: %v", m)
+	}
+	p = lockctlProc("run", "--backend", "redis://:${LOCKCTL_UNSET_VAR}@127.0.0.1:6379/0", "x", "--", "true")
+	if code, _ := p.status(t); code != exitUsage || !strings.Contains(p.stderr.String(), "LOCKCTL_UNSET_VAR") {
+		t.Fatalf("unset variable: exit %d, stderr %q", code, &p.stderr)
+	}
+}

@@ -164,15 +164,65 @@ func defaultURL() string {
 }
 
 // resolveURL picks the backend URL: the flag, else $LOCKER_URL, else the
-// file backend's default directory.
-func resolveURL(flagURL string) string {
-	if flagURL != "" {
-		return flagURL
+// file backend's default directory; then replaces ${NAME} references (see
+// expandURL).
+func resolveURL(flagURL string) (string, error) {
+	raw := flagURL
+	if raw == "" {
+		raw = strings.TrimSpace(os.Getenv(envURL))
 	}
-	if v := strings.TrimSpace(os.Getenv(envURL)); v != "" {
-		return v
+	if raw == "" {
+		return defaultURL(), nil
 	}
-	return defaultURL()
+	return expandURL(raw)
+}
+
+// expandURL replaces every ${NAME} in raw by the value of the environment
+// variable NAME, percent-encoded except for letters, digits and "-._~", so
+// that a secret with any characters fits in a URL's user information:
+//
+//	LOCKER_URL='redis://:${REDIS_PASSWORD}@cache:6379/0'
+//
+// keeps the password out of the URL, of lockctl's arguments (which ps
+// shows) and of shell history. A reference to an unset variable is an
+// error; a '$' not followed by '{' is left alone.
+func expandURL(raw string) (string, error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(raw, "${")
+		if i < 0 {
+			b.WriteString(raw)
+			return b.String(), nil
+		}
+		j := strings.IndexByte(raw[i:], '}')
+		if j < 0 {
+			return "", fmt.Errorf("backend URL: unterminated ${ reference")
+		}
+		name := raw[i+2 : i+j]
+		val, ok := os.LookupEnv(name)
+		if name == "" || !ok {
+			return "", fmt.Errorf("backend URL refers to ${%s}, which is not set", name)
+		}
+		b.WriteString(raw[:i])
+		b.WriteString(escapeAll(val))
+		raw = raw[i+j+1:]
+	}
+}
+
+func escapeAll(s string) string {
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&15])
+	}
+	return b.String()
 }
 
 func backendsCmd(args []string, stdout, stderr io.Writer) int {

@@ -170,7 +170,11 @@ func (o *runOpts) logf(format string, args ...any) {
 }
 
 func (o *runOpts) run() int {
-	rawURL := resolveURL(o.backend)
+	rawURL, err := resolveURL(o.backend)
+	if err != nil {
+		o.logf("%v", err)
+		return exitUsage
+	}
 	bid := backendID(rawURL)
 
 	sigs := make(chan os.Signal, 8)
