@@ -17,6 +17,15 @@
 //	LOCKER_URL=redis://cache.staging:6379/0                 # staging
 //	LOCKER_URL=etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379   # production
 //
+// Secrets need not be written in the URL: lockctl replaces ${NAME} in it by
+// the environment variable NAME, percent-encoded so that any password fits
+// in the user information (and the password never shows in ps):
+//
+//	LOCKER_URL='redis://:${REDIS_PASSWORD}@cache.staging:6379/0'
+//
+// Backends may also read their own variables (etcd: ETCD_PASSWORD with a
+// user and no password; PostgreSQL: PGPASSWORD and ~/.pgpass).
+//
 // # run
 //
 // run acquires NAME, waiting until it is free (like flock(1)) unless --wait
@@ -110,6 +119,7 @@ const usage = `usage:
   lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE] [...]
 
 The backend is --backend URL, else $LOCKER_URL, else %s.
+${NAME} in the URL is replaced by the environment variable NAME (for secrets).
 Run "lockctl run -h" or "lockctl bench -h" for their flags.
 `
 
