@@ -30,7 +30,8 @@ func openQuorum(t *testing.T) *Quorum {
 
 // With three of five servers stopped, acquisition fails with an error that
 // says so, and leaves nothing held on the two that answer; a blocked
-// Acquire returns that error rather than waiting forever.
+// Acquire returns that error (after the locker package's retry window)
+// rather than waiting forever.
 func TestQuorumThreeDown(t *testing.T) {
 	addrs := testenv.RedisQuorumAddrs()
 	testenv.Require(t, addrs...)
@@ -61,8 +62,10 @@ func TestQuorumThreeDown(t *testing.T) {
 		if err == nil {
 			t.Fatalf("acquired with 3 of 5 servers down")
 		}
-		if errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
-			t.Fatalf("took %v and returned %v: want a prompt error", time.Since(start), err)
+		// TryAcquire fails at once; a blocking Acquire retries errors for
+		// the locker package's retry window (5s) and then returns the error.
+		if errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 8*time.Second {
+			t.Fatalf("took %v and returned %v: want an error within the retry window", time.Since(start), err)
 		}
 		if !strings.Contains(err.Error(), "only 2 of 5 servers answered, 3 needed") {
 			t.Fatalf("error %q does not say that too few servers answered", err)
