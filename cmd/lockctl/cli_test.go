@@ -338,3 +338,28 @@ func TestExpandURL(t *testing.T) {
 		t.Fatalf("unset variable: exit %d, stderr %q", code, &p.stderr)
 	}
 }
+
+// A reentrant nested run's COMMAND stays in the enclosing COMMAND's process
+// group: a signal to the outer lockctl reaches it.
+func TestNestedOwnerSignals(t *testing.T) {
+	t.Parallel()
+	u, dir := fileURL(t), t.TempDir()
+	p := lockctlProc("run", "--backend", u, "--owner", "o", "n", "--",
+		lockctlBin, "run", "--backend", u, "--owner", "o", "n", "--", "sh", "-c", `echo $$ > "$D/child.1"; echo 1 > "$D/held.1"; exec sleep 60`)
+	p.Env = append(p.Env, "D="+dir)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Process.Kill()
+	waitFile(t, filepath.Join(dir, "held.1"), 30*time.Second)
+	inner := childPID(t, dir, "1")
+	defer syscall.Kill(inner, syscall.SIGKILL)
+	p.Process.Signal(syscall.SIGTERM)
+	p.Wait()
+	if got, want := p.ProcessState.ExitCode(), 128+int(syscall.SIGTERM); got != want {
+		t.Errorf("exit %d, want %d; stderr:\n%s", got, want, &p.stderr)
+	}
+	if err := syscall.Kill(inner, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the nested COMMAND %d survived (kill 0: %v)", inner, err)
+	}
+}

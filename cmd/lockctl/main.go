@@ -63,7 +63,14 @@
 // outer lock (same fence) instead of waiting for itself forever. Without
 // --owner, or with a different one, a nested run is a new holder and waits
 // like any other process. Two unrelated lockctl processes never share a
-// hold, whatever their owner.
+// hold, whatever their owner. A reentrant run starts its COMMAND in its own
+// process group (the enclosing COMMAND's), so that the enclosing run's
+// signals reach it.
+//
+// Signals reach COMMAND's process group only: processes that COMMAND moves
+// into groups of their own (a nested, non-reentrant lockctl run does so for
+// its COMMAND) get SIGTERM passed on by that nested run, but escape the
+// SIGKILL that follows --grace.
 //
 // Exit status of run: COMMAND's own status when it ran and the lock held;
 // 128+N when COMMAND was killed by signal N (as shells report it); 75 when

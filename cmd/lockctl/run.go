@@ -186,10 +186,13 @@ func (o *runOpts) run() int {
 		if o.verbose {
 			o.logf("%q is held by an enclosing lockctl run for owner %q: running COMMAND under it", o.name, o.owner)
 		}
+		// COMMAND stays in this process group, the enclosing run's
+		// COMMAND's: what that run sends its group reaches it directly.
 		cmd := o.command
 		c := exec.Command(cmd[0], cmd[1:]...)
 		c.Env = os.Environ()
-		if err := o.start(c); err != nil {
+		c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := c.Start(); err != nil {
 			o.logf("cannot run %s: %v", cmd[0], err)
 			return exitNoCommand
 		}
@@ -312,7 +315,12 @@ func (o *runOpts) start(c *exec.Cmd) error {
 // stopping it if l is lost. It returns the exit status as a shell reports
 // it and the loss, if the lock was lost while c ran.
 func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, sigs <-chan os.Signal) (int, error) {
-	pgid := c.Process.Pid
+	// Signal COMMAND's process group, or only COMMAND when it shares
+	// lockctl's group.
+	target := -c.Process.Pid
+	if c.SysProcAttr == nil || !c.SysProcAttr.Setpgid {
+		target = c.Process.Pid
+	}
 	done := make(chan struct{})
 	go func() {
 		c.Wait()
@@ -330,18 +338,18 @@ wait:
 		select {
 		case sig := <-sigs:
 			if s, ok := sig.(syscall.Signal); ok {
-				syscall.Kill(-pgid, s)
+				syscall.Kill(target, s)
 			}
 		case <-lostC:
 			lostC = nil
 			lost = l.Err()
 			o.logf("lost the lock on %q while COMMAND ran: %v; sending SIGTERM to COMMAND (SIGKILL in %v)", o.name, lost, o.grace)
-			syscall.Kill(-pgid, syscall.SIGTERM)
+			syscall.Kill(target, syscall.SIGTERM)
 			killAt = time.Now().Add(o.grace)
 			kill = time.After(o.grace)
 		case <-kill:
 			kill = nil
-			syscall.Kill(-pgid, syscall.SIGKILL)
+			syscall.Kill(target, syscall.SIGKILL)
 		case <-done:
 			break wait
 		}
@@ -361,9 +369,9 @@ wait:
 		if killAt.IsZero() {
 			killAt = time.Now()
 		}
-		for syscall.Kill(-pgid, 0) == nil {
+		for syscall.Kill(target, 0) == nil {
 			if time.Now().After(killAt) {
-				syscall.Kill(-pgid, syscall.SIGKILL)
+				syscall.Kill(target, syscall.SIGKILL)
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
