@@ -94,6 +94,9 @@ func TestRestartWithoutPersistence(t *testing.T) {
 type proxy struct {
 	ln     net.Listener
 	target string
+	delay  time.Duration // holds back what the client sends by this much
+	slowN  int           // on the first slowN connections only (0: all)
+	n      int           // connections accepted
 
 	mu    sync.Mutex
 	cut   bool
@@ -101,12 +104,14 @@ type proxy struct {
 	wg    sync.WaitGroup
 }
 
-func newProxy(t *testing.T, target string) *proxy {
+func newProxy(t *testing.T, target string) *proxy { return newDelayProxy(t, target, 0) }
+
+func newDelayProxy(t *testing.T, target string, delay time.Duration) *proxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &proxy{ln: ln, target: target, delay: delay, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.close)
@@ -135,10 +140,36 @@ func (p *proxy) serve() {
 			continue
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.n++
+		delay := p.delay
+		if p.slowN > 0 && p.n > p.slowN {
+			delay = 0
+		}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go func() { defer p.wg.Done(); io.Copy(s, c); s.Close(); c.Close() }()
+		go func() { defer p.wg.Done(); forward(s, c, delay); s.Close(); c.Close() }()
 		go func() { defer p.wg.Done(); io.Copy(c, s); s.Close(); c.Close() }()
+	}
+}
+
+// forward copies from src to dst, each chunk delay late.
+func forward(dst, src net.Conn, delay time.Duration) {
+	if delay == 0 {
+		io.Copy(dst, src)
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			time.Sleep(delay)
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 

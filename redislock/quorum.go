@@ -51,10 +51,28 @@ type Quorum struct {
 
 	ctx  context.Context // cancelled by Close: ends background work
 	stop context.CancelFunc
+
+	mu       sync.Mutex
+	inflight map[string]*acquisition // by token
+}
+
+// acquisition follows a successful acquisition's servers that had not
+// answered when it succeeded.
+type acquisition struct {
+	pending  atomic.Int64 // servers yet to answer
+	released atomic.Bool  // Release was called: a late grant is released
+}
+
+func (q *Quorum) forget(token string, st *acquisition) {
+	q.mu.Lock()
+	if q.inflight[token] == st {
+		delete(q.inflight, token)
+	}
+	q.mu.Unlock()
 }
 
 func newQuorum(nodes []*node, addrs []string, cfg config) *Quorum {
-	q := &Quorum{nodes: nodes, addrs: addrs, quorum: len(nodes)/2 + 1, cfg: cfg}
+	q := &Quorum{nodes: nodes, addrs: addrs, quorum: len(nodes)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
 	q.ctx, q.stop = context.WithCancel(context.Background())
 	return q
 }
@@ -270,12 +288,17 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		close(outcome)
 	}
 	// A server that grants after the attempt was given up releases it.
+	// A server that grants after the attempt was given up, or after the
+	// lock it won was released (its request can reach the server after the
+	// release's, on another connection), releases it at once.
+	st := &acquisition{}
 	late := func(i int, r result) {
-		if r.ok || r.err != nil {
-			<-outcome
-			if failed.Load() {
-				q.nodes[i].cleanup(ctx, l, value)
-			}
+		<-outcome
+		if (r.ok || r.err != nil) && (failed.Load() || st.released.Load()) {
+			q.nodes[i].cleanup(ctx, l, value)
+		}
+		if st.pending.Add(-1) == 0 {
+			q.forget(l.Token, st)
 		}
 	}
 	// A server that has not answered by the end of the validity is of no
@@ -301,6 +324,13 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 			fence = max(fence, r.fence)
 		}
 	}
+	unanswered := int64(0)
+	for _, r := range res {
+		if !r.answered {
+			unanswered++
+		}
+	}
+	st.pending.Store(unanswered)
 	fail := func(split bool, err error) (backend.Grant, bool, error) {
 		q.abandon(ctx, l, value, res)
 		settle(false)
@@ -363,6 +393,11 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: raising the fence failed on too many servers (%d of %d needed confirmed): %w", confirmed, q.quorum, raiseErr))
 	case elapsed >= ttl:
 		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w: acquiring took %v, its whole validity", backend.ErrNotAcquired, elapsed.Round(time.Millisecond)))
+	}
+	if unanswered > 0 {
+		q.mu.Lock()
+		q.inflight[l.Token] = st
+		q.mu.Unlock()
 	}
 	settle(true)
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
@@ -431,6 +466,12 @@ func (q *Quorum) Release(ctx context.Context, l backend.Lock) error {
 	if q.closed.Load() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}
+	// Servers that grant the acquisition after this release release it.
+	q.mu.Lock()
+	if st := q.inflight[l.Token]; st != nil {
+		st.released.Store(true)
+	}
+	q.mu.Unlock()
 	res := q.gather(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, n *node) result {
 		ok, err := n.release(ctx, l)
 		return result{ok: ok, err: err}

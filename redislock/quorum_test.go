@@ -418,3 +418,59 @@ func TestQuorumTwoSilent(t *testing.T) {
 		t.Fatalf("OpenQuorum, acquire, release and Close took %v with two silent servers", took)
 	}
 }
+
+// A server that is slow to answer is not waited for, and when its grant
+// arrives after the lock was released (its request overtaken by the
+// release's), the grant is released at once instead of holding the name
+// on that server until it expires.
+func TestQuorumLateGrantAfterRelease(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	// The first connection to the fifth server is slow, so the release,
+	// which finds it busy and opens another, overtakes the acquisition.
+	slow := newDelayProxy(t, addrs[4], 300*time.Millisecond)
+	slow.mu.Lock()
+	slow.slowN = 1
+	slow.mu.Unlock()
+	var clients []redis.UniversalClient
+	for _, a := range []string{addrs[0], addrs[1], addrs[2], addrs[3], slow.addr()} {
+		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	q, err := NewQuorum(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	admin := adminClient(t, addrs[4])
+	for range 3 {
+		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 10 * time.Second}
+		start := time.Now()
+		if _, err := q.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 250*time.Millisecond {
+			t.Errorf("acquire and release took %v: they waited for the slow server", took)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			n, err := admin.Exists(ctx, lockKey(l.Key)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 && time.Since(start) > 700*time.Millisecond {
+				break // the late grant came and went
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the slow server still holds the released lock %v after the release", time.Since(start))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
