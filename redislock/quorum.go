@@ -287,7 +287,6 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		failed.Store(!ok)
 		close(outcome)
 	}
-	// A server that grants after the attempt was given up releases it.
 	// A server that grants after the attempt was given up, or after the
 	// lock it won was released (its request can reach the server after the
 	// release's, on another connection), releases it at once.
@@ -314,12 +313,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		return result{ok: f > 0, fence: f, err: err}
 	}, q.decidedBy, late)
 	granted, denied := count(res)
-	answered := 0
 	var fence uint64
 	for _, r := range res {
-		if r.answered {
-			answered++
-		}
 		if r.answered && r.ok && r.err == nil {
 			fence = max(fence, r.fence)
 		}
