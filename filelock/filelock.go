@@ -320,6 +320,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 		return true, nil
 	})
 	if err != nil {
+		if !errors.Is(err, backend.ErrNotAcquired) && g.Fence != 0 {
+			// The state was written but could not be made durable: leave
+			// nothing behind that keeps the key held.
+			_ = d.Release(context.WithoutCancel(ctx), l)
+		}
 		return backend.Grant{}, err
 	}
 	return g, nil
