@@ -36,7 +36,7 @@ func acquireWithin(t *testing.T, ctx context.Context, c *locker.Client, name str
 // A restart of memcached loses every lock: the holder learns it at its next
 // refresh, and fences drawn after the restart are still larger.
 func TestRestart(t *testing.T) {
-	addr := testenv.MemcacheAddr()
+	addr := testenv.MemcacheRestartAddr() // no other package uses it
 	testenv.Require(t, addr)
 	ctx := testCtx(t, 2*time.Minute)
 	const ttl = 6 * time.Second // refreshed every 2s
@@ -57,8 +57,8 @@ func TestRestart(t *testing.T) {
 	before := held.Fence()
 
 	stopped := time.Now()
-	testenv.Stop(t, "memcached")
-	testenv.Start(t, "memcached")
+	testenv.Stop(t, "memcached-restart")
+	testenv.Start(t, "memcached-restart")
 	restarted := time.Now()
 	t.Logf("memcached restarted in %v", restarted.Sub(stopped))
 

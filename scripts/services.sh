@@ -20,6 +20,10 @@
 #   redis-q1..redis-q5    LOCKER_REDIS_QUORUM_ADDRS     127.0.0.1:6381,...,127.0.0.1:6385
 #   memcached             LOCKER_MEMCACHE_ADDR          127.0.0.1:11211
 #   memcached-small       LOCKER_MEMCACHE_SMALL_ADDR    127.0.0.1:11212   (-m 2: 2 MB, evicts)
+#   redis-restart         LOCKER_REDIS_RESTART_ADDR     127.0.0.1:6386    (only for tests that restart it)
+#   memcached-restart     LOCKER_MEMCACHE_RESTART_ADDR  127.0.0.1:11213   (only for tests that restart it)
+#   `go test ./...` runs packages in parallel, so a test that stops a server uses an
+#   instance that no other package uses: the quorum members, the clusters, the *-restart ones.
 #   postgres              LOCKER_POSTGRES_URL           postgres://locker@127.0.0.1:5432/locker?sslmode=disable
 #   etcd                  LOCKER_ETCD_ENDPOINTS         127.0.0.1:2379    (peer: LOCKER_ETCD_PEER_PORT=2380)
 #   etcd-c1..etcd-c3      LOCKER_ETCD_CLUSTER_ENDPOINTS 127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
@@ -62,6 +66,8 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_REDIS_QUORUM_ADDRS:=127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385}"
 : "${LOCKER_MEMCACHE_ADDR:=127.0.0.1:11211}"
 : "${LOCKER_MEMCACHE_SMALL_ADDR:=127.0.0.1:11212}"
+: "${LOCKER_REDIS_RESTART_ADDR:=127.0.0.1:6386}"
+: "${LOCKER_MEMCACHE_RESTART_ADDR:=127.0.0.1:11213}"
 : "${LOCKER_POSTGRES_URL:=postgres://locker@127.0.0.1:5432/locker?sslmode=disable}"
 : "${LOCKER_ETCD_ENDPOINTS:=127.0.0.1:2379}"
 : "${LOCKER_ETCD_PEER_PORT:=2380}"
@@ -72,7 +78,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_ZK_QUORUM_PORTS:=28881,28882,28883}"
 : "${LOCKER_ZK_ELECTION_PORTS:=38881,38882,38883}"
 
-ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 memcached memcached-small postgres
+ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-restart memcached memcached-small memcached-restart postgres
 	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3)
 
 log() { printf '%s\n' "services: $*" >&2; }
@@ -131,8 +137,8 @@ pg_url_part() {
 
 kind() {
 	case $1 in
-	redis | redis-q[1-5]) echo redis ;;
-	memcached | memcached-small) echo memcached ;;
+	redis | redis-q[1-5] | redis-restart) echo redis ;;
+	memcached | memcached-small | memcached-restart) echo memcached ;;
 	postgres) echo postgres ;;
 	etcd | etcd-c[1-3]) echo etcd ;;
 	zk | zk-e[1-3]) echo zk ;;
@@ -148,6 +154,8 @@ port() {
 	case $1 in
 	redis) p=$(port_of "$LOCKER_REDIS_ADDR") || p="" ;;
 	redis-q*) p=$(port_of "$(nth "$LOCKER_REDIS_QUORUM_ADDRS" "$(idx "$1")")") || p="" ;;
+	redis-restart) p=$(port_of "$LOCKER_REDIS_RESTART_ADDR") || p="" ;;
+	memcached-restart) p=$(port_of "$LOCKER_MEMCACHE_RESTART_ADDR") || p="" ;;
 	memcached) p=$(port_of "$LOCKER_MEMCACHE_ADDR") || p="" ;;
 	memcached-small) p=$(port_of "$LOCKER_MEMCACHE_SMALL_ADDR") || p="" ;;
 	postgres) p=$(pg_url_part port) || p="" ;;
@@ -641,6 +649,8 @@ export LOCKER_REDIS_ADDR=$LOCKER_REDIS_ADDR
 export LOCKER_REDIS_QUORUM_ADDRS=$LOCKER_REDIS_QUORUM_ADDRS
 export LOCKER_MEMCACHE_ADDR=$LOCKER_MEMCACHE_ADDR
 export LOCKER_MEMCACHE_SMALL_ADDR=$LOCKER_MEMCACHE_SMALL_ADDR
+export LOCKER_REDIS_RESTART_ADDR=$LOCKER_REDIS_RESTART_ADDR
+export LOCKER_MEMCACHE_RESTART_ADDR=$LOCKER_MEMCACHE_RESTART_ADDR
 export LOCKER_POSTGRES_URL='$LOCKER_POSTGRES_URL'
 export LOCKER_ETCD_ENDPOINTS=$LOCKER_ETCD_ENDPOINTS
 export LOCKER_ETCD_CLUSTER_ENDPOINTS=$LOCKER_ETCD_CLUSTER_ENDPOINTS

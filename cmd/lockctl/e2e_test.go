@@ -6,13 +6,11 @@ package main
 // the file backend and every server of scripts/services.sh.
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -60,9 +58,6 @@ type target struct {
 	// holder that stopped refreshing it (the TTL, or the session timeout),
 	// and gran how much later than that the store may free it.
 	ttl, life, gran time.Duration
-	// watch, where set, returns a func that reports whether the server
-	// ran without a restart since watch was called.
-	watch func(t testing.TB) (alive func() bool)
 }
 
 func uniq() string {
@@ -93,8 +88,7 @@ func targets() []target {
 			return withNamespace((&url.URL{Scheme: "file", Path: t.TempDir()}).String())
 		}},
 		{name: "redis", ttl: ttl, life: ttl, addrs: []string{testenv.RedisAddr()},
-			url:   fixed("redis://" + testenv.RedisAddr() + "/0"),
-			watch: watcher(testenv.RedisAddr(), "PING\r\n", "+PONG")},
+			url: fixed("redis://" + testenv.RedisAddr() + "/0")},
 		{name: "etcd", ttl: ttl, life: ttl, gran: time.Second, addrs: testenv.EtcdEndpoints(),
 			url: fixed("etcd://" + strings.Join(testenv.EtcdEndpoints(), ",") + "/locker-e2e")},
 		{name: "zk", ttl: ttl, life: 2 * time.Second, gran: time.Second, addrs: testenv.ZKAddrs(),
@@ -102,8 +96,7 @@ func targets() []target {
 		{name: "postgres", ttl: ttl, life: ttl, addrs: []string{testenv.PostgresAddr()},
 			url: fixed(testenv.PostgresURL())},
 		{name: "memcache", ttl: ttl, life: ttl, gran: time.Second, addrs: []string{testenv.MemcacheAddr()},
-			url:   fixed("memcache://" + testenv.MemcacheAddr()),
-			watch: watcher(testenv.MemcacheAddr(), "version\r\n", "VERSION")},
+			url: fixed("memcache://" + testenv.MemcacheAddr())},
 	}
 }
 
@@ -216,10 +209,10 @@ func TestBackends(t *testing.T) {
 			if len(tg.addrs) > 0 {
 				testenv.Require(t, tg.addrs...)
 			}
-			t.Run("NoWaitOnHeldLock", func(t *testing.T) { retryOnRestart(t, tg, noWait) })
-			t.Run("KillHolder", func(t *testing.T) { retryOnRestart(t, tg, killHolder) })
-			t.Run("StopPastTTL", func(t *testing.T) { retryOnRestart(t, tg, stopPastTTL) })
-			t.Run("TakingTurns", func(t *testing.T) { retryOnRestart(t, tg, takingTurns) })
+			t.Run("NoWaitOnHeldLock", func(t *testing.T) { noWait(t, tg) })
+			t.Run("KillHolder", func(t *testing.T) { killHolder(t, tg) })
+			t.Run("StopPastTTL", func(t *testing.T) { stopPastTTL(t, tg) })
+			t.Run("TakingTurns", func(t *testing.T) { takingTurns(t, tg) })
 		})
 	}
 }
@@ -388,124 +381,5 @@ func takingTurns(t testing.TB, tg target) {
 			t.Fatalf("entry %d: fence %d after %d: fences in order of entry must strictly increase", i, f, last)
 		}
 		last = f
-	}
-}
-
-// The single redis and memcached instances are stopped and restarted by
-// the failure tests of redislock and memcachelock, which go test may run at
-// the same time as these (testenv.Stop affects every package). Those
-// servers keep no data across a restart, so a scenario that overlaps one
-// fails for a reason that is not lockctl's: it is run again, at most
-// twice, when the server is seen to have restarted during it.
-
-// watcher returns a watch func that keeps a connection to addr open and
-// checks, at the end, that the server still answers ping with pong on it.
-func watcher(addr, ping, pong string) func(testing.TB) func() bool {
-	return func(t testing.TB) func() bool {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			return func() bool { return false }
-		}
-		r := bufio.NewReader(c)
-		check := func() bool {
-			c.SetDeadline(time.Now().Add(2 * time.Second))
-			if _, err := c.Write([]byte(ping)); err != nil {
-				return false
-			}
-			line, err := r.ReadString('\n')
-			return err == nil && strings.HasPrefix(line, pong)
-		}
-		if !check() {
-			c.Close()
-			return func() bool { return false }
-		}
-		return func() bool {
-			defer c.Close()
-			return check()
-		}
-	}
-}
-
-// attempt is a testing.TB that records failures instead of reporting them,
-// so that retryOnRestart can decide whether they count.
-type attempt struct {
-	*testing.T
-	mu   sync.Mutex
-	msgs []string
-	fail bool
-}
-
-func (a *attempt) record(msg string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.fail = true
-	if msg != "" {
-		a.msgs = append(a.msgs, msg)
-	}
-}
-
-func (a *attempt) Error(args ...any)                 { a.record(fmt.Sprint(args...)) }
-func (a *attempt) Errorf(format string, args ...any) { a.record(fmt.Sprintf(format, args...)) }
-func (a *attempt) Fail()                             { a.record("") }
-func (a *attempt) Fatal(args ...any)                 { a.record(fmt.Sprint(args...)); runtime.Goexit() }
-func (a *attempt) Fatalf(format string, args ...any) {
-	a.record(fmt.Sprintf(format, args...))
-	runtime.Goexit()
-}
-func (a *attempt) FailNow() { a.record(""); runtime.Goexit() }
-func (a *attempt) Failed() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.fail
-}
-
-// retryOnRestart runs scenario, again when it failed while tg's server
-// restarted, and reports the failures of the last run.
-func retryOnRestart(t *testing.T, tg target, scenario func(testing.TB, target)) {
-	for try := 1; ; try++ {
-		alive := func() bool { return true }
-		if tg.watch != nil {
-			alive = tg.watch(t)
-		}
-		a := &attempt{T: t}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			scenario(a, tg)
-		}()
-		<-done
-		if !a.Failed() {
-			alive()
-			return
-		}
-		if !alive() && try < 3 {
-			t.Logf("attempt %d failed while %s restarted (another package's test stops it), running it again; it said:\n%s",
-				try, tg.name, strings.Join(a.msgs, "\n"))
-			continue
-		}
-		for _, m := range a.msgs {
-			t.Error(m)
-		}
-		t.FailNow()
-	}
-}
-
-func TestRetryOnRestart(t *testing.T) {
-	restarts := 1
-	tg := target{name: "fake", watch: func(testing.TB) func() bool {
-		return func() bool {
-			restarts--
-			return restarts < 0
-		}
-	}}
-	runs := 0
-	retryOnRestart(t, tg, func(t testing.TB, _ target) {
-		runs++
-		if runs == 1 {
-			t.Fatalf("disturbed by a restart")
-		}
-	})
-	if runs != 2 {
-		t.Fatalf("%d runs, want 2: one disturbed, one clean", runs)
 	}
 }

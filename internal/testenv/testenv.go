@@ -55,6 +55,8 @@ const (
 	EnvRedisQuorumAddrs     = "LOCKER_REDIS_QUORUM_ADDRS"
 	EnvMemcacheAddr         = "LOCKER_MEMCACHE_ADDR"
 	EnvMemcacheSmallAddr    = "LOCKER_MEMCACHE_SMALL_ADDR"
+	EnvRedisRestartAddr     = "LOCKER_REDIS_RESTART_ADDR"
+	EnvMemcacheRestartAddr  = "LOCKER_MEMCACHE_RESTART_ADDR"
 	EnvPostgresURL          = "LOCKER_POSTGRES_URL"
 	EnvEtcdEndpoints        = "LOCKER_ETCD_ENDPOINTS"
 	EnvEtcdClusterEndpoints = "LOCKER_ETCD_CLUSTER_ENDPOINTS"
@@ -71,6 +73,8 @@ const (
 	DefaultRedisQuorumAddrs     = "127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385"
 	DefaultMemcacheAddr         = "127.0.0.1:11211"
 	DefaultMemcacheSmallAddr    = "127.0.0.1:11212"
+	DefaultRedisRestartAddr     = "127.0.0.1:6386"
+	DefaultMemcacheRestartAddr  = "127.0.0.1:11213"
 	DefaultPostgresURL          = "postgres://locker@127.0.0.1:5432/locker?sslmode=disable"
 	DefaultEtcdEndpoints        = "127.0.0.1:2379"
 	DefaultEtcdClusterEndpoints = "127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793"
@@ -112,6 +116,15 @@ func MemcacheAddr() string { return env(EnvMemcacheAddr, DefaultMemcacheAddr) }
 // MemcacheSmallAddr is the host:port of a memcached server with 2 MB of memory
 // (instance "memcached-small"), for eviction tests.
 func MemcacheSmallAddr() string { return env(EnvMemcacheSmallAddr, DefaultMemcacheSmallAddr) }
+
+// RedisRestartAddr is the host:port of a Redis server that only tests which
+// stop and restart it use (instance "redis-restart"): packages test in
+// parallel, and a restart of a shared server would break the others.
+func RedisRestartAddr() string { return env(EnvRedisRestartAddr, DefaultRedisRestartAddr) }
+
+// MemcacheRestartAddr is the host:port of a memcached server that only tests
+// which stop and restart it use (instance "memcached-restart").
+func MemcacheRestartAddr() string { return env(EnvMemcacheRestartAddr, DefaultMemcacheRestartAddr) }
 
 // PostgresURL is the connection URL of the PostgreSQL database (instance "postgres").
 func PostgresURL() string { return env(EnvPostgresURL, DefaultPostgresURL) }
@@ -166,6 +179,8 @@ func Instances() []Instance {
 	addList("redis-q", "redis quorum member", RedisQuorumAddrs())
 	add("memcached", "memcached", MemcacheAddr())
 	add("memcached-small", "memcached (small)", MemcacheSmallAddr())
+	add("redis-restart", "redis (restart tests)", RedisRestartAddr())
+	add("memcached-restart", "memcached (restart tests)", MemcacheRestartAddr())
 	add("postgres", "postgres", PostgresAddr())
 	for _, a := range EtcdEndpoints() {
 		add("etcd", "etcd", a)
