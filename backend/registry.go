@@ -56,13 +56,27 @@ func Schemes() []Scheme {
 	return out
 }
 
+// packages names the package of each scheme this module provides, for the
+// error that says which import is missing.
+var packages = map[string]string{
+	"mem": "memlock", "file": "filelock",
+	"redis": "redislock", "rediss": "redislock",
+	"redis+cluster": "redislock", "rediss+cluster": "redislock",
+	"redis+quorum": "redislock", "rediss+quorum": "redislock",
+	"etcd": "etcdlock", "zk": "zklock", "memcache": "memcachelock",
+	"postgres": "sqllock", "postgresql": "sqllock",
+}
+
 // Open finds the driver for u's scheme and opens it.
 func Open(ctx context.Context, u *url.URL) (Driver, error) {
 	mu.RLock()
 	o, ok := openers[u.Scheme]
 	mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown scheme %q (forgotten import? e.g. import _ \"github.com/lockerhq/locker/%slock\")", ErrInvalidURL, u.Scheme, u.Scheme)
+		if pkg, known := packages[u.Scheme]; known {
+			return nil, fmt.Errorf("%w: scheme %q is not registered: import _ \"github.com/lockerhq/locker/%s\"", ErrInvalidURL, u.Scheme, pkg)
+		}
+		return nil, fmt.Errorf("%w: unknown scheme %q (is the backend's package imported?)", ErrInvalidURL, u.Scheme)
 	}
 	return o.Open(ctx, u)
 }
