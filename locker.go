@@ -91,37 +91,14 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 // (see WithNamespace) and ttl (see WithDefaultTTL); they override opts.
 // Any parameter that neither the Client nor the driver knows is an error.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(rawURL)
+	u, uopts, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("locker: Open: %w: %v", ErrInvalidURL, redactURLError(err))
+		return nil, err
 	}
-	if u.Scheme == "" {
-		return nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, u.Redacted())
-	}
-	q := u.Query()
-	if ns, ok := q["namespace"]; ok {
-		opts = append(opts, WithNamespace(ns[0]))
-		q.Del("namespace")
-	}
-	if s, ok := q["ttl"]; ok {
-		ttl, err := time.ParseDuration(s[0])
-		if err != nil {
-			return nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration", ErrInvalidURL, s[0])
-		}
-		opts = append(opts, WithDefaultTTL(ttl))
-		q.Del("ttl")
-	}
-	u.RawQuery = q.Encode()
-	// Check the Client's own settings before the driver dials anything.
-	probe := defaultConfig()
-	for _, o := range opts {
-		o(&probe)
-	}
-	if err := checkNamespace(probe.namespace); err != nil {
-		return nil, fmt.Errorf("locker: Open: %w", err)
-	}
-	if err := checkTTL(probe.ttl); err != nil {
-		return nil, fmt.Errorf("locker: Open: default %w", err)
+	opts = append(opts, uopts...)
+	// Check the Client's settings before the driver dials anything.
+	if err := checkOptions(opts); err != nil {
+		return nil, err
 	}
 	drv, err := backend.Open(ctx, u)
 	if err != nil {
@@ -133,6 +110,68 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// OpenDriver opens the driver for rawURL as Open does, without a Client,
+// and returns the Client options that the URL's namespace and ttl
+// parameters stand for. It serves callers that wrap the driver (to count
+// or trace its calls) before they call New.
+func OpenDriver(ctx context.Context, rawURL string) (backend.Driver, []Option, error) {
+	u, opts, err := parseURL(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkOptions(opts); err != nil {
+		return nil, nil, err
+	}
+	drv, err := backend.Open(ctx, u)
+	if err != nil {
+		return nil, nil, fmt.Errorf("locker: Open %s: %w", u.Redacted(), err)
+	}
+	return drv, opts, nil
+}
+
+// parseURL splits the Client's own parameters off rawURL.
+func parseURL(rawURL string) (*url.URL, []Option, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("locker: Open: %w: %v", ErrInvalidURL, redactURLError(err))
+	}
+	if u.Scheme == "" {
+		return nil, nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, u.Redacted())
+	}
+	var opts []Option
+	q := u.Query()
+	if ns, ok := q["namespace"]; ok {
+		opts = append(opts, WithNamespace(ns[0]))
+		q.Del("namespace")
+	}
+	if s, ok := q["ttl"]; ok {
+		ttl, err := time.ParseDuration(s[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration", ErrInvalidURL, s[0])
+		}
+		opts = append(opts, WithDefaultTTL(ttl))
+		q.Del("ttl")
+	}
+	u.RawQuery = q.Encode()
+	return u, opts, nil
+}
+
+// checkOptions reports the first option New would reject for its
+// namespace or default TTL.
+func checkOptions(opts []Option) error {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkNamespace(cfg.namespace); err != nil {
+		return fmt.Errorf("locker: Open: %w", err)
+	}
+	if err := checkTTL(cfg.ttl); err != nil {
+		return fmt.Errorf("locker: Open: default %w", err)
+	}
+	return nil
 }
 
 // redactURLError keeps a password in a malformed URL out of error messages.

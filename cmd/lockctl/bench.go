@@ -177,14 +177,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	start := time.Now()
 	status := 0
 	for _, t := range targets {
-		open, opts, err := bench.URLOpener(t.url)
-		if err != nil {
-			fmt.Fprintf(stderr, "lockctl bench: %s: %v\n", t.label, err)
-			return exitUsage
-		}
 		// Fail fast on a backend that cannot be opened.
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		drv, err := open(octx)
+		open, opts, err := bench.URLOpener(octx, t.url)
 		cancel()
 		if err != nil {
 			prog.clear()
@@ -193,7 +188,6 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			prog.skip(len(bench.Workloads))
 			continue
 		}
-		drv.Close()
 		cfg := d
 		cfg.Progress = func(w string) { prog.step(t.label + ": " + w) }
 		r := bench.Run(ctx, t.label, open, opts, cfg)

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"net/url"
 	"runtime"
 	"slices"
 	"sync"
@@ -140,29 +139,19 @@ type Result struct {
 // driver (its own connections), as another process would have.
 type Opener func(ctx context.Context) (backend.Driver, error)
 
-// URLOpener returns an Opener for a backend URL, and the Client options its
-// namespace= and ttl= parameters stand for (as locker.Open reads them).
-func URLOpener(rawURL string) (Opener, []locker.Option, error) {
-	u, err := url.Parse(rawURL)
+// URLOpener opens one driver for a backend URL, to check the URL and that
+// the store answers, closes it, and returns an Opener for more and the
+// Client options of the URL's namespace= and ttl= parameters.
+func URLOpener(ctx context.Context, rawURL string) (Opener, []locker.Option, error) {
+	drv, opts, err := locker.OpenDriver(ctx, rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: cannot parse the backend URL", locker.ErrInvalidURL)
+		return nil, nil, err
 	}
-	var opts []locker.Option
-	q := u.Query()
-	if ns, ok := q["namespace"]; ok {
-		opts = append(opts, locker.WithNamespace(ns[0]))
-		q.Del("namespace")
-	}
-	if s, ok := q["ttl"]; ok {
-		ttl, err := time.ParseDuration(s[0])
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: ttl=%q is not a duration", locker.ErrInvalidURL, s[0])
-		}
-		opts = append(opts, locker.WithDefaultTTL(ttl))
-		q.Del("ttl")
-	}
-	u.RawQuery = q.Encode()
-	return func(ctx context.Context) (backend.Driver, error) { return backend.Open(ctx, u) }, opts, nil
+	drv.Close()
+	return func(ctx context.Context) (backend.Driver, error) {
+		drv, _, err := locker.OpenDriver(ctx, rawURL)
+		return drv, err
+	}, opts, nil
 }
 
 // clients opens Clients on one backend, with common options.

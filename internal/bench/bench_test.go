@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync/atomic"
@@ -25,7 +26,7 @@ var tiny = Config{
 }
 
 func TestRunMem(t *testing.T) {
-	open, opts, err := URLOpener("mem://bench-test?namespace=x&ttl=1s")
+	open, opts, err := URLOpener(context.Background(), "mem://bench-test?namespace=x&ttl=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestRunMem(t *testing.T) {
 
 func TestRunFile(t *testing.T) {
 	u := &url.URL{Scheme: "file", Path: t.TempDir(), RawQuery: "sync=false"}
-	open, opts, err := URLOpener(u.String())
+	open, opts, err := URLOpener(context.Background(), u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,15 +75,10 @@ func TestRunFile(t *testing.T) {
 }
 
 func TestURLOpenerErrors(t *testing.T) {
-	if _, _, err := URLOpener("mem://x?ttl=soon"); err == nil {
-		t.Errorf("ttl=soon accepted")
-	}
-	open, _, err := URLOpener("bogus://x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := open(context.Background()); err == nil {
-		t.Errorf("bogus scheme opened")
+	for _, u := range []string{"mem://x?ttl=soon", "bogus://x", "mem://x?bogus=1"} {
+		if _, _, err := URLOpener(context.Background(), u); !errors.Is(err, locker.ErrInvalidURL) {
+			t.Errorf("URLOpener(%q) = %v, want ErrInvalidURL", u, err)
+		}
 	}
 }
 
