@@ -25,6 +25,10 @@
 // *redis.ClusterClient, *redis.Ring, a failover client), call [New]; for a
 // quorum, [NewQuorum]. Their Close leaves your clients open.
 //
+// Redis 5.0 or newer (or a compatible server with Lua scripting and
+// effects replication, such as Valkey) is required: the acquire script reads
+// the server clock after writing.
+//
 // # How it works
 //
 // A lock is a string key holding the holder's random token, with a TTL:
@@ -114,6 +118,9 @@
 //     allowance covers clocks that run fast, not clocks that are stepped.
 //   - Eviction (any maxmemory-policy but noeviction) can delete a lock key
 //     at any time.
+//   - A release whose reply is lost and which go-redis then retries reports
+//     ErrNotHeld although it released the lock (an acquisition retried that
+//     way is recognised: the script is idempotent for one attempt).
 //
 // In all these cases two holders can briefly overlap. The mitigation is the
 // fencing token: pass Lock.Fence() to the protected resource and have it
