@@ -234,6 +234,17 @@ func (c *Client) refresh(ctx context.Context, h *hold) error {
 	}
 }
 
+// wakeLocal wakes this Client's waiters on key, after the store freed it.
+func (c *Client) wakeLocal(key string) {
+	c.mu.Lock()
+	w := c.released[key]
+	delete(c.released, key)
+	c.mu.Unlock()
+	if w != nil {
+		close(w.ch)
+	}
+}
+
 // release drops one level of h, and frees it in the store at the last one.
 func (c *Client) release(ctx context.Context, h *hold) error {
 	c.mu.Lock()
@@ -249,12 +260,7 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		delete(c.owned, ownerKey{h.key, h.owner})
 	}
 	delete(c.live, h)
-	wake := c.released[h.key]
-	delete(c.released, h.key)
 	c.mu.Unlock()
-	if wake != nil {
-		close(wake.ch)
-	}
 
 	lost := h.err()
 	h.mu.Lock()
@@ -262,6 +268,7 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	h.mu.Unlock()
 	c.dog.unschedule(h)
 	err := c.drv.Release(ctx, h.lock())
+	c.wakeLocal(h.key)
 	switch {
 	case lost != nil:
 		return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)

@@ -24,6 +24,12 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 	}
 	var notified <-chan struct{}
 	if c.notifier != nil {
+		// A free lock needs no subscription: try once first. The loop
+		// tries again after subscribing, so no release is missed.
+		start := time.Now()
+		if g, err := c.drv.TryAcquire(ctx, req); err == nil {
+			return g, start, nil
+		}
 		ch, cancel, err := c.notifier.Subscribe(ctx, req.Key)
 		if err != nil {
 			// Waiting still works without notifications, only slower.
@@ -115,8 +121,13 @@ type localWaiters struct {
 }
 
 // watchLocal returns a channel closed when a hold on key is next released by
-// this Client, and a func to call when no longer watching.
+// this Client, and a func to call when no longer watching. On a backend
+// that notifies releases, every waiter, here or elsewhere, hears of them
+// the same way, so local waiters get no head start: the channel is nil.
 func (c *Client) watchLocal(key string) (<-chan struct{}, func()) {
+	if c.notifier != nil {
+		return nil, func() {}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w := c.released[key]

@@ -36,8 +36,10 @@ type Traits struct {
 	// FIFO claims that blocked waiters are served in arrival order.
 	FIFO bool
 	// IgnoreGoroutines lists functions (substrings of a goroutine's stack)
-	// that the store's client library leaves running, process-wide, after
-	// every client it made is closed. The leak checks pass over them.
+	// that the store's client library starts outside the Client under
+	// test and leaves running: process-wide helpers, or work of another
+	// client of the same test that stays open across the check (a
+	// connection pool's dial retries). The leak checks pass over them.
 	IgnoreGoroutines []string
 }
 

@@ -18,14 +18,14 @@ import (
 // blocked), and its fence is still greater than the lost holder's although
 // the counter was forgotten too.
 //
-// Not parallel: it restarts the shared server on 6379, which only this
-// package's tests use; non-parallel tests never overlap parallel ones.
+// It restarts the instance redis-restart, which no other test uses: go test
+// runs packages in parallel, and a restart would break their locks too.
 func TestRestartWithoutPersistence(t *testing.T) {
-	testenv.Require(t, testenv.RedisAddr())
+	testenv.Require(t, testenv.RedisRestartAddr())
 	ctx := testCtx(t)
 	const ttl = 3 * time.Second
 	open := func() *locker.Client {
-		d, err := Open(ctx, "redis://"+testenv.RedisAddr()+"/0?max_retries=-1")
+		d, err := Open(ctx, "redis://"+testenv.RedisRestartAddr()+"/0?max_retries=-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,8 +55,8 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 
 	stopped := time.Now()
-	testenv.Stop(t, "redis")
-	testenv.Start(t, "redis")
+	testenv.Stop(t, "redis-restart")
+	testenv.Start(t, "redis-restart")
 	restarted := time.Now()
 	t.Logf("redis stopped and started again in %v", restarted.Sub(stopped).Round(time.Millisecond))
 
