@@ -95,7 +95,7 @@ func TestInstances(t *testing.T) {
 		names = append(names, in.Name)
 	}
 	want := []string{"redis", "redis-q1", "redis-q2", "redis-q3", "redis-q4", "redis-q5",
-		"memcached", "memcached-small", "postgres", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
+		"memcached", "memcached-small", "redis-restart", "memcached-restart", "postgres", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
 		"zk", "zk-e1", "zk-e2", "zk-e3"}
 	if !slices.Equal(names, want) {
 		t.Errorf("Instances() names = %v, want %v", names, want)
