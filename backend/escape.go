@@ -7,7 +7,7 @@ import (
 )
 
 // EscapeKey encodes key as ASCII letters, digits, '.', '_', '-' and %XX for
-// every other byte. The result contains no '/', space, control character,
+// every other byte: valid percent-encoding anywhere in a URL, too. The result contains no '/', space, control character,
 // brace or colon, is never "." or "..", and differs for different keys, so
 // it is safe as a ZooKeeper node name, a memcached key, one etcd path
 // segment or a Redis Cluster hash tag. It is at most 3*MaxKeyLen bytes long.

@@ -221,25 +221,9 @@ func expandURL(raw string) (string, error) {
 			return "", fmt.Errorf("backend URL refers to ${%s}, which is not set", name)
 		}
 		b.WriteString(raw[:i])
-		b.WriteString(escapeAll(val))
+		b.WriteString(backend.EscapeKey(val))
 		raw = raw[i+j+1:]
 	}
-}
-
-func escapeAll(s string) string {
-	const hexDigits = "0123456789ABCDEF"
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
-	}
-	return b.String()
 }
 
 func backendsCmd(args []string, stdout, stderr io.Writer) int {
