@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -114,10 +113,11 @@ func TestConformanceQuorumTwoDown(t *testing.T) {
 	conformance.Run(t, h)
 }
 
-// clusterHarness runs the suite on a Redis Cluster, when one is given in
-// LOCKER_REDIS_CLUSTER_ADDRS (host:port,...; scripts/services.sh runs
-// none). Locks and fences hash to one slot per name; releases published on
-// one node reach waiters subscribed on another.
+// clusterHarness runs the suite on the 3-node Redis Cluster that
+// scripts/services.sh runs (instances redis-c1..redis-c3;
+// LOCKER_REDIS_CLUSTER_ADDRS, host:port,..., names another). Locks and
+// fences hash to one slot per name; releases published on one node reach
+// waiters subscribed on another.
 type clusterHarness struct {
 	url   string
 	admin *redis.ClusterClient
@@ -140,11 +140,9 @@ func (h clusterHarness) Traits() conformance.Traits {
 }
 
 func TestConformanceCluster(t *testing.T) {
-	addrs := os.Getenv("LOCKER_REDIS_CLUSTER_ADDRS")
-	if addrs == "" {
-		t.Skip("LOCKER_REDIS_CLUSTER_ADDRS is not set: no Redis Cluster to test against")
-	}
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+	addrs := testenv.RedisClusterAddrs()
+	testenv.Require(t, addrs...)
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer admin.Close()
-	conformance.Run(t, clusterHarness{url: "redis+cluster://" + addrs, admin: admin})
+	conformance.Run(t, clusterHarness{url: "redis+cluster://" + strings.Join(addrs, ","), admin: admin})
 }

@@ -18,6 +18,9 @@
 # 127.0.0.1 and nothing else):
 #   redis                 LOCKER_REDIS_ADDR             127.0.0.1:6379
 #   redis-q1..redis-q5    LOCKER_REDIS_QUORUM_ADDRS     127.0.0.1:6381,...,127.0.0.1:6385
+#   redis-c1..redis-c3    LOCKER_REDIS_CLUSTER_ADDRS    127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+#                         (a 3-master Redis Cluster, no replicas; cluster bus on port+10000:
+#                          17101..17103)
 #   memcached             LOCKER_MEMCACHE_ADDR          127.0.0.1:11211
 #   memcached-small       LOCKER_MEMCACHE_SMALL_ADDR    127.0.0.1:11212   (-m 2: 2 MB, evicts)
 #   redis-restart         LOCKER_REDIS_RESTART_ADDR     127.0.0.1:6386    (only for tests that restart it)
@@ -32,7 +35,8 @@
 #   zk-e1..zk-e3          LOCKER_ZK_ENSEMBLE            127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184
 #                         (quorum ports LOCKER_ZK_QUORUM_PORTS=28881,28882,28883,
 #                          election ports LOCKER_ZK_ELECTION_PORTS=38881,38882,38883)
-# Groups accepted by up/start/stop/status: all, redis-quorum, etcd-cluster, zk-ensemble.
+# Groups accepted by up/start/stop/status: all, redis-quorum, redis-cluster, etcd-cluster,
+# zk-ensemble.
 #
 # Other knobs: LOCKER_SERVICES_DIR (default <repo>/.services, git-ignored) holds one directory
 # per instance (data/, server.log, pid); LOCKER_SERVICES_TIMEOUT (default 60) bounds the wait
@@ -41,6 +45,18 @@
 # Server settings that tests depend on:
 #   redis      no persistence (save "", appendonly no), maxmemory-policy noeviction,
 #              enable-debug-command local (DEBUG SLEEP etc. work from 127.0.0.1).
+#   redis-cluster  the same settings plus cluster-enabled yes, cluster-node-timeout 5000,
+#              cluster-config-file data/nodes.conf. Ready means cluster_state:ok on all three
+#              (status shows a member as down until then). `up` forms the cluster with
+#              `redis-cli --cluster create ... --cluster-replicas 0` when it is not formed.
+#              nodes.conf: a member started while no other member is in a formed cluster
+#              (e.g. the whole group after `down`) starts without it (deleted) and the group
+#              is created anew; a member started while the others still run a cluster keeps
+#              it and rejoins with its node id and slots (stop/start of one member; after more
+#              than 5 s down the others flagged it FAIL and clear that only 10 s after setting
+#              it, so `start` may wait that long). When the
+#              three disagree (e.g. one member's data dir was deleted), `up` empties all three
+#              (FLUSHALL, CLUSTER RESET HARD) and creates the cluster again: nothing persists.
 #   memcached  run as user memcache (or nobody) when started as root; UDP off.
 #   postgres   own cluster (initdb), trust auth on 127.0.0.1, superuser role and database
 #              from LOCKER_POSTGRES_URL (locker/locker), max_connections=300, fsync=off.
@@ -64,6 +80,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 
 : "${LOCKER_REDIS_ADDR:=127.0.0.1:6379}"
 : "${LOCKER_REDIS_QUORUM_ADDRS:=127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385}"
+: "${LOCKER_REDIS_CLUSTER_ADDRS:=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103}"
 : "${LOCKER_MEMCACHE_ADDR:=127.0.0.1:11211}"
 : "${LOCKER_MEMCACHE_SMALL_ADDR:=127.0.0.1:11212}"
 : "${LOCKER_REDIS_RESTART_ADDR:=127.0.0.1:6386}"
@@ -78,8 +95,9 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_ZK_QUORUM_PORTS:=28881,28882,28883}"
 : "${LOCKER_ZK_ELECTION_PORTS:=38881,38882,38883}"
 
-ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-restart memcached memcached-small memcached-restart postgres
+ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-c1 redis-c2 redis-c3 redis-restart memcached memcached-small memcached-restart postgres
 	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3)
+CLUSTER=(redis-c1 redis-c2 redis-c3)
 
 log() { printf '%s\n' "services: $*" >&2; }
 die() {
@@ -137,7 +155,7 @@ pg_url_part() {
 
 kind() {
 	case $1 in
-	redis | redis-q[1-5] | redis-restart) echo redis ;;
+	redis | redis-q[1-5] | redis-c[1-3] | redis-restart) echo redis ;;
 	memcached | memcached-small | memcached-restart) echo memcached ;;
 	postgres) echo postgres ;;
 	etcd | etcd-c[1-3]) echo etcd ;;
@@ -154,6 +172,7 @@ port() {
 	case $1 in
 	redis) p=$(port_of "$LOCKER_REDIS_ADDR") || p="" ;;
 	redis-q*) p=$(port_of "$(nth "$LOCKER_REDIS_QUORUM_ADDRS" "$(idx "$1")")") || p="" ;;
+	redis-c*) p=$(port_of "$(nth "$LOCKER_REDIS_CLUSTER_ADDRS" "$(idx "$1")")") || p="" ;;
 	redis-restart) p=$(port_of "$LOCKER_REDIS_RESTART_ADDR") || p="" ;;
 	memcached-restart) p=$(port_of "$LOCKER_MEMCACHE_RESTART_ADDR") || p="" ;;
 	memcached) p=$(port_of "$LOCKER_MEMCACHE_ADDR") || p="" ;;
@@ -182,10 +201,11 @@ expand() {
 		case $n in
 		all) set -- "${ALL[@]}" ;;
 		redis-quorum) set -- redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 ;;
+		redis-cluster) set -- "${CLUSTER[@]}" ;;
 		etcd-cluster) set -- etcd-c1 etcd-c2 etcd-c3 ;;
 		zk-ensemble) set -- zk-e1 zk-e2 zk-e3 ;;
 		*)
-			kind "$n" >/dev/null || die "unknown instance '$n' (known: ${ALL[*]} all redis-quorum etcd-cluster zk-ensemble)"
+			kind "$n" >/dev/null || die "unknown instance '$n' (known: ${ALL[*]} all redis-quorum redis-cluster etcd-cluster zk-ensemble)"
 			set -- "$n"
 			;;
 		esac
@@ -373,7 +393,144 @@ appendonly no
 maxmemory-policy noeviction
 enable-debug-command local
 EOF
+	if [[ $n == redis-c* ]]; then
+		# Without persistence a member's keys are gone anyway; nodes.conf (its node id, slots,
+		# peers) is kept only to rejoin a cluster the other members still run. Otherwise the
+		# member starts empty and cluster_up creates the cluster again.
+		local m keep=""
+		for m in "${CLUSTER[@]}"; do
+			[[ $m != "$n" ]] && cluster_formed_at "$m" && keep=$m
+		done
+		if [[ -n $keep && -s $d/data/nodes.conf ]]; then
+			log "$n: rejoining the cluster of $keep with its nodes.conf"
+		else
+			rm -f "$d/data/nodes.conf"
+		fi
+		cat >>"$d/redis.conf" <<EOF
+cluster-enabled yes
+cluster-config-file $d/data/nodes.conf
+cluster-node-timeout 5000
+EOF
+	fi
 	spawn "$n" redis-server "$d/redis.conf"
+}
+
+# ---------------------------------------------------------------- redis cluster
+
+# rcli PORT ARGS...: one redis-cli command against 127.0.0.1:PORT, bounded, CRs dropped.
+rcli() {
+	local p=$1 out
+	shift
+	out=$(timeout 5 redis-cli -h 127.0.0.1 -p "$p" "$@" 2>/dev/null) || return 1
+	printf '%s\n' "${out//$'\r'/}"
+}
+
+# cluster_field NAME FIELD: a field of CLUSTER INFO on that member (fails if it does not answer).
+cluster_field() {
+	local info
+	info=$(rcli "$(port "$1")" cluster info) || return 1
+	sed -n "s/^$2://p" <<<"$info"
+}
+
+# cluster_formed_at NAME: the member answers and has slots, i.e. belongs to a formed cluster
+# (whether its state is ok or not).
+cluster_formed_at() {
+	local s
+	s=$(cluster_field "$1" cluster_slots_assigned) || return 1
+	[[ -n $s && $s != 0 ]]
+}
+
+# cluster_check: the state of the three members, which all answer:
+#   ok      cluster_state:ok on all three, each knowing exactly the three members' node ids
+#   formed  the same three ids everywhere and every slot assigned, not (yet) ok everywhere:
+#           a restarted member rejoining, failure flags being cleared
+#   empty   three fresh nodes (one known node, no slot, no key): ready for --cluster create
+#   broken  anything else (a member lost its nodes.conf, a half-made cluster, ...)
+cluster_check() {
+	local m p id ids=() want info nodes all_ok=1 all_empty=1 same=1
+	for m in "${CLUSTER[@]}"; do
+		id=$(rcli "$(port "$m")" cluster myid) || id=""
+		ids+=("${id:-?}")
+	done
+	want=$(printf '%s\n' "${ids[@]}" | sort | tr '\n' ' ')
+	for m in "${CLUSTER[@]}"; do
+		p=$(port "$m")
+		info=$(rcli "$p" cluster info) || info=""
+		nodes=$(rcli "$p" cluster nodes | awk 'NF { print $1 }' | sort | tr '\n' ' ') || nodes=""
+		[[ $info == *cluster_state:ok* ]] || all_ok=""
+		[[ $info == *cluster_slots_assigned:16384* && $nodes == "$want" ]] || same=""
+		[[ $info == *cluster_slots_assigned:0$'\n'* && $info == *cluster_known_nodes:1$'\n'* &&
+			$(rcli "$p" dbsize) == 0 ]] || all_empty=""
+	done
+	if [[ -n $same && -n $all_ok ]]; then
+		echo ok
+	elif [[ -n $same ]]; then
+		echo formed
+	elif [[ -n $all_empty ]]; then
+		echo empty
+	else
+		echo broken
+	fi
+}
+
+cluster_fail_tails() {
+	local m
+	for m in "${CLUSTER[@]}"; do
+		printf '%s\n' "----- $m: cluster nodes, last lines of $(idir "$m")/server.log -----" >&2
+		rcli "$(port "$m")" cluster nodes >&2 || true
+		tail -n 10 "$(idir "$m")/server.log" >&2 || true
+	done
+}
+
+# cluster_up DEADLINE: once the three members answer, create the cluster if it is not formed
+# and wait until cluster_state:ok on all three. A member that this script does not run (and
+# that was not asked for) leaves the cluster down with a warning, not an error; nothing is
+# done to the others then.
+cluster_up() {
+	local deadline=$1 m missing=() state addrs=() clog
+	for m in "${CLUSTER[@]}"; do
+		running "$m" && answers "$m" || missing+=("$m")
+		addrs+=("127.0.0.1:$(port "$m")")
+	done
+	if ((${#missing[@]} > 0)); then
+		log "redis-cluster: ${missing[*]} not running, so cluster_state stays fail (scripts/services.sh up redis-cluster)"
+		return 0
+	fi
+	state=$(cluster_check)
+	if [[ $state == ok ]]; then
+		log "redis-cluster: cluster_state:ok"
+		return 0
+	fi
+	clog=$(idir redis-c1)/cluster-create.log
+	if [[ $state == broken ]]; then
+		log "redis-cluster: the members disagree; emptying them (FLUSHALL, CLUSTER RESET HARD) to create it again"
+		for m in "${CLUSTER[@]}"; do
+			rcli "$(port "$m")" flushall >/dev/null && rcli "$(port "$m")" cluster reset hard >/dev/null ||
+				die "redis-cluster: could not reset $m"
+		done
+		state=empty
+	fi
+	if [[ $state == empty ]]; then
+		log "redis-cluster: creating the cluster on ${addrs[*]}"
+		printf '\n===== %s cluster create =====\n' "$(date '+%F %T')" >>"$clog"
+		if ! timeout "$((deadline - SECONDS > 10 ? deadline - SECONDS : 10))" \
+			redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes </dev/null >>"$clog" 2>&1; then
+			tail -n 20 "$clog" >&2
+			log "redis-cluster: redis-cli --cluster create failed (log: $clog)"
+			return 1
+		fi
+	else
+		log "redis-cluster: formed, waiting for cluster_state:ok"
+	fi
+	while [[ $(cluster_check) != ok ]]; do
+		if ((SECONDS >= deadline)); then
+			log "redis-cluster: no cluster_state:ok on all three after ${TIMEOUT}s"
+			cluster_fail_tails
+			return 1
+		fi
+		sleep 0.2
+	done
+	log "redis-cluster: cluster_state:ok on ${addrs[*]}"
 }
 
 start_memcached() {
@@ -549,8 +706,15 @@ start_one() {
 
 # ---------------------------------------------------------------- readiness
 
-# ready NAME: the server answers a real request.
+# ready NAME: the server answers a real request; a Redis Cluster member also has to report
+# cluster_state:ok.
 ready() {
+	answers "$1" || return 1
+	[[ $1 != redis-c* ]] || [[ $(cluster_field "$1" cluster_state) == ok ]]
+}
+
+# answers NAME: the server answers a real request (PING for redis, cluster or not).
+answers() {
 	local n=$1 p
 	p=$(port "$n")
 	case $(kind "$n") in
@@ -586,12 +750,13 @@ ready() {
 	esac
 }
 
-# wait_ready DEADLINE NAME...: wait for every NAME; print log tails of the ones that fail.
+# wait_ready DEADLINE NAME...: wait until every NAME answers; print log tails of the ones that
+# fail. (For the cluster members, cluster_up then waits for cluster_state:ok.)
 wait_ready() {
 	local deadline=$1 n failed=()
 	shift
 	for n in "$@"; do
-		while ! ready "$n"; do
+		while ! answers "$n"; do
 			if ! running "$n"; then
 				log "$n: process exited"
 				failed+=("$n")
@@ -647,6 +812,7 @@ print_env() {
 	cat <<EOF
 export LOCKER_REDIS_ADDR=$LOCKER_REDIS_ADDR
 export LOCKER_REDIS_QUORUM_ADDRS=$LOCKER_REDIS_QUORUM_ADDRS
+export LOCKER_REDIS_CLUSTER_ADDRS=$LOCKER_REDIS_CLUSTER_ADDRS
 export LOCKER_MEMCACHE_ADDR=$LOCKER_MEMCACHE_ADDR
 export LOCKER_MEMCACHE_SMALL_ADDR=$LOCKER_MEMCACHE_SMALL_ADDR
 export LOCKER_REDIS_RESTART_ADDR=$LOCKER_REDIS_RESTART_ADDR
@@ -678,10 +844,26 @@ cmd_up() {
 	lock
 	install_kinds "${kinds[@]}"
 	PG_CREATE_DB=1
-	local deadline=$((SECONDS + TIMEOUT)) started=()
+	local deadline=$((SECONDS + TIMEOUT)) started=() members=() member_failed=""
 	for n in "${names[@]}"; do
-		if start_one "$n"; then started+=("$n"); else rc=1; fi
+		if start_one "$n"; then
+			if [[ $n == redis-c* ]]; then members+=("$n"); else started+=("$n"); fi
+		else
+			rc=1
+			[[ $n == redis-c* ]] && member_failed=1
+		fi
 	done
+	# The cluster first: it is formed while the slower servers boot. Not when a member could
+	# not be started: its port may belong to a foreign server, the cluster is left alone.
+	if [[ -n $member_failed ]]; then
+		log "redis-cluster: not formed, a member could not be started"
+	elif ((${#members[@]} > 0)); then
+		if wait_ready "$deadline" "${members[@]}"; then
+			cluster_up "$deadline" || rc=1
+		else
+			rc=1
+		fi
+	fi
 	if ((${#started[@]} > 0)); then
 		wait_ready "$deadline" "${started[@]}" || rc=1
 	fi
@@ -735,6 +917,9 @@ cmd_status() {
 		if ready "$n"; then
 			state=up
 			if ! running "$n"; then state="up (not started by this script)"; fi
+		elif [[ $n == redis-c* ]] && running "$n" && answers "$n"; then
+			state="down (answers, cluster_state:$(cluster_field "$n" cluster_state || echo '?'))"
+			rc=3
 		elif running "$n"; then
 			state="down (pid $(pid_of "$n") runs but does not answer)"
 			rc=3

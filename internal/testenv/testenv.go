@@ -10,6 +10,7 @@
 //
 //	LOCKER_REDIS_ADDR              127.0.0.1:6379
 //	LOCKER_REDIS_QUORUM_ADDRS      127.0.0.1:6381,...,127.0.0.1:6385
+//	LOCKER_REDIS_CLUSTER_ADDRS     127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 (Redis Cluster)
 //	LOCKER_MEMCACHE_ADDR           127.0.0.1:11211
 //	LOCKER_MEMCACHE_SMALL_ADDR     127.0.0.1:11212 (2 MB, evicts)
 //	LOCKER_POSTGRES_URL            postgres://locker@127.0.0.1:5432/locker?sslmode=disable
@@ -53,6 +54,7 @@ import (
 const (
 	EnvRedisAddr            = "LOCKER_REDIS_ADDR"
 	EnvRedisQuorumAddrs     = "LOCKER_REDIS_QUORUM_ADDRS"
+	EnvRedisClusterAddrs    = "LOCKER_REDIS_CLUSTER_ADDRS"
 	EnvMemcacheAddr         = "LOCKER_MEMCACHE_ADDR"
 	EnvMemcacheSmallAddr    = "LOCKER_MEMCACHE_SMALL_ADDR"
 	EnvRedisRestartAddr     = "LOCKER_REDIS_RESTART_ADDR"
@@ -71,6 +73,7 @@ const (
 const (
 	DefaultRedisAddr            = "127.0.0.1:6379"
 	DefaultRedisQuorumAddrs     = "127.0.0.1:6381,127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384,127.0.0.1:6385"
+	DefaultRedisClusterAddrs    = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
 	DefaultMemcacheAddr         = "127.0.0.1:11211"
 	DefaultMemcacheSmallAddr    = "127.0.0.1:11212"
 	DefaultRedisRestartAddr     = "127.0.0.1:6386"
@@ -109,6 +112,11 @@ func RedisAddr() string { return env(EnvRedisAddr, DefaultRedisAddr) }
 // RedisQuorumAddrs are the host:port of 5 independent Redis servers
 // (instances "redis-q1".."redis-q5"), for quorum (Redlock-style) locks.
 func RedisQuorumAddrs() []string { return list(EnvRedisQuorumAddrs, DefaultRedisQuorumAddrs) }
+
+// RedisClusterAddrs are the host:port of the 3 masters of a Redis Cluster
+// (instances "redis-c1".."redis-c3", no replicas). scripts/services.sh forms
+// the cluster and reports the group ready once cluster_state is ok.
+func RedisClusterAddrs() []string { return list(EnvRedisClusterAddrs, DefaultRedisClusterAddrs) }
 
 // MemcacheAddr is the host:port of the memcached server (instance "memcached").
 func MemcacheAddr() string { return env(EnvMemcacheAddr, DefaultMemcacheAddr) }
@@ -177,6 +185,7 @@ func Instances() []Instance {
 	}
 	add("redis", "redis", RedisAddr())
 	addList("redis-q", "redis quorum member", RedisQuorumAddrs())
+	addList("redis-c", "redis cluster node", RedisClusterAddrs())
 	add("memcached", "memcached", MemcacheAddr())
 	add("memcached-small", "memcached (small)", MemcacheSmallAddr())
 	add("redis-restart", "redis (restart tests)", RedisRestartAddr())

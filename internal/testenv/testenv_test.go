@@ -13,7 +13,7 @@ import (
 )
 
 var allEnv = []string{
-	EnvRedisAddr, EnvRedisQuorumAddrs, EnvMemcacheAddr, EnvMemcacheSmallAddr, EnvPostgresURL,
+	EnvRedisAddr, EnvRedisQuorumAddrs, EnvRedisClusterAddrs, EnvMemcacheAddr, EnvMemcacheSmallAddr, EnvPostgresURL,
 	EnvEtcdEndpoints, EnvEtcdClusterEndpoints, EnvZKAddr, EnvZKEnsemble,
 }
 
@@ -29,6 +29,7 @@ func TestDefaults(t *testing.T) {
 	checkString(t, "RedisAddr", RedisAddr(), "127.0.0.1:6379")
 	checkList(t, "RedisQuorumAddrs", RedisQuorumAddrs(),
 		"127.0.0.1:6381", "127.0.0.1:6382", "127.0.0.1:6383", "127.0.0.1:6384", "127.0.0.1:6385")
+	checkList(t, "RedisClusterAddrs", RedisClusterAddrs(), "127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103")
 	checkString(t, "MemcacheAddr", MemcacheAddr(), "127.0.0.1:11211")
 	checkString(t, "MemcacheSmallAddr", MemcacheSmallAddr(), "127.0.0.1:11212")
 	checkString(t, "PostgresURL", PostgresURL(), "postgres://locker@127.0.0.1:5432/locker?sslmode=disable")
@@ -43,6 +44,7 @@ func TestOverrides(t *testing.T) {
 	clearEnv(t)
 	t.Setenv(EnvRedisAddr, " 10.0.0.1:7000 ")
 	t.Setenv(EnvRedisQuorumAddrs, "a:1, b:2 ,,c:3,")
+	t.Setenv(EnvRedisClusterAddrs, " k1:1,k2:2 ")
 	t.Setenv(EnvMemcacheAddr, "m:1")
 	t.Setenv(EnvMemcacheSmallAddr, "m:2")
 	t.Setenv(EnvPostgresURL, "postgres://u:p@db.example:6543/x?sslmode=disable")
@@ -53,6 +55,7 @@ func TestOverrides(t *testing.T) {
 
 	checkString(t, "RedisAddr", RedisAddr(), "10.0.0.1:7000")
 	checkList(t, "RedisQuorumAddrs", RedisQuorumAddrs(), "a:1", "b:2", "c:3")
+	checkList(t, "RedisClusterAddrs", RedisClusterAddrs(), "k1:1", "k2:2")
 	checkString(t, "MemcacheAddr", MemcacheAddr(), "m:1")
 	checkString(t, "MemcacheSmallAddr", MemcacheSmallAddr(), "m:2")
 	checkString(t, "PostgresURL", PostgresURL(), "postgres://u:p@db.example:6543/x?sslmode=disable")
@@ -95,6 +98,7 @@ func TestInstances(t *testing.T) {
 		names = append(names, in.Name)
 	}
 	want := []string{"redis", "redis-q1", "redis-q2", "redis-q3", "redis-q4", "redis-q5",
+		"redis-c1", "redis-c2", "redis-c3",
 		"memcached", "memcached-small", "redis-restart", "memcached-restart", "postgres", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
 		"zk", "zk-e1", "zk-e2", "zk-e3"}
 	if !slices.Equal(names, want) {
@@ -105,6 +109,9 @@ func TestInstances(t *testing.T) {
 	}
 	if got := describe("127.0.0.1:6383"); !strings.Contains(got, "redis-q3") || !strings.Contains(got, "redis") {
 		t.Errorf("describe(redis-q3) = %q", got)
+	}
+	if got := describe("127.0.0.1:7102"); !strings.Contains(got, "redis-c2") || !strings.Contains(got, "cluster") {
+		t.Errorf("describe(redis-c2) = %q", got)
 	}
 	if knownInstance("nope") || !knownInstance("zk-e3") {
 		t.Error("knownInstance is wrong")
