@@ -20,6 +20,11 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		if err != nil && ctx.Err() != nil {
 			err = c.waitEnded(ctx)
 		}
+		// The lock's TTL runs from the request that took it, not from the
+		// start of a wait that may have lasted longer than the TTL.
+		if err == nil && g.Sent.After(start) {
+			start = g.Sent
+		}
 		return g, start, err
 	}
 	var notified <-chan struct{}

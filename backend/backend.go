@@ -55,6 +55,11 @@ type Grant struct {
 	// it (rounded up to its granularity or raised to its minimum). Never less
 	// than the requested TTL, and never "no expiry".
 	TTL time.Duration
+	// Sent is when the request that took the lock was sent. A Waiter whose
+	// locks live for TTL from that request must set it, since its Acquire
+	// may wait far longer than the TTL first; zero means when the call
+	// began, which is right for TryAcquire.
+	Sent time.Time
 }
 
 // Driver is the required interface. Its methods are called concurrently.
@@ -88,7 +93,8 @@ type Driver interface {
 type Waiter interface {
 	// Acquire blocks until l.Token holds l.Key, ctx is done, or an error
 	// occurs. When it returns an error, including ctx's, it leaves nothing
-	// behind in the store (no queue entry) and no goroutine.
+	// behind in the store (no queue entry) and no goroutine. The Grant's
+	// Sent says when the request that took the lock was sent.
 	Acquire(ctx context.Context, l Lock) (Grant, error)
 }
 

@@ -42,6 +42,9 @@ var brokenVariants = map[string][]string{
 	"queue-leaks-entry": {"CancelLeavesNoEntry"},
 	// A native queue that claims FIFO but serves the newest waiter first.
 	"lifo-queue": {"FIFOWaiters"},
+	// A native queue whose grants do not say when the lock was taken, so a
+	// lock that was waited for longer than its TTL looks expired at once.
+	"unsent-queue": {"LongWaitKeepsLock"},
 	// Each client counts fences on its own, not in the store.
 	"per-client-fences": {"FencesIncrease", "FencesIncreaseAcrossExpiry"},
 	// TTLs go through int32 milliseconds: 1ns becomes 0 ("no expiry"), 30
@@ -304,9 +307,13 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Gran
 		}
 		h.mu.Unlock()
 		if next == l.Token {
+			sent := time.Now()
 			g, err := d.TryAcquire(ctx, l)
 			if err == nil {
 				leave()
+				if h.variant != "unsent-queue" {
+					g.Sent = sent
+				}
 				return g, nil
 			}
 		}

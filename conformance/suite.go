@@ -33,6 +33,7 @@ var cases = []testCase{
 	{"ReacquireAfterRelease", false, (*suite).reacquire},
 	{"ConcurrentTryAcquireOneWinner", false, (*suite).oneWinner},
 	{"WaiterWakesAfterRelease", false, (*suite).waiterWakes},
+	{"LongWaitKeepsLock", false, (*suite).longWait},
 	{"CancelReturnsPromptly", false, (*suite).cancelPrompt},
 	{"CancelLeavesNoEntry", false, (*suite).cancelNoEntry},
 	{"ExpiresAfterTTL", false, (*suite).expiresAfterTTL},
@@ -310,6 +311,33 @@ func (s *suite) waiterWakes(t *testing.T) {
 	case <-time.After(s.slack() + time.Second):
 		t.Fatalf("waiter not woken within %v of the release", s.slack()+time.Second)
 	}
+}
+
+// longWait: a waiter that waited longer than the TTL gets a lock that lives
+// a full TTL from when it was granted, not one already expired.
+func (s *suite) longWait(t *testing.T) {
+	ctx := s.ctx(t)
+	c1, c2, c3 := s.client(t), s.client(t), s.client(t)
+	name := s.name(t, "x")
+	l := mustAcquire(t, ctx, c1, name)
+	got := make(chan *locker.Lock, 1)
+	go func() {
+		w, err := c2.Acquire(ctx, name)
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- w
+	}()
+	time.Sleep(2 * l.TTL()) // the watchdog keeps l meanwhile
+	mustRelease(t, ctx, l)
+	w := <-got
+	if w == nil {
+		return
+	}
+	time.Sleep(l.TTL() / 2)
+	notLost(t, w)
+	mustRefuse(t, ctx, c3, name, "the waiter holds it")
+	mustRelease(t, ctx, w)
 }
 
 func (s *suite) cancelPrompt(t *testing.T) {
