@@ -329,7 +329,9 @@ pid_of() {
 # reaper, which may be a slow PID 1).
 alive() {
 	local stat st
-	stat=$(<"/proc/$1/stat") 2>/dev/null || return 1
+	# A stale pid file names a process that is gone: not alive, not an error.
+	[[ -r /proc/$1/stat ]] || return 1
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
 	st=${stat##*) }
 	st=${st%% *}
 	[[ -n $st && $st != Z && $st != X ]]
