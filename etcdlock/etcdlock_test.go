@@ -433,6 +433,35 @@ func TestMemberStopped(t *testing.T) {
 	memberStopped(t, h, leader)
 }
 
+// waitHealthy waits until every member of the cluster answers and all
+// agree on one leader, so that a member restarted by the last step is back
+// in the cluster before the next step stops another.
+func waitHealthy(t *testing.T, h *harness) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leaders := map[uint64]bool{}
+		var err error
+		for _, ep := range h.endpoints {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			st, e := h.admin.Status(ctx, ep)
+			cancel()
+			if e != nil {
+				err = e
+				break
+			}
+			leaders[st.Leader] = true
+		}
+		if err == nil && len(leaders) == 1 && !leaders[0] {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster is not healthy 30 s after a restart: leaders %v, %v", leaders, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // leaderInstance names the instance of the cluster's leader.
 func leaderInstance(t *testing.T, h *harness) string {
 	t.Helper()
@@ -519,15 +548,31 @@ func memberStopped(t *testing.T, h *harness, instance string) {
 	before := acquired.Load()
 	testenv.Stop(t, instance)
 	stopped.Store(true)
-	time.Sleep(4 * time.Second)
+	stoppedAt := time.Now()
+	// The member stays down for at least 4 s, and until 20 acquisitions
+	// went through without it (a new leader must be elected first, which
+	// on a loaded machine can take seconds), or 30 s, a generous bound.
+	var firstAfter time.Duration
+	for time.Since(stoppedAt) < 30*time.Second {
+		n := afterStop.Load()
+		if n > 0 && firstAfter == 0 {
+			firstAfter = time.Since(stoppedAt)
+		}
+		if n >= 20 && time.Since(stoppedAt) >= 4*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	during := afterStop.Load()
+	down := time.Since(stoppedAt)
 	testenv.Start(t, instance)
-	time.Sleep(time.Second)
+	waitHealthy(t, h)
 	close(stopWorker)
 	wg.Wait()
-	t.Logf("%s: acquisitions: %d before the stop, %d with it down, %d in all; %d errors", instance, before, during, acquired.Load(), errCount.Load())
-	if before == 0 || during == 0 {
-		t.Fatalf("locks did not keep working: %d acquisitions before the stop, %d while %s was down", before, during, instance)
+	t.Logf("%s: acquisitions: %d before the stop, %d in the %v it was down (the first after %v), %d in all; %d errors",
+		instance, before, during, down.Round(time.Millisecond), firstAfter.Round(time.Millisecond), acquired.Load(), errCount.Load())
+	if before == 0 || during < 20 {
+		t.Fatalf("locks did not keep working: %d acquisitions before the stop, %d in the %v %s was down", before, during, down.Round(time.Millisecond), instance)
 	}
 	select {
 	case <-long.Lost():

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -176,13 +177,28 @@ func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.T
 	return d.txnAttempts(ctx, build, &ambiguous)
 }
 
+// attemptTimeout bounds one attempt of a transaction. A request that a
+// follower forwarded to a leader which then died is not answered until the
+// server's own request timeout (7 s with default settings), and the lock
+// is unavailable meanwhile if that request was a release; sent again, it
+// reaches the new leader. It is far above a healthy round trip, so that a
+// slow but working cluster is not hammered with repeats.
+const attemptTimeout = 2 * time.Second
+
 // txnAttempts is txn, and sets *ambiguous when an attempt failed in a way
 // that may have been applied.
+//
+// Every attempt requires a leader, so that a member that knows it has none
+// answers at once (and the attempt is repeated) instead of holding the
+// request until its timeout.
 func (d *Driver) txnAttempts(ctx context.Context, build func(context.Context) clientv3.Txn, ambiguous *bool) (*clientv3.TxnResponse, error) {
 	wait := 25 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		resp, err := build(ctx).Commit()
-		if err == nil || attempt == 8 || !transient(err) || ctx.Err() != nil {
+		actx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), attemptTimeout)
+		resp, err := build(actx).Commit()
+		timedOut := err != nil && actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil || attempt == 8 || !(timedOut || transient(err)) || ctx.Err() != nil {
 			return resp, err
 		}
 		*ambiguous = true
@@ -210,8 +226,8 @@ func transient(err error) bool {
 			return true
 		}
 	}
-	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
-		return true
-	}
-	return false
+	s, ok := status.FromError(err)
+	// A leader that is handing over leadership drops proposals, and etcd
+	// passes raft's error on without a code of its own.
+	return ok && (s.Code() == codes.Unavailable || strings.Contains(s.Message(), "raft proposal dropped"))
 }

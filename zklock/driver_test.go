@@ -272,8 +272,10 @@ func TestWaiterSessionExpires(t *testing.T) {
 			t.Fatalf("Acquire = %v, want ErrSessionExpired", err)
 		}
 		t.Logf("waiter: %v", err)
-	case <-time.After(2 * testTimeout):
-		t.Fatal("the waiter still waits after its session expired")
+	case <-time.After(15 * time.Second):
+		// Generous: the waiter learns of the expiry only when its client
+		// reconnects, after a backoff that a loaded machine stretches.
+		t.Fatal("the waiter still waits 15 s after its session expired")
 	}
 	if n := entries(t, holder, key); n != 1 {
 		t.Fatalf("%d nodes in the queue, want the holder's only", n)
