@@ -27,6 +27,7 @@ var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then 
 //	driver   Driver.TryAcquire + Driver.Release (acquire script with the fence, release script with PUBLISH)
 //	try      locker.Client.TryAcquire + Lock.Release (adds the portable layer: token, watchdog, bookkeeping)
 //	acquire  locker.Client.Acquire + Lock.Release (adds the release subscription of a blocking acquire)
+//	fair-try, fair-acquire  the same two over a FairDriver (scripts that also look at the queue)
 func BenchmarkUncontended(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
 	ctx := context.Background()
@@ -39,6 +40,11 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	defer c.Close()
 	defer d.Close()
+	fc, err := locker.New(NewFair(rdb), locker.WithNamespace("redislock-bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fc.Close()
 	rawKey := "redislock-bench-raw-" + randHex(4)
 	key := backend.Key("redislock-bench", "driver-"+randHex(4))
 	name := "client-" + randHex(4)
@@ -64,31 +70,28 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	try := func() {
-		l, err := c.TryAcquire(ctx, name)
-		if err != nil {
-			b.Fatal(err)
+	lockRelease := func(c *locker.Client, blocking bool) func() {
+		acquire := c.TryAcquire
+		if blocking {
+			acquire = c.Acquire
 		}
-		if err := l.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	acq := func() {
-		l, err := c.Acquire(ctx, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			b.Fatal(err)
+		return func() {
+			l, err := acquire(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	fns := []func(){raw, drv, try, acq}
+	fns := []func(){raw, drv, lockRelease(c, false), lockRelease(c, true), lockRelease(fc, false), lockRelease(fc, true)}
 	for range 200 {
 		for _, f := range fns {
 			f()
 		}
 	}
-	var sums [4]time.Duration
+	sums := make([]time.Duration, len(fns))
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		// Rotate the order so that none always follows the same one.
@@ -109,6 +112,10 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(float64(sums[1])/float64(sums[0]), "driver/raw")
 	b.ReportMetric(float64(sums[2])/float64(sums[0]), "try/raw")
 	b.ReportMetric(float64(sums[3])/float64(sums[0]), "acquire/raw")
+	b.ReportMetric(us(sums[4]), "fair-try-µs")
+	b.ReportMetric(us(sums[5]), "fair-acquire-µs")
+	b.ReportMetric(float64(sums[4])/float64(sums[0]), "fair-try/raw")
+	b.ReportMetric(float64(sums[5])/float64(sums[0]), "fair-acquire/raw")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -123,6 +130,18 @@ func BenchmarkContended(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
 	benchContended(b, func() backend.Driver {
 		d, err := Open(context.Background(), "redis://"+testenv.RedisAddr()+"/0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()}) })
+}
+
+// BenchmarkContendedFair is the same with FairDrivers.
+func BenchmarkContendedFair(b *testing.B) {
+	testenv.Require(b, testenv.RedisAddr())
+	benchContended(b, func() backend.Driver {
+		d, err := OpenFair(context.Background(), "redis://"+testenv.RedisAddr()+"/0")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,6 +187,22 @@ type sharedDriver struct {
 
 func (sharedDriver) Close() error { return nil }
 
+// sharedWaiter is sharedDriver for a driver with a native queue.
+type sharedWaiter struct {
+	backend.Driver
+	backend.Waiter
+}
+
+func (sharedWaiter) Close() error { return nil }
+
+// share wraps d for a locker.Client of its own, keeping the way it waits.
+func share(d backend.Driver) backend.Driver {
+	if w, ok := d.(backend.Waiter); ok {
+		return sharedWaiter{d, w}
+	}
+	return sharedDriver{d, d.(backend.Notifier)}
+}
+
 func benchContended(b *testing.B, open func() backend.Driver, pingClient func() redis.UniversalClient) {
 	// As specified: 2 locker.Clients, 4 workers each.
 	b.Run("2-clients", func(b *testing.B) { benchContendedWith(b, open, pingClient, false) })
@@ -196,7 +231,7 @@ func benchContendedWith(b *testing.B, open func() backend.Driver, pingClient fun
 		}
 		defer d.Close()
 		for range workers / clients {
-			c, err := locker.New(sharedDriver{d, d.(backend.Notifier)}, locker.WithNamespace(ns))
+			c, err := locker.New(share(d), locker.WithNamespace(ns))
 			if err != nil {
 				b.Fatal(err)
 			}

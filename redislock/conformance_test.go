@@ -146,3 +146,61 @@ func TestConformanceCluster(t *testing.T) {
 	defer admin.Close()
 	conformance.Run(t, clusterHarness{url: "redis+cluster://" + strings.Join(addrs, ","), admin: admin})
 }
+
+// fairHarness runs the suite with FairDrivers, which claim FIFO and keep
+// an entry per waiter, on the single server or on the cluster.
+type fairHarness struct {
+	url   string
+	admin redis.UniversalClient
+}
+
+func (h fairHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return OpenFair(ctx, h.url)
+}
+
+func (h fairHarness) Expire(ctx context.Context, key string) error {
+	n, err := h.admin.Del(ctx, lockKey(key)).Result()
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no lock on %q to expire", key)
+	}
+	return err
+}
+
+func (h fairHarness) Traits() conformance.Traits {
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true}
+}
+
+// Entries counts the holder and the queued waiters, dead or alive.
+func (h fairHarness) Entries(ctx context.Context, key string) (int, error) {
+	held, err := h.admin.Exists(ctx, lockKey(key)).Result()
+	if err != nil {
+		return 0, err
+	}
+	queued, err := h.admin.ZCard(ctx, queueKey(key)).Result()
+	if err != nil {
+		return 0, err
+	}
+	live, err := h.admin.HLen(ctx, liveKey(key)).Result()
+	if err != nil {
+		return 0, err
+	}
+	if queued != live {
+		return 0, fmt.Errorf("%d waiters queued but %d with a liveness entry", queued, live)
+	}
+	return int(held + queued), nil
+}
+
+func TestConformanceFair(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer admin.Close()
+	conformance.Run(t, fairHarness{url: "redis://" + testenv.RedisAddr() + "/0?fair=true", admin: admin})
+}
+
+func TestConformanceFairCluster(t *testing.T) {
+	addrs := testenv.RedisClusterAddrs()
+	testenv.Require(t, addrs...)
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer admin.Close()
+	conformance.Run(t, fairHarness{url: "redis+cluster://" + strings.Join(addrs, ",") + "?fair=true", admin: admin})
+}

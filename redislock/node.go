@@ -27,13 +27,25 @@ var (
 	releaseLua string
 	//go:embed scripts/raise.lua
 	raiseLua string
+	//go:embed scripts/queue.lua
+	queueLua string
+	//go:embed scripts/fair_acquire.lua
+	fairAcquireLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
 
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
 	acquireScript = redis.NewScript(acquireLua)
 	refreshScript = redis.NewScript(refreshLua)
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = redis.NewScript("local function next_waiter() return '' end\n" + releaseLua)
 	raiseScript   = redis.NewScript(raiseLua)
+
+	// Fair mode's scripts share queue.lua; fair acquire runs the plain
+	// acquire script as a function, for the head of the queue only.
+	fairAcquireScript = redis.NewScript(queueLua + "local function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
+	fairReleaseScript = redis.NewScript(queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
+	leaveScript       = redis.NewScript(queueLua + leaveLua)
 )
 
 // Key layout. The lock key and its fence counter share the hash tag
@@ -48,6 +60,11 @@ func fenceKey(key string) string { return "{" + backend.EscapeKey(key) + "}:fenc
 // database may wake each other's waiters: a spurious wake-up costs one
 // attempt, nothing more.
 func releaseChannel(key string) string { return "{" + backend.EscapeKey(key) + "}:released" }
+
+// Fair mode's queue: waiters in order of arrival, and until when each is
+// alive (see scripts/queue.lua).
+func queueKey(key string) string { return "{" + backend.EscapeKey(key) + "}:queue" }
+func liveKey(key string) string  { return "{" + backend.EscapeKey(key) + "}:live" }
 
 // ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.
 func ttlMillis(ttl time.Duration) int64 {
@@ -126,6 +143,35 @@ func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, err
 func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
 	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
 	return v == 1, err
+}
+
+// fairAcquire runs the fair acquire script for waiter w (wait: join the
+// queue when not granted): the fence, 0 when not granted, or -n when w is
+// next and the lock is held for n more milliseconds.
+func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px int64, w string, wait bool) (int64, error) {
+	mode := "try"
+	if wait {
+		mode = "wait"
+	}
+	keys := []string{lockKey(l.Key), fenceKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
+	return fairAcquireScript.Run(ctx, n.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode).Int64()
+}
+
+// fairRelease is release that names the next waiter in its message.
+func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
+	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
+	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
+	return v == 1, err
+}
+
+// leave takes waiter w out of l.Key's queue, even when ctx is done, and
+// cleans up after its attempt value. Best effort: a waiter that could not
+// leave is dropped once its liveness runs out.
+func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
+	_ = leaveScript.Run(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
 }
 
 func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
@@ -257,6 +303,7 @@ type chanState struct {
 type subscription struct {
 	ch  chan struct{}
 	seq uint64 // order of arrival: the longest waiter has the smallest
+	id  string // a fair waiter's name: woken only by messages naming it or none
 }
 
 type barrier struct {
@@ -266,12 +313,18 @@ type barrier struct {
 // subscribe arranges for ch to receive a value whenever key's release
 // channel carries a message, and returns once the subscription is confirmed.
 func (n *node) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
+	return n.subscribeAs(ctx, key, "", ch)
+}
+
+// subscribeAs is subscribe for fair waiter id ("": any waiter): ch then
+// receives only the messages that name id, or no one.
+func (n *node) subscribeAs(ctx context.Context, key, id string, ch chan struct{}) (cancel func(), err error) {
 	channel := releaseChannel(key)
 	route := ""
 	if n.ring {
 		route = channel
 	}
-	sub := &subscription{ch: ch, seq: subSeq.Add(1)}
+	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
 	var h *hub
 	var st *chanState
 	for h == nil {
@@ -548,7 +601,9 @@ func (h *hub) run() {
 			var subs []*subscription
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
-					subs = append(subs, s)
+					if m.Payload == "" || s.id == "" || s.id == m.Payload {
+						subs = append(subs, s)
+					}
 				}
 			}
 			n.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,18 +16,54 @@ import (
 func init() {
 	for _, tls := range []string{"", "s"} {
 		backend.Register("redis"+tls, backend.Opener{
-			Usage: "redis" + tls + "://[user:password@]host:port/db[?go-redis options]",
-			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return Open(ctx, u.String()) },
+			Usage: "redis" + tls + "://[user:password@]host:port/db[?fair=true&go-redis options]",
+			Open:  openAny,
 		})
 		backend.Register("redis"+tls+"+cluster", backend.Opener{
-			Usage: "redis" + tls + "+cluster://[user:password@]host:port,host:port,...[?go-redis cluster options]",
-			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return Open(ctx, u.String()) },
+			Usage: "redis" + tls + "+cluster://[user:password@]host:port,host:port,...[?fair=true&go-redis cluster options]",
+			Open:  openAny,
 		})
 		backend.Register("redis"+tls+"+quorum", backend.Opener{
 			Usage: "redis" + tls + "+quorum://[user:password@]host:port,host:port,host:port/db[?go-redis options]",
 			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return OpenQuorum(ctx, u.String()) },
 		})
 	}
+}
+
+// openAny opens a Driver, or a FairDriver when the URL says fair=true.
+func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
+	fair, err := fairParam(u)
+	if err != nil {
+		return nil, err
+	}
+	if fair {
+		return OpenFair(ctx, u.String())
+	}
+	return Open(ctx, u.String())
+}
+
+// fairParam reads the URL's fair parameter, which is ours, not go-redis's.
+func fairParam(u *url.URL) (bool, error) {
+	q := u.Query()
+	if !q.Has("fair") {
+		return false, nil
+	}
+	fair, err := strconv.ParseBool(q.Get("fair"))
+	if err != nil {
+		return false, fmt.Errorf("redislock: %w: %s: fair=%q is not a boolean", backend.ErrInvalidURL, u.Redacted(), q.Get("fair"))
+	}
+	return fair, nil
+}
+
+// OpenFair is Open for a FairDriver: waiters are served in arrival order.
+// The URL may say fair=true, as locker.Open needs it to.
+func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
+	d, err := open(ctx, rawURL, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.fair = true
+	return &FairDriver{d}, nil
 }
 
 // defaultOpenTimeout bounds Open when ctx has no deadline.
@@ -43,12 +80,30 @@ const defaultOpenTimeout = 10 * time.Second
 // The query parameters are go-redis's own (dial_timeout=3s, pool_size=20,
 // ...; see redis.ParseURL and redis.ParseClusterURL); an unknown one is an
 // error wrapping backend.ErrInvalidURL. The cluster form also accepts
-// go-redis's addr=host:port parameter. Open pings the server, within ctx or
-// 10 seconds, and checks its maxmemory-policy once.
+// go-redis's addr=host:port parameter. fair=true is for OpenFair (and
+// locker.Open), not Open. Open pings the server, within ctx or 10 seconds,
+// and checks its maxmemory-policy once.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	return open(ctx, rawURL, false, opts)
+}
+
+func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w: cannot parse the URL", backend.ErrInvalidURL)
+	}
+	wantFair, err := fairParam(u)
+	if err != nil {
+		return nil, err
+	}
+	if wantFair && !fair {
+		return nil, fmt.Errorf("redislock: %w: %s: fair=true needs OpenFair", backend.ErrInvalidURL, u.Redacted())
+	}
+	if q := u.Query(); q.Has("fair") {
+		q.Del("fair")
+		c := *u
+		c.RawQuery = q.Encode()
+		u = &c
 	}
 	var rdb redis.UniversalClient
 	switch u.Scheme {
@@ -140,6 +195,9 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	}
 	if u.Scheme != "redis+quorum" && u.Scheme != "rediss+quorum" {
 		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis+quorum or rediss+quorum)", backend.ErrInvalidURL, u.Scheme)
+	}
+	if u.Query().Has("fair") {
+		return nil, fmt.Errorf("redislock: %w: %s: quorum mode has no fair queue", backend.ErrInvalidURL, u.Redacted())
 	}
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {

@@ -64,6 +64,7 @@ func withLinger(d time.Duration) Option { return func(c *config) { c.linger = d 
 // backend.Driver and backend.Notifier.
 type Driver struct {
 	n      *node
+	fair   bool // a FairDriver's: acquire and release mind the queue
 	closed atomic.Bool
 }
 
@@ -102,7 +103,16 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	}
 	px := ttlMillis(l.TTL)
 	value := attempt(l)
-	fence, err := d.n.acquire(ctx, l, value, px)
+	var fence uint64
+	var err error
+	if d.fair {
+		// Not while a live waiter is queued.
+		var r int64
+		r, err = d.n.fairAcquire(ctx, l, value, px, "", false)
+		fence = uint64(max(r, 0))
+	} else {
+		fence, err = d.n.acquire(ctx, l, value, px)
+	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		d.n.cleanup(ctx, l, value)
@@ -135,7 +145,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 	if d.closed.Load() {
 		return fmt.Errorf("redislock: release: %w", backend.ErrClosed)
 	}
-	ok, err := d.n.release(ctx, l)
+	release := d.n.release
+	if d.fair {
+		release = d.n.fairRelease
+	}
+	ok, err := release(ctx, l)
 	if err != nil {
 		return fmt.Errorf("redislock: release: %w", err)
 	}

@@ -38,6 +38,7 @@ func defaultTargets(fileDir string) []benchTarget {
 		{label: "mem", url: "mem://bench-" + randSuffix()},
 		{label: "file", url: (&url.URL{Scheme: "file", Path: fileDir}).String()},
 		{label: "redis", url: "redis://" + testenv.RedisAddr() + "/0", probe: []string{testenv.RedisAddr()}},
+		{label: "redis-fair", url: "redis://" + testenv.RedisAddr() + "/0?fair=true", probe: []string{testenv.RedisAddr()}},
 		{label: "etcd", url: "etcd://" + strings.Join(testenv.EtcdEndpoints(), ","), probe: testenv.EtcdEndpoints()},
 		{label: "zk", url: "zk://" + strings.Join(testenv.ZKAddrs(), ","), probe: testenv.ZKAddrs()},
 		{label: "postgres", url: testenv.PostgresURL(), probe: []string{testenv.PostgresAddr()}},

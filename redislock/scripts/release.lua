@@ -1,5 +1,7 @@
 -- release: delete the lock if, and only if, the token holds it, and tell
--- waiters that it is free.
+-- waiters that it is free. The message names the waiter to serve next
+-- (fair mode), or is empty: every waiter may try. next_waiter() is defined
+-- by what the driver puts before this script.
 --
 -- KEYS[1]  lock key
 -- ARGV[1]  "<token>." to release whatever attempt of the token holds it,
@@ -8,6 +10,8 @@
 --          it by now)
 -- ARGV[2]  release channel (a channel is not a key; PUBLISH reaches every
 --          subscriber, on every node of a cluster)
+--
+-- In fair mode, KEYS[2] and KEYS[3] are the queue's (see queue.lua).
 --
 -- Returns 1 when released, 0 when the key is free or another's.
 local cur = redis.call('GET', KEYS[1])
@@ -19,7 +23,7 @@ else
 end
 if mine then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call('PUBLISH', ARGV[2], next_waiter())
   return 1
 end
 return 0

@@ -1,0 +1,134 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// FairDriver is a Driver whose waiters are served in arrival order: a
+// blocked Acquire joins a queue kept next to the lock, and a free lock goes
+// to the longest-waiting live waiter only. It implements backend.Waiter.
+//
+// Every client of a name must use the same mode: a plain Driver's
+// TryAcquire does not look at the queue.
+//
+// Fairness costs throughput under contention (the lock is idle from its
+// release until the head of the queue, and only the head, tries again) and
+// one extra key per waiter while it waits; a lost release message delays
+// the head by up to a third of livenessTTL, not for good.
+type FairDriver struct {
+	*Driver
+}
+
+var _ backend.Waiter = (*FairDriver)(nil)
+
+// livenessTTL is how long a waiter that stopped renewing keeps its place.
+// A waiter renews it on every try, at least every livenessTTL/3; a waiter
+// that died is dropped when it reaches the head, so it holds the queue up
+// for at most this long.
+const livenessTTL = 2 * time.Second
+
+// NewFair returns a FairDriver that uses rdb, as New does.
+func NewFair(rdb redis.UniversalClient, opts ...Option) *FairDriver {
+	d := New(rdb, opts...)
+	d.fair = true
+	return &FairDriver{d}
+}
+
+// Acquire implements backend.Waiter: it joins l.Key's queue and waits,
+// woken by the release that names it as the next holder, until it holds
+// the lock, ctx ends, or reaching the server keeps failing for
+// failingFor. When it returns an error it leaves the queue.
+func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	if d.closed.Load() {
+		return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
+	}
+	// The waiter's name in the queue and in wake-ups: unique among the
+	// lock's waiters, and not the token, which stays secret.
+	w := strconv.FormatUint(rand.Uint64(), 36)
+	px := ttlMillis(l.TTL)
+	value := attempt(l) // one attempt for the whole wait: a retried try is recognized
+	// A free lock needs no subscription: try once first (joining the queue
+	// if the lock is taken). The loop tries again once subscribed, so that
+	// no release after this try is missed. Without a subscription the
+	// waiter still gets the lock, by its liveness renewals, only later.
+	sent := time.Now()
+	if r, err := d.n.fairAcquire(ctx, l, value, px, w, true); err == nil && r > 0 {
+		return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+	}
+	ch := make(chan struct{}, 1)
+	if cancel, err := d.n.subscribeAs(ctx, l.Key, w, ch); err == nil {
+		defer cancel()
+	} else if ctx.Err() != nil {
+		d.n.leave(ctx, l, value, w)
+		return backend.Grant{}, d.ended(ctx, err)
+	}
+	var (
+		failing time.Time
+		timer   = time.NewTimer(0)
+	)
+	<-timer.C
+	defer timer.Stop()
+	for {
+		if d.closed.Load() {
+			d.n.leave(ctx, l, value, w)
+			return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
+		}
+		sent = time.Now()
+		r, err := d.n.fairAcquire(ctx, l, value, px, w, true)
+		pause := livenessTTL / 3
+		switch {
+		case err == nil && r > 0:
+			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+		case err == nil:
+			failing = time.Time{}
+			if r < 0 { // at the head: look again when the holder's TTL runs out
+				pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
+			}
+		case ctx.Err() != nil || d.closed.Load():
+			d.n.leave(ctx, l, value, w)
+			return backend.Grant{}, d.ended(ctx, err)
+		case failing.IsZero():
+			failing = sent
+			pause = 25 * time.Millisecond
+		case time.Since(failing) > failingFor:
+			d.n.leave(ctx, l, value, w)
+			return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", err)
+		default:
+			pause = min(time.Since(failing), 250*time.Millisecond)
+		}
+		timer.Reset(pause)
+		select {
+		case <-ctx.Done():
+			d.n.leave(ctx, l, value, w)
+			return backend.Grant{}, d.ended(ctx, nil)
+		case <-ch:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// failingFor is how long a fair wait rides out failures to reach the
+// server, as the locker package does for the other drivers.
+const failingFor = 5 * time.Second
+
+// ended is the error of a wait that ctx (or Close) ended.
+func (d *FairDriver) ended(ctx context.Context, err error) error {
+	if d.closed.Load() {
+		return fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
+	}
+	if ctx.Err() == nil {
+		return fmt.Errorf("redislock: acquire: %w", err)
+	}
+	return fmt.Errorf("redislock: acquire: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
+}

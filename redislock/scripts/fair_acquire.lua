@@ -1,0 +1,41 @@
+-- fair_acquire (fair mode): acquire (the plain script, wrapped as the
+-- function acquire()) for the head of the queue only, and join the queue
+-- when the lock cannot be had.
+--
+-- KEYS[1..2], ARGV[1..3]  as for acquire
+-- KEYS[3]  {E}:queue
+-- KEYS[4]  {E}:live
+-- ARGV[4]  the waiter: its token
+-- ARGV[5]  liveness in milliseconds
+-- ARGV[6]  "wait" to join the queue (or stay in it) when not granted;
+--          anything else to try only
+--
+-- Returns the fence (> 0) when granted; 0 when another waiter is ahead
+-- (or, trying only, the lock is held); -n when the caller is at the head
+-- (or is the only one) and the lock is held for n more milliseconds.
+local queue, live, me, ttl = KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5])
+local head = live_head(queue, live, me)
+if head == '' or head == me then
+  local f = acquire()
+  if f > 0 then
+    if head == me then
+      leave_queue(queue, live, me)
+    end
+    return f
+  end
+end
+if ARGV[6] ~= 'wait' then
+  return 0
+end
+if not redis.call('ZSCORE', queue, me) then
+  local t = redis.call('TIME')
+  redis.call('ZADD', queue, tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
+end
+redis.call('HSET', live, me, now_ms() + ttl)
+-- The queue outlives its last live waiter by a little, not forever.
+redis.call('PEXPIRE', queue, 2 * ttl)
+redis.call('PEXPIRE', live, 2 * ttl)
+if head == '' or head == me then
+  return -math.max(redis.call('PTTL', KEYS[1]), 1)
+end
+return 0

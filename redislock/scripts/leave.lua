@@ -1,0 +1,21 @@
+-- leave (fair mode): a waiter gives up. It leaves the queue, deletes the
+-- lock if its attempt took it after all (a reply lost), and, if that
+-- leaves the lock free, wakes the next waiter.
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  {E}:queue
+-- KEYS[3]  {E}:live
+-- ARGV[1]  "<token>.<attempt>"
+-- ARGV[2]  release channel
+-- ARGV[3]  the waiter: its token
+leave_queue(KEYS[2], KEYS[3], ARGV[3])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local h = live_head(KEYS[2], KEYS[3], '')
+  if h ~= '' then
+    redis.call('PUBLISH', ARGV[2], h)
+  end
+end
+return 1
