@@ -23,15 +23,20 @@ func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 }
 
 func (h harness) Expire(ctx context.Context, key string) error {
-	n, err := h.admin.Del(ctx, lockKey(key)).Result()
-	if err == nil && n == 0 {
-		err = fmt.Errorf("no lock on %q to expire", key)
-	}
-	return err
+	return expireLock(ctx, h.admin, key)
 }
 
 func (h harness) Traits() conformance.Traits {
 	return conformance.Traits{TTL: 500 * time.Millisecond}
+}
+
+// expireLock deletes key's lock, as if its TTL had run out.
+func expireLock(ctx context.Context, admin redis.UniversalClient, key string) error {
+	n, err := admin.Del(ctx, lockKey(key)).Result()
+	if err == nil && n == 0 {
+		err = fmt.Errorf("no lock on %q to expire", key)
+	}
+	return err
 }
 
 func TestConformance(t *testing.T) {
@@ -128,11 +133,7 @@ func (h clusterHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
 }
 
 func (h clusterHarness) Expire(ctx context.Context, key string) error {
-	n, err := h.admin.Del(ctx, lockKey(key)).Result()
-	if err == nil && n == 0 {
-		err = fmt.Errorf("no lock on %q to expire", key)
-	}
-	return err
+	return expireLock(ctx, h.admin, key)
 }
 
 func (h clusterHarness) Traits() conformance.Traits {
@@ -159,11 +160,7 @@ func (h fairHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
 }
 
 func (h fairHarness) Expire(ctx context.Context, key string) error {
-	n, err := h.admin.Del(ctx, lockKey(key)).Result()
-	if err == nil && n == 0 {
-		err = fmt.Errorf("no lock on %q to expire", key)
-	}
-	return err
+	return expireLock(ctx, h.admin, key)
 }
 
 func (h fairHarness) Traits() conformance.Traits {

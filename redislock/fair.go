@@ -55,60 +55,62 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant
 	w := strconv.FormatUint(rand.Uint64(), 36)
 	px := ttlMillis(l.TTL)
 	value := attempt(l) // one attempt for the whole wait: a retried try is recognized
-	// A free lock needs no subscription: try once first (joining the queue
-	// if the lock is taken). The loop tries again once subscribed, so that
-	// no release after this try is missed. Without a subscription the
-	// waiter still gets the lock, by its liveness renewals, only later.
-	sent := time.Now()
-	if r, err := d.n.fairAcquire(ctx, l, value, px, w, true); err == nil && r > 0 {
-		return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
-	}
-	ch := make(chan struct{}, 1)
-	if cancel, err := d.n.subscribeAs(ctx, l.Key, w, ch); err == nil {
-		defer cancel()
-	} else if ctx.Err() != nil {
-		d.n.leave(ctx, l, value, w)
-		return backend.Grant{}, d.ended(ctx, err)
-	}
 	var (
-		failing time.Time
+		ch      chan struct{} // wake-ups naming w; nil before the first try
+		failing time.Time     // since when every try has failed with an error
 		timer   = time.NewTimer(0)
 	)
 	<-timer.C
 	defer timer.Stop()
+	quit := func(err error) (backend.Grant, error) {
+		d.n.leave(ctx, l, value, w)
+		return backend.Grant{}, err
+	}
 	for {
-		if d.closed.Load() {
-			d.n.leave(ctx, l, value, w)
-			return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
+		if ch != nil && d.closed.Load() {
+			return quit(fmt.Errorf("redislock: acquire: %w", backend.ErrClosed))
 		}
-		sent = time.Now()
+		sent := time.Now()
 		r, err := d.n.fairAcquire(ctx, l, value, px, w, true)
+		if err == nil && r > 0 {
+			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+		}
+		if ch == nil {
+			// A free lock needs no subscription, so the first try comes
+			// before it (and joined the queue if the lock is taken). Once
+			// subscribed, try again at once: no release after the first
+			// try is missed. Without a subscription the waiter still gets
+			// the lock, by its liveness renewals, only later.
+			ch = make(chan struct{}, 1)
+			cancel, err := d.n.subscribeAs(ctx, l.Key, w, ch)
+			if err == nil {
+				defer cancel()
+			} else if ctx.Err() != nil {
+				return quit(d.ended(ctx, err))
+			}
+			continue
+		}
 		pause := livenessTTL / 3
 		switch {
-		case err == nil && r > 0:
-			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
 		case err == nil:
 			failing = time.Time{}
 			if r < 0 { // at the head: look again when the holder's TTL runs out
 				pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
 			}
 		case ctx.Err() != nil || d.closed.Load():
-			d.n.leave(ctx, l, value, w)
-			return backend.Grant{}, d.ended(ctx, err)
+			return quit(d.ended(ctx, err))
 		case failing.IsZero():
 			failing = sent
 			pause = 25 * time.Millisecond
 		case time.Since(failing) > failingFor:
-			d.n.leave(ctx, l, value, w)
-			return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", err)
+			return quit(fmt.Errorf("redislock: acquire: %w", err))
 		default:
 			pause = min(time.Since(failing), 250*time.Millisecond)
 		}
 		timer.Reset(pause)
 		select {
 		case <-ctx.Done():
-			d.n.leave(ctx, l, value, w)
-			return backend.Grant{}, d.ended(ctx, nil)
+			return quit(d.ended(ctx, nil))
 		case <-ch:
 			if !timer.Stop() {
 				<-timer.C
