@@ -60,9 +60,37 @@ type Grant struct {
 	// may wait far longer than the TTL first; zero means when the call
 	// began, which is right for TryAcquire.
 	Sent time.Time
+	// Contact is set by drivers whose lock lives in a server-side session
+	// (see [Session]); nil for locks that live for TTL from each refresh.
+	// It returns when the driver sent the latest request on this lock's
+	// session that the server answered: a keepalive, a ping or any call.
+	// The server counts the session's timeout from no earlier than that,
+	// so the lock lives at least until Contact() + TTL. Only answered
+	// requests count: a watch event or other bytes the server sends
+	// unasked prove nothing about when it last heard from the client. It
+	// returns the zero time once the driver knows the session has ended.
+	// It is called from any goroutine, often, and must not block.
+	Contact func() time.Time
+}
+
+// ClockMargin is how much sooner than the store the client gives a lock up:
+// a hundredth of its TTL plus 2 ms, for the store's clock running up to 1%
+// faster than the client's and for timer slack. A lock confirmed by a
+// request sent at t is known lost at t + TTL - ClockMargin(TTL), the
+// moment after which the store may free it.
+func ClockMargin(ttl time.Duration) time.Duration {
+	return ttl/100 + 2*time.Millisecond
 }
 
 // Driver is the required interface. Its methods are called concurrently.
+//
+// Every method that takes a context returns within one store round trip
+// after ctx is done (cancelled or past its deadline), even when the
+// connection is dead: no store call outlives its ctx's deadline, whatever
+// the client library's own timeouts. The locker package bounds a lock's
+// validity by its own clock and gives up on a call that does not return in
+// time, but a call that outlives its context still holds a connection and
+// a goroutine, and a late grant keeps a key held that nobody owns.
 type Driver interface {
 	// TryAcquire takes l.Key for l.Token with l.TTL, once, without waiting.
 	// It returns ErrNotAcquired (possibly wrapped) when another token holds
@@ -83,8 +111,10 @@ type Driver interface {
 	Release(ctx context.Context, l Lock) error
 
 	// Close releases the driver's resources (connections it opened, not a
-	// client the user passed in) and stops its goroutines. Later calls
-	// return ErrClosed.
+	// client the user passed in) and stops its goroutines, including those
+	// of the client libraries it created: none is left when it returns.
+	// It returns within 2 seconds, connection dead or alive, and calls in
+	// flight then return. Later calls return ErrClosed.
 	Close() error
 }
 
@@ -112,8 +142,11 @@ type Notifier interface {
 
 // Session is implemented by drivers whose locks are kept alive by a
 // server-side session that the driver maintains itself (an etcd lease, a
-// ZooKeeper session). The locker package then schedules no per-lock refresh;
-// the driver reports losses through Lock.OnLost.
+// ZooKeeper session). The locker package then schedules no per-lock
+// refresh. It declares a lock lost when Grant.Contact() + TTL -
+// ClockMargin(TTL) has passed, whatever the driver is doing; the driver
+// reports losses it learns of sooner (an expired session, a deleted node)
+// through Lock.OnLost.
 type Session interface {
 	// SessionTTL is the effective session timeout: how long locks outlive
 	// the client's last contact with the store.
