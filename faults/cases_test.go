@@ -281,10 +281,19 @@ func serverRestarted(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	t.Logf("restart took %v", time.Since(t0).Round(time.Millisecond))
-	r := <-waitFor(b, name, 4*ttl+10*time.Second)
-	if r.err != nil {
+	// A lock that survives the restart may rightly stay with its holder,
+	// whose refreshes reach the server again.
+	wait := 4*ttl + 10*time.Second
+	if e.spec.persistent {
+		wait = 2 * ttl
+	}
+	r := <-waitFor(b, name, wait)
+	switch {
+	case r.err != nil && !e.spec.persistent:
 		t.Errorf("%s: never acquired after the restart: %v", b.id, r.err)
-	} else {
+	case r.err != nil:
+		t.Logf("%s: not acquired within %v after the restart (the lock persisted); holder told at %v", b.id, wait, since(t0, ha.lostTime()))
+	default:
 		t.Logf("%s: acquired %v after the restart began; holder told at %v", b.id, r.at.Sub(t0).Round(time.Millisecond), since(t0, ha.lostTime()))
 	}
 	finish(t, e, r.hd, ha)
