@@ -56,6 +56,9 @@ func (h *hold) lock() backend.Lock {
 
 // deadline is when the store may free h, judged from our side.
 func (h *hold) deadline() time.Time {
+	if h.contact != nil {
+		return h.sessionUntil()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.validUntil
@@ -189,6 +192,10 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	if err := h.err(); err != nil {
 		return fmt.Errorf("locker: refresh %q: %w: %w", h.name, ErrNotHeld, err)
 	}
+	// A refresh answered after the deadline comes too late to matter: the
+	// lock is declared lost then, whatever the store is doing.
+	ctx, cancel := context.WithDeadline(ctx, h.deadline())
+	defer cancel()
 	return h.c.refresh(ctx, h)
 }
 
