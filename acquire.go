@@ -114,12 +114,17 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	}
 	if err != nil {
 		c.abandon(h)
+		if ctx.Err() != nil {
+			// The caller gave up while a request may have been on its
+			// way: a grant the store made after that has no holder.
+			c.releaseLater(req)
+		}
 		if !wait && errors.Is(err, ErrNotAcquired) {
 			return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrNotAcquired)
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
-	h.fence = grant.Fence
+	h.fence, h.contact = grant.Fence, grant.Contact
 	if grant.TTL > h.ttl {
 		h.ttl = grant.TTL
 	}
@@ -127,9 +132,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if c.closed {
 		c.mu.Unlock()
 		c.abandon(h)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(h.ttl))
-		_ = c.drv.Release(rctx, h.lock())
-		cancel()
+		c.releaseLater(h.lock())
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrClosed)
 	}
 	h.depth = 1
@@ -204,7 +207,7 @@ func (c *Client) abandon(h *hold) {
 func (c *Client) reenter(ctx context.Context, h *hold, op string) (*Lock, error) {
 	err := h.err()
 	if err == nil {
-		err = c.refresh(ctx, h)
+		err = c.refreshShared(ctx, h)
 	}
 	if err != nil {
 		// Give the level back; if the outer Lock was released meanwhile,
@@ -232,6 +235,50 @@ func (c *Client) refresh(ctx context.Context, h *hold) error {
 	default:
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
 	}
+}
+
+// refreshShared refreshes h for a re-entry, joining a refresh that another
+// re-entry has in flight rather than racing it: concurrent re-entries of
+// one owner cost one store call, and a store that checks versions (memcached's
+// cas) sees no conflict between them. The shared call is bounded by the
+// hold's deadline, not by any one caller's context.
+func (c *Client) refreshShared(ctx context.Context, h *hold) error {
+	h.mu.Lock()
+	f := h.flight
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		h.flight = f
+		h.mu.Unlock()
+		fctx, cancel := context.WithDeadline(c.ctx, h.deadline())
+		f.err = c.refresh(fctx, h)
+		cancel()
+		h.mu.Lock()
+		h.flight = nil
+		h.mu.Unlock()
+		close(f.done)
+		return f.err
+	}
+	h.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return fmt.Errorf("locker: refresh %q: %w", h.name, context.Cause(ctx))
+	}
+}
+
+// releaseLater frees l in the background, bounded, for a grant that nobody
+// will hold: one the store made after the caller gave up, or one that
+// arrived as the Client closed. Close waits for it. Release checks the
+// token, so it never touches another holder's lock.
+func (c *Client) releaseLater(l backend.Lock) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
+		defer cancel()
+		_ = c.drv.Release(ctx, l)
+	}()
 }
 
 // wakeLocal wakes this Client's waiters on key, after the store freed it.

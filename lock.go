@@ -21,10 +21,11 @@ type hold struct {
 	auto  bool
 
 	// Set once the acquisition succeeds; read-only after ready closes.
-	fence uint64
-	ttl   time.Duration
-	ready chan struct{} // closed when the first acquisition ends, either way
-	ok    bool          // the first acquisition succeeded
+	fence   uint64
+	ttl     time.Duration
+	contact func() time.Time // the session's last answered request; nil unless session-backed
+	ready   chan struct{}    // closed when the first acquisition ends, either way
+	ok      bool             // the first acquisition succeeded
 
 	depth int // guarded by c.mu
 
@@ -34,10 +35,19 @@ type hold struct {
 	lost       chan struct{}
 	lostErr    error
 	onLost     map[*func(error)]struct{}
-	done       bool // released; no loss is reported after that
+	done       bool    // released; no loss is reported after that
+	flight     *flight // the refresh in flight for re-entries, or nil
 
-	slot int       // index in the watchdog's heap, -1 when not scheduled
-	due  time.Time // guarded by the watchdog's mutex
+	// Guarded by the watchdog's mutex.
+	slot       int       // index in the watchdog's heap, -1 when not scheduled
+	due        time.Time // when the watchdog looks at h next
+	atDeadline bool      // due is the deadline: no refresh, no early window
+}
+
+// flight is one refresh that concurrent re-entries share.
+type flight struct {
+	done chan struct{}
+	err  error
 }
 
 func (h *hold) lock() backend.Lock {
@@ -46,6 +56,9 @@ func (h *hold) lock() backend.Lock {
 
 // deadline is when the store may free h, judged from our side.
 func (h *hold) deadline() time.Time {
+	if h.contact != nil {
+		return h.sessionUntil()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.validUntil
@@ -97,15 +110,33 @@ func (h *hold) err() error {
 }
 
 // confirmed records that the store held the lock for a full TTL from start,
-// a time taken before the request was sent, so our deadline is never later
-// than the store's.
+// a time taken before the request was sent, so our deadline, a clock
+// margin sooner still, is never later than the store's. A session-backed
+// lock lives as long as its session instead: see sessionUntil.
 func (h *hold) confirmed(start time.Time) {
+	var until time.Time
+	if h.contact != nil {
+		until = h.sessionUntil()
+	} else {
+		until = start.Add(h.ttl - backend.ClockMargin(h.ttl))
+	}
 	h.mu.Lock()
-	if until := start.Add(h.ttl); until.After(h.validUntil) {
+	if until.After(h.validUntil) {
 		h.validUntil = until
 	}
 	h.mu.Unlock()
 	h.c.dog.schedule(h, start)
+}
+
+// sessionUntil is when a session-backed lock may be gone, judged from the
+// last request on its session that the store answered; zero when the
+// driver knows the session ended.
+func (h *hold) sessionUntil() time.Time {
+	t := h.contact()
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(h.ttl - backend.ClockMargin(h.ttl))
 }
 
 // Lock is a held lock. Each successful Acquire returns its own Lock; a
@@ -161,6 +192,10 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	if err := h.err(); err != nil {
 		return fmt.Errorf("locker: refresh %q: %w: %w", h.name, ErrNotHeld, err)
 	}
+	// A refresh answered after the deadline comes too late to matter: the
+	// lock is declared lost then, whatever the store is doing.
+	ctx, cancel := context.WithDeadline(ctx, h.deadline())
+	defer cancel()
 	return h.c.refresh(ctx, h)
 }
 

@@ -40,6 +40,7 @@ type Client struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	ops    sync.WaitGroup // calls in flight, awaited by Close
+	bg     sync.WaitGroup // releases of grants nobody holds, awaited by Close
 	dog    *watchdog
 
 	mu       sync.Mutex
@@ -205,9 +206,19 @@ func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() { stop(); cancel(); c.ops.Done() }, nil
 }
 
+// closeReleaseTimeout bounds the releases Close makes: a lock the store
+// does not confirm released by then expires after its TTL.
+const closeReleaseTimeout = time.Second
+
+// maxClosing bounds the releases Close has in flight at once.
+const maxClosing = 64
+
 // Close releases every lock the Client holds (their Lost channels close with
 // ErrClosed), ends waiting acquisitions with ErrClosed, stops the watchdog
 // and closes the driver. Later calls return ErrClosed. Close is idempotent.
+// It returns within about 3 seconds, the store reachable or not: calls in
+// flight end within a round trip, the releases get 1 second, and the
+// driver's Close 2 more (see backend.Driver).
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -225,17 +236,18 @@ func (c *Client) Close() error {
 	c.ops.Wait()
 	c.dog.stop()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxClosing)
 	for _, h := range holds {
 		h.lose(fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
-		wg.Add(1)
+		sem <- struct{}{}
+		c.bg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; c.bg.Done() }()
 			_ = c.drv.Release(ctx, h.lock())
 		}()
 	}
-	wg.Wait()
+	c.bg.Wait()
 	return c.drv.Close()
 }

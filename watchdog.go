@@ -20,13 +20,22 @@ const (
 
 // early is how much sooner than due a hold may be refreshed, so that holds
 // due at nearly the same time share a batch: a twelfth of the TTL, a
-// quarter of the time between refreshes.
-func early(h *hold) time.Duration { return h.ttl / 12 }
+// quarter of the time between refreshes. A deadline has no early window.
+func early(h *hold) time.Duration {
+	if h.atDeadline {
+		return 0
+	}
+	return h.ttl / 12
+}
 
-// watchdog keeps a Client's locks alive: one goroutine and one timer per
-// Client, not per lock, with the holds in a heap by when they are next due.
-// A hold is due for a refresh every TTL/3, or, without automatic refresh,
-// at its deadline, when it is declared lost.
+// watchdog keeps a Client's locks alive and owns their deadlines: one
+// goroutine and one timer per Client, not per lock, with the holds in a
+// heap by when they are next due. An automatically refreshed hold is due
+// for a refresh every TTL/3; while that refresh is in flight, and always
+// for a hold without automatic refresh or kept by a session, it is due at
+// its deadline, when it is declared lost unless a confirmation moved the
+// deadline on. So the lost signal fires on the Client's clock, whatever
+// the store or its client library is doing.
 type watchdog struct {
 	c     *Client
 	batch backend.BatchRefresher // nil unless the driver refreshes in batches
@@ -60,23 +69,25 @@ func (w *watchdog) schedule(h *hold, start time.Time) {
 		h.mu.Unlock()
 		return
 	}
-	var at time.Time
-	switch {
-	case w.c.session != nil:
-		h.mu.Unlock()
-		return // the driver's session keeps it alive and reports losses
-	case h.auto:
-		at = start.Add(h.ttl / 3)
-	default:
-		at = h.validUntil
-	}
+	until := h.validUntil
 	h.mu.Unlock()
-	w.put(h, at)
+	switch {
+	case h.contact != nil:
+		w.put(h, until, true)
+	case w.c.session != nil:
+		// A session driver that reports no contact keeps the lock alive
+		// and reports losses itself.
+	case h.auto:
+		w.put(h, start.Add(h.ttl/3), false)
+	default:
+		w.put(h, until, true)
+	}
 }
 
-func (w *watchdog) put(h *hold, at time.Time) {
+// put schedules h at at: its deadline, or the time of its next refresh.
+func (w *watchdog) put(h *hold, at time.Time, deadline bool) {
 	w.mu.Lock()
-	h.due = at
+	h.due, h.atDeadline = at, deadline
 	if h.slot >= 0 {
 		heap.Fix(&w.due, h.slot)
 	} else {
@@ -113,10 +124,11 @@ func (w *watchdog) run() {
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		var ready []*hold
+		var ready []due
 		w.mu.Lock()
 		for len(w.due) > 0 && w.due[0].due.Sub(now) <= early(w.due[0]) {
-			ready = append(ready, heap.Pop(&w.due).(*hold))
+			h := heap.Pop(&w.due).(*hold)
+			ready = append(ready, due{h, h.atDeadline})
 		}
 		next := time.Hour
 		if len(w.due) > 0 {
@@ -124,9 +136,7 @@ func (w *watchdog) run() {
 		}
 		w.armed = now.Add(next)
 		w.mu.Unlock()
-		if !w.fire(ready, now) {
-			return
-		}
+		w.fire(ready, now)
 		timer.Reset(next)
 		select {
 		case <-w.quit:
@@ -137,27 +147,43 @@ func (w *watchdog) run() {
 	}
 }
 
+// due is a hold that fell due, and whether at its deadline.
+type due struct {
+	h        *hold
+	deadline bool
+}
+
 // fire handles the holds that fell due: lost if their deadline passed,
-// else refreshed in the background, in batches where the driver can. It
-// returns false when the watchdog is stopping.
-func (w *watchdog) fire(ready []*hold, now time.Time) bool {
+// else refreshed in the background, in batches where the driver can, and
+// meanwhile due again at their deadline. It never waits for the store.
+func (w *watchdog) fire(ready []due, now time.Time) {
 	var refresh []*hold
-	for _, h := range ready {
+	for _, d := range ready {
+		h := d.h
 		h.mu.Lock()
 		skip := h.done || h.lostErr != nil
 		until, lastErr := h.validUntil, h.refreshErr
 		h.mu.Unlock()
+		if skip {
+			continue
+		}
+		if h.contact != nil {
+			w.checkSession(h, now)
+			continue
+		}
 		switch {
-		case skip:
 		case !now.Before(until):
-			why := "its TTL ran out without a refresh"
+			why := "its TTL ran out without a confirmed refresh"
 			if lastErr != nil {
 				why = "refreshes failed until its TTL ran out: " + lastErr.Error()
 			}
 			h.lose(fmt.Errorf("locker: %q: %w: %s", h.name, ErrLost, why))
-		case !h.auto:
-			w.put(h, until)
+		case !h.auto || d.deadline:
+			// Nothing to send: no automatic refresh, or one is in flight
+			// and will reschedule h when it ends.
+			w.put(h, until, true)
 		default:
+			w.put(h, until, true)
 			refresh = append(refresh, h)
 		}
 	}
@@ -170,8 +196,13 @@ func (w *watchdog) fire(ready []*hold, now time.Time) bool {
 		refresh = refresh[n:]
 		select {
 		case w.sem <- struct{}{}:
-		case <-w.quit:
-			return false
+		default:
+			// Too many refreshes in flight (a slow store): try these
+			// again shortly; their deadlines stay scheduled meanwhile.
+			for _, h := range append(group, refresh...) {
+				w.put(h, now.Add(max(h.ttl/20, time.Millisecond)), false)
+			}
+			return
 		}
 		w.busy.Add(1)
 		go func() {
@@ -179,7 +210,25 @@ func (w *watchdog) fire(ready []*hold, now time.Time) bool {
 			w.refresh(group)
 		}()
 	}
-	return true
+}
+
+// checkSession declares a session-backed hold lost once its session may
+// have expired, and otherwise looks again at the new deadline.
+func (w *watchdog) checkSession(h *hold, now time.Time) {
+	until := h.sessionUntil()
+	switch {
+	case until.IsZero():
+		h.lose(fmt.Errorf("locker: %q: %w: its session ended", h.name, ErrLost))
+	case !now.Before(until):
+		h.lose(fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.ttl))
+	default:
+		h.mu.Lock()
+		if until.After(h.validUntil) {
+			h.validUntil = until
+		}
+		h.mu.Unlock()
+		w.put(h, until, true)
+	}
 }
 
 // refresh refreshes hs, in one call when there are several, each bounded by
@@ -226,17 +275,18 @@ func (w *watchdog) settle(h *hold, start time.Time, err error) {
 	case w.c.ctx.Err() != nil:
 		// Closing.
 	default:
-		// Could not tell: retry soon, and declare it lost at the deadline.
+		// Could not tell: retry soon; the deadline stays as it was.
 		w.c.cfg.logger.Warn("locker: refresh failed, retrying", "name", h.name, "token", Token(h.token), "err", err)
 		h.mu.Lock()
 		h.refreshErr = err
 		until := h.validUntil
 		h.mu.Unlock()
 		at := time.Now().Add(max(h.ttl/10, 10*time.Millisecond))
-		if at.After(until) {
-			at = until
+		if !at.Before(until) {
+			w.put(h, until, true)
+			return
 		}
-		w.put(h, at)
+		w.put(h, at, false)
 	}
 }
 

@@ -29,7 +29,10 @@ var brokenVariants = map[string][]string{
 	// The TTL is ignored: locks never expire.
 	"never-expires": {"ExpiresAfterTTL", "OldHolderCannotTouchNewHolder", "FencesIncreaseAcrossExpiry"},
 	// Locks expire at half their TTL.
-	"expires-early": {"ExpiresAfterTTL", "RefreshExtends", "ReentryExtendsTTL"},
+	"expires-early": {"ExpiresAfterTTL", "LostBeforeTakeover", "RefreshExtends", "ReentryExtendsTTL"},
+	// Locks expire at 95% of their TTL: too little for ExpiresAfterTTL to
+	// see, enough for two holders at once.
+	"expires-slightly-early": {"LostBeforeTakeover"},
 	// TryAcquire takes over a held lock.
 	"no-exclusion": {"SecondAcquirerRefused", "ConcurrentTryAcquireOneWinner", "CounterUnderContention", "ReentrantThreeDeep", "WatchdogKeepsLock"},
 	// Keys lose the characters a naive encoder drops, so names collide.
@@ -216,6 +219,8 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.
 		l.TTL = time.Hour
 	case "expires-early":
 		l.TTL /= 2
+	case "expires-slightly-early":
+		l.TTL = l.TTL * 95 / 100
 	case "int32-millis":
 		switch ms := int32(l.TTL.Milliseconds()); {
 		case ms == 0:

@@ -37,6 +37,7 @@ var cases = []testCase{
 	{"CancelReturnsPromptly", false, (*suite).cancelPrompt},
 	{"CancelLeavesNoEntry", false, (*suite).cancelNoEntry},
 	{"ExpiresAfterTTL", false, (*suite).expiresAfterTTL},
+	{"LostBeforeTakeover", false, (*suite).lostBeforeTakeover},
 	{"OldHolderCannotTouchNewHolder", false, (*suite).oldHolder},
 	{"ForgedTokenChangesNothing", false, (*suite).forgedToken},
 	{"DoubleReleaseNotHeld", false, (*suite).doubleRelease},
@@ -451,6 +452,44 @@ func (s *suite) expiresAfterTTL(t *testing.T) {
 	}
 	waitLost(t, l, time.Second, "the TTL ran out without a refresh")
 	mustRelease(t, ctx, l2)
+}
+
+// lostBeforeTakeover checks the Client's deadline against the store's
+// expiry: with no refresh, the holder is told it lost the lock before
+// another client can take it, because the Client counts the TTL, less
+// backend.ClockMargin, from when the request was sent, and the store from
+// when it arrived. A store that frees a lock even slightly early, or a
+// driver that reports a longer TTL than it stored, fails here.
+func (s *suite) lostBeforeTakeover(t *testing.T) {
+	ctx := s.ctx(t)
+	c1, c2 := s.client(t), s.client(t)
+	if s.isSession(c1) {
+		t.Skip("the driver is a backend.Session: its locks live as long as the client's session; the fault suite (faults/) checks its deadline")
+	}
+	name := s.name(t, "x")
+	start := time.Now()
+	l := mustAcquire(t, ctx, c1, name, locker.AutoRefresh(false))
+	// Look often only around the deadline, to keep the store's load low.
+	time.Sleep(time.Until(start.Add(l.TTL() * 9 / 10)))
+	giveUp := start.Add(l.TTL() + s.slack())
+	for {
+		l2, err := c2.TryAcquire(ctx, name)
+		if err == nil {
+			took := time.Since(start)
+			if l.Err() == nil {
+				t.Fatalf("another client took the lock %v after it was acquired (TTL %v) while its holder had not been told it was lost", took, l.TTL())
+			}
+			mustRelease(t, ctx, l2)
+			return
+		}
+		if !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("the lock was not freed within %v of its TTL", s.slack())
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (s *suite) oldHolder(t *testing.T) {

@@ -1,0 +1,295 @@
+package locker_test
+
+// The Client's own clock decides when a lock is lost, whatever the store or
+// its client library is doing; these tests give it drivers that hang, lie
+// about sessions or grant late.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/memlock"
+)
+
+// hanging refreshes nothing: every Refresh blocks, ignoring its context,
+// until the test ends, like a client library waiting out its own timeout
+// on a blackholed connection.
+type hanging struct {
+	backend.Driver
+	stop chan struct{}
+	in   atomic.Int32
+}
+
+func (h *hanging) Refresh(ctx context.Context, l backend.Lock) error {
+	h.in.Add(1)
+	<-h.stop
+	return context.DeadlineExceeded
+}
+
+func TestLostFiresAtTheDeadlineWhileARefreshHangs(t *testing.T) {
+	d := &hanging{Driver: memlock.New(memlock.NewStore()), stop: make(chan struct{})}
+	c := newClientOn(t, d)
+	defer close(d.stop) // runs before c.Close, which waits for the refresh
+	const ttl = 600 * time.Millisecond
+	start := time.Now()
+	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lost never fired while the refresh hung")
+	}
+	took := time.Since(start)
+	deadline := ttl - backend.ClockMargin(ttl)
+	if took > deadline+100*time.Millisecond {
+		t.Fatalf("lost fired %v after the acquisition was sent; its deadline was %v", took, deadline)
+	}
+	if took < deadline {
+		t.Fatalf("lost fired %v after the acquisition, before its deadline %v", took, deadline)
+	}
+	if d.in.Load() == 0 {
+		t.Fatal("no refresh was attempted")
+	}
+	if !errors.Is(l.Err(), locker.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
+// session reports a session whose last answered request the test sets.
+type session struct {
+	backend.Driver
+	mu      sync.Mutex
+	contact time.Time
+}
+
+func (s *session) SessionTTL() time.Duration { return time.Second }
+
+func (s *session) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	s.set(time.Now())
+	g, err := s.Driver.TryAcquire(ctx, l)
+	g.Contact = s.last
+	return g, err
+}
+
+func (s *session) set(t time.Time) {
+	s.mu.Lock()
+	s.contact = t
+	s.mu.Unlock()
+}
+
+func (s *session) last() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.contact
+}
+
+func TestSessionLockLostWhenContactStops(t *testing.T) {
+	d := &session{Driver: memlock.New(memlock.NewStore())}
+	c := newClientOn(t, d)
+	const ttl = 500 * time.Millisecond
+	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Answered requests every 100 ms keep it for a while...
+	for range 8 {
+		time.Sleep(100 * time.Millisecond)
+		d.set(time.Now())
+	}
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost while the session was answered: %v", l.Err())
+	default:
+	}
+	// ...then the store stops answering.
+	last := d.last()
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lost never fired after the session went silent")
+	}
+	deadline := last.Add(ttl - backend.ClockMargin(ttl))
+	if late := time.Since(deadline); late > 100*time.Millisecond || late < 0 {
+		t.Fatalf("lost fired %v after the session's deadline", late)
+	}
+
+	// A session the driver knows ended loses its locks at once.
+	l2, err := c.TryAcquire(context.Background(), "y", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.set(time.Time{})
+	select {
+	case <-l2.Lost():
+	case <-time.After(2 * ttl):
+		t.Fatal("lost never fired after the session ended")
+	}
+}
+
+func TestIdleLocksCostNoCPU(t *testing.T) {
+	c := newClient(t, memlock.NewStore())
+	const ttl = 3 * time.Second
+	var locks []*locker.Lock
+	for i := range 200 {
+		opts := []locker.LockOption{locker.TTL(ttl), locker.AutoRefresh(i%2 == 0)}
+		l, err := c.TryAcquire(context.Background(), string(rune('a'+i%26))+string(rune('0'+i)), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	before := cpuTime(t)
+	// The unrefreshed half reaches its deadline at 3 s; the other half is
+	// refreshed 9 times meanwhile.
+	last := locks[len(locks)-1]
+	select {
+	case <-last.Lost():
+	case <-time.After(2 * ttl):
+		t.Fatal("the unrefreshed lock was never declared lost")
+	}
+	used := cpuTime(t) - before
+	t.Logf("%v of CPU for 200 locks over %v", used, ttl)
+	// A watchdog that spins in the last twelfth of the TTL burns 250 ms.
+	if used > 100*time.Millisecond {
+		t.Fatalf("idle locks used %v of CPU in %v", used, ttl)
+	}
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// conflicting fails a Refresh that overlaps another of the same lock, as a
+// store that checks versions would.
+type conflicting struct {
+	backend.Driver
+	in, calls atomic.Int32
+}
+
+func (d *conflicting) Refresh(ctx context.Context, l backend.Lock) error {
+	d.calls.Add(1)
+	if d.in.Add(1) > 1 {
+		d.in.Add(-1)
+		return errors.New("the lock item kept changing")
+	}
+	defer d.in.Add(-1)
+	time.Sleep(5 * time.Millisecond)
+	return d.Driver.Refresh(ctx, l)
+}
+
+func TestConcurrentReentriesShareOneRefresh(t *testing.T) {
+	d := &conflicting{Driver: memlock.New(memlock.NewStore())}
+	c := newClientOn(t, d)
+	ctx := context.Background()
+	outer, err := c.Acquire(ctx, "x", locker.Owner("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				l, err := c.Acquire(ctx, "x", locker.Owner("job"))
+				if err != nil {
+					failed.Add(1)
+					t.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.calls.Load(); n >= 160 {
+		t.Errorf("%d refreshes for 160 re-entries: none shared", n)
+	}
+	t.Logf("%d refreshes for 160 re-entries, %d failed", d.calls.Load(), failed.Load())
+}
+
+// late grants every TryAcquire in the store, then reports its caller's
+// context error if that ended meanwhile: a reply that came too late.
+type late struct {
+	backend.Driver
+	delay time.Duration
+}
+
+func (d *late) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+	time.Sleep(d.delay)
+	g, err := d.Driver.TryAcquire(context.Background(), l)
+	if err == nil && ctx.Err() != nil {
+		return backend.Grant{}, ctx.Err()
+	}
+	return g, err
+}
+
+func TestGrantAfterCancelIsReleased(t *testing.T) {
+	s := memlock.NewStore()
+	c := newClientOn(t, &late{Driver: memlock.New(s), delay: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := c.TryAcquire(ctx, "x", locker.TTL(time.Minute)); err == nil {
+		t.Fatal("TryAcquire succeeded after its context ended")
+	}
+	other := newClient(t, s)
+	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer wcancel()
+	l, err := other.Acquire(wctx, "x", locker.TTL(time.Minute))
+	if err != nil {
+		t.Fatalf("the grant made after the caller gave up still holds the name: %v", err)
+	}
+	_ = l.Release(context.Background())
+}
+
+// stuck never answers a Release, but honours its context.
+type stuck struct{ backend.Driver }
+
+func (d stuck) Release(ctx context.Context, l backend.Lock) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func TestCloseIsBounded(t *testing.T) {
+	c, err := locker.New(stuck{memlock.New(memlock.NewStore())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locks []*locker.Lock
+	for i := range 300 {
+		l, err := c.TryAcquire(context.Background(), string(rune('a'+i%26))+string(rune('0'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Close took %v with a store that never answers", took)
+	}
+	for _, l := range locks {
+		if !errors.Is(l.Err(), locker.ErrClosed) {
+			t.Fatalf("Err after Close = %v, want ErrClosed", l.Err())
+		}
+	}
+}
