@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -202,7 +203,53 @@ func (s *Server) signalLocked(sig syscall.Signal) error {
 	if err := syscall.Kill(-s.proc.Pid, sig); err != nil {
 		return fmt.Errorf("%s: %v: %w", s.Name, sig, err)
 	}
+	// PostgreSQL's backends each call setsid(), leaving the group: reach
+	// every descendant by its own PID too.
+	for _, pid := range descendants(s.proc.Pid) {
+		_ = syscall.Kill(pid, sig)
+	}
 	return nil
+}
+
+// descendants lists the PIDs of every process under pid, from /proc.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The parent is the second field after the parenthesised command,
+		// which may itself contain spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil {
+			children[ppid] = append(children[ppid], child)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 && len(out) < 10000 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
 }
 
 func (s *Server) waitExit(done chan struct{}, d time.Duration) error {
