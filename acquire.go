@@ -267,20 +267,6 @@ func (c *Client) refreshShared(ctx context.Context, h *hold) error {
 	}
 }
 
-// releaseLater frees l in the background, bounded, for a grant that nobody
-// will hold: one the store made after the caller gave up, or one that
-// arrived as the Client closed. Close waits for it. Release checks the
-// token, so it never touches another holder's lock.
-func (c *Client) releaseLater(l backend.Lock) {
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
-		defer cancel()
-		_ = c.drv.Release(ctx, l)
-	}()
-}
-
 // wakeLocal wakes this Client's waiters on key, after the store freed it.
 func (c *Client) wakeLocal(key string) {
 	c.mu.Lock()

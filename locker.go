@@ -206,9 +206,21 @@ func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() { stop(); cancel(); c.ops.Done() }, nil
 }
 
-// closeReleaseTimeout bounds the releases Close makes: a lock the store
-// does not confirm released by then expires after its TTL.
-const closeReleaseTimeout = time.Second
+// closeDrainTimeout bounds how long Close waits, after closing the driver,
+// for driver calls that outlived their contexts.
+const closeDrainTimeout = time.Second
+
+// waitAtMost waits for wg, for at most d.
+func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // maxClosing bounds the releases Close has in flight at once.
 const maxClosing = 64
@@ -233,21 +245,27 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	c.cancel()
-	c.ops.Wait()
+	c.ops.Wait() // calls in flight return as their contexts end
 	c.dog.stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
 	sem := make(chan struct{}, maxClosing)
+	var releases sync.WaitGroup
 	for _, h := range holds {
 		h.lose(fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
 		sem <- struct{}{}
-		c.bg.Add(1)
+		releases.Add(1)
 		go func() {
-			defer func() { <-sem; c.bg.Done() }()
-			_ = c.drv.Release(ctx, h.lock())
+			defer func() { <-sem; releases.Done() }()
+			_ = c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, h.lock()) })
 		}()
 	}
-	c.bg.Wait()
-	return c.drv.Close()
+	releases.Wait()
+	err := c.drv.Close()
+	// Closing the driver ends the calls that outlived their contexts; a
+	// driver that breaks that promise must not hang Close.
+	waitAtMost(&c.dog.busy, closeDrainTimeout)
+	waitAtMost(&c.bg, closeDrainTimeout)
+	return err
 }

@@ -16,6 +16,8 @@ import (
 func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, time.Time, error) {
 	if c.waiter != nil {
 		start := time.Now()
+		// Called directly: an uncontended Acquire ends here, and a native
+		// queue honours ctx itself (see backend.Waiter).
 		g, err := c.waiter.Acquire(ctx, req)
 		if err != nil && ctx.Err() != nil {
 			err = c.waitEnded(ctx)
@@ -35,7 +37,11 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		if g, err := c.drv.TryAcquire(ctx, req); err == nil {
 			return g, start, nil
 		}
-		ch, cancel, err := c.notifier.Subscribe(ctx, req.Key)
+		sub, err := guard(c, ctx, func(ctx context.Context) (subscription, error) {
+			ch, cancel, err := c.notifier.Subscribe(ctx, req.Key)
+			return subscription{ch, cancel}, err
+		}, func(s subscription) { s.cancel() })
+		ch, cancel := sub.ch, sub.cancel
 		if err != nil {
 			// Waiting still works without notifications, only slower.
 			c.cfg.logger.Warn("locker: release notifications unavailable, polling", "key", req.Key, "err", err)
@@ -52,11 +58,19 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		}
 	}()
 	var failing time.Time // since when every try has failed with an error
-	for {
+	for tries := 0; ; tries++ {
 		// Look at local releases before trying, so none is missed.
 		local, unwatch := c.watchLocal(req.Key)
 		start := time.Now()
-		g, err := c.drv.TryAcquire(ctx, req)
+		var g backend.Grant
+		var err error
+		if tries == 0 && notified == nil {
+			// The uncontended path goes straight to the driver, which
+			// honours ctx itself; a waiter's tries are guarded.
+			g, err = c.drv.TryAcquire(ctx, req)
+		} else {
+			g, err = c.tryAcquire(ctx, req)
+		}
 		if err == nil {
 			unwatch()
 			return g, start, nil
@@ -93,6 +107,12 @@ func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, tim
 		}
 		unwatch()
 	}
+}
+
+// subscription is what Notifier.Subscribe returns.
+type subscription struct {
+	ch     <-chan struct{}
+	cancel func()
 }
 
 // waitRetryFor is how long a blocking Acquire keeps trying while every try

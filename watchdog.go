@@ -112,10 +112,11 @@ func (w *watchdog) unschedule(h *hold) {
 	w.mu.Unlock()
 }
 
+// stop ends the watchdog's goroutine; refreshes in flight end as the
+// Client's context does, or when the driver closes (Close waits for them).
 func (w *watchdog) stop() {
 	close(w.quit)
 	<-w.done
-	w.busy.Wait()
 }
 
 func (w *watchdog) run() {
