@@ -25,11 +25,15 @@ import (
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
+	socks   *sockets // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
 	sql     dialect
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	bg        sync.WaitGroup // undos of ambiguous acquisitions
 
 	schemaOK atomic.Bool
 	schemaMu sync.Mutex
@@ -109,6 +113,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: postgresDialect(cfg.schema, cfg.table)}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.lis = newListener(d)
 	return d, nil
 }
@@ -182,11 +187,16 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	}
 	// We cannot tell whether the statement committed: undo it, so that
 	// nothing keeps the key held. The token is ours alone, so this cannot
-	// free anyone else's lock.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	var live bool
-	_ = d.pool.QueryRow(cctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+	// free anyone else's lock. In the background: the caller, who may have
+	// given up, does not wait for a store that may not answer.
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		cctx, cancel := context.WithTimeout(d.ctx, 2*time.Second)
+		defer cancel()
+		var live bool
+		_ = d.pool.QueryRow(cctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+	}()
 	return backend.Grant{}, d.wrap("acquire", err)
 }
 
@@ -322,7 +332,12 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		first = true
 		d.closed.Store(true)
+		d.cancel()
+		if d.socks != nil {
+			d.socks.closeAll()
+		}
 		d.lis.close()
+		d.bg.Wait()
 		if d.ownPool {
 			d.pool.Close()
 		}

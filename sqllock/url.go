@@ -141,11 +141,15 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	if err := checkIdent("schema", probe.schema, true); err != nil {
 		return nil, err
 	}
+	socks := track(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: open %s: %v", where, err)
 	}
 	d, err := newDriver(pool, true, opts)
+	if d != nil {
+		d.socks = socks
+	}
 	if err != nil {
 		pool.Close()
 		return nil, err
