@@ -94,6 +94,13 @@ const idleLease = time.Minute
 // (deleting a cancelled waiter's entry, revoking leases on Close).
 const opTimeout = 5 * time.Second
 
+// cancelGrace bounds the clean-up a cancelled call makes before it
+// returns (the contract: 100 ms plus one round trip).
+const cancelGrace = 100 * time.Millisecond
+
+// closeRevokeTimeout bounds the lease revocations of Close.
+const closeRevokeTimeout = time.Second
+
 // Option configures a driver made by New.
 type Option func(*Driver)
 
@@ -403,7 +410,13 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Lock, rev int64) 
 // keeps trying for as long as the lease may keep the entry alive, and the
 // slot stays reserved until then.
 func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	timeout := opTimeout
+	if ctx.Err() != nil {
+		// The caller gave up: a store that answers gets one round trip,
+		// one that does not is left to the sweep.
+		timeout = cancelGrace
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
 		d.mu.Lock()
@@ -543,17 +556,28 @@ func (d *Driver) Close() error {
 	d.ops.Wait()
 	d.bg.Wait()
 
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	// Revoking frees the locks at once; unrevoked, they expire with their
+	// leases. So Close waits for it at most closeRevokeTimeout.
+	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
 	defer cancel()
-	var errs []error
+	var (
+		errs  []error
+		errMu sync.Mutex
+		wg    sync.WaitGroup
+	)
 	for _, ls := range leases {
 		d.mu.Lock()
 		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
 		d.mu.Unlock()
-		if _, err := d.cli.Revoke(ctx, ls.id); err != nil && !isLeaseNotFound(err) {
-			errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(ls.id), err))
-		}
+		wg.Go(func() {
+			if _, err := d.cli.Revoke(ctx, ls.id); err != nil && !isLeaseNotFound(err) {
+				errMu.Lock()
+				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(ls.id), err))
+				errMu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	if d.owned {
 		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			errs = append(errs, fmt.Errorf("etcdlock: close: %w", err))

@@ -340,8 +340,16 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 // cleanup frees what an acquisition that fails may have stored, if it is
 // still ours. Best effort: if the server cannot be reached either, the item
 // expires after its TTL.
+//
+// It runs in the background, counted in d.ops so that Close waits for it:
+// on a dead connection it takes a whole Timeout, which the caller, who may
+// have given up, does not wait for.
 func (d *Driver) cleanup(l backend.Lock) {
-	_ = d.release(context.Background(), l)
+	d.ops.Add(1)
+	go func() {
+		defer d.ops.Done()
+		_ = d.release(context.Background(), l)
+	}()
 }
 
 // nextFence draws the fencing token for a holder of key: incr on the key's
