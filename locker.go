@@ -206,12 +206,17 @@ func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() { stop(); cancel(); c.ops.Done() }, nil
 }
 
-// closeDrainTimeout bounds how long Close waits, after closing the driver,
-// for driver calls that outlived their contexts.
-const closeDrainTimeout = time.Second
+// closeDrainBy is when, after it began, Close stops waiting for driver
+// calls that outlived their contexts (closing the driver should have ended
+// them): Close's whole budget is 3 s, and the driver's Close may have used
+// up to 2 s of it after the releases' 1 s.
+const closeDrainBy = 2500 * time.Millisecond
 
 // waitAtMost waits for wg, for at most d.
 func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	t := time.NewTimer(d)
@@ -228,9 +233,9 @@ const maxClosing = 64
 // Close releases every lock the Client holds (their Lost channels close with
 // ErrClosed), ends waiting acquisitions with ErrClosed, stops the watchdog
 // and closes the driver. Later calls return ErrClosed. Close is idempotent.
-// It returns within about 3 seconds, the store reachable or not: calls in
-// flight end within a round trip, the releases get 1 second, and the
-// driver's Close 2 more (see backend.Driver).
+// It returns within 3 seconds, the store reachable or not, given a driver
+// that keeps its contract (see backend.Driver): calls in flight end within
+// a round trip, the releases get 1 second, the driver's Close up to 2 more.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -244,6 +249,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 
+	began := time.Now()
 	c.cancel()
 	c.ops.Wait() // calls in flight return as their contexts end
 	c.dog.stop()
@@ -265,7 +271,8 @@ func (c *Client) Close() error {
 	err := c.drv.Close()
 	// Closing the driver ends the calls that outlived their contexts; a
 	// driver that breaks that promise must not hang Close.
-	waitAtMost(&c.dog.busy, closeDrainTimeout)
-	waitAtMost(&c.bg, closeDrainTimeout)
+	drainUntil := began.Add(closeDrainBy)
+	waitAtMost(&c.dog.busy, time.Until(drainUntil))
+	waitAtMost(&c.bg, time.Until(drainUntil))
 	return err
 }

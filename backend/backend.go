@@ -82,11 +82,17 @@ func ClockMargin(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 
+// CancelGrace is how long a driver may spend, after its caller's context
+// ended, cleaning up what the call left in the store (a queue entry, an
+// ambiguous write) before it returns; what is not done by then it finishes
+// in the background. So a cancelled call returns within CancelGrace.
+const CancelGrace = 200 * time.Millisecond
+
 // Driver is the required interface. Its methods are called concurrently.
 //
 // Every method that takes a context returns within one store round trip
-// after ctx is done (cancelled or past its deadline), even when the
-// connection is dead: no store call outlives its ctx's deadline, whatever
+// (and at most CancelGrace) after ctx is done (cancelled or past its
+// deadline), even when the connection is dead: no store call outlives its ctx's deadline, whatever
 // the client library's own timeouts. The locker package bounds a lock's
 // validity by its own clock and gives up on a call that does not return in
 // time, but a call that outlives its context still holds a connection and

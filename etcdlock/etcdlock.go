@@ -94,10 +94,6 @@ const idleLease = time.Minute
 // (deleting a cancelled waiter's entry, revoking leases on Close).
 const opTimeout = 5 * time.Second
 
-// cancelGrace bounds the clean-up a cancelled call makes before it
-// returns (the contract: 100 ms plus one round trip).
-const cancelGrace = 100 * time.Millisecond
-
 // closeRevokeTimeout bounds the lease revocations of Close.
 const closeRevokeTimeout = time.Second
 
@@ -414,7 +410,7 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	if ctx.Err() != nil {
 		// The caller gave up: a store that answers gets one round trip,
 		// one that does not is left to the sweep.
-		timeout = cancelGrace
+		timeout = backend.CancelGrace
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()

@@ -362,8 +362,8 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) 
 	case <-ctx.Done():
 		close(gaveUp)
 		// Usually one round trip: wait, so that nothing is left behind
-		// when we return.
-		t := time.NewTimer(d.ttl)
+		// when we return; on a dead connection the background finishes.
+		t := time.NewTimer(min(d.ttl, backend.CancelGrace))
 		defer t.Stop()
 		select {
 		case <-finished:
@@ -587,11 +587,12 @@ func (d *Driver) deleteQuiet(path string) {
 	}
 }
 
-// abandon deletes a queue node we no longer want; when that fails for want
-// of a connection, it keeps trying in the background for as long as the
-// node's session may live.
+// abandon deletes a queue node we no longer want; when that does not
+// succeed within a grace (the caller, who may have cancelled, does not wait
+// for a store that may not answer), it keeps trying in the background for
+// as long as the node's session may live.
 func (d *Driver) abandon(e *entry) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), min(d.ttl, backend.CancelGrace))
 	defer cancel()
 	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
 	if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {

@@ -21,6 +21,9 @@ const (
 	DefaultRoot           = "/locker"
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultConnectTimeout = 5 * time.Second
+
+	// closeBudget bounds Close, as backend.Driver asks.
+	closeBudget = 2 * time.Second
 )
 
 // ErrSessionExpired is wrapped by the error of an acquisition whose
@@ -433,9 +436,13 @@ func (d *Driver) Close() error {
 	d.mu.Unlock()
 	close(d.done)
 	if d.own {
+		// One budget for the whole Close (backend.Driver: 2 s): the zk
+		// client's Close alone may wait a second for the server, and a
+		// cut-off one takes its time to stop its goroutines.
+		until := time.Now().Add(closeBudget)
 		d.conn.Close()
-		d.wg.Wait()
-		d.drainEvents(5 * time.Second)
+		waitTimeout(&d.wg, time.Until(until)-closeBudget/4)
+		d.drainEvents(time.Until(until))
 		return nil
 	}
 	// The caller's connection lives on: delete our nodes, briefly.
