@@ -131,14 +131,14 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if !e.first {
 		pred, _, _, err := d.predecessor(ctx, e)
 		if err != nil {
-			d.abandon(e)
+			d.abandon(e, d.quickWait())
 			if errors.Is(err, errGone) {
 				err = d.goneErr(e)
 			}
 			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
 		}
 		if pred != "" {
-			d.abandon(e)
+			d.abandon(e, d.quickWait())
 			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
 		}
 	}
@@ -175,8 +175,11 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 		}
 		if err == nil && p != pred {
 			pred, predCh = "", nil
+			if d.testHookWatch != nil {
+				d.testHookWatch()
+			}
 			var ch <-chan zk.Event
-			if ch, err = d.watch(ctx, e.parent+"/"+p); err == nil && ch == nil {
+			if ch, err = d.watch(ctx, e, p); err == nil && ch == nil {
 				continue // gone meanwhile: look again
 			}
 			if err == nil {
@@ -186,11 +189,13 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 		if err == nil && p2 != pred2 {
 			pred2, pred2Ch = "", nil
 			if p2 != "" {
-				ch, werr := d.watch(ctx, e.parent+"/"+p2)
+				ch, werr := d.watch(ctx, e, p2)
 				if werr == nil && ch == nil {
 					continue
 				}
-				if werr == nil { // else wait without it
+				if errors.Is(werr, errGone) {
+					err = werr
+				} else if werr == nil { // else wait without it
 					pred2, pred2Ch = p2, ch
 				}
 			}
@@ -209,44 +214,44 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 			case ev = <-pred2Ch:
 				pred2, pred2Ch = "", nil
 			case <-ctx.Done():
-				d.abandon(e)
+				d.abandon(e, d.quickWait())
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 			case <-d.done:
-				d.abandon(e)
+				d.abandon(e, d.quickWait())
 				return backend.Grant{}, d.closedErr("acquire")
 			}
 			switch {
 			case ev.Type != zk.EventNotWatching:
 				continue
 			case errors.Is(ev.Err, zk.ErrSessionExpired):
-				d.abandon(e)
+				d.abandon(e, d.quickWait())
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
 			default:
-				d.abandon(e)
+				d.abandon(e, d.quickWait())
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
 			}
 		}
 		switch {
 		case errors.Is(err, errGone):
-			d.abandon(e)
+			d.abandon(e, d.quickWait())
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", d.goneErr(e))
 		case ctx.Err() != nil:
-			d.abandon(e)
+			d.abandon(e, d.quickWait())
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 		case d.isClosed():
-			d.abandon(e)
+			d.abandon(e, d.quickWait())
 			return backend.Grant{}, d.closedErr("acquire")
 		case transient(err):
 			// A disconnect: our node lives as long as the session does.
 			if !retry.sleep(ctx.Done(), d.done) {
-				d.abandon(e)
+				d.abandon(e, d.quickWait())
 				if ctx.Err() != nil {
 					return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 				}
 				return backend.Grant{}, d.closedErr("acquire")
 			}
 		default:
-			d.abandon(e)
+			d.abandon(e, d.quickWait())
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
 		}
 	}
@@ -261,12 +266,23 @@ func (d *Driver) goneErr(e *entry) error {
 	return fmt.Errorf("%w: the queue node %s was deleted by someone else", backend.ErrNotAcquired, e.path())
 }
 
-// watch sets a watch on a node; a nil channel means the node is gone.
-func (d *Driver) watch(ctx context.Context, path string) (<-chan zk.Event, error) {
+// watch sets a watch on node name of e's queue; a nil channel means the
+// node is gone. errGone means e's session ended before the watch was set.
+//
+// A request that the zk client holds while it reconnects is sent on
+// whatever session it then has. Set on a new session, the watch outlives
+// e's node, and the zk client never reports the old session's expiry to
+// it: the waiter would wait for a predecessor that may never go. So the
+// session must be e's after the answer (ids only move forward: it was e's
+// all along).
+func (d *Driver) watch(ctx context.Context, e *entry, name string) (<-chan zk.Event, error) {
 	return call(ctx, d, func() (<-chan zk.Event, error) {
 		// GetW, not ExistsW: it sets no watch on a missing node, which
 		// would never fire (sequence numbers are not reused) and pile up.
-		_, _, ch, err := d.conn.GetW(path)
+		_, _, ch, err := d.conn.GetW(e.parent + "/" + name)
+		if d.conn.SessionID() != e.session {
+			return nil, errGone
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, nil
 		}
@@ -277,18 +293,19 @@ func (d *Driver) watch(ctx context.Context, path string) (<-chan zk.Event, error
 // grant records e as held by l.Token.
 func (d *Driver) grant(e *entry, l backend.Lock, op string) (backend.Grant, error) {
 	if d.conn.SessionID() != e.session {
-		d.abandon(e)
+		d.abandon(e, d.quickWait())
 		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
 	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		d.abandon(e)
+		d.abandon(e, d.quickWait())
 		return backend.Grant{}, d.closedErr(op)
 	}
 	d.holds[l.Token] = &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
 	d.mu.Unlock()
-	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl)}, nil
+	sid := e.session
+	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), Contact: func() time.Time { return d.contactOf(sid) }}, nil
 }
 
 // predecessor lists the queue and returns the node just ahead of e ("" when
@@ -349,7 +366,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) 
 		case <-taken:
 		case <-gaveUp:
 			if e != nil {
-				d.abandon(e) // the caller left: take back what we made
+				d.abandon(e, 0) // the caller left: take back what we made
 			}
 		}
 	}) {
@@ -362,8 +379,9 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) 
 	case <-ctx.Done():
 		close(gaveUp)
 		// Usually one round trip: wait, so that nothing is left behind
-		// when we return.
-		t := time.NewTimer(d.ttl)
+		// when we return, but not for a dead connection's timeout (the
+		// node, if any, is deleted in the background).
+		t := time.NewTimer(d.quickWait())
 		defer t.Stop()
 		select {
 		case <-finished:
@@ -396,10 +414,12 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 	}
 	for {
 		sid := d.conn.SessionID()
-		res, err := d.conn.Multi(
-			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-			&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
-		)
+		res, err := request(d, func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(
+				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+				&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
+			)
+		})
 		if err == nil && (len(res) != 2 || res[1].Stat == nil || !strings.HasPrefix(res[0].String, parent+"/")) {
 			err = fmt.Errorf("unexpected multi response %+v", res)
 			uncertain = true
@@ -454,6 +474,9 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 			return giveUp(fmt.Errorf("create the queue node: %w", err))
 		}
 		if !retry.sleep(stop, d.done) {
+			if d.isClosed() {
+				return giveUp(backend.ErrClosed)
+			}
 			return giveUp(fmt.Errorf("create the queue node: gave up: %w", err))
 		}
 	}
@@ -587,17 +610,28 @@ func (d *Driver) deleteQuiet(path string) {
 	}
 }
 
-// abandon deletes a queue node we no longer want; when that fails for want
-// of a connection, it keeps trying in the background for as long as the
+// abandon deletes a queue node we no longer want. It waits at most wait
+// for the delete's answer; the delete goes on in the background, and when
+// it fails for want of a connection, it is retried for as long as the
 // node's session may live.
-func (d *Driver) abandon(e *entry) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.ttl)
-	defer cancel()
-	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
-	if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+func (d *Driver) abandon(e *entry, wait time.Duration) {
+	done := make(chan struct{})
+	if !d.spawn(func() {
+		defer close(done)
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
+		if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+			return
+		}
+		d.reapHash(e.parent, hashOf(e.name), e.session)
+	}) {
 		return
 	}
-	d.spawn(func() { d.reapHash(e.parent, hashOf(e.name), e.session) })
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 func hashOf(name string) string {
