@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +71,15 @@ func (d *Driver) parentPath(key string) string { return d.root + "/" + backend.E
 
 // transient reports whether err means "could not tell, try again".
 func transient(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+	return connLost(err) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// connLost reports whether a request failed with its connection, so that
+// the server may or may not have run it. The zk client reports a request
+// whose write failed with the write's own error, not ErrConnectionClosed.
+func connLost(err error) bool {
+	var ne net.Error
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.As(err, &ne)
 }
 
 func (d *Driver) closedErr(op string) error {
@@ -456,7 +465,7 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return giveUp(err)
 			}
 			continue
-		case errors.Is(err, zk.ErrConnectionClosed):
+		case connLost(err):
 			// The server may have made the node before the connection
 			// dropped: look for it by its hash.
 			uncertain = true
