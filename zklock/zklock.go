@@ -91,7 +91,8 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithDialer makes the connection the driver opens dial servers with d
 // (for TLS, proxies, tests). The driver wraps the connections it returns to
-// time its contact with the server.
+// read the session's timeout and to cut them on Close; d should honour its
+// timeout argument, since Close cannot interrupt a dial in progress.
 func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dialer = d } }
 
 // DigestACL returns the ACL WithDigestAuth uses: every permission for the
