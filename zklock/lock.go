@@ -140,18 +140,18 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if !e.first {
 		pred, _, _, err := d.predecessor(ctx, e)
 		if err != nil {
-			d.abandon(e, d.quickWait())
+			d.abandon(ctx, e)
 			if errors.Is(err, errGone) {
 				err = d.goneErr(e)
 			}
 			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
 		}
 		if pred != "" {
-			d.abandon(e, d.quickWait())
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
 		}
 	}
-	return d.grant(e, l, "try-acquire")
+	return d.grant(ctx, e, l, "try-acquire")
 }
 
 // Acquire queues a node for l.Key and waits, watching only the node just
@@ -223,48 +223,48 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 			case ev = <-pred2Ch:
 				pred2, pred2Ch = "", nil
 			case <-ctx.Done():
-				d.abandon(e, d.quickWait())
+				d.abandon(ctx, e)
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 			case <-d.done:
-				d.abandon(e, d.quickWait())
+				d.abandon(ctx, e)
 				return backend.Grant{}, d.closedErr("acquire")
 			}
 			switch {
 			case ev.Type != zk.EventNotWatching:
 				continue
 			case errors.Is(ev.Err, zk.ErrSessionExpired):
-				d.abandon(e, d.quickWait())
+				d.abandon(ctx, e)
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
 			default:
-				d.abandon(e, d.quickWait())
+				d.abandon(ctx, e)
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
 			}
 		}
 		switch {
 		case errors.Is(err, errGone):
-			d.abandon(e, d.quickWait())
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", d.goneErr(e))
 		case ctx.Err() != nil:
-			d.abandon(e, d.quickWait())
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 		case d.isClosed():
-			d.abandon(e, d.quickWait())
+			d.abandon(ctx, e)
 			return backend.Grant{}, d.closedErr("acquire")
 		case transient(err):
 			// A disconnect: our node lives as long as the session does.
 			if !retry.sleep(ctx.Done(), d.done) {
-				d.abandon(e, d.quickWait())
+				d.abandon(ctx, e)
 				if ctx.Err() != nil {
 					return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 				}
 				return backend.Grant{}, d.closedErr("acquire")
 			}
 		default:
-			d.abandon(e, d.quickWait())
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
 		}
 	}
-	return d.grant(e, l, "acquire")
+	return d.grant(ctx, e, l, "acquire")
 }
 
 // goneErr explains why our queue node disappeared.
@@ -300,15 +300,15 @@ func (d *Driver) watch(ctx context.Context, e *entry, name string) (<-chan zk.Ev
 }
 
 // grant records e as held by l.Token.
-func (d *Driver) grant(e *entry, l backend.Lock, op string) (backend.Grant, error) {
+func (d *Driver) grant(ctx context.Context, e *entry, l backend.Lock, op string) (backend.Grant, error) {
 	if d.conn.SessionID() != e.session {
-		d.abandon(e, d.quickWait())
+		d.abandon(ctx, e)
 		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
 	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		d.abandon(e, d.quickWait())
+		d.abandon(ctx, e)
 		return backend.Grant{}, d.closedErr(op)
 	}
 	d.holds[l.Token] = &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
@@ -375,7 +375,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) 
 		case <-taken:
 		case <-gaveUp:
 			if e != nil {
-				d.abandon(e, 0) // the caller left: take back what we made
+				d.abandonAsync(e) // the caller left: take back what we made
 			}
 		}
 	}) {
@@ -619,11 +619,35 @@ func (d *Driver) deleteQuiet(path string) {
 	}
 }
 
-// abandon deletes a queue node we no longer want. It waits at most wait
-// for the delete's answer; the delete goes on in the background, and when
-// it fails for want of a connection, it is retried for as long as the
-// node's session may live.
-func (d *Driver) abandon(e *entry, wait time.Duration) {
+// abandon deletes a queue node we no longer want, for a call that is
+// about to return: it waits for the delete's answer, but once ctx is done
+// only for quickWait (100 ms and a round trip), so that a caller who gave
+// up is not held by a dead connection. The delete goes on in the
+// background (see abandonAsync).
+func (d *Driver) abandon(ctx context.Context, e *entry) {
+	done := d.abandonAsync(e)
+	t := time.NewTimer(d.ttl)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+		return
+	case <-d.done:
+		return
+	case <-ctx.Done():
+	}
+	t.Reset(d.quickWait())
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// abandonAsync deletes a queue node in the background; when that fails for
+// want of a connection, it retries for as long as the node's session may
+// live. The channel is closed once it is done.
+func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
 	done := make(chan struct{})
 	if !d.spawn(func() {
 		defer close(done)
@@ -633,14 +657,9 @@ func (d *Driver) abandon(e *entry, wait time.Duration) {
 		}
 		d.reapHash(e.parent, hashOf(e.name), e.session)
 	}) {
-		return
+		close(done)
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	return done
 }
 
 func hashOf(name string) string {
