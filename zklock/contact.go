@@ -91,8 +91,8 @@ func (d *Driver) quickWait() time.Duration {
 
 // pinger keeps the contact fresh while the connection is quiet: an Exists
 // on the root, a read that the connected server answers without a quorum,
-// every pingPeriod, and at once when the zk client has a session again
-// after a reconnection. The zk client pings too (every third of the
+// every pingPeriod, and soon (resumeDelay) after the zk client has a
+// session again following a reconnection. The zk client pings too (every third of the
 // timeout), but its answers are not visible from outside it.
 //
 // The period is a quarter of the session timeout. The driver declares a
@@ -111,6 +111,8 @@ func (d *Driver) pinger() {
 			return
 		case <-t.C:
 		case <-d.resumed:
+			t.Reset(resumeDelay)
+			continue
 		}
 		_, _ = request(d, func() (bool, error) {
 			ok, _, err := d.conn.Exists(d.root)
@@ -121,6 +123,13 @@ func (d *Driver) pinger() {
 }
 
 func (d *Driver) pingPeriod() time.Duration { return d.ttl / 4 }
+
+// resumeDelay: the ping after a reconnection waits until the zk client
+// has sent its watches again. Its answer, arriving while the zk client
+// builds that request, would meet a data race of the zk client (lastZxid,
+// written by its receive loop and read by sendSetWatches unlocked;
+// go-zookeeper/zk#35), which -race reports.
+const resumeDelay = 50 * time.Millisecond
 
 // resume wakes the pinger; it never blocks (the zk client calls it).
 func (d *Driver) resume() {

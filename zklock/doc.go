@@ -91,8 +91,8 @@
 // events and other bytes the server sends unasked do not count, since
 // they say nothing of when it last heard from the driver. To keep the
 // contact fresh on a quiet connection, the driver reads the root node
-// (Exists) every quarter of the timeout, and at once when the zk client
-// has a session again after a reconnection. A waiter whose session
+// (Exists) every quarter of the timeout, and 50 ms after the zk client
+// has a session again following a reconnection. A waiter whose session
 // expires gets an error wrapping ErrSessionExpired, and its node is gone
 // with the session.
 //
