@@ -128,6 +128,11 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if grant.TTL > h.ttl {
 		h.ttl = grant.TTL
 	}
+	// A session may be shorter than the lock's TTL: its own timeout counts.
+	h.session = h.ttl
+	if grant.SessionTTL > 0 {
+		h.session = grant.SessionTTL
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

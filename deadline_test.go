@@ -67,6 +67,7 @@ func TestLostFiresAtTheDeadlineWhileARefreshHangs(t *testing.T) {
 // session reports a session whose last answered request the test sets.
 type session struct {
 	backend.Driver
+	ttl     time.Duration // the session's timeout; zero: the lock's TTL
 	mu      sync.Mutex
 	contact time.Time
 }
@@ -76,7 +77,7 @@ func (s *session) SessionTTL() time.Duration { return time.Second }
 func (s *session) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
 	s.set(time.Now())
 	g, err := s.Driver.TryAcquire(ctx, l)
-	g.Contact = s.last
+	g.Contact, g.SessionTTL = s.last, s.ttl
 	return g, err
 }
 
@@ -291,5 +292,24 @@ func TestCloseIsBounded(t *testing.T) {
 		if !errors.Is(l.Err(), locker.ErrClosed) {
 			t.Fatalf("Err after Close = %v, want ErrClosed", l.Err())
 		}
+	}
+}
+
+func TestSessionShorterThanTTLCounts(t *testing.T) {
+	const sessionTTL = 400 * time.Millisecond
+	d := &session{Driver: memlock.New(memlock.NewStore()), ttl: sessionTTL}
+	c := newClientOn(t, d)
+	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := d.last()
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lost never fired: the lock's 30 s TTL was taken for the 400 ms session's")
+	}
+	if late := time.Since(last.Add(sessionTTL - backend.ClockMargin(sessionTTL))); late > 100*time.Millisecond {
+		t.Fatalf("lost fired %v after the session's deadline", late)
 	}
 }

@@ -24,6 +24,7 @@ type hold struct {
 	fence   uint64
 	ttl     time.Duration
 	contact func() time.Time // the session's last answered request; nil unless session-backed
+	session time.Duration    // the session's timeout, with contact
 	ready   chan struct{}    // closed when the first acquisition ends, either way
 	ok      bool             // the first acquisition succeeded
 
@@ -136,7 +137,7 @@ func (h *hold) sessionUntil() time.Time {
 	if t.IsZero() {
 		return t
 	}
-	return t.Add(h.ttl - backend.ClockMargin(h.ttl))
+	return t.Add(h.session - backend.ClockMargin(h.session))
 }
 
 // Lock is a held lock. Each successful Acquire returns its own Lock; a

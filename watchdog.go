@@ -221,7 +221,7 @@ func (w *watchdog) checkSession(h *hold, now time.Time) {
 	case until.IsZero():
 		h.lose(fmt.Errorf("locker: %q: %w: its session ended", h.name, ErrLost))
 	case !now.Before(until):
-		h.lose(fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.ttl))
+		h.lose(fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.session))
 	default:
 		h.mu.Lock()
 		if until.After(h.validUntil) {

@@ -65,12 +65,17 @@ type Grant struct {
 	// It returns when the driver sent the latest request on this lock's
 	// session that the server answered: a keepalive, a ping or any call.
 	// The server counts the session's timeout from no earlier than that,
-	// so the lock lives at least until Contact() + TTL. Only answered
+	// so the lock lives at least until Contact() + SessionTTL. Only answered
 	// requests count: a watch event or other bytes the server sends
 	// unasked prove nothing about when it last heard from the client. It
 	// returns the zero time once the driver knows the session has ended.
 	// It is called from any goroutine, often, and must not block.
 	Contact func() time.Time
+	// SessionTTL, with Contact, is the session's timeout: how long the
+	// server keeps the lock after its last contact. It may be shorter than
+	// TTL (a ZooKeeper session of 10 s holds a lock asked for 30 s as long
+	// as the session lives). Zero means TTL.
+	SessionTTL time.Duration
 }
 
 // ClockMargin is how much sooner than the store the client gives a lock up:
@@ -149,8 +154,8 @@ type Notifier interface {
 // Session is implemented by drivers whose locks are kept alive by a
 // server-side session that the driver maintains itself (an etcd lease, a
 // ZooKeeper session). The locker package then schedules no per-lock
-// refresh. It declares a lock lost when Grant.Contact() + TTL -
-// ClockMargin(TTL) has passed, whatever the driver is doing; the driver
+// refresh. It declares a lock lost when Grant.Contact() + SessionTTL -
+// ClockMargin(SessionTTL) has passed, whatever the driver is doing; the driver
 // reports losses it learns of sooner (an expired session, a deleted node)
 // through Lock.OnLost.
 type Session interface {

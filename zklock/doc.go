@@ -82,12 +82,28 @@
 // A disconnect means "maybe lost": the zk client resumes the session on
 // any server of the ensemble, and the locks are kept. The lock is reported
 // lost (Lock.OnLost, hence locker's Lost channel and Do's context) when
-// the session expires, which the driver learns when it reconnects, or
-// when the server has been silent for nine tenths of the session timeout,
-// after which the session may have expired without the driver being able
-// to hear of it. A waiter whose session expires gets an error wrapping
-// ErrSessionExpired, and its node is gone with the session.
+// the session expires, which the driver learns when it reconnects, or at
+// the session's deadline: when the driver sent the latest request on the
+// session that the server answered (Grant.Contact), plus the session
+// timeout, less backend.ClockMargin (a hundredth of it and 2 ms). The
+// server expires the session a timeout after the last request it
+// received, which it received no earlier than the driver sent it; watch
+// events and other bytes the server sends unasked do not count, since
+// they say nothing of when it last heard from the driver. To keep the
+// contact fresh on a quiet connection, the driver reads the root node
+// (Exists) every quarter of the timeout, and 50 ms after the zk client
+// has a session again following a reconnection. A waiter whose session
+// expires gets an error wrapping ErrSessionExpired, and its node is gone
+// with the session.
 //
+// A waiter whose context ends returns within 100 ms and one round trip,
+// connection dead or alive; when its queue node could not be deleted by
+// then, the driver keeps deleting it in the background for as long as
+// the session may live. Close returns within 2 seconds, connection dead
+// or alive: on its own connection it sends the close request (which frees
+// the locks at once), gives the server a second to answer, then cuts the
+// connection; no goroutine of the driver or of the zk client is left.
+
 // # ACLs
 //
 // With a user and password (the URL's userinfo, or WithDigestAuth), the
@@ -103,12 +119,14 @@
 //
 // ZooKeeper's guarantees are the session's: a holder partitioned from the
 // ensemble keeps believing it holds the lock until its driver declares it
-// lost (nine tenths of the session timeout after the server's last word),
-// while the server may expire the session, and grant the lock to another,
-// one session timeout after the last request it received. The margin
-// between the two is a tenth of the timeout, less the network delay, and a
-// paused process (GC, swap) can overrun it: use the fence. With a
-// connection passed to New, the driver can only poll the connection's
-// state, and declares locks lost a third of the session timeout after it
-// sees the connection drop, which is earlier but coarser.
+// lost, a session timeout less the clock margin after it sent its latest
+// request that the server answered, while the server may expire the
+// session, and grant the lock to another, a session timeout after the
+// last request it received, which is later. The margin assumes the
+// server's clock runs at most 1% faster than the client's; a paused
+// process (GC, swap) can overrun it: use the fence. With a connection
+// passed to New, the driver learns of an expired session only by polling
+// the connection (every tenth of the timeout, at most a second) or when a
+// request finds a new session, and Close cannot interrupt calls on that
+// connection: they end with the zk client's own timeouts.
 package zklock

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +71,15 @@ func (d *Driver) parentPath(key string) string { return d.root + "/" + backend.E
 
 // transient reports whether err means "could not tell, try again".
 func transient(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+	return connLost(err) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// connLost reports whether a request failed with its connection, so that
+// the server may or may not have run it. The zk client reports a request
+// whose write failed with the write's own error, not ErrConnectionClosed.
+func connLost(err error) bool {
+	var ne net.Error
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.As(err, &ne)
 }
 
 func (d *Driver) closedErr(op string) error {
@@ -131,18 +140,18 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if !e.first {
 		pred, _, _, err := d.predecessor(ctx, e)
 		if err != nil {
-			d.abandon(e)
+			d.abandon(ctx, e)
 			if errors.Is(err, errGone) {
 				err = d.goneErr(e)
 			}
 			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
 		}
 		if pred != "" {
-			d.abandon(e)
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
 		}
 	}
-	return d.grant(e, l, "try-acquire")
+	return d.grant(ctx, e, l, "try-acquire")
 }
 
 // Acquire queues a node for l.Key and waits, watching only the node just
@@ -175,8 +184,11 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 		}
 		if err == nil && p != pred {
 			pred, predCh = "", nil
+			if d.testHookWatch != nil {
+				d.testHookWatch()
+			}
 			var ch <-chan zk.Event
-			if ch, err = d.watch(ctx, e.parent+"/"+p); err == nil && ch == nil {
+			if ch, err = d.watch(ctx, e, p); err == nil && ch == nil {
 				continue // gone meanwhile: look again
 			}
 			if err == nil {
@@ -186,11 +198,13 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 		if err == nil && p2 != pred2 {
 			pred2, pred2Ch = "", nil
 			if p2 != "" {
-				ch, werr := d.watch(ctx, e.parent+"/"+p2)
+				ch, werr := d.watch(ctx, e, p2)
 				if werr == nil && ch == nil {
 					continue
 				}
-				if werr == nil { // else wait without it
+				if errors.Is(werr, errGone) {
+					err = werr
+				} else if werr == nil { // else wait without it
 					pred2, pred2Ch = p2, ch
 				}
 			}
@@ -209,48 +223,48 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, er
 			case ev = <-pred2Ch:
 				pred2, pred2Ch = "", nil
 			case <-ctx.Done():
-				d.abandon(e)
+				d.abandon(ctx, e)
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 			case <-d.done:
-				d.abandon(e)
+				d.abandon(ctx, e)
 				return backend.Grant{}, d.closedErr("acquire")
 			}
 			switch {
 			case ev.Type != zk.EventNotWatching:
 				continue
 			case errors.Is(ev.Err, zk.ErrSessionExpired):
-				d.abandon(e)
+				d.abandon(ctx, e)
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w while waiting (its queue node is gone)", ErrSessionExpired)
 			default:
-				d.abandon(e)
+				d.abandon(ctx, e)
 				return backend.Grant{}, fmt.Errorf("zklock: acquire: %w (connection closed while waiting)", backend.ErrClosed)
 			}
 		}
 		switch {
 		case errors.Is(err, errGone):
-			d.abandon(e)
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", d.goneErr(e))
 		case ctx.Err() != nil:
-			d.abandon(e)
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 		case d.isClosed():
-			d.abandon(e)
+			d.abandon(ctx, e)
 			return backend.Grant{}, d.closedErr("acquire")
 		case transient(err):
 			// A disconnect: our node lives as long as the session does.
 			if !retry.sleep(ctx.Done(), d.done) {
-				d.abandon(e)
+				d.abandon(ctx, e)
 				if ctx.Err() != nil {
 					return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", context.Cause(ctx))
 				}
 				return backend.Grant{}, d.closedErr("acquire")
 			}
 		default:
-			d.abandon(e)
+			d.abandon(ctx, e)
 			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
 		}
 	}
-	return d.grant(e, l, "acquire")
+	return d.grant(ctx, e, l, "acquire")
 }
 
 // goneErr explains why our queue node disappeared.
@@ -261,12 +275,23 @@ func (d *Driver) goneErr(e *entry) error {
 	return fmt.Errorf("%w: the queue node %s was deleted by someone else", backend.ErrNotAcquired, e.path())
 }
 
-// watch sets a watch on a node; a nil channel means the node is gone.
-func (d *Driver) watch(ctx context.Context, path string) (<-chan zk.Event, error) {
+// watch sets a watch on node name of e's queue; a nil channel means the
+// node is gone. errGone means e's session ended before the watch was set.
+//
+// A request that the zk client holds while it reconnects is sent on
+// whatever session it then has. Set on a new session, the watch outlives
+// e's node, and the zk client never reports the old session's expiry to
+// it: the waiter would wait for a predecessor that may never go. So the
+// session must be e's after the answer (ids only move forward: it was e's
+// all along).
+func (d *Driver) watch(ctx context.Context, e *entry, name string) (<-chan zk.Event, error) {
 	return call(ctx, d, func() (<-chan zk.Event, error) {
 		// GetW, not ExistsW: it sets no watch on a missing node, which
 		// would never fire (sequence numbers are not reused) and pile up.
-		_, _, ch, err := d.conn.GetW(path)
+		_, _, ch, err := d.conn.GetW(e.parent + "/" + name)
+		if d.conn.SessionID() != e.session {
+			return nil, errGone
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil, nil
 		}
@@ -275,20 +300,21 @@ func (d *Driver) watch(ctx context.Context, path string) (<-chan zk.Event, error
 }
 
 // grant records e as held by l.Token.
-func (d *Driver) grant(e *entry, l backend.Lock, op string) (backend.Grant, error) {
+func (d *Driver) grant(ctx context.Context, e *entry, l backend.Lock, op string) (backend.Grant, error) {
 	if d.conn.SessionID() != e.session {
-		d.abandon(e)
+		d.abandon(ctx, e)
 		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
 	}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		d.abandon(e)
+		d.abandon(ctx, e)
 		return backend.Grant{}, d.closedErr(op)
 	}
 	d.holds[l.Token] = &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
 	d.mu.Unlock()
-	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl)}, nil
+	sid := e.session
+	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
 }
 
 // predecessor lists the queue and returns the node just ahead of e ("" when
@@ -349,7 +375,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) 
 		case <-taken:
 		case <-gaveUp:
 			if e != nil {
-				d.abandon(e) // the caller left: take back what we made
+				d.abandonAsync(e) // the caller left: take back what we made
 			}
 		}
 	}) {
@@ -362,8 +388,9 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) 
 	case <-ctx.Done():
 		close(gaveUp)
 		// Usually one round trip: wait, so that nothing is left behind
-		// when we return; on a dead connection the background finishes.
-		t := time.NewTimer(min(d.ttl, backend.CancelGrace))
+		// when we return, but not for a dead connection's timeout (the
+		// node, if any, is deleted in the background).
+		t := time.NewTimer(d.quickWait())
 		defer t.Stop()
 		select {
 		case <-finished:
@@ -396,10 +423,12 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 	}
 	for {
 		sid := d.conn.SessionID()
-		res, err := d.conn.Multi(
-			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-			&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
-		)
+		res, err := request(d, func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(
+				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+				&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
+			)
+		})
 		if err == nil && (len(res) != 2 || res[1].Stat == nil || !strings.HasPrefix(res[0].String, parent+"/")) {
 			err = fmt.Errorf("unexpected multi response %+v", res)
 			uncertain = true
@@ -436,7 +465,7 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return giveUp(err)
 			}
 			continue
-		case errors.Is(err, zk.ErrConnectionClosed):
+		case connLost(err):
 			// The server may have made the node before the connection
 			// dropped: look for it by its hash.
 			uncertain = true
@@ -454,6 +483,9 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 			return giveUp(fmt.Errorf("create the queue node: %w", err))
 		}
 		if !retry.sleep(stop, d.done) {
+			if d.isClosed() {
+				return giveUp(backend.ErrClosed)
+			}
 			return giveUp(fmt.Errorf("create the queue node: gave up: %w", err))
 		}
 	}
@@ -587,18 +619,47 @@ func (d *Driver) deleteQuiet(path string) {
 	}
 }
 
-// abandon deletes a queue node we no longer want; when that does not
-// succeed within a grace (the caller, who may have cancelled, does not wait
-// for a store that may not answer), it keeps trying in the background for
-// as long as the node's session may live.
-func (d *Driver) abandon(e *entry) {
-	ctx, cancel := context.WithTimeout(context.Background(), min(d.ttl, backend.CancelGrace))
-	defer cancel()
-	_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
-	if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+// abandon deletes a queue node we no longer want, for a call that is
+// about to return: it waits for the delete's answer, but once ctx is done
+// only for quickWait (100 ms and a round trip), so that a caller who gave
+// up is not held by a dead connection. The delete goes on in the
+// background (see abandonAsync).
+func (d *Driver) abandon(ctx context.Context, e *entry) {
+	done := d.abandonAsync(e)
+	t := time.NewTimer(d.ttl)
+	defer t.Stop()
+	select {
+	case <-done:
 		return
+	case <-t.C:
+		return
+	case <-d.done:
+		return
+	case <-ctx.Done():
 	}
-	d.spawn(func() { d.reapHash(e.parent, hashOf(e.name), e.session) })
+	t.Reset(d.quickWait())
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// abandonAsync deletes a queue node in the background; when that fails for
+// want of a connection, it retries for as long as the node's session may
+// live. The channel is closed once it is done.
+func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
+	done := make(chan struct{})
+	if !d.spawn(func() {
+		defer close(done)
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
+		if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+			return
+		}
+		d.reapHash(e.parent, hashOf(e.name), e.session)
+	}) {
+		close(done)
+	}
+	return done
 }
 
 func hashOf(name string) string {

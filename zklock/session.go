@@ -4,15 +4,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
 
 // monitor reports lost locks: when the session that owns their nodes has
-// expired (the zk client then opens a new one), or when the server has
-// been silent for so long that it may have expired the session. A
-// disconnect alone loses nothing: the nodes live while the session can be
-// resumed, and the zk client resumes it on any server of the ensemble.
+// ended (the zk client then opens a new one), or when the last request
+// the server answered on it was sent so long ago that the server may have
+// expired it. A disconnect alone loses nothing: the nodes live while the
+// session can be resumed, and the zk client resumes it on any server of
+// the ensemble.
 func (d *Driver) monitor() {
 	poll := min(max(d.ttl/10, 10*time.Millisecond), time.Second)
 	t := time.NewTimer(poll)
@@ -31,23 +31,16 @@ func (d *Driver) monitor() {
 
 // check fires OnLost for every lock whose session is gone or may be, and
 // returns when to look again.
+//
+// The server expires a session one timeout after it last heard from the
+// client, which is no earlier than when the driver sent the latest request
+// it answered (the contact); ClockMargin covers the server's clock running
+// faster than ours and timer slack.
 func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
-	state, sid := d.conn.State(), d.conn.SessionID()
-	// The server expires a session ttl after it last heard from us, which
-	// was before it last answered: keep a tenth of the ttl as margin.
-	var deadline time.Time
-	if d.wire != nil {
-		deadline = d.wire.lastContact().Add(d.ttl - d.ttl/10)
-	} else {
-		// Polling a caller's connection: a drop is noticed up to 2/3 of
-		// the ttl after the server's last word (the zk client's read
-		// timeout), and we see it up to a poll later.
-		if state == zk.StateHasSession {
-			d.lastGood = now
-		}
-		deadline = d.lastGood.Add(d.ttl/3 - poll)
-	}
-	silent := !now.Before(deadline)
+	sid := d.conn.SessionID()
+	at := d.contactOf(sid)
+	deadline := at.Add(d.ttl - backend.ClockMargin(d.ttl))
+	silent := at.IsZero() || !now.Before(deadline)
 
 	type loss struct {
 		f   func(error)
@@ -64,7 +57,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 		case h.session != sid:
 			err = fmt.Errorf("zklock: %w: session %#x expired", backend.ErrLost, h.session)
 		case silent:
-			err = fmt.Errorf("zklock: %w: no word from ZooKeeper for about the session timeout (%v): the session may have expired", backend.ErrLost, d.ttl)
+			err = fmt.Errorf("zklock: %w: no answer from ZooKeeper to a request sent in the last session timeout (%v): the session may have expired", backend.ErrLost, d.ttl)
 		default:
 			continue
 		}

@@ -10,12 +10,13 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// wire watches the bytes of a connection the driver opened: when the server
-// last said anything (the session lives session-timeout after the server's
-// last contact), and the connect response (the negotiated timeout, the
-// session's id and password), which the zk package keeps to itself.
+// wire watches the bytes of a connection the driver opened: the connect
+// response (the negotiated timeout, the session's id and password), which
+// the zk package keeps to itself, and the requests written. It does not
+// time the session: bytes read include watch events, which the server
+// sends unasked and which prove nothing about when it last heard from the
+// driver (see contact).
 type wire struct {
-	lastRead  atomic.Int64 // unix nanoseconds
 	timeoutMs atomic.Int32
 
 	mu        sync.Mutex
@@ -78,9 +79,6 @@ func (w *wire) dialer(dial zk.Dialer) zk.Dialer {
 	}
 }
 
-// lastContact returns when the server last sent anything.
-func (w *wire) lastContact() time.Time { return time.Unix(0, w.lastRead.Load()) }
-
 // credentials returns the session's id and password, as the server last
 // granted them.
 func (w *wire) credentials() (int64, []byte) {
@@ -109,7 +107,6 @@ func (c *wireConn) Write(p []byte) (int, error) {
 func (c *wireConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		c.w.lastRead.Store(time.Now().UnixNano())
 		if !c.parsed {
 			c.head = append(c.head, p[:n]...)
 			c.parse()

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -21,9 +21,6 @@ const (
 	DefaultRoot           = "/locker"
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultConnectTimeout = 5 * time.Second
-
-	// closeBudget bounds Close, as backend.Driver asks.
-	closeBudget = 2 * time.Second
 )
 
 // ErrSessionExpired is wrapped by the error of an acquisition whose
@@ -94,7 +91,8 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithDialer makes the connection the driver opens dial servers with d
 // (for TLS, proxies, tests). The driver wraps the connections it returns to
-// time its contact with the server.
+// read the session's timeout and to cut them on Close; d should honour its
+// timeout argument, since Close cannot interrupt a dial in progress.
 func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dialer = d } }
 
 // DigestACL returns the ACL WithDigestAuth uses: every permission for the
@@ -119,7 +117,9 @@ type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
 	events <-chan zk.Event // own connections: closed when conn's goroutines end
-	wire   *wire           // own connections: contact times, session credentials
+	wire   *wire           // own connections: session timeout and credentials
+	dialed *dialed         // own connections: what Close cuts
+	hosts  *hostList       // own connections
 	root   string
 	acl    []zk.ACL
 	ttl    time.Duration // the negotiated session timeout
@@ -135,7 +135,11 @@ type Driver struct {
 	done   chan struct{}    // closed by Close
 	wake   chan struct{}    // session events for the monitor
 
-	lastGood time.Time // user connections: when the monitor last saw a session; monitor goroutine only
+	last    atomic.Pointer[contact] // the latest answered request
+	shut    atomic.Bool             // Close has begun
+	resumed chan struct{}           // a session again: ping now
+
+	testHookWatch func() // tests: called before a waiter watches its predecessor
 }
 
 var (
@@ -260,18 +264,22 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	d := newDriver(cfg)
 	d.own = true
 	d.wire = &wire{}
-	dial := cfg.dialer
-	if dial == nil {
-		dial = net.DialTimeout
-	}
+	d.dialed = newDialed()
+	d.hosts = &hostList{}
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithLogger(zkLogger{cfg.logger}),
 		zk.WithLogInfo(false),
-		zk.WithDialer(d.wire.dialer(dial)),
-		zk.WithHostProvider(&hostList{}),
-		zk.WithEventCallback(func(zk.Event) { d.poke() }),
+		zk.WithDialer(d.wire.dialer(d.dialed.dialer(cfg.dialer))),
+		zk.WithHostProvider(d.hosts),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				d.resume()
+			}
+			d.poke()
+		}),
 	)
 	if err != nil {
+		d.dialed.cut()
 		return nil, fmt.Errorf("zklock: connect: %w", err)
 	}
 	d.conn, d.events = conn, events
@@ -279,8 +287,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	wctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	fail := func(err error) (*Driver, error) {
-		conn.Close()
-		d.drainEvents(2 * time.Second)
+		d.closeConn()
 		return nil, err
 	}
 	if err := waitSession(wctx, conn); err != nil {
@@ -304,11 +311,10 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 // driver does not close conn. The session timeout it reports is the one
 // conn negotiated, or WithSessionTimeout's when given.
 //
-// Loss detection is coarser than with Dial: the driver sees the connection
-// state only by polling it, so it declares its locks lost a third of the
-// session timeout after it sees the connection drop, unless the session is
-// back by then (a dropped connection is noticed up to two thirds of the
-// timeout after the server's last word).
+// The driver times its locks as with Dial, from the requests it sends on
+// conn and their answers (see the package doc), but sees an expired
+// session only when it polls conn (every tenth of the timeout, at most a
+// second) or when one of its requests finds a new session.
 func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zklock: New: nil *zk.Conn: %w", backend.ErrUnsupported)
@@ -333,7 +339,6 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if d.ttl <= 0 {
 		return nil, fmt.Errorf("zklock: New: cannot read the session timeout of the connection; pass WithSessionTimeout: %w", backend.ErrUnsupported)
 	}
-	d.lastGood = time.Now()
 	d.start()
 	return d, nil
 }
@@ -361,11 +366,13 @@ func newDriver(cfg config) *Driver {
 		parents: map[string]struct{}{},
 		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
+		resumed: make(chan struct{}, 1),
 	}
 }
 
 func (d *Driver) start() {
 	d.spawn(d.monitor)
+	d.spawn(d.pinger)
 }
 
 // waitSession waits until conn has a session.
@@ -420,29 +427,34 @@ func (d *Driver) poke() {
 	}
 }
 
+// closeLimit bounds Close, connection dead or alive.
+const closeLimit = 2 * time.Second
+
 // Close ends the driver: a connection it opened is closed, which ends its
 // session and so frees its locks at once; on a connection the caller
-// passed, it deletes the nodes of its locks. It stops every goroutine it
-// started. Later calls return ErrClosed.
+// passed, it deletes the nodes of its locks. It returns within two
+// seconds, connection dead or alive. On a connection it opened, no
+// goroutine of the driver or of the zk client is left when it returns; on
+// the caller's connection, calls it cannot interrupt end with the zk
+// client's own timeouts. Later calls return ErrClosed.
 func (d *Driver) Close() error {
+	start := time.Now()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
 	}
 	d.closed = true
+	d.shut.Store(true)
 	holds := d.holds
 	d.holds = map[string]*held{}
 	d.mu.Unlock()
 	close(d.done)
 	if d.own {
-		// One budget for the whole Close (backend.Driver: 2 s): the zk
-		// client's Close alone may wait a second for the server, and a
-		// cut-off one takes its time to stop its goroutines.
-		until := time.Now().Add(closeBudget)
-		d.conn.Close()
-		waitTimeout(&d.wg, time.Until(until)-closeBudget/4)
-		d.drainEvents(time.Until(until))
+		d.closeConn()
+		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
+			d.log.Debug("zklock: close: a call of the driver is still running")
+		}
 		return nil
 	}
 	// The caller's connection lives on: delete our nodes, briefly.
@@ -454,14 +466,46 @@ func (d *Driver) Close() error {
 			_ = d.conn.Delete(h.path, -1)
 		}()
 	}
-	waitTimeout(&wg, d.ttl)
-	d.wg.Wait()
+	waitTimeout(&wg, closeLimit/2)
+	if !waitTimeout(&d.wg, closeLimit-100*time.Millisecond-time.Since(start)) {
+		d.log.Debug("zklock: close: a call on the connection is still running")
+	}
 	return nil
+}
+
+// closeConn closes the driver's own connection within closeLimit. The zk
+// client sends a close request, which ends the session at once, and waits
+// up to a second for the answer (up to three when requests are queued);
+// it then stops only once its connection fails, which takes up to two
+// thirds of the session timeout on a dead one. So: a second for the
+// polite close, then cut the connections and refuse new ones.
+func (d *Driver) closeConn() {
+	start := time.Now()
+	polite := make(chan struct{})
+	go func() {
+		defer close(polite)
+		d.conn.Close()
+	}()
+	t := time.NewTimer(closeLimit / 2)
+	defer t.Stop()
+	select {
+	case <-polite:
+	case <-t.C:
+	}
+	d.hosts.stop()
+	d.dialed.cut()
+	d.drainEvents(closeLimit - 100*time.Millisecond - time.Since(start))
+	t.Reset(max(closeLimit-100*time.Millisecond-time.Since(start), 0))
+	select {
+	case <-polite:
+	case <-t.C:
+		d.log.Debug("zklock: the zk client is still sending its close request")
+	}
 }
 
 // drainEvents waits, bounded, until the zk client's goroutines end.
 func (d *Driver) drainEvents(limit time.Duration) {
-	t := time.NewTimer(limit)
+	t := time.NewTimer(max(limit, 0))
 	defer t.Stop()
 	for {
 		select {
@@ -476,14 +520,17 @@ func (d *Driver) drainEvents(limit time.Duration) {
 	}
 }
 
-func waitTimeout(wg *sync.WaitGroup, limit time.Duration) {
+// waitTimeout waits for wg, at most limit; false if it gave up.
+func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 	ch := make(chan struct{})
 	go func() { wg.Wait(); close(ch) }()
-	t := time.NewTimer(limit)
+	t := time.NewTimer(max(limit, 0))
 	defer t.Stop()
 	select {
 	case <-ch:
+		return true
 	case <-t.C:
+		return false
 	}
 }
 
@@ -506,6 +553,15 @@ type hostList struct {
 	servers []string
 	curr    int
 	tried   int
+	stopped bool
+}
+
+// stop makes every later Next a "retry start", where the zk client checks
+// whether it was told to close.
+func (h *hostList) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
 }
 
 func (h *hostList) Init(servers []string) error {
@@ -528,7 +584,7 @@ func (h *hostList) Next() (string, bool) {
 	n := len(h.servers)
 	h.curr = (h.curr + 1) % n
 	h.tried++
-	return h.servers[h.curr], h.tried > 2*n && (h.tried-1)%n == 0
+	return h.servers[h.curr], h.stopped || h.tried > 2*n && (h.tried-1)%n == 0
 }
 
 func (h *hostList) Connected() {

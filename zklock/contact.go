@@ -1,0 +1,140 @@
+package zklock
+
+import (
+	"errors"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// contact is the latest request on a session that the server answered:
+// the session, when the request was handed to the zk client (no later
+// than it was sent, so no later than the server's own count of the
+// session's timeout starts), and how long the answer took.
+//
+// Only answered requests count. A watch event, or any byte the server sends
+// unasked, proves nothing about when it last heard from us: a partition of
+// the client-to-server direction lets events through while the server
+// counts down the session.
+type contact struct {
+	sid  int64
+	sent time.Time
+	rtt  time.Duration
+}
+
+// answered reports whether err is the server's answer to a request (a
+// success, or a refusal such as "no node"), as opposed to the zk client's
+// report of a lost connection or session.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNodeExists) ||
+		errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoAuth)
+}
+
+// request runs f, one request on the connection, and counts it as contact
+// when the server answered it on the session that was current before it
+// was sent. Session ids only move forward (an expired session's id never
+// comes back), so the same id before and after means the request went out
+// and came back on that session.
+func request[T any](d *Driver, f func() (T, error)) (T, error) {
+	sid, sent := d.conn.SessionID(), time.Now()
+	v, err := f()
+	if sid != 0 && answered(err) {
+		d.touch(sid, sent, time.Since(sent))
+	}
+	return v, err
+}
+
+// touch records an answered request sent at sent on session sid.
+func (d *Driver) touch(sid int64, sent time.Time, rtt time.Duration) {
+	n := &contact{sid: sid, sent: sent, rtt: rtt}
+	for {
+		cur := d.last.Load()
+		if cur != nil && cur.sid == sid && !sent.After(cur.sent) {
+			return
+		}
+		// Checked here, not only before: a touch of a session that has
+		// just ended must not replace one of its successor.
+		if d.conn.SessionID() != sid {
+			return
+		}
+		if d.last.CompareAndSwap(cur, n) {
+			if cur != nil && cur.sid != sid {
+				d.poke() // a new session: the monitor reports the old one's locks
+			}
+			return
+		}
+	}
+}
+
+// contactOf is Grant.Contact for a lock of session sid: when the driver
+// sent the latest request on that session that the server answered; zero
+// once the driver knows the session ended (expired, replaced, or closed
+// with the driver).
+func (d *Driver) contactOf(sid int64) time.Time {
+	c := d.last.Load()
+	if c == nil || c.sid != sid || d.shut.Load() || d.conn.SessionID() != sid {
+		return time.Time{}
+	}
+	return c.sent
+}
+
+// quickWait is how long a caller who gave up waits for the clean-up of its
+// queue node: 100 ms plus one round trip, as last measured. When that is
+// not enough (a dead connection), the clean-up goes on in the background.
+func (d *Driver) quickWait() time.Duration {
+	rtt := time.Duration(0)
+	if c := d.last.Load(); c != nil {
+		rtt = min(c.rtt, d.ttl/2)
+	}
+	return 100*time.Millisecond + rtt
+}
+
+// pinger keeps the contact fresh while the connection is quiet: an Exists
+// on the root, a read that the connected server answers without a quorum,
+// every pingPeriod, and soon (resumeDelay) after the zk client has a
+// session again following a reconnection. The zk client pings too (every third of the
+// timeout), but its answers are not visible from outside it.
+//
+// The period is a quarter of the session timeout. The driver declares a
+// lock lost at contact + timeout - ClockMargin, and the contact is at most
+// a period plus a round trip old while the connection is healthy, so a
+// false loss takes an answer about three quarters of the timeout late;
+// the zk client drops a connection that has been silent for two thirds of
+// the timeout and reconnects, after which the driver pings at once. It
+// costs four reads per timeout (0.4 per second at 10 s).
+func (d *Driver) pinger() {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+		case <-d.resumed:
+			t.Reset(resumeDelay)
+			continue
+		}
+		_, _ = request(d, func() (bool, error) {
+			ok, _, err := d.conn.Exists(d.root)
+			return ok, err
+		})
+		t.Reset(d.pingPeriod())
+	}
+}
+
+func (d *Driver) pingPeriod() time.Duration { return d.ttl / 4 }
+
+// resumeDelay: the ping after a reconnection waits until the zk client
+// has sent its watches again. Its answer, arriving while the zk client
+// builds that request, would meet a data race of the zk client (lastZxid,
+// written by its receive loop and read by sendSetWatches unlocked;
+// go-zookeeper/zk#35), which -race reports.
+const resumeDelay = 50 * time.Millisecond
+
+// resume wakes the pinger; it never blocks (the zk client calls it).
+func (d *Driver) resume() {
+	select {
+	case d.resumed <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,326 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// TestWatchEventIsNoContact: partitioned from the server in the
+// client-to-server direction just before a watch event reaches it, a
+// holder is told its lock is lost by the deadline its last answered
+// request sets, before another client gets the lock. The server expires
+// the session one timeout after it last heard from the holder; the event
+// it sent since proves nothing about that.
+func TestWatchEventIsNoContact(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	p := newProxy(t, servers[0])
+	holder := dial(t, []string{p.addr()})
+	other, next := dial(t, servers), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	lockA, lockB := lockFor(t, uniqueKey(t)), lockFor(t, uniqueKey(t))
+	lostAt := make(chan time.Time, 1)
+	lockA.OnLost = func(error) { lostAt <- time.Now() }
+	if _, err := holder.TryAcquire(ctx, lockA); err != nil {
+		t.Fatal(err)
+	}
+	// The holder waits for B, held by other: it watches other's node.
+	if _, err := other.TryAcquire(ctx, lockB); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	waited := make(chan error, 1)
+	go func() {
+		_, err := holder.Acquire(wctx, lockFor(t, lockB.Key))
+		waited <- err
+	}()
+	for entries(t, other, lockB.Key) != 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the watch is set
+	gotAt := make(chan time.Time, 1)
+	go func() {
+		if _, err := next.Acquire(ctx, lockFor(t, lockA.Key)); err != nil {
+			t.Error(err)
+		}
+		gotAt <- time.Now()
+	}()
+
+	p.blackhole(true, false)
+	cutAt := time.Now() // every answered request was sent before this
+	time.Sleep(testTimeout / 4)
+	if err := other.Release(ctx, lockB); err != nil { // the watch event
+		t.Fatal(err)
+	}
+	var lost, got time.Time
+	select {
+	case lost = <-lostAt:
+	case <-time.After(3 * testTimeout):
+		t.Fatal("no lost signal")
+	}
+	select {
+	case got = <-gotAt:
+	case <-time.After(3 * testTimeout):
+		t.Fatal("the next client never got the lock")
+	}
+	t.Logf("cut off at 0, watch event at %v, lost signal at %v, the next client got the lock at %v (session timeout %v)",
+		testTimeout/4, lost.Sub(cutAt), got.Sub(cutAt), testTimeout)
+	// The deadline is contact + timeout - margin, and the contact was
+	// before the cut; 250 ms is for timer and scheduling slack.
+	if limit := testTimeout - backend.ClockMargin(testTimeout) + 250*time.Millisecond; lost.Sub(cutAt) > limit {
+		t.Errorf("lost signal %v after the cut, want at most %v: the watch event counted as contact", lost.Sub(cutAt), limit)
+	}
+	if !lost.Before(got) {
+		t.Errorf("two holders: the next client got the lock %v before the holder was told", lost.Sub(got))
+	}
+	wcancel()
+	select {
+	case <-waited:
+	case <-time.After(time.Second):
+		t.Error("the holder's waiter did not return after its context ended")
+	}
+}
+
+// TestWaiterCancelCutOff: a waiter cut off from the server returns within
+// 100 ms and a round trip of its context's end, whether it was waiting
+// for its turn or still creating its queue node, and once the connection
+// is back its node is gone.
+func TestWaiterCancelCutOff(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	for _, stage := range []string{"waiting", "creating"} {
+		t.Run(stage, func(t *testing.T) {
+			p := newProxy(t, servers[0])
+			waiter := dial(t, []string{p.addr()})
+			holder := dial(t, servers)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			key := uniqueKey(t)
+			if _, err := holder.TryAcquire(ctx, lockFor(t, key)); err != nil {
+				t.Fatal(err)
+			}
+			rttStart := time.Now()
+			if _, _, err := waiter.conn.Exists("/"); err != nil {
+				t.Fatal(err)
+			}
+			rtt := time.Since(rttStart)
+			sid := waiter.conn.SessionID()
+
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			done := make(chan error, 1)
+			if stage == "creating" {
+				p.blackhole(true, true)
+			}
+			go func() {
+				_, err := waiter.Acquire(wctx, lockFor(t, key))
+				done <- err
+			}()
+			if stage == "waiting" {
+				for entries(t, holder, key) != 2 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				time.Sleep(200 * time.Millisecond) // the watch is set
+				p.blackhole(true, true)
+			} else {
+				time.Sleep(200 * time.Millisecond) // the create is on its way
+			}
+			wcancel()
+			cancelled := time.Now()
+			// 100 ms and a round trip, plus 150 ms for scheduling slack.
+			limit := 100*time.Millisecond + rtt + 150*time.Millisecond
+			select {
+			case err := <-done:
+				took := time.Since(cancelled)
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Acquire = %v, want context.Canceled", err)
+				}
+				t.Logf("Acquire returned %v after the cancel (round trip %v)", took, rtt)
+				if took > limit {
+					t.Errorf("Acquire returned %v after the cancel, want at most %v", took, limit)
+				}
+			case <-time.After(3 * testTimeout):
+				t.Fatal("Acquire did not return after the cancel")
+			}
+			// The connection comes back: the zk client resumes the session
+			// on a new connection, and the node goes.
+			p.blackhole(false, false)
+			p.cut()
+			deadline := time.Now().Add(2 * testTimeout)
+			for entries(t, holder, key) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d nodes in the queue %v after the connection came back, want the holder's only", entries(t, holder, key), 2*testTimeout)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("session lived on: %v", waiter.conn.SessionID() == sid)
+		})
+	}
+}
+
+// TestWatchSetOnNewSession: the waiter's session expires between its
+// listing of the queue and its watch on its predecessor, and the zk client
+// sends the watch on its new session. The waiter must report the expiry,
+// not wait for a predecessor that never goes (the CI flake of
+// TestWaiterSessionExpires, made certain).
+func TestWatchSetOnNewSession(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	holder, waiter := dial(t, servers), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	if _, err := holder.TryAcquire(ctx, lockFor(t, key)); err != nil {
+		t.Fatal(err)
+	}
+	_, g := drivers.bySession(waiter.conn.SessionID())
+	hooked := make(chan error, 1)
+	waiter.testHookWatch = func() {
+		waiter.testHookWatch = nil // the waiter's goroutine only
+		sid := waiter.conn.SessionID()
+		_, passwd := waiter.wire.credentials()
+		g.close() // the waiter reconnects only once the hook returns
+		err := expireSession(servers, sid, passwd)
+		for deadline := time.Now().Add(5 * time.Second); err == nil && waiter.conn.State() == zk.StateHasSession; {
+			if time.Now().After(deadline) {
+				err = errors.New("the waiter's connection stayed up")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		go func() {
+			time.Sleep(100 * time.Millisecond) // the watch request is queued
+			g.open()
+		}()
+		hooked <- err
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, lockFor(t, key))
+		done <- err
+	}()
+	if err := <-hooked; err != nil {
+		g.open()
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("Acquire = %v, want ErrSessionExpired", err)
+		}
+	case <-time.After(3 * testTimeout):
+		t.Fatal("the waiter still waits: it watches its predecessor on a new session")
+	}
+	if n := entries(t, holder, key); n != 1 {
+		t.Fatalf("%d nodes in the queue, want the holder's only", n)
+	}
+}
+
+// zkGoroutines counts the goroutines of the zk client and of the driver,
+// leaving out the tests' own.
+func zkGoroutines() (int, string) {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "zklock.(*proxy)") {
+			continue
+		}
+		if strings.Contains(g, "github.com/go-zookeeper/zk.") || strings.Contains(g, "locker/zklock.(*") {
+			n++
+			found = append(found, g)
+		}
+	}
+	return n, strings.Join(found, "\n\n")
+}
+
+// TestCloseCutOff: Close of a driver cut off from the server returns
+// within 2 s, whether its connection is up but silent or it is
+// reconnecting into silence, and leaves no goroutine of its own or of the
+// zk client behind. Not parallel: it counts goroutines.
+func TestCloseCutOff(t *testing.T) {
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	for _, state := range []string{"connected", "reconnecting"} {
+		t.Run(state, func(t *testing.T) {
+			holder := dial(t, servers)
+			before, _ := zkGoroutines()
+			p := newProxy(t, servers[0])
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			d, err := dialDriver(ctx, []string{p.addr()}, WithSessionTimeout(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := uniqueKey(t)
+			if _, err := holder.TryAcquire(ctx, lockFor(t, key)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.TryAcquire(ctx, lockFor(t, uniqueKey(t))); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan error, 1)
+			go func() {
+				_, err := d.Acquire(ctx, lockFor(t, key))
+				waited <- err
+			}()
+			for entries(t, holder, key) != 2 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			p.blackhole(true, true)
+			if state == "reconnecting" {
+				p.cut()
+				for deadline := time.Now().Add(5 * time.Second); d.conn.State() == zk.StateHasSession; {
+					if time.Now().After(deadline) {
+						t.Fatal("the driver did not notice the cut")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(200 * time.Millisecond) // the new connection waits for its answer
+			}
+			start := time.Now()
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			t.Logf("Close took %v", took)
+			if took > closeLimit {
+				t.Errorf("Close took %v, want at most %v", took, closeLimit)
+			}
+			select {
+			case err := <-waited:
+				if !errors.Is(err, backend.ErrClosed) {
+					t.Errorf("Acquire during Close = %v, want ErrClosed", err)
+				}
+			case <-time.After(time.Second):
+				t.Error("Acquire did not return after Close")
+			}
+			// Goroutines that have done their last step may take a moment
+			// to end.
+			var n int
+			var stacks string
+			for range 20 {
+				if n, stacks = zkGoroutines(); n <= before {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n > before {
+				t.Errorf("%d goroutines of the driver or the zk client after Close, %d before:\n%s", n, before, stacks)
+			}
+		})
+	}
+}
