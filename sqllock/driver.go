@@ -36,7 +36,7 @@ type Driver struct {
 	bg        sync.WaitGroup // undos of ambiguous acquisitions
 
 	schemaOK atomic.Bool
-	schemaMu sync.Mutex
+	schemaMu chan struct{} // held (full) while one call checks or creates the table
 
 	lis *listener
 }
@@ -112,7 +112,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	if err := checkIdent("schema", cfg.schema, true); err != nil {
 		return nil, err
 	}
-	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: postgresDialect(cfg.schema, cfg.table)}
+	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: postgresDialect(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.lis = newListener(d)
 	return d, nil
@@ -152,6 +152,18 @@ func (d *Driver) begin(op string) error {
 	return nil
 }
 
+// call returns a context for one call that also ends at Close, so that
+// Close unblocks calls in flight on a pool it did not open (its own pool's
+// connections it cuts), and the stop function that frees it.
+func (d *Driver) call(ctx context.Context) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(d.ctx, func() { cancel(backend.ErrClosed) })
+	return cctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
 // TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
 // UPDATE that takes the row only when it is free or expired by the server's
 // clock, and bumps its version, the fence.
@@ -163,6 +175,8 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if err := d.begin("acquire"); err != nil {
 		return backend.Grant{}, err
 	}
+	ctx, stop := d.call(ctx)
+	defer stop()
 	if err := d.ensureSchema(ctx); err != nil {
 		return backend.Grant{}, err
 	}
@@ -210,6 +224,8 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	if err := d.begin("refresh"); err != nil {
 		return err
 	}
+	ctx, stop := d.call(ctx)
+	defer stop()
 	if err := d.ensureSchema(ctx); err != nil {
 		return err
 	}
@@ -244,6 +260,8 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 	if err := d.begin("refresh"); err != nil {
 		return fail(err)
 	}
+	ctx, stop := d.call(ctx)
+	defer stop()
 	if err := d.ensureSchema(ctx); err != nil {
 		return fail(err)
 	}
@@ -299,6 +317,8 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 	if err := d.begin("release"); err != nil {
 		return err
 	}
+	ctx, stop := d.call(ctx)
+	defer stop()
 	if err := d.ensureSchema(ctx); err != nil {
 		return err
 	}
@@ -369,6 +389,8 @@ func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
 	if err := d.begin("inspect"); err != nil {
 		return Info{}, err
 	}
+	ctx, stop := d.call(ctx)
+	defer stop()
 	if err := d.ensureSchema(ctx); err != nil {
 		return Info{}, err
 	}
@@ -441,8 +463,14 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	if d.schemaOK.Load() {
 		return nil
 	}
-	d.schemaMu.Lock()
-	defer d.schemaMu.Unlock()
+	// A channel, not a mutex: a call whose context ends while another one
+	// checks the table on a dead connection returns at once.
+	select {
+	case d.schemaMu <- struct{}{}:
+	case <-ctx.Done():
+		return d.wrap("schema", context.Cause(ctx))
+	}
+	defer func() { <-d.schemaMu }()
 	if d.schemaOK.Load() {
 		return nil
 	}

@@ -53,6 +53,11 @@ type listener struct {
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// socks tracks the listening connections when the pool is the
+	// caller's (the driver's own pool tracks them already), so that close
+	// cuts them: pgx closes a broken connection in the background, with a
+	// cancel request and a drain of up to 15 s each on a dead network.
+	socks *sockets
 
 	mu        sync.Mutex
 	closed    bool
@@ -65,7 +70,7 @@ type listener struct {
 }
 
 func newListener(d *Driver) *listener {
-	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}}
+	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, socks: newSockets()}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
@@ -144,6 +149,7 @@ func (l *listener) close() {
 	l.closed = true
 	l.mu.Unlock()
 	l.cancel()
+	l.socks.closeAll()
 	l.wg.Wait()
 }
 
@@ -263,7 +269,8 @@ func (l *listener) connect() (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()
 	pc := l.d.pool.Config()
-	cc := pc.ConnConfig
+	cc := pc.ConnConfig // a copy, as pc is
+	cc.DialFunc = l.socks.wrap(cc.DialFunc)
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, err

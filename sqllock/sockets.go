@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -26,12 +27,20 @@ var errDriverClosed = errors.New("sqllock: driver closed")
 // track makes cfg's connections (those of the pool and of the listener,
 // which copies the pool's configuration) dial through s.
 func track(cfg *pgxpool.Config) *sockets {
-	s := &sockets{open: map[*socket]struct{}{}}
-	dial := cfg.ConnConfig.DialFunc
+	s := newSockets()
+	cfg.ConnConfig.DialFunc = s.wrap(cfg.ConnConfig.DialFunc)
+	return s
+}
+
+func newSockets() *sockets { return &sockets{open: map[*socket]struct{}{}} }
+
+// wrap returns a dial function that dials with dial (the default dialer if
+// nil) and tracks the connection in s.
+func (s *sockets) wrap(dial pgconn.DialFunc) pgconn.DialFunc {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -46,7 +55,6 @@ func track(cfg *pgxpool.Config) *sockets {
 		s.open[sc] = struct{}{}
 		return sc, nil
 	}
-	return s
 }
 
 // closeAll cuts every tracked connection and refuses new ones.
