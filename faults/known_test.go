@@ -14,14 +14,6 @@ var knownBugs = map[string]string{
 	"redis/waiter-cut-off-cancelled": "go-redis reads a blocked socket until its ReadTimeout and does not watch the context's cancellation, " +
 		"so a waiter whose first try hangs on a dead connection returns 10 s after cancel",
 	"redis-fair/waiter-cut-off-cancelled": "the fair queue's calls go through go-redis too (see redis/waiter-cut-off-cancelled): 9.7 s after cancel",
-	// A server restarted without persistence forgets every lock at once;
-	// the holder learns of it at its next refresh, up to TTL/3 later, and
-	// another client can take the name meanwhile. The fix: the driver
-	// notices the restart (Redis run_id, memcached uptime) on reconnect and
-	// fires the lost signal at once.
-	"redis/server-restarted":      "the holder learns of a restart without persistence at its next refresh (up to TTL/3): two holders until then",
-	"redis-fair/server-restarted": "as redis/server-restarted (27 ms of overlap seen)",
-	"memcached/server-restarted":  "as redis/server-restarted (138 ms of overlap seen)",
 	// Seen in 2 of about 8 runs, before and after the zklock session work:
 	// no overlap, but the waiter never gets the lock after the server
 	// resumes from a pause longer than the session timeout.

@@ -127,6 +127,12 @@ func expiration(ttl time.Duration, now time.Time) (exp int32, eff time.Duration,
 type Driver struct {
 	mc  *memcache.Client
 	own bool // we made mc, so Close closes it
+	// servers is mc's server list when Open made it (see young); nil
+	// for New.
+	servers memcache.ServerSelector
+	// restartMax caps how long a young server refuses (see young);
+	// < 0: no cap, the lock's TTL.
+	restartMax time.Duration
 
 	mu     sync.Mutex
 	closed bool
@@ -270,9 +276,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFence(l.Key)
+	fence, err := d.nextFence(l.Key, eff)
 	if err != nil {
-		return fail(fmt.Errorf("memcachelock: acquire: fence: %w", err))
+		return fail(err)
 	}
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
@@ -394,7 +400,10 @@ func (d *Driver) cleanup(l backend.Lock) {
 // Where the lock item and the counter live on different servers (the client
 // hashes each key on its own), none of this changes: the argument only uses
 // the order of the operations, which one client issues one after another.
-func (d *Driver) nextFence(key string) (uint64, error) {
+//
+// A missing counter may mean that the server restarted: it is seeded only
+// if the server has run for the TTL (see young).
+func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 	fk := fenceKey(key)
 	for range maxAttempts {
 		n, err := d.incr(fk)
@@ -402,16 +411,19 @@ func (d *Driver) nextFence(key string) (uint64, error) {
 		case err == nil:
 			return n, nil
 		case !errors.Is(err, memcache.ErrCacheMiss):
-			return 0, fmt.Errorf("incr: %w", err)
+			return 0, fmt.Errorf("memcachelock: acquire: fence: incr: %w", err)
+		}
+		if err := d.young(fk, ttl); err != nil {
+			return 0, err
 		}
 		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
 		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: fenceExpiration})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
-			return 0, fmt.Errorf("seed: %w", err)
+			return 0, fmt.Errorf("memcachelock: acquire: fence: seed: %w", err)
 		}
 		// Seeded, by us or by a concurrent seeder: incr again.
 	}
-	return 0, errors.New("the counter kept disappearing")
+	return 0, errors.New("memcachelock: acquire: fence: the counter kept disappearing")
 }
 
 // Refresh extends the lock with gets and cas: the cas succeeds only if the

@@ -14,7 +14,7 @@ import (
 )
 
 // Usage is the URL form this package registers.
-const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2]  or  memcache:///path/to/memcached.sock"
+const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2&restart_delay=1m]  or  memcache:///path/to/memcached.sock"
 
 const defaultPort = "11211"
 
@@ -27,6 +27,9 @@ func init() {
 // timeout, the read, write and dial timeout of each call (default 500ms);
 // max_idle, the idle connections kept per server (default 2). Open pings
 // every server, each within the timeout, and fails if one does not answer.
+// restart_delay caps how long a server that started recently refuses names
+// it has no fence counter for (default: the lock's TTL; 0: never, for
+// servers that cannot have lost a holder's item; see restart.go).
 func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	servers, err := parseServers(u)
 	if err != nil {
@@ -35,6 +38,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	p := backend.NewParams(u)
 	timeout := p.Duration("timeout", memcache.DefaultTimeout)
 	maxIdle := p.Int("max_idle", memcache.DefaultMaxIdleConns)
+	restart := p.Duration("restart_delay", -1)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
@@ -63,7 +67,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		mc.Close()
 		return nil, fmt.Errorf("memcachelock: open %s: %w", u.Redacted(), err)
 	}
-	return &Driver{mc: mc, own: true}, nil
+	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart}, nil
 }
 
 // parseServers reads the server list from u's host (or a socket path).

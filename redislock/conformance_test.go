@@ -19,8 +19,16 @@ import (
 type harness struct{ admin *redis.Client }
 
 func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
+	return Open(ctx, "redis://"+testenv.RedisAddr()+"/0", suiteRestartDelay)
 }
+
+// suiteRestartDelay keeps the restart check on (every name of the suite is
+// new, so every first acquisition reads the server's uptime) but caps it at
+// a second: the suite asks for TTLs up to 720h, which a server started less
+// than 720h ago would refuse by default. The shared servers run for longer
+// than a second before any test. The quorum's members are restarted by
+// other tests of this package, so its suite runs with the check off.
+var suiteRestartDelay = WithRestartDelay(time.Second)
 
 func (h harness) Expire(ctx context.Context, key string) error {
 	return expireLock(ctx, h.admin, key)
@@ -68,7 +76,7 @@ func (h *quorumHarness) url() string {
 }
 
 func (h *quorumHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return OpenQuorum(ctx, h.url())
+	return OpenQuorum(ctx, h.url(), WithRestartDelay(0))
 }
 
 func (h *quorumHarness) Expire(ctx context.Context, key string) error {
@@ -129,7 +137,7 @@ type clusterHarness struct {
 }
 
 func (h clusterHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return Open(ctx, h.url)
+	return Open(ctx, h.url, suiteRestartDelay)
 }
 
 func (h clusterHarness) Expire(ctx context.Context, key string) error {
@@ -156,7 +164,7 @@ type fairHarness struct {
 }
 
 func (h fairHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return OpenFair(ctx, h.url)
+	return OpenFair(ctx, h.url, suiteRestartDelay)
 }
 
 func (h fairHarness) Expire(ctx context.Context, key string) error {

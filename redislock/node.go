@@ -36,14 +36,14 @@ var (
 
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript("local restart_delay = tonumber(ARGV[4])\n" + acquireLua)
 	refreshScript = redis.NewScript(refreshLua)
 	releaseScript = redis.NewScript("local function next_waiter() return '' end\n" + releaseLua)
 	raiseScript   = redis.NewScript(raiseLua)
 
 	// Fair mode's scripts share queue.lua; fair acquire runs the plain
 	// acquire script as a function, for the head of the queue only.
-	fairAcquireScript = redis.NewScript(queueLua + "local function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
+	fairAcquireScript = redis.NewScript(queueLua + "local restart_delay = tonumber(ARGV[7])\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
 	fairReleaseScript = redis.NewScript(queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
 	leaveScript       = redis.NewScript(queueLua + leaveLua)
 )
@@ -82,6 +82,8 @@ type node struct {
 	ring   bool   // *redis.Ring: subscriptions must be routed per channel
 	log    *slog.Logger
 	linger time.Duration
+	// restartMax caps restartDelay; < 0: no cap.
+	restartMax time.Duration
 
 	checkCancel context.CancelFunc
 	closeOnce   sync.Once
@@ -96,12 +98,13 @@ type node struct {
 func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 	_, ring := rdb.(*redis.Ring)
 	return &node{
-		rdb:    rdb,
-		owned:  owned,
-		ring:   ring,
-		log:    cfg.logger,
-		linger: cfg.linger,
-		hubs:   map[string]*hub{},
+		rdb:        rdb,
+		owned:      owned,
+		ring:       ring,
+		log:        cfg.logger,
+		linger:     cfg.linger,
+		restartMax: cfg.restartDelay,
+		hubs:       map[string]*hub{},
 	}
 }
 
@@ -123,16 +126,29 @@ func attempt(l backend.Lock) string {
 func holder(l backend.Lock) string { return l.Token + "." }
 
 // acquire runs the acquire script for one attempt (see attempt): the
-// fence, or 0 when another token holds the lock.
-func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (uint64, error) {
-	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l)).Int64()
-	if err != nil {
-		return 0, err
+// fence; 0 when another token holds the lock; -n when the server started
+// less than a TTL ago and grants the name only in n milliseconds.
+func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (int64, error) {
+	return acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), n.restartDelay(px)).Int64()
+}
+
+// restartDelay is how long after its start a server refuses names it has
+// no fence counter for, in milliseconds, for a lock of px milliseconds.
+func (n *node) restartDelay(px int64) int64 {
+	if n.restartMax < 0 {
+		return px
 	}
-	if v < 0 {
-		return 0, fmt.Errorf("acquire script returned %d", v)
+	return min(px, n.restartMax.Milliseconds())
+}
+
+// notAcquired is the error of an acquisition the server refused: r is the
+// script's answer, 0 or -n (see acquire).
+func notAcquired(op string, r int64) error {
+	if r < 0 {
+		return fmt.Errorf("redislock: %s: %w: the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v",
+			op, backend.ErrNotAcquired, time.Duration(-r)*time.Millisecond)
 	}
-	return uint64(v), nil
+	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
 }
 
 func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
@@ -154,7 +170,7 @@ func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px
 		mode = "wait"
 	}
 	keys := []string{lockKey(l.Key), fenceKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
-	return fairAcquireScript.Run(ctx, n.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode).Int64()
+	return fairAcquireScript.Run(ctx, n.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, n.restartDelay(px)).Int64()
 }
 
 // fairRelease is release that names the next waiter in its message.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,28 @@ func fairParam(u *url.URL) (bool, error) {
 	return fair, nil
 }
 
+// ownParams takes the URL's parameters that are the driver's, not
+// go-redis's, off u: fair (read by fairParam) and restart_delay, which
+// becomes an Option after opts, so that the URL has the last word.
+func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, error) {
+	q := u.Query()
+	if !q.Has("fair") && !q.Has("restart_delay") {
+		return u, opts, nil
+	}
+	if q.Has("restart_delay") {
+		d, err := time.ParseDuration(q.Get("restart_delay"))
+		if err != nil || d < 0 {
+			return nil, nil, fmt.Errorf("redislock: %w: %s: restart_delay=%q is not a duration of 0 or more", backend.ErrInvalidURL, u.Redacted(), q.Get("restart_delay"))
+		}
+		opts = append(slices.Clip(opts), WithRestartDelay(d))
+	}
+	q.Del("fair")
+	q.Del("restart_delay")
+	c := *u
+	c.RawQuery = q.Encode()
+	return &c, opts, nil
+}
+
 // OpenFair is Open for a FairDriver: waiters are served in arrival order.
 // The URL may say fair=true, as locker.Open needs it to.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
@@ -99,11 +122,9 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	if wantFair && !fair {
 		return nil, fmt.Errorf("redislock: %w: %s: fair=true needs OpenFair", backend.ErrInvalidURL, u.Redacted())
 	}
-	if q := u.Query(); q.Has("fair") {
-		q.Del("fair")
-		c := *u
-		c.RawQuery = q.Encode()
-		u = &c
+	u, opts, err = ownParams(u, opts)
+	if err != nil {
+		return nil, err
 	}
 	var rdb redis.UniversalClient
 	switch u.Scheme {
@@ -198,6 +219,10 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	}
 	if u.Query().Has("fair") {
 		return nil, fmt.Errorf("redislock: %w: %s: quorum mode has no fair queue", backend.ErrInvalidURL, u.Redacted())
+	}
+	u, opts, err = ownParams(u, opts)
+	if err != nil {
+		return nil, err
 	}
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {

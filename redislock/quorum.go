@@ -310,7 +310,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 		defer stop()
 		defer context.AfterFunc(ctx, stop)()
 		f, err := n.acquire(nctx, l, value, px)
-		return result{ok: f > 0, fence: f, err: err}
+		return result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
 	}, q.decidedBy, late)
 	granted, denied := count(res)
 	var fence uint64

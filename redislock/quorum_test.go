@@ -20,7 +20,8 @@ import (
 
 func openQuorum(t *testing.T) *Quorum {
 	t.Helper()
-	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0")
+	// The tests here restart members and try at once: no restart delay.
+	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0", WithRestartDelay(0))
 	if err != nil {
 		t.Fatalf("OpenQuorum: %v", err)
 	}
@@ -371,7 +372,7 @@ func TestQuorumTwoSilent(t *testing.T) {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	q, err := NewQuorum(clients)
+	q, err := NewQuorum(clients, WithRestartDelay(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func TestQuorumLateGrantAfterRelease(t *testing.T) {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	q, err := NewQuorum(clients)
+	q, err := NewQuorum(clients, WithRestartDelay(0))
 	if err != nil {
 		t.Fatal(err)
 	}

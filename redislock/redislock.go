@@ -20,14 +20,35 @@ type config struct {
 	linger      time.Duration
 	driftFactor float64
 	driftMin    time.Duration
+	// restartDelay caps how long a server that started recently refuses
+	// names it has no fence counter for; < 0: no cap (the lock's TTL).
+	restartDelay time.Duration
 }
 
 func defaultConfig() config {
 	return config{
-		logger:      slog.New(slog.DiscardHandler),
-		linger:      time.Second,
-		driftFactor: 0.01,
-		driftMin:    2 * time.Millisecond,
+		logger:       slog.New(slog.DiscardHandler),
+		linger:       time.Second,
+		driftFactor:  0.01,
+		driftMin:     2 * time.Millisecond,
+		restartDelay: -1,
+	}
+}
+
+// WithRestartDelay caps how long a server refuses to grant names it has no
+// fence counter for after it starts (URL: restart_delay=). By default it
+// refuses for the lock's TTL: a server restarted without persistence has
+// forgotten every lock while their holders still run, each until its TTL
+// runs out, so granting sooner could make two holders (Redlock's "delayed
+// restart", enforced by the server's own uptime). A name's first use on a
+// new server waits the same way. A server that persists every write
+// (appendonly yes, appendfsync always) forgets nothing: 0 turns the check
+// off. Negative values are ignored.
+func WithRestartDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d >= 0 {
+			c.restartDelay = d
+		}
 	}
 }
 
@@ -103,25 +124,23 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	}
 	px := ttlMillis(l.TTL)
 	value := attempt(l)
-	var fence uint64
+	var r int64
 	var err error
 	if d.fair {
 		// Not while a live waiter is queued.
-		var r int64
 		r, err = d.n.fairAcquire(ctx, l, value, px, "", false)
-		fence = uint64(max(r, 0))
 	} else {
-		fence, err = d.n.acquire(ctx, l, value, px)
+		r, err = d.n.acquire(ctx, l, value, px)
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		d.n.cleanup(ctx, l, value)
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
-	if fence == 0 {
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrNotAcquired)
+	if r <= 0 {
+		return backend.Grant{}, notAcquired("try-acquire", r)
 	}
-	return backend.Grant{Fence: fence, TTL: time.Duration(px) * time.Millisecond}, nil
+	return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond}, nil
 }
 
 // Refresh implements backend.Driver.

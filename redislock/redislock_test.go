@@ -46,7 +46,9 @@ func adminClient(t *testing.T, addr string) *redis.Client {
 
 func openDriver(t *testing.T, opts ...Option) *Driver {
 	t.Helper()
-	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0", opts...)
+	// These tests are not about restarts (see failure_test.go): no
+	// restart delay, which would refuse a long TTL on a young server.
+	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0", append([]Option{WithRestartDelay(0)}, opts...)...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -121,7 +123,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 		t.Fatalf("the same attempt run twice = %d, %v; want fence %d", again, err, f1)
 	}
 	g2, err := d.TryAcquire(ctx, l)
-	if err != nil || g2.Fence <= f1 {
+	if err != nil || g2.Fence <= uint64(f1) {
 		t.Fatalf("a new attempt of the same token = %+v, %v; want a fence above %d", g2, err, f1)
 	}
 	d.n.cleanup(ctx, l, first)
@@ -421,12 +423,12 @@ func TestRing(t *testing.T) {
 	defer ring.Close()
 	rdb1 := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]}})
 	defer rdb1.Close()
-	c1, err := locker.New(New(ring), locker.WithNamespace("redislock-ring"))
+	c1, err := locker.New(New(ring, WithRestartDelay(0)), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	c2, err := locker.New(New(rdb1), locker.WithNamespace("redislock-ring"))
+	c2, err := locker.New(New(rdb1, WithRestartDelay(0)), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}

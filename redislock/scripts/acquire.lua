@@ -7,9 +7,29 @@
 --          (attempts of one token are numbered in increasing order)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "<token>."
+-- restart_delay  (set by the caller's prefix) milliseconds: see below
 --
 -- Returns the fence (> 0) when the token holds the lock, 0 when another
--- token holds it.
+-- token holds it, -n when the server may have forgotten a holder (below):
+-- try again in n milliseconds.
+--
+-- A server restarted without persistence has forgotten every lock while
+-- their holders still run, each until its TTL after its last refresh. So a
+-- server that started less than a TTL ago grants no name it has no fence
+-- counter for (Redlock's "delayed restart", kept by the server itself).
+-- The counter is missing on a name's first use too, so a new server grants
+-- a name after a TTL; once a name has its counter the check costs one
+-- EXISTS. This assumes a name is locked with one TTL, or a shorter one
+-- after a longer. restart_delay is that TTL, or less if the user said so
+-- (a server that persists every write needs none: 0).
+if restart_delay > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
+  -- uptime_in_seconds is the difference of two clock readings in whole
+  -- seconds: the server has run for more than up - 1 seconds.
+  if up and (up - 1) * 1000 < restart_delay then
+    return -(restart_delay - (up - 1) * 1000)
+  end
+end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.call('GET', KEYS[1])
   if cur == ARGV[1] then

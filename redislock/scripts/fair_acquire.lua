@@ -12,9 +12,11 @@
 --
 -- Returns the fence (> 0) when granted; 0 when another waiter is ahead
 -- (or, trying only, the lock is held); -n when the caller is at the head
--- (or is the only one) and the lock is held for n more milliseconds.
+-- (or is the only one) and the lock is held for n more milliseconds, or
+-- a restarted server refuses it for that long (see acquire).
 local queue, live, me, ttl = KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5])
 local head = live_head(queue, live, me)
+local settle = 0 -- how long a restarted server still refuses (see acquire)
 if head == '' or head == me then
   local f = acquire()
   if f > 0 then
@@ -23,9 +25,10 @@ if head == '' or head == me then
     end
     return f
   end
+  settle = -f
 end
 if ARGV[6] ~= 'wait' then
-  return 0
+  return -settle -- 0, or how long a restarted server still refuses
 end
 if not redis.call('ZSCORE', queue, me) then
   local t = redis.call('TIME')
@@ -36,6 +39,6 @@ redis.call('HSET', live, me, now_ms() + ttl)
 redis.call('PEXPIRE', queue, 2 * ttl)
 redis.call('PEXPIRE', live, 2 * ttl)
 if head == '' or head == me then
-  return -math.max(redis.call('PTTL', KEYS[1]), 1)
+  return -math.max(redis.call('PTTL', KEYS[1]), settle, 1)
 end
 return 0
