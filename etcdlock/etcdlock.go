@@ -397,7 +397,7 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Lock, rev int64) 
 	d.held[hk] = e
 	s.ls.entries[e] = struct{}{}
 	d.mu.Unlock()
-	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl}, nil
+	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
 }
 
 // remove deletes a waiter's or a failed acquisition's entry, even when ctx

@@ -662,3 +662,26 @@ func TestRefreshRightAfterAcquire(t *testing.T) {
 		}
 	}
 }
+
+// A lock lives on its session lease, which the driver keeps alive: with no
+// refresh from the Client it stays held, and not reported lost, for as long
+// as the keep-alives get through (Grant.Contact), like a ZooKeeper lock.
+func TestSessionKeepsUnrefreshedLock(t *testing.T) {
+	h := newHarness(t, testenv.EtcdEndpoints())
+	c, _ := h.client(t)
+	other, _ := h.client(t)
+	ctx := testCtx(t, 30*time.Second)
+	l, err := c.TryAcquire(ctx, "session-"+t.Name(), locker.AutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost while its lease was kept alive: %v", l.Err())
+	case <-time.After(3 * l.TTL()):
+	}
+	if _, err := other.TryAcquire(ctx, "session-"+t.Name()); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("another client's TryAcquire = %v, want ErrNotAcquired", err)
+	}
+}

@@ -123,6 +123,21 @@ func (d *Driver) leaseByID(id clientv3.LeaseID) *lease {
 	return nil
 }
 
+// contact is backend.Grant.Contact for the locks on ls: when the latest
+// request that renewed ls and was answered (its grant or a keep-alive, ours
+// or a Refresh's) was sent; the zero time once ls is lost. Puts and reads
+// on the lease's keys do not renew it, so they do not count.
+func (d *Driver) contact(ls *lease) func() time.Time {
+	return func() time.Time {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if ls.err != nil {
+			return time.Time{}
+		}
+		return ls.until.Add(-ls.ttl)
+	}
+}
+
 // renewed records a keep-alive sent at start that the server answered.
 func (d *Driver) renewed(ls *lease, start time.Time, ttlSec int64) {
 	until := start.Add(time.Duration(ttlSec) * time.Second)
