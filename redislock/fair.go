@@ -63,7 +63,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant
 	<-timer.C
 	defer timer.Stop()
 	quit := func(err error) (backend.Grant, error) {
-		d.n.leave(ctx, l, value, w)
+		d.n.undo(ctx, func(ctx context.Context) { d.n.leave(ctx, l, value, w) })
 		return backend.Grant{}, err
 	}
 	for {

@@ -82,6 +82,10 @@ type node struct {
 	ring   bool   // *redis.Ring: subscriptions must be routed per channel
 	log    *slog.Logger
 	linger time.Duration
+	in     *interrupter // cuts calls on a dead connection short; nil for a caller's client
+
+	ctx    context.Context // ended by close: interrupts background cleanups
+	cancel context.CancelFunc
 
 	checkCancel context.CancelFunc
 	closeOnce   sync.Once
@@ -95,12 +99,15 @@ type node struct {
 
 func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 	_, ring := rdb.(*redis.Ring)
+	ctx, cancel := context.WithCancel(context.Background())
 	return &node{
 		rdb:    rdb,
 		owned:  owned,
 		ring:   ring,
 		log:    cfg.logger,
 		linger: cfg.linger,
+		ctx:    ctx,
+		cancel: cancel,
 		hubs:   map[string]*hub{},
 	}
 }
@@ -125,6 +132,7 @@ func holder(l backend.Lock) string { return l.Token + "." }
 // acquire runs the acquire script for one attempt (see attempt): the
 // fence, or 0 when another token holds the lock.
 func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (uint64, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l)).Int64()
 	if err != nil {
 		return 0, err
@@ -136,11 +144,13 @@ func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int
 }
 
 func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
 	return v == 1, err
 }
 
 func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
 	return v == 1, err
 }
@@ -149,6 +159,7 @@ func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
 // queue when not granted): the fence, 0 when not granted, or -n when w is
 // next and the lock is held for n more milliseconds.
 func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px int64, w string, wait bool) (int64, error) {
+	defer n.in.watch(ctx).stop()
 	mode := "try"
 	if wait {
 		mode = "wait"
@@ -159,6 +170,7 @@ func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px
 
 // fairRelease is release that names the next waiter in its message.
 func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
 	return v == 1, err
@@ -170,11 +182,13 @@ func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
 func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	_ = leaveScript.Run(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
 }
 
 func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
 	return v == 1, err
 }
@@ -185,10 +199,54 @@ func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence ui
 func (n *node) cleanup(ctx context.Context, l backend.Lock, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	defer n.in.watch(ctx).stop()
 	_ = releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
 }
 
 const cleanupTimeout = 2 * time.Second
+
+// cleanupWait is how long a call whose context ended waits for its cleanup
+// (see undo): a server that answers does so within a round trip, one that
+// does not is not waited for.
+const cleanupWait = 50 * time.Millisecond
+
+// undo runs f, the cleanup after a failed call (cleanup, leave), for the
+// caller until f returns or ctx ends, and then cleanupWait more: a caller
+// who gave up gets its answer within that, as backend.Driver requires. What
+// f has not done by then goes on in the background, until f returns (it
+// bounds itself by cleanupTimeout); close interrupts it and waits for it.
+func (n *node) undo(ctx context.Context, f func(context.Context)) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+		defer cancel()
+		f(ctx)
+		return
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	done := make(chan struct{})
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer n.wg.Done()
+		defer close(done)
+		// f ignores cancellation, but close cuts a read it is stuck on.
+		defer n.in.watch(n.ctx).stop()
+		f(bg)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // checkMaxmemory warns once when a server may evict keys: an evicted lock
 // key is a silently lost lock. A server that refuses CONFIG (managed
@@ -251,6 +309,7 @@ func (n *node) close() error {
 	}
 	n.hubs = map[string]*hub{}
 	n.mu.Unlock()
+	n.cancel()
 	if n.checkCancel != nil {
 		n.checkCancel()
 	}
@@ -424,7 +483,9 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	epoch := h.epoch
 	h.barriers[seq] = b
 	n.mu.Unlock()
+	w := n.in.watch(ctx) // dialing the connection reads the server's greeting
 	err := h.ps.Subscribe(ctx, channel)
+	w.stop()
 	if err == nil {
 		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
 	}
