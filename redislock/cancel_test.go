@@ -356,3 +356,83 @@ func BenchmarkWatch(b *testing.B) {
 		in.watch(ctx).stop()
 	}
 }
+
+// BenchmarkInterruptible compares, in turn, TryAcquire + Release through a
+// Driver that Open made (interruptible connections, a watch per call, with
+// a cancellable context) and through one that New made on a plain client,
+// and the same through a Client on each.
+func BenchmarkInterruptible(b *testing.B) {
+	testenv.Require(b, testenv.RedisAddr())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url := "redis://" + testenv.RedisAddr() + "/0"
+	open := func() *Driver {
+		d, err := Open(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	opened, plain := open(), New(rdb)
+	defer opened.Close()
+	defer plain.Close()
+	co, err := locker.New(open(), locker.WithNamespace("redislock-bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer co.Close()
+	cp, err := locker.New(New(rdb), locker.WithNamespace("redislock-bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cp.Close()
+	key := backend.Key("redislock-bench", "interruptible-"+randHex(4))
+	name := "interruptible-" + randHex(4)
+	drv := func(d *Driver) func() {
+		return func() {
+			l := backend.Lock{Key: key, Token: newToken(), TTL: 30 * time.Second}
+			if _, err := d.TryAcquire(ctx, l); err != nil {
+				b.Fatal(err)
+			}
+			if err := d.Release(ctx, l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	client := func(c *locker.Client) func() {
+		return func() {
+			l, err := c.Acquire(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fns := []func(){drv(opened), drv(plain), client(co), client(cp)}
+	for range 200 {
+		for _, f := range fns {
+			f()
+		}
+	}
+	sums := make([]time.Duration, len(fns))
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		for j := range fns {
+			k := (i + j) % len(fns)
+			t := time.Now()
+			fns[k]()
+			sums[k] += time.Since(t)
+		}
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(float64(sums[0].Microseconds())/n, "open-driver-µs")
+	b.ReportMetric(float64(sums[1].Microseconds())/n, "new-driver-µs")
+	b.ReportMetric(float64(sums[0])/float64(sums[1]), "driver-open/new")
+	b.ReportMetric(float64(sums[2])/float64(sums[3]), "acquire-open/new")
+	b.ReportMetric(0, "ns/op")
+}
