@@ -214,7 +214,9 @@ const cleanupWait = 50 * time.Millisecond
 // caller until f returns or ctx ends, and then cleanupWait more: a caller
 // who gave up gets its answer within that, as backend.Driver requires. What
 // f has not done by then goes on in the background, until f returns (it
-// bounds itself by cleanupTimeout); close interrupts it and waits for it.
+// bounds itself by cleanupTimeout); close interrupts it and waits for it
+// (on a caller's client, which cannot be interrupted, up to its
+// ReadTimeout or cleanupTimeout).
 func (n *node) undo(ctx context.Context, f func(context.Context)) {
 	n.mu.Lock()
 	if n.closed {
