@@ -11,9 +11,6 @@ var runKnown = flag.Bool("faults.known", false, "also run the cases listed in kn
 // the suite so that the fix is proven by them: `go test ./faults
 // -faults.known` runs them. Each is an open part of issue #11.
 var knownBugs = map[string]string{
-	"redis/waiter-cut-off-cancelled": "go-redis reads a blocked socket until its ReadTimeout and does not watch the context's cancellation, " +
-		"so a waiter whose first try hangs on a dead connection returns 10 s after cancel",
-	"redis-fair/waiter-cut-off-cancelled": "the fair queue's calls go through go-redis too (see redis/waiter-cut-off-cancelled): 9.7 s after cancel",
 	// Seen in 2 of about 8 runs, before and after the zklock session work:
 	// no overlap, but the waiter never gets the lock after the server
 	// resumes from a pause longer than the session timeout.

@@ -106,6 +106,32 @@
 // than until any waiter's backoff. All clients of a name must use the same
 // mode: a plain Driver ignores the queue. Quorum mode has no fair queue.
 //
+// # Cancellation
+//
+// go-redis never watches a context's cancellation while it reads a reply:
+// a call blocked on a dead connection goes on until the client's
+// ReadTimeout (3s by default), and longer with its retries. So the clients
+// this package dials itself ([Open], [OpenFair], [OpenQuorum], and
+// locker.Open) get interruptible connections and ContextTimeoutEnabled:
+// when a call's context ends while one of the client's reads that began
+// before that is still blocked 50ms later, that read is cut (a read
+// deadline of now), go-redis drops the connection, and the call returns;
+// a cancelled Acquire returns within about 100ms. The rule spares healthy
+// calls on a server that answers within 50ms; on a slower server, another
+// caller's call whose read is in progress at the cancel and lasts longer
+// may fail with a timeout. Pub/sub reads, which have no deadline, are never
+// cut. What the interrupted call may have left (a lock granted after all,
+// a queue entry) is undone in the background: the driver sends the
+// cleanup at once and waits up to 50ms for it, the locker Client also
+// releases by token, and what no one could undo expires (a lock after its
+// TTL, a queue entry after 2s).
+//
+// A client passed to [New], [NewFair] or [NewQuorum] was not dialed by this
+// package and its connections cannot be interrupted: there, a call on a
+// dead connection returns at the client's ReadTimeout after a cancel, or at
+// the context's deadline if the client sets ContextTimeoutEnabled and the
+// context has one.
+//
 // At start, the driver reads maxmemory-policy (on every master of a
 // cluster) and logs a warning (see [WithLogger]) unless it is noeviction:
 // an evicted lock key is a silently lost lock. A server that refuses CONFIG

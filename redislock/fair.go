@@ -63,7 +63,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant
 	<-timer.C
 	defer timer.Stop()
 	quit := func(err error) (backend.Grant, error) {
-		d.n.leave(ctx, l, value, w)
+		d.n.undo(ctx, func(ctx context.Context) { d.n.leave(ctx, l, value, w) })
 		return backend.Grant{}, err
 	}
 	for {
@@ -76,6 +76,9 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant
 			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
 		}
 		if ch == nil {
+			if ctx.Err() != nil || d.closed.Load() {
+				return quit(d.ended(ctx, err))
+			}
 			// A free lock needs no subscription, so the first try comes
 			// before it (and joined the queue if the lock is taken). Once
 			// subscribed, try again at once: no release after the first

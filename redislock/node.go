@@ -84,6 +84,10 @@ type node struct {
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
 	restartMax time.Duration
+	in         *interrupter // cuts calls on a dead connection short; nil for a caller's client
+
+	ctx    context.Context // ended by close: interrupts background cleanups
+	cancel context.CancelFunc
 
 	checkCancel context.CancelFunc
 	closeOnce   sync.Once
@@ -97,6 +101,7 @@ type node struct {
 
 func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 	_, ring := rdb.(*redis.Ring)
+	ctx, cancel := context.WithCancel(context.Background())
 	return &node{
 		rdb:        rdb,
 		owned:      owned,
@@ -104,6 +109,8 @@ func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 		log:        cfg.logger,
 		linger:     cfg.linger,
 		restartMax: cfg.restartDelay,
+		ctx:        ctx,
+		cancel:     cancel,
 		hubs:       map[string]*hub{},
 	}
 }
@@ -129,6 +136,7 @@ func holder(l backend.Lock) string { return l.Token + "." }
 // fence; 0 when another token holds the lock; -n when the server started
 // less than a TTL ago and grants the name only in n milliseconds.
 func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (int64, error) {
+	defer n.in.watch(ctx).stop()
 	return acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), n.restartDelay(px)).Int64()
 }
 
@@ -152,11 +160,13 @@ func notAcquired(op string, r int64) error {
 }
 
 func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
 	return v == 1, err
 }
 
 func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
 	return v == 1, err
 }
@@ -165,6 +175,7 @@ func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
 // queue when not granted): the fence, 0 when not granted, or -n when w is
 // next and the lock is held for n more milliseconds.
 func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px int64, w string, wait bool) (int64, error) {
+	defer n.in.watch(ctx).stop()
 	mode := "try"
 	if wait {
 		mode = "wait"
@@ -175,6 +186,7 @@ func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px
 
 // fairRelease is release that names the next waiter in its message.
 func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
 	return v == 1, err
@@ -186,11 +198,13 @@ func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
 func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	_ = leaveScript.Run(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
 }
 
 func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
+	defer n.in.watch(ctx).stop()
 	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
 	return v == 1, err
 }
@@ -201,10 +215,56 @@ func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence ui
 func (n *node) cleanup(ctx context.Context, l backend.Lock, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	defer n.in.watch(ctx).stop()
 	_ = releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
 }
 
 const cleanupTimeout = 2 * time.Second
+
+// cleanupWait is how long a call whose context ended waits for its cleanup
+// (see undo): a server that answers does so within a round trip, one that
+// does not is not waited for.
+const cleanupWait = 50 * time.Millisecond
+
+// undo runs f, the cleanup after a failed call (cleanup, leave), for the
+// caller until f returns or ctx ends, and then cleanupWait more: a caller
+// who gave up gets its answer within that, as backend.Driver requires. What
+// f has not done by then goes on in the background, until f returns (it
+// bounds itself by cleanupTimeout); close interrupts it and waits for it
+// (on a caller's client, which cannot be interrupted, up to its
+// ReadTimeout or cleanupTimeout).
+func (n *node) undo(ctx context.Context, f func(context.Context)) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+		defer cancel()
+		f(ctx)
+		return
+	}
+	n.wg.Add(1)
+	n.mu.Unlock()
+	done := make(chan struct{})
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer n.wg.Done()
+		defer close(done)
+		// f ignores cancellation, but close cuts a read it is stuck on.
+		defer n.in.watch(n.ctx).stop()
+		f(bg)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
 
 // checkMaxmemory warns once when a server may evict keys: an evicted lock
 // key is a silently lost lock. A server that refuses CONFIG (managed
@@ -267,6 +327,7 @@ func (n *node) close() error {
 	}
 	n.hubs = map[string]*hub{}
 	n.mu.Unlock()
+	n.cancel()
 	if n.checkCancel != nil {
 		n.checkCancel()
 	}
@@ -440,7 +501,9 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	epoch := h.epoch
 	h.barriers[seq] = b
 	n.mu.Unlock()
+	w := n.in.watch(ctx) // dialing the connection reads the server's greeting
 	err := h.ps.Subscribe(ctx, channel)
+	w.stop()
 	if err == nil {
 		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
 	}

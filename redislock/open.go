@@ -127,18 +127,21 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		return nil, err
 	}
 	var rdb redis.UniversalClient
+	var in *interrupter
 	switch u.Scheme {
 	case "redis", "rediss":
 		o, err := redis.ParseURL(u.String())
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
 		}
+		in = interruptible(o)
 		rdb = redis.NewClient(o)
 	case "redis+cluster", "rediss+cluster":
 		o, err := clusterOptions(u)
 		if err != nil {
 			return nil, err
 		}
+		in = interruptibleCluster(o)
 		rdb = redis.NewClusterClient(o)
 	default:
 		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis, rediss, redis+cluster or rediss+cluster; redis+quorum: OpenQuorum)", backend.ErrInvalidURL, u.Scheme)
@@ -151,6 +154,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	}
 	cfg := buildConfig(opts)
 	n := newNode(rdb, true, &cfg)
+	n.in = in
 	n.checkMaxmemory(ctx, u.Host)
 	return &Driver{n: n}, nil
 }
@@ -229,6 +233,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
 	}
 	var clients []redis.UniversalClient
+	var ins []*interrupter
 	closeAll := func() {
 		for _, c := range clients {
 			c.Close()
@@ -249,6 +254,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		// A refused connection is one lost vote; go-redis's default of 5
 		// dial attempts, 100ms apart, would make every operation wait for it.
 		o.DialerRetries = 1
+		ins = append(ins, interruptible(o))
 		clients = append(clients, redis.NewClient(o))
 	}
 	cfg := buildConfig(opts)
@@ -256,6 +262,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	for i, c := range clients {
 		n := newNode(c, true, &cfg)
 		n.addr = hosts[i]
+		n.in = ins[i]
 		nodes = append(nodes, n)
 	}
 	q := newQuorum(nodes, hosts, cfg)

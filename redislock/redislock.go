@@ -122,6 +122,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	if d.closed.Load() {
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrClosed)
 	}
+	if ctx.Err() != nil {
+		// Nothing sent, nothing to clean up.
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", context.Cause(ctx))
+	}
 	px := ttlMillis(l.TTL)
 	value := attempt(l)
 	var r int64
@@ -134,7 +138,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
-		d.n.cleanup(ctx, l, value)
+		d.n.undo(ctx, func(ctx context.Context) { d.n.cleanup(ctx, l, value) })
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if r <= 0 {
