@@ -167,10 +167,14 @@
 //     the lock: a second client can acquire it while the first still holds
 //     it. The first learns it at its next refresh (a third of the TTL), not
 //     before. (WAIT after acquiring narrows the window; it does not close it.)
-//   - A restart without persistence loses every lock: the holder finds out
-//     at its next refresh. Run with appendonly yes and appendfsync always,
-//     or keep a restarted server out of service for one TTL (Redlock's
-//     "delayed restart"), so that no lock it forgot can be granted twice.
+//   - A restart without persistence loses every lock, but grants none of
+//     them twice: the acquire script refuses a name whose fence counter is
+//     missing while the server has run for less than the lock's TTL
+//     (Redlock's "delayed restart", by the server's own uptime), so the
+//     holders it forgot are told first. A name's first use on a new server
+//     waits the same way. [WithRestartDelay] (URL: restart_delay=) caps
+//     the wait; 0 turns it off, for servers run with appendonly yes and
+//     appendfsync always.
 //   - A large jump of a server's clock shortens a lease: Redis expires keys
 //     by its own wall clock, so a lock may end before its TTL is up.
 //     Quorum mode tolerates it on a minority of servers; the drift
