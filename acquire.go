@@ -120,6 +120,12 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 			c.releaseLater(req)
 		}
 		if !wait && errors.Is(err, ErrNotAcquired) {
+			// Held by another, as a rule; a driver that knows of another
+			// reason says so (backend.NotAcquiredError).
+			var why *backend.NotAcquiredError
+			if errors.As(err, &why) {
+				return nil, fmt.Errorf("locker: %s %q: %w", op, name, why)
+			}
 			return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrNotAcquired)
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)

@@ -339,3 +339,30 @@ func TestAcquireWaitsThroughABlip(t *testing.T) {
 		t.Fatalf("Acquire gave up after %v, want about 5s", took)
 	}
 }
+
+// refusing refuses every acquisition for a reason other than a holder.
+type refusing struct{ backend.Driver }
+
+func (refusing) TryAcquire(context.Context, backend.Lock) (backend.Grant, error) {
+	return backend.Grant{}, fmt.Errorf("refusing: try-acquire: %w", &backend.NotAcquiredError{Reason: "the server is warming up"})
+}
+
+// A driver's reason for not granting reaches the caller once, and the
+// error is still ErrNotAcquired; a plain refusal says only that.
+func TestNotAcquiredReasonIsPassedOn(t *testing.T) {
+	c := newClientOn(t, refusing{memlock.New(memlock.NewStore())})
+	_, err := c.TryAcquire(context.Background(), "x")
+	if !errors.Is(err, locker.ErrNotAcquired) || !strings.Contains(err.Error(), "warming up") ||
+		strings.Count(err.Error(), "not acquired") != 1 || strings.Contains(err.Error(), "refusing:") {
+		t.Fatalf("TryAcquire = %v, want ErrNotAcquired with the reason, said once", err)
+	}
+	s := memlock.NewStore()
+	held := newClient(t, s)
+	if _, err := held.TryAcquire(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = newClient(t, s).TryAcquire(context.Background(), "x")
+	if want := `locker: try-acquire "x": locker: not acquired`; err == nil || err.Error() != want {
+		t.Fatalf("TryAcquire of a held name = %v, want %q", err, want)
+	}
+}

@@ -27,3 +27,17 @@ var (
 	// carries an unknown parameter.
 	ErrInvalidURL = errors.New("locker: invalid url")
 )
+
+// NotAcquiredError is ErrNotAcquired for a reason other than another
+// holder, such as a restarted server that refuses new grants for a while.
+// The locker package passes the reason on to the caller, where it reports
+// a plain ErrNotAcquired as just that. errors.Is(err, ErrNotAcquired)
+// holds for it.
+type NotAcquiredError struct {
+	Reason string
+}
+
+func (e *NotAcquiredError) Error() string { return ErrNotAcquired.Error() + ": " + e.Reason }
+
+// Is reports target == ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }

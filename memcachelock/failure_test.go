@@ -81,8 +81,8 @@ func TestRestart(t *testing.T) {
 	// a holder it forgot may run until then (restart.go). The first call
 	// on each pooled connection meets a closed connection and is repeated
 	// on a new one, so the refusal is not an error.
-	if _, err := c2.TryAcquire(ctx, "x"); !errors.Is(err, locker.ErrNotAcquired) {
-		t.Fatalf("TryAcquire right after the restart = %v, want ErrNotAcquired", err)
+	if _, err := c2.TryAcquire(ctx, "x"); !errors.Is(err, locker.ErrNotAcquired) || !strings.Contains(err.Error(), "started less than a TTL ago") {
+		t.Fatalf("TryAcquire right after the restart = %v, want ErrNotAcquired saying why", err)
 	}
 	after := acquireWithin(t, ctx, c2, "x", ttl+5*time.Second)
 	if since := time.Since(stopped); since < ttl {

@@ -51,8 +51,8 @@ func (d *Driver) young(key string, ttl time.Duration) error {
 		return fmt.Errorf("memcachelock: acquire: uptime: %w", err)
 	}
 	if up -= uptimeSkew; up < ttl {
-		return fmt.Errorf("memcachelock: acquire: %w: the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v",
-			backend.ErrNotAcquired, ttl-up)
+		return fmt.Errorf("memcachelock: acquire: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf(
+			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", ttl-up)})
 	}
 	return nil
 }

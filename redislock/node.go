@@ -153,8 +153,8 @@ func (n *node) restartDelay(px int64) int64 {
 // script's answer, 0 or -n (see acquire).
 func notAcquired(op string, r int64) error {
 	if r < 0 {
-		return fmt.Errorf("redislock: %s: %w: the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v",
-			op, backend.ErrNotAcquired, time.Duration(-r)*time.Millisecond)
+		return fmt.Errorf("redislock: %s: %w", op, &backend.NotAcquiredError{Reason: fmt.Sprintf(
+			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", time.Duration(-r)*time.Millisecond)})
 	}
 	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
 }
