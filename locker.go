@@ -103,7 +103,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	drv, err := backend.Open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("locker: Open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("locker: Open %s: %w", backend.Redacted(u), err)
 	}
 	c, err := New(drv, opts...)
 	if err != nil {
@@ -127,7 +127,7 @@ func OpenDriver(ctx context.Context, rawURL string) (backend.Driver, []Option, e
 	}
 	drv, err := backend.Open(ctx, u)
 	if err != nil {
-		return nil, nil, fmt.Errorf("locker: Open %s: %w", u.Redacted(), err)
+		return nil, nil, fmt.Errorf("locker: Open %s: %w", backend.Redacted(u), err)
 	}
 	return drv, opts, nil
 }
@@ -139,7 +139,7 @@ func parseURL(rawURL string) (*url.URL, []Option, error) {
 		return nil, nil, fmt.Errorf("locker: Open: %w: %v", ErrInvalidURL, redactURLError(err))
 	}
 	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, u.Redacted())
+		return nil, nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, backend.Redacted(u))
 	}
 	var opts []Option
 	q := u.Query()
@@ -180,7 +180,7 @@ func redactURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if u, perr := url.Parse(ue.URL); perr == nil {
-			return fmt.Errorf("%s %s: %v", ue.Op, u.Redacted(), ue.Err)
+			return fmt.Errorf("%s %s: %v", ue.Op, backend.Redacted(u), ue.Err)
 		}
 		return fmt.Errorf("%s: %v", ue.Op, ue.Err)
 	}

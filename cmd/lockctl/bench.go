@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 )
@@ -149,7 +150,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			}
 			u, err := url.Parse(raw)
 			if err != nil || u.Scheme == "" {
-				fmt.Fprintf(stderr, "lockctl bench: %q is not a backend URL\n", redact(raw))
+				fmt.Fprintf(stderr, "lockctl bench: %q is not a backend URL\n", backend.RedactedString(raw))
 				return exitUsage
 			}
 			label := u.Scheme
@@ -192,7 +193,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		cfg := d
 		cfg.Progress = func(w string) { prog.step(t.label + ": " + w) }
 		r := bench.Run(ctx, t.label, open, opts, cfg)
-		r.URL = redact(t.url)
+		r.URL = backend.RedactedString(t.url)
 		report.Results = append(report.Results, r)
 		for _, e := range r.Errors {
 			prog.clear()
@@ -241,13 +242,6 @@ func rejoinTargets(ts []benchTarget) []benchTarget {
 		out = append(out, t)
 	}
 	return out
-}
-
-func redact(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Redacted()
-	}
-	return "(unparsable URL)"
 }
 
 // progress draws a bar on stderr when stderr is a terminal, and nothing

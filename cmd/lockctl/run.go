@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 )
 
 // Environment of COMMAND.
@@ -422,7 +423,7 @@ func withoutLockerEnv(env []string) []string {
 // backendID identifies a backend URL without revealing it, for nested runs.
 func backendID(raw string) string {
 	if u, err := url.Parse(raw); err == nil {
-		raw = u.Redacted()
+		raw = backend.Redacted(u)
 	}
 	sum := sha256.Sum256([]byte(raw))
 	return hex.EncodeToString(sum[:8])

@@ -1,0 +1,65 @@
+package backend
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Redacted returns u as text for messages and logs, with every secret
+// replaced by "xxxxx": the password of the user info and the value of
+// every query parameter whose name says it carries one (see SecretParam).
+// The core, every driver and lockctl print URLs through it, and nothing
+// else. A nil u is "".
+func Redacted(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	c := *u
+	if c.RawQuery != "" {
+		q, err := url.ParseQuery(c.RawQuery)
+		if err != nil {
+			// Unparsable: no way to tell values from names.
+			c.RawQuery = "xxxxx"
+		} else {
+			changed := false
+			for name, vs := range q {
+				if SecretParam(name) {
+					for i := range vs {
+						vs[i] = "xxxxx"
+					}
+					changed = true
+				}
+			}
+			if changed {
+				c.RawQuery = q.Encode()
+			}
+		}
+	}
+	return c.Redacted()
+}
+
+// RedactedString is Redacted for a URL or DSN given as text. Text that does
+// not parse as a URL is not printed at all, since there is no telling where
+// a password in it would be.
+func RedactedString(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return Redacted(u)
+}
+
+// SecretParam reports whether a query parameter of that name carries a
+// secret: its name contains "pass", "pwd", "secret", "token" or
+// "credential", or ends in "apikey" or "api_key" (any case). pgx's
+// password and sslpassword are such names; a file name parameter such as
+// key= or sslkey= is not.
+func SecretParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"pass", "pwd", "secret", "token", "credential"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return strings.HasSuffix(n, "apikey") || strings.HasSuffix(n, "api_key")
+}

@@ -1,0 +1,50 @@
+package backend
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestRedacted(t *testing.T) {
+	const canary = "Canary9x"
+	for _, raw := range []string{
+		"redis://alice:" + canary + "@h:6379/0",
+		"postgres://u@h/db?password=" + canary + "&sslmode=verify-full",
+		"postgres://u@h/db?sslpassword=" + canary,
+		"etcd://h?PassWord=" + canary,
+		"x://h?auth_token=" + canary + "&client_secret=" + canary + "&apikey=" + canary,
+		"x://h?a=1&password=" + canary + "&password=" + canary,
+		"x://h?password=%zz" + canary, // a query that does not parse
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := Redacted(u)
+		if strings.Contains(got, canary) {
+			t.Errorf("Redacted(%q) = %q: the secret shows", raw, got)
+		}
+		if !strings.Contains(got, "xxxxx") {
+			t.Errorf("Redacted(%q) = %q: no sign of what was hidden", raw, got)
+		}
+		if s := RedactedString(raw); s != got {
+			t.Errorf("RedactedString(%q) = %q, want %q", raw, s, got)
+		}
+	}
+	for _, raw := range []string{
+		"rediss://h:6379/0?ca=/etc/ca.pem&cert=/c.pem&key=/k.pem&server_name=r",
+		"postgres://u@h/db?sslmode=verify-full&sslkey=/k.pem&sslrootcert=/ca.pem",
+	} {
+		u, _ := url.Parse(raw)
+		if got := Redacted(u); got != raw {
+			t.Errorf("Redacted(%q) = %q: nothing there is secret", raw, got)
+		}
+	}
+	if got := RedactedString("redis://a:" + canary + "@h\x7f"); strings.Contains(got, canary) {
+		t.Errorf("an unparsable URL printed its password: %q", got)
+	}
+	if Redacted(nil) != "" {
+		t.Error("Redacted(nil) is not empty")
+	}
+}
