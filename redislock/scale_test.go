@@ -16,26 +16,43 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-// callCounter is a go-redis hook that counts round trips (a command sent
-// alone, or a pipeline) and the commands they carried.
+// callCounter is a go-redis hook that counts the round trips that ran
+// scripts (a command sent alone, or a pipeline) and the scripts they ran.
+// Connection set-up (HELLO, CLIENT SETINFO) and other commands are not
+// counted.
 type callCounter struct {
 	calls, cmds atomic.Int64
+}
+
+func isScript(cmd redis.Cmder) bool {
+	n := cmd.Name()
+	return n == "evalsha" || n == "eval"
 }
 
 func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.calls.Add(1)
-		c.cmds.Add(1)
+		if isScript(cmd) {
+			c.calls.Add(1)
+			c.cmds.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
 func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.calls.Add(1)
-		c.cmds.Add(int64(len(cmds)))
+		n := 0
+		for _, cmd := range cmds {
+			if isScript(cmd) {
+				n++
+			}
+		}
+		if n > 0 {
+			c.calls.Add(1)
+			c.cmds.Add(int64(n))
+		}
 		return next(ctx, cmds)
 	}
 }
