@@ -210,18 +210,32 @@ func TestRefreshManyCluster(t *testing.T) {
 	checkMixed(t, d, []redis.Cmdable{admin}, cases, foreign)
 }
 
-func quorumAdmins(t *testing.T) []redis.Cmdable {
+// privateQuorum starts five private servers for a quorum, so that the
+// test neither sees nor disturbs the shared ones (which other tests stop).
+func privateQuorum(t *testing.T) []string {
+	var addrs []string
+	for range 5 {
+		addrs = append(addrs, testenv.StartRedis(t).Addr)
+	}
+	return addrs
+}
+
+func quorumAdmins(t *testing.T, addrs []string) []redis.Cmdable {
 	var admins []redis.Cmdable
-	for _, a := range testenv.RedisQuorumAddrs() {
+	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
 	}
 	return admins
 }
 
 func TestRefreshManyQuorum(t *testing.T) {
-	testenv.Require(t, testenv.RedisQuorumAddrs()...)
-	q := openQuorum(t)
-	admins := quorumAdmins(t)
+	addrs := privateQuorum(t)
+	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(addrs, ",")+"/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	admins := quorumAdmins(t, addrs)
 	cases, foreign := mixedBatch(t, q, admins, 4)
 	checkMixed(t, q, admins, cases, foreign)
 
@@ -255,8 +269,7 @@ func TestRefreshManyQuorum(t *testing.T) {
 // blackholed it fails with an error that is not ErrNotHeld (it cannot
 // tell), when its context ends.
 func TestRefreshManyQuorumFaults(t *testing.T) {
-	addrs := testenv.RedisQuorumAddrs()
-	testenv.Require(t, addrs...)
+	addrs := privateQuorum(t)
 	ctx := testCtx(t)
 	var proxies []*faultproxy.Proxy
 	var clients []redis.UniversalClient
@@ -276,7 +289,7 @@ func TestRefreshManyQuorumFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	admins := quorumAdmins(t)
+	admins := quorumAdmins(t, addrs)
 	var locks []backend.Lock
 	for range 20 {
 		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
