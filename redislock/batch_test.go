@@ -210,16 +210,6 @@ func TestRefreshManyCluster(t *testing.T) {
 	checkMixed(t, d, []redis.Cmdable{admin}, cases, foreign)
 }
 
-// privateQuorum starts five private servers for a quorum, so that the
-// test neither sees nor disturbs the shared ones (which other tests stop).
-func privateQuorum(t *testing.T) []string {
-	var addrs []string
-	for range 5 {
-		addrs = append(addrs, testenv.StartRedis(t).Addr)
-	}
-	return addrs
-}
-
 func quorumAdmins(t *testing.T, addrs []string) []redis.Cmdable {
 	var admins []redis.Cmdable
 	for _, a := range addrs {

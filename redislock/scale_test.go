@@ -105,6 +105,16 @@ func TestRefreshScales(t *testing.T) {
 	})
 }
 
+// privateQuorum starts five private servers for a quorum, so that the
+// test neither sees nor disturbs the shared ones (which other tests stop).
+func privateQuorum(t *testing.T) []string {
+	var addrs []string
+	for range 5 {
+		addrs = append(addrs, testenv.StartRedis(t).Addr)
+	}
+	return addrs
+}
+
 // timedBatch times a driver's RefreshMany calls.
 type timedBatch struct {
 	batchDriver
@@ -129,11 +139,16 @@ func (d *timedBatch) RefreshMany(ctx context.Context, locks []backend.Lock) []er
 	return errs
 }
 
-func testRefreshScales(t *testing.T, bd batchDriver, addrs []string, counters []*callCounter) {
+func testRefreshScales(t *testing.T, d backend.Driver, addrs []string, counters []*callCounter) {
 	ctx := testCtx(t)
-	drv := &timedBatch{batchDriver: bd}
+	drv := &timedBatch{}
+	var use backend.Driver = d
+	if bd, ok := d.(batchDriver); ok {
+		drv.batchDriver = bd
+		use = drv
+	}
 	ns := "redislock-scale-" + randHex(4)
-	c, err := locker.New(drv, locker.WithNamespace(ns), locker.WithDefaultTTL(scaleTTL))
+	c, err := locker.New(use, locker.WithNamespace(ns), locker.WithDefaultTTL(scaleTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
