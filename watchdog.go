@@ -21,6 +21,10 @@ const (
 // early is how much sooner than due a hold may be refreshed, so that holds
 // due at nearly the same time share a batch: a twelfth of the TTL, a
 // quarter of the time between refreshes. A deadline has no early window.
+// The watchdog wakes when the first hold is due, and takes along every
+// hold whose early window has begun: holds that fall due one after the
+// other (acquired in a stream) share a batch, instead of each waking the
+// watchdog as its own window opens.
 func early(h *hold) time.Duration {
 	if h.atDeadline {
 		return 0
@@ -94,7 +98,7 @@ func (w *watchdog) put(h *hold, at time.Time, deadline bool) {
 		heap.Push(&w.due, h)
 	}
 	// Wake the goroutine only if h must fire before its timer does.
-	sooner := w.due[0] == h && at.Add(-early(h)).Before(w.armed)
+	sooner := w.due[0] == h && at.Before(w.armed)
 	w.mu.Unlock()
 	if sooner {
 		select {
@@ -127,13 +131,15 @@ func (w *watchdog) run() {
 		now := time.Now()
 		var ready []due
 		w.mu.Lock()
-		for len(w.due) > 0 && w.due[0].due.Sub(now) <= early(w.due[0]) {
+		// The holds that are due, and with them those in their early
+		// window.
+		for len(w.due) > 0 && (!w.due[0].due.After(now) || len(ready) > 0 && w.due[0].due.Sub(now) <= early(w.due[0])) {
 			h := heap.Pop(&w.due).(*hold)
 			ready = append(ready, due{h, h.atDeadline})
 		}
 		next := time.Hour
 		if len(w.due) > 0 {
-			next = w.due[0].due.Sub(now) - early(w.due[0])
+			next = w.due[0].due.Sub(now)
 		}
 		w.armed = now.Add(next)
 		w.mu.Unlock()

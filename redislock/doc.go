@@ -42,6 +42,12 @@
 // failover emptied the server's script cache. TTLs are in milliseconds
 // (PX): a TTL is rounded up to whole milliseconds, at least 1ms.
 //
+// Every driver implements backend.BatchRefresher: RefreshMany sends the
+// refresh script for many locks in one pipeline (go-redis splits a
+// cluster's by node), and a Quorum one pipeline per server, the servers in
+// parallel, judging each lock as Refresh does. So the locks a Client holds
+// cost round trips per batch, not per lock, and no goroutine per lock.
+//
 // Keys: for the lock key K (namespace/name), the lock is "{E}:lock" and its
 // fence counter "{E}:fence", where E is backend.EscapeKey(K). The {E} hash
 // tag keeps both in one Redis Cluster slot. The lock key's value is the

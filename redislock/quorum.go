@@ -439,9 +439,15 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Lock) error {
 		ok, err := n.refresh(ctx, l, px)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
+	return q.refreshVerdict(ctx, res, t0, l.TTL)
+}
+
+// refreshVerdict decides a refresh of a lock with TTL ttl, sent at t0,
+// from the servers' answers res (Refresh and RefreshMany).
+func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time, ttl time.Duration) error {
 	ok, notHeld := count(res)
 	switch {
-	case ok >= q.quorum && time.Since(t0) < l.TTL:
+	case ok >= q.quorum && time.Since(t0) < ttl:
 		return nil
 	case notHeld > len(q.nodes)-q.quorum:
 		return fmt.Errorf("redislock: quorum: refresh: %w (%d of %d servers hold it, %d needed)", backend.ErrNotHeld, ok, len(q.nodes), q.quorum)

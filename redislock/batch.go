@@ -1,0 +1,204 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Refreshing in batches. The locker package's watchdog hands the locks that
+// fall due together to RefreshMany, so that holding many locks costs round
+// trips in proportion to batches, not locks, and no goroutine per lock:
+//
+//   - a Driver (one server, a Redis Cluster or a ring) sends the refresh
+//     script for every lock in one pipeline; go-redis splits a cluster's or
+//     a ring's pipeline by node itself, one round trip per node;
+//   - a Quorum sends one such pipeline to each server, the servers in
+//     parallel (one goroutine per server, not per lock), and decides each
+//     lock by the same rule as Refresh.
+
+var (
+	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.BatchRefresher = (*FairDriver)(nil)
+	_ backend.BatchRefresher = (*Quorum)(nil)
+)
+
+// refreshMany runs the refresh script for each of locks (with the expiry
+// pxs[i] in milliseconds) in one pipeline, and returns each one's outcome,
+// in order: ok when extended, err when it cannot tell. The scripts go as
+// EVALSHA; those that a server answers NOSCRIPT (its script cache was
+// emptied by a restart, a failover or SCRIPT FLUSH) go again as EVAL, in a
+// second pipeline, as Script.Run does for one.
+func (n *node) refreshMany(ctx context.Context, locks []backend.Lock, pxs []int64) []result {
+	res := make([]result, len(locks))
+	if len(locks) == 0 {
+		return res
+	}
+	cmds := make([]*redis.Cmd, len(locks))
+	_, _ = n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, l := range locks {
+			cmds[i] = refreshScript.EvalSha(ctx, p, []string{lockKey(l.Key)}, holder(l), pxs[i])
+		}
+		return nil
+	})
+	var again []int
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				l := locks[i]
+				cmds[i] = refreshScript.Eval(ctx, p, []string{lockKey(l.Key)}, holder(l), pxs[i])
+			}
+			return nil
+		})
+	}
+	for i, c := range cmds {
+		v, err := c.Int64()
+		res[i] = result{ok: err == nil && v == 1, err: err}
+	}
+	return res
+}
+
+// RefreshMany implements backend.BatchRefresher: every lock's refresh
+// script in one pipeline (per node of a cluster or ring). Each lock's error
+// is what Refresh would have returned for it.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+	errs := make([]error, len(locks))
+	if len(locks) == 0 {
+		return errs
+	}
+	if d.closed.Load() {
+		for i := range errs {
+			errs[i] = fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
+		}
+		return errs
+	}
+	pxs := make([]int64, len(locks))
+	for i, l := range locks {
+		pxs[i] = ttlMillis(l.TTL)
+	}
+	for i, r := range d.n.refreshMany(ctx, locks, pxs) {
+		switch {
+		case r.err != nil:
+			errs[i] = fmt.Errorf("redislock: refresh: %w", r.err)
+		case !r.ok:
+			errs[i] = fmt.Errorf("redislock: refresh: %w", backend.ErrNotHeld)
+		}
+	}
+	return errs
+}
+
+// RefreshMany implements backend.BatchRefresher: one pipeline per server,
+// the servers in parallel, and for each lock the decision Refresh makes
+// (refreshVerdict) from that lock's answers: a majority extended it within
+// its TTL, or so many show it free or another token's that it is lost, or
+// it cannot tell. It returns once every lock is decided, every server
+// answered, or ctx ended; servers that answer later are not waited for.
+func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+	errs := make([]error, len(locks))
+	if len(locks) == 0 {
+		return errs
+	}
+	if q.closed.Load() {
+		for i := range errs {
+			errs[i] = fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
+		}
+		return errs
+	}
+	ls := make([]backend.Lock, len(locks))
+	pxs := make([]int64, len(locks))
+	var timeout time.Duration
+	for i, l := range locks {
+		if l.TTL < minQuorumTTL {
+			l.TTL = minQuorumTTL
+		}
+		ls[i], pxs[i] = l, q.px(l.TTL)
+		// Refresh waits for a server at most the lock's TTL; a batch, at
+		// most the longest TTL in it (each lock is still judged by its own).
+		timeout = max(timeout, l.TTL)
+	}
+	t0 := time.Now()
+	res := q.gatherMany(ctx, timeout, ls, pxs)
+	for i, l := range ls {
+		errs[i] = q.refreshVerdict(ctx, res[i*len(q.nodes):(i+1)*len(q.nodes)], t0, l.TTL)
+	}
+	return errs
+}
+
+// gatherMany is gather for a batch: it sends locks' refreshes to every
+// server in one pipeline each, concurrently, and returns each lock's
+// results in server order (lock i's are res[i*N:(i+1)*N] for N servers)
+// once every lock is decided by decidedBy, every server answered, or ctx
+// ends. As in gather, the requests' own context is not the caller's
+// (timeout and Close end it), and servers that answer later are left to
+// finish in the background; Close waits for them.
+func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Lock, pxs []int64) []result {
+	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
+	cancel := func() { stopOnClose(); cancelTimeout() }
+	type answer struct {
+		i  int
+		rs []result
+	}
+	nn := len(q.nodes)
+	ch := make(chan answer, nn)
+	for i, n := range q.nodes {
+		q.bg.Add(1)
+		go func() {
+			defer q.bg.Done()
+			ch <- answer{i, n.refreshMany(nodeCtx, locks, pxs)}
+		}()
+	}
+	res := make([]result, len(locks)*nn)
+	ok := make([]int, len(locks))
+	notOK := make([]int, len(locks))
+	undecided, got := len(locks), 0
+	for got < nn && undecided > 0 {
+		select {
+		case a := <-ch:
+			got++
+			for j, r := range a.rs {
+				r.answered = true
+				res[j*nn+a.i] = r
+				was := q.decidedBy(ok[j], notOK[j])
+				switch {
+				case r.err != nil:
+				case r.ok:
+					ok[j]++
+				default:
+					notOK[j]++
+				}
+				if !was && q.decidedBy(ok[j], notOK[j]) {
+					undecided--
+				}
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	if got == nn {
+		cancel()
+		return res
+	}
+	// The stragglers' requests run to their end (their answers are of no
+	// use now, but a command sent should complete).
+	left := nn - got
+	q.bg.Add(1)
+	go func() {
+		defer q.bg.Done()
+		defer cancel()
+		for range left {
+			<-ch
+		}
+	}()
+	return res
+}
