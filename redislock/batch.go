@@ -38,6 +38,7 @@ func (n *node) refreshMany(ctx context.Context, locks []backend.Lock, pxs []int6
 	if len(locks) == 0 {
 		return res
 	}
+	defer n.in.watch(ctx).stop()
 	cmds := make([]*redis.Cmd, len(locks))
 	_, _ = n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range locks {
