@@ -27,4 +27,7 @@ var (
 	// ErrInvalidURL: Open's URL is malformed, has an unknown scheme or an
 	// unknown parameter.
 	ErrInvalidURL = backend.ErrInvalidURL
+	// ErrPermission: the store refused the credentials or an operation
+	// locking needs. Acquire returns it at once instead of waiting.
+	ErrPermission = backend.ErrPermission
 )

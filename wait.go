@@ -121,7 +121,7 @@ const waitRetryFor = 5 * time.Second
 
 // permanent reports errors that trying again cannot mend.
 func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL} {
+	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrPermission} {
 		if errors.Is(err, e) {
 			return true
 		}

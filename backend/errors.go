@@ -5,8 +5,8 @@ import "errors"
 // The sentinel errors shared by the locker package and its drivers. The
 // locker package re-exports each under the same name; errors.Is matches
 // either spelling because they are the same values. Drivers return (or wrap)
-// ErrNotAcquired, ErrNotHeld, ErrClosed, ErrUnsupported and ErrInvalidURL;
-// the others come from the locker package's own checks.
+// ErrNotAcquired, ErrNotHeld, ErrClosed, ErrUnsupported, ErrInvalidURL and
+// ErrPermission; the others come from the locker package's own checks.
 var (
 	// ErrNotAcquired: the lock is held by someone else.
 	ErrNotAcquired = errors.New("locker: not acquired")
@@ -26,6 +26,11 @@ var (
 	// ErrInvalidURL: a URL or DSN is malformed, names an unknown scheme or
 	// carries an unknown parameter.
 	ErrInvalidURL = errors.New("locker: invalid url")
+	// ErrPermission: the store refused the client's identity (a wrong or
+	// missing password or certificate) or an operation that locking needs
+	// (a role or ACL without that permission). A configuration error:
+	// never retried.
+	ErrPermission = errors.New("locker: permission denied")
 )
 
 // NotAcquiredError is ErrNotAcquired for a reason other than another

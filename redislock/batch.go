@@ -63,7 +63,7 @@ func (n *node) refreshMany(ctx context.Context, locks []backend.Lock, pxs []int6
 	}
 	for i, c := range cmds {
 		v, err := c.Int64()
-		res[i] = result{ok: err == nil && v == 1, err: err}
+		res[i] = result{ok: err == nil && v == 1, err: classify(err)}
 	}
 	return res
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,7 +138,24 @@ func holder(l backend.Lock) string { return l.Token + "." }
 // less than a TTL ago and grants the name only in n milliseconds.
 func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (int64, error) {
 	defer n.in.watch(ctx).stop()
-	return acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), n.restartDelay(px)).Int64()
+	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), n.restartDelay(px)).Int64()
+	return v, classify(err)
+}
+
+// classify marks the server's refusal of our identity or of a command
+// (an ACL without the permission; NOPERM, WRONGPASS, NOAUTH) as
+// backend.ErrPermission: a configuration error that waiting cannot fix.
+func classify(err error) error {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return err
+	}
+	for _, code := range []string{"NOPERM", "WRONGPASS", "NOAUTH"} {
+		if strings.Contains(re.Error(), code) {
+			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+		}
+	}
+	return err
 }
 
 // restartDelay is how long after its start a server refuses names it has
@@ -162,13 +180,13 @@ func notAcquired(op string, r int64) error {
 func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
-	return v == 1, err
+	return v == 1, classify(err)
 }
 
 func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
-	return v == 1, err
+	return v == 1, classify(err)
 }
 
 // fairAcquire runs the fair acquire script for waiter w (wait: join the
@@ -181,7 +199,8 @@ func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px
 		mode = "wait"
 	}
 	keys := []string{lockKey(l.Key), fenceKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
-	return fairAcquireScript.Run(ctx, n.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, n.restartDelay(px)).Int64()
+	v, err := fairAcquireScript.Run(ctx, n.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, n.restartDelay(px)).Int64()
+	return v, classify(err)
 }
 
 // fairRelease is release that names the next waiter in its message.
@@ -189,7 +208,7 @@ func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
-	return v == 1, err
+	return v == 1, classify(err)
 }
 
 // leave takes waiter w out of l.Key's queue, even when ctx is done, and
@@ -206,7 +225,7 @@ func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
 func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
-	return v == 1, err
+	return v == 1, classify(err)
 }
 
 // cleanup removes what a failed attempt may have left: the script may have

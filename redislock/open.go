@@ -51,7 +51,7 @@ func fairParam(u *url.URL) (bool, error) {
 	}
 	fair, err := strconv.ParseBool(q.Get("fair"))
 	if err != nil {
-		return false, fmt.Errorf("redislock: %w: %s: fair=%q is not a boolean", backend.ErrInvalidURL, u.Redacted(), q.Get("fair"))
+		return false, fmt.Errorf("redislock: %w: %s: fair=%q is not a boolean", backend.ErrInvalidURL, backend.Redacted(u), q.Get("fair"))
 	}
 	return fair, nil
 }
@@ -67,7 +67,7 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, error) {
 	if q.Has("restart_delay") {
 		d, err := time.ParseDuration(q.Get("restart_delay"))
 		if err != nil || d < 0 {
-			return nil, nil, fmt.Errorf("redislock: %w: %s: restart_delay=%q is not a duration of 0 or more", backend.ErrInvalidURL, u.Redacted(), q.Get("restart_delay"))
+			return nil, nil, fmt.Errorf("redislock: %w: %s: restart_delay=%q is not a duration of 0 or more", backend.ErrInvalidURL, backend.Redacted(u), q.Get("restart_delay"))
 		}
 		opts = append(slices.Clip(opts), WithRestartDelay(d))
 	}
@@ -120,7 +120,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		return nil, err
 	}
 	if wantFair && !fair {
-		return nil, fmt.Errorf("redislock: %w: %s: fair=true needs OpenFair", backend.ErrInvalidURL, u.Redacted())
+		return nil, fmt.Errorf("redislock: %w: %s: fair=true needs OpenFair", backend.ErrInvalidURL, backend.Redacted(u))
 	}
 	u, opts, err = ownParams(u, opts)
 	if err != nil {
@@ -132,7 +132,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	case "redis", "rediss":
 		o, err := redis.ParseURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 		}
 		in = interruptible(o)
 		rdb = redis.NewClient(o)
@@ -150,7 +150,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("redislock: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("redislock: open %s: %w", backend.Redacted(u), classify(err))
 	}
 	cfg := buildConfig(opts)
 	n := newNode(rdb, true, &cfg)
@@ -164,10 +164,10 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
+		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, backend.Redacted(u))
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("redislock: %w: %s: a cluster has no database number", backend.ErrInvalidURL, u.Redacted())
+		return nil, fmt.Errorf("redislock: %w: %s: a cluster has no database number", backend.ErrInvalidURL, backend.Redacted(u))
 	}
 	c := *u
 	c.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
@@ -180,7 +180,7 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 	c.RawQuery = q.Encode()
 	o, err := redis.ParseClusterURL(c.String())
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+		return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 	}
 	return o, nil
 }
@@ -222,7 +222,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis+quorum or rediss+quorum)", backend.ErrInvalidURL, u.Scheme)
 	}
 	if u.Query().Has("fair") {
-		return nil, fmt.Errorf("redislock: %w: %s: quorum mode has no fair queue", backend.ErrInvalidURL, u.Redacted())
+		return nil, fmt.Errorf("redislock: %w: %s: quorum mode has no fair queue", backend.ErrInvalidURL, backend.Redacted(u))
 	}
 	u, opts, err = ownParams(u, opts)
 	if err != nil {
@@ -230,7 +230,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	}
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, u.Redacted())
+		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, backend.Redacted(u))
 	}
 	var clients []redis.UniversalClient
 	var ins []*interrupter
@@ -246,7 +246,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		o, err := redis.ParseURL(c.String())
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, u.Redacted(), err)
+			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 		}
 		if !u.Query().Has("max_retries") {
 			o.MaxRetries = -1
@@ -276,7 +276,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		timeout = time.Until(d)
 	}
 	res := q.gather(ctx, timeout, func(ctx context.Context, n *node) result {
-		err := n.rdb.Ping(ctx).Err()
+		err := classify(n.rdb.Ping(ctx).Err())
 		if err == nil {
 			n.checkMaxmemory(ctx, n.addr)
 		}
@@ -288,7 +288,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	})
 	if up, _ := count(res); up < q.quorum {
 		q.Close()
-		return nil, fmt.Errorf("redislock: open %s: %d of %d servers answered, %d needed: %s", u.Redacted(), up, len(hosts), q.quorum, q.errSummary(res))
+		return nil, fmt.Errorf("redislock: open %s: %d of %d servers answered, %d needed: %s", backend.Redacted(u), up, len(hosts), q.quorum, q.errSummary(res))
 	}
 	for i, r := range res {
 		if r.err != nil {

@@ -1,0 +1,57 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// A server that refuses our password or a command locking needs gives
+// ErrPermission at once: at Open for the password, at the first try for
+// the command, and a blocking Acquire does not wait it out as a transient
+// error. No secret shows in the errors.
+func TestPermissionErrorsArePermanent(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer admin.Close()
+	user := "lockertest-" + randHex(6)
+	const pw = "Canary-" + "pw-7Qx"
+	// May connect and PING, nothing else: no EVALSHA, no keys.
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">"+pw, "-@all", "+ping", "+hello", "+auth", "+config|get").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(context.Background(), "ACL", "DELUSER", user)
+
+	_, err := Open(ctx, "redis://"+user+":wrong-"+pw+"@"+testenv.RedisAddr()+"/0")
+	if !errors.Is(err, backend.ErrPermission) || strings.Contains(err.Error(), pw) {
+		t.Fatalf("Open with a wrong password = %v, want ErrPermission without the password", err)
+	}
+
+	c, err := locker.Open(ctx, "redis://"+user+":"+pw+"@"+testenv.RedisAddr()+"/0?restart_delay=0")
+	if err != nil {
+		t.Fatalf("Open as a user that may only PING: %v", err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Acquire(ctx, "x")
+	if !errors.Is(err, locker.ErrPermission) {
+		t.Fatalf("Acquire without the permission = %v, want ErrPermission", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Acquire took %v to report a permission error: it retried it as transient", took)
+	}
+	if strings.Contains(err.Error(), pw) || strings.Count(err.Error(), "permission denied") != 1 {
+		t.Fatalf("Acquire's error says too much or repeats itself: %v", err)
+	}
+	t.Logf("Acquire: %v", err)
+}
