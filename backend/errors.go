@@ -30,7 +30,7 @@ var (
 	// missing password or certificate) or an operation that locking needs
 	// (a role or ACL without that permission). A configuration error:
 	// never retried.
-	ErrPermission = errors.New("locker: permission denied")
+	ErrPermission = errors.New("locker: not permitted")
 )
 
 // NotAcquiredError is ErrNotAcquired for a reason other than another

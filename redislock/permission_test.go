@@ -50,7 +50,7 @@ func TestPermissionErrorsArePermanent(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("Acquire took %v to report a permission error: it retried it as transient", took)
 	}
-	if strings.Contains(err.Error(), pw) || strings.Count(err.Error(), "permission denied") != 1 {
+	if strings.Contains(err.Error(), pw) || strings.Count(err.Error(), "not permitted") != 1 {
 		t.Fatalf("Acquire's error says too much or repeats itself: %v", err)
 	}
 	t.Logf("Acquire: %v", err)

@@ -443,6 +443,18 @@ func (d *Driver) retry(ctx context.Context, f func() error) error {
 	return err
 }
 
+// permission marks the server's refusal of our credentials or of a
+// statement (insufficient_privilege, invalid_password,
+// invalid_authorization_specification) as backend.ErrPermission: a
+// configuration error that waiting cannot fix.
+func permission(err error) error {
+	switch sqlState(err) {
+	case "42501", "28P01", "28000":
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+	}
+	return err
+}
+
 // wrap adds the package name and explains an error of the store. Errors
 // from pgx never contain the password.
 func (d *Driver) wrap(op string, err error) error {
@@ -452,7 +464,7 @@ func (d *Driver) wrap(op string, err error) error {
 	if sqlState(err) == codeUndefTable {
 		return fmt.Errorf("sqllock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
 	}
-	return fmt.Errorf("sqllock: %s: %w", op, err)
+	return fmt.Errorf("sqllock: %s: %w", op, permission(err))
 }
 
 // ensureSchema creates the table on first use, or with CreateTable(false)

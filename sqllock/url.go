@@ -161,7 +161,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	if err := pool.Ping(ctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("sqllock: open %s: %w", where, err)
+		return nil, fmt.Errorf("sqllock: open %s: %w", where, permission(err))
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		d.Close()
