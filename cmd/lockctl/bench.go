@@ -143,7 +143,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			if raw == "" {
 				continue
 			}
-			raw, err := expandURL(raw)
+			raw, _, err := expandURL(raw)
 			if err != nil {
 				fmt.Fprintf(stderr, "lockctl bench: %v\n", err)
 				return exitUsage

@@ -310,9 +310,12 @@ func TestLostLockGraceKill(t *testing.T) {
 
 func TestExpandURL(t *testing.T) {
 	t.Setenv("LOCKCTL_TEST_PW", "p@ss/w:rd %?#&=+${}")
-	got, err := expandURL("redis://user:${LOCKCTL_TEST_PW}@h:6379/0?x=$y")
+	got, names, err := expandURL("redis://user:${LOCKCTL_TEST_PW}@h:6379/0?x=$y")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(names) != 1 || names[0] != "LOCKCTL_TEST_PW" {
+		t.Fatalf("replaced %v, want [LOCKCTL_TEST_PW]", names)
 	}
 	u, err := url.Parse(got)
 	if err != nil {
@@ -322,7 +325,7 @@ func TestExpandURL(t *testing.T) {
 		t.Fatalf("expanded %q: password %q host %q query %q", got, pw, u.Host, u.RawQuery)
 	}
 	for _, bad := range []string{"redis://:${LOCKCTL_UNSET_VAR}@h", "redis://:${LOCKCTL_TEST_PW@h", "redis://:${}@h"} {
-		if _, err := expandURL(bad); err == nil {
+		if _, _, err := expandURL(bad); err == nil {
 			t.Errorf("expandURL(%q) succeeded", bad)
 		}
 	}
@@ -335,6 +338,20 @@ func TestExpandURL(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "a b", "c", "*.lock")); len(m) != 1 {
 		t.Fatalf("lock files in the directory named by ${LOCKCTL_SUB}: %v", m)
+	}
+	// COMMAND does not get the variables substituted into the URL (they
+	// hold passwords), and a nested run for the same owner and name still
+	// finds the enclosing run's hold without them.
+	out := filepath.Join(dir, "env")
+	p = lockctlProc("run", "--owner", "o", "x", "--", "sh", "-c",
+		`echo "sub=${LOCKCTL_SUB-unset} other=$LOCKCTL_OTHER" > "$OUT"; exec "$LOCKCTL" run --owner o x -- sh -c 'echo nested=$LOCKER_NAME >> "$OUT"'`)
+	p.Env = append(p.Env, "LOCKER_URL="+(&url.URL{Scheme: "file", Path: dir}).String()+"/${LOCKCTL_SUB}",
+		"LOCKCTL_SUB=a b/c", "LOCKCTL_OTHER=kept", "OUT="+out, "LOCKCTL="+lockctlBin)
+	if code, _ := p.status(t); code != 0 {
+		t.Fatalf("exit %d: %s", code, &p.stderr)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "sub=unset other=kept\nnested=x\n" {
+		t.Fatalf("COMMAND's environment: %q, want the substituted variable gone, the others kept, and the nested run under the hold", b)
 	}
 	p = lockctlProc("run", "--backend", "redis://:${LOCKCTL_UNSET_VAR}@127.0.0.1:6379/0", "x", "--", "true")
 	if code, _ := p.status(t); code != exitUsage || !strings.Contains(p.stderr.String(), "LOCKCTL_UNSET_VAR") {

@@ -181,17 +181,17 @@ func defaultURL() string {
 }
 
 // resolveURL picks the backend URL: the flag, else $LOCKER_URL, else the
-// file backend's default directory; then replaces ${NAME} references (see
-// expandURL).
-func resolveURL(flagURL string) (string, error) {
+// file backend's default directory. Its ${NAME} references are left for
+// expandURL.
+func resolveURL(flagURL string) string {
 	raw := flagURL
 	if raw == "" {
 		raw = strings.TrimSpace(os.Getenv(envURL))
 	}
 	if raw == "" {
-		return defaultURL(), nil
+		return defaultURL()
 	}
-	return expandURL(raw)
+	return raw
 }
 
 // expandURL replaces every ${NAME} in raw by the value of the environment
@@ -201,25 +201,28 @@ func resolveURL(flagURL string) (string, error) {
 //	LOCKER_URL='redis://:${REDIS_PASSWORD}@cache:6379/0'
 //
 // keeps the password out of the URL, of lockctl's arguments (which ps
-// shows) and of shell history. A reference to an unset variable is an
-// error; a '$' not followed by '{' is left alone.
-func expandURL(raw string) (string, error) {
+// shows) and of shell history. It also returns the names it replaced, which
+// lockctl run keeps out of COMMAND's environment. A reference to an unset
+// variable is an error; a '$' not followed by '{' is left alone.
+func expandURL(raw string) (string, []string, error) {
 	var b strings.Builder
+	var names []string
 	for {
 		i := strings.Index(raw, "${")
 		if i < 0 {
 			b.WriteString(raw)
-			return b.String(), nil
+			return b.String(), names, nil
 		}
 		j := strings.IndexByte(raw[i:], '}')
 		if j < 0 {
-			return "", fmt.Errorf("backend URL: unterminated ${ reference")
+			return "", nil, fmt.Errorf("backend URL: unterminated ${ reference")
 		}
 		name := raw[i+2 : i+j]
 		val, ok := os.LookupEnv(name)
 		if name == "" || !ok {
-			return "", fmt.Errorf("backend URL refers to ${%s}, which is not set", name)
+			return "", nil, fmt.Errorf("backend URL refers to ${%s}, which is not set", name)
 		}
+		names = append(names, name)
 		b.WriteString(raw[:i])
 		b.WriteString(backend.EscapeKey(val))
 		raw = raw[i+j+1:]

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -171,11 +172,10 @@ func (o *runOpts) logf(format string, args ...any) {
 }
 
 func (o *runOpts) run() int {
-	rawURL, err := resolveURL(o.backend)
-	if err != nil {
-		o.logf("%v", err)
-		return exitUsage
-	}
+	// The backend is identified by the URL as written, ${NAME} references
+	// and all: a nested run finds its enclosing run's hold without the
+	// secrets, which COMMAND's environment no longer has.
+	rawURL := resolveURL(o.backend)
 	bid := backendID(rawURL)
 
 	sigs := make(chan os.Signal, 8)
@@ -201,6 +201,11 @@ func (o *runOpts) run() int {
 		return status
 	}
 
+	rawURL, secrets, err := expandURL(rawURL)
+	if err != nil {
+		o.logf("%v", err)
+		return exitUsage
+	}
 	logger := slog.New(skipLost{slog.NewTextHandler(o.stderr, &slog.HandlerOptions{
 		Level: slog.LevelWarn,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
@@ -274,7 +279,7 @@ func (o *runOpts) run() int {
 
 	cmd := o.command
 	c := exec.Command(cmd[0], cmd[1:]...)
-	c.Env = append(withoutLockerEnv(os.Environ()),
+	c.Env = append(without(os.Environ(), secrets),
 		envName+"="+o.name,
 		envFence+"="+strconv.FormatUint(l.Fence(), 10),
 	)
@@ -406,13 +411,14 @@ func (o *runOpts) release(l *locker.Lock) {
 	}
 }
 
-// withoutLockerEnv drops the variables lockctl sets for COMMAND, so that an
-// outer run's values do not leak into an inner one's.
-func withoutLockerEnv(env []string) []string {
+// without drops from env the variables lockctl sets for COMMAND, so that an
+// outer run's values do not leak into an inner one's, and the variables
+// named in secrets: those substituted into the backend URL.
+func without(env, secrets []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == envName || k == envFence || k == envOwner || k == envBackendID {
+		if k == envName || k == envFence || k == envOwner || k == envBackendID || slices.Contains(secrets, k) {
 			continue
 		}
 		out = append(out, kv)
