@@ -161,8 +161,8 @@ func (d *Driver) begin() error {
 }
 
 // Close waits for the calls in flight (each bounded by the client's
-// timeout) and closes the client's idle connections if the driver opened
-// the client itself.
+// timeout), closes RefreshMany's idle connections, and closes the client's
+// if the driver opened the client itself.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
