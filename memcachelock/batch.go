@@ -242,7 +242,8 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	}
 	d.batch.trips.Add(1)
 	err = c.w.Flush()
-	n := 0
+	n := 0 // replies read
+replies:
 	for ; err == nil && n < len(held); n++ {
 		var reply []byte
 		reply, err = c.r.ReadSlice('\n')
@@ -264,7 +265,10 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 				errs[i] = fmt.Errorf("memcachelock: refresh: cas: %s", bytes.TrimSpace(reply))
 				continue
 			}
+			// Out of step with the commands: this reply and the rest
+			// are unknown.
 			err = fmt.Errorf("unexpected reply %q", bytes.TrimSpace(reply))
+			break replies
 		}
 	}
 	if !stop() || err != nil {

@@ -1,9 +1,11 @@
 package memcachelock
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"runtime"
 	"strings"
@@ -500,5 +502,111 @@ func TestRefreshManyServers(t *testing.T) {
 	t.Logf("locks per server %v; after the restart %d not held, %d new connections", on, lost, d.batch.dials.Load()-dials)
 	if lost != on[priv.Addr] {
 		t.Errorf("%d locks found not held, want %d", lost, on[priv.Addr])
+	}
+}
+
+// fakeMemcached answers gets with the values it was given and each cas
+// with the next scripted reply (STORED once they run out).
+func fakeMemcached(t *testing.T, values map[string]string, script []string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	serve := func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			f := strings.Fields(line)
+			var out strings.Builder
+			switch {
+			case len(f) > 1 && (f[0] == "gets" || f[0] == "get"):
+				for _, k := range f[1:] {
+					if v, ok := values[k]; ok {
+						fmt.Fprintf(&out, "VALUE %s 0 %d 42\r\n%s\r\n", k, len(v), v)
+					}
+				}
+				out.WriteString("END\r\n")
+			case len(f) == 6 && f[0] == "cas":
+				if _, err := r.ReadString('\n'); err != nil {
+					return
+				}
+				mu.Lock()
+				reply := "STORED"
+				if len(script) > 0 {
+					reply, script = script[0], script[1:]
+				}
+				mu.Unlock()
+				out.WriteString(reply + "\r\n")
+			default:
+				out.WriteString("ERROR\r\n")
+			}
+			if _, err := c.Write([]byte(out.String())); err != nil {
+				return
+			}
+		}
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { serve(c) })
+		}
+	})
+	return ln.Addr().String()
+}
+
+// Each cas reply lands in its own slot; a reply out of step with the
+// commands fails that lock and the rest, never reports them refreshed.
+func TestRefreshManyReplies(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	locks := make([]backend.Lock, 6)
+	values := map[string]string{}
+	for i := range locks {
+		locks[i] = backend.Lock{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: time.Second}
+		values[lockKey(locks[i].Key)] = locks[i].Token
+	}
+	addr := fakeMemcached(t, values, []string{"STORED", "SERVER_ERROR out of memory storing object", "EXISTS", "NOT_FOUND", "BOGUS"})
+	var sl memcache.ServerList
+	if err := sl.SetServers(addr); err != nil {
+		t.Fatal(err)
+	}
+	d := &Driver{mc: memcache.NewFromSelector(&sl), own: true, servers: &sl}
+	defer d.Close()
+	errs := d.RefreshMany(ctx, locks)
+	for i, e := range errs {
+		t.Logf("slot %d: %v", i, e)
+	}
+	// The EXISTS is retried by Refresh's path, which the fake then stores.
+	if errs[0] != nil || errs[2] != nil {
+		t.Errorf("slots 0 and 2: %v, %v; want nil", errs[0], errs[2])
+	}
+	if !errors.Is(errs[3], backend.ErrNotHeld) || !strings.Contains(errs[3].Error(), "it expired or was evicted just now") {
+		t.Errorf("slot 3: %v, want ErrNotHeld", errs[3])
+	}
+	for _, i := range []int{1, 4, 5} {
+		if errs[i] == nil || errors.Is(errs[i], backend.ErrNotHeld) {
+			t.Errorf("slot %d: %v, want an error other than ErrNotHeld", i, errs[i])
+		}
 	}
 }
