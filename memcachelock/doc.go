@@ -36,6 +36,10 @@
 // An uncontended acquisition costs three round trips (add, incr, gets) and
 // a release two (gets, cas), against two for a bare add and delete.
 //
+// RefreshMany (backend.BatchRefresher), which the locker package's
+// watchdog uses for locks that fall due together, refreshes a batch in two
+// round trips per server: pipelined gets, then pipelined cas.
+//
 // # TTLs
 //
 // memcached counts expiry in whole seconds, on a clock that ticks once a

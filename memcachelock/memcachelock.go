@@ -137,6 +137,8 @@ type Driver struct {
 	mu     sync.Mutex
 	closed bool
 	ops    sync.WaitGroup // calls in flight, awaited by Close
+
+	batch batchPool // RefreshMany's connections (batch.go)
 }
 
 // New returns a driver that uses mc, a client the caller built (its server
@@ -159,8 +161,8 @@ func (d *Driver) begin() error {
 }
 
 // Close waits for the calls in flight (each bounded by the client's
-// timeout) and closes the client's idle connections if the driver opened
-// the client itself.
+// timeout), closes RefreshMany's idle connections, and closes the client's
+// if the driver opened the client itself.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -170,6 +172,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.ops.Wait()
+	d.batch.close()
 	if d.own {
 		return d.mc.Close()
 	}
@@ -438,6 +441,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 		return fmt.Errorf("memcachelock: refresh: %w", err)
 	}
 	defer d.ops.Done()
+	return d.refresh(ctx, l, exp)
+}
+
+// refresh is Refresh for a call in flight, with l.TTL as expiration exp.
+func (d *Driver) refresh(ctx context.Context, l backend.Lock, exp int32) error {
 	lk := lockKey(l.Key)
 	for range maxAttempts {
 		if err := live(ctx, "refresh"); err != nil {

@@ -1,0 +1,488 @@
+package memcachelock
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// RefreshMany refreshes many locks in O(servers) round trips, without a
+// goroutine per lock (backend.BatchRefresher): for each server, one round
+// trip of pipelined gets for all its locks, then one of pipelined cas for
+// those still held by their token, each exactly as Refresh does them. The
+// cas keeps the item's flags and value as read and only sets the new
+// expiration, so, as in Refresh, it never extends another holder's lock.
+//
+// gomemcache has no pipelined cas, so the driver speaks memcached's text
+// protocol on connections of its own, a few idle ones kept per server (see
+// batchPool). It does the gets there too, rather than with GetMulti: so
+// both round trips end at ctx's deadline (or cancellation), not only at the
+// client's timeout. Servers are visited one after another.
+//
+// A lock whose cas finds the item changed since the gets (EXISTS: a
+// concurrent refresh of ours) is refreshed again by Refresh's path, with
+// its bounded retries. A lock with an invalid TTL or token gets its own
+// error and the others go on.
+//
+// A Driver made by New has no server list: it refreshes the locks one after
+// another with Refresh's path.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+	errs := make([]error, len(locks))
+	if len(locks) == 0 {
+		return errs
+	}
+	d.batch.calls.Add(1)
+	d.batch.locks.Add(int64(len(locks)))
+	if err := d.begin(); err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("memcachelock: refresh: %w", err)
+		}
+		return errs
+	}
+	defer d.ops.Done()
+
+	now := time.Now()
+	exps := make([]int32, len(locks))
+	valid := make([]int, 0, len(locks))
+	for i, l := range locks {
+		exp, _, err := expiration(l.TTL, now)
+		if err == nil {
+			err = checkToken(l.Token)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		exps[i] = exp
+		valid = append(valid, i)
+	}
+	if d.servers == nil {
+		for _, i := range valid {
+			errs[i] = d.refresh(ctx, locks[i], exps[i])
+		}
+		return errs
+	}
+
+	// Group the locks by server, in order of first appearance.
+	var order []string
+	groups := map[string]*batchGroup{}
+	for _, i := range valid {
+		lk := lockKey(locks[i].Key)
+		addr, err := d.servers.PickServer(lk)
+		if err != nil {
+			errs[i] = fmt.Errorf("memcachelock: refresh: %w", err)
+			continue
+		}
+		name := addr.Network() + "!" + addr.String()
+		g := groups[name]
+		if g == nil {
+			g = &batchGroup{addr: addr, name: name}
+			groups[name] = g
+			order = append(order, name)
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, lk)
+	}
+	var again []int // EXISTS: changed since the gets
+	for _, name := range order {
+		again = d.refreshGroup(ctx, groups[name], locks, exps, errs, again)
+	}
+	for _, i := range again {
+		errs[i] = d.refresh(ctx, locks[i], exps[i])
+	}
+	return errs
+}
+
+// batchGroup is the locks of one RefreshMany that live on one server.
+type batchGroup struct {
+	addr net.Addr
+	name string   // addr's network and address: the pool's key
+	idx  []int    // indexes into the locks
+	keys []string // their item keys
+}
+
+// maxTripResponse bounds the estimated size of the gets replies that one
+// round trip asks for: every request of a round trip is written before its
+// replies are read, so the replies must fit in the socket buffers (the
+// server's send buffer and ours to receive, over 128 KiB together on
+// Linux by default) or the server would stop reading and both would wait
+// until the deadline. A group whose replies may be larger is sent in
+// several round trips. A 512-lock batch of typical keys (about 60 bytes)
+// without owners is estimated at about 70 KiB: one round trip.
+const maxTripResponse = 96 << 10
+
+// getsPerCommand bounds the keys in one gets command (its line stays
+// within about 25 KiB); a round trip pipelines several.
+const getsPerCommand = 100
+
+// replyEstimate is the size of the gets reply for one lock: "VALUE key
+// flags bytes cas\r\n", the value (token, space, owner) and "\r\n".
+func replyEstimate(key string, l backend.Lock) int {
+	return len(key) + 40 + tokenLen + 1 + min(len(l.Owner), maxOwnerLen) + 2
+}
+
+// refreshGroup refreshes g's locks, in as few round trips as the replies'
+// size allows, and appends to again the locks whose cas found the item
+// changed.
+func (d *Driver) refreshGroup(ctx context.Context, g *batchGroup, locks []backend.Lock, exps []int32, errs []error, again []int) []int {
+	for start := 0; start < len(g.idx); {
+		end, size := start, 0
+		for end < len(g.idx) {
+			size += replyEstimate(g.keys[end], locks[g.idx[end]])
+			if end > start && size > maxTripResponse {
+				break
+			}
+			end++
+		}
+		again = d.refreshPart(ctx, g, g.idx[start:end], g.keys[start:end], locks, exps, errs, again)
+		start = end
+	}
+	return again
+}
+
+// batchItem is what a gets reply says of one key.
+type batchItem struct {
+	flags uint32
+	value []byte
+	cas   uint64
+}
+
+func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys []string, locks []backend.Lock, exps []int32, errs []error, again []int) []int {
+	failAll := func(err error) []int {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return again
+	}
+	if err := live(ctx, "refresh"); err != nil {
+		return failAll(err)
+	}
+	c, pooled, err := d.batch.conn(ctx, g, d.timeout())
+	if err != nil {
+		return failAll(fmt.Errorf("memcachelock: refresh: dial: %w", withCause(ctx, err)))
+	}
+	items, err := d.gets(ctx, c, keys)
+	if err != nil && pooled && staleConn(err) {
+		// An idle connection the server closed (a restart): once more on a
+		// new one. gets changes nothing, so repeating it is safe.
+		c.Close()
+		if err := live(ctx, "refresh"); err != nil {
+			return failAll(err)
+		}
+		c, err = d.batch.dial(ctx, g, d.timeout())
+		if err != nil {
+			return failAll(fmt.Errorf("memcachelock: refresh: dial: %w", withCause(ctx, err)))
+		}
+		items, err = d.gets(ctx, c, keys)
+	}
+	if err != nil {
+		c.Close()
+		return failAll(fmt.Errorf("memcachelock: refresh: gets: %w", withCause(ctx, err)))
+	}
+
+	// The cas commands, for the locks still held by their token.
+	var held []int // positions in idx
+	c.w.Reset(c.Conn)
+	for p, i := range idx {
+		it, ok := items[keys[p]]
+		switch {
+		case !ok:
+			errs[i] = fmt.Errorf("memcachelock: refresh: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+		case !heldBy(it.value, locks[i].Token):
+			errs[i] = fmt.Errorf("memcachelock: refresh: %w: another token holds it", backend.ErrNotHeld)
+		default:
+			held = append(held, p)
+		}
+	}
+	if len(held) == 0 {
+		d.batch.put(g.name, c, d.maxIdle())
+		return again
+	}
+	failHeld := func(from int, err error) []int {
+		for _, p := range held[from:] {
+			errs[idx[p]] = err
+		}
+		return again
+	}
+	if err := live(ctx, "refresh"); err != nil {
+		d.batch.put(g.name, c, d.maxIdle())
+		return failHeld(0, err)
+	}
+	stop := c.arm(ctx, d.timeout())
+	var line []byte
+	for _, p := range held {
+		it := items[keys[p]]
+		line = line[:0]
+		line = append(line, "cas "...)
+		line = append(line, keys[p]...)
+		line = append(line, ' ')
+		line = strconv.AppendUint(line, uint64(it.flags), 10)
+		line = append(line, ' ')
+		line = strconv.AppendInt(line, int64(exps[idx[p]]), 10)
+		line = append(line, ' ')
+		line = strconv.AppendInt(line, int64(len(it.value)), 10)
+		line = append(line, ' ')
+		line = strconv.AppendUint(line, it.cas, 10)
+		line = append(line, "\r\n"...)
+		line = append(line, it.value...)
+		line = append(line, "\r\n"...)
+		c.w.Write(line) // a write error stays in w and Flush returns it
+	}
+	d.batch.trips.Add(1)
+	err = c.w.Flush()
+	n := 0 // replies read
+replies:
+	for ; err == nil && n < len(held); n++ {
+		var reply []byte
+		reply, err = c.r.ReadSlice('\n')
+		if err != nil {
+			break
+		}
+		i := idx[held[n]]
+		switch string(reply) {
+		case "STORED\r\n":
+			errs[i] = nil
+		case "EXISTS\r\n":
+			again = append(again, i)
+		case "NOT_FOUND\r\n", "NOT_STORED\r\n":
+			errs[i] = fmt.Errorf("memcachelock: refresh: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+		default:
+			if bytes.HasPrefix(reply, []byte("SERVER_ERROR ")) {
+				// The server read the command and its data: the next
+				// reply is the next command's.
+				errs[i] = fmt.Errorf("memcachelock: refresh: cas: %s", bytes.TrimSpace(reply))
+				continue
+			}
+			// Out of step with the commands: this reply and the rest
+			// are unknown.
+			err = fmt.Errorf("unexpected reply %q", bytes.TrimSpace(reply))
+			break replies
+		}
+	}
+	if !stop() || err != nil {
+		c.Close()
+	} else {
+		d.batch.put(g.name, c, d.maxIdle())
+	}
+	if err != nil {
+		return failHeld(n, fmt.Errorf("memcachelock: refresh: cas: %w", withCause(ctx, err)))
+	}
+	return again
+}
+
+// gets asks for keys on c in one round trip (pipelined gets commands of at
+// most getsPerCommand keys, each key once) and returns the items found.
+func (d *Driver) gets(ctx context.Context, c *batchConn, keys []string) (map[string]batchItem, error) {
+	stop := c.arm(ctx, d.timeout())
+	items, err := c.gets(keys)
+	d.batch.trips.Add(1)
+	if !stop() && err == nil {
+		err = fmt.Errorf("memcachelock: %w", context.Cause(ctx)) // its deadline was cut short
+	}
+	return items, err
+}
+
+func (c *batchConn) gets(keys []string) (map[string]batchItem, error) {
+	c.w.Reset(c.Conn)
+	seen := make(map[string]struct{}, len(keys))
+	cmds, inCmd := 0, 0
+	for _, k := range keys {
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		if inCmd == 0 {
+			c.w.WriteString("gets")
+			cmds++
+		}
+		c.w.WriteByte(' ')
+		c.w.WriteString(k)
+		if inCmd++; inCmd == getsPerCommand {
+			c.w.WriteString("\r\n")
+			inCmd = 0
+		}
+	}
+	if inCmd > 0 {
+		c.w.WriteString("\r\n")
+	}
+	if err := c.w.Flush(); err != nil {
+		return nil, err
+	}
+	items := make(map[string]batchItem, len(keys))
+	for cmds > 0 {
+		line, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		if string(line) == "END\r\n" {
+			cmds--
+			continue
+		}
+		key, it, size, err := parseValueLine(line)
+		if err != nil {
+			return nil, err
+		}
+		it.value = make([]byte, size+2)
+		if _, err := io.ReadFull(c.r, it.value); err != nil {
+			return nil, err
+		}
+		if !bytes.HasSuffix(it.value, []byte("\r\n")) {
+			return nil, errors.New("memcachelock: corrupt gets reply: a value without its CRLF")
+		}
+		it.value = it.value[:size]
+		if _, asked := seen[key]; !asked {
+			return nil, fmt.Errorf("memcachelock: gets reply for a key not asked for: %q", key)
+		}
+		items[key] = it
+	}
+	return items, nil
+}
+
+// parseValueLine reads "VALUE <key> <flags> <bytes> <cas unique>\r\n".
+func parseValueLine(line []byte) (key string, it batchItem, size int, err error) {
+	bad := func() (string, batchItem, int, error) {
+		return "", batchItem{}, 0, fmt.Errorf("memcachelock: unexpected line in a gets reply: %q", bytes.TrimSpace(line))
+	}
+	rest, ok := bytes.CutPrefix(line, []byte("VALUE "))
+	if !ok {
+		return bad()
+	}
+	rest, ok = bytes.CutSuffix(rest, []byte("\r\n"))
+	if !ok {
+		return bad()
+	}
+	f := bytes.Fields(rest)
+	if len(f) != 4 {
+		return bad()
+	}
+	flags, err1 := strconv.ParseUint(string(f[1]), 10, 32)
+	n, err2 := strconv.ParseUint(string(f[2]), 10, 31)
+	cas, err3 := strconv.ParseUint(string(f[3]), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return bad()
+	}
+	return string(f[0]), batchItem{flags: uint32(flags), cas: cas}, int(n), nil
+}
+
+// withCause adds ctx's cause to err when ctx ended: the deadline that cut
+// a round trip short was then most likely ctx's.
+func withCause(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return err
+}
+
+func (d *Driver) timeout() time.Duration {
+	if d.mc.Timeout > 0 {
+		return d.mc.Timeout
+	}
+	return memcache.DefaultTimeout
+}
+
+func (d *Driver) maxIdle() int {
+	if d.mc.MaxIdleConns > 0 {
+		return d.mc.MaxIdleConns
+	}
+	return memcache.DefaultMaxIdleConns
+}
+
+// batchConn is a connection of RefreshMany's.
+type batchConn struct {
+	net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+// arm sets c's deadline for one round trip: the client's timeout from now,
+// or ctx's deadline if sooner; and makes ctx's cancellation end the round
+// trip at once. stop reports false if the cancellation did (c must not be
+// reused then).
+func (c *batchConn) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
+	dl := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
+	}
+	c.SetDeadline(dl)
+	return context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+}
+
+// batchPool keeps, per server, up to the client's MaxIdleConns idle
+// connections for RefreshMany. It counts RefreshMany's calls and round
+// trips for tests and benchmarks.
+type batchPool struct {
+	mu     sync.Mutex
+	idle   map[string][]*batchConn
+	closed bool
+
+	calls atomic.Int64 // RefreshMany calls
+	locks atomic.Int64 // locks passed to them
+	trips atomic.Int64 // round trips (gets or cas) sent by RefreshMany
+	dials atomic.Int64 // connections dialled
+}
+
+// conn returns an idle connection to g's server, or a new one; pooled says
+// which.
+func (p *batchPool) conn(ctx context.Context, g *batchGroup, timeout time.Duration) (c *batchConn, pooled bool, err error) {
+	p.mu.Lock()
+	if cs := p.idle[g.name]; len(cs) > 0 {
+		c = cs[len(cs)-1]
+		cs[len(cs)-1] = nil
+		p.idle[g.name] = cs[:len(cs)-1]
+	}
+	p.mu.Unlock()
+	if c != nil {
+		return c, true, nil
+	}
+	c, err = p.dial(ctx, g, timeout)
+	return c, false, err
+}
+
+func (p *batchPool) dial(ctx context.Context, g *batchGroup, timeout time.Duration) (*batchConn, error) {
+	p.dials.Add(1)
+	nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, g.addr.Network(), g.addr.String())
+	if err != nil {
+		return nil, err
+	}
+	return &batchConn{Conn: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc)}, nil
+}
+
+// put keeps c for later, unless max are kept already or the pool is closed.
+func (p *batchPool) put(name string, c *batchConn, max int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle[name]) >= max {
+		c.Close()
+		return
+	}
+	if p.idle == nil {
+		p.idle = map[string][]*batchConn{}
+	}
+	p.idle[name] = append(p.idle[name], c)
+}
+
+// close closes the idle connections; connections put back later are
+// closed at once.
+func (p *batchPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, cs := range p.idle {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	p.idle = nil
+}
