@@ -63,3 +63,32 @@ func SecretParam(name string) bool {
 	}
 	return strings.HasSuffix(n, "apikey") || strings.HasSuffix(n, "api_key")
 }
+
+// Scrub returns text with every secret of u (those Redacted hides) replaced
+// by "xxxxx", as written and percent-encoded: for the messages of client
+// libraries, which may quote a URL or its parts.
+func Scrub(text string, u *url.URL) string {
+	if u == nil {
+		return text
+	}
+	var secrets []string
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, pw)
+	}
+	if q, err := url.ParseQuery(u.RawQuery); err == nil {
+		for name, vs := range q {
+			if SecretParam(name) {
+				secrets = append(secrets, vs...)
+			}
+		}
+	}
+	for _, s := range secrets {
+		if s == "" {
+			continue
+		}
+		for _, form := range []string{s, url.PathEscape(s), url.QueryEscape(s)} {
+			text = strings.ReplaceAll(text, form, "xxxxx")
+		}
+	}
+	return text
+}

@@ -48,3 +48,23 @@ func TestRedacted(t *testing.T) {
 		t.Error("Redacted(nil) is not empty")
 	}
 }
+
+func TestScrub(t *testing.T) {
+	const canary = "Canary/9 x"
+	u, err := url.Parse("postgres://u:" + url.PathEscape(canary) + "@h/db?sslpassword=" + url.QueryEscape(canary) + "&sslmode=require")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{
+		"cannot parse password " + canary,
+		"dial postgres://u:" + url.PathEscape(canary) + "@h/db",
+		"bad sslpassword=" + url.QueryEscape(canary),
+	} {
+		if got := Scrub(text, u); strings.Contains(got, "Canary") || !strings.Contains(got, "xxxxx") {
+			t.Errorf("Scrub(%q) = %q", text, got)
+		}
+	}
+	if got := Scrub("sslmode=require", u); got != "sslmode=require" {
+		t.Errorf("Scrub changed a text without secrets: %q", got)
+	}
+}

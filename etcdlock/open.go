@@ -56,13 +56,13 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, prefix+"/", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcdlock: open %s: cluster not reachable: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("etcdlock: open %s: cluster not reachable: %w", backend.Redacted(u), err)
 	}
 	return newDriver(cli, true, WithPrefix(prefix)), nil
 }
@@ -71,7 +71,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 // prefix, without connecting.
 func Config(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
-		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w: %s", u.Redacted(), backend.ErrInvalidURL, fmt.Sprintf(format, args...))
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w: %s", backend.Redacted(u), backend.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "etcd" {
 		return fail("scheme must be etcd")
@@ -105,7 +105,7 @@ func Config(u *url.URL) (clientv3.Config, string, error) {
 	serverName := p.String("server_name", "")
 	dial := p.Duration("dial_timeout", defaultDialTimeout)
 	if err := p.Err(); err != nil {
-		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w", u.Redacted(), err)
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w", backend.Redacted(u), err)
 	}
 	if dial <= 0 {
 		dial = defaultDialTimeout

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -102,7 +101,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: %s: %w", redactedURL(u), err)
+		return nil, fmt.Errorf("sqllock: %s: %w", backend.Redacted(u), err)
 	}
 	q := u.Query()
 	q.Del(paramTable)
@@ -112,12 +111,12 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w: %s: %s", backend.ErrInvalidURL, redactedURL(u), redact(u, err))
+		return nil, fmt.Errorf("sqllock: %w: %s: %s", backend.ErrInvalidURL, backend.Redacted(u), backend.Scrub(err.Error(), u))
 	}
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
-	return openConfig(ctx, cfg, redactedURL(u), append(urlOpts, opts...))
+	return openConfig(ctx, cfg, backend.Redacted(u), append(urlOpts, opts...))
 }
 
 // OpenConfig is Open for a pool configuration built by the caller, e.g.
@@ -170,32 +169,3 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	return d, nil
 }
 
-// redact removes u's password from a pgx error text (pgx redacts it too,
-// on a best-effort basis).
-func redact(u *url.URL, err error) string {
-	msg := err.Error()
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		msg = strings.ReplaceAll(msg, url.PathEscape(pw), "xxxxx")
-		msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
-	}
-	return msg
-}
-
-// redactedURL is u.Redacted with the password and sslpassword query
-// parameters hidden as well.
-func redactedURL(u *url.URL) string {
-	r := *u
-	q := r.Query()
-	hidden := false
-	for _, name := range []string{"password", "sslpassword"} {
-		if q.Has(name) {
-			q.Set(name, "xxxxx")
-			hidden = true
-		}
-	}
-	if hidden {
-		r.RawQuery = q.Encode()
-	}
-	return r.Redacted()
-}
