@@ -168,4 +168,3 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	return d, nil
 }
-
