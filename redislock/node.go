@@ -85,7 +85,9 @@ type node struct {
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
 	restartMax time.Duration
-	in         *interrupter // cuts calls on a dead connection short; nil for a caller's client
+	// publishDenied warns once of a refused wake-up (see released).
+	publishDenied sync.Once
+	in            *interrupter // cuts calls on a dead connection short; nil for a caller's client
 
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
@@ -158,6 +160,17 @@ func classify(err error) error {
 	return err
 }
 
+// released reads the release script's answer, and warns once when the
+// server refused the wake-up (see release.lua).
+func (n *node) released(v int64) bool {
+	if v == 2 {
+		n.publishDenied.Do(func() {
+			n.log.Warn("redislock: the server refuses PUBLISH on the release channels ({name}:released): waiters poll instead of being woken; grant the ACL user &* or the channel pattern")
+		})
+	}
+	return v >= 1
+}
+
 // restartDelay is how long after its start a server refuses names it has
 // no fence counter for, in milliseconds, for a lock of px milliseconds.
 func (n *node) restartDelay(px int64) int64 {
@@ -186,7 +199,7 @@ func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, err
 func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
-	return v == 1, classify(err)
+	return n.released(v), classify(err)
 }
 
 // fairAcquire runs the fair acquire script for waiter w (wait: join the
@@ -208,7 +221,7 @@ func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
-	return v == 1, classify(err)
+	return n.released(v), classify(err)
 }
 
 // leave takes waiter w out of l.Key's queue, even when ctx is done, and

@@ -3,7 +3,9 @@ package redislock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,3 +57,61 @@ func TestPermissionErrorsArePermanent(t *testing.T) {
 	}
 	t.Logf("Acquire: %v", err)
 }
+
+// A user whose ACL has the keys but not the release channels (Redis 7's
+// default, resetchannels) still releases: the key is deleted and Release
+// says so; the refused wake-up is logged once, and waiters poll.
+func TestReleaseWithoutChannelPermission(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer admin.Close()
+	user := "lockertest-" + randHex(6)
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(context.Background(), "ACL", "DELUSER", user)
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	for _, fair := range []bool{false, true} {
+		u := "redis://" + user + ":pw@" + testenv.RedisAddr() + "/0?restart_delay=0"
+		var d backend.Driver
+		var err error
+		if fair {
+			d, err = OpenFair(ctx, u, WithLogger(log))
+		} else {
+			d, err = Open(ctx, u, WithLogger(log))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for range 2 {
+			l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+			if _, err := d.TryAcquire(ctx, l); err != nil {
+				t.Fatalf("fair=%v: TryAcquire: %v", fair, err)
+			}
+			if err := d.Release(ctx, l); err != nil {
+				t.Fatalf("fair=%v: Release without channel permission = %v, want success", fair, err)
+			}
+			if n, err := admin.Exists(ctx, lockKey(l.Key)).Result(); err != nil || n != 0 {
+				t.Fatalf("fair=%v: the lock key is still there (%d, %v)", fair, n, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "refuses PUBLISH"); n != 2 {
+		t.Fatalf("%d warnings about the refused wake-up (one per driver wanted):\n%s", n, logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -13,7 +13,10 @@
 --
 -- In fair mode, KEYS[2] and KEYS[3] are the queue's (see queue.lua).
 --
--- Returns 1 when released, 0 when the key is free or another's.
+-- Returns 1 when released, 2 when released but the wake-up was refused
+-- (an ACL without the channel: Redis 7's default is resetchannels), 0 when
+-- the key is free or another's. A refused wake-up must not undo or hide a
+-- release that happened: waiters also poll.
 local cur = redis.call('GET', KEYS[1])
 local mine
 if ARGV[3] == '1' then
@@ -23,7 +26,10 @@ else
 end
 if mine then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], next_waiter())
+  local sent = redis.pcall('PUBLISH', ARGV[2], next_waiter())
+  if type(sent) == 'table' and sent.err then
+    return 2
+  end
   return 1
 end
 return 0
