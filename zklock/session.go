@@ -1,9 +1,11 @@
 package zklock
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
 
@@ -47,6 +49,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 		err error
 	}
 	var losses []loss
+	var orphans []*held // told lost, but their session may live on
 	d.mu.Lock()
 	for _, h := range d.holds {
 		if h.lost {
@@ -58,6 +61,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 			err = fmt.Errorf("zklock: %w: session %#x expired", backend.ErrLost, h.session)
 		case silent:
 			err = fmt.Errorf("zklock: %w: no answer from ZooKeeper to a request sent in the last session timeout (%v): the session may have expired", backend.ErrLost, d.ttl)
+			orphans = append(orphans, h)
 		default:
 			continue
 		}
@@ -70,9 +74,41 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 	for _, l := range losses {
 		l.f(l.err)
 	}
+	for _, h := range orphans {
+		d.spawn(func() { d.dropLost(h.path, h.session) })
+	}
 	next := poll
 	if until := deadline.Sub(now); until > 0 && until < next {
 		next = until
 	}
 	return next
+}
+
+// dropLost deletes the node of a lock declared lost for want of an answer
+// while its session may still live: the server may not have expired it (a
+// paused server that, resumed, revalidates the session's reconnection
+// before it expires it; answers that come too late). The holder was told
+// it lost the lock, so nobody holds the node any more, and the waiters
+// behind it would wait for as long as the session lives, for ever on a
+// healthy connection. It retries until the node is gone, the session is
+// (its nodes go with it) or the driver closes; each try waits for a
+// connection, which the zk client bounds.
+func (d *Driver) dropLost(path string, session int64) {
+	retry := newBackoff()
+	for !d.isClosed() && d.conn.SessionID() == session {
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		switch {
+		case err == nil:
+			d.log.Debug("zklock: deleted the node of a lock lost for want of an answer", "path", path)
+			return
+		case errors.Is(err, zk.ErrNoNode), d.isClosed():
+			return
+		case !transient(err):
+			d.log.Warn("zklock: could not delete the node of a lost lock; it goes with the session", "path", path, "err", err)
+			return
+		}
+		if !retry.sleep(d.done, nil) {
+			return
+		}
+	}
 }
