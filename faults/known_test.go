@@ -22,10 +22,6 @@ var knownBugs = map[string]string{
 	"redis/server-restarted":      "the holder learns of a restart without persistence at its next refresh (up to TTL/3): two holders until then",
 	"redis-fair/server-restarted": "as redis/server-restarted (27 ms of overlap seen)",
 	"memcached/server-restarted":  "as redis/server-restarted (138 ms of overlap seen)",
-	// Seen in 2 of about 8 runs, before and after the zklock session work:
-	// no overlap, but the waiter never gets the lock after the server
-	// resumes from a pause longer than the session timeout.
-	"zk/server-paused": "liveness: a waiter may stay blocked after the server resumes from a pause past the session timeout (intermittent)",
 }
 
 // skipKnown skips a case listed in knownBugs unless -faults.known.
