@@ -91,11 +91,19 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 // it lost the lock, so nobody holds the node any more, and the waiters
 // behind it would wait for as long as the session lives, for ever on a
 // healthy connection. It retries until the node is gone, the session is
-// (its nodes go with it) or the driver closes; each try waits for a
-// connection, which the zk client bounds.
+// (its nodes go with it) or the driver closes. Each try waits for the
+// zk client to have a session and to have sent its watches again (see
+// resumeDelay): a request queued while it reconnects is the first one
+// sent, and its answer could meet the zk client's data race.
 func (d *Driver) dropLost(path string, session int64) {
 	retry := newBackoff()
 	for !d.isClosed() && d.conn.SessionID() == session {
+		if wait := d.untilResumed(); wait != 0 {
+			if wait < 0 && !retry.sleep(d.done, nil) || wait > 0 && !sleep(wait, d.done) {
+				return
+			}
+			continue
+		}
 		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
 		switch {
 		case err == nil:
@@ -110,5 +118,36 @@ func (d *Driver) dropLost(path string, session int64) {
 		if !retry.sleep(d.done, nil) {
 			return
 		}
+	}
+}
+
+// untilResumed is how long to wait before a request that may be the first
+// on a new connection: while the zk client has no session, the next
+// retry; then until resumeDelay after it has one again.
+// On a connection the caller passed, the driver sees no session events:
+// only the first condition holds.
+func (d *Driver) untilResumed() time.Duration {
+	if !d.own {
+		if d.conn.State() != zk.StateHasSession {
+			return -1
+		}
+		return 0
+	}
+	at := d.since.Load()
+	if at == 0 {
+		return -1 // no session: the backoff's next step
+	}
+	return max(resumeDelay-time.Since(time.Unix(0, at)), 0)
+}
+
+// sleep waits for d; false if done closed first.
+func sleep(d time.Duration, done <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
 	}
 }
