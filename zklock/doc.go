@@ -94,7 +94,12 @@
 // (Exists) every quarter of the timeout, and 50 ms after the zk client
 // has a session again following a reconnection. A waiter whose session
 // expires gets an error wrapping ErrSessionExpired, and its node is gone
-// with the session.
+// with the session. A lock reported lost at its deadline may still have
+// its node, when the server did not expire the session after all (a
+// paused server, resumed, may take the session's reconnection before it
+// expires it; answers may be late): its holder was told, so the driver
+// deletes the node as soon as the connection allows, and the waiters
+// behind it go on.
 //
 // A waiter whose context ends returns within 100 ms and one round trip,
 // connection dead or alive; when its queue node could not be deleted by

@@ -324,3 +324,81 @@ func TestCloseCutOff(t *testing.T) {
 		})
 	}
 }
+
+// TestLostNodeFreedWhenSessionLives: a holder that hears no answer for a
+// session timeout is told its lock is lost, but the server may keep the
+// session (here: it hears the holder's pings and its reconnection, the
+// answers are dropped; in the fault suite: a paused server that, resumed,
+// revalidates the reconnection before it expires the session). The node
+// of the lost lock must go once the connection is back, or the waiter
+// behind it waits for as long as the session lives.
+func TestLostNodeFreedWhenSessionLives(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	p := newProxy(t, servers[0])
+	holder := dial(t, []string{p.addr()})
+	waiter := dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	l := lockFor(t, uniqueKey(t))
+	lostAt := make(chan time.Time, 1)
+	l.OnLost = func(error) { lostAt <- time.Now() }
+	if _, err := holder.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	sid := holder.conn.SessionID()
+	type result struct {
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, lockFor(t, l.Key))
+		got <- result{err, time.Now()}
+	}()
+	for entries(t, waiter, l.Key) != 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Answers are dropped; the server still hears the holder's pings and,
+	// once the zk client gives up on the silent connection (two thirds of
+	// the timeout), its reconnection: the session lives on the server at
+	// least a timeout past that.
+	p.blackhole(false, true)
+	cutAt := time.Now()
+	var lost time.Time
+	select {
+	case lost = <-lostAt:
+	case <-time.After(3 * testTimeout):
+		t.Fatal("no lost signal")
+	}
+	// Heal at once, and cut the connection whose handshake answer was
+	// dropped: the zk client reconnects and resumes its session.
+	p.blackhole(false, false)
+	p.cut()
+	healed := time.Now()
+	t.Logf("answers dropped at 0, lost signal at %v, healed at %v", lost.Sub(cutAt), healed.Sub(cutAt))
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(2 * testTimeout):
+		t.Fatalf("the waiter still waits %v after the holder, told its lock was lost, reconnected (holder's session %#x, now %#x)",
+			2*testTimeout, sid, holder.conn.SessionID())
+	}
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	if now := holder.conn.SessionID(); now != sid {
+		// Not the case under test: the session expired, and its node with it.
+		t.Fatalf("the holder's session %#x expired (now %#x): the test did not keep it alive", sid, now)
+	}
+	t.Logf("the waiter got the lock %v after the heal", r.at.Sub(healed))
+	if !lost.Before(r.at) {
+		t.Errorf("two holders: the waiter got the lock %v before the holder was told", lost.Sub(r.at))
+	}
+	if err := holder.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("Release of the lost lock: %v, want ErrNotHeld", err)
+	}
+}

@@ -1,9 +1,11 @@
 package zklock
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
 
@@ -47,6 +49,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 		err error
 	}
 	var losses []loss
+	var orphans []*held // told lost, but their session may live on
 	d.mu.Lock()
 	for _, h := range d.holds {
 		if h.lost {
@@ -58,6 +61,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 			err = fmt.Errorf("zklock: %w: session %#x expired", backend.ErrLost, h.session)
 		case silent:
 			err = fmt.Errorf("zklock: %w: no answer from ZooKeeper to a request sent in the last session timeout (%v): the session may have expired", backend.ErrLost, d.ttl)
+			orphans = append(orphans, h)
 		default:
 			continue
 		}
@@ -70,9 +74,80 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 	for _, l := range losses {
 		l.f(l.err)
 	}
+	for _, h := range orphans {
+		d.spawn(func() { d.dropLost(h.path, h.session) })
+	}
 	next := poll
 	if until := deadline.Sub(now); until > 0 && until < next {
 		next = until
 	}
 	return next
+}
+
+// dropLost deletes the node of a lock declared lost for want of an answer
+// while its session may still live: the server may not have expired it (a
+// paused server that, resumed, revalidates the session's reconnection
+// before it expires it; answers that come too late). The holder was told
+// it lost the lock, so nobody holds the node any more, and the waiters
+// behind it would wait for as long as the session lives, for ever on a
+// healthy connection. It retries until the node is gone, the session is
+// (its nodes go with it) or the driver closes. Each try waits for the
+// zk client to have a session and to have sent its watches again (see
+// resumeDelay): a request queued while it reconnects is the first one
+// sent, and its answer could meet the zk client's data race.
+func (d *Driver) dropLost(path string, session int64) {
+	retry := newBackoff()
+	for !d.isClosed() && d.conn.SessionID() == session {
+		if wait := d.untilResumed(); wait != 0 {
+			if wait < 0 && !retry.sleep(d.done, nil) || wait > 0 && !sleep(wait, d.done) {
+				return
+			}
+			continue
+		}
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		switch {
+		case err == nil:
+			d.log.Debug("zklock: deleted the node of a lock lost for want of an answer", "path", path)
+			return
+		case errors.Is(err, zk.ErrNoNode), d.isClosed():
+			return
+		case !transient(err):
+			d.log.Warn("zklock: could not delete the node of a lost lock; it goes with the session", "path", path, "err", err)
+			return
+		}
+		if !retry.sleep(d.done, nil) {
+			return
+		}
+	}
+}
+
+// untilResumed is how long to wait before a request that may be the first
+// on a new connection: while the zk client has no session, the next
+// retry; then until resumeDelay after it has one again.
+// On a connection the caller passed, the driver sees no session events:
+// only the first condition holds.
+func (d *Driver) untilResumed() time.Duration {
+	if !d.own {
+		if d.conn.State() != zk.StateHasSession {
+			return -1
+		}
+		return 0
+	}
+	at := d.since.Load()
+	if at == 0 {
+		return -1 // no session: the backoff's next step
+	}
+	return max(resumeDelay-time.Since(time.Unix(0, at)), 0)
+}
+
+// sleep waits for d; false if done closed first.
+func sleep(d time.Duration, done <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
+	}
 }

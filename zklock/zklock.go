@@ -138,6 +138,7 @@ type Driver struct {
 	last    atomic.Pointer[contact] // the latest answered request
 	shut    atomic.Bool             // Close has begun
 	resumed chan struct{}           // a session again: ping now
+	since   atomic.Int64            // own connections: when the zk client last had a session again (UnixNano), 0 while it has none
 
 	testHookWatch func() // tests: called before a waiter watches its predecessor
 }
@@ -273,7 +274,10 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		zk.WithHostProvider(d.hosts),
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				d.since.Store(time.Now().UnixNano())
 				d.resume()
+			} else if ev.Type == zk.EventSession {
+				d.since.Store(0)
 			}
 			d.poke()
 		}),
