@@ -78,7 +78,11 @@ func (p *Params) Bool(name string, def bool) bool {
 
 func (p *Params) fail(name, want string) {
 	if p.err == nil {
-		p.err = fmt.Errorf("%w: parameter %s=%q: want %s", ErrInvalidURL, name, p.values.Get(name), want)
+		v := fmt.Sprintf("%q", p.values.Get(name))
+		if SecretParam(name) {
+			v = "xxxxx"
+		}
+		p.err = fmt.Errorf("%w: parameter %s=%s: want %s", ErrInvalidURL, name, v, want)
 	}
 }
 

@@ -77,6 +77,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -283,6 +284,18 @@ func (d *Driver) ctxErr(ctx context.Context) error {
 		return backend.ErrClosed
 	}
 	return context.Cause(ctx)
+}
+
+// permission marks the server's refusal of our credentials or of an
+// operation on the prefix as backend.ErrPermission: a configuration error
+// that waiting cannot fix.
+func permission(err error) error {
+	switch rpctypes.Error(err) {
+	case rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrInvalidAuthMgmt:
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+	}
+	return err
 }
 
 // TryAcquire takes l.Key if its queue is empty, in one transaction that

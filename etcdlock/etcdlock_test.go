@@ -13,6 +13,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -683,5 +684,39 @@ func TestSessionKeepsUnrefreshedLock(t *testing.T) {
 	}
 	if _, err := other.TryAcquire(ctx, "session-"+t.Name()); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("another client's TryAcquire = %v, want ErrNotAcquired", err)
+	}
+}
+
+// A URL that names a user for whom no password is found is refused before
+// any connection: etcd would otherwise run the client as its certificate's
+// identity, or unauthenticated.
+func TestUserWithoutPasswordIsRefused(t *testing.T) {
+	t.Setenv(PasswordEnv, "")
+	certs := testenv.NewCerts(t)
+	for _, raw := range []string{"etcd://alice@h:2379/p", "etcd://alice:@h:2379/p",
+		"etcd://alice@h?ca=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = Config(u)
+		if !errors.Is(err, backend.ErrInvalidURL) || !strings.Contains(err.Error(), "no password for user") {
+			t.Errorf("%s: %v, want ErrInvalidURL naming the missing password", raw, err)
+		}
+	}
+}
+
+// The server's refusals of the credentials or of an operation are
+// ErrPermission, which the Client does not retry; other errors are not.
+func TestPermissionErrors(t *testing.T) {
+	for _, err := range []error{rpctypes.ErrGRPCPermissionDenied, rpctypes.ErrGRPCAuthFailed, rpctypes.ErrGRPCInvalidAuthToken} {
+		if !errors.Is(permission(err), backend.ErrPermission) {
+			t.Errorf("%v is not ErrPermission", err)
+		}
+	}
+	for _, err := range []error{rpctypes.ErrGRPCNoLeader, context.DeadlineExceeded, errors.New("x")} {
+		if errors.Is(permission(err), backend.ErrPermission) {
+			t.Errorf("%v is ErrPermission", err)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func (d *Driver) useLease(ctx context.Context, ttl time.Duration) (*lease, error
 	start := time.Now()
 	resp, err := d.cli.Grant(ctx, sec)
 	if err != nil {
-		return nil, err
+		return nil, permission(err)
 	}
 	if resp.TTL < sec {
 		// Never pretend: a server that grants less than asked is not one

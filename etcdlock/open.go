@@ -2,8 +2,7 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,7 +16,7 @@ import (
 )
 
 // Usage is the URL form of the etcd scheme.
-const Usage = "etcd://[user[:password]@]host[:port][,host[:port]...][/prefix][?tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&dial_timeout=5s]"
+const Usage = "etcd://[user[:password]@]host[:port][,host[:port]...][/prefix][?tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false&dial_timeout=5s]"
 
 // PasswordEnv is the environment variable read for the password when the
 // URL names a user but no password.
@@ -40,14 +39,16 @@ func init() {
 // literal ([::1]:2379) only as the single endpoint; for anything else, build
 // a client and use New. Parameters:
 //
-//	tls=true            use TLS (implied by ca, cert and key)
-//	ca=FILE             PEM file of the CA certificates to trust
-//	cert=FILE, key=FILE client certificate and key, for TLS client auth
-//	server_name=NAME    the name to check the server certificate against
+//	tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME, skip_verify=true
+//	                    TLS, as every backend reads it (see backend.Params.TLS);
+//	                    server_name is checked whatever name gRPC dials
 //	dial_timeout=5s     how long Open waits for the cluster to answer
 //
 // With a user and no password in the URL, the password is read from the
-// environment variable ETCD_PASSWORD, so that it need not be in the URL.
+// environment variable ETCD_PASSWORD, so that it need not be in the URL; a
+// user with no password found is an error, never a connection without
+// password authentication. A client certificate alone (cert and key, no
+// user) authenticates as the certificate's common name.
 // Open fails within dial_timeout (or ctx) when the cluster cannot be reached.
 func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	cfg, prefix, err := Config(u)
@@ -56,12 +57,15 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), err)
+		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), permission(err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, prefix+"/", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
+		if err := permission(err); errors.Is(err, backend.ErrPermission) {
+			return nil, fmt.Errorf("etcdlock: open %s: reading the prefix %s: %w", backend.Redacted(u), prefix, err)
+		}
 		return nil, fmt.Errorf("etcdlock: open %s: cluster not reachable: %w", backend.Redacted(u), err)
 	}
 	return newDriver(cli, true, WithPrefix(prefix)), nil
@@ -98,13 +102,12 @@ func Config(u *url.URL) (clientv3.Config, string, error) {
 		return fail("no endpoint")
 	}
 	p := backend.NewParams(u)
-	useTLS := p.Bool("tls", false)
-	ca := p.String("ca", "")
-	cert := p.String("cert", "")
-	key := p.String("key", "")
-	serverName := p.String("server_name", "")
+	tc, err := p.TLS(false)
 	dial := p.Duration("dial_timeout", defaultDialTimeout)
-	if err := p.Err(); err != nil {
+	if err == nil {
+		err = p.Err()
+	}
+	if err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w", backend.Redacted(u), err)
 	}
 	if dial <= 0 {
@@ -114,6 +117,7 @@ func Config(u *url.URL) (clientv3.Config, string, error) {
 		Endpoints:   endpoints,
 		DialTimeout: dial,
 		Logger:      zap.NewNop(),
+		TLS:         tc,
 	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()
@@ -121,32 +125,12 @@ func Config(u *url.URL) (clientv3.Config, string, error) {
 		if !ok {
 			pw = os.Getenv(PasswordEnv)
 		}
+		if pw == "" {
+			// Fail closed: etcd would run us as the client certificate's
+			// identity, or with no authentication at all.
+			return fail("no password for user %q (in the URL or %s); to authenticate by client certificate alone, name no user", cfg.Username, PasswordEnv)
+		}
 		cfg.Password = pw
-	}
-	if useTLS || ca != "" || cert != "" || key != "" || serverName != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-		if ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return fail("ca: %v", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return fail("ca: no PEM certificate in %s", ca)
-			}
-			tc.RootCAs = pool
-		}
-		if (cert == "") != (key == "") {
-			return fail("cert and key go together")
-		}
-		if cert != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return fail("cert/key: %v", err)
-			}
-			tc.Certificates = []tls.Certificate{pair}
-		}
-		cfg.TLS = tc
 	}
 	return cfg, cleanPrefix(u.Path), nil
 }

@@ -199,7 +199,7 @@ func (d *Driver) txnAttempts(ctx context.Context, build func(context.Context) cl
 		timedOut := err != nil && actx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err == nil || attempt == 8 || !(timedOut || transient(err)) || ctx.Err() != nil {
-			return resp, err
+			return resp, permission(err)
 		}
 		*ambiguous = true
 		t := time.NewTimer(wait)
