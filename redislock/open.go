@@ -2,7 +2,9 @@ package redislock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,17 +17,17 @@ import (
 )
 
 func init() {
-	for _, tls := range []string{"", "s"} {
-		backend.Register("redis"+tls, backend.Opener{
-			Usage: "redis" + tls + "://[user:password@]host:port/db[?fair=true&go-redis options]",
+	for _, s := range []string{"", "s"} {
+		backend.Register("redis"+s, backend.Opener{
+			Usage: "redis" + s + "://[user:password@]host:port/db[?fair=true&restart_delay=&TLS&go-redis options]",
 			Open:  openAny,
 		})
-		backend.Register("redis"+tls+"+cluster", backend.Opener{
-			Usage: "redis" + tls + "+cluster://[user:password@]host:port,host:port,...[?fair=true&go-redis cluster options]",
+		backend.Register("redis"+s+"+cluster", backend.Opener{
+			Usage: "redis" + s + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&TLS&go-redis cluster options]",
 			Open:  openAny,
 		})
-		backend.Register("redis"+tls+"+quorum", backend.Opener{
-			Usage: "redis" + tls + "+quorum://[user:password@]host:port,host:port,host:port/db[?go-redis options]",
+		backend.Register("redis"+s+"+quorum", backend.Opener{
+			Usage: "redis" + s + "+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&TLS&go-redis options]",
 			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return OpenQuorum(ctx, u.String()) },
 		})
 	}
@@ -57,25 +59,53 @@ func fairParam(u *url.URL) (bool, error) {
 }
 
 // ownParams takes the URL's parameters that are the driver's, not
-// go-redis's, off u: fair (read by fairParam) and restart_delay, which
-// becomes an Option after opts, so that the URL has the last word.
-func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, error) {
+// go-redis's, off u: fair (read by fairParam), restart_delay, which becomes
+// an Option after opts so that the URL has the last word, and the TLS
+// parameters every backend reads (see backend.Params.TLS), which rediss
+// implies and which replace go-redis's TLS configuration.
+func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, error) {
 	q := u.Query()
-	if !q.Has("fair") && !q.Has("restart_delay") {
-		return u, opts, nil
-	}
-	if q.Has("restart_delay") {
-		d, err := time.ParseDuration(q.Get("restart_delay"))
-		if err != nil || d < 0 {
-			return nil, nil, fmt.Errorf("redislock: %w: %s: restart_delay=%q is not a duration of 0 or more", backend.ErrInvalidURL, backend.Redacted(u), q.Get("restart_delay"))
+	own := url.Values{}
+	for name, vs := range q {
+		switch name {
+		case "fair", "restart_delay", "tls", "ca", "cert", "key", "server_name", "skip_verify":
+			own[name] = vs
+			q.Del(name)
 		}
-		opts = append(slices.Clip(opts), WithRestartDelay(d))
 	}
-	q.Del("fair")
-	q.Del("restart_delay")
+	if len(own) == 0 && !strings.HasPrefix(u.Scheme, "rediss") {
+		return u, opts, nil, nil
+	}
+	p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
+	p.Has("fair")
+	delay := p.Duration("restart_delay", -1)
+	tc, err := p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
+	if err == nil {
+		err = p.Err()
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("redislock: %s: %w", backend.Redacted(u), err)
+	}
+	if delay >= 0 {
+		opts = append(slices.Clip(opts), WithRestartDelay(delay))
+	}
 	c := *u
 	c.RawQuery = q.Encode()
-	return &c, opts, nil
+	return &c, opts, tc, nil
+}
+
+// withTLS puts tc in place of the TLS configuration go-redis made from the
+// URL, checking the server's certificate against the host of addr unless
+// server_name named another.
+func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
+	if tc == nil {
+		return
+	}
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	*dst = tc
 }
 
 // OpenFair is Open for a FairDriver: waiters are served in arrival order.
@@ -104,7 +134,11 @@ const defaultOpenTimeout = 10 * time.Second
 // ...; see redis.ParseURL and redis.ParseClusterURL); an unknown one is an
 // error wrapping backend.ErrInvalidURL. The cluster form also accepts
 // go-redis's addr=host:port parameter. fair=true is for OpenFair (and
-// locker.Open), not Open. Open pings the server, within ctx or 10 seconds,
+// locker.Open), not Open. restart_delay= is WithRestartDelay. TLS takes the
+// parameters every backend reads (backend.Params.TLS): ca=FILE,
+// cert=FILE and key=FILE (client certificate), server_name=NAME,
+// skip_verify=true (tests only); rediss implies TLS, and any of them turns
+// it on for redis too. Open pings the server, within ctx or 10 seconds,
 // and checks its maxmemory-policy once.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	return open(ctx, rawURL, false, opts)
@@ -122,7 +156,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	if wantFair && !fair {
 		return nil, fmt.Errorf("redislock: %w: %s: fair=true needs OpenFair", backend.ErrInvalidURL, backend.Redacted(u))
 	}
-	u, opts, err = ownParams(u, opts)
+	u, opts, tc, err := ownParams(u, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +168,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		if err != nil {
 			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 		}
+		withTLS(&o.TLSConfig, tc, o.Addr)
 		in = interruptible(o)
 		rdb = redis.NewClient(o)
 	case "redis+cluster", "rediss+cluster":
@@ -141,6 +176,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		if err != nil {
 			return nil, err
 		}
+		withTLS(&o.TLSConfig, tc, o.Addrs[0])
 		in = interruptibleCluster(o)
 		rdb = redis.NewClusterClient(o)
 	default:
@@ -224,7 +260,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	if u.Query().Has("fair") {
 		return nil, fmt.Errorf("redislock: %w: %s: quorum mode has no fair queue", backend.ErrInvalidURL, backend.Redacted(u))
 	}
-	u, opts, err = ownParams(u, opts)
+	u, opts, tc, err := ownParams(u, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +284,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 			closeAll()
 			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 		}
+		withTLS(&o.TLSConfig, tc, o.Addr)
 		if !u.Query().Has("max_retries") {
 			o.MaxRetries = -1
 		}

@@ -18,19 +18,32 @@ import (
 // The settings follow scripts/services.sh, so that private servers behave
 // as the shared ones do.
 
-// StartRedis starts a private redis-server without persistence.
-func StartRedis(t testing.TB) *Server {
+// StartRedis starts a private redis-server without persistence. Extra
+// arguments go on its command line.
+func StartRedis(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := needBinary(t, "redis-server")
 	port := FreePorts(t, 1)[0]
 	s := &Server{Kind: "redis", Name: "redis-" + strconv.Itoa(port), Addr: loopback(port), dir: t.TempDir(), startIn: 20 * time.Second}
 	s.command = func() *exec.Cmd {
-		return exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		return exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", s.dir, "--protected-mode", "yes",
-			"--maxmemory-policy", "noeviction", "--enable-debug-command", "local")
+			"--maxmemory-policy", "noeviction", "--enable-debug-command", "local"}, extra...)...)
 	}
 	s.ready = func(ctx context.Context, s *Server) error { return exchange(ctx, s.Addr, "PING\r\n", "+PONG") }
 	return newServer(t, s)
+}
+
+// StartRedisTLS starts a private redis-server that also listens with TLS,
+// on the returned address, presenting certs' server certificate and
+// requiring a client certificate from certs' CA. Its plain port (Addr)
+// answers only on loopback, for the readiness check and the tests' admin.
+func StartRedisTLS(t testing.TB, certs *Certs) (*Server, string) {
+	t.Helper()
+	port := FreePorts(t, 1)[0]
+	s := StartRedis(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certs.ServerCert,
+		"--tls-key-file", certs.ServerKey, "--tls-ca-cert-file", certs.CA, "--tls-auth-clients", "yes")
+	return s, loopback(port)
 }
 
 // StartMemcached starts a private memcached (64 MB, UDP off).
