@@ -142,6 +142,16 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 // (timeout and Close end it), and servers that answer later are left to
 // finish in the background; Close waits for them.
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Lock, pxs []int64) []result {
+	nn := len(q.nodes)
+	if !q.enter() {
+		res := make([]result, len(locks)*nn)
+		for i := range res {
+			res[i] = result{answered: true, err: backend.ErrClosed}
+		}
+		return res
+	}
+	// enter's ticket is given back on return, or by the stragglers'
+	// goroutine (see gather).
 	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
 	cancel := func() { stopOnClose(); cancelTimeout() }
@@ -149,7 +159,6 @@ func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []
 		i  int
 		rs []result
 	}
-	nn := len(q.nodes)
 	ch := make(chan answer, nn)
 	for i, n := range q.nodes {
 		q.bg.Add(1)
@@ -188,12 +197,12 @@ func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []
 	}
 	if got == nn {
 		cancel()
+		q.bg.Done()
 		return res
 	}
 	// The stragglers' requests run to their end (their answers are of no
 	// use now, but a command sent should complete).
 	left := nn - got
-	q.bg.Add(1)
 	go func() {
 		defer q.bg.Done()
 		defer cancel()

@@ -185,18 +185,20 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Spare connections, for the cleanup: a new one would wait
-			// for the server's greeting in vain.
-			var wg sync.WaitGroup
+			// for the server's greeting in vain. Four held at once are
+			// four connections (concurrent PINGs may share one), which
+			// go back to the pool idle.
+			var spare []*redis.Conn
 			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if err := d.n.rdb.Ping(testCtx(t)).Err(); err != nil {
-						t.Error(err)
-					}
-				}()
+				c := d.n.rdb.(*redis.Client).Conn()
+				if err := c.Ping(testCtx(t)).Err(); err != nil {
+					t.Fatal(err)
+				}
+				spare = append(spare, c)
 			}
-			wg.Wait()
+			for _, c := range spare {
+				c.Close()
+			}
 			p.BlackholeDown() // requests arrive, answers do not
 			l := backend.Lock{Key: key, Token: newToken(), TTL: time.Minute}
 			granted := func() {

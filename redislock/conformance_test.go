@@ -27,7 +27,8 @@ func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 // a second: the suite asks for TTLs up to 720h, which a server started less
 // than 720h ago would refuse by default. The shared servers run for longer
 // than a second before any test. The quorum's members are restarted by
-// other tests of this package, so its suite runs with the check off.
+// other tests of this package, so its suite runs with the check off, as
+// the package's tests do by default (main_test.go).
 var suiteRestartDelay = WithRestartDelay(time.Second)
 
 func (h harness) Expire(ctx context.Context, key string) error {
@@ -76,7 +77,7 @@ func (h *quorumHarness) url() string {
 }
 
 func (h *quorumHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return OpenQuorum(ctx, h.url(), WithRestartDelay(0))
+	return OpenQuorum(ctx, h.url())
 }
 
 func (h *quorumHarness) Expire(ctx context.Context, key string) error {

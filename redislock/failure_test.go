@@ -25,7 +25,7 @@ func TestRestartWithoutPersistence(t *testing.T) {
 	ctx := testCtx(t)
 	const ttl = 3 * time.Second
 	open := func() *locker.Client {
-		d, err := Open(ctx, "redis://"+testenv.RedisRestartAddr()+"/0?max_retries=-1")
+		d, err := Open(ctx, "redis://"+testenv.RedisRestartAddr()+"/0?max_retries=-1", withTTLRestartDelay())
 		if err != nil {
 			t.Fatal(err)
 		}

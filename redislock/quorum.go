@@ -146,6 +146,15 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 		i int
 		r result
 	}
+	res := make([]result, len(q.nodes))
+	if !q.enter() {
+		for i := range res {
+			res[i] = result{answered: true, err: backend.ErrClosed}
+		}
+		return res
+	}
+	// The ticket taken by enter is given back when the last request of
+	// this gather is done: on return, or by the stragglers' goroutine.
 	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
 	cancel := func() { stopOnClose(); cancelTimeout() }
@@ -161,7 +170,6 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 			ch <- answer{i, r}
 		}()
 	}
-	res := make([]result, len(q.nodes))
 	ok, notOK, got := 0, 0, 0
 	for got < len(q.nodes) && !decided(ok, notOK) {
 		select {
@@ -183,10 +191,10 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	}
 	if got == len(q.nodes) {
 		cancel()
+		q.bg.Done()
 		return res
 	}
-	// Hand the stragglers to late.
-	q.bg.Add(1)
+	// Hand the stragglers to late, with the ticket.
 	go func() {
 		defer q.bg.Done()
 		defer cancel()
@@ -199,6 +207,21 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 		}
 	}()
 	return res
+}
+
+// enter counts a piece of background work that Close waits for, unless
+// Close has begun. A WaitGroup must not go up from zero while Wait runs,
+// and a call that Close's caller gave up on (the locker Client abandons a
+// release after a second) may still be starting its requests: the check
+// and the Add happen under mu, where Close sets closed.
+func (q *Quorum) enter() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return false
+	}
+	q.bg.Add(1)
+	return true
 }
 
 // decidedBy is the usual rule: a majority said yes, or so many said no that
@@ -412,7 +435,10 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Lock, value string, res 
 				q.nodes[i].cleanup(ctx, l, value)
 			}()
 		case r.answered && r.err != nil:
-			q.bg.Add(1)
+			if !q.enter() {
+				q.nodes[i].cleanup(ctx, l, value) // closing: no background left
+				continue
+			}
 			go func() {
 				defer q.bg.Done()
 				q.nodes[i].cleanup(ctx, l, value)
@@ -545,7 +571,10 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 // Close closes, they end at once; on a caller's clients, at their read
 // timeout at the latest.
 func (q *Quorum) Close() error {
-	if q.closed.Swap(true) {
+	q.mu.Lock()
+	was := q.closed.Swap(true) // under mu: see enter
+	q.mu.Unlock()
+	if was {
 		return fmt.Errorf("redislock: quorum: close: %w", backend.ErrClosed)
 	}
 	var errs []error

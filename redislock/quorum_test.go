@@ -20,8 +20,7 @@ import (
 
 func openQuorum(t *testing.T) *Quorum {
 	t.Helper()
-	// The tests here restart members and try at once: no restart delay.
-	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0", WithRestartDelay(0))
+	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0")
 	if err != nil {
 		t.Fatalf("OpenQuorum: %v", err)
 	}
@@ -372,7 +371,7 @@ func TestQuorumTwoSilent(t *testing.T) {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	q, err := NewQuorum(clients, WithRestartDelay(0))
+	q, err := NewQuorum(clients)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +451,7 @@ func TestQuorumLateGrantAfterRelease(t *testing.T) {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	q, err := NewQuorum(clients, WithRestartDelay(0))
+	q, err := NewQuorum(clients)
 	if err != nil {
 		t.Fatal(err)
 	}

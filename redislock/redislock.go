@@ -31,9 +31,13 @@ func defaultConfig() config {
 		linger:       time.Second,
 		driftFactor:  0.01,
 		driftMin:     2 * time.Millisecond,
-		restartDelay: -1,
+		restartDelay: defaultRestartDelay,
 	}
 }
+
+// defaultRestartDelay is the restart delay's cap when no option or URL
+// sets one: none (the lock's TTL). A variable for the tests.
+var defaultRestartDelay time.Duration = -1
 
 // WithRestartDelay caps how long a server refuses to grant names it has no
 // fence counter for after it starts (URL: restart_delay=). By default it

@@ -46,9 +46,7 @@ func adminClient(t *testing.T, addr string) *redis.Client {
 
 func openDriver(t *testing.T, opts ...Option) *Driver {
 	t.Helper()
-	// These tests are not about restarts (see failure_test.go): no
-	// restart delay, which would refuse a long TTL on a young server.
-	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0", append([]Option{WithRestartDelay(0)}, opts...)...)
+	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0", opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -423,12 +421,12 @@ func TestRing(t *testing.T) {
 	defer ring.Close()
 	rdb1 := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]}})
 	defer rdb1.Close()
-	c1, err := locker.New(New(ring, WithRestartDelay(0)), locker.WithNamespace("redislock-ring"))
+	c1, err := locker.New(New(ring), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	c2, err := locker.New(New(rdb1, WithRestartDelay(0)), locker.WithNamespace("redislock-ring"))
+	c2, err := locker.New(New(rdb1), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,9 @@ func TestYoungServerWaitsATTL(t *testing.T) {
 		var d backend.Driver
 		var err error
 		if fair {
-			d, err = OpenFair(ctx, u)
+			d, err = OpenFair(ctx, u, withTTLRestartDelay())
 		} else {
-			d, err = Open(ctx, u)
+			d, err = Open(ctx, u, withTTLRestartDelay())
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -48,7 +48,7 @@ func TestYoungServerWaitsATTL(t *testing.T) {
 	if _, err := off.TryAcquire(ctx, backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: ttl}); err != nil {
 		t.Fatalf("with restart_delay=0: %v", err)
 	}
-	d, err := Open(ctx, "redis://"+srv.Addr+"/0")
+	d, err := Open(ctx, "redis://"+srv.Addr+"/0", withTTLRestartDelay())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,14 @@ import (
 // The settings follow scripts/services.sh, so that private servers behave
 // as the shared ones do.
 
-// StartRedis starts a private redis-server without persistence. Extra
-// arguments go on its command line.
-func StartRedis(t testing.TB, extra ...string) *Server {
+// StartRedis starts a private redis-server without persistence.
+func StartRedis(t testing.TB) *Server {
+	t.Helper()
+	return StartRedisWith(t)
+}
+
+// StartRedisWith is StartRedis with extra arguments on the command line.
+func StartRedisWith(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	bin := needBinary(t, "redis-server")
 	port := FreePorts(t, 1)[0]
@@ -41,7 +46,7 @@ func StartRedis(t testing.TB, extra ...string) *Server {
 func StartRedisTLS(t testing.TB, certs *Certs) (*Server, string) {
 	t.Helper()
 	port := FreePorts(t, 1)[0]
-	s := StartRedis(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certs.ServerCert,
+	s := StartRedisWith(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", certs.ServerCert,
 		"--tls-key-file", certs.ServerKey, "--tls-ca-cert-file", certs.CA, "--tls-auth-clients", "yes")
 	return s, loopback(port)
 }
