@@ -120,6 +120,14 @@
 // credential. With New, authenticate the connection yourself and pass the
 // ACL with WithACL (DigestACL builds it).
 //
+// A root or name node that existed before the driver needed it (someone
+// made it with zkCli, whose default ACL is world-writable) must carry the
+// configured ACL exactly: otherwise Dial, New or the first acquisition of
+// that name fails with an error wrapping backend.ErrPermission that names
+// the node, its ACL and the fix (acl.go). And a holder whose node someone
+// still deletes or overwrites (an operator, an ACL that allows it) is told
+// at once: the driver watches the nodes it holds (theft.go).
+//
 // # What it cannot promise
 //
 // ZooKeeper's guarantees are the session's: a holder partitioned from the

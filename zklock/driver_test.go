@@ -183,10 +183,13 @@ func TestExpireFiresLost(t *testing.T) {
 func TestACLStopsTheft(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZKAddrs()
-	alice := dial(t, servers, WithDigestAuth("alice", "s3cret"))
-	bob := dial(t, servers, WithDigestAuth("alice", "s3cret")) // another process with the credential
-	eve := dial(t, servers)                                    // no credential
-	mallory := dial(t, servers, WithDigestAuth("alice", "guess"))
+	// A root of alice's own: the shared test root is world-writable, and
+	// the driver refuses to lock under a root with another ACL than its
+	// own (acl.go).
+	root := "/locker-test-acl-" + newToken(t)[:8]
+	alice := dial(t, servers, WithRoot(root), WithDigestAuth("alice", "s3cret"))
+	bob := dial(t, servers, WithRoot(root), WithDigestAuth("alice", "s3cret")) // another process with the credential
+	defer deleteTree(alice.conn, root)
 	ctx := context.Background()
 	key := uniqueKey(t)
 
@@ -194,25 +197,48 @@ func TestACLStopsTheft(t *testing.T) {
 	if _, err := alice.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	_, path, err := holderSession(eve.conn, eve, key)
+	thief := func(auth string) *zk.Conn {
+		conn, _, err := zk.Connect(servers, testTimeout, zk.WithLogInfo(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := waitSession(cctx, conn); err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			if err := conn.AddAuth("digest", []byte(auth)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return conn
+	}
+	eve := thief("")                // no credential
+	mallory := thief("alice:guess") // a wrong password
+	_, path, err := holderSession(eve, alice, key)
 	if err != nil {
 		t.Fatalf("others can still read the queue: %v", err)
 	}
-	for name, thief := range map[string]*Driver{"no credential": eve, "wrong password": mallory} {
-		if err := thief.conn.Delete(path, -1); !errors.Is(err, zk.ErrNoAuth) {
+	for name, conn := range map[string]*zk.Conn{"no credential": eve, "wrong password": mallory} {
+		if err := conn.Delete(path, -1); !errors.Is(err, zk.ErrNoAuth) {
 			t.Errorf("%s: deleting the holder's node = %v, want ErrNoAuth", name, err)
 		}
-		if _, err := thief.conn.Set(path, []byte("mine"), -1); !errors.Is(err, zk.ErrNoAuth) {
+		if _, err := conn.Set(path, []byte("mine"), -1); !errors.Is(err, zk.ErrNoAuth) {
 			t.Errorf("%s: writing the holder's node = %v, want ErrNoAuth", name, err)
 		}
-		if _, err := thief.TryAcquire(ctx, lockFor(t, key)); err == nil || errors.Is(err, backend.ErrNotAcquired) {
-			t.Errorf("%s: TryAcquire = %v, want a permission error", name, err)
-		} else if !errors.Is(err, zk.ErrNoAuth) {
-			t.Errorf("%s: TryAcquire = %v, want it to wrap ErrNoAuth", name, err)
+		if _, err := conn.Create(alice.parentPath(key)+"/lk-squat-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s: queueing under the holder = %v, want ErrNoAuth", name, err)
 		}
-		// Even with the token, a release cannot delete the node.
-		if err := thief.Release(ctx, l); err == nil {
-			t.Errorf("%s: Release with the holder's token succeeded", name)
+	}
+	// A driver without the credential cannot even open under the root.
+	for name, opts := range map[string][]Option{"no credential": nil, "wrong password": {WithDigestAuth("alice", "guess")}} {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := dialDriver(dctx, servers, append([]Option{WithRoot(root)}, opts...)...)
+		cancel()
+		if !errors.Is(err, backend.ErrPermission) {
+			t.Errorf("%s: Dial under alice's root = %v, want ErrPermission", name, err)
 		}
 	}
 	if n := entries(t, alice, key); n != 1 {
@@ -228,7 +254,7 @@ func TestACLStopsTheft(t *testing.T) {
 	if _, err := bob.TryAcquire(ctx, l2); err != nil {
 		t.Fatalf("a client with the credential, after the release: %v", err)
 	}
-	acl, _, err := eve.conn.GetACL(alice.parentPath(key))
+	acl, _, err := eve.GetACL(alice.parentPath(key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -313,6 +313,7 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Lock, op string)
 	}
 	d.holds[l.Token] = &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
 	d.mu.Unlock()
+	d.watchHeld(e.path(), e.session)
 	sid := e.session
 	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
 }
@@ -418,8 +419,10 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		}
 		return nil, err
 	}
-	if d.wire != nil && !d.knownParent(parent) {
-		d.pipelineParent(parent)
+	known := d.knownParent(parent)
+	var made *parentMade
+	if d.wire != nil && !known {
+		made = d.pipelineParent(parent)
 	}
 	for {
 		sid := d.conn.SessionID()
@@ -447,6 +450,17 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return nil, fmt.Errorf("unexpected node name %q", name)
 			}
 			if sid != 0 && d.conn.SessionID() == sid {
+				if !known && !made.created(d) {
+					// The name's node was there before us: it must
+					// carry our ACL (see acl.go).
+					if err := d.checkACL(parent); err != nil {
+						d.deleteQuiet(e.path())
+						if errors.Is(err, backend.ErrPermission) {
+							return nil, err
+						}
+						return giveUp(err)
+					}
+				}
 				d.rememberParent(parent)
 				return e, nil
 			}
@@ -495,22 +509,43 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 // ahead of the queue node's: once the request is on the wire, the create
 // that follows it runs after it, so a fresh name costs no extra round trip
 // (only a failed create on the server when the parent exists after all).
-func (d *Driver) pipelineParent(parent string) {
+func (d *Driver) pipelineParent(parent string) *parentMade {
 	sent, stop := d.wire.sent(parent)
 	defer stop()
-	done := make(chan struct{})
+	p := &parentMade{done: make(chan struct{})}
 	if !d.spawn(func() {
-		defer close(done)
-		_, _ = d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+		defer close(p.done)
+		_, p.err = d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
 	}) {
-		return
+		return nil
 	}
 	t := time.NewTimer(d.ttl)
 	defer t.Stop()
 	select {
 	case <-sent:
-	case <-done: // failed to send (no connection): the usual path handles it
+	case <-p.done: // failed to send (no connection): the usual path handles it
 	case <-t.C:
+	}
+	return p
+}
+
+// parentMade is the outcome of a pipelined creation of a name's node.
+type parentMade struct {
+	done chan struct{}
+	err  error
+}
+
+// created reports whether the pipelined create made the node (so it has
+// our ACL). Its answer came before the queue node's, which the caller has.
+func (p *parentMade) created(d *Driver) bool {
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return p.err == nil
+	case <-d.done:
+		return false
 	}
 }
 

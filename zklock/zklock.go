@@ -279,6 +279,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 			} else if ev.Type == zk.EventSession {
 				d.since.Store(0)
 			}
+			d.nodeEvent(ev)
 			d.poke()
 		}),
 	)
@@ -305,6 +306,9 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	d.ttl = time.Duration(d.wire.timeoutMs.Load()) * time.Millisecond
 	if d.ttl <= 0 {
 		d.ttl = cfg.sessionTimeout
+	}
+	if err := d.checkACL(d.root); err != nil {
+		return fail(fmt.Errorf("zklock: root: %w", err))
 	}
 	d.start()
 	return d, nil
@@ -342,6 +346,9 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	}
 	if d.ttl <= 0 {
 		return nil, fmt.Errorf("zklock: New: cannot read the session timeout of the connection; pass WithSessionTimeout: %w", backend.ErrUnsupported)
+	}
+	if err := d.checkACL(d.root); err != nil {
+		return nil, fmt.Errorf("zklock: root: %w", err)
 	}
 	d.start()
 	return d, nil
