@@ -143,18 +143,10 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 // finish in the background; Close waits for them.
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Lock, pxs []int64) []result {
 	nn := len(q.nodes)
-	if !q.enter() {
-		res := make([]result, len(locks)*nn)
-		for i := range res {
-			res[i] = result{answered: true, err: backend.ErrClosed}
-		}
-		return res
+	nodeCtx, cancel, started := q.requests(ctx, timeout)
+	if !started {
+		return closedResults(len(locks) * nn)
 	}
-	// enter's ticket is given back on return, or by the stragglers'
-	// goroutine (see gather).
-	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
-	cancel := func() { stopOnClose(); cancelTimeout() }
 	type answer struct {
 		i  int
 		rs []result

@@ -146,18 +146,11 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 		i int
 		r result
 	}
-	res := make([]result, len(q.nodes))
-	if !q.enter() {
-		for i := range res {
-			res[i] = result{answered: true, err: backend.ErrClosed}
-		}
-		return res
+	nodeCtx, cancel, ok := q.requests(ctx, timeout)
+	if !ok {
+		return closedResults(len(q.nodes))
 	}
-	// The ticket taken by enter is given back when the last request of
-	// this gather is done: on return, or by the stragglers' goroutine.
-	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
-	cancel := func() { stopOnClose(); cancelTimeout() }
+	res := make([]result, len(q.nodes))
 	ch := make(chan answer, len(q.nodes))
 	var wg sync.WaitGroup
 	for i, n := range q.nodes {
@@ -170,8 +163,8 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 			ch <- answer{i, r}
 		}()
 	}
-	ok, notOK, got := 0, 0, 0
-	for got < len(q.nodes) && !decided(ok, notOK) {
+	granted, notOK, got := 0, 0, 0
+	for got < len(q.nodes) && !decided(granted, notOK) {
 		select {
 		case a := <-ch:
 			got++
@@ -180,7 +173,7 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 			switch {
 			case a.r.err != nil:
 			case a.r.ok:
-				ok++
+				granted++
 			default:
 				notOK++
 			}
@@ -206,6 +199,29 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 			}
 		}
 	}()
+	return res
+}
+
+// requests starts a gather: the context of its requests, which is not
+// the caller's (a request sent should complete; timeout and Close end it),
+// its cancel, and a ticket taken by enter, given back when the gather's
+// last request is done (on return, or by the stragglers' goroutine). ok
+// is false, with nothing taken, once Close has begun.
+func (q *Quorum) requests(ctx context.Context, timeout time.Duration) (_ context.Context, cancel func(), ok bool) {
+	if !q.enter() {
+		return nil, nil, false
+	}
+	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
+	return nodeCtx, func() { stopOnClose(); cancelTimeout() }, true
+}
+
+// closedResults are the answers of n requests not sent: Close has begun.
+func closedResults(n int) []result {
+	res := make([]result, n)
+	for i := range res {
+		res[i] = result{answered: true, err: backend.ErrClosed}
+	}
 	return res
 }
 

@@ -70,17 +70,20 @@ func countedClient(t *testing.T, addr string, c *callCounter) *redis.Client {
 
 const (
 	scaleLocks = 5000
-	scaleTTL   = time.Second
-	scaleHold  = 3 * time.Second // nine refresh periods (TTL/3)
+	// A TTL of 3 s leaves a refresh round of 5,000 locks (up to 0.6 s on a
+	// loaded 2-core machine under -race) well inside each lock's TTL/3;
+	// with 1 s, a busy machine lost locks.
+	scaleTTL  = 3 * time.Second
+	scaleHold = 6 * time.Second // six refresh periods (TTL/3)
 	// scaleWorkers acquire (and release) the locks.
 	scaleWorkers = 8
 )
 
 // Holding many automatically refreshed locks costs goroutines and round
-// trips in proportion to batches, not locks: 5,000 locks with a 1 s TTL,
-// held for nine refresh periods, on one server and on a five-server
-// quorum (private servers), add fewer than 200 goroutines, none is lost, and each server sees
-// on average many refreshes per round trip.
+// trips in proportion to batches, not locks: 5,000 locks with a 3 s TTL,
+// held for six refresh periods, on one server and on a five-server quorum
+// (private servers), add fewer than 200 goroutines, none is lost, and each
+// server sees on average many refreshes per round trip.
 func TestRefreshScales(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		testenv.Require(t, testenv.RedisAddr())
