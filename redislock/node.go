@@ -232,7 +232,7 @@ func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
 	defer cancel()
 	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
-	_ = leaveScript.Run(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
+	_ = leaveScript.Eval(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
 }
 
 func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
@@ -244,11 +244,17 @@ func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence ui
 // cleanup removes what a failed attempt may have left: the script may have
 // run even though its reply was lost or ctx ended. Best effort, bounded,
 // and only if that very attempt holds the key.
+//
+// Clean-ups (cleanup, leave) send the whole script (EVAL), not its hash:
+// they run when a connection is in trouble, often one whose answers are
+// lost, and a NOSCRIPT answer (a server that never ran the script, or
+// restarted) would never arrive to trigger the fallback, so the clean-up
+// would not run at all.
 func (n *node) cleanup(ctx context.Context, l backend.Lock, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer n.in.watch(ctx).stop()
-	_ = releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
+	_ = releaseScript.Eval(ctx, n.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
 }
 
 const cleanupTimeout = 2 * time.Second
