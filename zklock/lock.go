@@ -455,8 +455,11 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 					// carry our ACL (see acl.go).
 					if err := d.checkACL(parent); err != nil {
 						d.deleteQuiet(e.path())
-						if errors.Is(err, backend.ErrPermission) {
+						switch {
+						case errors.Is(err, backend.ErrPermission):
 							return nil, err
+						case d.isClosed():
+							return giveUp(backend.ErrClosed)
 						}
 						return giveUp(err)
 					}
