@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,7 +31,7 @@ var ErrSessionExpired = errors.New("zklock: session expired")
 
 func init() {
 	backend.Register("zk", backend.Opener{
-		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root]?session_timeout=10s&connect_timeout=5s",
+		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root]?session_timeout=10s&connect_timeout=5s[&ca=FILE&cert=FILE&key=FILE&server_name=NAME]",
 		Open:  Open,
 	})
 }
@@ -45,6 +46,7 @@ type config struct {
 	connectTimeout time.Duration
 	logger         *slog.Logger
 	dialer         zk.Dialer
+	tls            *tls.Config
 	user, password string
 	hasAuth        bool
 }
@@ -151,7 +153,11 @@ var (
 
 // Open opens a driver for a zk:// URL:
 //
-//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s]
+//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&TLS]
+//
+// TLS (ZooKeeper's secureClientPort) takes the parameters every backend
+// reads: tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME,
+// skip_verify=true (see WithTLS).
 //
 // A port may be left out (2181) except on the last host, which url.Parse
 // checks; a list of IPv6 literals does not parse as a URL (use Dial).
@@ -206,8 +212,15 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 	p := backend.NewParams(u)
 	st := p.Duration("session_timeout", DefaultSessionTimeout)
 	ct := p.Duration("connect_timeout", DefaultConnectTimeout)
-	if err := p.Err(); err != nil {
+	tc, err := p.TLS(false)
+	if err == nil {
+		err = p.Err()
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("zklock: %w", err)
+	}
+	if tc != nil {
+		opts = append(opts, WithTLS(tc))
 	}
 	if st <= 0 || ct <= 0 {
 		return nil, nil, fmt.Errorf("zklock: %w: session_timeout and connect_timeout must be positive", backend.ErrInvalidURL)
@@ -267,10 +280,16 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	d.wire = &wire{}
 	d.dialed = newDialed()
 	d.hosts = &hostList{}
+	dial := d.dialed.dialer(cfg.dialer)
+	var sec *secure
+	if cfg.tls != nil {
+		sec = &secure{cfg: cfg.tls, dial: dial}
+		dial = sec.dialer
+	}
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithLogger(zkLogger{cfg.logger}),
 		zk.WithLogInfo(false),
-		zk.WithDialer(d.wire.dialer(d.dialed.dialer(cfg.dialer))),
+		zk.WithDialer(d.wire.dialer(dial)),
 		zk.WithHostProvider(d.hosts),
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
@@ -296,6 +315,9 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		return nil, err
 	}
 	if err := waitSession(wctx, conn); err != nil {
+		if herr := sec.lastErr(); herr != nil {
+			err = fmt.Errorf("%w (%v)", err, herr)
+		}
 		return fail(fmt.Errorf("zklock: connect to %s: %w", strings.Join(servers, ","), err))
 	}
 	if cfg.hasAuth {

@@ -1,0 +1,127 @@
+package zklock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// tlsFront is a TLS front for a ZooKeeper server, as its secureClientPort
+// would be: it presents certs' server certificate, requires a client
+// certificate from certs' CA, and passes the plain bytes on to target.
+func tlsFront(t *testing.T, certs *testenv.Certs, target string) string {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certs.ServerCert, certs.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := os.ReadFile(certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, c, s)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TLS from the URL: with the CA and a client certificate, the driver locks
+// through a TLS port; a wrong CA or no client certificate fails Dial with
+// the TLS error, not a bare timeout.
+func TestTLSFromURL(t *testing.T) {
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	t.Parallel()
+	certs := testenv.NewCerts(t, "zk.example")
+	other := testenv.NewCerts(t, "zk.example")
+	front := tlsFront(t, certs, servers[0])
+	q := func(kv ...string) string {
+		v := url.Values{"connect_timeout": {"2s"}, "session_timeout": {"4s"}}
+		for i := 0; i < len(kv); i += 2 {
+			v.Set(kv[i], kv[i+1])
+		}
+		return v.Encode()
+	}
+	for _, c := range []struct {
+		query string
+		want  string // in the error; "" for success
+	}{
+		{q("ca", certs.CA, "cert", certs.ClientCert, "key", certs.ClientKey), ""},
+		{q("ca", certs.CA, "cert", certs.ClientCert, "key", certs.ClientKey, "server_name", "zk.example"), ""},
+		{q("ca", other.CA, "cert", certs.ClientCert, "key", certs.ClientKey), "certificate"},
+		{q("ca", certs.CA), "certificate required"},
+		{q("ca", certs.CA, "cert", certs.ClientCert, "key", certs.ClientKey, "server_name", "elsewhere.example"), "elsewhere.example"},
+	} {
+		u, err := url.Parse("zk://" + front + "/locker-test?" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err := Open(ctx, u)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.query, err)
+		case c.want == "":
+			l := backend.Lock{Key: uniqueKey(t), Token: newToken(t), TTL: time.Second}
+			if _, err := d.TryAcquire(ctx, l); err != nil {
+				t.Errorf("%s: TryAcquire: %v", c.query, err)
+			}
+			d.Close()
+		case err == nil:
+			d.Close()
+			t.Errorf("%s: Open succeeded", c.query)
+		case !strings.Contains(err.Error(), c.want):
+			t.Errorf("%s: %v, want an error that says %q", c.query, err, c.want)
+		}
+		cancel()
+	}
+}
