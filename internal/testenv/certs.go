@@ -27,6 +27,18 @@ type Certs struct {
 // certificate is valid for 127.0.0.1 and for names.
 func NewCerts(t testing.TB, names ...string) *Certs {
 	t.Helper()
+	return newCerts(t, true, names)
+}
+
+// NewCertsFor is NewCerts with a server certificate valid for names only,
+// not for 127.0.0.1: a client must check it against a name it is given.
+func NewCertsFor(t testing.TB, names ...string) *Certs {
+	t.Helper()
+	return newCerts(t, false, names)
+}
+
+func newCerts(t testing.TB, loopbackIP bool, names []string) *Certs {
+	t.Helper()
 	dir := t.TempDir()
 	caKey, caCert := newKey(t), &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
@@ -71,7 +83,11 @@ func NewCerts(t testing.TB, names ...string) *Certs {
 		writePEM(t, kp, "PRIVATE KEY", kd)
 		return cp, kp
 	}
-	c.ServerCert, c.ServerKey = leaf(2, "locker test server", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)}, names, "server")
+	var ips []net.IP
+	if loopbackIP {
+		ips = []net.IP{net.IPv4(127, 0, 0, 1)}
+	}
+	c.ServerCert, c.ServerKey = leaf(2, "locker test server", x509.ExtKeyUsageServerAuth, ips, names, "server")
 	c.ClientCert, c.ClientKey = leaf(3, "locker-test", x509.ExtKeyUsageClientAuth, nil, nil, "client")
 	return c
 }
