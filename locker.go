@@ -98,10 +98,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	}
 	opts = append(opts, uopts...)
 	// Check the Client's settings before the driver dials anything.
-	if err := checkOptions(opts); err != nil {
+	cfg, err := checkOptions(opts)
+	if err != nil {
 		return nil, err
 	}
-	drv, err := backend.Open(ctx, u)
+	// The driver logs where the Client does (its warnings: weak transport,
+	// an evicting Redis).
+	drv, err := backend.Open(backend.WithLogger(ctx, cfg.logger), u)
 	if err != nil {
 		return nil, fmt.Errorf("locker: Open %s: %w", backend.Redacted(u), err)
 	}
@@ -122,7 +125,7 @@ func OpenDriver(ctx context.Context, rawURL string) (backend.Driver, []Option, e
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkOptions(opts); err != nil {
+	if _, err := checkOptions(opts); err != nil {
 		return nil, nil, err
 	}
 	drv, err := backend.Open(ctx, u)
@@ -161,18 +164,18 @@ func parseURL(rawURL string) (*url.URL, []Option, error) {
 
 // checkOptions reports the first option New would reject for its
 // namespace or default TTL.
-func checkOptions(opts []Option) error {
+func checkOptions(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if err := checkNamespace(cfg.namespace); err != nil {
-		return fmt.Errorf("locker: Open: %w", err)
+		return cfg, fmt.Errorf("locker: Open: %w", err)
 	}
 	if err := checkTTL(cfg.ttl); err != nil {
-		return fmt.Errorf("locker: Open: default %w", err)
+		return cfg, fmt.Errorf("locker: Open: default %w", err)
 	}
-	return nil
+	return cfg, nil
 }
 
 // redactURLError keeps a password in a malformed URL out of error messages.

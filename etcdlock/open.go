@@ -55,6 +55,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	backend.WarnTransport(backend.Logger(ctx), u, cfg.TLS)
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), permission(err))

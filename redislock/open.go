@@ -160,6 +160,8 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	if err != nil {
 		return nil, err
 	}
+	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
+	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	var rdb redis.UniversalClient
 	var in *interrupter
 	switch u.Scheme {
@@ -264,6 +266,8 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	if err != nil {
 		return nil, err
 	}
+	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
+	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, backend.Redacted(u))

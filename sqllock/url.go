@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"time"
 
@@ -49,6 +50,22 @@ var pgxParams = []string{
 	"pool_ping_timeout",
 }
 
+// warnSSL logs a connection to a remote server whose sslmode checks nothing:
+// disable and allow may send everything in clear, and prefer, pgx's
+// default, encrypts without checking who answers.
+func warnSSL(log *slog.Logger, u *url.URL) {
+	if backend.Loopback(u) || u.Query().Has("host") {
+		return // a host= parameter (a socket directory, say): left to pgx
+	}
+	switch mode := u.Query().Get("sslmode"); mode {
+	case "", "disable", "allow", "prefer":
+		if mode == "" {
+			mode = "prefer (the default)"
+		}
+		log.Warn("locker: sslmode="+mode+" to a remote server does not check who answers: use sslmode=verify-full", "url", backend.Redacted(u))
+	}
+}
+
 // serverParams are the run-time settings we let through to the server: they
 // name the session or bound it, and cannot change what a lock statement
 // means.
@@ -83,6 +100,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return nil, fmt.Errorf("sqllock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
 	}
+	warnSSL(backend.Logger(ctx), u)
 	p := backend.NewParams(u)
 	var urlOpts []Option
 	if p.Has(paramTable) {

@@ -169,7 +169,13 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := Dial(ctx, servers, opts...)
+	log := backend.Logger(ctx)
+	var probe config
+	for _, o := range opts {
+		o(&probe)
+	}
+	backend.WarnTransport(log, u, probe.tls)
+	d, err := Dial(ctx, servers, append([]Option{WithLogger(log)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -36,3 +36,23 @@ func TestStderrKeepsSecrets(t *testing.T) {
 		}
 	}
 }
+
+// Weak transport is reported on lockctl's stderr (the Client's logger,
+// which drivers opened by URL now share), without the password.
+func TestWeakTransportWarnings(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, want string }{
+		{"redis://:CanaryW@192.0.2.1:6379/0?dial_timeout=200ms", "in clear"},
+		{"rediss://:CanaryW@192.0.2.1:6379/0?dial_timeout=200ms&skip_verify=true", "skip_verify"},
+		{"etcd://u:CanaryW@192.0.2.1:2379?dial_timeout=200ms", "in clear"},
+		{"postgres://u:CanaryW@192.0.2.1:5432/db?connect_timeout=1", "sslmode=prefer"},
+		{"postgres://u@192.0.2.1:5432/db?sslmode=disable&connect_timeout=1", "sslmode=disable"},
+	} {
+		p := lockctlProc("run", "--connect-timeout", "1s", "--backend", c.url, "x", "--", "true")
+		p.status(t)
+		out := p.stderr.String()
+		if !strings.Contains(out, c.want) || strings.Contains(out, "CanaryW") {
+			t.Errorf("%s: stderr %q, want a warning that says %q, without the password", c.url, out, c.want)
+		}
+	}
+}
