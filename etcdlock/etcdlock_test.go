@@ -424,9 +424,10 @@ func TestNewKeepsUserClient(t *testing.T) {
 // TestMemberStopped: with a member of the cluster stopped (first etcd-c1,
 // then whichever member leads), locks keep working through the others, no
 // two holders ever hold at once, fences keep increasing, and a lock held
-// across the stop is not lost.
+// across the stop is not lost. Not parallel: the package's parallel tests
+// need every member (TestRefreshRightAfterAcquire failed in CI on a member
+// this test had stopped); they run once the sequential tests are done.
 func TestMemberStopped(t *testing.T) {
-	t.Parallel()
 	h := newHarness(t, testenv.EtcdClusterEndpoints())
 	memberStopped(t, h, "etcd-c1")
 	leader := leaderInstance(t, h)
