@@ -2,79 +2,14 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"io"
-	"net"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
-
-// tlsFront is a TLS front for an etcd member, as its TLS client URL would
-// be: it presents certs' server certificate (speaking h2, as gRPC wants),
-// requires a client certificate from certs' CA, and passes the plain bytes
-// on to target.
-func tlsFront(t *testing.T, certs *testenv.Certs, target string) string {
-	t.Helper()
-	pair, err := tls.LoadX509KeyPair(certs.ServerCert, certs.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pem, err := os.ReadFile(certs.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
-		NextProtos: []string{"h2"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, c, s)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // TLS from the URL: the CA and client certificate come from ca=, cert= and
 // key=, and server_name= is checked although gRPC dials an address the
@@ -86,7 +21,7 @@ func TestTLSFromURL(t *testing.T) {
 	// The server certificate names etcd.example only, not 127.0.0.1.
 	certs := testenv.NewCertsFor(t, "etcd.example")
 	other := testenv.NewCertsFor(t, "etcd.example")
-	front := tlsFront(t, certs, endpoints[0])
+	front := testenv.TLSFront(t, certs, endpoints[0], "h2")
 	q := func(kv ...string) string {
 		v := url.Values{"dial_timeout": {"2s"}}
 		for i := 0; i < len(kv); i += 2 {

@@ -2,77 +2,14 @@ package zklock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"io"
-	"net"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
-
-// tlsFront is a TLS front for a ZooKeeper server, as its secureClientPort
-// would be: it presents certs' server certificate, requires a client
-// certificate from certs' CA, and passes the plain bytes on to target.
-func tlsFront(t *testing.T, certs *testenv.Certs, target string) string {
-	t.Helper()
-	pair, err := tls.LoadX509KeyPair(certs.ServerCert, certs.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pem, err := os.ReadFile(certs.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, c, s)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
-}
 
 // TLS from the URL: with the CA and a client certificate, the driver locks
 // through a TLS port; a wrong CA or no client certificate fails Dial with
@@ -83,7 +20,7 @@ func TestTLSFromURL(t *testing.T) {
 	t.Parallel()
 	certs := testenv.NewCerts(t, "zk.example")
 	other := testenv.NewCerts(t, "zk.example")
-	front := tlsFront(t, certs, servers[0])
+	front := testenv.TLSFront(t, certs, servers[0])
 	q := func(kv ...string) string {
 		v := url.Values{"connect_timeout": {"2s"}, "session_timeout": {"4s"}}
 		for i := 0; i < len(kv); i += 2 {
