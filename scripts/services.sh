@@ -35,8 +35,17 @@
 #   zk-e1..zk-e3          LOCKER_ZK_ENSEMBLE            127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184
 #                         (quorum ports LOCKER_ZK_QUORUM_PORTS=28881,28882,28883,
 #                          election ports LOCKER_ZK_ELECTION_PORTS=38881,38882,38883)
+# Secured instances (security tests; TLS with a throw-away CA made by this script, see below):
+#   redis-tls             LOCKER_REDIS_TLS_ADDR         127.0.0.1:6390
+#   postgres-tls          LOCKER_POSTGRES_TLS_ADDR      127.0.0.1:5433
+#   etcd-tls              LOCKER_ETCD_TLS_ENDPOINT      127.0.0.1:2390    (peer: LOCKER_ETCD_TLS_PEER_PORT=2391)
+#   zk-tls                LOCKER_ZK_TLS_ADDR            127.0.0.1:2190    (the TLS client port)
+#   Certificates (PEM) in LOCKER_SECURE_CERTS (<services dir>/certs): ca.pem, server.pem and
+#   server-key.pem (127.0.0.1, localhost), client.pem and client-key.pem (CN=locker),
+#   admin.pem and admin-key.pem (CN=root). The administrator of every secured instance
+#   authenticates with the password in LOCKER_SECURE_ADMIN_PASSWORD (throw-away, loopback only).
 # Groups accepted by up/start/stop/status: all, redis-quorum, redis-cluster, etcd-cluster,
-# zk-ensemble.
+# zk-ensemble, secure.
 #
 # Other knobs: LOCKER_SERVICES_DIR (default <repo>/.services, git-ignored) holds one directory
 # per instance (data/, server.log, pid); LOCKER_SERVICES_TIMEOUT (default 60) bounds the wait
@@ -94,10 +103,19 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_ZK_ENSEMBLE:=127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184}"
 : "${LOCKER_ZK_QUORUM_PORTS:=28881,28882,28883}"
 : "${LOCKER_ZK_ELECTION_PORTS:=38881,38882,38883}"
+: "${LOCKER_REDIS_TLS_ADDR:=127.0.0.1:6390}"
+: "${LOCKER_POSTGRES_TLS_ADDR:=127.0.0.1:5433}"
+: "${LOCKER_ETCD_TLS_ENDPOINT:=127.0.0.1:2390}"
+: "${LOCKER_ETCD_TLS_PEER_PORT:=2391}"
+: "${LOCKER_ZK_TLS_ADDR:=127.0.0.1:2190}"
+# The secured instances' administrator password: a throw-away for servers bound to loopback.
+LOCKER_SECURE_ADMIN_PASSWORD=locker-admin-secret
 
 ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-c1 redis-c2 redis-c3 redis-restart memcached memcached-small memcached-restart postgres
 	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3)
 CLUSTER=(redis-c1 redis-c2 redis-c3)
+# Secured instances. One joins ALL once it is built.
+SECURE=(redis-tls postgres-tls etcd-tls zk-tls)
 
 log() { printf '%s\n' "services: $*" >&2; }
 die() {
@@ -160,6 +178,7 @@ kind() {
 	postgres) echo postgres ;;
 	etcd | etcd-c[1-3]) echo etcd ;;
 	zk | zk-e[1-3]) echo zk ;;
+	redis-tls | postgres-tls | etcd-tls | zk-tls) echo "$1" ;;
 	*) return 1 ;;
 	esac
 }
@@ -182,6 +201,10 @@ port() {
 	etcd-c*) p=$(port_of "$(nth "$LOCKER_ETCD_CLUSTER_ENDPOINTS" "$(idx "$1")")") || p="" ;;
 	zk) p=$(port_of "$(nth "$LOCKER_ZK_ADDR" 1)") || p="" ;;
 	zk-e*) p=$(port_of "$(nth "$LOCKER_ZK_ENSEMBLE" "$(idx "$1")")") || p="" ;;
+	redis-tls) p=$(port_of "$LOCKER_REDIS_TLS_ADDR") || p="" ;;
+	postgres-tls) p=$(port_of "$LOCKER_POSTGRES_TLS_ADDR") || p="" ;;
+	etcd-tls) p=$(port_of "$LOCKER_ETCD_TLS_ENDPOINT") || p="" ;;
+	zk-tls) p=$(port_of "$LOCKER_ZK_TLS_ADDR") || p="" ;;
 	esac
 	[[ -n $p ]] || die "$1: no port (check the LOCKER_* variable for it)"
 	printf '%s\n' "$p"
@@ -204,8 +227,9 @@ expand() {
 		redis-cluster) set -- "${CLUSTER[@]}" ;;
 		etcd-cluster) set -- etcd-c1 etcd-c2 etcd-c3 ;;
 		zk-ensemble) set -- zk-e1 zk-e2 zk-e3 ;;
+		secure) set -- "${SECURE[@]}" ;;
 		*)
-			kind "$n" >/dev/null || die "unknown instance '$n' (known: ${ALL[*]} all redis-quorum redis-cluster etcd-cluster zk-ensemble)"
+			kind "$n" >/dev/null || die "unknown instance '$n' (known: ${ALL[*]} ${SECURE[*]} all redis-quorum redis-cluster etcd-cluster zk-ensemble secure)"
 			set -- "$n"
 			;;
 		esac
@@ -250,6 +274,10 @@ zk_classpath() {
 missing_packages() {
 	local k pkgs=()
 	for k in "$@"; do
+		if [[ $k == *-tls ]]; then
+			command -v openssl >/dev/null || pkgs+=(openssl)
+			k=${k%-tls}
+		fi
 		case $k in
 		redis)
 			command -v redis-server >/dev/null || pkgs+=(redis-server)
@@ -343,7 +371,9 @@ running() {
 	p=$(pid_of "$1") || return 1
 	alive "$p" || return 1
 	cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || return 1
-	case $(kind "$1") in
+	local k
+	k=$(kind "$1")
+	case ${k%-tls} in
 	redis) [[ $cmd == *redis-server* ]] ;;
 	memcached) [[ $cmd == *memcached* ]] ;;
 	postgres) [[ $cmd == *postgres* ]] ;;
@@ -686,6 +716,45 @@ EOF
 		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
 }
 
+# ---------------------------------------------------------------- secured instances
+
+# make_certs: a throw-away CA and its certificates in $DIR/certs, made once (kept across
+# restarts so a running client's trust stays valid). Names: see the header.
+make_certs() {
+	local c=$DIR/certs
+	[[ -s $c/admin.pem ]] && return 0
+	mkdir -p "$c"
+	log "certs: making a throw-away CA and certificates in $c"
+	(
+		cd "$c"
+		openssl req -x509 -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+			-subj "/CN=locker services CA" -keyout ca-key.pem -out ca.pem
+		leaf() { # leaf NAME CN EXT
+			openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$2" \
+				-keyout "$1-key.pem" -out "$1.csr"
+			printf '%s\n' "$3" >"$1.ext"
+			openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+				-extfile "$1.ext" -out "$1.pem"
+			rm -f "$1.csr" "$1.ext"
+		}
+		leaf server "locker services server" \
+			"subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth,clientAuth"
+		leaf client locker "extendedKeyUsage=clientAuth"
+		leaf admin root "extendedKeyUsage=clientAuth"
+		chmod 644 ./*.pem
+	) >"$DIR/certs.log" 2>&1 || {
+		tail -n 20 "$DIR/certs.log" >&2
+		rm -rf "$c"
+		die "certs: openssl failed (log: $DIR/certs.log)"
+	}
+}
+
+start_redis-tls() { die "$1: not built yet"; }
+start_postgres-tls() { die "$1: not built yet"; }
+start_etcd-tls() { die "$1: not built yet"; }
+start_zk-tls() { die "$1: not built yet"; }
+
 # start_one NAME: start it unless it already runs. Returns 1 if it could not be started.
 start_one() {
 	local n=$1 p
@@ -749,6 +818,7 @@ answers() {
 		out=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && cat <&3' _ "$p" 2>/dev/null) || true
 		[[ $out == *"Mode: "* ]]
 		;;
+	redis-tls | postgres-tls | etcd-tls | zk-tls) return 1 ;; # not built yet
 	esac
 }
 
@@ -793,7 +863,7 @@ stop_one() {
 		return 0
 	fi
 	p=$(pid_of "$n")
-	[[ $(kind "$n") == postgres ]] && sig=INT # fast shutdown
+	[[ $(kind "$n") == postgres* ]] && sig=INT # fast shutdown
 	kill -s "$sig" "$p" 2>/dev/null || true
 	for ((i = 0; i < 300; i++)); do
 		alive "$p" || break
@@ -824,6 +894,12 @@ export LOCKER_ETCD_ENDPOINTS=$LOCKER_ETCD_ENDPOINTS
 export LOCKER_ETCD_CLUSTER_ENDPOINTS=$LOCKER_ETCD_CLUSTER_ENDPOINTS
 export LOCKER_ZK_ADDR=$LOCKER_ZK_ADDR
 export LOCKER_ZK_ENSEMBLE=$LOCKER_ZK_ENSEMBLE
+export LOCKER_REDIS_TLS_ADDR=$LOCKER_REDIS_TLS_ADDR
+export LOCKER_POSTGRES_TLS_ADDR=$LOCKER_POSTGRES_TLS_ADDR
+export LOCKER_ETCD_TLS_ENDPOINT=$LOCKER_ETCD_TLS_ENDPOINT
+export LOCKER_ZK_TLS_ADDR=$LOCKER_ZK_TLS_ADDR
+export LOCKER_SECURE_CERTS=$DIR/certs
+export LOCKER_SECURE_ADMIN_PASSWORD=$LOCKER_SECURE_ADMIN_PASSWORD
 EOF
 }
 
@@ -846,6 +922,7 @@ cmd_up() {
 	lock
 	install_kinds "${kinds[@]}"
 	PG_CREATE_DB=1
+	[[ " ${names[*]} " == *-tls\ * ]] && make_certs
 	local deadline=$((SECONDS + TIMEOUT)) started=() members=() member_failed=""
 	for n in "${names[@]}"; do
 		if start_one "$n"; then
@@ -902,7 +979,7 @@ stop_many() {
 cmd_down() {
 	lock
 	local n names=()
-	for n in "${ALL[@]}"; do
+	for n in "${ALL[@]}" "${SECURE[@]}"; do
 		[[ -e $(idir "$n")/pid ]] && names+=("$n")
 	done
 	if ((${#names[@]} == 0)); then
@@ -937,7 +1014,8 @@ cmd_status() {
 cmd_clean() {
 	cmd_down
 	local n
-	for n in "${ALL[@]}"; do
+	rm -rf "$DIR/certs"
+	for n in "${ALL[@]}" "${SECURE[@]}"; do
 		local d=$DIR/$n
 		if [[ -L $d ]]; then
 			rm -rf "$(readlink -f "$d")"

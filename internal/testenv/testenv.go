@@ -199,6 +199,10 @@ func Instances() []Instance {
 		add("zk", "zookeeper", a)
 	}
 	addList("zk-e", "zookeeper ensemble member", ZKEnsemble())
+	add("redis-tls", "redis (TLS, ACL)", RedisTLSAddr())
+	add("postgres-tls", "postgres (TLS, scram)", PostgresTLSAddr())
+	add("etcd-tls", "etcd (TLS, RBAC)", EtcdTLSEndpoint())
+	add("zk-tls", "zookeeper (TLS)", ZKTLSAddr())
 	return out
 }
 
