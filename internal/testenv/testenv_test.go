@@ -14,7 +14,7 @@ import (
 
 var allEnv = []string{
 	EnvRedisAddr, EnvRedisQuorumAddrs, EnvRedisClusterAddrs, EnvMemcacheAddr, EnvMemcacheSmallAddr, EnvPostgresURL,
-	EnvEtcdEndpoints, EnvEtcdClusterEndpoints, EnvZKAddr, EnvZKEnsemble,
+	EnvEtcdEndpoints, EnvEtcdClusterEndpoints, EnvZKAddr, EnvZKEnsemble, EnvRedisTLSAddr, EnvPostgresTLSAddr, EnvEtcdTLSEndpoint, EnvZKTLSAddr,
 }
 
 // clearEnv blanks every address variable for the test (blank means unset here).
@@ -100,7 +100,7 @@ func TestInstances(t *testing.T) {
 	want := []string{"redis", "redis-q1", "redis-q2", "redis-q3", "redis-q4", "redis-q5",
 		"redis-c1", "redis-c2", "redis-c3",
 		"memcached", "memcached-small", "redis-restart", "memcached-restart", "postgres", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
-		"zk", "zk-e1", "zk-e2", "zk-e3"}
+		"zk", "zk-e1", "zk-e2", "zk-e3", "redis-tls", "postgres-tls", "etcd-tls", "zk-tls"}
 	if !slices.Equal(names, want) {
 		t.Errorf("Instances() names = %v, want %v", names, want)
 	}
