@@ -220,7 +220,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 }
 
 // Refresh implements backend.Driver: it extends a live lock of l.Token to
-// l.TTL from the server's now.
+// l.TTL from the server's now. The row must also still show l.Fence (when
+// set) and l.Owner, as acquired: a row that someone with UPDATE on the
+// table rewrote is ErrNotHeld, and the holder learns of the theft.
 func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	us, err := micros(l.TTL)
 	if err != nil {
