@@ -33,27 +33,28 @@
 //
 // # Waiting
 //
-// A release runs pg_notify in the same statement. Its payload is not the
-// key but a keyed hash of it, hex(SHA-256(k || SHA-256(k || key))), where k
-// is a random secret kept in the table itself, in the row named
+// While a Client waits for a lock, one extra connection per driver LISTENs
+// on the channel for every waiter of that driver, and wakes the waiters of
+// the released key at once; the Client's capped backoff covers a
+// notification that was missed (the listener reconnects when its connection
+// drops, and then wakes every waiter). The listening connection closes 30
+// seconds after the last waiter left ([ListenIdle]). LISTEN does not work
+// through a transaction-pooling proxy such as PgBouncer in transaction mode:
+// waiting then falls back to polling.
+//
+// A release runs pg_notify in the same statement. Its payload is not the key
+// but a keyed hash of it, hex(SHA-256(k || SHA-256(k || key))), where k is a
+// random secret kept in the table itself, in the row named
 // "sqllock:notify-key" (its token; the row looks like a lock held forever,
 // and no lock key can have that name, which has no '/'). The first driver
 // that finds no such row makes it (an INSERT), so tables made by older
 // versions get one at once. Any role that may connect may LISTEN on the
 // channel; without SELECT on the table it cannot read k, and learns no lock
-// name, nor a hash it could test a guessed name against: only that some
-// lock, the same one as before or not, was released. (Any role may also
-// NOTIFY on the channel: a forged payload only wakes waiters for an extra
-// try.) Do not delete that row: drivers that read the old key miss the
+// name, nor a hash it could test a guessed name against: only that a lock
+// was released, and whether it is one it saw released before. (Any role may
+// also NOTIFY on the channel: a forged payload only wakes waiters for an
+// extra try.) Do not delete that row: drivers that read the old key miss the
 // wake-ups of the new one until they reopen, and fall back to polling.
-// While a Client waits for a lock, one extra connection per driver LISTENs on the
-// channel for every waiter of that driver, and wakes the waiters of the
-// released key at once; the Client's capped backoff covers a notification
-// that was missed (the listener reconnects when its connection drops, and
-// then wakes every waiter). The listening connection closes 30 seconds after
-// the last waiter left ([ListenIdle]). LISTEN does not work through a
-// transaction-pooling proxy such as PgBouncer in transaction mode: waiting
-// then falls back to polling.
 //
 // # URLs
 //
