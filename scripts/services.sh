@@ -38,6 +38,8 @@
 # Secured instances (security tests; TLS with a throw-away CA made by this script, see below):
 #   redis-tls             LOCKER_REDIS_TLS_ADDR         127.0.0.1:6390
 #   postgres-tls          LOCKER_POSTGRES_TLS_ADDR      127.0.0.1:5433
+#                         (own cluster; hostssl + scram-sha-256 only, plain TCP rejected; superuser
+#                          admin, database locker; client certificates checked if sent, not required)
 #   etcd-tls              LOCKER_ETCD_TLS_ENDPOINT      127.0.0.1:2390    (peer: LOCKER_ETCD_TLS_PEER_PORT=2391)
 #   zk-tls                LOCKER_ZK_TLS_ADDR            127.0.0.1:2190    (the TLS client port)
 #   Certificates (PEM) in LOCKER_SECURE_CERTS (<services dir>/certs): ca.pem, server.pem and
@@ -595,20 +597,22 @@ pg_clear_debian_cluster() {
 	done < <(pg_lsclusters -h 2>/dev/null)
 }
 
-# The postgres instance dir must be reachable by the postgres user. If the repo lives where it
-# is not (e.g. under /root), the data goes to /var/tmp and $DIR/postgres is a symlink to it.
+# pg_dir [NAME]: the instance dir of a postgres instance (default: postgres), which must be
+# reachable by the postgres user. If the repo lives where it is not (e.g. under /root), the data
+# goes to /var/tmp and $DIR/NAME is a symlink to it.
 pg_dir() {
-	local d=$DIR/postgres
+	local n=${1:-postgres}
+	local d=$DIR/$n
 	if [[ -e $d || -L $d ]]; then
 		readlink -f "$d"
 		return
 	fi
 	if [[ $EUID -eq 0 ]] && ! setpriv --reuid=postgres --regid=postgres --init-groups -- test -x "$DIR"; then
 		local alt
-		alt=/var/tmp/locker-services-$(printf '%s' "$DIR" | md5sum | cut -c1-12)/postgres
+		alt=/var/tmp/locker-services-$(printf '%s' "$DIR" | md5sum | cut -c1-12)/$n
 		mkdir -p "$alt"
 		ln -s "$alt" "$d"
-		log "postgres: $DIR is not reachable by user postgres; data in $alt"
+		log "$n: $DIR is not reachable by user postgres; data in $alt"
 		printf '%s\n' "$alt"
 		return
 	fi
@@ -751,7 +755,74 @@ extendedKeyUsage=serverAuth,clientAuth"
 }
 
 start_redis-tls() { die "$1: not built yet"; }
-start_postgres-tls() { die "$1: not built yet"; }
+# pg_install_secret FILE MODE SRC: copy SRC to FILE with MODE, owned by the server's user.
+pg_install_secret() {
+	if [[ $EUID -eq 0 ]]; then
+		install -m "$2" -o postgres -g postgres "$3" "$1"
+	else
+		install -m "$2" "$3" "$1"
+	fi
+}
+
+# postgres-tls: its own cluster, TLS only (the services CA; a client certificate is checked
+# when one is sent, not required), scram-sha-256 passwords, superuser admin.
+start_postgres-tls() {
+	local n=$1 d p bin c=$DIR/certs
+	bin=$(pg_bin) || die "$n: postgres binaries not found"
+	p=$(port "$n")
+	pg_clear_debian_cluster "$p"
+	d=$(pg_dir "$n")
+	[[ $EUID -eq 0 ]] && chown postgres:postgres "$d"
+	if [[ ! -s $d/data/PG_VERSION ]]; then
+		rm -rf "$d/data"
+		log "$n: initdb $d/data (superuser admin, scram-sha-256)"
+		local pw=$d/initdb.pw rc=0
+		(umask 077 && printf '%s\n' "$LOCKER_SECURE_ADMIN_PASSWORD" >"$pw")
+		[[ $EUID -eq 0 ]] && chown postgres:postgres "$pw"
+		(cd "$d" && as_postgres "$bin/initdb" -D "$d/data" -U admin --pwfile="$pw" --auth=scram-sha-256 \
+			-E UTF8 --locale=C --no-sync 9>&-) >"$d/initdb.log" 2>&1 || rc=$?
+		rm -f "$pw"
+		if ((rc != 0)); then
+			tail -n 20 "$d/initdb.log" >&2
+			die "$n: initdb failed"
+		fi
+	fi
+	# The server refuses a key that others can read; it runs as postgres.
+	pg_install_secret "$d/data/server.key" 600 "$c/server-key.pem"
+	pg_install_secret "$d/data/server.crt" 644 "$c/server.pem"
+	pg_install_secret "$d/data/root.crt" 644 "$c/ca.pem"
+	local hba
+	hba=$(mktemp)
+	cat >"$hba" <<'EOF'
+# postgres-tls (scripts/services.sh): TLS and a password, nothing else.
+local     all all              scram-sha-256
+hostssl   all all 127.0.0.1/32 scram-sha-256
+hostnossl all all 0.0.0.0/0    reject
+host      all all ::/0         reject
+EOF
+	pg_install_secret "$d/data/pg_hba.conf" 600 "$hba"
+	rm -f "$hba"
+	local pgcmd=("$bin/postgres" -D "$d/data"
+		-c listen_addresses=127.0.0.1 -c port="$p" -c unix_socket_directories="$d"
+		-c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=root.crt
+		-c password_encryption=scram-sha-256
+		-c max_connections=100 -c shared_buffers=32MB
+		-c fsync=off -c synchronous_commit=off -c full_page_writes=off
+		-c logging_collector=off -c log_min_messages=warning)
+	if [[ $EUID -eq 0 ]]; then
+		pgcmd=(setpriv --reuid=postgres --regid=postgres --init-groups -- "${pgcmd[@]}")
+	fi
+	spawn "$n" "${pgcmd[@]}"
+}
+
+# pg_tls_psql ARGS...: psql to postgres-tls as admin, verifying the server against the CA.
+pg_tls_psql() {
+	local bin
+	bin=$(pg_bin) || return 1
+	PGPASSWORD=$LOCKER_SECURE_ADMIN_PASSWORD PGCONNECT_TIMEOUT=3 timeout 10 "$bin/psql" \
+		"host=127.0.0.1 port=$(port postgres-tls) user=admin dbname=postgres sslmode=verify-full sslrootcert=$DIR/certs/ca.pem" \
+		-XAtq "$@"
+}
 start_etcd-tls() { die "$1: not built yet"; }
 start_zk-tls() { die "$1: not built yet"; }
 
@@ -818,7 +889,15 @@ answers() {
 		out=$(timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && cat <&3' _ "$p" 2>/dev/null) || true
 		[[ $out == *"Mode: "* ]]
 		;;
-	redis-tls | postgres-tls | etcd-tls | zk-tls) return 1 ;; # not built yet
+	postgres-tls)
+		local has
+		has=$(pg_tls_psql -c "select 1 from pg_database where datname = 'locker'" 2>/dev/null) || return 1
+		if [[ $has != 1 ]]; then
+			[[ -n ${PG_CREATE_DB:-} ]] || return 1
+			pg_tls_psql -c "create database locker" >/dev/null 2>&1 || return 1
+		fi
+		;;
+	redis-tls | etcd-tls | zk-tls) return 1 ;; # not built yet
 	esac
 }
 

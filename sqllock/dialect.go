@@ -47,19 +47,26 @@ type dialect struct {
 	// when the key was free, expired, or already the token's; no row when
 	// another token holds it.
 	acquire string
-	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs) extends a live
-	// lock of the token; it affects no row otherwise.
+	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner) extends
+	// a live lock of the token and owner; it affects no row otherwise.
 	refresh string
-	// refreshMany($1 keys, $2 tokens, $3 fences, $4 ttls µs, arrays of
-	// one length) is refresh for each element, and returns the 1-based
-	// positions of those it extended.
+	// refreshMany($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners,
+	// arrays of one length) is refresh for each element, and returns the
+	// 1-based positions of those it extended.
 	refreshMany string
 	// release($1 key, $2 token, $3 fence or 0, $4 channel) frees the token's
-	// lock and notifies the channel; it returns one boolean (whether the lock
-	// was still live) or no row when the token did not have it.
+	// lock and notifies the channel with the key's notifyPayload; it returns
+	// one boolean (whether the lock was still live) or no row when the token
+	// did not have it.
 	release string
 	// expire($1 key, $2 channel) ends the lock on key as its TTL would.
 	expire string
+	// notifyKey($1 name) returns the notification key's row: its token,
+	// NULL when missing.
+	notifyKey string
+	// initNotifyKey($1 name, $2 secret) stores secret as the notification
+	// key unless the table has one.
+	initNotifyKey string
 	// inspect($1 key) returns held, owner, version, remaining µs; no row
 	// when the key was never locked.
 	inspect string
@@ -97,14 +104,17 @@ SET token = excluded.token, owner = excluded.owner, version = l.version + 1,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
 RETURNING version`,
+		// The owner is checked too, so that a rewritten owner reads as a
+		// theft at the next refresh.
 		refresh: `UPDATE ` + t + `
 SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
-WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()`,
+WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()
+    AND owner IS NOT DISTINCT FROM nullif($5, '')`,
 		refreshMany: `UPDATE ` + t + ` AS l
 SET expires_at = clock_timestamp() + b.us * interval '1 microsecond'
-FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[]) WITH ORDINALITY AS b(name, token, fence, us, i)
+FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[]) WITH ORDINALITY AS b(name, token, fence, us, owner, i)
 WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fence)
-    AND l.expires_at > clock_timestamp()
+    AND l.expires_at > clock_timestamp() AND l.owner IS NOT DISTINCT FROM nullif(b.owner, '')
 RETURNING b.i`,
 		// A released row keeps its expires_at, so that RETURNING can tell
 		// whether the lock was still live; token NULL marks it free.
@@ -112,13 +122,19 @@ RETURNING b.i`,
     UPDATE ` + t + ` SET token = NULL, owner = NULL
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
     RETURNING name, expires_at > clock_timestamp() AS live
-)
-SELECT freed.live FROM freed, pg_notify($4, freed.name)`,
+), ` + notifyKeyCTE(t) + `
+SELECT freed.live FROM freed LEFT JOIN k ON true, pg_notify($4, ` + payloadSQL("freed.name") + `)`,
 		expire: `WITH e AS (
     UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
     WHERE name = $1 RETURNING name
-)
-SELECT count(*) FROM e, pg_notify($2, e.name)`,
+), ` + notifyKeyCTE(t) + `
+SELECT count(*) FROM e LEFT JOIN k ON true, pg_notify($2, ` + payloadSQL("e.name") + `)`,
+		notifyKey: `SELECT token FROM ` + t + ` WHERE name = $1`,
+		// expires_at infinity: nobody acquires the row without the secret.
+		initNotifyKey: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
+VALUES ($1, $2, 'sqllock notification key', 1, clock_timestamp(), 'infinity')
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, owner = excluded.owner, expires_at = excluded.expires_at
+WHERE l.token IS NULL`,
 		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version,
     greatest(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000))::int8
 FROM ` + t + ` WHERE name = $1`,
@@ -127,6 +143,32 @@ FROM ` + t + ` WHERE name = $1`,
 		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
 	}
 	return d
+}
+
+// notifyKeyName is the row that keeps the table's notification key, in
+// its token. Every lock key has a '/' (namespace/name), this name has none.
+const notifyKeyName = "sqllock:notify-key"
+
+// notifyKeyCTE is a WITH item k(k) holding the notification key's bytes,
+// for payloadSQL; no row when the table has none.
+func notifyKeyCTE(t string) string {
+	return `k AS (SELECT convert_to(token, 'UTF8') AS k FROM ` + t + ` WHERE name = '` + notifyKeyName + `')`
+}
+
+// payloadSQL is the notification payload of the key in expression name, in
+// SQL (see notifyPayload); NULL, sent as an empty payload, without a key.
+func payloadSQL(name string) string {
+	return `encode(sha256(k.k || sha256(k.k || convert_to(` + name + `, 'UTF8'))), 'hex')`
+}
+
+// notifyPayload is the payload that announces the release of key:
+// hex(H(k || H(k || key))) with SHA-256 and k the table's notification key.
+// A listener that cannot read the table, and so the key, learns no lock
+// name, nor a hash it could check a guessed name against.
+func notifyPayload(secret, key string) string {
+	inner := sha256.Sum256([]byte(secret + key))
+	outer := sha256.Sum256(append([]byte(secret), inner[:]...))
+	return hex.EncodeToString(outer[:])
 }
 
 // schemaFor returns SchemaSQL for the quoted table name t, without its

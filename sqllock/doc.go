@@ -33,15 +33,28 @@
 //
 // # Waiting
 //
-// A release runs pg_notify(channel, key) in the same statement. While a
-// Client waits for a lock, one extra connection per driver LISTENs on the
-// channel for every waiter of that driver, and wakes the waiters of the
-// released key at once; the Client's capped backoff covers a notification
-// that was missed (the listener reconnects when its connection drops, and
-// then wakes every waiter). The listening connection closes 30 seconds after
-// the last waiter left ([ListenIdle]). LISTEN does not work through a
-// transaction-pooling proxy such as PgBouncer in transaction mode: waiting
-// then falls back to polling.
+// While a Client waits for a lock, one extra connection per driver LISTENs
+// on the channel for every waiter of that driver, and wakes the waiters of
+// the released key at once; the Client's capped backoff covers a
+// notification that was missed (the listener reconnects when its connection
+// drops, and then wakes every waiter). The listening connection closes 30
+// seconds after the last waiter left ([ListenIdle]). LISTEN does not work
+// through a transaction-pooling proxy such as PgBouncer in transaction mode:
+// waiting then falls back to polling.
+//
+// A release runs pg_notify in the same statement. Its payload is not the key
+// but a keyed hash of it, hex(SHA-256(k || SHA-256(k || key))), where k is a
+// random secret kept in the table itself, in the row named
+// "sqllock:notify-key" (its token; the row looks like a lock held forever,
+// and no lock key can have that name, which has no '/'). The first driver
+// that finds no such row makes it (an INSERT), so tables made by older
+// versions get one at once. Any role that may connect may LISTEN on the
+// channel; without SELECT on the table it cannot read k, and learns no lock
+// name, nor a hash it could test a guessed name against: only that a lock
+// was released, and whether it is one it saw released before. (Any role may
+// also NOTIFY on the channel: a forged payload only wakes waiters for an
+// extra try.) Do not delete that row: drivers that read the old key miss the
+// wake-ups of the new one until they reopen, and fall back to polling.
 //
 // # URLs
 //
@@ -67,13 +80,52 @@
 // idle_in_transaction_session_timeout); anything else is an error wrapping
 // locker.ErrInvalidURL, so that a misspelt option is caught at once.
 //
+// # Security
+//
+// TLS comes from pgx's own URL parameters: sslmode=verify-full with
+// sslrootcert=CA-FILE checks the server's certificate and name; sslcert and
+// sslkey (and sslpassword for an encrypted key) send a client certificate.
+// A wrong password, no password, a user the server does not know, a
+// connection that pg_hba refuses (plain TCP to a hostssl-only server) and
+// insufficient_privilege are errors wrapping backend.ErrPermission, at Open
+// or at the first statement that needs the privilege, never retried. No
+// message carries a password from the URL (userinfo, password=,
+// sslpassword=).
+//
+// The least privilege, once the table exists (made by its owner, or by
+// schema.sql), for the role in the URL:
+//
+//	GRANT CONNECT ON DATABASE app TO locker_app;              -- PUBLIC has it by default
+//	GRANT USAGE ON SCHEMA locks TO locker_app;                -- public: PUBLIC has it by default
+//	GRANT SELECT, INSERT, UPDATE ON locks.locker_locks TO locker_app;
+//
+// SELECT is read at Open (the table check and the notification key) and by
+// every statement's WHERE; INSERT acquires a name for the first time (and
+// makes the notification key once); UPDATE takes a free or expired row,
+// refreshes and releases. No DELETE: a release keeps the row, with a NULL
+// token, so that its version, the fence, never restarts; the table grows by
+// one small row per lock name ever used. No CREATE, and no ownership:
+// with the table there, create_table may stay on (it only looks). Without
+// one of those grants, Open or the first acquire fails with ErrPermission.
+// LISTEN needs no privilege. CreateTable(true) on a missing table needs
+// CREATE on the schema (and on the database, for a lock_schema that does
+// not exist yet); the creator owns the table.
+//
+// A role with SELECT on the table reads every holder's token and the
+// notification key; with UPDATE (or DELETE) it can free, take or extend any
+// lock by writing the row. Such a theft is seen by the holder at its next
+// refresh, which checks token, owner, version and expiry: a Client's lost
+// signal fires at most TTL/3 after the theft (the watchdog refreshes every
+// TTL/3, up to TTL/12 early), plus that refresh's round trip. A role
+// without grants on the table can do nothing to a lock; with only SELECT, it
+// can watch.
+//
 // # Limits
 //
 // Lock names are stored as text: the database should use the UTF8 encoding
 // (with another encoding, names with characters it cannot represent fail).
 // Anyone who can read the table can read tokens, and anyone who can write
-// it can take locks: give the table the privileges your locks deserve. The
-// lock is only as available as the database: with a failover to an
+// it can take locks (see Security). The lock is only as available as the database: with a failover to an
 // asynchronous replica, a lock acquired just before the failover can be
 // lost, and two holders can then overlap, which the fence reveals.
 package sqllock

@@ -2,6 +2,8 @@ package sqllock
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -37,6 +39,9 @@ type Driver struct {
 
 	schemaOK atomic.Bool
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
+	// notifySecret is the table's notification key, read with the table
+	// check (set before schemaOK).
+	notifySecret string
 
 	lis *listener
 }
@@ -133,7 +138,7 @@ func checkIdent(what, name string, empty bool) error {
 func (d *Driver) TableName() string { return d.sql.table }
 
 // Channel returns the LISTEN/NOTIFY channel on which releases are announced
-// (the payload is the key).
+// (the payload is a keyed hash of the key, see the package doc).
 func (d *Driver) Channel() string { return d.sql.channel }
 
 // micros returns ttl in whole microseconds, rounded up: PostgreSQL's
@@ -215,7 +220,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 }
 
 // Refresh implements backend.Driver: it extends a live lock of l.Token to
-// l.TTL from the server's now.
+// l.TTL from the server's now. The row must also still show l.Fence (when
+// set) and l.Owner, as acquired: a row that someone with UPDATE on the
+// table rewrote is ErrNotHeld, and the holder learns of the theft.
 func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	us, err := micros(l.TTL)
 	if err != nil {
@@ -231,7 +238,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	}
 	var n int64
 	err = d.retry(ctx, func() error {
-		tag, err := d.pool.Exec(ctx, d.sql.refresh, l.Key, l.Token, int64(l.Fence), us)
+		tag, err := d.pool.Exec(ctx, d.sql.refresh, l.Key, l.Token, int64(l.Fence), us, l.Owner)
 		n = tag.RowsAffected()
 		return err
 	})
@@ -266,7 +273,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 		return fail(err)
 	}
 	n := len(locks)
-	keys, tokens := make([]string, 0, n), make([]string, 0, n)
+	keys, tokens, owners := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	fences, ttls := make([]int64, 0, n), make([]int64, 0, n)
 	pos := make([]int, 0, n) // index in locks of each array element
 	for i, l := range locks {
@@ -275,7 +282,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 			errs[i] = err
 			continue
 		}
-		keys, tokens = append(keys, l.Key), append(tokens, l.Token)
+		keys, tokens, owners = append(keys, l.Key), append(tokens, l.Token), append(owners, l.Owner)
 		fences, ttls = append(fences, int64(l.Fence)), append(ttls, us)
 		pos = append(pos, i)
 	}
@@ -284,7 +291,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 	}
 	done := make([]bool, len(pos))
 	err := d.retry(ctx, func() error {
-		rows, err := d.pool.Query(ctx, d.sql.refreshMany, keys, tokens, fences, ttls)
+		rows, err := d.pool.Query(ctx, d.sql.refreshMany, keys, tokens, fences, ttls, owners)
 		if err != nil {
 			return err
 		}
@@ -499,8 +506,44 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 			return fmt.Errorf("sqllock: create table %s: %w", d.sql.table, err)
 		}
 	}
+	secret, err := d.loadNotifyKey(ctx)
+	if err != nil {
+		return d.wrap("notification key", err)
+	}
+	d.notifySecret = secret
 	d.schemaOK.Store(true)
 	return nil
+}
+
+// loadNotifyKey reads the table's notification key, and makes it first if
+// the table has none (made by an older version, or by schema.sql).
+func (d *Driver) loadNotifyKey(ctx context.Context) (string, error) {
+	var secret *string
+	err := d.retry(ctx, func() error {
+		return d.pool.QueryRow(ctx, d.sql.notifyKey, notifyKeyName).Scan(&secret)
+	})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", err
+	}
+	if secret != nil && *secret != "" {
+		return *secret, nil
+	}
+	b := make([]byte, 32)
+	_, _ = crand.Read(b) // never fails
+	err = d.retry(ctx, func() error {
+		if _, err := d.pool.Exec(ctx, d.sql.initNotifyKey, notifyKeyName, hex.EncodeToString(b)); err != nil {
+			return err
+		}
+		// Ours, or that of a driver that got there first.
+		return d.pool.QueryRow(ctx, d.sql.notifyKey, notifyKeyName).Scan(&secret)
+	})
+	switch {
+	case err != nil:
+		return "", err
+	case secret == nil || *secret == "":
+		return "", errors.New("the notification key row has no key")
+	}
+	return *secret, nil
 }
 
 func (d *Driver) create(ctx context.Context) error {

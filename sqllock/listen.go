@@ -13,17 +13,25 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Subscribe implements backend.Notifier. Every release sends
-// pg_notify(channel, key) in the statement that frees the row; one
-// connection per driver LISTENs on the channel for all subscribers, and
-// passes each notification to the subscribers of its key. When that
-// connection breaks, the driver reconnects and wakes every subscriber, since
-// releases may have gone unheard meanwhile.
+// Subscribe implements backend.Notifier. Every release sends a keyed hash
+// of the key (see notifyPayload) on the channel, in the statement that
+// frees the row; one connection per driver LISTENs on the channel for all
+// subscribers, and passes each notification to the subscribers of that
+// hash. When that connection breaks, the driver reconnects and wakes every
+// subscriber, since releases may have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := d.begin("subscribe"); err != nil {
 		return nil, nil, err
 	}
-	return d.lis.subscribe(ctx, key)
+	if !d.schemaOK.Load() {
+		cctx, stop := d.call(ctx)
+		err := d.ensureSchema(cctx)
+		stop()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return d.lis.subscribe(ctx, notifyPayload(d.notifySecret, key))
 }
 
 // subscribeWait bounds how long Subscribe waits for the listening
@@ -35,7 +43,7 @@ const subscribeWait = 5 * time.Second
 const listenPing = 30 * time.Second
 
 type subscription struct {
-	key string
+	key string // the payload that announces its key's release
 	ch  chan struct{}
 }
 
@@ -162,10 +170,10 @@ func (l *listener) wakeAllLocked() {
 	}
 }
 
-func (l *listener) deliver(key string) {
+func (l *listener) deliver(payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.subs[key] {
+	for s := range l.subs[payload] {
 		s.wake()
 	}
 }

@@ -10,6 +10,11 @@
 -- One row per lock name. A released lock keeps its row (token NULL), so that
 -- version, the fencing token, never restarts. Rows are small; delete rows
 -- whose token is NULL only if you do not need fences that increase forever.
+-- The row named 'sqllock:notify-key' (added by the driver on first use) holds
+-- the secret that keys the release notifications: keep it.
+--
+-- Least privilege for the application's role, once the table exists:
+--   GRANT SELECT, INSERT, UPDATE ON locker_locks TO app;  (and USAGE on its schema)
 CREATE TABLE IF NOT EXISTS locker_locks (
     name        text        PRIMARY KEY, -- namespace/name of the lock
     token       text,                    -- the holder's secret; NULL when released
