@@ -114,7 +114,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 LOCKER_SECURE_ADMIN_PASSWORD=locker-admin-secret
 
 ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-c1 redis-c2 redis-c3 redis-restart memcached memcached-small memcached-restart postgres
-	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3)
+	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls)
 CLUSTER=(redis-c1 redis-c2 redis-c3)
 # Secured instances. One joins ALL once it is built.
 SECURE=(redis-tls postgres-tls etcd-tls zk-tls)
@@ -1058,7 +1058,7 @@ stop_many() {
 cmd_down() {
 	lock
 	local n names=()
-	for n in "${ALL[@]}" "${SECURE[@]}"; do
+	for n in $(expand all secure); do
 		[[ -e $(idir "$n")/pid ]] && names+=("$n")
 	done
 	if ((${#names[@]} == 0)); then
@@ -1094,7 +1094,7 @@ cmd_clean() {
 	cmd_down
 	local n
 	rm -rf "$DIR/certs"
-	for n in "${ALL[@]}" "${SECURE[@]}"; do
+	for n in $(expand all secure); do
 		local d=$DIR/$n
 		if [[ -L $d ]]; then
 			rm -rf "$(readlink -f "$d")"
