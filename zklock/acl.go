@@ -32,6 +32,9 @@ func (d *Driver) checkACL(path string) error {
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return nil
+	case errors.Is(err, zk.ErrNoAuth) && d.digest != "" && grants(d.acl, d.digest, zk.PermRead|zk.PermAdmin):
+		user, _, _ := strings.Cut(d.digest, ":")
+		return fmt.Errorf("%w: cannot read the ACL of %s: wrong password, or the node's ACL does not give the digest user %s READ", backend.ErrPermission, path, user)
 	case errors.Is(err, zk.ErrNoAuth):
 		return fmt.Errorf("%w: cannot read the ACL of %s (it needs the READ or ADMIN permission for our identity)", backend.ErrPermission, path)
 	case err != nil:

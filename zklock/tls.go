@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -79,8 +80,14 @@ func (t *trace) dialer(network, addr string, timeout time.Duration) (net.Conn, e
 // certificate (ErrPermission: it refused our identity), or ours refused
 // its certificate.
 func tlsErr(err error) error {
-	var verr *tls.CertificateVerificationError
-	if errors.As(err, &verr) {
+	// A VerifyConnection (server_name=) returns x509's errors unwrapped.
+	var (
+		verr *tls.CertificateVerificationError
+		herr x509.HostnameError
+		aerr x509.UnknownAuthorityError
+		cerr x509.CertificateInvalidError
+	)
+	if errors.As(err, &verr) || errors.As(err, &herr) || errors.As(err, &aerr) || errors.As(err, &cerr) {
 		return permanentErr{err}
 	}
 	var op *net.OpError
