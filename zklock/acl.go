@@ -121,6 +121,10 @@ func (d *Driver) checkPerms(ctx context.Context) error {
 				if err := d.ensureRoot(); err != nil {
 					return err
 				}
+				// Someone may have made it first, with another ACL.
+				if err := d.checkACL(d.root); err != nil {
+					return fmt.Errorf("root: %w", err)
+				}
 				made = true
 				continue
 			case errors.Is(res[i].Error, zk.ErrNoAuth) && d.digest != "" && grants(d.acl, d.digest, probePerms[i].perm):
