@@ -42,6 +42,8 @@
 #                          admin, database locker; client certificates checked if sent, not required)
 #   etcd-tls              LOCKER_ETCD_TLS_ENDPOINT      127.0.0.1:2390    (peer: LOCKER_ETCD_TLS_PEER_PORT=2391)
 #   zk-tls                LOCKER_ZK_TLS_ADDR            127.0.0.1:2190    (the TLS client port)
+#                         (3.8 standalone, settings as zk; TLS only, no plain port: Netty, PEM
+#                          keystore, client certificates required; super user admin, digest)
 #   Certificates (PEM) in LOCKER_SECURE_CERTS (<services dir>/certs): ca.pem, server.pem and
 #   server-key.pem (127.0.0.1, localhost), client.pem and client-key.pem (CN=locker),
 #   admin.pem and admin-key.pem (CN=root). The administrator of every secured instance
@@ -824,7 +826,65 @@ pg_tls_psql() {
 		-XAtq "$@"
 }
 start_etcd-tls() { die "$1: not built yet"; }
-start_zk-tls() { die "$1: not built yet"; }
+# zk_tls_classpath: zookeeper.jar's manifest names only part of Netty (buffer, common, handler,
+# transport, native-epoll); without netty-codec (libnetty-java, as the others) the server
+# binds its TLS port but closes every connection (NoClassDefFoundError ByteToMessageDecoder).
+zk_tls_classpath() {
+	local cp
+	cp=$(zk_classpath) || return 1
+	[[ -r /usr/share/java/netty-codec.jar ]] || return 1
+	printf '%s\n' "$cp:/usr/share/java/netty-codec.jar"
+}
+
+# zk_super_digest: the digest of admin:$LOCKER_SECURE_ADMIN_PASSWORD that ZooKeeper's
+# superDigest wants, base64(sha1("admin:" + password)).
+zk_super_digest() {
+	printf 'admin:%s' "$LOCKER_SECURE_ADMIN_PASSWORD" | openssl dgst -sha1 -binary | base64
+}
+
+# zk-tls: a standalone ZooKeeper like start_zk's, with a TLS client port only (Netty; PEM
+# keystore and truststore; client certificates required) and the super user admin.
+start_zk-tls() {
+	local n=$1 d p cp c=$DIR/certs
+	d=$(idir "$n")
+	p=$(port "$n")
+	cp=$(zk_tls_classpath) || die "$n: zookeeper.jar or a Netty jar (libnetty-java) missing in /usr/share/java"
+	mkdir -p "$d/data"
+	# ZooKeeper's PEM keystore is the key and the certificate in one file.
+	cat "$c/server-key.pem" "$c/server.pem" >"$d/keystore.pem"
+	chmod 600 "$d/keystore.pem"
+	cat >"$d/zoo.cfg" <<EOF
+tickTime=500
+initLimit=20
+syncLimit=10
+minSessionTimeout=1000
+maxSessionTimeout=60000
+dataDir=$d/data
+secureClientPort=$p
+secureClientPortAddress=127.0.0.1
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider
+ssl.keyStore.location=$d/keystore.pem
+ssl.keyStore.type=PEM
+ssl.trustStore.location=$c/ca.pem
+ssl.trustStore.type=PEM
+ssl.clientAuth=need
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=*
+EOF
+	cat >"$d/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}@%L] - %m%n
+EOF
+	spawn "$n" java -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+		-Djava.net.preferIPv4Stack=true -Dzookeeper.forceSync=no \
+		-Dzookeeper.DigestAuthenticationProvider.superDigest="admin:$(zk_super_digest)" \
+		-Dzookeeper.jmx.log4j.disable=true -Dlog4j.configuration="file:$d/log4j.properties" \
+		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
+}
 
 # start_one NAME: start it unless it already runs. Returns 1 if it could not be started.
 start_one() {
@@ -897,7 +957,13 @@ answers() {
 			pg_tls_psql -c "create database locker" >/dev/null 2>&1 || return 1
 		fi
 		;;
-	redis-tls | etcd-tls | zk-tls) return 1 ;; # not built yet
+	zk-tls)
+		local out c=$DIR/certs
+		out=$(printf srvr | timeout 5 openssl s_client -quiet -connect "127.0.0.1:$p" -CAfile "$c/ca.pem" \
+			-cert "$c/client.pem" -key "$c/client-key.pem" 2>/dev/null) || true
+		[[ $out == *"Mode: "* ]]
+		;;
+	redis-tls | etcd-tls) return 1 ;; # not built yet
 	esac
 }
 

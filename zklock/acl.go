@@ -1,8 +1,12 @@
 package zklock
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -28,6 +32,9 @@ func (d *Driver) checkACL(path string) error {
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return nil
+	case errors.Is(err, zk.ErrNoAuth) && d.digest != "" && grants(d.acl, d.digest, zk.PermRead|zk.PermAdmin):
+		user, _, _ := strings.Cut(d.digest, ":")
+		return fmt.Errorf("%w: cannot read the ACL of %s: wrong password, or the node's ACL does not give the digest user %s READ", backend.ErrPermission, path, user)
 	case errors.Is(err, zk.ErrNoAuth):
 		return fmt.Errorf("%w: cannot read the ACL of %s (it needs the READ or ADMIN permission for our identity)", backend.ErrPermission, path)
 	case err != nil:
@@ -36,17 +43,136 @@ func (d *Driver) checkACL(path string) error {
 	if sameACL(acl, d.acl) {
 		return nil
 	}
+	if user, ok := otherPassword(acl, d.acl); ok {
+		return fmt.Errorf("%w: the ACL of %s names the digest user %s with another password: wrong password", backend.ErrPermission, path, user)
+	}
 	return fmt.Errorf("%w: %s has the ACL %s, not the configured %s, so others may delete or squat on a holder's node: set its ACL (zkCli: setAcl %s ...) or delete it and let the driver make it",
 		backend.ErrPermission, path, formatACL(acl), formatACL(d.acl), path)
 }
 
-func sameACL(a, b []zk.ACL) bool {
+// masked is the password hash ZooKeeper shows in a digest id to a client
+// without the ADMIN permission on the node.
+const masked = "x"
+
+// otherPassword reports a digest user of ours that acl names with another
+// password hash: the likeliest reason is a wrong password.
+func otherPassword(acl, ours []zk.ACL) (string, bool) {
+	for _, o := range ours {
+		if o.Scheme != "digest" {
+			continue
+		}
+		user, hash, _ := strings.Cut(o.ID, ":")
+		for _, x := range acl {
+			u, h, _ := strings.Cut(x.ID, ":")
+			if x.Scheme == "digest" && u == user && h != hash && h != masked {
+				return user, true
+			}
+		}
+	}
+	return "", false
+}
+
+// grants reports whether acl gives the digest id (user:hash) perm.
+func grants(acl []zk.ACL, id string, perm int32) bool {
+	for _, x := range acl {
+		if x.Scheme == "digest" && x.ID == id && x.Perms&perm != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// The permissions locking needs, for this client's identity, in the ACL
+// the driver gives its nodes (the root carries it too, see checkACL):
+// CREATE on the root (a name's node) and on a name's node (queue nodes),
+// WRITE on a name's node (the create's transaction writes it to read the
+// fence), DELETE on it (deleting our queue node) and READ (listing the
+// queue, watching a predecessor). ADMIN is not needed.
+//
+// checkPerms proves them in one round trip, changing nothing: a
+// transaction that makes a probe node under the root, a child of it,
+// writes the probe, deletes the child and ends with a version check on
+// the probe (READ) that fails, so the server rolls it all back. The first
+// operation refused names the missing permission. A missing root is made.
+func (d *Driver) checkPerms(ctx context.Context) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	// '~' is outside backend.EscapeKey's alphabet: no lock name's node.
+	probe := d.root + "/~probe-" + hex.EncodeToString(b[:])
+	retry := newBackoff()
+	made := false
+	for {
+		res, err := d.conn.Multi(
+			&zk.CreateRequest{Path: probe, Data: []byte{}, Acl: d.acl},
+			&zk.CreateRequest{Path: probe + "/" + nodePrefix, Data: []byte{}, Acl: d.acl, Flags: zk.FlagEphemeral},
+			&zk.SetDataRequest{Path: probe, Data: []byte{}, Version: -1},
+			&zk.DeleteRequest{Path: probe + "/" + nodePrefix, Version: -1},
+			&zk.CheckVersionRequest{Path: probe, Version: math.MaxInt32},
+		)
+		if len(res) == len(probePerms) {
+			i := slices.IndexFunc(res, func(r zk.MultiResponse) bool { return r.Error != nil })
+			switch {
+			case i < 0:
+				_ = d.conn.Delete(probe, -1)
+				return fmt.Errorf("check the permissions under %s: the server ran a transaction meant to fail", d.root)
+			case i == 4 && errors.Is(res[i].Error, zk.ErrBadVersion):
+				return nil
+			case i == 0 && errors.Is(res[i].Error, zk.ErrNoNode) && !made:
+				if err := d.ensureRoot(); err != nil {
+					return err
+				}
+				// Someone may have made it first, with another ACL.
+				if err := d.checkACL(d.root); err != nil {
+					return fmt.Errorf("root: %w", err)
+				}
+				made = true
+				continue
+			case errors.Is(res[i].Error, zk.ErrNoAuth) && d.digest != "" && grants(d.acl, d.digest, probePerms[i].perm):
+				// The root carries our ACL, which grants it: the server
+				// did not take our password for the one in the ACL.
+				user, _, _ := strings.Cut(d.digest, ":")
+				return fmt.Errorf("%w: the digest user %s does not have the %s permission that the ACL of %s grants it: wrong password",
+					backend.ErrPermission, user, probePerms[i].name, d.root)
+			case errors.Is(res[i].Error, zk.ErrNoAuth):
+				return fmt.Errorf("%w: the ACL %s does not give this client's identity the %s permission, which locking needs %s",
+					backend.ErrPermission, formatACL(d.acl), probePerms[i].name, probePerms[i].where)
+			default:
+				return fmt.Errorf("check the permissions under %s: %w", d.root, res[i].Error)
+			}
+		}
+		if err == nil || !transient(err) || !retry.sleep(ctx.Done(), d.done) {
+			return fmt.Errorf("check the permissions under %s: %w", d.root, err)
+		}
+	}
+}
+
+// probePerms: what each operation of checkPerms's transaction needs.
+var probePerms = [5]struct {
+	perm        int32
+	name, where string
+}{
+	{zk.PermCreate, "CREATE", "on the root (to make a name's node)"},
+	{zk.PermCreate, "CREATE", "on a name's node (to queue)"},
+	{zk.PermWrite, "WRITE", "on a name's node (to read the fence)"},
+	{zk.PermDelete, "DELETE", "on a name's node (to release)"},
+	{zk.PermRead, "READ", "on a name's node (to list and watch the queue)"},
+}
+
+// sameACL compares a node's ACL, as the server shows it, with ours. A
+// digest id whose hash the server masked matches any password of its
+// user: checkPerms then finds a wrong one.
+func sameACL(node, ours []zk.ACL) bool {
 	key := func(x zk.ACL) string { return fmt.Sprintf("%d %s %s", x.Perms, x.Scheme, x.ID) }
-	ka, kb := make([]string, len(a)), make([]string, len(b))
-	for i, x := range a {
+	ka, kb := make([]string, len(node)), make([]string, len(ours))
+	for i, x := range node {
 		ka[i] = key(x)
 	}
-	for i, x := range b {
+	for i, x := range ours {
+		if user, _, _ := strings.Cut(x.ID, ":"); x.Scheme == "digest" && slices.ContainsFunc(node, func(n zk.ACL) bool {
+			return n.Scheme == "digest" && n.ID == user+":"+masked
+		}) {
+			x.ID = user + ":" + masked
+		}
 		kb[i] = key(x)
 	}
 	slices.Sort(ka)

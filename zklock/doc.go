@@ -15,11 +15,21 @@
 // # URL
 //
 //	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s]
+//	zk://user:password@zk1:2281/locks?ca=/etc/zk/ca.pem&cert=/etc/zk/client.pem&key=/etc/zk/client-key.pem
 //
 // The path is the root node under which the locks live (default /locker);
-// it is created when missing. session_timeout is the session timeout the
+// Open creates it when missing. session_timeout is the session timeout the
 // driver asks for; connect_timeout bounds Open's wait for a session. A
 // user and password authenticate with the digest scheme (see ACLs).
+//
+// TLS (the server's secureClientPort) takes the parameters every backend
+// reads: tls=true, ca=FILE (PEM), cert=FILE and key=FILE (a client
+// certificate, for ssl.clientAuth=need), server_name=NAME, skip_verify=true.
+// Any of them turns TLS on. A server that refuses the client certificate
+// fails Open at once with an error wrapping backend.ErrPermission and the
+// TLS alert; a server certificate that does not verify fails it at once
+// with x509's reason; plaintext against a TLS port fails at the connect
+// timeout, saying that the server closed the connection unanswered.
 //
 // # The recipe
 //
@@ -108,7 +118,7 @@
 // or alive: on its own connection it sends the close request (which frees
 // the locks at once), gives the server a second to answer, then cuts the
 // connection; no goroutine of the driver or of the zk client is left.
-
+//
 // # ACLs
 //
 // With a user and password (the URL's userinfo, or WithDigestAuth), the
@@ -120,13 +130,59 @@
 // credential. With New, authenticate the connection yourself and pass the
 // ACL with WithACL (DigestACL builds it).
 //
+// Least privilege: the driver gives every node it makes (the root when it
+// makes it, the names' nodes, the queue nodes) the configured ACL, and
+// refuses a root or name node made by someone else unless it carries that
+// ACL exactly. Locking needs, for the driver's identity, CREATE (the names'
+// nodes under the root, the queue nodes under a name's), WRITE (the
+// create's transaction writes the name's node to read the fence), DELETE
+// (its own queue node) and READ (listing and watching the queue, reading
+// the root's ACL). ADMIN is not needed. So the least-privilege setup is a
+// root the administrator makes with
+//
+//	zkCli: create /locks "" digest:locker:<base64 sha1 of locker:password>:cdrw
+//
+// and a driver opened with the same ACL:
+//
+//	WithDigestAuth("locker", pw), WithACL(zk.DigestACL(zk.PermCreate|zk.PermDelete|zk.PermRead|zk.PermWrite, "locker", pw))
+//
+// (the URL's default is DigestACL: cdrwa for the credential and read for
+// everyone, so a root made for a URL carries
+// digest:locker:<hash>:cdrwa,world:anyone:r). Without READ or ADMIN on a
+// node, ZooKeeper shows a digest id's hash as "x"; the driver then matches
+// it by user and proves the password by what it may do.
+//
+// Open checks all of this before it returns, in one round trip that
+// changes nothing: a transaction that makes a probe node under the root
+// and a child of it, writes the probe, deletes the child and ends with a
+// version check that fails, so the server rolls it back (acl.go). A
+// permission missing, a wrong password (the server does not grant what the
+// root's ACL grants the configured digest user) or a root whose ACL differs
+// from the configured one fail Open with an error wrapping
+// backend.ErrPermission that says which permission, on which node, or
+// what to fix. A root that does not exist cannot tell a password wrong:
+// Open creates it with the ACL of the first credential it sees. Later
+// refusals (an ACL changed after Open) are ErrPermission too, never
+// retried.
+//
+// A principal holding the credential can do anything the driver can:
+// queue, take a free lock, and delete any queue node, the holder's
+// included. One without it (no digest, or another user; a valid TLS client
+// certificate adds only an x509 identity, which the ACL does not name) can
+// list the queues and read who holds a lock (world read, with the default
+// ACL; nothing with the least-privilege one), and can neither queue, nor
+// delete or overwrite a node.
+//
 // A root or name node that existed before the driver needed it (someone
 // made it with zkCli, whose default ACL is world-writable) must carry the
 // configured ACL exactly: otherwise Dial, New or the first acquisition of
 // that name fails with an error wrapping backend.ErrPermission that names
 // the node, its ACL and the fix (acl.go). And a holder whose node someone
-// still deletes or overwrites (an operator, an ACL that allows it) is told
-// at once: the driver watches the nodes it holds (theft.go).
+// still deletes or overwrites (an operator, the super user, another
+// process with the credential) is told at once: the driver watches the
+// nodes it holds (theft.go), and the lost signal fires when the server's
+// notification arrives, a round trip after the change (about 2 ms on
+// loopback).
 //
 // # What it cannot promise
 //

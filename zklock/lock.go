@@ -69,6 +69,19 @@ type held struct {
 
 func (d *Driver) parentPath(key string) string { return d.root + "/" + backend.EscapeKey(key) }
 
+// permitted marks a refusal by an ACL (zk.ErrNoAuth) as the permanent
+// backend.ErrPermission, keeping its text.
+func permitted(err error) error {
+	if errors.Is(err, zk.ErrNoAuth) && !errors.Is(err, backend.ErrPermission) {
+		return permError{err}
+	}
+	return err
+}
+
+type permError struct{ error }
+
+func (e permError) Unwrap() []error { return []error{e.error, backend.ErrPermission} }
+
 // transient reports whether err means "could not tell, try again".
 func transient(err error) bool {
 	return connLost(err) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
@@ -129,7 +142,8 @@ func (d *Driver) children(ctx context.Context, parent string) ([]string, error) 
 
 // TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
 // node and, unless the node is first, deletes it again.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (_ backend.Grant, err error) {
+	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return backend.Grant{}, d.closedErr("try-acquire")
 	}
@@ -156,7 +170,8 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 
 // Acquire queues a node for l.Key and waits, watching only the node just
 // ahead of it, until it is first: waiters are served in arrival order.
-func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (_ backend.Grant, err error) {
+	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return backend.Grant{}, d.closedErr("acquire")
 	}
@@ -602,7 +617,10 @@ func (d *Driver) ensureRoot() error {
 	for _, part := range parts {
 		p += "/" + part
 		_, err := d.conn.Create(p, []byte{}, 0, d.acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		switch {
+		case errors.Is(err, zk.ErrNoAuth):
+			return fmt.Errorf("%w: cannot create %s (for the root %s): the ACL of its parent does not give this client's identity the CREATE permission (create the root with the driver's ACL)", backend.ErrPermission, p, d.root)
+		case err != nil && !errors.Is(err, zk.ErrNodeExists):
 			return fmt.Errorf("create the root %s: %w", p, err)
 		}
 	}
@@ -771,7 +789,8 @@ func (d *Driver) lookup(ctx context.Context, l backend.Lock) (path string, first
 }
 
 // Release deletes l.Token's node if it holds l.Key.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Lock) (err error) {
+	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return d.closedErr("release")
 	}
@@ -841,7 +860,8 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 
 // Refresh checks that l.Token still holds l.Key: the session keeps the lock
 // alive, so there is nothing to extend.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Lock) (err error) {
+	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return d.closedErr("refresh")
 	}

@@ -124,6 +124,7 @@ type Driver struct {
 	hosts  *hostList       // own connections
 	root   string
 	acl    []zk.ACL
+	digest string        // with WithDigestAuth: our digest id, "user:hash"
 	ttl    time.Duration // the negotiated session timeout
 	log    *slog.Logger
 
@@ -283,19 +284,17 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	}
 	d := newDriver(cfg)
 	d.own = true
+	if cfg.hasAuth {
+		d.digest = zk.DigestACL(0, cfg.user, cfg.password)[0].ID
+	}
 	d.wire = &wire{}
 	d.dialed = newDialed()
 	d.hosts = &hostList{}
-	dial := d.dialed.dialer(cfg.dialer)
-	var sec *secure
-	if cfg.tls != nil {
-		sec = &secure{cfg: cfg.tls, dial: dial}
-		dial = sec.dialer
-	}
+	tr := newTrace(cfg.tls, d.dialed.dialer(cfg.dialer))
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithLogger(zkLogger{cfg.logger}),
 		zk.WithLogInfo(false),
-		zk.WithDialer(d.wire.dialer(dial)),
+		zk.WithDialer(d.wire.dialer(tr.dialer)),
 		zk.WithHostProvider(d.hosts),
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
@@ -320,9 +319,10 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		d.closeConn()
 		return nil, err
 	}
-	if err := waitSession(wctx, conn); err != nil {
-		if herr := sec.lastErr(); herr != nil {
-			err = fmt.Errorf("%w (%v)", err, herr)
+	n := d.hosts.Len()
+	if err := waitSessionOr(wctx, conn, func() error { return tr.refused(n) }); err != nil {
+		if cause := tr.cause(); cause != nil && !errors.As(err, new(permanentErr)) {
+			err = fmt.Errorf("%w (%v)", err, cause)
 		}
 		return fail(fmt.Errorf("zklock: connect to %s: %w", strings.Join(servers, ","), err))
 	}
@@ -337,6 +337,9 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	}
 	if err := d.checkACL(d.root); err != nil {
 		return fail(fmt.Errorf("zklock: root: %w", err))
+	}
+	if err := d.checkPerms(wctx); err != nil {
+		return fail(fmt.Errorf("zklock: %w", err))
 	}
 	d.start()
 	return d, nil
@@ -378,6 +381,11 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if err := d.checkACL(d.root); err != nil {
 		return nil, fmt.Errorf("zklock: root: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
+	defer cancel()
+	if err := d.checkPerms(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %w", err)
+	}
 	d.start()
 	return d, nil
 }
@@ -416,9 +424,18 @@ func (d *Driver) start() {
 
 // waitSession waits until conn has a session.
 func waitSession(ctx context.Context, conn *zk.Conn) error {
+	return waitSessionOr(ctx, conn, func() error { return nil })
+}
+
+// waitSessionOr waits until conn has a session, or until refused reports
+// a failure no retry cures.
+func waitSessionOr(ctx context.Context, conn *zk.Conn, refused func() error) error {
 	t := time.NewTicker(2 * time.Millisecond)
 	defer t.Stop()
 	for conn.State() != zk.StateHasSession {
+		if err := refused(); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("no session: %w", context.Cause(ctx))
