@@ -105,19 +105,29 @@ func (s *secured) url(user, pw string, kv ...string) string {
 // client opens a Client on the secured instance as user, in namespace ns,
 // with the default restart delay (so the scripts call INFO as they do in
 // production).
-func (s *secured) client(ctx context.Context, user, pw, ns string, fair bool, opts ...Option) (*locker.Client, error) {
-	opts = append([]Option{withTTLRestartDelay()}, opts...)
+func (s *secured) client(ctx context.Context, user, pw, ns string, fair bool, opts ...any) (*locker.Client, error) {
+	var dopts []Option
+	copts := []locker.Option{locker.WithNamespace(ns)}
+	for _, o := range opts {
+		switch o := o.(type) {
+		case Option:
+			dopts = append(dopts, o)
+		case locker.Option:
+			copts = append(copts, o)
+		}
+	}
+	dopts = append([]Option{withTTLRestartDelay()}, dopts...)
 	var d backend.Driver
 	var err error
 	if fair {
-		d, err = OpenFair(ctx, s.url(user, pw), opts...)
+		d, err = OpenFair(ctx, s.url(user, pw), dopts...)
 	} else {
-		d, err = Open(ctx, s.url(user, pw), opts...)
+		d, err = Open(ctx, s.url(user, pw), dopts...)
 	}
 	if err != nil {
 		return nil, err
 	}
-	c, err := locker.New(d, locker.WithNamespace(ns))
+	c, err := locker.New(d, copts...)
 	if err != nil {
 		d.Close()
 		return nil, err
@@ -412,7 +422,9 @@ func runLockCycle(t *testing.T, s *secured, user, pw, ns string, fair, full bool
 		if c1, err = s.client(ctx, user, pw, ns, fair); err != nil {
 			return err
 		}
-		c2, err = s.client(ctx, user, pw, ns, fair)
+		// Polls at least 500ms apart: a waiter that gets the lock sooner
+		// after the release was woken by it.
+		c2, err = s.client(ctx, user, pw, ns, fair, locker.WithBackoff(time.Second, time.Second))
 		return err
 	}); err != nil {
 		if c1 != nil {
@@ -473,8 +485,8 @@ func runLockCycle(t *testing.T, s *secured, user, pw, ns string, fair, full bool
 		return fmt.Errorf("waiting Acquire: %w", r.err)
 	}
 	defer r.l.Release(ctx)
-	// Woken, not polling: a poll comes every 250ms in plain mode and every
-	// 2s/3 in fair mode.
+	// Woken, not polling: polls come 500ms to 1s apart in plain mode and
+	// every 2s/3 in fair mode.
 	if took := r.at.Sub(released); full && took > 150*time.Millisecond {
 		t.Errorf("the waiter got the lock %v after the release: not woken by it", took)
 	}
