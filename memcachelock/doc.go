@@ -88,7 +88,13 @@
 // needs the binary protocol, which it does not speak), and the URL form
 // offers no TLS. Anyone who can reach the server can read, take and delete
 // every lock. Use this backend only on a trusted network, with memcached
-// bound to private addresses. (For a memcached built with TLS, a client of
+// bound to private addresses. A holder whose item another client deleted
+// or overwrote learns it at its next refresh, which the locker package's
+// watchdog sends at most TTL/3 after the one before: Lost fires within
+// TTL/3 and a round trip of the theft (TTL is the effective, whole-second
+// TTL; measured: 333ms for a 1s TTL, theft right after a refresh). The
+// holder's token is in the item, for anyone to read: with it, another
+// client can also refresh or release the lock as if it were the holder. (For a memcached built with TLS, a client of
 // your own with a TLS DialContext, passed to New, encrypts the traffic; it
 // still authenticates nobody.)
 //

@@ -165,6 +165,72 @@
 // commands (max_retries=-1 unless the URL sets it): a down server costs one
 // vote, not the retries' delay.
 //
+// # Security
+//
+// TLS: rediss://, or redis:// with any TLS parameter: ca=FILE (the CA that
+// signed the server's certificate), cert=FILE and key=FILE (a client
+// certificate, for tls-auth-clients yes), server_name=NAME (the name the
+// server's certificate must carry; default: the host dialed),
+// skip_verify=true (tests only; logged). A refused handshake is named in
+// Open's error ("tls: unknown certificate authority", "tls: certificate
+// required", "x509: ...").
+//
+// Credentials: ACL user and password in the URL
+// (rediss://user:password@host:port/0; lockctl substitutes ${VAR}). A
+// wrong password, an unknown or disabled user, a missing AUTH (NOAUTH) and
+// a command or key the ACL refuses, outside a script or in one, are
+// locker.ErrPermission, at Open or at the first call, never retried. A URL
+// that names a user but no password is refused before connecting
+// (ErrInvalidURL): go-redis would skip AUTH and run as the default user,
+// and Redis has no identity by client certificate.
+//
+// # Least privilege
+//
+// [ACL] returns the least Redis 7 ACL for a namespace. For the locker
+// package's default namespace "locker":
+//
+//	ACL SETUSER app on >password resetkeys resetchannels -@all
+//	  ~{locker%2F*}:lock ~{locker%2F*}:fence &{locker%2F*}:released
+//	  +evalsha +eval +ping +subscribe +unsubscribe
+//	  +get +set +pexpire +incr +time +exists +del +info +publish
+//
+// and with fair=true, also
+//
+//	~{locker%2F*}:queue ~{locker%2F*}:live
+//	+zrange +zscore +zadd +zrem +hget +hset +hdel +pttl
+//
+// Key patterns: every key is hash-tagged, "{" + EscapeKey(namespace + "/"
+// + name) + "}:kind", so a pattern such as ~locker/* matches none of them;
+// the namespace's '/' is %2F. Channels: Redis 7 gives a new user no
+// channel (resetchannels), and a release PUBLISHes on "{...}:released".
+// Commands: EVALSHA, and EVAL when the server lacks a script (after a
+// restart or failover, and for clean-ups); the commands the scripts call,
+// which Redis checks against the user too; INFO for the restart delay
+// (needed unless restart_delay=0); PING at Open and to confirm a
+// subscription; SUBSCRIBE and UNSUBSCRIBE to wait. Quorum mode needs the
+// same on every server. Cluster: the same on every node, and
+// +cluster|slots (go-redis reads the slot map with it; refused, Open fails
+// with ErrPermission) and +command (go-redis reads the command table once;
+// refused, it asks again before every call). A database
+// other than 0 needs +select; client_name= needs +client|setname. Not
+// needed: CONFIG (the maxmemory-policy check is skipped when refused) and
+// CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
+//
+// With one of these rules less, the call that needs it fails with
+// ErrPermission, except the channel, PUBLISH and SUBSCRIBE: a release whose
+// wake-up is refused succeeds (the key is deleted), the driver logs the
+// refusal once, and waiters poll (the locker package's backoff, or in fair
+// mode the waiter's liveness renewal, every 2s/3). A user with every
+// command but no rights to a namespace's keys cannot acquire, refresh or
+// release its locks, nor delete their keys.
+//
+// What a user with the rights can do: anyone who can write a namespace's
+// keys can delete or overwrite a held lock. The holder learns it at its
+// next refresh, which the locker package's watchdog sends at most TTL/3
+// after the one before: its Lost channel fires within TTL/3 and a round
+// trip of the theft. Fences keep increasing, so a resource that checks them
+// turns the old holder away.
+//
 // # What Redis cannot promise
 //
 // Redis keeps locks in memory and replicates them asynchronously, so:

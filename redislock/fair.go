@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -74,6 +75,10 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant
 		r, err := d.n.fairAcquire(ctx, l, value, px, w, true)
 		if err == nil && r > 0 {
 			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+		}
+		if errors.Is(err, backend.ErrPermission) {
+			// A configuration error: waiting cannot fix it.
+			return quit(fmt.Errorf("redislock: acquire: %w", err))
 		}
 		if ch == nil {
 			if ctx.Err() != nil || d.closed.Load() {

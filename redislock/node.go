@@ -146,19 +146,24 @@ func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int
 
 // classify marks the server's refusal of our identity or of a command
 // (an ACL without the permission; NOPERM, WRONGPASS, NOAUTH) as
-// backend.ErrPermission: a configuration error that waiting cannot fix.
+// backend.ErrPermission: a configuration error that waiting cannot fix. A
+// command the ACL refuses inside a script is an ERR, with a message that
+// differs by version (7.0: "The user executing the script can't ...",
+// 7.2 and later: "ACL failure in script: ...").
 func classify(err error) error {
 	var re redis.Error
 	if err == nil || !errors.As(err, &re) {
 		return err
 	}
-	for _, code := range []string{"NOPERM", "WRONGPASS", "NOAUTH"} {
+	for _, code := range aclRefusals {
 		if strings.Contains(re.Error(), code) {
 			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
 		}
 	}
 	return err
 }
+
+var aclRefusals = []string{"NOPERM", "WRONGPASS", "NOAUTH", "The user executing the script can't", "ACL failure in script"}
 
 // released reads the release script's answer, and warns once when the
 // server refused the wake-up (see release.lua).

@@ -64,6 +64,9 @@ func fairParam(u *url.URL) (bool, error) {
 // parameters every backend reads (see backend.Params.TLS), which rediss
 // implies and which replace go-redis's TLS configuration.
 func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, error) {
+	if err := checkUser(u); err != nil {
+		return nil, nil, nil, err
+	}
 	q := u.Query()
 	own := url.Values{}
 	for name, vs := range q {
@@ -92,6 +95,20 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	c := *u
 	c.RawQuery = q.Encode()
 	return &c, opts, tc, nil
+}
+
+// checkUser refuses a URL that names a user but no password: go-redis
+// would then skip AUTH and run as the default user, whatever its rights.
+// Redis has no identity by client certificate to fall back on.
+func checkUser(u *url.URL) error {
+	if u.User == nil || u.User.Username() == "" {
+		return nil
+	}
+	if pw, _ := u.User.Password(); pw != "" {
+		return nil
+	}
+	return fmt.Errorf("redislock: %w: %s: no password for user %q: Redis would run the connection as the default user; put the password in the URL (lockctl: ${VAR})",
+		backend.ErrInvalidURL, backend.Redacted(u), u.User.Username())
 }
 
 // withTLS puts tc in place of the TLS configuration go-redis made from the

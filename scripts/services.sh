@@ -37,6 +37,8 @@
 #                          election ports LOCKER_ZK_ELECTION_PORTS=38881,38882,38883)
 # Secured instances (security tests; TLS with a throw-away CA made by this script, see below):
 #   redis-tls             LOCKER_REDIS_TLS_ADDR         127.0.0.1:6390
+#                         (TLS port only, client certificates required; ACL: default user
+#                          off, admin with every permission; tests add their own users)
 #   postgres-tls          LOCKER_POSTGRES_TLS_ADDR      127.0.0.1:5433
 #                         (own cluster; hostssl + scram-sha-256 only, plain TCP rejected; superuser
 #                          admin, database locker; client certificates checked if sent, not required)
@@ -756,7 +758,48 @@ extendedKeyUsage=serverAuth,clientAuth"
 	}
 }
 
-start_redis-tls() { die "$1: not built yet"; }
+# start_redis-tls NAME: Redis on a TLS port only, client certificates required, ACL users:
+# the default user off, admin (LOCKER_SECURE_ADMIN_PASSWORD) with every permission. Tests make
+# their own users with ACL SETUSER. The config holds the password: mode 600.
+start_redis-tls() {
+	local n=$1 d p c=$DIR/certs
+	d=$(idir "$n")
+	p=$(port "$n")
+	mkdir -p "$d/data"
+	(
+		umask 077
+		cat >"$d/redis.conf" <<EOF
+bind 127.0.0.1
+port 0
+tls-port $p
+tls-cert-file $c/server.pem
+tls-key-file $c/server-key.pem
+tls-ca-cert-file $c/ca.pem
+tls-auth-clients yes
+protected-mode yes
+daemonize no
+dir $d/data
+logfile ""
+save ""
+appendonly no
+maxmemory-policy noeviction
+user default off
+user admin on >$LOCKER_SECURE_ADMIN_PASSWORD ~* &* +@all
+EOF
+	)
+	chmod 600 "$d/redis.conf"
+	spawn "$n" redis-server "$d/redis.conf"
+}
+
+# redis_tls_cli PORT ARGS...: redis-cli as admin over TLS with the admin certificate; the
+# password goes through the environment, not the command line.
+redis_tls_cli() {
+	local p=$1 c=$DIR/certs
+	shift
+	REDISCLI_AUTH=$LOCKER_SECURE_ADMIN_PASSWORD timeout 3 redis-cli -h 127.0.0.1 -p "$p" --tls \
+		--cacert "$c/ca.pem" --cert "$c/admin.pem" --key "$c/admin-key.pem" --user admin "$@" 2>/dev/null
+}
+
 # pg_install_secret FILE MODE SRC: copy SRC to FILE with MODE, owned by the server's user.
 pg_install_secret() {
 	if [[ $EUID -eq 0 ]]; then
@@ -963,7 +1006,8 @@ answers() {
 			-cert "$c/client.pem" -key "$c/client-key.pem" 2>/dev/null) || true
 		[[ $out == *"Mode: "* ]]
 		;;
-	redis-tls | etcd-tls) return 1 ;; # not built yet
+	redis-tls) [[ $(redis_tls_cli "$p" ping) == PONG ]] ;;
+	etcd-tls) return 1 ;; # not built yet
 	esac
 }
 

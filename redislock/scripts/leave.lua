@@ -15,7 +15,9 @@ end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   local h = live_head(KEYS[2], KEYS[3], '')
   if h ~= '' then
-    redis.call('PUBLISH', ARGV[2], h)
+    -- pcall: an ACL without the channel must not fail the leave (see
+    -- release.lua); the next waiter polls.
+    redis.pcall('PUBLISH', ARGV[2], h)
   end
 end
 return 1

@@ -25,8 +25,11 @@ else
   mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
 end
 if mine then
+  -- The next waiter first: an error there (an ACL without a queue
+  -- command) must fail the release before the key is deleted, not after.
+  local nxt = next_waiter()
   redis.call('DEL', KEYS[1])
-  local sent = redis.pcall('PUBLISH', ARGV[2], next_waiter())
+  local sent = redis.pcall('PUBLISH', ARGV[2], nxt)
   if type(sent) == 'table' and sent.err then
     return 2
   end

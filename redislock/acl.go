@@ -1,0 +1,31 @@
+package redislock
+
+import (
+	"strings"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// ACL returns the least Redis ACL (Redis 7 rules for ACL SETUSER, after
+// "on >password") under which a Client with this namespace can lock: its
+// keys and release channel, and the commands of the scripts and of
+// waiting. fair adds the queue's keys and commands. The rules start with
+// resetkeys, resetchannels and -@all, so applied to an existing user they
+// leave exactly these. See the package documentation, Least privilege.
+func ACL(namespace string, fair bool) string {
+	// Keys are "{" + EscapeKey(namespace + "/" + name) + "}:<kind>", and
+	// EscapeKey escapes byte by byte, so the escaped namespace and '/' are
+	// a prefix of every such tag. Its characters are none of the glob's
+	// (* ? [ ] \).
+	p := "{" + backend.EscapeKey(namespace+"/")
+	rules := []string{"resetkeys", "resetchannels", "-@all",
+		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
+		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
+		// Called by the scripts.
+		"+get", "+set", "+pexpire", "+incr", "+time", "+exists", "+del", "+info", "+publish"}
+	if fair {
+		rules = append(rules, "~"+p+"*}:queue", "~"+p+"*}:live",
+			"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl")
+	}
+	return strings.Join(rules, " ")
+}
