@@ -188,6 +188,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
+		retryOnce(o, u)
 		in = interruptible(o)
 		rdb = redis.NewClient(o)
 	case "redis+cluster", "rediss+cluster":
@@ -238,6 +239,21 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 		return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 	}
 	return o, nil
+}
+
+// retryOnce turns go-redis's own retries off unless the URL sets them
+// (max_retries=, dialer_retries=). The Client already retries store
+// failures within its budget and knows which are permanent; go-redis's
+// 3 command retries and 5 dials would repeat that, and make a refused TLS
+// handshake or a refused connection take half a second to report.
+func retryOnce(o *redis.Options, u *url.URL) {
+	q := u.Query()
+	if !q.Has("max_retries") {
+		o.MaxRetries = -1
+	}
+	if !q.Has("dialer_retries") {
+		o.DialerRetries = 1
+	}
 }
 
 func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -306,12 +322,9 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
-		if !u.Query().Has("max_retries") {
-			o.MaxRetries = -1
-		}
-		// A refused connection is one lost vote; go-redis's default of 5
-		// dial attempts, 100ms apart, would make every operation wait for it.
-		o.DialerRetries = 1
+		// A refused connection is also one lost vote: retrying it would make
+		// every operation wait for it.
+		retryOnce(o, u)
 		ins = append(ins, interruptible(o))
 		clients = append(clients, redis.NewClient(o))
 	}

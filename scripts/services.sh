@@ -118,7 +118,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 LOCKER_SECURE_ADMIN_PASSWORD=locker-admin-secret
 
 ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-c1 redis-c2 redis-c3 redis-restart memcached memcached-small memcached-restart postgres
-	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls zk-tls)
+	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls zk-tls redis-tls)
 CLUSTER=(redis-c1 redis-c2 redis-c3)
 # Secured instances. One joins ALL once it is built.
 SECURE=(redis-tls postgres-tls etcd-tls zk-tls)
