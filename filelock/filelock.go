@@ -33,7 +33,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		return nil, fmt.Errorf("filelock: %w", err)
 	}
 	bad := func(why string) error {
-		return fmt.Errorf("filelock: %w: %s: %s (want file:///absolute/dir or file:relative/dir)", backend.ErrInvalidURL, backend.Redacted(u), why)
+		return fmt.Errorf("filelock: %w: %s (want file:///absolute/dir or file:relative/dir)", backend.ErrInvalidURL, why)
 	}
 	if u.User != nil {
 		return nil, bad("no user or password")

@@ -47,7 +47,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	}
 	var sl memcache.ServerList
 	if err := sl.SetServers(servers...); err != nil {
-		return nil, fmt.Errorf("memcachelock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
+		return nil, fmt.Errorf("memcachelock: %w: %v", backend.ErrInvalidURL, err)
 	}
 	mc := memcache.NewFromSelector(&sl)
 	mc.Timeout = timeout
@@ -65,7 +65,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	mc.Timeout = timeout
 	if err != nil {
 		mc.Close()
-		return nil, fmt.Errorf("memcachelock: open %s: %w", backend.Redacted(u), err)
+		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
 	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart}, nil
 }
@@ -73,7 +73,7 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 // parseServers reads the server list from u's host (or a socket path).
 func parseServers(u *url.URL) ([]string, error) {
 	bad := func(why string) error {
-		return fmt.Errorf("memcachelock: %w: %s: %s", backend.ErrInvalidURL, backend.Redacted(u), why)
+		return fmt.Errorf("memcachelock: %w: %s", backend.ErrInvalidURL, why)
 	}
 	if u.User != nil {
 		return nil, bad("memcached has no authentication in this client; remove the user info")

@@ -26,7 +26,7 @@ func init() {
 				return nil, fmt.Errorf("memlock: %w", err)
 			}
 			if u.Path != "" && u.Path != "/" || u.User != nil || u.Port() != "" {
-				return nil, fmt.Errorf("memlock: %w: want mem://[NAME], got %s", backend.ErrInvalidURL, backend.Redacted(u))
+				return nil, fmt.Errorf("memlock: %w: want mem://[NAME]", backend.ErrInvalidURL)
 			}
 			return New(Named(u.Host)), nil
 		},

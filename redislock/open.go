@@ -53,7 +53,7 @@ func fairParam(u *url.URL) (bool, error) {
 	}
 	fair, err := strconv.ParseBool(q.Get("fair"))
 	if err != nil {
-		return false, fmt.Errorf("redislock: %w: %s: fair=%q is not a boolean", backend.ErrInvalidURL, backend.Redacted(u), q.Get("fair"))
+		return false, fmt.Errorf("redislock: %w: fair=%q is not a boolean", backend.ErrInvalidURL, q.Get("fair"))
 	}
 	return fair, nil
 }
@@ -87,7 +87,7 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 		err = p.Err()
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("redislock: %s: %w", backend.Redacted(u), err)
+		return nil, nil, nil, fmt.Errorf("redislock: %w", err)
 	}
 	if delay >= 0 {
 		opts = append(slices.Clip(opts), WithRestartDelay(delay))
@@ -107,8 +107,8 @@ func checkUser(u *url.URL) error {
 	if pw, _ := u.User.Password(); pw != "" {
 		return nil
 	}
-	return fmt.Errorf("redislock: %w: %s: no password for user %q: Redis would run the connection as the default user; put the password in the URL (lockctl: ${VAR})",
-		backend.ErrInvalidURL, backend.Redacted(u), u.User.Username())
+	return fmt.Errorf("redislock: %w: no password for user %q: Redis would run the connection as the default user; put the password in the URL (lockctl: ${VAR})",
+		backend.ErrInvalidURL, u.User.Username())
 }
 
 // withTLS puts tc in place of the TLS configuration go-redis made from the
@@ -171,7 +171,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		return nil, err
 	}
 	if wantFair && !fair {
-		return nil, fmt.Errorf("redislock: %w: %s: fair=true needs OpenFair", backend.ErrInvalidURL, backend.Redacted(u))
+		return nil, fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
 	}
 	u, opts, tc, err := ownParams(u, opts)
 	if err != nil {
@@ -185,7 +185,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	case "redis", "rediss":
 		o, err := redis.ParseURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
+			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
 		retryOnce(o, u)
@@ -206,7 +206,7 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("redislock: open %s: %w", backend.Redacted(u), classify(err))
+		return nil, fmt.Errorf("redislock: %w", classify(err))
 	}
 	cfg := buildConfig(opts)
 	n := newNode(rdb, true, &cfg)
@@ -220,10 +220,10 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, backend.Redacted(u))
+		return nil, fmt.Errorf("redislock: %w: no host", backend.ErrInvalidURL)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("redislock: %w: %s: a cluster has no database number", backend.ErrInvalidURL, backend.Redacted(u))
+		return nil, fmt.Errorf("redislock: %w: a cluster has no database number", backend.ErrInvalidURL)
 	}
 	c := *u
 	c.Scheme = strings.TrimSuffix(u.Scheme, "+cluster")
@@ -236,7 +236,7 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 	c.RawQuery = q.Encode()
 	o, err := redis.ParseClusterURL(c.String())
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
+		return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 	}
 	return o, nil
 }
@@ -293,7 +293,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis+quorum or rediss+quorum)", backend.ErrInvalidURL, u.Scheme)
 	}
 	if u.Query().Has("fair") {
-		return nil, fmt.Errorf("redislock: %w: %s: quorum mode has no fair queue", backend.ErrInvalidURL, backend.Redacted(u))
+		return nil, fmt.Errorf("redislock: %w: quorum mode has no fair queue", backend.ErrInvalidURL)
 	}
 	u, opts, tc, err := ownParams(u, opts)
 	if err != nil {
@@ -303,7 +303,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: %s: no host", backend.ErrInvalidURL, backend.Redacted(u))
+		return nil, fmt.Errorf("redislock: %w: no host", backend.ErrInvalidURL)
 	}
 	var clients []redis.UniversalClient
 	var ins []*interrupter
@@ -319,7 +319,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		o, err := redis.ParseURL(c.String())
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("redislock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
+			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
 		// A refused connection is also one lost vote: retrying it would make
@@ -359,7 +359,7 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	})
 	if up, _ := count(res); up < q.quorum {
 		q.Close()
-		return nil, fmt.Errorf("redislock: open %s: %d of %d servers answered, %d needed: %s", backend.Redacted(u), up, len(hosts), q.quorum, q.errSummary(res))
+		return nil, fmt.Errorf("redislock: %d of %d servers answered, %d needed: %s", up, len(hosts), q.quorum, q.errSummary(res))
 	}
 	for i, r := range res {
 		if r.err != nil {

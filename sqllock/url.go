@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -119,7 +120,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: %s: %w", backend.Redacted(u), err)
+		return nil, fmt.Errorf("sqllock: %w", err)
 	}
 	q := u.Query()
 	q.Del(paramTable)
@@ -129,12 +130,12 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w: %s: %s", backend.ErrInvalidURL, backend.Redacted(u), backend.Scrub(err.Error(), u))
+		return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
 	}
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
-	return openConfig(ctx, cfg, backend.Redacted(u), append(urlOpts, opts...))
+	return openConfig(ctx, cfg, "", append(urlOpts, opts...))
 }
 
 // OpenConfig is Open for a pool configuration built by the caller, e.g.
@@ -146,6 +147,27 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driv
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }
 
+func openPrefix(where string) string {
+	if where == "" {
+		return "sqllock: "
+	}
+	return "sqllock: open " + where + ": "
+}
+
+// parseError is pgx's reason for refusing a connection string, without the
+// string itself, which the caller's error names already.
+func parseError(err error) string {
+	s := err.Error()
+	if rest, ok := strings.CutPrefix(s, "cannot parse `"); ok {
+		if i := strings.Index(rest, "`: "); i >= 0 {
+			return rest[i+3:]
+		}
+	}
+	return s
+}
+
+// openConfig opens a driver on cfg. where names the server in errors; it
+// is empty for a URL, which the caller's error names already.
 func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []Option) (*Driver, error) {
 	// Check the options before dialling anything.
 	probe := config{table: defaultTable}
@@ -161,7 +183,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	socks := track(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: open %s: %v", where, err)
+		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
 	}
 	d, err := newDriver(pool, true, opts)
 	if d != nil {
@@ -178,7 +200,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	if err := pool.Ping(ctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("sqllock: open %s: %w", where, permission(err))
+		return nil, fmt.Errorf("%s%w", openPrefix(where), permission(err))
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		d.Close()

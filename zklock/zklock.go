@@ -188,12 +188,12 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 		return nil, nil, fmt.Errorf("zklock: %w: scheme %q, want zk", backend.ErrInvalidURL, u.Scheme)
 	}
 	if u.Opaque != "" || u.Host == "" {
-		return nil, nil, fmt.Errorf("zklock: %w: %s: want zk://host:port[,host:port...][/root]", backend.ErrInvalidURL, backend.Redacted(u))
+		return nil, nil, fmt.Errorf("zklock: %w: want zk://host:port[,host:port...][/root]", backend.ErrInvalidURL)
 	}
 	var servers []string
 	for _, s := range strings.Split(u.Host, ",") {
 		if s == "" {
-			return nil, nil, fmt.Errorf("zklock: %w: %s: empty server address", backend.ErrInvalidURL, backend.Redacted(u))
+			return nil, nil, fmt.Errorf("zklock: %w: empty server address", backend.ErrInvalidURL)
 		}
 		if !strings.Contains(s, ":") || strings.HasSuffix(s, "]") {
 			s += ":2181"
@@ -206,13 +206,13 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 		root = DefaultRoot
 	}
 	if err := checkRoot(root); err != nil {
-		return nil, nil, fmt.Errorf("zklock: %w: %s: %v", backend.ErrInvalidURL, backend.Redacted(u), err)
+		return nil, nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
 	}
 	opts = append(opts, WithRoot(root))
 	if u.User != nil {
 		pass, ok := u.User.Password()
 		if !ok || u.User.Username() == "" {
-			return nil, nil, fmt.Errorf("zklock: %w: %s: digest auth needs user:password", backend.ErrInvalidURL, backend.Redacted(u))
+			return nil, nil, fmt.Errorf("zklock: %w: digest auth needs user:password", backend.ErrInvalidURL)
 		}
 		opts = append(opts, WithDigestAuth(u.User.Username(), pass))
 	}
