@@ -2,12 +2,16 @@ package etcdlock
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -56,20 +60,158 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 		return nil, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, cfg.TLS)
-	cli, err := clientv3.New(cfg)
+	cli, err := connect(ctx, cfg, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), permission(err))
-	}
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
-	if _, err := cli.Get(pctx, prefix+"/", clientv3.WithCountOnly()); err != nil {
-		cli.Close()
-		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return nil, fmt.Errorf("etcdlock: open %s: reading the prefix %s: %w", backend.Redacted(u), prefix, err)
-		}
-		return nil, fmt.Errorf("etcdlock: open %s: cluster not reachable: %w", backend.Redacted(u), err)
+		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), err)
 	}
 	return newDriver(cli, true, WithPrefix(prefix)), nil
+}
+
+// connect makes the client and checks that its credential may read and
+// write under prefix. gRPC reports a refused handshake only as a deadline,
+// so a failure that is not the server's refusal is explained by a probe of
+// the endpoints (see probe).
+func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(cfg) // authenticates, within DialTimeout
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		err = checkAccess(pctx, cli, prefix, identity(cfg))
+		cancel()
+		if err != nil {
+			cli.Close()
+		}
+	}
+	switch {
+	case err == nil:
+		return cli, nil
+	case errors.Is(err, backend.ErrPermission):
+		return nil, err
+	case errors.Is(permission(err), backend.ErrPermission):
+		return nil, fmt.Errorf("authenticating %s: %w", identity(cfg), permission(err))
+	}
+	if cause := probe(ctx, cfg); cause != nil {
+		return nil, fmt.Errorf("cluster not reachable: %w (%w)", cause, err)
+	}
+	return nil, fmt.Errorf("cluster not reachable: %w", err)
+}
+
+// checkAccess checks, cheaply, the permissions the driver needs on the
+// range prefix+"/": a read (a range of at most one key, no value) and a
+// write (a transaction whose comparison never holds, so that its put never
+// runs: etcd checks the permission of every operation in both branches).
+func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) error {
+	need := fmt.Sprintf("it needs readwrite on the key prefix %s/ (etcdctl role grant-permission --prefix=true ROLE readwrite %s/)", prefix, prefix)
+	_, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+	if err != nil {
+		if err := permission(err); errors.Is(err, backend.ErrPermission) {
+			return fmt.Errorf("%w: %s may not read the key prefix %s/; %s", err, who, prefix, need)
+		}
+		return err
+	}
+	key := prefix + "/" // in no lock's queue directory, so harmless even if written
+	_, err = cli.Txn(clientv3.WithRequireLeader(ctx)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "<", 0)).
+		Then(clientv3.OpPut(key, "")).Commit()
+	if err != nil {
+		if err := permission(err); errors.Is(err, backend.ErrPermission) {
+			return fmt.Errorf("%w: %s may not write under the key prefix %s/; %s", err, who, prefix, need)
+		}
+		return err
+	}
+	return nil
+}
+
+// identity names whom etcd takes the client for, for messages: the user,
+// else the client certificate's common name (etcd's identity for a client
+// certificate without a password).
+func identity(cfg clientv3.Config) string {
+	if cfg.Username != "" {
+		return fmt.Sprintf("user %q", cfg.Username)
+	}
+	if cfg.TLS != nil && len(cfg.TLS.Certificates) > 0 {
+		c := cfg.TLS.Certificates[0]
+		if c.Leaf == nil && len(c.Certificate) > 0 {
+			c.Leaf, _ = x509.ParseCertificate(c.Certificate[0])
+		}
+		if c.Leaf != nil {
+			return fmt.Sprintf("user %q (the client certificate's CN)", c.Leaf.Subject.CommonName)
+		}
+	}
+	return "the anonymous client"
+}
+
+// probeTimeout bounds the probe of each endpoint after a failed Open.
+const probeTimeout = time.Second
+
+// probe connects to each endpoint as gRPC would (TCP, TLS with the same
+// configuration, the HTTP/2 preface) and returns the first failure, which
+// gRPC does not pass on: an unknown CA, a rejected or missing client
+// certificate, TLS against a plaintext port or the reverse. It returns nil
+// when every endpoint answers.
+func probe(ctx context.Context, cfg clientv3.Config) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	errs := make([]error, len(cfg.Endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range cfg.Endpoints {
+		wg.Go(func() { errs[i] = probeOne(ctx, ep, cfg.TLS) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
+	var conn net.Conn
+	var err error
+	if tc != nil {
+		tc = tc.Clone()
+		tc.NextProtos = []string{"h2"}
+		conn, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", ep)
+	} else {
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ep)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // slow, not refused: no cause to tell
+		}
+		return fmt.Errorf("%s: %w", ep, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	// The preface and an empty SETTINGS frame; the server answers with its
+	// SETTINGS. Under TLS 1.3 a server that rejects our certificate says so
+	// only now, after the client's side of the handshake has completed.
+	_, err = io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+	if err == nil {
+		_, err = io.ReadFull(conn, make([]byte, 9))
+	}
+	var ne net.Error
+	switch {
+	case err == nil || (errors.As(err, &ne) && ne.Timeout()):
+		return nil
+	case tc == nil && speaksTLS(ctx, ep):
+		return fmt.Errorf("%s: the server requires TLS (add ca=FILE, or tls=true, to the URL)", ep)
+	}
+	return fmt.Errorf("%s: %w", ep, err)
+}
+
+// speaksTLS reports whether ep completes a TLS handshake, whatever its
+// certificate.
+func speaksTLS(ctx context.Context, ep string) bool {
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}
+	conn, err := d.DialContext(ctx, "tcp", ep)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // Config turns an etcd URL (see Open) into a client configuration and a key
