@@ -150,6 +150,7 @@ type entry struct {
 	s      *slot
 	rev    int64 // its creation revision: the fence
 	onLost func(error)
+	stop   context.CancelFunc // ends its watch (see watchHeld)
 }
 
 // slot is the key of one acquisition's entry, reserved in its lease until
@@ -403,13 +404,27 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Lock, rev int64) 
 		return backend.Grant{}, errRequeue
 	}
 	hk := holdKey{l.Key, l.Token}
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	wctx, stop := context.WithCancel(d.ctx)
+	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost, stop: stop}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
+		old.stop()
 	}
 	d.held[hk] = e
 	s.ls.entries[e] = struct{}{}
+	d.bg.Add(1)
 	d.mu.Unlock()
+	// The lock comes with its watch registered (bounded: the watch only
+	// speeds up what verify finds anyway).
+	watching := make(chan struct{})
+	go d.watchHeld(wctx, e, watching)
+	t := time.NewTimer(attemptTimeout)
+	select {
+	case <-watching:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	t.Stop()
 	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
 }
 
@@ -533,6 +548,7 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 		return false
 	}
 	delete(d.held, e.hk)
+	e.stop()
 	ls := e.s.ls
 	delete(ls.entries, e)
 	if len(ls.entries) == 0 && ls.users == 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -166,6 +167,7 @@ func (d *Driver) loseLease(ls *lease, why string) {
 		if d.held[e.hk] == e {
 			delete(d.held, e.hk)
 		}
+		e.stop()
 		if e.onLost != nil {
 			lost = append(lost, e.onLost)
 		}
@@ -304,6 +306,30 @@ func (d *Driver) verify(ls *lease) {
 			if len(kvs) == 0 || kvs[0].CreateRevision != batch[i].rev {
 				d.loseEntry(batch[i], "was deleted")
 			}
+		}
+	}
+}
+
+// watchHeld reports e lost as soon as its entry is deleted (by hand, or
+// with its lease) or written: the driver never writes an entry it holds, so
+// a put is someone else's. It watches from the entry's creation, so that
+// nothing in between is missed. When the watch breaks (compaction, the
+// member it uses goes away), verify, every TTL/3, remains.
+func (d *Driver) watchHeld(ctx context.Context, e *entry, watching chan<- struct{}) {
+	defer d.bg.Done()
+	wch := d.cli.Watch(ctx, e.s.key, clientv3.WithRev(e.rev+1))
+	close(watching)
+	for wr := range wch {
+		if wr.Canceled {
+			return
+		}
+		for _, ev := range wr.Events {
+			why := "was deleted"
+			if ev.Type == mvccpb.PUT {
+				why = "was overwritten by someone else"
+			}
+			d.loseEntry(e, why)
+			return
 		}
 	}
 }

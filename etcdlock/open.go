@@ -166,6 +166,26 @@ func probe(ctx context.Context, cfg clientv3.Config) error {
 }
 
 func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
+	err := exchange(ctx, ep, tc)
+	var ne net.Error
+	switch {
+	case err == nil || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()):
+		return nil // it answers, or is slow: no cause to tell
+	case tc == nil && speaksTLS(ctx, ep):
+		return fmt.Errorf("%s: the server requires TLS (add ca=FILE, or tls=true, to the URL)", ep)
+	case tc != nil && len(tc.Certificates) == 0 && remoteAlert(err):
+		// Servers answer a missing client certificate with "bad
+		// certificate" as often as with "certificate required".
+		return fmt.Errorf("%s: %w (the server may require a client certificate: cert=FILE and key=FILE)", ep, err)
+	}
+	return fmt.Errorf("%s: %w", ep, err)
+}
+
+// exchange opens a connection to ep, sends the HTTP/2 preface and an empty
+// SETTINGS frame, and reads the first frame header of the server's answer.
+// Under TLS 1.3 a server that rejects our certificate says so only then,
+// after the client's side of the handshake has completed.
+func exchange(ctx context.Context, ep string, tc *tls.Config) error {
 	var conn net.Conn
 	var err error
 	if tc != nil {
@@ -176,30 +196,23 @@ func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ep)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // slow, not refused: no cause to tell
-		}
-		return fmt.Errorf("%s: %w", ep, err)
+		return err
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	// The preface and an empty SETTINGS frame; the server answers with its
-	// SETTINGS. Under TLS 1.3 a server that rejects our certificate says so
-	// only now, after the client's side of the handshake has completed.
-	_, err = io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-	if err == nil {
-		_, err = io.ReadFull(conn, make([]byte, 9))
+	if _, err := io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		return err
 	}
-	var ne net.Error
-	switch {
-	case err == nil || (errors.As(err, &ne) && ne.Timeout()):
-		return nil
-	case tc == nil && speaksTLS(ctx, ep):
-		return fmt.Errorf("%s: the server requires TLS (add ca=FILE, or tls=true, to the URL)", ep)
-	}
-	return fmt.Errorf("%s: %w", ep, err)
+	_, err = io.ReadFull(conn, make([]byte, 9))
+	return err
+}
+
+// remoteAlert reports whether err is a TLS alert sent by the server.
+func remoteAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // speaksTLS reports whether ep completes a TLS handshake, whatever its
