@@ -53,7 +53,13 @@ func init() {
 // user with no password found is an error, never a connection without
 // password authentication. A client certificate alone (cert and key, no
 // user) authenticates as the certificate's common name.
-// Open fails within dial_timeout (or ctx) when the cluster cannot be reached.
+//
+// Open checks that the credential may read and write under the prefix, and
+// fails with an error wrapping backend.ErrPermission that names the missing
+// permission; a refused password wraps it too. It fails within
+// dial_timeout when the cluster cannot be reached, plus up to a second to
+// find the cause (a TLS handshake refused, a connection refused) that gRPC
+// does not report.
 func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	cfg, prefix, err := Config(u)
 	if err != nil {
