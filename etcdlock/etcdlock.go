@@ -58,11 +58,9 @@
 // lease is gone (revoked, expired), or no keep-alive succeeded for a whole
 // TTL, every lock on the lease reports its loss through Lock.OnLost. Every
 // TTL/3 the driver also checks that the entries of its held locks still
-// exist. Besides, each held lock watches its own entry: the driver never
-// writes an entry it holds, so a deletion (by hand, or with a revoked lease)
-// or a put by anyone else reports the lock lost as soon as the watch
-// delivers it, typically within milliseconds, and at the latest at the next
-// TTL/3 check if the watch is broken.
+// exist, unmodified since their creation (the driver never writes an entry
+// again), so that an entry deleted or overwritten by hand is reported lost
+// too.
 //
 // Locks live as long as their lease: Lock.Refresh checks the entry and
 // sends a keep-alive, and locker.AutoRefresh(false) does not make a lock
@@ -109,8 +107,9 @@
 //
 // Whoever may write the prefix can delete or overwrite any lock's entry,
 // and revoke its holder's lease (the lease ID is in the entry's name), and
-// so take the lock; the holder is told (Lock.Lost) within one watch event,
-// and at the latest TTL/3 later. A principal without write on the prefix
+// so take the lock; the holder is told (Lock.Lost) by the driver's next
+// check, which follows each keep-alive: within TTL/3 of the theft plus two
+// round trips (a keep-alive and a read). A principal without write on the prefix
 // can neither release, overwrite, steal nor queue, and one without read
 // cannot watch or list the lock names.
 package etcdlock
@@ -198,7 +197,6 @@ type entry struct {
 	s      *slot
 	rev    int64 // its creation revision: the fence
 	onLost func(error)
-	stop   context.CancelFunc // ends its watch (see watchHeld)
 }
 
 // slot is the key of one acquisition's entry, reserved in its lease until
@@ -452,27 +450,13 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Lock, rev int64) 
 		return backend.Grant{}, errRequeue
 	}
 	hk := holdKey{l.Key, l.Token}
-	wctx, stop := context.WithCancel(d.ctx)
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost, stop: stop}
+	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
-		old.stop()
 	}
 	d.held[hk] = e
 	s.ls.entries[e] = struct{}{}
-	d.bg.Add(1)
 	d.mu.Unlock()
-	// The lock comes with its watch registered (bounded: the watch only
-	// speeds up what verify finds anyway).
-	watching := make(chan struct{})
-	go d.watchHeld(wctx, e, watching)
-	t := time.NewTimer(attemptTimeout)
-	select {
-	case <-watching:
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	t.Stop()
 	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
 }
 
@@ -510,8 +494,9 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 	return err
 }
 
-// Refresh checks that l's entry still exists with its creation revision,
-// and sends its lease a keep-alive.
+// Refresh checks that l's entry still exists, unmodified since its
+// creation (the driver never writes an entry again, so a later revision is
+// someone else's put), and sends its lease a keep-alive.
 func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	ctx, end, err := d.begin(ctx)
 	if err != nil {
@@ -527,14 +512,14 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)).
 			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
 	})
 	if err != nil {
 		return fmt.Errorf("etcdlock: refresh: %w", err)
 	}
 	if !resp.Succeeded {
-		d.forget(e, true)
+		d.dropChanged(e)
 		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
 	}
 	start := time.Now()
@@ -596,7 +581,6 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 		return false
 	}
 	delete(d.held, e.hk)
-	e.stop()
 	ls := e.s.ls
 	delete(ls.entries, e)
 	if len(ls.entries) == 0 && ls.users == 0 {

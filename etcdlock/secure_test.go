@@ -474,77 +474,99 @@ func entryOf(ctx context.Context, t *testing.T, admin *clientv3.Client, prefix s
 	return string(resp.Kvs[0].Key), clientv3.LeaseID(resp.Kvs[0].Lease)
 }
 
-// theftBound is how soon a holder learns that its entry was deleted,
-// overwritten or its lease revoked: the driver watches each held entry, so
-// one event delivery; the periodic check every TTL/3 (see keepAlive) is
-// only the fallback for a broken watch, and the test's TTL puts it beyond
-// the bound.
-const theftBound = 500 * time.Millisecond
+// theftBound is how soon a holder learns that its entry was deleted or
+// overwritten, or its lease revoked: the driver checks its entries (and its
+// lease, by the keep-alive) every TTL/3, so TTL/3 plus two round trips (a
+// keep-alive and a read); the rest of the allowance is for a loaded machine.
+func theftBound(ttl time.Duration) time.Duration { return ttl/3 + 500*time.Millisecond }
 
 // Theft by a principal with write on the prefix: it deletes the holder's
 // entry, overwrites it, or revokes the holder's lease (the lease ID is in
-// the entry's name). The holder's Lost fires within theftBound.
+// the entry's name), right after the acquisition or right after one of the
+// driver's checks (the worst case). The holder's Lost fires within
+// theftBound.
 func TestSecureTheft(t *testing.T) {
 	s := newSecure(t)
-	const ttl = 6 * time.Second // the periodic check runs every 2s
+	const ttl = 3 * time.Second // a check every second
 	for _, how := range []string{"delete", "overwrite", "revoke"} {
-		t.Run(how, func(t *testing.T) {
-			prefix := s.prefix(t)
-			holder, hpw := s.user(t, perm{clientv3.PermissionType(clientv3.PermReadWrite), prefix + "/", true})
-			thiefUser, tpw := s.user(t, perm{clientv3.PermissionType(clientv3.PermReadWrite), prefix + "/", true})
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			c, err := locker.Open(ctx, s.url(holder, hpw, prefix))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			l, err := c.Acquire(ctx, "job", locker.TTL(ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			key, lease := entryOf(ctx, t, s.admin, prefix)
-			thief, err := locker.Open(ctx, s.url(thiefUser, tpw, prefix))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer thief.Close()
-			cli := thief.Driver().(*Driver).Client()
-			start := time.Now()
-			switch how {
-			case "delete":
-				_, err = cli.Delete(ctx, key)
-			case "overwrite":
-				_, err = cli.Put(ctx, key, "thief")
-			case "revoke":
-				_, err = cli.Revoke(ctx, lease)
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", how, err)
-			}
-			select {
-			case <-l.Lost():
-				took := time.Since(start)
-				t.Logf("%s: lost after %v (bound %v): %v", how, took.Round(time.Millisecond), theftBound, l.Err())
-				if took > theftBound {
-					t.Errorf("%s: the holder learnt of the theft after %v; want within %v", how, took, theftBound)
+		for _, phase := range []string{"at once", "after a check"} {
+			t.Run(how+" "+phase, func(t *testing.T) {
+				prefix := s.prefix(t)
+				holder, hpw := s.user(t, perm{clientv3.PermissionType(clientv3.PermReadWrite), prefix + "/", true})
+				thiefUser, tpw := s.user(t, perm{clientv3.PermissionType(clientv3.PermReadWrite), prefix + "/", true})
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				thief, err := locker.Open(ctx, s.url(thiefUser, tpw, prefix))
+				if err != nil {
+					t.Fatal(err)
 				}
-			case <-time.After(ttl):
-				t.Fatalf("%s: the holder was not told within %v", how, ttl)
-			}
-			if !errors.Is(l.Err(), locker.ErrLost) {
-				t.Errorf("Err: %v; want ErrLost", l.Err())
-			}
-			if how == "overwrite" {
-				cli.Delete(ctx, key)
-			}
-			// The thief can now take the lock: the holder was told first.
-			tl, err := thief.TryAcquire(ctx, "job")
-			if err != nil {
-				t.Fatalf("the thief's TryAcquire: %v", err)
-			}
-			tl.Release(ctx)
-		})
+				defer thief.Close()
+				cli := thief.Driver().(*Driver).Client()
+				c, err := locker.Open(ctx, s.url(holder, hpw, prefix))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				// A fresh driver grants its lease here, and checks every TTL/3
+				// from then on.
+				l, err := c.Acquire(ctx, "job", locker.TTL(ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				key, lease := entryOf(ctx, t, s.admin, prefix)
+				if phase == "after a check" {
+					time.Sleep(ttl/3 + 100*time.Millisecond)
+				}
+				start := time.Now()
+				switch how {
+				case "delete":
+					_, err = cli.Delete(ctx, key)
+				case "overwrite":
+					_, err = cli.Put(ctx, key, "thief")
+				case "revoke":
+					_, err = cli.Revoke(ctx, lease)
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", how, err)
+				}
+				bound := theftBound(l.TTL())
+				select {
+				case <-l.Lost():
+					took := time.Since(start)
+					t.Logf("lost after %v (bound %v): %v", took.Round(time.Millisecond), bound, l.Err())
+					if took > bound {
+						t.Errorf("the holder learnt of the theft after %v; want within %v", took, bound)
+					}
+				case <-time.After(bound + 5*time.Second):
+					t.Fatalf("the holder was not told within %v", bound+5*time.Second)
+				}
+				if !errors.Is(l.Err(), locker.ErrLost) {
+					t.Errorf("Err: %v; want ErrLost", l.Err())
+				}
+				if how == "overwrite" {
+					// The overwritten entry, no longer on the holder's lease,
+					// would block the lock for good: the holder's driver
+					// deletes it by its next check.
+					deadline := time.Now().Add(bound)
+					for {
+						resp, err := s.admin.Get(ctx, key, clientv3.WithCountOnly())
+						if err == nil && resp.Count == 0 {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("the overwritten entry is still there %v after the loss (%v)", bound, err)
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				// The thief can take the lock now; the holder was told.
+				tl, err := thief.TryAcquire(ctx, "job")
+				if err != nil {
+					t.Fatalf("the thief's TryAcquire: %v", err)
+				}
+				tl.Release(ctx)
+			})
+		}
 	}
 }
 
