@@ -106,11 +106,11 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 // write (a transaction whose comparison never holds, so that its put never
 // runs: etcd checks the permission of every operation in both branches).
 func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) error {
-	need := fmt.Sprintf("it needs readwrite on the key prefix %s/ (etcdctl role grant-permission --prefix=true ROLE readwrite %s/)", prefix, prefix)
+	need := fmt.Sprintf("the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %s/", prefix)
 	_, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
 	if err != nil {
 		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return fmt.Errorf("%w: %s may not read the key prefix %s/; %s", err, who, prefix, need)
+			return fmt.Errorf("%w: %s may not read the key prefix %s/ (%s)", err, who, prefix, need)
 		}
 		return err
 	}
@@ -120,7 +120,7 @@ func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) 
 		Then(clientv3.OpPut(key, "")).Commit()
 	if err != nil {
 		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return fmt.Errorf("%w: %s may not write under the key prefix %s/; %s", err, who, prefix, need)
+			return fmt.Errorf("%w: %s may not write under the key prefix %s/ (%s)", err, who, prefix, need)
 		}
 		return err
 	}
