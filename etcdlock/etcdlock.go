@@ -58,13 +58,60 @@
 // lease is gone (revoked, expired), or no keep-alive succeeded for a whole
 // TTL, every lock on the lease reports its loss through Lock.OnLost. Every
 // TTL/3 the driver also checks that the entries of its held locks still
-// exist, so that an entry deleted by hand is reported lost too.
+// exist, unmodified since their creation (the driver never writes an entry
+// again), so that an entry deleted or overwritten by hand is reported lost
+// too.
 //
 // Locks live as long as their lease: Lock.Refresh checks the entry and
 // sends a keep-alive, and locker.AutoRefresh(false) does not make a lock
 // expire on its own. Closing the driver revokes its leases, which frees all
 // its locks at once. A lease with no lock and no waiter is revoked after a
 // minute.
+//
+// # Security
+//
+// TLS comes from the URL: ca=FILE (the CA that signed the server's
+// certificate), cert=FILE and key=FILE (a client certificate, for a server
+// run with --client-cert-auth), server_name=NAME (checked whatever address
+// gRPC dials), tls=true (TLS with the system's roots), skip_verify=true
+// (loud: it is logged as a warning). A failed handshake is reported with its
+// cause (an unknown authority, a rejected or missing client certificate, a
+// plaintext client on a TLS port), found by probing the endpoints once gRPC
+// has given up with a bare deadline; Open fails within dial_timeout plus 1s.
+//
+// Authentication is a password (etcd://user:password@host, or the user
+// alone with the password in ETCD_PASSWORD) or, with auth enabled and no
+// user named, the client certificate's common name, which etcd takes as
+// the user. A user named with no password found is refused before any
+// connection, never silently run as the certificate's identity. A wrong
+// password, an unknown user and a missing permission are errors wrapping
+// backend.ErrPermission (locker.ErrPermission), returned at once and never
+// retried.
+//
+// Least privilege: the driver's user needs one role with readwrite on the
+// key prefix, written with the trailing slash:
+//
+//	etcdctl role add locker
+//	etcdctl role grant-permission --prefix=true locker readwrite /locker/
+//	etcdctl user grant-role USER locker
+//
+// Without the slash (readwrite --prefix /locker) the grant works too but
+// also covers every key that starts with /locker, such as /locker-other.
+// The driver touches no key outside prefix/, grants and revokes only its
+// own leases (etcd checks that the revoker may write the lease's keys), and
+// needs no other permission. Open checks the grant cheaply (a read of at
+// most one key under the prefix, and a transaction whose put never runs,
+// because etcd checks every operation of both branches) and names the
+// permission that is missing: read only, write only or another prefix fails
+// Open with ErrPermission.
+//
+// Whoever may write the prefix can delete or overwrite any lock's entry,
+// and revoke its holder's lease (the lease ID is in the entry's name), and
+// so take the lock; the holder is told (Lock.Lost) by the driver's next
+// check, which follows each keep-alive: within TTL/3 of the theft plus two
+// round trips (a keep-alive and a read). A principal without write on the prefix
+// can neither release, overwrite, steal nor queue, and one without read
+// cannot watch or list the lock names.
 package etcdlock
 
 import (
@@ -447,8 +494,9 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 	return err
 }
 
-// Refresh checks that l's entry still exists with its creation revision,
-// and sends its lease a keep-alive.
+// Refresh checks that l's entry still exists, unmodified since its
+// creation (the driver never writes an entry again, so a later revision is
+// someone else's put), and sends its lease a keep-alive.
 func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	ctx, end, err := d.begin(ctx)
 	if err != nil {
@@ -464,14 +512,14 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)).
 			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
 	})
 	if err != nil {
 		return fmt.Errorf("etcdlock: refresh: %w", err)
 	}
 	if !resp.Succeeded {
-		d.forget(e, true)
+		d.dropChanged(e)
 		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
 	}
 	start := time.Now()

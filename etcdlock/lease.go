@@ -180,12 +180,27 @@ func (d *Driver) loseLease(ls *lease, why string) {
 
 // loseEntry reports one held lock lost: its entry is gone.
 func (d *Driver) loseEntry(e *entry, why string) {
-	if !d.forget(e, true) {
+	if !d.dropChanged(e) {
 		return // released meanwhile
 	}
 	if e.onLost != nil {
 		e.onLost(fmt.Errorf("etcdlock: lock entry %s %s: %w", e.s.key, why, backend.ErrLost))
 	}
+}
+
+// dropChanged forgets a held lock whose entry was deleted or overwritten
+// by someone else. An overwritten key, still under our name, is left to the
+// sweep to delete (if its creation revision is still ours), which frees
+// the slot once the key is gone: reused meanwhile, the name would make a
+// retried acquisition take the stranger's key for its own.
+func (d *Driver) dropChanged(e *entry) bool {
+	if !d.forget(e, false) {
+		return false
+	}
+	d.mu.Lock()
+	d.orphans[e.s] = e.rev
+	d.mu.Unlock()
+	return true
 }
 
 // revokeLater revokes a lease in the background, bounded by Close.
@@ -273,9 +288,10 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	return idle
 }
 
-// verify checks that the entries of the locks held on ls still exist with
-// their creation revisions, in one read-only transaction per 64 locks, and
-// reports the missing ones lost.
+// verify checks that the entries of the locks held on ls still exist,
+// unmodified since their creation (a put by anyone else moves the
+// modification revision), in one read-only transaction per 64 locks, and
+// reports the missing or overwritten ones lost.
 func (d *Driver) verify(ls *lease) {
 	d.mu.Lock()
 	entries := make([]*entry, 0, len(ls.entries))
@@ -290,7 +306,7 @@ func (d *Driver) verify(ls *lease) {
 		cmps := make([]clientv3.Cmp, n)
 		gets := make([]clientv3.Op, n)
 		for i, e := range batch {
-			cmps[i] = clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)
 			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, ls.ttl/3)
@@ -301,8 +317,11 @@ func (d *Driver) verify(ls *lease) {
 		}
 		for i, r := range resp.Responses {
 			kvs := r.GetResponseRange().GetKvs()
-			if len(kvs) == 0 || kvs[0].CreateRevision != batch[i].rev {
+			switch {
+			case len(kvs) == 0 || kvs[0].CreateRevision != batch[i].rev:
 				d.loseEntry(batch[i], "was deleted")
+			case kvs[0].ModRevision != batch[i].rev:
+				d.loseEntry(batch[i], "was overwritten by someone else")
 			}
 		}
 	}

@@ -2,12 +2,16 @@ package etcdlock
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -49,34 +53,191 @@ func init() {
 // user with no password found is an error, never a connection without
 // password authentication. A client certificate alone (cert and key, no
 // user) authenticates as the certificate's common name.
-// Open fails within dial_timeout (or ctx) when the cluster cannot be reached.
+//
+// Open checks that the credential may read and write under the prefix, and
+// fails with an error wrapping backend.ErrPermission that names the missing
+// permission; a refused password wraps it too. It fails within
+// dial_timeout when the cluster cannot be reached, plus up to a second to
+// find the cause (a TLS handshake refused, a connection refused) that gRPC
+// does not report.
 func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	cfg, prefix, err := Config(u)
 	if err != nil {
 		return nil, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, cfg.TLS)
-	cli, err := clientv3.New(cfg)
+	cli, err := connect(ctx, cfg, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %s: %w", backend.Redacted(u), permission(err))
-	}
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
-	if _, err := cli.Get(pctx, prefix+"/", clientv3.WithCountOnly()); err != nil {
-		cli.Close()
-		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return nil, fmt.Errorf("etcdlock: open %s: reading the prefix %s: %w", backend.Redacted(u), prefix, err)
-		}
-		return nil, fmt.Errorf("etcdlock: open %s: cluster not reachable: %w", backend.Redacted(u), err)
+		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
 	return newDriver(cli, true, WithPrefix(prefix)), nil
+}
+
+// connect makes the client and checks that its credential may read and
+// write under prefix. gRPC reports a refused handshake only as a deadline,
+// so a failure that is not the server's refusal is explained by a probe of
+// the endpoints (see probe).
+func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(cfg) // authenticates, within DialTimeout
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+		err = checkAccess(pctx, cli, prefix, identity(cfg))
+		cancel()
+		if err != nil {
+			cli.Close()
+		}
+	}
+	switch {
+	case err == nil:
+		return cli, nil
+	case errors.Is(err, backend.ErrPermission):
+		return nil, err
+	case errors.Is(permission(err), backend.ErrPermission):
+		return nil, fmt.Errorf("authenticating %s: %w", identity(cfg), permission(err))
+	}
+	if cause := probe(ctx, cfg); cause != nil {
+		return nil, fmt.Errorf("cluster not reachable: %w (%w)", cause, err)
+	}
+	return nil, fmt.Errorf("cluster not reachable: %w", err)
+}
+
+// checkAccess checks, cheaply, the permissions the driver needs on the
+// range prefix+"/": a read (a range of at most one key, no value) and a
+// write (a transaction whose comparison never holds, so that its put never
+// runs: etcd checks the permission of every operation in both branches).
+func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) error {
+	need := fmt.Sprintf("the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %s/", prefix)
+	_, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+	if err != nil {
+		if err := permission(err); errors.Is(err, backend.ErrPermission) {
+			return fmt.Errorf("%w: %s may not read the key prefix %s/ (%s)", err, who, prefix, need)
+		}
+		return err
+	}
+	key := prefix + "/" // in no lock's queue directory, so harmless even if written
+	_, err = cli.Txn(clientv3.WithRequireLeader(ctx)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "<", 0)).
+		Then(clientv3.OpPut(key, "")).Commit()
+	if err != nil {
+		if err := permission(err); errors.Is(err, backend.ErrPermission) {
+			return fmt.Errorf("%w: %s may not write under the key prefix %s/ (%s)", err, who, prefix, need)
+		}
+		return err
+	}
+	return nil
+}
+
+// identity names whom etcd takes the client for, for messages: the user,
+// else the client certificate's common name (etcd's identity for a client
+// certificate without a password).
+func identity(cfg clientv3.Config) string {
+	if cfg.Username != "" {
+		return fmt.Sprintf("user %q", cfg.Username)
+	}
+	if cfg.TLS != nil && len(cfg.TLS.Certificates) > 0 {
+		c := cfg.TLS.Certificates[0]
+		if c.Leaf == nil && len(c.Certificate) > 0 {
+			c.Leaf, _ = x509.ParseCertificate(c.Certificate[0])
+		}
+		if c.Leaf != nil {
+			return fmt.Sprintf("user %q (the client certificate's CN)", c.Leaf.Subject.CommonName)
+		}
+	}
+	return "the anonymous client"
+}
+
+// probeTimeout bounds the probe of each endpoint after a failed Open.
+const probeTimeout = time.Second
+
+// probe connects to each endpoint as gRPC would (TCP, TLS with the same
+// configuration, the HTTP/2 preface) and returns the first failure, which
+// gRPC does not pass on: an unknown CA, a rejected or missing client
+// certificate, TLS against a plaintext port or the reverse. It returns nil
+// when every endpoint answers.
+func probe(ctx context.Context, cfg clientv3.Config) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	errs := make([]error, len(cfg.Endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range cfg.Endpoints {
+		wg.Go(func() { errs[i] = probeOne(ctx, ep, cfg.TLS) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
+	err := exchange(ctx, ep, tc)
+	var ne net.Error
+	switch {
+	case err == nil || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()):
+		return nil // it answers, or is slow: no cause to tell
+	case tc == nil && speaksTLS(ctx, ep):
+		return fmt.Errorf("%s: the server requires TLS (add ca=FILE, or tls=true, to the URL)", ep)
+	case tc != nil && len(tc.Certificates) == 0 && remoteAlert(err):
+		// Servers answer a missing client certificate with "bad
+		// certificate" as often as with "certificate required".
+		return fmt.Errorf("%s: %w (the server may require a client certificate: cert=FILE and key=FILE)", ep, err)
+	}
+	return fmt.Errorf("%s: %w", ep, err)
+}
+
+// exchange opens a connection to ep, sends the HTTP/2 preface and an empty
+// SETTINGS frame, and reads the first frame header of the server's answer.
+// Under TLS 1.3 a server that rejects our certificate says so only then,
+// after the client's side of the handshake has completed.
+func exchange(ctx context.Context, ep string, tc *tls.Config) error {
+	var conn net.Conn
+	var err error
+	if tc != nil {
+		tc = tc.Clone()
+		tc.NextProtos = []string{"h2"}
+		conn, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", ep)
+	} else {
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ep)
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		return err
+	}
+	_, err = io.ReadFull(conn, make([]byte, 9))
+	return err
+}
+
+// remoteAlert reports whether err is a TLS alert sent by the server.
+func remoteAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
+}
+
+// speaksTLS reports whether ep completes a TLS handshake, whatever its
+// certificate.
+func speaksTLS(ctx context.Context, ep string) bool {
+	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}
+	conn, err := d.DialContext(ctx, "tcp", ep)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
 }
 
 // Config turns an etcd URL (see Open) into a client configuration and a key
 // prefix, without connecting.
 func Config(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
-		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w: %s", backend.Redacted(u), backend.ErrInvalidURL, fmt.Sprintf(format, args...))
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w: %s", backend.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "etcd" {
 		return fail("scheme must be etcd")
@@ -109,7 +270,7 @@ func Config(u *url.URL) (clientv3.Config, string, error) {
 		err = p.Err()
 	}
 	if err != nil {
-		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %s: %w", backend.Redacted(u), err)
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	if dial <= 0 {
 		dial = defaultDialTimeout

@@ -43,6 +43,8 @@
 #                         (own cluster; hostssl + scram-sha-256 only, plain TCP rejected; superuser
 #                          admin, database locker; client certificates checked if sent, not required)
 #   etcd-tls              LOCKER_ETCD_TLS_ENDPOINT      127.0.0.1:2390    (peer: LOCKER_ETCD_TLS_PEER_PORT=2391)
+#                         (one member, https only, client certificates required (--client-cert-auth);
+#                          auth on: user root with the admin password, and the admin cert's CN=root)
 #   zk-tls                LOCKER_ZK_TLS_ADDR            127.0.0.1:2190    (the TLS client port)
 #                         (3.8 standalone, settings as zk; TLS only, no plain port: Netty, PEM
 #                          keystore, client certificates required; super user admin, digest)
@@ -118,7 +120,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 LOCKER_SECURE_ADMIN_PASSWORD=locker-admin-secret
 
 ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-c1 redis-c2 redis-c3 redis-restart memcached memcached-small memcached-restart postgres
-	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls zk-tls redis-tls)
+	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls zk-tls redis-tls etcd-tls)
 CLUSTER=(redis-c1 redis-c2 redis-c3)
 # Secured instances. One joins ALL once it is built.
 SECURE=(redis-tls postgres-tls etcd-tls zk-tls)
@@ -220,6 +222,7 @@ etcd_peer_port() {
 	case $1 in
 	etcd) printf '%s\n' "$LOCKER_ETCD_PEER_PORT" ;;
 	etcd-c*) nth "$LOCKER_ETCD_CLUSTER_PEER_PORTS" "$(idx "$1")" || die "$1: no peer port in LOCKER_ETCD_CLUSTER_PEER_PORTS" ;;
+	etcd-tls) printf '%s\n' "$LOCKER_ETCD_TLS_PEER_PORT" ;;
 	esac
 }
 
@@ -868,7 +871,50 @@ pg_tls_psql() {
 		"host=127.0.0.1 port=$(port postgres-tls) user=admin dbname=postgres sslmode=verify-full sslrootcert=$DIR/certs/ca.pem" \
 		-XAtq "$@"
 }
-start_etcd-tls() { die "$1: not built yet"; }
+
+# start_etcd-tls NAME: a single member serving clients over TLS only, with client
+# certificates required (CN = user when no password is given); the peer port is plain http on
+# loopback. Auth is switched on by etcd_tls_auth once it answers.
+start_etcd-tls() {
+	local n=$1 d p pp c=$DIR/certs state=new
+	d=$(idir "$n")
+	p=$(port "$n")
+	pp=$(etcd_peer_port "$n")
+	[[ -d $d/data/member ]] && state=existing
+	mkdir -p "$d/data"
+	chmod 700 "$d/data"
+	spawn "$n" etcd \
+		--name "$n" --data-dir "$d/data" \
+		--listen-client-urls "https://127.0.0.1:$p" --advertise-client-urls "https://127.0.0.1:$p" \
+		--cert-file "$c/server.pem" --key-file "$c/server-key.pem" \
+		--client-cert-auth --trusted-ca-file "$c/ca.pem" \
+		--listen-peer-urls "http://127.0.0.1:$pp" --initial-advertise-peer-urls "http://127.0.0.1:$pp" \
+		--initial-cluster "$n=http://127.0.0.1:$pp" --initial-cluster-token locker-etcd-tls \
+		--initial-cluster-state "$state" --logger zap --log-outputs stderr
+}
+
+# etcdctl_tls ARGS...: etcdctl against etcd-tls as root, by the admin certificate's CN.
+etcdctl_tls() {
+	local c=$DIR/certs
+	ETCDCTL_API=3 timeout 5 etcdctl --endpoints "https://127.0.0.1:$(port etcd-tls)" \
+		--cacert "$c/ca.pem" --cert "$c/admin.pem" --key "$c/admin-key.pem" \
+		--dial-timeout 2s --command-timeout 3s "$@"
+}
+
+# etcd_tls_auth: the root user (password LOCKER_SECURE_ADMIN_PASSWORD) with the root role,
+# and auth enabled. Idempotent: the data dir persists, and with auth on the admin certificate
+# still authenticates as root.
+etcd_tls_auth() {
+	local out
+	out=$(etcdctl_tls user get root 2>&1) ||
+		printf '%s\n' "$LOCKER_SECURE_ADMIN_PASSWORD" | etcdctl_tls user add root --interactive=false >/dev/null 2>&1 ||
+		return 1
+	[[ $out == *"Roles: root"* ]] || etcdctl_tls user grant-role root root >/dev/null 2>&1 ||
+		{ etcdctl_tls role add root >/dev/null 2>&1 && etcdctl_tls user grant-role root root >/dev/null 2>&1; } ||
+		return 1
+	etcdctl_tls auth enable >/dev/null 2>&1
+}
+
 # zk_tls_classpath: zookeeper.jar's manifest names only part of Netty (buffer, common, handler,
 # transport, native-epoll); without netty-codec (libnetty-java, as the others) the server
 # binds its TLS port but closes every connection (NoClassDefFoundError ByteToMessageDecoder).
@@ -1007,7 +1053,7 @@ answers() {
 		[[ $out == *"Mode: "* ]]
 		;;
 	redis-tls) [[ $(redis_tls_cli "$p" ping) == PONG ]] ;;
-	etcd-tls) return 1 ;; # not built yet
+	etcd-tls) etcdctl_tls endpoint health >/dev/null 2>&1 && etcd_tls_auth ;;
 	esac
 }
 

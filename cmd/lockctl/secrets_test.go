@@ -31,8 +31,13 @@ func TestStderrKeepsSecrets(t *testing.T) {
 		if code == 0 {
 			t.Errorf("%s: exit 0", u)
 		}
-		if out := p.stderr.String(); strings.Contains(out, "Canary") {
+		out := p.stderr.String()
+		if strings.Contains(out, "Canary") {
 			t.Errorf("stderr shows a secret: %s", out)
+		}
+		// Errors say each thing once: the URL too.
+		if scheme, _, _ := strings.Cut(u, "://"); strings.Count(out, scheme+"://") > 1 {
+			t.Errorf("stderr names the URL more than once: %s", out)
 		}
 	}
 }
