@@ -465,22 +465,28 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return nil, fmt.Errorf("unexpected node name %q", name)
 			}
 			if sid != 0 && d.conn.SessionID() == sid {
+				// The name's node was there before us: it must carry our
+				// ACL (see acl.go).
+				var err error
 				if !known && !made.created(d) {
-					// The name's node was there before us: it must
-					// carry our ACL (see acl.go).
-					if err := d.checkACL(parent); err != nil {
-						d.deleteQuiet(e.path())
-						switch {
-						case errors.Is(err, backend.ErrPermission):
-							return nil, err
-						case d.isClosed():
-							return giveUp(backend.ErrClosed)
-						}
-						return giveUp(err)
-					}
+					err = d.checkACLOn(parent, sid, retry, stop)
 				}
-				d.rememberParent(parent)
-				return e, nil
+				switch {
+				case err == nil:
+					d.rememberParent(parent)
+					return e, nil
+				case d.conn.SessionID() != sid || errors.Is(err, zk.ErrSessionExpired):
+					// The session ended during the check: as below.
+				default:
+					d.deleteQuiet(e.path())
+					switch {
+					case errors.Is(err, backend.ErrPermission):
+						return nil, err
+					case d.isClosed():
+						return giveUp(backend.ErrClosed)
+					}
+					return giveUp(err)
+				}
 			}
 			// The session changed under us: the node may be gone or belong
 			// to the new session. Start over.
@@ -519,6 +525,18 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return giveUp(backend.ErrClosed)
 			}
 			return giveUp(fmt.Errorf("create the queue node: gave up: %w", err))
+		}
+	}
+}
+
+// checkACLOn is checkACL, asked again while its answer is lost on session
+// sid: a lost answer says nothing about the ACL, and the queue node made on
+// that session stays ours as long as the session lives.
+func (d *Driver) checkACLOn(path string, sid int64, b *backoff, stop <-chan struct{}) error {
+	for {
+		err := d.checkACL(path)
+		if err == nil || !connLost(err) || d.conn.SessionID() != sid || !b.sleep(stop, d.done) {
+			return err
 		}
 	}
 }
