@@ -1,11 +1,9 @@
 package memcachelock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,40 +13,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
-
-// spyDriver records when each Refresh was sent and answered. It hides
-// RefreshMany, which a lone hold does not use anyway.
-type spyDriver struct {
-	backend.Driver
-	mu        sync.Mutex
-	refreshes [][2]time.Time
-}
-
-// waitRefreshed returns as soon as a refresh sent after since is answered
-// (within a second).
-func (s *spyDriver) waitRefreshed(t *testing.T, since time.Time) {
-	t.Helper()
-	for range 1000 {
-		s.mu.Lock()
-		n := len(s.refreshes)
-		done := n > 0 && s.refreshes[n-1][0].After(since)
-		s.mu.Unlock()
-		if done {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no refresh answered within a second")
-}
-
-func (s *spyDriver) Refresh(ctx context.Context, l backend.Lock) error {
-	start := time.Now()
-	err := s.Driver.Refresh(ctx, l)
-	s.mu.Lock()
-	s.refreshes = append(s.refreshes, [2]time.Time{start, time.Now()})
-	s.mu.Unlock()
-	return err
-}
 
 // memcached has no authentication: any client that reaches the port can
 // delete or overwrite a held lock's item. The holder's Lost fires by the
@@ -63,7 +27,7 @@ func TestTheftIsNoticed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spy := &spyDriver{Driver: d}
+	spy := &testenv.RefreshSpy{Driver: d}
 	ns := "mctest-" + randHex(4)
 	c, err := locker.New(spy, locker.WithNamespace(ns))
 	if err != nil {
@@ -89,7 +53,7 @@ func TestTheftIsNoticed(t *testing.T) {
 			// Steal at a different phase of the refresh cycle each time.
 			time.Sleep(ttl/2 + time.Duration(i)*ttl/9)
 		} else {
-			spy.waitRefreshed(t, time.Now())
+			spy.WaitRefreshed(t, time.Now())
 		}
 		key := lockKey(backend.Key(ns, name))
 		at := time.Now()
@@ -112,16 +76,8 @@ func TestTheftIsNoticed(t *testing.T) {
 		if lost > ttl/3+100*time.Millisecond {
 			t.Errorf("%s: Lost fired %v after the theft, more than TTL/3 (%v) and a round trip", theft, lost, ttl/3)
 		}
-		spy.mu.Lock()
 		var first [2]time.Time
-		for _, r := range spy.refreshes {
-			if r[0].After(at) {
-				first = r
-				break
-			}
-		}
-		spy.refreshes = nil
-		spy.mu.Unlock()
+		first[0], first[1] = spy.TakeFirstAfter(at)
 		// None: the refresh in flight at the theft found it.
 		if !first[0].IsZero() && lostAt.Sub(first[1]) > 100*time.Millisecond {
 			t.Errorf("%s: Lost fired %v after the first refresh since the theft was answered", theft, lostAt.Sub(first[1]))

@@ -563,39 +563,6 @@ func TestSecureNoRightsToKeys(t *testing.T) {
 	}
 }
 
-// spyDriver records when each Refresh was sent and answered.
-type spyDriver struct {
-	backend.Driver
-	mu        sync.Mutex
-	refreshes [][2]time.Time
-}
-
-// waitRefreshed returns as soon as a refresh sent after since is answered
-// (within a second).
-func (s *spyDriver) waitRefreshed(t *testing.T, since time.Time) {
-	t.Helper()
-	for range 1000 {
-		s.mu.Lock()
-		n := len(s.refreshes)
-		done := n > 0 && s.refreshes[n-1][0].After(since)
-		s.mu.Unlock()
-		if done {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("no refresh answered within a second")
-}
-
-func (s *spyDriver) Refresh(ctx context.Context, l backend.Lock) error {
-	start := time.Now()
-	err := s.Driver.Refresh(ctx, l)
-	s.mu.Lock()
-	s.refreshes = append(s.refreshes, [2]time.Time{start, time.Now()})
-	s.mu.Unlock()
-	return err
-}
-
 // Theft: a principal with rights to the keys deletes or overwrites a held
 // lock's key. The holder's Lost fires by the end of the first refresh sent
 // after the theft, which the watchdog sends at most TTL/3 after the one
@@ -613,7 +580,7 @@ func TestSecureTheftIsNoticed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spy := &spyDriver{Driver: d}
+	spy := &testenv.RefreshSpy{Driver: d}
 	c, err := locker.New(spy, locker.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -632,7 +599,7 @@ func TestSecureTheftIsNoticed(t *testing.T) {
 			// Steal at a different phase of the refresh cycle each time.
 			time.Sleep(ttl/2 + time.Duration(i)*ttl/9)
 		} else {
-			spy.waitRefreshed(t, time.Now())
+			spy.WaitRefreshed(t, time.Now())
 		}
 		key := lockKey(backend.Key(ns, name))
 		at := time.Now()
@@ -657,15 +624,8 @@ func TestSecureTheftIsNoticed(t *testing.T) {
 		}
 		// The first refresh sent after the theft must be the one that
 		// found it, and Lost fires when it is answered.
-		spy.mu.Lock()
 		var first [2]time.Time
-		for _, r := range spy.refreshes {
-			if r[0].After(at) {
-				first = r
-				break
-			}
-		}
-		spy.mu.Unlock()
+		first[0], first[1] = spy.TakeFirstAfter(at)
 		// None: the refresh in flight at the theft found it.
 		if !first[0].IsZero() && lostAt.Sub(first[1]) > 100*time.Millisecond {
 			t.Errorf("%s: Lost fired %v after the first refresh since the theft was answered", theft, lostAt.Sub(first[1]))
@@ -683,9 +643,6 @@ func TestSecureTheftIsNoticed(t *testing.T) {
 				t.Errorf("the holder's release removed the thief's key (%q)", v)
 			}
 		}
-		spy.mu.Lock()
-		spy.refreshes = nil
-		spy.mu.Unlock()
 	}
 	t.Logf("TTL %v: worst time from theft to Lost %v (TTL/3 = %v)", ttl, worst.Round(time.Millisecond), ttl/3)
 }

@@ -1,0 +1,61 @@
+package testenv
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// RefreshSpy wraps a driver and records when each Refresh was sent and
+// answered, for tests that bound how soon a holder learns of a theft. It
+// hides the driver's optional interfaces (RefreshMany among them), so the
+// Client refreshes each lock on its own.
+type RefreshSpy struct {
+	backend.Driver
+	mu        sync.Mutex
+	refreshes [][2]time.Time
+}
+
+func (s *RefreshSpy) Refresh(ctx context.Context, l backend.Lock) error {
+	start := time.Now()
+	err := s.Driver.Refresh(ctx, l)
+	s.mu.Lock()
+	s.refreshes = append(s.refreshes, [2]time.Time{start, time.Now()})
+	s.mu.Unlock()
+	return err
+}
+
+// WaitRefreshed returns as soon as a refresh sent after since is answered,
+// and fails t if none is within a second.
+func (s *RefreshSpy) WaitRefreshed(t testing.TB, since time.Time) {
+	t.Helper()
+	for range 1000 {
+		s.mu.Lock()
+		n := len(s.refreshes)
+		done := n > 0 && s.refreshes[n-1][0].After(since)
+		s.mu.Unlock()
+		if done {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("no refresh answered within a second")
+}
+
+// TakeFirstAfter returns when the first refresh sent after at was sent and
+// answered (zero times if none was), and forgets every refresh recorded.
+func (s *RefreshSpy) TakeFirstAfter(at time.Time) (sent, answered time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.refreshes {
+		if r[0].After(at) {
+			sent, answered = r[0], r[1]
+			break
+		}
+	}
+	s.refreshes = nil
+	return sent, answered
+}
