@@ -643,11 +643,18 @@ start_postgres() {
 			die "postgres: initdb failed"
 		fi
 	fi
+	pg_spawn "$n" "$bin" "$d" "$p" -c max_connections=300 -c shared_buffers=64MB
+}
+
+# pg_spawn NAME BIN DIR PORT SETTINGS...: run postgres on DIR/data with the settings every
+# instance shares (loopback, no durability) and SETTINGS, as user postgres when root.
+pg_spawn() {
+	local n=$1 bin=$2 d=$3 p=$4
+	shift 4
 	local pgcmd=("$bin/postgres" -D "$d/data"
 		-c listen_addresses=127.0.0.1 -c port="$p" -c unix_socket_directories="$d"
-		-c max_connections=300 -c shared_buffers=64MB
 		-c fsync=off -c synchronous_commit=off -c full_page_writes=off
-		-c logging_collector=off -c log_min_messages=warning)
+		-c logging_collector=off -c log_min_messages=warning "$@")
 	if [[ $EUID -eq 0 ]]; then
 		pgcmd=(setpriv --reuid=postgres --regid=postgres --init-groups -- "${pgcmd[@]}")
 	fi
@@ -850,17 +857,9 @@ host      all all ::/0         reject
 EOF
 	pg_install_secret "$d/data/pg_hba.conf" 600 "$hba"
 	rm -f "$hba"
-	local pgcmd=("$bin/postgres" -D "$d/data"
-		-c listen_addresses=127.0.0.1 -c port="$p" -c unix_socket_directories="$d"
-		-c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=root.crt
-		-c password_encryption=scram-sha-256
-		-c max_connections=100 -c shared_buffers=32MB
-		-c fsync=off -c synchronous_commit=off -c full_page_writes=off
-		-c logging_collector=off -c log_min_messages=warning)
-	if [[ $EUID -eq 0 ]]; then
-		pgcmd=(setpriv --reuid=postgres --regid=postgres --init-groups -- "${pgcmd[@]}")
-	fi
-	spawn "$n" "${pgcmd[@]}"
+	pg_spawn "$n" "$bin" "$d" "$p" \
+		-c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=root.crt \
+		-c password_encryption=scram-sha-256 -c max_connections=100 -c shared_buffers=32MB
 }
 
 # pg_tls_psql ARGS...: psql to postgres-tls as admin, verifying the server against the CA.
