@@ -103,7 +103,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, err
 	}
 	h.name, h.token, h.auto, h.ttl = name, token, !lc.noAuto, lc.ttl
-	req := backend.Lock{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
+	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
 	var grant backend.Grant
 	var start time.Time
 	if wait {

@@ -61,7 +61,7 @@ func guard[T any](c *Client, ctx context.Context, f func(context.Context) (T, er
 
 // tryAcquire is the driver's TryAcquire, guarded: a grant that arrives
 // after the caller gave up is released.
-func (c *Client) tryAcquire(ctx context.Context, req backend.Lock) (backend.Grant, error) {
+func (c *Client) tryAcquire(ctx context.Context, req backend.Claim) (backend.Grant, error) {
 	return guard(c, ctx, func(ctx context.Context) (backend.Grant, error) {
 		return c.drv.TryAcquire(ctx, req)
 	}, func(backend.Grant) { c.releaseNow(req) })
@@ -79,7 +79,7 @@ func (c *Client) errCall(ctx context.Context, f func(context.Context) error) err
 // will hold: one the store made after the caller gave up, or one that
 // arrived as the Client closed. Release checks the token, so it never
 // touches another holder's lock.
-func (c *Client) releaseLater(l backend.Lock) {
+func (c *Client) releaseLater(l backend.Claim) {
 	c.bg.Add(1)
 	go func() {
 		defer c.bg.Done()
@@ -87,7 +87,7 @@ func (c *Client) releaseLater(l backend.Lock) {
 	}()
 }
 
-func (c *Client) releaseNow(l backend.Lock) {
+func (c *Client) releaseNow(l backend.Claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
 	_ = c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, l) })

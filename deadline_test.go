@@ -27,7 +27,7 @@ type hanging struct {
 	in   atomic.Int32
 }
 
-func (h *hanging) Refresh(ctx context.Context, l backend.Lock) error {
+func (h *hanging) Refresh(ctx context.Context, l backend.Claim) error {
 	h.in.Add(1)
 	<-h.stop
 	return context.DeadlineExceeded
@@ -74,7 +74,7 @@ type session struct {
 
 func (s *session) SessionTTL() time.Duration { return time.Second }
 
-func (s *session) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (s *session) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	s.set(time.Now())
 	g, err := s.Driver.TryAcquire(ctx, l)
 	g.Contact, g.SessionTTL = s.last, s.ttl
@@ -180,7 +180,7 @@ type conflicting struct {
 	in, calls atomic.Int32
 }
 
-func (d *conflicting) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *conflicting) Refresh(ctx context.Context, l backend.Claim) error {
 	d.calls.Add(1)
 	if d.in.Add(1) > 1 {
 		d.in.Add(-1)
@@ -233,7 +233,7 @@ type late struct {
 	delay time.Duration
 }
 
-func (d *late) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *late) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	time.Sleep(d.delay)
 	g, err := d.Driver.TryAcquire(context.Background(), l)
 	if err == nil && ctx.Err() != nil {
@@ -263,7 +263,7 @@ func TestGrantAfterCancelIsReleased(t *testing.T) {
 // stuck never answers a Release, but honours its context.
 type stuck struct{ backend.Driver }
 
-func (d stuck) Release(ctx context.Context, l backend.Lock) error {
+func (d stuck) Release(ctx context.Context, l backend.Claim) error {
 	<-ctx.Done()
 	return ctx.Err()
 }

@@ -51,8 +51,8 @@ type flight struct {
 	err  error
 }
 
-func (h *hold) lock() backend.Lock {
-	return backend.Lock{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner}
+func (h *hold) lock() backend.Claim {
+	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner}
 }
 
 // deadline is when the store may free h, judged from our side.

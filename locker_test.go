@@ -171,7 +171,7 @@ type flaky struct {
 	refreshes atomic.Int32
 }
 
-func (f *flaky) Refresh(ctx context.Context, l backend.Lock) error {
+func (f *flaky) Refresh(ctx context.Context, l backend.Claim) error {
 	f.refreshes.Add(1)
 	if f.down.Load() {
 		return errors.New("connection refused")
@@ -224,13 +224,13 @@ type batchCounter struct {
 	calls, locks atomic.Int64
 }
 
-func (b *batchCounter) Refresh(ctx context.Context, l backend.Lock) error {
+func (b *batchCounter) Refresh(ctx context.Context, l backend.Claim) error {
 	b.calls.Add(1)
 	b.locks.Add(1)
 	return b.Driver.Refresh(ctx, l)
 }
 
-func (b *batchCounter) RefreshMany(ctx context.Context, ls []backend.Lock) []error {
+func (b *batchCounter) RefreshMany(ctx context.Context, ls []backend.Claim) []error {
 	b.calls.Add(1)
 	b.locks.Add(int64(len(ls)))
 	return b.Driver.RefreshMany(ctx, ls)
@@ -305,7 +305,7 @@ type blinking struct {
 	tries atomic.Int32
 }
 
-func (b *blinking) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (b *blinking) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	b.tries.Add(1)
 	if !b.up.Load() {
 		return backend.Grant{}, errors.New("connection reset")
@@ -343,7 +343,7 @@ func TestAcquireWaitsThroughABlip(t *testing.T) {
 // refusing refuses every acquisition for a reason other than a holder.
 type refusing struct{ backend.Driver }
 
-func (refusing) TryAcquire(context.Context, backend.Lock) (backend.Grant, error) {
+func (refusing) TryAcquire(context.Context, backend.Claim) (backend.Grant, error) {
 	return backend.Grant{}, fmt.Errorf("refusing: try-acquire: %w", &backend.NotAcquiredError{Reason: "the server is warming up"})
 }
 

@@ -13,7 +13,7 @@ import (
 // wait acquires req, waiting as well as the driver allows: in its native
 // queue, woken by its notifications, or backing off with jitter. It returns
 // the grant and when the successful request was sent.
-func (c *Client) wait(ctx context.Context, req backend.Lock) (backend.Grant, time.Time, error) {
+func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, time.Time, error) {
 	if c.waiter != nil {
 		start := time.Now()
 		// Called directly: an uncontended Acquire ends here, and a native

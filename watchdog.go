@@ -242,7 +242,7 @@ func (w *watchdog) checkSession(h *hold, now time.Time) {
 // the earliest deadline among them.
 func (w *watchdog) refresh(hs []*hold) {
 	until := hs[0].deadline()
-	locks := make([]backend.Lock, len(hs))
+	locks := make([]backend.Claim, len(hs))
 	for i, h := range hs {
 		locks[i] = h.lock()
 		if d := h.deadline(); d.Before(until) {

@@ -19,8 +19,10 @@ const (
 // different (namespace, name) pairs never produce the same key.
 func Key(namespace, name string) string { return namespace + "/" + name }
 
-// Lock is one acquisition as the locker package describes it to a driver.
-type Lock struct {
+// Claim is one holder's claim on a key, as the locker package hands it to
+// a driver: an acquisition asks for it, and Refresh and Release present it
+// again, with the Fence the acquisition returned.
+type Claim struct {
 	// Key identifies the lock in the store (see [Key]). Every valid key must
 	// work: the driver escapes or hashes it as its store requires.
 	Key string
@@ -34,8 +36,10 @@ type Lock struct {
 	// Zero on acquire; set on Refresh and Release, where a driver may use it
 	// to check the exact incarnation (etcd: the create revision).
 	Fence uint64
-	// Owner is the caller's explicit owner identity, or "". Informational: a
-	// driver may store it so that operators can see who holds a lock.
+	// Owner is the caller's explicit owner identity, or "". A driver may
+	// store it so that operators can see who holds a lock; Refresh and
+	// Release carry the Owner the lock was acquired with, and a driver may
+	// treat a stored owner that changed as a theft (sqllock does).
 	Owner string
 	// OnLost, set on acquire, may be called by a driver at most once, from
 	// any goroutine and without blocking, when it learns that this grant is
@@ -103,23 +107,23 @@ const CancelGrace = 200 * time.Millisecond
 // time, but a call that outlives its context still holds a connection and
 // a goroutine, and a late grant keeps a key held that nobody owns.
 type Driver interface {
-	// TryAcquire takes l.Key for l.Token with l.TTL, once, without waiting.
+	// TryAcquire takes c.Key for c.Token with c.TTL, once, without waiting.
 	// It returns ErrNotAcquired (possibly wrapped) when another token holds
 	// the key, and any other error when it cannot tell (network, server).
 	// A lock whose TTL has run out counts as free. On an error, the driver
 	// leaves nothing behind that could keep the key held.
-	TryAcquire(ctx context.Context, l Lock) (Grant, error)
+	TryAcquire(ctx context.Context, c Claim) (Grant, error)
 
-	// Refresh extends the lock to l.TTL from now if, and only if, l.Token
-	// still holds l.Key. It returns ErrNotHeld when the store shows the key
+	// Refresh extends the lock to c.TTL from now if, and only if, c.Token
+	// still holds c.Key. It returns ErrNotHeld when the store shows the key
 	// free or held by another token: the lock is proven lost. Any other
 	// error means "could not tell".
-	Refresh(ctx context.Context, l Lock) error
+	Refresh(ctx context.Context, c Claim) error
 
-	// Release frees l.Key if, and only if, l.Token holds it. It returns
+	// Release frees c.Key if, and only if, c.Token holds it. It returns
 	// ErrNotHeld when the token did not hold it, and must never free or
 	// shorten another token's lock.
-	Release(ctx context.Context, l Lock) error
+	Release(ctx context.Context, c Claim) error
 
 	// Close releases the driver's resources (connections it opened, not a
 	// client the user passed in) and stops its goroutines, including those
@@ -132,11 +136,11 @@ type Driver interface {
 // Waiter is implemented by drivers with native fair waiting (ZooKeeper and
 // etcd queues): waiters are served in arrival order.
 type Waiter interface {
-	// Acquire blocks until l.Token holds l.Key, ctx is done, or an error
+	// Acquire blocks until c.Token holds c.Key, ctx is done, or an error
 	// occurs. When it returns an error, including ctx's, it leaves nothing
 	// behind in the store (no queue entry) and no goroutine. The Grant's
 	// Sent says when the request that took the lock was sent.
-	Acquire(ctx context.Context, l Lock) (Grant, error)
+	Acquire(ctx context.Context, c Claim) (Grant, error)
 }
 
 // Notifier is implemented by drivers that can tell waiters that a key may
@@ -157,7 +161,7 @@ type Notifier interface {
 // refresh. It declares a lock lost when Grant.Contact() + SessionTTL -
 // ClockMargin(SessionTTL) has passed, whatever the driver is doing; the driver
 // reports losses it learns of sooner (an expired session, a deleted node)
-// through Lock.OnLost.
+// through Claim.OnLost.
 type Session interface {
 	// SessionTTL is the effective session timeout: how long locks outlive
 	// the client's last contact with the store.
@@ -169,7 +173,7 @@ type Session interface {
 // the locks that fall due together in batches, so that holding many locks
 // costs round trips in proportion to batches, not locks.
 type BatchRefresher interface {
-	// RefreshMany refreshes each lock as Refresh would and returns one
-	// error per lock, in order: nil, ErrNotHeld, or another error.
-	RefreshMany(ctx context.Context, locks []Lock) []error
+	// RefreshMany refreshes each claim as Refresh would and returns one
+	// error per claim, in order: nil, ErrNotHeld, or another error.
+	RefreshMany(ctx context.Context, claims []Claim) []error
 }

@@ -211,7 +211,7 @@ type brokenDriver struct {
 	fences map[string]uint64 // per-client-fences
 }
 
-func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	want := l.TTL
 	l.Key = d.h.mapKey(l.Key)
 	switch d.h.variant {
@@ -253,7 +253,7 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.
 	return g, nil
 }
 
-func (d *brokenDriver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 	l.Key = d.h.mapKey(l.Key)
 	switch d.h.variant {
 	case "refresh-always-ok":
@@ -264,7 +264,7 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Lock) error {
 	return d.Driver.Refresh(ctx, l)
 }
 
-func (d *brokenDriver) Release(ctx context.Context, l backend.Lock) error {
+func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
 	l.Key = d.h.mapKey(l.Key)
 	switch d.h.variant {
 	case "release-ignores-token":
@@ -293,7 +293,7 @@ type queueDriver struct{ *brokenDriver }
 
 var _ backend.Waiter = (*queueDriver)(nil)
 
-func (d *queueDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	h := d.h
 	h.mu.Lock()
 	h.queues[l.Key] = append(h.queues[l.Key], l.Token)
@@ -333,7 +333,7 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Gran
 	}
 }
 
-func (d *queueDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *queueDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	g, err := d.brokenDriver.TryAcquire(ctx, l)
 	if err == nil {
 		d.h.mu.Lock()
@@ -343,7 +343,7 @@ func (d *queueDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.G
 	return g, err
 }
 
-func (d *queueDriver) Release(ctx context.Context, l backend.Lock) error {
+func (d *queueDriver) Release(ctx context.Context, l backend.Claim) error {
 	d.h.mu.Lock()
 	if d.h.holders[l.Key] == l.Token {
 		delete(d.h.holders, l.Key)

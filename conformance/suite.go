@@ -518,7 +518,7 @@ func (s *suite) forgedToken(t *testing.T) {
 	c2 := s.client(t)
 	name := s.name(t, "x")
 	l := mustAcquire(t, ctx, c1, name)
-	forged := backend.Lock{Key: s.key(name), Token: strings.Repeat("0", 32), TTL: s.ttl(), Fence: l.Fence()}
+	forged := backend.Claim{Key: s.key(name), Token: strings.Repeat("0", 32), TTL: s.ttl(), Fence: l.Fence()}
 	if err := drv.Release(ctx, forged); !errors.Is(err, locker.ErrNotHeld) {
 		t.Fatalf("Release with a forged token = %v, want ErrNotHeld", err)
 	}
@@ -542,7 +542,7 @@ func (s *suite) doubleRelease(t *testing.T) {
 	}
 	// The driver itself must tell, too: a retried release must not free
 	// the next holder's lock.
-	stale := backend.Lock{Key: s.key(name), Token: string(l.Token()), TTL: s.ttl(), Fence: l.Fence()}
+	stale := backend.Claim{Key: s.key(name), Token: string(l.Token()), TTL: s.ttl(), Fence: l.Fence()}
 	if err := drv.Release(ctx, stale); !errors.Is(err, locker.ErrNotHeld) {
 		t.Fatalf("driver Release of a released lock = %v, want ErrNotHeld", err)
 	}
@@ -771,7 +771,7 @@ type countingDriver struct {
 	calls atomic.Int32
 }
 
-func (d *countingDriver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *countingDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	d.calls.Add(1)
 	return d.Driver.TryAcquire(ctx, l)
 }

@@ -162,7 +162,7 @@ type driverLocker struct{ d *Driver }
 func (dl driverLocker) lock(ctx context.Context) (func(context.Context) error, error) {
 	var tb [16]byte
 	rand.Read(tb[:])
-	l := backend.Lock{Key: "bench/x", Token: hex.EncodeToString(tb[:]), TTL: 30 * time.Second}
+	l := backend.Claim{Key: "bench/x", Token: hex.EncodeToString(tb[:]), TTL: 30 * time.Second}
 	g, err := dl.d.Acquire(ctx, l)
 	if err != nil {
 		return nil, err

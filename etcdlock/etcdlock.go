@@ -347,17 +347,17 @@ func permission(err error) error {
 
 // TryAcquire takes l.Key if its queue is empty, in one transaction that
 // writes nothing when the lock is held or has waiters.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	return d.acquire(ctx, l, false)
 }
 
 // Acquire queues for l.Key and waits, watching the entry just ahead, until
 // every older entry is gone. On error it deletes its entry.
-func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	return d.acquire(ctx, l, true)
 }
 
-func (d *Driver) acquire(ctx context.Context, l backend.Lock, wait bool) (backend.Grant, error) {
+func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backend.Grant, error) {
 	op := "try-acquire"
 	if wait {
 		op = "acquire"
@@ -406,7 +406,7 @@ func (d *Driver) acquire(ctx context.Context, l backend.Lock, wait bool) (backen
 // or it was deleted by hand) before we got the lock.
 var errRequeue = errors.New("entry lost while queued")
 
-func (d *Driver) try(ctx context.Context, s *slot, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) try(ctx context.Context, s *slot, l backend.Claim) (backend.Grant, error) {
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(s.dir), "=", 0).WithPrefix()).
@@ -442,7 +442,7 @@ func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
 }
 
 // grant records a held lock, unless its lease was lost meanwhile.
-func (d *Driver) grant(ctx context.Context, s *slot, l backend.Lock, rev int64) (backend.Grant, error) {
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
 	d.mu.Lock()
 	if s.ls.err != nil {
 		d.mu.Unlock()
@@ -497,7 +497,7 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 // Refresh checks that l's entry still exists, unmodified since its
 // creation (the driver never writes an entry again, so a later revision is
 // someone else's put), and sends its lease a keep-alive.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, end, err := d.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: refresh: %w", err)
@@ -537,7 +537,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 
 // Release deletes l's entry if its creation revision is still the fence,
 // so a retried release never deletes a newer lock.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, end, err := d.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: release: %w", err)

@@ -150,7 +150,7 @@ func TestEffectiveTTL(t *testing.T) {
 		{2001 * time.Millisecond, 3 * time.Second},
 		{10 * time.Second, 10 * time.Second},
 	} {
-		l := backend.Lock{Key: "t/ttl" + string(rune('a'+i)), Token: strings.Repeat("ab", 16), TTL: c.ask}
+		l := backend.Claim{Key: "t/ttl" + string(rune('a'+i)), Token: strings.Repeat("ab", 16), TTL: c.ask}
 		g, err := d.TryAcquire(ctx, l)
 		if err != nil {
 			t.Fatalf("TTL %v: %v", c.ask, err)
@@ -173,7 +173,7 @@ func TestEffectiveTTL(t *testing.T) {
 		t.Errorf("SessionTTL %v, want 2s", got)
 	}
 	for _, bad := range []time.Duration{0, -1, (maxLeaseTTL + 1) * time.Second} {
-		_, err := d.TryAcquire(ctx, backend.Lock{Key: "t/bad", Token: strings.Repeat("cd", 16), TTL: bad})
+		_, err := d.TryAcquire(ctx, backend.Claim{Key: "t/bad", Token: strings.Repeat("cd", 16), TTL: bad})
 		if !errors.Is(err, backend.ErrInvalidTTL) {
 			t.Errorf("TTL %v: %v, want ErrInvalidTTL", bad, err)
 		}
@@ -403,7 +403,7 @@ func TestNewKeepsUserClient(t *testing.T) {
 	h := newHarness(t, testenv.EtcdEndpoints())
 	ctx := testCtx(t, 30*time.Second)
 	d := New(h.admin, WithPrefix(h.prefix))
-	l := backend.Lock{Key: "t/x", Token: strings.Repeat("ef", 16), TTL: 2 * time.Second}
+	l := backend.Claim{Key: "t/x", Token: strings.Repeat("ef", 16), TTL: 2 * time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +593,7 @@ func TestOrphanSweep(t *testing.T) {
 	h := newHarness(t, testenv.EtcdEndpoints())
 	ctx := testCtx(t, 30*time.Second)
 	_, d := h.client(t)
-	l := backend.Lock{Key: "t/orphan", Token: strings.Repeat("12", 16), TTL: 2 * time.Second}
+	l := backend.Claim{Key: "t/orphan", Token: strings.Repeat("12", 16), TTL: 2 * time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}

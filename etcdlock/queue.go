@@ -16,7 +16,7 @@ import (
 
 // enqueue puts l's entry at the back of the queue and waits until every
 // older entry is gone.
-func (d *Driver) enqueue(ctx context.Context, s *slot, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) enqueue(ctx context.Context, s *slot, l backend.Claim) (backend.Grant, error) {
 	ls, dir, key := s.ls, s.dir, s.key
 	// One transaction: our entry, and the two youngest entries, which are
 	// ours and the one just ahead of us (if any). Retried, it finds our

@@ -49,7 +49,7 @@ func TestTLSFromURL(t *testing.T) {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.query, err)
 		case c.want == "":
-			l := backend.Lock{Key: "tls-" + t.Name(), Token: "tok-" + t.Name(), TTL: 2 * time.Second}
+			l := backend.Claim{Key: "tls-" + t.Name(), Token: "tok-" + t.Name(), TTL: 2 * time.Second}
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				t.Errorf("%s: TryAcquire: %v", c.query, err)
 			} else if err := d.Release(ctx, l); err != nil {

@@ -14,9 +14,9 @@ import (
 // never learns that a cut-off lock expired.
 type lyingDriver struct{ backend.Driver }
 
-func (lyingDriver) Refresh(context.Context, backend.Lock) error { return nil }
+func (lyingDriver) Refresh(context.Context, backend.Claim) error { return nil }
 
-func (lyingDriver) RefreshMany(_ context.Context, ls []backend.Lock) []error {
+func (lyingDriver) RefreshMany(_ context.Context, ls []backend.Claim) []error {
 	return make([]error, len(ls))
 }
 

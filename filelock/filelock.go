@@ -301,7 +301,7 @@ func syncDir(dir string) error {
 
 // TryAcquire implements backend.Driver. A retry by the token that holds the
 // lock succeeds again, with the same fence and a renewed TTL.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	tok := hashToken(l.Token)
 	var g backend.Grant
 	err := d.update(ctx, l.Key, true, true, func(r *record, now int64) (bool, error) {
@@ -331,7 +331,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 }
 
 // Refresh implements backend.Driver.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	err := d.update(ctx, l.Key, false, false, d.holds(l, func(r *record, now int64) {
 		r.expires = now + int64(l.TTL)
 	}))
@@ -343,7 +343,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 
 // RefreshMany implements backend.BatchRefresher: the locks are refreshed one
 // after the other, in the calling goroutine.
-func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	for i, l := range locks {
 		errs[i] = d.Refresh(ctx, l)
@@ -353,7 +353,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 
 // Release implements backend.Driver. The state file stays, marked free, so
 // that the key's fence keeps counting.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	err := d.update(ctx, l.Key, false, false, d.holds(l, func(r *record, now int64) {
 		r.expires = 0
 		r.token = [32]byte{}
@@ -367,7 +367,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 }
 
 // holds wraps change so that it runs only when l's token holds the lock.
-func (d *Driver) holds(l backend.Lock, change func(r *record, now int64)) func(*record, int64) (bool, error) {
+func (d *Driver) holds(l backend.Claim, change func(r *record, now int64)) func(*record, int64) (bool, error) {
 	tok := hashToken(l.Token)
 	return func(r *record, now int64) (bool, error) {
 		if !d.live(r, now) || r.token != tok {

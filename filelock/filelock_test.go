@@ -110,8 +110,8 @@ func TestURLs(t *testing.T) {
 	}
 }
 
-func lock(key, tok string) backend.Lock {
-	return backend.Lock{Key: key, Token: tok, TTL: time.Minute}
+func lock(key, tok string) backend.Claim {
+	return backend.Claim{Key: key, Token: tok, TTL: time.Minute}
 }
 
 func TestFencePersistsAcrossDrivers(t *testing.T) {

@@ -38,7 +38,7 @@ import (
 //
 // A Driver made by New has no server list: it refreshes the locks one after
 // another with Refresh's path.
-func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
 		return errs
@@ -129,14 +129,14 @@ const getsPerCommand = 100
 
 // replyEstimate is the size of the gets reply for one lock: "VALUE key
 // flags bytes cas\r\n", the value (token, space, owner) and "\r\n".
-func replyEstimate(key string, l backend.Lock) int {
+func replyEstimate(key string, l backend.Claim) int {
 	return len(key) + 40 + tokenLen + 1 + min(len(l.Owner), maxOwnerLen) + 2
 }
 
 // refreshGroup refreshes g's locks, in as few round trips as the replies'
 // size allows, and appends to again the locks whose cas found the item
 // changed.
-func (d *Driver) refreshGroup(ctx context.Context, g *batchGroup, locks []backend.Lock, exps []int32, errs []error, again []int) []int {
+func (d *Driver) refreshGroup(ctx context.Context, g *batchGroup, locks []backend.Claim, exps []int32, errs []error, again []int) []int {
 	for start := 0; start < len(g.idx); {
 		end, size := start, 0
 		for end < len(g.idx) {
@@ -159,7 +159,7 @@ type batchItem struct {
 	cas   uint64
 }
 
-func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys []string, locks []backend.Lock, exps []int32, errs []error, again []int) []int {
+func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys []string, locks []backend.Claim, exps []int32, errs []error, again []int) []int {
 	failAll := func(err error) []int {
 		for _, i := range idx {
 			errs[i] = err

@@ -55,10 +55,10 @@ func maxGoroutines(f func()) int {
 // held (with an owner), held with flags we did not set, released, taken by
 // another token, never existed, invalid TTL, invalid token. Held locks are
 // stored for acqTTL; the batch refreshes with ttl.
-func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcache.Client, acqTTL, ttl time.Duration) (locks []backend.Lock, check func(errs []error)) {
+func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcache.Client, acqTTL, ttl time.Duration) (locks []backend.Claim, check func(errs []error)) {
 	t.Helper()
-	acquire := func(name, owner string) backend.Lock {
-		l := backend.Lock{Key: uniqueKey(t, name), Token: token(), TTL: acqTTL, Owner: owner}
+	acquire := func(name, owner string) backend.Claim {
+		l := backend.Claim{Key: uniqueKey(t, name), Token: token(), TTL: acqTTL, Owner: owner}
 		if _, err := d.TryAcquire(ctx, l); err != nil {
 			t.Fatalf("TryAcquire(%s): %v", name, err)
 		}
@@ -66,7 +66,7 @@ func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcach
 		return l
 	}
 	held := acquire("held", "job 7")
-	flagged := backend.Lock{Key: uniqueKey(t, "flagged"), Token: token(), TTL: ttl}
+	flagged := backend.Claim{Key: uniqueKey(t, "flagged"), Token: token(), TTL: ttl}
 	exp, _, _ := expiration(acqTTL, time.Now())
 	if err := mc.Set(&memcache.Item{Key: lockKey(flagged.Key), Value: []byte(flagged.Token), Flags: 7, Expiration: exp}); err != nil {
 		t.Fatal(err)
@@ -77,12 +77,12 @@ func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcach
 	}
 	taken := acquire("taken", "")
 	taken.Token = token()
-	never := backend.Lock{Key: uniqueKey(t, "never"), Token: token(), TTL: ttl}
+	never := backend.Claim{Key: uniqueKey(t, "never"), Token: token(), TTL: ttl}
 	badTTL := held
 	badTTL.TTL = 0
 	badToken := held
 	badToken.Token = "a b"
-	locks = []backend.Lock{held, flagged, released, taken, never, badTTL, badToken}
+	locks = []backend.Claim{held, flagged, released, taken, never, badTTL, badToken}
 	check = func(errs []error) {
 		t.Helper()
 		if len(errs) != len(locks) {
@@ -111,7 +111,7 @@ func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcach
 		}
 		// The values and flags are kept as they were.
 		for _, c := range []struct {
-			l     backend.Lock
+			l     backend.Claim
 			value string
 			flags uint32
 		}{{held, held.Token + " job 7", 0}, {flagged, flagged.Token, 7}} {
@@ -142,7 +142,7 @@ func TestRefreshManyMixed(t *testing.T) {
 
 	// Stored for 3 s (TTL 1 s), gone by then; refreshed to 6 s (TTL 4 s).
 	locks, check := mixedBatch(t, ctx, d, mc, time.Second, 4*time.Second)
-	control := backend.Lock{Key: uniqueKey(t, "control"), Token: token(), TTL: time.Second}
+	control := backend.Claim{Key: uniqueKey(t, "control"), Token: token(), TTL: time.Second}
 	if _, err := d.TryAcquire(ctx, control); err != nil {
 		t.Fatal(err)
 	}
@@ -199,12 +199,12 @@ func TestRefreshManyDuplicates(t *testing.T) {
 	testenv.Require(t, addr)
 	ctx := testCtx(t, time.Minute)
 	d := openDriver(t, addr)
-	l := backend.Lock{Key: uniqueKey(t, "x"), Token: token(), TTL: time.Second}
+	l := backend.Claim{Key: uniqueKey(t, "x"), Token: token(), TTL: time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	other := backend.Lock{Key: l.Key, Token: token(), TTL: time.Second}
-	errs := d.RefreshMany(ctx, []backend.Lock{l, other, l})
+	other := backend.Claim{Key: l.Key, Token: token(), TTL: time.Second}
+	errs := d.RefreshMany(ctx, []backend.Claim{l, other, l})
 	if errs[0] != nil || !errors.Is(errs[1], backend.ErrNotHeld) || errs[2] != nil {
 		t.Fatalf("errs = %v", errs)
 	}
@@ -217,9 +217,9 @@ func TestRefreshManyScale(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	d := openDriver(t, addr)
 	const n = 500
-	locks := make([]backend.Lock, n)
+	locks := make([]backend.Claim, n)
 	for i := range locks {
-		locks[i] = backend.Lock{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: 10 * time.Second}
+		locks[i] = backend.Claim{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: 10 * time.Second}
 		if _, err := d.TryAcquire(ctx, locks[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -334,9 +334,9 @@ func TestRefreshManyCutOff(t *testing.T) {
 	}
 	defer p.Close()
 	d := openDriver(t, p.Addr()) // timeout 500 ms
-	locks := make([]backend.Lock, 10)
+	locks := make([]backend.Claim, 10)
 	for i := range locks {
-		locks[i] = backend.Lock{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: 10 * time.Second}
+		locks[i] = backend.Claim{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: 10 * time.Second}
 		if _, err := d.TryAcquire(ctx, locks[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -405,9 +405,9 @@ func BenchmarkRefreshMany(b *testing.B) {
 	nd.batch.close() // keeps no connection: each batch dials
 	nd.batch.closed = true
 	const n = 100
-	locks := make([]backend.Lock, n)
+	locks := make([]backend.Claim, n)
 	for i := range locks {
-		locks[i] = backend.Lock{Key: uniqueKey(b, fmt.Sprint(i)), Token: token(), TTL: 30 * time.Second}
+		locks[i] = backend.Claim{Key: uniqueKey(b, fmt.Sprint(i)), Token: token(), TTL: 30 * time.Second}
 		if _, err := d.TryAcquire(ctx, locks[i]); err != nil {
 			b.Fatal(err)
 		}
@@ -462,10 +462,10 @@ func TestRefreshManyServers(t *testing.T) {
 	}
 	d := drv.(*Driver)
 	defer d.Close()
-	locks := make([]backend.Lock, 200)
+	locks := make([]backend.Claim, 200)
 	on := map[string]int{}
 	for i := range locks {
-		locks[i] = backend.Lock{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: 10 * time.Second}
+		locks[i] = backend.Claim{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: 10 * time.Second}
 		if _, err := d.TryAcquire(ctx, locks[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -580,10 +580,10 @@ func fakeMemcached(t *testing.T, values map[string]string, script []string) stri
 // commands fails that lock and the rest, never reports them refreshed.
 func TestRefreshManyReplies(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
-	locks := make([]backend.Lock, 6)
+	locks := make([]backend.Claim, 6)
 	values := map[string]string{}
 	for i := range locks {
-		locks[i] = backend.Lock{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: time.Second}
+		locks[i] = backend.Claim{Key: uniqueKey(t, fmt.Sprint(i)), Token: token(), TTL: time.Second}
 		values[lockKey(locks[i].Key)] = locks[i].Token
 	}
 	addr := fakeMemcached(t, values, []string{"STORED", "SERVER_ERROR out of memory storing object", "EXISTS", "NOT_FOUND", "BOGUS"})

@@ -47,7 +47,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		l := backend.Lock{Key: key, Token: tokens[i%len(tokens)], TTL: time.Second}
+		l := backend.Claim{Key: key, Token: tokens[i%len(tokens)], TTL: time.Second}
 		if _, err := d.TryAcquire(ctx, l); err != nil {
 			b.Fatal(err)
 		}

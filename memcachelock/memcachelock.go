@@ -242,7 +242,7 @@ const maxAttempts = 4
 // TryAcquire takes the lock with add, the atomic create-if-absent, or with
 // a cas over a tombstone; then draws a fence; then confirms it still holds
 // the lock (see nextFence for why the confirmation is needed).
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	exp, eff, err := expiration(l.TTL, time.Now())
 	if err != nil {
 		return backend.Grant{}, err
@@ -353,7 +353,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 // It runs in the background, counted in d.ops so that Close waits for it:
 // on a dead connection it takes a whole Timeout, which the caller, who may
 // have given up, does not wait for.
-func (d *Driver) cleanup(l backend.Lock) {
+func (d *Driver) cleanup(l backend.Claim) {
 	d.ops.Add(1)
 	go func() {
 		defer d.ops.Done()
@@ -432,7 +432,7 @@ func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 // Refresh extends the lock with gets and cas: the cas succeeds only if the
 // item is still the very one our gets found holding our token, so it never
 // extends another holder's lock (touch, which checks nothing, could).
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	exp, _, err := expiration(l.TTL, time.Now())
 	if err != nil {
 		return err
@@ -445,7 +445,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 }
 
 // refresh is Refresh for a call in flight, with l.TTL as expiration exp.
-func (d *Driver) refresh(ctx context.Context, l backend.Lock, exp int32) error {
+func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error {
 	lk := lockKey(l.Key)
 	for range maxAttempts {
 		if err := live(ctx, "refresh"); err != nil {
@@ -490,7 +490,7 @@ func (d *Driver) refresh(ctx context.Context, l backend.Lock, exp int32) error {
 // already expired: the item disappears at once, exactly as if deleted, and
 // the next add succeeds. Should a server keep the tombstone anyway, an
 // acquisition treats it as free and takes it over with gets and cas.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if err := d.begin(); err != nil {
 		return fmt.Errorf("memcachelock: release: %w", err)
 	}
@@ -498,7 +498,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
 	return d.release(ctx, l)
 }
 
-func (d *Driver) release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 	lk := lockKey(l.Key)
 	for range maxAttempts {
 		if err := live(ctx, "release"); err != nil {

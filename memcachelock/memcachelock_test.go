@@ -160,7 +160,7 @@ func TestValues(t *testing.T) {
 			t.Errorf("token %q accepted", bad)
 		}
 		d := New(memcache.New("127.0.0.1:1")) // never reached
-		if _, err := d.TryAcquire(context.Background(), backend.Lock{Key: "a/b", Token: bad, TTL: time.Second}); !errors.Is(err, backend.ErrUnsupported) {
+		if _, err := d.TryAcquire(context.Background(), backend.Claim{Key: "a/b", Token: bad, TTL: time.Second}); !errors.Is(err, backend.ErrUnsupported) {
 			t.Errorf("TryAcquire with token %q = %v, want ErrUnsupported", bad, err)
 		}
 	}
@@ -263,7 +263,7 @@ func TestTombstoneIsFree(t *testing.T) {
 	if err := d.mc.Set(&memcache.Item{Key: lockKey(key), Value: []byte(tombstone), Expiration: 60}); err != nil {
 		t.Fatal(err)
 	}
-	l := backend.Lock{Key: key, Token: token(), TTL: time.Second}
+	l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
 	g, err := d.TryAcquire(ctx, l)
 	if err != nil {
 		t.Fatalf("TryAcquire over a tombstone: %v", err)
@@ -271,7 +271,7 @@ func TestTombstoneIsFree(t *testing.T) {
 	if g.Fence == 0 || g.TTL != time.Second {
 		t.Fatalf("grant %+v", g)
 	}
-	if _, err := d.TryAcquire(ctx, backend.Lock{Key: key, Token: token(), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: token(), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("second TryAcquire = %v, want ErrNotAcquired", err)
 	}
 	if err := d.Release(ctx, l); err != nil {
@@ -292,7 +292,7 @@ func TestForeignValueCountsAsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.mc.Delete(lockKey(key))
-	if _, err := d.TryAcquire(ctx, backend.Lock{Key: key, Token: token(), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: token(), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire over a value we did not write = %v, want ErrNotAcquired", err)
 	}
 	if it, err := d.mc.Get(lockKey(key)); err != nil || string(it.Value) != "something else" {
@@ -317,7 +317,7 @@ func TestTTLRoundedUp(t *testing.T) {
 		wg.Go(func() {
 			key := uniqueKey(t, fmt.Sprint(i))
 			start := time.Now()
-			g, err := d.TryAcquire(ctx, backend.Lock{Key: key, Token: token(), TTL: 300 * time.Millisecond})
+			g, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: token(), TTL: 300 * time.Millisecond})
 			if err != nil {
 				errs[i] = err
 				return
@@ -388,7 +388,7 @@ func TestFenceSeededFromClock(t *testing.T) {
 	d := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
 	before := uint64(time.Now().UnixMicro())
-	l := backend.Lock{Key: key, Token: token(), TTL: time.Second}
+	l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
 	g, err := d.TryAcquire(ctx, l)
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +403,7 @@ func TestFenceSeededFromClock(t *testing.T) {
 	if err := d.mc.Delete(fenceKey(key)); err != nil {
 		t.Fatal(err)
 	}
-	l2 := backend.Lock{Key: key, Token: token(), TTL: time.Second}
+	l2 := backend.Claim{Key: key, Token: token(), TTL: time.Second}
 	g2, err := d.TryAcquire(ctx, l2)
 	if err != nil {
 		t.Fatal(err)
@@ -490,7 +490,7 @@ func TestLostBeforeFenceIsNotGranted(t *testing.T) {
 	a, hook := hookedDriver(t, "incr ")
 	b := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
-	lb := backend.Lock{Key: key, Token: token(), TTL: 5 * time.Second}
+	lb := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	var gb backend.Grant
 	var berr error
 	f := func() {
@@ -502,7 +502,7 @@ func TestLostBeforeFenceIsNotGranted(t *testing.T) {
 		gb, berr = b.TryAcquire(ctx, lb)
 	}
 	hook.Store(&f)
-	la := backend.Lock{Key: key, Token: token(), TTL: 5 * time.Second}
+	la := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	ga, err := a.TryAcquire(ctx, la)
 	if berr != nil {
 		t.Fatalf("B: %v", berr)
@@ -519,7 +519,7 @@ func TestLostBeforeFenceIsNotGranted(t *testing.T) {
 	if err := b.Release(ctx, lb); err != nil {
 		t.Fatal(err)
 	}
-	lc := backend.Lock{Key: key, Token: token(), TTL: time.Second}
+	lc := backend.Claim{Key: key, Token: token(), TTL: time.Second}
 	gc, err := b.TryAcquire(ctx, lc)
 	if err != nil {
 		t.Fatal(err)
@@ -537,7 +537,7 @@ func TestReleaseRetriesAfterOwnRefresh(t *testing.T) {
 	d, hook := hookedDriver(t, "cas ")
 	other := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
-	l := backend.Lock{Key: key, Token: token(), TTL: 5 * time.Second}
+	l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -563,11 +563,11 @@ func TestReleaseNeverFreesNextHolder(t *testing.T) {
 	d, hook := hookedDriver(t, "cas ")
 	other := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
-	old := backend.Lock{Key: key, Token: token(), TTL: 5 * time.Second}
+	old := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	if _, err := d.TryAcquire(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	nu := backend.Lock{Key: key, Token: token(), TTL: 5 * time.Second}
+	nu := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	var nerr error
 	f := func() {
 		other.mc.Delete(lockKey(key)) // the old lock expires...
@@ -609,7 +609,7 @@ func TestNewLeavesUserClientOpen(t *testing.T) {
 	if err := c.Driver().Close(); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("second driver Close = %v, want ErrClosed", err)
 	}
-	if _, err := c.Driver().TryAcquire(ctx, backend.Lock{Key: "a/b", Token: token(), TTL: time.Second}); !errors.Is(err, backend.ErrClosed) {
+	if _, err := c.Driver().TryAcquire(ctx, backend.Claim{Key: "a/b", Token: token(), TTL: time.Second}); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("TryAcquire on a closed driver = %v, want ErrClosed", err)
 	}
 }

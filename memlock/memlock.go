@@ -125,7 +125,7 @@ func (d *Driver) check(ctx context.Context) error {
 }
 
 // TryAcquire implements backend.Driver.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if err := d.check(ctx); err != nil {
 		return backend.Grant{}, err
 	}
@@ -142,7 +142,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 }
 
 // Refresh implements backend.Driver.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if err := d.check(ctx); err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 	return s.refresh(l, time.Now())
 }
 
-func (s *Store) refresh(l backend.Lock, now time.Time) error {
+func (s *Store) refresh(l backend.Claim, now time.Time) error {
 	if e, ok := s.held(l.Key, now); !ok || e.token != l.Token {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}
@@ -161,7 +161,7 @@ func (s *Store) refresh(l backend.Lock, now time.Time) error {
 }
 
 // RefreshMany implements backend.BatchRefresher.
-func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if err := d.check(ctx); err != nil {
 		for i := range errs {
@@ -180,7 +180,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 }
 
 // Release implements backend.Driver.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if err := d.check(ctx); err != nil {
 		return err
 	}

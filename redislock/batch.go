@@ -33,7 +33,7 @@ var (
 // EVALSHA; those that a server answers NOSCRIPT (its script cache was
 // emptied by a restart, a failover or SCRIPT FLUSH) go again as EVAL, in a
 // second pipeline, as Script.Run does for one.
-func (n *node) refreshMany(ctx context.Context, locks []backend.Lock, pxs []int64) []result {
+func (n *node) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
 		return res
@@ -71,7 +71,7 @@ func (n *node) refreshMany(ctx context.Context, locks []backend.Lock, pxs []int6
 // RefreshMany implements backend.BatchRefresher: every lock's refresh
 // script in one pipeline (per node of a cluster or ring). Each lock's error
 // is what Refresh would have returned for it.
-func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
 		return errs
@@ -103,7 +103,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 // its TTL, or so many show it free or another token's that it is lost, or
 // it cannot tell. It returns once every lock is decided, every server
 // answered, or ctx ended; servers that answer later are not waited for.
-func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
 		return errs
@@ -114,7 +114,7 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 		}
 		return errs
 	}
-	ls := make([]backend.Lock, len(locks))
+	ls := make([]backend.Claim, len(locks))
 	pxs := make([]int64, len(locks))
 	var timeout time.Duration
 	for i, l := range locks {
@@ -141,7 +141,7 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 // ends. As in gather, the requests' own context is not the caller's
 // (timeout and Close end it), and servers that answer later are left to
 // finish in the background; Close waits for them.
-func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Lock, pxs []int64) []result {
+func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
 	nn := len(q.nodes)
 	nodeCtx, cancel, started := q.requests(ctx, timeout)
 	if !started {

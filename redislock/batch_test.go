@@ -19,7 +19,7 @@ import (
 // batchCase is one lock of a mixed batch and what RefreshMany must say.
 type batchCase struct {
 	what string
-	l    backend.Lock
+	l    backend.Claim
 	held bool // RefreshMany returns nil and extends it; else ErrNotHeld
 }
 
@@ -27,13 +27,13 @@ type batchCase struct {
 // released, taken by another token, expired (its key expired on every
 // server), never acquired. admins reach every server; foreign records the
 // other token's lock, whose expiry RefreshMany must not touch.
-func mixedBatch(t *testing.T, drv backend.Driver, admins []redis.Cmdable, held int) (cases []batchCase, foreign backend.Lock) {
+func mixedBatch(t *testing.T, drv backend.Driver, admins []redis.Cmdable, held int) (cases []batchCase, foreign backend.Claim) {
 	t.Helper()
 	ctx := testCtx(t)
-	lock := func() backend.Lock {
-		return backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 2 * time.Second}
+	lock := func() backend.Claim {
+		return backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 2 * time.Second}
 	}
-	acquire := func(l backend.Lock) {
+	acquire := func(l backend.Claim) {
 		t.Helper()
 		if _, err := drv.TryAcquire(ctx, l); err != nil {
 			t.Fatalf("TryAcquire: %v", err)
@@ -58,7 +58,7 @@ func mixedBatch(t *testing.T, drv backend.Driver, admins []redis.Cmdable, held i
 	if err := drv.Release(ctx, taken); err != nil {
 		t.Fatal(err)
 	}
-	foreign = backend.Lock{Key: taken.Key, Token: newToken(), TTL: 2 * time.Second}
+	foreign = backend.Claim{Key: taken.Key, Token: newToken(), TTL: 2 * time.Second}
 	acquire(foreign)
 	waitKey(t, admins, foreign.Key, true)
 	cases = append(cases, batchCase{"taken by another token", taken, false})
@@ -148,10 +148,10 @@ func waitKey(t *testing.T, admins []redis.Cmdable, key string, exists bool) {
 
 // checkMixed runs RefreshMany over cases with a 10 s TTL and checks each
 // lock's error and, on every server, its expiry.
-func checkMixed(t *testing.T, br backend.BatchRefresher, admins []redis.Cmdable, cases []batchCase, foreign backend.Lock) {
+func checkMixed(t *testing.T, br backend.BatchRefresher, admins []redis.Cmdable, cases []batchCase, foreign backend.Claim) {
 	t.Helper()
 	ctx := testCtx(t)
-	locks := make([]backend.Lock, len(cases))
+	locks := make([]backend.Claim, len(cases))
 	for i, c := range cases {
 		locks[i] = c.l
 		locks[i].TTL = 10 * time.Second
@@ -269,9 +269,9 @@ func TestRefreshManyQuorum(t *testing.T) {
 	// Per lock, the majority rule of Refresh: a lock held on five, three
 	// and two of five servers (set there directly) holds, holds, is lost.
 	ctx := testCtx(t)
-	var locks []backend.Lock
+	var locks []backend.Claim
 	for i, on := range []int{5, 3, 2} {
-		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 2 * time.Second}
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 2 * time.Second}
 		for _, a := range admins[5-on:] {
 			if err := a.Set(ctx, lockKey(l.Key), l.Token+"."+strconv.Itoa(i), 2*time.Second).Err(); err != nil {
 				t.Fatal(err)
@@ -317,9 +317,9 @@ func TestRefreshManyQuorumFaults(t *testing.T) {
 	}
 	defer q.Close()
 	admins := quorumAdmins(t, addrs)
-	var locks []backend.Lock
+	var locks []backend.Claim
 	for range 20 {
-		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
 		if _, err := q.TryAcquire(ctx, l); err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func TestRefreshManyNoScript(t *testing.T) {
 		}
 		// The cache is full again: one round trip.
 		calls = cc.calls.Load()
-		locks := make([]backend.Lock, len(cases))
+		locks := make([]backend.Claim, len(cases))
 		for i, c := range cases {
 			locks[i] = c.l
 		}
@@ -428,7 +428,7 @@ func TestRefreshManyEmptyAndClosed(t *testing.T) {
 		t.Fatalf("RefreshMany(nil) = %v", errs)
 	}
 	d.Close()
-	errs := d.RefreshMany(testCtx(t), make([]backend.Lock, 3))
+	errs := d.RefreshMany(testCtx(t), make([]backend.Claim, 3))
 	for i, err := range errs {
 		if !errors.Is(err, backend.ErrClosed) {
 			t.Errorf("lock %d after Close: %v", i, err)
@@ -446,9 +446,9 @@ func BenchmarkRefreshMany(b *testing.B) {
 		backend.BatchRefresher
 	}) {
 		ctx := context.Background()
-		locks := make([]backend.Lock, n)
+		locks := make([]backend.Claim, n)
 		for i := range locks {
-			locks[i] = backend.Lock{Key: backend.Key("redislock-bench", fmt.Sprintf("refresh-%s-%d", randHex(4), i)), Token: newToken(), TTL: 30 * time.Second}
+			locks[i] = backend.Claim{Key: backend.Key("redislock-bench", fmt.Sprintf("refresh-%s-%d", randHex(4), i)), Token: newToken(), TTL: 30 * time.Second}
 			if _, err := drv.TryAcquire(ctx, locks[i]); err != nil {
 				b.Fatal(err)
 			}

@@ -62,7 +62,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	}
 	drv := func() {
-		l := backend.Lock{Key: key, Token: token, TTL: 30 * time.Second}
+		l := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
 		if _, err := d.TryAcquire(ctx, l); err != nil {
 			b.Fatal(err)
 		}

@@ -115,7 +115,7 @@ func TestCancelBlackholed(t *testing.T) {
 			name := randHex(4)
 			key := backend.Key(ns, name)
 			holder := directDriver(t, fair)
-			hl := backend.Lock{Key: key, Token: newToken(), TTL: time.Minute}
+			hl := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 			if _, err := holder.TryAcquire(testCtx(t), hl); err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestCancelBlackholed(t *testing.T) {
 			t.Run("driver", func(t *testing.T) {
 				p := newFaultProxy(t)
 				d := proxiedDriver(t, p, fair)
-				l := backend.Lock{Key: key, Token: newToken(), TTL: time.Minute}
+				l := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 				// Warm the connection, then cut it off.
 				if _, err := d.TryAcquire(testCtx(t), l); !errors.Is(err, backend.ErrNotAcquired) {
 					t.Fatalf("TryAcquire of a held lock: %v", err)
@@ -177,7 +177,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			p := newFaultProxy(t)
 			d := proxiedDriver(t, p, fair)
 			key := uniqueKey(t)
-			other := backend.Lock{Key: key, Token: newToken(), TTL: time.Minute}
+			other := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 			if _, err := d.TryAcquire(testCtx(t), other); err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 				}
 			}
 			p.BlackholeDown() // requests arrive, answers do not
-			l := backend.Lock{Key: key, Token: newToken(), TTL: time.Minute}
+			l := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 			granted := func() {
 				if v, err := admin.Get(testCtx(t), lockKey(key)).Result(); err != nil || !strings.HasPrefix(v, holder(l)) {
 					t.Errorf("the server did not grant the lock to the stuck call: %q, %v", v, err)
@@ -280,13 +280,13 @@ func TestCancelSparesHealthyCalls(t *testing.T) {
 	deadAddr, slowAddr := dead.Addr(), slow.Addr()
 	route.Store(&deadAddr)
 	d, in := routedDriver(t, &route)
-	held := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+	held := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
 	if _, err := openDriver(t).TryAcquire(testCtx(t), held); err != nil {
 		t.Fatal(err)
 	}
 	// The pool's one connection goes through dead; every later one
 	// through slow.
-	stuck := backend.Lock{Key: held.Key, Token: newToken(), TTL: time.Minute}
+	stuck := backend.Claim{Key: held.Key, Token: newToken(), TTL: time.Minute}
 	if _, err := d.TryAcquire(testCtx(t), stuck); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held lock: %v", err)
 	}
@@ -311,7 +311,7 @@ func TestCancelSparesHealthyCalls(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+				l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
 				if _, err := d.TryAcquire(context.Background(), l); err != nil {
 					errs <- err
 					return
@@ -405,7 +405,7 @@ func BenchmarkInterruptible(b *testing.B) {
 	name := "interruptible-" + randHex(4)
 	drv := func(d *Driver) func() {
 		return func() {
-			l := backend.Lock{Key: key, Token: newToken(), TTL: 30 * time.Second}
+			l := backend.Claim{Key: key, Token: newToken(), TTL: 30 * time.Second}
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				b.Fatal(err)
 			}

@@ -47,7 +47,7 @@ func NewFair(rdb redis.UniversalClient, opts ...Option) *FairDriver {
 // woken by the release that names it as the next holder, until it holds
 // the lock, ctx ends, or reaching the server keeps failing for
 // failingFor. When it returns an error it leaves the queue.
-func (d *FairDriver) Acquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if d.closed.Load() {
 		return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
 	}

@@ -45,7 +45,7 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	if err := rdb.HSet(ctx, liveKey(key), "dead", strconv.FormatInt(until, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
 	if _, err := d.TryAcquire(ctx, l); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire with a live waiter queued = %v, want ErrNotAcquired", err)
 	}
@@ -123,7 +123,7 @@ func TestFairOrderAndLeave(t *testing.T) {
 	ctx := testCtx(t)
 	d1, d2 := openFair(t), openFair(t)
 	key := uniqueKey(t)
-	holder := backend.Lock{Key: key, Token: newToken(), TTL: 10 * time.Second}
+	holder := backend.Claim{Key: key, Token: newToken(), TTL: 10 * time.Second}
 	if _, err := d1.TryAcquire(ctx, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +133,13 @@ func TestFairOrderAndLeave(t *testing.T) {
 	}
 	got := make(chan result, 3)
 	cancels := make([]context.CancelFunc, 3)
-	locks := make([]backend.Lock, 3)
+	locks := make([]backend.Claim, 3)
 	for i := range 3 {
 		d := []*FairDriver{d1, d2}[i%2]
 		wctx, cancel := context.WithCancel(ctx)
 		cancels[i] = cancel
 		defer cancel()
-		locks[i] = backend.Lock{Key: key, Token: newToken(), TTL: 10 * time.Second}
+		locks[i] = backend.Claim{Key: key, Token: newToken(), TTL: 10 * time.Second}
 		go func() {
 			_, err := d.Acquire(wctx, locks[i])
 			got <- result{i, err}

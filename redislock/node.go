@@ -129,16 +129,16 @@ func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
 var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
-func attempt(l backend.Lock) string {
+func attempt(l backend.Claim) string {
 	return l.Token + "." + strconv.FormatUint(attempts.Add(1), 10)
 }
 
-func holder(l backend.Lock) string { return l.Token + "." }
+func holder(l backend.Claim) string { return l.Token + "." }
 
 // acquire runs the acquire script for one attempt (see attempt): the
 // fence; 0 when another token holds the lock; -n when the server started
 // less than a TTL ago and grants the name only in n milliseconds.
-func (n *node) acquire(ctx context.Context, l backend.Lock, value string, px int64) (int64, error) {
+func (n *node) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), n.restartDelay(px)).Int64()
 	return v, classify(err)
@@ -195,13 +195,13 @@ func notAcquired(op string, r int64) error {
 	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
 }
 
-func (n *node) refresh(ctx context.Context, l backend.Lock, px int64) (bool, error) {
+func (n *node) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
 	return v == 1, classify(err)
 }
 
-func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
+func (n *node) release(ctx context.Context, l backend.Claim) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
 	return n.released(v), classify(err)
@@ -210,7 +210,7 @@ func (n *node) release(ctx context.Context, l backend.Lock) (bool, error) {
 // fairAcquire runs the fair acquire script for waiter w (wait: join the
 // queue when not granted): the fence, 0 when not granted, or -n when w is
 // next and the lock is held for n more milliseconds.
-func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px int64, w string, wait bool) (int64, error) {
+func (n *node) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, wait bool) (int64, error) {
 	defer n.in.watch(ctx).stop()
 	mode := "try"
 	if wait {
@@ -222,7 +222,7 @@ func (n *node) fairAcquire(ctx context.Context, l backend.Lock, value string, px
 }
 
 // fairRelease is release that names the next waiter in its message.
-func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
+func (n *node) fairRelease(ctx context.Context, l backend.Claim) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
 	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
@@ -232,7 +232,7 @@ func (n *node) fairRelease(ctx context.Context, l backend.Lock) (bool, error) {
 // leave takes waiter w out of l.Key's queue, even when ctx is done, and
 // cleans up after its attempt value. Best effort: a waiter that could not
 // leave is dropped once its liveness runs out.
-func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
+func (n *node) leave(ctx context.Context, l backend.Claim, value, w string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer n.in.watch(ctx).stop()
@@ -240,7 +240,7 @@ func (n *node) leave(ctx context.Context, l backend.Lock, value, w string) {
 	_ = leaveScript.Eval(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
 }
 
-func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence uint64) (bool, error) {
+func (n *node) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
 	defer n.in.watch(ctx).stop()
 	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
 	return v == 1, classify(err)
@@ -255,7 +255,7 @@ func (n *node) raise(ctx context.Context, l backend.Lock, value string, fence ui
 // lost, and a NOSCRIPT answer (a server that never ran the script, or
 // restarted) would never arrive to trigger the fallback, so the clean-up
 // would not run at all.
-func (n *node) cleanup(ctx context.Context, l backend.Lock, value string) {
+func (n *node) cleanup(ctx context.Context, l backend.Claim, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer n.in.watch(ctx).stop()

@@ -93,7 +93,7 @@ func TestReleaseWithoutChannelPermission(t *testing.T) {
 		}
 		defer d.Close()
 		for range 2 {
-			l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+			l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				t.Fatalf("fair=%v: TryAcquire: %v", fair, err)
 			}

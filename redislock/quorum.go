@@ -285,7 +285,7 @@ func count(res []result) (ok, notOK int) {
 // answered, too few granted) is released and tried again after a short
 // random pause, at most splitRetries times, so that of simultaneous tries
 // on a free lock one wins, as with a single server.
-func (q *Quorum) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if q.closed.Load() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
 	}
@@ -314,7 +314,7 @@ const splitRetries = 3
 // machine.
 const minQuorumTTL = 500 * time.Millisecond
 
-func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, split bool, _ error) {
+func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
 	value := attempt(l)
@@ -440,7 +440,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Lock) (_ backend.Grant, 
 // abandon releases a failed acquisition: at once on the servers that
 // granted it, in the background on those that failed to answer (they may
 // have granted it); those that had not answered yet release when they do.
-func (q *Quorum) abandon(ctx context.Context, l backend.Lock, value string, res []result) {
+func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) {
 	var wg sync.WaitGroup
 	for i, r := range res {
 		switch {
@@ -468,7 +468,7 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Lock, value string, res 
 // that holds it for the token, and succeeds when a majority did. It reports
 // ErrNotHeld when so many servers show it free or another token's that no
 // majority can hold it.
-func (q *Quorum) Refresh(ctx context.Context, l backend.Lock) error {
+func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 	if q.closed.Load() {
 		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
 	}
@@ -505,7 +505,7 @@ func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time,
 // Release implements backend.Driver: it releases the lock on every server
 // (those that are slow to answer, in the background). It reports
 // ErrNotHeld when no majority held it for the token.
-func (q *Quorum) Release(ctx context.Context, l backend.Lock) error {
+func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	if q.closed.Load() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}

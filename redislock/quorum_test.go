@@ -128,7 +128,7 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 
 	// A: servers 0, 1, 2 grant, with 101, 11, 11.
 	unblock := block(3, 4)
-	a := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	a := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
 	ga, err := q.TryAcquire(ctx, a)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 	// B: servers 2, 3, 4 grant; only server 2 was in A's majority.
 	unblock = block(0, 1)
 	defer unblock()
-	b := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	b := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
 	gb, err := q.TryAcquire(ctx, b)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestQuorumFenceAcrossOutages(t *testing.T) {
 	var fences []uint64
 	take := func() {
 		t.Helper()
-		l := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+		l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
 		// The first request to a restarted server may fail on a pooled
 		// connection to its previous incarnation (quorum servers are not
 		// retried): try again, as a waiting Acquire would.
@@ -229,13 +229,13 @@ func TestQuorumSimultaneousTries(t *testing.T) {
 	for r := range rounds {
 		key := uniqueKey(t)
 		var wins atomic.Int32
-		var held []backend.Lock
+		var held []backend.Claim
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for i := range tries {
 			wg.Go(func() {
-				l := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+				l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
 				<-start
 				_, err := qs[i%len(qs)].TryAcquire(ctx, l)
 				switch {
@@ -278,7 +278,7 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
 	}
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
 	if _, err := q.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestQuorumTwoSilent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 10 * time.Second}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 10 * time.Second}
 	start := time.Now()
 	if _, err := q.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
@@ -458,7 +458,7 @@ func TestQuorumLateGrantAfterRelease(t *testing.T) {
 	defer q.Close()
 	admin := adminClient(t, addrs[4])
 	for range 3 {
-		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 10 * time.Second}
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 10 * time.Second}
 		start := time.Now()
 		if _, err := q.TryAcquire(ctx, l); err != nil {
 			t.Fatal(err)

@@ -122,7 +122,7 @@ func (d *Driver) Client() redis.UniversalClient { return d.n.rdb }
 
 // TryAcquire implements backend.Driver: one atomic script sets the lock key
 // (SET NX PX) and advances the name's fence counter.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if d.closed.Load() {
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrClosed)
 	}
@@ -152,7 +152,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 }
 
 // Refresh implements backend.Driver.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if d.closed.Load() {
 		return fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
 	}
@@ -168,7 +168,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 
 // Release implements backend.Driver; a release publishes on the key's
 // channel so that waiters retry at once.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if d.closed.Load() {
 		return fmt.Errorf("redislock: release: %w", backend.ErrClosed)
 	}

@@ -82,7 +82,7 @@ func TestTTLRounding(t *testing.T) {
 		{time.Second, time.Second},
 		{30 * 24 * time.Hour, 30 * 24 * time.Hour},
 	} {
-		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: c.ttl}
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: c.ttl}
 		g, err := d.TryAcquire(ctx, l)
 		if err != nil {
 			t.Fatalf("TryAcquire(TTL %v): %v", c.ttl, err)
@@ -110,7 +110,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	d := openDriver(t)
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
 	first := attempt(l)
 	f1, err := d.n.acquire(ctx, l, first, 5000)
 	if err != nil || f1 == 0 {
@@ -150,7 +150,7 @@ func TestFenceSurvivesLostCounter(t *testing.T) {
 	key := uniqueKey(t)
 	var last uint64
 	for i := range 6 {
-		l := backend.Lock{Key: key, Token: newToken(), TTL: time.Second}
+		l := backend.Claim{Key: key, Token: newToken(), TTL: time.Second}
 		g, err := d.TryAcquire(ctx, l)
 		if err != nil {
 			t.Fatal(err)
@@ -183,7 +183,7 @@ func TestNoScriptFallback(t *testing.T) {
 	ctx := testCtx(t)
 	d := openDriver(t)
 	admin := adminClient(t, testenv.RedisAddr())
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
 	for _, step := range []func() error{
 		func() error { _, err := d.TryAcquire(ctx, l); return err },
 		func() error { return d.Refresh(ctx, l) },
@@ -204,7 +204,7 @@ func TestNotifications(t *testing.T) {
 	ctx := testCtx(t)
 	d1, d2 := openDriver(t), openDriver(t, withLinger(20*time.Millisecond))
 	key := uniqueKey(t)
-	l := backend.Lock{Key: key, Token: newToken(), TTL: 5 * time.Second}
+	l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
 	if _, err := d1.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestSubscribeChurn(t *testing.T) {
 					t.Errorf("Subscribe: %v", err)
 					return
 				}
-				l := backend.Lock{Key: key, Token: newToken(), TTL: time.Second}
+				l := backend.Claim{Key: key, Token: newToken(), TTL: time.Second}
 				if _, err := pub.TryAcquire(ctx, l); err == nil {
 					_ = pub.Release(ctx, l)
 				}
@@ -378,7 +378,7 @@ func TestMaxmemoryWarning(t *testing.T) {
 	if strings.Contains(buf.String(), "WARN") {
 		t.Fatalf("warned without being able to read the policy: %q", buf.String())
 	}
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatalf("TryAcquire as a user without CONFIG: %v", err)
 	}
@@ -479,7 +479,7 @@ func TestNewDoesNotCloseCallersClient(t *testing.T) {
 	if err := d.Close(); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("second Close = %v, want ErrClosed", err)
 	}
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
 	if _, err := d.TryAcquire(ctx, l); !errors.Is(err, backend.ErrClosed) {
 		t.Fatalf("TryAcquire after Close = %v, want ErrClosed", err)
 	}

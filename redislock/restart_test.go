@@ -33,7 +33,7 @@ func TestYoungServerWaitsATTL(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.Close()
-		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: ttl}
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: ttl}
 		_, err = d.TryAcquire(ctx, l)
 		if !errors.Is(err, backend.ErrNotAcquired) || !strings.Contains(err.Error(), "started less than a TTL ago") {
 			t.Fatalf("fair=%v: TryAcquire on a server started %v ago = %v, want ErrNotAcquired saying why",
@@ -45,7 +45,7 @@ func TestYoungServerWaitsATTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer off.Close()
-	if _, err := off.TryAcquire(ctx, backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: ttl}); err != nil {
+	if _, err := off.TryAcquire(ctx, backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: ttl}); err != nil {
 		t.Fatalf("with restart_delay=0: %v", err)
 	}
 	d, err := Open(ctx, "redis://"+srv.Addr+"/0", withTTLRestartDelay())
@@ -53,7 +53,7 @@ func TestYoungServerWaitsATTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: ttl}
+	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: ttl}
 	for i := 0; ; i++ {
 		_, err := d.TryAcquire(ctx, l)
 		if err == nil {

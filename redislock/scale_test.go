@@ -131,7 +131,7 @@ type batchDriver interface {
 	backend.BatchRefresher
 }
 
-func (d *timedBatch) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *timedBatch) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	start := time.Now()
 	errs := d.batchDriver.RefreshMany(ctx, locks)
 	took := time.Since(start)

@@ -150,7 +150,7 @@ func TestSecureTLSFromURL(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
-		l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
 		if _, err := d.TryAcquire(ctx, l); err != nil {
 			t.Errorf("TryAcquire: %v", err)
 		} else if err := d.Release(ctx, l); err != nil {
@@ -519,7 +519,7 @@ func TestSecureNoRightsToKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The outsider even knows the token: the ACL alone must stop it.
-	stolen := backend.Lock{Key: key, Token: strings.Split(value, ".")[0], TTL: time.Minute}
+	stolen := backend.Claim{Key: key, Token: strings.Split(value, ".")[0], TTL: time.Minute}
 	for _, fair := range []bool{false, true} {
 		var d backend.Driver
 		if fair {
@@ -533,7 +533,7 @@ func TestSecureNoRightsToKeys(t *testing.T) {
 		defer d.Close()
 		for what, f := range map[string]func() error{
 			"TryAcquire": func() error {
-				_, err := d.TryAcquire(ctx, backend.Lock{Key: key, Token: newToken(), TTL: time.Minute})
+				_, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: newToken(), TTL: time.Minute})
 				return err
 			},
 			"Refresh": func() error { return d.Refresh(ctx, stolen) },

@@ -54,7 +54,7 @@ func TestTLSFromURL(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", c.url, err)
 			} else {
-				l := backend.Lock{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+				l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
 				if _, err := d.TryAcquire(ctx, l); err != nil {
 					t.Errorf("%s: TryAcquire: %v", c.url, err)
 				}

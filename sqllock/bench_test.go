@@ -63,7 +63,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	}
 	driver := func() {
-		l := backend.Lock{Key: key, Token: randHex(16), TTL: 30 * time.Second}
+		l := backend.Claim{Key: key, Token: randHex(16), TTL: 30 * time.Second}
 		g, err := d.TryAcquire(ctx, l)
 		if err != nil {
 			b.Fatal(err)

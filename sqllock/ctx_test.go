@@ -24,7 +24,7 @@ func TestCallsReturnWhenCtxEndsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	l := backend.Lock{Key: "ctx/x", Token: randHex(16), TTL: time.Minute}
+	l := backend.Claim{Key: "ctx/x", Token: randHex(16), TTL: time.Minute}
 	g, err := d.TryAcquire(ctx, l)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestCallsReturnWhenCtxEndsCutOff(t *testing.T) {
 	}{
 		{"TryAcquire", func(ctx context.Context) error { _, err := d.TryAcquire(ctx, l); return err }},
 		{"Refresh", func(ctx context.Context) error { return d.Refresh(ctx, l) }},
-		{"RefreshMany", func(ctx context.Context) error { return d.RefreshMany(ctx, []backend.Lock{l})[0] }},
+		{"RefreshMany", func(ctx context.Context) error { return d.RefreshMany(ctx, []backend.Claim{l})[0] }},
 		{"Release", func(ctx context.Context) error { return d.Release(ctx, l) }},
 		{"Subscribe", func(ctx context.Context) error {
 			_, cancel, err := d.Subscribe(ctx, "ctx/y") // starts the listener, which cannot connect

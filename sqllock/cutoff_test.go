@@ -148,7 +148,7 @@ func TestCloseCutOff(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				l := backend.Lock{Key: "cut/x", Token: randHex(16), TTL: time.Minute}
+				l := backend.Claim{Key: "cut/x", Token: randHex(16), TTL: time.Minute}
 				g, err := d.TryAcquire(ctx, l)
 				if err != nil {
 					t.Fatal(err)

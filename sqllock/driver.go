@@ -172,7 +172,7 @@ func (d *Driver) call(ctx context.Context) (context.Context, func()) {
 // TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
 // UPDATE that takes the row only when it is free or expired by the server's
 // clock, and bumps its version, the fence.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant, error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	us, err := micros(l.TTL)
 	if err != nil {
 		return backend.Grant{}, err
@@ -223,7 +223,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (backend.Grant,
 // l.TTL from the server's now. The row must also still show l.Fence (when
 // set) and l.Owner, as acquired: a row that someone with UPDATE on the
 // table rewrote is ErrNotHeld, and the holder learns of the theft.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	us, err := micros(l.TTL)
 	if err != nil {
 		return err
@@ -254,7 +254,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Lock) error {
 // RefreshMany implements backend.BatchRefresher: one UPDATE over the
 // unnested arrays of keys, tokens, fences and TTLs refreshes every lock
 // that its token still holds.
-func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -320,7 +320,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Lock) []error 
 
 // Release implements backend.Driver: it frees the token's lock (the row
 // stays, with its version) and notifies waiters in the same statement.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) error {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if err := d.begin("release"); err != nil {
 		return err
 	}

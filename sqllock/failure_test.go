@@ -50,7 +50,7 @@ func TestTerminateHolderConnection(t *testing.T) {
 	}
 	defer other.Close()
 
-	l := backend.Lock{Key: "term/x", Token: randHex(16), TTL: 3 * time.Second}
+	l := backend.Claim{Key: "term/x", Token: randHex(16), TTL: 3 * time.Second}
 	g, err := d.TryAcquire(ctx, l)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func TestTerminateHolderConnection(t *testing.T) {
 	if n := terminate(t, h.admin, app); n == 0 {
 		t.Fatal("no backend terminated")
 	}
-	if _, err := other.TryAcquire(ctx, backend.Lock{Key: l.Key, Token: randHex(16), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := other.TryAcquire(ctx, backend.Claim{Key: l.Key, Token: randHex(16), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire by another after the holder's connection died = %v, want ErrNotAcquired", err)
 	}
 	if err := d.Refresh(ctx, l); err != nil {
@@ -104,7 +104,7 @@ func TestTerminateHolderConnection(t *testing.T) {
 		t.Fatalf("lock lost after terminations: %v", lk.Err())
 	default:
 	}
-	if _, err := other.TryAcquire(ctx, backend.Lock{Key: backend.Key("term", "y"), Token: randHex(16), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := other.TryAcquire(ctx, backend.Claim{Key: backend.Key("term", "y"), Token: randHex(16), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire by another = %v, want ErrNotAcquired", err)
 	}
 	if err := lk.Release(ctx); err != nil {
@@ -142,7 +142,7 @@ func TestListenerReconnects(t *testing.T) {
 	defer other.Close()
 
 	key := "listen/x"
-	l := backend.Lock{Key: key, Token: randHex(16), TTL: time.Minute}
+	l := backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute}
 	if _, err := other.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 			}
 		}
 	}
-	l := backend.Lock{Key: "mux/3", Token: randHex(16), TTL: time.Minute}
+	l := backend.Claim{Key: "mux/3", Token: randHex(16), TTL: time.Minute}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestSchemaCreatedByManyAtOnce(t *testing.T) {
 		if d == nil {
 			continue
 		}
-		l := backend.Lock{Key: fmt.Sprintf("goroutine-%d", i), Token: randHex(16), TTL: time.Minute}
+		l := backend.Claim{Key: fmt.Sprintf("goroutine-%d", i), Token: randHex(16), TTL: time.Minute}
 		if _, err := d.TryAcquire(ctx, l); err != nil {
 			t.Errorf("driver %d: TryAcquire: %v", i, err)
 		}
@@ -345,7 +345,7 @@ func TestChildCreateSchema(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer d.Close()
-	l := backend.Lock{Key: os.Getenv("SQLLOCK_CHILD_KEY"), Token: randHex(16), TTL: time.Minute}
+	l := backend.Claim{Key: os.Getenv("SQLLOCK_CHILD_KEY"), Token: randHex(16), TTL: time.Minute}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -386,7 +386,7 @@ func TestFirstInsertRace(t *testing.T) {
 				for range n {
 					wg.Go(func() {
 						<-gate
-						_, err := d.TryAcquire(ctx, backend.Lock{Key: key, Token: randHex(16), TTL: time.Minute})
+						_, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute})
 						switch {
 						case err == nil:
 							wins.Add(1)

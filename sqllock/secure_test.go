@@ -269,7 +269,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	}
 	// The batch refresh, as the watchdog sends it.
 	d := c.Driver().(*Driver)
-	if errs := d.RefreshMany(ctx, []backend.Lock{{Key: backend.Key("least", "a"), Token: string(l.Token()), Fence: l.Fence(), TTL: 2 * time.Second}}); errs[0] != nil {
+	if errs := d.RefreshMany(ctx, []backend.Claim{{Key: backend.Key("least", "a"), Token: string(l.Token()), Fence: l.Fence(), TTL: 2 * time.Second}}); errs[0] != nil {
 		t.Fatalf("RefreshMany: %v", errs[0])
 	}
 
@@ -344,7 +344,7 @@ func TestSecureOtherRole(t *testing.T) {
 	}
 	defer app.Close()
 	key := backend.Key("other", "x")
-	held := backend.Lock{Key: key, Token: "holder-" + randHex(8), Owner: "holder", TTL: time.Minute}
+	held := backend.Claim{Key: key, Token: "holder-" + randHex(8), Owner: "holder", TTL: time.Minute}
 	g, err := app.TryAcquire(ctx, held)
 	if err != nil {
 		t.Fatal(err)
@@ -508,7 +508,7 @@ func TestSecureNotificationsLeakNoName(t *testing.T) {
 
 	names := []string{"payroll", "customer-42", "deploy"}
 	for _, name := range names {
-		l := backend.Lock{Key: backend.Key("spied", name), Token: randHex(8), TTL: time.Minute}
+		l := backend.Claim{Key: backend.Key("spied", name), Token: randHex(8), TTL: time.Minute}
 		if _, err := app.TryAcquire(ctx, l); err != nil {
 			t.Fatal(err)
 		}

@@ -160,7 +160,7 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	t.Parallel()
 	d, _ := testDriver(t)
 	ctx := context.Background()
-	a := backend.Lock{Key: "ns/a b/ü/..", Token: randHex(16), TTL: 1500 * time.Nanosecond, Owner: "job-1"}
+	a := backend.Claim{Key: "ns/a b/ü/..", Token: randHex(16), TTL: 1500 * time.Nanosecond, Owner: "job-1"}
 	g, err := d.TryAcquire(ctx, a)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -177,7 +177,7 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	if err := d.Release(ctx, a); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Release of an expired lock = %v, want ErrNotHeld", err)
 	}
-	b := backend.Lock{Key: a.Key, Token: randHex(16), TTL: time.Minute, Owner: "job-2"}
+	b := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute, Owner: "job-2"}
 	g, err = d.TryAcquire(ctx, b)
 	if err != nil || g.Fence != 2 {
 		t.Fatalf("TryAcquire after expiry = %+v, %v, want fence 2", g, err)
@@ -187,7 +187,7 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	if err != nil || !info.Held || info.Owner != "job-2" || info.Fence != 2 || info.Remaining < 50*time.Second || info.Remaining > time.Minute {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
-	c := backend.Lock{Key: a.Key, Token: randHex(16), TTL: time.Minute}
+	c := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute}
 	if _, err := d.TryAcquire(ctx, c); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held lock = %v, want ErrNotAcquired", err)
 	}
@@ -217,7 +217,7 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	if info, err := d.Inspect(ctx, "never/locked"); err != nil || info != (Info{}) {
 		t.Fatalf("Inspect of an unknown key = %+v, %v", info, err)
 	}
-	if _, err := d.TryAcquire(ctx, backend.Lock{Key: "k", Token: randHex(16)}); !errors.Is(err, backend.ErrInvalidTTL) {
+	if _, err := d.TryAcquire(ctx, backend.Claim{Key: "k", Token: randHex(16)}); !errors.Is(err, backend.ErrInvalidTTL) {
 		t.Fatalf("TryAcquire with TTL 0 = %v, want ErrInvalidTTL", err)
 	}
 	if err := d.Close(); err != nil {
@@ -249,7 +249,7 @@ func TestClientClockDoesNotMatter(t *testing.T) {
 		}
 		key := "clock/" + shift.String()
 		start := time.Now()
-		if _, err := d.TryAcquire(ctx, backend.Lock{Key: key, Token: randHex(16), TTL: ttl}); err != nil {
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: ttl}); err != nil {
 			t.Fatalf("shift %v: TryAcquire: %v", shift, err)
 		}
 		info, err := d.Inspect(ctx, key)
@@ -262,7 +262,7 @@ func TestClientClockDoesNotMatter(t *testing.T) {
 		// Held until the TTL passes on the server, then free.
 		var took time.Duration
 		for {
-			_, err := other.TryAcquire(ctx, backend.Lock{Key: key, Token: randHex(16), TTL: ttl})
+			_, err := other.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: ttl})
 			if err == nil {
 				took = time.Since(start)
 				break
@@ -293,9 +293,9 @@ func TestRefreshMany(t *testing.T) {
 func testRefreshMany(t *testing.T, mode string) {
 	d, h := testDriver(t, "default_query_exec_mode", mode)
 	ctx := context.Background()
-	var held []backend.Lock
+	var held []backend.Claim
 	for i := range 5 {
-		l := backend.Lock{Key: "many/" + string(rune('a'+i)), Token: randHex(16), TTL: 300 * time.Millisecond}
+		l := backend.Claim{Key: "many/" + string(rune('a'+i)), Token: randHex(16), TTL: 300 * time.Millisecond}
 		g, err := d.TryAcquire(ctx, l)
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +312,7 @@ func testRefreshMany(t *testing.T, mode string) {
 	stale.Fence++
 	bad := held[4]
 	bad.TTL = 0
-	batch := []backend.Lock{held[0], forged, stale, held[3], bad, held[1], {Key: "many/none", Token: randHex(16), TTL: time.Second}}
+	batch := []backend.Claim{held[0], forged, stale, held[3], bad, held[1], {Key: "many/none", Token: randHex(16), TTL: time.Second}}
 	for i := range batch {
 		if batch[i].TTL > 0 {
 			batch[i].TTL = 5 * time.Second

@@ -131,7 +131,7 @@ func TestCreateTableFalse(t *testing.T) {
 		t.Fatalf("Open with the table: %v", err)
 	}
 	defer d.Close()
-	if _, err := d.TryAcquire(ctx, backend.Lock{Key: "k", Token: randHex(16), TTL: time.Second}); err != nil {
+	if _, err := d.TryAcquire(ctx, backend.Claim{Key: "k", Token: randHex(16), TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -173,7 +173,7 @@ func TestQuotedNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cancel()
-	l := backend.Lock{Key: "q/k", Token: randHex(16), TTL: time.Second}
+	l := backend.Claim{Key: "q/k", Token: randHex(16), TTL: time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}

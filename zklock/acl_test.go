@@ -63,14 +63,14 @@ func TestForeignACLIsRefused(t *testing.T) {
 	if _, err := admin.Create(squat, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.TryAcquire(ctx, backend.Lock{Key: "squatted", Token: newToken(t), TTL: time.Second})
+	_, err = d.TryAcquire(ctx, backend.Claim{Key: "squatted", Token: newToken(t), TTL: time.Second})
 	if !errors.Is(err, backend.ErrPermission) || !strings.Contains(err.Error(), squat) {
 		t.Fatalf("TryAcquire under a world-writable name node = %v, want ErrPermission naming it", err)
 	}
 	if kids, _, err := admin.Children(squat); err != nil || len(kids) != 0 {
 		t.Fatalf("the refused acquisition left nodes behind: %v, %v", kids, err)
 	}
-	if _, err := d.TryAcquire(ctx, backend.Lock{Key: "fresh", Token: newToken(t), TTL: time.Second}); err != nil {
+	if _, err := d.TryAcquire(ctx, backend.Claim{Key: "fresh", Token: newToken(t), TTL: time.Second}); err != nil {
 		t.Fatalf("TryAcquire of a name whose node the driver makes: %v", err)
 	}
 }

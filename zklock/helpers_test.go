@@ -282,8 +282,8 @@ func expireKey(ctx context.Context, servers []string, d *Driver, key string) err
 	return fmt.Errorf("session %#x did not end: %v", sid, lastErr)
 }
 
-func lockFor(t testing.TB, key string) backend.Lock {
-	return backend.Lock{Key: key, Token: newToken(t), TTL: time.Second}
+func lockFor(t testing.TB, key string) backend.Claim {
+	return backend.Claim{Key: key, Token: newToken(t), TTL: time.Second}
 }
 
 var errTest = errors.New("test")

@@ -142,7 +142,7 @@ func (d *Driver) children(ctx context.Context, parent string) ([]string, error) 
 
 // TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
 // node and, unless the node is first, deletes it again.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (_ backend.Grant, err error) {
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
 	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return backend.Grant{}, d.closedErr("try-acquire")
@@ -170,7 +170,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Lock) (_ backend.Gran
 
 // Acquire queues a node for l.Key and waits, watching only the node just
 // ahead of it, until it is first: waiters are served in arrival order.
-func (d *Driver) Acquire(ctx context.Context, l backend.Lock) (_ backend.Grant, err error) {
+func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
 	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return backend.Grant{}, d.closedErr("acquire")
@@ -315,7 +315,7 @@ func (d *Driver) watch(ctx context.Context, e *entry, name string) (<-chan zk.Ev
 }
 
 // grant records e as held by l.Token.
-func (d *Driver) grant(ctx context.Context, e *entry, l backend.Lock, op string) (backend.Grant, error) {
+func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim, op string) (backend.Grant, error) {
 	if d.conn.SessionID() != e.session {
 		d.abandon(ctx, e)
 		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
@@ -370,7 +370,7 @@ func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string,
 // enqueue creates l's queue node. maxTransient bounds the attempts that
 // fail for want of a connection (0: until ctx ends). On an error it leaves
 // no node behind.
-func (d *Driver) enqueue(ctx context.Context, l backend.Lock, maxTransient int) (*entry, error) {
+func (d *Driver) enqueue(ctx context.Context, l backend.Claim, maxTransient int) (*entry, error) {
 	parent := d.parentPath(l.Key)
 	hash := tokenHash(l.Token)
 	data := []byte(l.Owner)
@@ -777,7 +777,7 @@ func (d *Driver) reapHash(parent, hash string, session int64) {
 
 // lookup finds the node of l.Token by listing l.Key's queue: its path and
 // whether it is first.
-func (d *Driver) lookup(ctx context.Context, l backend.Lock) (path string, first bool, err error) {
+func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path string, first bool, err error) {
 	parent := d.parentPath(l.Key)
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -807,7 +807,7 @@ func (d *Driver) lookup(ctx context.Context, l backend.Lock) (path string, first
 }
 
 // Release deletes l.Token's node if it holds l.Key.
-func (d *Driver) Release(ctx context.Context, l backend.Lock) (err error) {
+func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return d.closedErr("release")
@@ -878,7 +878,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Lock) (err error) {
 
 // Refresh checks that l.Token still holds l.Key: the session keeps the lock
 // alive, so there is nothing to extend.
-func (d *Driver) Refresh(ctx context.Context, l backend.Lock) (err error) {
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	defer func() { err = permitted(err) }()
 	if d.isClosed() {
 		return d.closedErr("refresh")

@@ -47,7 +47,7 @@ func TestTheftIsReported(t *testing.T) {
 		for _, theft := range []string{"delete", "overwrite", "none"} {
 			key := uniqueKey(t)
 			lost := make(chan error, 1)
-			l := backend.Lock{Key: key, Token: newToken(t), TTL: time.Second, OnLost: func(err error) { lost <- err }}
+			l := backend.Claim{Key: key, Token: newToken(t), TTL: time.Second, OnLost: func(err error) { lost <- err }}
 			if _, err := c.d.TryAcquire(ctx, l); err != nil {
 				t.Fatal(err)
 			}

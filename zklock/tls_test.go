@@ -48,7 +48,7 @@ func TestTLSFromURL(t *testing.T) {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.query, err)
 		case c.want == "":
-			l := backend.Lock{Key: uniqueKey(t), Token: newToken(t), TTL: time.Second}
+			l := backend.Claim{Key: uniqueKey(t), Token: newToken(t), TTL: time.Second}
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				t.Errorf("%s: TryAcquire: %v", c.query, err)
 			}

@@ -110,13 +110,13 @@ func TestCountForwards(t *testing.T) {
 			t.Errorf("%T: wrapper session %v batch %v, want %v %v", c.drv, s, b, c.session, c.batch)
 		}
 		ctx := context.Background()
-		l := backend.Lock{Key: "k", Token: "t", TTL: time.Minute}
+		l := backend.Claim{Key: "k", Token: "t", TTL: time.Minute}
 		if _, err := w.TryAcquire(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 		w.Refresh(ctx, l)
 		if b {
-			w.(backend.BatchRefresher).RefreshMany(ctx, []backend.Lock{l, l})
+			w.(backend.BatchRefresher).RefreshMany(ctx, []backend.Claim{l, l})
 		}
 		locks, calls := cd.Refreshed()
 		if want := map[bool]int64{false: 1, true: 3}[b]; locks != want {

@@ -50,7 +50,7 @@ type counting struct {
 	c *Counter
 }
 
-func (d *counting) Refresh(ctx context.Context, l backend.Lock) error {
+func (d *counting) Refresh(ctx context.Context, l backend.Claim) error {
 	d.c.refreshed.Add(1)
 	d.c.calls.Add(1)
 	return d.Driver.Refresh(ctx, l)
@@ -61,7 +61,7 @@ type countingBatch struct {
 	b backend.BatchRefresher
 }
 
-func (d *countingBatch) RefreshMany(ctx context.Context, locks []backend.Lock) []error {
+func (d *countingBatch) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	d.c.refreshed.Add(int64(len(locks)))
 	d.c.calls.Add(1)
 	return d.b.RefreshMany(ctx, locks)

@@ -19,7 +19,7 @@ type RefreshSpy struct {
 	refreshes [][2]time.Time
 }
 
-func (s *RefreshSpy) Refresh(ctx context.Context, l backend.Lock) error {
+func (s *RefreshSpy) Refresh(ctx context.Context, l backend.Claim) error {
 	start := time.Now()
 	err := s.Driver.Refresh(ctx, l)
 	s.mu.Lock()
