@@ -77,10 +77,10 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if wait {
 		op = "acquire"
 	}
-	if err := checkName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return nil, fmt.Errorf("locker: %s: %w", op, err)
 	}
-	if err := checkTTL(lc.ttl); err != nil {
+	if err := CheckTTL(lc.ttl); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	ctx, end, err := c.begin(ctx)

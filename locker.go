@@ -65,7 +65,7 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return nil, fmt.Errorf("locker: New: %w", err)
 	}
-	if err := checkTTL(cfg.ttl); err != nil {
+	if err := CheckTTL(cfg.ttl); err != nil {
 		return nil, fmt.Errorf("locker: New: default %w", err)
 	}
 	if cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin {
@@ -172,7 +172,7 @@ func checkOptions(opts []Option) (config, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return cfg, fmt.Errorf("locker: Open: %w", err)
 	}
-	if err := checkTTL(cfg.ttl); err != nil {
+	if err := CheckTTL(cfg.ttl); err != nil {
 		return cfg, fmt.Errorf("locker: Open: default %w", err)
 	}
 	return cfg, nil
