@@ -381,7 +381,7 @@ func TestRefreshManyNoScript(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer rdb.Close()
 	rdb.AddHook(cc)
-	d := New(rdb)
+	d := mustNew(t, rdb)
 	defer d.Close()
 	q, err := NewQuorum([]redis.UniversalClient{rdb})
 	if err != nil {

@@ -388,7 +388,7 @@ func BenchmarkInterruptible(b *testing.B) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	opened, plain := open(), New(rdb)
+	opened, plain := open(), mustNew(b, rdb)
 	defer opened.Close()
 	defer plain.Close()
 	co, err := locker.New(open(), locker.WithNamespace("redislock-bench"))
@@ -396,7 +396,7 @@ func BenchmarkInterruptible(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer co.Close()
-	cp, err := locker.New(New(rdb), locker.WithNamespace("redislock-bench"))
+	cp, err := locker.New(mustNew(b, rdb), locker.WithNamespace("redislock-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,11 +36,14 @@ var _ backend.Waiter = (*FairDriver)(nil)
 // for at most this long.
 const livenessTTL = 2 * time.Second
 
-// NewFair returns a FairDriver that uses rdb, as New does.
-func NewFair(rdb redis.UniversalClient, opts ...Option) *FairDriver {
-	d := New(rdb, opts...)
-	d.fair = true
-	return &FairDriver{d}
+// NewFair returns a FairDriver that uses rdb, as New does, and fails as
+// New does.
+func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
+	d, err := newDriver(rdb, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &FairDriver{d}, nil
 }
 
 // Acquire implements backend.Waiter: it joins l.Key's queue and waits,

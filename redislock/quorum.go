@@ -89,7 +89,10 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("redislock: quorum: %w: no servers", backend.ErrUnsupported)
 	}
-	cfg := buildConfig(opts)
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	var nodes []*node
 	var addrs []string
 	for i, c := range clients {

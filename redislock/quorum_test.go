@@ -18,7 +18,7 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-func openQuorum(t *testing.T) *Quorum {
+func openTestQuorum(t *testing.T) *Quorum {
 	t.Helper()
 	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0")
 	if err != nil {
@@ -36,7 +36,7 @@ func TestQuorumThreeDown(t *testing.T) {
 	addrs := testenv.RedisQuorumAddrs()
 	testenv.Require(t, addrs...)
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	c, err := locker.New(q, locker.WithNamespace("redislock-q3down"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	var admins []*redis.Client
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
@@ -171,7 +171,7 @@ func TestQuorumFenceAcrossOutages(t *testing.T) {
 	addrs := testenv.RedisQuorumAddrs()
 	testenv.Require(t, addrs...)
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	key := uniqueKey(t)
 	var fences []uint64
 	take := func() {
@@ -223,7 +223,7 @@ func TestQuorumSimultaneousTries(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	qs := []*Quorum{openQuorum(t), openQuorum(t), openQuorum(t), openQuorum(t)}
+	qs := []*Quorum{openTestQuorum(t), openTestQuorum(t), openTestQuorum(t), openTestQuorum(t)}
 	const rounds, tries = 30, 12
 	zero := 0
 	for r := range rounds {
@@ -273,7 +273,7 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	var admins []*redis.Client
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))

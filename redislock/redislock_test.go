@@ -54,6 +54,27 @@ func openDriver(t *testing.T, opts ...Option) *Driver {
 	return d
 }
 
+// mustNew is New, failing tb on an error; the caller closes the Driver.
+func mustNew(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *Driver {
+	tb.Helper()
+	d, err := New(rdb, opts...)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	return d
+}
+
+// mustNewFair is NewFair, failing tb on an error; the caller closes the
+// FairDriver.
+func mustNewFair(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *FairDriver {
+	tb.Helper()
+	d, err := NewFair(rdb, opts...)
+	if err != nil {
+		tb.Fatalf("NewFair: %v", err)
+	}
+	return d
+}
+
 func TestKeysShareASlot(t *testing.T) {
 	for _, k := range []string{"ns/a", "ns/{x}", "ns/}{", "ns/a:b", "ns/ü/../"} {
 		lk, fk, ch := lockKey(k), fenceKey(k), releaseChannel(k)
@@ -350,7 +371,7 @@ func TestMaxmemoryWarning(t *testing.T) {
 	buf.Reset()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	d = New(rdb, WithLogger(log))
+	d = mustNew(t, rdb, WithLogger(log))
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(buf.String(), "allkeys-lru") {
 		if time.Now().After(deadline) {
@@ -421,12 +442,12 @@ func TestRing(t *testing.T) {
 	defer ring.Close()
 	rdb1 := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]}})
 	defer rdb1.Close()
-	c1, err := locker.New(New(ring), locker.WithNamespace("redislock-ring"))
+	c1, err := locker.New(mustNew(t, ring), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	c2, err := locker.New(New(rdb1), locker.WithNamespace("redislock-ring"))
+	c2, err := locker.New(mustNew(t, rdb1), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +488,7 @@ func TestNewDoesNotCloseCallersClient(t *testing.T) {
 	ctx := testCtx(t)
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	d := New(rdb)
+	d := mustNew(t, rdb)
 	if _, cancel, err := d.Subscribe(ctx, uniqueKey(t)); err != nil {
 		t.Fatal(err)
 	} else {

@@ -88,7 +88,7 @@ func TestRefreshScales(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		testenv.Require(t, testenv.RedisAddr())
 		c := &callCounter{}
-		d := New(countedClient(t, testenv.RedisAddr(), c))
+		d := mustNew(t, countedClient(t, testenv.RedisAddr(), c))
 		testRefreshScales(t, d, []string{testenv.RedisAddr()}, []*callCounter{c})
 	})
 	t.Run("quorum", func(t *testing.T) {

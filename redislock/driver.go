@@ -2,8 +2,8 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -11,78 +11,6 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 )
-
-// Option configures a Driver or a Quorum.
-type Option func(*config)
-
-type config struct {
-	logger      *slog.Logger
-	linger      time.Duration
-	driftFactor float64
-	driftMin    time.Duration
-	// restartDelay caps how long a server that started recently refuses
-	// names it has no fence counter for; < 0: no cap (the lock's TTL).
-	restartDelay time.Duration
-}
-
-func defaultConfig() config {
-	return config{
-		logger:       slog.New(slog.DiscardHandler),
-		linger:       time.Second,
-		driftFactor:  0.01,
-		driftMin:     2 * time.Millisecond,
-		restartDelay: defaultRestartDelay,
-	}
-}
-
-// defaultRestartDelay is the restart delay's cap when no option or URL
-// sets one: none (the lock's TTL). A variable for the tests.
-var defaultRestartDelay time.Duration = -1
-
-// WithRestartDelay caps how long a server refuses to grant names it has no
-// fence counter for after it starts (URL: restart_delay=). By default it
-// refuses for the lock's TTL: a server restarted without persistence has
-// forgotten every lock while their holders still run, each until its TTL
-// runs out, so granting sooner could make two holders (Redlock's "delayed
-// restart", enforced by the server's own uptime). A name's first use on a
-// new server waits the same way. A server that persists every write
-// (appendonly yes, appendfsync always) forgets nothing: 0 turns the check
-// off. Negative values are ignored.
-func WithRestartDelay(d time.Duration) Option {
-	return func(c *config) {
-		if d >= 0 {
-			c.restartDelay = d
-		}
-	}
-}
-
-// WithLogger sets where the driver reports a server whose maxmemory-policy
-// may evict lock keys (default: nowhere).
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l != nil {
-			c.logger = l
-		}
-	}
-}
-
-// WithClockDrift sets the Quorum's allowance for clock-rate differences
-// between this process and the servers: factor of the TTL (default 0.01)
-// plus fixed (default 2ms). It has no effect on a Driver.
-func WithClockDrift(factor float64, fixed time.Duration) Option {
-	return func(c *config) {
-		if factor >= 0 && factor < 0.5 {
-			c.driftFactor = factor
-		}
-		if fixed >= 0 {
-			c.driftMin = fixed
-		}
-	}
-}
-
-// withLinger sets how long a release channel stays subscribed after its
-// last waiter left. For tests.
-func withLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // Driver is the Redis backend for one deployment: a server, a Redis
 // Cluster or a ring, through any go-redis client. It implements
@@ -102,19 +30,25 @@ var (
 // *redis.Client, *redis.ClusterClient, *redis.Ring or failover client.
 // Close does not close rdb. New checks the server's maxmemory-policy in the
 // background and warns (see WithLogger) when it is not noeviction.
-func New(rdb redis.UniversalClient, opts ...Option) *Driver {
-	cfg := buildConfig(opts)
-	d := &Driver{n: newNode(rdb, false, &cfg)}
-	d.n.checkMaxmemoryAsync("redis")
-	return d
+//
+// New fails, before any network call, when rdb is nil or an option is
+// given a value out of its range.
+func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
+	return newDriver(rdb, false, opts)
 }
 
-func buildConfig(opts []Option) config {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
+// newDriver is New, and NewFair's when fair.
+func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, error) {
+	if rdb == nil {
+		return nil, errors.New("redislock: new: the client is nil")
 	}
-	return cfg
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{n: newNode(rdb, false, &cfg), fair: fair}
+	d.n.checkMaxmemoryAsync("redis")
+	return d, nil
 }
 
 // Client returns the go-redis client the Driver uses.
