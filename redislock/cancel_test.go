@@ -190,7 +190,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			// go back to the pool idle.
 			var spare []*redis.Conn
 			for range 4 {
-				c := d.n.rdb.(*redis.Client).Conn()
+				c := d.dep.rdb.(*redis.Client).Conn()
 				if err := c.Ping(testCtx(t)).Err(); err != nil {
 					t.Fatal(err)
 				}
@@ -262,8 +262,8 @@ func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *interr
 	in := interruptible(o)
 	rdb := redis.NewClient(o)
 	cfg := defaultConfig()
-	d := &Driver{n: newNode(rdb, true, &cfg)}
-	d.n.in = in
+	d := &Driver{dep: newDeployment(rdb, true, &cfg)}
+	d.dep.in = in
 	t.Cleanup(func() { d.Close() })
 	return d, in
 }
@@ -346,13 +346,13 @@ func TestCancelSparesHealthyCalls(t *testing.T) {
 	if n := in.cut.Load(); n != 1 {
 		t.Errorf("%d reads cut, want 1 (the stuck call's)", n)
 	}
-	d.n.mu.Lock()
-	h := d.n.hubs[""]
+	d.dep.mu.Lock()
+	h := d.dep.hubs[""]
 	var epoch uint64
 	if h != nil {
 		epoch = h.epoch
 	}
-	d.n.mu.Unlock()
+	d.dep.mu.Unlock()
 	if h == nil || epoch != 0 {
 		t.Errorf("the pub/sub connection failed (hub %v, epoch %d)", h != nil, epoch)
 	}

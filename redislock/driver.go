@@ -16,7 +16,7 @@ import (
 // Cluster or a ring, through any go-redis client. It implements
 // backend.Driver and backend.Notifier.
 type Driver struct {
-	n      *node
+	dep    *deployment
 	fair   bool // a FairDriver's: acquire and release mind the queue
 	closed atomic.Bool
 }
@@ -46,13 +46,13 @@ func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, er
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{n: newNode(rdb, false, &cfg), fair: fair}
-	d.n.checkMaxmemoryAsync("redis")
+	d := &Driver{dep: newDeployment(rdb, false, &cfg), fair: fair}
+	d.dep.checkMaxmemoryAsync("redis")
 	return d, nil
 }
 
 // Client returns the go-redis client the Driver uses.
-func (d *Driver) Client() redis.UniversalClient { return d.n.rdb }
+func (d *Driver) Client() redis.UniversalClient { return d.dep.rdb }
 
 // TryAcquire implements backend.Driver: one atomic script sets the lock key
 // (SET NX PX) and advances the name's fence counter.
@@ -70,13 +70,13 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	var err error
 	if d.fair {
 		// Not while a live waiter is queued.
-		r, err = d.n.fairAcquire(ctx, l, value, px, "", false)
+		r, err = d.dep.fairAcquire(ctx, l, value, px, "", false)
 	} else {
-		r, err = d.n.acquire(ctx, l, value, px)
+		r, err = d.dep.acquire(ctx, l, value, px)
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
-		d.n.undo(ctx, func(ctx context.Context) { d.n.cleanup(ctx, l, value) })
+		d.dep.undo(ctx, func(ctx context.Context) { d.dep.cleanup(ctx, l, value) })
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if r <= 0 {
@@ -90,7 +90,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if d.closed.Load() {
 		return fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
 	}
-	ok, err := d.n.refresh(ctx, l, ttlMillis(l.TTL))
+	ok, err := d.dep.refresh(ctx, l, ttlMillis(l.TTL))
 	if err != nil {
 		return fmt.Errorf("redislock: refresh: %w", err)
 	}
@@ -106,9 +106,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if d.closed.Load() {
 		return fmt.Errorf("redislock: release: %w", backend.ErrClosed)
 	}
-	release := d.n.release
+	release := d.dep.release
 	if d.fair {
-		release = d.n.fairRelease
+		release = d.dep.fairRelease
 	}
 	ok, err := release(ctx, l)
 	if err != nil {
@@ -126,7 +126,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
-	cancel, err := d.n.subscribe(ctx, key, ch)
+	cancel, err := d.dep.subscribe(ctx, key, ch)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -139,5 +139,5 @@ func (d *Driver) Close() error {
 	if d.closed.Swap(true) {
 		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)
 	}
-	return d.n.close()
+	return d.dep.close()
 }

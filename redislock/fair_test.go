@@ -85,7 +85,7 @@ func TestFairWakesOnlyTheHead(t *testing.T) {
 	key := uniqueKey(t)
 	chs := map[string]chan struct{}{"a": make(chan struct{}, 1), "b": make(chan struct{}, 1), "": make(chan struct{}, 1)}
 	for id, ch := range chs {
-		cancel, err := d.n.subscribeAs(ctx, key, id, ch)
+		cancel, err := d.dep.subscribeAs(ctx, key, id, ch)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -242,10 +242,10 @@ func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Drive
 		rdb.Close()
 		return nil, fmt.Errorf("redislock: %w", classify(err))
 	}
-	n := newNode(rdb, true, &cfg)
-	n.in = in
-	n.checkMaxmemory(ctx, u.Host)
-	return &Driver{n: n, fair: mode == fairAlways || mode == fairByURL && wantFair}, nil
+	dep := newDeployment(rdb, true, &cfg)
+	dep.in = in
+	dep.checkMaxmemory(ctx, u.Host)
+	return &Driver{dep: dep, fair: mode == fairAlways || mode == fairByURL && wantFair}, nil
 }
 
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
@@ -370,14 +370,14 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		ins = append(ins, interruptible(o))
 		clients = append(clients, redis.NewClient(o))
 	}
-	var nodes []*node
+	var deps []*deployment
 	for i, c := range clients {
-		n := newNode(c, true, &cfg)
-		n.addr = hosts[i]
-		n.in = ins[i]
-		nodes = append(nodes, n)
+		dep := newDeployment(c, true, &cfg)
+		dep.addr = hosts[i]
+		dep.in = ins[i]
+		deps = append(deps, dep)
 	}
-	q := newQuorum(nodes, hosts, cfg)
+	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
 	// Wait for a majority, not for every server: a silent one would hold
@@ -387,10 +387,10 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	res := q.gather(ctx, timeout, func(ctx context.Context, n *node) result {
-		err := classify(n.rdb.Ping(ctx).Err())
+	res := q.gather(ctx, timeout, func(ctx context.Context, dep *deployment) result {
+		err := classify(dep.rdb.Ping(ctx).Err())
 		if err == nil {
-			n.checkMaxmemory(ctx, n.addr)
+			dep.checkMaxmemory(ctx, dep.addr)
 		}
 		return result{ok: err == nil, err: err}
 	}, func(ok, _ int) bool { return ok >= q.quorum }, func(i int, r result) {

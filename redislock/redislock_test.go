@@ -133,11 +133,11 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	d := openDriver(t)
 	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
 	first := attempt(l)
-	f1, err := d.n.acquire(ctx, l, first, 5000)
+	f1, err := d.dep.acquire(ctx, l, first, 5000)
 	if err != nil || f1 == 0 {
 		t.Fatal(f1, err)
 	}
-	again, err := d.n.acquire(ctx, l, first, 5000)
+	again, err := d.dep.acquire(ctx, l, first, 5000)
 	if err != nil || again != f1 {
 		t.Fatalf("the same attempt run twice = %d, %v; want fence %d", again, err, f1)
 	}
@@ -145,7 +145,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	if err != nil || g2.Fence <= uint64(f1) {
 		t.Fatalf("a new attempt of the same token = %+v, %v; want a fence above %d", g2, err, f1)
 	}
-	d.n.cleanup(ctx, l, first)
+	d.dep.cleanup(ctx, l, first)
 	other := l
 	other.Token = newToken()
 	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, backend.ErrNotAcquired) {
@@ -264,10 +264,10 @@ func TestNotifications(t *testing.T) {
 	// other name.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		d2.n.mu.Lock()
-		h := d2.n.hubs[""]
+		d2.dep.mu.Lock()
+		h := d2.dep.hubs[""]
 		n := len(h.chans)
-		d2.n.mu.Unlock()
+		d2.dep.mu.Unlock()
 		if n == 1 {
 			break
 		}
@@ -278,9 +278,9 @@ func TestNotifications(t *testing.T) {
 	}
 	cancelOther()
 	for {
-		d2.n.mu.Lock()
-		n := len(d2.n.hubs)
-		d2.n.mu.Unlock()
+		d2.dep.mu.Lock()
+		n := len(d2.dep.hubs)
+		d2.dep.mu.Unlock()
 		if n == 0 {
 			break
 		}

@@ -73,10 +73,21 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(int64(ms), 1)
 }
 
-// node is one Redis deployment (a server, a cluster or a ring) reached
-// through one go-redis client: the scripts, the maxmemory check and the
-// release subscriptions. Driver uses one node, Quorum one per server.
-type node struct {
+// deployment is one Redis deployment reached through one go-redis client:
+// a server, a Redis Cluster or a ring, which answers for every key on its
+// own. It runs the scripts, the maxmemory check and the release
+// subscriptions. A Driver uses one deployment; a Quorum uses several, one
+// per independent member, and decides by majority.
+//
+// Not "node": Redis Cluster calls each of its servers a node, and one
+// deployment may be a whole cluster of them. Not "server", for the same
+// reason, nor "store": the backend package calls a store what a driver's
+// grants are judged against (fences increase over "every earlier grant by
+// any client of the store"), which for a Quorum is all its members
+// together. "Deployment" is Redis's own word for a standalone server, a
+// Sentinel-managed set or a cluster, and what the Driver's and Open's
+// documentation already said.
+type deployment struct {
 	rdb    redis.UniversalClient
 	addr   string // for messages
 	owned  bool   // opened by us: Close closes it
@@ -102,10 +113,10 @@ type node struct {
 	wg     sync.WaitGroup  // hub goroutines, linger timers, the maxmemory check
 }
 
-func newNode(rdb redis.UniversalClient, owned bool, cfg *config) *node {
+func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployment {
 	_, ring := rdb.(*redis.Ring)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &node{
+	return &deployment{
 		rdb:        rdb,
 		owned:      owned,
 		ring:       ring,
@@ -138,9 +149,9 @@ func holder(l backend.Claim) string { return l.Token + "." }
 // acquire runs the acquire script for one attempt (see attempt): the
 // fence; 0 when another token holds the lock; -n when the server started
 // less than a TTL ago and grants the name only in n milliseconds.
-func (n *node) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
-	defer n.in.watch(ctx).stop()
-	v, err := acquireScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), n.restartDelay(px)).Int64()
+func (dep *deployment) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := acquireScript.Run(ctx, dep.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, px, holder(l), dep.restartDelay(px)).Int64()
 	return v, classify(err)
 }
 
@@ -167,10 +178,10 @@ var aclRefusals = []string{"NOPERM", "WRONGPASS", "NOAUTH", "The user executing 
 
 // released reads the release script's answer, and warns once when the
 // server refused the wake-up (see release.lua).
-func (n *node) released(v int64) bool {
+func (dep *deployment) released(v int64) bool {
 	if v == 2 {
-		n.publishDenied.Do(func() {
-			n.log.Warn("redislock: the server refuses PUBLISH on the release channels ({name}:released): waiters poll instead of being woken; grant the ACL user &* or the channel pattern")
+		dep.publishDenied.Do(func() {
+			dep.log.Warn("redislock: the server refuses PUBLISH on the release channels ({name}:released): waiters poll instead of being woken; grant the ACL user &* or the channel pattern")
 		})
 	}
 	return v >= 1
@@ -178,11 +189,11 @@ func (n *node) released(v int64) bool {
 
 // restartDelay is how long after its start a server refuses names it has
 // no fence counter for, in milliseconds, for a lock of px milliseconds.
-func (n *node) restartDelay(px int64) int64 {
-	if n.restartMax < 0 {
+func (dep *deployment) restartDelay(px int64) int64 {
+	if dep.restartMax < 0 {
 		return px
 	}
-	return min(px, n.restartMax.Milliseconds())
+	return min(px, dep.restartMax.Milliseconds())
 }
 
 // notAcquired is the error of an acquisition the server refused: r is the
@@ -195,54 +206,54 @@ func notAcquired(op string, r int64) error {
 	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
 }
 
-func (n *node) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
-	defer n.in.watch(ctx).stop()
-	v, err := refreshScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
+func (dep *deployment) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := refreshScript.Run(ctx, dep.rdb, []string{lockKey(l.Key)}, holder(l), px).Int64()
 	return v == 1, classify(err)
 }
 
-func (n *node) release(ctx context.Context, l backend.Claim) (bool, error) {
-	defer n.in.watch(ctx).stop()
-	v, err := releaseScript.Run(ctx, n.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
-	return n.released(v), classify(err)
+func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := releaseScript.Run(ctx, dep.rdb, []string{lockKey(l.Key)}, holder(l), releaseChannel(l.Key), "0").Int64()
+	return dep.released(v), classify(err)
 }
 
 // fairAcquire runs the fair acquire script for waiter w (wait: join the
 // queue when not granted): the fence, 0 when not granted, or -n when w is
 // next and the lock is held for n more milliseconds.
-func (n *node) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, wait bool) (int64, error) {
-	defer n.in.watch(ctx).stop()
+func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, wait bool) (int64, error) {
+	defer dep.in.watch(ctx).stop()
 	mode := "try"
 	if wait {
 		mode = "wait"
 	}
 	keys := []string{lockKey(l.Key), fenceKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
-	v, err := fairAcquireScript.Run(ctx, n.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, n.restartDelay(px)).Int64()
+	v, err := fairAcquireScript.Run(ctx, dep.rdb, keys, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px)).Int64()
 	return v, classify(err)
 }
 
 // fairRelease is release that names the next waiter in its message.
-func (n *node) fairRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	defer n.in.watch(ctx).stop()
+func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, error) {
+	defer dep.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
-	v, err := fairReleaseScript.Run(ctx, n.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
-	return n.released(v), classify(err)
+	v, err := fairReleaseScript.Run(ctx, dep.rdb, keys, holder(l), releaseChannel(l.Key), "0").Int64()
+	return dep.released(v), classify(err)
 }
 
 // leave takes waiter w out of l.Key's queue, even when ctx is done, and
 // cleans up after its attempt value. Best effort: a waiter that could not
 // leave is dropped once its liveness runs out.
-func (n *node) leave(ctx context.Context, l backend.Claim, value, w string) {
+func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	defer n.in.watch(ctx).stop()
+	defer dep.in.watch(ctx).stop()
 	keys := []string{lockKey(l.Key), queueKey(l.Key), liveKey(l.Key)}
-	_ = leaveScript.Eval(ctx, n.rdb, keys, value, releaseChannel(l.Key), w).Err()
+	_ = leaveScript.Eval(ctx, dep.rdb, keys, value, releaseChannel(l.Key), w).Err()
 }
 
-func (n *node) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
-	defer n.in.watch(ctx).stop()
-	v, err := raiseScript.Run(ctx, n.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
+func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := raiseScript.Run(ctx, dep.rdb, []string{lockKey(l.Key), fenceKey(l.Key)}, value, strconv.FormatUint(fence, 10)).Int64()
 	return v == 1, classify(err)
 }
 
@@ -255,11 +266,11 @@ func (n *node) raise(ctx context.Context, l backend.Claim, value string, fence u
 // lost, and a NOSCRIPT answer (a server that never ran the script, or
 // restarted) would never arrive to trigger the fallback, so the clean-up
 // would not run at all.
-func (n *node) cleanup(ctx context.Context, l backend.Claim, value string) {
+func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	defer n.in.watch(ctx).stop()
-	_ = releaseScript.Eval(ctx, n.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
+	defer dep.in.watch(ctx).stop()
+	_ = releaseScript.Eval(ctx, dep.rdb, []string{lockKey(l.Key)}, value, releaseChannel(l.Key), "1").Err()
 }
 
 const cleanupTimeout = 2 * time.Second
@@ -276,24 +287,24 @@ const cleanupWait = 50 * time.Millisecond
 // bounds itself by cleanupTimeout); close interrupts it and waits for it
 // (on a caller's client, which cannot be interrupted, up to its
 // ReadTimeout or cleanupTimeout).
-func (n *node) undo(ctx context.Context, f func(context.Context)) {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
+func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
+	dep.mu.Lock()
+	if dep.closed {
+		dep.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
 		defer cancel()
 		f(ctx)
 		return
 	}
-	n.wg.Add(1)
-	n.mu.Unlock()
+	dep.wg.Add(1)
+	dep.mu.Unlock()
 	done := make(chan struct{})
 	bg := context.WithoutCancel(ctx)
 	go func() {
-		defer n.wg.Done()
+		defer dep.wg.Done()
 		defer close(done)
 		// f ignores cancellation, but close cuts a read it is stuck on.
-		defer n.in.watch(n.ctx).stop()
+		defer dep.in.watch(dep.ctx).stop()
 		f(bg)
 	}()
 	select {
@@ -312,81 +323,81 @@ func (n *node) undo(ctx context.Context, f func(context.Context)) {
 // checkMaxmemory warns once when a server may evict keys: an evicted lock
 // key is a silently lost lock. A server that refuses CONFIG (managed
 // services often do) is not an error.
-func (n *node) checkMaxmemory(ctx context.Context, what string) {
+func (dep *deployment) checkMaxmemory(ctx context.Context, what string) {
 	check := func(ctx context.Context, c redis.Cmdable) error {
 		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
-			n.log.Debug("redislock: cannot read maxmemory-policy", "server", what, "err", err)
+			dep.log.Debug("redislock: cannot read maxmemory-policy", "server", what, "err", err)
 			return nil
 		}
 		if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
-			n.log.Warn("redislock: maxmemory-policy is not noeviction: an evicted lock key is a silently lost lock; set maxmemory-policy noeviction",
+			dep.log.Warn("redislock: maxmemory-policy is not noeviction: an evicted lock key is a silently lost lock; set maxmemory-policy noeviction",
 				"server", what, "maxmemory-policy", p)
 		}
 		return nil
 	}
-	switch c := n.rdb.(type) {
+	switch c := dep.rdb.(type) {
 	case *redis.ClusterClient:
 		_ = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	case *redis.Ring:
 		_ = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
 	default:
-		_ = check(ctx, n.rdb)
+		_ = check(ctx, dep.rdb)
 	}
 }
 
 // checkMaxmemoryAsync runs the check in the background, for constructors
 // that have no context; close stops it.
-func (n *node) checkMaxmemoryAsync(what string) {
+func (dep *deployment) checkMaxmemoryAsync(what string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	n.checkCancel = cancel
-	n.wg.Add(1)
+	dep.checkCancel = cancel
+	dep.wg.Add(1)
 	go func() {
-		defer n.wg.Done()
+		defer dep.wg.Done()
 		defer cancel()
-		n.checkMaxmemory(ctx, what)
+		dep.checkMaxmemory(ctx, what)
 	}()
 }
 
-// close stops the node's goroutines and subscriptions, and closes the
-// client if the node opened it.
-func (n *node) close() error {
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
+// close stops the deployment's goroutines and subscriptions, and closes
+// the client if this package dialed it (owned).
+func (dep *deployment) close() error {
+	dep.mu.Lock()
+	if dep.closed {
+		dep.mu.Unlock()
 		return nil
 	}
-	n.closed = true
+	dep.closed = true
 	var hubs []*hub
-	for _, h := range n.hubs {
+	for _, h := range dep.hubs {
 		hubs = append(hubs, h)
 		h.kill()
 		for _, st := range h.chans {
 			if st.idle != nil && st.idle.Stop() {
-				n.wg.Done()
+				dep.wg.Done()
 			}
 			st.idle = nil
 		}
 	}
-	n.hubs = map[string]*hub{}
-	n.mu.Unlock()
-	n.cancel()
-	if n.checkCancel != nil {
-		n.checkCancel()
+	dep.hubs = map[string]*hub{}
+	dep.mu.Unlock()
+	dep.cancel()
+	if dep.checkCancel != nil {
+		dep.checkCancel()
 	}
 	for _, h := range hubs {
 		_ = h.ps.Close()
 		h.failBarriers(backend.ErrClosed)
 	}
-	n.wg.Wait()
-	return n.closeClient()
+	dep.wg.Wait()
+	return dep.closeClient()
 }
 
-// closeClient closes the client if the node opened it, once.
-func (n *node) closeClient() error {
+// closeClient closes the client if this package dialed it (owned), once.
+func (dep *deployment) closeClient() error {
 	var err error
-	if n.owned {
-		n.closeOnce.Do(func() { err = n.rdb.Close() })
+	if dep.owned {
+		dep.closeOnce.Do(func() { err = dep.rdb.Close() })
 	}
 	return err
 }
@@ -400,7 +411,7 @@ func (n *node) closeClient() error {
 // a moment (linger) after its last waiter leaves, so that a busy lock costs
 // no SUBSCRIBE round trip per acquisition; a hub without channels closes.
 type hub struct {
-	n     *node
+	dep   *deployment
 	route string
 	ps    *redis.PubSub
 	wmu   chan struct{} // held (full) while writing SUBSCRIBE, UNSUBSCRIBE or PING, to order them
@@ -432,54 +443,54 @@ type barrier struct {
 
 // subscribe arranges for ch to receive a value whenever key's release
 // channel carries a message, and returns once the subscription is confirmed.
-func (n *node) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
-	return n.subscribeAs(ctx, key, "", ch)
+func (dep *deployment) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
+	return dep.subscribeAs(ctx, key, "", ch)
 }
 
 // subscribeAs is subscribe for fair waiter id ("": any waiter): ch then
 // receives only the messages that name id, or no one.
-func (n *node) subscribeAs(ctx context.Context, key, id string, ch chan struct{}) (cancel func(), err error) {
+func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan struct{}) (cancel func(), err error) {
 	channel := releaseChannel(key)
 	route := ""
-	if n.ring {
+	if dep.ring {
 		route = channel
 	}
 	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
 	var h *hub
 	var st *chanState
 	for h == nil {
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
+		dep.mu.Lock()
+		if dep.closed {
+			dep.mu.Unlock()
 			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 		}
-		if cur := n.hubs[route]; cur != nil && !cur.dead {
+		if cur := dep.hubs[route]; cur != nil && !cur.dead {
 			h = cur
 			break
 		}
-		n.mu.Unlock()
+		dep.mu.Unlock()
 		// Make the connection object outside the lock: for a ring it
 		// already subscribes.
 		var ps *redis.PubSub
-		if n.ring {
-			ps = n.rdb.Subscribe(ctx, channel)
+		if dep.ring {
+			ps = dep.rdb.Subscribe(ctx, channel)
 		} else {
-			ps = n.rdb.Subscribe(ctx)
+			ps = dep.rdb.Subscribe(ctx)
 		}
-		n.mu.Lock()
-		if n.closed {
-			n.mu.Unlock()
+		dep.mu.Lock()
+		if dep.closed {
+			dep.mu.Unlock()
 			_ = ps.Close()
 			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 		}
-		if cur := n.hubs[route]; cur != nil && !cur.dead {
-			n.mu.Unlock()
+		if cur := dep.hubs[route]; cur != nil && !cur.dead {
+			dep.mu.Unlock()
 			_ = ps.Close()
 			continue
 		}
-		h = &hub{n: n, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
-		n.hubs[route] = h
-		n.wg.Add(1)
+		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
+		dep.hubs[route] = h
+		dep.wg.Add(1)
 		go h.run()
 	}
 	// n.mu is held.
@@ -490,16 +501,16 @@ func (n *node) subscribeAs(ctx context.Context, key, id string, ch chan struct{}
 	}
 	if st.idle != nil {
 		if st.idle.Stop() {
-			n.wg.Done()
+			dep.wg.Done()
 		}
 		st.idle = nil
 	}
 	st.subs[sub] = struct{}{}
 	active := st.active
-	n.mu.Unlock()
+	dep.mu.Unlock()
 
 	var once sync.Once
-	cancel = func() { once.Do(func() { n.unsubscribe(h, channel, st, sub) }) }
+	cancel = func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
 	if active {
 		return cancel, nil
 	}
@@ -520,7 +531,7 @@ const barrierTimeout = 2 * time.Second
 // subscribed the channel again on the new one before sending anything else,
 // so a later PONG proves it as well.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
-	n := h.n
+	dep := h.dep
 	b := &barrier{done: make(chan error, 1)}
 	deadline := time.NewTimer(barrierTimeout)
 	defer deadline.Stop()
@@ -533,18 +544,18 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	case <-deadline.C:
 		return errors.New("redislock: subscribe: the pub/sub connection is busy")
 	}
-	n.mu.Lock()
+	dep.mu.Lock()
 	if h.dead {
-		n.mu.Unlock()
+		dep.mu.Unlock()
 		<-h.wmu
 		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
-	n.seq++
-	seq := n.seq
+	dep.seq++
+	seq := dep.seq
 	epoch := h.epoch
 	h.barriers[seq] = b
-	n.mu.Unlock()
-	w := n.in.watch(ctx) // dialing the connection reads the server's greeting
+	dep.mu.Unlock()
+	w := dep.in.watch(ctx) // dialing the connection reads the server's greeting
 	err := h.ps.Subscribe(ctx, channel)
 	w.stop()
 	if err == nil {
@@ -560,12 +571,12 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 			err = errors.New("no confirmation from the server")
 		}
 	}
-	n.mu.Lock()
+	dep.mu.Lock()
 	delete(h.barriers, seq)
 	if err == nil && h.epoch == epoch && !h.dead {
 		st.active = true
 	}
-	n.mu.Unlock()
+	dep.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("redislock: subscribe: %w", err)
 	}
@@ -576,45 +587,45 @@ const pingPrefix = "redislock:"
 
 // unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
 // if nobody subscribed again.
-func (n *node) unsubscribe(h *hub, channel string, st *chanState, sub *subscription) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+func (dep *deployment) unsubscribe(h *hub, channel string, st *chanState, sub *subscription) {
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
 	delete(st.subs, sub)
-	if len(st.subs) > 0 || n.closed || h.dead || h.chans[channel] != st || st.idle != nil {
+	if len(st.subs) > 0 || dep.closed || h.dead || h.chans[channel] != st || st.idle != nil {
 		return
 	}
-	n.wg.Add(1)
+	dep.wg.Add(1)
 	st.idleGen++
 	gen := st.idleGen
-	st.idle = time.AfterFunc(n.linger, func() {
-		defer n.wg.Done()
+	st.idle = time.AfterFunc(dep.linger, func() {
+		defer dep.wg.Done()
 		h.expire(channel, st, gen)
 	})
 }
 
 // expire UNSUBSCRIBEs an idle channel, or closes the hub if it was the last.
 func (h *hub) expire(channel string, st *chanState, gen uint64) {
-	n := h.n
+	dep := h.dep
 	select {
 	case h.wmu <- struct{}{}:
 	case <-h.quit:
 		return
 	}
 	defer func() { <-h.wmu }()
-	n.mu.Lock()
-	if n.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle == nil || st.idleGen != gen {
-		n.mu.Unlock()
+	dep.mu.Lock()
+	if dep.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle == nil || st.idleGen != gen {
+		dep.mu.Unlock()
 		return
 	}
 	delete(h.chans, channel)
 	last := len(h.chans) == 0
 	if last {
 		h.kill()
-		if n.hubs[h.route] == h {
-			delete(n.hubs, h.route)
+		if dep.hubs[h.route] == h {
+			delete(dep.hubs, h.route)
 		}
 	}
-	n.mu.Unlock()
+	dep.mu.Unlock()
 	if last {
 		_ = h.ps.Close()
 		h.failBarriers(backend.ErrClosed)
@@ -638,7 +649,7 @@ const wakeStagger = 300 * time.Microsecond
 // waiter of each process try first, so that waiters are served roughly in
 // arrival order instead of racing on every release, in which some of them
 // lose for a long time.
-func (n *node) deliver(subs []*subscription) {
+func (dep *deployment) deliver(subs []*subscription) {
 	slices.SortFunc(subs, func(a, b *subscription) int { return cmp.Compare(a.seq, b.seq) })
 	for i, s := range subs {
 		if i == 0 || wakeStagger == 0 {
@@ -666,8 +677,8 @@ func (h *hub) kill() {
 }
 
 func (h *hub) failBarriers(err error) {
-	h.n.mu.Lock()
-	defer h.n.mu.Unlock()
+	h.dep.mu.Lock()
+	defer h.dep.mu.Unlock()
 	for seq, b := range h.barriers {
 		select {
 		case b.done <- err:
@@ -680,28 +691,28 @@ func (h *hub) failBarriers(err error) {
 // run reads the hub's connection until it is closed, delivering release
 // messages and PONGs.
 func (h *hub) run() {
-	n := h.n
-	defer n.wg.Done()
+	dep := h.dep
+	defer dep.wg.Done()
 	ctx := context.Background()
 	failures := 0
 	for {
 		msg, err := h.ps.Receive(ctx)
 		if err != nil {
-			n.mu.Lock()
+			dep.mu.Lock()
 			dead := h.dead
-			n.mu.Unlock()
+			dep.mu.Unlock()
 			if dead || errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			// The connection failed; go-redis reconnects and subscribes
 			// again, but messages sent meanwhile are lost (waiters' backoff
 			// covers them), and subscriptions must be confirmed anew.
-			n.mu.Lock()
+			dep.mu.Lock()
 			h.epoch++
 			for _, st := range h.chans {
 				st.active = false
 			}
-			n.mu.Unlock()
+			dep.mu.Unlock()
 			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
@@ -719,7 +730,7 @@ func (h *hub) run() {
 		failures = 0
 		switch m := msg.(type) {
 		case *redis.Message:
-			n.mu.Lock()
+			dep.mu.Lock()
 			var subs []*subscription
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
@@ -728,8 +739,8 @@ func (h *hub) run() {
 					}
 				}
 			}
-			n.mu.Unlock()
-			n.deliver(subs)
+			dep.mu.Unlock()
+			dep.deliver(subs)
 		case *redis.Pong:
 			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
 				continue
@@ -740,7 +751,7 @@ func (h *hub) run() {
 			}
 			// PONGs arrive in order: every earlier barrier on this
 			// connection is passed too.
-			n.mu.Lock()
+			dep.mu.Lock()
 			for s, b := range h.barriers {
 				if s <= seq {
 					select {
@@ -750,7 +761,7 @@ func (h *hub) run() {
 					delete(h.barriers, s)
 				}
 			}
-			n.mu.Unlock()
+			dep.mu.Unlock()
 		}
 	}
 }
