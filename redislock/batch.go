@@ -42,7 +42,7 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 	cmds := make([]*redis.Cmd, len(locks))
 	_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range locks {
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{lockKey(l.Key)}, holder(l), pxs[i])
+			cmds[i] = refreshScript.EvalSha(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
 		}
 		return nil
 	})
@@ -56,7 +56,7 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
 				l := locks[i]
-				cmds[i] = refreshScript.Eval(ctx, p, []string{lockKey(l.Key)}, holder(l), pxs[i])
+				cmds[i] = refreshScript.Eval(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
 			}
 			return nil
 		})

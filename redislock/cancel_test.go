@@ -213,7 +213,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			p.BlackholeDown() // requests arrive, answers do not
 			l := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 			granted := func() {
-				if v, err := admin.Get(testCtx(t), lockKey(key)).Result(); err != nil || !strings.HasPrefix(v, holder(l)) {
+				if v, err := admin.Get(testCtx(t), keysFor(key).lock).Result(); err != nil || !strings.HasPrefix(v, holder(l)) {
 					t.Errorf("the server did not grant the lock to the stuck call: %q, %v", v, err)
 				}
 			}
@@ -230,8 +230,9 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			}
 			// The cleanup's answer is lost too: it ran all the same.
 			deadline := time.Now().Add(2 * time.Second)
+			ks := keysFor(key)
 			for {
-				n, err := admin.Exists(testCtx(t), lockKey(key), queueKey(key), liveKey(key)).Result()
+				n, err := admin.Exists(testCtx(t), ks.lock, ks.queue, ks.live).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -239,8 +240,8 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					v, _ := admin.Get(testCtx(t), lockKey(key)).Result()
-					t.Fatalf("2 s after the cancel, %d of the lock's keys remain (lock value %q, ttl %v)", n, v, admin.PTTL(testCtx(t), lockKey(key)).Val())
+					v, _ := admin.Get(testCtx(t), keysFor(key).lock).Result()
+					t.Fatalf("2 s after the cancel, %d of the lock's keys remain (lock value %q, ttl %v)", n, v, admin.PTTL(testCtx(t), keysFor(key).lock).Val())
 				}
 				time.Sleep(10 * time.Millisecond)
 			}

@@ -120,19 +120,6 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// Subscribe implements backend.Notifier over Redis pub/sub.
-func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if d.closed.Load() {
-		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-	}
-	ch := make(chan struct{}, 1)
-	cancel, err := d.dep.subscribe(ctx, key, ch)
-	if err != nil {
-		return nil, nil, err
-	}
-	return ch, cancel, nil
-}
-
 // Close implements backend.Driver. It stops the Driver's subscriptions and
 // goroutines, and closes the client only if Open created it.
 func (d *Driver) Close() error {

@@ -77,7 +77,8 @@ func mustNewFair(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *Fair
 
 func TestKeysShareASlot(t *testing.T) {
 	for _, k := range []string{"ns/a", "ns/{x}", "ns/}{", "ns/a:b", "ns/ü/../"} {
-		lk, fk, ch := lockKey(k), fenceKey(k), releaseChannel(k)
+		ks := keysFor(k)
+		lk, fk, ch := ks.lock, ks.fence, ks.channel
 		tag := func(s string) string {
 			i := strings.IndexByte(s, '{')
 			j := strings.IndexByte(s[i+1:], '}')
@@ -112,7 +113,7 @@ func TestTTLRounding(t *testing.T) {
 			t.Errorf("TTL %v granted as %v, want %v", c.ttl, g.TTL, c.want)
 		}
 		if c.ttl >= time.Second {
-			pttl, err := admin.PTTL(ctx, lockKey(l.Key)).Result()
+			pttl, err := admin.PTTL(ctx, keysFor(l.Key).lock).Result()
 			if err != nil || pttl <= 0 || pttl > c.want {
 				t.Errorf("TTL %v: the server's PTTL is %v (err %v)", c.ttl, pttl, err)
 			}
@@ -185,15 +186,15 @@ func TestFenceSurvivesLostCounter(t *testing.T) {
 		}
 		switch i {
 		case 1:
-			admin.Del(ctx, fenceKey(key)) // lost
+			admin.Del(ctx, keysFor(key).fence) // lost
 		case 3:
 			// stale: a replica that missed increments, promoted a second
 			// later (a failover takes seconds)
-			admin.Set(ctx, fenceKey(key), "7", 0)
+			admin.Set(ctx, keysFor(key).fence, "7", 0)
 			time.Sleep(1100 * time.Millisecond)
 		}
 	}
-	if err := admin.Del(ctx, fenceKey(key)).Err(); err != nil {
+	if err := admin.Del(ctx, keysFor(key).fence).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -51,7 +51,7 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if n, err := d.Client().Exists(ctx, lockKey(backend.Key("redislock-url", t.Name()))).Result(); err != nil || n != 1 {
+	if n, err := d.Client().Exists(ctx, keysFor(backend.Key("redislock-url", t.Name())).lock).Result(); err != nil || n != 1 {
 		t.Fatalf("lock key in db 3: %d, %v", n, err)
 	}
 	if err := l.Release(ctx); err != nil {
