@@ -180,11 +180,7 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		}
 		switch {
 		case !now.Before(until):
-			why := "its TTL ran out without a confirmed refresh"
-			if lastErr != nil {
-				why = "refreshes failed until its TTL ran out: " + lastErr.Error()
-			}
-			h.lose(fmt.Errorf("locker: %q: %w: %s", h.name, ErrLost, why))
+			h.lose(h.ranOut(lastErr))
 		case !h.auto || d.deadline:
 			// Nothing to send: no automatic refresh, or one is in flight
 			// and will reschedule h when it ends.
