@@ -29,7 +29,7 @@
 // The table is created on first use (CREATE TABLE IF NOT EXISTS, serialized
 // between processes by an advisory lock). Teams that run their own
 // migrations run schema.sql there and open the driver with
-// create_table=false, or [CreateTable](false).
+// create_table=false, or [WithCreateTable](false).
 //
 // # Waiting
 //
@@ -38,7 +38,7 @@
 // the released key at once; the Client's capped backoff covers a
 // notification that was missed (the listener reconnects when its connection
 // drops, and then wakes every waiter). The listening connection closes 30
-// seconds after the last waiter left ([ListenIdle]). LISTEN does not work
+// seconds after the last waiter left ([WithListenIdle]). LISTEN does not work
 // through a transaction-pooling proxy such as PgBouncer in transaction mode:
 // waiting then falls back to polling.
 //
@@ -107,7 +107,7 @@
 // one small row per lock name ever used. No CREATE, and no ownership:
 // with the table there, create_table may stay on (it only looks). Without
 // one of those grants, Open or the first acquire fails with ErrPermission.
-// LISTEN needs no privilege. CreateTable(true) on a missing table needs
+// LISTEN needs no privilege. WithCreateTable(true) on a missing table needs
 // CREATE on the schema (and on the database, for a lock_schema that does
 // not exist yet); the creator owns the table.
 //

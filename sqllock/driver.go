@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,7 +26,7 @@ type Driver struct {
 	ownPool bool
 	socks   *sockets // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
-	sql     dialect
+	sql     statements
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -51,48 +48,6 @@ var (
 	_ backend.Notifier       = (*Driver)(nil)
 	_ backend.BatchRefresher = (*Driver)(nil)
 )
-
-type config struct {
-	table      string
-	schema     string
-	create     bool
-	clock      func() time.Time
-	listenIdle time.Duration
-}
-
-// Option configures a Driver.
-type Option func(*config)
-
-// Table sets the name of the lock table (default "locker_locks"), at most 63
-// bytes. Without Schema, PostgreSQL finds it through the search_path and
-// creates it in the first schema there.
-func Table(name string) Option { return func(c *config) { c.table = name } }
-
-// Schema puts the lock table in the named schema (default: none, the
-// search_path decides). With CreateTable, the schema is created if missing.
-func Schema(name string) Option { return func(c *config) { c.schema = name } }
-
-// CreateTable turns the automatic creation of the table (and of its
-// schema) on first use on (the default) or off. Turn it off when your
-// migrations run SchemaSQL; the driver then only checks that the table
-// exists.
-func CreateTable(on bool) Option { return func(c *config) { c.create = on } }
-
-// WithClock replaces time.Now as the driver's client clock. The driver uses
-// it only to translate the server's remaining TTL into a local time in
-// Inspect: every expiry is computed by the database server from its own
-// clock, so a wrong client clock cannot make a lock expire early or late.
-func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now != nil {
-			c.clock = now
-		}
-	}
-}
-
-// ListenIdle sets how long the connection that listens for release
-// notifications stays open after its last subscriber left (default 30s).
-func ListenIdle(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
 // statements run on the pool directly, one autocommitted statement each,
@@ -117,20 +72,10 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	if err := checkIdent("schema", cfg.schema, true); err != nil {
 		return nil, err
 	}
-	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: postgresDialect(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
+	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.lis = newListener(d)
 	return d, nil
-}
-
-func checkIdent(what, name string, empty bool) error {
-	switch {
-	case name == "" && empty:
-		return nil
-	case name == "" || len(name) > maxIdentLen || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
-		return fmt.Errorf("sqllock: %w: %s name %q: want 1 to %d bytes of UTF-8 without control characters", backend.ErrInvalidURL, what, name, maxIdentLen)
-	}
-	return nil
 }
 
 // TableName returns the quoted, possibly schema-qualified, name of the lock
@@ -474,7 +419,7 @@ func (d *Driver) wrap(op string, err error) error {
 	return fmt.Errorf("sqllock: %s: %w", op, permission(err))
 }
 
-// ensureSchema creates the table on first use, or with CreateTable(false)
+// ensureSchema creates the table on first use, or with WithCreateTable(false)
 // checks that it exists. Several processes may do so at once: an advisory
 // lock serializes them, and the errors of a concurrent CREATE ... IF NOT
 // EXISTS count as success.

@@ -321,7 +321,7 @@ func TestSchemaCreatedByManyAtOnce(t *testing.T) {
 		d.Close()
 	}
 	var rows int
-	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+postgresDialect(schema, table).table+` WHERE name <> $1`, notifyKeyName).Scan(&rows); err != nil {
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+newStatements(schema, table).table+` WHERE name <> $1`, notifyKeyName).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != procs+gs {
@@ -372,7 +372,7 @@ func TestFirstInsertRace(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			d, err := New(pool, Table(table))
+			d, err := New(pool, WithTable(table))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -417,7 +417,7 @@ func TestListenerIdles(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
 	app := "sqllock-idle-" + randHex(4)
-	d, err := Open(ctx, withParams(t, h.url, "application_name", app), ListenIdle(50*time.Millisecond))
+	d, err := Open(ctx, withParams(t, h.url, "application_name", app), WithListenIdle(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

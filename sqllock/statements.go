@@ -21,12 +21,12 @@ var SchemaSQL string
 // defaultTable is the table name in SchemaSQL.
 const defaultTable = "locker_locks"
 
-// dialect holds every SQL statement the driver runs, and what the store's
-// error codes mean, so that another database could be added next to
-// PostgreSQL without touching the driver's logic. Statements take their
-// arguments in the order documented on each field; durations are whole
-// microseconds and all time arithmetic uses the server's clock.
-type dialect struct {
+// statements holds every SQL statement the driver runs, for one lock table,
+// so that the driver's logic reads without SQL in it; the functions below it
+// say what PostgreSQL's error codes mean. Statements take their arguments in
+// the order documented on each field; durations are whole microseconds and
+// all time arithmetic uses the server's clock.
+type statements struct {
 	// table is the quoted, possibly schema-qualified, table name.
 	table string
 	// channel is the notification channel of the table, and listen the
@@ -76,7 +76,7 @@ type dialect struct {
 // the server, silently, so we refuse them.
 const maxIdentLen = 63
 
-func postgresDialect(schema, table string) dialect {
+func newStatements(schema, table string) statements {
 	ident := pgx.Identifier{table}
 	qualified := table
 	if schema != "" {
@@ -89,7 +89,7 @@ func postgresDialect(schema, table string) dialect {
 		sum := sha256.Sum256([]byte(qualified))
 		channel = "sqllock:" + hex.EncodeToString(sum[:16])
 	}
-	d := dialect{
+	d := statements{
 		table:        t,
 		channel:      channel,
 		listen:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
@@ -186,7 +186,7 @@ func schemaFor(t string) string {
 
 // createLockKey is the advisory lock that serializes the creation of one
 // table between processes.
-func (d dialect) createLockKey() int64 {
+func (d statements) createLockKey() int64 {
 	h := fnv.New64a()
 	h.Write([]byte("github.com/lockerhq/locker/sqllock schema " + d.table))
 	return int64(h.Sum64())
