@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 	admin := adminPool(t)
 	table := testTable(t, admin, "")
 	return &harness{
-		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "sqllock-conformance"}, params...)...),
+		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
 	}

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestTerminateHolderConnection(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-term-" + randHex(4)
+	app := "pglock-term-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app, "pool_max_conns", "2"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-listen-" + randHex(4)
+	app := "pglock-listen-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app))
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-mux-" + randHex(4)
+	app := "pglock-mux-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app))
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +267,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 func TestSchemaCreatedByManyAtOnce(t *testing.T) {
 	t.Parallel()
 	admin := adminPool(t)
-	schema := "sqllock_s_" + randHex(4)
+	schema := "pglock_s_" + randHex(4)
 	table := testTable(t, admin, schema)
 	u := withParams(t, baseURL(t), paramTable, table, paramSchema, schema)
 
@@ -416,7 +416,7 @@ func TestListenerIdles(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-idle-" + randHex(4)
+	app := "pglock-idle-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app), WithListenIdle(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

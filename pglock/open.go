@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -102,7 +102,7 @@ const defaultConnectTimeout = 10 * time.Second
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("pglock: %w: cannot parse the URL", backend.ErrInvalidURL)
 	}
 	return openURL(ctx, u, opts)
 }
@@ -110,7 +110,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 // openURL is Open for a parsed URL; the registry's opener calls it too.
 func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return nil, fmt.Errorf("sqllock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("pglock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
 	}
 	warnSSL(backend.Logger(ctx), u)
 	p := backend.NewParams(u)
@@ -118,14 +118,14 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if p.Has(paramTable) {
 		name := p.String(paramTable, defaultTable)
 		if why := identProblem("table", name, false); why != "" {
-			return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, why)
+			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
 		}
 		urlOpts = append(urlOpts, WithTable(name))
 	}
 	if p.Has(paramSchema) {
 		name := p.String(paramSchema, "")
 		if why := identProblem("schema", name, true); why != "" {
-			return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, why)
+			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
 		}
 		urlOpts = append(urlOpts, WithSchema(name))
 	}
@@ -139,7 +139,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: %w", err)
+		return nil, fmt.Errorf("pglock: %w", err)
 	}
 	q := u.Query()
 	q.Del(paramTable)
@@ -149,7 +149,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
+		return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
 	}
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
@@ -161,16 +161,16 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 // with pgxpool.ParseConfig and hooks of its own. The driver owns the pool.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("sqllock: OpenConfig: %w: nil config", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrUnsupported)
 	}
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }
 
 func openPrefix(where string) string {
 	if where == "" {
-		return "sqllock: "
+		return "pglock: "
 	}
-	return "sqllock: open " + where + ": "
+	return "pglock: open " + where + ": "
 }
 
 // parseError is pgx's reason for refusing a connection string, without the

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"crypto/sha256"
@@ -84,6 +84,10 @@ func newStatements(schema, table string) statements {
 		qualified = schema + "." + table
 	}
 	t := ident.Sanitize()
+	// The channel, the notification key's row and the creation lock keep
+	// the package's former name, sqllock: they live in the database and
+	// between processes, so tables made, and processes run, before the
+	// rename to pglock keep working with it.
 	channel := "sqllock:" + qualified
 	if len(channel) > maxIdentLen {
 		sum := sha256.Sum256([]byte(qualified))
@@ -147,6 +151,7 @@ FROM ` + t + ` WHERE name = $1`,
 
 // notifyKeyName is the row that keeps the table's notification key, in
 // its token. Every lock key has a '/' (namespace/name), this name has none.
+// It keeps the former package name (see newStatements).
 const notifyKeyName = "sqllock:notify-key"
 
 // notifyKeyCTE is a WITH item k(k) holding the notification key's bytes,
@@ -185,7 +190,8 @@ func schemaFor(t string) string {
 }
 
 // createLockKey is the advisory lock that serializes the creation of one
-// table between processes.
+// table between processes. Its seed keeps the former package name (see
+// newStatements), so that it is the same lock in processes of either name.
 func (d statements) createLockKey() int64 {
 	h := fnv.New64a()
 	h.Write([]byte("github.com/lockerhq/locker/sqllock schema " + d.table))

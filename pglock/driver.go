@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -56,7 +56,7 @@ var (
 // LISTEN for releases while someone waits.
 func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("sqllock: New: %w: nil pool", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrUnsupported)
 	}
 	return newDriver(pool, false, opts)
 }
@@ -90,14 +90,14 @@ func (d *Driver) Channel() string { return d.sql.channel }
 // timestamps count microseconds.
 func micros(ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, fmt.Errorf("sqllock: %w: %v", backend.ErrInvalidTTL, ttl)
+		return 0, fmt.Errorf("pglock: %w: %v", backend.ErrInvalidTTL, ttl)
 	}
 	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
 }
 
 func (d *Driver) begin(op string) error {
 	if d.closed.Load() {
-		return fmt.Errorf("sqllock: %s: %w", op, backend.ErrClosed)
+		return fmt.Errorf("pglock: %s: %w", op, backend.ErrClosed)
 	}
 	return nil
 }
@@ -140,10 +140,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	case err == nil:
 		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w", backend.ErrNotAcquired)
+		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w", backend.ErrNotAcquired)
 	case conflict(err):
 		// Still racing after the retries: someone else keeps winning.
-		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w (%v)", backend.ErrNotAcquired, err)
+		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w (%v)", backend.ErrNotAcquired, err)
 	}
 	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
 		// The server refused the statement, or it was never sent.
@@ -191,7 +191,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	case err != nil:
 		return d.wrap("refresh", err)
 	case n == 0:
-		return fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -257,7 +257,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	}
 	for j, i := range pos {
 		if !done[j] {
-			errs[i] = fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
 		}
 	}
 	return errs
@@ -288,11 +288,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		// An earlier attempt may have released it: we cannot tell.
 		return d.wrap("release", uncertain)
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("sqllock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: release: %w", backend.ErrNotHeld)
 	case err != nil:
 		return d.wrap("release", err)
 	case !live:
-		return fmt.Errorf("sqllock: release: %w: its TTL had run out", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: release: %w: its TTL had run out", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -315,7 +315,7 @@ func (d *Driver) Close() error {
 		}
 	})
 	if !first {
-		return fmt.Errorf("sqllock: close: %w", backend.ErrClosed)
+		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
 	}
 	return nil
 }
@@ -411,12 +411,12 @@ func permission(err error) error {
 // from pgx never contain the password.
 func (d *Driver) wrap(op string, err error) error {
 	if d.closed.Load() {
-		return fmt.Errorf("sqllock: %s: %w (%v)", op, backend.ErrClosed, err)
+		return fmt.Errorf("pglock: %s: %w (%v)", op, backend.ErrClosed, err)
 	}
 	if sqlState(err) == codeUndefTable {
-		return fmt.Errorf("sqllock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
+		return fmt.Errorf("pglock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
 	}
-	return fmt.Errorf("sqllock: %s: %w", op, permission(err))
+	return fmt.Errorf("pglock: %s: %w", op, permission(err))
 }
 
 // ensureSchema creates the table on first use, or with WithCreateTable(false)
@@ -443,12 +443,12 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 		return d.wrap("schema", err)
 	}
 	if !exists && !d.cfg.create {
-		return fmt.Errorf("sqllock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
+		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
 	}
 	if !exists {
 		err := d.retry(ctx, func() error { return d.create(ctx) })
 		if err != nil && !createRace(err) {
-			return fmt.Errorf("sqllock: create table %s: %w", d.sql.table, err)
+			return fmt.Errorf("pglock: create table %s: %w", d.sql.table, err)
 		}
 	}
 	secret, err := d.loadNotifyKey(ctx)

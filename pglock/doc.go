@@ -1,8 +1,8 @@
-// Package sqllock keeps locks in a PostgreSQL table, through pgx.
+// Package pglock keeps locks in a PostgreSQL table, through pgx.
 //
 // Import it for its side effect and open a Client by URL:
 //
-//	import _ "github.com/lockerhq/locker/sqllock"
+//	import _ "github.com/lockerhq/locker/pglock"
 //
 //	c, err := locker.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full")
 //
@@ -128,4 +128,13 @@
 // it can take locks (see Security). The lock is only as available as the database: with a failover to an
 // asynchronous replica, a lock acquired just before the failover can be
 // lost, and two holders can then overlap, which the fence reveals.
-package sqllock
+//
+// # Name
+//
+// This package was sqllock. It works with PostgreSQL only, through pgx (its
+// schemes are postgres and postgresql, and it holds one set of statements,
+// PostgreSQL's), so it is named after its store, as the other backends are.
+// Names it keeps in the database (the notification channel, the
+// notification key's row, the creation lock) still say sqllock, so that
+// tables made before the rename keep working.
+package pglock

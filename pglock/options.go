@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"errors"
@@ -58,7 +58,7 @@ func WithListenIdle(d time.Duration) Option { return func(c *config) { c.listenI
 // name is allowed where empty says so.
 func checkIdent(what, name string, empty bool) error {
 	if why := identProblem(what, name, empty); why != "" {
-		return errors.New("sqllock: " + why)
+		return errors.New("pglock: " + why)
 	}
 	return nil
 }
