@@ -12,7 +12,11 @@ import (
 // Err is right at the deadline even when the watchdog is late: a busy
 // machine delays its timer, and the store frees the lock on time.
 func TestErrPastDeadlineWithoutWatchdog(t *testing.T) {
-	c, err := New(memlock.New(memlock.NewStore()), WithDefaultTTL(100*time.Millisecond))
+	drv, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(drv, WithDefaultTTL(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ var packages = map[string]string{
 	"redis+cluster": "redislock", "rediss+cluster": "redislock",
 	"redis+quorum": "redislock", "rediss+quorum": "redislock",
 	"etcd": "etcdlock", "zk": "zklock", "memcache": "memcachelock",
-	"postgres": "sqllock", "postgresql": "sqllock",
+	"postgres": "pglock", "postgresql": "pglock",
 }
 
 // Open finds the driver for u's scheme and opens it.

@@ -163,7 +163,11 @@ func (h *brokenHarness) queued() bool {
 type queueHarness struct{ *brokenHarness }
 
 func (h *brokenHarness) NewDriver(context.Context) (backend.Driver, error) {
-	d := &brokenDriver{Driver: memlock.New(h.store), h: h, fences: map[string]uint64{}}
+	mem, err := memlock.New(h.store)
+	if err != nil {
+		return nil, err
+	}
+	d := &brokenDriver{Driver: mem, h: h, fences: map[string]uint64{}}
 	if h.variant == "leaks-goroutines" {
 		go func() { select {} }()
 	}

@@ -15,7 +15,7 @@ import (
 type memHarness struct{ store *memlock.Store }
 
 func (h memHarness) NewDriver(context.Context) (backend.Driver, error) {
-	return memlock.New(h.store), nil
+	return memlock.New(h.store)
 }
 
 func (h memHarness) Expire(_ context.Context, key string) error {

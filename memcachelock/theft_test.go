@@ -3,7 +3,6 @@ package memcachelock
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ func TestTheftIsNoticed(t *testing.T) {
 	testenv.Require(t, addr)
 	t.Parallel()
 	ctx := testCtx(t, time.Minute)
-	d, err := Open(ctx, &url.URL{Scheme: "memcache", Host: addr})
+	d, err := Open(ctx, "memcache://"+addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func testTable(t testing.TB, admin *pgxpool.Pool, schema string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		d := postgresDialect(schema, table)
+		d := newStatements(schema, table)
 		if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+d.table); err != nil {
 			t.Errorf("drop %s: %v", d.table, err)
 		}
@@ -79,22 +79,22 @@ func testTable(t testing.TB, admin *pgxpool.Pool, schema string) string {
 	return table
 }
 
-func quote(s string) string { return postgresDialect("", s).table }
+func quote(s string) string { return newStatements("", s).table }
 
 // harness runs the conformance suite on one table of the test database.
 type harness struct {
 	url   string // with lock_table
 	admin *pgxpool.Pool
-	sql   dialect
+	sql   statements
 }
 
 func newHarness(t *testing.T, params ...string) *harness {
 	admin := adminPool(t)
 	table := testTable(t, admin, "")
 	return &harness{
-		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "sqllock-conformance"}, params...)...),
+		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
-		sql:   postgresDialect("", table),
+		sql:   newStatements("", table),
 	}
 }
 

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestTerminateHolderConnection(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-term-" + randHex(4)
+	app := "pglock-term-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app, "pool_max_conns", "2"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-listen-" + randHex(4)
+	app := "pglock-listen-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app))
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-mux-" + randHex(4)
+	app := "pglock-mux-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app))
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +267,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 func TestSchemaCreatedByManyAtOnce(t *testing.T) {
 	t.Parallel()
 	admin := adminPool(t)
-	schema := "sqllock_s_" + randHex(4)
+	schema := "pglock_s_" + randHex(4)
 	table := testTable(t, admin, schema)
 	u := withParams(t, baseURL(t), paramTable, table, paramSchema, schema)
 
@@ -321,7 +321,7 @@ func TestSchemaCreatedByManyAtOnce(t *testing.T) {
 		d.Close()
 	}
 	var rows int
-	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+postgresDialect(schema, table).table+` WHERE name <> $1`, notifyKeyName).Scan(&rows); err != nil {
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+newStatements(schema, table).table+` WHERE name <> $1`, notifyKeyName).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != procs+gs {
@@ -372,7 +372,7 @@ func TestFirstInsertRace(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			d, err := New(pool, Table(table))
+			d, err := New(pool, WithTable(table))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -416,8 +416,8 @@ func TestListenerIdles(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "sqllock-idle-" + randHex(4)
-	d, err := Open(ctx, withParams(t, h.url, "application_name", app), ListenIdle(50*time.Millisecond))
+	app := "pglock-idle-" + randHex(4)
+	d, err := Open(ctx, withParams(t, h.url, "application_name", app), WithListenIdle(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -17,7 +17,16 @@ const usage = "://[user[:password]@]host[:port][,host2...]/database[?sslmode=ver
 
 func init() {
 	for _, scheme := range []string{"postgres", "postgresql"} {
-		backend.Register(scheme, backend.Opener{Usage: scheme + usage, Open: open})
+		backend.Register(scheme, backend.Opener{
+			Usage: scheme + usage,
+			Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
+				d, err := openURL(ctx, u, nil)
+				if err != nil {
+					return nil, err
+				}
+				return d, nil
+			},
+		})
 	}
 }
 
@@ -79,10 +88,6 @@ var serverParams = []string{
 // connect_timeout and ctx no deadline.
 const defaultConnectTimeout = 10 * time.Second
 
-func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
-	return Open(ctx, u.String())
-}
-
 // Open connects to PostgreSQL with a URL such as
 // "postgres://locker@db.example.com:5432/app?sslmode=verify-full" (the
 // "postgresql" scheme works too), checks that the server answers, and
@@ -92,26 +97,40 @@ func open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 // statement_timeout, lock_timeout and idle_in_transaction_session_timeout;
 // any other parameter is an error wrapping ErrInvalidURL. The password may
 // come from PGPASSWORD or a passfile instead of the URL. Options given here
-// override the URL's. Close closes the pool that Open made.
+// override the URL's (lock_table= is WithTable, lock_schema= WithSchema,
+// create_table= WithCreateTable). Close closes the pool that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("pglock: %w: cannot parse the URL", backend.ErrInvalidURL)
 	}
+	return openURL(ctx, u, opts)
+}
+
+// openURL is Open for a parsed URL; the registry's opener calls it too.
+func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return nil, fmt.Errorf("sqllock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("pglock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
 	}
 	warnSSL(backend.Logger(ctx), u)
 	p := backend.NewParams(u)
 	var urlOpts []Option
 	if p.Has(paramTable) {
-		urlOpts = append(urlOpts, Table(p.String(paramTable, defaultTable)))
+		name := p.String(paramTable, defaultTable)
+		if why := identProblem("table", name, false); why != "" {
+			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
+		}
+		urlOpts = append(urlOpts, WithTable(name))
 	}
 	if p.Has(paramSchema) {
-		urlOpts = append(urlOpts, Schema(p.String(paramSchema, "")))
+		name := p.String(paramSchema, "")
+		if why := identProblem("schema", name, true); why != "" {
+			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
+		}
+		urlOpts = append(urlOpts, WithSchema(name))
 	}
 	if p.Has(paramCreate) {
-		urlOpts = append(urlOpts, CreateTable(p.Bool(paramCreate, true)))
+		urlOpts = append(urlOpts, WithCreateTable(p.Bool(paramCreate, true)))
 	}
 	for _, name := range pgxParams {
 		p.Has(name)
@@ -120,7 +139,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: %w", err)
+		return nil, fmt.Errorf("pglock: %w", err)
 	}
 	q := u.Query()
 	q.Del(paramTable)
@@ -130,7 +149,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
+		return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
 	}
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
@@ -142,16 +161,16 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 // with pgxpool.ParseConfig and hooks of its own. The driver owns the pool.
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("sqllock: OpenConfig: %w: nil config", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrUnsupported)
 	}
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }
 
 func openPrefix(where string) string {
 	if where == "" {
-		return "sqllock: "
+		return "pglock: "
 	}
-	return "sqllock: open " + where + ": "
+	return "pglock: open " + where + ": "
 }
 
 // parseError is pgx's reason for refusing a connection string, without the

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"bytes"
@@ -143,7 +143,7 @@ func TestCloseCutOff(t *testing.T) {
 				if mode == "open" {
 					d, err = Open(ctx, purl)
 				} else {
-					d, err = New(userPool, Table(h.sql.table[1:len(h.sql.table)-1]))
+					d, err = New(userPool, WithTable(h.sql.table[1:len(h.sql.table)-1]))
 				}
 				if err != nil {
 					t.Fatal(err)

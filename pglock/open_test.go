@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%s: the error shows the password: %v", what, err)
 		}
-		if !strings.HasPrefix(err.Error(), "sqllock: ") {
+		if !strings.HasPrefix(err.Error(), "pglock: ") {
 			t.Errorf("%s: error %q does not start with the package name", what, err)
 		}
 		if took := time.Since(start); took > time.Second {
@@ -76,11 +76,11 @@ func TestOpenForms(t *testing.T) {
 	admin := adminPool(t)
 	base := baseURL(t)
 	ctx := context.Background()
-	schema := "sqllock_f_" + randHex(4)
+	schema := "pglock_f_" + randHex(4)
 	table := testTable(t, admin, schema)
 	table2 := testTable(t, admin, "")
 	forms := []string{
-		withParams(t, base, paramTable, table, paramSchema, schema, "application_name", "sqllock-test",
+		withParams(t, base, paramTable, table, paramSchema, schema, "application_name", "pglock-test",
 			"search_path", "public", "statement_timeout", "5000", "connect_timeout", "5", "pool_max_conns", "4",
 			"default_query_exec_mode", "cache_describe"),
 		strings.Replace(withParams(t, base, paramTable, table2, paramCreate, "true"), "postgres://", "postgresql://", 1),
@@ -141,15 +141,15 @@ func TestBadOptions(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
-	for _, o := range []Option{Table(""), Table(strings.Repeat("x", 64)), Table("a\x00b"), Table("x\nDROP TABLE y; --"), Schema(strings.Repeat("s", 64))} {
-		if _, err := newDriver(nil, false, []Option{o}); !errors.Is(err, backend.ErrInvalidURL) {
-			t.Errorf("bad option: %v, want ErrInvalidURL", err)
+	for _, o := range []Option{WithTable(""), WithTable(strings.Repeat("x", 64)), WithTable("a\x00b"), WithTable("x\nDROP TABLE y; --"), WithSchema(strings.Repeat("s", 64))} {
+		if _, err := newDriver(nil, false, []Option{o}); err == nil || errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("bad option: %v, want an error that is not ErrInvalidURL", err)
 		}
 	}
-	if got := postgresDialect("My Schema", `we"ird`).table; got != `"My Schema"."we""ird"` {
+	if got := newStatements("My Schema", `we"ird`).table; got != `"My Schema"."we""ird"` {
 		t.Fatalf("quoted table %s", got)
 	}
-	if ch := postgresDialect(strings.Repeat("s", 63), strings.Repeat("t", 63)).channel; len(ch) > maxIdentLen {
+	if ch := newStatements(strings.Repeat("s", 63), strings.Repeat("t", 63)).channel; len(ch) > maxIdentLen {
 		t.Fatalf("channel %q longer than %d bytes", ch, maxIdentLen)
 	}
 }
@@ -163,7 +163,7 @@ func TestQuotedNames(t *testing.T) {
 	t.Cleanup(func() {
 		admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+quote(schema)+" CASCADE")
 	})
-	d, err := Open(ctx, baseURL(t), Schema(schema), Table(table))
+	d, err := Open(ctx, baseURL(t), WithSchema(schema), WithTable(table))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"crypto/sha256"
@@ -21,12 +21,12 @@ var SchemaSQL string
 // defaultTable is the table name in SchemaSQL.
 const defaultTable = "locker_locks"
 
-// dialect holds every SQL statement the driver runs, and what the store's
-// error codes mean, so that another database could be added next to
-// PostgreSQL without touching the driver's logic. Statements take their
-// arguments in the order documented on each field; durations are whole
-// microseconds and all time arithmetic uses the server's clock.
-type dialect struct {
+// statements holds every SQL statement the driver runs, for one lock table,
+// so that the driver's logic reads without SQL in it; the functions below it
+// say what PostgreSQL's error codes mean. Statements take their arguments in
+// the order documented on each field; durations are whole microseconds and
+// all time arithmetic uses the server's clock.
+type statements struct {
 	// table is the quoted, possibly schema-qualified, table name.
 	table string
 	// channel is the notification channel of the table, and listen the
@@ -76,7 +76,7 @@ type dialect struct {
 // the server, silently, so we refuse them.
 const maxIdentLen = 63
 
-func postgresDialect(schema, table string) dialect {
+func newStatements(schema, table string) statements {
 	ident := pgx.Identifier{table}
 	qualified := table
 	if schema != "" {
@@ -84,12 +84,16 @@ func postgresDialect(schema, table string) dialect {
 		qualified = schema + "." + table
 	}
 	t := ident.Sanitize()
+	// The channel, the notification key's row and the creation lock keep
+	// the package's former name, sqllock: they live in the database and
+	// between processes, so tables made, and processes run, before the
+	// rename to pglock keep working with it.
 	channel := "sqllock:" + qualified
 	if len(channel) > maxIdentLen {
 		sum := sha256.Sum256([]byte(qualified))
 		channel = "sqllock:" + hex.EncodeToString(sum[:16])
 	}
-	d := dialect{
+	d := statements{
 		table:        t,
 		channel:      channel,
 		listen:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
@@ -147,6 +151,7 @@ FROM ` + t + ` WHERE name = $1`,
 
 // notifyKeyName is the row that keeps the table's notification key, in
 // its token. Every lock key has a '/' (namespace/name), this name has none.
+// It keeps the former package name (see newStatements).
 const notifyKeyName = "sqllock:notify-key"
 
 // notifyKeyCTE is a WITH item k(k) holding the notification key's bytes,
@@ -185,8 +190,9 @@ func schemaFor(t string) string {
 }
 
 // createLockKey is the advisory lock that serializes the creation of one
-// table between processes.
-func (d dialect) createLockKey() int64 {
+// table between processes. Its seed keeps the former package name (see
+// newStatements), so that it is the same lock in processes of either name.
+func (d statements) createLockKey() int64 {
 	h := fnv.New64a()
 	h.Write([]byte("github.com/lockerhq/locker/sqllock schema " + d.table))
 	return int64(h.Sum64())

@@ -1,16 +1,9 @@
-// Package memlock is an in-process lock store: scheme mem://, for unit tests
-// and single-process programs. Every driver opened on the same Store (or
-// the same mem://NAME) sees the same locks, as clients of one server would.
-//
-// It passes the whole conformance suite: exact expiry, fencing tokens
-// (a per-key counter kept for the Store's life) and release notifications.
-// It does not reach across processes; use file:// or a server for that.
 package memlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,98 +11,24 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-func init() {
-	backend.Register("mem", backend.Opener{
-		Usage: "mem://[NAME]  (in-process; drivers opened with the same NAME share locks)",
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			if err := backend.NewParams(u).Err(); err != nil {
-				return nil, fmt.Errorf("memlock: %w", err)
-			}
-			if u.Path != "" && u.Path != "/" || u.User != nil || u.Port() != "" {
-				return nil, fmt.Errorf("memlock: %w: want mem://[NAME]", backend.ErrInvalidURL)
-			}
-			return New(Named(u.Host)), nil
-		},
-	})
-}
-
-// Store holds locks in memory.
-type Store struct {
-	mu     sync.Mutex
-	locks  map[string]entry
-	fences map[string]uint64
-	subs   map[string]map[chan struct{}]struct{}
-}
-
-type entry struct {
-	token   string
-	expires time.Time
-}
-
-// NewStore returns an empty Store.
-func NewStore() *Store {
-	return &Store{
-		locks:  map[string]entry{},
-		fences: map[string]uint64{},
-		subs:   map[string]map[chan struct{}]struct{}{},
-	}
-}
-
-var (
-	namedMu sync.Mutex
-	named   = map[string]*Store{}
-)
-
-// Named returns the process-wide Store called name, made on first use.
-func Named(name string) *Store {
-	namedMu.Lock()
-	defer namedMu.Unlock()
-	s := named[name]
-	if s == nil {
-		s = NewStore()
-		named[name] = s
-	}
-	return s
-}
-
-// held returns the live entry on key; an expired one counts as free.
-func (s *Store) held(key string, now time.Time) (entry, bool) {
-	e, ok := s.locks[key]
-	if ok && !now.Before(e.expires) {
-		delete(s.locks, key)
-		return entry{}, false
-	}
-	return e, ok
-}
-
-// Expire removes the lock on key as if its TTL had run out, and reports
-// whether there was one.
-func (s *Store) Expire(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.held(key, time.Now())
-	delete(s.locks, key)
-	s.notify(key)
-	return ok
-}
-
-func (s *Store) notify(key string) {
-	for ch := range s.subs[key] {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // Driver is a client of a Store.
 type Driver struct {
 	s      *Store
 	closed atomic.Bool
 }
 
-// New returns a driver on s.
-func New(s *Store) *Driver { return &Driver{s: s} }
+// New returns a driver on s, a Store the caller keeps: drivers on the same
+// Store share its locks. Close does not empty s. A nil s is an error.
+func New(s *Store, opts ...Option) (*Driver, error) {
+	if s == nil {
+		return nil, errors.New("memlock: New: nil Store")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Driver{s: s}, nil
+}
 
 var (
 	_ backend.Driver         = (*Driver)(nil)

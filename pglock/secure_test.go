@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"bytes"
@@ -118,7 +118,7 @@ func secRole(t testing.TB, admin *pgxpool.Pool, grants ...string) (string, strin
 // leastGrants are the grants doc.go documents for a table that exists, for
 // schema s and table t.
 func leastGrants(s, t string) []string {
-	qt := postgresDialect(s, t).table
+	qt := newStatements(s, t).table
 	return []string{
 		"GRANT USAGE ON SCHEMA " + quote(s) + " TO %s",
 		"GRANT SELECT ON " + qt + " TO %s",
@@ -417,7 +417,7 @@ func TestSecureTheftFiresLost(t *testing.T) {
 	admin := secAdmin(t)
 	schema, table := secTable(t, admin)
 	role, pw := secRole(t, admin, leastGrants(schema, table)...)
-	qt := postgresDialect(schema, table).table
+	qt := newStatements(schema, table).table
 	// The thief: the same grants, plus DELETE for the last case.
 	thiefRole, thiefPW := secRole(t, admin, append(leastGrants(schema, table), "GRANT DELETE ON "+qt+" TO %s")...)
 	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -592,7 +592,7 @@ func TestSecureNoSecretInMessages(t *testing.T) {
 		if _, err := Open(ctx, raw); err != nil {
 			msgs = append(msgs, err.Error())
 		} else {
-			t.Errorf("%s: sqllock.Open succeeded", name)
+			t.Errorf("%s: pglock.Open succeeded", name)
 		}
 		if c, err := locker.Open(ctx, raw, locker.WithLogger(logger)); err != nil {
 			msgs = append(msgs, err.Error())
@@ -638,7 +638,7 @@ func TestSecureNotifyKeyMadeOnFirstUse(t *testing.T) {
 	defer cancel()
 	admin := secAdmin(t)
 	schema, table := secTable(t, admin)
-	qt := postgresDialect(schema, table).table
+	qt := newStatements(schema, table).table
 	for _, tc := range []struct{ name, sql string }{
 		{"no row", `DELETE FROM ` + qt + ` WHERE name = $1`},
 		{"released", `UPDATE ` + qt + ` SET token = NULL WHERE name = $1`},

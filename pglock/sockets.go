@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -22,7 +22,7 @@ type sockets struct {
 	closed bool
 }
 
-var errDriverClosed = errors.New("sqllock: driver closed")
+var errDriverClosed = errors.New("pglock: driver closed")
 
 // track makes cfg's connections (those of the pool and of the listener,
 // which copies the pool's configuration) dial through s.

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,7 +26,7 @@ type Driver struct {
 	ownPool bool
 	socks   *sockets // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
-	sql     dialect
+	sql     statements
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -52,48 +49,6 @@ var (
 	_ backend.BatchRefresher = (*Driver)(nil)
 )
 
-type config struct {
-	table      string
-	schema     string
-	create     bool
-	clock      func() time.Time
-	listenIdle time.Duration
-}
-
-// Option configures a Driver.
-type Option func(*config)
-
-// Table sets the name of the lock table (default "locker_locks"), at most 63
-// bytes. Without Schema, PostgreSQL finds it through the search_path and
-// creates it in the first schema there.
-func Table(name string) Option { return func(c *config) { c.table = name } }
-
-// Schema puts the lock table in the named schema (default: none, the
-// search_path decides). With CreateTable, the schema is created if missing.
-func Schema(name string) Option { return func(c *config) { c.schema = name } }
-
-// CreateTable turns the automatic creation of the table (and of its
-// schema) on first use on (the default) or off. Turn it off when your
-// migrations run SchemaSQL; the driver then only checks that the table
-// exists.
-func CreateTable(on bool) Option { return func(c *config) { c.create = on } }
-
-// WithClock replaces time.Now as the driver's client clock. The driver uses
-// it only to translate the server's remaining TTL into a local time in
-// Inspect: every expiry is computed by the database server from its own
-// clock, so a wrong client clock cannot make a lock expire early or late.
-func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now != nil {
-			c.clock = now
-		}
-	}
-}
-
-// ListenIdle sets how long the connection that listens for release
-// notifications stays open after its last subscriber left (default 30s).
-func ListenIdle(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
-
 // New returns a driver that uses pool, a pool the caller already has. Lock
 // statements run on the pool directly, one autocommitted statement each,
 // never inside a transaction of the caller. Close does not close pool. The
@@ -101,7 +56,7 @@ func ListenIdle(d time.Duration) Option { return func(c *config) { c.listenIdle 
 // LISTEN for releases while someone waits.
 func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("sqllock: New: %w: nil pool", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrUnsupported)
 	}
 	return newDriver(pool, false, opts)
 }
@@ -117,20 +72,10 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	if err := checkIdent("schema", cfg.schema, true); err != nil {
 		return nil, err
 	}
-	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: postgresDialect(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
+	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.lis = newListener(d)
 	return d, nil
-}
-
-func checkIdent(what, name string, empty bool) error {
-	switch {
-	case name == "" && empty:
-		return nil
-	case name == "" || len(name) > maxIdentLen || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
-		return fmt.Errorf("sqllock: %w: %s name %q: want 1 to %d bytes of UTF-8 without control characters", backend.ErrInvalidURL, what, name, maxIdentLen)
-	}
-	return nil
 }
 
 // TableName returns the quoted, possibly schema-qualified, name of the lock
@@ -145,14 +90,14 @@ func (d *Driver) Channel() string { return d.sql.channel }
 // timestamps count microseconds.
 func micros(ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, fmt.Errorf("sqllock: %w: %v", backend.ErrInvalidTTL, ttl)
+		return 0, fmt.Errorf("pglock: %w: %v", backend.ErrInvalidTTL, ttl)
 	}
 	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
 }
 
 func (d *Driver) begin(op string) error {
 	if d.closed.Load() {
-		return fmt.Errorf("sqllock: %s: %w", op, backend.ErrClosed)
+		return fmt.Errorf("pglock: %s: %w", op, backend.ErrClosed)
 	}
 	return nil
 }
@@ -195,10 +140,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	case err == nil:
 		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w", backend.ErrNotAcquired)
+		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w", backend.ErrNotAcquired)
 	case conflict(err):
 		// Still racing after the retries: someone else keeps winning.
-		return backend.Grant{}, fmt.Errorf("sqllock: acquire: %w (%v)", backend.ErrNotAcquired, err)
+		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w (%v)", backend.ErrNotAcquired, err)
 	}
 	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
 		// The server refused the statement, or it was never sent.
@@ -246,7 +191,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	case err != nil:
 		return d.wrap("refresh", err)
 	case n == 0:
-		return fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -312,7 +257,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	}
 	for j, i := range pos {
 		if !done[j] {
-			errs[i] = fmt.Errorf("sqllock: refresh: %w", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
 		}
 	}
 	return errs
@@ -343,11 +288,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		// An earlier attempt may have released it: we cannot tell.
 		return d.wrap("release", uncertain)
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("sqllock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: release: %w", backend.ErrNotHeld)
 	case err != nil:
 		return d.wrap("release", err)
 	case !live:
-		return fmt.Errorf("sqllock: release: %w: its TTL had run out", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: release: %w: its TTL had run out", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -370,7 +315,7 @@ func (d *Driver) Close() error {
 		}
 	})
 	if !first {
-		return fmt.Errorf("sqllock: close: %w", backend.ErrClosed)
+		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
 	}
 	return nil
 }
@@ -466,15 +411,15 @@ func permission(err error) error {
 // from pgx never contain the password.
 func (d *Driver) wrap(op string, err error) error {
 	if d.closed.Load() {
-		return fmt.Errorf("sqllock: %s: %w (%v)", op, backend.ErrClosed, err)
+		return fmt.Errorf("pglock: %s: %w (%v)", op, backend.ErrClosed, err)
 	}
 	if sqlState(err) == codeUndefTable {
-		return fmt.Errorf("sqllock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
+		return fmt.Errorf("pglock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
 	}
-	return fmt.Errorf("sqllock: %s: %w", op, permission(err))
+	return fmt.Errorf("pglock: %s: %w", op, permission(err))
 }
 
-// ensureSchema creates the table on first use, or with CreateTable(false)
+// ensureSchema creates the table on first use, or with WithCreateTable(false)
 // checks that it exists. Several processes may do so at once: an advisory
 // lock serializes them, and the errors of a concurrent CREATE ... IF NOT
 // EXISTS count as success.
@@ -498,12 +443,12 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 		return d.wrap("schema", err)
 	}
 	if !exists && !d.cfg.create {
-		return fmt.Errorf("sqllock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
+		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
 	}
 	if !exists {
 		err := d.retry(ctx, func() error { return d.create(ctx) })
 		if err != nil && !createRace(err) {
-			return fmt.Errorf("sqllock: create table %s: %w", d.sql.table, err)
+			return fmt.Errorf("pglock: create table %s: %w", d.sql.table, err)
 		}
 	}
 	secret, err := d.loadNotifyKey(ctx)

@@ -1,4 +1,4 @@
-package sqllock_test
+package pglock_test
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker"
-	"github.com/lockerhq/locker/sqllock"
+	"github.com/lockerhq/locker/pglock"
 )
 
-// Locks on a pool the application already has. Lock statements run on the
+// New, on a pool the application already has (Close leaves it open), and
+// Open, by URL (Close closes the pool it made). Lock statements run on the
 // pool, each in its own autocommitted statement, never inside one of the
-// application's transactions.
-func ExampleNew() {
+// application's transactions. The password may come from PGPASSWORD or
+// ~/.pgpass instead of the URL.
+func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full")
 	if err != nil {
@@ -21,7 +23,7 @@ func ExampleNew() {
 	}
 	defer pool.Close() // the driver does not close a pool it was given
 
-	drv, err := sqllock.New(pool, sqllock.Schema("ops"), sqllock.Table("locks"))
+	drv, err := pglock.New(pool, pglock.WithSchema("ops"), pglock.WithTable("locks"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,10 +41,22 @@ func ExampleNew() {
 	if err != nil {
 		log.Print(err)
 	}
+
+	// The same table by URL, with the migrations' table: no creation.
+	drv2, err := pglock.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full&lock_schema=ops&lock_table=locks",
+		pglock.WithCreateTable(false))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c2, err := locker.New(drv2, locker.WithNamespace("billing"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c2.Close()
 }
 
-// Opening by URL, through the registry. The password may come from
-// PGPASSWORD or ~/.pgpass instead of the URL.
+// Opening through the registry: locker.Open takes the same URL, with the
+// locker package's own parameters (namespace=, ttl=) besides.
 func Example_open() {
 	ctx := context.Background()
 	c, err := locker.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full&lock_schema=ops&lock_table=locks&namespace=billing")

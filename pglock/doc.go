@@ -1,8 +1,8 @@
-// Package sqllock keeps locks in a PostgreSQL table, through pgx.
+// Package pglock keeps locks in a PostgreSQL table, through pgx.
 //
 // Import it for its side effect and open a Client by URL:
 //
-//	import _ "github.com/lockerhq/locker/sqllock"
+//	import _ "github.com/lockerhq/locker/pglock"
 //
 //	c, err := locker.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full")
 //
@@ -29,7 +29,7 @@
 // The table is created on first use (CREATE TABLE IF NOT EXISTS, serialized
 // between processes by an advisory lock). Teams that run their own
 // migrations run schema.sql there and open the driver with
-// create_table=false, or [CreateTable](false).
+// create_table=false, or [WithCreateTable](false).
 //
 // # Waiting
 //
@@ -38,7 +38,7 @@
 // the released key at once; the Client's capped backoff covers a
 // notification that was missed (the listener reconnects when its connection
 // drops, and then wakes every waiter). The listening connection closes 30
-// seconds after the last waiter left ([ListenIdle]). LISTEN does not work
+// seconds after the last waiter left ([WithListenIdle]). LISTEN does not work
 // through a transaction-pooling proxy such as PgBouncer in transaction mode:
 // waiting then falls back to polling.
 //
@@ -107,7 +107,7 @@
 // one small row per lock name ever used. No CREATE, and no ownership:
 // with the table there, create_table may stay on (it only looks). Without
 // one of those grants, Open or the first acquire fails with ErrPermission.
-// LISTEN needs no privilege. CreateTable(true) on a missing table needs
+// LISTEN needs no privilege. WithCreateTable(true) on a missing table needs
 // CREATE on the schema (and on the database, for a lock_schema that does
 // not exist yet); the creator owns the table.
 //
@@ -128,4 +128,13 @@
 // it can take locks (see Security). The lock is only as available as the database: with a failover to an
 // asynchronous replica, a lock acquired just before the failover can be
 // lost, and two holders can then overlap, which the fence reveals.
-package sqllock
+//
+// # Name
+//
+// This package was sqllock. It works with PostgreSQL only, through pgx (its
+// schemes are postgres and postgresql, and it holds one set of statements,
+// PostgreSQL's), so it is named after its store, as the other backends are.
+// Names it keeps in the database (the notification channel, the
+// notification key's row, the creation lock) still say sqllock, so that
+// tables made before the rename keep working.
+package pglock

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 		b.Fatal(err)
 	}
 	b.Cleanup(pool.Close)
-	d, err := New(pool, Table(table))
+	d, err := New(pool, WithTable(table))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func BenchmarkContendedHandoff(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(p.Close)
-		d, err := New(p, Table(d0.cfg.table))
+		d, err := New(p, WithTable(d0.cfg.table))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package sqllock
+package pglock
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func (l *listener) subscribe(ctx context.Context, key string) (<-chan struct{}, 
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", backend.ErrClosed)
+		return nil, nil, fmt.Errorf("pglock: subscribe: %w", backend.ErrClosed)
 	}
 	set := l.subs[key]
 	if set == nil {
@@ -117,7 +117,7 @@ func (l *listener) subscribe(ctx context.Context, key string) (<-chan struct{}, 
 		// The connection is down and reconnecting: let the caller poll
 		// rather than wait.
 		cancel()
-		return nil, nil, fmt.Errorf("sqllock: subscribe: listener reconnecting: %w", lastErr)
+		return nil, nil, fmt.Errorf("pglock: subscribe: listener reconnecting: %w", lastErr)
 	}
 	t := time.NewTimer(subscribeWait)
 	defer t.Stop()
@@ -126,13 +126,13 @@ func (l *listener) subscribe(ctx context.Context, key string) (<-chan struct{}, 
 		return s.ch, cancel, nil
 	case <-ctx.Done():
 		cancel()
-		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", context.Cause(ctx))
+		return nil, nil, fmt.Errorf("pglock: subscribe: %w", context.Cause(ctx))
 	case <-l.ctx.Done():
 		cancel()
-		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", backend.ErrClosed)
+		return nil, nil, fmt.Errorf("pglock: subscribe: %w", backend.ErrClosed)
 	case <-t.C:
 		cancel()
-		return nil, nil, fmt.Errorf("sqllock: subscribe: no listening connection after %v", subscribeWait)
+		return nil, nil, fmt.Errorf("pglock: subscribe: no listening connection after %v", subscribeWait)
 	}
 }
 
