@@ -15,3 +15,15 @@ func TestOpenNamesTheMissingImport(t *testing.T) {
 		}
 	}
 }
+
+func TestParseURL(t *testing.T) {
+	if u, err := ParseURL("x://h/p", "y", "x"); err != nil || u.Host != "h" {
+		t.Errorf("ParseURL = %v, %v", u, err)
+	}
+	for _, raw := range []string{"x://u:Secret@h:bad port/", "z://h"} {
+		_, err := ParseURL(raw, "x")
+		if !errors.Is(err, ErrInvalidURL) || strings.Contains(err.Error(), "Secret") {
+			t.Errorf("ParseURL(%q) = %v, want ErrInvalidURL without the URL", raw, err)
+		}
+	}
+}

@@ -29,16 +29,9 @@ const PasswordEnv = "ETCD_PASSWORD"
 const defaultDialTimeout = 5 * time.Second
 
 func init() {
-	backend.Register("etcd", backend.Opener{
-		Usage: Usage,
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			d, err := openURL(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		},
-	})
+	backend.Register("etcd", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+		return openURL(ctx, u, nil)
+	}))
 }
 
 // Open connects to the etcd cluster that rawURL names and returns a driver
@@ -72,9 +65,9 @@ func init() {
 //
 // WithPrefix, among opts, overrides the URL's prefix.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL, "etcd")
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
 	return openURL(ctx, u, opts)
 }

@@ -12,27 +12,17 @@ import (
 const Usage = "file:///absolute/dir  or  file:relative/dir  [?sync=false]"
 
 func init() {
-	backend.Register("file", backend.Opener{
-		Usage: Usage,
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			d, err := openURL(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		},
-	})
+	backend.Register("file", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+		return openURL(ctx, u, nil)
+	}))
 }
 
 // Open returns a driver for a file: URL (see the package documentation).
 // Options given here override the URL's.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL, "file")
 	if err != nil {
-		return nil, fmt.Errorf("filelock: %w: cannot parse the URL", backend.ErrInvalidURL)
-	}
-	if u.Scheme != "file" {
-		return nil, fmt.Errorf("filelock: %w: scheme %q, want file", backend.ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("filelock: %w", err)
 	}
 	return openURL(ctx, u, opts)
 }

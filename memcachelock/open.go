@@ -19,16 +19,9 @@ const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2
 const defaultPort = "11211"
 
 func init() {
-	backend.Register("memcache", backend.Opener{
-		Usage: Usage,
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			d, err := openURL(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		},
-	})
+	backend.Register("memcache", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+		return openURL(ctx, u, nil)
+	}))
 }
 
 // Open returns a driver for a memcache:// URL: a comma-separated server
@@ -42,12 +35,9 @@ func init() {
 // options WithTimeout, WithMaxIdle and WithRestartDelay set the same, and
 // override the URL's. Close closes the client that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL, "memcache")
 	if err != nil {
-		return nil, fmt.Errorf("memcachelock: %w: cannot parse the URL", backend.ErrInvalidURL)
-	}
-	if u.Scheme != "memcache" {
-		return nil, fmt.Errorf("memcachelock: %w: scheme %q, want memcache", backend.ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
 	return openURL(ctx, u, opts)
 }

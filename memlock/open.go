@@ -9,27 +9,17 @@ import (
 )
 
 func init() {
-	backend.Register("mem", backend.Opener{
-		Usage: "mem://[NAME]  (in-process; drivers opened with the same NAME share locks)",
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			d, err := openURL(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		},
-	})
+	backend.Register("mem", backend.OpenerFunc("mem://[NAME]  (in-process; drivers opened with the same NAME share locks)", func(ctx context.Context, u *url.URL) (*Driver, error) {
+		return openURL(ctx, u, nil)
+	}))
 }
 
 // Open returns a driver on the process-wide Store that a mem://[NAME] URL
 // names (see [Named]). Drivers opened with the same NAME share locks.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL, "mem")
 	if err != nil {
-		return nil, fmt.Errorf("memlock: %w: cannot parse the URL", backend.ErrInvalidURL)
-	}
-	if u.Scheme != "mem" {
-		return nil, fmt.Errorf("memlock: %w: scheme %q, want mem", backend.ErrInvalidURL, u.Scheme)
+		return nil, fmt.Errorf("memlock: %w", err)
 	}
 	return openURL(ctx, u, opts)
 }

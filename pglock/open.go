@@ -17,16 +17,9 @@ const usage = "://[user[:password]@]host[:port][,host2...]/database[?sslmode=ver
 
 func init() {
 	for _, scheme := range []string{"postgres", "postgresql"} {
-		backend.Register(scheme, backend.Opener{
-			Usage: scheme + usage,
-			Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-				d, err := openURL(ctx, u, nil)
-				if err != nil {
-					return nil, err
-				}
-				return d, nil
-			},
-		})
+		backend.Register(scheme, backend.OpenerFunc(scheme+usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+			return openURL(ctx, u, nil)
+		}))
 	}
 }
 
@@ -100,9 +93,9 @@ const defaultConnectTimeout = 10 * time.Second
 // override the URL's (lock_table= is WithTable, lock_schema= WithSchema,
 // create_table= WithCreateTable). Close closes the pool that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL, "postgres", "postgresql")
 	if err != nil {
-		return nil, fmt.Errorf("pglock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("pglock: %w", err)
 	}
 	return openURL(ctx, u, opts)
 }

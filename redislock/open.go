@@ -156,9 +156,9 @@ func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, 
 }
 
 func parseURL(rawURL string) (*url.URL, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	return u, nil
 }
