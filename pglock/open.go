@@ -102,9 +102,6 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 
 // openURL is Open for a parsed URL; the registry's opener calls it too.
 func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
-	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return nil, fmt.Errorf("pglock: %w: scheme %q, want postgres or postgresql", backend.ErrInvalidURL, u.Scheme)
-	}
 	warnSSL(backend.Logger(ctx), u)
 	p := backend.NewParams(u)
 	var urlOpts []Option
