@@ -12,7 +12,8 @@ import (
 // Acquire takes the lock on name, waiting until it is free, ctx is done or
 // the Client closes. A wait that ends without the lock returns an error
 // wrapping ErrNotAcquired and the context's error. While waiting, failures
-// to reach the store are retried for up to 5 seconds in a row before
+// to reach the store are retried for up to 5 seconds in a row
+// (backend.StoreFailureBudget; native queues included) before
 // Acquire returns the error. Input errors (ErrInvalidName, ErrInvalidTTL)
 // come before any network call.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {

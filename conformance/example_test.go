@@ -25,6 +25,14 @@ func (h memHarness) Expire(_ context.Context, key string) error {
 	return nil
 }
 
+// Residue lets the suite check that a released name leaves nothing behind.
+func (h memHarness) Residue(_ context.Context, key string) (int, error) {
+	if h.store.Keeps(key) {
+		return 1, nil
+	}
+	return 0, nil
+}
+
 func (h memHarness) Traits() conformance.Traits {
 	return conformance.Traits{} // exact expiry; the default TTL suits it
 }

@@ -56,8 +56,8 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 	}
 	s.locks[l.Key] = entry{token: l.Token, expires: now.Add(l.TTL)}
-	s.fences[l.Key]++
-	return backend.Grant{Fence: s.fences[l.Key], TTL: l.TTL}, nil
+	s.fence++
+	return backend.Grant{Fence: s.fence, TTL: l.TTL}, nil
 }
 
 // Refresh implements backend.Driver.

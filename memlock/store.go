@@ -7,10 +7,12 @@ import (
 
 // Store holds locks in memory.
 type Store struct {
-	mu     sync.Mutex
-	locks  map[string]entry
-	fences map[string]uint64
-	subs   map[string]map[chan struct{}]struct{}
+	mu    sync.Mutex
+	locks map[string]entry
+	// fence is the store's one counter: fences increase across all names,
+	// so a name needs no state of its own once it is released.
+	fence uint64
+	subs  map[string]map[chan struct{}]struct{}
 }
 
 type entry struct {
@@ -21,9 +23,8 @@ type entry struct {
 // NewStore returns an empty Store.
 func NewStore() *Store {
 	return &Store{
-		locks:  map[string]entry{},
-		fences: map[string]uint64{},
-		subs:   map[string]map[chan struct{}]struct{}{},
+		locks: map[string]entry{},
+		subs:  map[string]map[chan struct{}]struct{}{},
 	}
 }
 
@@ -62,6 +63,15 @@ func (s *Store) Expire(key string) bool {
 	_, ok := s.held(key, time.Now())
 	delete(s.locks, key)
 	s.notify(key)
+	return ok
+}
+
+// Keeps reports whether the store keeps anything for key: a lock, held or
+// expired and not yet swept. A released name leaves nothing.
+func (s *Store) Keeps(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.locks[key]
 	return ok
 }
 
