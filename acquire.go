@@ -84,7 +84,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if err := CheckTTL(lc.ttl); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
-	ctx, end, err := c.begin(ctx)
+	ctx, end, err := c.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
@@ -141,7 +141,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		h.session = grant.SessionTTL
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.gate.Closed() {
 		c.mu.Unlock()
 		c.abandon(h)
 		c.releaseLater(h.lock())
@@ -261,7 +261,7 @@ func (c *Client) refreshShared(ctx context.Context, h *hold) error {
 		f = &flight{done: make(chan struct{})}
 		h.flight = f
 		h.mu.Unlock()
-		fctx, cancel := context.WithDeadline(c.ctx, h.deadline())
+		fctx, cancel := context.WithDeadline(c.gate.Context(), h.deadline())
 		f.err = c.refresh(fctx, h)
 		cancel()
 		h.mu.Lock()

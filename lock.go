@@ -205,7 +205,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	if l.released.Load() {
 		return fmt.Errorf("locker: refresh %q: %w: released", h.name, ErrNotHeld)
 	}
-	ctx, end, err := h.c.begin(ctx)
+	ctx, end, err := h.c.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
 	}
@@ -230,7 +230,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
-	ctx, end, err := h.c.begin(ctx)
+	ctx, end, err := h.c.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}

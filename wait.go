@@ -115,7 +115,7 @@ type subscription struct {
 // waitEnded says why a wait ended early: the Client closed, or the
 // caller's context ended.
 func (c *Client) waitEnded(ctx context.Context) error {
-	if c.ctx.Err() != nil {
+	if c.gate.Closed() {
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))

@@ -245,7 +245,7 @@ func (w *watchdog) refresh(hs []*hold) {
 			until = d
 		}
 	}
-	ctx, cancel := context.WithDeadline(w.c.ctx, until)
+	ctx, cancel := context.WithDeadline(w.c.gate.Context(), until)
 	defer cancel()
 	start := time.Now()
 	var errs []error
@@ -275,7 +275,7 @@ func (w *watchdog) settle(h *hold, start time.Time, err error) {
 		h.confirmed(start)
 	case errors.Is(err, ErrNotHeld):
 		h.lose(fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
-	case w.c.ctx.Err() != nil:
+	case w.c.gate.Closed():
 		// Closing.
 	default:
 		// Could not tell: retry soon; the deadline stays as it was.
