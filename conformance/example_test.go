@@ -42,3 +42,11 @@ func (h memHarness) Traits() conformance.Traits {
 func TestMemBackend(t *testing.T) {
 	conformance.Run(t, memHarness{store: memlock.NewStore()})
 }
+
+// A backend joins the suite from its own test file, with its harness.
+// Run needs the test's *testing.T, so this example is compiled, not run.
+func ExampleRun() {
+	_ = func(t *testing.T) {
+		conformance.Run(t, memHarness{store: memlock.NewStore()})
+	}
+}
