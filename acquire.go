@@ -69,7 +69,7 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl, time.Second), 10*time.Second)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (l *Lock, err error) {
 	lc := lockConfig{ttl: c.cfg.ttl}
 	for _, o := range opts {
 		o(&lc)
@@ -89,6 +89,23 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	defer end()
+	var st tries
+	if o := c.cfg.obs; o != nil {
+		ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.owner}
+		if o.AcquireStart != nil {
+			o.AcquireStart(AcquireStartEvent{LockRef: ref, Wait: wait})
+		}
+		if o.AcquireDone != nil {
+			began := time.Now()
+			defer func() {
+				if l != nil {
+					ref.Fence = l.Fence()
+				}
+				o.AcquireDone(AcquireDoneEvent{LockRef: ref, Wait: wait, Waited: time.Since(began),
+					Attempts: st.attempts, Contended: st.contended, Woken: st.woken, Err: err})
+			}()
+		}
+	}
 
 	key := backend.Key(c.cfg.namespace, name)
 	h, outer, err := c.claim(ctx, key, lc.owner)
@@ -96,6 +113,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	if outer != nil {
+		st.woken = WakeReentry
 		return c.reenter(ctx, outer, op)
 	}
 	token, err := newToken(c.cfg.rand)
@@ -104,16 +122,19 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, err
 	}
 	h.name, h.token, h.auto, h.ttl = name, token, !lc.noAuto, lc.ttl
+	st.h = h
 	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
 	var grant backend.Grant
 	var start time.Time
 	if wait {
-		grant, start, err = c.wait(ctx, req)
+		grant, start, err = c.wait(ctx, req, &st)
 	} else {
 		start = time.Now()
 		grant, err = c.drv.TryAcquire(ctx, req)
+		st.tried(err)
 	}
 	if err != nil {
+		c.storeError(h, "acquire", false, err)
 		c.abandon(h)
 		if ctx.Err() != nil {
 			// The caller gave up while a request may have been on its
@@ -131,7 +152,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
-	h.fence, h.contact = grant.Fence, grant.Contact
+	h.fence, h.contact, h.granted = grant.Fence, grant.Contact, start
 	if grant.TTL > h.ttl {
 		h.ttl = grant.TTL
 	}
@@ -237,6 +258,7 @@ func (c *Client) reenter(ctx context.Context, h *hold, op string) (*Lock, error)
 func (c *Client) refresh(ctx context.Context, h *hold) error {
 	start := time.Now()
 	err := c.drv.Refresh(ctx, h.lock())
+	c.refreshed(h, false, start, err)
 	switch {
 	case err == nil:
 		h.confirmed(start)
@@ -314,6 +336,12 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	c.dog.unschedule(h)
 	err := c.drv.Release(ctx, h.lock())
 	c.wakeLocal(h.key)
+	if o := c.cfg.obs; o != nil {
+		c.storeError(h, "release", false, err)
+		if o.Released != nil {
+			o.Released(ReleaseEvent{LockRef: h.ref(), Held: time.Since(h.granted), Err: err})
+		}
+	}
 	switch {
 	case lost != nil:
 		return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)

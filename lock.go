@@ -25,6 +25,7 @@ type hold struct {
 	ttl     time.Duration
 	contact func() time.Time // the session's last answered request; nil unless session-backed
 	session time.Duration    // the session's timeout, with contact
+	granted time.Time        // when the first acquisition succeeded
 	ready   chan struct{}    // closed when the first acquisition ends, either way
 	ok      bool             // the first acquisition succeeded
 
@@ -79,6 +80,9 @@ func (h *hold) lose(err error) {
 	h.mu.Unlock()
 	h.c.dog.unschedule(h)
 	h.c.cfg.logger.Warn("locker: lock lost", "name", h.name, "token", Token(h.token), "err", err)
+	if o := h.c.cfg.obs; o != nil && o.Lost != nil {
+		o.Lost(LostEvent{LockRef: h.ref(), Held: time.Since(h.granted), Err: err})
+	}
 	for f := range fns {
 		(*f)(err)
 	}

@@ -267,6 +267,7 @@ func (w *watchdog) refresh(hs []*hold) {
 
 // settle records the outcome of h's refresh that was sent at start.
 func (w *watchdog) settle(h *hold, start time.Time, err error) {
+	w.c.refreshed(h, true, start, err)
 	switch {
 	case err == nil:
 		h.mu.Lock()
