@@ -75,9 +75,10 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 		live:     map[*hold]struct{}{},
 		released: map[string]*localWaiters{},
 	}
-	c.waiter, _ = drv.(backend.Waiter)
-	c.notifier, _ = drv.(backend.Notifier)
-	c.session, _ = drv.(backend.Session)
+	// Through wrappers too (see backend.Wrapper).
+	c.waiter, _ = backend.As[backend.Waiter](drv)
+	c.notifier, _ = backend.As[backend.Notifier](drv)
+	c.session, _ = backend.As[backend.Session](drv)
 	c.dog = newWatchdog(c)
 	return c, nil
 }

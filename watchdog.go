@@ -61,7 +61,7 @@ func newWatchdog(c *Client) *watchdog {
 		done: make(chan struct{}),
 		sem:  make(chan struct{}, maxRefreshing),
 	}
-	w.batch, _ = c.drv.(backend.BatchRefresher)
+	w.batch, _ = backend.As[backend.BatchRefresher](c.drv)
 	go w.run()
 	return w
 }
