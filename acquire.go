@@ -46,7 +46,10 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 		defer rcancel()
 		rerr := l.Release(rctx)
 		if lost := l.Err(); lost != nil {
-			err = errors.Join(err, lost)
+			// fn often returns ctx's cause, which is the loss itself.
+			if !errors.Is(err, lost) {
+				err = errors.Join(err, lost)
+			}
 		} else {
 			err = errors.Join(err, rerr)
 		}

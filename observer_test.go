@@ -239,3 +239,29 @@ func BenchmarkObserverCost(b *testing.B) {
 		})
 	}
 }
+
+// Each thing is said once: one prefix, the loss once.
+func TestErrorsSayEachThingOnce(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	c := newClient(t, store)
+	l, err := c.TryAcquire(ctx, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.TryAcquire(ctx, "report")
+	if got, want := err.Error(), `locker: try-acquire "report": not acquired`; got != want {
+		t.Fatalf("refusal = %q, want %q", got, want)
+	}
+	l.Release(ctx)
+
+	err = c.Do(ctx, "report", func(ctx context.Context) error {
+		store.Expire(backend.Key("locker", "report"))
+		locker.FromContext(ctx).Refresh(ctx) // finds it gone: ctx ends with the loss
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, locker.ErrLost) || strings.Count(err.Error(), "lock lost") != 1 {
+		t.Fatalf("Do = %q, want the loss said once", err)
+	}
+}
