@@ -33,9 +33,45 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // fn's error, joined with an error wrapping ErrLost if the lock was lost
 // while fn ran, or with Release's error.
 func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
-	l, err := c.Acquire(ctx, name, opts...)
-	if err != nil {
+	o := c.cfg.obs
+	if o == nil || o.DoStart == nil && o.DoDone == nil {
+		_, err = c.do(ctx, name, fn, opts)
 		return err
+	}
+	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: ownerOf(opts)}
+	if o.DoStart != nil {
+		if x := o.DoStart(ctx, DoStartEvent{LockRef: ref}); x != nil {
+			ctx = x
+		}
+	}
+	var l *Lock
+	if o.DoDone != nil {
+		defer func() { // also when fn panics
+			e := DoDoneEvent{LockRef: ref, Err: err}
+			if l != nil {
+				e.Fence, e.Held = l.Fence(), time.Since(l.h.granted)
+			}
+			o.DoDone(ctx, e)
+		}()
+	}
+	l, err = c.do(ctx, name, fn, opts)
+	return err
+}
+
+// ownerOf is the Owner among opts, for events.
+func ownerOf(opts []LockOption) string {
+	var lc lockConfig
+	for _, o := range opts {
+		o(&lc)
+	}
+	return lc.owner
+}
+
+// do is Do without its events. It returns the Lock, if it took one.
+func (c *Client) do(ctx context.Context, name string, fn func(context.Context) error, opts []LockOption) (l *Lock, err error) {
+	l, err = c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return nil, err
 	}
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	stop := l.h.afterLost(cancel)
@@ -54,7 +90,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 			err = errors.Join(err, rerr)
 		}
 	}()
-	return fn(fctx)
+	return l, fn(fctx)
 }
 
 type lockKey struct{}
@@ -95,8 +131,11 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	var st tries
 	if o := c.cfg.obs; o != nil {
 		ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.owner}
+		octx := ctx
 		if o.AcquireStart != nil {
-			o.AcquireStart(AcquireStartEvent{LockRef: ref, Wait: wait})
+			if x := o.AcquireStart(ctx, AcquireStartEvent{LockRef: ref, Wait: wait}); x != nil {
+				octx = x
+			}
 		}
 		if o.AcquireDone != nil {
 			began := time.Now()
@@ -104,7 +143,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 				if l != nil {
 					ref.Fence = l.Fence()
 				}
-				o.AcquireDone(AcquireDoneEvent{LockRef: ref, Wait: wait, Waited: time.Since(began),
+				o.AcquireDone(octx, AcquireDoneEvent{LockRef: ref, Wait: wait, Waited: time.Since(began),
 					Attempts: st.attempts, Contended: st.contended, Woken: st.woken, Err: err})
 			}()
 		}
@@ -267,7 +306,7 @@ func (c *Client) refresh(ctx context.Context, h *hold) error {
 		h.confirmed(start)
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		h.lose(fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
+		h.loseBy(LostGone, fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
 	default:
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
@@ -339,20 +378,21 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	c.dog.unschedule(h)
 	err := c.drv.Release(ctx, h.lock())
 	c.wakeLocal(h.key)
+	var ret error
+	switch {
+	case lost != nil:
+		ret = fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
+	case err == nil:
+	case errors.Is(err, ErrNotHeld):
+		ret = fmt.Errorf("locker: release %q: %w: it expired or was taken over", h.name, err)
+	default:
+		ret = fmt.Errorf("locker: release %q: %w (it expires after its TTL)", h.name, err)
+	}
 	if o := c.cfg.obs; o != nil {
 		c.storeError(h, "release", false, err)
 		if o.Released != nil {
-			o.Released(ReleaseEvent{LockRef: h.ref(), Held: time.Since(h.granted), Err: err})
+			o.Released(ReleaseEvent{LockRef: h.ref(), Held: time.Since(h.granted), Err: ret})
 		}
 	}
-	switch {
-	case lost != nil:
-		return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrNotHeld):
-		return fmt.Errorf("locker: release %q: %w: it expired or was taken over", h.name, err)
-	default:
-		return fmt.Errorf("locker: release %q: %w (it expires after its TTL)", h.name, err)
-	}
+	return ret
 }

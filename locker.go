@@ -241,7 +241,7 @@ func (c *Client) Close() error {
 	sem := make(chan struct{}, maxClosing)
 	var releases sync.WaitGroup
 	for _, h := range holds {
-		h.lose(fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
+		h.loseBy(LostClosed, fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
 		sem <- struct{}{}
 		releases.Add(1)
 		go func() {

@@ -16,10 +16,18 @@ import (
 type Observer struct {
 	// AcquireStart: an Acquire or TryAcquire passed its input checks and
 	// is about to ask the store (or this Client, for an owner's re-entry).
-	AcquireStart func(AcquireStartEvent)
+	// ctx is the caller's. The context it returns (nil for ctx) is passed
+	// to AcquireDone, and nowhere else: a tracer starts a span in it.
+	AcquireStart func(ctx context.Context, e AcquireStartEvent) context.Context
 	// AcquireDone: it ended, granted or not. Contention shows as a refused
 	// TryAcquire, and as an Acquire that waited.
-	AcquireDone func(AcquireDoneEvent)
+	AcquireDone func(ctx context.Context, e AcquireDoneEvent)
+	// DoStart: Do begins. The context it returns (nil for ctx) is the
+	// parent of Do's acquisition and of the context fn runs with, so that
+	// fn's own spans nest under Do's.
+	DoStart func(ctx context.Context, e DoStartEvent) context.Context
+	// DoDone: Do returns, with its error.
+	DoDone func(ctx context.Context, e DoDoneEvent)
 	// Refreshed: a refresh of a held lock returned: the watchdog's,
 	// Lock.Refresh or a re-entry's.
 	Refreshed func(RefreshEvent)
@@ -95,18 +103,59 @@ type RefreshEvent struct {
 	Err error
 }
 
+// DoStartEvent is Observer.DoStart's.
+type DoStartEvent struct {
+	LockRef
+}
+
+// DoDoneEvent is Observer.DoDone's.
+type DoDoneEvent struct {
+	LockRef
+	Held time.Duration // from the grant to the release; zero if not acquired
+	Err  error         // as Do returns
+}
+
+// LostCause says how a lock was lost.
+type LostCause uint8
+
+const (
+	// LostGone: the store showed the lock gone or another's (a refresh
+	// found it so): it expired there, or was taken over or deleted.
+	LostGone LostCause = iota
+	// LostExpired: its TTL or session timeout ran out, judged from this
+	// side, before a refresh or the session was confirmed.
+	LostExpired
+	// LostReported: the driver reported it: the session expired, the
+	// lock's node or key was deleted.
+	LostReported
+	// LostClosed: Client.Close ended it.
+	LostClosed
+)
+
+var lostNames = [...]string{"gone", "expired", "reported", "closed"}
+
+func (c LostCause) String() string {
+	if int(c) < len(lostNames) {
+		return lostNames[c]
+	}
+	return "unknown"
+}
+
 // LostEvent is Observer.Lost's.
 type LostEvent struct {
 	LockRef
-	Held time.Duration // from the grant to the loss
-	Err  error         // wraps ErrLost, or ErrClosed when Close ended the lock
+	Held  time.Duration // from the grant to the loss
+	Cause LostCause
+	Err   error // wraps ErrLost, or ErrClosed when Close ended the lock
 }
 
 // ReleaseEvent is Observer.Released's.
 type ReleaseEvent struct {
 	LockRef
 	Held time.Duration // from the grant to the release
-	Err  error         // nil, or as Lock.Release returns
+	// Err is what Lock.Release returns: nil, or wrapping ErrNotHeld (and
+	// ErrLost when Lost was reported before), or the store's error.
+	Err error
 }
 
 // StoreErrorEvent is Observer.StoreError's.

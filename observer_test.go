@@ -33,8 +33,11 @@ func (r *recorder) add(format string, args ...any) {
 
 func (r *recorder) observer() *locker.Observer {
 	return &locker.Observer{
-		AcquireStart: func(e locker.AcquireStartEvent) { r.add("start %s wait=%v", e.Name, e.Wait) },
-		AcquireDone: func(e locker.AcquireDoneEvent) {
+		AcquireStart: func(ctx context.Context, e locker.AcquireStartEvent) context.Context {
+			r.add("start %s wait=%v", e.Name, e.Wait)
+			return nil
+		},
+		AcquireDone: func(_ context.Context, e locker.AcquireDoneEvent) {
 			r.add("done %s wait=%v err=%v", e.Name, e.Wait, e.Err != nil)
 			r.mu.Lock()
 			r.done = append(r.done, e)
@@ -143,7 +146,7 @@ func TestObserverScript(t *testing.T) {
 	w.Refresh(ctx)
 	lines, _ = r2.take()
 	wantLines(t, lines, "refresh job auto=false err=true", "lost job")
-	if e := r2.lost[0]; !errors.Is(e.Err, locker.ErrLost) || e.Fence != w.Fence() {
+	if e := r2.lost[0]; !errors.Is(e.Err, locker.ErrLost) || e.Fence != w.Fence() || e.Cause != locker.LostGone {
 		t.Fatalf("lost: %+v", e)
 	}
 	if len(r2.stores) != 0 {
@@ -185,7 +188,7 @@ func TestObserverWatchdogAndStoreErrors(t *testing.T) {
 	if len(r.stores) == 0 || r.stores[0].Op != "refresh" || !r.stores[0].Retrying {
 		t.Fatalf("store errors: %+v", r.stores)
 	}
-	if len(r.lost) != 1 || !errors.Is(r.lost[0].Err, locker.ErrLost) {
+	if len(r.lost) != 1 || !errors.Is(r.lost[0].Err, locker.ErrLost) || r.lost[0].Cause != locker.LostExpired {
 		t.Fatalf("lost: %+v", r.lost)
 	}
 
@@ -213,8 +216,8 @@ func TestObserverWatchdogAndStoreErrors(t *testing.T) {
 func BenchmarkObserverCost(b *testing.B) {
 	var n int
 	full := &locker.Observer{
-		AcquireStart: func(locker.AcquireStartEvent) { n++ },
-		AcquireDone:  func(locker.AcquireDoneEvent) { n++ },
+		AcquireStart: func(ctx context.Context, _ locker.AcquireStartEvent) context.Context { n++; return ctx },
+		AcquireDone:  func(context.Context, locker.AcquireDoneEvent) { n++ },
 		Released:     func(locker.ReleaseEvent) { n++ },
 	}
 	for _, bc := range []struct {
@@ -264,4 +267,45 @@ func TestErrorsSayEachThingOnce(t *testing.T) {
 	if !errors.Is(err, locker.ErrLost) || strings.Count(err.Error(), "lock lost") != 1 {
 		t.Fatalf("Do = %q, want the loss said once", err)
 	}
+}
+
+type ctxMark struct{}
+
+// Do's events wrap its acquisition's, and fn runs in the context DoStart
+// returned, as a tracer's spans need.
+func TestObserverDoNestsContexts(t *testing.T) {
+	var order []string
+	var seenInFn, seenInAcquire any
+	o := &locker.Observer{
+		DoStart: func(ctx context.Context, e locker.DoStartEvent) context.Context {
+			order = append(order, "do-start")
+			return context.WithValue(ctx, ctxMark{}, "do:"+e.Name)
+		},
+		AcquireStart: func(ctx context.Context, e locker.AcquireStartEvent) context.Context {
+			order = append(order, "acquire-start")
+			seenInAcquire = ctx.Value(ctxMark{})
+			return ctx
+		},
+		AcquireDone: func(context.Context, locker.AcquireDoneEvent) { order = append(order, "acquire-done") },
+		Released:    func(locker.ReleaseEvent) { order = append(order, "released") },
+		DoDone: func(ctx context.Context, e locker.DoDoneEvent) {
+			order = append(order, "do-done")
+			if e.Fence == 0 || e.Held <= 0 || e.Err == nil || ctx.Value(ctxMark{}) == nil {
+				t.Errorf("DoDone: %+v", e)
+			}
+		},
+	}
+	c := newClient(t, memlock.NewStore(), locker.WithObserver(o))
+	boom := errors.New("boom")
+	err := c.Do(context.Background(), "job", func(ctx context.Context) error {
+		seenInFn = ctx.Value(ctxMark{})
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v", err)
+	}
+	if seenInFn != "do:job" || seenInAcquire != "do:job" {
+		t.Fatalf("contexts: fn saw %v, acquisition saw %v; want DoStart's", seenInFn, seenInAcquire)
+	}
+	wantLines(t, order, "do-start", "acquire-start", "acquire-done", "released", "do-done")
 }
