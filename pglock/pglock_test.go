@@ -95,7 +95,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 	admin := adminPool(t)
 	table := testTable(t, admin, "")
 	return &harness{
-		t:   t,
+		t:     t,
 		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
