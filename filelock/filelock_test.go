@@ -30,8 +30,22 @@ func (h harness) Expire(ctx context.Context, key string) error {
 	return d.expire(ctx, key)
 }
 
+// Residue counts the key's files: its lock file, or none (the fence
+// counter is the directory's).
+func (h harness) Residue(ctx context.Context, key string) (int, error) {
+	_, err := os.Stat((&Driver{dir: h.dir}).Path(key))
+	switch {
+	case err == nil:
+		return 1, nil
+	case errors.Is(err, os.ErrNotExist):
+		return 0, nil
+	}
+	return 0, err
+}
+
 func (h harness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond}
+	// A release removes the name's file.
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: 0}
 }
 
 func TestConformance(t *testing.T) {
@@ -128,8 +142,12 @@ func TestFencePersistsAcrossDrivers(t *testing.T) {
 		}
 		d.Close()
 	}
-	if _, err := os.Stat(filepath.Join(dir, "ns%2Fa.lock")); err != nil {
-		t.Fatalf("state file: %v", err)
+	// Released: the name's file is gone, the directory's counter stays.
+	if _, err := os.Stat(filepath.Join(dir, "ns%2Fa.lock")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state file after the release: %v, want none", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, counterName)); err != nil {
+		t.Fatalf("fence counter: %v", err)
 	}
 }
 
@@ -173,16 +191,20 @@ func TestTornWriteKeepsPreviousState(t *testing.T) {
 	if _, err := d.TryAcquire(ctx(t), lock("k", "t1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Release(ctx(t), lock("k", "t1")); err != nil {
+	short := lock("k", "t1")
+	short.TTL = time.Millisecond
+	if err := d.Refresh(ctx(t), short); err != nil {
 		t.Fatal(err)
 	}
-	// seq is 2 now: the release went to record 0. Damage it.
+	time.Sleep(2 * time.Millisecond)
+	// seq is 2 now: the refresh (to a TTL that ran out) went to record 0.
+	// Damage it.
 	f, _ := os.OpenFile(d.Path("k"), os.O_RDWR, 0)
 	f.WriteAt([]byte("garbage"), 100)
 	f.Close()
 	// Record 1 (the acquisition, fence 1, held by t1) is what remains.
 	if _, err := d.TryAcquire(ctx(t), lock("k", "t2")); !errors.Is(err, backend.ErrNotAcquired) {
-		t.Fatalf("acquire after a torn release = %v, want the previous state (held)", err)
+		t.Fatalf("acquire after a torn refresh = %v, want the previous state (held)", err)
 	}
 	if err := d.Release(ctx(t), lock("k", "t1")); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // The state file holds two records of recSize bytes. Layout of one record,
@@ -93,25 +94,112 @@ func hashToken(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 
 var errNoFile = errors.New("no state file")
 
-// update runs fn on key's current record under the file's flock, and writes
-// the record back if fn says so. Without create, a missing file is errNoFile.
-func (d *Driver) update(ctx context.Context, key string, create, durable bool, fn func(r *record, now int64) (bool, error)) error {
-	if err := d.check(ctx); err != nil {
+// change is what an operation does to a state file once it decided.
+type change int
+
+const (
+	keep   change = iota // leave the file as it is
+	write                // write the new record
+	remove               // delete the file: the name keeps nothing
+)
+
+// update runs fn on key's current record under the file's flock, and
+// writes the record back or removes the file as fn says. Without create, a
+// missing file is errNoFile.
+func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r *record, now int64) (change, error)) error {
+	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("filelock: %w", err)
+	}
+	defer leave()
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	path := d.Path(key)
-	f, created, err := openState(path, create)
+	f, err := openLocked(ctx, path, create)
 	if err != nil {
 		return err
 	}
 	defer f.Close() // also drops the flock
-	if err := flockCtx(ctx, f); err != nil {
-		return fmt.Errorf("filelock: lock %s: %w", path, err)
+	cur, empty, err := readRecord(f, path)
+	if err != nil {
+		return err
 	}
+	what, err := fn(&cur, d.clk.now())
+	if empty && what != write {
+		// We made the file and then did not take the lock: leave nothing.
+		what = remove
+	}
+	switch {
+	case what == remove:
+		// Under the flock: whoever opened this file and waits for its
+		// flock finds it unlinked (openLocked) and opens the path again.
+		if rerr := os.Remove(path); rerr != nil && err == nil {
+			return fmt.Errorf("filelock: %w", rerr)
+		}
+		return err
+	case err != nil:
+		return err
+	case what == write:
+		return writeRecord(f, path, &cur)
+	}
+	return nil
+}
+
+// openLocked opens path (creating it if create) and takes its flock. A
+// release may have removed the file after we opened it and before we got
+// the flock: then the descriptor is no longer the path's file, and we open
+// the path again.
+func openLocked(ctx context.Context, path string, create bool) (*os.File, error) {
+	for {
+		f, err := openState(path, create)
+		if err != nil {
+			return nil, err
+		}
+		if err := flockCtx(ctx, f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("filelock: lock %s: %w", path, err)
+		}
+		same, err := isPath(f, path)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if same {
+			return f, nil
+		}
+		f.Close()
+		// Each turn means another release went by; ctx bounds them.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// isPath reports whether f is still the file at path (same device and
+// inode), and not one that was unlinked or replaced.
+func isPath(f *os.File, path string) (bool, error) {
+	open, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("filelock: %w", err)
+	}
+	now, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("filelock: %w", err)
+	}
+	return os.SameFile(open, now), nil
+}
+
+// readRecord reads the newer valid record of a state file; the zero record,
+// and empty, for an empty file.
+func readRecord(f *os.File, path string) (_ record, empty bool, _ error) {
 	var buf [2 * recSize]byte
 	n, err := f.ReadAt(buf[:], 0)
 	if err != nil && err != io.EOF {
-		return fmt.Errorf("filelock: read %s: %w", path, err)
+		return record{}, false, fmt.Errorf("filelock: read %s: %w", path, err)
 	}
 	cur, ok := record{}, false
 	for i := range 2 {
@@ -120,50 +208,84 @@ func (d *Driver) update(ctx context.Context, key string, create, durable bool, f
 		}
 	}
 	if !ok && n > 0 {
-		return fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or both records are damaged); remove it once no process uses it", path)
+		return record{}, false, fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or both records are damaged); remove it once no process uses it", path)
 	}
-	write, err := fn(&cur, d.clk.now())
-	if err != nil || !write {
-		return err
-	}
-	cur.seq++
-	if _, err := f.WriteAt(cur.encode(), int64(cur.seq%2)*recSize); err != nil {
+	return cur, n == 0, nil
+}
+
+// writeRecord writes r over the older of the file's two records.
+func writeRecord(f *os.File, path string, r *record) error {
+	r.seq++
+	if _, err := f.WriteAt(r.encode(), int64(r.seq%2)*recSize); err != nil {
 		return fmt.Errorf("filelock: write %s: %w", path, err)
 	}
-	if durable && d.sync {
+	return nil
+}
+
+// counterName is the directory's fence counter file. Lock files end in
+// ".lock", so no key's file can have its name.
+const counterName = "fence.counter"
+
+// nextFence raises the directory's fence counter to above both its value
+// and floor, and returns the new value; with sync, once it is on disk.
+// The caller holds the flock of the name's file; the counter's flock is
+// always taken last, so no two operations wait for each other.
+func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
+	path := filepath.Join(d.dir, counterName)
+	f, err := openLocked(ctx, path, true)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	r, _, err := readRecord(f, path)
+	if err != nil {
+		return 0, err
+	}
+	r.fence = max(r.fence, floor) + 1
+	if err := writeRecord(f, path, &r); err != nil {
+		return 0, err
+	}
+	if d.sync {
 		if err := f.Sync(); err != nil {
-			return fmt.Errorf("filelock: sync %s: %w", path, err)
+			return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
 		}
-		if created {
-			if err := syncDir(d.dir); err != nil {
-				return fmt.Errorf("filelock: sync %s: %w", d.dir, err)
-			}
+	}
+	return r.fence, nil
+}
+
+// makeCounter creates the directory's fence counter if it is missing, and
+// makes its name durable, so that nextFence only ever writes it.
+func makeCounter(dir string, sync bool) error {
+	path := filepath.Join(dir, counterName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("filelock: %w", err)
+	}
+	f.Close()
+	if sync {
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("filelock: sync %s: %w", dir, err)
 		}
 	}
 	return nil
 }
 
-func openState(path string, create bool) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
-	if err == nil || !errors.Is(err, fs.ErrNotExist) || !create {
-		if errors.Is(err, fs.ErrNotExist) {
-			err = errNoFile
-		} else if err != nil {
-			err = fmt.Errorf("filelock: %w", err)
-		}
-		return f, false, err
+func openState(path string, create bool) (*os.File, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
 	}
-	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(path, os.O_RDWR, 0)
-		created = false
-	} else {
-		created = err == nil
+	f, err := os.OpenFile(path, flags, 0o600)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !create:
+		return nil, errNoFile
+	case err != nil:
+		return nil, fmt.Errorf("filelock: %w", err)
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("filelock: %w", err)
-	}
-	return f, created, nil
+	return f, nil
 }
 
 func syncDir(dir string) error {
