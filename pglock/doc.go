@@ -151,6 +151,7 @@
 //
 // # Limits
 //
+// It needs PostgreSQL 12 or later (identity columns, MATERIALIZED).
 // Lock names are stored as text: the database should use the UTF8 encoding
 // (with another encoding, names with characters it cannot represent fail).
 // Anyone who can read the table can read tokens, and anyone who can write
