@@ -455,3 +455,78 @@ func TestFencesIncreaseAcrossReleases(t *testing.T) {
 		t.Fatalf("%d acquisitions, want %d", len(fences), workers*rounds)
 	}
 }
+
+// A release waits for an acquisition of the same name in flight, one that
+// has drawn its fence but not yet looked for the row (here, a transaction
+// that holds the name's fence lock shared, as the acquire statement does
+// from before its draw to its end): so the row it deletes cannot be one
+// the acquisition then misses, with a fence above the one it drew.
+func TestReleaseWaitsForAcquisitionInFlight(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := backend.Claim{Key: "ns/inflight", Token: randHex(16), TTL: time.Minute}
+	g, err := d.TryAcquire(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Fence = g.Fence
+	tx, err := h.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, hashtext($2))`, h.sql.fenceClass, l.Key); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- d.Release(ctx, l) }()
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned (%v) while an acquisition of the name was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// And an acquisition waits for a release of the same name in flight (here,
+// a transaction that holds the name's fence lock exclusively, as the
+// release statement does before it deletes the row) before it draws its
+// fence.
+func TestAcquisitionWaitsForReleaseInFlight(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := backend.Claim{Key: "ns/inflight", Token: randHex(16), TTL: time.Minute}
+	tx, err := h.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, h.sql.fenceClass, l.Key); err != nil {
+		t.Fatal(err)
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := d.TryAcquire(ctx, l)
+		acquired <- err
+	}()
+	select {
+	case err := <-acquired:
+		t.Fatalf("TryAcquire returned (%v) while a release of the name was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acquired; err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+}

@@ -30,6 +30,9 @@ const defaultTable = "locker_locks"
 type statements struct {
 	// table is the quoted, possibly schema-qualified, table name.
 	table string
+	// fenceClass is the first key of the table's fence locks (see
+	// fenceClassOf).
+	fenceClass int32
 	// channel is the notification channel of the table, and listen the
 	// statement that subscribes a connection to it.
 	channel, listen string
@@ -100,9 +103,11 @@ func newStatements(schema, table string) statements {
 		sum := sha256.Sum256([]byte(qualified))
 		channel = "sqllock:" + hex.EncodeToString(sum[:16])
 	}
-	fenceClass := strconv.Itoa(int(fenceClassOf(qualified)))
+	class := fenceClassOf(qualified)
+	fenceClass := strconv.Itoa(int(class))
 	d := statements{
 		table:        t,
+		fenceClass:   class,
 		fenced:       `SELECT coalesce((SELECT attidentity <> '' FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'version'), false)`,
 		migrate:      migrationFor(t),
 		channel:      channel,
