@@ -37,15 +37,16 @@
 // would replace the inode that other processes are waiting to flock.
 //
 // Fencing tokens come from one counter per directory, the file
-// fence.counter (in the same two-record format), raised under its own
-// flock, taken after the key's, by every acquisition that takes a free or
-// expired lock. So a release removes the key's file, under its flock, and
+// fence.counter (in the same two-record format, with fence.ceiling, see
+// Durability), raised under its own flock, taken after the key's, by every
+// acquisition that takes a free or expired lock. So a release removes the key's file, under its flock, and
 // a released name leaves nothing in the directory; its next fence is still
 // above all earlier ones. An expired lock's file stays until the name is
 // taken again. Files of older versions, which kept a counter per file, go
 // on above their own counter, and are removed at their next release. Do not
 // run older versions on the same directory: they restart a removed name's
-// fences at 1. Deleting fence.counter restarts every name's fences.
+// fences at 1. Deleting fence.ceiling (or, off Linux, fence.counter)
+// restarts every name's fences.
 //
 // # Clock
 //
@@ -59,14 +60,19 @@
 //
 // # Durability
 //
-// A new fence is fsynced (the counter file; the directory once, when the
-// counter is made) before the acquisition is reported, so that fences
-// survive a power cut and never repeat. The key's own file needs no fsync:
+// Fences survive a power cut and never repeat. On Linux the counter is not
+// fsynced at each acquisition: fence.ceiling, a bound above every fence
+// given, is raised 4096 past the next fence and fsynced whenever a fence
+// would pass it, and a counter written in an earlier boot (so possibly
+// missing its last writes) goes on from above the ceiling: one fsync per
+// 4096 new fences, and fences skip up to 4096 after a reboot. Elsewhere
+// (no boot ID tells a lost write from an old one) the counter is fsynced
+// at every new fence. The directory is fsynced once, when the counter files
+// are made. The key's own file needs no fsync:
 // after a power cut every holder is gone (on Linux, locks of an earlier
 // boot count as free), and a lock whose release was lost expires with its
-// TTL. sync=false skips the fsync, for tmpfs or when repeated fences after
-// a power cut do not matter; it makes acquisition several times faster on
-// disks.
+// TTL. sync=false skips the fsyncs, for tmpfs or when repeated fences
+// after a power cut do not matter.
 //
 // # Limits
 //

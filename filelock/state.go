@@ -25,6 +25,8 @@ import (
 //	48  holder's process ID (informational)
 //	52  SHA-256 of the holder's token (zero when free)
 //	84  owner length, then the owner (truncated to 64 bytes; informational)
+//	152 in the fence counter: the ceiling, a copy of fence.ceiling's
+//	    (zero in lock files, and in files of older versions)
 const (
 	recSize  = 256
 	offSeq   = 8
@@ -35,6 +37,7 @@ const (
 	offTok   = 52
 	offOwner = 84
 	maxOwner = 64
+	offCeil  = 152
 )
 
 var magic = [4]byte{'L', 'K', 'F', '1'}
@@ -47,6 +50,7 @@ type record struct {
 	pid     uint32
 	token   [32]byte
 	owner   string
+	ceiling uint64
 }
 
 func (r *record) encode() []byte {
@@ -62,6 +66,7 @@ func (r *record) encode() []byte {
 	if len(owner) > maxOwner {
 		owner = owner[:maxOwner]
 	}
+	binary.LittleEndian.PutUint64(b[offCeil:], r.ceiling)
 	b[offOwner] = byte(len(owner))
 	copy(b[offOwner+1:], owner)
 	binary.LittleEndian.PutUint32(b[4:], crc32.ChecksumIEEE(b[8:]))
@@ -79,6 +84,7 @@ func decode(b []byte) (record, bool) {
 		boot:    [16]byte(b[offBoot:]),
 		pid:     binary.LittleEndian.Uint32(b[offPID:]),
 		token:   [32]byte(b[offTok:]),
+		ceiling: binary.LittleEndian.Uint64(b[offCeil:]),
 	}
 	n := min(int(b[offOwner]), maxOwner)
 	r.owner = string(b[offOwner+1 : offOwner+1+n])
@@ -222,14 +228,27 @@ func writeRecord(f *os.File, path string, r *record) error {
 	return nil
 }
 
-// counterName is the directory's fence counter file. Lock files end in
-// ".lock", so no key's file can have its name.
-const counterName = "fence.counter"
+// The directory's fence counter is two files. fence.counter holds the last
+// fence given (and the boot it was written in); it is written at every
+// acquisition that takes a new fence, without fsync. fence.ceiling holds a
+// bound that no fence given so far exceeds; it is raised, by ceilingStep
+// past the next fence, and fsynced, before a fence above it is given. A
+// power cut may lose the counter's unsynced writes, never the ceiling, and
+// it changes the boot ID: a counter written in another boot (or missing,
+// or empty) goes on from above the ceiling. So an acquisition costs one
+// fsync in ceilingStep, and fences never repeat. Lock files end in
+// ".lock": no key's file can have these names.
+const (
+	counterName = "fence.counter"
+	ceilingName = "fence.ceiling"
+	ceilingStep = 1 << 12
+)
 
 // nextFence raises the directory's fence counter to above both its value
-// and floor, and returns the new value; with sync, once it is on disk.
-// The caller holds the flock of the name's file; the counter's flock is
-// always taken last, so no two operations wait for each other.
+// and floor, and returns the new value; with sync, once it can survive a
+// power cut. The caller holds the flock of the name's file; the counter's
+// flock is always taken after it, and the ceiling's only under the
+// counter's, so no two operations wait for each other.
 func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	path := filepath.Join(d.dir, counterName)
 	f, err := openLocked(ctx, path, true)
@@ -241,11 +260,30 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Without a boot ID (off Linux) a lost write cannot be told from an
+	// old one: every new fence is fsynced in the counter itself.
+	ceilings := d.sync && d.clk.boot != [16]byte{}
+	if ceilings && r.boot != d.clk.boot {
+		// Written in another boot, or never: its last writes may be lost.
+		c, err := d.readCeiling(ctx)
+		if err != nil {
+			return 0, err
+		}
+		r.fence, r.ceiling = max(r.fence, c), c
+	}
 	r.fence = max(r.fence, floor) + 1
+	r.boot = d.clk.boot
+	if ceilings && r.fence > r.ceiling {
+		c := r.fence + ceilingStep
+		if err := d.raiseCeiling(ctx, c); err != nil {
+			return 0, err
+		}
+		r.ceiling = c
+	}
 	if err := writeRecord(f, path, &r); err != nil {
 		return 0, err
 	}
-	if d.sync {
+	if d.sync && !ceilings {
 		if err := f.Sync(); err != nil {
 			return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
 		}
@@ -253,19 +291,57 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	return r.fence, nil
 }
 
-// makeCounter creates the directory's fence counter if it is missing, and
-// makes its name durable, so that nextFence only ever writes it.
-func makeCounter(dir string, sync bool) error {
-	path := filepath.Join(dir, counterName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
+// readCeiling returns the value in fence.ceiling, zero when it has none.
+func (d *Driver) readCeiling(ctx context.Context) (uint64, error) {
+	path := filepath.Join(d.dir, ceilingName)
+	f, err := openLocked(ctx, path, true)
 	if err != nil {
-		return fmt.Errorf("filelock: %w", err)
+		return 0, err
 	}
-	f.Close()
-	if sync {
+	defer f.Close()
+	r, _, err := readRecord(f, path)
+	return r.fence, err
+}
+
+// raiseCeiling writes c to fence.ceiling and fsyncs it.
+func (d *Driver) raiseCeiling(ctx context.Context, c uint64) error {
+	path := filepath.Join(d.dir, ceilingName)
+	f, err := openLocked(ctx, path, true)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, _, err := readRecord(f, path)
+	if err != nil {
+		return err
+	}
+	r.fence = max(r.fence, c)
+	if err := writeRecord(f, path, &r); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("filelock: sync %s: %w", path, err)
+	}
+	return nil
+}
+
+// makeCounter creates the directory's fence counter files if they are
+// missing, and makes their names durable, so that nextFence only ever
+// writes them.
+func makeCounter(dir string, sync bool) error {
+	made := false
+	for _, name := range []string{counterName, ceilingName} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("filelock: %w", err)
+		}
+		f.Close()
+		made = true
+	}
+	if made && sync {
 		if err := syncDir(dir); err != nil {
 			return fmt.Errorf("filelock: sync %s: %w", dir, err)
 		}
