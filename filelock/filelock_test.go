@@ -279,7 +279,7 @@ func TestCounterLostGoesOnAboveCeiling(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		state []byte
-	}{{"older, from another boot", append(old, old...)}, {"empty", nil}} {
+	}{{"older, from another boot", append(old, old...)}, {"empty", nil}, {"damaged", []byte(strings.Repeat("x", 2*recSize))}} {
 		if err := os.WriteFile(counter, tc.state, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -256,13 +256,16 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	r, _, err := readRecord(f, path)
-	if err != nil {
-		return 0, err
-	}
 	// Without a boot ID (off Linux) a lost write cannot be told from an
 	// old one: every new fence is fsynced in the counter itself.
 	ceilings := d.sync && d.clk.boot != [16]byte{}
+	r, _, err := readRecord(f, path)
+	if err != nil && !ceilings {
+		return 0, err
+	}
+	if err != nil {
+		r = record{} // damaged: as if lost, the ceiling bounds it
+	}
 	if ceilings && r.boot != d.clk.boot {
 		// Written in another boot, or never: its last writes may be lost.
 		c, err := d.readCeiling(ctx)
