@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Subscribe implements backend.Notifier. Every release sends a keyed hash
@@ -20,16 +21,14 @@ import (
 // hash. When that connection breaks, the driver reconnects and wakes every
 // subscriber, since releases may have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := d.begin("subscribe"); err != nil {
+	cctx, done, err := d.enter(ctx, "subscribe")
+	if err != nil {
 		return nil, nil, err
 	}
-	if !d.schemaOK.Load() {
-		cctx, stop := d.call(ctx)
-		err := d.ensureSchema(cctx)
-		stop()
-		if err != nil {
-			return nil, nil, err
-		}
+	err = d.ensureSchema(cctx)
+	done()
+	if err != nil {
+		return nil, nil, err
 	}
 	return d.lis.subscribe(ctx, notifyPayload(d.notifySecret, key))
 }
@@ -192,8 +191,7 @@ func (l *listener) stopIfIdle(idle time.Duration) bool {
 
 func (l *listener) run() {
 	defer l.wg.Done()
-	const minPause, maxPause = 50 * time.Millisecond, 5 * time.Second
-	pause := minPause
+	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		conn, err := l.connect()
 		if err != nil {
@@ -203,16 +201,10 @@ func (l *listener) run() {
 			if l.stopIfIdle(0) {
 				return
 			}
-			t := time.NewTimer(pause)
-			select {
-			case <-l.ctx.Done():
-				t.Stop()
-			case <-t.C:
-			}
-			pause = min(2*pause, maxPause)
+			_ = retry.Sleep(l.ctx, bo.Next())
 			continue
 		}
-		pause = minPause
+		bo.Reset()
 		l.mu.Lock()
 		l.lastErr = nil
 		close(l.ready)
