@@ -87,7 +87,7 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	own := url.Values{}
 	for name, vs := range q {
 		switch name {
-		case "fair", "restart_delay", "tls", "ca", "cert", "key", "server_name", "skip_verify":
+		case "fair", "restart_delay", "retention", "tls", "ca", "cert", "key", "server_name", "skip_verify":
 			own[name] = vs
 			q.Del(name)
 		}
@@ -98,6 +98,7 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
 	p.Has("fair")
 	delay := p.Duration("restart_delay", -1)
+	retention := p.Duration("retention", 0)
 	tc, err := p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
 	if err == nil {
 		err = p.Err()
@@ -107,6 +108,12 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	}
 	if delay >= 0 {
 		opts = append(slices.Clip(opts), WithRestartDelay(delay))
+	}
+	if p.Has("retention") {
+		if retention <= 0 {
+			return nil, nil, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+		}
+		opts = append(slices.Clip(opts), WithRetention(retention))
 	}
 	c := *u
 	c.RawQuery = q.Encode()

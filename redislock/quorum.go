@@ -37,10 +37,13 @@ import (
 // next holder's fence is greater: its own majority M' shares a server s
 // with M. On s, the next holder's SET NX succeeded only after this holder's
 // key on s was gone, which is after s's counter reached F (the raise ran
-// while the key was there), so its INCR on s yields more than F, and its
+// while the key was there), so its script on s yields more than F, and its
 // fence, the maximum over M', is more than F. When all granting servers
 // returned F already, which is the steady state once they agree, no raise
-// round trip is needed.
+// round trip is needed. If s's counter expired in between (the retention
+// passed since its last grant), s starts again at its clock, which is above
+// F as long as s's clock is not behind the clock that gave F by more than
+// the retention (see the package documentation).
 type Quorum struct {
 	deps   []*deployment
 	addrs  []string // for error messages
