@@ -76,12 +76,14 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	if len(locks) == 0 {
 		return errs
 	}
-	if d.closed.Load() {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
+			errs[i] = fmt.Errorf("redislock: refresh: %w", err)
 		}
 		return errs
 	}
+	defer done()
 	pxs := make([]int64, len(locks))
 	for i, l := range locks {
 		pxs[i] = ttlMillis(l.TTL)

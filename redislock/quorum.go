@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Quorum is the Redlock algorithm over N independent Redis servers (not
@@ -298,16 +298,14 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if l.TTL < minQuorumTTL {
 		l.TTL = minQuorumTTL
 	}
+	// Random pauses of 1-2ms, then up to 4 and 8: contenders spread out.
+	backoff := retry.Backoff{Min: 2 * time.Millisecond, Max: 8 * time.Millisecond}
 	for attempt := 1; ; attempt++ {
 		g, split, err := q.tryOnce(ctx, l)
 		if !split || attempt > splitRetries || ctx.Err() != nil {
 			return g, err
 		}
-		t := time.NewTimer(rand.N(time.Duration(attempt) * 2 * time.Millisecond))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, backoff.Next()) != nil {
 			return g, err
 		}
 	}
