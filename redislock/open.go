@@ -258,9 +258,9 @@ func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Drive
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
 // own form, redis://h1:p1?addr=h2:p2&opts, and parses that.
 func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
-	hosts := splitHosts(u.Host)
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: no host", backend.ErrInvalidURL)
+	hosts, err := backend.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("redislock: %w: a cluster has no database number", backend.ErrInvalidURL)
@@ -303,15 +303,8 @@ func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, defaultOpenTimeout)
 }
 
-func splitHosts(host string) []string {
-	var out []string
-	for _, h := range strings.Split(host, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			out = append(out, h)
-		}
-	}
-	return out
-}
+// defaultPort is Redis's, for a listed host without one.
+const defaultPort = "6379"
 
 // OpenQuorum connects to N independent servers and returns a Quorum that
 // owns the connections:
@@ -350,9 +343,9 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		return nil, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
-	hosts := splitHosts(u.Host)
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: no host", backend.ErrInvalidURL)
+	hosts, err := backend.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	var clients []redis.UniversalClient
 	var ins []*interrupter
