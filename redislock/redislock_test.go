@@ -188,14 +188,53 @@ func TestFenceSurvivesLostCounter(t *testing.T) {
 		case 1:
 			admin.Del(ctx, keysFor(key).fence) // lost
 		case 3:
-			// stale: a replica that missed increments, promoted a second
-			// later (a failover takes seconds)
+			// stale: a replica that missed increments, promoted later
 			admin.Set(ctx, keysFor(key).fence, "7", 0)
-			time.Sleep(1100 * time.Millisecond)
 		}
 	}
 	if err := admin.Del(ctx, keysFor(key).fence).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A name's fence counter expires the retention after the name's last
+// grant, in every mode, and the fences after it are still higher.
+func TestFenceCounterRetention(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	const retention = 300 * time.Millisecond
+	admin := adminClient(t, testenv.RedisAddr())
+	plain := openDriver(t, WithRetention(retention))
+	fair, err := OpenFair(ctx, "redis://"+testenv.RedisAddr()+"/0?retention=300ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fair.Close()
+	for _, d := range []backend.Driver{plain, fair} {
+		key := uniqueKey(t)
+		var last uint64
+		for round := range 2 {
+			l := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
+			g, err := d.TryAcquire(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Fence <= last {
+				t.Fatalf("%T round %d: fence %d after %d", d, round, g.Fence, last)
+			}
+			last = g.Fence
+			if pttl := admin.PTTL(ctx, keysFor(key).fence).Val(); pttl <= 0 || pttl > retention {
+				t.Fatalf("%T: the fence counter's PTTL is %v, want in (0, %v]", d, pttl, retention)
+			}
+			if err := d.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(retention + 100*time.Millisecond)
+			if n := admin.Exists(ctx, keysFor(key).lock, keysFor(key).fence, keysFor(key).queue, keysFor(key).live).Val(); n != 0 {
+				t.Fatalf("%T: %d keys of the name remain %v after its release", d, n, retention+100*time.Millisecond)
+			}
+		}
 	}
 }
 
