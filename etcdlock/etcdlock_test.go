@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,11 +56,7 @@ func TestConfigFromURL(t *testing.T) {
 		{"etcd://h?tls=true&server_name=etcd.local&dial_timeout=1s", "h:2379", DefaultPrefix, "", "", true},
 	}
 	for _, c := range cases {
-		u, err := url.Parse(c.url)
-		if err != nil {
-			t.Fatalf("%s: %v", c.url, err)
-		}
-		cfg, prefix, err := Config(u)
+		cfg, prefix, err := ClientConfig(c.url)
 		if err != nil {
 			t.Fatalf("%s: %v", c.url, err)
 		}
@@ -85,12 +80,11 @@ func TestConfigFromURL(t *testing.T) {
 		"etcd://h:2379/p?cert=/tmp/x.pem",
 		"etcd://h:2379/p?ca=/nonexistent/ca.pem",
 		"etcd:///p",
+		"etcd://h1,,h2:2379/p",
+		"etcd://h1:2379,/p",
+		"redis://h:2379/p",
 	} {
-		u, err := url.Parse(bad)
-		if err != nil {
-			t.Fatalf("%s: %v", bad, err)
-		}
-		_, _, err = Config(u)
+		_, _, err := ClientConfig(bad)
 		if !errors.Is(err, backend.ErrInvalidURL) {
 			t.Errorf("%s: %v, want ErrInvalidURL", bad, err)
 		}
@@ -699,11 +693,7 @@ func TestUserWithoutPasswordIsRefused(t *testing.T) {
 	certs := testenv.NewCerts(t)
 	for _, raw := range []string{"etcd://alice@h:2379/p", "etcd://alice:@h:2379/p",
 		"etcd://alice@h?ca=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey} {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, err = Config(u)
+		_, _, err := ClientConfig(raw)
 		if !errors.Is(err, backend.ErrInvalidURL) || !strings.Contains(err.Error(), "no password for user") {
 			t.Errorf("%s: %v, want ErrInvalidURL naming the missing password", raw, err)
 		}
