@@ -205,7 +205,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 }
 
 // Acquire queues for l.Key and waits, watching the entry just ahead, until
-// every older entry is gone. On error it deletes its entry.
+// every older entry is gone. It rides out failures to reach etcd for
+// retry.Budget in a row, then returns the store's error. On error it
+// deletes its entry, or, etcd being out of reach, leaves it to the
+// background sweep and to its lease.
 func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	return d.acquire(ctx, l, true)
 }
