@@ -91,7 +91,10 @@ func (w *waiter) abandon(ctx context.Context, err error) error {
 		// it, if it has not already. After a failure budget spent, the
 		// store's error stands; otherwise queue again.
 		d.free(s)
-		if resendable(err) {
+		switch {
+		case ctx.Err() != nil:
+			return d.ended(ctx)
+		case resendable(err):
 			return err
 		}
 		return errRequeue
@@ -164,6 +167,19 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 	d := w.d
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	// The client's Watch blocks until it has a stream to the server, for
+	// as long as that takes: end it when the connection or the lease goes.
+	returned := make(chan struct{})
+	defer close(returned)
+	broken, lost := w.broken, w.s.ls.done
+	go func() {
+		select {
+		case <-broken:
+		case <-lost:
+		case <-returned:
+		}
+		cancel()
+	}()
 	wch := d.cli.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
 		var wr clientv3.WatchResponse
@@ -178,6 +194,13 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 		case wr, ok = <-wch:
 		}
 		if !ok || wr.Canceled || wr.Err() != nil {
+			select {
+			case <-w.s.ls.done:
+				return nil, 0, errRequeue
+			case <-w.broken:
+				return w.ahead(ctx)
+			default:
+			}
 			// The watch broke (no leader, member gone): look again, after a
 			// pause so that a lasting failure does not spin.
 			if err := retry.Sleep(ctx, w.bo.Next()); err != nil {
