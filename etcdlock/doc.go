@@ -64,7 +64,9 @@
 // waiter learns of the outage at once: the etcd client resumes a broken
 // watch silently, so the driver watches its gRPC connection and, when it
 // goes down, every waiter checks its place in the queue (those requests
-// fail, and count). A waiter that gives up leaves its entry to the
+// fail, and count). A silent partition, which leaves the connection up,
+// shows later: when the waiter's lease ends, a TTL after its last
+// keep-alive got through, and the waiter queues again. A waiter that gives up leaves its entry to the
 // driver's background sweep, which deletes it once etcd answers again;
 // at worst the entry goes with its lease, a lease TTL after the last
 // keep-alive. A refused credential or permission (ErrPermission) is
