@@ -359,7 +359,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 		}
 
 		// Without Open's check, the first acquisition fails at once.
-		cfg, _, err := Config(mustParse(t, s.url(user, pw, prefix)))
+		cfg, _, err := ClientConfig(s.url(user, pw, prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,15 +386,6 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	}
 }
 
-func mustParse(t *testing.T, raw string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // A principal without rights on the prefix can neither release (delete the
 // holder's entry), revoke its lease, nor queue; the holder keeps the lock.
 func TestSecureOtherPrincipal(t *testing.T) {
@@ -416,7 +407,7 @@ func TestSecureOtherPrincipal(t *testing.T) {
 	}
 	key, lease := entryOf(ctx, t, s.admin, prefix)
 
-	cfg, _, err := Config(mustParse(t, s.url(other, opw, prefix)))
+	cfg, _, err := ClientConfig(s.url(other, opw, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
