@@ -1,0 +1,235 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+)
+
+// ErrSessionExpired is wrapped by the error of an acquisition whose
+// ZooKeeper session expired while it waited in the queue: its queue node is
+// gone with the session.
+var ErrSessionExpired = errors.New("zklock: session expired")
+
+// Driver is the ZooKeeper backend: one session per Driver, one ephemeral
+// sequential node per acquisition. It implements backend.Driver,
+// backend.Waiter and backend.Session.
+type Driver struct {
+	conn   *zk.Conn
+	own    bool            // the driver opened conn and closes it
+	events <-chan zk.Event // own connections: closed when conn's goroutines end
+	wire   *wire           // own connections: session timeout and credentials
+	dialed *dialed         // own connections: what Close cuts
+	hosts  *hostList       // own connections
+	root   string
+	acl    []zk.ACL
+	digest string        // with WithDigestAuth: our digest id, "user:hash"
+	ttl    time.Duration // the negotiated session timeout
+	log    *slog.Logger
+
+	pmu     sync.Mutex
+	parents map[string]struct{} // names' nodes seen to exist (the server deletes them when empty)
+
+	mu     sync.Mutex
+	closed bool
+	holds  map[string]*held // by token
+	wg     sync.WaitGroup   // goroutines the driver started
+	done   chan struct{}    // closed by Close
+	wake   chan struct{}    // session events for the monitor
+
+	last    atomic.Pointer[contact] // the latest answered request
+	shut    atomic.Bool             // Close has begun
+	resumed chan struct{}           // a session again: ping now
+	since   atomic.Int64            // own connections: when the zk client last had a session again (UnixNano), 0 while it has none
+
+	testHookWatch func() // tests: called before a waiter watches its predecessor
+}
+
+var (
+	_ backend.Driver  = (*Driver)(nil)
+	_ backend.Waiter  = (*Driver)(nil)
+	_ backend.Session = (*Driver)(nil)
+)
+
+// New returns a driver that uses conn, a connection the caller built (and
+// authenticated, if its nodes need ACLs: pass them with WithACL). The
+// driver does not close conn. The session timeout it reports is the one
+// conn negotiated, or WithSessionTimeout's when given.
+//
+// The driver times its locks as with Dial, from the requests it sends on
+// conn and their answers (see the package doc), but sees an expired
+// session only when it polls conn (every tenth of the timeout, at most a
+// second) or when one of its requests finds a new session.
+func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("zklock: New: nil *zk.Conn: %w", backend.ErrUnsupported)
+	}
+	cfg := defaults()
+	cfg.sessionTimeout = 0
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkRoot(cfg.root); err != nil {
+		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+	}
+	if cfg.acl == nil {
+		cfg.acl = zk.WorldACL(zk.PermAll)
+	}
+	d := newDriver(cfg)
+	d.conn = conn
+	d.ttl = cfg.sessionTimeout
+	if d.ttl <= 0 {
+		d.ttl = negotiatedTimeout(conn)
+	}
+	if d.ttl <= 0 {
+		return nil, fmt.Errorf("zklock: New: cannot read the session timeout of the connection; pass WithSessionTimeout: %w", backend.ErrUnsupported)
+	}
+	if err := d.checkACL(d.root); err != nil {
+		return nil, fmt.Errorf("zklock: root: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
+	defer cancel()
+	if err := d.checkPerms(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %w", err)
+	}
+	d.start()
+	return d, nil
+}
+
+// negotiatedTimeout reads the session timeout that conn negotiated, which
+// the zk package keeps unexported. It reads it only once the connection has
+// a session (the state is stored atomically after the timeout).
+func negotiatedTimeout(conn *zk.Conn) time.Duration {
+	if conn.State() != zk.StateHasSession {
+		return 0
+	}
+	f := reflect.ValueOf(conn).Elem().FieldByName("sessionTimeoutMs")
+	if !f.IsValid() || f.Kind() != reflect.Int32 {
+		return 0
+	}
+	return time.Duration(f.Int()) * time.Millisecond
+}
+
+func newDriver(cfg config) *Driver {
+	return &Driver{
+		root:    cfg.root,
+		acl:     cfg.acl,
+		log:     cfg.logger,
+		holds:   map[string]*held{},
+		parents: map[string]struct{}{},
+		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
+		resumed: make(chan struct{}, 1),
+	}
+}
+
+func (d *Driver) start() {
+	d.spawn(d.monitor)
+	d.spawn(d.pinger)
+}
+
+// Conn returns the driver's ZooKeeper connection.
+func (d *Driver) Conn() *zk.Conn { return d.conn }
+
+// SessionTTL is the negotiated session timeout: how long the server keeps
+// the session, and so every lock of this driver, after its last contact
+// with the driver.
+func (d *Driver) SessionTTL() time.Duration { return d.ttl }
+
+// spawn runs f in a goroutine that Close waits for, unless the driver is
+// closed.
+func (d *Driver) spawn(f func()) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (d *Driver) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// poke wakes the monitor; it never blocks (the zk client calls it).
+func (d *Driver) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// closeLimit bounds Close, connection dead or alive.
+const closeLimit = 2 * time.Second
+
+// Close ends the driver: a connection it opened is closed, which ends its
+// session and so frees its locks at once; on a connection the caller
+// passed, it deletes the nodes of its locks. It returns within two
+// seconds, connection dead or alive. On a connection it opened, no
+// goroutine of the driver or of the zk client is left when it returns; on
+// the caller's connection, calls it cannot interrupt end with the zk
+// client's own timeouts. Later calls return ErrClosed.
+func (d *Driver) Close() error {
+	start := time.Now()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
+	}
+	d.closed = true
+	d.shut.Store(true)
+	holds := d.holds
+	d.holds = map[string]*held{}
+	d.mu.Unlock()
+	close(d.done)
+	if d.own {
+		d.closeConn()
+		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
+			d.log.Debug("zklock: close: a call of the driver is still running")
+		}
+		return nil
+	}
+	// The caller's connection lives on: delete our nodes, briefly.
+	var wg sync.WaitGroup
+	for _, h := range holds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = d.conn.Delete(h.path, -1)
+		}()
+	}
+	waitTimeout(&wg, closeLimit/2)
+	if !waitTimeout(&d.wg, closeLimit-100*time.Millisecond-time.Since(start)) {
+		d.log.Debug("zklock: close: a call on the connection is still running")
+	}
+	return nil
+}
+
+// waitTimeout waits for wg, at most limit; false if it gave up.
+func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	t := time.NewTimer(max(limit, 0))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
