@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -42,14 +41,14 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	if cfg.hasAuth {
 		d.digest = zk.DigestACL(0, cfg.user, cfg.password)[0].ID
 	}
-	d.wire = &wire{}
+	hs := newHandshake()
 	d.dialed = newDialed()
 	d.hosts = &hostList{}
 	tr := newTrace(cfg.tls, d.dialed.dialer(cfg.dialer))
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
-		zk.WithLogger(zkLogger{cfg.logger}),
-		zk.WithLogInfo(false),
-		zk.WithDialer(d.wire.dialer(tr.dialer)),
+		zk.WithLogger(zkLogger{l: cfg.logger, hs: hs}),
+		zk.WithLogInfo(true), // its report of the handshake carries the session timeout
+		zk.WithDialer(tr.dialer),
 		zk.WithHostProvider(d.hosts),
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
@@ -86,9 +85,13 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 			return fail(fmt.Errorf("zklock: digest auth: %w", err))
 		}
 	}
-	d.ttl = time.Duration(d.wire.timeoutMs.Load()) * time.Millisecond
+	d.ttl = hs.reported(wctx, 250*time.Millisecond)
+	if d.ttl <= 0 {
+		d.ttl = consTimeout(wctx, conn)
+	}
 	if d.ttl <= 0 {
 		d.ttl = cfg.sessionTimeout
+		d.log.Debug("zklock: the negotiated session timeout is unknown; assuming the one asked for", "timeout", d.ttl)
 	}
 	if err := d.checkACL(d.root); err != nil {
 		return fail(fmt.Errorf("zklock: root: %w", err))
@@ -98,29 +101,6 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	}
 	d.start()
 	return d, nil
-}
-
-// waitSession waits until conn has a session.
-func waitSession(ctx context.Context, conn *zk.Conn) error {
-	return waitSessionOr(ctx, conn, func() error { return nil })
-}
-
-// waitSessionOr waits until conn has a session, or until refused reports
-// a failure no retry cures.
-func waitSessionOr(ctx context.Context, conn *zk.Conn, refused func() error) error {
-	t := time.NewTicker(2 * time.Millisecond)
-	defer t.Stop()
-	for conn.State() != zk.StateHasSession {
-		if err := refused(); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no session: %w", context.Cause(ctx))
-		case <-t.C:
-		}
-	}
-	return nil
 }
 
 // closeConn closes the driver's own connection within closeLimit. The zk
@@ -167,15 +147,6 @@ func (d *Driver) drainEvents(limit time.Duration) {
 			d.log.Debug("zklock: the zk client is still stopping")
 			return
 		}
-	}
-}
-
-// zkLogger sends the zk client's messages to slog at debug level.
-type zkLogger struct{ l *slog.Logger }
-
-func (z zkLogger) Printf(format string, args ...any) {
-	if z.l.Enabled(context.Background(), slog.LevelDebug) {
-		z.l.Debug("zk: " + fmt.Sprintf(format, args...))
 	}
 }
 

@@ -56,12 +56,9 @@
 // whose stat in the reply gives the node's creation zxid (the parent's new
 // Mzxid: the fence) and the parent's number of children: when it is 1,
 // the node is alone and holds the lock. A free lock costs one round trip
-// to take and one to release. On a name the driver has not seen yet, a
-// connection the driver dialed sends the creation of the name's node just
-// ahead of the queue node's (the server runs a session's requests in
-// order), so a fresh name costs no extra round trip either; with a
-// connection passed to New, the parent is created when the first create
-// finds it missing (two more round trips).
+// to take and one to release. On a name the driver has not seen yet (it
+// remembers up to 8192), it first creates the name's node, with its ACL:
+// one more round trip, on any connection.
 //
 // Node names carry a hash of the holder's token ("lk-<hash>-<sequence>").
 // When a create's response is lost with the connection, the driver finds
@@ -83,7 +80,12 @@
 // session. The driver implements backend.Session: its SessionTTL is the
 // session timeout the server negotiated (it clamps the requested one into
 // its [minSessionTimeout, maxSessionTimeout], by default 2 to 20 ticks),
-// and package locker schedules no refreshes. A lock's TTL cannot be set
+// and package locker schedules no refreshes. go-zookeeper does not expose
+// the negotiated timeout: on a connection it opens, the driver takes it
+// from the zk client's report of the handshake to its logger, else from
+// the server's "cons" four-letter word, else it assumes the one it asked
+// for; with New, it is WithSessionTimeout's, else the server's "cons"
+// answer (see New). A lock's TTL cannot be set
 // per lock: Grant.TTL reports the session timeout when it is longer than
 // the requested TTL, and the requested TTL when that is longer (the lock
 // lives as long as the session, so it outlives any TTL while the client is

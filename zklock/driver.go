@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +25,6 @@ type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
 	events <-chan zk.Event // own connections: closed when conn's goroutines end
-	wire   *wire           // own connections: session timeout and credentials
 	dialed *dialed         // own connections: what Close cuts
 	hosts  *hostList       // own connections
 	root   string
@@ -61,8 +59,15 @@ var (
 
 // New returns a driver that uses conn, a connection the caller built (and
 // authenticated, if its nodes need ACLs: pass them with WithACL). The
-// driver does not close conn. The session timeout it reports is the one
-// conn negotiated, or WithSessionTimeout's when given.
+// driver does not close conn.
+//
+// conn may be fresh: New waits for its session, up to WithConnectTimeout
+// (default 5s). The session timeout the driver reports and times its
+// locks with is WithSessionTimeout's: give the one conn negotiated (the one
+// passed to zk.Connect when it lies within the server's
+// [minSessionTimeout, maxSessionTimeout]). Without it, New asks the server
+// with the "cons" four-letter word, and fails, wrapping
+// backend.ErrUnsupported, if the server does not say.
 //
 // The driver times its locks as with Dial, from the requests it sends on
 // conn and their answers (see the package doc), but sees an expired
@@ -80,42 +85,34 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if err := checkRoot(cfg.root); err != nil {
 		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
 	}
+	if cfg.sessionTimeout < 0 || cfg.connectTimeout <= 0 {
+		return nil, fmt.Errorf("zklock: New: session timeout %v, connect timeout %v: %w", cfg.sessionTimeout, cfg.connectTimeout, backend.ErrUnsupported)
+	}
 	if cfg.acl == nil {
 		cfg.acl = zk.WorldACL(zk.PermAll)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.connectTimeout)
+	defer cancel()
+	if err := waitSession(ctx, conn); err != nil {
+		return nil, fmt.Errorf("zklock: New: the connection has %w within the connect timeout (%v)", err, cfg.connectTimeout)
 	}
 	d := newDriver(cfg)
 	d.conn = conn
 	d.ttl = cfg.sessionTimeout
 	if d.ttl <= 0 {
-		d.ttl = negotiatedTimeout(conn)
+		d.ttl = consTimeout(ctx, conn)
 	}
 	if d.ttl <= 0 {
-		return nil, fmt.Errorf("zklock: New: cannot read the session timeout of the connection; pass WithSessionTimeout: %w", backend.ErrUnsupported)
+		return nil, fmt.Errorf("zklock: New: the session timeout of the connection is unknown (the server does not answer the cons four-letter word); pass WithSessionTimeout: %w", backend.ErrUnsupported)
 	}
 	if err := d.checkACL(d.root); err != nil {
 		return nil, fmt.Errorf("zklock: root: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
-	defer cancel()
 	if err := d.checkPerms(ctx); err != nil {
 		return nil, fmt.Errorf("zklock: %w", err)
 	}
 	d.start()
 	return d, nil
-}
-
-// negotiatedTimeout reads the session timeout that conn negotiated, which
-// the zk package keeps unexported. It reads it only once the connection has
-// a session (the state is stored atomically after the timeout).
-func negotiatedTimeout(conn *zk.Conn) time.Duration {
-	if conn.State() != zk.StateHasSession {
-		return 0
-	}
-	f := reflect.ValueOf(conn).Elem().FieldByName("sessionTimeoutMs")
-	if !f.IsValid() || f.Kind() != reflect.Int32 {
-		return 0
-	}
-	return time.Duration(f.Int()) * time.Millisecond
 }
 
 func newDriver(cfg config) *Driver {

@@ -285,7 +285,7 @@ func TestWaiterSessionExpires(t *testing.T) {
 	}
 	sid := waiter.conn.SessionID()
 	_, g := drivers.bySession(sid)
-	_, passwd := waiter.wire.credentials()
+	_, passwd := drivers.credentials(waiter)
 	g.close()
 	err := expireSession(servers, sid, passwd)
 	g.open()
@@ -509,9 +509,8 @@ func TestNewDetectsExpiry(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZKAddrs()
 	testenv.Require(t, servers...)
-	w := &wire{}
 	g := &gate{}
-	conn, _, err := zk.Connect(servers, testTimeout, zk.WithLogInfo(false), zk.WithDialer(w.dialer(g.dialer)))
+	conn, _, err := zk.Connect(servers, testTimeout, zk.WithLogInfo(false), zk.WithDialer(g.dialer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +535,7 @@ func TestNewDetectsExpiry(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	sid, passwd := w.credentials()
+	sid, passwd := g.spy.credentials()
 	g.close()
 	start := time.Now()
 	err = expireSession(servers, sid, passwd)

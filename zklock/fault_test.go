@@ -191,7 +191,7 @@ func TestWatchSetOnNewSession(t *testing.T) {
 	waiter.testHookWatch = func() {
 		waiter.testHookWatch = nil // the waiter's goroutine only
 		sid := waiter.conn.SessionID()
-		_, passwd := waiter.wire.credentials()
+		_, passwd := drivers.credentials(waiter)
 		g.close() // the waiter reconnects only once the hook returns
 		err := expireSession(servers, sid, passwd)
 		for deadline := time.Now().Add(5 * time.Second); err == nil && waiter.conn.State() == zk.StateHasSession; {

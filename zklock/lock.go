@@ -434,11 +434,11 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		}
 		return nil, err
 	}
+	// A name this driver has not seen: make its node first (with our ACL,
+	// so no check is needed), then the queue node. A failure here is met
+	// again, and handled, by the create below.
 	known := d.knownParent(parent)
-	var made *parentMade
-	if d.wire != nil && !known {
-		made = d.pipelineParent(parent)
-	}
+	made := !known && d.makeParent(parent)
 	for {
 		sid := d.conn.SessionID()
 		res, err := request(d, func() ([]zk.MultiResponse, error) {
@@ -468,7 +468,7 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				// The name's node was there before us: it must carry our
 				// ACL (see acl.go).
 				var err error
-				if !known && !made.created(d) {
+				if !known && !made {
 					err = d.checkACLOn(parent, sid, retry, stop)
 				}
 				switch {
@@ -541,48 +541,22 @@ func (d *Driver) checkACLOn(path string, sid int64, b *backoff, stop <-chan stru
 	}
 }
 
-// pipelineParent sends the creation of a name's node, which may be missing,
-// ahead of the queue node's: once the request is on the wire, the create
-// that follows it runs after it, so a fresh name costs no extra round trip
-// (only a failed create on the server when the parent exists after all).
-func (d *Driver) pipelineParent(parent string) *parentMade {
-	sent, stop := d.wire.sent(parent)
-	defer stop()
-	p := &parentMade{done: make(chan struct{})}
-	if !d.spawn(func() {
-		defer close(p.done)
-		_, p.err = d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
-	}) {
-		return nil
+// makeParent creates the node of a name, which may be missing, as a
+// container node with the driver's ACL (and the root when it is missing);
+// true if this call made it.
+func (d *Driver) makeParent(parent string) bool {
+	for range 2 {
+		_, err := request(d, func() (string, error) {
+			return d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+		})
+		if !errors.Is(err, zk.ErrNoNode) {
+			return err == nil
+		}
+		if d.ensureRoot() != nil {
+			return false
+		}
 	}
-	t := time.NewTimer(d.ttl)
-	defer t.Stop()
-	select {
-	case <-sent:
-	case <-p.done: // failed to send (no connection): the usual path handles it
-	case <-t.C:
-	}
-	return p
-}
-
-// parentMade is the outcome of a pipelined creation of a name's node.
-type parentMade struct {
-	done chan struct{}
-	err  error
-}
-
-// created reports whether the pipelined create made the node (so it has
-// our ACL). Its answer came before the queue node's, which the caller has.
-func (p *parentMade) created(d *Driver) bool {
-	if p == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return p.err == nil
-	case <-d.done:
-		return false
-	}
+	return false
 }
 
 // maxParents bounds the driver's memory of names whose node exists.

@@ -52,12 +52,12 @@ func WithDigestAuth(user, password string) Option {
 // WithSessionTimeout sets the session timeout the driver asks for when it
 // opens its own connection (default 10s; the server clamps it into its
 // [minSessionTimeout, maxSessionTimeout], 2 to 20 ticks by default). With
-// New, it tells the driver the negotiated timeout of the *zk.Conn when the
-// driver cannot read it from the connection.
+// New, it tells the driver the session timeout of the *zk.Conn, which
+// go-zookeeper does not expose (see New).
 func WithSessionTimeout(d time.Duration) Option { return func(c *config) { c.sessionTimeout = d } }
 
-// WithConnectTimeout bounds how long Dial waits for a session (default 5s,
-// and never longer than its context allows).
+// WithConnectTimeout bounds how long Dial, Open and New wait for a session
+// (default 5s, and never longer than Dial's or Open's context allows).
 func WithConnectTimeout(d time.Duration) Option { return func(c *config) { c.connectTimeout = d } }
 
 // WithLogger routes the ZooKeeper client's messages, and the driver's own,
@@ -78,7 +78,7 @@ func WithTLS(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
 // WithDialer makes the connection the driver opens dial servers with d
 // (for TLS, proxies, tests). The driver wraps the connections it returns to
-// read the session's timeout and to cut them on Close; d should honour its
+// cut them on Close; d should honour its
 // timeout argument, since Close cannot interrupt a dial in progress.
 func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dialer = d } }
 
