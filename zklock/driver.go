@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,4 +230,153 @@ func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 	case <-t.C:
 		return false
 	}
+}
+
+// TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
+// node and, unless the node is first, deletes it again.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
+	defer func() { err = permitted(err) }()
+	if d.isClosed() {
+		return backend.Grant{}, d.closedErr("try-acquire")
+	}
+	e, err := d.enqueue(ctx, l, 3)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+	}
+	if !e.first {
+		pred, _, _, err := d.predecessor(ctx, e)
+		if err != nil {
+			d.abandon(ctx, e)
+			if errors.Is(err, errGone) {
+				err = d.goneErr(e)
+			}
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+		}
+		if pred != "" {
+			d.abandon(ctx, e)
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
+		}
+	}
+	return d.grant(ctx, e, l, "try-acquire")
+}
+
+// Release deletes l.Token's node if it holds l.Key.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
+	defer func() { err = permitted(err) }()
+	if d.isClosed() {
+		return d.closedErr("release")
+	}
+	d.mu.Lock()
+	h := d.holds[l.Token]
+	delete(d.holds, l.Token)
+	d.mu.Unlock()
+	var path string
+	var session int64
+	if h != nil {
+		path, session = h.path, h.session
+		if d.conn.SessionID() != session {
+			// Its session ended, and the server deleted the node with it.
+			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+		}
+	} else {
+		p, first, err := d.lookup(ctx, l)
+		if err != nil {
+			return fmt.Errorf("zklock: release: %w", err)
+		}
+		if p == "" {
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		}
+		if !first {
+			// A queue node of this token that does not hold the lock: not
+			// ours to report as released, but nobody wants it either.
+			d.deleteQuiet(p)
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		}
+		path = p
+	}
+	// The node's name is unique to the token: after an attempt whose answer
+	// was lost, "no node" means that attempt deleted it.
+	uncertain := false
+	retry := newBackoff()
+	for {
+		_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode) && uncertain:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		case session != 0 && d.conn.SessionID() != session:
+			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+		case transient(err) && ctx.Err() == nil:
+			uncertain = true
+			if retry.sleep(ctx.Done(), d.done) {
+				continue
+			}
+		}
+		if !transient(err) && ctx.Err() == nil {
+			return fmt.Errorf("zklock: release: %w", err)
+		}
+		// Could not tell. The node lives as long as our session: keep
+		// trying, or the lock would stay held.
+		i := strings.LastIndexByte(path, '/')
+		parent, name := path[:i], path[i+1:]
+		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return fmt.Errorf("zklock: release: %w (deleting the node in the background)", err)
+	}
+}
+
+// Refresh checks that l.Token still holds l.Key: the session keeps the lock
+// alive, so there is nothing to extend.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
+	defer func() { err = permitted(err) }()
+	if d.isClosed() {
+		return d.closedErr("refresh")
+	}
+	d.mu.Lock()
+	h := d.holds[l.Token]
+	var path string
+	var session int64
+	if h != nil {
+		path, session = h.path, h.session
+	}
+	d.mu.Unlock()
+	if h != nil && d.conn.SessionID() != session {
+		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+	}
+	if h == nil {
+		p, first, err := d.lookup(ctx, l)
+		if err != nil {
+			return fmt.Errorf("zklock: refresh: %w", err)
+		}
+		if p == "" || !first {
+			return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+		}
+		path = p
+	}
+	type stat struct {
+		ok bool
+		st *zk.Stat
+	}
+	r, err := call(ctx, d, func() (stat, error) {
+		ok, st, err := d.conn.Exists(path)
+		return stat{ok, st}, err
+	})
+	switch {
+	case err != nil && h != nil && d.conn.SessionID() != session:
+		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+	case err != nil:
+		return fmt.Errorf("zklock: refresh: %w", err)
+	case !r.ok:
+		return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+	case h != nil && r.st.EphemeralOwner != session:
+		return fmt.Errorf("zklock: refresh: %w: the node belongs to another session", backend.ErrNotHeld)
+	case l.Fence != 0 && uint64(r.st.Czxid) != l.Fence:
+		return fmt.Errorf("zklock: refresh: %w: another incarnation", backend.ErrNotHeld)
+	}
+	return nil
 }
