@@ -12,7 +12,8 @@ import (
 // Acquire takes the lock on name, waiting until it is free, ctx is done or
 // the Client closes. A wait that ends without the lock returns an error
 // wrapping ErrNotAcquired and the context's error. While waiting, failures
-// to reach the store are retried for up to 5 seconds in a row before
+// to reach the store are retried for up to 5 seconds in a row
+// (backend.StoreFailureBudget; native queues included) before
 // Acquire returns the error. Input errors (ErrInvalidName, ErrInvalidTTL)
 // come before any network call.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
@@ -77,13 +78,13 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if wait {
 		op = "acquire"
 	}
-	if err := checkName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return nil, fmt.Errorf("locker: %s: %w", op, err)
 	}
-	if err := checkTTL(lc.ttl); err != nil {
+	if err := CheckTTL(lc.ttl); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
-	ctx, end, err := c.begin(ctx)
+	ctx, end, err := c.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
@@ -140,7 +141,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		h.session = grant.SessionTTL
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.gate.Closed() {
 		c.mu.Unlock()
 		c.abandon(h)
 		c.releaseLater(h.lock())
@@ -260,7 +261,7 @@ func (c *Client) refreshShared(ctx context.Context, h *hold) error {
 		f = &flight{done: make(chan struct{})}
 		h.flight = f
 		h.mu.Unlock()
-		fctx, cancel := context.WithDeadline(c.ctx, h.deadline())
+		fctx, cancel := context.WithDeadline(c.gate.Context(), h.deadline())
 		f.err = c.refresh(fctx, h)
 		cancel()
 		h.mu.Lock()

@@ -34,7 +34,7 @@ func (h *hanging) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 func TestLostFiresAtTheDeadlineWhileARefreshHangs(t *testing.T) {
-	d := &hanging{Driver: memlock.New(memlock.NewStore()), stop: make(chan struct{})}
+	d := &hanging{Driver: memDriver(memlock.NewStore()), stop: make(chan struct{})}
 	c := newClientOn(t, d)
 	defer close(d.stop) // runs before c.Close, which waits for the refresh
 	const ttl = 600 * time.Millisecond
@@ -94,7 +94,7 @@ func (s *session) last() time.Time {
 }
 
 func TestSessionLockLostWhenContactStops(t *testing.T) {
-	d := &session{Driver: memlock.New(memlock.NewStore())}
+	d := &session{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, d)
 	const ttl = 500 * time.Millisecond
 	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(ttl))
@@ -192,7 +192,7 @@ func (d *conflicting) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 func TestConcurrentReentriesShareOneRefresh(t *testing.T) {
-	d := &conflicting{Driver: memlock.New(memlock.NewStore())}
+	d := &conflicting{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, d)
 	ctx := context.Background()
 	outer, err := c.Acquire(ctx, "x", locker.Owner("job"))
@@ -244,7 +244,7 @@ func (d *late) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, 
 
 func TestGrantAfterCancelIsReleased(t *testing.T) {
 	s := memlock.NewStore()
-	c := newClientOn(t, &late{Driver: memlock.New(s), delay: 50 * time.Millisecond})
+	c := newClientOn(t, &late{Driver: memDriver(s), delay: 50 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 	if _, err := c.TryAcquire(ctx, "x", locker.TTL(time.Minute)); err == nil {
@@ -269,7 +269,7 @@ func (d stuck) Release(ctx context.Context, l backend.Claim) error {
 }
 
 func TestCloseIsBounded(t *testing.T) {
-	c, err := locker.New(stuck{memlock.New(memlock.NewStore())})
+	c, err := locker.New(stuck{memDriver(memlock.NewStore())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestCloseIsBounded(t *testing.T) {
 
 func TestSessionShorterThanTTLCounts(t *testing.T) {
 	const sessionTTL = 400 * time.Millisecond
-	d := &session{Driver: memlock.New(memlock.NewStore()), ttl: sessionTTL}
+	d := &session{Driver: memDriver(memlock.NewStore()), ttl: sessionTTL}
 	c := newClientOn(t, d)
 	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(30*time.Second))
 	if err != nil {

@@ -104,10 +104,30 @@ func (h *hold) afterLost(f func(error)) (stop func()) {
 	}
 }
 
+// Past its deadline a lock is lost whether or not the watchdog has run yet
+// (on a busy machine its timer fires late): Err never calls a lock held
+// when the store may have freed it.
 func (h *hold) err() error {
+	h.mu.Lock()
+	err, done, until, lastErr := h.lostErr, h.done, h.validUntil, h.refreshErr
+	h.mu.Unlock()
+	if err != nil || done || h.contact != nil || until.IsZero() || time.Now().Before(until) {
+		return err
+	}
+	h.lose(h.ranOut(lastErr))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lostErr
+}
+
+// ranOut is the loss of a lock whose deadline passed without a confirmed
+// refresh; lastErr is the last failed automatic refresh, or nil.
+func (h *hold) ranOut(lastErr error) error {
+	why := "its TTL ran out without a confirmed refresh"
+	if lastErr != nil {
+		why = "refreshes failed until its TTL ran out: " + lastErr.Error()
+	}
+	return fmt.Errorf("locker: %q: %w: %s", h.name, ErrLost, why)
 }
 
 // confirmed records that the store held the lock for a full TTL from start,
@@ -185,7 +205,7 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	if l.released.Load() {
 		return fmt.Errorf("locker: refresh %q: %w: released", h.name, ErrNotHeld)
 	}
-	ctx, end, err := h.c.begin(ctx)
+	ctx, end, err := h.c.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
 	}
@@ -210,7 +230,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
-	ctx, end, err := h.c.begin(ctx)
+	ctx, end, err := h.c.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}

@@ -37,14 +37,11 @@ type Client struct {
 	session  backend.Session  // nil unless a server-side session keeps locks alive
 	cfg      config
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	ops    sync.WaitGroup // calls in flight, awaited by Close
-	bg     sync.WaitGroup // releases of grants nobody holds, awaited by Close
-	dog    *watchdog
+	gate backend.Gate   // calls in flight, ended and awaited by Close
+	bg   sync.WaitGroup // releases of grants nobody holds, awaited by Close
+	dog  *watchdog
 
 	mu       sync.Mutex
-	closed   bool
 	owned    map[ownerKey]*hold       // holds with an explicit owner, for reentrancy
 	live     map[*hold]struct{}       // every hold not yet released, for Close
 	released map[string]*localWaiters // per key, waiters to wake when a hold on it is released here
@@ -65,7 +62,7 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return nil, fmt.Errorf("locker: New: %w", err)
 	}
-	if err := checkTTL(cfg.ttl); err != nil {
+	if err := CheckTTL(cfg.ttl); err != nil {
 		return nil, fmt.Errorf("locker: New: default %w", err)
 	}
 	if cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin {
@@ -81,7 +78,6 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	c.waiter, _ = drv.(backend.Waiter)
 	c.notifier, _ = drv.(backend.Notifier)
 	c.session, _ = drv.(backend.Session)
-	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.dog = newWatchdog(c)
 	return c, nil
 }
@@ -172,7 +168,7 @@ func checkOptions(opts []Option) (config, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return cfg, fmt.Errorf("locker: Open: %w", err)
 	}
-	if err := checkTTL(cfg.ttl); err != nil {
+	if err := CheckTTL(cfg.ttl); err != nil {
 		return cfg, fmt.Errorf("locker: Open: default %w", err)
 	}
 	return cfg, nil
@@ -193,21 +189,6 @@ func redactURLError(err error) error {
 // Driver returns the Client's backend driver, for type assertions to a
 // backend package's own types.
 func (c *Client) Driver() backend.Driver { return c.drv }
-
-// begin registers a call in flight; the returned context ends when ctx does
-// or the Client closes.
-func (c *Client) begin(ctx context.Context) (context.Context, func(), error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, nil, ErrClosed
-	}
-	c.ops.Add(1)
-	c.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(c.ctx, cancel)
-	return ctx, func() { stop(); cancel(); c.ops.Done() }, nil
-}
 
 // closeDrainBy is when, after it began, Close stops waiting for driver
 // calls that outlived their contexts (closing the driver should have ended
@@ -240,22 +221,19 @@ const maxClosing = 64
 // that keeps its contract (see backend.Driver): calls in flight end within
 // a round trip, the releases get 1 second, the driver's Close up to 2 more.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	began := time.Now()
+	// Calls in flight return as their contexts end; one that took a lock
+	// meanwhile has put it in live, or abandoned it on seeing the gate shut.
+	if !c.gate.Close() {
 		return nil
 	}
-	c.closed = true
+	c.dog.stop()
+	c.mu.Lock()
 	holds := make([]*hold, 0, len(c.live))
 	for h := range c.live {
 		holds = append(holds, h)
 	}
 	c.mu.Unlock()
-
-	began := time.Now()
-	c.cancel()
-	c.ops.Wait() // calls in flight return as their contexts end
-	c.dog.stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()

@@ -21,7 +21,16 @@ import (
 
 func newClient(t testing.TB, s *memlock.Store, opts ...locker.Option) *locker.Client {
 	t.Helper()
-	return newClientOn(t, memlock.New(s), opts...)
+	return newClientOn(t, memDriver(s), opts...)
+}
+
+// memDriver is memlock.New on s, which fails only for a nil s.
+func memDriver(s *memlock.Store) *memlock.Driver {
+	d, err := memlock.New(s)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }
 
 func newClientOn(t testing.TB, d backend.Driver, opts ...locker.Option) *locker.Client {
@@ -182,7 +191,7 @@ func (f *flaky) Refresh(ctx context.Context, l backend.Claim) error {
 func TestWatchdogRetriesUntilTTLThenLoses(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 300 * time.Millisecond
-	f := &flaky{Driver: memlock.New(memlock.NewStore())}
+	f := &flaky{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, f)
 
 	// An outage shorter than the TTL costs nothing.
@@ -238,7 +247,7 @@ func (b *batchCounter) RefreshMany(ctx context.Context, ls []backend.Claim) []er
 
 func TestTenThousandLocksRefreshInBatches(t *testing.T) {
 	ctx := context.Background()
-	d := &batchCounter{Driver: memlock.New(memlock.NewStore())}
+	d := &batchCounter{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, d)
 	before := runtime.NumGoroutine()
 	const n, ttl = 10000, 2 * time.Second // generous: CI's two cores are busy
@@ -316,7 +325,7 @@ func (b *blinking) TryAcquire(ctx context.Context, l backend.Claim) (backend.Gra
 func TestAcquireWaitsThroughABlip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := &blinking{Driver: memlock.New(memlock.NewStore())}
+	b := &blinking{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, b)
 	time.AfterFunc(300*time.Millisecond, func() { b.up.Store(true) })
 	if _, err := c.Acquire(ctx, "x"); err != nil {
@@ -350,7 +359,7 @@ func (refusing) TryAcquire(context.Context, backend.Claim) (backend.Grant, error
 // A driver's reason for not granting reaches the caller once, and the
 // error is still ErrNotAcquired; a plain refusal says only that.
 func TestNotAcquiredReasonIsPassedOn(t *testing.T) {
-	c := newClientOn(t, refusing{memlock.New(memlock.NewStore())})
+	c := newClientOn(t, refusing{memDriver(memlock.NewStore())})
 	_, err := c.TryAcquire(context.Background(), "x")
 	if !errors.Is(err, locker.ErrNotAcquired) || !strings.Contains(err.Error(), "warming up") ||
 		strings.Count(err.Error(), "not acquired") != 1 || strings.Contains(err.Error(), "refusing:") {

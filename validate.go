@@ -12,10 +12,12 @@ import (
 // MaxNameLen is the longest lock name, in bytes, that every backend accepts.
 const MaxNameLen = backend.MaxNameLen
 
-// checkName accepts any non-empty valid UTF-8 string without NUL of at most
-// MaxNameLen bytes. Backends encode what their stores cannot hold, so the
-// same names work everywhere.
-func checkName(name string) error {
+// CheckName reports, wrapping ErrInvalidName, why name is not a lock name:
+// every non-empty valid UTF-8 string without NUL of at most MaxNameLen
+// bytes is one. Backends encode what their stores cannot hold, so the same
+// names work everywhere. Acquire checks every name; tools that take names
+// from users (lockctl) check them the same way before they connect.
+func CheckName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty", ErrInvalidName)
@@ -47,7 +49,9 @@ func checkNamespace(ns string) error {
 // and some stores cannot express it.
 const MaxTTL = 30 * 24 * time.Hour
 
-func checkTTL(ttl time.Duration) error {
+// CheckTTL reports, wrapping ErrInvalidTTL, a TTL that is not more than 0
+// and at most MaxTTL.
+func CheckTTL(ttl time.Duration) error {
 	if ttl <= 0 || ttl > MaxTTL {
 		return fmt.Errorf("%w: %v (want more than 0, at most %v)", ErrInvalidTTL, ttl, MaxTTL)
 	}

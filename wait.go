@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // wait acquires req, waiting as well as the driver allows: in its native
@@ -50,14 +50,14 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 			notified = ch
 		}
 	}
-	b := backoff{min: c.cfg.backoffMin, max: c.cfg.backoffMax}
+	b := retry.Backoff{Min: c.cfg.backoffMin, Max: c.cfg.backoffMax}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	var failing time.Time // since when every try has failed with an error
+	var failing retry.Failing
 	for tries := 0; ; tries++ {
 		// Look at local releases before trying, so none is missed.
 		local, unwatch := c.watchLocal(req.Key)
@@ -77,21 +77,18 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 		}
 		switch {
 		case errors.Is(err, ErrNotAcquired):
-			failing = time.Time{}
+			failing.Ok()
 		case ctx.Err() != nil:
 			unwatch()
 			return backend.Grant{}, start, c.waitEnded(ctx)
-		case permanent(err) || !failing.IsZero() && time.Since(failing) > waitRetryFor:
+		case backend.Permanent(err) || failing.Fail(start, retry.Budget):
 			unwatch()
 			return backend.Grant{}, start, err
 		default:
 			// A blip in reaching the store does not end the wait.
-			if failing.IsZero() {
-				failing = start
-			}
 			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
 		}
-		d := b.next()
+		d := b.Next()
 		if timer == nil {
 			timer = time.NewTimer(d)
 		} else {
@@ -115,24 +112,10 @@ type subscription struct {
 	cancel func()
 }
 
-// waitRetryFor is how long a blocking Acquire keeps trying while every try
-// fails to reach the store, before it returns the error.
-const waitRetryFor = 5 * time.Second
-
-// permanent reports errors that trying again cannot mend.
-func permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrPermission} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
 // waitEnded says why a wait ended early: the Client closed, or the
 // caller's context ended.
 func (c *Client) waitEnded(ctx context.Context) error {
-	if c.ctx.Err() != nil {
+	if c.gate.Closed() {
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
@@ -168,20 +151,4 @@ func (c *Client) watchLocal(key string) (<-chan struct{}, func()) {
 			delete(c.released, key)
 		}
 	}
-}
-
-// backoff doubles from min to max, each wait drawn from [d/2, d) so that
-// waiters spread out.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	half := b.cur / 2
-	return half + rand.N(b.cur-half+1)
 }

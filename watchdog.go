@@ -180,11 +180,7 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		}
 		switch {
 		case !now.Before(until):
-			why := "its TTL ran out without a confirmed refresh"
-			if lastErr != nil {
-				why = "refreshes failed until its TTL ran out: " + lastErr.Error()
-			}
-			h.lose(fmt.Errorf("locker: %q: %w: %s", h.name, ErrLost, why))
+			h.lose(h.ranOut(lastErr))
 		case !h.auto || d.deadline:
 			// Nothing to send: no automatic refresh, or one is in flight
 			// and will reschedule h when it ends.
@@ -249,7 +245,7 @@ func (w *watchdog) refresh(hs []*hold) {
 			until = d
 		}
 	}
-	ctx, cancel := context.WithDeadline(w.c.ctx, until)
+	ctx, cancel := context.WithDeadline(w.c.gate.Context(), until)
 	defer cancel()
 	start := time.Now()
 	var errs []error
@@ -279,7 +275,7 @@ func (w *watchdog) settle(h *hold, start time.Time, err error) {
 		h.confirmed(start)
 	case errors.Is(err, ErrNotHeld):
 		h.lose(fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
-	case w.c.ctx.Err() != nil:
+	case w.c.gate.Closed():
 		// Closing.
 	default:
 		// Could not tell: retry soon; the deadline stays as it was.

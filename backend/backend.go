@@ -39,7 +39,7 @@ type Claim struct {
 	// Owner is the caller's explicit owner identity, or "". A driver may
 	// store it so that operators can see who holds a lock; Refresh and
 	// Release carry the Owner the lock was acquired with, and a driver may
-	// treat a stored owner that changed as a theft (sqllock does).
+	// treat a stored owner that changed as a theft (pglock does).
 	Owner string
 	// OnLost, set on acquire, may be called by a driver at most once, from
 	// any goroutine and without blocking, when it learns that this grant is
@@ -137,7 +137,10 @@ type Driver interface {
 // etcd queues): waiters are served in arrival order.
 type Waiter interface {
 	// Acquire blocks until c.Token holds c.Key, ctx is done, or an error
-	// occurs. When it returns an error, including ctx's, it leaves nothing
+	// occurs. It rides out failures to reach the store, as the locker
+	// package does for other drivers: it returns a store's error only once
+	// every try has failed for StoreFailureBudget, and a Permanent error at
+	// once. When it returns an error, including ctx's, it leaves nothing
 	// behind in the store (no queue entry) and no goroutine. The Grant's
 	// Sent says when the request that took the lock was sent.
 	Acquire(ctx context.Context, c Claim) (Grant, error)

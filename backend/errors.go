@@ -1,6 +1,9 @@
 package backend
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // The sentinel errors shared by the locker package and its drivers. The
 // locker package re-exports each under the same name; errors.Is matches
@@ -32,6 +35,29 @@ var (
 	// never retried.
 	ErrPermission = errors.New("locker: not permitted")
 )
+
+// Permanent reports errors that sending the request again cannot mend: a
+// closed client or driver, bad input, an unsupported request, a refused
+// identity or permission. Every other error of a driver is a failure to
+// reach or use the store, which the locker package and the drivers' own
+// loops retry for up to StoreFailureBudget. ErrNotAcquired and ErrNotHeld
+// are answers, not failures: they are not permanent, and nobody retries
+// them as failures either.
+func Permanent(err error) bool {
+	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrPermission} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// StoreFailureBudget is how long a blocking acquisition rides out failures
+// to reach the store in a row (a restart, a failover, a blip) before it
+// returns the store's error. The locker package applies it to drivers that
+// it polls or notifies; a Waiter applies it inside Acquire, through the
+// same helper (the module's internal/retry for the drivers here).
+const StoreFailureBudget = 5 * time.Second
 
 // NotAcquiredError is ErrNotAcquired for a reason other than another
 // holder, such as a restarted server that refuses new grants for a while.

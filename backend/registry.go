@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -64,7 +66,7 @@ var packages = map[string]string{
 	"redis+cluster": "redislock", "rediss+cluster": "redislock",
 	"redis+quorum": "redislock", "rediss+quorum": "redislock",
 	"etcd": "etcdlock", "zk": "zklock", "memcache": "memcachelock",
-	"postgres": "sqllock", "postgresql": "sqllock",
+	"postgres": "pglock", "postgresql": "pglock",
 }
 
 // Open finds the driver for u's scheme and opens it.
@@ -79,4 +81,31 @@ func Open(ctx context.Context, u *url.URL) (Driver, error) {
 		return nil, fmt.Errorf("%w: unknown scheme %q (is the backend's package imported?)", ErrInvalidURL, u.Scheme)
 	}
 	return o.Open(ctx, u)
+}
+
+// OpenerFunc adapts a driver package's open function, which returns its
+// own driver type, to an Opener (a nil *Driver returned with an error must
+// not become a non-nil Driver).
+func OpenerFunc[D Driver](usage string, open func(context.Context, *url.URL) (D, error)) Opener {
+	return Opener{Usage: usage, Open: func(ctx context.Context, u *url.URL) (Driver, error) {
+		d, err := open(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}}
+}
+
+// ParseURL parses rawURL for a driver's Open and, when schemes are given,
+// checks that its scheme is one of them. Its errors wrap ErrInvalidURL and
+// never quote the URL, which may hold a password.
+func ParseURL(rawURL string, schemes ...string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot parse the URL", ErrInvalidURL)
+	}
+	if len(schemes) > 0 && !slices.Contains(schemes, u.Scheme) {
+		return nil, fmt.Errorf("%w: scheme %q, want %s", ErrInvalidURL, u.Scheme, strings.Join(schemes, " or "))
+	}
+	return u, nil
 }

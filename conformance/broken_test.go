@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,10 +10,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 	"github.com/lockerhq/locker/memlock"
 )
 
@@ -53,6 +56,14 @@ var brokenVariants = map[string][]string{
 	// TTLs go through int32 milliseconds: 1ns becomes 0 ("no expiry"), 30
 	// days overflows.
 	"int32-millis": {"BadInputTypedErrors"},
+	// A native queue that returns the first failure to reach the store.
+	"queue-fails-fast": {"WaitRidesOutStoreOutage"},
+	// A native queue that retries failures until its context ends.
+	"queue-ignores-budget": {"WaitGivesUpAfterFailureBudget"},
+	// Release leaves the name's entry behind (expired) for good.
+	"remembers-names": {"ForgetsReleasedNames"},
+	// Fences are counted per name, and the count goes with the name.
+	"forgets-fences": {"ForgetsReleasedNames", "FencesIncrease"},
 	// Goroutines outlive Close and cancelled subscriptions.
 	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine"},
 }
@@ -140,6 +151,7 @@ type brokenHarness struct {
 	mu      sync.Mutex
 	queues  map[string][]string // native-queue variants: waiting tokens per key
 	holders map[string]string   // native-queue variants: who holds each key
+	fences  map[string]uint64   // forgets-fences: the count per name
 }
 
 func newBrokenHarness(variant string) Harness {
@@ -148,6 +160,7 @@ func newBrokenHarness(variant string) Harness {
 		store:   memlock.NewStore(),
 		queues:  map[string][]string{},
 		holders: map[string]string{},
+		fences:  map[string]uint64{},
 	}
 	if h.queued() {
 		return queueHarness{h}
@@ -156,14 +169,38 @@ func newBrokenHarness(variant string) Harness {
 }
 
 func (h *brokenHarness) queued() bool {
-	return strings.HasSuffix(h.variant, "queue") || h.variant == "queue-leaks-entry"
+	return strings.HasSuffix(h.variant, "queue") || strings.HasPrefix(h.variant, "queue-")
 }
 
 // queueHarness lets the suite count the native queue's entries.
 type queueHarness struct{ *brokenHarness }
 
-func (h *brokenHarness) NewDriver(context.Context) (backend.Driver, error) {
-	d := &brokenDriver{Driver: memlock.New(h.store), h: h, fences: map[string]uint64{}}
+func (h *brokenHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	drv, _, err := h.NewCutDriver(ctx)
+	return drv, err
+}
+
+// NewCutDriver implements Outager: a driver that is down fails every call
+// as a store out of reach would.
+func (h *brokenHarness) NewCutDriver(context.Context) (backend.Driver, func(bool), error) {
+	mem, err := memlock.New(h.store)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := &brokenDriver{Driver: mem, h: h, fences: map[string]uint64{}}
+	drv, err := h.wrap(d)
+	return drv, d.down.Store, err
+}
+
+// Residue implements ResidueCounter.
+func (h *brokenHarness) Residue(_ context.Context, key string) (int, error) {
+	if h.store.Keeps(h.mapKey(key)) {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func (h *brokenHarness) wrap(d *brokenDriver) (backend.Driver, error) {
 	if h.variant == "leaks-goroutines" {
 		go func() { select {} }()
 	}
@@ -207,11 +244,18 @@ func (h *brokenHarness) mapKey(key string) string {
 type brokenDriver struct {
 	*memlock.Driver
 	h      *brokenHarness
+	down   atomic.Bool // cut off from the store
 	mu     sync.Mutex
 	fences map[string]uint64 // per-client-fences
 }
 
+// errUnreachable is what a driver that is down returns.
+var errUnreachable = errors.New("broken: store unreachable")
+
 func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if d.down.Load() {
+		return backend.Grant{}, errUnreachable
+	}
 	want := l.TTL
 	l.Key = d.h.mapKey(l.Key)
 	switch d.h.variant {
@@ -244,16 +288,25 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 		return g, err
 	}
 	g.TTL = want
-	if d.h.variant == "per-client-fences" {
+	switch d.h.variant {
+	case "per-client-fences":
 		d.mu.Lock()
 		d.fences[l.Key]++
 		g.Fence = d.fences[l.Key]
 		d.mu.Unlock()
+	case "forgets-fences":
+		d.h.mu.Lock()
+		d.h.fences[l.Key]++
+		g.Fence = d.h.fences[l.Key]
+		d.h.mu.Unlock()
 	}
 	return g, nil
 }
 
 func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
+	if d.down.Load() {
+		return errUnreachable
+	}
 	l.Key = d.h.mapKey(l.Key)
 	switch d.h.variant {
 	case "refresh-always-ok":
@@ -265,8 +318,18 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
+	if d.down.Load() {
+		return errUnreachable
+	}
 	l.Key = d.h.mapKey(l.Key)
 	switch d.h.variant {
+	case "remembers-names":
+		l.TTL = time.Nanosecond // expired at once, and kept
+		return d.Driver.Refresh(ctx, l)
+	case "forgets-fences":
+		d.h.mu.Lock()
+		delete(d.h.fences, l.Key)
+		d.h.mu.Unlock()
 	case "release-ignores-token":
 		if !d.h.store.Expire(l.Key) {
 			return fmt.Errorf("broken: %w", backend.ErrNotHeld)
@@ -281,6 +344,9 @@ func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
 }
 
 func (d *brokenDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if d.down.Load() {
+		return nil, nil, errUnreachable
+	}
 	ch, cancel, err := d.Driver.Subscribe(ctx, d.h.mapKey(key))
 	if err == nil && d.h.variant == "leaks-goroutines" {
 		go func() { select {} }()
@@ -303,6 +369,7 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gra
 		h.queues[l.Key] = slices.DeleteFunc(h.queues[l.Key], func(t string) bool { return t == l.Token })
 		h.mu.Unlock()
 	}
+	var failing retry.Failing
 	for {
 		h.mu.Lock()
 		q := h.queues[l.Key]
@@ -311,9 +378,11 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gra
 			next = q[len(q)-1]
 		}
 		h.mu.Unlock()
+		sent := time.Now()
+		var err error
 		if next == l.Token {
-			sent := time.Now()
-			g, err := d.TryAcquire(ctx, l)
+			var g backend.Grant
+			g, err = d.TryAcquire(ctx, l)
 			if err == nil {
 				leave()
 				if h.variant != "unsent-queue" {
@@ -321,6 +390,16 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gra
 				}
 				return g, nil
 			}
+		} else if d.down.Load() {
+			err = errUnreachable // a real queue would lose its watch
+		}
+		switch {
+		case err == nil || errors.Is(err, backend.ErrNotAcquired):
+			failing.Ok()
+		case h.variant == "queue-ignores-budget":
+		case h.variant == "queue-fails-fast" || failing.Fail(sent, retry.Budget):
+			leave()
+			return backend.Grant{}, err
 		}
 		select {
 		case <-ctx.Done():

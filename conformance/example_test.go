@@ -15,7 +15,7 @@ import (
 type memHarness struct{ store *memlock.Store }
 
 func (h memHarness) NewDriver(context.Context) (backend.Driver, error) {
-	return memlock.New(h.store), nil
+	return memlock.New(h.store)
 }
 
 func (h memHarness) Expire(_ context.Context, key string) error {
@@ -23,6 +23,14 @@ func (h memHarness) Expire(_ context.Context, key string) error {
 		return fmt.Errorf("no lock on %q to expire", key)
 	}
 	return nil
+}
+
+// Residue lets the suite check that a released name leaves nothing behind.
+func (h memHarness) Residue(_ context.Context, key string) (int, error) {
+	if h.store.Keeps(key) {
+		return 1, nil
+	}
+	return 0, nil
 }
 
 func (h memHarness) Traits() conformance.Traits {

@@ -35,6 +35,12 @@ type Traits struct {
 	Granularity time.Duration
 	// FIFO claims that blocked waiters are served in arrival order.
 	FIFO bool
+	// Retention is how long after a name's last release the store still
+	// keeps something of it (a fence counter, a row, a file), as the
+	// harness's drivers are configured; zero when a release leaves nothing.
+	// ForgetsReleasedNames checks, through a ResidueCounter, that nothing
+	// is left after it.
+	Retention time.Duration
 	// IgnoreGoroutines lists functions (substrings of a goroutine's stack)
 	// that the store's client library starts outside the Client under
 	// test and leaves running: process-wide helpers, or work of another
@@ -50,4 +56,26 @@ type WaiterCounter interface {
 	// Entries counts the store's entries for key: the holder's and every
 	// waiter's.
 	Entries(ctx context.Context, key string) (int, error)
+}
+
+// Outager is implemented by harnesses that can cut a driver off from the
+// store for a while: a TCP proxy on loopback between that driver and a
+// networked store. The suite uses it to check that a blocking Acquire
+// rides out a short outage and gives up after backend.StoreFailureBudget.
+type Outager interface {
+	// NewCutDriver returns a new driver, as NewDriver does, and a switch
+	// for its connections alone: down(true) resets every connection of
+	// the driver and refuses new ones; down(false) lets them through
+	// again. Other drivers are unaffected.
+	NewCutDriver(ctx context.Context) (drv backend.Driver, down func(bool), err error)
+}
+
+// ResidueCounter is implemented by harnesses that can count everything
+// the store keeps for a lock name. The suite uses it to check that the
+// store forgets a name Traits.Retention after its last release, so that
+// locking per entity (per tenant, per order) does not fill the store.
+type ResidueCounter interface {
+	// Residue counts the store's entries of every kind for key: the lock,
+	// its fence counter, queue entries, rows, files, nodes.
+	Residue(ctx context.Context, key string) (int, error)
 }

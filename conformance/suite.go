@@ -54,6 +54,9 @@ var cases = []testCase{
 	{"BadInputTypedErrors", false, (*suite).badInput},
 	{"AnyValidNameWorks", false, (*suite).validNames},
 	{"FIFOWaiters", false, (*suite).fifo},
+	{"WaitRidesOutStoreOutage", false, (*suite).ridesOutOutage},
+	{"WaitGivesUpAfterFailureBudget", false, (*suite).givesUpAfterBudget},
+	{"ForgetsReleasedNames", false, (*suite).forgetsReleased},
 }
 
 // Run runs the suite against h's store.

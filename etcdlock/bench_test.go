@@ -81,7 +81,7 @@ var setups = []benchSetup{
 		prefix := fmt.Sprintf("/locker-bench/%d", time.Now().UnixNano())
 		var cs []*locker.Client
 		for range min(n, 2) {
-			c, err := locker.New(New(benchClient(b), WithPrefix(prefix)))
+			c, err := locker.New(mustNew(b, benchClient(b), WithPrefix(prefix)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -124,7 +124,10 @@ func BenchmarkUncontended(b *testing.B) {
 		ls[i] = s.new(b, 1)[0]
 	}
 	// The driver alone, without the locker package's bookkeeping.
-	d := New(benchClient(b), WithPrefix(fmt.Sprintf("/locker-bench/%d", time.Now().UnixNano())))
+	d, err := New(benchClient(b), WithPrefix(fmt.Sprintf("/locker-bench/%d", time.Now().UnixNano())))
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(func() { d.Close() })
 	ls = append(ls, driverLocker{d})
 	names := []string{"etcdlock", "mutex", "driver"}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +37,10 @@ func newHarness(t *testing.T, endpoints []string) *harness {
 	var b [4]byte
 	rand.Read(b[:])
 	h := &harness{endpoints: endpoints, prefix: "/locker-test/" + hex.EncodeToString(b[:]), admin: admin}
-	h.probe = New(admin, WithPrefix(h.prefix))
+	h.probe, err = New(admin, WithPrefix(h.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -54,11 +56,7 @@ func (h *harness) url() string {
 }
 
 func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	u, err := url.Parse(h.url())
-	if err != nil {
-		return nil, err
-	}
-	return Open(ctx, u)
+	return Open(ctx, h.url())
 }
 
 // Expire revokes the lease of key's holder, as etcd does when the holder's

@@ -402,7 +402,10 @@ func TestNewKeepsUserClient(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testenv.EtcdEndpoints())
 	ctx := testCtx(t, 30*time.Second)
-	d := New(h.admin, WithPrefix(h.prefix))
+	d, err := New(h.admin, WithPrefix(h.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := backend.Claim{Key: "t/x", Token: strings.Repeat("ef", 16), TTL: 2 * time.Second}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
@@ -719,5 +722,36 @@ func TestPermissionErrors(t *testing.T) {
 		if errors.Is(permission(err), backend.ErrPermission) {
 			t.Errorf("%v is ErrPermission", err)
 		}
+	}
+}
+
+// mustNew is New on a client the test made.
+func mustNew(t testing.TB, cli *clientv3.Client, opts ...Option) *Driver {
+	t.Helper()
+	d, err := New(cli, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return d
+}
+
+// New refuses a nil client before any network call; WithPrefix given to
+// Open overrides the URL's path.
+func TestConstructorOptions(t *testing.T) {
+	if d, err := New(nil); err == nil || d != nil {
+		t.Errorf("New(nil) = %v, %v; want an error", d, err)
+	}
+	if _, err := Open(context.Background(), "redis://127.0.0.1:1"); !errors.Is(err, backend.ErrInvalidURL) {
+		t.Errorf("Open(redis://) = %v, want ErrInvalidURL", err)
+	}
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	d, err := Open(ctx, h.url(), WithPrefix(h.prefix+"/sub/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got, want := d.Prefix(), h.prefix+"/sub"; got != want {
+		t.Errorf("Prefix() = %q, want %q", got, want)
 	}
 }

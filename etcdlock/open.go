@@ -29,11 +29,13 @@ const PasswordEnv = "ETCD_PASSWORD"
 const defaultDialTimeout = 5 * time.Second
 
 func init() {
-	backend.Register("etcd", backend.Opener{Usage: Usage, Open: Open})
+	backend.Register("etcd", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+		return openURL(ctx, u, nil)
+	}))
 }
 
-// Open connects to the etcd cluster that u names and returns a driver that
-// owns the connection. The URL is
+// Open connects to the etcd cluster that rawURL names and returns a driver
+// that owns the connection: Close closes it. The URL is
 //
 //	etcd://[user[:password]@]host[:port][,host[:port]...][/prefix]
 //
@@ -60,17 +62,29 @@ func init() {
 // dial_timeout when the cluster cannot be reached, plus up to a second to
 // find the cause (a TLS handshake refused, a connection refused) that gRPC
 // does not report.
-func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+//
+// WithPrefix, among opts, overrides the URL's prefix.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := backend.ParseURL(rawURL, "etcd")
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: %w", err)
+	}
+	return openURL(ctx, u, opts)
+}
+
+// openURL is Open for a parsed URL; the registry's opener calls it too.
+func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	cfg, prefix, err := Config(u)
 	if err != nil {
 		return nil, err
 	}
+	dc := newConfig(append([]Option{WithPrefix(prefix)}, opts...))
 	backend.WarnTransport(backend.Logger(ctx), u, cfg.TLS)
-	cli, err := connect(ctx, cfg, prefix)
+	cli, err := connect(ctx, cfg, dc.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
-	return newDriver(cli, true, WithPrefix(prefix)), nil
+	return newDriver(cli, true, dc), nil
 }
 
 // connect makes the client and checks that its credential may read and

@@ -143,15 +143,6 @@ func (s *secure) url(user, password, prefix string, kv ...string) string {
 	return "etcd://" + ui + s.ep + prefix + "?" + v.Encode()
 }
 
-func openURL(ctx context.Context, t *testing.T, raw string) (backend.Driver, error) {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return Open(ctx, u)
-}
-
 // exercise takes a lock, refreshes it, has a second client wait for it,
 // releases it and checks that the waiter gets it.
 func exercise(t *testing.T, raw string) {
@@ -224,7 +215,7 @@ func TestSecureTLSFromURL(t *testing.T) {
 			s.admin.RoleDelete(ctx, "locker-cert")
 		})
 		start := time.Now()
-		d, err := openURL(ctx, t, s.url("", "", prefix))
+		d, err := Open(ctx, s.url("", "", prefix))
 		took := time.Since(start)
 		if err == nil {
 			d.Close()
@@ -276,7 +267,7 @@ func TestSecureTLSFailures(t *testing.T) {
 			raw := s.url(as, p, prefix, append(c.kv, "dial_timeout", dial.String())...)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			start := time.Now()
-			d, err := openURL(ctx, t, raw)
+			d, err := Open(ctx, raw)
 			took := time.Since(start)
 			cancel()
 			if err == nil {
@@ -311,7 +302,7 @@ func TestSecureCredentials(t *testing.T) {
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
-		d, err := openURL(ctx, t, s.url(c.user, c.pw, prefix))
+		d, err := Open(ctx, s.url(c.user, c.pw, prefix))
 		took := time.Since(start)
 		cancel()
 		if err == nil {
@@ -356,7 +347,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 		user, pw := s.user(t, c.perm)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		start := time.Now()
-		d, err := openURL(ctx, t, s.url(user, pw, prefix))
+		d, err := Open(ctx, s.url(user, pw, prefix))
 		took := time.Since(start)
 		if err == nil {
 			d.Close()
@@ -376,7 +367,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c2, err := locker.New(New(cli, WithPrefix(prefix)))
+		c2, err := locker.New(mustNew(t, cli, WithPrefix(prefix)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +434,7 @@ func TestSecureOtherPrincipal(t *testing.T) {
 	if _, err := cli.Put(ctx, key, "thief"); !errors.Is(permission(err), backend.ErrPermission) {
 		t.Errorf("overwrite the holder's entry: %v; want permission denied", err)
 	}
-	thief, err := locker.New(New(cli, WithPrefix(prefix)))
+	thief, err := locker.New(mustNew(t, cli, WithPrefix(prefix)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +584,7 @@ func TestSecureNoSecretInErrors(t *testing.T) {
 	urls = append(urls, "etcd://"+user+"@"+s.ep+prefix+"?"+url.Values{"ca": {s.certs.CA}, "cert": {s.certs.ClientCert}, "key": {s.certs.ClientKey}, "dial_timeout": {"1s"}}.Encode())
 	for _, raw := range urls {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, err := openURL(ctx, t, raw)
+		d, err := Open(ctx, raw)
 		if err == nil {
 			d.Close()
 			t.Errorf("Open succeeded")

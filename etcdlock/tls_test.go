@@ -39,12 +39,8 @@ func TestTLSFromURL(t *testing.T) {
 		{q(append(client, "server_name", "elsewhere.example")...), "x509: certificate is valid for etcd.example, not elsewhere.example"},
 		{q("ca", other.CA, "cert", certs.ClientCert, "key", certs.ClientKey, "server_name", "etcd.example"), "x509: certificate signed by unknown authority"},
 	} {
-		u, err := url.Parse("etcd://" + front + "/locker-test-tls?" + c.query)
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, err := Open(ctx, u)
+		d, err := Open(ctx, "etcd://"+front+"/locker-test-tls?"+c.query)
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.query, err)

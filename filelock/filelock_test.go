@@ -3,7 +3,6 @@ package filelock
 import (
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,11 +18,7 @@ import (
 type harness struct{ dir string }
 
 func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	u, err := url.Parse("file://" + h.dir)
-	if err != nil {
-		return nil, err
-	}
-	return Open(ctx, u)
+	return Open(ctx, "file://"+h.dir)
 }
 
 func (h harness) Expire(ctx context.Context, key string) error {
@@ -74,28 +69,20 @@ func TestURLs(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(wd, "rel")) })
 	for raw, want := range good {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := Open(ctx(t), u)
+		d, err := Open(ctx(t), raw)
 		if err != nil {
 			t.Errorf("Open(%q): %v", raw, err)
 			continue
 		}
-		if got := d.(*Driver).Dir(); got != want {
+		if got := d.Dir(); got != want {
 			t.Errorf("Open(%q) dir %q, want %q", raw, got, want)
 		}
-		if strings.Contains(raw, "sync=false") == d.(*Driver).sync {
-			t.Errorf("Open(%q): sync %v", raw, d.(*Driver).sync)
+		if strings.Contains(raw, "sync=false") == d.sync {
+			t.Errorf("Open(%q): sync %v", raw, d.sync)
 		}
 	}
 	for _, raw := range []string{"file://", "file://host/dir", "file://u:secret@/dir", "file://" + dir + "?sync=maybe", "file://" + dir + "?x=1"} {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = Open(ctx(t), u)
+		_, err := Open(ctx(t), raw)
 		if !errors.Is(err, backend.ErrInvalidURL) {
 			t.Errorf("Open(%q) = %v, want ErrInvalidURL", raw, err)
 		}
@@ -107,6 +94,12 @@ func TestURLs(t *testing.T) {
 	os.WriteFile(f, nil, 0o600)
 	if _, err := New(f); err == nil {
 		t.Errorf("New on a plain file succeeded")
+	}
+	if d, err := Open(ctx(t), "file://"+dir+"?sync=false", WithSync(true)); err != nil || !d.sync {
+		t.Errorf("Open with sync=false and WithSync(true): %v, want sync on", err)
+	}
+	if _, err := Open(ctx(t), "mem://x"); !errors.Is(err, backend.ErrInvalidURL) {
+		t.Errorf("Open(mem://x) = %v, want ErrInvalidURL", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -183,7 +182,7 @@ func TestRefreshManyNew(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	mc := memcache.New(addr)
 	defer mc.Close()
-	d := New(mc).(*Driver)
+	d := mustNew(t, mc)
 	defer d.Close()
 	locks, check := mixedBatch(t, ctx, d, mc, time.Second, 4*time.Second)
 	check(d.RefreshMany(ctx, locks))
@@ -456,11 +455,11 @@ func TestRefreshManyServers(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	priv := testenv.StartMemcached(t)
 	// A new private server refuses fresh names for a TTL unless told not to.
-	drv, err := Open(ctx, &url.URL{Scheme: "memcache", Host: addr + "," + priv.Addr, RawQuery: "restart_delay=0"})
+	drv, err := Open(ctx, "memcache://"+addr+","+priv.Addr, WithRestartDelay(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := drv.(*Driver)
+	d := drv
 	defer d.Close()
 	locks := make([]backend.Claim, 200)
 	on := map[string]int{}

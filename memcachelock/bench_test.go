@@ -26,7 +26,7 @@ func BenchmarkUncontended(b *testing.B) {
 	testenv.Require(b, testenv.MemcacheAddr())
 	mc := memcache.New(testenv.MemcacheAddr())
 	defer mc.Close()
-	d := New(mc)
+	d := mustNew(b, mc)
 	defer d.Close()
 	ctx := context.Background()
 	key := uniqueKey(b, "x")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -22,7 +21,7 @@ func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 	// The suite asks for TTLs up to 720h, which a server that started less
 	// than 720h ago refuses for new names by default (restart.go): cap the
 	// delay at a second, which the shared server has run for.
-	return Open(ctx, &url.URL{Scheme: "memcache", Host: h.addr, RawQuery: "restart_delay=1s"})
+	return Open(ctx, "memcache://"+h.addr+"?restart_delay=1s")
 }
 
 // Expire deletes the lock's item, as an eviction or a restart would.

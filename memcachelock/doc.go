@@ -5,7 +5,8 @@
 //
 //	c, err := locker.Open(ctx, "memcache://10.0.0.1:11211,10.0.0.2:11211?timeout=500ms")
 //
-// or, with a client you built yourself, locker.New(memcachelock.New(mc)).
+// or, with a client you built yourself, memcachelock.New(mc) passed to
+// locker.New.
 //
 // # How it works
 //

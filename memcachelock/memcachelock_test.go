@@ -43,12 +43,22 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 
 func openDriver(t testing.TB, addrs ...string) *Driver {
 	t.Helper()
-	d, err := Open(testCtx(t, 10*time.Second), &url.URL{Scheme: "memcache", Host: strings.Join(addrs, ",")})
+	d, err := Open(testCtx(t, 10*time.Second), "memcache://"+strings.Join(addrs, ","))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return d.(*Driver)
+	return d
+}
+
+// mustNew is New on a client the test made.
+func mustNew(t testing.TB, mc *memcache.Client, opts ...Option) *Driver {
+	t.Helper()
+	d, err := New(mc, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return d
 }
 
 func openClient(t testing.TB, addr string, opts ...locker.Option) *locker.Client {
@@ -159,7 +169,7 @@ func TestValues(t *testing.T) {
 		if heldBy([]byte(bad), bad) || !errors.Is(checkToken(bad), backend.ErrUnsupported) {
 			t.Errorf("token %q accepted", bad)
 		}
-		d := New(memcache.New("127.0.0.1:1")) // never reached
+		d := mustNew(t, memcache.New("127.0.0.1:1")) // never reached
 		if _, err := d.TryAcquire(context.Background(), backend.Claim{Key: "a/b", Token: bad, TTL: time.Second}); !errors.Is(err, backend.ErrUnsupported) {
 			t.Errorf("TryAcquire with token %q = %v, want ErrUnsupported", bad, err)
 		}
@@ -207,6 +217,31 @@ func TestOpenBadParams(t *testing.T) {
 		if !errors.Is(err, locker.ErrInvalidURL) {
 			t.Errorf("Open with %s = %v, want ErrInvalidURL", q, err)
 		}
+	}
+}
+
+// Bad options fail before any network call, with a plain error.
+func TestBadOptions(t *testing.T) {
+	ctx := testCtx(t, 10*time.Second)
+	mc := memcache.New("127.0.0.1:1") // never reached
+	for name, f := range map[string]func() (*Driver, error){
+		"New(nil)":                 func() (*Driver, error) { return New(nil) },
+		"New WithTimeout":          func() (*Driver, error) { return New(mc, WithTimeout(time.Second)) },
+		"New WithMaxIdle":          func() (*Driver, error) { return New(mc, WithMaxIdle(4)) },
+		"New WithRestartDelay(-1)": func() (*Driver, error) { return New(mc, WithRestartDelay(-1)) },
+		"Open WithTimeout(0)":      func() (*Driver, error) { return Open(ctx, "memcache://127.0.0.1:1", WithTimeout(0)) },
+		"Open WithMaxIdle(0)":      func() (*Driver, error) { return Open(ctx, "memcache://127.0.0.1:1", WithMaxIdle(0)) },
+	} {
+		if d, err := f(); err == nil || d != nil || errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("%s = %v, %v; want a plain error", name, d, err)
+		}
+	}
+	if _, err := Open(ctx, "redis://127.0.0.1:1"); !errors.Is(err, backend.ErrInvalidURL) {
+		t.Errorf("Open(redis://) = %v, want ErrInvalidURL", err)
+	}
+	d, err := New(mc, WithRestartDelay(time.Second))
+	if err != nil || d.restartMax != time.Second {
+		t.Errorf("New WithRestartDelay(1s): %v, restartMax %v", err, d.restartMax)
 	}
 }
 
@@ -479,7 +514,7 @@ func hookedDriver(t *testing.T, prefix string) (*Driver, *atomic.Pointer[func()]
 		return hookConn{Conn: c, prefix: []byte(prefix), hook: hook}, nil
 	}
 	t.Cleanup(func() { mc.Close() })
-	return New(mc).(*Driver), hook
+	return mustNew(t, mc), hook
 }
 
 // A holder whose lock is lost between its add and its incr would draw a fence
@@ -591,7 +626,7 @@ func TestNewLeavesUserClientOpen(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	mc := memcache.New(testenv.MemcacheAddr())
 	defer mc.Close()
-	c, err := locker.New(New(mc), locker.WithNamespace("mctest-"+randHex(4)))
+	c, err := locker.New(mustNew(t, mc), locker.WithNamespace("mctest-"+randHex(4)))
 	if err != nil {
 		t.Fatal(err)
 	}

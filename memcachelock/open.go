@@ -19,7 +19,9 @@ const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2
 const defaultPort = "11211"
 
 func init() {
-	backend.Register("memcache", backend.Opener{Usage: Usage, Open: Open})
+	backend.Register("memcache", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+		return openURL(ctx, u, nil)
+	}))
 }
 
 // Open returns a driver for a memcache:// URL: a comma-separated server
@@ -29,8 +31,19 @@ func init() {
 // every server, each within the timeout, and fails if one does not answer.
 // restart_delay caps how long a server that started recently refuses names
 // it has no fence counter for (default: the lock's TTL; 0: never, for
-// servers that cannot have lost a holder's item; see restart.go).
-func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
+// servers that cannot have lost a holder's item; see restart.go). The
+// options WithTimeout, WithMaxIdle and WithRestartDelay set the same, and
+// override the URL's. Close closes the client that Open made.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := backend.ParseURL(rawURL, "memcache")
+	if err != nil {
+		return nil, fmt.Errorf("memcachelock: %w", err)
+	}
+	return openURL(ctx, u, opts)
+}
+
+// openURL is Open for a parsed URL; the registry's opener calls it too.
+func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	servers, err := parseServers(u)
 	if err != nil {
 		return nil, err
@@ -44,6 +57,19 @@ func Open(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	}
 	if timeout <= 0 || maxIdle < 1 {
 		return nil, fmt.Errorf("memcachelock: %w: timeout must be positive and max_idle at least 1", backend.ErrInvalidURL)
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.timeout != 0 {
+		timeout = cfg.timeout
+	}
+	if cfg.maxIdle != 0 {
+		maxIdle = cfg.maxIdle
+	}
+	if cfg.restartDelay >= 0 {
+		restart = cfg.restartDelay
 	}
 	var sl memcache.ServerList
 	if err := sl.SetServers(servers...); err != nil {

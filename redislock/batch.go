@@ -33,16 +33,16 @@ var (
 // EVALSHA; those that a server answers NOSCRIPT (its script cache was
 // emptied by a restart, a failover or SCRIPT FLUSH) go again as EVAL, in a
 // second pipeline, as Script.Run does for one.
-func (n *node) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
+func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
 		return res
 	}
-	defer n.in.watch(ctx).stop()
+	defer dep.in.watch(ctx).stop()
 	cmds := make([]*redis.Cmd, len(locks))
-	_, _ = n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range locks {
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{lockKey(l.Key)}, holder(l), pxs[i])
+			cmds[i] = refreshScript.EvalSha(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
 		}
 		return nil
 	})
@@ -53,10 +53,10 @@ func (n *node) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int
 		}
 	}
 	if len(again) > 0 {
-		_, _ = n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
 				l := locks[i]
-				cmds[i] = refreshScript.Eval(ctx, p, []string{lockKey(l.Key)}, holder(l), pxs[i])
+				cmds[i] = refreshScript.Eval(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
 			}
 			return nil
 		})
@@ -86,7 +86,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	for i, l := range locks {
 		pxs[i] = ttlMillis(l.TTL)
 	}
-	for i, r := range d.n.refreshMany(ctx, locks, pxs) {
+	for i, r := range d.dep.refreshMany(ctx, locks, pxs) {
 		switch {
 		case r.err != nil:
 			errs[i] = fmt.Errorf("redislock: refresh: %w", r.err)
@@ -129,7 +129,7 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	t0 := time.Now()
 	res := q.gatherMany(ctx, timeout, ls, pxs)
 	for i, l := range ls {
-		errs[i] = q.refreshVerdict(ctx, res[i*len(q.nodes):(i+1)*len(q.nodes)], t0, l.TTL)
+		errs[i] = q.refreshVerdict(ctx, res[i*len(q.deps):(i+1)*len(q.deps)], t0, l.TTL)
 	}
 	return errs
 }
@@ -142,34 +142,34 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // (timeout and Close end it), and servers that answer later are left to
 // finish in the background; Close waits for them.
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
-	nn := len(q.nodes)
-	nodeCtx, cancel, started := q.requests(ctx, timeout)
+	nd := len(q.deps)
+	reqCtx, cancel, started := q.requests(ctx, timeout)
 	if !started {
-		return closedResults(len(locks) * nn)
+		return closedResults(len(locks) * nd)
 	}
 	type answer struct {
 		i  int
 		rs []result
 	}
-	ch := make(chan answer, nn)
-	for i, n := range q.nodes {
+	ch := make(chan answer, nd)
+	for i, dep := range q.deps {
 		q.bg.Add(1)
 		go func() {
 			defer q.bg.Done()
-			ch <- answer{i, n.refreshMany(nodeCtx, locks, pxs)}
+			ch <- answer{i, dep.refreshMany(reqCtx, locks, pxs)}
 		}()
 	}
-	res := make([]result, len(locks)*nn)
+	res := make([]result, len(locks)*nd)
 	ok := make([]int, len(locks))
 	notOK := make([]int, len(locks))
 	undecided, got := len(locks), 0
-	for got < nn && undecided > 0 {
+	for got < nd && undecided > 0 {
 		select {
 		case a := <-ch:
 			got++
 			for j, r := range a.rs {
 				r.answered = true
-				res[j*nn+a.i] = r
+				res[j*nd+a.i] = r
 				was := q.decidedBy(ok[j], notOK[j])
 				switch {
 				case r.err != nil:
@@ -187,14 +187,14 @@ func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []
 		}
 		break
 	}
-	if got == nn {
+	if got == nd {
 		cancel()
 		q.bg.Done()
 		return res
 	}
 	// The stragglers' requests run to their end (their answers are of no
 	// use now, but a command sent should complete).
-	left := nn - got
+	left := nd - got
 	go func() {
 		defer q.bg.Done()
 		defer cancel()

@@ -68,7 +68,7 @@ func mixedBatch(t *testing.T, drv backend.Driver, admins []redis.Cmdable, held i
 	// other grants before expiring the key everywhere.
 	waitKey(t, admins, expired.Key, true)
 	for _, a := range admins {
-		if err := a.PExpire(ctx, lockKey(expired.Key), time.Millisecond).Err(); err != nil {
+		if err := a.PExpire(ctx, keysFor(expired.Key).lock, time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,21 +102,21 @@ func spread(t *testing.T, admins []redis.Cmdable, key string) {
 	deadline := time.Now().Add(2 * time.Second)
 	for value == "" {
 		for _, a := range admins {
-			v, err := a.Get(ctx, lockKey(key)).Result()
+			v, err := a.Get(ctx, keysFor(key).lock).Result()
 			if err == nil {
-				value, ttl = v, a.PTTL(ctx, lockKey(key)).Val()
+				value, ttl = v, a.PTTL(ctx, keysFor(key).lock).Val()
 				break
 			}
 		}
 		if value == "" {
 			if time.Now().After(deadline) {
-				t.Fatalf("no server has %s", lockKey(key))
+				t.Fatalf("no server has %s", keysFor(key).lock)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	for _, a := range admins {
-		if err := a.SetNX(ctx, lockKey(key), value, max(ttl, time.Millisecond)).Err(); err != nil {
+		if err := a.SetNX(ctx, keysFor(key).lock, value, max(ttl, time.Millisecond)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,12 +134,12 @@ func waitKey(t *testing.T, admins []redis.Cmdable, key string, exists bool) {
 	for i, a := range admins {
 		deadline := time.Now().Add(2 * time.Second)
 		for {
-			n, err := a.Exists(ctx, lockKey(key)).Result()
+			n, err := a.Exists(ctx, keysFor(key).lock).Result()
 			if err == nil && n == want {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("server %d: EXISTS %s = %d (%v), want %d", i+1, lockKey(key), n, err, want)
+				t.Fatalf("server %d: EXISTS %s = %d (%v), want %d", i+1, keysFor(key).lock, n, err, want)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -178,7 +178,7 @@ func checkMixed(t *testing.T, br backend.BatchRefresher, admins []redis.Cmdable,
 		for j, a := range admins {
 			deadline := time.Now().Add(2 * time.Second)
 			for {
-				pttl, err := a.PTTL(ctx, lockKey(c.l.Key)).Result()
+				pttl, err := a.PTTL(ctx, keysFor(c.l.Key).lock).Result()
 				if err == nil && pttl > 9*time.Second && pttl <= 10200*time.Millisecond {
 					break
 				}
@@ -190,7 +190,7 @@ func checkMixed(t *testing.T, br backend.BatchRefresher, admins []redis.Cmdable,
 		}
 	}
 	for j, a := range admins {
-		if pttl, err := a.PTTL(ctx, lockKey(foreign.Key)).Result(); err != nil || pttl <= 0 || pttl > 2100*time.Millisecond {
+		if pttl, err := a.PTTL(ctx, keysFor(foreign.Key).lock).Result(); err != nil || pttl <= 0 || pttl > 2100*time.Millisecond {
 			t.Errorf("server %d: the other token's lock has PTTL %v (%v), want at most its own 2s", j+1, pttl, err)
 		}
 	}
@@ -234,7 +234,7 @@ func TestRefreshManyCluster(t *testing.T) {
 	nodes := map[string]bool{}
 	for _, c := range cases {
 		if c.held {
-			n, err := admin.MasterForKey(ctx, lockKey(c.l.Key))
+			n, err := admin.MasterForKey(ctx, keysFor(c.l.Key).lock)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +273,7 @@ func TestRefreshManyQuorum(t *testing.T) {
 	for i, on := range []int{5, 3, 2} {
 		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 2 * time.Second}
 		for _, a := range admins[5-on:] {
-			if err := a.Set(ctx, lockKey(l.Key), l.Token+"."+strconv.Itoa(i), 2*time.Second).Err(); err != nil {
+			if err := a.Set(ctx, keysFor(l.Key).lock, l.Token+"."+strconv.Itoa(i), 2*time.Second).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -381,7 +381,7 @@ func TestRefreshManyNoScript(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer rdb.Close()
 	rdb.AddHook(cc)
-	d := New(rdb)
+	d := mustNew(t, rdb)
 	defer d.Close()
 	q, err := NewQuorum([]redis.UniversalClient{rdb})
 	if err != nil {

@@ -33,14 +33,14 @@ func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	d := New(rdb)
-	c, err := locker.New(New(rdb), locker.WithNamespace("redislock-bench"))
+	d := mustNew(b, rdb)
+	c, err := locker.New(mustNew(b, rdb), locker.WithNamespace("redislock-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
 	defer d.Close()
-	fc, err := locker.New(NewFair(rdb), locker.WithNamespace("redislock-bench"))
+	fc, err := locker.New(mustNewFair(b, rdb), locker.WithNamespace("redislock-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			// go back to the pool idle.
 			var spare []*redis.Conn
 			for range 4 {
-				c := d.n.rdb.(*redis.Client).Conn()
+				c := d.dep.rdb.(*redis.Client).Conn()
 				if err := c.Ping(testCtx(t)).Err(); err != nil {
 					t.Fatal(err)
 				}
@@ -213,7 +213,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			p.BlackholeDown() // requests arrive, answers do not
 			l := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 			granted := func() {
-				if v, err := admin.Get(testCtx(t), lockKey(key)).Result(); err != nil || !strings.HasPrefix(v, holder(l)) {
+				if v, err := admin.Get(testCtx(t), keysFor(key).lock).Result(); err != nil || !strings.HasPrefix(v, holder(l)) {
 					t.Errorf("the server did not grant the lock to the stuck call: %q, %v", v, err)
 				}
 			}
@@ -230,8 +230,9 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			}
 			// The cleanup's answer is lost too: it ran all the same.
 			deadline := time.Now().Add(2 * time.Second)
+			ks := keysFor(key)
 			for {
-				n, err := admin.Exists(testCtx(t), lockKey(key), queueKey(key), liveKey(key)).Result()
+				n, err := admin.Exists(testCtx(t), ks.lock, ks.queue, ks.live).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -239,8 +240,8 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					v, _ := admin.Get(testCtx(t), lockKey(key)).Result()
-					t.Fatalf("2 s after the cancel, %d of the lock's keys remain (lock value %q, ttl %v)", n, v, admin.PTTL(testCtx(t), lockKey(key)).Val())
+					v, _ := admin.Get(testCtx(t), keysFor(key).lock).Result()
+					t.Fatalf("2 s after the cancel, %d of the lock's keys remain (lock value %q, ttl %v)", n, v, admin.PTTL(testCtx(t), keysFor(key).lock).Val())
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
@@ -262,8 +263,8 @@ func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *interr
 	in := interruptible(o)
 	rdb := redis.NewClient(o)
 	cfg := defaultConfig()
-	d := &Driver{n: newNode(rdb, true, &cfg)}
-	d.n.in = in
+	d := &Driver{dep: newDeployment(rdb, true, &cfg)}
+	d.dep.in = in
 	t.Cleanup(func() { d.Close() })
 	return d, in
 }
@@ -346,13 +347,13 @@ func TestCancelSparesHealthyCalls(t *testing.T) {
 	if n := in.cut.Load(); n != 1 {
 		t.Errorf("%d reads cut, want 1 (the stuck call's)", n)
 	}
-	d.n.mu.Lock()
-	h := d.n.hubs[""]
+	d.dep.mu.Lock()
+	h := d.dep.hubs[""]
 	var epoch uint64
 	if h != nil {
 		epoch = h.epoch
 	}
-	d.n.mu.Unlock()
+	d.dep.mu.Unlock()
 	if h == nil || epoch != 0 {
 		t.Errorf("the pub/sub connection failed (hub %v, epoch %d)", h != nil, epoch)
 	}
@@ -388,7 +389,7 @@ func BenchmarkInterruptible(b *testing.B) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	opened, plain := open(), New(rdb)
+	opened, plain := open(), mustNew(b, rdb)
 	defer opened.Close()
 	defer plain.Close()
 	co, err := locker.New(open(), locker.WithNamespace("redislock-bench"))
@@ -396,7 +397,7 @@ func BenchmarkInterruptible(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer co.Close()
-	cp, err := locker.New(New(rdb), locker.WithNamespace("redislock-bench"))
+	cp, err := locker.New(mustNew(b, rdb), locker.WithNamespace("redislock-bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

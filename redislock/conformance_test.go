@@ -41,7 +41,7 @@ func (h harness) Traits() conformance.Traits {
 
 // expireLock deletes key's lock, as if its TTL had run out.
 func expireLock(ctx context.Context, admin redis.UniversalClient, key string) error {
-	n, err := admin.Del(ctx, lockKey(key)).Result()
+	n, err := admin.Del(ctx, keysFor(key).lock).Result()
 	if err == nil && n == 0 {
 		err = fmt.Errorf("no lock on %q to expire", key)
 	}
@@ -84,7 +84,7 @@ func (h *quorumHarness) Expire(ctx context.Context, key string) error {
 	deleted := 0
 	var errs []error
 	for _, c := range h.admins {
-		n, err := c.Del(ctx, lockKey(key)).Result()
+		n, err := c.Del(ctx, keysFor(key).lock).Result()
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -178,15 +178,15 @@ func (h fairHarness) Traits() conformance.Traits {
 
 // Entries counts the holder and the queued waiters, dead or alive.
 func (h fairHarness) Entries(ctx context.Context, key string) (int, error) {
-	held, err := h.admin.Exists(ctx, lockKey(key)).Result()
+	held, err := h.admin.Exists(ctx, keysFor(key).lock).Result()
 	if err != nil {
 		return 0, err
 	}
-	queued, err := h.admin.ZCard(ctx, queueKey(key)).Result()
+	queued, err := h.admin.ZCard(ctx, keysFor(key).queue).Result()
 	if err != nil {
 		return 0, err
 	}
-	live, err := h.admin.HLen(ctx, liveKey(key)).Result()
+	live, err := h.admin.HLen(ctx, keysFor(key).live).Result()
 	if err != nil {
 		return 0, err
 	}

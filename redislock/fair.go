@@ -36,11 +36,14 @@ var _ backend.Waiter = (*FairDriver)(nil)
 // for at most this long.
 const livenessTTL = 2 * time.Second
 
-// NewFair returns a FairDriver that uses rdb, as New does.
-func NewFair(rdb redis.UniversalClient, opts ...Option) *FairDriver {
-	d := New(rdb, opts...)
-	d.fair = true
-	return &FairDriver{d}
+// NewFair returns a FairDriver that uses rdb, as New does, and fails as
+// New does.
+func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
+	d, err := newDriver(rdb, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &FairDriver{d}, nil
 }
 
 // Acquire implements backend.Waiter: it joins l.Key's queue and waits,
@@ -64,7 +67,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	<-timer.C
 	defer timer.Stop()
 	quit := func(err error) (backend.Grant, error) {
-		d.n.undo(ctx, func(ctx context.Context) { d.n.leave(ctx, l, value, w) })
+		d.dep.undo(ctx, func(ctx context.Context) { d.dep.leave(ctx, l, value, w) })
 		return backend.Grant{}, err
 	}
 	for {
@@ -72,7 +75,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 			return quit(fmt.Errorf("redislock: acquire: %w", backend.ErrClosed))
 		}
 		sent := time.Now()
-		r, err := d.n.fairAcquire(ctx, l, value, px, w, true)
+		r, err := d.dep.fairAcquire(ctx, l, value, px, w, true)
 		if err == nil && r > 0 {
 			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
 		}
@@ -90,7 +93,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 			// try is missed. Without a subscription the waiter still gets
 			// the lock, by its liveness renewals, only later.
 			ch = make(chan struct{}, 1)
-			cancel, err := d.n.subscribeAs(ctx, l.Key, w, ch)
+			cancel, err := d.dep.subscribeAs(ctx, l.Key, w, ch)
 			if err == nil {
 				defer cancel()
 			} else if ctx.Err() != nil {

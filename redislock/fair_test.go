@@ -38,11 +38,11 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ZAdd(ctx, queueKey(key), redisZ(now, "dead")).Err(); err != nil {
+	if err := rdb.ZAdd(ctx, keysFor(key).queue, redisZ(now, "dead")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	until := now.Add(300 * time.Millisecond).UnixMilli()
-	if err := rdb.HSet(ctx, liveKey(key), "dead", strconv.FormatInt(until, 10)).Err(); err != nil {
+	if err := rdb.HSet(ctx, keysFor(key).live, "dead", strconv.FormatInt(until, 10)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
@@ -62,7 +62,7 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	if g.Fence == 0 || g.Sent.Before(start) {
 		t.Errorf("grant %+v", g)
 	}
-	if n, err := rdb.Exists(ctx, queueKey(key), liveKey(key)).Result(); err != nil || n != 0 {
+	if n, err := rdb.Exists(ctx, keysFor(key).queue, keysFor(key).live).Result(); err != nil || n != 0 {
 		t.Errorf("queue keys left: %d, %v", n, err)
 	}
 	if err := d.Release(ctx, l); err != nil {
@@ -85,14 +85,14 @@ func TestFairWakesOnlyTheHead(t *testing.T) {
 	key := uniqueKey(t)
 	chs := map[string]chan struct{}{"a": make(chan struct{}, 1), "b": make(chan struct{}, 1), "": make(chan struct{}, 1)}
 	for id, ch := range chs {
-		cancel, err := d.n.subscribeAs(ctx, key, id, ch)
+		cancel, err := d.dep.subscribeAs(ctx, key, id, ch)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cancel()
 	}
 	woken := func(msg string) map[string]bool {
-		if err := d.Client().Publish(ctx, releaseChannel(key), msg).Err(); err != nil {
+		if err := d.Client().Publish(ctx, keysFor(key).channel, msg).Err(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -174,7 +174,7 @@ func waitQueued(t *testing.T, d *FairDriver, key string, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got, err := d.Client().ZCard(context.Background(), queueKey(key)).Result()
+		got, err := d.Client().ZCard(context.Background(), keysFor(key).queue).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,22 +28,38 @@ func init() {
 		})
 		backend.Register("redis"+s+"+quorum", backend.Opener{
 			Usage: "redis" + s + "+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&TLS&go-redis options]",
-			Open:  func(ctx context.Context, u *url.URL) (backend.Driver, error) { return OpenQuorum(ctx, u.String()) },
+			Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
+				q, err := openQuorum(ctx, u, nil)
+				if err != nil {
+					return nil, err
+				}
+				return q, nil
+			},
 		})
 	}
 }
 
-// openAny opens a Driver, or a FairDriver when the URL says fair=true.
+// openAny is the registry's opener: a Driver, or a FairDriver when the URL
+// says fair=true.
 func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
-	fair, err := fairParam(u)
+	d, err := open(ctx, u, fairByURL, nil)
 	if err != nil {
 		return nil, err
 	}
-	if fair {
-		return OpenFair(ctx, u.String())
+	if d.fair {
+		return &FairDriver{d}, nil
 	}
-	return Open(ctx, u.String())
+	return d, nil
 }
+
+// fairMode says whether open makes a fair driver.
+type fairMode int
+
+const (
+	plainOnly  fairMode = iota // Open: fair=true is an error
+	fairAlways                 // OpenFair: fair=true may be said
+	fairByURL                  // the registry: as fair= says
+)
 
 // fairParam reads the URL's fair parameter, which is ours, not go-redis's.
 func fairParam(u *url.URL) (bool, error) {
@@ -128,12 +144,23 @@ func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 // OpenFair is Open for a FairDriver: waiters are served in arrival order.
 // The URL may say fair=true, as locker.Open needs it to.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
-	d, err := open(ctx, rawURL, true, opts)
+	u, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	d.fair = true
+	d, err := open(ctx, u, fairAlways, opts)
+	if err != nil {
+		return nil, err
+	}
 	return &FairDriver{d}, nil
+}
+
+func parseURL(rawURL string) (*url.URL, error) {
+	u, err := backend.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
+	}
+	return u, nil
 }
 
 // defaultOpenTimeout bounds Open when ctx has no deadline.
@@ -158,19 +185,22 @@ const defaultOpenTimeout = 10 * time.Second
 // it on for redis too. Open pings the server, within ctx or 10 seconds,
 // and checks its maxmemory-policy once.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	return open(ctx, rawURL, false, opts)
+	u, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, u, plainOnly, opts)
 }
 
-func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("redislock: %w: cannot parse the URL", backend.ErrInvalidURL)
-	}
+// open is Open, OpenFair and the registry's opener (see fairMode). The
+// Driver it returns is fair (d.fair) when mode is fairAlways, or fairByURL and
+// the URL says fair=true.
+func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Driver, error) {
 	wantFair, err := fairParam(u)
 	if err != nil {
 		return nil, err
 	}
-	if wantFair && !fair {
+	if wantFair && mode == plainOnly {
 		return nil, fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
 	}
 	u, opts, tc, err := ownParams(u, opts)
@@ -178,6 +208,10 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		return nil, err
 	}
 	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	var rdb redis.UniversalClient
 	var in *interrupter
@@ -208,11 +242,10 @@ func open(ctx context.Context, rawURL string, fair bool, opts []Option) (*Driver
 		rdb.Close()
 		return nil, fmt.Errorf("redislock: %w", classify(err))
 	}
-	cfg := buildConfig(opts)
-	n := newNode(rdb, true, &cfg)
-	n.in = in
-	n.checkMaxmemory(ctx, u.Host)
-	return &Driver{n: n}, nil
+	dep := newDeployment(rdb, true, &cfg)
+	dep.in = in
+	dep.checkMaxmemory(ctx, u.Host)
+	return &Driver{dep: dep, fair: mode == fairAlways || mode == fairByURL && wantFair}, nil
 }
 
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
@@ -285,10 +318,15 @@ func splitHosts(host string) []string {
 // IPv6 literals cannot be listed; use NewQuorum. Open fails when fewer than
 // a majority of the servers answer a PING within ctx (or 10 seconds).
 func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, err
 	}
+	return openQuorum(ctx, u, opts)
+}
+
+// openQuorum is OpenQuorum and the registry's opener for +quorum.
+func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error) {
 	if u.Scheme != "redis+quorum" && u.Scheme != "rediss+quorum" {
 		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis+quorum or rediss+quorum)", backend.ErrInvalidURL, u.Scheme)
 	}
@@ -300,6 +338,10 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		return nil, err
 	}
 	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	hosts := splitHosts(u.Host)
 	if len(hosts) == 0 {
@@ -328,15 +370,14 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 		ins = append(ins, interruptible(o))
 		clients = append(clients, redis.NewClient(o))
 	}
-	cfg := buildConfig(opts)
-	var nodes []*node
+	var deps []*deployment
 	for i, c := range clients {
-		n := newNode(c, true, &cfg)
-		n.addr = hosts[i]
-		n.in = ins[i]
-		nodes = append(nodes, n)
+		dep := newDeployment(c, true, &cfg)
+		dep.addr = hosts[i]
+		dep.in = ins[i]
+		deps = append(deps, dep)
 	}
-	q := newQuorum(nodes, hosts, cfg)
+	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
 	// Wait for a majority, not for every server: a silent one would hold
@@ -346,10 +387,10 @@ func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, er
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	res := q.gather(ctx, timeout, func(ctx context.Context, n *node) result {
-		err := classify(n.rdb.Ping(ctx).Err())
+	res := q.gather(ctx, timeout, func(ctx context.Context, dep *deployment) result {
+		err := classify(dep.rdb.Ping(ctx).Err())
 		if err == nil {
-			n.checkMaxmemory(ctx, n.addr)
+			dep.checkMaxmemory(ctx, dep.addr)
 		}
 		return result{ok: err == nil, err: err}
 	}, func(ok, _ int) bool { return ok >= q.quorum }, func(i int, r result) {

@@ -100,7 +100,7 @@ func TestReleaseWithoutChannelPermission(t *testing.T) {
 			if err := d.Release(ctx, l); err != nil {
 				t.Fatalf("fair=%v: Release without channel permission = %v, want success", fair, err)
 			}
-			if n, err := admin.Exists(ctx, lockKey(l.Key)).Result(); err != nil || n != 0 {
+			if n, err := admin.Exists(ctx, keysFor(l.Key).lock).Result(); err != nil || n != 0 {
 				t.Fatalf("fair=%v: the lock key is still there (%d, %v)", fair, n, err)
 			}
 		}

@@ -42,7 +42,7 @@ import (
 // returned F already, which is the steady state once they agree, no raise
 // round trip is needed.
 type Quorum struct {
-	nodes  []*node
+	deps   []*deployment
 	addrs  []string // for error messages
 	quorum int
 	cfg    config
@@ -71,8 +71,8 @@ func (q *Quorum) forget(token string, st *acquisition) {
 	q.mu.Unlock()
 }
 
-func newQuorum(nodes []*node, addrs []string, cfg config) *Quorum {
-	q := &Quorum{nodes: nodes, addrs: addrs, quorum: len(nodes)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
+func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
+	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
 	q.ctx, q.stop = context.WithCancel(context.Background())
 	return q
 }
@@ -89,19 +89,22 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 	if len(clients) == 0 {
 		return nil, fmt.Errorf("redislock: quorum: %w: no servers", backend.ErrUnsupported)
 	}
-	cfg := buildConfig(opts)
-	var nodes []*node
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	var deps []*deployment
 	var addrs []string
 	for i, c := range clients {
 		if c == nil {
 			return nil, fmt.Errorf("redislock: quorum: %w: client %d is nil", backend.ErrUnsupported, i)
 		}
-		nodes = append(nodes, newNode(c, false, &cfg))
+		deps = append(deps, newDeployment(c, false, &cfg))
 		addrs = append(addrs, clientAddr(c, i))
 	}
-	q := newQuorum(nodes, addrs, cfg)
-	for i, n := range q.nodes {
-		n.checkMaxmemoryAsync(q.addrs[i])
+	q := newQuorum(deps, addrs, cfg)
+	for i, dep := range q.deps {
+		dep.checkMaxmemoryAsync(q.addrs[i])
 	}
 	return q, nil
 }
@@ -138,7 +141,7 @@ type result struct {
 // majority. Servers that answer later are passed to late, in the
 // background; Close waits for them.
 func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
-	fn func(ctx context.Context, n *node) result,
+	fn func(ctx context.Context, dep *deployment) result,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
 ) []result {
@@ -146,25 +149,25 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 		i int
 		r result
 	}
-	nodeCtx, cancel, ok := q.requests(ctx, timeout)
+	reqCtx, cancel, ok := q.requests(ctx, timeout)
 	if !ok {
-		return closedResults(len(q.nodes))
+		return closedResults(len(q.deps))
 	}
-	res := make([]result, len(q.nodes))
-	ch := make(chan answer, len(q.nodes))
+	res := make([]result, len(q.deps))
+	ch := make(chan answer, len(q.deps))
 	var wg sync.WaitGroup
-	for i, n := range q.nodes {
+	for i, dep := range q.deps {
 		wg.Add(1)
 		q.bg.Add(1)
 		go func() {
 			defer q.bg.Done()
 			defer wg.Done()
-			r := fn(nodeCtx, n)
+			r := fn(reqCtx, dep)
 			ch <- answer{i, r}
 		}()
 	}
 	granted, notOK, got := 0, 0, 0
-	for got < len(q.nodes) && !decided(granted, notOK) {
+	for got < len(q.deps) && !decided(granted, notOK) {
 		select {
 		case a := <-ch:
 			got++
@@ -182,7 +185,7 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 		}
 		break
 	}
-	if got == len(q.nodes) {
+	if got == len(q.deps) {
 		cancel()
 		q.bg.Done()
 		return res
@@ -211,9 +214,9 @@ func (q *Quorum) requests(ctx context.Context, timeout time.Duration) (_ context
 	if !q.enter() {
 		return nil, nil, false
 	}
-	nodeCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	reqCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
-	return nodeCtx, func() { stopOnClose(); cancelTimeout() }, true
+	return reqCtx, func() { stopOnClose(); cancelTimeout() }, true
 }
 
 // closedResults are the answers of n requests not sent: Close has begun.
@@ -243,7 +246,7 @@ func (q *Quorum) enter() bool {
 // decidedBy is the usual rule: a majority said yes, or so many said no that
 // no majority can say yes.
 func (q *Quorum) decidedBy(ok, notOK int) bool {
-	return ok >= q.quorum || notOK > len(q.nodes)-q.quorum
+	return ok >= q.quorum || notOK > len(q.deps)-q.quorum
 }
 
 // errSummary lists the servers' errors and silences, for a message that
@@ -333,7 +336,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	late := func(i int, r result) {
 		<-outcome
 		if (r.ok || r.err != nil) && (failed.Load() || st.released.Load()) {
-			q.nodes[i].cleanup(ctx, l, value)
+			q.deps[i].cleanup(ctx, l, value)
 		}
 		if st.pending.Add(-1) == 0 {
 			q.forget(l.Token, st)
@@ -341,14 +344,14 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	}
 	// A server that has not answered by the end of the validity is of no
 	// use to this acquisition.
-	res := q.gather(ctx, ttl, func(nctx context.Context, n *node) result {
+	res := q.gather(ctx, ttl, func(nctx context.Context, dep *deployment) result {
 		// A request not yet sent when the caller gives up is not sent: it
 		// could only grant a lock nobody wants. One already sent is seen
 		// through by late.
 		nctx, stop := context.WithCancel(nctx)
 		defer stop()
 		defer context.AfterFunc(ctx, stop)()
-		f, err := n.acquire(nctx, l, value, px)
+		f, err := dep.acquire(nctx, l, value, px)
 		return result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
 	}, q.decidedBy, late)
 	granted, denied := count(res)
@@ -375,10 +378,10 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 			// Enough servers answered to decide: another token holds it,
 			// or contenders split the vote.
 			return fail(granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
-				backend.ErrNotAcquired, granted, len(q.nodes), q.quorum))
+				backend.ErrNotAcquired, granted, len(q.deps), q.quorum))
 		}
 		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
-			granted+denied, len(q.nodes), q.quorum, q.errSummary(res)))
+			granted+denied, len(q.deps), q.quorum, q.errSummary(res)))
 	}
 
 	// Raise the counters of the granting servers that are below the fence
@@ -401,7 +404,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := q.nodes[i].raise(rctx, l, value, fence)
+			ok, err := q.deps[i].raise(rctx, l, value, fence)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -448,16 +451,16 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				q.nodes[i].cleanup(ctx, l, value)
+				q.deps[i].cleanup(ctx, l, value)
 			}()
 		case r.answered && r.err != nil:
 			if !q.enter() {
-				q.nodes[i].cleanup(ctx, l, value) // closing: no background left
+				q.deps[i].cleanup(ctx, l, value) // closing: no background left
 				continue
 			}
 			go func() {
 				defer q.bg.Done()
-				q.nodes[i].cleanup(ctx, l, value)
+				q.deps[i].cleanup(ctx, l, value)
 			}()
 		}
 	}
@@ -477,8 +480,8 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 	}
 	px := q.px(l.TTL)
 	t0 := time.Now()
-	res := q.gather(ctx, l.TTL, func(ctx context.Context, n *node) result {
-		ok, err := n.refresh(ctx, l, px)
+	res := q.gather(ctx, l.TTL, func(ctx context.Context, dep *deployment) result {
+		ok, err := dep.refresh(ctx, l, px)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
 	return q.refreshVerdict(ctx, res, t0, l.TTL)
@@ -491,14 +494,14 @@ func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time,
 	switch {
 	case ok >= q.quorum && time.Since(t0) < ttl:
 		return nil
-	case notHeld > len(q.nodes)-q.quorum:
-		return fmt.Errorf("redislock: quorum: refresh: %w (%d of %d servers hold it, %d needed)", backend.ErrNotHeld, ok, len(q.nodes), q.quorum)
+	case notHeld > len(q.deps)-q.quorum:
+		return fmt.Errorf("redislock: quorum: refresh: %w (%d of %d servers hold it, %d needed)", backend.ErrNotHeld, ok, len(q.deps), q.quorum)
 	case ok >= q.quorum:
 		return fmt.Errorf("redislock: quorum: refresh: took %v, longer than the TTL", time.Since(t0).Round(time.Millisecond))
 	case ctx.Err() != nil:
 		return fmt.Errorf("redislock: quorum: refresh: %w", context.Cause(ctx))
 	default:
-		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %s", ok, len(q.nodes), q.quorum, q.errSummary(res))
+		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %s", ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 }
 
@@ -515,20 +518,20 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 		st.released.Store(true)
 	}
 	q.mu.Unlock()
-	res := q.gather(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, n *node) result {
-		ok, err := n.release(ctx, l)
+	res := q.gather(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, dep *deployment) result {
+		ok, err := dep.release(ctx, l)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
 	ok, notHeld := count(res)
 	switch {
 	case ok >= q.quorum:
 		return nil
-	case notHeld > len(q.nodes)-q.quorum:
-		return fmt.Errorf("redislock: quorum: release: %w (%d of %d servers held it)", backend.ErrNotHeld, ok, len(q.nodes))
+	case notHeld > len(q.deps)-q.quorum:
+		return fmt.Errorf("redislock: quorum: release: %w (%d of %d servers held it)", backend.ErrNotHeld, ok, len(q.deps))
 	case ctx.Err() != nil:
 		return fmt.Errorf("redislock: quorum: release: %w", context.Cause(ctx))
 	default:
-		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %s", ok, len(q.nodes), q.quorum, q.errSummary(res))
+		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %s", ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 }
 
@@ -562,13 +565,13 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 			c()
 		}
 	}
-	res := q.gather(ctx, barrierTimeout, func(sctx context.Context, n *node) result {
+	res := q.gather(ctx, barrierTimeout, func(sctx context.Context, dep *deployment) result {
 		// The caller's ctx ends the wait for a confirmation, as it should;
 		// sctx bounds it otherwise.
 		sctx, stop := context.WithCancel(sctx)
 		defer stop()
 		defer context.AfterFunc(ctx, stop)()
-		c, err := n.subscribe(sctx, key, ch)
+		c, err := dep.subscribe(sctx, key, ch)
 		if err == nil {
 			add(c)
 		}
@@ -576,7 +579,7 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}, func(ok, _ int) bool { return ok >= q.quorum }, nil)
 	if ok, _ := count(res); ok < q.quorum {
 		cancel()
-		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %d of %d servers confirmed, %d needed: %s", ok, len(q.nodes), q.quorum, q.errSummary(res))
+		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %d of %d servers confirmed, %d needed: %s", ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 	return ch, cancel, nil
 }
@@ -597,14 +600,14 @@ func (q *Quorum) Close() error {
 	q.stop()
 	// Closing the clients we opened ends their requests in flight at once;
 	// requests on a caller's client end at its read timeout.
-	for _, n := range q.nodes {
-		if err := n.closeClient(); err != nil {
+	for _, dep := range q.deps {
+		if err := dep.closeClient(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	q.bg.Wait()
-	for _, n := range q.nodes {
-		if err := n.close(); err != nil {
+	for _, dep := range q.deps {
+		if err := dep.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

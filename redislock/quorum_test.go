@@ -18,7 +18,7 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-func openQuorum(t *testing.T) *Quorum {
+func openTestQuorum(t *testing.T) *Quorum {
 	t.Helper()
 	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0")
 	if err != nil {
@@ -36,7 +36,7 @@ func TestQuorumThreeDown(t *testing.T) {
 	addrs := testenv.RedisQuorumAddrs()
 	testenv.Require(t, addrs...)
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	c, err := locker.New(q, locker.WithNamespace("redislock-q3down"))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestQuorumThreeDown(t *testing.T) {
 		}
 		t.Logf("error: %v", err)
 		for i, a := range admins {
-			if n, err := a.Exists(ctx, lockKey(key)).Result(); err != nil || n != 0 {
+			if n, err := a.Exists(ctx, keysFor(key).lock).Result(); err != nil || n != 0 {
 				t.Fatalf("server %d holds the lock after the failed acquisition (%d, %v)", i+1, n, err)
 			}
 		}
@@ -93,7 +93,7 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	var admins []*redis.Client
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
@@ -103,23 +103,23 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 	const base = uint64(1) << 52
 	counters := []uint64{base + 100, base + 10, base + 10, base + 10, base + 10}
 	for i, a := range admins {
-		if err := a.Set(ctx, fenceKey(key), strconv.FormatUint(counters[i], 10), 0).Err(); err != nil {
+		if err := a.Set(ctx, keysFor(key).fence, strconv.FormatUint(counters[i], 10), 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		defer a.Del(context.Background(), fenceKey(key))
+		defer a.Del(context.Background(), keysFor(key).fence)
 	}
 	block := func(servers ...int) func() {
 		for _, i := range servers {
-			admins[i].Set(ctx, lockKey(key), "foreign", 10*time.Second)
+			admins[i].Set(ctx, keysFor(key).lock, "foreign", 10*time.Second)
 		}
 		return func() {
 			for _, i := range servers {
-				admins[i].Del(ctx, lockKey(key))
+				admins[i].Del(ctx, keysFor(key).lock)
 			}
 		}
 	}
 	counter := func(i int) uint64 {
-		v, err := admins[i].Get(ctx, fenceKey(key)).Uint64()
+		v, err := admins[i].Get(ctx, keysFor(key).fence).Uint64()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +171,7 @@ func TestQuorumFenceAcrossOutages(t *testing.T) {
 	addrs := testenv.RedisQuorumAddrs()
 	testenv.Require(t, addrs...)
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	key := uniqueKey(t)
 	var fences []uint64
 	take := func() {
@@ -223,7 +223,7 @@ func TestQuorumSimultaneousTries(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	qs := []*Quorum{openQuorum(t), openQuorum(t), openQuorum(t), openQuorum(t)}
+	qs := []*Quorum{openTestQuorum(t), openTestQuorum(t), openTestQuorum(t), openTestQuorum(t)}
 	const rounds, tries = 30, 12
 	zero := 0
 	for r := range rounds {
@@ -273,7 +273,7 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	q := openQuorum(t)
+	q := openTestQuorum(t)
 	var admins []*redis.Client
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
@@ -286,21 +286,21 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	// returns once a majority granted: the others' grants may still be on
 	// their way.)
 	for i, a := range admins {
-		pttl, err := a.PTTL(ctx, lockKey(l.Key)).Result()
+		pttl, err := a.PTTL(ctx, keysFor(l.Key).lock).Result()
 		for deadline := time.Now().Add(2 * time.Second); err == nil && pttl < 0 && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond)
-			pttl, err = a.PTTL(ctx, lockKey(l.Key)).Result()
+			pttl, err = a.PTTL(ctx, keysFor(l.Key).lock).Result()
 		}
 		if err != nil || pttl <= l.TTL || pttl > l.TTL+100*time.Millisecond {
 			t.Fatalf("server %d: PTTL %v (err %v), want a little over %v", i, pttl, err, l.TTL)
 		}
 	}
-	admins[0].Del(ctx, lockKey(l.Key))
-	admins[1].Del(ctx, lockKey(l.Key))
+	admins[0].Del(ctx, keysFor(l.Key).lock)
+	admins[1].Del(ctx, keysFor(l.Key).lock)
 	if err := q.Refresh(ctx, l); err != nil {
 		t.Fatalf("Refresh held by 3 of 5: %v", err)
 	}
-	admins[2].Del(ctx, lockKey(l.Key))
+	admins[2].Del(ctx, keysFor(l.Key).lock)
 	if err := q.Refresh(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Refresh held by 2 of 5 = %v, want ErrNotHeld", err)
 	}
@@ -312,7 +312,7 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	for i, a := range admins {
 		deadline := time.Now().Add(2 * time.Second)
 		for {
-			n, err := a.Exists(ctx, lockKey(l.Key)).Result()
+			n, err := a.Exists(ctx, keysFor(l.Key).lock).Result()
 			if err == nil && n == 0 {
 				break
 			}
@@ -471,7 +471,7 @@ func TestQuorumLateGrantAfterRelease(t *testing.T) {
 		}
 		deadline := time.Now().Add(3 * time.Second)
 		for {
-			n, err := admin.Exists(ctx, lockKey(l.Key)).Result()
+			n, err := admin.Exists(ctx, keysFor(l.Key).lock).Result()
 			if err != nil {
 				t.Fatal(err)
 			}

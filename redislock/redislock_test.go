@@ -54,9 +54,31 @@ func openDriver(t *testing.T, opts ...Option) *Driver {
 	return d
 }
 
+// mustNew is New, failing tb on an error; the caller closes the Driver.
+func mustNew(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *Driver {
+	tb.Helper()
+	d, err := New(rdb, opts...)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	return d
+}
+
+// mustNewFair is NewFair, failing tb on an error; the caller closes the
+// FairDriver.
+func mustNewFair(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *FairDriver {
+	tb.Helper()
+	d, err := NewFair(rdb, opts...)
+	if err != nil {
+		tb.Fatalf("NewFair: %v", err)
+	}
+	return d
+}
+
 func TestKeysShareASlot(t *testing.T) {
 	for _, k := range []string{"ns/a", "ns/{x}", "ns/}{", "ns/a:b", "ns/ü/../"} {
-		lk, fk, ch := lockKey(k), fenceKey(k), releaseChannel(k)
+		ks := keysFor(k)
+		lk, fk, ch := ks.lock, ks.fence, ks.channel
 		tag := func(s string) string {
 			i := strings.IndexByte(s, '{')
 			j := strings.IndexByte(s[i+1:], '}')
@@ -91,7 +113,7 @@ func TestTTLRounding(t *testing.T) {
 			t.Errorf("TTL %v granted as %v, want %v", c.ttl, g.TTL, c.want)
 		}
 		if c.ttl >= time.Second {
-			pttl, err := admin.PTTL(ctx, lockKey(l.Key)).Result()
+			pttl, err := admin.PTTL(ctx, keysFor(l.Key).lock).Result()
 			if err != nil || pttl <= 0 || pttl > c.want {
 				t.Errorf("TTL %v: the server's PTTL is %v (err %v)", c.ttl, pttl, err)
 			}
@@ -112,11 +134,11 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	d := openDriver(t)
 	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
 	first := attempt(l)
-	f1, err := d.n.acquire(ctx, l, first, 5000)
+	f1, err := d.dep.acquire(ctx, l, first, 5000)
 	if err != nil || f1 == 0 {
 		t.Fatal(f1, err)
 	}
-	again, err := d.n.acquire(ctx, l, first, 5000)
+	again, err := d.dep.acquire(ctx, l, first, 5000)
 	if err != nil || again != f1 {
 		t.Fatalf("the same attempt run twice = %d, %v; want fence %d", again, err, f1)
 	}
@@ -124,7 +146,7 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	if err != nil || g2.Fence <= uint64(f1) {
 		t.Fatalf("a new attempt of the same token = %+v, %v; want a fence above %d", g2, err, f1)
 	}
-	d.n.cleanup(ctx, l, first)
+	d.dep.cleanup(ctx, l, first)
 	other := l
 	other.Token = newToken()
 	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, backend.ErrNotAcquired) {
@@ -164,15 +186,15 @@ func TestFenceSurvivesLostCounter(t *testing.T) {
 		}
 		switch i {
 		case 1:
-			admin.Del(ctx, fenceKey(key)) // lost
+			admin.Del(ctx, keysFor(key).fence) // lost
 		case 3:
 			// stale: a replica that missed increments, promoted a second
 			// later (a failover takes seconds)
-			admin.Set(ctx, fenceKey(key), "7", 0)
+			admin.Set(ctx, keysFor(key).fence, "7", 0)
 			time.Sleep(1100 * time.Millisecond)
 		}
 	}
-	if err := admin.Del(ctx, fenceKey(key)).Err(); err != nil {
+	if err := admin.Del(ctx, keysFor(key).fence).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -243,10 +265,10 @@ func TestNotifications(t *testing.T) {
 	// other name.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		d2.n.mu.Lock()
-		h := d2.n.hubs[""]
+		d2.dep.mu.Lock()
+		h := d2.dep.hubs[""]
 		n := len(h.chans)
-		d2.n.mu.Unlock()
+		d2.dep.mu.Unlock()
 		if n == 1 {
 			break
 		}
@@ -257,9 +279,9 @@ func TestNotifications(t *testing.T) {
 	}
 	cancelOther()
 	for {
-		d2.n.mu.Lock()
-		n := len(d2.n.hubs)
-		d2.n.mu.Unlock()
+		d2.dep.mu.Lock()
+		n := len(d2.dep.hubs)
+		d2.dep.mu.Unlock()
 		if n == 0 {
 			break
 		}
@@ -350,7 +372,7 @@ func TestMaxmemoryWarning(t *testing.T) {
 	buf.Reset()
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	d = New(rdb, WithLogger(log))
+	d = mustNew(t, rdb, WithLogger(log))
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(buf.String(), "allkeys-lru") {
 		if time.Now().After(deadline) {
@@ -421,12 +443,12 @@ func TestRing(t *testing.T) {
 	defer ring.Close()
 	rdb1 := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addrs[0], "b": addrs[1]}})
 	defer rdb1.Close()
-	c1, err := locker.New(New(ring), locker.WithNamespace("redislock-ring"))
+	c1, err := locker.New(mustNew(t, ring), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	c2, err := locker.New(New(rdb1), locker.WithNamespace("redislock-ring"))
+	c2, err := locker.New(mustNew(t, rdb1), locker.WithNamespace("redislock-ring"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +489,7 @@ func TestNewDoesNotCloseCallersClient(t *testing.T) {
 	ctx := testCtx(t)
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	d := New(rdb)
+	d := mustNew(t, rdb)
 	if _, cancel, err := d.Subscribe(ctx, uniqueKey(t)); err != nil {
 		t.Fatal(err)
 	} else {

@@ -88,7 +88,7 @@ func TestRefreshScales(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		testenv.Require(t, testenv.RedisAddr())
 		c := &callCounter{}
-		d := New(countedClient(t, testenv.RedisAddr(), c))
+		d := mustNew(t, countedClient(t, testenv.RedisAddr(), c))
 		testRefreshScales(t, d, []string{testenv.RedisAddr()}, []*callCounter{c})
 	})
 	t.Run("quorum", func(t *testing.T) {
@@ -255,7 +255,7 @@ func testRefreshScales(t *testing.T, d backend.Driver, addrs []string, counters 
 		gets := make([]*redis.StringCmd, scaleLocks)
 		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, l := range locks {
-				gets[i] = p.Get(ctx, lockKey(backend.Key(ns, l.Name())))
+				gets[i] = p.Get(ctx, keysFor(backend.Key(ns, l.Name())).lock)
 			}
 			return nil
 		}); err != nil && !errors.Is(err, redis.Nil) {

@@ -308,15 +308,16 @@ func TestACLPatterns(t *testing.T) {
 			}
 		}
 		k := backend.Key(ns, "job/1 {x}")
-		for _, name := range []string{lockKey(k), fenceKey(k), queueKey(k), liveKey(k)} {
+		ks := keysFor(k)
+		for _, name := range []string{ks.lock, ks.fence, ks.queue, ks.live} {
 			if !globAny(keys, name) {
 				t.Errorf("%s: no key pattern of %q matches %q", ns, rules, name)
 			}
 		}
-		if !globAny(chans, releaseChannel(k)) {
-			t.Errorf("%s: no channel pattern of %q matches %q", ns, rules, releaseChannel(k))
+		if !globAny(chans, ks.channel) {
+			t.Errorf("%s: no channel pattern of %q matches %q", ns, rules, ks.channel)
 		}
-		for _, other := range []string{lockKey(backend.Key(ns+"x", "a")), "{" + ns + "}:lock", ns + "/a"} {
+		for _, other := range []string{keysFor(backend.Key(ns+"x", "a")).lock, "{" + ns + "}:lock", ns + "/a"} {
 			if globAny(keys, other) {
 				t.Errorf("%s: a key pattern of %q matches %q, outside the namespace", ns, rules, other)
 			}
@@ -475,7 +476,7 @@ func runLockCycle(t *testing.T, s *secured, user, pw, ns string, fair, full bool
 	if err := timed("Release", func() error { return l.Release(ctx) }); err != nil {
 		// A failed release must not have deleted the key: its error says
 		// the lock expires after its TTL.
-		if n, _ := s.admin.Exists(ctx, lockKey(backend.Key(ns, name))).Result(); n != 1 {
+		if n, _ := s.admin.Exists(ctx, keysFor(backend.Key(ns, name)).lock).Result(); n != 1 {
 			t.Errorf("Release failed (%v) but deleted the key", err)
 		}
 		return err
@@ -514,7 +515,7 @@ func TestSecureNoRightsToKeys(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	key := backend.Key(ns, "job")
-	value, err := s.admin.Get(ctx, lockKey(key)).Result()
+	value, err := s.admin.Get(ctx, keysFor(key).lock).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,10 +540,10 @@ func TestSecureNoRightsToKeys(t *testing.T) {
 			"Refresh": func() error { return d.Refresh(ctx, stolen) },
 			"Release": func() error { return d.Release(ctx, stolen) },
 			"DEL": func() error {
-				return d.(interface{ Client() redis.UniversalClient }).Client().Del(ctx, lockKey(key)).Err()
+				return d.(interface{ Client() redis.UniversalClient }).Client().Del(ctx, keysFor(key).lock).Err()
 			},
 			"SET": func() error {
-				return d.(interface{ Client() redis.UniversalClient }).Client().Set(ctx, lockKey(key), "x", 0).Err()
+				return d.(interface{ Client() redis.UniversalClient }).Client().Set(ctx, keysFor(key).lock, "x", 0).Err()
 			},
 		} {
 			if fair && (what == "DEL" || what == "SET") {
@@ -555,7 +556,7 @@ func TestSecureNoRightsToKeys(t *testing.T) {
 			}
 		}
 	}
-	if v, err := s.admin.Get(ctx, lockKey(key)).Result(); err != nil || v != value {
+	if v, err := s.admin.Get(ctx, keysFor(key).lock).Result(); err != nil || v != value {
 		t.Fatalf("the lock key is %q (%v), want the holder's %q", v, err, value)
 	}
 	if err := l.Refresh(ctx); err != nil {
@@ -601,7 +602,7 @@ func TestSecureTheftIsNoticed(t *testing.T) {
 		} else {
 			spy.WaitRefreshed(t, time.Now())
 		}
-		key := lockKey(backend.Key(ns, name))
+		key := keysFor(backend.Key(ns, name)).lock
 		at := time.Now()
 		if theft == "DEL" {
 			err = tc.Del(ctx, key).Err()
@@ -611,30 +612,10 @@ func TestSecureTheftIsNoticed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-l.Lost():
-		case <-time.After(ttl):
-			t.Fatalf("%s: Lost did not fire within the TTL of the theft", theft)
-		}
-		lostAt := time.Now()
-		lost := lostAt.Sub(at)
-		worst = max(worst, lost)
-		if lost > ttl/3+100*time.Millisecond {
-			t.Errorf("%s: Lost fired %v after the theft, more than TTL/3 (%v) and a round trip", theft, lost, ttl/3)
-		}
-		// The first refresh sent after the theft must be the one that
-		// found it, and Lost fires when it is answered.
-		var first [2]time.Time
-		first[0], first[1] = spy.TakeFirstAfter(at)
-		// None: the refresh in flight at the theft found it.
-		if !first[0].IsZero() && lostAt.Sub(first[1]) > 100*time.Millisecond {
-			t.Errorf("%s: Lost fired %v after the first refresh since the theft was answered", theft, lostAt.Sub(first[1]))
-		}
+		worst = max(worst, spy.ExpectLost(t, theft, l.Lost(), at, ttl))
 		if !errors.Is(l.Err(), locker.ErrLost) {
 			t.Errorf("%s: Err() = %v", theft, l.Err())
 		}
-		t.Logf("%s: lost %v after the theft (first refresh since: sent %v after it, answered in %v): %v", theft,
-			lost.Round(time.Millisecond), first[0].Sub(at).Round(time.Millisecond), first[1].Sub(first[0]).Round(time.Millisecond), l.Err())
 		if err := l.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
 			t.Errorf("%s: Release after the theft = %v, want ErrNotHeld", theft, err)
 		}
@@ -695,7 +676,7 @@ func TestSecurePublishDenied(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("fair=%v: Release without channel permission = %v, want success", fair, err)
 			}
-			if n, err := s.admin.Exists(ctx, lockKey(backend.Key(ns, name))).Result(); err != nil || n != 0 {
+			if n, err := s.admin.Exists(ctx, keysFor(backend.Key(ns, name)).lock).Result(); err != nil || n != 0 {
 				t.Fatalf("fair=%v: the lock key is still there (%d, %v)", fair, n, err)
 			}
 			select {

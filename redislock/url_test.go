@@ -51,7 +51,7 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if n, err := d.Client().Exists(ctx, lockKey(backend.Key("redislock-url", t.Name()))).Result(); err != nil || n != 1 {
+	if n, err := d.Client().Exists(ctx, keysFor(backend.Key("redislock-url", t.Name())).lock).Result(); err != nil || n != 1 {
 		t.Fatalf("lock key in db 3: %d, %v", n, err)
 	}
 	if err := l.Release(ctx); err != nil {
@@ -157,10 +157,10 @@ func TestQuorumURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	if q.Quorum() != len(addrs)/2+1 || len(q.nodes) != len(addrs) {
-		t.Fatalf("quorum %d of %d", q.Quorum(), len(q.nodes))
+	if q.Quorum() != len(addrs)/2+1 || len(q.deps) != len(addrs) {
+		t.Fatalf("quorum %d of %d", q.Quorum(), len(q.deps))
 	}
-	for _, n := range q.nodes {
+	for _, n := range q.deps {
 		if r := n.rdb.(*redis.Client).Options().MaxRetries; r > 0 {
 			t.Fatalf("a quorum server retries (%d)", r)
 		}

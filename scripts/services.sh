@@ -699,19 +699,11 @@ start_zk() {
 	p=$(port "$n")
 	cp=$(zk_classpath) || die "zk: /usr/share/java/zookeeper.jar not found"
 	mkdir -p "$d/data"
-	cat >"$d/zoo.cfg" <<EOF
-tickTime=500
-initLimit=20
-syncLimit=10
-minSessionTimeout=1000
-maxSessionTimeout=60000
-dataDir=$d/data
-clientPort=$p
-clientPortAddress=127.0.0.1
-maxClientCnxns=0
-admin.enableServer=false
-4lw.commands.whitelist=*
-EOF
+	{
+		zk_common_cfg "$d"
+		echo "clientPort=$p"
+		echo "clientPortAddress=127.0.0.1"
+	} >"$d/zoo.cfg"
 	if [[ $n == zk-e* ]]; then
 		idx "$n" >"$d/data/myid"
 		for i in 1 2 3; do
@@ -721,6 +713,29 @@ EOF
 			echo "server.$i=127.0.0.1:$q:$e" >>"$d/zoo.cfg"
 		done
 	fi
+	zk_spawn "$n" "$d" "$cp"
+}
+
+# zk_common_cfg DIR: the zoo.cfg lines every ZooKeeper instance shares.
+zk_common_cfg() {
+	cat <<EOF
+tickTime=500
+initLimit=20
+syncLimit=10
+minSessionTimeout=1000
+maxSessionTimeout=60000
+dataDir=$1/data
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=*
+EOF
+}
+
+# zk_spawn NAME DIR CLASSPATH [JAVA_FLAG...]: run ZooKeeper on DIR/zoo.cfg, logging to the
+# console (the instance log).
+zk_spawn() {
+	local n=$1 d=$2 cp=$3
+	shift 3
 	cat >"$d/log4j.properties" <<'EOF'
 log4j.rootLogger=INFO, CONSOLE
 log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
@@ -730,7 +745,7 @@ EOF
 	spawn "$n" java -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
 		-Djava.net.preferIPv4Stack=true -Dzookeeper.forceSync=no \
 		-Dzookeeper.jmx.log4j.disable=true -Dlog4j.configuration="file:$d/log4j.properties" \
-		-Dorg.slf4j.simpleLogger.showDateTime=true \
+		-Dorg.slf4j.simpleLogger.showDateTime=true "$@" \
 		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
 }
 
@@ -941,13 +956,8 @@ start_zk-tls() {
 	# ZooKeeper's PEM keystore is the key and the certificate in one file.
 	cat "$c/server-key.pem" "$c/server.pem" >"$d/keystore.pem"
 	chmod 600 "$d/keystore.pem"
-	cat >"$d/zoo.cfg" <<EOF
-tickTime=500
-initLimit=20
-syncLimit=10
-minSessionTimeout=1000
-maxSessionTimeout=60000
-dataDir=$d/data
+	zk_common_cfg "$d" >"$d/zoo.cfg"
+	cat >>"$d/zoo.cfg" <<EOF
 secureClientPort=$p
 secureClientPortAddress=127.0.0.1
 serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
@@ -957,21 +967,8 @@ ssl.keyStore.type=PEM
 ssl.trustStore.location=$c/ca.pem
 ssl.trustStore.type=PEM
 ssl.clientAuth=need
-maxClientCnxns=0
-admin.enableServer=false
-4lw.commands.whitelist=*
 EOF
-	cat >"$d/log4j.properties" <<'EOF'
-log4j.rootLogger=INFO, CONSOLE
-log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
-log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
-log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}@%L] - %m%n
-EOF
-	spawn "$n" java -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-		-Djava.net.preferIPv4Stack=true -Dzookeeper.forceSync=no \
-		-Dzookeeper.DigestAuthenticationProvider.superDigest="admin:$(zk_super_digest)" \
-		-Dzookeeper.jmx.log4j.disable=true -Dlog4j.configuration="file:$d/log4j.properties" \
-		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
+	zk_spawn "$n" "$d" "$cp" -Dzookeeper.DigestAuthenticationProvider.superDigest="admin:$(zk_super_digest)"
 }
 
 # start_one NAME: start it unless it already runs. Returns 1 if it could not be started.

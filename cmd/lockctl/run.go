@@ -20,7 +20,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
@@ -86,13 +85,14 @@ func runCmd(args []string, globalBackend string, stderr io.Writer) int {
 }
 
 func (o *runOpts) parseArgs(rest []string) error {
+	if err := locker.CheckTTL(o.ttl); err != nil {
+		return fmt.Errorf("--ttl: %w", err)
+	}
 	switch {
 	case o.noWait && o.waitSet:
 		return errors.New("--wait and --no-wait exclude each other")
 	case o.waitSet && o.wait <= 0:
 		return fmt.Errorf("--wait %v: want a positive duration (or --no-wait)", o.wait)
-	case o.ttl <= 0 || o.ttl > locker.MaxTTL:
-		return fmt.Errorf("--ttl %v: want more than 0 and at most %v", o.ttl, locker.MaxTTL)
 	case o.grace < 0:
 		return fmt.Errorf("--grace %v: want a non-negative duration", o.grace)
 	case o.connect <= 0:
@@ -109,14 +109,10 @@ func (o *runOpts) parseArgs(rest []string) error {
 	if len(o.command) == 0 {
 		return errors.New("missing COMMAND (usage: lockctl run [flags] NAME -- COMMAND [ARG...])")
 	}
-	switch {
-	case o.name == "":
-		return errors.New("NAME is empty")
-	case len(o.name) > locker.MaxNameLen:
-		return fmt.Errorf("NAME is %d bytes, more than %d", len(o.name), locker.MaxNameLen)
-	case !utf8.ValidString(o.name):
-		return errors.New("NAME is not valid UTF-8")
-	case strings.HasPrefix(o.name, "-") && !o.dashName:
+	if err := locker.CheckName(o.name); err != nil {
+		return fmt.Errorf("NAME: %w", err)
+	}
+	if strings.HasPrefix(o.name, "-") && !o.dashName {
 		// Almost always a misplaced flag; "lockctl run [flags] -- -NAME -- COMMAND"
 		// takes such a name.
 		return fmt.Errorf("NAME %q starts with '-': flags go before NAME (or put -- before such a NAME)", o.name)

@@ -93,7 +93,10 @@ func (batchSessionDriver) SessionTTL() time.Duration { return time.Second }
 // Count keeps exactly the optional interfaces that decide how locks are
 // kept alive.
 func TestCountForwards(t *testing.T) {
-	mem := memlock.New(memlock.NewStore())
+	mem, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		drv            backend.Driver
 		session, batch bool
@@ -134,7 +137,7 @@ func benchBackends(b *testing.B) map[string]clients {
 	opts := []locker.Option{locker.WithNamespace("b"), locker.WithDefaultTTL(10 * time.Second)}
 	store := memlock.NewStore()
 	return map[string]clients{
-		"mem":  {open: func(context.Context) (backend.Driver, error) { return memlock.New(store), nil }, opts: opts},
+		"mem":  {open: func(context.Context) (backend.Driver, error) { return memlock.New(store) }, opts: opts},
 		"file": {open: func(context.Context) (backend.Driver, error) { return filelock.New(dir) }, opts: opts},
 		"file-nosync": {open: func(context.Context) (backend.Driver, error) {
 			return filelock.New(dir, filelock.WithSync(false))

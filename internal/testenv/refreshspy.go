@@ -59,3 +59,30 @@ func (s *RefreshSpy) TakeFirstAfter(at time.Time) (sent, answered time.Time) {
 	s.refreshes = nil
 	return sent, answered
 }
+
+// ExpectLost waits for lost after a theft at time at of a lock refreshed
+// every TTL/3, and checks the bound a holder promises: Lost within TTL/3
+// and a round trip (100 ms) of the theft, and within a round trip of the
+// answer to the first refresh sent after it (if one was: else the refresh
+// in flight at the theft found it). It forgets the recorded refreshes and
+// returns how long Lost took.
+func (s *RefreshSpy) ExpectLost(t testing.TB, what string, lost <-chan struct{}, at time.Time, ttl time.Duration) time.Duration {
+	t.Helper()
+	select {
+	case <-lost:
+	case <-time.After(ttl):
+		t.Fatalf("%s: Lost did not fire within the TTL of the theft", what)
+	}
+	lostAt := time.Now()
+	took := lostAt.Sub(at)
+	if took > ttl/3+100*time.Millisecond {
+		t.Errorf("%s: Lost fired %v after the theft, more than TTL/3 (%v) and a round trip", what, took, ttl/3)
+	}
+	sent, answered := s.TakeFirstAfter(at)
+	if !sent.IsZero() && lostAt.Sub(answered) > 100*time.Millisecond {
+		t.Errorf("%s: Lost fired %v after the first refresh since the theft was answered", what, lostAt.Sub(answered))
+	}
+	t.Logf("%s: lost %v after the theft (first refresh since: sent %v after it, answered in %v)", what,
+		took.Round(time.Millisecond), sent.Sub(at).Round(time.Millisecond), answered.Sub(sent).Round(time.Millisecond))
+	return took
+}

@@ -1,0 +1,511 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// DefaultPrefix is the etcd key prefix of locks when none is given.
+const DefaultPrefix = "/locker"
+
+// maxLeaseTTL is etcd's largest lease TTL, in seconds (MaxLeaseTTL).
+const maxLeaseTTL = 9_000_000_000
+
+// idleLease is how long a lease with no lock and no waiter is kept, for the
+// next acquisition, before it is revoked.
+const idleLease = time.Minute
+
+// opTimeout bounds the clean-up requests the driver makes on its own behalf
+// (deleting a cancelled waiter's entry, revoking leases on Close).
+const opTimeout = 5 * time.Second
+
+// closeRevokeTimeout bounds the lease revocations of Close.
+const closeRevokeTimeout = time.Second
+
+// Driver is the etcd driver. It implements backend.Driver, backend.Waiter
+// and backend.Session.
+type Driver struct {
+	cli    *clientv3.Client
+	owned  bool // opened by the driver: Close closes it
+	prefix string
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // the driver's goroutines
+	ops    sync.WaitGroup // calls in flight
+
+	mu      sync.Mutex
+	closed  bool
+	leases  map[int64]*lease   // live leases by granted TTL in seconds
+	minTTL  int64              // the server's minimum lease TTL, once learned
+	held    map[holdKey]*entry // held locks
+	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
+}
+
+type holdKey struct{ key, token string }
+
+var (
+	_ backend.Driver  = (*Driver)(nil)
+	_ backend.Waiter  = (*Driver)(nil)
+	_ backend.Session = (*Driver)(nil)
+)
+
+// entry is a held lock.
+type entry struct {
+	hk     holdKey
+	s      *slot
+	rev    int64 // its creation revision: the fence
+	onLost func(error)
+}
+
+// slot is the key of one acquisition's entry, reserved in its lease until
+// the entry is known gone from the store.
+type slot struct {
+	ls  *lease
+	dir string
+	n   int
+	key string
+}
+
+// New returns a driver that uses cli, a client the caller built and keeps
+// owning: Close revokes the driver's leases (freeing its locks) but does not
+// close cli. A nil cli is an error.
+func New(cli *clientv3.Client, opts ...Option) (*Driver, error) {
+	if cli == nil {
+		return nil, errors.New("etcdlock: New: nil client")
+	}
+	return newDriver(cli, false, newConfig(opts)), nil
+}
+
+func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
+	d := &Driver{
+		cli:     cli,
+		owned:   owned,
+		prefix:  cfg.prefix,
+		leases:  map[int64]*lease{},
+		held:    map[holdKey]*entry{},
+		orphans: map[*slot]int64{},
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	return d
+}
+
+// Client returns the etcd client the driver uses.
+func (d *Driver) Client() *clientv3.Client { return d.cli }
+
+// Prefix returns the key prefix under which the driver's locks live.
+func (d *Driver) Prefix() string { return d.prefix }
+
+// Dir returns the etcd key prefix of the queue of key (with a trailing '/'):
+// every entry of the lock, holder's and waiters', is directly under it.
+func (d *Driver) Dir(key string) string {
+	return d.prefix + "/" + backend.EscapeKey(key) + "/"
+}
+
+// alloc reserves the lowest free slot of ls in dir.
+func (d *Driver) alloc(ls *lease, dir string) *slot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	used := ls.slots[dir]
+	if used == nil {
+		used = map[int]struct{}{}
+		ls.slots[dir] = used
+	}
+	n := 0
+	for {
+		if _, ok := used[n]; !ok {
+			break
+		}
+		n++
+	}
+	used[n] = struct{}{}
+	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n)}
+}
+
+// free gives a slot back: its entry is gone from the store.
+func (d *Driver) free(s *slot) {
+	d.mu.Lock()
+	d.freeLocked(s)
+	d.mu.Unlock()
+}
+
+func (d *Driver) freeLocked(s *slot) {
+	if used := s.ls.slots[s.dir]; used != nil {
+		delete(used, s.n)
+		if len(used) == 0 {
+			delete(s.ls.slots, s.dir)
+		}
+	}
+}
+
+// SessionTTL returns the TTL of the driver's session lease: the default-TTL
+// lease if one was granted, otherwise the server's minimum once learned, or
+// zero. Each lock's own effective TTL is in its Grant.
+func (d *Driver) SessionTTL() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var best time.Duration
+	for _, ls := range d.leases {
+		if best == 0 || ls.ttl < best {
+			best = ls.ttl
+		}
+	}
+	if best == 0 {
+		best = time.Duration(d.minTTL) * time.Second
+	}
+	return best
+}
+
+// ttlSeconds turns a TTL into whole lease seconds, rounded up.
+func ttlSeconds(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("%w: %v (want more than 0)", backend.ErrInvalidTTL, ttl)
+	}
+	sec := int64((ttl + time.Second - 1) / time.Second)
+	if sec > maxLeaseTTL {
+		return 0, fmt.Errorf("%w: %v is more than etcd's longest lease (%ds)", backend.ErrInvalidTTL, ttl, int64(maxLeaseTTL))
+	}
+	return sec, nil
+}
+
+// begin registers a call in flight; the returned context also ends when the
+// driver closes.
+func (d *Driver) begin(ctx context.Context) (context.Context, func(), error) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, nil, backend.ErrClosed
+	}
+	d.ops.Add(1)
+	d.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(d.ctx, cancel)
+	return ctx, func() { stop(); cancel(); d.ops.Done() }, nil
+}
+
+// ctxErr explains why an operation under ctx stopped: the driver closed, or
+// ctx's own reason.
+func (d *Driver) ctxErr(ctx context.Context) error {
+	if d.ctx.Err() != nil {
+		return backend.ErrClosed
+	}
+	return context.Cause(ctx)
+}
+
+// permission marks the server's refusal of our credentials or of an
+// operation on the prefix as backend.ErrPermission: a configuration error
+// that waiting cannot fix.
+func permission(err error) error {
+	switch rpctypes.Error(err) {
+	case rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrInvalidAuthMgmt:
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+	}
+	return err
+}
+
+// TryAcquire takes l.Key if its queue is empty, in one transaction that
+// writes nothing when the lock is held or has waiters.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	return d.acquire(ctx, l, false)
+}
+
+// Acquire queues for l.Key and waits, watching the entry just ahead, until
+// every older entry is gone. On error it deletes its entry.
+func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	return d.acquire(ctx, l, true)
+}
+
+func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backend.Grant, error) {
+	op := "try-acquire"
+	if wait {
+		op = "acquire"
+	}
+	if _, err := ttlSeconds(l.TTL); err != nil {
+		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+	}
+	ctx, end, err := d.begin(ctx)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+	}
+	defer end()
+	dir := d.Dir(l.Key)
+	for attempt := 0; ; attempt++ {
+		ls, err := d.useLease(ctx, l.TTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = d.ctxErr(ctx)
+			}
+			return backend.Grant{}, fmt.Errorf("etcdlock: %s: lease: %w", op, err)
+		}
+		s := d.alloc(ls, dir)
+		var g backend.Grant
+		if wait {
+			g, err = d.enqueue(ctx, s, l)
+		} else {
+			g, err = d.try(ctx, s, l)
+		}
+		d.unuse(ls)
+		if errors.Is(err, errRequeue) && attempt < 5 {
+			// Our lease (or our entry) vanished while we queued: start
+			// over, at the back, with a live lease.
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil && !errors.Is(err, backend.ErrNotAcquired) {
+				err = fmt.Errorf("%w: %w", backend.ErrNotAcquired, d.ctxErr(ctx))
+			}
+			return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+		}
+		return g, nil
+	}
+}
+
+// errRequeue: the entry we queued is gone (its lease expired or was revoked,
+// or it was deleted by hand) before we got the lock.
+var errRequeue = errors.New("entry lost while queued")
+
+func (d *Driver) try(ctx context.Context, s *slot, l backend.Claim) (backend.Grant, error) {
+	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(s.dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
+			Else(clientv3.OpGet(s.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+	})
+	if err != nil {
+		return backend.Grant{}, d.failedPut(ctx, s, err)
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
+			d.free(s)
+			return backend.Grant{}, backend.ErrNotAcquired
+		}
+		// An earlier attempt of ours was applied although its reply was lost.
+		rev = kvs[0].CreateRevision
+	}
+	return d.grant(ctx, s, l, rev)
+}
+
+// failedPut handles an error from a transaction that may have written s's
+// key: a lost lease means start over; anything else may have been applied,
+// so the entry is deleted (or left to the background sweep).
+func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
+	if isLeaseNotFound(err) {
+		d.loseLease(s.ls, "was not found by the server")
+		return errRequeue
+	}
+	d.remove(ctx, s, 0)
+	return err
+}
+
+// grant records a held lock, unless its lease was lost meanwhile.
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
+	d.mu.Lock()
+	if s.ls.err != nil {
+		d.mu.Unlock()
+		d.remove(ctx, s, rev)
+		return backend.Grant{}, errRequeue
+	}
+	hk := holdKey{l.Key, l.Token}
+	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	if old := d.held[hk]; old != nil {
+		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
+	}
+	d.held[hk] = e
+	s.ls.entries[e] = struct{}{}
+	d.mu.Unlock()
+	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
+}
+
+// remove deletes a waiter's or a failed acquisition's entry, even when ctx
+// is done, and frees its slot. rev 0 deletes the key whatever its revision
+// (the slot is ours). When etcd cannot be reached, the background sweep
+// keeps trying for as long as the lease may keep the entry alive, and the
+// slot stays reserved until then.
+func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
+	timeout := opTimeout
+	if ctx.Err() != nil {
+		// The caller gave up: a store that answers gets one round trip,
+		// one that does not is left to the sweep.
+		timeout = backend.CancelGrace
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
+		d.mu.Lock()
+		d.orphans[s] = rev
+		d.mu.Unlock()
+		return
+	}
+	d.free(s)
+}
+
+func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
+	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
+	if rev == 0 {
+		cmp = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+	}
+	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key))
+	})
+	return err
+}
+
+// Refresh checks that l's entry still exists, unmodified since its
+// creation (the driver never writes an entry again, so a later revision is
+// someone else's put), and sends its lease a keep-alive.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	ctx, end, err := d.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdlock: refresh: %w", err)
+	}
+	defer end()
+	d.mu.Lock()
+	e := d.held[holdKey{l.Key, l.Token}]
+	d.mu.Unlock()
+	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
+	}
+	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		// The Get is not decoration: etcd serves a transaction without
+		// operations as a serializable read, from a member that may lag.
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)).
+			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
+	})
+	if err != nil {
+		return fmt.Errorf("etcdlock: refresh: %w", err)
+	}
+	if !resp.Succeeded {
+		d.dropChanged(e)
+		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
+	}
+	start := time.Now()
+	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
+	switch {
+	case isLeaseNotFound(err):
+		d.loseLease(e.s.ls, "was not found by the server")
+		return fmt.Errorf("etcdlock: refresh: %w: its lease expired", backend.ErrNotHeld)
+	case err != nil:
+		return fmt.Errorf("etcdlock: refresh: keep-alive: %w", err)
+	}
+	d.renewed(e.s.ls, start, ka.TTL)
+	return nil
+}
+
+// Release deletes l's entry if its creation revision is still the fence,
+// so a retried release never deletes a newer lock.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	ctx, end, err := d.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdlock: release: %w", err)
+	}
+	defer end()
+	d.mu.Lock()
+	e := d.held[holdKey{l.Key, l.Token}]
+	d.mu.Unlock()
+	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+	}
+	if !d.forget(e, false) {
+		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+	}
+	var ambiguous bool
+	resp, err := d.txnAttempts(ctx, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).Then(clientv3.OpDelete(e.s.key))
+	}, &ambiguous)
+	if err != nil {
+		d.mu.Lock()
+		d.orphans[e.s] = e.rev
+		d.mu.Unlock()
+		return fmt.Errorf("etcdlock: release: %w (the driver keeps trying in the background)", err)
+	}
+	d.free(e.s)
+	if !resp.Succeeded && !ambiguous {
+		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+	}
+	// After an attempt whose reply was lost, an entry found gone was most
+	// likely deleted by that attempt.
+	return nil
+}
+
+// forget drops a held lock from the driver's books, so that no loss is
+// reported for it any more; gone says its entry is gone from the store, and
+// frees its slot. It reports whether e was still on the books.
+func (d *Driver) forget(e *entry, gone bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held[e.hk] != e {
+		return false
+	}
+	delete(d.held, e.hk)
+	ls := e.s.ls
+	delete(ls.entries, e)
+	if len(ls.entries) == 0 && ls.users == 0 {
+		ls.idleSince = time.Now()
+	}
+	if gone {
+		d.freeLocked(e.s)
+	}
+	return true
+}
+
+// Close stops the driver's goroutines and revokes its leases, which frees
+// every lock and queue entry it still has, then closes the etcd client if
+// the driver opened it.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("etcdlock: close: %w", backend.ErrClosed)
+	}
+	d.closed = true
+	var leases []*lease
+	for _, ls := range d.leases {
+		leases = append(leases, ls)
+	}
+	d.leases = map[int64]*lease{}
+	d.mu.Unlock()
+
+	d.cancel()
+	d.ops.Wait()
+	d.bg.Wait()
+
+	// Revoking frees the locks at once; unrevoked, they expire with their
+	// leases. So Close waits for it at most closeRevokeTimeout.
+	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
+	defer cancel()
+	var (
+		errs  []error
+		errMu sync.Mutex
+		wg    sync.WaitGroup
+	)
+	for _, ls := range leases {
+		d.mu.Lock()
+		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
+		d.mu.Unlock()
+		wg.Go(func() {
+			if _, err := d.cli.Revoke(ctx, ls.id); err != nil && !isLeaseNotFound(err) {
+				errMu.Lock()
+				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(ls.id), err))
+				errMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if d.owned {
+		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("etcdlock: close: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,188 @@
+package filelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver stores locks as files in one directory.
+type Driver struct {
+	dir    string
+	sync   bool
+	clk    clock
+	closed atomic.Bool
+}
+
+var (
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a driver on dir (made absolute, and created with mode 0700
+// when missing).
+func New(dir string, opts ...Option) (*Driver, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filelock: directory %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return nil, fmt.Errorf("filelock: %w", err)
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("filelock: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("filelock: %s is not a directory", abs)
+	}
+	clk, err := systemClock()
+	if err != nil {
+		return nil, fmt.Errorf("filelock: %w", err)
+	}
+	cfg := config{sync: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Driver{dir: abs, sync: cfg.sync, clk: clk}, nil
+}
+
+// Dir returns the driver's directory.
+func (d *Driver) Dir() string { return d.dir }
+
+// maxBase bounds the escaped key in a file name, under the 255-byte limit
+// of file names with room for the suffix.
+const maxBase = 200
+
+// Path returns the state file of key.
+func (d *Driver) Path(key string) string {
+	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+".lock")
+}
+
+// DefaultDir is the directory lockctl uses when no backend is configured:
+// "lockctl" in the user's cache directory, or in the temporary directory
+// when there is no cache directory.
+func DefaultDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil || base == "" {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "lockctl")
+}
+
+func (d *Driver) check(ctx context.Context) error {
+	if d.closed.Load() {
+		return fmt.Errorf("filelock: %w", backend.ErrClosed)
+	}
+	return ctx.Err()
+}
+
+// TryAcquire implements backend.Driver. A retry by the token that holds the
+// lock succeeds again, with the same fence and a renewed TTL.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	tok := hashToken(l.Token)
+	var g backend.Grant
+	err := d.update(ctx, l.Key, true, true, func(r *record, now int64) (bool, error) {
+		if d.live(r, now) && r.token != tok {
+			return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+		}
+		if !d.live(r, now) {
+			r.fence++
+		}
+		r.expires = now + int64(l.TTL)
+		r.boot = d.clk.boot
+		r.token = tok
+		r.pid = uint32(os.Getpid())
+		r.owner = l.Owner
+		g = backend.Grant{Fence: r.fence, TTL: l.TTL}
+		return true, nil
+	})
+	if err != nil {
+		if !errors.Is(err, backend.ErrNotAcquired) && g.Fence != 0 {
+			// The state was written but could not be made durable: leave
+			// nothing behind that keeps the key held.
+			_ = d.Release(context.WithoutCancel(ctx), l)
+		}
+		return backend.Grant{}, err
+	}
+	return g, nil
+}
+
+// Refresh implements backend.Driver.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	err := d.update(ctx, l.Key, false, false, d.holds(l, func(r *record, now int64) {
+		r.expires = now + int64(l.TTL)
+	}))
+	if errors.Is(err, errNoFile) {
+		return fmt.Errorf("filelock: refresh: %w", backend.ErrNotHeld)
+	}
+	return err
+}
+
+// RefreshMany implements backend.BatchRefresher: the locks are refreshed one
+// after the other, in the calling goroutine.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
+	errs := make([]error, len(locks))
+	for i, l := range locks {
+		errs[i] = d.Refresh(ctx, l)
+	}
+	return errs
+}
+
+// Release implements backend.Driver. The state file stays, marked free, so
+// that the key's fence keeps counting.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	err := d.update(ctx, l.Key, false, false, d.holds(l, func(r *record, now int64) {
+		r.expires = 0
+		r.token = [32]byte{}
+		r.pid = 0
+		r.owner = ""
+	}))
+	if errors.Is(err, errNoFile) {
+		return fmt.Errorf("filelock: release: %w", backend.ErrNotHeld)
+	}
+	return err
+}
+
+// holds wraps change so that it runs only when l's token holds the lock.
+func (d *Driver) holds(l backend.Claim, change func(r *record, now int64)) func(*record, int64) (bool, error) {
+	tok := hashToken(l.Token)
+	return func(r *record, now int64) (bool, error) {
+		if !d.live(r, now) || r.token != tok {
+			return false, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
+		}
+		change(r, now)
+		return true, nil
+	}
+}
+
+// expire makes the lock on key expired, as if its TTL had run out.
+func (d *Driver) expire(ctx context.Context, key string) error {
+	err := d.update(ctx, key, false, false, func(r *record, now int64) (bool, error) {
+		if !d.live(r, now) {
+			return false, nil
+		}
+		r.expires = now - 1
+		if r.expires == 0 {
+			r.expires = -1
+		}
+		return true, nil
+	})
+	if errors.Is(err, errNoFile) {
+		return nil
+	}
+	return err
+}
+
+// Close implements backend.Driver. The driver keeps no open files and runs
+// no goroutines between calls.
+func (d *Driver) Close() error {
+	d.closed.Store(true)
+	return nil
+}

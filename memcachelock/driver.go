@@ -1,0 +1,444 @@
+package memcachelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver is the memcached driver. See the package documentation.
+type Driver struct {
+	mc  *memcache.Client
+	own bool // we made mc, so Close closes it
+	// servers is mc's server list when Open made it (see young); nil
+	// for New.
+	servers memcache.ServerSelector
+	// restartMax caps how long a young server refuses (see young);
+	// < 0: no cap, the lock's TTL.
+	restartMax time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup // calls in flight, awaited by Close
+
+	batch batchPool // RefreshMany's connections (batch.go)
+}
+
+var (
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a driver that uses mc, a client the caller built (its server
+// list, timeouts, dialer). Every process that locks the same names must give
+// its client the same server list in the same order, so that each key maps to
+// the same server everywhere. Close does not close mc. Such a driver cannot
+// see mc's server list: it skips the restart check (restart.go) and
+// refreshes locks one by one. Of the options, only WithRestartDelay applies:
+// WithTimeout and WithMaxIdle are an error here, since they configure the
+// client that Open makes (set mc.Timeout and mc.MaxIdleConns instead).
+func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
+	if mc == nil {
+		return nil, errors.New("memcachelock: New: nil client")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.timeout != 0 || cfg.maxIdle != 0 {
+		return nil, errors.New("memcachelock: New: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client")
+	}
+	return &Driver{mc: mc, restartMax: cfg.restartDelay}, nil
+}
+
+// begin registers a call in flight, or reports that the driver is closed.
+func (d *Driver) begin() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return backend.ErrClosed
+	}
+	d.ops.Add(1)
+	return nil
+}
+
+// Close waits for the calls in flight (each bounded by the client's
+// timeout), closes RefreshMany's idle connections, and closes the client's
+// if the driver opened the client itself.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.ops.Wait()
+	d.batch.close()
+	if d.own {
+		return d.mc.Close()
+	}
+	return nil
+}
+
+// gomemcache takes no context: each of its calls is bounded by the client's
+// Timeout instead. The driver checks ctx before every round trip.
+func live(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memcachelock: %s: %w", op, context.Cause(ctx))
+	}
+	return nil
+}
+
+// The memcached calls, each repeated once when it failed on a connection
+// that the server had closed: gomemcache pools idle connections, and after a
+// server restart the first call on each pooled connection fails that way,
+// without having reached the server. Every call here is safe to repeat even
+// if the first one was applied after all: a repeated add finds our own
+// token and keeps it (claim), a repeated incr only skips a fence, a
+// repeated cas finds the cas id changed and looks again. The one imprecise
+// outcome is a release applied twice, which then reports ErrNotHeld for a
+// lock it did free.
+
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (d *Driver) get(key string) (*memcache.Item, error) {
+	it, err := d.mc.Get(key)
+	if staleConn(err) {
+		it, err = d.mc.Get(key)
+	}
+	return it, err
+}
+
+func (d *Driver) add(it *memcache.Item) error {
+	err := d.mc.Add(it)
+	if staleConn(err) {
+		err = d.mc.Add(it)
+	}
+	return err
+}
+
+func (d *Driver) cas(it *memcache.Item) error {
+	err := d.mc.CompareAndSwap(it)
+	if staleConn(err) {
+		err = d.mc.CompareAndSwap(it)
+	}
+	return err
+}
+
+func (d *Driver) incr(key string) (uint64, error) {
+	n, err := d.mc.Increment(key, 1)
+	if staleConn(err) {
+		n, err = d.mc.Increment(key, 1)
+	}
+	return n, err
+}
+
+// maxAttempts bounds the retries of a step that lost a race (a cas
+// conflict, an item that vanished between two commands).
+const maxAttempts = 4
+
+// TryAcquire takes the lock with add, the atomic create-if-absent, or with
+// a cas over a tombstone; then draws a fence; then confirms it still holds
+// the lock (see nextFence for why the confirmation is needed).
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	exp, eff, err := expiration(l.TTL, time.Now())
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if err := checkToken(l.Token); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := d.begin(); err != nil {
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", err)
+	}
+	defer d.ops.Done()
+	if err := live(ctx, "acquire"); err != nil {
+		return backend.Grant{}, err
+	}
+	lk := lockKey(l.Key)
+	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
+
+	won, err := d.claim(ctx, item, l.Token)
+	if err != nil {
+		// The add or cas may have been applied even though we saw an error
+		// (a timeout after the server stored it): take back what we may
+		// have left, token-checked, so that it does not hold the key.
+		d.cleanup(l)
+		return backend.Grant{}, err
+	}
+	if !won {
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", backend.ErrNotAcquired)
+	}
+
+	fail := func(err error) (backend.Grant, error) {
+		d.cleanup(l)
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	fence, err := d.nextFence(l.Key, eff)
+	if err != nil {
+		return fail(err)
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	// Confirm: the item we created must still be there, so that the fence
+	// was drawn while we held the lock.
+	cur, err := d.get(lk)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	case err != nil:
+		return fail(fmt.Errorf("memcachelock: acquire: confirm: %w", err))
+	case !heldBy(cur.Value, l.Token):
+		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
+	}
+	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+// claim stores item (holding token) if the key is free: absent, expired, or
+// a tombstone. It reports false when another token holds the key.
+func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (bool, error) {
+	for range maxAttempts {
+		err := d.add(item)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, memcache.ErrNotStored):
+			return false, fmt.Errorf("memcachelock: acquire: add: %w", err)
+		}
+		// Something is there: a holder, or a tombstone a server kept.
+		if err := live(ctx, "acquire"); err != nil {
+			return false, err
+		}
+		cur, err := d.get(item.Key)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			continue // gone since the add: try again
+		case err != nil:
+			return false, fmt.Errorf("memcachelock: acquire: gets: %w", err)
+		case heldBy(cur.Value, token):
+			// Only this acquisition writes this token, so this is an add
+			// of ours whose reply was lost. Keep it, with a fresh expiry.
+		case !isTombstone(cur.Value):
+			return false, nil
+		}
+		if err := live(ctx, "acquire"); err != nil {
+			return false, err
+		}
+		over := *item
+		over.CasID = cur.CasID
+		err = d.cas(&over)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			continue // changed since our gets: look again
+		default:
+			return false, fmt.Errorf("memcachelock: acquire: cas: %w", err)
+		}
+	}
+	// The key kept changing under us: someone else is active on it.
+	return false, nil
+}
+
+// cleanup frees what an acquisition that fails may have stored, if it is
+// still ours. Best effort: if the server cannot be reached either, the item
+// expires after its TTL.
+//
+// It runs in the background, counted in d.ops so that Close waits for it:
+// on a dead connection it takes a whole Timeout, which the caller, who may
+// have given up, does not wait for.
+func (d *Driver) cleanup(l backend.Claim) {
+	d.ops.Add(1)
+	go func() {
+		defer d.ops.Done()
+		_ = d.release(context.Background(), l)
+	}()
+}
+
+// nextFence draws the fencing token for a holder of key: incr on the key's
+// counter, seeded from the clock when missing.
+//
+// Why fences strictly increase across holders. Every holder that gets a
+// Grant drew its fence with incr between the moment its item was created
+// (add, or cas over a tombstone) and the confirming gets that found the same
+// item still there. An item, once gone, never comes back with that token
+// (only the acquisition that created it writes the token, and refreshes need
+// the item to exist), so the item existed through the whole interval, and no
+// other holder's item could be created in it: add and cas-over-tombstone
+// fail while a held item exists. The intervals of two granted holders are
+// therefore disjoint and in the order of their holds, and so are their
+// incrs: a later holder's fence is greater. Without the confirmation this
+// fails: a holder whose item expires or is evicted between its add and its
+// incr could draw its fence after the next holder did, and carry the larger
+// fence while no longer holding the lock. An acquisition that fails the
+// confirmation returns no grant; its fence is simply skipped.
+//
+// The counter can be lost: a restart, an eviction (unless memcached runs
+// with -M), or its own expiration after fenceExpiration seconds, which bounds
+// the memory of counters of idle keys. A missing counter is seeded with the
+// current Unix time in microseconds from the client's clock (add, so that
+// concurrent seeders agree on one seed; then incr). Exactly what that
+// guarantees: say the lost counter was seeded with S, client C0's clock at
+// real time t0, and handed out S+1 .. S+k. A client C1 that seeds it again
+// at t1 writes its own clock at t1, and every later fence exceeds S+k if and
+// only if that clock reading exceeds S+k, that is, if
+//
+//	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
+//
+// With equal clocks this says: fewer than one acquisition per microsecond
+// on average between the seed and the reseed. Each acquisition takes three
+// round trips to memcached (tens of microseconds even on loopback), so the
+// counter runs behind the clock by most of the time since the seed, and that
+// is the slack left for clock differences: with clocks synchronised by NTP
+// (milliseconds) it is exhausted only if a counter is lost within
+// milliseconds of being seeded. What breaks it: a client clock behind the
+// previous seeder's by more than the slack (a clock stepped back by hand,
+// or a machine with no time synchronisation).
+// Where the lock item and the counter live on different servers (the client
+// hashes each key on its own), none of this changes: the argument only uses
+// the order of the operations, which one client issues one after another.
+//
+// A missing counter may mean that the server restarted: it is seeded only
+// if the server has run for the TTL (see young).
+func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
+	fk := fenceKey(key)
+	for range maxAttempts {
+		n, err := d.incr(fk)
+		switch {
+		case err == nil:
+			return n, nil
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			return 0, fmt.Errorf("memcachelock: acquire: fence: incr: %w", err)
+		}
+		if err := d.young(fk, ttl); err != nil {
+			return 0, err
+		}
+		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
+		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: fenceExpiration})
+		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
+			return 0, fmt.Errorf("memcachelock: acquire: fence: seed: %w", err)
+		}
+		// Seeded, by us or by a concurrent seeder: incr again.
+	}
+	return 0, errors.New("memcachelock: acquire: fence: the counter kept disappearing")
+}
+
+// Refresh extends the lock with gets and cas: the cas succeeds only if the
+// item is still the very one our gets found holding our token, so it never
+// extends another holder's lock (touch, which checks nothing, could).
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	exp, _, err := expiration(l.TTL, time.Now())
+	if err != nil {
+		return err
+	}
+	if err := d.begin(); err != nil {
+		return fmt.Errorf("memcachelock: refresh: %w", err)
+	}
+	defer d.ops.Done()
+	return d.refresh(ctx, l, exp)
+}
+
+// refresh is Refresh for a call in flight, with l.TTL as expiration exp.
+func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error {
+	lk := lockKey(l.Key)
+	for range maxAttempts {
+		if err := live(ctx, "refresh"); err != nil {
+			return err
+		}
+		cur, err := d.get(lk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return fmt.Errorf("memcachelock: refresh: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+		case err != nil:
+			return fmt.Errorf("memcachelock: refresh: gets: %w", err)
+		case !heldBy(cur.Value, l.Token):
+			return fmt.Errorf("memcachelock: refresh: %w: another token holds it", backend.ErrNotHeld)
+		}
+		if err := live(ctx, "refresh"); err != nil {
+			return err
+		}
+		cur.Expiration = exp
+		err = d.cas(cur)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: refresh: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+		case errors.Is(err, memcache.ErrCASConflict):
+			continue // changed since our gets (a concurrent refresh of ours): look again
+		default:
+			return fmt.Errorf("memcachelock: refresh: cas: %w", err)
+		}
+	}
+	return fmt.Errorf("memcachelock: refresh: the lock item kept changing during %d attempts", maxAttempts)
+}
+
+// Release frees the lock with gets and cas. memcached has no
+// compare-and-delete, and a blind delete (or gets, then delete) can remove
+// the next holder's lock if ours expired in between. Instead, the cas
+// replaces the item only if it is still the very one our gets found holding
+// our token: memcached gives every stored item version a new cas id, so an
+// item that expired, was evicted, refreshed or re-created by another holder
+// since our gets makes the cas fail, and we never touch it. What the cas
+// stores is a tombstone with a negative expiration, which memcached treats as
+// already expired: the item disappears at once, exactly as if deleted, and
+// the next add succeeds. Should a server keep the tombstone anyway, an
+// acquisition treats it as free and takes it over with gets and cas.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if err := d.begin(); err != nil {
+		return fmt.Errorf("memcachelock: release: %w", err)
+	}
+	defer d.ops.Done()
+	return d.release(ctx, l)
+}
+
+func (d *Driver) release(ctx context.Context, l backend.Claim) error {
+	lk := lockKey(l.Key)
+	for range maxAttempts {
+		if err := live(ctx, "release"); err != nil {
+			return err
+		}
+		cur, err := d.get(lk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return fmt.Errorf("memcachelock: release: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+		case err != nil:
+			return fmt.Errorf("memcachelock: release: gets: %w", err)
+		case !heldBy(cur.Value, l.Token):
+			return fmt.Errorf("memcachelock: release: %w: another token holds it", backend.ErrNotHeld)
+		}
+		if err := live(ctx, "release"); err != nil {
+			return err
+		}
+		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: release: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+		case errors.Is(err, memcache.ErrCASConflict):
+			continue // changed since our gets (a concurrent refresh of ours): look again
+		default:
+			return fmt.Errorf("memcachelock: release: cas: %w", err)
+		}
+	}
+	return fmt.Errorf("memcachelock: release: the lock item kept changing during %d attempts", maxAttempts)
+}

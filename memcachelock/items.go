@@ -1,0 +1,115 @@
+package memcachelock
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Key layout. A lock on key K lives in the item lockKey(K); its fencing
+// counter in lockKey(K)+":f". backend.ShortKey escapes ':' (and spaces and
+// control characters), so no lock item can be named like a counter, and it
+// keeps both names within memcached's 250 bytes.
+const (
+	maxItemKey  = 250
+	fenceSuffix = ":f"
+)
+
+func lockKey(key string) string  { return backend.ShortKey(key, maxItemKey-len(fenceSuffix)) }
+func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
+
+// Values. A held lock's item holds the holder's token (the locker package
+// makes 32 hex digits), followed, when the acquisition named an owner, by a
+// space and the first maxOwnerLen bytes of the owner, for operators. A
+// released lock's item, if the server keeps it at all (see Release), holds
+// the tombstone.
+const (
+	tokenLen    = 32
+	maxOwnerLen = 200
+	tombstone   = "-"
+)
+
+func holdValue(token, owner string) []byte {
+	if owner == "" {
+		return []byte(token)
+	}
+	if len(owner) > maxOwnerLen {
+		owner = owner[:maxOwnerLen]
+	}
+	return []byte(token + " " + owner)
+}
+
+// checkToken rejects tokens that a value cannot carry unambiguously.
+func checkToken(token string) error {
+	if token == "" || token == tombstone || strings.ContainsAny(token, " \x00") {
+		return fmt.Errorf("memcachelock: %w: a token must be non-empty, without spaces or NUL", backend.ErrUnsupported)
+	}
+	return nil
+}
+
+// heldBy reports whether an item's value says that token holds the lock.
+func heldBy(v []byte, token string) bool {
+	return checkToken(token) == nil && len(v) >= len(token) && string(v[:len(token)]) == token &&
+		(len(v) == len(token) || v[len(token)] == ' ')
+}
+
+// isTombstone reports whether the value marks a released lock. Anything
+// else that is not the caller's hold, even a value we did not write, counts
+// as held by someone else: a lock is never taken over a value we cannot read.
+func isTombstone(v []byte) bool { return bytes.Equal(v, []byte(tombstone)) }
+
+// TTLs. memcached counts expiry in whole seconds, on a clock (current_time)
+// that a timer advances once per second from the server's monotonic clock:
+// an item stored for n seconds expires at the first tick whose second is at
+// least current_time+n. Between ticks current_time lags, so in the steady
+// state the item lives between n-1 and n seconds. But the timer is re-armed
+// one second after each tick has run, so its ticks drift later (memcached
+// 1.6.18 on a busy two-core machine: 1 to 1.6 ms per tick); whenever the
+// drift carries a tick over a second boundary, current_time jumps by two
+// (we watched STAT time do so after 645 ticks, about 11 minutes), and items
+// stored during the second before that tick live only between n-2 and n-1
+// seconds. So a TTL of d is stored for
+// ceil(d)+2 seconds: the lock lives at least ceil(d) (less at most the
+// timer's lateness, a millisecond or so), which is the effective TTL
+// reported in the Grant, and normally frees between one and two seconds
+// after it, never more than two (the granularity). Relative expirations
+// above 30 days are read by memcached as absolute Unix times; the few TTLs
+// that need one (above 30 days minus two seconds, up to the portable maximum
+// of 30 days) are sent as Unix times, which relies on the server's clock
+// agreeing with ours.
+const expirationMargin = 2
+
+const (
+	maxRelative = 30 * 24 * 60 * 60 // seconds; memcached's REALTIME_MAXDELTA
+	maxTTL      = 30 * 24 * time.Hour
+	// fenceExpiration bounds how long a fencing counter stays in memory:
+	// incr keeps the expiration set by the seed, so a counter expires 30
+	// days after it was seeded and is seeded again from the clock (see
+	// nextFence for why that is harmless). Counters of names nobody locks
+	// any more therefore do not accumulate on a server run with -M.
+	fenceExpiration = maxRelative
+	// releaseExpiration makes memcached treat an item as already expired:
+	// a negative expiration is "immediately expired" in memcached's protocol.
+	releaseExpiration = -1
+)
+
+// expiration converts a TTL into memcached's expiration field and the
+// effective TTL.
+func expiration(ttl time.Duration, now time.Time) (exp int32, eff time.Duration, err error) {
+	if ttl <= 0 || ttl > maxTTL {
+		return 0, 0, fmt.Errorf("memcachelock: %w: %v (want more than 0, at most %v)", backend.ErrInvalidTTL, ttl, maxTTL)
+	}
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	n := secs + expirationMargin
+	if n > maxRelative {
+		n += now.Unix()
+		if n > math.MaxInt32 {
+			return 0, 0, fmt.Errorf("memcachelock: %w: %v: a TTL above 30 days minus 2s needs an absolute expiry, which gomemcache cannot send after 2038", backend.ErrInvalidTTL, ttl)
+		}
+	}
+	return int32(n), time.Duration(secs) * time.Second, nil
+}

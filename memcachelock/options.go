@@ -1,0 +1,68 @@
+package memcachelock
+
+import (
+	"errors"
+	"time"
+)
+
+// config is what the options set.
+type config struct {
+	// restartDelay caps how long a server that started recently refuses
+	// names it has no fence counter for (restart.go); < 0: the lock's TTL.
+	restartDelay time.Duration
+	// timeout and maxIdle configure the client Open makes; 0: unset.
+	timeout time.Duration
+	maxIdle int
+	err     error
+}
+
+// Option configures a Driver made with New or Open.
+type Option func(*config)
+
+func newConfig(opts []Option) (config, error) {
+	cfg := config{restartDelay: -1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg, cfg.err
+}
+
+// WithRestartDelay caps how long a server that started less than a lock's
+// TTL ago refuses names it has no fence counter for (default: the lock's
+// TTL; 0: never, for servers that cannot have lost a holder's item). It is
+// the URL's restart_delay=. It must not be negative.
+func WithRestartDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.err = errors.New("memcachelock: WithRestartDelay: negative delay")
+			return
+		}
+		c.restartDelay = d
+	}
+}
+
+// WithTimeout sets the read, write and dial timeout of each call of the
+// client that Open makes (default 500ms). It is the URL's timeout=. It must
+// be positive. New refuses it: set your client's Timeout instead.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.err = errors.New("memcachelock: WithTimeout: the timeout must be positive")
+			return
+		}
+		c.timeout = d
+	}
+}
+
+// WithMaxIdle sets how many idle connections per server the client that
+// Open makes keeps (default 2). It is the URL's max_idle=. It must be at
+// least 1. New refuses it: set your client's MaxIdleConns instead.
+func WithMaxIdle(n int) Option {
+	return func(c *config) {
+		if n < 1 {
+			c.err = errors.New("memcachelock: WithMaxIdle: want at least 1")
+			return
+		}
+		c.maxIdle = n
+	}
+}

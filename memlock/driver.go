@@ -1,0 +1,147 @@
+package memlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver is a client of a Store.
+type Driver struct {
+	s      *Store
+	closed atomic.Bool
+}
+
+// New returns a driver on s, a Store the caller keeps: drivers on the same
+// Store share its locks. Close does not empty s. A nil s is an error.
+func New(s *Store, opts ...Option) (*Driver, error) {
+	if s == nil {
+		return nil, errors.New("memlock: New: nil Store")
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Driver{s: s}, nil
+}
+
+var (
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+)
+
+func (d *Driver) check(ctx context.Context) error {
+	if d.closed.Load() {
+		return fmt.Errorf("memlock: %w", backend.ErrClosed)
+	}
+	return ctx.Err()
+}
+
+// TryAcquire implements backend.Driver.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if err := d.check(ctx); err != nil {
+		return backend.Grant{}, err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if _, ok := s.held(l.Key, now); ok {
+		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
+	}
+	s.locks[l.Key] = entry{token: l.Token, expires: now.Add(l.TTL)}
+	s.fence++
+	return backend.Grant{Fence: s.fence, TTL: l.TTL}, nil
+}
+
+// Refresh implements backend.Driver.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refresh(l, time.Now())
+}
+
+func (s *Store) refresh(l backend.Claim, now time.Time) error {
+	if e, ok := s.held(l.Key, now); !ok || e.token != l.Token {
+		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
+	}
+	s.locks[l.Key] = entry{token: l.Token, expires: now.Add(l.TTL)}
+	return nil
+}
+
+// RefreshMany implements backend.BatchRefresher.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
+	errs := make([]error, len(locks))
+	if err := d.check(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for i, l := range locks {
+		errs[i] = s.refresh(l, now)
+	}
+	return errs
+}
+
+// Release implements backend.Driver.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.held(l.Key, time.Now()); !ok || e.token != l.Token {
+		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
+	}
+	delete(s.locks, l.Key)
+	s.notify(l.Key)
+	return nil
+}
+
+// Subscribe implements backend.Notifier.
+func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := d.check(ctx); err != nil {
+		return nil, nil, err
+	}
+	ch := make(chan struct{}, 1)
+	s := d.s
+	s.mu.Lock()
+	if s.subs[key] == nil {
+		s.subs[key] = map[chan struct{}]struct{}{}
+	}
+	s.subs[key][ch] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.subs[key], ch)
+			if len(s.subs[key]) == 0 {
+				delete(s.subs, key)
+			}
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// Close implements backend.Driver.
+func (d *Driver) Close() error {
+	d.closed.Store(true)
+	return nil
+}

@@ -1,0 +1,85 @@
+package memlock
+
+import (
+	"sync"
+	"time"
+)
+
+// Store holds locks in memory.
+type Store struct {
+	mu    sync.Mutex
+	locks map[string]entry
+	// fence is the store's one counter: fences increase across all names,
+	// so a name needs no state of its own once it is released.
+	fence uint64
+	subs  map[string]map[chan struct{}]struct{}
+}
+
+type entry struct {
+	token   string
+	expires time.Time
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{
+		locks: map[string]entry{},
+		subs:  map[string]map[chan struct{}]struct{}{},
+	}
+}
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Store{}
+)
+
+// Named returns the process-wide Store called name, made on first use.
+func Named(name string) *Store {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	s := named[name]
+	if s == nil {
+		s = NewStore()
+		named[name] = s
+	}
+	return s
+}
+
+// held returns the live entry on key; an expired one counts as free.
+func (s *Store) held(key string, now time.Time) (entry, bool) {
+	e, ok := s.locks[key]
+	if ok && !now.Before(e.expires) {
+		delete(s.locks, key)
+		return entry{}, false
+	}
+	return e, ok
+}
+
+// Expire removes the lock on key as if its TTL had run out, and reports
+// whether there was one.
+func (s *Store) Expire(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.held(key, time.Now())
+	delete(s.locks, key)
+	s.notify(key)
+	return ok
+}
+
+// Keeps reports whether the store keeps anything for key: a lock, held or
+// expired and not yet swept. A released name leaves nothing.
+func (s *Store) Keeps(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.locks[key]
+	return ok
+}
+
+func (s *Store) notify(key string) {
+	for ch := range s.subs[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

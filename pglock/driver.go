@@ -1,0 +1,517 @@
+package pglock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver keeps locks in a PostgreSQL table. It implements backend.Driver,
+// backend.Notifier and backend.BatchRefresher. Its methods are safe for
+// concurrent use.
+type Driver struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	socks   *sockets // the own pool's connections, cut at Close; nil for a caller's pool
+	cfg     config
+	sql     statements
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	bg        sync.WaitGroup // undos of ambiguous acquisitions
+
+	schemaOK atomic.Bool
+	schemaMu chan struct{} // held (full) while one call checks or creates the table
+	// notifySecret is the table's notification key, read with the table
+	// check (set before schemaOK).
+	notifySecret string
+
+	lis *listener
+}
+
+var (
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+)
+
+// New returns a driver that uses pool, a pool the caller already has. Lock
+// statements run on the pool directly, one autocommitted statement each,
+// never inside a transaction of the caller. Close does not close pool. The
+// driver also opens one extra connection, with pool's configuration, to
+// LISTEN for releases while someone waits.
+func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrUnsupported)
+	}
+	return newDriver(pool, false, opts)
+}
+
+func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
+	cfg := config{table: defaultTable, create: true, clock: time.Now, listenIdle: 30 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkIdent("table", cfg.table, false); err != nil {
+		return nil, err
+	}
+	if err := checkIdent("schema", cfg.schema, true); err != nil {
+		return nil, err
+	}
+	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.lis = newListener(d)
+	return d, nil
+}
+
+// TableName returns the quoted, possibly schema-qualified, name of the lock
+// table, as it appears in the driver's statements.
+func (d *Driver) TableName() string { return d.sql.table }
+
+// Channel returns the LISTEN/NOTIFY channel on which releases are announced
+// (the payload is a keyed hash of the key, see the package doc).
+func (d *Driver) Channel() string { return d.sql.channel }
+
+// micros returns ttl in whole microseconds, rounded up: PostgreSQL's
+// timestamps count microseconds.
+func micros(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("pglock: %w: %v", backend.ErrInvalidTTL, ttl)
+	}
+	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
+}
+
+func (d *Driver) begin(op string) error {
+	if d.closed.Load() {
+		return fmt.Errorf("pglock: %s: %w", op, backend.ErrClosed)
+	}
+	return nil
+}
+
+// call returns a context for one call that also ends at Close, so that
+// Close unblocks calls in flight on a pool it did not open (its own pool's
+// connections it cuts), and the stop function that frees it.
+func (d *Driver) call(ctx context.Context) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(d.ctx, func() { cancel(backend.ErrClosed) })
+	return cctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
+// UPDATE that takes the row only when it is free or expired by the server's
+// clock, and bumps its version, the fence.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	us, err := micros(l.TTL)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if err := d.begin("acquire"); err != nil {
+		return backend.Grant{}, err
+	}
+	ctx, stop := d.call(ctx)
+	defer stop()
+	if err := d.ensureSchema(ctx); err != nil {
+		return backend.Grant{}, err
+	}
+	var version int64
+	// The statement is idempotent for one token (the token's own row is
+	// taken again), so it can be retried after a broken connection.
+	err = d.retry(ctx, func() error {
+		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
+	})
+	switch {
+	case err == nil:
+		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w", backend.ErrNotAcquired)
+	case conflict(err):
+		// Still racing after the retries: someone else keeps winning.
+		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w (%v)", backend.ErrNotAcquired, err)
+	}
+	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
+		// The server refused the statement, or it was never sent.
+		return backend.Grant{}, d.wrap("acquire", err)
+	}
+	// We cannot tell whether the statement committed: undo it, so that
+	// nothing keeps the key held. The token is ours alone, so this cannot
+	// free anyone else's lock. In the background: the caller, who may have
+	// given up, does not wait for a store that may not answer.
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		cctx, cancel := context.WithTimeout(d.ctx, 2*time.Second)
+		defer cancel()
+		var live bool
+		_ = d.pool.QueryRow(cctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+	}()
+	return backend.Grant{}, d.wrap("acquire", err)
+}
+
+// Refresh implements backend.Driver: it extends a live lock of l.Token to
+// l.TTL from the server's now. The row must also still show l.Fence (when
+// set) and l.Owner, as acquired: a row that someone with UPDATE on the
+// table rewrote is ErrNotHeld, and the holder learns of the theft.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	us, err := micros(l.TTL)
+	if err != nil {
+		return err
+	}
+	if err := d.begin("refresh"); err != nil {
+		return err
+	}
+	ctx, stop := d.call(ctx)
+	defer stop()
+	if err := d.ensureSchema(ctx); err != nil {
+		return err
+	}
+	var n int64
+	err = d.retry(ctx, func() error {
+		tag, err := d.pool.Exec(ctx, d.sql.refresh, l.Key, l.Token, int64(l.Fence), us, l.Owner)
+		n = tag.RowsAffected()
+		return err
+	})
+	switch {
+	case err != nil:
+		return d.wrap("refresh", err)
+	case n == 0:
+		return fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// RefreshMany implements backend.BatchRefresher: one UPDATE over the
+// unnested arrays of keys, tokens, fences and TTLs refreshes every lock
+// that its token still holds.
+func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
+	errs := make([]error, len(locks))
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	if err := d.begin("refresh"); err != nil {
+		return fail(err)
+	}
+	ctx, stop := d.call(ctx)
+	defer stop()
+	if err := d.ensureSchema(ctx); err != nil {
+		return fail(err)
+	}
+	n := len(locks)
+	keys, tokens, owners := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	fences, ttls := make([]int64, 0, n), make([]int64, 0, n)
+	pos := make([]int, 0, n) // index in locks of each array element
+	for i, l := range locks {
+		us, err := micros(l.TTL)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		keys, tokens, owners = append(keys, l.Key), append(tokens, l.Token), append(owners, l.Owner)
+		fences, ttls = append(fences, int64(l.Fence)), append(ttls, us)
+		pos = append(pos, i)
+	}
+	if len(pos) == 0 {
+		return errs
+	}
+	done := make([]bool, len(pos))
+	err := d.retry(ctx, func() error {
+		rows, err := d.pool.Query(ctx, d.sql.refreshMany, keys, tokens, fences, ttls, owners)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var i int64
+			if err := rows.Scan(&i); err != nil {
+				return err
+			}
+			if i >= 1 && int(i) <= len(done) {
+				done[i-1] = true
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return fail(d.wrap("refresh", err))
+	}
+	for j, i := range pos {
+		if !done[j] {
+			errs[i] = fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
+		}
+	}
+	return errs
+}
+
+// Release implements backend.Driver: it frees the token's lock (the row
+// stays, with its version) and notifies waiters in the same statement.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if err := d.begin("release"); err != nil {
+		return err
+	}
+	ctx, stop := d.call(ctx)
+	defer stop()
+	if err := d.ensureSchema(ctx); err != nil {
+		return err
+	}
+	var live bool
+	var uncertain error
+	err := d.retry(ctx, func() error {
+		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel).Scan(&live)
+		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
+			uncertain = err
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
+		// An earlier attempt may have released it: we cannot tell.
+		return d.wrap("release", uncertain)
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pglock: release: %w", backend.ErrNotHeld)
+	case err != nil:
+		return d.wrap("release", err)
+	case !live:
+		return fmt.Errorf("pglock: release: %w: its TTL had run out", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Close implements backend.Driver. It stops the listener and closes the
+// pool if the driver opened it (Open), not one passed to New.
+func (d *Driver) Close() error {
+	first := false
+	d.closeOnce.Do(func() {
+		first = true
+		d.closed.Store(true)
+		d.cancel()
+		if d.socks != nil {
+			d.socks.closeAll()
+		}
+		d.lis.close()
+		d.bg.Wait()
+		if d.ownPool {
+			d.pool.Close()
+		}
+	})
+	if !first {
+		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
+	}
+	return nil
+}
+
+// Info describes the lock on one key, as the database sees it now.
+type Info struct {
+	// Held: a token holds the key and its TTL has not run out.
+	Held bool
+	// Owner is the holder's owner identity, or "".
+	Owner string
+	// Fence is the version of the row: the fence of the last acquisition.
+	Fence uint64
+	// Remaining is how long the lock lives without a refresh, by the
+	// server's clock; zero when not held.
+	Remaining time.Duration
+	// ExpiresAt is when that is, on the driver's clock.
+	ExpiresAt time.Time
+}
+
+// Inspect reports the state of the lock on key (namespace + "/" + name).
+// A key that was never locked gives a zero Info.
+func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
+	if err := d.begin("inspect"); err != nil {
+		return Info{}, err
+	}
+	ctx, stop := d.call(ctx)
+	defer stop()
+	if err := d.ensureSchema(ctx); err != nil {
+		return Info{}, err
+	}
+	var (
+		info    Info
+		version int64
+		us      int64
+	)
+	err := d.pool.QueryRow(ctx, d.sql.inspect, key).Scan(&info.Held, &info.Owner, &version, &us)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Info{}, nil
+	case err != nil:
+		return Info{}, d.wrap("inspect", err)
+	}
+	info.Fence = uint64(version)
+	if info.Held {
+		info.Remaining = time.Duration(us) * time.Microsecond
+		info.ExpiresAt = d.cfg.clock().Add(info.Remaining)
+	}
+	return info, nil
+}
+
+// retry runs f until it succeeds or fails for good: conflicts with
+// concurrent transactions (serialization failures, deadlocks, unique
+// violations) are retried, and so are broken connections.
+func (d *Driver) retry(ctx context.Context, f func() error) error {
+	const attempts = 5
+	var err error
+	for i := range attempts {
+		err = f()
+		if err == nil || ctx.Err() != nil || i == attempts-1 {
+			return err
+		}
+		// Every statement can run twice without harm: acquire takes the
+		// token's own row again, refresh extends again, and Release treats
+		// "not held" after a lost connection as "cannot tell".
+		if !conflict(err) && !connLost(err) {
+			return err
+		}
+		pause := time.Duration(1<<i) * time.Millisecond
+		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+	return err
+}
+
+// permission marks the server's refusal of our credentials or of a
+// statement (insufficient_privilege, invalid_password,
+// invalid_authorization_specification) as backend.ErrPermission: a
+// configuration error that waiting cannot fix.
+func permission(err error) error {
+	switch sqlState(err) {
+	case "42501", "28P01", "28000":
+		return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+	}
+	return err
+}
+
+// wrap adds the package name and explains an error of the store. Errors
+// from pgx never contain the password.
+func (d *Driver) wrap(op string, err error) error {
+	if d.closed.Load() {
+		return fmt.Errorf("pglock: %s: %w (%v)", op, backend.ErrClosed, err)
+	}
+	if sqlState(err) == codeUndefTable {
+		return fmt.Errorf("pglock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
+	}
+	return fmt.Errorf("pglock: %s: %w", op, permission(err))
+}
+
+// ensureSchema creates the table on first use, or with WithCreateTable(false)
+// checks that it exists. Several processes may do so at once: an advisory
+// lock serializes them, and the errors of a concurrent CREATE ... IF NOT
+// EXISTS count as success.
+func (d *Driver) ensureSchema(ctx context.Context) error {
+	if d.schemaOK.Load() {
+		return nil
+	}
+	// A channel, not a mutex: a call whose context ends while another one
+	// checks the table on a dead connection returns at once.
+	select {
+	case d.schemaMu <- struct{}{}:
+	case <-ctx.Done():
+		return d.wrap("schema", context.Cause(ctx))
+	}
+	defer func() { <-d.schemaMu }()
+	if d.schemaOK.Load() {
+		return nil
+	}
+	var exists bool
+	if err := d.pool.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil {
+		return d.wrap("schema", err)
+	}
+	if !exists && !d.cfg.create {
+		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
+	}
+	if !exists {
+		err := d.retry(ctx, func() error { return d.create(ctx) })
+		if err != nil && !createRace(err) {
+			return fmt.Errorf("pglock: create table %s: %w", d.sql.table, err)
+		}
+	}
+	secret, err := d.loadNotifyKey(ctx)
+	if err != nil {
+		return d.wrap("notification key", err)
+	}
+	d.notifySecret = secret
+	d.schemaOK.Store(true)
+	return nil
+}
+
+// loadNotifyKey reads the table's notification key, and makes it first if
+// the table has none (made by an older version, or by schema.sql).
+func (d *Driver) loadNotifyKey(ctx context.Context) (string, error) {
+	var secret *string
+	err := d.retry(ctx, func() error {
+		return d.pool.QueryRow(ctx, d.sql.notifyKey, notifyKeyName).Scan(&secret)
+	})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", err
+	}
+	if secret != nil && *secret != "" {
+		return *secret, nil
+	}
+	b := make([]byte, 32)
+	_, _ = crand.Read(b) // never fails
+	err = d.retry(ctx, func() error {
+		if _, err := d.pool.Exec(ctx, d.sql.initNotifyKey, notifyKeyName, hex.EncodeToString(b)); err != nil {
+			return err
+		}
+		// Ours, or that of a driver that got there first.
+		return d.pool.QueryRow(ctx, d.sql.notifyKey, notifyKeyName).Scan(&secret)
+	})
+	switch {
+	case err != nil:
+		return "", err
+	case secret == nil || *secret == "":
+		return "", errors.New("the notification key row has no key")
+	}
+	return *secret, nil
+}
+
+func (d *Driver) create(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil || exists {
+			return err
+		}
+		if d.sql.createSchema != "" {
+			var schemaExists bool
+			if err := tx.QueryRow(ctx, d.sql.schemaExists, pgx.Identifier{d.cfg.schema}.Sanitize()).Scan(&schemaExists); err != nil {
+				return err
+			}
+			if !schemaExists {
+				if _, err := tx.Exec(ctx, d.sql.createSchema); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := tx.Exec(ctx, d.sql.createTable)
+		return err
+	})
+}

@@ -1,0 +1,219 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+const usage = "://[user[:password]@]host[:port][,host2...]/database[?sslmode=verify-full&lock_table=locker_locks&lock_schema=NAME&create_table=true&...pgx parameters]"
+
+func init() {
+	for _, scheme := range []string{"postgres", "postgresql"} {
+		backend.Register(scheme, backend.OpenerFunc(scheme+usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+			return openURL(ctx, u, nil)
+		}))
+	}
+}
+
+// Our own URL parameters, removed before the rest goes to pgx.
+const (
+	paramTable  = "lock_table"
+	paramSchema = "lock_schema"
+	paramCreate = "create_table"
+)
+
+// pgxParams are the parameters that pgx itself consumes (pgconn, pgx and
+// pgxpool). pgx sends every other parameter to the server as a run-time
+// setting, so that a misspelt option would fail at connect time with a
+// server error, or be silently accepted (a "custom.name" setting), or change
+// how our statements behave (default_transaction_isolation,
+// default_transaction_read_only, session_replication_role...). We accept
+// pgx's own parameters and the short list of server settings below, and
+// reject everything else with ErrInvalidURL.
+var pgxParams = []string{
+	// pgconn
+	"host", "port", "database", "user", "password", "passfile", "connect_timeout",
+	"sslmode", "sslkey", "sslcert", "sslcertmode", "sslrootcert", "sslnegotiation",
+	"sslpassword", "sslsni", "krbspn", "krbsrvname", "target_session_attrs",
+	"service", "servicefile", "min_protocol_version", "max_protocol_version",
+	"channel_binding", "require_auth",
+	// pgx
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	// pgxpool
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_idle_time", "pool_health_check_period", "pool_max_conn_lifetime_jitter",
+	"pool_ping_timeout",
+}
+
+// warnSSL logs a connection to a remote server whose sslmode checks nothing:
+// disable and allow may send everything in clear, and prefer, pgx's
+// default, encrypts without checking who answers.
+func warnSSL(log *slog.Logger, u *url.URL) {
+	if backend.Loopback(u) || u.Query().Has("host") {
+		return // a host= parameter (a socket directory, say): left to pgx
+	}
+	switch mode := u.Query().Get("sslmode"); mode {
+	case "", "disable", "allow", "prefer":
+		if mode == "" {
+			mode = "prefer (the default)"
+		}
+		log.Warn("locker: sslmode="+mode+" to a remote server does not check who answers: use sslmode=verify-full", "url", backend.Redacted(u))
+	}
+}
+
+// serverParams are the run-time settings we let through to the server: they
+// name the session or bound it, and cannot change what a lock statement
+// means.
+var serverParams = []string{
+	"application_name", "search_path", "timezone", "options",
+	"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout",
+}
+
+// defaultConnectTimeout bounds Open's connection attempt when the URL has no
+// connect_timeout and ctx no deadline.
+const defaultConnectTimeout = 10 * time.Second
+
+// Open connects to PostgreSQL with a URL such as
+// "postgres://locker@db.example.com:5432/app?sslmode=verify-full" (the
+// "postgresql" scheme works too), checks that the server answers, and
+// creates the lock table unless create_table=false. Besides pgx's own
+// parameters, the URL may carry lock_table, lock_schema and create_table,
+// and the server settings application_name, search_path, timezone, options,
+// statement_timeout, lock_timeout and idle_in_transaction_session_timeout;
+// any other parameter is an error wrapping ErrInvalidURL. The password may
+// come from PGPASSWORD or a passfile instead of the URL. Options given here
+// override the URL's (lock_table= is WithTable, lock_schema= WithSchema,
+// create_table= WithCreateTable). Close closes the pool that Open made.
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := backend.ParseURL(rawURL, "postgres", "postgresql")
+	if err != nil {
+		return nil, fmt.Errorf("pglock: %w", err)
+	}
+	return openURL(ctx, u, opts)
+}
+
+// openURL is Open for a parsed URL; the registry's opener calls it too.
+func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
+	warnSSL(backend.Logger(ctx), u)
+	p := backend.NewParams(u)
+	var urlOpts []Option
+	if p.Has(paramTable) {
+		name := p.String(paramTable, defaultTable)
+		if why := identProblem("table", name, false); why != "" {
+			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
+		}
+		urlOpts = append(urlOpts, WithTable(name))
+	}
+	if p.Has(paramSchema) {
+		name := p.String(paramSchema, "")
+		if why := identProblem("schema", name, true); why != "" {
+			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
+		}
+		urlOpts = append(urlOpts, WithSchema(name))
+	}
+	if p.Has(paramCreate) {
+		urlOpts = append(urlOpts, WithCreateTable(p.Bool(paramCreate, true)))
+	}
+	for _, name := range pgxParams {
+		p.Has(name)
+	}
+	for _, name := range serverParams {
+		p.Has(name)
+	}
+	if err := p.Err(); err != nil {
+		return nil, fmt.Errorf("pglock: %w", err)
+	}
+	q := u.Query()
+	q.Del(paramTable)
+	q.Del(paramSchema)
+	q.Del(paramCreate)
+	pu := *u
+	pu.RawQuery = q.Encode()
+	cfg, err := pgxpool.ParseConfig(pu.String())
+	if err != nil {
+		return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
+	}
+	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	return openConfig(ctx, cfg, "", append(urlOpts, opts...))
+}
+
+// OpenConfig is Open for a pool configuration built by the caller, e.g.
+// with pgxpool.ParseConfig and hooks of its own. The driver owns the pool.
+func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrUnsupported)
+	}
+	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
+}
+
+func openPrefix(where string) string {
+	if where == "" {
+		return "pglock: "
+	}
+	return "pglock: open " + where + ": "
+}
+
+// parseError is pgx's reason for refusing a connection string, without the
+// string itself, which the caller's error names already.
+func parseError(err error) string {
+	s := err.Error()
+	if rest, ok := strings.CutPrefix(s, "cannot parse `"); ok {
+		if i := strings.Index(rest, "`: "); i >= 0 {
+			return rest[i+3:]
+		}
+	}
+	return s
+}
+
+// openConfig opens a driver on cfg. where names the server in errors; it
+// is empty for a URL, which the caller's error names already.
+func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []Option) (*Driver, error) {
+	// Check the options before dialling anything.
+	probe := config{table: defaultTable}
+	for _, o := range opts {
+		o(&probe)
+	}
+	if err := checkIdent("table", probe.table, false); err != nil {
+		return nil, err
+	}
+	if err := checkIdent("schema", probe.schema, true); err != nil {
+		return nil, err
+	}
+	socks := track(cfg)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
+	}
+	d, err := newDriver(pool, true, opts)
+	if d != nil {
+		d.socks = socks
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)
+		defer cancel()
+	}
+	if err := pool.Ping(ctx); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%s%w", openPrefix(where), permission(err))
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}

@@ -1,0 +1,75 @@
+package pglock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// config is what the options set.
+type config struct {
+	table      string
+	schema     string
+	create     bool
+	clock      func() time.Time
+	listenIdle time.Duration
+}
+
+// Option configures a Driver.
+type Option func(*config)
+
+// WithTable sets the name of the lock table (default "locker_locks"), at
+// most 63 bytes of UTF-8 without control characters. Without WithSchema,
+// PostgreSQL finds it through the search_path and creates it in the first
+// schema there. It is the URL's lock_table=.
+func WithTable(name string) Option { return func(c *config) { c.table = name } }
+
+// WithSchema puts the lock table in the named schema (default: none, the
+// search_path decides). With WithCreateTable(true), the default, the schema
+// is created if missing. It is the URL's lock_schema=.
+func WithSchema(name string) Option { return func(c *config) { c.schema = name } }
+
+// WithCreateTable turns the automatic creation of the table (and of its
+// schema) on first use on (the default) or off. Turn it off when your
+// migrations run SchemaSQL; the driver then only checks that the table
+// exists. It is the URL's create_table=.
+func WithCreateTable(on bool) Option { return func(c *config) { c.create = on } }
+
+// WithClock replaces time.Now as the driver's client clock. The driver uses
+// it only to translate the server's remaining TTL into a local time in
+// Inspect: every expiry is computed by the database server from its own
+// clock, so a wrong client clock cannot make a lock expire early or late.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.clock = now
+		}
+	}
+}
+
+// WithListenIdle sets how long the connection that listens for release
+// notifications stays open after its last subscriber left (default 30s).
+func WithListenIdle(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
+
+// checkIdent checks a table or schema name given by an option. An empty
+// name is allowed where empty says so.
+func checkIdent(what, name string, empty bool) error {
+	if why := identProblem(what, name, empty); why != "" {
+		return errors.New("pglock: " + why)
+	}
+	return nil
+}
+
+// identProblem says what is wrong with a table or schema name, or "".
+func identProblem(what, name string, empty bool) string {
+	switch {
+	case name == "" && empty:
+		return ""
+	case name == "" || len(name) > maxIdentLen || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
+		return fmt.Sprintf("%s name %q: want 1 to %d bytes of UTF-8 without control characters", what, name, maxIdentLen)
+	}
+	return ""
+}

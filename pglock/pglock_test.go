@@ -1,0 +1,341 @@
+package pglock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// baseURL returns the test database's URL, or skips (fails in CI) when the
+// server is not running.
+func baseURL(t testing.TB) string {
+	t.Helper()
+	testenv.Require(t, testenv.PostgresAddr())
+	return testenv.PostgresURL()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// withParams adds query parameters to a URL.
+func withParams(t testing.TB, raw string, kv ...string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// adminPool is a pool for the test's own statements, closed at cleanup.
+func adminPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, baseURL(t))
+	if err != nil {
+		t.Fatalf("pgxpool.New: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// testTable returns a table name unique to this run, and drops the table
+// (and schema, if given) at cleanup: other tests share the database.
+func testTable(t testing.TB, admin *pgxpool.Pool, schema string) string {
+	t.Helper()
+	table := "locks_" + randHex(6)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d := newStatements(schema, table)
+		if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+d.table); err != nil {
+			t.Errorf("drop %s: %v", d.table, err)
+		}
+		if schema != "" {
+			if _, err := admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+quote(schema)); err != nil {
+				t.Errorf("drop schema %s: %v", schema, err)
+			}
+		}
+	})
+	return table
+}
+
+func quote(s string) string { return newStatements("", s).table }
+
+// harness runs the conformance suite on one table of the test database.
+type harness struct {
+	url   string // with lock_table
+	admin *pgxpool.Pool
+	sql   statements
+}
+
+func newHarness(t *testing.T, params ...string) *harness {
+	admin := adminPool(t)
+	table := testTable(t, admin, "")
+	return &harness{
+		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
+		admin: admin,
+		sql:   newStatements("", table),
+	}
+}
+
+func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return Open(ctx, h.url)
+}
+
+// Expire moves the lock's expiry into the past, by the server's clock, as
+// its TTL running out would.
+func (h *harness) Expire(ctx context.Context, key string) error {
+	var n int64
+	if err := h.admin.QueryRow(ctx, h.sql.expire, key, h.sql.channel).Scan(&n); err != nil {
+		return err
+	}
+	if n != 1 {
+		return errors.New("no lock to expire on " + key)
+	}
+	return nil
+}
+
+// Entries counts the live holders of key: 0 or 1 (rows of released or
+// expired locks stay, to keep their version, but hold nothing).
+func (h *harness) Entries(ctx context.Context, key string) (int, error) {
+	var n int
+	err := h.admin.QueryRow(ctx, `SELECT count(*) FROM `+h.sql.table+
+		` WHERE name = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()`, key).Scan(&n)
+	return n, err
+}
+
+func (h *harness) Traits() conformance.Traits {
+	// Expiry is exact to the microsecond, on the server's clock.
+	return conformance.Traits{TTL: 500 * time.Millisecond}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness(t))
+}
+
+// The simple protocol, as behind PgBouncer in transaction mode: every
+// statement works without prepared statements.
+func TestConformanceSimpleProtocol(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the whole suite again")
+	}
+	conformance.Run(t, newHarness(t, "default_query_exec_mode", "simple_protocol"))
+}
+
+// testDriver opens a driver on a fresh table.
+func testDriver(t *testing.T, params ...string) (*Driver, *harness) {
+	t.Helper()
+	h := newHarness(t, params...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := Open(ctx, h.url)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, h
+}
+
+func TestAcquireRefreshRelease(t *testing.T) {
+	t.Parallel()
+	d, _ := testDriver(t)
+	ctx := context.Background()
+	a := backend.Claim{Key: "ns/a b/ü/..", Token: randHex(16), TTL: 1500 * time.Nanosecond, Owner: "job-1"}
+	g, err := d.TryAcquire(ctx, a)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if g.Fence != 1 || g.TTL != 2*time.Microsecond {
+		t.Fatalf("grant %+v, want fence 1 and TTL 2µs (rounded up)", g)
+	}
+	time.Sleep(time.Millisecond)
+	// Expired: refresh and release say not held, and anyone may take it.
+	a.Fence = g.Fence
+	if err := d.Refresh(ctx, a); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Refresh of an expired lock = %v, want ErrNotHeld", err)
+	}
+	if err := d.Release(ctx, a); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Release of an expired lock = %v, want ErrNotHeld", err)
+	}
+	b := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute, Owner: "job-2"}
+	g, err = d.TryAcquire(ctx, b)
+	if err != nil || g.Fence != 2 {
+		t.Fatalf("TryAcquire after expiry = %+v, %v, want fence 2", g, err)
+	}
+	b.Fence = g.Fence
+	info, err := d.Inspect(ctx, b.Key)
+	if err != nil || !info.Held || info.Owner != "job-2" || info.Fence != 2 || info.Remaining < 50*time.Second || info.Remaining > time.Minute {
+		t.Fatalf("Inspect = %+v, %v", info, err)
+	}
+	c := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute}
+	if _, err := d.TryAcquire(ctx, c); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held lock = %v, want ErrNotAcquired", err)
+	}
+	// Same token again (a retried statement): still its, with a new fence.
+	if g, err := d.TryAcquire(ctx, b); err != nil || g.Fence != 3 {
+		t.Fatalf("TryAcquire again by the holder = %+v, %v", g, err)
+	}
+	b.Fence = 3
+	if err := d.Refresh(ctx, b); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	stale := b
+	stale.Fence = 2
+	if err := d.Refresh(ctx, stale); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Refresh with a stale fence = %v, want ErrNotHeld", err)
+	}
+	if err := d.Release(ctx, b); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := d.Release(ctx, b); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("second Release = %v, want ErrNotHeld", err)
+	}
+	// The row stays, so the version goes on.
+	if g, err := d.TryAcquire(ctx, c); err != nil || g.Fence != 4 {
+		t.Fatalf("TryAcquire after release = %+v, %v, want fence 4", g, err)
+	}
+	if info, err := d.Inspect(ctx, "never/locked"); err != nil || info != (Info{}) {
+		t.Fatalf("Inspect of an unknown key = %+v, %v", info, err)
+	}
+	if _, err := d.TryAcquire(ctx, backend.Claim{Key: "k", Token: randHex(16)}); !errors.Is(err, backend.ErrInvalidTTL) {
+		t.Fatalf("TryAcquire with TTL 0 = %v, want ErrInvalidTTL", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, c); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	if err := d.Close(); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("second Close = %v, want ErrClosed", err)
+	}
+}
+
+// A client clock far off changes nothing: expiry is the server's business.
+func TestClientClockDoesNotMatter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := context.Background()
+	const ttl = 700 * time.Millisecond
+	for _, shift := range []time.Duration{-time.Hour, 0, 24 * time.Hour} {
+		clock := func() time.Time { return time.Now().Add(shift) }
+		d, err := Open(ctx, h.url, WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, err := Open(ctx, h.url, WithClock(func() time.Time { return time.Now().Add(-shift) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "clock/" + shift.String()
+		start := time.Now()
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: ttl}); err != nil {
+			t.Fatalf("shift %v: TryAcquire: %v", shift, err)
+		}
+		info, err := d.Inspect(ctx, key)
+		if err != nil || !info.Held || info.Remaining > ttl || info.Remaining < ttl-300*time.Millisecond {
+			t.Fatalf("shift %v: Inspect = %+v, %v: want about %v remaining", shift, info, err, ttl)
+		}
+		if off := info.ExpiresAt.Sub(clock().Add(info.Remaining)); off < -time.Second || off > time.Second {
+			t.Fatalf("shift %v: ExpiresAt %v is not on the driver's clock", shift, info.ExpiresAt)
+		}
+		// Held until the TTL passes on the server, then free.
+		var took time.Duration
+		for {
+			_, err := other.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: ttl})
+			if err == nil {
+				took = time.Since(start)
+				break
+			}
+			if !errors.Is(err, backend.ErrNotAcquired) || time.Since(start) > 5*time.Second {
+				t.Fatalf("shift %v: TryAcquire by another: %v after %v", shift, err, time.Since(start))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if took < ttl || took > ttl+time.Second {
+			t.Fatalf("shift %v: the lock freed after %v, want just over %v", shift, took, ttl)
+		}
+		d.Close()
+		other.Close()
+	}
+}
+
+func TestRefreshMany(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"cache_statement", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testRefreshMany(t, mode)
+		})
+	}
+}
+
+func testRefreshMany(t *testing.T, mode string) {
+	d, h := testDriver(t, "default_query_exec_mode", mode)
+	ctx := context.Background()
+	var held []backend.Claim
+	for i := range 5 {
+		l := backend.Claim{Key: "many/" + string(rune('a'+i)), Token: randHex(16), TTL: 300 * time.Millisecond}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Fence = g.Fence
+		held = append(held, l)
+	}
+	if err := h.Expire(ctx, held[3].Key); err != nil {
+		t.Fatal(err)
+	}
+	forged := held[1]
+	forged.Token = randHex(16)
+	stale := held[2]
+	stale.Fence++
+	bad := held[4]
+	bad.TTL = 0
+	batch := []backend.Claim{held[0], forged, stale, held[3], bad, held[1], {Key: "many/none", Token: randHex(16), TTL: time.Second}}
+	for i := range batch {
+		if batch[i].TTL > 0 {
+			batch[i].TTL = 5 * time.Second
+		}
+	}
+	errs := d.RefreshMany(ctx, batch)
+	want := []error{nil, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrInvalidTTL, nil, backend.ErrNotHeld}
+	if len(errs) != len(want) {
+		t.Fatalf("%d results for %d locks", len(errs), len(batch))
+	}
+	for i := range want {
+		if (want[i] == nil) != (errs[i] == nil) || want[i] != nil && !errors.Is(errs[i], want[i]) {
+			t.Errorf("lock %d: %v, want %v", i, errs[i], want[i])
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // past the original TTL: only the refreshed live on
+	for i, l := range held {
+		info, err := d.Inspect(ctx, l.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantHeld := i == 0 || i == 1; info.Held != wantHeld {
+			t.Errorf("lock %d held %v, want %v", i, info.Held, wantHeld)
+		}
+	}
+}

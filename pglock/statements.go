@@ -1,0 +1,260 @@
+package pglock
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"hash/fnv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SchemaSQL is the DDL of the lock table with its default name,
+// locker_locks: the contents of schema.sql, for migrations.
+//
+//go:embed schema.sql
+var SchemaSQL string
+
+// defaultTable is the table name in SchemaSQL.
+const defaultTable = "locker_locks"
+
+// statements holds every SQL statement the driver runs, for one lock table,
+// so that the driver's logic reads without SQL in it; the functions below it
+// say what PostgreSQL's error codes mean. Statements take their arguments in
+// the order documented on each field; durations are whole microseconds and
+// all time arithmetic uses the server's clock.
+type statements struct {
+	// table is the quoted, possibly schema-qualified, table name.
+	table string
+	// channel is the notification channel of the table, and listen the
+	// statement that subscribes a connection to it.
+	channel, listen string
+
+	// exists($1 table) returns one boolean: the table exists.
+	exists string
+	// schemaExists($1 schema) returns one boolean: the schema exists.
+	schemaExists string
+	// createLock($1 int8) serializes schema creation between processes, for
+	// the rest of the transaction.
+	createLock string
+	// createSchema and createTable are the DDL, without arguments.
+	createSchema, createTable string
+
+	// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new version
+	// when the key was free, expired, or already the token's; no row when
+	// another token holds it.
+	acquire string
+	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner) extends
+	// a live lock of the token and owner; it affects no row otherwise.
+	refresh string
+	// refreshMany($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners,
+	// arrays of one length) is refresh for each element, and returns the
+	// 1-based positions of those it extended.
+	refreshMany string
+	// release($1 key, $2 token, $3 fence or 0, $4 channel) frees the token's
+	// lock and notifies the channel with the key's notifyPayload; it returns
+	// one boolean (whether the lock was still live) or no row when the token
+	// did not have it.
+	release string
+	// expire($1 key, $2 channel) ends the lock on key as its TTL would.
+	expire string
+	// notifyKey($1 name) returns the notification key's row: its token,
+	// NULL when missing.
+	notifyKey string
+	// initNotifyKey($1 name, $2 secret) stores secret as the notification
+	// key unless the table has one.
+	initNotifyKey string
+	// inspect($1 key) returns held, owner, version, remaining µs; no row
+	// when the key was never locked.
+	inspect string
+}
+
+// maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
+// the server, silently, so we refuse them.
+const maxIdentLen = 63
+
+func newStatements(schema, table string) statements {
+	ident := pgx.Identifier{table}
+	qualified := table
+	if schema != "" {
+		ident = pgx.Identifier{schema, table}
+		qualified = schema + "." + table
+	}
+	t := ident.Sanitize()
+	// The channel, the notification key's row and the creation lock keep
+	// the package's former name, sqllock: they live in the database and
+	// between processes, so tables made, and processes run, before the
+	// rename to pglock keep working with it.
+	channel := "sqllock:" + qualified
+	if len(channel) > maxIdentLen {
+		sum := sha256.Sum256([]byte(qualified))
+		channel = "sqllock:" + hex.EncodeToString(sum[:16])
+	}
+	d := statements{
+		table:        t,
+		channel:      channel,
+		listen:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+		exists:       `SELECT to_regclass($1) IS NOT NULL`,
+		schemaExists: `SELECT to_regnamespace($1) IS NOT NULL`,
+		createLock:   `SELECT pg_advisory_xact_lock($1)`,
+		createTable:  schemaFor(t),
+		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
+VALUES ($1, $2, nullif($3, ''), 1, clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE
+SET token = excluded.token, owner = excluded.owner, version = l.version + 1,
+    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
+RETURNING version`,
+		// The owner is checked too, so that a rewritten owner reads as a
+		// theft at the next refresh.
+		refresh: `UPDATE ` + t + `
+SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
+WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()
+    AND owner IS NOT DISTINCT FROM nullif($5, '')`,
+		refreshMany: `UPDATE ` + t + ` AS l
+SET expires_at = clock_timestamp() + b.us * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[]) WITH ORDINALITY AS b(name, token, fence, us, owner, i)
+WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fence)
+    AND l.expires_at > clock_timestamp() AND l.owner IS NOT DISTINCT FROM nullif(b.owner, '')
+RETURNING b.i`,
+		// A released row keeps its expires_at, so that RETURNING can tell
+		// whether the lock was still live; token NULL marks it free.
+		release: `WITH freed AS (
+    UPDATE ` + t + ` SET token = NULL, owner = NULL
+    WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
+    RETURNING name, expires_at > clock_timestamp() AS live
+), ` + notifyKeyCTE(t) + `
+SELECT freed.live FROM freed LEFT JOIN k ON true, pg_notify($4, ` + payloadSQL("freed.name") + `)`,
+		expire: `WITH e AS (
+    UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
+    WHERE name = $1 RETURNING name
+), ` + notifyKeyCTE(t) + `
+SELECT count(*) FROM e LEFT JOIN k ON true, pg_notify($2, ` + payloadSQL("e.name") + `)`,
+		notifyKey: `SELECT token FROM ` + t + ` WHERE name = $1`,
+		// expires_at infinity: nobody acquires the row without the secret.
+		initNotifyKey: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
+VALUES ($1, $2, 'sqllock notification key', 1, clock_timestamp(), 'infinity')
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, owner = excluded.owner, expires_at = excluded.expires_at
+WHERE l.token IS NULL`,
+		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version,
+    greatest(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000))::int8
+FROM ` + t + ` WHERE name = $1`,
+	}
+	if schema != "" {
+		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
+	}
+	return d
+}
+
+// notifyKeyName is the row that keeps the table's notification key, in
+// its token. Every lock key has a '/' (namespace/name), this name has none.
+// It keeps the former package name (see newStatements).
+const notifyKeyName = "sqllock:notify-key"
+
+// notifyKeyCTE is a WITH item k(k) holding the notification key's bytes,
+// for payloadSQL; no row when the table has none.
+func notifyKeyCTE(t string) string {
+	return `k AS (SELECT convert_to(token, 'UTF8') AS k FROM ` + t + ` WHERE name = '` + notifyKeyName + `')`
+}
+
+// payloadSQL is the notification payload of the key in expression name, in
+// SQL (see notifyPayload); NULL, sent as an empty payload, without a key.
+func payloadSQL(name string) string {
+	return `encode(sha256(k.k || sha256(k.k || convert_to(` + name + `, 'UTF8'))), 'hex')`
+}
+
+// notifyPayload is the payload that announces the release of key:
+// hex(H(k || H(k || key))) with SHA-256 and k the table's notification key.
+// A listener that cannot read the table, and so the key, learns no lock
+// name, nor a hash it could check a guessed name against.
+func notifyPayload(secret, key string) string {
+	inner := sha256.Sum256([]byte(secret + key))
+	outer := sha256.Sum256(append([]byte(secret), inner[:]...))
+	return hex.EncodeToString(outer[:])
+}
+
+// schemaFor returns SchemaSQL for the quoted table name t, without its
+// comments, so that a name can only ever be a name.
+func schemaFor(t string) string {
+	var b strings.Builder
+	for line := range strings.Lines(SchemaSQL) {
+		if code, _, _ := strings.Cut(line, "--"); strings.TrimSpace(code) != "" {
+			b.WriteString(strings.ReplaceAll(strings.TrimRight(code, " \t\r\n"), defaultTable, t))
+			b.WriteString("\n")
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// createLockKey is the advisory lock that serializes the creation of one
+// table between processes. Its seed keeps the former package name (see
+// newStatements), so that it is the same lock in processes of either name.
+func (d statements) createLockKey() int64 {
+	h := fnv.New64a()
+	h.Write([]byte("github.com/lockerhq/locker/sqllock schema " + d.table))
+	return int64(h.Sum64())
+}
+
+// PostgreSQL error codes (SQLSTATE) that the driver handles.
+const (
+	codeSerialization = "40001" // serialization_failure
+	codeDeadlock      = "40P01" // deadlock_detected
+	codeUnique        = "23505" // unique_violation (concurrent CREATE ... IF NOT EXISTS, or a first INSERT race)
+	codeDupTable      = "42P07" // duplicate_table
+	codeDupSchema     = "42P06" // duplicate_schema
+	codeUndefTable    = "42P01" // undefined_table
+)
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// conflict reports an error that a concurrent transaction caused and that
+// goes away when the statement runs again.
+func conflict(err error) bool {
+	switch sqlState(err) {
+	case codeSerialization, codeDeadlock, codeUnique:
+		return true
+	}
+	return false
+}
+
+// createRace reports the errors a concurrent CREATE ... IF NOT EXISTS can
+// still raise: the other creator won.
+func createRace(err error) bool {
+	switch sqlState(err) {
+	case codeUnique, codeDupTable, codeDupSchema:
+		return true
+	}
+	return false
+}
+
+// connLost reports an error from a connection that broke (the server
+// terminated the backend, the network failed), after which a new connection
+// may well succeed.
+func connLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	if code := sqlState(err); code != "" {
+		return strings.HasPrefix(code, "08") || // connection_exception
+			code == "57P01" || code == "57P02" || code == "57P03" // admin/crash shutdown, cannot connect now
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && !pgconn.Timeout(err) {
+		return true // a network error that is not our context's deadline
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "conn closed") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
+}

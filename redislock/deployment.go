@@ -1,0 +1,196 @@
+package redislock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// deployment is one Redis deployment reached through one go-redis client:
+// a server, a Redis Cluster or a ring, which answers for every key on its
+// own. It runs the scripts (scripts.go, with the key names of keys.go),
+// checks maxmemory-policy and holds the release subscriptions (notify.go).
+// A Driver uses one deployment; a Quorum uses several, one per
+// independent member, and decides by majority.
+//
+// Not "node": Redis Cluster calls each of its servers a node, and one
+// deployment may be a whole cluster of them. Not "server", for the same
+// reason, nor "store": the backend package calls a store what a driver's
+// grants are judged against (fences increase over "every earlier grant by
+// any client of the store"), which for a Quorum is all its members
+// together. "Deployment" is Redis's own word for a standalone server, a
+// Sentinel-managed set or a cluster, and what the Driver's and Open's
+// documentation already said.
+type deployment struct {
+	rdb    redis.UniversalClient
+	addr   string // for messages
+	owned  bool   // opened by us: Close closes it
+	ring   bool   // *redis.Ring: subscriptions must be routed per channel
+	log    *slog.Logger
+	linger time.Duration
+	// restartMax caps restartDelay; < 0: no cap.
+	restartMax time.Duration
+	// publishDenied warns once of a refused wake-up (see released).
+	publishDenied sync.Once
+	in            *interrupter // cuts calls on a dead connection short; nil for a caller's client
+
+	ctx    context.Context // ended by close: interrupts background cleanups
+	cancel context.CancelFunc
+
+	checkCancel context.CancelFunc
+	closeOnce   sync.Once
+
+	mu     sync.Mutex
+	closed bool
+	hubs   map[string]*hub // by route: "" for a client or cluster, the channel for a ring
+	seq    uint64          // last barrier PING payload sent, on any hub
+	wg     sync.WaitGroup  // hub goroutines, linger timers, the maxmemory check
+}
+
+func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployment {
+	_, ring := rdb.(*redis.Ring)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &deployment{
+		rdb:        rdb,
+		owned:      owned,
+		ring:       ring,
+		log:        cfg.logger,
+		linger:     cfg.linger,
+		restartMax: cfg.restartDelay,
+		ctx:        ctx,
+		cancel:     cancel,
+		hubs:       map[string]*hub{},
+	}
+}
+
+// cleanupWait is how long a call whose context ended waits for its cleanup
+// (see undo): a server that answers does so within a round trip, one that
+// does not is not waited for.
+const cleanupWait = 50 * time.Millisecond
+
+// undo runs f, the cleanup after a failed call (cleanup, leave), for the
+// caller until f returns or ctx ends, and then cleanupWait more: a caller
+// who gave up gets its answer within that, as backend.Driver requires. What
+// f has not done by then goes on in the background, until f returns (it
+// bounds itself by cleanupTimeout); close interrupts it and waits for it
+// (on a caller's client, which cannot be interrupted, up to its
+// ReadTimeout or cleanupTimeout).
+func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
+	dep.mu.Lock()
+	if dep.closed {
+		dep.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+		defer cancel()
+		f(ctx)
+		return
+	}
+	dep.wg.Add(1)
+	dep.mu.Unlock()
+	done := make(chan struct{})
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		defer dep.wg.Done()
+		defer close(done)
+		// f ignores cancellation, but close cuts a read it is stuck on.
+		defer dep.in.watch(dep.ctx).stop()
+		f(bg)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// checkMaxmemory warns once when a server may evict keys: an evicted lock
+// key is a silently lost lock. A server that refuses CONFIG (managed
+// services often do) is not an error.
+func (dep *deployment) checkMaxmemory(ctx context.Context, what string) {
+	check := func(ctx context.Context, c redis.Cmdable) error {
+		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		if err != nil {
+			dep.log.Debug("redislock: cannot read maxmemory-policy", "server", what, "err", err)
+			return nil
+		}
+		if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
+			dep.log.Warn("redislock: maxmemory-policy is not noeviction: an evicted lock key is a silently lost lock; set maxmemory-policy noeviction",
+				"server", what, "maxmemory-policy", p)
+		}
+		return nil
+	}
+	switch c := dep.rdb.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	case *redis.Ring:
+		_ = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	default:
+		_ = check(ctx, dep.rdb)
+	}
+}
+
+// checkMaxmemoryAsync runs the check in the background, for constructors
+// that have no context; close stops it.
+func (dep *deployment) checkMaxmemoryAsync(what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	dep.checkCancel = cancel
+	dep.wg.Add(1)
+	go func() {
+		defer dep.wg.Done()
+		defer cancel()
+		dep.checkMaxmemory(ctx, what)
+	}()
+}
+
+// close stops the deployment's goroutines and subscriptions, and closes
+// the client if this package dialed it (owned).
+func (dep *deployment) close() error {
+	dep.mu.Lock()
+	if dep.closed {
+		dep.mu.Unlock()
+		return nil
+	}
+	dep.closed = true
+	var hubs []*hub
+	for _, h := range dep.hubs {
+		hubs = append(hubs, h)
+		h.kill()
+		for _, st := range h.chans {
+			if st.idle != nil && st.idle.Stop() {
+				dep.wg.Done()
+			}
+			st.idle = nil
+		}
+	}
+	dep.hubs = map[string]*hub{}
+	dep.mu.Unlock()
+	dep.cancel()
+	if dep.checkCancel != nil {
+		dep.checkCancel()
+	}
+	for _, h := range hubs {
+		_ = h.ps.Close()
+		h.failBarriers(backend.ErrClosed)
+	}
+	dep.wg.Wait()
+	return dep.closeClient()
+}
+
+// closeClient closes the client if this package dialed it (owned), once.
+func (dep *deployment) closeClient() error {
+	var err error
+	if dep.owned {
+		dep.closeOnce.Do(func() { err = dep.rdb.Close() })
+	}
+	return err
+}

@@ -1,0 +1,130 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver is the Redis backend for one deployment: a server, a Redis
+// Cluster or a ring, through any go-redis client. It implements
+// backend.Driver and backend.Notifier.
+type Driver struct {
+	dep    *deployment
+	fair   bool // a FairDriver's: acquire and release mind the queue
+	closed atomic.Bool
+}
+
+var (
+	_ backend.Driver   = (*Driver)(nil)
+	_ backend.Notifier = (*Driver)(nil)
+)
+
+// New returns a Driver that uses a client the caller already has: a
+// *redis.Client, *redis.ClusterClient, *redis.Ring or failover client.
+// Close does not close rdb. New checks the server's maxmemory-policy in the
+// background and warns (see WithLogger) when it is not noeviction.
+//
+// New fails, before any network call, when rdb is nil or an option is
+// given a value out of its range.
+func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
+	return newDriver(rdb, false, opts)
+}
+
+// newDriver is New, and NewFair's when fair.
+func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, error) {
+	if rdb == nil {
+		return nil, errors.New("redislock: new: the client is nil")
+	}
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{dep: newDeployment(rdb, false, &cfg), fair: fair}
+	d.dep.checkMaxmemoryAsync("redis")
+	return d, nil
+}
+
+// Client returns the go-redis client the Driver uses.
+func (d *Driver) Client() redis.UniversalClient { return d.dep.rdb }
+
+// TryAcquire implements backend.Driver: one atomic script sets the lock key
+// (SET NX PX) and advances the name's fence counter.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if d.closed.Load() {
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrClosed)
+	}
+	if ctx.Err() != nil {
+		// Nothing sent, nothing to clean up.
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", context.Cause(ctx))
+	}
+	px := ttlMillis(l.TTL)
+	value := attempt(l)
+	var r int64
+	var err error
+	if d.fair {
+		// Not while a live waiter is queued.
+		r, err = d.dep.fairAcquire(ctx, l, value, px, "", false)
+	} else {
+		r, err = d.dep.acquire(ctx, l, value, px)
+	}
+	if err != nil {
+		// The script may have run although we never saw its answer.
+		d.dep.undo(ctx, func(ctx context.Context) { d.dep.cleanup(ctx, l, value) })
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+	}
+	if r <= 0 {
+		return backend.Grant{}, notAcquired("try-acquire", r)
+	}
+	return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond}, nil
+}
+
+// Refresh implements backend.Driver.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	if d.closed.Load() {
+		return fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
+	}
+	ok, err := d.dep.refresh(ctx, l, ttlMillis(l.TTL))
+	if err != nil {
+		return fmt.Errorf("redislock: refresh: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("redislock: refresh: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release implements backend.Driver; a release publishes on the key's
+// channel so that waiters retry at once.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if d.closed.Load() {
+		return fmt.Errorf("redislock: release: %w", backend.ErrClosed)
+	}
+	release := d.dep.release
+	if d.fair {
+		release = d.dep.fairRelease
+	}
+	ok, err := release(ctx, l)
+	if err != nil {
+		return fmt.Errorf("redislock: release: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("redislock: release: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Close implements backend.Driver. It stops the Driver's subscriptions and
+// goroutines, and closes the client only if Open created it.
+func (d *Driver) Close() error {
+	if d.closed.Swap(true) {
+		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)
+	}
+	return d.dep.close()
+}

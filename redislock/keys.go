@@ -1,0 +1,37 @@
+package redislock
+
+import "github.com/lockerhq/locker/backend"
+
+// keys are the Redis names of one lock key's state, built once per call by
+// keysFor. All share the hash tag {E}, where E is backend.EscapeKey(key),
+// so they live in one Redis Cluster slot and one script can touch them
+// all. EscapeKey's output has no braces, so the tag is exactly the escaped
+// key. ACL's patterns follow this layout.
+type keys struct {
+	// lock holds the holder's token and attempt (see attempt), with the
+	// lock's TTL.
+	lock string
+	// fence is the name's fencing counter, advanced by the acquire script.
+	fence string
+	// channel is where a release is published. Channels ignore the
+	// database number, so two applications that share a server but not a
+	// database may wake each other's waiters: a spurious wake-up costs
+	// one attempt, nothing more.
+	channel string
+	// queue and live are fair mode's queue: waiters in order of arrival,
+	// and until when each is alive (see scripts/queue.lua).
+	queue, live string
+}
+
+// keysFor returns the names of key's lock, fence counter, release channel
+// and fair queue.
+func keysFor(key string) keys {
+	tag := "{" + backend.EscapeKey(key) + "}"
+	return keys{
+		lock:    tag + ":lock",
+		fence:   tag + ":fence",
+		channel: tag + ":released",
+		queue:   tag + ":queue",
+		live:    tag + ":live",
+	}
+}

@@ -1,0 +1,392 @@
+package redislock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Subscribe implements backend.Notifier over Redis pub/sub.
+func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if d.closed.Load() {
+		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	ch := make(chan struct{}, 1)
+	cancel, err := d.dep.subscribe(ctx, key, ch)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, cancel, nil
+}
+
+// A hub is one pub/sub connection and the goroutine that reads it. A plain
+// client or a cluster shares one hub among all channels (PUBLISH reaches
+// every node of a cluster, so any node will do); a ring routes each channel
+// to its shard, so it gets a hub per channel. A channel stays subscribed for
+// a moment (linger) after its last waiter leaves, so that a busy lock costs
+// no SUBSCRIBE round trip per acquisition; a hub without channels closes.
+type hub struct {
+	dep   *deployment
+	route string
+	ps    *redis.PubSub
+	wmu   chan struct{} // held (full) while writing SUBSCRIBE, UNSUBSCRIBE or PING, to order them
+
+	// Guarded by dep.mu.
+	chans    map[string]*chanState
+	dead     bool
+	quit     chan struct{}       // closed when dead is set
+	epoch    uint64              // advanced whenever the connection failed
+	barriers map[uint64]*barrier // PING payload -> waiting Subscribe
+}
+
+type chanState struct {
+	subs    map[*subscription]struct{}
+	active  bool        // confirmed subscribed on the current connection
+	idle    *time.Timer // linger before UNSUBSCRIBE, when subs is empty
+	idleGen uint64      // which linger idle is
+}
+
+type subscription struct {
+	ch  chan struct{}
+	seq uint64 // order of arrival: the longest waiter has the smallest
+	id  string // a fair waiter's name: woken only by messages naming it or none
+}
+
+type barrier struct {
+	done chan error // buffered 1
+}
+
+// subscribe arranges for ch to receive a value whenever key's release
+// channel carries a message, and returns once the subscription is confirmed.
+func (dep *deployment) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
+	return dep.subscribeAs(ctx, key, "", ch)
+}
+
+// subscribeAs is subscribe for fair waiter id ("": any waiter): ch then
+// receives only the messages that name id, or no one.
+func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan struct{}) (cancel func(), err error) {
+	channel := keysFor(key).channel
+	route := ""
+	if dep.ring {
+		route = channel
+	}
+	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
+	var h *hub
+	var st *chanState
+	for h == nil {
+		dep.mu.Lock()
+		if dep.closed {
+			dep.mu.Unlock()
+			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+		}
+		if cur := dep.hubs[route]; cur != nil && !cur.dead {
+			h = cur
+			break
+		}
+		dep.mu.Unlock()
+		// Make the connection object outside the lock: for a ring it
+		// already subscribes.
+		var ps *redis.PubSub
+		if dep.ring {
+			ps = dep.rdb.Subscribe(ctx, channel)
+		} else {
+			ps = dep.rdb.Subscribe(ctx)
+		}
+		dep.mu.Lock()
+		if dep.closed {
+			dep.mu.Unlock()
+			_ = ps.Close()
+			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+		}
+		if cur := dep.hubs[route]; cur != nil && !cur.dead {
+			dep.mu.Unlock()
+			_ = ps.Close()
+			continue
+		}
+		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
+		dep.hubs[route] = h
+		dep.wg.Add(1)
+		go h.run()
+	}
+	// dep.mu is held.
+	st = h.chans[channel]
+	if st == nil {
+		st = &chanState{subs: map[*subscription]struct{}{}}
+		h.chans[channel] = st
+	}
+	if st.idle != nil {
+		if st.idle.Stop() {
+			dep.wg.Done()
+		}
+		st.idle = nil
+	}
+	st.subs[sub] = struct{}{}
+	active := st.active
+	dep.mu.Unlock()
+
+	var once sync.Once
+	cancel = func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+	if active {
+		return cancel, nil
+	}
+	if err := h.confirm(ctx, channel, st); err != nil {
+		cancel()
+		return nil, err
+	}
+	return cancel, nil
+}
+
+// barrierTimeout bounds the wait for a subscription's confirmation: past
+// it, the caller waits by polling rather than not at all.
+const barrierTimeout = 2 * time.Second
+
+// confirm sends SUBSCRIBE and then a PING with a unique payload on the same
+// connection. The server answers in order, so the PONG proves the
+// subscription active. If the connection was replaced meanwhile, go-redis
+// subscribed the channel again on the new one before sending anything else,
+// so a later PONG proves it as well.
+func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
+	dep := h.dep
+	b := &barrier{done: make(chan error, 1)}
+	deadline := time.NewTimer(barrierTimeout)
+	defer deadline.Stop()
+	// Wait for the connection ctx-aware: a write to a server that does not
+	// answer can take long.
+	select {
+	case h.wmu <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("redislock: subscribe: %w", context.Cause(ctx))
+	case <-deadline.C:
+		return errors.New("redislock: subscribe: the pub/sub connection is busy")
+	}
+	dep.mu.Lock()
+	if h.dead {
+		dep.mu.Unlock()
+		<-h.wmu
+		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	dep.seq++
+	seq := dep.seq
+	epoch := h.epoch
+	h.barriers[seq] = b
+	dep.mu.Unlock()
+	w := dep.in.watch(ctx) // dialing the connection reads the server's greeting
+	err := h.ps.Subscribe(ctx, channel)
+	w.stop()
+	if err == nil {
+		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	}
+	<-h.wmu
+	if err == nil {
+		select {
+		case err = <-b.done:
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		case <-deadline.C:
+			err = errors.New("no confirmation from the server")
+		}
+	}
+	dep.mu.Lock()
+	delete(h.barriers, seq)
+	if err == nil && h.epoch == epoch && !h.dead {
+		st.active = true
+	}
+	dep.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("redislock: subscribe: %w", err)
+	}
+	return nil
+}
+
+const pingPrefix = "redislock:"
+
+// unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
+// if nobody subscribed again.
+func (dep *deployment) unsubscribe(h *hub, channel string, st *chanState, sub *subscription) {
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	delete(st.subs, sub)
+	if len(st.subs) > 0 || dep.closed || h.dead || h.chans[channel] != st || st.idle != nil {
+		return
+	}
+	dep.wg.Add(1)
+	st.idleGen++
+	gen := st.idleGen
+	st.idle = time.AfterFunc(dep.linger, func() {
+		defer dep.wg.Done()
+		h.expire(channel, st, gen)
+	})
+}
+
+// expire UNSUBSCRIBEs an idle channel, or closes the hub if it was the last.
+func (h *hub) expire(channel string, st *chanState, gen uint64) {
+	dep := h.dep
+	select {
+	case h.wmu <- struct{}{}:
+	case <-h.quit:
+		return
+	}
+	defer func() { <-h.wmu }()
+	dep.mu.Lock()
+	if dep.closed || h.dead || h.chans[channel] != st || len(st.subs) > 0 || st.idle == nil || st.idleGen != gen {
+		dep.mu.Unlock()
+		return
+	}
+	delete(h.chans, channel)
+	last := len(h.chans) == 0
+	if last {
+		h.kill()
+		if dep.hubs[h.route] == h {
+			delete(dep.hubs, h.route)
+		}
+	}
+	dep.mu.Unlock()
+	if last {
+		_ = h.ps.Close()
+		h.failBarriers(backend.ErrClosed)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = h.ps.Unsubscribe(ctx, channel)
+}
+
+// subSeq numbers subscriptions in order of arrival.
+var subSeq atomic.Uint64
+
+// wakeStagger is how much later than the one before it each waiter of a
+// process is woken by a release, longest waiter first.
+const wakeStagger = 300 * time.Microsecond
+
+// deliver wakes the waiters of a released lock, the longest waiting at
+// once and each of the others wakeStagger after the one before it. All
+// are told, as the Notifier contract says; the head start lets the longest
+// waiter of each process try first, so that waiters are served roughly in
+// arrival order instead of racing on every release, in which some of them
+// lose for a long time.
+func (dep *deployment) deliver(subs []*subscription) {
+	slices.SortFunc(subs, func(a, b *subscription) int { return cmp.Compare(a.seq, b.seq) })
+	for i, s := range subs {
+		if i == 0 || wakeStagger == 0 {
+			notify(s.ch)
+			continue
+		}
+		ch := s.ch
+		time.AfterFunc(time.Duration(i)*wakeStagger, func() { notify(ch) })
+	}
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// kill marks the hub dead; dep.mu must be held.
+func (h *hub) kill() {
+	if !h.dead {
+		h.dead = true
+		close(h.quit)
+	}
+}
+
+func (h *hub) failBarriers(err error) {
+	h.dep.mu.Lock()
+	defer h.dep.mu.Unlock()
+	for seq, b := range h.barriers {
+		select {
+		case b.done <- err:
+		default:
+		}
+		delete(h.barriers, seq)
+	}
+}
+
+// run reads the hub's connection until it is closed, delivering release
+// messages and PONGs.
+func (h *hub) run() {
+	dep := h.dep
+	defer dep.wg.Done()
+	ctx := context.Background()
+	failures := 0
+	for {
+		msg, err := h.ps.Receive(ctx)
+		if err != nil {
+			dep.mu.Lock()
+			dead := h.dead
+			dep.mu.Unlock()
+			if dead || errors.Is(err, redis.ErrClosed) {
+				return
+			}
+			// The connection failed; go-redis reconnects and subscribes
+			// again, but messages sent meanwhile are lost (waiters' backoff
+			// covers them), and subscriptions must be confirmed anew.
+			dep.mu.Lock()
+			h.epoch++
+			for _, st := range h.chans {
+				st.active = false
+			}
+			dep.mu.Unlock()
+			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
+			failures++
+			if failures > 1 {
+				d := min(time.Duration(failures)*50*time.Millisecond, time.Second)
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-h.quit:
+					t.Stop()
+					return
+				}
+			}
+			continue
+		}
+		failures = 0
+		switch m := msg.(type) {
+		case *redis.Message:
+			dep.mu.Lock()
+			var subs []*subscription
+			if st := h.chans[m.Channel]; st != nil {
+				for s := range st.subs {
+					if m.Payload == "" || s.id == "" || s.id == m.Payload {
+						subs = append(subs, s)
+					}
+				}
+			}
+			dep.mu.Unlock()
+			dep.deliver(subs)
+		case *redis.Pong:
+			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
+				continue
+			}
+			seq, err := strconv.ParseUint(m.Payload[len(pingPrefix):], 10, 64)
+			if err != nil {
+				continue
+			}
+			// PONGs arrive in order: every earlier barrier on this
+			// connection is passed too.
+			dep.mu.Lock()
+			for s, b := range h.barriers {
+				if s <= seq {
+					select {
+					case b.done <- nil:
+					default:
+					}
+					delete(h.barriers, s)
+				}
+			}
+			dep.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package redislock
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures a Driver, a FairDriver or a Quorum. An option given a
+// value out of its range makes the constructor (New, NewFair, NewQuorum,
+// Open, OpenFair, OpenQuorum) fail before any network call.
+type Option func(*config)
+
+type config struct {
+	logger      *slog.Logger
+	linger      time.Duration
+	driftFactor float64
+	driftMin    time.Duration
+	// restartDelay caps how long a server that started recently refuses
+	// names it has no fence counter for; < 0: no cap (the lock's TTL).
+	restartDelay time.Duration
+	// err is the first option given a value out of its range.
+	err error
+}
+
+func defaultConfig() config {
+	return config{
+		logger:       slog.New(slog.DiscardHandler),
+		linger:       time.Second,
+		driftFactor:  0.01,
+		driftMin:     2 * time.Millisecond,
+		restartDelay: defaultRestartDelay,
+	}
+}
+
+// buildConfig applies opts to the defaults, and returns the error of the
+// first option given a value out of its range.
+func buildConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg, cfg.err
+}
+
+// invalid records an option's bad value, the first only.
+func (c *config) invalid(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("redislock: "+format, args...)
+	}
+}
+
+// defaultRestartDelay is the restart delay's cap when no option or URL
+// sets one: none (the lock's TTL). A variable for the tests.
+var defaultRestartDelay time.Duration = -1
+
+// WithRestartDelay caps how long a server refuses to grant names it has no
+// fence counter for after it starts (URL: restart_delay=). By default it
+// refuses for the lock's TTL: a server restarted without persistence has
+// forgotten every lock while their holders still run, each until its TTL
+// runs out, so granting sooner could make two holders (Redlock's "delayed
+// restart", enforced by the server's own uptime). A name's first use on a
+// new server waits the same way. A server that persists every write
+// (appendonly yes, appendfsync always) forgets nothing: 0 turns the check
+// off. A negative d is an error.
+func WithRestartDelay(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("WithRestartDelay(%v): negative", d)
+			return
+		}
+		c.restartDelay = d
+	}
+}
+
+// WithLogger sets where the driver reports a server whose maxmemory-policy
+// may evict lock keys (default, and nil: nowhere).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithClockDrift sets the Quorum's allowance for clock-rate differences
+// between this process and the servers: factor of the TTL (default 0.01,
+// at least 0 and less than 0.5) plus fixed (default 2ms, not negative). It
+// has no effect on a Driver.
+func WithClockDrift(factor float64, fixed time.Duration) Option {
+	return func(c *config) {
+		if !(factor >= 0 && factor < 0.5) {
+			c.invalid("WithClockDrift(%v, %v): the factor must be at least 0 and less than 0.5", factor, fixed)
+			return
+		}
+		if fixed < 0 {
+			c.invalid("WithClockDrift(%v, %v): negative fixed drift", factor, fixed)
+			return
+		}
+		c.driftFactor, c.driftMin = factor, fixed
+	}
+}
+
+// withLinger sets how long a release channel stays subscribed after its
+// last waiter left. For tests.
+func withLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }

@@ -1,0 +1,205 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// The scripts, embedded from scripts/ and put together here; the methods
+// below run them on a deployment, one per operation, with the keys of
+// keysFor.
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/refresh.lua
+	refreshLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+	//go:embed scripts/raise.lua
+	raiseLua string
+	//go:embed scripts/queue.lua
+	queueLua string
+	//go:embed scripts/fair_acquire.lua
+	fairAcquireLua string
+	//go:embed scripts/leave.lua
+	leaveLua string
+
+	// Script.Run sends EVALSHA and falls back to EVAL when the server
+	// answers NOSCRIPT (a restart or failover emptied its script cache).
+	acquireScript = redis.NewScript("local restart_delay = tonumber(ARGV[4])\n" + acquireLua)
+	refreshScript = redis.NewScript(refreshLua)
+	releaseScript = redis.NewScript("local function next_waiter() return '' end\n" + releaseLua)
+	raiseScript   = redis.NewScript(raiseLua)
+
+	// Fair mode's scripts share queue.lua; fair acquire runs the plain
+	// acquire script as a function, for the head of the queue only.
+	fairAcquireScript = redis.NewScript(queueLua + "local restart_delay = tonumber(ARGV[7])\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
+	fairReleaseScript = redis.NewScript(queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
+	leaveScript       = redis.NewScript(queueLua + leaveLua)
+)
+
+// ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.
+func ttlMillis(ttl time.Duration) int64 {
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return max(int64(ms), 1)
+}
+
+// The lock key holds "<token>.<attempt>". The token says who holds it, for
+// refresh and release; the attempt says which try of that token set it, so
+// that cleaning up after a failed try (in the background, on a server that
+// answered late) never removes the key that a later, successful try of the
+// same token set. Attempts are numbered in increasing order, and a key set
+// by a later attempt is never overwritten by an earlier one (the acquire
+// script checks), so a straggler of an abandoned try cannot take the key
+// from the try that followed it.
+var attempts atomic.Uint64
+
+// attempt returns a lock value for a new try of l.
+func attempt(l backend.Claim) string {
+	return l.Token + "." + strconv.FormatUint(attempts.Add(1), 10)
+}
+
+func holder(l backend.Claim) string { return l.Token + "." }
+
+// acquire runs the acquire script for one attempt (see attempt): the
+// fence; 0 when another token holds the lock; -n when the server started
+// less than a TTL ago and grants the name only in n milliseconds.
+func (dep *deployment) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
+	defer dep.in.watch(ctx).stop()
+	k := keysFor(l.Key)
+	v, err := acquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, px, holder(l), dep.restartDelay(px)).Int64()
+	return v, classify(err)
+}
+
+// classify marks the server's refusal of our identity or of a command
+// (an ACL without the permission; NOPERM, WRONGPASS, NOAUTH) as
+// backend.ErrPermission: a configuration error that waiting cannot fix. A
+// command the ACL refuses inside a script is an ERR, with a message that
+// differs by version (7.0: "The user executing the script can't ...",
+// 7.2 and later: "ACL failure in script: ...").
+func classify(err error) error {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return err
+	}
+	for _, code := range aclRefusals {
+		if strings.Contains(re.Error(), code) {
+			return fmt.Errorf("%w: %w", backend.ErrPermission, err)
+		}
+	}
+	return err
+}
+
+var aclRefusals = []string{"NOPERM", "WRONGPASS", "NOAUTH", "The user executing the script can't", "ACL failure in script"}
+
+// released reads the release script's answer, and warns once when the
+// server refused the wake-up (see release.lua).
+func (dep *deployment) released(v int64) bool {
+	if v == 2 {
+		dep.publishDenied.Do(func() {
+			dep.log.Warn("redislock: the server refuses PUBLISH on the release channels ({name}:released): waiters poll instead of being woken; grant the ACL user &* or the channel pattern")
+		})
+	}
+	return v >= 1
+}
+
+// restartDelay is how long after its start a server refuses names it has
+// no fence counter for, in milliseconds, for a lock of px milliseconds.
+func (dep *deployment) restartDelay(px int64) int64 {
+	if dep.restartMax < 0 {
+		return px
+	}
+	return min(px, dep.restartMax.Milliseconds())
+}
+
+// notAcquired is the error of an acquisition the server refused: r is the
+// script's answer, 0 or -n (see acquire).
+func notAcquired(op string, r int64) error {
+	if r < 0 {
+		return fmt.Errorf("redislock: %s: %w", op, &backend.NotAcquiredError{Reason: fmt.Sprintf(
+			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", time.Duration(-r)*time.Millisecond)})
+	}
+	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
+}
+
+func (dep *deployment) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := refreshScript.Run(ctx, dep.rdb, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
+	return v == 1, classify(err)
+}
+
+func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	k := keysFor(l.Key)
+	v, err := releaseScript.Run(ctx, dep.rdb, []string{k.lock}, holder(l), k.channel, "0").Int64()
+	return dep.released(v), classify(err)
+}
+
+// fairAcquire runs the fair acquire script for waiter w (wait: join the
+// queue when not granted): the fence, 0 when not granted, or -n when w is
+// next and the lock is held for n more milliseconds.
+func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, wait bool) (int64, error) {
+	defer dep.in.watch(ctx).stop()
+	mode := "try"
+	if wait {
+		mode = "wait"
+	}
+	k := keysFor(l.Key)
+	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px)).Int64()
+	return v, classify(err)
+}
+
+// fairRelease is release that names the next waiter in its message.
+func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	k := keysFor(l.Key)
+	v, err := fairReleaseScript.Run(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, holder(l), k.channel, "0").Int64()
+	return dep.released(v), classify(err)
+}
+
+// leave takes waiter w out of l.Key's queue, even when ctx is done, and
+// cleans up after its attempt value. Best effort: a waiter that could not
+// leave is dropped once its liveness runs out.
+func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	k := keysFor(l.Key)
+	_ = leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
+}
+
+func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	k := keysFor(l.Key)
+	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10)).Int64()
+	return v == 1, classify(err)
+}
+
+// cleanup removes what a failed attempt may have left: the script may have
+// run even though its reply was lost or ctx ended. Best effort, bounded,
+// and only if that very attempt holds the key.
+//
+// Clean-ups (cleanup, leave) send the whole script (EVAL), not its hash:
+// they run when a connection is in trouble, often one whose answers are
+// lost, and a NOSCRIPT answer (a server that never ran the script, or
+// restarted) would never arrive to trigger the fallback, so the clean-up
+// would not run at all.
+func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	k := keysFor(l.Key)
+	_ = releaseScript.Eval(ctx, dep.rdb, []string{k.lock}, value, k.channel, "1").Err()
+}
+
+const cleanupTimeout = 2 * time.Second
