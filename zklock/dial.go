@@ -116,7 +116,13 @@ func (d *Driver) closeConn() {
 		defer close(polite)
 		d.conn.Close()
 	}()
-	t := time.NewTimer(closeLimit / 2)
+	wait := closeLimit / 2
+	if d.conn.SessionID() == 0 {
+		// No session (the server never answered): nothing to close
+		// politely, and the zk client would wait a second for it.
+		wait = 0
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-polite:

@@ -67,18 +67,12 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 	if u.Scheme != "zk" {
 		return nil, nil, fmt.Errorf("zklock: %w: scheme %q, want zk", backend.ErrInvalidURL, u.Scheme)
 	}
-	if u.Opaque != "" || u.Host == "" {
+	if u.Opaque != "" {
 		return nil, nil, fmt.Errorf("zklock: %w: want zk://host:port[,host:port...][/root]", backend.ErrInvalidURL)
 	}
-	var servers []string
-	for _, s := range strings.Split(u.Host, ",") {
-		if s == "" {
-			return nil, nil, fmt.Errorf("zklock: %w: empty server address", backend.ErrInvalidURL)
-		}
-		if !strings.Contains(s, ":") || strings.HasSuffix(s, "]") {
-			s += ":2181"
-		}
-		servers = append(servers, s)
+	servers, err := backend.Hosts(u, "2181")
+	if err != nil {
+		return nil, nil, fmt.Errorf("zklock: %w", err)
 	}
 	var opts []Option
 	root := u.Path
