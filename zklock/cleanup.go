@@ -39,6 +39,18 @@ func (d *Driver) abandon(ctx context.Context, e *entry) {
 	}
 }
 
+// abandonQuick is abandon for a caller who gives up on a dead connection:
+// it waits quickWait at most.
+func (d *Driver) abandonQuick(e *entry) {
+	done := d.abandonAsync(e)
+	t := time.NewTimer(d.quickWait())
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // abandonAsync deletes a queue node in the background; when that fails for
 // want of a connection, it retries for as long as the node's session may
 // live. The channel is closed once it is done.
@@ -61,7 +73,7 @@ func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
 // none is left, the driver closes or the session that may own them (if
 // known) is gone: then they are gone too.
 func (d *Driver) reapHash(parent, hash string, session int64) {
-	retry := newBackoff()
+	bo := newBackoff()
 	deadline := time.Now().Add(2*d.ttl + 10*time.Second)
 	for time.Now().Before(deadline) {
 		if session != 0 && d.conn.SessionID() != session {
@@ -84,7 +96,7 @@ func (d *Driver) reapHash(parent, hash string, session int64) {
 				return
 			}
 		}
-		if !retry.sleep(d.done, nil) {
+		if !pause(d.gate.Context(), bo) {
 			return
 		}
 	}

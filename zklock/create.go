@@ -9,36 +9,37 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
-// enqueue creates l's queue node. maxTransient bounds the attempts that
-// fail for want of a connection (0: until ctx ends). On an error it leaves
-// no node behind.
-func (d *Driver) enqueue(ctx context.Context, l backend.Claim, maxTransient int) (*entry, error) {
+// enqueue creates l's queue node, riding out store failures as t allows.
+// On an error it leaves no node behind.
+func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry, error) {
 	parent := d.parentPath(l.Key)
 	hash := tokenHash(l.Token)
 	data := []byte(l.Owner)
-	if ctx.Done() == nil {
-		return d.create(parent, hash, data, maxTransient, nil)
-	}
 	type result struct {
 		e   *entry
 		err error
 	}
 	ch := make(chan result, 1)
-	gaveUp, taken, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	taken, finished := make(chan struct{}), make(chan struct{})
+	// create runs until it is done or the caller leaves (or Close begins).
+	cctx, cancel := context.WithCancel(d.gate.Context())
 	if !d.spawn(func() {
 		defer close(finished)
-		e, err := d.create(parent, hash, data, maxTransient, gaveUp)
+		defer cancel()
+		e, err := d.create(cctx, parent, hash, data, t)
 		ch <- result{e, err}
 		select {
 		case <-taken:
-		case <-gaveUp:
+		case <-cctx.Done():
 			if e != nil {
 				d.abandonAsync(e) // the caller left: take back what we made
 			}
 		}
 	}) {
+		cancel()
 		return nil, backend.ErrClosed
 	}
 	select {
@@ -46,7 +47,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, maxTransient int)
 		close(taken)
 		return r.e, r.err
 	case <-ctx.Done():
-		close(gaveUp)
+		cancel()
 		// Usually one round trip: wait, so that nothing is left behind
 		// when we return, but not for a dead connection's timeout (the
 		// node, if any, is deleted in the background).
@@ -56,35 +57,62 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, maxTransient int)
 		case <-finished:
 		case <-t.C:
 		}
-		return nil, context.Cause(ctx)
+		return nil, d.ended(ctx)
 	}
 }
 
-// create makes the queue node under parent, creating parent (a container
-// node, which the server deletes once it is empty) when missing. The node
-// and the parent's data are written in one transaction, whose zxid, the
-// parent's new Mzxid, is the node's Czxid: the fence, without another round
-// trip. When a response is lost, the node is looked for by its token hash.
-// On an error, it leaves no node behind (cleaning up in the background when
-// it cannot tell whether the server made one).
-func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop <-chan struct{}) (*entry, error) {
+// create makes the queue node under parent. It tries the create first, as
+// the name's node usually exists; on "no node" it creates the name's node
+// (a container node, which the server deletes once it is empty) and tries
+// again. The node and the parent's data are written in one transaction,
+// whose zxid, the parent's new Mzxid, is the node's Czxid: the fence, from
+// the ensemble's one counter, without another round trip. When a response
+// is lost, the node is looked for by its token hash. On an error, it
+// leaves no node behind (cleaning up in the background when it cannot
+// tell whether the server made one).
+func (d *Driver) create(ctx context.Context, parent, hash string, data []byte, t *tries) (*entry, error) {
 	prefix := parent + "/" + nodePrefix + hash + "-"
-	retry := newBackoff()
+	bo := newBackoff()
 	uncertain := false
-	fails, noNode := 0, 0
+	noNode := 0
 	giveUp := func(err error) (*entry, error) {
 		if uncertain {
 			d.spawn(func() { d.reapHash(parent, hash, 0) })
 		}
 		return nil, err
 	}
-	// A name this driver has not seen: make its node first (with our ACL,
-	// so no check is needed), then the queue node. A failure here is met
-	// again, and handled, by the create below.
-	known := d.knownParent(parent)
-	made := !known && d.makeParent(parent)
+	// A name's node this driver made, or has checked, carries our ACL.
+	checked := d.knownParent(parent)
+	needParent := false
 	for {
-		sid := d.conn.SessionID()
+		sid, sent := d.conn.SessionID(), time.Now()
+		if t.budget > 0 && !d.settled(ctx) {
+			// Acquire: a try not sent for want of a session fails.
+			switch {
+			case t.fail(sent):
+				return giveUp(fmt.Errorf("create the queue node: %w", errNoSession))
+			case !pause(ctx, bo):
+				return giveUp(d.ended(ctx))
+			}
+			continue
+		}
+		if needParent {
+			made, err := d.ensureParent(parent)
+			switch {
+			case err == nil:
+				t.ok()
+				needParent, checked = false, made
+			case !transient(err):
+				return giveUp(err)
+			case t.fail(sent):
+				return giveUp(fmt.Errorf("create the queue node: %w", err))
+			case !pause(ctx, bo):
+				return giveUp(d.ended(ctx))
+			}
+			if needParent {
+				continue
+			}
+		}
 		res, err := request(d, func() ([]zk.MultiResponse, error) {
 			return d.conn.Multi(
 				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
@@ -109,11 +137,12 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 				return nil, fmt.Errorf("unexpected node name %q", name)
 			}
 			if sid != 0 && d.conn.SessionID() == sid {
+				t.ok()
 				// The name's node was there before us: it must carry our
 				// ACL (see acl.go).
 				var err error
-				if !known && !made {
-					err = d.checkACLOn(parent, sid, retry, stop)
+				if !checked {
+					err = d.checkACLOn(ctx, parent, sid, bo)
 				}
 				switch {
 				case err == nil:
@@ -139,13 +168,15 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
+			// The name's node is missing (never made, or deleted by the
+			// server once empty, maybe between our tries): make it. A
+			// bounded number of times, as each one is an answer.
+			t.ok()
 			d.forgetParent(parent)
 			if noNode++; noNode > 3 {
 				return giveUp(fmt.Errorf("create %s: %w", parent, err))
 			}
-			if err := d.ensureParent(parent); err != nil {
-				return giveUp(err)
-			}
+			needParent = true
 			continue
 		case connLost(err):
 			// The server may have made the node before the connection
@@ -161,14 +192,11 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 		default:
 			return giveUp(fmt.Errorf("create the queue node under %s: %w", parent, err))
 		}
-		if fails++; maxTransient > 0 && fails >= maxTransient {
+		if t.fail(sent) {
 			return giveUp(fmt.Errorf("create the queue node: %w", err))
 		}
-		if !retry.sleep(stop, d.done) {
-			if d.isClosed() {
-				return giveUp(backend.ErrClosed)
-			}
-			return giveUp(fmt.Errorf("create the queue node: gave up: %w", err))
+		if !pause(ctx, bo) {
+			return giveUp(d.ended(ctx))
 		}
 	}
 }
@@ -176,10 +204,10 @@ func (d *Driver) create(parent, hash string, data []byte, maxTransient int, stop
 // checkACLOn is checkACL, asked again while its answer is lost on session
 // sid: a lost answer says nothing about the ACL, and the queue node made on
 // that session stays ours as long as the session lives.
-func (d *Driver) checkACLOn(path string, sid int64, b *backoff, stop <-chan struct{}) error {
+func (d *Driver) checkACLOn(ctx context.Context, path string, sid int64, bo *retry.Backoff) error {
 	for {
 		err := d.checkACL(path)
-		if err == nil || !connLost(err) || d.conn.SessionID() != sid || !b.sleep(stop, d.done) {
+		if err == nil || !connLost(err) || d.conn.SessionID() != sid || !pause(ctx, bo) {
 			return err
 		}
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// ErrSessionExpired is wrapped by the error of an acquisition whose
-// ZooKeeper session expired while it waited in the queue: its queue node is
-// gone with the session.
+// ErrSessionExpired is wrapped by the error of a TryAcquire whose
+// ZooKeeper session expired before it could tell whether it holds the
+// lock: its queue node is gone with the session. (Acquire queues again.)
 var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
@@ -37,12 +37,13 @@ type Driver struct {
 	pmu     sync.Mutex
 	parents map[string]struct{} // names' nodes seen to exist (the server deletes them when empty)
 
-	mu     sync.Mutex
-	closed bool
-	holds  map[string]*held // by token
-	wg     sync.WaitGroup   // goroutines the driver started
-	done   chan struct{}    // closed by Close
-	wake   chan struct{}    // session events for the monitor
+	gate    backend.Gate    // the calls: ErrClosed after Close, their contexts end when it begins
+	done    <-chan struct{} // the gate's: closed when Close begins
+	mu      sync.Mutex
+	stopped bool             // no more background work: Close waits for it, bounded
+	holds   map[string]*held // by token
+	wg      sync.WaitGroup   // goroutines the driver started
+	wake    chan struct{}    // session events for the monitor
 
 	last    atomic.Pointer[contact] // the latest answered request
 	shut    atomic.Bool             // Close has begun
@@ -117,16 +118,17 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 }
 
 func newDriver(cfg config) *Driver {
-	return &Driver{
+	d := &Driver{
 		root:    cfg.root,
 		acl:     cfg.acl,
 		log:     cfg.logger,
 		holds:   map[string]*held{},
 		parents: map[string]struct{}{},
-		done:    make(chan struct{}),
 		wake:    make(chan struct{}, 1),
 		resumed: make(chan struct{}, 1),
 	}
+	d.done = d.gate.Context().Done()
+	return d
 }
 
 func (d *Driver) start() {
@@ -142,12 +144,14 @@ func (d *Driver) Conn() *zk.Conn { return d.conn }
 // with the driver.
 func (d *Driver) SessionTTL() time.Duration { return d.ttl }
 
-// spawn runs f in a goroutine that Close waits for, unless the driver is
-// closed.
+// spawn runs f in a goroutine that Close waits for (bounded), unless Close
+// is past waiting for the calls. Work the calls leave to the background
+// (deleting a node, watching a held one) is not a call: the Gate would
+// wait for it without a bound.
 func (d *Driver) spawn(f func()) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.stopped {
 		return false
 	}
 	d.wg.Add(1)
@@ -158,10 +162,24 @@ func (d *Driver) spawn(f func()) bool {
 	return true
 }
 
-func (d *Driver) isClosed() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.closed
+func (d *Driver) isClosed() bool { return d.gate.Closed() }
+
+// enter is the gate's Enter for operation op.
+func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, d.closedErr(op)
+	}
+	return ctx, done, nil
+}
+
+// ended is the error of a call whose context ended: the caller's cause,
+// or ErrClosed when Close ended it.
+func (d *Driver) ended(ctx context.Context) error {
+	if d.isClosed() {
+		return backend.ErrClosed
+	}
+	return context.Cause(ctx)
 }
 
 // poke wakes the monitor; it never blocks (the zk client calls it).
@@ -184,17 +202,20 @@ const closeLimit = 2 * time.Second
 // client's own timeouts. Later calls return ErrClosed.
 func (d *Driver) Close() error {
 	start := time.Now()
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if d.gate.Closed() {
 		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
 	}
-	d.closed = true
 	d.shut.Store(true)
+	// The calls in flight see their contexts end and return within
+	// about a round trip (see abandon).
+	if !d.gate.Close() {
+		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
+	}
+	d.mu.Lock()
+	d.stopped = true
 	holds := d.holds
 	d.holds = map[string]*held{}
 	d.mu.Unlock()
-	close(d.done)
 	if d.own {
 		d.closeConn()
 		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
@@ -236,10 +257,12 @@ func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 // node and, unless the node is first, deletes it again.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
 	defer func() { err = permitted(err) }()
-	if d.isClosed() {
-		return backend.Grant{}, d.closedErr("try-acquire")
+	ctx, done, err := d.enter(ctx, "try-acquire")
+	if err != nil {
+		return backend.Grant{}, err
 	}
-	e, err := d.enqueue(ctx, l, 3)
+	defer done()
+	e, err := d.enqueue(ctx, l, &tries{max: 3})
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
 	}
@@ -263,9 +286,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Gra
 // Release deletes l.Token's node if it holds l.Key.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	defer func() { err = permitted(err) }()
-	if d.isClosed() {
-		return d.closedErr("release")
+	ctx, done, err := d.enter(ctx, "release")
+	if err != nil {
+		return err
 	}
+	defer done()
 	d.mu.Lock()
 	h := d.holds[l.Token]
 	delete(d.holds, l.Token)
@@ -297,7 +322,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	// The node's name is unique to the token: after an attempt whose answer
 	// was lost, "no node" means that attempt deleted it.
 	uncertain := false
-	retry := newBackoff()
+	bo := newBackoff()
 	for {
 		_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
 		switch {
@@ -311,7 +336,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
 		case transient(err) && ctx.Err() == nil:
 			uncertain = true
-			if retry.sleep(ctx.Done(), d.done) {
+			if pause(ctx, bo) {
 				continue
 			}
 		}
@@ -324,7 +349,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		parent, name := path[:i], path[i+1:]
 		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
 		if ctx.Err() != nil {
-			err = context.Cause(ctx)
+			err = d.ended(ctx)
 		}
 		return fmt.Errorf("zklock: release: %w (deleting the node in the background)", err)
 	}
@@ -334,9 +359,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 // alive, so there is nothing to extend.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	defer func() { err = permitted(err) }()
-	if d.isClosed() {
-		return d.closedErr("refresh")
+	ctx, done, err := d.enter(ctx, "refresh")
+	if err != nil {
+		return err
 	}
+	defer done()
 	d.mu.Lock()
 	h := d.holds[l.Token]
 	var path string

@@ -11,24 +11,6 @@ import (
 
 func (d *Driver) parentPath(key string) string { return d.root + "/" + backend.EscapeKey(key) }
 
-// makeParent creates the node of a name, which may be missing, as a
-// container node with the driver's ACL (and the root when it is missing);
-// true if this call made it.
-func (d *Driver) makeParent(parent string) bool {
-	for range 2 {
-		_, err := request(d, func() (string, error) {
-			return d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
-		})
-		if !errors.Is(err, zk.ErrNoNode) {
-			return err == nil
-		}
-		if d.ensureRoot() != nil {
-			return false
-		}
-	}
-	return false
-}
-
 // maxParents bounds the driver's memory of names whose node exists.
 const maxParents = 8192
 
@@ -54,22 +36,28 @@ func (d *Driver) forgetParent(parent string) {
 	delete(d.parents, parent)
 }
 
-// ensureParent creates the container node parent, and the root if needed.
-func (d *Driver) ensureParent(parent string) error {
+// ensureParent creates the container node parent, and the root if
+// needed; made is false when it was there already (someone else's, whose
+// ACL must be checked).
+func (d *Driver) ensureParent(parent string) (made bool, err error) {
 	for range 2 {
-		_, err := d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+		_, err := request(d, func() (string, error) {
+			return d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+		})
 		switch {
-		case err == nil, errors.Is(err, zk.ErrNodeExists):
-			return nil
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNodeExists):
+			return false, nil
 		case errors.Is(err, zk.ErrNoNode):
 			if err := d.ensureRoot(); err != nil {
-				return err
+				return false, err
 			}
 		default:
-			return fmt.Errorf("create %s: %w", parent, err)
+			return false, fmt.Errorf("create %s: %w", parent, err)
 		}
 	}
-	return fmt.Errorf("create %s: %w", parent, zk.ErrNoNode)
+	return false, fmt.Errorf("create %s: %w", parent, zk.ErrNoNode)
 }
 
 // ensureRoot creates the root and its ancestors, as persistent nodes.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // permitted marks a refusal by an ACL (zk.ErrNoAuth) as the permanent
@@ -82,22 +83,33 @@ func (d *Driver) children(ctx context.Context, parent string) ([]string, error) 
 	return r.names, err
 }
 
-// backoff spaces retries: 20ms doubling to 500ms.
-type backoff struct{ d time.Duration }
+// newBackoff spaces the driver's retries: 20ms doubling to 500ms.
+func newBackoff() *retry.Backoff {
+	return &retry.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+}
 
-func newBackoff() *backoff { return &backoff{d: 20 * time.Millisecond} }
+// pause waits bo's next step; false if ctx ended first.
+func pause(ctx context.Context, bo *retry.Backoff) bool { return retry.Sleep(ctx, bo.Next()) == nil }
 
-// sleep waits for the next retry; false if a or b closed first.
-func (b *backoff) sleep(a, c <-chan struct{}) bool {
-	t := time.NewTimer(b.d)
-	defer t.Stop()
-	b.d = min(2*b.d, 500*time.Millisecond)
-	select {
-	case <-t.C:
+// tries bounds a call's run of store failures: after max tries
+// (TryAcquire, which the Client retries), or once every try has failed
+// for budget (Acquire: backend.StoreFailureBudget).
+type tries struct {
+	max    int
+	budget time.Duration
+	n      int
+	run    retry.Failing
+}
+
+// ok ends the run: a request reached the store.
+func (t *tries) ok() { t.n = 0; t.run.Ok() }
+
+// fail records a try sent at sent that failed, and reports whether the
+// run is over.
+func (t *tries) fail(sent time.Time) (exhausted bool) {
+	t.n++
+	if t.max > 0 && t.n >= t.max {
 		return true
-	case <-a:
-		return false
-	case <-c:
-		return false
 	}
+	return t.budget > 0 && t.run.Fail(sent, t.budget)
 }
