@@ -72,7 +72,7 @@ func (d *Driver) touch(sid int64, sent time.Time, rtt time.Duration) {
 // with the driver).
 func (d *Driver) contactOf(sid int64) time.Time {
 	c := d.last.Load()
-	if c == nil || c.sid != sid || d.shut.Load() || d.conn.SessionID() != sid {
+	if c == nil || c.sid != sid || d.gate.Closed() || d.conn.SessionID() != sid {
 		return time.Time{}
 	}
 	return c.sent

@@ -70,7 +70,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	wctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	fail := func(err error) (*Driver, error) {
-		d.closeConn()
+		d.closeConn(time.Now())
 		return nil, err
 	}
 	n := d.hosts.Len()
@@ -109,14 +109,16 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 // it then stops only once its connection fails, which takes up to two
 // thirds of the session timeout on a dead one. So: a second for the
 // polite close, then cut the connections and refuse new ones.
-func (d *Driver) closeConn() {
-	start := time.Now()
+//
+// start is when Close began: the calls it waited for count against the
+// limit.
+func (d *Driver) closeConn(start time.Time) {
 	polite := make(chan struct{})
 	go func() {
 		defer close(polite)
 		d.conn.Close()
 	}()
-	wait := closeLimit / 2
+	wait := min(closeLimit/2, closeLimit-200*time.Millisecond-time.Since(start))
 	if d.conn.SessionID() == 0 {
 		// No session (the server never answered): nothing to close
 		// politely, and the zk client would wait a second for it.

@@ -46,7 +46,6 @@ type Driver struct {
 	wake    chan struct{}    // session events for the monitor
 
 	last    atomic.Pointer[contact] // the latest answered request
-	shut    atomic.Bool             // Close has begun
 	resumed chan struct{}           // a session again: ping now
 	since   atomic.Int64            // own connections: when the zk client last had a session again (UnixNano), 0 while it has none
 
@@ -202,10 +201,6 @@ const closeLimit = 2 * time.Second
 // client's own timeouts. Later calls return ErrClosed.
 func (d *Driver) Close() error {
 	start := time.Now()
-	if d.gate.Closed() {
-		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
-	}
-	d.shut.Store(true)
 	// The calls in flight see their contexts end and return within
 	// about a round trip (see abandon).
 	if !d.gate.Close() {
@@ -217,7 +212,7 @@ func (d *Driver) Close() error {
 	d.holds = map[string]*held{}
 	d.mu.Unlock()
 	if d.own {
-		d.closeConn()
+		d.closeConn(start)
 		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
 			d.log.Debug("zklock: close: a call of the driver is still running")
 		}
