@@ -21,7 +21,7 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
-	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/servers"
 )
 
 // benchTarget is one backend to benchmark.
@@ -38,12 +38,12 @@ func defaultTargets(fileDir string) []benchTarget {
 	return []benchTarget{
 		{label: "mem", url: "mem://bench-" + randSuffix()},
 		{label: "file", url: (&url.URL{Scheme: "file", Path: fileDir}).String()},
-		{label: "redis", url: "redis://" + testenv.RedisAddr() + "/0", probe: []string{testenv.RedisAddr()}},
-		{label: "redis-fair", url: "redis://" + testenv.RedisAddr() + "/0?fair=true", probe: []string{testenv.RedisAddr()}},
-		{label: "etcd", url: "etcd://" + strings.Join(testenv.EtcdEndpoints(), ","), probe: testenv.EtcdEndpoints()},
-		{label: "zk", url: "zk://" + strings.Join(testenv.ZKAddrs(), ","), probe: testenv.ZKAddrs()},
-		{label: "postgres", url: testenv.PostgresURL(), probe: []string{testenv.PostgresAddr()}},
-		{label: "memcache", url: "memcache://" + testenv.MemcacheAddr(), probe: []string{testenv.MemcacheAddr()}},
+		{label: "redis", url: "redis://" + servers.RedisAddr() + "/0", probe: []string{servers.RedisAddr()}},
+		{label: "redis-fair", url: "redis://" + servers.RedisAddr() + "/0?fair=true", probe: []string{servers.RedisAddr()}},
+		{label: "etcd", url: "etcd://" + strings.Join(servers.EtcdEndpoints(), ","), probe: servers.EtcdEndpoints()},
+		{label: "zk", url: "zk://" + strings.Join(servers.ZKAddrs(), ","), probe: servers.ZKAddrs()},
+		{label: "postgres", url: servers.PostgresURL(), probe: []string{servers.PostgresAddr()}},
+		{label: "memcache", url: "memcache://" + servers.MemcacheAddr(), probe: []string{servers.MemcacheAddr()}},
 	}
 }
 
