@@ -1,7 +1,9 @@
 // Package bench runs the workloads of `lockctl bench` against one backend:
 // uncontended acquire+release, parallel acquire+release on distinct names,
 // N workers contending for one name across M clients, and K locks held with
-// automatic refresh.
+// automatic refresh. Its contended harness (Contend, Samples, Contention,
+// in contend.go) is also the one every backend's testing.B uses. It does
+// not import testing, so that lockctl does not link it.
 package bench
 
 import (
