@@ -95,7 +95,6 @@ func BenchmarkClient(b *testing.B) {
 // poll; the round trip is a get on the first client, during the run.
 func BenchmarkContended(b *testing.B) {
 	testenv.Require(b, testenv.MemcacheAddr())
-	ctx := context.Background()
 	ns := "mctest-" + randHex(4)
 	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "get"}
 	for i := range 2 {
@@ -118,11 +117,5 @@ func BenchmarkContended(b *testing.B) {
 			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "contended")})
 		}
 	}
-	b.ResetTimer()
-	s, err := run.Run(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	s.Summary().Report(b, "")
+	run.RunB(b).Summary().Report(b, "")
 }

@@ -165,11 +165,5 @@ func BenchmarkContended(b *testing.B) {
 		}
 		run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "h")})
 	}
-	b.ResetTimer()
-	s, err := run.Run(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	s.Summary().Report(b, "")
+	run.RunB(b).Summary().Report(b, "")
 }

@@ -229,13 +229,7 @@ func benchContendedWith(b *testing.B, open func() (backend.Driver, redis.Univers
 			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, name)})
 		}
 	}
-	b.ResetTimer()
-	s, err := run.Run(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	s.Summary().Report(b, "")
+	run.RunB(b).Summary().Report(b, "")
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -200,12 +200,7 @@ func BenchmarkContended(b *testing.B) {
 				c := []*locker.Client{c1, c2}[w%2]
 				run.Workers = append(run.Workers, Worker{Client: w % 2, Acquire: ClientAcquirer(c, "contended")})
 			}
-			b.ResetTimer()
-			s, err := run.Run(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			s.Summary().Report(b, "")
+			run.RunB(b).Summary().Report(b, "")
 		})
 	}
 }

@@ -347,6 +347,28 @@ func (c Contention) Report(r Reporter, prefix string) {
 	}
 }
 
+// B is the part of *testing.B that RunB uses.
+type B interface {
+	Reporter
+	Helper()
+	ResetTimer()
+	StopTimer()
+	Fatal(args ...any)
+}
+
+// RunB runs c as the timed part of a benchmark (the timer covers the run
+// only) and fails it if the run fails.
+func (c Contend) RunB(b B) *Samples {
+	b.Helper()
+	b.ResetTimer()
+	s, err := c.Run(context.Background())
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
 // Percentile returns the p-th percentile (0..1) of ds (nearest rank), 0 for
 // none. ds is not modified.
 func Percentile(ds []time.Duration, p float64) time.Duration {
