@@ -2,10 +2,8 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"net/url"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -64,11 +63,7 @@ func tlsConfig(t *testing.T, ca, cert, key string) *tls.Config {
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var randHex = testutil.RandHex
 
 // prefix is a lock prefix unique to the test, deleted at its end.
 func (s *secure) prefix(t *testing.T) string {

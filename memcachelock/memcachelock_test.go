@@ -3,8 +3,6 @@ package memcachelock
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -20,15 +18,13 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func token() string { return randHex(16) }
+var (
+	randHex = testutil.RandHex
+	token   = testutil.Token
+)
 
 // uniqueKey returns a key no other test (or run) uses.
 func uniqueKey(t testing.TB, name string) string {

@@ -2,8 +2,6 @@ package pglock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/url"
 	"sync"
@@ -16,6 +14,7 @@ import (
 	"github.com/lockerhq/locker/conformance"
 	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // baseURL returns the test database's URL, or skips (fails in CI) when the
@@ -26,11 +25,7 @@ func baseURL(t testing.TB) string {
 	return testenv.PostgresURL()
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var randHex = testutil.RandHex
 
 // withParams adds query parameters to a URL.
 func withParams(t testing.TB, raw string, kv ...string) string {

@@ -1,10 +1,7 @@
 package redislock
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strings"
@@ -17,6 +14,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -25,18 +23,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var randHex = testutil.RandHex
 
 // uniqueKey returns a driver key no other test uses.
 func uniqueKey(t *testing.T) string {
 	return backend.Key("redislock-test", t.Name()+"/"+randHex(4))
 }
 
-func newToken() string { return randHex(16) }
+var newToken = testutil.Token
 
 func adminClient(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
@@ -448,28 +442,7 @@ func TestMaxmemoryWarning(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // A ring spreads names over shards; each name's lock, fence and release
 // channel stay on one shard, and waiters are woken on that shard.

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 func TestBasics(t *testing.T) {
@@ -441,22 +441,7 @@ func TestLostCreateResponseFound(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // freezer cuts a driver off from the servers without closing anything:
 // what it sends is dropped, nothing reaches it, and it cannot dial.

@@ -2,9 +2,7 @@ package zklock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // testTimeout is the session timeout of test drivers: the server's
@@ -131,13 +130,7 @@ func dial(t testing.TB, servers []string, opts ...Option) *Driver {
 	return d
 }
 
-func newToken(t testing.TB) string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
-}
+func newToken(testing.TB) string { return testutil.Token() }
 
 func uniqueKey(t testing.TB) string {
 	return "zklock-test/" + t.Name() + "/" + newToken(t)[:8]
