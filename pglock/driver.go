@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 	"github.com/lockerhq/locker/internal/retry"
 )
 
@@ -24,7 +25,7 @@ import (
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
-	socks   *sockets // the own pool's connections, cut at Close; nil for a caller's pool
+	socks   *conntrack.Tracker // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
 	sql     statements
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 	"github.com/lockerhq/locker/internal/retry"
 )
 
@@ -64,7 +65,7 @@ type listener struct {
 	// caller's (the driver's own pool tracks them already), so that close
 	// cuts them: pgx closes a broken connection in the background, with a
 	// cancel request and a drain of up to 15 s each on a dead network.
-	socks *sockets
+	socks *conntrack.Tracker
 
 	mu        sync.Mutex
 	closed    bool
@@ -77,7 +78,7 @@ type listener struct {
 }
 
 func newListener(d *Driver) *listener {
-	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, socks: newSockets()}
+	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, socks: conntrack.New()}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
@@ -156,7 +157,7 @@ func (l *listener) close() {
 	l.closed = true
 	l.mu.Unlock()
 	l.cancel()
-	l.socks.closeAll()
+	l.socks.Cut()
 	l.wg.Wait()
 }
 
@@ -270,7 +271,7 @@ func (l *listener) connect() (*pgx.Conn, error) {
 	defer cancel()
 	pc := l.d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = l.socks.wrap(cc.DialFunc)
+	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, err
