@@ -2,18 +2,15 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -25,10 +22,9 @@ import (
 //	go test -run '^$' -bench . -benchtime 3s ./etcdlock
 //
 // Uncontended: one worker acquires and releases one name.
-// Contended: 8 workers on 2 clients take turns on one name, holding it 1ms;
-// acq/s is acquisitions per second, handoff-ms the median time from a
-// release call to the next holder's grant, rtt-ms the server's median round
-// trip for a write (a put) measured meanwhile.
+// Contended: 8 workers on 2 clients take turns on one name, holding it 1ms,
+// through internal/bench's harness; each contender's figures carry its name
+// as a prefix (etcdlock-handoff-p50-µs, mutex-handoff-p50-µs, ...).
 //
 // Both interleave the contenders, so that the load of a shared machine
 // falls on each alike, and report ratios.
@@ -39,8 +35,9 @@ type benchLocker interface {
 
 type benchSetup struct {
 	name string
-	// new returns n lockers on the same name, spread over 2 clients.
-	new func(b *testing.B, n int) []benchLocker
+	// new returns n lockers on the same name, spread over 2 clients, and
+	// the first client (for the round trip).
+	new func(b *testing.B, n int) ([]benchLocker, *clientv3.Client)
 }
 
 func benchClient(b *testing.B) *clientv3.Client {
@@ -77,11 +74,16 @@ func (m mutexLocker) lock(ctx context.Context) (func(context.Context) error, err
 }
 
 var setups = []benchSetup{
-	{"etcdlock", func(b *testing.B, n int) []benchLocker {
+	{"etcdlock", func(b *testing.B, n int) ([]benchLocker, *clientv3.Client) {
 		prefix := fmt.Sprintf("/locker-bench/%d", time.Now().UnixNano())
 		var cs []*locker.Client
+		var first *clientv3.Client
 		for range min(n, 2) {
-			c, err := locker.New(mustNew(b, benchClient(b), WithPrefix(prefix)))
+			cli := benchClient(b)
+			if first == nil {
+				first = cli
+			}
+			c, err := locker.New(mustNew(b, cli, WithPrefix(prefix)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -92,9 +94,9 @@ var setups = []benchSetup{
 		for i := range out {
 			out[i] = etcdlockLocker{cs[i%len(cs)], "bench"}
 		}
-		return out
+		return out, first
 	}},
-	{"concurrency.Mutex", func(b *testing.B, n int) []benchLocker {
+	{"concurrency.Mutex", func(b *testing.B, n int) ([]benchLocker, *clientv3.Client) {
 		pfx := fmt.Sprintf("/locker-bench-mutex/%d", time.Now().UnixNano())
 		var clis []*clientv3.Client
 		for range min(n, 2) {
@@ -111,7 +113,7 @@ var setups = []benchSetup{
 			b.Cleanup(func() { s.Close() })
 			out[i] = mutexLocker{concurrency.NewMutex(s, pfx)}
 		}
-		return out
+		return out, clis[0]
 	}},
 }
 
@@ -121,7 +123,8 @@ var setups = []benchSetup{
 func BenchmarkUncontended(b *testing.B) {
 	ls := make([]benchLocker, len(setups))
 	for i, s := range setups {
-		ls[i] = s.new(b, 1)[0]
+		l, _ := s.new(b, 1)
+		ls[i] = l[0]
 	}
 	// The driver alone, without the locker package's bookkeeping.
 	d, err := New(benchClient(b), WithPrefix(fmt.Sprintf("/locker-bench/%d", time.Now().UnixNano())))
@@ -152,8 +155,7 @@ func BenchmarkUncontended(b *testing.B) {
 	b.StopTimer()
 	med := make([]float64, len(ls))
 	for i, ts := range times {
-		slices.Sort(ts)
-		med[i] = float64(ts[len(ts)/2])
+		med[i] = float64(bench.Percentile(ts, 0.5))
 		b.ReportMetric(med[i]/1e6, names[i]+"-ms")
 	}
 	b.ReportMetric(med[0]/med[1], "etcdlock/mutex")
@@ -163,9 +165,7 @@ func BenchmarkUncontended(b *testing.B) {
 type driverLocker struct{ d *Driver }
 
 func (dl driverLocker) lock(ctx context.Context) (func(context.Context) error, error) {
-	var tb [16]byte
-	rand.Read(tb[:])
-	l := backend.Claim{Key: "bench/x", Token: hex.EncodeToString(tb[:]), TTL: 30 * time.Second}
+	l := backend.Claim{Key: "bench/x", Token: testutil.Token(), TTL: 30 * time.Second}
 	g, err := dl.d.Acquire(ctx, l)
 	if err != nil {
 		return nil, err
@@ -174,122 +174,47 @@ func (dl driverLocker) lock(ctx context.Context) (func(context.Context) error, e
 	return func(ctx context.Context) error { return dl.d.Release(ctx, l) }, nil
 }
 
-// rttProbe measures the server's round trip for a write (a put) while the
-// benchmark runs, one every 20ms, until stop is called; then it returns the
-// median.
-func rttProbe(b *testing.B) (stop func() time.Duration) {
-	cli := benchClient(b)
-	ctx := context.Background()
-	key := fmt.Sprintf("/locker-bench-rtt/%d", time.Now().UnixNano())
-	quit := make(chan struct{})
-	done := make(chan []time.Duration)
-	go func() {
-		var ds []time.Duration
-		for {
-			select {
-			case <-quit:
-				done <- ds
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			start := time.Now()
-			if _, err := cli.Put(ctx, key, "x"); err == nil {
-				ds = append(ds, time.Since(start))
-			}
-		}
-	}()
-	return func() time.Duration {
-		close(quit)
-		ds := <-done
-		cli.Delete(ctx, key)
-		if len(ds) == 0 {
-			return 0
-		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
-	}
-}
-
 // BenchmarkContended alternates rounds of the contenders (one round per
-// iteration: 250 acquisitions each), so that the load of a shared machine
-// falls on both alike.
+// iteration: 250 acquisitions each, 8 workers on 2 clients holding the name
+// 1ms), so that the load of a shared machine falls on both alike, through
+// the contended harness (internal/bench). The round trip is a write (a
+// put) on the contender's first client, during its round.
 func BenchmarkContended(b *testing.B) {
 	const workers = 8
 	const perRound = 250
-	all := make([][]benchLocker, len(setups))
+	ctx := context.Background()
+	runs := make([]bench.Contend, len(setups))
 	for i, s := range setups {
-		all[i] = s.new(b, workers)
+		ls, cli := s.new(b, workers)
+		key := fmt.Sprintf("/locker-bench-rtt/%d", time.Now().UnixNano())
+		b.Cleanup(func() { cli.Delete(ctx, key) })
+		runs[i] = bench.Contend{Hold: time.Millisecond, Acquisitions: perRound, RoundTripOp: "put", RoundTripEvery: 20 * time.Millisecond,
+			RoundTrip: func(ctx context.Context) error { _, err := cli.Put(ctx, key, "x"); return err }}
+		for w, l := range ls {
+			runs[i].Workers = append(runs[i].Workers, bench.Worker{Client: w % 2, Acquire: l.lock})
+		}
 	}
 	names := []string{"etcdlock", "mutex"}
-	elapsed := make([]time.Duration, len(setups))
-	handoffs := make([][]time.Duration, len(setups))
-	var rtts []time.Duration
+	all := make([]*bench.Samples, len(runs))
 	b.ResetTimer()
 	for range b.N {
-		for i, ls := range all {
-			probe := rttProbe(b)
-			e, h := contend(b, ls, perRound)
-			rtts = append(rtts, probe())
-			elapsed[i] += e
-			handoffs[i] = append(handoffs[i], h...)
+		for i, run := range runs {
+			s, err := run.Run(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if all[i] == nil {
+				all[i] = s
+			} else {
+				all[i].Add(s)
+			}
 		}
 	}
 	b.StopTimer()
-	slices.Sort(rtts)
-	rtt := rtts[len(rtts)/2]
-	rate := make([]float64, len(setups))
-	for i := range setups {
-		rate[i] = float64(b.N*perRound) / elapsed[i].Seconds()
-		b.ReportMetric(rate[i], names[i]+"-acq/s")
-		hs := handoffs[i]
-		slices.Sort(hs)
-		med := hs[len(hs)/2]
-		b.ReportMetric(float64(med)/1e6, names[i]+"-handoff-ms")
-		if i == 0 {
-			b.ReportMetric(float64(med)/float64(rtt), "etcdlock-handoff/rtt")
-		}
+	sums := make([]bench.Contention, len(runs))
+	for i, s := range all {
+		sums[i] = s.Summary()
+		sums[i].Report(b, names[i])
 	}
-	b.ReportMetric(rate[0]/rate[1], "acq-ratio")
-	b.ReportMetric(float64(rtt)/1e6, "rtt-ms")
-}
-
-// contend runs n acquisitions of ls's workers on one name, each holding it
-// 1ms, and returns how long they took and the hand-off times: from a
-// release call to the next holder's grant.
-func contend(b *testing.B, ls []benchLocker, n int) (time.Duration, []time.Duration) {
-	const hold = time.Millisecond
-	ctx := context.Background()
-	var (
-		next     atomic.Int64
-		released atomic.Int64 // when the last release call began, in ns
-		mu       sync.Mutex
-		handoffs []time.Duration
-		wg       sync.WaitGroup
-	)
-	start := time.Now()
-	for _, l := range ls {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				unlock, err := l.lock(ctx)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				now := time.Now().UnixNano()
-				if r := released.Load(); r != 0 {
-					mu.Lock()
-					handoffs = append(handoffs, time.Duration(now-r))
-					mu.Unlock()
-				}
-				time.Sleep(hold)
-				released.Store(time.Now().UnixNano())
-				if err := unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return time.Since(start), handoffs
+	b.ReportMetric(sums[0].AcquisitionsSec/sums[1].AcquisitionsSec, "etcdlock/mutex-acq/s")
 }

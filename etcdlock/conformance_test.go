@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -22,9 +24,16 @@ type harness struct {
 	prefix    string
 	admin     *clientv3.Client
 	probe     *Driver // never used to lock: computes key layouts
+
+	mu      sync.Mutex
+	proxies []*faultproxy.Proxy // of NewCutDriver, closed at the end
 }
 
-var _ conformance.WaiterCounter = (*harness)(nil)
+var (
+	_ conformance.WaiterCounter  = (*harness)(nil)
+	_ conformance.Outager        = (*harness)(nil)
+	_ conformance.ResidueCounter = (*harness)(nil)
+)
 
 // newHarness connects to endpoints under a prefix unique to the test run.
 func newHarness(t *testing.T, endpoints []string) *harness {
@@ -47,16 +56,62 @@ func newHarness(t *testing.T, endpoints []string) *harness {
 		admin.Delete(ctx, h.prefix+"/", clientv3.WithPrefix())
 		h.probe.Close()
 		admin.Close()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, p := range h.proxies {
+			p.Close()
+		}
 	})
 	return h
 }
 
-func (h *harness) url() string {
-	return "etcd://" + strings.Join(h.endpoints, ",") + h.prefix + "?dial_timeout=5s"
+func (h *harness) url() string { return h.urlFor(h.endpoints) }
+
+func (h *harness) urlFor(endpoints []string) string {
+	return "etcd://" + strings.Join(endpoints, ",") + h.prefix + "?dial_timeout=5s"
 }
 
 func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 	return Open(ctx, h.url())
+}
+
+// NewCutDriver opens a driver whose client knows only proxies, one per
+// endpoint (the client learns no other member: it syncs no endpoints).
+func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool), error) {
+	var proxies []*faultproxy.Proxy
+	var addrs []string
+	for _, ep := range h.endpoints {
+		p, err := faultproxy.New(ep)
+		if err != nil {
+			for _, p := range proxies {
+				p.Close()
+			}
+			return nil, nil, err
+		}
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	h.mu.Lock()
+	h.proxies = append(h.proxies, proxies...)
+	h.mu.Unlock()
+	drv, err := Open(ctx, h.urlFor(addrs))
+	if err != nil {
+		return nil, nil, err
+	}
+	return drv, func(down bool) {
+		for _, p := range proxies {
+			p.Refuse(down)
+			if down {
+				p.Cut()
+			}
+		}
+	}, nil
+}
+
+// Residue counts every key under the name's queue directory: the driver
+// keeps nothing else per name (fences are etcd revisions).
+func (h *harness) Residue(ctx context.Context, key string) (int, error) {
+	return h.Entries(ctx, key)
 }
 
 // Expire revokes the lease of key's holder, as etcd does when the holder's

@@ -50,6 +50,40 @@
 // queues again, at the back, with a new lease; a cancelled waiter deletes
 // its entry before it returns.
 //
+// # Store failures
+//
+// Every transaction and lease grant is sent with a 2s bound per attempt (the client waits for
+// a connection rather than failing at once, so an unreachable cluster
+// shows as an attempt that gets no answer) and sent again, with backoff,
+// while etcd does not answer, has no leader or cannot serve it for now,
+// until every attempt has failed for backend.StoreFailureBudget (the
+// module's one retry policy, internal/retry). A blocking Acquire counts one
+// run of failures across all its requests (its lease, its entry, its
+// reads), so it rides out an outage shorter than the budget and returns
+// the store's error once the budget is spent, at most one attempt later. A
+// waiter learns of the outage at once: the etcd client resumes a broken
+// watch silently, so the driver watches its gRPC connection and, when it
+// goes down, every waiter checks its place in the queue (those requests
+// fail, and count). A silent partition, which leaves the connection up,
+// shows later: when the waiter's lease ends, a TTL after its last
+// keep-alive got through, and the waiter queues again. A waiter that gives up leaves its entry to the
+// driver's background sweep, which deletes it once etcd answers again;
+// at worst the entry goes with its lease, a lease TTL after the last
+// keep-alive. A refused credential or permission (ErrPermission) is
+// returned at once.
+//
+// # What a name leaves behind
+//
+// Nothing: a name's only state is its queue entries, and a release deletes
+// the holder's entry, in its one transaction, so no retention applies.
+// Fences need no per-name counter because they come from etcd's global
+// revision, which only grows: the creation revision of a later entry of
+// the name is above every earlier one, whether or not the name was
+// forgotten between them. Like every
+// deleted key, the entry's past revisions stay in etcd's history until
+// the cluster compacts it (--auto-compaction-retention); reusing one key
+// per client and name (the slot above) keeps that history small.
+//
 // # Sessions
 //
 // A driver keeps one lease per effective TTL (in practice one per client: a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -37,13 +38,11 @@ type Driver struct {
 	owned  bool // opened by the driver: Close closes it
 	prefix string
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	bg     sync.WaitGroup // the driver's goroutines
-	ops    sync.WaitGroup // calls in flight
+	gate backend.Gate   // calls in flight, and Close
+	bg   sync.WaitGroup // the driver's goroutines
 
 	mu      sync.Mutex
-	closed  bool
+	broken  chan struct{}      // closed when every connection to etcd next goes down
 	leases  map[int64]*lease   // live leases by granted TTL in seconds
 	minTTL  int64              // the server's minimum lease TTL, once learned
 	held    map[holdKey]*entry // held locks
@@ -93,8 +92,10 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		leases:  map[int64]*lease{},
 		held:    map[holdKey]*entry{},
 		orphans: map[*slot]int64{},
+		broken:  make(chan struct{}),
 	}
-	d.ctx, d.cancel = context.WithCancel(context.Background())
+	d.bg.Add(1)
+	go d.watchConn()
 	return d
 }
 
@@ -176,25 +177,10 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return sec, nil
 }
 
-// begin registers a call in flight; the returned context also ends when the
-// driver closes.
-func (d *Driver) begin(ctx context.Context) (context.Context, func(), error) {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return nil, nil, backend.ErrClosed
-	}
-	d.ops.Add(1)
-	d.mu.Unlock()
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(d.ctx, cancel)
-	return ctx, func() { stop(); cancel(); d.ops.Done() }, nil
-}
-
-// ctxErr explains why an operation under ctx stopped: the driver closed, or
-// ctx's own reason.
-func (d *Driver) ctxErr(ctx context.Context) error {
-	if d.ctx.Err() != nil {
+// ended is the error of a call whose context ended: ErrClosed when that
+// is because the driver closed, else the context's own cause.
+func (d *Driver) ended(ctx context.Context) error {
+	if d.gate.Closed() {
 		return backend.ErrClosed
 	}
 	return context.Cause(ctx)
@@ -219,7 +205,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 }
 
 // Acquire queues for l.Key and waits, watching the entry just ahead, until
-// every older entry is gone. On error it deletes its entry.
+// every older entry is gone. It rides out failures to reach etcd for
+// retry.Budget in a row, then returns the store's error. On error it
+// deletes its entry, or, etcd being out of reach, leaves it to the
+// background sweep and to its lease.
 func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	return d.acquire(ctx, l, true)
 }
@@ -232,36 +221,40 @@ func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backe
 	if _, err := ttlSeconds(l.TTL); err != nil {
 		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
 	}
-	ctx, end, err := d.begin(ctx)
+	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
 	}
-	defer end()
+	defer done()
 	dir := d.Dir(l.Key)
-	for attempt := 0; ; attempt++ {
-		ls, err := d.useLease(ctx, l.TTL)
+	// One run of store failures for the whole acquisition, across its
+	// steps and requeues: it gives up once every request has failed for
+	// retry.Budget, however many steps the failures fell on.
+	var run retry.Failing
+	for requeues := 0; ; requeues++ {
+		ls, err := d.useLease(ctx, &run, l.TTL)
 		if err != nil {
 			if ctx.Err() != nil {
-				err = d.ctxErr(ctx)
+				err = d.ended(ctx)
 			}
 			return backend.Grant{}, fmt.Errorf("etcdlock: %s: lease: %w", op, err)
 		}
 		s := d.alloc(ls, dir)
 		var g backend.Grant
 		if wait {
-			g, err = d.enqueue(ctx, s, l)
+			g, err = d.enqueue(ctx, &run, s, l)
 		} else {
-			g, err = d.try(ctx, s, l)
+			g, err = d.try(ctx, &run, s, l)
 		}
 		d.unuse(ls)
-		if errors.Is(err, errRequeue) && attempt < 5 {
+		if errors.Is(err, errRequeue) && requeues < 5 {
 			// Our lease (or our entry) vanished while we queued: start
 			// over, at the back, with a live lease.
 			continue
 		}
 		if err != nil {
 			if ctx.Err() != nil && !errors.Is(err, backend.ErrNotAcquired) {
-				err = fmt.Errorf("%w: %w", backend.ErrNotAcquired, d.ctxErr(ctx))
+				err = d.ended(ctx)
 			}
 			return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
 		}
@@ -273,8 +266,8 @@ func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backe
 // or it was deleted by hand) before we got the lock.
 var errRequeue = errors.New("entry lost while queued")
 
-func (d *Driver) try(ctx context.Context, s *slot, l backend.Claim) (backend.Grant, error) {
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
+	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(s.dir), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
@@ -304,8 +297,23 @@ func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
 		d.loseLease(s.ls, "was not found by the server")
 		return errRequeue
 	}
-	d.remove(ctx, s, 0)
+	d.drop(ctx, s, 0, err)
 	return err
+}
+
+// drop deletes the entry of an acquisition that failed with err, or, when
+// err says etcd has been out of reach for the whole failure budget, leaves
+// it to the background sweep at once rather than wait for etcd again: the
+// sweep deletes it at the next keep-alive that gets through, or it goes
+// with its lease.
+func (d *Driver) drop(ctx context.Context, s *slot, rev int64, err error) {
+	if !resendable(err) {
+		d.remove(ctx, s, rev)
+		return
+	}
+	d.mu.Lock()
+	d.orphans[s] = rev
+	d.mu.Unlock()
 }
 
 // grant records a held lock, unless its lease was lost meanwhile.
@@ -365,7 +373,7 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 // creation (the driver never writes an entry again, so a later revision is
 // someone else's put), and sends its lease a keep-alive.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	ctx, end, err := d.begin(ctx)
+	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: refresh: %w", err)
 	}
@@ -405,7 +413,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 // Release deletes l's entry if its creation revision is still the fence,
 // so a retried release never deletes a newer lock.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	ctx, end, err := d.begin(ctx)
+	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: release: %w", err)
 	}
@@ -419,10 +427,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if !d.forget(e, false) {
 		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
 	}
-	var ambiguous bool
-	resp, err := d.txnAttempts(ctx, func(ctx context.Context) clientv3.Txn {
+	resp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).Then(clientv3.OpDelete(e.s.key))
-	}, &ambiguous)
+	})
 	if err != nil {
 		d.mu.Lock()
 		d.orphans[e.s] = e.rev
@@ -463,21 +470,17 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 // every lock and queue entry it still has, then closes the etcd client if
 // the driver opened it.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.gate.Close() {
 		return fmt.Errorf("etcdlock: close: %w", backend.ErrClosed)
 	}
-	d.closed = true
+	// No call is in flight any more, so no lease is being granted.
+	d.mu.Lock()
 	var leases []*lease
 	for _, ls := range d.leases {
 		leases = append(leases, ls)
 	}
 	d.leases = map[int64]*lease{}
 	d.mu.Unlock()
-
-	d.cancel()
-	d.ops.Wait()
 	d.bg.Wait()
 
 	// Revoking frees the locks at once; unrevoked, they expire with their

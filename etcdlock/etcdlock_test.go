@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,11 +56,7 @@ func TestConfigFromURL(t *testing.T) {
 		{"etcd://h?tls=true&server_name=etcd.local&dial_timeout=1s", "h:2379", DefaultPrefix, "", "", true},
 	}
 	for _, c := range cases {
-		u, err := url.Parse(c.url)
-		if err != nil {
-			t.Fatalf("%s: %v", c.url, err)
-		}
-		cfg, prefix, err := Config(u)
+		cfg, prefix, err := ClientConfig(c.url)
 		if err != nil {
 			t.Fatalf("%s: %v", c.url, err)
 		}
@@ -85,12 +80,11 @@ func TestConfigFromURL(t *testing.T) {
 		"etcd://h:2379/p?cert=/tmp/x.pem",
 		"etcd://h:2379/p?ca=/nonexistent/ca.pem",
 		"etcd:///p",
+		"etcd://h1,,h2:2379/p",
+		"etcd://h1:2379,/p",
+		"redis://h:2379/p",
 	} {
-		u, err := url.Parse(bad)
-		if err != nil {
-			t.Fatalf("%s: %v", bad, err)
-		}
-		_, _, err = Config(u)
+		_, _, err := ClientConfig(bad)
 		if !errors.Is(err, backend.ErrInvalidURL) {
 			t.Errorf("%s: %v, want ErrInvalidURL", bad, err)
 		}
@@ -699,11 +693,7 @@ func TestUserWithoutPasswordIsRefused(t *testing.T) {
 	certs := testenv.NewCerts(t)
 	for _, raw := range []string{"etcd://alice@h:2379/p", "etcd://alice:@h:2379/p",
 		"etcd://alice@h?ca=" + certs.CA + "&cert=" + certs.ClientCert + "&key=" + certs.ClientKey} {
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, err = Config(u)
+		_, _, err := ClientConfig(raw)
 		if !errors.Is(err, backend.ErrInvalidURL) || !strings.Contains(err.Error(), "no password for user") {
 			t.Errorf("%s: %v, want ErrInvalidURL naming the missing password", raw, err)
 		}
@@ -753,5 +743,86 @@ func TestConstructorOptions(t *testing.T) {
 	defer d.Close()
 	if got, want := d.Prefix(), h.prefix+"/sub"; got != want {
 		t.Errorf("Prefix() = %q, want %q", got, want)
+	}
+}
+
+// TestCutOffFailureBudget: cut off from etcd, a waiter returns the store's
+// error once every request has failed for the failure budget, and so does
+// a try-acquire (not after a number of tries, nor when ctx ends); once
+// etcd is back, the waiter's entry is gone without anyone's help.
+func TestCutOffFailureBudget(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, time.Minute)
+	_, holder := h.client(t)
+	drv, down, err := h.NewCutDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := drv.(*Driver)
+	t.Cleanup(func() { down(false); d.Close() })
+	held := backend.Claim{Key: "t/cut", Token: strings.Repeat("12", 16), TTL: 2 * time.Second}
+	if _, err := holder.TryAcquire(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	waiting := backend.Claim{Key: held.Key, Token: strings.Repeat("34", 16), TTL: 2 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(ctx, waiting)
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if n, err := h.Entries(ctx, held.Key); err != nil || n == 2 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the waiter had not queued 5s later (%d entries)", n)
+		}
+	}
+	budget := backend.StoreFailureBudget
+	// Given up one attempt, one pause and a busy machine's second after
+	// the budget at most.
+	late := budget + attemptTimeout + 1500*time.Millisecond
+	checkErr := func(what string, err error, took time.Duration, early time.Duration) {
+		t.Helper()
+		switch {
+		case err == nil:
+			t.Fatalf("%s succeeded through a dead connection", what)
+		case errors.Is(err, backend.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			t.Fatalf("%s = %v, want the store's error", what, err)
+		case took < early || took > late:
+			t.Fatalf("%s gave up after %v, want between %v and %v", what, took, early, late)
+		}
+		t.Logf("%s: %v after %v", what, err, took.Round(time.Millisecond))
+	}
+	down(true)
+	cut := time.Now()
+	select {
+	case err := <-done:
+		// The first failed request may have been sent just before the cut.
+		checkErr("Acquire", err, time.Since(cut), budget-250*time.Millisecond)
+	case <-time.After(late + time.Second):
+		t.Fatalf("the waiter's Acquire had not returned %v into the outage", late+time.Second)
+	}
+	start := time.Now()
+	_, err = d.TryAcquire(ctx, backend.Claim{Key: "t/cut-try", Token: strings.Repeat("56", 16), TTL: 2 * time.Second})
+	checkErr("TryAcquire", err, time.Since(start), budget)
+
+	down(false)
+	// The entry goes by the sweep after the next keep-alive, or with its
+	// lease: within a lease TTL and a keep-alive's reconnection.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, err := h.Entries(ctx, held.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries of the name 10s after etcd came back, want the holder's alone", n)
+		}
+	}
+	if err := holder.Release(ctx, held); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -39,14 +40,15 @@ func (ls *lease) end(err error) bool {
 }
 
 // useLease returns a live lease for ttl, granting one if needed, counted as
-// in use until unuse.
-func (d *Driver) useLease(ctx context.Context, ttl time.Duration) (*lease, error) {
+// in use until unuse. A grant that fails to reach etcd is sent again while
+// run lasts.
+func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Duration) (*lease, error) {
 	sec, err := ttlSeconds(ttl)
 	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
-	if d.closed {
+	if d.gate.Closed() {
 		d.mu.Unlock()
 		return nil, backend.ErrClosed
 	}
@@ -58,10 +60,19 @@ func (d *Driver) useLease(ctx context.Context, ttl time.Duration) (*lease, error
 	}
 	d.mu.Unlock()
 
-	start := time.Now()
-	resp, err := d.cli.Grant(ctx, sec)
+	var (
+		start time.Time
+		resp  *clientv3.LeaseGrantResponse
+	)
+	// A grant sent again after a lost reply may leave a lease nobody
+	// uses: with no key and no keep-alive, it expires on its own.
+	_, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
+		start = time.Now()
+		resp, err = d.cli.Grant(ctx, sec)
+		return err
+	})
 	if err != nil {
-		return nil, permission(err)
+		return nil, err
 	}
 	if resp.TTL < sec {
 		// Never pretend: a server that grants less than asked is not one
@@ -82,7 +93,7 @@ func (d *Driver) useLease(ctx context.Context, ttl time.Duration) (*lease, error
 	if resp.TTL > sec && resp.TTL > d.minTTL {
 		d.minTTL = resp.TTL // the server raised it: that is its minimum
 	}
-	if d.closed {
+	if d.gate.Closed() {
 		d.mu.Unlock()
 		d.revokeLater(resp.ID)
 		return nil, backend.ErrClosed
@@ -206,7 +217,7 @@ func (d *Driver) dropChanged(e *entry) bool {
 // revokeLater revokes a lease in the background, bounded by Close.
 func (d *Driver) revokeLater(id clientv3.LeaseID) {
 	d.mu.Lock()
-	if d.closed {
+	if d.gate.Closed() {
 		d.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
@@ -217,7 +228,7 @@ func (d *Driver) revokeLater(id clientv3.LeaseID) {
 	d.mu.Unlock()
 	go func() {
 		defer d.bg.Done()
-		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
 		defer cancel()
 		_, _ = d.cli.Revoke(ctx, id)
 	}()
@@ -229,11 +240,14 @@ func (d *Driver) revokeLater(id clientv3.LeaseID) {
 func (d *Driver) keepAlive(ls *lease) {
 	defer d.bg.Done()
 	period := ls.ttl / 3
+	// After a failed keep-alive, try again soon: the lease ends a TTL
+	// after the last one that got through.
+	bo := retry.Backoff{Min: 20 * time.Millisecond, Max: max(period/8, 20*time.Millisecond)}
 	timer := time.NewTimer(period)
 	defer timer.Stop()
 	for {
 		select {
-		case <-d.ctx.Done():
+		case <-d.gate.Context().Done():
 			return
 		case <-ls.done:
 			return
@@ -246,11 +260,12 @@ func (d *Driver) keepAlive(ls *lease) {
 		until := ls.until
 		d.mu.Unlock()
 		start := time.Now()
-		ctx, cancel := context.WithDeadline(d.ctx, until)
+		ctx, cancel := context.WithDeadline(d.gate.Context(), until)
 		resp, err := d.cli.KeepAliveOnce(ctx, ls.id)
 		cancel()
 		switch {
 		case err == nil:
+			bo.Reset()
 			d.renewed(ls, start, resp.TTL)
 			d.verify(ls)
 			d.sweep()
@@ -258,13 +273,13 @@ func (d *Driver) keepAlive(ls *lease) {
 		case isLeaseNotFound(err):
 			d.loseLease(ls, "was revoked or expired")
 			return
-		case d.ctx.Err() != nil:
+		case d.gate.Context().Err() != nil:
 			return
 		case !time.Now().Before(until):
 			d.loseLease(ls, fmt.Sprintf("got no keep-alive through for its whole TTL (%v): %v", ls.ttl, err))
 			return
 		default:
-			timer.Reset(min(max(period/8, 20*time.Millisecond), time.Until(until)))
+			timer.Reset(min(bo.Next(), time.Until(until)))
 		}
 	}
 }
@@ -281,7 +296,7 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	}
 	d.mu.Unlock()
 	if idle {
-		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
 		_, _ = d.cli.Revoke(ctx, ls.id)
 		cancel()
 	}
@@ -309,7 +324,7 @@ func (d *Driver) verify(ls *lease) {
 			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)
 			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
 		}
-		ctx, cancel := context.WithTimeout(d.ctx, ls.ttl/3)
+		ctx, cancel := context.WithTimeout(d.gate.Context(), ls.ttl/3)
 		resp, err := d.cli.Txn(ctx).If(cmps...).Else(gets...).Commit()
 		cancel()
 		if err != nil || resp.Succeeded {
@@ -340,7 +355,7 @@ func (d *Driver) sweep() {
 	}
 	d.mu.Unlock()
 	for s, rev := range orphans {
-		ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
 		err := d.deleteEntry(ctx, s.key, rev)
 		cancel()
 		if err == nil {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +73,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 
 // openURL is Open for a parsed URL; the registry's opener calls it too.
 func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
-	cfg, prefix, err := Config(u)
+	cfg, prefix, err := clientConfig(u)
 	if err != nil {
 		return nil, err
 	}
@@ -247,35 +246,27 @@ func speaksTLS(ctx context.Context, ep string) bool {
 	return true
 }
 
-// Config turns an etcd URL (see Open) into a client configuration and a key
-// prefix, without connecting.
-func Config(u *url.URL) (clientv3.Config, string, error) {
+// ClientConfig turns an etcd URL (see Open) into a client configuration
+// and a key prefix, without connecting: for a client of your own, which
+// New then uses, WithPrefix(prefix).
+func ClientConfig(rawURL string) (cfg clientv3.Config, prefix string, err error) {
+	u, err := backend.ParseURL(rawURL, "etcd")
+	if err != nil {
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
+	}
+	return clientConfig(u)
+}
+
+func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w: %s", backend.ErrInvalidURL, fmt.Sprintf(format, args...))
-	}
-	if u.Scheme != "etcd" {
-		return fail("scheme must be etcd")
 	}
 	if u.Opaque != "" {
 		return fail("want etcd://host:port/prefix")
 	}
-	var endpoints []string
-	for _, h := range strings.Split(u.Host, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			continue
-		}
-		host, port, err := net.SplitHostPort(h)
-		if err != nil {
-			host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), "2379"
-		}
-		if host == "" || port == "" {
-			return fail("bad endpoint %q", h)
-		}
-		endpoints = append(endpoints, net.JoinHostPort(host, port))
-	}
-	if len(endpoints) == 0 {
-		return fail("no endpoint")
+	endpoints, err := backend.Hosts(u, "2379")
+	if err != nil {
+		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	p := backend.NewParams(u)
 	tc, err := p.TLS(false)

@@ -3,25 +3,31 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
 // enqueue puts l's entry at the back of the queue and waits until every
-// older entry is gone.
-func (d *Driver) enqueue(ctx context.Context, s *slot, l backend.Claim) (backend.Grant, error) {
+// older entry is gone. Every request it sends counts in run: it returns a
+// store's error once every request has failed for retry.Budget.
+func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
+	w := &waiter{d: d, s: s, run: run, bo: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
 	ls, dir, key := s.ls, s.dir, s.key
 	// One transaction: our entry, and the two youngest entries, which are
 	// ours and the one just ahead of us (if any). Retried, it finds our
 	// entry already there.
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	w.broken = d.brokenConn()
+	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, l.Owner, clientv3.WithLease(ls.id)),
@@ -33,12 +39,11 @@ func (d *Driver) enqueue(ctx context.Context, s *slot, l backend.Claim) (backend
 		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
 	var (
-		rev     int64 // our entry's creation revision
 		pred    *mvccpb.KeyValue
 		checked = resp.Header.Revision // pred was just ahead of us at this revision
 	)
 	if resp.Succeeded {
-		rev = resp.Header.Revision
+		w.rev = resp.Header.Revision
 		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 1 {
 			pred = kvs[1]
 		}
@@ -48,29 +53,55 @@ func (d *Driver) enqueue(ctx context.Context, s *slot, l backend.Claim) (backend
 			d.free(s)
 			return backend.Grant{}, errRequeue // gone again already
 		}
-		rev = kvs[0].CreateRevision
-		if pred, checked, err = d.ahead(ctx, dir, key, rev); err != nil {
-			return backend.Grant{}, d.abandon(ctx, s, rev, err)
+		w.rev = kvs[0].CreateRevision
+		if pred, checked, err = w.ahead(ctx); err != nil {
+			return backend.Grant{}, w.abandon(ctx, err)
 		}
 	}
 	for pred != nil {
-		if pred, checked, err = d.waitFor(ctx, ls, dir, key, rev, pred, checked); err != nil {
-			return backend.Grant{}, d.abandon(ctx, s, rev, err)
+		if pred, checked, err = w.waitFor(ctx, pred, checked); err != nil {
+			return backend.Grant{}, w.abandon(ctx, err)
 		}
 	}
 	// ahead found our entry alive at the head of the queue, in the same
 	// linearizable read: our lease was alive then, and the lock is ours.
-	return d.grant(ctx, s, l, rev)
+	return d.grant(ctx, s, l, w.rev)
 }
 
-// abandon deletes the entry of a wait that failed.
-func (d *Driver) abandon(ctx context.Context, s *slot, rev int64, err error) error {
-	d.remove(ctx, s, rev)
-	if errors.Is(err, errRequeue) || s.ls.isDone() {
+// waiter is one blocking acquisition's entry in its queue.
+type waiter struct {
+	d      *Driver
+	s      *slot
+	rev    int64           // the entry's creation revision
+	run    *retry.Failing  // the acquisition's run of store failures
+	bo     retry.Backoff   // the pause after a broken watch
+	broken <-chan struct{} // closed when the connection goes down after our last request
+}
+
+// abandon handles the end of a wait that failed with err: the entry goes
+// now, with its lease, or (etcd out of reach) by the background sweep.
+func (w *waiter) abandon(ctx context.Context, err error) error {
+	d, s := w.d, w.s
+	switch {
+	case errors.Is(err, errRequeue):
+		d.free(s) // our entry is gone
+		return err
+	case s.ls.isDone():
+		// Lost (or closed): the server drops the lease, and our entry with
+		// it, if it has not already. After a failure budget spent, the
+		// store's error stands; otherwise queue again.
+		d.free(s)
+		switch {
+		case ctx.Err() != nil:
+			return d.ended(ctx)
+		case resendable(err):
+			return err
+		}
 		return errRequeue
 	}
+	d.drop(ctx, s, w.rev, err)
 	if ctx.Err() != nil {
-		return errors.Join(backend.ErrNotAcquired, d.ctxErr(ctx))
+		return d.ended(ctx)
 	}
 	return err
 }
@@ -85,13 +116,15 @@ func (ls *lease) isDone() bool {
 }
 
 // ahead checks, in one linearizable read, that our entry still exists with
-// revision rev, and returns the entry just ahead of it (nil: we hold the
+// its revision, and returns the entry just ahead of it (nil: we hold the
 // lock) and the revision of the read.
-func (d *Driver) ahead(ctx context.Context, dir, key string, rev int64) (*mvccpb.KeyValue, int64, error) {
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
+	d, key := w.d, w.s.key
+	w.broken = d.brokenConn()
+	resp, _, err := d.txnRun(ctx, w.run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1))...))
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", w.rev)).
+			Then(clientv3.OpGet(w.s.dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...))
 	})
 	if err != nil {
 		return nil, 0, err
@@ -109,6 +142,8 @@ func (d *Driver) ahead(ctx context.Context, dir, key string, rev int64) (*mvccpb
 // stillThere reports whether pred still exists at a revision at least
 // minRev, by a serializable read; false when it cannot tell.
 func (d *Driver) stillThere(ctx context.Context, pred *mvccpb.KeyValue, minRev int64) bool {
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
 	resp, err := d.cli.Get(ctx, string(pred.Key), clientv3.WithSerializable(), clientv3.WithKeysOnly())
 	if err != nil || resp.Header.Revision < minRev {
 		return false
@@ -123,9 +158,28 @@ func (d *Driver) stillThere(ctx context.Context, pred *mvccpb.KeyValue, minRev i
 // etcd serves a watch that starts in the past from a loop that runs every
 // 100 ms, which would stall every hand-off. A delete between checked and the
 // watch's start is caught by one read once the watch exists.
-func (d *Driver) waitFor(ctx context.Context, ls *lease, dir, key string, rev int64, pred *mvccpb.KeyValue, checked int64) (*mvccpb.KeyValue, int64, error) {
+//
+// The etcd client resumes a broken watch by itself, silently, for as long
+// as it takes; so when every connection to etcd goes down, the waiter
+// checks its place at once, and its requests, failing, count against its
+// failure budget.
+func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int64) (*mvccpb.KeyValue, int64, error) {
+	d := w.d
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
+	// The client's Watch blocks until it has a stream to the server, for
+	// as long as that takes: end it when the connection or the lease goes.
+	returned := make(chan struct{})
+	defer close(returned)
+	broken, lost := w.broken, w.s.ls.done
+	go func() {
+		select {
+		case <-broken:
+		case <-lost:
+		case <-returned:
+		}
+		cancel()
+	}()
 	wch := d.cli.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
 		var wr clientv3.WatchResponse
@@ -133,21 +187,26 @@ func (d *Driver) waitFor(ctx context.Context, ls *lease, dir, key string, rev in
 		select {
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
-		case <-ls.done:
+		case <-w.s.ls.done:
 			return nil, 0, errRequeue
+		case <-w.broken:
+			return w.ahead(ctx)
 		case wr, ok = <-wch:
 		}
 		if !ok || wr.Canceled || wr.Err() != nil {
+			select {
+			case <-w.s.ls.done:
+				return nil, 0, errRequeue
+			case <-w.broken:
+				return w.ahead(ctx)
+			default:
+			}
 			// The watch broke (no leader, member gone): look again, after a
 			// pause so that a lasting failure does not spin.
-			t := time.NewTimer(50 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, 0, ctx.Err()
-			case <-t.C:
+			if err := retry.Sleep(ctx, w.bo.Next()); err != nil {
+				return nil, 0, err
 			}
-			return d.ahead(ctx, dir, key, rev)
+			return w.ahead(ctx)
 		}
 		if wr.Created {
 			if wr.Header.Revision <= checked {
@@ -159,25 +218,66 @@ func (d *Driver) waitFor(ctx context.Context, ls *lease, dir, key string, rev in
 			if d.stillThere(ctx, pred, wr.Header.Revision) {
 				continue // the watch sees its deletion
 			}
-			return d.ahead(ctx, dir, key, rev)
+			return w.ahead(ctx)
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return d.ahead(ctx, dir, key, rev)
+				w.bo.Reset()
+				return w.ahead(ctx)
 			}
 		}
 	}
 }
 
-// txn commits the transaction that build makes, retrying while etcd is
-// unavailable or between leaders. Every transaction of this package is safe
-// to repeat.
-func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
-	var ambiguous bool
-	return d.txnAttempts(ctx, build, &ambiguous)
+// brokenConn returns a channel closed when every connection of the etcd
+// client next goes down.
+func (d *Driver) brokenConn() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.broken
 }
 
-// attemptTimeout bounds one attempt of a transaction. A request that a
+// watchConn closes d.broken, and makes a new one, each time the client's
+// gRPC connection leaves the Ready state (every endpoint is unreachable),
+// until the driver closes.
+func (d *Driver) watchConn() {
+	defer d.bg.Done()
+	ctx := d.gate.Context()
+	conn := d.cli.ActiveConnection()
+	for {
+		st := conn.GetState()
+		if !conn.WaitForStateChange(ctx, st) {
+			return
+		}
+		if st == connectivity.Ready {
+			d.mu.Lock()
+			close(d.broken)
+			d.broken = make(chan struct{})
+			d.mu.Unlock()
+		}
+	}
+}
+
+// txn commits the transaction that build makes, sending it again while
+// etcd is out of reach or between leaders, for up to retry.Budget. Every
+// transaction of this package is safe to repeat.
+func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	resp, _, err := d.txnRun(ctx, new(retry.Failing), build)
+	return resp, err
+}
+
+// txnRun is txn within a run of failures that may have begun before it
+// (a blocking acquisition's), and reports whether an attempt failed in a
+// way that may have been applied.
+func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (resp *clientv3.TxnResponse, ambiguous bool, err error) {
+	ambiguous, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
+		resp, err = build(ctx).Commit()
+		return err
+	})
+	return resp, ambiguous, err
+}
+
+// attemptTimeout bounds one attempt of a request. A request that a
 // follower forwarded to a leader which then died is not answered until the
 // server's own request timeout (7 s with default settings), and the lock
 // is unavailable meanwhile if that request was a release; sent again, it
@@ -185,32 +285,45 @@ func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.T
 // slow but working cluster is not hammered with repeats.
 const attemptTimeout = 2 * time.Second
 
-// txnAttempts is txn, and sets *ambiguous when an attempt failed in a way
+// errUnanswered is an attempt that timed out. The client waits for a
+// connection rather than fail at once, so this is also how an unreachable
+// cluster shows.
+var errUnanswered = fmt.Errorf("no answer from etcd within %v", attemptTimeout)
+
+// resend calls send, each attempt bounded by attemptTimeout and requiring
+// a leader (so that a member that knows it has none answers at once
+// instead of holding the request until its timeout), until it succeeds,
+// fails in a way that sending again cannot fix, or every attempt of run has
+// failed for retry.Budget. It reports whether an attempt failed in a way
 // that may have been applied.
-//
-// Every attempt requires a leader, so that a member that knows it has none
-// answers at once (and the attempt is repeated) instead of holding the
-// request until its timeout.
-func (d *Driver) txnAttempts(ctx context.Context, build func(context.Context) clientv3.Txn, ambiguous *bool) (*clientv3.TxnResponse, error) {
-	wait := 25 * time.Millisecond
-	for attempt := 1; ; attempt++ {
+func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(context.Context) error) (ambiguous bool, err error) {
+	bo := retry.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
+	for {
+		sent := time.Now()
 		actx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), attemptTimeout)
-		resp, err := build(actx).Commit()
-		timedOut := err != nil && actx.Err() != nil && ctx.Err() == nil
+		err = send(actx)
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			err = errUnanswered
+		}
 		cancel()
-		if err == nil || attempt == 8 || !(timedOut || transient(err)) || ctx.Err() != nil {
-			return resp, permission(err)
+		if err == nil {
+			run.Ok()
+			return ambiguous, nil
 		}
-		*ambiguous = true
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
+		if ctx.Err() != nil || !resendable(err) || run.Fail(sent, retry.Budget) {
+			return ambiguous, permission(err)
 		}
-		wait = min(wait*2, 500*time.Millisecond)
+		ambiguous = true
+		if retry.Sleep(ctx, bo.Next()) != nil {
+			return ambiguous, err
+		}
 	}
+}
+
+// resendable reports errors after which the same request may succeed when
+// sent again: etcd did not answer, or it could not serve it for now.
+func resendable(err error) bool {
+	return errors.Is(err, errUnanswered) || transient(err)
 }
 
 // transient reports errors after which a request may succeed when sent

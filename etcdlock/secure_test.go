@@ -2,10 +2,8 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"net/url"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -64,11 +63,7 @@ func tlsConfig(t *testing.T, ca, cert, key string) *tls.Config {
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}}
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var randHex = testutil.RandHex
 
 // prefix is a lock prefix unique to the test, deleted at its end.
 func (s *secure) prefix(t *testing.T) string {
@@ -359,7 +354,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 		}
 
 		// Without Open's check, the first acquisition fails at once.
-		cfg, _, err := Config(mustParse(t, s.url(user, pw, prefix)))
+		cfg, _, err := ClientConfig(s.url(user, pw, prefix))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,15 +381,6 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	}
 }
 
-func mustParse(t *testing.T, raw string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // A principal without rights on the prefix can neither release (delete the
 // holder's entry), revoke its lease, nor queue; the holder keeps the lock.
 func TestSecureOtherPrincipal(t *testing.T) {
@@ -416,7 +402,7 @@ func TestSecureOtherPrincipal(t *testing.T) {
 	}
 	key, lease := entryOf(ctx, t, s.admin, prefix)
 
-	cfg, _, err := Config(mustParse(t, s.url(other, opw, prefix)))
+	cfg, _, err := ClientConfig(s.url(other, opw, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

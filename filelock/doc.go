@@ -19,11 +19,13 @@
 //
 // # How it works
 //
-// Each key has a state file: the key escaped with backend.EscapeKey, or,
+// A held key has a state file: the key escaped with backend.EscapeKey, or,
 // past 200 bytes, shortened with backend.ShortKey (a prefix and a SHA-256),
 // plus ".lock". Every operation opens the file, takes an exclusive flock(2)
-// on it for the few microseconds it needs, reads the state, decides, writes
-// the new state in place and unlocks. No process holds the flock while it
+// on it for the few microseconds it needs, checks that the file it opened
+// is still the one at the path (same inode; a release may have removed it
+// meanwhile, and then it opens the path again), reads the state, decides,
+// writes the new state in place, or removes the file, and unlocks. No process holds the flock while it
 // holds the lock: the flock only serializes operations, so a holder that
 // crashes or is stopped never blocks anyone for longer than its TTL, after
 // which the lock counts as free.
@@ -34,11 +36,17 @@
 // state readable. Writes are in place rather than by rename, because a rename
 // would replace the inode that other processes are waiting to flock.
 //
-// Fencing tokens are a per-key counter in the same file, raised by every
-// acquisition. Release keeps the file (marked free), so the counter never
-// restarts: lock files are never deleted by this package. Deleting them by
-// hand while no process uses them is safe for exclusion, but restarts their
-// fences at 1.
+// Fencing tokens come from one counter per directory, the file
+// fence.counter (in the same two-record format, with fence.ceiling, see
+// Durability), raised under its own flock, taken after the key's, by every
+// acquisition that takes a free or expired lock. So a release removes the key's file, under its flock, and
+// a released name leaves nothing in the directory; its next fence is still
+// above all earlier ones. An expired lock's file stays until the name is
+// taken again. Files of older versions, which kept a counter per file, go
+// on above their own counter, and are removed at their next release. Do not
+// run older versions on the same directory: they restart a removed name's
+// fences at 1. Deleting fence.ceiling (or, off Linux, fence.counter)
+// restarts every name's fences.
 //
 // # Clock
 //
@@ -52,12 +60,19 @@
 //
 // # Durability
 //
-// An acquisition is fsynced (the file, and the directory when the file is
-// new) before it is reported, so that fences survive a power cut and never
-// repeat. Refresh and release are not: after a crash every holder is gone,
-// and a lock whose release was lost expires with its TTL. sync=false skips
-// the fsync, for tmpfs or when repeated fences after a power cut do not
-// matter; it makes acquisition several times faster on disks.
+// Fences survive a power cut and never repeat. On Linux the counter is not
+// fsynced at each acquisition: fence.ceiling, a bound above every fence
+// given, is raised 4096 past the next fence and fsynced whenever a fence
+// would pass it, and a counter written in an earlier boot (so possibly
+// missing its last writes) goes on from above the ceiling: one fsync per
+// 4096 new fences, and fences skip up to 4096 after a reboot. Elsewhere
+// (no boot ID tells a lost write from an old one) the counter is fsynced
+// at every new fence. The directory is fsynced once, when the counter files
+// are made. The key's own file needs no fsync:
+// after a power cut every holder is gone (on Linux, locks of an earlier
+// boot count as free), and a lock whose release was lost expires with its
+// TTL. sync=false skips the fsyncs, for tmpfs or when repeated fences
+// after a power cut do not matter.
 //
 // # Limits
 //
@@ -67,8 +82,7 @@
 // with the locker package's backoff (up to 250 ms between tries, waiters in
 // the same process are woken at once): there is no queue, so no fairness.
 // Files are created with mode 0600 and a missing directory with mode 0700:
-// the processes that share locks must run as the same user. One file per
-// lock name ever used stays in the directory. A process stopped (SIGSTOP,
+// the processes that share locks must run as the same user. A process stopped (SIGSTOP,
 // a debugger) in the few microseconds of an operation keeps that file's
 // flock, and operations on the same name by others wait until it continues
 // or their context ends.

@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 
 	"github.com/lockerhq/locker/backend"
 )
 
 // Driver stores locks as files in one directory.
 type Driver struct {
-	dir    string
-	sync   bool
-	clk    clock
-	closed atomic.Bool
+	dir  string
+	sync bool
+	clk  clock
+	gate backend.Gate
 }
 
 var (
@@ -50,6 +49,9 @@ func New(dir string, opts ...Option) (*Driver, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := makeCounter(abs, cfg.sync); err != nil {
+		return nil, err
+	}
 	return &Driver{dir: abs, sync: cfg.sync, clk: clk}, nil
 }
 
@@ -76,24 +78,23 @@ func DefaultDir() string {
 	return filepath.Join(base, "lockctl")
 }
 
-func (d *Driver) check(ctx context.Context) error {
-	if d.closed.Load() {
-		return fmt.Errorf("filelock: %w", backend.ErrClosed)
-	}
-	return ctx.Err()
-}
-
 // TryAcquire implements backend.Driver. A retry by the token that holds the
-// lock succeeds again, with the same fence and a renewed TTL.
+// lock succeeds again, with the same fence and a renewed TTL. A new fence
+// comes from the directory's counter (above the file's own, which files of
+// older versions counted).
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	tok := hashToken(l.Token)
 	var g backend.Grant
-	err := d.update(ctx, l.Key, true, true, func(r *record, now int64) (bool, error) {
+	err := d.update(ctx, l.Key, true, func(r *record, now int64) (change, error) {
 		if d.live(r, now) && r.token != tok {
-			return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+			return keep, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 		}
 		if !d.live(r, now) {
-			r.fence++
+			fence, err := d.nextFence(ctx, r.fence)
+			if err != nil {
+				return keep, err
+			}
+			r.fence = fence
 		}
 		r.expires = now + int64(l.TTL)
 		r.boot = d.clk.boot
@@ -101,14 +102,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		r.pid = uint32(os.Getpid())
 		r.owner = l.Owner
 		g = backend.Grant{Fence: r.fence, TTL: l.TTL}
-		return true, nil
+		return write, nil
 	})
 	if err != nil {
-		if !errors.Is(err, backend.ErrNotAcquired) && g.Fence != 0 {
-			// The state was written but could not be made durable: leave
-			// nothing behind that keeps the key held.
-			_ = d.Release(context.WithoutCancel(ctx), l)
-		}
 		return backend.Grant{}, err
 	}
 	return g, nil
@@ -116,8 +112,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 
 // Refresh implements backend.Driver.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	err := d.update(ctx, l.Key, false, false, d.holds(l, func(r *record, now int64) {
+	err := d.update(ctx, l.Key, false, d.holds(l, func(r *record, now int64) change {
 		r.expires = now + int64(l.TTL)
+		return write
 	}))
 	if errors.Is(err, errNoFile) {
 		return fmt.Errorf("filelock: refresh: %w", backend.ErrNotHeld)
@@ -135,15 +132,11 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	return errs
 }
 
-// Release implements backend.Driver. The state file stays, marked free, so
-// that the key's fence keeps counting.
+// Release implements backend.Driver: it removes the key's file, so that a
+// released name leaves nothing (its fences go on from the directory's
+// counter).
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	err := d.update(ctx, l.Key, false, false, d.holds(l, func(r *record, now int64) {
-		r.expires = 0
-		r.token = [32]byte{}
-		r.pid = 0
-		r.owner = ""
-	}))
+	err := d.update(ctx, l.Key, false, d.holds(l, func(*record, int64) change { return remove }))
 	if errors.Is(err, errNoFile) {
 		return fmt.Errorf("filelock: release: %w", backend.ErrNotHeld)
 	}
@@ -151,28 +144,27 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 }
 
 // holds wraps change so that it runs only when l's token holds the lock.
-func (d *Driver) holds(l backend.Claim, change func(r *record, now int64)) func(*record, int64) (bool, error) {
+func (d *Driver) holds(l backend.Claim, then func(r *record, now int64) change) func(*record, int64) (change, error) {
 	tok := hashToken(l.Token)
-	return func(r *record, now int64) (bool, error) {
+	return func(r *record, now int64) (change, error) {
 		if !d.live(r, now) || r.token != tok {
-			return false, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
+			return keep, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 		}
-		change(r, now)
-		return true, nil
+		return then(r, now), nil
 	}
 }
 
 // expire makes the lock on key expired, as if its TTL had run out.
 func (d *Driver) expire(ctx context.Context, key string) error {
-	err := d.update(ctx, key, false, false, func(r *record, now int64) (bool, error) {
+	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
 		if !d.live(r, now) {
-			return false, nil
+			return keep, nil
 		}
 		r.expires = now - 1
 		if r.expires == 0 {
 			r.expires = -1
 		}
-		return true, nil
+		return write, nil
 	})
 	if errors.Is(err, errNoFile) {
 		return nil
@@ -181,8 +173,8 @@ func (d *Driver) expire(ctx context.Context, key string) error {
 }
 
 // Close implements backend.Driver. The driver keeps no open files and runs
-// no goroutines between calls.
+// no goroutines between calls; Close waits for the calls in flight.
 func (d *Driver) Close() error {
-	d.closed.Store(true)
+	d.gate.Close()
 	return nil
 }

@@ -18,12 +18,12 @@ type Holder struct {
 // Inspect reads the state of the lock on key without changing it.
 func (d *Driver) Inspect(ctx context.Context, key string) (Holder, error) {
 	var h Holder
-	err := d.update(ctx, key, false, false, func(r *record, now int64) (bool, error) {
+	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
 		h.Fence = r.fence
 		if d.live(r, now) {
 			h = Holder{Held: true, Fence: r.fence, PID: int(r.pid), Owner: r.owner, Left: time.Duration(r.expires - now)}
 		}
-		return false, nil
+		return keep, nil
 	})
 	if errors.Is(err, errNoFile) {
 		return Holder{}, nil

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // The state file holds two records of recSize bytes. Layout of one record,
@@ -24,6 +25,8 @@ import (
 //	48  holder's process ID (informational)
 //	52  SHA-256 of the holder's token (zero when free)
 //	84  owner length, then the owner (truncated to 64 bytes; informational)
+//	152 in the fence counter: the ceiling, a copy of fence.ceiling's
+//	    (zero in lock files, and in files of older versions)
 const (
 	recSize  = 256
 	offSeq   = 8
@@ -34,6 +37,7 @@ const (
 	offTok   = 52
 	offOwner = 84
 	maxOwner = 64
+	offCeil  = 152
 )
 
 var magic = [4]byte{'L', 'K', 'F', '1'}
@@ -46,6 +50,7 @@ type record struct {
 	pid     uint32
 	token   [32]byte
 	owner   string
+	ceiling uint64
 }
 
 func (r *record) encode() []byte {
@@ -61,6 +66,7 @@ func (r *record) encode() []byte {
 	if len(owner) > maxOwner {
 		owner = owner[:maxOwner]
 	}
+	binary.LittleEndian.PutUint64(b[offCeil:], r.ceiling)
 	b[offOwner] = byte(len(owner))
 	copy(b[offOwner+1:], owner)
 	binary.LittleEndian.PutUint32(b[4:], crc32.ChecksumIEEE(b[8:]))
@@ -78,6 +84,7 @@ func decode(b []byte) (record, bool) {
 		boot:    [16]byte(b[offBoot:]),
 		pid:     binary.LittleEndian.Uint32(b[offPID:]),
 		token:   [32]byte(b[offTok:]),
+		ceiling: binary.LittleEndian.Uint64(b[offCeil:]),
 	}
 	n := min(int(b[offOwner]), maxOwner)
 	r.owner = string(b[offOwner+1 : offOwner+1+n])
@@ -93,25 +100,112 @@ func hashToken(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 
 var errNoFile = errors.New("no state file")
 
-// update runs fn on key's current record under the file's flock, and writes
-// the record back if fn says so. Without create, a missing file is errNoFile.
-func (d *Driver) update(ctx context.Context, key string, create, durable bool, fn func(r *record, now int64) (bool, error)) error {
-	if err := d.check(ctx); err != nil {
+// change is what an operation does to a state file once it decided.
+type change int
+
+const (
+	keep   change = iota // leave the file as it is
+	write                // write the new record
+	remove               // delete the file: the name keeps nothing
+)
+
+// update runs fn on key's current record under the file's flock, and
+// writes the record back or removes the file as fn says. Without create, a
+// missing file is errNoFile.
+func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r *record, now int64) (change, error)) error {
+	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("filelock: %w", err)
+	}
+	defer leave()
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	path := d.Path(key)
-	f, created, err := openState(path, create)
+	f, err := openLocked(ctx, path, create)
 	if err != nil {
 		return err
 	}
 	defer f.Close() // also drops the flock
-	if err := flockCtx(ctx, f); err != nil {
-		return fmt.Errorf("filelock: lock %s: %w", path, err)
+	cur, empty, err := readRecord(f, path)
+	if err != nil {
+		return err
 	}
+	what, err := fn(&cur, d.clk.now())
+	if empty && what != write {
+		// We made the file and then did not take the lock: leave nothing.
+		what = remove
+	}
+	switch {
+	case what == remove:
+		// Under the flock: whoever opened this file and waits for its
+		// flock finds it unlinked (openLocked) and opens the path again.
+		if rerr := os.Remove(path); rerr != nil && err == nil {
+			return fmt.Errorf("filelock: %w", rerr)
+		}
+		return err
+	case err != nil:
+		return err
+	case what == write:
+		return writeRecord(f, path, &cur)
+	}
+	return nil
+}
+
+// openLocked opens path (creating it if create) and takes its flock. A
+// release may have removed the file after we opened it and before we got
+// the flock: then the descriptor is no longer the path's file, and we open
+// the path again.
+func openLocked(ctx context.Context, path string, create bool) (*os.File, error) {
+	for {
+		f, err := openState(path, create)
+		if err != nil {
+			return nil, err
+		}
+		if err := flockCtx(ctx, f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("filelock: lock %s: %w", path, err)
+		}
+		same, err := isPath(f, path)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		if same {
+			return f, nil
+		}
+		f.Close()
+		// Each turn means another release went by; ctx bounds them.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// isPath reports whether f is still the file at path (same device and
+// inode), and not one that was unlinked or replaced.
+func isPath(f *os.File, path string) (bool, error) {
+	open, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("filelock: %w", err)
+	}
+	now, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("filelock: %w", err)
+	}
+	return os.SameFile(open, now), nil
+}
+
+// readRecord reads the newer valid record of a state file; the zero record,
+// and empty, for an empty file.
+func readRecord(f *os.File, path string) (_ record, empty bool, _ error) {
 	var buf [2 * recSize]byte
 	n, err := f.ReadAt(buf[:], 0)
 	if err != nil && err != io.EOF {
-		return fmt.Errorf("filelock: read %s: %w", path, err)
+		return record{}, false, fmt.Errorf("filelock: read %s: %w", path, err)
 	}
 	cur, ok := record{}, false
 	for i := range 2 {
@@ -120,50 +214,157 @@ func (d *Driver) update(ctx context.Context, key string, create, durable bool, f
 		}
 	}
 	if !ok && n > 0 {
-		return fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or both records are damaged); remove it once no process uses it", path)
+		return record{}, false, fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or both records are damaged); remove it once no process uses it", path)
 	}
-	write, err := fn(&cur, d.clk.now())
-	if err != nil || !write {
-		return err
-	}
-	cur.seq++
-	if _, err := f.WriteAt(cur.encode(), int64(cur.seq%2)*recSize); err != nil {
+	return cur, n == 0, nil
+}
+
+// writeRecord writes r over the older of the file's two records.
+func writeRecord(f *os.File, path string, r *record) error {
+	r.seq++
+	if _, err := f.WriteAt(r.encode(), int64(r.seq%2)*recSize); err != nil {
 		return fmt.Errorf("filelock: write %s: %w", path, err)
 	}
-	if durable && d.sync {
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("filelock: sync %s: %w", path, err)
+	return nil
+}
+
+// The directory's fence counter is two files. fence.counter holds the last
+// fence given (and the boot it was written in); it is written at every
+// acquisition that takes a new fence, without fsync. fence.ceiling holds a
+// bound that no fence given so far exceeds; it is raised, by ceilingStep
+// past the next fence, and fsynced, before a fence above it is given. A
+// power cut may lose the counter's unsynced writes, never the ceiling, and
+// it changes the boot ID: a counter written in another boot (or missing,
+// or empty) goes on from above the ceiling. So an acquisition costs one
+// fsync in ceilingStep, and fences never repeat. Lock files end in
+// ".lock": no key's file can have these names.
+const (
+	counterName = "fence.counter"
+	ceilingName = "fence.ceiling"
+	ceilingStep = 1 << 12
+)
+
+// nextFence raises the directory's fence counter to above both its value
+// and floor, and returns the new value; with sync, once it can survive a
+// power cut. The caller holds the flock of the name's file; the counter's
+// flock is always taken after it, and the ceiling's only under the
+// counter's, so no two operations wait for each other.
+func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
+	path := filepath.Join(d.dir, counterName)
+	f, err := openLocked(ctx, path, true)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	// Without a boot ID (off Linux) a lost write cannot be told from an
+	// old one: every new fence is fsynced in the counter itself.
+	ceilings := d.sync && d.clk.boot != [16]byte{}
+	r, _, err := readRecord(f, path)
+	if err != nil && !ceilings {
+		return 0, err
+	}
+	if err != nil {
+		r = record{} // damaged: as if lost, the ceiling bounds it
+	}
+	if ceilings && r.boot != d.clk.boot {
+		// Written in another boot, or never: its last writes may be lost.
+		c, err := d.readCeiling(ctx)
+		if err != nil {
+			return 0, err
 		}
-		if created {
-			if err := syncDir(d.dir); err != nil {
-				return fmt.Errorf("filelock: sync %s: %w", d.dir, err)
-			}
+		r.fence, r.ceiling = max(r.fence, c), c
+	}
+	r.fence = max(r.fence, floor) + 1
+	r.boot = d.clk.boot
+	if ceilings && r.fence > r.ceiling {
+		c := r.fence + ceilingStep
+		if err := d.raiseCeiling(ctx, c); err != nil {
+			return 0, err
+		}
+		r.ceiling = c
+	}
+	if err := writeRecord(f, path, &r); err != nil {
+		return 0, err
+	}
+	if d.sync && !ceilings {
+		if err := f.Sync(); err != nil {
+			return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
+		}
+	}
+	return r.fence, nil
+}
+
+// readCeiling returns the value in fence.ceiling, zero when it has none.
+func (d *Driver) readCeiling(ctx context.Context) (uint64, error) {
+	path := filepath.Join(d.dir, ceilingName)
+	f, err := openLocked(ctx, path, true)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	r, _, err := readRecord(f, path)
+	return r.fence, err
+}
+
+// raiseCeiling writes c to fence.ceiling and fsyncs it.
+func (d *Driver) raiseCeiling(ctx context.Context, c uint64) error {
+	path := filepath.Join(d.dir, ceilingName)
+	f, err := openLocked(ctx, path, true)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, _, err := readRecord(f, path)
+	if err != nil {
+		return err
+	}
+	r.fence = max(r.fence, c)
+	if err := writeRecord(f, path, &r); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("filelock: sync %s: %w", path, err)
+	}
+	return nil
+}
+
+// makeCounter creates the directory's fence counter files if they are
+// missing, and makes their names durable, so that nextFence only ever
+// writes them.
+func makeCounter(dir string, sync bool) error {
+	made := false
+	for _, name := range []string{counterName, ceilingName} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("filelock: %w", err)
+		}
+		f.Close()
+		made = true
+	}
+	if made && sync {
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("filelock: sync %s: %w", dir, err)
 		}
 	}
 	return nil
 }
 
-func openState(path string, create bool) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
-	if err == nil || !errors.Is(err, fs.ErrNotExist) || !create {
-		if errors.Is(err, fs.ErrNotExist) {
-			err = errNoFile
-		} else if err != nil {
-			err = fmt.Errorf("filelock: %w", err)
-		}
-		return f, false, err
+func openState(path string, create bool) (*os.File, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
 	}
-	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		f, err = os.OpenFile(path, os.O_RDWR, 0)
-		created = false
-	} else {
-		created = err == nil
+	f, err := os.OpenFile(path, flags, 0o600)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !create:
+		return nil, errNoFile
+	case err != nil:
+		return nil, fmt.Errorf("filelock: %w", err)
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("filelock: %w", err)
-	}
-	return f, created, nil
+	return f, nil
 }
 
 func syncDir(dir string) error {

@@ -45,13 +45,14 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	}
 	d.batch.calls.Add(1)
 	d.batch.locks.Add(int64(len(locks)))
-	if err := d.begin(); err != nil {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
 		for i := range errs {
 			errs[i] = fmt.Errorf("memcachelock: refresh: %w", err)
 		}
 		return errs
 	}
-	defer d.ops.Done()
+	defer done()
 
 	now := time.Now()
 	exps := make([]int32, len(locks))

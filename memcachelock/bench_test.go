@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -86,4 +87,35 @@ func BenchmarkClient(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkContended: 8 workers on 2 clients (each its own memcache client
+// and Driver) take one name in turn, each holding it 1ms, through the
+// contended harness (internal/bench). memcached cannot notify, so waiters
+// poll; the round trip is a get on the first client, during the run.
+func BenchmarkContended(b *testing.B) {
+	testenv.Require(b, testenv.MemcacheAddr())
+	ns := "mctest-" + randHex(4)
+	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "get"}
+	for i := range 2 {
+		mc := memcache.New(testenv.MemcacheAddr())
+		b.Cleanup(func() { mc.Close() })
+		c, err := locker.New(mustNew(b, mc), locker.WithNamespace(ns))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		if i == 0 {
+			run.RoundTrip = func(context.Context) error {
+				if _, err := mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
+					return err
+				}
+				return nil
+			}
+		}
+		for range 4 {
+			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "contended")})
+		}
+	}
+	run.RunB(b).Summary().Report(b, "")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,21 +12,64 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
 // harness runs the conformance suite against one memcached server.
-type harness struct{ addr string }
+type harness struct {
+	addr string
+	t    *testing.T // the run's: its cleanup closes the proxies
+	mu   sync.Mutex
+}
 
-func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	// The suite asks for TTLs up to 720h, which a server that started less
-	// than 720h ago refuses for new names by default (restart.go): cap the
-	// delay at a second, which the shared server has run for.
-	return Open(ctx, "memcache://"+h.addr+"?restart_delay=1s")
+// suiteQuery caps the restart delay: the suite asks for TTLs up to 720h,
+// which a server that started less than 720h ago refuses for new names by
+// default (restart.go), so cap the delay at a second, which the shared
+// server has run for. And the fence counters' retention is short, so that
+// ForgetsReleasedNames sees a released name vanish.
+const (
+	suiteQuery     = "?restart_delay=1s&retention=2s"
+	suiteRetention = 2 * time.Second
+)
+
+func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
+	return Open(ctx, "memcache://"+h.addr+suiteQuery)
+}
+
+// NewCutDriver implements conformance.Outager: a driver that reaches the
+// server through a proxy of its own.
+func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool), error) {
+	p, err := faultproxy.New(h.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.mu.Lock()
+	h.t.Cleanup(func() { p.Close() })
+	h.mu.Unlock()
+	d, err := Open(ctx, "memcache://"+p.Addr()+suiteQuery)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, func(down bool) {
+		p.Refuse(down)
+		if down {
+			p.Cut()
+		}
+	}, nil
+}
+
+// Residue implements conformance.ResidueCounter: every item the driver
+// could have made for key, the lock (a tombstone counts) and its counter.
+func (h *harness) Residue(_ context.Context, key string) (int, error) {
+	mc := memcache.New(h.addr)
+	defer mc.Close()
+	items, err := mc.GetMulti([]string{lockKey(key), fenceKey(key)})
+	return len(items), err
 }
 
 // Expire deletes the lock's item, as an eviction or a restart would.
-func (h harness) Expire(_ context.Context, key string) error {
+func (h *harness) Expire(_ context.Context, key string) error {
 	mc := memcache.New(h.addr)
 	defer mc.Close()
 	if err := mc.Delete(lockKey(key)); err != nil {
@@ -41,7 +85,7 @@ func (h harness) Expire(_ context.Context, key string) error {
 // so this is the lock's own item (a tombstone counts too), or nothing. It
 // lets the suite check that failed and cancelled acquisitions leave nothing
 // and that a release removes the item.
-func (h harness) Entries(_ context.Context, key string) (int, error) {
+func (h *harness) Entries(_ context.Context, key string) (int, error) {
 	mc := memcache.New(h.addr)
 	defer mc.Close()
 	_, err := mc.Get(lockKey(key))
@@ -54,13 +98,14 @@ func (h harness) Entries(_ context.Context, key string) (int, error) {
 	return 1, nil
 }
 
-func (h harness) Traits() conformance.Traits {
+func (h *harness) Traits() conformance.Traits {
 	// memcached counts whole seconds, and frees a lock up to two seconds
-	// after its TTL (see expirationMargin).
-	return conformance.Traits{TTL: time.Second, Granularity: expirationMargin * time.Second}
+	// after its TTL (see expirationMargin); a counter stored for 2s lives
+	// at most 2s.
+	return conformance.Traits{TTL: time.Second, Granularity: expirationMargin * time.Second, Retention: suiteRetention}
 }
 
 func TestConformance(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
-	conformance.Run(t, harness{addr: testenv.MemcacheAddr()})
+	conformance.Run(t, &harness{addr: testenv.MemcacheAddr(), t: t})
 }

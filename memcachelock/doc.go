@@ -22,17 +22,26 @@
 //
 // Fencing tokens come from a per-name counter advanced with incr, drawn
 // while the new holder's item exists and confirmed by a gets before the
-// lock is granted, so they increase strictly from holder to holder. A
-// missing counter (after a restart, an eviction, or 30 days after it was
-// seeded, when it expires so that counters of unused names do not pile up)
-// is seeded with the current Unix time in microseconds. The fence then stays
-// larger than every earlier one provided that the counter was advanced
-// fewer times than microseconds passed between its seed and the reseed
-// (every acquisition takes three round trips, so it runs far behind the
-// clock), and that the reseeding client's clock is not behind the previous
-// seeder's by more than the difference (those microseconds minus the fences
-// handed out). Keep client clocks synchronised (NTP) and
-// never step them back. The details are in the source (nextFence).
+// lock is granted, so they increase strictly from holder to holder.
+//
+// Fences and retention: memcached has no counter shared by every name, so
+// the fence uses a clock floor. A missing counter is added with the
+// client's clock in microseconds and an expiry of the retention
+// ([WithRetention], URL retention=, default 24h, in whole seconds), then
+// incremented; incr does not move the expiry, so the counter vanishes the
+// retention after its seed (or sooner: a restart, an eviction) and is
+// seeded again from the clock. A release turns the lock's item into one
+// that memcached treats as expired at once, so the retention after a
+// name's last release, nothing of it is left: per-entity names do not pile
+// up. The fence stays larger than every earlier one provided that the
+// counter was advanced fewer times than microseconds passed between its
+// seed and the reseed (every acquisition takes three round trips, so it
+// runs far behind the clock), and that the reseeding client's clock is not
+// behind the previous seeder's by more than the difference (about the
+// retention, less the fences handed out): keep client clocks synchronised
+// (NTP), within far less than the retention, and never step them back.
+// The details are in the source (nextFence). The counter costs no round
+// trip on the hot path: incr first, and add only when incr finds none.
 //
 // An uncontended acquisition costs three round trips (add, incr, gets) and
 // a release two (gets, cas), against two for a bare add and delete.

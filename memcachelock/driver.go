@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,10 +25,10 @@ type Driver struct {
 	// restartMax caps how long a young server refuses (see young);
 	// < 0: no cap, the lock's TTL.
 	restartMax time.Duration
+	// fenceExp is the fence counters' expiration in seconds (WithRetention).
+	fenceExp int32
 
-	mu     sync.Mutex
-	closed bool
-	ops    sync.WaitGroup // calls in flight, awaited by Close
+	gate backend.Gate // calls in flight, and background cleanups, awaited by Close
 
 	batch batchPool // RefreshMany's connections (batch.go)
 }
@@ -58,32 +57,16 @@ func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 	if cfg.timeout != 0 || cfg.maxIdle != 0 {
 		return nil, errors.New("memcachelock: New: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client")
 	}
-	return &Driver{mc: mc, restartMax: cfg.restartDelay}, nil
-}
-
-// begin registers a call in flight, or reports that the driver is closed.
-func (d *Driver) begin() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return backend.ErrClosed
-	}
-	d.ops.Add(1)
-	return nil
+	return &Driver{mc: mc, restartMax: cfg.restartDelay, fenceExp: cfg.retentionSeconds()}, nil
 }
 
 // Close waits for the calls in flight (each bounded by the client's
 // timeout), closes RefreshMany's idle connections, and closes the client's
 // if the driver opened the client itself.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.gate.Close() {
 		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
 	}
-	d.closed = true
-	d.mu.Unlock()
-	d.ops.Wait()
 	d.batch.close()
 	if d.own {
 		return d.mc.Close()
@@ -162,10 +145,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err := checkToken(l.Token); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := d.begin(); err != nil {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
 		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", err)
 	}
-	defer d.ops.Done()
+	defer done()
 	if err := live(ctx, "acquire"); err != nil {
 		return backend.Grant{}, err
 	}
@@ -262,13 +246,19 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 // still ours. Best effort: if the server cannot be reached either, the item
 // expires after its TTL.
 //
-// It runs in the background, counted in d.ops so that Close waits for it:
-// on a dead connection it takes a whole Timeout, which the caller, who may
-// have given up, does not wait for.
+// It runs in the background, entered in the gate so that Close waits for
+// it: on a dead connection it takes a whole Timeout, which the caller, who
+// may have given up, does not wait for. Once Close has begun, the caller
+// runs it, within its own call that Close waits for.
 func (d *Driver) cleanup(l backend.Claim) {
-	d.ops.Add(1)
+	// Not ended by Close: the item would hold the name until its TTL.
+	_, done, err := d.gate.Enter(context.Background())
+	if err != nil {
+		_ = d.release(context.Background(), l)
+		return
+	}
 	go func() {
-		defer d.ops.Done()
+		defer done()
 		_ = d.release(context.Background(), l)
 	}()
 }
@@ -292,8 +282,10 @@ func (d *Driver) cleanup(l backend.Claim) {
 // confirmation returns no grant; its fence is simply skipped.
 //
 // The counter can be lost: a restart, an eviction (unless memcached runs
-// with -M), or its own expiration after fenceExpiration seconds, which bounds
-// the memory of counters of idle keys. A missing counter is seeded with the
+// with -M), or its own expiration, the retention (WithRetention) after its
+// seed: incr does not move an item's expiry. The expiration is what bounds
+// the state of names nobody locks any more: a released name's item goes at
+// once (see Release), its counter within the retention. A missing counter is seeded with the
 // current Unix time in microseconds from the client's clock (add, so that
 // concurrent seeders agree on one seed; then incr). Exactly what that
 // guarantees: say the lost counter was seeded with S, client C0's clock at
@@ -318,6 +310,11 @@ func (d *Driver) cleanup(l backend.Claim) {
 //
 // A missing counter may mean that the server restarted: it is seeded only
 // if the server has run for the TTL (see young).
+//
+// Cost: incr comes first and add only when it finds no counter, so a name
+// whose counter exists pays one round trip for its fence, as before; a
+// name seen for the first time, or again after a retention, pays the
+// failed incr, the uptime check, the add and the incr once.
 func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 	fk := fenceKey(key)
 	for range maxAttempts {
@@ -332,7 +329,7 @@ func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 			return 0, err
 		}
 		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
-		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: fenceExpiration})
+		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: d.fenceExp})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			return 0, fmt.Errorf("memcachelock: acquire: fence: seed: %w", err)
 		}
@@ -349,10 +346,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if err != nil {
 		return err
 	}
-	if err := d.begin(); err != nil {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
 		return fmt.Errorf("memcachelock: refresh: %w", err)
 	}
-	defer d.ops.Done()
+	defer done()
 	return d.refresh(ctx, l, exp)
 }
 
@@ -403,10 +401,11 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 // the next add succeeds. Should a server keep the tombstone anyway, an
 // acquisition treats it as free and takes it over with gets and cas.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if err := d.begin(); err != nil {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
 		return fmt.Errorf("memcachelock: release: %w", err)
 	}
-	defer d.ops.Done()
+	defer done()
 	return d.release(ctx, l)
 }
 

@@ -86,12 +86,6 @@ const expirationMargin = 2
 const (
 	maxRelative = 30 * 24 * 60 * 60 // seconds; memcached's REALTIME_MAXDELTA
 	maxTTL      = 30 * 24 * time.Hour
-	// fenceExpiration bounds how long a fencing counter stays in memory:
-	// incr keeps the expiration set by the seed, so a counter expires 30
-	// days after it was seeded and is seeded again from the clock (see
-	// nextFence for why that is harmless). Counters of names nobody locks
-	// any more therefore do not accumulate on a server run with -M.
-	fenceExpiration = maxRelative
 	// releaseExpiration makes memcached treat an item as already expired:
 	// a negative expiration is "immediately expired" in memcached's protocol.
 	releaseExpiration = -1

@@ -3,8 +3,6 @@ package memcachelock
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -20,15 +18,13 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-func token() string { return randHex(16) }
+var (
+	randHex = testutil.RandHex
+	token   = testutil.Token
+)
 
 // uniqueKey returns a key no other test (or run) uses.
 func uniqueKey(t testing.TB, name string) string {
@@ -212,7 +208,7 @@ func TestParseURL(t *testing.T) {
 
 func TestOpenBadParams(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
-	for _, q := range []string{"bogus=1", "timeout=fast", "timeout=0s", "max_idle=0", "max_idle=x"} {
+	for _, q := range []string{"bogus=1", "timeout=fast", "timeout=0s", "max_idle=0", "max_idle=x", "retention=0s", "retention=-1s", "retention=721h", "retention=long"} {
 		_, err := locker.Open(ctx, "memcache://127.0.0.1:1?"+q)
 		if !errors.Is(err, locker.ErrInvalidURL) {
 			t.Errorf("Open with %s = %v, want ErrInvalidURL", q, err)
@@ -231,6 +227,9 @@ func TestBadOptions(t *testing.T) {
 		"New WithRestartDelay(-1)": func() (*Driver, error) { return New(mc, WithRestartDelay(-1)) },
 		"Open WithTimeout(0)":      func() (*Driver, error) { return Open(ctx, "memcache://127.0.0.1:1", WithTimeout(0)) },
 		"Open WithMaxIdle(0)":      func() (*Driver, error) { return Open(ctx, "memcache://127.0.0.1:1", WithMaxIdle(0)) },
+		"New WithRetention(0)":     func() (*Driver, error) { return New(mc, WithRetention(0)) },
+		"New WithRetention(31d)":   func() (*Driver, error) { return New(mc, WithRetention(31*24*time.Hour)) },
+		"Open WithRetention(-1)":   func() (*Driver, error) { return Open(ctx, "memcache://127.0.0.1:1", WithRetention(-1)) },
 	} {
 		if d, err := f(); err == nil || d != nil || errors.Is(err, backend.ErrInvalidURL) {
 			t.Errorf("%s = %v, %v; want a plain error", name, d, err)
@@ -242,6 +241,12 @@ func TestBadOptions(t *testing.T) {
 	d, err := New(mc, WithRestartDelay(time.Second))
 	if err != nil || d.restartMax != time.Second {
 		t.Errorf("New WithRestartDelay(1s): %v, restartMax %v", err, d.restartMax)
+	}
+	if d, err := New(mc, WithRetention(1500*time.Millisecond)); err != nil || d.fenceExp != 2 {
+		t.Errorf("New WithRetention(1.5s): %v, counters expire after %ds, want 2s", err, d.fenceExp)
+	}
+	if d, err := New(mc); err != nil || d.fenceExp != 24*60*60 {
+		t.Errorf("New: %v, counters expire after %ds, want 24h", err, d.fenceExp)
 	}
 }
 

@@ -3,9 +3,7 @@ package memcachelock
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -14,7 +12,7 @@ import (
 )
 
 // Usage is the URL form this package registers.
-const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2&restart_delay=1m]  or  memcache:///path/to/memcached.sock"
+const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2&restart_delay=1m&retention=24h]  or  memcache:///path/to/memcached.sock"
 
 const defaultPort = "11211"
 
@@ -31,9 +29,10 @@ func init() {
 // every server, each within the timeout, and fails if one does not answer.
 // restart_delay caps how long a server that started recently refuses names
 // it has no fence counter for (default: the lock's TTL; 0: never, for
-// servers that cannot have lost a holder's item; see restart.go). The
-// options WithTimeout, WithMaxIdle and WithRestartDelay set the same, and
-// override the URL's. Close closes the client that Open made.
+// servers that cannot have lost a holder's item; see restart.go).
+// retention, how long a name's fence counter lives (default 24h; see
+// WithRetention). The options WithTimeout, WithMaxIdle, WithRestartDelay
+// and WithRetention set the same, and override the URL's. Close closes the client that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL, "memcache")
 	if err != nil {
@@ -52,13 +51,22 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	timeout := p.Duration("timeout", memcache.DefaultTimeout)
 	maxIdle := p.Int("max_idle", memcache.DefaultMaxIdleConns)
 	restart := p.Duration("restart_delay", -1)
+	var retention []Option
+	if p.Has("retention") {
+		d := p.Duration("retention", 0)
+		if d <= 0 || d > maxTTL {
+			return nil, fmt.Errorf("memcachelock: %w: retention must be more than 0, at most %v", backend.ErrInvalidURL, maxTTL)
+		}
+		// Before opts: an option overrides the URL.
+		retention = append(retention, WithRetention(d))
+	}
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
 	if timeout <= 0 || maxIdle < 1 {
 		return nil, fmt.Errorf("memcachelock: %w: timeout must be positive and max_idle at least 1", backend.ErrInvalidURL)
 	}
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(append(retention, opts...))
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +101,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		mc.Close()
 		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart}, nil
+	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart, fenceExp: cfg.retentionSeconds()}, nil
 }
 
 // parseServers reads the server list from u's host (or a socket path).
@@ -113,20 +121,9 @@ func parseServers(u *url.URL) ([]string, error) {
 	if u.Path != "" && u.Path != "/" {
 		return nil, bad("unexpected path " + u.Path)
 	}
-	var servers []string
-	for _, hp := range strings.Split(u.Host, ",") {
-		if hp == "" {
-			return nil, bad("empty server in the list")
-		}
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil {
-			// No port: the default one.
-			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), defaultPort
-		}
-		if host == "" {
-			return nil, bad("empty host in " + hp)
-		}
-		servers = append(servers, net.JoinHostPort(host, port))
+	servers, err := backend.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
 	return servers, nil
 }

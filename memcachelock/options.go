@@ -2,6 +2,7 @@ package memcachelock
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -10,6 +11,9 @@ type config struct {
 	// restartDelay caps how long a server that started recently refuses
 	// names it has no fence counter for (restart.go); < 0: the lock's TTL.
 	restartDelay time.Duration
+	// retention is how long a fence counter lives after its seed (0:
+	// unset, DefaultRetention).
+	retention time.Duration
 	// timeout and maxIdle configure the client Open makes; 0: unset.
 	timeout time.Duration
 	maxIdle int
@@ -39,6 +43,37 @@ func WithRestartDelay(d time.Duration) Option {
 		}
 		c.restartDelay = d
 	}
+}
+
+// DefaultRetention is how long a name's fence counter lives when no option
+// or URL says otherwise.
+const DefaultRetention = 24 * time.Hour
+
+// WithRetention sets how long a name's fence counter lives after it was
+// seeded (URL: retention=; default DefaultRetention): memcached's incr
+// keeps the expiry the seed set, so the counter vanishes d after its seed,
+// and with it the last of a released name, and the next acquisition seeds
+// it again from the clock (see nextFence for why fences keep increasing).
+// memcached counts it in whole seconds. d must be positive and at most 30
+// days, memcached's longest relative expiry.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 || d > maxTTL {
+			c.err = fmt.Errorf("memcachelock: WithRetention(%v): want more than 0, at most %v", d, maxTTL)
+			return
+		}
+		c.retention = d
+	}
+}
+
+// retentionSeconds is the counter's expiration for memcached: whole
+// seconds, rounded up.
+func (c *config) retentionSeconds() int32 {
+	d := c.retention
+	if d == 0 {
+		d = DefaultRetention
+	}
+	return int32((d + time.Second - 1) / time.Second)
 }
 
 // WithTimeout sets the read, write and dial timeout of each call of the

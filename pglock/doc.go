@@ -14,15 +14,44 @@
 //
 // # The table
 //
-// One row per lock name (namespace + "/" + name) in a table, locker_locks
-// by default: the holder's token, its owner identity, a version and an
-// expiry time (see [SchemaSQL], also shipped as schema.sql). Acquiring is one
-// INSERT ... ON CONFLICT DO UPDATE that takes the row only when it is free
-// or expired, and adds one to its version, which is the fencing token.
-// Refresh and release are UPDATEs conditional on the token (and version);
-// the watchdog's batches of refreshes are one UPDATE over arrays. A release
-// keeps the row with a NULL token, so versions never restart. All
-// expiry arithmetic uses the database server's clock (clock_timestamp()),
+// One row per held lock name (namespace + "/" + name) in a table,
+// locker_locks by default: the holder's token, its owner identity, a
+// version and an expiry time (see [SchemaSQL], also shipped as schema.sql).
+// Acquiring is one INSERT ... ON CONFLICT DO UPDATE that takes the row only
+// when it is free or expired, and gives it a new version, the fencing
+// token. Refresh is an UPDATE conditional on the token (and version); the
+// watchdog's batches of refreshes are one UPDATE over arrays. A release is
+// one DELETE of the token's row (with its notification): a released name
+// leaves nothing in the database. The row of a lock that expired without a
+// release stays until the name is taken again.
+//
+// Fences come from one counter for the whole table, the identity sequence
+// of the version column (a PostgreSQL sequence only grows), not from the
+// name's row, which comes and goes: so they keep increasing for a name
+// across releases. The update branch draws the next value after locking
+// the row, hence above its last holder's. The insert branch draws it before
+// looking for a row; a pair of transaction-scoped advisory locks per name,
+// (a class derived from the table's name, hashtext(key)), taken shared by
+// acquisitions and exclusive by releases, keeps a release from deleting the
+// name's row between the draw and the look, so that a deleted row always
+// had a lower fence (an application that takes two-key advisory locks of
+// its own may meet one, and then delays that name's acquisitions while it
+// holds it). The counter is 64-bit and starts at 1. Sequence values
+// are never reused, whatever rolls back: fences have gaps, never repeats.
+// Both costs are inside the statements: a TryAcquire and a Release are one
+// round trip each, as before.
+//
+// A table made by an older version (version without IDENTITY, released rows
+// kept) is migrated on first use when create_table is on: [MigrationSQL]
+// makes the column draw from a sequence that starts above every fence
+// given so far, and deletes the released rows. That needs the table's
+// owner; other roles get an error wrapping ErrPermission that names
+// MigrationSQL, and with create_table=false it is an error until someone
+// runs it. Stop every process of the older version first: it still gives
+// fences from the row, and restarts them at 1 for a name whose row a newer
+// process deleted.
+//
+// All expiry arithmetic uses the database server's clock (clock_timestamp()),
 // never the client's: client clock skew cannot make a lock expire early or
 // late. TTLs count whole microseconds and are rounded up to one.
 //
@@ -97,14 +126,14 @@
 //
 //	GRANT CONNECT ON DATABASE app TO locker_app;              -- PUBLIC has it by default
 //	GRANT USAGE ON SCHEMA locks TO locker_app;                -- public: PUBLIC has it by default
-//	GRANT SELECT, INSERT, UPDATE ON locks.locker_locks TO locker_app;
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON locks.locker_locks TO locker_app;
 //
 // SELECT is read at Open (the table check and the notification key) and by
-// every statement's WHERE; INSERT acquires a name for the first time (and
-// makes the notification key once); UPDATE takes a free or expired row,
-// refreshes and releases. No DELETE: a release keeps the row, with a NULL
-// token, so that its version, the fence, never restarts; the table grows by
-// one small row per lock name ever used. No CREATE, and no ownership:
+// every statement's WHERE; INSERT acquires a free name (and makes the
+// notification key once); UPDATE takes an expired row and refreshes;
+// DELETE releases. No grant on the fence sequence: the default of an
+// identity column draws from it without one (nextval by name would need
+// USAGE). The advisory locks need no privilege. No CREATE, and no ownership:
 // with the table there, create_table may stay on (it only looks). Without
 // one of those grants, Open or the first acquire fails with ErrPermission.
 // LISTEN needs no privilege. WithCreateTable(true) on a missing table needs
@@ -122,6 +151,7 @@
 //
 // # Limits
 //
+// It needs PostgreSQL 12 or later (identity columns, MATERIALIZED).
 // Lock names are stored as text: the database should use the UTF8 encoding
 // (with another encoding, names with characters it cannot represent fail).
 // Anyone who can read the table can read tokens, and anyone who can write
@@ -135,6 +165,6 @@
 // schemes are postgres and postgresql, and it holds one set of statements,
 // PostgreSQL's), so it is named after its store, as the other backends are.
 // Names it keeps in the database (the notification channel, the
-// notification key's row, the creation lock) still say sqllock, so that
+// notification key's row, the creation and fence locks) still say sqllock, so that
 // tables made before the rename keep working.
 package pglock

@@ -6,8 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
+
 	"sync/atomic"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Driver keeps locks in a PostgreSQL table. It implements backend.Driver,
@@ -24,15 +25,13 @@ import (
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
-	socks   *sockets // the own pool's connections, cut at Close; nil for a caller's pool
+	socks   *conntrack.Tracker // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
 	sql     statements
 
-	closed    atomic.Bool
-	closeOnce sync.Once
-	ctx       context.Context // ends at Close
-	cancel    context.CancelFunc
-	bg        sync.WaitGroup // undos of ambiguous acquisitions
+	// gate guards every call, and the undos of ambiguous acquisitions
+	// that run after their call returned.
+	gate backend.Gate
 
 	schemaOK atomic.Bool
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
@@ -73,7 +72,6 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
-	d.ctx, d.cancel = context.WithCancel(context.Background())
 	d.lis = newListener(d)
 	return d, nil
 }
@@ -95,23 +93,15 @@ func micros(ttl time.Duration) (int64, error) {
 	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
 }
 
-func (d *Driver) begin(op string) error {
-	if d.closed.Load() {
-		return fmt.Errorf("pglock: %s: %w", op, backend.ErrClosed)
+// enter registers a call with the gate: its context ends at Close, so
+// that Close unblocks calls in flight on a pool it did not open (its own
+// pool's connections it cuts).
+func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pglock: %s: %w", op, err)
 	}
-	return nil
-}
-
-// call returns a context for one call that also ends at Close, so that
-// Close unblocks calls in flight on a pool it did not open (its own pool's
-// connections it cuts), and the stop function that frees it.
-func (d *Driver) call(ctx context.Context) (context.Context, func()) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(d.ctx, func() { cancel(backend.ErrClosed) })
-	return cctx, func() {
-		stop()
-		cancel(nil)
-	}
+	return ctx, done, nil
 }
 
 // TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
@@ -122,11 +112,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	if err := d.begin("acquire"); err != nil {
+	ctx, leave, err := d.enter(ctx, "acquire")
+	if err != nil {
 		return backend.Grant{}, err
 	}
-	ctx, stop := d.call(ctx)
-	defer stop()
+	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
 		return backend.Grant{}, err
 	}
@@ -153,10 +143,13 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// nothing keeps the key held. The token is ours alone, so this cannot
 	// free anyone else's lock. In the background: the caller, who may have
 	// given up, does not wait for a store that may not answer.
-	d.bg.Add(1)
+	bctx, bdone, berr := d.gate.Enter(context.Background())
+	if berr != nil {
+		return backend.Grant{}, d.wrap("acquire", err)
+	}
 	go func() {
-		defer d.bg.Done()
-		cctx, cancel := context.WithTimeout(d.ctx, 2*time.Second)
+		defer bdone()
+		cctx, cancel := context.WithTimeout(bctx, 2*time.Second)
 		defer cancel()
 		var live bool
 		_ = d.pool.QueryRow(cctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
@@ -173,11 +166,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if err != nil {
 		return err
 	}
-	if err := d.begin("refresh"); err != nil {
+	ctx, leave, err := d.enter(ctx, "refresh")
+	if err != nil {
 		return err
 	}
-	ctx, stop := d.call(ctx)
-	defer stop()
+	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
 		return err
 	}
@@ -209,11 +202,11 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		}
 		return errs
 	}
-	if err := d.begin("refresh"); err != nil {
+	ctx, leave, err := d.enter(ctx, "refresh")
+	if err != nil {
 		return fail(err)
 	}
-	ctx, stop := d.call(ctx)
-	defer stop()
+	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
 		return fail(err)
 	}
@@ -235,7 +228,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		return errs
 	}
 	done := make([]bool, len(pos))
-	err := d.retry(ctx, func() error {
+	err = d.retry(ctx, func() error {
 		rows, err := d.pool.Query(ctx, d.sql.refreshMany, keys, tokens, fences, ttls, owners)
 		if err != nil {
 			return err
@@ -266,17 +259,17 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // Release implements backend.Driver: it frees the token's lock (the row
 // stays, with its version) and notifies waiters in the same statement.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if err := d.begin("release"); err != nil {
+	ctx, leave, err := d.enter(ctx, "release")
+	if err != nil {
 		return err
 	}
-	ctx, stop := d.call(ctx)
-	defer stop()
+	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
 		return err
 	}
 	var live bool
 	var uncertain error
-	err := d.retry(ctx, func() error {
+	err = d.retry(ctx, func() error {
 		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel).Scan(&live)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
@@ -300,22 +293,12 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 // Close implements backend.Driver. It stops the listener and closes the
 // pool if the driver opened it (Open), not one passed to New.
 func (d *Driver) Close() error {
-	first := false
-	d.closeOnce.Do(func() {
-		first = true
-		d.closed.Store(true)
-		d.cancel()
-		if d.socks != nil {
-			d.socks.closeAll()
-		}
-		d.lis.close()
-		d.bg.Wait()
-		if d.ownPool {
-			d.pool.Close()
-		}
-	})
-	if !first {
+	if !d.gate.Close() {
 		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
+	}
+	d.lis.close()
+	if d.ownPool {
+		d.pool.Close()
 	}
 	return nil
 }
@@ -338,11 +321,11 @@ type Info struct {
 // Inspect reports the state of the lock on key (namespace + "/" + name).
 // A key that was never locked gives a zero Info.
 func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
-	if err := d.begin("inspect"); err != nil {
+	ctx, leave, err := d.enter(ctx, "inspect")
+	if err != nil {
 		return Info{}, err
 	}
-	ctx, stop := d.call(ctx)
-	defer stop()
+	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
 		return Info{}, err
 	}
@@ -351,7 +334,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
 		version int64
 		us      int64
 	)
-	err := d.pool.QueryRow(ctx, d.sql.inspect, key).Scan(&info.Held, &info.Owner, &version, &us)
+	err = d.pool.QueryRow(ctx, d.sql.inspect, key).Scan(&info.Held, &info.Owner, &version, &us)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Info{}, nil
@@ -366,33 +349,23 @@ func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
+// statementRetry is how long one call resends a statement that a
+// concurrent transaction or a broken connection failed: a few quick tries.
+// Riding out a longer outage is the waiting Client's business (its
+// budget), not one call's.
+const statementRetry = 30 * time.Millisecond
+
 // retry runs f until it succeeds or fails for good: conflicts with
 // concurrent transactions (serialization failures, deadlocks, unique
-// violations) are retried, and so are broken connections.
+// violations) are retried, and so are broken connections, for
+// statementRetry.
 func (d *Driver) retry(ctx context.Context, f func() error) error {
-	const attempts = 5
-	var err error
-	for i := range attempts {
-		err = f()
-		if err == nil || ctx.Err() != nil || i == attempts-1 {
-			return err
-		}
-		// Every statement can run twice without harm: acquire takes the
-		// token's own row again, refresh extends again, and Release treats
-		// "not held" after a lost connection as "cannot tell".
-		if !conflict(err) && !connLost(err) {
-			return err
-		}
-		pause := time.Duration(1<<i) * time.Millisecond
-		t := time.NewTimer(pause/2 + rand.N(pause/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-	return err
+	// Every statement can run twice without harm: acquire takes the
+	// token's own row again, refresh extends again, and Release treats
+	// "not held" after a lost connection as "cannot tell".
+	bo := retry.Backoff{Min: time.Millisecond, Max: 8 * time.Millisecond}
+	resend := func(err error) bool { return conflict(err) || connLost(err) }
+	return retry.Call(ctx, bo, statementRetry, resend, func(context.Context) error { return f() })
 }
 
 // permission marks the server's refusal of our credentials or of a
@@ -410,7 +383,7 @@ func permission(err error) error {
 // wrap adds the package name and explains an error of the store. Errors
 // from pgx never contain the password.
 func (d *Driver) wrap(op string, err error) error {
-	if d.closed.Load() {
+	if d.gate.Closed() {
 		return fmt.Errorf("pglock: %s: %w (%v)", op, backend.ErrClosed, err)
 	}
 	if sqlState(err) == codeUndefTable {
@@ -451,6 +424,18 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 			return fmt.Errorf("pglock: create table %s: %w", d.sql.table, err)
 		}
 	}
+	var fenced bool
+	if err := d.pool.QueryRow(ctx, d.sql.fenced, d.sql.table).Scan(&fenced); err != nil {
+		return d.wrap("schema", err)
+	}
+	if !fenced && !d.cfg.create {
+		return fmt.Errorf("pglock: table %s was made by an older version, and automatic creation is off (create_table=false): run MigrationSQL", d.sql.table)
+	}
+	if !fenced {
+		if err := d.retry(ctx, func() error { return d.migrate(ctx) }); err != nil {
+			return fmt.Errorf("pglock: table %s was made by an older version; migrating it (MigrationSQL, as its owner): %w", d.sql.table, permission(err))
+		}
+	}
 	secret, err := d.loadNotifyKey(ctx)
 	if err != nil {
 		return d.wrap("notification key", err)
@@ -489,6 +474,21 @@ func (d *Driver) loadNotifyKey(ctx context.Context) (string, error) {
 		return "", errors.New("the notification key row has no key")
 	}
 	return *secret, nil
+}
+
+// migrate runs MigrationSQL on the table, once between processes.
+func (d *Driver) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
+			return err
+		}
+		var fenced bool
+		if err := tx.QueryRow(ctx, d.sql.fenced, d.sql.table).Scan(&fenced); err != nil || fenced {
+			return err
+		}
+		_, err := tx.Exec(ctx, d.sql.migrate)
+		return err
+	})
 }
 
 func (d *Driver) create(ctx context.Context) error {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Subscribe implements backend.Notifier. Every release sends a keyed hash
@@ -20,16 +22,14 @@ import (
 // hash. When that connection breaks, the driver reconnects and wakes every
 // subscriber, since releases may have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if err := d.begin("subscribe"); err != nil {
+	cctx, done, err := d.enter(ctx, "subscribe")
+	if err != nil {
 		return nil, nil, err
 	}
-	if !d.schemaOK.Load() {
-		cctx, stop := d.call(ctx)
-		err := d.ensureSchema(cctx)
-		stop()
-		if err != nil {
-			return nil, nil, err
-		}
+	err = d.ensureSchema(cctx)
+	done()
+	if err != nil {
+		return nil, nil, err
 	}
 	return d.lis.subscribe(ctx, notifyPayload(d.notifySecret, key))
 }
@@ -65,7 +65,7 @@ type listener struct {
 	// caller's (the driver's own pool tracks them already), so that close
 	// cuts them: pgx closes a broken connection in the background, with a
 	// cancel request and a drain of up to 15 s each on a dead network.
-	socks *sockets
+	socks *conntrack.Tracker
 
 	mu        sync.Mutex
 	closed    bool
@@ -78,7 +78,7 @@ type listener struct {
 }
 
 func newListener(d *Driver) *listener {
-	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, socks: newSockets()}
+	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, socks: conntrack.New()}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
@@ -157,7 +157,7 @@ func (l *listener) close() {
 	l.closed = true
 	l.mu.Unlock()
 	l.cancel()
-	l.socks.closeAll()
+	l.socks.Cut()
 	l.wg.Wait()
 }
 
@@ -192,8 +192,7 @@ func (l *listener) stopIfIdle(idle time.Duration) bool {
 
 func (l *listener) run() {
 	defer l.wg.Done()
-	const minPause, maxPause = 50 * time.Millisecond, 5 * time.Second
-	pause := minPause
+	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
 	for {
 		conn, err := l.connect()
 		if err != nil {
@@ -203,16 +202,10 @@ func (l *listener) run() {
 			if l.stopIfIdle(0) {
 				return
 			}
-			t := time.NewTimer(pause)
-			select {
-			case <-l.ctx.Done():
-				t.Stop()
-			case <-t.C:
-			}
-			pause = min(2*pause, maxPause)
+			_ = retry.Sleep(l.ctx, bo.Next())
 			continue
 		}
-		pause = minPause
+		bo.Reset()
 		l.mu.Lock()
 		l.lastErr = nil
 		close(l.ready)
@@ -278,7 +271,7 @@ func (l *listener) connect() (*pgx.Conn, error) {
 	defer cancel()
 	pc := l.d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = l.socks.wrap(cc.DialFunc)
+	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, err

@@ -197,6 +197,9 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	d, err := newDriver(pool, true, opts)
 	if d != nil {
 		d.socks = socks
+		// Close cuts the own pool's connections as it begins, so that
+		// calls in flight on a dead network return at once.
+		context.AfterFunc(d.gate.Context(), socks.Cut)
 	}
 	if err != nil {
 		pool.Close()

@@ -174,8 +174,18 @@ func TestQuotedNames(t *testing.T) {
 	}
 	defer cancel()
 	l := backend.Claim{Key: "q/k", Token: randHex(16), TTL: time.Second}
+	rows := func() int {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+d.TableName()+` WHERE name <> $1`, notifyKeyName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	if _, err := d.TryAcquire(ctx, l); err != nil {
 		t.Fatal(err)
+	}
+	if n := rows(); n != 1 {
+		t.Fatalf("%d rows while held, want 1", n)
 	}
 	if err := d.Release(ctx, l); err != nil {
 		t.Fatal(err)
@@ -185,8 +195,55 @@ func TestQuotedNames(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no notification")
 	}
-	var n int
-	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+d.TableName()+` WHERE name <> $1`, notifyKeyName).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("rows %d, %v", n, err)
+	if n := rows(); n != 0 {
+		t.Fatalf("%d rows after the release, want none", n)
+	}
+}
+
+// A table made by an older version (version without a sequence) is
+// migrated on first use with create_table on: fences go on above the old
+// ones, and the rows of released locks go. With create_table=false it is
+// an error that names MigrationSQL, until someone runs it.
+func TestMigratesOlderTable(t *testing.T) {
+	t.Parallel()
+	admin := adminPool(t)
+	ctx := context.Background()
+	for _, create := range []string{"true", "false"} {
+		table := testTable(t, admin, "")
+		qt := quote(table)
+		old := `CREATE TABLE ` + qt + ` (name text PRIMARY KEY, token text, owner text, version bigint NOT NULL,
+    acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL);
+INSERT INTO ` + qt + ` VALUES ('ns/held', 'tok', NULL, 41, now(), now() + interval '1 hour'),
+    ('ns/freed', NULL, NULL, 70, now(), now());`
+		if _, err := admin.Exec(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		u := withParams(t, baseURL(t), paramTable, table, paramCreate, create)
+		if create == "false" {
+			if _, err := Open(ctx, u); err == nil || !strings.Contains(err.Error(), "MigrationSQL") {
+				t.Fatalf("Open on an older table with create_table=false = %v, want an error naming MigrationSQL", err)
+			}
+			if _, err := admin.Exec(ctx, strings.ReplaceAll(MigrationSQL, defaultTable, qt)); err != nil {
+				t.Fatalf("MigrationSQL: %v", err)
+			}
+		}
+		d, err := Open(ctx, u)
+		if err != nil {
+			t.Fatalf("create_table=%s: Open on an older table: %v", create, err)
+		}
+		defer d.Close()
+		var freed int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+qt+` WHERE name = 'ns/freed'`).Scan(&freed); err != nil || freed != 0 {
+			t.Fatalf("create_table=%s: %d rows of a released lock after the migration (%v), want none", create, freed, err)
+		}
+		for _, key := range []string{"ns/freed", "ns/new"} {
+			g, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Second})
+			if err != nil || g.Fence <= 70 {
+				t.Fatalf("create_table=%s: TryAcquire %s = %+v, %v, want a fence above the old 70", create, key, g, err)
+			}
+		}
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: "ns/held", Token: randHex(16), TTL: time.Second}); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("create_table=%s: the lock held before the migration: %v, want ErrNotAcquired", create, err)
+		}
 	}
 }

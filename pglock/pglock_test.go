@@ -2,10 +2,9 @@ package pglock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +12,9 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // baseURL returns the test database's URL, or skips (fails in CI) when the
@@ -24,11 +25,7 @@ func baseURL(t testing.TB) string {
 	return testenv.PostgresURL()
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var randHex = testutil.RandHex
 
 // withParams adds query parameters to a URL.
 func withParams(t testing.TB, raw string, kv ...string) string {
@@ -83,6 +80,7 @@ func quote(s string) string { return newStatements("", s).table }
 
 // harness runs the conformance suite on one table of the test database.
 type harness struct {
+	t     *testing.T
 	url   string // with lock_table
 	admin *pgxpool.Pool
 	sql   statements
@@ -92,6 +90,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 	admin := adminPool(t)
 	table := testTable(t, admin, "")
 	return &harness{
+		t:     t,
 		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
@@ -115,8 +114,8 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
-// Entries counts the live holders of key: 0 or 1 (rows of released or
-// expired locks stay, to keep their version, but hold nothing).
+// Entries counts the live holders of key: 0 or 1 (the row of an expired
+// lock stays until it is taken or released, but holds nothing).
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 	var n int
 	err := h.admin.QueryRow(ctx, `SELECT count(*) FROM `+h.sql.table+
@@ -124,9 +123,55 @@ func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 	return n, err
 }
 
+// Residue counts the key's rows: the lock's, and none other (the fence
+// counter is the table's sequence, the notification key's row is no
+// lock's).
+func (h *harness) Residue(ctx context.Context, key string) (int, error) {
+	var n int
+	err := h.admin.QueryRow(ctx, `SELECT count(*) FROM `+h.sql.table+` WHERE name = $1`, key).Scan(&n)
+	return n, err
+}
+
+// rowCount is Residue for a test.
+func rowCount(t *testing.T, h *harness, key string) int {
+	t.Helper()
+	n, err := h.Residue(context.Background(), key)
+	if err != nil {
+		t.Fatalf("count the rows of %s: %v", key, err)
+	}
+	return n
+}
+
+// NewCutDriver opens a driver whose pool (and listener) dial the server
+// through a proxy of its own, the switch.
+func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool), error) {
+	p, err := faultproxy.New(testenv.PostgresAddr())
+	if err != nil {
+		return nil, nil, err
+	}
+	h.t.Cleanup(func() { p.Close() })
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.Host = p.Addr()
+	d, err := Open(ctx, u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	down := func(on bool) {
+		p.Refuse(on)
+		if on {
+			p.Cut()
+		}
+	}
+	return d, down, nil
+}
+
 func (h *harness) Traits() conformance.Traits {
-	// Expiry is exact to the microsecond, on the server's clock.
-	return conformance.Traits{TTL: 500 * time.Millisecond}
+	// Expiry is exact to the microsecond, on the server's clock; a
+	// release deletes the key's row.
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: 0}
 }
 
 func TestConformance(t *testing.T) {
@@ -158,16 +203,17 @@ func testDriver(t *testing.T, params ...string) (*Driver, *harness) {
 
 func TestAcquireRefreshRelease(t *testing.T) {
 	t.Parallel()
-	d, _ := testDriver(t)
+	d, h := testDriver(t)
 	ctx := context.Background()
 	a := backend.Claim{Key: "ns/a b/ü/..", Token: randHex(16), TTL: 1500 * time.Nanosecond, Owner: "job-1"}
 	g, err := d.TryAcquire(ctx, a)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	if g.Fence != 1 || g.TTL != 2*time.Microsecond {
-		t.Fatalf("grant %+v, want fence 1 and TTL 2µs (rounded up)", g)
+	if g.Fence == 0 || g.TTL != 2*time.Microsecond {
+		t.Fatalf("grant %+v, want a fence and TTL 2µs (rounded up)", g)
 	}
+	first := g.Fence
 	time.Sleep(time.Millisecond)
 	// Expired: refresh and release say not held, and anyone may take it.
 	a.Fence = g.Fence
@@ -179,12 +225,12 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	}
 	b := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute, Owner: "job-2"}
 	g, err = d.TryAcquire(ctx, b)
-	if err != nil || g.Fence != 2 {
-		t.Fatalf("TryAcquire after expiry = %+v, %v, want fence 2", g, err)
+	if err != nil || g.Fence <= first {
+		t.Fatalf("TryAcquire after expiry = %+v, %v, want a fence above %d", g, err, first)
 	}
 	b.Fence = g.Fence
 	info, err := d.Inspect(ctx, b.Key)
-	if err != nil || !info.Held || info.Owner != "job-2" || info.Fence != 2 || info.Remaining < 50*time.Second || info.Remaining > time.Minute {
+	if err != nil || !info.Held || info.Owner != "job-2" || info.Fence != b.Fence || info.Remaining < 50*time.Second || info.Remaining > time.Minute {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
 	c := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute}
@@ -192,15 +238,15 @@ func TestAcquireRefreshRelease(t *testing.T) {
 		t.Fatalf("TryAcquire of a held lock = %v, want ErrNotAcquired", err)
 	}
 	// Same token again (a retried statement): still its, with a new fence.
-	if g, err := d.TryAcquire(ctx, b); err != nil || g.Fence != 3 {
-		t.Fatalf("TryAcquire again by the holder = %+v, %v", g, err)
+	stale := b
+	if g, err := d.TryAcquire(ctx, b); err != nil || g.Fence <= b.Fence {
+		t.Fatalf("TryAcquire again by the holder = %+v, %v, want a fence above %d", g, err, b.Fence)
+	} else {
+		b.Fence = g.Fence
 	}
-	b.Fence = 3
 	if err := d.Refresh(ctx, b); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
-	stale := b
-	stale.Fence = 2
 	if err := d.Refresh(ctx, stale); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Refresh with a stale fence = %v, want ErrNotHeld", err)
 	}
@@ -210,9 +256,13 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	if err := d.Release(ctx, b); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("second Release = %v, want ErrNotHeld", err)
 	}
-	// The row stays, so the version goes on.
-	if g, err := d.TryAcquire(ctx, c); err != nil || g.Fence != 4 {
-		t.Fatalf("TryAcquire after release = %+v, %v, want fence 4", g, err)
+	// The release deleted the row; the fence goes on, from the table's
+	// sequence.
+	if n := rowCount(t, h, a.Key); n != 0 {
+		t.Fatalf("%d rows of the key after its release, want none", n)
+	}
+	if g, err := d.TryAcquire(ctx, c); err != nil || g.Fence <= b.Fence {
+		t.Fatalf("TryAcquire after release = %+v, %v, want a fence above %d", g, err, b.Fence)
 	}
 	if info, err := d.Inspect(ctx, "never/locked"); err != nil || info != (Info{}) {
 		t.Fatalf("Inspect of an unknown key = %+v, %v", info, err)
@@ -337,5 +387,141 @@ func testRefreshMany(t *testing.T, mode string) {
 		if wantHeld := i == 0 || i == 1; info.Held != wantHeld {
 			t.Errorf("lock %d held %v, want %v", i, info.Held, wantHeld)
 		}
+	}
+}
+
+// Holders of one name, acquiring and releasing as fast as they can from
+// several drivers, get fences that increase in the order they held it,
+// though every release deletes the row the next acquisition inserts again.
+func TestFencesIncreaseAcrossReleases(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		fences []uint64
+	)
+	const workers, rounds = 4, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		d, err := Open(ctx, h.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for got := 0; got < rounds; {
+				l := backend.Claim{Key: "ns/hot", Token: randHex(16), TTL: 10 * time.Second}
+				g, err := d.TryAcquire(ctx, l)
+				if errors.Is(err, backend.ErrNotAcquired) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				fences = append(fences, g.Fence)
+				mu.Unlock()
+				l.Fence = g.Fence
+				if err := d.Release(ctx, l); err != nil {
+					errs <- err
+					return
+				}
+				got++
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("holder %d got fence %d after %d", i, fences[i], fences[i-1])
+		}
+	}
+	if len(fences) != workers*rounds {
+		t.Fatalf("%d acquisitions, want %d", len(fences), workers*rounds)
+	}
+}
+
+// A release waits for an acquisition of the same name in flight, one that
+// has drawn its fence but not yet looked for the row (here, a transaction
+// that holds the name's fence lock shared, as the acquire statement does
+// from before its draw to its end): so the row it deletes cannot be one
+// the acquisition then misses, with a fence above the one it drew.
+func TestReleaseWaitsForAcquisitionInFlight(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := backend.Claim{Key: "ns/inflight", Token: randHex(16), TTL: time.Minute}
+	g, err := d.TryAcquire(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Fence = g.Fence
+	tx, err := h.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, hashtext($2))`, h.sql.fenceClass, l.Key); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- d.Release(ctx, l) }()
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned (%v) while an acquisition of the name was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// And an acquisition waits for a release of the same name in flight (here,
+// a transaction that holds the name's fence lock exclusively, as the
+// release statement does before it deletes the row) before it draws its
+// fence.
+func TestAcquisitionWaitsForReleaseInFlight(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := backend.Claim{Key: "ns/inflight", Token: randHex(16), TTL: time.Minute}
+	tx, err := h.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, h.sql.fenceClass, l.Key); err != nil {
+		t.Fatal(err)
+	}
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := d.TryAcquire(ctx, l)
+		acquired <- err
+	}()
+	select {
+	case err := <-acquired:
+		t.Fatalf("TryAcquire returned (%v) while a release of the name was in flight", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acquired; err != nil {
+		t.Fatalf("TryAcquire: %v", err)
 	}
 }

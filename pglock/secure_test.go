@@ -124,6 +124,7 @@ func leastGrants(s, t string) []string {
 		"GRANT SELECT ON " + qt + " TO %s",
 		"GRANT INSERT ON " + qt + " TO %s",
 		"GRANT UPDATE ON " + qt + " TO %s",
+		"GRANT DELETE ON " + qt + " TO %s",
 	}
 }
 
@@ -295,7 +296,8 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	}
 	c.Close()
 
-	// One grant less: ErrPermission at Open or at the first acquire, at once.
+	// One grant less: ErrPermission at Open, at the first acquire or at the
+	// first release, at once.
 	for i, g := range grants {
 		less := append(append([]string(nil), grants[:i]...), grants[i+1:]...)
 		role, pw := secRole(t, admin, less...)
@@ -303,7 +305,10 @@ func TestSecureLeastPrivilege(t *testing.T) {
 		start := time.Now()
 		c, err := locker.Open(ctx, secURL(t, role, pw, paramSchema, schema, paramTable, table))
 		if err == nil {
-			_, err = c.Acquire(ctx, "a")
+			var l *locker.Lock
+			if l, err = c.Acquire(ctx, "a"); err == nil {
+				err = l.Release(ctx) // DELETE
+			}
 			c.Close()
 		}
 		took := time.Since(start)

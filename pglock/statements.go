@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,9 @@ const defaultTable = "locker_locks"
 type statements struct {
 	// table is the quoted, possibly schema-qualified, table name.
 	table string
+	// fenceClass is the first key of the table's fence locks (see
+	// fenceClassOf).
+	fenceClass int32
 	// channel is the notification channel of the table, and listen the
 	// statement that subscribes a connection to it.
 	channel, listen string
@@ -42,6 +46,12 @@ type statements struct {
 	createLock string
 	// createSchema and createTable are the DDL, without arguments.
 	createSchema, createTable string
+	// fenced($1 table) returns one boolean: the table's version column
+	// draws from a sequence (tables made before it did not).
+	fenced string
+	// migrate makes the version column of a table made by an older version
+	// draw from a sequence, without arguments (see MigrationSQL).
+	migrate string
 
 	// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new version
 	// when the key was free, expired, or already the token's; no row when
@@ -93,18 +103,33 @@ func newStatements(schema, table string) statements {
 		sum := sha256.Sum256([]byte(qualified))
 		channel = "sqllock:" + hex.EncodeToString(sum[:16])
 	}
+	class := fenceClassOf(qualified)
+	fenceClass := strconv.Itoa(int(class))
 	d := statements{
 		table:        t,
+		fenceClass:   class,
+		fenced:       `SELECT coalesce((SELECT attidentity <> '' FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'version'), false)`,
+		migrate:      migrationFor(t),
 		channel:      channel,
 		listen:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 		exists:       `SELECT to_regclass($1) IS NOT NULL`,
 		schemaExists: `SELECT to_regnamespace($1) IS NOT NULL`,
 		createLock:   `SELECT pg_advisory_xact_lock($1)`,
 		createTable:  schemaFor(t),
-		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
-VALUES ($1, $2, nullif($3, ''), 1, clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond')
+		// The fence comes from the version column's identity sequence, one
+		// counter for the whole table, so that a release can delete the row.
+		// In the update branch DEFAULT draws it after the row is locked,
+		// hence above the fence of the holder it replaces. The insert branch
+		// draws it (as the omitted column's default) before looking for a
+		// row: the shared fence lock, taken before that, keeps a release of
+		// the same name from deleting a row in between (a release takes it
+		// exclusively), so that a row deleted before the insert had a lower
+		// fence.
+		acquire: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)))
+INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
+SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond' FROM g
 ON CONFLICT (name) DO UPDATE
-SET token = excluded.token, owner = excluded.owner, version = l.version + 1,
+SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
 RETURNING version`,
@@ -120,11 +145,14 @@ FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[]) WITH ORD
 WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fence)
     AND l.expires_at > clock_timestamp() AND l.owner IS NOT DISTINCT FROM nullif(b.owner, '')
 RETURNING b.i`,
-		// A released row keeps its expires_at, so that RETURNING can tell
-		// whether the lock was still live; token NULL marks it free.
-		release: `WITH freed AS (
-    UPDATE ` + t + ` SET token = NULL, owner = NULL
-    WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
+		// A release deletes the row: nothing of the name stays. RETURNING
+		// tells whether the lock was still live. The fence lock (see
+		// acquire) is taken before the row is touched, as a one-time
+		// filter, so that no acquirer waits for this row while holding it.
+		release: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fenceClass + `, hashtext($1))),
+freed AS (
+    DELETE FROM ` + t + `
+    WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND (SELECT true FROM g)
     RETURNING name, expires_at > clock_timestamp() AS live
 ), ` + notifyKeyCTE(t) + `
 SELECT freed.live FROM freed LEFT JOIN k ON true, pg_notify($4, ` + payloadSQL("freed.name") + `)`,
@@ -174,6 +202,32 @@ func notifyPayload(secret, key string) string {
 	inner := sha256.Sum256([]byte(secret + key))
 	outer := sha256.Sum256(append([]byte(secret), inner[:]...))
 	return hex.EncodeToString(outer[:])
+}
+
+// MigrationSQL upgrades a table made by an older version of the package
+// (before fences came from a sequence), with its default name: run it as
+// the table's owner, after every process of the older version stopped.
+// The sequence starts above every fence given so far, and the rows of
+// released locks, which the older version kept, go. A driver with
+// create_table on runs it itself on first use, as it creates the table.
+const MigrationSQL = `ALTER TABLE locker_locks ALTER COLUMN version ADD GENERATED BY DEFAULT AS IDENTITY;
+SELECT setval(pg_get_serial_sequence('locker_locks', 'version'), greatest(max(version), 1)) FROM locker_locks;
+DELETE FROM locker_locks WHERE token IS NULL;`
+
+// migrationFor is MigrationSQL for the quoted table name t.
+func migrationFor(t string) string {
+	lit := "'" + strings.ReplaceAll(t, "'", "''") + "'"
+	return strings.NewReplacer("'"+defaultTable+"'", lit, defaultTable, t).Replace(MigrationSQL)
+}
+
+// fenceClassOf is the first key of the table's fence locks (the advisory
+// locks that order an acquisition's fence after the deletion of the row of
+// its last holder); the second is the hash of the lock key. Two keys, so
+// that they never meet the one-bigint advisory locks of applications.
+func fenceClassOf(qualified string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte("sqllock fence " + qualified))
+	return int32(h.Sum32())
 }
 
 // schemaFor returns SchemaSQL for the quoted table name t, without its

@@ -76,12 +76,14 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	if len(locks) == 0 {
 		return errs
 	}
-	if d.closed.Load() {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
+			errs[i] = fmt.Errorf("redislock: refresh: %w", err)
 		}
 		return errs
 	}
+	defer done()
 	pxs := make([]int64, len(locks))
 	for i, l := range locks {
 		pxs[i] = ttlMillis(l.TTL)
@@ -108,7 +110,7 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	if len(locks) == 0 {
 		return errs
 	}
-	if q.closed.Load() {
+	if q.gate.Closed() {
 		for i := range errs {
 			errs[i] = fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
 		}
@@ -153,9 +155,7 @@ func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []
 	}
 	ch := make(chan answer, nd)
 	for i, dep := range q.deps {
-		q.bg.Add(1)
 		go func() {
-			defer q.bg.Done()
 			ch <- answer{i, dep.refreshMany(reqCtx, locks, pxs)}
 		}()
 	}
@@ -189,15 +189,13 @@ func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []
 	}
 	if got == nd {
 		cancel()
-		q.bg.Done()
 		return res
 	}
 	// The stragglers' requests run to their end (their answers are of no
 	// use now, but a command sent should complete).
 	left := nd - got
 	go func() {
-		defer q.bg.Done()
-		defer cancel()
+		defer cancel() // gives the ticket back
 		for range left {
 			<-ch
 		}

@@ -2,9 +2,7 @@ package redislock
 
 import (
 	"context"
-	"slices"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -120,62 +119,46 @@ func BenchmarkUncontended(b *testing.B) {
 }
 
 // BenchmarkContended: 8 workers on 2 clients (each its own Driver and
-// go-redis client) take one name in turn, each holding it 1ms. It reports
-// the median handoff (from the holder calling Release to the next holder's
-// Acquire returning) against the server's median round trip (PING on the
-// same kind of client, measured in the same run), the 99th percentile of
-// the time an Acquire waits, and how often the releasing worker took the
-// lock again next.
+// go-redis client) take one name in turn, each holding it 1ms, through the
+// contended harness (internal/bench): handoff (from the holder calling
+// Release to the next holder's Acquire returning) percentiles and over the
+// round trip (PING on the drivers' own go-redis clients, during the run),
+// wait p99, fairness, and how often the releasing worker took the lock
+// again next (retake).
 func BenchmarkContended(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
-	benchContended(b, func() backend.Driver {
-		d, err := Open(context.Background(), "redis://"+testenv.RedisAddr()+"/0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
-	}, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()}) })
+	benchContended(b, func() (backend.Driver, redis.UniversalClient) {
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+		b.Cleanup(func() { rdb.Close() })
+		return mustNew(b, rdb), rdb
+	})
 }
 
 // BenchmarkContendedFair is the same with FairDrivers.
 func BenchmarkContendedFair(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
-	benchContended(b, func() backend.Driver {
-		d, err := OpenFair(context.Background(), "redis://"+testenv.RedisAddr()+"/0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d
-	}, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()}) })
+	benchContended(b, func() (backend.Driver, redis.UniversalClient) {
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+		b.Cleanup(func() { rdb.Close() })
+		return mustNewFair(b, rdb), rdb
+	})
 }
 
-// BenchmarkContendedQuorum is the same over the five quorum servers.
+// BenchmarkContendedQuorum is the same over the five quorum servers; the
+// round trip is a PING to the first one, on a client of its own (the
+// quorum driver keeps its clients to itself).
 func BenchmarkContendedQuorum(b *testing.B) {
 	addrs := testenv.RedisQuorumAddrs()
 	testenv.Require(b, addrs...)
-	benchContended(b, func() backend.Driver {
-		q, err := OpenQuorum(context.Background(), "redis+quorum://"+joinAddrs(addrs)+"/0")
+	benchContended(b, func() (backend.Driver, redis.UniversalClient) {
+		q, err := OpenQuorum(context.Background(), "redis+quorum://"+strings.Join(addrs, ",")+"/0")
 		if err != nil {
 			b.Fatal(err)
 		}
-		return q
-	}, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addrs[0]}) })
-}
-
-func joinAddrs(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += ","
-		}
-		s += x
-	}
-	return s
-}
-
-type event struct {
-	worker               int
-	called, got, release time.Time
+		rdb := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		b.Cleanup(func() { rdb.Close() })
+		return q, rdb
+	})
 }
 
 // sharedDriver lets several locker.Clients use one driver: Close does
@@ -203,172 +186,58 @@ func share(d backend.Driver) backend.Driver {
 	return sharedDriver{d, d.(backend.Notifier)}
 }
 
-func benchContended(b *testing.B, open func() backend.Driver, pingClient func() redis.UniversalClient) {
+// benchContended runs the workers over drivers that open returns, with the
+// go-redis client to PING for the round trip.
+func benchContended(b *testing.B, open func() (backend.Driver, redis.UniversalClient)) {
 	// As specified: 2 locker.Clients, 4 workers each.
-	b.Run("2-clients", func(b *testing.B) { benchContendedWith(b, open, pingClient, false) })
+	b.Run("2-clients", func(b *testing.B) { benchContendedWith(b, open, false) })
 	// The same 2 drivers (2 go-redis clients, 2 subscription hubs), but a
 	// locker.Client per worker: the locker package then wakes no waiter of
-	// the same Client on release ahead of the others (see the report), and
-	// every waiter learns of a release the same way, by pub/sub.
-	b.Run("client-per-worker", func(b *testing.B) { benchContendedWith(b, open, pingClient, true) })
+	// the same Client on release ahead of the others, and every waiter
+	// learns of a release the same way, by pub/sub.
+	b.Run("client-per-worker", func(b *testing.B) { benchContendedWith(b, open, true) })
 }
 
-func benchContendedWith(b *testing.B, open func() backend.Driver, pingClient func() redis.UniversalClient, perWorker bool) {
+func benchContendedWith(b *testing.B, open func() (backend.Driver, redis.UniversalClient), perWorker bool) {
 	ctx := context.Background()
-	const workers, clients, hold = 8, 2, time.Millisecond
+	const workers, clients = 8, 2
 	ns := "redislock-bench"
-	var cs []*locker.Client
-	for range clients {
-		d := open()
-		if !perWorker {
-			c, err := locker.New(d, locker.WithNamespace(ns))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			cs = append(cs, c)
-			continue
-		}
-		defer d.Close()
-		for range workers / clients {
-			c, err := locker.New(share(d), locker.WithNamespace(ns))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			cs = append(cs, c)
-		}
-	}
-	clientOf := func(w int) *locker.Client {
-		if perWorker {
-			return cs[(w%clients)*(workers/clients)+w/clients]
-		}
-		return cs[w%clients]
-	}
 	name := "contended-" + randHex(4)
-	// Warm up each client's connections and subscription.
-	for _, c := range cs {
-		l, err := c.Acquire(ctx, name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		l.Release(ctx)
-	}
-	rtt := medianRTT(b, pingClient())
-	// The round trip again, while the workers run: the same machine, as
-	// busy as the handoffs see it.
-	pinger := pingClient()
-	stopPing := make(chan struct{})
-	var busyRTTs []time.Duration
-	var pingWG sync.WaitGroup
-	pingWG.Go(func() {
-		defer pinger.Close()
-		for {
-			select {
-			case <-stopPing:
-				return
-			default:
-			}
-			t := time.Now()
-			if err := pinger.Ping(ctx).Err(); err != nil {
-				b.Error(err)
-				return
-			}
-			busyRTTs = append(busyRTTs, time.Since(t))
-			time.Sleep(time.Millisecond)
-		}
-	})
-
-	total := b.N
-	events := make([]event, 0, total+workers)
-	var mu sync.Mutex
-	var taken atomic.Int64
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	for w := range workers {
-		wg.Go(func() {
-			c := clientOf(w)
-			for taken.Add(1) <= int64(total) {
-				e := event{worker: w, called: time.Now()}
-				l, err := c.Acquire(ctx, name)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				e.got = time.Now()
-				time.Sleep(hold)
-				e.release = time.Now()
-				mu.Lock()
-				events = append(events, e)
-				mu.Unlock()
-				if err := l.Release(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(stopPing)
-	pingWG.Wait()
-	slices.SortFunc(events, func(x, y event) int { return x.got.Compare(y.got) })
-	var handoffs, waits []time.Duration
-	retakes, sameClient := 0, 0
-	for i, e := range events {
-		waits = append(waits, e.got.Sub(e.called))
+	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "PING"}
+	for i := range clients {
+		d, rdb := open()
 		if i == 0 {
-			continue
+			run.RoundTrip = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 		}
-		prev := events[i-1]
-		handoffs = append(handoffs, e.got.Sub(prev.release))
-		if e.worker == prev.worker {
-			retakes++
+		var shared *locker.Client
+		if perWorker {
+			b.Cleanup(func() { d.Close() })
+		} else {
+			shared = benchClientOn(b, d, ns)
 		}
-		if e.worker%clients == prev.worker%clients {
-			sameClient++
+		for range workers / clients {
+			c := shared
+			if perWorker {
+				c = benchClientOn(b, share(d), ns)
+			}
+			// Warm up the client's connections and subscription.
+			l, err := c.Acquire(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Release(ctx)
+			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, name)})
 		}
 	}
-	if len(handoffs) == 0 {
-		return
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	h := percentile(handoffs, 50)
-	b.ReportMetric(float64(h.Microseconds()), "handoff-p50-µs")
-	b.ReportMetric(float64(rtt.Microseconds()), "rtt-p50-µs")
-	b.ReportMetric(float64(h)/float64(rtt), "handoff/rtt")
-	if len(busyRTTs) > 0 {
-		busy := percentile(busyRTTs, 50)
-		b.ReportMetric(float64(busy.Microseconds()), "busy-rtt-p50-µs")
-		b.ReportMetric(float64(h)/float64(busy), "handoff/busy-rtt")
-	}
-	b.ReportMetric(ms(percentile(waits, 99)), "wait-p99-ms")
-	b.ReportMetric(ms(percentile(waits, 50)), "wait-p50-ms")
-	b.ReportMetric(100*float64(retakes)/float64(len(handoffs)), "retake-%")
-	b.ReportMetric(100*float64(sameClient)/float64(len(handoffs)), "same-client-%")
+	run.RunB(b).Summary().Report(b, "")
 	b.ReportMetric(0, "ns/op")
 }
 
-func medianRTT(b *testing.B, rdb redis.UniversalClient) time.Duration {
-	defer rdb.Close()
-	ctx := context.Background()
-	var ds []time.Duration
-	for range 500 {
-		t := time.Now()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			b.Fatal(err)
-		}
-		ds = append(ds, time.Since(t))
+func benchClientOn(b *testing.B, d backend.Driver, ns string) *locker.Client {
+	c, err := locker.New(d, locker.WithNamespace(ns))
+	if err != nil {
+		b.Fatal(err)
 	}
-	return percentile(ds, 50)
-}
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	if i > 0 {
-		i--
-	}
-	return s[min(i, len(s)-1)]
+	b.Cleanup(func() { c.Close() })
+	return c
 }

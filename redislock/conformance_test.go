@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,14 +13,37 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
 // harness runs the suite on the single server.
-type harness struct{ admin *redis.Client }
+type harness struct {
+	admin   *redis.Client
+	proxies *proxies
+}
 
 func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return Open(ctx, "redis://"+testenv.RedisAddr()+"/0", suiteRestartDelay)
+	return Open(ctx, "redis://"+testenv.RedisAddr()+"/0", suiteRestartDelay, suiteRetention)
+}
+
+// NewCutDriver implements conformance.Outager: a driver that reaches the
+// server through a proxy of its own.
+func (h harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool), error) {
+	p, down, err := h.proxies.new(testenv.RedisAddr())
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := Open(ctx, "redis://"+p.Addr()+"/0", suiteRestartDelay, suiteRetention)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, down, nil
+}
+
+// Residue implements conformance.ResidueCounter.
+func (h harness) Residue(ctx context.Context, key string) (int, error) {
+	return residue(ctx, h.admin, key)
 }
 
 // suiteRestartDelay keeps the restart check on (every name of the suite is
@@ -31,12 +55,74 @@ func (h harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 // the package's tests do by default (main_test.go).
 var suiteRestartDelay = WithRestartDelay(time.Second)
 
+// suiteRetention is the fence counters' retention in the suite, short so
+// that ForgetsReleasedNames sees a released name vanish.
+const suiteRetentionTime = 2 * time.Second
+
+var suiteRetention = WithRetention(suiteRetentionTime)
+
+// residue counts every key of key's state (lock, fence counter, queue,
+// liveness) on every server of admin, with SCAN: a cluster's masters one
+// by one.
+func residue(ctx context.Context, admin redis.UniversalClient, key string) (int, error) {
+	pattern := "{" + backend.EscapeKey(key) + "}:*" // EscapeKey leaves no glob character
+	count := func(ctx context.Context, c *redis.Client) (int, error) {
+		n := 0
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			n++
+		}
+		return n, iter.Err()
+	}
+	cc, ok := admin.(*redis.ClusterClient)
+	if !ok {
+		return count(ctx, admin.(*redis.Client))
+	}
+	var mu sync.Mutex
+	total := 0
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		n, err := count(ctx, c)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	return total, err
+}
+
+// proxies are the fault proxies of a run's cut drivers, closed when the
+// run ends.
+type proxies struct {
+	t  *testing.T
+	mu sync.Mutex
+}
+
+func newProxies(t *testing.T) *proxies { return &proxies{t: t} }
+
+// new starts a proxy to addr, and its switch: down(true) resets its
+// connections and refuses new ones.
+func (ps *proxies) new(addr string) (*faultproxy.Proxy, func(bool), error) {
+	p, err := faultproxy.New(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	ps.mu.Lock()
+	ps.t.Cleanup(func() { p.Close() })
+	ps.mu.Unlock()
+	return p, func(down bool) {
+		p.Refuse(down)
+		if down {
+			p.Cut()
+		}
+	}, nil
+}
+
 func (h harness) Expire(ctx context.Context, key string) error {
 	return expireLock(ctx, h.admin, key)
 }
 
 func (h harness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond}
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: suiteRetentionTime}
 }
 
 // expireLock deletes key's lock, as if its TTL had run out.
@@ -52,7 +138,7 @@ func TestConformance(t *testing.T) {
 	testenv.Require(t, testenv.RedisAddr())
 	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer admin.Close()
-	conformance.Run(t, harness{admin: admin})
+	conformance.Run(t, harness{admin: admin, proxies: newProxies(t)})
 }
 
 // quorumHarness runs the suite on the five independent servers.
@@ -60,6 +146,8 @@ type quorumHarness struct {
 	admins []*redis.Client
 	addrs  []string
 	ignore []string
+	// stopped are the servers a test stopped, by index: no residue to count.
+	stopped map[int]bool
 }
 
 func newQuorumHarness(t *testing.T) *quorumHarness {
@@ -77,7 +165,24 @@ func (h *quorumHarness) url() string {
 }
 
 func (h *quorumHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return OpenQuorum(ctx, h.url())
+	return OpenQuorum(ctx, h.url(), suiteRetention)
+}
+
+// Residue implements conformance.ResidueCounter: the name's keys on every
+// server.
+func (h *quorumHarness) Residue(ctx context.Context, key string) (int, error) {
+	total := 0
+	for i, c := range h.admins {
+		if h.stopped[i] {
+			continue
+		}
+		n, err := residue(ctx, c, key)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 func (h *quorumHarness) Expire(ctx context.Context, key string) error {
@@ -102,7 +207,7 @@ func (h *quorumHarness) Traits() conformance.Traits {
 	// than 500ms: an acquisition takes two rounds of requests to five
 	// servers, and on a loaded two-core machine under -race a 500ms lease
 	// leaves too little margin for the suite's timing.
-	return conformance.Traits{TTL: time.Second, Granularity: 20 * time.Millisecond, IgnoreGoroutines: h.ignore}
+	return conformance.Traits{TTL: time.Second, Granularity: 20 * time.Millisecond, IgnoreGoroutines: h.ignore, Retention: suiteRetentionTime}
 }
 
 func TestConformanceQuorum(t *testing.T) {
@@ -124,6 +229,7 @@ func TestConformanceQuorumTwoDown(t *testing.T) {
 	// case keeps open across its leak check (the other holder's) own such
 	// probes; they are not the driver's goroutines.
 	h.ignore = []string{"pool.(*ConnPool).tryDial"}
+	h.stopped = map[int]bool{3: true, 4: true}
 	conformance.Run(t, h)
 }
 
@@ -138,7 +244,12 @@ type clusterHarness struct {
 }
 
 func (h clusterHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return Open(ctx, h.url, suiteRestartDelay)
+	return Open(ctx, h.url, suiteRestartDelay, suiteRetention)
+}
+
+// Residue implements conformance.ResidueCounter.
+func (h clusterHarness) Residue(ctx context.Context, key string) (int, error) {
+	return residue(ctx, h.admin, key)
 }
 
 func (h clusterHarness) Expire(ctx context.Context, key string) error {
@@ -146,7 +257,7 @@ func (h clusterHarness) Expire(ctx context.Context, key string) error {
 }
 
 func (h clusterHarness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond}
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: suiteRetentionTime}
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -160,12 +271,19 @@ func TestConformanceCluster(t *testing.T) {
 // fairHarness runs the suite with FairDrivers, which claim FIFO and keep
 // an entry per waiter, on the single server or on the cluster.
 type fairHarness struct {
-	url   string
-	admin redis.UniversalClient
+	url     string
+	admin   redis.UniversalClient
+	proxies *proxies // nil: no Outager (the cluster's)
+	addr    string   // the server the url names, for a proxy to it
 }
 
 func (h fairHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return OpenFair(ctx, h.url, suiteRestartDelay)
+	return OpenFair(ctx, h.url, suiteRestartDelay, suiteRetention)
+}
+
+// Residue implements conformance.ResidueCounter.
+func (h fairHarness) Residue(ctx context.Context, key string) (int, error) {
+	return residue(ctx, h.admin, key)
 }
 
 func (h fairHarness) Expire(ctx context.Context, key string) error {
@@ -173,7 +291,24 @@ func (h fairHarness) Expire(ctx context.Context, key string) error {
 }
 
 func (h fairHarness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true}
+	// A queue outlives its last waiter's last try by 2*livenessTTL.
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true, Retention: max(suiteRetentionTime, 2*livenessTTL)}
+}
+
+// fairCutHarness is fairHarness with an Outager: the single server's, a
+// proxy in front of one server.
+type fairCutHarness struct{ fairHarness }
+
+func (h fairCutHarness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool), error) {
+	p, down, err := h.proxies.new(h.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := OpenFair(ctx, "redis://"+p.Addr()+"/0", suiteRestartDelay, suiteRetention)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, down, nil
 }
 
 // Entries counts the holder and the queued waiters, dead or alive.
@@ -200,7 +335,7 @@ func TestConformanceFair(t *testing.T) {
 	testenv.Require(t, testenv.RedisAddr())
 	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer admin.Close()
-	conformance.Run(t, fairHarness{url: "redis://" + testenv.RedisAddr() + "/0?fair=true", admin: admin})
+	conformance.Run(t, fairCutHarness{fairHarness{url: "redis://" + testenv.RedisAddr() + "/0?fair=true", admin: admin, proxies: newProxies(t), addr: testenv.RedisAddr()}})
 }
 
 func TestConformanceFairCluster(t *testing.T) {

@@ -35,6 +35,9 @@ type deployment struct {
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
 	restartMax time.Duration
+	// retention is how long a fence counter outlives its name's last
+	// grant, in milliseconds (WithRetention).
+	retention int64
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
 	in            *interrupter // cuts calls on a dead connection short; nil for a caller's client
@@ -62,6 +65,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 		log:        cfg.logger,
 		linger:     cfg.linger,
 		restartMax: cfg.restartDelay,
+		retention:  ttlMillis(cfg.retention),
 		ctx:        ctx,
 		cancel:     cancel,
 		hubs:       map[string]*hub{},

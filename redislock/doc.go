@@ -53,14 +53,28 @@
 // tag keeps both in one Redis Cluster slot. The lock key's value is the
 // holder's token and which attempt of it set the key ("<token>.<n>"), so
 // that cleaning up after a failed attempt never removes a later attempt's
-// key. A grant's fence is the counter, advanced by INCR in the acquire
-// script, and kept at or above the server clock in microseconds: a missing
-// counter starts at the clock, and one that lags behind the current second
-// is raised to it. So fences keep increasing even when the counter is lost
-// (a restart without persistence) or stale (a failover to a replica that
-// missed the last increments, provided a second boundary passed since the
-// old primary's last grant), as long as the server clocks did not go back.
-// Fence counters are kept forever, a few dozen bytes per name ever locked.
+// key.
+//
+// Fences and retention: a grant's fence is max(counter + 1, server clock in
+// microseconds), computed and stored by the acquire script (the server's
+// TIME, so one clock per server whatever the clients' clocks say). The
+// counter expires [WithRetention] (URL: retention=; default 24h) after the
+// name's last grant, so at most that long after the name's last release
+// nothing of it is left on the server: a lock key goes at its release or
+// TTL, the counter after the retention, a fair queue when it empties or
+// 4s after its last waiter's last try. Per-entity names (per tenant, per
+// order) no longer fill the server. A Cluster cannot keep one counter for
+// every name (names live in different slots), hence the clock floor: a
+// counter that is gone (expired, or lost by a restart without persistence)
+// or stale (a failover to a replica that missed the last writes) starts
+// again at the clock, which is above every fence it gave, since each
+// fence was at most the clock of its grant (no name is granted a million
+// times a second). Assumption: no server's clock steps back by more than
+// the retention (for a failover, the new primary's clock is not behind
+// the old one's by more than that); for a Quorum, in addition, the
+// servers' clocks differ by less than the retention. The floor costs no
+// round trip: it is one TIME, and a SET or an INCR plus PEXPIRE, inside
+// the acquire script.
 //
 // Waiting: a release PUBLISHes on the channel "{E}:released". A blocked
 // Acquire subscribes first (the driver confirms the subscription with a
@@ -260,6 +274,6 @@
 // In all these cases two holders can briefly overlap. The mitigation is the
 // fencing token: pass Lock.Fence() to the protected resource and have it
 // reject writes with a fence lower than one it has seen. Fences keep
-// increasing across such failovers and restarts (see Keys above), so the
-// resource can tell the new holder from the old one.
+// increasing across such failovers and restarts (see Fences and retention
+// above), so the resource can tell the new holder from the old one.
 package redislock

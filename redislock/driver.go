@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,9 +15,9 @@ import (
 // Cluster or a ring, through any go-redis client. It implements
 // backend.Driver and backend.Notifier.
 type Driver struct {
-	dep    *deployment
-	fair   bool // a FairDriver's: acquire and release mind the queue
-	closed atomic.Bool
+	dep  *deployment
+	fair bool         // a FairDriver's: acquire and release mind the queue
+	gate backend.Gate // calls in flight, ended and awaited by Close
 }
 
 var (
@@ -57,9 +56,11 @@ func (d *Driver) Client() redis.UniversalClient { return d.dep.rdb }
 // TryAcquire implements backend.Driver: one atomic script sets the lock key
 // (SET NX PX) and advances the name's fence counter.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if d.closed.Load() {
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", backend.ErrClosed)
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
+	defer done()
 	if ctx.Err() != nil {
 		// Nothing sent, nothing to clean up.
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", context.Cause(ctx))
@@ -67,7 +68,6 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	px := ttlMillis(l.TTL)
 	value := attempt(l)
 	var r int64
-	var err error
 	if d.fair {
 		// Not while a live waiter is queued.
 		r, err = d.dep.fairAcquire(ctx, l, value, px, "", false)
@@ -87,9 +87,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 
 // Refresh implements backend.Driver.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	if d.closed.Load() {
-		return fmt.Errorf("redislock: refresh: %w", backend.ErrClosed)
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("redislock: refresh: %w", err)
 	}
+	defer done()
 	ok, err := d.dep.refresh(ctx, l, ttlMillis(l.TTL))
 	if err != nil {
 		return fmt.Errorf("redislock: refresh: %w", err)
@@ -103,9 +105,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 // Release implements backend.Driver; a release publishes on the key's
 // channel so that waiters retry at once.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if d.closed.Load() {
-		return fmt.Errorf("redislock: release: %w", backend.ErrClosed)
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("redislock: release: %w", err)
 	}
+	defer done()
 	release := d.dep.release
 	if d.fair {
 		release = d.dep.fairRelease
@@ -120,10 +124,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// Close implements backend.Driver. It stops the Driver's subscriptions and
-// goroutines, and closes the client only if Open created it.
+// Close implements backend.Driver. It ends the calls in flight and waits
+// for them, stops the Driver's subscriptions and goroutines, and closes the
+// client only if Open created it.
 func (d *Driver) Close() error {
-	if d.closed.Swap(true) {
+	if !d.gate.Close() {
 		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)
 	}
 	return d.dep.close()

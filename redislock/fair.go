@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // FairDriver is a Driver whose waiters are served in arrival order: a
@@ -48,12 +48,15 @@ func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
 
 // Acquire implements backend.Waiter: it joins l.Key's queue and waits,
 // woken by the release that names it as the next holder, until it holds
-// the lock, ctx ends, or reaching the server keeps failing for
-// failingFor. When it returns an error it leaves the queue.
+// the lock, ctx ends, or every try has failed to reach the server for
+// retry.Budget (backend.StoreFailureBudget). When it returns an error it
+// leaves the queue.
 func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if d.closed.Load() {
-		return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", err)
 	}
+	defer done()
 	// The waiter's name in the queue and in wake-ups: unique among the
 	// lock's waiters, and not the token, which stays secret.
 	w := strconv.FormatUint(rand.Uint64(), 36)
@@ -61,7 +64,8 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	value := attempt(l) // one attempt for the whole wait: a retried try is recognized
 	var (
 		ch      chan struct{} // wake-ups naming w; nil before the first try
-		failing time.Time     // since when every try has failed with an error
+		failing retry.Failing
+		backoff = retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		timer   = time.NewTimer(0)
 	)
 	<-timer.C
@@ -71,22 +75,20 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 		return backend.Grant{}, err
 	}
 	for {
-		if ch != nil && d.closed.Load() {
-			return quit(fmt.Errorf("redislock: acquire: %w", backend.ErrClosed))
-		}
 		sent := time.Now()
 		r, err := d.dep.fairAcquire(ctx, l, value, px, w, true)
-		if err == nil && r > 0 {
+		switch {
+		case err == nil && r > 0:
 			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
-		}
-		if errors.Is(err, backend.ErrPermission) {
-			// A configuration error: waiting cannot fix it.
+		case ctx.Err() != nil:
+			return quit(d.ended(ctx))
+		case err == nil:
+			failing.Ok()
+			backoff.Reset()
+		case backend.Permanent(err) || failing.Fail(sent, retry.Budget):
 			return quit(fmt.Errorf("redislock: acquire: %w", err))
 		}
 		if ch == nil {
-			if ctx.Err() != nil || d.closed.Load() {
-				return quit(d.ended(ctx, err))
-			}
 			// A free lock needs no subscription, so the first try comes
 			// before it (and joined the queue if the lock is taken). Once
 			// subscribed, try again at once: no release after the first
@@ -97,31 +99,21 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 			if err == nil {
 				defer cancel()
 			} else if ctx.Err() != nil {
-				return quit(d.ended(ctx, err))
+				return quit(d.ended(ctx))
 			}
 			continue
 		}
-		pause := livenessTTL / 3
+		pause := livenessTTL / 3 // renews the liveness
 		switch {
-		case err == nil:
-			failing = time.Time{}
-			if r < 0 { // at the head: look again when the holder's TTL runs out
-				pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
-			}
-		case ctx.Err() != nil || d.closed.Load():
-			return quit(d.ended(ctx, err))
-		case failing.IsZero():
-			failing = sent
-			pause = 25 * time.Millisecond
-		case time.Since(failing) > failingFor:
-			return quit(fmt.Errorf("redislock: acquire: %w", err))
-		default:
-			pause = min(time.Since(failing), 250*time.Millisecond)
+		case err != nil:
+			pause = backoff.Next()
+		case r < 0: // at the head: look again when the holder's TTL runs out
+			pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
 		}
 		timer.Reset(pause)
 		select {
 		case <-ctx.Done():
-			return quit(d.ended(ctx, nil))
+			return quit(d.ended(ctx))
 		case <-ch:
 			if !timer.Stop() {
 				<-timer.C
@@ -131,17 +123,11 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	}
 }
 
-// failingFor is how long a fair wait rides out failures to reach the
-// server, as the locker package does for the other drivers.
-const failingFor = 5 * time.Second
-
-// ended is the error of a wait that ctx (or Close) ended.
-func (d *FairDriver) ended(ctx context.Context, err error) error {
-	if d.closed.Load() {
+// ended is the error of a wait that ctx or Close ended: not acquired, and
+// why. (The locker Client reports its own in place of it.)
+func (d *FairDriver) ended(ctx context.Context) error {
+	if d.gate.Closed() {
 		return fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
-	}
-	if ctx.Err() == nil {
-		return fmt.Errorf("redislock: acquire: %w", err)
 	}
 	return fmt.Errorf("redislock: acquire: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
 }

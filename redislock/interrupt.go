@@ -12,8 +12,8 @@ package redislock
 // driver must make its own calls interruptible.
 //
 // For the clients redislock dials itself (Open, OpenFair, OpenQuorum),
-// every connection is wrapped in an iconn that counts its Reads (two atomic
-// adds per Read, no allocation). Each driver call whose context can end
+// every connection is tracked (internal/conntrack), which counts its
+// Reads (two atomic adds per Read, no allocation). Each driver call whose context can end
 // registers a context.AfterFunc (see watch); when the context ends while
 // the call runs, the reads then in progress on the client's connections are
 // noted, and if the call is still running interruptGrace later, those of
@@ -38,12 +38,12 @@ package redislock
 import (
 	"context"
 	"net"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 // interruptGrace is how long a read blocked at a context's cancellation may
@@ -56,14 +56,12 @@ const interruptGrace = 50 * time.Millisecond
 
 // interrupter knows the live connections of one go-redis client.
 type interrupter struct {
-	mu    sync.Mutex
-	conns map[*iconn]struct{}
-
-	cut atomic.Int64 // reads interrupted, for tests
+	conns *conntrack.Tracker
+	cut   atomic.Int64 // reads interrupted, for tests
 }
 
 func newInterrupter() *interrupter {
-	return &interrupter{conns: map[*iconn]struct{}{}}
+	return &interrupter{conns: conntrack.New()}
 }
 
 // interruptible makes the connections of a client built from o
@@ -95,22 +93,16 @@ func interruptibleCluster(o *redis.ClusterOptions) *interrupter {
 	return in
 }
 
+// dialer tracks the connections dial makes. The tracked connection keeps
+// go-redis's health check, which peeks at the socket of a connection that
+// is a syscall.Conn (and only then).
 func (in *interrupter) dialer(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		ic := &iconn{Conn: c, in: in}
-		in.mu.Lock()
-		in.conns[ic] = struct{}{}
-		in.mu.Unlock()
-		// Keep go-redis's health check, which peeks at the socket of a
-		// connection that is a syscall.Conn (and only then).
-		if _, ok := c.(syscall.Conn); ok {
-			return iconnSys{ic}, nil
-		}
-		return ic, nil
+		return in.conns.Add(c)
 	}
 }
 
@@ -148,104 +140,22 @@ const maxRounds = 20
 
 // fire runs when the call's context ends: it notes the reads in progress
 // and, if the call is still running interruptGrace later, cuts those still
-// blocked. It goes on in rounds while the call runs: the call may not have
-// been reading yet when its context ended (dialing, writing), or go-redis
-// may retry on a new connection (it sleeps on the ended context before a
-// retry, which returns at once unless the retry backoff is zero).
+// blocked (a read without a deadline, pub/sub's, never). It goes on in
+// rounds while the call runs: the call may not have been reading yet when
+// its context ended (dialing, writing), or go-redis may retry on a new
+// connection (it sleeps on the ended context before a retry, which returns
+// at once unless the retry backoff is zero).
 func (w *watch) fire() {
 	for range maxRounds {
-		blocked := w.in.reading()
+		blocked := w.in.conns.Reading()
 		time.Sleep(interruptGrace)
 		if w.done.Load() {
 			return
 		}
-		for _, b := range blocked {
-			if b.c.interrupt(b.reads) {
+		for _, r := range blocked {
+			if r.Interrupt() {
 				w.in.cut.Add(1)
 			}
 		}
 	}
-}
-
-// blockedRead is a read in progress: its connection and its Read count.
-type blockedRead struct {
-	c     *iconn
-	reads uint64
-}
-
-// reading returns the reads in progress.
-func (in *interrupter) reading() []blockedRead {
-	var blocked []blockedRead
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for c := range in.conns {
-		if r := c.reads.Load(); r&1 == 1 {
-			blocked = append(blocked, blockedRead{c, r})
-		}
-	}
-	return blocked
-}
-
-// iconn is a connection whose blocked Read can be interrupted.
-type iconn struct {
-	net.Conn
-	in    *interrupter
-	reads atomic.Uint64 // odd while a Read is in progress: 2 per Read
-
-	// mu orders the read deadlines go-redis sets with interrupt's: the
-	// deadline of a new read is never overwritten by the cut of the
-	// previous one.
-	mu      sync.Mutex
-	bounded bool // the read deadline is set (pub/sub reads have none)
-}
-
-func (c *iconn) Read(b []byte) (int, error) {
-	c.reads.Add(1)
-	n, err := c.Conn.Read(b)
-	c.reads.Add(1)
-	return n, err
-}
-
-func (c *iconn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.bounded = !t.IsZero()
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *iconn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.bounded = !t.IsZero()
-	return c.Conn.SetDeadline(t)
-}
-
-// interrupt ends the read numbered reads if it is still blocked, and
-// reports whether it did.
-func (c *iconn) interrupt(reads uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.reads.Load() != reads || !c.bounded {
-		return false
-	}
-	_ = c.Conn.SetReadDeadline(time.Now())
-	return true
-}
-
-func (c *iconn) Close() error {
-	c.in.mu.Lock()
-	delete(c.in.conns, c)
-	c.in.mu.Unlock()
-	return c.Conn.Close()
-}
-
-// NetConn returns the wrapped connection, as tls.Conn's does: go-redis
-// unwraps connections this way to reach the socket.
-func (c *iconn) NetConn() net.Conn { return c.Conn }
-
-// iconnSys is an iconn over a syscall.Conn (TCP, Unix), which it exposes.
-type iconnSys struct{ *iconn }
-
-func (c iconnSys) SyscallConn() (syscall.RawConn, error) {
-	return c.Conn.(syscall.Conn).SyscallConn()
 }

@@ -14,11 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Subscribe implements backend.Notifier over Redis pub/sub.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if d.closed.Load() {
+	if d.gate.Closed() {
 		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
@@ -320,6 +321,9 @@ func (h *hub) run() {
 	defer dep.wg.Done()
 	ctx := context.Background()
 	failures := 0
+	// Reconnections after the first are paced: go-redis reconnects on
+	// the next Receive.
+	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		msg, err := h.ps.Receive(ctx)
 		if err != nil {
@@ -341,8 +345,7 @@ func (h *hub) run() {
 			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
-				d := min(time.Duration(failures)*50*time.Millisecond, time.Second)
-				t := time.NewTimer(d)
+				t := time.NewTimer(backoff.Next())
 				select {
 				case <-t.C:
 				case <-h.quit:
@@ -353,6 +356,7 @@ func (h *hub) run() {
 			continue
 		}
 		failures = 0
+		backoff.Reset()
 		switch m := msg.(type) {
 		case *redis.Message:
 			dep.mu.Lock()

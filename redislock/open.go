@@ -87,7 +87,7 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	own := url.Values{}
 	for name, vs := range q {
 		switch name {
-		case "fair", "restart_delay", "tls", "ca", "cert", "key", "server_name", "skip_verify":
+		case "fair", "restart_delay", "retention", "tls", "ca", "cert", "key", "server_name", "skip_verify":
 			own[name] = vs
 			q.Del(name)
 		}
@@ -98,6 +98,7 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
 	p.Has("fair")
 	delay := p.Duration("restart_delay", -1)
+	retention := p.Duration("retention", 0)
 	tc, err := p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
 	if err == nil {
 		err = p.Err()
@@ -107,6 +108,12 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 	}
 	if delay >= 0 {
 		opts = append(slices.Clip(opts), WithRestartDelay(delay))
+	}
+	if p.Has("retention") {
+		if retention <= 0 {
+			return nil, nil, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+		}
+		opts = append(slices.Clip(opts), WithRetention(retention))
 	}
 	c := *u
 	c.RawQuery = q.Encode()
@@ -251,9 +258,9 @@ func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Drive
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
 // own form, redis://h1:p1?addr=h2:p2&opts, and parses that.
 func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
-	hosts := splitHosts(u.Host)
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: no host", backend.ErrInvalidURL)
+	hosts, err := backend.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return nil, fmt.Errorf("redislock: %w: a cluster has no database number", backend.ErrInvalidURL)
@@ -296,15 +303,8 @@ func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, defaultOpenTimeout)
 }
 
-func splitHosts(host string) []string {
-	var out []string
-	for _, h := range strings.Split(host, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			out = append(out, h)
-		}
-	}
-	return out
-}
+// defaultPort is Redis's, for a listed host without one.
+const defaultPort = "6379"
 
 // OpenQuorum connects to N independent servers and returns a Quorum that
 // owns the connections:
@@ -343,9 +343,9 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		return nil, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
-	hosts := splitHosts(u.Host)
-	if len(hosts) == 0 {
-		return nil, fmt.Errorf("redislock: %w: no host", backend.ErrInvalidURL)
+	hosts, err := backend.Hosts(u, defaultPort)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	var clients []redis.UniversalClient
 	var ins []*interrupter

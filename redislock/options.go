@@ -19,6 +19,9 @@ type config struct {
 	// restartDelay caps how long a server that started recently refuses
 	// names it has no fence counter for; < 0: no cap (the lock's TTL).
 	restartDelay time.Duration
+	// retention is how long a name's fence counter outlives its last
+	// grant (see WithRetention).
+	retention time.Duration
 	// err is the first option given a value out of its range.
 	err error
 }
@@ -30,6 +33,7 @@ func defaultConfig() config {
 		driftFactor:  0.01,
 		driftMin:     2 * time.Millisecond,
 		restartDelay: defaultRestartDelay,
+		retention:    DefaultRetention,
 	}
 }
 
@@ -70,6 +74,27 @@ func WithRestartDelay(d time.Duration) Option {
 			return
 		}
 		c.restartDelay = d
+	}
+}
+
+// DefaultRetention is how long a name's fence counter outlives the
+// name's last grant when no option or URL says otherwise.
+const DefaultRetention = 24 * time.Hour
+
+// WithRetention sets how long a name's fence counter stays on the server
+// after the name's last grant (URL: retention=; default DefaultRetention):
+// once it is gone, nothing of a released name remains, and the next grant
+// seeds the counter from the server's clock again. Fences keep increasing
+// across that as long as no server's clock steps back by more than d (and,
+// for a Quorum, the servers' clocks differ by less than d): see the
+// package documentation. d must be positive.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.invalid("WithRetention(%v): not positive", d)
+			return
+		}
+		c.retention = d
 	}
 }
 

@@ -18,6 +18,8 @@ func TestBadOptions(t *testing.T) {
 		"drift factor too large": WithClockDrift(0.5, 0),
 		"negative drift factor":  WithClockDrift(-0.1, 0),
 		"negative fixed drift":   WithClockDrift(0.01, -time.Millisecond),
+		"zero retention":         WithRetention(0),
+		"negative retention":     WithRetention(-time.Hour),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

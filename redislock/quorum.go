@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Quorum is the Redlock algorithm over N independent Redis servers (not
@@ -37,20 +37,21 @@ import (
 // next holder's fence is greater: its own majority M' shares a server s
 // with M. On s, the next holder's SET NX succeeded only after this holder's
 // key on s was gone, which is after s's counter reached F (the raise ran
-// while the key was there), so its INCR on s yields more than F, and its
+// while the key was there), so its script on s yields more than F, and its
 // fence, the maximum over M', is more than F. When all granting servers
 // returned F already, which is the steady state once they agree, no raise
-// round trip is needed.
+// round trip is needed. If s's counter expired in between (the retention
+// passed since its last grant), s starts again at its clock, which is above
+// F as long as s's clock is not behind the clock that gave F by more than
+// the retention (see the package documentation).
 type Quorum struct {
 	deps   []*deployment
 	addrs  []string // for error messages
 	quorum int
 	cfg    config
-	closed atomic.Bool
-	bg     sync.WaitGroup // servers' answers that came after the decision
-
-	ctx  context.Context // cancelled by Close: ends background work
-	stop context.CancelFunc
+	// gate counts the requests in flight, and servers' answers that came
+	// after the decision: Close ends them and waits for them.
+	gate backend.Gate
 
 	mu       sync.Mutex
 	inflight map[string]*acquisition // by token
@@ -72,9 +73,7 @@ func (q *Quorum) forget(token string, st *acquisition) {
 }
 
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
-	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
-	q.ctx, q.stop = context.WithCancel(context.Background())
-	return q
+	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
 }
 
 var (
@@ -158,9 +157,7 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	var wg sync.WaitGroup
 	for i, dep := range q.deps {
 		wg.Add(1)
-		q.bg.Add(1)
 		go func() {
-			defer q.bg.Done()
 			defer wg.Done()
 			r := fn(reqCtx, dep)
 			ch <- answer{i, r}
@@ -187,12 +184,10 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	}
 	if got == len(q.deps) {
 		cancel()
-		q.bg.Done()
 		return res
 	}
-	// Hand the stragglers to late, with the ticket.
+	// Hand the stragglers to late, with the ticket (in cancel).
 	go func() {
-		defer q.bg.Done()
 		defer cancel()
 		wg.Wait()
 		close(ch)
@@ -207,16 +202,17 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 
 // requests starts a gather: the context of its requests, which is not
 // the caller's (a request sent should complete; timeout and Close end it),
-// its cancel, and a ticket taken by enter, given back when the gather's
-// last request is done (on return, or by the stragglers' goroutine). ok
-// is false, with nothing taken, once Close has begun.
+// and its cancel, which also gives back the gather's ticket (see enter)
+// when its last request is done (on return, or by the stragglers'
+// goroutine). ok is false, with nothing taken, once Close has begun.
 func (q *Quorum) requests(ctx context.Context, timeout time.Duration) (_ context.Context, cancel func(), ok bool) {
-	if !q.enter() {
+	closing, done, ok := q.enter()
+	if !ok {
 		return nil, nil, false
 	}
 	reqCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	stopOnClose := context.AfterFunc(q.ctx, cancelTimeout)
-	return reqCtx, func() { stopOnClose(); cancelTimeout() }, true
+	stopOnClose := context.AfterFunc(closing, cancelTimeout)
+	return reqCtx, func() { stopOnClose(); cancelTimeout(); done() }, true
 }
 
 // closedResults are the answers of n requests not sent: Close has begun.
@@ -228,19 +224,12 @@ func closedResults(n int) []result {
 	return res
 }
 
-// enter counts a piece of background work that Close waits for, unless
-// Close has begun. A WaitGroup must not go up from zero while Wait runs,
-// and a call that Close's caller gave up on (the locker Client abandons a
-// release after a second) may still be starting its requests: the check
-// and the Add happen under mu, where Close sets closed.
-func (q *Quorum) enter() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed.Load() {
-		return false
-	}
-	q.bg.Add(1)
-	return true
+// enter takes a ticket for work that Close ends and waits for (requests,
+// late answers, background cleanups), unless Close has begun: a context
+// that ends when Close begins, and done, to call when the work is over.
+func (q *Quorum) enter() (closing context.Context, done func(), ok bool) {
+	closing, done, err := q.gate.Enter(context.Background())
+	return closing, done, err == nil
 }
 
 // decidedBy is the usual rule: a majority said yes, or so many said no that
@@ -289,22 +278,20 @@ func count(res []result) (ok, notOK int) {
 // random pause, at most splitRetries times, so that of simultaneous tries
 // on a free lock one wins, as with a single server.
 func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if q.closed.Load() {
+	if q.gate.Closed() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
 	}
 	if l.TTL < minQuorumTTL {
 		l.TTL = minQuorumTTL
 	}
+	// Random pauses of 1-2ms, then up to 4 and 8: contenders spread out.
+	backoff := retry.Backoff{Min: 2 * time.Millisecond, Max: 8 * time.Millisecond}
 	for attempt := 1; ; attempt++ {
 		g, split, err := q.tryOnce(ctx, l)
 		if !split || attempt > splitRetries || ctx.Err() != nil {
 			return g, err
 		}
-		t := time.NewTimer(rand.N(time.Duration(attempt) * 2 * time.Millisecond))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, backoff.Next()) != nil {
 			return g, err
 		}
 	}
@@ -454,12 +441,15 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 				q.deps[i].cleanup(ctx, l, value)
 			}()
 		case r.answered && r.err != nil:
-			if !q.enter() {
+			closing, done, ok := q.enter()
+			if !ok {
 				q.deps[i].cleanup(ctx, l, value) // closing: no background left
 				continue
 			}
 			go func() {
-				defer q.bg.Done()
+				defer done()
+				// The cleanup ignores ctx; Close cuts its reads.
+				defer q.deps[i].in.watch(closing).stop()
 				q.deps[i].cleanup(ctx, l, value)
 			}()
 		}
@@ -472,7 +462,7 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 // ErrNotHeld when so many servers show it free or another token's that no
 // majority can hold it.
 func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
-	if q.closed.Load() {
+	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
 	}
 	if l.TTL < minQuorumTTL {
@@ -509,7 +499,7 @@ func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time,
 // (those that are slow to answer, in the background). It reports
 // ErrNotHeld when no majority held it for the token.
 func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
-	if q.closed.Load() {
+	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}
 	// Servers that grant the acquisition after this release release it.
@@ -539,7 +529,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 // returns once a majority confirmed. A release reaches a majority too, so
 // at least one subscribed server sees it.
 func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if q.closed.Load() {
+	if q.gate.Closed() {
 		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
@@ -590,22 +580,23 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 // Close closes, they end at once; on a caller's clients, at their read
 // timeout at the latest.
 func (q *Quorum) Close() error {
-	q.mu.Lock()
-	was := q.closed.Swap(true) // under mu: see enter
-	q.mu.Unlock()
-	if was {
+	// Closing the clients we opened as soon as the gate shuts ends their
+	// requests in flight at once, while the gate waits for them; requests
+	// on a caller's client end at its read timeout.
+	closed := make(chan []error, 1)
+	context.AfterFunc(q.gate.Context(), func() {
+		var errs []error
+		for _, dep := range q.deps {
+			if err := dep.closeClient(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		closed <- errs
+	})
+	if !q.gate.Close() {
 		return fmt.Errorf("redislock: quorum: close: %w", backend.ErrClosed)
 	}
-	var errs []error
-	q.stop()
-	// Closing the clients we opened ends their requests in flight at once;
-	// requests on a caller's client end at its read timeout.
-	for _, dep := range q.deps {
-		if err := dep.closeClient(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	q.bg.Wait()
+	errs := <-closed
 	for _, dep := range q.deps {
 		if err := dep.close(); err != nil {
 			errs = append(errs, err)

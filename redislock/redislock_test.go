@@ -1,10 +1,7 @@
 package redislock
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strings"
@@ -17,6 +14,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -25,18 +23,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var randHex = testutil.RandHex
 
 // uniqueKey returns a driver key no other test uses.
 func uniqueKey(t *testing.T) string {
 	return backend.Key("redislock-test", t.Name()+"/"+randHex(4))
 }
 
-func newToken() string { return randHex(16) }
+var newToken = testutil.Token
 
 func adminClient(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
@@ -188,14 +182,53 @@ func TestFenceSurvivesLostCounter(t *testing.T) {
 		case 1:
 			admin.Del(ctx, keysFor(key).fence) // lost
 		case 3:
-			// stale: a replica that missed increments, promoted a second
-			// later (a failover takes seconds)
+			// stale: a replica that missed increments, promoted later
 			admin.Set(ctx, keysFor(key).fence, "7", 0)
-			time.Sleep(1100 * time.Millisecond)
 		}
 	}
 	if err := admin.Del(ctx, keysFor(key).fence).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A name's fence counter expires the retention after the name's last
+// grant, in every mode, and the fences after it are still higher.
+func TestFenceCounterRetention(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	t.Parallel()
+	ctx := testCtx(t)
+	const retention = 300 * time.Millisecond
+	admin := adminClient(t, testenv.RedisAddr())
+	plain := openDriver(t, WithRetention(retention))
+	fair, err := OpenFair(ctx, "redis://"+testenv.RedisAddr()+"/0?retention=300ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fair.Close()
+	for _, d := range []backend.Driver{plain, fair} {
+		key := uniqueKey(t)
+		var last uint64
+		for round := range 2 {
+			l := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
+			g, err := d.TryAcquire(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Fence <= last {
+				t.Fatalf("%T round %d: fence %d after %d", d, round, g.Fence, last)
+			}
+			last = g.Fence
+			if pttl := admin.PTTL(ctx, keysFor(key).fence).Val(); pttl <= 0 || pttl > retention {
+				t.Fatalf("%T: the fence counter's PTTL is %v, want in (0, %v]", d, pttl, retention)
+			}
+			if err := d.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(retention + 100*time.Millisecond)
+			if n := admin.Exists(ctx, keysFor(key).lock, keysFor(key).fence, keysFor(key).queue, keysFor(key).live).Val(); n != 0 {
+				t.Fatalf("%T: %d keys of the name remain %v after its release", d, n, retention+100*time.Millisecond)
+			}
+		}
 	}
 }
 
@@ -409,28 +442,7 @@ func TestMaxmemoryWarning(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // A ring spreads names over shards; each name's lock, fence and release
 // channel stay on one shard, and waiters are woken on that shard.

@@ -36,14 +36,14 @@ var (
 
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
-	acquireScript = redis.NewScript("local restart_delay = tonumber(ARGV[4])\n" + acquireLua)
+	acquireScript = redis.NewScript("local restart_delay, retention = tonumber(ARGV[4]), ARGV[5]\n" + acquireLua)
 	refreshScript = redis.NewScript(refreshLua)
 	releaseScript = redis.NewScript("local function next_waiter() return '' end\n" + releaseLua)
 	raiseScript   = redis.NewScript(raiseLua)
 
 	// Fair mode's scripts share queue.lua; fair acquire runs the plain
 	// acquire script as a function, for the head of the queue only.
-	fairAcquireScript = redis.NewScript(queueLua + "local restart_delay = tonumber(ARGV[7])\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
+	fairAcquireScript = redis.NewScript(queueLua + "local restart_delay, retention = tonumber(ARGV[7]), ARGV[8]\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
 	fairReleaseScript = redis.NewScript(queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
 	leaveScript       = redis.NewScript(queueLua + leaveLua)
 )
@@ -77,7 +77,7 @@ func holder(l backend.Claim) string { return l.Token + "." }
 func (dep *deployment) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := acquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, px, holder(l), dep.restartDelay(px)).Int64()
+	v, err := acquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, px, holder(l), dep.restartDelay(px), dep.retention).Int64()
 	return v, classify(err)
 }
 
@@ -155,7 +155,7 @@ func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value s
 		mode = "wait"
 	}
 	k := keysFor(l.Key)
-	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px)).Int64()
+	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention).Int64()
 	return v, classify(err)
 }
 
@@ -181,7 +181,7 @@ func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w stri
 func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10)).Int64()
+	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention).Int64()
 	return v == 1, classify(err)
 }
 

@@ -73,6 +73,12 @@ func TestOpenBadURLs(t *testing.T) {
 		"redis+cluster://" + addr + "/2",
 		"redis+quorum://user:s3cret@" + addr + "," + addr + "/0?bogus=1",
 		"redis+quorum:///0",
+		"redis+cluster://" + addr + ",,",
+		"redis+quorum://" + addr + ",," + addr + "/0",
+		"redis://" + addr + "/0?retention=0s",
+		"redis://" + addr + "/0?retention=-1h",
+		"redis://" + addr + "/0?retention=soon",
+		"redis+quorum://" + addr + "," + addr + "/0?retention=0",
 	} {
 		_, err := locker.Open(ctx, u)
 		if !errors.Is(err, locker.ErrInvalidURL) {

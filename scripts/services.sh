@@ -732,7 +732,9 @@ EOF
 }
 
 # zk_spawn NAME DIR CLASSPATH [JAVA_FLAG...]: run ZooKeeper on DIR/zoo.cfg, logging to the
-# console (the instance log).
+# console (the instance log). Empty container nodes (zklock's names) go within a second:
+# znode.container.checkIntervalMs is a Java system property, not a zoo.cfg key (zoo.cfg
+# would set zookeeper.znode.container.checkIntervalMs, which nothing reads).
 zk_spawn() {
 	local n=$1 d=$2 cp=$3
 	shift 3
@@ -744,6 +746,7 @@ log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}@%L]
 EOF
 	spawn "$n" java -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
 		-Djava.net.preferIPv4Stack=true -Dzookeeper.forceSync=no \
+		-Dznode.container.checkIntervalMs=1000 \
 		-Dzookeeper.jmx.log4j.disable=true -Dlog4j.configuration="file:$d/log4j.properties" \
 		-Dorg.slf4j.simpleLogger.showDateTime=true "$@" \
 		-cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"

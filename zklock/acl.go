@@ -99,7 +99,7 @@ func (d *Driver) checkPerms(ctx context.Context) error {
 	_, _ = rand.Read(b[:])
 	// '~' is outside backend.EscapeKey's alphabet: no lock name's node.
 	probe := d.root + "/~probe-" + hex.EncodeToString(b[:])
-	retry := newBackoff()
+	bo := newBackoff()
 	made := false
 	for {
 		res, err := d.conn.Multi(
@@ -140,7 +140,7 @@ func (d *Driver) checkPerms(ctx context.Context) error {
 				return fmt.Errorf("check the permissions under %s: %w", d.root, res[i].Error)
 			}
 		}
-		if err == nil || !transient(err) || !retry.sleep(ctx.Done(), d.done) {
+		if err == nil || !transient(err) || !pause(ctx, bo) {
 			return fmt.Errorf("check the permissions under %s: %w", d.root, err)
 		}
 	}

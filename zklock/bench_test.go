@@ -3,13 +3,12 @@ package zklock
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -61,10 +60,7 @@ func writeRTT(b *testing.B, conn *zk.Conn, dir string) time.Duration {
 	return median(ds)
 }
 
-func median(ds []time.Duration) time.Duration {
-	slices.Sort(ds)
-	return ds[len(ds)/2]
-}
+func median(ds []time.Duration) time.Duration { return bench.Percentile(ds, 0.5) }
 
 func ensurePath(b *testing.B, conn *zk.Conn, path string) {
 	if _, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
@@ -163,8 +159,12 @@ func cleanup(conn *zk.Conn, path string) {
 }
 
 // BenchmarkContended: 8 workers, one connection each, take turns on one
-// name. The handoff is the time from a holder's release call to the next
-// holder's grant. Metrics: median handoff for each, and over the RTT.
+// name, holding it 1ms, through the contended harness (internal/bench),
+// alternating rounds of zklock and zk.Lock so that both see the same load.
+// The figures carry the contender's name as a prefix; the round trip is a
+// read (Exists) on a connection of its own, during each round. floor-µs is
+// the least any ZooKeeper lock's handoff can take (a delete seen through a
+// watch), write-rtt-µs a write's round trip.
 func BenchmarkContended(b *testing.B) {
 	servers := testenv.ZKAddrs()
 	testenv.Require(b, servers...)
@@ -176,97 +176,62 @@ func BenchmarkContended(b *testing.B) {
 	ensurePath(b, conn, run)
 	ctx := context.Background()
 	key := uniqueKey(b)
-	ds := make([]*Driver, workers)
+	rt := func(context.Context) error { _, _, err := conn.Exists("/"); return err }
+	ours := bench.Contend{Hold: time.Millisecond, RoundTrip: rt, RoundTripOp: "exists"}
+	theirs := ours
 	conns := make([]*zk.Conn, workers)
-	for i := range workers {
-		ds[i] = dial(b, servers)
-		conns[i] = benchConn(b, servers)
-	}
-
-	// contend runs n turns of acquire/release in total and returns the
-	// handoffs.
-	contend := func(n int, acquire func(w int) (release func())) []time.Duration {
-		var (
-			mu        sync.Mutex
-			handoffs  []time.Duration
-			left      atomic.Int64
-			releasing atomic.Int64 // when the last release began, unix ns; 0 after a grant
-			wg        sync.WaitGroup
-		)
-		left.Store(int64(n))
-		for w := range workers {
-			wg.Go(func() {
-				for left.Add(-1) >= 0 {
-					release := acquire(w)
-					now := time.Now().UnixNano()
-					if r := releasing.Swap(0); r != 0 {
-						mu.Lock()
-						handoffs = append(handoffs, time.Duration(now-r))
-						mu.Unlock()
-					}
-					releasing.Store(time.Now().UnixNano())
-					release()
-				}
-			})
-		}
-		wg.Wait()
-		return handoffs
-	}
-	ours := func(w int) func() {
-		l := lockFor(b, key)
-		if _, err := ds[w].Acquire(ctx, l); err != nil {
-			b.Fatal(err)
-		}
-		return func() {
-			if err := ds[w].Release(ctx, l); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	zkLocks := make([]*zk.Lock, workers)
 	for w := range workers {
-		zkLocks[w] = zk.NewLock(conns[w], run+"/contended", zk.WorldACL(zk.PermAll))
+		d := dial(b, servers)
+		ours.Workers = append(ours.Workers, bench.Worker{Client: w, Acquire: func(ctx context.Context) (func(context.Context) error, error) {
+			l := lockFor(b, key)
+			if _, err := d.Acquire(ctx, l); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { return d.Release(ctx, l) }, nil
+		}})
+		conns[w] = benchConn(b, servers)
+		zl := zk.NewLock(conns[w], run+"/contended", zk.WorldACL(zk.PermAll))
+		theirs.Workers = append(theirs.Workers, bench.Worker{Client: w, Acquire: func(context.Context) (func(context.Context) error, error) {
+			if err := zl.Lock(); err != nil {
+				return nil, err
+			}
+			return func(context.Context) error { return zl.Unlock() }, nil
+		}})
 	}
-	theirs := func(w int) func() {
-		if err := zkLocks[w].Lock(); err != nil {
+	// Warm up: every worker's connection, the name's parent.
+	for _, r := range []bench.Contend{ours, theirs} {
+		r.Acquisitions = 2 * workers
+		if _, err := r.Run(ctx); err != nil {
 			b.Fatal(err)
 		}
-		return func() {
-			if err := zkLocks[w].Unlock(); err != nil {
-				b.Fatal(err)
-			}
-		}
 	}
-	contend(workers, ours)
-	contend(workers, theirs)
 	n := max(b.N, 2*workers)
+	var om, tm *bench.Samples
+	var floors []time.Duration
 	b.ResetTimer()
-	var oh, th, rtts, floors []time.Duration
-	// Alternate in rounds, so that both, and the round trips, see the
-	// same load.
 	for done := 0; done < n; done += 50 {
-		k := min(50, n-done)
-		oh = append(oh, contend(k, ours)...)
-		th = append(th, contend(k, theirs)...)
-		for range 20 {
-			start := time.Now()
-			if _, _, err := conn.Exists("/"); err != nil {
-				b.Fatal(err)
-			}
-			rtts = append(rtts, time.Since(start))
+		ours.Acquisitions, theirs.Acquisitions = min(50, n-done), min(50, n-done)
+		o, err := ours.Run(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t, err := theirs.Run(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if om == nil {
+			om, tm = o, t
+		} else {
+			om.Add(o)
+			tm.Add(t)
 		}
 		floors = append(floors, floor(b, conns[0], conns[1], run))
 	}
 	b.StopTimer()
-	r := median(rtts)
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	om, tm := median(oh), median(th)
-	b.ReportMetric(us(r), "rtt-µs")
+	om.Summary().Report(b, "zklock")
+	tm.Summary().Report(b, "zkLock")
 	b.ReportMetric(us(writeRTT(b, conn, run)), "write-rtt-µs")
-	b.ReportMetric(us(om), "zklock-handoff-µs")
-	b.ReportMetric(us(tm), "zkLock-handoff-µs")
-	b.ReportMetric(float64(om)/float64(r), "zklock-handoff/rtt")
-	b.ReportMetric(us(median(floors)), "floor-µs")
-	b.ReportMetric(float64(tm)/float64(r), "zkLock-handoff/rtt")
+	b.ReportMetric(us(bench.Percentile(floors, 0.5)), "floor-µs")
 	cleanup(conn, run)
 }

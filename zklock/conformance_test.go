@@ -3,12 +3,14 @@ package zklock
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/conformance"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -35,8 +37,71 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 	return expireKey(ctx, h.servers, h.watcher, key)
 }
 
+// containerCheck is how long after a name's last release its node, a
+// container, is still there: the servers' znode.container.checkIntervalMs
+// (a Java system property, not a zoo.cfg key). 60 s is ZooKeeper's
+// default, and bounds the 1 s that scripts/services.sh sets.
+const containerCheck = 60 * time.Second
+
 func (h *harness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: testTimeout, FIFO: true}
+	return conformance.Traits{TTL: testTimeout, FIFO: true, Retention: containerCheck}
+}
+
+// NewCutDriver dials every server through a proxy of its own, which down
+// cuts and refuses.
+func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool), error) {
+	var proxies []*faultproxy.Proxy
+	closeAll := func() {
+		for _, p := range proxies {
+			p.Close()
+		}
+	}
+	var addrs []string
+	for _, s := range h.servers {
+		p, err := faultproxy.New(s)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		proxies = append(proxies, p)
+		addrs = append(addrs, p.Addr())
+	}
+	d, err := dialDriver(ctx, addrs)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	// The suite closes the driver in its own cleanup, before this one.
+	h.t.Cleanup(closeAll)
+	var mu sync.Mutex
+	down := func(on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range proxies {
+			p.Refuse(on)
+			if on {
+				p.Cut()
+			}
+		}
+	}
+	return d, down, nil
+}
+
+// Residue counts what the store keeps of key: the name's node and its
+// children (queue nodes), seen by the harness's own connection.
+func (h *harness) Residue(ctx context.Context, key string) (int, error) {
+	parent := h.watcher.parentPath(key)
+	if _, err := h.watcher.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return 0, err
+	}
+	names, _, err := h.watcher.conn.Children(parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return 1 + len(names), nil
 }
 
 // Entries counts the nodes in key's queue: the holder's and the waiters'.
@@ -52,7 +117,11 @@ func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 	return len(names), err
 }
 
-var _ conformance.WaiterCounter = (*harness)(nil)
+var (
+	_ conformance.WaiterCounter  = (*harness)(nil)
+	_ conformance.Outager        = (*harness)(nil)
+	_ conformance.ResidueCounter = (*harness)(nil)
+)
 
 func TestConformance(t *testing.T) {
 	t.Run("Single", func(t *testing.T) {

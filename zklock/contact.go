@@ -72,7 +72,7 @@ func (d *Driver) touch(sid int64, sent time.Time, rtt time.Duration) {
 // with the driver).
 func (d *Driver) contactOf(sid int64) time.Time {
 	c := d.last.Load()
-	if c == nil || c.sid != sid || d.shut.Load() || d.conn.SessionID() != sid {
+	if c == nil || c.sid != sid || d.gate.Closed() || d.conn.SessionID() != sid {
 		return time.Time{}
 	}
 	return c.sent
@@ -114,6 +114,12 @@ func (d *Driver) pinger() {
 			t.Reset(resumeDelay)
 			continue
 		}
+		if w := d.untilResumed(); w != 0 {
+			// No session, or one just resumed: a request now would be the
+			// first on the next connection (see resumeDelay).
+			t.Reset(max(w, resumeDelay))
+			continue
+		}
 		_, _ = request(d, func() (bool, error) {
 			ok, _, err := d.conn.Exists(d.root)
 			return ok, err
@@ -124,11 +130,15 @@ func (d *Driver) pinger() {
 
 func (d *Driver) pingPeriod() time.Duration { return d.ttl / 4 }
 
-// resumeDelay: the ping after a reconnection waits until the zk client
-// has sent its watches again. Its answer, arriving while the zk client
-// builds that request, would meet a data race of the zk client (lastZxid,
-// written by its receive loop and read by sendSetWatches unlocked;
-// go-zookeeper/zk#35), which -race reports.
+// resumeDelay: the driver's requests after a reconnection wait until the
+// zk client has sent its watches again, and none is sent while it has no
+// session (it would be queued, and sent first on the next connection). An
+// answer arriving while the zk client builds its SetWatches request meets
+// a data race of the zk client (Conn.lastZxid, written by recvLoop,
+// conn.go:849, and read by sendSetWatches, conn.go:614, on another
+// goroutine without a lock; go-zookeeper/zk#35), which -race reports.
+// The pinger, a waiter's retries and the deletion of a lost lock's node
+// wait; a call made while the connection is down cannot.
 const resumeDelay = 50 * time.Millisecond
 
 // resume wakes the pinger; it never blocks (the zk client calls it).

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 // errDialClosed: the driver is closing; its zk client must not reconnect.
@@ -21,15 +22,12 @@ var errDialClosed = errors.New("zklock: driver closed")
 type dialed struct {
 	ctx    context.Context // ends dials in progress
 	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	closed bool
-	conns  map[*trackedConn]struct{}
+	conns  *conntrack.Tracker
 }
 
 func newDialed() *dialed {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &dialed{ctx: ctx, cancel: cancel, conns: map[*trackedConn]struct{}{}}
+	return &dialed{ctx: ctx, cancel: cancel, conns: conntrack.New()}
 }
 
 // dialer wraps dial, or a dialer that Close can interrupt when dial is nil.
@@ -48,40 +46,16 @@ func (t *dialed) dialer(dial zk.Dialer) zk.Dialer {
 		if err != nil {
 			return nil, err
 		}
-		tc := &trackedConn{Conn: c, t: t}
-		t.mu.Lock()
-		if t.closed {
-			t.mu.Unlock()
-			c.Close()
+		tc, err := t.conns.Add(c)
+		if errors.Is(err, conntrack.ErrCut) {
 			return nil, errDialClosed
 		}
-		t.conns[tc] = struct{}{}
-		t.mu.Unlock()
-		return tc, nil
+		return tc, err
 	}
 }
 
 // cut closes every connection and refuses new ones.
 func (t *dialed) cut() {
 	t.cancel()
-	t.mu.Lock()
-	t.closed = true
-	conns := t.conns
-	t.conns = nil
-	t.mu.Unlock()
-	for c := range conns {
-		c.Conn.Close()
-	}
-}
-
-type trackedConn struct {
-	net.Conn
-	t *dialed
-}
-
-func (c *trackedConn) Close() error {
-	c.t.mu.Lock()
-	delete(c.t.conns, c)
-	c.t.mu.Unlock()
-	return c.Conn.Close()
+	t.conns.Cut()
 }

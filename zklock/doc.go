@@ -37,7 +37,8 @@
 // backend.EscapeKey, so every valid name is one valid node name ('/', '.',
 // '..', spaces, control characters and unicode included). That node is a
 // container node (ZooKeeper 3.5.3 or later), which the server deletes once
-// it is empty, so parents of unused names do not pile up.
+// it is empty (see Retention), so the nodes of released names do not pile
+// up.
 //
 // An acquisition creates an ephemeral sequential node under the name's
 // node; the lowest sequence number holds the lock. Waiters are served in
@@ -56,12 +57,13 @@
 // whose stat in the reply gives the node's creation zxid (the parent's new
 // Mzxid: the fence) and the parent's number of children: when it is 1,
 // the node is alone and holds the lock. A free lock costs one round trip
-// to take and one to release. On a name the driver has not seen yet, a
-// connection the driver dialed sends the creation of the name's node just
-// ahead of the queue node's (the server runs a session's requests in
-// order), so a fresh name costs no extra round trip either; with a
-// connection passed to New, the parent is created when the first create
-// finds it missing (two more round trips).
+// to take and one to release. The create is tried first, as if the name's
+// node existed; when the server answers "no node" (the name's first use,
+// or its first use after the server deleted its empty node), the driver
+// creates the name's node, with its ACL, and tries again: two more round
+// trips then, none while the name is in use. A name's node made by
+// another client is checked once for the configured ACL (one more round
+// trip; the driver remembers up to 8192 names checked or made).
 //
 // Node names carry a hash of the holder's token ("lk-<hash>-<sequence>").
 // When a create's response is lost with the connection, the driver finds
@@ -76,6 +78,18 @@
 // when the name's node is deleted and recreated (sequence numbers would
 // restart) and across session expiries.
 //
+// # Retention
+//
+// A release deletes the holder's queue node at once. The name's node, a
+// container, goes when the server next checks its containers: every
+// znode.container.checkIntervalMs, a Java system property of the server
+// (-Dznode.container.checkIntervalMs=1000; not a zoo.cfg key), 60 s by
+// default. That interval is the retention: after it, nothing of a
+// released name is left in the store, and the next fence, a later zxid,
+// is still above every earlier one. A short interval costs the server a
+// scan of its containers per interval, and a name taken again after its
+// node went pays the two round trips above.
+//
 // # Sessions and TTLs
 //
 // A Driver has one ZooKeeper session; the zk client keeps it alive with
@@ -83,7 +97,12 @@
 // session. The driver implements backend.Session: its SessionTTL is the
 // session timeout the server negotiated (it clamps the requested one into
 // its [minSessionTimeout, maxSessionTimeout], by default 2 to 20 ticks),
-// and package locker schedules no refreshes. A lock's TTL cannot be set
+// and package locker schedules no refreshes. go-zookeeper does not expose
+// the negotiated timeout: on a connection it opens, the driver takes it
+// from the zk client's report of the handshake to its logger, else from
+// the server's "cons" four-letter word, else it assumes the one it asked
+// for; with New, it is WithSessionTimeout's, else the server's "cons"
+// answer (see New). A lock's TTL cannot be set
 // per lock: Grant.TTL reports the session timeout when it is longer than
 // the requested TTL, and the requested TTL when that is longer (the lock
 // lives as long as the session, so it outlives any TTL while the client is
@@ -110,6 +129,15 @@
 // expires it; answers may be late): its holder was told, so the driver
 // deletes the node as soon as the connection allows, and the waiters
 // behind it go on.
+//
+// A waiter (Acquire) rides out store failures: while the connection is
+// down it keeps its place (its node lives as long as the session), and it
+// returns the store's error only once every try, and the connection, has
+// failed for backend.StoreFailureBudget; a refusal (ErrPermission) ends it
+// at once. When its session expired meanwhile (its node went with it), it
+// queues again on the new session, at the back. Before it reports a lock
+// taken on a notification that came with a reconnection, it reads its node
+// once, so that the lock is timed from a request the server answered.
 //
 // A waiter whose context ends returns within 100 ms and one round trip,
 // connection dead or alive; when its queue node could not be deleted by

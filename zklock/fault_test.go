@@ -175,7 +175,8 @@ func TestWaiterCancelCutOff(t *testing.T) {
 // listing of the queue and its watch on its predecessor, and the zk client
 // sends the watch on its new session. The waiter must report the expiry,
 // not wait for a predecessor that never goes (the CI flake of
-// TestWaiterSessionExpires, made certain).
+// TestWaiterSessionExpires, made certain): it queues again on its new
+// session and takes the lock when it is released.
 func TestWatchSetOnNewSession(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZKAddrs()
@@ -183,15 +184,17 @@ func TestWatchSetOnNewSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := uniqueKey(t)
-	if _, err := holder.TryAcquire(ctx, lockFor(t, key)); err != nil {
+	hl := lockFor(t, key)
+	if _, err := holder.TryAcquire(ctx, hl); err != nil {
 		t.Fatal(err)
 	}
-	_, g := drivers.bySession(waiter.conn.SessionID())
+	first := waiter.conn.SessionID()
+	_, g := drivers.bySession(first)
 	hooked := make(chan error, 1)
 	waiter.testHookWatch = func() {
 		waiter.testHookWatch = nil // the waiter's goroutine only
 		sid := waiter.conn.SessionID()
-		_, passwd := waiter.wire.credentials()
+		_, passwd := drivers.credentials(waiter)
 		g.close() // the waiter reconnects only once the hook returns
 		err := expireSession(servers, sid, passwd)
 		for deadline := time.Now().Add(5 * time.Second); err == nil && waiter.conn.State() == zk.StateHasSession; {
@@ -215,16 +218,30 @@ func TestWatchSetOnNewSession(t *testing.T) {
 		g.open()
 		t.Fatal(err)
 	}
+	for deadline := time.Now().Add(3 * testTimeout); ; {
+		select {
+		case err := <-done:
+			t.Fatalf("Acquire = %v after its session expired, want it to queue again", err)
+		default:
+		}
+		if now := waiter.conn.SessionID(); now != first && now != 0 && waitersOf(t, holder, key, now) == 1 && entries(t, holder, key) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter has not queued again on its new session: it watches its predecessor on a new session")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := holder.Release(ctx, hl); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrSessionExpired) {
-			t.Fatalf("Acquire = %v, want ErrSessionExpired", err)
+		if err != nil {
+			t.Fatalf("Acquire = %v, want the lock", err)
 		}
-	case <-time.After(3 * testTimeout):
-		t.Fatal("the waiter still waits: it watches its predecessor on a new session")
-	}
-	if n := entries(t, holder, key); n != 1 {
-		t.Fatalf("%d nodes in the queue, want the holder's only", n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not take the released lock")
 	}
 }
 

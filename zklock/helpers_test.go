@@ -2,9 +2,7 @@ package zklock
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // testTimeout is the session timeout of test drivers: the server's
@@ -42,13 +41,23 @@ func (r *registry) bySession(sid int64) (*Driver, *gate) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for d, g := range r.drivers {
-		if d.wire != nil {
-			if s, _ := d.wire.credentials(); s == sid {
-				return d, g
-			}
+		if s, _ := g.spy.credentials(); s == sid {
+			return d, g
 		}
 	}
 	return nil, nil
+}
+
+// credentials returns the id and password of d's session; d must be one of
+// the drivers made by dial.
+func (r *registry) credentials(d *Driver) (int64, []byte) {
+	r.mu.Lock()
+	g := r.drivers[d]
+	r.mu.Unlock()
+	if g == nil {
+		return 0, nil
+	}
+	return g.spy.credentials()
 }
 
 var drivers registry
@@ -58,6 +67,7 @@ var drivers registry
 type gate struct {
 	mu   sync.Mutex
 	shut chan struct{} // nil when open
+	spy  spy           // the session's credentials, for expireSession
 }
 
 func (g *gate) close() {
@@ -77,7 +87,12 @@ func (g *gate) open() {
 	g.mu.Unlock()
 }
 
+// dialer is the gate's dialer, with its spy.
 func (g *gate) dialer(network, addr string, timeout time.Duration) (net.Conn, error) {
+	return g.spy.dialer(g.dial)(network, addr, timeout)
+}
+
+func (g *gate) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	g.mu.Lock()
 	ch := g.shut
 	g.mu.Unlock()
@@ -115,13 +130,7 @@ func dial(t testing.TB, servers []string, opts ...Option) *Driver {
 	return d
 }
 
-func newToken(t testing.TB) string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
-}
+func newToken(testing.TB) string { return testutil.Token() }
 
 func uniqueKey(t testing.TB) string {
 	return "zklock-test/" + t.Name() + "/" + newToken(t)[:8]
@@ -254,7 +263,7 @@ func expireKey(ctx context.Context, servers []string, d *Driver, key string) err
 	if owner == nil {
 		return fmt.Errorf("session %#x of %q's holder is none of ours", sid, key)
 	}
-	s, passwd := owner.wire.credentials()
+	s, passwd := g.spy.credentials()
 	if s != sid {
 		return fmt.Errorf("session changed")
 	}

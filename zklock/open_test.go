@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
@@ -139,15 +140,22 @@ func TestNewWithUserConn(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := waitSession(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
+	// A fresh connection: New waits for its session, and learns its
+	// timeout from the server.
 	d, err := New(conn, WithRoot("/locker-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.SessionTTL() != 3*time.Second {
 		t.Errorf("SessionTTL %v, want 3s", d.SessionTTL())
+	}
+	if d2, err := New(conn, WithRoot("/locker-test"), WithSessionTimeout(2500*time.Millisecond)); err != nil {
+		t.Error(err)
+	} else {
+		if d2.SessionTTL() != 2500*time.Millisecond {
+			t.Errorf("SessionTTL %v, want WithSessionTimeout's 2.5s", d2.SessionTTL())
+		}
+		d2.Close()
 	}
 	other := dial(t, servers)
 	key := uniqueKey(t)
@@ -180,5 +188,50 @@ func TestNewWithUserConn(t *testing.T) {
 	case err := <-lost:
 		t.Errorf("OnLost fired on Close: %v", err)
 	default:
+	}
+}
+
+// TestNewNoSession: New on a connection that gets no session fails within
+// the connect timeout.
+func TestNewNoSession(t *testing.T) {
+	t.Parallel()
+	conn, _, err := zk.Connect([]string{"127.0.0.1:1"}, 3*time.Second, zk.WithLogInfo(false), zk.WithLogger(zkLogger{l: slog.New(slog.DiscardHandler)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	_, err = New(conn, WithConnectTimeout(300*time.Millisecond), WithSessionTimeout(3*time.Second))
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("New without a session = %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("New took %v, want about the 300ms connect timeout", took)
+	}
+}
+
+// TestSessionTimeoutSources: each way the driver learns the negotiated
+// timeout works against the server (a go-zookeeper upgrade that changes its
+// handshake report shows here, not as a silent fallback).
+func TestSessionTimeoutSources(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	hs := newHandshake()
+	conn, _, err := zk.Connect(servers, 10*time.Millisecond, zk.WithLogInfo(true), zk.WithLogger(zkLogger{l: slog.New(slog.DiscardHandler), hs: hs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := waitSession(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if got := hs.reported(ctx, time.Second); got != time.Second {
+		t.Errorf("the handshake report: %v for a 10ms request, want the server's minimum, 1s", got)
+	}
+	if got := consTimeout(ctx, conn); got != time.Second {
+		t.Errorf("cons: %v, want 1s", got)
 	}
 }

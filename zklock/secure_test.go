@@ -110,13 +110,13 @@ func secOpen(t *testing.T, u *url.URL) (*Driver, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	d, err := Open(ctx, u)
+	d, err := Open(ctx, u.String())
 	took := time.Since(start)
 	if err != nil {
 		return nil, took, err
 	}
 	t.Cleanup(func() { d.Close() })
-	return d.(*Driver), took, nil
+	return d, took, nil
 }
 
 // TLS from the URL, digest auth from its userinfo: the driver locks on the

@@ -1,12 +1,14 @@
 package zklock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // monitor reports lost locks: when the session that owns their nodes has
@@ -96,10 +98,10 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 // resumeDelay): a request queued while it reconnects is the first one
 // sent, and its answer could meet the zk client's data race.
 func (d *Driver) dropLost(path string, session int64) {
-	retry := newBackoff()
+	bo := newBackoff()
 	for !d.isClosed() && d.conn.SessionID() == session {
 		if wait := d.untilResumed(); wait != 0 {
-			if wait < 0 && !retry.sleep(d.done, nil) || wait > 0 && !sleep(wait, d.done) {
+			if wait < 0 && !pause(d.gate.Context(), bo) || wait > 0 && !sleep(wait, d.done) {
 				return
 			}
 			continue
@@ -115,7 +117,7 @@ func (d *Driver) dropLost(path string, session int64) {
 			d.log.Warn("zklock: could not delete the node of a lost lock; it goes with the session", "path", path, "err", err)
 			return
 		}
-		if !retry.sleep(d.done, nil) {
+		if !pause(d.gate.Context(), bo) {
 			return
 		}
 	}
@@ -139,6 +141,21 @@ func (d *Driver) untilResumed() time.Duration {
 	}
 	return max(resumeDelay-time.Since(time.Unix(0, at)), 0)
 }
+
+// settled waits, within ctx, until a request sent now would not be the
+// first on a new connection (see resumeDelay); false while the zk client
+// has no session.
+func (d *Driver) settled(ctx context.Context) bool {
+	w := d.untilResumed()
+	if w > 0 && retry.Sleep(ctx, w) == nil {
+		w = d.untilResumed()
+	}
+	return w == 0
+}
+
+// errNoSession is the store's error of a try not sent for want of a
+// session.
+var errNoSession = fmt.Errorf("%w (no session)", zk.ErrNoServer)
 
 // sleep waits for d; false if done closed first.
 func sleep(d time.Duration, done <-chan struct{}) bool {

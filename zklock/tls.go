@@ -17,12 +17,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// WithTLS makes the driver's own connection speak TLS with c (URL: tls=,
-// ca=, cert=, key=, server_name=, skip_verify=, read by
-// backend.Params.TLS): ZooKeeper's secureClientPort. The server's
-// certificate is checked against the host dialled unless c names another.
-func WithTLS(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
-
 // trace keeps what became of the latest connection to each server. The zk
 // client retries a failed connection for ever and logs only that it
 // failed, so Dial's error would otherwise be a bare timeout: a wrong CA, a

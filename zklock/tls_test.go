@@ -43,7 +43,7 @@ func TestTLSFromURL(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, err := Open(ctx, u)
+		d, err := Open(ctx, u.String())
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s: %v", c.query, err)

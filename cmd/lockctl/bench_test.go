@@ -46,6 +46,15 @@ func TestBenchCommand(t *testing.T) {
 	if len(rep.Results) != 3 || rep.Results[1].Held == nil || rep.Results[1].Held.Locks != 200 || rep.Machine.CPUs == 0 {
 		t.Fatalf("JSON report: %s", b)
 	}
+	// The contended figures of internal/bench's harness, round trip included.
+	if k := rep.Results[1].Contended; k == nil || k.Acquisitions == 0 || k.WaitP99 <= 0 || k.RoundTrip <= 0 || k.RoundTripOp != "refused TryAcquire" {
+		t.Errorf("contended figures: %+v", k)
+	}
+	for _, col := range []string{"| round trip | handoff/rtt | wait p99 |", "| retake |"} {
+		if !strings.Contains(table, col) {
+			t.Errorf("no column %q in:\n%s", col, table)
+		}
+	}
 	svg, err := os.ReadFile(svgFile)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,7 +46,8 @@ func TestExitStatusPassesThrough(t *testing.T) {
 			t.Errorf("COMMAND %q: exit %d, want %d; stderr:\n%s", script, code, want, &p.stderr)
 		}
 	}
-	// Fences are per name and grow with each holder.
+	// Fences grow with each holder of a name (from the directory's
+	// counter: a release removes the name's file).
 	dir := t.TempDir()
 	for range 3 {
 		p := lockctlProc("run", "--backend", u, "fenced", "--", "sh", "-c", `echo "$LOCKER_FENCE" >> "$D/f"`)
@@ -54,8 +56,17 @@ func TestExitStatusPassesThrough(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, &p.stderr)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "f")); strings.Join(strings.Fields(string(b)), ",") != "1,2,3" {
-		t.Errorf("fences of one name = %q, want 1,2,3", b)
+	b, _ := os.ReadFile(filepath.Join(dir, "f"))
+	var last int
+	for i, f := range strings.Fields(string(b)) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= last || i > 2 {
+			t.Fatalf("fences of one name = %q, want 3, increasing", b)
+		}
+		last = n
+	}
+	if last == 0 {
+		t.Fatalf("fences of one name = %q, want 3, increasing", b)
 	}
 }
 
@@ -190,8 +201,9 @@ func TestDefaultBackendAndEnv(t *testing.T) {
 		if code, _ := p.status(t); code != 0 {
 			t.Fatalf("default backend: exit %d\n%s", code, &p.stderr)
 		}
-		if m, _ := filepath.Glob(filepath.Join(cache, "lockctl", "*.lock")); len(m) != 1 {
-			t.Fatalf("lock files in the default directory: %v", m)
+		// The lock file went with the release; the fence counter stays.
+		if _, err := os.Stat(filepath.Join(cache, "lockctl", "fence.counter")); err != nil {
+			t.Fatalf("the default directory: %v", err)
 		}
 	}
 	// LOCKER_URL picks the backend; --backend overrides it.
@@ -201,8 +213,8 @@ func TestDefaultBackendAndEnv(t *testing.T) {
 	if code, _ := p.status(t); code != 0 {
 		t.Fatalf("LOCKER_URL: exit %d\n%s", code, &p.stderr)
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "*.lock")); len(m) != 1 {
-		t.Fatalf("lock files in $LOCKER_URL's directory: %v", m)
+	if _, err := os.Stat(filepath.Join(dir, "fence.counter")); err != nil {
+		t.Fatalf("$LOCKER_URL's directory: %v", err)
 	}
 	p = lockctlProc("--backend", "mem://", "run", "e", "--", "true")
 	p.Env = append(p.Env, "LOCKER_URL=bogus://")
@@ -336,8 +348,8 @@ func TestExpandURL(t *testing.T) {
 	if code, _ := p.status(t); code != 0 {
 		t.Fatalf("exit %d: %s", code, &p.stderr)
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "a b", "c", "*.lock")); len(m) != 1 {
-		t.Fatalf("lock files in the directory named by ${LOCKCTL_SUB}: %v", m)
+	if _, err := os.Stat(filepath.Join(dir, "a b", "c", "fence.counter")); err != nil {
+		t.Fatalf("the directory named by ${LOCKCTL_SUB}: %v", err)
 	}
 	// COMMAND does not get the variables substituted into the URL (they
 	// hold passwords), and a nested run for the same owner and name still

@@ -7,8 +7,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -24,6 +22,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 var lockctlBin string
@@ -60,11 +59,7 @@ type target struct {
 	ttl, life, gran time.Duration
 }
 
-func uniq() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func uniq() string { return testutil.RandHex(4) }
 
 // withNamespace adds a namespace unique to the test to raw.
 func withNamespace(raw string) string {

@@ -1,15 +1,15 @@
 // Package bench runs the workloads of `lockctl bench` against one backend:
 // uncontended acquire+release, parallel acquire+release on distinct names,
 // N workers contending for one name across M clients, and K locks held with
-// automatic refresh.
+// automatic refresh. Its contended harness (Contend, Samples, Contention,
+// in contend.go) is also the one every backend's testing.B uses. It does
+// not import testing, so that lockctl does not link it.
 package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // Config sizes the workloads. Zero fields take the defaults of Defaults.
@@ -86,22 +87,6 @@ type Latency struct {
 	Errors    int           `json:"errors"`
 }
 
-// Contended summarizes the contended workload.
-type Contended struct {
-	Workers         int           `json:"workers"`
-	Clients         int           `json:"clients"`
-	Acquisitions    int           `json:"acquisitions"`
-	AcquisitionsSec float64       `json:"acquisitions_per_sec"`
-	HandoffP50      time.Duration `json:"handoff_p50_ns"`
-	HandoffP99      time.Duration `json:"handoff_p99_ns"`
-	// Fairness is the most acquisitions of one worker over the fewest
-	// (1 is perfectly fair); 0 when a worker never got the lock (MinPer 0).
-	Fairness float64 `json:"fairness"`
-	MinPer   int     `json:"min_per_worker"`
-	MaxPer   int     `json:"max_per_worker"`
-	Errors   int     `json:"errors"`
-}
-
 // Held summarizes the held-lock workload.
 type Held struct {
 	Locks        int           `json:"locks"`
@@ -129,7 +114,7 @@ type Result struct {
 	URL         string        `json:"url"` // redacted
 	Uncontended *Latency      `json:"uncontended,omitempty"`
 	Parallel    *Latency      `json:"parallel,omitempty"`
-	Contended   *Contended    `json:"contended,omitempty"`
+	Contended   *Contention   `json:"contended,omitempty"`
 	Held        *Held         `json:"held,omitempty"`
 	Errors      []string      `json:"errors,omitempty"`
 	Took        time.Duration `json:"took_ns"`
@@ -161,15 +146,22 @@ type clients struct {
 }
 
 func (cs clients) client(ctx context.Context) (*locker.Client, error) {
+	c, _, err := cs.clientDriver(ctx)
+	return c, err
+}
+
+// clientDriver opens a Client and returns its driver too, for the calls
+// that measure the store itself.
+func (cs clients) clientDriver(ctx context.Context) (*locker.Client, backend.Driver, error) {
 	drv, err := cs.open(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := locker.New(drv, cs.opts...)
 	if err != nil {
 		drv.Close()
 	}
-	return c, err
+	return c, drv, err
 }
 
 // counted opens a Client whose driver counts refresh calls.
@@ -192,7 +184,7 @@ func Run(ctx context.Context, name string, open Opener, opts []locker.Option, cf
 	cfg = cfg.withDefaults()
 	start := time.Now()
 	r := Result{Backend: name}
-	cs := clients{open: open, opts: append([]locker.Option{locker.WithNamespace("bench-" + randHex()), locker.WithDefaultTTL(cfg.TTL)}, opts...)}
+	cs := clients{open: open, opts: append([]locker.Option{locker.WithNamespace("bench-" + testutil.RandHex(4)), locker.WithDefaultTTL(cfg.TTL)}, opts...)}
 	fail := func(w string, err error) { r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", w, err)) }
 	step := func(w string) {
 		if cfg.Progress != nil {
@@ -228,28 +220,12 @@ func Run(ctx context.Context, name string, open Opener, opts []locker.Option, cf
 	return r
 }
 
-func randHex() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// percentile returns the p-th percentile (0..1) of sorted durations.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
 func summarize(lat []time.Duration, elapsed time.Duration, errs int) Latency {
-	slices.Sort(lat)
 	return Latency{
 		Ops:       len(lat),
 		OpsPerSec: float64(len(lat)) / elapsed.Seconds(),
-		P50:       percentile(lat, 0.50),
-		P99:       percentile(lat, 0.99),
+		P50:       Percentile(lat, 0.50),
+		P99:       Percentile(lat, 0.99),
 		Errors:    errs,
 	}
 }
@@ -332,89 +308,72 @@ func Parallel(ctx context.Context, cs clients, cfg Config) (Latency, error) {
 }
 
 // RunContended runs cfg.Workers workers over cfg.Clients clients, all
-// acquiring and releasing one name.
-func RunContended(ctx context.Context, cs clients, cfg Config) (Contended, error) {
+// acquiring and releasing one name, through Contend. The round trip it
+// compares handoffs with is a refused TryAcquire (a name another client
+// holds) on the first client's driver: the least request a driver makes,
+// portable across backends (one request on most; a create, a listing and a
+// delete on ZooKeeper).
+func RunContended(ctx context.Context, cs clients, cfg Config) (Contention, error) {
 	cfg = cfg.withDefaults()
 	clients := make([]*locker.Client, cfg.Clients)
+	drivers := make([]backend.Driver, cfg.Clients)
 	for i := range clients {
-		c, err := cs.client(ctx)
+		c, drv, err := cs.clientDriver(ctx)
 		if err != nil {
 			for _, c := range clients[:i] {
 				c.Close()
 			}
-			return Contended{}, err
+			return Contention{}, err
 		}
 		defer c.Close()
-		clients[i] = c
+		clients[i], drivers[i] = c, drv
 	}
 	const name = "contended"
-	if err := acquireRelease(ctx, clients[0], name); err != nil {
-		return Contended{}, err
+	for _, c := range clients { // warm up each client's connections
+		if err := acquireRelease(ctx, c, name); err != nil {
+			return Contention{}, err
+		}
 	}
-	var (
-		mu          sync.Mutex // guards the fields below; taken while holding the lock
-		lastRelease time.Time
-		handoffs    []time.Duration
-		counts      = make([]int, cfg.Workers)
-		errs        int
-	)
-	wctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
-	var wg sync.WaitGroup
-	start := time.Now()
+	rtt, done, err := refusedTry(ctx, drivers, cfg.Duration+cfg.TTL)
+	if err != nil {
+		return Contention{}, err
+	}
+	defer done()
+	run := Contend{Duration: cfg.Duration, RoundTrip: rtt, RoundTripOp: "refused TryAcquire"}
 	for w := range cfg.Workers {
-		c := clients[w%len(clients)]
-		wg.Go(func() {
-			for wctx.Err() == nil {
-				l, err := c.Acquire(wctx, name)
-				if err != nil {
-					if wctx.Err() == nil {
-						mu.Lock()
-						errs++
-						mu.Unlock()
-					}
-					continue
-				}
-				now := time.Now()
-				mu.Lock()
-				if !lastRelease.IsZero() {
-					handoffs = append(handoffs, now.Sub(lastRelease))
-				}
-				counts[w]++
-				lastRelease = time.Now() // set before the release, read after the next acquire
-				mu.Unlock()
-				if err := l.Release(context.WithoutCancel(wctx)); err != nil {
-					mu.Lock()
-					errs++
-					mu.Unlock()
-				}
-			}
-		})
+		run.Workers = append(run.Workers, Worker{Client: w % len(clients), Acquire: ClientAcquirer(clients[w%len(clients)], name)})
 	}
-	wg.Wait()
-	elapsed := min(time.Since(start), cfg.Duration)
-	slices.Sort(handoffs)
-	total := 0
-	for _, n := range counts {
-		total += n
+	s, err := run.Run(ctx)
+	if err != nil {
+		return Contention{}, err
 	}
-	lo, hi := slices.Min(counts), slices.Max(counts)
-	fair := 0.0
-	if lo > 0 {
-		fair = float64(hi) / float64(lo)
+	return s.Summary(), nil
+}
+
+// refusedTry holds a probe name with the last driver for ttl, and returns
+// a TryAcquire of it by the first driver, which the store refuses, and how
+// to release the probe.
+func refusedTry(ctx context.Context, drivers []backend.Driver, ttl time.Duration) (func(context.Context) error, func(), error) {
+	key := "bench-" + testutil.RandHex(4) + "/round-trip"
+	holder := backend.Claim{Key: key, Token: testutil.Token(), TTL: ttl}
+	hd := drivers[len(drivers)-1]
+	if _, err := hd.TryAcquire(ctx, holder); err != nil {
+		return nil, nil, err
 	}
-	return Contended{
-		Workers:         cfg.Workers,
-		Clients:         cfg.Clients,
-		Acquisitions:    total,
-		AcquisitionsSec: float64(total) / elapsed.Seconds(),
-		HandoffP50:      percentile(handoffs, 0.5),
-		HandoffP99:      percentile(handoffs, 0.99),
-		Fairness:        fair,
-		MinPer:          lo,
-		MaxPer:          hi,
-		Errors:          errs,
-	}, nil
+	done := func() { hd.Release(context.WithoutCancel(ctx), holder) }
+	probe := backend.Claim{Key: key, Token: testutil.Token(), TTL: ttl}
+	try := func(ctx context.Context) error {
+		_, err := drivers[0].TryAcquire(ctx, probe)
+		if errors.Is(err, backend.ErrNotAcquired) {
+			return nil
+		}
+		if err == nil {
+			drivers[0].Release(ctx, probe)
+			return errors.New("bench: the round-trip probe got a lock another driver holds")
+		}
+		return err
+	}
+	return try, done, nil
 }
 
 // RunHeld acquires cfg.Held locks on one client with automatic refresh,

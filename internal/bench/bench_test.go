@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,25 +189,18 @@ func BenchmarkParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkContended: 4 workers on 2 clients take one name in turn through
+// the contended harness (b.N acquisitions), reporting its figures.
 func BenchmarkContended(b *testing.B) {
 	for name, cs := range benchBackends(b) {
 		b.Run(name, func(b *testing.B) {
 			c1, c2 := mustClient(b, cs), mustClient(b, cs)
-			ctx := context.Background()
-			var id atomic.Int64
-			b.SetParallelism(4)
-			b.RunParallel(func(pb *testing.PB) {
-				c := c1
-				if id.Add(1)%2 == 0 {
-					c = c2
-				}
-				for pb.Next() {
-					if err := acquireRelease(ctx, c, "contended"); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			run := Contend{Acquisitions: b.N}
+			for w := range 4 {
+				c := []*locker.Client{c1, c2}[w%2]
+				run.Workers = append(run.Workers, Worker{Client: w % 2, Acquire: ClientAcquirer(c, "contended")})
+			}
+			run.RunB(b).Summary().Report(b, "")
 		})
 	}
 }
@@ -224,5 +218,67 @@ func BenchmarkHeld(b *testing.B) {
 			b.ReportMetric(h.BytesPerLock, "heap-B/lock")
 			b.ReportMetric(float64(h.Goroutines), "goroutines")
 		})
+	}
+}
+
+// The figures come from the events as documented: handoffs from a Release
+// call to the next return of Acquire, retakes, fairness, percentiles.
+func TestSamplesSummary(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// Worker 0 (client 0) twice in a row, then worker 1 (client 1), then
+	// worker 2 (client 0); listed out of order.
+	events := []Event{
+		{Worker: 1, Client: 1, Called: at(0), Got: at(25), Released: at(30)},
+		{Worker: 0, Client: 0, Called: at(0), Got: at(1), Released: at(10)},
+		{Worker: 2, Client: 0, Called: at(5), Got: at(32), Released: at(40)},
+		{Worker: 0, Client: 0, Called: at(10), Got: at(12), Released: at(20)},
+	}
+	s := &Samples{Workers: 3, Clients: 2, PerWorker: make([]int, 3)}
+	s.add(events, time.Second, []time.Duration{time.Millisecond, 3 * time.Millisecond, 2 * time.Millisecond}, 1)
+	c := s.Summary()
+	if !slices.Equal(s.Handoffs, []time.Duration{2 * time.Millisecond, 5 * time.Millisecond, 2 * time.Millisecond}) {
+		t.Errorf("handoffs %v", s.Handoffs)
+	}
+	want := Contention{
+		Workers: 3, Clients: 2, Acquisitions: 4, AcquisitionsSec: 4,
+		HandoffP50: 2 * time.Millisecond, HandoffP99: 5 * time.Millisecond,
+		WaitP50: 2 * time.Millisecond, WaitP99: 27 * time.Millisecond,
+		Fairness: 2, MinPer: 1, MaxPer: 2, Retake: 1.0 / 3, SameClient: 1.0 / 3,
+		RoundTrip: 2 * time.Millisecond, HandoffPerRoundTrip: 1, Errors: 1,
+	}
+	if c != want {
+		t.Errorf("summary\n%+v, want\n%+v", c, want)
+	}
+	if p := Percentile([]time.Duration{3, 1, 2}, 0.5); p != 2 {
+		t.Errorf("Percentile(0.5) = %v, want 2", p)
+	}
+}
+
+// Contend stops at its bound and counts every acquisition once.
+func TestContendBound(t *testing.T) {
+	mem, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := locker.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	run := Contend{Acquisitions: 200, RoundTrip: func(context.Context) error { return nil }}
+	for range 4 {
+		run.Workers = append(run.Workers, Worker{Client: 0, Acquire: ClientAcquirer(c, "n")})
+	}
+	s, err := run.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := s.Summary()
+	if k.Acquisitions != 200 || k.Errors != 0 || k.MinPer == 0 || len(s.Handoffs) != 199 || len(s.RoundTrips) == 0 {
+		t.Errorf("%+v (handoffs %d, round trips %d)", k, len(s.Handoffs), len(s.RoundTrips))
+	}
+	if _, err := (Contend{Workers: run.Workers}).Run(context.Background()); err == nil {
+		t.Error("a run without a bound ran")
 	}
 }

@@ -4,41 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/lockerhq/locker/internal/servers"
 )
-
-// The secured instances started by scripts/services.sh (group "secure"): TLS
-// with a throw-away CA the script makes, and authentication. Their
-// administrator authenticates with AdminPassword (or, for etcd, the admin
-// certificate, CN=root).
-const (
-	EnvRedisTLSAddr    = "LOCKER_REDIS_TLS_ADDR"
-	EnvPostgresTLSAddr = "LOCKER_POSTGRES_TLS_ADDR"
-	EnvEtcdTLSEndpoint = "LOCKER_ETCD_TLS_ENDPOINT"
-	EnvZKTLSAddr       = "LOCKER_ZK_TLS_ADDR"
-	EnvSecureCerts     = "LOCKER_SECURE_CERTS"
-	EnvAdminPassword   = "LOCKER_SECURE_ADMIN_PASSWORD"
-
-	DefaultRedisTLSAddr    = "127.0.0.1:6390"
-	DefaultPostgresTLSAddr = "127.0.0.1:5433"
-	DefaultEtcdTLSEndpoint = "127.0.0.1:2390"
-	DefaultZKTLSAddr       = "127.0.0.1:2190"
-	DefaultAdminPassword   = "locker-admin-secret"
-)
-
-// RedisTLSAddr is the TLS port of the secured Redis (instance "redis-tls").
-func RedisTLSAddr() string { return env(EnvRedisTLSAddr, DefaultRedisTLSAddr) }
-
-// PostgresTLSAddr is the secured PostgreSQL (instance "postgres-tls").
-func PostgresTLSAddr() string { return env(EnvPostgresTLSAddr, DefaultPostgresTLSAddr) }
-
-// EtcdTLSEndpoint is the secured etcd's client endpoint (instance "etcd-tls").
-func EtcdTLSEndpoint() string { return env(EnvEtcdTLSEndpoint, DefaultEtcdTLSEndpoint) }
-
-// ZKTLSAddr is the TLS client port of the secured ZooKeeper (instance "zk-tls").
-func ZKTLSAddr() string { return env(EnvZKTLSAddr, DefaultZKTLSAddr) }
-
-// AdminPassword is the secured instances' administrator password.
-func AdminPassword() string { return env(EnvAdminPassword, DefaultAdminPassword) }
 
 // SecureCerts are the certificates the secured instances use: the CA, the
 // servers' certificate (127.0.0.1 and localhost), a client certificate with
@@ -53,7 +21,7 @@ type SecureCerts struct {
 // or skips it outside CI, when they are missing (see [Require]).
 func Secure(t testing.TB) *SecureCerts {
 	t.Helper()
-	dir := os.Getenv(EnvSecureCerts)
+	dir := os.Getenv(servers.EnvSecureCerts)
 	if dir == "" {
 		if d := os.Getenv("LOCKER_SERVICES_DIR"); d != "" {
 			dir = filepath.Join(d, "certs")

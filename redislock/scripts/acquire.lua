@@ -8,6 +8,8 @@
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  "<token>."
 -- restart_delay  (set by the caller's prefix) milliseconds: see below
+-- retention      (set by the caller's prefix) milliseconds the fence
+--                counter outlives the name's last grant
 --
 -- Returns the fence (> 0) when the token holds the lock, 0 when another
 -- token holds it, -n when the server may have forgotten a holder (below):
@@ -53,29 +55,23 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
--- The fence is the counter, advanced by INCR, and kept at or above the
--- server clock: a missing counter (first use, or the server lost its data)
--- starts at the clock in microseconds, and one that lags behind the start
--- of the current second is raised to it. Every acquisition takes well over
--- a microsecond, so the counter never runs ahead of the clock in
--- microseconds, and fences issued before a loss are below the clock when
--- the counter starts again: fences keep increasing across a restart
--- without persistence, and across a failover to a replica that missed the
--- last increments provided a second boundary passed since the last grant
--- on the old primary (failovers take seconds), as long as the clocks did
--- not go back. On a busy lock the clock costs one write a second.
+-- The fence is max(counter + 1, server clock in microseconds): a clock
+-- floor. The counter expires `retention` after the name's last grant, so
+-- a released name leaves nothing behind for long; when it is gone (or the
+-- server lost it: a restart without persistence, a failover to a replica
+-- that missed the last writes) it starts again at the clock, which is above
+-- every fence it gave as long as the clock did not step back by more than
+-- that: every fence was at most the clock of its grant, since no name is
+-- granted a million times a second. On a busy name the floor wins on most
+-- grants (SET); the counter (INCR) when two grants share a microsecond.
 -- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
 -- numbers are exact.
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
 local f = redis.call('INCR', KEYS[2])
-if f == 1 then
-  local t = redis.call('TIME')
-  local seed = t[1] .. string.format('%06d', tonumber(t[2]))
-  redis.call('SET', KEYS[2], seed)
-  return tonumber(seed)
+if f < tonumber(now) then
+  redis.call('SET', KEYS[2], now, 'PX', retention)
+  return tonumber(now)
 end
-local sec = redis.call('TIME')[1]
-if f < tonumber(sec) * 1000000 then
-  redis.call('SET', KEYS[2], sec .. '000000')
-  return tonumber(sec) * 1000000
-end
+redis.call('PEXPIRE', KEYS[2], retention)
 return f

@@ -8,6 +8,7 @@
 -- KEYS[2]  fence counter
 -- ARGV[1]  "<token>.<attempt>"
 -- ARGV[2]  fence (decimal)
+-- ARGV[3]  retention in milliseconds (see acquire)
 --
 -- Returns 1 when the attempt holds the lock (counter now >= fence), else 0.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -15,6 +16,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c == nil or c < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 end
 return 1

@@ -1,0 +1,104 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+func (d *Driver) deleteQuiet(path string) {
+	if err := d.conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		d.log.Debug("zklock: delete failed", "path", path, "err", err)
+	}
+}
+
+// abandon deletes a queue node we no longer want, for a call that is
+// about to return: it waits for the delete's answer, but once ctx is done
+// only for quickWait (100 ms and a round trip), so that a caller who gave
+// up is not held by a dead connection. The delete goes on in the
+// background (see abandonAsync).
+func (d *Driver) abandon(ctx context.Context, e *entry) {
+	done := d.abandonAsync(e)
+	t := time.NewTimer(d.ttl)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+		return
+	case <-d.done:
+		return
+	case <-ctx.Done():
+	}
+	t.Reset(d.quickWait())
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// abandonQuick is abandon for a caller who gives up on a dead connection:
+// it waits quickWait at most.
+func (d *Driver) abandonQuick(e *entry) {
+	done := d.abandonAsync(e)
+	t := time.NewTimer(d.quickWait())
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// abandonAsync deletes a queue node in the background; when that fails for
+// want of a connection, it retries for as long as the node's session may
+// live. The channel is closed once it is done.
+func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
+	done := make(chan struct{})
+	if !d.spawn(func() {
+		defer close(done)
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
+		if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+			return
+		}
+		d.reapHash(e.parent, hashOf(e.name), e.session)
+	}) {
+		close(done)
+	}
+	return done
+}
+
+// reapHash deletes every node of a token hash under parent, retrying until
+// none is left, the driver closes or the session that may own them (if
+// known) is gone: then they are gone too.
+func (d *Driver) reapHash(parent, hash string, session int64) {
+	bo := newBackoff()
+	deadline := time.Now().Add(2*d.ttl + 10*time.Second)
+	for time.Now().Before(deadline) {
+		if session != 0 && d.conn.SessionID() != session {
+			return
+		}
+		names, _, err := d.conn.Children(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			return
+		}
+		if err == nil {
+			left := false
+			for _, n := range names {
+				if h, _, ok := parseNode(n); ok && h == hash {
+					if err := d.conn.Delete(parent+"/"+n, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+						left = true
+					}
+				}
+			}
+			if !left {
+				return
+			}
+		}
+		if !pause(d.gate.Context(), bo) {
+			return
+		}
+	}
+	d.log.Warn("zklock: could not delete an abandoned queue node; it goes with the session", "parent", parent)
+}

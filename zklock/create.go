@@ -1,0 +1,256 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+// enqueue creates l's queue node, riding out store failures as t allows.
+// On an error it leaves no node behind.
+func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry, error) {
+	parent := d.parentPath(l.Key)
+	hash := tokenHash(l.Token)
+	data := []byte(l.Owner)
+	type result struct {
+		e   *entry
+		err error
+	}
+	ch := make(chan result, 1)
+	taken, finished := make(chan struct{}), make(chan struct{})
+	// create runs until it is done or the caller leaves (or Close begins).
+	cctx, cancel := context.WithCancel(d.gate.Context())
+	if !d.spawn(func() {
+		defer close(finished)
+		defer cancel()
+		e, err := d.create(cctx, parent, hash, data, t)
+		ch <- result{e, err}
+		select {
+		case <-taken:
+		case <-cctx.Done():
+			if e != nil {
+				d.abandonAsync(e) // the caller left: take back what we made
+			}
+		}
+	}) {
+		cancel()
+		return nil, backend.ErrClosed
+	}
+	select {
+	case r := <-ch:
+		close(taken)
+		return r.e, r.err
+	case <-ctx.Done():
+		cancel()
+		// Usually one round trip: wait, so that nothing is left behind
+		// when we return, but not for a dead connection's timeout (the
+		// node, if any, is deleted in the background).
+		t := time.NewTimer(d.quickWait())
+		defer t.Stop()
+		select {
+		case <-finished:
+		case <-t.C:
+		}
+		return nil, d.ended(ctx)
+	}
+}
+
+// create makes the queue node under parent. It tries the create first, as
+// the name's node usually exists; on "no node" it creates the name's node
+// (a container node, which the server deletes once it is empty) and tries
+// again. The node and the parent's data are written in one transaction,
+// whose zxid, the parent's new Mzxid, is the node's Czxid: the fence, from
+// the ensemble's one counter, without another round trip. When a response
+// is lost, the node is looked for by its token hash. On an error, it
+// leaves no node behind (cleaning up in the background when it cannot
+// tell whether the server made one).
+func (d *Driver) create(ctx context.Context, parent, hash string, data []byte, t *tries) (*entry, error) {
+	prefix := parent + "/" + nodePrefix + hash + "-"
+	bo := newBackoff()
+	uncertain := false
+	noNode := 0
+	giveUp := func(err error) (*entry, error) {
+		if uncertain {
+			d.spawn(func() { d.reapHash(parent, hash, 0) })
+		}
+		return nil, err
+	}
+	// A name's node this driver made, or has checked, carries our ACL.
+	checked := d.knownParent(parent)
+	needParent := false
+	for {
+		sid, sent := d.conn.SessionID(), time.Now()
+		if t.budget > 0 && !d.settled(ctx) {
+			// Acquire: a try not sent for want of a session fails.
+			switch {
+			case t.fail(sent):
+				return giveUp(fmt.Errorf("create the queue node: %w", errNoSession))
+			case !pause(ctx, bo):
+				return giveUp(d.ended(ctx))
+			}
+			continue
+		}
+		if needParent {
+			made, err := d.ensureParent(parent)
+			switch {
+			case err == nil:
+				t.ok()
+				needParent, checked = false, made
+			case !transient(err):
+				return giveUp(err)
+			case t.fail(sent):
+				return giveUp(fmt.Errorf("create the queue node: %w", err))
+			case !pause(ctx, bo):
+				return giveUp(d.ended(ctx))
+			}
+			if needParent {
+				continue
+			}
+		}
+		res, err := request(d, func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(
+				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+				&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
+			)
+		})
+		if err == nil && (len(res) != 2 || res[1].Stat == nil || !strings.HasPrefix(res[0].String, parent+"/")) {
+			err = fmt.Errorf("unexpected multi response %+v", res)
+			uncertain = true
+			return giveUp(err)
+		}
+		if err == nil {
+			name := res[0].String[len(parent)+1:]
+			_, seq, ok := parseNode(name)
+			// The parent's stat is read in the same transaction, after the
+			// create: a single child is ours, so it is first, with no
+			// listing of the queue.
+			st := res[1].Stat
+			e := &entry{parent: parent, name: name, seq: seq, fence: uint64(st.Mzxid), session: sid, first: st.NumChildren == 1}
+			if !ok {
+				d.deleteQuiet(e.path())
+				return nil, fmt.Errorf("unexpected node name %q", name)
+			}
+			if sid != 0 && d.conn.SessionID() == sid {
+				t.ok()
+				// The name's node was there before us: it must carry our
+				// ACL (see acl.go).
+				var err error
+				if !checked {
+					err = d.checkACLOn(ctx, parent, sid, bo)
+				}
+				switch {
+				case err == nil:
+					d.rememberParent(parent)
+					return e, nil
+				case d.conn.SessionID() != sid || errors.Is(err, zk.ErrSessionExpired):
+					// The session ended during the check: as below.
+				default:
+					d.deleteQuiet(e.path())
+					switch {
+					case errors.Is(err, backend.ErrPermission):
+						return nil, err
+					case d.isClosed():
+						return giveUp(backend.ErrClosed)
+					}
+					return giveUp(err)
+				}
+			}
+			// The session changed under us: the node may be gone or belong
+			// to the new session. Start over.
+			d.deleteQuiet(e.path())
+			err = zk.ErrSessionExpired
+		}
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			// The name's node is missing (never made, or deleted by the
+			// server once empty, maybe between our tries): make it. A
+			// bounded number of times, as each one is an answer.
+			t.ok()
+			d.forgetParent(parent)
+			if noNode++; noNode > 3 {
+				return giveUp(fmt.Errorf("create %s: %w", parent, err))
+			}
+			needParent = true
+			continue
+		case connLost(err):
+			// The server may have made the node before the connection
+			// dropped: look for it by its hash.
+			uncertain = true
+			if e, ferr := d.find(parent, hash); ferr == nil && e != nil {
+				d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
+				return e, nil
+			}
+		case transient(err):
+		case errors.Is(err, zk.ErrClosing):
+			return giveUp(backend.ErrClosed)
+		default:
+			return giveUp(fmt.Errorf("create the queue node under %s: %w", parent, err))
+		}
+		if t.fail(sent) {
+			return giveUp(fmt.Errorf("create the queue node: %w", err))
+		}
+		if !pause(ctx, bo) {
+			return giveUp(d.ended(ctx))
+		}
+	}
+}
+
+// checkACLOn is checkACL, asked again while its answer is lost on session
+// sid: a lost answer says nothing about the ACL, and the queue node made on
+// that session stays ours as long as the session lives.
+func (d *Driver) checkACLOn(ctx context.Context, path string, sid int64, bo *retry.Backoff) error {
+	for {
+		err := d.checkACL(path)
+		if err == nil || !connLost(err) || d.conn.SessionID() != sid || !pause(ctx, bo) {
+			return err
+		}
+	}
+}
+
+// find looks for the node of a token hash under parent, after a create
+// whose response was lost. Extra nodes of the same hash (a retried create
+// that the server made twice) are deleted.
+func (d *Driver) find(parent, hash string) (*entry, error) {
+	_, _ = d.conn.Sync(parent) // catch up with the leader, which made the node if anyone did
+	names, _, err := d.conn.Children(parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var best *entry
+	for _, n := range names {
+		h, seq, ok := parseNode(n)
+		if !ok || h != hash {
+			continue
+		}
+		e := &entry{parent: parent, name: n, seq: seq}
+		if best == nil || seq < best.seq {
+			if best != nil {
+				d.deleteQuiet(best.path())
+			}
+			best = e
+		} else {
+			d.deleteQuiet(e.path())
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	ok, st, err := d.conn.Exists(best.path())
+	if err != nil {
+		return nil, err
+	}
+	if !ok || st.EphemeralOwner != d.conn.SessionID() {
+		return nil, nil // gone, or an expired session's, about to go
+	}
+	best.fence, best.session = uint64(st.Czxid), st.EphemeralOwner
+	return best, nil
+}

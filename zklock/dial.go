@@ -1,0 +1,209 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+)
+
+// Dial connects to the servers ("host:port") and waits, within ctx and the
+// connect timeout, for a session. The driver owns the connection: Close
+// closes it, which ends the session and frees its locks at once.
+func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkRoot(cfg.root); err != nil {
+		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+	}
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("zklock: %w: no servers", backend.ErrInvalidURL)
+	}
+	if cfg.sessionTimeout <= 0 {
+		return nil, fmt.Errorf("zklock: session timeout %v: %w", cfg.sessionTimeout, backend.ErrInvalidURL)
+	}
+	if cfg.acl == nil {
+		if cfg.hasAuth {
+			cfg.acl = DigestACL(cfg.user, cfg.password)
+		} else {
+			cfg.acl = zk.WorldACL(zk.PermAll)
+		}
+	}
+	d := newDriver(cfg)
+	d.own = true
+	if cfg.hasAuth {
+		d.digest = zk.DigestACL(0, cfg.user, cfg.password)[0].ID
+	}
+	hs := newHandshake()
+	d.dialed = newDialed()
+	d.hosts = &hostList{}
+	tr := newTrace(cfg.tls, d.dialed.dialer(cfg.dialer))
+	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
+		zk.WithLogger(zkLogger{l: cfg.logger, hs: hs}),
+		zk.WithLogInfo(true), // its report of the handshake carries the session timeout
+		zk.WithDialer(tr.dialer),
+		zk.WithHostProvider(d.hosts),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				d.since.Store(time.Now().UnixNano())
+				d.resume()
+			} else if ev.Type == zk.EventSession {
+				d.since.Store(0)
+			}
+			d.nodeEvent(ev)
+			d.poke()
+		}),
+	)
+	if err != nil {
+		d.dialed.cut()
+		return nil, fmt.Errorf("zklock: connect: %w", err)
+	}
+	d.conn, d.events = conn, events
+
+	wctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
+	defer cancel()
+	fail := func(err error) (*Driver, error) {
+		d.closeConn(time.Now())
+		return nil, err
+	}
+	n := d.hosts.Len()
+	if err := waitSessionOr(wctx, conn, func() error { return tr.refused(n) }); err != nil {
+		if cause := tr.cause(); cause != nil && !errors.As(err, new(permanentErr)) {
+			err = fmt.Errorf("%w (%v)", err, cause)
+		}
+		return fail(fmt.Errorf("zklock: connect to %s: %w", strings.Join(servers, ","), err))
+	}
+	if cfg.hasAuth {
+		if err := conn.AddAuth("digest", []byte(cfg.user+":"+cfg.password)); err != nil {
+			return fail(fmt.Errorf("zklock: digest auth: %w", err))
+		}
+	}
+	d.ttl = hs.reported(wctx, 250*time.Millisecond)
+	if d.ttl <= 0 {
+		d.ttl = consTimeout(wctx, conn)
+	}
+	if d.ttl <= 0 {
+		d.ttl = cfg.sessionTimeout
+		d.log.Debug("zklock: the negotiated session timeout is unknown; assuming the one asked for", "timeout", d.ttl)
+	}
+	if err := d.checkACL(d.root); err != nil {
+		return fail(fmt.Errorf("zklock: root: %w", err))
+	}
+	if err := d.checkPerms(wctx); err != nil {
+		return fail(fmt.Errorf("zklock: %w", err))
+	}
+	d.start()
+	return d, nil
+}
+
+// closeConn closes the driver's own connection within closeLimit. The zk
+// client sends a close request, which ends the session at once, and waits
+// up to a second for the answer (up to three when requests are queued);
+// it then stops only once its connection fails, which takes up to two
+// thirds of the session timeout on a dead one. So: a second for the
+// polite close, then cut the connections and refuse new ones.
+//
+// start is when Close began: the calls it waited for count against the
+// limit.
+func (d *Driver) closeConn(start time.Time) {
+	polite := make(chan struct{})
+	go func() {
+		defer close(polite)
+		d.conn.Close()
+	}()
+	wait := min(closeLimit/2, closeLimit-200*time.Millisecond-time.Since(start))
+	if d.conn.SessionID() == 0 {
+		// No session (the server never answered): nothing to close
+		// politely, and the zk client would wait a second for it.
+		wait = 0
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-polite:
+	case <-t.C:
+	}
+	d.hosts.stop()
+	d.dialed.cut()
+	d.drainEvents(closeLimit - 100*time.Millisecond - time.Since(start))
+	t.Reset(max(closeLimit-100*time.Millisecond-time.Since(start), 0))
+	select {
+	case <-polite:
+	case <-t.C:
+		d.log.Debug("zklock: the zk client is still sending its close request")
+	}
+}
+
+// drainEvents waits, bounded, until the zk client's goroutines end.
+func (d *Driver) drainEvents(limit time.Duration) {
+	t := time.NewTimer(max(limit, 0))
+	defer t.Stop()
+	for {
+		select {
+		case _, ok := <-d.events:
+			if !ok {
+				return
+			}
+		case <-t.C:
+			d.log.Debug("zklock: the zk client is still stopping")
+			return
+		}
+	}
+}
+
+// hostList is the zk client's server list without its pause on the first
+// reconnections: the default provider waits a second before every retry
+// on a single server, which delays the news of an expired session (one
+// connection to learn it, another for the new session). This one goes
+// twice around the servers at once, then pauses between rounds.
+type hostList struct {
+	mu      sync.Mutex
+	servers []string
+	curr    int
+	tried   int
+	stopped bool
+}
+
+// stop makes every later Next a "retry start", where the zk client checks
+// whether it was told to close.
+func (h *hostList) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+}
+
+func (h *hostList) Init(servers []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.servers = append([]string(nil), servers...)
+	h.curr = -1
+	return nil
+}
+
+func (h *hostList) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.servers)
+}
+
+func (h *hostList) Next() (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(h.servers)
+	h.curr = (h.curr + 1) % n
+	h.tried++
+	return h.servers[h.curr], h.stopped || h.tried > 2*n && (h.tried-1)%n == 0
+}
+
+func (h *hostList) Connected() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tried = 0
+}

@@ -1,0 +1,404 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+)
+
+// ErrSessionExpired is wrapped by the error of a TryAcquire whose
+// ZooKeeper session expired before it could tell whether it holds the
+// lock: its queue node is gone with the session. (Acquire queues again.)
+var ErrSessionExpired = errors.New("zklock: session expired")
+
+// Driver is the ZooKeeper backend: one session per Driver, one ephemeral
+// sequential node per acquisition. It implements backend.Driver,
+// backend.Waiter and backend.Session.
+type Driver struct {
+	conn   *zk.Conn
+	own    bool            // the driver opened conn and closes it
+	events <-chan zk.Event // own connections: closed when conn's goroutines end
+	dialed *dialed         // own connections: what Close cuts
+	hosts  *hostList       // own connections
+	root   string
+	acl    []zk.ACL
+	digest string        // with WithDigestAuth: our digest id, "user:hash"
+	ttl    time.Duration // the negotiated session timeout
+	log    *slog.Logger
+
+	pmu     sync.Mutex
+	parents map[string]struct{} // names' nodes seen to exist (the server deletes them when empty)
+
+	gate    backend.Gate    // the calls: ErrClosed after Close, their contexts end when it begins
+	done    <-chan struct{} // the gate's: closed when Close begins
+	mu      sync.Mutex
+	stopped bool             // no more background work: Close waits for it, bounded
+	holds   map[string]*held // by token
+	wg      sync.WaitGroup   // goroutines the driver started
+	wake    chan struct{}    // session events for the monitor
+
+	last    atomic.Pointer[contact] // the latest answered request
+	resumed chan struct{}           // a session again: ping now
+	since   atomic.Int64            // own connections: when the zk client last had a session again (UnixNano), 0 while it has none
+
+	testHookWatch func() // tests: called before a waiter watches its predecessor
+}
+
+var (
+	_ backend.Driver  = (*Driver)(nil)
+	_ backend.Waiter  = (*Driver)(nil)
+	_ backend.Session = (*Driver)(nil)
+)
+
+// New returns a driver that uses conn, a connection the caller built (and
+// authenticated, if its nodes need ACLs: pass them with WithACL). The
+// driver does not close conn.
+//
+// conn may be fresh: New waits for its session, up to WithConnectTimeout
+// (default 5s). The session timeout the driver reports and times its
+// locks with is WithSessionTimeout's: give the one conn negotiated (the one
+// passed to zk.Connect when it lies within the server's
+// [minSessionTimeout, maxSessionTimeout]). Without it, New asks the server
+// with the "cons" four-letter word, and fails, wrapping
+// backend.ErrUnsupported, if the server does not say.
+//
+// The driver times its locks as with Dial, from the requests it sends on
+// conn and their answers (see the package doc), but sees an expired
+// session only when it polls conn (every tenth of the timeout, at most a
+// second) or when one of its requests finds a new session.
+func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("zklock: New: nil *zk.Conn: %w", backend.ErrUnsupported)
+	}
+	cfg := defaults()
+	cfg.sessionTimeout = 0
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkRoot(cfg.root); err != nil {
+		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+	}
+	if cfg.sessionTimeout < 0 || cfg.connectTimeout <= 0 {
+		return nil, fmt.Errorf("zklock: New: session timeout %v, connect timeout %v: %w", cfg.sessionTimeout, cfg.connectTimeout, backend.ErrUnsupported)
+	}
+	if cfg.acl == nil {
+		cfg.acl = zk.WorldACL(zk.PermAll)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.connectTimeout)
+	defer cancel()
+	if err := waitSession(ctx, conn); err != nil {
+		return nil, fmt.Errorf("zklock: New: the connection has %w within the connect timeout (%v)", err, cfg.connectTimeout)
+	}
+	d := newDriver(cfg)
+	d.conn = conn
+	d.ttl = cfg.sessionTimeout
+	if d.ttl <= 0 {
+		d.ttl = consTimeout(ctx, conn)
+	}
+	if d.ttl <= 0 {
+		return nil, fmt.Errorf("zklock: New: the session timeout of the connection is unknown (the server does not answer the cons four-letter word); pass WithSessionTimeout: %w", backend.ErrUnsupported)
+	}
+	if err := d.checkACL(d.root); err != nil {
+		return nil, fmt.Errorf("zklock: root: %w", err)
+	}
+	if err := d.checkPerms(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %w", err)
+	}
+	d.start()
+	return d, nil
+}
+
+func newDriver(cfg config) *Driver {
+	d := &Driver{
+		root:    cfg.root,
+		acl:     cfg.acl,
+		log:     cfg.logger,
+		holds:   map[string]*held{},
+		parents: map[string]struct{}{},
+		wake:    make(chan struct{}, 1),
+		resumed: make(chan struct{}, 1),
+	}
+	d.done = d.gate.Context().Done()
+	return d
+}
+
+func (d *Driver) start() {
+	d.spawn(d.monitor)
+	d.spawn(d.pinger)
+}
+
+// Conn returns the driver's ZooKeeper connection.
+func (d *Driver) Conn() *zk.Conn { return d.conn }
+
+// SessionTTL is the negotiated session timeout: how long the server keeps
+// the session, and so every lock of this driver, after its last contact
+// with the driver.
+func (d *Driver) SessionTTL() time.Duration { return d.ttl }
+
+// spawn runs f in a goroutine that Close waits for (bounded), unless Close
+// is past waiting for the calls. Work the calls leave to the background
+// (deleting a node, watching a held one) is not a call: the Gate would
+// wait for it without a bound.
+func (d *Driver) spawn(f func()) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (d *Driver) isClosed() bool { return d.gate.Closed() }
+
+// enter is the gate's Enter for operation op.
+func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, d.closedErr(op)
+	}
+	return ctx, done, nil
+}
+
+// ended is the error of a call whose context ended: the caller's cause,
+// or ErrClosed when Close ended it.
+func (d *Driver) ended(ctx context.Context) error {
+	if d.isClosed() {
+		return backend.ErrClosed
+	}
+	return context.Cause(ctx)
+}
+
+// poke wakes the monitor; it never blocks (the zk client calls it).
+func (d *Driver) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// closeLimit bounds Close, connection dead or alive.
+const closeLimit = 2 * time.Second
+
+// Close ends the driver: a connection it opened is closed, which ends its
+// session and so frees its locks at once; on a connection the caller
+// passed, it deletes the nodes of its locks. It returns within two
+// seconds, connection dead or alive. On a connection it opened, no
+// goroutine of the driver or of the zk client is left when it returns; on
+// the caller's connection, calls it cannot interrupt end with the zk
+// client's own timeouts. Later calls return ErrClosed.
+func (d *Driver) Close() error {
+	start := time.Now()
+	// The calls in flight see their contexts end and return within
+	// about a round trip (see abandon).
+	if !d.gate.Close() {
+		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
+	}
+	d.mu.Lock()
+	d.stopped = true
+	holds := d.holds
+	d.holds = map[string]*held{}
+	d.mu.Unlock()
+	if d.own {
+		d.closeConn(start)
+		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
+			d.log.Debug("zklock: close: a call of the driver is still running")
+		}
+		return nil
+	}
+	// The caller's connection lives on: delete our nodes, briefly.
+	var wg sync.WaitGroup
+	for _, h := range holds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = d.conn.Delete(h.path, -1)
+		}()
+	}
+	waitTimeout(&wg, closeLimit/2)
+	if !waitTimeout(&d.wg, closeLimit-100*time.Millisecond-time.Since(start)) {
+		d.log.Debug("zklock: close: a call on the connection is still running")
+	}
+	return nil
+}
+
+// waitTimeout waits for wg, at most limit; false if it gave up.
+func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	t := time.NewTimer(max(limit, 0))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
+// node and, unless the node is first, deletes it again.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "try-acquire")
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer done()
+	e, err := d.enqueue(ctx, l, &tries{max: 3})
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+	}
+	if !e.first {
+		pred, _, _, err := d.predecessor(ctx, e)
+		if err != nil {
+			d.abandon(ctx, e)
+			if errors.Is(err, errGone) {
+				err = d.goneErr(e)
+			}
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+		}
+		if pred != "" {
+			d.abandon(ctx, e)
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
+		}
+	}
+	return d.grant(ctx, e, l, "try-acquire")
+}
+
+// Release deletes l.Token's node if it holds l.Key.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "release")
+	if err != nil {
+		return err
+	}
+	defer done()
+	d.mu.Lock()
+	h := d.holds[l.Token]
+	delete(d.holds, l.Token)
+	d.mu.Unlock()
+	var path string
+	var session int64
+	if h != nil {
+		path, session = h.path, h.session
+		if d.conn.SessionID() != session {
+			// Its session ended, and the server deleted the node with it.
+			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+		}
+	} else {
+		p, first, err := d.lookup(ctx, l)
+		if err != nil {
+			return fmt.Errorf("zklock: release: %w", err)
+		}
+		if p == "" {
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		}
+		if !first {
+			// A queue node of this token that does not hold the lock: not
+			// ours to report as released, but nobody wants it either.
+			d.deleteQuiet(p)
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		}
+		path = p
+	}
+	// The node's name is unique to the token: after an attempt whose answer
+	// was lost, "no node" means that attempt deleted it.
+	uncertain := false
+	bo := newBackoff()
+	for {
+		_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrNoNode) && uncertain:
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+		case session != 0 && d.conn.SessionID() != session:
+			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+		case transient(err) && ctx.Err() == nil:
+			uncertain = true
+			if pause(ctx, bo) {
+				continue
+			}
+		}
+		if !transient(err) && ctx.Err() == nil {
+			return fmt.Errorf("zklock: release: %w", err)
+		}
+		// Could not tell. The node lives as long as our session: keep
+		// trying, or the lock would stay held.
+		i := strings.LastIndexByte(path, '/')
+		parent, name := path[:i], path[i+1:]
+		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
+		if ctx.Err() != nil {
+			err = d.ended(ctx)
+		}
+		return fmt.Errorf("zklock: release: %w (deleting the node in the background)", err)
+	}
+}
+
+// Refresh checks that l.Token still holds l.Key: the session keeps the lock
+// alive, so there is nothing to extend.
+func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "refresh")
+	if err != nil {
+		return err
+	}
+	defer done()
+	d.mu.Lock()
+	h := d.holds[l.Token]
+	var path string
+	var session int64
+	if h != nil {
+		path, session = h.path, h.session
+	}
+	d.mu.Unlock()
+	if h != nil && d.conn.SessionID() != session {
+		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+	}
+	if h == nil {
+		p, first, err := d.lookup(ctx, l)
+		if err != nil {
+			return fmt.Errorf("zklock: refresh: %w", err)
+		}
+		if p == "" || !first {
+			return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+		}
+		path = p
+	}
+	type stat struct {
+		ok bool
+		st *zk.Stat
+	}
+	r, err := call(ctx, d, func() (stat, error) {
+		ok, st, err := d.conn.Exists(path)
+		return stat{ok, st}, err
+	})
+	switch {
+	case err != nil && h != nil && d.conn.SessionID() != session:
+		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+	case err != nil:
+		return fmt.Errorf("zklock: refresh: %w", err)
+	case !r.ok:
+		return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+	case h != nil && r.st.EphemeralOwner != session:
+		return fmt.Errorf("zklock: refresh: %w: the node belongs to another session", backend.ErrNotHeld)
+	case l.Fence != 0 && uint64(r.st.Czxid) != l.Fence:
+		return fmt.Errorf("zklock: refresh: %w: another incarnation", backend.ErrNotHeld)
+	}
+	return nil
+}

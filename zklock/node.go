@@ -1,0 +1,101 @@
+package zklock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+)
+
+// A lock node is named "lk-" + the hash of its token + "-" + the sequence
+// number ZooKeeper appends: the hash finds a node whose create response was
+// lost (a protected create), and proves that a token owns a node without
+// showing the token to anyone who lists the queue.
+const (
+	nodePrefix = "lk-"
+	hashLen    = 32
+	nameHead   = len(nodePrefix) + hashLen + 1
+)
+
+// errGone: our queue node is not there any more.
+var errGone = errors.New("queue node gone")
+
+func tokenHash(token string) string {
+	sum := sha256.Sum256([]byte("zklock\x00" + token))
+	return hex.EncodeToString(sum[:hashLen/2])
+}
+
+// parseNode splits a child name into its token hash and sequence number;
+// ok is false for nodes that are not ours.
+func parseNode(name string) (hash string, seq int64, ok bool) {
+	if len(name) <= nameHead || !strings.HasPrefix(name, nodePrefix) || name[nameHead-1] != '-' {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseInt(name[nameHead:], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return name[len(nodePrefix) : nameHead-1], seq, true
+}
+
+// entry is one queue node.
+type entry struct {
+	parent  string
+	name    string
+	seq     int64
+	first   bool   // known to be the lowest node
+	fence   uint64 // the node's creation zxid
+	session int64  // the session that owns it
+}
+
+func (e *entry) path() string { return e.parent + "/" + e.name }
+
+// held is a granted lock.
+type held struct {
+	path    string
+	session int64
+	fence   uint64
+	onLost  func(error)
+	lost    bool
+}
+
+func hashOf(name string) string {
+	h, _, _ := parseNode(name)
+	return h
+}
+
+// lookup finds the node of l.Token by listing l.Key's queue: its path and
+// whether it is first.
+func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path string, first bool, err error) {
+	parent := d.parentPath(l.Key)
+	names, err := d.children(ctx, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	hash := tokenHash(l.Token)
+	mine, minSeq, mySeq := "", int64(-1), int64(-1)
+	for _, n := range names {
+		h, seq, ok := parseNode(n)
+		if !ok {
+			continue
+		}
+		if minSeq < 0 || seq < minSeq {
+			minSeq = seq
+		}
+		if h == hash && (mine == "" || seq < mySeq) {
+			mine, mySeq = n, seq
+		}
+	}
+	if mine == "" {
+		return "", false, nil
+	}
+	return parent + "/" + mine, mySeq == minSeq, nil
+}

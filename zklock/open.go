@@ -1,0 +1,133 @@
+package zklock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+func init() {
+	backend.Register("zk", backend.Opener{
+		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root]?session_timeout=10s&connect_timeout=5s[&ca=FILE&cert=FILE&key=FILE&server_name=NAME]",
+		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
+			d, err := open(ctx, u, nil)
+			if err != nil {
+				return nil, err
+			}
+			return d, nil
+		},
+	})
+}
+
+// Open opens a driver for a zk:// URL:
+//
+//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&TLS]
+//
+// TLS (ZooKeeper's secureClientPort) takes the parameters every backend
+// reads: tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME,
+// skip_verify=true (see WithTLS).
+//
+// A port may be left out (2181) except on the last host, which url.Parse
+// checks; a list of IPv6 literals does not parse as a URL (use Dial).
+// The path is the root node (default /locker). A user and password
+// authenticate with the digest scheme and protect the nodes with an ACL
+// (see WithDigestAuth).
+//
+// The driver owns the connection it opens: Close closes it, which ends the
+// session and frees its locks at once. opts apply after the URL's, so they
+// override it (WithLogger, WithDialer, WithACL, ...).
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: %w: cannot parse the URL", backend.ErrInvalidURL)
+	}
+	return open(ctx, u, opts)
+}
+
+// open is Open after url.Parse, and the registry's opener.
+func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
+	servers, opts, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	log := backend.Logger(ctx)
+	opts = append(append([]Option{WithLogger(log)}, opts...), extra...)
+	var probe config
+	for _, o := range opts {
+		o(&probe)
+	}
+	backend.WarnTransport(log, u, probe.tls)
+	return Dial(ctx, servers, opts...)
+}
+
+func parseURL(u *url.URL) ([]string, []Option, error) {
+	if u.Scheme != "zk" {
+		return nil, nil, fmt.Errorf("zklock: %w: scheme %q, want zk", backend.ErrInvalidURL, u.Scheme)
+	}
+	if u.Opaque != "" {
+		return nil, nil, fmt.Errorf("zklock: %w: want zk://host:port[,host:port...][/root]", backend.ErrInvalidURL)
+	}
+	servers, err := backend.Hosts(u, "2181")
+	if err != nil {
+		return nil, nil, fmt.Errorf("zklock: %w", err)
+	}
+	var opts []Option
+	root := u.Path
+	if root == "" || root == "/" {
+		root = DefaultRoot
+	}
+	if err := checkRoot(root); err != nil {
+		return nil, nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+	}
+	opts = append(opts, WithRoot(root))
+	if u.User != nil {
+		pass, ok := u.User.Password()
+		if !ok || u.User.Username() == "" {
+			return nil, nil, fmt.Errorf("zklock: %w: digest auth needs user:password", backend.ErrInvalidURL)
+		}
+		opts = append(opts, WithDigestAuth(u.User.Username(), pass))
+	}
+	p := backend.NewParams(u)
+	st := p.Duration("session_timeout", DefaultSessionTimeout)
+	ct := p.Duration("connect_timeout", DefaultConnectTimeout)
+	tc, err := p.TLS(false)
+	if err == nil {
+		err = p.Err()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("zklock: %w", err)
+	}
+	if tc != nil {
+		opts = append(opts, WithTLS(tc))
+	}
+	if st <= 0 || ct <= 0 {
+		return nil, nil, fmt.Errorf("zklock: %w: session_timeout and connect_timeout must be positive", backend.ErrInvalidURL)
+	}
+	opts = append(opts, WithSessionTimeout(st), WithConnectTimeout(ct))
+	return servers, opts, nil
+}
+
+// checkRoot accepts an absolute ZooKeeper path without a trailing slash,
+// empty, "." or ".." segments or characters ZooKeeper refuses.
+func checkRoot(root string) error {
+	if !strings.HasPrefix(root, "/") || root == "/" || strings.HasSuffix(root, "/") {
+		return fmt.Errorf("root %q: want an absolute path such as /locker", root)
+	}
+	for _, seg := range strings.Split(root[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("root %q: empty, . or .. segment", root)
+		}
+		for _, r := range seg {
+			if r < 0x20 || r >= 0x7f && r <= 0x9f || r >= 0xd800 && r <= 0xf8ff || r >= 0xfff0 {
+				return fmt.Errorf("root %q: character %U not allowed in ZooKeeper paths", root, r)
+			}
+		}
+	}
+	if root == "/zookeeper" || strings.HasPrefix(root, "/zookeeper/") {
+		return fmt.Errorf("root %q: /zookeeper is reserved", root)
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+// permitted marks a refusal by an ACL (zk.ErrNoAuth) as the permanent
+// backend.ErrPermission, keeping its text.
+func permitted(err error) error {
+	if errors.Is(err, zk.ErrNoAuth) && !errors.Is(err, backend.ErrPermission) {
+		return permError{err}
+	}
+	return err
+}
+
+type permError struct{ error }
+
+func (e permError) Unwrap() []error { return []error{e.error, backend.ErrPermission} }
+
+// transient reports whether err means "could not tell, try again".
+func transient(err error) bool {
+	return connLost(err) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// connLost reports whether a request failed with its connection, so that
+// the server may or may not have run it. The zk client reports a request
+// whose write failed with the write's own error, not ErrConnectionClosed.
+func connLost(err error) bool {
+	var ne net.Error
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.As(err, &ne)
+}
+
+func (d *Driver) closedErr(op string) error {
+	return fmt.Errorf("zklock: %s: %w", op, backend.ErrClosed)
+}
+
+// call runs f, a blocking zk call, so that ctx can end the wait; f runs to
+// completion in a goroutine Close waits for.
+func call[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
+	var zero T
+	if ctx.Done() == nil {
+		return f()
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, context.Cause(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	if !d.spawn(func() {
+		v, err := f()
+		ch <- result{v, err}
+	}) {
+		return zero, backend.ErrClosed
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, context.Cause(ctx)
+	}
+}
+
+type children struct {
+	names []string
+}
+
+func (d *Driver) children(ctx context.Context, parent string) ([]string, error) {
+	r, err := call(ctx, d, func() (children, error) {
+		names, _, err := d.conn.Children(parent)
+		return children{names}, err
+	})
+	return r.names, err
+}
+
+// newBackoff spaces the driver's retries: 20ms doubling to 500ms.
+func newBackoff() *retry.Backoff {
+	return &retry.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+}
+
+// pause waits bo's next step; false if ctx ended first.
+func pause(ctx context.Context, bo *retry.Backoff) bool { return retry.Sleep(ctx, bo.Next()) == nil }
+
+// tries bounds a call's run of store failures: after max tries
+// (TryAcquire, which the Client retries), or once every try has failed
+// for budget (Acquire: backend.StoreFailureBudget).
+type tries struct {
+	max    int
+	budget time.Duration
+	n      int
+	run    retry.Failing
+}
+
+// ok ends the run: a request reached the store.
+func (t *tries) ok() { t.n = 0; t.run.Ok() }
+
+// fail records a try sent at sent that failed, and reports whether the
+// run is over.
+func (t *tries) fail(sent time.Time) (exhausted bool) {
+	t.n++
+	if t.max > 0 && t.n >= t.max {
+		return true
+	}
+	return t.budget > 0 && t.run.Fail(sent, t.budget)
+}

@@ -1,0 +1,127 @@
+package zklock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// How the driver learns the session timeout. go-zookeeper v1.0.4 keeps the
+// negotiated timeout to itself (no method, no field of zk.Event), and the
+// server may have clamped what the client asked for into its
+// [minSessionTimeout, maxSessionTimeout]. So, in this order:
+//
+//   - configuration: WithSessionTimeout, with New (the caller knows the
+//     timeout of the session it made);
+//   - on a connection the driver opens: the zk client's own report of the
+//     handshake, "authenticated: id=..., timeout=...", which it gives to
+//     the zk.Logger the driver installs (zk.WithLogger);
+//   - the server's answer to the "cons" four-letter word (zk.FLWCons),
+//     which lists each session with its timeout, when the server allows it
+//     (4lw.commands.whitelist) on the address the connection uses;
+//   - on a connection the driver opens: the timeout it asked for.
+//
+// With New and none of the first three, New fails and asks for
+// WithSessionTimeout.
+
+// handshake keeps the negotiated timeouts the zk client reports to its
+// logger after each handshake.
+type handshake struct {
+	ms   atomic.Int32
+	once sync.Once
+	seen chan struct{} // closed at the first report
+}
+
+func newHandshake() *handshake { return &handshake{seen: make(chan struct{})} }
+
+// zkLogger sends the zk client's messages to slog at debug level, and
+// notes the session timeout in its report of a handshake.
+type zkLogger struct {
+	l  *slog.Logger
+	hs *handshake // nil: nothing to note
+}
+
+func (z zkLogger) Printf(format string, args ...any) {
+	if z.hs != nil && strings.HasPrefix(format, "authenticated:") && strings.Contains(format, "timeout=") && len(args) > 0 {
+		if ms, ok := args[len(args)-1].(int32); ok && ms > 0 {
+			z.hs.ms.Store(ms)
+			z.hs.once.Do(func() { close(z.hs.seen) })
+		}
+	}
+	if z.l.Enabled(context.Background(), slog.LevelDebug) {
+		z.l.Debug("zk: " + fmt.Sprintf(format, args...))
+	}
+}
+
+// reported waits, within ctx and at most limit, for the zk client's report
+// of the handshake (it logs it right after the session is set); 0 if none
+// came.
+func (h *handshake) reported(ctx context.Context, limit time.Duration) time.Duration {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-h.seen:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return time.Duration(h.ms.Load()) * time.Millisecond
+}
+
+// consTimeout asks the server conn is connected to for the timeout of
+// conn's session with the "cons" four-letter word; 0 if the server does
+// not say (the word is not allowed, the port speaks TLS, the session is
+// not listed).
+func consTimeout(ctx context.Context, conn *zk.Conn) time.Duration {
+	sid, server := conn.SessionID(), conn.Server()
+	if sid == 0 || server == "" {
+		return 0
+	}
+	limit := time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(dl))
+	}
+	if limit <= 0 {
+		return 0
+	}
+	res, _ := zk.FLWCons([]string{server}, limit)
+	for _, sc := range res {
+		if sc == nil {
+			continue
+		}
+		for _, c := range sc.Clients {
+			if c != nil && c.SessionID == sid && c.Timeout > 0 {
+				return time.Duration(c.Timeout) * time.Millisecond
+			}
+		}
+	}
+	return 0
+}
+
+// waitSession waits until conn has a session.
+func waitSession(ctx context.Context, conn *zk.Conn) error {
+	return waitSessionOr(ctx, conn, func() error { return nil })
+}
+
+// waitSessionOr waits until conn has a session, or until refused reports
+// a failure no retry cures.
+func waitSessionOr(ctx context.Context, conn *zk.Conn, refused func() error) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for conn.State() != zk.StateHasSession {
+		if err := refused(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no session: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+	return nil
+}
