@@ -32,6 +32,17 @@ func (s *suite) cutClient(t *testing.T) (*locker.Client, func(bool)) {
 	return c, down
 }
 
+// cutWaiter starts a blocking Acquire, on a client the harness can cut off,
+// of a name another client holds, and returns once the waiter is waiting.
+func (s *suite) cutWaiter(t *testing.T, ctx context.Context) (*locker.Client, func(bool), *locker.Lock, <-chan waitResult) {
+	t.Helper()
+	cut, down := s.cutClient(t)
+	l := mustAcquire(t, ctx, s.client(t), s.name(t, "x"))
+	done := acquireInBackground(ctx, cut, l.Name())
+	time.Sleep(300 * time.Millisecond) // the waiter is in its wait
+	return cut, down, l, done
+}
+
 // waitResult is what a blocking Acquire in the background returned, and
 // when.
 type waitResult struct {
@@ -53,13 +64,8 @@ func acquireInBackground(ctx context.Context, c *locker.Client, name string) <-c
 // than backend.StoreFailureBudget, keeps waiting and takes the lock once it
 // is released, whether it waits in a native queue or polls.
 func (s *suite) ridesOutOutage(t *testing.T) {
-	cut, down := s.cutClient(t)
 	ctx := s.ctx(t)
-	holder := s.client(t)
-	name := s.name(t, "x")
-	l := mustAcquire(t, ctx, holder, name)
-	done := acquireInBackground(ctx, cut, name)
-	time.Sleep(300 * time.Millisecond) // the waiter is in its wait
+	cut, down, l, done := s.cutWaiter(t, ctx)
 	down(true)
 	time.Sleep(time.Second)
 	select {
@@ -92,13 +98,9 @@ func (s *suite) ridesOutOutage(t *testing.T) {
 // not earlier and not only when its context ends; what it leaves behind
 // in the store does not block the name for longer than a session.
 func (s *suite) givesUpAfterBudget(t *testing.T) {
-	cut, down := s.cutClient(t)
 	ctx := s.ctx(t)
-	holder := s.client(t)
-	name := s.name(t, "x")
-	l := mustAcquire(t, ctx, holder, name)
-	done := acquireInBackground(ctx, cut, name)
-	time.Sleep(300 * time.Millisecond)
+	cut, down, l, done := s.cutWaiter(t, ctx)
+	name := l.Name()
 	down(true)
 	cutAt := time.Now()
 	budget := backend.StoreFailureBudget
