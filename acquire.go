@@ -33,9 +33,45 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // fn's error, joined with an error wrapping ErrLost if the lock was lost
 // while fn ran, or with Release's error.
 func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
-	l, err := c.Acquire(ctx, name, opts...)
-	if err != nil {
+	o := c.cfg.obs
+	if o == nil || o.DoStart == nil && o.DoDone == nil {
+		_, err = c.do(ctx, name, fn, opts)
 		return err
+	}
+	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: ownerOf(opts)}
+	if o.DoStart != nil {
+		if x := o.DoStart(ctx, DoStartEvent{LockRef: ref}); x != nil {
+			ctx = x
+		}
+	}
+	var l *Lock
+	if o.DoDone != nil {
+		defer func() { // also when fn panics
+			e := DoDoneEvent{LockRef: ref, Err: err}
+			if l != nil {
+				e.Fence, e.Held = l.Fence(), time.Since(l.h.granted)
+			}
+			o.DoDone(ctx, e)
+		}()
+	}
+	l, err = c.do(ctx, name, fn, opts)
+	return err
+}
+
+// ownerOf is the Owner among opts, for events.
+func ownerOf(opts []LockOption) string {
+	var lc lockConfig
+	for _, o := range opts {
+		o(&lc)
+	}
+	return lc.owner
+}
+
+// do is Do without its events. It returns the Lock, if it took one.
+func (c *Client) do(ctx context.Context, name string, fn func(context.Context) error, opts []LockOption) (l *Lock, err error) {
+	l, err = c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return nil, err
 	}
 	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, lockKey{}, l))
 	stop := l.h.afterLost(cancel)
@@ -46,12 +82,15 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 		defer rcancel()
 		rerr := l.Release(rctx)
 		if lost := l.Err(); lost != nil {
-			err = errors.Join(err, lost)
+			// fn often returns ctx's cause, which is the loss itself.
+			if !errors.Is(err, lost) {
+				err = errors.Join(err, lost)
+			}
 		} else {
 			err = errors.Join(err, rerr)
 		}
 	}()
-	return fn(fctx)
+	return l, fn(fctx)
 }
 
 type lockKey struct{}
@@ -69,7 +108,7 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl, time.Second), 10*time.Second)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (l *Lock, err error) {
 	lc := lockConfig{ttl: c.cfg.ttl}
 	for _, o := range opts {
 		o(&lc)
@@ -89,6 +128,26 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	defer end()
+	var st tries
+	if o := c.cfg.obs; o != nil {
+		ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.owner}
+		octx := ctx
+		if o.AcquireStart != nil {
+			if x := o.AcquireStart(ctx, AcquireStartEvent{LockRef: ref, Wait: wait}); x != nil {
+				octx = x
+			}
+		}
+		if o.AcquireDone != nil {
+			began := time.Now()
+			defer func() {
+				if l != nil {
+					ref.Fence = l.Fence()
+				}
+				o.AcquireDone(octx, AcquireDoneEvent{LockRef: ref, Wait: wait, Waited: time.Since(began),
+					Attempts: st.attempts, Contended: st.contended, Woken: st.woken, Err: err})
+			}()
+		}
+	}
 
 	key := backend.Key(c.cfg.namespace, name)
 	h, outer, err := c.claim(ctx, key, lc.owner)
@@ -96,6 +155,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	if outer != nil {
+		st.woken = WakeReentry
 		return c.reenter(ctx, outer, op)
 	}
 	token, err := newToken(c.cfg.rand)
@@ -104,16 +164,19 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, err
 	}
 	h.name, h.token, h.auto, h.ttl = name, token, !lc.noAuto, lc.ttl
+	st.h = h
 	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
 	var grant backend.Grant
 	var start time.Time
 	if wait {
-		grant, start, err = c.wait(ctx, req)
+		grant, start, err = c.wait(ctx, req, &st)
 	} else {
 		start = time.Now()
 		grant, err = c.drv.TryAcquire(ctx, req)
+		st.tried(err)
 	}
 	if err != nil {
+		c.storeError(h, "acquire", false, err)
 		c.abandon(h)
 		if ctx.Err() != nil {
 			// The caller gave up while a request may have been on its
@@ -131,7 +194,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
-	h.fence, h.contact = grant.Fence, grant.Contact
+	h.fence, h.contact, h.granted = grant.Fence, grant.Contact, start
 	if grant.TTL > h.ttl {
 		h.ttl = grant.TTL
 	}
@@ -237,12 +300,13 @@ func (c *Client) reenter(ctx context.Context, h *hold, op string) (*Lock, error)
 func (c *Client) refresh(ctx context.Context, h *hold) error {
 	start := time.Now()
 	err := c.drv.Refresh(ctx, h.lock())
+	c.refreshed(h, false, start, err)
 	switch {
 	case err == nil:
 		h.confirmed(start)
 		return nil
 	case errors.Is(err, ErrNotHeld):
-		h.lose(fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
+		h.loseBy(LostGone, fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
 	default:
 		return fmt.Errorf("locker: refresh %q: %w", h.name, err)
@@ -314,14 +378,21 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	c.dog.unschedule(h)
 	err := c.drv.Release(ctx, h.lock())
 	c.wakeLocal(h.key)
+	var ret error
 	switch {
 	case lost != nil:
-		return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
+		ret = fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
 	case err == nil:
-		return nil
 	case errors.Is(err, ErrNotHeld):
-		return fmt.Errorf("locker: release %q: %w: it expired or was taken over", h.name, err)
+		ret = fmt.Errorf("locker: release %q: %w: it expired or was taken over", h.name, err)
 	default:
-		return fmt.Errorf("locker: release %q: %w (it expires after its TTL)", h.name, err)
+		ret = fmt.Errorf("locker: release %q: %w (it expires after its TTL)", h.name, err)
 	}
+	if o := c.cfg.obs; o != nil {
+		c.storeError(h, "release", false, err)
+		if o.Released != nil {
+			o.Released(ReleaseEvent{LockRef: h.ref(), Held: time.Since(h.granted), Err: ret})
+		}
+	}
+	return ret
 }

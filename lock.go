@@ -25,6 +25,7 @@ type hold struct {
 	ttl     time.Duration
 	contact func() time.Time // the session's last answered request; nil unless session-backed
 	session time.Duration    // the session's timeout, with contact
+	granted time.Time        // when the first acquisition succeeded
 	ready   chan struct{}    // closed when the first acquisition ends, either way
 	ok      bool             // the first acquisition succeeded
 
@@ -65,8 +66,11 @@ func (h *hold) deadline() time.Time {
 	return h.validUntil
 }
 
-// lose records that the lock is lost, once, and tells everyone listening.
-func (h *hold) lose(err error) {
+// lose is the driver's report of a loss (backend.Claim.OnLost).
+func (h *hold) lose(err error) { h.loseBy(LostReported, err) }
+
+// loseBy records that the lock is lost, once, and tells everyone listening.
+func (h *hold) loseBy(cause LostCause, err error) {
 	h.mu.Lock()
 	if h.lostErr != nil || h.done {
 		h.mu.Unlock()
@@ -79,6 +83,9 @@ func (h *hold) lose(err error) {
 	h.mu.Unlock()
 	h.c.dog.unschedule(h)
 	h.c.cfg.logger.Warn("locker: lock lost", "name", h.name, "token", Token(h.token), "err", err)
+	if o := h.c.cfg.obs; o != nil && o.Lost != nil {
+		o.Lost(LostEvent{LockRef: h.ref(), Held: time.Since(h.granted), Cause: cause, Err: err})
+	}
 	for f := range fns {
 		(*f)(err)
 	}
@@ -114,7 +121,7 @@ func (h *hold) err() error {
 	if err != nil || done || h.contact != nil || until.IsZero() || time.Now().Before(until) {
 		return err
 	}
-	h.lose(h.ranOut(lastErr))
+	h.loseBy(LostExpired, h.ranOut(lastErr))
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lostErr

@@ -75,9 +75,10 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 		live:     map[*hold]struct{}{},
 		released: map[string]*localWaiters{},
 	}
-	c.waiter, _ = drv.(backend.Waiter)
-	c.notifier, _ = drv.(backend.Notifier)
-	c.session, _ = drv.(backend.Session)
+	// Through wrappers too (see backend.Wrapper).
+	c.waiter, _ = backend.As[backend.Waiter](drv)
+	c.notifier, _ = backend.As[backend.Notifier](drv)
+	c.session, _ = backend.As[backend.Session](drv)
 	c.dog = newWatchdog(c)
 	return c, nil
 }
@@ -240,7 +241,7 @@ func (c *Client) Close() error {
 	sem := make(chan struct{}, maxClosing)
 	var releases sync.WaitGroup
 	for _, h := range holds {
-		h.lose(fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
+		h.loseBy(LostClosed, fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
 		sem <- struct{}{}
 		releases.Add(1)
 		go func() {

@@ -371,7 +371,7 @@ func TestNotAcquiredReasonIsPassedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = newClient(t, s).TryAcquire(context.Background(), "x")
-	if want := `locker: try-acquire "x": locker: not acquired`; err == nil || err.Error() != want {
+	if want := `locker: try-acquire "x": not acquired`; err == nil || err.Error() != want {
 		t.Fatalf("TryAcquire of a held name = %v, want %q", err, want)
 	}
 }

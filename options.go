@@ -17,6 +17,7 @@ type config struct {
 	rand       io.Reader
 	backoffMin time.Duration
 	backoffMax time.Duration
+	obs        *Observer
 }
 
 func defaultConfig() config {

@@ -13,12 +13,13 @@ import (
 // wait acquires req, waiting as well as the driver allows: in its native
 // queue, woken by its notifications, or backing off with jitter. It returns
 // the grant and when the successful request was sent.
-func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, time.Time, error) {
+func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backend.Grant, time.Time, error) {
 	if c.waiter != nil {
 		start := time.Now()
 		// Called directly: an uncontended Acquire ends here, and a native
 		// queue honours ctx itself (see backend.Waiter).
 		g, err := c.waiter.Acquire(ctx, req)
+		st.attempts, st.woken = 1, WakeQueue
 		if err != nil && ctx.Err() != nil {
 			err = c.waitEnded(ctx)
 		}
@@ -34,7 +35,9 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 		// A free lock needs no subscription: try once first. The loop
 		// tries again after subscribing, so no release is missed.
 		start := time.Now()
-		if g, err := c.drv.TryAcquire(ctx, req); err == nil {
+		g, err := c.drv.TryAcquire(ctx, req)
+		st.tried(err)
+		if err == nil {
 			return g, start, nil
 		}
 		sub, err := guard(c, ctx, func(ctx context.Context) (subscription, error) {
@@ -44,6 +47,7 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 		ch, cancel := sub.ch, sub.cancel
 		if err != nil {
 			// Waiting still works without notifications, only slower.
+			c.storeError(st.h, "subscribe", true, err)
 			c.cfg.logger.Warn("locker: release notifications unavailable, polling", "key", req.Key, "err", err)
 		} else {
 			defer cancel()
@@ -58,6 +62,7 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 		}
 	}()
 	var failing retry.Failing
+	woke := WakeFirst // what prompted the next try
 	for tries := 0; ; tries++ {
 		// Look at local releases before trying, so none is missed.
 		local, unwatch := c.watchLocal(req.Key)
@@ -71,8 +76,10 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 		} else {
 			g, err = c.tryAcquire(ctx, req)
 		}
+		st.tried(err)
 		if err == nil {
 			unwatch()
+			st.woken = woke
 			return g, start, nil
 		}
 		switch {
@@ -86,6 +93,7 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 			return backend.Grant{}, start, err
 		default:
 			// A blip in reaching the store does not end the wait.
+			c.storeError(st.h, "acquire", true, err)
 			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
 		}
 		d := b.Next()
@@ -99,8 +107,11 @@ func (c *Client) wait(ctx context.Context, req backend.Claim) (backend.Grant, ti
 			unwatch()
 			return backend.Grant{}, start, c.waitEnded(ctx)
 		case <-notified:
+			woke = WakeNotified
 		case <-local:
+			woke = WakeLocal
 		case <-timer.C:
+			woke = WakeTimer
 		}
 		unwatch()
 	}

@@ -61,7 +61,7 @@ func newWatchdog(c *Client) *watchdog {
 		done: make(chan struct{}),
 		sem:  make(chan struct{}, maxRefreshing),
 	}
-	w.batch, _ = c.drv.(backend.BatchRefresher)
+	w.batch, _ = backend.As[backend.BatchRefresher](c.drv)
 	go w.run()
 	return w
 }
@@ -180,7 +180,7 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		}
 		switch {
 		case !now.Before(until):
-			h.lose(h.ranOut(lastErr))
+			h.loseBy(LostExpired, h.ranOut(lastErr))
 		case !h.auto || d.deadline:
 			// Nothing to send: no automatic refresh, or one is in flight
 			// and will reschedule h when it ends.
@@ -221,9 +221,9 @@ func (w *watchdog) checkSession(h *hold, now time.Time) {
 	until := h.sessionUntil()
 	switch {
 	case until.IsZero():
-		h.lose(fmt.Errorf("locker: %q: %w: its session ended", h.name, ErrLost))
+		h.loseBy(LostReported, fmt.Errorf("locker: %q: %w: its session ended", h.name, ErrLost))
 	case !now.Before(until):
-		h.lose(fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.session))
+		h.loseBy(LostExpired, fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.session))
 	default:
 		h.mu.Lock()
 		if until.After(h.validUntil) {
@@ -267,6 +267,7 @@ func (w *watchdog) refresh(hs []*hold) {
 
 // settle records the outcome of h's refresh that was sent at start.
 func (w *watchdog) settle(h *hold, start time.Time, err error) {
+	w.c.refreshed(h, true, start, err)
 	switch {
 	case err == nil:
 		h.mu.Lock()
@@ -274,7 +275,7 @@ func (w *watchdog) settle(h *hold, start time.Time, err error) {
 		h.mu.Unlock()
 		h.confirmed(start)
 	case errors.Is(err, ErrNotHeld):
-		h.lose(fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
+		h.loseBy(LostGone, fmt.Errorf("locker: %q: %w: refresh found it gone", h.name, ErrLost))
 	case w.c.gate.Closed():
 		// Closing.
 	default:

@@ -5,35 +5,37 @@ import (
 	"time"
 )
 
-// The sentinel errors shared by the locker package and its drivers. The
+// The sentinel errors shared by the locker package and its drivers. Their
+// messages carry no prefix: whoever wraps one says where it came from once
+// ("locker: try-acquire \"job\": not acquired"). The
 // locker package re-exports each under the same name; errors.Is matches
 // either spelling because they are the same values. Drivers return (or wrap)
 // ErrNotAcquired, ErrNotHeld, ErrClosed, ErrUnsupported, ErrInvalidURL and
 // ErrPermission; the others come from the locker package's own checks.
 var (
 	// ErrNotAcquired: the lock is held by someone else.
-	ErrNotAcquired = errors.New("locker: not acquired")
+	ErrNotAcquired = errors.New("not acquired")
 	// ErrNotHeld: the token does not hold the lock (it expired, was taken
 	// over, was released already, or never existed).
-	ErrNotHeld = errors.New("locker: not held")
+	ErrNotHeld = errors.New("not held")
 	// ErrLost: a held lock was found lost while its holder still used it.
-	ErrLost = errors.New("locker: lock lost")
+	ErrLost = errors.New("lock lost")
 	// ErrClosed: the client or driver was closed.
-	ErrClosed = errors.New("locker: closed")
+	ErrClosed = errors.New("closed")
 	// ErrInvalidName: the lock name (or namespace) is not acceptable.
-	ErrInvalidName = errors.New("locker: invalid name")
+	ErrInvalidName = errors.New("invalid name")
 	// ErrInvalidTTL: the TTL is zero, negative or out of the backend's range.
-	ErrInvalidTTL = errors.New("locker: invalid ttl")
+	ErrInvalidTTL = errors.New("invalid ttl")
 	// ErrUnsupported: the backend cannot do what was asked.
-	ErrUnsupported = errors.New("locker: unsupported")
+	ErrUnsupported = errors.New("unsupported")
 	// ErrInvalidURL: a URL or DSN is malformed, names an unknown scheme or
 	// carries an unknown parameter.
-	ErrInvalidURL = errors.New("locker: invalid url")
+	ErrInvalidURL = errors.New("invalid url")
 	// ErrPermission: the store refused the client's identity (a wrong or
 	// missing password or certificate) or an operation that locking needs
 	// (a role or ACL without that permission). A configuration error:
 	// never retried.
-	ErrPermission = errors.New("locker: not permitted")
+	ErrPermission = errors.New("not permitted")
 )
 
 // Permanent reports errors that sending the request again cannot mend: a

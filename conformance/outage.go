@@ -22,7 +22,7 @@ func (s *suite) cutClient(t *testing.T) (*locker.Client, func(bool)) {
 	if err != nil {
 		t.Fatalf("NewCutDriver: %v", err)
 	}
-	c, err := locker.New(drv, locker.WithNamespace(s.ns), locker.WithDefaultTTL(s.ttl()))
+	c, err := locker.New(wrapped{drv}, locker.WithNamespace(s.ns), locker.WithDefaultTTL(s.ttl()))
 	if err != nil {
 		drv.Close()
 		t.Fatalf("locker.New: %v", err)
@@ -136,7 +136,7 @@ func (s *suite) givesUpAfterBudget(t *testing.T) {
 // sessionTTL is how long c's locks outlive its last contact with the
 // store, for a session backend; zero otherwise.
 func (s *suite) sessionTTL(c *locker.Client) time.Duration {
-	if sess, ok := c.Driver().(backend.Session); ok {
+	if sess, ok := backend.As[backend.Session](c.Driver()); ok {
 		return sess.SessionTTL()
 	}
 	return 0

@@ -117,6 +117,7 @@ func (s *suite) clientDriver(t *testing.T) (*locker.Client, backend.Driver) {
 	if err != nil {
 		t.Fatalf("NewDriver: %v", err)
 	}
+	drv = wrapped{drv}
 	c, err := locker.New(drv, locker.WithNamespace(s.ns), locker.WithDefaultTTL(s.ttl()))
 	if err != nil {
 		drv.Close()
@@ -125,6 +126,14 @@ func (s *suite) clientDriver(t *testing.T) (*locker.Client, backend.Driver) {
 	t.Cleanup(func() { c.Close() })
 	return c, drv
 }
+
+// wrapped is the plainest wrapper of a driver, as a user's metrics or
+// tracing wrapper would be: every case runs through it, which proves that
+// the Client still finds the driver's optional interfaces (queue, session,
+// notifications, batches) through backend.Wrapper.
+type wrapped struct{ backend.Driver }
+
+func (w wrapped) Unwrap() backend.Driver { return w.Driver }
 
 // name returns a lock name unique to the test, with the characters stores
 // find awkward, so every case also checks encoding.
@@ -136,7 +145,7 @@ func (s *suite) key(name string) string { return backend.Key(s.ns, name) }
 
 // isSession reports whether c's locks live in a server-side session.
 func (s *suite) isSession(c *locker.Client) bool {
-	_, ok := c.Driver().(backend.Session)
+	_, ok := backend.As[backend.Session](c.Driver())
 	return ok
 }
 
@@ -850,7 +859,7 @@ func (s *suite) badInput(t *testing.T) {
 		if l.TTL() < ttl {
 			t.Errorf("TTL %v granted as %v: shortened", ttl, l.TTL())
 		}
-		if _, session := drv.(backend.Session); ttl == locker.MaxTTL || session {
+		if _, session := backend.As[backend.Session](drv); ttl == locker.MaxTTL || session {
 			time.Sleep(50 * time.Millisecond)
 			mustRefuse(t, ctx, c2, name, fmt.Sprintf("a lock with TTL %v is held", ttl))
 			mustRelease(t, ctx, l)

@@ -10,4 +10,11 @@ eval "$(bash scripts/services.sh up)"
 export LOCKER_REQUIRE_SERVERS=1
 
 go vet ./...
-go test -race -count=1 -timeout 15m "$@" ./...
+# The OpenTelemetry adapter is a module of its own (so that locker's users
+# do not depend on OpenTelemetry); its tests run beside the main module's.
+(cd otellocker && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./...) &
+adapter=$!
+status=0
+go test -race -count=1 -timeout 15m "$@" ./... || status=$?
+wait "$adapter" || status=$?
+exit "$status"
