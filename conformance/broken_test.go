@@ -63,7 +63,18 @@ var brokenVariants = map[string][]string{
 	// Release leaves the name's entry behind (expired) for good.
 	"remembers-names": {"ForgetsReleasedNames"},
 	// Fences are counted per name, and the count goes with the name.
-	"forgets-fences": {"ForgetsReleasedNames", "FencesIncrease"},
+	"forgets-fences": {"ForgetsReleasedNames", "FencesIncrease", "ForceReleaseFencesAndSignals"},
+	// Inspect answers from a cache of the first state it read for a key.
+	"inspect-stale": {"InspectReportsHolderAndQueue"},
+	// A native queue whose Inspect counts the holder among the waiters.
+	"miscounted-queue": {"InspectReportsHolderAndQueue"},
+	// List returns every held key, whatever the prefix.
+	"list-ignores-prefix": {"ListFindsHeldLocks"},
+	// Break removes whoever holds the key, whatever the fence.
+	"break-ignores-fence": {"ForceReleaseFencesAndSignals"},
+	// Refresh of a key found free takes it again, so a holder removed by
+	// Break never learns of it (and holds the lock with its successor).
+	"refresh-retakes-free": {"ForceReleaseFencesAndSignals"},
 	// Goroutines outlive Close and cancelled subscriptions.
 	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine"},
 }
@@ -149,9 +160,10 @@ type brokenHarness struct {
 	variant string
 	store   *memlock.Store
 	mu      sync.Mutex
-	queues  map[string][]string // native-queue variants: waiting tokens per key
-	holders map[string]string   // native-queue variants: who holds each key
-	fences  map[string]uint64   // forgets-fences: the count per name
+	queues  map[string][]string      // native-queue variants: waiting tokens per key
+	holders map[string]string        // native-queue variants: who holds each key
+	fences  map[string]uint64        // forgets-fences: the count per name
+	seen    map[string]backend.State // inspect-stale: the first state read
 }
 
 func newBrokenHarness(variant string) Harness {
@@ -161,6 +173,7 @@ func newBrokenHarness(variant string) Harness {
 		queues:  map[string][]string{},
 		holders: map[string]string{},
 		fences:  map[string]uint64{},
+		seen:    map[string]backend.State{},
 	}
 	if h.queued() {
 		return queueHarness{h}
@@ -313,8 +326,50 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 		return nil
 	case "expires-early":
 		l.TTL /= 2
+	case "refresh-retakes-free":
+		if err := d.Driver.Refresh(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+			return err
+		}
+		_, err := d.Driver.TryAcquire(ctx, l)
+		return err
 	}
 	return d.Driver.Refresh(ctx, l)
+}
+
+func (d *brokenDriver) Inspect(ctx context.Context, key string) (backend.State, error) {
+	st, err := d.Driver.Inspect(ctx, d.h.mapKey(key))
+	st.Key = key
+	if err == nil && d.h.variant == "inspect-stale" {
+		d.h.mu.Lock()
+		defer d.h.mu.Unlock()
+		if old, ok := d.h.seen[key]; ok && old.Held {
+			return old, nil
+		}
+		d.h.seen[key] = st
+	}
+	return st, err
+}
+
+func (d *brokenDriver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+	if d.h.variant == "list-ignores-prefix" {
+		prefix = ""
+	}
+	return d.Driver.List(ctx, prefix)
+}
+
+func (d *brokenDriver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+	key = d.h.mapKey(key)
+	switch d.h.variant {
+	case "break-ignores-fence":
+		if st, err := d.Driver.Inspect(ctx, key); err == nil && st.Held {
+			fence = st.Fence
+		}
+	case "forgets-fences":
+		d.h.mu.Lock()
+		delete(d.h.fences, key)
+		d.h.mu.Unlock()
+	}
+	return d.Driver.Break(ctx, key, fence)
 }
 
 func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
@@ -410,6 +465,19 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gra
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// Inspect adds the queue's length: the waiters behind the holder.
+func (d *queueDriver) Inspect(ctx context.Context, key string) (backend.State, error) {
+	st, err := d.brokenDriver.Inspect(ctx, key)
+	d.h.mu.Lock()
+	st.Waiters = len(d.h.queues[d.h.mapKey(key)])
+	d.h.mu.Unlock()
+	if d.h.variant == "miscounted-queue" && st.Held {
+		st.Waiters++
+	}
+	st.Known |= backend.KnowsWaiters
+	return st, err
 }
 
 func (d *queueDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {

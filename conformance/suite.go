@@ -57,6 +57,9 @@ var cases = []testCase{
 	{"WaitRidesOutStoreOutage", false, (*suite).ridesOutOutage},
 	{"WaitGivesUpAfterFailureBudget", false, (*suite).givesUpAfterBudget},
 	{"ForgetsReleasedNames", false, (*suite).forgetsReleased},
+	{"InspectReportsHolderAndQueue", false, (*suite).inspectReports},
+	{"ListFindsHeldLocks", false, (*suite).listFinds},
+	{"ForceReleaseFencesAndSignals", false, (*suite).forceRelease},
 }
 
 // Run runs the suite against h's store.

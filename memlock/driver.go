@@ -34,6 +34,9 @@ var (
 	_ backend.Driver         = (*Driver)(nil)
 	_ backend.Notifier       = (*Driver)(nil)
 	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Lister         = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
 )
 
 func (d *Driver) check(ctx context.Context) error {
@@ -55,8 +58,8 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if _, ok := s.held(l.Key, now); ok {
 		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 	}
-	s.locks[l.Key] = entry{token: l.Token, expires: now.Add(l.TTL)}
 	s.fence++
+	s.locks[l.Key] = entry{token: l.Token, owner: l.Owner, fence: s.fence, expires: now.Add(l.TTL)}
 	return backend.Grant{Fence: s.fence, TTL: l.TTL}, nil
 }
 
@@ -72,10 +75,12 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 func (s *Store) refresh(l backend.Claim, now time.Time) error {
-	if e, ok := s.held(l.Key, now); !ok || e.token != l.Token {
+	e, ok := s.held(l.Key, now)
+	if !ok || e.token != l.Token {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}
-	s.locks[l.Key] = entry{token: l.Token, expires: now.Add(l.TTL)}
+	e.expires = now.Add(l.TTL)
+	s.locks[l.Key] = e
 	return nil
 }
 

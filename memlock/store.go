@@ -17,6 +17,8 @@ type Store struct {
 
 type entry struct {
 	token   string
+	owner   string
+	fence   uint64
 	expires time.Time
 }
 
