@@ -26,16 +26,28 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	return c.acquire(ctx, name, false, opts)
 }
 
-// Do acquires the lock on name (waiting, as Acquire does), runs fn with a
-// context that is cancelled, with the loss as its cause, if the lock is
-// lost, and releases the lock on every path, panics included. fn finds the
-// Lock, for its fence, with FromContext. It returns
-// fn's error, joined with an error wrapping ErrLost if the lock was lost
-// while fn ran, or with Release's error.
+// Do acquires the lock on name (waiting, as Acquire does; WaitAtMost bounds
+// the wait alone), runs fn with a context that is cancelled, with the loss
+// as its cause, if the lock is lost, and releases the lock on every path,
+// panics included. fn finds the Lock, for its fence, with FromContext. It
+// returns fn's error, joined with an error wrapping ErrLost if the lock was
+// lost while fn ran, or with Release's error. When the lock is not
+// acquired, fn does not run and the error wraps ErrNotAcquired.
 func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) (err error) {
+	return c.doEvents(ctx, name, fn, true, opts)
+}
+
+// TryDo is Do without waiting: when the lock is held, it returns an error
+// wrapping ErrNotAcquired at once and fn does not run. For a job that
+// several hosts start and one should run.
+func (c *Client) TryDo(ctx context.Context, name string, fn func(context.Context) error, opts ...LockOption) error {
+	return c.doEvents(ctx, name, fn, false, opts)
+}
+
+func (c *Client) doEvents(ctx context.Context, name string, fn func(context.Context) error, wait bool, opts []LockOption) (err error) {
 	o := c.cfg.obs
 	if o == nil || o.DoStart == nil && o.DoDone == nil {
-		_, err = c.do(ctx, name, fn, opts)
+		_, err = c.do(ctx, name, fn, wait, opts)
 		return err
 	}
 	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: ownerOf(opts)}
@@ -54,7 +66,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(context.Context) e
 			o.DoDone(ctx, e)
 		}()
 	}
-	l, err = c.do(ctx, name, fn, opts)
+	l, err = c.do(ctx, name, fn, wait, opts)
 	return err
 }
 
@@ -68,8 +80,8 @@ func ownerOf(opts []LockOption) string {
 }
 
 // do is Do without its events. It returns the Lock, if it took one.
-func (c *Client) do(ctx context.Context, name string, fn func(context.Context) error, opts []LockOption) (l *Lock, err error) {
-	l, err = c.Acquire(ctx, name, opts...)
+func (c *Client) do(ctx context.Context, name string, fn func(context.Context) error, wait bool, opts []LockOption) (l *Lock, err error) {
+	l, err = c.acquire(ctx, name, wait, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +134,16 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	}
 	if err := CheckTTL(lc.ttl); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
+	if wait && lc.waitSet {
+		if lc.waitMax <= 0 {
+			wait = false
+		} else {
+			// Only the wait: nothing of the hold outlives this call's ctx.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeoutCause(ctx, lc.waitMax, fmt.Errorf("waited %v", lc.waitMax))
+			defer cancel()
+		}
 	}
 	ctx, end, err := c.gate.Enter(ctx)
 	if err != nil {

@@ -63,10 +63,12 @@ func WithBackoff(min, max time.Duration) Option {
 func WithRandom(r io.Reader) Option { return func(c *config) { c.rand = r } }
 
 type lockConfig struct {
-	ttl    time.Duration
-	owner  string
-	noAuto bool
-	ttlSet bool
+	ttl     time.Duration
+	owner   string
+	noAuto  bool
+	ttlSet  bool
+	waitMax time.Duration
+	waitSet bool
 }
 
 // LockOption configures one acquisition.
@@ -86,6 +88,16 @@ func TTL(ttl time.Duration) LockOption {
 // new holder, like sync.Mutex. Two Clients never share a hold, whatever the
 // owner: a lock is held by one Client at a time.
 func Owner(owner string) LockOption { return func(c *lockConfig) { c.owner = owner } }
+
+// WaitAtMost bounds how long Acquire or Do waits for the lock, apart from
+// the caller's context: when d runs out first, the call returns an error
+// wrapping ErrNotAcquired, and Do does not run fn. Only the wait is
+// bounded: once acquired, the lock and Do's fn run under the caller's
+// context alone (and the loss). d <= 0 tries once, as TryAcquire and TryDo
+// do. TryAcquire ignores it.
+func WaitAtMost(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.waitMax, c.waitSet = d, true }
+}
 
 // AutoRefresh turns the watchdog on (the default) or off. With it, the
 // Client refreshes the lock every TTL/3 until Release. Without it, the lock
