@@ -55,7 +55,7 @@ func newOpsFlags(cmd, globalBackend string, withJSON bool) *opsFlags {
 	o.fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
 	o.fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting to the backend and on each call to it")
 	if withJSON {
-		o.fs.BoolVar(&o.json, "json", false, "print JSON (fields below)")
+		o.fs.BoolVar(&o.json, "json", false, "print JSON (fields listed above)")
 	}
 	o.fs.SetOutput(io.Discard)
 	o.fs.Usage = func() {}
@@ -289,7 +289,7 @@ func statusCmd(args []string, globalBackend string, stdout, stderr io.Writer) in
 	defer cancel()
 	s, err := p.client.Inspect(ctx, name)
 	if err != nil {
-		return p.fail(err, "cannot read a lock's state (no Inspect): lockctl status needs a backend that can")
+		return p.fail(err, "cannot read a lock's state")
 	}
 	if f.json {
 		writeJSON(stdout, toJSON(s))
@@ -387,7 +387,7 @@ func listCmd(args []string, globalBackend string, stdout, stderr io.Writer) int 
 	defer cancel()
 	ss, err := p.client.List(ctx, prefix)
 	if err != nil {
-		return p.fail(err, "cannot enumerate its locks: its store does not list keys (use lockctl status NAME)")
+		return p.fail(err, "cannot enumerate its locks (lockctl status NAME reads one)")
 	}
 	if f.json {
 		out := make([]jsonState, len(ss))
@@ -421,9 +421,9 @@ COMMAND exits). release --force is the operator's break-glass for a lock
 whose holder is stuck: it removes the holder that lockctl status shows,
 and only that one (given --fence N, only if its fence is N), so that a
 holder that changed in between is never removed. It then prints the
-removed holder's fence and the next one, which is greater: the store
-refuses the removed holder's fencing token from then on, and the removed
-holder learns of the loss by its next refresh.
+removed holder's fence and the next one, which is greater: a resource that
+checks fences refuses the removed holder's writes once it has seen the
+next fence. The removed holder learns of the loss by its next refresh.
 
 Exit status: 0 removed; 1 not removed (the lock is free, --fence differs,
 or the holder changed); 2 error.
@@ -475,7 +475,7 @@ func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {
 	defer cancel()
 	s, err := p.client.Inspect(ctx, name)
 	if err != nil {
-		return p.fail(err, "cannot read a lock's state (no Inspect), so lockctl cannot tell which holder it would remove")
+		return p.fail(err, "cannot read a lock's state, so lockctl cannot tell which holder it would remove")
 	}
 	if !s.Held {
 		fmt.Fprintf(p.stdout, "%s is free: nothing to release\n", show(name))
@@ -486,7 +486,11 @@ func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {
 		return exitUsage
 	}
 	if fenceSet && s.Fence != want {
-		fmt.Fprintf(p.stdout, "%s is held under fence %d (%s), not --fence %d: nothing changed\n", show(name), s.Fence, holder(s), want)
+		by := ""
+		if s.Known.Has(locker.KnowsOwner) {
+			by = " by " + holder(locker.State{Owner: s.Owner, Known: locker.KnowsOwner})
+		}
+		fmt.Fprintf(p.stdout, "%s is held under fence %d%s, not --fence %d: nothing changed\n", show(name), s.Fence, by, want)
 		return exitFree
 	}
 	hook("inspected")
@@ -498,10 +502,10 @@ func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {
 		fmt.Fprintf(p.stdout, "%s changed hands (or was released) since it was read under fence %d: nothing changed; see lockctl status\n", show(name), s.Fence)
 		return exitFree
 	case err != nil:
-		return p.fail(err, "cannot remove another client's lock (no ForceRelease)")
+		return p.fail(err, "cannot remove another client's lock")
 	}
 	fmt.Fprintf(p.stdout, "released %s: removed the holder with %s\n", show(name), holder(removed))
-	fmt.Fprintln(p.stdout, "  the removed holder learns of the loss by its next refresh; the store refuses its fence from now on")
+	fmt.Fprintln(p.stdout, "  the removed holder learns of the loss by its next refresh (its Lost channel closes)")
 
 	hook("removed")
 	// The next fence, for the operator to check against what the removed
