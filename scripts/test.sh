@@ -11,8 +11,10 @@ export LOCKER_REQUIRE_SERVERS=1
 
 go vet ./...
 # The OpenTelemetry adapter is a module of its own (so that locker's users
-# do not depend on OpenTelemetry); its tests run beside the main module's.
-(cd otellocker && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./...) &
+# do not depend on OpenTelemetry), and so is its example; their tests run
+# beside the main module's.
+(cd otellocker && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./... &&
+	cd ../examples/otel && go vet ./... && go test -race -count=1 -timeout 5m "$@" ./...) &
 adapter=$!
 status=0
 go test -race -count=1 -timeout 15m "$@" ./... || status=$?

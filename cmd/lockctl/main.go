@@ -1,11 +1,15 @@
 //go:build unix
 
-// Command lockctl runs a command under a lock, on any backend, and compares
-// backends side by side.
+// Command lockctl runs a command under a lock, on any backend, shows and
+// operates locks, and compares backends side by side.
 //
 //	lockctl run [--ttl D] [--wait D | --no-wait] [--owner ID] NAME -- COMMAND [ARG...]
+//	lockctl status [--json] NAME
+//	lockctl list [--json] [PREFIX]
+//	lockctl release --force [--fence N] NAME
 //	lockctl backends
 //	lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE]
+//	lockctl version [--json]
 //
 // The backend is the URL given with --backend, else $LOCKER_URL, else the
 // file backend in a directory under the user's cache directory (see
@@ -80,6 +84,30 @@
 // name, unknown scheme, unreachable server: one line on stderr); 128+N when
 // lockctl itself is interrupted by signal N while waiting for the lock.
 //
+// # status, list, release --force
+//
+// status prints what the store knows of NAME: held or free and, where the
+// store records them, the holder's owner, fence and time left, and the
+// waiters queued behind it; a field the store does not record is
+// "unknown", never guessed. It exits 0 when NAME is held, 1 when free.
+// list prints the held locks whose names start with PREFIX, in columns;
+// a backend whose store cannot enumerate its keys (memcached) refuses.
+// With --json, status prints one object and list an array of them: name
+// and held always; owner, fence, ttl_ms (time left in milliseconds),
+// waiters and queue only when the store reported them.
+//
+// release --force is the operator's break-glass for a lock whose holder is
+// stuck: it removes the holder status shows, and only that one (with
+// --fence N, only if its fence is N), prints the removed holder's fence and
+// the next one, which is greater, and exits 0; it exits 1, changing
+// nothing, when NAME is free, --fence differs or the holder changed in
+// between. The removed holder learns of the loss by its next refresh.
+// Without --force, release refuses: a lock is released by its holder.
+//
+// These commands take --backend and --timeout (bound on connecting and on
+// each call, default 10s), and exit 2 on bad input (before connecting)
+// and on errors, among them a backend that cannot do what was asked.
+//
 // lockctl runs on Unix systems (Linux, macOS, the BSDs): it relies on
 // process groups and signals.
 package main
@@ -122,12 +150,18 @@ const envURL = "LOCKER_URL"
 const usage = `usage:
   lockctl run [--ttl D] [--wait D | --no-wait] [--owner ID] [--grace D]
               [--connect-timeout D] [--backend URL] [-v] NAME -- COMMAND [ARG...]
+  lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
+  lockctl list [--json] [PREFIX]               the held locks
+  lockctl release --force [--fence N] NAME     break-glass: remove a stuck holder
   lockctl backends
   lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE] [...]
+  lockctl version [--json]
 
 The backend is --backend URL, else $LOCKER_URL, else %s.
 ${NAME} in the URL is replaced by the environment variable NAME (for secrets).
-Run "lockctl run -h" or "lockctl bench -h" for their flags.
+Run "lockctl COMMAND -h" for a command's flags (status, list and release also
+take --backend URL and --timeout D; --json fields are listed there).
+Exit status 2: bad input or an error (one line on stderr).
 `
 
 func init() {
@@ -162,6 +196,14 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(args[1:], *backendURL, stderr)
+	case "status":
+		return statusCmd(args[1:], *backendURL, stdout, stderr)
+	case "list":
+		return listCmd(args[1:], *backendURL, stdout, stderr)
+	case "release":
+		return releaseCmd(args[1:], *backendURL, stdout, stderr)
+	case "version":
+		return versionCmd(args[1:], stdout, stderr)
 	case "backends":
 		return backendsCmd(args[1:], stdout, stderr)
 	case "bench":
@@ -170,7 +212,7 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 		printUsage()
 		return 0
 	default:
-		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, backends or bench)\n", args[0])
+		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, backends, bench or version)\n", args[0])
 		return exitUsage
 	}
 }

@@ -202,15 +202,7 @@ func (o *runOpts) run() int {
 		o.logf("%v", err)
 		return exitUsage
 	}
-	logger := slog.New(skipLost{slog.NewTextHandler(o.stderr, &slog.HandlerOptions{
-		Level: slog.LevelWarn,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey && len(groups) == 0 {
-				return slog.Attr{}
-			}
-			return a
-		},
-	})})
+	logger := warnLogger(o.stderr)
 	client, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Client, error) {
 		ctx, cancel := context.WithTimeout(ctx, o.connect)
 		defer cancel()
@@ -259,7 +251,11 @@ func (o *runOpts) run() int {
 	if err != nil {
 		switch {
 		case errors.Is(err, locker.ErrNotAcquired) && o.noWait:
-			o.logf("%q is held by another holder (--no-wait)", o.name)
+			if h := o.heldBy(client); h != "" {
+				o.logf("%q is held by another holder: %s (--no-wait)", o.name, h)
+			} else {
+				o.logf("%q is held by another holder (--no-wait)", o.name)
+			}
 			return exitNotAcquired
 		case errors.Is(err, locker.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded):
 			o.logf("%q not acquired within --wait %v", o.name, o.wait)
@@ -294,6 +290,19 @@ func (o *runOpts) run() int {
 	}
 	o.release(l)
 	return status
+}
+
+// heldBy describes the holder of o.name (owner, fence) where the store
+// records it, or returns "": the message is best effort and waits for
+// nothing but one bounded Inspect.
+func (o *runOpts) heldBy(c *locker.Client) string {
+	ctx, cancel := context.WithTimeout(context.Background(), min(o.connect, 5*time.Second))
+	defer cancel()
+	s, err := c.Inspect(ctx, o.name)
+	if err != nil || !s.Held {
+		return ""
+	}
+	return holder(s)
 }
 
 // start starts c in a process group of its own, with lockctl's standard
@@ -429,6 +438,20 @@ func backendID(raw string) string {
 	}
 	sum := sha256.Sum256([]byte(raw))
 	return hex.EncodeToString(sum[:8])
+}
+
+// warnLogger logs the Client's and the driver's warnings (weak transport,
+// refreshes failing) on w, without timestamps.
+func warnLogger(w io.Writer) *slog.Logger {
+	return slog.New(skipLost{slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{}
+			}
+			return a
+		},
+	})})
 }
 
 // skipLost drops the locker package's own "lock lost" warning: lockctl

@@ -1,0 +1,630 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockerhq/locker"
+)
+
+// exitFree is the status of status on a free lock, and of release --force
+// when it removed nothing.
+const exitFree = 1
+
+// probeOwner is the owner of release --force's probe of the next fence.
+const probeOwner = "lockctl-release-probe"
+
+// probeTTL bounds how long the probe could keep the lock if lockctl died
+// between its TryAcquire and its Release.
+const probeTTL = 2 * time.Second
+
+// releaseHook, when set (by tests), runs at each stage of release --force:
+// "inspected" (before the removal) and "removed" (before the probe).
+var releaseHook func(stage string)
+
+func hook(stage string) {
+	if releaseHook != nil {
+		releaseHook(stage)
+	}
+}
+
+// opsFlags are the flags that status, list and release share.
+type opsFlags struct {
+	fs      *flag.FlagSet
+	backend string
+	timeout time.Duration
+	json    bool
+}
+
+func newOpsFlags(cmd, globalBackend string, withJSON bool) *opsFlags {
+	o := &opsFlags{fs: flag.NewFlagSet("lockctl "+cmd, flag.ContinueOnError)}
+	o.fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
+	o.fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting to the backend and on each call to it")
+	if withJSON {
+		o.fs.BoolVar(&o.json, "json", false, "print JSON (fields listed above)")
+	}
+	o.fs.SetOutput(io.Discard)
+	o.fs.Usage = func() {}
+	return o
+}
+
+// parse parses args, flags and operands in any order (an operand after
+// "--" may start with '-'), and returns the operands. help is printed for
+// -h, and the returned status is then 0; otherwise a non-nil error is a
+// usage error.
+func (o *opsFlags) parse(args []string, stderr io.Writer, help string) ([]string, int, error) {
+	var operands []string
+	for {
+		if err := o.fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				fmt.Fprint(stderr, help)
+				o.fs.SetOutput(stderr)
+				o.fs.PrintDefaults()
+				return nil, 0, err
+			}
+			return nil, exitUsage, err
+		}
+		rest := o.fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			operands = append(operands, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
+	if o.timeout <= 0 {
+		return nil, exitUsage, fmt.Errorf("--timeout %v: want a positive duration", o.timeout)
+	}
+	return operands, 0, nil
+}
+
+// ops is one operator command's connection to the backend.
+type ops struct {
+	cmd     string // "status", for messages
+	scheme  string // the backend's URL scheme, for messages
+	client  *locker.Client
+	timeout time.Duration
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// open connects to the backend of o's flags. It reports its error itself
+// and then returns nil.
+func (o *opsFlags) open(cmd string, stdout, stderr io.Writer) *ops {
+	rawURL, _, err := expandURL(resolveURL(o.backend))
+	if err != nil {
+		errorf(stderr, cmd, "%v", err)
+		return nil
+	}
+	scheme := ""
+	if u, err := url.Parse(rawURL); err == nil {
+		scheme = u.Scheme
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	c, err := locker.Open(ctx, rawURL, locker.WithLogger(warnLogger(stderr)))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w (no answer within --timeout %v)", err, o.timeout)
+		}
+		errorf(stderr, cmd, "%v", err)
+		return nil
+	}
+	return &ops{cmd: cmd, scheme: scheme, client: c, timeout: o.timeout, stdout: stdout, stderr: stderr}
+}
+
+func (p *ops) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), p.timeout)
+}
+
+// fail reports err in one line and returns exitUsage. what says, for
+// ErrUnsupported, what the backend cannot do.
+func (p *ops) fail(err error, what string) int {
+	if errors.Is(err, locker.ErrUnsupported) {
+		errorf(p.stderr, p.cmd, "the %s backend %s", p.scheme, what)
+	} else {
+		errorf(p.stderr, p.cmd, "%v", err)
+	}
+	return exitUsage
+}
+
+// errorf writes "lockctl CMD: message" in one line: errors from client
+// libraries may span several.
+func errorf(w io.Writer, cmd, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	lines := strings.Split(msg, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	fmt.Fprintf(w, "lockctl %s: %s\n", cmd, strings.Join(lines, " "))
+}
+
+// show prints s as is when that is unambiguous, else quoted.
+func show(s string) string {
+	if q := strconv.Quote(s); s == "" || q[1:len(q)-1] != s || strings.ContainsAny(s, " \t") {
+		return q
+	}
+	return s
+}
+
+func showOwner(s locker.State) string {
+	switch {
+	case !s.Known.Has(locker.KnowsOwner):
+		return "unknown"
+	case s.Owner == "":
+		return "(none given)"
+	default:
+		return show(s.Owner)
+	}
+}
+
+func showFence(s locker.State) string {
+	if !s.Known.Has(locker.KnowsFence) {
+		return "unknown"
+	}
+	return strconv.FormatUint(s.Fence, 10)
+}
+
+func showTTL(s locker.State) string {
+	if !s.Known.Has(locker.KnowsTTL) {
+		return "unknown"
+	}
+	return s.TTL.Round(time.Millisecond).String()
+}
+
+// holder describes a holder in a sentence: owner "x", fence 7.
+func holder(s locker.State) string {
+	var parts []string
+	if s.Known.Has(locker.KnowsOwner) {
+		if s.Owner == "" {
+			parts = append(parts, "no owner given")
+		} else {
+			parts = append(parts, fmt.Sprintf("owner %q", s.Owner))
+		}
+	}
+	if s.Known.Has(locker.KnowsFence) {
+		parts = append(parts, fmt.Sprintf("fence %d", s.Fence))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// jsonState is the JSON form of a State: name and held always, every
+// other field only when the store reported it (and, for owner, fence and
+// ttl_ms, only when the lock is held).
+type jsonState struct {
+	Name    string   `json:"name"`
+	Held    bool     `json:"held"`
+	Owner   *string  `json:"owner,omitempty"`
+	Fence   *uint64  `json:"fence,omitempty"`
+	TTLMs   *int64   `json:"ttl_ms,omitempty"`
+	Waiters *int     `json:"waiters,omitempty"`
+	Queue   []string `json:"queue,omitempty"`
+}
+
+func toJSON(s locker.State) jsonState {
+	j := jsonState{Name: s.Name, Held: s.Held}
+	if s.Held && s.Known.Has(locker.KnowsOwner) {
+		j.Owner = &s.Owner
+	}
+	if s.Held && s.Known.Has(locker.KnowsFence) {
+		j.Fence = &s.Fence
+	}
+	if s.Held && s.Known.Has(locker.KnowsTTL) {
+		ms := s.TTL.Milliseconds()
+		j.TTLMs = &ms
+	}
+	if s.Known.Has(locker.KnowsWaiters) {
+		j.Waiters = &s.Waiters
+	}
+	if s.Known.Has(locker.KnowsQueue) {
+		j.Queue = s.Queue
+		if j.Queue == nil {
+			j.Queue = []string{}
+		}
+	}
+	return j
+}
+
+func writeJSON(w io.Writer, v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+const jsonFields = `JSON fields: name, held; and, only when the store reports them: owner,
+fence, ttl_ms (time left, in milliseconds), waiters (count), queue (the
+waiters' owners, next first). owner, fence and ttl_ms are for held locks.
+`
+
+const statusHelp = `usage: lockctl status [--json] [--backend URL] [--timeout D] NAME
+
+Prints what the store knows of the lock NAME: held or free and, where the
+store records them, its holder's owner, fence and time left, and the
+waiters queued behind it. A field the store does not record shows as
+"unknown" (omitted from JSON).
+
+Exit status: 0 held, 1 free, 2 error.
+
+` + jsonFields + `
+Flags:
+`
+
+func statusCmd(args []string, globalBackend string, stdout, stderr io.Writer) int {
+	const cmd = "status"
+	f := newOpsFlags(cmd, globalBackend, true)
+	operands, code, err := f.parse(args, stderr, statusHelp)
+	if err != nil {
+		if code != 0 {
+			errorf(stderr, cmd, "%v (see lockctl status -h)", err)
+		}
+		return code
+	}
+	name, err := oneName(operands, "lockctl status [flags] NAME")
+	if err != nil {
+		errorf(stderr, cmd, "%v", err)
+		return exitUsage
+	}
+	p := f.open(cmd, stdout, stderr)
+	if p == nil {
+		return exitUsage
+	}
+	defer p.client.Close()
+	ctx, cancel := p.ctx()
+	defer cancel()
+	s, err := p.client.Inspect(ctx, name)
+	if err != nil {
+		return p.fail(err, "cannot read a lock's state")
+	}
+	if f.json {
+		writeJSON(stdout, toJSON(s))
+	} else {
+		printStatus(stdout, s)
+	}
+	if !s.Held {
+		return exitFree
+	}
+	return 0
+}
+
+func printStatus(w io.Writer, s locker.State) {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	if s.Held {
+		fmt.Fprintf(tw, "%s: held\n", show(s.Name))
+		fmt.Fprintf(tw, "  owner:\t%s\n", showOwner(s))
+		fmt.Fprintf(tw, "  fence:\t%s\n", showFence(s))
+		fmt.Fprintf(tw, "  time left:\t%s\n", showTTL(s))
+	} else {
+		fmt.Fprintf(tw, "%s: free\n", show(s.Name))
+	}
+	if s.Known.Has(locker.KnowsWaiters) {
+		fmt.Fprintf(tw, "  waiters:\t%d\n", s.Waiters)
+	} else if s.Held {
+		fmt.Fprintf(tw, "  waiters:\tunknown\n")
+	}
+	if s.Known.Has(locker.KnowsQueue) && len(s.Queue) > 0 {
+		q := make([]string, len(s.Queue))
+		for i, o := range s.Queue {
+			q[i] = show(o)
+		}
+		fmt.Fprintf(tw, "  queue:\t%s\n", strings.Join(q, ", "))
+	}
+	tw.Flush()
+}
+
+// oneName checks that operands is one lock name.
+func oneName(operands []string, usage string) (string, error) {
+	switch {
+	case len(operands) == 0:
+		return "", fmt.Errorf("missing NAME (usage: %s)", usage)
+	case len(operands) > 1:
+		return "", fmt.Errorf("%q after NAME: one NAME only (usage: %s)", operands[1], usage)
+	}
+	if err := locker.CheckName(operands[0]); err != nil {
+		return "", fmt.Errorf("NAME: %w", err)
+	}
+	return operands[0], nil
+}
+
+const listHelp = `usage: lockctl list [--json] [--backend URL] [--timeout D] [PREFIX]
+
+Lists the held locks whose names start with PREFIX (all without one),
+sorted by name: name, owner, fence and time left ("unknown" where the store
+does not record it). --json prints one array of objects.
+Backends whose store cannot enumerate its keys (memcached) refuse.
+
+Exit status: 0 listed (even none), 2 error.
+
+` + jsonFields + `
+Flags:
+`
+
+func listCmd(args []string, globalBackend string, stdout, stderr io.Writer) int {
+	const cmd = "list"
+	f := newOpsFlags(cmd, globalBackend, true)
+	operands, code, err := f.parse(args, stderr, listHelp)
+	if err != nil {
+		if code != 0 {
+			errorf(stderr, cmd, "%v (see lockctl list -h)", err)
+		}
+		return code
+	}
+	prefix := ""
+	switch len(operands) {
+	case 0:
+	case 1:
+		prefix = operands[0]
+	default:
+		errorf(stderr, cmd, "%q after PREFIX: one PREFIX only (usage: lockctl list [flags] [PREFIX])", operands[1])
+		return exitUsage
+	}
+	// As locker.List checks it, but before connecting.
+	if len(prefix) > locker.MaxNameLen || !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
+		errorf(stderr, cmd, "PREFIX: must be valid UTF-8 without NUL, at most %d bytes", locker.MaxNameLen)
+		return exitUsage
+	}
+	p := f.open(cmd, stdout, stderr)
+	if p == nil {
+		return exitUsage
+	}
+	defer p.client.Close()
+	ctx, cancel := p.ctx()
+	defer cancel()
+	ss, err := p.client.List(ctx, prefix)
+	if err != nil {
+		return p.fail(err, "cannot enumerate its locks (lockctl status NAME reads one)")
+	}
+	if f.json {
+		out := make([]jsonState, len(ss))
+		for i, s := range ss {
+			out[i] = toJSON(s)
+		}
+		writeJSON(stdout, out)
+		return 0
+	}
+	if len(ss) == 0 {
+		if prefix == "" {
+			errorf(stderr, cmd, "no held locks")
+		} else {
+			errorf(stderr, cmd, "no held locks with prefix %q", prefix)
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tOWNER\tFENCE\tTIME LEFT")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", show(s.Name), showOwner(s), showFence(s), showTTL(s))
+	}
+	tw.Flush()
+	return 0
+}
+
+const releaseHelp = `usage: lockctl release --force [--fence N] [--backend URL] [--timeout D] NAME
+
+A lock is released by its holder (lockctl run releases its lock when
+COMMAND exits). release --force is the operator's break-glass for a lock
+whose holder is stuck: it removes the holder that lockctl status shows,
+and only that one (given --fence N, only if its fence is N), so that a
+holder that changed in between is never removed. It then prints the
+removed holder's fence and the next one, which is greater: a resource that
+checks fences refuses the removed holder's writes once it has seen the
+next fence. The removed holder learns of the loss by its next refresh.
+
+Exit status: 0 removed; 1 not removed (the lock is free, --fence differs,
+or the holder changed); 2 error.
+
+Flags:
+`
+
+func releaseCmd(args []string, globalBackend string, stdout, stderr io.Writer) int {
+	const cmd = "release"
+	f := newOpsFlags(cmd, globalBackend, false)
+	force := f.fs.Bool("force", false, "remove another holder's lock (break-glass); required")
+	fenceArg := f.fs.String("fence", "", "remove the holder only if its fence is `N` (as lockctl status showed it)")
+	operands, code, err := f.parse(args, stderr, releaseHelp)
+	if err != nil {
+		if code != 0 {
+			errorf(stderr, cmd, "%v (see lockctl release -h)", err)
+		}
+		return code
+	}
+	if !*force {
+		errorf(stderr, cmd, "a lock is released by its holder (lockctl run releases it when COMMAND exits); "+
+			"to remove another holder's lock, break-glass: lockctl release --force NAME [--fence N]")
+		return exitUsage
+	}
+	var want uint64
+	fenceSet := *fenceArg != ""
+	if fenceSet {
+		want, err = strconv.ParseUint(*fenceArg, 10, 64)
+		if err != nil {
+			errorf(stderr, cmd, "--fence %q: want a fence, a decimal number as lockctl status shows it", *fenceArg)
+			return exitUsage
+		}
+	}
+	name, err := oneName(operands, "lockctl release --force [--fence N] NAME")
+	if err != nil {
+		errorf(stderr, cmd, "%v", err)
+		return exitUsage
+	}
+	p := f.open(cmd, stdout, stderr)
+	if p == nil {
+		return exitUsage
+	}
+	defer p.client.Close()
+	return p.forceRelease(name, want, fenceSet)
+}
+
+func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {
+	ctx, cancel := p.ctx()
+	defer cancel()
+	s, err := p.client.Inspect(ctx, name)
+	if err != nil {
+		return p.fail(err, "cannot read a lock's state, so lockctl cannot tell which holder it would remove")
+	}
+	if !s.Held {
+		fmt.Fprintf(p.stdout, "%s is free: nothing to release\n", show(name))
+		return exitFree
+	}
+	if !s.Known.Has(locker.KnowsFence) {
+		errorf(p.stderr, p.cmd, "the %s backend does not report the holder's fence, so it cannot remove that holder only", p.scheme)
+		return exitUsage
+	}
+	if fenceSet && s.Fence != want {
+		by := ""
+		if s.Known.Has(locker.KnowsOwner) {
+			by = " by " + holder(locker.State{Owner: s.Owner, Known: locker.KnowsOwner})
+		}
+		fmt.Fprintf(p.stdout, "%s is held under fence %d%s, not --fence %d: nothing changed\n", show(name), s.Fence, by, want)
+		return exitFree
+	}
+	hook("inspected")
+	ctx, cancel = p.ctx()
+	defer cancel()
+	removed, err := p.client.ForceRelease(ctx, name, s.Fence)
+	switch {
+	case errors.Is(err, locker.ErrNotHeld):
+		fmt.Fprintf(p.stdout, "%s changed hands (or was released) since it was read under fence %d: nothing changed; see lockctl status\n", show(name), s.Fence)
+		return exitFree
+	case err != nil:
+		return p.fail(err, "cannot remove another client's lock")
+	}
+	fmt.Fprintf(p.stdout, "released %s: removed the holder with %s\n", show(name), holder(removed))
+	fmt.Fprintln(p.stdout, "  the removed holder learns of the loss by its next refresh (its Lost channel closes)")
+
+	hook("removed")
+	// The next fence, for the operator to check against what the removed
+	// holder may still write.
+	ctx, cancel = p.ctx()
+	defer cancel()
+	l, err := p.client.TryAcquire(ctx, name, locker.TTL(probeTTL), locker.Owner(probeOwner))
+	switch {
+	case err == nil:
+		next := l.Fence()
+		relErr := l.Release(ctx)
+		fmt.Fprintf(p.stdout, "  next fence: %d (taken by %s and released at once)\n", next, probeOwner)
+		if relErr != nil {
+			errorf(p.stderr, p.cmd, "releasing the probe: %v (it expires within %v)", relErr, probeTTL)
+		}
+		return p.checkNext(removed.Fence, next)
+	case errors.Is(err, locker.ErrNotAcquired):
+		// A waiter took the lock first.
+		n, ierr := p.client.Inspect(ctx, name)
+		switch {
+		case ierr != nil:
+			errorf(p.stderr, p.cmd, "the next holder took %s, but reading it failed: %v", show(name), ierr)
+			return 0
+		case !n.Held:
+			fmt.Fprintf(p.stdout, "  next fence: not granted yet (a queued waiter is next; its fence will be above %d)\n", removed.Fence)
+			return 0
+		case !n.Known.Has(locker.KnowsFence):
+			fmt.Fprintf(p.stdout, "  next holder: %s (fence unknown)\n", holder(n))
+			return 0
+		}
+		fmt.Fprintf(p.stdout, "  next fence: %d (a waiter took the lock: %s)\n", n.Fence, holder(n))
+		return p.checkNext(removed.Fence, n.Fence)
+	default:
+		errorf(p.stderr, p.cmd, "the holder was removed, but probing the next fence failed: %v", err)
+		return 0
+	}
+}
+
+// checkNext reports a next fence that is not above the removed one: the
+// store broke its promise, and the operator must know.
+func (p *ops) checkNext(removed, next uint64) int {
+	if next > removed {
+		return 0
+	}
+	errorf(p.stderr, p.cmd, "the next fence %d is not above the removed holder's %d: the store does not fence correctly", next, removed)
+	return exitUsage
+}
+
+// versionInfo is what lockctl version prints.
+type versionInfo struct {
+	Module   string `json:"module"`
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	Time     string `json:"time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+	Platform string `json:"platform"`
+}
+
+func readVersion() versionInfo {
+	v := versionInfo{Version: "unknown", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	v.Module, v.Go = bi.Main.Path, bi.GoVersion
+	if bi.Main.Version != "" {
+		v.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Revision = s.Value
+		case "vcs.time":
+			v.Time = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lockctl version", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	asJSON := fs.Bool("json", false, "print JSON: module, version, revision, time, modified, go, platform")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			fmt.Fprint(stderr, "usage: lockctl version [--json]\n\nFlags:\n")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return 0
+		}
+		errorf(stderr, "version", "%v (see lockctl version -h)", err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		errorf(stderr, "version", "takes no arguments")
+		return exitUsage
+	}
+	v := readVersion()
+	if *asJSON {
+		writeJSON(stdout, v)
+		return 0
+	}
+	line := "lockctl " + v.Version
+	if v.Module != "" {
+		line += " (" + v.Module + ")"
+	}
+	if v.Revision != "" {
+		line += " revision " + v.Revision
+		if v.Modified {
+			line += "+modified"
+		}
+	}
+	if v.Time != "" {
+		line += " " + v.Time
+	}
+	fmt.Fprintf(stdout, "%s %s %s\n", line, v.Go, v.Platform)
+	return 0
+}
