@@ -423,4 +423,8 @@ func TestListLongKeysAndOlderFiles(t *testing.T) {
 	if got := keys(); !slices.Equal(got, []string{"ns/short", long}) {
 		t.Fatalf("List after a refresh = %q", got)
 	}
+	// The Client names the operation: the driver says only what it found.
+	if _, err := d.Break(ctx(t), "ns/short", 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "filelock: not held" {
+		t.Fatalf("Break under another fence = %v, want ErrNotHeld", err)
+	}
 }

@@ -78,8 +78,13 @@ func (d *Driver) Close() error {
 
 // gomemcache takes no context: each of its calls is bounded by the client's
 // Timeout instead. The driver checks ctx before every round trip.
+// op is "" for the operator's calls, whose operation the Client's error
+// names already.
 func live(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
+		if op == "" {
+			return fmt.Errorf("memcachelock: %w", context.Cause(ctx))
+		}
 		return fmt.Errorf("memcachelock: %s: %w", op, context.Cause(ctx))
 	}
 	return nil

@@ -32,17 +32,17 @@ func state(key string, v []byte) backend.State {
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("memcachelock: inspect: %w", err)
+		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
-	if err := live(ctx, "inspect"); err != nil {
+	if err := live(ctx, ""); err != nil {
 		return backend.State{}, err
 	}
 	cur, err := d.get(lockKey(key))
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
 	case err != nil:
-		return backend.State{}, fmt.Errorf("memcachelock: inspect: %w", err)
+		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
 	case !isTombstone(cur.Value):
 		return state(key, cur.Value), nil
 	}
@@ -57,26 +57,26 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("memcachelock: break: %w", err)
+		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
 	lk := lockKey(key)
 	for range maxAttempts {
-		if err := live(ctx, "break"); err != nil {
+		if err := live(ctx, ""); err != nil {
 			return backend.State{}, err
 		}
 		cur, err := d.get(lk)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return backend.State{}, fmt.Errorf("memcachelock: break: %w", backend.ErrNotHeld)
+			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		case err != nil:
-			return backend.State{}, fmt.Errorf("memcachelock: break: gets: %w", err)
+			return backend.State{}, fmt.Errorf("memcachelock: gets: %w", err)
 		}
 		st := state(key, cur.Value)
 		if isTombstone(cur.Value) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
-			return backend.State{}, fmt.Errorf("memcachelock: break: %w", backend.ErrNotHeld)
+			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		}
-		if err := live(ctx, "break"); err != nil {
+		if err := live(ctx, ""); err != nil {
 			return backend.State{}, err
 		}
 		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
@@ -84,12 +84,12 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 		case err == nil:
 			return st, nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return backend.State{}, fmt.Errorf("memcachelock: break: %w", backend.ErrNotHeld)
+			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // a refresh since our gets: look again
 		default:
-			return backend.State{}, fmt.Errorf("memcachelock: break: cas: %w", err)
+			return backend.State{}, fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return backend.State{}, fmt.Errorf("memcachelock: break: the lock item kept changing during %d attempts", maxAttempts)
+	return backend.State{}, fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
 }

@@ -102,9 +102,18 @@ func micros(ttl time.Duration) (int64, error) {
 func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pglock: %s: %w", op, err)
+		return nil, nil, fmt.Errorf("%s%w", prefix(op), err)
 	}
 	return ctx, done, nil
+}
+
+// prefix starts the driver's errors of op: "" for the operator's calls,
+// whose operation the Client's error names already.
+func prefix(op string) string {
+	if op == "" {
+		return "pglock: "
+	}
+	return "pglock: " + op + ": "
 }
 
 // TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
@@ -313,7 +322,7 @@ const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 // Inspect implements backend.Inspector with one SELECT of the key's row;
 // the TTL is by the server's clock.
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
-	ctx, leave, err := d.enter(ctx, "inspect")
+	ctx, leave, err := d.enter(ctx, "")
 	if err != nil {
 		return backend.State{}, err
 	}
@@ -333,7 +342,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 	case errors.Is(err, pgx.ErrNoRows) || err == nil && !held:
 		return backend.State{Key: key, Known: known}, nil
 	case err != nil:
-		return backend.State{}, d.wrap("inspect", err)
+		return backend.State{}, d.wrap("", err)
 	}
 	return heldState(key, owner, version, us), nil
 }
@@ -345,7 +354,7 @@ func heldState(key, owner string, version, us int64) backend.State {
 // List implements backend.Lister with one SELECT of the held rows whose
 // name starts with prefix.
 func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
-	ctx, leave, err := d.enter(ctx, "list")
+	ctx, leave, err := d.enter(ctx, "")
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +383,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, d.wrap("list", err)
+		return nil, d.wrap("", err)
 	}
 	return out, nil
 }
@@ -384,7 +393,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 // waiters. The removed holder's next Refresh finds no row; the next grant
 // draws its fence from the sequence, above.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
-	ctx, leave, err := d.enter(ctx, "break")
+	ctx, leave, err := d.enter(ctx, "")
 	if err != nil {
 		return backend.State{}, err
 	}
@@ -407,11 +416,11 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
 		// An earlier attempt may have removed it: we cannot tell.
-		return backend.State{}, d.wrap("break", uncertain)
+		return backend.State{}, d.wrap("", uncertain)
 	case errors.Is(err, pgx.ErrNoRows):
-		return backend.State{}, fmt.Errorf("pglock: break: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("pglock: %w", backend.ErrNotHeld)
 	case err != nil:
-		return backend.State{}, d.wrap("break", err)
+		return backend.State{}, d.wrap("", err)
 	}
 	return heldState(key, owner, int64(fence), us), nil
 }
@@ -451,12 +460,12 @@ func permission(err error) error {
 // from pgx never contain the password.
 func (d *Driver) wrap(op string, err error) error {
 	if d.gate.Closed() {
-		return fmt.Errorf("pglock: %s: %w (%v)", op, backend.ErrClosed, err)
+		return fmt.Errorf("%s%w (%v)", prefix(op), backend.ErrClosed, err)
 	}
 	if sqlState(err) == codeUndefTable {
-		return fmt.Errorf("pglock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
+		return fmt.Errorf("%stable %s does not exist (run schema.sql or allow create_table): %w", prefix(op), d.sql.table, err)
 	}
-	return fmt.Errorf("pglock: %s: %w", op, permission(err))
+	return fmt.Errorf("%s%w", prefix(op), permission(err))
 }
 
 // ensureSchema creates the table on first use, or with WithCreateTable(false)

@@ -560,4 +560,8 @@ func TestListPrefixIsLiteral(t *testing.T) {
 			t.Errorf("List(%q) = %q, want %q", prefix, names, want)
 		}
 	}
+	// The Client names the operation: the driver says only what it found.
+	if _, err := d.Break(ctx, keys[0], 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "pglock: not held" {
+		t.Errorf("Break under another fence = %v, want ErrNotHeld", err)
+	}
 }
