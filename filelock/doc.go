@@ -34,7 +34,19 @@
 // to the older one, and a reader takes the valid record with the higher
 // sequence number. A write torn by a power cut therefore leaves the previous
 // state readable. Writes are in place rather than by rename, because a rename
-// would replace the inode that other processes are waiting to flock.
+// would replace the inode that other processes are waiting to flock. After
+// the records the file keeps its key, written with the first record (a
+// shortened name cannot be turned back into its key); files of older
+// versions get it at their next write.
+//
+// # Operators
+//
+// The driver implements backend.Inspector, Lister and Breaker. Inspect
+// reports a holder's owner (its first 64 bytes), fence and time left; there
+// is no queue. List reads every lock file of the directory, each under its
+// flock. Break removes the file, under its flock, as a release does: the
+// removed holder's next Refresh finds it gone, and the next holder's fence
+// comes from the directory's counter, above it.
 //
 // Fencing tokens come from one counter per directory, the file
 // fence.counter (in the same two-record format, with fence.ceiling, see

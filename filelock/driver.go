@@ -21,6 +21,9 @@ type Driver struct {
 var (
 	_ backend.Driver         = (*Driver)(nil)
 	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Lister         = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
 )
 
 // New returns a driver on dir (made absolute, and created with mode 0700
@@ -117,7 +120,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return write
 	}))
 	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}
 	return err
 }
@@ -138,7 +141,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	err := d.update(ctx, l.Key, false, d.holds(l, func(*record, int64) change { return remove }))
 	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -175,7 +176,7 @@ func TestIdempotentAcquireAndToken(t *testing.T) {
 		t.Fatalf("the state file holds the token in clear")
 	}
 	h, err := d.Inspect(ctx(t), "k")
-	if err != nil || !h.Held || h.PID != os.Getpid() || h.Fence != g1.Fence {
+	if err != nil || !h.Held || h.Fence != g1.Fence || h.TTL <= 0 || h.TTL > time.Minute {
 		t.Fatalf("Inspect = %+v, %v", h, err)
 	}
 	d.Close()
@@ -369,5 +370,61 @@ func BenchmarkRefresh(b *testing.B) {
 		if err := d.Refresh(ctx, l); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// List names a key whose file name is shortened (a hash) by the key the
+// file records, and a file of an older version (no recorded key) by its
+// name, until its next write records the key.
+func TestListLongKeysAndOlderFiles(t *testing.T) {
+	d, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "ns/" + strings.Repeat("ü", 150)
+	if !strings.Contains(filepath.Base(d.Path(long)), "~") {
+		t.Fatal("the long key's file name is not shortened")
+	}
+	for _, k := range []string{long, "ns/short"} {
+		if _, err := d.TryAcquire(ctx(t), backend.Claim{Key: k, Token: "t", TTL: time.Minute, Owner: "o"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := func() []string {
+		t.Helper()
+		got, err := d.List(ctx(t), "ns/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ks []string
+		for _, st := range got {
+			if !st.Held || st.Owner != "o" {
+				t.Errorf("List: %+v", st)
+			}
+			ks = append(ks, st.Key)
+		}
+		return ks
+	}
+	if got := keys(); !slices.Equal(got, []string{"ns/short", long}) {
+		t.Fatalf("List = %q", got)
+	}
+	// Files as older versions wrote them: the two records only.
+	for _, k := range []string{long, "ns/short"} {
+		if err := os.Truncate(d.Path(k), 2*recSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := keys(); !slices.Equal(got, []string{"ns/short"}) {
+		t.Fatalf("List of older files = %q, want the short key only", got)
+	}
+	if err := d.Refresh(ctx(t), backend.Claim{Key: long, Token: "t", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(); !slices.Equal(got, []string{"ns/short", long}) {
+		t.Fatalf("List after a refresh = %q", got)
+	}
+	// The Client names the operation: the driver says only what it found.
+	if _, err := d.Break(ctx(t), "ns/short", 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "filelock: not held" {
+		t.Fatalf("Break under another fence = %v, want ErrNotHeld", err)
 	}
 }

@@ -3,30 +3,121 @@ package filelock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
-// Holder describes the state of one lock file, for operators.
-type Holder struct {
-	Held  bool          // a live lock
-	Fence uint64        // the last fence granted
-	PID   int           // the process that acquired it, when held
-	Owner string        // the owner it was acquired for, when held
-	Left  time.Duration // time until it expires, when held
+// known is what a lock file records: owner (its first 64 bytes), fence
+// and expiry; there is no queue (waiters poll).
+const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
+
+func (d *Driver) state(key string, r *record, now int64) backend.State {
+	if !d.live(r, now) {
+		return backend.State{Key: key, Known: known}
+	}
+	return backend.State{Key: key, Held: true, Owner: r.owner, Fence: r.fence, TTL: time.Duration(r.expires - now), Known: known}
 }
 
-// Inspect reads the state of the lock on key without changing it.
-func (d *Driver) Inspect(ctx context.Context, key string) (Holder, error) {
-	var h Holder
+// Inspect implements backend.Inspector: it reads the key's file under its
+// flock, without changing it.
+func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+	var st backend.State
 	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
-		h.Fence = r.fence
-		if d.live(r, now) {
-			h = Holder{Held: true, Fence: r.fence, PID: int(r.pid), Owner: r.owner, Left: time.Duration(r.expires - now)}
-		}
+		st = d.state(key, r, now)
 		return keep, nil
 	})
 	if errors.Is(err, errNoFile) {
-		return Holder{}, nil
+		return backend.State{Key: key, Known: known}, nil
 	}
-	return h, err
+	return st, err
+}
+
+// List implements backend.Lister: it reads every lock file of the
+// directory, each under its flock, and keeps the held ones.
+func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("filelock: %w", err)
+	}
+	defer leave()
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("filelock: %w", err)
+	}
+	var out []backend.State
+	for _, e := range entries {
+		base, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok || !e.Type().IsRegular() {
+			continue // the fence counter's files, or not ours
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		st, err := d.listOne(ctx, base)
+		if err != nil {
+			return nil, err
+		}
+		if st.Held && strings.HasPrefix(st.Key, prefix) {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+// listOne reads the lock file base+".lock". Its key is the one the file
+// records or, in a file of an older version, its name unescaped; a file
+// that names no key (an older version's, with a shortened name, until its
+// next write) is left out, as is one whose key does not give its name.
+func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error) {
+	path := filepath.Join(d.dir, base+".lock")
+	f, err := openLocked(ctx, path, false)
+	if errors.Is(err, errNoFile) {
+		return backend.State{}, nil // released meanwhile
+	}
+	if err != nil {
+		return backend.State{}, err
+	}
+	defer f.Close()
+	r, key, _, err := readFile(f, path)
+	if err != nil {
+		return backend.State{}, err
+	}
+	if key == "" && !strings.Contains(base, "~") {
+		// EscapeKey escapes '~': only a shortened name has one.
+		key, _ = url.PathUnescape(base)
+	}
+	if key == "" || d.Path(key) != path {
+		return backend.State{}, nil
+	}
+	return d.state(key, &r, d.clk.now()), nil
+}
+
+// Break implements backend.Breaker: under the file's flock, as a release,
+// it removes the file if its holder's fence is fence. The removed holder's
+// Refresh then finds no file (or another holder's), and the next grant
+// takes a new fence from the directory's counter.
+func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+	var st backend.State
+	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
+		if !d.live(r, now) || r.fence != fence {
+			return keep, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
+		}
+		st = d.state(key, r, now)
+		return remove, nil
+	})
+	if errors.Is(err, errNoFile) {
+		return backend.State{}, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
+	}
+	if err != nil {
+		return backend.State{}, err
+	}
+	return st, nil
 }

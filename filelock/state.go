@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // The state file holds two records of recSize bytes. Layout of one record,
@@ -41,6 +43,44 @@ const (
 )
 
 var magic = [4]byte{'L', 'K', 'F', '1'}
+
+// After the two records a lock file holds its key, because the file name
+// keeps only a hash of a long one and List must report the key itself:
+//
+//	512 magic "LKK1"
+//	516 CRC-32 (IEEE) of bytes 520 to the key's end
+//	520 key length (uint16), then the key
+//
+// It is written with the file's first record and never changes (the name
+// fixes the key); files of older versions get it at their next write.
+const (
+	offKey    = 2 * recSize
+	keyHeader = 10
+	fileMax   = offKey + keyHeader + backend.MaxKeyLen
+)
+
+var keyMagic = [4]byte{'L', 'K', 'K', '1'}
+
+func encodeKey(key string) []byte {
+	b := make([]byte, keyHeader+len(key))
+	copy(b, keyMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], uint16(len(key)))
+	copy(b[keyHeader:], key)
+	binary.LittleEndian.PutUint32(b[4:], crc32.ChecksumIEEE(b[8:]))
+	return b
+}
+
+// decodeKey returns the key recorded in b (the file from offKey on).
+func decodeKey(b []byte) (string, bool) {
+	if len(b) < keyHeader || [4]byte(b[:4]) != keyMagic {
+		return "", false
+	}
+	n := int(binary.LittleEndian.Uint16(b[8:]))
+	if n > backend.MaxKeyLen || len(b) < keyHeader+n || binary.LittleEndian.Uint32(b[4:]) != crc32.ChecksumIEEE(b[8:keyHeader+n]) {
+		return "", false
+	}
+	return string(b[keyHeader : keyHeader+n]), true
+}
 
 type record struct {
 	seq     uint64
@@ -127,7 +167,7 @@ func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r 
 		return err
 	}
 	defer f.Close() // also drops the flock
-	cur, empty, err := readRecord(f, path)
+	cur, stored, empty, err := readFile(f, path)
 	if err != nil {
 		return err
 	}
@@ -147,6 +187,11 @@ func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r 
 	case err != nil:
 		return err
 	case what == write:
+		if stored != key {
+			if _, err := f.WriteAt(encodeKey(key), offKey); err != nil {
+				return fmt.Errorf("filelock: write %s: %w", path, err)
+			}
+		}
 		return writeRecord(f, path, &cur)
 	}
 	return nil
@@ -202,10 +247,17 @@ func isPath(f *os.File, path string) (bool, error) {
 // readRecord reads the newer valid record of a state file; the zero record,
 // and empty, for an empty file.
 func readRecord(f *os.File, path string) (_ record, empty bool, _ error) {
-	var buf [2 * recSize]byte
+	r, _, empty, err := readFile(f, path)
+	return r, empty, err
+}
+
+// readFile is readRecord that also returns the key a lock file records
+// ("" when it has none).
+func readFile(f *os.File, path string) (_ record, key string, empty bool, _ error) {
+	var buf [fileMax]byte
 	n, err := f.ReadAt(buf[:], 0)
 	if err != nil && err != io.EOF {
-		return record{}, false, fmt.Errorf("filelock: read %s: %w", path, err)
+		return record{}, "", false, fmt.Errorf("filelock: read %s: %w", path, err)
 	}
 	cur, ok := record{}, false
 	for i := range 2 {
@@ -214,9 +266,12 @@ func readRecord(f *os.File, path string) (_ record, empty bool, _ error) {
 		}
 	}
 	if !ok && n > 0 {
-		return record{}, false, fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or both records are damaged); remove it once no process uses it", path)
+		return record{}, "", false, fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or both records are damaged); remove it once no process uses it", path)
 	}
-	return cur, n == 0, nil
+	if n > offKey {
+		key, _ = decodeKey(buf[offKey:n])
+	}
+	return cur, key, n == 0, nil
 }
 
 // writeRecord writes r over the older of the file's two records.

@@ -129,9 +129,9 @@ const maxTripResponse = 96 << 10
 const getsPerCommand = 100
 
 // replyEstimate is the size of the gets reply for one lock: "VALUE key
-// flags bytes cas\r\n", the value (token, space, owner) and "\r\n".
+// flags bytes cas\r\n", the value (token, fence, space, owner) and "\r\n".
 func replyEstimate(key string, l backend.Claim) int {
-	return len(key) + 40 + tokenLen + 1 + min(len(l.Owner), maxOwnerLen) + 2
+	return len(key) + 40 + tokenLen + 22 + 1 + min(len(l.Owner), maxOwnerLen) + 2
 }
 
 // refreshGroup refreshes g's locks, in as few round trips as the replies'

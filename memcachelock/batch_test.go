@@ -58,10 +58,11 @@ func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcach
 	t.Helper()
 	acquire := func(name, owner string) backend.Claim {
 		l := backend.Claim{Key: uniqueKey(t, name), Token: token(), TTL: acqTTL, Owner: owner}
-		if _, err := d.TryAcquire(ctx, l); err != nil {
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
 			t.Fatalf("TryAcquire(%s): %v", name, err)
 		}
-		l.TTL = ttl
+		l.TTL, l.Fence = ttl, g.Fence
 		return l
 	}
 	held := acquire("held", "job 7")
@@ -113,7 +114,7 @@ func mixedBatch(t *testing.T, ctx context.Context, d backend.Driver, mc *memcach
 			l     backend.Claim
 			value string
 			flags uint32
-		}{{held, held.Token + " job 7", 0}, {flagged, flagged.Token, 7}} {
+		}{{held, string(fencedValue(held.Token, held.Fence, "job 7")), 0}, {flagged, flagged.Token, 7}} {
 			it, err := mc.Get(lockKey(c.l.Key))
 			if err != nil {
 				t.Fatalf("the refreshed item: %v", err)

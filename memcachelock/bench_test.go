@@ -19,10 +19,11 @@ import (
 // and lock-ns the time of one pair; rt-ns one round trip (a gets).
 //
 // A correct lock cannot reach the floor's two round trips: the acquisition
-// is add, incr (the fence) and gets (the confirmation that the fence was
-// drawn while holding), and the release gets and cas, since memcached has no
-// compare-and-delete and a bare delete can free the next holder's lock. That
-// is five round trips, so the ratio is about 2.5.
+// is add, incr (the fence), gets and cas (the confirmation that the fence
+// was drawn while holding, which records it in the item), and the release
+// gets and cas, since memcached has no compare-and-delete and a bare delete
+// can free the next holder's lock. That is six round trips, so the ratio is
+// about 3.
 func BenchmarkUncontended(b *testing.B) {
 	testenv.Require(b, testenv.MemcacheAddr())
 	mc := memcache.New(testenv.MemcacheAddr())

@@ -21,8 +21,9 @@
 // lock libraries do, can remove the next holder's lock.)
 //
 // Fencing tokens come from a per-name counter advanced with incr, drawn
-// while the new holder's item exists and confirmed by a gets before the
-// lock is granted, so they increase strictly from holder to holder.
+// while the new holder's item exists and confirmed, before the lock is
+// granted, by a gets and a cas that records the fence in the item (for
+// Inspect and Break), so they increase strictly from holder to holder.
 //
 // Fences and retention: memcached has no counter shared by every name, so
 // the fence uses a clock floor. A missing counter is added with the
@@ -35,7 +36,7 @@
 // name's last release, nothing of it is left: per-entity names do not pile
 // up. The fence stays larger than every earlier one provided that the
 // counter was advanced fewer times than microseconds passed between its
-// seed and the reseed (every acquisition takes three round trips, so it
+// seed and the reseed (every acquisition takes four round trips, so it
 // runs far behind the clock), and that the reseeding client's clock is not
 // behind the previous seeder's by more than the difference (about the
 // retention, less the fences handed out): keep client clocks synchronised
@@ -43,8 +44,22 @@
 // The details are in the source (nextFence). The counter costs no round
 // trip on the hot path: incr first, and add only when incr finds none.
 //
-// An uncontended acquisition costs three round trips (add, incr, gets) and
-// a release two (gets, cas), against two for a bare add and delete.
+// An uncontended acquisition costs four round trips (add, incr, gets, cas)
+// and a release two (gets, cas), against two for a bare add and delete.
+//
+// # Operators
+//
+// The driver implements backend.Inspector and backend.Breaker. Inspect is
+// one get: whether the lock is held, the holder's owner (its first 200
+// bytes) and fence, which the item records (a holder whose acquisition has
+// not yet recorded it, for the moment between its add and its cas, or an
+// item of an older version, is reported without a fence). It reports no
+// TTL: memcached cannot tell how long an item has left, and the item keeps
+// no deadline. No queue: waiters poll. Break is a release under the fence:
+// gets, then a cas to the expired tombstone, which fails if the item
+// changed since; the fence counter stays, so the next fence is above, and
+// the removed holder's next refresh finds no item. There is no
+// backend.Lister: memcached cannot enumerate its keys.
 //
 // RefreshMany (backend.BatchRefresher), which the locker package's
 // watchdog uses for locks that fall due together, refreshes a batch in two

@@ -36,6 +36,8 @@ type Driver struct {
 var (
 	_ backend.Driver         = (*Driver)(nil)
 	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
 )
 
 // New returns a driver that uses mc, a client the caller built (its server
@@ -76,8 +78,13 @@ func (d *Driver) Close() error {
 
 // gomemcache takes no context: each of its calls is bounded by the client's
 // Timeout instead. The driver checks ctx before every round trip.
+// op is "" for the operator's calls, whose operation the Client's error
+// names already.
 func live(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
+		if op == "" {
+			return fmt.Errorf("memcachelock: %w", context.Cause(ctx))
+		}
 		return fmt.Errorf("memcachelock: %s: %w", op, context.Cause(ctx))
 	}
 	return nil
@@ -182,18 +189,50 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	// Confirm: the item we created must still be there, so that the fence
-	// was drawn while we held the lock.
-	cur, err := d.get(lk)
-	switch {
-	case errors.Is(err, memcache.ErrCacheMiss):
-		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
-	case err != nil:
-		return fail(fmt.Errorf("memcachelock: acquire: confirm: %w", err))
-	case !heldBy(cur.Value, l.Token):
-		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
+	if err := d.confirm(ctx, lk, l, fence, exp); err != nil {
+		if errors.Is(err, backend.ErrNotAcquired) {
+			return backend.Grant{}, err
+		}
+		return fail(err)
 	}
 	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+// confirm checks that the item we created is still there, so that the
+// fence was drawn while we held the lock, and records the fence in it
+// (gets, then cas: the cas fails if the item changed since), for Inspect
+// and Break.
+func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32) error {
+	for range maxAttempts {
+		if err := live(ctx, "acquire"); err != nil {
+			return err
+		}
+		cur, err := d.get(lk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+		case err != nil:
+			return fmt.Errorf("memcachelock: acquire: confirm: %w", err)
+		case !heldBy(cur.Value, l.Token):
+			return fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
+		}
+		if err := live(ctx, "acquire"); err != nil {
+			return err
+		}
+		cur.Value, cur.Expiration = fencedValue(l.Token, fence, l.Owner), exp
+		err = d.cas(cur)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+		case errors.Is(err, memcache.ErrCASConflict):
+			continue // changed since our gets: look again
+		default:
+			return fmt.Errorf("memcachelock: acquire: confirm: cas: %w", err)
+		}
+	}
+	return fmt.Errorf("memcachelock: acquire: the lock item kept changing during %d attempts", maxAttempts)
 }
 
 // claim stores item (holding token) if the key is free: absent, expired, or
@@ -296,7 +335,7 @@ func (d *Driver) cleanup(l backend.Claim) {
 //	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
 //
 // With equal clocks this says: fewer than one acquisition per microsecond
-// on average between the seed and the reseed. Each acquisition takes three
+// on average between the seed and the reseed. Each acquisition takes four
 // round trips to memcached (tens of microseconds even on loopback), so the
 // counter runs behind the clock by most of the time since the seed, and that
 // is the slack left for clock differences: with clocks synchronised by NTP

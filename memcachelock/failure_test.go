@@ -121,7 +121,11 @@ func TestEviction(t *testing.T) {
 	stop := make(chan struct{})
 	var sent atomic.Int64
 	var wg sync.WaitGroup
-	value := []byte(strings.Repeat("v", tokenLen))
+	it, err := flood.Get(lk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := []byte(strings.Repeat("v", len(it.Value)))
 	for w := range 8 {
 		wg.Go(func() {
 			for i := 0; ; i++ {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,24 +24,50 @@ func lockKey(key string) string  { return backend.ShortKey(key, maxItemKey-len(f
 func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
 
 // Values. A held lock's item holds the holder's token (the locker package
-// makes 32 hex digits), followed, when the acquisition named an owner, by a
-// space and the first maxOwnerLen bytes of the owner, for operators. A
+// makes 32 hex digits), then a space, '~' and the fence in decimal (0 until
+// the acquisition has drawn it), for Inspect and Break, then, when the
+// acquisition named an owner, a space and the first maxOwnerLen bytes of
+// the owner, for operators. Items of older versions have no fence field
+// (one whose owner starts with '~' and digits reads as having one). A
 // released lock's item, if the server keeps it at all (see Release), holds
 // the tombstone.
 const (
 	tokenLen    = 32
 	maxOwnerLen = 200
 	tombstone   = "-"
+	fenceMark   = '~'
 )
 
-func holdValue(token, owner string) []byte {
+// holdValue is the value an acquisition stores before it has its fence.
+func holdValue(token, owner string) []byte { return fencedValue(token, 0, owner) }
+
+// fencedValue is the value of a holder with fence (0: not drawn yet).
+func fencedValue(token string, fence uint64, owner string) []byte {
+	v := append([]byte(token), ' ', fenceMark)
+	v = strconv.AppendUint(v, fence, 10)
 	if owner == "" {
-		return []byte(token)
+		return v
 	}
 	if len(owner) > maxOwnerLen {
 		owner = owner[:maxOwnerLen]
 	}
-	return []byte(token + " " + owner)
+	return append(append(v, ' '), owner...)
+}
+
+// parseValue splits a held lock's value into its fence (0 when it has
+// none yet, or is of an older version) and owner.
+func parseValue(v []byte) (fence uint64, owner string) {
+	_, rest, ok := bytes.Cut(v, []byte(" "))
+	if !ok {
+		return 0, ""
+	}
+	if len(rest) > 1 && rest[0] == fenceMark {
+		num, after, _ := bytes.Cut(rest[1:], []byte(" "))
+		if n, err := strconv.ParseUint(string(num), 10, 64); err == nil {
+			return n, string(after)
+		}
+	}
+	return 0, string(rest)
 }
 
 // checkToken rejects tokens that a value cannot carry unambiguously.

@@ -154,7 +154,7 @@ func TestValues(t *testing.T) {
 			t.Errorf("heldBy(%q) = %v, want %v", c.v, got, c.held)
 		}
 	}
-	if n := len(holdValue(tok, strings.Repeat("o", 1000))); n != tokenLen+1+maxOwnerLen {
+	if n := len(holdValue(tok, strings.Repeat("o", 1000))); n != tokenLen+len(" ~0 ")+maxOwnerLen {
 		t.Errorf("value with a long owner is %d bytes", n)
 	}
 	// Tokens of other lengths work too; ones a value cannot carry do not.
@@ -172,6 +172,26 @@ func TestValues(t *testing.T) {
 	}
 	if heldBy([]byte(tombstone), "") || !isTombstone([]byte(tombstone)) || isTombstone(holdValue(tok, "")) {
 		t.Error("tombstone misread")
+	}
+	// Fence and owner, in values of this version and of older ones.
+	for _, c := range []struct {
+		v     []byte
+		fence uint64
+		owner string
+	}{
+		{fencedValue(tok, 17, "job 7"), 17, "job 7"},
+		{fencedValue(tok, 1<<63, ""), 1 << 63, ""},
+		{fencedValue(tok, 0, "~5"), 0, "~5"}, // no fence yet
+		{holdValue(tok, "job 7"), 0, "job 7"},
+		{[]byte(tok), 0, ""},
+		{[]byte(tok + " ~x y"), 0, "~x y"},
+	} {
+		if !heldBy(c.v, tok) {
+			t.Errorf("heldBy(%q) = false", c.v)
+		}
+		if fence, owner := parseValue(c.v); fence != c.fence || owner != c.owner {
+			t.Errorf("parseValue(%q) = %d, %q, want %d, %q", c.v, fence, owner, c.fence, c.owner)
+		}
 	}
 }
 
@@ -693,5 +713,33 @@ func TestSeveralServers(t *testing.T) {
 	}
 	if on1 == 0 || on2 == 0 {
 		t.Fatalf("20 locks: %d on the first server, %d on the second; want both used", on1, on2)
+	}
+}
+
+// A holder whose item records no fence (its acquisition has not confirmed
+// yet, or an older version wrote it) is reported held without one, and
+// Break, which needs the fence, leaves it alone.
+func TestInspectWithoutFence(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	mc := memcache.New(testenv.MemcacheAddr())
+	defer mc.Close()
+	d := mustNew(t, mc)
+	ctx := context.Background()
+	for _, v := range [][]byte{holdValue(token(), "job 7"), []byte(token() + " job 7")} {
+		key := uniqueKey(t, "nofence")
+		if err := mc.Set(&memcache.Item{Key: lockKey(key), Value: v, Expiration: 60}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := d.Inspect(ctx, key)
+		if err != nil || !st.Held || st.Owner != "job 7" || st.Known.Has(backend.KnowsFence) || st.Known.Has(backend.KnowsTTL) {
+			t.Fatalf("Inspect of %q = %+v, %v; want held by job 7, no fence, no TTL", v, st, err)
+		}
+		// The Client names the operation: the driver says only what it found.
+		if _, err := d.Break(ctx, key, 0); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "memcachelock: not held" {
+			t.Fatalf("Break of %q under fence 0 = %v, want ErrNotHeld", v, err)
+		}
+		if it, err := mc.Get(lockKey(key)); err != nil || string(it.Value) != string(v) {
+			t.Fatalf("the item after Break: %v, %v", it, err)
+		}
 	}
 }

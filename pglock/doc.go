@@ -10,7 +10,11 @@
 // pool configuration with [OpenConfig]) and pass it to locker.New.
 // Statements run on the pool, one autocommitted statement each, never
 // inside a transaction of yours. [Driver.Inspect] shows a lock as the
-// database sees it; so does a plain SELECT on the table.
+// database sees it (owner, fence, time left by the server's clock; no
+// queue: waiters listen, and leave no trace), so does a plain SELECT on the
+// table; [Driver.List] is one SELECT of the held rows under a prefix, and
+// [Driver.Break] one DELETE of a holder's row under its fence, notified
+// and fenced as a release.
 //
 // # The table
 //

@@ -46,6 +46,9 @@ var (
 	_ backend.Driver         = (*Driver)(nil)
 	_ backend.Notifier       = (*Driver)(nil)
 	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Lister         = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
 )
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
@@ -99,9 +102,18 @@ func micros(ttl time.Duration) (int64, error) {
 func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pglock: %s: %w", op, err)
+		return nil, nil, fmt.Errorf("%s%w", prefix(op), err)
 	}
 	return ctx, done, nil
+}
+
+// prefix starts the driver's errors of op: "" for the operator's calls,
+// whose operation the Client's error names already.
+func prefix(op string) string {
+	if op == "" {
+		return "pglock: "
+	}
+	return "pglock: " + op + ": "
 }
 
 // TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
@@ -303,50 +315,114 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// Info describes the lock on one key, as the database sees it now.
-type Info struct {
-	// Held: a token holds the key and its TTL has not run out.
-	Held bool
-	// Owner is the holder's owner identity, or "".
-	Owner string
-	// Fence is the version of the row: the fence of the last acquisition.
-	Fence uint64
-	// Remaining is how long the lock lives without a refresh, by the
-	// server's clock; zero when not held.
-	Remaining time.Duration
-	// ExpiresAt is when that is, on the driver's clock.
-	ExpiresAt time.Time
-}
+// known is what a row records: owner, fence and expiry. Waiters listen
+// for notifications and leave no trace in the table.
+const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 
-// Inspect reports the state of the lock on key (namespace + "/" + name).
-// A key that was never locked gives a zero Info.
-func (d *Driver) Inspect(ctx context.Context, key string) (Info, error) {
-	ctx, leave, err := d.enter(ctx, "inspect")
+// Inspect implements backend.Inspector with one SELECT of the key's row;
+// the TTL is by the server's clock.
+func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+	ctx, leave, err := d.enter(ctx, "")
 	if err != nil {
-		return Info{}, err
+		return backend.State{}, err
 	}
 	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
-		return Info{}, err
+		return backend.State{}, err
 	}
 	var (
-		info    Info
-		version int64
-		us      int64
+		held        bool
+		owner       string
+		version, us int64
 	)
-	err = d.pool.QueryRow(ctx, d.sql.inspect, key).Scan(&info.Held, &info.Owner, &version, &us)
+	err = d.retry(ctx, func() error {
+		return d.pool.QueryRow(ctx, d.sql.inspect, key).Scan(&held, &owner, &version, &us)
+	})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return Info{}, nil
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && !held:
+		return backend.State{Key: key, Known: known}, nil
 	case err != nil:
-		return Info{}, d.wrap("inspect", err)
+		return backend.State{}, d.wrap("", err)
 	}
-	info.Fence = uint64(version)
-	if info.Held {
-		info.Remaining = time.Duration(us) * time.Microsecond
-		info.ExpiresAt = d.cfg.clock().Add(info.Remaining)
+	return heldState(key, owner, version, us), nil
+}
+
+func heldState(key, owner string, version, us int64) backend.State {
+	return backend.State{Key: key, Held: true, Owner: owner, Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond, Known: known}
+}
+
+// List implements backend.Lister with one SELECT of the held rows whose
+// name starts with prefix.
+func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+	ctx, leave, err := d.enter(ctx, "")
+	if err != nil {
+		return nil, err
 	}
-	return info, nil
+	defer leave()
+	if err := d.ensureSchema(ctx); err != nil {
+		return nil, err
+	}
+	var out []backend.State
+	err = d.retry(ctx, func() error {
+		out = out[:0]
+		rows, err := d.pool.Query(ctx, d.sql.list, likePrefix(prefix))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				name, owner string
+				version, us int64
+			)
+			if err := rows.Scan(&name, &owner, &version, &us); err != nil {
+				return err
+			}
+			out = append(out, heldState(name, owner, version, us))
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, d.wrap("", err)
+	}
+	return out, nil
+}
+
+// Break implements backend.Breaker with one DELETE of the key's row under
+// fence, under the name's fence lock as a release, which notifies the
+// waiters. The removed holder's next Refresh finds no row; the next grant
+// draws its fence from the sequence, above.
+func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+	ctx, leave, err := d.enter(ctx, "")
+	if err != nil {
+		return backend.State{}, err
+	}
+	defer leave()
+	if err := d.ensureSchema(ctx); err != nil {
+		return backend.State{}, err
+	}
+	var (
+		owner     string
+		us        int64
+		uncertain error
+	)
+	err = d.retry(ctx, func() error {
+		err := d.pool.QueryRow(ctx, d.sql.breakLock, key, int64(fence), d.sql.channel).Scan(&owner, &us)
+		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
+			uncertain = err
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
+		// An earlier attempt may have removed it: we cannot tell.
+		return backend.State{}, d.wrap("", uncertain)
+	case errors.Is(err, pgx.ErrNoRows):
+		return backend.State{}, fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+	case err != nil:
+		return backend.State{}, d.wrap("", err)
+	}
+	return heldState(key, owner, int64(fence), us), nil
 }
 
 // statementRetry is how long one call resends a statement that a
@@ -384,12 +460,12 @@ func permission(err error) error {
 // from pgx never contain the password.
 func (d *Driver) wrap(op string, err error) error {
 	if d.gate.Closed() {
-		return fmt.Errorf("pglock: %s: %w (%v)", op, backend.ErrClosed, err)
+		return fmt.Errorf("%s%w (%v)", prefix(op), backend.ErrClosed, err)
 	}
 	if sqlState(err) == codeUndefTable {
-		return fmt.Errorf("pglock: %s: table %s does not exist (run schema.sql or allow create_table): %w", op, d.sql.table, err)
+		return fmt.Errorf("%stable %s does not exist (run schema.sql or allow create_table): %w", prefix(op), d.sql.table, err)
 	}
-	return fmt.Errorf("pglock: %s: %w", op, permission(err))
+	return fmt.Errorf("%s%w", prefix(op), permission(err))
 }
 
 // ensureSchema creates the table on first use, or with WithCreateTable(false)

@@ -38,10 +38,11 @@ func WithSchema(name string) Option { return func(c *config) { c.schema = name }
 // exists. It is the URL's create_table=.
 func WithCreateTable(on bool) Option { return func(c *config) { c.create = on } }
 
-// WithClock replaces time.Now as the driver's client clock. The driver uses
-// it only to translate the server's remaining TTL into a local time in
-// Inspect: every expiry is computed by the database server from its own
-// clock, so a wrong client clock cannot make a lock expire early or late.
+// WithClock replaced time.Now as the driver's client clock, which only
+// Inspect used, to translate the server's remaining TTL into a local time.
+//
+// Deprecated: Inspect reports the remaining TTL only (backend.State.TTL);
+// every expiry is the server's. The option has no effect.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now != nil {

@@ -294,6 +294,20 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter heard no notification of the release")
 	}
+	// The operator's calls need no more than the same grants.
+	b, err := c.Acquire(ctx, "b", locker.Owner("op"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(ctx, "b"); err != nil || !st.Held || st.Owner != "op" {
+		t.Fatalf("Inspect = %+v, %v", st, err)
+	}
+	if ls, err := c.List(ctx, ""); err != nil || len(ls) != 1 || ls[0].Name != "b" {
+		t.Fatalf("List = %+v, %v", ls, err)
+	}
+	if _, err := c.ForceRelease(ctx, "b", b.Fence()); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
 	c.Close()
 
 	// One grant less: ErrPermission at Open, at the first acquire or at the

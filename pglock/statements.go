@@ -80,6 +80,14 @@ type statements struct {
 	// inspect($1 key) returns held, owner, version, remaining µs; no row
 	// when the key was never locked.
 	inspect string
+	// list($1 LIKE pattern) returns name, owner, version, remaining µs of
+	// every held lock whose name matches, sorted by the name's bytes.
+	list string
+	// breakLock($1 key, $2 fence, $3 channel) deletes the key's row if it
+	// is held under fence, notifies the channel as release does, and
+	// returns the removed holder's owner and remaining µs; no row
+	// otherwise.
+	breakLock string
 }
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
@@ -167,14 +175,39 @@ SELECT count(*) FROM e LEFT JOIN k ON true, pg_notify($2, ` + payloadSQL("e.name
 VALUES ($1, $2, 'sqllock notification key', 1, clock_timestamp(), 'infinity')
 ON CONFLICT (name) DO UPDATE SET token = excluded.token, owner = excluded.owner, expires_at = excluded.expires_at
 WHERE l.token IS NULL`,
-		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version,
-    greatest(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000))::int8
+		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version, ` + remainingSQL + `
 FROM ` + t + ` WHERE name = $1`,
+		// The notification key's row looks held (forever): it is no lock.
+		list: `SELECT name, coalesce(owner, ''), version, ` + remainingSQL + `
+FROM ` + t + `
+WHERE name LIKE $1 AND name <> '` + notifyKeyName + `' AND token IS NOT NULL AND expires_at > clock_timestamp()
+ORDER BY name COLLATE "C"`,
+		// As release, under the name's exclusive fence lock: an acquisition
+		// that drew its fence before the deletion finds the row and fails,
+		// so the next grant's fence is drawn after it, above the removed one.
+		breakLock: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fenceClass + `, hashtext($1))),
+freed AS (
+    DELETE FROM ` + t + `
+    WHERE name = $1 AND version = $2 AND name <> '` + notifyKeyName + `' AND token IS NOT NULL
+        AND expires_at > clock_timestamp() AND (SELECT true FROM g)
+    RETURNING name, coalesce(owner, '') AS owner, ` + remainingSQL + ` AS us
+), ` + notifyKeyCTE(t) + `
+SELECT freed.owner, freed.us FROM freed LEFT JOIN k ON true, pg_notify($3, ` + payloadSQL("freed.name") + `)`,
 	}
 	if schema != "" {
 		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
 	}
 	return d
+}
+
+// remainingSQL is a row's time left, in whole microseconds by the
+// server's clock, zero once expired.
+const remainingSQL = `greatest(0, floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000))::int8`
+
+// likePrefix is the LIKE pattern (default escape '\') of the names that
+// start with prefix.
+func likePrefix(prefix string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(prefix) + "%"
 }
 
 // notifyKeyName is the row that keeps the table's notification key, in

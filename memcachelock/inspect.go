@@ -1,0 +1,95 @@
+package memcachelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// An item records its holder's owner and, once its acquisition completed,
+// its fence (see fencedValue). memcached cannot report how long an item
+// has left, and the value keeps no deadline: no TTL. Waiters poll: no
+// queue. There is no List: memcached cannot enumerate its keys.
+
+// state is the State of a held lock's value.
+func state(key string, v []byte) backend.State {
+	fence, owner := parseValue(v)
+	st := backend.State{Key: key, Held: true, Owner: owner, Known: backend.KnowsOwner}
+	if fence != 0 {
+		st.Fence, st.Known = fence, st.Known|backend.KnowsFence
+	}
+	return st
+}
+
+// Inspect implements backend.Inspector with one get of the lock's item. A
+// holder whose acquisition has not yet recorded its fence (between its add
+// and its confirmation, or an item of an older version) is reported
+// without one.
+func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
+	}
+	defer done()
+	if err := live(ctx, ""); err != nil {
+		return backend.State{}, err
+	}
+	cur, err := d.get(lockKey(key))
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+	case err != nil:
+		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
+	case !isTombstone(cur.Value):
+		return state(key, cur.Value), nil
+	}
+	return backend.State{Key: key, Known: backend.KnowsOwner | backend.KnowsFence}, nil
+}
+
+// Break implements backend.Breaker as a release under the fence: gets,
+// then a cas to an expired tombstone that succeeds only if the item is
+// still the one whose value shows fence. The removed holder's next Refresh
+// finds no item; the key's fence counter is untouched, so the next grant's
+// fence is above (see nextFence).
+func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
+	}
+	defer done()
+	lk := lockKey(key)
+	for range maxAttempts {
+		if err := live(ctx, ""); err != nil {
+			return backend.State{}, err
+		}
+		cur, err := d.get(lk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
+		case err != nil:
+			return backend.State{}, fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		st := state(key, cur.Value)
+		if isTombstone(cur.Value) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
+			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
+		}
+		if err := live(ctx, ""); err != nil {
+			return backend.State{}, err
+		}
+		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+		switch {
+		case err == nil:
+			return st, nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
+		case errors.Is(err, memcache.ErrCASConflict):
+			continue // a refresh since our gets: look again
+		default:
+			return backend.State{}, fmt.Errorf("memcachelock: cas: %w", err)
+		}
+	}
+	return backend.State{}, fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+}
