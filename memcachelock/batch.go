@@ -48,7 +48,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("memcachelock: refresh: %w", err)
+			errs[i] = fmt.Errorf("memcachelock: %w", err)
 		}
 		return errs
 	}
@@ -83,7 +83,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		lk := lockKey(locks[i].Key)
 		addr, err := d.servers.PickServer(lk)
 		if err != nil {
-			errs[i] = fmt.Errorf("memcachelock: refresh: %w", err)
+			errs[i] = fmt.Errorf("memcachelock: %w", err)
 			continue
 		}
 		name := addr.Network() + "!" + addr.String()
@@ -172,7 +172,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	}
 	c, pooled, err := d.batch.conn(ctx, g, d.timeout())
 	if err != nil {
-		return failAll(fmt.Errorf("memcachelock: refresh: dial: %w", withCause(ctx, err)))
+		return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 	}
 	items, err := d.gets(ctx, c, keys)
 	if err != nil && pooled && staleConn(err) {
@@ -184,13 +184,13 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		}
 		c, err = d.batch.dial(ctx, g, d.timeout())
 		if err != nil {
-			return failAll(fmt.Errorf("memcachelock: refresh: dial: %w", withCause(ctx, err)))
+			return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 		}
 		items, err = d.gets(ctx, c, keys)
 	}
 	if err != nil {
 		c.Close()
-		return failAll(fmt.Errorf("memcachelock: refresh: gets: %w", withCause(ctx, err)))
+		return failAll(fmt.Errorf("memcachelock: gets: %w", withCause(ctx, err)))
 	}
 
 	// The cas commands, for the locks still held by their token.
@@ -200,9 +200,9 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		it, ok := items[keys[p]]
 		switch {
 		case !ok:
-			errs[i] = fmt.Errorf("memcachelock: refresh: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("memcachelock: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
 		case !heldBy(it.value, locks[i].Token):
-			errs[i] = fmt.Errorf("memcachelock: refresh: %w: another token holds it", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
 		default:
 			held = append(held, p)
 		}
@@ -258,12 +258,12 @@ replies:
 		case "EXISTS\r\n":
 			again = append(again, i)
 		case "NOT_FOUND\r\n", "NOT_STORED\r\n":
-			errs[i] = fmt.Errorf("memcachelock: refresh: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("memcachelock: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
 		default:
 			if bytes.HasPrefix(reply, []byte("SERVER_ERROR ")) {
 				// The server read the command and its data: the next
 				// reply is the next command's.
-				errs[i] = fmt.Errorf("memcachelock: refresh: cas: %s", bytes.TrimSpace(reply))
+				errs[i] = fmt.Errorf("memcachelock: cas: %s", bytes.TrimSpace(reply))
 				continue
 			}
 			// Out of step with the commands: this reply and the rest
@@ -278,7 +278,7 @@ replies:
 		d.batch.put(g.name, c, d.maxIdle())
 	}
 	if err != nil {
-		return failHeld(n, fmt.Errorf("memcachelock: refresh: cas: %w", withCause(ctx, err)))
+		return failHeld(n, fmt.Errorf("memcachelock: cas: %w", withCause(ctx, err)))
 	}
 	return again
 }

@@ -154,7 +154,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", err)
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
 	if err := live(ctx, "acquire"); err != nil {
@@ -172,7 +172,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	if !won {
-		return backend.Grant{}, fmt.Errorf("memcachelock: acquire: %w", backend.ErrNotAcquired)
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	}
 
 	fail := func(err error) (backend.Grant, error) {
@@ -210,11 +210,11 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 		cur, err := d.get(lk)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
 		case err != nil:
-			return fmt.Errorf("memcachelock: acquire: confirm: %w", err)
+			return fmt.Errorf("memcachelock: confirm: %w", err)
 		case !heldBy(cur.Value, l.Token):
-			return fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
+			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
 		}
 		if err := live(ctx, "acquire"); err != nil {
 			return err
@@ -225,14 +225,14 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 		case err == nil:
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: acquire: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets: look again
 		default:
-			return fmt.Errorf("memcachelock: acquire: confirm: cas: %w", err)
+			return fmt.Errorf("memcachelock: confirm: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: acquire: the lock item kept changing during %d attempts", maxAttempts)
+	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
 }
 
 // claim stores item (holding token) if the key is free: absent, expired, or
@@ -244,7 +244,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 		case err == nil:
 			return true, nil
 		case !errors.Is(err, memcache.ErrNotStored):
-			return false, fmt.Errorf("memcachelock: acquire: add: %w", err)
+			return false, fmt.Errorf("memcachelock: add: %w", err)
 		}
 		// Something is there: a holder, or a tombstone a server kept.
 		if err := live(ctx, "acquire"); err != nil {
@@ -255,7 +255,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 		case errors.Is(err, memcache.ErrCacheMiss):
 			continue // gone since the add: try again
 		case err != nil:
-			return false, fmt.Errorf("memcachelock: acquire: gets: %w", err)
+			return false, fmt.Errorf("memcachelock: gets: %w", err)
 		case heldBy(cur.Value, token):
 			// Only this acquisition writes this token, so this is an add
 			// of ours whose reply was lost. Keep it, with a fresh expiry.
@@ -274,7 +274,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
 			continue // changed since our gets: look again
 		default:
-			return false, fmt.Errorf("memcachelock: acquire: cas: %w", err)
+			return false, fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
 	// The key kept changing under us: someone else is active on it.
@@ -362,7 +362,7 @@ func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 		case err == nil:
 			return n, nil
 		case !errors.Is(err, memcache.ErrCacheMiss):
-			return 0, fmt.Errorf("memcachelock: acquire: fence: incr: %w", err)
+			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
 		if err := d.young(fk, ttl); err != nil {
 			return 0, err
@@ -370,11 +370,11 @@ func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
 		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: d.fenceExp})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
-			return 0, fmt.Errorf("memcachelock: acquire: fence: seed: %w", err)
+			return 0, fmt.Errorf("memcachelock: fence: seed: %w", err)
 		}
 		// Seeded, by us or by a concurrent seeder: incr again.
 	}
-	return 0, errors.New("memcachelock: acquire: fence: the counter kept disappearing")
+	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
 }
 
 // Refresh extends the lock with gets and cas: the cas succeeds only if the
@@ -387,7 +387,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("memcachelock: refresh: %w", err)
+		return fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
 	return d.refresh(ctx, l, exp)
@@ -403,11 +403,11 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 		cur, err := d.get(lk)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: refresh: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
 		case err != nil:
-			return fmt.Errorf("memcachelock: refresh: gets: %w", err)
+			return fmt.Errorf("memcachelock: gets: %w", err)
 		case !heldBy(cur.Value, l.Token):
-			return fmt.Errorf("memcachelock: refresh: %w: another token holds it", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
 		}
 		if err := live(ctx, "refresh"); err != nil {
 			return err
@@ -418,14 +418,14 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 		case err == nil:
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: refresh: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
-			return fmt.Errorf("memcachelock: refresh: cas: %w", err)
+			return fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: refresh: the lock item kept changing during %d attempts", maxAttempts)
+	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
 }
 
 // Release frees the lock with gets and cas. memcached has no
@@ -442,7 +442,7 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("memcachelock: release: %w", err)
+		return fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
 	return d.release(ctx, l)
@@ -457,11 +457,11 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		cur, err := d.get(lk)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: release: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
 		case err != nil:
-			return fmt.Errorf("memcachelock: release: gets: %w", err)
+			return fmt.Errorf("memcachelock: gets: %w", err)
 		case !heldBy(cur.Value, l.Token):
-			return fmt.Errorf("memcachelock: release: %w: another token holds it", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
 		}
 		if err := live(ctx, "release"); err != nil {
 			return err
@@ -471,12 +471,12 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: release: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
-			return fmt.Errorf("memcachelock: release: cas: %w", err)
+			return fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: release: the lock item kept changing during %d attempts", maxAttempts)
+	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
 }

@@ -44,14 +44,14 @@ func (d *Driver) young(key string, ttl time.Duration) error {
 	}
 	addr, err := d.servers.PickServer(key)
 	if err != nil {
-		return fmt.Errorf("memcachelock: acquire: %w", err)
+		return fmt.Errorf("memcachelock: %w", err)
 	}
 	up, err := d.uptime(addr)
 	if err != nil {
-		return fmt.Errorf("memcachelock: acquire: uptime: %w", err)
+		return fmt.Errorf("memcachelock: uptime: %w", err)
 	}
 	if up -= uptimeSkew; up < ttl {
-		return fmt.Errorf("memcachelock: acquire: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf(
+		return fmt.Errorf("memcachelock: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf(
 			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", ttl-up)})
 	}
 	return nil

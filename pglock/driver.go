@@ -142,10 +142,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	case err == nil:
 		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w", backend.ErrNotAcquired)
+		return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
 	case conflict(err):
 		// Still racing after the retries: someone else keeps winning.
-		return backend.Grant{}, fmt.Errorf("pglock: acquire: %w (%v)", backend.ErrNotAcquired, err)
+		return backend.Grant{}, fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
 	}
 	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
 		// The server refused the statement, or it was never sent.
@@ -196,7 +196,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	case err != nil:
 		return d.wrap("refresh", err)
 	case n == 0:
-		return fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -262,7 +262,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	}
 	for j, i := range pos {
 		if !done[j] {
-			errs[i] = fmt.Errorf("pglock: refresh: %w", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("pglock: %w", backend.ErrNotHeld)
 		}
 	}
 	return errs
@@ -293,11 +293,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		// An earlier attempt may have released it: we cannot tell.
 		return d.wrap("release", uncertain)
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("pglock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
 	case err != nil:
 		return d.wrap("release", err)
 	case !live:
-		return fmt.Errorf("pglock: release: %w: its TTL had run out", backend.ErrNotHeld)
+		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
 	}
 	return nil
 }
