@@ -212,7 +212,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	if err := pool.Ping(ctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("%s%w", openPrefix(where), permission(err))
+		return nil, fmt.Errorf("%s%w", openPrefix(where), permission(onceEach(err)))
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		d.Close()
@@ -220,3 +220,31 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	return d, nil
 }
+
+// onceEach drops the repeated lines of pgx's connect error: it lists every
+// attempt, and with sslmode=prefer (the default) one address fails twice
+// in the same words, once with TLS and once without.
+func onceEach(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	seen := make(map[string]bool, len(lines))
+	kept := lines[:0]
+	for _, l := range lines {
+		if !seen[l] {
+			seen[l] = true
+			kept = append(kept, l)
+		}
+	}
+	if len(kept) == len(lines) {
+		return err
+	}
+	return &reworded{msg: strings.Join(kept, "\n"), err: err}
+}
+
+// reworded is err with another message; errors.Is and As see err.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r *reworded) Error() string { return r.msg }
+func (r *reworded) Unwrap() error { return r.err }
