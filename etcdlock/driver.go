@@ -63,6 +63,7 @@ type entry struct {
 	s      *slot
 	rev    int64 // its creation revision: the fence
 	onLost func(error)
+	stop   context.CancelFunc // ends its watch (see watchHeld)
 }
 
 // slot is the key of one acquisition's entry, reserved in its lease until
@@ -325,13 +326,17 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 		return backend.Grant{}, errRequeue
 	}
 	hk := holdKey{l.Key, l.Token}
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	wctx, stop := context.WithCancel(d.gate.Context())
+	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost, stop: stop}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
+		old.stop()
 	}
 	d.held[hk] = e
 	s.ls.entries[e] = struct{}{}
+	d.bg.Add(1)
 	d.mu.Unlock()
+	go d.watchHeld(wctx, e)
 	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
 }
 
@@ -455,6 +460,7 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 		return false
 	}
 	delete(d.held, e.hk)
+	e.stop()
 	ls := e.s.ls
 	delete(ls.entries, e)
 	if len(ls.entries) == 0 && ls.users == 0 {
