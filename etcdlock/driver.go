@@ -62,6 +62,7 @@ type entry struct {
 	hk     holdKey
 	s      *slot
 	rev    int64 // its creation revision: the fence
+	seen   int64 // a revision at which it was known in place
 	onLost func(error)
 	stop   context.CancelFunc // ends its watch (see watchHeld)
 }
@@ -277,7 +278,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
-	rev := resp.Header.Revision
+	rev, seen := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
@@ -287,7 +288,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 		// An earlier attempt of ours was applied although its reply was lost.
 		rev = kvs[0].CreateRevision
 	}
-	return d.grant(ctx, s, l, rev)
+	return d.grant(ctx, s, l, rev, seen)
 }
 
 // failedPut handles an error from a transaction that may have written s's
@@ -317,8 +318,10 @@ func (d *Driver) drop(ctx context.Context, s *slot, rev int64, err error) {
 	d.mu.Unlock()
 }
 
-// grant records a held lock, unless its lease was lost meanwhile.
-func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
+// grant records a held lock, unless its lease was lost meanwhile. Its
+// entry, created at rev, was seen in place at revision seen: its watch
+// starts after that.
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, seen int64) (backend.Grant, error) {
 	d.mu.Lock()
 	if s.ls.err != nil {
 		d.mu.Unlock()
@@ -327,7 +330,7 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 	}
 	hk := holdKey{l.Key, l.Token}
 	wctx, stop := context.WithCancel(d.gate.Context())
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost, stop: stop}
+	e := &entry{hk: hk, s: s, rev: rev, seen: seen, onLost: l.OnLost, stop: stop}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
 		old.stop()

@@ -376,12 +376,15 @@ func isLeaseNotFound(err error) bool {
 // watchHeld reports e lost as soon as anyone else deletes or writes its
 // entry (an operator's Break, a hand-made delete): the lease still lives,
 // so nothing else would tell. It watches the entry's key from the revision
-// after its creation, so no change is missed, until ctx ends (the lock is
-// released or lost, the driver closes). If the watch ends otherwise
-// (compaction), verify, at each keep-alive, still finds the change.
+// after the one at which the acquisition last saw it in place, so no
+// change is missed, until ctx ends (the lock is released or lost, the
+// driver closes). That revision is usually still the server's latest, so
+// the watch starts in sync: etcd serves one that starts further back from
+// a loop that runs every 100 ms. If the watch ends otherwise (compaction),
+// verify, at each keep-alive, still finds the change.
 func (d *Driver) watchHeld(ctx context.Context, e *entry) {
 	defer d.bg.Done()
-	for wr := range d.cli.Watch(ctx, e.s.key, clientv3.WithRev(e.rev+1)) {
+	for wr := range d.cli.Watch(ctx, e.s.key, clientv3.WithRev(e.seen+1)) {
 		if wr.Canceled || wr.Err() != nil {
 			return
 		}
