@@ -3,7 +3,9 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // TestHeldEntryWatched: a held entry deleted or overwritten by someone
@@ -175,14 +179,52 @@ func TestClientLogsReachLogger(t *testing.T) {
 	if attrs["method"] == "" {
 		t.Errorf("the record has no method field: %v", attrs)
 	}
-	// A request whose context has ended fails: the client says so at Warn.
+	// A request whose context has ended fails: the client's report of the
+	// attempt is at Debug, as the driver reports what becomes of it.
 	d, _ := backend.As[*Driver](c.Driver())
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := d.Client().Get(cctx, "x"); err == nil {
 		t.Fatal("a Get with a cancelled context succeeded")
 	}
-	if _, ok := rec.find(slog.LevelWarn, "retrying of unary invoker failed"); !ok {
-		t.Error("no Warn record of the failed request")
+	if _, ok := rec.find(slog.LevelDebug, attemptFailed); !ok {
+		t.Error("no Debug record of the failed attempt")
+	}
+	if _, ok := rec.find(slog.LevelWarn, attemptFailed); ok {
+		t.Error("a failed attempt logged at Warn")
+	}
+}
+
+// The etcd client's levels map to slog's, fields included.
+func TestZapLevels(t *testing.T) {
+	rec := &recorder{}
+	zl := zapLogger(slog.New(rec)).Named("etcd-client").With(zap.String("endpoint", "e1"))
+	zl.Warn("lease keepalive response queue is full", zap.Int64("lease", 7))
+	zl.Debug("chatter")
+	zl.Error("broken", zap.Error(errors.New("boom")))
+	for _, c := range []struct {
+		level slog.Level
+		msg   string
+		attrs string
+	}{
+		{slog.LevelWarn, "etcd client: lease keepalive response queue is full", "endpoint=e1 lease=7 logger=etcd-client"},
+		{slog.LevelDebug, "etcd client: chatter", "endpoint=e1 logger=etcd-client"},
+		{slog.LevelError, "etcd client: broken", "endpoint=e1 error=boom logger=etcd-client"},
+	} {
+		r, ok := rec.find(c.level, c.msg)
+		if !ok {
+			t.Errorf("no %v record %q", c.level, c.msg)
+			continue
+		}
+		var attrs []string
+		r.Attrs(func(a slog.Attr) bool { attrs = append(attrs, a.Key+"="+a.Value.String()); return true })
+		slices.Sort(attrs)
+		if got := strings.Join(attrs, " "); got != c.attrs {
+			t.Errorf("%q: attributes %q, want %q", c.msg, got, c.attrs)
+		}
+	}
+	quiet := zapLogger(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if quiet.Core().Enabled(zapcore.DebugLevel) || !quiet.Core().Enabled(zapcore.WarnLevel) {
+		t.Error("the core's levels do not follow the handler's")
 	}
 }

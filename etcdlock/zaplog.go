@@ -23,6 +23,19 @@ func zapLogger(l *slog.Logger) *zap.Logger {
 	return zap.New(slogCore{l: l})
 }
 
+// attemptFailed is the etcd client's message for each failed attempt of a
+// request. The error comes back to the driver, which retries on its own
+// terms and reports the outcome once: at Warn, every attempt of a request
+// it rides out would be said again, so it goes at Debug.
+const attemptFailed = "retrying of unary invoker failed"
+
+func levelOf(e zapcore.Entry) slog.Level {
+	if e.Message == attemptFailed {
+		return slog.LevelDebug
+	}
+	return slogLevel(e.Level)
+}
+
 func slogLevel(lvl zapcore.Level) slog.Level {
 	switch {
 	case lvl <= zapcore.DebugLevel:
@@ -44,7 +57,7 @@ func (c slogCore) With(fields []zapcore.Field) zapcore.Core {
 }
 
 func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if c.Enabled(e.Level) {
+	if c.l.Enabled(context.Background(), levelOf(e)) {
 		return ce.AddCore(e, c)
 	}
 	return ce
@@ -65,7 +78,7 @@ func (c slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
 		attrs = append(attrs, slog.Any(k, enc.Fields[k]))
 	}
-	c.l.LogAttrs(context.Background(), slogLevel(e.Level), "etcd client: "+e.Message, attrs...)
+	c.l.LogAttrs(context.Background(), levelOf(e), "etcd client: "+e.Message, attrs...)
 	return nil
 }
 
