@@ -92,17 +92,44 @@
 // least the server's minimum (etcd raises shorter ones, by default to about
 // 2s; the granted TTL is what Grant.TTL reports). When the server says the
 // lease is gone (revoked, expired), or no keep-alive succeeded for a whole
-// TTL, every lock on the lease reports its loss through Lock.OnLost. Every
-// TTL/3 the driver also checks that the entries of its held locks still
-// exist, unmodified since their creation (the driver never writes an entry
-// again), so that an entry deleted or overwritten by hand is reported lost
-// too.
+// TTL, every lock on the lease reports its loss through Lock.OnLost. The
+// driver watches the entry of each lock it holds, from the revision after
+// its creation, so that an entry deleted or overwritten by anyone else (an
+// operator's locker.Client.ForceRelease, a hand-made delete) is reported
+// lost within a round trip of the change; and every TTL/3 it checks that
+// those entries still exist, unmodified since their creation (the driver
+// never writes an entry again), in case a watch ended (compaction).
 //
 // Locks live as long as their lease: Lock.Refresh checks the entry and
 // sends a keep-alive, and locker.AutoRefresh(false) does not make a lock
 // expire on its own. Closing the driver revokes its leases, which frees all
 // its locks at once. A lease with no lock and no waiter is revoked after a
 // minute.
+//
+// # Inspecting and breaking locks
+//
+// The driver implements backend.Inspector, backend.Lister and
+// backend.Breaker (locker.Client's Inspect, List and ForceRelease). Inspect
+// reads the name's directory (one range, entries in creation order) and the
+// holder's lease (one TimeToLive): the holder's owner (the entry's value),
+// its fence (the entry's creation revision), its time left (the lease's
+// remaining TTL on the server, whole seconds rounded down; not reported
+// when the lease is about to go or gone) and the queue behind it (every
+// other entry's owner, next first). List reads every directory under the
+// escaped prefix, in pages of 1000 keys from one revision, and asks each
+// holder's lease once. ForceRelease deletes the holder's entry in a
+// transaction that compares its creation revision with the fence; the next
+// waiter's entry, younger, has a greater revision, and the removed holder's
+// driver sees the deletion on its watch.
+//
+// # Logging
+//
+// Open routes the etcd client's log (zap) to the driver's slog logger
+// (WithLogger, else the logger in Open's context, which locker.Open sets
+// from locker.WithLogger): its warnings (a failed request it retries, a
+// keep-alive in trouble) at Warn, its chatter (each request) at Debug, with
+// their fields as attributes. A client given to New logs where its
+// Config.Logger says.
 //
 // # Security
 //
@@ -143,9 +170,9 @@
 //
 // Whoever may write the prefix can delete or overwrite any lock's entry,
 // and revoke its holder's lease (the lease ID is in the entry's name), and
-// so take the lock; the holder is told (Lock.Lost) by the driver's next
-// check, which follows each keep-alive: within TTL/3 of the theft plus two
-// round trips (a keep-alive and a read). A principal without write on the prefix
+// so take the lock; the holder is told (Lock.Lost) by its watch of the
+// entry, or at worst by the driver's next check, which follows each
+// keep-alive: within TTL/3 of the theft plus two round trips. A principal without write on the prefix
 // can neither release, overwrite, steal nor queue, and one without read
 // cannot watch or list the lock names.
 package etcdlock

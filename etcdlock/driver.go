@@ -62,7 +62,9 @@ type entry struct {
 	hk     holdKey
 	s      *slot
 	rev    int64 // its creation revision: the fence
+	seen   int64 // a revision at which it was known in place
 	onLost func(error)
+	stop   context.CancelFunc // ends its watch (see watchHeld)
 }
 
 // slot is the key of one acquisition's entry, reserved in its lease until
@@ -276,7 +278,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
-	rev := resp.Header.Revision
+	rev, seen := resp.Header.Revision, resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
@@ -286,7 +288,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 		// An earlier attempt of ours was applied although its reply was lost.
 		rev = kvs[0].CreateRevision
 	}
-	return d.grant(ctx, s, l, rev)
+	return d.grant(ctx, s, l, rev, seen)
 }
 
 // failedPut handles an error from a transaction that may have written s's
@@ -316,8 +318,10 @@ func (d *Driver) drop(ctx context.Context, s *slot, rev int64, err error) {
 	d.mu.Unlock()
 }
 
-// grant records a held lock, unless its lease was lost meanwhile.
-func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
+// grant records a held lock, unless its lease was lost meanwhile. Its
+// entry, created at rev, was seen in place at revision seen: its watch
+// starts after that.
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, seen int64) (backend.Grant, error) {
 	d.mu.Lock()
 	if s.ls.err != nil {
 		d.mu.Unlock()
@@ -325,13 +329,17 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 		return backend.Grant{}, errRequeue
 	}
 	hk := holdKey{l.Key, l.Token}
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	wctx, stop := context.WithCancel(d.gate.Context())
+	e := &entry{hk: hk, s: s, rev: rev, seen: seen, onLost: l.OnLost, stop: stop}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
+		old.stop()
 	}
 	d.held[hk] = e
 	s.ls.entries[e] = struct{}{}
+	d.bg.Add(1)
 	d.mu.Unlock()
+	go d.watchHeld(wctx, e)
 	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
 }
 
@@ -455,6 +463,7 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 		return false
 	}
 	delete(d.held, e.hk)
+	e.stop()
 	ls := e.s.ls
 	delete(ls.entries, e)
 	if len(ls.entries) == 0 && ls.users == 0 {

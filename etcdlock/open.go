@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,7 +79,12 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		return nil, err
 	}
 	dc := newConfig(append([]Option{WithPrefix(prefix)}, opts...))
-	backend.WarnTransport(backend.Logger(ctx), u, cfg.TLS)
+	log := dc.logger
+	if log == nil {
+		log = backend.Logger(ctx)
+	}
+	cfg.Logger = zapLogger(log)
+	backend.WarnTransport(log, u, cfg.TLS)
 	cli, err := connect(ctx, cfg, dc.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: %w", err)
@@ -107,6 +113,14 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 		return nil, err
 	case errors.Is(permission(err), backend.ErrPermission):
 		return nil, fmt.Errorf("authenticating %s: %w", identity(cfg), permission(err))
+	}
+	// Name the timeout that ran out: the caller's (its context, which the
+	// error then wraps) or dial_timeout.
+	switch {
+	case ctx.Err() != nil:
+		err = context.Cause(ctx)
+	case errors.Is(err, context.DeadlineExceeded):
+		err = fmt.Errorf("no answer within dial_timeout %v", cfg.DialTimeout)
 	}
 	if cause := probe(ctx, cfg); cause != nil {
 		return nil, fmt.Errorf("cluster not reachable: %w (%w)", cause, err)
@@ -196,6 +210,9 @@ func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 		// Servers answer a missing client certificate with "bad
 		// certificate" as often as with "certificate required".
 		return fmt.Errorf("%s: %w (the server may require a client certificate: cert=FILE and key=FILE)", ep, err)
+	}
+	if strings.Contains(err.Error(), ep) {
+		return err // a dial error names the address already
 	}
 	return fmt.Errorf("%s: %w", ep, err)
 }

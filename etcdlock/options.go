@@ -1,10 +1,14 @@
 package etcdlock
 
-import "strings"
+import (
+	"log/slog"
+	"strings"
+)
 
 // config is what the options set.
 type config struct {
 	prefix string
+	logger *slog.Logger // nil: backend.Logger of Open's context
 }
 
 // Option configures a driver made by New or Open.
@@ -31,4 +35,13 @@ func cleanPrefix(p string) string {
 		return DefaultPrefix
 	}
 	return p
+}
+
+// WithLogger sends the messages of the etcd client that Open makes to l,
+// at their own level (the client's retries and keep-alive trouble at Warn,
+// its chatter at Debug). Without it, Open uses the logger in its context
+// (backend.Logger: locker.Open passes its Client's). A client given to New
+// logs where its own Config.Logger says.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
 }

@@ -147,6 +147,32 @@
 // the locks at once), gives the server a second to answer, then cuts the
 // connection; no goroutine of the driver or of the zk client is left.
 //
+// # Inspecting and breaking locks
+//
+// The driver implements backend.Inspector, backend.Lister and
+// backend.Breaker (locker.Client's Inspect, List and ForceRelease). Inspect
+// lists the name's queue and reads each node: the holder (the first node)
+// with its owner (the node's data) and fence (its creation zxid), and the
+// waiters' owners, next first. It reports no time left: a node has no
+// expiry of its own, and the holder's session (its timeout, its last
+// contact) is known only to the server it is connected to. A waiter's
+// node made by a TryAcquire that is about to delete it again may show in
+// the queue for a round trip. List lists the root, whose children are the
+// escaped names, then reads each matching name's queue. ForceRelease reads
+// the queue's first node and deletes it, with the version read, if its
+// creation zxid is the fence (a sequential node's name is never reused);
+// the next node in line has a greater zxid, and the removed holder's
+// driver sees the deletion on its watch of the node.
+//
+// # Logging
+//
+// A driver that dials its own connection (Open, Dial) routes
+// go-zookeeper's messages to its slog logger (WithLogger, else Open's
+// context's, which locker.Open sets from locker.WithLogger) at Debug:
+// nothing reaches stderr. A connection given to New logs where zk.Connect
+// was told (go-zookeeper's default writes to stderr through package log):
+// connect it with zk.WithLogger(zklock.Logger(l)).
+//
 // # ACLs
 //
 // With a user and password (the URL's userinfo, or WithDigestAuth), the

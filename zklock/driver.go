@@ -62,6 +62,12 @@ var (
 // authenticated, if its nodes need ACLs: pass them with WithACL). The
 // driver does not close conn.
 //
+// conn logs where zk.Connect was told: go-zookeeper's default logger
+// writes to stderr through package log, and a live *zk.Conn cannot be
+// given another logger safely (SetLogger races with its goroutines). To
+// route its messages to slog, connect with
+// zk.WithLogger(zklock.Logger(l)).
+//
 // conn may be fresh: New waits for its session, up to WithConnectTimeout
 // (default 5s). The session timeout the driver reports and times its
 // locks with is WithSessionTimeout's: give the one conn negotiated (the one

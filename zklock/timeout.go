@@ -40,6 +40,17 @@ type handshake struct {
 
 func newHandshake() *handshake { return &handshake{seen: make(chan struct{})} }
 
+// Logger returns a zk.Logger that sends go-zookeeper's messages to l at
+// debug level, for a connection made by the caller (see New):
+// zk.Connect(servers, timeout, zk.WithLogger(zklock.Logger(l))). A driver
+// that dials its own connection does this with WithLogger's logger.
+func Logger(l *slog.Logger) zk.Logger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return zkLogger{l: l}
+}
+
 // zkLogger sends the zk client's messages to slog at debug level, and
 // notes the session timeout in its report of a handshake.
 type zkLogger struct {

@@ -1,0 +1,85 @@
+package etcdlock
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// slogCore is a zapcore.Core that hands the etcd client's log entries to
+// a *slog.Logger, at the same level, with their fields as attributes: the
+// client logs through zap, the project through slog.
+type slogCore struct {
+	l      *slog.Logger
+	fields []zapcore.Field // from With, oldest first
+}
+
+// zapLogger returns a zap.Logger that writes to l.
+func zapLogger(l *slog.Logger) *zap.Logger {
+	return zap.New(slogCore{l: l})
+}
+
+// attemptFailed is the etcd client's message for each failed attempt of a
+// request. The error comes back to the driver, which retries on its own
+// terms and reports the outcome once: at Warn, every attempt of a request
+// it rides out would be said again, so it goes at Debug.
+const attemptFailed = "retrying of unary invoker failed"
+
+func levelOf(e zapcore.Entry) slog.Level {
+	if e.Message == attemptFailed {
+		return slog.LevelDebug
+	}
+	return slogLevel(e.Level)
+}
+
+func slogLevel(lvl zapcore.Level) slog.Level {
+	switch {
+	case lvl <= zapcore.DebugLevel:
+		return slog.LevelDebug
+	case lvl == zapcore.InfoLevel:
+		return slog.LevelInfo
+	case lvl == zapcore.WarnLevel:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+func (c slogCore) Enabled(lvl zapcore.Level) bool {
+	return c.l.Enabled(context.Background(), slogLevel(lvl))
+}
+
+func (c slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return slogCore{l: c.l, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...)}
+}
+
+func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.l.Enabled(context.Background(), levelOf(e)) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range c.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
+	if e.LoggerName != "" {
+		attrs = append(attrs, slog.String("logger", e.LoggerName))
+	}
+	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
+		attrs = append(attrs, slog.Any(k, enc.Fields[k]))
+	}
+	c.l.LogAttrs(context.Background(), levelOf(e), "etcd client: "+e.Message, attrs...)
+	return nil
+}
+
+func (slogCore) Sync() error { return nil }

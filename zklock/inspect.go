@@ -1,0 +1,305 @@
+package zklock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+var (
+	_ backend.Inspector = (*Driver)(nil)
+	_ backend.Lister    = (*Driver)(nil)
+	_ backend.Breaker   = (*Driver)(nil)
+)
+
+// known is what a name's queue records: its nodes in sequence order, the
+// first the holder's, each with its owner as data and its creation zxid,
+// the fence. Not the time left: a node has no expiry of its own, and the
+// holder's session timeout and last contact are the server's business
+// (another client cannot read them).
+const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters | backend.KnowsQueue
+
+// readers bounds the requests Inspect and List have in flight at once: the
+// zk client pipelines them on its one connection.
+const readers = 32
+
+// qnode is one node of a queue as read.
+type qnode struct {
+	name  string
+	seq   int64
+	owner string
+	czxid int64
+	gone  bool // deleted between the listing and the read
+}
+
+// Inspect implements backend.Inspector: a listing of key's queue, and a
+// read of each node in it.
+func (d *Driver) Inspect(ctx context.Context, key string) (_ backend.State, err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "inspect")
+	if err != nil {
+		return backend.State{}, err
+	}
+	defer done()
+	st, err := d.queueState(ctx, key)
+	if err != nil {
+		return backend.State{}, fmt.Errorf("zklock: inspect: %w", d.failed(ctx, err))
+	}
+	return st, nil
+}
+
+// failed is the error of a read that failed with err.
+func (d *Driver) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return d.ended(ctx)
+	}
+	return err
+}
+
+// queueState reads key's queue: the holder is its first node, the
+// waiters the others. A holder gone between the listing and its read
+// (released) makes it look again.
+func (d *Driver) queueState(ctx context.Context, key string) (backend.State, error) {
+	parent := d.parentPath(key)
+	st := backend.State{Key: key, Known: known}
+	err := d.retrying(ctx, func() (bool, error) {
+		nodes, err := d.queue(ctx, parent)
+		if err != nil || len(nodes) == 0 {
+			return true, err
+		}
+		if err := d.readNodes(ctx, parent, nodes); err != nil {
+			return false, err
+		}
+		if nodes[0].gone {
+			return false, nil // a new holder, maybe: look again
+		}
+		st.Held, st.Owner, st.Fence = true, nodes[0].owner, uint64(nodes[0].czxid)
+		st.Queue = nil
+		for _, n := range nodes[1:] {
+			if !n.gone {
+				st.Queue = append(st.Queue, n.owner)
+			}
+		}
+		st.Waiters = len(st.Queue)
+		return true, nil
+	})
+	return st, err
+}
+
+// retrying runs f, a read, until it reports done, through store failures
+// for up to retry.Budget and through a few changes of the queue under it.
+func (d *Driver) retrying(ctx context.Context, f func() (done bool, err error)) error {
+	bo := newBackoff()
+	t := &tries{budget: retry.Budget}
+	for changes := 0; ; {
+		sent := time.Now()
+		ok, err := f()
+		switch {
+		case err == nil && ok:
+			return nil
+		case err == nil:
+			if changes++; changes > 10 {
+				return errors.New("the queue kept changing while read")
+			}
+			continue
+		case ctx.Err() != nil:
+			return err
+		case !transient(err) || t.fail(sent) || !pause(ctx, bo):
+			return err
+		}
+	}
+}
+
+// queue lists the nodes of parent's queue, first (the holder) first; none
+// when the name's node does not exist.
+func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
+	names, err := d.children(ctx, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var nodes []qnode
+	for _, n := range names {
+		if _, seq, ok := parseNode(n); ok {
+			nodes = append(nodes, qnode{name: n, seq: seq})
+		}
+	}
+	slices.SortFunc(nodes, func(a, b qnode) int { return cmp.Compare(a.seq, b.seq) })
+	return nodes, nil
+}
+
+// readNodes reads the data (the owner) and the creation zxid of nodes,
+// readers at a time.
+func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) error {
+	_, err := call(ctx, d, func() (struct{}, error) {
+		errs := make([]error, len(nodes))
+		sem := make(chan struct{}, readers)
+		var wg sync.WaitGroup
+		for i := range nodes {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				n := &nodes[i]
+				r, err := d.get(parent + "/" + n.name)
+				switch {
+				case errors.Is(err, zk.ErrNoNode):
+					n.gone = true
+				case err != nil:
+					errs[i] = err
+				default:
+					n.owner, n.czxid = string(r.data), r.st.Czxid
+				}
+			})
+		}
+		wg.Wait()
+		return struct{}{}, errors.Join(errs...)
+	})
+	return err
+}
+
+type getResult struct {
+	data []byte
+	st   *zk.Stat
+}
+
+// get reads a node's data and stat.
+func (d *Driver) get(path string) (getResult, error) {
+	return request(d, func() (getResult, error) {
+		data, st, err := d.conn.Get(path)
+		return getResult{data, st}, err
+	})
+}
+
+// List implements backend.Lister: a listing of the root, whose children
+// are the escaped names, then each matching name's queue (its holder, and
+// its waiters' owners), a few names at a time.
+func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "list")
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var names []string
+	err = d.retrying(ctx, func() (bool, error) {
+		var err error
+		names, err = d.children(ctx, d.root)
+		if errors.Is(err, zk.ErrNoNode) {
+			return true, nil // no lock was ever taken under the root
+		}
+		return true, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zklock: list: %w", d.failed(ctx, err))
+	}
+	var keys []string
+	for _, n := range names {
+		key, err := url.PathUnescape(n)
+		if err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == n {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	sts := make([]backend.State, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sts[i], errs[i] = d.queueState(ctx, key)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("zklock: list: %w", d.failed(ctx, err))
+	}
+	out := sts[:0]
+	for _, st := range sts {
+		if st.Held {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+// Break implements backend.Breaker: it reads the first node of key's
+// queue and deletes it if its creation zxid is fence, with the version
+// read (a node name is never reused, so the path and the version name that
+// very node). The next node in line, made later, has a greater zxid; the
+// removed holder's driver sees the deletion on its watch of the node and
+// reports the lock lost.
+func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend.State, err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "break")
+	if err != nil {
+		return backend.State{}, err
+	}
+	defer done()
+	parent := d.parentPath(key)
+	var (
+		st      backend.State
+		notHeld bool
+		tried   string // a delete of this node lost its answer
+	)
+	err = d.retrying(ctx, func() (bool, error) {
+		nodes, err := d.queue(ctx, parent)
+		if err != nil {
+			return false, err
+		}
+		if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried }) {
+			return true, nil // most likely deleted by that delete
+		}
+		if len(nodes) == 0 {
+			notHeld = true
+			return true, nil
+		}
+		path := parent + "/" + nodes[0].name
+		r, err := call(ctx, d, func() (getResult, error) { return d.get(path) })
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return false, nil // released meanwhile: look again
+		case err != nil:
+			return false, err
+		case uint64(r.st.Czxid) != fence:
+			notHeld = true
+			return true, nil
+		}
+		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: len(nodes) - 1,
+			Known: backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters}
+		_, err = call(ctx, d, func() (struct{}, error) {
+			return request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, r.st.Version) })
+		})
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNoNode) && tried == path:
+			return true, nil // most likely our own delete, whose answer was lost
+		case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+			return false, nil // released, or written: look again
+		case connLost(err):
+			tried = path
+		}
+		return false, err
+	})
+	switch {
+	case err != nil:
+		return backend.State{}, fmt.Errorf("zklock: break: %w", d.failed(ctx, err))
+	case notHeld:
+		return backend.State{}, fmt.Errorf("zklock: break: %w", backend.ErrNotHeld)
+	}
+	return st, nil
+}
