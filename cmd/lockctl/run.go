@@ -204,11 +204,13 @@ func (o *runOpts) run() int {
 	}
 	logger := warnLogger(o.stderr)
 	client, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Client, error) {
-		ctx, cancel := context.WithTimeout(ctx, o.connect)
+		// Drivers report the context's cause: the bound is named once.
+		cause := fmt.Errorf("no answer within --connect-timeout %v", o.connect)
+		ctx, cancel := context.WithTimeoutCause(ctx, o.connect, cause)
 		defer cancel()
 		c, err := locker.Open(ctx, rawURL, locker.WithLogger(logger))
-		if err != nil && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (no answer within --connect-timeout %v)", err, o.connect)
+		if err != nil && ctx.Err() != nil && !strings.Contains(err.Error(), cause.Error()) {
+			err = fmt.Errorf("%w (%v)", err, cause)
 		}
 		return c, err
 	})
