@@ -206,12 +206,12 @@
 //	ACL SETUSER app on >password resetkeys resetchannels -@all
 //	  ~{locker%2F*}:lock ~{locker%2F*}:fence &{locker%2F*}:released
 //	  +evalsha +eval +ping +subscribe +unsubscribe
-//	  +get +set +pexpire +incr +time +exists +del +info +publish
+//	  +get +set +pexpire +pttl +incr +time +exists +del +info +publish
 //
 // and with fair=true, also
 //
 //	~{locker%2F*}:queue ~{locker%2F*}:live
-//	+zrange +zscore +zadd +zrem +hget +hset +hdel +pttl
+//	+zrange +zscore +zadd +zrem +hget +hset +hdel
 //
 // Key patterns: every key is hash-tagged, "{" + EscapeKey(namespace + "/"
 // + name) + "}:kind", so a pattern such as ~locker/* matches none of them;

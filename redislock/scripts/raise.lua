@@ -1,8 +1,9 @@
 -- raise (quorum mode): while this attempt still holds the lock on this
 -- server, raise the fencing counter to at least the fence the acquisition
--- reports, the highest that any granting server returned. See the Quorum
--- type's comment for why this keeps fences strictly increasing across
--- holders.
+-- reports, the highest that any granting server returned, and record that
+-- fence in the lock's value, where Inspect and Break read it. See the
+-- Quorum type's comment for why this keeps fences strictly increasing
+-- across holders.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter
@@ -11,11 +12,18 @@
 -- ARGV[3]  retention in milliseconds (see acquire)
 --
 -- Returns 1 when the attempt holds the lock (counter now >= fence), else 0.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if not cur or attempt_of(cur) ~= ARGV[1] then
   return 0
 end
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c == nil or c < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl > 0 then
+  -- No KEEPTTL: Redis 5 has none.
+  local owner = string.match(cur, '^[^:]*:[^:]*:(.*)$') or ''
+  redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2] .. ':' .. owner, 'PX', pttl)
 end
 return 1
