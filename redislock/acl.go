@@ -9,7 +9,7 @@ import (
 // ACL returns the least Redis ACL (Redis 7 rules for ACL SETUSER, after
 // "on >password") under which a Client with this namespace can lock: its
 // keys and release channel, and the commands of the scripts and of
-// waiting (and of Inspect and ForceRelease). fair adds the queue's keys and commands. The rules start with
+// waiting. fair adds the queue's keys and commands. The rules start with
 // resetkeys, resetchannels and -@all, so applied to an existing user they
 // leave exactly these. See the package documentation, Least privilege.
 func ACL(namespace string, fair bool) string {
@@ -22,10 +22,10 @@ func ACL(namespace string, fair bool) string {
 		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
 		// Called by the scripts.
-		"+get", "+set", "+pexpire", "+pttl", "+incr", "+time", "+exists", "+del", "+info", "+publish"}
+		"+get", "+set", "+pexpire", "+incr", "+time", "+exists", "+del", "+info", "+publish"}
 	if fair {
 		rules = append(rules, "~"+p+"*}:queue", "~"+p+"*}:live",
-			"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel")
+			"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl")
 	}
 	return strings.Join(rules, " ")
 }

@@ -391,7 +391,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := q.deps[i].raise(rctx, l, value, fence)
+			left := px - time.Since(t0).Milliseconds() - 1
+			ok, err := q.deps[i].raise(rctx, l, value, fence, left)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

@@ -188,10 +188,12 @@ func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w stri
 	_ = leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
 }
 
-func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
+// raise runs the raise script; left is what remains of the lock's expiry
+// (px counted from before the acquisition was sent), in milliseconds.
+func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64, left int64) (bool, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention).Int64()
+	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
 	return v == 1, classify(err)
 }
 
