@@ -246,6 +246,8 @@ func (q *Quorum) errSummary(res []result) string {
 		switch {
 		case !r.answered:
 			parts = append(parts, fmt.Sprintf("%s: no answer in time", q.addrs[i]))
+		case r.err != nil && strings.Contains(r.err.Error(), q.addrs[i]):
+			parts = append(parts, r.err.Error()) // a dial error names the server already
 		case r.err != nil:
 			parts = append(parts, fmt.Sprintf("%s: %v", q.addrs[i], r.err))
 		}
