@@ -182,8 +182,14 @@ func (dep *deployment) readLocks(ctx context.Context, names []string, prefix str
 	if len(reads) == 0 {
 		return nil
 	}
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return err
+	_, _ = p.Exec(ctx) // each command's error is read below
+	for _, r := range reads {
+		// redis.Nil: the lock went between SCAN and GET.
+		for _, err := range []error{r.val.Err(), r.pttl.Err()} {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -198,8 +204,9 @@ func (dep *deployment) readLocks(ctx context.Context, names []string, prefix str
 // lockKeyOf returns the lock key whose lock is name ("{E}:lock"), or
 // false for a name this package did not make.
 func lockKeyOf(name string) (string, bool) {
-	esc, ok := strings.CutPrefix(name, "{")
-	if esc, ok = strings.CutSuffix(esc, "}:lock"); !ok || strings.ContainsAny(esc, "{}") {
+	esc, ok1 := strings.CutPrefix(name, "{")
+	esc, ok2 := strings.CutSuffix(esc, "}:lock")
+	if !ok1 || !ok2 || strings.ContainsAny(esc, "{}") {
 		return "", false
 	}
 	key, err := url.PathUnescape(esc)
