@@ -41,6 +41,7 @@ type deployment struct {
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
 	in            *interrupter // cuts calls on a dead connection short; nil for a caller's client
+	unroute       func()       // takes log off go-redis's messages (see routeLogs)
 
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
@@ -69,6 +70,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 		ctx:        ctx,
 		cancel:     cancel,
 		hubs:       map[string]*hub{},
+		unroute:    routeLogs(cfg.logger),
 	}
 }
 
@@ -178,6 +180,7 @@ func (dep *deployment) close() error {
 	}
 	dep.hubs = map[string]*hub{}
 	dep.mu.Unlock()
+	dep.unroute()
 	dep.cancel()
 	if dep.checkCancel != nil {
 		dep.checkCancel()

@@ -50,10 +50,56 @@
 //
 // Keys: for the lock key K (namespace/name), the lock is "{E}:lock" and its
 // fence counter "{E}:fence", where E is backend.EscapeKey(K). The {E} hash
-// tag keeps both in one Redis Cluster slot. The lock key's value is the
-// holder's token and which attempt of it set the key ("<token>.<n>"), so
-// that cleaning up after a failed attempt never removes a later attempt's
-// key.
+// tag keeps both in one Redis Cluster slot. The lock key's value is
+// "<token>.<n>:<fence>:<owner>": the holder's token and which attempt of
+// it set the key, so that cleaning up after a failed attempt never removes
+// a later attempt's key; then the grant's fence and the holder's
+// locker.Owner ("" without one), written by the acquire script itself, at
+// no extra round trip, for operators.
+//
+// # Inspect, List, ForceRelease
+//
+// Every driver implements backend.Inspector, backend.Lister and
+// backend.Breaker (locker's Client.Inspect, List and ForceRelease):
+//
+//   - Inspect runs one read-only script: the holder's owner, fence and time
+//     left (PTTL); a [FairDriver] adds the live waiters, in queue order,
+//     with their owners (a fair waiter's queue entry is a random ID and its
+//     owner; dead entries are not counted). A plain Driver and a Quorum keep
+//     no queue: their waiters listen on the release channel and leave no
+//     trace, so they report none.
+//   - List SCANs (MATCH "{<escaped prefix>*}:lock", pages of 1000; never
+//     KEYS) the server, or every master of a cluster, every shard of a
+//     ring, and reads the matching locks' values and PTTLs in one pipeline
+//     per page. The key comes back from the key's name (EscapeKey is
+//     reversible). List reports owner, fence and TTL, not waiters.
+//   - ForceRelease runs one script: it deletes the lock if its value
+//     records the given fence, and publishes on the release channel (in
+//     fair mode naming the next waiter), so waiters take over at once. The
+//     fence counter stays, so the next grant's fence is higher; the
+//     removed holder's next refresh finds its token gone (ErrNotHeld).
+//
+// A [Quorum] asks every server. Inspect reports the lock held when a
+// majority of the servers hold it for the same acquisition under the same
+// fence (the granting servers record the acquisition's fence: raised to
+// it when they gave a lower one), with the time left on the majority's
+// shortest; it fails, rather than guess, when the servers that did not
+// answer could decide it. List reports the keys held on a majority, under
+// the same rule. ForceRelease deletes the lock on every server whose value
+// records the fence, and succeeds when that is a majority (ErrNotHeld
+// otherwise; the servers it did delete on stay deleted).
+//
+// # Logging
+//
+// go-redis has one logger for the whole process (redis.SetLogger), which
+// writes to stderr by default (a pool that cannot dial, a connection left
+// with unread data). The first driver this package makes or opens puts in
+// its place a logger that hands each go-redis message, at Warn, to the
+// loggers of the drivers open at that moment ([WithLogger]; locker.Open
+// gives the Client's locker.WithLogger), each logger once however many
+// drivers share it; with no such driver open, the message is dropped. A
+// driver's logger stops receiving them at its Close. A program that calls
+// redis.SetLogger after that takes go-redis's messages back for itself.
 //
 // Fences and retention: a grant's fence is max(counter + 1, server clock in
 // microseconds), computed and stored by the acquire script (the server's
@@ -229,6 +275,8 @@
 // other than 0 needs +select; client_name= needs +client|setname. Not
 // needed: CONFIG (the maxmemory-policy check is skipped when refused) and
 // CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
+// An operator's calls need more: Inspect and ForceRelease +pttl (the fair
+// rules have it), and List +scan and +pttl.
 //
 // With one of these rules less, the call that needs it fails with
 // ErrPermission, except the channel, PUBLISH and SUBSCRIBE: a release whose

@@ -58,8 +58,9 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	}
 	defer done()
 	// The waiter's name in the queue and in wake-ups: unique among the
-	// lock's waiters, and not the token, which stays secret.
-	w := strconv.FormatUint(rand.Uint64(), 36)
+	// lock's waiters, and not the token, which stays secret; its owner
+	// follows, for Inspect.
+	w := strconv.FormatUint(rand.Uint64(), 36) + ":" + l.Owner
 	px := ttlMillis(l.TTL)
 	value := attempt(l) // one attempt for the whole wait: a retried try is recognized
 	var (

@@ -220,6 +220,7 @@ func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Drive
 		return nil, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
+	installLogRouter()
 	var rdb redis.UniversalClient
 	var in *interrupter
 	switch u.Scheme {
@@ -343,6 +344,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		return nil, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
+	installLogRouter()
 	hosts, err := backend.Hosts(u, defaultPort)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)

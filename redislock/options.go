@@ -99,7 +99,8 @@ func WithRetention(d time.Duration) Option {
 }
 
 // WithLogger sets where the driver reports a server whose maxmemory-policy
-// may evict lock keys (default, and nil: nowhere).
+// may evict lock keys, and go-redis's own messages while it is open (see
+// the package documentation, Logging). Default, and nil: nowhere.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {

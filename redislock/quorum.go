@@ -246,6 +246,8 @@ func (q *Quorum) errSummary(res []result) string {
 		switch {
 		case !r.answered:
 			parts = append(parts, fmt.Sprintf("%s: no answer in time", q.addrs[i]))
+		case r.err != nil && strings.Contains(r.err.Error(), q.addrs[i]):
+			parts = append(parts, r.err.Error()) // a dial error names the server already
 		case r.err != nil:
 			parts = append(parts, fmt.Sprintf("%s: %v", q.addrs[i], r.err))
 		}
@@ -391,7 +393,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := q.deps[i].raise(rctx, l, value, fence)
+			left := px - time.Since(t0).Milliseconds() - 1
+			ok, err := q.deps[i].raise(rctx, l, value, fence, left)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {

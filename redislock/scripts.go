@@ -33,19 +33,28 @@ var (
 	fairAcquireLua string
 	//go:embed scripts/leave.lua
 	leaveLua string
+	//go:embed scripts/value.lua
+	valueLua string
+	//go:embed scripts/inspect.lua
+	inspectLua string
+	//go:embed scripts/break.lua
+	breakLua string
 
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
-	acquireScript = redis.NewScript("local restart_delay, retention = tonumber(ARGV[4]), ARGV[5]\n" + acquireLua)
+	acquireScript = redis.NewScript(valueLua + "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n" + acquireLua)
 	refreshScript = redis.NewScript(refreshLua)
-	releaseScript = redis.NewScript("local function next_waiter() return '' end\n" + releaseLua)
-	raiseScript   = redis.NewScript(raiseLua)
+	releaseScript = redis.NewScript(valueLua + "local function next_waiter() return '' end\n" + releaseLua)
+	raiseScript   = redis.NewScript(valueLua + raiseLua)
+	inspectScript = redis.NewScript(queueLua + inspectLua)
+	breakScript   = redis.NewScript(valueLua + "local function next_waiter() return '' end\n" + breakLua)
 
 	// Fair mode's scripts share queue.lua; fair acquire runs the plain
 	// acquire script as a function, for the head of the queue only.
-	fairAcquireScript = redis.NewScript(queueLua + "local restart_delay, retention = tonumber(ARGV[7]), ARGV[8]\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
-	fairReleaseScript = redis.NewScript(queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
-	leaveScript       = redis.NewScript(queueLua + leaveLua)
+	fairAcquireScript = redis.NewScript(valueLua + queueLua + "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
+	fairReleaseScript = redis.NewScript(valueLua + queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
+	fairBreakScript   = redis.NewScript(valueLua + queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + breakLua)
+	leaveScript       = redis.NewScript(valueLua + queueLua + leaveLua)
 )
 
 // ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.
@@ -54,7 +63,8 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(int64(ms), 1)
 }
 
-// The lock key holds "<token>.<attempt>". The token says who holds it, for
+// The lock key holds "<token>.<attempt>:<fence>:<owner>" (see
+// scripts/value.lua and parseValue). The token says who holds it, for
 // refresh and release; the attempt says which try of that token set it, so
 // that cleaning up after a failed try (in the background, on a server that
 // answered late) never removes the key that a later, successful try of the
@@ -77,7 +87,7 @@ func holder(l backend.Claim) string { return l.Token + "." }
 func (dep *deployment) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := acquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, px, holder(l), dep.restartDelay(px), dep.retention).Int64()
+	v, err := acquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, px, holder(l), dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
 
@@ -155,7 +165,7 @@ func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value s
 		mode = "wait"
 	}
 	k := keysFor(l.Key)
-	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention).Int64()
+	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
 
@@ -178,10 +188,12 @@ func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w stri
 	_ = leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
 }
 
-func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64) (bool, error) {
+// raise runs the raise script; left is what remains of the lock's expiry
+// (px counted from before the acquisition was sent), in milliseconds.
+func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64, left int64) (bool, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention).Int64()
+	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
 	return v == 1, classify(err)
 }
 

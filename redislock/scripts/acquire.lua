@@ -1,7 +1,8 @@
 -- acquire: take the lock for a token and advance the fencing counter in the
 -- same atomic step, so that the lock and its fence can never disagree.
 --
--- KEYS[1]  lock key      {E}:lock   (holds "<token>.<attempt>")
+-- KEYS[1]  lock key      {E}:lock   (holds "<token>.<attempt>:<fence>:<owner>",
+--                                    see value.lua)
 -- KEYS[2]  fence counter {E}:fence  (same hash slot: the {E} hash tag)
 -- ARGV[1]  "<token>.<attempt>": the token and which attempt of it this is
 --          (attempts of one token are numbered in increasing order)
@@ -10,6 +11,7 @@
 -- restart_delay  (set by the caller's prefix) milliseconds: see below
 -- retention      (set by the caller's prefix) milliseconds the fence
 --                counter outlives the name's last grant
+-- owner          (set by the caller's prefix) the holder's Claim.Owner
 --
 -- Returns the fence (> 0) when the token holds the lock, 0 when another
 -- token holds it, -n when the server may have forgotten a holder (below):
@@ -32,28 +34,28 @@ if restart_delay > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
     return -(restart_delay - (up - 1) * 1000)
   end
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local cur = redis.call('GET', KEYS[1])
-  if cur == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local held = attempt_of(cur)
+  if held == ARGV[1] then
     -- A retry of this very attempt (the reply was lost and the client
     -- sent the script again): report the grant once more, with the fence
-    -- it got; no other acquirer can have advanced the counter meanwhile.
+    -- it got.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(redis.call('GET', KEYS[2]) or '0')
+    return tonumber(fence_of(cur) or '0')
   end
-  if not cur or string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
-    return 0 -- another token's (or it expired this very moment: try again)
+  if string.sub(held, 1, #ARGV[3]) ~= ARGV[3] then
+    return 0 -- another token's
   end
   -- Left by another attempt of the same token. A later attempt's key
   -- stays: this one is a straggler of a try already given up. An earlier
   -- attempt's key (it failed elsewhere) is taken over by this one, with a
   -- new fence.
-  local theirs = tonumber(string.sub(cur, #ARGV[3] + 1))
+  local theirs = tonumber(string.sub(held, #ARGV[3] + 1))
   local ours = tonumber(string.sub(ARGV[1], #ARGV[3] + 1))
   if theirs and ours and theirs > ours then
     return 0
   end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 -- The fence is max(counter + 1, server clock in microseconds): a clock
 -- floor. The counter expires `retention` after the name's last grant, so
@@ -68,10 +70,13 @@ end
 -- numbers are exact.
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local fence = now
 local f = redis.call('INCR', KEYS[2])
 if f < tonumber(now) then
   redis.call('SET', KEYS[2], now, 'PX', retention)
-  return tonumber(now)
+else
+  redis.call('PEXPIRE', KEYS[2], retention)
+  fence = string.format('%d', f)
 end
-redis.call('PEXPIRE', KEYS[2], retention)
-return f
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. ':' .. owner, 'PX', ARGV[2])
+return tonumber(fence)

@@ -9,7 +9,8 @@
 -- ARGV[2]  release channel
 -- ARGV[3]  the waiter: its token
 leave_queue(KEYS[2], KEYS[3], ARGV[3])
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local cur = redis.call('GET', KEYS[1])
+if cur and attempt_of(cur) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then

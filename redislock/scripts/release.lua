@@ -4,7 +4,8 @@
 -- by what the driver puts before this script.
 --
 -- KEYS[1]  lock key
--- ARGV[1]  "<token>." to release whatever attempt of the token holds it,
+-- ARGV[1]  "<token>." to release whatever attempt of the token holds it
+--          (the lock holds "<token>.<attempt>:<fence>:<owner>"),
 --          or "<token>.<attempt>" with ARGV[3] = "1" to clean up after one
 --          failed attempt only (a later attempt of the same token may hold
 --          it by now)
@@ -19,8 +20,10 @@
 -- release that happened: waiters also poll.
 local cur = redis.call('GET', KEYS[1])
 local mine
-if ARGV[3] == '1' then
-  mine = cur == ARGV[1]
+if not cur then
+  mine = false
+elseif ARGV[3] == '1' then
+  mine = attempt_of(cur) == ARGV[1]
 else
   mine = cur and string.sub(cur, 1, #ARGV[1]) == ARGV[1]
 end

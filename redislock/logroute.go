@@ -1,0 +1,66 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// go-redis has one logger for the whole process (redis.SetLogger), which
+// writes to stderr unless told otherwise: a pool that cannot dial, a
+// connection with unread data. The first driver this package makes puts
+// a router in its place that hands each message to the loggers of the
+// drivers open now (WithLogger; locker.Open gives the Client's), each
+// logger once however many drivers share it; with none open, the message
+// is dropped. A program that calls redis.SetLogger afterwards takes
+// go-redis's messages back.
+var goredisLog = struct {
+	once    sync.Once
+	mu      sync.Mutex
+	loggers map[*slog.Logger]int // open drivers' loggers, with how many use each
+}{loggers: map[*slog.Logger]int{}}
+
+type logRouter struct{}
+
+func (logRouter) Printf(ctx context.Context, format string, v ...any) {
+	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
+	goredisLog.mu.Lock()
+	loggers := make([]*slog.Logger, 0, len(goredisLog.loggers))
+	for l := range goredisLog.loggers {
+		loggers = append(loggers, l)
+	}
+	goredisLog.mu.Unlock()
+	for _, l := range loggers {
+		l.WarnContext(ctx, "redislock: go-redis: "+msg)
+	}
+}
+
+// installLogRouter puts the router in place, once: before a driver dials,
+// so that go-redis's messages of Open's own dial go nowhere else.
+func installLogRouter() { goredisLog.once.Do(func() { redis.SetLogger(logRouter{}) }) }
+
+// routeLogs adds l to the loggers that receive go-redis's messages, and
+// returns the function that takes it off (at the driver's Close).
+func routeLogs(l *slog.Logger) (remove func()) {
+	installLogRouter()
+	if l == nil || l.Handler() == slog.DiscardHandler {
+		return func() {}
+	}
+	goredisLog.mu.Lock()
+	goredisLog.loggers[l]++
+	goredisLog.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			goredisLog.mu.Lock()
+			defer goredisLog.mu.Unlock()
+			if goredisLog.loggers[l]--; goredisLog.loggers[l] <= 0 {
+				delete(goredisLog.loggers, l)
+			}
+		})
+	}
+}
