@@ -383,14 +383,14 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("etcdlock: refresh: %w", err)
+		return fmt.Errorf("etcdlock: %w", err)
 	}
 	defer end()
 	d.mu.Lock()
 	e := d.held[holdKey{l.Key, l.Token}]
 	d.mu.Unlock()
 	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
-		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
@@ -399,20 +399,20 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
 	})
 	if err != nil {
-		return fmt.Errorf("etcdlock: refresh: %w", err)
+		return fmt.Errorf("etcdlock: %w", err)
 	}
 	if !resp.Succeeded {
 		d.dropChanged(e)
-		return fmt.Errorf("etcdlock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	start := time.Now()
 	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
 	switch {
 	case isLeaseNotFound(err):
 		d.loseLease(e.s.ls, "was not found by the server")
-		return fmt.Errorf("etcdlock: refresh: %w: its lease expired", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w: its lease expired", backend.ErrNotHeld)
 	case err != nil:
-		return fmt.Errorf("etcdlock: refresh: keep-alive: %w", err)
+		return fmt.Errorf("etcdlock: keep-alive: %w", err)
 	}
 	d.renewed(e.s.ls, start, ka.TTL)
 	return nil
@@ -423,17 +423,17 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("etcdlock: release: %w", err)
+		return fmt.Errorf("etcdlock: %w", err)
 	}
 	defer end()
 	d.mu.Lock()
 	e := d.held[holdKey{l.Key, l.Token}]
 	d.mu.Unlock()
 	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
-		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	if !d.forget(e, false) {
-		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	resp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).Then(clientv3.OpDelete(e.s.key))
@@ -442,11 +442,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		d.mu.Lock()
 		d.orphans[e.s] = e.rev
 		d.mu.Unlock()
-		return fmt.Errorf("etcdlock: release: %w (the driver keeps trying in the background)", err)
+		return fmt.Errorf("etcdlock: %w (the driver keeps trying in the background)", err)
 	}
 	d.free(e.s)
 	if !resp.Succeeded && !ambiguous {
-		return fmt.Errorf("etcdlock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	// After an attempt whose reply was lost, an entry found gone was most
 	// likely deleted by that attempt.

@@ -35,7 +35,7 @@ const listPage = 1000
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: inspect: %w", err)
+		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
 	var resp *clientv3.GetResponse
@@ -45,12 +45,12 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 		return err
 	})
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: inspect: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
 	st := stateOf(key, resp.Kvs)
 	if st.Held {
 		if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-			return backend.State{}, fmt.Errorf("etcdlock: inspect: %w", err)
+			return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 		}
 	}
 	return st, nil
@@ -111,7 +111,7 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: list: %w", err)
+		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
 	base := d.prefix + "/"
@@ -126,7 +126,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("etcdlock: list: %w", d.failed(ctx, err))
+			return nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -154,7 +154,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 		leases = append(leases, clientv3.LeaseID(kvs[0].Lease))
 	}
 	if err := d.leaseTTLs(ctx, out, leases); err != nil {
-		return nil, fmt.Errorf("etcdlock: list: %w", err)
+		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
 	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
@@ -211,7 +211,7 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clien
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: break: %w", err)
+		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
 	var resp *clientv3.GetResponse
@@ -220,28 +220,28 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 		return err
 	})
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: break: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
 	if len(resp.Kvs) == 0 || uint64(resp.Kvs[0].CreateRevision) != fence || fence == 0 {
-		return backend.State{}, fmt.Errorf("etcdlock: break: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	kv := resp.Kvs[0]
 	st := stateOf(key, resp.Kvs)
 	st.Known &^= backend.KnowsWaiters | backend.KnowsQueue // not read
 	if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(kv.Lease)); err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: break: %w", err)
+		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	tresp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
 			Then(clientv3.OpDelete(string(kv.Key)))
 	})
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: break: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
 	// After an attempt whose reply was lost, an entry found gone was most
 	// likely deleted by that attempt.
 	if !tresp.Succeeded && !ambiguous {
-		return backend.State{}, fmt.Errorf("etcdlock: break: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	return st, nil
 }

@@ -79,7 +79,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("redislock: refresh: %w", err)
+			errs[i] = fmt.Errorf("redislock: %w", err)
 		}
 		return errs
 	}
@@ -91,9 +91,9 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	for i, r := range d.dep.refreshMany(ctx, locks, pxs) {
 		switch {
 		case r.err != nil:
-			errs[i] = fmt.Errorf("redislock: refresh: %w", r.err)
+			errs[i] = fmt.Errorf("redislock: %w", r.err)
 		case !r.ok:
-			errs[i] = fmt.Errorf("redislock: refresh: %w", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 		}
 	}
 	return errs

@@ -89,15 +89,15 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("redislock: refresh: %w", err)
+		return fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
 	ok, err := d.dep.refresh(ctx, l, ttlMillis(l.TTL))
 	if err != nil {
-		return fmt.Errorf("redislock: refresh: %w", err)
+		return fmt.Errorf("redislock: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("redislock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -107,7 +107,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("redislock: release: %w", err)
+		return fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
 	release := d.dep.release
@@ -116,10 +116,10 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	ok, err := release(ctx, l)
 	if err != nil {
-		return fmt.Errorf("redislock: release: %w", err)
+		return fmt.Errorf("redislock: %w", err)
 	}
 	if !ok {
-		return fmt.Errorf("redislock: release: %w", backend.ErrNotHeld)
+		return fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
 func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("redislock: acquire: %w", err)
+		return backend.Grant{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
 	// The waiter's name in the queue and in wake-ups: unique among the
@@ -87,7 +87,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 			failing.Ok()
 			backoff.Reset()
 		case backend.Permanent(err) || failing.Fail(sent, retry.Budget):
-			return quit(fmt.Errorf("redislock: acquire: %w", err))
+			return quit(fmt.Errorf("redislock: %w", err))
 		}
 		if ch == nil {
 			// A free lock needs no subscription, so the first try comes
@@ -128,7 +128,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 // why. (The locker Client reports its own in place of it.)
 func (d *FairDriver) ended(ctx context.Context) error {
 	if d.gate.Closed() {
-		return fmt.Errorf("redislock: acquire: %w", backend.ErrClosed)
+		return fmt.Errorf("redislock: %w", backend.ErrClosed)
 	}
-	return fmt.Errorf("redislock: acquire: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
+	return fmt.Errorf("redislock: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
 }

@@ -222,12 +222,12 @@ func lockKeyOf(name string) (string, bool) {
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: inspect: %w", err)
+		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
 	h, held, queue, err := d.dep.inspect(ctx, key, d.fair)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: inspect: %w", err)
+		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	known := lockKnows
 	if d.fair {
@@ -248,12 +248,12 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: list: %w", err)
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
 	found, err := d.dep.list(ctx, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: list: %w", err)
+		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	out := make([]backend.State, 0, len(found))
 	for key, h := range found {
@@ -269,15 +269,15 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: break: %w", err)
+		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
 	h, held, err := d.dep.breakLock(ctx, key, fence, d.fair)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: break: %w", err)
+		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	if !held {
-		return backend.State{}, fmt.Errorf("redislock: break: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 	}
 	return h.state(key, lockKnows), nil
 }

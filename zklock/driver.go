@@ -302,21 +302,21 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		path, session = h.path, h.session
 		if d.conn.SessionID() != session {
 			// Its session ended, and the server deleted the node with it.
-			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+			return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 		}
 	} else {
 		p, first, err := d.lookup(ctx, l)
 		if err != nil {
-			return fmt.Errorf("zklock: release: %w", err)
+			return fmt.Errorf("zklock: %w", err)
 		}
 		if p == "" {
-			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 		}
 		if !first {
 			// A queue node of this token that does not hold the lock: not
 			// ours to report as released, but nobody wants it either.
 			d.deleteQuiet(p)
-			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 		}
 		path = p
 	}
@@ -332,9 +332,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		case errors.Is(err, zk.ErrNoNode) && uncertain:
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
-			return fmt.Errorf("zklock: release: %w", backend.ErrNotHeld)
+			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 		case session != 0 && d.conn.SessionID() != session:
-			return fmt.Errorf("zklock: release: %w: session %#x expired", backend.ErrNotHeld, session)
+			return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 		case transient(err) && ctx.Err() == nil:
 			uncertain = true
 			if pause(ctx, bo) {
@@ -342,7 +342,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 			}
 		}
 		if !transient(err) && ctx.Err() == nil {
-			return fmt.Errorf("zklock: release: %w", err)
+			return fmt.Errorf("zklock: %w", err)
 		}
 		// Could not tell. The node lives as long as our session: keep
 		// trying, or the lock would stay held.
@@ -352,7 +352,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		if ctx.Err() != nil {
 			err = d.ended(ctx)
 		}
-		return fmt.Errorf("zklock: release: %w (deleting the node in the background)", err)
+		return fmt.Errorf("zklock: %w (deleting the node in the background)", err)
 	}
 }
 
@@ -374,15 +374,15 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	}
 	d.mu.Unlock()
 	if h != nil && d.conn.SessionID() != session {
-		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+		return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 	}
 	if h == nil {
 		p, first, err := d.lookup(ctx, l)
 		if err != nil {
-			return fmt.Errorf("zklock: refresh: %w", err)
+			return fmt.Errorf("zklock: %w", err)
 		}
 		if p == "" || !first {
-			return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 		}
 		path = p
 	}
@@ -396,15 +396,15 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	})
 	switch {
 	case err != nil && h != nil && d.conn.SessionID() != session:
-		return fmt.Errorf("zklock: refresh: %w: session %#x expired", backend.ErrNotHeld, session)
+		return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 	case err != nil:
-		return fmt.Errorf("zklock: refresh: %w", err)
+		return fmt.Errorf("zklock: %w", err)
 	case !r.ok:
-		return fmt.Errorf("zklock: refresh: %w", backend.ErrNotHeld)
+		return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 	case h != nil && r.st.EphemeralOwner != session:
-		return fmt.Errorf("zklock: refresh: %w: the node belongs to another session", backend.ErrNotHeld)
+		return fmt.Errorf("zklock: %w: the node belongs to another session", backend.ErrNotHeld)
 	case l.Fence != 0 && uint64(r.st.Czxid) != l.Fence:
-		return fmt.Errorf("zklock: refresh: %w: another incarnation", backend.ErrNotHeld)
+		return fmt.Errorf("zklock: %w: another incarnation", backend.ErrNotHeld)
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func (d *Driver) Inspect(ctx context.Context, key string) (_ backend.State, err 
 	defer done()
 	st, err := d.queueState(ctx, key)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("zklock: inspect: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	return st, nil
 }
@@ -202,7 +202,7 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 		return true, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("zklock: list: %w", d.failed(ctx, err))
+		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	var keys []string
 	for _, n := range names {
@@ -225,7 +225,7 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("zklock: list: %w", d.failed(ctx, err))
+		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	out := sts[:0]
 	for _, st := range sts {
@@ -297,9 +297,9 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 	})
 	switch {
 	case err != nil:
-		return backend.State{}, fmt.Errorf("zklock: break: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	case notHeld:
-		return backend.State{}, fmt.Errorf("zklock: break: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 	}
 	return st, nil
 }

@@ -31,13 +31,13 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	for {
 		e, err := d.enqueue(ctx, l, t)
 		if err != nil {
-			return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
+			return backend.Grant{}, fmt.Errorf("zklock: %w", err)
 		}
 		if err = d.await(ctx, e, t); err == nil {
 			err = d.confirm(ctx, e, t)
 		}
 		if err != nil {
-			err = fmt.Errorf("zklock: acquire: %w", err)
+			err = fmt.Errorf("zklock: %w", err)
 		} else {
 			var g backend.Grant
 			if g, err = d.grant(ctx, e, l, "acquire"); err == nil {
