@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -81,8 +80,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (State, error) {
 // ErrUnsupported when the store cannot enumerate its keys (memcached).
 func (c *Client) List(ctx context.Context, prefix string) ([]State, error) {
 	const op = "list"
-	if len(prefix) > MaxNameLen || !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
-		return nil, fmt.Errorf("locker: %s: %w: prefix must be valid UTF-8 without NUL, at most %d bytes", op, ErrInvalidName, MaxNameLen)
+	if err := CheckPrefix(prefix); err != nil {
+		return nil, fmt.Errorf("locker: %s: %w", op, err)
 	}
 	li, ok := backend.As[backend.Lister](c.drv)
 	if !ok {

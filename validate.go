@@ -31,6 +31,16 @@ func CheckName(name string) error {
 	return nil
 }
 
+// CheckPrefix reports, wrapping ErrInvalidName, why prefix cannot start a
+// lock name for List: "" (every name) and any valid UTF-8 string without
+// NUL of at most MaxNameLen bytes can.
+func CheckPrefix(prefix string) error {
+	if len(prefix) > MaxNameLen || !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
+		return fmt.Errorf("%w: prefix must be valid UTF-8 without NUL, at most %d bytes", ErrInvalidName, MaxNameLen)
+	}
+	return nil
+}
+
 // checkNamespace accepts 1 to 64 bytes of [A-Za-z0-9._-]. Without '/', a
 // namespace and a name join into a key that no other pair produces.
 func checkNamespace(ns string) error {

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/lockerhq/locker"
 )
@@ -374,8 +373,8 @@ func listCmd(args []string, globalBackend string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	// As locker.List checks it, but before connecting.
-	if len(prefix) > locker.MaxNameLen || !utf8.ValidString(prefix) || strings.IndexByte(prefix, 0) >= 0 {
-		errorf(stderr, cmd, "PREFIX: must be valid UTF-8 without NUL, at most %d bytes", locker.MaxNameLen)
+	if err := locker.CheckPrefix(prefix); err != nil {
+		errorf(stderr, cmd, "PREFIX: %v", err)
 		return exitUsage
 	}
 	p := f.open(cmd, stdout, stderr)
