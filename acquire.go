@@ -135,6 +135,9 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if err := CheckTTL(lc.ttl); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
+	if lc.minHold > MaxTTL {
+		return nil, fmt.Errorf("locker: %s %q: %w: MinHold %v, more than %v", op, name, ErrInvalidTTL, lc.minHold, MaxTTL)
+	}
 	if wait && lc.waitSet {
 		if lc.waitMax <= 0 {
 			wait = false
@@ -185,7 +188,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		c.abandon(h)
 		return nil, err
 	}
-	h.name, h.token, h.auto, h.ttl = name, token, !lc.noAuto, lc.ttl
+	h.name, h.token, h.auto, h.ttl, h.minHold = name, token, !lc.noAuto, lc.ttl, lc.minHold
 	st.h = h
 	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
 	var grant backend.Grant
@@ -398,8 +401,13 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	h.done = true
 	h.mu.Unlock()
 	c.dog.unschedule(h)
-	err := c.drv.Release(ctx, h.lock())
-	c.wakeLocal(h.key)
+	var err error
+	if rest := h.minHold - time.Since(h.granted); rest > 0 && lost == nil {
+		err = c.linger(ctx, h, rest)
+	} else {
+		err = c.drv.Release(ctx, h.lock())
+		c.wakeLocal(h.key)
+	}
 	var ret error
 	switch {
 	case lost != nil:
@@ -417,4 +425,34 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		}
 	}
 	return ret
+}
+
+// linger leaves h's lock in the store for rest more, then lets it go
+// (MinHold). A lock that lives for a TTL gets one refresh with rest as
+// its TTL: the store frees it then, whatever becomes of this process. A
+// session-backed lock moves to a lifetime of its own where the driver can
+// (backend.Lingerer); otherwise the Client releases it after rest, or at
+// Close.
+func (c *Client) linger(ctx context.Context, h *hold, rest time.Duration) error {
+	cl := h.lock()
+	cl.TTL = rest
+	if _, ok := backend.As[backend.Session](c.drv); !ok {
+		return c.drv.Refresh(ctx, cl)
+	}
+	if lg, ok := backend.As[backend.Lingerer](c.drv); ok {
+		return lg.Linger(ctx, cl)
+	}
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		t := time.NewTimer(rest)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-c.gate.Context().Done(): // Close: the session ends anyway
+		}
+		c.releaseNow(h.lock())
+		c.wakeLocal(h.key)
+	}()
+	return nil
 }

@@ -78,3 +78,10 @@ func TestTryDo(t *testing.T) {
 		t.Fatalf("TryDo left the lock held: %v", err)
 	}
 }
+
+func TestMinHoldBadInput(t *testing.T) {
+	c := newClient(t, memlock.NewStore())
+	if _, err := c.TryAcquire(context.Background(), "job", locker.MinHold(locker.MaxTTL+time.Second)); !errors.Is(err, locker.ErrInvalidTTL) {
+		t.Fatalf("MinHold past MaxTTL = %v, want ErrInvalidTTL", err)
+	}
+}

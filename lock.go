@@ -19,6 +19,9 @@ type hold struct {
 	owner string
 	token string
 	auto  bool
+	// minHold: a release before granted+minHold leaves the lock in the
+	// store until then (MinHold).
+	minHold time.Duration
 
 	// Set once the acquisition succeeds; read-only after ready closes.
 	fence   uint64

@@ -69,6 +69,7 @@ type lockConfig struct {
 	ttlSet  bool
 	waitMax time.Duration
 	waitSet bool
+	minHold time.Duration
 }
 
 // LockOption configures one acquisition.
@@ -98,6 +99,20 @@ func Owner(owner string) LockOption { return func(c *lockConfig) { c.owner = own
 func WaitAtMost(d time.Duration) LockOption {
 	return func(c *lockConfig) { c.waitMax, c.waitSet = d, true }
 }
+
+// MinHold keeps the lock held for at least d from its acquisition, however
+// soon it is released: a Release before then leaves it in the store,
+// unrefreshed, until d has passed, and the store frees it then. That is
+// ShedLock's lockAtLeastFor: a job that several hosts start on a schedule,
+// each with TryDo, runs once even when it finishes before the slowest
+// host's clock reaches the schedule. The Lock is done at Release (no
+// refresh, no lost signal after it). Where locks live for a TTL, the
+// remainder is one refresh with that TTL, so it outlives the process. On
+// etcd the entry moves to a lease of its own (backend.Lingerer). On
+// ZooKeeper, whose nodes live only as long as their session, the Client
+// releases the lock when d has passed: a Close or the process's end before
+// then frees it early, at the session's end. d <= 0 turns it off.
+func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
 
 // AutoRefresh turns the watchdog on (the default) or off. With it, the
 // Client refreshes the lock every TTL/3 until Release. Without it, the lock

@@ -180,3 +180,14 @@ type BatchRefresher interface {
 	// error per claim, in order: nil, ErrNotHeld, or another error.
 	RefreshMany(ctx context.Context, claims []Claim) []error
 }
+
+// Lingerer is implemented by Session drivers that can keep a held lock in
+// the store apart from their session (an etcd lease of its own), for the
+// locker package's MinHold.
+type Lingerer interface {
+	// Linger keeps c.Key held by c.Token, unrefreshed and whatever becomes
+	// of this driver or its session, for at least c.TTL from now; the
+	// store frees it then. The driver reports no loss for c afterwards.
+	// It returns ErrNotHeld when c.Token no longer holds c.Key.
+	Linger(ctx context.Context, c Claim) error
+}

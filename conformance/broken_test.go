@@ -75,6 +75,9 @@ var brokenVariants = map[string][]string{
 	// Refresh of a key found free takes it again, so a holder removed by
 	// Break never learns of it (and holds the lock with its successor).
 	"refresh-retakes-free": {"ForceReleaseFencesAndSignals"},
+	// Refresh never shortens a lock: it keeps the later of the old expiry
+	// and the new TTL.
+	"refresh-only-extends": {"MinHoldOutlivesRelease"},
 	// Goroutines outlive Close and cancelled subscriptions.
 	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine"},
 }
@@ -326,6 +329,10 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 		return nil
 	case "expires-early":
 		l.TTL /= 2
+	case "refresh-only-extends":
+		if st, err := d.Driver.Inspect(ctx, l.Key); err == nil && st.Held && st.TTL > l.TTL {
+			l.TTL = st.TTL
+		}
 	case "refresh-retakes-free":
 		if err := d.Driver.Refresh(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
 			return err

@@ -60,6 +60,7 @@ var cases = []testCase{
 	{"InspectReportsHolderAndQueue", false, (*suite).inspectReports},
 	{"ListFindsHeldLocks", false, (*suite).listFinds},
 	{"ForceReleaseFencesAndSignals", false, (*suite).forceRelease},
+	{"MinHoldOutlivesRelease", false, (*suite).minHold},
 }
 
 // Run runs the suite against h's store.

@@ -70,7 +70,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	wctx, cancel := context.WithTimeout(ctx, cfg.connectTimeout)
 	defer cancel()
 	fail := func(err error) (*Driver, error) {
-		d.closeConn(time.Now())
+		d.closeConn(time.Now(), false)
 		return nil, err
 	}
 	n := d.hosts.Len()
@@ -111,8 +111,11 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 // polite close, then cut the connections and refuse new ones.
 //
 // start is when Close began: the calls it waited for count against the
-// limit.
-func (d *Driver) closeConn(start time.Time) {
+// limit. A failed Dial does not wait for the zk client's Close when there
+// was no session: that Close may wait a second for an answer that cannot
+// come (when the zk client's loop has ended before the close request was
+// queued), and ends by itself.
+func (d *Driver) closeConn(start time.Time, waitNoSession bool) {
 	polite := make(chan struct{})
 	go func() {
 		defer close(polite)
@@ -133,6 +136,9 @@ func (d *Driver) closeConn(start time.Time) {
 	d.hosts.stop()
 	d.dialed.cut()
 	d.drainEvents(closeLimit - 100*time.Millisecond - time.Since(start))
+	if !waitNoSession && d.conn.SessionID() == 0 {
+		return
+	}
 	t.Reset(max(closeLimit-100*time.Millisecond-time.Since(start), 0))
 	select {
 	case <-polite:

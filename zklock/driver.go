@@ -218,7 +218,7 @@ func (d *Driver) Close() error {
 	d.holds = map[string]*held{}
 	d.mu.Unlock()
 	if d.own {
-		d.closeConn(start)
+		d.closeConn(start, true)
 		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
 			d.log.Debug("zklock: close: a call of the driver is still running")
 		}
