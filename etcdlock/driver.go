@@ -381,17 +381,11 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 // creation (the driver never writes an entry again, so a later revision is
 // someone else's put), and sends its lease a keep-alive.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	ctx, end, err := d.gate.Enter(ctx)
+	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
-		return fmt.Errorf("etcdlock: %w", err)
+		return err
 	}
 	defer end()
-	d.mu.Lock()
-	e := d.held[holdKey{l.Key, l.Token}]
-	d.mu.Unlock()
-	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	}
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
@@ -418,20 +412,31 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// Release deletes l's entry if its creation revision is still the fence,
-// so a retried release never deletes a newer lock.
-func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+// heldEntry enters the gate for a call on l and finds l's held entry,
+// under l's fence; end leaves the gate.
+func (d *Driver) heldEntry(ctx context.Context, l backend.Claim) (context.Context, func(), *entry, error) {
 	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
-		return fmt.Errorf("etcdlock: %w", err)
+		return nil, nil, nil, fmt.Errorf("etcdlock: %w", err)
 	}
-	defer end()
 	d.mu.Lock()
 	e := d.held[holdKey{l.Key, l.Token}]
 	d.mu.Unlock()
 	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		end()
+		return nil, nil, nil, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
+	return ctx, end, e, nil
+}
+
+// Release deletes l's entry if its creation revision is still the fence,
+// so a retried release never deletes a newer lock.
+func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	ctx, end, e, err := d.heldEntry(ctx, l)
+	if err != nil {
+		return err
+	}
+	defer end()
 	if !d.forget(e, false) {
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}

@@ -19,17 +19,11 @@ var _ backend.Lingerer = (*Driver)(nil)
 // then. The entry keeps its key, value and creation revision, so it stays
 // first in the queue and Inspect still reports its owner and fence.
 func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
-	ctx, end, err := d.gate.Enter(ctx)
+	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
-		return fmt.Errorf("etcdlock: %w", err)
+		return err
 	}
 	defer end()
-	d.mu.Lock()
-	e := d.held[holdKey{l.Key, l.Token}]
-	d.mu.Unlock()
-	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	}
 	sec, err := ttlSeconds(l.TTL)
 	if err != nil {
 		return fmt.Errorf("etcdlock: %w", err)
