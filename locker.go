@@ -87,6 +87,9 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 // The driver's package must be imported (a blank import is enough). Two
 // parameters belong to the Client and work with every scheme: namespace
 // (see WithNamespace) and ttl (see WithDefaultTTL); they override opts.
+// A default TTL, from either, also reaches the driver (see
+// backend.WithDefaultTTL): on ZooKeeper, whose locks live as long as a
+// session, it is the session timeout unless the URL sets session_timeout.
 // Any parameter that neither the Client nor the driver knows is an error.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, uopts, err := parseURL(rawURL)
@@ -100,8 +103,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	// The driver logs where the Client does (its warnings: weak transport,
-	// an evicting Redis).
-	drv, err := backend.Open(backend.WithLogger(ctx, cfg.logger), u)
+	// an evicting Redis), and learns the default TTL if one was set.
+	drv, err := backend.Open(openerContext(backend.WithLogger(ctx, cfg.logger), opts), u)
 	if err != nil {
 		return nil, fmt.Errorf("locker: Open %s: %w", backend.Redacted(u), err)
 	}
@@ -125,11 +128,26 @@ func OpenDriver(ctx context.Context, rawURL string) (backend.Driver, []Option, e
 	if _, err := checkOptions(opts); err != nil {
 		return nil, nil, err
 	}
-	drv, err := backend.Open(ctx, u)
+	drv, err := backend.Open(openerContext(ctx, opts), u)
 	if err != nil {
 		return nil, nil, fmt.Errorf("locker: Open %s: %w", backend.Redacted(u), err)
 	}
 	return drv, opts, nil
+}
+
+// openerContext adds to ctx the default TTL that opts set, if they set
+// one (see backend.WithDefaultTTL): a driver whose locks live as long as a
+// session sizes the session by it, but only when the caller asked for a
+// TTL, so that its own default otherwise stays.
+func openerContext(ctx context.Context, opts []Option) context.Context {
+	var set config
+	for _, o := range opts {
+		o(&set)
+	}
+	if set.ttl > 0 {
+		ctx = backend.WithDefaultTTL(ctx, set.ttl)
+	}
+	return ctx
 }
 
 // parseURL splits the Client's own parameters off rawURL.

@@ -17,5 +17,7 @@
 // key works.
 //
 // A driver registers a URL scheme with [Register] in its package init, so
-// that a blank import makes locker.Open("scheme://...") work.
+// that a blank import makes locker.Open("scheme://...") work. locker.Open
+// passes the Client's logger ([Logger]) and, when set, its default lock TTL
+// ([DefaultTTL]) to the Opener in its context.
 package backend

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Opener opens a driver for the URLs of one scheme.
@@ -16,8 +17,29 @@ type Opener struct {
 	Usage string
 	// Open returns a driver for u. It rejects unknown query parameters with
 	// ErrInvalidURL ([Params] helps) and should fail fast, within ctx, when
-	// the store cannot be reached.
+	// the store cannot be reached. ctx may carry the Client's logger
+	// ([Logger]) and default lock TTL ([DefaultTTL]).
 	Open func(ctx context.Context, u *url.URL) (Driver, error)
+}
+
+type defaultTTLKey struct{}
+
+// WithDefaultTTL returns ctx carrying the default lock TTL of the Client
+// an Opener's driver is for: locker.Open passes it when its URL (ttl=) or
+// its options (locker.WithDefaultTTL) set one. A [Session] driver whose
+// session timeout is fixed when it opens, whatever the Claims' TTLs (a
+// ZooKeeper session), should use it as that timeout when its URL sets
+// none, so that a crashed holder keeps others out for the TTL asked for,
+// as on other backends. Drivers whose locks follow each Claim's TTL
+// ignore it.
+func WithDefaultTTL(ctx context.Context, ttl time.Duration) context.Context {
+	return context.WithValue(ctx, defaultTTLKey{}, ttl)
+}
+
+// DefaultTTL returns the TTL WithDefaultTTL put in ctx, if it is positive.
+func DefaultTTL(ctx context.Context) (time.Duration, bool) {
+	ttl, ok := ctx.Value(defaultTTLKey{}).(time.Duration)
+	return ttl, ok && ttl > 0
 }
 
 var (

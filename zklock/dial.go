@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
+
+// maxSessionRequest is the longest session timeout the protocol can ask for.
+const maxSessionRequest = math.MaxInt32 * time.Millisecond
 
 // Dial connects to the servers ("host:port") and waits, within ctx and the
 // connect timeout, for a session. The driver owns the connection: Close
@@ -45,6 +49,9 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	d.dialed = newDialed()
 	d.hosts = &hostList{}
 	tr := newTrace(cfg.tls, d.dialed.dialer(cfg.dialer))
+	// The server clamps the request into its bounds (20 ticks at most by
+	// default); the protocol carries it as int32 milliseconds.
+	cfg.sessionTimeout = min(cfg.sessionTimeout, maxSessionRequest)
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithLogger(zkLogger{l: cfg.logger, hs: hs}),
 		zk.WithLogInfo(true), // its report of the handshake carries the session timeout

@@ -19,7 +19,10 @@
 //
 // The path is the root node under which the locks live (default /locker);
 // Open creates it when missing. session_timeout is the session timeout the
-// driver asks for; connect_timeout bounds Open's wait for a session. A
+// driver asks for: without it, the Client's default lock TTL when one is
+// set (locker.Open's ttl= or locker.WithDefaultTTL, which lockctl sets
+// from --ttl), else 10 s (see Sessions and TTLs); connect_timeout bounds
+// Open's wait for a session. A
 // user and password authenticate with the digest scheme (see ACLs).
 //
 // TLS (the server's secureClientPort) takes the parameters every backend
@@ -102,11 +105,24 @@
 // from the zk client's report of the handshake to its logger, else from
 // the server's "cons" four-letter word, else it assumes the one it asked
 // for; with New, it is WithSessionTimeout's, else the server's "cons"
-// answer (see New). A lock's TTL cannot be set
-// per lock: Grant.TTL reports the session timeout when it is longer than
+// answer (see New).
+//
+// The session timeout is what a crashed holder costs the others: its locks
+// go when the server expires its session. So that it means what a TTL
+// means on other backends, locker.Open asks for the Client's default TTL
+// as the session timeout when the URL sets no session_timeout (zk://...?ttl=2s,
+// locker.WithDefaultTTL, lockctl's --ttl); the server clamps it into its
+// bounds (a 500 ms request gets 2 ticks), and SessionTTL and Lock.TTL
+// report what it granted. session_timeout, when set, wins.
+//
+// A lock's TTL cannot be set per lock: the session's governs every lock of
+// the driver. Grant.TTL reports the session timeout when it is longer than
 // the requested TTL, and the requested TTL when that is longer (the lock
 // lives as long as the session, so it outlives any TTL while the client is
-// alive). Refresh only checks that the lock is still held.
+// alive); a lock asked for with a TTL other than the session's is still
+// held exactly as long as the session lives, and freed a session timeout
+// after the holder's last contact. Refresh only checks that the lock is
+// still held.
 //
 // A disconnect means "maybe lost": the zk client resumes the session on
 // any server of the ensemble, and the locks are kept. The lock is reported

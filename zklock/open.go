@@ -26,6 +26,10 @@ func init() {
 //
 //	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&TLS]
 //
+// session_timeout defaults to the default lock TTL in ctx (see
+// backend.WithDefaultTTL: locker.Open's ttl= or locker.WithDefaultTTL),
+// else to DefaultSessionTimeout.
+//
 // TLS (ZooKeeper's secureClientPort) takes the parameters every backend
 // reads: tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME,
 // skip_verify=true (see WithTLS).
@@ -52,6 +56,11 @@ func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 	servers, opts, err := parseURL(u)
 	if err != nil {
 		return nil, err
+	}
+	// The Client's default TTL sizes the session, so that a crashed holder
+	// keeps others out for about the TTL asked for.
+	if ttl, ok := backend.DefaultTTL(ctx); ok && !u.Query().Has("session_timeout") {
+		opts = append(opts, WithSessionTimeout(ttl))
 	}
 	log := backend.Logger(ctx)
 	opts = append(append([]Option{WithLogger(log)}, opts...), extra...)

@@ -235,3 +235,83 @@ func TestSessionTimeoutSources(t *testing.T) {
 		t.Errorf("cons: %v, want 1s", got)
 	}
 }
+
+// TestSessionTimeoutFollowsTTL: without session_timeout, the session
+// timeout is the Client's default TTL, clamped by the server; Lock.TTL
+// reports what the server granted.
+func TestSessionTimeoutFollowsTTL(t *testing.T) {
+	t.Parallel()
+	addr := testenv.ZKAddrs()[0]
+	testenv.Require(t, addr)
+	base := "zk://" + addr + "/locker-test?namespace=ttl-" + newToken(t)[:8]
+	for _, tc := range []struct {
+		name    string
+		query   string
+		opts    []locker.Option
+		lockTTL time.Duration // 0: the Client's default
+		session time.Duration // SessionTTL
+		lock    time.Duration // Lock.TTL
+	}{
+		{"url ttl", "&ttl=2s", nil, 0, 2 * time.Second, 2 * time.Second},
+		{"WithDefaultTTL", "", []locker.Option{locker.WithDefaultTTL(1500 * time.Millisecond)}, 0, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{"session_timeout wins", "&ttl=2s&session_timeout=3s", nil, 0, 3 * time.Second, 3 * time.Second},
+		{"below the server's minimum", "&ttl=300ms", nil, 0, time.Second, time.Second},
+		{"above the server's maximum", "&ttl=720h", nil, 0, time.Minute, 720 * time.Hour},
+		{"longer lock TTL", "&ttl=1500ms", nil, 5 * time.Second, 1500 * time.Millisecond, 5 * time.Second},
+		{"no ttl", "", nil, 0, DefaultSessionTimeout, locker.DefaultTTL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			c, err := locker.Open(ctx, base+tc.query, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got := c.Driver().(*Driver).SessionTTL(); got != tc.session {
+				t.Errorf("SessionTTL %v, want %v", got, tc.session)
+			}
+			var lopts []locker.LockOption
+			if tc.lockTTL > 0 {
+				lopts = append(lopts, locker.TTL(tc.lockTTL))
+			}
+			l, err := c.TryAcquire(ctx, "k", lopts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.TTL() != tc.lock {
+				t.Errorf("Lock.TTL %v, want %v", l.TTL(), tc.lock)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestOpenOptionOverridesDefaultTTL: Open's options apply after what the
+// context's default TTL implies.
+func TestOpenOptionOverridesDefaultTTL(t *testing.T) {
+	t.Parallel()
+	addr := testenv.ZKAddrs()[0]
+	testenv.Require(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ctx = backend.WithDefaultTTL(ctx, 2*time.Second)
+	d, err := Open(ctx, "zk://"+addr+"/locker-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.SessionTTL() != 2*time.Second {
+		t.Errorf("SessionTTL %v, want the context's 2s", d.SessionTTL())
+	}
+	d2, err := Open(ctx, "zk://"+addr+"/locker-test", WithSessionTimeout(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if d2.SessionTTL() != 1500*time.Millisecond {
+		t.Errorf("SessionTTL %v, want WithSessionTimeout's 1.5s", d2.SessionTTL())
+	}
+}
