@@ -208,7 +208,8 @@ func (o *runOpts) run() int {
 		cause := fmt.Errorf("no answer within --connect-timeout %v", o.connect)
 		ctx, cancel := context.WithTimeoutCause(ctx, o.connect, cause)
 		defer cancel()
-		c, err := locker.Open(ctx, rawURL, locker.WithLogger(logger))
+		// The default TTL sizes a ZooKeeper session: --ttl on every backend.
+		c, err := locker.Open(ctx, rawURL, locker.WithLogger(logger), locker.WithDefaultTTL(o.ttl))
 		if err != nil && ctx.Err() != nil && !strings.Contains(err.Error(), cause.Error()) {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
