@@ -100,6 +100,11 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		d.ttl = cfg.sessionTimeout
 		d.log.Debug("zklock: the negotiated session timeout is unknown; assuming the one asked for", "timeout", d.ttl)
 	}
+	if d.ttl < cfg.sessionTimeout {
+		// Lock.TTL still reports the longer TTL asked for, which a live
+		// holder keeps; a crashed one keeps others out only this long.
+		d.log.Warn("zklock: the server cut the session timeout asked for to its maximum: a crashed holder's locks go sooner", "asked", cfg.sessionTimeout, "granted", d.ttl)
+	}
 	if err := d.checkACL(d.root); err != nil {
 		return fail(fmt.Errorf("zklock: root: %w", err))
 	}

@@ -113,7 +113,10 @@
 // as the session timeout when the URL sets no session_timeout (zk://...?ttl=2s,
 // locker.WithDefaultTTL, lockctl's --ttl); the server clamps it into its
 // bounds (a 500 ms request gets 2 ticks), and SessionTTL and Lock.TTL
-// report what it granted. session_timeout, when set, wins.
+// report what it granted. A timeout cut to the server's maximum is logged
+// at Warn: Lock.TTL then still reports the longer TTL (see below), but a
+// crashed holder keeps others out only for the session timeout.
+// session_timeout, when set, wins.
 //
 // A lock's TTL cannot be set per lock: the session's governs every lock of
 // the driver. Grant.TTL reports the session timeout when it is longer than

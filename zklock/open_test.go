@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -251,25 +252,37 @@ func TestSessionTimeoutFollowsTTL(t *testing.T) {
 		lockTTL time.Duration // 0: the Client's default
 		session time.Duration // SessionTTL
 		lock    time.Duration // Lock.TTL
+		cut     bool          // the server grants less than asked for
 	}{
-		{"url ttl", "&ttl=2s", nil, 0, 2 * time.Second, 2 * time.Second},
-		{"WithDefaultTTL", "", []locker.Option{locker.WithDefaultTTL(1500 * time.Millisecond)}, 0, 1500 * time.Millisecond, 1500 * time.Millisecond},
-		{"session_timeout wins", "&ttl=2s&session_timeout=3s", nil, 0, 3 * time.Second, 3 * time.Second},
-		{"below the server's minimum", "&ttl=300ms", nil, 0, time.Second, time.Second},
-		{"above the server's maximum", "&ttl=720h", nil, 0, time.Minute, 720 * time.Hour},
-		{"longer lock TTL", "&ttl=1500ms", nil, 5 * time.Second, 1500 * time.Millisecond, 5 * time.Second},
-		{"no ttl", "", nil, 0, DefaultSessionTimeout, locker.DefaultTTL},
+		{"url ttl", "&ttl=2s", nil, 0, 2 * time.Second, 2 * time.Second, false},
+		{"WithDefaultTTL", "", []locker.Option{locker.WithDefaultTTL(1500 * time.Millisecond)}, 0, 1500 * time.Millisecond, 1500 * time.Millisecond, false},
+		{"session_timeout wins", "&ttl=2s&session_timeout=3s", nil, 0, 3 * time.Second, 3 * time.Second, false},
+		{"below the server's minimum", "&ttl=300ms", nil, 0, time.Second, time.Second, false},
+		{"above the server's maximum", "&ttl=720h", nil, 0, time.Minute, 720 * time.Hour, true},
+		{"longer lock TTL", "&ttl=1500ms", nil, 5 * time.Second, 1500 * time.Millisecond, 5 * time.Second, false},
+		{"no ttl", "", nil, 0, DefaultSessionTimeout, locker.DefaultTTL, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			c, err := locker.Open(ctx, base+tc.query, tc.opts...)
+			var logs bytes.Buffer
+			opts := append([]locker.Option{locker.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}, tc.opts...)
+			c, err := locker.Open(ctx, base+tc.query, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if got := c.Driver().(*Driver).SessionTTL(); got != tc.session {
+			got := c.Driver().(*Driver).SessionTTL()
+			if got != tc.session {
 				t.Errorf("SessionTTL %v, want %v", got, tc.session)
+			}
+			// A session shorter than asked for is said, once, at Warn.
+			want := 0
+			if tc.cut {
+				want = 1
+			}
+			if n := strings.Count(logs.String(), "level=WARN"); n != want {
+				t.Errorf("%d warnings, want %d:\n%s", n, want, &logs)
 			}
 			var lopts []locker.LockOption
 			if tc.lockTTL > 0 {
