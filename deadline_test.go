@@ -313,3 +313,46 @@ func TestSessionShorterThanTTLCounts(t *testing.T) {
 		t.Fatalf("lost fired %v after the session's deadline", late)
 	}
 }
+
+// Deadline is the Client's own deadline: set by the acquisition, a clock
+// margin before the TTL ends, moved on by a refresh, and the moment Lost
+// fires when refreshes hang.
+func TestDeadlineMovesWithRefreshes(t *testing.T) {
+	d := &hanging{Driver: memDriver(memlock.NewStore()), stop: make(chan struct{})}
+	c := newClient(t, memlock.NewStore())
+	const ttl = 600 * time.Millisecond
+	before := time.Now()
+	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	first := l.Deadline()
+	margin := backend.ClockMargin(ttl)
+	if first.Before(before.Add(ttl-margin)) || first.After(after.Add(ttl-margin)) {
+		t.Fatalf("Deadline %v after the acquisition, want %v", first.Sub(before), ttl-margin)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := l.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Deadline().After(first) {
+		t.Fatalf("Deadline did not move on with a refresh: %v, then %v", first, l.Deadline())
+	}
+
+	c = newClientOn(t, d)
+	defer close(d.stop)
+	l, err = c.TryAcquire(context.Background(), "y", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := l.Deadline()
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lost never fired while the refresh hung")
+	}
+	if lost := time.Now(); lost.Before(until) {
+		t.Fatalf("lost %v before Deadline", until.Sub(lost))
+	}
+}

@@ -207,6 +207,14 @@ func (l *Lock) Lost() <-chan struct{} { return l.h.lost }
 // ErrLost (or ErrClosed) that says why.
 func (l *Lock) Err() error { return l.h.err() }
 
+// Deadline returns when the store may free the lock at the earliest, judged
+// from this side: a clock margin before its TTL (or, for a session-backed
+// lock, its session timeout) runs out from the last refresh or session
+// contact that the store confirmed. It moves on with each confirmation.
+// Once Lost fires, or after Release, it means nothing; the zero time means
+// a session-backed lock's session is known to have ended.
+func (l *Lock) Deadline() time.Time { return l.h.deadline() }
+
 // Refresh extends the lock to its TTL from now. It returns an error wrapping
 // ErrNotHeld when the store shows the lock gone (and Lost fires), and the
 // store's error when it cannot tell.
