@@ -171,6 +171,9 @@ func init() {
 }
 
 func main() {
+	if os.Getenv(envGuardian) == guardianMode {
+		os.Exit(guardianMain())
+	}
 	os.Exit(lockctl(os.Args[1:], os.Stdout, os.Stderr))
 }
 

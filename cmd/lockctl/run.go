@@ -193,7 +193,7 @@ func (o *runOpts) run() int {
 			o.logf("cannot run %s: %v", cmd[0], err)
 			return exitNoCommand
 		}
-		status, _ := o.supervise(c, nil, sigs)
+		status, _ := o.supervise(c, nil, nil, sigs)
 		return status
 	}
 
@@ -281,12 +281,22 @@ func (o *runOpts) run() int {
 	if o.owner != "" {
 		c.Env = append(c.Env, envOwner+"="+o.owner, envBackendID+"="+bid)
 	}
+	// The guardian runs before COMMAND starts, so that no moment of
+	// COMMAND's life is unguarded.
+	g, err := startGuardian(o.name, l.TTL(), o.grace, o.stderr)
+	if err != nil {
+		o.logf("no guardian: COMMAND would outlive lockctl killed: %v", err)
+	}
+	g.until(l)
 	if err := o.start(c); err != nil {
+		g.stop()
 		o.release(l)
 		o.logf("cannot run %s: %v", cmd[0], err)
 		return exitNoCommand
 	}
-	status, lost := o.supervise(c, l, sigs)
+	g.group(c.Process.Pid)
+	status, lost := o.supervise(c, l, g, sigs)
+	g.stop()
 	if lost != nil {
 		o.release(l)
 		return exitLost
@@ -326,9 +336,10 @@ func (o *runOpts) start(c *exec.Cmd) error {
 }
 
 // supervise waits for c, passing signals on to its process group and
-// stopping it if l is lost. It returns the exit status as a shell reports
-// it and the loss, if the lock was lost while c ran.
-func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, sigs <-chan os.Signal) (int, error) {
+// stopping it if l is lost, and keeps g told of l's deadline. It returns
+// the exit status as a shell reports it and the loss, if the lock was lost
+// while c ran.
+func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, g *guardian, sigs <-chan os.Signal) (int, error) {
 	// Signal COMMAND's process group, or only COMMAND when it shares
 	// lockctl's group.
 	target := -c.Process.Pid
@@ -341,8 +352,16 @@ func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, sigs <-chan os.Signal) 
 		close(done)
 	}()
 	var lostC <-chan struct{}
+	var tick <-chan time.Time
 	if l != nil {
 		lostC = l.Lost()
+	}
+	if g != nil {
+		// Refreshes come every TTL/3: a few looks per refresh keep the
+		// guardian's deadline close behind the lock's.
+		t := time.NewTicker(min(max(l.TTL()/12, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		tick = t.C
 	}
 	var lost error
 	var kill <-chan time.Time
@@ -364,6 +383,8 @@ wait:
 		case <-kill:
 			kill = nil
 			syscall.Kill(target, syscall.SIGKILL)
+		case <-tick:
+			g.until(l)
 		case <-done:
 			break wait
 		}
