@@ -142,8 +142,9 @@ func guardedKill(t testing.TB, tg target, ignoreTerm bool) {
 		t.Fatalf("pids %v, want COMMAND's and its two children's", pids)
 	}
 	if ignoreTerm {
-		// Let COMMAND's trap be set in every process before the kill.
-		time.Sleep(100 * time.Millisecond)
+		// Past the first refresh (or session contact), a third of the TTL
+		// in: the guardian's deadline is the one lockctl passed on since.
+		time.Sleep(tg.ttl/3 + 300*time.Millisecond)
 	}
 
 	killed := time.Now()
@@ -206,6 +207,7 @@ func guardedKill(t testing.TB, tg target, ignoreTerm bool) {
 		if !strings.Contains(string(b), "died holding") || !ignoreTerm && !strings.Contains(string(b), want) {
 			t.Errorf("the guardian's message: %q", b)
 		}
+		t.Logf("the guardian: %s", bytes.TrimSpace(b))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the killed lockctl's stderr still open 5s after the second run acquired: its guardian or COMMAND is left over")
 	}
