@@ -47,6 +47,20 @@
 // lockctl are passed on to COMMAND's process group; the lock is released
 // once COMMAND has exited.
 //
+// COMMAND never outlives the lock: if lockctl dies while COMMAND runs, by
+// any signal (SIGKILL included) or a crash, a guardian process that lockctl
+// starts before COMMAND (a copy of lockctl, in a process group of its own,
+// shown by ps as lockctl-guardian) sends SIGTERM to COMMAND's process group,
+// then SIGKILL after --grace or before the lock can expire, whichever comes
+// first. The guardian learns of lockctl's death from a pipe only lockctl
+// writes, which the kernel closes when lockctl dies, and of the lock's
+// deadline from lockctl after each refresh. It exits with lockctl. A kill
+// that takes the guardian with lockctl but spares COMMAND (pkill -9 -f
+// lockctl; killall -9 lockctl except on Linux, where the guardian's
+// process name is "exe") leaves COMMAND running, as does SIGKILL to lockctl
+// in the moment between COMMAND's start and its group reaching the
+// guardian.
+//
 // Flags of run:
 //
 //	--backend URL          backend URL (default $LOCKER_URL, else the file backend)
