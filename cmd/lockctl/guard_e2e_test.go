@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -210,5 +211,85 @@ func guardedKill(t testing.TB, tg target, ignoreTerm bool) {
 		t.Logf("the guardian: %s", bytes.TrimSpace(b))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the killed lockctl's stderr still open 5s after the second run acquired: its guardian or COMMAND is left over")
+	}
+}
+
+// guardianOf returns the PID of lockctl's guardian, a child of lockctl.
+func guardianOf(t testing.TB, lockctl int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ps", "-A", "-o", "pid=,ppid=,args=").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 3 && f[1] == strconv.Itoa(lockctl) && f[2] == "lockctl-guardian" {
+				pid, _ := strconv.Atoi(f[0])
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no guardian among lockctl %d's children:\n%s", lockctl, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGuardianKilled: a run whose guardian is killed says so, and goes on
+// as before: COMMAND's status, the lock released.
+func TestGuardianKilled(t *testing.T) {
+	tg := targets()[0]
+	u, dir := tg.url(t), t.TempDir()
+	p := exec.Command(lockctlBin, append(append([]string{"run"}, common(tg, u)...), "guardian-killed", "--", "sh", "-c", `echo > "$D/started"; while [ ! -e "$D/go" ]; do sleep 0.01; done; exit 4`)...)
+	p.Env = env("D=" + dir)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p.Stderr = w
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { p.Process.Kill(); p.Wait() })
+	said := make(chan string, 1)
+	go func() {
+		var all strings.Builder
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "the guardian (pid") {
+				said <- all.String()
+				return
+			}
+		}
+		said <- all.String()
+	}()
+	waitFile(t, filepath.Join(dir, "started"), 30*time.Second)
+	if err := syscall.Kill(guardianOf(t, p.Process.Pid), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-said:
+		if !strings.Contains(s, "the guardian (pid") {
+			t.Fatalf("stderr does not report the guardian's end:\n%s", s)
+		}
+		t.Logf("lockctl: %s", strings.TrimSpace(s))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report of the guardian's end within 10s")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	if got := p.ProcessState.ExitCode(); got != 4 {
+		t.Errorf("exit %d, want COMMAND's 4", got)
+	}
+	q := lockctlProc(append(append([]string{"run"}, common(tg, u)...), "--no-wait", "guardian-killed", "--", "true")...)
+	if code, _ := q.status(t); code != 0 {
+		t.Errorf("--no-wait after the run: exit %d, want 0 (released); stderr:\n%s", code, &q.stderr)
 	}
 }

@@ -285,7 +285,7 @@ func (o *runOpts) run() int {
 	// COMMAND's life is unguarded.
 	g, err := startGuardian(o.name, l.TTL(), o.grace, o.stderr)
 	if err != nil {
-		o.logf("no guardian: COMMAND would outlive lockctl killed: %v", err)
+		o.logf("cannot start the guardian: %v; if lockctl is killed, COMMAND will outlive the lock", err)
 	}
 	g.until(l)
 	if err := o.start(c); err != nil {
@@ -351,12 +351,13 @@ func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, g *guardian, sigs <-cha
 		c.Wait()
 		close(done)
 	}()
-	var lostC <-chan struct{}
+	var lostC, guardGone <-chan struct{}
 	var tick <-chan time.Time
 	if l != nil {
 		lostC = l.Lost()
 	}
 	if g != nil {
+		guardGone = g.exited
 		// Refreshes come every TTL/3: a few looks per refresh keep the
 		// guardian's deadline close behind the lock's.
 		t := time.NewTicker(min(max(l.TTL()/12, 10*time.Millisecond), time.Second))
@@ -385,6 +386,9 @@ wait:
 			syscall.Kill(target, syscall.SIGKILL)
 		case <-tick:
 			g.until(l)
+		case <-guardGone:
+			guardGone = nil
+			o.logf("the guardian (pid %d) ended (%v): if lockctl is killed now, COMMAND will outlive the lock", g.cmd.Process.Pid, g.cmd.ProcessState)
 		case <-done:
 			break wait
 		}
