@@ -358,9 +358,10 @@ func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, g *guardian, sigs <-cha
 	}
 	if g != nil {
 		guardGone = g.exited
-		// Refreshes come every TTL/3: a few looks per refresh keep the
+		// Refreshes come every TTL/3 (session contacts every third of the
+		// session timeout, which may be shorter): frequent looks keep the
 		// guardian's deadline close behind the lock's.
-		t := time.NewTicker(min(max(l.TTL()/12, 10*time.Millisecond), time.Second))
+		t := time.NewTicker(min(max(l.TTL()/12, 10*time.Millisecond), 250*time.Millisecond))
 		defer t.Stop()
 		tick = t.C
 	}
