@@ -35,12 +35,22 @@ import (
 	"github.com/lockerhq/locker"
 )
 
-// envGuardian, set to guardianMode, makes lockctl the guardian: a hidden
-// mode, not a subcommand.
+// envGuardian, set to guardianMode, makes lockctl the guardian, and
+// envGate the gate (see gate): hidden modes, not subcommands.
 const (
 	envGuardian  = "_LOCKCTL_GUARDIAN"
+	envGate      = "_LOCKCTL_GATE"
 	guardianMode = "1"
 )
+
+// selfExe is lockctl's binary.
+func selfExe() (string, error) {
+	exe := "/proc/self/exe" // Linux: lockctl's binary even if replaced since
+	if _, err := os.Stat(exe); err == nil {
+		return exe, nil
+	}
+	return os.Executable()
+}
 
 // guardMargin is how much sooner than the lock's deadline the guardian's
 // SIGKILL goes out: for the pipe's latency, the guardian's timer firing
@@ -64,11 +74,9 @@ type guardian struct {
 // error is lockctl's, when that is a file; it holds no other descriptor of
 // lockctl's, and its environment is empty but for the mode: no secret.
 func startGuardian(name string, ttl, grace time.Duration, stderr io.Writer) (*guardian, error) {
-	exe := "/proc/self/exe" // Linux: lockctl's binary even if replaced since
-	if _, err := os.Stat(exe); err != nil {
-		if exe, err = os.Executable(); err != nil {
-			return nil, err
-		}
+	exe, err := selfExe()
+	if err != nil {
+		return nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -135,6 +143,64 @@ func (g *guardian) until(l *locker.Lock) {
 
 // group tells the guardian COMMAND's process group.
 func (g *guardian) group(pgid int) { g.send("pgid %d\n", pgid) }
+
+// gate makes c start as lockctl in gate mode, which execs COMMAND (same
+// PID, group, files and environment) once open is called, and exits
+// without running it if lockctl dies first: COMMAND never runs before the
+// guardian knows its group. close releases what gate holds if c did not
+// start.
+func gate(c *exec.Cmd) (open, close func(), err error) {
+	exe, err := selfExe()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	env := c.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	c.Env = append(env[:len(env):len(env)], envGate+"="+guardianMode)
+	c.Args = append([]string{"lockctl-gate", c.Path}, c.Args...)
+	c.Path = exe
+	c.ExtraFiles = append(c.ExtraFiles, r)
+	var once sync.Once
+	close = func() { once.Do(func() { r.Close(); w.Close() }) }
+	open = func() {
+		once.Do(func() {
+			r.Close()
+			w.Write([]byte{'g'})
+			w.Close()
+		})
+	}
+	return open, close, nil
+}
+
+// gateMain is the gate process: it waits for lockctl's go-ahead, then
+// becomes COMMAND.
+func gateMain() int {
+	f := os.NewFile(3, "lockctl")
+	var b [1]byte
+	if n, _ := f.Read(b[:]); n != 1 || b[0] != 'g' {
+		return exitNoCommand // lockctl died before COMMAND could be guarded
+	}
+	f.Close()
+	env := os.Environ()
+	for i, kv := range env {
+		if strings.HasPrefix(kv, envGate+"=") {
+			env = append(env[:i], env[i+1:]...)
+			break
+		}
+	}
+	if len(os.Args) < 3 {
+		return exitNoCommand
+	}
+	err := syscall.Exec(os.Args[1], os.Args[2:], env)
+	fmt.Fprintf(os.Stderr, "lockctl: cannot run %s: %v\n", os.Args[2], err)
+	return exitNoCommand
+}
 
 // stop ends the guardian, leaving COMMAND's group alone, and waits (a
 // little) for it to exit.

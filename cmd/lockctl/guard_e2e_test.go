@@ -293,3 +293,62 @@ func TestGuardianKilled(t *testing.T) {
 		t.Errorf("--no-wait after the run: exit %d, want 0 (released); stderr:\n%s", code, &q.stderr)
 	}
 }
+
+// TestGuardianKillAtStart: kill -9 of lockctl at moments spread over its
+// start, COMMAND's among them: COMMAND either never runs or is gone before
+// the lock can expire. (Without the gate, a kill between COMMAND's start
+// and the guardian's learning of its group left COMMAND running.)
+func TestGuardianKillAtStart(t *testing.T) {
+	tg := targets()[0]
+	u, dir := tg.url(t), t.TempDir()
+	const runs = 16
+	type result struct {
+		ran, alive bool
+		err        string
+	}
+	results := make(chan result, runs)
+	for i := range runs {
+		go func() {
+			tag := strconv.Itoa(i)
+			p := exec.Command(lockctlBin, append(append([]string{"run"}, common(tg, u)...), "--grace", "60s", "start-"+tag, "--", "sh", "-c", `echo $$ > "$D/pid.$1"; exec sleep 60`, "sh", tag)...)
+			p.Env = env("D=" + dir)
+			if err := p.Start(); err != nil {
+				results <- result{err: err.Error()}
+				return
+			}
+			// From just after the fork to past COMMAND's start (a few ms
+			// on the file backend).
+			time.Sleep(time.Duration(i) * 8 * time.Millisecond)
+			killed := time.Now()
+			p.Process.Kill()
+			p.Wait()
+			// Past the lock's life: whatever runs now runs unlocked.
+			time.Sleep(tg.life - time.Since(killed))
+			b, err := os.ReadFile(filepath.Join(dir, "pid."+tag))
+			if err != nil {
+				results <- result{}
+				return
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			alive := pid > 0 && !gone(pid)
+			if alive {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			results <- result{ran: true, alive: alive}
+		}()
+	}
+	ran := 0
+	for range runs {
+		r := <-results
+		if r.err != "" {
+			t.Fatal(r.err)
+		}
+		if r.ran {
+			ran++
+		}
+		if r.alive {
+			t.Error("COMMAND still running when the lock of the killed lockctl could expire")
+		}
+	}
+	t.Logf("%d of %d COMMANDs had started when lockctl was killed", ran, runs)
+}

@@ -57,9 +57,9 @@
 // deadline from lockctl after each refresh. It exits with lockctl. A kill
 // that takes the guardian with lockctl but spares COMMAND (pkill -9 -f
 // lockctl; killall -9 lockctl except on Linux, where the guardian's
-// process name is "exe") leaves COMMAND running, as does SIGKILL to lockctl
-// in the moment between COMMAND's start and its group reaching the
-// guardian.
+// process name is "exe") leaves COMMAND running. COMMAND starts as a gate
+// (lockctl again, with COMMAND's PID, group and files) that execs COMMAND
+// only once the guardian knows its group, and exits if lockctl dies first.
 //
 // Flags of run:
 //
@@ -187,6 +187,9 @@ func init() {
 func main() {
 	if os.Getenv(envGuardian) == guardianMode {
 		os.Exit(guardianMain())
+	}
+	if os.Getenv(envGate) == guardianMode {
+		os.Exit(gateMain())
 	}
 	os.Exit(lockctl(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -288,13 +288,22 @@ func (o *runOpts) run() int {
 		o.logf("cannot start the guardian: %v; if lockctl is killed, COMMAND will outlive the lock", err)
 	}
 	g.until(l)
+	openGate, closeGate := func() {}, func() {}
+	if g != nil && c.Err == nil {
+		if openGate, closeGate, err = gate(c); err != nil {
+			o.logf("cannot start the gate: %v; if lockctl is killed, COMMAND will outlive the lock", err)
+			openGate, closeGate = func() {}, func() {}
+		}
+	}
 	if err := o.start(c); err != nil {
+		closeGate()
 		g.stop()
 		o.release(l)
 		o.logf("cannot run %s: %v", cmd[0], err)
 		return exitNoCommand
 	}
 	g.group(c.Process.Pid)
+	openGate()
 	status, lost := o.supervise(c, l, g, sigs)
 	g.stop()
 	if lost != nil {
