@@ -62,9 +62,7 @@ type entry struct {
 	hk     holdKey
 	s      *slot
 	rev    int64 // its creation revision: the fence
-	seen   int64 // a revision at which it was known in place
 	onLost func(error)
-	stop   context.CancelFunc // ends its watch (see watchHeld)
 }
 
 // slot is the key of one acquisition's entry, reserved in its lease until
@@ -278,7 +276,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
-	rev, seen := resp.Header.Revision, resp.Header.Revision
+	rev := resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
@@ -288,7 +286,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 		// An earlier attempt of ours was applied although its reply was lost.
 		rev = kvs[0].CreateRevision
 	}
-	return d.grant(ctx, s, l, rev, seen)
+	return d.grant(ctx, s, l, rev)
 }
 
 // failedPut handles an error from a transaction that may have written s's
@@ -318,10 +316,8 @@ func (d *Driver) drop(ctx context.Context, s *slot, rev int64, err error) {
 	d.mu.Unlock()
 }
 
-// grant records a held lock, unless its lease was lost meanwhile. Its
-// entry, created at rev, was seen in place at revision seen: its watch
-// starts after that.
-func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, seen int64) (backend.Grant, error) {
+// grant records a held lock, unless its lease was lost meanwhile.
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
 	d.mu.Lock()
 	if s.ls.err != nil {
 		d.mu.Unlock()
@@ -329,17 +325,13 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, seen 
 		return backend.Grant{}, errRequeue
 	}
 	hk := holdKey{l.Key, l.Token}
-	wctx, stop := context.WithCancel(d.gate.Context())
-	e := &entry{hk: hk, s: s, rev: rev, seen: seen, onLost: l.OnLost, stop: stop}
+	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
-		old.stop()
 	}
 	d.held[hk] = e
 	s.ls.entries[e] = struct{}{}
-	d.bg.Add(1)
 	d.mu.Unlock()
-	go d.watchHeld(wctx, e)
 	return backend.Grant{Fence: uint64(rev), TTL: s.ls.ttl, Contact: d.contact(s.ls), SessionTTL: s.ls.ttl}, nil
 }
 
@@ -468,7 +460,6 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 		return false
 	}
 	delete(d.held, e.hk)
-	e.stop()
 	ls := e.s.ls
 	delete(ls.entries, e)
 	if len(ls.entries) == 0 && ls.users == 0 {

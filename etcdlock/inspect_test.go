@@ -19,48 +19,6 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// TestHeldEntryWatched: a held entry deleted or overwritten by someone
-// else is reported lost at once, from the driver's watch of it, long
-// before the keep-alive's check (a third of the 60s TTL) would see it.
-func TestHeldEntryWatched(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, testenv.EtcdEndpoints())
-	ctx := testCtx(t, 30*time.Second)
-	c, _ := h.client(t)
-	for _, how := range []string{"deleted", "overwritten"} {
-		l, err := c.TryAcquire(ctx, how, locker.TTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := h.admin.Get(ctx, h.probe.Dir(backend.Key("t", how)), clientv3.WithFirstCreate()...)
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("the holder's entry: %v, %v", resp, err)
-		}
-		key := string(resp.Kvs[0].Key)
-		start := time.Now()
-		if how == "deleted" {
-			_, err = h.admin.Delete(ctx, key)
-		} else {
-			_, err = h.admin.Put(ctx, key, "intruder", clientv3.WithLease(clientv3.LeaseID(resp.Kvs[0].Lease)))
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-l.Lost():
-		case <-time.After(2 * time.Second):
-			t.Fatalf("%s: no lost signal within 2s", how)
-		}
-		if !errors.Is(l.Err(), locker.ErrLost) || !strings.Contains(l.Err().Error(), how+" by someone else") {
-			t.Errorf("%s: Err() = %v", how, l.Err())
-		}
-		t.Logf("%s: lost signal after %v", how, time.Since(start).Round(time.Millisecond))
-		if _, err := h.admin.Delete(ctx, key); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestInspectQueueAndBreakWaiter: Break under a waiter's fence (the
 // creation revision of an entry that does not hold the lock) changes
 // nothing; the queue lists owners next first.

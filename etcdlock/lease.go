@@ -8,7 +8,6 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -178,7 +177,6 @@ func (d *Driver) loseLease(ls *lease, why string) {
 		if d.held[e.hk] == e {
 			delete(d.held, e.hk)
 		}
-		e.stop()
 		if e.onLost != nil {
 			lost = append(lost, e.onLost)
 		}
@@ -371,46 +369,4 @@ func (d *Driver) sweep() {
 
 func isLeaseNotFound(err error) bool {
 	return err != nil && errors.Is(err, rpctypes.ErrLeaseNotFound)
-}
-
-// watchHeld reports e lost as soon as anyone else deletes or writes its
-// entry (an operator's Break, a hand-made delete): the lease still lives,
-// so nothing else would tell. It watches the entry's key from the revision
-// after the one at which the acquisition last saw it in place, so no
-// change is missed, until ctx ends (the lock is released or lost, the
-// driver closes). That revision is usually still the server's latest, so
-// the watch starts in sync: etcd serves one that starts further back from
-// a loop that runs every 100 ms. If the watch ends otherwise (compaction),
-// verify, at each keep-alive, still finds the change.
-func (d *Driver) watchHeld(ctx context.Context, e *entry) {
-	defer d.bg.Done()
-	for wr := range d.cli.Watch(ctx, e.s.key, clientv3.WithRev(e.seen+1)) {
-		if wr.Canceled || wr.Err() != nil {
-			return
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.PUT {
-				d.loseEntry(e, "was overwritten by someone else")
-			} else {
-				d.entryDeleted(ctx, e)
-			}
-			return
-		}
-	}
-}
-
-// entryDeleted reports e lost after its entry was deleted: with its lease,
-// when the server has that no more, else by someone else.
-func (d *Driver) entryDeleted(ctx context.Context, e *entry) {
-	tctx, cancel := context.WithTimeout(ctx, attemptTimeout)
-	resp, err := d.cli.TimeToLive(tctx, e.s.ls.id)
-	cancel()
-	switch {
-	case ctx.Err() != nil:
-		// Released meanwhile, or the driver closed.
-	case isLeaseNotFound(err) || err == nil && resp.TTL < 0:
-		d.loseLease(e.s.ls, "was revoked or expired")
-	default:
-		d.loseEntry(e, "was deleted by someone else")
-	}
 }

@@ -65,7 +65,7 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	}
 	// ahead found our entry alive at the head of the queue, in the same
 	// linearizable read: our lease was alive then, and the lock is ours.
-	return d.grant(ctx, s, l, w.rev, checked)
+	return d.grant(ctx, s, l, w.rev)
 }
 
 // waiter is one blocking acquisition's entry in its queue.
