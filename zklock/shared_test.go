@@ -3,6 +3,9 @@ package zklock
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,4 +328,55 @@ func BenchmarkSemaphoreVsLock(b *testing.B) {
 	b.ReportMetric(float64(l.Microseconds()), "lock-µs")
 	b.ReportMetric(float64(s.Microseconds()), "permit-µs")
 	b.ReportMetric(float64(s)/float64(l), "permit/lock")
+}
+
+// Quick acquire and release cycles of every kind leave no watch on the
+// server: the watch on a held node is not set on one released meanwhile
+// (it would never fire, as a sequence number is never reused).
+func TestNoWatchLeftAfterRelease(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	d := dial(t, servers)
+	ctx := context.Background()
+	key := uniqueKey(t)
+	for range 20 {
+		for _, c := range []backend.Claim{lockFor(t, key), sharedClaim(t, key, backend.Permit, 3), sharedClaim(t, key, backend.Write, 0)} {
+			if _, err := d.TryAcquire(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Release(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	esc := backend.EscapeKey(key)
+	n := -1
+	for deadline := time.Now().Add(3 * time.Second); n != 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		out := fourLetter(t, servers[0], "wchc")
+		if !strings.HasPrefix(out, "0x") && out != "" {
+			t.Skipf("the server does not answer wchc: %q", out)
+		}
+		n = strings.Count(out, esc)
+	}
+	if n != 0 {
+		t.Errorf("%d watches left on the name's nodes", n)
+	}
+}
+
+func fourLetter(t testing.TB, addr, cmd string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
