@@ -77,8 +77,14 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 	down := func(on bool) {
 		mu.Lock()
 		defer mu.Unlock()
+		// Every proxy refuses before any cuts: a client cut from one
+		// server reconnects at once, and a connection another proxy
+		// accepted before its turn came could be made after its Cut and
+		// survive the outage.
 		for _, p := range proxies {
 			p.Refuse(on)
+		}
+		for _, p := range proxies {
 			if on {
 				p.Cut()
 			}
