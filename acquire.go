@@ -138,6 +138,9 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if lc.minHold > MaxTTL {
 		return nil, fmt.Errorf("locker: %s %q: %w: MinHold %v, more than %v", op, name, ErrInvalidTTL, lc.minHold, MaxTTL)
 	}
+	if err := c.checkMode(lc); err != nil {
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
 	if wait && lc.waitSet {
 		if lc.waitMax <= 0 {
 			wait = false
@@ -175,7 +178,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	}
 
 	key := backend.Key(c.cfg.namespace, name)
-	h, outer, err := c.claim(ctx, key, lc.owner)
+	h, outer, err := c.claim(ctx, key, lc)
 	if err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
@@ -190,7 +193,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	}
 	h.name, h.token, h.auto, h.ttl, h.minHold = name, token, !lc.noAuto, lc.ttl, lc.minHold
 	st.h = h
-	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose}
+	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit}
 	var grant backend.Grant
 	var start time.Time
 	if wait {
@@ -203,7 +206,12 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if err != nil {
 		c.storeError(h, "acquire", false, err)
 		c.abandon(h)
-		if ctx.Err() != nil {
+		switch {
+		case req.Mode == backend.Write && c.waiter == nil:
+			// A writer that stops trying withdraws its record of waiting,
+			// before readers are told the lock is busy (backend.Modal).
+			c.withdraw(ctx, req)
+		case ctx.Err() != nil:
 			// The caller gave up while a request may have been on its
 			// way: a grant the store made after that has no holder.
 			c.releaseLater(req)
@@ -244,24 +252,31 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	return &Lock{h: h}, nil
 }
 
-// claim returns a new hold for key, or, when owner already holds key in this
-// Client, that outer hold with one more level counted. Concurrent first
-// acquisitions by one owner wait for each other rather than for the store,
-// so they cannot block each other.
-func (c *Client) claim(ctx context.Context, key, owner string) (h, outer *hold, err error) {
-	k := ownerKey{key, owner}
+// claim returns a new hold for key, or, when lc's owner already holds key's
+// object in this Client, that outer hold with one more level counted.
+// Concurrent first acquisitions by one owner wait for each other rather
+// than for the store, so they cannot block each other.
+func (c *Client) claim(ctx context.Context, key string, lc lockConfig) (h, outer *hold, err error) {
+	h = c.newHold(key, lc.owner)
+	h.mode, h.limit = lc.mode, lc.limit
+	if lc.owner == "" {
+		return h, nil, nil
+	}
+	k := h.ownerKey()
 	for {
 		c.mu.Lock()
 		prev := c.owned[k]
 		switch {
-		case owner == "":
-			c.mu.Unlock()
-			return c.newHold(key, owner), nil, nil
 		case prev == nil:
-			h = c.newHold(key, owner)
 			c.owned[k] = h
 			c.mu.Unlock()
 			return h, nil, nil
+		case prev.ok && prev.mode != h.mode:
+			c.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: owner %q holds it to %s", ErrModeConflict, lc.owner, prev.mode)
+		case prev.ok && prev.limit != h.limit:
+			c.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: owner %q holds a permit of %d, asked for %d", ErrLimitMismatch, lc.owner, prev.limit, h.limit)
 		case prev.ok:
 			prev.depth++
 			c.mu.Unlock()
@@ -274,6 +289,34 @@ func (c *Client) claim(ctx context.Context, key, owner string) (h, outer *hold, 
 			return nil, nil, fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
 		}
 	}
+}
+
+// checkMode reports a mode the driver does not take, or a bad limit.
+func (c *Client) checkMode(lc lockConfig) error {
+	switch lc.mode {
+	case backend.Exclusive:
+		return nil
+	case backend.Permit:
+		if err := CheckLimit(lc.limit); err != nil {
+			return err
+		}
+		if !c.modes.Has(backend.Permit) {
+			return fmt.Errorf("%w: the backend has no semaphores", ErrUnsupported)
+		}
+	default:
+		if !c.modes.Has(lc.mode) {
+			return fmt.Errorf("%w: the backend has no read-write locks", ErrUnsupported)
+		}
+	}
+	return nil
+}
+
+// withdraw removes what a writer's failed tries left in the store (its
+// record of waiting), within CancelGrace of the caller's giving up.
+func (c *Client) withdraw(ctx context.Context, req backend.Claim) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backend.CancelGrace)
+	defer cancel()
+	_ = c.errCall(wctx, func(ctx context.Context) error { return c.drv.Release(ctx, req) })
 }
 
 func (c *Client) newHold(key, owner string) *hold {
@@ -289,8 +332,8 @@ func (c *Client) newHold(key, owner string) *hold {
 // abandon forgets a hold whose first acquisition failed.
 func (c *Client) abandon(h *hold) {
 	c.mu.Lock()
-	if h.owner != "" && c.owned[ownerKey{h.key, h.owner}] == h {
-		delete(c.owned, ownerKey{h.key, h.owner})
+	if h.owner != "" && c.owned[h.ownerKey()] == h {
+		delete(c.owned, h.ownerKey())
 	}
 	c.mu.Unlock()
 	h.mu.Lock()
@@ -390,8 +433,8 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		}
 		return nil
 	}
-	if h.owner != "" && c.owned[ownerKey{h.key, h.owner}] == h {
-		delete(c.owned, ownerKey{h.key, h.owner})
+	if h.owner != "" && c.owned[h.ownerKey()] == h {
+		delete(c.owned, h.ownerKey())
 	}
 	delete(c.live, h)
 	c.mu.Unlock()

@@ -30,4 +30,12 @@ var (
 	// ErrPermission: the store refused the credentials or an operation
 	// locking needs. Acquire returns it at once instead of waiting.
 	ErrPermission = backend.ErrPermission
+	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit.
+	ErrInvalidLimit = backend.ErrInvalidLimit
+	// ErrLimitMismatch: a semaphore's permits are held under another
+	// limit than the one asked for.
+	ErrLimitMismatch = backend.ErrLimitMismatch
+	// ErrModeConflict: an Owner asked to write a read-write lock it reads,
+	// or to read one it writes.
+	ErrModeConflict = backend.ErrModeConflict
 )

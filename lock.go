@@ -18,6 +18,8 @@ type hold struct {
 	key   string
 	owner string
 	token string
+	mode  backend.Mode
+	limit int // a semaphore's, for Permit
 	auto  bool
 	// minHold: a release before granted+minHold leaves the lock in the
 	// store until then (MinHold).
@@ -56,7 +58,16 @@ type flight struct {
 }
 
 func (h *hold) lock() backend.Claim {
-	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner}
+	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner, Mode: h.mode, Limit: h.limit}
+}
+
+// ownerKey is where c.owned keeps h, when h has an owner.
+func (h *hold) ownerKey() ownerKey {
+	obj := h.mode
+	if obj == backend.Write {
+		obj = backend.Read
+	}
+	return ownerKey{h.key, h.owner, obj}
 }
 
 // deadline is when the store may free h, judged from our side.

@@ -35,6 +35,7 @@ type Client struct {
 	waiter   backend.Waiter   // nil unless the driver queues waiters natively
 	notifier backend.Notifier // nil unless the driver notifies releases
 	session  backend.Session  // nil unless a server-side session keeps locks alive
+	modes    backend.ModeSet  // the modes besides Exclusive the driver takes
 	cfg      config
 
 	gate backend.Gate   // calls in flight, ended and awaited by Close
@@ -47,7 +48,13 @@ type Client struct {
 	released map[string]*localWaiters // per key, waiters to wake when a hold on it is released here
 }
 
-type ownerKey struct{ key, owner string }
+// ownerKey finds an owner's hold on one object: a read-write lock's
+// readers and writer share the object (Read's), so that an owner cannot
+// hold both sides.
+type ownerKey struct {
+	key, owner string
+	object     backend.Mode // Exclusive, Permit or Read
+}
 
 // New returns a Client that uses drv, built from a store client the caller
 // already has (like sql.OpenDB). The Client owns drv: Close closes it.
@@ -79,6 +86,9 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	c.waiter, _ = backend.As[backend.Waiter](drv)
 	c.notifier, _ = backend.As[backend.Notifier](drv)
 	c.session, _ = backend.As[backend.Session](drv)
+	if m, ok := backend.As[backend.Modal](drv); ok {
+		c.modes = m.Modes()
+	}
 	c.dog = newWatchdog(c)
 	return c, nil
 }

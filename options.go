@@ -2,6 +2,7 @@ package locker
 
 import (
 	"crypto/rand"
+	"github.com/lockerhq/locker/backend"
 	"io"
 	"log/slog"
 	"time"
@@ -70,6 +71,8 @@ type lockConfig struct {
 	waitMax time.Duration
 	waitSet bool
 	minHold time.Duration
+	mode    backend.Mode
+	limit   int
 }
 
 // LockOption configures one acquisition.
@@ -121,3 +124,34 @@ func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHol
 // backend.Session) the session keeps every lock alive and the option has
 // no effect; such a lock is lost when the session ends.
 func AutoRefresh(on bool) LockOption { return func(c *lockConfig) { c.noAuto = !on } }
+
+// Semaphore makes the acquisition take one of limit permits of the
+// semaphore called name, rather than the lock: at most limit holders at
+// once, across every Client of the store. A permit is a Lock like any
+// other (TTL, watchdog, Lost, fence, Release, Do), and its fence increases
+// with every grant of the semaphore. A semaphore, a lock and a read-write
+// lock of one name are three separate things. All holders must agree on
+// limit: a claim with another limit than the held permits' fails with
+// ErrLimitMismatch; once every permit is free, the next claim's limit
+// holds. limit is 1 to MaxLimit (ErrInvalidLimit otherwise). With Owner,
+// one owner holds one permit, re-entrantly. A backend without semaphores
+// returns ErrUnsupported before any network call.
+func Semaphore(limit int) LockOption {
+	return func(c *lockConfig) { c.mode, c.limit = backend.Permit, limit }
+}
+
+// Read makes the acquisition take the read side of the read-write lock
+// called name: any number of readers at once, but never with a writer.
+// Writers come first: once a writer waits, new readers wait behind it
+// (on backends with a native queue, readers and writers are served in
+// arrival order), so readers cannot starve writers. With Owner, an owner
+// that reads may read again (re-entry), but asking to write while it
+// reads, or to read while it writes, fails at once with ErrModeConflict:
+// there is no upgrade or downgrade. A backend without read-write locks
+// returns ErrUnsupported before any network call.
+func Read() LockOption { return func(c *lockConfig) { c.mode, c.limit = backend.Read, 0 } }
+
+// Write makes the acquisition take the write side of the read-write lock
+// called name: one writer, and no reader. Its fence is above that of every
+// reader and writer granted before it. See Read.
+func Write() LockOption { return func(c *lockConfig) { c.mode, c.limit = backend.Write, 0 } }

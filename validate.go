@@ -67,3 +67,15 @@ func CheckTTL(ttl time.Duration) error {
 	}
 	return nil
 }
+
+// MaxLimit bounds a semaphore's limit (see Semaphore).
+const MaxLimit = backend.MaxLimit
+
+// CheckLimit reports, wrapping ErrInvalidLimit, a semaphore limit that is
+// not 1 to MaxLimit.
+func CheckLimit(limit int) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidLimit, limit, MaxLimit)
+	}
+	return nil
+}

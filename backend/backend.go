@@ -47,6 +47,13 @@ type Claim struct {
 	// locker package also finds losses itself through Refresh, so a driver
 	// without such knowledge ignores it.
 	OnLost func(error)
+	// Mode is what the claim asks for on Key: the lock (Exclusive, the
+	// zero value), a semaphore's permit or a read-write lock's side. Only
+	// a Modal driver gets claims in other modes (see [Modal]).
+	Mode Mode
+	// Limit is the semaphore's number of permits, 1 to MaxLimit, for a
+	// Permit claim; zero otherwise.
+	Limit int
 }
 
 // Grant is what a driver reports about a successful acquisition.

@@ -36,6 +36,15 @@ var (
 	// (a role or ACL without that permission). A configuration error:
 	// never retried.
 	ErrPermission = errors.New("not permitted")
+	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit.
+	ErrInvalidLimit = errors.New("invalid semaphore limit")
+	// ErrModeConflict: an owner asked for a name it holds in another mode
+	// (a reader asking to write, a writer asking to read).
+	ErrModeConflict = errors.New("held in another mode")
+	// ErrLimitMismatch: a semaphore's permits are held under one limit
+	// and a claim asks with another. The callers disagree on what the
+	// semaphore is; waiting would not mend it.
+	ErrLimitMismatch = errors.New("semaphore limit differs from its holders'")
 )
 
 // Permanent reports errors that sending the request again cannot mend: a
@@ -46,7 +55,7 @@ var (
 // are answers, not failures: they are not permanent, and nobody retries
 // them as failures either.
 func Permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrPermission} {
+	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrPermission, ErrLimitMismatch, ErrInvalidLimit, ErrModeConflict} {
 		if errors.Is(err, e) {
 			return true
 		}

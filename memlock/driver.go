@@ -37,7 +37,13 @@ var (
 	_ backend.Inspector      = (*Driver)(nil)
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
 )
+
+// Modes implements backend.Modal: semaphores and read-write locks.
+func (d *Driver) Modes() backend.ModeSet {
+	return backend.Modes(backend.Permit, backend.Read, backend.Write)
+}
 
 func (d *Driver) check(ctx context.Context) error {
 	if d.closed.Load() {
@@ -55,6 +61,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if l.Mode != backend.Exclusive {
+		return s.tryShared(l, now)
+	}
 	if _, ok := s.held(l.Key, now); ok {
 		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 	}
@@ -75,6 +84,9 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 func (s *Store) refresh(l backend.Claim, now time.Time) error {
+	if l.Mode != backend.Exclusive {
+		return s.refreshShared(l, now)
+	}
 	e, ok := s.held(l.Key, now)
 	if !ok || e.token != l.Token {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
@@ -111,6 +123,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if l.Mode != backend.Exclusive {
+		return s.releaseShared(l, time.Now())
+	}
 	if e, ok := s.held(l.Key, time.Now()); !ok || e.token != l.Token {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}

@@ -13,6 +13,9 @@ type Store struct {
 	// so a name needs no state of its own once it is released.
 	fence uint64
 	subs  map[string]map[chan struct{}]struct{}
+	// objects are the semaphores and read-write locks with a holder or a
+	// waiting writer.
+	objects map[object]*shared
 }
 
 type entry struct {
@@ -25,8 +28,9 @@ type entry struct {
 // NewStore returns an empty Store.
 func NewStore() *Store {
 	return &Store{
-		locks: map[string]entry{},
-		subs:  map[string]map[chan struct{}]struct{}{},
+		locks:   map[string]entry{},
+		subs:    map[string]map[chan struct{}]struct{}{},
+		objects: map[object]*shared{},
 	}
 }
 
@@ -69,11 +73,15 @@ func (s *Store) Expire(key string) bool {
 }
 
 // Keeps reports whether the store keeps anything for key: a lock, held or
-// expired and not yet swept. A released name leaves nothing.
+// expired and not yet swept, a semaphore or a read-write lock. A released
+// name leaves nothing.
 func (s *Store) Keeps(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.locks[key]
+	for o := range s.objects {
+		ok = ok || o.key == key
+	}
 	return ok
 }
 
