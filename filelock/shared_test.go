@@ -1,0 +1,253 @@
+package filelock
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+)
+
+func client(t *testing.T, dir string) *locker.Client {
+	t.Helper()
+	d, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := locker.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// residue counts the files of name in the Client's default namespace.
+func residue(t *testing.T, dir, key string) int {
+	t.Helper()
+	n, err := harness{dir: dir}.Residue(context.Background(), backend.Key("locker", key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Two drivers on one directory share a semaphore; the last release leaves
+// no file.
+func TestSemaphoreAcrossDrivers(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	c1, c2 := client(t, dir), client(t, dir)
+	a, err := c1.TryAcquire(ctx, "s", locker.Semaphore(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c2.TryAcquire(ctx, "s", locker.Semaphore(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fences %d then %d, want increasing", a.Fence(), b.Fence())
+	}
+	if _, err := c2.TryAcquire(ctx, "s", locker.Semaphore(2)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("third permit of 2: %v, want ErrNotAcquired", err)
+	}
+	if _, err := c1.TryAcquire(ctx, "s", locker.Semaphore(3)); !errors.Is(err, locker.ErrLimitMismatch) {
+		t.Fatalf("limit 3 while held under 2: %v, want ErrLimitMismatch", err)
+	}
+	// The lock of the same name is another object.
+	l, err := c2.TryAcquire(ctx, "s")
+	if err != nil {
+		t.Fatalf("lock beside a full semaphore: %v", err)
+	}
+	if n := residue(t, dir, "s"); n != 2 {
+		t.Fatalf("residue %d, want the lock's and the semaphore's files", n)
+	}
+	for _, h := range []*locker.Lock{a, b, l} {
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := residue(t, dir, "s"); n != 0 {
+		t.Fatalf("residue %d after release, want 0", n)
+	}
+	c, err := c2.TryAcquire(ctx, "s", locker.Semaphore(3))
+	if err != nil {
+		t.Fatalf("limit 3 once free: %v", err)
+	}
+	if c.Fence() <= b.Fence() {
+		t.Fatalf("fence %d after a release, want above %d", c.Fence(), b.Fence())
+	}
+	c.Release(ctx)
+}
+
+// A refused writer keeps readers out until it gives up, and giving up
+// leaves nothing.
+func TestRWWaitingWriterAcrossDrivers(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	c1, c2 := client(t, dir), client(t, dir)
+	r, err := c1.TryAcquire(ctx, "rw", locker.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c2.Acquire(wctx, "rw", locker.Write())
+		done <- err
+	}()
+	// Once the writer has tried, its record keeps new readers out.
+	refused := false
+	for range 100 {
+		x, err := c1.TryAcquire(ctx, "rw", locker.Read())
+		if errors.Is(err, locker.ErrNotAcquired) {
+			refused = true
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.Release(ctx)
+		time.Sleep(2 * time.Millisecond)
+	}
+	if !refused {
+		t.Fatal("readers still enter while a writer waits")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("writer acquired beside a reader")
+	}
+	// Withdrawn: readers enter again.
+	r2, err := c1.TryAcquire(ctx, "rw", locker.Read())
+	if err != nil {
+		t.Fatalf("reader after the writer gave up: %v", err)
+	}
+	r.Release(ctx)
+	r2.Release(ctx)
+	if n := residue(t, dir, "rw"); n != 0 {
+		t.Fatalf("residue %d, want 0", n)
+	}
+	w, err := c2.TryAcquire(ctx, "rw", locker.Write())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Fence() <= r2.Fence() {
+		t.Fatalf("writer's fence %d, want above the reader's %d", w.Fence(), r2.Fence())
+	}
+	if _, err := c1.TryAcquire(ctx, "rw", locker.Read()); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("reader beside a writer: %v", err)
+	}
+	w.Release(ctx)
+}
+
+// An object file written in another boot counts as empty, damaged or not.
+func TestObjectOfOtherBootIsEmpty(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	d, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.clk.boot == [16]byte{} {
+		t.Skip("no boot ID off Linux")
+	}
+	c := backend.Claim{Key: "k", Token: "t1", TTL: time.Hour, Mode: backend.Permit, Limit: 1}
+	if _, err := d.TryAcquire(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	path := d.objectPath("k", backend.Permit)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[8] ^= 1        // another boot
+	b[len(b)-1] ^= 1 // and a torn tail
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Token = "t2"
+	if _, err := d.TryAcquire(ctx, c); err != nil {
+		t.Fatalf("permit over an earlier boot's file: %v", err)
+	}
+	// This boot's damaged file fails closed.
+	b, _ = os.ReadFile(path)
+	b[len(b)-1] ^= 1
+	os.WriteFile(path, b, 0o600)
+	c.Token = "t3"
+	if _, err := d.TryAcquire(ctx, c); err == nil || errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("permit over a damaged file: %v, want an error naming it", err)
+	}
+}
+
+const holdEnv = "FILELOCK_TEST_HOLD_PERMIT"
+
+// A holder killed with -9 frees its permit TTL after its last refresh.
+func TestSemaphoreHolderKilled(t *testing.T) {
+	if dir := os.Getenv(holdEnv); dir != "" {
+		holdPermit(dir)
+		return
+	}
+	dir, ctx := t.TempDir(), ctx(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSemaphoreHolderKilled$")
+	cmd.Env = append(os.Environ(), holdEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	ready := make([]byte, 1)
+	if _, err := out.Read(ready); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	c := client(t, dir)
+	if _, err := c.TryAcquire(ctx, "s", locker.Semaphore(1)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("permit held by the child: %v, want ErrNotAcquired", err)
+	}
+	// The child refreshes every TTL/3: its permit outlives one TTL.
+	time.Sleep(700 * time.Millisecond)
+	if _, err := c.TryAcquire(ctx, "s", locker.Semaphore(1)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("refreshed permit of a live child: %v, want ErrNotAcquired", err)
+	}
+	killed := time.Now()
+	if err := cmd.Process.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	p, err := c.Acquire(ctx, "s", locker.Semaphore(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(killed); waited > 500*time.Millisecond+time.Second {
+		t.Fatalf("permit freed %v after the kill, want within TTL 500ms plus polling", waited)
+	}
+	p.Release(ctx)
+	if n := residue(t, dir, "s"); n != 0 {
+		t.Fatalf("residue %d, want 0", n)
+	}
+}
+
+func holdPermit(dir string) {
+	d, err := New(dir)
+	if err != nil {
+		os.Exit(2)
+	}
+	c, err := locker.New(d)
+	if err != nil {
+		os.Exit(2)
+	}
+	if _, err := c.TryAcquire(context.Background(), "s", locker.Semaphore(1), locker.TTL(500*time.Millisecond)); err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(3)
+	}
+	os.Stdout.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+	time.Sleep(time.Minute) // until killed
+	os.Exit(4)
+}
