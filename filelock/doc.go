@@ -60,6 +60,20 @@
 // fences at 1. Deleting fence.ceiling (or, off Linux, fence.counter)
 // restarts every name's fences.
 //
+// # Semaphores and read-write locks
+//
+// The driver is a backend.Modal: a key's semaphore and read-write lock are
+// each a file beside its lock file, the escaped key plus "%.sem" or "%.rw"
+// (names no key's lock file can have), read and rewritten whole under its
+// flock as a lock file is: the limit, every holder (token hash, owner,
+// fence, expiry on the lock's clock) and the waiting writer. Fences come
+// from the directory's counter, as a lock's. Waiters poll; writers are
+// preferred (a refused writer's record turns new readers away until it is
+// granted, withdraws or expires). A holder killed with -9 frees its permit
+// TTL after its last refresh, and an object left empty removes its file.
+// A file damaged by a power cut counts as empty (its holders died with
+// the boot); one damaged in this boot (a full disk) fails closed.
+//
 // # Clock
 //
 // One machine, one clock. On Linux, expiry is measured on CLOCK_BOOTTIME,
