@@ -19,7 +19,8 @@ func (d *Driver) tryRW(ctx context.Context, c backend.Claim) (backend.Grant, err
 					return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 				}
 			}
-			if waiting && o.waitTok != tok {
+			// The file holds at most MaxLimit holders: more readers wait.
+			if waiting && o.waitTok != tok || len(o.holders) >= backend.MaxLimit {
 				return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 			}
 			return true, nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,5 +312,38 @@ func BenchmarkModes(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A full object (MaxLimit holders with the longest owners) fits its file,
+// and readers past MaxLimit wait rather than outgrow it.
+func TestObjectHoldsMaxLimit(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	d, err := New(dir, WithSync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	now := d.clk.now()
+	for _, m := range []backend.Mode{backend.Permit, backend.Read} {
+		o := object{limit: backend.MaxLimit}
+		for i := range backend.MaxLimit {
+			o.holders = append(o.holders, holder{token: hashToken(strconv.Itoa(i)), fence: uint64(i + 1), expires: now + int64(time.Minute), mode: m, owner: strings.Repeat("o", 100)})
+		}
+		b := d.encodeObject(&o)
+		if len(b) > objMaxSize {
+			t.Fatalf("%d bytes, above objMaxSize %d", len(b), objMaxSize)
+		}
+		if err := os.WriteFile(d.objectPath("k", m), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := backend.Claim{Key: "k", Token: "one more", TTL: time.Minute, Mode: m, Limit: backend.MaxLimit}
+		if _, err := d.TryAcquire(ctx, c); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("%v past MaxLimit: %v, want ErrNotAcquired", m, err)
+		}
+		c.Token = strconv.Itoa(backend.MaxLimit - 1)
+		if err := d.Refresh(ctx, c); err != nil {
+			t.Fatalf("%v: refresh in a full file: %v", m, err)
+		}
 	}
 }
