@@ -71,6 +71,7 @@
 // preferred (a refused writer's record turns new readers away until it is
 // granted, withdraws or expires). A holder killed with -9 frees its permit
 // TTL after its last refresh, and an object left empty removes its file.
+// A file holds at most backend.MaxLimit holders: readers past that wait.
 // A file damaged by a power cut counts as empty (its holders died with
 // the boot); one damaged in this boot (a full disk) fails closed.
 //
