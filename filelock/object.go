@@ -138,11 +138,14 @@ func (d *Driver) encodeObject(o *object) []byte {
 // is empty.
 func (d *Driver) decodeObject(b []byte, path string) (object, error) {
 	le := binary.LittleEndian
-	if len(b) >= 24 && [16]byte(b[8:24]) != d.clk.boot {
+	damaged := fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or a write failed); remove it once no process uses it", path)
+	if len(b) < 24 || [4]byte(b[:4]) != objMagic {
+		return object{}, damaged
+	}
+	if [16]byte(b[8:24]) != d.clk.boot {
 		return object{}, nil // written in an earlier boot: every holder is gone
 	}
-	damaged := fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or a write failed); remove it once no process uses it", path)
-	if len(b) < objHeader || [4]byte(b[:4]) != objMagic {
+	if len(b) < objHeader {
 		return object{}, damaged
 	}
 	n := int(le.Uint32(b[24:]))
