@@ -32,31 +32,42 @@ func (d *Driver) objectPath(key string, m backend.Mode) string {
 	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+suffix)
 }
 
-// An object file is one header and its holders, little-endian, written in
-// one write at offset 0:
+// An object file is a header at offset 0 that points to the current body,
+// little-endian:
 //
 //	0   magic "LKO1"
-//	4   CRC-32 (IEEE) of bytes 8 to the content's end
+//	4   CRC-32 (IEEE) of bytes 8..objHeader
 //	8   boot ID the expiries refer to (zero with the wall clock)
-//	24  content length, header included
-//	28  limit (semaphore)
-//	32  waiting writer's record expiry; 0 when none
-//	40  waiting writer's token, SHA-256
-//	72  number of holders
-//	76  the holders: token SHA-256, fence, expiry, PID, mode, owner length,
+//	24  body offset
+//	32  body length
+//	36  CRC-32 (IEEE) of the body
+//
+// and the body:
+//
+//	0   limit (semaphore)
+//	4   waiting writer's record expiry; 0 when none
+//	12  waiting writer's token, SHA-256
+//	44  number of holders
+//	48  the holders: token SHA-256, fence, expiry, PID, mode, owner length,
 //	    owner (at most 64 bytes)
 //
-// A write torn by a power cut keeps its first sector (the boot ID never
-// changes within a boot): a damaged file of an earlier boot counts as
-// empty, since its holders died with the boot. A damaged file of this
-// boot (a full disk) fails closed, naming the file.
+// A write puts the new body where it overlaps the current one nowhere,
+// then the header (one small write within a page and a sector), then
+// trims the file: an operation killed with -9 mid-write, or a full disk,
+// leaves the previous state whole. After a power cut the boot ID (the
+// same in every header of a boot) tells an earlier boot's file, which
+// counts as empty since its holders died with the boot.
 const (
-	objHeader  = 76
+	objHeader  = 40
+	objBodyHdr = 48
 	objEntry   = 32 + 8 + 8 + 4 + 1 + 1
-	objMaxSize = objHeader + backend.MaxLimit*(objEntry+maxOwner)
+	objMaxBody = objBodyHdr + backend.MaxLimit*(objEntry+maxOwner)
 )
 
 var objMagic = [4]byte{'L', 'K', 'O', '1'}
+
+// extent is where a file's current body lies.
+type extent struct{ off, n int64 }
 
 type holder struct {
 	token   [32]byte
@@ -104,21 +115,18 @@ func (o *object) prune(now int64) {
 
 func (o *object) empty() bool { return len(o.holders) == 0 && o.waitExp == 0 }
 
-func (d *Driver) encodeObject(o *object) []byte {
-	n := objHeader
+func encodeBody(o *object) []byte {
+	n := objBodyHdr
 	for _, h := range o.holders {
 		n += objEntry + min(len(h.owner), maxOwner)
 	}
 	b := make([]byte, n)
-	copy(b, objMagic[:])
-	copy(b[8:], d.clk.boot[:])
 	le := binary.LittleEndian
-	le.PutUint32(b[24:], uint32(n))
-	le.PutUint32(b[28:], uint32(o.limit))
-	le.PutUint64(b[32:], uint64(o.waitExp))
-	copy(b[40:], o.waitTok[:])
-	le.PutUint32(b[72:], uint32(len(o.holders)))
-	p := b[objHeader:]
+	le.PutUint32(b[0:], uint32(o.limit))
+	le.PutUint64(b[4:], uint64(o.waitExp))
+	copy(b[12:], o.waitTok[:])
+	le.PutUint32(b[44:], uint32(len(o.holders)))
+	p := b[objBodyHdr:]
 	for _, h := range o.holders {
 		owner := h.owner[:min(len(h.owner), maxOwner)]
 		copy(p, h.token[:])
@@ -130,51 +138,104 @@ func (d *Driver) encodeObject(o *object) []byte {
 		copy(p[objEntry:], owner)
 		p = p[objEntry+len(owner):]
 	}
-	le.PutUint32(b[4:], crc32.ChecksumIEEE(b[8:]))
 	return b
 }
 
-// decodeObject reads an object file's content; an object of another boot
-// is empty.
-func (d *Driver) decodeObject(b []byte, path string) (object, error) {
+func decodeBody(b []byte) (object, bool) {
 	le := binary.LittleEndian
-	damaged := fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or a write failed); remove it once no process uses it", path)
-	if len(b) < 24 || [4]byte(b[:4]) != objMagic {
-		return object{}, damaged
-	}
-	if [16]byte(b[8:24]) != d.clk.boot {
-		return object{}, nil // written in an earlier boot: every holder is gone
-	}
-	if len(b) < objHeader {
-		return object{}, damaged
-	}
-	n := int(le.Uint32(b[24:]))
-	if n < objHeader || n > len(b) || le.Uint32(b[4:]) != crc32.ChecksumIEEE(b[8:n]) {
-		return object{}, damaged
+	if len(b) < objBodyHdr {
+		return object{}, false
 	}
 	o := object{
-		limit:   int(le.Uint32(b[28:])),
-		waitExp: int64(le.Uint64(b[32:])),
-		waitTok: [32]byte(b[40:72]),
+		limit:   int(le.Uint32(b[0:])),
+		waitExp: int64(le.Uint64(b[4:])),
+		waitTok: [32]byte(b[12:44]),
 	}
-	count := int(le.Uint32(b[72:]))
-	p := b[objHeader:n]
+	count := int(le.Uint32(b[44:]))
+	p := b[objBodyHdr:]
 	for range count {
 		if len(p) < objEntry || len(p) < objEntry+int(p[53]) {
-			return object{}, damaged
+			return object{}, false
 		}
-		h := holder{
+		o.holders = append(o.holders, holder{
 			token:   [32]byte(p[:32]),
 			fence:   le.Uint64(p[32:]),
 			expires: int64(le.Uint64(p[40:])),
 			pid:     le.Uint32(p[48:]),
 			mode:    backend.Mode(p[52]),
 			owner:   string(p[objEntry : objEntry+int(p[53])]),
-		}
-		o.holders = append(o.holders, h)
+		})
 		p = p[objEntry+int(p[53]):]
 	}
-	return o, nil
+	return o, true
+}
+
+// readObject reads the object in f, and where its body lies; an empty
+// file, or one of an earlier boot, is an empty object.
+func (d *Driver) readObject(f *os.File, path string) (object, extent, error) {
+	le := binary.LittleEndian
+	none := extent{off: objHeader}
+	var h [objHeader]byte
+	n, err := f.ReadAt(h[:], 0)
+	if err != nil && err != io.EOF {
+		return object{}, none, fmt.Errorf("filelock: read %s: %w", path, err)
+	}
+	if n == 0 {
+		return object{}, none, nil
+	}
+	damaged := fmt.Errorf("filelock: %s holds no valid state (it was not written by this package, or damaged); remove it once no process uses it", path)
+	if n < 24 || [4]byte(h[:4]) != objMagic {
+		return object{}, none, damaged
+	}
+	if [16]byte(h[8:24]) != d.clk.boot {
+		return object{}, none, nil // an earlier boot's: every holder is gone
+	}
+	if n < objHeader || le.Uint32(h[4:]) != crc32.ChecksumIEEE(h[8:]) {
+		return object{}, none, damaged
+	}
+	at := extent{off: int64(le.Uint64(h[24:])), n: int64(le.Uint32(h[32:]))}
+	if at.off < objHeader || at.n > objMaxBody {
+		return object{}, none, damaged
+	}
+	body := make([]byte, at.n)
+	if _, err := f.ReadAt(body, at.off); err != nil {
+		return object{}, none, damaged
+	}
+	o, ok := decodeBody(body)
+	if !ok || le.Uint32(h[36:]) != crc32.ChecksumIEEE(body) {
+		return object{}, none, damaged
+	}
+	return o, at, nil
+}
+
+// writeObject writes o's body where it overlaps cur's nowhere (before it
+// when it fits there, else after it), then the header that points to it,
+// then trims what lies past it.
+func (d *Driver) writeObject(f *os.File, path string, o *object, cur extent) error {
+	body := encodeBody(o)
+	at := extent{off: objHeader, n: int64(len(body))}
+	if cur.off-objHeader < at.n {
+		at.off = cur.off + cur.n
+	}
+	if _, err := f.WriteAt(body, at.off); err != nil {
+		return fmt.Errorf("filelock: write %s: %w", path, err)
+	}
+	var h [objHeader]byte
+	le := binary.LittleEndian
+	copy(h[:], objMagic[:])
+	copy(h[8:], d.clk.boot[:])
+	le.PutUint64(h[24:], uint64(at.off))
+	le.PutUint32(h[32:], uint32(at.n))
+	le.PutUint32(h[36:], crc32.ChecksumIEEE(body))
+	le.PutUint32(h[4:], crc32.ChecksumIEEE(h[8:]))
+	if _, err := f.WriteAt(h[:], 0); err != nil {
+		return fmt.Errorf("filelock: write %s: %w", path, err)
+	}
+	if end := at.off + at.n; end < cur.off+cur.n {
+		// The old body is no longer needed; a failed trim leaves a tail.
+		_ = f.Truncate(end)
+	}
+	return nil
 }
 
 // updateObject runs fn on the object of c's key and mode, under its file's
@@ -198,15 +259,9 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 		return err
 	}
 	defer f.Close() // also drops the flock
-	b, err := io.ReadAll(io.LimitReader(f, objMaxSize+1))
+	o, cur, err := d.readObject(f, path)
 	if err != nil {
-		return fmt.Errorf("filelock: read %s: %w", path, err)
-	}
-	var o object
-	if len(b) > 0 {
-		if o, err = d.decodeObject(b, path); err != nil {
-			return err
-		}
+		return err
 	}
 	now := d.clk.now()
 	before, waited := len(o.holders), o.waitExp
@@ -221,13 +276,8 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 		return err
 	}
 	if changed {
-		nb := d.encodeObject(&o)
-		if _, werr := f.WriteAt(nb, 0); werr != nil {
-			return errors.Join(err, fmt.Errorf("filelock: write %s: %w", path, werr))
-		}
-		if len(nb) < len(b) {
-			// The length in the header already ignores the tail.
-			_ = f.Truncate(int64(len(nb)))
+		if werr := d.writeObject(f, path, &o, cur); werr != nil {
+			return errors.Join(err, werr)
 		}
 	}
 	return err

@@ -3,7 +3,6 @@ package filelock
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -146,7 +145,9 @@ func TestRWWaitingWriterAcrossDrivers(t *testing.T) {
 	w.Release(ctx)
 }
 
-// An object file written in another boot counts as empty, damaged or not.
+// An object file written in another boot counts as empty, damaged or not;
+// one of this boot keeps its state through a killed write, and fails
+// closed when damaged.
 func TestObjectOfOtherBootIsEmpty(t *testing.T) {
 	dir, ctx := t.TempDir(), ctx(t)
 	d, err := New(dir)
@@ -175,11 +176,22 @@ func TestObjectOfOtherBootIsEmpty(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, c); err != nil {
 		t.Fatalf("permit over an earlier boot's file: %v", err)
 	}
+	// A write killed before its header (a body half written past the
+	// current one) leaves the previous state.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte(strings.Repeat("x", 300)))
+	f.Close()
+	c.Token = "t3"
+	if _, err := d.TryAcquire(ctx, c); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("permit beside t2's after a killed write: %v, want ErrNotAcquired", err)
+	}
 	// This boot's damaged file fails closed.
 	b, _ = os.ReadFile(path)
-	b[len(b)-1] ^= 1
+	b[objHeader] ^= 1 // t2's body
 	os.WriteFile(path, b, 0o600)
-	c.Token = "t3"
 	if _, err := d.TryAcquire(ctx, c); err == nil || errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("permit over a damaged file: %v, want an error naming it", err)
 	}
@@ -278,12 +290,8 @@ func (h harness) Entries(ctx context.Context, key string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		b, err := io.ReadAll(f)
+		o, _, err := d.readObject(f, path)
 		f.Close()
-		if err != nil {
-			return 0, err
-		}
-		o, err := d.decodeObject(b, path)
 		if err != nil {
 			return 0, err
 		}
@@ -330,11 +338,16 @@ func TestObjectHoldsMaxLimit(t *testing.T) {
 		for i := range backend.MaxLimit {
 			o.holders = append(o.holders, holder{token: hashToken(strconv.Itoa(i)), fence: uint64(i + 1), expires: now + int64(time.Minute), mode: m, owner: strings.Repeat("o", 100)})
 		}
-		b := d.encodeObject(&o)
-		if len(b) > objMaxSize {
-			t.Fatalf("%d bytes, above objMaxSize %d", len(b), objMaxSize)
+		if n := len(encodeBody(&o)); n > objMaxBody {
+			t.Fatalf("%d bytes, above objMaxBody %d", n, objMaxBody)
 		}
-		if err := os.WriteFile(d.objectPath("k", m), b, 0o600); err != nil {
+		f, err := os.Create(d.objectPath("k", m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = d.writeObject(f, f.Name(), &o, extent{off: objHeader})
+		f.Close()
+		if err != nil {
 			t.Fatal(err)
 		}
 		c := backend.Claim{Key: "k", Token: "one more", TTL: time.Minute, Mode: m, Limit: backend.MaxLimit}
@@ -345,5 +358,45 @@ func TestObjectHoldsMaxLimit(t *testing.T) {
 		if err := d.Refresh(ctx, c); err != nil {
 			t.Fatalf("%v: refresh in a full file: %v", m, err)
 		}
+	}
+}
+
+// The file keeps the current body and at most the previous one: it grows
+// and shrinks with the number of holders.
+func TestObjectFileStaysSmall(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	d, err := New(dir, WithSync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c := backend.Claim{Key: "k", TTL: time.Minute, Mode: backend.Permit, Limit: 100}
+	size := func() int64 {
+		fi, err := os.Stat(d.objectPath("k", backend.Permit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	largest := int64(0)
+	for i := range 100 {
+		c.Token = strconv.Itoa(i)
+		if _, err := d.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		largest = max(largest, size())
+	}
+	full := int64(objHeader + objBodyHdr + 100*objEntry)
+	if largest > objHeader+3*(full-objHeader) {
+		t.Fatalf("file grew to %d bytes for a body of at most %d", largest, full-objHeader)
+	}
+	for i := range 99 {
+		c.Token = strconv.Itoa(i)
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := size(); n > objHeader+3*(objBodyHdr+objEntry) {
+		t.Fatalf("%d bytes left for one holder", n)
 	}
 }
