@@ -38,7 +38,9 @@ const MaxReaders = 128
 // Writer preference: a writer refused records its token in q (add, or cas
 // over its own record or a tombstone) with its TTL; readers are refused
 // while q names another token, and the writer's grant or Release clears
-// its own record.
+// its own record. A reader looks at w and q before it adds its slot too,
+// so that while a writer waits no reader slots come and go: they would
+// keep it out.
 
 func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
@@ -49,6 +51,18 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 			return fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 		}
 		return nil
+	}
+	// A look first, so that a reader adds no slot while a writer holds or
+	// waits: slots that come and go would keep a waiting writer out.
+	items, err := d.getMulti([]string{wk, qk})
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("memcachelock: gets: %w", err)
+	}
+	if err := busy(items); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return backend.Grant{}, err
 	}
 	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
 	if err != nil {
@@ -71,7 +85,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	items, err := d.getMulti([]string{wk, qk, keys[slot]})
+	items, err = d.getMulti([]string{wk, qk, keys[slot]})
 	if err != nil {
 		return fail(fmt.Errorf("memcachelock: gets: %w", err))
 	}

@@ -3,6 +3,7 @@ package memcachelock
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,4 +280,139 @@ func TestRWWriterFirstThroughClient(t *testing.T) {
 	if err := w.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Under contention from two drivers, 8 goroutines each, with limits 2
+// and 3 asked for at once: never more permits than the limit, never both
+// limits held at once, and the semaphore left empty.
+func TestSemaphoreContention(t *testing.T) {
+	ds := []*Driver{sharedDriver(t), sharedDriver(t)}
+	ctx := testCtx(t, 30*time.Second)
+	key := uniqueKey(t, "sem")
+	var mu sync.Mutex
+	inside := map[int]int{} // by limit
+	grants := 0
+	var wg sync.WaitGroup
+	stop := time.Now().Add(3 * time.Second)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := ds[g%2]
+			limit := 2 + g%4/3 // mostly 2, some 3
+			for i := 0; i < 200 && time.Now().Before(stop); i++ {
+				c := permit(key, limit)
+				gr, err := d.TryAcquire(ctx, c)
+				if err != nil {
+					if !errors.Is(err, backend.ErrNotAcquired) && !errors.Is(err, backend.ErrLimitMismatch) {
+						t.Error(err)
+						return
+					}
+					continue
+				}
+				c.Fence = gr.Fence
+				mu.Lock()
+				inside[limit]++
+				grants++
+				n, other := inside[limit], inside[5-limit]
+				mu.Unlock()
+				if n > limit || other > 0 {
+					t.Errorf("%d permits of %d held, and %d of the other limit", n, limit, other)
+				}
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				inside[limit]--
+				mu.Unlock()
+				if err := d.Release(ctx, c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if grants < 10 {
+		t.Errorf("only %d grants", grants)
+	}
+	h := &harness{addr: testenv.MemcacheAddr()}
+	if n, err := h.Entries(ctx, key); err != nil || n != 0 {
+		t.Fatalf("entries at the end: %d, %v", n, err)
+	}
+	t.Logf("%d grants", grants)
+}
+
+// Under contention from two drivers, 8 goroutines each, a quarter of them
+// writers: a writer is alone, fences grow with each writer, and every
+// writer gets in.
+func TestRWContention(t *testing.T) {
+	ds := []*Driver{sharedDriver(t), sharedDriver(t)}
+	ctx := testCtx(t, 30*time.Second)
+	key := uniqueKey(t, "rw")
+	var mu sync.Mutex
+	readers, writers, reads, writes := 0, 0, 0, 0
+	var last uint64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(3 * time.Second)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := ds[g%2]
+			mode := backend.Read
+			if g%4 == 0 {
+				mode = backend.Write
+			}
+			for i := 0; i < 200 && time.Now().Before(stop); i++ {
+				c := rw(key, mode)
+				gr, err := d.TryAcquire(ctx, c)
+				if err != nil {
+					if !errors.Is(err, backend.ErrNotAcquired) {
+						t.Error(err)
+						return
+					}
+					if mode == backend.Write {
+						// As the locker package does when a writer gives
+						// up: withdraw its record of waiting.
+						_ = d.Release(ctx, c)
+					}
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				c.Fence = gr.Fence
+				mu.Lock()
+				if mode == backend.Write {
+					writers++
+					writes++
+					if gr.Fence <= last {
+						t.Errorf("writer's fence %d not above %d", gr.Fence, last)
+					}
+				} else {
+					readers++
+					reads++
+				}
+				last = max(last, gr.Fence)
+				if writers > 1 || writers == 1 && readers > 0 {
+					t.Errorf("%d writers and %d readers at once", writers, readers)
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				if mode == backend.Write {
+					writers--
+				} else {
+					readers--
+				}
+				mu.Unlock()
+				if err := d.Release(ctx, c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if writes == 0 || reads == 0 {
+		t.Errorf("%d writes and %d reads", writes, reads)
+	}
+	t.Logf("%d writes, %d reads", writes, reads)
 }
