@@ -37,7 +37,8 @@ import (
 // error and the others go on.
 //
 // A Driver made by New has no server list: it refreshes the locks one after
-// another with Refresh's path.
+// another with Refresh's path. Permits, readers and writers are refreshed
+// one by one too.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {

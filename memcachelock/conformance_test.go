@@ -65,16 +65,16 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 func (h *harness) Residue(_ context.Context, key string) (int, error) {
 	mc := memcache.New(h.addr)
 	defer mc.Close()
-	items, err := mc.GetMulti(append(objectKeys(key), fenceKey(key), objKey(key, "sf"), objKey(key, "rf")))
+	items, err := mc.GetMulti(append(objectKeys(key), fenceKey(key), objKey(key, "sl"), objKey(key, "sf"), objKey(key, "rf")))
 	return len(items), err
 }
 
-// objectKeys names every item of key's lock, semaphore and read-write
-// lock, but not their fence counters.
+// objectKeys names the items that hold or wait for key's lock, semaphore
+// and read-write lock.
 func objectKeys(key string) []string {
 	base := objBase(key)
 	keys := append(slotKeys(base, "s", backend.MaxLimit), slotKeys(base, "r", MaxReaders)...)
-	return append(keys, lockKey(key), base+"sl", base+"w", base+"q")
+	return append(keys, lockKey(key), base+"w", base+"q")
 }
 
 // Expire deletes the lock's item, as an eviction or a restart would.
@@ -90,12 +90,13 @@ func (h *harness) Expire(_ context.Context, key string) error {
 	return nil
 }
 
-// Entries counts the items of key: memcached keeps no per-waiter entries,
-// so this is the lock's own item (a tombstone counts too), the
-// semaphore's permits and limit record, and the read-write lock's writer,
-// readers and waiting writer's record. It lets the suite check that failed
-// and cancelled acquisitions leave nothing and that a release removes the
-// items.
+// Entries counts the items of key that hold or wait: memcached keeps no
+// per-waiter entries, so this is the lock's own item (a tombstone counts
+// too), the semaphore's permits, and the read-write lock's writer, readers
+// and waiting writer's record. (The semaphore's limit record stays for the
+// retention, as the counters do: Residue counts it.) It lets the suite
+// check that failed and cancelled acquisitions leave nothing and that a
+// release removes the items.
 func (h *harness) Entries(_ context.Context, key string) (int, error) {
 	mc := memcache.New(h.addr)
 	defer mc.Close()

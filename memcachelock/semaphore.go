@@ -27,14 +27,18 @@ import (
 // claimant backs out with ErrLimitMismatch. Why two limits are never held
 // at once: say X holds under L, having written L at t. Every later write
 // of the record is a cas on a value read after t (a write in between
-// fails the cas) or an add after its removal. By induction the first
+// fails the cas) or an add after it vanished. By induction the first
 // write of another limit read L, so it looked at L's slots after X's add
-// and saw X's permit: it backed out instead. Removal is the last
-// releaser's: a cas to the tombstone after a look at L's slots found none
-// held, which X's permit prevents too. (A cas, not a bare read, is what a
-// claimant of the same limit does, so that a releaser that looked before
-// its add cannot remove the record after it.) The record lives for the
-// retention or the TTL, whichever is longer, and every refresh touches it.
+// and saw X's permit: it backed out instead. The record lives for the
+// retention or the TTL, whichever is longer, and every refresh touches
+// it, so it does not vanish while X holds (but for an eviction or a
+// restart, as a lock can). A release leaves it: the next claim under
+// another limit finds no permit held under it and writes over it, and
+// the retention after the last use it is gone, like the fence counter
+// (removing it at the last release would cost three round trips more).
+// A claimant of the same limit writes too, not just reads: one that read
+// L before X's add and looked at the slots before it could otherwise
+// write another limit after X's read.
 
 // permitValue is a permit slot's value: the token and the limit.
 func permitValue(token string, limit int) []byte {
@@ -209,39 +213,5 @@ func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
 	if err != nil {
 		return err
 	}
-	if err := d.drop(ctx, "release", "permit", k, c.Token); err != nil {
-		return err
-	}
-	d.forgetLimit(ctx, base, c.Limit)
-	return nil
-}
-
-// forgetLimit removes the limit record once no permit is held, so that a
-// released semaphore leaves nothing but its counter. Best effort: a
-// record left behind is written over by the next claimant that finds no
-// permit held under it.
-func (d *Driver) forgetLimit(ctx context.Context, base string, limit int) {
-	if live(ctx, "release") != nil {
-		return
-	}
-	cur, err := d.get(base + "sl")
-	if err != nil || string(cur.Value) != strconv.Itoa(limit) {
-		return
-	}
-	if live(ctx, "release") != nil {
-		return
-	}
-	items, err := d.getMulti(slotKeys(base, "s", limit))
-	if err != nil {
-		return
-	}
-	for _, it := range items {
-		if !isTombstone(it.Value) {
-			return
-		}
-	}
-	if live(ctx, "release") != nil {
-		return
-	}
-	_ = d.dropItem(cur)
+	return d.drop(ctx, "release", "permit", k, c.Token)
 }
