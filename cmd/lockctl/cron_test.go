@@ -21,6 +21,10 @@ func TestCronFlagsBadInput(t *testing.T) {
 		"min-hold past MaxTTL":        {[]string{"--min-hold", (locker.MaxTTL + 1).String()}, "--min-hold"},
 		"min-hold not a duration":     {[]string{"--min-hold", "5"}, "min-hold"},
 		"quiet-busy, waiting forever": {[]string{"--quiet-busy"}, "--quiet-busy needs --no-wait or --wait"},
+		"negative limit":              {[]string{"--limit", "-1"}, "--limit -1"},
+		"limit past MaxLimit":         {[]string{"--limit", "10001"}, "--limit 10001: want 1 to 10000"},
+		"shared and exclusive":        {[]string{"--shared", "--exclusive"}, "exclude each other"},
+		"limit and shared":            {[]string{"--limit", "2", "--shared"}, "exclude each other"},
 	} {
 		args := append(append([]string{"run", "--backend", dead, "--connect-timeout", "30s"}, c.args...), "job", "--", "true")
 		code, _, stderr := ctl(args...)

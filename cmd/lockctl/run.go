@@ -49,6 +49,9 @@ type runOpts struct {
 	dashName bool // NAME came after "--"
 
 	minHold   time.Duration
+	limit     int       // --limit: one of limit permits of the semaphore NAME
+	shared    bool      // --shared: the read side of the read-write lock NAME
+	exclusive bool      // --exclusive: its write side
 	quietBusy bool      // another holder's lock is no error: exit 0, silent
 	acquired  time.Time // just after the grant
 	lingering time.Time // until when Release left the lock held (--min-hold)
@@ -77,6 +80,9 @@ func runCmd(args []string, globalBackend string, stderr io.Writer) int {
 	fs.DurationVar(&o.wait, "wait", 0, "give up after waiting this long (default: wait until acquired)")
 	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is held (exit 75)")
 	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
+	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N)")
+	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n--shared runs, never with an --exclusive one")
+	fs.BoolVar(&o.exclusive, "exclusive", false, "take the write side of the read-write lock NAME: alone; waiting\n--exclusive runs hold new --shared ones back")
 	fs.BoolVar(&o.quietBusy, "quiet-busy", false, "with --no-wait or --wait: exit 0, silently, when another holder has the lock\n(for cron mailers)")
 	fs.StringVar(&o.owner, "owner", "", "holder identity; nested runs with the same NAME, owner and backend are reentrant")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, SIGKILL COMMAND's process group this long after SIGTERM")
@@ -119,6 +125,10 @@ func (o *runOpts) parseArgs(rest []string) error {
 		return fmt.Errorf("--grace %v: want a non-negative duration", o.grace)
 	case o.minHold < 0 || o.minHold > locker.MaxTTL:
 		return fmt.Errorf("--min-hold %v: want 0 (none) to %v", o.minHold, locker.MaxTTL)
+	case o.limit != 0 && locker.CheckLimit(o.limit) != nil:
+		return fmt.Errorf("--limit %d: want 1 to %d", o.limit, locker.MaxLimit)
+	case o.shared && o.exclusive || o.limit != 0 && (o.shared || o.exclusive):
+		return errors.New("--limit, --shared and --exclusive exclude each other")
 	case o.quietBusy && !o.noWait && !o.waitSet:
 		return errors.New("--quiet-busy needs --no-wait or --wait D (without them, run waits until acquired)")
 	case o.connect <= 0:
@@ -258,6 +268,14 @@ func (o *runOpts) run() int {
 	}()
 
 	opts := []locker.LockOption{locker.TTL(o.ttl), locker.MinHold(o.minHold)}
+	switch {
+	case o.limit > 0:
+		opts = append(opts, locker.Semaphore(o.limit))
+	case o.shared:
+		opts = append(opts, locker.Read())
+	case o.exclusive:
+		opts = append(opts, locker.Write())
+	}
 	if o.owner != "" {
 		opts = append(opts, locker.Owner(o.owner))
 	}
@@ -292,6 +310,8 @@ func (o *runOpts) run() int {
 		case busy && o.noWait:
 			if h := o.heldBy(client); h != "" {
 				o.logf("%q is held by another holder: %s (--no-wait)", o.name, h)
+			} else if o.limit > 0 {
+				o.logf("all %d permits of %q are held (--no-wait)", o.limit, o.name)
 			} else {
 				o.logf("%q is held by another holder (--no-wait)", o.name)
 			}
@@ -358,6 +378,9 @@ func (o *runOpts) run() int {
 // records it, or returns "": the message is best effort and waits for
 // nothing but one bounded Inspect.
 func (o *runOpts) heldBy(c *locker.Client) string {
+	if o.limit > 0 || o.shared || o.exclusive {
+		return "" // Inspect reads locks only
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(o.connect, 5*time.Second))
 	defer cancel()
 	s, err := c.Inspect(ctx, o.name)
