@@ -114,13 +114,28 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// backOut takes back an item of a failed acquisition at once, so that it
-// leaves nothing, or in the background if that fails.
+// backOut takes back an item of a failed acquisition, so that the call
+// leaves nothing behind when it returns. It waits at most CancelGrace: on
+// a dead connection a round trip takes the client's timeout, and the
+// caller's context may have ended; the rest goes on in the background,
+// entered in the gate so that Close waits for it.
 func (d *Driver) backOut(key, token string) {
-	ctx, cancel := context.WithTimeout(context.Background(), backend.CancelGrace)
-	defer cancel()
-	if err := d.drop(ctx, "release", "slot", key, token); err != nil && !errors.Is(err, backend.ErrNotHeld) {
-		d.dropLater(key, token, "slot")
+	_, done, err := d.gate.Enter(context.Background())
+	if err != nil { // closing: within the caller's call, which Close awaits
+		_ = d.drop(context.Background(), "release", "slot", key, token)
+		return
+	}
+	fin := make(chan struct{})
+	go func() {
+		defer done()
+		defer close(fin)
+		_ = d.drop(context.Background(), "release", "slot", key, token)
+	}()
+	t := time.NewTimer(backend.CancelGrace)
+	defer t.Stop()
+	select {
+	case <-fin:
+	case <-t.C:
 	}
 }
 
@@ -193,7 +208,7 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 	// The limit record must outlive every permit. Missing (evicted), it
 	// is written again unless another was written since.
 	rexp := max(exp, d.fenceExp)
-	err = d.mc.Touch(base+"sl", rexp)
+	err = d.touch(base+"sl", rexp)
 	if errors.Is(err, memcache.ErrCacheMiss) {
 		err = d.add(&memcache.Item{Key: base + "sl", Value: []byte(strconv.Itoa(c.Limit)), Expiration: rexp})
 		if errors.Is(err, memcache.ErrNotStored) {

@@ -70,6 +70,14 @@ func (d *Driver) getMulti(keys []string) (map[string]*memcache.Item, error) {
 	return items, err
 }
 
+func (d *Driver) touch(key string, exp int32) error {
+	err := d.mc.Touch(key, exp)
+	if staleConn(err) {
+		err = d.mc.Touch(key, exp)
+	}
+	return err
+}
+
 // takeSlot stores value in one of the slots keys for token, trying pref
 // first and then the slots that a look at all of them finds free. It
 // returns the slot taken, or -1 when none was (all held, or each taken by
