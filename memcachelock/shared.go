@@ -55,7 +55,7 @@ func slotOf(token string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// held reports whether an item found by a get names a holder other than
+// heldByOther reports whether an item found by a get names a holder other than
 // token (tombstones name none).
 func heldByOther(it *memcache.Item, token string) bool {
 	return it != nil && !isTombstone(it.Value) && !heldBy(it.Value, token)
