@@ -331,3 +331,46 @@ func TestSharedTableCreateFalse(t *testing.T) {
 		t.Fatalf("permit with the shared table: %v", err)
 	}
 }
+
+// Names that need quoting, in a schema of their own, and a table name so
+// long that the shared table's is a hash: a semaphore and a writer work,
+// and their releases notify.
+func TestSharedQuotedNames(t *testing.T) {
+	t.Parallel()
+	if n := sharedIdent(strings.Repeat("ü", 31)); len(n) > maxIdentLen {
+		t.Fatalf("shared table name %q longer than %d bytes", n, maxIdentLen)
+	}
+	admin := adminPool(t)
+	ctx := context.Background()
+	schema := `Sch ema.` + randHex(3)
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+quote(schema)+" CASCADE")
+	})
+	for _, table := range []string{`Locks "Q" ü-` + randHex(3), strings.Repeat("l", 60) + randHex(1)} {
+		d, err := Open(ctx, baseURL(t), WithSchema(schema), WithTable(table))
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		defer d.Close()
+		ch, cancel, err := d.Subscribe(ctx, "q/k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cancel()
+		for _, c := range []backend.Claim{permit("q/k", 2, time.Second), {Key: "q/k", Token: randHex(16), TTL: time.Second, Mode: backend.Write}} {
+			g, err := d.TryAcquire(ctx, c)
+			if err != nil {
+				t.Fatalf("%s in %s: %v", c.Mode, d.SharedTableName(), err)
+			}
+			c.Fence = g.Fence
+			if err := d.Release(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no notification of the %s's release", c.Mode)
+			}
+		}
+	}
+}
