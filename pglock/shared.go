@@ -300,7 +300,10 @@ func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args 
 	if err == nil {
 		_, err = br.Exec()
 	}
-	return errors.Join(err, br.Close())
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // tryShared is TryAcquire for a permit, a reader or a writer: one grant
@@ -323,16 +326,15 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 		return backend.Grant{}, err
 	}
 	var (
-		version     *int64
-		n, lo, hi   int64
-		stmt        string
-		args        = []any{l.Key, l.Token, l.Owner, us}
-		dest        = []any{&version}
-		limitOfPerm = int32(l.Limit)
+		version   *int64
+		n, lo, hi int64
+		stmt      string
+		args      = []any{l.Key, l.Token, l.Owner, us}
+		dest      = []any{&version}
 	)
 	switch l.Mode {
 	case backend.Permit:
-		stmt, args, dest = d.shared.grantPermit, append(args, limitOfPerm), append(dest, &n, &lo, &hi)
+		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit)), append(dest, &n, &lo, &hi)
 	case backend.Read:
 		stmt = d.shared.grantRead
 	default:
