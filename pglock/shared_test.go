@@ -374,3 +374,54 @@ func TestSharedQuotedNames(t *testing.T) {
 		}
 	}
 }
+
+// A session whose default isolation takes one snapshot per transaction
+// (here serializable) still counts every holder granted while its grant
+// waited for the object lock: the grant's transaction says READ COMMITTED.
+// Here the grant that commits first is a row an admin transaction inserts
+// while holding the object lock.
+func TestSemaphoreGrantSeesGrantsItWaitedFor(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t, "options", "-cdefault_transaction_isolation=serializable")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "ns/waited"
+	// The shared table, made by a first grant.
+	first := permit(key, 1, time.Minute)
+	g, err := d.TryAcquire(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Fence = g.Fence
+	if err := d.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := h.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, h.sh.lock, h.sh.semClass, key); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := d.TryAcquire(ctx, permit(key, 1, time.Minute))
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("the grant did not wait for the object lock: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+h.sh.table+` (name, token, kind, lim, acquired_at, expires_at)
+VALUES ($1, $2, 1, 1, clock_timestamp(), clock_timestamp() + interval '1 minute')`, key, randHex(16)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("grant after another one committed: %v, want ErrNotAcquired", err)
+	}
+}
