@@ -1,0 +1,224 @@
+package redislock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+func modalDriver(t *testing.T) (*Driver, *redis.Client) {
+	testenv.Require(t, testenv.RedisAddr())
+	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, adminClient(t, testenv.RedisAddr())
+}
+
+// TestSharedObjectsApart: a key's lock, semaphore and read-write lock are
+// three objects, each with its fence, and none is left once released.
+func TestSharedObjectsApart(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	claims := []backend.Claim{
+		{Key: key, Token: newToken(), TTL: time.Minute},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 1},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Write},
+	}
+	for i := range claims {
+		if _, err := d.TryAcquire(ctx, claims[i]); err != nil {
+			t.Fatalf("%s: %v", claims[i].Mode, err)
+		}
+	}
+	for _, c := range claims {
+		if err := d.Refresh(ctx, c); err != nil {
+			t.Fatalf("refresh %s: %v", c.Mode, err)
+		}
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatalf("release %s: %v", c.Mode, err)
+		}
+	}
+	if n, err := residue(ctx, admin, key); err != nil || n != 3 {
+		// The three fence counters stay for their retention, nothing else.
+		t.Fatalf("residue %d (%v), want the 3 fence counters", n, err)
+	}
+}
+
+// TestSemaphoreSlots: at most limit permits; a mismatched limit fails and
+// leaves nothing; a permit whose time ran out on the server frees its slot.
+func TestSemaphoreSlots(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	permit := func(ttl time.Duration, limit int) backend.Claim {
+		return backend.Claim{Key: key, Token: newToken(), TTL: ttl, Mode: backend.Permit, Limit: limit}
+	}
+	a, b := permit(time.Minute, 2), permit(300*time.Millisecond, 2)
+	ga, err := d.TryAcquire(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := d.TryAcquire(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb.Fence <= ga.Fence {
+		t.Fatalf("fences %d then %d", ga.Fence, gb.Fence)
+	}
+	if _, err := d.TryAcquire(ctx, permit(time.Minute, 2)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("third permit of 2: %v", err)
+	}
+	bad := permit(time.Minute, 3)
+	if _, err := d.TryAcquire(ctx, bad); !errors.Is(err, backend.ErrLimitMismatch) {
+		t.Fatalf("limit 3 against 2: %v", err)
+	}
+	if n, err := admin.ZCard(ctx, sharedKeys(a)[0]).Result(); err != nil || n != 2 {
+		t.Fatalf("%d holders (%v), want 2", n, err)
+	}
+	time.Sleep(400 * time.Millisecond) // b's time runs out
+	if err := d.Refresh(ctx, b); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("refresh of an expired permit: %v", err)
+	}
+	gc, err := d.TryAcquire(ctx, permit(time.Minute, 2))
+	if err != nil {
+		t.Fatalf("permit after expiry: %v", err)
+	}
+	if gc.Fence <= gb.Fence {
+		t.Fatalf("fences %d then %d", gb.Fence, gc.Fence)
+	}
+}
+
+// TestSharedCleanupKeepsLaterAttempt: cleaning up after a failed attempt
+// (its reply lost) removes that attempt's permit, never a later one's.
+func TestSharedCleanupKeepsLaterAttempt(t *testing.T) {
+	d, _ := modalDriver(t)
+	ctx := testCtx(t)
+	c := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 1}
+	n := attempts.Load() // an attempt before the next TryAcquire's
+	if _, err := d.TryAcquire(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	d.dep.cleanupShared(ctx, c, n)
+	if err := d.Refresh(ctx, c); err != nil {
+		t.Fatalf("the earlier attempt's clean-up removed the grant: %v", err)
+	}
+	d.dep.cleanupShared(ctx, c, attempts.Load())
+	if err := d.Refresh(ctx, c); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("after its own attempt's clean-up: %v", err)
+	}
+}
+
+// TestRWWaitingWriter: a refused writer holds readers back until it gets
+// in, or withdraws (Release without holding).
+func TestRWWaitingWriter(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	rw := func(m backend.Mode) backend.Claim {
+		return backend.Claim{Key: key, Token: newToken(), TTL: time.Minute, Mode: m}
+	}
+	r1, r2, w := rw(backend.Read), rw(backend.Read), rw(backend.Write)
+	for _, c := range []backend.Claim{r1, r2} {
+		if _, err := d.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("writer with readers: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, rw(backend.Read)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("reader with a writer waiting: %v", err)
+	}
+	if err := d.Release(ctx, w); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("withdrawal: %v", err)
+	}
+	r3 := rw(backend.Read)
+	if _, err := d.TryAcquire(ctx, r3); err != nil {
+		t.Fatalf("reader after the writer withdrew: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	for _, c := range []backend.Claim{r1, r2, r3} {
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := d.TryAcquire(ctx, w)
+	if err != nil {
+		t.Fatalf("writer once readers left: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, rw(backend.Read)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("reader with a writer: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, rw(backend.Write)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("second writer: %v", err)
+	}
+	if g.Fence == 0 {
+		t.Fatal("no fence")
+	}
+	if err := d.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	// The second writer's record of waiting is left, with its TTL.
+	if err := admin.HGet(ctx, sharedKeys(w)[1], "#wait").Err(); err != nil {
+		t.Fatalf("the second writer's record: %v", err)
+	}
+}
+
+// TestSemaphoreClient: through a Client, a blocked permit waits while the
+// only permit is held and gets it once released.
+func TestSemaphoreClient(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := testCtx(t)
+	newClient := func() *locker.Client {
+		d, err := Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := locker.New(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2 := newClient(), newClient()
+	name := "sem-" + randHex(4)
+	l1, err := c1.Acquire(ctx, name, locker.Semaphore(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := c2.Acquire(ctx, name, locker.Semaphore(1))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("second permit of 1 granted while held: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the freed permit")
+	}
+}
