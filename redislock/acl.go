@@ -29,3 +29,18 @@ func ACL(namespace string, fair bool) string {
 	}
 	return strings.Join(rules, " ")
 }
+
+// SharedACL returns the rules to add to ACL's (plain driver) for
+// semaphores and read-write locks in namespace: their keys (see
+// sharedKeys) and the commands of their scripts. Apart, so that a user who
+// only locks keeps the least ACL.
+func SharedACL(namespace string) string {
+	p := "{" + backend.EscapeKey(namespace+"/")
+	var rules []string
+	for _, kind := range []string{"}:sem", "}:rw"} {
+		rules = append(rules, "~"+p+"*"+kind, "~"+p+"*"+kind+".h", "~"+p+"*"+kind+".fence")
+	}
+	rules = append(rules, "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
+		"+hget", "+hset", "+hdel", "+hexists")
+	return strings.Join(rules, " ")
+}

@@ -172,6 +172,28 @@
 // than until any waiter's backoff. All clients of a name must use the same
 // mode: a plain Driver ignores the queue. Quorum mode has no fair queue.
 //
+// # Semaphores and read-write locks
+//
+// A plain Driver (server, Redis Cluster, ring) takes locker.Semaphore(n),
+// Read() and Write() (backend.Modal). A name's semaphore and read-write
+// lock are objects apart from its lock, in the same hash slot: a sorted
+// set of holders, "{E}:sem" or "{E}:rw" (token → expiry in server-clock
+// ms, judged by the scripts, not by key TTLs), a hash "{E}:sem.h" or
+// "{E}:rw.h" (each holder's attempt and fence; the permits' limit; the
+// writer; the waiting writer and until when), and a fence counter of its
+// own, "{E}:sem.fence" or "{E}:rw.fence", advanced as the lock's is (the
+// clock floor and retention above; a restarted server refuses an object
+// without its counter, as it does a lock). One Lua script per operation prunes
+// expired holders, decides and writes; the keys expire with their last
+// holder. Waiting is the lock's: a release publishes on "{E}:released",
+// and waiters retry. Writers are preferred: a refused writer is recorded
+// as waiting for its TTL (one at a time), readers are refused while the
+// record lives, and a writer that gives up withdraws it. No FIFO: a
+// [FairDriver] takes none of these modes (its queue orders a lock's
+// waiters only), nor does a [Quorum], where each server would grant n
+// permits to different clients, so that a majority bounds nothing. The
+// rules of [SharedACL], added to [ACL]'s, allow them.
+//
 // # Cancellation
 //
 // go-redis never watches a context's cancellation while it reads a reply:
@@ -275,7 +297,9 @@
 // other than 0 needs +select; client_name= needs +client|setname. Not
 // needed: CONFIG (the maxmemory-policy check is skipped when refused) and
 // CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
-// An operator's calls need more: Inspect and ForceRelease +pttl (the fair
+// Semaphores and read-write locks need SharedACL(namespace) added: their
+// keys and +zadd +zrem +zcard +zscore +zrange +zrangebyscore
+// +zremrangebyscore +hget +hset +hdel +hexists. An operator's calls need more: Inspect and ForceRelease +pttl (the fair
 // rules have it), and List +scan and +pttl.
 //
 // With one of these rules less, the call that needs it fails with

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,5 +221,52 @@ func TestSemaphoreClient(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter was not granted the freed permit")
+	}
+}
+
+// TestSecureSharedACL: a user with ACL and SharedACL takes permits, reads
+// and writes; without SharedACL, a permit fails with ErrPermission.
+func TestSecureSharedACL(t *testing.T) {
+	s := newSecured(t)
+	ctx := testCtx(t)
+	ns := "sec-" + randHex(4)
+	k := backend.Key(ns, "job/1 {x}")
+	for _, name := range append(sharedKeys(backend.Claim{Key: k, Mode: backend.Permit}), sharedKeys(backend.Claim{Key: k, Mode: backend.Read})...) {
+		var pats []string
+		for _, r := range strings.Fields(SharedACL(ns)) {
+			if strings.HasPrefix(r, "~") {
+				pats = append(pats, r[1:])
+			}
+		}
+		if !globAny(pats, name) {
+			t.Errorf("no key pattern of SharedACL matches %q", name)
+		}
+	}
+	user, pw := s.user(t, ACL(ns, false)+" "+SharedACL(ns))
+	c, err := s.client(ctx, user, pw, ns, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, opt := range []locker.LockOption{locker.Semaphore(2), locker.Read(), locker.Write()} {
+		l, err := c.Acquire(ctx, "job", opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	user, pw = s.user(t, ACL(ns, false))
+	c2, err := s.client(ctx, user, pw, ns, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.TryAcquire(ctx, "job", locker.Semaphore(2)); !errors.Is(err, locker.ErrPermission) {
+		t.Fatalf("a permit without SharedACL: %v, want ErrPermission", err)
 	}
 }
