@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -268,5 +269,79 @@ func TestSecureSharedACL(t *testing.T) {
 	defer c2.Close()
 	if _, err := c2.TryAcquire(ctx, "job", locker.Semaphore(2)); !errors.Is(err, locker.ErrPermission) {
 		t.Fatalf("a permit without SharedACL: %v, want ErrPermission", err)
+	}
+}
+
+// TestSharedRefreshMany: the batch path takes every mode, each claim
+// judged as Refresh would.
+func TestSharedRefreshMany(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	held := []backend.Claim{
+		{Key: key, Token: newToken(), TTL: time.Minute},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 2},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Read},
+	}
+	for _, c := range held {
+		if _, err := d.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := held[1]
+	forged.Token = newToken()
+	batch := append([]backend.Claim{forged}, held...)
+	for i := range batch {
+		batch[i].TTL = 2 * time.Minute
+	}
+	errs := d.RefreshMany(ctx, batch)
+	if !errors.Is(errs[0], backend.ErrNotHeld) {
+		t.Errorf("forged permit: %v", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("%s: %v", held[i].Mode, err)
+		}
+	}
+	// Extended on the server: the read's expiry is now about 2 minutes off.
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := admin.ZScore(ctx, sharedKeys(held[2])[0], held[2].Token).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Duration(exp)*time.Millisecond - time.Duration(now.UnixMilli())*time.Millisecond; left < time.Minute+50*time.Second {
+		t.Errorf("the read has %v left after a refresh to 2m", left)
+	}
+}
+
+// BenchmarkSharedUncontended compares an acquire+release of a lock, a
+// permit and a read (the issue asks a permit at most 1.3x a lock).
+func BenchmarkSharedUncontended(b *testing.B) {
+	testenv.Require(b, testenv.RedisAddr())
+	d, err := Open(context.Background(), "redis://"+testenv.RedisAddr()+"/0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	for _, m := range []backend.Mode{backend.Exclusive, backend.Permit, backend.Read, backend.Write} {
+		b.Run(m.String(), func(b *testing.B) {
+			ctx := context.Background()
+			c := backend.Claim{Key: backend.Key("redislock-bench", randHex(6)), TTL: time.Minute, Mode: m}
+			if m == backend.Permit {
+				c.Limit = 4
+			}
+			for b.Loop() {
+				c.Token = newToken()
+				if _, err := d.TryAcquire(ctx, c); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Release(ctx, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -21,7 +21,10 @@ if restart_delay > 0 and redis.call('EXISTS', fk) == 0 then
     return -(restart_delay - (up - 1) * 1000)
   end
 end
-local now = now_ms()
+-- One clock reading serves the expiries (ms) and the fence (µs).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = t[1] .. string.format('%06d', tonumber(t[2]))
 prune(z, h, now)
 local mine = redis.call('HGET', h, tok)
 if mine then
@@ -75,8 +78,6 @@ else
 end
 -- The fence as the lock's (see acquire.lua): max(counter + 1, server
 -- clock in microseconds), the counter kept for `retention`.
-local t = redis.call('TIME')
-local us = t[1] .. string.format('%06d', tonumber(t[2]))
 local fence = us
 local f = redis.call('INCR', fk)
 if f < tonumber(us) then
