@@ -58,7 +58,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	}
 	defer done()
 	if l.Mode != backend.Exclusive {
-		return backend.Grant{}, fmt.Errorf("redislock: %w: %s mode (see Modes)", backend.ErrUnsupported, l.Mode)
+		return d.acquireShared(ctx, l)
 	}
 	// The waiter's name in the queue and in wake-ups: unique among the
 	// lock's waiters, and not the token, which stays secret; its owner

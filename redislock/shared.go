@@ -20,34 +20,34 @@ import (
 var (
 	//go:embed scripts/shared.lua
 	sharedLua string
+	//go:embed scripts/shared_plain.lua
+	sharedPlainLua string
+	//go:embed scripts/shared_queue.lua
+	sharedQueueLua string
 	//go:embed scripts/shared_acquire.lua
 	sharedAcquireLua string
 	//go:embed scripts/shared_refresh.lua
 	sharedRefreshLua string
 	//go:embed scripts/shared_release.lua
 	sharedReleaseLua string
+	//go:embed scripts/shared_leave.lua
+	sharedLeaveLua string
 
-	sharedAcquireScript = redis.NewScript(sharedLua + sharedAcquireLua)
-	sharedRefreshScript = redis.NewScript(sharedLua + sharedRefreshLua)
-	sharedReleaseScript = redis.NewScript(sharedLua + sharedReleaseLua)
+	sharedAcquireScript     = redis.NewScript(sharedLua + sharedPlainLua + sharedAcquireLua)
+	fairSharedAcquireScript = redis.NewScript(sharedLua + sharedQueueLua + sharedAcquireLua)
+	sharedRefreshScript     = redis.NewScript(sharedLua + sharedRefreshLua)
+	sharedReleaseScript     = redis.NewScript(sharedLua + sharedReleaseLua)
+	sharedLeaveScript       = redis.NewScript(sharedLua + sharedLeaveLua)
 )
 
 var _ backend.Modal = (*Driver)(nil)
 
 // Modes implements backend.Modal: semaphores and read-write locks, on a
-// server, a Redis Cluster or a ring. A FairDriver and a Quorum take none
-// (see their Modes).
+// server, a Redis Cluster or a ring; a FairDriver's waiters are served in
+// arrival order. A Quorum takes none (see its Modes).
 func (d *Driver) Modes() backend.ModeSet {
-	if d.fair {
-		return 0
-	}
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
-
-// Modes implements backend.Modal: none. The fair queue orders a lock's
-// waiters; it has no order for permits, readers and writers, and a plain
-// TryAcquire of a permit would ignore the queue.
-func (d *FairDriver) Modes() backend.ModeSet { return 0 }
 
 // Modes implements backend.Modal: none. Each server of a quorum would
 // grant up to the limit to different clients, so a majority bounds
@@ -58,12 +58,23 @@ func (q *Quorum) Modes() backend.ModeSet { return 0 }
 // sharedKeys returns the Redis names of c's object: holders, state and
 // fence counter (see scripts/shared.lua), in the name's hash slot.
 func sharedKeys(c backend.Claim) []string {
+	p := sharedPrefix(c)
+	return []string{p, p + ".h", p + ".fence"}
+}
+
+// fairSharedKeys is sharedKeys and the object's queue (see
+// scripts/shared_queue.lua).
+func fairSharedKeys(c backend.Claim) []string {
+	p := sharedPrefix(c)
+	return []string{p, p + ".h", p + ".fence", p + ".q", p + ".live"}
+}
+
+func sharedPrefix(c backend.Claim) string {
 	kind := ":sem"
 	if c.Mode != backend.Permit {
 		kind = ":rw"
 	}
-	p := "{" + backend.EscapeKey(c.Key) + "}" + kind
-	return []string{p, p + ".h", p + ".fence"}
+	return "{" + backend.EscapeKey(c.Key) + "}" + kind
 }
 
 // sharedMode is the acquire script's name for c's mode.
@@ -77,38 +88,80 @@ func sharedMode(c backend.Claim) string {
 	return "w"
 }
 
-// tryShared is TryAcquire for a permit, a read or a write.
-func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	if c.Mode > backend.Write || d.fair {
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w: %s mode", backend.ErrUnsupported, c.Mode)
+// checkShared reports a mode or limit the scripts cannot take.
+func checkShared(c backend.Claim) error {
+	if c.Mode > backend.Write {
+		return fmt.Errorf("%w: %s mode", backend.ErrUnsupported, c.Mode)
 	}
 	if c.Mode == backend.Permit && (c.Limit < 1 || c.Limit > backend.MaxLimit) {
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w: %d", backend.ErrInvalidLimit, c.Limit)
+		return fmt.Errorf("%w: %d", backend.ErrInvalidLimit, c.Limit)
+	}
+	return nil
+}
+
+// tryShared is TryAcquire for a permit, a read or a write: in fair mode,
+// granted only as if it had joined the end of the queue.
+func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	if err := checkShared(c); err != nil {
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	px := ttlMillis(c.TTL)
 	n := attempts.Add(1)
 	dep := d.dep
-	r, err := func() (any, error) {
-		defer dep.in.watch(ctx).stop()
-		return sharedAcquireScript.Run(ctx, dep.rdb, sharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention).Result()
-	}()
+	r, err := dep.acquireShared(ctx, c, n, px, "", false, d.fair)
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", classify(err))
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+	}
+	if r.limit != "" {
+		return backend.Grant{}, limitMismatch("try-acquire", r.limit, c.Limit)
+	}
+	if r.v <= 0 {
+		return backend.Grant{}, notAcquired("try-acquire", r.v)
+	}
+	return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond}, nil
+}
+
+// sharedAnswer is the shared acquire script's answer: v as the script's
+// number, or limit, the held permits' limit, when it differs.
+type sharedAnswer struct {
+	v     int64
+	limit string
+}
+
+// acquireShared runs the shared acquire script for attempt n of c, as
+// waiter w (fair mode; wait: join the queue when not granted).
+func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w string, wait, fair bool) (sharedAnswer, error) {
+	defer dep.in.watch(ctx).stop()
+	var r any
+	var err error
+	if fair {
+		mode := "try"
+		if wait {
+			mode = "wait"
+		}
+		r, err = fairSharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+			w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
+	} else {
+		r, err = sharedAcquireScript.Run(ctx, dep.rdb, sharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention).Result()
+	}
+	if err != nil {
+		return sharedAnswer{}, classify(err)
 	}
 	switch v := r.(type) {
 	case int64:
-		if v <= 0 {
-			return backend.Grant{}, notAcquired("try-acquire", v)
-		}
-		return backend.Grant{Fence: uint64(v), TTL: time.Duration(px) * time.Millisecond}, nil
+		return sharedAnswer{v: v}, nil
 	case string:
 		if held, ok := strings.CutPrefix(v, "limit:"); ok {
-			return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, c.Limit)
+			return sharedAnswer{limit: held}, nil
 		}
 	}
-	return backend.Grant{}, fmt.Errorf("redislock: try-acquire: unexpected answer %v", r)
+	return sharedAnswer{}, fmt.Errorf("unexpected answer %v", r)
+}
+
+func limitMismatch(op, held string, limit int) error {
+	return fmt.Errorf("redislock: %s: %w: held under %s, asked with %d", op, backend.ErrLimitMismatch, held, limit)
 }
 
 // refreshShared is Refresh for a permit, a read or a write.
@@ -124,6 +177,15 @@ func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool
 	defer dep.in.watch(ctx).stop()
 	v, err := sharedReleaseScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
 	return dep.released(v), classify(err)
+}
+
+// leaveShared takes waiter w out of c's queue, even when ctx is done, and
+// frees what attempt n was granted, as leave does for a lock.
+func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	_ = sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
 }
 
 // cleanupShared removes what the failed attempt n of c may have left, as

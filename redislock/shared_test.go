@@ -232,9 +232,9 @@ func TestSecureSharedACL(t *testing.T) {
 	ctx := testCtx(t)
 	ns := "sec-" + randHex(4)
 	k := backend.Key(ns, "job/1 {x}")
-	for _, name := range append(sharedKeys(backend.Claim{Key: k, Mode: backend.Permit}), sharedKeys(backend.Claim{Key: k, Mode: backend.Read})...) {
+	for _, name := range append(fairSharedKeys(backend.Claim{Key: k, Mode: backend.Permit}), fairSharedKeys(backend.Claim{Key: k, Mode: backend.Read})...) {
 		var pats []string
-		for _, r := range strings.Fields(SharedACL(ns)) {
+		for _, r := range strings.Fields(SharedACL(ns, true)) {
 			if strings.HasPrefix(r, "~") {
 				pats = append(pats, r[1:])
 			}
@@ -243,25 +243,36 @@ func TestSecureSharedACL(t *testing.T) {
 			t.Errorf("no key pattern of SharedACL matches %q", name)
 		}
 	}
-	user, pw := s.user(t, ACL(ns, false)+" "+SharedACL(ns))
-	c, err := s.client(ctx, user, pw, ns, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for _, opt := range []locker.LockOption{locker.Semaphore(2), locker.Read(), locker.Write()} {
-		l, err := c.Acquire(ctx, "job", opt)
+	for _, fair := range []bool{false, true} {
+		user, pw := s.user(t, ACL(ns, fair)+" "+SharedACL(ns, fair))
+		c, err := s.client(ctx, user, pw, ns, fair)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
+		defer c.Close()
+		for i, opt := range []locker.LockOption{locker.Semaphore(2), locker.Read(), locker.Write()} {
+			l, err := c.Acquire(ctx, "job", opt)
+			if err != nil {
+				t.Fatalf("fair %v: %v", fair, err)
+			}
+			if err := l.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if i == 2 {
+				// A second writer waits (in fair mode's queue) and gives up.
+				wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				_, err := c.Acquire(wctx, "job", locker.Write())
+				cancel()
+				if !errors.Is(err, locker.ErrNotAcquired) || errors.Is(err, locker.ErrPermission) {
+					t.Fatalf("fair %v: a second writer: %v", fair, err)
+				}
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	user, pw = s.user(t, ACL(ns, false))
+	user, pw := s.user(t, ACL(ns, false))
 	c2, err := s.client(ctx, user, pw, ns, false)
 	if err != nil {
 		t.Fatal(err)
@@ -343,5 +354,90 @@ func BenchmarkSharedUncontended(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFairRWOrder: in fair mode a reader that comes after a waiting writer
+// waits behind it, and the writer gets in first once the reader ahead
+// leaves.
+func TestFairRWOrder(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := testCtx(t)
+	newClient := func() *locker.Client {
+		d, err := OpenFair(ctx, "redis://"+testenv.RedisAddr()+"/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := locker.New(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2, c3 := newClient(), newClient(), newClient()
+	name := "rw-" + randHex(4)
+	r1, err := c1.Acquire(ctx, name, locker.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 2)
+	var ls [2]*locker.Lock
+	go func() {
+		l, err := c2.Acquire(ctx, name, locker.Write())
+		if err != nil {
+			t.Error(err)
+		}
+		ls[0] = l
+		got <- "writer"
+	}()
+	time.Sleep(200 * time.Millisecond) // the writer queues first
+	if l, err := c3.TryAcquire(ctx, name, locker.Read()); !errors.Is(err, locker.ErrNotAcquired) {
+		if err == nil {
+			l.Release(ctx)
+		}
+		t.Fatalf("a reader tried while a writer waits: %v", err)
+	}
+	go func() {
+		l, err := c3.Acquire(ctx, name, locker.Read())
+		if err != nil {
+			t.Error(err)
+		}
+		ls[1] = l
+		got <- "reader"
+	}()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case who := <-got:
+		t.Fatalf("the %s got in while a reader held", who)
+	default:
+	}
+	if err := r1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	select {
+	case first = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no one got in after the release")
+	}
+	if first != "writer" {
+		t.Fatalf("the %s got in first", first)
+	}
+	select {
+	case who := <-got:
+		t.Fatalf("the %s got in while the writer held", who)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := ls[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not get in after the writer")
+	}
+	if err := ls[1].Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
