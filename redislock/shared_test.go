@@ -63,11 +63,13 @@ func TestSemaphoreSlots(t *testing.T) {
 	permit := func(ttl time.Duration, limit int) backend.Claim {
 		return backend.Claim{Key: key, Token: newToken(), TTL: ttl, Mode: backend.Permit, Limit: limit}
 	}
-	a, b := permit(time.Minute, 2), permit(300*time.Millisecond, 2)
+	// b's 2s leave the checks below ample time before it runs out.
+	a, b := permit(time.Minute, 2), permit(2*time.Second, 2)
 	ga, err := d.TryAcquire(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
+	bSent := time.Now()
 	gb, err := d.TryAcquire(ctx, b)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +87,7 @@ func TestSemaphoreSlots(t *testing.T) {
 	if n, err := admin.ZCard(ctx, sharedKeys(a)[0]).Result(); err != nil || n != 2 {
 		t.Fatalf("%d holders (%v), want 2", n, err)
 	}
-	time.Sleep(400 * time.Millisecond) // b's time runs out
+	time.Sleep(time.Until(bSent.Add(2100 * time.Millisecond))) // b's time runs out
 	if err := d.Refresh(ctx, b); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("refresh of an expired permit: %v", err)
 	}
@@ -391,7 +393,7 @@ func TestFairRWOrder(t *testing.T) {
 		ls[0] = l
 		got <- "writer"
 	}()
-	time.Sleep(200 * time.Millisecond) // the writer queues first
+	queued(t, name, 1) // the writer queues first
 	if l, err := c3.TryAcquire(ctx, name, locker.Read()); !errors.Is(err, locker.ErrNotAcquired) {
 		if err == nil {
 			l.Release(ctx)
@@ -406,7 +408,7 @@ func TestFairRWOrder(t *testing.T) {
 		ls[1] = l
 		got <- "reader"
 	}()
-	time.Sleep(200 * time.Millisecond)
+	queued(t, name, 2)
 	select {
 	case who := <-got:
 		t.Fatalf("the %s got in while a reader held", who)
@@ -439,5 +441,26 @@ func TestFairRWOrder(t *testing.T) {
 	}
 	if err := ls[1].Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// queued waits, for at most 10s, until the read-write lock name (in the
+// default namespace) has n waiters queued.
+func queued(t *testing.T, name string, n int64) {
+	t.Helper()
+	admin := adminClient(t, testenv.RedisAddr())
+	q := fairSharedKeys(backend.Claim{Key: backend.Key("locker", name), Mode: backend.Read})[3]
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, err := admin.ZCard(context.Background(), q).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
