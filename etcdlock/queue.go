@@ -17,22 +17,27 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// enqueue puts l's entry at the back of the queue and waits until every
-// older entry is gone. Every request it sends counts in run: it returns a
+// enqueue puts l's entry at the back of its queue and waits until it may
+// go ahead: until no entry under over is older than it (a lock, a reader
+// behind a writer, a writer), or, for a semaphore of limit permits, until
+// fewer than limit are. Every request it sends counts in run: it returns a
 // store's error once every request has failed for retry.Budget.
-func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
-	w := &waiter{d: d, s: s, run: run, bo: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
-	ls, dir, key := s.ls, s.dir, s.key
-	// One transaction: our entry, and the two youngest entries, which are
-	// ours and the one just ahead of us (if any). Retried, it finds our
+func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string, limit int) (backend.Grant, error) {
+	w := &waiter{d: d, s: s, run: run, over: over, limit: limit, bo: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+	ls, key := s.ls, s.key
+	val := l.Owner
+	if limit > 0 {
+		val = permitValue(limit, l.Owner)
+	}
+	// One transaction: our entry, and what decides whether it waits (the
+	// two youngest entries under over, ours and the one just ahead of us,
+	// if any; for a semaphore, the limit oldest). Retried, it finds our
 	// entry already there.
 	w.broken = d.brokenConn()
 	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, l.Owner, clientv3.WithLease(ls.id)),
-				clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(ls.id)), w.read()).
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
@@ -44,8 +49,8 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	)
 	if resp.Succeeded {
 		w.rev = resp.Header.Revision
-		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 1 {
-			pred = kvs[1]
+		if pred, err = w.blocker(resp.Responses[1].GetResponseRange().GetKvs()); err != nil {
+			return backend.Grant{}, w.abandon(ctx, err)
 		}
 	} else {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -68,10 +73,41 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	return d.grant(ctx, s, l, w.rev)
 }
 
+// read is the range that decides whether w waits: the entries under
+// w.over, the youngest two (a queue) or the oldest limit (a semaphore).
+func (w *waiter) read(opts ...clientv3.OpOption) clientv3.Op {
+	if w.limit > 0 {
+		return clientv3.OpGet(w.over, append(opts, clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(w.limit)))...)
+	}
+	return clientv3.OpGet(w.over, append(opts, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))...)
+}
+
+// blocker returns, from w.read's entries, one that w waits for, or nil.
+func (w *waiter) blocker(kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+	key := w.s.key
+	if w.limit > 0 {
+		mine, err := permitted(kvs, key, w.limit)
+		if err != nil || mine != nil || len(kvs) < w.limit {
+			return nil, err
+		}
+		return kvs[len(kvs)-1], nil
+	}
+	for _, kv := range kvs {
+		if string(kv.Key) != key {
+			return kv, nil
+		}
+	}
+	return nil, nil
+}
+
 // waiter is one blocking acquisition's entry in its queue.
 type waiter struct {
 	d      *Driver
 	s      *slot
+	over   string          // the entries that may be ahead of ours
+	limit  int             // a semaphore's: how many may be; 0: none
 	rev    int64           // the entry's creation revision
 	run    *retry.Failing  // the acquisition's run of store failures
 	bo     retry.Backoff   // the pause after a broken watch
@@ -116,15 +152,19 @@ func (ls *lease) isDone() bool {
 }
 
 // ahead checks, in one linearizable read, that our entry still exists with
-// its revision, and returns the entry just ahead of it (nil: we hold the
-// lock) and the revision of the read.
+// its revision, and returns an entry ahead of it that it waits for (nil: we
+// hold the lock) and the revision of the read.
 func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	d, key := w.d, w.s.key
 	w.broken = d.brokenConn()
+	get := clientv3.OpGet(w.over, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...)
+	if w.limit > 0 {
+		get = w.read(clientv3.WithMaxCreateRev(w.rev - 1))
+	}
 	resp, _, err := d.txnRun(ctx, w.run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", w.rev)).
-			Then(clientv3.OpGet(w.s.dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...))
+			Then(get)
 	})
 	if err != nil {
 		return nil, 0, err
@@ -132,8 +172,13 @@ func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	if !resp.Succeeded {
 		return nil, 0, errRequeue
 	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if w.limit > 0 {
+		pred, err := w.blocker(kvs)
+		return pred, resp.Header.Revision, err
+	}
 	var pred *mvccpb.KeyValue
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+	if len(kvs) > 0 {
 		pred = kvs[0]
 	}
 	return pred, resp.Header.Revision, nil
@@ -180,7 +225,13 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 		}
 		cancel()
 	}()
-	wch := d.cli.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	// A semaphore's waiter may go ahead when any older entry goes: it
+	// watches the whole directory.
+	wkey, wopts := string(pred.Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+	if w.limit > 0 {
+		wkey, wopts = w.over, append(wopts, clientv3.WithPrefix())
+	}
+	wch := d.cli.Watch(wctx, wkey, wopts...)
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -215,7 +266,7 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 			// Did pred go before the watch started? A local read of a
 			// member that is at least as far as the watch's start is enough
 			// to tell; anything else is settled by a linearizable read.
-			if d.stillThere(ctx, pred, wr.Header.Revision) {
+			if w.limit == 0 && d.stillThere(ctx, pred, wr.Header.Revision) {
 				continue // the watch sees its deletion
 			}
 			return w.ahead(ctx)
