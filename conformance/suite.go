@@ -61,6 +61,23 @@ var cases = []testCase{
 	{"ListFindsHeldLocks", false, (*suite).listFinds},
 	{"ForceReleaseFencesAndSignals", false, (*suite).forceRelease},
 	{"MinHoldOutlivesRelease", false, (*suite).minHold},
+
+	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
+	{"SemaphoreLimitAndMismatch", false, (*suite).semLimit},
+	{"SemaphoreCutHolderLosesFirst", false, (*suite).semCutHolder},
+	{"SemaphoreForgedTokenChangesNothing", false, (*suite).semForged},
+	{"SemaphoreCancelLeavesNoEntry", false, (*suite).semCancel},
+	{"SemaphoreWaiterWakes", false, (*suite).semWaiterWakes},
+	{"SemaphoreFencesIncrease", false, (*suite).semFences},
+	{"SemaphoreFIFOWaiters", false, (*suite).semFIFO},
+	{"RWReadersShareWriterExcludes", false, (*suite).rwShare},
+	{"RWCounterUnderContention", false, (*suite).rwCounter},
+	{"RWWriterNotStarved", false, (*suite).rwNotStarved},
+	{"RWFencesIncrease", false, (*suite).rwFences},
+	{"RWCancelledWriterLeavesNothing", false, (*suite).rwCancel},
+	{"RWWaitersWake", false, (*suite).rwWakes},
+	{"RWForgedTokenChangesNothing", false, (*suite).rwForged},
+	{"RWCutHolderLosesFirst", false, (*suite).rwCutHolder},
 }
 
 // Run runs the suite against h's store.
