@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,13 +76,18 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 
 // read is the range that decides whether w waits: the entries under
 // w.over, the youngest two (a queue) or the oldest limit (a semaphore).
-func (w *waiter) read(opts ...clientv3.OpOption) clientv3.Op {
+func (w *waiter) read() clientv3.Op {
 	if w.limit > 0 {
-		return clientv3.OpGet(w.over, append(opts, clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(w.limit)))...)
+		return w.oldest()
 	}
-	return clientv3.OpGet(w.over, append(opts, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))...)
+	return clientv3.OpGet(w.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+}
+
+// oldest reads a semaphore's limit oldest entries (with their limits).
+func (w *waiter) oldest(opts ...clientv3.OpOption) clientv3.Op {
+	return clientv3.OpGet(w.over, append(opts, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(w.limit)))...)
 }
 
 // blocker returns, from w.read's entries, one that w waits for, or nil.
@@ -157,11 +163,11 @@ func (ls *lease) isDone() bool {
 func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	d, key := w.d, w.s.key
 	w.broken = d.brokenConn()
-	get := clientv3.OpGet(w.over, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...)
-	if w.limit > 0 {
-		get = w.read(clientv3.WithMaxCreateRev(w.rev - 1))
-	}
 	resp, _, err := d.txnRun(ctx, w.run, func(ctx context.Context) clientv3.Txn {
+		get := clientv3.OpGet(w.over, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...)
+		if w.limit > 0 {
+			get = w.oldest(clientv3.WithMaxCreateRev(w.rev - 1))
+		}
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", w.rev)).
 			Then(get)
@@ -259,24 +265,35 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 			}
 			return w.ahead(ctx)
 		}
-		if wr.Created {
+		switch {
+		case wr.Created:
 			if wr.Header.Revision <= checked {
 				continue // the watch covers everything after checked
 			}
 			// Did pred go before the watch started? A local read of a
 			// member that is at least as far as the watch's start is enough
 			// to tell; anything else is settled by a linearizable read.
-			if w.limit == 0 && d.stillThere(ctx, pred, wr.Header.Revision) {
-				continue // the watch sees its deletion
-			}
-			return w.ahead(ctx)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				w.bo.Reset()
+			if w.limit == 0 {
+				if d.stillThere(ctx, pred, wr.Header.Revision) {
+					continue // the watch sees its deletion
+				}
 				return w.ahead(ctx)
 			}
+		case !slices.ContainsFunc(wr.Events, func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE }):
+			continue
+		default:
+			w.bo.Reset()
 		}
+		if w.limit == 0 {
+			return w.ahead(ctx)
+		}
+		// A semaphore's waiter keeps its watch of the directory, which
+		// reports every deletion since it started, across its checks.
+		p, c, err := w.ahead(ctx)
+		if err != nil || p == nil {
+			return p, c, err
+		}
+		checked = c
 	}
 }
 
