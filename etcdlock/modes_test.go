@@ -9,6 +9,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestModesApart: a name's lock, semaphore and read-write lock are held
@@ -155,5 +156,92 @@ func TestBadClaimsRefused(t *testing.T) {
 	}
 	if n, err := h.Residue(ctx, "k"); err != nil || n != 0 {
 		t.Errorf("Residue = %d, %v; want 0", n, err)
+	}
+}
+
+// TestModeWaiterLeaseRevoked: a permit's, a reader's or a writer's waiter
+// whose lease is revoked queues again with a new lease, and still gets in
+// once the holder leaves.
+func TestModeWaiterLeaseRevoked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	for _, tc := range []struct {
+		name       string
+		hold, wait locker.LockOption
+	}{
+		{"permit", locker.Semaphore(1), locker.Semaphore(1)},
+		{"reader", locker.Write(), locker.Read()},
+		{"writer", locker.Read(), locker.Write()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t, 30*time.Second)
+			key := backend.Key("t", tc.name)
+			c1, _ := h.client(t)
+			c2, d2 := h.client(t)
+			l, err := c1.TryAcquire(ctx, tc.name, tc.hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				w, err := c2.Acquire(ctx, tc.name, tc.wait)
+				if err == nil {
+					w.Release(ctx)
+				}
+				got <- err
+			}()
+			lease := func() clientv3.LeaseID {
+				d2.mu.Lock()
+				defer d2.mu.Unlock()
+				var id clientv3.LeaseID
+				for _, ls := range d2.leases {
+					id = ls.id
+				}
+				return id
+			}
+			var id clientv3.LeaseID
+			for deadline := time.Now().Add(5 * time.Second); id == 0; {
+				if n, _ := h.Entries(ctx, key); n == 2 {
+					id = lease()
+				} else if time.Now().After(deadline) {
+					t.Fatal("the waiter did not queue")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if _, err := h.admin.Revoke(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			// The waiter learns of it from its next keep-alive (TTL/3), and
+			// queues again.
+			for deadline := time.Now().Add(3 * time.Second); ; {
+				nu := lease()
+				n, _ := h.Entries(ctx, key)
+				if n == 2 && nu != id && nu != 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d entries 3s after the waiter's lease was revoked, want 2: it queues again", n)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-got:
+				t.Fatalf("the waiter returned while the holder holds: %v", err)
+			default:
+			}
+			l.Release(ctx)
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("waiter: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter did not get in")
+			}
+			if n, err := h.Residue(ctx, key); err != nil || n != 0 {
+				t.Errorf("Residue after both left = %d, %v; want 0", n, err)
+			}
+		})
 	}
 }
