@@ -75,30 +75,37 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 }
 
 // read is the range that decides whether w waits: the entries under
-// w.over, the youngest two (a queue) or the oldest limit (a semaphore).
+// w.over, the youngest two (a queue) or all of them (a semaphore: in the
+// transaction that puts ours, all older than ours).
 func (w *waiter) read() clientv3.Op {
 	if w.limit > 0 {
-		return w.oldest()
+		return clientv3.OpGet(w.over, clientv3.WithPrefix())
 	}
 	return clientv3.OpGet(w.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
 }
 
-// oldest reads a semaphore's limit oldest entries (with their limits).
-func (w *waiter) oldest(opts ...clientv3.OpOption) clientv3.Op {
-	return clientv3.OpGet(w.over, append(opts, clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(w.limit)))...)
-}
-
-// blocker returns, from w.read's entries, one that w waits for, or nil.
+// blocker returns, from entries older than ours (and ours), one that w
+// waits for, or nil. A semaphore's waiter notes the older entries, so that
+// it reads again only once enough of them are gone.
 func (w *waiter) blocker(kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
 	key := w.s.key
 	if w.limit > 0 {
-		mine, err := permitted(kvs, key, w.limit)
-		if err != nil || mine != nil || len(kvs) < w.limit {
-			return nil, err
+		older := make(map[string]struct{}, len(kvs))
+		for _, kv := range kvs {
+			if string(kv.Key) == key {
+				continue
+			}
+			if n := limitOf(kv); n != w.limit {
+				return nil, limitMismatch(n, w.limit)
+			}
+			older[string(kv.Key)] = struct{}{}
 		}
-		return kvs[len(kvs)-1], nil
+		if len(older) < w.limit {
+			return nil, nil
+		}
+		w.older = older
+		return kvs[0], nil
 	}
 	for _, kv := range kvs {
 		if string(kv.Key) != key {
@@ -112,12 +119,13 @@ func (w *waiter) blocker(kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
 type waiter struct {
 	d      *Driver
 	s      *slot
-	over   string          // the entries that may be ahead of ours
-	limit  int             // a semaphore's: how many may be; 0: none
-	rev    int64           // the entry's creation revision
-	run    *retry.Failing  // the acquisition's run of store failures
-	bo     retry.Backoff   // the pause after a broken watch
-	broken <-chan struct{} // closed when the connection goes down after our last request
+	over   string              // the entries that may be ahead of ours
+	limit  int                 // a semaphore's: how many may be; 0: none
+	older  map[string]struct{} // a semaphore's: the entries ahead at the last read
+	rev    int64               // the entry's creation revision
+	run    *retry.Failing      // the acquisition's run of store failures
+	bo     retry.Backoff       // the pause after a broken watch
+	broken <-chan struct{}     // closed when the connection goes down after our last request
 }
 
 // abandon handles the end of a wait that failed with err: the entry goes
@@ -166,7 +174,7 @@ func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	resp, _, err := d.txnRun(ctx, w.run, func(ctx context.Context) clientv3.Txn {
 		get := clientv3.OpGet(w.over, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...)
 		if w.limit > 0 {
-			get = w.oldest(clientv3.WithMaxCreateRev(w.rev - 1))
+			get = clientv3.OpGet(w.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(w.rev-1))
 		}
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", w.rev)).
@@ -288,13 +296,32 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 			return w.ahead(ctx)
 		}
 		// A semaphore's waiter keeps its watch of the directory, which
-		// reports every deletion since it started, across its checks.
+		// reports every deletion since it started, across its reads, and
+		// reads again once fewer than limit entries are left ahead (or its
+		// own is gone).
+		if !wr.Created && !w.freed(wr.Events, checked) {
+			continue
+		}
 		p, c, err := w.ahead(ctx)
 		if err != nil || p == nil {
 			return p, c, err
 		}
 		checked = c
 	}
+}
+
+// freed notes the deletions in evs after revision checked, and reports
+// whether fewer than limit entries are left ahead, or ours went.
+func (w *waiter) freed(evs []*clientv3.Event, checked int64) bool {
+	mine := false
+	for _, ev := range evs {
+		if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= checked {
+			continue
+		}
+		delete(w.older, string(ev.Kv.Key))
+		mine = mine || string(ev.Kv.Key) == w.s.key
+	}
+	return mine || len(w.older) < w.limit
 }
 
 // brokenConn returns a channel closed when every connection of the etcd

@@ -14,7 +14,10 @@ import (
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/: an entry
 // per permit holder or waiter, its value "<limit> <owner>". The limit
-// oldest entries hold permits.
+// oldest entries hold permits. A waiter reads every entry older than its
+// own, then counts their deletions in a watch of the directory, and reads
+// again once fewer than limit are left: one read per grant, not one per
+// waiter and release.
 
 // permitValue is the value of a permit's entry.
 func permitValue(limit int, owner string) string {
@@ -42,10 +45,14 @@ func permitted(kvs []*mvccpb.KeyValue, key string, limit int) (*mvccpb.KeyValue,
 			return kv, nil
 		}
 		if n := limitOf(kv); n != limit {
-			return nil, fmt.Errorf("%w: held under %d, asked with %d", backend.ErrLimitMismatch, n, limit)
+			return nil, limitMismatch(n, limit)
 		}
 	}
 	return nil, nil
+}
+
+func limitMismatch(held, asked int) error {
+	return fmt.Errorf("%w: held under %d, asked with %d", backend.ErrLimitMismatch, held, asked)
 }
 
 // tryPermit puts s's entry and reads the semaphore's l.Limit oldest
