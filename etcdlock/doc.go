@@ -57,7 +57,9 @@
 // the session lease, fence their creation revision. A permit holds while
 // fewer than limit entries are older (one under another limit is
 // ErrLimitMismatch), a reader while no older writer's is, a writer while no
-// older entry is. FIFO: a waiting writer keeps later readers out.
+// older entry is. FIFO: a waiting writer keeps later readers out. A
+// permit's waiter counts the deletions of older entries in a watch of the
+// directory, and reads again once fewer than limit are left.
 //
 // # Store failures
 //
