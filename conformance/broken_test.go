@@ -26,13 +26,13 @@ import (
 // case of the suite catches at least one variant.
 var brokenVariants = map[string][]string{
 	// Release deletes whatever holds the key: no token check.
-	"release-ignores-token": {"ForgedTokenChangesNothing", "DoubleReleaseNotHeld", "OldHolderCannotTouchNewHolder"},
+	"release-ignores-token": {"ForgedTokenChangesNothing", "DoubleReleaseNotHeld", "OldHolderCannotTouchNewHolder", "SemaphoreForgedTokenChangesNothing", "RWForgedTokenChangesNothing"},
 	// Refresh reports success without checking or extending anything.
 	"refresh-always-ok": {"LostSignalFires", "DoCancelsOnLoss", "ReentryAfterLossFails", "RefreshExtends", "WatchdogKeepsLock", "ReentryExtendsTTL", "ForgedTokenChangesNothing"},
 	// The TTL is ignored: locks never expire.
-	"never-expires": {"ExpiresAfterTTL", "OldHolderCannotTouchNewHolder", "FencesIncreaseAcrossExpiry"},
+	"never-expires": {"ExpiresAfterTTL", "OldHolderCannotTouchNewHolder", "FencesIncreaseAcrossExpiry", "SemaphoreCutHolderLosesFirst", "RWCutHolderLosesFirst"},
 	// Locks expire at half their TTL.
-	"expires-early": {"ExpiresAfterTTL", "LostBeforeTakeover", "RefreshExtends", "ReentryExtendsTTL"},
+	"expires-early": {"ExpiresAfterTTL", "LostBeforeTakeover", "RefreshExtends", "ReentryExtendsTTL", "SemaphoreCutHolderLosesFirst", "RWCutHolderLosesFirst"},
 	// Locks expire at 95% of their TTL: too little for ExpiresAfterTTL to
 	// see, enough for two holders at once.
 	"expires-slightly-early": {"LostBeforeTakeover"},
@@ -41,18 +41,18 @@ var brokenVariants = map[string][]string{
 	// Keys lose the characters a naive encoder drops, so names collide.
 	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
 	// Release reports success but leaves the lock held for an hour.
-	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease"},
+	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
 	// TryAcquire on a held lock ignores its context for seconds.
 	"ignores-context": {"CancelReturnsPromptly"},
 	// A native queue that forgets to remove a cancelled waiter's entry.
-	"queue-leaks-entry": {"CancelLeavesNoEntry"},
+	"queue-leaks-entry": {"CancelLeavesNoEntry", "SemaphoreCancelLeavesNoEntry"},
 	// A native queue that claims FIFO but serves the newest waiter first.
-	"lifo-queue": {"FIFOWaiters"},
+	"lifo-queue": {"FIFOWaiters", "SemaphoreFIFOWaiters"},
 	// A native queue whose grants do not say when the lock was taken, so a
 	// lock that was waited for longer than its TTL looks expired at once.
 	"unsent-queue": {"LongWaitKeepsLock"},
 	// Each client counts fences on its own, not in the store.
-	"per-client-fences": {"FencesIncrease", "FencesIncreaseAcrossExpiry"},
+	"per-client-fences": {"FencesIncrease", "FencesIncreaseAcrossExpiry", "SemaphoreFencesIncrease", "RWFencesIncrease"},
 	// TTLs go through int32 milliseconds: 1ns becomes 0 ("no expiry"), 30
 	// days overflows.
 	"int32-millis": {"BadInputTypedErrors"},
@@ -78,6 +78,16 @@ var brokenVariants = map[string][]string{
 	// Refresh never shortens a lock: it keeps the later of the old expiry
 	// and the new TTL.
 	"refresh-only-extends": {"MinHoldOutlivesRelease"},
+	// A semaphore grants one permit more than its limit.
+	"sem-over-grants": {"SemaphoreAtMostLimit", "SemaphoreLimitAndMismatch"},
+	// Claims under another limit wait like any other instead of failing.
+	"hides-limit-mismatch": {"SemaphoreLimitAndMismatch"},
+	// A writer takes the read side: it shares with readers.
+	"rw-writer-with-readers": {"RWReadersShareWriterExcludes", "RWCounterUnderContention", "RWWaitersWake"},
+	// Readers keep entering while a writer waits.
+	"rw-starves-writers": {"RWWriterNotStarved"},
+	// A writer that stops trying leaves its record of waiting behind.
+	"keeps-writer-record": {"RWCancelledWriterLeavesNothing"},
 	// Goroutines outlive Close and cancelled subscriptions.
 	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine"},
 }
@@ -167,6 +177,7 @@ type brokenHarness struct {
 	holders map[string]string        // native-queue variants: who holds each key
 	fences  map[string]uint64        // forgets-fences: the count per name
 	seen    map[string]backend.State // inspect-stale: the first state read
+	granted map[string][]string      // tokens holding each semaphore or read-write lock
 }
 
 func newBrokenHarness(variant string) Harness {
@@ -177,6 +188,7 @@ func newBrokenHarness(variant string) Harness {
 		holders: map[string]string{},
 		fences:  map[string]uint64{},
 		seen:    map[string]backend.State{},
+		granted: map[string][]string{},
 	}
 	if h.queued() {
 		return queueHarness{h}
@@ -274,6 +286,7 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 	}
 	want := l.TTL
 	l.Key = d.h.mapKey(l.Key)
+	l = d.h.modeOf(l)
 	switch d.h.variant {
 	case "never-expires":
 		l.TTL = time.Hour
@@ -294,6 +307,11 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 	g, err := d.Driver.TryAcquire(ctx, l)
 	switch {
 	case err == nil:
+		d.h.grant(l, true)
+	case l.Mode == backend.Write && d.h.variant == "rw-starves-writers":
+		d.Driver.Release(ctx, l) // no record of the waiting writer
+	case errors.Is(err, backend.ErrLimitMismatch) && d.h.variant == "hides-limit-mismatch":
+		err = fmt.Errorf("broken: %w", backend.ErrNotAcquired)
 	case d.h.variant == "no-exclusion":
 		d.h.store.Expire(l.Key)
 		g, err = d.Driver.TryAcquire(ctx, l)
@@ -324,6 +342,7 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 		return errUnreachable
 	}
 	l.Key = d.h.mapKey(l.Key)
+	l = d.h.modeOf(l)
 	switch d.h.variant {
 	case "refresh-always-ok":
 		return nil
@@ -384,6 +403,20 @@ func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
 		return errUnreachable
 	}
 	l.Key = d.h.mapKey(l.Key)
+	l = d.h.modeOf(l)
+	if l.Mode != backend.Exclusive {
+		held := d.h.grant(l, false)
+		switch {
+		case held:
+		case d.h.variant == "keeps-writer-record" && l.Mode == backend.Write:
+			return fmt.Errorf("broken: %w", backend.ErrNotHeld)
+		case d.h.variant == "release-ignores-token":
+			if other := d.h.anyHolder(l); other != "" {
+				l.Token = other
+				d.h.grant(l, false)
+			}
+		}
+	}
 	switch d.h.variant {
 	case "remembers-names":
 		l.TTL = time.Nanosecond // expired at once, and kept
@@ -489,6 +522,11 @@ func (d *queueDriver) Inspect(ctx context.Context, key string) (backend.State, e
 
 func (d *queueDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	g, err := d.brokenDriver.TryAcquire(ctx, l)
+	if errors.Is(err, backend.ErrNotAcquired) && l.Mode == backend.Write {
+		// A queue orders writers itself: memlock's record of a waiting
+		// writer is not for a Waiter (backend.Modal).
+		d.brokenDriver.Release(ctx, l)
+	}
 	if err == nil {
 		d.h.mu.Lock()
 		d.h.holders[l.Key] = l.Token
@@ -504,4 +542,52 @@ func (d *queueDriver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	d.h.mu.Unlock()
 	return d.brokenDriver.Release(ctx, l)
+}
+
+// modeOf is the mode a variant really takes for l.
+func (h *brokenHarness) modeOf(l backend.Claim) backend.Claim {
+	switch {
+	case h.variant == "sem-over-grants" && l.Mode == backend.Permit:
+		l.Limit++
+	case h.variant == "rw-writer-with-readers" && l.Mode == backend.Write:
+		l.Mode = backend.Read
+	}
+	return l
+}
+
+// grant records (add) or forgets l's grant of a semaphore or read-write
+// lock, and reports whether it was recorded before.
+func (h *brokenHarness) grant(l backend.Claim, add bool) bool {
+	if l.Mode == backend.Exclusive {
+		return false
+	}
+	k := objectKey(l)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	had := slices.Contains(h.granted[k], l.Token)
+	if add {
+		h.granted[k] = append(h.granted[k], l.Token)
+	} else {
+		h.granted[k] = slices.DeleteFunc(h.granted[k], func(t string) bool { return t == l.Token })
+	}
+	return had
+}
+
+// anyHolder returns a token that holds l's object, or "".
+func (h *brokenHarness) anyHolder(l backend.Claim) string {
+	k := objectKey(l)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.granted[k]) == 0 {
+		return ""
+	}
+	return h.granted[k][0]
+}
+
+// objectKey names l's semaphore or read-write lock.
+func objectKey(l backend.Claim) string {
+	if l.Mode == backend.Permit {
+		return l.Key + "\x00permit"
+	}
+	return l.Key + "\x00rw"
 }

@@ -108,33 +108,49 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 	}, nil
 }
 
-// Residue counts every key under the name's queue directory: the driver
-// keeps nothing else per name (fences are etcd revisions).
+// Residue counts every key under the name's queue directories (lock,
+// semaphore, read-write lock): the driver keeps nothing else per name
+// (fences are etcd revisions).
 func (h *harness) Residue(ctx context.Context, key string) (int, error) {
 	return h.Entries(ctx, key)
 }
 
-// Expire revokes the lease of key's holder, as etcd does when the holder's
-// session expires.
+// Expire revokes the lease of key's holder (the lock's, else the oldest
+// of the semaphore's or the read-write lock's), as etcd does when the
+// holder's session expires.
 func (h *harness) Expire(ctx context.Context, key string) error {
-	resp, err := h.admin.Get(ctx, h.probe.Dir(key), clientv3.WithFirstCreate()...)
-	if err != nil {
-		return err
+	for _, dir := range h.dirs(key) {
+		resp, err := h.admin.Get(ctx, dir, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) > 0 {
+			_, err = h.admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+			return err
+		}
 	}
-	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("no holder for %q", key)
-	}
-	_, err = h.admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-	return err
+	return fmt.Errorf("no holder for %q", key)
 }
 
-// Entries counts the holder's and the waiters' entries of key.
+// Entries counts the holders' and the waiters' entries of key's lock,
+// semaphore and read-write lock.
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
-	resp, err := h.admin.Get(ctx, h.probe.Dir(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		return 0, err
+	n := 0
+	for _, dir := range h.dirs(key) {
+		resp, err := h.admin.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		n += int(resp.Count)
 	}
-	return int(resp.Count), nil
+	return n, nil
+}
+
+// dirs are the directories of key's lock, semaphore and read-write lock.
+func (h *harness) dirs(key string) []string {
+	sem, _, _ := h.probe.modeDirs(backend.Claim{Key: key, Mode: backend.Permit, Limit: 1})
+	_, rw, _ := h.probe.modeDirs(backend.Claim{Key: key, Mode: backend.Write})
+	return []string{h.probe.Dir(key), sem, rw}
 }
 
 func (h *harness) Traits() conformance.Traits {

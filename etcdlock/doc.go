@@ -50,6 +50,17 @@
 // queues again, at the back, with a new lease; a cancelled waiter deletes
 // its entry before it returns.
 //
+// # Semaphores and read-write locks
+//
+// Each name's semaphore and read-write lock is a queue like the lock's, in
+// its own directories (<escaped>%s/; <escaped>%r/r/ and %r/w/), entries on
+// the session lease, fence their creation revision. A permit holds while
+// fewer than limit entries are older (one under another limit is
+// ErrLimitMismatch), a reader while no older writer's is, a writer while no
+// older entry is. FIFO: a waiting writer keeps later readers out. A
+// permit's waiter counts the deletions of older entries in a watch of the
+// directory, and reads again once fewer than limit are left.
+//
 // # Store failures
 //
 // Every transaction and lease grant is sent with a 2s bound per attempt (the client waits for

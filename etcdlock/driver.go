@@ -51,6 +51,18 @@ type Driver struct {
 
 type holdKey struct{ key, token string }
 
+// holdKeyOf is l's key in Driver.held: a key's lock, semaphore and
+// read-write lock are apart there too.
+func holdKeyOf(l backend.Claim) holdKey {
+	switch l.Mode {
+	case backend.Exclusive:
+		return holdKey{l.Key, l.Token}
+	case backend.Permit:
+		return holdKey{l.Key + "\x00s", l.Token}
+	}
+	return holdKey{l.Key + "\x00r", l.Token}
+}
+
 var (
 	_ backend.Driver  = (*Driver)(nil)
 	_ backend.Waiter  = (*Driver)(nil)
@@ -226,7 +238,12 @@ func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backe
 		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
 	}
 	defer done()
-	dir := d.Dir(l.Key)
+	dir, over := d.Dir(l.Key), ""
+	if l.Mode != backend.Exclusive {
+		if dir, over, err = d.modeDirs(l); err != nil {
+			return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+		}
+	}
 	// One run of store failures for the whole acquisition, across its
 	// steps and requeues: it gives up once every request has failed for
 	// retry.Budget, however many steps the failures fell on.
@@ -241,10 +258,13 @@ func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backe
 		}
 		s := d.alloc(ls, dir)
 		var g backend.Grant
-		if wait {
-			g, err = d.enqueue(ctx, &run, s, l)
-		} else {
-			g, err = d.try(ctx, &run, s, l)
+		switch {
+		case l.Mode != backend.Exclusive:
+			g, err = d.acquireMode(ctx, &run, s, l, over, wait)
+		case wait:
+			g, err = d.enqueue(ctx, &run, s, l, s.dir, 0)
+		default:
+			g, err = d.try(ctx, &run, s, l, s.dir)
 		}
 		d.unuse(ls)
 		if errors.Is(err, errRequeue) && requeues < 5 {
@@ -266,12 +286,14 @@ func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backe
 // or it was deleted by hand) before we got the lock.
 var errRequeue = errors.New("entry lost while queued")
 
-func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
+// try puts s's entry if no entry is under over (the lock's or the
+// read-write lock's directory), in one transaction.
+func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
 	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(s.dir), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
-			Else(clientv3.OpGet(s.dir, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+			Else(clientv3.OpGet(over, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
 	})
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
@@ -324,7 +346,7 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 		d.remove(ctx, s, rev)
 		return backend.Grant{}, errRequeue
 	}
-	hk := holdKey{l.Key, l.Token}
+	hk := holdKeyOf(l)
 	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
@@ -412,7 +434,7 @@ func (d *Driver) heldEntry(ctx context.Context, l backend.Claim) (context.Contex
 		return nil, nil, nil, fmt.Errorf("etcdlock: %w", err)
 	}
 	d.mu.Lock()
-	e := d.held[holdKey{l.Key, l.Token}]
+	e := d.held[holdKeyOf(l)]
 	d.mu.Unlock()
 	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
 		end()

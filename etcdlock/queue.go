@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,22 +18,27 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// enqueue puts l's entry at the back of the queue and waits until every
-// older entry is gone. Every request it sends counts in run: it returns a
+// enqueue puts l's entry at the back of its queue and waits until it may
+// go ahead: until no entry under over is older than it (a lock, a reader
+// behind a writer, a writer), or, for a semaphore of limit permits, until
+// fewer than limit are. Every request it sends counts in run: it returns a
 // store's error once every request has failed for retry.Budget.
-func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
-	w := &waiter{d: d, s: s, run: run, bo: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
-	ls, dir, key := s.ls, s.dir, s.key
-	// One transaction: our entry, and the two youngest entries, which are
-	// ours and the one just ahead of us (if any). Retried, it finds our
+func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string, limit int) (backend.Grant, error) {
+	w := &waiter{d: d, s: s, run: run, over: over, limit: limit, bo: retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}}
+	ls, key := s.ls, s.key
+	val := l.Owner
+	if limit > 0 {
+		val = permitValue(limit, l.Owner)
+	}
+	// One transaction: our entry, and what decides whether it waits (the
+	// two youngest entries under over, ours and the one just ahead of us,
+	// if any; for a semaphore, the limit oldest). Retried, it finds our
 	// entry already there.
 	w.broken = d.brokenConn()
 	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, l.Owner, clientv3.WithLease(ls.id)),
-				clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(ls.id)), w.read()).
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
@@ -44,8 +50,8 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	)
 	if resp.Succeeded {
 		w.rev = resp.Header.Revision
-		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 1 {
-			pred = kvs[1]
+		if pred, err = w.blocker(resp.Responses[1].GetResponseRange().GetKvs()); err != nil {
+			return backend.Grant{}, w.abandon(ctx, err)
 		}
 	} else {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -68,14 +74,58 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	return d.grant(ctx, s, l, w.rev)
 }
 
+// read is the range that decides whether w waits: the entries under
+// w.over, the youngest two (a queue) or all of them (a semaphore: in the
+// transaction that puts ours, all older than ours).
+func (w *waiter) read() clientv3.Op {
+	if w.limit > 0 {
+		return clientv3.OpGet(w.over, clientv3.WithPrefix())
+	}
+	return clientv3.OpGet(w.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+}
+
+// blocker returns, from entries older than ours (and ours), one that w
+// waits for, or nil. A semaphore's waiter notes the older entries, so that
+// it reads again only once enough of them are gone.
+func (w *waiter) blocker(kvs []*mvccpb.KeyValue) (*mvccpb.KeyValue, error) {
+	key := w.s.key
+	if w.limit > 0 {
+		older := make(map[string]struct{}, len(kvs))
+		for _, kv := range kvs {
+			if string(kv.Key) == key {
+				continue
+			}
+			if n := limitOf(kv); n != w.limit {
+				return nil, limitMismatch(n, w.limit)
+			}
+			older[string(kv.Key)] = struct{}{}
+		}
+		if len(older) < w.limit {
+			return nil, nil
+		}
+		w.older = older
+		return kvs[0], nil
+	}
+	for _, kv := range kvs {
+		if string(kv.Key) != key {
+			return kv, nil
+		}
+	}
+	return nil, nil
+}
+
 // waiter is one blocking acquisition's entry in its queue.
 type waiter struct {
 	d      *Driver
 	s      *slot
-	rev    int64           // the entry's creation revision
-	run    *retry.Failing  // the acquisition's run of store failures
-	bo     retry.Backoff   // the pause after a broken watch
-	broken <-chan struct{} // closed when the connection goes down after our last request
+	over   string              // the entries that may be ahead of ours
+	limit  int                 // a semaphore's: how many may be; 0: none
+	older  map[string]struct{} // a semaphore's: the entries ahead at the last read
+	rev    int64               // the entry's creation revision
+	run    *retry.Failing      // the acquisition's run of store failures
+	bo     retry.Backoff       // the pause after a broken watch
+	broken <-chan struct{}     // closed when the connection goes down after our last request
 }
 
 // abandon handles the end of a wait that failed with err: the entry goes
@@ -116,15 +166,19 @@ func (ls *lease) isDone() bool {
 }
 
 // ahead checks, in one linearizable read, that our entry still exists with
-// its revision, and returns the entry just ahead of it (nil: we hold the
-// lock) and the revision of the read.
+// its revision, and returns an entry ahead of it that it waits for (nil: we
+// hold the lock) and the revision of the read.
 func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	d, key := w.d, w.s.key
 	w.broken = d.brokenConn()
 	resp, _, err := d.txnRun(ctx, w.run, func(ctx context.Context) clientv3.Txn {
+		get := clientv3.OpGet(w.over, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...)
+		if w.limit > 0 {
+			get = clientv3.OpGet(w.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(w.rev-1))
+		}
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", w.rev)).
-			Then(clientv3.OpGet(w.s.dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...))
+			Then(get)
 	})
 	if err != nil {
 		return nil, 0, err
@@ -132,8 +186,13 @@ func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	if !resp.Succeeded {
 		return nil, 0, errRequeue
 	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if w.limit > 0 {
+		pred, err := w.blocker(kvs)
+		return pred, resp.Header.Revision, err
+	}
 	var pred *mvccpb.KeyValue
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+	if len(kvs) > 0 {
 		pred = kvs[0]
 	}
 	return pred, resp.Header.Revision, nil
@@ -180,7 +239,13 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 		}
 		cancel()
 	}()
-	wch := d.cli.Watch(wctx, string(pred.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	// A semaphore's waiter may go ahead when any older entry goes: it
+	// watches the whole directory.
+	wkey, wopts := string(pred.Key), []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+	if w.limit > 0 {
+		wkey, wopts = w.over, append(wopts, clientv3.WithPrefix())
+	}
+	wch := d.cli.Watch(wctx, wkey, wopts...)
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -208,25 +273,55 @@ func (w *waiter) waitFor(ctx context.Context, pred *mvccpb.KeyValue, checked int
 			}
 			return w.ahead(ctx)
 		}
-		if wr.Created {
+		switch {
+		case wr.Created:
 			if wr.Header.Revision <= checked {
 				continue // the watch covers everything after checked
 			}
 			// Did pred go before the watch started? A local read of a
 			// member that is at least as far as the watch's start is enough
 			// to tell; anything else is settled by a linearizable read.
-			if d.stillThere(ctx, pred, wr.Header.Revision) {
-				continue // the watch sees its deletion
-			}
-			return w.ahead(ctx)
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				w.bo.Reset()
+			if w.limit == 0 {
+				if d.stillThere(ctx, pred, wr.Header.Revision) {
+					continue // the watch sees its deletion
+				}
 				return w.ahead(ctx)
 			}
+		case !slices.ContainsFunc(wr.Events, func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE }):
+			continue
+		default:
+			w.bo.Reset()
 		}
+		if w.limit == 0 {
+			return w.ahead(ctx)
+		}
+		// A semaphore's waiter keeps its watch of the directory, which
+		// reports every deletion since it started, across its reads, and
+		// reads again once fewer than limit entries are left ahead (or its
+		// own is gone).
+		if !wr.Created && !w.freed(wr.Events, checked) {
+			continue
+		}
+		p, c, err := w.ahead(ctx)
+		if err != nil || p == nil {
+			return p, c, err
+		}
+		checked = c
 	}
+}
+
+// freed notes the deletions in evs after revision checked, and reports
+// whether fewer than limit entries are left ahead, or ours went.
+func (w *waiter) freed(evs []*clientv3.Event, checked int64) bool {
+	mine := false
+	for _, ev := range evs {
+		if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= checked {
+			continue
+		}
+		delete(w.older, string(ev.Kv.Key))
+		mine = mine || string(ev.Kv.Key) == w.s.key
+	}
+	return mine || len(w.older) < w.limit
 }
 
 // brokenConn returns a channel closed when every connection of the etcd

@@ -60,6 +60,23 @@
 // fences at 1. Deleting fence.ceiling (or, off Linux, fence.counter)
 // restarts every name's fences.
 //
+// # Semaphores and read-write locks
+//
+// The driver is a backend.Modal: a key's semaphore and read-write lock are
+// each a file beside its lock file, the escaped key plus "%.sem" or "%.rw"
+// (names no key's lock file can have), read and rewritten under its
+// flock as a lock file is: the limit, every holder (token hash, owner,
+// fence, expiry on the lock's clock) and the waiting writer. Fences come
+// from the directory's counter, as a lock's. Waiters poll; writers are
+// preferred (a refused writer's record turns new readers away until it is
+// granted, withdraws or expires). A holder killed with -9 frees its permit
+// TTL after its last refresh, and an object left empty removes its file.
+// A file holds at most backend.MaxLimit holders: readers past that wait.
+// A write puts the new state beside the old one and then points the file's
+// small header at it, so an operation killed mid-write or a full disk
+// leaves the previous state; after a power cut the file counts as empty
+// (its holders died with the boot).
+//
 // # Clock
 //
 // One machine, one clock. On Linux, expiry is measured on CLOCK_BOOTTIME,

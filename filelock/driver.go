@@ -24,7 +24,14 @@ var (
 	_ backend.Inspector      = (*Driver)(nil)
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
 )
+
+// Modes implements backend.Modal: semaphores and read-write locks, each in
+// its own file beside the lock's (object.go).
+func (d *Driver) Modes() backend.ModeSet {
+	return backend.Modes(backend.Permit, backend.Read, backend.Write)
+}
 
 // New returns a driver on dir (made absolute, and created with mode 0700
 // when missing).
@@ -86,6 +93,9 @@ func DefaultDir() string {
 // comes from the directory's counter (above the file's own, which files of
 // older versions counted).
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if l.Mode != backend.Exclusive {
+		return d.tryShared(ctx, l)
+	}
 	tok := hashToken(l.Token)
 	var g backend.Grant
 	err := d.update(ctx, l.Key, true, func(r *record, now int64) (change, error) {
@@ -115,6 +125,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 
 // Refresh implements backend.Driver.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	if l.Mode != backend.Exclusive {
+		return d.refreshObject(ctx, l)
+	}
 	err := d.update(ctx, l.Key, false, d.holds(l, func(r *record, now int64) change {
 		r.expires = now + int64(l.TTL)
 		return write
@@ -139,11 +152,25 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // released name leaves nothing (its fences go on from the directory's
 // counter).
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if l.Mode != backend.Exclusive {
+		return d.releaseObject(ctx, l)
+	}
 	err := d.update(ctx, l.Key, false, d.holds(l, func(*record, int64) change { return remove }))
 	if errors.Is(err, errNoFile) {
 		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}
 	return err
+}
+
+// tryShared takes a claim in a mode besides Exclusive.
+func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	switch l.Mode {
+	case backend.Permit:
+		return d.trySemaphore(ctx, l)
+	case backend.Read, backend.Write:
+		return d.tryRW(ctx, l)
+	}
+	return backend.Grant{}, fmt.Errorf("filelock: %w: mode %v", backend.ErrUnsupported, l.Mode)
 }
 
 // holds wraps change so that it runs only when l's token holds the lock.

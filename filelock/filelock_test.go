@@ -28,20 +28,27 @@ func (h harness) Expire(ctx context.Context, key string) error {
 		return err
 	}
 	defer d.Close()
-	return d.expire(ctx, key)
+	if err := d.expire(ctx, key); err != nil {
+		return err
+	}
+	return d.expireObjects(ctx, key)
 }
 
-// Residue counts the key's files: its lock file, or none (the fence
-// counter is the directory's).
+// Residue counts the key's files: its lock file, semaphore and read-write
+// lock (the fence counter is the directory's).
 func (h harness) Residue(ctx context.Context, key string) (int, error) {
-	_, err := os.Stat((&Driver{dir: h.dir}).Path(key))
-	switch {
-	case err == nil:
-		return 1, nil
-	case errors.Is(err, os.ErrNotExist):
-		return 0, nil
+	d := &Driver{dir: h.dir}
+	n := 0
+	for _, p := range []string{d.Path(key), d.objectPath(key, backend.Permit), d.objectPath(key, backend.Read)} {
+		_, err := os.Stat(p)
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, os.ErrNotExist):
+			return 0, err
+		}
 	}
-	return 0, err
+	return n, nil
 }
 
 func (h harness) Traits() conformance.Traits {

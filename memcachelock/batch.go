@@ -37,7 +37,8 @@ import (
 // error and the others go on.
 //
 // A Driver made by New has no server list: it refreshes the locks one after
-// another with Refresh's path.
+// another with Refresh's path. Permits, readers and writers are refreshed
+// one by one too.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -57,6 +58,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	now := time.Now()
 	exps := make([]int32, len(locks))
 	valid := make([]int, 0, len(locks))
+	var shared []int
 	for i, l := range locks {
 		exp, _, err := expiration(l.TTL, now)
 		if err == nil {
@@ -67,7 +69,15 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 			continue
 		}
 		exps[i] = exp
+		if l.Mode != backend.Exclusive {
+			shared = append(shared, i)
+			continue
+		}
 		valid = append(valid, i)
+	}
+	// Permits, readers and writers are refreshed one by one.
+	for _, i := range shared {
+		errs[i] = d.refreshSharedIn(ctx, locks[i], exps[i])
 	}
 	if d.servers == nil {
 		for _, i := range valid {

@@ -60,12 +60,21 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 }
 
 // Residue implements conformance.ResidueCounter: every item the driver
-// could have made for key, the lock (a tombstone counts) and its counter.
+// could have made for key: the lock (a tombstone counts) and its counter,
+// and those of the semaphore and the read-write lock.
 func (h *harness) Residue(_ context.Context, key string) (int, error) {
 	mc := memcache.New(h.addr)
 	defer mc.Close()
-	items, err := mc.GetMulti([]string{lockKey(key), fenceKey(key)})
+	items, err := mc.GetMulti(append(objectKeys(key), fenceKey(key), objKey(key, "sl"), objKey(key, "sf"), objKey(key, "rf")))
 	return len(items), err
+}
+
+// objectKeys names the items that hold or wait for key's lock, semaphore
+// and read-write lock.
+func objectKeys(key string) []string {
+	base := objBase(key)
+	keys := append(slotKeys(base, "s", backend.MaxLimit), slotKeys(base, "r", MaxReaders)...)
+	return append(keys, lockKey(key), base+"w", base+"q")
 }
 
 // Expire deletes the lock's item, as an eviction or a restart would.
@@ -81,21 +90,18 @@ func (h *harness) Expire(_ context.Context, key string) error {
 	return nil
 }
 
-// Entries counts the items of key: memcached keeps no per-waiter entries,
-// so this is the lock's own item (a tombstone counts too), or nothing. It
-// lets the suite check that failed and cancelled acquisitions leave nothing
-// and that a release removes the item.
+// Entries counts the items of key that hold or wait: memcached keeps no
+// per-waiter entries, so this is the lock's own item (a tombstone counts
+// too), the semaphore's permits, and the read-write lock's writer, readers
+// and waiting writer's record. (The semaphore's limit record stays for the
+// retention, as the counters do: Residue counts it.) It lets the suite
+// check that failed and cancelled acquisitions leave nothing and that a
+// release removes the items.
 func (h *harness) Entries(_ context.Context, key string) (int, error) {
 	mc := memcache.New(h.addr)
 	defer mc.Close()
-	_, err := mc.Get(lockKey(key))
-	switch {
-	case errors.Is(err, memcache.ErrCacheMiss):
-		return 0, nil
-	case err != nil:
-		return 0, err
-	}
-	return 1, nil
+	items, err := mc.GetMulti(objectKeys(key))
+	return len(items), err
 }
 
 func (h *harness) Traits() conformance.Traits {

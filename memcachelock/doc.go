@@ -47,6 +47,20 @@
 // An uncontended acquisition costs four round trips (add, incr, gets, cas)
 // and a release two (gets, cas), against two for a bare add and delete.
 //
+// # Semaphores and read-write locks
+//
+// The driver is a backend.Modal: a key's semaphore and read-write lock are
+// items of their own beside its lock (shared.go), with memcached's expiry
+// as their TTL and a fence counter each, drawn as the lock's is. A
+// semaphore of limit L is L slot items taken with add; a limit record,
+// written with cas after the add, makes a claim under another limit fail
+// with ErrLimitMismatch (semaphore.go); both cost what a lock's do (four
+// round trips to acquire, two to release; three to refresh). A read-write lock is a writer item and MaxReaders (128)
+// reader slots, exclusive by "write mine, then check theirs"; writers are
+// preferred through a waiting writer's record (rwlock.go). No FIFO: waiters
+// poll. Acquisitions cost more with the limit: a claim that finds its
+// first slot taken, and a writer, read all the slots in one round trip.
+//
 // # Operators
 //
 // The driver implements backend.Inspector and backend.Breaker. Inspect is

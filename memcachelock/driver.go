@@ -38,6 +38,7 @@ var (
 	_ backend.BatchRefresher = (*Driver)(nil)
 	_ backend.Inspector      = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
 )
 
 // New returns a driver that uses mc, a client the caller built (its server
@@ -145,6 +146,9 @@ const maxAttempts = 4
 // a cas over a tombstone; then draws a fence; then confirms it still holds
 // the lock (see nextFence for why the confirmation is needed).
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if l.Mode != backend.Exclusive {
+		return d.tryShared(ctx, l)
+	}
 	exp, eff, err := expiration(l.TTL, time.Now())
 	if err != nil {
 		return backend.Grant{}, err
@@ -289,16 +293,19 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 // it: on a dead connection it takes a whole Timeout, which the caller, who
 // may have given up, does not wait for. Once Close has begun, the caller
 // runs it, within its own call that Close waits for.
-func (d *Driver) cleanup(l backend.Claim) {
+func (d *Driver) cleanup(l backend.Claim) { d.dropLater(lockKey(l.Key), l.Token, "lock") }
+
+// dropLater is cleanup for any item key that token may hold.
+func (d *Driver) dropLater(key, token, what string) {
 	// Not ended by Close: the item would hold the name until its TTL.
 	_, done, err := d.gate.Enter(context.Background())
 	if err != nil {
-		_ = d.release(context.Background(), l)
+		_ = d.drop(context.Background(), "release", what, key, token)
 		return
 	}
 	go func() {
 		defer done()
-		_ = d.release(context.Background(), l)
+		_ = d.drop(context.Background(), "release", what, key, token)
 	}()
 }
 
@@ -355,7 +362,11 @@ func (d *Driver) cleanup(l backend.Claim) {
 // name seen for the first time, or again after a retention, pays the
 // failed incr, the uptime check, the add and the incr once.
 func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
-	fk := fenceKey(key)
+	return d.nextFenceAt(fenceKey(key), ttl)
+}
+
+// nextFenceAt is nextFence for the counter item fk.
+func (d *Driver) nextFenceAt(fk string, ttl time.Duration) (uint64, error) {
 	for range maxAttempts {
 		n, err := d.incr(fk)
 		switch {
@@ -381,6 +392,9 @@ func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 // item is still the very one our gets found holding our token, so it never
 // extends another holder's lock (touch, which checks nothing, could).
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	if l.Mode != backend.Exclusive {
+		return d.refreshShared(ctx, l)
+	}
 	exp, _, err := expiration(l.TTL, time.Now())
 	if err != nil {
 		return err
@@ -395,21 +409,26 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 
 // refresh is Refresh for a call in flight, with l.TTL as expiration exp.
 func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error {
-	lk := lockKey(l.Key)
+	return d.extend(ctx, "refresh", "lock", lockKey(l.Key), l.Token, exp)
+}
+
+// extend sets the expiration of item key to exp if token holds it (gets,
+// then cas). what names the item in errors.
+func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp int32) error {
 	for range maxAttempts {
-		if err := live(ctx, "refresh"); err != nil {
+		if err := live(ctx, op); err != nil {
 			return err
 		}
-		cur, err := d.get(lk)
+		cur, err := d.get(key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 		case err != nil:
 			return fmt.Errorf("memcachelock: gets: %w", err)
-		case !heldBy(cur.Value, l.Token):
+		case !heldBy(cur.Value, token):
 			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
 		}
-		if err := live(ctx, "refresh"); err != nil {
+		if err := live(ctx, op); err != nil {
 			return err
 		}
 		cur.Expiration = exp
@@ -418,14 +437,14 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 		case err == nil:
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
 			return fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+	return fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
 // Release frees the lock with gets and cas. memcached has no
@@ -440,6 +459,9 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 // the next add succeeds. Should a server keep the tombstone anyway, an
 // acquisition treats it as free and takes it over with gets and cas.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if l.Mode != backend.Exclusive {
+		return d.releaseShared(ctx, l)
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("memcachelock: %w", err)
@@ -449,34 +471,45 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 }
 
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
-	lk := lockKey(l.Key)
+	return d.drop(ctx, "release", "lock", lockKey(l.Key), l.Token)
+}
+
+// drop removes item key if token holds it: gets, then a cas to the expired
+// tombstone (see Release). what names the item in errors.
+func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
 	for range maxAttempts {
-		if err := live(ctx, "release"); err != nil {
+		if err := live(ctx, op); err != nil {
 			return err
 		}
-		cur, err := d.get(lk)
+		cur, err := d.get(key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: no lock (expired, evicted, released or the server restarted)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 		case err != nil:
 			return fmt.Errorf("memcachelock: gets: %w", err)
-		case !heldBy(cur.Value, l.Token):
+		case !heldBy(cur.Value, token):
 			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
 		}
-		if err := live(ctx, "release"); err != nil {
+		if err := live(ctx, op); err != nil {
 			return err
 		}
-		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+		err = d.dropItem(cur)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
+			return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
 			return fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+	return fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
+}
+
+// dropItem replaces cur, if unchanged since the gets that read it, with
+// the tombstone that memcached treats as expired at once.
+func (d *Driver) dropItem(cur *memcache.Item) error {
+	return d.cas(&memcache.Item{Key: cur.Key, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
 }

@@ -89,6 +89,22 @@
 // extra try.) Do not delete that row: drivers that read the old key miss the
 // wake-ups of the new one until they reopen, and fall back to polling.
 //
+// # Semaphores and read-write locks
+//
+// They live in a second table, the lock table's name followed by _shared
+// ([SharedSchemaSQL], shared.sql; made on their first use, or by your
+// migrations with create_table=false), one row per permit, reader, writer
+// and waiting writer, apart from the name's lock. A grant is one round
+// trip: a pipelined READ COMMITTED transaction that takes the object's
+// advisory lock, then counts its live holders by the server's clock and
+// upserts the token's row; its fence, from that table's identity sequence,
+// is drawn under the lock, so it increases per object in grant order.
+// Refreshes take the object's lock shared, so that no grant counts as
+// expired a holder whose refresh is in flight; a release deletes the row
+// and notifies as a lock's release does. Writers are preferred: a refused
+// writer records itself as the waiting one (until its TTL, renewed by its
+// next try), and readers are refused while that record lives.
+//
 // # URLs
 //
 //	postgres://user[:password]@host[:port][,host2[:port2]]/database?param=value&...
@@ -131,6 +147,7 @@
 //	GRANT CONNECT ON DATABASE app TO locker_app;              -- PUBLIC has it by default
 //	GRANT USAGE ON SCHEMA locks TO locker_app;                -- public: PUBLIC has it by default
 //	GRANT SELECT, INSERT, UPDATE, DELETE ON locks.locker_locks TO locker_app;
+//	GRANT SELECT, INSERT, UPDATE, DELETE ON locks.locker_locks_shared TO locker_app; -- semaphores, read-write locks
 //
 // SELECT is read at Open (the table check and the notification key) and by
 // every statement's WHERE; INSERT acquires a free name (and makes the

@@ -19,8 +19,9 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Driver keeps locks in a PostgreSQL table. It implements backend.Driver,
-// backend.Notifier and backend.BatchRefresher. Its methods are safe for
+// Driver keeps locks in a PostgreSQL table, and semaphores and read-write
+// locks in a second one. It implements backend.Driver, backend.Notifier,
+// backend.BatchRefresher and backend.Modal. Its methods are safe for
 // concurrent use.
 type Driver struct {
 	pool    *pgxpool.Pool
@@ -28,6 +29,7 @@ type Driver struct {
 	socks   *conntrack.Tracker // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
 	sql     statements
+	shared  sharedStatements // semaphores and read-write locks
 
 	// gate guards every call, and the undos of ambiguous acquisitions
 	// that run after their call returned.
@@ -38,6 +40,7 @@ type Driver struct {
 	// notifySecret is the table's notification key, read with the table
 	// check (set before schemaOK).
 	notifySecret string
+	sharedOK     atomic.Bool // the shared table was found or made
 
 	lis *listener
 }
@@ -49,6 +52,7 @@ var (
 	_ backend.Inspector      = (*Driver)(nil)
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
 )
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
@@ -75,6 +79,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
+	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
 	return d, nil
 }
@@ -120,6 +125,9 @@ func prefix(op string) string {
 // UPDATE that takes the row only when it is free or expired by the server's
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if l.Mode != backend.Exclusive {
+		return d.tryShared(ctx, l)
+	}
 	us, err := micros(l.TTL)
 	if err != nil {
 		return backend.Grant{}, err
@@ -174,6 +182,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // set) and l.Owner, as acquired: a row that someone with UPDATE on the
 // table rewrote is ErrNotHeld, and the holder learns of the theft.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
+	if l.Mode != backend.Exclusive {
+		return d.refreshShared(ctx, []backend.Claim{l})[0]
+	}
 	us, err := micros(l.TTL)
 	if err != nil {
 		return err
@@ -205,6 +216,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 // unnested arrays of keys, tokens, fences and TTLs refreshes every lock
 // that its token still holds.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
+	for _, l := range locks {
+		if l.Mode != backend.Exclusive {
+			return d.refreshMixed(ctx, locks)
+		}
+	}
 	errs := make([]error, len(locks))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -271,6 +287,9 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // Release implements backend.Driver: it frees the token's lock (the row
 // stays, with its version) and notifies waiters in the same statement.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
+	if l.Mode != backend.Exclusive {
+		return d.releaseShared(ctx, l)
+	}
 	ctx, leave, err := d.enter(ctx, "release")
 	if err != nil {
 		return err

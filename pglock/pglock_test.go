@@ -65,7 +65,8 @@ func testTable(t testing.TB, admin *pgxpool.Pool, schema string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		d := newStatements(schema, table)
-		if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+d.table); err != nil {
+		sh := newSharedStatements(schema, table, d.table)
+		if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+d.table+", "+sh.table); err != nil {
 			t.Errorf("drop %s: %v", d.table, err)
 		}
 		if schema != "" {
@@ -85,6 +86,7 @@ type harness struct {
 	url   string // with lock_table
 	admin *pgxpool.Pool
 	sql   statements
+	sh    sharedStatements
 }
 
 func newHarness(t *testing.T, params ...string) *harness {
@@ -95,6 +97,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
+		sh:    newSharedStatements("", table, quote(table)),
 	}
 }
 
@@ -115,21 +118,43 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
-// Entries counts the live holders of key: 0 or 1 (the row of an expired
-// lock stays until it is taken or released, but holds nothing).
+// Entries counts the live holders of key: 0 or 1 for the lock (the row of
+// an expired lock stays until it is taken or released, but holds
+// nothing), and the live rows of its semaphore and read-write lock.
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 	var n int
 	err := h.admin.QueryRow(ctx, `SELECT count(*) FROM `+h.sql.table+
 		` WHERE name = $1 AND token IS NOT NULL AND expires_at > clock_timestamp()`, key).Scan(&n)
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	m, err := h.sharedRows(ctx, key, ` AND expires_at > clock_timestamp()`)
+	return n + m, err
 }
 
-// Residue counts the key's rows: the lock's, and none other (the fence
-// counter is the table's sequence, the notification key's row is no
-// lock's).
+// Residue counts the key's rows: the lock's, and those of its semaphore
+// and read-write lock (the fence counters are the tables' sequences, the
+// notification key's row is no lock's).
 func (h *harness) Residue(ctx context.Context, key string) (int, error) {
 	var n int
 	err := h.admin.QueryRow(ctx, `SELECT count(*) FROM `+h.sql.table+` WHERE name = $1`, key).Scan(&n)
+	if err != nil {
+		return 0, err
+	}
+	m, err := h.sharedRows(ctx, key, "")
+	return n + m, err
+}
+
+// sharedRows counts key's rows in the shared table (holders of permits,
+// readers, writers, and waiting writers' records) that meet cond; none
+// while the table does not exist (no semaphore used yet).
+func (h *harness) sharedRows(ctx context.Context, key, cond string) (int, error) {
+	var exists bool
+	if err := h.admin.QueryRow(ctx, h.sql.exists, h.sh.table).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int
+	err := h.admin.QueryRow(ctx, `SELECT count(*) FROM `+h.sh.table+` WHERE name = $1`+cond, key).Scan(&n)
 	return n, err
 }
 

@@ -29,3 +29,24 @@ func ACL(namespace string, fair bool) string {
 	}
 	return strings.Join(rules, " ")
 }
+
+// SharedACL returns the rules to add to ACL's for semaphores and
+// read-write locks in namespace: their keys (see sharedKeys; fair adds
+// their queues') and the commands of their scripts. Apart, so that a user
+// who only locks keeps the least ACL.
+func SharedACL(namespace string, fair bool) string {
+	p := "{" + backend.EscapeKey(namespace+"/")
+	sufs := []string{"", ".h", ".fence"}
+	if fair {
+		sufs = append(sufs, ".q", ".live")
+	}
+	var rules []string
+	for _, kind := range []string{"}:sem", "}:rw"} {
+		for _, suf := range sufs {
+			rules = append(rules, "~"+p+"*"+kind+suf)
+		}
+	}
+	rules = append(rules, "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
+		"+hget", "+hset", "+hdel", "+hexists")
+	return strings.Join(rules, " ")
+}

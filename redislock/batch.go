@@ -42,6 +42,10 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 	cmds := make([]*redis.Cmd, len(locks))
 	_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range locks {
+			if l.Mode != backend.Exclusive {
+				cmds[i] = sharedRefreshScript.EvalSha(ctx, p, sharedKeys(l), l.Token, pxs[i])
+				continue
+			}
 			cmds[i] = refreshScript.EvalSha(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
 		}
 		return nil
@@ -56,6 +60,10 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
 				l := locks[i]
+				if l.Mode != backend.Exclusive {
+					cmds[i] = sharedRefreshScript.Eval(ctx, p, sharedKeys(l), l.Token, pxs[i])
+					continue
+				}
 				cmds[i] = refreshScript.Eval(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
 			}
 			return nil

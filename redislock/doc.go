@@ -172,6 +172,34 @@
 // than until any waiter's backoff. All clients of a name must use the same
 // mode: a plain Driver ignores the queue. Quorum mode has no fair queue.
 //
+// # Semaphores and read-write locks
+//
+// Every Driver (server, Redis Cluster, ring; plain or fair) takes
+// locker.Semaphore(n), Read() and Write() (backend.Modal). A name's
+// semaphore and read-write lock are objects apart from its lock, in the
+// same hash slot: a sorted set of holders, "{E}:sem" or "{E}:rw" (token →
+// expiry in server-clock ms, judged by the scripts, not by key TTLs), a
+// hash "{E}:sem.h" or "{E}:rw.h" (each holder's attempt and fence; the
+// permits' limit; the writer; the waiting writer), and a fence counter of
+// its own, "{E}:sem.fence" or "{E}:rw.fence", advanced as the lock's is
+// (clock floor, retention; a restarted server refuses an object without
+// its counter, as it does a lock). One Lua script per operation prunes
+// expired holders, decides and writes; the keys expire with their last
+// holder. A release publishes on "{E}:released" and waiters retry.
+//
+// A plain Driver prefers writers: a refused writer is recorded as waiting
+// for its TTL (one at a time), readers are refused while the record lives,
+// and a writer that gives up withdraws it. A [FairDriver] queues instead,
+// in arrival order, as for locks ("{E}:sem.q"/".live", "{E}:rw.q"/".live"):
+// a permit is granted while holders and live waiters ahead are fewer than
+// the limit, a reader when no writer holds or waits ahead, a writer when
+// nothing is held and no one waits ahead; TryAcquire counts every live
+// waiter as ahead. Releases, and grants that leave others queued, wake
+// every waiter of the key. A [Quorum] takes none of these modes: each
+// server would grant n permits to different clients, so a majority bounds
+// nothing (n on each of 3 servers of 5 lets 5n/3 clients gather a
+// majority). [SharedACL], added to [ACL]'s rules, allows them.
+//
 // # Cancellation
 //
 // go-redis never watches a context's cancellation while it reads a reply:
@@ -275,7 +303,9 @@
 // other than 0 needs +select; client_name= needs +client|setname. Not
 // needed: CONFIG (the maxmemory-policy check is skipped when refused) and
 // CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
-// An operator's calls need more: Inspect and ForceRelease +pttl (the fair
+// Semaphores and read-write locks need SharedACL(namespace, fair) added:
+// their keys and +zadd +zrem +zcard +zscore +zrange +zrangebyscore
+// +zremrangebyscore +hget +hset +hdel +hexists. An operator's calls need more: Inspect and ForceRelease +pttl (the fair
 // rules have it), and List +scan and +pttl.
 //
 // With one of these rules less, the call that needs it fails with

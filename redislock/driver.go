@@ -65,6 +65,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		// Nothing sent, nothing to clean up.
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", context.Cause(ctx))
 	}
+	if l.Mode != backend.Exclusive {
+		return d.tryShared(ctx, l)
+	}
 	px := ttlMillis(l.TTL)
 	value := attempt(l)
 	var r int64
@@ -92,7 +95,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	ok, err := d.dep.refresh(ctx, l, ttlMillis(l.TTL))
+	refresh := d.dep.refresh
+	if l.Mode != backend.Exclusive {
+		refresh = d.dep.refreshShared
+	}
+	ok, err := refresh(ctx, l, ttlMillis(l.TTL))
 	if err != nil {
 		return fmt.Errorf("redislock: %w", err)
 	}
@@ -111,7 +118,10 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	defer done()
 	release := d.dep.release
-	if d.fair {
+	switch {
+	case l.Mode != backend.Exclusive:
+		release = d.dep.releaseShared
+	case d.fair:
 		release = d.dep.fairRelease
 	}
 	ok, err := release(ctx, l)

@@ -57,6 +57,9 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 		return backend.Grant{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
+	if l.Mode != backend.Exclusive {
+		return d.acquireShared(ctx, l)
+	}
 	// The waiter's name in the queue and in wake-ups: unique among the
 	// lock's waiters, and not the token, which stays secret; its owner
 	// follows, for Inspect.

@@ -283,6 +283,9 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if q.gate.Closed() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
 	}
+	if l.Mode != backend.Exclusive {
+		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w: %s mode (see Modes)", backend.ErrUnsupported, l.Mode)
+	}
 	if l.TTL < minQuorumTTL {
 		l.TTL = minQuorumTTL
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/servers"
@@ -75,13 +76,15 @@ type benchMachine struct {
 }
 
 type benchConfig struct {
-	Duration time.Duration `json:"duration_ns"`
-	Parallel int           `json:"parallel"`
-	Workers  int           `json:"workers"`
-	Clients  int           `json:"clients"`
-	Held     int           `json:"held"`
-	HeldFor  time.Duration `json:"held_for_ns"`
-	TTL      time.Duration `json:"ttl_ns"`
+	Duration   time.Duration `json:"duration_ns"`
+	Parallel   int           `json:"parallel"`
+	Workers    int           `json:"workers"`
+	Clients    int           `json:"clients"`
+	Held       int           `json:"held"`
+	HeldFor    time.Duration `json:"held_for_ns"`
+	TTL        time.Duration `json:"ttl_ns"`
+	SemLimit   int           `json:"semaphore_limit"`
+	SemWorkers int           `json:"semaphore_workers"`
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
@@ -95,6 +98,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&d.Parallel, "parallel", d.Parallel, "goroutines of the parallel workload, each on its own name")
 	fs.IntVar(&d.Workers, "workers", d.Workers, "N: workers contending for one name")
 	fs.IntVar(&d.Clients, "clients", d.Clients, "M: clients the contending workers are spread over")
+	fs.IntVar(&d.SemLimit, "sem-limit", d.SemLimit, "permits of the semaphore workload's semaphore")
+	fs.IntVar(&d.SemWorkers, "sem-workers", d.SemWorkers, "workers sharing the semaphore, spread over the clients")
 	fs.IntVar(&d.Held, "held", d.Held, "K: locks held at once by one client")
 	fs.DurationVar(&d.HeldFor, "held-for", d.HeldFor, "how long the K locks are held while refreshes are counted")
 	fs.DurationVar(&d.TTL, "ttl", d.TTL, "lock TTL of every workload")
@@ -116,6 +121,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if d.Duration <= 0 || d.Parallel <= 0 || d.Workers <= 0 || d.Clients <= 0 || d.Held <= 0 || d.HeldFor <= 0 || d.TTL <= 0 {
 		fmt.Fprintf(stderr, "lockctl bench: every size and duration must be positive\n")
+		return exitUsage
+	}
+	if d.SemWorkers <= 0 || locker.CheckLimit(d.SemLimit) != nil {
+		fmt.Fprintf(stderr, "lockctl bench: --sem-workers must be positive and --sem-limit 1 to %d\n", locker.MaxLimit)
 		return exitUsage
 	}
 
@@ -172,7 +181,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	report := benchReport{
 		Date:    time.Now().UTC(),
 		Machine: benchMachine{runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()},
-		Config:  benchConfig{d.Duration, d.Parallel, d.Workers, d.Clients, d.Held, d.HeldFor, d.TTL},
+		Config:  benchConfig{d.Duration, d.Parallel, d.Workers, d.Clients, d.Held, d.HeldFor, d.TTL, d.SemLimit, d.SemWorkers},
 	}
 	start := time.Now()
 	status := 0
@@ -206,6 +215,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	prog.done()
 
 	writeTable(stdout, report)
+	writeSemaphoreTable(stdout, report)
 	if *jsonFile != "" {
 		b, err := json.MarshalIndent(report, "", "  ")
 		if err == nil {

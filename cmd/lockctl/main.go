@@ -3,7 +3,7 @@
 // Command lockctl runs a command under a lock, on any backend, shows and
 // operates locks, and compares backends side by side.
 //
-//	lockctl run [--ttl D] [--wait D | --no-wait] [--owner ID] NAME -- COMMAND [ARG...]
+//	lockctl run [--ttl D] [--wait D | --no-wait] [--min-hold D] [--quiet-busy] [--owner ID] NAME -- COMMAND [ARG...]
 //	lockctl status [--json] NAME
 //	lockctl list [--json] [PREFIX]
 //	lockctl release --force [--fence N] NAME
@@ -64,9 +64,12 @@
 // Flags of run:
 //
 //	--backend URL          backend URL (default $LOCKER_URL, else the file backend)
-//	--ttl D                lock TTL (default 30s): how long a crashed holder blocks others
+//	--ttl D                lock TTL (default 30s): how long a crashed holder blocks others;
+//	                       on ZooKeeper the session timeout, unless the URL sets session_timeout
 //	--wait D               give up after waiting D (default: wait forever)
 //	--no-wait              give up at once if the lock is held
+//	--min-hold D           keep the lock held at least D from its acquisition (see below)
+//	--quiet-busy           with --no-wait or --wait: exit 0, silently, when another holder has it
 //	--owner ID             holder identity, see below
 //	--grace D              after a lost lock, SIGKILL this long after SIGTERM (default 10s)
 //	--connect-timeout D    bound on connecting to the backend (default 10s)
@@ -85,6 +88,15 @@
 // process group (the enclosing COMMAND's), so that the enclosing run's
 // signals reach it.
 //
+// --min-hold D keeps the lock held for at least D from its acquisition,
+// however soon COMMAND ends: released earlier, it stays in the store,
+// unrefreshed, until D has passed (locker.MinHold), and -v says until when.
+// On ZooKeeper, whose locks live as long as their session, lockctl stays
+// until then. With it, a job that cron starts on several hosts runs once
+// even when it ends before the slowest host's clock reaches the schedule:
+//
+//	lockctl run --no-wait --quiet-busy --min-hold 5m --ttl 10m job -- /path/job
+//
 // Signals reach COMMAND's process group only: processes that COMMAND moves
 // into groups of their own (a nested, non-reentrant lockctl run does so for
 // its COMMAND) get SIGTERM passed on by that nested run, but escape the
@@ -97,6 +109,8 @@
 // lock is released); 2 for every error before COMMAND runs (bad flags or
 // name, unknown scheme, unreachable server: one line on stderr); 128+N when
 // lockctl itself is interrupted by signal N while waiting for the lock.
+// With --quiet-busy, a lock another holder has (75 otherwise) exits 0 and
+// prints nothing, for cron mailers; other errors keep their status.
 //
 // # status, list, release --force
 //
@@ -162,8 +176,9 @@ const (
 const envURL = "LOCKER_URL"
 
 const usage = `usage:
-  lockctl run [--ttl D] [--wait D | --no-wait] [--owner ID] [--grace D]
-              [--connect-timeout D] [--backend URL] [-v] NAME -- COMMAND [ARG...]
+  lockctl run [--ttl D] [--wait D | --no-wait [--quiet-busy]] [--min-hold D]
+              [--owner ID] [--grace D] [--connect-timeout D] [--backend URL] [-v]
+              NAME -- COMMAND [ARG...]
   lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
   lockctl list [--json] [PREFIX]               the held locks
   lockctl release --force [--fence N] NAME     break-glass: remove a stuck holder

@@ -47,15 +47,43 @@ type runOpts struct {
 	command  []string
 	stderr   io.Writer
 	dashName bool // NAME came after "--"
+
+	minHold   time.Duration
+	limit     int       // --limit: one of limit permits of the semaphore NAME
+	shared    bool      // --shared: the read side of the read-write lock NAME
+	exclusive bool      // --exclusive: its write side
+	quietBusy bool      // another holder's lock is no error: exit 0, silent
+	acquired  time.Time // just after the grant
+	lingering time.Time // until when Release left the lock held (--min-hold)
 }
+
+const runUsage = `usage: lockctl run [flags] NAME -- COMMAND [ARG...]
+
+Exit status:
+  0      COMMAND ran and exited 0; with --quiet-busy also when another holder had
+         the lock and COMMAND did not run
+  N      COMMAND's own exit status
+  128+N  COMMAND died of signal N, or lockctl was interrupted by it while waiting
+  2      bad input or an error before COMMAND ran (backend unreachable, ...)
+  75     not acquired: another holder has the lock (--no-wait, or --wait ran out)
+  76     the lock was lost while COMMAND ran
+  127    COMMAND could not be started
+
+Flags:
+`
 
 func runCmd(args []string, globalBackend string, stderr io.Writer) int {
 	o := runOpts{stderr: stderr}
 	fs := flag.NewFlagSet("lockctl run", flag.ContinueOnError)
 	fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
-	fs.DurationVar(&o.ttl, "ttl", locker.DefaultTTL, "lock TTL: how long a crashed holder keeps others out")
+	fs.DurationVar(&o.ttl, "ttl", locker.DefaultTTL, "lock TTL: how long a crashed holder keeps others out\n(on ZooKeeper the session timeout, unless the URL sets session_timeout)")
 	fs.DurationVar(&o.wait, "wait", 0, "give up after waiting this long (default: wait until acquired)")
 	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is held (exit 75)")
+	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
+	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N)")
+	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n--shared runs, never with an --exclusive one")
+	fs.BoolVar(&o.exclusive, "exclusive", false, "take the write side of the read-write lock NAME: alone; waiting\n--exclusive runs hold new --shared ones back")
+	fs.BoolVar(&o.quietBusy, "quiet-busy", false, "with --no-wait or --wait: exit 0, silently, when another holder has the lock\n(for cron mailers)")
 	fs.StringVar(&o.owner, "owner", "", "holder identity; nested runs with the same NAME, owner and backend are reentrant")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, SIGKILL COMMAND's process group this long after SIGTERM")
 	fs.DurationVar(&o.connect, "connect-timeout", 10*time.Second, "bound on connecting to the backend")
@@ -65,7 +93,7 @@ func runCmd(args []string, globalBackend string, stderr io.Writer) int {
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
-			fmt.Fprintf(stderr, "usage: lockctl run [flags] NAME -- COMMAND [ARG...]\n\nExit status: COMMAND's; 128+N if it died of signal N; 75 not acquired; 76 lock lost;\n127 COMMAND not startable; 2 error before COMMAND ran.\n\nFlags:\n")
+			fmt.Fprint(stderr, runUsage)
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
 			return 0
@@ -95,6 +123,14 @@ func (o *runOpts) parseArgs(rest []string) error {
 		return fmt.Errorf("--wait %v: want a positive duration (or --no-wait)", o.wait)
 	case o.grace < 0:
 		return fmt.Errorf("--grace %v: want a non-negative duration", o.grace)
+	case o.minHold < 0 || o.minHold > locker.MaxTTL:
+		return fmt.Errorf("--min-hold %v: want 0 (none) to %v", o.minHold, locker.MaxTTL)
+	case o.limit != 0 && locker.CheckLimit(o.limit) != nil:
+		return fmt.Errorf("--limit %d: want 1 to %d", o.limit, locker.MaxLimit)
+	case o.shared && o.exclusive || o.limit != 0 && (o.shared || o.exclusive):
+		return errors.New("--limit, --shared and --exclusive exclude each other")
+	case o.quietBusy && !o.noWait && !o.waitSet:
+		return errors.New("--quiet-busy needs --no-wait or --wait D (without them, run waits until acquired)")
 	case o.connect <= 0:
 		return fmt.Errorf("--connect-timeout %v: want a positive duration", o.connect)
 	case len(rest) == 0:
@@ -226,9 +262,20 @@ func (o *runOpts) run() int {
 		o.logf("%v", err)
 		return exitUsage
 	}
-	defer client.Close()
+	defer func() {
+		o.stay(client, sigs)
+		client.Close()
+	}()
 
-	opts := []locker.LockOption{locker.TTL(o.ttl)}
+	opts := []locker.LockOption{locker.TTL(o.ttl), locker.MinHold(o.minHold)}
+	switch {
+	case o.limit > 0:
+		opts = append(opts, locker.Semaphore(o.limit))
+	case o.shared:
+		opts = append(opts, locker.Read())
+	case o.exclusive:
+		opts = append(opts, locker.Write())
+	}
 	if o.owner != "" {
 		opts = append(opts, locker.Owner(o.owner))
 	}
@@ -252,22 +299,35 @@ func (o *runOpts) run() int {
 		return signalStatus(sig)
 	}
 	if err != nil {
+		// Not acquired because another holder has the lock; a driver with
+		// another reason (a restarted server) says so.
+		var why *backend.NotAcquiredError
+		busy := errors.Is(err, locker.ErrNotAcquired) && !errors.As(err, &why) &&
+			(o.noWait || errors.Is(err, context.DeadlineExceeded))
 		switch {
-		case errors.Is(err, locker.ErrNotAcquired) && o.noWait:
+		case busy && o.quietBusy:
+			return 0
+		case busy && o.noWait:
 			if h := o.heldBy(client); h != "" {
 				o.logf("%q is held by another holder: %s (--no-wait)", o.name, h)
+			} else if o.limit > 0 {
+				o.logf("all %d permits of %q are held (--no-wait)", o.limit, o.name)
 			} else {
 				o.logf("%q is held by another holder (--no-wait)", o.name)
 			}
 			return exitNotAcquired
-		case errors.Is(err, locker.ErrNotAcquired) && errors.Is(err, context.DeadlineExceeded):
+		case busy:
 			o.logf("%q not acquired within --wait %v", o.name, o.wait)
+			return exitNotAcquired
+		case why != nil:
+			o.logf("%v", err)
 			return exitNotAcquired
 		default:
 			o.logf("%v", err)
 			return exitUsage
 		}
 	}
+	o.acquired = time.Now()
 	if o.verbose {
 		o.logf("acquired %q (fence %d, ttl %v)", o.name, l.Fence(), l.TTL())
 	}
@@ -318,6 +378,9 @@ func (o *runOpts) run() int {
 // records it, or returns "": the message is best effort and waits for
 // nothing but one bounded Inspect.
 func (o *runOpts) heldBy(c *locker.Client) string {
+	if o.limit > 0 || o.shared || o.exclusive {
+		return "" // Inspect reads locks only
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(o.connect, 5*time.Second))
 	defer cancel()
 	s, err := c.Inspect(ctx, o.name)
@@ -441,8 +504,14 @@ func exitStatus(ps *os.ProcessState) int {
 func (o *runOpts) release(l *locker.Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(max(l.TTL(), time.Second), 10*time.Second))
 	defer cancel()
+	until := o.acquired.Add(o.minHold)
 	err := l.Release(ctx)
 	switch {
+	case err == nil && o.minHold > 0 && time.Now().Before(until):
+		o.lingering = until
+		if o.verbose {
+			o.logf("released %q: left held until %s, min-hold %v", o.name, until.Format("15:04:05.000"), o.minHold)
+		}
 	case err == nil:
 		if o.verbose {
 			o.logf("released %q", o.name)
@@ -451,6 +520,30 @@ func (o *runOpts) release(l *locker.Lock) {
 		// Lost: reported already.
 	default:
 		o.logf("%v", err)
+	}
+}
+
+// stay keeps lockctl, and with it a ZooKeeper session, alive until the
+// lock's minimum hold has passed: a session-backed lock that the driver
+// cannot move to a lifetime of its own (backend.Lingerer) is freed when
+// the session ends, at Close. A signal ends the stay early.
+func (o *runOpts) stay(c *locker.Client, sigs <-chan os.Signal) {
+	d := c.Driver()
+	_, session := backend.As[backend.Session](d)
+	_, lingerer := backend.As[backend.Lingerer](d)
+	rest := time.Until(o.lingering)
+	if !session || lingerer || rest <= 0 {
+		return
+	}
+	if o.verbose {
+		o.logf("staying until %s: the lock lives as long as this process's session", o.lingering.Format("15:04:05.000"))
+	}
+	t := time.NewTimer(rest)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case sig := <-sigs:
+		o.logf("interrupted by %v: %q is freed now, before its min-hold", sig, o.name)
 	}
 }
 

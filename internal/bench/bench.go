@@ -30,6 +30,10 @@ type Config struct {
 	Held     int           // K: locks held at once by one client
 	HeldFor  time.Duration // how long refreshes are counted, once the first are due
 	TTL      time.Duration // lock TTL of every workload
+	// SemLimit and SemWorkers size the semaphore workload: workers spread
+	// over Clients clients share a semaphore of SemLimit permits.
+	SemLimit   int
+	SemWorkers int
 	// Progress, if set, is told when each workload starts.
 	Progress func(workload string)
 
@@ -45,6 +49,9 @@ var Defaults = Config{
 	Held:     10000,
 	HeldFor:  3 * time.Second,
 	TTL:      6 * time.Second,
+
+	SemLimit:   4,
+	SemWorkers: 16,
 }
 
 func (c Config) withDefaults() Config {
@@ -70,13 +77,19 @@ func (c Config) withDefaults() Config {
 	if c.TTL > 0 {
 		d.TTL = c.TTL
 	}
+	if c.SemLimit > 0 {
+		d.SemLimit = c.SemLimit
+	}
+	if c.SemWorkers > 0 {
+		d.SemWorkers = c.SemWorkers
+	}
 	d.Progress = c.Progress
 	d.skipRefreshCount = c.skipRefreshCount
 	return d
 }
 
 // Workloads are the names of the workloads, in the order they run.
-var Workloads = []string{"uncontended", "parallel", "contended", "held"}
+var Workloads = []string{"uncontended", "parallel", "contended", "held", "semaphore"}
 
 // Latency summarizes a timed workload.
 type Latency struct {
@@ -116,6 +129,7 @@ type Result struct {
 	Parallel    *Latency      `json:"parallel,omitempty"`
 	Contended   *Contention   `json:"contended,omitempty"`
 	Held        *Held         `json:"held,omitempty"`
+	Semaphore   *Semaphore    `json:"semaphore,omitempty"`
 	Errors      []string      `json:"errors,omitempty"`
 	Took        time.Duration `json:"took_ns"`
 }
@@ -215,6 +229,12 @@ func Run(ctx context.Context, name string, open Opener, opts []locker.Option, cf
 		fail("held", err)
 	} else {
 		r.Held = &h
+	}
+	step("semaphore")
+	if sm, err := RunSemaphore(ctx, cs, cfg); err != nil {
+		fail("semaphore", err)
+	} else {
+		r.Semaphore = &sm
 	}
 	r.Took = time.Since(start)
 	return r

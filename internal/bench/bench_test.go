@@ -61,6 +61,9 @@ func TestRunMem(t *testing.T) {
 	if h.Goroutines > 10 {
 		t.Errorf("held: %d more goroutines while holding %d locks", h.Goroutines, h.Locks)
 	}
+	if sm := r.Semaphore; sm.Unsupported || sm.PermitsSec <= 0 || sm.MaxInside < 2 || sm.MaxInside > sm.Limit || sm.Errors > 0 || sm.Ratio <= 0 {
+		t.Errorf("semaphore %+v", sm)
+	}
 }
 
 func TestRunFile(t *testing.T) {

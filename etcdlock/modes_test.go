@@ -1,0 +1,247 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestModesApart: a name's lock, semaphore and read-write lock are held
+// at once, each excludes only its own kind, and List and Inspect, which
+// are about locks, see the lock alone.
+func TestModesApart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	a, _ := h.client(t)
+	b, _ := h.client(t)
+	kinds := [][]locker.LockOption{nil, {locker.Semaphore(1)}, {locker.Write()}}
+	var held []*locker.Lock
+	for _, opts := range kinds {
+		l, err := a.TryAcquire(ctx, "apart", opts...)
+		if err != nil {
+			t.Fatalf("TryAcquire %v: %v", opts, err)
+		}
+		held = append(held, l)
+	}
+	for _, opts := range append(kinds, []locker.LockOption{locker.Read()}) {
+		if _, err := b.TryAcquire(ctx, "apart", opts...); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryAcquire %v by another client = %v, want ErrNotAcquired", opts, err)
+		}
+	}
+	sts, err := b.List(ctx, "")
+	if err != nil || len(sts) != 1 || sts[0].Name != "apart" || sts[0].Fence != held[0].Fence() {
+		t.Fatalf("List = %+v, %v; want the lock alone, fence %d", sts, err, held[0].Fence())
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := h.Residue(ctx, backend.Key("t", "apart")); err != nil || n != 0 {
+		t.Fatalf("Residue after release = %d, %v; want 0", n, err)
+	}
+}
+
+// TestModesMinHold: a permit or a writer released within MinHold, by a
+// client that then closes (revoking its session), stays held until
+// MinHold has passed, like a lock (Linger moves the entry to a lease of
+// its own).
+func TestModesMinHold(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	for _, tc := range []struct {
+		name       string
+		hold, want locker.LockOption
+	}{
+		{"permit", locker.Semaphore(1), locker.Semaphore(1)},
+		{"writer", locker.Write(), locker.Read()},
+		{"reader", locker.Read(), locker.Write()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t, 60*time.Second)
+			a, _ := h.client(t)
+			b, _ := h.client(t)
+			const mh = 4 * time.Second
+			l, err := a.TryAcquire(ctx, tc.name, tc.hold, locker.MinHold(mh))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acquired := time.Now()
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release within MinHold: %v", err)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			for n := 0; time.Since(acquired) < mh-time.Second && n < 100; n++ {
+				if _, err := b.TryAcquire(ctx, tc.name, tc.want); !errors.Is(err, locker.ErrNotAcquired) {
+					t.Fatalf("TryAcquire %v after the acquisition, within MinHold %v, after the holder closed = %v, want ErrNotAcquired", time.Since(acquired), mh, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			n, err := b.Acquire(testCtx(t, mh+5*time.Second), tc.name, tc.want)
+			if err != nil {
+				t.Fatalf("Acquire after MinHold: %v", err)
+			}
+			took := time.Since(acquired)
+			t.Logf("free %v after the acquisition (MinHold %v)", took, mh)
+			if took < mh-time.Second/10 {
+				t.Errorf("free after %v, before MinHold %v", took, mh)
+			}
+			if n.Fence() <= l.Fence() {
+				t.Errorf("fence %d after MinHold, not above %d", n.Fence(), l.Fence())
+			}
+			if err := n.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestPermitMismatchWhileQueued: a blocking Acquire under another limit
+// than the held permits' fails at once with ErrLimitMismatch and leaves no
+// entry, though it had queued one.
+func TestPermitMismatchWhileQueued(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	a, _ := h.client(t)
+	b, _ := h.client(t)
+	for range 2 {
+		if _, err := a.TryAcquire(ctx, "mismatch", locker.Semaphore(2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_, err := b.Acquire(testCtx(t, 10*time.Second), "mismatch", locker.Semaphore(3))
+	if !errors.Is(err, locker.ErrLimitMismatch) {
+		t.Fatalf("Acquire with limit 3 behind 2 permits of 2 = %v, want ErrLimitMismatch", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("ErrLimitMismatch after %v: it waited", took)
+	}
+	if n, err := h.Entries(ctx, backend.Key("t", "mismatch")); err != nil || n != 2 {
+		t.Fatalf("entries after the mismatch = %d, %v; want the 2 permits", n, err)
+	}
+}
+
+// TestBadClaimsRefused: a limit out of range or an unknown mode is a typed
+// error from the driver itself, before any request.
+func TestBadClaimsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 10*time.Second)
+	tok := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		c    backend.Claim
+		want error
+	}{
+		{backend.Claim{Key: "k", Token: tok, TTL: time.Second, Mode: backend.Permit}, backend.ErrInvalidLimit},
+		{backend.Claim{Key: "k", Token: tok, TTL: time.Second, Mode: backend.Permit, Limit: backend.MaxLimit + 1}, backend.ErrInvalidLimit},
+		{backend.Claim{Key: "k", Token: tok, TTL: time.Second, Mode: backend.Mode(9)}, backend.ErrUnsupported},
+	} {
+		for _, acquire := range []func(context.Context, backend.Claim) (backend.Grant, error){h.probe.TryAcquire, h.probe.Acquire} {
+			if _, err := acquire(ctx, tc.c); !errors.Is(err, tc.want) {
+				t.Errorf("acquire %v limit %d = %v, want %v", tc.c.Mode, tc.c.Limit, err, tc.want)
+			}
+		}
+	}
+	if n, err := h.Residue(ctx, "k"); err != nil || n != 0 {
+		t.Errorf("Residue = %d, %v; want 0", n, err)
+	}
+}
+
+// TestModeWaiterLeaseRevoked: a permit's, a reader's or a writer's waiter
+// whose lease is revoked queues again with a new lease, and still gets in
+// once the holder leaves.
+func TestModeWaiterLeaseRevoked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	for _, tc := range []struct {
+		name       string
+		hold, wait locker.LockOption
+	}{
+		{"permit", locker.Semaphore(1), locker.Semaphore(1)},
+		{"reader", locker.Write(), locker.Read()},
+		{"writer", locker.Read(), locker.Write()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testCtx(t, 30*time.Second)
+			key := backend.Key("t", tc.name)
+			c1, _ := h.client(t)
+			c2, d2 := h.client(t)
+			l, err := c1.TryAcquire(ctx, tc.name, tc.hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				w, err := c2.Acquire(ctx, tc.name, tc.wait)
+				if err == nil {
+					w.Release(ctx)
+				}
+				got <- err
+			}()
+			lease := func() clientv3.LeaseID {
+				d2.mu.Lock()
+				defer d2.mu.Unlock()
+				var id clientv3.LeaseID
+				for _, ls := range d2.leases {
+					id = ls.id
+				}
+				return id
+			}
+			var id clientv3.LeaseID
+			for deadline := time.Now().Add(5 * time.Second); id == 0; {
+				if n, _ := h.Entries(ctx, key); n == 2 {
+					id = lease()
+				} else if time.Now().After(deadline) {
+					t.Fatal("the waiter did not queue")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if _, err := h.admin.Revoke(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			// The waiter learns of it from its next keep-alive (TTL/3), and
+			// queues again.
+			for deadline := time.Now().Add(3 * time.Second); ; {
+				nu := lease()
+				n, _ := h.Entries(ctx, key)
+				if n == 2 && nu != id && nu != 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d entries 3s after the waiter's lease was revoked, want 2: it queues again", n)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			select {
+			case err := <-got:
+				t.Fatalf("the waiter returned while the holder holds: %v", err)
+			default:
+			}
+			l.Release(ctx)
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("waiter: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter did not get in")
+			}
+			if n, err := h.Residue(ctx, key); err != nil || n != 0 {
+				t.Errorf("Residue after both left = %d, %v; want 0", n, err)
+			}
+		})
+	}
+}

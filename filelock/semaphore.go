@@ -1,0 +1,26 @@
+package filelock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// trySemaphore grants one of c.Limit permits (backend.Modal): while fewer
+// than the limit are held, and only under the holders' limit.
+func (d *Driver) trySemaphore(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	if c.Limit < 1 || c.Limit > backend.MaxLimit {
+		return backend.Grant{}, fmt.Errorf("filelock: %w: %d", backend.ErrInvalidLimit, c.Limit)
+	}
+	return d.tryObject(ctx, c, func(o *object, _ [32]byte, _ int64) (bool, error) {
+		if len(o.holders) > 0 && o.limit != c.Limit {
+			return false, fmt.Errorf("filelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, o.limit, c.Limit)
+		}
+		if len(o.holders) >= c.Limit {
+			return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+		}
+		o.limit = c.Limit
+		return true, nil
+	})
+}

@@ -1,0 +1,196 @@
+package memcachelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// MaxReaders is how many readers a read-write lock holds at once: each
+// has a slot item, and a writer looks at them all in one round trip. A
+// reader beyond it is refused as if a writer held the lock (its
+// acquisition waits), with a backend.NotAcquiredError that says why.
+const MaxReaders = 128
+
+// A read-write lock is a writer item (tag w, value the token), MaxReaders
+// reader slot items (r<i>), the waiting writer's record (q) and a fence
+// counter (rf), each item with the holder's TTL as its expiration.
+//
+// Exclusion is "write mine, then check theirs": a reader adds its slot,
+// draws its fence, then reads the writer and the record in one round trip
+// and backs out if either names another token; a writer adds its item,
+// draws its fence, then reads every reader slot and backs out if one is
+// held. memcached applies each command to one item at once, in the order
+// received, and each client waits for every reply before its next
+// command. So if a reader R and a writer W both succeeded, R's read of
+// the writer item came before W's add (it found none), which came before
+// W's read of R's slot, which came after R's add: W saw R's slot, a
+// contradiction (items on several servers change nothing: each server is
+// linearizable, and so is their composition). The same order puts the
+// fence of whichever succeeds second above the other's. Writers exclude
+// each other with add, as locks do.
+//
+// Writer preference: a writer refused records its token in q (add, or cas
+// over its own record or a tombstone) with its TTL; readers are refused
+// while q names another token, and the writer's grant or Release clears
+// its own record. A reader looks at w and q before it adds its slot too,
+// so that while a writer waits no reader slots come and go: they would
+// keep it out.
+
+func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
+	base := objBase(c.Key)
+	keys := slotKeys(base, "r", MaxReaders)
+	wk, qk := base+"w", base+"q"
+	busy := func(items map[string]*memcache.Item) error {
+		if heldByOther(items[wk], c.Token) || heldByOther(items[qk], c.Token) {
+			return fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+		}
+		return nil
+	}
+	// A look first, so that a reader adds no slot while a writer holds or
+	// waits: slots that come and go would keep a waiting writer out.
+	items, err := d.getMulti([]string{wk, qk})
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("memcachelock: gets: %w", err)
+	}
+	if err := busy(items); err != nil {
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return backend.Grant{}, err
+	}
+	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if slot < 0 {
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf("all %d reader slots are held", MaxReaders)})
+	}
+	fail := func(err error) (backend.Grant, error) {
+		d.backOut(keys[slot], c.Token)
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	fence, err := d.nextFenceAt(base+"rf", eff)
+	if err != nil {
+		return fail(err)
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	items, err = d.getMulti([]string{wk, qk, keys[slot]})
+	if err != nil {
+		return fail(fmt.Errorf("memcachelock: gets: %w", err))
+	}
+	if err := busy(items); err != nil {
+		return fail(err)
+	}
+	if it := items[keys[slot]]; it == nil || !heldBy(it.Value, c.Token) {
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w: the reader's slot expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	}
+	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
+	base := objBase(c.Key)
+	wk, qk := base+"w", base+"q"
+	won, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
+	if err != nil {
+		d.dropLater(wk, c.Token, "writer")
+		return backend.Grant{}, err
+	}
+	if !won {
+		return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
+	}
+	fail := func(err error) (backend.Grant, error) {
+		d.backOut(wk, c.Token)
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	fence, err := d.nextFenceAt(base+"rf", eff)
+	if err != nil {
+		return fail(err)
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	keys := append(slotKeys(base, "r", MaxReaders), wk, qk)
+	items, err := d.getMulti(keys)
+	if err != nil {
+		return fail(fmt.Errorf("memcachelock: gets: %w", err))
+	}
+	if it := items[wk]; it == nil || !heldBy(it.Value, c.Token) {
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w: the writer's item expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	}
+	for _, k := range keys[:MaxReaders] {
+		if heldByOther(items[k], c.Token) {
+			d.backOut(wk, c.Token)
+			return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
+		}
+	}
+	if q := items[qk]; q != nil && heldBy(q.Value, c.Token) {
+		// Granted: our record of waiting goes. If the cas fails, the
+		// record changed or expired since: it is not ours to clear.
+		_ = d.dropItem(q)
+	}
+	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+// waitWrite records token as the waiting writer, unless another token's
+// record lives, and returns the refusal.
+func (d *Driver) waitWrite(ctx context.Context, qk, token string, exp int32) error {
+	refused := fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+	if err := live(ctx, "acquire"); err != nil {
+		return refused
+	}
+	if _, err := d.claim(ctx, &memcache.Item{Key: qk, Value: []byte(token), Expiration: exp}, token); err != nil {
+		// Perhaps stored: Release of this claim, which the locker package
+		// sends when the writer gives up, removes it; else its TTL does.
+		return fmt.Errorf("memcachelock: waiting writer: %w", err)
+	}
+	return refused
+}
+
+func (d *Driver) refreshRead(ctx context.Context, c backend.Claim, exp int32) error {
+	keys := slotKeys(objBase(c.Key), "r", MaxReaders)
+	if err := live(ctx, "refresh"); err != nil {
+		return err
+	}
+	k, err := d.findSlot(ctx, "refresh", "reader", keys, slotOf(c.Token, MaxReaders), c.Token)
+	if err != nil {
+		return err
+	}
+	return d.extend(ctx, "refresh", "reader", k, c.Token, exp)
+}
+
+func (d *Driver) releaseRead(ctx context.Context, c backend.Claim) error {
+	keys := slotKeys(objBase(c.Key), "r", MaxReaders)
+	k, err := d.findSlot(ctx, "release", "reader", keys, slotOf(c.Token, MaxReaders), c.Token)
+	if err != nil {
+		return err
+	}
+	return d.drop(ctx, "release", "reader", k, c.Token)
+}
+
+// releaseWrite frees the writer's item, or, when c.Token does not hold
+// it, withdraws c.Token's record of waiting and reports ErrNotHeld.
+func (d *Driver) releaseWrite(ctx context.Context, c backend.Claim) error {
+	base := objBase(c.Key)
+	err := d.drop(ctx, "release", "writer", base+"w", c.Token)
+	if !errors.Is(err, backend.ErrNotHeld) {
+		return err
+	}
+	if werr := d.drop(ctx, "release", "waiting writer", base+"q", c.Token); werr != nil && !errors.Is(werr, backend.ErrNotHeld) {
+		return fmt.Errorf("%w; withdrawing the record of waiting: %w", err, werr)
+	}
+	return err
+}

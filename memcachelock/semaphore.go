@@ -1,0 +1,232 @@
+package memcachelock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// A semaphore of limit L is L slot items, s0 to s<L-1>: a permit is an
+// add to a free slot, with the TTL as its expiration and "token L" as its
+// value, so memcached's add bounds the holders at L and its expiry frees
+// the permits of the dead. The fence is drawn from the semaphore's own
+// counter (nextFenceAt) once the slot is ours.
+//
+// The limit record (tag sl, value L) makes disagreeing limits an error:
+// each claimant, after its add, draws its fence and then writes the record
+// (cas over the value it read, or add when there is none). A record of
+// another limit M is written over only when a look at M's slots, after
+// reading the record, finds no permit of a limit other than ours; else the
+// claimant backs out with ErrLimitMismatch. Why two limits are never held
+// at once: say X holds under L, having written L at t. Every later write
+// of the record is a cas on a value read after t (a write in between
+// fails the cas) or an add after it vanished. By induction the first
+// write of another limit read L, so it looked at L's slots after X's add
+// and saw X's permit: it backed out instead. The record lives for the
+// retention or the TTL, whichever is longer, and every refresh touches
+// it, so it does not vanish while X holds (but for an eviction or a
+// restart, as a lock can). A release leaves it: the next claim under
+// another limit finds no permit held under it and writes over it, and
+// the retention after the last use it is gone, like the fence counter
+// (removing it at the last release would cost three round trips more).
+// A claimant of the same limit writes too, not just reads: one that read
+// L before X's add and looked at the slots before it could otherwise
+// write another limit after X's read.
+
+// permitValue is a permit slot's value: the token and the limit.
+func permitValue(token string, limit int) []byte {
+	return strconv.AppendInt(append([]byte(token), ' '), int64(limit), 10)
+}
+
+// permitLimit reads the limit from a permit slot's value.
+func permitLimit(v []byte) (int, bool) {
+	_, l, ok := bytes.Cut(v, []byte(" "))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(l))
+	return n, err == nil
+}
+
+// checkLimit rejects a limit the locker package would not send.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > backend.MaxLimit {
+		return fmt.Errorf("memcachelock: %w: %d (want 1 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
+	}
+	return nil
+}
+
+func mismatch(held, asked int) error {
+	return fmt.Errorf("memcachelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, held, asked)
+}
+
+// otherLimit returns the limit of a permit among items held under another
+// limit than ours, by another token.
+func otherLimit(items map[string]*memcache.Item, token string, limit int) (int, bool) {
+	for _, it := range items {
+		if !heldByOther(it, token) {
+			continue
+		}
+		if l, ok := permitLimit(it.Value); !ok || l != limit {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
+func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
+	base := objBase(c.Key)
+	keys := slotKeys(base, "s", c.Limit)
+	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
+		func(items map[string]*memcache.Item) error {
+			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
+				return mismatch(l, c.Limit)
+			}
+			return nil
+		})
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if slot < 0 {
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+	}
+	fail := func(err error) (backend.Grant, error) {
+		d.backOut(keys[slot], c.Token)
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	fence, err := d.nextFenceAt(base+"sf", eff)
+	if err != nil {
+		return fail(err)
+	}
+	if err := d.markLimit(ctx, base, c, max(exp, d.fenceExp)); err != nil {
+		return fail(err)
+	}
+	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+// backOut takes back an item of a failed acquisition, so that the call
+// leaves nothing behind when it returns. It waits at most CancelGrace: on
+// a dead connection a round trip takes the client's timeout, and the
+// caller's context may have ended; the rest goes on in the background,
+// entered in the gate so that Close waits for it.
+func (d *Driver) backOut(key, token string) {
+	_, done, err := d.gate.Enter(context.Background())
+	if err != nil { // closing: within the caller's call, which Close awaits
+		_ = d.drop(context.Background(), "release", "slot", key, token)
+		return
+	}
+	fin := make(chan struct{})
+	go func() {
+		defer done()
+		defer close(fin)
+		_ = d.drop(context.Background(), "release", "slot", key, token)
+	}()
+	t := time.NewTimer(backend.CancelGrace)
+	defer t.Stop()
+	select {
+	case <-fin:
+	case <-t.C:
+	}
+}
+
+// markLimit writes c.Limit into the limit record (see above), or returns
+// ErrLimitMismatch when permits of another limit are held.
+func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, exp int32) error {
+	rk := base + "sl"
+	val := []byte(strconv.Itoa(c.Limit))
+	for range maxAttempts {
+		if err := live(ctx, "acquire"); err != nil {
+			return err
+		}
+		cur, err := d.get(rk)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			err := d.add(&memcache.Item{Key: rk, Value: val, Expiration: exp})
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, memcache.ErrNotStored):
+				continue // written since our get: read it
+			}
+			return fmt.Errorf("memcachelock: add: %w", err)
+		case err != nil:
+			return fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		if m, err := strconv.Atoi(string(cur.Value)); err == nil && m != c.Limit && m >= 1 && m <= backend.MaxLimit {
+			// The record says M: write over it only if no permit of
+			// another limit is held in M's slots.
+			if err := live(ctx, "acquire"); err != nil {
+				return err
+			}
+			items, err := d.getMulti(slotKeys(base, "s", m))
+			if err != nil {
+				return fmt.Errorf("memcachelock: gets: %w", err)
+			}
+			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
+				return mismatch(l, c.Limit)
+			}
+		}
+		if err := live(ctx, "acquire"); err != nil {
+			return err
+		}
+		cur.Value, cur.Expiration = val, exp
+		err = d.cas(cur)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			continue // changed since our gets: look again
+		}
+		return fmt.Errorf("memcachelock: cas: %w", err)
+	}
+	return fmt.Errorf("memcachelock: %w: the semaphore's limit record kept changing", backend.ErrNotAcquired)
+}
+
+func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) error {
+	base := objBase(c.Key)
+	keys := slotKeys(base, "s", c.Limit)
+	if err := live(ctx, "refresh"); err != nil {
+		return err
+	}
+	k, err := d.findSlot(ctx, "refresh", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
+	if err != nil {
+		return err
+	}
+	if err := d.extend(ctx, "refresh", "permit", k, c.Token, exp); err != nil {
+		return err
+	}
+	// The limit record must outlive every permit. Missing (evicted), it
+	// is written again unless another was written since.
+	rexp := max(exp, d.fenceExp)
+	err = d.touch(base+"sl", rexp)
+	if errors.Is(err, memcache.ErrCacheMiss) {
+		err = d.add(&memcache.Item{Key: base + "sl", Value: []byte(strconv.Itoa(c.Limit)), Expiration: rexp})
+		if errors.Is(err, memcache.ErrNotStored) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("memcachelock: touch: %w", err)
+	}
+	return nil
+}
+
+func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
+	base := objBase(c.Key)
+	keys := slotKeys(base, "s", c.Limit)
+	k, err := d.findSlot(ctx, "release", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
+	if err != nil {
+		return err
+	}
+	return d.drop(ctx, "release", "permit", k, c.Token)
+}

@@ -1,0 +1,248 @@
+package memcachelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Modes implements backend.Modal: semaphores and read-write locks.
+func (d *Driver) Modes() backend.ModeSet {
+	return backend.Modes(backend.Permit, backend.Read, backend.Write)
+}
+
+// A key's semaphore and read-write lock are items apart from its lock:
+// objKey(K, tag) is a prefix of K's own, then ':' and a tag. The prefix
+// escapes ':' (backend.ShortKey), so no such item is named like a lock or
+// its counter (which end in ":f"), and the tags tell the items apart:
+//
+//	s<i>  the semaphore's permit slot i, 0 <= i < limit
+//	sl    the semaphore's limit record (semaphore.go)
+//	sf    the semaphore's fence counter
+//	w     the read-write lock's writer
+//	q     its waiting writer's record
+//	r<i>  its reader slot i, 0 <= i < maxReaders
+//	rf    its fence counter
+const maxTag = len(":s9999")
+
+func objKey(key, tag string) string {
+	return backend.ShortKey(key, maxItemKey-maxTag) + ":" + tag
+}
+
+// objBase is what objKey puts before the tag; slotKeys names slots off it.
+func objBase(key string) string { return backend.ShortKey(key, maxItemKey-maxTag) + ":" }
+
+func slotKeys(base, tag string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = base + tag + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// slotOf is the slot a token tries first, so that Refresh and Release
+// find it in one get as a rule, and concurrent claimants spread out.
+func slotOf(token string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(token))
+	return int(h.Sum32() % uint32(n))
+}
+
+// heldByOther reports whether an item found by a get names a holder other than
+// token (tombstones name none).
+func heldByOther(it *memcache.Item, token string) bool {
+	return it != nil && !isTombstone(it.Value) && !heldBy(it.Value, token)
+}
+
+// getMulti is GetMulti, repeated once on a stale pooled connection.
+func (d *Driver) getMulti(keys []string) (map[string]*memcache.Item, error) {
+	items, err := d.mc.GetMulti(keys)
+	if staleConn(err) {
+		items, err = d.mc.GetMulti(keys)
+	}
+	return items, err
+}
+
+func (d *Driver) touch(key string, exp int32) error {
+	err := d.mc.Touch(key, exp)
+	if staleConn(err) {
+		err = d.mc.Touch(key, exp)
+	}
+	return err
+}
+
+// takeSlot stores value in one of the slots keys for token, trying pref
+// first and then the slots that a look at all of them finds free. It
+// returns the slot taken, or -1 when none was (all held, or each taken by
+// another just before us), with the items the look found (nil if it was
+// not needed) for the caller's checks. check, if not nil, judges those
+// items before any further slot is taken.
+func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
+	won, err := d.claim(ctx, &memcache.Item{Key: keys[pref], Value: value, Expiration: exp}, token)
+	if err != nil {
+		d.dropLater(keys[pref], token, "slot")
+		return -1, err
+	}
+	if won {
+		return pref, nil
+	}
+	if err := live(ctx, op); err != nil {
+		return -1, err
+	}
+	items, err := d.getMulti(keys)
+	if err != nil {
+		return -1, fmt.Errorf("memcachelock: gets: %w", err)
+	}
+	if check != nil {
+		if err := check(items); err != nil {
+			return -1, err
+		}
+	}
+	tries := 0
+	for j := 1; j < len(keys) && tries < maxAttempts; j++ {
+		i := (pref + j) % len(keys)
+		if heldByOther(items[keys[i]], token) {
+			continue
+		}
+		tries++
+		if err := live(ctx, op); err != nil {
+			return -1, err
+		}
+		won, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
+		if err != nil {
+			d.dropLater(keys[i], token, "slot")
+			return -1, err
+		}
+		if won {
+			return i, nil
+		}
+	}
+	return -1, nil
+}
+
+// findSlot returns the key of the slot that token holds: pref's, as a
+// rule, or the one a look at all of them finds.
+func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (string, error) {
+	it, err := d.get(keys[pref])
+	switch {
+	case err == nil && heldBy(it.Value, token):
+		return keys[pref], nil
+	case err != nil && !errors.Is(err, memcache.ErrCacheMiss):
+		return "", fmt.Errorf("memcachelock: gets: %w", err)
+	}
+	if err := live(ctx, op); err != nil {
+		return "", err
+	}
+	items, err := d.getMulti(keys)
+	if err != nil {
+		return "", fmt.Errorf("memcachelock: gets: %w", err)
+	}
+	for _, k := range keys {
+		if it := items[k]; it != nil && heldBy(it.Value, token) {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
+}
+
+// sharedTTL checks a claim's TTL and token as TryAcquire does for a lock.
+func sharedTTL(c backend.Claim) (exp int32, eff time.Duration, err error) {
+	exp, eff, err = expiration(c.TTL, time.Now())
+	if err != nil {
+		return 0, 0, err
+	}
+	return exp, eff, checkToken(c.Token)
+}
+
+// Dispatch of the methods that take a claim in a mode besides Exclusive.
+
+func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	exp, eff, err := sharedTTL(c)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	if c.Mode == backend.Permit {
+		if err := checkLimit(c.Limit); err != nil {
+			return backend.Grant{}, err
+		}
+	}
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w", err)
+	}
+	defer done()
+	if err := live(ctx, "acquire"); err != nil {
+		return backend.Grant{}, err
+	}
+	switch c.Mode {
+	case backend.Permit:
+		return d.tryPermit(ctx, c, exp, eff)
+	case backend.Read:
+		return d.tryRead(ctx, c, exp, eff)
+	case backend.Write:
+		return d.tryWrite(ctx, c, exp, eff)
+	}
+	return backend.Grant{}, fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+}
+
+func (d *Driver) refreshShared(ctx context.Context, c backend.Claim) error {
+	exp, _, err := sharedTTL(c)
+	if err != nil {
+		return err
+	}
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("memcachelock: %w", err)
+	}
+	defer done()
+	return d.refreshSharedIn(ctx, c, exp)
+}
+
+// refreshSharedIn is refreshShared for a call in flight.
+func (d *Driver) refreshSharedIn(ctx context.Context, c backend.Claim, exp int32) error {
+	switch c.Mode {
+	case backend.Permit:
+		if err := checkLimit(c.Limit); err != nil {
+			return err
+		}
+		return d.refreshPermit(ctx, c, exp)
+	case backend.Read:
+		return d.refreshRead(ctx, c, exp)
+	case backend.Write:
+		return d.extend(ctx, "refresh", "writer", objKey(c.Key, "w"), c.Token, exp)
+	}
+	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+}
+
+func (d *Driver) releaseShared(ctx context.Context, c backend.Claim) error {
+	if err := checkToken(c.Token); err != nil {
+		return err
+	}
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("memcachelock: %w", err)
+	}
+	defer done()
+	if err := live(ctx, "release"); err != nil {
+		return err
+	}
+	switch c.Mode {
+	case backend.Permit:
+		if err := checkLimit(c.Limit); err != nil {
+			return err
+		}
+		return d.releasePermit(ctx, c)
+	case backend.Read:
+		return d.releaseRead(ctx, c)
+	case backend.Write:
+		return d.releaseWrite(ctx, c)
+	}
+	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+}

@@ -1,0 +1,512 @@
+package pglock
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// SharedSchemaSQL is the DDL of the table of semaphores and read-write
+// locks with its default name, locker_locks_shared: the contents of
+// shared.sql, for migrations.
+//
+//go:embed shared.sql
+var SharedSchemaSQL string
+
+// defaultShared is the table name in SharedSchemaSQL.
+const defaultShared = defaultTable + "_shared"
+
+// The kind column of the shared table: a holder's mode, or a waiting
+// writer's record.
+const (
+	kindPermit  = 1
+	kindRead    = 2
+	kindWrite   = 3
+	kindWaiting = 4
+)
+
+// Modes implements backend.Modal: semaphores and read-write locks, in a
+// table of their own beside the lock table.
+func (d *Driver) Modes() backend.ModeSet {
+	return backend.Modes(backend.Permit, backend.Read, backend.Write)
+}
+
+// SharedTableName returns the quoted, possibly schema-qualified, name of
+// the table of semaphores and read-write locks: the lock table's name
+// followed by _shared (a hash of it when that would be too long).
+func (d *Driver) SharedTableName() string { return d.shared.table }
+
+// sharedStatements are the statements of the shared table (see
+// statements for the conventions).
+type sharedStatements struct {
+	// table is the quoted, possibly schema-qualified, shared table.
+	table string
+	// create is its DDL.
+	create string
+	// semClass and rwClass are the first keys of the per-object advisory
+	// locks of semaphores and read-write locks; the second is hashtext(key).
+	semClass, rwClass int32
+	// begin starts a grant's transaction: each statement after the object
+	// lock then sees every grant committed before it, whatever the
+	// session's default isolation.
+	begin string
+	// lock($1 class, $2 key) takes the object's lock for the transaction.
+	lock string
+	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
+	// the new version (NULL when refused), and the count, lowest and
+	// highest limit of the other live permits.
+	grantPermit string
+	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
+	// return the new version, NULL when refused; a refused writer records
+	// itself as the waiting one (see backend.Modal).
+	grantRead, grantWrite string
+	// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
+	// kinds, $7 classes) extends each live holder, under a shared object
+	// lock, and returns the 1-based positions of those it extended.
+	refresh string
+	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel)
+	// deletes the token's row (a holder's, or a waiting writer's record)
+	// and notifies; it returns the row's kind and whether it was live, no
+	// row when there was none.
+	release string
+}
+
+// sharedIdent names the shared table of the lock table: table + "_shared",
+// or a hash of table when that is longer than PostgreSQL keeps.
+func sharedIdent(table string) string {
+	if len(table)+len("_shared") <= maxIdentLen {
+		return table + "_shared"
+	}
+	sum := sha256.Sum256([]byte(table))
+	return "locker_shared_" + hex.EncodeToString(sum[:16])
+}
+
+// objectClass is the first key of an object kind's advisory locks, apart
+// from the lock's fence locks and from applications' one-key locks.
+func objectClass(kind, qualified string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte("pglock " + kind + " " + qualified))
+	return int32(h.Sum32())
+}
+
+func newSharedStatements(schema, table, lockTable string) sharedStatements {
+	name := sharedIdent(table)
+	ident := pgx.Identifier{name}
+	qualified := table
+	if schema != "" {
+		ident = pgx.Identifier{schema, name}
+		qualified = schema + "." + table
+	}
+	t := ident.Sanitize()
+	// The statements below share a shape: the server's now, read once;
+	// the object's expired rows of other tokens deleted (the token's own
+	// is taken again by the upsert); the live ones counted; the upsert.
+	clk := `clk AS MATERIALIZED (SELECT clock_timestamp() AS t)`
+	gone := func(kinds string) string {
+		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk))`
+	}
+	insert := func(kind string, lim string, cond, conflict string) string {
+		return `INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
+    SELECT $1, $2, ` + kind + `, nullif($3, ''), ` + lim + `, clk.t, clk.t + $4::int8 * interval '1 microsecond'
+    FROM busy, clk WHERE ` + cond + `
+    ON CONFLICT (name, token) DO UPDATE ` + conflict
+	}
+	// A grant takes the row anew: a new fence, drawn under the object lock.
+	regrant := func(kind string) string {
+		return `SET kind = ` + kind + `, owner = excluded.owner, lim = excluded.lim, version = DEFAULT,
+        acquired_at = excluded.acquired_at, expires_at = excluded.expires_at`
+	}
+	return sharedStatements{
+		table:    t,
+		create:   strings.ReplaceAll(stripComments(SharedSchemaSQL), defaultShared, t),
+		semClass: objectClass("semaphore", qualified),
+		rwClass:  objectClass("rwlock", qualified),
+		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
+		lock:     `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`,
+		grantPermit: `WITH ` + clk + `, ` + gone("1") + `,
+busy AS MATERIALIZED (
+    SELECT count(*) AS n, coalesce(min(lim), 0) AS lo, coalesce(max(lim), 0) AS hi FROM ` + t + `
+    WHERE name = $1 AND kind = 1 AND token <> $2 AND expires_at > (SELECT t FROM clk)
+), got AS (
+    ` + insert("1", "$5::int4", "busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)", regrant("1")+`
+    WHERE s.kind = 1`) + `
+    RETURNING version
+)
+SELECT (SELECT version FROM got), busy.n, busy.lo, busy.hi FROM busy`,
+		// A live writer, or another token's waiting record, keeps readers
+		// out: writers are preferred.
+		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
+busy AS MATERIALIZED (
+    SELECT count(*) AS n FROM ` + t + `
+    WHERE name = $1 AND kind IN (3, 4) AND token <> $2 AND expires_at > (SELECT t FROM clk)
+), got AS (
+    ` + insert("2", "0", "busy.n = 0", regrant("2")+`
+    WHERE s.kind = 2`) + `
+    RETURNING version
+)
+SELECT (SELECT version FROM got)`,
+		// The grant turns the writer's own waiting record into its hold;
+		// a refusal records it as the waiting writer unless another
+		// token's record lives, or renews its own.
+		grantWrite: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
+busy AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE kind IN (2, 3)) AS holders, count(*) FILTER (WHERE kind = 4) AS waiting
+    FROM ` + t + `
+    WHERE name = $1 AND kind IN (2, 3, 4) AND token <> $2 AND expires_at > (SELECT t FROM clk)
+), got AS (
+    ` + insert("3", "0", "busy.holders = 0", regrant("3")+`
+    WHERE s.kind IN (3, 4)`) + `
+    RETURNING version
+), wait AS (
+    ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0", `SET expires_at = excluded.expires_at
+    WHERE s.kind = 4`) + `
+)
+SELECT (SELECT version FROM got)`,
+		// The shared object lock orders a refresh against grants: a grant
+		// that counted a holder as expired commits before the holder's
+		// refresh looks at its row, and so the refresh finds it gone.
+		refresh: `WITH b AS MATERIALIZED (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::int2[], $7::int4[])
+        WITH ORDINALITY AS b(name, token, fence, us, owner, kind, class, i)
+), g AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock_shared(o.class, hashtext(o.name))) AS n
+    FROM (SELECT DISTINCT class, name FROM b ORDER BY class, name) AS o
+)
+UPDATE ` + t + ` AS s
+SET expires_at = clock_timestamp() + b.us * interval '1 microsecond'
+FROM b
+WHERE s.name = b.name AND s.token = b.token AND s.kind = b.kind AND (b.fence = 0 OR s.version = b.fence)
+    AND s.expires_at > clock_timestamp() AND s.owner IS NOT DISTINCT FROM nullif(b.owner, '')
+    AND (SELECT g.n >= 0 FROM g)
+RETURNING b.i`,
+		// A deleted row is only ever one that a grant would have counted
+		// as held: no object lock needed.
+		release: `WITH freed AS (
+    DELETE FROM ` + t + `
+    WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
+    RETURNING name, kind, expires_at > clock_timestamp() AS live
+), ` + notifyKeyCTE(lockTable) + `
+SELECT freed.kind, freed.live FROM freed LEFT JOIN k ON true, pg_notify($5, ` + payloadSQL("freed.name") + `)`,
+	}
+}
+
+// stripComments drops the SQL comments and blank lines of a schema file,
+// so that a name can only ever be a name.
+func stripComments(sql string) string {
+	var b strings.Builder
+	for line := range strings.Lines(sql) {
+		if code, _, _ := strings.Cut(line, "--"); strings.TrimSpace(code) != "" {
+			b.WriteString(strings.TrimRight(code, " \t\r\n"))
+			b.WriteString("\n")
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// sharedKinds returns the row kind of a claim's hold, the kinds its
+// release deletes and its object's lock class; bad input is an error
+// before any statement.
+func (d *Driver) sharedKinds(c backend.Claim) (int16, []int16, int32, error) {
+	switch c.Mode {
+	case backend.Permit:
+		if c.Limit < 1 || c.Limit > backend.MaxLimit {
+			return 0, nil, 0, fmt.Errorf("pglock: %w: %d, want 1 to %d", backend.ErrInvalidLimit, c.Limit, backend.MaxLimit)
+		}
+		return kindPermit, []int16{kindPermit}, d.shared.semClass, nil
+	case backend.Read:
+		return kindRead, []int16{kindRead}, d.shared.rwClass, nil
+	case backend.Write:
+		// Release withdraws a waiting writer's record too.
+		return kindWrite, []int16{kindWrite, kindWaiting}, d.shared.rwClass, nil
+	}
+	return 0, nil, 0, fmt.Errorf("pglock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+}
+
+// ensureShared makes the shared table on first use of a semaphore or a
+// read-write lock (locks alone never need it), as ensureSchema does the
+// lock table; with create_table=false it checks that the table exists.
+func (d *Driver) ensureShared(ctx context.Context) error {
+	if err := d.ensureSchema(ctx); err != nil {
+		return err
+	}
+	if d.sharedOK.Load() {
+		return nil
+	}
+	select {
+	case d.schemaMu <- struct{}{}:
+	case <-ctx.Done():
+		return d.wrap("schema", context.Cause(ctx))
+	}
+	defer func() { <-d.schemaMu }()
+	if d.sharedOK.Load() {
+		return nil
+	}
+	var exists bool
+	if err := d.pool.QueryRow(ctx, d.sql.exists, d.shared.table).Scan(&exists); err != nil {
+		return d.wrap("schema", err)
+	}
+	if !exists && !d.cfg.create {
+		return fmt.Errorf("pglock: table %s of semaphores and read-write locks does not exist, and automatic creation is off (create_table=false): run shared.sql", d.shared.table)
+	}
+	if !exists {
+		err := d.retry(ctx, func() error {
+			return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, d.shared.create)
+				return err
+			})
+		})
+		if err != nil && !createRace(err) {
+			return fmt.Errorf("pglock: create table %s: %w", d.shared.table, permission(err))
+		}
+	}
+	d.sharedOK.Store(true)
+	return nil
+}
+
+// grant runs a grant statement in a transaction of its own after the
+// object's lock, in one round trip (a pipeline): the statement's snapshot
+// is taken with the lock held, so it counts every holder granted before.
+// A failure leaves the transaction aborted; the pool drops that
+// connection.
+func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(d.shared.begin)
+	b.Queue(d.shared.lock, class, key)
+	b.Queue(stmt, args...)
+	b.Queue("COMMIT")
+	br := d.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(dest...)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// tryShared is TryAcquire for a permit, a reader or a writer: one grant
+// transaction under the object's lock.
+func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	_, _, class, err := d.sharedKinds(l)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	us, err := micros(l.TTL)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	ctx, leave, err := d.enter(ctx, "acquire")
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer leave()
+	if err := d.ensureShared(ctx); err != nil {
+		return backend.Grant{}, err
+	}
+	var (
+		version   *int64
+		n, lo, hi int64
+		stmt      string
+		args      = []any{l.Key, l.Token, l.Owner, us}
+		dest      = []any{&version}
+	)
+	switch l.Mode {
+	case backend.Permit:
+		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit)), append(dest, &n, &lo, &hi)
+	case backend.Read:
+		stmt = d.shared.grantRead
+	default:
+		stmt = d.shared.grantWrite
+	}
+	// Idempotent for one token, as the lock's acquire: the token's own
+	// row is taken again.
+	err = d.retry(ctx, func() error { return d.grant(ctx, class, l.Key, stmt, args, dest...) })
+	switch {
+	case err == nil && version != nil:
+		return backend.Grant{Fence: uint64(*version), TTL: time.Duration(us) * time.Microsecond}, nil
+	case err == nil && n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
+		held := strconv.FormatInt(lo, 10)
+		if hi != lo {
+			held += " to " + strconv.FormatInt(hi, 10)
+		}
+		return backend.Grant{}, fmt.Errorf("pglock: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, l.Limit)
+	case err == nil:
+		return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
+	case conflict(err):
+		return backend.Grant{}, fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
+	}
+	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
+		return backend.Grant{}, d.wrap("acquire", err)
+	}
+	// Perhaps committed: undo it in the background, as the lock's acquire
+	// does (the token is ours alone).
+	bctx, bdone, berr := d.gate.Enter(context.Background())
+	if berr == nil {
+		go func() {
+			defer bdone()
+			cctx, cancel := context.WithTimeout(bctx, 2*time.Second)
+			defer cancel()
+			_, _ = d.pool.Exec(cctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel)
+		}()
+	}
+	return backend.Grant{}, d.wrap("acquire", err)
+}
+
+// refreshShared is RefreshMany for claims that are not Exclusive: one
+// UPDATE over arrays.
+func (d *Driver) refreshShared(ctx context.Context, claims []backend.Claim) []error {
+	errs := make([]error, len(claims))
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	ctx, leave, err := d.enter(ctx, "refresh")
+	if err != nil {
+		return fail(err)
+	}
+	defer leave()
+	n := len(claims)
+	keys, tokens, owners := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	fences, ttls := make([]int64, 0, n), make([]int64, 0, n)
+	kinds, classes := make([]int16, 0, n), make([]int32, 0, n)
+	pos := make([]int, 0, n)
+	for i, c := range claims {
+		kind, _, class, err := d.sharedKinds(c)
+		if err == nil {
+			var us int64
+			us, err = micros(c.TTL)
+			ttls = append(ttls, us)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		keys, tokens, owners = append(keys, c.Key), append(tokens, c.Token), append(owners, c.Owner)
+		fences, kinds, classes = append(fences, int64(c.Fence)), append(kinds, kind), append(classes, class)
+		pos = append(pos, i)
+	}
+	if len(pos) == 0 {
+		return errs
+	}
+	if err := d.ensureShared(ctx); err != nil {
+		return fail(err)
+	}
+	done := make([]bool, len(pos))
+	err = d.retry(ctx, func() error {
+		rows, err := d.pool.Query(ctx, d.shared.refresh, keys, tokens, fences, ttls, owners, kinds, classes)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var i int64
+			if err := rows.Scan(&i); err != nil {
+				return err
+			}
+			if i >= 1 && int(i) <= len(done) {
+				done[i-1] = true
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return fail(d.wrap("refresh", err))
+	}
+	for j, i := range pos {
+		if !done[j] {
+			errs[i] = fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+		}
+	}
+	return errs
+}
+
+// refreshMixed is RefreshMany for a batch with claims of several modes:
+// the locks' statement for the locks, the shared one for the others.
+func (d *Driver) refreshMixed(ctx context.Context, claims []backend.Claim) []error {
+	var locks, others []backend.Claim
+	var lockPos, otherPos []int
+	for i, c := range claims {
+		if c.Mode == backend.Exclusive {
+			locks, lockPos = append(locks, c), append(lockPos, i)
+		} else {
+			others, otherPos = append(others, c), append(otherPos, i)
+		}
+	}
+	errs := make([]error, len(claims))
+	if len(locks) > 0 {
+		for j, err := range d.RefreshMany(ctx, locks) {
+			errs[lockPos[j]] = err
+		}
+	}
+	for j, err := range d.refreshShared(ctx, others) {
+		errs[otherPos[j]] = err
+	}
+	return errs
+}
+
+// releaseShared frees a permit, a reader or a writer, or withdraws a
+// waiting writer's record (ErrNotHeld then), and notifies the key's
+// waiters in the same statement.
+func (d *Driver) releaseShared(ctx context.Context, l backend.Claim) error {
+	_, kinds, _, err := d.sharedKinds(l)
+	if err != nil {
+		return err
+	}
+	ctx, leave, err := d.enter(ctx, "release")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := d.ensureShared(ctx); err != nil {
+		return err
+	}
+	var (
+		kind      int16
+		live      bool
+		uncertain error
+	)
+	err = d.retry(ctx, func() error {
+		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel).Scan(&kind, &live)
+		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
+			uncertain = err
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
+		return d.wrap("release", uncertain)
+	case errors.Is(err, pgx.ErrNoRows), err == nil && kind == kindWaiting:
+		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+	case err != nil:
+		return d.wrap("release", err)
+	case !live:
+		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+-- shared: a semaphore's permits, or a read-write lock's readers and writer,
+-- as one object of a name, apart from its lock (backend.Modal). The shared
+-- scripts are this file followed by their own.
+--
+-- KEYS[1]  {E}:sem or {E}:rw       sorted set: holder token -> until when
+--                                  it holds (server time, ms)
+-- KEYS[2]  {E}:sem.h or {E}:rw.h   hash: holder token -> "<attempt>:<fence>";
+--                                  '#limit' the permits' limit; '#w' the
+--                                  writer's token; '#wait' and '#until' the
+--                                  waiting writer and until when (ms)
+-- KEYS[3]  {E}:sem.fence or {E}:rw.fence   the object's fence counter
+--
+-- Tokens are 32 hex digits, so they never clash with the '#' fields.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- hdel removes fields in chunks (unpack is bounded by Lua's stack).
+local function hdel(h, fs)
+  for i = 1, #fs, 500 do
+    redis.call('HDEL', h, unpack(fs, i, math.min(i + 499, #fs)))
+  end
+end
+
+-- prune drops the holders whose time ran out, the writer's field with
+-- its holder, and a waiting record past its time.
+local function prune(z, h, now)
+  local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+    hdel(h, dead)
+    local w = redis.call('HGET', h, '#w')
+    if w and not redis.call('ZSCORE', z, w) then
+      redis.call('HDEL', h, '#w')
+    end
+  end
+  local u = redis.call('HGET', h, '#until')
+  if u and tonumber(u) <= now then
+    redis.call('HDEL', h, '#wait', '#until')
+  end
+end
+
+-- settle makes the object's keys expire with its last holder or waiting
+-- record, and deletes them when nothing is left: no residue.
+local function settle(z, h, now)
+  local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
+  local m = tonumber(last or '0')
+  local u = tonumber(redis.call('HGET', h, '#until') or '0')
+  if u > m then
+    m = u
+  end
+  if m <= now then
+    redis.call('DEL', z, h)
+    return
+  end
+  redis.call('PEXPIRE', z, m - now)
+  redis.call('PEXPIRE', h, m - now)
+end

@@ -1,0 +1,98 @@
+-- shared_acquire: grant a permit, a read or a write (see shared.lua) and
+-- advance the object's fence counter in one atomic step.
+--
+-- ARGV[1]  'p' permit, 'r' read, 'w' write
+-- ARGV[2]  token
+-- ARGV[3]  attempt number (see attempt in scripts.go)
+-- ARGV[4]  TTL in milliseconds
+-- ARGV[5]  limit (permits)
+-- ARGV[6]  restart delay in milliseconds (see acquire.lua)
+-- ARGV[7]  fence counter retention in milliseconds
+--
+-- The prefix defines the queue's part (plain: none; fair mode: see
+-- shared_queue.lua): fair, queued(now) -> the live waiters ahead of the
+-- caller and whether a writer is among them, refused(now, us) -> the
+-- answer when not granted, and granted().
+--
+-- Returns the fence (> 0) when granted; 0 when not; -n when a restarted
+-- server refuses for n more milliseconds (see acquire.lua), or (a fair
+-- waiter) to look again in n milliseconds; the string "limit:<n>" when the
+-- held permits carry the limit n and ARGV[5] differs.
+local z, h, fk = KEYS[1], KEYS[2], KEYS[3]
+local mode, tok, att, px, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local restart_delay = tonumber(ARGV[6])
+if restart_delay > 0 and redis.call('EXISTS', fk) == 0 then
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
+  if up and (up - 1) * 1000 < restart_delay then
+    return -(restart_delay - (up - 1) * 1000)
+  end
+end
+-- One clock reading serves the expiries (ms) and the fence (µs).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = t[1] .. string.format('%06d', tonumber(t[2]))
+prune(z, h, now)
+local mine = redis.call('HGET', h, tok)
+if mine then
+  local a, f = string.match(mine, '^(%d+):(%d+)$')
+  if tonumber(a) == att then
+    -- A retry of this very attempt (its reply was lost): the same grant.
+    redis.call('ZADD', z, string.format('%d', now + px), tok)
+    settle(z, h, now)
+    return tonumber(f)
+  end
+  if tonumber(a) > att then
+    settle(z, h, now)
+    return 0 -- a straggler of a try already given up (no waiter)
+  end
+  -- An earlier attempt of this token holds: this one takes its place.
+end
+local held = redis.call('ZCARD', z)
+local ahead, writer_ahead = queued(now)
+if mode == 'p' then
+  if held > 0 then
+    local l = tonumber(redis.call('HGET', h, '#limit') or '0')
+    if l ~= limit then
+      settle(z, h, now)
+      return 'limit:' .. l
+    end
+  end
+  if not mine and held + ahead >= limit then
+    return refused(now, us)
+  end
+  redis.call('HSET', h, '#limit', limit)
+elseif mode == 'r' then
+  local wt = redis.call('HGET', h, '#wait')
+  if redis.call('HEXISTS', h, '#w') == 1 or (wt and wt ~= tok) or writer_ahead then
+    return refused(now, us)
+  end
+else
+  if held > (mine and 1 or 0) or ahead > 0 then
+    -- Record this writer as waiting, so that readers stand back (a fair
+    -- waiter's place in the queue does that).
+    local wt = redis.call('HGET', h, '#wait')
+    if not fair and (not wt or wt == tok) then
+      redis.call('HSET', h, '#wait', tok, '#until', string.format('%d', now + px))
+    end
+    return refused(now, us)
+  end
+  redis.call('HSET', h, '#w', tok)
+  if redis.call('HGET', h, '#wait') == tok then
+    redis.call('HDEL', h, '#wait', '#until')
+  end
+end
+granted()
+-- The fence as the lock's (see acquire.lua): max(counter + 1, server
+-- clock in microseconds), the counter kept for `retention`.
+local fence = us
+local f = redis.call('INCR', fk)
+if f < tonumber(us) then
+  redis.call('SET', fk, us, 'PX', ARGV[7])
+else
+  redis.call('PEXPIRE', fk, ARGV[7])
+  fence = string.format('%d', f)
+end
+redis.call('HSET', h, tok, att .. ':' .. fence)
+redis.call('ZADD', z, string.format('%d', now + px), tok)
+settle(z, h, now)
+return tonumber(fence)

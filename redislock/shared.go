@@ -1,0 +1,198 @@
+package redislock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Semaphores and read-write locks (backend.Modal): each is an object of its
+// own next to the name's lock, in the same hash slot, with its own fence
+// counter (see scripts/shared.lua).
+
+var (
+	//go:embed scripts/shared.lua
+	sharedLua string
+	//go:embed scripts/shared_plain.lua
+	sharedPlainLua string
+	//go:embed scripts/shared_queue.lua
+	sharedQueueLua string
+	//go:embed scripts/shared_acquire.lua
+	sharedAcquireLua string
+	//go:embed scripts/shared_refresh.lua
+	sharedRefreshLua string
+	//go:embed scripts/shared_release.lua
+	sharedReleaseLua string
+	//go:embed scripts/shared_leave.lua
+	sharedLeaveLua string
+
+	sharedAcquireScript     = redis.NewScript(sharedLua + sharedPlainLua + sharedAcquireLua)
+	fairSharedAcquireScript = redis.NewScript(sharedLua + sharedQueueLua + sharedAcquireLua)
+	sharedRefreshScript     = redis.NewScript(sharedLua + sharedRefreshLua)
+	sharedReleaseScript     = redis.NewScript(sharedLua + sharedReleaseLua)
+	sharedLeaveScript       = redis.NewScript(sharedLua + sharedLeaveLua)
+)
+
+var _ backend.Modal = (*Driver)(nil)
+
+// Modes implements backend.Modal: semaphores and read-write locks, on a
+// server, a Redis Cluster or a ring; a FairDriver's waiters are served in
+// arrival order. A Quorum takes none (see its Modes).
+func (d *Driver) Modes() backend.ModeSet {
+	return backend.Modes(backend.Permit, backend.Read, backend.Write)
+}
+
+// Modes implements backend.Modal: none. Each server of a quorum would
+// grant up to the limit to different clients, so a majority bounds
+// nothing: n permits on each of three servers of five let 5n/3 clients
+// each gather a majority.
+func (q *Quorum) Modes() backend.ModeSet { return 0 }
+
+// sharedKeys returns the Redis names of c's object: holders, state and
+// fence counter (see scripts/shared.lua), in the name's hash slot.
+func sharedKeys(c backend.Claim) []string {
+	p := sharedPrefix(c)
+	return []string{p, p + ".h", p + ".fence"}
+}
+
+// fairSharedKeys is sharedKeys and the object's queue (see
+// scripts/shared_queue.lua).
+func fairSharedKeys(c backend.Claim) []string {
+	p := sharedPrefix(c)
+	return []string{p, p + ".h", p + ".fence", p + ".q", p + ".live"}
+}
+
+func sharedPrefix(c backend.Claim) string {
+	kind := ":sem"
+	if c.Mode != backend.Permit {
+		kind = ":rw"
+	}
+	return "{" + backend.EscapeKey(c.Key) + "}" + kind
+}
+
+// sharedMode is the acquire script's name for c's mode.
+func sharedMode(c backend.Claim) string {
+	switch c.Mode {
+	case backend.Permit:
+		return "p"
+	case backend.Read:
+		return "r"
+	}
+	return "w"
+}
+
+// checkShared reports a mode or limit the scripts cannot take.
+func checkShared(c backend.Claim) error {
+	if c.Mode > backend.Write {
+		return fmt.Errorf("%w: %s mode", backend.ErrUnsupported, c.Mode)
+	}
+	if c.Mode == backend.Permit && (c.Limit < 1 || c.Limit > backend.MaxLimit) {
+		return fmt.Errorf("%w: %d", backend.ErrInvalidLimit, c.Limit)
+	}
+	return nil
+}
+
+// tryShared is TryAcquire for a permit, a read or a write: in fair mode,
+// granted only as if it had joined the end of the queue.
+func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	if err := checkShared(c); err != nil {
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+	}
+	px := ttlMillis(c.TTL)
+	n := attempts.Add(1)
+	dep := d.dep
+	r, err := dep.acquireShared(ctx, c, n, px, "", false, d.fair)
+	if err != nil {
+		// The script may have run although we never saw its answer.
+		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })
+		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+	}
+	if r.limit != "" {
+		return backend.Grant{}, limitMismatch("try-acquire", r.limit, c.Limit)
+	}
+	if r.v <= 0 {
+		return backend.Grant{}, notAcquired("try-acquire", r.v)
+	}
+	return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond}, nil
+}
+
+// sharedAnswer is the shared acquire script's answer: v as the script's
+// number, or limit, the held permits' limit, when it differs.
+type sharedAnswer struct {
+	v     int64
+	limit string
+}
+
+// acquireShared runs the shared acquire script for attempt n of c, as
+// waiter w (fair mode; wait: join the queue when not granted).
+func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w string, wait, fair bool) (sharedAnswer, error) {
+	defer dep.in.watch(ctx).stop()
+	var r any
+	var err error
+	if fair {
+		mode := "try"
+		if wait {
+			mode = "wait"
+		}
+		r, err = fairSharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+			w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
+	} else {
+		r, err = sharedAcquireScript.Run(ctx, dep.rdb, sharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention).Result()
+	}
+	if err != nil {
+		return sharedAnswer{}, classify(err)
+	}
+	switch v := r.(type) {
+	case int64:
+		return sharedAnswer{v: v}, nil
+	case string:
+		if held, ok := strings.CutPrefix(v, "limit:"); ok {
+			return sharedAnswer{limit: held}, nil
+		}
+	}
+	return sharedAnswer{}, fmt.Errorf("unexpected answer %v", r)
+}
+
+func limitMismatch(op, held string, limit int) error {
+	return fmt.Errorf("redislock: %s: %w: held under %s, asked with %d", op, backend.ErrLimitMismatch, held, limit)
+}
+
+// refreshShared is Refresh for a permit, a read or a write.
+func (dep *deployment) refreshShared(ctx context.Context, c backend.Claim, px int64) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := sharedRefreshScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, px).Int64()
+	return v == 1, classify(err)
+}
+
+// releaseShared is Release for a permit, a read or a write; a writer that
+// does not hold withdraws its record of waiting.
+func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := sharedReleaseScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
+	return dep.released(v), classify(err)
+}
+
+// leaveShared takes waiter w out of c's queue, even when ctx is done, and
+// frees what attempt n was granted, as leave does for a lock.
+func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	_ = sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
+}
+
+// cleanupShared removes what the failed attempt n of c may have left, as
+// cleanup does for a lock: only that attempt's hold.
+func (dep *deployment) cleanupShared(ctx context.Context, c backend.Claim, n uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	_ = sharedReleaseScript.Eval(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10)).Err()
+}

@@ -1,0 +1,466 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+func modalDriver(t *testing.T) (*Driver, *redis.Client) {
+	testenv.Require(t, testenv.RedisAddr())
+	d, err := Open(testCtx(t), "redis://"+testenv.RedisAddr()+"/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, adminClient(t, testenv.RedisAddr())
+}
+
+// TestSharedObjectsApart: a key's lock, semaphore and read-write lock are
+// three objects, each with its fence, and none is left once released.
+func TestSharedObjectsApart(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	claims := []backend.Claim{
+		{Key: key, Token: newToken(), TTL: time.Minute},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 1},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Write},
+	}
+	for i := range claims {
+		if _, err := d.TryAcquire(ctx, claims[i]); err != nil {
+			t.Fatalf("%s: %v", claims[i].Mode, err)
+		}
+	}
+	for _, c := range claims {
+		if err := d.Refresh(ctx, c); err != nil {
+			t.Fatalf("refresh %s: %v", c.Mode, err)
+		}
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatalf("release %s: %v", c.Mode, err)
+		}
+	}
+	if n, err := residue(ctx, admin, key); err != nil || n != 3 {
+		// The three fence counters stay for their retention, nothing else.
+		t.Fatalf("residue %d (%v), want the 3 fence counters", n, err)
+	}
+}
+
+// TestSemaphoreSlots: at most limit permits; a mismatched limit fails and
+// leaves nothing; a permit whose time ran out on the server frees its slot.
+func TestSemaphoreSlots(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	permit := func(ttl time.Duration, limit int) backend.Claim {
+		return backend.Claim{Key: key, Token: newToken(), TTL: ttl, Mode: backend.Permit, Limit: limit}
+	}
+	// b's 2s leave the checks below ample time before it runs out.
+	a, b := permit(time.Minute, 2), permit(2*time.Second, 2)
+	ga, err := d.TryAcquire(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bSent := time.Now()
+	gb, err := d.TryAcquire(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb.Fence <= ga.Fence {
+		t.Fatalf("fences %d then %d", ga.Fence, gb.Fence)
+	}
+	if _, err := d.TryAcquire(ctx, permit(time.Minute, 2)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("third permit of 2: %v", err)
+	}
+	bad := permit(time.Minute, 3)
+	if _, err := d.TryAcquire(ctx, bad); !errors.Is(err, backend.ErrLimitMismatch) {
+		t.Fatalf("limit 3 against 2: %v", err)
+	}
+	if n, err := admin.ZCard(ctx, sharedKeys(a)[0]).Result(); err != nil || n != 2 {
+		t.Fatalf("%d holders (%v), want 2", n, err)
+	}
+	time.Sleep(time.Until(bSent.Add(2100 * time.Millisecond))) // b's time runs out
+	if err := d.Refresh(ctx, b); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("refresh of an expired permit: %v", err)
+	}
+	gc, err := d.TryAcquire(ctx, permit(time.Minute, 2))
+	if err != nil {
+		t.Fatalf("permit after expiry: %v", err)
+	}
+	if gc.Fence <= gb.Fence {
+		t.Fatalf("fences %d then %d", gb.Fence, gc.Fence)
+	}
+}
+
+// TestSharedCleanupKeepsLaterAttempt: cleaning up after a failed attempt
+// (its reply lost) removes that attempt's permit, never a later one's.
+func TestSharedCleanupKeepsLaterAttempt(t *testing.T) {
+	d, _ := modalDriver(t)
+	ctx := testCtx(t)
+	c := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 1}
+	n := attempts.Load() // an attempt before the next TryAcquire's
+	if _, err := d.TryAcquire(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	d.dep.cleanupShared(ctx, c, n)
+	if err := d.Refresh(ctx, c); err != nil {
+		t.Fatalf("the earlier attempt's clean-up removed the grant: %v", err)
+	}
+	d.dep.cleanupShared(ctx, c, attempts.Load())
+	if err := d.Refresh(ctx, c); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("after its own attempt's clean-up: %v", err)
+	}
+}
+
+// TestRWWaitingWriter: a refused writer holds readers back until it gets
+// in, or withdraws (Release without holding).
+func TestRWWaitingWriter(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	rw := func(m backend.Mode) backend.Claim {
+		return backend.Claim{Key: key, Token: newToken(), TTL: time.Minute, Mode: m}
+	}
+	r1, r2, w := rw(backend.Read), rw(backend.Read), rw(backend.Write)
+	for _, c := range []backend.Claim{r1, r2} {
+		if _, err := d.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("writer with readers: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, rw(backend.Read)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("reader with a writer waiting: %v", err)
+	}
+	if err := d.Release(ctx, w); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("withdrawal: %v", err)
+	}
+	r3 := rw(backend.Read)
+	if _, err := d.TryAcquire(ctx, r3); err != nil {
+		t.Fatalf("reader after the writer withdrew: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatal(err)
+	}
+	for _, c := range []backend.Claim{r1, r2, r3} {
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := d.TryAcquire(ctx, w)
+	if err != nil {
+		t.Fatalf("writer once readers left: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, rw(backend.Read)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("reader with a writer: %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, rw(backend.Write)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("second writer: %v", err)
+	}
+	if g.Fence == 0 {
+		t.Fatal("no fence")
+	}
+	if err := d.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	// The second writer's record of waiting is left, with its TTL.
+	if err := admin.HGet(ctx, sharedKeys(w)[1], "#wait").Err(); err != nil {
+		t.Fatalf("the second writer's record: %v", err)
+	}
+}
+
+// TestSemaphoreClient: through a Client, a blocked permit waits while the
+// only permit is held and gets it once released.
+func TestSemaphoreClient(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := testCtx(t)
+	newClient := func() *locker.Client {
+		d, err := Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := locker.New(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2 := newClient(), newClient()
+	name := "sem-" + randHex(4)
+	l1, err := c1.Acquire(ctx, name, locker.Semaphore(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := c2.Acquire(ctx, name, locker.Semaphore(1))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("second permit of 1 granted while held: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the freed permit")
+	}
+}
+
+// TestSecureSharedACL: a user with ACL and SharedACL takes permits, reads
+// and writes; without SharedACL, a permit fails with ErrPermission.
+func TestSecureSharedACL(t *testing.T) {
+	s := newSecured(t)
+	ctx := testCtx(t)
+	ns := "sec-" + randHex(4)
+	k := backend.Key(ns, "job/1 {x}")
+	for _, name := range append(fairSharedKeys(backend.Claim{Key: k, Mode: backend.Permit}), fairSharedKeys(backend.Claim{Key: k, Mode: backend.Read})...) {
+		var pats []string
+		for _, r := range strings.Fields(SharedACL(ns, true)) {
+			if strings.HasPrefix(r, "~") {
+				pats = append(pats, r[1:])
+			}
+		}
+		if !globAny(pats, name) {
+			t.Errorf("no key pattern of SharedACL matches %q", name)
+		}
+	}
+	for _, fair := range []bool{false, true} {
+		user, pw := s.user(t, ACL(ns, fair)+" "+SharedACL(ns, fair))
+		c, err := s.client(ctx, user, pw, ns, fair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for i, opt := range []locker.LockOption{locker.Semaphore(2), locker.Read(), locker.Write()} {
+			l, err := c.Acquire(ctx, "job", opt)
+			if err != nil {
+				t.Fatalf("fair %v: %v", fair, err)
+			}
+			if err := l.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if i == 2 {
+				// A second writer waits (in fair mode's queue) and gives up.
+				wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				_, err := c.Acquire(wctx, "job", locker.Write())
+				cancel()
+				if !errors.Is(err, locker.ErrNotAcquired) || errors.Is(err, locker.ErrPermission) {
+					t.Fatalf("fair %v: a second writer: %v", fair, err)
+				}
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	user, pw := s.user(t, ACL(ns, false))
+	c2, err := s.client(ctx, user, pw, ns, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, err := c2.TryAcquire(ctx, "job", locker.Semaphore(2)); !errors.Is(err, locker.ErrPermission) {
+		t.Fatalf("a permit without SharedACL: %v, want ErrPermission", err)
+	}
+}
+
+// TestSharedRefreshMany: the batch path takes every mode, each claim
+// judged as Refresh would.
+func TestSharedRefreshMany(t *testing.T) {
+	d, admin := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	held := []backend.Claim{
+		{Key: key, Token: newToken(), TTL: time.Minute},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 2},
+		{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Read},
+	}
+	for _, c := range held {
+		if _, err := d.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := held[1]
+	forged.Token = newToken()
+	batch := append([]backend.Claim{forged}, held...)
+	for i := range batch {
+		batch[i].TTL = 2 * time.Minute
+	}
+	errs := d.RefreshMany(ctx, batch)
+	if !errors.Is(errs[0], backend.ErrNotHeld) {
+		t.Errorf("forged permit: %v", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if err != nil {
+			t.Errorf("%s: %v", held[i].Mode, err)
+		}
+	}
+	// Extended on the server: the read's expiry is now about 2 minutes off.
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, err := admin.ZScore(ctx, sharedKeys(held[2])[0], held[2].Token).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := time.Duration(exp)*time.Millisecond - time.Duration(now.UnixMilli())*time.Millisecond; left < time.Minute+50*time.Second {
+		t.Errorf("the read has %v left after a refresh to 2m", left)
+	}
+}
+
+// BenchmarkSharedUncontended compares an acquire+release of a lock, a
+// permit and a read (the issue asks a permit at most 1.3x a lock).
+func BenchmarkSharedUncontended(b *testing.B) {
+	testenv.Require(b, testenv.RedisAddr())
+	d, err := Open(context.Background(), "redis://"+testenv.RedisAddr()+"/0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	for _, m := range []backend.Mode{backend.Exclusive, backend.Permit, backend.Read, backend.Write} {
+		b.Run(m.String(), func(b *testing.B) {
+			ctx := context.Background()
+			c := backend.Claim{Key: backend.Key("redislock-bench", randHex(6)), TTL: time.Minute, Mode: m}
+			if m == backend.Permit {
+				c.Limit = 4
+			}
+			for b.Loop() {
+				c.Token = newToken()
+				if _, err := d.TryAcquire(ctx, c); err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Release(ctx, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestFairRWOrder: in fair mode a reader that comes after a waiting writer
+// waits behind it, and the writer gets in first once the reader ahead
+// leaves.
+func TestFairRWOrder(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := testCtx(t)
+	newClient := func() *locker.Client {
+		d, err := OpenFair(ctx, "redis://"+testenv.RedisAddr()+"/0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := locker.New(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c1, c2, c3 := newClient(), newClient(), newClient()
+	name := "rw-" + randHex(4)
+	r1, err := c1.Acquire(ctx, name, locker.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 2)
+	var ls [2]*locker.Lock
+	go func() {
+		l, err := c2.Acquire(ctx, name, locker.Write())
+		if err != nil {
+			t.Error(err)
+		}
+		ls[0] = l
+		got <- "writer"
+	}()
+	queued(t, name, 1) // the writer queues first
+	if l, err := c3.TryAcquire(ctx, name, locker.Read()); !errors.Is(err, locker.ErrNotAcquired) {
+		if err == nil {
+			l.Release(ctx)
+		}
+		t.Fatalf("a reader tried while a writer waits: %v", err)
+	}
+	go func() {
+		l, err := c3.Acquire(ctx, name, locker.Read())
+		if err != nil {
+			t.Error(err)
+		}
+		ls[1] = l
+		got <- "reader"
+	}()
+	queued(t, name, 2)
+	select {
+	case who := <-got:
+		t.Fatalf("the %s got in while a reader held", who)
+	default:
+	}
+	if err := r1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	select {
+	case first = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no one got in after the release")
+	}
+	if first != "writer" {
+		t.Fatalf("the %s got in first", first)
+	}
+	select {
+	case who := <-got:
+		t.Fatalf("the %s got in while the writer held", who)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := ls[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not get in after the writer")
+	}
+	if err := ls[1].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queued waits, for at most 10s, until the read-write lock name (in the
+// default namespace) has n waiters queued.
+func queued(t *testing.T, name string, n int64) {
+	t.Helper()
+	admin := adminClient(t, testenv.RedisAddr())
+	q := fairSharedKeys(backend.Claim{Key: backend.Key("locker", name), Mode: backend.Read})[3]
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, err := admin.ZCard(context.Background(), q).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
