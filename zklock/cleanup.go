@@ -86,7 +86,7 @@ func (d *Driver) reapHash(parent, hash string, session int64) {
 		if err == nil {
 			left := false
 			for _, n := range names {
-				if h, _, ok := parseNode(n); ok && h == hash {
+				if _, h, _, ok := parseTagged(n); ok && h == hash {
 					if err := d.conn.Delete(parent+"/"+n, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
 						left = true
 					}

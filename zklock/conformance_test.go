@@ -77,8 +77,14 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 	down := func(on bool) {
 		mu.Lock()
 		defer mu.Unlock()
+		// Every proxy refuses before any cuts: a client cut from one
+		// server reconnects at once, and a connection another proxy
+		// accepted before its turn came could be made after its Cut and
+		// survive the outage.
 		for _, p := range proxies {
 			p.Refuse(on)
+		}
+		for _, p := range proxies {
 			if on {
 				p.Cut()
 			}
@@ -87,34 +93,47 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 	return d, down, nil
 }
 
-// Residue counts what the store keeps of key: the name's node and its
-// children (queue nodes), seen by the harness's own connection.
+// Residue counts what the store keeps of key: the nodes of its lock,
+// semaphore and read-write lock and their children (queue nodes), seen by
+// the harness's own connection.
 func (h *harness) Residue(ctx context.Context, key string) (int, error) {
-	parent := h.watcher.parentPath(key)
-	if _, err := h.watcher.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return 0, err
+	n := 0
+	for _, parent := range objectParents(h.watcher, key) {
+		names, err := h.queueNames(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += 1 + len(names)
 	}
-	names, _, err := h.watcher.conn.Children(parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return 1 + len(names), nil
+	return n, nil
 }
 
-// Entries counts the nodes in key's queue: the holder's and the waiters'.
+// Entries counts the nodes in key's queues: the holders' and the waiters'.
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
-	parent := h.watcher.parentPath(key)
-	if _, err := h.watcher.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return 0, err
+	n := 0
+	for _, parent := range objectParents(h.watcher, key) {
+		names, err := h.queueNames(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += len(names)
+	}
+	return n, nil
+}
+
+// queueNames lists parent's children, caught up with the leader.
+func (h *harness) queueNames(parent string) ([]string, error) {
+	if _, err := h.watcher.conn.Sync(parent); err != nil {
+		return nil, err
 	}
 	names, _, err := h.watcher.conn.Children(parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return 0, nil
-	}
-	return len(names), err
+	return names, err
 }
 
 var (

@@ -15,7 +15,10 @@ import (
 // enqueue creates l's queue node, riding out store failures as t allows.
 // On an error it leaves no node behind.
 func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry, error) {
-	parent := d.parentPath(l.Key)
+	parent, head := d.parentPath(l.Key), nodePrefix
+	if l.Mode != backend.Exclusive {
+		parent, head = d.sharedParent(l), sharedHead(l)
+	}
 	hash := tokenHash(l.Token)
 	data := []byte(l.Owner)
 	type result struct {
@@ -29,7 +32,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	if !d.spawn(func() {
 		defer close(finished)
 		defer cancel()
-		e, err := d.create(cctx, parent, hash, data, t)
+		e, err := d.create(cctx, parent, head, hash, data, t)
 		ch <- result{e, err}
 		select {
 		case <-taken:
@@ -61,7 +64,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	}
 }
 
-// create makes the queue node under parent. It tries the create first, as
+// create makes the queue node under parent, named head+hash+"-"+sequence. It tries the create first, as
 // the name's node usually exists; on "no node" it creates the name's node
 // (a container node, which the server deletes once it is empty) and tries
 // again. The node and the parent's data are written in one transaction,
@@ -70,8 +73,8 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 // is lost, the node is looked for by its token hash. On an error, it
 // leaves no node behind (cleaning up in the background when it cannot
 // tell whether the server made one).
-func (d *Driver) create(ctx context.Context, parent, hash string, data []byte, t *tries) (*entry, error) {
-	prefix := parent + "/" + nodePrefix + hash + "-"
+func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, t *tries) (*entry, error) {
+	prefix := parent + "/" + head + hash + "-"
 	bo := newBackoff()
 	uncertain := false
 	noNode := 0
@@ -126,7 +129,7 @@ func (d *Driver) create(ctx context.Context, parent, hash string, data []byte, t
 		}
 		if err == nil {
 			name := res[0].String[len(parent)+1:]
-			_, seq, ok := parseNode(name)
+			_, _, seq, ok := parseTagged(name)
 			// The parent's stat is read in the same transaction, after the
 			// create: a single child is ours, so it is first, with no
 			// listing of the queue.
@@ -182,7 +185,7 @@ func (d *Driver) create(ctx context.Context, parent, hash string, data []byte, t
 			// The server may have made the node before the connection
 			// dropped: look for it by its hash.
 			uncertain = true
-			if e, ferr := d.find(parent, hash); ferr == nil && e != nil {
+			if e, ferr := d.find(parent, head, hash); ferr == nil && e != nil {
 				d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
 				return e, nil
 			}
@@ -216,7 +219,7 @@ func (d *Driver) checkACLOn(ctx context.Context, path string, sid int64, bo *ret
 // find looks for the node of a token hash under parent, after a create
 // whose response was lost. Extra nodes of the same hash (a retried create
 // that the server made twice) are deleted.
-func (d *Driver) find(parent, hash string) (*entry, error) {
+func (d *Driver) find(parent, head, hash string) (*entry, error) {
 	_, _ = d.conn.Sync(parent) // catch up with the leader, which made the node if anyone did
 	names, _, err := d.conn.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -227,8 +230,8 @@ func (d *Driver) find(parent, hash string) (*entry, error) {
 	}
 	var best *entry
 	for _, n := range names {
-		h, seq, ok := parseNode(n)
-		if !ok || h != hash {
+		tag, h, seq, ok := parseTagged(n)
+		if !ok || h != hash || tag+"-" != head {
 			continue
 		}
 		e := &entry{parent: parent, name: n, seq: seq}

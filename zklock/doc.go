@@ -166,6 +166,24 @@
 // the locks at once), gives the server a second to answer, then cuts the
 // connection; no goroutine of the driver or of the zk client is left.
 //
+// # Semaphores and read-write locks
+//
+// The driver implements backend.Modal (locker.Semaphore, Read and Write),
+// as Curator's InterProcessSemaphoreV2 and InterProcessReadWriteLock do,
+// on the lock's queue code: a name's semaphore and read-write lock are
+// queues of their own, container nodes "sem~NAME" and "rw~NAME" beside the
+// lock's (no lock's escaped name holds a '~', so Inspect and List never
+// see them), of ephemeral sequential nodes tagged "p<limit>", "r" or "w".
+// A permit holds while its node is among the first limit nodes, a reader
+// while no writer's node is ahead of it, a writer while it is first:
+// waiters are served in arrival order (FIFO), so a writer waits only for
+// the readers ahead of it. The fence is the node's creation zxid, as for a
+// lock. A permit asked with another limit than the queue's first node's
+// fails with ErrLimitMismatch and deletes its node. A waiting writer
+// watches the node ahead of it, a reader the nearest writer ahead of it,
+// and a semaphore's waiter the queue's children (any node ahead that goes
+// may free a permit: a release wakes every waiter of that semaphore).
+//
 // # Inspecting and breaking locks
 //
 // The driver implements backend.Inspector, backend.Lister and

@@ -263,6 +263,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Gra
 		return backend.Grant{}, err
 	}
 	defer done()
+	if l.Mode != backend.Exclusive {
+		return d.tryShared(ctx, l)
+	}
 	e, err := d.enqueue(ctx, l, &tries{max: 3})
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)

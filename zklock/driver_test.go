@@ -394,50 +394,62 @@ func TestLostCreateResponseFound(t *testing.T) {
 	}), WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, fresh := range []bool{true, false} {
-		key := uniqueKey(t)
-		if !fresh {
-			l := lockFor(t, key)
-			if _, err := d.TryAcquire(ctx, l); err != nil {
-				t.Fatal(err)
+	// A lock's node, a permit's and a reader's: the same code makes them.
+	kinds := []func(key string) backend.Claim{
+		func(key string) backend.Claim { return lockFor(t, key) },
+		func(key string) backend.Claim { return sharedClaim(t, key, backend.Permit, 2) },
+		func(key string) backend.Claim { return sharedClaim(t, key, backend.Read, 0) },
+	}
+	for _, claim := range kinds {
+		for _, fresh := range []bool{true, false} {
+			key := uniqueKey(t)
+			if !fresh {
+				l := claim(key)
+				if _, err := d.TryAcquire(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Release(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A fresh name's first multi finds no name's node (the driver
+			// then makes it): lose the answer to the second, which makes
+			// the queue node.
+			armed.Store(1)
+			if fresh {
+				armed.Store(2)
+			}
+			l := claim(key)
+			g, err := d.Acquire(ctx, l)
+			if err != nil {
+				t.Fatalf("Acquire %v with a lost create response (fresh name %v): %v", l.Mode, fresh, err)
+			}
+			if armed.Load() != 0 {
+				t.Fatal("fewer multi-ops were sent than expected")
+			}
+			n := entries(t, d, key)
+			if l.Mode != backend.Exclusive {
+				n = sharedEntries(t, d, l)
+			}
+			if n != 1 {
+				t.Fatalf("%d nodes after a lost create response (%v), want 1", n, l.Mode)
+			}
+			_, path, _ := holderSession(d.conn, d, key)
+			_, st, err := d.conn.Exists(path)
+			if err != nil || uint64(st.Czxid) != g.Fence {
+				t.Fatalf("fence %d, node %+v, %v", g.Fence, st, err)
 			}
 			if err := d.Release(ctx, l); err != nil {
 				t.Fatal(err)
 			}
 		}
-		// A fresh name's first multi finds no name's node (the driver
-		// then makes it): lose the answer to the second, which makes the
-		// queue node.
-		armed.Store(1)
-		if fresh {
-			armed.Store(2)
-		}
-		l := lockFor(t, key)
-		g, err := d.Acquire(ctx, l)
-		if err != nil {
-			t.Fatalf("Acquire with a lost create response (fresh name %v): %v", fresh, err)
-		}
-		if armed.Load() != 0 {
-			t.Fatal("fewer multi-ops were sent than expected")
-		}
-		if n := entries(t, d, key); n != 1 {
-			t.Fatalf("%d nodes after a lost create response, want 1", n)
-		}
-		_, path, _ := holderSession(d.conn, d, key)
-		_, st, err := d.conn.Exists(path)
-		if err != nil || uint64(st.Czxid) != g.Fence {
-			t.Fatalf("fence %d, node %+v, %v", g.Fence, st, err)
-		}
-		if err := d.Release(ctx, l); err != nil {
-			t.Fatal(err)
-		}
 	}
-	if hits.Load() != 2 {
-		t.Fatalf("%d responses dropped, want 2", hits.Load())
+	if hits.Load() != 6 {
+		t.Fatalf("%d responses dropped, want 6", hits.Load())
 	}
-	// The server made both nodes, and the driver found them again.
-	if n := strings.Count(logs.String(), "found the node of a lost create response"); n != 2 {
-		t.Errorf("%d nodes found again, want 2", n)
+	// The server made every node, and the driver found them again.
+	if n := strings.Count(logs.String(), "found the node of a lost create response"); n != 6 {
+		t.Errorf("%d nodes found again, want 6", n)
 	}
 }
 

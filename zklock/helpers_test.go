@@ -139,33 +139,51 @@ func uniqueKey(t testing.TB) string {
 // holderSession returns the session that owns the first node of key's
 // queue, and the node's path.
 func holderSession(conn *zk.Conn, d *Driver, key string) (int64, string, error) {
-	parent := d.parentPath(key)
-	// This connection's server may lag behind the one the holder used:
-	// catch up with the leader first.
-	if _, err := conn.Sync(parent); err != nil {
-		return 0, "", err
-	}
-	names, _, err := conn.Children(parent)
-	if err != nil {
-		return 0, "", err
-	}
-	best, bestSeq := "", int64(-1)
-	for _, n := range names {
-		if _, seq, ok := parseNode(n); ok && (bestSeq < 0 || seq < bestSeq) {
-			best, bestSeq = n, seq
+	// The lock's holder, else the semaphore's first, else the read-write
+	// lock's.
+	for _, parent := range objectParents(d, key) {
+		// This connection's server may lag behind the one the holder
+		// used: catch up with the leader first.
+		if _, err := conn.Sync(parent); errors.Is(err, zk.ErrNoNode) {
+			continue
+		} else if err != nil {
+			return 0, "", err
 		}
+		names, _, err := conn.Children(parent)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return 0, "", err
+		}
+		best, bestSeq := "", int64(-1)
+		for _, n := range names {
+			if _, _, seq, ok := parseTagged(n); ok && (bestSeq < 0 || seq < bestSeq) {
+				best, bestSeq = n, seq
+			}
+		}
+		if best == "" {
+			continue
+		}
+		ok, st, err := conn.Exists(parent + "/" + best)
+		if err != nil {
+			return 0, "", err
+		}
+		if !ok {
+			return 0, "", fmt.Errorf("holder node of %q went away", key)
+		}
+		return st.EphemeralOwner, parent + "/" + best, nil
 	}
-	if best == "" {
-		return 0, "", fmt.Errorf("no holder of %q", key)
+	return 0, "", fmt.Errorf("no holder of %q", key)
+}
+
+// objectParents are the nodes of key's lock, semaphore and read-write lock.
+func objectParents(d *Driver, key string) []string {
+	return []string{
+		d.parentPath(key),
+		d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit}),
+		d.sharedParent(backend.Claim{Key: key, Mode: backend.Read}),
 	}
-	ok, st, err := conn.Exists(parent + "/" + best)
-	if err != nil {
-		return 0, "", err
-	}
-	if !ok {
-		return 0, "", fmt.Errorf("holder node of %q went away", key)
-	}
-	return st.EphemeralOwner, parent + "/" + best, nil
 }
 
 // expireSession ends a session on the server, as its expiry would: it

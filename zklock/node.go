@@ -65,13 +65,30 @@ type held struct {
 }
 
 func hashOf(name string) string {
-	h, _, _ := parseNode(name)
+	_, h, _, _ := parseTagged(name)
 	return h
+}
+
+// parseTagged is parseNode for a node of any object: "<tag>-<hash>-<seq>",
+// where the tag is "lk" for a lock's (see shared.go for the others).
+func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
+	i := strings.IndexByte(name, '-')
+	if i < 1 || len(name) <= i+hashLen+2 || name[i+hashLen+1] != '-' {
+		return "", "", 0, false
+	}
+	seq, err := strconv.ParseInt(name[i+hashLen+2:], 10, 64)
+	if err != nil {
+		return "", "", 0, false
+	}
+	return name[:i], name[i+1 : i+hashLen+1], seq, true
 }
 
 // lookup finds the node of l.Token by listing l.Key's queue: its path and
 // whether it is first.
 func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path string, first bool, err error) {
+	if l.Mode != backend.Exclusive {
+		return d.lookupShared(ctx, l)
+	}
 	parent := d.parentPath(l.Key)
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {

@@ -27,6 +27,9 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		return backend.Grant{}, err
 	}
 	defer done()
+	if l.Mode != backend.Exclusive {
+		return d.acquireShared(ctx, l)
+	}
 	t := &tries{budget: retry.Budget}
 	for {
 		e, err := d.enqueue(ctx, l, t)

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/go-zookeeper/zk"
@@ -24,7 +25,13 @@ import (
 // watchHeld watches the node of a lock just granted, in the background.
 func (d *Driver) watchHeld(path string, session int64) {
 	d.spawn(func() {
-		ok, st, ch, err := d.conn.ExistsW(path)
+		// GetW, not ExistsW: a node released meanwhile must not leave a
+		// watch that never fires (a sequence number is never reused).
+		_, st, ch, err := d.conn.GetW(path)
+		ok := !errors.Is(err, zk.ErrNoNode)
+		if !ok {
+			err = nil
+		}
 		switch {
 		case err != nil:
 			// The connection is in trouble: the session's monitor

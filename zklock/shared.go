@@ -1,0 +1,328 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+// A semaphore and a read-write lock are queues like a lock's (the same
+// nodes, made and deleted by the same code), under nodes of their own
+// beside the lock's: "sem~" or "rw~" and the escaped key, which no lock's
+// name can be ('~' is always escaped), so List and Inspect never see them.
+// A node's tag says what it asks for: "p<limit>" a permit of a semaphore
+// of that limit, "r" a reader, "w" a writer. Whether a node holds follows
+// from the nodes ahead of it (semaphore.go, rwlock.go).
+
+var _ backend.Modal = (*Driver)(nil)
+
+// Modes implements backend.Modal: semaphores and read-write locks.
+func (d *Driver) Modes() backend.ModeSet {
+	return backend.Modes(backend.Permit, backend.Read, backend.Write)
+}
+
+// sharedParent is the node of l's semaphore or read-write lock.
+func (d *Driver) sharedParent(l backend.Claim) string {
+	if l.Mode == backend.Permit {
+		return d.root + "/sem~" + backend.EscapeKey(l.Key)
+	}
+	return d.root + "/rw~" + backend.EscapeKey(l.Key)
+}
+
+// sharedHead is the start of l's node names: its tag and a dash.
+func sharedHead(l backend.Claim) string {
+	switch l.Mode {
+	case backend.Permit:
+		return permitTag(l.Limit) + "-"
+	case backend.Read:
+		return "r-"
+	}
+	return "w-"
+}
+
+// checkShared refuses a claim no node could express, before any request.
+func checkShared(l backend.Claim) error {
+	switch l.Mode {
+	case backend.Permit:
+		if l.Limit < 1 || l.Limit > backend.MaxLimit {
+			return fmt.Errorf("%w: %d", backend.ErrInvalidLimit, l.Limit)
+		}
+	case backend.Read, backend.Write:
+	default:
+		return fmt.Errorf("mode %v: %w", l.Mode, backend.ErrUnsupported)
+	}
+	return nil
+}
+
+// snode is one node of a shared queue, parsed.
+type snode struct {
+	name string
+	tag  string
+	seq  int64
+}
+
+// standing is where a node stands in its queue.
+type standing struct {
+	held     bool   // it holds its permit, or its side of the lock
+	mismatch error  // a permit asked with another limit than the holders'
+	block    string // a read-write lock's waiter: the node whose deletion may let it in
+}
+
+// judge lists e's queue and says where e stands in it (errGone when e is
+// not in it). With watch, the listing sets a watch on the queue's
+// children, returned (a semaphore's waiter wakes at any change: any
+// node ahead of it that goes may free its permit).
+func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch bool) (standing, <-chan zk.Event, error) {
+	type listing struct {
+		names []string
+		ch    <-chan zk.Event
+	}
+	r, err := call(ctx, d, func() (listing, error) {
+		if !watch {
+			names, _, err := d.conn.Children(e.parent)
+			return listing{names: names}, err
+		}
+		names, _, ch, err := d.conn.ChildrenW(e.parent)
+		// As in watch: a watch set on another session than e's would
+		// never hear of e's session's end.
+		if d.conn.SessionID() != e.session {
+			return listing{}, errGone
+		}
+		return listing{names, ch}, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return standing{}, nil, errGone
+	}
+	if err != nil {
+		return standing{}, nil, err
+	}
+	var ahead []snode // in no order
+	found := false
+	for _, n := range r.names {
+		tag, _, seq, ok := parseTagged(n)
+		switch {
+		case !ok:
+		case n == e.name:
+			found = true
+		case seq < e.seq:
+			ahead = append(ahead, snode{n, tag, seq})
+		}
+	}
+	if !found {
+		return standing{}, nil, errGone
+	}
+	if l.Mode == backend.Permit {
+		return permitStanding(ahead, l.Limit), r.ch, nil
+	}
+	return rwStanding(ahead, l.Mode), r.ch, nil
+}
+
+// tryShared is TryAcquire for a semaphore or a read-write lock: it queues
+// a node and deletes it again unless it holds at once.
+func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if err := checkShared(l); err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+	}
+	e, err := d.enqueue(ctx, l, &tries{max: 3})
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+	}
+	if !e.first { // alone in its queue, a node holds whatever it asked for
+		st, _, err := d.judge(ctx, e, l, false)
+		switch {
+		case err == nil && st.mismatch != nil:
+			err = st.mismatch
+		case err == nil && !st.held:
+			err = backend.ErrNotAcquired
+		case errors.Is(err, errGone):
+			err = d.goneErr(e)
+		}
+		if err != nil {
+			d.abandon(ctx, e)
+			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+		}
+	}
+	return d.grant(ctx, e, l, "try-acquire")
+}
+
+// acquireShared is Acquire for a semaphore or a read-write lock.
+func (d *Driver) acquireShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	if err := checkShared(l); err != nil {
+		return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
+	}
+	t := &tries{budget: retry.Budget}
+	for {
+		e, err := d.enqueue(ctx, l, t)
+		if err != nil {
+			return backend.Grant{}, fmt.Errorf("zklock: %w", err)
+		}
+		if err = d.awaitShared(ctx, e, l, t); err == nil {
+			err = d.confirm(ctx, e, t)
+		}
+		if err != nil {
+			err = fmt.Errorf("zklock: %w", err)
+		} else {
+			var g backend.Grant
+			if g, err = d.grant(ctx, e, l, "acquire"); err == nil {
+				return g, nil
+			}
+		}
+		if !errors.Is(err, ErrSessionExpired) || t.fail(time.Now()) {
+			return backend.Grant{}, err
+		}
+		d.log.Debug("zklock: the session expired while waiting; queueing again", "key", l.Key, "mode", l.Mode)
+	}
+}
+
+// awaitShared waits until e holds, as await does for a lock: a
+// semaphore's waiter watches its queue's children, a reader the nearest
+// writer ahead of it, a writer the node just ahead of it. On an error, e
+// is abandoned.
+func (d *Driver) awaitShared(ctx context.Context, e *entry, l backend.Claim, t *tries) error {
+	bo := newBackoff()
+	var probe *time.Ticker
+	defer func() {
+		if probe != nil {
+			probe.Stop()
+		}
+	}()
+	for !e.first {
+		sent := time.Now()
+		if !d.settled(ctx) {
+			switch {
+			case ctx.Err() != nil:
+				d.abandon(ctx, e)
+				return d.ended(ctx)
+			case t.fail(sent):
+				d.abandonQuick(e)
+				return errNoSession
+			case !pause(ctx, bo):
+				d.abandon(ctx, e)
+				return d.ended(ctx)
+			}
+			continue
+		}
+		st, ch, err := d.judge(ctx, e, l, l.Mode == backend.Permit)
+		switch {
+		case err == nil && st.mismatch != nil:
+			d.abandon(ctx, e)
+			return st.mismatch
+		case err == nil && st.held:
+			e.first = true // holds: no need to be first
+			continue
+		case err == nil && ch == nil:
+			if d.testHookWatch != nil {
+				d.testHookWatch()
+			}
+			if ch, err = d.watch(ctx, e, st.block); err == nil && ch == nil {
+				continue // gone meanwhile: look again
+			}
+		}
+		if err == nil {
+			t.ok()
+			bo.Reset()
+			if probe == nil {
+				probe = time.NewTicker(probePeriod)
+			}
+			var ev zk.Event
+		wait:
+			for {
+				select {
+				case ev = <-ch:
+					break wait
+				case now := <-probe.C:
+					if s := d.conn.State(); s == zk.StateHasSession {
+						t.ok()
+					} else if t.fail(now) {
+						d.abandonQuick(e)
+						return fmt.Errorf("%w: no session with ZooKeeper for %v (state %v)", zk.ErrNoServer, t.budget, s)
+					}
+				case <-ctx.Done():
+					d.abandon(ctx, e)
+					return d.ended(ctx)
+				}
+			}
+			switch {
+			case ev.Type != zk.EventNotWatching:
+				continue
+			case errors.Is(ev.Err, zk.ErrSessionExpired):
+				d.abandon(ctx, e)
+				return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
+			default:
+				d.abandon(ctx, e)
+				return fmt.Errorf("%w (connection closed while waiting)", backend.ErrClosed)
+			}
+		}
+		switch {
+		case errors.Is(err, errGone):
+			d.abandon(ctx, e)
+			return d.goneErr(e)
+		case ctx.Err() != nil:
+			d.abandon(ctx, e)
+			return d.ended(ctx)
+		case transient(err):
+			if t.fail(sent) {
+				d.abandonQuick(e)
+				return err
+			}
+			if !pause(ctx, bo) {
+				d.abandon(ctx, e)
+				return d.ended(ctx)
+			}
+		default:
+			d.abandon(ctx, e)
+			return err
+		}
+	}
+	return nil
+}
+
+// lookupShared is lookup for a semaphore or a read-write lock: the path
+// of l.Token's node, and whether it holds.
+func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, bool, error) {
+	if err := checkShared(l); err != nil {
+		return "", false, err
+	}
+	parent := d.sharedParent(l)
+	names, err := d.children(ctx, parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	hash, head := tokenHash(l.Token), sharedHead(l)
+	e := &entry{parent: parent, seq: -1}
+	var all []snode
+	for _, n := range names {
+		tag, h, seq, ok := parseTagged(n)
+		if !ok {
+			continue
+		}
+		if h == hash && tag+"-" == head && (e.seq < 0 || seq < e.seq) {
+			e.name, e.seq = n, seq
+		}
+		all = append(all, snode{n, tag, seq})
+	}
+	if e.name == "" {
+		return "", false, nil
+	}
+	var ahead []snode
+	for _, n := range all {
+		if n.seq < e.seq {
+			ahead = append(ahead, n)
+		}
+	}
+	var st standing
+	if l.Mode == backend.Permit {
+		st = permitStanding(ahead, l.Limit)
+	} else {
+		st = rwStanding(ahead, l.Mode)
+	}
+	return e.path(), st.held && st.mismatch == nil, nil
+}
