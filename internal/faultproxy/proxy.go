@@ -29,6 +29,7 @@ type Proxy struct {
 	changed chan struct{} // closed and replaced whenever st changes
 	links   map[*link]struct{}
 	closed  bool
+	cuts    int // Cuts so far, so that a connection being dialled learns of one
 	stats   Stats
 
 	wg sync.WaitGroup // every goroutine the proxy started
@@ -126,6 +127,7 @@ func (p *Proxy) Cut() {
 		ls = append(ls, l)
 	}
 	p.stats.Cut += len(ls)
+	p.cuts++
 	p.mu.Unlock()
 	for _, l := range ls {
 		l.reset()
@@ -203,13 +205,16 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.wg.Add(1)
+		gen := p.cuts
 		p.mu.Unlock()
-		go p.connect(c)
+		go p.connect(c, gen)
 	}
 }
 
 // connect dials the target for an accepted client and starts forwarding.
-func (p *Proxy) connect(client net.Conn) {
+// A connection accepted before a Cut or a Refuse that came while it was
+// being dialled goes too: otherwise it would survive them.
+func (p *Proxy) connect(client net.Conn, gen int) {
 	defer p.wg.Done()
 	server, err := net.DialTimeout("tcp", p.target, dialTimeout)
 	if err != nil {
@@ -221,7 +226,8 @@ func (p *Proxy) connect(client net.Conn) {
 	}
 	l := &link{p: p, client: client, server: server, done: make(chan struct{})}
 	p.mu.Lock()
-	if p.closed {
+	if p.closed || p.st.refuse || p.cuts != gen {
+		p.stats.Refused++
 		p.mu.Unlock()
 		resetConn(client)
 		resetConn(server)
