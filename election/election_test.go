@@ -123,6 +123,7 @@ type term struct {
 	cand       int
 	number     uint64
 	tm         *election.Term
+	cause      error // why its Context ended
 	start, end time.Time
 }
 
@@ -228,7 +229,7 @@ func failover(t *testing.T, tg target) {
 			<-tm.Context().Done()
 			end := time.Now()
 			mu.Lock()
-			terms[k].end = end
+			terms[k].end, terms[k].cause = end, context.Cause(tm.Context())
 			mu.Unlock()
 			ended <- i
 		}()
@@ -335,6 +336,17 @@ func failover(t *testing.T, tg target) {
 			t.Logf("terms %d→%d: overlap %v", a.number, b.number, over.Round(time.Microsecond))
 		}
 	}
+	// Why each term ended: Close, the lost lock (or, without a connection
+	// to cut, Close again), Resign.
+	wantCause := []error{locker.ErrClosed, locker.ErrLost, election.ErrResigned}
+	if len(proxies[0]) == 0 {
+		wantCause[1] = locker.ErrClosed
+	}
+	for i, tm := range terms {
+		if !errors.Is(tm.cause, wantCause[i]) {
+			t.Errorf("term %d ended with %v, want %v", tm.number, tm.cause, wantCause[i])
+		}
+	}
 	// The observer saw every term, in increasing order.
 	var got []uint64
 	for _, l := range seen {
@@ -361,4 +373,179 @@ func equal(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+// TestResign: a resignation hands over at once; the longest value every
+// backend keeps whole reads back whole; a candidate that resigned can
+// campaign again.
+func TestResign(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			testenv.Require(t, tg.addrs...)
+			ns := "el-" + testutil.RandHex(4)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ca, _ := open(t, tg, ns, false)
+			cb, _ := open(t, tg, ns, false)
+			long := strings.Repeat("é", election.MaxValueLen/2) // 64 bytes
+			a, err := election.New(ca, "leader", election.Value(long), election.TTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := election.New(cb, "leader", election.Value("b"), election.TTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ta, err := a.Campaign(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l, err := b.Leader(ctx); err != nil || l != (election.Leader{Held: true, Value: long, Term: ta.Number()}) {
+				t.Errorf("Leader = %+v, %v; want %q in term %d", l, err, long, ta.Number())
+			}
+
+			got := make(chan *election.Term, 1)
+			go func() {
+				tb, err := b.Campaign(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- tb
+			}()
+			// b waits in the store (or polls) before a resigns.
+			time.Sleep(100 * time.Millisecond)
+			resigned := time.Now()
+			if err := ta.Resign(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if ta.Context().Err() == nil {
+				t.Error("a resigned term's Context is not done")
+			}
+			var tb *election.Term
+			select {
+			case tb = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no new leader 10 s after a resignation")
+			}
+			if tb == nil {
+				return
+			}
+			took := time.Since(resigned)
+			t.Logf("handover after %v", took.Round(time.Millisecond))
+			// A release wakes the next one: a notification, a native queue
+			// or polling at 250 ms; memcached's and etcd's granularity does
+			// not come into it.
+			if bound := 500 * time.Millisecond; took > bound {
+				t.Errorf("handover after %v, want at most %v", took, bound)
+			}
+			if tb.Number() <= ta.Number() {
+				t.Errorf("term %d after term %d", tb.Number(), ta.Number())
+			}
+			// a campaigns again: it waits for b.
+			wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer wcancel()
+			if _, err := a.Campaign(wctx); !errors.Is(err, locker.ErrNotAcquired) {
+				t.Errorf("Campaign while b leads = %v, want ErrNotAcquired", err)
+			}
+			if err := tb.Resign(ctx); err != nil {
+				t.Error(err)
+			}
+			if err := tb.Resign(ctx); err != nil {
+				t.Errorf("second Resign = %v, want nil", err)
+			}
+		})
+	}
+}
+
+// TestInput: bad input is a typed error from New, before any call.
+func TestInput(t *testing.T) {
+	c, err := locker.Open(context.Background(), "mem://election-input-"+testutil.RandHex(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct {
+		name string
+		opts []election.Option
+		want error
+	}{
+		{"too long", []election.Option{election.Value(strings.Repeat("x", election.MaxValueLen+1))}, election.ErrInvalidValue},
+		{"empty", []election.Option{election.Value("")}, election.ErrInvalidValue},
+		{"not UTF-8", []election.Option{election.Value("a\xffb")}, election.ErrInvalidValue},
+		{"NUL", []election.Option{election.Value("a\x00b")}, election.ErrInvalidValue},
+		{"TTL", []election.Option{election.TTL(-time.Second)}, locker.ErrInvalidTTL},
+		{"poll", []election.Option{election.PollEvery(-time.Second)}, locker.ErrUnsupported},
+	} {
+		if _, err := election.New(c, "leader", tc.opts...); !errors.Is(err, tc.want) {
+			t.Errorf("%s: New = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := election.New(c, "", election.Value("v")); !errors.Is(err, locker.ErrInvalidName) {
+		t.Errorf("empty name: New = %v, want ErrInvalidName", err)
+	}
+	if _, err := election.New(nil, "leader"); err == nil {
+		t.Error("nil Client: New = nil error")
+	}
+	e, err := election.New(c, "leader", election.Value(strings.Repeat("x", election.MaxValueLen)))
+	if err != nil || e.Value() != strings.Repeat("x", election.MaxValueLen) {
+		t.Errorf("New with a %d-byte value = %v", election.MaxValueLen, err)
+	}
+	if d, err := election.New(c, "leader"); err != nil || len(d.Value()) != 16 {
+		t.Errorf("default value %q, %v; want 16 hex digits", d.Value(), err)
+	}
+}
+
+// TestCampaigning: two candidates with one value on one Client would both
+// lead through the Client's reentrancy: the second is refused while the
+// first campaigns or leads, and welcome after.
+func TestCampaigning(t *testing.T) {
+	c, err := locker.Open(context.Background(), "mem://election-dup-"+testutil.RandHex(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	a, _ := election.New(c, "leader", election.Value("v"))
+	b, _ := election.New(c, "leader", election.Value("v"))
+	ta, err := a.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Campaign(ctx); !errors.Is(err, election.ErrCampaigning) {
+		t.Fatalf("second Campaign = %v, want ErrCampaigning", err)
+	}
+	if _, err := a.Campaign(ctx); !errors.Is(err, election.ErrCampaigning) {
+		t.Fatalf("Campaign while leading = %v, want ErrCampaigning", err)
+	}
+	if err := ta.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := b.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Number() <= ta.Number() {
+		t.Errorf("term %d after %d", tb.Number(), ta.Number())
+	}
+	// A campaign that gives up is forgotten too.
+	other, _ := election.New(c, "leader", election.Value("w"))
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := other.Campaign(wctx); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("Campaign while held = %v, want ErrNotAcquired", err)
+	}
+	// Close ends the term: its Context is done, with ErrClosed as cause.
+	c.Close()
+	select {
+	case <-tb.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the term's Context outlived Close by 5 s")
+	}
+	if cause := context.Cause(tb.Context()); !errors.Is(cause, locker.ErrClosed) {
+		t.Errorf("cause %v, want ErrClosed", cause)
+	}
+	if _, err := other.Campaign(ctx); !errors.Is(err, locker.ErrClosed) {
+		t.Errorf("Campaign after Close = %v, want ErrClosed", err)
+	}
 }
