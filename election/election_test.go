@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ const ttl = 2 * time.Second
 type target struct {
 	name  string
 	addrs []string
-	gran  time.Duration // the store's TTL granularity
+	gran  time.Duration // how late past the TTL the store may free a lock
 	url   func(t *testing.T, addrs []string) string
 }
 
@@ -66,7 +67,9 @@ func targets() []target {
 			return "zk://" + strings.Join(a, ",") + "/locker-election?session_timeout=2s"
 		}},
 		{name: "postgres", addrs: []string{testenv.PostgresAddr()}, url: pg},
-		{name: "memcache", addrs: []string{testenv.MemcacheAddr()}, gran: time.Second, url: func(_ *testing.T, a []string) string {
+		// memcached frees an abandoned lock 1 to 2 s after its TTL (see
+		// memcachelock's TTLs).
+		{name: "memcache", addrs: []string{testenv.MemcacheAddr()}, gran: 2 * time.Second, url: func(_ *testing.T, a []string) string {
 			return "memcache://" + a[0]
 		}},
 	}
@@ -547,5 +550,51 @@ func TestCampaigning(t *testing.T) {
 	}
 	if _, err := other.Campaign(ctx); !errors.Is(err, locker.ErrClosed) {
 		t.Errorf("Campaign after Close = %v, want ErrClosed", err)
+	}
+}
+
+// TestNoGoroutineLeft: Observe's goroutine ends with its context, and a
+// term's with its resignation.
+func TestNoGoroutineLeft(t *testing.T) {
+	c, err := locker.Open(context.Background(), "mem://election-leak-"+testutil.RandHex(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e, err := election.New(c, "leader", election.PollEvery(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	feed, err := e.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := <-feed; l.Held {
+		t.Errorf("first state %+v, want free", l)
+	}
+	tm, err := e.Campaign(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := <-feed; !l.Held || l.Term != tm.Number() {
+		t.Errorf("state %+v, want term %d", l, tm.Number())
+	}
+	if err := tm.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for open := true; open; {
+		select {
+		case _, open = <-feed:
+		case <-time.After(2 * time.Second):
+			t.Fatal("Observe's channel open 2 s after its context ended")
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Second); runtime.NumGoroutine() > base; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before Observe and Campaign", runtime.NumGoroutine(), base)
+		}
 	}
 }
