@@ -28,6 +28,6 @@
 // store's granularity (1 s on etcd, ZooKeeper and memcached) and the wait.
 //
 // The value a candidate advertises is stored as the lock's owner, and the
-// smallest store keeps 64 bytes of it (filelock): [Value] rejects longer
-// values with [ErrInvalidValue] before any call.
+// smallest store keeps 64 bytes of it (filelock; memcachelock keeps 200):
+// [New] rejects a longer [Value] with [ErrInvalidValue], before any call.
 package election

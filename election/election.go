@@ -22,8 +22,9 @@ var (
 	// MaxValueLen bytes, not valid UTF-8 or contains NUL.
 	ErrInvalidValue = errors.New("election: invalid value")
 	// ErrCampaigning: a candidate with the same name and value campaigns
-	// or leads through the same Client already. The Client's owner
-	// reentrancy would make both leaders, so the second is refused.
+	// or leads through the same Client already (a lost term counts until
+	// its release returns, at most 5 s). The Client's owner reentrancy
+	// would make both leaders, so the second is refused.
 	ErrCampaigning = errors.New("election: already campaigning")
 	// ErrResigned is the cause of a Term's Context after Resign.
 	ErrResigned = errors.New("election: resigned")
@@ -54,7 +55,7 @@ func Value(v string) Option { return func(c *config) { c.value, c.valueOK = v, t
 func TTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
 // PollEvery sets how often Observe reads the lock: by default DefaultPoll,
-// or TTL/4 when that is smaller.
+// or TTL/4 when the TTL option makes that smaller.
 func PollEvery(d time.Duration) Option { return func(c *config) { c.poll = d } }
 
 // Election is one candidate of the election called name. It is safe for
