@@ -25,7 +25,8 @@
 // at most 250 ms by default). A leader that dies or is cut off is replaced
 // once the store frees its lock: within the TTL after its last confirmed
 // refresh (on etcd and ZooKeeper the lease or session timeout), plus the
-// store's granularity (1 s on etcd, ZooKeeper and memcached) and the wait.
+// store's lateness (up to 1 s on etcd and ZooKeeper; 1 to 2 s on
+// memcached, whose clock counts whole seconds) and the wait.
 //
 // The value a candidate advertises is stored as the lock's owner, and the
 // smallest store keeps 64 bytes of it (filelock; memcachelock keeps 200):
