@@ -524,18 +524,8 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	if d.schemaOK.Load() {
 		return nil
 	}
-	var exists bool
-	if err := d.pool.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil {
-		return d.wrap("schema", err)
-	}
-	if !exists && !d.cfg.create {
-		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
-	}
-	if !exists {
-		err := d.retry(ctx, func() error { return d.create(ctx) })
-		if err != nil && !createRace(err) {
-			return fmt.Errorf("pglock: create table %s: %w", d.sql.table, err)
-		}
+	if err := d.createIfMissing(ctx, d.sql.table, "schema.sql", d.create); err != nil {
+		return err
 	}
 	var fenced bool
 	if err := d.pool.QueryRow(ctx, d.sql.fenced, d.sql.table).Scan(&fenced); err != nil {
@@ -627,4 +617,25 @@ func (d *Driver) create(ctx context.Context) error {
 		_, err := tx.Exec(ctx, d.sql.createTable)
 		return err
 	})
+}
+
+// createIfMissing creates table with create unless it exists; with
+// create_table=false a missing table is an error that names file, the
+// SQL to run. The errors of a concurrent CREATE ... IF NOT EXISTS count
+// as success.
+func (d *Driver) createIfMissing(ctx context.Context, table, file string, create func(context.Context) error) error {
+	var exists bool
+	if err := d.pool.QueryRow(ctx, d.sql.exists, table).Scan(&exists); err != nil {
+		return d.wrap("schema", err)
+	}
+	switch {
+	case exists:
+		return nil
+	case !d.cfg.create:
+		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run %s", table, file)
+	}
+	if err := d.retry(ctx, func() error { return create(ctx) }); err != nil && !createRace(err) {
+		return fmt.Errorf("pglock: create table %s: %w", table, permission(err))
+	}
+	return nil
 }

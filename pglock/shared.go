@@ -253,26 +253,17 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	if d.sharedOK.Load() {
 		return nil
 	}
-	var exists bool
-	if err := d.pool.QueryRow(ctx, d.sql.exists, d.shared.table).Scan(&exists); err != nil {
-		return d.wrap("schema", err)
-	}
-	if !exists && !d.cfg.create {
-		return fmt.Errorf("pglock: table %s of semaphores and read-write locks does not exist, and automatic creation is off (create_table=false): run shared.sql", d.shared.table)
-	}
-	if !exists {
-		err := d.retry(ctx, func() error {
-			return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, d.shared.create)
+	err := d.createIfMissing(ctx, d.shared.table, "shared.sql", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
 				return err
-			})
+			}
+			_, err := tx.Exec(ctx, d.shared.create)
+			return err
 		})
-		if err != nil && !createRace(err) {
-			return fmt.Errorf("pglock: create table %s: %w", d.shared.table, permission(err))
-		}
+	})
+	if err != nil {
+		return err
 	}
 	d.sharedOK.Store(true)
 	return nil
