@@ -196,8 +196,8 @@ func (s *suite) rwWakes(t *testing.T) {
 	c1, c2 := s.client(t), s.client(t)
 	needMode(t, c1, backend.Write)
 	name := s.name(t, "x")
-	s.wakes(t, ctx, c2, name, locker.Write(), mustAcquire(t, ctx, c1, name, locker.Read()))
-	s.wakes(t, ctx, c2, name, locker.Read(), mustAcquire(t, ctx, c1, name, locker.Write()))
+	s.wakes(t, ctx, c2, name, mustAcquire(t, ctx, c1, name, locker.Read()), locker.Write())
+	s.wakes(t, ctx, c2, name, mustAcquire(t, ctx, c1, name, locker.Write()), locker.Read())
 }
 
 func (s *suite) rwForged(t *testing.T) {

@@ -217,19 +217,19 @@ func (s *suite) semWaiterWakes(t *testing.T) {
 	sem := locker.Semaphore(2)
 	a := mustAcquire(t, ctx, c1, name, sem)
 	b := mustAcquire(t, ctx, c1, name, sem)
-	s.wakes(t, ctx, c2, name, sem, a)
+	s.wakes(t, ctx, c2, name, a, sem)
 	mustRelease(t, ctx, b)
 }
 
 // wakes checks that c's Acquire of name waits while l is held, and gets it
 // soon after l's release.
-func (s *suite) wakes(t *testing.T, ctx context.Context, c *locker.Client, name string, opt locker.LockOption, l *locker.Lock) {
+func (s *suite) wakes(t *testing.T, ctx context.Context, c *locker.Client, name string, l *locker.Lock, opts ...locker.LockOption) {
 	t.Helper()
 	got := make(chan error, 1)
 	var waiter *locker.Lock
 	go func() {
 		var err error
-		waiter, err = c.Acquire(ctx, name, opt)
+		waiter, err = c.Acquire(ctx, name, opts...)
 		got <- err
 	}()
 	select {

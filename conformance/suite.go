@@ -320,31 +320,7 @@ func (s *suite) waiterWakes(t *testing.T) {
 	ctx := s.ctx(t)
 	c1, c2 := s.client(t), s.client(t)
 	name := s.name(t, "x")
-	l := mustAcquire(t, ctx, c1, name)
-	got := make(chan error, 1)
-	var waiter *locker.Lock
-	go func() {
-		var err error
-		waiter, err = c2.Acquire(ctx, name)
-		got <- err
-	}()
-	select {
-	case err := <-got:
-		t.Fatalf("Acquire returned while the lock was held: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	released := time.Now()
-	mustRelease(t, ctx, l)
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
-		}
-		t.Logf("waiter acquired %v after the release", time.Since(released))
-		mustRelease(t, ctx, waiter)
-	case <-time.After(s.slack() + time.Second):
-		t.Fatalf("waiter not woken within %v of the release", s.slack()+time.Second)
-	}
+	s.wakes(t, ctx, c2, name, mustAcquire(t, ctx, c1, name))
 }
 
 // longWait: a waiter that waited longer than the TTL gets a lock that lives

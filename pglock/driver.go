@@ -222,42 +222,50 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		}
 	}
 	errs := make([]error, len(locks))
-	fail := func(err error) []error {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-		return errs
-	}
 	ctx, leave, err := d.enter(ctx, "refresh")
 	if err != nil {
-		return fail(err)
+		return failRest(errs, err)
 	}
 	defer leave()
 	if err := d.ensureSchema(ctx); err != nil {
-		return fail(err)
+		return failRest(errs, err)
 	}
-	n := len(locks)
-	keys, tokens, owners := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-	fences, ttls := make([]int64, 0, n), make([]int64, 0, n)
-	pos := make([]int, 0, n) // index in locks of each array element
+	var b refreshBatch
 	for i, l := range locks {
 		us, err := micros(l.TTL)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		keys, tokens, owners = append(keys, l.Key), append(tokens, l.Token), append(owners, l.Owner)
-		fences, ttls = append(fences, int64(l.Fence)), append(ttls, us)
-		pos = append(pos, i)
+		b.add(i, l, us)
 	}
+	return d.refreshRows(ctx, errs, b.pos, d.sql.refreshMany, b.keys, b.tokens, b.fences, b.ttls, b.owners)
+}
+
+// refreshBatch holds the arrays that a RefreshMany statement unnests, and
+// the index in the claims of each element.
+type refreshBatch struct {
+	keys, tokens, owners []string
+	fences, ttls         []int64
+	pos                  []int
+}
+
+func (b *refreshBatch) add(i int, c backend.Claim, ttlMicros int64) {
+	b.keys, b.tokens, b.owners = append(b.keys, c.Key), append(b.tokens, c.Token), append(b.owners, c.Owner)
+	b.fences, b.ttls = append(b.fences, int64(c.Fence)), append(b.ttls, ttlMicros)
+	b.pos = append(b.pos, i)
+}
+
+// refreshRows runs a RefreshMany statement, which returns the 1-based
+// array index of each claim it refreshed, and reports ErrNotHeld for the
+// others: errs[pos[j]] is the j-th element's.
+func (d *Driver) refreshRows(ctx context.Context, errs []error, pos []int, query string, args ...any) []error {
 	if len(pos) == 0 {
 		return errs
 	}
 	done := make([]bool, len(pos))
-	err = d.retry(ctx, func() error {
-		rows, err := d.pool.Query(ctx, d.sql.refreshMany, keys, tokens, fences, ttls, owners)
+	err := d.retry(ctx, func() error {
+		rows, err := d.pool.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}
@@ -274,11 +282,21 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		return rows.Err()
 	})
 	if err != nil {
-		return fail(d.wrap("refresh", err))
+		return failRest(errs, d.wrap("refresh", err))
 	}
 	for j, i := range pos {
 		if !done[j] {
 			errs[i] = fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+		}
+	}
+	return errs
+}
+
+// failRest sets err for every claim that has no error yet.
+func failRest(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
 		}
 	}
 	return errs
@@ -506,18 +524,8 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	if d.schemaOK.Load() {
 		return nil
 	}
-	var exists bool
-	if err := d.pool.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil {
-		return d.wrap("schema", err)
-	}
-	if !exists && !d.cfg.create {
-		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run schema.sql", d.sql.table)
-	}
-	if !exists {
-		err := d.retry(ctx, func() error { return d.create(ctx) })
-		if err != nil && !createRace(err) {
-			return fmt.Errorf("pglock: create table %s: %w", d.sql.table, err)
-		}
+	if err := d.createIfMissing(ctx, d.sql.table, "schema.sql", d.create); err != nil {
+		return err
 	}
 	var fenced bool
 	if err := d.pool.QueryRow(ctx, d.sql.fenced, d.sql.table).Scan(&fenced); err != nil {
@@ -609,4 +617,25 @@ func (d *Driver) create(ctx context.Context) error {
 		_, err := tx.Exec(ctx, d.sql.createTable)
 		return err
 	})
+}
+
+// createIfMissing creates table with create unless it exists; with
+// create_table=false a missing table is an error that names file, the
+// SQL to run. The errors of a concurrent CREATE ... IF NOT EXISTS count
+// as success.
+func (d *Driver) createIfMissing(ctx context.Context, table, file string, create func(context.Context) error) error {
+	var exists bool
+	if err := d.pool.QueryRow(ctx, d.sql.exists, table).Scan(&exists); err != nil {
+		return d.wrap("schema", err)
+	}
+	switch {
+	case exists:
+		return nil
+	case !d.cfg.create:
+		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run %s", table, file)
+	}
+	if err := d.retry(ctx, func() error { return create(ctx) }); err != nil && !createRace(err) {
+		return fmt.Errorf("pglock: create table %s: %w", table, permission(err))
+	}
+	return nil
 }

@@ -253,26 +253,17 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	if d.sharedOK.Load() {
 		return nil
 	}
-	var exists bool
-	if err := d.pool.QueryRow(ctx, d.sql.exists, d.shared.table).Scan(&exists); err != nil {
-		return d.wrap("schema", err)
-	}
-	if !exists && !d.cfg.create {
-		return fmt.Errorf("pglock: table %s of semaphores and read-write locks does not exist, and automatic creation is off (create_table=false): run shared.sql", d.shared.table)
-	}
-	if !exists {
-		err := d.retry(ctx, func() error {
-			return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, d.shared.create)
+	err := d.createIfMissing(ctx, d.shared.table, "shared.sql", func(ctx context.Context) error {
+		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
 				return err
-			})
+			}
+			_, err := tx.Exec(ctx, d.shared.create)
+			return err
 		})
-		if err != nil && !createRace(err) {
-			return fmt.Errorf("pglock: create table %s: %w", d.shared.table, permission(err))
-		}
+	})
+	if err != nil {
+		return err
 	}
 	d.sharedOK.Store(true)
 	return nil
@@ -378,72 +369,33 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 // UPDATE over arrays.
 func (d *Driver) refreshShared(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
-	fail := func(err error) []error {
-		for i := range errs {
-			if errs[i] == nil {
-				errs[i] = err
-			}
-		}
-		return errs
-	}
 	ctx, leave, err := d.enter(ctx, "refresh")
 	if err != nil {
-		return fail(err)
+		return failRest(errs, err)
 	}
 	defer leave()
-	n := len(claims)
-	keys, tokens, owners := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-	fences, ttls := make([]int64, 0, n), make([]int64, 0, n)
-	kinds, classes := make([]int16, 0, n), make([]int32, 0, n)
-	pos := make([]int, 0, n)
+	var b refreshBatch
+	kinds, classes := make([]int16, 0, len(claims)), make([]int32, 0, len(claims))
 	for i, c := range claims {
 		kind, _, class, err := d.sharedKinds(c)
+		var us int64
 		if err == nil {
-			var us int64
 			us, err = micros(c.TTL)
-			ttls = append(ttls, us)
 		}
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		keys, tokens, owners = append(keys, c.Key), append(tokens, c.Token), append(owners, c.Owner)
-		fences, kinds, classes = append(fences, int64(c.Fence)), append(kinds, kind), append(classes, class)
-		pos = append(pos, i)
+		b.add(i, c, us)
+		kinds, classes = append(kinds, kind), append(classes, class)
 	}
-	if len(pos) == 0 {
+	if len(b.pos) == 0 {
 		return errs
 	}
 	if err := d.ensureShared(ctx); err != nil {
-		return fail(err)
+		return failRest(errs, err)
 	}
-	done := make([]bool, len(pos))
-	err = d.retry(ctx, func() error {
-		rows, err := d.pool.Query(ctx, d.shared.refresh, keys, tokens, fences, ttls, owners, kinds, classes)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var i int64
-			if err := rows.Scan(&i); err != nil {
-				return err
-			}
-			if i >= 1 && int(i) <= len(done) {
-				done[i-1] = true
-			}
-		}
-		return rows.Err()
-	})
-	if err != nil {
-		return fail(d.wrap("refresh", err))
-	}
-	for j, i := range pos {
-		if !done[j] {
-			errs[i] = fmt.Errorf("pglock: %w", backend.ErrNotHeld)
-		}
-	}
-	return errs
+	return d.refreshRows(ctx, errs, b.pos, d.shared.refresh, b.keys, b.tokens, b.fences, b.ttls, b.owners, kinds, classes)
 }
 
 // refreshMixed is RefreshMany for a batch with claims of several modes:

@@ -166,36 +166,12 @@ func (d *Driver) await(ctx context.Context, e *entry, t *tries) error {
 				e.first = true
 				continue
 			}
-			switch {
-			case ev.Type != zk.EventNotWatching:
-				continue
-			case errors.Is(ev.Err, zk.ErrSessionExpired):
-				d.abandon(ctx, e)
-				return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
-			default:
-				d.abandon(ctx, e)
-				return fmt.Errorf("%w (connection closed while waiting)", backend.ErrClosed)
-			}
-		}
-		switch {
-		case errors.Is(err, errGone):
-			d.abandon(ctx, e)
-			return d.goneErr(e)
-		case ctx.Err() != nil:
-			d.abandon(ctx, e)
-			return d.ended(ctx)
-		case transient(err):
-			// A disconnect: our node lives as long as the session does.
-			if t.fail(sent) {
-				d.abandonQuick(e)
+			if err := d.watchEnded(ctx, e, ev); err != nil {
 				return err
 			}
-			if !pause(ctx, bo) {
-				d.abandon(ctx, e)
-				return d.ended(ctx)
-			}
-		default:
-			d.abandon(ctx, e)
+			continue
+		}
+		if err := d.waitFailed(ctx, e, err, t, sent, bo); err != nil {
 			return err
 		}
 	}
@@ -307,4 +283,44 @@ func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string,
 		return "", "", 0, errGone
 	}
 	return pred, pred2, ahead, nil
+}
+
+// watchEnded says why a wait ends after its watch delivered ev, or nil
+// when ev is a change to look at.
+func (d *Driver) watchEnded(ctx context.Context, e *entry, ev zk.Event) error {
+	if ev.Type != zk.EventNotWatching {
+		return nil
+	}
+	d.abandon(ctx, e)
+	if errors.Is(ev.Err, zk.ErrSessionExpired) {
+		return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
+	}
+	return fmt.Errorf("%w (connection closed while waiting)", backend.ErrClosed)
+}
+
+// waitFailed says why a wait ends after a failed call made at sent, or nil
+// to look again: a disconnect within the budget, after a pause, since our
+// node lives as long as the session does.
+func (d *Driver) waitFailed(ctx context.Context, e *entry, err error, t *tries, sent time.Time, bo *retry.Backoff) error {
+	switch {
+	case errors.Is(err, errGone):
+		d.abandon(ctx, e)
+		return d.goneErr(e)
+	case ctx.Err() != nil:
+		d.abandon(ctx, e)
+		return d.ended(ctx)
+	case transient(err):
+		if t.fail(sent) {
+			d.abandonQuick(e)
+			return err
+		}
+		if !pause(ctx, bo) {
+			d.abandon(ctx, e)
+			return d.ended(ctx)
+		}
+		return nil
+	default:
+		d.abandon(ctx, e)
+		return err
+	}
 }

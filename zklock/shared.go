@@ -247,35 +247,12 @@ func (d *Driver) awaitShared(ctx context.Context, e *entry, l backend.Claim, t *
 					return d.ended(ctx)
 				}
 			}
-			switch {
-			case ev.Type != zk.EventNotWatching:
-				continue
-			case errors.Is(ev.Err, zk.ErrSessionExpired):
-				d.abandon(ctx, e)
-				return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
-			default:
-				d.abandon(ctx, e)
-				return fmt.Errorf("%w (connection closed while waiting)", backend.ErrClosed)
-			}
-		}
-		switch {
-		case errors.Is(err, errGone):
-			d.abandon(ctx, e)
-			return d.goneErr(e)
-		case ctx.Err() != nil:
-			d.abandon(ctx, e)
-			return d.ended(ctx)
-		case transient(err):
-			if t.fail(sent) {
-				d.abandonQuick(e)
+			if err := d.watchEnded(ctx, e, ev); err != nil {
 				return err
 			}
-			if !pause(ctx, bo) {
-				d.abandon(ctx, e)
-				return d.ended(ctx)
-			}
-		default:
-			d.abandon(ctx, e)
+			continue
+		}
+		if err := d.waitFailed(ctx, e, err, t, sent, bo); err != nil {
 			return err
 		}
 	}
