@@ -320,6 +320,19 @@ func (e *Executor) batch(wait context.Context, key string, q *queue) error {
 	q.stop = nil // from now on, the tasks' contexts alone end them
 	e.mu.Unlock()
 
+	// One watch of the loss for the whole batch.
+	held, lose := context.WithCancelCause(context.Background())
+	defer lose(nil)
+	watched := make(chan struct{})
+	go func() {
+		select {
+		case <-l.Lost():
+			lose(l.Err())
+		case <-watched:
+		}
+	}()
+	defer close(watched)
+
 	var last *task
 	var lastErr error
 	start := time.Now()
@@ -332,7 +345,7 @@ func (e *Executor) batch(wait context.Context, key string, q *queue) error {
 			last.done <- lastErr
 		}
 		n++
-		last, lastErr = t, e.runTask(t, l)
+		last, lastErr = t, e.runTask(t, l, held)
 	}
 	// Release before the batch's last task reports, as Do does, so that
 	// its Submit returns with the lock free and hears of a failed release.
@@ -365,20 +378,12 @@ func (e *Executor) next(q *queue) *task {
 	return nil
 }
 
-// runTask runs t under l and returns its result.
-func (e *Executor) runTask(t *task, l *locker.Lock) (err error) {
+// runTask runs t under l; held ends with the loss as its cause.
+func (e *Executor) runTask(t *task, l *locker.Lock, held context.Context) (err error) {
 	e.tasks.Add(1)
 	ctx, cancel := context.WithCancelCause(context.WithValue(t.ctx, lockKey{}, l))
 	defer cancel(nil)
-	watch := make(chan struct{})
-	go func() {
-		select {
-		case <-l.Lost():
-			cancel(l.Err())
-		case <-watch:
-		}
-	}()
-	defer close(watch)
+	defer context.AfterFunc(held, func() { cancel(context.Cause(held)) })()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("keyed: task panicked: %v", p)
