@@ -455,3 +455,83 @@ func TestInputErrors(t *testing.T) {
 		tc.ex.Close()
 	}
 }
+
+// TestFIFOAcrossProcesses: on the backends that queue waiters in arrival
+// order, batches are granted in the order the processes asked. A holds
+// the key; B, then C, ask; A's next task joins A's batch; then B's, then
+// C's task runs.
+func TestFIFOAcrossProcesses(t *testing.T) {
+	for _, tg := range targets() {
+		if tg.name != "redis-fair" && tg.name != "etcd" && tg.name != "zk" {
+			continue
+		}
+		t.Run(tg.name, func(t *testing.T) {
+			testenv.Require(t, tg.addrs...)
+			raw := tg.url(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var exs []*keyed.Executor
+			for range 3 {
+				ex := keyed.New(open(t, raw), keyed.Batch(64, time.Minute))
+				defer ex.Close()
+				exs = append(exs, ex)
+			}
+			inspector := open(t, raw)
+			var mu sync.Mutex
+			var order []string
+			task := func(name string, gate <-chan struct{}, started chan<- struct{}) func(context.Context) error {
+				return func(context.Context) error {
+					if started != nil {
+						close(started)
+					}
+					if gate != nil {
+						<-gate
+					}
+					mu.Lock()
+					order = append(order, name)
+					mu.Unlock()
+					return nil
+				}
+			}
+			// waiters waits, bounded, until n acquisitions queue in the store.
+			waiters := func(n int) {
+				t.Helper()
+				for range 500 {
+					st, err := inspector.Inspect(ctx, "k")
+					if err != nil {
+						t.Fatalf("Inspect: %v", err)
+					}
+					if !st.Known.Has(locker.KnowsWaiters) {
+						t.Fatal("the store does not report waiters")
+					}
+					if st.Waiters >= n {
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				t.Fatalf("%d waiters did not queue within 5 s", n)
+			}
+			gate, started := make(chan struct{}), make(chan struct{})
+			a1 := exs[0].Go(ctx, "k", task("a1", gate, started))
+			select {
+			case <-started:
+			case <-ctx.Done():
+				t.Fatal("the first task did not start")
+			}
+			b1 := exs[1].Go(ctx, "k", task("b1", nil, nil))
+			waiters(1)
+			c1 := exs[2].Go(ctx, "k", task("c1", nil, nil))
+			waiters(2)
+			a2 := exs[0].Go(ctx, "k", task("a2", nil, nil))
+			close(gate)
+			for _, r := range []<-chan error{a1, a2, b1, c1} {
+				if err := <-r; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := fmt.Sprint(order); got != "[a1 a2 b1 c1]" {
+				t.Errorf("order %s, want [a1 a2 b1 c1]", got)
+			}
+		})
+	}
+}
