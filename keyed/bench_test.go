@@ -38,14 +38,28 @@ func (o *benchOrder) ran(proc, key, i int) {
 }
 
 // BenchmarkKeyed does 1,000 keys × 10 tasks over 2 Clients, as two
-// processes, each receiving 5 tasks of every key as one stream (key 0..999,
-// 5 rounds): "keyed" through an Executor per process, "do" with Client.Do
-// per task on 16 workers per process. One op is the whole workload.
+// processes, each receiving 5 tasks of every key as one stream: "rounds"
+// sends key 0..999 five times, "grouped" a key's 5 tasks one after
+// another. "keyed" runs them through an Executor per process, "do" with
+// Client.Do per task on 16 workers per process. One op is the whole
+// workload; out-of-order counts tasks that ran before a task of their key
+// sent earlier to their process.
 func BenchmarkKeyed(b *testing.B) {
-	for _, tg := range targets() {
-		if tg.name != "mem" && tg.name != "redis" && tg.name != "redis-fair" {
-			continue
+	layouts := []struct {
+		name   string
+		stream [][2]int // key, index
+	}{{"rounds", nil}, {"grouped", nil}}
+	for i := range benchTasks / 2 {
+		for k := range benchKeys {
+			layouts[0].stream = append(layouts[0].stream, [2]int{k, i})
 		}
+	}
+	for k := range benchKeys {
+		for i := range benchTasks / 2 {
+			layouts[1].stream = append(layouts[1].stream, [2]int{k, i})
+		}
+	}
+	for _, tg := range targets() {
 		b.Run(tg.name, func(b *testing.B) {
 			if len(tg.addrs) > 0 {
 				testenv.Require(b, tg.addrs...)
@@ -53,13 +67,15 @@ func BenchmarkKeyed(b *testing.B) {
 			raw := tg.url(b)
 			c1, c2 := open(b, raw), open(b, raw)
 			clients := []*locker.Client{c1, c2}
-			b.Run("keyed", func(b *testing.B) { benchKeyed(b, clients) })
-			b.Run("do", func(b *testing.B) { benchDo(b, clients) })
+			for _, l := range layouts {
+				b.Run(l.name+"/keyed", func(b *testing.B) { benchKeyed(b, clients, l.stream) })
+				b.Run(l.name+"/do", func(b *testing.B) { benchDo(b, clients, l.stream) })
+			}
 		})
 	}
 }
 
-func benchKeyed(b *testing.B, clients []*locker.Client) {
+func benchKeyed(b *testing.B, clients []*locker.Client, stream [][2]int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var acq, ooo int64
@@ -70,14 +86,13 @@ func benchKeyed(b *testing.B, clients []*locker.Client) {
 		for p, c := range clients {
 			ex := keyed.New(c, keyed.Concurrency(benchWorkers))
 			wg.Go(func() {
-				results := make([]<-chan error, 0, benchKeys*benchTasks/2)
-				for i := range benchTasks / 2 {
-					for k := range benchKeys {
-						results = append(results, ex.Go(ctx, fmt.Sprint("k", k), func(context.Context) error {
-							order.ran(p, k, i)
-							return nil
-						}))
-					}
+				results := make([]<-chan error, 0, len(stream))
+				for _, w := range stream {
+					k, i := w[0], w[1]
+					results = append(results, ex.Go(ctx, fmt.Sprint("k", k), func(context.Context) error {
+						order.ran(p, k, i)
+						return nil
+					}))
 				}
 				for _, r := range results {
 					if <-r != nil {
@@ -97,7 +112,7 @@ func benchKeyed(b *testing.B, clients []*locker.Client) {
 	report(b, acq, ooo)
 }
 
-func benchDo(b *testing.B, clients []*locker.Client) {
+func benchDo(b *testing.B, clients []*locker.Client, stream [][2]int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var acq, ooo int64
@@ -124,10 +139,8 @@ func benchDo(b *testing.B, clients []*locker.Client) {
 			}
 			wg.Go(func() {
 				defer close(work)
-				for i := range benchTasks / 2 {
-					for k := range benchKeys {
-						work <- [2]int{k, i}
-					}
+				for _, w := range stream {
+					work <- w
 				}
 			})
 		}
