@@ -22,11 +22,14 @@
 // time, on one process or on several, as long as the lock is held (the
 // backend's own guarantee; see the README's "What every backend
 // guarantees"). A task's context is cancelled, with the loss as its cause,
-// when the lock is lost, and [Submit] then returns an error wrapping
-// [locker.ErrLost]; the tasks still queued wait for the lock again.
+// when the lock is lost, and [Executor.Submit] then returns an error
+// wrapping [locker.ErrLost]; the tasks still queued wait for the lock
+// again. A task that ignores its context may still run when another
+// process gets the lock: give its fence ([LockFromContext]) to the storage
+// it writes, so that the storage rejects it.
 //
 // Order within a process, on every backend: tasks of one key given to one
-// Executor run in the order they were queued: a [Executor.Go] that returned
+// Executor run in the order they were queued: an [Executor.Go] that returned
 // before another was called is ahead of it, as is a Submit that returned
 // (concurrent calls are ordered by the queue). A task whose context ends
 // before it starts leaves the queue, and the rest keep their order.
