@@ -178,6 +178,7 @@ type brokenHarness struct {
 	fences  map[string]uint64        // forgets-fences: the count per name
 	seen    map[string]backend.State // inspect-stale: the first state read
 	granted map[string][]string      // tokens holding each semaphore or read-write lock
+	kept    map[string]bool          // release-keeps-lock: tokens whose release kept the lock
 }
 
 func newBrokenHarness(variant string) Harness {
@@ -189,6 +190,7 @@ func newBrokenHarness(variant string) Harness {
 		fences:  map[string]uint64{},
 		seen:    map[string]backend.State{},
 		granted: map[string][]string{},
+		kept:    map[string]bool{},
 	}
 	if h.queued() {
 		return queueHarness{h}
@@ -346,6 +348,14 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 	switch d.h.variant {
 	case "refresh-always-ok":
 		return nil
+	case "release-keeps-lock":
+		// A watchdog refresh still in flight at the release must not
+		// shorten the kept lock again.
+		d.h.mu.Lock()
+		if d.h.kept[l.Token] {
+			l.TTL = time.Hour
+		}
+		d.h.mu.Unlock()
 	case "expires-early":
 		l.TTL /= 2
 	case "refresh-only-extends":
@@ -431,6 +441,9 @@ func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
 		}
 		return nil
 	case "release-keeps-lock":
+		d.h.mu.Lock()
+		d.h.kept[l.Token] = true
+		d.h.mu.Unlock()
 		l.TTL = time.Hour
 		d.Driver.Refresh(ctx, l)
 		return nil
