@@ -293,32 +293,6 @@ func (s *suite) semFIFO(t *testing.T) {
 	sem := locker.Semaphore(2)
 	// One permit stays held throughout, so waiters pass the other one on.
 	keep := mustAcquire(t, ctx, cs[0], name, sem)
-	l := mustAcquire(t, ctx, cs[1], name, sem)
-	const waiters = 4
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
-	for i := range waiters {
-		wg.Go(func() {
-			w, err := cs[i%2].Acquire(ctx, name, sem)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-			w.Release(ctx)
-		})
-		time.Sleep(200 * time.Millisecond) // let it queue before the next arrives
-	}
-	mustRelease(t, ctx, l)
-	wg.Wait()
+	s.servedInOrder(t, ctx, cs, name, mustAcquire(t, ctx, cs[1], name, sem), sem)
 	mustRelease(t, ctx, keep)
-	for i, got := range order {
-		if got != i {
-			t.Fatalf("waiters served in order %v, want arrival order 0..%d", order, waiters-1)
-		}
-	}
 }

@@ -904,14 +904,21 @@ func (s *suite) fifo(t *testing.T) {
 	ctx := s.ctx(t)
 	cs := []*locker.Client{s.client(t), s.client(t)}
 	name := s.name(t, "x")
-	l := mustAcquire(t, ctx, cs[0], name)
+	s.servedInOrder(t, ctx, cs, name, mustAcquire(t, ctx, cs[0], name))
+}
+
+// servedInOrder queues 4 waiters for name, alternating between cs and
+// arriving 200 ms apart, releases l, and checks that they got it in
+// arrival order.
+func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Client, name string, l *locker.Lock, opts ...locker.LockOption) {
+	t.Helper()
 	const waiters = 4
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
 	for i := range waiters {
 		wg.Go(func() {
-			w, err := cs[i%2].Acquire(ctx, name)
+			w, err := cs[i%2].Acquire(ctx, name, opts...)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
