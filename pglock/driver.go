@@ -510,20 +510,35 @@ func (d *Driver) wrap(op string, err error) error {
 // lock serializes them, and the errors of a concurrent CREATE ... IF NOT
 // EXISTS count as success.
 func (d *Driver) ensureSchema(ctx context.Context) error {
-	if d.schemaOK.Load() {
+	return d.once(ctx, &d.schemaOK, d.prepareSchema)
+}
+
+// once runs prepare under the schema lock until it succeeds, and sets ok
+// then; after that it costs one atomic load. A channel, not a mutex: a
+// call whose context ends while another one checks a table on a dead
+// connection returns at once.
+func (d *Driver) once(ctx context.Context, ok *atomic.Bool, prepare func(context.Context) error) error {
+	if ok.Load() {
 		return nil
 	}
-	// A channel, not a mutex: a call whose context ends while another one
-	// checks the table on a dead connection returns at once.
 	select {
 	case d.schemaMu <- struct{}{}:
 	case <-ctx.Done():
 		return d.wrap("schema", context.Cause(ctx))
 	}
 	defer func() { <-d.schemaMu }()
-	if d.schemaOK.Load() {
+	if ok.Load() {
 		return nil
 	}
+	if err := prepare(ctx); err != nil {
+		return err
+	}
+	ok.Store(true)
+	return nil
+}
+
+// prepareSchema makes the lock table and its notification key ready.
+func (d *Driver) prepareSchema(ctx context.Context) error {
 	if err := d.createIfMissing(ctx, d.sql.table, "schema.sql", d.create); err != nil {
 		return err
 	}
@@ -544,7 +559,6 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 		return d.wrap("notification key", err)
 	}
 	d.notifySecret = secret
-	d.schemaOK.Store(true)
 	return nil
 }
 

@@ -241,32 +241,17 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	if err := d.ensureSchema(ctx); err != nil {
 		return err
 	}
-	if d.sharedOK.Load() {
-		return nil
-	}
-	select {
-	case d.schemaMu <- struct{}{}:
-	case <-ctx.Done():
-		return d.wrap("schema", context.Cause(ctx))
-	}
-	defer func() { <-d.schemaMu }()
-	if d.sharedOK.Load() {
-		return nil
-	}
-	err := d.createIfMissing(ctx, d.shared.table, "shared.sql", func(ctx context.Context) error {
-		return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
+	return d.once(ctx, &d.sharedOK, func(ctx context.Context) error {
+		return d.createIfMissing(ctx, d.shared.table, "shared.sql", func(ctx context.Context) error {
+			return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, d.shared.create)
 				return err
-			}
-			_, err := tx.Exec(ctx, d.shared.create)
-			return err
+			})
 		})
 	})
-	if err != nil {
-		return err
-	}
-	d.sharedOK.Store(true)
-	return nil
 }
 
 // grant runs a grant statement in a transaction of its own after the
