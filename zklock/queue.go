@@ -81,17 +81,8 @@ func (d *Driver) await(ctx context.Context, e *entry, t *tries) error {
 	for !e.first {
 		sent := time.Now()
 		if !d.settled(ctx) {
-			// A try not sent for want of a session fails.
-			switch {
-			case ctx.Err() != nil:
-				d.abandon(ctx, e)
-				return d.ended(ctx)
-			case t.fail(sent):
-				d.abandonQuick(e)
-				return errNoSession
-			case !pause(ctx, bo):
-				d.abandon(ctx, e)
-				return d.ended(ctx)
+			if err := d.waitFailed(ctx, e, errNoSession, t, sent, bo); err != nil {
+				return err
 			}
 			continue
 		}

@@ -194,16 +194,8 @@ func (d *Driver) awaitShared(ctx context.Context, e *entry, l backend.Claim, t *
 	for !e.first {
 		sent := time.Now()
 		if !d.settled(ctx) {
-			switch {
-			case ctx.Err() != nil:
-				d.abandon(ctx, e)
-				return d.ended(ctx)
-			case t.fail(sent):
-				d.abandonQuick(e)
-				return errNoSession
-			case !pause(ctx, bo):
-				d.abandon(ctx, e)
-				return d.ended(ctx)
+			if err := d.waitFailed(ctx, e, errNoSession, t, sent, bo); err != nil {
+				return err
 			}
 			continue
 		}
