@@ -34,7 +34,10 @@
 #   zk                    LOCKER_ZK_ADDR                127.0.0.1:2181
 #   zk-e1..zk-e3          LOCKER_ZK_ENSEMBLE            127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184
 #                         (quorum ports LOCKER_ZK_QUORUM_PORTS=28881,28882,28883,
-#                          election ports LOCKER_ZK_ELECTION_PORTS=38881,38882,38883)
+#                          election ports LOCKER_ZK_ELECTION_PORTS=28891,28892,28893;
+#                          all below Linux's ephemeral range, 32768-60999: an
+#                          election port there was once taken by some client's
+#                          outgoing connection, and the member exited at start)
 # Secured instances (security tests; TLS with a throw-away CA made by this script, see below):
 #   redis-tls             LOCKER_REDIS_TLS_ADDR         127.0.0.1:6390
 #                         (TLS port only, client certificates required; ACL: default user
@@ -110,7 +113,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_ZK_ADDR:=127.0.0.1:2181}"
 : "${LOCKER_ZK_ENSEMBLE:=127.0.0.1:2182,127.0.0.1:2183,127.0.0.1:2184}"
 : "${LOCKER_ZK_QUORUM_PORTS:=28881,28882,28883}"
-: "${LOCKER_ZK_ELECTION_PORTS:=38881,38882,38883}"
+: "${LOCKER_ZK_ELECTION_PORTS:=28891,28892,28893}"
 : "${LOCKER_REDIS_TLS_ADDR:=127.0.0.1:6390}"
 : "${LOCKER_POSTGRES_TLS_ADDR:=127.0.0.1:5433}"
 : "${LOCKER_ETCD_TLS_ENDPOINT:=127.0.0.1:2390}"
