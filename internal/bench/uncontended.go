@@ -65,22 +65,29 @@ type Subject struct {
 	// (zero without a Floorer); VsDriver, over the bare driver cycle's.
 	VsFloor  Spread `json:"vs_floor"`
 	VsDriver Spread `json:"vs_driver"`
-	// Slow is the share (0..1) of operations slower than Floor.SlowAbove,
-	// over all rounds; SlowRounds, per round.
-	Slow       float64 `json:"slow"`
-	SlowRounds Spread  `json:"slow_rounds"`
+	// Slow is the share (0..1) of operations slower than SlowAbove, over
+	// all rounds; SlowRounds, per round. Loopback round trips here are
+	// bimodal, the slow mode some 3x the fast one, so an operation over
+	// twice its fast time had a round trip in the slow mode. SlowAbove is
+	// twice the 5th percentile of the bare requests the subject makes:
+	// the driver cycle's for the driver and the Client's subjects, which
+	// make the same requests, the floor's for the floor.
+	Slow       float64       `json:"slow"`
+	SlowRounds Spread        `json:"slow_rounds"`
+	SlowAbove  time.Duration `json:"slow_above_ns"`
 	Errors     int     `json:"errors"`
+
+	samples []time.Duration // every operation's time, for tests
 }
 
 // Floor is the uncontended workload's comparison.
 type Floor struct {
 	// Supported is false when the driver has no raw floor (Floorer): the
 	// ratios to it are then absent.
-	Supported bool          `json:"supported"`
-	Rounds    int           `json:"rounds"`
-	Block     int           `json:"block_ops"`
-	SlowAbove time.Duration `json:"slow_above_ns"`
-	Subjects  []Subject     `json:"subjects"`
+	Supported bool      `json:"supported"`
+	Rounds    int       `json:"rounds"`
+	Block     int       `json:"block_ops"`
+	Subjects  []Subject `json:"subjects"`
 }
 
 // Subject returns the named subject, or nil.
@@ -100,9 +107,6 @@ func (f *Floor) Subject(name string) *Subject {
 const (
 	floorRounds = 7
 	floorBlock  = 50
-	// slowAbove splits loopback operations of two round trips: about
-	// 20-50µs when both are in the fast mode, 130-160µs in the slow one.
-	slowAbove = 50 * time.Microsecond
 )
 
 type subject struct {
@@ -123,7 +127,7 @@ func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, *Floor, 
 		return Latency{}, nil, err
 	}
 	defer c.Close()
-	f := &Floor{Rounds: floorRounds, Block: floorBlock, SlowAbove: slowAbove}
+	f := &Floor{Rounds: floorRounds, Block: floorBlock}
 	seq := 0
 	next := func(prefix string) string { seq++; return fmt.Sprintf("%s-%d", prefix, seq) }
 	ttl := cfg.TTL
@@ -218,8 +222,13 @@ func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, *Floor, 
 	}
 	drvIdx := slices.IndexFunc(subjects, func(s subject) bool { return s.name == SubjectDriver })
 	for j, s := range subjects {
+		fast := all[drvIdx]
+		if s.name == SubjectFloor {
+			fast = all[j]
+		}
+		above := 2 * Percentile(fast, 0.05)
 		sub := Subject{Name: s.name, Ops: len(all[j]), P50: Percentile(all[j], 0.5), P90: Percentile(all[j], 0.9),
-			P99: Percentile(all[j], 0.99), Slow: slowShare(all[j], f.SlowAbove), Errors: errs[j]}
+			P99: Percentile(all[j], 0.99), Slow: slowShare(all[j], above), SlowAbove: above, Errors: errs[j], samples: all[j]}
 		var vsFloor, vsDriver, slow []float64
 		for r := range rounds {
 			p := Percentile(rounds[r][j], 0.5)
@@ -234,7 +243,7 @@ func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, *Floor, 
 			if dp := Percentile(rounds[r][drvIdx], 0.5); dp > 0 {
 				vsDriver = append(vsDriver, float64(p)/float64(dp))
 			}
-			slow = append(slow, slowShare(rounds[r][j], f.SlowAbove))
+			slow = append(slow, slowShare(rounds[r][j], above))
 		}
 		sub.VsFloor, sub.VsDriver, sub.SlowRounds = spread(vsFloor), spread(vsDriver), spread(slow)
 		f.Subjects = append(f.Subjects, sub)
