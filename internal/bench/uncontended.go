@@ -75,7 +75,7 @@ type Subject struct {
 	Slow       float64       `json:"slow"`
 	SlowRounds Spread        `json:"slow_rounds"`
 	SlowAbove  time.Duration `json:"slow_above_ns"`
-	Errors     int     `json:"errors"`
+	Errors     int           `json:"errors"`
 
 	samples []time.Duration // every operation's time, for tests
 }
