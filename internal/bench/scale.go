@@ -35,9 +35,10 @@ type Scale struct {
 	// the waiters; O(1) wake-ups keep it flat. Not counted (Queued) when
 	// the driver waits in its own queue (backend.Waiter): its waits are
 	// inside the driver.
-	Tries  float64 `json:"tries_per_acquisition"`
-	Queued bool    `json:"queued"`
-	Errors int     `json:"errors"`
+	Tries    float64 `json:"tries_per_acquisition"`
+	TryCalls int64   `json:"try_calls"`
+	Queued   bool    `json:"queued"`
+	Errors   int     `json:"errors"`
 }
 
 // tryCounter counts TryAcquire calls; As finds the driver's optional
@@ -56,7 +57,8 @@ func (d tryCounter) Unwrap() backend.Driver { return d.Driver }
 
 // RunScale runs workers contending for names locks over clients clients:
 // worker w takes name w%names on client w%clients, so that every name's
-// workers are spread over the clients.
+// workers are spread over the clients. The workers start at once, and
+// the figures count from a warm-up of a third of cfg.Duration on.
 func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclients int) (Scale, error) {
 	cfg = cfg.withDefaults()
 	r := Scale{Names: names, Workers: workers, Clients: nclients}
@@ -98,17 +100,32 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	samples := make([]*Samples, names)
 	errs := make([]error, names)
 	var wg sync.WaitGroup
-	tries.Store(0)
-	cpu0 := cpuTime()
-	start := time.Now()
+	// Counted from the warm-up's end, as Contend counts acquisitions.
+	warmup := cfg.Duration / 3
+	var (
+		mu     sync.Mutex
+		t0, t1 int64
+		c0, c1 = cpuTime(), time.Duration(0)
+		ended  bool
+		snap   = func() (int64, time.Duration) { return tries.Load(), cpuTime() }
+		start  = time.Now()
+		warm   = time.AfterFunc(warmup, func() { mu.Lock(); t0, c0 = snap(); mu.Unlock() })
+		end    = time.AfterFunc(warmup+cfg.Duration, func() { mu.Lock(); t1, c1 = snap(); ended = true; mu.Unlock() })
+	)
 	for i := range runs {
-		runs[i].Duration = cfg.Duration
+		runs[i].Duration, runs[i].Warmup, runs[i].Start = cfg.Duration, warmup, start
 		wg.Go(func() { samples[i], errs[i] = runs[i].Run(ctx) })
 	}
 	wg.Wait()
-	elapsed := min(time.Since(start), cfg.Duration)
-	cpu := cpuTime() - cpu0
-	calls := tries.Load()
+	elapsed := min(time.Since(start)-warmup, cfg.Duration)
+	warm.Stop()
+	end.Stop()
+	mu.Lock()
+	if !ended { // ctx ended the run early
+		t1, c1 = snap()
+	}
+	cpu, calls := c1-c0, t1-t0
+	mu.Unlock()
 
 	var all Samples
 	fair := 0.0
@@ -140,7 +157,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	if all.Acquisitions > 0 {
 		r.CPUPerAcq = cpu / time.Duration(all.Acquisitions)
 		if !r.Queued {
-			r.Tries = float64(calls) / float64(all.Acquisitions)
+			r.Tries, r.TryCalls = float64(calls)/float64(all.Acquisitions), calls
 		}
 	}
 	return r, nil
