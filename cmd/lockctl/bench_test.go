@@ -59,7 +59,7 @@ func TestBenchCommand(t *testing.T) {
 			t.Errorf("%s: floor %+v", r.Backend, r.Floor)
 		}
 		if r.ScaleFew == nil || r.ScaleFew.Workers != 3 || r.Scale == nil || r.Scale.Workers != 12 || r.Scale.Clients != 3 ||
-			r.Names == nil || r.Names.Names != 20 || r.Names.Workers != 60 || r.Names.Clients != 2 || r.Scale.Tries < 1 {
+			r.Names == nil || r.Names.Names != 20 || r.Names.Workers != 60 || r.Names.Clients != 2 || r.Scale.TryCalls == 0 {
 			t.Errorf("%s: scale %+v %+v %+v", r.Backend, r.ScaleFew, r.Scale, r.Names)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,8 +211,8 @@ func TestTryCounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n atomic.Int64
-	w := tryCounter{mem, &n}
+	n := new(tries)
+	w := tryCounter{mem, n}
 	if _, ok := backend.As[backend.Notifier](w); !ok {
 		t.Error("the Notifier is out of reach")
 	}
@@ -228,7 +227,7 @@ func TestTryCounter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := n.Load(); got != 3 {
+	if got := n.n.Load(); got != 3 {
 		t.Errorf("%d tries counted for 3 uncontended acquisitions", got)
 	}
 }

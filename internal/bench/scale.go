@@ -41,15 +41,23 @@ type Scale struct {
 	Errors   int     `json:"errors"`
 }
 
-// tryCounter counts TryAcquire calls; As finds the driver's optional
-// interfaces through Unwrap, so the Client waits as it would without it.
+// tryCounter counts the TryAcquire calls made in a window of time; As
+// finds the driver's optional interfaces through Unwrap, so the Client
+// waits as it would without it.
 type tryCounter struct {
 	backend.Driver
-	n *atomic.Int64
+	*tries
+}
+
+// tries counts calls made from from to to (Unix nanoseconds; to 0: no end).
+type tries struct {
+	n, from, to atomic.Int64
 }
 
 func (d tryCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	d.n.Add(1)
+	if now := time.Now().UnixNano(); now >= d.from.Load() && (d.to.Load() == 0 || now < d.to.Load()) {
+		d.n.Add(1)
+	}
 	return d.Driver.TryAcquire(ctx, c)
 }
 
@@ -65,7 +73,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	if names <= 0 || workers < names || nclients <= 0 {
 		return r, fmt.Errorf("bench: scale: %d workers on %d names over %d clients", workers, names, nclients)
 	}
-	var tries atomic.Int64
+	counter := new(tries)
 	var cl []*locker.Client
 	defer func() {
 		for _, c := range cl {
@@ -80,7 +88,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		if _, ok := backend.As[backend.Waiter](drv); ok {
 			r.Queued = true
 		}
-		c, err := locker.New(tryCounter{drv, &tries}, cs.opts...)
+		c, err := locker.New(tryCounter{drv, counter}, cs.opts...)
 		if err != nil {
 			drv.Close()
 			return r, err
@@ -100,17 +108,20 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	samples := make([]*Samples, names)
 	errs := make([]error, names)
 	var wg sync.WaitGroup
-	// Counted from the warm-up's end, as Contend counts acquisitions.
+	// Counted from the warm-up's end, as Contend counts acquisitions: the
+	// tries that start in the same window, and the CPU time (as near it as
+	// timers fire).
 	warmup := cfg.Duration / 3
+	start := time.Now()
+	counter.n.Store(0)
+	counter.from.Store(start.Add(warmup).UnixNano())
+	counter.to.Store(start.Add(warmup + cfg.Duration).UnixNano())
 	var (
 		mu     sync.Mutex
-		t0, t1 int64
 		c0, c1 = cpuTime(), time.Duration(0)
 		ended  bool
-		snap   = func() (int64, time.Duration) { return tries.Load(), cpuTime() }
-		start  = time.Now()
-		warm   = time.AfterFunc(warmup, func() { mu.Lock(); t0, c0 = snap(); mu.Unlock() })
-		end    = time.AfterFunc(warmup+cfg.Duration, func() { mu.Lock(); t1, c1 = snap(); ended = true; mu.Unlock() })
+		warm   = time.AfterFunc(warmup, func() { mu.Lock(); c0 = cpuTime(); mu.Unlock() })
+		end    = time.AfterFunc(warmup+cfg.Duration, func() { mu.Lock(); c1 = cpuTime(); ended = true; mu.Unlock() })
 	)
 	for i := range runs {
 		runs[i].Duration, runs[i].Warmup, runs[i].Start = cfg.Duration, warmup, start
@@ -122,9 +133,9 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	end.Stop()
 	mu.Lock()
 	if !ended { // ctx ended the run early
-		t1, c1 = snap()
+		c1 = cpuTime()
 	}
-	cpu, calls := c1-c0, t1-t0
+	cpu, calls := c1-c0, counter.n.Load()
 	mu.Unlock()
 
 	var all Samples
