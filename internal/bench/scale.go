@@ -49,13 +49,25 @@ type tryCounter struct {
 	*tries
 }
 
-// tries counts calls made from from to to (Unix nanoseconds; to 0: no end).
+// tries counts calls made from from to to, times since base (on the
+// monotonic clock, as Contend's: the wall clock may be slewed); to 0 means
+// no end.
 type tries struct {
+	base        time.Time
 	n, from, to atomic.Int64
 }
 
+func newTries() *tries { return &tries{base: time.Now()} }
+
+// window counts the calls from from to to.
+func (t *tries) window(from, to time.Time) {
+	t.n.Store(0)
+	t.from.Store(int64(from.Sub(t.base)))
+	t.to.Store(int64(to.Sub(t.base)))
+}
+
 func (d tryCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	if now := time.Now().UnixNano(); now >= d.from.Load() && (d.to.Load() == 0 || now < d.to.Load()) {
+	if now := int64(time.Since(d.base)); now >= d.from.Load() && (d.to.Load() == 0 || now < d.to.Load()) {
 		d.n.Add(1)
 	}
 	return d.Driver.TryAcquire(ctx, c)
@@ -73,7 +85,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	if names <= 0 || workers < names || nclients <= 0 {
 		return r, fmt.Errorf("bench: scale: %d workers on %d names over %d clients", workers, names, nclients)
 	}
-	counter := new(tries)
+	counter := newTries()
 	var cl []*locker.Client
 	defer func() {
 		for _, c := range cl {
@@ -113,9 +125,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	// timers fire).
 	warmup := cfg.Duration / 3
 	start := time.Now()
-	counter.n.Store(0)
-	counter.from.Store(start.Add(warmup).UnixNano())
-	counter.to.Store(start.Add(warmup + cfg.Duration).UnixNano())
+	counter.window(start.Add(warmup), start.Add(warmup+cfg.Duration))
 	var (
 		mu     sync.Mutex
 		c0, c1 = cpuTime(), time.Duration(0)

@@ -67,15 +67,22 @@ type Subject struct {
 	VsDriver Spread `json:"vs_driver"`
 	// Slow is the share (0..1) of operations slower than SlowAbove, over
 	// all rounds; SlowRounds, per round. Loopback round trips here are
-	// bimodal, the slow mode some 3x the fast one, so an operation over
-	// twice its fast time had a round trip in the slow mode. SlowAbove is
-	// twice the 5th percentile of the bare requests the subject makes:
-	// the driver cycle's for the driver and the Client's subjects, which
-	// make the same requests, the floor's for the floor.
+	// bimodal, the slow mode some 3x the fast one, so an operation that
+	// took a fast round trip's worth longer than its own fast time had a
+	// round trip in the slow mode. SlowAbove is the subject's fast time
+	// (its 5th percentile) plus that of the bare requests it makes: the
+	// driver cycle's for the driver and the Client's subjects, which make
+	// the same requests, the floor's for the floor. (The subject's own
+	// term keeps the Client's CPU time from counting as slowness.)
 	Slow       float64       `json:"slow"`
 	SlowRounds Spread        `json:"slow_rounds"`
 	SlowAbove  time.Duration `json:"slow_above_ns"`
-	Errors     int           `json:"errors"`
+	// SlowOverDriver is the subject's slow share minus the bare driver
+	// cycle's, per round (paired, so that the mode's drift cancels): above
+	// 0, the Client's path meets the slow mode more often than its bare
+	// requests do.
+	SlowOverDriver Spread `json:"slow_over_driver"`
+	Errors         int    `json:"errors"`
 
 	samples []time.Duration // every operation's time, for tests
 }
@@ -226,10 +233,10 @@ func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, *Floor, 
 		if s.name == SubjectFloor {
 			fast = all[j]
 		}
-		above := 2 * Percentile(fast, 0.05)
+		above := Percentile(fast, 0.05) + Percentile(all[j], 0.05)
 		sub := Subject{Name: s.name, Ops: len(all[j]), P50: Percentile(all[j], 0.5), P90: Percentile(all[j], 0.9),
 			P99: Percentile(all[j], 0.99), Slow: slowShare(all[j], above), SlowAbove: above, Errors: errs[j], samples: all[j]}
-		var vsFloor, vsDriver, slow []float64
+		var vsFloor, vsDriver, slow, slowOver []float64
 		for r := range rounds {
 			p := Percentile(rounds[r][j], 0.5)
 			if p <= 0 {
@@ -244,8 +251,11 @@ func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, *Floor, 
 				vsDriver = append(vsDriver, float64(p)/float64(dp))
 			}
 			slow = append(slow, slowShare(rounds[r][j], above))
+			if s.name != SubjectFloor {
+				slowOver = append(slowOver, slowShare(rounds[r][j], above)-slowShare(rounds[r][drvIdx], above))
+			}
 		}
-		sub.VsFloor, sub.VsDriver, sub.SlowRounds = spread(vsFloor), spread(vsDriver), spread(slow)
+		sub.VsFloor, sub.VsDriver, sub.SlowRounds, sub.SlowOverDriver = spread(vsFloor), spread(vsDriver), spread(slow), spread(slowOver)
 		f.Subjects = append(f.Subjects, sub)
 	}
 	acq := slices.IndexFunc(subjects, func(s subject) bool { return s.name == SubjectAcquire })
