@@ -127,7 +127,9 @@ func (c Contend) Run(ctx context.Context) (*Samples, error) {
 		return wctx.Err() == nil && (c.Acquisitions <= 0 || taken.Add(1) <= int64(c.Acquisitions))
 	}
 	probe := c.probe(wctx)
-	counted := start.Add(c.Warmup)
+	// Acquisitions count from the warm-up's end to the deadline (which
+	// ctx may learn of late, under load).
+	counted, deadline := start.Add(c.Warmup), start.Add(c.Warmup+c.Duration)
 	for w, wk := range c.Workers {
 		wg.Go(func() {
 			for failures := 0; more() && failures < 100; {
@@ -145,7 +147,7 @@ func (c Contend) Run(ctx context.Context) (*Samples, error) {
 					time.Sleep(c.Hold)
 				}
 				e.Released = time.Now()
-				if !e.Got.Before(counted) {
+				if !e.Got.Before(counted) && (c.Duration <= 0 || e.Got.Before(deadline)) {
 					mu.Lock()
 					events = append(events, e)
 					mu.Unlock()
