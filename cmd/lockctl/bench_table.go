@@ -135,7 +135,8 @@ func writeFloorTable(w io.Writer, rep benchReport) {
 	if !rep.ran("uncontended") {
 		return
 	}
-	fmt.Fprintf(w, "\nuncontended, interleaved on one client in blocks of 50 ops over rounds: p50 over the raw floor's, median [range] over rounds;\n"+
+	fmt.Fprintf(w, "\nuncontended, interleaved on one client in blocks of 50 ops over rounds: p50 over the raw floor's, median [range] over rounds\n"+
+		"(without a raw floor, —, each subject's p50);\n"+
 		"driver: Driver.TryAcquire+Release; acquire: Client.Acquire+Release; try: Client.TryAcquire+Release; try-kept: try while another lock is held\n"+
 		"(the watchdog's goroutine is not woken); try-noauto: try with AutoRefresh(false); slow: share of ops over their own 5th percentile plus\n"+
 		"the driver's (twice the floor's for the floor): ops with a round trip in the slow mode; in brackets, the share minus the driver's, paired\n"+
