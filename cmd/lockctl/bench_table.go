@@ -128,6 +128,10 @@ func writeTable(w io.Writer, rep benchReport) {
 // floorSubjects are the columns of the floor table, after the floor.
 var floorSubjects = []string{bench.SubjectDriver, bench.SubjectAcquire, bench.SubjectTry, bench.SubjectTryKept, bench.SubjectNoAuto}
 
+// inProcess is a bare driver cycle's fast time (twice) under which the
+// store answers without a network round trip (mem).
+const inProcess = 10 * time.Microsecond
+
 // writeFloorTable prints the uncontended comparison: each way of taking a
 // free lock against the raw floor, and the share of its operations in the
 // slow loopback mode.
@@ -167,6 +171,13 @@ func writeFloorTable(w io.Writer, rep benchReport) {
 			default:
 				cells = append(cells, ratio(s.VsFloor))
 			}
+		}
+		// A store in the process has no round trip to be slow.
+		if d := f.Subject(bench.SubjectDriver); d != nil && d.SlowAbove < inProcess {
+			cells = append(cells, "no network")
+			cells = append(cells, make([]string, len(floorSubjects))...)
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+			continue
 		}
 		if fl != nil {
 			cells = append(cells, pct(fl.Slow))
