@@ -167,7 +167,9 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		all.Add(s)
 	}
 	r.Acquisitions = all.Acquisitions
-	r.AcquisitionsSec = float64(all.Acquisitions) / elapsed.Seconds()
+	if elapsed > 0 { // not when ctx ended the run in its warm-up
+		r.AcquisitionsSec = float64(all.Acquisitions) / elapsed.Seconds()
+	}
 	r.WaitP50, r.WaitP99 = Percentile(all.Waits, 0.5), Percentile(all.Waits, 0.99)
 	r.HandoffP50 = Percentile(all.Handoffs, 0.5)
 	r.Fairness = max(fair, 0)
