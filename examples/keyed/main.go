@@ -142,11 +142,33 @@ func (k keys) done() string                  { return string(k) + "done" }
 func (k keys) fence(key string) string       { return string(k) + "fence:" + key }
 func namespace(run string) locker.Option     { return locker.WithNamespace("keyed-example-" + run) }
 func groupKey(g int) string                  { return fmt.Sprintf("tenant-%d/entity-%d", g/2+1, g%2+1) }
-func newRedis() *redis.Client                { return redis.NewClient(&redis.Options{Addr: redisAddr()}) }
+func clientName(run, proc string) string     { return "keyed-example-" + run + "-" + proc }
 func stamp() int64                           { return time.Now().UnixNano() }
 func since(t0 int64, t int64) time.Duration  { return time.Duration(t - t0).Round(time.Millisecond) }
 func jsonOf(v any) string                    { b, _ := json.Marshal(v); return string(b) }
 func parse[T any](s string) (v T, err error) { err = json.Unmarshal([]byte(s), &v); return v, err }
+
+func newRedis(run, proc string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: redisAddr(), ClientName: clientName(run, proc)})
+}
+
+// closed waits until the server has no connection left named name.
+func closed(ctx context.Context, rdb *redis.Client, name string) error {
+	by := time.Now().Add(10 * time.Second)
+	for {
+		list, err := rdb.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(list, " name="+name+" ") {
+			return nil
+		}
+		if time.Now().After(by) {
+			return fmt.Errorf("the server still has connections of %s after 10s", name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 // item is a task on the queue.
 type item struct {
@@ -192,7 +214,7 @@ return 1
 // is done.
 func work(ctx context.Context, cfg config, name string, out io.Writer) error {
 	k := keysOf(cfg.run)
-	rdb := newRedis()
+	rdb := newRedis(cfg.run, name)
 	defer rdb.Close()
 	c, err := locker.Open(ctx, lockURL(), namespace(cfg.run), locker.WithDefaultTTL(cfg.ttl))
 	if err != nil {
@@ -259,7 +281,7 @@ func work(ctx context.Context, cfg config, name string, out io.Writer) error {
 			}
 		}
 		if !reclaimed {
-			raw, err = rdb.BLMove(ctx, k.queue(), k.processing(name), "RIGHT", "LEFT", 100*time.Millisecond).Result()
+			raw, err = rdb.BLMove(ctx, k.queue(), k.processing(name), "RIGHT", "LEFT", time.Second).Result()
 			if errors.Is(err, redis.Nil) {
 				<-slots
 				continue
@@ -393,7 +415,7 @@ func demo(ctx context.Context, bin string, cfg config, out io.Writer) (*result, 
 	}
 	out = &lockedWriter{w: out} // the workers' output comes on goroutines of exec's
 	k := keysOf(cfg.run)
-	rdb := newRedis()
+	rdb := newRedis(cfg.run, "demo")
 	defer rdb.Close()
 	defer cleanup(rdb, k)
 	lc, err := locker.Open(ctx, lockURL(), namespace(cfg.run), locker.WithDefaultTTL(cfg.ttl))
@@ -437,35 +459,50 @@ func demo(ctx context.Context, bin string, cfg config, out io.Writer) (*result, 
 		}
 	}()
 
-	// Kill w1 in the middle of a task, one it started less than a third of
-	// a task's time ago, once a quarter of the tasks are recorded.
+	// Kill w1 in the middle of a task, once a quarter of the tasks are
+	// recorded: stop it, and kill it if a task it runs cannot have ended
+	// (it started less than a task's time before the stop), else let it go
+	// on and look again.
 	killBy := time.Now().Add(min(30*time.Second, cfg.timeout))
-	for {
+	for res.killedAt == 0 {
 		if time.Now().After(killBy) {
 			return nil, errors.New("w1 never ran a task to be killed in")
 		}
-		n, err := rdb.LLen(ctx, k.history()).Result()
-		if err != nil {
+		time.Sleep(5 * time.Millisecond)
+		if n, err := rdb.LLen(ctx, k.history()).Result(); err != nil || n < int64(len(batch)/4) {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := procs[0].Process.Signal(syscall.SIGSTOP); err != nil {
 			return nil, err
 		}
+		stopped := stamp()
 		cur, err := rdb.HGetAll(ctx, k.running("w1")).Result()
 		if err != nil {
 			return nil, err
 		}
-		fresh := slices.ContainsFunc(slices.Collect(maps.Values(cur)), func(s string) bool {
+		// A margin for the stop to reach every thread of w1.
+		const margin = 20 * time.Millisecond
+		if slices.ContainsFunc(slices.Collect(maps.Values(cur)), func(s string) bool {
 			r, err := parse[run](s)
-			return err == nil && time.Since(time.Unix(0, r.Start)) < cfg.work/3
-		})
-		if n >= int64(len(batch)/4) && fresh {
-			break
+			return err == nil && r.Start > stopped-int64(cfg.work-margin)
+		}) {
+			if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+				return nil, err
+			}
+			res.killedAt = stamp()
+		} else if err := procs[0].Process.Signal(syscall.SIGCONT); err != nil {
+			return nil, err
 		}
-		time.Sleep(2 * time.Millisecond)
 	}
-	if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+	procs[0].Wait()
+	// What w1 sent before it died may still wait in the server's buffers:
+	// read its running tasks once the server has closed its connections.
+	if err := closed(ctx, rdb, clientName(cfg.run, "w1")); err != nil {
 		return nil, err
 	}
-	res.killedAt = stamp()
-	procs[0].Wait()
 	cur, err := rdb.HGetAll(ctx, k.running("w1")).Result()
 	if err != nil {
 		return nil, err
