@@ -70,6 +70,28 @@ type config struct {
 	timeout  time.Duration // bound of the whole run
 }
 
+// errFlag: a flag is out of range.
+var errFlag = errors.New("invalid flag")
+
+// validate refuses a shape the run cannot have, before any network call.
+func (c config) validate() error {
+	var errs []error
+	bad := func(ok bool, format string, a ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: "+format, append([]any{errFlag}, a...)...))
+		}
+	}
+	bad(c.groups >= 1 && c.tasks >= 1, "-groups %d -tasks %d, want at least 1 each", c.groups, c.tasks)
+	bad(c.work > 0, "-work %v, want a positive duration", c.work)
+	bad(c.prefetch >= 1, "-prefetch %d, want at least 1", c.prefetch)
+	bad(c.live >= 10*time.Millisecond, "-live %v, want at least 10ms", c.live)
+	bad(c.timeout > 0, "-timeout %v, want a positive duration", c.timeout)
+	if err := locker.CheckTTL(c.ttl); err != nil {
+		errs = append(errs, fmt.Errorf("-ttl: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
 func (c config) args() []string {
 	return []string{"-run", c.run, "-groups", fmt.Sprint(c.groups), "-tasks", fmt.Sprint(c.tasks),
 		"-work", c.work.String(), "-prefetch", fmt.Sprint(c.prefetch), "-ttl", c.ttl.String(),
@@ -88,6 +110,14 @@ func main() {
 	flag.DurationVar(&cfg.live, "live", time.Second, "a worker is dead once its liveness key is this old")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "bound of the whole run")
 	flag.Parse()
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if *worker != "" && cfg.run == "" {
+		fmt.Fprintln(os.Stderr, "a worker needs the -run of the demo that started it")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
@@ -267,7 +297,9 @@ func work(ctx context.Context, cfg config, name string, out io.Writer) error {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			return errors.Join(context.Cause(ctx), failed)
 		}
 		raw, reclaimed := "", false
 		if time.Now().After(nextReclaim) {
@@ -408,6 +440,9 @@ type result struct {
 // in the middle of a task, and returns the history once the second has
 // finished everything.
 func demo(ctx context.Context, bin string, cfg config, out io.Writer) (*result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.run == "" {
 		b := make([]byte, 4)
 		rand.Read(b)

@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -77,6 +80,30 @@ func build(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// TestInvalidFlags: a shape out of range is refused before any network
+// call (no server is needed, and none is dialled at these addresses).
+func TestInvalidFlags(t *testing.T) {
+	t.Setenv("LOCKER_REDIS_ADDR", "127.0.0.1:1")
+	t.Setenv("LOCKER_URL", "redis://127.0.0.1:1/0")
+	ok := config{groups: 1, tasks: 1, work: time.Millisecond, prefetch: 1, ttl: time.Second, live: time.Second, timeout: time.Second}
+	for _, spoil := range []func(*config){
+		func(c *config) { c.groups = 0 },
+		func(c *config) { c.tasks = -1 },
+		func(c *config) { c.work = 0 },
+		func(c *config) { c.prefetch = 0 },
+		func(c *config) { c.live = time.Millisecond },
+		func(c *config) { c.timeout = 0 },
+		func(c *config) { c.ttl = -time.Second },
+	} {
+		c := ok
+		spoil(&c)
+		_, err := demo(context.Background(), "/nonexistent", c, io.Discard)
+		if err == nil || !(errors.Is(err, errFlag) || errors.Is(err, locker.ErrInvalidTTL)) {
+			t.Errorf("demo(%+v) = %v, want errFlag or locker.ErrInvalidTTL", c, err)
+		}
+	}
 }
 
 // TestCheckFinds feeds check histories with one fault each: it must name it.
