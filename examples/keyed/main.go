@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command keyed runs grouped tasks one group at a time across processes,
 // and shows a crashed process's task resumed without overlap.
 //
@@ -19,6 +21,7 @@
 //	go run ./examples/keyed                               # locks on Redis, fair=true
 //	LOCKER_URL=etcd://127.0.0.1:2379 go run ./examples/keyed
 //
+// It needs a Unix system: the demo stops and kills a worker with signals.
 // The task queue is always the Redis at LOCKER_REDIS_ADDR (127.0.0.1:6379
 // by default); LOCKER_URL chooses the lock store (default: that Redis with
 // fair=true, which grants a key's lock in the order the processes asked).
