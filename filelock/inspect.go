@@ -106,13 +106,16 @@ func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error
 // takes a new fence from the directory's counter.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	var st backend.State
-	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
+	var wake *os.File
+	err := d.update(ctx, key, false, func(r *record, now int64) (what change, _ error) {
 		if !d.live(r, now) || r.fence != fence {
 			return keep, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 		}
 		st = d.state(key, r, now)
-		return remove, nil
+		what, wake = d.free(key, r, now)
+		return what, nil
 	})
+	closeWake(wake)
 	if errors.Is(err, errNoFile) {
 		return backend.State{}, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}
