@@ -44,7 +44,8 @@ func queued(r *record, t uint64) bool { return t >= r.qhead && t < r.qtail }
 // caller holds the key's flock and writes r back.
 func (d *Driver) next(key string, r *record, now int64) (t uint64, ok bool, wake *os.File) {
 	if r.resvExp != 0 && r.qhead < r.qtail {
-		if now < r.resvExp && waiterAlive(d.waiterPath(key, r.qhead)) {
+		// Probed even when late, so that a dead waiter's file goes.
+		if alive := waiterAlive(d.waiterPath(key, r.qhead)); alive && now < r.resvExp {
 			return r.qhead, true, nil
 		}
 		// Not taken in time, or its waiter is gone: the next one's turn.

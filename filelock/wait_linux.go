@@ -264,7 +264,16 @@ func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
 		if !queued(r, w.ticket) {
 			return keep, nil
 		}
-		if w.ticket == r.qhead {
+		// Its ticket goes if at either end; one in the middle is passed
+		// over (no file) when its turn comes.
+		switch w.ticket {
+		case r.qtail - 1:
+			r.qtail--
+			if r.qhead == r.qtail {
+				r.resvExp = 0
+			}
+		case r.qhead:
+			r.qhead++
 			r.resvExp = 0
 		}
 		if d.live(r, now) {
