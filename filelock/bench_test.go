@@ -20,6 +20,8 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
+var _ bench.Floorer = (*Driver)(nil)
+
 // polling hides the driver's Waiter (and every other optional interface):
 // the locker package then polls with its backoff, as before the queue.
 type polling struct{ backend.Driver }

@@ -10,12 +10,10 @@ import (
 	"syscall"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/bench"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
-
-// RawFloor implements bench.Floorer: the bare file operations any
+// RawFloor implements internal/bench.Floorer (asserted in bench_test.go,
+// since bench's tests import this package): the bare file operations any
 // acquire+release on this store costs at least. Acquire: open (creating)
 // key's file, flock it, write one record, close; release: open, flock,
 // unlink, close. No state is read, no fence drawn, no inode checked.
