@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -18,6 +19,9 @@ type Driver struct {
 	gate backend.Gate
 	// notifiers keeps idle inotify instances for waiters (Linux).
 	notifiers notifierPool
+	// woken counts the kernel's wake-ups of this driver's queued waiters
+	// (Linux): one per release that hands the lock to one of them.
+	woken atomic.Uint64
 }
 
 var (

@@ -445,3 +445,58 @@ func TestQueueFairThroughClient(t *testing.T) {
 		t.Fatalf("waiter files left: %v", f)
 	}
 }
+
+// A release wakes one waiter, the one it hands the lock to, however many
+// wait (no herd): wake-ups counted by the drivers of 6 waiters.
+func TestQueueReleaseWakesOne(t *testing.T) {
+	dir := t.TempDir()
+	ctx := ctx(t)
+	var ds []*Driver
+	for range 3 {
+		d, err := New(dir, WithSync(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds = append(ds, d)
+	}
+	const key = "ns/herd"
+	holder := backend.Claim{Key: key, Token: "holder", TTL: time.Minute}
+	if _, err := ds[0].Acquire(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	got := make(chan int, waiters)
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for i := range waiters {
+		wg.Go(func() {
+			c := backend.Claim{Key: key, Token: fmt.Sprint("w", i), TTL: time.Minute}
+			if _, err := ds[i%3].Acquire(wctx, c); err == nil {
+				got <- i
+			}
+		})
+		waitQueued(t, ds[0], key, uint64(i+1))
+	}
+	woken := func() (n uint64) {
+		for _, d := range ds {
+			n += d.woken.Load()
+		}
+		return n
+	}
+	before := woken()
+	if err := ds[0].Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	// The first waiter took it: nobody was passed over, so nobody else
+	// had a reason to be woken (the waiters' own looks, every waitCap,
+	// are no wake-ups and wake nobody while the lock is held).
+	if first := <-got; first != 0 {
+		t.Fatalf("waiter %d got the lock first, want 0", first)
+	}
+	time.Sleep(20 * time.Millisecond) // time for a herd to show
+	if n := woken() - before; n != 1 {
+		t.Fatalf("one release woke %d waiters, want 1", n)
+	}
+}

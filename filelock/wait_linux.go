@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -140,7 +141,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 			return g, nil
 		case errors.Is(err, errWait):
 			failing.Ok()
-			if err := w.sleep(ctx, until); err != nil {
+			if err := w.sleep(ctx, until, &d.woken); err != nil {
 				return backend.Grant{}, err
 			}
 		case ctx.Err() != nil:
@@ -292,30 +293,35 @@ func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
 	}
 }
 
-// sleep waits until w is woken, d passes, or ctx ends.
-func (w *waiter) sleep(ctx context.Context, d time.Duration) error {
-	return w.notify.sleep(ctx, d)
+// sleep waits until w is woken, d passes, or ctx ends, and counts
+// wake-ups in woken.
+func (w *waiter) sleep(ctx context.Context, d time.Duration, woken *atomic.Uint64) error {
+	ok, err := w.notify.sleep(ctx, d)
+	if ok {
+		woken.Add(1)
+	}
+	return err
 }
 
-// sleepNotify waits until an event comes on the inotify instance f, d
-// passes, or ctx ends; it consumes the events.
-func (nt *notifier) sleep(ctx context.Context, d time.Duration) error {
+// sleep waits until an event comes on the inotify instance, d passes, or
+// ctx ends; it consumes the events, and says whether any came.
+func (nt *notifier) sleep(ctx context.Context, d time.Duration) (bool, error) {
 	f := nt.f
 	// The deadline first: ctx's end moves it to the past, even at once.
 	if err := f.SetReadDeadline(time.Now().Add(d)); err != nil {
-		return fmt.Errorf("filelock: %w", err)
+		return false, fmt.Errorf("filelock: %w", err)
 	}
 	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var buf [4 * (unix.SizeofInotifyEvent + unix.NAME_MAX + 1)]byte
-	_, err := f.Read(buf[:])
+	n, err := f.Read(buf[:])
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("filelock: inotify: %w", err)
+		return false, fmt.Errorf("filelock: inotify: %w", err)
 	}
-	return nil
+	return n > 0, nil
 }
 
 // pollShared waits for a semaphore permit or a read-write lock, which
@@ -383,7 +389,7 @@ func (d *Driver) pollShared(ctx context.Context, c backend.Claim) (backend.Grant
 		if notify == nil {
 			err = retry.Sleep(ctx, wait)
 		} else {
-			err = notify.sleep(ctx, wait)
+			_, err = notify.sleep(ctx, wait)
 		}
 		if err != nil {
 			return backend.Grant{}, d.withdraw(ctx, c, err)
