@@ -110,7 +110,12 @@ func TestUncontendedMem(t *testing.T) {
 // A driver without a raw floor still compares the Client with itself.
 func TestUncontendedNoFloor(t *testing.T) {
 	dir := t.TempDir()
-	cs := clients{open: func(context.Context) (backend.Driver, error) { return filelock.New(dir, filelock.WithSync(false)) }, ns: "t"}
+	// Wrapped without Unwrap: filelock's own RawFloor is out of reach.
+	type noFloor struct{ backend.Driver }
+	cs := clients{open: func(context.Context) (backend.Driver, error) {
+		d, err := filelock.New(dir, filelock.WithSync(false))
+		return noFloor{d}, err
+	}, ns: "t"}
 	_, f, err := Uncontended(context.Background(), cs, Config{Duration: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
