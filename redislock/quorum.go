@@ -52,16 +52,49 @@ type Quorum struct {
 	// gate counts the requests in flight, and servers' answers that came
 	// after the decision: Close ends them and waits for them.
 	gate backend.Gate
+	up   []uptime // by server: see quorum_scripts.go
 
 	mu       sync.Mutex
 	inflight map[string]*acquisition // by token
 }
 
 // acquisition follows a successful acquisition's servers that had not
-// answered when it succeeded.
+// answered when it succeeded. A release to such a server is sent after
+// its answer, not before (it would be overtaken on another connection and
+// leave the late grant behind).
 type acquisition struct {
-	pending  atomic.Int64 // servers yet to answer
-	released atomic.Bool  // Release was called: a late grant is released
+	pending atomic.Int64 // servers yet to answer
+	servers []straggler  // by server
+}
+
+// straggler is one server's answer to an acquisition, for a Release that
+// may come before it.
+type straggler struct {
+	// state: 0 waiting; 1 answered (r is set, done closed); 2 a Release
+	// stopped waiting for it, and late releases the answer's grant.
+	state atomic.Int32
+	done  chan struct{}
+	r     result
+}
+
+// wait waits for the straggler's answer for a release, until ctx ends:
+// whether to send the release (the server may hold the lock), and if not,
+// the result to report.
+func (s *straggler) wait(ctx context.Context) (send bool, r result) {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		if s.state.CompareAndSwap(0, 2) || s.state.Load() == 2 {
+			// late releases it (or will, for an earlier Release that
+			// gave up too).
+			return false, result{err: context.Cause(ctx)}
+		}
+		<-s.done // answered meanwhile
+	}
+	if s.r.err == nil && !s.r.ok {
+		return false, result{} // it refused: nothing of ours there
+	}
+	return true, result{}
 }
 
 func (q *Quorum) forget(token string, st *acquisition) {
@@ -73,7 +106,7 @@ func (q *Quorum) forget(token string, st *acquisition) {
 }
 
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
-	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
+	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}}
 }
 
 var (
@@ -144,6 +177,15 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
 ) []result {
+	return q.gatherOn(ctx, timeout, func(ctx context.Context, _ int, dep *deployment) result { return fn(ctx, dep) }, decided, late)
+}
+
+// gatherOn is gather with fn told the server's index.
+func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration,
+	fn func(ctx context.Context, i int, dep *deployment) result,
+	decided func(ok, notOK int) bool,
+	late func(i int, r result),
+) []result {
 	type answer struct {
 		i int
 		r result
@@ -159,7 +201,7 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := fn(reqCtx, dep)
+			r := fn(reqCtx, i, dep)
 			ch <- answer{i, r}
 		}()
 	}
@@ -324,10 +366,16 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	// A server that grants after the attempt was given up, or after the
 	// lock it won was released (its request can reach the server after the
 	// release's, on another connection), releases it at once.
-	st := &acquisition{}
+	st := &acquisition{servers: make([]straggler, len(q.deps))}
+	for i := range st.servers {
+		st.servers[i].done = make(chan struct{})
+	}
 	late := func(i int, r result) {
 		<-outcome
-		if (r.ok || r.err != nil) && (failed.Load() || st.released.Load()) {
+		mayHold := r.ok || r.err != nil
+		// After a success, a Release that stopped waiting for this answer
+		// (see straggler) left its release to late.
+		if mayHold && (failed.Load() || st.servers[i].state.Load() == 2) {
 			q.deps[i].cleanup(ctx, l, value)
 		}
 		if st.pending.Add(-1) == 0 {
@@ -336,15 +384,21 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	}
 	// A server that has not answered by the end of the validity is of no
 	// use to this acquisition.
-	res := q.gather(ctx, ttl, func(nctx context.Context, dep *deployment) result {
+	res := q.gatherOn(ctx, ttl, func(nctx context.Context, i int, dep *deployment) result {
 		// A request not yet sent when the caller gives up is not sent: it
 		// could only grant a lock nobody wants. One already sent is seen
 		// through by late.
 		nctx, stop := context.WithCancel(nctx)
 		defer stop()
 		defer context.AfterFunc(ctx, stop)()
-		f, err := dep.acquire(nctx, l, value, px)
-		return result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+		f, err := q.acquireOn(nctx, i, l, value, px)
+		r := result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+		// A Release waiting for this answer sends its release now.
+		s := &st.servers[i]
+		s.r = r
+		s.state.CompareAndSwap(0, 1)
+		close(s.done)
+		return r
 	}, q.decidedBy, late)
 	granted, denied := count(res)
 	var fence uint64
@@ -508,13 +562,17 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}
-	// Servers that grant the acquisition after this release release it.
+	// The release to a server whose answer to the acquisition is still on
+	// its way follows that answer.
 	q.mu.Lock()
-	if st := q.inflight[l.Token]; st != nil {
-		st.released.Store(true)
-	}
+	st := q.inflight[l.Token]
 	q.mu.Unlock()
-	res := q.gather(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, dep *deployment) result {
+	res := q.gatherOn(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, i int, dep *deployment) result {
+		if st != nil {
+			if send, r := st.servers[i].wait(ctx); !send {
+				return r
+			}
+		}
 		ok, err := dep.release(ctx, l)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
