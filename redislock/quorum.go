@@ -59,9 +59,8 @@ type Quorum struct {
 }
 
 // acquisition follows a successful acquisition's servers that had not
-// answered when it succeeded. A release to such a server is sent after
-// its answer, not before (it would be overtaken on another connection and
-// leave the late grant behind).
+// answered when it succeeded: a release sent to one of them can overtake
+// the acquisition on another connection and leave its grant behind.
 type acquisition struct {
 	pending atomic.Int64 // servers yet to answer
 	servers []straggler  // by server
@@ -70,31 +69,10 @@ type acquisition struct {
 // straggler is one server's answer to an acquisition, for a Release that
 // may come before it.
 type straggler struct {
-	// state: 0 waiting; 1 answered (r is set, done closed); 2 a Release
-	// stopped waiting for it, and late releases the answer's grant.
+	// state: 0 no answer yet; 1 answered (r is set); 2 a release found
+	// nothing to release before the answer came: late releases the grant.
 	state atomic.Int32
-	done  chan struct{}
 	r     result
-}
-
-// wait waits for the straggler's answer for a release, until ctx ends:
-// whether to send the release (the server may hold the lock), and if not,
-// the result to report.
-func (s *straggler) wait(ctx context.Context) (send bool, r result) {
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		if s.state.CompareAndSwap(0, 2) || s.state.Load() == 2 {
-			// late releases it (or will, for an earlier Release that
-			// gave up too).
-			return false, result{err: context.Cause(ctx)}
-		}
-		<-s.done // answered meanwhile
-	}
-	if s.r.err == nil && !s.r.ok {
-		return false, result{} // it refused: nothing of ours there
-	}
-	return true, result{}
 }
 
 func (q *Quorum) forget(token string, st *acquisition) {
@@ -367,14 +345,11 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	// lock it won was released (its request can reach the server after the
 	// release's, on another connection), releases it at once.
 	st := &acquisition{servers: make([]straggler, len(q.deps))}
-	for i := range st.servers {
-		st.servers[i].done = make(chan struct{})
-	}
 	late := func(i int, r result) {
 		<-outcome
 		mayHold := r.ok || r.err != nil
-		// After a success, a Release that stopped waiting for this answer
-		// (see straggler) left its release to late.
+		// After a success, a release that found nothing before this
+		// answer (see straggler) came first: release the grant.
 		if mayHold && (failed.Load() || st.servers[i].state.Load() == 2) {
 			q.deps[i].cleanup(ctx, l, value)
 		}
@@ -393,11 +368,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		defer context.AfterFunc(ctx, stop)()
 		f, err := q.acquireOn(nctx, i, l, value, px)
 		r := result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
-		// A Release waiting for this answer sends its release now.
 		s := &st.servers[i]
 		s.r = r
 		s.state.CompareAndSwap(0, 1)
-		close(s.done)
 		return r
 	}, q.decidedBy, late)
 	granted, denied := count(res)
@@ -562,18 +535,26 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}
-	// The release to a server whose answer to the acquisition is still on
-	// its way follows that answer.
+	// A server whose answer to the acquisition is still on its way is
+	// released at once too; if it had nothing to release, the answer's
+	// grant is released when it comes (see straggler).
 	q.mu.Lock()
 	st := q.inflight[l.Token]
 	q.mu.Unlock()
 	res := q.gatherOn(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, i int, dep *deployment) result {
+		var s *straggler
 		if st != nil {
-			if send, r := st.servers[i].wait(ctx); !send {
-				return r
+			s = &st.servers[i]
+			if s.state.Load() == 1 && s.r.err == nil && !s.r.ok {
+				return result{} // it refused: nothing of ours there
 			}
 		}
 		ok, err := dep.release(ctx, l)
+		if s != nil && !ok && !s.state.CompareAndSwap(0, 2) && s.state.Load() == 1 && (s.r.ok || s.r.err != nil) {
+			// Nothing released, and the acquisition's answer came
+			// meanwhile: it may have landed after the release.
+			ok, err = dep.release(ctx, l)
+		}
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
 	ok, notHeld := count(res)
