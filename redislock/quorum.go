@@ -56,6 +56,8 @@ type Quorum struct {
 
 	mu       sync.Mutex
 	inflight map[string]*acquisition // by token
+	hot      map[string]*hotKey      // contended names, by key (quorum_hot.go)
+	hotPrune int                     // prune hot when it reaches this size
 }
 
 // acquisition follows a successful acquisition's servers that had not
@@ -84,7 +86,7 @@ func (q *Quorum) forget(token string, st *acquisition) {
 }
 
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
-	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}}
+	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64}
 }
 
 var (
@@ -312,7 +314,11 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// Random pauses of 1-2ms, then up to 4 and 8: contenders spread out.
 	backoff := retry.Backoff{Min: 2 * time.Millisecond, Max: 8 * time.Millisecond}
 	for attempt := 1; ; attempt++ {
-		g, split, err := q.tryOnce(ctx, l)
+		hot, wait := q.hotState(l.Key, time.Now())
+		if err := yield(ctx, wait); err != nil {
+			return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", context.Cause(ctx))
+		}
+		g, split, err := q.tryOnce(ctx, l, hot)
 		if !split || attempt > splitRetries || ctx.Err() != nil {
 			return g, err
 		}
@@ -329,11 +335,22 @@ const splitRetries = 3
 // machine.
 const minQuorumTTL = 500 * time.Millisecond
 
-func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant, split bool, _ error) {
+// tryOnce is one attempt; on a hot name (see quorum_hot.go) it asks the
+// arbiter first.
+func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
 	value := attempt(l)
 	t0 := time.Now()
+	arbiter, pre := -1, (*result)(nil)
+	if hot {
+		var refused bool
+		arbiter = q.arbiter(l.Key)
+		if pre, refused = q.tryArbiter(ctx, l, value, px); refused {
+			q.noteDenied(l.Key, time.Now())
+			return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w (refused by %s, the name's first server)", backend.ErrNotAcquired, q.addrs[arbiter])
+		}
+	}
 	// outcome is closed when this attempt is settled; failed tells how.
 	outcome := make(chan struct{})
 	var failed atomic.Bool
@@ -366,8 +383,13 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		nctx, stop := context.WithCancel(nctx)
 		defer stop()
 		defer context.AfterFunc(ctx, stop)()
-		f, err := q.acquireOn(nctx, i, l, value, px)
-		r := result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+		var r result
+		if i == arbiter && pre != nil {
+			r = *pre // granted already
+		} else {
+			f, err := q.acquireOn(nctx, i, l, value, px)
+			r = result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+		}
 		s := &st.servers[i]
 		s.r = r
 		s.state.CompareAndSwap(0, 1)
@@ -396,6 +418,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		if granted+denied >= q.quorum {
 			// Enough servers answered to decide: another token holds it,
 			// or contenders split the vote.
+			q.noteDenied(l.Key, time.Now())
 			return fail(granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
 				backend.ErrNotAcquired, granted, len(q.deps), q.quorum))
 		}
@@ -457,6 +480,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		q.mu.Unlock()
 	}
 	settle(true)
+	q.noteGranted(l.Key)
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
 
@@ -557,6 +581,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 		}
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
+	q.noteReleased(l.Key, time.Now())
 	ok, notHeld := count(res)
 	switch {
 	case ok >= q.quorum:

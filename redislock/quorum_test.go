@@ -608,3 +608,89 @@ func TestQuorumRestartCheckWithoutInfo(t *testing.T) {
 		t.Fatalf("the variant for %dms of uptime is still in use after the restart", s.upMs)
 	}
 }
+
+// A contended name (quorum_hot.go): attempts ask the name's first server
+// before the others, the lock stays exclusive with increasing fences, and
+// nothing is left on any server at the end.
+func TestQuorumHotName(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	qs := []*Quorum{openTestQuorum(t), openTestQuorum(t), openTestQuorum(t)}
+	key := uniqueKey(t)
+	const workers, grants = 6, 120
+	var (
+		mu       sync.Mutex
+		holders  int
+		fences   []uint64
+		arbiter  atomic.Int32 // refusals at the first server
+		deadline = time.Now().Add(30 * time.Second)
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			q := qs[w%len(qs)]
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := len(fences) >= grants
+				mu.Unlock()
+				if done {
+					return
+				}
+				l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
+				g, err := q.TryAcquire(ctx, l)
+				if err != nil {
+					if !errors.Is(err, backend.ErrNotAcquired) {
+						t.Errorf("TryAcquire: %v", err)
+						return
+					}
+					if strings.Contains(err.Error(), "first server") {
+						arbiter.Add(1)
+					}
+					time.Sleep(time.Duration(w) * 100 * time.Microsecond)
+					continue
+				}
+				mu.Lock()
+				holders++
+				if holders > 1 {
+					t.Errorf("%d holders at once", holders)
+				}
+				if n := len(fences); n > 0 && g.Fence <= fences[n-1] {
+					t.Errorf("fence %d after %d", g.Fence, fences[n-1])
+				}
+				fences = append(fences, g.Fence)
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond)
+				mu.Lock()
+				holders--
+				mu.Unlock()
+				if err := q.Release(ctx, l); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(fences) < grants {
+		t.Fatalf("%d grants in 30s, want %d", len(fences), grants)
+	}
+	if arbiter.Load() == 0 {
+		t.Fatal("no attempt was refused by the name's first server: the hot path was not taken")
+	}
+	t.Logf("%d grants, %d refusals at the first server", len(fences), arbiter.Load())
+	for i, a := range addrs {
+		admin := adminClient(t, a)
+		waitGone := time.Now().Add(3 * time.Second)
+		for {
+			n, err := admin.Exists(ctx, keysFor(key).lock).Result()
+			if err == nil && n == 0 {
+				break
+			}
+			if time.Now().After(waitGone) {
+				t.Fatalf("server %d still holds the name (%d, %v)", i+1, n, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
