@@ -58,6 +58,9 @@ type Quorum struct {
 	inflight map[string]*acquisition // by token
 	hot      map[string]*hotKey      // contended names, by key (quorum_hot.go)
 	hotPrune int                     // prune hot when it reaches this size
+
+	work    chan func()     // to idle workers (quorum_workers.go)
+	closing <-chan struct{} // the gate's: closed when Close begins
 }
 
 // acquisition follows a successful acquisition's servers that had not
@@ -86,7 +89,9 @@ func (q *Quorum) forget(token string, st *acquisition) {
 }
 
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
-	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64}
+	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64, work: make(chan func())}
+	q.closing = q.gate.Context().Done()
+	return q
 }
 
 var (
@@ -179,11 +184,11 @@ func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration,
 	var wg sync.WaitGroup
 	for i, dep := range q.deps {
 		wg.Add(1)
-		go func() {
+		q.run(func() {
 			defer wg.Done()
 			r := fn(reqCtx, i, dep)
 			ch <- answer{i, r}
-		}()
+		})
 	}
 	granted, notOK, got := 0, 0, 0
 	for got < len(q.deps) && !decided(granted, notOK) {
