@@ -20,6 +20,13 @@ import (
 // it, within its validity. It implements backend.Driver and
 // backend.Notifier.
 //
+// Requests. An acquisition asks every server at once and returns at the
+// first majority; a release goes to every server at once and returns at
+// the first majority too, the rest finishing in the background. On a
+// contended name an acquisition asks the name's first server before the
+// others (quorum_hot.go), and a server's restart check costs no INFO once
+// its uptime is proven (quorum_scripts.go).
+//
 // Validity. Every server is asked for the lock with an expiry of
 // px = TTL/(1-drift factor) + fixed drift (about TTL + 1% + 2ms by
 // default), starting at t0, before the first request is sent. A server
@@ -40,7 +47,8 @@ import (
 // while the key was there), so its script on s yields more than F, and its
 // fence, the maximum over M', is more than F. When all granting servers
 // returned F already, which is the steady state once they agree, no raise
-// round trip is needed. If s's counter expired in between (the retention
+// round trip is needed; on a new name too, as each server's clock floor is
+// rounded to a grain (scripts/quorum_acquire.lua). If s's counter expired in between (the retention
 // passed since its last grant), s starts again at its clock, which is above
 // F as long as s's clock is not behind the clock that gave F by more than
 // the retention (see the package documentation).

@@ -102,7 +102,9 @@ func (q *Quorum) pruneHot(now time.Time) {
 		return
 	}
 	for k, h := range q.hot {
-		if now.Sub(h.denied) > hotFor && h.held == 0 {
+		// A cold name's count of grants goes too: one lost and never
+		// released would keep it forever.
+		if now.Sub(h.denied) > hotFor {
 			delete(q.hot, k)
 		}
 	}
