@@ -450,32 +450,34 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			confirmed++
 		}
 	}
-	rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
-	defer cancel()
-	for i, r := range res {
-		if !r.answered || !r.ok || r.err != nil || r.fence == fence {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			left := px - time.Since(t0).Milliseconds() - 1
-			ok, err := q.deps[i].raise(rctx, l, value, fence, left)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				if raiseErr == nil {
-					raiseErr = fmt.Errorf("%s: %w", q.addrs[i], err)
-				}
-			case ok:
-				confirmed++
-			default:
-				lostRace = true
+	if confirmed < granted { // some granting servers are below the fence
+		rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
+		defer cancel()
+		for i, r := range res {
+			if !r.answered || !r.ok || r.err != nil || r.fence == fence {
+				continue
 			}
-		}()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				left := px - time.Since(t0).Milliseconds() - 1
+				ok, err := q.deps[i].raise(rctx, l, value, fence, left)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					if raiseErr == nil {
+						raiseErr = fmt.Errorf("%s: %w", q.addrs[i], err)
+					}
+				case ok:
+					confirmed++
+				default:
+					lostRace = true
+				}
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	elapsed := time.Since(t0)
 	switch {
 	case confirmed < q.quorum && lostRace:
