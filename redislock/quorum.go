@@ -170,11 +170,14 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
 ) []result {
-	return q.gatherOn(ctx, timeout, func(ctx context.Context, _ int, dep *deployment) result { return fn(ctx, dep) }, decided, late)
+	return q.gatherOn(ctx, timeout, false, func(ctx context.Context, _ int, dep *deployment) result { return fn(ctx, dep) }, decided, late)
 }
 
-// gatherOn is gather with fn told the server's index.
-func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration,
+// gatherOn is gather with fn told the server's index. linked: the
+// caller's cancellation ends the requests too (an acquisition's: a request
+// not yet sent when the caller gives up could only grant a lock nobody
+// wants).
+func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration, linked bool,
 	fn func(ctx context.Context, i int, dep *deployment) result,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
@@ -186,6 +189,13 @@ func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration,
 	reqCtx, cancel, ok := q.requests(ctx, timeout)
 	if !ok {
 		return closedResults(len(q.deps))
+	}
+	if linked {
+		var stop context.CancelFunc
+		reqCtx, stop = context.WithCancel(reqCtx)
+		unlink := context.AfterFunc(ctx, stop)
+		end := cancel
+		cancel = func() { unlink(); stop(); end() }
 	}
 	res := make([]result, len(q.deps))
 	ch := make(chan answer, len(q.deps))
@@ -354,12 +364,13 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
 	value := attempt(l)
+	keys := lockKeys(l.Key)
 	t0 := time.Now()
 	arbiter, pre := -1, (*result)(nil)
 	if hot {
 		var refused bool
 		arbiter = q.arbiter(l.Key)
-		if pre, refused = q.tryArbiter(ctx, l, value, px); refused {
+		if pre, refused = q.tryArbiter(ctx, l, keys, value, px); refused {
 			q.noteDenied(l.Key, time.Now())
 			return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w (refused by %s, the name's first server)", backend.ErrNotAcquired, q.addrs[arbiter])
 		}
@@ -389,18 +400,14 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}
 	// A server that has not answered by the end of the validity is of no
 	// use to this acquisition.
-	res := q.gatherOn(ctx, ttl, func(nctx context.Context, i int, dep *deployment) result {
-		// A request not yet sent when the caller gives up is not sent: it
-		// could only grant a lock nobody wants. One already sent is seen
-		// through by late.
-		nctx, stop := context.WithCancel(nctx)
-		defer stop()
-		defer context.AfterFunc(ctx, stop)()
+	// Linked: a request not yet sent when the caller gives up is not sent.
+	// One already sent is seen through by late.
+	res := q.gatherOn(ctx, ttl, true, func(nctx context.Context, i int, dep *deployment) result {
 		var r result
 		if i == arbiter && pre != nil {
 			r = *pre // granted already
 		} else {
-			f, err := q.acquireOn(nctx, i, l, value, px)
+			f, err := q.acquireOn(nctx, i, l, keys, value, px)
 			r = result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
 		}
 		s := &st.servers[i]
@@ -580,7 +587,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	q.mu.Lock()
 	st := q.inflight[l.Token]
 	q.mu.Unlock()
-	res := q.gatherOn(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, i int, dep *deployment) result {
+	res := q.gatherOn(ctx, min(max(l.TTL, time.Second), 10*time.Second), false, func(ctx context.Context, i int, dep *deployment) result {
 		var s *straggler
 		if st != nil {
 			s = &st.servers[i]

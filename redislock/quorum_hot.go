@@ -122,7 +122,7 @@ func (q *Quorum) arbiter(key string) int {
 // rest of the attempt goes on with its answer (pre); refused, the attempt
 // ends with nothing to undo. An error leaves it to a full round, which
 // cleans up after the arbiter if it did grant.
-func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, value string, px int64) (pre *result, refused bool) {
+func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string, value string, px int64) (pre *result, refused bool) {
 	a := q.arbiter(l.Key)
 	closing, done, ok := q.enter()
 	if !ok {
@@ -132,7 +132,7 @@ func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, value string, 
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(px)*time.Millisecond)
 	defer cancel()
 	defer context.AfterFunc(closing, cancel)()
-	f, err := q.acquireOn(rctx, a, l, value, px)
+	f, err := q.acquireOn(rctx, a, l, keys, value, px)
 	switch {
 	case err != nil:
 		return nil, false

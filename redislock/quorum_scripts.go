@@ -162,8 +162,9 @@ func (q *Quorum) learnUp(ctx context.Context, i int) *upScript {
 // acquireOn runs the quorum acquire script on server i for one attempt
 // (see attempt): the fence, 0 when another token holds the lock, -n when
 // the server started too recently (see acquire.lua). It sends the proven
-// variant when the server has one that covers this restart delay.
-func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, value string, px int64) (int64, error) {
+// variant when the server has one that covers this restart delay. keys
+// are the lock's and fence counter's (lockKeys), built once per attempt.
+func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []string, value string, px int64) (int64, error) {
 	dep, u := q.deps[i], &q.up[i]
 	delay := dep.restartDelay(px)
 	s := u.script.Load()
@@ -172,8 +173,6 @@ func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, value st
 		q.probe(i) // for next time
 	}
 	defer dep.in.watch(ctx).stop()
-	k := keysFor(l.Key)
-	keys := []string{k.lock, k.fence}
 	args := []any{value, px, holder(l), delay, dep.retention, l.Owner, dep.grain()}
 	if s != nil && delay > 0 && delay <= s.upMs {
 		v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
@@ -186,6 +185,12 @@ func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, value st
 	}
 	v, err := quorumAcquireScript.Run(ctx, dep.rdb, keys, args...).Int64()
 	return v, classify(err)
+}
+
+// lockKeys are the acquire script's keys for key.
+func lockKeys(key string) []string {
+	k := keysFor(key)
+	return []string{k.lock, k.fence}
 }
 
 func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
