@@ -88,6 +88,9 @@ type statements struct {
 	// returns the removed holder's owner and remaining µs; no row
 	// otherwise.
 	breakLock string
+	// floorInsert($1 key, $2 token) and floorDelete($1 key, $2 token) are
+	// RawFloor's bare pair: INSERT ... ON CONFLICT DO NOTHING, and DELETE.
+	floorInsert, floorDelete string
 }
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
@@ -193,6 +196,8 @@ freed AS (
     RETURNING name, coalesce(owner, '') AS owner, ` + remainingSQL + ` AS us
 ), ` + notifyKeyCTE(t) + `
 SELECT freed.owner, freed.us FROM freed LEFT JOIN k ON true, pg_notify($3, ` + payloadSQL("freed.name") + `)`,
+		floorInsert: `INSERT INTO ` + t + ` (name, token, acquired_at, expires_at) VALUES ($1, $2, now(), now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
+		floorDelete: `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2`,
 	}
 	if schema != "" {
 		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
