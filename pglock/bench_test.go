@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -134,17 +135,25 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 }
 
-// BenchmarkContended runs 8 workers, each with its own Client and driver
-// (so its own pool and listener, as separate processes would), on one name,
-// each holding it 1ms, through the contended harness (internal/bench). The
-// round trip is SELECT 1 on the first worker's pool, during the run.
+// BenchmarkContended runs 8 workers on one name, each holding it 1ms,
+// through the contended harness (internal/bench): over 2 clients (the
+// issue's shape: 4 workers share a Client, a driver and its pool), and
+// over 8 (one each, as separate processes would). The round trip is
+// SELECT 1 on the first client's pool, during the run.
 func BenchmarkContended(b *testing.B) {
+	for _, clients := range []int{2, 8} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchContended(b, clients) })
+	}
+}
+
+func benchContended(b *testing.B, clients int) {
 	admin := adminPool(b)
 	_, d0 := benchPool(b, admin)
 	ctx := context.Background()
 	const workers = 8
 	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "SELECT 1"}
-	for i := range workers {
+	cs := make([]*locker.Client, clients)
+	for i := range clients {
 		p, err := pgxpool.New(ctx, baseURL(b))
 		if err != nil {
 			b.Fatal(err)
@@ -171,7 +180,10 @@ func BenchmarkContended(b *testing.B) {
 				return err
 			}
 		}
-		run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "h")})
+		cs[i] = c
+	}
+	for w := range workers {
+		run.Workers = append(run.Workers, bench.Worker{Client: w % clients, Acquire: bench.ClientAcquirer(cs[w%clients], "h")})
 	}
 	run.RunB(b).Summary().Report(b, "")
 }

@@ -20,8 +20,8 @@ import (
 )
 
 // Driver keeps locks in a PostgreSQL table, and semaphores and read-write
-// locks in a second one. It implements backend.Driver, backend.Notifier,
-// backend.BatchRefresher and backend.Modal. Its methods are safe for
+// locks in a second one. It implements backend.Driver, backend.Waiter,
+// backend.Notifier, backend.BatchRefresher and backend.Modal. Its methods are safe for
 // concurrent use.
 type Driver struct {
 	pool    *pgxpool.Pool
@@ -42,7 +42,8 @@ type Driver struct {
 	notifySecret string
 	sharedOK     atomic.Bool // the shared table was found or made
 
-	lis *listener
+	lis    *listener
+	queues queues // the local waiters of each lock (Acquire)
 }
 
 var (
@@ -53,6 +54,7 @@ var (
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
 	_ backend.Modal          = (*Driver)(nil)
+	_ backend.Waiter         = (*Driver)(nil)
 )
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
@@ -126,7 +128,7 @@ func prefix(op string) string {
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
+		return d.tryShared(ctx, l, false)
 	}
 	us, err := micros(l.TTL)
 	if err != nil {
@@ -308,6 +310,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.releaseShared(ctx, l)
 	}
+	// Before the statement: a local waiter that sees the lock still held
+	// here counts on this release's notification (see waitTurn).
+	d.queues.releasing(l.Key)
 	ctx, leave, err := d.enter(ctx, "release")
 	if err != nil {
 		return err

@@ -105,8 +105,9 @@ func TestSemaphoreStatements(t *testing.T) {
 }
 
 // The read-write lock's rules, statement by statement: readers share; a
-// refused writer's record keeps new readers out until it is granted or
-// withdrawn; the writer's fence is above the readers'.
+// refused waiting writer's record keeps new readers out until it is
+// granted or withdrawn; the writer's fence is above the readers'. A
+// writer's TryAcquire, which waits for nothing, leaves no record.
 func TestRWStatements(t *testing.T) {
 	t.Parallel()
 	d, h := testDriver(t)
@@ -127,10 +128,18 @@ func TestRWStatements(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("writer with readers: %v", err)
 	}
+	if n, err := h.Entries(ctx, key); err != nil || n != 2 {
+		t.Fatalf("entries = %d (%v), want 2 readers (TryAcquire records no waiting writer)", n, err)
+	}
+	// As a waiting writer tries (Acquire).
+	waitTry := func(c backend.Claim) (backend.Grant, error) { return d.tryShared(ctx, c, true) }
+	if _, err := waitTry(w); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("waiting writer with readers: %v", err)
+	}
 	if _, err := d.TryAcquire(ctx, claim(backend.Read)); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("reader behind a waiting writer: %v", err)
 	}
-	if _, err := d.TryAcquire(ctx, claim(backend.Write)); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := waitTry(claim(backend.Write)); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("second writer: %v", err)
 	}
 	if n, err := h.Entries(ctx, key); err != nil || n != 3 {
@@ -146,7 +155,7 @@ func TestRWStatements(t *testing.T) {
 		t.Fatalf("reader after the withdrawal: %v", err)
 	}
 	r3.Fence, top = g.Fence, max(top, g.Fence)
-	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := waitTry(w); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	for _, r := range []backend.Claim{r1, r2, r3} {
@@ -154,7 +163,7 @@ func TestRWStatements(t *testing.T) {
 			t.Fatalf("release reader: %v", err)
 		}
 	}
-	g, err = d.TryAcquire(ctx, w)
+	g, err = waitTry(w)
 	if err != nil || g.Fence <= top {
 		t.Fatalf("writer once the readers left: %+v, %v (top reader fence %d)", g, err, top)
 	}
