@@ -187,3 +187,76 @@ func benchContended(b *testing.B, clients int) {
 	}
 	run.RunB(b).Summary().Report(b, "")
 }
+
+// BenchmarkSemaphoreVsLock times a permit's acquire+release against a
+// lock's, interleaved op by op on one Client (as internal/bench's
+// semaphore workload does) and on its driver, each on a name of its own.
+//
+//	go test -run '^$' -bench SemaphoreVsLock -benchtime 2000x -count 5 ./pglock
+func BenchmarkSemaphoreVsLock(b *testing.B) {
+	admin := adminPool(b)
+	_, d := benchPool(b, admin)
+	ctx := context.Background()
+	c, err := locker.New(d, locker.WithNamespace("bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	sem := locker.Semaphore(4)
+	client := func(name string, opts ...locker.LockOption) func() {
+		return func() {
+			l, err := c.Acquire(ctx, name, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	driver := func(claim func() backend.Claim) func() {
+		return func() {
+			c := claim()
+			g, err := d.TryAcquire(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Fence = g.Fence
+			if err := d.Release(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	fs := []func(){
+		client("lock-ratio"),
+		client("semaphore-ratio", sem),
+		driver(func() backend.Claim {
+			return backend.Claim{Key: "bench/lock", Token: randHex(16), TTL: 30 * time.Second}
+		}),
+		driver(func() backend.Claim {
+			return backend.Claim{Key: "bench/sem", Token: randHex(16), TTL: 30 * time.Second, Mode: backend.Permit, Limit: 4}
+		}),
+	}
+	names := []string{"lock", "permit", "driver-lock", "driver-permit"}
+	for _, f := range fs { // warm up: prepared statements
+		for range 20 {
+			f()
+		}
+	}
+	samples := make([][]time.Duration, len(fs))
+	for i := 0; b.Loop(); i++ {
+		for j := range fs {
+			k := (i + j) % len(fs) // rotate the order
+			start := time.Now()
+			fs[k]()
+			samples[k] = append(samples[k], time.Since(start))
+		}
+	}
+	med := make([]time.Duration, len(fs))
+	for k, name := range names {
+		med[k] = bench.Percentile(samples[k], 0.5)
+		b.ReportMetric(float64(med[k].Microseconds()), name+"-µs")
+	}
+	b.ReportMetric(float64(med[1])/float64(med[0]), "permit/lock")
+	b.ReportMetric(float64(med[3])/float64(med[2]), "driver-permit/lock")
+}

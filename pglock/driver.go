@@ -41,6 +41,9 @@ type Driver struct {
 	// check (set before schemaOK).
 	notifySecret string
 	sharedOK     atomic.Bool // the shared table was found or made
+	// explicitGrant: a grant found its session's isolation other than
+	// READ COMMITTED, and grants run in explicit transactions since.
+	explicitGrant atomic.Bool
 
 	lis    *listener
 	queues queues // the local waiters of each lock (Acquire)

@@ -58,20 +58,21 @@ type sharedStatements struct {
 	// semClass and rwClass are the first keys of the per-object advisory
 	// locks of semaphores and read-write locks; the second is hashtext(key).
 	semClass, rwClass int32
-	// begin starts a grant's transaction: each statement after the object
-	// lock then sees every grant committed before it, whatever the
-	// session's default isolation.
+	// begin starts a grant's transaction when the session's default
+	// isolation is not READ COMMITTED (see grant).
 	begin string
 	// lock($1 class, $2 key) takes the object's lock for the transaction.
 	lock string
 	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
-	// the new version (NULL when refused), and the count, lowest and
-	// highest limit of the other live permits.
+	// the new version (NULL when refused), whether it ran under READ
+	// COMMITTED (having changed nothing otherwise), and the count, lowest
+	// and highest limit of the other live permits.
 	grantPermit string
 	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs;
 	// grantWrite also $5 record) return the new version, NULL when
-	// refused; a refused writer records itself as the waiting one when
-	// record is true (see backend.Modal).
+	// refused, and whether they ran under READ COMMITTED, as grantPermit;
+	// a refused writer records itself as the waiting one when record is
+	// true (see backend.Modal).
 	grantRead, grantWrite string
 	// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
 	// kinds, $7 classes) extends each live holder, under a shared object
@@ -114,14 +115,18 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 	// The statements below share a shape: the server's now, read once;
 	// the object's expired rows of other tokens deleted (the token's own
 	// is taken again by the upsert); the live ones counted; the upsert.
-	clk := `clk AS MATERIALIZED (SELECT clock_timestamp() AS t)`
+	// rc: the statement runs under READ COMMITTED, so that its snapshot,
+	// taken after the object lock, sees every grant made before; any
+	// other isolation took it at the transaction's start (perhaps before
+	// the lock), and the statement then changes nothing (see grant).
+	clk := `clk AS MATERIALIZED (SELECT clock_timestamp() AS t, current_setting('transaction_isolation') = 'read committed' AS rc)`
 	gone := func(kinds string) string {
-		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk))`
+		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk) AND (SELECT rc FROM clk))`
 	}
 	insert := func(kind string, lim string, cond, conflict string) string {
 		return `INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
     SELECT $1, $2, ` + kind + `, nullif($3, ''), ` + lim + `, clk.t, clk.t + $4::int8 * interval '1 microsecond'
-    FROM busy, clk WHERE ` + cond + `
+    FROM busy, clk WHERE clk.rc AND ` + cond + `
     ON CONFLICT (name, token) DO UPDATE ` + conflict
 	}
 	// A grant takes the row anew: a new fence, drawn under the object lock.
@@ -145,7 +150,7 @@ busy AS MATERIALIZED (
     WHERE s.kind = 1`) + `
     RETURNING version
 )
-SELECT (SELECT version FROM got), busy.n, busy.lo, busy.hi FROM busy`,
+SELECT (SELECT version FROM got), (SELECT rc FROM clk), busy.n, busy.lo, busy.hi FROM busy`,
 		// A live writer, or another token's waiting record, keeps readers
 		// out: writers are preferred.
 		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
@@ -157,7 +162,7 @@ busy AS MATERIALIZED (
     WHERE s.kind = 2`) + `
     RETURNING version
 )
-SELECT (SELECT version FROM got)`,
+SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
 		// The grant turns the writer's own waiting record into its hold;
 		// a refusal records it as the waiting writer unless another
 		// token's record lives, or renews its own.
@@ -174,7 +179,7 @@ busy AS MATERIALIZED (
     ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0 AND $5::bool", `SET expires_at = excluded.expires_at
     WHERE s.kind = 4`) + `
 )
-SELECT (SELECT version FROM got)`,
+SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
 		// The shared object lock orders a refresh against grants: a grant
 		// that counted a holder as expired commits before the holder's
 		// refresh looks at its row, and so the refresh finds it gone.
@@ -255,26 +260,51 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	})
 }
 
-// grant runs a grant statement in a transaction of its own after the
-// object's lock, in one round trip (a pipeline): the statement's snapshot
-// is taken with the lock held, so it counts every holder granted before.
-// A failure leaves the transaction aborted; the pool drops that
-// connection.
+// grant runs a grant statement after the object's lock, in one round
+// trip: a pipeline, which PostgreSQL runs as one implicit transaction, so
+// that the lock is held until the grant commits. Under READ COMMITTED,
+// each statement takes its snapshot as it starts, so the grant's, taken
+// with the lock held, counts every holder granted before. A session whose
+// default isolation is another took its snapshot at the lock statement,
+// perhaps before the lock: the grant statement finds that out itself and
+// changes nothing, and grant runs it again in an explicit READ COMMITTED
+// transaction (which the driver uses from then on). dest's first two are
+// the version and the READ COMMITTED flag.
 func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args []any, dest ...any) error {
+	explicit := d.explicitGrant.Load()
+	err := d.grantBatch(ctx, explicit, class, key, stmt, args, dest...)
+	if err != nil || explicit || *dest[1].(*bool) {
+		return err
+	}
+	d.explicitGrant.Store(true)
+	return d.grantBatch(ctx, true, class, key, stmt, args, dest...)
+}
+
+// grantBatch sends the lock and the grant, in an explicit transaction if
+// explicit (a failure then leaves it aborted, and the pool drops that
+// connection).
+func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key, stmt string, args []any, dest ...any) error {
 	b := &pgx.Batch{}
-	b.Queue(d.shared.begin)
+	if explicit {
+		b.Queue(d.shared.begin)
+	}
 	b.Queue(d.shared.lock, class, key)
 	b.Queue(stmt, args...)
-	b.Queue("COMMIT")
+	if explicit {
+		b.Queue("COMMIT")
+	}
 	br := d.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
+	var err error
+	if explicit {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(dest...)
 	}
-	if err == nil {
+	if err == nil && explicit {
 		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
@@ -306,10 +336,11 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 	}
 	var (
 		version   *int64
+		rc        bool
 		n, lo, hi int64
 		stmt      string
 		args      = []any{l.Key, l.Token, l.Owner, us}
-		dest      = []any{&version}
+		dest      = []any{&version, &rc}
 	)
 	switch l.Mode {
 	case backend.Permit:
