@@ -54,7 +54,7 @@ func BenchmarkUncontended(b *testing.B) {
 	rawCtx = func(ctx context.Context) {
 		token := randHex(16)
 		var version int64
-		if err := pool.QueryRow(ctx, d.sql.acquire, key, token, "", us).Scan(&version); err != nil {
+		if err := pool.QueryRow(ctx, d.sql.acquire, key, token, "", us, true).Scan(&version); err != nil {
 			b.Fatal(err)
 		}
 		var live bool
@@ -138,54 +138,96 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended runs 8 workers on one name, each holding it 1ms,
 // through the contended harness (internal/bench): over 2 clients (the
 // issue's shape: 4 workers share a Client, a driver and its pool), and
-// over 8 (one each, as separate processes would). The round trip is
-// SELECT 1 on the first client's pool, during the run.
+// over 8 (one each, as separate processes would). Two contenders, in
+// alternating rounds on one table: "queue", the driver as it is (a
+// Waiter), and "notify", the same driver seen without its Waiter, so that
+// the locker package waits as it does for any Notifier (every waiter
+// tries at each release). The round trip is SELECT 1 on the first
+// client's pool, during the run.
+//
+//	go test -run '^$' -bench Contended -benchtime 1200x -count 5 ./pglock
 func BenchmarkContended(b *testing.B) {
 	for _, clients := range []int{2, 8} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchContended(b, clients) })
 	}
 }
 
+// notifyOnly is a Driver without its Waiter: the locker package polls
+// it, woken by its notifications.
+type notifyOnly struct {
+	backend.Driver
+	backend.Notifier
+	backend.BatchRefresher
+	backend.Modal
+}
+
 func benchContended(b *testing.B, clients int) {
 	admin := adminPool(b)
 	_, d0 := benchPool(b, admin)
 	ctx := context.Background()
-	const workers = 8
-	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "SELECT 1"}
-	cs := make([]*locker.Client, clients)
-	for i := range clients {
-		p, err := pgxpool.New(ctx, baseURL(b))
-		if err != nil {
-			b.Fatal(err)
+	const workers, rounds = 8, 6
+	contender := func(name string, wrap func(*Driver) backend.Driver) bench.Contend {
+		run := bench.Contend{Hold: time.Millisecond, Acquisitions: max(b.N/rounds, 1), RoundTripOp: "SELECT 1"}
+		cs := make([]*locker.Client, clients)
+		for i := range clients {
+			p, err := pgxpool.New(ctx, baseURL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(p.Close)
+			d, err := New(p, WithTable(d0.cfg.table))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := locker.New(wrap(d), locker.WithNamespace("bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			// Warm up: the pool's connection, prepared statements, the listener.
+			l, err := c.Acquire(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Release(ctx)
+			if i == 0 {
+				run.RoundTrip = func(ctx context.Context) error {
+					_, err := p.Exec(ctx, "SELECT 1")
+					return err
+				}
+			}
+			cs[i] = c
 		}
-		b.Cleanup(p.Close)
-		d, err := New(p, WithTable(d0.cfg.table))
-		if err != nil {
-			b.Fatal(err)
+		for w := range workers {
+			run.Workers = append(run.Workers, bench.Worker{Client: w % clients, Acquire: bench.ClientAcquirer(cs[w%clients], name)})
 		}
-		c, err := locker.New(d, locker.WithNamespace("bench"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { c.Close() })
-		// Warm up: the pool's connection, prepared statements, the listener.
-		l, err := c.Acquire(ctx, "h")
-		if err != nil {
-			b.Fatal(err)
-		}
-		l.Release(ctx)
-		if i == 0 {
-			run.RoundTrip = func(ctx context.Context) error {
-				_, err := p.Exec(ctx, "SELECT 1")
-				return err
+		return run
+	}
+	runs := []bench.Contend{
+		contender("queue", func(d *Driver) backend.Driver { return d }),
+		contender("notify", func(d *Driver) backend.Driver { return notifyOnly{d, d, d, d} }),
+	}
+	names := []string{"queue", "notify"}
+	samples := make([]*bench.Samples, len(runs))
+	b.ResetTimer()
+	for r := range rounds {
+		for j := range runs {
+			k := (r + j) % len(runs)
+			s, err := runs[k].Run(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if samples[k] == nil {
+				samples[k] = s
+			} else {
+				samples[k].Add(s)
 			}
 		}
-		cs[i] = c
 	}
-	for w := range workers {
-		run.Workers = append(run.Workers, bench.Worker{Client: w % clients, Acquire: bench.ClientAcquirer(cs[w%clients], "h")})
+	b.StopTimer()
+	for k, name := range names {
+		samples[k].Summary().Report(b, name)
 	}
-	run.RunB(b).Summary().Report(b, "")
 }
 
 // BenchmarkSemaphoreVsLock times a permit's acquire+release against a

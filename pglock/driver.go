@@ -47,6 +47,7 @@ type Driver struct {
 
 	lis    *listener
 	queues queues // the local waiters of each lock (Acquire)
+	lines  lines  // connections for the line of the first local waiters
 }
 
 var (
@@ -86,6 +87,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
+	d.lines.d = d
 	return d, nil
 }
 
@@ -130,6 +132,13 @@ func prefix(op string) string {
 // UPDATE that takes the row only when it is free or expired by the server's
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	return d.tryAcquire(ctx, l, false)
+}
+
+// tryAcquire is TryAcquire; with line, it also refuses while another
+// process's waiter is first in the key's line (line.go), whose turn it
+// is: Acquire's tries that defer to the line.
+func (d *Driver) tryAcquire(ctx context.Context, l backend.Claim, line bool) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
 		return d.tryShared(ctx, l, false)
 	}
@@ -149,7 +158,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// The statement is idempotent for one token (the token's own row is
 	// taken again), so it can be retried after a broken connection.
 	err = d.retry(ctx, func() error {
-		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
+		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us, line).Scan(&version)
 	})
 	switch {
 	case err == nil:
@@ -354,6 +363,7 @@ func (d *Driver) Close() error {
 		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
 	}
 	d.lis.close()
+	d.lines.close()
 	if d.ownPool {
 		d.pool.Close()
 	}

@@ -264,14 +264,29 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 	}
 }
 
-// connect opens the listening connection with the pool's configuration
-// and hooks, outside the pool so that it takes none of its connections.
+// connect opens the listening connection.
 func (l *listener) connect() (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()
-	pc := l.d.pool.Config()
+	conn, err := l.d.connectOutside(ctx, l.socks)
+	if err == nil {
+		_, err = conn.Exec(ctx, l.d.sql.listen)
+		if err != nil {
+			_ = conn.Close(context.Background())
+		}
+	}
+	return conn, err
+}
+
+// connectOutside opens a connection with the pool's configuration and
+// hooks, outside the pool so that it takes none of its connections, its
+// socket tracked in socks.
+func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pc := d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
+	cc.DialFunc = trackDial(socks, cc.DialFunc)
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, err
@@ -282,14 +297,10 @@ func (l *listener) connect() (*pgx.Conn, error) {
 		return nil, err
 	}
 	if pc.AfterConnect != nil {
-		err = pc.AfterConnect(ctx, conn)
-	}
-	if err == nil {
-		_, err = conn.Exec(ctx, l.d.sql.listen)
-	}
-	if err != nil {
-		_ = conn.Close(context.Background())
-		return nil, err
+		if err := pc.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
 	}
 	return conn, nil
 }

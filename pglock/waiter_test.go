@@ -144,3 +144,79 @@ func TestLocalWaiterSeesExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lineHeld waits until n sessions hold key's line lock (line.go).
+func lineHeld(t *testing.T, h *harness, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var got int
+		err := h.admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND objsubid = 2
+    AND classid = ($1::int4)::int8::oid AND objid = (hashtext($2)::int8 & 4294967295)::oid`,
+			h.sql.lineClass, key).Scan(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions hold the line of %s, want %d", got, key, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Processes take turns: a waiter first in line is served before a later
+// arrival of the holder's own process, which defers to it.
+func TestLineServesOtherProcessFirst(t *testing.T) {
+	t.Parallel()
+	a, h := testDriver(t)
+	b, err := Open(context.Background(), h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "ns/line"
+	claim := func() backend.Claim { return backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute} }
+	holder := claim()
+	g, err := a.Acquire(ctx, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder.Fence = g.Fence
+	got := make(chan waitResult, 2)
+	wait := func(d *Driver, i int) {
+		go func() {
+			c := claim()
+			g, err := d.Acquire(ctx, c)
+			c.Fence = g.Fence
+			got <- waitResult{i, c, err}
+		}()
+	}
+	wait(b, 0)
+	lineHeld(t, h, key, 1) // b's waiter is first in line
+	wait(a, 1)
+	waitQueued(t, a, key, 1)
+	if err := a.Release(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	if first.i != 0 || first.err != nil {
+		t.Fatalf("first served: waiter %d, %v; want the other process's (0)", first.i, first.err)
+	}
+	if err := b.Release(ctx, first.c); err != nil {
+		t.Fatal(err)
+	}
+	second := <-got
+	if second.i != 1 || second.err != nil {
+		t.Fatalf("second served: waiter %d, %v; want 1", second.i, second.err)
+	}
+	if err := a.Release(ctx, second.c); err != nil {
+		t.Fatal(err)
+	}
+	lineHeld(t, h, key, 0)
+}
