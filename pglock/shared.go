@@ -141,10 +141,19 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		rwClass:  objectClass("rwlock", qualified),
 		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
 		lock:     `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`,
-		grantPermit: `WITH ` + clk + `, ` + gone("1") + `,
+		// One scan counts the live permits and the expired ones; the
+		// expired go only when there are some.
+		grantPermit: `WITH ` + clk + `,
 busy AS MATERIALIZED (
-    SELECT count(*) AS n, coalesce(min(lim), 0) AS lo, coalesce(max(lim), 0) AS hi FROM ` + t + `
-    WHERE name = $1 AND kind = 1 AND token <> $2 AND expires_at > (SELECT t FROM clk)
+    SELECT count(*) FILTER (WHERE expires_at > (SELECT t FROM clk)) AS n,
+        coalesce(min(lim) FILTER (WHERE expires_at > (SELECT t FROM clk)), 0) AS lo,
+        coalesce(max(lim) FILTER (WHERE expires_at > (SELECT t FROM clk)), 0) AS hi,
+        count(*) FILTER (WHERE expires_at <= (SELECT t FROM clk)) AS x
+    FROM ` + t + `
+    WHERE name = $1 AND kind = 1 AND token <> $2
+), gone AS (
+    DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND token <> $2 AND expires_at <= (SELECT t FROM clk)
+        AND (SELECT rc FROM clk) AND (SELECT x > 0 FROM busy)
 ), got AS (
     ` + insert("1", "$5::int4", "busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)", regrant("1")+`
     WHERE s.kind = 1`) + `
