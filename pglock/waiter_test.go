@@ -153,8 +153,8 @@ func lineHeld(t *testing.T, h *harness, key string, n int) {
 		var got int
 		err := h.admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
 WHERE locktype = 'advisory' AND granted AND objsubid = 2
-    AND classid = ($1::int4)::int8::oid AND objid = (hashtext($2)::int8 & 4294967295)::oid`,
-			h.sql.lineClass, key).Scan(&got)
+    AND classid = ($1::int8 & 4294967295)::oid AND objid = (hashtext($2)::int8 & 4294967295)::oid`,
+			int64(h.sql.lineClass), key).Scan(&got)
 		if err != nil {
 			t.Fatal(err)
 		}
