@@ -45,9 +45,10 @@ type Driver struct {
 	// READ COMMITTED, and grants run in explicit transactions since.
 	explicitGrant atomic.Bool
 
-	lis    *listener
-	queues queues // the local waiters of each lock (Acquire)
-	lines  lines  // connections for the line of the first local waiters
+	lis      *listener
+	queues   queues   // the local waiters of each lock (Acquire)
+	lines    lines    // connections for the line of the first local waiters
+	presence presence // the keys that waiters here wait for
 }
 
 var (
@@ -88,6 +89,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
 	d.lines.d = d
+	d.presence.d = d
 	return d, nil
 }
 
@@ -364,6 +366,7 @@ func (d *Driver) Close() error {
 	}
 	d.lis.close()
 	d.lines.close()
+	d.presence.close()
 	if d.ownPool {
 		d.pool.Close()
 	}

@@ -15,23 +15,37 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier. Every release sends a keyed hash
-// of the key (see notifyPayload) on the channel, in the statement that
-// frees the row; one connection per driver LISTENs on the channel for all
-// subscribers, and passes each notification to the subscribers of that
-// hash. When that connection breaks, the driver reconnects and wakes every
+// Subscribe implements backend.Notifier. A release sends a keyed hash of
+// the key (see notifyPayload) on the channel, in the statement that frees
+// the row, when someone waits for the key: a subscription makes the key
+// present (presence.go). One connection per driver LISTENs on the channel
+// for all subscribers, and passes each notification to the subscribers of
+// that hash. When that connection breaks, the driver reconnects and wakes every
 // subscriber, since releases may have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	cctx, done, err := d.enter(ctx, "subscribe")
 	if err != nil {
 		return nil, nil, err
 	}
-	err = d.ensureSchema(cctx)
-	done()
+	defer done()
+	if err := d.ensureSchema(cctx); err != nil {
+		return nil, nil, err
+	}
+	ch, cancel, err := d.lis.subscribe(cctx, notifyPayload(d.notifySecret, key))
 	if err != nil {
 		return nil, nil, err
 	}
-	return d.lis.subscribe(ctx, notifyPayload(d.notifySecret, key))
+	// Listening, then present: a release from now on notifies.
+	drop, ok := d.presence.hold(cctx, key)
+	if !ok {
+		drop()
+		cancel()
+		if cctx.Err() != nil {
+			return nil, nil, fmt.Errorf("pglock: subscribe: %w", context.Cause(cctx))
+		}
+		return nil, nil, fmt.Errorf("pglock: subscribe: no connection to announce the wait on")
+	}
+	return ch, sync.OnceFunc(func() { drop(); cancel() }), nil
 }
 
 // subscribeWait bounds how long Subscribe waits for the listening
@@ -159,6 +173,13 @@ func (l *listener) close() {
 	l.cancel()
 	l.socks.Cut()
 	l.wg.Wait()
+}
+
+// wakeAll wakes every subscriber.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wakeAllLocked()
 }
 
 // wakeAllLocked wakes every subscriber; l.mu is held.

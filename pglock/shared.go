@@ -207,13 +207,14 @@ WHERE s.name = b.name AND s.token = b.token AND s.kind = b.kind AND (b.fence = 0
     AND (SELECT g.n >= 0 FROM g)
 RETURNING b.i`,
 		// A deleted row is only ever one that a grant would have counted
-		// as held: no object lock needed.
+		// as held: no object lock needed. It notifies as a lock's release
+		// does, when someone waits for the key (presence.go).
 		release: `WITH freed AS (
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
     RETURNING name, kind, expires_at > clock_timestamp() AS live
-), ` + notifyKeyCTE(lockTable) + `
-SELECT freed.kind, freed.live FROM freed LEFT JOIN k ON true, pg_notify($5, ` + payloadSQL("freed.name") + `)`,
+), ` + notifyKeyCTE(lockTable) + `, ` + notifyIfPresent("$5", strconv.Itoa(int(objectClass("presence", qualified)))) + `
+SELECT freed.kind, freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`,
 	}
 }
 

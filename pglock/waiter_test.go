@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lockerhq/locker/backend"
 )
 
@@ -219,4 +221,66 @@ func TestLineServesOtherProcessFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	lineHeld(t, h, key, 0)
+}
+
+// A release notifies only while someone waits for its key: a subscriber
+// makes the key present, until presenceLinger after it left.
+func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spy, err := pgx.Connect(ctx, baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close(context.Background())
+	if _, err := spy.Exec(ctx, h.sql.listen); err != nil {
+		t.Fatal(err)
+	}
+	key := "ns/present"
+	cycle := func() {
+		t.Helper()
+		c := backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Fence = g.Fence
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heard := func(within time.Duration) bool {
+		wctx, wcancel := context.WithTimeout(ctx, within)
+		defer wcancel()
+		_, err := spy.WaitForNotification(wctx)
+		return err == nil
+	}
+	cycle()
+	if heard(300 * time.Millisecond) {
+		t.Fatal("a release that nobody waited for notified")
+	}
+	_, unsubscribe, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycle()
+	if !heard(5 * time.Second) {
+		t.Fatal("a release with a subscriber did not notify")
+	}
+	unsubscribe()
+	time.Sleep(presenceLinger)
+	// The key goes at the sweep after presenceLinger.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cycle()
+		if !heard(300 * time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("releases still notify long after the last subscriber left")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
