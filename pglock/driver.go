@@ -89,7 +89,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
 	d.lines.d = d
-	d.presence.d = d
+	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
 	return d, nil
 }
 

@@ -31,10 +31,11 @@ const presenceLinger = time.Second
 type presence struct {
 	d *Driver
 
-	// mu is held across the connection's statements; rmu (taken after mu
-	// when both are) guards keys and their counts, so that a waiter that
-	// leaves never waits for a statement.
-	mu      sync.Mutex
+	// mu (full: held) is held across the connection's statements, a
+	// channel so that a waiter's wait for it ends with its context; rmu
+	// (taken after mu when both are) guards keys and their counts, so that
+	// a waiter that leaves never waits for a statement.
+	mu      chan struct{}
 	closed  bool
 	conn    *pgx.Conn
 	socks   *conntrack.Tracker
@@ -73,8 +74,12 @@ func (p *presence) hold(ctx context.Context, key string) (drop func(), ok bool) 
 			k.idle = time.Now()
 		}
 	})
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	select {
+	case p.mu <- struct{}{}:
+	case <-ctx.Done():
+		return drop, false
+	}
+	defer p.unlock()
 	if p.closed {
 		return drop, false
 	}
@@ -192,7 +197,11 @@ func (p *presence) sweep() {
 			return
 		case <-t.C:
 		}
-		p.mu.Lock()
+		select {
+		case p.mu <- struct{}{}:
+		case <-gctx.Done():
+			return
+		}
 		idle, left := p.idleKeys()
 		for key, k := range idle {
 			if k.held && p.conn != nil {
@@ -216,21 +225,23 @@ func (p *presence) sweep() {
 		if !left {
 			p.dropConnLocked()
 			p.sweeper = false
-			p.mu.Unlock()
+			p.unlock()
 			return
 		}
-		p.mu.Unlock()
+		p.unlock()
 	}
 }
+
+func (p *presence) unlock() { <-p.mu }
 
 // close ends the sweeper and the connection; Close ended the gate's
 // context before, which ends a statement in flight.
 func (p *presence) close() {
-	p.mu.Lock()
+	p.mu <- struct{}{}
 	p.closed = true
-	p.mu.Unlock()
+	p.unlock()
 	p.wg.Wait()
-	p.mu.Lock()
+	p.mu <- struct{}{}
 	p.dropConnLocked()
-	p.mu.Unlock()
+	p.unlock()
 }
