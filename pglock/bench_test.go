@@ -13,6 +13,8 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
+var _ bench.Floorer = (*Driver)(nil)
+
 func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 	b.Helper()
 	ctx := context.Background()

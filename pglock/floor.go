@@ -5,13 +5,10 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
-
-	"github.com/lockerhq/locker/internal/bench"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
-
-// RawFloor implements bench.Floorer: the bare statement pair any
+// RawFloor implements internal/bench's Floorer (not imported here, so
+// that bench's tests may import this package): the bare statement pair any
 // acquire+release on the lock table costs at least, on the driver's pool:
 // INSERT ... ON CONFLICT DO NOTHING of key's row, then its DELETE by token.
 // Nothing stays behind (the row is the new one's, deleted by its token).
