@@ -56,7 +56,7 @@ func BenchmarkUncontended(b *testing.B) {
 	rawCtx = func(ctx context.Context) {
 		token := randHex(16)
 		var version int64
-		if err := pool.QueryRow(ctx, d.sql.acquire, key, token, "", us, true).Scan(&version); err != nil {
+		if err := pool.QueryRow(ctx, d.sql.acquire, key, token, "", us).Scan(&version); err != nil {
 			b.Fatal(err)
 		}
 		var live bool

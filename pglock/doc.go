@@ -67,25 +67,18 @@
 // # Waiting
 //
 // The driver is a backend.Waiter. A lock's waiters in one process queue in
-// arrival order, and only the first of them tries the table; the first
-// waiters of the processes queue in turn on an advisory lock of the key
-// (the line, one transaction each on up to 4 connections per driver of
-// their own, outside the pool), and the others, and new arrivals of
-// Acquire, defer to the first in line: a release is contested by one
-// waiter, the processes take turns, and a releaser that comes back waits
-// behind the others. The line decides only who tries; a grant is still the
-// row's statement. A waiter without a connection for the line tries at
-// every notification; one behind a first in line that is stuck (frozen, or
-// behind a half-open connection) tries at a slow timer (about 250ms).
-// TryAcquire never defers to the line. Semaphores and read-write locks are
-// waited for by every waiter trying at each notification.
+// arrival order, and only the first of them tries the table, at each
+// release notification: a release is contested by one waiter per process,
+// and a releaser that comes back waits behind the others. Processes are
+// not ordered among themselves. Semaphores and read-write locks are waited
+// for by every waiter trying at each notification.
 //
 // One extra connection per driver LISTENs on the channel for every waiter
 // of that driver, and wakes the waiters of the released key at once; a
 // backoff timer covers a notification that was missed (the listener
 // reconnects when its connection drops, and then wakes every waiter). The
 // listening connection closes 30 seconds after the last waiter left
-// ([WithListenIdle]), as do the line's. LISTEN does not work through a
+// ([WithListenIdle]). LISTEN does not work through a
 // transaction-pooling proxy such as PgBouncer in transaction mode: waiting
 // then falls back to polling.
 //

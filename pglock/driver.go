@@ -47,7 +47,6 @@ type Driver struct {
 
 	lis      *listener
 	queues   queues   // the local waiters of each lock (Acquire)
-	lines    lines    // connections for the line of the first local waiters
 	presence presence // the keys that waiters here wait for
 }
 
@@ -88,7 +87,6 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
-	d.lines.d = d
 	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
 	return d, nil
 }
@@ -134,13 +132,6 @@ func prefix(op string) string {
 // UPDATE that takes the row only when it is free or expired by the server's
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	return d.tryAcquire(ctx, l, false)
-}
-
-// tryAcquire is TryAcquire; with line, it also refuses while another
-// process's waiter is first in the key's line (line.go), whose turn it
-// is: Acquire's tries that defer to the line.
-func (d *Driver) tryAcquire(ctx context.Context, l backend.Claim, line bool) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
 		return d.tryShared(ctx, l, false)
 	}
@@ -160,7 +151,7 @@ func (d *Driver) tryAcquire(ctx context.Context, l backend.Claim, line bool) (ba
 	// The statement is idempotent for one token (the token's own row is
 	// taken again), so it can be retried after a broken connection.
 	err = d.retry(ctx, func() error {
-		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us, line).Scan(&version)
+		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
 	})
 	switch {
 	case err == nil:
@@ -365,7 +356,6 @@ func (d *Driver) Close() error {
 		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
 	}
 	d.lis.close()
-	d.lines.close()
 	d.presence.close()
 	if d.ownPool {
 		d.pool.Close()

@@ -3,6 +3,7 @@ package pglock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,9 +48,9 @@ type presence struct {
 }
 
 type presentKey struct {
-	refs int       // waiters (rmu)
-	idle time.Time // since refs went to 0 (rmu)
-	held bool      // the lock is held on conn (mu)
+	refs int         // waiters (rmu)
+	idle time.Time   // since refs went to 0 (rmu)
+	held atomic.Bool // the lock is held on conn (set under mu)
 }
 
 // hold makes key present for a waiter until drop is called; ok false
@@ -74,6 +75,11 @@ func (p *presence) hold(ctx context.Context, key string) (drop func(), ok bool) 
 			k.idle = time.Now()
 		}
 	})
+	if k.held.Load() {
+		// Present already (the sweeper, which runs while any key is
+		// left, sees the count before it unlocks).
+		return drop, true
+	}
 	select {
 	case p.mu <- struct{}{}:
 	case <-ctx.Done():
@@ -88,7 +94,7 @@ func (p *presence) hold(ctx context.Context, key string) (drop func(), ok bool) 
 		p.wg.Add(1)
 		go p.sweep()
 	}
-	if k.held {
+	if k.held.Load() {
 		return drop, true
 	}
 	if p.conn == nil && !p.connectLocked(ctx) {
@@ -104,7 +110,7 @@ func (p *presence) waiting() map[string]*presentKey {
 	defer p.rmu.Unlock()
 	out := map[string]*presentKey{}
 	for key, k := range p.keys {
-		if k.refs > 0 && !k.held {
+		if k.refs > 0 && !k.held.Load() {
 			out[key] = k
 		}
 	}
@@ -146,7 +152,7 @@ func (p *presence) lockLocked(ctx context.Context, key string, k *presentKey) bo
 		p.dropConnLocked()
 		return false
 	}
-	k.held = true
+	k.held.Store(true)
 	return true
 }
 
@@ -159,7 +165,7 @@ func (p *presence) dropConnLocked() {
 	p.conn, p.socks = nil, nil
 	p.rmu.Lock()
 	for _, k := range p.keys {
-		k.held = false
+		k.held.Store(false)
 	}
 	p.rmu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -204,7 +210,7 @@ func (p *presence) sweep() {
 		}
 		idle, left := p.idleKeys()
 		for key, k := range idle {
-			if k.held && p.conn != nil {
+			if k.held.Load() && p.conn != nil {
 				ctx, cancel := context.WithTimeout(gctx, 5*time.Second)
 				_, err := p.conn.Exec(ctx, p.d.sql.presenceUnlock, p.d.sql.presenceClass, key)
 				cancel()

@@ -53,10 +53,9 @@ type statements struct {
 	// draw from a sequence, without arguments (see MigrationSQL).
 	migrate string
 
-	// acquire($1 key, $2 token, $3 owner, $4 ttl µs, $5 line) returns the
-	// new version when the key was free, expired, or already the token's
-	// (and, with line, nobody waits in the key's line); no row when another
-	// token holds it.
+	// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new version
+	// when the key was free, expired, or already the token's; no row when
+	// another token holds it.
 	acquire string
 	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner) extends
 	// a live lock of the token and owner; it affects no row otherwise.
@@ -90,11 +89,6 @@ type statements struct {
 	// returns the removed holder's owner and remaining µs; no row
 	// otherwise.
 	breakLock string
-	// lineClass is the first key of the advisory locks of the waiters'
-	// line (see line.go), the second hashtext(key); lineLock($1 class, $2
-	// key) takes one for the transaction.
-	lineClass int32
-	lineLock  string
 	// presenceClass is the first key of the advisory locks that make a
 	// key present (presence.go), the second hashtext(key);
 	// presenceLock and presenceUnlock($1 class, $2 key) take and drop one
@@ -129,7 +123,6 @@ func newStatements(schema, table string) statements {
 	}
 	class := fenceClassOf(qualified)
 	fenceClass := strconv.Itoa(int(class))
-	lineClass := strconv.Itoa(int(objectClass("line", qualified)))
 	presenceClass := strconv.Itoa(int(objectClass("presence", qualified)))
 	d := statements{
 		table:        t,
@@ -151,15 +144,9 @@ func newStatements(schema, table string) statements {
 		// the same name from deleting a row in between (a release takes it
 		// exclusively), so that a row deleted before the insert had a lower
 		// fence.
-		// With $5, the key's line (line.go) must be empty: an arrival does
-		// not take the lock from under the waiter first in line, who holds
-		// the line's lock exclusively. The token's own row is taken again
-		// regardless, so that a resent statement finds what the first did.
 		acquire: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)))
 INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond' FROM g
-WHERE CASE WHEN $5::bool THEN pg_try_advisory_xact_lock_shared(` + lineClass + `, hashtext($1))
-    OR EXISTS (SELECT FROM ` + t + ` WHERE name = $1 AND token = $2) ELSE true END
 ON CONFLICT (name) DO UPDATE
 SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
@@ -217,11 +204,9 @@ freed AS (
     RETURNING name, coalesce(owner, '') AS owner, ` + remainingSQL + ` AS us
 ), ` + notifyKeyCTE(t) + `
 SELECT freed.owner, freed.us FROM freed LEFT JOIN k ON true, pg_notify($3, ` + payloadSQL("freed.name") + `)`,
-		lineClass:      objectClass("line", qualified),
 		presenceClass:  objectClass("presence", qualified),
 		presenceLock:   `SELECT pg_advisory_lock_shared($1::int4, hashtext($2))`,
 		presenceUnlock: `SELECT pg_advisory_unlock_shared($1::int4, hashtext($2))`,
-		lineLock:       `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`,
 		floorInsert:    `INSERT INTO ` + t + ` (name, token, acquired_at, expires_at) VALUES ($1, $2, now(), now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
 		floorDelete:    `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2`,
 	}

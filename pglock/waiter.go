@@ -14,26 +14,20 @@ import (
 // Backoff of a waiter between tries: a release notification ends a wait
 // at once, so these only bound how late an expiry (which notifies
 // nobody) or a lost notification is seen.
-// lineMin starts the backoff of a waiter behind another process's
-// waiter in the line, who will try before it (line.go): its timer is for
-// a first in line that is stuck.
 const (
 	waitMin = 2 * time.Millisecond
 	waitMax = 250 * time.Millisecond
-	lineMin = waitMax
 )
 
 // Acquire implements backend.Waiter. A lock's waiters in this process
 // queue in arrival order, and only the first of them tries the store,
-// woken by release notifications; and the first waiters of the processes
-// queue in turn in the key's line (line.go), whose first tries at the
-// next release while the others defer to it. So a release is contested
-// by one waiter, and a releaser that comes back waits behind the others.
-// An arrival with nobody of this process waiting tries at once, unless
-// another process's waiter is first in line. Safety is the table's alone
-// (every grant is TryAcquire's statement): the queues only decide who
-// tries, and a waiter behind a stuck one tries at a slow timer. Semaphores
-// and read-write locks are waited for as the locker package does for a
+// woken by release notifications: a release wakes one waiter per process,
+// not all, and a releaser that comes back waits behind the others. An
+// arrival with nobody of this process waiting tries at once. Processes
+// are not ordered among themselves: their first waiters race at each
+// release. Safety is the table's alone (every grant is TryAcquire's
+// statement); the queue only decides who tries. Semaphores and
+// read-write locks are waited for as the locker package does for a
 // Notifier: every waiter tries at each notification.
 func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if c.Mode != backend.Exclusive {
@@ -51,10 +45,9 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	won := false
 	defer func() { d.queues.leave(q, e, won) }()
 	if e.first {
-		// Nobody here waits: the uncontended path, one statement, which
-		// defers to another process's waiter first in line.
+		// Nobody here waits: the uncontended path, one statement.
 		sent := time.Now()
-		g, err := d.tryAcquire(ctx, c, true)
+		g, err := d.TryAcquire(ctx, c)
 		if err == nil {
 			won = true
 			g.Sent = sent
@@ -76,10 +69,9 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	return g, err
 }
 
-// waitTurn is the first local waiter's loop: subscribe, take a place in
-// the line (line.go), then try when first in line and notified, and at a
-// backoff timer for expiries: a quick one when first in line (or out of
-// it), a slow one behind another process's waiter.
+// waitTurn is the first local waiter's loop: subscribe (which makes the
+// key present, so that releases notify), then try at each notification,
+// and at a backoff timer for expiries.
 func (d *Driver) waitTurn(ctx context.Context, c backend.Claim, q *keyQueue) (backend.Grant, error) {
 	var notified <-chan struct{}
 	if ch, cancel, err := d.Subscribe(ctx, c.Key); err == nil {
@@ -92,65 +84,7 @@ func (d *Driver) waitTurn(ctx context.Context, c backend.Claim, q *keyQueue) (ba
 	// the waiter just served here unless it began its release, so the
 	// first try would fail: wait for its release instead.
 	skip := notified != nil && d.queues.heldHere(q)
-	var p *place
-	if notified != nil {
-		p = d.lines.join(c.Key)
-	}
-	var got <-chan struct{}
-	if p != nil {
-		defer p.leave()
-		got = p.got
-	}
-	// inLine: behind another process's waiter, who tries first.
-	inLine := func() bool { return p != nil && !p.first() && !p.out() }
-	quick, slow := retry.Backoff{Min: waitMin, Max: waitMax}, retry.Backoff{Min: lineMin, Max: waitMax}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var failing retry.Failing
-	timed := false // the backoff timer prompted the try
-	for {
-		if !skip {
-			// Behind another process's waiter, a try defers to it (the
-			// line's check), except at the slow timer, in case it is stuck.
-			sent := time.Now()
-			g, err := d.tryAcquire(ctx, c, inLine() && !timed)
-			switch {
-			case err == nil:
-				g.Sent = sent
-				return g, nil
-			case errors.Is(err, backend.ErrNotAcquired):
-				failing.Ok()
-			case ctx.Err() != nil:
-				return backend.Grant{}, d.ended(ctx)
-			case backend.Permanent(err) || failing.Fail(sent, retry.Budget):
-				return backend.Grant{}, err
-			}
-		}
-		skip, timed = false, false
-		if inLine() {
-			timer.Reset(slow.Next())
-		} else {
-			timer.Reset(quick.Next())
-		}
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return backend.Grant{}, d.ended(ctx)
-			case <-notified:
-				if !inLine() {
-					break wait
-				}
-			case <-got:
-				got = nil
-				quick.Reset()
-				break wait
-			case <-timer.C:
-				timed = true
-				break wait
-			}
-		}
-	}
+	return d.tryLoop(ctx, notified, skip, func() (backend.Grant, error) { return d.TryAcquire(ctx, c) })
 }
 
 // tryLoop calls try until it grants, woken by notified (nil: none) or a
