@@ -105,7 +105,8 @@
 // driver that finds the lock held elsewhere appends a mark with its token
 // to the holder's item; the holder's release reads the item anyway, and
 // when it finds a mark from another driver, its own driver leaves the lock
-// to that waiter (until the lock has been taken, at most 48ms). Releases
+// to that waiter (until the lock has been taken, at most 48ms), after at
+// most two local handoffs in a row. Releases
 // elsewhere are seen by one poller per driver: a multi-get of the watched
 // locks and their fence counters every 1ms (every 250µs while one of its
 // waiters is marked as next), backing off to 16ms while nothing changes.

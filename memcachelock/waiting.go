@@ -33,9 +33,11 @@ import (
 //     driver appends a waiter mark naming its token to the holder's item
 //     (append: one round trip, no cas; only if the item carries no mark yet,
 //     so one waiter at a time). A release reads the item anyway (gets, then
-//     cas); when it finds a mark of a token that is not its own driver's, it
-//     frees the key and lets the marked waiter take it: its own driver
-//     refuses its tokens until it sees the key taken, or for yieldWindow.
+//     cas); when it finds a mark of a token that is not its own driver's
+//     (and it has handed the key to a local waiter localBatch times in a
+//     row over such marks), it frees the key and lets the marked waiter
+//     take it: its own driver refuses its tokens until it sees the key
+//     taken, or for yieldWindow.
 //     Marks vanish with the item they were appended to.
 //   - Wake-ups (backend.Notifier). A release by this driver wakes this
 //     driver's subscribers on the key at once (unless it yields to a remote
@@ -50,6 +52,12 @@ const (
 	pollNext    = pollMin / 4 // while our waiter's mark is on the holder's item
 	pollMax     = 16 * time.Millisecond
 	yieldWindow = 3 * pollMax
+	// localBatch is how many local handoffs in a row a release makes over
+	// a remote waiter's mark before it yields: a local one costs a
+	// goroutine wake-up, a remote one the poll (measured with 8 workers on
+	// 2 drivers: 2 gives the most acquisitions per second, at the same
+	// waiter p99 as strict turns).
+	localBatch = 2
 	// A head that was woken and has not tried again within staleAfter has
 	// stopped waiting (its caller gave up without a Release, or a
 	// TryAcquire that was tried twice is not retried): the next takes its
@@ -72,6 +80,7 @@ type keyWait struct {
 	yieldTo  string    // a remote waiter's token our release left the key to
 	yieldEnd time.Time // until then
 	yielded  uint64    // the fence of the hold we released then
+	passed   int       // local handoffs in a row over a remote waiter's mark
 	seen     string    // the poller's last view of the key (seenOf)
 	polled   bool      // seen is valid
 }
@@ -322,10 +331,16 @@ func (d *Driver) released(key, token string, v []byte) {
 	if remote != "" && (kw.index(remote) >= 0 || kw.once[remote] != (time.Time{})) {
 		remote = "" // one of ours
 	}
-	if remote != "" {
+	switch {
+	case remote != "" && kw.passed < localBatch && len(kw.queue) > 0:
+		kw.passed++ // a local handoff first, which costs no poll
+		kw.wake(now)
+	case remote != "":
+		kw.passed = 0
 		kw.yieldTo, kw.yieldEnd = remote, now.Add(yieldWindow)
 		kw.yielded, _ = parseValue(v)
-	} else {
+	default:
+		kw.passed = 0
 		kw.wake(now)
 	}
 	w.tidy(key, kw, now)
