@@ -108,8 +108,9 @@
 // to that waiter (until the lock has been taken, at most 48ms), after at
 // most two local handoffs in a row. Releases
 // elsewhere are seen by one poller per driver: a multi-get of the watched
-// locks and their fence counters every 1ms (every 250µs while one of its
-// waiters is marked as next), backing off to 16ms while nothing changes.
+// locks and their fence counters every 500µs while one of its waiters is
+// marked as next (for up to 250ms), else every 4ms, backing off to 16ms
+// while nothing changes.
 // A release through the same driver wakes its next waiter at once, one
 // elsewhere within the poll interval and a round trip. Semaphore and
 // read-write waiters are woken at once by releases through their driver,

@@ -183,7 +183,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		}
 		if cur := items[lk]; cur != nil && !isTombstone(cur.Value) {
 			if d.failed(l.Key, l.Token, cur.Value, now) && live(ctx, "acquire") == nil {
-				d.mark(lk, l.Token)
+				d.mark(l.Key, l.Token)
 			}
 			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 		}
@@ -203,7 +203,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	if !won {
 		if d.failed(l.Key, l.Token, holder, now) && live(ctx, "acquire") == nil {
-			d.mark(lk, l.Token)
+			d.mark(l.Key, l.Token)
 		}
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	}
@@ -523,9 +523,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 // release also settles the waiting state (see Waiting): the locker
 // package releases a token that never got the lock when its wait ends.
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
+	d.lost(l.Key, l.Token) // a wait that ended, or the hold that ends now
 	v, err := d.dropValue(ctx, "release", "lock", lockKey(l.Key), l.Token)
 	if err != nil {
-		d.lost(l.Key, l.Token)
 		return err
 	}
 	d.released(l.Key, l.Token, v)

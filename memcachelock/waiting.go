@@ -42,15 +42,22 @@ import (
 //   - Wake-ups (backend.Notifier). A release by this driver wakes this
 //     driver's subscribers on the key at once (unless it yields to a remote
 //     waiter). Releases elsewhere are seen by one poller per driver: one
-//     multi-get of every watched key, every pollMin while the keys change,
-//     backing off to pollMax while they do not, and a notification for each
-//     key whose holder changed. So a remote release wakes a waiter within
-//     the poll interval plus a round trip: about pollMin under contention,
-//     at most pollMax after a long hold.
+//     multi-get of every watched key and its fence counter (which every
+//     acquisition moves, so that a hold that came and went between two
+//     polls is seen), and a notification for each key that changed. It
+//     polls every pollNext for nextFor after one of its waiters marked a
+//     holder's item, else every pollMin while the keys change, backing off
+//     to pollMax while they do not. So the marked waiter, the one a release
+//     elsewhere leaves the key to, is woken within pollNext and a round
+//     trip of it (pollMax after a hold longer than nextFor); other drivers'
+//     waiters only need to see the key change, to mark the new holder.
 const (
-	pollMin     = time.Millisecond
-	pollNext    = pollMin / 4 // while our waiter's mark is on the holder's item
-	pollMax     = 16 * time.Millisecond
+	pollMin  = 4 * time.Millisecond
+	pollMax  = 16 * time.Millisecond
+	pollNext = pollMin / 8 // while our waiter's mark is on the holder's item
+	// nextFor is how long after its mark the poller keeps to pollNext
+	// (a hold longer than that is seen within pollMax of its release).
+	nextFor     = 250 * time.Millisecond
 	yieldWindow = 3 * pollMax
 	// localBatch is how many local handoffs in a row a release makes over
 	// a remote waiter's mark before it yields: a local one costs a
@@ -81,6 +88,7 @@ type keyWait struct {
 	yieldEnd time.Time // until then
 	yielded  uint64    // the fence of the hold we released then
 	passed   int       // local handoffs in a row over a remote waiter's mark
+	markedBy string    // our token whose mark is on the holder's item
 	seen     string    // the poller's last view of the key (seenOf)
 	polled   bool      // seen is valid
 }
@@ -164,6 +172,16 @@ func (d *Driver) admit(key, token string, now time.Time) admission {
 	if kw.holder != "" && kw.holder != token && now.Before(kw.until) {
 		kw.touch(token, now)
 		return admitRefuse
+	}
+	// Every waiter of the locker package is subscribed (it subscribes
+	// after its first failure, and queues at its second): with no
+	// subscriber left, the queue is of waits that ended (their tokens'
+	// releases, which say so, may still be on their way).
+	if len(kw.subs) == 0 {
+		for _, e := range kw.queue {
+			kw.forget(e.token, now)
+		}
+		kw.queue = kw.queue[:0]
 	}
 	// Heads that stopped waiting give way.
 	for len(kw.queue) > 0 && kw.queue[0].token != token && kw.notified.After(kw.queue[0].tried) && now.Sub(kw.notified) > staleAfter {
@@ -256,12 +274,39 @@ func (d *Driver) yielded(key, token string, fc *memcache.Item, now time.Time) bo
 // mark appends token's waiter mark to the lock item lk. Advice only:
 // every error is ignored (a missing item means the key was freed, and the
 // poller will say so).
-func (d *Driver) mark(lk, token string) {
-	if d.mc.Append(&memcache.Item{Key: lk, Value: []byte(markSep + token)}) == nil {
-		d.waits.mu.Lock()
-		d.waits.next = time.Now().Add(yieldWindow)
-		d.waits.mu.Unlock()
+func (d *Driver) mark(key, token string) {
+	if d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + token)}) == nil {
+		w := &d.waits
+		w.mu.Lock()
+		w.next = time.Now().Add(nextFor)
+		w.get(key).markedBy = token
+		w.mu.Unlock()
 	}
+}
+
+// unmarkLater takes token's mark off the lock item of key, in the
+// background (entered in the gate, so that Close waits for it): a wait
+// that ended should not have the holder's driver yield to nobody. One
+// gets and one cas; if the item changed meanwhile, the mark stays, and
+// costs that driver at most yieldWindow.
+func (d *Driver) unmarkLater(key, token string) {
+	_, done, err := d.gate.Enter(context.Background())
+	if err != nil {
+		return
+	}
+	go func() {
+		defer done()
+		lk := lockKey(key)
+		it, err := d.get(lk)
+		if err != nil {
+			return
+		}
+		m := []byte(markSep + token)
+		if i := bytes.Index(it.Value, m); i >= 0 {
+			it.Value = append(it.Value[:i:i], it.Value[i+len(m):]...)
+			_ = d.cas(it)
+		}
+	}()
 }
 
 // granted records that token of this driver holds key until then.
@@ -276,6 +321,9 @@ func (d *Driver) granted(key, token string, until time.Time) {
 	delete(kw.once, token)
 	kw.holder, kw.until = token, until
 	kw.yieldTo = ""
+	if kw.markedBy == token {
+		kw.markedBy = "" // the mark went with the item it was on
+	}
 	w.next = time.Time{} // as a rule, the marked waiter is this one
 }
 
@@ -305,6 +353,10 @@ func (d *Driver) lost(key, token string) {
 		kw.queue = slices.Delete(kw.queue, i, i+1)
 	}
 	delete(kw.once, token)
+	if kw.markedBy == token {
+		kw.markedBy = ""
+		d.unmarkLater(key, token)
+	}
 	w.tidy(key, kw, time.Now())
 }
 

@@ -259,7 +259,8 @@ func TestWaitingStateIsSwept(t *testing.T) {
 	}
 }
 
-// On one driver, waiters (tokens that failed twice) are served in order,
+// On one driver, waiters (tokens that failed twice, with a subscription)
+// are served in order,
 // and a token that comes after them, the releaser's next one, is refused
 // while the key is free in the store.
 func TestLocalOrder(t *testing.T) {
@@ -271,6 +272,14 @@ func TestLocalOrder(t *testing.T) {
 	h, w1, w2, r := claim(), claim(), claim(), claim()
 	if _, err := d.TryAcquire(ctx, h); err != nil {
 		t.Fatal(err)
+	}
+	// Waiters subscribe, as the locker package's do.
+	for range 2 {
+		_, cancel, err := d.Subscribe(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cancel()
 	}
 	for _, w := range []backend.Claim{w1, w1, w2, w2} {
 		if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
@@ -304,4 +313,81 @@ func TestLocalOrder(t *testing.T) {
 	if err := d.Release(ctx, r); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A queue whose waiters have all unsubscribed is of waits that ended,
+// even before their tokens' releases arrive: it does not hold up the next
+// token.
+func TestEndedWaitsDoNotQueue(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d := openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	h := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+	w := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+	if _, err := d.TryAcquire(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	_, cancel, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("TryAcquire while held = %v, want ErrNotAcquired", err)
+		}
+	}
+	if n := queued(d, key); n != 1 {
+		t.Fatalf("%d queued, want the waiter", n)
+	}
+	cancel()
+	if err := d.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	r := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+	if _, err := d.TryAcquire(ctx, r); err != nil {
+		t.Fatalf("TryAcquire after the only waiter unsubscribed: %v", err)
+	}
+	if err := d.Release(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter that gives up takes its mark off the holder's item, so that
+// the holder's driver does not leave the lock to nobody.
+func TestEndedWaitUnmarks(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	ns := "mctest-" + randHex(4)
+	ca, da := waitingClient(t, ns)
+	cb, _ := waitingClient(t, ns)
+	l, err := ca.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := lockKey(backend.Key(ns, "x"))
+	hasMark := func() bool {
+		it, err := da.mc.Get(lk)
+		return err == nil && bytes.Contains(it.Value, []byte(markSep))
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	got := acquireAsync(wctx, cb, "x")
+	if !within(5*time.Second, hasMark) {
+		t.Fatal("the remote waiter did not mark the holder's item")
+	}
+	cancel()
+	if a := <-got; !errors.Is(a.err, locker.ErrNotAcquired) {
+		t.Fatalf("the cancelled wait = %v, want ErrNotAcquired", a.err)
+	}
+	if !within(5*time.Second, func() bool { return !hasMark() }) {
+		t.Fatal("the ended wait's mark stayed on the holder's item")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again, err := ca.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatalf("the releaser's TryAcquire with no waiter left: %v", err)
+	}
+	again.Release(ctx)
 }
