@@ -27,8 +27,9 @@ import (
 //     While the queue is not empty, only its head goes to the store; others
 //     are refused in process, and so is a new token, so a releaser that
 //     acquires again at once queues behind the waiters it released to.
-//     While a token of this driver holds the key (within its TTL), every
-//     other token of this driver is refused without a round trip.
+//     While a token of this driver holds a key that has waiters (within
+//     its TTL), every other token of this driver is refused without a
+//     round trip.
 //   - Cross-driver turns. A queue head that finds the key held by another
 //     driver appends a waiter mark naming its token to the holder's item
 //     (append: one round trip, no cas; only if the item carries no mark yet,
@@ -309,12 +310,19 @@ func (d *Driver) unmarkLater(key, token string) {
 	}()
 }
 
-// granted records that token of this driver holds key until then.
+// granted records that token of this driver holds key until then, if
+// the key has waiting state: an uncontended hold costs no state (its first
+// local waiter goes to the store, and may mark the item, which our release
+// then knows for one of ours).
 func (d *Driver) granted(key, token string, until time.Time) {
 	w := &d.waits
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	kw := w.get(key)
+	w.next = time.Time{} // as a rule, the marked waiter is this one
+	kw := w.keys[key]
+	if kw == nil {
+		return
+	}
 	if i := kw.index(token); i >= 0 {
 		kw.queue = slices.Delete(kw.queue, i, i+1)
 	}
@@ -324,7 +332,6 @@ func (d *Driver) granted(key, token string, until time.Time) {
 	if kw.markedBy == token {
 		kw.markedBy = "" // the mark went with the item it was on
 	}
-	w.next = time.Time{} // as a rule, the marked waiter is this one
 }
 
 // extended records a successful refresh; lost, that token does not hold

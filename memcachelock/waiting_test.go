@@ -249,6 +249,7 @@ func TestWaitingStateIsSwept(t *testing.T) {
 	past := time.Now().Add(-2 * onceFor)
 	for i := range 1000 {
 		d.failed(fmt.Sprint("once-", i), token(), nil, past)
+		d.failed(fmt.Sprint("held-", i), token(), nil, past)
 		d.granted(fmt.Sprint("held-", i), token(), past)
 	}
 	d.waits.mu.Lock()
