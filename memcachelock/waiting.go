@@ -75,6 +75,7 @@ const (
 	onceFor    = time.Second
 	queueFor   = time.Minute
 	markSep    = "\x00w:"
+	unmarkTag  = "-" // after markSep: a withdrawn mark
 )
 
 // keyWait is one key's waiting state in one driver.
@@ -246,7 +247,7 @@ func (d *Driver) failed(key, token string, holder []byte, now time.Time) (mark b
 		// turn has come and gone.
 		kw.yieldTo = ""
 	}
-	return queued && holder != nil && kw.index(token) == 0 && !bytes.Contains(holder, []byte(markSep)) &&
+	return queued && holder != nil && kw.index(token) == 0 && marked(holder) == "" &&
 		(kw.holder == "" || !heldBy(holder, kw.holder))
 }
 
@@ -285,11 +286,13 @@ func (d *Driver) mark(key, token string) {
 	}
 }
 
-// unmarkLater takes token's mark off the lock item of key, in the
+// unmarkLater withdraws token's mark from the lock item of key, in the
 // background (entered in the gate, so that Close waits for it): a wait
-// that ended should not have the holder's driver yield to nobody. One
-// gets and one cas; if the item changed meanwhile, the mark stays, and
-// costs that driver at most yieldWindow.
+// that ended should not have the holder's driver yield to nobody. It
+// appends a withdrawal (markSep, '-', the token) rather than rewriting the
+// item: a cas needs the item's expiry, which a get does not return, and
+// would make the holder's lock outlive its TTL. If the item is gone, so
+// is the mark.
 func (d *Driver) unmarkLater(key, token string) {
 	_, done, err := d.gate.Enter(context.Background())
 	if err != nil {
@@ -297,16 +300,7 @@ func (d *Driver) unmarkLater(key, token string) {
 	}
 	go func() {
 		defer done()
-		lk := lockKey(key)
-		it, err := d.get(lk)
-		if err != nil {
-			return
-		}
-		m := []byte(markSep + token)
-		if i := bytes.Index(it.Value, m); i >= 0 {
-			it.Value = append(it.Value[:i:i], it.Value[i+len(m):]...)
-			_ = d.cas(it)
-		}
+		_ = d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + unmarkTag + token)})
 	}()
 }
 
@@ -406,16 +400,20 @@ func (d *Driver) released(key, token string, v []byte) {
 }
 
 // marked returns the token of the first waiter mark in v, "" if none.
+// Withdrawn marks do not count.
 func marked(v []byte) string {
-	i := bytes.Index(v, []byte(markSep))
-	if i < 0 {
-		return ""
+	ms := bytes.Split(marks(v), []byte(markSep))
+	for i, m := range ms {
+		if len(m) == 0 || m[0] == unmarkTag[0] {
+			continue
+		}
+		if !slices.ContainsFunc(ms[i+1:], func(w []byte) bool {
+			return len(w) == len(unmarkTag)+len(m) && string(w[len(unmarkTag):]) == string(m)
+		}) {
+			return string(m)
+		}
 	}
-	rest := v[i+len(markSep):]
-	if j := bytes.Index(rest, []byte(markSep)); j >= 0 {
-		rest = rest[:j]
-	}
-	return string(rest)
+	return ""
 }
 
 // wakeKey wakes this driver's subscribers on key (after a release of a

@@ -115,7 +115,7 @@ func TestRemoteWaiterTakesItsTurn(t *testing.T) {
 	got := acquireAsync(ctx, cb, "x")
 	if !within(5*time.Second, func() bool {
 		it, err := da.mc.Get(lk)
-		return err == nil && bytes.Contains(it.Value, []byte(markSep))
+		return err == nil && marked(it.Value) != ""
 	}) {
 		t.Fatal("the remote waiter did not mark the holder's item")
 	}
@@ -216,7 +216,7 @@ func TestEvictedMarkedHold(t *testing.T) {
 	got := acquireAsync(ctx, cb, "x")
 	if !within(5*time.Second, func() bool {
 		it, err := da.mc.Get(lk)
-		return err == nil && bytes.Contains(it.Value, []byte(markSep))
+		return err == nil && marked(it.Value) != ""
 	}) {
 		t.Fatal("the remote waiter did not mark the holder's item")
 	}
@@ -369,7 +369,7 @@ func TestEndedWaitUnmarks(t *testing.T) {
 	lk := lockKey(backend.Key(ns, "x"))
 	hasMark := func() bool {
 		it, err := da.mc.Get(lk)
-		return err == nil && bytes.Contains(it.Value, []byte(markSep))
+		return err == nil && marked(it.Value) != ""
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	got := acquireAsync(wctx, cb, "x")
@@ -391,4 +391,54 @@ func TestEndedWaitUnmarks(t *testing.T) {
 		t.Fatalf("the releaser's TryAcquire with no waiter left: %v", err)
 	}
 	again.Release(ctx)
+}
+
+// Withdrawing a mark keeps the holder's expiry: an abandoned lock still
+// frees within its TTL and the granularity.
+func TestUnmarkKeepsExpiry(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d := openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	lk := lockKey(key)
+	l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+	if _, err := d.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w := token()
+	d.mark(key, w)
+	d.lost(key, w) // the wait ended: withdraw
+	if !within(5*time.Second, func() bool {
+		it, err := d.mc.Get(lk)
+		return err == nil && bytes.Contains(it.Value, []byte(markSep+unmarkTag+w)) && marked(it.Value) == ""
+	}) {
+		t.Fatal("the mark was not withdrawn")
+	}
+	limit := l.TTL + expirationMargin*time.Second + 500*time.Millisecond
+	if !within(limit, func() bool {
+		_, err := d.mc.Get(lk)
+		return errors.Is(err, memcache.ErrCacheMiss)
+	}) {
+		t.Fatalf("the abandoned lock was still there %v after its acquisition", time.Since(start))
+	}
+}
+
+func TestMarked(t *testing.T) {
+	v := fencedValue("aa", 3, "owner")
+	for _, c := range []struct {
+		marks string
+		want  string
+	}{
+		{"", ""},
+		{markSep + "bb", "bb"},
+		{markSep + "bb" + markSep + "cc", "bb"},
+		{markSep + "bb" + markSep + unmarkTag + "bb", ""},
+		{markSep + "bb" + markSep + unmarkTag + "bb" + markSep + "cc", "cc"},
+		{markSep + "bb" + markSep + unmarkTag + "b", "bb"},
+	} {
+		if got := marked(append(v, c.marks...)); got != c.want {
+			t.Errorf("marked(%q) = %q, want %q", c.marks, got, c.want)
+		}
+	}
 }
