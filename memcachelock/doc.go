@@ -106,7 +106,8 @@
 // to the holder's item; the holder's release reads the item anyway, and
 // when it finds a mark from another driver, its own driver leaves the lock
 // to that waiter (until the lock has been taken, at most 48ms), after at
-// most two local handoffs in a row. Releases
+// most two local handoffs in a row. A wait that ends appends the
+// withdrawal of its mark; an evicted item takes its marks with it. Releases
 // elsewhere are seen by one poller per driver: a multi-get of the watched
 // locks and their fence counters every 500µs while one of its waiters is
 // marked as next (for up to 250ms), else every 4ms, backing off to 16ms
