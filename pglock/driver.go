@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 
 	"sync/atomic"
 	"time"
@@ -31,9 +32,10 @@ type Driver struct {
 	sql     statements
 	shared  sharedStatements // semaphores and read-write locks
 
-	// gate guards every call, and the undos of ambiguous acquisitions
-	// that run after their call returned.
-	gate backend.Gate
+	// gate guards every call; undos are the cleanups of ambiguous
+	// acquisitions, which may outlive their call (see undo).
+	gate  backend.Gate
+	undos sync.WaitGroup
 
 	schemaOK atomic.Bool
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
@@ -170,17 +172,10 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// nothing keeps the key held. The token is ours alone, so this cannot
 	// free anyone else's lock. In the background: the caller, who may have
 	// given up, does not wait for a store that may not answer.
-	bctx, bdone, berr := d.gate.Enter(context.Background())
-	if berr != nil {
-		return backend.Grant{}, d.wrap("acquire", err)
-	}
-	go func() {
-		defer bdone()
-		cctx, cancel := context.WithTimeout(bctx, 2*time.Second)
-		defer cancel()
+	d.undo(func(ctx context.Context) {
 		var live bool
-		_ = d.pool.QueryRow(cctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
-	}()
+		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
 
@@ -355,6 +350,8 @@ func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
 	}
+	// No call is left to start an undo; each is bounded by undoTimeout.
+	d.undos.Wait()
 	d.lis.close()
 	d.presence.close()
 	if d.ownPool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/conntrack"
@@ -308,6 +309,13 @@ func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (
 	pc := d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
 	cc.DialFunc = trackDial(socks, cc.DialFunc)
+	if cc.BuildContextWatcherHandler != nil {
+		// Its waits are cancelled as a matter of course: no
+		// CancelRequest for them (cancelOnServer is for the pool's).
+		cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+		}
+	}
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, err

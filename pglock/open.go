@@ -144,11 +144,15 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
+	cancelOnServer(cfg)
 	return openConfig(ctx, cfg, "", append(urlOpts, opts...))
 }
 
 // OpenConfig is Open for a pool configuration built by the caller, e.g.
 // with pgxpool.ParseConfig and hooks of its own. The driver owns the pool.
+// With pgx's default context handler, an acquisition cancelled as the
+// server commits it may stay held for its TTL: Open's pools have the
+// server cancel such a statement instead (see cancelOnServer).
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrUnsupported)

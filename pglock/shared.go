@@ -382,15 +382,9 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 	}
 	// Perhaps committed: undo it in the background, as the lock's acquire
 	// does (the token is ours alone).
-	bctx, bdone, berr := d.gate.Enter(context.Background())
-	if berr == nil {
-		go func() {
-			defer bdone()
-			cctx, cancel := context.WithTimeout(bctx, 2*time.Second)
-			defer cancel()
-			_, _ = d.pool.Exec(cctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel)
-		}()
-	}
+	d.undo(func(ctx context.Context) {
+		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel)
+	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
 

@@ -178,18 +178,7 @@ func (d *Driver) waitSharedLoop(ctx context.Context, c backend.Claim) (backend.G
 // withdraw removes a writer's record of waiting, within CancelGrace, and
 // in the background after that.
 func (d *Driver) withdraw(c backend.Claim) {
-	bctx, bdone, err := d.gate.Enter(context.Background())
-	if err != nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		defer bdone()
-		defer close(done)
-		cctx, cancel := context.WithTimeout(bctx, 2*time.Second)
-		defer cancel()
-		_ = d.releaseShared(cctx, c)
-	}()
+	done := d.undo(func(ctx context.Context) { _ = d.releaseShared(ctx, c) })
 	t := time.NewTimer(backend.CancelGrace)
 	defer t.Stop()
 	select {

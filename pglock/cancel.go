@@ -1,0 +1,75 @@
+package pglock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// cancelWait bounds how long a cancelled statement's answer is awaited
+// before its connection is closed (a dead network); within
+// backend.CancelGrace.
+const cancelWait = 100 * time.Millisecond
+
+// cancelOnServer makes the pool's statements whose context ends cancelled
+// by the server. pgx's default closes the connection at once, and the
+// server, which notices only when it answers, may then commit an
+// acquisition nobody waits for any more: the lock stays held for its TTL
+// (a waiter cancelled while it tried, then Close, left one in most runs).
+// Here a CancelRequest goes to the server and the statement's answer is
+// still read, for up to cancelWait: it rolled back (an error that says
+// so) or its grant is read, and the caller releases it. A connection that
+// was sent a cancel is not reused (AfterRelease): a cancel that arrives
+// late would stop its next statement. Connections outside the pool (the
+// listener's) keep pgx's default.
+func cancelOnServer(cfg *pgxpool.Config) {
+	var spoiled sync.Map // *pgconn.PgConn → struct{}
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &serverCancel{conn: c, spoiled: &spoiled}
+	}
+	after := cfg.AfterRelease
+	cfg.AfterRelease = func(c *pgx.Conn) bool {
+		if _, bad := spoiled.LoadAndDelete(c.PgConn()); bad {
+			return false
+		}
+		return after == nil || after(c)
+	}
+	before := cfg.BeforeClose
+	cfg.BeforeClose = func(c *pgx.Conn) {
+		spoiled.Delete(c.PgConn())
+		if before != nil {
+			before(c)
+		}
+	}
+}
+
+// serverCancel is a ctxwatch.Handler: see cancelOnServer.
+type serverCancel struct {
+	conn    *pgconn.PgConn
+	spoiled *sync.Map
+	stop    context.CancelFunc
+	sent    chan struct{}
+}
+
+func (h *serverCancel) HandleCancel(context.Context) {
+	deadline := time.Now().Add(cancelWait)
+	h.conn.Conn().SetDeadline(deadline)
+	ctx, stop := context.WithDeadline(context.Background(), deadline)
+	h.stop, h.sent = stop, make(chan struct{})
+	go func() {
+		defer close(h.sent)
+		_ = h.conn.CancelRequest(ctx)
+	}()
+}
+
+func (h *serverCancel) HandleUnwatchAfterCancel() {
+	h.stop() // a cancel not sent yet is not sent
+	<-h.sent
+	h.spoiled.Store(h.conn, struct{}{})
+	h.conn.Conn().SetDeadline(time.Time{})
+}
