@@ -9,7 +9,7 @@ import (
 // ACL returns the least Redis ACL (Redis 7 rules for ACL SETUSER, after
 // "on >password") under which a Client with this namespace can lock: its
 // keys and release channel, and the commands of the scripts and of
-// waiting. fair adds the queue's keys and commands. The rules start with
+// waiting. The default mode adds the hand-off's key. The rules start with
 // resetkeys, resetchannels and -@all, so applied to an existing user they
 // leave exactly these. See the package documentation, Least privilege.
 func ACL(namespace string, fair bool) string {
@@ -22,10 +22,12 @@ func ACL(namespace string, fair bool) string {
 		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
 		// Called by the scripts.
-		"+get", "+set", "+pexpire", "+incr", "+time", "+exists", "+del", "+info", "+publish"}
-	if fair {
-		rules = append(rules, "~"+p+"*}:queue", "~"+p+"*}:live",
-			"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl")
+		"+get", "+set", "+pexpire", "+incr", "+time", "+exists", "+del", "+info", "+publish",
+		// The waiters' queue, in both modes.
+		"~" + p + "*}:queue", "~" + p + "*}:live",
+		"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl"}
+	if !fair {
+		rules = append(rules, "~"+p+"*}:hand")
 	}
 	return strings.Join(rules, " ")
 }
@@ -36,10 +38,8 @@ func ACL(namespace string, fair bool) string {
 // who only locks keeps the least ACL.
 func SharedACL(namespace string, fair bool) string {
 	p := "{" + backend.EscapeKey(namespace+"/")
-	sufs := []string{"", ".h", ".fence"}
-	if fair {
-		sufs = append(sufs, ".q", ".live")
-	}
+	// Both modes queue shared waiters.
+	sufs := []string{"", ".h", ".fence", ".q", ".live"}
 	var rules []string
 	for _, kind := range []string{"}:sem", "}:rw"} {
 		for _, suf := range sufs {

@@ -122,7 +122,8 @@ func (h harness) Expire(ctx context.Context, key string) error {
 }
 
 func (h harness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: suiteRetentionTime}
+	// A queue outlives its last waiter's last try by 2*livenessTTL.
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 // expireLock deletes key's lock, as if its TTL had run out.
@@ -257,7 +258,8 @@ func (h clusterHarness) Expire(ctx context.Context, key string) error {
 }
 
 func (h clusterHarness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: suiteRetentionTime}
+	// A queue outlives its last waiter's last try by 2*livenessTTL.
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 func TestConformanceCluster(t *testing.T) {

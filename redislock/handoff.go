@@ -1,0 +1,195 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+var _ backend.Waiter = (*Driver)(nil)
+
+// Acquire implements backend.Waiter. A free lock costs one script, as
+// TryAcquire. A held one: the waiter joins the lock's queue, and the
+// holder's release hands the lock straight to the longest-waiting live
+// waiter, which learns it from the release message without another round
+// trip (see scripts/handoff.lua). While waiters are queued the lock is
+// never free, so a newcomer's try cannot take it first: waiters are served
+// in arrival order, except that a lock whose holder's TTL ran out goes to
+// whoever tries first. It waits until it holds the lock, ctx ends, or
+// every try has failed to reach the server for retry.Budget; when it
+// returns an error it leaves the queue and hands on a lock handed to it.
+func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("redislock: %w", err)
+	}
+	defer done()
+	if l.Mode != backend.Exclusive {
+		return d.acquireShared(ctx, l)
+	}
+	dep := d.dep
+	// The waiter's name in the queue and in hand-offs, unique among the
+	// lock's waiters; its owner follows, for Inspect and the lock's value.
+	w := strconv.FormatUint(rand.Uint64(), 36) + ":" + l.Owner
+	px := ttlMillis(l.TTL)
+	first := attempts.Add(1)
+	var (
+		ch      = make(chan struct{}, 1)
+		sub     *subscription
+		failing retry.Failing
+		backoff = retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
+		timer   *time.Timer
+		// The attempt of the latest try the server answered "queued",
+		// and when it was sent: a hand-off to it came after that.
+		queuedAt   uint64
+		queuedSent time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	// A lock contended a moment ago has its channel still subscribed: wait
+	// on it from the first try, which then needs no second.
+	sub, cancel := dep.subscribeActive(l.Key, w, ch)
+	if sub != nil {
+		defer cancel()
+	}
+	quit := func(err error) (backend.Grant, error) {
+		dep.undo(ctx, func(ctx context.Context) { dep.handoffLeave(ctx, l, first, w) })
+		return backend.Grant{}, err
+	}
+	n := first
+	for {
+		sent := time.Now()
+		r, err := dep.handoffAcquire(ctx, l, l.Token+"."+strconv.FormatUint(n, 10), px, w, n != first)
+		switch {
+		case err == nil && r > 0:
+			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+		case ctx.Err() != nil:
+			return quit(d.ended(ctx))
+		case err == nil:
+			failing.Ok()
+			backoff.Reset()
+			queuedAt, queuedSent = n, sent
+		case backend.Permanent(err) || failing.Fail(sent, retry.Budget):
+			return quit(fmt.Errorf("redislock: %w", err))
+		}
+		n = attempts.Add(1)
+		if sub == nil {
+			// Subscribed after the first try, then try again at once: a
+			// hand-off before the subscription was confirmed is taken over
+			// by that try. Without a subscription the waiter still gets
+			// the lock, by its renewals, only later.
+			var err error
+			sub, cancel, err = dep.subscribeSub(ctx, l.Key, w, ch)
+			if err == nil {
+				defer cancel()
+			} else if ctx.Err() != nil {
+				return quit(d.ended(ctx))
+			}
+			continue
+		}
+		pause := livenessTTL / 3 // renews the entry
+		switch {
+		case err != nil:
+			pause = backoff.Next()
+		case r < 0: // the holder's TTL runs out then
+			pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
+		}
+		if timer == nil {
+			timer = time.NewTimer(pause)
+		} else {
+			timer.Reset(pause)
+		}
+		select {
+		case <-ctx.Done():
+			return quit(d.ended(ctx))
+		case <-ch:
+			timer.Stop()
+			if f, ok := dep.handedTo(sub, queuedAt); ok {
+				// The lock's TTL runs from the release, after queuedSent.
+				return backend.Grant{Fence: f, TTL: time.Duration(px) * time.Millisecond, Sent: queuedSent}, nil
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// handedTo returns the fence of a hand-off to attempt, if sub received
+// one. A hand-off to an earlier attempt is stale (a later try was queued
+// after it, so that lock has gone), and a later attempt's try has not been
+// answered "queued": such a hand-off is taken over by the next try.
+func (dep *deployment) handedTo(sub *subscription, attempt uint64) (uint64, bool) {
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	for _, h := range sub.handed {
+		if h.attempt == attempt && attempt != 0 {
+			return h.fence, true
+		}
+	}
+	sub.handed = sub.handed[:0]
+	return 0, false
+}
+
+// ended is the error of a wait that ctx or Close ended: not acquired, and
+// why. (The locker Client reports its own in place of it.)
+func (d *Driver) ended(ctx context.Context) error {
+	if d.gate.Closed() {
+		return fmt.Errorf("redislock: %w", backend.ErrClosed)
+	}
+	return fmt.Errorf("redislock: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
+}
+
+func handoffKeys(key string) []string {
+	k := keysFor(key)
+	return []string{k.lock, k.fence, k.queue, k.live, k.hand}
+}
+
+// handoffAcquire runs a waiter's try (see handoff_acquire.lua): the fence;
+// 0 when queued; -n when queued first and the holder's TTL runs out in n
+// milliseconds, or when a restarted server refuses the name for n.
+func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, queued bool) (int64, error) {
+	defer dep.in.watch(ctx).stop()
+	q := "0"
+	if queued {
+		q = "1"
+	}
+	v, err := handoffAcquireScript.Run(ctx, dep.rdb, handoffKeys(l.Key), value, px, holder(l), w, livenessTTL.Milliseconds(), q,
+		dep.restartDelay(px), dep.retention, l.Owner).Int64()
+	return v, classify(err)
+}
+
+// handoffRelease is release that hands the lock to the first live waiter.
+func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
+	defer dep.in.watch(ctx).stop()
+	v, err := handoffReleaseScript.Run(ctx, dep.rdb, handoffKeys(l.Key), holder(l), keysFor(l.Key).channel, "0", dep.retention).Int64()
+	return dep.released(v), classify(err)
+}
+
+// handoffCleanup is cleanup for the default mode: the failed attempt's
+// lock, if it took it, goes to the first live waiter.
+func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	_ = handoffReleaseScript.Eval(ctx, dep.rdb, handoffKeys(l.Key), value, keysFor(l.Key).channel, "1", dep.retention).Err()
+}
+
+// handoffLeave takes waiter w out of l.Key's queue, even when ctx is done,
+// and hands on the lock if an attempt of the wait (from first on) holds
+// it. Best effort: a waiter that could not leave is skipped once its
+// entry's liveness runs out, and a lock handed to it runs out with its TTL.
+func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first uint64, w string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	defer dep.in.watch(ctx).stop()
+	// EVAL, as every clean-up (see cleanup).
+	_ = handoffLeaveScript.Eval(ctx, dep.rdb, handoffKeys(l.Key), holder(l), strconv.FormatUint(first, 10), keysFor(l.Key).channel, w,
+		dep.retention).Err()
+}
