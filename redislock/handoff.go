@@ -165,11 +165,59 @@ func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, valu
 	return v, classify(err)
 }
 
-// handoffRelease is release that hands the lock to the first live waiter.
+// handoffRelease is release that hands the lock to the first live waiter;
+// a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := handoffReleaseScript.Run(ctx, dep.rdb, handoffKeys(l.Key), holder(l), keysFor(l.Key).channel, "0", dep.retention).Int64()
-	return dep.released(v), classify(err)
+	stop := dep.in.watch(ctx).stop
+	r, err := handoffReleaseScript.Run(ctx, dep.rdb, handoffKeys(l.Key), holder(l), keysFor(l.Key).channel, "0", dep.retention).Result()
+	stop()
+	if err != nil {
+		return false, classify(err)
+	}
+	switch r := r.(type) {
+	case int64:
+		return dep.released(r), nil
+	case []any:
+		if len(r) == 2 {
+			code, _ := r[0].(int64)
+			msg, _ := r[1].(string)
+			dep.handLocal(l.Key, msg)
+			return dep.released(code), nil
+		}
+	}
+	return false, fmt.Errorf("unexpected answer %v", r)
+}
+
+// handLocal delivers hand-off message msg to its waiter if it waits in this
+// process, as the hub does when the message comes (then a second time,
+// which handedTo ignores once the waiter returned).
+func (dep *deployment) handLocal(key, msg string) {
+	to, h, ok := parseHandoff(msg)
+	if !ok {
+		return
+	}
+	channel := keysFor(key).channel
+	route := ""
+	if dep.ring {
+		route = channel
+	}
+	dep.mu.Lock()
+	var found *subscription
+	if hb := dep.hubs[route]; hb != nil {
+		if st := hb.chans[channel]; st != nil {
+			for s := range st.subs {
+				if s.id == to {
+					found = s
+					s.addHanded(h)
+					break
+				}
+			}
+		}
+	}
+	dep.mu.Unlock()
+	if found != nil {
+		notify(found.ch)
+	}
 }
 
 // handoffCleanup is cleanup for the default mode: the failed attempt's

@@ -36,11 +36,18 @@ func lockValue(t *testing.T, d *Driver, key string) string {
 // A release with a waiter queued gives the lock to it: the key is never
 // free, so a try in between fails; the waiter's grant has a greater fence,
 // and Sent before the release. Nothing of the queue is left after.
+// The waiter is in another process (told by pub/sub), or in the
+// releaser's (told by the release's reply).
 func TestHandoffGoesToTheWaiter(t *testing.T) {
 	testenv.Require(t, testenv.RedisAddr())
 	t.Parallel()
+	t.Run("other", func(t *testing.T) { handoffToWaiter(t, openDriver(t), openDriver(t)) })
+	d := openDriver(t)
+	t.Run("same", func(t *testing.T) { handoffToWaiter(t, d, d) })
+}
+
+func handoffToWaiter(t *testing.T, d1, d2 *Driver) {
 	ctx := testCtx(t)
-	d1, d2 := openDriver(t), openDriver(t)
 	key := uniqueKey(t)
 	claim := func() backend.Claim {
 		return backend.Claim{Key: key, Token: newToken(), TTL: 10 * time.Second, Owner: "o"}
@@ -90,9 +97,19 @@ func TestHandoffGoesToTheWaiter(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.g.Fence <= ga.Fence || r.g.Sent.IsZero() || r.g.Sent.After(released) {
-		t.Fatalf("the waiter's grant %+v: want a fence above %d, sent before %v", r.g, ga.Fence, released)
+	if r.g.Fence <= ga.Fence || r.g.Sent.IsZero() {
+		t.Fatalf("the waiter's grant %+v: want a fence above %d, and when it was sent", r.g, ga.Fence)
 	}
+	// The server keeps the lock at least as long as the waiter believes
+	// (its TTL from Sent), whichever way it learnt of the grant.
+	pttl, err := d1.Client().PTTL(ctx, keysFor(key).lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if believed := time.Until(r.g.Sent.Add(r.g.TTL)); believed > pttl+2*time.Millisecond {
+		t.Fatalf("the waiter believes it holds the lock %v more, the server keeps it %v", believed, pttl)
+	}
+	t.Logf("released %v, grant sent %v after it", released.Format(time.StampMicro), r.g.Sent.Sub(released))
 	st, err := d1.Inspect(ctx, key)
 	if err != nil {
 		t.Fatal(err)

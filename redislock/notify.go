@@ -93,6 +93,14 @@ func parseHandoff(payload string) (id string, h handoff, ok bool) {
 // maxHanded bounds a subscription's list: only the latest matter.
 const maxHanded = 8
 
+// addHanded records a hand-off to s; dep.mu must be held.
+func (s *subscription) addHanded(h handoff) {
+	if len(s.handed) == maxHanded {
+		s.handed = slices.Delete(s.handed, 0, 1)
+	}
+	s.handed = append(s.handed, h)
+}
+
 type barrier struct {
 	done chan error // buffered 1
 }
@@ -431,10 +439,7 @@ func (h *hub) run() {
 				for s := range st.subs {
 					switch {
 					case handed && s.id == to:
-						if len(s.handed) == maxHanded {
-							s.handed = slices.Delete(s.handed, 0, 1)
-						}
-						s.handed = append(s.handed, ho)
+						s.addHanded(ho)
 						subs = append(subs, s)
 					case handed:
 						if s.id == "" {

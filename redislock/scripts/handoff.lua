@@ -16,8 +16,8 @@
 -- hand_off gives the lock, free or about to be freed by the caller, to the
 -- longest-waiting live waiter: its value, a new fence and its TTL, as if
 -- its last try had taken it. It publishes "!<attempt>:<fence>:<waiter>"
--- and returns PUBLISH's answer (pcall's), or nil when no live waiter is
--- queued. The waiter knows it holds the lock from the message, without a
+-- and returns PUBLISH's answer (pcall's) and that message, or nil when no
+-- live waiter is queued. The waiter knows it holds the lock from the message, without a
 -- round trip; it trusts a message only for the attempt of its latest try
 -- that the server answered "queued", which was sent before this ran.
 local function hand_off(channel, retention)
@@ -34,8 +34,8 @@ local function hand_off(channel, retention)
       local fence = next_fence(KEYS[2], retention)
       local owner = string.match(w, '^[^:]*:(.*)$') or ''
       redis.call('SET', KEYS[1], value .. ':' .. fence .. ':' .. owner, 'PX', px)
-      local n = string.match(value, '%.(%d+)$')
-      return redis.pcall('PUBLISH', channel, '!' .. n .. ':' .. fence .. ':' .. w)
+      local msg = '!' .. string.match(value, '%.(%d+)$') .. ':' .. fence .. ':' .. w
+      return redis.pcall('PUBLISH', channel, msg), msg
     end
   end
 end

@@ -7,7 +7,8 @@
 -- ARGV[4]     the fence counter's retention in milliseconds
 --
 -- Returns as release.lua: 1 released, 2 released but the wake-up was
--- refused, 0 not held.
+-- refused, 0 not held; after a hand-off, {1 or 2, the hand-off's message},
+-- so that a waiter of the releasing process is told without pub/sub.
 local cur = redis.call('GET', KEYS[1])
 local mine
 if not cur then
@@ -20,12 +21,16 @@ end
 if not mine then
   return 0
 end
-local sent = hand_off(ARGV[2], ARGV[4])
+local sent, msg = hand_off(ARGV[2], ARGV[4])
 if sent == nil then
   redis.call('DEL', KEYS[1])
   sent = redis.pcall('PUBLISH', ARGV[2], '')
 end
+local code = 1
 if type(sent) == 'table' and sent.err then
-  return 2
+  code = 2
 end
-return 1
+if msg then
+  return {code, msg}
+end
+return code
