@@ -33,9 +33,10 @@ func ACL(namespace string, fair bool) string {
 }
 
 // SharedACL returns the rules to add to ACL's for semaphores and
-// read-write locks in namespace: their keys (see sharedKeys; fair adds
-// their queues') and the commands of their scripts. Apart, so that a user
-// who only locks keeps the least ACL.
+// read-write locks in namespace: their keys and their queues' (see
+// sharedKeys; both modes queue, so fair changes nothing) and the commands
+// of their scripts. Apart, so that a user who only locks keeps the least
+// ACL.
 func SharedACL(namespace string, fair bool) string {
 	p := "{" + backend.EscapeKey(namespace+"/")
 	// Both modes queue shared waiters.
