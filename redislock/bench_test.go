@@ -24,6 +24,8 @@ import (
 //	acquire  locker.Client.Acquire + Lock.Release (adds the release subscription of a blocking acquire)
 //	fair-try, fair-acquire  the same two over a FairDriver (scripts that also look at the queue)
 //	legacy-acquire  acquire as the default mode did before it queued waiters (see legacyDriver)
+//	driver-acquire  Driver.Acquire + Driver.Release (the blocking path, without the locker package)
+//	driver-legacy   Driver.TryAcquire + the former release script (DEL + PUBLISH, no look at the queue)
 func BenchmarkUncontended(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
 	ctx := context.Background()
@@ -65,6 +67,24 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	drvAcquire := func() {
+		l := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
+		if _, err := d.Acquire(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	drvLegacy := func() {
+		l := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		if err := (legacyDriver{d}).Release(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
 	lockRelease := func(c *locker.Client, blocking bool) func() {
 		acquire := c.TryAcquire
 		if blocking {
@@ -80,7 +100,7 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	}
-	fns := []func(){raw, drv, lockRelease(c, false), lockRelease(c, true), lockRelease(fc, false), lockRelease(fc, true), lockRelease(lc, true)}
+	fns := []func(){raw, drv, lockRelease(c, false), lockRelease(c, true), lockRelease(fc, false), lockRelease(fc, true), lockRelease(lc, true), drvAcquire, drvLegacy}
 	for range 200 {
 		for _, f := range fns {
 			f()
@@ -113,6 +133,8 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(float64(sums[5])/float64(sums[0]), "fair-acquire/raw")
 	b.ReportMetric(float64(sums[6])/float64(sums[0]), "legacy-acquire/raw")
 	b.ReportMetric(float64(sums[3])/float64(sums[6]), "acquire/legacy")
+	b.ReportMetric(float64(sums[7])/float64(sums[0]), "driver-acquire/raw")
+	b.ReportMetric(float64(sums[8])/float64(sums[0]), "driver-legacy/raw")
 	b.ReportMetric(0, "ns/op")
 }
 

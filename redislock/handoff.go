@@ -33,14 +33,34 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, e
 		return d.acquireShared(ctx, l)
 	}
 	dep := d.dep
+	px := ttlMillis(l.TTL)
+	first := attempts.Add(1)
+	if !dep.channelActive(l.Key) {
+		// Not contended a moment ago: first the plain try, as TryAcquire,
+		// with nothing of the queue to send, look at or set up. A later
+		// try, with a later attempt, takes over what this one may have
+		// left.
+		sent := time.Now()
+		r, err := dep.acquire(ctx, l, l.Token+"."+strconv.FormatUint(first, 10), px)
+		if err == nil && r > 0 {
+			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+		}
+		return d.wait(ctx, l, px, first, sent, err)
+	}
+	return d.wait(ctx, l, px, first, time.Time{}, nil)
+}
+
+// wait is Acquire after its plain try, if it made one (sent, with its
+// error; zero when it did not): it queues and waits.
+func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint64, sent time.Time, err error) (backend.Grant, error) {
+	dep := d.dep
 	// The waiter's name in the queue and in hand-offs, unique among the
 	// lock's waiters; its owner follows, for Inspect and the lock's value.
 	w := strconv.FormatUint(rand.Uint64(), 36) + ":" + l.Owner
-	px := ttlMillis(l.TTL)
-	first := attempts.Add(1)
 	var (
 		ch      = make(chan struct{}, 1)
 		sub     *subscription
+		cancel  func()
 		failing retry.Failing
 		backoff = retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		timer   *time.Timer
@@ -54,20 +74,38 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, e
 			timer.Stop()
 		}
 	}()
-	// A lock contended a moment ago has its channel still subscribed: wait
-	// on it from the first try, which then needs no second.
-	sub, cancel := dep.subscribeActive(l.Key, w, ch)
-	if sub != nil {
-		defer cancel()
-	}
 	quit := func(err error) (backend.Grant, error) {
 		dep.undo(ctx, func(ctx context.Context) { dep.handoffLeave(ctx, l, first, w) })
 		return backend.Grant{}, err
 	}
 	n := first
+	if sent.IsZero() {
+		// A lock contended a moment ago has its channel still subscribed:
+		// wait on it from the first try, which then needs no second.
+		sub, cancel = dep.subscribeActive(l.Key, w, ch)
+	} else {
+		switch {
+		case ctx.Err() != nil:
+			return quit(d.ended(ctx))
+		case err != nil && backend.Permanent(err):
+			return quit(fmt.Errorf("redislock: %w", err))
+		case err != nil:
+			failing.Fail(sent, retry.Budget)
+		}
+		n = attempts.Add(1)
+		// Subscribed before joining the queue, no hand-off is missed.
+		var serr error
+		sub, cancel, serr = dep.subscribeSub(ctx, l.Key, w, ch)
+		if serr != nil && ctx.Err() != nil {
+			return quit(d.ended(ctx))
+		}
+	}
+	if sub != nil {
+		defer cancel()
+	}
 	for {
 		sent := time.Now()
-		r, err := dep.handoffAcquire(ctx, l, l.Token+"."+strconv.FormatUint(n, 10), px, w, n != first)
+		r, err := dep.handoffAcquire(ctx, l, l.Token+"."+strconv.FormatUint(n, 10), px, w, queuedAt != 0 || n != first)
 		switch {
 		case err == nil && r > 0:
 			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil

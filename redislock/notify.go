@@ -181,6 +181,20 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 	return sub, cancel, nil
 }
 
+// channelActive says whether key's channel is confirmed on a live
+// connection (see subscribeActive).
+func (dep *deployment) channelActive(key string) bool {
+	channel := keysFor(key).channel
+	route := ""
+	if dep.ring {
+		route = channel
+	}
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	h := dep.hubs[route]
+	return !dep.closed && h != nil && !h.dead && h.chans[channel] != nil && h.chans[channel].active
+}
+
 // subscribeActive is subscribeSub without a round trip: it subscribes only
 // when key's channel is already confirmed on a live connection (a lock
 // contended a moment ago), and returns nil otherwise.
