@@ -132,7 +132,8 @@
 //     alive) and the hash "{E}:hand" (waiter → the lock value and TTL of
 //     its latest try). Waiters are named by a random ID and their owner,
 //     never by their token. A waiter renews its entry on every try, at
-//     least every 2s/3, each try with a new attempt number.
+//     least every TTL/4 (2s/3 at most, 5ms at least), each try with a new
+//     attempt number.
 //   - A release with live waiters does not delete the key: in the same
 //     script it writes the first live waiter's value, a new fence and that
 //     waiter's TTL, and publishes "!<attempt>:<fence>:<waiter>". The
@@ -140,8 +141,9 @@
 //     the message only for the attempt of its latest try that the server
 //     answered "queued", which was sent before the release ran, so the
 //     lock's TTL counted from that try's sending ends no later than the
-//     server's (the Grant's Sent). A lost message costs the waiter until
-//     its next renewal (at most 2s/3): that try finds the lock held by an
+//     server's (the Grant's Sent: at most TTL/4 and a round trip before
+//     the hand-off). A lost message costs the waiter until its next
+//     renewal: that try finds the lock held by an
 //     earlier attempt of its token and takes it over (a new fence). A
 //     waiter of the releasing process learns it from the release's reply.
 //   - The key is never free while live waiters are queued, so a newcomer's

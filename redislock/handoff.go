@@ -133,7 +133,9 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 			}
 			continue
 		}
-		pause := livenessTTL / 3 // renews the entry
+		// Renews the entry, and keeps the latest "queued" try recent: a
+		// hand-off's Sent is that try's, and the TTL counts from it.
+		pause := max(min(livenessTTL/3, time.Duration(px)*time.Millisecond/4), minRenewal)
 		switch {
 		case err != nil:
 			pause = backoff.Next()
@@ -158,6 +160,9 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 		}
 	}
 }
+
+// minRenewal bounds how often a waiter of a lock with a tiny TTL renews.
+const minRenewal = 5 * time.Millisecond
 
 // handedTo returns the fence of a hand-off to attempt, if sub received
 // one. A hand-off to an earlier attempt is stale (a later try was queued

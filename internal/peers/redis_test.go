@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/redislock"
@@ -133,7 +134,8 @@ func BenchmarkRedisContended(b *testing.B) {
 // BenchmarkRedisUncontended: one worker takes and releases a free lock on
 // one go-redis client, in alternating blocks of a few operations, three
 // ways: the raw floor (SET NX PX + compare-and-delete: Driver.RawFloor),
-// this project's default (locker.Client Acquire + Release) and
+// this project's default (locker.Client Acquire + Release, and the
+// Driver's own Acquire + Release without the locker package) and
 // bsm/redislock (Obtain + Release). It reports each one's µs per
 // operation and the median and range over rounds of each over the floor.
 func BenchmarkRedisUncontended(b *testing.B) {
@@ -154,6 +156,7 @@ func BenchmarkRedisUncontended(b *testing.B) {
 	peer := bsm.New(rdb)
 	id := fmt.Sprintf("%x", time.Now().UnixNano())
 	rawKey, name, bsmKey := "peers-bench-raw-"+id, "uncontended-"+id, "peers-bench-bsm-"+id
+	drvKey, token := backend.Key("peers-bench", "driver-"+id), "peers-bench-token-"+id
 	fns := []func() error{
 		func() error { return d.RawFloor(ctx, rawKey) },
 		func() error {
@@ -164,6 +167,13 @@ func BenchmarkRedisUncontended(b *testing.B) {
 			return l.Release(ctx)
 		},
 		func() error {
+			cl := backend.Claim{Key: drvKey, Token: token, TTL: 30 * time.Second}
+			if _, err := d.Acquire(ctx, cl); err != nil {
+				return err
+			}
+			return d.Release(ctx, cl)
+		},
+		func() error {
 			l, err := peer.Obtain(ctx, bsmKey, 30*time.Second, nil)
 			if err != nil {
 				return err
@@ -171,7 +181,7 @@ func BenchmarkRedisUncontended(b *testing.B) {
 			return l.Release(ctx)
 		},
 	}
-	labels := []string{"raw", "locker", "bsm"}
+	labels := []string{"raw", "locker", "driver", "bsm"}
 	const rounds, block = 7, 25
 	for range 100 { // warm up
 		for _, f := range fns {

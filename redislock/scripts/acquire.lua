@@ -23,10 +23,11 @@
 -- counter for (Redlock's "delayed restart", kept by the server itself).
 -- The counter is missing on a name's first use too, so a new server grants
 -- a name after a TTL; once a name has its counter the check costs one
--- EXISTS. This assumes a name is locked with one TTL, or a shorter one
--- after a longer. restart_delay is that TTL, or less if the user said so
+-- GET, which the fence needs anyway. This assumes a name is locked with
+-- one TTL, or a shorter one after a longer. restart_delay is that TTL, or less if the user said so
 -- (a server that persists every write needs none: 0).
-if restart_delay > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+local counter = redis.call('GET', KEYS[2]) -- for the fence too
+if restart_delay > 0 and not counter then
   local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
   -- uptime_in_seconds is the difference of two clock readings in whole
   -- seconds: the server has run for more than up - 1 seconds.
@@ -58,6 +59,6 @@ if cur then
   end
 end
 -- The fence: see fence.lua.
-local fence = next_fence(KEYS[2], retention)
+local fence = next_fence(KEYS[2], retention, counter)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. ':' .. owner, 'PX', ARGV[2])
 return tonumber(fence)

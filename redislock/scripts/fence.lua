@@ -9,17 +9,21 @@
 -- every fence it gave as long as the clock did not step back by more than
 -- that: every fence was at most the clock of its grant, since no name is
 -- granted a million times a second. On a busy name the floor wins on most
--- grants (SET); the counter (INCR) when two grants share a microsecond.
+-- grants; the counter when two grants share a microsecond. One read and
+-- one write: counter is the counter's value if the caller read it (false
+-- when missing), nil to read it here.
 -- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
 -- numbers are exact. Returns the fence as a decimal string.
-local function next_fence(counter, retention)
-  local t = redis.call('TIME')
-  local now = t[1] .. string.format('%06d', tonumber(t[2]))
-  local f = redis.call('INCR', counter)
-  if f < tonumber(now) then
-    redis.call('SET', counter, now, 'PX', retention)
-    return now
+local function next_fence(key, retention, counter)
+  if counter == nil then
+    counter = redis.call('GET', key)
   end
-  redis.call('PEXPIRE', counter, retention)
-  return string.format('%d', f)
+  local t = redis.call('TIME')
+  local fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  local c = tonumber(counter or '')
+  if c and c + 1 > tonumber(fence) then
+    fence = string.format('%d', c + 1)
+  end
+  redis.call('SET', key, fence, 'PX', retention)
+  return fence
 end
