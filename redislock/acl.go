@@ -22,7 +22,7 @@ func ACL(namespace string, fair bool) string {
 		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
 		// Called by the scripts.
-		"+get", "+set", "+pexpire", "+incr", "+time", "+exists", "+del", "+info", "+publish",
+		"+get", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
 		// The waiters' queue, in both modes.
 		"~" + p + "*}:queue", "~" + p + "*}:live",
 		"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl"}
@@ -48,6 +48,6 @@ func SharedACL(namespace string, fair bool) string {
 		}
 	}
 	rules = append(rules, "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
-		"+hget", "+hset", "+hdel", "+hexists")
+		"+hget", "+hset", "+hdel", "+hexists", "+exists", "+incr")
 	return strings.Join(rules, " ")
 }
