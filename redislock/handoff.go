@@ -189,9 +189,11 @@ func (d *Driver) ended(ctx context.Context) error {
 	return fmt.Errorf("redislock: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
 }
 
-func handoffKeys(key string) []string {
+// handoffKeys returns the default mode scripts' keys for key, and its
+// release channel.
+func handoffKeys(key string) ([]string, string) {
 	k := keysFor(key)
-	return []string{k.lock, k.fence, k.queue, k.live, k.hand}
+	return []string{k.lock, k.fence, k.queue, k.live, k.hand}, k.channel
 }
 
 // handoffAcquire runs a waiter's try (see handoff_acquire.lua): the fence;
@@ -203,7 +205,8 @@ func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, valu
 	if queued {
 		q = "1"
 	}
-	v, err := handoffAcquireScript.Run(ctx, dep.rdb, handoffKeys(l.Key), value, px, holder(l), w, livenessTTL.Milliseconds(), q,
+	ks, _ := handoffKeys(l.Key)
+	v, err := handoffAcquireScript.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), q,
 		dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
@@ -212,7 +215,8 @@ func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, valu
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
 	stop := dep.in.watch(ctx).stop
-	r, err := handoffReleaseScript.Run(ctx, dep.rdb, handoffKeys(l.Key), holder(l), keysFor(l.Key).channel, "0", dep.retention).Result()
+	ks, channel := handoffKeys(l.Key)
+	r, err := handoffReleaseScript.Run(ctx, dep.rdb, ks, holder(l), channel, "0", dep.retention).Result()
 	stop()
 	if err != nil {
 		return false, classify(err)
@@ -269,7 +273,8 @@ func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, valu
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
-	_ = handoffReleaseScript.Eval(ctx, dep.rdb, handoffKeys(l.Key), value, keysFor(l.Key).channel, "1", dep.retention).Err()
+	ks, channel := handoffKeys(l.Key)
+	_ = handoffReleaseScript.Eval(ctx, dep.rdb, ks, value, channel, "1", dep.retention).Err()
 }
 
 // handoffLeave takes waiter w out of l.Key's queue, even when ctx is done,
@@ -281,6 +286,7 @@ func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first 
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
 	// EVAL, as every clean-up (see cleanup).
-	_ = handoffLeaveScript.Eval(ctx, dep.rdb, handoffKeys(l.Key), holder(l), strconv.FormatUint(first, 10), keysFor(l.Key).channel, w,
+	ks, channel := handoffKeys(l.Key)
+	_ = handoffLeaveScript.Eval(ctx, dep.rdb, ks, holder(l), strconv.FormatUint(first, 10), channel, w,
 		dep.retention).Err()
 }
