@@ -9,7 +9,7 @@ import (
 // ACL returns the least Redis ACL (Redis 7 rules for ACL SETUSER, after
 // "on >password") under which a Client with this namespace can lock: its
 // keys and release channel, and the commands of the scripts and of
-// waiting. The default mode adds the hand-off's key. The rules start with
+// waiting. The default mode adds the hand-off's key, fair mode PTTL. The rules start with
 // resetkeys, resetchannels and -@all, so applied to an existing user they
 // leave exactly these. See the package documentation, Least privilege.
 func ACL(namespace string, fair bool) string {
@@ -25,8 +25,10 @@ func ACL(namespace string, fair bool) string {
 		"+get", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
 		// The waiters' queue, in both modes.
 		"~" + p + "*}:queue", "~" + p + "*}:live",
-		"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl"}
-	if !fair {
+		"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel"}
+	if fair {
+		rules = append(rules, "+pttl")
+	} else {
 		rules = append(rules, "~"+p+"*}:hand")
 	}
 	return strings.Join(rules, " ")

@@ -311,11 +311,10 @@
 //	  +evalsha +eval +ping +subscribe +unsubscribe
 //	  +get +set +pexpire +time +del +info +publish
 //	  ~{locker%2F*}:queue ~{locker%2F*}:live
-//	  +zrange +zscore +zadd +zrem +hget +hset +hdel +pttl
+//	  +zrange +zscore +zadd +zrem +hget +hset +hdel
 //
-// and without fair=true (the default mode's hand-off), also
-//
-//	~{locker%2F*}:hand
+// and without fair=true (the default mode's hand-off) ~{locker%2F*}:hand,
+// with fair=true +pttl.
 //
 // Key patterns: every key is hash-tagged, "{" + EscapeKey(namespace + "/"
 // + name) + "}:kind", so a pattern such as ~locker/* matches none of them;
@@ -335,8 +334,8 @@
 // CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
 // Semaphores and read-write locks need SharedACL(namespace, fair) added:
 // their keys and +zadd +zrem +zcard +zscore +zrange +zrangebyscore
-// +zremrangebyscore +hget +hset +hdel +hexists +exists +incr. An operator's calls need more: Inspect and ForceRelease +pttl (the rules
-// above have it), and List +scan and +pttl.
+// +zremrangebyscore +hget +hset +hdel +hexists +exists +incr. An operator's calls need more: Inspect and ForceRelease +pttl (fair mode's
+// rules have it), and List +scan and +pttl.
 //
 // With one of these rules less, the call that needs it fails with
 // ErrPermission, except the channel, PUBLISH and SUBSCRIBE: a release whose

@@ -139,7 +139,7 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 		switch {
 		case err != nil:
 			pause = backoff.Next()
-		case r < 0: // the holder's TTL runs out then
+		case r < 0: // a restarted server grants it then
 			pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
 		}
 		if timer == nil {
@@ -197,8 +197,8 @@ func handoffKeys(key string) ([]string, string) {
 }
 
 // handoffAcquire runs a waiter's try (see handoff_acquire.lua): the fence;
-// 0 when queued; -n when queued first and the holder's TTL runs out in n
-// milliseconds, or when a restarted server refuses the name for n.
+// 0 when queued; -n when a restarted server refuses the name for n
+// milliseconds.
 func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, queued bool) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	q := "0"

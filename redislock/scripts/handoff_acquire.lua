@@ -10,9 +10,10 @@
 -- ARGV[5]     liveness in milliseconds
 -- ARGV[6]     '1' when the waiter may be queued (a try after the first)
 --
--- Returns the fence (> 0) when granted; 0 when queued; -n when queued at
--- the head and the holder's TTL runs out in n milliseconds, or (not
--- queued) a restarted server refuses the name for that long.
+-- Returns the fence (> 0) when granted; 0 when queued; -n when a restarted
+-- server refuses the name for n more milliseconds (not queued). A waiter
+-- renews at least every TTL/4, so that a holder's TTL running out costs
+-- the waiters little without a look at the holder's PTTL here.
 local f = acquire()
 if f ~= 0 then
   if f > 0 and ARGV[6] == '1' then
@@ -22,17 +23,14 @@ if f ~= 0 then
   return f
 end
 local me, ttl = ARGV[4], tonumber(ARGV[5])
+local t = redis.call('TIME')
 if not redis.call('ZSCORE', KEYS[3], me) then
-  local t = redis.call('TIME')
   redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
 end
-redis.call('HSET', KEYS[4], me, now_ms() + ttl)
+redis.call('HSET', KEYS[4], me, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)
 redis.call('HSET', KEYS[5], me, ARGV[1] .. '|' .. ARGV[2])
 -- The queue outlives its last live waiter by a little, not forever.
 for i = 3, 5 do
   redis.call('PEXPIRE', KEYS[i], 2 * ttl)
-end
-if live_head(KEYS[3], KEYS[4], me) == me then
-  return -math.max(redis.call('PTTL', KEYS[1]), 1)
 end
 return 0
