@@ -442,10 +442,21 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	lost := h.err()
 	h.mu.Lock()
 	h.done = true
+	renewing := h.renewing
 	h.mu.Unlock()
 	c.dog.unschedule(h)
 	var err error
-	if rest := h.minHold - time.Since(h.granted); rest > 0 && lost == nil {
+	rest := h.minHold - time.Since(h.granted)
+	if rest > 0 && lost == nil && renewing != nil {
+		// The watchdog's refresh must land first: it asks for a whole
+		// TTL, the linger for what is left of the minimum.
+		select {
+		case <-renewing:
+		case <-ctx.Done():
+		}
+		rest = h.minHold - time.Since(h.granted)
+	}
+	if rest > 0 && lost == nil {
 		err = c.linger(ctx, h, rest)
 	} else {
 		err = c.drv.Release(ctx, h.lock())

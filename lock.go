@@ -44,6 +44,10 @@ type hold struct {
 	onLost     map[*func(error)]struct{}
 	done       bool    // released; no loss is reported after that
 	flight     *flight // the refresh in flight for re-entries, or nil
+	// renewing is closed when the watchdog's refresh in flight ends; nil
+	// when none is. A release that lingers waits for it, so a late
+	// full-TTL refresh cannot land after the linger's shorter one.
+	renewing chan struct{}
 
 	// Guarded by the watchdog's mutex.
 	slot       int       // index in the watchdog's heap, -1 when not scheduled
@@ -55,6 +59,16 @@ type hold struct {
 type flight struct {
 	done chan struct{}
 	err  error
+}
+
+// renewed ends the mark of the watchdog's refresh in flight.
+func (h *hold) renewed() {
+	h.mu.Lock()
+	if h.renewing != nil {
+		close(h.renewing)
+		h.renewing = nil
+	}
+	h.mu.Unlock()
 }
 
 func (h *hold) lock() backend.Claim {

@@ -170,6 +170,12 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		h.mu.Lock()
 		skip := h.done || h.lostErr != nil
 		until, lastErr := h.validUntil, h.refreshErr
+		send := !skip && h.contact == nil && now.Before(until) && h.auto && !d.deadline
+		if send {
+			// Marked under the lock that release sets done with: a
+			// release either sees this refresh or prevents it.
+			h.renewing = make(chan struct{})
+		}
 		h.mu.Unlock()
 		if skip {
 			continue
@@ -181,7 +187,7 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		switch {
 		case !now.Before(until):
 			h.loseBy(LostExpired, h.ranOut(lastErr))
-		case !h.auto || d.deadline:
+		case !send:
 			// Nothing to send: no automatic refresh, or one is in flight
 			// and will reschedule h when it ends.
 			w.put(h, until, true)
@@ -203,6 +209,7 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 			// Too many refreshes in flight (a slow store): try these
 			// again shortly; their deadlines stay scheduled meanwhile.
 			for _, h := range append(group, refresh...) {
+				h.renewed()
 				w.put(h, now.Add(max(h.ttl/20, time.Millisecond)), false)
 			}
 			return
@@ -211,6 +218,9 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		go func() {
 			defer func() { <-w.sem; w.busy.Done() }()
 			w.refresh(group)
+			for _, h := range group {
+				h.renewed()
+			}
 		}()
 	}
 }

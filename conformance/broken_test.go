@@ -88,8 +88,10 @@ var brokenVariants = map[string][]string{
 	"rw-starves-writers": {"RWWriterNotStarved"},
 	// A writer that stops trying leaves its record of waiting behind.
 	"keeps-writer-record": {"RWCancelledWriterLeavesNothing"},
+	// Subscribe succeeds but never reports a release.
+	"silent-watch": {"WatchReportsEveryRelease"},
 	// Goroutines outlive Close and cancelled subscriptions.
-	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine"},
+	"leaks-goroutines": {"CloseReleasesAndLeavesNoGoroutine", "CancelledWaitLeavesNoGoroutine", "WatchReportsEveryRelease"},
 }
 
 // Controls: the same wrapper, unbroken, must pass every case it runs.
@@ -458,6 +460,9 @@ func (d *brokenDriver) Subscribe(ctx context.Context, key string) (<-chan struct
 	ch, cancel, err := d.Driver.Subscribe(ctx, d.h.mapKey(key))
 	if err == nil && d.h.variant == "leaks-goroutines" {
 		go func() { select {} }()
+	}
+	if err == nil && d.h.variant == "silent-watch" {
+		ch = make(chan struct{})
 	}
 	return ch, cancel, err
 }

@@ -27,6 +27,7 @@ type testCase struct {
 var cases = []testCase{
 	{"CloseReleasesAndLeavesNoGoroutine", true, (*suite).close},
 	{"CancelledWaitLeavesNoGoroutine", true, (*suite).cancelNoGoroutine},
+	{"WatchReportsEveryRelease", true, (*suite).watchReports},
 
 	{"SecondAcquirerRefused", false, (*suite).secondRefused},
 	{"IndependentNames", false, (*suite).independentNames},

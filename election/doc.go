@@ -14,10 +14,13 @@
 //
 // [Election.Leader] and [Election.Observe] serve every replica, leader or
 // not. They read the lock with [locker.Client.Inspect]: the leader's value
-// is the lock's owner, its term the lock's fence. Observe polls (the
-// portable Client has no watch), every PollEvery: a change is seen within
-// that bound plus one Inspect round trip, and a term shorter than it may
-// be missed.
+// is the lock's owner, its term the lock's fence. Observe reads again at
+// each notification of [locker.Client.Watch] where the backend has them
+// (Redis, PostgreSQL, etcd, ZooKeeper, mem), so a resignation or a handover
+// shows within a few round trips, and every PollEvery in any case: a
+// change no store reports (memcached, file, a lock expiring) is seen
+// within that bound plus one Inspect round trip, and a term shorter than
+// it may be missed.
 //
 // Failover: a leader that resigns or closes its Client frees the lock at
 // once, and a waiting candidate takes it as soon as the backend wakes it

@@ -38,28 +38,49 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 
 // Observe reads the election once, returns the error if that fails, and
 // otherwise returns a channel that receives the state read then and every
-// change of it (who holds it, under which term) after. It reads every
-// PollEvery (DefaultPoll, or TTL/4 if smaller), so a change arrives within
-// that bound plus one read, provided the receiver keeps up (the channel is
-// unbuffered: reads wait for it). A term shorter than the bound may be
-// missed; terms seen arrive in increasing order. A failed read later is
-// skipped: the next one tries again. The channel is closed, and its
-// goroutine ends, when ctx ends.
+// change of it (who holds it, under which term) after. Where the backend
+// reports releases (Redis, PostgreSQL, etcd, ZooKeeper, mem; see
+// locker.Client.Watch), a resignation or a Close shows within a round trip
+// or two, and the successor's grant with it; it also reads every PollEvery
+// (DefaultPoll, or TTL/4 if smaller), the bound for a change no store
+// reports (a lock expiring) and for memcached and file, which report
+// nothing. The receiver must keep up: the channel is unbuffered, reads wait
+// for it. A term shorter than the bound may be missed; terms seen arrive in
+// increasing order. A failed read later is skipped: the next one tries
+// again. The channel is closed, and its goroutine ends, when ctx ends.
 func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	first, err := e.Leader(ctx)
 	if err != nil {
 		return nil, err
 	}
+	// Without notifications (ErrUnsupported, or a store error now),
+	// polling alone still observes.
+	changes, stop, err := e.c.Watch(ctx, e.name)
+	if err != nil {
+		changes, stop = nil, func() {}
+	}
 	ch := make(chan Leader)
-	go e.observe(ctx, first, ch)
+	go func() {
+		defer stop()
+		e.observe(ctx, first, changes, ch)
+	}()
 	return ch, nil
 }
 
-func (e *Election) observe(ctx context.Context, cur Leader, ch chan<- Leader) {
+// followUps are the delays of the reads after a notification while nobody
+// is seen holding the lock: a release is reported before the successor's
+// grant, which follows within a few round trips.
+var followUps = [...]time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 80 * time.Millisecond}
+
+func (e *Election) observe(ctx context.Context, cur Leader, changes <-chan struct{}, ch chan<- Leader) {
 	defer close(ch)
 	tick := time.NewTicker(e.cfg.poll)
 	defer tick.Stop()
+	soon := time.NewTimer(time.Hour)
+	soon.Stop()
+	defer soon.Stop()
 	send, seen := true, cur.Term
+	quick := len(followUps) // follow-up reads left
 	for {
 		if send {
 			select {
@@ -70,6 +91,9 @@ func (e *Election) observe(ctx context.Context, cur Leader, ch chan<- Leader) {
 		}
 		select {
 		case <-tick.C:
+		case <-changes:
+			quick = 0
+		case <-soon.C:
 		case <-ctx.Done():
 			return
 		}
@@ -80,6 +104,10 @@ func (e *Election) observe(ctx context.Context, cur Leader, ch chan<- Leader) {
 		send = err == nil && l != cur && (!l.Held || l.Term >= seen)
 		if send {
 			cur, seen = l, max(seen, l.Term)
+		}
+		if (err != nil || !l.Held) && quick < len(followUps) {
+			soon.Reset(followUps[quick])
+			quick++
 		}
 	}
 }

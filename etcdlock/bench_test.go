@@ -21,7 +21,9 @@ import (
 //
 //	go test -run '^$' -bench . -benchtime 3s ./etcdlock
 //
-// Uncontended: one worker acquires and releases one name.
+// Uncontended: one worker acquires and releases one name; the raw floor
+// (RawFloor: concurrency.Mutex's requests on the driver's client) runs in
+// the same loop.
 // Contended: 8 workers on 2 clients take turns on one name, holding it 1ms,
 // through internal/bench's harness; each contender's figures carry its name
 // as a prefix (etcdlock-handoff-p50-µs, mutex-handoff-p50-µs, ...).
@@ -132,8 +134,8 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
-	ls = append(ls, driverLocker{d})
-	names := []string{"etcdlock", "mutex", "driver"}
+	ls = append(ls, driverLocker{d}, floorLocker{d})
+	names := []string{"etcdlock", "mutex", "driver", "floor"}
 	ctx := context.Background()
 	times := make([][]time.Duration, len(ls))
 	b.ResetTimer()
@@ -160,6 +162,18 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	b.ReportMetric(med[0]/med[1], "etcdlock/mutex")
 	b.ReportMetric(med[2]/med[1], "driver/mutex")
+	b.ReportMetric(med[0]/med[3], "etcdlock/floor")
+}
+
+// floorLocker runs the driver's raw floor (concurrency.Mutex's requests)
+// as one cycle.
+type floorLocker struct{ d *Driver }
+
+func (f floorLocker) lock(ctx context.Context) (func(context.Context) error, error) {
+	if err := f.d.RawFloor(ctx, "bench/floor"); err != nil {
+		return nil, err
+	}
+	return func(context.Context) error { return nil }, nil
 }
 
 type driverLocker struct{ d *Driver }

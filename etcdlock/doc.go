@@ -31,9 +31,11 @@
 // transaction, a range comparison), so a failed try leaves nothing behind.
 // The fencing token is the creation revision of the holder's entry: etcd
 // revisions only grow, and a waiter is granted the lock only when no entry
-// older than its own is left, so fences grow in grant order. Release is a
-// transaction that deletes the entry only if its creation revision is still
-// the fence.
+// older than its own is left, so fences grow in grant order. Release deletes
+// the entry by its key, whose name (the lease's id and a slot the driver
+// keeps reserved until the key is known gone) no other acquisition uses,
+// and reads the deleted entry's creation revision: ErrNotHeld unless it
+// was still the fence.
 //
 // # Waiting
 //

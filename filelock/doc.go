@@ -39,12 +39,37 @@
 // shortened name cannot be turned back into its key); files of older
 // versions get it at their next write.
 //
+// # Waiting (Linux)
+//
+// On Linux the driver is a backend.Waiter: a blocked Acquire queues in the
+// lock file and the kernel wakes it, in arrival order, whichever process
+// it is in. A waiter takes a ticket under the file's flock and keeps a
+// file of its own, the escaped key plus "%.w" and the ticket, flocked
+// while it waits, with an inotify watch on it. While tickets are queued, a
+// free lock goes to the first live one only: the release keeps the lock
+// for it for 100 ms and wakes it by opening its file for writing
+// (IN_CLOSE_WRITE), one waiter per release; a releaser that comes straight
+// back queues behind the others, and TryAcquire is refused meanwhile. A
+// waiter killed with -9 loses its file's flock, and the next operation
+// that reaches its ticket removes its file and passes over it; one that
+// does not take a lock kept for it within 100 ms (stopped, or very slow)
+// is passed over and queues again at the back when it comes back. Waiters
+// also look every 250 ms, and when the holder's TTL ends, so a holder
+// killed with -9 frees the lock at its TTL as before. The queue only
+// decides who may take a free lock: who holds it, and until when, is the
+// record's, as without it. A driver keeps the inotify instances of its
+// finished waiters for its next ones (closing one takes the kernel
+// milliseconds) and closes them at Close. Semaphores and read-write locks
+// have no queue: their waiters try again whenever the object's file is
+// written or removed (inotify), and at least every 250 ms. Elsewhere
+// waiters poll, through the locker package.
+//
 // # Operators
 //
 // The driver implements backend.Inspector, Lister and Breaker. Inspect
-// reports a holder's owner (its first 64 bytes), fence and time left; there
-// is no queue. List reads every lock file of the directory, each under its
-// flock. Break removes the file, under its flock, as a release does: the
+// reports a holder's owner (its first 64 bytes), fence and time left, not
+// the waiters. List reads every lock file of the directory, each under its
+// flock. Break frees the lock, under its flock, as a release does: the
 // removed holder's next Refresh finds it gone, and the next holder's fence
 // comes from the directory's counter, above it.
 //
@@ -67,7 +92,8 @@
 // (names no key's lock file can have), read and rewritten under its
 // flock as a lock file is: the limit, every holder (token hash, owner,
 // fence, expiry on the lock's clock) and the waiting writer. Fences come
-// from the directory's counter, as a lock's. Waiters poll; writers are
+// from the directory's counter, as a lock's. Waiters try again at each
+// change of the file (see Waiting); writers are
 // preferred (a refused writer's record turns new readers away until it is
 // granted, withdraws or expires). A holder killed with -9 frees its permit
 // TTL after its last refresh, and an object left empty removes its file.
@@ -107,9 +133,10 @@
 //
 // It works on Linux and the BSDs, macOS included (flock(2)); elsewhere Open
 // fails with backend.ErrUnsupported. It does not reach across machines, and
-// flock over NFS is not to be trusted: use a local file system. Waiters poll
-// with the locker package's backoff (up to 250 ms between tries, waiters in
-// the same process are woken at once): there is no queue, so no fairness.
+// flock over NFS is not to be trusted: use a local file system (inotify
+// does not see other machines either). Off Linux waiters poll with the
+// locker package's backoff (up to 250 ms between tries, waiters in the
+// same process are woken at once): no queue, so no fairness.
 // Files are created with mode 0600 and a missing directory with mode 0700:
 // the processes that share locks must run as the same user. A process stopped (SIGSTOP,
 // a debugger) in the few microseconds of an operation keeps that file's

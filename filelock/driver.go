@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -16,6 +17,11 @@ type Driver struct {
 	sync bool
 	clk  clock
 	gate backend.Gate
+	// notifiers keeps idle inotify instances for waiters (Linux).
+	notifiers notifierPool
+	// woken counts the kernel's wake-ups of this driver's queued waiters
+	// (Linux): one per release that hands the lock to one of them.
+	woken atomic.Uint64
 }
 
 var (
@@ -94,33 +100,58 @@ func DefaultDir() string {
 // older versions counted).
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
+		// A Waiter's writer records itself only while it waits (Acquire):
+		// the locker package withdraws no failed try's record then.
+		return d.tryShared(ctx, l, !queuesWaiters)
 	}
-	tok := hashToken(l.Token)
 	var g backend.Grant
+	var wake *os.File
 	err := d.update(ctx, l.Key, true, func(r *record, now int64) (change, error) {
-		if d.live(r, now) && r.token != tok {
-			return keep, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
-		}
-		if !d.live(r, now) {
-			fence, err := d.nextFence(ctx, r.fence)
-			if err != nil {
-				return keep, err
+		if !d.live(r, now) && r.qhead < r.qtail {
+			// A free lock goes to the queue's first live waiter.
+			var ok bool
+			if _, ok, wake = d.next(l.Key, r, now); ok {
+				return write, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 			}
-			r.fence = fence
 		}
-		r.expires = now + int64(l.TTL)
-		r.boot = d.clk.boot
-		r.token = tok
-		r.pid = uint32(os.Getpid())
-		r.owner = l.Owner
-		g = backend.Grant{Fence: r.fence, TTL: l.TTL}
-		return write, nil
+		return d.take(ctx, l, r, now, &g)
 	})
+	closeWake(wake)
 	if err != nil {
 		return backend.Grant{}, err
 	}
 	return g, nil
+}
+
+// take gives l the lock in r, unless another live token holds it. The
+// queue is the caller's to check.
+func (d *Driver) take(ctx context.Context, l backend.Claim, r *record, now int64, g *backend.Grant) (change, error) {
+	tok := hashToken(l.Token)
+	if d.live(r, now) && r.token != tok {
+		return keep, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+	}
+	if !d.live(r, now) {
+		fence, err := d.nextFence(ctx, r.fence)
+		if err != nil {
+			return keep, err
+		}
+		r.fence = fence
+	}
+	r.expires = now + int64(l.TTL)
+	r.boot = d.clk.boot
+	r.token = tok
+	r.pid = uint32(os.Getpid())
+	r.owner = l.Owner
+	*g = backend.Grant{Fence: r.fence, TTL: l.TTL}
+	return write, nil
+}
+
+// closeWake wakes the waiter next handed the lock, once the key's flock
+// is dropped (so that it does not find the flock taken).
+func closeWake(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
 }
 
 // Refresh implements backend.Driver.
@@ -150,12 +181,17 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 
 // Release implements backend.Driver: it removes the key's file, so that a
 // released name leaves nothing (its fences go on from the directory's
-// counter).
+// counter), or, with waiters queued, keeps the lock free for the first.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.releaseObject(ctx, l)
 	}
-	err := d.update(ctx, l.Key, false, d.holds(l, func(*record, int64) change { return remove }))
+	var wake *os.File
+	err := d.update(ctx, l.Key, false, d.holds(l, func(r *record, now int64) (what change) {
+		what, wake = d.free(l.Key, r, now)
+		return what
+	}))
+	closeWake(wake)
 	if errors.Is(err, errNoFile) {
 		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}
@@ -163,12 +199,13 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 }
 
 // tryShared takes a claim in a mode besides Exclusive.
-func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+// A refused writer records itself as the waiting writer when record.
+func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (backend.Grant, error) {
 	switch l.Mode {
 	case backend.Permit:
 		return d.trySemaphore(ctx, l)
 	case backend.Read, backend.Write:
-		return d.tryRW(ctx, l)
+		return d.tryRW(ctx, l, record)
 	}
 	return backend.Grant{}, fmt.Errorf("filelock: %w: mode %v", backend.ErrUnsupported, l.Mode)
 }
@@ -202,9 +239,12 @@ func (d *Driver) expire(ctx context.Context, key string) error {
 	return err
 }
 
-// Close implements backend.Driver. The driver keeps no open files and runs
-// no goroutines between calls; Close waits for the calls in flight.
+// Close implements backend.Driver. Between calls the driver runs no
+// goroutines and keeps no open files but, on Linux, the inotify instances
+// of its earlier waiters, for its next ones; Close waits for the calls in
+// flight and closes those.
 func (d *Driver) Close() error {
 	d.gate.Close()
+	d.notifiers.close()
 	return nil
 }

@@ -34,11 +34,22 @@ func (h harness) Expire(ctx context.Context, key string) error {
 	return d.expireObjects(ctx, key)
 }
 
-// Residue counts the key's files: its lock file, semaphore and read-write
-// lock (the fence counter is the directory's).
+// Residue counts the key's files: its lock file, semaphore, read-write
+// lock and waiters' files (the fence counter is the directory's).
 func (h harness) Residue(ctx context.Context, key string) (int, error) {
 	d := &Driver{dir: h.dir}
 	n := 0
+	// Waiters' files too (queue.go).
+	entries, err := os.ReadDir(h.dir)
+	if err != nil {
+		return 0, err
+	}
+	prefix := backend.ShortKey(key, maxBase) + waitSuffix
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			n++
+		}
+	}
 	for _, p := range []string{d.Path(key), d.objectPath(key, backend.Permit), d.objectPath(key, backend.Read)} {
 		_, err := os.Stat(p)
 		switch {

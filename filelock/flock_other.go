@@ -15,3 +15,7 @@ func supported() error {
 }
 
 func flockCtx(context.Context, *os.File) error { return supported() }
+
+func waiterAlive(string) bool { return false }
+
+func wakeWaiter(string) *os.File { return nil }

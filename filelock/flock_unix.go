@@ -15,10 +15,16 @@ func supported() error { return nil }
 // flockCtx takes an exclusive flock on f. Holders keep it for microseconds,
 // so it polls without blocking a thread in the kernel, and gives up when ctx
 // ends (a process stopped in the middle of an operation keeps its flock).
+// It yields the CPU between tries for spinFor first: a sleep under a
+// millisecond costs a millisecond when the runtime has nothing else to
+// do (its poller waits in whole milliseconds), many times an operation.
 func flockCtx(ctx context.Context, f *os.File) error {
-	wait := 20 * time.Microsecond
+	const spinFor = 200 * time.Microsecond
+	fd := int(f.Fd())
+	var start time.Time
+	wait := 50 * time.Microsecond
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return nil
 		}
@@ -28,7 +34,52 @@ func flockCtx(ctx context.Context, f *os.File) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start) < spinFor {
+			yield()
+			continue
+		}
 		time.Sleep(wait)
 		wait = min(wait*2, 5*time.Millisecond)
 	}
+}
+
+// waiterAlive reports whether a live waiter keeps the file at path
+// flocked. Opened read-only, so that closing it wakes nobody.
+func waiterAlive(path string) bool {
+	f := probeWaiter(path, os.O_RDONLY)
+	if f != nil {
+		f.Close()
+	}
+	return f != nil
+}
+
+// wakeWaiter returns the file at path, open for writing, if a live waiter
+// keeps it flocked: closing it wakes that waiter (IN_CLOSE_WRITE).
+func wakeWaiter(path string) *os.File { return probeWaiter(path, os.O_WRONLY) }
+
+// probeWaiter opens path and tests its flock. An unlocked file is a dead
+// waiter's, removed here (the caller holds the key's flock, under which
+// waiter files are made and removed). Any error counts as no waiter.
+func probeWaiter(path string, flag int) *os.File {
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return f
+	}
+	if err == nil {
+		os.Remove(path)
+	}
+	f.Close()
+	return nil
 }

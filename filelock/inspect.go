@@ -15,7 +15,7 @@ import (
 )
 
 // known is what a lock file records: owner (its first 64 bytes), fence
-// and expiry; there is no queue (waiters poll).
+// and expiry; not its waiters.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 
 func (d *Driver) state(key string, r *record, now int64) backend.State {
@@ -101,18 +101,22 @@ func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error
 }
 
 // Break implements backend.Breaker: under the file's flock, as a release,
-// it removes the file if its holder's fence is fence. The removed holder's
-// Refresh then finds no file (or another holder's), and the next grant
-// takes a new fence from the directory's counter.
+// it frees the lock (removes the file, or hands it to the first waiter) if
+// its holder's fence is fence. The removed holder's Refresh then finds
+// the lock free or another's, and the next grant takes a new fence from
+// the directory's counter.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	var st backend.State
-	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
+	var wake *os.File
+	err := d.update(ctx, key, false, func(r *record, now int64) (what change, _ error) {
 		if !d.live(r, now) || r.fence != fence {
 			return keep, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 		}
 		st = d.state(key, r, now)
-		return remove, nil
+		what, wake = d.free(key, r, now)
+		return what, nil
 	})
+	closeWake(wake)
 	if errors.Is(err, errNoFile) {
 		return backend.State{}, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}

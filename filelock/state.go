@@ -29,6 +29,10 @@ import (
 //	84  owner length, then the owner (truncated to 64 bytes; informational)
 //	152 in the fence counter: the ceiling, a copy of fence.ceiling's
 //	    (zero in lock files, and in files of older versions)
+//	160 waiters' queue (queue.go): the first ticket still queued,
+//	168 the next ticket to give,
+//	176 the free lock's reservation for the first ticket: its expiry on
+//	    the lock's clock; 0 when none
 const (
 	recSize  = 256
 	offSeq   = 8
@@ -40,6 +44,9 @@ const (
 	offOwner = 84
 	maxOwner = 64
 	offCeil  = 152
+	offQHead = 160
+	offQTail = 168
+	offResv  = 176
 )
 
 var magic = [4]byte{'L', 'K', 'F', '1'}
@@ -91,6 +98,9 @@ type record struct {
 	token   [32]byte
 	owner   string
 	ceiling uint64
+	qhead   uint64 // first queued ticket
+	qtail   uint64 // next ticket to give
+	resvExp int64  // the lock is kept for ticket qhead until then; 0: not kept
 }
 
 func (r *record) encode() []byte {
@@ -107,6 +117,9 @@ func (r *record) encode() []byte {
 		owner = owner[:maxOwner]
 	}
 	binary.LittleEndian.PutUint64(b[offCeil:], r.ceiling)
+	binary.LittleEndian.PutUint64(b[offQHead:], r.qhead)
+	binary.LittleEndian.PutUint64(b[offQTail:], r.qtail)
+	binary.LittleEndian.PutUint64(b[offResv:], uint64(r.resvExp))
 	b[offOwner] = byte(len(owner))
 	copy(b[offOwner+1:], owner)
 	binary.LittleEndian.PutUint32(b[4:], crc32.ChecksumIEEE(b[8:]))
@@ -125,6 +138,9 @@ func decode(b []byte) (record, bool) {
 		pid:     binary.LittleEndian.Uint32(b[offPID:]),
 		token:   [32]byte(b[offTok:]),
 		ceiling: binary.LittleEndian.Uint64(b[offCeil:]),
+		qhead:   binary.LittleEndian.Uint64(b[offQHead:]),
+		qtail:   binary.LittleEndian.Uint64(b[offQTail:]),
+		resvExp: int64(binary.LittleEndian.Uint64(b[offResv:])),
 	}
 	n := min(int(b[offOwner]), maxOwner)
 	r.owner = string(b[offOwner+1 : offOwner+1+n])
@@ -150,14 +166,21 @@ const (
 )
 
 // update runs fn on key's current record under the file's flock, and
-// writes the record back or removes the file as fn says. Without create, a
-// missing file is errNoFile.
+// writes the record back or removes the file as fn says, then returns fn's
+// error (a refusal may come with a write: a queue's cleanup). Without
+// create, a missing file is errNoFile.
 func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r *record, now int64) (change, error)) error {
 	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("filelock: %w", err)
 	}
 	defer leave()
+	return d.locked(ctx, key, create, fn)
+}
+
+// locked is update without the gate: a cancelled waiter leaves its queue
+// with it while the driver closes.
+func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r *record, now int64) (change, error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -176,25 +199,24 @@ func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r 
 		// We made the file and then did not take the lock: leave nothing.
 		what = remove
 	}
-	switch {
-	case what == remove:
+	switch what {
+	case remove:
 		// Under the flock: whoever opened this file and waits for its
 		// flock finds it unlinked (openLocked) and opens the path again.
 		if rerr := os.Remove(path); rerr != nil && err == nil {
 			return fmt.Errorf("filelock: %w", rerr)
 		}
-		return err
-	case err != nil:
-		return err
-	case what == write:
+	case write:
 		if stored != key {
-			if _, err := f.WriteAt(encodeKey(key), offKey); err != nil {
-				return fmt.Errorf("filelock: write %s: %w", path, err)
+			if _, werr := f.WriteAt(encodeKey(key), offKey); werr != nil {
+				return fmt.Errorf("filelock: write %s: %w", path, werr)
 			}
 		}
-		return writeRecord(f, path, &cur)
+		if werr := writeRecord(f, path, &cur); werr != nil {
+			return werr
+		}
 	}
-	return nil
+	return err
 }
 
 // openLocked opens path (creating it if create) and takes its flock. A

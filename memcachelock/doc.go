@@ -58,7 +58,8 @@
 // round trips to acquire, two to release; three to refresh). A read-write lock is a writer item and MaxReaders (128)
 // reader slots, exclusive by "write mine, then check theirs"; writers are
 // preferred through a waiting writer's record (rwlock.go). No FIFO: waiters
-// poll. Acquisitions cost more with the limit: a claim that finds its
+// back off, woken at once by a release through the same driver.
+// Acquisitions cost more with the limit: a claim that finds its
 // first slot taken, and a writer, read all the slots in one round trip.
 //
 // # Operators
@@ -69,7 +70,7 @@
 // not yet recorded it, for the moment between its add and its cas, or an
 // item of an older version, is reported without a fence). It reports no
 // TTL: memcached cannot tell how long an item has left, and the item keeps
-// no deadline. No queue: waiters poll. Break is a release under the fence:
+// no deadline. No queue in the store (see Waiting). Break is a release under the fence:
 // gets, then a cas to the expired tombstone, which fails if the item
 // changed since; the fence counter stays, so the next fence is above, and
 // the removed holder's next refresh finds no item. There is no
@@ -91,8 +92,31 @@
 // as an absolute Unix time, as memcached requires, and rely on the server's
 // clock being right.
 //
-// Waiting uses the locker package's capped exponential backoff with jitter:
-// memcached cannot notify a waiter when a lock is released.
+// # Waiting
+//
+// memcached cannot notify a waiter when a lock is released; the driver
+// does without (backend.Notifier), and all of it is advice, never a
+// condition for holding: only add and cas on the lock's item decide who
+// holds, so an eviction, a crash or a cut connection costs waiting time or
+// fairness, never exclusion. Within one driver, waiters on a lock queue in
+// arrival order; only the first goes to the store, the others (and a
+// releaser that comes back at once) are refused without a round trip,
+// and a release wakes them at once. Between drivers, the first waiter of a
+// driver that finds the lock held elsewhere appends a mark with its token
+// to the holder's item; the holder's release reads the item anyway, and
+// when it finds a mark from another driver, its own driver leaves the lock
+// to that waiter (until the lock has been taken, at most 48ms), after at
+// most two local handoffs in a row. A wait that ends appends the
+// withdrawal of its mark; an evicted item takes its marks with it. Releases
+// elsewhere are seen by one poller per driver: a multi-get of the watched
+// locks and their fence counters every 500µs while one of its waiters is
+// marked as next (for up to 250ms), else every 4ms, backing off to 16ms
+// while nothing changes.
+// A release through the same driver wakes its next waiter at once, one
+// elsewhere within the poll interval and a round trip. Semaphore and
+// read-write waiters are woken at once by releases through their driver,
+// and back off (the locker package's capped exponential backoff with
+// jitter) for releases elsewhere.
 //
 // # Several servers
 //

@@ -1,6 +1,7 @@
 package memcachelock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,8 @@ type Driver struct {
 	gate backend.Gate // calls in flight, and background cleanups, awaited by Close
 
 	batch batchPool // RefreshMany's connections (batch.go)
+
+	waits waits // waiters, holders and the poller (waiting.go)
 }
 
 var (
@@ -139,8 +142,9 @@ func (d *Driver) incr(key string) (uint64, error) {
 }
 
 // maxAttempts bounds the retries of a step that lost a race (a cas
-// conflict, an item that vanished between two commands).
-const maxAttempts = 4
+// conflict, an item that vanished between two commands, a waiter's mark
+// appended to the item: at most one per waiting driver, as a rule one).
+const maxAttempts = 8
 
 // TryAcquire takes the lock with add, the atomic create-if-absent, or with
 // a cas over a tombstone; then draws a fence; then confirms it still holds
@@ -165,9 +169,31 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	lk := lockKey(l.Key)
+	now := time.Now()
+	switch d.admit(l.Key, l.Token, now) {
+	case admitRefuse:
+		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+	case admitCareful:
+		// We left the key to a remote waiter: do not take it before it
+		// has (see Waiting). Its fence counter tells whether anyone took
+		// it since, even if they released it again.
+		items, err := d.getMulti([]string{lk, fenceKey(l.Key)})
+		if err != nil {
+			return backend.Grant{}, fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		if cur := items[lk]; cur != nil && !isTombstone(cur.Value) {
+			if d.failed(l.Key, l.Token, cur.Value, now) && live(ctx, "acquire") == nil {
+				d.mark(l.Key, l.Token)
+			}
+			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+		}
+		if !d.yielded(l.Key, l.Token, items[fenceKey(l.Key)], now) {
+			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+		}
+	}
 	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
 
-	won, err := d.claim(ctx, item, l.Token)
+	won, holder, err := d.claimHolder(ctx, item, l.Token)
 	if err != nil {
 		// The add or cas may have been applied even though we saw an error
 		// (a timeout after the server stored it): take back what we may
@@ -176,6 +202,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	if !won {
+		if d.failed(l.Key, l.Token, holder, now) && live(ctx, "acquire") == nil {
+			d.mark(l.Key, l.Token)
+		}
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	}
 
@@ -199,6 +228,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		}
 		return fail(err)
 	}
+	d.granted(l.Key, l.Token, now.Add(eff))
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
@@ -223,7 +253,12 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 		if err := live(ctx, "acquire"); err != nil {
 			return err
 		}
-		cur.Value, cur.Expiration = fencedValue(l.Token, fence, l.Owner), exp
+		// Waiter marks appended since the add stay (see Waiting).
+		var marked []byte
+		if hv := holdValue(l.Token, l.Owner); bytes.HasPrefix(cur.Value, hv) {
+			marked = cur.Value[len(hv):]
+		}
+		cur.Value, cur.Expiration = append(fencedValue(l.Token, fence, l.Owner), marked...), exp
 		err = d.cas(cur)
 		switch {
 		case err == nil:
@@ -242,47 +277,54 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 // claim stores item (holding token) if the key is free: absent, expired, or
 // a tombstone. It reports false when another token holds the key.
 func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (bool, error) {
+	won, _, err := d.claimHolder(ctx, item, token)
+	return won, err
+}
+
+// claimHolder is claim, returning as well the holder's value when it lost
+// and read one.
+func (d *Driver) claimHolder(ctx context.Context, item *memcache.Item, token string) (won bool, holder []byte, err error) {
 	for range maxAttempts {
-		err := d.add(item)
+		err = d.add(item)
 		switch {
 		case err == nil:
-			return true, nil
+			return true, nil, nil
 		case !errors.Is(err, memcache.ErrNotStored):
-			return false, fmt.Errorf("memcachelock: add: %w", err)
+			return false, nil, fmt.Errorf("memcachelock: add: %w", err)
 		}
 		// Something is there: a holder, or a tombstone a server kept.
 		if err := live(ctx, "acquire"); err != nil {
-			return false, err
+			return false, nil, err
 		}
 		cur, err := d.get(item.Key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			continue // gone since the add: try again
 		case err != nil:
-			return false, fmt.Errorf("memcachelock: gets: %w", err)
+			return false, nil, fmt.Errorf("memcachelock: gets: %w", err)
 		case heldBy(cur.Value, token):
 			// Only this acquisition writes this token, so this is an add
 			// of ours whose reply was lost. Keep it, with a fresh expiry.
 		case !isTombstone(cur.Value):
-			return false, nil
+			return false, cur.Value, nil
 		}
 		if err := live(ctx, "acquire"); err != nil {
-			return false, err
+			return false, nil, err
 		}
 		over := *item
 		over.CasID = cur.CasID
 		err = d.cas(&over)
 		switch {
 		case err == nil:
-			return true, nil
+			return true, nil, nil
 		case errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
 			continue // changed since our gets: look again
 		default:
-			return false, fmt.Errorf("memcachelock: cas: %w", err)
+			return false, nil, fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
 	// The key kept changing under us: someone else is active on it.
-	return false, nil
+	return false, nil, nil
 }
 
 // cleanup frees what an acquisition that fails may have stored, if it is
@@ -395,7 +437,8 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.refreshShared(ctx, l)
 	}
-	exp, _, err := expiration(l.TTL, time.Now())
+	now := time.Now()
+	exp, eff, err := expiration(l.TTL, now)
 	if err != nil {
 		return err
 	}
@@ -404,7 +447,14 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
-	return d.refresh(ctx, l, exp)
+	err = d.refresh(ctx, l, exp)
+	switch {
+	case err == nil:
+		d.extended(l.Key, l.Token, now.Add(eff))
+	case errors.Is(err, backend.ErrNotHeld):
+		d.lost(l.Key, l.Token)
+	}
+	return err
 }
 
 // refresh is Refresh for a call in flight, with l.TTL as expiration exp.
@@ -470,42 +520,56 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return d.release(ctx, l)
 }
 
+// release also settles the waiting state (see Waiting): the locker
+// package releases a token that never got the lock when its wait ends.
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
-	return d.drop(ctx, "release", "lock", lockKey(l.Key), l.Token)
+	d.lost(l.Key, l.Token) // a wait that ended, or the hold that ends now
+	v, err := d.dropValue(ctx, "release", "lock", lockKey(l.Key), l.Token)
+	if err != nil {
+		return err
+	}
+	d.released(l.Key, l.Token, v)
+	return nil
 }
 
 // drop removes item key if token holds it: gets, then a cas to the expired
 // tombstone (see Release). what names the item in errors.
 func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
+	_, err := d.dropValue(ctx, op, what, key, token)
+	return err
+}
+
+// dropValue is drop, returning the value it removed.
+func (d *Driver) dropValue(ctx context.Context, op, what, key, token string) ([]byte, error) {
 	for range maxAttempts {
 		if err := live(ctx, op); err != nil {
-			return err
+			return nil, err
 		}
 		cur, err := d.get(key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
+			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 		case err != nil:
-			return fmt.Errorf("memcachelock: gets: %w", err)
+			return nil, fmt.Errorf("memcachelock: gets: %w", err)
 		case !heldBy(cur.Value, token):
-			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
+			return nil, fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
 		}
 		if err := live(ctx, op); err != nil {
-			return err
+			return nil, err
 		}
 		err = d.dropItem(cur)
 		switch {
 		case err == nil:
-			return nil
+			return cur.Value, nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
+			return nil, fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
-			return fmt.Errorf("memcachelock: cas: %w", err)
+			return nil, fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
+	return nil, fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
 // dropItem replaces cur, if unchanged since the gets that read it, with

@@ -12,8 +12,8 @@ import (
 
 // An item records its holder's owner and, once its acquisition completed,
 // its fence (see fencedValue). memcached cannot report how long an item
-// has left, and the value keeps no deadline: no TTL. Waiters poll: no
-// queue. There is no List: memcached cannot enumerate its keys.
+// has left, and the value keeps no deadline: no TTL. Waiters keep no
+// entry of their own (at most a mark in the holder's item): no queue. There is no List: memcached cannot enumerate its keys.
 
 // state is the State of a held lock's value.
 func state(key string, v []byte) backend.State {

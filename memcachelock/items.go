@@ -27,7 +27,8 @@ func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
 // makes 32 hex digits), then a space, '~' and the fence in decimal (0 until
 // the acquisition has drawn it), for Inspect and Break, then, when the
 // acquisition named an owner, a space and the first maxOwnerLen bytes of
-// the owner, for operators. Items of older versions have no fence field
+// the owner, for operators, then any waiter marks (NUL, "w:" and a
+// waiter's token; see Waiting). Items of older versions have no fence field
 // (one whose owner starts with '~' and digits reads as having one). A
 // released lock's item, if the server keeps it at all (see Release), holds
 // the tombstone.
@@ -57,6 +58,7 @@ func fencedValue(token string, fence uint64, owner string) []byte {
 // parseValue splits a held lock's value into its fence (0 when it has
 // none yet, or is of an older version) and owner.
 func parseValue(v []byte) (fence uint64, owner string) {
+	v = v[:len(v)-len(marks(v))]
 	_, rest, ok := bytes.Cut(v, []byte(" "))
 	if !ok {
 		return 0, ""
@@ -87,7 +89,19 @@ func heldBy(v []byte, token string) bool {
 // isTombstone reports whether the value marks a released lock. Anything
 // else that is not the caller's hold, even a value we did not write, counts
 // as held by someone else: a lock is never taken over a value we cannot read.
-func isTombstone(v []byte) bool { return bytes.Equal(v, []byte(tombstone)) }
+// A waiter's mark appended to a tombstone (see Waiting) leaves it one.
+func isTombstone(v []byte) bool {
+	return bytes.Equal(v, []byte(tombstone)) || (bytes.HasPrefix(v, []byte(tombstone)) && bytes.HasPrefix(v[len(tombstone):], []byte(markSep)))
+}
+
+// marks is the waiter marks appended to a lock item's value (see
+// Waiting), empty if none.
+func marks(v []byte) []byte {
+	if i := bytes.Index(v, []byte(markSep)); i >= 0 {
+		return v[i:]
+	}
+	return nil
+}
 
 // TTLs. memcached counts expiry in whole seconds, on a clock (current_time)
 // that a timer advances once per second from the server's monotonic clock:

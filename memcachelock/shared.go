@@ -233,6 +233,8 @@ func (d *Driver) releaseShared(ctx context.Context, c backend.Claim) error {
 	if err := live(ctx, "release"); err != nil {
 		return err
 	}
+	// The poller watches lock items only: wake this driver's waiters here.
+	defer d.wakeKey(c.Key)
 	switch c.Mode {
 	case backend.Permit:
 		if err := checkLimit(c.Limit); err != nil {

@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
 )
+
+var _ bench.Floorer = (*Driver)(nil)
 
 func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 	b.Helper()
@@ -33,8 +36,9 @@ func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 }
 
 // BenchmarkUncontended measures acquire+release of a free lock, against the
-// floor: the same two statements through the same pool, interleaved in one
-// run so that the ratio is not skewed by a busy machine.
+// floor (RawFloor: the bare INSERT ... ON CONFLICT DO NOTHING and DELETE)
+// and against the driver's own two statements, all through the same pool,
+// interleaved in one run so that the ratio is not skewed by a busy machine.
 func BenchmarkUncontended(b *testing.B) {
 	admin := adminPool(b)
 	pool, d := benchPool(b, admin)
@@ -97,8 +101,15 @@ func BenchmarkUncontended(b *testing.B) {
 		rawCtx(ctx)
 		cancel()
 	}
-	fs := []func(){raw, driver, client, blocking, rawCancel}
-	names := []string{"raw", "driver", "client", "client-acquire", "raw-cancellable"}
+	// The floor: the bare INSERT ... ON CONFLICT DO NOTHING and DELETE.
+	floorKey := backend.Key("bench-floor", "u")
+	floor := func() {
+		if err := d.RawFloor(ctx, floorKey); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fs := []func(){floor, raw, driver, client, blocking, rawCancel}
+	names := []string{"floor", "stmts", "driver", "client", "client-acquire", "stmts-cancellable"}
 	for _, f := range fs { // warm up: prepared statements, listener
 		for range 20 {
 			f()
@@ -122,48 +133,185 @@ func BenchmarkUncontended(b *testing.B) {
 		b.ReportMetric(float64(med[k].Microseconds()), name+"-µs")
 	}
 	for k := 1; k < len(fs); k++ {
-		b.ReportMetric(float64(med[k])/float64(med[0]), names[k]+"/raw")
+		b.ReportMetric(float64(med[k])/float64(med[0]), names[k]+"/floor")
 	}
 }
 
-// BenchmarkContended runs 8 workers, each with its own Client and driver
-// (so its own pool and listener, as separate processes would), on one name,
-// each holding it 1ms, through the contended harness (internal/bench). The
-// round trip is SELECT 1 on the first worker's pool, during the run.
+// BenchmarkContended runs 8 workers on one name, each holding it 1ms,
+// through the contended harness (internal/bench): over 2 clients (the
+// issue's shape: 4 workers share a Client, a driver and its pool), and
+// over 8 (one each, as separate processes would). Two contenders, in
+// alternating rounds on one table: "queue", the driver as it is (a
+// Waiter), and "notify", the same driver seen without its Waiter, so that
+// the locker package waits as it does for any Notifier (every waiter
+// tries at each release). The round trip is SELECT 1 on the first
+// client's pool, during the run.
+//
+//	go test -run '^$' -bench Contended -benchtime 1200x -count 5 ./pglock
 func BenchmarkContended(b *testing.B) {
+	for _, clients := range []int{2, 8} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchContended(b, clients) })
+	}
+}
+
+// notifyOnly is a Driver without its Waiter: the locker package polls
+// it, woken by its notifications.
+type notifyOnly struct {
+	backend.Driver
+	backend.Notifier
+	backend.BatchRefresher
+	backend.Modal
+}
+
+func benchContended(b *testing.B, clients int) {
 	admin := adminPool(b)
 	_, d0 := benchPool(b, admin)
 	ctx := context.Background()
-	const workers = 8
-	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "SELECT 1"}
-	for i := range workers {
-		p, err := pgxpool.New(ctx, baseURL(b))
-		if err != nil {
-			b.Fatal(err)
+	const workers, rounds = 8, 6
+	contender := func(name string, wrap func(*Driver) backend.Driver) bench.Contend {
+		run := bench.Contend{Hold: time.Millisecond, Acquisitions: max(b.N/rounds, 1), RoundTripOp: "SELECT 1"}
+		cs := make([]*locker.Client, clients)
+		for i := range clients {
+			p, err := pgxpool.New(ctx, baseURL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(p.Close)
+			d, err := New(p, WithTable(d0.cfg.table))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := locker.New(wrap(d), locker.WithNamespace("bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			// Warm up: the pool's connection, prepared statements, the listener.
+			l, err := c.Acquire(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Release(ctx)
+			if i == 0 {
+				run.RoundTrip = func(ctx context.Context) error {
+					_, err := p.Exec(ctx, "SELECT 1")
+					return err
+				}
+			}
+			cs[i] = c
 		}
-		b.Cleanup(p.Close)
-		d, err := New(p, WithTable(d0.cfg.table))
-		if err != nil {
-			b.Fatal(err)
+		for w := range workers {
+			run.Workers = append(run.Workers, bench.Worker{Client: w % clients, Acquire: bench.ClientAcquirer(cs[w%clients], name)})
 		}
-		c, err := locker.New(d, locker.WithNamespace("bench"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { c.Close() })
-		// Warm up: the pool's connection, prepared statements, the listener.
-		l, err := c.Acquire(ctx, "h")
-		if err != nil {
-			b.Fatal(err)
-		}
-		l.Release(ctx)
-		if i == 0 {
-			run.RoundTrip = func(ctx context.Context) error {
-				_, err := p.Exec(ctx, "SELECT 1")
-				return err
+		return run
+	}
+	runs := []bench.Contend{
+		contender("queue", func(d *Driver) backend.Driver { return d }),
+		contender("notify", func(d *Driver) backend.Driver { return notifyOnly{d, d, d, d} }),
+	}
+	names := []string{"queue", "notify"}
+	samples := make([]*bench.Samples, len(runs))
+	b.ResetTimer()
+	for r := range rounds {
+		for j := range runs {
+			k := (r + j) % len(runs)
+			s, err := runs[k].Run(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if samples[k] == nil {
+				samples[k] = s
+			} else {
+				samples[k].Add(s)
 			}
 		}
-		run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "h")})
 	}
-	run.RunB(b).Summary().Report(b, "")
+	b.StopTimer()
+	for k, name := range names {
+		samples[k].Summary().Report(b, name)
+	}
+}
+
+// BenchmarkSemaphoreVsLock times a permit's acquire+release against a
+// lock's, interleaved op by op on one Client (as internal/bench's
+// semaphore workload does) and on its driver, each on a name of its own.
+//
+//	go test -run '^$' -bench SemaphoreVsLock -benchtime 2000x -count 5 ./pglock
+func BenchmarkSemaphoreVsLock(b *testing.B) {
+	admin := adminPool(b)
+	_, d := benchPool(b, admin)
+	ctx := context.Background()
+	c, err := locker.New(d, locker.WithNamespace("bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	sem := locker.Semaphore(4)
+	client := func(name string, opts ...locker.LockOption) func() {
+		return func() {
+			l, err := c.Acquire(ctx, name, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	driver := func(claim func() backend.Claim) func() {
+		return func() {
+			c := claim()
+			g, err := d.TryAcquire(ctx, c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Fence = g.Fence
+			if err := d.Release(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// As before grants ran without a transaction of their own: in an
+	// explicit one, BEGIN and COMMIT in the pipeline.
+	explicit := func(f func()) func() {
+		return func() {
+			d.explicitGrant.Store(true)
+			f()
+			d.explicitGrant.Store(false)
+		}
+	}
+	fs := []func(){
+		client("lock-ratio"),
+		client("semaphore-ratio", sem),
+		explicit(client("semaphore-ratio", sem)),
+		driver(func() backend.Claim {
+			return backend.Claim{Key: "bench/lock", Token: randHex(16), TTL: 30 * time.Second}
+		}),
+		driver(func() backend.Claim {
+			return backend.Claim{Key: "bench/sem", Token: randHex(16), TTL: 30 * time.Second, Mode: backend.Permit, Limit: 4}
+		}),
+	}
+	names := []string{"lock", "permit", "permit-explicit", "driver-lock", "driver-permit"}
+	for _, f := range fs { // warm up: prepared statements
+		for range 20 {
+			f()
+		}
+	}
+	samples := make([][]time.Duration, len(fs))
+	for i := 0; b.Loop(); i++ {
+		for j := range fs {
+			k := (i + j) % len(fs) // rotate the order
+			start := time.Now()
+			fs[k]()
+			samples[k] = append(samples[k], time.Since(start))
+		}
+	}
+	med := make([]time.Duration, len(fs))
+	for k, name := range names {
+		med[k] = bench.Percentile(samples[k], 0.5)
+		b.ReportMetric(float64(med[k].Microseconds()), name+"-µs")
+	}
+	b.ReportMetric(float64(med[1])/float64(med[0]), "permit/lock")
+	b.ReportMetric(float64(med[2])/float64(med[0]), "permit-explicit/lock")
+	b.ReportMetric(float64(med[4])/float64(med[3]), "driver-permit/lock")
 }

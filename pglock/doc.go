@@ -11,7 +11,7 @@
 // Statements run on the pool, one autocommitted statement each, never
 // inside a transaction of yours. [Driver.Inspect] shows a lock as the
 // database sees it (owner, fence, time left by the server's clock; no
-// queue: waiters listen, and leave no trace), so does a plain SELECT on the
+// queue: waiters leave no trace in the table), so does a plain SELECT on the
 // table; [Driver.List] is one SELECT of the held rows under a prefix, and
 // [Driver.Break] one DELETE of a holder's row under its fence, notified
 // and fenced as a release.
@@ -66,16 +66,33 @@
 //
 // # Waiting
 //
-// While a Client waits for a lock, one extra connection per driver LISTENs
-// on the channel for every waiter of that driver, and wakes the waiters of
-// the released key at once; the Client's capped backoff covers a
-// notification that was missed (the listener reconnects when its connection
-// drops, and then wakes every waiter). The listening connection closes 30
-// seconds after the last waiter left ([WithListenIdle]). LISTEN does not work
-// through a transaction-pooling proxy such as PgBouncer in transaction mode:
-// waiting then falls back to polling.
+// The driver is a backend.Waiter. A lock's waiters in one process queue in
+// arrival order, and only the first of them tries the table, at each
+// release notification: a release is contested by one waiter per process,
+// and a releaser that comes back waits behind the others. Processes are
+// not ordered among themselves. Semaphores and read-write locks are waited
+// for by every waiter trying at each notification.
 //
-// A release runs pg_notify in the same statement. Its payload is not the key
+// One extra connection per driver LISTENs on the channel for every waiter
+// of that driver, and wakes the waiters of the released key at once; a
+// backoff timer covers a notification that was missed (the listener
+// reconnects when its connection drops, and then wakes every waiter). The
+// listening connection closes 30 seconds after the last waiter left
+// ([WithListenIdle]). LISTEN does not work through a
+// transaction-pooling proxy such as PgBouncer in transaction mode: waiting
+// then falls back to polling.
+//
+// A release notifies only when someone waits for its key, since the
+// notification is about a third of its cost: a waiter's driver holds a
+// shared session advisory lock of the key (on one more connection of its
+// own, until a second after the key's last waiter left), and the release's
+// statement notifies unless it can take that lock exclusively (it then
+// holds it until it commits, so that a waiter arriving meanwhile finds the
+// key free at its first try). Releases by older versions of the package
+// always notify; their waiters, which hold no such lock, learn of releases
+// by newer ones at their backoff timer only: upgrade every process.
+//
+// The notification is sent in the release's statement. Its payload is not the key
 // but a keyed hash of it, hex(SHA-256(k || SHA-256(k || key))), where k is a
 // random secret kept in the table itself, in the row named
 // "sqllock:notify-key" (its token; the row looks like a lock held forever,
@@ -95,15 +112,20 @@
 // ([SharedSchemaSQL], shared.sql; made on their first use, or by your
 // migrations with create_table=false), one row per permit, reader, writer
 // and waiting writer, apart from the name's lock. A grant is one round
-// trip: a pipelined READ COMMITTED transaction that takes the object's
-// advisory lock, then counts its live holders by the server's clock and
-// upserts the token's row; its fence, from that table's identity sequence,
-// is drawn under the lock, so it increases per object in grant order.
+// trip: a pipeline, run by PostgreSQL as one implicit transaction, that
+// takes the object's advisory lock, then counts its live holders by the
+// server's clock and upserts the token's row; under READ COMMITTED each
+// statement's snapshot is taken as it starts, after the lock. A session
+// whose default isolation is another makes the grant statement change
+// nothing, and the driver's grants then run in explicit READ COMMITTED
+// transactions. The fence, from that table's identity sequence, is drawn
+// under the lock, so it increases per object in grant order.
 // Refreshes take the object's lock shared, so that no grant counts as
 // expired a holder whose refresh is in flight; a release deletes the row
-// and notifies as a lock's release does. Writers are preferred: a refused
+// and notifies as a lock's release does. Writers are preferred: a waiting
 // writer records itself as the waiting one (until its TTL, renewed by its
-// next try), and readers are refused while that record lives.
+// next try; a TryAcquire records nothing), and readers are refused while
+// that record lives.
 //
 // # URLs
 //

@@ -20,8 +20,8 @@ import (
 )
 
 // Driver keeps locks in a PostgreSQL table, and semaphores and read-write
-// locks in a second one. It implements backend.Driver, backend.Notifier,
-// backend.BatchRefresher and backend.Modal. Its methods are safe for
+// locks in a second one. It implements backend.Driver, backend.Waiter,
+// backend.Notifier, backend.BatchRefresher and backend.Modal. Its methods are safe for
 // concurrent use.
 type Driver struct {
 	pool    *pgxpool.Pool
@@ -41,8 +41,13 @@ type Driver struct {
 	// check (set before schemaOK).
 	notifySecret string
 	sharedOK     atomic.Bool // the shared table was found or made
+	// explicitGrant: a grant found its session's isolation other than
+	// READ COMMITTED, and grants run in explicit transactions since.
+	explicitGrant atomic.Bool
 
-	lis *listener
+	lis      *listener
+	queues   queues   // the local waiters of each lock (Acquire)
+	presence presence // the keys that waiters here wait for
 }
 
 var (
@@ -53,6 +58,7 @@ var (
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
 	_ backend.Modal          = (*Driver)(nil)
+	_ backend.Waiter         = (*Driver)(nil)
 )
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
@@ -81,6 +87,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
+	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
 	return d, nil
 }
 
@@ -126,7 +133,7 @@ func prefix(op string) string {
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
+		return d.tryShared(ctx, l, false)
 	}
 	us, err := micros(l.TTL)
 	if err != nil {
@@ -308,6 +315,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.releaseShared(ctx, l)
 	}
+	// Before the statement: a local waiter that sees the lock still held
+	// here counts on this release's notification (see waitTurn).
+	d.queues.releasing(l.Key)
 	ctx, leave, err := d.enter(ctx, "release")
 	if err != nil {
 		return err
@@ -346,6 +356,7 @@ func (d *Driver) Close() error {
 		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
 	}
 	d.lis.close()
+	d.presence.close()
 	if d.ownPool {
 		d.pool.Close()
 	}

@@ -15,23 +15,37 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier. Every release sends a keyed hash
-// of the key (see notifyPayload) on the channel, in the statement that
-// frees the row; one connection per driver LISTENs on the channel for all
-// subscribers, and passes each notification to the subscribers of that
-// hash. When that connection breaks, the driver reconnects and wakes every
+// Subscribe implements backend.Notifier. A release sends a keyed hash of
+// the key (see notifyPayload) on the channel, in the statement that frees
+// the row, when someone waits for the key: a subscription makes the key
+// present (presence.go). One connection per driver LISTENs on the channel
+// for all subscribers, and passes each notification to the subscribers of
+// that hash. When that connection breaks, the driver reconnects and wakes every
 // subscriber, since releases may have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	cctx, done, err := d.enter(ctx, "subscribe")
 	if err != nil {
 		return nil, nil, err
 	}
-	err = d.ensureSchema(cctx)
-	done()
+	defer done()
+	if err := d.ensureSchema(cctx); err != nil {
+		return nil, nil, err
+	}
+	ch, cancel, err := d.lis.subscribe(cctx, notifyPayload(d.notifySecret, key))
 	if err != nil {
 		return nil, nil, err
 	}
-	return d.lis.subscribe(ctx, notifyPayload(d.notifySecret, key))
+	// Listening, then present: a release from now on notifies.
+	drop, ok := d.presence.hold(cctx, key)
+	if !ok {
+		drop()
+		cancel()
+		if cctx.Err() != nil {
+			return nil, nil, fmt.Errorf("pglock: subscribe: %w", context.Cause(cctx))
+		}
+		return nil, nil, fmt.Errorf("pglock: subscribe: no connection to announce the wait on")
+	}
+	return ch, sync.OnceFunc(func() { drop(); cancel() }), nil
 }
 
 // subscribeWait bounds how long Subscribe waits for the listening
@@ -161,6 +175,13 @@ func (l *listener) close() {
 	l.wg.Wait()
 }
 
+// wakeAll wakes every subscriber.
+func (l *listener) wakeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wakeAllLocked()
+}
+
 // wakeAllLocked wakes every subscriber; l.mu is held.
 func (l *listener) wakeAllLocked() {
 	for _, set := range l.subs {
@@ -264,14 +285,29 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 	}
 }
 
-// connect opens the listening connection with the pool's configuration
-// and hooks, outside the pool so that it takes none of its connections.
+// connect opens the listening connection.
 func (l *listener) connect() (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()
-	pc := l.d.pool.Config()
+	conn, err := l.d.connectOutside(ctx, l.socks)
+	if err == nil {
+		_, err = conn.Exec(ctx, l.d.sql.listen)
+		if err != nil {
+			_ = conn.Close(context.Background())
+		}
+	}
+	return conn, err
+}
+
+// connectOutside opens a connection with the pool's configuration and
+// hooks, outside the pool so that it takes none of its connections, its
+// socket tracked in socks.
+func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pc := d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
+	cc.DialFunc = trackDial(socks, cc.DialFunc)
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cc); err != nil {
 			return nil, err
@@ -282,14 +318,10 @@ func (l *listener) connect() (*pgx.Conn, error) {
 		return nil, err
 	}
 	if pc.AfterConnect != nil {
-		err = pc.AfterConnect(ctx, conn)
-	}
-	if err == nil {
-		_, err = conn.Exec(ctx, l.d.sql.listen)
-	}
-	if err != nil {
-		_ = conn.Close(context.Background())
-		return nil, err
+		if err := pc.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
 	}
 	return conn, nil
 }

@@ -527,6 +527,12 @@ func TestSecureNotificationsLeakNoName(t *testing.T) {
 
 	names := []string{"payroll", "customer-42", "deploy"}
 	for _, name := range names {
+		// Someone waits for the name: its release notifies (presence.go).
+		_, unsubscribe, err := app.Subscribe(ctx, backend.Key("spied", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unsubscribe()
 		l := backend.Claim{Key: backend.Key("spied", name), Token: randHex(8), TTL: time.Minute}
 		if _, err := app.TryAcquire(ctx, l); err != nil {
 			t.Fatal(err)

@@ -58,19 +58,21 @@ type sharedStatements struct {
 	// semClass and rwClass are the first keys of the per-object advisory
 	// locks of semaphores and read-write locks; the second is hashtext(key).
 	semClass, rwClass int32
-	// begin starts a grant's transaction: each statement after the object
-	// lock then sees every grant committed before it, whatever the
-	// session's default isolation.
+	// begin starts a grant's transaction when the session's default
+	// isolation is not READ COMMITTED (see grant).
 	begin string
 	// lock($1 class, $2 key) takes the object's lock for the transaction.
 	lock string
 	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
-	// the new version (NULL when refused), and the count, lowest and
-	// highest limit of the other live permits.
+	// the new version (NULL when refused), whether it ran under READ
+	// COMMITTED (having changed nothing otherwise), and the count, lowest
+	// and highest limit of the other live permits.
 	grantPermit string
-	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
-	// return the new version, NULL when refused; a refused writer records
-	// itself as the waiting one (see backend.Modal).
+	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs;
+	// grantWrite also $5 record) return the new version, NULL when
+	// refused, and whether they ran under READ COMMITTED, as grantPermit;
+	// a refused writer records itself as the waiting one when record is
+	// true (see backend.Modal).
 	grantRead, grantWrite string
 	// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
 	// kinds, $7 classes) extends each live holder, under a shared object
@@ -113,14 +115,18 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 	// The statements below share a shape: the server's now, read once;
 	// the object's expired rows of other tokens deleted (the token's own
 	// is taken again by the upsert); the live ones counted; the upsert.
-	clk := `clk AS MATERIALIZED (SELECT clock_timestamp() AS t)`
+	// rc: the statement runs under READ COMMITTED, so that its snapshot,
+	// taken after the object lock, sees every grant made before; any
+	// other isolation took it at the transaction's start (perhaps before
+	// the lock), and the statement then changes nothing (see grant).
+	clk := `clk AS MATERIALIZED (SELECT clock_timestamp() AS t, current_setting('transaction_isolation') = 'read committed' AS rc)`
 	gone := func(kinds string) string {
-		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk))`
+		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk) AND (SELECT rc FROM clk))`
 	}
 	insert := func(kind string, lim string, cond, conflict string) string {
 		return `INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
     SELECT $1, $2, ` + kind + `, nullif($3, ''), ` + lim + `, clk.t, clk.t + $4::int8 * interval '1 microsecond'
-    FROM busy, clk WHERE ` + cond + `
+    FROM busy, clk WHERE clk.rc AND ` + cond + `
     ON CONFLICT (name, token) DO UPDATE ` + conflict
 	}
 	// A grant takes the row anew: a new fence, drawn under the object lock.
@@ -135,16 +141,25 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		rwClass:  objectClass("rwlock", qualified),
 		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
 		lock:     `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`,
-		grantPermit: `WITH ` + clk + `, ` + gone("1") + `,
+		// One scan counts the live permits and the expired ones; the
+		// expired go only when there are some.
+		grantPermit: `WITH ` + clk + `,
 busy AS MATERIALIZED (
-    SELECT count(*) AS n, coalesce(min(lim), 0) AS lo, coalesce(max(lim), 0) AS hi FROM ` + t + `
-    WHERE name = $1 AND kind = 1 AND token <> $2 AND expires_at > (SELECT t FROM clk)
+    SELECT count(*) FILTER (WHERE expires_at > (SELECT t FROM clk)) AS n,
+        coalesce(min(lim) FILTER (WHERE expires_at > (SELECT t FROM clk)), 0) AS lo,
+        coalesce(max(lim) FILTER (WHERE expires_at > (SELECT t FROM clk)), 0) AS hi,
+        count(*) FILTER (WHERE expires_at <= (SELECT t FROM clk)) AS x
+    FROM ` + t + `
+    WHERE name = $1 AND kind = 1 AND token <> $2
+), gone AS (
+    DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND token <> $2 AND expires_at <= (SELECT t FROM clk)
+        AND (SELECT rc FROM clk) AND (SELECT x > 0 FROM busy)
 ), got AS (
     ` + insert("1", "$5::int4", "busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)", regrant("1")+`
     WHERE s.kind = 1`) + `
     RETURNING version
 )
-SELECT (SELECT version FROM got), busy.n, busy.lo, busy.hi FROM busy`,
+SELECT (SELECT version FROM got), (SELECT rc FROM clk), busy.n, busy.lo, busy.hi FROM busy`,
 		// A live writer, or another token's waiting record, keeps readers
 		// out: writers are preferred.
 		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
@@ -156,7 +171,7 @@ busy AS MATERIALIZED (
     WHERE s.kind = 2`) + `
     RETURNING version
 )
-SELECT (SELECT version FROM got)`,
+SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
 		// The grant turns the writer's own waiting record into its hold;
 		// a refusal records it as the waiting writer unless another
 		// token's record lives, or renews its own.
@@ -170,10 +185,10 @@ busy AS MATERIALIZED (
     WHERE s.kind IN (3, 4)`) + `
     RETURNING version
 ), wait AS (
-    ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0", `SET expires_at = excluded.expires_at
+    ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0 AND $5::bool", `SET expires_at = excluded.expires_at
     WHERE s.kind = 4`) + `
 )
-SELECT (SELECT version FROM got)`,
+SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
 		// The shared object lock orders a refresh against grants: a grant
 		// that counted a holder as expired commits before the holder's
 		// refresh looks at its row, and so the refresh finds it gone.
@@ -192,13 +207,14 @@ WHERE s.name = b.name AND s.token = b.token AND s.kind = b.kind AND (b.fence = 0
     AND (SELECT g.n >= 0 FROM g)
 RETURNING b.i`,
 		// A deleted row is only ever one that a grant would have counted
-		// as held: no object lock needed.
+		// as held: no object lock needed. It notifies as a lock's release
+		// does, when someone waits for the key (presence.go).
 		release: `WITH freed AS (
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
     RETURNING name, kind, expires_at > clock_timestamp() AS live
-), ` + notifyKeyCTE(lockTable) + `
-SELECT freed.kind, freed.live FROM freed LEFT JOIN k ON true, pg_notify($5, ` + payloadSQL("freed.name") + `)`,
+), ` + notifyKeyCTE(lockTable) + `, ` + notifyIfPresent("$5", strconv.Itoa(int(objectClass("presence", qualified)))) + `
+SELECT freed.kind, freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`,
 	}
 }
 
@@ -254,26 +270,51 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	})
 }
 
-// grant runs a grant statement in a transaction of its own after the
-// object's lock, in one round trip (a pipeline): the statement's snapshot
-// is taken with the lock held, so it counts every holder granted before.
-// A failure leaves the transaction aborted; the pool drops that
-// connection.
+// grant runs a grant statement after the object's lock, in one round
+// trip: a pipeline, which PostgreSQL runs as one implicit transaction, so
+// that the lock is held until the grant commits. Under READ COMMITTED,
+// each statement takes its snapshot as it starts, so the grant's, taken
+// with the lock held, counts every holder granted before. A session whose
+// default isolation is another took its snapshot at the lock statement,
+// perhaps before the lock: the grant statement finds that out itself and
+// changes nothing, and grant runs it again in an explicit READ COMMITTED
+// transaction (which the driver uses from then on). dest's first two are
+// the version and the READ COMMITTED flag.
 func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args []any, dest ...any) error {
+	explicit := d.explicitGrant.Load()
+	err := d.grantBatch(ctx, explicit, class, key, stmt, args, dest...)
+	if err != nil || explicit || *dest[1].(*bool) {
+		return err
+	}
+	d.explicitGrant.Store(true)
+	return d.grantBatch(ctx, true, class, key, stmt, args, dest...)
+}
+
+// grantBatch sends the lock and the grant, in an explicit transaction if
+// explicit (a failure then leaves it aborted, and the pool drops that
+// connection).
+func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key, stmt string, args []any, dest ...any) error {
 	b := &pgx.Batch{}
-	b.Queue(d.shared.begin)
+	if explicit {
+		b.Queue(d.shared.begin)
+	}
 	b.Queue(d.shared.lock, class, key)
 	b.Queue(stmt, args...)
-	b.Queue("COMMIT")
+	if explicit {
+		b.Queue("COMMIT")
+	}
 	br := d.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
+	var err error
+	if explicit {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(dest...)
 	}
-	if err == nil {
+	if err == nil && explicit {
 		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
@@ -283,8 +324,10 @@ func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args 
 }
 
 // tryShared is TryAcquire for a permit, a reader or a writer: one grant
-// transaction under the object's lock.
-func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+// transaction under the object's lock. A refused writer records itself as
+// waiting when record is set: only while it waits (Acquire), since the
+// driver is a Waiter and the locker package withdraws no record for it.
+func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (backend.Grant, error) {
 	_, _, class, err := d.sharedKinds(l)
 	if err != nil {
 		return backend.Grant{}, err
@@ -303,10 +346,11 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	}
 	var (
 		version   *int64
+		rc        bool
 		n, lo, hi int64
 		stmt      string
 		args      = []any{l.Key, l.Token, l.Owner, us}
-		dest      = []any{&version}
+		dest      = []any{&version, &rc}
 	)
 	switch l.Mode {
 	case backend.Permit:
@@ -314,7 +358,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	case backend.Read:
 		stmt = d.shared.grantRead
 	default:
-		stmt = d.shared.grantWrite
+		stmt, args = d.shared.grantWrite, append(args, record)
 	}
 	// Idempotent for one token, as the lock's acquire: the token's own
 	// row is taken again.

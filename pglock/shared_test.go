@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 )
@@ -105,8 +107,9 @@ func TestSemaphoreStatements(t *testing.T) {
 }
 
 // The read-write lock's rules, statement by statement: readers share; a
-// refused writer's record keeps new readers out until it is granted or
-// withdrawn; the writer's fence is above the readers'.
+// refused waiting writer's record keeps new readers out until it is
+// granted or withdrawn; the writer's fence is above the readers'. A
+// writer's TryAcquire, which waits for nothing, leaves no record.
 func TestRWStatements(t *testing.T) {
 	t.Parallel()
 	d, h := testDriver(t)
@@ -127,10 +130,18 @@ func TestRWStatements(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("writer with readers: %v", err)
 	}
+	if n, err := h.Entries(ctx, key); err != nil || n != 2 {
+		t.Fatalf("entries = %d (%v), want 2 readers (TryAcquire records no waiting writer)", n, err)
+	}
+	// As a waiting writer tries (Acquire).
+	waitTry := func(c backend.Claim) (backend.Grant, error) { return d.tryShared(ctx, c, true) }
+	if _, err := waitTry(w); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("waiting writer with readers: %v", err)
+	}
 	if _, err := d.TryAcquire(ctx, claim(backend.Read)); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("reader behind a waiting writer: %v", err)
 	}
-	if _, err := d.TryAcquire(ctx, claim(backend.Write)); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := waitTry(claim(backend.Write)); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("second writer: %v", err)
 	}
 	if n, err := h.Entries(ctx, key); err != nil || n != 3 {
@@ -146,7 +157,7 @@ func TestRWStatements(t *testing.T) {
 		t.Fatalf("reader after the withdrawal: %v", err)
 	}
 	r3.Fence, top = g.Fence, max(top, g.Fence)
-	if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := waitTry(w); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	for _, r := range []backend.Claim{r1, r2, r3} {
@@ -154,7 +165,7 @@ func TestRWStatements(t *testing.T) {
 			t.Fatalf("release reader: %v", err)
 		}
 	}
-	g, err = d.TryAcquire(ctx, w)
+	g, err = waitTry(w)
 	if err != nil || g.Fence <= top {
 		t.Fatalf("writer once the readers left: %+v, %v (top reader fence %d)", g, err, top)
 	}
@@ -423,5 +434,71 @@ VALUES ($1, $2, 1, 1, clock_timestamp(), clock_timestamp() + interval '1 minute'
 	}
 	if err := <-got; !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("grant after another one committed: %v, want ErrNotAcquired", err)
+	}
+}
+
+// Under a session default of REPEATABLE READ, a grant statement sent
+// without a transaction of its own would count holders in a snapshot
+// older than the object's lock: it grants nothing then, and the driver
+// runs its grants in explicit READ COMMITTED transactions. Permits from
+// many goroutines never exceed the limit.
+func TestGrantUnderRepeatableRead(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	table := testTable(t, adminPool(t), "")
+	cfg, err := pgxpool.ParseConfig(baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	d, err := OpenConfig(ctx, cfg, WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var iso string
+	if err := d.pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&iso); err != nil || iso != "repeatable read" {
+		t.Fatalf("default_transaction_isolation = %q (%v), want repeatable read", iso, err)
+	}
+	const limit, workers, rounds = 2, 8, 15
+	key := "ns/rr"
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for range rounds {
+				c := backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute, Mode: backend.Permit, Limit: limit}
+				g, err := d.TryAcquire(ctx, c)
+				if errors.Is(err, backend.ErrNotAcquired) {
+					continue
+				}
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				c.Fence = g.Fence
+				if err := d.Release(ctx, c); err != nil {
+					failed.Add(1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d workers failed", n)
+	}
+	if m := most.Load(); m > limit || m == 0 {
+		t.Fatalf("%d permits held at once, limit %d", m, limit)
+	}
+	if !d.explicitGrant.Load() {
+		t.Fatal("grants did not move to explicit READ COMMITTED transactions")
 	}
 }

@@ -65,7 +65,8 @@ type statements struct {
 	// 1-based positions of those it extended.
 	refreshMany string
 	// release($1 key, $2 token, $3 fence or 0, $4 channel) frees the token's
-	// lock and notifies the channel with the key's notifyPayload; it returns
+	// lock and notifies the channel with the key's notifyPayload if the key
+	// is present (someone waits, see presence.go); it returns
 	// one boolean (whether the lock was still live) or no row when the token
 	// did not have it.
 	release string
@@ -88,6 +89,15 @@ type statements struct {
 	// returns the removed holder's owner and remaining µs; no row
 	// otherwise.
 	breakLock string
+	// presenceClass is the first key of the advisory locks that make a
+	// key present (presence.go), the second hashtext(key);
+	// presenceLock and presenceUnlock($1 class, $2 key) take and drop one
+	// for the session, shared.
+	presenceClass                int32
+	presenceLock, presenceUnlock string
+	// floorInsert($1 key, $2 token) and floorDelete($1 key, $2 token) are
+	// RawFloor's bare pair: INSERT ... ON CONFLICT DO NOTHING, and DELETE.
+	floorInsert, floorDelete string
 }
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
@@ -113,6 +123,7 @@ func newStatements(schema, table string) statements {
 	}
 	class := fenceClassOf(qualified)
 	fenceClass := strconv.Itoa(int(class))
+	presenceClass := strconv.Itoa(int(objectClass("presence", qualified)))
 	d := statements{
 		table:        t,
 		fenceClass:   class,
@@ -162,8 +173,8 @@ freed AS (
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND (SELECT true FROM g)
     RETURNING name, expires_at > clock_timestamp() AS live
-), ` + notifyKeyCTE(t) + `
-SELECT freed.live FROM freed LEFT JOIN k ON true, pg_notify($4, ` + payloadSQL("freed.name") + `)`,
+), ` + notifyKeyCTE(t) + `, ` + notifyIfPresent("$4", presenceClass) + `
+SELECT freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`,
 		expire: `WITH e AS (
     UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
     WHERE name = $1 RETURNING name
@@ -193,6 +204,11 @@ freed AS (
     RETURNING name, coalesce(owner, '') AS owner, ` + remainingSQL + ` AS us
 ), ` + notifyKeyCTE(t) + `
 SELECT freed.owner, freed.us FROM freed LEFT JOIN k ON true, pg_notify($3, ` + payloadSQL("freed.name") + `)`,
+		presenceClass:  objectClass("presence", qualified),
+		presenceLock:   `SELECT pg_advisory_lock_shared($1::int4, hashtext($2))`,
+		presenceUnlock: `SELECT pg_advisory_unlock_shared($1::int4, hashtext($2))`,
+		floorInsert:    `INSERT INTO ` + t + ` (name, token, acquired_at, expires_at) VALUES ($1, $2, now(), now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
+		floorDelete:    `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2`,
 	}
 	if schema != "" {
 		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
@@ -219,6 +235,16 @@ const notifyKeyName = "sqllock:notify-key"
 // for payloadSQL; no row when the table has none.
 func notifyKeyCTE(t string) string {
 	return `k AS (SELECT convert_to(token, 'UTF8') AS k FROM ` + t + ` WHERE name = '` + notifyKeyName + `')`
+}
+
+// notifyIfPresent is a WITH item n that notifies channel with the payload
+// of each row of freed (see payloadSQL, which needs k) unless it can take
+// the key's presence lock exclusively: someone waits for it. The lock,
+// once taken, is held until the release commits, so that a waiter's
+// presence is granted only after it.
+func notifyIfPresent(channel, class string) string {
+	return `n AS (SELECT pg_notify(` + channel + `, ` + payloadSQL("freed.name") + `) FROM freed LEFT JOIN k ON true
+    WHERE NOT pg_try_advisory_xact_lock(` + class + `, hashtext(freed.name)))`
 }
 
 // payloadSQL is the notification payload of the key in expression name, in

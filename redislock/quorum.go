@@ -20,6 +20,13 @@ import (
 // it, within its validity. It implements backend.Driver and
 // backend.Notifier.
 //
+// Requests. An acquisition asks every server at once and returns at the
+// first majority; a release goes to every server at once and returns at
+// the first majority too, the rest finishing in the background. On a
+// contended name an acquisition asks the name's first server before the
+// others (quorum_hot.go), and a server's restart check costs no INFO once
+// its uptime is proven (quorum_scripts.go).
+//
 // Validity. Every server is asked for the lock with an expiry of
 // px = TTL/(1-drift factor) + fixed drift (about TTL + 1% + 2ms by
 // default), starting at t0, before the first request is sent. A server
@@ -40,7 +47,8 @@ import (
 // while the key was there), so its script on s yields more than F, and its
 // fence, the maximum over M', is more than F. When all granting servers
 // returned F already, which is the steady state once they agree, no raise
-// round trip is needed. If s's counter expired in between (the retention
+// round trip is needed; on a new name too, as each server's clock floor is
+// rounded to a grain (scripts/quorum_acquire.lua). If s's counter expired in between (the retention
 // passed since its last grant), s starts again at its clock, which is above
 // F as long as s's clock is not behind the clock that gave F by more than
 // the retention (see the package documentation).
@@ -52,16 +60,32 @@ type Quorum struct {
 	// gate counts the requests in flight, and servers' answers that came
 	// after the decision: Close ends them and waits for them.
 	gate backend.Gate
+	up   []uptime // by server: see quorum_scripts.go
 
 	mu       sync.Mutex
 	inflight map[string]*acquisition // by token
+	hot      map[string]*hotKey      // contended names, by key (quorum_hot.go)
+	hotPrune int                     // prune hot when it reaches this size
+
+	work    chan func()     // to idle workers (quorum_workers.go)
+	closing <-chan struct{} // the gate's: closed when Close begins
 }
 
 // acquisition follows a successful acquisition's servers that had not
-// answered when it succeeded.
+// answered when it succeeded: a release sent to one of them can overtake
+// the acquisition on another connection and leave its grant behind.
 type acquisition struct {
-	pending  atomic.Int64 // servers yet to answer
-	released atomic.Bool  // Release was called: a late grant is released
+	pending atomic.Int64 // servers yet to answer
+	servers []straggler  // by server
+}
+
+// straggler is one server's answer to an acquisition, for a Release that
+// may come before it.
+type straggler struct {
+	// state: 0 no answer yet; 1 answered (r is set); 2 a release found
+	// nothing to release before the answer came: late releases the grant.
+	state atomic.Int32
+	r     result
 }
 
 func (q *Quorum) forget(token string, st *acquisition) {
@@ -73,7 +97,9 @@ func (q *Quorum) forget(token string, st *acquisition) {
 }
 
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
-	return &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}}
+	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64, work: make(chan func())}
+	q.closing = q.gate.Context().Done()
+	return q
 }
 
 var (
@@ -144,6 +170,18 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
 ) []result {
+	return q.gatherOn(ctx, timeout, false, func(ctx context.Context, _ int, dep *deployment) result { return fn(ctx, dep) }, decided, late)
+}
+
+// gatherOn is gather with fn told the server's index. linked: the
+// caller's cancellation ends the requests too (an acquisition's: a request
+// not yet sent when the caller gives up could only grant a lock nobody
+// wants).
+func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration, linked bool,
+	fn func(ctx context.Context, i int, dep *deployment) result,
+	decided func(ok, notOK int) bool,
+	late func(i int, r result),
+) []result {
 	type answer struct {
 		i int
 		r result
@@ -152,16 +190,23 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
 	if !ok {
 		return closedResults(len(q.deps))
 	}
+	if linked {
+		var stop context.CancelFunc
+		reqCtx, stop = context.WithCancel(reqCtx)
+		unlink := context.AfterFunc(ctx, stop)
+		end := cancel
+		cancel = func() { unlink(); stop(); end() }
+	}
 	res := make([]result, len(q.deps))
 	ch := make(chan answer, len(q.deps))
 	var wg sync.WaitGroup
 	for i, dep := range q.deps {
 		wg.Add(1)
-		go func() {
+		q.run(func() {
 			defer wg.Done()
-			r := fn(reqCtx, dep)
+			r := fn(reqCtx, i, dep)
 			ch <- answer{i, r}
-		}()
+		})
 	}
 	granted, notOK, got := 0, 0, 0
 	for got < len(q.deps) && !decided(granted, notOK) {
@@ -292,7 +337,11 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// Random pauses of 1-2ms, then up to 4 and 8: contenders spread out.
 	backoff := retry.Backoff{Min: 2 * time.Millisecond, Max: 8 * time.Millisecond}
 	for attempt := 1; ; attempt++ {
-		g, split, err := q.tryOnce(ctx, l)
+		hot, wait := q.hotState(l.Key, time.Now())
+		if err := yield(ctx, wait); err != nil {
+			return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", context.Cause(ctx))
+		}
+		g, split, err := q.tryOnce(ctx, l, hot)
 		if !split || attempt > splitRetries || ctx.Err() != nil {
 			return g, err
 		}
@@ -309,11 +358,23 @@ const splitRetries = 3
 // machine.
 const minQuorumTTL = 500 * time.Millisecond
 
-func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant, split bool, _ error) {
+// tryOnce is one attempt; on a hot name (see quorum_hot.go) it asks the
+// arbiter first.
+func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
 	value := attempt(l)
+	keys := lockKeys(l.Key)
 	t0 := time.Now()
+	arbiter, pre := -1, (*result)(nil)
+	if hot {
+		var refused bool
+		arbiter = q.arbiter(l.Key)
+		if pre, refused = q.tryArbiter(ctx, l, keys, value, px); refused {
+			q.noteDenied(l.Key, time.Now())
+			return backend.Grant{}, false, fmt.Errorf("redislock: quorum: try-acquire: %w (refused by %s, the name's first server)", backend.ErrNotAcquired, q.addrs[arbiter])
+		}
+	}
 	// outcome is closed when this attempt is settled; failed tells how.
 	outcome := make(chan struct{})
 	var failed atomic.Bool
@@ -324,10 +385,13 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	// A server that grants after the attempt was given up, or after the
 	// lock it won was released (its request can reach the server after the
 	// release's, on another connection), releases it at once.
-	st := &acquisition{}
+	st := &acquisition{servers: make([]straggler, len(q.deps))}
 	late := func(i int, r result) {
 		<-outcome
-		if (r.ok || r.err != nil) && (failed.Load() || st.released.Load()) {
+		mayHold := r.ok || r.err != nil
+		// After a success, a release that found nothing before this
+		// answer (see straggler) came first: release the grant.
+		if mayHold && (failed.Load() || st.servers[i].state.Load() == 2) {
 			q.deps[i].cleanup(ctx, l, value)
 		}
 		if st.pending.Add(-1) == 0 {
@@ -336,15 +400,20 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 	}
 	// A server that has not answered by the end of the validity is of no
 	// use to this acquisition.
-	res := q.gather(ctx, ttl, func(nctx context.Context, dep *deployment) result {
-		// A request not yet sent when the caller gives up is not sent: it
-		// could only grant a lock nobody wants. One already sent is seen
-		// through by late.
-		nctx, stop := context.WithCancel(nctx)
-		defer stop()
-		defer context.AfterFunc(ctx, stop)()
-		f, err := dep.acquire(nctx, l, value, px)
-		return result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+	// Linked: a request not yet sent when the caller gives up is not sent.
+	// One already sent is seen through by late.
+	res := q.gatherOn(ctx, ttl, true, func(nctx context.Context, i int, dep *deployment) result {
+		var r result
+		if i == arbiter && pre != nil {
+			r = *pre // granted already
+		} else {
+			f, err := q.acquireOn(nctx, i, l, keys, value, px)
+			r = result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+		}
+		s := &st.servers[i]
+		s.r = r
+		s.state.CompareAndSwap(0, 1)
+		return r
 	}, q.decidedBy, late)
 	granted, denied := count(res)
 	var fence uint64
@@ -369,6 +438,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		if granted+denied >= q.quorum {
 			// Enough servers answered to decide: another token holds it,
 			// or contenders split the vote.
+			q.noteDenied(l.Key, time.Now())
 			return fail(granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
 				backend.ErrNotAcquired, granted, len(q.deps), q.quorum))
 		}
@@ -387,32 +457,34 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 			confirmed++
 		}
 	}
-	rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
-	defer cancel()
-	for i, r := range res {
-		if !r.answered || !r.ok || r.err != nil || r.fence == fence {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			left := px - time.Since(t0).Milliseconds() - 1
-			ok, err := q.deps[i].raise(rctx, l, value, fence, left)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				if raiseErr == nil {
-					raiseErr = fmt.Errorf("%s: %w", q.addrs[i], err)
-				}
-			case ok:
-				confirmed++
-			default:
-				lostRace = true
+	if confirmed < granted { // some granting servers are below the fence
+		rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
+		defer cancel()
+		for i, r := range res {
+			if !r.answered || !r.ok || r.err != nil || r.fence == fence {
+				continue
 			}
-		}()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				left := px - time.Since(t0).Milliseconds() - 1
+				ok, err := q.deps[i].raise(rctx, l, value, fence, left)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					if raiseErr == nil {
+						raiseErr = fmt.Errorf("%s: %w", q.addrs[i], err)
+					}
+				case ok:
+					confirmed++
+				default:
+					lostRace = true
+				}
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	elapsed := time.Since(t0)
 	switch {
 	case confirmed < q.quorum && lostRace:
@@ -430,6 +502,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim) (_ backend.Grant,
 		q.mu.Unlock()
 	}
 	settle(true)
+	q.noteGranted(l.Key)
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
 
@@ -508,16 +581,29 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
 	}
-	// Servers that grant the acquisition after this release release it.
+	// A server whose answer to the acquisition is still on its way is
+	// released at once too; if it had nothing to release, the answer's
+	// grant is released when it comes (see straggler).
 	q.mu.Lock()
-	if st := q.inflight[l.Token]; st != nil {
-		st.released.Store(true)
-	}
+	st := q.inflight[l.Token]
 	q.mu.Unlock()
-	res := q.gather(ctx, min(max(l.TTL, time.Second), 10*time.Second), func(ctx context.Context, dep *deployment) result {
+	res := q.gatherOn(ctx, min(max(l.TTL, time.Second), 10*time.Second), false, func(ctx context.Context, i int, dep *deployment) result {
+		var s *straggler
+		if st != nil {
+			s = &st.servers[i]
+			if s.state.Load() == 1 && s.r.err == nil && !s.r.ok {
+				return result{} // it refused: nothing of ours there
+			}
+		}
 		ok, err := dep.release(ctx, l)
+		if s != nil && !ok && !s.state.CompareAndSwap(0, 2) && s.state.Load() == 1 && (s.r.ok || s.r.err != nil) {
+			// Nothing released, and the acquisition's answer came
+			// meanwhile: it may have landed after the release.
+			ok, err = dep.release(ctx, l)
+		}
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
+	q.noteReleased(l.Key, time.Now())
 	ok, notHeld := count(res)
 	switch {
 	case ok >= q.quorum:

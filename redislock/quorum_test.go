@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -482,6 +483,214 @@ func TestQuorumLateGrantAfterRelease(t *testing.T) {
 				t.Fatalf("the slow server still holds the released lock %v after the release", time.Since(start))
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// privateRedis starts a redis-server of this test's own, without
+// persistence, on port (a free one if 0), and returns its address and a
+// function that kills it.
+func privateRedis(t *testing.T, port int) (addr string, kill func()) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("a private server: %v", err)
+	}
+	if port == 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the private server on %s does not answer", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return addr, kill
+}
+
+// The restart check stays in force with the proven variant of the acquire
+// script (quorum_scripts.go): once a server has run long enough, new names
+// cost it no INFO; after a restart without persistence the variant is
+// gone, and the server refuses new names again for the restart delay.
+func TestQuorumRestartCheckWithoutInfo(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	addr, kill := privateRedis(t, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	q, err := NewQuorum([]redis.UniversalClient{rdb}, withTTLRestartDelay())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	admin := adminClient(t, addr)
+	// A TTL of 1s: the restart delay is px, a little over 1s.
+	try := func() error {
+		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
+		_, err := q.TryAcquire(ctx, l)
+		if err == nil {
+			q.Release(ctx, l)
+		}
+		return err
+	}
+	// A free name refused: the server is too new.
+	if err := try(); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("a new server granted a new name at once (%v)", err)
+	}
+	// Past 3s of uptime the variant covers 2s, more than the delay.
+	deadline := time.Now().Add(15 * time.Second)
+	for s := q.up[0].script.Load(); s == nil || s.upMs < 2000; s = q.up[0].script.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("no variant learned in 15s")
+		}
+		try()
+		time.Sleep(100 * time.Millisecond)
+	}
+	infos := func() int64 {
+		m, err := admin.InfoMap(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, n, _ := strings.Cut(m["Commandstats"]["cmdstat_info"], "calls=")
+		n, _, _ = strings.Cut(n, ",")
+		v, _ := strconv.ParseInt(n, 10, 64)
+		return v
+	}
+	before := infos()
+	for range 20 {
+		if err := try(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One INFO is the first reading's own.
+	if n := infos() - before - 1; n != 0 {
+		t.Fatalf("20 acquisitions of new names ran INFO %d times", n)
+	}
+
+	// Restarted without its data: the variant's EVALSHA meets NOSCRIPT,
+	// and the plain script refuses. The first request may fail on a
+	// pooled connection to the old process.
+	kill()
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(p)
+	privateRedis(t, port)
+	for i := 0; ; i++ {
+		err := try()
+		if errors.Is(err, backend.ErrNotAcquired) {
+			break
+		}
+		if err == nil || i == 5 {
+			t.Fatalf("the restarted server: %v, want a refusal", err)
+		}
+		t.Logf("after the restart: %v", err)
+	}
+	if s := q.up[0].script.Load(); s != nil {
+		t.Fatalf("the variant for %dms of uptime is still in use after the restart", s.upMs)
+	}
+}
+
+// A contended name (quorum_hot.go): attempts ask the name's first server
+// before the others, the lock stays exclusive with increasing fences, and
+// nothing is left on any server at the end.
+func TestQuorumHotName(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	t.Parallel()
+	ctx := testCtx(t)
+	qs := []*Quorum{openTestQuorum(t), openTestQuorum(t), openTestQuorum(t)}
+	key := uniqueKey(t)
+	const workers, grants = 6, 120
+	var (
+		mu       sync.Mutex
+		holders  int
+		fences   []uint64
+		arbiter  atomic.Int32 // refusals at the first server
+		deadline = time.Now().Add(30 * time.Second)
+	)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			q := qs[w%len(qs)]
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := len(fences) >= grants
+				mu.Unlock()
+				if done {
+					return
+				}
+				l := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
+				g, err := q.TryAcquire(ctx, l)
+				if err != nil {
+					if !errors.Is(err, backend.ErrNotAcquired) {
+						t.Errorf("TryAcquire: %v", err)
+						return
+					}
+					if strings.Contains(err.Error(), "first server") {
+						arbiter.Add(1)
+					}
+					time.Sleep(time.Duration(w) * 100 * time.Microsecond)
+					continue
+				}
+				mu.Lock()
+				holders++
+				if holders > 1 {
+					t.Errorf("%d holders at once", holders)
+				}
+				if n := len(fences); n > 0 && g.Fence <= fences[n-1] {
+					t.Errorf("fence %d after %d", g.Fence, fences[n-1])
+				}
+				fences = append(fences, g.Fence)
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond)
+				mu.Lock()
+				holders--
+				mu.Unlock()
+				if err := q.Release(ctx, l); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(fences) < grants {
+		t.Fatalf("%d grants in 30s, want %d", len(fences), grants)
+	}
+	if arbiter.Load() == 0 {
+		t.Fatal("no attempt was refused by the name's first server: the hot path was not taken")
+	}
+	t.Logf("%d grants, %d refusals at the first server", len(fences), arbiter.Load())
+	for i, a := range addrs {
+		admin := adminClient(t, a)
+		waitGone := time.Now().Add(3 * time.Second)
+		for {
+			n, err := admin.Exists(ctx, keysFor(key).lock).Result()
+			if err == nil && n == 0 {
+				break
+			}
+			if time.Now().After(waitGone) {
+				t.Fatalf("server %d still holds the name (%d, %v)", i+1, n, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

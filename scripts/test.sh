@@ -10,6 +10,9 @@ eval "$(bash scripts/services.sh up)"
 export LOCKER_REQUIRE_SERVERS=1
 
 go vet ./...
+# The peer benchmarks (their own module, so that the peers are no dependency
+# of locker's) are compiled and vetted; they run by hand (README, Benchmarks).
+(cd internal/peers && go vet ./...)
 # The OpenTelemetry adapter is a module of its own (so that locker's users
 # do not depend on OpenTelemetry), and so is its example; their tests run
 # beside the main module's.

@@ -85,8 +85,9 @@ func grants(acl []zk.ACL, id string, perm int32) bool {
 // The permissions locking needs, for this client's identity, in the ACL
 // the driver gives its nodes (the root carries it too, see checkACL):
 // CREATE on the root (a name's node) and on a name's node (queue nodes),
-// WRITE on a name's node (the create's transaction writes it to read the
-// fence), DELETE on it (deleting our queue node) and READ (listing the
+// WRITE on a name's node (the create's transaction writes it, or for a new
+// name the root, which carries the same ACL, to read the fence), DELETE on
+// it (deleting our queue node) and READ (listing the
 // queue, watching a predecessor). ADMIN is not needed.
 //
 // checkPerms proves them in one round trip, changing nothing: a

@@ -69,8 +69,10 @@ func ensurePath(b *testing.B, conn *zk.Conn, path string) {
 }
 
 // BenchmarkUncontended: acquire and release, nobody else around, on a name
-// used before (its parent exists) and on a fresh one. Metrics: microseconds
-// per acquire+release for each, and zklock's time over zk.Lock's.
+// used before (its parent exists) and on a fresh one, and the raw floor (an
+// ephemeral node created and deleted: RawFloor). Metrics: microseconds per
+// acquire+release for each, zklock's time over zk.Lock's, and the fresh
+// cycle's ops/s in the floor's.
 func BenchmarkUncontended(b *testing.B) {
 	servers := testenv.ZKAddrs()
 	testenv.Require(b, servers...)
@@ -107,13 +109,21 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	ours(known)
 	theirs(zkKnown)
-	var oursKnown, theirsKnown, oursFresh, theirsFresh []time.Duration
+	floor := func(i int) time.Duration {
+		start := time.Now()
+		if err := d.RawFloor(ctx, fmt.Sprintf("bench-%d", i)); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var oursKnown, theirsKnown, oursFresh, theirsFresh, floors []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		oursKnown = append(oursKnown, ours(known))
 		theirsKnown = append(theirsKnown, theirs(zkKnown))
 		oursFresh = append(oursFresh, ours(fmt.Sprintf("%s/%d", known, i)))
 		theirsFresh = append(theirsFresh, theirs(zk.NewLock(conn, fmt.Sprintf("%s/fresh-%d", run, i), zk.WorldACL(zk.PermAll))))
+		floors = append(floors, floor(i))
 	}
 	b.StopTimer()
 	r := rtt(b, conn)
@@ -127,6 +137,10 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(float64(ok)/float64(tk), "known-ratio")
 	b.ReportMetric(float64(of)/float64(tf), "fresh-ratio")
 	b.ReportMetric(float64(of)/float64(ok), "zklock-fresh/known")
+	// The raw floor's ops/s over ours: ZooKeeper's least for a cycle.
+	fl := median(floors)
+	b.ReportMetric(us(fl), "floor-µs")
+	b.ReportMetric(float64(fl)/float64(of), "zklock-fresh-ops/floor-ops")
 	// zk.Lock leaves its persistent parents behind; clean up.
 	cleanup(conn, run)
 }

@@ -86,6 +86,9 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 	}
 	// A name's node this driver made, or has checked, carries our ACL.
 	checked := d.knownParent(parent)
+	// A name not known to exist is made in the request that makes its
+	// first node (see createFresh).
+	fresh := !checked
 	needParent := false
 	for {
 		sid, sent := d.conn.SessionID(), time.Now()
@@ -116,12 +119,30 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 				continue
 			}
 		}
-		res, err := request(d, func() ([]zk.MultiResponse, error) {
-			return d.conn.Multi(
-				&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-				&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
-			)
-		})
+		var res []zk.MultiResponse
+		var err error
+		if fresh {
+			res, err = d.createFresh(parent, prefix, data)
+			switch {
+			case err == nil:
+				checked = true // ours, with our ACL
+			case errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrNoAuth):
+				// The name's node exists (or we may not write the root):
+				// the usual create, which says what is wrong, if anything.
+				t.ok()
+				fresh = false
+				continue
+			case errors.Is(err, zk.ErrNoNode):
+				fresh = false // the root is missing: made below
+			}
+		} else {
+			res, err = request(d, func() ([]zk.MultiResponse, error) {
+				return d.conn.Multi(
+					&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+					&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
+				)
+			})
+		}
 		if err == nil && (len(res) != 2 || res[1].Stat == nil || !strings.HasPrefix(res[0].String, parent+"/")) {
 			err = fmt.Errorf("unexpected multi response %+v", res)
 			uncertain = true
@@ -202,6 +223,38 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 			return giveUp(d.ended(ctx))
 		}
 	}
+}
+
+// firstSeq is the sequence number of the first child of a node.
+const firstSeq = "0000000000"
+
+// createFresh makes a name's node, a container, and the queue node under
+// it in one multi-op, and answers as the usual create's multi-op does: the
+// node's path, then a stat whose Mzxid is the fence and NumChildren 1 (the
+// name's node is new: no node is ahead of ours). The multi-op begins with
+// a write to the root, whose stat in the reply carries the transaction's
+// zxid (the node's creation zxid, the fence): the zk client cannot read a
+// container's create in a multi-op's reply, and returns ErrAPIError with
+// the results before it. The server only answers a failed multi-op with
+// errors, so that means success; the node's name is then known without
+// its result, the first child of a new node being numbered firstSeq.
+func (d *Driver) createFresh(parent, prefix string, data []byte) ([]zk.MultiResponse, error) {
+	return request(d, func() ([]zk.MultiResponse, error) {
+		res, err := d.conn.Multi(
+			&zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1},
+			&zk.CreateRequest{Path: parent, Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer},
+			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+		)
+		path := prefix + firstSeq
+		switch {
+		case err == nil && len(res) == 3 && res[0].Stat != nil:
+			path = res[2].String // a zk client that reads the whole reply
+		case errors.Is(err, zk.ErrAPIError) && len(res) == 1 && res[0].Stat != nil && res[0].Error == nil:
+		default:
+			return res, err // an error, or a reply the caller finds unexpected
+		}
+		return []zk.MultiResponse{{String: path}, {Stat: &zk.Stat{Mzxid: res[0].Stat.Mzxid, NumChildren: 1}}}, nil
+	})
 }
 
 // checkACLOn is checkACL, asked again while its answer is lost on session

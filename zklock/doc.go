@@ -60,13 +60,18 @@
 // whose stat in the reply gives the node's creation zxid (the parent's new
 // Mzxid: the fence) and the parent's number of children: when it is 1,
 // the node is alone and holds the lock. A free lock costs one round trip
-// to take and one to release. The create is tried first, as if the name's
-// node existed; when the server answers "no node" (the name's first use,
-// or its first use after the server deleted its empty node), the driver
-// creates the name's node, with its ACL, and tries again: two more round
-// trips then, none while the name is in use. A name's node made by
-// another client is checked once for the configured ACL (one more round
-// trip; the driver remembers up to 8192 names checked or made).
+// to take and one to release, as a bare create and delete of an ephemeral
+// node do. For a name the driver does not know to exist (it remembers up
+// to 8192 names it made, checked or used), the one multi-op makes the
+// name's node too (a container), after a write to the root whose stat
+// carries the transaction's zxid, the fence: a new name also costs one
+// round trip, and its node, first under a new parent, needs no listing.
+// When the name's node exists already (made by another client, or before
+// the driver's restart), that multi-op fails and the usual one follows,
+// and a name's node made by another client is checked once for the
+// configured ACL: two more round trips, once per name. When the server
+// has deleted the empty node of a name the driver remembers, the create
+// finds "no node" and the driver makes the name's node again.
 //
 // Node names carry a hash of the holder's token ("lk-<hash>-<sequence>").
 // When a create's response is lost with the connection, the driver finds
@@ -226,7 +231,8 @@
 // refuses a root or name node made by someone else unless it carries that
 // ACL exactly. Locking needs, for the driver's identity, CREATE (the names'
 // nodes under the root, the queue nodes under a name's), WRITE (the
-// create's transaction writes the name's node to read the fence), DELETE
+// create's transaction writes the name's node, or for a new name the root,
+// to read the fence), DELETE
 // (its own queue node) and READ (listing and watching the queue, reading
 // the root's ACL). ADMIN is not needed. So the least-privilege setup is a
 // root the administrator makes with
@@ -273,7 +279,10 @@
 // process with the credential) is told at once: the driver watches the
 // nodes it holds (theft.go), and the lost signal fires when the server's
 // notification arrives, a round trip after the change (about 2 ms on
-// loopback).
+// loopback). The watch is set once a lock has been held for 10 ms, so that
+// a short hold costs no more than the create and the delete: a change in
+// those first 10 ms is reported when the watch is set, 10 ms and a round
+// trip after the grant at most (and Release reports a node found gone).
 //
 // # What it cannot promise
 //

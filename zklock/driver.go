@@ -216,6 +216,9 @@ func (d *Driver) Close() error {
 	d.stopped = true
 	holds := d.holds
 	d.holds = map[string]*held{}
+	for _, h := range holds {
+		h.stopWatch()
+	}
 	d.mu.Unlock()
 	if d.own {
 		d.closeConn(start, true)
@@ -298,6 +301,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	d.mu.Lock()
 	h := d.holds[l.Token]
 	delete(d.holds, l.Token)
+	if h != nil {
+		h.stopWatch()
+	}
 	d.mu.Unlock()
 	var path string
 	var session int64

@@ -72,6 +72,9 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 func (d *Driver) queueState(ctx context.Context, key string) (backend.State, error) {
 	parent := d.parentPath(key)
 	st := backend.State{Key: key, Known: known}
+	if err := d.catchUp(ctx); err != nil {
+		return st, err
+	}
 	err := d.retrying(ctx, func() (bool, error) {
 		nodes, err := d.queue(ctx, parent)
 		if err != nil || len(nodes) == 0 {
@@ -122,6 +125,19 @@ func (d *Driver) retrying(ctx context.Context, f func() (done bool, err error)) 
 
 // queue lists the nodes of parent's queue, first (the holder) first; none
 // when the name's node does not exist.
+// catchUp makes the server this client reads from apply every write the
+// leader had committed: an ensemble member may lag, and a lock another
+// client took through another member must show in what follows.
+func (d *Driver) catchUp(ctx context.Context) error {
+	return d.retrying(ctx, func() (bool, error) {
+		_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(d.root) })
+		if errors.Is(err, zk.ErrNoNode) {
+			err = nil // no lock was ever taken under the root
+		}
+		return true, err
+	})
+}
+
 func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -192,6 +208,9 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 		return nil, err
 	}
 	defer done()
+	if err := d.catchUp(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
+	}
 	var names []string
 	err = d.retrying(ctx, func() (bool, error) {
 		var err error

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
@@ -62,6 +63,7 @@ type held struct {
 	fence   uint64
 	onLost  func(error)
 	lost    bool
+	watch   *time.Timer // sets the theft watch (see watchHeld)
 }
 
 func hashOf(name string) string {

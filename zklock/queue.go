@@ -234,10 +234,11 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim, op string
 		d.abandon(ctx, e)
 		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
 	}
+	h := &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
 	d.mu.Lock()
-	d.holds[l.Token] = &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
+	d.holds[l.Token] = h
+	d.watchHeld(h)
 	d.mu.Unlock()
-	d.watchHeld(e.path(), e.session)
 	sid := e.session
 	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
 }

@@ -3,6 +3,7 @@ package zklock
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -22,8 +23,38 @@ import (
 // caller's connection, waits for each on a goroutine of its own while the
 // lock is held.
 
-// watchHeld watches the node of a lock just granted, in the background.
-func (d *Driver) watchHeld(path string, session int64) {
+// watchDelay is how long a lock is held before its node is watched. A
+// lock released sooner is never watched: its cycle costs the create and
+// the delete alone, and the watch's read is not queued on the session
+// ahead of the release. A change in the first watchDelay of a hold is
+// seen when the watch is set (the read finds the node gone or changed),
+// or by the release, which finds the node gone.
+const watchDelay = 10 * time.Millisecond
+
+// watchHeld watches the node of h, a lock just granted, in the background,
+// once it has been held for watchDelay (see stopWatch).
+func (d *Driver) watchHeld(h *held) {
+	path, session := h.path, h.session
+	h.watch = time.AfterFunc(watchDelay, func() {
+		d.mu.Lock()
+		lost := h.lost
+		d.mu.Unlock()
+		if lost || d.conn.SessionID() != session {
+			return // reported already, or by the session's monitor
+		}
+		d.watchNow(path, session)
+	})
+}
+
+// stopWatch cancels the watch of h, released, if it was not set yet.
+func (h *held) stopWatch() {
+	if h.watch != nil {
+		h.watch.Stop()
+	}
+}
+
+// watchNow sets the watch of a held node, in the background.
+func (d *Driver) watchNow(path string, session int64) {
 	d.spawn(func() {
 		// GetW, not ExistsW: a node released meanwhile must not leave a
 		// watch that never fires (a sequence number is never reused).

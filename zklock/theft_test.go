@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +14,10 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-// A holder whose node someone else deletes or overwrites is told at once,
-// on a driver that dialled its connection and on one made by New; its own
-// release is not reported as a loss.
+// A holder whose node someone else deletes or overwrites is told at once
+// (within watchDelay and a round trip when it happens before the driver
+// watches the node), on a driver that dialled its connection and on one
+// made by New; its own release is not reported as a loss.
 func TestTheftIsReported(t *testing.T) {
 	servers := testenv.ZKAddrs()
 	testenv.Require(t, servers...)
@@ -44,7 +46,8 @@ func TestTheftIsReported(t *testing.T) {
 		name string
 		d    *Driver
 	}{{"dialled", dial(t, servers)}, {"new", onNew}} {
-		for _, theft := range []string{"delete", "overwrite", "none"} {
+		// early: at once, before the driver watches the node (watchDelay).
+		for _, theft := range []string{"delete", "overwrite", "none", "early delete", "early overwrite"} {
 			key := uniqueKey(t)
 			lost := make(chan error, 1)
 			l := backend.Claim{Key: key, Token: newToken(t), TTL: time.Second, OnLost: func(err error) { lost <- err }}
@@ -55,9 +58,11 @@ func TestTheftIsReported(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(100 * time.Millisecond) // let the watch be armed: this tests the notification
+			if !strings.HasPrefix(theft, "early") {
+				time.Sleep(100 * time.Millisecond) // let the watch be armed: this tests the notification
+			}
 			start := time.Now()
-			switch theft {
+			switch strings.TrimPrefix(theft, "early ") {
 			case "delete":
 				err = other.Delete(path, -1)
 			case "overwrite":
@@ -82,7 +87,7 @@ func TestTheftIsReported(t *testing.T) {
 					t.Fatalf("%s/%s: no lost signal within a second", c.name, theft)
 				}
 			}
-			if theft == "overwrite" {
+			if strings.HasSuffix(theft, "overwrite") {
 				other.Delete(path, -1)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -85,6 +86,13 @@ type benchConfig struct {
 	TTL        time.Duration `json:"ttl_ns"`
 	SemLimit   int           `json:"semaphore_limit"`
 	SemWorkers int           `json:"semaphore_workers"`
+
+	ScaleWorkers int      `json:"scale_workers"`
+	ScaleClients int      `json:"scale_clients"`
+	Names        int      `json:"names"`
+	NameWorkers  int      `json:"name_workers"`
+	NameClients  int      `json:"name_clients"`
+	Workloads    []string `json:"workloads"`
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
@@ -103,6 +111,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&d.Held, "held", d.Held, "K: locks held at once by one client")
 	fs.DurationVar(&d.HeldFor, "held-for", d.HeldFor, "how long the K locks are held while refreshes are counted")
 	fs.DurationVar(&d.TTL, "ttl", d.TTL, "lock TTL of every workload")
+	fs.IntVar(&d.ScaleWorkers, "scale-workers", d.ScaleWorkers, "workers on one name in the scale workload (after as many as --scale-clients)")
+	fs.IntVar(&d.ScaleClients, "scale-clients", d.ScaleClients, "clients the scale workload's workers are spread over")
+	fs.IntVar(&d.Names, "names", d.Names, "names of the names workload")
+	fs.IntVar(&d.NameWorkers, "name-workers", d.NameWorkers, "workers on each name of the names workload")
+	fs.IntVar(&d.NameClients, "name-clients", d.NameClients, "clients the names workload's workers are spread over")
+	workloads := fs.String("workloads", "", "comma-separated `workloads` to run (default all: "+strings.Join(bench.Workloads, ",")+")")
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +141,26 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lockctl bench: --sem-workers must be positive and --sem-limit 1 to %d\n", locker.MaxLimit)
 		return exitUsage
 	}
+	if d.ScaleWorkers <= 0 || d.ScaleClients <= 0 || d.Names <= 0 || d.NameWorkers <= 0 || d.NameClients <= 0 {
+		fmt.Fprintf(stderr, "lockctl bench: every size and duration must be positive\n")
+		return exitUsage
+	}
+	if *workloads != "" {
+		for _, w := range strings.Split(*workloads, ",") {
+			if w = strings.TrimSpace(w); !slices.Contains(bench.Workloads, w) {
+				fmt.Fprintf(stderr, "lockctl bench: no workload %q (there are %s)\n", w, strings.Join(bench.Workloads, ", "))
+				return exitUsage
+			}
+			if !slices.Contains(d.Only, w) {
+				d.Only = append(d.Only, w)
+			}
+		}
+	}
+	ran := bench.Workloads
+	if len(d.Only) > 0 {
+		ran = d.Only
+	}
+	nWorkloads := len(ran)
 
 	var targets []benchTarget
 	if *backends == "" {
@@ -177,11 +211,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	prog := newProgress(stderr, len(targets)*len(bench.Workloads))
+	prog := newProgress(stderr, len(targets)*nWorkloads)
 	report := benchReport{
 		Date:    time.Now().UTC(),
 		Machine: benchMachine{runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()},
-		Config:  benchConfig{d.Duration, d.Parallel, d.Workers, d.Clients, d.Held, d.HeldFor, d.TTL, d.SemLimit, d.SemWorkers},
+		Config: benchConfig{d.Duration, d.Parallel, d.Workers, d.Clients, d.Held, d.HeldFor, d.TTL, d.SemLimit, d.SemWorkers,
+			d.ScaleWorkers, d.ScaleClients, d.Names, d.NameWorkers, d.NameClients, ran},
 	}
 	start := time.Now()
 	status := 0
@@ -194,7 +229,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			prog.clear()
 			fmt.Fprintf(stderr, "lockctl bench: %s: %v\n", t.label, err)
 			status = 1
-			prog.skip(len(bench.Workloads))
+			prog.skip(nWorkloads)
 			continue
 		}
 		cfg := d
@@ -215,6 +250,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	prog.done()
 
 	writeTable(stdout, report)
+	writeFloorTable(stdout, report)
+	writeScaleTable(stdout, report)
 	writeSemaphoreTable(stdout, report)
 	if *jsonFile != "" {
 		b, err := json.MarshalIndent(report, "", "  ")

@@ -11,7 +11,7 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
-// chart draws four panels of horizontal bars, one bar per backend. Rates
+// chart draws six panels of horizontal bars, one bar per backend. Rates
 // are on logarithmic axes: the backends differ by orders of magnitude.
 func chart(rep benchReport) string {
 	type metric struct {
@@ -46,6 +46,20 @@ func chart(rep benchReport) string {
 			}
 			return r.Held.BytesPerLock, true
 		}, false},
+
+		{"Acquire+release over the raw floor", "median ratio, interleaved", func(r bench.Result) (float64, bool) {
+			a := r.Floor.Subject(bench.SubjectAcquire)
+			if a == nil || a.VsFloor.Rounds == 0 {
+				return 0, false
+			}
+			return a.VsFloor.Median, true
+		}, false},
+		{fmt.Sprintf("%d workers on one name, %d clients", c.ScaleWorkers, c.ScaleClients), "acquisitions/s", func(r bench.Result) (float64, bool) {
+			if r.Scale == nil {
+				return 0, false
+			}
+			return r.Scale.AcquisitionsSec, true
+		}, true},
 	}
 	colors := []string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"}
 	const (
@@ -54,7 +68,8 @@ func chart(rep benchReport) string {
 	n := len(rep.Results)
 	panelH := 50 + n*(barH+gap) + 20
 	width := 2*panelW + 3*margin
-	height := 60 + 2*panelH + 2*margin
+	rows := (len(metrics) + 1) / 2
+	height := 60 + rows*panelH + rows*margin
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
@@ -95,12 +110,16 @@ func chart(rep benchReport) string {
 			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", labelW-6, y+barH-6, html.EscapeString(r.Backend))
 			v, ok := m.value(r)
 			if !ok {
-				fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#c00">error</text>`+"\n", labelW+4, y+barH-6)
+				fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#999">—</text>`+"\n", labelW+4, y+barH-6)
 				continue
 			}
 			w := scale(v)
+			label := rate(v)
+			if !m.log && v < 100 {
+				label = fmt.Sprintf("%.2f", v)
+			}
 			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", labelW, y, w, barH, colors[j%len(colors)])
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(labelW)+w+4, y+barH-6, html.EscapeString(rate(v)))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(labelW)+w+4, y+barH-6, html.EscapeString(label))
 		}
 		b.WriteString("</g>\n")
 	}

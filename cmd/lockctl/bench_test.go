@@ -22,6 +22,7 @@ func TestBenchCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := lockctl([]string{"bench", "--backends", "mem://b1," + fileURL + ",mem://b2",
 		"--duration", "100ms", "--held", "200", "--held-for", "200ms", "--ttl", "600ms",
+		"--scale-workers", "12", "--scale-clients", "3", "--names", "20", "--name-workers", "3", "--name-clients", "2",
 		"--json", jsonFile, "--svg", svgFile}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
@@ -50,7 +51,23 @@ func TestBenchCommand(t *testing.T) {
 	if k := rep.Results[1].Contended; k == nil || k.Acquisitions == 0 || k.WaitP99 <= 0 || k.RoundTrip <= 0 || k.RoundTripOp != "refused TryAcquire" {
 		t.Errorf("contended figures: %+v", k)
 	}
-	for _, col := range []string{"| round trip | handoff/rtt | wait p99 |", "| retake |"} {
+	// The raw floor on mem (memlock has one), none on file; the scale
+	// workloads at the sizes asked for.
+	for i, r := range rep.Results {
+		a := r.Floor.Subject("acquire")
+		if a == nil || a.VsDriver.Rounds == 0 || r.Floor.Supported != (i != 1) || (a.VsFloor.Rounds > 0) != r.Floor.Supported {
+			t.Errorf("%s: floor %+v", r.Backend, r.Floor)
+		}
+		if r.ScaleFew == nil || r.ScaleFew.Workers != 3 || r.Scale == nil || r.Scale.Workers != 12 || r.Scale.Clients != 3 ||
+			r.Names == nil || r.Names.Names != 20 || r.Names.Workers != 60 || r.Names.Clients != 2 || r.Scale.TryCalls == 0 {
+			t.Errorf("%s: scale %+v %+v %+v", r.Backend, r.ScaleFew, r.Scale, r.Names)
+		}
+	}
+	if c := rep.Config; c.ScaleWorkers != 12 || c.Names != 20 || len(c.Workloads) != 7 {
+		t.Errorf("config %+v", c)
+	}
+	for _, col := range []string{"| round trip | handoff/rtt | wait p99 |", "| retake |", "| ×floor |",
+		"| floor p50 | driver | acquire | try | try-kept | try-noauto | slow: floor |", "| 12 workers: acq/s | wait p99 | CPU/acq | tries/acq |", "| 20 names: acq/s |"} {
 		if !strings.Contains(table, col) {
 			t.Errorf("no column %q in:\n%s", col, table)
 		}
@@ -67,7 +84,7 @@ func TestBenchCommand(t *testing.T) {
 			t.Fatalf("SVG is not well-formed: %v", err)
 		}
 	}
-	if !bytes.Contains(svg, []byte("<svg")) || bytes.Count(svg, []byte("<rect")) < 4*3 {
+	if !bytes.Contains(svg, []byte("<svg")) || bytes.Count(svg, []byte("<rect")) < 6*3 {
 		t.Errorf("SVG has no bars:\n%s", svg)
 	}
 }
@@ -78,6 +95,8 @@ func TestBenchBadInput(t *testing.T) {
 		{"bench", "--held", "0"},
 		{"bench", "--backends", "nourl"},
 		{"bench", "extra"},
+		{"bench", "--workloads", "held,bogus"},
+		{"bench", "--names", "0"},
 	} {
 		var out, errb bytes.Buffer
 		if code := lockctl(args, &out, &errb); code != exitUsage || errb.Len() == 0 {
@@ -101,5 +120,27 @@ func TestRejoinTargets(t *testing.T) {
 	}
 	if strings.Join(urls, " ") != "etcd://a:2379,b:2379 mem:// file:rel redis+quorum://h:1,h:2/0" {
 		t.Errorf("rejoined: %q", urls)
+	}
+}
+
+// --workloads runs those alone; the tables of the others are left out.
+func TestBenchWorkloads(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := lockctl([]string{"bench", "--backends", "mem://w", "--workloads", "scale, uncontended", "--duration", "50ms",
+		"--scale-workers", "6", "--scale-clients", "2"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+	table := out.String()
+	for _, want := range []string{"| mem |", "| floor p50 |", "| 6 workers: acq/s |"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("no %q in:\n%s", want, table)
+		}
+	}
+	for _, not := range []string{"semaphore of", "error"} {
+		if strings.Contains(table, not) {
+			t.Errorf("%q in:\n%s", not, table)
+		}
 	}
 }

@@ -34,6 +34,17 @@ type Config struct {
 	// over Clients clients share a semaphore of SemLimit permits.
 	SemLimit   int
 	SemWorkers int
+	// The scale workloads: ScaleWorkers workers over ScaleClients clients
+	// on one name, and first as many workers as clients, to see how the
+	// figures change as waiters grow; then Names names with NameWorkers
+	// workers each, over NameClients clients.
+	ScaleWorkers int
+	ScaleClients int
+	Names        int
+	NameWorkers  int
+	NameClients  int
+	// Only, if not empty, lists the workloads to run (see Workloads).
+	Only []string
 	// Progress, if set, is told when each workload starts.
 	Progress func(workload string)
 
@@ -52,6 +63,12 @@ var Defaults = Config{
 
 	SemLimit:   4,
 	SemWorkers: 16,
+
+	ScaleWorkers: 64,
+	ScaleClients: 8,
+	Names:        1000,
+	NameWorkers:  4,
+	NameClients:  4,
 }
 
 func (c Config) withDefaults() Config {
@@ -83,13 +100,28 @@ func (c Config) withDefaults() Config {
 	if c.SemWorkers > 0 {
 		d.SemWorkers = c.SemWorkers
 	}
+	for _, f := range []struct {
+		dst *int
+		v   int
+	}{
+		{&d.ScaleWorkers, c.ScaleWorkers}, {&d.ScaleClients, c.ScaleClients},
+		{&d.Names, c.Names}, {&d.NameWorkers, c.NameWorkers}, {&d.NameClients, c.NameClients},
+	} {
+		if f.v > 0 {
+			*f.dst = f.v
+		}
+	}
+	d.Only = c.Only
 	d.Progress = c.Progress
 	d.skipRefreshCount = c.skipRefreshCount
 	return d
 }
 
 // Workloads are the names of the workloads, in the order they run.
-var Workloads = []string{"uncontended", "parallel", "contended", "held", "semaphore"}
+var Workloads = []string{"uncontended", "parallel", "contended", "scale", "names", "held", "semaphore"}
+
+// Runs reports whether the workload w is among those cfg runs.
+func (c Config) Runs(w string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, w) }
 
 // Latency summarizes a timed workload.
 type Latency struct {
@@ -123,15 +155,23 @@ type Held struct {
 
 // Result is one backend's results.
 type Result struct {
-	Backend     string        `json:"backend"`
-	URL         string        `json:"url"` // redacted
-	Uncontended *Latency      `json:"uncontended,omitempty"`
-	Parallel    *Latency      `json:"parallel,omitempty"`
-	Contended   *Contention   `json:"contended,omitempty"`
-	Held        *Held         `json:"held,omitempty"`
-	Semaphore   *Semaphore    `json:"semaphore,omitempty"`
-	Errors      []string      `json:"errors,omitempty"`
-	Took        time.Duration `json:"took_ns"`
+	Backend     string   `json:"backend"`
+	URL         string   `json:"url"` // redacted
+	Uncontended *Latency `json:"uncontended,omitempty"`
+	// Floor compares the uncontended acquire+release with the driver's raw
+	// floor and the Client's other paths, interleaved.
+	Floor     *Floor      `json:"floor,omitempty"`
+	Parallel  *Latency    `json:"parallel,omitempty"`
+	Contended *Contention `json:"contended,omitempty"`
+	// ScaleFew and Scale: as many workers as clients, then ScaleWorkers,
+	// on one name; Names: many names with a few workers each.
+	ScaleFew  *Scale        `json:"scale_few,omitempty"`
+	Scale     *Scale        `json:"scale,omitempty"`
+	Names     *Scale        `json:"names,omitempty"`
+	Held      *Held         `json:"held,omitempty"`
+	Semaphore *Semaphore    `json:"semaphore,omitempty"`
+	Errors    []string      `json:"errors,omitempty"`
+	Took      time.Duration `json:"took_ns"`
 }
 
 // Opener opens a driver on the backend; every call returns an independent
@@ -157,6 +197,9 @@ func URLOpener(ctx context.Context, rawURL string) (Opener, []locker.Option, err
 type clients struct {
 	open Opener
 	opts []locker.Option
+	// ns is the namespace of the keys the bare driver calls use: the
+	// Clients' own, unless a URL's namespace= replaced it.
+	ns string
 }
 
 func (cs clients) client(ctx context.Context) (*locker.Client, error) {
@@ -198,7 +241,8 @@ func Run(ctx context.Context, name string, open Opener, opts []locker.Option, cf
 	cfg = cfg.withDefaults()
 	start := time.Now()
 	r := Result{Backend: name}
-	cs := clients{open: open, opts: append([]locker.Option{locker.WithNamespace("bench-" + testutil.RandHex(4)), locker.WithDefaultTTL(cfg.TTL)}, opts...)}
+	cs := clients{open: open, ns: "bench-" + testutil.RandHex(4)}
+	cs.opts = append([]locker.Option{locker.WithNamespace(cs.ns), locker.WithDefaultTTL(cfg.TTL)}, opts...)
 	fail := func(w string, err error) { r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", w, err)) }
 	step := func(w string) {
 		if cfg.Progress != nil {
@@ -206,48 +250,68 @@ func Run(ctx context.Context, name string, open Opener, opts []locker.Option, cf
 		}
 	}
 
-	step("uncontended")
-	if l, err := Uncontended(ctx, cs, cfg); err != nil {
-		fail("uncontended", err)
-	} else {
-		r.Uncontended = &l
+	type workload struct {
+		name string
+		run  func() error
 	}
-	step("parallel")
-	if l, err := Parallel(ctx, cs, cfg); err != nil {
-		fail("parallel", err)
-	} else {
-		r.Parallel = &l
-	}
-	step("contended")
-	if c, err := RunContended(ctx, cs, cfg); err != nil {
-		fail("contended", err)
-	} else {
-		r.Contended = &c
-	}
-	step("held")
-	if h, err := RunHeld(ctx, cs, cfg); err != nil {
-		fail("held", err)
-	} else {
-		r.Held = &h
-	}
-	step("semaphore")
-	if sm, err := RunSemaphore(ctx, cs, cfg); err != nil {
-		fail("semaphore", err)
-	} else {
-		r.Semaphore = &sm
+	for _, w := range []workload{
+		{"uncontended", func() (err error) {
+			var l Latency
+			l, r.Floor, err = Uncontended(ctx, cs, cfg)
+			if err == nil {
+				r.Uncontended = &l
+			}
+			return err
+		}},
+		{"parallel", func() error { return set(&r.Parallel)(Parallel(ctx, cs, cfg)) }},
+		{"contended", func() error { return set(&r.Contended)(RunContended(ctx, cs, cfg)) }},
+		{"scale", func() error {
+			// As many workers as clients first: one waiter per client.
+			if err := set(&r.ScaleFew)(RunScale(ctx, cs, cfg, 1, cfg.ScaleClients, cfg.ScaleClients)); err != nil {
+				return err
+			}
+			return set(&r.Scale)(RunScale(ctx, cs, cfg, 1, cfg.ScaleWorkers, cfg.ScaleClients))
+		}},
+		{"names", func() error {
+			return set(&r.Names)(RunScale(ctx, cs, cfg, cfg.Names, cfg.Names*cfg.NameWorkers, cfg.NameClients))
+		}},
+		{"held", func() error { return set(&r.Held)(RunHeld(ctx, cs, cfg)) }},
+		{"semaphore", func() error { return set(&r.Semaphore)(RunSemaphore(ctx, cs, cfg)) }},
+	} {
+		if !cfg.Runs(w.name) || ctx.Err() != nil {
+			continue
+		}
+		step(w.name)
+		if err := w.run(); err != nil {
+			fail(w.name, err)
+		}
 	}
 	r.Took = time.Since(start)
 	return r
 }
 
-func summarize(lat []time.Duration, elapsed time.Duration, errs int) Latency {
-	return Latency{
-		Ops:       len(lat),
-		OpsPerSec: float64(len(lat)) / elapsed.Seconds(),
-		P50:       Percentile(lat, 0.50),
-		P99:       Percentile(lat, 0.99),
-		Errors:    errs,
+// set returns a function that stores a workload's result in *dst, unless
+// it failed.
+func set[T any](dst **T) func(T, error) error {
+	return func(v T, err error) error {
+		if err == nil {
+			*dst = &v
+		}
+		return err
 	}
+}
+
+func summarize(lat []time.Duration, elapsed time.Duration, errs int) Latency {
+	l := Latency{
+		Ops:    len(lat),
+		P50:    Percentile(lat, 0.50),
+		P99:    Percentile(lat, 0.99),
+		Errors: errs,
+	}
+	if elapsed > 0 {
+		l.OpsPerSec = float64(len(lat)) / elapsed.Seconds()
+	}
+	return l
 }
 
 // acquireRelease is one operation of the latency workloads.
@@ -257,36 +321,6 @@ func acquireRelease(ctx context.Context, c *locker.Client, name string) error {
 		return err
 	}
 	return l.Release(ctx)
-}
-
-// Uncontended times acquire+release of one name by one goroutine.
-func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, error) {
-	cfg = cfg.withDefaults()
-	c, err := cs.client(ctx)
-	if err != nil {
-		return Latency{}, err
-	}
-	defer c.Close()
-	name := "uncontended"
-	for range 5 { // warm up connections and caches
-		if err := acquireRelease(ctx, c, name); err != nil {
-			return Latency{}, err
-		}
-	}
-	var lat []time.Duration
-	errs := 0
-	start := time.Now()
-	for time.Since(start) < cfg.Duration && ctx.Err() == nil {
-		t := time.Now()
-		if err := acquireRelease(ctx, c, name); err != nil {
-			if errs++; errs > 100 {
-				return Latency{}, err
-			}
-			continue
-		}
-		lat = append(lat, time.Since(t))
-	}
-	return summarize(lat, time.Since(start), errs), nil
 }
 
 // Parallel times acquire+release by cfg.Parallel goroutines of one client,

@@ -285,3 +285,38 @@ func TestContendBound(t *testing.T) {
 		t.Error("a run without a bound ran")
 	}
 }
+
+// A warm-up runs before the measured duration and its acquisitions are
+// not counted.
+func TestContendWarmup(t *testing.T) {
+	mem, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := locker.New(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var calls atomic.Int64
+	acq := ClientAcquirer(c, "w")
+	run := Contend{Duration: 100 * time.Millisecond, Warmup: 200 * time.Millisecond}
+	run.Workers = []Worker{{Acquire: func(ctx context.Context) (func(context.Context) error, error) {
+		calls.Add(1)
+		time.Sleep(time.Millisecond)
+		return acq(ctx)
+	}}}
+	start := time.Now()
+	s, err := run.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	// About 300 calls in 300ms, about 100 of them counted.
+	if took < 300*time.Millisecond || s.Elapsed > run.Duration || s.Acquisitions == 0 || int64(s.Acquisitions) >= calls.Load()*2/3 {
+		t.Errorf("took %v, elapsed %v, %d acquisitions counted of %d", took, s.Elapsed, s.Acquisitions, calls.Load())
+	}
+	if _, err := (Contend{Workers: run.Workers, Acquisitions: 5, Warmup: time.Second}).Run(context.Background()); err == nil {
+		t.Error("a warm-up without a duration ran")
+	}
+}

@@ -49,6 +49,14 @@ type Contend struct {
 	// whichever comes first (a zero field does not bound the run).
 	Acquisitions int
 	Duration     time.Duration
+	// Warmup, with Duration, runs the workers that long before the
+	// measured Duration: acquisitions that return during it are not
+	// counted (when many workers start at once, the first acquisitions
+	// measure the start, not the steady state).
+	Warmup time.Duration
+	// Start, if set, is when the run's clock starts, instead of when Run
+	// is called: runs that share it count over the same time.
+	Start time.Time
 	// RoundTrip, if set, makes one raw request to the store on the
 	// workers' connections: the floor a handoff is compared with. It is
 	// measured while the workers run, every RoundTripEvery (default 2ms),
@@ -90,9 +98,13 @@ func (c Contend) Run(ctx context.Context) (*Samples, error) {
 	if len(c.Workers) == 0 || (c.Acquisitions <= 0 && c.Duration <= 0) {
 		return nil, errors.New("bench: a contended run needs workers and a bound")
 	}
+	if c.Warmup < 0 || c.Warmup > 0 && c.Duration <= 0 {
+		return nil, errors.New("bench: a contended run's warm-up needs a duration")
+	}
+	start := cmp.Or(c.Start, time.Now())
 	wctx, cancel := context.WithCancel(ctx) // also ends the round-trip probe
 	if c.Duration > 0 {
-		wctx, cancel = context.WithTimeout(ctx, c.Duration)
+		wctx, cancel = context.WithDeadline(ctx, start.Add(c.Warmup+c.Duration))
 	}
 	defer cancel()
 	var (
@@ -115,7 +127,9 @@ func (c Contend) Run(ctx context.Context) (*Samples, error) {
 		return wctx.Err() == nil && (c.Acquisitions <= 0 || taken.Add(1) <= int64(c.Acquisitions))
 	}
 	probe := c.probe(wctx)
-	start := time.Now()
+	// Acquisitions count from the warm-up's end to the deadline (which
+	// ctx may learn of late, under load).
+	counted, deadline := start.Add(c.Warmup), start.Add(c.Warmup+c.Duration)
 	for w, wk := range c.Workers {
 		wg.Go(func() {
 			for failures := 0; more() && failures < 100; {
@@ -133,9 +147,11 @@ func (c Contend) Run(ctx context.Context) (*Samples, error) {
 					time.Sleep(c.Hold)
 				}
 				e.Released = time.Now()
-				mu.Lock()
-				events = append(events, e)
-				mu.Unlock()
+				if !e.Got.Before(counted) && (c.Duration <= 0 || e.Got.Before(deadline)) {
+					mu.Lock()
+					events = append(events, e)
+					mu.Unlock()
+				}
 				if err := release(context.WithoutCancel(wctx)); err != nil {
 					fail(err)
 					failures++
@@ -144,7 +160,7 @@ func (c Contend) Run(ctx context.Context) (*Samples, error) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed := time.Since(counted)
 	if c.Duration > 0 {
 		elapsed = min(elapsed, c.Duration)
 	}

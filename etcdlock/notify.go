@@ -1,0 +1,103 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+var _ backend.Notifier = (*Driver)(nil)
+
+// rewatchAfter spaces the restarts of a broken watch.
+const rewatchAfter = 100 * time.Millisecond
+
+// Subscribe implements backend.Notifier with a watch on key's queue: a
+// value arrives at every put or delete of an entry, so at every grant and
+// release. The watch starts just after the revision read before Subscribe
+// returns, so no change after that is missed; a watch that breaks (a lost
+// leader or connection, compaction) starts again where it stopped, or from
+// now with a value sent in case a change fell in the gap.
+func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", err)
+	}
+	defer done()
+	dir := d.Dir(key)
+	resp, err := d.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		if ctx.Err() != nil {
+			err = d.ended(ctx)
+		}
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(err))
+	}
+	// The watch is running when Subscribe returns: a store refusing it
+	// says so here, and a stop right away closes it cleanly.
+	rev := resp.Header.Revision + 1
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(d.gate.Context()))
+	wch := d.cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithCreatedNotify())
+	select {
+	case wr, ok := <-wch:
+		if !ok || wr.Err() != nil || !wr.Created {
+			cancel()
+			err := wr.Err()
+			if err == nil {
+				err = errors.New("the watch ended before it started")
+			}
+			return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(err))
+		}
+	case <-ctx.Done():
+		cancel()
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.ended(ctx))
+	}
+	ch := make(chan struct{}, 1)
+	ended := make(chan struct{})
+	d.bg.Add(1) // inside the gate: Close waits for the calls before bg
+	go func() {
+		defer d.bg.Done()
+		defer close(ended)
+		d.relay(wctx, dir, wch, rev, ch)
+	}()
+	var once sync.Once
+	return ch, func() { once.Do(func() { cancel(); <-ended }) }, nil
+}
+
+// relay forwards the changes of dir on wch, and of the watches that
+// replace it from revision rev on, to ch until ctx ends.
+func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, rev int64, ch chan<- struct{}) {
+	for {
+		for wr := range wch {
+			switch {
+			case wr.CompactRevision != 0:
+				rev = 0 // what it missed is gone: from now on
+				notify(ch)
+			case wr.Err() != nil:
+			case len(wr.Events) > 0:
+				rev = wr.Events[len(wr.Events)-1].Kv.ModRevision + 1
+				notify(ch)
+			}
+		}
+		t := time.NewTimer(rewatchAfter)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		wch = d.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	}
+}
+
+// notify sends on ch without waiting: one value pending is enough.
+func notify(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package filelock
+
+import "runtime"
+
+// yield lets other goroutines run.
+func yield() { runtime.Gosched() }

@@ -1,0 +1,240 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/filelock"
+	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/memlock"
+	"github.com/lockerhq/locker/redislock"
+)
+
+// -floor-duration lengthens the uncontended comparison on Redis, to study
+// the Client's path against the bare requests (go test -run
+// TestUncontendedRedis -v -args -floor-duration 10s).
+var floorDuration = flag.Duration("floor-duration", 0, "duration of TestUncontendedRedis's comparison")
+
+// redisFloor gives the redislock driver the raw floor of
+// redislock/bench_test.go, on the driver's own go-redis client, until the
+// driver has its own (its method would then be shadowed by this one).
+type redisFloor struct{ *redislock.Driver }
+
+var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func (d redisFloor) RawFloor(ctx context.Context, key string) error {
+	rdb := d.Client()
+	if err := rdb.SetArgs(ctx, key, "floor", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
+		return err
+	}
+	return rawRelease.Run(ctx, rdb, []string{key}, "floor").Err()
+}
+
+func memClients() clients {
+	store := memlock.NewStore()
+	return clients{
+		open: func(context.Context) (backend.Driver, error) { return memlock.New(store) },
+		opts: []locker.Option{locker.WithNamespace("t")}, ns: "t",
+	}
+}
+
+func redisClients(t *testing.T) clients {
+	testenv.Require(t, testenv.RedisAddr())
+	ns := "bench-t"
+	return clients{
+		// Opened as lockctl opens it (interruptible connections).
+		open: func(ctx context.Context) (backend.Driver, error) {
+			d, err := redislock.Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
+			if err != nil {
+				return nil, err
+			}
+			return redisFloor{d}, nil
+		},
+		opts: []locker.Option{locker.WithNamespace(ns)}, ns: ns,
+	}
+}
+
+// checkFloor checks the comparison's shape: every subject timed in every
+// round, ratios within each round, the floor at 1x itself.
+func checkFloor(t *testing.T, f *Floor, floor bool) {
+	t.Helper()
+	want := []string{SubjectDriver, SubjectAcquire, SubjectTry, SubjectTryKept, SubjectNoAuto}
+	if floor {
+		want = append([]string{SubjectFloor}, want...)
+	}
+	var got []string
+	for _, s := range f.Subjects {
+		got = append(got, s.Name)
+	}
+	if f.Supported != floor || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("supported %v, subjects %v; want %v, %v", f.Supported, got, floor, want)
+	}
+	for _, s := range f.Subjects {
+		if s.Ops < f.Rounds*f.Block || s.P50 <= 0 || s.P99 < s.P50 || s.Errors > 0 || s.Slow < 0 || s.Slow > 1 || s.SlowAbove <= 0 {
+			t.Errorf("%s: %+v", s.Name, s)
+		}
+		if s.VsDriver.Rounds != f.Rounds || s.VsDriver.Min > s.VsDriver.Median || s.VsDriver.Median > s.VsDriver.Max {
+			t.Errorf("%s over the driver: %+v", s.Name, s.VsDriver)
+		}
+		if floor != (s.VsFloor.Rounds == f.Rounds) {
+			t.Errorf("%s over the floor: %+v", s.Name, s.VsFloor)
+		}
+	}
+	if fl := f.Subject(SubjectFloor); floor && (fl.VsFloor.Min != 1 || fl.VsFloor.Max != 1) {
+		t.Errorf("the floor over itself: %+v", fl.VsFloor)
+	}
+	if d := f.Subject(SubjectDriver); d.VsDriver.Median != 1 {
+		t.Errorf("the driver over itself: %+v", d.VsDriver)
+	}
+}
+
+func TestUncontendedMem(t *testing.T) {
+	l, f, err := Uncontended(context.Background(), memClients(), Config{Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFloor(t, f, true)
+	if a := f.Subject(SubjectAcquire); l.Ops != a.Ops || l.P50 != a.P50 || l.OpsPerSec <= 0 {
+		t.Errorf("uncontended %+v, acquire subject %+v", l, a)
+	}
+}
+
+// A driver without a raw floor still compares the Client with itself.
+func TestUncontendedNoFloor(t *testing.T) {
+	dir := t.TempDir()
+	// Wrapped without Unwrap: filelock's own RawFloor is out of reach.
+	type noFloor struct{ backend.Driver }
+	cs := clients{open: func(context.Context) (backend.Driver, error) {
+		d, err := filelock.New(dir, filelock.WithSync(false))
+		return noFloor{d}, err
+	}, ns: "t"}
+	_, f, err := Uncontended(context.Background(), cs, Config{Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFloor(t, f, false)
+}
+
+func TestUncontendedRedis(t *testing.T) {
+	d := cmpOr(*floorDuration, 700*time.Millisecond)
+	_, f, err := Uncontended(context.Background(), redisClients(t), Config{Duration: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFloor(t, f, true)
+	t.Logf("%d rounds of %d-op blocks", f.Rounds, f.Block)
+	for _, s := range f.Subjects {
+		t.Logf("%-10s ops %6d p50 %6v p90 %6v p99 %6v  /floor %.2f [%.2f-%.2f]  /driver %.2f [%.2f-%.2f]  slow (>%v) %4.1f%% (rounds %.1f%% [%.1f-%.1f])",
+			s.Name, s.Ops, s.P50, s.P90, s.P99, s.VsFloor.Median, s.VsFloor.Min, s.VsFloor.Max,
+			s.VsDriver.Median, s.VsDriver.Min, s.VsDriver.Max,
+			s.SlowAbove, 100*s.Slow, 100*s.SlowRounds.Median, 100*s.SlowRounds.Min, 100*s.SlowRounds.Max)
+	}
+	for _, s := range f.Subjects {
+		var b strings.Builder
+		for _, q := range []float64{.05, .1, .2, .3, .4, .5, .6, .7, .8, .9} {
+			fmt.Fprintf(&b, " %3.0f", float64(Percentile(s.samples, q))/1e3)
+		}
+		t.Logf("%-10s quantiles 5..90%% (µs):%s; slow share over the driver's, per round: %+.1f [%+.1f, %+.1f] points", s.Name, b.String(),
+			100*s.SlowOverDriver.Median, 100*s.SlowOverDriver.Min, 100*s.SlowOverDriver.Max)
+	}
+	// The Client's path costs more than the bare requests it makes.
+	if a := f.Subject(SubjectAcquire); a.VsFloor.Median < 1 {
+		t.Errorf("acquire+release under the raw floor: %+v", a.VsFloor)
+	}
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// checkScale checks a scale run's figures.
+func checkScale(t *testing.T, s Scale, names, workers, nclients int, queued bool) {
+	t.Helper()
+	if s.Names != names || s.Workers != workers || s.Clients != nclients || s.Queued != queued {
+		t.Errorf("sizes %+v", s)
+	}
+	if s.Acquisitions < names || s.AcquisitionsSec <= 0 || s.WaitP99 < s.WaitP50 || s.Errors > 0 || s.CPUPerAcq <= 0 {
+		t.Errorf("figures %+v", s)
+	}
+	// Every acquisition took at least one try, unless the driver queued:
+	// but a worker's try just before the window (or an acquisition just
+	// after it) is not counted.
+	if queued != (s.TryCalls == 0) || !queued && s.TryCalls+2*int64(workers) < int64(s.Acquisitions) {
+		t.Errorf("%d tries for %d acquisitions (queued %v)", s.TryCalls, s.Acquisitions, queued)
+	}
+}
+
+func TestScaleMem(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Duration: 200 * time.Millisecond}
+	s, err := RunScale(ctx, memClients(), cfg, 1, 16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScale(t, s, 1, 16, 4, false)
+	s, err = RunScale(ctx, memClients(), cfg, 50, 200, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScale(t, s, 50, 200, 4, false)
+	if _, err := RunScale(ctx, memClients(), cfg, 4, 2, 1); err == nil {
+		t.Error("fewer workers than names ran")
+	}
+}
+
+func TestScaleRedis(t *testing.T) {
+	ctx := context.Background()
+	cs := redisClients(t)
+	cfg := Config{Duration: 300 * time.Millisecond}
+	s, err := RunScale(ctx, cs, cfg, 1, 16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScale(t, s, 1, 16, 4, false)
+	t.Logf("one name: %+v", s)
+	s, err = RunScale(ctx, cs, cfg, 40, 160, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScale(t, s, 40, 160, 4, false)
+	t.Logf("names: %+v", s)
+}
+
+// The try counter keeps the driver's optional interfaces within reach of
+// the Client (backend.As) and counts only TryAcquire.
+func TestTryCounter(t *testing.T) {
+	mem, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newTries()
+	w := tryCounter{mem, n}
+	if _, ok := backend.As[backend.Notifier](w); !ok {
+		t.Error("the Notifier is out of reach")
+	}
+	c, err := locker.New(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		if err := acquireRelease(ctx, c, fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.n.Load(); got != 3 {
+		t.Errorf("%d tries counted for 3 uncontended acquisitions", got)
+	}
+}

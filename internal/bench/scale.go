@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+)
+
+// Scale summarizes a contended workload at scale: Workers workers over
+// Clients clients, on Names names (Workers/Names on each).
+type Scale struct {
+	Names           int           `json:"names"`
+	Workers         int           `json:"workers"` // in all
+	Clients         int           `json:"clients"`
+	Acquisitions    int           `json:"acquisitions"`
+	AcquisitionsSec float64       `json:"acquisitions_per_sec"`
+	WaitP50         time.Duration `json:"wait_p50_ns"`
+	WaitP99         time.Duration `json:"wait_p99_ns"`
+	HandoffP50      time.Duration `json:"handoff_p50_ns"`
+	Fairness        float64       `json:"fairness"` // per name, worst; 0 if a worker starved
+	Retake          float64       `json:"retake"`
+	// CPUPerAcq is the process's CPU time (user+system, getrusage) during
+	// the run over the acquisitions: the client side only, unless the
+	// store is in the process (mem, file's kernel work).
+	CPUPerAcq time.Duration `json:"cpu_per_acquisition_ns"`
+	// Tries is the driver TryAcquire calls per acquisition: the first try
+	// of each Acquire, the try after subscribing to releases, and a try
+	// for every wake-up (a notification, a local release, a backoff's
+	// end). A release that wakes every waiter (a herd) makes it grow with
+	// the waiters; O(1) wake-ups keep it flat. Not counted (Queued) when
+	// the driver waits in its own queue (backend.Waiter): its waits are
+	// inside the driver.
+	Tries    float64 `json:"tries_per_acquisition"`
+	TryCalls int64   `json:"try_calls"`
+	Queued   bool    `json:"queued"`
+	Errors   int     `json:"errors"`
+}
+
+// tryCounter counts the TryAcquire calls made in a window of time; As
+// finds the driver's optional interfaces through Unwrap, so the Client
+// waits as it would without it.
+type tryCounter struct {
+	backend.Driver
+	*tries
+}
+
+// tries counts calls made from from to to, times since base (on the
+// monotonic clock, as Contend's: the wall clock may be slewed); to 0 means
+// no end.
+type tries struct {
+	base        time.Time
+	n, from, to atomic.Int64
+}
+
+func newTries() *tries { return &tries{base: time.Now()} }
+
+// window counts the calls from from to to.
+func (t *tries) window(from, to time.Time) {
+	t.n.Store(0)
+	t.from.Store(int64(from.Sub(t.base)))
+	t.to.Store(int64(to.Sub(t.base)))
+}
+
+func (d tryCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	if now := int64(time.Since(d.base)); now >= d.from.Load() && (d.to.Load() == 0 || now < d.to.Load()) {
+		d.n.Add(1)
+	}
+	return d.Driver.TryAcquire(ctx, c)
+}
+
+func (d tryCounter) Unwrap() backend.Driver { return d.Driver }
+
+// RunScale runs workers contending for names locks over clients clients:
+// worker w takes name w%names on client w%clients, so that every name's
+// workers are spread over the clients. The workers start at once, and
+// the figures count from a warm-up of a third of cfg.Duration on.
+func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclients int) (Scale, error) {
+	cfg = cfg.withDefaults()
+	r := Scale{Names: names, Workers: workers, Clients: nclients}
+	if names <= 0 || workers < names || nclients <= 0 {
+		return r, fmt.Errorf("bench: scale: %d workers on %d names over %d clients", workers, names, nclients)
+	}
+	counter := newTries()
+	var cl []*locker.Client
+	defer func() {
+		for _, c := range cl {
+			c.Close()
+		}
+	}()
+	for range nclients {
+		drv, err := cs.open(ctx)
+		if err != nil {
+			return r, err
+		}
+		if _, ok := backend.As[backend.Waiter](drv); ok {
+			r.Queued = true
+		}
+		c, err := locker.New(tryCounter{drv, counter}, cs.opts...)
+		if err != nil {
+			drv.Close()
+			return r, err
+		}
+		cl = append(cl, c)
+	}
+	for _, c := range cl { // warm up each client's connections
+		if err := acquireRelease(ctx, c, "scale-warmup"); err != nil {
+			return r, err
+		}
+	}
+	runs := make([]Contend, names)
+	for w := range workers {
+		n, k := w%names, w%nclients
+		runs[n].Workers = append(runs[n].Workers, Worker{Client: k, Acquire: ClientAcquirer(cl[k], fmt.Sprintf("scale-%d", n))})
+	}
+	samples := make([]*Samples, names)
+	errs := make([]error, names)
+	var wg sync.WaitGroup
+	// Counted from the warm-up's end, as Contend counts acquisitions: the
+	// tries that start in the same window, and the CPU time (as near it as
+	// timers fire).
+	warmup := cfg.Duration / 3
+	start := time.Now()
+	counter.window(start.Add(warmup), start.Add(warmup+cfg.Duration))
+	var (
+		mu     sync.Mutex
+		c0, c1 = cpuTime(), time.Duration(0)
+		ended  bool
+		warm   = time.AfterFunc(warmup, func() { mu.Lock(); c0 = cpuTime(); mu.Unlock() })
+		end    = time.AfterFunc(warmup+cfg.Duration, func() { mu.Lock(); c1 = cpuTime(); ended = true; mu.Unlock() })
+	)
+	for i := range runs {
+		runs[i].Duration, runs[i].Warmup, runs[i].Start = cfg.Duration, warmup, start
+		wg.Go(func() { samples[i], errs[i] = runs[i].Run(ctx) })
+	}
+	wg.Wait()
+	elapsed := min(time.Since(start)-warmup, cfg.Duration)
+	warm.Stop()
+	end.Stop()
+	mu.Lock()
+	if !ended { // ctx ended the run early
+		c1 = cpuTime()
+	}
+	cpu, calls := c1-c0, counter.n.Load()
+	mu.Unlock()
+
+	var all Samples
+	fair := 0.0
+	for i, s := range samples {
+		if s == nil {
+			r.Errors++
+			if r.Errors == names {
+				return r, errs[i]
+			}
+			continue
+		}
+		k := s.Summary()
+		if k.Fairness == 0 || fair < 0 {
+			fair = -1 // a worker of some name never got the lock
+		} else {
+			fair = max(fair, k.Fairness)
+		}
+		all.Add(s)
+	}
+	r.Acquisitions = all.Acquisitions
+	if elapsed > 0 { // not when ctx ended the run in its warm-up
+		r.AcquisitionsSec = float64(all.Acquisitions) / elapsed.Seconds()
+	}
+	r.WaitP50, r.WaitP99 = Percentile(all.Waits, 0.5), Percentile(all.Waits, 0.99)
+	r.HandoffP50 = Percentile(all.Handoffs, 0.5)
+	r.Fairness = max(fair, 0)
+	if n := len(all.Handoffs); n > 0 {
+		r.Retake = float64(all.Retakes) / float64(n)
+	}
+	r.Errors += all.Errors
+	if all.Acquisitions > 0 {
+		r.CPUPerAcq = cpu / time.Duration(all.Acquisitions)
+		if !r.Queued {
+			r.Tries, r.TryCalls = float64(calls)/float64(all.Acquisitions), calls
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,43 @@
+package pglock
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+)
+
+// RawFloor implements internal/bench's Floorer (not imported here, so
+// that bench's tests may import this package): the bare statement pair any
+// acquire+release on the lock table costs at least, on the driver's pool:
+// INSERT ... ON CONFLICT DO NOTHING of key's row, then its DELETE by token.
+// Nothing stays behind (the row is the new one's, deleted by its token).
+func (d *Driver) RawFloor(ctx context.Context, key string) error {
+	ctx, leave, err := d.enter(ctx, "floor")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := d.ensureSchema(ctx); err != nil {
+		return err
+	}
+	token := newFloorToken()
+	tag, err := d.pool.Exec(ctx, d.sql.floorInsert, key, token)
+	if err != nil {
+		return d.wrap("floor", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("pglock: floor: key %q is taken", key)
+	}
+	if _, err := d.pool.Exec(ctx, d.sql.floorDelete, key, token); err != nil {
+		return d.wrap("floor", err)
+	}
+	return nil
+}
+
+// newFloorToken is a token for RawFloor's row: unique, not secret.
+func newFloorToken() string {
+	b := make([]byte, 16)
+	_, _ = crand.Read(b) // never fails
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,79 @@
+package redislock
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/bench"
+)
+
+var _ bench.Floorer = (*Quorum)(nil)
+
+// floorRelease is the bare compare-and-delete of a raw Redlock.
+var floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// RawFloor implements bench.Floorer: the bare Redlock cycle on the
+// Quorum's own clients, with no fence and no script on the way in. Every
+// server gets SET key NX PX in parallel; once a majority granted, every
+// server that granted gets the compare-and-delete script, after its own
+// SET (so it cannot overtake it). RawFloor returns when a majority of the
+// releases answered, as an acquire and a release that each return at the
+// first majority do; the rest finish in the background (Close waits for
+// them), and PX bounds what a lost answer leaves.
+func (q *Quorum) RawFloor(ctx context.Context, key string) error {
+	closing, done, ok := q.enter()
+	if !ok {
+		return fmt.Errorf("redislock: quorum: raw floor: %w", backend.ErrClosed)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	stop := context.AfterFunc(closing, cancel)
+	value := rand.Text()
+	n := len(q.deps)
+	set := make(chan bool, n) // a server answered the SET: granted
+	decided := make(chan struct{})
+	del := make(chan bool, n) // a server answered the release: deleted
+	var wg sync.WaitGroup
+	for _, dep := range q.deps {
+		wg.Go(func() {
+			ok, err := dep.rdb.SetNX(rctx, key, value, 10*time.Second).Result()
+			ok = ok && err == nil
+			set <- ok
+			<-decided
+			if ok {
+				r, err := floorRelease.Run(rctx, dep.rdb, []string{key}, value).Int64()
+				ok = err == nil && r == 1
+			}
+			del <- ok
+		})
+	}
+	granted, answered := 0, 0
+	for granted < q.quorum && answered-granted <= n-q.quorum {
+		if <-set {
+			granted++
+		}
+		answered++
+	}
+	close(decided)
+	released := 0
+	for i := 0; i < n && released < q.quorum; i++ {
+		if <-del {
+			released++
+		}
+	}
+	go func() {
+		wg.Wait()
+		stop()
+		cancel()
+		done()
+	}()
+	if granted < q.quorum || released < q.quorum {
+		return fmt.Errorf("redislock: quorum: raw floor: %d of %d servers granted, %d released, %d needed", granted, n, released, q.quorum)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package redislock
+
+import (
+	"context"
+	"hash/fnv"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+// Contended names.
+//
+// When contenders try a free name at the same moment on all servers at
+// once, each server grants whoever came first, and the vote splits: nobody
+// has a majority, every one of them releases what it got (waking the
+// others again) and pauses. On a name this Quorum found held lately (a
+// hot name), an attempt therefore asks one server first, the name's
+// arbiter, and the others only once the arbiter granted it: of
+// simultaneous attempts one wins the arbiter, and the others are refused
+// there after one request, leaving nothing to undo. A name not hot keeps
+// the one round of requests to all servers.
+//
+// And a releaser yields: a Quorum that releases a hot name that other
+// processes were holding lately lets yieldFor pass before it tries the
+// name again, so that their waiters, woken by the release, come first,
+// rather than the releasing process taking the name back every time and
+// leaving them waiting for long.
+//
+// This is ordering only: a lock is still held only when a majority
+// granted it within its validity, whatever path the attempt took.
+
+// hotFor is how long a name stays hot after a refusal.
+const hotFor = time.Second
+
+// yieldFor is how long a releaser's process waits before trying a name it
+// released that others want: a release notification's delivery and an
+// attempt at the arbiter, with room for a loaded machine.
+const yieldFor = 2 * time.Millisecond
+
+// hotKey is what a Quorum knows of a contended name; guarded by q.mu.
+type hotKey struct {
+	denied   time.Time // last refusal of this Quorum's attempt
+	remote   time.Time // last refusal while this Quorum held no grant of it
+	released time.Time // this Quorum's last release of it
+	held     int       // this Quorum's grants of it not yet released
+}
+
+// hotState says whether key is hot, and how long an attempt on it should
+// wait first (see yieldFor).
+func (q *Quorum) hotState(key string, now time.Time) (hot bool, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := q.hot[key]
+	if h == nil || now.Sub(h.denied) > hotFor {
+		return false, 0
+	}
+	if now.Sub(h.remote) < hotFor {
+		wait = h.released.Add(yieldFor).Sub(now)
+	}
+	return true, max(wait, 0)
+}
+
+// noteDenied records a refusal of an attempt on key.
+func (q *Quorum) noteDenied(key string, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := q.hot[key]
+	if h == nil {
+		q.pruneHot(now)
+		h = &hotKey{}
+		q.hot[key] = h
+	}
+	h.denied = now
+	if h.held == 0 {
+		h.remote = now
+	}
+}
+
+// noteGranted and noteReleased count this Quorum's grants of a hot key.
+func (q *Quorum) noteGranted(key string) {
+	q.mu.Lock()
+	if h := q.hot[key]; h != nil {
+		h.held++
+	}
+	q.mu.Unlock()
+}
+
+func (q *Quorum) noteReleased(key string, now time.Time) {
+	q.mu.Lock()
+	if h := q.hot[key]; h != nil {
+		h.held = max(h.held-1, 0)
+		h.released = now
+	}
+	q.mu.Unlock()
+}
+
+// pruneHot drops the names that cooled, now and then as the map grows;
+// q.mu is held.
+func (q *Quorum) pruneHot(now time.Time) {
+	if len(q.hot) < q.hotPrune {
+		return
+	}
+	for k, h := range q.hot {
+		// A cold name's count of grants goes too: one lost and never
+		// released would keep it forever.
+		if now.Sub(h.denied) > hotFor {
+			delete(q.hot, k)
+		}
+	}
+	q.hotPrune = max(64, 2*len(q.hot))
+}
+
+// arbiter is the server a hot key's attempts ask first.
+func (q *Quorum) arbiter(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(q.deps)))
+}
+
+// tryArbiter asks key's arbiter alone for the attempt value: granted, the
+// rest of the attempt goes on with its answer (pre); refused, the attempt
+// ends with nothing to undo. An error leaves it to a full round, which
+// cleans up after the arbiter if it did grant.
+func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string, value string, px int64) (pre *result, refused bool) {
+	a := q.arbiter(l.Key)
+	closing, done, ok := q.enter()
+	if !ok {
+		return nil, false
+	}
+	defer done()
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(px)*time.Millisecond)
+	defer cancel()
+	defer context.AfterFunc(closing, cancel)()
+	f, err := q.acquireOn(rctx, a, l, keys, value, px)
+	switch {
+	case err != nil:
+		return nil, false
+	case f <= 0:
+		return nil, true
+	}
+	return &result{ok: true, fence: uint64(f)}, false
+}
+
+// yield waits out the pause of hotState before an attempt.
+func yield(ctx context.Context, wait time.Duration) error {
+	if wait <= 0 {
+		return nil
+	}
+	return retry.Sleep(ctx, wait)
+}

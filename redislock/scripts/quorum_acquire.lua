@@ -1,0 +1,93 @@
+-- quorum_acquire: acquire.lua for a Quorum's servers, with the clock floor
+-- rounded (see below); the arguments are acquire.lua's and
+-- grain          (set by the caller's prefix) microseconds
+--
+-- acquire: take the lock for a token and advance the fencing counter in the
+-- same atomic step, so that the lock and its fence can never disagree.
+--
+-- KEYS[1]  lock key      {E}:lock   (holds "<token>.<attempt>:<fence>:<owner>",
+--                                    see value.lua)
+-- KEYS[2]  fence counter {E}:fence  (same hash slot: the {E} hash tag)
+-- ARGV[1]  "<token>.<attempt>": the token and which attempt of it this is
+--          (attempts of one token are numbered in increasing order)
+-- ARGV[2]  TTL in milliseconds
+-- ARGV[3]  "<token>."
+-- restart_delay  (set by the caller's prefix) milliseconds: see below
+-- retention      (set by the caller's prefix) milliseconds the fence
+--                counter outlives the name's last grant
+-- owner          (set by the caller's prefix) the holder's Claim.Owner
+--
+-- Returns the fence (> 0) when the token holds the lock, 0 when another
+-- token holds it, -n when the server may have forgotten a holder (below):
+-- try again in n milliseconds.
+--
+-- A server restarted without persistence has forgotten every lock while
+-- their holders still run, each until its TTL after its last refresh. So a
+-- server that started less than a TTL ago grants no name it has no fence
+-- counter for (Redlock's "delayed restart", kept by the server itself).
+-- The counter is missing on a name's first use too, so a new server grants
+-- a name after a TTL; once a name has its counter the check costs one
+-- EXISTS. This assumes a name is locked with one TTL, or a shorter one
+-- after a longer. restart_delay is that TTL, or less if the user said so
+-- (a server that persists every write needs none: 0).
+if restart_delay > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
+  -- uptime_in_seconds is the difference of two clock readings in whole
+  -- seconds: the server has run for more than up - 1 seconds.
+  if up and (up - 1) * 1000 < restart_delay then
+    return -(restart_delay - (up - 1) * 1000)
+  end
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local held = attempt_of(cur)
+  if held == ARGV[1] then
+    -- A retry of this very attempt (the reply was lost and the client
+    -- sent the script again): report the grant once more, with the fence
+    -- it got.
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return tonumber(fence_of(cur) or '0')
+  end
+  if string.sub(held, 1, #ARGV[3]) ~= ARGV[3] then
+    return 0 -- another token's
+  end
+  -- Left by another attempt of the same token. A later attempt's key
+  -- stays: this one is a straggler of a try already given up. An earlier
+  -- attempt's key (it failed elsewhere) is taken over by this one, with a
+  -- new fence.
+  local theirs = tonumber(string.sub(held, #ARGV[3] + 1))
+  local ours = tonumber(string.sub(ARGV[1], #ARGV[3] + 1))
+  if theirs and ours and theirs > ours then
+    return 0
+  end
+end
+-- The fence is max(counter + 1, server clock in microseconds): a clock
+-- floor. The counter expires `retention` after the name's last grant, so
+-- a released name leaves nothing behind for long; when it is gone (or the
+-- server lost it: a restart without persistence, a failover to a replica
+-- that missed the last writes) it starts again at the clock, which is above
+-- every fence it gave as long as the clock did not step back by more than
+-- that: every fence was at most the clock of its grant, since no name is
+-- granted a million times a second. On a busy name the floor wins on most
+-- grants (SET); the counter (INCR) when two grants share a microsecond.
+-- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
+-- numbers are exact.
+--
+-- Quorum: the floor is the clock rounded down to a multiple of `grain`
+-- microseconds (at most the retention, so the argument above holds with
+-- the allowance reduced by one grain). Servers whose clocks agree to
+-- within the grain then give a new name the same fence, and the
+-- acquisition needs no second round trip to raise the others to it.
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = string.format('%d', us - us % grain)
+local fence = now
+local f = redis.call('INCR', KEYS[2])
+if f < tonumber(now) then
+  redis.call('SET', KEYS[2], now, 'PX', retention)
+else
+  redis.call('PEXPIRE', KEYS[2], retention)
+  fence = string.format('%d', f)
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. ':' .. owner, 'PX', ARGV[2])
+return tonumber(fence)
