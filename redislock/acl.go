@@ -23,6 +23,8 @@ func ACL(namespace string, fair bool) string {
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
 		// Called by the scripts.
 		"+get", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
+		// A quorum's acquire script (and the shared scripts).
+		"+incr", "+exists",
 		// The waiters' queue, in both modes.
 		"~" + p + "*}:queue", "~" + p + "*}:live",
 		"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel"}
@@ -50,6 +52,6 @@ func SharedACL(namespace string, fair bool) string {
 		}
 	}
 	rules = append(rules, "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
-		"+hget", "+hset", "+hdel", "+hexists", "+exists", "+incr")
+		"+hget", "+hset", "+hdel", "+hexists")
 	return strings.Join(rules, " ")
 }

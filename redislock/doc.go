@@ -309,7 +309,7 @@
 //	ACL SETUSER app on >password resetkeys resetchannels -@all
 //	  ~{locker%2F*}:lock ~{locker%2F*}:fence &{locker%2F*}:released
 //	  +evalsha +eval +ping +subscribe +unsubscribe
-//	  +get +set +pexpire +time +del +info +publish
+//	  +get +set +pexpire +incr +time +exists +del +info +publish
 //	  ~{locker%2F*}:queue ~{locker%2F*}:live
 //	  +zrange +zscore +zadd +zrem +hget +hset +hdel
 //
@@ -334,7 +334,7 @@
 // CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
 // Semaphores and read-write locks need SharedACL(namespace, fair) added:
 // their keys and +zadd +zrem +zcard +zscore +zrange +zrangebyscore
-// +zremrangebyscore +hget +hset +hdel +hexists +exists +incr. An operator's calls need more: Inspect and ForceRelease +pttl (fair mode's
+// +zremrangebyscore +hget +hset +hdel +hexists. An operator's calls need more: Inspect and ForceRelease +pttl (fair mode's
 // rules have it), and List +scan and +pttl.
 //
 // With one of these rules less, the call that needs it fails with
