@@ -9,7 +9,7 @@ import (
 // ACL returns the least Redis ACL (Redis 7 rules for ACL SETUSER, after
 // "on >password") under which a Client with this namespace can lock: its
 // keys and release channel, and the commands of the scripts and of
-// waiting. fair adds the queue's keys and commands. The rules start with
+// waiting. The default mode adds the hand-off's key, fair mode PTTL. The rules start with
 // resetkeys, resetchannels and -@all, so applied to an existing user they
 // leave exactly these. See the package documentation, Least privilege.
 func ACL(namespace string, fair bool) string {
@@ -22,24 +22,29 @@ func ACL(namespace string, fair bool) string {
 		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
 		// Called by the scripts.
-		"+get", "+set", "+pexpire", "+incr", "+time", "+exists", "+del", "+info", "+publish"}
+		"+get", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
+		// A quorum's acquire script (and the shared scripts).
+		"+incr", "+exists",
+		// The waiters' queue, in both modes.
+		"~" + p + "*}:queue", "~" + p + "*}:live",
+		"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel"}
 	if fair {
-		rules = append(rules, "~"+p+"*}:queue", "~"+p+"*}:live",
-			"+zrange", "+zscore", "+zadd", "+zrem", "+hget", "+hset", "+hdel", "+pttl")
+		rules = append(rules, "+pttl")
+	} else {
+		rules = append(rules, "~"+p+"*}:hand")
 	}
 	return strings.Join(rules, " ")
 }
 
 // SharedACL returns the rules to add to ACL's for semaphores and
-// read-write locks in namespace: their keys (see sharedKeys; fair adds
-// their queues') and the commands of their scripts. Apart, so that a user
-// who only locks keeps the least ACL.
+// read-write locks in namespace: their keys and their queues' (see
+// sharedKeys; both modes queue, so fair changes nothing) and the commands
+// of their scripts. Apart, so that a user who only locks keeps the least
+// ACL.
 func SharedACL(namespace string, fair bool) string {
 	p := "{" + backend.EscapeKey(namespace+"/")
-	sufs := []string{"", ".h", ".fence"}
-	if fair {
-		sufs = append(sufs, ".q", ".live")
-	}
+	// Both modes queue shared waiters.
+	sufs := []string{"", ".h", ".fence", ".q", ".live"}
 	var rules []string
 	for _, kind := range []string{"}:sem", "}:rw"} {
 		for _, suf := range sufs {

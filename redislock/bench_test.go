@@ -14,10 +14,6 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-// The raw floor: what a minimal Redis lock costs, one SET NX PX and one
-// compare-and-delete script, on the same client.
-var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-
 // BenchmarkUncontended measures one acquire+release of a free lock, four
 // ways, interleaved in one run on one go-redis client, and reports each
 // against the raw floor:
@@ -27,6 +23,9 @@ var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then 
 //	try      locker.Client.TryAcquire + Lock.Release (adds the portable layer: token, watchdog, bookkeeping)
 //	acquire  locker.Client.Acquire + Lock.Release (adds the release subscription of a blocking acquire)
 //	fair-try, fair-acquire  the same two over a FairDriver (scripts that also look at the queue)
+//	legacy-acquire  acquire as the default mode did before it queued waiters (see legacyDriver)
+//	driver-acquire  Driver.Acquire + Driver.Release (the blocking path, without the locker package)
+//	driver-legacy   Driver.TryAcquire + the former release script (DEL + PUBLISH, no look at the queue)
 func BenchmarkUncontended(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
 	ctx := context.Background()
@@ -44,19 +43,18 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer fc.Close()
+	lc, err := locker.New(legacyDriver{d}, locker.WithNamespace("redislock-bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lc.Close()
 	rawKey := "redislock-bench-raw-" + randHex(4)
 	key := backend.Key("redislock-bench", "driver-"+randHex(4))
 	name := "client-" + randHex(4)
 	token := newToken()
-	// Warm up: scripts loaded, connections made, the subscription hub up.
-	if err := rawRelease.Load(ctx, rdb).Err(); err != nil {
-		b.Fatal(err)
-	}
+	// The raw floor (floor.go) on the same client; warmed up below.
 	raw := func() {
-		if err := rdb.SetArgs(ctx, rawKey, token, redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
-			b.Fatal(err)
-		}
-		if err := rawRelease.Run(ctx, rdb, []string{rawKey}, token).Err(); err != nil {
+		if err := d.RawFloor(ctx, rawKey); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -66,6 +64,24 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := d.Release(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	drvAcquire := func() {
+		l := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
+		if _, err := d.Acquire(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	drvLegacy := func() {
+		l := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		if err := (legacyDriver{d}).Release(ctx, l); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -84,7 +100,7 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 	}
-	fns := []func(){raw, drv, lockRelease(c, false), lockRelease(c, true), lockRelease(fc, false), lockRelease(fc, true)}
+	fns := []func(){raw, drv, lockRelease(c, false), lockRelease(c, true), lockRelease(fc, false), lockRelease(fc, true), lockRelease(lc, true), drvAcquire, drvLegacy}
 	for range 200 {
 		for _, f := range fns {
 			f()
@@ -115,6 +131,10 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(us(sums[5]), "fair-acquire-µs")
 	b.ReportMetric(float64(sums[4])/float64(sums[0]), "fair-try/raw")
 	b.ReportMetric(float64(sums[5])/float64(sums[0]), "fair-acquire/raw")
+	b.ReportMetric(float64(sums[6])/float64(sums[0]), "legacy-acquire/raw")
+	b.ReportMetric(float64(sums[3])/float64(sums[6]), "acquire/legacy")
+	b.ReportMetric(float64(sums[7])/float64(sums[0]), "driver-acquire/raw")
+	b.ReportMetric(float64(sums[8])/float64(sums[0]), "driver-legacy/raw")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -240,4 +260,32 @@ func benchClientOn(b *testing.B, d backend.Driver, ns string) *locker.Client {
 	}
 	b.Cleanup(func() { c.Close() })
 	return c
+}
+
+// legacyDriver is the default mode as it was before it queued waiters, for
+// comparison in the same run: a Notifier (the locker package polls and is
+// woken by pub/sub), whose release only deletes and publishes.
+type legacyDriver struct{ d *Driver }
+
+func (l legacyDriver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	return l.d.TryAcquire(ctx, c)
+}
+
+func (l legacyDriver) Refresh(ctx context.Context, c backend.Claim) error { return l.d.Refresh(ctx, c) }
+
+func (l legacyDriver) Release(ctx context.Context, c backend.Claim) error {
+	ok, err := l.d.dep.release(ctx, c)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return backend.ErrNotHeld
+	}
+	return nil
+}
+
+func (l legacyDriver) Close() error { return nil }
+
+func (l legacyDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return l.d.Subscribe(ctx, key)
 }

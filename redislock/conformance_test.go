@@ -122,7 +122,9 @@ func (h harness) Expire(ctx context.Context, key string) error {
 }
 
 func (h harness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: suiteRetentionTime}
+	// Blocked waiters queue and are handed the lock in arrival order. A
+	// queue outlives its last waiter's last try by 2*livenessTTL.
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true, Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 // expireLock deletes key's lock, as if its TTL had run out.
@@ -257,7 +259,9 @@ func (h clusterHarness) Expire(ctx context.Context, key string) error {
 }
 
 func (h clusterHarness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: suiteRetentionTime}
+	// Blocked waiters queue and are handed the lock in arrival order. A
+	// queue outlives its last waiter's last try by 2*livenessTTL.
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true, Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 func TestConformanceCluster(t *testing.T) {

@@ -63,19 +63,19 @@
 // backend.Breaker (locker's Client.Inspect, List and ForceRelease):
 //
 //   - Inspect runs one read-only script: the holder's owner, fence and time
-//     left (PTTL); a [FairDriver] adds the live waiters, in queue order,
-//     with their owners (a fair waiter's queue entry is a random ID and its
-//     owner; dead entries are not counted). A plain Driver and a Quorum keep
-//     no queue: their waiters listen on the release channel and leave no
-//     trace, so they report none.
+//     left (PTTL), and the live waiters queued, in queue order, with their
+//     owners (a waiter's queue entry is a random ID and its owner; dead
+//     entries are not counted). A Quorum keeps no queue: its waiters
+//     listen on the release channel and leave no trace, so it reports
+//     none.
 //   - List SCANs (MATCH "{<escaped prefix>*}:lock", pages of 1000; never
 //     KEYS) the server, or every master of a cluster, every shard of a
 //     ring, and reads the matching locks' values and PTTLs in one pipeline
 //     per page. The key comes back from the key's name (EscapeKey is
 //     reversible). List reports owner, fence and TTL, not waiters.
 //   - ForceRelease runs one script: it deletes the lock if its value
-//     records the given fence, and publishes on the release channel (in
-//     fair mode naming the next waiter), so waiters take over at once. The
+//     records the given fence, and publishes on the release channel,
+//     naming the next waiter, so that it takes over at once. The
 //     fence counter stays, so the next grant's fence is higher; the
 //     removed holder's next refresh finds its token gone (ErrNotHeld).
 //
@@ -107,8 +107,8 @@
 // counter expires [WithRetention] (URL: retention=; default 24h) after the
 // name's last grant, so at most that long after the name's last release
 // nothing of it is left on the server: a lock key goes at its release or
-// TTL, the counter after the retention, a fair queue when it empties or
-// 4s after its last waiter's last try. Per-entity names (per tenant, per
+// TTL, the counter after the retention, a queue when it empties or 4s
+// after its last waiter's last try. Per-entity names (per tenant, per
 // order) no longer fill the server. A Cluster cannot keep one counter for
 // every name (names live in different slots), hence the clock floor: a
 // counter that is gone (expired, or lost by a restart without persistence)
@@ -122,15 +122,50 @@
 // round trip: it is one TIME, and a SET or an INCR plus PEXPIRE, inside
 // the acquire script.
 //
-// Waiting: a release PUBLISHes on the channel "{E}:released". A blocked
-// Acquire subscribes first (the driver confirms the subscription with a
-// PING on the same connection, so no later release is missed) and retries
-// as soon as a message arrives (in one process, the longest waiting first
-// and each other waiter 300µs after the one before it, so that waiters are
-// served roughly in arrival order rather than racing on every release);
-// the locker package's capped backoff with jitter covers a lost message (a
-// dropped pub/sub connection, a lock that expired rather than being
-// released). One pub/sub connection per Driver
+// Waiting (the default mode): the queue engages only under contention. A
+// free lock costs one script, as TryAcquire, and a release with no one
+// waiting deletes the key and PUBLISHes on "{E}:released", as before; a
+// refused Acquire joins the name's queue and is handed the lock:
+//
+//   - The queue is the sorted set "{E}:queue" (waiter → arrival time on
+//     the server clock), the hash "{E}:live" (waiter → until when it is
+//     alive) and the hash "{E}:hand" (waiter → the lock value and TTL of
+//     its latest try). Waiters are named by a random ID and their owner,
+//     never by their token. A waiter renews its entry on every try, at
+//     least every TTL/4 (2s/3 at most, 5ms at least), each try with a new
+//     attempt number.
+//   - A release with live waiters does not delete the key: in the same
+//     script it writes the first live waiter's value, a new fence and that
+//     waiter's TTL, and publishes "!<attempt>:<fence>:<waiter>". The
+//     waiter holds the lock from then on, without a round trip: it trusts
+//     the message only for the attempt of its latest try that the server
+//     answered "queued", which was sent before the release ran, so the
+//     lock's TTL counted from that try's sending ends no later than the
+//     server's (the Grant's Sent: at most TTL/4 and a round trip before
+//     the hand-off). A lost message costs the waiter until its next
+//     renewal: that try finds the lock held by an
+//     earlier attempt of its token and takes it over (a new fence). A
+//     waiter of the releasing process learns it from the release's reply.
+//   - The key is never free while live waiters are queued, so a newcomer's
+//     try (and TryAcquire) fails: blocked waiters are served in arrival
+//     order (the suite's FIFO cases pass). Not strictly: a lock whose
+//     holder's TTL ran out is free, and goes to whoever tries first (the
+//     queue's head tries again when that TTL runs out).
+//   - A waiter that gives up (its ctx, Close) leaves the queue, and hands
+//     on a lock handed to any attempt of its wait (or frees it when no one
+//     else waits). A waiter whose process died is skipped once 2s passed
+//     since its last renewal; within those 2s a release may hand it the
+//     lock, which then stays until that waiter's TTL runs out, counted
+//     from the release: the same stall as a holder that died. The
+//     waiters behind look again at least every 2s/3.
+//
+// Only the first waiter is woken by a release, and only by name: a release
+// wakes one waiter, whatever their number. A blocked Acquire subscribes
+// after its first try (the driver confirms the subscription with a PING
+// on the same connection) and tries once more, so that a hand-off before
+// the subscription was confirmed is taken over by that try; when the
+// channel is still subscribed from a moment before, it subscribes first
+// and needs no second try. One pub/sub connection per Driver
 // serves all names (per channel on a ring, whose channels live on
 // different shards); a channel stays subscribed for a second after its
 // last waiter left, so a busy lock pays no SUBSCRIBE per acquisition.
@@ -143,21 +178,18 @@
 //
 // # Fair mode
 //
-// By default waiters race: whoever tries first after a release wins, which
-// gives the most acquisitions per second but lets an unlucky waiter wait
-// long (see the README's figures). A [FairDriver] ([NewFair], [OpenFair],
-// or fair=true in the URL) serves waiters in arrival order instead, like
-// etcd's and ZooKeeper's queues:
+// The default serves blocked waiters in arrival order, but lets a try take
+// a lock that is free while waiters are queued (after a holder's TTL ran
+// out). A [FairDriver] ([NewFair], [OpenFair], or fair=true in the URL) is
+// strictly first come, first served, like etcd's and ZooKeeper's queues:
 //
-//   - A blocked Acquire joins the name's queue: the sorted set "{E}:queue"
-//     (waiter → arrival time on the server clock) and the hash "{E}:live"
-//     (waiter → until when it is alive). Waiters are named by a random ID,
-//     never by their token.
+//   - A blocked Acquire joins the same queue ("{E}:queue", "{E}:live").
 //   - The acquire script grants a free lock only to the longest-waiting
 //     live waiter (or to anyone when no one waits), so TryAcquire fails
 //     while someone is queued even if the lock is momentarily free.
-//   - A release names the next waiter in its message, and only that waiter
-//     is woken: a hand-off costs one script call, not one per waiter.
+//   - A release deletes the key and names the next waiter in its message,
+//     and only that waiter is woken; it then tries (one more round trip
+//     than the default's hand-off).
 //   - A waiter renews its liveness on every try, at least every 2s/3; a
 //     waiter whose process died is dropped when it reaches the head, so it
 //     holds the queue up for at most 2s. A waiter that gives up leaves the
@@ -165,12 +197,11 @@
 //   - The queue's keys expire 4s after the last waiter's renewal: nothing
 //     stays behind.
 //
-// The costs: each script does a little more (measured: fair TryAcquire +
-// Release about 1.2x the raw floor against 1.1x), a hand-off takes one more
-// round trip because only one waiter may try, and a lost release message
-// leaves the lock idle until the head's next renewal (up to 2s/3) rather
-// than until any waiter's backoff. All clients of a name must use the same
-// mode: a plain Driver ignores the queue. Quorum mode has no fair queue.
+// The costs, against the default: every acquire script looks at the
+// queue, a hand-off takes one more round trip (the head's try), and a
+// lost release message leaves the lock idle until the head's next renewal
+// (up to 2s/3). All clients of a name must use the same mode. Quorum mode
+// has no queue (see [Quorum]).
 //
 // # Semaphores and read-write locks
 //
@@ -187,10 +218,8 @@
 // expired holders, decides and writes; the keys expire with their last
 // holder. A release publishes on "{E}:released" and waiters retry.
 //
-// A plain Driver prefers writers: a refused writer is recorded as waiting
-// for its TTL (one at a time), readers are refused while the record lives,
-// and a writer that gives up withdraws it. A [FairDriver] queues instead,
-// in arrival order, as for locks ("{E}:sem.q"/".live", "{E}:rw.q"/".live"):
+// Both modes queue blocked waiters in arrival order, as fair mode does
+// for locks ("{E}:sem.q"/".live", "{E}:rw.q"/".live"):
 // a permit is granted while holders and live waiters ahead are fewer than
 // the limit, a reader when no writer holds or waits ahead, a writer when
 // nothing is held and no one waits ahead; TryAcquire counts every live
@@ -281,11 +310,11 @@
 //	  ~{locker%2F*}:lock ~{locker%2F*}:fence &{locker%2F*}:released
 //	  +evalsha +eval +ping +subscribe +unsubscribe
 //	  +get +set +pexpire +incr +time +exists +del +info +publish
+//	  ~{locker%2F*}:queue ~{locker%2F*}:live
+//	  +zrange +zscore +zadd +zrem +hget +hset +hdel
 //
-// and with fair=true, also
-//
-//	~{locker%2F*}:queue ~{locker%2F*}:live
-//	+zrange +zscore +zadd +zrem +hget +hset +hdel +pttl
+// and without fair=true (the default mode's hand-off) ~{locker%2F*}:hand,
+// with fair=true +pttl.
 //
 // Key patterns: every key is hash-tagged, "{" + EscapeKey(namespace + "/"
 // + name) + "}:kind", so a pattern such as ~locker/* matches none of them;
@@ -305,14 +334,14 @@
 // CLIENT SETINFO (go-redis ignores its refusal on Redis 7.2 and later).
 // Semaphores and read-write locks need SharedACL(namespace, fair) added:
 // their keys and +zadd +zrem +zcard +zscore +zrange +zrangebyscore
-// +zremrangebyscore +hget +hset +hdel +hexists. An operator's calls need more: Inspect and ForceRelease +pttl (the fair
+// +zremrangebyscore +hget +hset +hdel +hexists. An operator's calls need more: Inspect and ForceRelease +pttl (fair mode's
 // rules have it), and List +scan and +pttl.
 //
 // With one of these rules less, the call that needs it fails with
 // ErrPermission, except the channel, PUBLISH and SUBSCRIBE: a release whose
-// wake-up is refused succeeds (the key is deleted), the driver logs the
-// refusal once, and waiters poll (the locker package's backoff, or in fair
-// mode the waiter's liveness renewal, every 2s/3). A user with every
+// wake-up is refused succeeds (the key is deleted, or handed to the first
+// waiter), the driver logs the refusal once, and waiters learn of it at
+// their next renewal, every 2s/3. A user with every
 // command but no rights to a namespace's keys cannot acquire, refresh or
 // release its locks, nor delete their keys.
 //

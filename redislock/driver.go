@@ -13,7 +13,7 @@ import (
 
 // Driver is the Redis backend for one deployment: a server, a Redis
 // Cluster or a ring, through any go-redis client. It implements
-// backend.Driver and backend.Notifier.
+// backend.Driver, backend.Waiter and backend.Notifier.
 type Driver struct {
 	dep  *deployment
 	fair bool         // a FairDriver's: acquire and release mind the queue
@@ -79,7 +79,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
-		d.dep.undo(ctx, func(ctx context.Context) { d.dep.cleanup(ctx, l, value) })
+		cleanup := d.dep.handoffCleanup
+		if d.fair {
+			cleanup = d.dep.cleanup
+		}
+		d.dep.undo(ctx, func(ctx context.Context) { cleanup(ctx, l, value) })
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if r <= 0 {
@@ -109,15 +113,16 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// Release implements backend.Driver; a release publishes on the key's
-// channel so that waiters retry at once.
+// Release implements backend.Driver. A lock with live waiters goes to the
+// first of them (see Acquire); otherwise the release publishes on the
+// key's channel, so that waiters of any kind retry at once.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	release := d.dep.release
+	release := d.dep.handoffRelease
 	switch {
 	case l.Mode != backend.Exclusive:
 		release = d.dep.releaseShared

@@ -126,12 +126,3 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 		}
 	}
 }
-
-// ended is the error of a wait that ctx or Close ended: not acquired, and
-// why. (The locker Client reports its own in place of it.)
-func (d *FairDriver) ended(ctx context.Context) error {
-	if d.gate.Closed() {
-		return fmt.Errorf("redislock: %w", backend.ErrClosed)
-	}
-	return fmt.Errorf("redislock: %w: %w", backend.ErrNotAcquired, context.Cause(ctx))
-}

@@ -11,12 +11,12 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// acquireShared is Acquire for a permit, a read or a write: it joins the
-// object's queue (see scripts/shared_queue.lua) and waits, woken by
+// acquireShared is Acquire for a permit, a read or a write, in both
+// modes: it joins the object's queue (see scripts/shared_queue.lua) and waits, woken by
 // releases and by grants to those ahead, until it is granted in arrival
 // order, ctx ends, or every try has failed for retry.Budget. When it
 // returns an error it leaves the queue.
-func (d *FairDriver) acquireShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+func (d *Driver) acquireShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if err := checkShared(l); err != nil {
 		return backend.Grant{}, fmt.Errorf("redislock: %w", err)
 	}

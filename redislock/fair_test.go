@@ -206,8 +206,9 @@ func TestFairURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if _, ok := plain.(backend.Waiter); ok {
-		t.Errorf("fair=false opened a %T, a backend.Waiter", plain)
+	// Both modes queue waiters; fair=false is the default mode's Driver.
+	if _, ok := plain.(*Driver); !ok {
+		t.Errorf("fair=false opened a %T, not a *redislock.Driver", plain)
 	}
 	for _, u := range []string{
 		"redis://" + addr + "/0?fair=maybe",

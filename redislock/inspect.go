@@ -217,29 +217,24 @@ func lockKeyOf(name string) (string, bool) {
 }
 
 // Inspect implements backend.Inspector: the holder's owner, fence and
-// time left, from the lock's value and PTTL; a FairDriver adds the live
-// waiters and their owners.
+// time left, from the lock's value and PTTL, and the live waiters queued
+// and their owners.
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	h, held, queue, err := d.dep.inspect(ctx, key, d.fair)
+	// Both modes queue waiters, in the same keys.
+	h, held, queue, err := d.dep.inspect(ctx, key, true)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
-	known := lockKnows
-	if d.fair {
-		known = fairKnows
-	}
-	st := backend.State{Key: key, Known: known}
+	st := backend.State{Key: key, Known: fairKnows}
 	if held {
-		st = h.state(key, known)
+		st = h.state(key, fairKnows)
 	}
-	if d.fair {
-		st.Waiters, st.Queue = len(queue), queue
-	}
+	st.Waiters, st.Queue = len(queue), queue
 	return st, nil
 }
 
@@ -264,15 +259,16 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 }
 
 // Break implements backend.Breaker: one script deletes the lock if its
-// value records fence, and publishes the release (in fair mode, naming
-// the next waiter).
+// value records fence, and publishes the release, naming the next waiter.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	h, held, err := d.dep.breakLock(ctx, key, fence, d.fair)
+	// The next waiter is woken by name, and tries (a default-mode waiter
+	// too: its try takes the free lock).
+	h, held, err := d.dep.breakLock(ctx, key, fence, true)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}

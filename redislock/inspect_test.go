@@ -41,7 +41,7 @@ func TestValueRecordsFenceAndOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !st.Held || st.Owner != l.Owner || st.Fence != g.Fence || st.TTL <= 4*time.Second || st.TTL > 5*time.Second || st.Known != lockKnows {
+	if !st.Held || st.Owner != l.Owner || st.Fence != g.Fence || st.TTL <= 4*time.Second || st.TTL > 5*time.Second || st.Known != fairKnows {
 		t.Errorf("Inspect = %+v", st)
 	}
 	if strings.Contains(st.Owner+st.Key, l.Token) {

@@ -18,13 +18,14 @@ type keys struct {
 	// database may wake each other's waiters: a spurious wake-up costs
 	// one attempt, nothing more.
 	channel string
-	// queue and live are fair mode's queue: waiters in order of arrival,
-	// and until when each is alive (see scripts/queue.lua).
-	queue, live string
+	// queue and live are the waiters' queue: in order of arrival, and
+	// until when each is alive (see scripts/queue.lua); hand, in the
+	// default mode, what each is handed (see scripts/handoff.lua).
+	queue, live, hand string
 }
 
 // keysFor returns the names of key's lock, fence counter, release channel
-// and fair queue.
+// and queue.
 func keysFor(key string) keys {
 	tag := "{" + backend.EscapeKey(key) + "}"
 	return keys{
@@ -33,5 +34,6 @@ func keysFor(key string) keys {
 		channel: tag + ":released",
 		queue:   tag + ":queue",
 		live:    tag + ":live",
+		hand:    tag + ":hand",
 	}
 }

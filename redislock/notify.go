@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +61,44 @@ type chanState struct {
 type subscription struct {
 	ch  chan struct{}
 	seq uint64 // order of arrival: the longest waiter has the smallest
-	id  string // a fair waiter's name: woken only by messages naming it or none
+	id  string // a waiter's name: woken only by messages naming it or none
+	// handed are the hand-offs to id received (see handoff.lua), oldest
+	// first; guarded by dep.mu.
+	handed []handoff
+}
+
+// handoff is what a hand-off message says: the lock was given to the
+// waiter's attempt, under fence.
+type handoff struct {
+	attempt, fence uint64
+}
+
+// parseHandoff reads a hand-off message, "!<attempt>:<fence>:<waiter>".
+func parseHandoff(payload string) (id string, h handoff, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "!")
+	if !ok {
+		return "", handoff{}, false
+	}
+	a, rest, ok1 := strings.Cut(rest, ":")
+	f, id, ok2 := strings.Cut(rest, ":")
+	var err1, err2 error
+	h.attempt, err1 = strconv.ParseUint(a, 10, 64)
+	h.fence, err2 = strconv.ParseUint(f, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return "", handoff{}, false
+	}
+	return id, h, true
+}
+
+// maxHanded bounds a subscription's list: only the latest matter.
+const maxHanded = 8
+
+// addHanded records a hand-off to s; dep.mu must be held.
+func (s *subscription) addHanded(h handoff) {
+	if len(s.handed) == maxHanded {
+		s.handed = slices.Delete(s.handed, 0, 1)
+	}
+	s.handed = append(s.handed, h)
 }
 
 type barrier struct {
@@ -76,6 +114,13 @@ func (dep *deployment) subscribe(ctx context.Context, key string, ch chan struct
 // subscribeAs is subscribe for fair waiter id ("": any waiter): ch then
 // receives only the messages that name id, or no one.
 func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan struct{}) (cancel func(), err error) {
+	_, cancel, err = dep.subscribeSub(ctx, key, id, ch)
+	return cancel, err
+}
+
+// subscribeSub is subscribeAs, and returns the subscription, whose handed
+// list receives the hand-offs that name id.
+func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan struct{}) (*subscription, func(), error) {
 	channel := keysFor(key).channel
 	route := ""
 	if dep.ring {
@@ -88,7 +133,7 @@ func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan 
 		dep.mu.Lock()
 		if dep.closed {
 			dep.mu.Unlock()
-			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 		}
 		if cur := dep.hubs[route]; cur != nil && !cur.dead {
 			h = cur
@@ -107,7 +152,7 @@ func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan 
 		if dep.closed {
 			dep.mu.Unlock()
 			_ = ps.Close()
-			return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 		}
 		if cur := dep.hubs[route]; cur != nil && !cur.dead {
 			dep.mu.Unlock()
@@ -120,31 +165,73 @@ func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan 
 		go h.run()
 	}
 	// dep.mu is held.
-	st = h.chans[channel]
+	st = h.add(channel, sub)
+	active := st.active
+	dep.mu.Unlock()
+
+	var once sync.Once
+	cancel := func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+	if active {
+		return sub, cancel, nil
+	}
+	if err := h.confirm(ctx, channel, st); err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return sub, cancel, nil
+}
+
+// channelActive says whether key's channel is confirmed on a live
+// connection (see subscribeActive).
+func (dep *deployment) channelActive(key string) bool {
+	channel := keysFor(key).channel
+	route := ""
+	if dep.ring {
+		route = channel
+	}
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	h := dep.hubs[route]
+	return !dep.closed && h != nil && !h.dead && h.chans[channel] != nil && h.chans[channel].active
+}
+
+// subscribeActive is subscribeSub without a round trip: it subscribes only
+// when key's channel is already confirmed on a live connection (a lock
+// contended a moment ago), and returns nil otherwise.
+func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
+	channel := keysFor(key).channel
+	route := ""
+	if dep.ring {
+		route = channel
+	}
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	h := dep.hubs[route]
+	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
+		return nil, nil
+	}
+	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
+	st := h.add(channel, sub)
+	var once sync.Once
+	return sub, func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+}
+
+// add puts sub on channel, ending the channel's linger; dep.mu must be
+// held.
+func (h *hub) add(channel string, sub *subscription) *chanState {
+	st := h.chans[channel]
 	if st == nil {
 		st = &chanState{subs: map[*subscription]struct{}{}}
 		h.chans[channel] = st
 	}
 	if st.idle != nil {
 		if st.idle.Stop() {
-			dep.wg.Done()
+			h.dep.wg.Done()
 		}
 		st.idle = nil
 	}
 	st.subs[sub] = struct{}{}
-	active := st.active
-	dep.mu.Unlock()
-
-	var once sync.Once
-	cancel = func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
-	if active {
-		return cancel, nil
-	}
-	if err := h.confirm(ctx, channel, st); err != nil {
-		cancel()
-		return nil, err
-	}
-	return cancel, nil
+	return st
 }
 
 // barrierTimeout bounds the wait for a subscription's confirmation: past
@@ -361,9 +448,18 @@ func (h *hub) run() {
 		case *redis.Message:
 			dep.mu.Lock()
 			var subs []*subscription
+			to, ho, handed := parseHandoff(m.Payload)
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
-					if m.Payload == "" || s.id == "" || s.id == m.Payload {
+					switch {
+					case handed && s.id == to:
+						s.addHanded(ho)
+						subs = append(subs, s)
+					case handed:
+						if s.id == "" {
+							subs = append(subs, s)
+						}
+					case m.Payload == "" || s.id == "" || s.id == m.Payload:
 						subs = append(subs, s)
 					}
 				}

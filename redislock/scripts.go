@@ -39,10 +39,20 @@ var (
 	inspectLua string
 	//go:embed scripts/break.lua
 	breakLua string
+	//go:embed scripts/fence.lua
+	fenceLua string
+	//go:embed scripts/handoff.lua
+	handoffLua string
+	//go:embed scripts/handoff_acquire.lua
+	handoffAcquireLua string
+	//go:embed scripts/handoff_release.lua
+	handoffReleaseLua string
+	//go:embed scripts/handoff_leave.lua
+	handoffLeaveLua string
 
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
-	acquireScript = redis.NewScript(valueLua + "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n" + acquireLua)
+	acquireScript = redis.NewScript(valueLua + fenceLua + "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n" + acquireLua)
 	refreshScript = redis.NewScript(refreshLua)
 	releaseScript = redis.NewScript(valueLua + "local function next_waiter() return '' end\n" + releaseLua)
 	raiseScript   = redis.NewScript(valueLua + raiseLua)
@@ -51,10 +61,18 @@ var (
 
 	// Fair mode's scripts share queue.lua; fair acquire runs the plain
 	// acquire script as a function, for the head of the queue only.
-	fairAcquireScript = redis.NewScript(valueLua + queueLua + "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
+	fairAcquireScript = redis.NewScript(valueLua + fenceLua + queueLua + "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
 	fairReleaseScript = redis.NewScript(valueLua + queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
 	fairBreakScript   = redis.NewScript(valueLua + queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + breakLua)
 	leaveScript       = redis.NewScript(valueLua + queueLua + leaveLua)
+
+	// The default mode's: a contended lock is handed from its holder to
+	// the first live waiter (see handoff.lua); the waiter's try runs the
+	// plain acquire script as a function.
+	handoffPrefix        = valueLua + fenceLua + queueLua + handoffLua
+	handoffAcquireScript = redis.NewScript(handoffPrefix + "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n" + acquireLua + "\nend\n" + handoffAcquireLua)
+	handoffReleaseScript = redis.NewScript(handoffPrefix + handoffReleaseLua)
+	handoffLeaveScript   = redis.NewScript(handoffPrefix + handoffLeaveLua)
 )
 
 // ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.

@@ -99,8 +99,8 @@ func checkShared(c backend.Claim) error {
 	return nil
 }
 
-// tryShared is TryAcquire for a permit, a read or a write: in fair mode,
-// granted only as if it had joined the end of the queue.
+// tryShared is TryAcquire for a permit, a read or a write: granted only
+// as if it had joined the end of the queue.
 func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if err := checkShared(c); err != nil {
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
@@ -108,7 +108,8 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 	px := ttlMillis(c.TTL)
 	n := attempts.Add(1)
 	dep := d.dep
-	r, err := dep.acquireShared(ctx, c, n, px, "", false, d.fair)
+	// Both modes queue shared waiters (see Driver.Acquire).
+	r, err := dep.acquireShared(ctx, c, n, px, "", false, true)
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })

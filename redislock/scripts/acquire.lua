@@ -23,10 +23,11 @@
 -- counter for (Redlock's "delayed restart", kept by the server itself).
 -- The counter is missing on a name's first use too, so a new server grants
 -- a name after a TTL; once a name has its counter the check costs one
--- EXISTS. This assumes a name is locked with one TTL, or a shorter one
--- after a longer. restart_delay is that TTL, or less if the user said so
+-- GET, which the fence needs anyway. This assumes a name is locked with
+-- one TTL, or a shorter one after a longer. restart_delay is that TTL, or less if the user said so
 -- (a server that persists every write needs none: 0).
-if restart_delay > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+local counter = redis.call('GET', KEYS[2]) -- for the fence too
+if restart_delay > 0 and not counter then
   local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
   -- uptime_in_seconds is the difference of two clock readings in whole
   -- seconds: the server has run for more than up - 1 seconds.
@@ -57,26 +58,7 @@ if cur then
     return 0
   end
 end
--- The fence is max(counter + 1, server clock in microseconds): a clock
--- floor. The counter expires `retention` after the name's last grant, so
--- a released name leaves nothing behind for long; when it is gone (or the
--- server lost it: a restart without persistence, a failover to a replica
--- that missed the last writes) it starts again at the clock, which is above
--- every fence it gave as long as the clock did not step back by more than
--- that: every fence was at most the clock of its grant, since no name is
--- granted a million times a second. On a busy name the floor wins on most
--- grants (SET); the counter (INCR) when two grants share a microsecond.
--- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
--- numbers are exact.
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
-local fence = now
-local f = redis.call('INCR', KEYS[2])
-if f < tonumber(now) then
-  redis.call('SET', KEYS[2], now, 'PX', retention)
-else
-  redis.call('PEXPIRE', KEYS[2], retention)
-  fence = string.format('%d', f)
-end
+-- The fence: see fence.lua.
+local fence = next_fence(KEYS[2], retention, counter)
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. ':' .. owner, 'PX', ARGV[2])
 return tonumber(fence)

@@ -12,8 +12,9 @@ leave_queue(KEYS[2], KEYS[3], ARGV[3])
 local cur = redis.call('GET', KEYS[1])
 if cur and attempt_of(cur) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  cur = false
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if not cur then
   local h = live_head(KEYS[2], KEYS[3], '')
   if h ~= '' then
     -- pcall: an ACL without the channel must not fail the leave (see

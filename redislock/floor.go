@@ -1,0 +1,39 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/internal/bench"
+)
+
+var _ bench.Floorer = (*Driver)(nil)
+
+// rawRelease is the floor's compare-and-delete.
+var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// RawFloor implements bench.Floorer: a bare SET key NX PX and a
+// compare-and-delete script (EVALSHA) on the Driver's client, what any
+// Redis lock's acquire and release cost at least.
+func (d *Driver) RawFloor(ctx context.Context, key string) error {
+	const token = "raw-floor"
+	ok, err := d.dep.rdb.SetNX(ctx, key, token, 30*time.Second).Result()
+	if err != nil {
+		return fmt.Errorf("redislock: raw floor: %w", err)
+	}
+	if !ok {
+		return errors.New("redislock: raw floor: the key is taken")
+	}
+	n, err := rawRelease.Run(ctx, d.dep.rdb, []string{key}, token).Int64()
+	if err != nil {
+		return fmt.Errorf("redislock: raw floor: %w", err)
+	}
+	if n != 1 {
+		return errors.New("redislock: raw floor: the key was gone before its delete")
+	}
+	return nil
+}

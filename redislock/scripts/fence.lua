@@ -1,0 +1,29 @@
+-- fence: the next fence of a name, shared by the scripts that grant a lock
+-- (acquire, and the default mode's hand-off).
+--
+-- The fence is max(counter + 1, server clock in microseconds): a clock
+-- floor. The counter expires `retention` after the name's last grant, so
+-- a released name leaves nothing behind for long; when it is gone (or the
+-- server lost it: a restart without persistence, a failover to a replica
+-- that missed the last writes) it starts again at the clock, which is above
+-- every fence it gave as long as the clock did not step back by more than
+-- that: every fence was at most the clock of its grant, since no name is
+-- granted a million times a second. On a busy name the floor wins on most
+-- grants; the counter when two grants share a microsecond. One read and
+-- one write: counter is the counter's value if the caller read it (false
+-- when missing), nil to read it here.
+-- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
+-- numbers are exact. Returns the fence as a decimal string.
+local function next_fence(key, retention, counter)
+  if counter == nil then
+    counter = redis.call('GET', key)
+  end
+  local t = redis.call('TIME')
+  local fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  local c = tonumber(counter or '')
+  if c and c + 1 > tonumber(fence) then
+    fence = string.format('%d', c + 1)
+  end
+  redis.call('SET', key, fence, 'PX', retention)
+  return fence
+end

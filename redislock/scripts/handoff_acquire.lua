@@ -1,0 +1,36 @@
+-- handoff_acquire (default mode): a waiter's try. acquire (the plain
+-- script, wrapped as the function acquire()) takes a free lock, or one
+-- handed to an earlier attempt of the same token (with a new fence); when
+-- another token holds it, the waiter joins the queue (or renews its entry)
+-- with this try's attempt, which a release hands the lock to.
+--
+-- KEYS[1..5]  see handoff.lua
+-- ARGV[1..3]  as for acquire
+-- ARGV[4]     the waiter
+-- ARGV[5]     liveness in milliseconds
+-- ARGV[6]     '1' when the waiter may be queued (a try after the first)
+--
+-- Returns the fence (> 0) when granted; 0 when queued; -n when a restarted
+-- server refuses the name for n more milliseconds (not queued). A waiter
+-- renews at least every TTL/4, so that a holder's TTL running out costs
+-- the waiters little without a look at the holder's PTTL here.
+local f = acquire()
+if f ~= 0 then
+  if f > 0 and ARGV[6] == '1' then
+    leave_queue(KEYS[3], KEYS[4], ARGV[4])
+    redis.call('HDEL', KEYS[5], ARGV[4])
+  end
+  return f
+end
+local me, ttl = ARGV[4], tonumber(ARGV[5])
+local t = redis.call('TIME')
+if not redis.call('ZSCORE', KEYS[3], me) then
+  redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
+end
+redis.call('HSET', KEYS[4], me, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)
+redis.call('HSET', KEYS[5], me, ARGV[1] .. '|' .. ARGV[2])
+-- The queue outlives its last live waiter by a little, not forever.
+for i = 3, 5 do
+  redis.call('PEXPIRE', KEYS[i], 2 * ttl)
+end
+return 0
