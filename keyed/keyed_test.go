@@ -462,7 +462,9 @@ func TestInputErrors(t *testing.T) {
 // C's task runs.
 func TestFIFOAcrossProcesses(t *testing.T) {
 	for _, tg := range targets() {
-		if tg.name != "redis-fair" && tg.name != "etcd" && tg.name != "zk" {
+		switch tg.name {
+		case "redis", "redis-fair", "etcd", "zk": // file queues too, but reports no waiters
+		default:
 			continue
 		}
 		t.Run(tg.name, func(t *testing.T) {
@@ -512,6 +514,9 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 				t.Fatalf("%d waiters did not queue within 5 s", n)
 			}
 			gate, started := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			letGo := func() { once.Do(func() { close(gate) }) }
+			defer letGo() // before the executors' Close, which waits for a1
 			a1 := exs[0].Go(ctx, "k", task("a1", gate, started))
 			select {
 			case <-started:
@@ -523,7 +528,7 @@ func TestFIFOAcrossProcesses(t *testing.T) {
 			c1 := exs[2].Go(ctx, "k", task("c1", nil, nil))
 			waiters(2)
 			a2 := exs[0].Go(ctx, "k", task("a2", nil, nil))
-			close(gate)
+			letGo()
 			for _, r := range []<-chan error{a1, a2, b1, c1} {
 				if err := <-r; err != nil {
 					t.Fatal(err)
