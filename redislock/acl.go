@@ -23,7 +23,7 @@ func ACL(namespace string, fair bool) string {
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
 		// Called by the scripts.
 		"+get", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
-		// A quorum's acquire script (and the shared scripts).
+		// The semaphores' and read-write locks' acquire script.
 		"+incr", "+exists",
 		// The waiters' queue, in both modes.
 		"~" + p + "*}:queue", "~" + p + "*}:live",

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"regexp"
 	"strconv"
 	"strings"
@@ -53,20 +52,18 @@ type uptime struct {
 // probeEvery paces the probes of a server whose variant is missing.
 const probeEvery = time.Second
 
-//go:embed scripts/quorum_acquire.lua
-var quorumAcquireLua string
-
-// quorumPrefix declares the acquire script's settings, from ARGV[4..7].
-const quorumPrefix = "local restart_delay, retention, owner, grain = tonumber(ARGV[4]), ARGV[5], ARGV[6], tonumber(ARGV[7])\n"
+// quorumPrefix declares the acquire script's settings, from ARGV[4..7]:
+// acquire.lua's, and the clock floor's grain (see fence.lua).
+const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\nfence_grain = tonumber(ARGV[7])\n"
 
 // quorumAcquireScript is the plain quorum acquire script (with the restart
 // check); Run falls back to EVAL.
-var quorumAcquireScript = redis.NewScript(valueLua + quorumPrefix + quorumAcquireLua)
+var quorumAcquireScript = redis.NewScript(valueLua + fenceLua + quorumPrefix + acquireLua)
 
 // upVariant is the acquire script that skips the restart check for delays
 // of at most upMs milliseconds.
 func upVariant(upMs int64) string {
-	return valueLua + quorumPrefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + quorumAcquireLua
+	return valueLua + fenceLua + quorumPrefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + acquireLua
 }
 
 // grain is the rounding of the quorum acquire script's clock floor, in

@@ -33,8 +33,8 @@ var (
 	//go:embed scripts/shared_leave.lua
 	sharedLeaveLua string
 
-	sharedAcquireScript     = redis.NewScript(sharedLua + sharedPlainLua + sharedAcquireLua)
-	fairSharedAcquireScript = redis.NewScript(sharedLua + sharedQueueLua + sharedAcquireLua)
+	sharedAcquireScript     = redis.NewScript(fenceLua + sharedLua + sharedPlainLua + sharedAcquireLua)
+	fairSharedAcquireScript = redis.NewScript(fenceLua + sharedLua + sharedQueueLua + sharedAcquireLua)
 	sharedRefreshScript     = redis.NewScript(sharedLua + sharedRefreshLua)
 	sharedReleaseScript     = redis.NewScript(sharedLua + sharedReleaseLua)
 	sharedLeaveScript       = redis.NewScript(sharedLua + sharedLeaveLua)

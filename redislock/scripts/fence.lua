@@ -14,12 +14,20 @@
 -- when missing), nil to read it here.
 -- Microseconds since 1970 stay below 2^53 until the year 2255, so Lua's
 -- numbers are exact. Returns the fence as a decimal string.
+--
+-- A Quorum's servers round the floor down to a multiple of fence_grain
+-- microseconds (its script sets it; at most half the retention, so the
+-- argument above holds with the allowance reduced by one grain): servers
+-- whose clocks agree within the grain give a new name the same fence, and
+-- the acquisition needs no second round trip to raise the others to it.
+local fence_grain = 1
 local function next_fence(key, retention, counter)
   if counter == nil then
     counter = redis.call('GET', key)
   end
   local t = redis.call('TIME')
-  local fence = t[1] .. string.format('%06d', tonumber(t[2]))
+  local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = string.format('%d', us - us % fence_grain)
   local c = tonumber(counter or '')
   if c and c + 1 > tonumber(fence) then
     fence = string.format('%d', c + 1)

@@ -82,16 +82,8 @@ else
   end
 end
 granted()
--- The fence as the lock's (see acquire.lua): max(counter + 1, server
--- clock in microseconds), the counter kept for `retention`.
-local fence = us
-local f = redis.call('INCR', fk)
-if f < tonumber(us) then
-  redis.call('SET', fk, us, 'PX', ARGV[7])
-else
-  redis.call('PEXPIRE', fk, ARGV[7])
-  fence = string.format('%d', f)
-end
+-- The fence as the lock's (see fence.lua).
+local fence = next_fence(fk, ARGV[7], nil)
 redis.call('HSET', h, tok, att .. ':' .. fence)
 redis.call('ZADD', z, string.format('%d', now + px), tok)
 settle(z, h, now)
