@@ -14,6 +14,11 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
+var (
+	_ bench.Floorer = (*Driver)(nil)
+	_ bench.Floorer = (*Quorum)(nil)
+)
+
 // BenchmarkUncontended measures one acquire+release of a free lock, four
 // ways, interleaved in one run on one go-redis client, and reports each
 // against the raw floor:

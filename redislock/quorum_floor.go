@@ -10,15 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/bench"
 )
-
-var _ bench.Floorer = (*Quorum)(nil)
 
 // floorRelease is the bare compare-and-delete of a raw Redlock.
 var floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
-// RawFloor implements bench.Floorer: the bare Redlock cycle on the
+// RawFloor implements internal/bench.Floorer (checked in bench_test.go: the package may not import it, whose tests import this one): the bare Redlock cycle on the
 // Quorum's own clients, with no fence and no script on the way in. Every
 // server gets SET key NX PX in parallel; once a majority granted, every
 // server that granted gets the compare-and-delete script, after its own
