@@ -19,7 +19,7 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 		// Called directly: an uncontended Acquire ends here, and a native
 		// queue honours ctx itself (see backend.Waiter).
 		g, err := c.waiter.Acquire(ctx, req)
-		st.attempts, st.woken = 1, WakeQueue
+		st.attempts, st.woken, st.contended = 1, WakeQueue, g.Waited
 		if err != nil && ctx.Err() != nil {
 			err = c.waitEnded(ctx)
 		}

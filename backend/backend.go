@@ -71,6 +71,9 @@ type Grant struct {
 	// may wait far longer than the TTL first; zero means when the call
 	// began, which is right for TryAcquire.
 	Sent time.Time
+	// Waited is set by a Waiter whose Acquire found the lock held and
+	// waited for it (the Client reports the acquisition as contended).
+	Waited bool
 	// Contact is set by drivers whose lock lives in a server-side session
 	// (see [Session]); nil for locks that live for TTL from each refresh.
 	// It returns when the driver sent the latest request on this lock's

@@ -137,7 +137,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 		g, until, err := d.turn(ctx, c, &w)
 		switch {
 		case err == nil:
-			g.Sent = sent
+			g.Sent, g.Waited = sent, w != nil // queued before it got its turn
 			return g, nil
 		case errors.Is(err, errWait):
 			failing.Ok()

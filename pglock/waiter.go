@@ -101,7 +101,9 @@ func (d *Driver) tryLoop(ctx context.Context, notified <-chan struct{}, skip boo
 			g, err := try()
 			switch {
 			case err == nil:
-				g.Sent = sent
+				// tryLoop runs after a refused try or a turn in the
+				// local queue: the lock was waited for.
+				g.Sent, g.Waited = sent, true
 				return g, nil
 			case errors.Is(err, backend.ErrNotAcquired):
 				failing.Ok()

@@ -78,15 +78,17 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 		d.dep.undo(ctx, func(ctx context.Context) { d.dep.leave(ctx, l, value, w) })
 		return backend.Grant{}, err
 	}
+	waited := false // a try answered that it queued
 	for {
 		sent := time.Now()
 		r, err := d.dep.fairAcquire(ctx, l, value, px, w, true)
 		switch {
 		case err == nil && r > 0:
-			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent, Waited: waited}, nil
 		case ctx.Err() != nil:
 			return quit(d.ended(ctx))
 		case err == nil:
+			waited = true
 			failing.Ok()
 			backoff.Reset()
 		case backend.Permanent(err) || failing.Fail(sent, retry.Budget):

@@ -53,6 +53,7 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, e
 // wait is Acquire after its plain try, if it made one (sent, with its
 // error; zero when it did not): it queues and waits.
 func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint64, sent time.Time, err error) (backend.Grant, error) {
+	refused := !sent.IsZero() // the plain try found it held
 	dep := d.dep
 	// The waiter's name in the queue and in hand-offs, unique among the
 	// lock's waiters; its owner follows, for Inspect and the lock's value.
@@ -108,7 +109,7 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 		r, err := dep.handoffAcquire(ctx, l, l.Token+"."+strconv.FormatUint(n, 10), px, w, queuedAt != 0 || n != first)
 		switch {
 		case err == nil && r > 0:
-			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent, Waited: refused || queuedAt != 0}, nil
 		case ctx.Err() != nil:
 			return quit(d.ended(ctx))
 		case err == nil:
@@ -154,7 +155,7 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 			timer.Stop()
 			if f, ok := dep.handedTo(sub, queuedAt); ok {
 				// The lock's TTL runs from the release, after queuedSent.
-				return backend.Grant{Fence: f, TTL: time.Duration(px) * time.Millisecond, Sent: queuedSent}, nil
+				return backend.Grant{Fence: f, TTL: time.Duration(px) * time.Millisecond, Sent: queuedSent, Waited: true}, nil
 			}
 		case <-timer.C:
 		}
