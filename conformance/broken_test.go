@@ -181,6 +181,7 @@ type brokenHarness struct {
 	seen    map[string]backend.State // inspect-stale: the first state read
 	granted map[string][]string      // tokens holding each semaphore or read-write lock
 	kept    map[string]bool          // release-keeps-lock: tokens whose release kept the lock
+	keepMu  sync.Mutex               // release-keeps-lock: orders refreshes with the release's
 }
 
 func newBrokenHarness(variant string) Harness {
@@ -352,7 +353,10 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 		return nil
 	case "release-keeps-lock":
 		// A watchdog refresh still in flight at the release must not
-		// shorten the kept lock again.
+		// shorten the kept lock again: it runs wholly before the
+		// release's refresh or after it (keepMu), and then sees kept.
+		d.h.keepMu.Lock()
+		defer d.h.keepMu.Unlock()
 		d.h.mu.Lock()
 		if d.h.kept[l.Token] {
 			l.TTL = time.Hour
@@ -443,6 +447,8 @@ func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
 		}
 		return nil
 	case "release-keeps-lock":
+		d.h.keepMu.Lock()
+		defer d.h.keepMu.Unlock()
 		d.h.mu.Lock()
 		d.h.kept[l.Token] = true
 		d.h.mu.Unlock()
