@@ -18,7 +18,7 @@ import (
 // Values arrive until stop is called, ctx ends, or the Client closes; the
 // channel is never closed. Watch returns an error wrapping ErrUnsupported
 // when the backend has no notifications (memcached, file; poll Inspect
-// there) and for a bad name before any call.
+// there), and ErrInvalidName for a bad name, before any call.
 func (c *Client) Watch(ctx context.Context, name string) (_ <-chan struct{}, stop func(), _ error) {
 	const op = "watch"
 	if err := CheckName(name); err != nil {
