@@ -13,3 +13,15 @@ import "context"
 type Floorer interface {
 	RawFloor(ctx context.Context, key string) error
 }
+
+// StoreTrier is implemented by drivers that wait in their own queue
+// (backend.Waiter): StoreTries counts, since the driver opened, the
+// attempts to take a lock that its waiting sent to the store (every
+// request that could grant a waiting acquisition, first tries included),
+// so that the scale workload can show whether a release wakes O(1)
+// waiters or all of them (a herd) as the waiters grow. A driver whose
+// waiters are woken one by one by the store (a watch on the predecessor)
+// counts the requests those wake-ups make.
+type StoreTrier interface {
+	StoreTries() uint64
+}
