@@ -82,7 +82,7 @@ var (
 // second) or when one of its requests finds a new session.
 func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("zklock: New: nil *zk.Conn: %w", backend.ErrUnsupported)
+		return nil, fmt.Errorf("zklock: New: %w: nil *zk.Conn", backend.ErrInvalidOption)
 	}
 	cfg := defaults()
 	cfg.sessionTimeout = 0

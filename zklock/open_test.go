@@ -328,3 +328,10 @@ func TestOpenOptionOverridesDefaultTTL(t *testing.T) {
 		t.Errorf("SessionTTL %v, want WithSessionTimeout's 1.5s", d2.SessionTTL())
 	}
 }
+
+// A nil connection is refused before anything else, with ErrInvalidOption.
+func TestNewNilConn(t *testing.T) {
+	if d, err := New(nil); !errors.Is(err, backend.ErrInvalidOption) || d != nil {
+		t.Errorf("New(nil) = %v, %v; want ErrInvalidOption", d, err)
+	}
+}
