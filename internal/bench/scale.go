@@ -160,27 +160,27 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	// same window; the store tries (cumulative counters) between the last
 	// acquisition that returned before the window and the last in it (see
 	// storeMarks: timers fire late on a busy machine); the CPU time
-	// between two readings at the window's ends, as near as timers fire.
+	// between two readings at the window's ends, as near as timers fire,
+	// one after the other (two timers' callbacks may run in either order).
 	counter.window(marks.from, marks.to)
-	var (
-		mu     sync.Mutex
-		c0, c1 = cpuTime(), time.Duration(0)
-		ended  bool
-		warm   = time.AfterFunc(warmup, func() { mu.Lock(); c0 = cpuTime(); mu.Unlock() })
-		end    = time.AfterFunc(warmup+cfg.Duration, func() { mu.Lock(); c1 = cpuTime(); ended = true; mu.Unlock() })
-	)
+	var c0, c1 time.Duration
+	cpuCtx, stopCPU := context.WithCancel(ctx)
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		sleepUntil(cpuCtx, marks.from)
+		c0 = cpuTime()
+		sleepUntil(cpuCtx, marks.to)
+		c1 = cpuTime()
+	}()
 	for i := range runs {
 		runs[i].Duration, runs[i].Warmup, runs[i].Start = cfg.Duration, warmup, start
 		wg.Go(func() { samples[i], errs[i] = runs[i].Run(ctx) })
 	}
 	wg.Wait()
 	elapsed := min(time.Since(start)-warmup, cfg.Duration)
-	warm.Stop()
-	end.Stop()
-	mu.Lock()
-	if !ended { // ctx ended the run early
-		c1 = cpuTime()
-	}
+	stopCPU() // read now if ctx ended the run early
+	<-cpuDone
 	cpu, calls := c1-c0, counter.n.Load()
 	switch {
 	case triers != nil:
@@ -190,7 +190,6 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	default:
 		calls = 0
 	}
-	mu.Unlock()
 
 	var all Samples
 	fair := 0.0
@@ -228,6 +227,16 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		}
 	}
 	return r, nil
+}
+
+// sleepUntil sleeps until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
 }
 
 // storeMarks reads the drivers' store tries (cumulative) as each
