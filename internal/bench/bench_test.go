@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -319,4 +321,44 @@ func TestContendWarmup(t *testing.T) {
 	if _, err := (Contend{Workers: run.Workers, Acquisitions: 5, Warmup: time.Second}).Run(context.Background()); err == nil {
 		t.Error("a warm-up without a duration ran")
 	}
+}
+
+// settle waits for goroutines that are ending, and no longer than its
+// limit when they keep ending.
+func TestSettle(t *testing.T) {
+	ctx := context.Background()
+	base := runtime.NumGoroutine()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			select { // ending over 200ms, a few at a time
+			case <-time.After(time.Duration(i) * time.Millisecond):
+			case <-stop:
+			}
+		})
+	}
+	if n := settle(ctx, 100*time.Millisecond, 5*time.Second); n > base+5 {
+		t.Errorf("settled at %d goroutines, %d before", n, base)
+	}
+	close(stop)
+	wg.Wait()
+
+	// One ending every 10ms for 2s: never quiet for 100ms.
+	stop = make(chan struct{})
+	for i := range 200 {
+		wg.Go(func() {
+			select {
+			case <-time.After(time.Duration(i) * 10 * time.Millisecond):
+			case <-stop:
+			}
+		})
+	}
+	start := time.Now()
+	settle(ctx, 100*time.Millisecond, 300*time.Millisecond)
+	if took := time.Since(start); took < 300*time.Millisecond || took > 1500*time.Millisecond {
+		t.Errorf("settle took %v, limit 300ms", took)
+	}
+	close(stop)
+	wg.Wait()
 }
