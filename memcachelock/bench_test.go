@@ -3,6 +3,7 @@ package memcachelock
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,28 +15,37 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
 
 // BenchmarkUncontended measures an uncontended acquire+release against the
-// raw floor (RawFloor: add plus delete) on the same client, in alternating
-// blocks of 50 of each, so that both see the same machine (its loopback
-// round trips switch between a fast and a slow mode). Metrics: x-floor is
-// the median over blocks of the ratio, x-floor-min and x-floor-max its
-// range; floor-ns and lock-ns the median time of one pair; rt-ns one
-// round trip (a gets).
+// raw floor (RawFloor: add plus delete) on the same driver (made by Open,
+// so that the restart check runs), in alternating blocks of 50 of each,
+// so that both see the same machine (its loopback round trips switch
+// between a fast and a slow mode). "reused" takes one name again and again
+// (its fence counter exists); "new" a new name per acquisition (no
+// counter yet: the seeding path). Metrics: x-floor is the median over
+// blocks of the ratio, x-floor-min and x-floor-max its range; floor-ns and
+// lock-ns the median time of one pair; rt-ns one round trip (a gets).
 //
 // A correct lock cannot reach the floor's two round trips: the acquisition
 // is add, incr (the fence), gets and cas (the confirmation that the fence
 // was drawn while holding, which records it in the item), and the release
 // gets and cas, since memcached has no compare-and-delete and a bare delete
 // can free the next holder's lock. That is six round trips, so the ratio is
-// about 3.
+// about 3; a new name adds the failed incr and the seed's add (see
+// TestRoundTrips).
 func BenchmarkUncontended(b *testing.B) {
+	for _, name := range []string{"reused", "new"} {
+		b.Run(name, func(b *testing.B) { benchUncontended(b, name == "new") })
+	}
+}
+
+func benchUncontended(b *testing.B, fresh bool) {
 	testenv.Require(b, testenv.MemcacheAddr())
-	mc := memcache.New(testenv.MemcacheAddr())
-	defer mc.Close()
-	d := mustNew(b, mc)
-	defer d.Close()
+	d := openDriver(b, testenv.MemcacheAddr())
 	ctx := context.Background()
 	key := uniqueKey(b, "x")
 	const block = 50
@@ -46,8 +56,9 @@ func BenchmarkUncontended(b *testing.B) {
 	if err := d.RawFloor(ctx, key); err != nil {
 		b.Fatal(err)
 	}
+	n := 0
 	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
+	for b.Loop() {
 		t0 := time.Now()
 		for range block {
 			if err := d.RawFloor(ctx, key); err != nil {
@@ -56,7 +67,12 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		t1 := time.Now()
 		for range block {
-			l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+			k := key
+			if fresh {
+				n++
+				k = key + "-" + strconv.Itoa(n)
+			}
+			l := backend.Claim{Key: k, Token: token(), TTL: time.Second}
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				b.Fatal(err)
 			}
@@ -65,7 +81,7 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 		t2 := time.Now()
-		mc.Get(key + "-rtt")
+		d.mc.Get(key + "-rtt")
 		rt += time.Since(t2)
 		rts++
 		floor, ours := t1.Sub(t0), t2.Sub(t1)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,10 +21,10 @@ import (
 type Driver struct {
 	mc  *memcache.Client
 	own bool // we made mc, so Close closes it
-	// servers is mc's server list when Open made it (see young); nil
+	// servers is mc's server list when Open made it (see seed); nil
 	// for New.
 	servers memcache.ServerSelector
-	// restartMax caps how long a young server refuses (see young);
+	// restartMax caps how long a young server refuses (see seed);
 	// < 0: no cap, the lock's TTL.
 	restartMax time.Duration
 	// fenceExp is the fence counters' expiration in seconds (WithRetention).
@@ -33,7 +34,11 @@ type Driver struct {
 
 	batch batchPool // RefreshMany's connections (batch.go)
 
+	probes probes // the restart check's connections (restart.go)
+
 	waits waits // waiters, holders and the poller (waiting.go)
+
+	tries atomic.Uint64 // acquisitions' tries sent to the store (StoreTries)
 }
 
 var (
@@ -74,6 +79,7 @@ func (d *Driver) Close() error {
 		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
 	}
 	d.batch.close()
+	d.probes.close()
 	if d.own {
 		return d.mc.Close()
 	}
@@ -170,7 +176,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	lk := lockKey(l.Key)
 	now := time.Now()
-	switch d.admit(l.Key, l.Token, now) {
+	adm := d.admit(l.Key, l.Token, now)
+	if adm != admitRefuse {
+		d.tries.Add(1)
+	}
+	switch adm {
 	case admitRefuse:
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	case admitCareful:
@@ -375,9 +385,13 @@ func (d *Driver) dropLater(key, token, what string) {
 // the state of names nobody locks any more: a released name's item goes at
 // once (see Release), its counter within the retention. A missing counter is seeded with the
 // current Unix time in microseconds from the client's clock (add, so that
-// concurrent seeders agree on one seed; then incr). Exactly what that
+// concurrent seeders agree on one seed). The seeder whose add created the
+// counter takes the seed as its fence, the counter's first value; a seeder
+// whose add found one incrs it, like every later acquisition, so each
+// returns a value above every earlier one of the counter, and the argument
+// above holds unchanged (the add is the draw). Exactly what the seed
 // guarantees: say the lost counter was seeded with S, client C0's clock at
-// real time t0, and handed out S+1 .. S+k. A client C1 that seeds it again
+// real time t0, and handed out S .. S+k. A client C1 that seeds it again
 // at t1 writes its own clock at t1, and every later fence exceeds S+k if and
 // only if that clock reading exceeds S+k, that is, if
 //
@@ -397,12 +411,13 @@ func (d *Driver) dropLater(key, token, what string) {
 // the order of the operations, which one client issues one after another.
 //
 // A missing counter may mean that the server restarted: it is seeded only
-// if the server has run for the TTL (see young).
+// if the server has run for the TTL (see seed, restart.go).
 //
 // Cost: incr comes first and add only when it finds no counter, so a name
-// whose counter exists pays one round trip for its fence, as before; a
-// name seen for the first time, or again after a retention, pays the
-// failed incr, the uptime check, the add and the incr once.
+// whose counter exists pays one round trip for its fence; a name seen for
+// the first time, or again after a retention, pays the failed incr and the
+// add (on a connection that knows the server's start; a new such
+// connection costs a dial and a stats once).
 func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 	return d.nextFenceAt(fenceKey(key), ttl)
 }
@@ -417,15 +432,17 @@ func (d *Driver) nextFenceAt(fk string, ttl time.Duration) (uint64, error) {
 		case !errors.Is(err, memcache.ErrCacheMiss):
 			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
-		if err := d.young(fk, ttl); err != nil {
+		now := uint64(time.Now().UnixMicro())
+		stored, err := d.seed(fk, strconv.FormatUint(now, 10), d.fenceExp, ttl)
+		if err != nil {
 			return 0, err
 		}
-		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
-		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: d.fenceExp})
-		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
-			return 0, fmt.Errorf("memcachelock: fence: seed: %w", err)
+		if stored {
+			// Our add created the counter: the seed is our fence, the
+			// counter's first value (every later incr returns more).
+			return now, nil
 		}
-		// Seeded, by us or by a concurrent seeder: incr again.
+		// A concurrent seeder's add won: incr again.
 	}
 	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
 }

@@ -453,7 +453,7 @@ func TestFenceSeededFromClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Fence <= before || g.Fence > uint64(time.Now().UnixMicro())+1 {
+	if g.Fence < before || g.Fence > uint64(time.Now().UnixMicro()) {
 		t.Fatalf("first fence %d, want the time in microseconds (between %d and now)", g.Fence, before)
 	}
 	if err := d.Release(ctx, l); err != nil {

@@ -1,0 +1,165 @@
+package memcachelock
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// countConn counts the requests written on a connection (gomemcache and
+// the probes write each request at once, in one write).
+type countConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// countedDriver is a driver with a server list, as Open makes one (so that
+// the restart check runs), whose connections count their requests and
+// dials.
+func countedDriver(t *testing.T) (d *Driver, writes, dials *atomic.Int64) {
+	writes, dials = new(atomic.Int64), new(atomic.Int64)
+	var sl memcache.ServerList
+	if err := sl.SetServers(testenv.MemcacheAddr()); err != nil {
+		t.Fatal(err)
+	}
+	mc := memcache.NewFromSelector(&sl)
+	mc.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var nd net.Dialer
+		c, err := nd.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		dials.Add(1)
+		return countConn{Conn: c, writes: writes}, nil
+	}
+	t.Cleanup(func() { mc.Close() })
+	d = mustNew(t, mc)
+	d.servers = &sl
+	t.Cleanup(func() { d.Close() })
+	return d, writes, dials
+}
+
+// The round trips of an uncontended acquire+release: a reused name costs
+// add, incr, gets, cas, then gets, cas; a new one (no fence counter) adds
+// the failed incr and the seed's add, on a connection that read the
+// server's uptime once (no dial, no stats per name).
+func TestRoundTrips(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d, writes, dials := countedDriver(t)
+	key := uniqueKey(t, "x")
+	cycle := func(k string) {
+		t.Helper()
+		l := backend.Claim{Key: k, Token: token(), TTL: time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle(key + "-warm") // dials the client's connection and a probe
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials for the first cycle, want 2 (the client's connection, the probe)", n)
+	}
+	for i, c := range []struct {
+		key  string
+		want int64
+	}{{key + "-new", 7}, {key + "-new", 6}, {key + "-other", 7}} {
+		w0, d0 := writes.Load(), dials.Load()
+		cycle(c.key)
+		if n := writes.Load() - w0; n != c.want {
+			t.Errorf("cycle %d: %d round trips, want %d", i, n, c.want)
+		}
+		if n := dials.Load() - d0; n != 0 {
+			t.Errorf("cycle %d: %d dials, want none", i, n)
+		}
+	}
+	if n := d.StoreTries(); n != 4 {
+		t.Errorf("StoreTries = %d after 4 uncontended acquisitions, want 4", n)
+	}
+}
+
+// A probe connection that broke while idle (as a server restart breaks
+// it: the server's end closes) is replaced by a new one, which reads the
+// uptime again. The driver's connections go through a proxy that can cut
+// each one on the server's side.
+func TestProbeReplaced(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var sides []net.Conn // the proxy's end of each connection, in dial order
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", testenv.MemcacheAddr())
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			sides = append(sides, c)
+			mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+	var sl memcache.ServerList
+	if err := sl.SetServers(ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	mc := memcache.NewFromSelector(&sl)
+	t.Cleanup(func() { mc.Close() })
+	d := mustNew(t, mc)
+	d.servers = &sl
+	t.Cleanup(func() { d.Close() })
+	conns := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(sides)
+	}
+	key := uniqueKey(t, "x")
+	for i := range 2 {
+		l := backend.Claim{Key: key + string(rune('a'+i)), Token: token(), TTL: time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			break
+		}
+		if n := conns(); n != 2 {
+			t.Fatalf("%d connections after the first cycle, want 2 (the client's, the probe)", n)
+		}
+		mu.Lock()
+		sides[1].Close() // the probe's, dialled second
+		mu.Unlock()
+	}
+	if n := conns(); n != 3 {
+		t.Errorf("%d connections, want 3 (the client's, the probe, its replacement)", n)
+	}
+}
