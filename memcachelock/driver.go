@@ -225,14 +225,14 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFence(l.Key, eff)
+	fence, cur, read, err := d.drawFence(lk, fenceKey(l.Key), eff)
 	if err != nil {
 		return fail(err)
 	}
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	if err := d.confirm(ctx, lk, l, fence, exp); err != nil {
+	if err := d.confirm(ctx, lk, l, fence, exp, cur, read); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
@@ -245,13 +245,20 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // confirm checks that the item we created is still there, so that the
 // fence was drawn while we held the lock, and records the fence in it
 // (gets, then cas: the cas fails if the item changed since), for Inspect
-// and Break.
-func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32) error {
-	for range maxAttempts {
+// and Break. If read, cur is the item as read after the fence was drawn
+// (nil: gone), and confirm's first gets is saved.
+func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32, cur *memcache.Item, read bool) error {
+	for i := range maxAttempts {
 		if err := live(ctx, "acquire"); err != nil {
 			return err
 		}
-		cur, err := d.get(lk)
+		var err error
+		switch {
+		case i > 0 || !read:
+			cur, err = d.get(lk)
+		case cur == nil:
+			err = memcache.ErrCacheMiss
+		}
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)

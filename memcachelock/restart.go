@@ -2,6 +2,7 @@ package memcachelock
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,11 +39,12 @@ import (
 // current_time - ITEM_UPDATE_INTERVAL).
 const uptimeSkew = 2 * time.Second
 
-// probes are the driver's own connections to each server, for the
-// restart check. A connection reads the server's uptime once, when it is
-// made (stats), and keeps the latest time the server can have started.
-// Later checks on it cost no stats: the seed's add itself is sent on it,
-// and its reply proves that the process which stored the seed is the one
+// probes are the driver's own connections to each server: for the
+// restart check, and for the fence's pipelined requests (fence.go). A
+// connection reads the server's uptime the first time a check needs it
+// (stats), and keeps the latest time the server can have started. Later
+// checks on it cost no stats: the seed's add itself is sent on it, and
+// its reply proves that the process which stored the seed is the one
 // whose start was read. A TCP connection does not outlive the process at
 // its other end: after a restart, a request on it fails (a reset or end
 // of file, never a reply), and the driver retries on a new connection,
@@ -57,7 +59,19 @@ type probes struct {
 type probe struct {
 	c       net.Conn
 	r       *bufio.Reader
-	started time.Time // the server started at this time or before
+	started time.Time // the server started at this time or before; zero: not read yet
+}
+
+// checkTTL is how long a server must have run before it seeds a counter
+// (see seed), 0 if the driver does not check.
+func (d *Driver) checkTTL(ttl time.Duration) time.Duration {
+	if d.restartMax >= 0 {
+		ttl = min(ttl, d.restartMax)
+	}
+	if d.servers == nil || ttl <= 0 {
+		return 0
+	}
+	return ttl
 }
 
 // seed stores the counter fk with value seed (add, expiration exp) on the
@@ -66,10 +80,7 @@ type probe struct {
 // stored says whether our add created the counter. Without a server list
 // (New) it only adds.
 func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored bool, err error) {
-	if d.restartMax >= 0 {
-		ttl = min(ttl, d.restartMax)
-	}
-	if d.servers == nil || ttl <= 0 {
+	if d.servers == nil {
 		err := d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: exp})
 		switch {
 		case err == nil:
@@ -83,38 +94,122 @@ func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored boo
 	if err != nil {
 		return false, fmt.Errorf("memcachelock: %w", err)
 	}
-	cmd := "add " + fk + " 0 " + strconv.Itoa(int(exp)) + " " + strconv.Itoa(len(seed)) + "\r\n" + seed + "\r\n"
+	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "")
+	if err != nil {
+		return false, err
+	}
+	return seeded(line)
+}
+
+func seedCmd(fk, seed string, exp int32) string {
+	return "add " + fk + " 0 " + strconv.Itoa(int(exp)) + " " + strconv.Itoa(len(seed)) + "\r\n" + seed + "\r\n"
+}
+
+// seeded reads the seed's reply.
+func seeded(line string) (stored bool, err error) {
+	switch line {
+	case "STORED":
+		return true, nil
+	case "NOT_STORED":
+		return false, nil
+	}
+	return false, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+}
+
+// exchange sends cmd, then (if lk is not "") gets lk, in one write on a
+// probe connection to addr, and returns cmd's reply line and lk's item (nil
+// if missing): memcached runs a connection's requests in order, so the
+// gets reads lk after cmd took effect. With check > 0 it first makes sure,
+// on that connection, that the server has run for check (see probes): if
+// not, it sends nothing and returns an error wrapping ErrNotAcquired.
+func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
+	if lk != "" {
+		cmd += "gets " + lk + "\r\n"
+	}
 	for fresh := false; ; fresh = true {
 		p, reused, err := d.probe(addr, fresh)
 		if err != nil {
-			return false, fmt.Errorf("memcachelock: uptime: %w", err)
+			return "", nil, fmt.Errorf("memcachelock: fence: %w", err)
 		}
-		if up := time.Since(p.started); up < ttl {
+		line, it, err := p.exchange(d.timeout(), check, cmd, lk)
+		var refused *backend.NotAcquiredError
+		switch {
+		case errors.As(err, &refused):
 			d.putProbe(addr, p)
-			return false, fmt.Errorf("memcachelock: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf(
-				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (ttl - up).Round(time.Millisecond))})
-		}
-		line, err := p.call(d.timeout(), cmd)
-		if err != nil {
+			return "", nil, fmt.Errorf("memcachelock: %w", err)
+		case err != nil:
 			p.c.Close()
 			if reused && staleConn(err) {
-				continue // an idle connection the server closed (a restart): check again on a new one
+				continue // an idle connection the server closed (a restart): again on a new one
 			}
-			return false, fmt.Errorf("memcachelock: fence: seed: %w", err)
+			return "", nil, fmt.Errorf("memcachelock: fence: %w", err)
 		}
 		d.putProbe(addr, p)
-		switch line {
-		case "STORED":
-			return true, nil
-		case "NOT_STORED":
-			return false, nil
-		}
-		return false, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+		return line, it, nil
 	}
 }
 
+// exchange is Driver.exchange on p; an error other than a refusal leaves
+// p unusable.
+func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
+	if err := p.c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", nil, err
+	}
+	if check > 0 {
+		if p.started.IsZero() {
+			up, err := p.uptime()
+			if err != nil {
+				return "", nil, fmt.Errorf("uptime: %w", err)
+			}
+			p.started = time.Now().Add(-up)
+		}
+		if up := time.Since(p.started); up < check {
+			return "", nil, &backend.NotAcquiredError{Reason: fmt.Sprintf(
+				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
+		}
+	}
+	if _, err := io.WriteString(p.c, cmd); err != nil {
+		return "", nil, err
+	}
+	line, err := p.line()
+	if err != nil || lk == "" {
+		return line, nil, err
+	}
+	it, err := p.item(lk)
+	return line, it, err
+}
+
+// item reads a gets reply for lk: its item, or nil if missing.
+func (p *probe) item(lk string) (*memcache.Item, error) {
+	head, err := p.r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if string(head) == "END\r\n" {
+		return nil, nil
+	}
+	key, bi, size, err := parseValueLine(head)
+	if err != nil {
+		return nil, err
+	}
+	if key != lk {
+		return nil, fmt.Errorf("gets reply for a key not asked for: %q", key)
+	}
+	v := make([]byte, size+2)
+	if _, err := io.ReadFull(p.r, v); err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(v, []byte("\r\n")) {
+		return nil, errors.New("corrupt gets reply: a value without its CRLF")
+	}
+	if end, err := p.line(); err != nil || end != "END" {
+		return nil, fmt.Errorf("gets reply without its END: %q, %v", end, err)
+	}
+	return &memcache.Item{Key: lk, Value: v[:size], Flags: bi.flags, CasID: bi.cas}, nil
+}
+
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
-// one that has read the server's uptime.
+// one.
 func (d *Driver) probe(addr net.Addr, fresh bool) (p *probe, reused bool, err error) {
 	ps := &d.probes
 	if !fresh {
@@ -128,8 +223,7 @@ func (d *Driver) probe(addr net.Addr, fresh bool) (p *probe, reused bool, err er
 			return p, true, nil
 		}
 	}
-	timeout := d.timeout()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
 	defer cancel()
 	var c net.Conn
 	if d.mc.DialContext != nil {
@@ -141,14 +235,7 @@ func (d *Driver) probe(addr net.Addr, fresh bool) (p *probe, reused bool, err er
 	if err != nil {
 		return nil, false, err
 	}
-	p = &probe{c: c, r: bufio.NewReader(c)}
-	up, err := p.uptime(timeout)
-	if err != nil {
-		c.Close()
-		return nil, false, err
-	}
-	p.started = time.Now().Add(-up)
-	return p, false, nil
+	return &probe{c: c, r: bufio.NewReader(c)}, false, nil
 }
 
 // putProbe keeps p for the next check, up to the client's idle limit.
@@ -179,24 +266,13 @@ func (ps *probes) close() {
 	ps.idle = nil
 }
 
-// call sends cmd and reads one reply line, within timeout.
-func (p *probe) call(timeout time.Duration, cmd string) (string, error) {
-	if err := p.c.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return "", err
+// uptime asks the server for its uptime, less uptimeSkew (within the
+// deadline the caller set).
+func (p *probe) uptime() (time.Duration, error) {
+	if _, err := io.WriteString(p.c, "stats\r\n"); err != nil {
+		return 0, err
 	}
-	if _, err := io.WriteString(p.c, cmd); err != nil {
-		return "", err
-	}
-	line, err := p.r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimRight(line, "\r\n"), nil
-}
-
-// uptime asks the server for its uptime, within timeout, less uptimeSkew.
-func (p *probe) uptime(timeout time.Duration) (time.Duration, error) {
-	line, err := p.call(timeout, "stats\r\n")
+	line, err := p.line()
 	up := time.Duration(-1)
 	for ; err == nil && line != "END"; line, err = p.line() {
 		if s, ok := strings.CutPrefix(line, "STAT uptime "); ok {
@@ -216,7 +292,7 @@ func (p *probe) uptime(timeout time.Duration) (time.Duration, error) {
 	return up, nil
 }
 
-// line reads the next reply line (the deadline call set still holds).
+// line reads the next reply line.
 func (p *probe) line() (string, error) {
 	line, err := p.r.ReadString('\n')
 	return strings.TrimRight(line, "\r\n"), err
