@@ -125,22 +125,36 @@ func BenchmarkClient(b *testing.B) {
 // and Driver) take one name in turn, each holding it 1ms, through the
 // contended harness (internal/bench). memcached cannot notify: waiters are
 // woken by their driver (see the package's Waiting); the round trip is a
-// get on the first client, during the run.
+// get on the first client, during the run. "listed": drivers made by Open,
+// which know their server list (the pipelined fence and one-cas release);
+// "client": by New, from the caller's client.
 func BenchmarkContended(b *testing.B) {
+	for _, listed := range []bool{true, false} {
+		b.Run(map[bool]string{true: "listed", false: "client"}[listed], func(b *testing.B) { benchContended(b, listed) })
+	}
+}
+
+func benchContended(b *testing.B, listed bool) {
 	testenv.Require(b, testenv.MemcacheAddr())
 	ns := "mctest-" + randHex(4)
 	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "get"}
 	for i := range 2 {
-		mc := memcache.New(testenv.MemcacheAddr())
-		b.Cleanup(func() { mc.Close() })
-		c, err := locker.New(mustNew(b, mc), locker.WithNamespace(ns))
+		var d *Driver
+		if listed {
+			d = openDriver(b, testenv.MemcacheAddr())
+		} else {
+			mc := memcache.New(testenv.MemcacheAddr())
+			b.Cleanup(func() { mc.Close() })
+			d = mustNew(b, mc)
+		}
+		c, err := locker.New(d, locker.WithNamespace(ns))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { c.Close() })
 		if i == 0 {
 			run.RoundTrip = func(context.Context) error {
-				if _, err := mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
+				if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
 					return err
 				}
 				return nil

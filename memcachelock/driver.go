@@ -39,6 +39,8 @@ type Driver struct {
 	waits waits // waiters, holders and the poller (waiting.go)
 
 	tries atomic.Uint64 // acquisitions' tries sent to the store (StoreTries)
+
+	held heldItems // the items of the locks we hold, as last read (held.go)
 }
 
 var (
@@ -225,14 +227,14 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, cur, read, err := d.drawFence(lk, fenceKey(l.Key), eff)
+	fence, cur, addr, err := d.drawFence(lk, fenceKey(l.Key), eff)
 	if err != nil {
 		return fail(err)
 	}
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	if err := d.confirm(ctx, lk, l, fence, exp, cur, read); err != nil {
+	if err := d.confirm(ctx, lk, l, fence, exp, cur, addr, now.Add(eff)); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
@@ -245,16 +247,18 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // confirm checks that the item we created is still there, so that the
 // fence was drawn while we held the lock, and records the fence in it
 // (gets, then cas: the cas fails if the item changed since), for Inspect
-// and Break. If read, cur is the item as read after the fence was drawn
-// (nil: gone), and confirm's first gets is saved.
-func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32, cur *memcache.Item, read bool) error {
+// and Break. If addr is not nil, drawFence read the item after the draw
+// (cur, nil if gone), which saves confirm's first gets, and the cas goes on
+// a connection to addr followed by a gets in the same write, whose item
+// Release will use (see heldItems); until is the hold's end.
+func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
 	for i := range maxAttempts {
 		if err := live(ctx, "acquire"); err != nil {
 			return err
 		}
 		var err error
 		switch {
-		case i > 0 || !read:
+		case i > 0 || addr == nil:
 			cur, err = d.get(lk)
 		case cur == nil:
 			err = memcache.ErrCacheMiss
@@ -276,7 +280,11 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 			marked = cur.Value[len(hv):]
 		}
 		cur.Value, cur.Expiration = append(fencedValue(l.Token, fence, l.Owner), marked...), exp
-		err = d.cas(cur)
+		if addr != nil {
+			err = d.casRead(addr, cur, l, until)
+		} else {
+			err = d.cas(cur)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -471,6 +479,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
+	d.held.take(l.Key, l.Token) // the refresh changes the item's cas id
 	err = d.refresh(ctx, l, exp)
 	switch {
 	case err == nil:
@@ -548,6 +557,21 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 // package releases a token that never got the lock when its wait ends.
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 	d.lost(l.Key, l.Token) // a wait that ended, or the hold that ends now
+	if it, ok := d.held.take(l.Key, l.Token); ok {
+		if err := live(ctx, "release"); err != nil {
+			return err
+		}
+		// The item as our acquisition read it, if unchanged since: one cas.
+		err := d.dropItem(&memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
+		switch {
+		case err == nil:
+			d.released(l.Key, l.Token, it.value)
+			return nil
+		case !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: cas: %w", err)
+		}
+		// Changed since (a refresh, a mark, an expiry): gets, then cas.
+	}
 	v, err := d.dropValue(ctx, "release", "lock", lockKey(l.Key), l.Token)
 	if err != nil {
 		return err

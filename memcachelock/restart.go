@@ -96,7 +96,7 @@ func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored boo
 	}
 	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "")
 	if err != nil {
-		return false, err
+		return false, fenceErr("seed", err)
 	}
 	return seeded(line)
 }
@@ -116,12 +116,22 @@ func seeded(line string) (stored bool, err error) {
 	return false, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
 }
 
+// fenceErr wraps an error of exchange during the fence's step op.
+func fenceErr(op string, err error) error {
+	var refused *backend.NotAcquiredError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("memcachelock: %w", err)
+	}
+	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
+}
+
 // exchange sends cmd, then (if lk is not "") gets lk, in one write on a
 // probe connection to addr, and returns cmd's reply line and lk's item (nil
 // if missing): memcached runs a connection's requests in order, so the
 // gets reads lk after cmd took effect. With check > 0 it first makes sure,
 // on that connection, that the server has run for check (see probes): if
-// not, it sends nothing and returns an error wrapping ErrNotAcquired.
+// not, it sends nothing and returns a *backend.NotAcquiredError. Its
+// errors are the connection's, unwrapped.
 func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
 	if lk != "" {
 		cmd += "gets " + lk + "\r\n"
@@ -129,20 +139,20 @@ func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string) (s
 	for fresh := false; ; fresh = true {
 		p, reused, err := d.probe(addr, fresh)
 		if err != nil {
-			return "", nil, fmt.Errorf("memcachelock: fence: %w", err)
+			return "", nil, err
 		}
 		line, it, err := p.exchange(d.timeout(), check, cmd, lk)
 		var refused *backend.NotAcquiredError
 		switch {
 		case errors.As(err, &refused):
 			d.putProbe(addr, p)
-			return "", nil, fmt.Errorf("memcachelock: %w", err)
+			return "", nil, err
 		case err != nil:
 			p.c.Close()
 			if reused && staleConn(err) {
 				continue // an idle connection the server closed (a restart): again on a new one
 			}
-			return "", nil, fmt.Errorf("memcachelock: fence: %w", err)
+			return "", nil, err
 		}
 		d.putProbe(addr, p)
 		return line, it, nil

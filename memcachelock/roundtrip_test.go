@@ -2,6 +2,7 @@ package memcachelock
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sync"
@@ -54,9 +55,10 @@ func countedDriver(t *testing.T) (d *Driver, writes, dials *atomic.Int64) {
 }
 
 // The round trips of an uncontended acquire+release: a reused name costs
-// add, incr with gets (one write), cas, then gets, cas; a new one (no fence
-// counter) adds the seed's add with gets, on a connection that read the
-// server's uptime once (no dial, no stats per name).
+// add, incr with gets (one write), cas with gets, then the release's cas
+// (on the cas id that gets read); a new one (no fence counter) adds the
+// seed's add with gets, on a connection that read the server's uptime once
+// (no dial, no stats per name).
 func TestRoundTrips(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
 	ctx := testCtx(t, 30*time.Second)
@@ -79,7 +81,7 @@ func TestRoundTrips(t *testing.T) {
 	for i, c := range []struct {
 		key  string
 		want int64
-	}{{key + "-new", 6}, {key + "-new", 5}, {key + "-other", 6}} {
+	}{{key + "-new", 5}, {key + "-new", 4}, {key + "-other", 5}} {
 		w0, d0 := writes.Load(), dials.Load()
 		cycle(c.key)
 		if n := writes.Load() - w0; n != c.want {
@@ -161,5 +163,84 @@ func TestProbeReplaced(t *testing.T) {
 	}
 	if n := conns(); n != 3 {
 		t.Errorf("%d connections, want 3 (the client's, the probe, its replacement)", n)
+	}
+}
+
+// Release's single cas on the cas id its acquisition read fails when the
+// item changed since, and Release then takes the long way: after a
+// refresh, after a waiter's mark (which it still reads: it yields to that
+// waiter), and after the item was lost and taken by another holder (whose
+// lock it leaves alone).
+func TestReleaseAfterChange(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d := openDriver(t, testenv.MemcacheAddr())
+	other := openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	acquire := func(d *Driver) backend.Claim {
+		t.Helper()
+		l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	free := func() {
+		t.Helper()
+		if _, err := other.mc.Get(lockKey(key)); !errors.Is(err, memcache.ErrCacheMiss) {
+			t.Fatalf("the lock's item after the release: %v, want none", err)
+		}
+	}
+
+	l := acquire(d)
+	if _, ok := d.held.m[heldKey{l.Key, l.Token}]; !ok {
+		t.Fatal("the acquisition kept no item for Release")
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatalf("Release (one cas): %v", err)
+	}
+	free()
+
+	l = acquire(d)
+	if err := d.Refresh(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatalf("Release after a refresh: %v", err)
+	}
+	free()
+
+	l = acquire(d)
+	waiter := token()
+	if err := other.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + waiter)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, l); err != nil {
+		t.Fatalf("Release after a mark: %v", err)
+	}
+	free()
+	d.waits.mu.Lock()
+	kw := d.waits.keys[key]
+	yielded := kw != nil && kw.yieldTo == waiter
+	d.waits.mu.Unlock()
+	if !yielded {
+		t.Error("the release did not read the waiter's mark: it should yield to it")
+	}
+
+	// A new key: d now leaves the first one to the marked waiter.
+	key += "-2"
+	l = acquire(d)
+	if err := other.mc.Delete(lockKey(key)); err != nil { // as an eviction would
+		t.Fatal(err)
+	}
+	lo := acquire(other)
+	if err := d.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Release of a lost lock = %v, want ErrNotHeld", err)
+	}
+	if err := other.Refresh(ctx, lo); err != nil {
+		t.Fatalf("the next holder's lock after the stale release: %v", err)
+	}
+	if err := other.Release(ctx, lo); err != nil {
+		t.Fatal(err)
 	}
 }
