@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,4 +166,64 @@ func benchContended(b *testing.B, listed bool) {
 		}
 	}
 	run.RunB(b).Summary().Report(b, "")
+}
+
+// tryCounting counts the TryAcquire calls the Client makes of its driver.
+type tryCounting struct {
+	*Driver
+	n *atomic.Int64
+}
+
+func (d tryCounting) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	d.n.Add(1)
+	return d.Driver.TryAcquire(ctx, c)
+}
+
+func (d tryCounting) Unwrap() backend.Driver { return d.Driver }
+
+// BenchmarkScaleTries: 8 then 64 workers over 8 clients (drivers made by
+// Open) on one name, each holding it 1ms, b.N acquisitions. tries/acq is
+// the TryAcquire calls the Clients made per acquisition, store-tries/acq
+// those that reached memcached (StoreTries): the difference is the tries
+// the drivers' waiting refused in process, which cost no round trip.
+func BenchmarkScaleTries(b *testing.B) {
+	for _, workers := range []int{8, 64} {
+		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) { benchScaleTries(b, workers) })
+	}
+}
+
+func benchScaleTries(b *testing.B, workers int) {
+	testenv.Require(b, testenv.MemcacheAddr())
+	ns := "mctest-" + randHex(4)
+	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "get"}
+	calls := new(atomic.Int64)
+	var ds []*Driver
+	for i := range 8 {
+		d := openDriver(b, testenv.MemcacheAddr())
+		ds = append(ds, d)
+		c, err := locker.New(tryCounting{d, calls}, locker.WithNamespace(ns))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		if i == 0 {
+			run.RoundTrip = func(context.Context) error {
+				if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
+					return err
+				}
+				return nil
+			}
+		}
+		for range workers / 8 {
+			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "scale")})
+		}
+	}
+	s := run.RunB(b)
+	var store uint64
+	for _, d := range ds {
+		store += d.StoreTries()
+	}
+	s.Summary().Report(b, "")
+	b.ReportMetric(float64(calls.Load())/float64(s.Acquisitions), "tries/acq")
+	b.ReportMetric(float64(store)/float64(s.Acquisitions), "store-tries/acq")
 }

@@ -244,3 +244,41 @@ func TestReleaseAfterChange(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// StoreTries counts the tries that reach the store, not those the
+// driver's waiting refuses in process: behind a queued waiter, a new
+// token's try sends nothing.
+func TestStoreTries(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d := openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	holder := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+	if _, err := d.TryAcquire(ctx, holder); err != nil {
+		t.Fatal(err)
+	}
+	_, unsub, err := d.Subscribe(ctx, key) // a waiter's, so that the queue stands
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	waiter := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+	for range 2 { // the second failure queues it
+		if _, err := d.TryAcquire(ctx, waiter); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("the waiter's try = %v, want ErrNotAcquired", err)
+		}
+	}
+	if n := d.StoreTries(); n != 3 {
+		t.Fatalf("StoreTries = %d after 3 tries sent, want 3", n)
+	}
+	late := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+	if _, err := d.TryAcquire(ctx, late); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("a try behind the queued waiter = %v, want ErrNotAcquired", err)
+	}
+	if n := d.StoreTries(); n != 3 {
+		t.Errorf("StoreTries = %d after a try refused in process, want 3", n)
+	}
+	for _, l := range []backend.Claim{holder, waiter, late} {
+		d.Release(ctx, l)
+	}
+}
