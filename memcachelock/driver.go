@@ -413,8 +413,8 @@ func (d *Driver) dropLater(key, token, what string) {
 //	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
 //
 // With equal clocks this says: fewer than one acquisition per microsecond
-// on average between the seed and the reseed. Each acquisition takes four
-// round trips to memcached (tens of microseconds even on loopback), so the
+// on average between the seed and the reseed. Each acquisition takes three
+// round trips or more to memcached (tens of microseconds even on loopback), so the
 // counter runs behind the clock by most of the time since the seed, and that
 // is the slack left for clock differences: with clocks synchronised by NTP
 // (milliseconds) it is exhausted only if a counter is lost within

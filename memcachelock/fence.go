@@ -16,7 +16,7 @@ import (
 // the draw, for the confirmation (see nextFence): when the counter and
 // the item live on the same server (always, with one server) and the
 // driver knows the server list, both go in one write on a probe
-// connection (restart.go), which memcached runs in order: incr then gets,
+// connection (restart.go), if one is free, which memcached runs in order: incr then gets,
 // or, for a missing counter, the seed's add then gets. That saves the
 // confirmation's separate gets. addr is the server when cur is that read
 // (cur nil: the item is gone), nil when the caller must read the item
@@ -35,7 +35,11 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 		return fence, nil, nil, err
 	}
 	for range maxAttempts {
-		line, cur, err := d.exchange(addr, 0, "incr "+fk+" 1\r\n", lk)
+		line, cur, err := d.exchange(addr, 0, "incr "+fk+" 1\r\n", lk, false)
+		if errors.Is(err, errBusy) {
+			fence, err = d.nextFenceAt(fk, ttl)
+			return fence, nil, nil, err
+		}
 		if err != nil {
 			return 0, nil, nil, fenceErr("incr", err)
 		}
@@ -47,7 +51,7 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 			return n, cur, addr, nil
 		}
 		now := uint64(time.Now().UnixMicro())
-		line, cur, err = d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, strconv.FormatUint(now, 10), d.fenceExp), lk)
+		line, cur, err = d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, strconv.FormatUint(now, 10), d.fenceExp), lk, true)
 		if err != nil {
 			return 0, nil, nil, fenceErr("seed", err)
 		}
@@ -69,7 +73,10 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
 	cmd := "cas " + it.Key + " " + strconv.FormatUint(uint64(it.Flags), 10) + " " + strconv.Itoa(int(it.Expiration)) + " " +
 		strconv.Itoa(len(it.Value)) + " " + strconv.FormatUint(it.CasID, 10) + "\r\n" + string(it.Value) + "\r\n"
-	line, cur, err := d.exchange(addr, 0, cmd, it.Key)
+	line, cur, err := d.exchange(addr, 0, cmd, it.Key, false)
+	if errors.Is(err, errBusy) {
+		return d.cas(it)
+	}
 	if err != nil {
 		return err
 	}

@@ -53,8 +53,15 @@ const uptimeSkew = 2 * time.Second
 type probes struct {
 	mu     sync.Mutex
 	idle   map[string][]*probe // by server address
+	open   map[string]int      // idle and in use, by server address
 	closed bool
 }
+
+// errBusy: every probe connection to the server is in use, and the
+// caller can do without one (it takes gomemcache's path instead). Probes
+// are capped at the client's idle limit so that many concurrent calls do
+// not dial one each.
+var errBusy = errors.New("memcachelock: every probe connection is in use")
 
 type probe struct {
 	c       net.Conn
@@ -94,7 +101,7 @@ func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored boo
 	if err != nil {
 		return false, fmt.Errorf("memcachelock: %w", err)
 	}
-	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "")
+	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "", true)
 	if err != nil {
 		return false, fenceErr("seed", err)
 	}
@@ -131,13 +138,14 @@ func fenceErr(op string, err error) error {
 // gets reads lk after cmd took effect. With check > 0 it first makes sure,
 // on that connection, that the server has run for check (see probes): if
 // not, it sends nothing and returns a *backend.NotAcquiredError. Its
-// errors are the connection's, unwrapped.
-func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
+// errors are the connection's, unwrapped, or errBusy when none is idle
+// and the cap is reached, unless must.
+func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (string, *memcache.Item, error) {
 	if lk != "" {
 		cmd += "gets " + lk + "\r\n"
 	}
 	for fresh := false; ; fresh = true {
-		p, reused, err := d.probe(addr, fresh)
+		p, reused, err := d.probe(addr, fresh, must)
 		if err != nil {
 			return "", nil, err
 		}
@@ -148,7 +156,7 @@ func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string) (s
 			d.putProbe(addr, p)
 			return "", nil, err
 		case err != nil:
-			p.c.Close()
+			d.dropProbe(addr, p)
 			if reused && staleConn(err) {
 				continue // an idle connection the server closed (a restart): again on a new one
 			}
@@ -219,20 +227,26 @@ func (p *probe) item(lk string) (*memcache.Item, error) {
 }
 
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
-// one.
-func (d *Driver) probe(addr net.Addr, fresh bool) (p *probe, reused bool, err error) {
+// one: errBusy if the cap is reached, unless must.
+func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, err error) {
 	ps := &d.probes
-	if !fresh {
-		ps.mu.Lock()
-		if q := ps.idle[addr.String()]; len(q) > 0 {
-			p = q[len(q)-1]
-			ps.idle[addr.String()] = q[:len(q)-1]
-		}
+	k := addr.String()
+	ps.mu.Lock()
+	if q := ps.idle[k]; !fresh && len(q) > 0 {
+		p = q[len(q)-1]
+		ps.idle[k] = q[:len(q)-1]
 		ps.mu.Unlock()
-		if p != nil {
-			return p, true, nil
-		}
+		return p, true, nil
 	}
+	if !must && ps.open[k] >= d.maxIdle() {
+		ps.mu.Unlock()
+		return nil, false, errBusy
+	}
+	if ps.open == nil {
+		ps.open = map[string]int{}
+	}
+	ps.open[k]++
+	ps.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
 	defer cancel()
 	var c net.Conn
@@ -243,9 +257,21 @@ func (d *Driver) probe(addr net.Addr, fresh bool) (p *probe, reused bool, err er
 		c, err = nd.DialContext(ctx, addr.Network(), addr.String())
 	}
 	if err != nil {
+		d.dropProbe(addr, nil)
 		return nil, false, err
 	}
 	return &probe{c: c, r: bufio.NewReader(c)}, false, nil
+}
+
+// dropProbe closes p (if not nil), a connection to addr that probe counted.
+func (d *Driver) dropProbe(addr net.Addr, p *probe) {
+	if p != nil {
+		p.c.Close()
+	}
+	ps := &d.probes
+	ps.mu.Lock()
+	ps.open[addr.String()]--
+	ps.mu.Unlock()
 }
 
 // putProbe keeps p for the next check, up to the client's idle limit.
@@ -255,6 +281,7 @@ func (d *Driver) putProbe(addr net.Addr, p *probe) {
 	defer ps.mu.Unlock()
 	if ps.closed || len(ps.idle[addr.String()]) >= d.maxIdle() {
 		p.c.Close()
+		ps.open[addr.String()]--
 		return
 	}
 	if ps.idle == nil {

@@ -282,3 +282,47 @@ func TestStoreTries(t *testing.T) {
 		d.Release(ctx, l)
 	}
 }
+
+// With every probe connection in use, an acquisition takes gomemcache's
+// path (incr, then gets and cas) rather than dial another: it still gets
+// a larger fence, and its release the long way.
+func TestProbesBusy(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d := openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	var last uint64
+	for i := range 3 {
+		if i == 1 {
+			addr, err := d.servers.PickServer(lockKey(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.probes.mu.Lock()
+			for _, p := range d.probes.idle[addr.String()] {
+				p.c.Close()
+			}
+			d.probes.idle = nil
+			d.probes.open[addr.String()] = d.maxIdle() // as if all were in use
+			d.probes.mu.Unlock()
+		}
+		l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("fence %d after %d", g.Fence, last)
+		}
+		last = g.Fence
+		d.held.mu.Lock()
+		_, kept := d.held.m[heldKey{l.Key, l.Token}]
+		d.held.mu.Unlock()
+		if kept != (i == 0) {
+			t.Errorf("acquisition %d: kept its item for Release: %v, want %v", i, kept, i == 0)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
