@@ -234,7 +234,15 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	if err := d.confirm(ctx, lk, l, fence, exp, cur, addr, now.Add(eff)); err != nil {
+	// Release may use the item's cas id alone only within the hold's TTL,
+	// and only if the restart check covers it: cas ids start again from 1
+	// when memcached restarts, and within that time no other holder's
+	// item can exist on a restarted server (see heldItems).
+	var keepUntil time.Time
+	if d.checkTTL(eff) >= eff {
+		keepUntil = now.Add(eff)
+	}
+	if err := d.confirm(ctx, lk, l, fence, exp, cur, addr, keepUntil); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
@@ -250,7 +258,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // and Break. If addr is not nil, drawFence read the item after the draw
 // (cur, nil if gone), which saves confirm's first gets, and the cas goes on
 // a connection to addr followed by a gets in the same write, whose item
-// Release will use (see heldItems); until is the hold's end.
+// Release will use until then (see heldItems; zero: not at all).
 func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
 	for i := range maxAttempts {
 		if err := live(ctx, "acquire"); err != nil {
@@ -557,7 +565,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 // package releases a token that never got the lock when its wait ends.
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 	d.lost(l.Key, l.Token) // a wait that ended, or the hold that ends now
-	if it, ok := d.held.take(l.Key, l.Token); ok {
+	if it, ok := d.held.take(l.Key, l.Token); ok && time.Now().Before(it.until) {
 		if err := live(ctx, "release"); err != nil {
 			return err
 		}

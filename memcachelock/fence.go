@@ -69,7 +69,7 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 // casRead is cas for the lock item it, held by l's token, sent on a
 // connection to addr with a gets of it in the same write: if the cas
 // stored it and the gets finds it still ours, the item as read (its new
-// cas id) is kept for Release (heldItems) until the hold's end.
+// cas id) is kept for Release (heldItems) until then (zero: not kept).
 func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
 	cmd := "cas " + it.Key + " " + strconv.FormatUint(uint64(it.Flags), 10) + " " + strconv.Itoa(int(it.Expiration)) + " " +
 		strconv.Itoa(len(it.Value)) + " " + strconv.FormatUint(it.CasID, 10) + "\r\n" + string(it.Value) + "\r\n"
@@ -82,7 +82,7 @@ func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, unti
 	}
 	switch line {
 	case "STORED":
-		if cur != nil && heldBy(cur.Value, l.Token) {
+		if cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
 			d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, until)
 		}
 		return nil

@@ -13,7 +13,13 @@ import (
 // the cas succeeds only if the item is still the very one we read, held
 // by our token, with the value we remember (whose waiter marks Release
 // reads); anything since (a refresh, an appended mark, an expiry, a Break,
-// a restart) makes it fail, and Release takes the long way.
+// a restart) makes it fail, and Release takes the long way. One exception:
+// a restarted memcached numbers cas ids from 1 again, so another item of
+// the key could carry the remembered id. None can exist before the hold's
+// TTL has passed when the restart check covers that TTL (a restarted
+// server grants the name only once it has run for the TTL; restart.go):
+// so the cas id is used only within the hold's TTL, and not at all when
+// WithRestartDelay is shorter than the TTL.
 type heldItems struct {
 	mu    sync.Mutex
 	m     map[heldKey]heldItem

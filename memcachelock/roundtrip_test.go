@@ -326,3 +326,34 @@ func TestProbesBusy(t *testing.T) {
 		}
 	}
 }
+
+// A driver whose restart check is shorter than the TTL (WithRestartDelay)
+// keeps no cas id for Release: after a restart, another holder's item
+// could carry it (see heldItems).
+func TestNoHeldItemWithShortRestartDelay(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	for _, c := range []struct {
+		delay time.Duration
+		kept  bool
+	}{{0, false}, {time.Second, false}, {time.Minute, true}} {
+		d, err := Open(ctx, "memcache://"+testenv.MemcacheAddr(), WithRestartDelay(c.delay))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := backend.Claim{Key: uniqueKey(t, "x"), Token: token(), TTL: 5 * time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		d.held.mu.Lock()
+		_, kept := d.held.m[heldKey{l.Key, l.Token}]
+		d.held.mu.Unlock()
+		if kept != c.kept {
+			t.Errorf("restart delay %v, TTL %v: kept a cas id: %v, want %v", c.delay, l.TTL, kept, c.kept)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Error(err)
+		}
+		d.Close()
+	}
+}
