@@ -174,7 +174,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// given up, does not wait for a store that may not answer.
 	d.undo(func(ctx context.Context) {
 		var live bool
-		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel, d.payload(l.Key)).Scan(&live)
 	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -324,7 +324,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	var live bool
 	var uncertain error
 	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel).Scan(&live)
+		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&live)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}
@@ -343,6 +343,10 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	return nil
 }
+
+// payload is the notification payload of key's release (notifyPayload
+// with the table's key, read by ensureSchema).
+func (d *Driver) payload(key string) string { return notifyPayload(d.notifySecret, key) }
 
 // Close implements backend.Driver. It stops the listener and closes the
 // pool if the driver opened it (Open), not one passed to New.

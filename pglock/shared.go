@@ -78,8 +78,8 @@ type sharedStatements struct {
 	// kinds, $7 classes) extends each live holder, under a shared object
 	// lock, and returns the 1-based positions of those it extended.
 	refresh string
-	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel)
-	// deletes the token's row (a holder's, or a waiting writer's record)
+	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
+	// the key's notifyPayload) deletes the token's row (a holder's, or a waiting writer's record)
 	// and notifies; it returns the row's kind and whether it was live, no
 	// row when there was none.
 	release string
@@ -213,8 +213,9 @@ RETURNING b.i`,
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
     RETURNING name, kind, expires_at > clock_timestamp() AS live
-), ` + notifyKeyCTE(lockTable) + `, ` + notifyIfPresent("$5", strconv.Itoa(int(objectClass("presence", qualified)))) + `
-SELECT freed.kind, freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`,
+)
+SELECT freed.kind, freed.live FROM freed
+WHERE ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "freed.name"),
 	}
 }
 
@@ -383,7 +384,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 	// Perhaps committed: undo it in the background, as the lock's acquire
 	// does (the token is ours alone).
 	d.undo(func(ctx context.Context) {
-		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel)
+		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel, d.payload(l.Key))
 	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -467,7 +468,7 @@ func (d *Driver) releaseShared(ctx context.Context, l backend.Claim) error {
 		uncertain error
 	)
 	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel).Scan(&kind, &live)
+		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}
