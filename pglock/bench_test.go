@@ -13,7 +13,10 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
 
 func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 	b.Helper()
