@@ -61,7 +61,8 @@ type sharedStatements struct {
 	// begin starts a grant's transaction when the session's default
 	// isolation is not READ COMMITTED (see grant).
 	begin string
-	// lock($1 class, $2 key) takes the object's lock for the transaction.
+	// lock($1 class, $2 key) takes the object's lock for the transaction,
+	// and sets the planner's scans for the grant after it.
 	lock string
 	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
 	// the new version (NULL when refused), whether it ran under READ
@@ -140,7 +141,14 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		semClass: objectClass("semaphore", qualified),
 		rwClass:  objectClass("rwlock", qualified),
 		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
-		lock:     `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`,
+		// The grant that follows scans the object's rows by the primary
+		// key's prefix; a bitmap scan, which the planner prefers for it,
+		// never marks the index entries of released rows dead, so every
+		// grant read all of them until a vacuum (on a busy semaphore,
+		// thousands: a permit cost twice a lock). A plain index scan marks
+		// them once. For the transaction only.
+		lock: `SELECT pg_advisory_xact_lock($1::int4, hashtext($2)),
+    set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`,
 		// One scan counts the live permits and the expired ones; the
 		// expired go only when there are some.
 		grantPermit: `WITH ` + clk + `,

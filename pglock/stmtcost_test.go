@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lockerhq/locker/internal/bench"
 )
 
@@ -179,6 +181,144 @@ RETURNING version`
 		b.ReportMetric(float64(med.Microseconds()), v.name+"-µs")
 		if k > 0 {
 			b.ReportMetric(float64(med)/float64(floor), v.name+"/floor")
+		}
+	}
+}
+
+// BenchmarkPermitParts times a permit's grant and release on one
+// connection, op by op in rotating order, against a lock's pair: the
+// grant as the driver sends it (the object lock and the grant statement
+// in one pipeline), and its parts.
+//
+//	PGLOCK_STMTCOST=1 go test -run '^$' -bench PermitParts -benchtime 3000x ./pglock
+func BenchmarkPermitParts(b *testing.B) {
+	if os.Getenv("PGLOCK_STMTCOST") == "" {
+		b.Skip("PGLOCK_STMTCOST not set")
+	}
+	admin := adminPool(b)
+	pool, d := benchPool(b, admin)
+	ctx := context.Background()
+	if err := d.ensureShared(ctx); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	us := int64(30 * time.Second / time.Microsecond)
+	lockKey, semKey := "bench/lock", "bench/sem"
+	lockPayload, semPayload := notifyPayload(d.notifySecret, lockKey), notifyPayload(d.notifySecret, semKey)
+	kinds := []int16{kindPermit}
+	lock := func() {
+		token := randHex(16)
+		var version int64
+		if err := conn.QueryRow(ctx, d.sql.acquire, lockKey, token, "", us).Scan(&version); err != nil {
+			b.Fatal(err)
+		}
+		var live bool
+		if err := conn.QueryRow(ctx, d.sql.release, lockKey, token, version, d.sql.channel, lockPayload).Scan(&live); err != nil {
+			b.Fatal(err)
+		}
+	}
+	release := func(token string, version int64) {
+		var kind int16
+		var live bool
+		if err := conn.QueryRow(ctx, d.shared.release, semKey, token, kinds, version, d.sql.channel, semPayload).Scan(&kind, &live); err != nil {
+			b.Fatal(err)
+		}
+	}
+	grantArgs := func(token string) []any { return []any{semKey, token, "", us, int32(4)} }
+	batch := func() {
+		token := randHex(16)
+		bt := &pgx.Batch{}
+		bt.Queue(d.shared.lock, d.shared.semClass, semKey)
+		bt.Queue(d.shared.grantPermit, grantArgs(token)...)
+		br := conn.SendBatch(ctx, bt)
+		if _, err := br.Exec(); err != nil {
+			b.Fatal(err)
+		}
+		var version *int64
+		var rc bool
+		var n, lo, hi int64
+		if err := br.QueryRow().Scan(&version, &rc, &n, &lo, &hi); err != nil || version == nil {
+			b.Fatal(err, version)
+		}
+		if err := br.Close(); err != nil {
+			b.Fatal(err)
+		}
+		release(token, *version)
+	}
+	alone := func() { // unsafe: no object lock, for its cost only
+		token := randHex(16)
+		var version *int64
+		var rc bool
+		var n, lo, hi int64
+		if err := conn.QueryRow(ctx, d.shared.grantPermit, grantArgs(token)...).Scan(&version, &rc, &n, &lo, &hi); err != nil || version == nil {
+			b.Fatal(err, version)
+		}
+		release(token, *version)
+	}
+	t := d.shared.table
+	lean := `WITH busy AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE expires_at > now()) AS n,
+        coalesce(min(lim) FILTER (WHERE expires_at > now()), 0) AS lo,
+        coalesce(max(lim) FILTER (WHERE expires_at > now()), 0) AS hi,
+        count(*) FILTER (WHERE expires_at <= now()) AS x,
+        current_setting('transaction_isolation') = 'read committed' AS rc
+    FROM ` + t + ` WHERE name = $1 AND kind = 1 AND token <> $2
+), got AS (
+    INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
+    SELECT $1, $2, 1, nullif($3, ''), $5::int4, now(), now() + $4::int8 * interval '1 microsecond'
+    FROM busy WHERE busy.rc AND busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)
+    ON CONFLICT (name, token) DO UPDATE SET kind = 1, owner = excluded.owner, lim = excluded.lim, version = DEFAULT,
+        acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+    WHERE s.kind = 1
+    RETURNING version
+)
+SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi FROM busy`
+	leanBatch := func() {
+		token := randHex(16)
+		bt := &pgx.Batch{}
+		bt.Queue(d.shared.lock, d.shared.semClass, semKey)
+		bt.Queue(lean, grantArgs(token)...)
+		br := conn.SendBatch(ctx, bt)
+		if _, err := br.Exec(); err != nil {
+			b.Fatal(err)
+		}
+		var version *int64
+		var rc bool
+		var n, lo, hi int64
+		if err := br.QueryRow().Scan(&version, &rc, &n, &lo, &hi); err != nil || version == nil {
+			b.Fatal(err, version)
+		}
+		if err := br.Close(); err != nil {
+			b.Fatal(err)
+		}
+		release(token, *version)
+	}
+	fs := []func(){lock, batch, alone, leanBatch}
+	names := []string{"lock", "permit", "grantAlone", "lean"}
+	for _, f := range fs {
+		for range 50 {
+			f()
+		}
+	}
+	samples := make([][]time.Duration, len(fs))
+	for i := 0; b.Loop(); i++ {
+		for j := range fs {
+			k := (i + j) % len(fs)
+			start := time.Now()
+			fs[k]()
+			samples[k] = append(samples[k], time.Since(start))
+		}
+	}
+	base := bench.Percentile(samples[0], 0.5)
+	for k, name := range names {
+		med := bench.Percentile(samples[k], 0.5)
+		b.ReportMetric(float64(med.Microseconds()), name+"-µs")
+		if k > 0 {
+			b.ReportMetric(float64(med)/float64(base), name+"/lock")
 		}
 	}
 }
