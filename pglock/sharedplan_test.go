@@ -57,3 +57,33 @@ func TestGrantSettingsStayInTransaction(t *testing.T) {
 		}
 	}
 }
+
+// A grant that finds expired permits has them deleted: the table keeps
+// only the semaphore's live holders.
+func TestGrantDropsExpiredPermits(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := "ns/expired-permits"
+	permit := func(ttl time.Duration) backend.Claim {
+		return backend.Claim{Key: key, Token: randHex(16), TTL: ttl, Mode: backend.Permit, Limit: 2}
+	}
+	for range 2 {
+		if _, err := d.TryAcquire(ctx, permit(time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	live := permit(time.Minute)
+	if _, err := d.TryAcquire(ctx, live); err != nil {
+		t.Fatalf("a permit after the others expired: %v", err)
+	}
+	var rows int
+	if err := h.admin.QueryRow(ctx, "SELECT count(*) FROM "+d.SharedTableName()+" WHERE name = $1", key).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("%d rows for the semaphore, want 1 (the live permit)", rows)
+	}
+}
