@@ -63,7 +63,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		var live bool
-		if err := pool.QueryRow(ctx, d.sql.release, key, token, version, d.sql.channel, d.payload(key)).Scan(&live); err != nil {
+		if err := pool.QueryRow(ctx, d.sql.release, key, token, version, d.sql.channel, d.payload(key)).Scan(&live, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -177,7 +177,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// given up, does not wait for a store that may not answer.
 	d.undo(func(ctx context.Context) {
 		var live bool
-		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel, d.payload(l.Key)).Scan(&live)
+		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
 	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -327,7 +327,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	var live bool
 	var uncertain error
 	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&live)
+		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}

@@ -83,9 +83,10 @@ type sharedStatements struct {
 	// lock, and returns the 1-based positions of those it extended.
 	refresh string
 	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
-	// the key's notifyPayload) deletes the token's row (a holder's, or a waiting writer's record)
-	// and notifies; it returns the row's kind and whether it was live, no
-	// row when there was none.
+	// the key's notifyPayload) deletes the token's row (a holder's, or a
+	// waiting writer's record) and notifies; it returns the row's kind,
+	// whether it was live and true (the notification's), no row when
+	// there was none.
 	release string
 }
 
@@ -231,13 +232,9 @@ RETURNING b.i`,
 		// A deleted row is only ever one that a grant would have counted
 		// as held: no object lock needed. It notifies as a lock's release
 		// does, when someone waits for the key (presence.go).
-		release: `WITH freed AS (
-    DELETE FROM ` + t + `
-    WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
-    RETURNING name, kind, expires_at > clock_timestamp() AS live
-)
-SELECT freed.kind, freed.live FROM freed
-WHERE ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "freed.name"),
+		release: `DELETE FROM ` + t + `
+WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
+RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
 	}
 }
 
@@ -495,7 +492,7 @@ func (d *Driver) releaseShared(ctx context.Context, l backend.Claim) error {
 		uncertain error
 	)
 	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live)
+		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live, nil)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}

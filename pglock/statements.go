@@ -67,9 +67,8 @@ type statements struct {
 	// release($1 key, $2 token, $3 fence or 0, $4 channel, $5 the key's
 	// notifyPayload) frees the token's lock and notifies the channel with
 	// the payload if the key is present (someone waits, see presence.go);
-	// it returns
-	// one boolean (whether the lock was still live) or no row when the token
-	// did not have it.
+	// it returns whether the lock was still live, and true (the
+	// notification's), or no row when the token did not have it.
 	release string
 	// expire($1 key, $2 channel) ends the lock on key as its TTL would.
 	expire string
@@ -140,16 +139,16 @@ func newStatements(schema, table string) statements {
 		// counter for the whole table, so that a release can delete the row.
 		// In the update branch DEFAULT draws it after the row is locked,
 		// hence above the fence of the holder it replaces. The insert branch
-		// draws it (as the omitted column's default, in the projection over
-		// g) before looking for a row: the shared fence lock, taken in g
-		// before that (a subquery with a volatile output is neither pulled
-		// up nor dropped, and is cheaper than a MATERIALIZED CTE), keeps a
-		// release of the same name from deleting a row in between (a
-		// release takes it exclusively), so that a row deleted before the
-		// insert had a lower fence.
+		// draws it (as the omitted column's default, in the projection of
+		// the SELECT) before looking for a row: the shared fence lock,
+		// taken before that (the SELECT's one-time filter, which a
+		// volatile function keeps in place, evaluated before it projects),
+		// keeps a release of the same name from deleting a row in between
+		// (a release takes it exclusively), so that a row deleted before
+		// the insert had a lower fence.
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
-FROM (SELECT pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1))) AS g
+WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
 ON CONFLICT (name) DO UPDATE
 SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
@@ -168,17 +167,16 @@ WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fe
     AND l.expires_at > clock_timestamp() AND l.owner IS NOT DISTINCT FROM nullif(b.owner, '')
 RETURNING b.i`,
 		// A release deletes the row: nothing of the name stays. RETURNING
-		// tells whether the lock was still live. The fence lock (see
+		// tells whether the lock was still live, and notifies if someone
+		// waits (evaluated once the row is deleted, before the commit;
+		// no CTE: one plan node, cheaper). The fence lock (see
 		// acquire) is taken in the scan's filter, after the token matched
 		// and before the row is locked for the deletion, so that no
 		// acquirer waits for this row while holding it.
-		release: `WITH freed AS (
-    DELETE FROM ` + t + `
-    WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
-        AND pg_advisory_xact_lock(` + fenceClass + `, hashtext($1)) IS NOT NULL
-    RETURNING name, expires_at > clock_timestamp() AS live
-)
-SELECT freed.live FROM freed WHERE ` + notifyIfPresent("$4", "$5", presenceClass, "freed.name"),
+		release: `DELETE FROM ` + t + `
+WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
+    AND pg_advisory_xact_lock(` + fenceClass + `, hashtext($1)) IS NOT NULL
+RETURNING expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "$5", presenceClass, "name"),
 		expire: `WITH e AS (
     UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
     WHERE name = $1 RETURNING name
@@ -241,7 +239,7 @@ func notifyKeyCTE(t string) string {
 	return `k AS (SELECT convert_to(token, 'UTF8') AS k FROM ` + t + ` WHERE name = '` + notifyKeyName + `')`
 }
 
-// notifyIfPresent is a condition, true, that notifies channel with
+// notifyIfPresent is an expression, true, that notifies channel with
 // payload unless it can take the presence lock of the key in expression
 // name exclusively: someone waits for it. The lock, once taken, is held
 // until the release commits, so that a waiter's presence is granted only

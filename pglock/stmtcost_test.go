@@ -66,23 +66,23 @@ freed AS (
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND (SELECT true FROM g)
     RETURNING name, expires_at > clock_timestamp() AS live
 ), ` + notifyKeyCTE(t) + `, ` + oldNotify + `
-SELECT freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`
+SELECT freed.live, true FROM freed WHERE (SELECT count(*) FROM n) >= 0`
 	relNoNotify := `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fc + `, hashtext($1)))
 DELETE FROM ` + t + ` WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND (SELECT true FROM g)
-RETURNING expires_at > clock_timestamp() AS live`
+RETURNING expires_at > clock_timestamp() AS live, true`
 	relNoLock := `WITH freed AS (
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
     RETURNING name, expires_at > clock_timestamp() AS live
 ), ` + notifyKeyCTE(t) + `, ` + oldNotify + `
-SELECT freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`
-	relBare := `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) RETURNING expires_at > clock_timestamp()`
+SELECT freed.live, true FROM freed WHERE (SELECT count(*) FROM n) >= 0`
+	relBare := `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) RETURNING expires_at > clock_timestamp(), true`
 	relTry := `WITH freed AS (
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
     RETURNING name, expires_at > clock_timestamp() AS live
 )
-SELECT freed.live FROM freed WHERE pg_try_advisory_xact_lock(` + pc + `, hashtext(freed.name))`
+SELECT freed.live, true FROM freed WHERE pg_try_advisory_xact_lock(` + pc + `, hashtext(freed.name))`
 
 	relPayload := `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fc + `, hashtext($1))),
 freed AS (
@@ -90,13 +90,13 @@ freed AS (
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND (SELECT true FROM g)
     RETURNING name, expires_at > clock_timestamp() AS live
 ), n AS (SELECT pg_notify($4, $5) FROM freed WHERE NOT pg_try_advisory_xact_lock(` + pc + `, hashtext(freed.name)))
-SELECT freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`
+SELECT freed.live, true FROM freed WHERE (SELECT count(*) FROM n) >= 0`
 	relPayloadFlat := `WITH freed AS (
     DELETE FROM ` + t + `
     WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND pg_advisory_xact_lock(` + fc + `, hashtext($1)) IS NOT NULL
     RETURNING name, expires_at > clock_timestamp() AS live
 )
-SELECT freed.live FROM freed WHERE pg_try_advisory_xact_lock(` + pc + `, hashtext(freed.name)) OR pg_notify($4, $5) IS NOT NULL`
+SELECT freed.live, true FROM freed WHERE pg_try_advisory_xact_lock(` + pc + `, hashtext(freed.name)) OR pg_notify($4, $5) IS NOT NULL`
 	acqSub := `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond' FROM (SELECT pg_advisory_xact_lock_shared(` + fc + `, hashtext($1))) g
 ON CONFLICT (name) DO UPDATE
@@ -157,7 +157,7 @@ RETURNING version`
 			args = append(args, payload)
 		}
 		var live bool
-		if err := conn.QueryRow(ctx, v.rel, args...).Scan(&live); err != nil {
+		if err := conn.QueryRow(ctx, v.rel, args...).Scan(&live, nil); err != nil {
 			b.Fatal(v.name, err)
 		}
 	}
@@ -217,14 +217,14 @@ func BenchmarkPermitParts(b *testing.B) {
 			b.Fatal(err)
 		}
 		var live bool
-		if err := conn.QueryRow(ctx, d.sql.release, lockKey, token, version, d.sql.channel, lockPayload).Scan(&live); err != nil {
+		if err := conn.QueryRow(ctx, d.sql.release, lockKey, token, version, d.sql.channel, lockPayload).Scan(&live, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
 	release := func(token string, version int64) {
 		var kind int16
 		var live bool
-		if err := conn.QueryRow(ctx, d.shared.release, semKey, token, kinds, version, d.sql.channel, semPayload).Scan(&kind, &live); err != nil {
+		if err := conn.QueryRow(ctx, d.shared.release, semKey, token, kinds, version, d.sql.channel, semPayload).Scan(&kind, &live, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
