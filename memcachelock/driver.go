@@ -54,14 +54,14 @@ var (
 // client that Open makes (set mc.Timeout and mc.MaxIdleConns instead).
 func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 	if mc == nil {
-		return nil, errors.New("memcachelock: New: nil client")
+		return nil, fmt.Errorf("memcachelock: New: %w: nil client", backend.ErrInvalidOption)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.timeout != 0 || cfg.maxIdle != 0 {
-		return nil, errors.New("memcachelock: New: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client")
+		return nil, fmt.Errorf("memcachelock: New: %w: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client", backend.ErrInvalidOption)
 	}
 	return &Driver{mc: mc, restartMax: cfg.restartDelay, fenceExp: cfg.retentionSeconds()}, nil
 }

@@ -236,7 +236,7 @@ func TestOpenBadParams(t *testing.T) {
 	}
 }
 
-// Bad options fail before any network call, with a plain error.
+// Bad options fail before any network call, with ErrInvalidOption.
 func TestBadOptions(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	mc := memcache.New("127.0.0.1:1") // never reached
@@ -251,8 +251,8 @@ func TestBadOptions(t *testing.T) {
 		"New WithRetention(31d)":   func() (*Driver, error) { return New(mc, WithRetention(31*24*time.Hour)) },
 		"Open WithRetention(-1)":   func() (*Driver, error) { return Open(ctx, "memcache://127.0.0.1:1", WithRetention(-1)) },
 	} {
-		if d, err := f(); err == nil || d != nil || errors.Is(err, backend.ErrInvalidURL) {
-			t.Errorf("%s = %v, %v; want a plain error", name, d, err)
+		if d, err := f(); !errors.Is(err, backend.ErrInvalidOption) || d != nil || errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("%s = %v, %v; want ErrInvalidOption", name, d, err)
 		}
 	}
 	if _, err := Open(ctx, "redis://127.0.0.1:1"); !errors.Is(err, backend.ErrInvalidURL) {

@@ -73,7 +73,7 @@ var (
 // LISTEN for releases while someone waits.
 func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrInvalidOption)
 	}
 	return newDriver(pool, false, opts)
 }

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -39,7 +38,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 // newDriver is New, and NewFair's when fair.
 func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, error) {
 	if rdb == nil {
-		return nil, errors.New("redislock: new: the client is nil")
+		return nil, fmt.Errorf("redislock: New: %w: nil client", backend.ErrInvalidOption)
 	}
 	cfg, err := buildConfig(opts)
 	if err != nil {

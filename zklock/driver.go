@@ -82,7 +82,7 @@ var (
 // second) or when one of its requests finds a new session.
 func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("zklock: New: nil *zk.Conn: %w", backend.ErrUnsupported)
+		return nil, fmt.Errorf("zklock: New: %w: nil *zk.Conn", backend.ErrInvalidOption)
 	}
 	cfg := defaults()
 	cfg.sessionTimeout = 0
@@ -90,10 +90,10 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 		o(&cfg)
 	}
 	if err := checkRoot(cfg.root); err != nil {
-		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidOption, err)
 	}
 	if cfg.sessionTimeout < 0 || cfg.connectTimeout <= 0 {
-		return nil, fmt.Errorf("zklock: New: session timeout %v, connect timeout %v: %w", cfg.sessionTimeout, cfg.connectTimeout, backend.ErrUnsupported)
+		return nil, fmt.Errorf("zklock: New: %w: session timeout %v, connect timeout %v", backend.ErrInvalidOption, cfg.sessionTimeout, cfg.connectTimeout)
 	}
 	if cfg.acl == nil {
 		cfg.acl = zk.WorldACL(zk.PermAll)
