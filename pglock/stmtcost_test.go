@@ -105,6 +105,11 @@ SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
 WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
 RETURNING version`
 	acqNow := strings.ReplaceAll(acqLock, "clock_timestamp()", "now()")
+	acqNothing := `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
+SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
+WHERE pg_advisory_xact_lock_shared(` + fc + `, hashtext($1)) IS NOT NULL
+ON CONFLICT (name) DO NOTHING
+RETURNING version`
 	type variant struct {
 		name     string
 		acq, rel string
@@ -124,6 +129,7 @@ RETURNING version`
 		{"payloadFlat+acqSub", acqSub, relPayloadFlat, 5},
 		{"payload+acqNow", acqNow, relPayload, 5},
 		{"new", d.sql.acquire, d.sql.release, 5},
+		{"acqNothing", acqNothing, d.sql.release, 5},
 	}
 	if only := os.Getenv("PGLOCK_STMTCOST_ONLY"); only != "" {
 		var keep []variant
