@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 )
+
+var _ bench.StoreTrier = (*Driver)(nil)
 
 // The benchmarks run zklock and the zk package's own zk.Lock side by side,
 // on the same server, in the same loop, and report the ratios.
@@ -248,4 +251,78 @@ func BenchmarkContended(b *testing.B) {
 	b.ReportMetric(us(writeRTT(b, conn, run)), "write-rtt-µs")
 	b.ReportMetric(us(bench.Percentile(floors, 0.5)), "floor-µs")
 	cleanup(conn, run)
+}
+
+// BenchmarkInlineCalls: an uncontended acquire+release on a new name with
+// the driver's calls on the caller's goroutine (interrupt.go) and with
+// each on a goroutine of its own, as before, on the same driver, op by op
+// with the raw floor, 7 rounds; ratios are ops/s over the floor's (and
+// inline over aside), median and range of the rounds.
+func BenchmarkInlineCalls(b *testing.B) {
+	d := dial(b, testenv.ZKAddrs())
+	ctx := context.Background()
+	key := uniqueKey(b)
+	type sub struct {
+		name string
+		op   func(i int) error
+	}
+	cycle := func(noInline bool) func(i int) error {
+		return func(i int) error {
+			d.testNoInline = noInline
+			l := lockFor(b, fmt.Sprintf("%s/%d-%v", key, i, noInline))
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			g, err := d.Acquire(cctx, l)
+			if err != nil {
+				return err
+			}
+			l.Fence = g.Fence
+			return d.Release(cctx, l)
+		}
+	}
+	subs := []sub{
+		{"floor", func(i int) error { return d.RawFloor(ctx, fmt.Sprintf("f%d", i)) }},
+		{"inline", cycle(false)},
+		{"aside", cycle(true)},
+	}
+	rounds, per := 7, max(b.N/7, 50)
+	med := make([][]time.Duration, len(subs))
+	i := 0
+	b.ResetTimer()
+	for range rounds {
+		times := make([][]time.Duration, len(subs))
+		for c := range per {
+			for k := range subs {
+				s := (k + c) % len(subs)
+				i++
+				start := time.Now()
+				if err := subs[s].op(i); err != nil {
+					b.Fatal(err)
+				}
+				times[s] = append(times[s], time.Since(start))
+			}
+		}
+		for s := range subs {
+			med[s] = append(med[s], bench.Percentile(times[s], 0.5))
+		}
+	}
+	b.StopTimer()
+	for k := 1; k < len(subs); k++ {
+		rs := make([]float64, rounds)
+		for r := range rounds {
+			rs[r] = float64(med[0][r]) / float64(med[k][r])
+		}
+		slices.Sort(rs)
+		b.ReportMetric(rs[rounds/2], subs[k].name+"/floor")
+		b.ReportMetric(rs[0], subs[k].name+"/floor-min")
+		b.ReportMetric(rs[rounds-1], subs[k].name+"/floor-max")
+	}
+	rs := make([]float64, rounds)
+	for r := range rounds {
+		rs[r] = float64(med[2][r]) / float64(med[1][r])
+	}
+	slices.Sort(rs)
+	b.ReportMetric(rs[rounds/2], "inline/aside-ops")
+	b.ReportMetric(rs[0], "inline/aside-min")
+	b.ReportMetric(rs[rounds-1], "inline/aside-max")
 }
