@@ -326,3 +326,76 @@ func BenchmarkInlineCalls(b *testing.B) {
 	b.ReportMetric(rs[0], "inline/aside-min")
 	b.ReportMetric(rs[rounds-1], "inline/aside-max")
 }
+
+// BenchmarkContendedInline: BenchmarkContended's workload (8 workers, one
+// driver each, one name, 1 ms hold), in alternating rounds of 50 with the
+// drivers' calls on the callers' goroutines and each on a goroutine of its
+// own (as before interrupt.go). inline/aside-acq/s is the median, least
+// and greatest over the pairs of rounds.
+func BenchmarkContendedInline(b *testing.B) {
+	servers := testenv.ZKAddrs()
+	testenv.Require(b, servers...)
+	const workers = 8
+	conn := benchConn(b, servers)
+	ctx := context.Background()
+	key := uniqueKey(b)
+	rt := func(context.Context) error { _, _, err := conn.Exists("/"); return err }
+	run := bench.Contend{Hold: time.Millisecond, RoundTrip: rt, RoundTripOp: "exists"}
+	var ds []*Driver
+	for w := range workers {
+		d := dial(b, servers)
+		ds = append(ds, d)
+		run.Workers = append(run.Workers, bench.Worker{Client: w, Acquire: func(ctx context.Context) (func(context.Context) error, error) {
+			l := lockFor(b, key)
+			if _, err := d.Acquire(ctx, l); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { return d.Release(ctx, l) }, nil
+		}})
+	}
+	set := func(aside bool) {
+		for _, d := range ds {
+			d.testNoInline = aside
+		}
+	}
+	run.Acquisitions = 2 * workers
+	if _, err := run.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	n := max(b.N, 500)
+	var in, as *bench.Samples
+	var ratios []float64
+	b.ResetTimer()
+	for done := 0; done < n; done += 50 {
+		run.Acquisitions = 50
+		var pair [2]*bench.Samples
+		// Which goes first alternates.
+		for _, aside := range []bool{done%100 == 0, done%100 != 0} {
+			set(aside)
+			s, err := run.Run(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if aside {
+				pair[1] = s
+			} else {
+				pair[0] = s
+			}
+		}
+		ratios = append(ratios, pair[0].Summary().AcquisitionsSec/pair[1].Summary().AcquisitionsSec)
+		if in == nil {
+			in, as = pair[0], pair[1]
+		} else {
+			in.Add(pair[0])
+			as.Add(pair[1])
+		}
+	}
+	b.StopTimer()
+	set(false)
+	in.Summary().Report(b, "inline")
+	as.Summary().Report(b, "aside")
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "inline/aside-acq/s")
+	b.ReportMetric(ratios[0], "inline/aside-acq/s-min")
+	b.ReportMetric(ratios[len(ratios)-1], "inline/aside-acq/s-max")
+}
