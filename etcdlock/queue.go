@@ -413,10 +413,9 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 	for {
 		sent := time.Now()
 		// A timer of ours cancels the attempt, rather than a deadline on
-		// its context: gRPC sends a deadline with the request and the
-		// server arms a timer for it, measured at a few percent of an
-		// uncontended cycle. The server still learns that the attempt
-		// ended: the cancelled stream is reset.
+		// its context, which gRPC would send with every request for the
+		// server to arm a timer of its own. The server still learns that
+		// the attempt ended: the cancelled stream is reset.
 		actx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		timer := time.AfterFunc(attemptTimeout, cancel)
 		err = send(actx)
