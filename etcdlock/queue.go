@@ -30,27 +30,17 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	if limit > 0 {
 		val = permitValue(limit, l.Owner)
 	}
-	// One transaction: our entry, and what decides whether it waits. When
-	// nothing is under over and our key is not there yet, it is only the
-	// put: the compares prove we are at the head, at the put's revision,
-	// and the reply carries no range (cheaper for etcd than reading back
-	// the entry just written, as concurrency.Mutex does). Otherwise a
-	// nested transaction puts ours and reads the two youngest entries
-	// under over (ours and the one just ahead of us, if any; for a
-	// semaphore, the limit oldest); retried, it finds our entry already
-	// there.
+	// One transaction: our entry, and what decides whether it waits (the
+	// two youngest entries under over, ours and the one just ahead of us,
+	// if any; for a semaphore, the limit oldest). Retried, it finds our
+	// entry already there.
 	w.broken = d.brokenConn()
 	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
-		put := clientv3.OpPut(key, val, clientv3.WithLease(ls.id))
 		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-				clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix()).
-			Then(put).
-			Else(clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-				[]clientv3.Op{put, w.read()},
-				[]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}))
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(ls.id)), w.read()).
+			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
@@ -60,17 +50,12 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 		checked = resp.Header.Revision // pred was just ahead of us at this revision
 	)
 	if resp.Succeeded {
-		// Alone under over: the lock is ours.
-		return d.grant(ctx, s, l, resp.Header.Revision)
-	}
-	inner := resp.Responses[0].GetResponseTxn()
-	if inner.GetSucceeded() {
 		w.rev = resp.Header.Revision
-		if pred, err = w.blocker(inner.Responses[1].GetResponseRange().GetKvs()); err != nil {
+		if pred, err = w.blocker(resp.Responses[1].GetResponseRange().GetKvs()); err != nil {
 			return backend.Grant{}, w.abandon(ctx, err)
 		}
 	} else {
-		kvs := inner.GetResponses()[0].GetResponseRange().GetKvs()
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
 			d.free(s)
 			return backend.Grant{}, errRequeue // gone again already
@@ -412,17 +397,11 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 	bo := retry.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 	for {
 		sent := time.Now()
-		// A timer of ours cancels the attempt, rather than a deadline on
-		// its context, which gRPC would send with every request for the
-		// server to arm a timer of its own. The server still learns that
-		// the attempt ended: the cancelled stream is reset.
-		actx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		timer := time.AfterFunc(attemptTimeout, cancel)
+		actx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), attemptTimeout)
 		err = send(actx)
 		if err != nil && actx.Err() != nil && ctx.Err() == nil {
 			err = errUnanswered
 		}
-		timer.Stop()
 		cancel()
 		if err == nil {
 			run.Ok()
