@@ -31,6 +31,11 @@ import (
 // Both interleave the contenders, so that the load of a shared machine
 // falls on each alike, and report ratios.
 
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
+
 type benchLocker interface {
 	lock(ctx context.Context) (unlock func(context.Context) error, err error)
 }

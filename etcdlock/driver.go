@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -47,6 +48,8 @@ type Driver struct {
 	minTTL  int64              // the server's minimum lease TTL, once learned
 	held    map[holdKey]*entry // held locks
 	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
+
+	tries atomic.Uint64 // requests a blocking acquisition sent that could grant it
 }
 
 type holdKey struct{ key, token string }

@@ -36,6 +36,7 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	// entry already there.
 	w.broken = d.brokenConn()
 	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
+		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, val, clientv3.WithLease(ls.id)), w.read()).
@@ -172,6 +173,7 @@ func (w *waiter) ahead(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	d, key := w.d, w.s.key
 	w.broken = d.brokenConn()
 	resp, _, err := d.txnRun(ctx, w.run, func(ctx context.Context) clientv3.Txn {
+		d.tries.Add(1)
 		get := clientv3.OpGet(w.over, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))...)
 		if w.limit > 0 {
 			get = clientv3.OpGet(w.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(w.rev-1))
