@@ -13,7 +13,10 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-var _ bench.StoreTrier = (*Driver)(nil)
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
 
 // The benchmarks run zklock and the zk package's own zk.Lock side by side,
 // on the same server, in the same loop, and report the ratios.

@@ -8,10 +8,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/bench"
 )
-
-var _ bench.Floorer = (*Driver)(nil)
 
 // StoreTries implements internal/bench.StoreTrier: the requests that the
 // driver's waiting acquisitions (Acquire) sent that could grant them, since
