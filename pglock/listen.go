@@ -54,8 +54,14 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 const subscribeWait = 5 * time.Second
 
 // listenPing is how long the listener waits without a notification before
-// it checks its connection.
-const listenPing = 30 * time.Second
+// it checks its connection, and listenPingWait how long the check may take:
+// a connection that went silent without breaking (a partition, a half-open
+// TCP connection) would otherwise swallow notifications unseen, and only a
+// connection seen broken is replaced, with every subscriber woken.
+const (
+	listenPing     = time.Second
+	listenPingWait = 2 * time.Second
+)
 
 type subscription struct {
 	key string // the payload that announces its key's release
@@ -215,6 +221,7 @@ func (l *listener) stopIfIdle(idle time.Duration) bool {
 func (l *listener) run() {
 	defer l.wg.Done()
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
+	broke := false // a connection broke: presence's may have too
 	for {
 		conn, err := l.connect()
 		if err != nil {
@@ -233,6 +240,14 @@ func (l *listener) run() {
 		close(l.ready)
 		l.wakeAllLocked() // releases may have passed unheard while we connected
 		l.mu.Unlock()
+		if broke {
+			// Not on this goroutine: notifications are read meanwhile.
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				l.d.presence.recheck(l.ctx)
+			}()
+		}
 
 		stopped := l.serve(conn)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -241,6 +256,7 @@ func (l *listener) run() {
 		if stopped {
 			return
 		}
+		broke = true
 		l.mu.Lock()
 		l.ready = make(chan struct{})
 		l.wakeAllLocked()
@@ -272,7 +288,7 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 			if time.Since(heard) >= listenPing {
 				// A connection that died without a word (a half-open TCP
 				// connection) would otherwise wait forever.
-				pctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+				pctx, cancel := context.WithTimeout(l.ctx, listenPingWait)
 				err := conn.Ping(pctx)
 				cancel()
 				if err != nil {
@@ -332,4 +348,32 @@ func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (
 		}
 	}
 	return conn, nil
+}
+
+// recheck checks presence's connection once the listening one is back
+// after a break: the same fault likely broke it, silently until its next
+// statement, and releases notify only keys whose lock it holds. A broken
+// connection is replaced, which takes the waiting keys' locks again and
+// wakes every subscriber (relockLocked).
+func (p *presence) recheck(ctx context.Context) {
+	select {
+	case p.mu <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer p.unlock()
+	if p.closed || p.conn == nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, listenPingWait)
+	defer cancel()
+	if err := p.conn.Ping(pctx); err != nil {
+		p.dropConnLocked()
+		if len(p.waiting()) > 0 {
+			// On failure the sweeper tries again.
+			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			p.connectLocked(cctx)
+			ccancel()
+		}
+	}
 }
