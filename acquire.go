@@ -50,7 +50,7 @@ func (c *Client) doEvents(ctx context.Context, name string, fn func(context.Cont
 		_, err = c.do(ctx, name, fn, wait, opts)
 		return err
 	}
-	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: ownerOf(opts)}
+	ref := c.refOf(name, opts)
 	if o.DoStart != nil {
 		if x := o.DoStart(ctx, DoStartEvent{LockRef: ref}); x != nil {
 			ctx = x
@@ -70,13 +70,22 @@ func (c *Client) doEvents(ctx context.Context, name string, fn func(context.Cont
 	return err
 }
 
-// ownerOf is the Owner among opts, for events.
-func ownerOf(opts []LockOption) string {
+// refOf is the LockRef of an acquisition of name with opts, for events.
+func (c *Client) refOf(name string, opts []LockOption) LockRef {
 	var lc lockConfig
 	for _, o := range opts {
 		o(&lc)
 	}
-	return lc.owner
+	return lc.ref(c, name)
+}
+
+// ref is the LockRef of an acquisition of name with lc, before its grant.
+func (lc *lockConfig) ref(c *Client, name string) LockRef {
+	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.owner, Mode: lc.mode.String()}
+	if lc.mode == backend.Permit {
+		ref.Limit = lc.limit
+	}
+	return ref
 }
 
 // do is Do without its events. It returns the Lock, if it took one.
@@ -158,7 +167,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	defer end()
 	var st tries
 	if o := c.cfg.obs; o != nil {
-		ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.owner}
+		ref := lc.ref(c, name)
 		octx := ctx
 		if o.AcquireStart != nil {
 			if x := o.AcquireStart(ctx, AcquireStartEvent{LockRef: ref, Wait: wait}); x != nil {

@@ -32,6 +32,9 @@ var (
 	ErrPermission = backend.ErrPermission
 	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit.
 	ErrInvalidLimit = backend.ErrInvalidLimit
+	// ErrInvalidOption: a driver constructor (New, Open's Options) was
+	// given a nil client or an Option value out of its range.
+	ErrInvalidOption = backend.ErrInvalidOption
 	// ErrLimitMismatch: a semaphore's permits are held under another
 	// limit than the one asked for.
 	ErrLimitMismatch = backend.ErrLimitMismatch

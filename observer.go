@@ -49,6 +49,11 @@ type LockRef struct {
 	Name      string
 	Owner     string // empty unless the lock was taken with the Owner option
 	Fence     uint64 // zero before the grant, or when the backend issues none
+	// Mode is "exclusive", "read", "write" (Read, Write) or "permit"
+	// (Semaphore), and Limit the semaphore's limit (0 for other modes):
+	// a name's locks, readers and permits are told apart by it.
+	Mode  string
+	Limit int
 }
 
 // AcquireStartEvent is Observer.AcquireStart's.
@@ -171,7 +176,7 @@ func WithObserver(o *Observer) Option { return func(c *config) { c.obs = o } }
 
 // ref is h's LockRef.
 func (h *hold) ref() LockRef {
-	return LockRef{Namespace: h.c.cfg.namespace, Name: h.name, Owner: h.owner, Fence: h.fence}
+	return LockRef{Namespace: h.c.cfg.namespace, Name: h.name, Owner: h.owner, Fence: h.fence, Mode: h.mode.String(), Limit: h.limit}
 }
 
 // storeError reports a store failure of op on h, if anyone listens.

@@ -309,3 +309,54 @@ func TestObserverDoNestsContexts(t *testing.T) {
 	}
 	wantLines(t, order, "do-start", "acquire-start", "acquire-done", "released", "do-done")
 }
+
+// Every event names the lock's mode, and a permit its semaphore's limit:
+// from the start of the acquisition (before any grant) to the release.
+func TestObserverEventsCarryMode(t *testing.T) {
+	ctx := context.Background()
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	add := func(what string, ref locker.LockRef) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s %s %s/%d", what, ref.Name, ref.Mode, ref.Limit))
+	}
+	obs := &locker.Observer{
+		AcquireStart: func(_ context.Context, e locker.AcquireStartEvent) context.Context {
+			add("start", e.LockRef)
+			return nil
+		},
+		AcquireDone: func(_ context.Context, e locker.AcquireDoneEvent) { add("done", e.LockRef) },
+		DoStart: func(_ context.Context, e locker.DoStartEvent) context.Context {
+			add("do", e.LockRef)
+			return nil
+		},
+		Released: func(e locker.ReleaseEvent) { add("released", e.LockRef) },
+	}
+	c := newClient(t, memlock.NewStore(), locker.WithObserver(obs))
+	for _, tc := range []struct {
+		name string
+		opt  locker.LockOption
+	}{{"sem", locker.Semaphore(3)}, {"rw", locker.Read()}, {"rw", locker.Write()}, {"plain", locker.TTL(time.Minute)}} {
+		l, err := c.Acquire(ctx, tc.name, tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Do(ctx, "sem", func(context.Context) error { return nil }, locker.Semaphore(2)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	wantLines(t, seen,
+		"start sem permit/3", "done sem permit/3", "released sem permit/3",
+		"start rw read/0", "done rw read/0", "released rw read/0",
+		"start rw write/0", "done rw write/0", "released rw write/0",
+		"start plain exclusive/0", "done plain exclusive/0", "released plain exclusive/0",
+		"do sem permit/2", "start sem permit/2", "done sem permit/2", "released sem permit/2")
+}

@@ -10,8 +10,8 @@ import (
 // ("locker: try-acquire \"job\": not acquired"). The
 // locker package re-exports each under the same name; errors.Is matches
 // either spelling because they are the same values. Drivers return (or wrap)
-// ErrNotAcquired, ErrNotHeld, ErrClosed, ErrUnsupported, ErrInvalidURL and
-// ErrPermission; the others come from the locker package's own checks.
+// ErrNotAcquired, ErrNotHeld, ErrClosed, ErrUnsupported, ErrInvalidURL,
+// ErrInvalidOption and ErrPermission; the others come from the locker package's own checks.
 var (
 	// ErrNotAcquired: the lock is held by someone else.
 	ErrNotAcquired = errors.New("not acquired")
@@ -38,6 +38,10 @@ var (
 	ErrPermission = errors.New("not permitted")
 	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit.
 	ErrInvalidLimit = errors.New("invalid semaphore limit")
+	// ErrInvalidOption: a driver constructor's argument or Option is out of
+	// its range (a nil client, a negative delay). A URL's parameters get
+	// ErrInvalidURL instead.
+	ErrInvalidOption = errors.New("invalid option")
 	// ErrModeConflict: an owner asked for a name it holds in another mode
 	// (a reader asking to write, a writer asking to read).
 	ErrModeConflict = errors.New("held in another mode")
@@ -55,7 +59,7 @@ var (
 // are answers, not failures: they are not permanent, and nobody retries
 // them as failures either.
 func Permanent(err error) bool {
-	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrPermission, ErrLimitMismatch, ErrInvalidLimit, ErrModeConflict} {
+	for _, e := range []error{ErrClosed, ErrInvalidName, ErrInvalidTTL, ErrUnsupported, ErrInvalidURL, ErrInvalidOption, ErrPermission, ErrLimitMismatch, ErrInvalidLimit, ErrModeConflict} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -378,6 +378,18 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 	return d.Driver.Refresh(ctx, l)
 }
 
+// RefreshMany goes through Refresh, so that every variant's refresh
+// (release-keeps-lock's ordering with the release, lossy keys, modes)
+// applies to the watchdog's batches too: the embedded driver's own batch
+// call would bypass it.
+func (d *brokenDriver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
+	errs := make([]error, len(locks))
+	for i, l := range locks {
+		errs[i] = d.Refresh(ctx, l)
+	}
+	return errs
+}
+
 func (d *brokenDriver) Inspect(ctx context.Context, key string) (backend.State, error) {
 	st, err := d.Driver.Inspect(ctx, d.h.mapKey(key))
 	st.Key = key

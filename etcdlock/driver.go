@@ -91,7 +91,7 @@ type slot struct {
 // close cli. A nil cli is an error.
 func New(cli *clientv3.Client, opts ...Option) (*Driver, error) {
 	if cli == nil {
-		return nil, errors.New("etcdlock: New: nil client")
+		return nil, fmt.Errorf("etcdlock: New: %w: nil client", backend.ErrInvalidOption)
 	}
 	return newDriver(cli, false, newConfig(opts)), nil
 }

@@ -728,8 +728,8 @@ func mustNew(t testing.TB, cli *clientv3.Client, opts ...Option) *Driver {
 // New refuses a nil client before any network call; WithPrefix given to
 // Open overrides the URL's path.
 func TestConstructorOptions(t *testing.T) {
-	if d, err := New(nil); err == nil || d != nil {
-		t.Errorf("New(nil) = %v, %v; want an error", d, err)
+	if d, err := New(nil); !errors.Is(err, backend.ErrInvalidOption) || d != nil {
+		t.Errorf("New(nil) = %v, %v; want ErrInvalidOption", d, err)
 	}
 	if _, err := Open(context.Background(), "redis://127.0.0.1:1"); !errors.Is(err, backend.ErrInvalidURL) {
 		t.Errorf("Open(redis://) = %v, want ErrInvalidURL", err)

@@ -20,7 +20,10 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
 
 // polling hides the driver's Waiter (and every other optional interface):
 // the locker package then polls with its backoff, as before the queue.

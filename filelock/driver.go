@@ -22,6 +22,9 @@ type Driver struct {
 	// woken counts the kernel's wake-ups of this driver's queued waiters
 	// (Linux): one per release that hands the lock to one of them.
 	woken atomic.Uint64
+	// tries counts the looks at a lock queued waiters make (Linux):
+	// StoreTries.
+	tries atomic.Uint64
 }
 
 var (

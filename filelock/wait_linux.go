@@ -134,6 +134,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	var failing retry.Failing
 	for {
 		sent := time.Now()
+		d.tries.Add(1)
 		g, until, err := d.turn(ctx, c, &w)
 		switch {
 		case err == nil:
@@ -155,6 +156,12 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 		}
 	}
 }
+
+// StoreTries implements internal/bench.StoreTrier (checked in
+// bench_test.go): the looks at a lock under its flock that Acquire made,
+// its first included, each of which could take it: after a wake-up, a
+// waitCap, a holder's expiry or a failed look.
+func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
 
 // turn looks at the lock once, under its flock: it takes it if it is free
 // and this caller's turn, or else queues the caller (once) and returns

@@ -3,6 +3,9 @@ package memcachelock
 import (
 	"context"
 	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,28 +17,37 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
 
 // BenchmarkUncontended measures an uncontended acquire+release against the
-// raw floor (RawFloor: add plus delete) on the same client, in alternating
-// blocks of 50 of each, so that both see the same machine (its loopback
-// round trips switch between a fast and a slow mode). Metrics: x-floor is
-// the median over blocks of the ratio, x-floor-min and x-floor-max its
-// range; floor-ns and lock-ns the median time of one pair; rt-ns one
-// round trip (a gets).
+// raw floor (RawFloor: add plus delete) on the same driver (made by Open,
+// so that the restart check runs), in alternating blocks of 50 of each,
+// so that both see the same machine (its loopback round trips switch
+// between a fast and a slow mode). "reused" takes one name again and again
+// (its fence counter exists); "new" a new name per acquisition (no
+// counter yet: the seeding path). Metrics: x-floor is the median over
+// blocks of the ratio, x-floor-min and x-floor-max its range; floor-ns and
+// lock-ns the median time of one pair; rt-ns one round trip (a gets).
 //
 // A correct lock cannot reach the floor's two round trips: the acquisition
-// is add, incr (the fence), gets and cas (the confirmation that the fence
-// was drawn while holding, which records it in the item), and the release
-// gets and cas, since memcached has no compare-and-delete and a bare delete
-// can free the next holder's lock. That is six round trips, so the ratio is
-// about 3.
+// is add, incr (the fence) with gets in one write, and cas (the
+// confirmation that the fence was drawn while holding, which records it in
+// the item), and the release gets and cas, since memcached has no
+// compare-and-delete and a bare delete can free the next holder's lock.
+// That is five round trips, so the ratio is about 2.5; a new name adds the
+// seed's add (see TestRoundTrips).
 func BenchmarkUncontended(b *testing.B) {
+	for _, name := range []string{"reused", "new"} {
+		b.Run(name, func(b *testing.B) { benchUncontended(b, name == "new") })
+	}
+}
+
+func benchUncontended(b *testing.B, fresh bool) {
 	testenv.Require(b, testenv.MemcacheAddr())
-	mc := memcache.New(testenv.MemcacheAddr())
-	defer mc.Close()
-	d := mustNew(b, mc)
-	defer d.Close()
+	d := openDriver(b, testenv.MemcacheAddr())
 	ctx := context.Background()
 	key := uniqueKey(b, "x")
 	const block = 50
@@ -46,8 +58,9 @@ func BenchmarkUncontended(b *testing.B) {
 	if err := d.RawFloor(ctx, key); err != nil {
 		b.Fatal(err)
 	}
+	n := 0
 	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
+	for b.Loop() {
 		t0 := time.Now()
 		for range block {
 			if err := d.RawFloor(ctx, key); err != nil {
@@ -56,7 +69,12 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		t1 := time.Now()
 		for range block {
-			l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+			k := key
+			if fresh {
+				n++
+				k = key + "-" + strconv.Itoa(n)
+			}
+			l := backend.Claim{Key: k, Token: token(), TTL: time.Second}
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				b.Fatal(err)
 			}
@@ -65,7 +83,7 @@ func BenchmarkUncontended(b *testing.B) {
 			}
 		}
 		t2 := time.Now()
-		mc.Get(key + "-rtt")
+		d.mc.Get(key + "-rtt")
 		rt += time.Since(t2)
 		rts++
 		floor, ours := t1.Sub(t0), t2.Sub(t1)
@@ -109,22 +127,36 @@ func BenchmarkClient(b *testing.B) {
 // and Driver) take one name in turn, each holding it 1ms, through the
 // contended harness (internal/bench). memcached cannot notify: waiters are
 // woken by their driver (see the package's Waiting); the round trip is a
-// get on the first client, during the run.
+// get on the first client, during the run. "listed": drivers made by Open,
+// which know their server list (the pipelined fence and one-cas release);
+// "client": by New, from the caller's client.
 func BenchmarkContended(b *testing.B) {
+	for _, listed := range []bool{true, false} {
+		b.Run(map[bool]string{true: "listed", false: "client"}[listed], func(b *testing.B) { benchContended(b, listed) })
+	}
+}
+
+func benchContended(b *testing.B, listed bool) {
 	testenv.Require(b, testenv.MemcacheAddr())
 	ns := "mctest-" + randHex(4)
 	run := bench.Contend{Hold: time.Millisecond, Acquisitions: b.N, RoundTripOp: "get"}
 	for i := range 2 {
-		mc := memcache.New(testenv.MemcacheAddr())
-		b.Cleanup(func() { mc.Close() })
-		c, err := locker.New(mustNew(b, mc), locker.WithNamespace(ns))
+		var d *Driver
+		if listed {
+			d = openDriver(b, testenv.MemcacheAddr())
+		} else {
+			mc := memcache.New(testenv.MemcacheAddr())
+			b.Cleanup(func() { mc.Close() })
+			d = mustNew(b, mc)
+		}
+		c, err := locker.New(d, locker.WithNamespace(ns))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { c.Close() })
 		if i == 0 {
 			run.RoundTrip = func(context.Context) error {
-				if _, err := mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
+				if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
 					return err
 				}
 				return nil
@@ -135,4 +167,82 @@ func BenchmarkContended(b *testing.B) {
 		}
 	}
 	run.RunB(b).Summary().Report(b, "")
+}
+
+// tryCounting counts the TryAcquire calls the Client makes of its driver.
+type tryCounting struct {
+	*Driver
+	n *atomic.Int64
+}
+
+func (d tryCounting) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	d.n.Add(1)
+	return d.Driver.TryAcquire(ctx, c)
+}
+
+func (d tryCounting) Unwrap() backend.Driver { return d.Driver }
+
+// BenchmarkScaleTries: 8 then 64 workers over 8 clients (drivers made by
+// Open) on one name, each holding it 1ms, for 1.5s after a warm-up of
+// 0.5s (as lockctl bench's scale workload; run it with -benchtime 1x).
+// tries/acq is the TryAcquire calls the Clients made per acquisition
+// after the warm-up, store-tries/acq those that reached memcached
+// (StoreTries): the difference is the tries the drivers' waiting refused
+// in process, which cost no round trip.
+func BenchmarkScaleTries(b *testing.B) {
+	for _, workers := range []int{8, 64} {
+		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) { benchScaleTries(b, workers) })
+	}
+}
+
+func benchScaleTries(b *testing.B, workers int) {
+	testenv.Require(b, testenv.MemcacheAddr())
+	ns := "mctest-" + randHex(4)
+	const warmup = 500 * time.Millisecond
+	run := bench.Contend{Hold: time.Millisecond, Duration: 1500 * time.Millisecond, Warmup: warmup, RoundTripOp: "get"}
+	calls := new(atomic.Int64)
+	var ds []*Driver
+	for i := range 8 {
+		d := openDriver(b, testenv.MemcacheAddr())
+		ds = append(ds, d)
+		c, err := locker.New(tryCounting{d, calls}, locker.WithNamespace(ns))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		if i == 0 {
+			run.RoundTrip = func(context.Context) error {
+				if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
+					return err
+				}
+				return nil
+			}
+		}
+		for range workers / 8 {
+			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "scale")})
+		}
+	}
+	storeTries := func() (n uint64) {
+		for _, d := range ds {
+			n += d.StoreTries()
+		}
+		return n
+	}
+	var calls0 int64
+	var store0 uint64
+	var mu sync.Mutex
+	run.Start = time.Now()
+	warm := time.AfterFunc(warmup, func() {
+		mu.Lock()
+		calls0, store0 = calls.Load(), storeTries()
+		mu.Unlock()
+	})
+	defer warm.Stop()
+	s := run.RunB(b)
+	mu.Lock()
+	callsN, storeN := calls.Load()-calls0, storeTries()-store0
+	mu.Unlock()
+	s.Summary().Report(b, "")
+	b.ReportMetric(float64(callsN)/float64(s.Acquisitions), "tries/acq")
+	b.ReportMetric(float64(storeN)/float64(s.Acquisitions), "store-tries/acq")
 }

@@ -28,24 +28,31 @@
 // Fences and retention: memcached has no counter shared by every name, so
 // the fence uses a clock floor. A missing counter is added with the
 // client's clock in microseconds and an expiry of the retention
-// ([WithRetention], URL retention=, default 24h, in whole seconds), then
-// incremented; incr does not move the expiry, so the counter vanishes the
+// ([WithRetention], URL retention=, default 24h, in whole seconds), the
+// seed being the fence of the acquisition whose add created it; incr does
+// not move the expiry, so the counter vanishes the
 // retention after its seed (or sooner: a restart, an eviction) and is
 // seeded again from the clock. A release turns the lock's item into one
 // that memcached treats as expired at once, so the retention after a
 // name's last release, nothing of it is left: per-entity names do not pile
 // up. The fence stays larger than every earlier one provided that the
 // counter was advanced fewer times than microseconds passed between its
-// seed and the reseed (every acquisition takes four round trips, so it
-// runs far behind the clock), and that the reseeding client's clock is not
+// seed and the reseed (every acquisition takes three round trips or more,
+// so it runs far behind the clock), and that the reseeding client's clock is not
 // behind the previous seeder's by more than the difference (about the
 // retention, less the fences handed out): keep client clocks synchronised
 // (NTP), within far less than the retention, and never step them back.
 // The details are in the source (nextFence). The counter costs no round
 // trip on the hot path: incr first, and add only when incr finds none.
 //
-// An uncontended acquisition costs four round trips (add, incr, gets, cas)
-// and a release two (gets, cas), against two for a bare add and delete.
+// An uncontended acquisition costs four requests (add, incr, gets, cas)
+// and a release two (gets, cas), against two for a bare add and delete. A
+// driver made by [Open] (which knows the server list) sends the incr and
+// the gets in one write, and the cas with a gets whose cas id lets the
+// release be a single cas: three round trips to acquire and one to
+// release, on a name used before; a name without a counter adds one (the
+// seed's add, with its gets). The driver keeps a few connections of its
+// own per server for these, beside gomemcache's.
 //
 // # Semaphores and read-write locks
 //

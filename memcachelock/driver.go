@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,10 +21,10 @@ import (
 type Driver struct {
 	mc  *memcache.Client
 	own bool // we made mc, so Close closes it
-	// servers is mc's server list when Open made it (see young); nil
+	// servers is mc's server list when Open made it (see seed); nil
 	// for New.
 	servers memcache.ServerSelector
-	// restartMax caps how long a young server refuses (see young);
+	// restartMax caps how long a young server refuses (see seed);
 	// < 0: no cap, the lock's TTL.
 	restartMax time.Duration
 	// fenceExp is the fence counters' expiration in seconds (WithRetention).
@@ -33,7 +34,13 @@ type Driver struct {
 
 	batch batchPool // RefreshMany's connections (batch.go)
 
+	probes probes // the restart check's connections (restart.go)
+
 	waits waits // waiters, holders and the poller (waiting.go)
+
+	tries atomic.Uint64 // acquisitions' tries sent to the store (StoreTries)
+
+	held heldItems // the items of the locks we hold, as last read (held.go)
 }
 
 var (
@@ -54,14 +61,14 @@ var (
 // client that Open makes (set mc.Timeout and mc.MaxIdleConns instead).
 func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 	if mc == nil {
-		return nil, errors.New("memcachelock: New: nil client")
+		return nil, fmt.Errorf("memcachelock: New: %w: nil client", backend.ErrInvalidOption)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.timeout != 0 || cfg.maxIdle != 0 {
-		return nil, errors.New("memcachelock: New: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client")
+		return nil, fmt.Errorf("memcachelock: New: %w: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client", backend.ErrInvalidOption)
 	}
 	return &Driver{mc: mc, restartMax: cfg.restartDelay, fenceExp: cfg.retentionSeconds()}, nil
 }
@@ -74,6 +81,7 @@ func (d *Driver) Close() error {
 		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
 	}
 	d.batch.close()
+	d.probes.close()
 	if d.own {
 		return d.mc.Close()
 	}
@@ -170,7 +178,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	lk := lockKey(l.Key)
 	now := time.Now()
-	switch d.admit(l.Key, l.Token, now) {
+	adm := d.admit(l.Key, l.Token, now)
+	if adm != admitRefuse {
+		d.tries.Add(1)
+	}
+	switch adm {
 	case admitRefuse:
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	case admitCareful:
@@ -215,14 +227,22 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFence(l.Key, eff)
+	fence, cur, addr, err := d.drawFence(lk, fenceKey(l.Key), eff)
 	if err != nil {
 		return fail(err)
 	}
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	if err := d.confirm(ctx, lk, l, fence, exp); err != nil {
+	// Release may use the item's cas id alone only within the hold's TTL,
+	// and only if the restart check covers it: cas ids start again from 1
+	// when memcached restarts, and within that time no other holder's
+	// item can exist on a restarted server (see heldItems).
+	var keepUntil time.Time
+	if d.checkTTL(eff) >= eff {
+		keepUntil = now.Add(eff)
+	}
+	if err := d.confirm(ctx, lk, l, fence, exp, cur, addr, keepUntil); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
@@ -235,13 +255,22 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // confirm checks that the item we created is still there, so that the
 // fence was drawn while we held the lock, and records the fence in it
 // (gets, then cas: the cas fails if the item changed since), for Inspect
-// and Break.
-func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32) error {
-	for range maxAttempts {
+// and Break. If addr is not nil, drawFence read the item after the draw
+// (cur, nil if gone), which saves confirm's first gets, and the cas goes on
+// a connection to addr followed by a gets in the same write, whose item
+// Release will use until then (see heldItems; zero: not at all).
+func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
+	for i := range maxAttempts {
 		if err := live(ctx, "acquire"); err != nil {
 			return err
 		}
-		cur, err := d.get(lk)
+		var err error
+		switch {
+		case i > 0 || addr == nil:
+			cur, err = d.get(lk)
+		case cur == nil:
+			err = memcache.ErrCacheMiss
+		}
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
@@ -259,7 +288,11 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 			marked = cur.Value[len(hv):]
 		}
 		cur.Value, cur.Expiration = append(fencedValue(l.Token, fence, l.Owner), marked...), exp
-		err = d.cas(cur)
+		if addr != nil {
+			err = d.casRead(addr, cur, l, until)
+		} else {
+			err = d.cas(cur)
+		}
 		switch {
 		case err == nil:
 			return nil
@@ -375,17 +408,21 @@ func (d *Driver) dropLater(key, token, what string) {
 // the state of names nobody locks any more: a released name's item goes at
 // once (see Release), its counter within the retention. A missing counter is seeded with the
 // current Unix time in microseconds from the client's clock (add, so that
-// concurrent seeders agree on one seed; then incr). Exactly what that
+// concurrent seeders agree on one seed). The seeder whose add created the
+// counter takes the seed as its fence, the counter's first value; a seeder
+// whose add found one incrs it, like every later acquisition, so each
+// returns a value above every earlier one of the counter, and the argument
+// above holds unchanged (the add is the draw). Exactly what the seed
 // guarantees: say the lost counter was seeded with S, client C0's clock at
-// real time t0, and handed out S+1 .. S+k. A client C1 that seeds it again
+// real time t0, and handed out S .. S+k. A client C1 that seeds it again
 // at t1 writes its own clock at t1, and every later fence exceeds S+k if and
 // only if that clock reading exceeds S+k, that is, if
 //
 //	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
 //
 // With equal clocks this says: fewer than one acquisition per microsecond
-// on average between the seed and the reseed. Each acquisition takes four
-// round trips to memcached (tens of microseconds even on loopback), so the
+// on average between the seed and the reseed. Each acquisition takes three
+// round trips or more to memcached (tens of microseconds even on loopback), so the
 // counter runs behind the clock by most of the time since the seed, and that
 // is the slack left for clock differences: with clocks synchronised by NTP
 // (milliseconds) it is exhausted only if a counter is lost within
@@ -397,12 +434,13 @@ func (d *Driver) dropLater(key, token, what string) {
 // the order of the operations, which one client issues one after another.
 //
 // A missing counter may mean that the server restarted: it is seeded only
-// if the server has run for the TTL (see young).
+// if the server has run for the TTL (see seed, restart.go).
 //
 // Cost: incr comes first and add only when it finds no counter, so a name
-// whose counter exists pays one round trip for its fence, as before; a
-// name seen for the first time, or again after a retention, pays the
-// failed incr, the uptime check, the add and the incr once.
+// whose counter exists pays one round trip for its fence; a name seen for
+// the first time, or again after a retention, pays the failed incr and the
+// add (on a connection that knows the server's start; a new such
+// connection costs a dial and a stats once).
 func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
 	return d.nextFenceAt(fenceKey(key), ttl)
 }
@@ -417,15 +455,17 @@ func (d *Driver) nextFenceAt(fk string, ttl time.Duration) (uint64, error) {
 		case !errors.Is(err, memcache.ErrCacheMiss):
 			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
-		if err := d.young(fk, ttl); err != nil {
+		now := uint64(time.Now().UnixMicro())
+		stored, err := d.seed(fk, strconv.FormatUint(now, 10), d.fenceExp, ttl)
+		if err != nil {
 			return 0, err
 		}
-		seed := strconv.FormatInt(time.Now().UnixMicro(), 10)
-		err = d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: d.fenceExp})
-		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
-			return 0, fmt.Errorf("memcachelock: fence: seed: %w", err)
+		if stored {
+			// Our add created the counter: the seed is our fence, the
+			// counter's first value (every later incr returns more).
+			return now, nil
 		}
-		// Seeded, by us or by a concurrent seeder: incr again.
+		// A concurrent seeder's add won: incr again.
 	}
 	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
 }
@@ -447,6 +487,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
+	d.held.take(l.Key, l.Token) // the refresh changes the item's cas id
 	err = d.refresh(ctx, l, exp)
 	switch {
 	case err == nil:
@@ -524,6 +565,21 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 // package releases a token that never got the lock when its wait ends.
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 	d.lost(l.Key, l.Token) // a wait that ended, or the hold that ends now
+	if it, ok := d.held.take(l.Key, l.Token); ok && time.Now().Before(it.until) {
+		if err := live(ctx, "release"); err != nil {
+			return err
+		}
+		// The item as our acquisition read it, if unchanged since: one cas.
+		err := d.dropItem(&memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
+		switch {
+		case err == nil:
+			d.released(l.Key, l.Token, it.value)
+			return nil
+		case !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored):
+			return fmt.Errorf("memcachelock: cas: %w", err)
+		}
+		// Changed since (a refresh, a mark, an expiry): gets, then cas.
+	}
 	v, err := d.dropValue(ctx, "release", "lock", lockKey(l.Key), l.Token)
 	if err != nil {
 		return err

@@ -1,9 +1,10 @@
 package memcachelock
 
 import (
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // config is what the options set.
@@ -38,7 +39,7 @@ func newConfig(opts []Option) (config, error) {
 func WithRestartDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.err = errors.New("memcachelock: WithRestartDelay: negative delay")
+			c.err = fmt.Errorf("memcachelock: %w: WithRestartDelay(%v): negative", backend.ErrInvalidOption, d)
 			return
 		}
 		c.restartDelay = d
@@ -59,7 +60,7 @@ const DefaultRetention = 24 * time.Hour
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 || d > maxTTL {
-			c.err = fmt.Errorf("memcachelock: WithRetention(%v): want more than 0, at most %v", d, maxTTL)
+			c.err = fmt.Errorf("memcachelock: %w: WithRetention(%v): want more than 0, at most %v", backend.ErrInvalidOption, d, maxTTL)
 			return
 		}
 		c.retention = d
@@ -82,7 +83,7 @@ func (c *config) retentionSeconds() int32 {
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
-			c.err = errors.New("memcachelock: WithTimeout: the timeout must be positive")
+			c.err = fmt.Errorf("memcachelock: %w: WithTimeout(%v): want a positive timeout", backend.ErrInvalidOption, d)
 			return
 		}
 		c.timeout = d
@@ -95,7 +96,7 @@ func WithTimeout(d time.Duration) Option {
 func WithMaxIdle(n int) Option {
 	return func(c *config) {
 		if n < 1 {
-			c.err = errors.New("memcachelock: WithMaxIdle: want at least 1")
+			c.err = fmt.Errorf("memcachelock: %w: WithMaxIdle(%d): want at least 1", backend.ErrInvalidOption, n)
 			return
 		}
 		c.maxIdle = n

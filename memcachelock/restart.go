@@ -2,11 +2,18 @@ package memcachelock
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -16,10 +23,10 @@ import (
 // make two holders. So, as Redlock asks of a restarted server, a server
 // that started less than a TTL ago grants no name whose fence counter it
 // lacks. The counter is missing after a restart, on a name's first use and
-// after an eviction; only then does the driver ask the server for its
-// uptime (one more round trip, on a connection of its own: gomemcache has
-// no stats call). A name's first use on a new server therefore waits for
-// the server to have run for the TTL.
+// after an eviction; only then does the driver check the server's uptime,
+// on a connection of its own (gomemcache has no stats call; see probes),
+// which also carries the seed's add. A name's first use on a new server
+// therefore waits for the server to have run for the TTL.
 //
 // It needs the server list, so it is on for drivers made by Open; a Driver
 // made by New from the caller's client cannot find the key's server. With
@@ -32,69 +39,298 @@ import (
 // current_time - ITEM_UPDATE_INTERVAL).
 const uptimeSkew = 2 * time.Second
 
-// young returns an error wrapping ErrNotAcquired when the server that holds
-// key started less than ttl ago, nil when it did not or the driver cannot
-// tell (no server list).
-func (d *Driver) young(key string, ttl time.Duration) error {
+// probes are the driver's own connections to each server: for the
+// restart check, and for the fence's pipelined requests (fence.go). A
+// connection reads the server's uptime the first time a check needs it
+// (stats), and keeps the latest time the server can have started. Later
+// checks on it cost no stats: the seed's add itself is sent on it, and
+// its reply proves that the process which stored the seed is the one
+// whose start was read. A TCP connection does not outlive the process at
+// its other end: after a restart, a request on it fails (a reset or end
+// of file, never a reply), and the driver retries on a new connection,
+// which reads the uptime again. So no uptime is trusted past the
+// connection it was read on, and every check reaches the server.
+type probes struct {
+	mu     sync.Mutex
+	idle   map[string][]*probe // by server address
+	open   map[string]int      // idle and in use, by server address
+	closed bool
+}
+
+// errBusy: every probe connection to the server is in use, and the
+// caller can do without one (it takes gomemcache's path instead). Probes
+// are capped at the client's idle limit so that many concurrent calls do
+// not dial one each.
+var errBusy = errors.New("memcachelock: every probe connection is in use")
+
+type probe struct {
+	c       net.Conn
+	r       *bufio.Reader
+	started time.Time // the server started at this time or before; zero: not read yet
+}
+
+// checkTTL is how long a server must have run before it seeds a counter
+// (see seed), 0 if the driver does not check.
+func (d *Driver) checkTTL(ttl time.Duration) time.Duration {
 	if d.restartMax >= 0 {
 		ttl = min(ttl, d.restartMax)
 	}
 	if d.servers == nil || ttl <= 0 {
-		return nil
+		return 0
 	}
-	addr, err := d.servers.PickServer(key)
-	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	up, err := d.uptime(addr)
-	if err != nil {
-		return fmt.Errorf("memcachelock: uptime: %w", err)
-	}
-	if up -= uptimeSkew; up < ttl {
-		return fmt.Errorf("memcachelock: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf(
-			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", ttl-up)})
-	}
-	return nil
+	return ttl
 }
 
-// uptime asks the server at addr for its uptime, within the timeout.
-func (d *Driver) uptime(addr net.Addr) (time.Duration, error) {
-	timeout := d.mc.Timeout
-	if timeout <= 0 {
-		timeout = 500 * time.Millisecond
+// seed stores the counter fk with value seed (add, expiration exp) on the
+// server that holds fk, if that server has run for ttl (capped by
+// WithRestartDelay): else it returns an error wrapping ErrNotAcquired.
+// stored says whether our add created the counter. Without a server list
+// (New) it only adds.
+func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored bool, err error) {
+	if d.servers == nil {
+		err := d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: exp})
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, memcache.ErrNotStored):
+			return false, nil
+		}
+		return false, fmt.Errorf("memcachelock: fence: seed: %w", err)
 	}
-	c, err := net.DialTimeout(addr.Network(), addr.String(), timeout)
+	addr, err := d.servers.PickServer(fk)
 	if err != nil {
-		return 0, err
+		return false, fmt.Errorf("memcachelock: %w", err)
 	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return 0, err
+	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "", true)
+	if err != nil {
+		return false, fenceErr("seed", err)
 	}
-	if _, err := c.Write([]byte("stats\r\n")); err != nil {
-		return 0, err
+	return seeded(line)
+}
+
+func seedCmd(fk, seed string, exp int32) string {
+	return "add " + fk + " 0 " + strconv.Itoa(int(exp)) + " " + strconv.Itoa(len(seed)) + "\r\n" + seed + "\r\n"
+}
+
+// seeded reads the seed's reply.
+func seeded(line string) (stored bool, err error) {
+	switch line {
+	case "STORED":
+		return true, nil
+	case "NOT_STORED":
+		return false, nil
 	}
-	r := bufio.NewReader(c)
-	up := time.Duration(-1)
-	for {
-		line, err := r.ReadString('\n')
+	return false, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+}
+
+// fenceErr wraps an error of exchange during the fence's step op.
+func fenceErr(op string, err error) error {
+	var refused *backend.NotAcquiredError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("memcachelock: %w", err)
+	}
+	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
+}
+
+// exchange sends cmd, then (if lk is not "") gets lk, in one write on a
+// probe connection to addr, and returns cmd's reply line and lk's item (nil
+// if missing): memcached runs a connection's requests in order, so the
+// gets reads lk after cmd took effect. With check > 0 it first makes sure,
+// on that connection, that the server has run for check (see probes): if
+// not, it sends nothing and returns a *backend.NotAcquiredError. Its
+// errors are the connection's, unwrapped, or errBusy when none is idle
+// and the cap is reached, unless must.
+func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (string, *memcache.Item, error) {
+	if lk != "" {
+		cmd += "gets " + lk + "\r\n"
+	}
+	for fresh := false; ; fresh = true {
+		p, reused, err := d.probe(addr, fresh, must)
 		if err != nil {
-			return 0, err
+			return "", nil, err
 		}
-		line = strings.TrimRight(line, "\r\n")
-		if line == "END" {
-			break
+		line, it, err := p.exchange(d.timeout(), check, cmd, lk)
+		var refused *backend.NotAcquiredError
+		switch {
+		case errors.As(err, &refused):
+			d.putProbe(addr, p)
+			return "", nil, err
+		case err != nil:
+			d.dropProbe(addr, p)
+			if reused && staleConn(err) {
+				continue // an idle connection the server closed (a restart): again on a new one
+			}
+			return "", nil, err
 		}
+		d.putProbe(addr, p)
+		return line, it, nil
+	}
+}
+
+// exchange is Driver.exchange on p; an error other than a refusal leaves
+// p unusable.
+func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
+	if err := p.c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", nil, err
+	}
+	if check > 0 {
+		if p.started.IsZero() {
+			up, err := p.uptime()
+			if err != nil {
+				return "", nil, fmt.Errorf("uptime: %w", err)
+			}
+			p.started = time.Now().Add(-up)
+		}
+		if up := time.Since(p.started); up < check {
+			return "", nil, &backend.NotAcquiredError{Reason: fmt.Sprintf(
+				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
+		}
+	}
+	if _, err := io.WriteString(p.c, cmd); err != nil {
+		return "", nil, err
+	}
+	line, err := p.line()
+	if err != nil || lk == "" {
+		return line, nil, err
+	}
+	it, err := p.item(lk)
+	return line, it, err
+}
+
+// item reads a gets reply for lk: its item, or nil if missing.
+func (p *probe) item(lk string) (*memcache.Item, error) {
+	head, err := p.r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	if string(head) == "END\r\n" {
+		return nil, nil
+	}
+	key, bi, size, err := parseValueLine(head)
+	if err != nil {
+		return nil, err
+	}
+	if key != lk {
+		return nil, fmt.Errorf("gets reply for a key not asked for: %q", key)
+	}
+	v := make([]byte, size+2)
+	if _, err := io.ReadFull(p.r, v); err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(v, []byte("\r\n")) {
+		return nil, errors.New("corrupt gets reply: a value without its CRLF")
+	}
+	if end, err := p.line(); err != nil || end != "END" {
+		return nil, fmt.Errorf("gets reply without its END: %q, %v", end, err)
+	}
+	return &memcache.Item{Key: lk, Value: v[:size], Flags: bi.flags, CasID: bi.cas}, nil
+}
+
+// probe returns an idle connection to addr, or (fresh, or none idle) a new
+// one: errBusy if the cap is reached, unless must.
+func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, err error) {
+	ps := &d.probes
+	k := addr.String()
+	ps.mu.Lock()
+	if q := ps.idle[k]; !fresh && len(q) > 0 {
+		p = q[len(q)-1]
+		ps.idle[k] = q[:len(q)-1]
+		ps.mu.Unlock()
+		return p, true, nil
+	}
+	if !must && ps.open[k] >= d.maxIdle() {
+		ps.mu.Unlock()
+		return nil, false, errBusy
+	}
+	if ps.open == nil {
+		ps.open = map[string]int{}
+	}
+	ps.open[k]++
+	ps.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
+	defer cancel()
+	var c net.Conn
+	if d.mc.DialContext != nil {
+		c, err = d.mc.DialContext(ctx, addr.Network(), addr.String())
+	} else {
+		var nd net.Dialer
+		c, err = nd.DialContext(ctx, addr.Network(), addr.String())
+	}
+	if err != nil {
+		d.dropProbe(addr, nil)
+		return nil, false, err
+	}
+	return &probe{c: c, r: bufio.NewReader(c)}, false, nil
+}
+
+// dropProbe closes p (if not nil), a connection to addr that probe counted.
+func (d *Driver) dropProbe(addr net.Addr, p *probe) {
+	if p != nil {
+		p.c.Close()
+	}
+	ps := &d.probes
+	ps.mu.Lock()
+	ps.open[addr.String()]--
+	ps.mu.Unlock()
+}
+
+// putProbe keeps p for the next check, up to the client's idle limit.
+func (d *Driver) putProbe(addr net.Addr, p *probe) {
+	ps := &d.probes
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed || len(ps.idle[addr.String()]) >= d.maxIdle() {
+		p.c.Close()
+		ps.open[addr.String()]--
+		return
+	}
+	if ps.idle == nil {
+		ps.idle = map[string][]*probe{}
+	}
+	ps.idle[addr.String()] = append(ps.idle[addr.String()], p)
+}
+
+// close closes the idle connections; those in use close when put back.
+func (ps *probes) close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.closed = true
+	for _, q := range ps.idle {
+		for _, p := range q {
+			p.c.Close()
+		}
+	}
+	ps.idle = nil
+}
+
+// uptime asks the server for its uptime, less uptimeSkew (within the
+// deadline the caller set).
+func (p *probe) uptime() (time.Duration, error) {
+	if _, err := io.WriteString(p.c, "stats\r\n"); err != nil {
+		return 0, err
+	}
+	line, err := p.line()
+	up := time.Duration(-1)
+	for ; err == nil && line != "END"; line, err = p.line() {
 		if s, ok := strings.CutPrefix(line, "STAT uptime "); ok {
 			n, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || n < 0 {
 				return 0, fmt.Errorf("unexpected %q", line)
 			}
-			up = time.Duration(n) * time.Second
+			up = time.Duration(n)*time.Second - uptimeSkew
 		}
 	}
-	if up < 0 {
+	if err != nil {
+		return 0, err
+	}
+	if up == -1 {
 		return 0, fmt.Errorf("no uptime in the server's stats")
 	}
 	return up, nil
+}
+
+// line reads the next reply line.
+func (p *probe) line() (string, error) {
+	line, err := p.r.ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
 }

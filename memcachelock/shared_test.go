@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -351,7 +352,14 @@ func TestRWContention(t *testing.T) {
 	readers, writers, reads, writes := 0, 0, 0, 0
 	var last uint64
 	var wg sync.WaitGroup
+	// Writers are preferred: four writers that retry at once keep readers
+	// out for as long as they run, so each writes a bounded number of
+	// times, and readers go on until the writers are done (and 3s have
+	// passed): both modes are exercised however slow the machine.
+	const writesEach = 10
 	stop := time.Now().Add(3 * time.Second)
+	var writersLeft atomic.Int32
+	writersLeft.Store(4)
 	for g := range 16 {
 		wg.Add(1)
 		go func() {
@@ -360,8 +368,14 @@ func TestRWContention(t *testing.T) {
 			mode := backend.Read
 			if g%4 == 0 {
 				mode = backend.Write
+				defer writersLeft.Add(-1)
 			}
-			for i := 0; i < 200 && time.Now().Before(stop); i++ {
+			done := 0
+			for i := 0; i < 10000 && ctx.Err() == nil; i++ {
+				if mode == backend.Write && done == writesEach ||
+					mode == backend.Read && !time.Now().Before(stop) && writersLeft.Load() == 0 {
+					return
+				}
 				c := rw(key, mode)
 				gr, err := d.TryAcquire(ctx, c)
 				if err != nil {
@@ -378,6 +392,7 @@ func TestRWContention(t *testing.T) {
 					continue
 				}
 				c.Fence = gr.Fence
+				done++
 				mu.Lock()
 				if mode == backend.Write {
 					writers++
@@ -410,8 +425,8 @@ func TestRWContention(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if writes == 0 || reads == 0 {
-		t.Errorf("%d writes and %d reads", writes, reads)
+	if writes != 4*writesEach || reads == 0 {
+		t.Errorf("%d writes (want %d) and %d reads", writes, 4*writesEach, reads)
 	}
 	t.Logf("%d writes, %d reads", writes, reads)
 }

@@ -8,7 +8,8 @@
 //	obs, err := otellocker.New() // the global MeterProvider and TracerProvider
 //	client, err := locker.Open(ctx, url, locker.WithObserver(obs))
 //
-// Metrics (attributes in brackets; lock names are left out by default,
+// Metrics (attributes in brackets, each with locker.mode too: exclusive,
+// read, write or permit; lock names are left out by default,
 // since a service that locks per entity would make one series per entity:
 // see WithNameAttribute):
 //
@@ -23,6 +24,7 @@
 // Spans: "locker.acquire" from the start of an Acquire or TryAcquire to
 // its answer, and "locker.do" around Do, under which the acquisition's
 // span and fn's own spans nest. Both carry locker.name, locker.namespace,
-// locker.owner (when set) and locker.fence; a failed acquisition or Do
+// locker.mode, locker.limit (a semaphore's), locker.owner (when set) and
+// locker.fence; a failed acquisition or Do
 // sets the span's status to Error, a refusal does not (it is an answer).
 package otellocker

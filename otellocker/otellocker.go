@@ -103,8 +103,8 @@ type observer struct {
 
 // attrs are the metric attributes of ref plus extra.
 func (o *observer) attrs(ref locker.LockRef, extra ...attribute.KeyValue) metric.MeasurementOption {
-	kv := make([]attribute.KeyValue, 0, 2+len(extra))
-	kv = append(kv, attribute.String("locker.namespace", ref.Namespace))
+	kv := make([]attribute.KeyValue, 0, 3+len(extra))
+	kv = append(kv, attribute.String("locker.namespace", ref.Namespace), attribute.String("locker.mode", ref.Mode))
 	if o.cfg.withName {
 		kv = append(kv, attribute.String("locker.name", ref.Name))
 	}
@@ -119,6 +119,12 @@ func spanAttrs(ref locker.LockRef) []attribute.KeyValue {
 	}
 	if ref.Owner != "" {
 		kv = append(kv, attribute.String("locker.owner", ref.Owner))
+	}
+	if ref.Mode != "" {
+		kv = append(kv, attribute.String("locker.mode", ref.Mode))
+	}
+	if ref.Limit != 0 {
+		kv = append(kv, attribute.Int("locker.limit", ref.Limit))
 	}
 	return kv
 }

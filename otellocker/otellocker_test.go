@@ -113,7 +113,7 @@ func points(t *testing.T, r *sdkmetric.ManualReader) map[string]map[string]float
 			key := func(s attribute.Set) string {
 				var k string
 				for _, kv := range s.ToSlice() {
-					if kv.Key != "locker.namespace" {
+					if kv.Key != "locker.namespace" && kv.Key != "locker.mode" {
 						k += string(kv.Key) + "=" + kv.Value.Emit() + " "
 					}
 				}
@@ -184,10 +184,17 @@ func check(t *testing.T, tel *telemetry) {
 	for _, s := range spans {
 		if s.Name == "locker.acquire" && s.Parent.SpanID() == do.SpanContext.SpanID() {
 			nested = true
+			mode := ""
 			for _, kv := range s.Attributes {
 				if kv.Key == "locker.fence" && kv.Value.AsInt64() == 0 {
 					t.Errorf("Do's acquisition span has fence 0")
 				}
+				if kv.Key == "locker.mode" {
+					mode = kv.Value.AsString()
+				}
+			}
+			if mode != "exclusive" {
+				t.Errorf("Do's acquisition span has locker.mode %q, want exclusive", mode)
 			}
 		}
 	}

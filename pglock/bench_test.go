@@ -13,7 +13,10 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
-var _ bench.Floorer = (*Driver)(nil)
+var (
+	_ bench.Floorer    = (*Driver)(nil)
+	_ bench.StoreTrier = (*Driver)(nil)
+)
 
 func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 	b.Helper()
@@ -60,7 +63,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		var live bool
-		if err := pool.QueryRow(ctx, d.sql.release, key, token, version, d.sql.channel).Scan(&live); err != nil {
+		if err := pool.QueryRow(ctx, d.sql.release, key, token, version, d.sql.channel, d.payload(key)).Scan(&live, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

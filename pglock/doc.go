@@ -115,7 +115,11 @@
 // trip: a pipeline, run by PostgreSQL as one implicit transaction, that
 // takes the object's advisory lock, then counts its live holders by the
 // server's clock and upserts the token's row; under READ COMMITTED each
-// statement's snapshot is taken as it starts, after the lock. A session
+// statement's snapshot is taken as it starts, after the lock. The lock's
+// statement also turns bitmap and sequential scans off for that
+// transaction alone, so that the count reads the object's rows by a plain
+// index scan, which marks released rows' index entries dead for the next
+// grant instead of reading them all until a vacuum. A session
 // whose default isolation is another makes the grant statement change
 // nothing, and the driver's grants then run in explicit READ COMMITTED
 // transactions. The fence, from that table's identity sequence, is drawn

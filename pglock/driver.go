@@ -47,8 +47,11 @@ type Driver struct {
 	// READ COMMITTED, and grants run in explicit transactions since.
 	explicitGrant atomic.Bool
 
-	lis      *listener
-	queues   queues   // the local waiters of each lock (Acquire)
+	lis    *listener
+	queues queues // the local waiters of each lock (Acquire)
+	// tries counts the grant statements that waiting (Acquire) sent, first
+	// tries included (StoreTries).
+	tries    atomic.Uint64
 	presence presence // the keys that waiters here wait for
 }
 
@@ -70,7 +73,7 @@ var (
 // LISTEN for releases while someone waits.
 func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrInvalidOption)
 	}
 	return newDriver(pool, false, opts)
 }
@@ -174,7 +177,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	// given up, does not wait for a store that may not answer.
 	d.undo(func(ctx context.Context) {
 		var live bool
-		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel).Scan(&live)
+		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
 	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -324,7 +327,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	var live bool
 	var uncertain error
 	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel).Scan(&live)
+		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}
@@ -343,6 +346,16 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	return nil
 }
+
+// StoreTries implements internal/bench's StoreTrier (not imported here,
+// see RawFloor): the grant statements Acquire's waiting sent since the
+// driver opened, first tries included; TryAcquire's calls of its own
+// are not counted.
+func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+
+// payload is the notification payload of key's release (notifyPayload
+// with the table's key, read by ensureSchema).
+func (d *Driver) payload(key string) string { return notifyPayload(d.notifySecret, key) }
 
 // Close implements backend.Driver. It stops the listener and closes the
 // pool if the driver opened it (Open), not one passed to New.

@@ -155,7 +155,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 // server cancel such a statement instead (see cancelOnServer).
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrUnsupported)
+		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrInvalidOption)
 	}
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }

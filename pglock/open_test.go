@@ -138,12 +138,12 @@ func TestCreateTableFalse(t *testing.T) {
 
 func TestBadOptions(t *testing.T) {
 	t.Parallel()
-	if _, err := New(nil); err == nil {
-		t.Fatal("New(nil) succeeded")
+	if _, err := New(nil); !errors.Is(err, backend.ErrInvalidOption) {
+		t.Fatalf("New(nil): %v, want ErrInvalidOption", err)
 	}
 	for _, o := range []Option{WithTable(""), WithTable(strings.Repeat("x", 64)), WithTable("a\x00b"), WithTable("x\nDROP TABLE y; --"), WithSchema(strings.Repeat("s", 64))} {
-		if _, err := newDriver(nil, false, []Option{o}); err == nil || errors.Is(err, backend.ErrInvalidURL) {
-			t.Errorf("bad option: %v, want an error that is not ErrInvalidURL", err)
+		if _, err := newDriver(nil, false, []Option{o}); !errors.Is(err, backend.ErrInvalidOption) || errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("bad option: %v, want ErrInvalidOption (not ErrInvalidURL)", err)
 		}
 	}
 	if got := newStatements("My Schema", `we"ird`).table; got != `"My Schema"."we""ird"` {

@@ -1,12 +1,13 @@
 package pglock
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // config is what the options set.
@@ -59,7 +60,7 @@ func WithListenIdle(d time.Duration) Option { return func(c *config) { c.listenI
 // name is allowed where empty says so.
 func checkIdent(what, name string, empty bool) error {
 	if why := identProblem(what, name, empty); why != "" {
-		return errors.New("pglock: " + why)
+		return fmt.Errorf("pglock: %w: %s", backend.ErrInvalidOption, why)
 	}
 	return nil
 }

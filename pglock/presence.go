@@ -23,8 +23,9 @@ import (
 // contended key does not come and go. When the connection breaks, keys
 // are present again once it is back, and every subscriber is woken then,
 // since releases went unannounced meanwhile; until then waiters try at
-// their backoff timers. Releases of drivers of older versions always
-// notify.
+// their backoff timers. A connection that breaks while idle is found by
+// the sweeper's ping, within presenceLinger/4. Releases of drivers of
+// older versions always notify.
 
 // presenceLinger is how long a key stays present after its last waiter.
 const presenceLinger = time.Second
@@ -189,9 +190,9 @@ func (p *presence) idleKeys() (map[string]*presentKey, bool) {
 	return out, len(p.keys) > 0
 }
 
-// sweep unlocks the keys that nobody waited for in presenceLinger, brings
-// the connection back for the keys with waiters, and ends when no key
-// is left.
+// sweep unlocks the keys that nobody waited for in presenceLinger, checks
+// the connection, brings it back for the keys with waiters, and ends when
+// no key is left.
 func (p *presence) sweep() {
 	defer p.wg.Done()
 	gctx := p.d.gate.Context()
@@ -220,6 +221,12 @@ func (p *presence) sweep() {
 			}
 		}
 		ctx, cancel := context.WithTimeout(gctx, 10*time.Second)
+		if p.conn != nil && left && p.conn.Ping(ctx) != nil {
+			// The server ended the connection (terminated, restarted)
+			// and the keys' locks with it, which no statement of ours
+			// noticed: releases went unannounced since.
+			p.dropConnLocked()
+		}
 		if p.conn == nil {
 			if len(p.waiting()) > 0 {
 				p.connectLocked(ctx)

@@ -61,13 +61,17 @@ type sharedStatements struct {
 	// begin starts a grant's transaction when the session's default
 	// isolation is not READ COMMITTED (see grant).
 	begin string
-	// lock($1 class, $2 key) takes the object's lock for the transaction.
+	// lock($1 class, $2 key) takes the object's lock for the transaction,
+	// and sets the planner's scans for the grant after it.
 	lock string
 	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
 	// the new version (NULL when refused), whether it ran under READ
-	// COMMITTED (having changed nothing otherwise), and the count, lowest
-	// and highest limit of the other live permits.
+	// COMMITTED (having changed nothing otherwise), the count, lowest
+	// and highest limit of the other live permits, and the count of the
+	// expired ones.
 	grantPermit string
+	// dropExpired($1 key) deletes the semaphore's expired permits.
+	dropExpired string
 	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs;
 	// grantWrite also $5 record) return the new version, NULL when
 	// refused, and whether they ran under READ COMMITTED, as grantPermit;
@@ -78,10 +82,11 @@ type sharedStatements struct {
 	// kinds, $7 classes) extends each live holder, under a shared object
 	// lock, and returns the 1-based positions of those it extended.
 	refresh string
-	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel)
-	// deletes the token's row (a holder's, or a waiting writer's record)
-	// and notifies; it returns the row's kind and whether it was live, no
-	// row when there was none.
+	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
+	// the key's notifyPayload) deletes the token's row (a holder's, or a
+	// waiting writer's record) and notifies; it returns the row's kind,
+	// whether it was live and true (the notification's), no row when
+	// there was none.
 	release string
 }
 
@@ -114,7 +119,8 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 	t := ident.Sanitize()
 	// The statements below share a shape: the server's now, read once;
 	// the object's expired rows of other tokens deleted (the token's own
-	// is taken again by the upsert); the live ones counted; the upsert.
+	// is taken again by the upsert; a permit's grant leaves that to
+	// dropExpired); the live ones counted; the upsert.
 	// rc: the statement runs under READ COMMITTED, so that its snapshot,
 	// taken after the object lock, sees every grant made before; any
 	// other isolation took it at the transaction's start (perhaps before
@@ -140,26 +146,43 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		semClass: objectClass("semaphore", qualified),
 		rwClass:  objectClass("rwlock", qualified),
 		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
-		lock:     `SELECT pg_advisory_xact_lock($1::int4, hashtext($2))`,
+		// The grant that follows scans the object's rows by the primary
+		// key's prefix; a bitmap scan, which the planner prefers for it,
+		// never marks the index entries of released rows dead, so every
+		// grant read all of them until a vacuum (on a busy semaphore,
+		// thousands: a permit cost twice a lock). A plain index scan marks
+		// them once. For the transaction only.
+		lock: `SELECT pg_advisory_xact_lock($1::int4, hashtext($2)),
+    set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`,
 		// One scan counts the live permits and the expired ones; the
-		// expired go only when there are some.
-		grantPermit: `WITH ` + clk + `,
-busy AS MATERIALIZED (
-    SELECT count(*) FILTER (WHERE expires_at > (SELECT t FROM clk)) AS n,
-        coalesce(min(lim) FILTER (WHERE expires_at > (SELECT t FROM clk)), 0) AS lo,
-        coalesce(max(lim) FILTER (WHERE expires_at > (SELECT t FROM clk)), 0) AS hi,
-        count(*) FILTER (WHERE expires_at <= (SELECT t FROM clk)) AS x
+		// expired go in a statement of their own when there are some
+		// (dropExpired: a second data-modifying part here cost every
+		// grant). The server's now is the transaction's start (the object
+		// lock's statement), earlier than the scan: a permit counts as
+		// expired only if it was then, and the new one's expiry is no
+		// later than the TTL from the request.
+		grantPermit: `WITH busy AS MATERIALIZED (
+    SELECT count(*) FILTER (WHERE expires_at > now()) AS n,
+        coalesce(min(lim) FILTER (WHERE expires_at > now()), 0) AS lo,
+        coalesce(max(lim) FILTER (WHERE expires_at > now()), 0) AS hi,
+        count(*) FILTER (WHERE expires_at <= now()) AS x,
+        current_setting('transaction_isolation') = 'read committed' AS rc
     FROM ` + t + `
     WHERE name = $1 AND kind = 1 AND token <> $2
-), gone AS (
-    DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND token <> $2 AND expires_at <= (SELECT t FROM clk)
-        AND (SELECT rc FROM clk) AND (SELECT x > 0 FROM busy)
 ), got AS (
-    ` + insert("1", "$5::int4", "busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)", regrant("1")+`
-    WHERE s.kind = 1`) + `
+    INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
+    SELECT $1, $2, 1, nullif($3, ''), $5::int4, now(), now() + $4::int8 * interval '1 microsecond'
+    FROM busy WHERE busy.rc AND busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)
+    ON CONFLICT (name, token) DO UPDATE ` + regrant("1") + `
+    WHERE s.kind = 1
     RETURNING version
 )
-SELECT (SELECT version FROM got), (SELECT rc FROM clk), busy.n, busy.lo, busy.hi FROM busy`,
+SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi, busy.x FROM busy`,
+		// Expired rows hold nothing (every grant counts only live ones,
+		// and a refresh extends only a live row), so they go without the
+		// object lock; a row that its token takes again meanwhile is live
+		// when the deletion reads it again, and stays.
+		dropExpired: `DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND expires_at <= clock_timestamp()`,
 		// A live writer, or another token's waiting record, keeps readers
 		// out: writers are preferred.
 		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
@@ -209,12 +232,9 @@ RETURNING b.i`,
 		// A deleted row is only ever one that a grant would have counted
 		// as held: no object lock needed. It notifies as a lock's release
 		// does, when someone waits for the key (presence.go).
-		release: `WITH freed AS (
-    DELETE FROM ` + t + `
-    WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
-    RETURNING name, kind, expires_at > clock_timestamp() AS live
-), ` + notifyKeyCTE(lockTable) + `, ` + notifyIfPresent("$5", strconv.Itoa(int(objectClass("presence", qualified)))) + `
-SELECT freed.kind, freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`,
+		release: `DELETE FROM ` + t + `
+WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
+RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
 	}
 }
 
@@ -348,13 +368,14 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 		version   *int64
 		rc        bool
 		n, lo, hi int64
+		expired   int64
 		stmt      string
 		args      = []any{l.Key, l.Token, l.Owner, us}
 		dest      = []any{&version, &rc}
 	)
 	switch l.Mode {
 	case backend.Permit:
-		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit)), append(dest, &n, &lo, &hi)
+		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit)), append(dest, &n, &lo, &hi, &expired)
 	case backend.Read:
 		stmt = d.shared.grantRead
 	default:
@@ -363,6 +384,10 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 	// Idempotent for one token, as the lock's acquire: the token's own
 	// row is taken again.
 	err = d.retry(ctx, func() error { return d.grant(ctx, class, l.Key, stmt, args, dest...) })
+	if err == nil && expired > 0 {
+		// Housekeeping: a failure leaves them to the next grant.
+		_, _ = d.pool.Exec(ctx, d.shared.dropExpired, l.Key)
+	}
 	switch {
 	case err == nil && version != nil:
 		return backend.Grant{Fence: uint64(*version), TTL: time.Duration(us) * time.Microsecond}, nil
@@ -383,7 +408,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 	// Perhaps committed: undo it in the background, as the lock's acquire
 	// does (the token is ours alone).
 	d.undo(func(ctx context.Context) {
-		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel)
+		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel, d.payload(l.Key))
 	})
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -467,7 +492,7 @@ func (d *Driver) releaseShared(ctx context.Context, l backend.Claim) error {
 		uncertain error
 	)
 	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel).Scan(&kind, &live)
+		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live, nil)
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}

@@ -64,11 +64,11 @@ type statements struct {
 	// arrays of one length) is refresh for each element, and returns the
 	// 1-based positions of those it extended.
 	refreshMany string
-	// release($1 key, $2 token, $3 fence or 0, $4 channel) frees the token's
-	// lock and notifies the channel with the key's notifyPayload if the key
-	// is present (someone waits, see presence.go); it returns
-	// one boolean (whether the lock was still live) or no row when the token
-	// did not have it.
+	// release($1 key, $2 token, $3 fence or 0, $4 channel, $5 the key's
+	// notifyPayload) frees the token's lock and notifies the channel with
+	// the payload if the key is present (someone waits, see presence.go);
+	// it returns whether the lock was still live, and true (the
+	// notification's), or no row when the token did not have it.
 	release string
 	// expire($1 key, $2 channel) ends the lock on key as its TTL would.
 	expire string
@@ -139,14 +139,16 @@ func newStatements(schema, table string) statements {
 		// counter for the whole table, so that a release can delete the row.
 		// In the update branch DEFAULT draws it after the row is locked,
 		// hence above the fence of the holder it replaces. The insert branch
-		// draws it (as the omitted column's default) before looking for a
-		// row: the shared fence lock, taken before that, keeps a release of
-		// the same name from deleting a row in between (a release takes it
-		// exclusively), so that a row deleted before the insert had a lower
-		// fence.
-		acquire: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)))
-INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
-SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond' FROM g
+		// draws it (as the omitted column's default, in the projection of
+		// the SELECT) before looking for a row: the shared fence lock,
+		// taken before that (the SELECT's one-time filter, which a
+		// volatile function keeps in place, evaluated before it projects),
+		// keeps a release of the same name from deleting a row in between
+		// (a release takes it exclusively), so that a row deleted before
+		// the insert had a lower fence.
+		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
+SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
+WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
 ON CONFLICT (name) DO UPDATE
 SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
@@ -165,16 +167,16 @@ WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fe
     AND l.expires_at > clock_timestamp() AND l.owner IS NOT DISTINCT FROM nullif(b.owner, '')
 RETURNING b.i`,
 		// A release deletes the row: nothing of the name stays. RETURNING
-		// tells whether the lock was still live. The fence lock (see
-		// acquire) is taken before the row is touched, as a one-time
-		// filter, so that no acquirer waits for this row while holding it.
-		release: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fenceClass + `, hashtext($1))),
-freed AS (
-    DELETE FROM ` + t + `
-    WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND (SELECT true FROM g)
-    RETURNING name, expires_at > clock_timestamp() AS live
-), ` + notifyKeyCTE(t) + `, ` + notifyIfPresent("$4", presenceClass) + `
-SELECT freed.live FROM freed WHERE (SELECT count(*) FROM n) >= 0`,
+		// tells whether the lock was still live, and notifies if someone
+		// waits (evaluated once the row is deleted, before the commit;
+		// no CTE: one plan node, cheaper). The fence lock (see
+		// acquire) is taken in the scan's filter, after the token matched
+		// and before the row is locked for the deletion, so that no
+		// acquirer waits for this row while holding it.
+		release: `DELETE FROM ` + t + `
+WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
+    AND pg_advisory_xact_lock(` + fenceClass + `, hashtext($1)) IS NOT NULL
+RETURNING expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "$5", presenceClass, "name"),
 		expire: `WITH e AS (
     UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
     WHERE name = $1 RETURNING name
@@ -237,14 +239,17 @@ func notifyKeyCTE(t string) string {
 	return `k AS (SELECT convert_to(token, 'UTF8') AS k FROM ` + t + ` WHERE name = '` + notifyKeyName + `')`
 }
 
-// notifyIfPresent is a WITH item n that notifies channel with the payload
-// of each row of freed (see payloadSQL, which needs k) unless it can take
-// the key's presence lock exclusively: someone waits for it. The lock,
-// once taken, is held until the release commits, so that a waiter's
-// presence is granted only after it.
-func notifyIfPresent(channel, class string) string {
-	return `n AS (SELECT pg_notify(` + channel + `, ` + payloadSQL("freed.name") + `) FROM freed LEFT JOIN k ON true
-    WHERE NOT pg_try_advisory_xact_lock(` + class + `, hashtext(freed.name)))`
+// notifyIfPresent is an expression, true, that notifies channel with
+// payload unless it can take the presence lock of the key in expression
+// name exclusively: someone waits for it. The lock, once taken, is held
+// until the release commits, so that a waiter's presence is granted only
+// after it. CASE orders the two: a notification is sent only when the
+// lock was refused. The payload comes from the driver (notifyPayload of
+// the notification key it read with the table, the one its listener
+// matches), so that the statement does not read the key's row.
+func notifyIfPresent(channel, payload, class, name string) string {
+	return `CASE WHEN pg_try_advisory_xact_lock(` + class + `, hashtext(` + name + `)) THEN true
+    ELSE pg_notify(` + channel + `, ` + payload + `) IS NOT NULL END`
 }
 
 // payloadSQL is the notification payload of the key in expression name, in

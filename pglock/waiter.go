@@ -47,6 +47,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	if e.first {
 		// Nobody here waits: the uncontended path, one statement.
 		sent := time.Now()
+		d.tries.Add(1)
 		g, err := d.TryAcquire(ctx, c)
 		if err == nil {
 			won = true
@@ -98,6 +99,7 @@ func (d *Driver) tryLoop(ctx context.Context, notified <-chan struct{}, skip boo
 	for {
 		if !skip {
 			sent := time.Now()
+			d.tries.Add(1)
 			g, err := try()
 			switch {
 			case err == nil:
@@ -159,6 +161,7 @@ func (d *Driver) waitSharedLoop(ctx context.Context, c backend.Claim) (backend.G
 	// A waiting writer records itself, so that readers let it in.
 	try := func() (backend.Grant, error) { return d.tryShared(ctx, c, true) }
 	sent := time.Now()
+	d.tries.Add(1)
 	g, err := try()
 	switch {
 	case err == nil:

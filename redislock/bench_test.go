@@ -17,6 +17,9 @@ import (
 var (
 	_ bench.Floorer = (*Driver)(nil)
 	_ bench.Floorer = (*Quorum)(nil)
+	// Both modes wait in their own queue (FairDriver through its Driver).
+	_ bench.StoreTrier = (*Driver)(nil)
+	_ bench.StoreTrier = (*FairDriver)(nil)
 )
 
 // BenchmarkUncontended measures one acquire+release of a free lock, four

@@ -81,6 +81,7 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	waited := false // a try answered that it queued
 	for {
 		sent := time.Now()
+		d.tries.Add(1)
 		r, err := d.dep.fairAcquire(ctx, l, value, px, w, true)
 		switch {
 		case err == nil && r > 0:

@@ -38,6 +38,7 @@ func (d *Driver) acquireShared(ctx context.Context, l backend.Claim) (backend.Gr
 	}
 	for {
 		sent := time.Now()
+		d.tries.Add(1)
 		r, err := d.dep.acquireShared(ctx, l, n, px, w, true, true)
 		switch {
 		case err == nil && r.limit != "":

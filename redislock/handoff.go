@@ -41,6 +41,7 @@ func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, e
 		// try, with a later attempt, takes over what this one may have
 		// left.
 		sent := time.Now()
+		d.tries.Add(1)
 		r, err := dep.acquire(ctx, l, l.Token+"."+strconv.FormatUint(first, 10), px)
 		if err == nil && r > 0 {
 			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
@@ -106,6 +107,7 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 	}
 	for {
 		sent := time.Now()
+		d.tries.Add(1)
 		r, err := dep.handoffAcquire(ctx, l, l.Token+"."+strconv.FormatUint(n, 10), px, w, queuedAt != 0 || n != first)
 		switch {
 		case err == nil && r > 0:

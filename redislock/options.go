@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // Option configures a Driver, a FairDriver or a Quorum. An option given a
@@ -50,7 +52,7 @@ func buildConfig(opts []Option) (config, error) {
 // invalid records an option's bad value, the first only.
 func (c *config) invalid(format string, args ...any) {
 	if c.err == nil {
-		c.err = fmt.Errorf("redislock: "+format, args...)
+		c.err = fmt.Errorf("redislock: %w: %s", backend.ErrInvalidOption, fmt.Sprintf(format, args...))
 	}
 }
 

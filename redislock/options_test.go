@@ -2,9 +2,11 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/lockerhq/locker/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,32 +26,35 @@ func TestBadOptions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for name, o := range bad {
-		if d, err := New(rdb, o); err == nil {
+		if d, err := New(rdb, o); !errors.Is(err, backend.ErrInvalidOption) {
 			d.Close()
-			t.Errorf("%s: New succeeded", name)
+			t.Errorf("%s: New: %v, want ErrInvalidOption", name, err)
 		}
-		if d, err := NewFair(rdb, o); err == nil {
+		if d, err := NewFair(rdb, o); !errors.Is(err, backend.ErrInvalidOption) {
 			d.Close()
-			t.Errorf("%s: NewFair succeeded", name)
+			t.Errorf("%s: NewFair: %v, want ErrInvalidOption", name, err)
 		}
-		if q, err := NewQuorum([]redis.UniversalClient{rdb}, o); err == nil {
+		if q, err := NewQuorum([]redis.UniversalClient{rdb}, o); !errors.Is(err, backend.ErrInvalidOption) {
 			q.Close()
-			t.Errorf("%s: NewQuorum succeeded", name)
+			t.Errorf("%s: NewQuorum: %v, want ErrInvalidOption", name, err)
 		}
-		if d, err := Open(ctx, "redis://127.0.0.1:1/0", o); err == nil {
+		if d, err := Open(ctx, "redis://127.0.0.1:1/0", o); !errors.Is(err, backend.ErrInvalidOption) {
 			d.Close()
-			t.Errorf("%s: Open succeeded", name)
+			t.Errorf("%s: Open: %v, want ErrInvalidOption", name, err)
 		}
-		if q, err := OpenQuorum(ctx, "redis+quorum://127.0.0.1:1/0", o); err == nil {
+		if q, err := OpenQuorum(ctx, "redis+quorum://127.0.0.1:1/0", o); !errors.Is(err, backend.ErrInvalidOption) {
 			q.Close()
-			t.Errorf("%s: OpenQuorum succeeded", name)
+			t.Errorf("%s: OpenQuorum: %v, want ErrInvalidOption", name, err)
 		}
 	}
-	if _, err := New(nil); err == nil {
-		t.Error("New(nil) succeeded")
+	if _, err := New(nil); !errors.Is(err, backend.ErrInvalidOption) {
+		t.Errorf("New(nil): %v, want ErrInvalidOption", err)
 	}
-	if _, err := NewFair(nil); err == nil {
-		t.Error("NewFair(nil) succeeded")
+	if _, err := NewFair(nil); !errors.Is(err, backend.ErrInvalidOption) {
+		t.Errorf("NewFair(nil): %v, want ErrInvalidOption", err)
+	}
+	if _, err := NewQuorum([]redis.UniversalClient{rdb, nil, rdb}); !errors.Is(err, backend.ErrInvalidOption) {
+		t.Errorf("NewQuorum with a nil client: %v, want ErrInvalidOption", err)
 	}
 	// In range: accepted.
 	d, err := New(rdb, WithRestartDelay(0), WithClockDrift(0, 0), WithLogger(nil))

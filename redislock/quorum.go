@@ -122,7 +122,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 	var addrs []string
 	for i, c := range clients {
 		if c == nil {
-			return nil, fmt.Errorf("redislock: quorum: %w: client %d is nil", backend.ErrUnsupported, i)
+			return nil, fmt.Errorf("redislock: NewQuorum: %w: client %d is nil", backend.ErrInvalidOption, i)
 		}
 		deps = append(deps, newDeployment(c, false, &cfg))
 		addrs = append(addrs, clientAddr(c, i))

@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 	"github.com/lockerhq/locker/internal/testenv"
 )
+
+var _ bench.StoreTrier = (*Driver)(nil)
 
 // The benchmarks run zklock and the zk package's own zk.Lock side by side,
 // on the same server, in the same loop, and report the ratios.
@@ -248,4 +251,151 @@ func BenchmarkContended(b *testing.B) {
 	b.ReportMetric(us(writeRTT(b, conn, run)), "write-rtt-µs")
 	b.ReportMetric(us(bench.Percentile(floors, 0.5)), "floor-µs")
 	cleanup(conn, run)
+}
+
+// BenchmarkInlineCalls: an uncontended acquire+release on a new name with
+// the driver's calls on the caller's goroutine (interrupt.go) and with
+// each on a goroutine of its own, as before, on the same driver, op by op
+// with the raw floor, 7 rounds; ratios are ops/s over the floor's (and
+// inline over aside), median and range of the rounds.
+func BenchmarkInlineCalls(b *testing.B) {
+	d := dial(b, testenv.ZKAddrs())
+	ctx := context.Background()
+	key := uniqueKey(b)
+	type sub struct {
+		name string
+		op   func(i int) error
+	}
+	cycle := func(noInline bool) func(i int) error {
+		return func(i int) error {
+			d.testNoInline = noInline
+			l := lockFor(b, fmt.Sprintf("%s/%d-%v", key, i, noInline))
+			cctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			g, err := d.Acquire(cctx, l)
+			if err != nil {
+				return err
+			}
+			l.Fence = g.Fence
+			return d.Release(cctx, l)
+		}
+	}
+	subs := []sub{
+		{"floor", func(i int) error { return d.RawFloor(ctx, fmt.Sprintf("f%d", i)) }},
+		{"inline", cycle(false)},
+		{"aside", cycle(true)},
+	}
+	rounds, per := 7, max(b.N/7, 50)
+	med := make([][]time.Duration, len(subs))
+	i := 0
+	b.ResetTimer()
+	for range rounds {
+		times := make([][]time.Duration, len(subs))
+		for c := range per {
+			for k := range subs {
+				s := (k + c) % len(subs)
+				i++
+				start := time.Now()
+				if err := subs[s].op(i); err != nil {
+					b.Fatal(err)
+				}
+				times[s] = append(times[s], time.Since(start))
+			}
+		}
+		for s := range subs {
+			med[s] = append(med[s], bench.Percentile(times[s], 0.5))
+		}
+	}
+	b.StopTimer()
+	for k := 1; k < len(subs); k++ {
+		rs := make([]float64, rounds)
+		for r := range rounds {
+			rs[r] = float64(med[0][r]) / float64(med[k][r])
+		}
+		slices.Sort(rs)
+		b.ReportMetric(rs[rounds/2], subs[k].name+"/floor")
+		b.ReportMetric(rs[0], subs[k].name+"/floor-min")
+		b.ReportMetric(rs[rounds-1], subs[k].name+"/floor-max")
+	}
+	rs := make([]float64, rounds)
+	for r := range rounds {
+		rs[r] = float64(med[2][r]) / float64(med[1][r])
+	}
+	slices.Sort(rs)
+	b.ReportMetric(rs[rounds/2], "inline/aside-ops")
+	b.ReportMetric(rs[0], "inline/aside-min")
+	b.ReportMetric(rs[rounds-1], "inline/aside-max")
+}
+
+// BenchmarkContendedInline: BenchmarkContended's workload (8 workers, one
+// driver each, one name, 1 ms hold), in alternating rounds of 50 with the
+// drivers' calls on the callers' goroutines and each on a goroutine of its
+// own (as before interrupt.go). inline/aside-acq/s is the median, least
+// and greatest over the pairs of rounds.
+func BenchmarkContendedInline(b *testing.B) {
+	servers := testenv.ZKAddrs()
+	testenv.Require(b, servers...)
+	const workers = 8
+	conn := benchConn(b, servers)
+	ctx := context.Background()
+	key := uniqueKey(b)
+	rt := func(context.Context) error { _, _, err := conn.Exists("/"); return err }
+	run := bench.Contend{Hold: time.Millisecond, RoundTrip: rt, RoundTripOp: "exists"}
+	var ds []*Driver
+	for w := range workers {
+		d := dial(b, servers)
+		ds = append(ds, d)
+		run.Workers = append(run.Workers, bench.Worker{Client: w, Acquire: func(ctx context.Context) (func(context.Context) error, error) {
+			l := lockFor(b, key)
+			if _, err := d.Acquire(ctx, l); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { return d.Release(ctx, l) }, nil
+		}})
+	}
+	set := func(aside bool) {
+		for _, d := range ds {
+			d.testNoInline = aside
+		}
+	}
+	run.Acquisitions = 2 * workers
+	if _, err := run.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	n := max(b.N, 500)
+	var in, as *bench.Samples
+	var ratios []float64
+	b.ResetTimer()
+	for done := 0; done < n; done += 50 {
+		run.Acquisitions = 50
+		var pair [2]*bench.Samples
+		// Which goes first alternates.
+		for _, aside := range []bool{done%100 == 0, done%100 != 0} {
+			set(aside)
+			s, err := run.Run(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if aside {
+				pair[1] = s
+			} else {
+				pair[0] = s
+			}
+		}
+		ratios = append(ratios, pair[0].Summary().AcquisitionsSec/pair[1].Summary().AcquisitionsSec)
+		if in == nil {
+			in, as = pair[0], pair[1]
+		} else {
+			in.Add(pair[0])
+			as.Add(pair[1])
+		}
+	}
+	b.StopTimer()
+	set(false)
+	in.Summary().Report(b, "inline")
+	as.Summary().Report(b, "aside")
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "inline/aside-acq/s")
+	b.ReportMetric(ratios[0], "inline/aside-acq/s-min")
+	b.ReportMetric(ratios[len(ratios)-1], "inline/aside-acq/s-max")
 }

@@ -21,6 +21,19 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	}
 	hash := tokenHash(l.Token)
 	data := []byte(l.Owner)
+	if d.inline() {
+		in := d.interruptOnEnd(ctx)
+		e, err := d.create(ctx, parent, head, hash, data, t, true)
+		in.stop()
+		if ctx.Err() != nil {
+			// The caller left: take back what we made, briefly (as below).
+			if e != nil {
+				d.abandonQuick(e)
+			}
+			return nil, d.ended(ctx)
+		}
+		return e, err
+	}
 	type result struct {
 		e   *entry
 		err error
@@ -32,7 +45,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	if !d.spawn(func() {
 		defer close(finished)
 		defer cancel()
-		e, err := d.create(cctx, parent, head, hash, data, t)
+		e, err := d.create(cctx, parent, head, hash, data, t, false)
 		ch <- result{e, err}
 		select {
 		case <-taken:
@@ -72,8 +85,10 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 // the ensemble's one counter, without another round trip. When a response
 // is lost, the node is looked for by its token hash. On an error, it
 // leaves no node behind (cleaning up in the background when it cannot
-// tell whether the server made one).
-func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, t *tries) (*entry, error) {
+// tell whether the server made one). inline: it runs on the caller's
+// goroutine (see interrupt.go), and sends only while the zk client has a
+// session, since a request queued for the next connection cannot be cut.
+func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, t *tries, inline bool) (*entry, error) {
 	prefix := parent + "/" + head + hash + "-"
 	bo := newBackoff()
 	uncertain := false
@@ -90,9 +105,10 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 	// first node (see createFresh).
 	fresh := !checked
 	needParent := false
+	lookFirst := false // a create's answer was lost: look for its node before another
 	for {
 		sid, sent := d.conn.SessionID(), time.Now()
-		if t.budget > 0 && !d.settled(ctx) {
+		if (t.budget > 0 || inline) && !d.settled(ctx) {
 			// Acquire: a try not sent for want of a session fails.
 			switch {
 			case t.fail(sent):
@@ -101,6 +117,23 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 				return giveUp(d.ended(ctx))
 			}
 			continue
+		}
+		if lookFirst {
+			e, err := d.find(parent, head, hash)
+			switch {
+			case err == nil && e != nil:
+				d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
+				return e, nil
+			case err == nil:
+				lookFirst = false // none: create it
+			case t.fail(sent):
+				return giveUp(fmt.Errorf("look for the queue node: %w", err))
+			case !pause(ctx, bo):
+				return giveUp(d.ended(ctx))
+			}
+			if lookFirst {
+				continue
+			}
 		}
 		if needParent {
 			made, err := d.ensureParent(parent)
@@ -121,6 +154,9 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		}
 		var res []zk.MultiResponse
 		var err error
+		if t.budget > 0 {
+			d.tries.Add(1) // a waiting acquisition's try (StoreTries)
+		}
 		if fresh {
 			res, err = d.createFresh(parent, prefix, data)
 			switch {
@@ -204,11 +240,20 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 			continue
 		case connLost(err):
 			// The server may have made the node before the connection
-			// dropped: look for it by its hash.
+			// dropped: look for it by its hash before another try (unless
+			// the caller left: then giveUp deletes it, if any, in the
+			// background).
 			uncertain = true
-			if e, ferr := d.find(parent, head, hash); ferr == nil && e != nil {
-				d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
-				return e, nil
+			if ctx.Err() != nil {
+				return giveUp(d.ended(ctx))
+			}
+			if !inline {
+				if e, ferr := d.find(parent, head, hash); ferr == nil && e != nil {
+					d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
+					return e, nil
+				}
+			} else {
+				lookFirst = true // once the zk client has a session again
 			}
 		case transient(err):
 		case errors.Is(err, zk.ErrClosing):
@@ -265,6 +310,13 @@ func (d *Driver) checkACLOn(ctx context.Context, path string, sid int64, bo *ret
 		err := d.checkACL(path)
 		if err == nil || !connLost(err) || d.conn.SessionID() != sid || !pause(ctx, bo) {
 			return err
+		}
+		// Asked again once the zk client has a session: not queued
+		// for a connection that an inline call cannot cut.
+		for !d.settled(ctx) {
+			if !pause(ctx, bo) {
+				return err
+			}
 		}
 	}
 }

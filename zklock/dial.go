@@ -25,13 +25,13 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		o(&cfg)
 	}
 	if err := checkRoot(cfg.root); err != nil {
-		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidOption, err)
 	}
 	if len(servers) == 0 {
-		return nil, fmt.Errorf("zklock: %w: no servers", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("zklock: %w: no servers", backend.ErrInvalidOption)
 	}
 	if cfg.sessionTimeout <= 0 {
-		return nil, fmt.Errorf("zklock: session timeout %v: %w", cfg.sessionTimeout, backend.ErrInvalidURL)
+		return nil, fmt.Errorf("zklock: %w: session timeout %v", backend.ErrInvalidOption, cfg.sessionTimeout)
 	}
 	if cfg.acl == nil {
 		if cfg.hasAuth {

@@ -96,7 +96,11 @@
 // released name is left in the store, and the next fence, a later zxid,
 // is still above every earlier one. A short interval costs the server a
 // scan of its containers per interval, and a name taken again after its
-// node went pays the two round trips above.
+// node went is a new name again (its node made in the acquisition's
+// multi-op, above). The server deletes at most
+// znode.container.maxPerMinute containers a minute (10,000 by default):
+// beyond that many new names a minute, the empty ones wait their turn,
+// and the retention grows with the backlog.
 //
 // # Sessions and TTLs
 //
@@ -166,7 +170,14 @@
 // A waiter whose context ends returns within 100 ms and one round trip,
 // connection dead or alive; when its queue node could not be deleted by
 // then, the driver keeps deleting it in the background for as long as
-// the session may live. Close returns within 2 seconds, connection dead
+// the session may live. On a connection the driver dialed, a call's
+// requests (the queue node's create, a release's delete, a waiter's
+// listing and watch) are sent from the caller's goroutine while the zk
+// client has a session; when the call's context ends and the server has
+// not answered 50 ms later, the driver cuts the connection's blocked
+// read: the zk client reconnects, the session and its locks live on, and
+// other requests in flight on that connection fail as on any disconnect
+// and are retried. Close returns within 2 seconds, connection dead
 // or alive: on its own connection it sends the close request (which frees
 // the locks at once), gives the server a second to answer, then cuts the
 // connection; no goroutine of the driver or of the zk client is left.

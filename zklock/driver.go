@@ -49,7 +49,11 @@ type Driver struct {
 	resumed chan struct{}           // a session again: ping now
 	since   atomic.Int64            // own connections: when the zk client last had a session again (UnixNano), 0 while it has none
 
+	cuts  atomic.Int64  // reads cut to end inline calls whose context ended (tests)
+	tries atomic.Uint64 // StoreTries
+
 	testHookWatch func() // tests: called before a waiter watches its predecessor
+	testNoInline  bool   // tests: every call on a goroutine of its own, as before interrupt.go
 }
 
 var (
@@ -82,7 +86,7 @@ var (
 // second) or when one of its requests finds a new session.
 func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
-		return nil, fmt.Errorf("zklock: New: nil *zk.Conn: %w", backend.ErrUnsupported)
+		return nil, fmt.Errorf("zklock: New: %w: nil *zk.Conn", backend.ErrInvalidOption)
 	}
 	cfg := defaults()
 	cfg.sessionTimeout = 0
@@ -90,10 +94,10 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 		o(&cfg)
 	}
 	if err := checkRoot(cfg.root); err != nil {
-		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidURL, err)
+		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidOption, err)
 	}
 	if cfg.sessionTimeout < 0 || cfg.connectTimeout <= 0 {
-		return nil, fmt.Errorf("zklock: New: session timeout %v, connect timeout %v: %w", cfg.sessionTimeout, cfg.connectTimeout, backend.ErrUnsupported)
+		return nil, fmt.Errorf("zklock: New: %w: session timeout %v, connect timeout %v", backend.ErrInvalidOption, cfg.sessionTimeout, cfg.connectTimeout)
 	}
 	if cfg.acl == nil {
 		cfg.acl = zk.WorldACL(zk.PermAll)
@@ -334,7 +338,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	uncertain := false
 	bo := newBackoff()
 	for {
-		_, err := call(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		_, err := callInline(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
 		switch {
 		case err == nil:
 			return nil
@@ -399,7 +403,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 		ok bool
 		st *zk.Stat
 	}
-	r, err := call(ctx, d, func() (stat, error) {
+	r, err := callInline(ctx, d, func() (stat, error) {
 		ok, st, err := d.conn.Exists(path)
 		return stat{ok, st}, err
 	})

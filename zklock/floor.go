@@ -13,6 +13,16 @@ import (
 
 var _ bench.Floorer = (*Driver)(nil)
 
+// StoreTries implements internal/bench.StoreTrier: the requests that the
+// driver's waiting acquisitions (Acquire) sent that could grant them, since
+// it opened: each create of a queue node, and each listing of the queue
+// made to see whether the node is first (or, for semaphores and
+// read-write locks, holds), which a waiter makes when it starts waiting
+// and when the node it watches goes. A waiter told by a watch that its
+// only predecessor is gone takes the lock with no request, and counts
+// none.
+func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+
 // RawFloor creates an ephemeral node for key directly under the root and
 // deletes it: the least any lock's acquire+release costs, on the driver's
 // session, with the requests sent as they are, not through the driver's

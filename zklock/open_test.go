@@ -328,3 +328,25 @@ func TestOpenOptionOverridesDefaultTTL(t *testing.T) {
 		t.Errorf("SessionTTL %v, want WithSessionTimeout's 1.5s", d2.SessionTTL())
 	}
 }
+
+// A nil connection is refused before anything else, with ErrInvalidOption.
+func TestNewNilConn(t *testing.T) {
+	if d, err := New(nil); !errors.Is(err, backend.ErrInvalidOption) || d != nil {
+		t.Errorf("New(nil) = %v, %v; want ErrInvalidOption", d, err)
+	}
+}
+
+// Dial's options out of range fail with ErrInvalidOption before any dial.
+func TestDialBadOptions(t *testing.T) {
+	ctx := context.Background()
+	for name, f := range map[string]func() (*Driver, error){
+		"no servers":        func() (*Driver, error) { return Dial(ctx, nil) },
+		"relative root":     func() (*Driver, error) { return Dial(ctx, []string{"127.0.0.1:1"}, WithRoot("locks")) },
+		"zero session":      func() (*Driver, error) { return Dial(ctx, []string{"127.0.0.1:1"}, WithSessionTimeout(0)) },
+		"New relative root": func() (*Driver, error) { return New(&zk.Conn{}, WithRoot("locks")) },
+	} {
+		if d, err := f(); !errors.Is(err, backend.ErrInvalidOption) || d != nil {
+			t.Errorf("%s = %v, %v; want ErrInvalidOption", name, d, err)
+		}
+	}
+}

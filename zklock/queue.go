@@ -86,6 +86,7 @@ func (d *Driver) await(ctx context.Context, e *entry, t *tries) error {
 			}
 			continue
 		}
+		d.tries.Add(1) // a re-check that may find e first (StoreTries)
 		p, p2, n, err := d.predecessor(ctx, e)
 		ahead = n
 		if err == nil && p == "" {
@@ -188,7 +189,7 @@ func (d *Driver) confirm(ctx context.Context, e *entry, t *tries) error {
 		err := errNoSession
 		if d.settled(ctx) {
 			var n node
-			n, err = call(ctx, d, func() (node, error) {
+			n, err = callInline(ctx, d, func() (node, error) {
 				return request(d, func() (node, error) {
 					ok, st, err := d.conn.Exists(e.path())
 					return node{ok, st}, err

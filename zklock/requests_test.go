@@ -3,11 +3,13 @@ package zklock
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -101,5 +103,111 @@ func TestFreshNameRequests(t *testing.T) {
 		if n := after[opDelete] - beforeRelease[opDelete]; n != 1 {
 			t.Errorf("cycle %d: release sent %d deletes, want 1", i, n)
 		}
+	}
+}
+
+// An acquire+release on a name whose node exists costs the same: one
+// multi-op (the queue node, and the write to the name's node whose stat
+// carries the fence and says the node is first) and one delete.
+func TestKnownNameRequests(t *testing.T) {
+	t.Parallel()
+	const (
+		opDelete = 2
+		opMulti  = 14
+	)
+	var o opCounter
+	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	// Hold the name's node with a lock of another driver's, so that the
+	// server keeps it between our cycles.
+	other := dial(t, testenv.ZKAddrs())
+	keep := lockFor(t, key+"/keep")
+	if _, err := other.TryAcquire(ctx, keep); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		l := lockFor(t, key)
+		before := o.snapshot()
+		if _, err := d.Acquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		after := o.snapshot()
+		total := 0
+		for op, n := range after {
+			if op > 0 { // not pings (-11)
+				total += n - before[op]
+			}
+		}
+		if after[opMulti]-before[opMulti] != 1 || after[opDelete]-before[opDelete] != 1 || (i > 0 && total != 2) {
+			t.Errorf("cycle %d: %d requests, %d multi-ops, %d deletes; want 2, 1, 1", i, total,
+				after[opMulti]-before[opMulti], after[opDelete]-before[opDelete])
+		}
+	}
+}
+
+// StoreTries counts a waiting acquisition's requests that could grant it:
+// an uncontended Acquire's create; a waiter's create and its listing, and
+// none when the watch on its only predecessor says it is gone;
+// TryAcquire's, none.
+func TestStoreTries(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	holder, waiter := dial(t, servers), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	hl := lockFor(t, key)
+	if _, err := holder.TryAcquire(ctx, hl); err != nil {
+		t.Fatal(err)
+	}
+	if n := holder.StoreTries(); n != 0 {
+		t.Errorf("TryAcquire counted %d tries, want 0", n)
+	}
+	// A refused try: no count, and the waiter knows the name's node now
+	// (else its first create is the new name's multi-op, refused, then
+	// the usual one: two tries).
+	if _, err := waiter.TryAcquire(ctx, lockFor(t, key)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a held lock: %v", err)
+	}
+	if n := waiter.StoreTries(); n != 0 {
+		t.Errorf("TryAcquire counted %d tries, want 0", n)
+	}
+	done := make(chan error, 1)
+	wl := lockFor(t, key)
+	go func() {
+		_, err := waiter.Acquire(ctx, wl)
+		done <- err
+	}()
+	for entries(t, holder, key) != 2 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Queued; give it the time to list the queue and watch its
+	// predecessor (bounded: the test's context).
+	for waiter.StoreTries() < 2 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := holder.Release(ctx, hl); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := waiter.StoreTries(); n != 2 {
+		t.Errorf("a waiter behind one holder counted %d tries, want 2 (its create, its listing)", n)
+	}
+	if err := waiter.Release(ctx, wl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Acquire(ctx, lockFor(t, uniqueKey(t))); err != nil {
+		t.Fatal(err)
+	}
+	if n := holder.StoreTries(); n != 1 {
+		t.Errorf("an uncontended Acquire counted %d tries, want 1", n)
 	}
 }

@@ -71,12 +71,32 @@ func call[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error)
 	}
 }
 
+// callInline is call for f, one request: on the caller's goroutine,
+// interrupted when ctx ends, when the driver can (see interrupt.go).
+func callInline[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
+	if ctx.Done() == nil || !d.inline() {
+		return call(ctx, d, f)
+	}
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, context.Cause(ctx)
+	}
+	in := d.interruptOnEnd(ctx)
+	v, err := f()
+	in.stop()
+	if err != nil && !answered(err) && ctx.Err() != nil {
+		// Cut, or failed as ctx ended: what call's wait would say.
+		return zero, context.Cause(ctx)
+	}
+	return v, err
+}
+
 type children struct {
 	names []string
 }
 
 func (d *Driver) children(ctx context.Context, parent string) ([]string, error) {
-	r, err := call(ctx, d, func() (children, error) {
+	r, err := callInline(ctx, d, func() (children, error) {
 		names, _, err := d.conn.Children(parent)
 		return children{names}, err
 	})

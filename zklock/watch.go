@@ -17,7 +17,7 @@ import (
 // session must be e's after the answer (ids only move forward: it was e's
 // all along).
 func (d *Driver) watch(ctx context.Context, e *entry, name string) (<-chan zk.Event, error) {
-	return call(ctx, d, func() (<-chan zk.Event, error) {
+	return callInline(ctx, d, func() (<-chan zk.Event, error) {
 		// GetW, not ExistsW: it sets no watch on a missing node, which
 		// would never fire (sequence numbers are not reused) and pile up.
 		_, _, ch, err := d.conn.GetW(e.parent + "/" + name)

@@ -11,7 +11,7 @@ import (
 	"github.com/lockerhq/locker/internal/bench"
 )
 
-// chart draws six panels of horizontal bars, one bar per backend. Rates
+// chart draws seven panels of horizontal bars, one bar per backend. Rates
 // are on logarithmic axes: the backends differ by orders of magnitude.
 func chart(rep benchReport) string {
 	type metric struct {
@@ -19,6 +19,7 @@ func chart(rep benchReport) string {
 		unit  string
 		value func(bench.Result) (float64, bool)
 		log   bool
+		note  func(bench.Result) string // after the value, if set
 	}
 	c := rep.Config
 	metrics := []metric{
@@ -27,25 +28,25 @@ func chart(rep benchReport) string {
 				return 0, false
 			}
 			return r.Uncontended.OpsPerSec, true
-		}, true},
+		}, true, nil},
 		{fmt.Sprintf("%d goroutines, distinct names", c.Parallel), "ops/s", func(r bench.Result) (float64, bool) {
 			if r.Parallel == nil {
 				return 0, false
 			}
 			return r.Parallel.OpsPerSec, true
-		}, true},
+		}, true, nil},
 		{fmt.Sprintf("%d workers on one name, %d clients", c.Workers, c.Clients), "acquisitions/s", func(r bench.Result) (float64, bool) {
 			if r.Contended == nil {
 				return 0, false
 			}
 			return r.Contended.AcquisitionsSec, true
-		}, true},
+		}, true, nil},
 		{fmt.Sprintf("Heap per held lock (%d held)", c.Held), "bytes", func(r bench.Result) (float64, bool) {
 			if r.Held == nil {
 				return 0, false
 			}
 			return r.Held.BytesPerLock, true
-		}, false},
+		}, false, nil},
 
 		{"Acquire+release over the raw floor", "median ratio, interleaved", func(r bench.Result) (float64, bool) {
 			a := r.Floor.Subject(bench.SubjectAcquire)
@@ -53,13 +54,19 @@ func chart(rep benchReport) string {
 				return 0, false
 			}
 			return a.VsFloor.Median, true
-		}, false},
+		}, false, nil},
 		{fmt.Sprintf("%d workers on one name, %d clients", c.ScaleWorkers, c.ScaleClients), "acquisitions/s", func(r bench.Result) (float64, bool) {
 			if r.Scale == nil {
 				return 0, false
 			}
 			return r.Scale.AcquisitionsSec, true
-		}, true},
+		}, true, nil},
+		{fmt.Sprintf("Tries/acquisition, %d workers, one name", c.ScaleWorkers), "who counts, after each", func(r bench.Result) (float64, bool) {
+			if r.Scale == nil || r.Scale.TriesFrom == bench.TriesNone {
+				return 0, false
+			}
+			return r.Scale.Tries, true
+		}, false, func(r bench.Result) string { return r.Scale.TriesFrom }},
 	}
 	colors := []string{"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"}
 	const (
@@ -117,6 +124,9 @@ func chart(rep benchReport) string {
 			label := rate(v)
 			if !m.log && v < 100 {
 				label = fmt.Sprintf("%.2f", v)
+			}
+			if m.note != nil {
+				label += " (" + m.note(r) + ")"
 			}
 			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", labelW, y, w, barH, colors[j%len(colors)])
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(labelW)+w+4, y+barH-6, html.EscapeString(label))

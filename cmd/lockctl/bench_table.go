@@ -207,7 +207,9 @@ func writeScaleTable(w io.Writer, rep benchReport) {
 	c := rep.Config
 	fmt.Fprintf(w, "\nscale: workers on one name, first %d then %d, over %d clients; names: %d names × %d workers over %d clients;\n"+
 		"CPU/acq: the process's user+system CPU over acquisitions (the client side, unless the store runs in the process);\n"+
-		"tries/acq: driver TryAcquire calls per acquisition (flat as waiters grow: no herd; \"queue\": the driver waits in its own queue, uncounted)\n\n",
+		"tries/acq: requests that could grant a waiting acquisition, per acquisition, flat as waiters grow when a release wakes O(1) waiters (no herd):\n"+
+		"  \"store\", counted by the driver (StoreTries: its queue's tries, wake-ups' and first tries included), or \"client\", the Client's driver TryAcquire calls;\n"+
+		"  \"queue\": the driver waits in its own queue and counts none\n\n",
 		c.ScaleClients, c.ScaleWorkers, c.ScaleClients, c.Names, c.NameWorkers, c.NameClients)
 	head := func(s string) string { return s + ": acq/s | wait p99 | CPU/acq | tries/acq" }
 	fmt.Fprintf(w, "| backend | %s | %s | fairness | retake | %s |\n",
@@ -217,10 +219,7 @@ func writeScaleTable(w io.Writer, rep benchReport) {
 		if k == nil {
 			return []string{rep.missing(w), "", "", ""}
 		}
-		tries := fmt.Sprintf("%.2f", k.Tries)
-		if k.Queued {
-			tries = "queue"
-		}
+		tries := triesCell(k)
 		return []string{rate(k.AcquisitionsSec), dur(k.WaitP99), dur(k.CPUPerAcq), tries}
 	}
 	for _, r := range rep.Results {
@@ -239,6 +238,14 @@ func writeScaleTable(w io.Writer, rep benchReport) {
 		cells = append(cells, cols(r.Names, "names")...)
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
+}
+
+// triesCell is a scale run's tries per acquisition and their source.
+func triesCell(k *bench.Scale) string {
+	if k.TriesFrom == bench.TriesNone {
+		return "queue"
+	}
+	return fmt.Sprintf("%.2f %s", k.Tries, k.TriesFrom)
 }
 
 // writeSemaphoreTable prints the semaphore workload as a second table.

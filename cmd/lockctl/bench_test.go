@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lockerhq/locker/internal/bench"
 )
 
 func TestBenchCommand(t *testing.T) {
@@ -52,14 +54,18 @@ func TestBenchCommand(t *testing.T) {
 		t.Errorf("contended figures: %+v", k)
 	}
 	// The raw floor (mem and file have one); the scale workloads at the
-	// sizes asked for, tries counted unless the driver queues them.
-	for _, r := range rep.Results {
+	// sizes asked for, tries counted (file's by the driver, mem's by the
+	// Client).
+	for i, r := range rep.Results {
+		if from := []string{bench.TriesClient, bench.TriesStore, bench.TriesClient}[i]; r.Scale != nil && r.Scale.TriesFrom != from {
+			t.Errorf("%s: tries from %q, want %q", r.Backend, r.Scale.TriesFrom, from)
+		}
 		a := r.Floor.Subject("acquire")
 		if a == nil || a.VsDriver.Rounds == 0 || !r.Floor.Supported || a.VsFloor.Rounds == 0 {
 			t.Errorf("%s: floor %+v", r.Backend, r.Floor)
 		}
 		if r.ScaleFew == nil || r.ScaleFew.Workers != 3 || r.Scale == nil || r.Scale.Workers != 12 || r.Scale.Clients != 3 ||
-			r.Names == nil || r.Names.Names != 20 || r.Names.Workers != 60 || r.Names.Clients != 2 || (r.Scale.TryCalls == 0) != r.Scale.Queued {
+			r.Names == nil || r.Names.Names != 20 || r.Names.Workers != 60 || r.Names.Clients != 2 || (r.Scale.TryCalls == 0) != (r.Scale.TriesFrom == bench.TriesNone) {
 			t.Errorf("%s: scale %+v %+v %+v", r.Backend, r.ScaleFew, r.Scale, r.Names)
 		}
 	}

@@ -445,6 +445,10 @@ func RunHeld(ctx context.Context, cs clients, cfg Config) (Held, error) {
 		return Held{}, err
 	}
 	h := Held{Locks: cfg.Held, Session: cd.session, Batch: cd.batch}
+	// The previous workload's goroutines (a scale run's thousands of
+	// waiters, their drivers' subscriptions) may still be ending: the
+	// baseline comes once they have.
+	settle(ctx, settleQuiet, settleMax)
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -533,4 +537,32 @@ func RunHeld(ctx context.Context, cs clients, cfg Config) (Held, error) {
 	}
 	wg.Wait()
 	return h, nil
+}
+
+// How long settle waits for goroutines to stop ending: quiet without a new
+// low, at most settleMax in all.
+const (
+	settleQuiet = 100 * time.Millisecond
+	settleMax   = 5 * time.Second
+)
+
+// settle waits until the process's goroutine count has made no new low for
+// quiet, or for limit at most, or ctx ends, and returns the count.
+func settle(ctx context.Context, quiet, limit time.Duration) int {
+	const every = 5 * time.Millisecond
+	low := runtime.NumGoroutine()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	start, lowAt := time.Now(), time.Now()
+	for time.Since(lowAt) < quiet && time.Since(start) < limit {
+		select {
+		case <-ctx.Done():
+			return low
+		case <-t.C:
+		}
+		if n := runtime.NumGoroutine(); n < low {
+			low, lowAt = n, time.Now()
+		}
+	}
+	return runtime.NumGoroutine()
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,20 +159,25 @@ func cmpOr(d, def time.Duration) time.Duration {
 	return def
 }
 
-// checkScale checks a scale run's figures.
-func checkScale(t *testing.T, s Scale, names, workers, nclients int, queued bool) {
+// checkScale checks a scale run's figures, and that its tries come from
+// where they should.
+func checkScale(t *testing.T, s Scale, names, workers, nclients int, queued bool, from string) {
 	t.Helper()
-	if s.Names != names || s.Workers != workers || s.Clients != nclients || s.Queued != queued {
-		t.Errorf("sizes %+v", s)
+	if s.Names != names || s.Workers != workers || s.Clients != nclients || s.Queued != queued || s.TriesFrom != from {
+		t.Errorf("sizes %+v, want queued %v, tries from %q", s, queued, from)
 	}
 	if s.Acquisitions < names || s.AcquisitionsSec <= 0 || s.WaitP99 < s.WaitP50 || s.Errors > 0 || s.CPUPerAcq <= 0 {
 		t.Errorf("figures %+v", s)
 	}
-	// Every acquisition took at least one try, unless the driver queued:
-	// but a worker's try just before the window (or an acquisition just
-	// after it) is not counted.
-	if queued != (s.TryCalls == 0) || !queued && s.TryCalls+2*int64(workers) < int64(s.Acquisitions) {
-		t.Errorf("%d tries for %d acquisitions (queued %v)", s.TryCalls, s.Acquisitions, queued)
+	// Every acquisition took at least one try, when they are counted: but
+	// a worker's try just before the window (or an acquisition just after
+	// it) is not counted.
+	counted := from != TriesNone
+	if counted != (s.TryCalls > 0) || counted && s.TryCalls+2*int64(workers) < int64(s.Acquisitions) {
+		t.Errorf("%d tries for %d acquisitions (from %q)", s.TryCalls, s.Acquisitions, from)
+	}
+	if s.Tries != 0 && s.Tries != float64(s.TryCalls)/float64(s.Acquisitions) {
+		t.Errorf("%v tries per acquisition, %d tries for %d acquisitions", s.Tries, s.TryCalls, s.Acquisitions)
 	}
 }
 
@@ -182,14 +188,89 @@ func TestScaleMem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkScale(t, s, 1, 16, 4, false)
+	checkScale(t, s, 1, 16, 4, false, TriesClient)
 	s, err = RunScale(ctx, memClients(), cfg, 50, 200, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkScale(t, s, 50, 200, 4, false)
+	checkScale(t, s, 50, 200, 4, false, TriesClient)
 	if _, err := RunScale(ctx, memClients(), cfg, 4, 2, 1); err == nil {
 		t.Error("fewer workers than names ran")
+	}
+}
+
+// storeTried is a mem driver that counts its own tries as a StoreTrier
+// does, behind a wrapper that finds it by Unwrap only.
+type storeTried struct {
+	*memlock.Driver
+	n *atomic.Uint64
+}
+
+func (d storeTried) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	d.n.Add(1)
+	return d.Driver.TryAcquire(ctx, c)
+}
+
+func (d storeTried) StoreTries() uint64 { return d.n.Load() }
+
+type unwrapping struct{ backend.Driver }
+
+func (d unwrapping) Unwrap() backend.Driver { return d.Driver }
+
+// A driver that counts its tries (StoreTrier), even one that is no
+// backend.Waiter, has them counted by its count, over the window only.
+func TestScaleStoreTrier(t *testing.T) {
+	store := memlock.NewStore()
+	var counts []*atomic.Uint64 // one per driver
+	cs := clients{
+		open: func(context.Context) (backend.Driver, error) {
+			d, err := memlock.New(store)
+			counts = append(counts, new(atomic.Uint64))
+			return unwrapping{storeTried{d, counts[len(counts)-1]}}, err
+		},
+		opts: []locker.Option{locker.WithNamespace("t")}, ns: "t",
+	}
+	s, err := RunScale(context.Background(), cs, Config{Duration: 200 * time.Millisecond}, 1, 16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScale(t, s, 1, 16, 4, false, TriesStore)
+	// The warm-up's tries (a third of the run, and the clients' first
+	// acquisitions) are left out.
+	var total uint64
+	for _, n := range counts {
+		total += n.Load()
+	}
+	if len(counts) != 4 || uint64(s.TryCalls) >= total {
+		t.Errorf("%d tries counted of %d in all, on %d drivers", s.TryCalls, total, len(counts))
+	}
+}
+
+// storeMarks counts the tries between the last acquisition before the
+// window and the last in it, whatever order the readings come in.
+func TestStoreMarks(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	m := &storeMarks{from: t0.Add(time.Second), to: t0.Add(2 * time.Second), before: 3}
+	if m.tries() != 0 {
+		t.Errorf("%d tries without acquisitions", m.tries())
+	}
+	for _, r := range []struct {
+		at int // ms
+		n  uint64
+	}{{500, 10}, {900, 9}, {1000, 14}, {1900, 30}, {1500, 25}, {2000, 40}} {
+		m.mark(t0.Add(time.Duration(r.at)*time.Millisecond), r.n)
+	}
+	if m.tries() != 30-10 {
+		t.Errorf("%d tries, want 20", m.tries())
+	}
+}
+
+// noHerd checks that a release woke O(1) waiters: the tries per
+// acquisition stay well under the waiters, which a herd would reach.
+func noHerd(t *testing.T, s Scale) {
+	t.Helper()
+	if s.Tries <= 0 || s.Tries > float64(s.Workers)/4 {
+		t.Errorf("%.2f tries per acquisition with %d workers on one name", s.Tries, s.Workers)
 	}
 }
 
@@ -201,14 +282,42 @@ func TestScaleRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkScale(t, s, 1, 16, 4, true) // Redis queues its waiters
+	// Redis queues its waiters, and counts their tries.
+	checkScale(t, s, 1, 16, 4, true, TriesStore)
+	noHerd(t, s)
 	t.Logf("one name: %+v", s)
 	s, err = RunScale(ctx, cs, cfg, 40, 160, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkScale(t, s, 40, 160, 4, true)
+	checkScale(t, s, 40, 160, 4, true, TriesStore)
 	t.Logf("names: %+v", s)
+}
+
+// file queues its waiters too (on Linux), and counts their looks.
+func TestScaleFile(t *testing.T) {
+	dir := t.TempDir()
+	cs := clients{
+		open: func(context.Context) (backend.Driver, error) { return filelock.New(dir, filelock.WithSync(false)) },
+		opts: []locker.Option{locker.WithNamespace("t")}, ns: "t",
+	}
+	s, err := RunScale(context.Background(), cs, Config{Duration: 300 * time.Millisecond}, 1, 16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := filelock.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, queued := backend.As[backend.Waiter](d)
+	from := TriesClient
+	if queued {
+		from = TriesStore
+	}
+	checkScale(t, s, 1, 16, 4, queued, from)
+	noHerd(t, s)
+	t.Logf("one name: %+v", s)
 }
 
 // The try counter keeps the driver's optional interfaces within reach of

@@ -28,18 +28,31 @@ type Scale struct {
 	// the run over the acquisitions: the client side only, unless the
 	// store is in the process (mem, file's kernel work).
 	CPUPerAcq time.Duration `json:"cpu_per_acquisition_ns"`
-	// Tries is the driver TryAcquire calls per acquisition: the first try
-	// of each Acquire, the try after subscribing to releases, and a try
-	// for every wake-up (a notification, a local release, a backoff's
-	// end). A release that wakes every waiter (a herd) makes it grow with
-	// the waiters; O(1) wake-ups keep it flat. Not counted (Queued) when
-	// the driver waits in its own queue (backend.Waiter): its waits are
-	// inside the driver.
-	Tries    float64 `json:"tries_per_acquisition"`
-	TryCalls int64   `json:"try_calls"`
-	Queued   bool    `json:"queued"`
-	Errors   int     `json:"errors"`
+	// Tries is the tries per acquisition, counted in TryCalls over the
+	// run's counted window; TriesFrom says where. TriesStore: the driver
+	// is a StoreTrier, and Tries is its StoreTries over the window, summed
+	// over the workload's clients: the requests that could grant a waiting
+	// acquisition that the driver sent, whether it waits in its own queue
+	// (backend.Waiter) or not. TriesClient: the driver TryAcquire calls the
+	// Client made (the first try of each Acquire, the try after
+	// subscribing to releases, and a try for every wake-up: a
+	// notification, a local release, a backoff's end). Either way a
+	// release that wakes every waiter (a herd) makes Tries grow with the
+	// waiters, and O(1) wake-ups keep it flat. TriesNone (and Tries 0): a
+	// backend.Waiter that counts none, whose waits are inside the driver.
+	Tries     float64 `json:"tries_per_acquisition"`
+	TryCalls  int64   `json:"try_calls"`
+	TriesFrom string  `json:"tries_from"`
+	Queued    bool    `json:"queued"` // the driver is a backend.Waiter
+	Errors    int     `json:"errors"`
 }
+
+// Where Scale.Tries comes from.
+const (
+	TriesStore  = "store"  // the driver's StoreTries
+	TriesClient = "client" // the Client's TryAcquire calls
+	TriesNone   = ""       // a backend.Waiter without StoreTries: not counted
+)
 
 // tryCounter counts the TryAcquire calls made in a window of time; As
 // finds the driver's optional interfaces through Unwrap, so the Client
@@ -86,7 +99,10 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		return r, fmt.Errorf("bench: scale: %d workers on %d names over %d clients", workers, names, nclients)
 	}
 	counter := newTries()
-	var cl []*locker.Client
+	var (
+		cl     []*locker.Client
+		triers []StoreTrier // one per client, when the driver counts
+	)
 	defer func() {
 		for _, c := range cl {
 			c.Close()
@@ -100,6 +116,9 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		if _, ok := backend.As[backend.Waiter](drv); ok {
 			r.Queued = true
 		}
+		if st, ok := backend.As[StoreTrier](drv); ok {
+			triers = append(triers, st)
+		}
 		c, err := locker.New(tryCounter{drv, counter}, cs.opts...)
 		if err != nil {
 			drv.Close()
@@ -107,46 +126,70 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		}
 		cl = append(cl, c)
 	}
+	if len(triers) != len(cl) {
+		triers = nil // counted on every client or none
+	}
+	storeTries := func() (n uint64) {
+		for _, st := range triers {
+			n += st.StoreTries()
+		}
+		return n
+	}
 	for _, c := range cl { // warm up each client's connections
 		if err := acquireRelease(ctx, c, "scale-warmup"); err != nil {
 			return r, err
 		}
 	}
+	warmup := cfg.Duration / 3
+	start := time.Now()
+	marks := &storeMarks{from: start.Add(warmup), to: start.Add(warmup + cfg.Duration), before: storeTries()}
 	runs := make([]Contend, names)
 	for w := range workers {
 		n, k := w%names, w%nclients
-		runs[n].Workers = append(runs[n].Workers, Worker{Client: k, Acquire: ClientAcquirer(cl[k], fmt.Sprintf("scale-%d", n))})
+		acq := ClientAcquirer(cl[k], fmt.Sprintf("scale-%d", n))
+		if triers != nil {
+			acq = marks.acquirer(acq, storeTries)
+		}
+		runs[n].Workers = append(runs[n].Workers, Worker{Client: k, Acquire: acq})
 	}
 	samples := make([]*Samples, names)
 	errs := make([]error, names)
 	var wg sync.WaitGroup
-	// Counted from the warm-up's end, as Contend counts acquisitions: the
-	// tries that start in the same window, and the CPU time (as near it as
-	// timers fire).
-	warmup := cfg.Duration / 3
-	start := time.Now()
-	counter.window(start.Add(warmup), start.Add(warmup+cfg.Duration))
-	var (
-		mu     sync.Mutex
-		c0, c1 = cpuTime(), time.Duration(0)
-		ended  bool
-		warm   = time.AfterFunc(warmup, func() { mu.Lock(); c0 = cpuTime(); mu.Unlock() })
-		end    = time.AfterFunc(warmup+cfg.Duration, func() { mu.Lock(); c1 = cpuTime(); ended = true; mu.Unlock() })
-	)
+	// Counted from the warm-up's end, as Contend counts acquisitions (those
+	// that return in the window): the Client's tries that start in the
+	// same window; the store tries (cumulative counters) between the last
+	// acquisition that returned before the window and the last in it (see
+	// storeMarks: timers fire late on a busy machine); the CPU time
+	// between two readings at the window's ends, as near as timers fire,
+	// one after the other (two timers' callbacks may run in either order).
+	counter.window(marks.from, marks.to)
+	var c0, c1 time.Duration
+	cpuCtx, stopCPU := context.WithCancel(ctx)
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		sleepUntil(cpuCtx, marks.from)
+		c0 = cpuTime()
+		sleepUntil(cpuCtx, marks.to)
+		c1 = cpuTime()
+	}()
 	for i := range runs {
 		runs[i].Duration, runs[i].Warmup, runs[i].Start = cfg.Duration, warmup, start
 		wg.Go(func() { samples[i], errs[i] = runs[i].Run(ctx) })
 	}
 	wg.Wait()
 	elapsed := min(time.Since(start)-warmup, cfg.Duration)
-	warm.Stop()
-	end.Stop()
-	mu.Lock()
-	if !ended { // ctx ended the run early
-		c1 = cpuTime()
-	}
+	stopCPU() // read now if ctx ended the run early
+	<-cpuDone
 	cpu, calls := c1-c0, counter.n.Load()
-	mu.Unlock()
+	switch {
+	case triers != nil:
+		r.TriesFrom, calls = TriesStore, marks.tries()
+	case !r.Queued:
+		r.TriesFrom = TriesClient
+	default:
+		calls = 0
+	}
 
 	var all Samples
 	fair := 0.0
@@ -179,9 +222,63 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	r.Errors += all.Errors
 	if all.Acquisitions > 0 {
 		r.CPUPerAcq = cpu / time.Duration(all.Acquisitions)
-		if !r.Queued {
+		if r.TriesFrom != TriesNone {
 			r.Tries, r.TryCalls = float64(calls)/float64(all.Acquisitions), calls
 		}
 	}
 	return r, nil
+}
+
+// sleepUntil sleeps until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// storeMarks reads the drivers' store tries (cumulative) as each
+// acquisition returns, and keeps the latest reading before the window
+// (from, to) and in it: the tries between the two are those sent from the
+// last acquisition before the window to the last in it, the same
+// acquisitions Contend counts, to within one at each end.
+type storeMarks struct {
+	from, to   time.Time
+	mu         sync.Mutex
+	before, in uint64 // the latest readings before and in the window
+}
+
+// acquirer wraps acq to read count when it returns a lock.
+func (m *storeMarks) acquirer(acq Acquirer, count func() uint64) Acquirer {
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		rel, err := acq(ctx)
+		if err == nil {
+			m.mark(time.Now(), count())
+		}
+		return rel, err
+	}
+}
+
+func (m *storeMarks) mark(now time.Time, n uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case now.Before(m.from):
+		m.before = max(m.before, n)
+	case now.Before(m.to):
+		m.in = max(m.in, n)
+	}
+}
+
+// tries returns the tries between the latest readings before the window
+// and in it (0 when no acquisition returned in it).
+func (m *storeMarks) tries() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.in < m.before {
+		return 0
+	}
+	return int64(m.in - m.before)
 }

@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -26,7 +27,10 @@ import (
 // Uncontended: one worker, a new name per acquire+release, interleaved op
 // by op over several rounds (see interleave); the requests each
 // subject sends per cycle are counted on the connection (the zk client
-// writes each request, and each ping, in one Write).
+// writes each request, and each ping, in one Write). "shape" sends
+// zklock's own requests for a new name bare, without the driver: the
+// least the driver's design can cost, against the floor's create and
+// delete.
 // Contended: 8 workers on 8 sessions, one name, 1 ms hold, through
 // internal/bench's harness, rounds of each subject alternating.
 
@@ -115,6 +119,23 @@ func BenchmarkZKUncontended(b *testing.B) {
 			}
 			return l.Unlock()
 		}},
+		// zklock's requests for a new name, sent bare: the multi-op that
+		// writes the root (its stat carries the fence) and makes the
+		// name's container node and the queue node, then the delete.
+		{"shape", func(ctx context.Context, i int) error {
+			root := run + "/zklock"
+			p := fmt.Sprintf("%s/s%d", root, i)
+			acl := zk.WorldACL(zk.PermAll)
+			_, err := conn.Multi(
+				&zk.SetDataRequest{Path: root, Data: []byte{}, Version: -1},
+				&zk.CreateRequest{Path: p, Data: []byte{}, Acl: acl, Flags: zk.FlagContainer},
+				&zk.CreateRequest{Path: p + "/x-", Acl: acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+			)
+			if err != nil && !errors.Is(err, zk.ErrAPIError) { // the zk client cannot read a container's create: see zklock's createFresh
+				return err
+			}
+			return conn.Delete(p+"/x-0000000000", -1)
+		}},
 	}
 	rounds := 5
 	perRound := max(b.N/rounds, 50)
@@ -125,11 +146,18 @@ func BenchmarkZKUncontended(b *testing.B) {
 		b.ReportMetric(float64(bench.Percentile(med[s], 0.5))/1e3, sub.name+"-µs")
 		b.ReportMetric(perCycle[s], sub.name+"-requests/op")
 	}
-	for _, k := range []int{1, 2, 3} {
+	for _, k := range []int{1, 2, 3, 4} {
 		m, lo, hi := roundRatio(med[0], med[k])
 		b.ReportMetric(m, subjects[k].name+"/floor")
 		b.ReportMetric(lo, subjects[k].name+"/floor-min")
 		b.ReportMetric(hi, subjects[k].name+"/floor-max")
+	}
+	// Ours over the bare requests: what the driver and the Client add.
+	for _, k := range []int{1, 2} {
+		m, lo, hi := roundRatio(med[4], med[k])
+		b.ReportMetric(m, subjects[k].name+"/shape")
+		b.ReportMetric(lo, subjects[k].name+"/shape-min")
+		b.ReportMetric(hi, subjects[k].name+"/shape-max")
 	}
 	m, lo, hi := roundRatio(med[3], med[1])
 	b.ReportMetric(m, "zklock/zk.Lock")

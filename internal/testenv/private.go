@@ -85,16 +85,19 @@ func (s *Server) Resume() error {
 	return nil
 }
 
-// Kill ends the server with SIGKILL and waits for it to exit.
+// Kill ends the server with SIGKILL and waits for it to exit, its
+// descendants too: a postgres backend that outlives its postmaster keeps
+// the shared memory attached, and the next start refuses to run.
 func (s *Server) Kill() error {
 	s.mu.Lock()
+	kids := alive(s.descendantsLocked())
 	err := s.signalLocked(syscall.SIGKILL)
 	done := s.done
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return s.waitExit(done, 10*time.Second)
+	return s.waitExit(done, kids, 10*time.Second)
 }
 
 // Restart kills the server, starts it again on the same ports and waits
@@ -172,9 +175,10 @@ func (s *Server) Stop() error {
 	case <-time.After(10 * time.Second):
 	}
 	s.mu.Lock()
+	kids := alive(s.descendantsLocked())
 	_ = s.signalLocked(syscall.SIGKILL)
 	s.mu.Unlock()
-	return s.waitExit(done, 10*time.Second)
+	return s.waitExit(done, kids, 10*time.Second)
 }
 
 // LogTail returns the last n lines of the server's output.
@@ -252,13 +256,76 @@ func descendants(pid int) []int {
 	return out
 }
 
-func (s *Server) waitExit(done chan struct{}, d time.Duration) error {
+// waitExit waits, up to d, for the server to exit and for every process of
+// kids to be gone.
+func (s *Server) waitExit(done chan struct{}, kids []proc, d time.Duration) error {
+	deadline := time.After(d)
 	select {
 	case <-done:
-		return nil
-	case <-time.After(d):
+	case <-deadline:
 		return fmt.Errorf("%s: still running %v after SIGKILL", s.Name, d)
 	}
+	for len(kids) > 0 {
+		if kids = alive(kids); len(kids) == 0 {
+			break
+		}
+		select {
+		case <-deadline:
+			return fmt.Errorf("%s: process %d still running %v after SIGKILL", s.Name, kids[0].pid, d)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// descendantsLocked lists the server's descendants with their start times.
+func (s *Server) descendantsLocked() []proc {
+	if s.proc == nil {
+		return nil
+	}
+	var out []proc
+	for _, pid := range descendants(s.proc.Pid) {
+		out = append(out, proc{pid, startTime(pid)})
+	}
+	return out
+}
+
+// proc is a process, told apart from a later one with its PID by its start
+// time.
+type proc struct {
+	pid   int
+	start string
+}
+
+// alive returns the processes of ps still running: not gone, not a zombie,
+// and not replaced by another with the same PID.
+func alive(ps []proc) []proc {
+	var out []proc
+	for _, p := range ps {
+		if p.start != "" && startTime(p.pid) == p.start {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startTime is the start time field of pid's /proc stat, "" when pid is
+// gone or a zombie (which holds no memory or sockets any more).
+func startTime(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	// After the command: state, ppid, … starttime is the 20th.
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 || fields[0] == "Z" || fields[0] == "X" {
+		return ""
+	}
+	return fields[19]
 }
 
 // spawn starts the process in its own process group, output to server.log.
