@@ -123,12 +123,15 @@ func (w *watchLog) count(from, to time.Time) int {
 	return n
 }
 
-// quiet waits, at most max, until no value has arrived for watchQuietPeriod.
+// quiet waits, at most max, until no value has arrived for
+// watchQuietPeriod, counted from the call at the earliest (a value may
+// be on its way).
 func (w *watchLog) quiet(max time.Duration) {
-	for end := time.Now().Add(max); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	start := time.Now()
+	for end := start.Add(max); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		w.mu.Lock()
-		var last time.Time
-		if n := len(w.at); n > 0 {
+		last := start
+		if n := len(w.at); n > 0 && w.at[n-1].After(last) {
 			last = w.at[n-1]
 		}
 		w.mu.Unlock()
@@ -184,12 +187,16 @@ func watchThroughFault(t *testing.T, e *env, f watchFault) {
 	defer close(done)
 	w := startWatchLog(ch, done)
 
-	// The watch works before the fault.
+	// The watch works before the fault (past any value a new
+	// subscription sends).
+	w.quiet(5 * time.Second)
 	t0 := time.Now()
 	takeAndRelease(t, b, name)
-	if _, ok := w.firstAfter(t0, watchLaterBound); !ok {
+	at, ok := w.firstAfter(t0, watchLaterBound)
+	if !ok {
 		t.Fatalf("%s: no value within %v of a release before any fault", a.id, watchLaterBound)
 	}
+	t.Logf("%s: release before the fault reported %v after it began", a.id, at.Sub(t0).Round(time.Millisecond))
 	w.quiet(5 * time.Second)
 
 	faultAt := time.Now()
@@ -214,7 +221,7 @@ func watchThroughFault(t *testing.T, e *env, f watchFault) {
 	t.Logf("%s: %d value(s) while cut off before the change, %d during or after it",
 		a.id, w.count(faultAt, changeAt), w.count(changeAt, restoreAt))
 
-	at, ok := w.firstAfter(restoreAt, watchAfterHeal)
+	at, ok = w.firstAfter(restoreAt, watchAfterHeal)
 	if !ok {
 		t.Fatalf("%s: no value within %v of the restore: the release made %v into the %s (took %v) was missed",
 			a.id, watchAfterHeal, changeAt.Sub(faultAt).Round(time.Millisecond), f.name, changed.Sub(changeAt).Round(time.Millisecond))

@@ -221,7 +221,6 @@ func (l *listener) stopIfIdle(idle time.Duration) bool {
 func (l *listener) run() {
 	defer l.wg.Done()
 	bo := retry.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}
-	broke := false // a connection broke: presence's may have too
 	for {
 		conn, err := l.connect()
 		if err != nil {
@@ -240,14 +239,6 @@ func (l *listener) run() {
 		close(l.ready)
 		l.wakeAllLocked() // releases may have passed unheard while we connected
 		l.mu.Unlock()
-		if broke {
-			// Not on this goroutine: notifications are read meanwhile.
-			l.wg.Add(1)
-			go func() {
-				defer l.wg.Done()
-				l.d.presence.recheck(l.ctx)
-			}()
-		}
 
 		stopped := l.serve(conn)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -256,7 +247,6 @@ func (l *listener) run() {
 		if stopped {
 			return
 		}
-		broke = true
 		l.mu.Lock()
 		l.ready = make(chan struct{})
 		l.wakeAllLocked()
@@ -348,32 +338,4 @@ func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (
 		}
 	}
 	return conn, nil
-}
-
-// recheck checks presence's connection once the listening one is back
-// after a break: the same fault likely broke it, silently until its next
-// statement, and releases notify only keys whose lock it holds. A broken
-// connection is replaced, which takes the waiting keys' locks again and
-// wakes every subscriber (relockLocked).
-func (p *presence) recheck(ctx context.Context) {
-	select {
-	case p.mu <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	defer p.unlock()
-	if p.closed || p.conn == nil {
-		return
-	}
-	pctx, cancel := context.WithTimeout(ctx, listenPingWait)
-	defer cancel()
-	if err := p.conn.Ping(pctx); err != nil {
-		p.dropConnLocked()
-		if len(p.waiting()) > 0 {
-			// On failure the sweeper tries again.
-			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-			p.connectLocked(cctx)
-			ccancel()
-		}
-	}
 }
