@@ -68,11 +68,50 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	return ch, func() { once.Do(func() { cancel(); <-ended }) }, nil
 }
 
+// A watch that stays silent for progressEvery is asked for a progress
+// notification. If none comes within progressWait, the stream went silent
+// without breaking (a partition, a half-open connection), and the changes
+// sent on it meanwhile may be lost: a value is sent as soon as it answers
+// again, so that the watcher reads the state anew. (Restarting the watch
+// instead would wedge the stream: clientv3 creates the watches of a
+// stream one at a time, each waiting for the server's answer, which a
+// silent stream never gives.)
+const (
+	progressEvery = time.Second
+	progressWait  = 2 * time.Second
+)
+
 // relay forwards the changes of dir on wch, and of the watches that
 // replace it from revision rev on, to ch until ctx ends.
 func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, rev int64, ch chan<- struct{}) {
+	// heard: the last answer; asked: the first progress request since,
+	// lastAsk the latest.
+	heard, asked, lastAsk := time.Now(), time.Time{}, time.Time{}
+	silent := false // no answer to a progress request within progressWait
+	tick := time.NewTicker(progressEvery / 2)
+	defer tick.Stop()
 	for {
-		for wr := range wch {
+		select {
+		case <-ctx.Done():
+			return
+		case wr, ok := <-wch:
+			if !ok {
+				t := time.NewTimer(rewatchAfter)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+				wch = d.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
+				heard, asked = time.Now(), time.Time{}
+				continue
+			}
+			heard, asked = time.Now(), time.Time{}
+			if silent {
+				silent = false
+				notify(ch)
+			}
 			switch {
 			case wr.CompactRevision != 0:
 				rev = 0 // what it missed is gone: from now on
@@ -82,15 +121,21 @@ func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, 
 				rev = wr.Events[len(wr.Events)-1].Kv.ModRevision + 1
 				notify(ch)
 			}
+		case <-tick.C:
+			now := time.Now()
+			if !asked.IsZero() && now.Sub(asked) >= progressWait {
+				silent = true
+			}
+			if now.Sub(heard) >= progressEvery && now.Sub(lastAsk) >= progressEvery {
+				if asked.IsZero() {
+					asked = now
+				}
+				lastAsk = now
+				rctx, cancel := context.WithTimeout(ctx, progressWait)
+				_ = d.cli.RequestProgress(rctx)
+				cancel()
+			}
 		}
-		t := time.NewTimer(rewatchAfter)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		}
-		wch = d.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
 	}
 }
 

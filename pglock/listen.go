@@ -54,8 +54,14 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 const subscribeWait = 5 * time.Second
 
 // listenPing is how long the listener waits without a notification before
-// it checks its connection.
-const listenPing = 30 * time.Second
+// it checks its connection, and listenPingWait how long the check may take:
+// a connection that went silent without breaking (a partition, a half-open
+// TCP connection) would otherwise swallow notifications unseen, and only a
+// connection seen broken is replaced, with every subscriber woken.
+const (
+	listenPing     = time.Second
+	listenPingWait = 2 * time.Second
+)
 
 type subscription struct {
 	key string // the payload that announces its key's release
@@ -272,7 +278,7 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 			if time.Since(heard) >= listenPing {
 				// A connection that died without a word (a half-open TCP
 				// connection) would otherwise wait forever.
-				pctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+				pctx, cancel := context.WithTimeout(l.ctx, listenPingWait)
 				err := conn.Ping(pctx)
 				cancel()
 				if err != nil {

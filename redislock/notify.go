@@ -54,6 +54,7 @@ type hub struct {
 type chanState struct {
 	subs    map[*subscription]struct{}
 	active  bool        // confirmed subscribed on the current connection
+	stale   bool        // was subscribed on a connection that failed: a value is owed to subs once subscribed again
 	idle    *time.Timer // linger before UNSUBSCRIBE, when subs is empty
 	idleGen uint64      // which linger idle is
 }
@@ -161,8 +162,9 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 		}
 		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
 		dep.hubs[route] = h
-		dep.wg.Add(1)
+		dep.wg.Add(2)
 		go h.run()
+		go h.check()
 	}
 	// dep.mu is held.
 	st = h.add(channel, sub)
@@ -412,24 +414,29 @@ func (h *hub) run() {
 	// the next Receive.
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
-		msg, err := h.ps.Receive(ctx)
+		dep.mu.Lock()
+		ps := h.ps
+		dep.mu.Unlock()
+		msg, err := ps.Receive(ctx)
 		if err != nil {
 			dep.mu.Lock()
-			dead := h.dead
+			dead, replaced := h.dead, h.ps != ps
 			dep.mu.Unlock()
-			if dead || errors.Is(err, redis.ErrClosed) {
+			if dead {
+				return
+			}
+			if replaced {
+				continue // by check, which did what follows
+			}
+			if errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			// The connection failed; go-redis reconnects and subscribes
-			// again, but messages sent meanwhile are lost (waiters' backoff
-			// covers them), and subscriptions must be confirmed anew.
-			dep.mu.Lock()
-			h.epoch++
-			for _, st := range h.chans {
-				st.active = false
-			}
-			dep.mu.Unlock()
-			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
+			// again, but messages sent meanwhile are lost: every
+			// subscriber gets a value once its channel is subscribed again
+			// (see *redis.Subscription below), and subscriptions must be
+			// confirmed anew.
+			h.failed(fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
 				t := time.NewTimer(backoff.Next())
@@ -445,6 +452,25 @@ func (h *hub) run() {
 		failures = 0
 		backoff.Reset()
 		switch m := msg.(type) {
+		case *redis.Subscription:
+			// Subscribed again after a failure: releases may have gone
+			// unheard meanwhile. The server confirms once it subscribed, so
+			// a release after this value is published to us.
+			if m.Kind != "subscribe" {
+				continue
+			}
+			var subs []*subscription
+			dep.mu.Lock()
+			if st := h.chans[m.Channel]; st != nil && st.stale {
+				st.stale = false
+				for s := range st.subs {
+					subs = append(subs, s)
+				}
+			}
+			dep.mu.Unlock()
+			for _, s := range subs {
+				notify(s.ch)
+			}
 		case *redis.Message:
 			dep.mu.Lock()
 			var subs []*subscription
@@ -488,5 +514,145 @@ func (h *hub) run() {
 			}
 			dep.mu.Unlock()
 		}
+	}
+}
+
+// failed records that the hub's connection failed (or was given up):
+// subscriptions must be confirmed anew, and a value is owed to every
+// subscriber once its channel is subscribed again.
+func (h *hub) failed(reason error) {
+	h.dep.mu.Lock()
+	h.failedLocked()
+	h.dep.mu.Unlock()
+	h.failBarriers(reason)
+}
+
+// failedLocked is failed's bookkeeping; dep.mu is held.
+func (h *hub) failedLocked() {
+	h.epoch++
+	for _, st := range h.chans {
+		st.active = false
+		st.stale = true
+	}
+}
+
+// healthEvery is how often a hub checks that its connection answers: one
+// that went silent without breaking (a partition, a half-open TCP
+// connection, a middlebox that dropped it) would otherwise swallow
+// releases unseen, and go-redis never times out a pub/sub read.
+const healthEvery = time.Second
+
+// pongWait bounds the answer to a health check.
+const pongWait = 2 * time.Second
+
+var errNoPong = errors.New("pub/sub connection: no answer to a health check")
+
+// check runs a health check every healthEvery until the hub dies.
+func (h *hub) check() {
+	defer h.dep.wg.Done()
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-h.quit:
+			return
+		}
+		h.ping()
+	}
+}
+
+// ping sends a PING on the hub's connection and replaces the connection
+// if no PONG comes within pongWait, or if one comes while a channel is
+// still unconfirmed after a failure (its SUBSCRIBE was lost: the server
+// answers in order). A connection that fails outright is left to run and
+// go-redis, which reconnect.
+func (h *hub) ping() {
+	dep := h.dep
+	select {
+	case h.wmu <- struct{}{}:
+	case <-h.quit:
+		return
+	}
+	dep.mu.Lock()
+	if h.dead {
+		dep.mu.Unlock()
+		<-h.wmu
+		return
+	}
+	dep.seq++
+	seq := dep.seq
+	b := &barrier{done: make(chan error, 1)}
+	h.barriers[seq] = b
+	ps, epoch := h.ps, h.epoch
+	dep.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
+	defer cancel()
+	err := ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	<-h.wmu
+	if err == nil {
+		select {
+		case err = <-b.done:
+		case <-ctx.Done():
+			err = errNoPong
+		case <-h.quit:
+			err = backend.ErrClosed
+		}
+	}
+	dep.mu.Lock()
+	delete(h.barriers, seq)
+	same := h.epoch == epoch && !h.dead
+	stale := false
+	for _, st := range h.chans {
+		stale = stale || st.stale
+	}
+	dep.mu.Unlock()
+	switch {
+	case !same:
+	case errors.Is(err, errNoPong):
+		h.replace(err)
+	case err == nil && stale:
+		h.replace(errors.New("pub/sub connection: a subscription was lost"))
+	}
+}
+
+// replace closes the hub's connection for a new one that subscribes every
+// channel again; run goes on reading the new one.
+func (h *hub) replace(reason error) {
+	dep := h.dep
+	select {
+	case h.wmu <- struct{}{}:
+	case <-h.quit:
+		return
+	}
+	defer func() { <-h.wmu }()
+	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
+	defer cancel()
+	var ps *redis.PubSub
+	if dep.ring {
+		ps = dep.rdb.Subscribe(ctx, h.route)
+	} else {
+		ps = dep.rdb.Subscribe(ctx)
+	}
+	dep.mu.Lock()
+	if h.dead {
+		dep.mu.Unlock()
+		_ = ps.Close()
+		return
+	}
+	old := h.ps
+	h.ps = ps
+	channels := make([]string, 0, len(h.chans))
+	for ch := range h.chans {
+		channels = append(channels, ch)
+	}
+	h.failedLocked() // before run can read a confirmation on ps
+	dep.mu.Unlock()
+	_ = old.Close()
+	h.failBarriers(reason)
+	if !dep.ring && len(channels) > 0 {
+		// On failure go-redis has them recorded, and subscribes them when
+		// it reconnects for the next Receive or PING.
+		_ = ps.Subscribe(ctx, channels...)
 	}
 }

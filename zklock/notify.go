@@ -20,9 +20,10 @@ const rewatchAfter = 100 * time.Millisecond
 // Subscribe implements backend.Notifier with a watch on key's queue: on
 // its parent node's children, or on the parent's creation while it is
 // missing, set again after each event. A value arrives at every grant and
-// release. The first watch is set before Subscribe returns, so no change
-// after that is missed; after a failure to set it again a value is sent,
-// in case a change fell in the gap.
+// release. The first watch is set before Subscribe returns, and each value
+// is sent once the next is set, so no change after that is missed: one
+// made while the watch could not be set (a disconnect, an expired
+// session) gets its value once it is set again.
 func (d *Driver) Subscribe(ctx context.Context, key string) (_ <-chan struct{}, _ func(), err error) {
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "subscribe")
@@ -68,12 +69,14 @@ func (d *Driver) watchQueue(parent string) (<-chan zk.Event, error) {
 }
 
 // relay forwards the events of ev, and of the watches set after it, to ch
-// until ctx ends.
+// until ctx ends. Each value is sent once the next watch is set: a change
+// after the watcher's read that follows the value then fires that watch.
+// (Sent before, a change in the round trip that sets the watch, or while
+// the session is re-established after it expired, went unseen.)
 func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, ch chan<- struct{}) {
 	for {
 		select {
 		case <-ev:
-			notify(ch)
 		case <-ctx.Done():
 			return
 		}
@@ -86,7 +89,6 @@ func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, c
 			if ctx.Err() != nil {
 				return
 			}
-			notify(ch)
 			t := time.NewTimer(rewatchAfter)
 			select {
 			case <-t.C:
@@ -95,6 +97,7 @@ func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, c
 				return
 			}
 		}
+		notify(ch)
 	}
 }
 
