@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 var _ backend.Notifier = (*Driver)(nil)
@@ -96,11 +97,7 @@ func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, 
 			return
 		case wr, ok := <-wch:
 			if !ok {
-				t := time.NewTimer(rewatchAfter)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
+				if retry.Sleep(ctx, rewatchAfter) != nil {
 					return
 				}
 				wch = d.cli.Watch(ctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev))

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 var _ backend.Notifier = (*Driver)(nil)
@@ -86,14 +87,7 @@ func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, c
 			if err == nil {
 				break
 			}
-			if ctx.Err() != nil {
-				return
-			}
-			t := time.NewTimer(rewatchAfter)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if retry.Sleep(ctx, rewatchAfter) != nil {
 				return
 			}
 		}
