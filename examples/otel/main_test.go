@@ -31,11 +31,11 @@ func TestRunRedis(t *testing.T) {
 	t.Logf("\n%s", dump)
 	per := workers * rounds / len(names)
 	for _, re := range []string{
-		`(?m)^    name=invoices outcome=granted wait=true +count=` + strconv.Itoa(per) + ` `,
-		`(?m)^    name=reports outcome=released +count=` + strconv.Itoa(per) + ` `,
-		`(?m)^    name=heartbeat outcome=lost +count=1 sum=`,
-		`(?m)^    lost.cause=expired name=heartbeat +value=1$`,
-		`(?m)^    name=invoices +value=0$`, // none held at the end
+		`(?m)^    mode=exclusive name=invoices outcome=granted wait=true +count=` + strconv.Itoa(per) + ` `,
+		`(?m)^    mode=exclusive name=reports outcome=released +count=` + strconv.Itoa(per) + ` `,
+		`(?m)^    mode=exclusive name=heartbeat outcome=lost +count=1 sum=`,
+		`(?m)^    lost.cause=expired mode=exclusive name=heartbeat +value=1$`,
+		`(?m)^    mode=exclusive name=invoices +value=0$`, // none held at the end
 	} {
 		if !regexp.MustCompile(re).MatchString(dump) {
 			t.Errorf("the dump has no line matching %s", re)
