@@ -587,7 +587,38 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	q.mu.Lock()
 	st := q.inflight[l.Token]
 	q.mu.Unlock()
-	res := q.gatherOn(ctx, min(max(l.TTL, time.Second), 10*time.Second), false, func(ctx context.Context, i int, dep *deployment) result {
+	// A majority's answers free the lock; the name's arbiter's answer is
+	// awaited too, for up to arbiterGrace more, since an attempt on a hot
+	// name asks the arbiter alone first (quorum_hot.go): released on a
+	// majority but not yet on the arbiter, the name would still refuse a
+	// TryAcquire made right after this Release returned.
+	arb := q.arbiter(l.Key)
+	var arbiterAnswered atomic.Bool
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var grace *time.Timer
+	defer func() {
+		if grace != nil {
+			grace.Stop()
+		}
+	}()
+	decided := func(ok, notOK int) bool {
+		switch {
+		case notOK > len(q.deps)-q.quorum:
+			return true
+		case ok < q.quorum:
+			return false
+		case arbiterAnswered.Load():
+			return true
+		case grace == nil:
+			grace = time.AfterFunc(arbiterGrace, stop)
+		}
+		return false
+	}
+	res := q.gatherOn(wctx, min(max(l.TTL, time.Second), 10*time.Second), false, func(ctx context.Context, i int, dep *deployment) result {
+		if i == arb {
+			defer arbiterAnswered.Store(true)
+		}
 		var s *straggler
 		if st != nil {
 			s = &st.servers[i]
@@ -602,7 +633,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 			ok, err = dep.release(ctx, l)
 		}
 		return result{ok: ok, err: err}
-	}, q.decidedBy, nil)
+	}, decided, nil)
 	q.noteReleased(l.Key, time.Now())
 	ok, notHeld := count(res)
 	switch {

@@ -38,6 +38,12 @@ const hotFor = time.Second
 // attempt at the arbiter, with room for a loaded machine.
 const yieldFor = 2 * time.Millisecond
 
+// arbiterGrace is how long a Release waits, once a majority has released,
+// for the name's arbiter to answer too (see Release): a server that
+// answers at all answers within a round trip of the others, so only an
+// unreachable or stalled arbiter makes a release wait this long.
+const arbiterGrace = 200 * time.Millisecond
+
 // hotKey is what a Quorum knows of a contended name; guarded by q.mu.
 type hotKey struct {
 	denied   time.Time // last refusal of this Quorum's attempt

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -693,4 +695,77 @@ func TestQuorumHotName(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+// A Release that returned has freed the name for an attempt made right
+// after it, even one on a hot name, which asks the name's arbiter alone
+// first: the release waits for the arbiter's answer too (briefly), so a
+// slower arbiter does not refuse a TryAcquire made after Release returned.
+// The releasing client reaches the arbiter through a proxy that delays
+// each direction 20ms, the other servers directly.
+func TestQuorumReleaseReachesArbiter(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	direct := quorumOf(t, addrs)
+	arb := direct.arbiter(key)
+	p, err := faultproxy.New(addrs[arb])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Delay(20*time.Millisecond, 20*time.Millisecond)
+	slowAddrs := slices.Clone(addrs)
+	slowAddrs[arb] = p.Addr()
+	slow := quorumOf(t, slowAddrs)
+	arbiter := redis.NewClient(&redis.Options{Addr: addrs[arb]})
+	defer arbiter.Close()
+	for round := range 5 {
+		a := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
+		if _, err := slow.TryAcquire(ctx, a); err != nil {
+			t.Fatalf("round %d: TryAcquire through the slow arbiter: %v", round, err)
+		}
+		// It returned at a majority: wait until the arbiter has a's
+		// grant too, as a lock held for a while has.
+		for i := 0; ; i++ {
+			if v, _ := arbiter.Get(ctx, lockKeys(key)[0]).Result(); strings.Contains(v, a.Token) {
+				break
+			}
+			if i == 200 {
+				t.Fatalf("round %d: the arbiter never got the grant", round)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Refused while a holds it: the name is hot for direct.
+		b := backend.Claim{Key: key, Token: newToken(), TTL: 5 * time.Second}
+		if _, err := direct.TryAcquire(ctx, b); !errors.Is(err, backend.ErrNotAcquired) {
+			t.Fatalf("round %d: TryAcquire of a held name = %v, want ErrNotAcquired", round, err)
+		}
+		if err := slow.Release(ctx, a); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
+		}
+		if _, err := direct.TryAcquire(ctx, b); err != nil {
+			t.Fatalf("round %d: TryAcquire right after the Release returned: %v", round, err)
+		}
+		if err := direct.Release(ctx, b); err != nil {
+			t.Fatalf("round %d: Release: %v", round, err)
+		}
+	}
+}
+
+// quorumOf opens a Quorum over addrs, closed with the test.
+func quorumOf(t *testing.T, addrs []string) *Quorum {
+	t.Helper()
+	var clients []redis.UniversalClient
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	q, err := NewQuorum(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
 }
