@@ -321,9 +321,7 @@ func (dep *deployment) unsubscribe(h *hub, channel string, st *chanState, sub *s
 // expire UNSUBSCRIBEs an idle channel, or closes the hub if it was the last.
 func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	dep := h.dep
-	select {
-	case h.wmu <- struct{}{}:
-	case <-h.quit:
+	if !h.lockWrites() {
 		return
 	}
 	defer func() { <-h.wmu }()
@@ -562,6 +560,17 @@ func (h *hub) check() {
 	}
 }
 
+// lockWrites takes the right to write on the hub's connection (h.wmu;
+// give it back with <-h.wmu), unless the hub quits first.
+func (h *hub) lockWrites() bool {
+	select {
+	case h.wmu <- struct{}{}:
+		return true
+	case <-h.quit:
+		return false
+	}
+}
+
 // ping sends a PING on the hub's connection and replaces the connection
 // if no PONG comes within pongWait, or if one comes while a channel is
 // still unconfirmed after a failure (its SUBSCRIBE was lost: the server
@@ -569,9 +578,7 @@ func (h *hub) check() {
 // go-redis, which reconnect.
 func (h *hub) ping() {
 	dep := h.dep
-	select {
-	case h.wmu <- struct{}{}:
-	case <-h.quit:
+	if !h.lockWrites() {
 		return
 	}
 	dep.mu.Lock()
@@ -620,9 +627,7 @@ func (h *hub) ping() {
 // channel again; run goes on reading the new one.
 func (h *hub) replace(reason error) {
 	dep := h.dep
-	select {
-	case h.wmu <- struct{}{}:
-	case <-h.quit:
+	if !h.lockWrites() {
 		return
 	}
 	defer func() { <-h.wmu }()
