@@ -186,30 +186,35 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 // channelActive says whether key's channel is confirmed on a live
 // connection (see subscribeActive).
 func (dep *deployment) channelActive(key string) bool {
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	h, _ := dep.activeHub(key)
+	return h != nil
+}
+
+// activeHub is the live hub on which key's channel is confirmed, and the
+// channel; nil if there is none. dep.mu is held.
+func (dep *deployment) activeHub(key string) (*hub, string) {
 	channel := keysFor(key).channel
 	route := ""
 	if dep.ring {
 		route = channel
 	}
-	dep.mu.Lock()
-	defer dep.mu.Unlock()
 	h := dep.hubs[route]
-	return !dep.closed && h != nil && !h.dead && h.chans[channel] != nil && h.chans[channel].active
+	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
+		return nil, channel
+	}
+	return h, channel
 }
 
 // subscribeActive is subscribeSub without a round trip: it subscribes only
 // when key's channel is already confirmed on a live connection (a lock
 // contended a moment ago), and returns nil otherwise.
 func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
-	channel := keysFor(key).channel
-	route := ""
-	if dep.ring {
-		route = channel
-	}
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
-	h := dep.hubs[route]
-	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
+	h, channel := dep.activeHub(key)
+	if h == nil {
 		return nil, nil
 	}
 	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
