@@ -24,6 +24,7 @@ func (d *Driver) acquireShared(ctx context.Context, l backend.Claim) (backend.Gr
 	w := sharedMode(l) + strconv.FormatUint(rand.Uint64(), 36) + ":" + l.Owner
 	px := ttlMillis(l.TTL)
 	n := attempts.Add(1) // one attempt for the whole wait: a retried try is recognized
+	waited := false // a try answered that it queued
 	var (
 		ch      chan struct{}
 		failing retry.Failing
@@ -44,10 +45,11 @@ func (d *Driver) acquireShared(ctx context.Context, l backend.Claim) (backend.Gr
 		case err == nil && r.limit != "":
 			return quit(limitMismatch("acquire", r.limit, l.Limit))
 		case err == nil && r.v > 0:
-			return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond, Sent: sent}, nil
+			return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond, Sent: sent, Waited: waited}, nil
 		case ctx.Err() != nil:
 			return quit(d.ended(ctx))
 		case err == nil:
+			waited = true
 			failing.Ok()
 			backoff.Reset()
 		case backend.Permanent(err) || failing.Fail(sent, retry.Budget):
