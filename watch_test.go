@@ -1,7 +1,6 @@
 package locker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"runtime/pprof"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testutil"
 	"github.com/lockerhq/locker/memlock"
 )
 
@@ -77,31 +77,11 @@ func TestWatchUnsupported(t *testing.T) {
 	}
 }
 
-// labeled returns the stacks of the goroutines carrying the pprof label
-// watchtest=id: those started, directly or not, inside pprof.Do with it,
-// whatever tests run in parallel.
-func labeled(id string) []string {
-	var buf bytes.Buffer
-	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-	var out []string
-	for _, rec := range strings.Split(buf.String(), "\n\n") {
-		if strings.Contains(rec, `"watchtest":"`+id+`"`) {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
-// noneLeft fails t if goroutines labeled id still run after a second.
+// noneLeft fails t if goroutines labeled watchtest=id still run after a
+// second.
 func noneLeft(t *testing.T, id, after string) {
 	t.Helper()
-	var left []string
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if left = labeled(id); len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	if len(left) > 0 {
+	if left := testutil.LabeledAfter("watchtest", id, time.Second); len(left) > 0 {
 		t.Errorf("%d goroutine(s) left after %s:\n%s", len(left), after, strings.Join(left, "\n\n"))
 	}
 }

@@ -56,6 +56,11 @@ var brokenVariants = map[string][]string{
 	// TTLs go through int32 milliseconds: 1ns becomes 0 ("no expiry"), 30
 	// days overflows.
 	"int32-millis": {"BadInputTypedErrors"},
+	// A native queue whose grants never say that they waited, so the Client
+	// reports no contention.
+	"unreported-queue": {"WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
+	// A native queue whose grants always say that they waited.
+	"overreported-queue": {"WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
 	// A native queue that returns the first failure to reach the store.
 	"queue-fails-fast": {"WaitRidesOutStoreOutage"},
 	// A native queue that retries failures until its context ends.
@@ -501,7 +506,7 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gra
 		h.mu.Unlock()
 	}
 	var failing retry.Failing
-	for {
+	for waited := false; ; waited = true {
 		h.mu.Lock()
 		q := h.queues[l.Key]
 		next := q[0]
@@ -519,6 +524,7 @@ func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gra
 				if h.variant != "unsent-queue" {
 					g.Sent = sent
 				}
+				g.Waited = waited && h.variant != "unreported-queue" || h.variant == "overreported-queue"
 				return g, nil
 			}
 		} else if d.down.Load() {

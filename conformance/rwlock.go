@@ -193,11 +193,11 @@ func (s *suite) rwCancel(t *testing.T) {
 // writer, get in soon after the release.
 func (s *suite) rwWakes(t *testing.T) {
 	ctx := s.ctx(t)
-	c1, c2 := s.client(t), s.client(t)
+	c1 := s.client(t)
 	needMode(t, c1, backend.Write)
 	name := s.name(t, "x")
-	s.wakes(t, ctx, c2, name, mustAcquire(t, ctx, c1, name, locker.Read()), locker.Write())
-	s.wakes(t, ctx, c2, name, mustAcquire(t, ctx, c1, name, locker.Write()), locker.Read())
+	s.wakes(t, ctx, name, mustAcquire(t, ctx, c1, name, locker.Read()), locker.Write())
+	s.wakes(t, ctx, name, mustAcquire(t, ctx, c1, name, locker.Write()), locker.Read())
 }
 
 func (s *suite) rwForged(t *testing.T) {

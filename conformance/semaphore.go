@@ -211,20 +211,37 @@ func (s *suite) semCancel(t *testing.T) {
 // release frees, soon after it.
 func (s *suite) semWaiterWakes(t *testing.T) {
 	ctx := s.ctx(t)
-	c1, c2 := s.client(t), s.client(t)
+	c1 := s.client(t)
 	needMode(t, c1, backend.Permit)
 	name := s.name(t, "x")
 	sem := locker.Semaphore(2)
 	a := mustAcquire(t, ctx, c1, name, sem)
 	b := mustAcquire(t, ctx, c1, name, sem)
-	s.wakes(t, ctx, c2, name, a, sem)
+	s.wakes(t, ctx, name, a, sem)
 	mustRelease(t, ctx, b)
 }
 
-// wakes checks that c's Acquire of name waits while l is held, and gets it
-// soon after l's release.
-func (s *suite) wakes(t *testing.T, ctx context.Context, c *locker.Client, name string, l *locker.Lock, opts ...locker.LockOption) {
+// wakes checks that a waiter's Acquire of name waits while l is held, gets
+// it soon after l's release, and is reported as contended (a native
+// queue's grant says it waited: backend.Grant.Waited); and that its next
+// Acquire, of the free lock, is not.
+func (s *suite) wakes(t *testing.T, ctx context.Context, name string, l *locker.Lock, opts ...locker.LockOption) {
 	t.Helper()
+	done := make(chan locker.AcquireDoneEvent, 4)
+	c, _ := s.clientDriver(t, locker.WithObserver(&locker.Observer{
+		AcquireDone: func(_ context.Context, e locker.AcquireDoneEvent) { done <- e },
+	}))
+	reported := func(what string, want bool) {
+		t.Helper()
+		select {
+		case e := <-done:
+			if e.Err != nil || e.Contended != want {
+				t.Errorf("%s: reported Contended %v (err %v), want %v", what, e.Contended, e.Err, want)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("%s: no AcquireDone event", what)
+		}
+	}
 	got := make(chan error, 1)
 	var waiter *locker.Lock
 	go func() {
@@ -245,10 +262,17 @@ func (s *suite) wakes(t *testing.T, ctx context.Context, c *locker.Client, name 
 			t.Fatalf("waiter: %v", err)
 		}
 		t.Logf("waiter acquired %v after the release", time.Since(released))
+		reported("the waiter's Acquire", true)
 		mustRelease(t, ctx, waiter)
 	case <-time.After(s.slack() + time.Second):
 		t.Fatalf("waiter not woken within %v of the release", s.slack()+time.Second)
 	}
+	again, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		t.Fatalf("Acquire of the free lock: %v", err)
+	}
+	reported("an Acquire of the free lock", false)
+	mustRelease(t, ctx, again)
 }
 
 // semFences: every permit's fence is above all earlier grants'.

@@ -11,6 +11,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // lostSlack is the scheduling slack allowed past a hold's local deadline
@@ -397,7 +398,7 @@ func closeCutOff(t *testing.T, e *env) {
 	if a.closeTook > closeBound {
 		t.Errorf("%s: Close took %v cut off, bound %v", a.id, a.closeTook.Round(time.Millisecond), closeBound)
 	}
-	if left := a.leftAfterClose(time.Second); len(left) > 0 {
+	if left := testutil.LabeledAfter("faultclient", a.id, time.Second); len(left) > 0 {
 		t.Errorf("%s: %d goroutine group(s) left after Close:\n%s", a.id, len(left), strings.Join(left, "\n\n"))
 	}
 	if _, lost := ha.waitLost(time.Second); !lost {

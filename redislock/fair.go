@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
 // FairDriver is a Driver whose waiters are served in arrival order: a
@@ -66,66 +65,13 @@ func (d *FairDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Gran
 	w := strconv.FormatUint(rand.Uint64(), 36) + ":" + l.Owner
 	px := ttlMillis(l.TTL)
 	value := attempt(l) // one attempt for the whole wait: a retried try is recognized
-	var (
-		ch      chan struct{} // wake-ups naming w; nil before the first try
-		failing retry.Failing
-		backoff = retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
-		timer   = time.NewTimer(0)
-	)
-	<-timer.C
-	defer timer.Stop()
-	quit := func(err error) (backend.Grant, error) {
-		d.dep.undo(ctx, func(ctx context.Context) { d.dep.leave(ctx, l, value, w) })
-		return backend.Grant{}, err
-	}
-	waited := false // a try answered that it queued
-	for {
-		sent := time.Now()
-		d.tries.Add(1)
-		r, err := d.dep.fairAcquire(ctx, l, value, px, w, true)
-		switch {
-		case err == nil && r > 0:
-			return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond, Sent: sent, Waited: waited}, nil
-		case ctx.Err() != nil:
-			return quit(d.ended(ctx))
-		case err == nil:
-			waited = true
-			failing.Ok()
-			backoff.Reset()
-		case backend.Permanent(err) || failing.Fail(sent, retry.Budget):
-			return quit(fmt.Errorf("redislock: %w", err))
-		}
-		if ch == nil {
-			// A free lock needs no subscription, so the first try comes
-			// before it (and joined the queue if the lock is taken). Once
-			// subscribed, try again at once: no release after the first
-			// try is missed. Without a subscription the waiter still gets
-			// the lock, by its liveness renewals, only later.
-			ch = make(chan struct{}, 1)
-			cancel, err := d.dep.subscribeAs(ctx, l.Key, w, ch)
-			if err == nil {
-				defer cancel()
-			} else if ctx.Err() != nil {
-				return quit(d.ended(ctx))
-			}
-			continue
-		}
-		pause := livenessTTL / 3 // renews the liveness
-		switch {
-		case err != nil:
-			pause = backoff.Next()
-		case r < 0: // at the head: look again when the holder's TTL runs out
-			pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
-		}
-		timer.Reset(pause)
-		select {
-		case <-ctx.Done():
-			return quit(d.ended(ctx))
-		case <-ch:
-			if !timer.Stop() {
-				<-timer.C
-			}
-		case <-timer.C:
-		}
-	}
+	return d.waitInQueue(ctx, queuedWaiter{
+		px: px,
+		try: func() (int64, error, error) {
+			r, err := d.dep.fairAcquire(ctx, l, value, px, w, true)
+			return r, nil, err
+		},
+		subscribe: func(ch chan struct{}) (func(), error) { return d.dep.subscribeAs(ctx, l.Key, w, ch) },
+		leave:     func(ctx context.Context) { d.dep.leave(ctx, l, value, w) },
+	})
 }

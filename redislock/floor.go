@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// rawRelease is the floor's compare-and-delete.
+// rawRelease is the floors' compare-and-delete (floor.go, quorum_floor.go).
 var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 // RawFloor implements internal/bench.Floorer (checked in bench_test.go: the package may not import it, whose tests import this one): a bare SET key NX PX and a

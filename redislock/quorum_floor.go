@@ -7,13 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockerhq/locker/backend"
 )
-
-// floorRelease is the bare compare-and-delete of a raw Redlock.
-var floorRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 // RawFloor implements internal/bench.Floorer (checked in bench_test.go: the package may not import it, whose tests import this one): the bare Redlock cycle on the
 // Quorum's own clients, with no fence and no script on the way in. Every
@@ -43,7 +38,7 @@ func (q *Quorum) RawFloor(ctx context.Context, key string) error {
 			set <- ok
 			<-decided
 			if ok {
-				r, err := floorRelease.Run(rctx, dep.rdb, []string{key}, value).Int64()
+				r, err := rawRelease.Run(rctx, dep.rdb, []string{key}, value).Int64()
 				ok = err == nil && r == 1
 			}
 			del <- ok
