@@ -24,20 +24,30 @@ const cancelWait = 100 * time.Millisecond
 // Here a CancelRequest goes to the server and the statement's answer is
 // still read, for up to cancelWait: it rolled back (an error that says
 // so) or its grant is read, and the caller releases it. A connection that
-// was sent a cancel is not reused (AfterRelease): a cancel that arrives
-// late would stop its next statement. Connections outside the pool (the
-// listener's) keep pgx's default.
+// was sent a cancel is not used again (PrepareConn refuses it): a cancel
+// that arrives late would stop its next statement. An idle backend
+// ignores a cancel, so it may wait in the pool until then. Not
+// AfterRelease: with that hook pgxpool returns every connection to the
+// pool in a goroutine of its own, a wake-up per statement. Connections
+// outside the pool (the listener's) keep pgx's default.
 func cancelOnServer(cfg *pgxpool.Config) {
 	var spoiled sync.Map // *pgconn.PgConn → struct{}
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &serverCancel{conn: c, spoiled: &spoiled}
 	}
-	after := cfg.AfterRelease
-	cfg.AfterRelease = func(c *pgx.Conn) bool {
+	prepare := cfg.PrepareConn
+	if prepare == nil && cfg.BeforeAcquire != nil {
+		before := cfg.BeforeAcquire
+		prepare = func(ctx context.Context, c *pgx.Conn) (bool, error) { return before(ctx, c), nil }
+	}
+	cfg.PrepareConn = func(ctx context.Context, c *pgx.Conn) (bool, error) {
 		if _, bad := spoiled.LoadAndDelete(c.PgConn()); bad {
-			return false
+			return false, nil
 		}
-		return after == nil || after(c)
+		if prepare == nil {
+			return true, nil
+		}
+		return prepare(ctx, c)
 	}
 	before := cfg.BeforeClose
 	cfg.BeforeClose = func(c *pgx.Conn) {

@@ -149,13 +149,19 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	defer leave()
+	return d.tryExclusive(ctx, l, us)
+}
+
+// tryExclusive is TryAcquire's statement for a call that entered the gate
+// already (Acquire's tries: one context of the gate per call, not two).
+func (d *Driver) tryExclusive(ctx context.Context, l backend.Claim, us int64) (backend.Grant, error) {
 	if err := d.ensureSchema(ctx); err != nil {
 		return backend.Grant{}, err
 	}
 	var version int64
 	// The statement is idempotent for one token (the token's own row is
 	// taken again), so it can be retried after a broken connection.
-	err = d.retry(ctx, func() error {
+	err := d.retry(ctx, func() error {
 		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
 	})
 	switch {

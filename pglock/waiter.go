@@ -33,7 +33,8 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	if c.Mode != backend.Exclusive {
 		return d.waitShared(ctx, c)
 	}
-	if _, err := micros(c.TTL); err != nil {
+	us, err := micros(c.TTL)
+	if err != nil {
 		return backend.Grant{}, err
 	}
 	ctx, leave, err := d.enter(ctx, "acquire")
@@ -48,7 +49,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 		// Nobody here waits: the uncontended path, one statement.
 		sent := time.Now()
 		d.tries.Add(1)
-		g, err := d.TryAcquire(ctx, c)
+		g, err := d.tryExclusive(ctx, c, us)
 		if err == nil {
 			won = true
 			g.Sent = sent
@@ -65,7 +66,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 		}
 	}
 	// First in this process's queue: wait for the store.
-	g, err := d.waitTurn(ctx, c, q)
+	g, err := d.waitTurn(ctx, c, us, q)
 	won = err == nil
 	return g, err
 }
@@ -73,7 +74,7 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 // waitTurn is the first local waiter's loop: subscribe (which makes the
 // key present, so that releases notify), then try at each notification,
 // and at a backoff timer for expiries.
-func (d *Driver) waitTurn(ctx context.Context, c backend.Claim, q *keyQueue) (backend.Grant, error) {
+func (d *Driver) waitTurn(ctx context.Context, c backend.Claim, us int64, q *keyQueue) (backend.Grant, error) {
 	var notified <-chan struct{}
 	if ch, cancel, err := d.Subscribe(ctx, c.Key); err == nil {
 		defer cancel()
@@ -85,7 +86,7 @@ func (d *Driver) waitTurn(ctx context.Context, c backend.Claim, q *keyQueue) (ba
 	// the waiter just served here unless it began its release, so the
 	// first try would fail: wait for its release instead.
 	skip := notified != nil && d.queues.heldHere(q)
-	return d.tryLoop(ctx, notified, skip, func() (backend.Grant, error) { return d.TryAcquire(ctx, c) })
+	return d.tryLoop(ctx, notified, skip, func() (backend.Grant, error) { return d.tryExclusive(ctx, c, us) })
 }
 
 // tryLoop calls try until it grants, woken by notified (nil: none) or a
