@@ -62,20 +62,13 @@ func heldByOther(it *memcache.Item, token string) bool {
 }
 
 // getMulti is GetMulti, repeated once on a stale pooled connection.
-func (d *Driver) getMulti(keys []string) (map[string]*memcache.Item, error) {
-	items, err := d.mc.GetMulti(keys)
-	if staleConn(err) {
-		items, err = d.mc.GetMulti(keys)
-	}
+func (d *Driver) getMulti(keys []string) (items map[string]*memcache.Item, err error) {
+	err = d.retried(func() (err error) { items, err = d.mc.GetMulti(keys); return err })
 	return items, err
 }
 
 func (d *Driver) touch(key string, exp int32) error {
-	err := d.mc.Touch(key, exp)
-	if staleConn(err) {
-		err = d.mc.Touch(key, exp)
-	}
-	return err
+	return d.retried(func() error { return d.mc.Touch(key, exp) })
 }
 
 // takeSlot stores value in one of the slots keys for token, trying pref

@@ -1,0 +1,73 @@
+package memcachelock
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// TestConnectionsBounded: many goroutines taking locks at once on one
+// driver share its connections instead of dialing one per request (which
+// cost the names workload half its CPU, and passed memcached's connection
+// limit). The requests in flight are bounded, and Open keeps that many
+// idle, so a driver dials about inFlight connections, plus the fence's
+// probe connections (restart.go, at most max_idle), whatever the load.
+// (Without the bound: 1,445 dials here.)
+func TestConnectionsBounded(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	d := openDriver(t, testenv.MemcacheAddr())
+	var dials atomic.Int64
+	var nd net.Dialer
+	d.mc.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return nd.DialContext(ctx, network, addr)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	ns := "mctest-" + randHex(4)
+	const goroutines, rounds = 200, 5
+	cycle := func(key string) error {
+		c := backend.Claim{Key: key, Token: randHex(16), TTL: 5 * time.Second, Mode: backend.Exclusive}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			return err
+		}
+		c.Fence = g.Fence
+		return d.Release(ctx, c)
+	}
+	// A name's first acquisition seeds its fence counter on a probe
+	// connection of its own (restart.go): seeded one by one first.
+	for g := range goroutines {
+		if err := cycle(ns + "-" + strconv.Itoa(g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dials.Store(0)
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			for range rounds {
+				if err := cycle(ns + "-" + strconv.Itoa(g)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d dials", dials.Load())
+	if n, most := dials.Load(), int64(2*inFlight+4); n > most {
+		t.Fatalf("%d goroutines dialed %d connections, want at most %d", goroutines, n, most)
+	}
+}
