@@ -71,3 +71,35 @@ func TestConnectionsBounded(t *testing.T) {
 		t.Fatalf("%d goroutines dialed %d connections, want at most %d", goroutines, n, most)
 	}
 }
+
+// TestPermitRoundTrips: an uncontended permit on a semaphore used before
+// costs the slot's add, the fence's incr with the limit record's gets (one
+// write), the record's cas, and to release, the slot's gets and cas: five
+// round trips (seven before the record was read with the draw and the
+// release used the cas id its gets found).
+func TestPermitRoundTrips(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d, writes, _ := countedDriver(t)
+	key := uniqueKey(t, "sem")
+	cycle := func() {
+		t.Helper()
+		c := backend.Claim{Key: key, Token: token(), TTL: time.Second, Mode: backend.Permit, Limit: 3}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Fence = g.Fence
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // seeds the counter, writes the record, dials
+	for i := range 3 {
+		w0 := writes.Load()
+		cycle()
+		if n := writes.Load() - w0; n != 5 {
+			t.Errorf("cycle %d: %d round trips, want 5", i, n)
+		}
+	}
+}
