@@ -2,12 +2,15 @@ package memcachelock
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
@@ -101,5 +104,42 @@ func TestPermitRoundTrips(t *testing.T) {
 		if n := writes.Load() - w0; n != 5 {
 			t.Errorf("cycle %d: %d round trips, want 5", i, n)
 		}
+	}
+}
+
+// TestCallWaitsAtMostTimeout: a request that finds every turn taken (as
+// requests hanging on a dead server would keep them) goes anyway after the
+// client's timeout, instead of waiting behind them one after another.
+func TestCallWaitsAtMostTimeout(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	d, err := Open(testCtx(t, 10*time.Second), "memcache://"+testenv.MemcacheAddr(), WithTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for range cap(d.slots) {
+		d.slots <- struct{}{}
+	}
+	t.Cleanup(func() {
+		for range cap(d.slots) {
+			<-d.slots
+		}
+	})
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := d.get("mctest-" + randHex(4) + "-absent")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, memcache.ErrCacheMiss) {
+			t.Fatalf("get: %v, want a cache miss", err)
+		}
+		if took := time.Since(start); took < 90*time.Millisecond {
+			t.Fatalf("the get went after %v, before the timeout with every turn taken", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request waited more than 10s for a turn")
 	}
 }

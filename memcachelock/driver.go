@@ -59,11 +59,25 @@ const inFlight = 16
 func newSlots(servers int) chan struct{} { return make(chan struct{}, inFlight*max(servers, 1)) }
 
 // call runs f, one of the client's requests, within the driver's bound.
+// A request that waited the client's timeout for its turn goes anyway, on
+// a connection of its own: requests that hang on a dead server must not
+// make the others wait for them one after another (a request takes no
+// context; its timeout is its only bound).
 func (d *Driver) call(f func() error) error {
 	if d.slots == nil { // a test's bare Driver
 		return f()
 	}
-	d.slots <- struct{}{}
+	select {
+	case d.slots <- struct{}{}:
+	default:
+		t := time.NewTimer(d.timeout())
+		select {
+		case d.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return f()
+		}
+	}
 	defer func() { <-d.slots }()
 	return f()
 }
