@@ -86,7 +86,7 @@ func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error
 		return backend.State{}, err
 	}
 	defer f.Close()
-	r, key, _, err := readFile(f, path)
+	r, key, _, err := readFile(f.File, path)
 	if err != nil {
 		return backend.State{}, err
 	}

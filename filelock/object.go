@@ -259,7 +259,7 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 		return err
 	}
 	defer f.Close() // also drops the flock
-	o, cur, err := d.readObject(f, path)
+	o, cur, err := d.readObject(f.File, path)
 	if err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 		return err
 	}
 	if changed {
-		if werr := d.writeObject(f, path, &o, cur); werr != nil {
+		if werr := d.writeObject(f.File, path, &o, cur); werr != nil {
 			return errors.Join(err, werr)
 		}
 	}

@@ -290,7 +290,7 @@ func (h harness) Entries(ctx context.Context, key string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		o, _, err := d.readObject(f, path)
+		o, _, err := d.readObject(f.File, path)
 		f.Close()
 		if err != nil {
 			return 0, err

@@ -11,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -190,7 +192,7 @@ func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r 
 		return err
 	}
 	defer f.Close() // also drops the flock
-	cur, stored, empty, err := readFile(f, path)
+	cur, stored, empty, err := readFile(f.File, path)
 	if err != nil {
 		return err
 	}
@@ -212,7 +214,7 @@ func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r 
 				return fmt.Errorf("filelock: write %s: %w", path, werr)
 			}
 		}
-		if werr := writeRecord(f, path, &cur); werr != nil {
+		if werr := writeRecord(f.File, path, &cur); werr != nil {
 			return werr
 		}
 	}
@@ -222,30 +224,141 @@ func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r 
 // openLocked opens path (creating it if create) and takes its flock. A
 // release may have removed the file after we opened it and before we got
 // the flock: then the descriptor is no longer the path's file, and we open
-// the path again.
-func openLocked(ctx context.Context, path string, create bool) (*os.File, error) {
+// the path again. Closing the file drops the flock, and then the process's
+// turn on it (see turns).
+func openLocked(ctx context.Context, path string, create bool) (*lockedFile, error) {
+	done, err := turns.take(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("filelock: lock %s: %w", path, err)
+	}
 	for {
 		f, err := openState(path, create)
 		if err != nil {
+			done()
 			return nil, err
 		}
 		if err := flockCtx(ctx, f); err != nil {
 			f.Close()
+			done()
 			return nil, fmt.Errorf("filelock: lock %s: %w", path, err)
 		}
 		same, err := isPath(f, path)
 		if err != nil {
 			f.Close()
+			done()
 			return nil, err
 		}
 		if same {
-			return f, nil
+			return &lockedFile{File: f, done: done}, nil
 		}
 		f.Close()
 		// Each turn means another release went by; ctx bounds them.
 		if err := ctx.Err(); err != nil {
+			done()
 			return nil, err
 		}
+	}
+}
+
+// lockedFile is a file that openLocked flocked.
+type lockedFile struct {
+	*os.File
+	done func()
+}
+
+// Close closes the file, which drops its flock, and ends the process's
+// turn on it.
+func (f *lockedFile) Close() error {
+	err := f.File.Close()
+	if f.done != nil {
+		f.done()
+		f.done = nil // a second Close must not end another's turn
+	}
+	return err
+}
+
+// turns orders the goroutines of this process that want the same file's
+// flock: they wait for a wake-up instead of polling the flock (flockCtx),
+// which, held by a goroutine of ours that was not running, cost them their
+// CPU: with a thousand names in the directory, all of whose acquisitions
+// take the fence counter's flock, polling could take most of the CPU of an
+// acquisition. Other processes are still waited for by polling. The order
+// of flocks (a name's file, then the counter, then the ceiling) is that of
+// the turns, so no two wait for each other.
+var turns turnTable
+
+type turnTable struct {
+	mu sync.Mutex
+	m  map[string]*turn
+}
+
+type turn struct {
+	held    bool
+	waiters []chan struct{} // woken one at a time, first first
+	refs    int             // goroutines that have it or want it
+}
+
+// take waits for the turn on path, or for ctx to end; done ends it. A
+// goroutine that comes while the turn is free takes it, even before a
+// woken waiter does (which then waits again, first in line): handing it on
+// in order would make every turn wait for a goroutine to be scheduled.
+func (tt *turnTable) take(ctx context.Context, path string) (done func(), err error) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	if tt.m == nil {
+		tt.m = map[string]*turn{}
+	}
+	t := tt.m[path]
+	if t == nil {
+		t = &turn{}
+		tt.m[path] = t
+	}
+	t.refs++
+	var ch chan struct{}
+	for t.held {
+		if ch == nil {
+			ch = make(chan struct{}, 1)
+			t.waiters = append(t.waiters, ch)
+		} else {
+			t.waiters = append([]chan struct{}{ch}, t.waiters...)
+		}
+		tt.mu.Unlock()
+		select {
+		case <-ch:
+			tt.mu.Lock()
+		case <-ctx.Done():
+			tt.mu.Lock()
+			if i := slices.Index(t.waiters, ch); i >= 0 {
+				t.waiters = slices.Delete(t.waiters, i, i+1)
+			} else if !t.held {
+				tt.wakeNext(t) // woken meanwhile: the wake-up goes on
+			}
+			tt.drop(path, t)
+			return nil, ctx.Err()
+		}
+	}
+	t.held = true
+	return func() {
+		tt.mu.Lock()
+		defer tt.mu.Unlock()
+		t.held = false
+		tt.wakeNext(t)
+		tt.drop(path, t)
+	}, nil
+}
+
+// wakeNext wakes t's first waiter, if any; tt.mu is held.
+func (tt *turnTable) wakeNext(t *turn) {
+	if len(t.waiters) > 0 {
+		t.waiters[0] <- struct{}{}
+		t.waiters = t.waiters[1:]
+	}
+}
+
+// drop ends a goroutine's interest in t; tt.mu is held.
+func (tt *turnTable) drop(path string, t *turn) {
+	if t.refs--; t.refs == 0 {
+		delete(tt.m, path)
 	}
 }
 
@@ -336,7 +449,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	// Without a boot ID (off Linux) a lost write cannot be told from an
 	// old one: every new fence is fsynced in the counter itself.
 	ceilings := d.sync && d.clk.boot != [16]byte{}
-	r, _, err := readRecord(f, path)
+	r, _, err := readRecord(f.File, path)
 	if err != nil && !ceilings {
 		return 0, err
 	}
@@ -360,7 +473,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 		}
 		r.ceiling = c
 	}
-	if err := writeRecord(f, path, &r); err != nil {
+	if err := writeRecord(f.File, path, &r); err != nil {
 		return 0, err
 	}
 	if d.sync && !ceilings {
@@ -379,7 +492,7 @@ func (d *Driver) readCeiling(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	r, _, err := readRecord(f, path)
+	r, _, err := readRecord(f.File, path)
 	return r.fence, err
 }
 
@@ -391,12 +504,12 @@ func (d *Driver) raiseCeiling(ctx context.Context, c uint64) error {
 		return err
 	}
 	defer f.Close()
-	r, _, err := readRecord(f, path)
+	r, _, err := readRecord(f.File, path)
 	if err != nil {
 		return err
 	}
 	r.fence = max(r.fence, c)
-	if err := writeRecord(f, path, &r); err != nil {
+	if err := writeRecord(f.File, path, &r); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {
@@ -430,11 +543,12 @@ func makeCounter(dir string, sync bool) error {
 }
 
 func openState(path string, create bool) (*os.File, error) {
-	flags := os.O_RDWR
-	if create {
-		flags |= os.O_CREATE
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if create && errors.Is(err, fs.ErrNotExist) {
+		// Only now with O_CREAT, which takes the directory's lock, that
+		// every open, create and unlink in it then waits for.
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	}
-	f, err := os.OpenFile(path, flags, 0o600)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !create:
 		return nil, errNoFile

@@ -52,7 +52,11 @@
 // release be a single cas: three round trips to acquire and one to
 // release, on a name used before; a name without a counter adds one (the
 // seed's add, with its gets). The driver keeps a few connections of its
-// own per server for these, beside gomemcache's.
+// own per server for these, beside gomemcache's. On gomemcache's, it has
+// at most 16 requests in flight per server, and others wait for one (up
+// to the client's timeout, then go anyway): a dial costs more than the
+// wait, and a thousand waiters would otherwise pass memcached's connection
+// limit. Open keeps as many idle (max_idle).
 //
 // # Semaphores and read-write locks
 //

@@ -41,6 +41,45 @@ type Driver struct {
 	tries atomic.Uint64 // acquisitions' tries sent to the store (StoreTries)
 
 	held heldItems // the items of the locks we hold, as last read (held.go)
+
+	// slots bounds the requests in flight on mc (see inFlight).
+	slots chan struct{}
+}
+
+// Requests in flight on a driver's client, per server. gomemcache dials a
+// connection for every request that finds none idle, and closes it after
+// if MaxIdleConns are idle already: with a thousand waiters in a process,
+// most requests paid a dial (half the CPU of the names workload), and
+// the connections passed memcached's limit (1024 by default), which
+// refused them. Waiting for one of inFlight connections costs less than a
+// dial; Open keeps as many idle (the default max_idle), so none is closed
+// for want of room.
+const inFlight = 16
+
+func newSlots(servers int) chan struct{} { return make(chan struct{}, inFlight*max(servers, 1)) }
+
+// call runs f, one of the client's requests, within the driver's bound.
+// A request that waited the client's timeout for its turn goes anyway, on
+// a connection of its own: requests that hang on a dead server must not
+// make the others wait for them one after another (a request takes no
+// context; its timeout is its only bound).
+func (d *Driver) call(f func() error) error {
+	if d.slots == nil { // a test's bare Driver
+		return f()
+	}
+	select {
+	case d.slots <- struct{}{}:
+	default:
+		t := time.NewTimer(d.timeout())
+		select {
+		case d.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return f()
+		}
+	}
+	defer func() { <-d.slots }()
+	return f()
 }
 
 var (
@@ -70,7 +109,7 @@ func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 	if cfg.timeout != 0 || cfg.maxIdle != 0 {
 		return nil, fmt.Errorf("memcachelock: New: %w: WithTimeout and WithMaxIdle configure the client that Open makes; set Timeout and MaxIdleConns on your memcache.Client", backend.ErrInvalidOption)
 	}
-	return &Driver{mc: mc, restartMax: cfg.restartDelay, fenceExp: cfg.retentionSeconds()}, nil
+	return &Driver{mc: mc, restartMax: cfg.restartDelay, fenceExp: cfg.retentionSeconds(), slots: newSlots(1)}, nil
 }
 
 // Close waits for the calls in flight (each bounded by the client's
@@ -117,35 +156,31 @@ func staleConn(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (d *Driver) get(key string) (*memcache.Item, error) {
-	it, err := d.mc.Get(key)
+// retried runs f within the driver's bound, and once more if it failed
+// on a stale connection.
+func (d *Driver) retried(f func() error) error {
+	err := d.call(f)
 	if staleConn(err) {
-		it, err = d.mc.Get(key)
+		err = d.call(f)
 	}
+	return err
+}
+
+func (d *Driver) get(key string) (it *memcache.Item, err error) {
+	err = d.retried(func() (err error) { it, err = d.mc.Get(key); return err })
 	return it, err
 }
 
 func (d *Driver) add(it *memcache.Item) error {
-	err := d.mc.Add(it)
-	if staleConn(err) {
-		err = d.mc.Add(it)
-	}
-	return err
+	return d.retried(func() error { return d.mc.Add(it) })
 }
 
 func (d *Driver) cas(it *memcache.Item) error {
-	err := d.mc.CompareAndSwap(it)
-	if staleConn(err) {
-		err = d.mc.CompareAndSwap(it)
-	}
-	return err
+	return d.retried(func() error { return d.mc.CompareAndSwap(it) })
 }
 
-func (d *Driver) incr(key string) (uint64, error) {
-	n, err := d.mc.Increment(key, 1)
-	if staleConn(err) {
-		n, err = d.mc.Increment(key, 1)
-	}
+func (d *Driver) incr(key string) (n uint64, err error) {
+	err = d.retried(func() (err error) { n, err = d.mc.Increment(key, 1); return err })
 	return n, err
 }
 

@@ -25,10 +25,10 @@ func (d *Driver) RawFloor(ctx context.Context, key string) error {
 		return err
 	}
 	k := lockKey(key) + ":floor"
-	if err := d.mc.Add(&memcache.Item{Key: k, Value: floorValue, Expiration: 2}); err != nil {
+	if err := d.call(func() error { return d.mc.Add(&memcache.Item{Key: k, Value: floorValue, Expiration: 2}) }); err != nil {
 		return fmt.Errorf("memcachelock: floor: add: %w", err)
 	}
-	if err := d.mc.Delete(k); err != nil {
+	if err := d.call(func() error { return d.mc.Delete(k) }); err != nil {
 		return fmt.Errorf("memcachelock: floor: delete: %w", err)
 	}
 	return nil

@@ -25,7 +25,8 @@ func init() {
 // Open returns a driver for a memcache:// URL: a comma-separated server
 // list (port 11211 by default) or the path of a Unix socket. Parameters:
 // timeout, the read, write and dial timeout of each call (default 500ms);
-// max_idle, the idle connections kept per server (default 2). Open pings
+// max_idle, the idle connections kept per server (default 16, the
+// requests the driver keeps in flight per server at most). Open pings
 // every server, each within the timeout, and fails if one does not answer.
 // restart_delay caps how long a server that started recently refuses names
 // it has no fence counter for (default: the lock's TTL; 0: never, for
@@ -49,7 +50,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	}
 	p := backend.NewParams(u)
 	timeout := p.Duration("timeout", memcache.DefaultTimeout)
-	maxIdle := p.Int("max_idle", memcache.DefaultMaxIdleConns)
+	maxIdle := p.Int("max_idle", inFlight)
 	restart := p.Duration("restart_delay", -1)
 	var retention []Option
 	if p.Has("retention") {
@@ -101,7 +102,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		mc.Close()
 		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart, fenceExp: cfg.retentionSeconds()}, nil
+	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart, fenceExp: cfg.retentionSeconds(), slots: newSlots(len(servers))}, nil
 }
 
 // parseServers reads the server list from u's host (or a socket path).

@@ -91,7 +91,7 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithMaxIdle sets how many idle connections per server the client that
-// Open makes keeps (default 2). It is the URL's max_idle=. It must be at
+// Open makes keeps (default 16). It is the URL's max_idle=. It must be at
 // least 1. New refuses it: set your client's MaxIdleConns instead.
 func WithMaxIdle(n int) Option {
 	return func(c *config) {

@@ -104,11 +104,14 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFenceAt(base+"sf", eff)
+	// The draw reads the limit record too, in the same write when it can
+	// (drawFence): markLimit's first gets, a round trip saved. The read
+	// comes after our add, as markLimit's own would.
+	fence, rec, addr, err := d.drawFence(base+"sl", base+"sf", eff)
 	if err != nil {
 		return fail(err)
 	}
-	if err := d.markLimit(ctx, base, c, max(exp, d.fenceExp)); err != nil {
+	if err := d.markLimit(ctx, base, c, max(exp, d.fenceExp), rec, addr != nil); err != nil {
 		return fail(err)
 	}
 	return backend.Grant{Fence: fence, TTL: eff}, nil
@@ -140,15 +143,25 @@ func (d *Driver) backOut(key, token string) {
 }
 
 // markLimit writes c.Limit into the limit record (see above), or returns
-// ErrLimitMismatch when permits of another limit are held.
-func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, exp int32) error {
+// ErrLimitMismatch when permits of another limit are held. If read, rec
+// is the record as read after our add (nil: missing), for its first look.
+func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, exp int32, rec *memcache.Item, read bool) error {
 	rk := base + "sl"
 	val := []byte(strconv.Itoa(c.Limit))
-	for range maxAttempts {
+	for i := range maxAttempts {
 		if err := live(ctx, "acquire"); err != nil {
 			return err
 		}
-		cur, err := d.get(rk)
+		var cur *memcache.Item
+		var err error
+		switch {
+		case i > 0 || !read:
+			cur, err = d.get(rk)
+		case rec == nil:
+			err = memcache.ErrCacheMiss
+		default:
+			cur = rec
+		}
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			err := d.add(&memcache.Item{Key: rk, Value: val, Expiration: exp})
@@ -224,9 +237,24 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
 	base := objBase(c.Key)
 	keys := slotKeys(base, "s", c.Limit)
-	k, err := d.findSlot(ctx, "release", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
+	cur, err := d.findSlotItem(ctx, "release", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
 	if err != nil {
 		return err
 	}
-	return d.drop(ctx, "release", "permit", k, c.Token)
+	if err := live(ctx, "release"); err != nil {
+		return err
+	}
+	// The item found holding our token, with its cas id: the cas frees it
+	// only if it is unchanged since (drop's own gets, a round trip saved).
+	err = d.dropItem(cur)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+		return fmt.Errorf("memcachelock: %w: no permit (it expired or was evicted just now)", backend.ErrNotHeld)
+	case errors.Is(err, memcache.ErrCASConflict):
+		// Changed since (a concurrent refresh of ours): the long way.
+		return d.drop(ctx, "release", "permit", cur.Key, c.Token)
+	}
+	return fmt.Errorf("memcachelock: cas: %w", err)
 }

@@ -62,20 +62,13 @@ func heldByOther(it *memcache.Item, token string) bool {
 }
 
 // getMulti is GetMulti, repeated once on a stale pooled connection.
-func (d *Driver) getMulti(keys []string) (map[string]*memcache.Item, error) {
-	items, err := d.mc.GetMulti(keys)
-	if staleConn(err) {
-		items, err = d.mc.GetMulti(keys)
-	}
+func (d *Driver) getMulti(keys []string) (items map[string]*memcache.Item, err error) {
+	err = d.retried(func() (err error) { items, err = d.mc.GetMulti(keys); return err })
 	return items, err
 }
 
 func (d *Driver) touch(key string, exp int32) error {
-	err := d.mc.Touch(key, exp)
-	if staleConn(err) {
-		err = d.mc.Touch(key, exp)
-	}
-	return err
+	return d.retried(func() error { return d.mc.Touch(key, exp) })
 }
 
 // takeSlot stores value in one of the slots keys for token, trying pref
@@ -130,26 +123,36 @@ func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref in
 // findSlot returns the key of the slot that token holds: pref's, as a
 // rule, or the one a look at all of them finds.
 func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (string, error) {
+	it, err := d.findSlotItem(ctx, op, what, keys, pref, token)
+	if err != nil {
+		return "", err
+	}
+	return it.Key, nil
+}
+
+// findSlotItem is findSlot, returning the slot's item as read (with its
+// cas id).
+func (d *Driver) findSlotItem(ctx context.Context, op, what string, keys []string, pref int, token string) (*memcache.Item, error) {
 	it, err := d.get(keys[pref])
 	switch {
 	case err == nil && heldBy(it.Value, token):
-		return keys[pref], nil
+		return it, nil
 	case err != nil && !errors.Is(err, memcache.ErrCacheMiss):
-		return "", fmt.Errorf("memcachelock: gets: %w", err)
+		return nil, fmt.Errorf("memcachelock: gets: %w", err)
 	}
 	if err := live(ctx, op); err != nil {
-		return "", err
+		return nil, err
 	}
 	items, err := d.getMulti(keys)
 	if err != nil {
-		return "", fmt.Errorf("memcachelock: gets: %w", err)
+		return nil, fmt.Errorf("memcachelock: gets: %w", err)
 	}
 	for _, k := range keys {
 		if it := items[k]; it != nil && heldBy(it.Value, token) {
-			return k, nil
+			return it, nil
 		}
 	}
-	return "", fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
+	return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 }
 
 // sharedTTL checks a claim's TTL and token as TryAcquire does for a lock.

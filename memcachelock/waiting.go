@@ -277,7 +277,7 @@ func (d *Driver) yielded(key, token string, fc *memcache.Item, now time.Time) bo
 // every error is ignored (a missing item means the key was freed, and the
 // poller will say so).
 func (d *Driver) mark(key, token string) {
-	if d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + token)}) == nil {
+	if d.call(func() error { return d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + token)}) }) == nil {
 		w := &d.waits
 		w.mu.Lock()
 		w.next = time.Now().Add(nextFor)
@@ -300,7 +300,9 @@ func (d *Driver) unmarkLater(key, token string) {
 	}
 	go func() {
 		defer done()
-		_ = d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + unmarkTag + token)})
+		_ = d.call(func() error {
+			return d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + unmarkTag + token)})
+		})
 	}()
 }
 
