@@ -347,3 +347,25 @@ func TestTryCounter(t *testing.T) {
 		t.Errorf("%d tries counted for 3 uncontended acquisitions", got)
 	}
 }
+
+func TestScaleClientSpreads(t *testing.T) {
+	for _, c := range []struct{ names, workers, clients int }{{1, 64, 8}, {1000, 4000, 4}, {999, 3996, 4}, {3, 12, 2}} {
+		per := make([]int, c.clients)
+		for n := range c.names {
+			seen := map[int]bool{}
+			for w := n; w < c.workers; w += c.names {
+				k := scaleClient(w, c.names, c.clients)
+				per[k]++
+				seen[k] = true
+			}
+			if want := min(c.workers/c.names, c.clients); len(seen) != want {
+				t.Errorf("%+v: name %d's workers on %d clients, want %d", c, n, len(seen), want)
+			}
+		}
+		for k, got := range per {
+			if got != c.workers/c.clients {
+				t.Errorf("%+v: client %d has %d workers, want %d", c, k, got, c.workers/c.clients)
+			}
+		}
+	}
+}

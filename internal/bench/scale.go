@@ -89,8 +89,8 @@ func (d tryCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.Gr
 func (d tryCounter) Unwrap() backend.Driver { return d.Driver }
 
 // RunScale runs workers contending for names locks over clients clients:
-// worker w takes name w%names on client w%clients, so that every name's
-// workers are spread over the clients. The workers start at once, and
+// worker w takes name w%names on client scaleClient(w, …), so that every
+// name's workers are spread over the clients. The workers start at once, and
 // the figures count from a warm-up of a third of cfg.Duration on.
 func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclients int) (Scale, error) {
 	cfg = cfg.withDefaults()
@@ -145,7 +145,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	marks := &storeMarks{from: start.Add(warmup), to: start.Add(warmup + cfg.Duration), before: storeTries()}
 	runs := make([]Contend, names)
 	for w := range workers {
-		n, k := w%names, w%nclients
+		n, k := w%names, scaleClient(w, names, nclients)
 		acq := ClientAcquirer(cl[k], fmt.Sprintf("scale-%d", n))
 		if triers != nil {
 			acq = marks.acquirer(acq, storeTries)
@@ -282,3 +282,8 @@ func (m *storeMarks) tries() int64 {
 	}
 	return int64(m.in - m.before)
 }
+
+// scaleClient is the client of worker w: the name's workers take the
+// clients in turn from the name's own first one (w%clients would put them
+// all on one client when clients divides names).
+func scaleClient(w, names, clients int) int { return (w%names + w/names) % clients }
