@@ -132,15 +132,17 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	}()
 	b := retry.Backoff{Min: 2 * time.Millisecond, Max: waitCap}
 	var failing retry.Failing
+	waited := false
 	for {
 		sent := time.Now()
 		d.tries.Add(1)
 		g, until, err := d.turn(ctx, c, &w)
 		switch {
 		case err == nil:
-			g.Sent, g.Waited = sent, w != nil // queued before it got its turn
+			g.Sent, g.Waited = sent, waited
 			return g, nil
 		case errors.Is(err, errWait):
+			waited = true // queued: it gets its turn after others
 			failing.Ok()
 			if err := w.sleep(ctx, until, &d.woken); err != nil {
 				return backend.Grant{}, err
@@ -355,6 +357,7 @@ func (d *Driver) pollShared(ctx context.Context, c backend.Claim) (backend.Grant
 	b := retry.Backoff{Min: 2 * time.Millisecond, Max: waitCap}
 	var failing retry.Failing
 	path := d.objectPath(c.Key, c.Mode)
+	waited := false // a try was refused
 	for {
 		watched := false
 		if notify != nil {
@@ -369,9 +372,10 @@ func (d *Driver) pollShared(ctx context.Context, c backend.Claim) (backend.Grant
 		g, err := d.tryShared(ctx, c, true)
 		switch {
 		case err == nil:
-			g.Sent = sent
+			g.Sent, g.Waited = sent, waited
 			return g, nil
 		case errors.Is(err, backend.ErrNotAcquired):
+			waited = true
 			failing.Ok()
 		case ctx.Err() != nil:
 			return backend.Grant{}, d.withdraw(ctx, c, ctx.Err())
