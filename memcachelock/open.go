@@ -12,7 +12,7 @@ import (
 )
 
 // Usage is the URL form this package registers.
-const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=2&restart_delay=1m&retention=24h]  or  memcache:///path/to/memcached.sock"
+const Usage = "memcache://host1:11211[,host2:11211...][?timeout=500ms&max_idle=16&restart_delay=1m&retention=24h]  or  memcache:///path/to/memcached.sock"
 
 const defaultPort = "11211"
 
