@@ -63,7 +63,9 @@ type held struct {
 	fence   uint64
 	onLost  func(error)
 	lost    bool
-	watch   *time.Timer // sets the theft watch (see watchHeld)
+	done    bool      // released, or the driver closed: not to be watched
+	queued  bool      // in the driver's watch queue
+	due     time.Time // when its node is to be watched (see watchHeld)
 }
 
 func hashOf(name string) string {
