@@ -89,7 +89,8 @@ func (d *Driver) unwatch(h *held) {
 func (d *Driver) watchFire() {
 	d.mu.Lock()
 	d.watches.armed = false
-	if d.stopped {
+	if d.stopped || d.watches.watchers >= maxWatchers {
+		// Those watching go on to the queue's next hold.
 		d.mu.Unlock()
 		return
 	}
