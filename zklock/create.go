@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -152,13 +151,13 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 				continue
 			}
 		}
-		var res []zk.MultiResponse
+		var c created
 		var err error
 		if t.budget > 0 {
 			d.tries.Add(1) // a waiting acquisition's try (StoreTries)
 		}
 		if fresh {
-			res, err = d.createFresh(parent, prefix, data)
+			c, err = d.createFresh(parent, prefix, data)
 			switch {
 			case err == nil:
 				checked = true // ours, with our ACL
@@ -172,26 +171,35 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 				fresh = false // the root is missing: made below
 			}
 		} else {
+			var res []zk.MultiResponse
 			res, err = request(d, func() ([]zk.MultiResponse, error) {
 				return d.conn.Multi(
 					&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
 					&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
 				)
 			})
+			switch {
+			case err != nil:
+			case len(res) != 2 || res[1].Stat == nil:
+				err = fmt.Errorf("%w %+v", errUnexpected, res)
+			default:
+				c = created{path: res[0].String, zxid: res[1].Stat.Mzxid, children: res[1].Stat.NumChildren}
+			}
 		}
-		if err == nil && (len(res) != 2 || res[1].Stat == nil || !strings.HasPrefix(res[0].String, parent+"/")) {
-			err = fmt.Errorf("unexpected multi response %+v", res)
+		if err == nil && !under(c.path, parent) {
+			err = fmt.Errorf("%w: node %q", errUnexpected, c.path)
+		}
+		if errors.Is(err, errUnexpected) {
 			uncertain = true
 			return giveUp(err)
 		}
 		if err == nil {
-			name := res[0].String[len(parent)+1:]
+			name := c.path[len(parent)+1:]
 			_, _, seq, ok := parseTagged(name)
 			// The parent's stat is read in the same transaction, after the
 			// create: a single child is ours, so it is first, with no
 			// listing of the queue.
-			st := res[1].Stat
-			e := &entry{parent: parent, name: name, seq: seq, fence: uint64(st.Mzxid), session: sid, first: st.NumChildren == 1}
+			e := &entry{parent: parent, name: name, full: c.path, seq: seq, fence: uint64(c.zxid), session: sid, first: c.children == 1}
 			if !ok {
 				d.deleteQuiet(e.path())
 				return nil, fmt.Errorf("unexpected node name %q", name)
@@ -275,31 +283,51 @@ const firstSeq = "0000000000"
 
 // createFresh makes a name's node, a container, and the queue node under
 // it in one multi-op, and answers as the usual create's multi-op does: the
-// node's path, then a stat whose Mzxid is the fence and NumChildren 1 (the
-// name's node is new: no node is ahead of ours). The multi-op begins with
+// node's path, the fence and one child (the name's node is new: no node is
+// ahead of ours). The multi-op begins with
 // a write to the root, whose stat in the reply carries the transaction's
 // zxid (the node's creation zxid, the fence): the zk client cannot read a
 // container's create in a multi-op's reply, and returns ErrAPIError with
 // the results before it. The server only answers a failed multi-op with
 // errors, so that means success; the node's name is then known without
 // its result, the first child of a new node being numbered firstSeq.
-func (d *Driver) createFresh(parent, prefix string, data []byte) ([]zk.MultiResponse, error) {
-	return request(d, func() ([]zk.MultiResponse, error) {
+func (d *Driver) createFresh(parent, prefix string, data []byte) (created, error) {
+	return request(d, func() (created, error) {
 		res, err := d.conn.Multi(
 			&zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1},
 			&zk.CreateRequest{Path: parent, Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer},
 			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
 		)
-		path := prefix + firstSeq
+		var path string
 		switch {
 		case err == nil && len(res) == 3 && res[0].Stat != nil:
 			path = res[2].String // a zk client that reads the whole reply
 		case errors.Is(err, zk.ErrAPIError) && len(res) == 1 && res[0].Stat != nil && res[0].Error == nil:
+			path = prefix + firstSeq
+		case err != nil:
+			return created{}, err
 		default:
-			return res, err // an error, or a reply the caller finds unexpected
+			return created{}, fmt.Errorf("%w %+v", errUnexpected, res)
 		}
-		return []zk.MultiResponse{{String: path}, {Stat: &zk.Stat{Mzxid: res[0].Stat.Mzxid, NumChildren: 1}}}, nil
+		return created{path: path, zxid: res[0].Stat.Mzxid, children: 1}, nil
 	})
+}
+
+// created is what a create's multi-op says: the queue node's path, the
+// transaction's zxid (the fence) and the number of children of the name's
+// node after it.
+type created struct {
+	path     string
+	zxid     int64
+	children int32
+}
+
+// errUnexpected: a multi-op's reply that the driver cannot read.
+var errUnexpected = errors.New("unexpected multi response")
+
+// under reports whether path is a child of parent.
+func under(path, parent string) bool {
+	return len(path) > len(parent)+1 && path[len(parent)] == '/' && path[:len(parent)] == parent
 }
 
 // checkACLOn is checkACL, asked again while its answer is lost on session

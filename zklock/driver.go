@@ -42,6 +42,7 @@ type Driver struct {
 	mu      sync.Mutex
 	stopped bool             // no more background work: Close waits for it, bounded
 	holds   map[string]*held // by token
+	watches watchQueue       // holds to watch for theft (theft.go)
 	wg      sync.WaitGroup   // goroutines the driver started
 	wake    chan struct{}    // session events for the monitor
 
@@ -52,8 +53,9 @@ type Driver struct {
 	cuts  atomic.Int64  // reads cut to end inline calls whose context ended (tests)
 	tries atomic.Uint64 // StoreTries
 
-	testHookWatch func() // tests: called before a waiter watches its predecessor
-	testNoInline  bool   // tests: every call on a goroutine of its own, as before interrupt.go
+	testHookWatch     func() // tests: called before a waiter watches its predecessor
+	testHookHeldWatch func() // tests: called before the theft watch of a held node is set
+	testNoInline      bool   // tests: every call on a goroutine of its own, as before interrupt.go
 }
 
 var (
@@ -220,8 +222,12 @@ func (d *Driver) Close() error {
 	d.stopped = true
 	holds := d.holds
 	d.holds = map[string]*held{}
-	for _, h := range holds {
-		h.stopWatch()
+	for _, h := range d.watches.holds {
+		h.done, h.queued = true, false
+	}
+	d.watches.holds = nil
+	if d.watches.timer != nil && d.watches.timer.Stop() {
+		d.watches.armed = false
 	}
 	d.mu.Unlock()
 	if d.own {
@@ -306,7 +312,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	h := d.holds[l.Token]
 	delete(d.holds, l.Token)
 	if h != nil {
-		h.stopWatch()
+		d.unwatch(h)
 	}
 	d.mu.Unlock()
 	var path string

@@ -2,7 +2,7 @@ package zklock
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -58,8 +58,9 @@ func (d *Driver) inline() bool {
 type interruption struct {
 	d      *Driver
 	stopAF func() bool
-	done   atomic.Bool
-	ended  chan struct{} // closed by stop
+	mu     sync.Mutex
+	done   bool          // stop was called
+	ended  chan struct{} // made by fire, closed by stop
 }
 
 // interruptOnEnd arranges for the end of ctx to interrupt the reads that
@@ -69,16 +70,23 @@ func (d *Driver) interruptOnEnd(ctx context.Context) *interruption {
 	if ctx.Done() == nil {
 		return nil
 	}
-	in := &interruption{d: d, ended: make(chan struct{})}
+	in := &interruption{d: d}
 	in.stopAF = context.AfterFunc(ctx, in.fire)
 	return in
 }
 
 // stop ends the interruption: the call returned.
 func (in *interruption) stop() {
-	if in != nil && in.done.CompareAndSwap(false, true) {
-		in.stopAF()
-		close(in.ended)
+	if in == nil || in.stopAF() {
+		return // fire never runs: nothing to tell it
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.done {
+		in.done = true
+		if in.ended != nil {
+			close(in.ended)
+		}
 	}
 }
 
@@ -88,6 +96,13 @@ func (in *interruption) stop() {
 // between requests, or its next request on a new connection. It returns as
 // soon as the call does, leaving no goroutine behind.
 func (in *interruption) fire() {
+	in.mu.Lock()
+	if in.done {
+		in.mu.Unlock()
+		return
+	}
+	in.ended = make(chan struct{}) // only a call whose context ended needs it
+	in.mu.Unlock()
 	t := time.NewTimer(interruptGrace)
 	defer t.Stop()
 	for range maxRounds {

@@ -27,7 +27,8 @@ const (
 var errGone = errors.New("queue node gone")
 
 func tokenHash(token string) string {
-	sum := sha256.Sum256([]byte("zklock\x00" + token))
+	var buf [96]byte // on the stack for the usual tokens
+	sum := sha256.Sum256(append(append(buf[:0], "zklock\x00"...), token...))
 	return hex.EncodeToString(sum[:hashLen/2])
 }
 
@@ -48,13 +49,19 @@ func parseNode(name string) (hash string, seq int64, ok bool) {
 type entry struct {
 	parent  string
 	name    string
+	full    string // parent + "/" + name, when known (path)
 	seq     int64
 	first   bool   // known to be the lowest node
 	fence   uint64 // the node's creation zxid
 	session int64  // the session that owns it
 }
 
-func (e *entry) path() string { return e.parent + "/" + e.name }
+func (e *entry) path() string {
+	if e.full != "" {
+		return e.full
+	}
+	return e.parent + "/" + e.name
+}
 
 // held is a granted lock.
 type held struct {
@@ -63,7 +70,9 @@ type held struct {
 	fence   uint64
 	onLost  func(error)
 	lost    bool
-	watch   *time.Timer // sets the theft watch (see watchHeld)
+	done    bool      // released, or the driver closed: not to be watched
+	queued  bool      // in the driver's watch queue
+	due     time.Time // when its node is to be watched (see watchHeld)
 }
 
 func hashOf(name string) string {
