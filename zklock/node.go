@@ -52,6 +52,7 @@ type entry struct {
 	full    string // parent + "/" + name, when known (path)
 	seq     int64
 	first   bool   // known to be the lowest node
+	waited  bool   // it waited behind another node (Grant.Waited)
 	fence   uint64 // the node's creation zxid
 	session int64  // the session that owns it
 }

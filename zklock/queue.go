@@ -123,6 +123,7 @@ func (d *Driver) await(ctx context.Context, e *entry, t *tries) error {
 		if err == nil {
 			t.ok()
 			bo.Reset()
+			e.waited = true
 			if probe == nil {
 				probe = time.NewTicker(probePeriod)
 			}
@@ -241,7 +242,7 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim, op string
 	d.watchHeld(h)
 	d.mu.Unlock()
 	sid := e.session
-	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
+	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }, Waited: e.waited}, nil
 }
 
 // predecessor lists the queue and returns the node just ahead of e ("" when

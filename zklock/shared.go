@@ -219,6 +219,7 @@ func (d *Driver) awaitShared(ctx context.Context, e *entry, l backend.Claim, t *
 		if err == nil {
 			t.ok()
 			bo.Reset()
+			e.waited = true
 			if probe == nil {
 				probe = time.NewTicker(probePeriod)
 			}
