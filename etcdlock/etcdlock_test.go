@@ -779,9 +779,9 @@ func TestCutOffFailureBudget(t *testing.T) {
 		}
 	}
 	budget := backend.StoreFailureBudget
-	// Given up one attempt, one pause and a busy machine's second after
-	// the budget at most.
-	late := budget + attemptTimeout + 1500*time.Millisecond
+	// Given up one attempt (cut up to cutTick past attemptTimeout), one
+	// pause and a busy machine's second after the budget at most.
+	late := budget + attemptTimeout + cutTick + 1500*time.Millisecond
 	checkErr := func(what string, err error, took time.Duration, early time.Duration) {
 		t.Helper()
 		switch {
