@@ -16,7 +16,7 @@ const cutTick = attemptTimeout / 8
 // for the whole driver, which runs only while attempts are in flight,
 // instead of a deadline per attempt: a deadline costs a timer in the
 // client and, sent as the grpc-timeout header, a parse and a timer in the
-// server, on every request (about 2% of an uncontended cycle). Attempts
+// server, on every request (1-2% of an uncontended cycle). Attempts
 // are filed by the tick they began in; each tick cancels those filed
 // attemptTimeout/cutTick+1 ticks back.
 type cutter struct {
