@@ -65,9 +65,11 @@
 //
 // # Store failures
 //
-// Every transaction and lease grant is sent with a 2s bound per attempt (the client waits for
-// a connection rather than failing at once, so an unreachable cluster
-// shows as an attempt that gets no answer) and sent again, with backoff,
+// Every transaction and lease grant is cut when an attempt has had no
+// answer for 2s (2.25s at most: one ticker per driver cuts them, so that no
+// request carries a deadline; the client waits for a connection rather
+// than failing at once, so an unreachable cluster shows as an attempt that
+// gets no answer) and sent again, with backoff,
 // while etcd does not answer, has no leader or cannot serve it for now,
 // until every attempt has failed for backend.StoreFailureBudget (the
 // module's one retry policy, internal/retry). A blocking Acquire counts one
@@ -78,8 +80,13 @@
 // watch silently, so the driver watches its gRPC connection and, when it
 // goes down, every waiter checks its place in the queue (those requests
 // fail, and count). A silent partition, which leaves the connection up,
-// shows later: when the waiter's lease ends, a TTL after its last
-// keep-alive got through, and the waiter queues again. A waiter that gives up leaves its entry to the
+// shows later: a client that Open made pings the server after 10s without
+// a byte from it while a request or watch is in flight, and drops the
+// connection 5s later (keepalive_time, keepalive_timeout; a client given
+// to New keeps its own settings), which the waiters see as above; else
+// when the waiter's lease ends, a TTL after its last keep-alive got
+// through, and the waiter queues again. With several endpoints, the
+// requests go to the others meanwhile. A waiter that gives up leaves its entry to the
 // driver's background sweep, which deletes it once etcd answers again;
 // at worst the entry goes with its lease, a lease TTL after the last
 // keep-alive. A refused credential or permission (ErrPermission) is

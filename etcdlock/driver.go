@@ -50,6 +50,8 @@ type Driver struct {
 	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
 
 	tries atomic.Uint64 // requests a blocking acquisition sent that could grant it
+
+	cut *cutter // bounds each attempt of a request
 }
 
 type holdKey struct{ key, token string }
@@ -108,9 +110,14 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		held:    map[holdKey]*entry{},
 		orphans: map[*slot]int64{},
 		broken:  make(chan struct{}),
+		cut:     newCutter(),
 	}
-	d.bg.Add(1)
+	d.bg.Add(2)
 	go d.watchConn()
+	go func() {
+		defer d.bg.Done()
+		d.cut.run(d.gate.Context())
+	}()
 	return d
 }
 

@@ -73,10 +73,31 @@ func TestConfigFromURL(t *testing.T) {
 			t.Errorf("%s: TLS %v, want %v", c.url, cfg.TLS != nil, c.tls)
 		}
 	}
+	// Keep-alive: on by default; keepalive_time=0 turns it off.
+	for _, c := range []struct {
+		url           string
+		time, timeout time.Duration
+	}{
+		{"etcd://h", defaultKeepAliveTime, defaultKeepAliveTimeout},
+		{"etcd://h?keepalive_time=30s&keepalive_timeout=2s", 30 * time.Second, 2 * time.Second},
+		{"etcd://h?keepalive_time=0", 0, defaultKeepAliveTimeout},
+	} {
+		cfg, _, err := ClientConfig(c.url)
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		if cfg.DialKeepAliveTime != c.time || cfg.DialKeepAliveTimeout != c.timeout || cfg.PermitWithoutStream {
+			t.Errorf("%s: keep-alive %v/%v (without streams %v), want %v/%v", c.url,
+				cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout, cfg.PermitWithoutStream, c.time, c.timeout)
+		}
+	}
 	for _, bad := range []string{
 		"etcd://h:2379/p?nope=1",
 		"etcd://alice:s3cret@h:2379/p?tls=maybe",
 		"etcd://h:2379/p?dial_timeout=soon",
+		"etcd://h:2379/p?keepalive_time=5s",
+		"etcd://h:2379/p?keepalive_time=-1s",
+		"etcd://h:2379/p?keepalive_timeout=0",
 		"etcd://h:2379/p?cert=/tmp/x.pem",
 		"etcd://h:2379/p?ca=/nonexistent/ca.pem",
 		"etcd:///p",
@@ -779,9 +800,9 @@ func TestCutOffFailureBudget(t *testing.T) {
 		}
 	}
 	budget := backend.StoreFailureBudget
-	// Given up one attempt, one pause and a busy machine's second after
-	// the budget at most.
-	late := budget + attemptTimeout + 1500*time.Millisecond
+	// Given up one attempt (cut up to cutTick past attemptTimeout), one
+	// pause and a busy machine's second after the budget at most.
+	late := budget + attemptTimeout + cutTick + 1500*time.Millisecond
 	checkErr := func(what string, err error, took time.Duration, early time.Duration) {
 		t.Helper()
 		switch {

@@ -17,16 +17,32 @@ import (
 	"github.com/lockerhq/locker/backend"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 )
 
 // Usage is the URL form of the etcd scheme.
-const Usage = "etcd://[user[:password]@]host[:port][,host[:port]...][/prefix][?tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false&dial_timeout=5s]"
+const Usage = "etcd://[user[:password]@]host[:port][,host[:port]...][/prefix][?tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false&dial_timeout=5s&keepalive_time=10s&keepalive_timeout=5s]"
 
 // PasswordEnv is the environment variable read for the password when the
 // URL names a user but no password.
 const PasswordEnv = "ETCD_PASSWORD"
 
 const defaultDialTimeout = 5 * time.Second
+
+// gRPC keep-alive of the clients Open makes: a connection that stops
+// answering (a silent partition, a host gone without a reset) is closed and
+// dialled again, instead of being used until the lease runs out. The time
+// is gRPC's least (it raises anything lower to 10 s) and above etcd's
+// --grpc-keepalive-min-time (5 s by default), below which the server closes
+// the connection as too_many_pings. Pings go only while a request or a
+// watch is in flight: etcd refuses pings on a connection without streams.
+const (
+	defaultKeepAliveTime    = 10 * time.Second
+	defaultKeepAliveTimeout = 5 * time.Second
+	minKeepAliveTime        = 10 * time.Second
+	maxRedialPause          = 5 * time.Second
+)
 
 func init() {
 	backend.Register("etcd", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
@@ -49,6 +65,10 @@ func init() {
 //	                    TLS, as every backend reads it (see backend.Params.TLS);
 //	                    server_name is checked whatever name gRPC dials
 //	dial_timeout=5s     how long Open waits for the cluster to answer
+//	keepalive_time=10s  after this long without a byte from a server while a
+//	                    request is in flight, ping it (at least 10s; 0: never)
+//	keepalive_timeout=5s  and close the connection, and dial again, if the
+//	                    ping is not answered within this
 //
 // With a user and no password in the URL, the password is read from the
 // environment variable ETCD_PASSWORD, so that it need not be in the URL; a
@@ -288,20 +308,38 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	p := backend.NewParams(u)
 	tc, err := p.TLS(false)
 	dial := p.Duration("dial_timeout", defaultDialTimeout)
+	kaTime := p.Duration("keepalive_time", defaultKeepAliveTime)
+	kaTimeout := p.Duration("keepalive_timeout", defaultKeepAliveTimeout)
 	if err == nil {
 		err = p.Err()
 	}
 	if err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
+	switch {
+	case kaTime > 0 && kaTime < minKeepAliveTime:
+		return fail("keepalive_time=%v: want at least %v (gRPC's least), or 0 for no keep-alive", kaTime, minKeepAliveTime)
+	case kaTime > 0 && kaTimeout == 0:
+		return fail("keepalive_timeout=0: want more than 0")
+	}
 	if dial <= 0 {
 		dial = defaultDialTimeout
 	}
 	cfg := clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: dial,
-		Logger:      zap.NewNop(),
-		TLS:         tc,
+		Endpoints:            endpoints,
+		DialTimeout:          dial,
+		DialKeepAliveTime:    kaTime,
+		DialKeepAliveTimeout: kaTimeout,
+		Logger:               zap.NewNop(),
+		TLS:                  tc,
+		// A connection that keep-alive closed is dialled again through
+		// the same silence until the path heals: gRPC's defaults (up to
+		// 20 s per handshake that got no answer, pauses growing to 2 min)
+		// would keep the healed endpoint out of use for that long.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxRedialPause},
+			MinConnectTimeout: dial,
+		})},
 	}
 	if u.User != nil {
 		cfg.Username = u.User.Username()

@@ -388,8 +388,7 @@ const attemptTimeout = 2 * time.Second
 var errUnanswered = fmt.Errorf("no answer from etcd within %v", attemptTimeout)
 
 // resend calls send, each attempt bounded by attemptTimeout and requiring
-// a leader (so that a member that knows it has none answers at once
-// instead of holding the request until its timeout), until it succeeds,
+// a leader (see attempt), until it succeeds,
 // fails in a way that sending again cannot fix, or every attempt of run has
 // failed for retry.Budget. It reports whether an attempt failed in a way
 // that may have been applied.
@@ -397,7 +396,7 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 	bo := retry.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 	for {
 		sent := time.Now()
-		actx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), attemptTimeout)
+		actx, cancel := d.attempt(ctx)
 		err = send(actx)
 		if err != nil && actx.Err() != nil && ctx.Err() == nil {
 			err = errUnanswered

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -287,4 +288,179 @@ func BenchmarkEtcdContended(b *testing.B) {
 	b.ReportMetric(ratios[0], "etcdlock/mutex-acq/s-min")
 	b.ReportMetric(ratios[len(ratios)-1], "etcdlock/mutex-acq/s-max")
 	_, _ = clis[0].Delete(ctx, run, clientv3.WithPrefix())
+}
+
+// attemptCut is how one variant bounds an attempt of a request: it returns
+// the attempt's context and what ends it.
+type attemptCut func(ctx context.Context) (context.Context, func())
+
+// sharedCutter cuts every attempt still running two to three ticks after it
+// began, one ticker for all: no timer per attempt, no grpc-timeout header.
+type sharedCutter struct {
+	mu      sync.Mutex
+	buckets [3]map[*context.CancelFunc]struct{}
+	cur     int
+}
+
+func newSharedCutter(b *testing.B, tick time.Duration) *sharedCutter {
+	c := &sharedCutter{}
+	for i := range c.buckets {
+		c.buckets[i] = map[*context.CancelFunc]struct{}{}
+	}
+	t := time.NewTicker(tick)
+	stop := make(chan struct{})
+	b.Cleanup(func() { t.Stop(); close(stop) })
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			c.mu.Lock()
+			c.cur = (c.cur + 1) % len(c.buckets)
+			old := c.buckets[c.cur] // registered three ticks ago at most
+			c.buckets[c.cur] = map[*context.CancelFunc]struct{}{}
+			c.mu.Unlock()
+			for f := range old {
+				(*f)()
+			}
+		}
+	}()
+	return c
+}
+
+func (c *sharedCutter) cut(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	c.mu.Lock()
+	bk := c.buckets[c.cur]
+	bk[&cancel] = struct{}{}
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(bk, &cancel)
+		c.mu.Unlock()
+		cancel()
+	}
+}
+
+// BenchmarkEtcdAttempt compares ways of bounding each request's attempt on
+// the driver's two requests of an uncontended cycle (its enqueue
+// transaction and its release's delete), sent raw on one client and lease,
+// interleaved op by op with concurrency.Mutex and the driver itself:
+//
+//	cd internal/peers && go test -run '^$' -bench EtcdAttempt -benchtime 7000x
+//
+// Each raw variant runs under a per-call cancellable context cut when a
+// "closing" context ends, as the driver's gate makes one.
+func BenchmarkEtcdAttempt(b *testing.B) {
+	const timeout = 2 * time.Second
+	cli := etcdClient(b, nil)
+	run := fmt.Sprintf("/locker-peers/%d", time.Now().UnixNano())
+	d, err := etcdlock.New(cli, etcdlock.WithPrefix(run+"/driver"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	s, err := concurrency.NewSession(cli)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	lease := s.Lease() // kept alive by the session
+	closing, closeAll := context.WithCancel(ctx)
+	b.Cleanup(closeAll)
+	shared := newSharedCutter(b, timeout/2)
+	cuts := []struct {
+		name string
+		cut  attemptCut
+	}{
+		{"deadline+leader", func(ctx context.Context) (context.Context, func()) {
+			return context.WithTimeout(clientv3.WithRequireLeader(ctx), timeout)
+		}},
+		{"deadline", func(ctx context.Context) (context.Context, func()) { return context.WithTimeout(ctx, timeout) }},
+		{"timer+leader", func(ctx context.Context) (context.Context, func()) {
+			ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			t := time.AfterFunc(timeout, cancel)
+			return ctx, func() { t.Stop(); cancel() }
+		}},
+		{"timer", func(ctx context.Context) (context.Context, func()) {
+			ctx, cancel := context.WithCancel(ctx)
+			t := time.AfterFunc(timeout, cancel)
+			return ctx, func() { t.Stop(); cancel() }
+		}},
+		{"shared+leader", func(ctx context.Context) (context.Context, func()) {
+			return shared.cut(clientv3.WithRequireLeader(ctx))
+		}},
+		{"shared", shared.cut},
+		{"none", func(ctx context.Context) (context.Context, func()) { return ctx, func() {} }},
+	}
+	cycle := func(ctx context.Context, cut attemptCut, i int, gate bool) error {
+		if gate {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			stop := context.AfterFunc(closing, cancel)
+			defer func() { stop(); cancel() }()
+		}
+		dir := fmt.Sprintf("%s/raw/%d/", run, i)
+		key := dir + "0"
+		actx, end := cut(ctx)
+		_, err := cli.Txn(actx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "owner", clientv3.WithLease(lease)),
+				clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
+			Commit()
+		end()
+		if err != nil {
+			return err
+		}
+		actx, end = cut(ctx)
+		_, err = cli.Delete(actx, key, clientv3.WithPrevKV())
+		end()
+		return err
+	}
+	subjects := []interleaved{
+		{"mutex", func(ctx context.Context, i int) error {
+			m := concurrency.NewMutex(s, fmt.Sprintf("%s/mutex/%d", run, i))
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		}},
+		{"driver", func(ctx context.Context, i int) error {
+			l := backend.Claim{Key: fmt.Sprintf("n%d", i), Token: fmt.Sprintf("t%d", i), TTL: 30 * time.Second}
+			g, err := d.Acquire(ctx, l)
+			if err != nil {
+				return err
+			}
+			l.Fence = g.Fence
+			return d.Release(ctx, l)
+		}},
+		{"raw", func(ctx context.Context, i int) error { return cycle(ctx, cuts[len(cuts)-1].cut, i, false) }},
+	}
+	for _, c := range cuts {
+		subjects = append(subjects, interleaved{"gate+" + c.name, func(ctx context.Context, i int) error { return cycle(ctx, c.cut, i, true) }})
+	}
+	for i := range 20 { // warm up: the leases, the connection
+		for _, sub := range subjects {
+			if err := sub.op(ctx, -1-i); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	rounds := 7
+	perRound := max(b.N/rounds/len(subjects), 50)
+	b.ResetTimer()
+	med, _ := interleave(b, subjects, rounds, perRound, func() int64 { return 0 })
+	b.StopTimer()
+	for k, sub := range subjects {
+		m, lo, hi := roundRatio(med[0], med[k])
+		b.ReportMetric(float64(bench.Percentile(med[k], 0.5))/1e3, sub.name+"-µs")
+		b.ReportMetric(m, sub.name+"/mutex")
+		fmt.Printf("%-22s %7.1f µs  %.3fx the mutex [%.3f–%.3f] over %d rounds of %d\n", sub.name, float64(bench.Percentile(med[k], 0.5))/1e3, m, lo, hi, rounds, perRound)
+	}
+	_, _ = cli.Delete(ctx, run, clientv3.WithPrefix())
 }
