@@ -65,6 +65,7 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 			return backend.Grant{}, w.abandon(ctx, err)
 		}
 	}
+	waited := pred != nil
 	for pred != nil {
 		if pred, checked, err = w.waitFor(ctx, pred, checked); err != nil {
 			return backend.Grant{}, w.abandon(ctx, err)
@@ -72,7 +73,9 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	}
 	// ahead found our entry alive at the head of the queue, in the same
 	// linearizable read: our lease was alive then, and the lock is ours.
-	return d.grant(ctx, s, l, w.rev)
+	g, err := d.grant(ctx, s, l, w.rev)
+	g.Waited = waited && err == nil
+	return g, err
 }
 
 // read is the range that decides whether w waits: the entries under
