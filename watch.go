@@ -16,8 +16,9 @@ import (
 // out, so a watcher that must see those reads Inspect on a timer as well.
 //
 // Values arrive until stop is called, ctx ends, or the Client closes; the
-// channel is never closed. Watch returns an error wrapping ErrUnsupported
-// when the backend has no notifications (memcached, file; poll Inspect
+// channel is never closed. On memcached the notifications come from each
+// driver's poller (every 4-16 ms). Watch returns an error wrapping
+// ErrUnsupported when the backend has no notifications (file; poll Inspect
 // there), and ErrInvalidName for a bad name, before any call.
 func (c *Client) Watch(ctx context.Context, name string) (_ <-chan struct{}, stop func(), _ error) {
 	const op = "watch"

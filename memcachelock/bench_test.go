@@ -35,10 +35,10 @@ var (
 // A correct lock cannot reach the floor's two round trips: the acquisition
 // is add, incr (the fence) with gets in one write, and cas (the
 // confirmation that the fence was drawn while holding, which records it in
-// the item), and the release gets and cas, since memcached has no
-// compare-and-delete and a bare delete can free the next holder's lock.
-// That is five round trips, so the ratio is about 2.5; a new name adds the
-// seed's add (see TestRoundTrips).
+// the item), and the release a cas on the cas id that confirmation read,
+// since memcached has no compare-and-delete and a bare delete can free the
+// next holder's lock. That is four round trips, so the ratio is about 2; a
+// new name adds the seed's add (see TestRoundTrips).
 func BenchmarkUncontended(b *testing.B) {
 	for _, name := range []string{"reused", "new"} {
 		b.Run(name, func(b *testing.B) { benchUncontended(b, name == "new") })

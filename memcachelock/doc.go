@@ -65,8 +65,10 @@
 // as their TTL and a fence counter each, drawn as the lock's is. A
 // semaphore of limit L is L slot items taken with add; a limit record,
 // written with cas after the add, makes a claim under another limit fail
-// with ErrLimitMismatch (semaphore.go); both cost what a lock's do (four
-// round trips to acquire, two to release; three to refresh). A read-write lock is a writer item and MaxReaders (128)
+// with ErrLimitMismatch (semaphore.go). A permit on a semaphore used before
+// costs three round trips to acquire and two to release, five against a
+// lock's four (TestPermitRoundTrips), and four to refresh. A read-write
+// lock is a writer item and MaxReaders (128)
 // reader slots, exclusive by "write mine, then check theirs"; writers are
 // preferred through a waiting writer's record (rwlock.go). No FIFO: waiters
 // back off, woken at once by a release through the same driver.

@@ -19,15 +19,15 @@ import (
 func init() {
 	for _, s := range []string{"", "s"} {
 		backend.Register("redis"+s, backend.Opener{
-			Usage: "redis" + s + "://[user:password@]host:port/db[?fair=true&restart_delay=&TLS&go-redis options]",
+			Usage: "redis" + s + "://[user:password@]host:port/db[?fair=true&restart_delay=&retention=&TLS&go-redis options]",
 			Open:  openAny,
 		})
 		backend.Register("redis"+s+"+cluster", backend.Opener{
-			Usage: "redis" + s + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&TLS&go-redis cluster options]",
+			Usage: "redis" + s + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&retention=&TLS&go-redis cluster options]",
 			Open:  openAny,
 		})
 		backend.Register("redis"+s+"+quorum", backend.Opener{
-			Usage: "redis" + s + "+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&TLS&go-redis options]",
+			Usage: "redis" + s + "+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&retention=&TLS&go-redis options]",
 			Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
 				q, err := openQuorum(ctx, u, nil)
 				if err != nil {

@@ -11,7 +11,7 @@ import (
 
 func init() {
 	backend.Register("zk", backend.Opener{
-		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root]?session_timeout=10s&connect_timeout=5s[&ca=FILE&cert=FILE&key=FILE&server_name=NAME]",
+		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false]",
 		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
 			d, err := open(ctx, u, nil)
 			if err != nil {
