@@ -16,15 +16,15 @@
 // not. They read the lock with [locker.Client.Inspect]: the leader's value
 // is the lock's owner, its term the lock's fence. Observe reads again at
 // each notification of [locker.Client.Watch] where the backend has them
-// (Redis, PostgreSQL, etcd, ZooKeeper, mem), so a resignation or a handover
-// shows within a few round trips, and every PollEvery in any case: a
-// change no store reports (memcached, file, a lock expiring) is seen
-// within that bound plus one Inspect round trip, and a term shorter than
-// it may be missed.
+// (every backend but file; memcached's come from each driver's poller, every
+// 4–16 ms), so a resignation or a handover shows within a few round trips,
+// and every PollEvery in any case: a change no store reports (file, a lock
+// expiring) is seen within that bound plus one Inspect round trip, and a
+// term shorter than it may be missed.
 //
 // Failover: a leader that resigns or closes its Client frees the lock at
 // once, and a waiting candidate takes it as soon as the backend wakes it
-// (a release notification or native queue; otherwise its polling backoff,
+// (a release notification or a queue; file off Linux polls with backoff,
 // at most 250 ms by default). A leader that dies or is cut off is replaced
 // once the store frees its lock: within the TTL after its last confirmed
 // refresh (on etcd and ZooKeeper the lease or session timeout), plus the

@@ -39,12 +39,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // Observe reads the election once, returns the error if that fails, and
 // otherwise returns a channel that receives the state read then and every
 // change of it (who holds it, under which term) after. Where the backend
-// reports releases (Redis, PostgreSQL, etcd, ZooKeeper, mem; see
-// locker.Client.Watch), a resignation or a Close shows within a round trip
-// or two, and the successor's grant with it; it also reads every PollEvery
-// (DefaultPoll, or TTL/4 if smaller), the bound for a change no store
-// reports (a lock expiring) and for memcached and file, which report
-// nothing. The receiver must keep up: the channel is unbuffered, reads wait
+// reports releases (every backend but file; see locker.Client.Watch), a
+// resignation or a Close shows within a round trip or two (memcached: its
+// poller's 4–16 ms), and the successor's grant with it; it also reads every
+// PollEvery (DefaultPoll, or TTL/4 if smaller), the bound for a change no
+// store reports (a lock expiring) and for file, which reports nothing. The receiver must keep up: the channel is unbuffered, reads wait
 // for it. A term shorter than the bound may be missed; terms seen arrive in
 // increasing order. A failed read later is skipped: the next one tries
 // again. The channel is closed, and its goroutine ends, when ctx ends.
