@@ -288,46 +288,26 @@ func BenchmarkInlineCalls(b *testing.B) {
 		{"inline", cycle(false)},
 		{"aside", cycle(true)},
 	}
-	rounds, per := 7, max(b.N/7, 50)
-	med := make([][]time.Duration, len(subs))
-	i := 0
+	ops := make([]func(int) error, len(subs))
+	for k, sb := range subs {
+		ops[k] = sb.op
+	}
 	b.ResetTimer()
-	for range rounds {
-		times := make([][]time.Duration, len(subs))
-		for c := range per {
-			for k := range subs {
-				s := (k + c) % len(subs)
-				i++
-				start := time.Now()
-				if err := subs[s].op(i); err != nil {
-					b.Fatal(err)
-				}
-				times[s] = append(times[s], time.Since(start))
-			}
-		}
-		for s := range subs {
-			med[s] = append(med[s], bench.Percentile(times[s], 0.5))
-		}
+	med, err := bench.OpByOp(7, max(b.N/7, 50), ops)
+	if err != nil {
+		b.Fatal(err)
 	}
 	b.StopTimer()
 	for k := 1; k < len(subs); k++ {
-		rs := make([]float64, rounds)
-		for r := range rounds {
-			rs[r] = float64(med[0][r]) / float64(med[k][r])
-		}
-		slices.Sort(rs)
-		b.ReportMetric(rs[rounds/2], subs[k].name+"/floor")
-		b.ReportMetric(rs[0], subs[k].name+"/floor-min")
-		b.ReportMetric(rs[rounds-1], subs[k].name+"/floor-max")
+		m, lo, hi := bench.Ratios(med[0], med[k])
+		b.ReportMetric(m, subs[k].name+"/floor")
+		b.ReportMetric(lo, subs[k].name+"/floor-min")
+		b.ReportMetric(hi, subs[k].name+"/floor-max")
 	}
-	rs := make([]float64, rounds)
-	for r := range rounds {
-		rs[r] = float64(med[2][r]) / float64(med[1][r])
-	}
-	slices.Sort(rs)
-	b.ReportMetric(rs[rounds/2], "inline/aside-ops")
-	b.ReportMetric(rs[0], "inline/aside-min")
-	b.ReportMetric(rs[rounds-1], "inline/aside-max")
+	m, lo, hi := bench.Ratios(med[2], med[1])
+	b.ReportMetric(m, "inline/aside-ops")
+	b.ReportMetric(lo, "inline/aside-min")
+	b.ReportMetric(hi, "inline/aside-max")
 }
 
 // BenchmarkContendedInline: BenchmarkContended's workload (8 workers, one

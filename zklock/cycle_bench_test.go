@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
@@ -119,28 +118,18 @@ func BenchmarkCycleRatios(b *testing.B) {
 	subs := cycleSubjects(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rounds, per := 7, max(b.N/7, 100)
-	med := make([][]time.Duration, len(subs))
-	allocs := make([]float64, len(subs))
-	i := 0
-	b.ResetTimer()
-	for range rounds {
-		times := make([][]time.Duration, len(subs))
-		for c := range per {
-			for k := range subs {
-				s := (k + c) % len(subs)
-				i++
-				start := time.Now()
-				if err := subs[s].op(ctx, i); err != nil {
-					b.Fatal(err)
-				}
-				times[s] = append(times[s], time.Since(start))
-			}
-		}
-		for s := range subs {
-			med[s] = append(med[s], bench.Percentile(times[s], 0.5))
-		}
+	ops := make([]func(int) error, len(subs))
+	for k, sb := range subs {
+		ops[k] = func(i int) error { return sb.op(ctx, i) }
 	}
+	rounds, per := 7, max(b.N/7, 100)
+	b.ResetTimer()
+	med, err := bench.OpByOp(rounds, per, ops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	allocs := make([]float64, len(subs))
+	i := rounds * per * len(subs) // past OpByOp's names: the shapes need new ones
 	for s := range subs {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
@@ -159,13 +148,9 @@ func BenchmarkCycleRatios(b *testing.B) {
 		if k == 0 {
 			continue
 		}
-		rs := make([]float64, rounds)
-		for r := range rounds {
-			rs[r] = float64(med[0][r]) / float64(med[k][r])
-		}
-		slices.Sort(rs)
-		b.ReportMetric(rs[rounds/2], subs[k].name+"/floor")
-		b.ReportMetric(rs[0], subs[k].name+"/floor-min")
-		b.ReportMetric(rs[rounds-1], subs[k].name+"/floor-max")
+		m, lo, hi := bench.Ratios(med[0], med[k])
+		b.ReportMetric(m, subs[k].name+"/floor")
+		b.ReportMetric(lo, subs[k].name+"/floor-min")
+		b.ReportMetric(hi, subs[k].name+"/floor-max")
 	}
 }
