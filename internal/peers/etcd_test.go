@@ -108,17 +108,6 @@ func interleave(b *testing.B, subjects []interleaved, rounds, perRound int, coun
 	return med, perCycle
 }
 
-// roundRatio is the median, least and greatest over the rounds of ref's
-// median cycle over sub's: sub's ops/s in ref's.
-func roundRatio(ref, sub []time.Duration) (med, lo, hi float64) {
-	rs := make([]float64, len(ref))
-	for i := range ref {
-		rs[i] = float64(ref[i]) / float64(sub[i])
-	}
-	slices.Sort(rs)
-	return rs[len(rs)/2], rs[0], rs[len(rs)-1]
-}
-
 func BenchmarkEtcdUncontended(b *testing.B) {
 	rpcs := &etcdRPCs{}
 	cli := etcdClient(b, rpcs)
@@ -191,16 +180,16 @@ func BenchmarkEtcdUncontended(b *testing.B) {
 		b.ReportMetric(perCycle[s], sub.name+"-rpcs/op")
 	}
 	for _, k := range []int{1, 2} {
-		m, lo, hi := roundRatio(med[0], med[k])
+		m, lo, hi := bench.Ratios(med[0], med[k])
 		b.ReportMetric(m, subjects[k].name+"/mutex")
 		b.ReportMetric(lo, subjects[k].name+"/mutex-min")
 		b.ReportMetric(hi, subjects[k].name+"/mutex-max")
-		m, lo, hi = roundRatio(med[3], med[k])
+		m, lo, hi = bench.Ratios(med[3], med[k])
 		b.ReportMetric(m, subjects[k].name+"/floor")
 		b.ReportMetric(lo, subjects[k].name+"/floor-min")
 		b.ReportMetric(hi, subjects[k].name+"/floor-max")
 	}
-	m, lo, hi := roundRatio(med[3], med[0])
+	m, lo, hi := bench.Ratios(med[3], med[0])
 	b.ReportMetric(m, "mutex/floor")
 	b.ReportMetric(lo, "mutex/floor-min")
 	b.ReportMetric(hi, "mutex/floor-max")
@@ -457,7 +446,7 @@ func BenchmarkEtcdAttempt(b *testing.B) {
 	med, _ := interleave(b, subjects, rounds, perRound, func() int64 { return 0 })
 	b.StopTimer()
 	for k, sub := range subjects {
-		m, lo, hi := roundRatio(med[0], med[k])
+		m, lo, hi := bench.Ratios(med[0], med[k])
 		b.ReportMetric(float64(bench.Percentile(med[k], 0.5))/1e3, sub.name+"-µs")
 		b.ReportMetric(m, sub.name+"/mutex")
 		fmt.Printf("%-22s %7.1f µs  %.3fx the mutex [%.3f–%.3f] over %d rounds of %d\n", sub.name, float64(bench.Percentile(med[k], 0.5))/1e3, m, lo, hi, rounds, perRound)

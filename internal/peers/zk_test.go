@@ -147,19 +147,19 @@ func BenchmarkZKUncontended(b *testing.B) {
 		b.ReportMetric(perCycle[s], sub.name+"-requests/op")
 	}
 	for _, k := range []int{1, 2, 3, 4} {
-		m, lo, hi := roundRatio(med[0], med[k])
+		m, lo, hi := bench.Ratios(med[0], med[k])
 		b.ReportMetric(m, subjects[k].name+"/floor")
 		b.ReportMetric(lo, subjects[k].name+"/floor-min")
 		b.ReportMetric(hi, subjects[k].name+"/floor-max")
 	}
 	// Ours over the bare requests: what the driver and the Client add.
 	for _, k := range []int{1, 2} {
-		m, lo, hi := roundRatio(med[4], med[k])
+		m, lo, hi := bench.Ratios(med[4], med[k])
 		b.ReportMetric(m, subjects[k].name+"/shape")
 		b.ReportMetric(lo, subjects[k].name+"/shape-min")
 		b.ReportMetric(hi, subjects[k].name+"/shape-max")
 	}
-	m, lo, hi := roundRatio(med[3], med[1])
+	m, lo, hi := bench.Ratios(med[3], med[1])
 	b.ReportMetric(m, "zklock/zk.Lock")
 	b.ReportMetric(lo, "zklock/zk.Lock-min")
 	b.ReportMetric(hi, "zklock/zk.Lock-max")
