@@ -31,10 +31,16 @@ func TestHeldLocksGoroutines(t *testing.T) {
 	defer other.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := waitSession(ctx, other); err != nil { // its goroutines all started
+	if err := waitSession(ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := zkGoroutines()
+	// The session comes before the zk client starts its send and receive
+	// loops: an answered request shows they run (a count taken at once
+	// missed one, 1 run in about 10).
+	if _, _, err := other.Exists("/"); err != nil {
+		t.Fatal(err)
+	}
+	before := settledGoroutines(t, -1)
 	d, err := dialDriver(ctx, servers)
 	if err != nil {
 		t.Fatal(err)
