@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,20 +14,20 @@ func TestGateCloseEndsAndAwaitsCalls(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Enter on an open gate: %v", err)
 	}
-	returned := make(chan struct{})
+	var returned atomic.Bool
 	go func() {
 		<-ctx.Done() // a call that returns only when its context ends
 		time.Sleep(20 * time.Millisecond)
+		// Set before done: a Close that waits for done sees it (closing
+		// a channel after done raced with Close's return).
+		returned.Store(true)
 		done()
-		close(returned)
 	}()
 	closed := make(chan bool)
 	go func() { closed <- g.Close() }()
 	select {
 	case first := <-closed:
-		select {
-		case <-returned:
-		default:
+		if !returned.Load() {
 			t.Fatal("Close returned before the call in flight")
 		}
 		if !first {
