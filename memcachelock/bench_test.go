@@ -155,12 +155,7 @@ func benchContended(b *testing.B, listed bool) {
 		}
 		b.Cleanup(func() { c.Close() })
 		if i == 0 {
-			run.RoundTrip = func(context.Context) error {
-				if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
-					return err
-				}
-				return nil
-			}
+			run.RoundTrip = missRoundTrip(d, ns)
 		}
 		for range 4 {
 			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "contended")})
@@ -211,12 +206,7 @@ func benchScaleTries(b *testing.B, workers int) {
 		}
 		b.Cleanup(func() { c.Close() })
 		if i == 0 {
-			run.RoundTrip = func(context.Context) error {
-				if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
-					return err
-				}
-				return nil
-			}
+			run.RoundTrip = missRoundTrip(d, ns)
 		}
 		for range workers / 8 {
 			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "scale")})
@@ -245,4 +235,14 @@ func benchScaleTries(b *testing.B, workers int) {
 	s.Summary().Report(b, "")
 	b.ReportMetric(float64(callsN)/float64(s.Acquisitions), "tries/acq")
 	b.ReportMetric(float64(storeN)/float64(s.Acquisitions), "store-tries/acq")
+}
+
+// missRoundTrip is a contended run's round trip: a get that misses.
+func missRoundTrip(d *Driver, ns string) func(context.Context) error {
+	return func(context.Context) error {
+		if _, err := d.mc.Get(ns + "-rtt"); err != nil && err != memcache.ErrCacheMiss {
+			return err
+		}
+		return nil
+	}
 }

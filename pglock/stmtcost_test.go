@@ -235,26 +235,30 @@ func BenchmarkPermitParts(b *testing.B) {
 		}
 	}
 	grantArgs := func(token string) []any { return []any{semKey, token, "", us, int32(4)} }
-	batch := func() {
-		token := randHex(16)
-		bt := &pgx.Batch{}
-		bt.Queue(d.shared.lock, d.shared.semClass, semKey)
-		bt.Queue(d.shared.grantPermit, grantArgs(token)...)
-		br := conn.SendBatch(ctx, bt)
-		if _, err := br.Exec(); err != nil {
-			b.Fatal(err)
+	// batchWith: the object lock and grant, a grant statement, pipelined.
+	batchWith := func(grant string) func() {
+		return func() {
+			token := randHex(16)
+			bt := &pgx.Batch{}
+			bt.Queue(d.shared.lock, d.shared.semClass, semKey)
+			bt.Queue(grant, grantArgs(token)...)
+			br := conn.SendBatch(ctx, bt)
+			if _, err := br.Exec(); err != nil {
+				b.Fatal(err)
+			}
+			var version *int64
+			var rc bool
+			var n, lo, hi int64
+			if err := br.QueryRow().Scan(&version, &rc, &n, &lo, &hi); err != nil || version == nil {
+				b.Fatal(err, version)
+			}
+			if err := br.Close(); err != nil {
+				b.Fatal(err)
+			}
+			release(token, *version)
 		}
-		var version *int64
-		var rc bool
-		var n, lo, hi int64
-		if err := br.QueryRow().Scan(&version, &rc, &n, &lo, &hi); err != nil || version == nil {
-			b.Fatal(err, version)
-		}
-		if err := br.Close(); err != nil {
-			b.Fatal(err)
-		}
-		release(token, *version)
 	}
+	batch := batchWith(d.shared.grantPermit)
 	alone := func() { // unsafe: no object lock, for its cost only
 		token := randHex(16)
 		var version *int64
@@ -283,26 +287,7 @@ func BenchmarkPermitParts(b *testing.B) {
     RETURNING version
 )
 SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi FROM busy`
-	leanBatch := func() {
-		token := randHex(16)
-		bt := &pgx.Batch{}
-		bt.Queue(d.shared.lock, d.shared.semClass, semKey)
-		bt.Queue(lean, grantArgs(token)...)
-		br := conn.SendBatch(ctx, bt)
-		if _, err := br.Exec(); err != nil {
-			b.Fatal(err)
-		}
-		var version *int64
-		var rc bool
-		var n, lo, hi int64
-		if err := br.QueryRow().Scan(&version, &rc, &n, &lo, &hi); err != nil || version == nil {
-			b.Fatal(err, version)
-		}
-		if err := br.Close(); err != nil {
-			b.Fatal(err)
-		}
-		release(token, *version)
-	}
+	leanBatch := batchWith(lean)
 	fs := []func(){lock, batch, alone, leanBatch}
 	names := []string{"lock", "permit", "grantAlone", "lean"}
 	for _, f := range fs {
