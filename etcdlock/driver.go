@@ -112,8 +112,9 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		broken:  make(chan struct{}),
 		cut:     newCutter(),
 	}
-	d.bg.Add(2)
+	d.bg.Add(3)
 	go d.watchConn()
+	go d.keepStream()
 	go func() {
 		defer d.bg.Done()
 		d.cut.run(d.gate.Context())
