@@ -341,7 +341,10 @@
 // ErrPermission, except the channel, PUBLISH and SUBSCRIBE: a release whose
 // wake-up is refused succeeds (the key is deleted, or handed to the first
 // waiter), the driver logs the refusal once, and waiters learn of it at
-// their next renewal, every 2s/3. A user with every
+// their next renewal, every 2s/3. A waiter refused SUBSCRIBE (no
+// +subscribe, or no channel rule) tries once per wait and then polls: in
+// the default mode with a backoff from 25ms to 250ms, logging once per
+// wait that it polls; in fair mode at its renewals. A user with every
 // command but no rights to a namespace's keys cannot acquire, refresh or
 // release its locks, nor delete their keys.
 //

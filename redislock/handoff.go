@@ -66,6 +66,10 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 		failing retry.Failing
 		backoff = retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		timer   *time.Timer
+		// Set when the wait's one subscription failed: it polls, its
+		// tries paced by poll, which "queued" answers do not reset.
+		polling bool
+		poll    = retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		// The attempt of the latest try the server answered "queued",
 		// and when it was sent: a hand-off to it came after that.
 		queuedAt   uint64
@@ -79,6 +83,10 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 	quit := func(err error) (backend.Grant, error) {
 		dep.undo(ctx, func(ctx context.Context) { dep.handoffLeave(ctx, l, first, w) })
 		return backend.Grant{}, err
+	}
+	unsubscribed := func(err error) {
+		polling = true
+		dep.log.Warn("redislock: release notifications unavailable, polling", "key", l.Key, "err", err)
 	}
 	n := first
 	if sent.IsZero() {
@@ -98,8 +106,11 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 		// Subscribed before joining the queue, no hand-off is missed.
 		var serr error
 		sub, cancel, serr = dep.subscribeSub(ctx, l.Key, w, ch)
-		if serr != nil && ctx.Err() != nil {
-			return quit(d.ended(ctx))
+		if serr != nil {
+			if ctx.Err() != nil {
+				return quit(d.ended(ctx))
+			}
+			unsubscribed(serr)
 		}
 	}
 	if sub != nil {
@@ -122,19 +133,21 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 			return quit(fmt.Errorf("redislock: %w", err))
 		}
 		n = attempts.Add(1)
-		if sub == nil {
+		if sub == nil && !polling {
 			// Subscribed after the first try, then try again at once: a
 			// hand-off before the subscription was confirmed is taken over
-			// by that try. Without a subscription the waiter still gets
-			// the lock, by its renewals, only later.
+			// by that try. Once per wait: a subscription that failed is not
+			// tried again, and the waiter polls.
 			var err error
 			sub, cancel, err = dep.subscribeSub(ctx, l.Key, w, ch)
 			if err == nil {
 				defer cancel()
-			} else if ctx.Err() != nil {
+				continue
+			}
+			if ctx.Err() != nil {
 				return quit(d.ended(ctx))
 			}
-			continue
+			unsubscribed(err)
 		}
 		// Renews the entry, and keeps the latest "queued" try recent: a
 		// hand-off's Sent is that try's, and the TTL counts from it.
@@ -144,6 +157,10 @@ func (d *Driver) wait(ctx context.Context, l backend.Claim, px int64, first uint
 			pause = backoff.Next()
 		case r < 0: // a restarted server grants it then
 			pause = min(pause, time.Duration(-r)*time.Millisecond+time.Millisecond)
+		}
+		if polling {
+			// Without wake-ups a try takes over a hand-off, only later.
+			pause = min(pause, poll.Next())
 		}
 		if timer == nil {
 			timer = time.NewTimer(pause)
