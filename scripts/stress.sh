@@ -25,7 +25,7 @@ flaky=(
 	"./etcdlock ^TestConformance$/Cluster/Serial/CancelledWaitLeavesNoGoroutine"
 	"./etcdlock ^TestCancelledWaitsLeaveNoStream$"
 	"./backend ^TestGateCloseEndsAndAwaitsCalls$"
-	"./zklock ^TestHeldLocksGoroutines$"
+	"./zklock ^(TestHeldLocksGoroutines|TestEnsembleMemberStops)$"
 	"./internal/bench ^(TestContendBound|TestRunFile)$"
 	"./cmd/lockctl ^(TestGuardian|TestGuardianKillAtStart)$"
 	". ^TestErrPastDeadlineWithoutWatchdog$"
