@@ -19,13 +19,9 @@ type Driver struct {
 
 // New returns a driver on s, a Store the caller keeps: drivers on the same
 // Store share its locks. Close does not empty s. A nil s is an error.
-func New(s *Store, opts ...Option) (*Driver, error) {
+func New(s *Store) (*Driver, error) {
 	if s == nil {
 		return nil, errors.New("memlock: New: nil Store")
-	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
 	}
 	return &Driver{s: s}, nil
 }
