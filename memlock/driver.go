@@ -2,7 +2,6 @@ package memlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -18,10 +17,11 @@ type Driver struct {
 }
 
 // New returns a driver on s, a Store the caller keeps: drivers on the same
-// Store share its locks. Close does not empty s. A nil s is an error.
+// Store share its locks. Close does not empty s. A nil s is an error that
+// wraps backend.ErrInvalidOption.
 func New(s *Store) (*Driver, error) {
 	if s == nil {
-		return nil, errors.New("memlock: New: nil Store")
+		return nil, fmt.Errorf("memlock: New: %w: nil Store", backend.ErrInvalidOption)
 	}
 	return &Driver{s: s}, nil
 }
