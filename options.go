@@ -60,9 +60,6 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.backoffMin, c.backoffMax = min, max }
 }
 
-// WithRandom replaces crypto/rand as the source of owner tokens. For tests.
-func WithRandom(r io.Reader) Option { return func(c *config) { c.rand = r } }
-
 type lockConfig struct {
 	ttl     time.Duration
 	owner   string

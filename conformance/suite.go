@@ -475,7 +475,7 @@ func (s *suite) lostBeforeTakeover(t *testing.T) {
 	ctx := s.ctx(t)
 	c1, c2 := s.client(t), s.client(t)
 	if s.isSession(c1) {
-		t.Skip("the driver is a backend.Session: its locks live as long as the client's session; the fault suite (faults/) checks its deadline")
+		t.Skip("the driver is a backend.Session: its locks live as long as the client's session; the fault suite (internal/faults/) checks its deadline")
 	}
 	name := s.name(t, "x")
 	start := time.Now()

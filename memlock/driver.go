@@ -2,7 +2,6 @@ package memlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -18,14 +17,11 @@ type Driver struct {
 }
 
 // New returns a driver on s, a Store the caller keeps: drivers on the same
-// Store share its locks. Close does not empty s. A nil s is an error.
-func New(s *Store, opts ...Option) (*Driver, error) {
+// Store share its locks. Close does not empty s. A nil s is an error that
+// wraps backend.ErrInvalidOption.
+func New(s *Store) (*Driver, error) {
 	if s == nil {
-		return nil, errors.New("memlock: New: nil Store")
-	}
-	var cfg config
-	for _, o := range opts {
-		o(&cfg)
+		return nil, fmt.Errorf("memlock: New: %w: nil Store", backend.ErrInvalidOption)
 	}
 	return &Driver{s: s}, nil
 }

@@ -79,7 +79,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 }
 
 func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
-	cfg := config{table: defaultTable, create: true, clock: time.Now, listenIdle: 30 * time.Second}
+	cfg := config{table: defaultTable, create: true, listenIdle: 30 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -15,7 +15,6 @@ type config struct {
 	table      string
 	schema     string
 	create     bool
-	clock      func() time.Time
 	listenIdle time.Duration
 }
 
@@ -38,19 +37,6 @@ func WithSchema(name string) Option { return func(c *config) { c.schema = name }
 // migrations run SchemaSQL; the driver then only checks that the table
 // exists. It is the URL's create_table=.
 func WithCreateTable(on bool) Option { return func(c *config) { c.create = on } }
-
-// WithClock replaced time.Now as the driver's client clock, which only
-// Inspect used, to translate the server's remaining TTL into a local time.
-//
-// Deprecated: Inspect reports the remaining TTL only (backend.State.TTL);
-// every expiry is the server's. The option has no effect.
-func WithClock(now func() time.Time) Option {
-	return func(c *config) {
-		if now != nil {
-			c.clock = now
-		}
-	}
-}
 
 // WithListenIdle sets how long the connection that listens for release
 // notifications stays open after its last subscriber left (default 30s).

@@ -8,7 +8,7 @@ import (
 var runKnown = flag.Bool("faults.known", false, "also run the cases listed in knownBugs")
 
 // knownBugs are cases that fail today, for reasons stated, and stay in
-// the suite so that the fix is proven by them: `go test ./faults
+// the suite so that the fix is proven by them: `go test ./internal/faults
 // -faults.known` runs them.
 var knownBugs = map[string]string{
 	// None today: every case passes on every backend.

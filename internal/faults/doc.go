@@ -7,9 +7,9 @@
 // comes later than the Client's own deadline, or when cancel and Close are
 // not bounded on a dead connection.
 //
-// The package holds only tests. `go test ./faults` runs a bounded set of
-// cases (about 3 minutes on 2 cores); `go test ./faults -run Soak
-// -faults.soak=20s` runs the random fault schedule for 20 s per backend
-// and prints, per backend, the faults injected, the acquisitions checked
-// and the violations.
+// The package holds only tests. `go test ./internal/faults` runs a bounded
+// set of cases (about 3 minutes on 2 cores); `go test ./internal/faults
+// -run Soak -faults.soak=20s` runs the random fault schedule for 20 s per
+// backend and prints, per backend, the faults injected, the acquisitions
+// checked and the violations.
 package faults
