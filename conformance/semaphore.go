@@ -311,12 +311,12 @@ func (s *suite) semFIFO(t *testing.T) {
 		t.Skip("the harness does not claim FIFO order (Traits.FIFO false)")
 	}
 	ctx := s.ctx(t)
-	cs := []*locker.Client{s.client(t), s.client(t)}
+	cs, arrived := s.fifoClients(t)
 	needMode(t, cs[0], backend.Permit)
 	name := s.name(t, "x")
 	sem := locker.Semaphore(2)
 	// One permit stays held throughout, so waiters pass the other one on.
 	keep := mustAcquire(t, ctx, cs[0], name, sem)
-	s.servedInOrder(t, ctx, cs, name, mustAcquire(t, ctx, cs[1], name, sem), sem)
+	s.servedInOrder(t, ctx, cs, arrived, name, mustAcquire(t, ctx, cs[1], name, sem), sem)
 	mustRelease(t, ctx, keep)
 }

@@ -904,23 +904,58 @@ func (s *suite) fifo(t *testing.T) {
 		t.Skip("the harness does not claim FIFO order (Traits.FIFO false)")
 	}
 	ctx := s.ctx(t)
-	cs := []*locker.Client{s.client(t), s.client(t)}
+	cs, arrived := s.fifoClients(t)
 	name := s.name(t, "x")
-	s.servedInOrder(t, ctx, cs, name, mustAcquire(t, ctx, cs[0], name))
+	s.servedInOrder(t, ctx, cs, arrived, name, mustAcquire(t, ctx, cs[0], name))
 }
 
-// servedInOrder queues 4 waiters for name, alternating between cs and
-// arriving 200 ms apart, releases l, and checks that they got it in
-// arrival order.
-func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Client, name string, l *locker.Lock, opts ...locker.LockOption) {
+// arrivals receives the number of each waiter of servedInOrder as it calls
+// its Client: an Observer's AcquireStart, the number in its context.
+type arrivals chan int
+
+type waiterKey struct{}
+
+// fifoClients returns two clients whose waiters servedInOrder sees arrive.
+func (s *suite) fifoClients(t *testing.T) ([]*locker.Client, arrivals) {
+	arrived := make(arrivals, 16)
+	obs := &locker.Observer{AcquireStart: func(ctx context.Context, e locker.AcquireStartEvent) context.Context {
+		if i, ok := ctx.Value(waiterKey{}).(int); ok && e.Wait {
+			select {
+			case arrived <- i:
+			default:
+			}
+		}
+		return nil
+	}}
+	var cs []*locker.Client
+	for range 2 {
+		c, _ := s.clientDriver(t, locker.WithObserver(obs))
+		cs = append(cs, c)
+	}
+	return cs, arrived
+}
+
+// servedInOrder queues 4 waiters for name, alternating between cs (from
+// fifoClients), each arriving once the one before is queued, releases l,
+// and checks that they got it in arrival order.
+func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Client, arrived arrivals, name string, l *locker.Lock, opts ...locker.LockOption) {
 	t.Helper()
 	const waiters = 4
+	wc, counts := s.h.(WaiterCounter)
+	base := 0
+	if counts {
+		n, err := wc.Entries(ctx, s.key(name))
+		if err != nil {
+			t.Fatalf("Entries: %v", err)
+		}
+		base = n
+	}
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
 	for i := range waiters {
 		wg.Go(func() {
-			w, err := cs[i%2].Acquire(ctx, name, opts...)
+			w, err := cs[i%2].Acquire(context.WithValue(ctx, waiterKey{}, i), name, opts...)
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
@@ -931,7 +966,7 @@ func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Cl
 			time.Sleep(20 * time.Millisecond)
 			w.Release(ctx)
 		})
-		time.Sleep(200 * time.Millisecond) // let it queue before the next arrives
+		s.queued(t, ctx, arrived, i, name, base+i+1, counts)
 	}
 	mustRelease(t, ctx, l)
 	wg.Wait()
@@ -940,6 +975,40 @@ func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Cl
 			t.Fatalf("waiters served in order %v, want arrival order 0..%d", order, waiters-1)
 		}
 	}
+}
+
+// queued waits until waiter i is queued before the next one arrives: until
+// the store has want entries for name where the harness counts them, else
+// for 200 ms. Both count from when the waiter called its Client, not from
+// when its goroutine was started, which a loaded machine runs late.
+func (s *suite) queued(t *testing.T, ctx context.Context, arrived arrivals, i int, name string, want int, counts bool) {
+	t.Helper()
+	select {
+	case got := <-arrived:
+		if got != i {
+			t.Fatalf("waiter %d called its Client, want waiter %d", got, i)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waiter %d did not call its Client within 10s", i)
+	}
+	called := time.Now()
+	if counts {
+		wc := s.h.(WaiterCounter)
+		for deadline := called.Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			n, err := wc.Entries(ctx, s.key(name))
+			if err != nil {
+				t.Fatalf("Entries: %v", err)
+			}
+			if n >= want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Logf("waiter %d: %d entries for the key 10s after it called its Client, want %d", i, n, want)
+				return
+			}
+		}
+	}
+	time.Sleep(time.Until(called.Add(200 * time.Millisecond)))
 }
 
 func (s *suite) close(t *testing.T) {
