@@ -224,11 +224,24 @@ func (s *suite) semWaiterWakes(t *testing.T) {
 // wakes checks that a waiter's Acquire of name waits while l is held, gets
 // it soon after l's release, and is reported as contended (a native
 // queue's grant says it waited: backend.Grant.Waited); and that its next
-// Acquire, of the free lock, is not.
+// Acquire, of the free lock, is not. l is released once the waiter is
+// queued (queued), counted from its AcquireStart: a loaded machine may
+// start the waiter's goroutine late, and a first try made after the
+// release rightly finds the lock free.
 func (s *suite) wakes(t *testing.T, ctx context.Context, name string, l *locker.Lock, opts ...locker.LockOption) {
 	t.Helper()
 	done := make(chan locker.AcquireDoneEvent, 4)
+	arrived := make(arrivals, 4)
 	c, _ := s.clientDriver(t, locker.WithObserver(&locker.Observer{
+		AcquireStart: func(ctx context.Context, e locker.AcquireStartEvent) context.Context {
+			if e.Wait {
+				select {
+				case arrived <- 0:
+				default:
+				}
+			}
+			return nil
+		},
 		AcquireDone: func(_ context.Context, e locker.AcquireDoneEvent) { done <- e },
 	}))
 	reported := func(what string, want bool) {
@@ -242,6 +255,7 @@ func (s *suite) wakes(t *testing.T, ctx context.Context, name string, l *locker.
 			t.Errorf("%s: no AcquireDone event", what)
 		}
 	}
+	base, counts := s.entries(t, ctx, name)
 	got := make(chan error, 1)
 	var waiter *locker.Lock
 	go func() {
@@ -249,10 +263,11 @@ func (s *suite) wakes(t *testing.T, ctx context.Context, name string, l *locker.
 		waiter, err = c.Acquire(ctx, name, opts...)
 		got <- err
 	}()
+	s.queued(t, ctx, arrived, 0, name, base+1, counts)
 	select {
 	case err := <-got:
 		t.Fatalf("Acquire returned before the release: %v", err)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	released := time.Now()
 	mustRelease(t, ctx, l)

@@ -941,15 +941,7 @@ func (s *suite) fifoClients(t *testing.T) ([]*locker.Client, arrivals) {
 func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Client, arrived arrivals, name string, l *locker.Lock, opts ...locker.LockOption) {
 	t.Helper()
 	const waiters = 4
-	wc, counts := s.h.(WaiterCounter)
-	base := 0
-	if counts {
-		n, err := wc.Entries(ctx, s.key(name))
-		if err != nil {
-			t.Fatalf("Entries: %v", err)
-		}
-		base = n
-	}
+	base, counts := s.entries(t, ctx, name)
 	var mu sync.Mutex
 	var order []int
 	var wg sync.WaitGroup
@@ -977,10 +969,26 @@ func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Cl
 	}
 }
 
-// queued waits until waiter i is queued before the next one arrives: until
-// the store has want entries for name where the harness counts them, else
-// for 200 ms. Both count from when the waiter called its Client, not from
-// when its goroutine was started, which a loaded machine runs late.
+// entries returns the store's entries for name, and whether they count
+// waiters: a harness that claims FIFO and counts entries (WaiterCounter)
+// keeps one per waiter in its queue.
+func (s *suite) entries(t *testing.T, ctx context.Context, name string) (int, bool) {
+	t.Helper()
+	wc, ok := s.h.(WaiterCounter)
+	if !ok || !s.tr.FIFO {
+		return 0, false
+	}
+	n, err := wc.Entries(ctx, s.key(name))
+	if err != nil {
+		t.Fatalf("Entries: %v", err)
+	}
+	return n, true
+}
+
+// queued waits until waiter i is queued: until the store has want entries
+// for name where they count waiters (entries), else for 200 ms. Both count
+// from when the waiter called its Client, not from when its goroutine was
+// started, which a loaded machine runs late.
 func (s *suite) queued(t *testing.T, ctx context.Context, arrived arrivals, i int, name string, want int, counts bool) {
 	t.Helper()
 	select {
