@@ -237,6 +237,82 @@ func notLost(t *testing.T, l *locker.Lock) {
 	}
 }
 
+// The cases that let an unrefreshed lock run close to its deadline judge
+// what they see by that deadline (Lock.Deadline: until then the library
+// promises the lock held, in the store and for its holder), not by how
+// long they meant to sleep: a loaded machine sleeps late, and past the
+// deadline the lock may rightly be gone. A check answered past it proves
+// nothing either way: the attempt is inconclusive, and another is made.
+
+// attempts runs try, a case's checks on a name of attempt's own, until it
+// is not inconclusive (it returns what came too late, or ""), at most 3
+// times; three inconclusive attempts skip the case.
+func attempts(t *testing.T, try func(attempt int) (late string)) {
+	t.Helper()
+	for i := 1; i <= 3; i++ {
+		late := try(i)
+		if late == "" {
+			return
+		}
+		t.Logf("attempt %d inconclusive: %s", i, late)
+	}
+	t.Skip("three attempts inconclusive: this machine ran the case too late to tell")
+}
+
+// tooLate describes a check answered at or past until.
+func tooLate(what string, answered, until time.Time) string {
+	return fmt.Sprintf("%s was answered %v past the lock's deadline", what, answered.Sub(until).Round(time.Millisecond))
+}
+
+// refuseUntil is mustRefuse for a lock promised held until until: a grant
+// answered before until fails the case; one answered later is returned as
+// inconclusive.
+func refuseUntil(t *testing.T, ctx context.Context, c *locker.Client, name string, until time.Time, why string, opts ...locker.LockOption) (late string) {
+	t.Helper()
+	l, err := c.TryAcquire(ctx, name, opts...)
+	answered := time.Now()
+	if err == nil {
+		l.Release(ctx)
+		if answered.Before(until) {
+			t.Fatalf("TryAcquire(%q) succeeded %v before the holder's deadline, but %s", name, until.Sub(answered), why)
+		}
+		return tooLate("a TryAcquire that took the lock", answered, until)
+	}
+	if !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired (%s)", name, err, why)
+	}
+	return ""
+}
+
+// notLostUntil is notLost for a lock promised held until until.
+func notLostUntil(t *testing.T, l *locker.Lock, until time.Time) (late string) {
+	t.Helper()
+	select {
+	case <-l.Lost():
+		at := time.Now()
+		if at.Before(until) {
+			t.Fatalf("Lost fired %v before the lock's deadline: %v", until.Sub(at), l.Err())
+		}
+		return tooLate("a look at Lost, which had fired,", at, until)
+	default:
+		return ""
+	}
+}
+
+// okUntil fails t with what's err if it was answered before until; past
+// it, err is returned as inconclusive.
+func okUntil(t *testing.T, what string, err error, until time.Time) (late string) {
+	t.Helper()
+	if err == nil {
+		return ""
+	}
+	if answered := time.Now(); !answered.Before(until) {
+		return tooLate(fmt.Sprintf("%s that failed (%v)", what, err), answered, until)
+	}
+	t.Fatalf("%s: %v", what, err)
+	return ""
+}
+
 // expire takes the lock away: through the harness for session backends,
 // whose locks live as long as the session, else by waiting out the TTL.
 func (s *suite) expire(t *testing.T, ctx context.Context, c *locker.Client, name string) {
@@ -568,19 +644,27 @@ func (s *suite) doubleRelease(t *testing.T) {
 func (s *suite) refreshExtends(t *testing.T) {
 	ctx := s.ctx(t)
 	c1, c2 := s.client(t), s.client(t)
-	name := s.name(t, "x")
-	l := mustAcquire(t, ctx, c1, name, locker.AutoRefresh(false))
-	for range 3 {
-		time.Sleep(l.TTL() * 6 / 10)
-		if err := l.Refresh(ctx); err != nil {
-			t.Fatalf("Refresh: %v", err)
+	attempts(t, func(attempt int) string {
+		name := s.name(t, fmt.Sprint("x", attempt))
+		l := mustAcquire(t, ctx, c1, name, locker.AutoRefresh(false))
+		defer l.Release(ctx)
+		for range 3 {
+			time.Sleep(l.TTL() * 6 / 10)
+			until := l.Deadline()
+			if late := okUntil(t, "Refresh", l.Refresh(ctx), until); late != "" {
+				return late
+			}
 		}
-	}
-	time.Sleep(l.TTL() * 6 / 10)
-	// 2.4 TTLs after the acquisition, it is still held.
-	mustRefuse(t, ctx, c2, name, "explicit refreshes extend it")
-	notLost(t, l)
-	mustRelease(t, ctx, l)
+		// 1.8 TTLs after the acquisition, it is still held.
+		until := l.Deadline()
+		if late := refuseUntil(t, ctx, c2, name, until, "explicit refreshes extend it"); late != "" {
+			return late
+		}
+		if late := notLostUntil(t, l, until); late != "" {
+			return late
+		}
+		return okUntil(t, "Release", l.Release(ctx), until)
+	})
 }
 
 func (s *suite) watchdog(t *testing.T) {
@@ -674,15 +758,30 @@ func (s *suite) reentrant(t *testing.T) {
 func (s *suite) reentryExtends(t *testing.T) {
 	ctx := s.ctx(t)
 	c1, c2 := s.client(t), s.client(t)
-	name := s.name(t, "x")
-	outer := mustAcquire(t, ctx, c1, name, locker.Owner("job"), locker.AutoRefresh(false))
-	time.Sleep(outer.TTL() * 6 / 10)
-	inner := mustAcquire(t, ctx, c1, name, locker.Owner("job"))
-	time.Sleep(outer.TTL() * 6 / 10)
-	mustRefuse(t, ctx, c2, name, "re-entry extends the TTL")
-	notLost(t, outer)
-	mustRelease(t, ctx, inner)
-	mustRelease(t, ctx, outer)
+	attempts(t, func(attempt int) string {
+		name := s.name(t, fmt.Sprint("x", attempt))
+		outer := mustAcquire(t, ctx, c1, name, locker.Owner("job"), locker.AutoRefresh(false))
+		defer outer.Release(ctx)
+		time.Sleep(outer.TTL() * 6 / 10)
+		until := outer.Deadline()
+		inner, err := c1.TryAcquire(ctx, name, locker.Owner("job"))
+		if late := okUntil(t, "re-entry", err, until); late != "" {
+			return late
+		}
+		defer inner.Release(ctx)
+		time.Sleep(outer.TTL() * 6 / 10)
+		until = outer.Deadline()
+		if late := refuseUntil(t, ctx, c2, name, until, "re-entry extends the TTL"); late != "" {
+			return late
+		}
+		if late := notLostUntil(t, outer, until); late != "" {
+			return late
+		}
+		if late := okUntil(t, "Release of the inner level", inner.Release(ctx), until); late != "" {
+			return late
+		}
+		return okUntil(t, "Release", outer.Release(ctx), until)
+	})
 }
 
 func (s *suite) reentryAfterLoss(t *testing.T) {
