@@ -405,7 +405,17 @@ func (s *suite) waiterWakes(t *testing.T) {
 // a full TTL from when it was granted, not one already expired.
 func (s *suite) longWait(t *testing.T) {
 	ctx := s.ctx(t)
-	c1, c2, c3 := s.client(t), s.client(t), s.client(t)
+	arrived := make(arrivals, 1)
+	c1, c3 := s.client(t), s.client(t)
+	c2, _ := s.clientDriver(t, locker.WithObserver(&locker.Observer{
+		AcquireStart: func(ctx context.Context, e locker.AcquireStartEvent) context.Context {
+			select {
+			case arrived <- 0:
+			default:
+			}
+			return nil
+		},
+	}))
 	name := s.name(t, "x")
 	l := mustAcquire(t, ctx, c1, name)
 	got := make(chan *locker.Lock, 1)
@@ -416,7 +426,15 @@ func (s *suite) longWait(t *testing.T) {
 		}
 		got <- w
 	}()
-	time.Sleep(2 * l.TTL()) // the watchdog keeps l meanwhile
+	// Two TTLs of waiting, from when the waiter called its Client (a
+	// loaded machine may start its goroutine late); the watchdog keeps l
+	// meanwhile.
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not call its Client within 10s")
+	}
+	time.Sleep(2 * l.TTL())
 	mustRelease(t, ctx, l)
 	w := <-got
 	if w == nil {
