@@ -40,11 +40,13 @@ func TestWaitAtMostBoundsTheWaitAlone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Do with WaitAtMost(50ms) running 300ms = %v, want nil (fn's context not cut by the wait bound)", err)
 	}
-	l, err := c.Acquire(ctx, "job", locker.WaitAtMost(50*time.Millisecond), locker.TTL(200*time.Millisecond))
+	// A TTL of 600ms: the watchdog refreshes every 200ms with 400ms to
+	// spare, which a loaded machine does not use up (with 200ms, 133ms).
+	l, err := c.Acquire(ctx, "job", locker.WaitAtMost(50*time.Millisecond), locker.TTL(600*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // past the bound and two TTLs: the watchdog keeps it
+	time.Sleep(1300 * time.Millisecond) // past the bound and two TTLs: the watchdog keeps it
 	select {
 	case <-l.Lost():
 		t.Fatalf("a lock taken with WaitAtMost was lost after the bound: %v", l.Err())

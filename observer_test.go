@@ -185,11 +185,13 @@ func TestObserverWatchdogAndStoreErrors(t *testing.T) {
 	var r recorder
 	f := &flaky{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, f, locker.WithObserver(r.observer()))
+	// Down before the acquisition (flaky fails refreshes only): the
+	// watchdog's first refresh fails however late this goroutine runs on.
+	f.down.Store(true)
 	l, err := c.TryAcquire(ctx, "x", locker.TTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.down.Store(true)
 	select {
 	case <-l.Lost():
 	case <-time.After(5 * time.Second):
@@ -216,11 +218,23 @@ func TestObserverWatchdogAndStoreErrors(t *testing.T) {
 		t.Fatalf("lost: %+v", r.lost)
 	}
 
-	// A waiting Acquire through a blip reports each failed try.
+	// A waiting Acquire through a blip reports each failed try. The store
+	// comes back once a failed try was reported, not at a set time: a
+	// loaded machine may run the Acquire late, past such a time.
 	var r2 recorder
 	b := &blinking{Driver: memDriver(memlock.NewStore())}
 	c2 := newClientOn(t, b, locker.WithObserver(r2.observer()))
-	time.AfterFunc(200*time.Millisecond, func() { b.up.Store(true) })
+	go func() {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			r2.mu.Lock()
+			n := len(r2.stores)
+			r2.mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
+		b.up.Store(true)
+	}()
 	if _, err := c2.Acquire(ctx, "y"); err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,7 @@ func (s *suite) rwCounter(t *testing.T) {
 						}
 						for m := mostReaders.Load(); n > m && !mostReaders.CompareAndSwap(m, n); m = mostReaders.Load() {
 						}
+						togetherOnce(&mostReaders)
 					}
 					time.Sleep(5 * time.Millisecond)
 					return nil

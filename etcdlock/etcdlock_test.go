@@ -636,12 +636,20 @@ func TestOrphanSweep(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond)
-	d.mu.Lock()
-	left, slots := len(d.orphans), len(e.s.ls.slots)
-	d.mu.Unlock()
+	// The sweep forgets the entry once its delete returned: wait for that
+	// (bounded) rather than for a set time a loaded machine may not run
+	// the sweep's goroutine in.
+	var left, slots int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.mu.Lock()
+		left, slots = len(d.orphans), len(e.s.ls.slots)
+		d.mu.Unlock()
+		if left == 0 && slots == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if left != 0 || slots != 0 {
-		t.Fatalf("%d orphans and %d slot directories left after the sweep", left, slots)
+		t.Fatalf("%d orphans and %d slot directories left 5s after the sweep deleted the entry", left, slots)
 	}
 	l.Token = strings.Repeat("34", 16)
 	g, err := d.Acquire(ctx, l)

@@ -70,11 +70,12 @@ func TestModesMinHold(t *testing.T) {
 			a, _ := h.client(t)
 			b, _ := h.client(t)
 			const mh = 4 * time.Second
+			// Before the request: MinHold counts from the grant, after it.
+			acquired := time.Now()
 			l, err := a.TryAcquire(ctx, tc.name, tc.hold, locker.MinHold(mh))
 			if err != nil {
 				t.Fatal(err)
 			}
-			acquired := time.Now()
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("Release within MinHold: %v", err)
 			}

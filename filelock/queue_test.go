@@ -375,8 +375,9 @@ func TestQueueKilledHolder(t *testing.T) {
 // processes) queue behind a holder, then take one name 20 times each;
 // each worker's count is the same within one (FIFO: a worker is served
 // once per round of the others). A worker that comes back to Acquire
-// more than a round (7 holds of 2ms) after its release misses a turn:
-// FIFO is by arrival.
+// more than a round (7 holds of 10ms) after its release misses a turn:
+// FIFO is by arrival. 10ms rather than 2: a loaded machine may run a
+// worker's way back from Release to Acquire that late, twice in 20 turns.
 func TestQueueFairThroughClient(t *testing.T) {
 	dir := t.TempDir()
 	ctx := ctx(t)
@@ -418,7 +419,7 @@ func TestQueueFairThroughClient(t *testing.T) {
 					counts[w]++
 				}
 				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond)
 				if err := l.Release(ctx); err != nil {
 					t.Error(err)
 					return

@@ -252,13 +252,15 @@ func TestRefreshManyScale(t *testing.T) {
 	}
 }
 
-// Through locker.Client: 2,000 locks with TTL 1 s, refreshed automatically
-// for 4 s, none lost, with few refresh calls and goroutines.
+// Through locker.Client: 2,000 locks with TTL 3 s, refreshed automatically
+// for 4 s, none lost, with few refresh calls and goroutines. (With 1 s, a
+// round of 2,000 refreshes that a loaded machine runs late by more than
+// the 0.67 s to spare loses locks, as it rightly does.)
 func TestRefreshManyClient(t *testing.T) {
 	addr := testenv.MemcacheAddr()
 	testenv.Require(t, addr)
 	ctx := testCtx(t, 2*time.Minute)
-	c := openClient(t, addr, locker.WithNamespace("mctest-"+randHex(4)), locker.WithDefaultTTL(time.Second))
+	c := openClient(t, addr, locker.WithNamespace("mctest-"+randHex(4)), locker.WithDefaultTTL(3*time.Second))
 	d := c.Driver().(*Driver)
 	const n = 2000
 	base := runtime.NumGoroutine()
@@ -347,11 +349,11 @@ func TestRefreshManyCutOff(t *testing.T) {
 		}
 	}
 	p.Blackhole()
-	checkCut := func(what string, errs []error, took, bound time.Duration) {
+	checkCut := func(what string, errs []error, took, late time.Duration) {
 		t.Helper()
-		t.Logf("%s: returned after %v: %v", what, took, errs[0])
-		if took > bound {
-			t.Errorf("%s: returned after %v, want at most %v", what, took, bound)
+		t.Logf("%s: returned after %v, %v after its context ended: %v", what, took, late, errs[0])
+		if bound := 150 * time.Millisecond; late > bound {
+			t.Errorf("%s: returned %v after its context ended, want at most %v", what, late, bound)
 		}
 		for i, err := range errs {
 			if err == nil || errors.Is(err, backend.ErrNotHeld) {
@@ -359,22 +361,36 @@ func TestRefreshManyCutOff(t *testing.T) {
 			}
 		}
 	}
+	// cut runs RefreshMany with ctx and checks that it returned at most
+	// 150ms after ctx ended, as a goroutine of its own saw the end (a
+	// loaded machine fires the deadline's timer, or runs the cancel, late:
+	// that is not the driver's lateness), well before the driver's own
+	// 500ms timeout.
+	cut := func(what string, ctx context.Context) {
+		t.Helper()
+		ended := make(chan time.Time, 1)
+		context.AfterFunc(ctx, func() { ended <- time.Now() })
+		start := time.Now()
+		errs := d.RefreshMany(ctx, locks)
+		returned := time.Now()
+		var late time.Duration
+		if ctx.Err() != nil { // else it returned before ctx ended
+			late = returned.Sub(<-ended)
+		}
+		checkCut(what, errs, returned.Sub(start), late)
+	}
 	for _, pooled := range []bool{true, false} {
 		if !pooled {
 			d.batch.close() // every batch dials: the proxy accepts, then drops
 			d.batch.closed = false
 		}
 		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		start := time.Now()
-		errs := d.RefreshMany(dctx, locks)
-		checkCut(fmt.Sprintf("deadline, first %v", pooled), errs, time.Since(start), 350*time.Millisecond)
+		cut(fmt.Sprintf("deadline, first %v", pooled), dctx)
 		cancel()
 
 		cctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(100*time.Millisecond, cancel)
-		start = time.Now()
-		errs = d.RefreshMany(cctx, locks)
-		checkCut(fmt.Sprintf("cancel, first %v", pooled), errs, time.Since(start), 250*time.Millisecond)
+		cut(fmt.Sprintf("cancel, first %v", pooled), cctx)
 	}
 	p.Heal()
 	for i, err := range d.RefreshMany(ctx, locks) {

@@ -46,15 +46,30 @@ func scenario(t *testing.T, open func(t *testing.T) backend.Driver) *telemetry {
 	ctx := context.Background()
 	tel := newTelemetry(t)
 	ns := "otel" + time.Now().Format("150405.000000")[7:]
-	client := func() *locker.Client {
-		c, err := locker.New(open(t), locker.WithObserver(tel.obs), locker.WithNamespace(ns))
+	client := func(obs *locker.Observer) *locker.Client {
+		c, err := locker.New(open(t), locker.WithObserver(obs), locker.WithNamespace(ns))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	c1, c2 := client(), client()
+	// c2's Observer is tel's, and also says when a waiting Acquire starts.
+	waiting := make(chan struct{}, 1)
+	obs2 := *tel.obs
+	obs2.AcquireStart = func(ctx context.Context, e locker.AcquireStartEvent) context.Context {
+		if e.Wait {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}
+		if tel.obs.AcquireStart != nil {
+			return tel.obs.AcquireStart(ctx, e)
+		}
+		return nil
+	}
+	c1, c2 := client(tel.obs), client(&obs2)
 
 	a, err := c1.TryAcquire(ctx, "job")
 	if err != nil {
@@ -71,6 +86,14 @@ func scenario(t *testing.T, open func(t *testing.T) backend.Driver) *telemetry {
 		}
 		got <- b
 	}()
+	// The waiter's first try must find the lock held (contention counts
+	// it): release 100ms after its AcquireStart, not after its goroutine
+	// was started, which a loaded machine may run late.
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter's AcquireStart was not seen within 10s")
+	}
 	time.Sleep(100 * time.Millisecond)
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -95,8 +118,15 @@ func scenario(t *testing.T, open func(t *testing.T) backend.Driver) *telemetry {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a lock without refreshes was not lost after its TTL")
 	}
-	// The Lost hook runs just after the channel closes.
-	time.Sleep(50 * time.Millisecond)
+	// The Lost hook runs just after the channel closes, on the watchdog's
+	// goroutine: wait (bounded) until it has counted the loss, rather than
+	// for a time a loaded machine may not run it in.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got := points(t, tel.reader)
+		if got["locker.lost"]["locker.lost.cause=expired "] >= 1 && got["locker.hold.duration"]["locker.outcome=lost "] >= 1 {
+			break
+		}
+	}
 	return tel
 }
 

@@ -68,10 +68,20 @@ func TestCallsReturnWhenCtxEndsCutOff(t *testing.T) {
 			} else {
 				time.AfterFunc(wait, cancel)
 			}
-			start := time.Now()
+			// Late is counted from when the context ended as a goroutine of
+			// its own saw it, not from when it was meant to (a loaded
+			// machine fires the deadline's timer, or runs the AfterFunc
+			// cancel, late: that is not the call's lateness).
+			ended := make(chan time.Time, 1)
+			context.AfterFunc(cctx, func() { ended <- time.Now() })
 			err := c.f(cctx)
-			late := time.Since(start) - wait
+			returned := time.Now()
+			over := cctx.Err() != nil
 			cancel()
+			late := returned.Sub(<-ended)
+			if !over {
+				late = 0 // returned before its context ended
+			}
 			if err == nil {
 				t.Errorf("%s (%s) succeeded cut off", c.name, how)
 			}

@@ -330,9 +330,12 @@ func TestExpiryIsTheServers(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: ttl}); err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
+	// At most the TTL remains, and at least what start leaves of it (the
+	// grant came after start; the two round trips may take a loaded
+	// machine long), less 50ms for rounding.
 	info, err := d.Inspect(ctx, key)
-	if err != nil || !info.Held || info.TTL > ttl || info.TTL < ttl-300*time.Millisecond {
-		t.Fatalf("Inspect = %+v, %v: want about %v remaining", info, err, ttl)
+	if least := ttl - time.Since(start) - 50*time.Millisecond; err != nil || !info.Held || info.TTL > ttl || info.TTL < least {
+		t.Fatalf("Inspect = %+v, %v: want between %v and %v remaining", info, err, least, ttl)
 	}
 	// Held until the TTL passes on the server, then free.
 	var took time.Duration

@@ -274,7 +274,14 @@ func TestCloseCutOff(t *testing.T) {
 	for _, state := range []string{"connected", "reconnecting"} {
 		t.Run(state, func(t *testing.T) {
 			holder := dial(t, servers)
-			before, _ := zkGoroutines()
+			// The holder's zk client starts its send and receive loops after
+			// its session is set: count once a request was answered and the
+			// count has settled (the previous subtest's clients may still be
+			// ending), not at once.
+			if _, _, err := holder.conn.Exists("/"); err != nil {
+				t.Fatal(err)
+			}
+			before := settledGoroutines(t, -1)
 			p := newProxy(t, servers[0])
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -326,16 +333,9 @@ func TestCloseCutOff(t *testing.T) {
 				t.Error("Acquire did not return after Close")
 			}
 			// Goroutines that have done their last step may take a moment
-			// to end.
-			var n int
-			var stacks string
-			for range 20 {
-				if n, stacks = zkGoroutines(); n <= before {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if n > before {
+			// to end, longer on a loaded machine (up to 10s).
+			if n := settledGoroutines(t, before); n > before {
+				_, stacks := zkGoroutines()
 				t.Errorf("%d goroutines of the driver or the zk client after Close, %d before:\n%s", n, before, stacks)
 			}
 		})

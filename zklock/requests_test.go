@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -187,11 +189,24 @@ func TestStoreTries(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// Queued; give it the time to list the queue and watch its
-	// predecessor (bounded: the test's context).
+	// predecessor (bounded: the test's context). A release before the
+	// watch is set makes it list again, a third try: wait until the
+	// server shows the watch (wchc) rather than for a set time, which a
+	// loaded machine may not send the watch in; 50ms on a server that does
+	// not answer wchc, and at most 5s.
 	for waiter.StoreTries() < 2 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond)
+	sid := waiter.conn.SessionID()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		armed, answers := watching(t, servers[0], sid, key)
+		if !answers {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if armed || !answers {
+			break
+		}
+	}
 	if err := holder.Release(ctx, hl); err != nil {
 		t.Fatal(err)
 	}
@@ -210,4 +225,26 @@ func TestStoreTries(t *testing.T) {
 	if n := holder.StoreTries(); n != 1 {
 		t.Errorf("an uncontended Acquire counted %d tries, want 1", n)
 	}
+}
+
+// watching reports whether the server at addr has a watch of session sid
+// on a node of key (its four-letter word wchc lists the watches by
+// session: "0x<session>", then a tab and a path a line), and whether it
+// answered wchc at all.
+func watching(t *testing.T, addr string, sid int64, key string) (armed, answers bool) {
+	t.Helper()
+	out := fourLetter(t, addr, "wchc")
+	if !strings.HasPrefix(out, "0x") && out != "" {
+		return false, false
+	}
+	esc, me := backend.EscapeKey(key), fmt.Sprintf("0x%x", uint64(sid))
+	mine := false
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "0x") {
+			mine = strings.TrimSpace(line) == me
+		} else if mine && strings.Contains(line, esc) {
+			return true, true
+		}
+	}
+	return false, true
 }

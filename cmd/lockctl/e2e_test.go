@@ -216,8 +216,9 @@ func common(tg target, u string) []string {
 	return []string{"--backend", u, "--ttl", tg.ttl.String()}
 }
 
-// noWait: --no-wait on a held lock exits 75 within a second, and a
-// holder's COMMAND killed by a signal makes it exit 128+N.
+// noWait: --no-wait on a held lock exits 75 at once (well before the
+// holder's minute is up), and a holder's COMMAND killed by a signal makes
+// it exit 128+N.
 func noWait(t testing.TB, tg target) {
 	u, dir, name := tg.url(t), t.TempDir(), "no-wait"
 	holder, _ := startHolder(t, dir, "1", append(common(tg, u), name)...)
@@ -230,9 +231,12 @@ func noWait(t testing.TB, tg target) {
 	if !strings.Contains(p.stderr.String(), "held by another") {
 		t.Errorf("--no-wait stderr = %q, want it to say the lock is held", &p.stderr)
 	}
+	// A process start, a connection and one try: a second on an idle
+	// machine, more on a loaded one (a ZooKeeper session, an etcd client).
+	// A --no-wait that waited would wait for the holder's minute.
 	t.Logf("--no-wait exited %d after %v (process start, connect, one try)", code, took)
-	if took > time.Second {
-		t.Errorf("--no-wait took %v, want within a second", took)
+	if took > 15*time.Second {
+		t.Errorf("--no-wait took %v, want well within the holder's minute", took)
 	}
 
 	// SIGTERM to the holder reaches its child, which dies of it.

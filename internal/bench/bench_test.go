@@ -312,23 +312,29 @@ func TestContendWarmup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var calls atomic.Int64
+	var calls, after atomic.Int64
 	acq := ClientAcquirer(c, "w")
-	run := Contend{Duration: 100 * time.Millisecond, Warmup: 200 * time.Millisecond}
+	start := time.Now()
+	run := Contend{Duration: 100 * time.Millisecond, Warmup: 200 * time.Millisecond, Start: start}
 	run.Workers = []Worker{{Acquire: func(ctx context.Context) (func(context.Context) error, error) {
 		calls.Add(1)
+		if !time.Now().Before(start.Add(run.Warmup)) {
+			after.Add(1)
+		}
 		time.Sleep(time.Millisecond)
 		return acq(ctx)
 	}}}
-	start := time.Now()
 	s, err := run.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	// About 300 calls in 300ms, about 100 of them counted.
-	if took < 300*time.Millisecond || s.Elapsed > run.Duration || s.Acquisitions == 0 || int64(s.Acquisitions) >= calls.Load()*2/3 {
-		t.Errorf("took %v, elapsed %v, %d acquisitions counted of %d", took, s.Elapsed, s.Acquisitions, calls.Load())
+	// About 300 calls in 300ms, about 100 of them counted: those begun
+	// after the warm-up, and the one in flight at its end, at most (how
+	// many fall in either part is up to the scheduler of a loaded
+	// machine, not a fixed share).
+	if took < 300*time.Millisecond || s.Elapsed > run.Duration || s.Acquisitions == 0 || int64(s.Acquisitions) > after.Load()+1 {
+		t.Errorf("took %v, elapsed %v, %d acquisitions counted of %d, %d begun after the warm-up", took, s.Elapsed, s.Acquisitions, calls.Load(), after.Load())
 	}
 	if _, err := (Contend{Workers: run.Workers, Acquisitions: 5, Warmup: time.Second}).Run(context.Background()); err == nil {
 		t.Error("a warm-up without a duration ran")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/history"
 )
 
@@ -52,13 +53,30 @@ func (hd *held) watch() {
 	select {
 	case <-hd.l.Lost():
 		t := time.Now()
-		hd.h.LostAt(t)
+		hd.h.LostAt(hd.toldAt(t))
 		hd.mu.Lock()
 		hd.lostAt = t
 		hd.mu.Unlock()
 		close(hd.lost)
 	case <-hd.stop:
 	}
+}
+
+// toldAt is when the holder was told of the loss that this goroutine saw
+// at seen, for the history. A lock that lives for its TTL is lost, for its
+// holder, from its Deadline on: Err says so then, whatever delays the
+// watchdog's timer that closes Lost, and this goroutine, on a loaded
+// machine (the library's guarantee: see hold.err); seen is later by those
+// delays, and would make an overlap of a correct hand-over. A
+// session-backed lock's Err waits for the watchdog: seen it is.
+func (hd *held) toldAt(seen time.Time) time.Time {
+	if _, session := backend.As[backend.Session](hd.cl.c.Driver()); session {
+		return seen
+	}
+	if d := hd.l.Deadline(); !d.IsZero() && d.Before(seen) {
+		return d
+	}
+	return seen
 }
 
 // lostTime is when the lost signal fired, or zero.
