@@ -146,10 +146,20 @@ func (h *hold) err() error {
 	h.mu.Lock()
 	err, done, until, lastErr := h.lostErr, h.done, h.validUntil, h.refreshErr
 	h.mu.Unlock()
-	if err != nil || done || h.contact != nil || until.IsZero() || time.Now().Before(until) {
+	if err != nil || done {
 		return err
 	}
-	h.loseBy(LostExpired, h.ranOut(lastErr))
+	now := time.Now()
+	switch {
+	case h.contact != nil:
+		if _, gone := h.sessionGone(now); !gone {
+			return nil
+		}
+	case until.IsZero() || now.Before(until):
+		return nil
+	default:
+		h.loseBy(LostExpired, h.ranOut(lastErr))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lostErr
@@ -182,6 +192,22 @@ func (h *hold) confirmed(start time.Time) {
 	}
 	h.mu.Unlock()
 	h.c.dog.schedule(h, start)
+}
+
+// sessionGone declares a session-backed hold lost, and reports so, once at
+// now its session has ended or may have expired; else it returns until
+// when the session holds it.
+func (h *hold) sessionGone(now time.Time) (until time.Time, gone bool) {
+	until = h.sessionUntil()
+	switch {
+	case until.IsZero():
+		h.loseBy(LostReported, fmt.Errorf("locker: %q: %w: its session ended", h.name, ErrLost))
+	case !now.Before(until):
+		h.loseBy(LostExpired, fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.session))
+	default:
+		return until, false
+	}
+	return until, true
 }
 
 // sessionUntil is when a session-backed lock may be gone, judged from the

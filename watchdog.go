@@ -228,20 +228,16 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 // checkSession declares a session-backed hold lost once its session may
 // have expired, and otherwise looks again at the new deadline.
 func (w *watchdog) checkSession(h *hold, now time.Time) {
-	until := h.sessionUntil()
-	switch {
-	case until.IsZero():
-		h.loseBy(LostReported, fmt.Errorf("locker: %q: %w: its session ended", h.name, ErrLost))
-	case !now.Before(until):
-		h.loseBy(LostExpired, fmt.Errorf("locker: %q: %w: no answer from the store for the session timeout (%v): the session may have expired", h.name, ErrLost, h.session))
-	default:
-		h.mu.Lock()
-		if until.After(h.validUntil) {
-			h.validUntil = until
-		}
-		h.mu.Unlock()
-		w.put(h, until, true)
+	until, gone := h.sessionGone(now)
+	if gone {
+		return
 	}
+	h.mu.Lock()
+	if until.After(h.validUntil) {
+		h.validUntil = until
+	}
+	h.mu.Unlock()
+	w.put(h, until, true)
 }
 
 // refresh refreshes hs, in one call when there are several, each bounded by
