@@ -28,7 +28,9 @@ flaky=(
 	"./zklock ^(TestHeldLocksGoroutines|TestEnsembleMemberStops)$"
 	"./internal/bench ^(TestContendBound|TestRunFile)$"
 	"./cmd/lockctl ^(TestGuardian|TestGuardianKillAtStart)$"
-	". ^TestErrPastDeadlineWithoutWatchdog$"
+	". ^TestErrPast(Session)?DeadlineWithoutWatchdog$"
+	"./zklock ^TestConformance$/Single/Parallel/RWWaitersWake"
+	"./memcachelock ^TestConformance$/Parallel/CancelLeavesNoEntry"
 )
 
 pids=()
