@@ -29,6 +29,12 @@ func (lb *logBuf) logger() *slog.Logger {
 	}), nil))
 }
 
+func (lb *logBuf) String() string {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return lb.b.String()
+}
+
 func (lb *logBuf) count(s string) int {
 	lb.mu.Lock()
 	defer lb.mu.Unlock()

@@ -639,21 +639,9 @@ func TestSecurePublishDenied(t *testing.T) {
 	ctx := testCtx(t)
 	for _, fair := range []bool{false, true} {
 		ns := "sec-" + randHex(4)
-		var rules []string
-		for _, r := range strings.Fields(ACL(ns, fair)) {
-			if !strings.HasPrefix(r, "&") {
-				rules = append(rules, r)
-			}
-		}
-		user, pw := s.user(t, strings.Join(rules, " "))
-		var logs strings.Builder
-		var mu sync.Mutex
-		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			return logs.Write(p)
-		}), nil))
-		c, err := s.client(ctx, user, pw, ns, fair, WithLogger(log))
+		user, pw := s.user(t, aclWithout(ns, fair, func(r string) bool { return strings.HasPrefix(r, "&") }))
+		var logs logBuf
+		c, err := s.client(ctx, user, pw, ns, fair, WithLogger(logs.logger()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -700,12 +688,21 @@ func TestSecurePublishDenied(t *testing.T) {
 		}
 		c.Close()
 		w.Close()
-		mu.Lock()
-		if n := strings.Count(logs.String(), "refuses PUBLISH"); n != 1 {
-			t.Errorf("fair=%v: %d warnings about the refused wake-up, want one:\n%s", fair, n, logs.String())
+		if n := logs.count("refuses PUBLISH"); n != 1 {
+			t.Errorf("fair=%v: %d warnings about the refused wake-up, want one:\n%s", fair, n, &logs)
 		}
-		mu.Unlock()
 	}
+}
+
+// aclWithout is ACL(ns, fair) less the rules drop matches.
+func aclWithout(ns string, fair bool, drop func(rule string) bool) string {
+	var rules []string
+	for _, r := range strings.Fields(ACL(ns, fair)) {
+		if !drop(r) {
+			rules = append(rules, r)
+		}
+	}
+	return strings.Join(rules, " ")
 }
 
 // attemptOf is a lock value's "<token>.<attempt>" (see value.lua).

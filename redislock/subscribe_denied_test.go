@@ -1,10 +1,8 @@
 package redislock
 
 import (
-	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,20 +77,8 @@ func TestSecureSubscribeDeniedPolls(t *testing.T) {
 			t.Run(modeName(fair)+"/"+c.what, func(t *testing.T) {
 				ctx := testCtx(t)
 				ns := "sec-" + randHex(4)
-				var rules []string
-				for _, r := range strings.Fields(ACL(ns, fair)) {
-					if !c.drop(r) {
-						rules = append(rules, r)
-					}
-				}
-				user, pw := s.user(t, strings.Join(rules, " "))
-				var logs strings.Builder
-				var mu sync.Mutex
-				log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-					mu.Lock()
-					defer mu.Unlock()
-					return logs.Write(p)
-				}), nil))
+				user, pw := s.user(t, aclWithout(ns, fair, c.drop))
+				var logs logBuf
 				type waiterDriver interface {
 					backend.Driver
 					backend.Waiter
@@ -112,7 +98,7 @@ func TestSecureSubscribeDeniedPolls(t *testing.T) {
 					t.Cleanup(func() { d.Close() })
 					return d
 				}
-				holder, waiter := open(), open(WithLogger(log))
+				holder, waiter := open(), open(WithLogger(logs.logger()))
 				key := backend.Key(ns, "job")
 				held := backend.Claim{Key: key, Token: newToken(), Owner: "holder", TTL: 10 * time.Second}
 				if _, err := holder.TryAcquire(ctx, held); err != nil {
@@ -148,12 +134,8 @@ func TestSecureSubscribeDeniedPolls(t *testing.T) {
 				case <-time.After(3 * time.Second):
 					t.Fatal("the waiter did not get the released lock within 3s")
 				}
-				if !fair {
-					mu.Lock()
-					defer mu.Unlock()
-					if n := strings.Count(logs.String(), "notifications unavailable"); n != 1 {
-						t.Errorf("%d warnings that the waiter polls, want one:\n%s", n, logs.String())
-					}
+				if n := logs.count("notifications unavailable"); !fair && n != 1 {
+					t.Errorf("%d warnings that the waiter polls, want one:\n%s", n, &logs)
 				}
 			})
 		}
