@@ -66,12 +66,11 @@
 //
 // # Waiting
 //
-// The driver is a backend.Waiter. A lock's waiters in one process queue in
-// arrival order, and only the first of them tries the table, at each
-// release notification: a release is contested by one waiter per process,
-// and a releaser that comes back waits behind the others. Processes are
-// not ordered among themselves. Semaphores and read-write locks are waited
-// for by every waiter trying at each notification.
+// The driver is a backend.Notifier: the locker package waits, and only
+// the first of a Client's waiters on an object tries the table, at each
+// release notification. A release is contested by one waiter per Client,
+// and a releaser that comes back waits behind the others. Clients are not
+// ordered among themselves.
 //
 // One extra connection per driver LISTENs on the channel for every waiter
 // of that driver, and wakes the waiters of the released key at once; a

@@ -21,7 +21,7 @@ import (
 )
 
 // Driver keeps locks in a PostgreSQL table, and semaphores and read-write
-// locks in a second one. It implements backend.Driver, backend.Waiter,
+// locks in a second one. It implements backend.Driver,
 // backend.Notifier, backend.BatchRefresher and backend.Modal. Its methods are safe for
 // concurrent use.
 type Driver struct {
@@ -47,8 +47,7 @@ type Driver struct {
 	// READ COMMITTED, and grants run in explicit transactions since.
 	explicitGrant atomic.Bool
 
-	lis    *listener
-	queues queues // the local waiters of each lock (Acquire)
+	lis *listener
 	// tries counts the grant statements that waiting (Acquire) sent, first
 	// tries included (StoreTries).
 	tries    atomic.Uint64
@@ -63,7 +62,6 @@ var (
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
 	_ backend.Modal          = (*Driver)(nil)
-	_ backend.Waiter         = (*Driver)(nil)
 )
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
@@ -138,7 +136,7 @@ func prefix(op string) string {
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l, false)
+		return d.tryShared(ctx, l)
 	}
 	us, err := micros(l.TTL)
 	if err != nil {
@@ -155,6 +153,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // tryExclusive is TryAcquire's statement for a call that entered the gate
 // already (Acquire's tries: one context of the gate per call, not two).
 func (d *Driver) tryExclusive(ctx context.Context, l backend.Claim, us int64) (backend.Grant, error) {
+	d.tries.Add(1)
 	if err := d.ensureSchema(ctx); err != nil {
 		return backend.Grant{}, err
 	}
@@ -319,9 +318,6 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.releaseShared(ctx, l)
 	}
-	// Before the statement: a local waiter that sees the lock still held
-	// here counts on this release's notification (see waitTurn).
-	d.queues.releasing(l.Key)
 	ctx, leave, err := d.enter(ctx, "release")
 	if err != nil {
 		return err
