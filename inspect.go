@@ -12,7 +12,7 @@ import (
 // State is what the store knows about a lock now: the answer of Inspect,
 // List and ForceRelease. Held is always known; each other field means
 // something only when Known has its bit (see backend.State for who knows
-// what, and the README's backend table).
+// what, and the backend table in the repository's docs/backends.md).
 type State struct {
 	// Name is the lock's name, without the Client's namespace.
 	Name string

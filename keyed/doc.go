@@ -20,9 +20,9 @@
 //
 // Exclusion, on every backend: two tasks of one key never run at the same
 // time, on one process or on several, as long as the lock is held (the
-// backend's own guarantee; see the README's "What every backend
-// guarantees"). A task's context is cancelled, with the loss as its cause,
-// when the lock is lost, and [Executor.Submit] then returns an error
+// backend's own guarantee; see the repository's docs/guarantees.md). A
+// task's context is cancelled, with the loss as its cause, when the lock
+// is lost, and [Executor.Submit] then returns an error
 // wrapping [locker.ErrLost]; the tasks still queued wait for the lock
 // again. A task that ignores its context may still run when another
 // process gets the lock: give its fence ([LockFromContext]) to the storage

@@ -11,7 +11,7 @@ export LOCKER_REQUIRE_SERVERS=1
 
 go vet ./...
 # The peer benchmarks (their own module, so that the peers are no dependency
-# of locker's) are compiled and vetted; they run by hand (README, Benchmarks).
+# of locker's) are compiled and vetted; they run by hand (docs/benchmarks.md).
 (cd internal/peers && go vet ./...)
 # The OpenTelemetry adapter is a module of its own (so that locker's users
 # do not depend on OpenTelemetry), and so is its example; their tests run

@@ -1,8 +1,12 @@
 // Command quickstart shows the locker API: three workers share one lock
 // name, each holds it in turn, and each sees a larger fencing token.
 //
-//	go run ./examples/quickstart                                  # in-process
+//	go run ./examples/quickstart                                  # in-process (mem://)
 //	LOCKER_URL=redis://127.0.0.1:6379/0 go run ./examples/quickstart
+//
+// It registers the in-process and the Redis backends; for another store,
+// add its package's blank import (etcdlock, zklock, pglock, memcachelock,
+// filelock).
 package main
 
 import (
@@ -15,6 +19,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	_ "github.com/lockerhq/locker/memlock"
+	_ "github.com/lockerhq/locker/redislock"
 )
 
 func main() {
