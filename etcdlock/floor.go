@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/retry"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -13,20 +14,23 @@ import (
 // floorTTL is the lease TTL of the raw floor's key: the Client's default.
 const floorTTL = 30 * time.Second
 
-// StoreTries implements internal/bench.StoreTrier (asserted in
-// bench_test.go: this package may not import it, whose tests may import
-// this one): the requests that blocking acquisitions sent and that could
-// grant them, each the first transaction of an acquisition or a look at
-// its place after the entry ahead went (attempts resent included).
-func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+// Registered for internal/bench, out of the driver's API.
+func init() {
+	measure.RegisterRawFloor((*Driver).rawFloor)
+	measure.RegisterStoreTries((*Driver).storeTries)
+}
 
-// RawFloor implements internal/bench.Floorer: it runs what
-// concurrency.Mutex's uncontended Lock and Unlock send, on the driver's
-// client and one of its leases: the put-if-absent
+// storeTries is the requests that blocking acquisitions sent and that
+// could grant them, each the first transaction of an acquisition or a look
+// at its place after the entry ahead went (attempts resent included).
+func (d *Driver) storeTries() uint64 { return d.tries.Load() }
+
+// rawFloor runs what concurrency.Mutex's uncontended Lock and Unlock send,
+// on the driver's client and one of its leases: the put-if-absent
 // transaction (with the read of the first owner) and a plain delete. It
 // leaves nothing behind: the key is deleted, and the lease, if granted for
 // it, is retired with the driver's idle ones.
-func (d *Driver) RawFloor(ctx context.Context, key string) error {
+func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: raw floor: %w", err)

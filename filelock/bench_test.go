@@ -18,11 +18,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
-)
-
-var (
-	_ bench.Floorer    = (*Driver)(nil)
-	_ bench.StoreTrier = (*Driver)(nil)
+	"github.com/lockerhq/locker/internal/measure"
 )
 
 // polling hides the driver's Waiter (and every other optional interface):
@@ -41,7 +37,7 @@ func ratios(b *testing.B, name string, rs []float64) {
 }
 
 // BenchmarkUncontended: one worker, a new name per operation, in blocks of
-// 50 alternating between the raw floor (RawFloor: open, flock, write,
+// 50 alternating between the raw floor (floor.go: open, flock, write,
 // close; open, flock, unlink, close), the driver's TryAcquire+Release, and
 // Client Acquire+Release through the Waiter (queue) and without it
 // (polling: the path before the queue), on one directory. Metrics: the
@@ -62,6 +58,7 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer poll.Close()
+	floor, _ := measure.RawFloor(d)
 	const block = 50
 	var drvR, queueR, pollR []float64
 	i := 0
@@ -70,7 +67,7 @@ func BenchmarkUncontended(b *testing.B) {
 		for k := range block {
 			i++
 			t0 := time.Now()
-			if err := d.RawFloor(ctx, fmt.Sprintf("floor/%d", i)); err != nil {
+			if err := floor(ctx, fmt.Sprintf("floor/%d", i)); err != nil {
 				b.Fatal(err)
 			}
 			t1 := time.Now()

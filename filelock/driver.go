@@ -23,7 +23,7 @@ type Driver struct {
 	// (Linux): one per release that hands the lock to one of them.
 	woken atomic.Uint64
 	// tries counts the looks at a lock queued waiters make (Linux):
-	// StoreTries.
+	// storeTries.
 	tries atomic.Uint64
 }
 

@@ -10,16 +10,19 @@ import (
 	"syscall"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 )
 
-// RawFloor implements internal/bench.Floorer (asserted in bench_test.go,
-// since bench's tests import this package): the bare file operations any
-// acquire+release on this store costs at least. Acquire: open (creating)
+// Registered for internal/bench, out of the driver's API.
+func init() { measure.RegisterRawFloor((*Driver).rawFloor) }
+
+// rawFloor is the bare file operations any acquire+release on this store
+// costs at least. Acquire: open (creating)
 // key's file, flock it, write one record, close; release: open, flock,
 // unlink, close. No state is read, no fence drawn, no inode checked.
 // The file is key's, under a "%.floor" suffix no lock's file has, and it
-// is gone when RawFloor returns.
-func (d *Driver) RawFloor(ctx context.Context, key string) error {
+// is gone when rawFloor returns.
+func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

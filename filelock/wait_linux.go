@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/retry"
 	"golang.org/x/sys/unix"
 )
@@ -159,11 +160,13 @@ func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, e
 	}
 }
 
-// StoreTries implements internal/bench.StoreTrier (checked in
-// bench_test.go): the looks at a lock under its flock that Acquire made,
+// Registered for internal/bench, out of the driver's API.
+func init() { measure.RegisterStoreTries((*Driver).storeTries) }
+
+// storeTries is the looks at a lock under its flock that Acquire made,
 // its first included, each of which could take it: after a wake-up, a
 // waitCap, a holder's expiry or a failed look.
-func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // turn looks at the lock once, under its flock: it takes it if it is free
 // and this caller's turn, or else queues the caller (once) and returns

@@ -14,16 +14,12 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-var (
-	_ bench.Floorer    = (*Driver)(nil)
-	_ bench.StoreTrier = (*Driver)(nil)
-)
-
 // BenchmarkUncontended measures an uncontended acquire+release against the
-// raw floor (RawFloor: add plus delete) on the same driver (made by Open,
+// raw floor (floor.go: add plus delete) on the same driver (made by Open,
 // so that the restart check runs), in alternating blocks of 50 of each,
 // so that both see the same machine (its loopback round trips switch
 // between a fast and a slow mode). "reused" takes one name again and again
@@ -55,7 +51,8 @@ func benchUncontended(b *testing.B, fresh bool) {
 	var rt time.Duration
 	rts := 0
 	// Warm the connections.
-	if err := d.RawFloor(ctx, key); err != nil {
+	floor, _ := measure.RawFloor(d)
+	if err := floor(ctx, key); err != nil {
 		b.Fatal(err)
 	}
 	n := 0
@@ -63,7 +60,7 @@ func benchUncontended(b *testing.B, fresh bool) {
 	for b.Loop() {
 		t0 := time.Now()
 		for range block {
-			if err := d.RawFloor(ctx, key); err != nil {
+			if err := floor(ctx, key); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -182,8 +179,8 @@ func (d tryCounting) Unwrap() backend.Driver { return d.Driver }
 // 0.5s (as lockctl bench's scale workload; run it with -benchtime 1x).
 // tries/acq is the TryAcquire calls the Clients made per acquisition
 // after the warm-up, store-tries/acq those that reached memcached
-// (StoreTries): the difference is the tries the drivers' waiting refused
-// in process, which cost no round trip.
+// (measure.StoreTries): the difference is the tries the drivers' waiting
+// refused in process, which cost no round trip.
 func BenchmarkScaleTries(b *testing.B) {
 	for _, workers := range []int{8, 64} {
 		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) { benchScaleTries(b, workers) })
@@ -214,7 +211,8 @@ func benchScaleTries(b *testing.B, workers int) {
 	}
 	storeTries := func() (n uint64) {
 		for _, d := range ds {
-			n += d.StoreTries()
+			tries, _ := measure.StoreTries(d)
+			n += tries()
 		}
 		return n
 	}

@@ -38,7 +38,7 @@ type Driver struct {
 
 	waits waits // waiters, holders and the poller (waiting.go)
 
-	tries atomic.Uint64 // acquisitions' tries sent to the store (StoreTries)
+	tries atomic.Uint64 // acquisitions' tries sent to the store (storeTries)
 
 	held heldItems // the items of the locks we hold, as last read (held.go)
 

@@ -5,17 +5,25 @@ import (
 	"fmt"
 
 	"github.com/bradfitz/gomemcache/memcache"
+
+	"github.com/lockerhq/locker/internal/measure"
 )
+
+// Registered for internal/bench, out of the driver's API.
+func init() {
+	measure.RegisterRawFloor((*Driver).rawFloor)
+	measure.RegisterStoreTries((*Driver).storeTries)
+}
 
 // floorValue is what the floor's add stores: a token's length.
 var floorValue = []byte("00000000000000000000000000000000")
 
-// RawFloor implements internal/bench.Floorer (asserted in bench_test.go): add, then delete, of an item named
-// after key (escaped as a lock's would be, with a suffix no lock item
-// has), on the driver's client: the two round trips any lock's
-// acquire+release costs at least on memcached. It leaves nothing behind
-// (and if the delete fails, the item expires within 2s).
-func (d *Driver) RawFloor(ctx context.Context, key string) error {
+// rawFloor is add, then delete, of an item named after key (escaped as a
+// lock's would be, with a suffix no lock item has), on the driver's
+// client: the two round trips any lock's acquire+release costs at least on
+// memcached. It leaves nothing behind (and if the delete fails, the item
+// expires within 2s).
+func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("memcachelock: %w", err)
@@ -34,9 +42,8 @@ func (d *Driver) RawFloor(ctx context.Context, key string) error {
 	return nil
 }
 
-// StoreTries implements internal/bench.StoreTrier (asserted in
-// bench_test.go): the TryAcquire calls, since the driver was made, that
-// sent a request to the store, first tries included. A try that the
-// driver's waiting refuses in process (see Waiting) sends nothing and is
-// not counted.
-func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+// storeTries is the TryAcquire calls, since the driver was made, that sent
+// a request to the store, first tries included. A try that the driver's
+// waiting refuses in process (see Waiting) sends nothing and is not
+// counted.
+func (d *Driver) storeTries() uint64 { return d.tries.Load() }

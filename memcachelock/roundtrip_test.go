@@ -13,6 +13,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -91,7 +92,8 @@ func TestRoundTrips(t *testing.T) {
 			t.Errorf("cycle %d: %d dials, want none", i, n)
 		}
 	}
-	if n := d.StoreTries(); n != 4 {
+	tries, _ := measure.StoreTries(d)
+	if n := tries(); n != 4 {
 		t.Errorf("StoreTries = %d after 4 uncontended acquisitions, want 4", n)
 	}
 }
@@ -245,9 +247,9 @@ func TestReleaseAfterChange(t *testing.T) {
 	}
 }
 
-// StoreTries counts the tries that reach the store, not those the
-// driver's waiting refuses in process: behind a queued waiter, a new
-// token's try sends nothing.
+// The store tries (measure.StoreTries) count the tries that reach the
+// store, not those the driver's waiting refuses in process: behind a
+// queued waiter, a new token's try sends nothing.
 func TestStoreTries(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
 	ctx := testCtx(t, 30*time.Second)
@@ -262,20 +264,21 @@ func TestStoreTries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unsub()
+	tries, _ := measure.StoreTries(d)
 	waiter := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	for range 2 { // the second failure queues it
 		if _, err := d.TryAcquire(ctx, waiter); !errors.Is(err, backend.ErrNotAcquired) {
 			t.Fatalf("the waiter's try = %v, want ErrNotAcquired", err)
 		}
 	}
-	if n := d.StoreTries(); n != 3 {
+	if n := tries(); n != 3 {
 		t.Fatalf("StoreTries = %d after 3 tries sent, want 3", n)
 	}
 	late := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	if _, err := d.TryAcquire(ctx, late); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("a try behind the queued waiter = %v, want ErrNotAcquired", err)
 	}
-	if n := d.StoreTries(); n != 3 {
+	if n := tries(); n != 3 {
 		t.Errorf("StoreTries = %d after a try refused in process, want 3", n)
 	}
 	for _, l := range []backend.Claim{holder, waiter, late} {

@@ -3,13 +3,18 @@ package memlock
 import (
 	"context"
 	"fmt"
+
+	"github.com/lockerhq/locker/internal/measure"
 )
 
-// RawFloor puts key in the store if it is absent and deletes it, in two
+// Registered for internal/bench, out of the driver's API.
+func init() { measure.RegisterRawFloor((*Driver).rawFloor) }
+
+// rawFloor puts key in the store if it is absent and deletes it, in two
 // steps as a store's two requests would be: the least a lock's
-// acquire+release costs here (internal/bench.Floorer). It tells no
-// subscriber: key is never a lock's key.
-func (d *Driver) RawFloor(ctx context.Context, key string) error {
+// acquire+release costs here. It tells no subscriber: key is never a
+// lock's key.
+func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	if err := d.check(ctx); err != nil {
 		return err
 	}

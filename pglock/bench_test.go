@@ -11,11 +11,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
-)
-
-var (
-	_ bench.Floorer    = (*Driver)(nil)
-	_ bench.StoreTrier = (*Driver)(nil)
+	"github.com/lockerhq/locker/internal/measure"
 )
 
 func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
@@ -39,7 +35,7 @@ func benchPool(b *testing.B, admin *pgxpool.Pool) (*pgxpool.Pool, *Driver) {
 }
 
 // BenchmarkUncontended measures acquire+release of a free lock, against the
-// floor (RawFloor: the bare INSERT ... ON CONFLICT DO NOTHING and DELETE)
+// floor (floor.go: the bare INSERT ... ON CONFLICT DO NOTHING and DELETE)
 // and against the driver's own two statements, all through the same pool,
 // interleaved in one run so that the ratio is not skewed by a busy machine.
 func BenchmarkUncontended(b *testing.B) {
@@ -106,8 +102,9 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	// The floor: the bare INSERT ... ON CONFLICT DO NOTHING and DELETE.
 	floorKey := backend.Key("bench-floor", "u")
+	rawFloor, _ := measure.RawFloor(d)
 	floor := func() {
-		if err := d.RawFloor(ctx, floorKey); err != nil {
+		if err := rawFloor(ctx, floorKey); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 )
 
 // BenchmarkUncontendedBreakdown is lockctl bench's uncontended comparison
@@ -48,8 +49,9 @@ func BenchmarkUncontendedBreakdown(b *testing.B) {
 		name string
 		op   func() error
 	}
+	raw, _ := measure.RawFloor(d)
 	subjects := []subject{
-		{"floor", func() error { return d.RawFloor(ctx, backend.Key("bench", next("floor"))) }},
+		{"floor", func() error { return raw(ctx, backend.Key("bench", next("floor"))) }},
 		{"stmts", func() error {
 			key, token := backend.Key("bench", next("stmts")), randHex(16)
 			var version int64

@@ -49,7 +49,7 @@ type Driver struct {
 
 	lis *listener
 	// tries counts the grant statements that waiting (Acquire) sent, first
-	// tries included (StoreTries).
+	// tries included (storeTries).
 	tries    atomic.Uint64
 	presence presence // the keys that waiters here wait for
 }
@@ -349,11 +349,10 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// StoreTries implements internal/bench's StoreTrier (not imported here,
-// see RawFloor): the grant statements Acquire's waiting sent since the
-// driver opened, first tries included; TryAcquire's calls of its own
-// are not counted.
-func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+// storeTries is the grant statements Acquire's waiting sent since the
+// driver opened, first tries included; TryAcquire's calls of its own are
+// not counted.
+func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // payload is the notification payload of key's release (notifyPayload
 // with the table's key, read by ensureSchema).

@@ -5,14 +5,21 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/lockerhq/locker/internal/measure"
 )
 
-// RawFloor implements internal/bench's Floorer (not imported here, so
-// that bench's tests may import this package): the bare statement pair any
-// acquire+release on the lock table costs at least, on the driver's pool:
+// Registered for internal/bench, out of the driver's API.
+func init() {
+	measure.RegisterRawFloor((*Driver).rawFloor)
+	measure.RegisterStoreTries((*Driver).storeTries)
+}
+
+// rawFloor is the bare statement pair any acquire+release on the lock
+// table costs at least, on the driver's pool:
 // INSERT ... ON CONFLICT DO NOTHING of key's row, then its DELETE by token.
 // Nothing stays behind (the row is the new one's, deleted by its token).
-func (d *Driver) RawFloor(ctx context.Context, key string) error {
+func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	ctx, leave, err := d.enter(ctx, "floor")
 	if err != nil {
 		return err
@@ -35,7 +42,7 @@ func (d *Driver) RawFloor(ctx context.Context, key string) error {
 	return nil
 }
 
-// newFloorToken is a token for RawFloor's row: unique, not secret.
+// newFloorToken is a token for rawFloor's row: unique, not secret.
 func newFloorToken() string {
 	b := make([]byte, 16)
 	_, _ = crand.Read(b) // never fails

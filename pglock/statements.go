@@ -96,7 +96,7 @@ type statements struct {
 	presenceClass                int32
 	presenceLock, presenceUnlock string
 	// floorInsert($1 key, $2 token) and floorDelete($1 key, $2 token) are
-	// RawFloor's bare pair: INSERT ... ON CONFLICT DO NOTHING, and DELETE.
+	// rawFloor's bare pair: INSERT ... ON CONFLICT DO NOTHING, and DELETE.
 	floorInsert, floorDelete string
 }
 

@@ -11,15 +11,8 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
-)
-
-var (
-	_ bench.Floorer = (*Driver)(nil)
-	_ bench.Floorer = (*Quorum)(nil)
-	// Both modes wait in their own queue (FairDriver through its Driver).
-	_ bench.StoreTrier = (*Driver)(nil)
-	_ bench.StoreTrier = (*FairDriver)(nil)
 )
 
 // BenchmarkUncontended measures one acquire+release of a free lock, four
@@ -61,8 +54,9 @@ func BenchmarkUncontended(b *testing.B) {
 	name := "client-" + randHex(4)
 	token := newToken()
 	// The raw floor (floor.go) on the same client; warmed up below.
+	floor, _ := measure.RawFloor(d)
 	raw := func() {
-		if err := d.RawFloor(ctx, rawKey); err != nil {
+		if err := floor(ctx, rawKey); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -19,15 +19,14 @@ type Driver struct {
 	fair bool         // a FairDriver's: acquire and release mind the queue
 	gate backend.Gate // calls in flight, ended and awaited by Close
 	// tries counts the scripts waiting acquisitions sent that could grant
-	// them (StoreTries).
+	// them (storeTries).
 	tries atomic.Uint64
 }
 
-// StoreTries implements internal/bench.StoreTrier (checked in
-// bench_test.go): the scripts this driver's waiting acquisitions (Acquire,
+// storeTries is the scripts this driver's waiting acquisitions (Acquire,
 // both modes) sent that could grant them, first tries included; a lock
 // handed over in a release message costs none.
-func (d *Driver) StoreTries() uint64 { return d.tries.Load() }
+func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 var (
 	_ backend.Driver   = (*Driver)(nil)

@@ -7,15 +7,27 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/internal/measure"
 )
+
+// Registered for internal/bench, out of the drivers' API (a FairDriver's
+// is its Driver's).
+func init() {
+	measure.RegisterRawFloor((*Driver).rawFloor)
+	measure.RegisterRawFloor((*FairDriver).rawFloor)
+	measure.RegisterRawFloor((*Quorum).rawFloor)
+	measure.RegisterStoreTries((*Driver).storeTries)
+	measure.RegisterStoreTries((*FairDriver).storeTries)
+}
 
 // rawRelease is the floors' compare-and-delete (floor.go, quorum_floor.go).
 var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
-// RawFloor implements internal/bench.Floorer (checked in bench_test.go: the package may not import it, whose tests import this one): a bare SET key NX PX and a
-// compare-and-delete script (EVALSHA) on the Driver's client, what any
-// Redis lock's acquire and release cost at least.
-func (d *Driver) RawFloor(ctx context.Context, key string) error {
+// rawFloor is a bare SET key NX PX and a compare-and-delete script
+// (EVALSHA) on the Driver's client, what any Redis lock's acquire and
+// release cost at least.
+func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	const token = "raw-floor"
 	ok, err := d.dep.rdb.SetNX(ctx, key, token, 30*time.Second).Result()
 	if err != nil {

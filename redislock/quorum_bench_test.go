@@ -10,17 +10,18 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
 // BenchmarkQuorumUncontended measures one acquire+release of a new name
 // per operation over the five quorum servers, on one Quorum (its own
-// clients), against the raw floor (RawFloor: SET NX PX and a
+// clients), against the raw floor (quorum_floor.go: SET NX PX and a
 // compare-and-delete on every server, each at the first majority), in
 // alternating blocks of 50 operations, rotated so that none always follows
 // the same one:
 //
-//	raw      RawFloor
+//	raw      the raw floor
 //	driver   Quorum.TryAcquire + Quorum.Release
 //	try      locker.Client.TryAcquire + Lock.Release
 //	acquire  locker.Client.Acquire + Lock.Release
@@ -45,8 +46,9 @@ func BenchmarkQuorumUncontended(b *testing.B) {
 	var seq int
 	next := func() string { seq++; return prefix + strconv.Itoa(seq) }
 	token := newToken()
+	floor, _ := measure.RawFloor(q)
 	raw := func() {
-		if err := q.RawFloor(ctx, "redislock-qbench-raw-"+next()); err != nil {
+		if err := floor(ctx, "redislock-qbench-raw-"+next()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,15 +10,15 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// RawFloor implements internal/bench.Floorer (checked in bench_test.go: the package may not import it, whose tests import this one): the bare Redlock cycle on the
-// Quorum's own clients, with no fence and no script on the way in. Every
-// server gets SET key NX PX in parallel; once a majority granted, every
-// server that granted gets the compare-and-delete script, after its own
-// SET (so it cannot overtake it). RawFloor returns when a majority of the
-// releases answered, as an acquire and a release that each return at the
-// first majority do; the rest finish in the background (Close waits for
-// them), and PX bounds what a lost answer leaves.
-func (q *Quorum) RawFloor(ctx context.Context, key string) error {
+// rawFloor is the bare Redlock cycle on the Quorum's own clients, with no
+// fence and no script on the way in. Every server gets SET key NX PX in
+// parallel; once a majority granted, every server that granted gets the
+// compare-and-delete script, after its own SET (so it cannot overtake it).
+// rawFloor returns when a majority of the releases answered, as an
+// acquire and a release that each return at the first majority do; the
+// rest finish in the background (Close waits for them), and PX bounds what
+// a lost answer leaves.
+func (q *Quorum) rawFloor(ctx context.Context, key string) error {
 	closing, done, ok := q.enter()
 	if !ok {
 		return fmt.Errorf("redislock: quorum: raw floor: %w", backend.ErrClosed)

@@ -10,12 +10,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
-)
-
-var (
-	_ bench.Floorer    = (*Driver)(nil)
-	_ bench.StoreTrier = (*Driver)(nil)
 )
 
 // The benchmarks run zklock and the zk package's own zk.Lock side by side,
@@ -76,7 +72,7 @@ func ensurePath(b *testing.B, conn *zk.Conn, path string) {
 
 // BenchmarkUncontended: acquire and release, nobody else around, on a name
 // used before (its parent exists) and on a fresh one, and the raw floor (an
-// ephemeral node created and deleted: RawFloor). Metrics: microseconds per
+// ephemeral node created and deleted). Metrics: microseconds per
 // acquire+release for each, zklock's time over zk.Lock's, and the fresh
 // cycle's ops/s in the floor's.
 func BenchmarkUncontended(b *testing.B) {
@@ -115,9 +111,10 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	ours(known)
 	theirs(zkKnown)
+	raw, _ := measure.RawFloor(d)
 	floor := func(i int) time.Duration {
 		start := time.Now()
-		if err := d.RawFloor(ctx, fmt.Sprintf("bench-%d", i)); err != nil {
+		if err := raw(ctx, fmt.Sprintf("bench-%d", i)); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)
@@ -283,8 +280,9 @@ func BenchmarkInlineCalls(b *testing.B) {
 			return d.Release(cctx, l)
 		}
 	}
+	floor, _ := measure.RawFloor(d)
 	subs := []sub{
-		{"floor", func(i int) error { return d.RawFloor(ctx, fmt.Sprintf("f%d", i)) }},
+		{"floor", func(i int) error { return floor(ctx, fmt.Sprintf("f%d", i)) }},
 		{"inline", cycle(false)},
 		{"aside", cycle(true)},
 	}

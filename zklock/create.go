@@ -154,7 +154,7 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		var c created
 		var err error
 		if t.budget > 0 {
-			d.tries.Add(1) // a waiting acquisition's try (StoreTries)
+			d.tries.Add(1) // a waiting acquisition's try (storeTries)
 		}
 		if fresh {
 			c, err = d.createFresh(parent, prefix, data)

@@ -12,11 +12,12 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
 // An uncontended acquire+release on a new name, by four subjects on one
-// driver's session: the raw floor (RawFloor: an ephemeral create and a
+// driver's session: the raw floor (an ephemeral create and a
 // delete), the driver's request shape sent bare (the fresh name's 3-op
 // multi, then the delete), the driver (TryAcquire + Release) and a Client
 // (Acquire + Release). shape-named is the shape with the driver's node
@@ -43,12 +44,13 @@ func cycleSubjects(b *testing.B) []cycleSubject {
 	}
 	b.Cleanup(func() { c.Close() })
 	key := uniqueKey(b)
-	if err := d.RawFloor(context.Background(), "warm"); err != nil { // makes the root
+	floor, _ := measure.RawFloor(d)
+	if err := floor(context.Background(), "warm"); err != nil { // makes the root
 		b.Fatal(err)
 	}
 	acl := zk.WorldACL(zk.PermAll)
 	return []cycleSubject{
-		{"floor", func(ctx context.Context, i int) error { return d.RawFloor(ctx, fmt.Sprintf("%s/f%d", key, i)) }},
+		{"floor", func(ctx context.Context, i int) error { return floor(ctx, fmt.Sprintf("%s/f%d", key, i)) }},
 		{"shape", func(ctx context.Context, i int) error {
 			parent := d.parentPath(fmt.Sprintf("%s/s%d", key, i))
 			_, err := d.conn.Multi(

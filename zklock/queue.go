@@ -86,7 +86,7 @@ func (d *Driver) await(ctx context.Context, e *entry, t *tries) error {
 			}
 			continue
 		}
-		d.tries.Add(1) // a re-check that may find e first (StoreTries)
+		d.tries.Add(1) // a re-check that may find e first (storeTries)
 		p, p2, n, err := d.predecessor(ctx, e)
 		ahead = n
 		if err == nil && p == "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -152,14 +153,16 @@ func TestKnownNameRequests(t *testing.T) {
 	}
 }
 
-// StoreTries counts a waiting acquisition's requests that could grant it:
-// an uncontended Acquire's create; a waiter's create and its listing, and
-// none when the watch on its only predecessor says it is gone;
-// TryAcquire's, none.
+// The store tries (measure.StoreTries) count a waiting acquisition's
+// requests that could grant it: an uncontended Acquire's create; a
+// waiter's create and its listing, and none when the watch on its only
+// predecessor says it is gone; TryAcquire's, none.
 func TestStoreTries(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZKAddrs()
 	holder, waiter := dial(t, servers), dial(t, servers)
+	holderTries, _ := measure.StoreTries(holder)
+	waiterTries, _ := measure.StoreTries(waiter)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	key := uniqueKey(t)
@@ -167,7 +170,7 @@ func TestStoreTries(t *testing.T) {
 	if _, err := holder.TryAcquire(ctx, hl); err != nil {
 		t.Fatal(err)
 	}
-	if n := holder.StoreTries(); n != 0 {
+	if n := holderTries(); n != 0 {
 		t.Errorf("TryAcquire counted %d tries, want 0", n)
 	}
 	// A refused try: no count, and the waiter knows the name's node now
@@ -176,7 +179,7 @@ func TestStoreTries(t *testing.T) {
 	if _, err := waiter.TryAcquire(ctx, lockFor(t, key)); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held lock: %v", err)
 	}
-	if n := waiter.StoreTries(); n != 0 {
+	if n := waiterTries(); n != 0 {
 		t.Errorf("TryAcquire counted %d tries, want 0", n)
 	}
 	done := make(chan error, 1)
@@ -194,7 +197,7 @@ func TestStoreTries(t *testing.T) {
 	// server shows the watch (wchc) rather than for a set time, which a
 	// loaded machine may not send the watch in; 50ms on a server that does
 	// not answer wchc, and at most 5s.
-	for waiter.StoreTries() < 2 && ctx.Err() == nil {
+	for waiterTries() < 2 && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	sid := waiter.conn.SessionID()
@@ -213,7 +216,7 @@ func TestStoreTries(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if n := waiter.StoreTries(); n != 2 {
+	if n := waiterTries(); n != 2 {
 		t.Errorf("a waiter behind one holder counted %d tries, want 2 (its create, its listing)", n)
 	}
 	if err := waiter.Release(ctx, wl); err != nil {
@@ -222,7 +225,7 @@ func TestStoreTries(t *testing.T) {
 	if _, err := holder.Acquire(ctx, lockFor(t, uniqueKey(t))); err != nil {
 		t.Fatal(err)
 	}
-	if n := holder.StoreTries(); n != 1 {
+	if n := holderTries(); n != 1 {
 		t.Errorf("an uncontended Acquire counted %d tries, want 1", n)
 	}
 }

@@ -199,7 +199,7 @@ func (d *Driver) awaitShared(ctx context.Context, e *entry, l backend.Claim, t *
 			}
 			continue
 		}
-		d.tries.Add(1) // a re-check that may find e holding (StoreTries)
+		d.tries.Add(1) // a re-check that may find e holding (storeTries)
 		st, ch, err := d.judge(ctx, e, l, l.Mode == backend.Permit)
 		switch {
 		case err == nil && st.mismatch != nil:

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/filelock"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/memlock"
 	"github.com/lockerhq/locker/redislock"
@@ -23,21 +22,6 @@ import (
 // the Client's path against the bare requests (go test -run
 // TestUncontendedRedis -v -args -floor-duration 10s).
 var floorDuration = flag.Duration("floor-duration", 0, "duration of TestUncontendedRedis's comparison")
-
-// redisFloor gives the redislock driver the raw floor of
-// redislock/bench_test.go, on the driver's own go-redis client, until the
-// driver has its own (its method would then be shadowed by this one).
-type redisFloor struct{ *redislock.Driver }
-
-var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-
-func (d redisFloor) RawFloor(ctx context.Context, key string) error {
-	rdb := d.Client()
-	if err := rdb.SetArgs(ctx, key, "floor", redis.SetArgs{Mode: "NX", TTL: 30 * time.Second}).Err(); err != nil {
-		return err
-	}
-	return rawRelease.Run(ctx, rdb, []string{key}, "floor").Err()
-}
 
 func memClients() clients {
 	store := memlock.NewStore()
@@ -53,11 +37,7 @@ func redisClients(t *testing.T) clients {
 	return clients{
 		// Opened as lockctl opens it (interruptible connections).
 		open: func(ctx context.Context) (backend.Driver, error) {
-			d, err := redislock.Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
-			if err != nil {
-				return nil, err
-			}
-			return redisFloor{d}, nil
+			return redislock.Open(ctx, "redis://"+testenv.RedisAddr()+"/0")
 		},
 		opts: []locker.Option{locker.WithNamespace(ns)}, ns: ns,
 	}
@@ -111,7 +91,7 @@ func TestUncontendedMem(t *testing.T) {
 // A driver without a raw floor still compares the Client with itself.
 func TestUncontendedNoFloor(t *testing.T) {
 	dir := t.TempDir()
-	// Wrapped without Unwrap: filelock's own RawFloor is out of reach.
+	// Wrapped without Unwrap: filelock's own raw floor is out of reach.
 	type noFloor struct{ backend.Driver }
 	cs := clients{open: func(context.Context) (backend.Driver, error) {
 		d, err := filelock.New(dir, filelock.WithSync(false))
@@ -199,8 +179,8 @@ func TestScaleMem(t *testing.T) {
 	}
 }
 
-// storeTried is a mem driver that counts its own tries as a StoreTrier
-// does, behind a wrapper that finds it by Unwrap only.
+// storeTried is a mem driver that counts its own tries as a driver with
+// measure.StoreTries does, behind a wrapper that finds it by Unwrap only.
 type storeTried struct {
 	*memlock.Driver
 	n *atomic.Uint64
@@ -211,15 +191,17 @@ func (d storeTried) TryAcquire(ctx context.Context, c backend.Claim) (backend.Gr
 	return d.Driver.TryAcquire(ctx, c)
 }
 
-func (d storeTried) StoreTries() uint64 { return d.n.Load() }
+func init() {
+	measure.RegisterStoreTries(func(d storeTried) uint64 { return d.n.Load() })
+}
 
 type unwrapping struct{ backend.Driver }
 
 func (d unwrapping) Unwrap() backend.Driver { return d.Driver }
 
-// A driver that counts its tries (StoreTrier), even one that is no
+// A driver that counts its tries (measure.StoreTries), even one that is no
 // backend.Waiter, has them counted by its count, over the window only.
-func TestScaleStoreTrier(t *testing.T) {
+func TestScaleStoreTries(t *testing.T) {
 	store := memlock.NewStore()
 	var counts []*atomic.Uint64 // one per driver
 	cs := clients{

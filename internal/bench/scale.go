@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 )
 
 // Scale summarizes a contended workload at scale: Workers workers over
@@ -30,7 +31,7 @@ type Scale struct {
 	CPUPerAcq time.Duration `json:"cpu_per_acquisition_ns"`
 	// Tries is the tries per acquisition, counted in TryCalls over the
 	// run's counted window; TriesFrom says where. TriesStore: the driver
-	// is a StoreTrier, and Tries is its StoreTries over the window, summed
+	// has measure.StoreTries, and Tries is that count over the window, summed
 	// over the workload's clients: the requests that could grant a waiting
 	// acquisition that the driver sent, whether it waits in its own queue
 	// (backend.Waiter) or not. TriesClient: the driver TryAcquire calls the
@@ -49,9 +50,9 @@ type Scale struct {
 
 // Where Scale.Tries comes from.
 const (
-	TriesStore  = "store"  // the driver's StoreTries
+	TriesStore  = "store"  // the driver's measure.StoreTries
 	TriesClient = "client" // the Client's TryAcquire calls
-	TriesNone   = ""       // a backend.Waiter without StoreTries: not counted
+	TriesNone   = ""       // a backend.Waiter that counts none: not counted
 )
 
 // tryCounter counts the TryAcquire calls made in a window of time; As
@@ -101,7 +102,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	counter := newTries()
 	var (
 		cl     []*locker.Client
-		triers []StoreTrier // one per client, when the driver counts
+		triers []func() uint64 // one per client, when the driver counts
 	)
 	defer func() {
 		for _, c := range cl {
@@ -116,7 +117,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		if _, ok := backend.As[backend.Waiter](drv); ok {
 			r.Queued = true
 		}
-		if st, ok := backend.As[StoreTrier](drv); ok {
+		if st, ok := hook(drv, measure.StoreTries); ok {
 			triers = append(triers, st)
 		}
 		c, err := locker.New(tryCounter{drv, counter}, cs.opts...)
@@ -131,7 +132,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 	}
 	storeTries := func() (n uint64) {
 		for _, st := range triers {
-			n += st.StoreTries()
+			n += st()
 		}
 		return n
 	}

@@ -8,19 +8,20 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // The uncontended workload compares, on one Client and its driver's
 // connections, a lock's acquire+release with the bare store operations it
-// costs at least (Floorer) and with the Client's other paths. Loopback
+// costs at least (its raw floor) and with the Client's other paths. Loopback
 // round trips on a VM are bimodal, and the mode changes for every
 // connection at once, so the subjects run in short alternating blocks,
 // over several rounds, and each ratio is taken within a round.
 
 // Subject names, in the order of Floor.Subjects.
 const (
-	SubjectFloor   = "floor"   // Floorer.RawFloor: the bare store operations
+	SubjectFloor   = "floor"   // measure.RawFloor: the bare store operations
 	SubjectDriver  = "driver"  // Driver.TryAcquire + Driver.Release, no Client
 	SubjectAcquire = "acquire" // Client.Acquire + Lock.Release: the uncontended figure
 	SubjectTry     = "try"     // Client.TryAcquire + Lock.Release on an idle Client
@@ -62,7 +63,7 @@ type Subject struct {
 	P90  time.Duration `json:"p90_ns"`
 	P99  time.Duration `json:"p99_ns"`
 	// VsFloor is the subject's p50 over the raw floor's p50, per round
-	// (zero without a Floorer); VsDriver, over the bare driver cycle's.
+	// (zero without a raw floor); VsDriver, over the bare driver cycle's.
 	VsFloor  Spread `json:"vs_floor"`
 	VsDriver Spread `json:"vs_driver"`
 	// Slow is the share (0..1) of operations slower than SlowAbove, over
@@ -89,7 +90,7 @@ type Subject struct {
 
 // Floor is the uncontended workload's comparison.
 type Floor struct {
-	// Supported is false when the driver has no raw floor (Floorer): the
+	// Supported is false when the driver has no raw floor: the
 	// ratios to it are then absent.
 	Supported bool      `json:"supported"`
 	Rounds    int       `json:"rounds"`
@@ -145,10 +146,10 @@ func Uncontended(ctx context.Context, cs clients, cfg Config) (Latency, *Floor, 
 		return l.Release(ctx)
 	}
 	var subjects []subject
-	if fl, ok := backend.As[Floorer](drv); ok {
+	if raw, ok := hook(drv, measure.RawFloor); ok {
 		f.Supported = true
 		subjects = append(subjects, subject{name: SubjectFloor, op: func(ctx context.Context, _ int) error {
-			return fl.RawFloor(ctx, backend.Key(cs.ns, next("floor")))
+			return raw(ctx, backend.Key(cs.ns, next("floor")))
 		}})
 	}
 	claims := make([]backend.Claim, floorBlock)

@@ -19,6 +19,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/etcdlock"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -140,7 +141,8 @@ func BenchmarkEtcdUncontended(b *testing.B) {
 	} else if err := l.Release(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if err := d2.RawFloor(ctx, "warm"); err != nil {
+	floor, _ := measure.RawFloor(d2)
+	if err := floor(ctx, "warm"); err != nil {
 		b.Fatal(err)
 	}
 
@@ -168,7 +170,7 @@ func BenchmarkEtcdUncontended(b *testing.B) {
 			l.Fence = g.Fence
 			return d2.Release(ctx, l)
 		}},
-		{"floor", func(ctx context.Context, i int) error { return d2.RawFloor(ctx, fmt.Sprintf("f%d", i)) }},
+		{"floor", func(ctx context.Context, i int) error { return floor(ctx, fmt.Sprintf("f%d", i)) }},
 	}
 	rounds := 5
 	perRound := max(b.N/rounds, 50)
@@ -239,11 +241,12 @@ func BenchmarkEtcdContended(b *testing.B) {
 		}})
 	}
 	// The requests that could grant a waiting acquisition, per acquisition
-	// (bench.StoreTrier): 2 when a release wakes only the next in line
+	// (measure.StoreTries): 2 when a release wakes only the next in line
 	// (the waiter's first transaction, and its look after the delete).
 	tries := func() (n uint64) {
 		for _, d := range ds {
-			n += d.StoreTries()
+			st, _ := measure.StoreTries(d)
+			n += st()
 		}
 		return n
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/redislock"
 )
@@ -133,7 +134,7 @@ func BenchmarkRedisContended(b *testing.B) {
 
 // BenchmarkRedisUncontended: one worker takes and releases a free lock on
 // one go-redis client, in alternating blocks of a few operations, three
-// ways: the raw floor (SET NX PX + compare-and-delete: Driver.RawFloor),
+// ways: the raw floor (SET NX PX + compare-and-delete: measure.RawFloor),
 // this project's default (locker.Client Acquire + Release, and the
 // Driver's own Acquire + Release without the locker package) and
 // bsm/redislock (Obtain + Release). It reports each one's µs per
@@ -157,8 +158,9 @@ func BenchmarkRedisUncontended(b *testing.B) {
 	id := fmt.Sprintf("%x", time.Now().UnixNano())
 	rawKey, name, bsmKey := "peers-bench-raw-"+id, "uncontended-"+id, "peers-bench-bsm-"+id
 	drvKey, token := backend.Key("peers-bench", "driver-"+id), "peers-bench-token-"+id
+	floor, _ := measure.RawFloor(d)
 	fns := []func() error{
-		func() error { return d.RawFloor(ctx, rawKey) },
+		func() error { return floor(ctx, rawKey) },
 		func() error {
 			l, err := c.Acquire(ctx, name)
 			if err != nil {

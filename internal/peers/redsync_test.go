@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/redislock"
 )
@@ -75,7 +76,7 @@ func spread(b *testing.B, name string, xs []float64) {
 //
 //	redsync  Mutex.LockContext + UnlockContext (defaults: 8s expiry, waits for all five)
 //	locker   Client.Acquire + Lock.Release over a Quorum (TTL 8s, as redsync's)
-//	raw      Quorum.RawFloor: SET NX PX + compare-and-delete, each at the first majority
+//	raw      the Quorum's raw floor: SET NX PX + compare-and-delete, each at the first majority
 //
 // Reported: ops/s of each (total), the median and range over rounds of
 // locker/redsync and locker/raw (time ratios: below 1 is faster).
@@ -88,6 +89,7 @@ func BenchmarkRedsyncUncontended(b *testing.B) {
 	prefix := "peers-redsync-u-" + randName() + "-"
 	seq := 0
 	next := func() string { seq++; return prefix + strconv.Itoa(seq) }
+	floor, _ := measure.RawFloor(q)
 	fns := []func(){
 		func() {
 			m := rs.NewMutex(next())
@@ -108,7 +110,7 @@ func BenchmarkRedsyncUncontended(b *testing.B) {
 			}
 		},
 		func() {
-			if err := q.RawFloor(ctx, next()); err != nil {
+			if err := floor(ctx, next()); err != nil {
 				b.Fatal(err)
 			}
 		},

@@ -15,6 +15,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/bench"
+	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/zklock"
 )
@@ -91,11 +92,12 @@ func BenchmarkZKUncontended(b *testing.B) {
 	conn := d.Conn()
 	b.Cleanup(func() { zkRemove(conn, run) })
 	ctx := context.Background()
-	if err := d.RawFloor(ctx, "warm"); err != nil { // makes the root
+	floor, _ := measure.RawFloor(d)
+	if err := floor(ctx, "warm"); err != nil { // makes the root
 		b.Fatal(err)
 	}
 	subjects := []interleaved{
-		{"floor", func(ctx context.Context, i int) error { return d.RawFloor(ctx, fmt.Sprintf("f%d", i)) }},
+		{"floor", func(ctx context.Context, i int) error { return floor(ctx, fmt.Sprintf("f%d", i)) }},
 		{"zklock", func(ctx context.Context, i int) error {
 			l, err := c.Acquire(ctx, fmt.Sprintf("n%d", i))
 			if err != nil {
