@@ -48,8 +48,7 @@ type Driver struct {
 	explicitGrant atomic.Bool
 
 	lis *listener
-	// tries counts the grant statements that waiting (Acquire) sent, first
-	// tries included (storeTries).
+	// tries counts the grant statements sent (storeTries).
 	tries    atomic.Uint64
 	presence presence // the keys that waiters here wait for
 }
@@ -147,12 +146,6 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	defer leave()
-	return d.tryExclusive(ctx, l, us)
-}
-
-// tryExclusive is TryAcquire's statement for a call that entered the gate
-// already (Acquire's tries: one context of the gate per call, not two).
-func (d *Driver) tryExclusive(ctx context.Context, l backend.Claim, us int64) (backend.Grant, error) {
 	d.tries.Add(1)
 	if err := d.ensureSchema(ctx); err != nil {
 		return backend.Grant{}, err
@@ -160,7 +153,7 @@ func (d *Driver) tryExclusive(ctx context.Context, l backend.Claim, us int64) (b
 	var version int64
 	// The statement is idempotent for one token (the token's own row is
 	// taken again), so it can be retried after a broken connection.
-	err := d.retry(ctx, func() error {
+	err = d.retry(ctx, func() error {
 		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
 	})
 	switch {
@@ -349,9 +342,8 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// storeTries is the grant statements Acquire's waiting sent since the
-// driver opened, first tries included; TryAcquire's calls of its own are
-// not counted.
+// storeTries is the grant statements sent since the driver opened: every
+// try of a waiting acquisition, and TryAcquire's.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // payload is the notification payload of key's release (notifyPayload
