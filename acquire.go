@@ -216,11 +216,11 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		c.storeError(h, "acquire", false, err)
 		c.abandon(h)
 		switch {
-		case req.Mode == backend.Write && c.waiter == nil:
+		case req.Mode == backend.Write && c.waiter == nil && !(wait && c.queues(req.Mode)):
 			// A writer that stops trying withdraws its record of waiting,
 			// before readers are told the lock is busy (backend.Modal).
 			c.withdraw(ctx, req)
-		case ctx.Err() != nil:
+		case ctx.Err() != nil && !(wait && c.queues(req.Mode)):
 			// The caller gave up while a request may have been on its
 			// way: a grant the store made after that has no holder.
 			c.releaseLater(req)
@@ -420,17 +420,6 @@ func (c *Client) refreshShared(ctx context.Context, h *hold) error {
 	}
 }
 
-// wakeLocal wakes this Client's waiters on key, after the store freed it.
-func (c *Client) wakeLocal(key string) {
-	c.mu.Lock()
-	w := c.released[key]
-	delete(c.released, key)
-	c.mu.Unlock()
-	if w != nil {
-		close(w.ch)
-	}
-}
-
 // release drops one level of h, and frees it in the store at the last one.
 func (c *Client) release(ctx context.Context, h *hold) error {
 	c.mu.Lock()
@@ -468,8 +457,10 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	if rest > 0 && lost == nil {
 		err = c.linger(ctx, h, rest)
 	} else {
+		obj := objectOf(h.key, h.mode)
+		c.releasing(obj)
 		err = c.drv.Release(ctx, h.lock())
-		c.wakeLocal(h.key)
+		c.released(obj)
 	}
 	var ret error
 	switch {
@@ -515,7 +506,7 @@ func (c *Client) linger(ctx context.Context, h *hold, rest time.Duration) error 
 		case <-c.gate.Context().Done(): // Close: the session ends anyway
 		}
 		c.releaseNow(h.lock())
-		c.wakeLocal(h.key)
+		c.released(objectOf(h.key, h.mode))
 	}()
 	return nil
 }

@@ -33,6 +33,7 @@ import (
 type Client struct {
 	drv      backend.Driver
 	waiter   backend.Waiter   // nil unless the driver queues waiters natively
+	queuer   backend.Queuer   // nil unless the store queues waiters (wait.go)
 	notifier backend.Notifier // nil unless the driver notifies releases
 	session  backend.Session  // nil unless a server-side session keeps locks alive
 	modes    backend.ModeSet  // the modes besides Exclusive the driver takes
@@ -42,10 +43,10 @@ type Client struct {
 	bg   sync.WaitGroup // releases of grants nobody holds, awaited by Close
 	dog  *watchdog
 
-	mu       sync.Mutex
-	owned    map[ownerKey]*hold       // holds with an explicit owner, for reentrancy
-	live     map[*hold]struct{}       // every hold not yet released, for Close
-	released map[string]*localWaiters // per key, waiters to wake when a hold on it is released here
+	mu    sync.Mutex
+	owned map[ownerKey]*hold    // holds with an explicit owner, for reentrancy
+	live  map[*hold]struct{}    // every hold not yet released, for Close
+	turns map[object]*turnstile // this Client's waiters, per object (turnstile.go)
 }
 
 // ownerKey finds an owner's hold on one object: a read-write lock's
@@ -76,14 +77,15 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("locker: New: %w: backoff bounds %v..%v", ErrUnsupported, cfg.backoffMin, cfg.backoffMax)
 	}
 	c := &Client{
-		drv:      drv,
-		cfg:      cfg,
-		owned:    map[ownerKey]*hold{},
-		live:     map[*hold]struct{}{},
-		released: map[string]*localWaiters{},
+		drv:   drv,
+		cfg:   cfg,
+		owned: map[ownerKey]*hold{},
+		live:  map[*hold]struct{}{},
+		turns: map[object]*turnstile{},
 	}
 	// Through wrappers too (see backend.Wrapper).
 	c.waiter, _ = backend.As[backend.Waiter](drv)
+	c.queuer, _ = backend.As[backend.Queuer](drv)
 	c.notifier, _ = backend.As[backend.Notifier](drv)
 	c.session, _ = backend.As[backend.Session](drv)
 	if m, ok := backend.As[backend.Modal](drv); ok {
@@ -278,6 +280,9 @@ func (c *Client) Close() error {
 		}()
 	}
 	releases.Wait()
+	// A call abandoned by its caller may still bring back a grant, which
+	// its undo releases: give those a moment before the driver closes.
+	waitAtMost(&c.bg, backend.CancelGrace)
 	err := c.drv.Close()
 	// Closing the driver ends the calls that outlived their contexts; a
 	// driver that breaks that promise must not hang Close.

@@ -11,8 +11,9 @@ import (
 )
 
 // wait acquires req, waiting as well as the driver allows: in its native
-// queue, woken by its notifications, or backing off with jitter. It returns
-// the grant and when the successful request was sent.
+// queue, or first in this Client's turnstile for the object, woken by the
+// store's notifications or this Client's releases, or backing off with
+// jitter. It returns the grant and when the successful request was sent.
 func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backend.Grant, time.Time, error) {
 	if c.waiter != nil {
 		start := time.Now()
@@ -30,29 +31,36 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 		}
 		return g, start, err
 	}
+	if c.queues(req.Mode) {
+		return c.queue(ctx, req, st)
+	}
+	obj := objectOf(req.Key, req.Mode)
+	ts, t := c.join(obj)
+	won := false
+	defer func() { c.leave(obj, ts, t, won, req.Mode) }()
+	woke := WakeFirst // what prompted the next try
+	skip := false     // wait before the first try
+	if t.ready != nil {
+		// Behind this Client's own waiters: the first of them talks to
+		// the store, and hands the turn on when it leaves.
+		st.contended = true
+		select {
+		case <-t.ready:
+		case <-ctx.Done():
+			return backend.Grant{}, time.Now(), c.waitEnded(ctx)
+		}
+		woke = WakeLocal
+	}
 	var notified <-chan struct{}
-	if c.notifier != nil {
-		// A free lock needs no subscription: try once first. The loop
-		// tries again after subscribing, so no release is missed.
-		start := time.Now()
-		g, err := c.drv.TryAcquire(ctx, req)
-		st.tried(err)
-		if err == nil {
-			return g, start, nil
-		}
-		sub, err := guard(c, ctx, func(ctx context.Context) (subscription, error) {
-			ch, cancel, err := c.notifier.Subscribe(ctx, req.Key)
-			return subscription{ch, cancel}, err
-		}, func(s subscription) { s.cancel() })
-		ch, cancel := sub.ch, sub.cancel
-		if err != nil {
-			// Waiting still works without notifications, only slower.
-			c.storeError(st.h, "subscribe", true, err)
-			c.cfg.logger.Warn("locker: release notifications unavailable, polling", "key", req.Key, "err", err)
-		} else {
-			defer cancel()
-			notified = ch
-		}
+	subscribed := c.notifier == nil
+	unsubscribe := func() {}
+	defer func() { unsubscribe() }()
+	if !subscribed && t.ready != nil {
+		// Our turn came from a waiter that may hold the object now: a
+		// try would fail until its release, which a subscription made
+		// first cannot miss.
+		notified, unsubscribe = c.subscribe(ctx, req.Key, st.h)
+		subscribed = true
 	}
 	b := retry.Backoff{Min: c.cfg.backoffMin, Max: c.cfg.backoffMax}
 	var timer *time.Timer
@@ -62,40 +70,50 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 		}
 	}()
 	var failing retry.Failing
-	woke := WakeFirst // what prompted the next try
 	for tries := 0; ; tries++ {
-		// Look at local releases before trying, so none is missed.
-		local, unwatch := c.watchLocal(req.Key)
+		// Watch for local releases before trying, so that none is missed.
+		freed := c.freed(obj, ts)
+		skip = skip || tries == 0 && t.ready != nil && c.heldHere(ts)
 		start := time.Now()
-		var g backend.Grant
-		var err error
-		if tries == 0 && notified == nil {
-			// The uncontended path goes straight to the driver, which
-			// honours ctx itself; a waiter's tries are guarded.
-			g, err = c.drv.TryAcquire(ctx, req)
-		} else {
-			g, err = c.tryAcquire(ctx, req)
+		if !skip {
+			var g backend.Grant
+			var err error
+			if tries == 0 && t.ready == nil {
+				// The uncontended path goes straight to the driver, which
+				// honours ctx itself; a waiter's tries are guarded.
+				g, err = c.drv.TryAcquire(ctx, req)
+			} else {
+				g, err = c.tryAcquire(ctx, req)
+			}
+			st.tried(err)
+			refused := errors.Is(err, ErrNotAcquired)
+			switch {
+			case err == nil:
+				won, st.woken = true, woke
+				return g, start, nil
+			case refused:
+				failing.Ok()
+			case ctx.Err() != nil:
+				return backend.Grant{}, start, c.waitEnded(ctx)
+			case backend.Permanent(err) || failing.Fail(start, retry.Budget):
+				return backend.Grant{}, start, err
+			default:
+				// A blip in reaching the store does not end the wait.
+				c.storeError(st.h, "acquire", true, err)
+				c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
+			}
+			if !subscribed {
+				// Waiting: subscribe, and after a refusal try again at
+				// once, so that a release before the subscription is not
+				// missed.
+				notified, unsubscribe = c.subscribe(ctx, req.Key, st.h)
+				subscribed = true
+				if notified != nil && refused {
+					continue
+				}
+			}
 		}
-		st.tried(err)
-		if err == nil {
-			unwatch()
-			st.woken = woke
-			return g, start, nil
-		}
-		switch {
-		case errors.Is(err, ErrNotAcquired):
-			failing.Ok()
-		case ctx.Err() != nil:
-			unwatch()
-			return backend.Grant{}, start, c.waitEnded(ctx)
-		case backend.Permanent(err) || failing.Fail(start, retry.Budget):
-			unwatch()
-			return backend.Grant{}, start, err
-		default:
-			// A blip in reaching the store does not end the wait.
-			c.storeError(st.h, "acquire", true, err)
-			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
-		}
+		skip = false
 		d := b.Next()
 		if timer == nil {
 			timer = time.NewTimer(d)
@@ -104,17 +122,124 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 		}
 		select {
 		case <-ctx.Done():
-			unwatch()
 			return backend.Grant{}, start, c.waitEnded(ctx)
 		case <-notified:
 			woke = WakeNotified
-		case <-local:
+		case <-freed:
 			woke = WakeLocal
 		case <-timer.C:
 			woke = WakeTimer
 		}
-		unwatch()
 	}
+}
+
+// queues reports whether the driver's store queues claims in mode m.
+func (c *Client) queues(m backend.Mode) bool {
+	return c.queuer != nil && c.queuer.QueueModes().Has(m)
+}
+
+// queue acquires req in the store's queue (backend.Queuer): it enqueues
+// and waits for its turn, riding out failures to reach the store for the
+// failure budget and enqueueing again when its entry went with its
+// session. A wait that ends without the lock leaves the queue.
+func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backend.Grant, time.Time, error) {
+	b := retry.Backoff{Min: c.cfg.backoffMin, Max: c.cfg.backoffMax}
+	var failing retry.Failing
+	var t backend.Ticket
+	for {
+		start := time.Now()
+		var g backend.Grant
+		var err error
+		if t == nil {
+			// Called directly, as every first try: it honours ctx.
+			g, t, err = c.queuer.Enqueue(ctx, req)
+			st.attempts++
+			if err == nil && t == nil {
+				return g, start, nil
+			}
+			if err == nil {
+				st.contended, st.woken = true, WakeQueue
+				continue
+			}
+		} else {
+			g, err = t.Wait(ctx)
+			if err == nil {
+				// A lock that lives for TTL from its grant says when
+				// that was; a Wait may have lasted longer than the TTL.
+				if !g.Sent.IsZero() {
+					start = g.Sent
+				}
+				return g, start, nil
+			}
+			if errors.Is(err, backend.ErrRequeue) {
+				t = nil // gone, with nothing to leave
+			}
+		}
+		if ctx.Err() == nil && !backend.Permanent(err) && !failing.Fail(start, retry.Budget) {
+			// A blip in reaching the store does not end the wait.
+			c.storeError(st.h, "acquire", true, err)
+			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
+			if c.pause(ctx, b.Next()) {
+				continue
+			}
+		}
+		if t != nil {
+			c.leaveQueue(ctx, t)
+		}
+		if ctx.Err() != nil {
+			return backend.Grant{}, start, c.waitEnded(ctx)
+		}
+		return backend.Grant{}, start, err
+	}
+}
+
+// pause waits d, and reports false if ctx ended first.
+func (c *Client) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// leaveQueue takes t out of its queue, within CancelGrace of the caller's
+// giving up, and finishes in the background after that.
+func (c *Client) leaveQueue(ctx context.Context, t backend.Ticket) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
+	done := make(chan struct{})
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		defer cancel()
+		_ = t.Leave(lctx)
+		close(done)
+	}()
+	grace := time.NewTimer(backend.CancelGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+	}
+}
+
+// subscribe subscribes to key's release notifications, and returns a nil
+// channel when it cannot: waiting still works, only slower.
+func (c *Client) subscribe(ctx context.Context, key string, h *hold) (<-chan struct{}, func()) {
+	sub, err := guard(c, ctx, func(ctx context.Context) (subscription, error) {
+		ch, cancel, err := c.notifier.Subscribe(ctx, key)
+		return subscription{ch, cancel}, err
+	}, func(s subscription) { s.cancel() })
+	if err != nil {
+		if ctx.Err() == nil {
+			c.storeError(h, "subscribe", true, err)
+			c.cfg.logger.Warn("locker: release notifications unavailable, polling", "key", key, "err", err)
+		}
+		return nil, func() {}
+	}
+	return sub.ch, sub.cancel
 }
 
 // subscription is what Notifier.Subscribe returns.
@@ -130,36 +255,4 @@ func (c *Client) waitEnded(ctx context.Context) error {
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %w", ErrNotAcquired, context.Cause(ctx))
-}
-
-// localWaiters lets waiters in this process learn of a release by this
-// Client without a round trip to the store.
-type localWaiters struct {
-	ch      chan struct{} // closed at the next release of the key
-	waiters int
-}
-
-// watchLocal returns a channel closed when a hold on key is next released by
-// this Client, and a func to call when no longer watching. On a backend
-// that notifies releases, every waiter, here or elsewhere, hears of them
-// the same way, so local waiters get no head start: the channel is nil.
-func (c *Client) watchLocal(key string) (<-chan struct{}, func()) {
-	if c.notifier != nil {
-		return nil, func() {}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.released[key]
-	if w == nil {
-		w = &localWaiters{ch: make(chan struct{})}
-		c.released[key] = w
-	}
-	w.waiters++
-	return w.ch, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if w.waiters--; w.waiters == 0 && c.released[key] == w {
-			delete(c.released, key)
-		}
-	}
 }

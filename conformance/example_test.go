@@ -37,6 +37,20 @@ func (h memHarness) Traits() conformance.Traits {
 	return conformance.Traits{} // exact expiry; the default TTL suits it
 }
 
+// fairHarness is memHarness whose drivers queue waiters (backend.Queuer).
+type fairHarness struct{ memHarness }
+
+func (h fairHarness) NewDriver(context.Context) (backend.Driver, error) {
+	return memlock.NewFair(h.store)
+}
+
+func (h fairHarness) Traits() conformance.Traits { return conformance.Traits{FIFO: true} }
+
+// TestMemFairBackend runs the suite against memlock's queue.
+func TestMemFairBackend(t *testing.T) {
+	conformance.Run(t, fairHarness{memHarness{store: memlock.NewStore()}})
+}
+
 // TestMemBackend runs the whole suite against the in-memory backend, as a
 // third party's test would against its own.
 func TestMemBackend(t *testing.T) {

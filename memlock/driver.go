@@ -56,7 +56,14 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	if len(s.queues[objectOf(l)]) > 0 {
+		return backend.Grant{}, fmt.Errorf("memlock: %w: waiters queued", backend.ErrNotAcquired)
+	}
+	return s.grant(l, time.Now())
+}
+
+// grant takes l's object if its mode's rule allows.
+func (s *Store) grant(l backend.Claim, now time.Time) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
 		return s.tryShared(l, now)
 	}
@@ -119,10 +126,14 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	s := d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.release(l, time.Now())
+}
+
+func (s *Store) release(l backend.Claim, now time.Time) error {
 	if l.Mode != backend.Exclusive {
-		return s.releaseShared(l, time.Now())
+		return s.releaseShared(l, now)
 	}
-	if e, ok := s.held(l.Key, time.Now()); !ok || e.token != l.Token {
+	if e, ok := s.held(l.Key, now); !ok || e.token != l.Token {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}
 	delete(s.locks, l.Key)

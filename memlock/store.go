@@ -3,6 +3,8 @@ package memlock
 import (
 	"sync"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // Store holds locks in memory.
@@ -16,6 +18,8 @@ type Store struct {
 	// objects are the semaphores and read-write locks with a holder or a
 	// waiting writer.
 	objects map[object]*shared
+	// queues are the waiters of FairDrivers, per name (fair.go).
+	queues map[object][]*queued
 }
 
 type entry struct {
@@ -31,6 +35,7 @@ func NewStore() *Store {
 		locks:   map[string]entry{},
 		subs:    map[string]map[chan struct{}]struct{}{},
 		objects: map[object]*shared{},
+		queues:  map[object][]*queued{},
 	}
 }
 
@@ -79,13 +84,24 @@ func (s *Store) Keeps(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, ok := s.locks[key]
+	for _, k := range kinds {
+		ok = ok || len(s.queues[object{key, k}]) > 0
+	}
 	for o := range s.objects {
 		ok = ok || o.key == key
 	}
 	return ok
 }
 
+// kinds are the kinds of a key's objects.
+var kinds = [...]backend.Mode{backend.Exclusive, backend.Permit, backend.Read}
+
+// notify tells key's subscribers, and the first waiter in each of its
+// objects' queues, that it may be free.
 func (s *Store) notify(key string) {
+	for _, k := range kinds {
+		s.wakeFirst(object{key, k})
+	}
 	for ch := range s.subs[key] {
 		select {
 		case ch <- struct{}{}:

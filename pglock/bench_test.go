@@ -140,12 +140,9 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended runs 8 workers on one name, each holding it 1ms,
 // through the contended harness (internal/bench): over 2 clients (the
 // issue's shape: 4 workers share a Client, a driver and its pool), and
-// over 8 (one each, as separate processes would). Two contenders, in
-// alternating rounds on one table: "queue", the driver as it is (a
-// Waiter), and "notify", the same driver seen without its Waiter, so that
-// the locker package waits as it does for any Notifier (every waiter
-// tries at each release). The round trip is SELECT 1 on the first
-// client's pool, during the run.
+// over 8 (one each, as separate processes would): only the first waiter
+// of each Client tries, woken by release notifications. The round trip is
+// SELECT 1 on the first client's pool, during the run.
 //
 //	go test -run '^$' -bench Contended -benchtime 1200x -count 5 ./pglock
 func BenchmarkContended(b *testing.B) {
@@ -154,21 +151,12 @@ func BenchmarkContended(b *testing.B) {
 	}
 }
 
-// notifyOnly is a Driver without its Waiter: the locker package polls
-// it, woken by its notifications.
-type notifyOnly struct {
-	backend.Driver
-	backend.Notifier
-	backend.BatchRefresher
-	backend.Modal
-}
-
 func benchContended(b *testing.B, clients int) {
 	admin := adminPool(b)
 	_, d0 := benchPool(b, admin)
 	ctx := context.Background()
 	const workers, rounds = 8, 6
-	contender := func(name string, wrap func(*Driver) backend.Driver) bench.Contend {
+	contender := func(name string) bench.Contend {
 		run := bench.Contend{Hold: time.Millisecond, Acquisitions: max(b.N/rounds, 1), RoundTripOp: "SELECT 1"}
 		cs := make([]*locker.Client, clients)
 		for i := range clients {
@@ -181,7 +169,7 @@ func benchContended(b *testing.B, clients int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c, err := locker.New(wrap(d), locker.WithNamespace("bench"))
+			c, err := locker.New(d, locker.WithNamespace("bench"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -205,11 +193,8 @@ func benchContended(b *testing.B, clients int) {
 		}
 		return run
 	}
-	runs := []bench.Contend{
-		contender("queue", func(d *Driver) backend.Driver { return d }),
-		contender("notify", func(d *Driver) backend.Driver { return notifyOnly{d, d, d, d} }),
-	}
-	names := []string{"queue", "notify"}
+	runs := []bench.Contend{contender("contend")}
+	names := []string{"contend"}
 	samples := make([]*bench.Samples, len(runs))
 	b.ResetTimer()
 	for r := range rounds {

@@ -16,7 +16,7 @@
 // Guarantees: one row per held name, taken by one INSERT ... ON CONFLICT
 // DO UPDATE; fences from the table's identity sequence, so they only grow
 // and a release leaves no row; expiry on the database server's clock,
-// never the client's; a process's waiters queue in arrival order and are
+// never the client's; a Client's waiters queue in arrival order and are
 // woken by LISTEN/NOTIFY; semaphores and read-write locks in a second
 // table. Limits: a lock is as available as the one primary (a failover to
 // an asynchronous standby can lose a recent acquisition, and two holders

@@ -21,7 +21,7 @@ import (
 )
 
 // Driver keeps locks in a PostgreSQL table, and semaphores and read-write
-// locks in a second one. It implements backend.Driver, backend.Waiter,
+// locks in a second one. It implements backend.Driver,
 // backend.Notifier, backend.BatchRefresher and backend.Modal. Its methods are safe for
 // concurrent use.
 type Driver struct {
@@ -47,10 +47,8 @@ type Driver struct {
 	// READ COMMITTED, and grants run in explicit transactions since.
 	explicitGrant atomic.Bool
 
-	lis    *listener
-	queues queues // the local waiters of each lock (Acquire)
-	// tries counts the grant statements that waiting (Acquire) sent, first
-	// tries included (storeTries).
+	lis *listener
+	// tries counts the grant statements sent (storeTries).
 	tries    atomic.Uint64
 	presence presence // the keys that waiters here wait for
 }
@@ -63,7 +61,6 @@ var (
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
 	_ backend.Modal          = (*Driver)(nil)
-	_ backend.Waiter         = (*Driver)(nil)
 )
 
 // New returns a driver that uses pool, a pool the caller already has. Lock
@@ -138,7 +135,7 @@ func prefix(op string) string {
 // clock, and bumps its version, the fence.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l, false)
+		return d.tryShared(ctx, l)
 	}
 	us, err := micros(l.TTL)
 	if err != nil {
@@ -149,19 +146,14 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	defer leave()
-	return d.tryExclusive(ctx, l, us)
-}
-
-// tryExclusive is TryAcquire's statement for a call that entered the gate
-// already (Acquire's tries: one context of the gate per call, not two).
-func (d *Driver) tryExclusive(ctx context.Context, l backend.Claim, us int64) (backend.Grant, error) {
+	d.tries.Add(1)
 	if err := d.ensureSchema(ctx); err != nil {
 		return backend.Grant{}, err
 	}
 	var version int64
 	// The statement is idempotent for one token (the token's own row is
 	// taken again), so it can be retried after a broken connection.
-	err := d.retry(ctx, func() error {
+	err = d.retry(ctx, func() error {
 		return d.pool.QueryRow(ctx, d.sql.acquire, l.Key, l.Token, l.Owner, us).Scan(&version)
 	})
 	switch {
@@ -319,9 +311,6 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.releaseShared(ctx, l)
 	}
-	// Before the statement: a local waiter that sees the lock still held
-	// here counts on this release's notification (see waitTurn).
-	d.queues.releasing(l.Key)
 	ctx, leave, err := d.enter(ctx, "release")
 	if err != nil {
 		return err
@@ -353,9 +342,8 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// storeTries is the grant statements Acquire's waiting sent since the
-// driver opened, first tries included; TryAcquire's calls of its own are
-// not counted.
+// storeTries is the grant statements sent since the driver opened: every
+// try of a waiting acquisition, and TryAcquire's.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // payload is the notification payload of key's release (notifyPayload

@@ -72,11 +72,10 @@ type sharedStatements struct {
 	grantPermit string
 	// dropExpired($1 key) deletes the semaphore's expired permits.
 	dropExpired string
-	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs;
-	// grantWrite also $5 record) return the new version, NULL when
-	// refused, and whether they ran under READ COMMITTED, as grantPermit;
-	// a refused writer records itself as the waiting one when record is
-	// true (see backend.Modal).
+	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
+	// return the new version, NULL when refused, and whether they ran
+	// under READ COMMITTED, as grantPermit; a refused writer records
+	// itself as the waiting one (see backend.Modal).
 	grantRead, grantWrite string
 	// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
 	// kinds, $7 classes) extends each live holder, under a shared object
@@ -208,7 +207,7 @@ busy AS MATERIALIZED (
     WHERE s.kind IN (3, 4)`) + `
     RETURNING version
 ), wait AS (
-    ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0 AND $5::bool", `SET expires_at = excluded.expires_at
+    ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0", `SET expires_at = excluded.expires_at
     WHERE s.kind = 4`) + `
 )
 SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
@@ -345,9 +344,9 @@ func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key
 
 // tryShared is TryAcquire for a permit, a reader or a writer: one grant
 // transaction under the object's lock. A refused writer records itself as
-// waiting when record is set: only while it waits (Acquire), since the
-// driver is a Waiter and the locker package withdraws no record for it.
-func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (backend.Grant, error) {
+// waiting; the locker package withdraws the record when it stops trying.
+func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	d.tries.Add(1)
 	_, _, class, err := d.sharedKinds(l)
 	if err != nil {
 		return backend.Grant{}, err
@@ -379,7 +378,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim, record bool) (b
 	case backend.Read:
 		stmt = d.shared.grantRead
 	default:
-		stmt, args = d.shared.grantWrite, append(args, record)
+		stmt = d.shared.grantWrite
 	}
 	// Idempotent for one token, as the lock's acquire: the token's own
 	// row is taken again.

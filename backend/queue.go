@@ -1,0 +1,45 @@
+package backend
+
+import (
+	"context"
+	"errors"
+)
+
+// Queuer is implemented by drivers whose store keeps a key's waiters in
+// order (a ZooKeeper sequential node, an etcd key's create revision, a
+// Redis list): waiters are served in arrival order, and a release wakes
+// only the next. The driver offers the store's steps; the locker package
+// drives them and decides the rest (retries, the failure budget, backoff,
+// cancellation, counting). Claims in modes outside QueueModes are waited
+// for as for any other driver.
+type Queuer interface {
+	// QueueModes are the modes whose claims queue.
+	QueueModes() ModeSet
+
+	// Enqueue puts c at the back of c.Key's queue. When c may go ahead at
+	// once, it takes c.Key and returns its Grant and a nil Ticket. On an
+	// error it leaves nothing behind that could keep the key held or
+	// others waiting.
+	Enqueue(ctx context.Context, c Claim) (Grant, Ticket, error)
+}
+
+// A Ticket is one claim's entry in its key's queue.
+type Ticket interface {
+	// Wait blocks until the entry's turn comes and its claim holds the
+	// key, or ctx is done, or the store fails. It returns ErrRequeue
+	// (possibly wrapped) when the entry is gone (its session ended): the
+	// locker package enqueues again. Any other error means that Wait
+	// could not tell: the entry stays, and the locker package calls Wait
+	// again or Leave. A Grant whose lock lives for TTL from the request
+	// that took it sets Grant.Sent.
+	Wait(ctx context.Context) (Grant, error)
+
+	// Leave removes the entry, and frees the key if the entry's claim
+	// holds it (a grant that came as its caller gave up). The locker
+	// package calls it, with a context of its own, whenever it stops
+	// waiting without the lock; Leave after ErrRequeue is not called.
+	Leave(ctx context.Context) error
+}
+
+// ErrRequeue is a Ticket's report that its entry is gone.
+var ErrRequeue = errors.New("queue entry gone")

@@ -1,0 +1,111 @@
+package pglock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
+)
+
+// A waiter for a lock held elsewhere is served when the holder's TTL runs
+// out, which notifies nobody.
+func TestLocalWaiterSeesExpiry(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	other, err := Open(context.Background(), h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "ns/expiry"
+	// The holder's TTL runs from its grant, after start: counted from a
+	// time taken once TryAcquire returned, a loaded machine's round trip
+	// would shorten it.
+	start := time.Now()
+	if _, err := other.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := locker.New(d, locker.WithNamespace("ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Acquire(ctx, "expiry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Fatalf("granted %v after the holder's acquisition was sent, before its TTL of 300ms ran out", waited)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release notifies only while someone waits for its key: a subscriber
+// makes the key present, until presenceLinger after it left.
+func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spy, err := pgx.Connect(ctx, baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close(context.Background())
+	if _, err := spy.Exec(ctx, h.sql.listen); err != nil {
+		t.Fatal(err)
+	}
+	key := "ns/present"
+	cycle := func() {
+		t.Helper()
+		c := backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Fence = g.Fence
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heard := func(within time.Duration) bool {
+		wctx, wcancel := context.WithTimeout(ctx, within)
+		defer wcancel()
+		_, err := spy.WaitForNotification(wctx)
+		return err == nil
+	}
+	cycle()
+	if heard(300 * time.Millisecond) {
+		t.Fatal("a release that nobody waited for notified")
+	}
+	_, unsubscribe, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycle()
+	if !heard(5 * time.Second) {
+		t.Fatal("a release with a subscriber did not notify")
+	}
+	unsubscribe()
+	time.Sleep(presenceLinger)
+	// The key goes at the sweep after presenceLinger.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cycle()
+		if !heard(300 * time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("releases still notify long after the last subscriber left")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
