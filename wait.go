@@ -163,6 +163,11 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			}
 		} else {
 			g, err = t.Wait(ctx)
+			st.attempts++
+			if errors.Is(err, ErrNotAcquired) {
+				failing.Ok() // it looked: the store answers
+				continue
+			}
 			if err == nil {
 				// A lock that lives for TTL from its grant says when
 				// that was; a Wait may have lasted longer than the TTL.
@@ -179,7 +184,7 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			// A blip in reaching the store does not end the wait.
 			c.storeError(st.h, "acquire", true, err)
 			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
-			if c.pause(ctx, b.Next()) {
+			if retry.Sleep(ctx, b.Next()) == nil {
 				continue
 			}
 		}
@@ -190,18 +195,6 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			return backend.Grant{}, start, c.waitEnded(ctx)
 		}
 		return backend.Grant{}, start, err
-	}
-}
-
-// pause waits d, and reports false if ctx ended first.
-func (c *Client) pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

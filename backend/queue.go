@@ -25,12 +25,18 @@ type Queuer interface {
 
 // A Ticket is one claim's entry in its key's queue.
 type Ticket interface {
-	// Wait blocks until the entry's turn comes and its claim holds the
-	// key, or ctx is done, or the store fails. It returns ErrRequeue
-	// (possibly wrapped) when the entry is gone (its session ended): the
-	// locker package enqueues again. Any other error means that Wait
-	// could not tell: the entry stays, and the locker package calls Wait
-	// again or Leave. A Grant whose lock lives for TTL from the request
+	// Wait blocks until the entry may have reached its turn (the store's
+	// wake-up: a watch on the entry ahead, a release notification), or ctx
+	// is done, then looks. It returns the Grant when the claim holds the
+	// key; ErrNotAcquired (possibly wrapped) when it looked and the turn
+	// has not come (the locker package calls it again at once: each call
+	// is one look, and blocks first); ErrRequeue (possibly wrapped) when
+	// the entry is gone, with its session (the locker package enqueues
+	// again). Any other error means that Wait could not reach the store:
+	// the entry stays, and the locker package calls Wait again after a
+	// backoff, or Leave once its failure budget is spent. Wait must not
+	// block on a dead connection: it returns an error within its store's
+	// own detection time. A Grant whose lock lives for TTL from the request
 	// that took it sets Grant.Sent.
 	Wait(ctx context.Context) (Grant, error)
 

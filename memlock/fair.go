@@ -3,6 +3,7 @@ package memlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -61,37 +62,44 @@ type ticket struct {
 	w *queued
 }
 
-// Wait implements backend.Ticket: the first waiter takes the object once
-// the mode's rule allows, woken by a release or at a holder's expiry.
+// Wait implements backend.Ticket: the first waiter looks when woken by a
+// release or at a holder's expiry, which frees the object unannounced.
 func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
 	s, o := t.d.s, objectOf(t.c)
-	expiry := time.NewTimer(time.Hour)
-	defer expiry.Stop()
-	for {
-		if err := t.d.check(ctx); err != nil {
-			return backend.Grant{}, err
-		}
-		s.mu.Lock()
-		if q := s.queues[o]; len(q) > 0 && q[0] == t.w {
-			now := time.Now()
-			g, err := s.grant(t.c, now)
-			if !errors.Is(err, backend.ErrNotAcquired) {
-				if err == nil {
-					s.dequeue(o, t.w)
-				}
-				s.mu.Unlock()
-				g.Sent = now
-				return g, err
-			}
-			expiry.Reset(s.expires(o, now).Sub(now))
-		}
-		s.mu.Unlock()
-		select {
-		case <-t.w.turn:
-		case <-expiry.C:
-		case <-ctx.Done():
-		}
+	s.mu.Lock()
+	wake := time.Hour
+	if s.first(o, t.w) {
+		wake = time.Until(s.expires(o, time.Now()))
 	}
+	s.mu.Unlock()
+	timer := time.NewTimer(wake)
+	defer timer.Stop()
+	select {
+	case <-t.w.turn:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if err := t.d.check(ctx); err != nil {
+		return backend.Grant{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.first(o, t.w) {
+		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
+	}
+	now := time.Now()
+	g, err := s.grant(t.c, now)
+	if err == nil {
+		s.dequeue(o, t.w)
+		g.Sent = now
+	}
+	return g, err
+}
+
+// first reports whether w is first in o's queue.
+func (s *Store) first(o object, w *queued) bool {
+	q := s.queues[o]
+	return len(q) > 0 && q[0] == w
 }
 
 // Leave implements backend.Ticket; it works on a closed driver too, so
