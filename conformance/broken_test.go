@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 	"github.com/lockerhq/locker/memlock"
 )
 
@@ -48,22 +47,18 @@ var brokenVariants = map[string][]string{
 	"queue-leaks-entry": {"CancelLeavesNoEntry", "SemaphoreCancelLeavesNoEntry"},
 	// A native queue that claims FIFO but serves the newest waiter first.
 	"lifo-queue": {"FIFOWaiters", "SemaphoreFIFOWaiters"},
-	// A native queue whose grants do not say when the lock was taken, so a
+	// A native queue whose grants date from the waiter's joining, so a
 	// lock that was waited for longer than its TTL looks expired at once.
-	"unsent-queue": {"LongWaitKeepsLock"},
+	"queue-dates-grant-at-join": {"LongWaitKeepsLock"},
 	// Each client counts fences on its own, not in the store.
 	"per-client-fences": {"FencesIncrease", "FencesIncreaseAcrossExpiry", "SemaphoreFencesIncrease", "RWFencesIncrease"},
 	// TTLs go through int32 milliseconds: 1ns becomes 0 ("no expiry"), 30
 	// days overflows.
 	"int32-millis": {"BadInputTypedErrors"},
-	// A native queue whose grants never say that they waited, so the Client
-	// reports no contention.
-	"unreported-queue": {"WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
-	// A native queue whose grants always say that they waited.
-	"overreported-queue": {"WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
-	// A native queue that returns the first failure to reach the store.
+	// A native queue that reports a failure to reach the store as a
+	// refusal that no retry can cure.
 	"queue-fails-fast": {"WaitRidesOutStoreOutage"},
-	// A native queue that retries failures until its context ends.
+	// A native queue that, cut off from its store, claims to have looked.
 	"queue-ignores-budget": {"WaitGivesUpAfterFailureBudget"},
 	// Release leaves the name's entry behind (expired) for good.
 	"remembers-names": {"ForgetsReleasedNames"},
@@ -490,63 +485,105 @@ func (d *brokenDriver) Subscribe(ctx context.Context, key string) (<-chan struct
 	return ch, cancel, err
 }
 
-// queueDriver adds a native queue: waiters take turns by their place in it.
+// queueDriver adds a native queue (backend.Queuer): waiters take turns by
+// their place in it.
 type queueDriver struct{ *brokenDriver }
 
-var _ backend.Waiter = (*queueDriver)(nil)
+var _ backend.Queuer = (*queueDriver)(nil)
 
-func (d *queueDriver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+func (d *queueDriver) QueueModes() backend.ModeSet {
+	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
+}
+
+func (d *queueDriver) Enqueue(ctx context.Context, l backend.Claim) (backend.Grant, backend.Ticket, error) {
+	if d.down.Load() {
+		return backend.Grant{}, nil, errUnreachable
+	}
 	h := d.h
 	h.mu.Lock()
 	h.queues[l.Key] = append(h.queues[l.Key], l.Token)
 	h.mu.Unlock()
-	leave := func() {
-		h.mu.Lock()
-		h.queues[l.Key] = slices.DeleteFunc(h.queues[l.Key], func(t string) bool { return t == l.Token })
-		h.mu.Unlock()
+	t := &queueTicket{d: d, l: l, joined: time.Now()}
+	g, err := t.look(ctx)
+	switch {
+	case err == nil:
+		return g, nil, nil
+	case errors.Is(err, backend.ErrNotAcquired):
+		return backend.Grant{}, t, nil
 	}
-	var failing retry.Failing
-	for waited := false; ; waited = true {
-		h.mu.Lock()
-		q := h.queues[l.Key]
-		next := q[0]
-		if h.variant == "lifo-queue" {
-			next = q[len(q)-1]
-		}
-		h.mu.Unlock()
-		sent := time.Now()
-		var err error
-		if next == l.Token {
-			var g backend.Grant
-			g, err = d.TryAcquire(ctx, l)
-			if err == nil {
-				leave()
-				if h.variant != "unsent-queue" {
-					g.Sent = sent
-				}
-				g.Waited = waited && h.variant != "unreported-queue" || h.variant == "overreported-queue"
-				return g, nil
+	t.dequeue()
+	return backend.Grant{}, nil, err
+}
+
+// queueTicket is a waiter's place in a queueDriver's queue.
+type queueTicket struct {
+	d      *queueDriver
+	l      backend.Claim
+	joined time.Time
+}
+
+func (t *queueTicket) dequeue() {
+	h := t.d.h
+	h.mu.Lock()
+	h.queues[t.l.Key] = slices.DeleteFunc(h.queues[t.l.Key], func(x string) bool { return x == t.l.Token })
+	h.mu.Unlock()
+}
+
+// look takes the lock if the ticket is next.
+func (t *queueTicket) look(ctx context.Context) (backend.Grant, error) {
+	h, d := t.d.h, t.d
+	h.mu.Lock()
+	q := h.queues[t.l.Key]
+	next := q[0]
+	if h.variant == "lifo-queue" {
+		next = q[len(q)-1]
+	}
+	h.mu.Unlock()
+	sent := time.Now()
+	err := fmt.Errorf("broken: %w", backend.ErrNotAcquired)
+	if next == t.l.Token {
+		var g backend.Grant
+		if g, err = d.TryAcquire(ctx, t.l); err == nil {
+			t.dequeue()
+			g.Sent = sent
+			if h.variant == "queue-dates-grant-at-join" {
+				g.Sent = t.joined
 			}
-		} else if d.down.Load() {
+			return g, nil
+		}
+	}
+	if d.down.Load() {
+		switch h.variant {
+		case "queue-ignores-budget":
+			// Claims to have looked while the store is out of reach.
+			err = fmt.Errorf("broken: %w", backend.ErrNotAcquired)
+		case "queue-fails-fast":
+			err = fmt.Errorf("%w: %w", backend.ErrPermission, errUnreachable)
+		default:
 			err = errUnreachable // a real queue would lose its watch
 		}
-		switch {
-		case err == nil || errors.Is(err, backend.ErrNotAcquired):
-			failing.Ok()
-		case h.variant == "queue-ignores-budget":
-		case h.variant == "queue-fails-fast" || failing.Fail(sent, retry.Budget):
-			leave()
-			return backend.Grant{}, err
-		}
-		select {
-		case <-ctx.Done():
-			if h.variant != "queue-leaks-entry" {
-				leave()
-			}
-			return backend.Grant{}, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
-		}
 	}
+	return backend.Grant{}, err
+}
+
+func (t *queueTicket) Wait(ctx context.Context) (backend.Grant, error) {
+	select {
+	case <-ctx.Done():
+		return backend.Grant{}, ctx.Err()
+	case <-time.After(2 * time.Millisecond):
+	}
+	return t.look(ctx)
+}
+
+func (t *queueTicket) Leave(ctx context.Context) error {
+	if t.d.h.variant != "queue-leaks-entry" {
+		t.dequeue()
+	}
+	err := t.d.Release(ctx, t.l)
+	if errors.Is(err, backend.ErrNotHeld) {
+		return nil
+	}
+	return err
 }
 
 // Inspect adds the queue's length: the waiters behind the holder.
