@@ -468,7 +468,10 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		ret = fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
 	case err == nil:
 	case errors.Is(err, ErrNotHeld):
-		ret = fmt.Errorf("locker: release %q: %w: it expired or was taken over", h.name, err)
+		// Gone before this release, so lost while held: said as a
+		// refresh would say it.
+		h.report(LostGone, fmt.Errorf("locker: %q: %w: the release found it gone: it expired or was taken over", h.name, ErrLost), true)
+		ret = fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, h.err())
 	default:
 		ret = fmt.Errorf("locker: release %q: %w (it expires after its TTL)", h.name, err)
 	}

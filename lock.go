@@ -98,9 +98,14 @@ func (h *hold) deadline() time.Time {
 func (h *hold) lose(err error) { h.loseBy(LostReported, err) }
 
 // loseBy records that the lock is lost, once, and tells everyone listening.
-func (h *hold) loseBy(cause LostCause, err error) {
+func (h *hold) loseBy(cause LostCause, err error) { h.report(cause, err, false) }
+
+// report is loseBy; atRelease reports the loss even though h is released
+// (done): its release found it gone from the store, so it was lost while
+// held, and its holder learns so as from a refresh.
+func (h *hold) report(cause LostCause, err error, atRelease bool) {
 	h.mu.Lock()
-	if h.lostErr != nil || h.done {
+	if h.lostErr != nil || h.done && !atRelease {
 		h.mu.Unlock()
 		return
 	}
@@ -267,8 +272,10 @@ func (l *Lock) Err() error { return l.h.err() }
 func (l *Lock) Deadline() time.Time { return l.h.deadline() }
 
 // Refresh extends the lock to its TTL from now. It returns an error wrapping
-// ErrNotHeld when the store shows the lock gone (and Lost fires), and the
-// store's error when it cannot tell.
+// ErrNotHeld when the store shows the lock gone (and Lost fires), one
+// wrapping ErrLost as well when the lock's deadline passed before the
+// store answered (Lost has fired by then), and the store's error when it
+// cannot tell.
 func (l *Lock) Refresh(ctx context.Context) error {
 	h := l.h
 	if l.released.Load() {
@@ -284,16 +291,28 @@ func (l *Lock) Refresh(ctx context.Context) error {
 	}
 	// A refresh answered after the deadline comes too late to matter: the
 	// lock is declared lost then, whatever the store is doing.
-	ctx, cancel := context.WithDeadline(ctx, h.deadline())
+	dctx, cancel := context.WithDeadline(ctx, h.deadline())
 	defer cancel()
-	return h.c.refresh(ctx, h)
+	err = h.c.refresh(dctx, h)
+	if err == nil || ctx.Err() != nil || dctx.Err() == nil {
+		return err
+	}
+	// Cut by the lock's own deadline, which the caller did not set: past
+	// it the lock is lost, unless a confirmation meanwhile moved it on.
+	// Either way the deadline's error is not the caller's to see.
+	if lost := h.err(); lost != nil {
+		return fmt.Errorf("locker: refresh %q: %w: %w", h.name, ErrNotHeld, lost)
+	}
+	return fmt.Errorf("locker: refresh %q: no answer from the store before the lock's deadline, which another refresh has since moved on", h.name)
 }
 
 // Release frees the lock, or for a re-entrant Lock one level of it: the
 // store frees the lock at the outermost Release. A second Release of the
 // same Lock, or a Release after the lock was lost, returns an error wrapping
-// ErrNotHeld. When the store cannot be reached, the error says so and the
-// lock expires after its TTL.
+// ErrNotHeld. A Release that finds the lock gone from the store (expired,
+// broken or taken over) reports the loss as a refresh would: Lost fires
+// before it returns, and its error wraps ErrLost too. When the store
+// cannot be reached, the error says so and the lock expires after its TTL.
 func (l *Lock) Release(ctx context.Context) error {
 	h := l.h
 	if !l.released.CompareAndSwap(false, true) {

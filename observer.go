@@ -124,8 +124,9 @@ type DoDoneEvent struct {
 type LostCause uint8
 
 const (
-	// LostGone: the store showed the lock gone or another's (a refresh
-	// found it so): it expired there, or was taken over or deleted.
+	// LostGone: the store showed the lock gone or another's (a refresh,
+	// or the holder's release, found it so): it expired there, or was
+	// taken over or deleted.
 	LostGone LostCause = iota
 	// LostExpired: its TTL or session timeout ran out, judged from this
 	// side, before a refresh or the session was confirmed.

@@ -121,7 +121,11 @@ type Driver interface {
 	// It returns ErrNotAcquired (possibly wrapped) when another token holds
 	// the key, and any other error when it cannot tell (network, server).
 	// A lock whose TTL has run out counts as free. On an error, the driver
-	// leaves nothing behind that could keep the key held.
+	// leaves nothing behind that could keep the key held, by the time it
+	// returns: a call whose ctx ended undoes what it may have written
+	// (within CancelGrace), and a request it stopped waiting for must not
+	// be applied after that undo (the conformance case
+	// CancelledAcquireLeavesNameFree checks it).
 	TryAcquire(ctx context.Context, c Claim) (Grant, error)
 
 	// Refresh extends the lock to c.TTL from now if, and only if, c.Token

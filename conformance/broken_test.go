@@ -43,6 +43,10 @@ var brokenVariants = map[string][]string{
 	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
 	// TryAcquire on a held lock ignores its context for seconds.
 	"ignores-context": {"CancelReturnsPromptly"},
+	// A TryAcquire whose caller gives up while its request is on the wire
+	// returns at once, and the request lands later: after the Client's
+	// release of what the call may have left, which overtakes it.
+	"lands-late": {"CancelledAcquireLeavesNameFree"},
 	// A native queue that forgets to remove a cancelled waiter's entry.
 	"queue-leaks-entry": {"CancelLeavesNoEntry", "SemaphoreCancelLeavesNoEntry"},
 	// A native queue that claims FIFO but serves the newest waiter first.
@@ -181,6 +185,7 @@ type brokenHarness struct {
 	seen    map[string]backend.State // inspect-stale: the first state read
 	granted map[string][]string      // tokens holding each semaphore or read-write lock
 	kept    map[string]bool          // release-keeps-lock: tokens whose release kept the lock
+	flying  map[string]backend.Claim // lands-late: acquisitions on the wire, by token
 	keepMu  sync.Mutex               // release-keeps-lock: orders refreshes with the release's
 }
 
@@ -194,6 +199,7 @@ func newBrokenHarness(variant string) Harness {
 		seen:    map[string]backend.State{},
 		granted: map[string][]string{},
 		kept:    map[string]bool{},
+		flying:  map[string]backend.Claim{},
 	}
 	if h.queued() {
 		return queueHarness{h}
@@ -307,6 +313,16 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 			l.TTL = time.Nanosecond
 		default:
 			l.TTL = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if d.h.variant == "lands-late" && ctx.Err() == nil {
+		t := time.NewTimer(landsLateFlight)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			d.fly(l)
+			return backend.Grant{}, ctx.Err()
 		}
 	}
 	g, err := d.Driver.TryAcquire(ctx, l)
@@ -467,8 +483,39 @@ func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
 		l.TTL = time.Hour
 		d.Driver.Refresh(ctx, l)
 		return nil
+	case "lands-late":
+		err := d.Driver.Release(ctx, l)
+		d.land(l.Token) // the request on the wire, overtaken
+		return err
 	}
 	return d.Driver.Release(ctx, l)
+}
+
+// landsLateFlight is how long a lands-late request is on the wire; it
+// lands at most landsLateLater after its caller gave up.
+const (
+	landsLateFlight = time.Millisecond
+	landsLateLater  = 5 * time.Millisecond
+)
+
+// fly puts l's acquisition on the wire: it lands at the next Release for
+// its token, after that release, or landsLateLater from now.
+func (d *brokenDriver) fly(l backend.Claim) {
+	d.h.mu.Lock()
+	d.h.flying[l.Token] = l
+	d.h.mu.Unlock()
+	time.AfterFunc(landsLateLater, func() { d.land(l.Token) })
+}
+
+// land applies the acquisition of token still on the wire, if any.
+func (d *brokenDriver) land(token string) {
+	d.h.mu.Lock()
+	l, ok := d.h.flying[token]
+	delete(d.h.flying, token)
+	d.h.mu.Unlock()
+	if ok {
+		d.Driver.TryAcquire(context.Background(), l)
+	}
 }
 
 func (d *brokenDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {

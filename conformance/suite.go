@@ -37,6 +37,7 @@ var cases = []testCase{
 	{"LongWaitKeepsLock", false, (*suite).longWait},
 	{"CancelReturnsPromptly", false, (*suite).cancelPrompt},
 	{"CancelLeavesNoEntry", false, (*suite).cancelNoEntry},
+	{"CancelledAcquireLeavesNameFree", false, (*suite).cancelCrossed},
 	{"ExpiresAfterTTL", false, (*suite).expiresAfterTTL},
 	{"LostBeforeTakeover", false, (*suite).lostBeforeTakeover},
 	{"OldHolderCannotTouchNewHolder", false, (*suite).oldHolder},

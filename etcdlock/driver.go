@@ -300,7 +300,7 @@ var errRequeue = errors.New("entry lost while queued")
 // try puts s's entry if no entry is under over (the lock's or the
 // read-write lock's directory), in one transaction.
 func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
-	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
+	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
@@ -335,12 +335,13 @@ func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
 }
 
 // drop deletes the entry of an acquisition that failed with err, or, when
-// err says etcd has been out of reach for the whole failure budget, leaves
-// it to the background sweep at once rather than wait for etcd again: the
-// sweep deletes it at the next keep-alive that gets through, or it goes
-// with its lease.
+// err says etcd has been out of reach for the whole failure budget or did
+// not answer within the grace of a caller who gave up (errUnsettled),
+// leaves it to the background sweep at once rather than wait for etcd
+// again: the sweep deletes it at the next keep-alive that gets through,
+// or it goes with its lease.
 func (d *Driver) drop(ctx context.Context, s *slot, rev int64, err error) {
-	if !resendable(err) {
+	if !resendable(err) && !errors.Is(err, errUnsettled) {
 		d.remove(ctx, s, rev)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -35,7 +36,7 @@ func (d *Driver) enqueue(ctx context.Context, run *retry.Failing, s *slot, l bac
 	// if any; for a semaphore, the limit oldest). Retried, it finds our
 	// entry already there.
 	w.broken = d.brokenConn()
-	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
+	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -442,4 +443,40 @@ func transient(err error) bool {
 	// A leader that is handing over leadership drops proposals, and etcd
 	// passes raft's error on without a code of its own.
 	return ok && (s.Code() == codes.Unavailable || strings.Contains(s.Message(), "raft proposal dropped"))
+}
+
+// errUnsettled is a transaction that may have put an entry and was not
+// answered within CancelGrace after its caller gave up.
+var errUnsettled = fmt.Errorf("no answer from etcd within %v after the caller gave up", backend.CancelGrace)
+
+// putRun is txnRun for a transaction that may put an entry: an attempt in
+// flight when ctx ends is answered, not abandoned, for up to CancelGrace
+// (further attempts may go meanwhile), so that the caller learns whether
+// its entry exists and can delete it before it returns. Abandoned, it
+// could still be applied after that delete: etcd proposes each request
+// from a goroutine of its own, so a delete sent later may be applied
+// first, and the entry would then hold the name for nobody, its lease
+// kept alive by the driver's other locks. An attempt still unanswered
+// after the grace returns errUnsettled: its entry, if any, is left to the
+// background sweep (see drop), not waited for again.
+func (d *Driver) putRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var unsettled atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(backend.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			unsettled.Store(true)
+			cancel()
+		case <-sctx.Done():
+		}
+	})
+	defer stop()
+	resp, _, err := d.txnRun(sctx, run, build)
+	if err != nil && unsettled.Load() {
+		return nil, fmt.Errorf("%w: %w", errUnsettled, context.Cause(ctx))
+	}
+	return resp, err
 }

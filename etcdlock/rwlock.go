@@ -18,7 +18,7 @@ import (
 // tryRead puts s's entry if no writer holds the key or waits for it, in
 // one transaction.
 func (d *Driver) tryRead(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, writers string) (backend.Grant, error) {
-	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
+	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(writers), "=", 0).WithPrefix(),
 				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).

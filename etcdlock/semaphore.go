@@ -61,7 +61,7 @@ func limitMismatch(held, asked int) error {
 func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
 	first := clientv3.OpGet(s.dir, clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(l.Limit)))
-	resp, _, err := d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn {
+	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		// Retried after an attempt that was applied, it finds our entry
 		// there and does not write it again.
 		return d.cli.Txn(ctx).

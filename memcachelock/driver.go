@@ -396,28 +396,12 @@ func (d *Driver) claimHolder(ctx context.Context, item *memcache.Item, token str
 }
 
 // cleanup frees what an acquisition that fails may have stored, if it is
-// still ours. Best effort: if the server cannot be reached either, the item
-// expires after its TTL.
-//
-// It runs in the background, entered in the gate so that Close waits for
-// it: on a dead connection it takes a whole Timeout, which the caller, who
-// may have given up, does not wait for. Once Close has begun, the caller
-// runs it, within its own call that Close waits for.
-func (d *Driver) cleanup(l backend.Claim) { d.dropLater(lockKey(l.Key), l.Token, "lock") }
-
-// dropLater is cleanup for any item key that token may hold.
-func (d *Driver) dropLater(key, token, what string) {
-	// Not ended by Close: the item would hold the name until its TTL.
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil {
-		_ = d.drop(context.Background(), "release", what, key, token)
-		return
-	}
-	go func() {
-		defer done()
-		_ = d.drop(context.Background(), "release", what, key, token)
-	}()
-}
+// still ours, before the call returns: a caller that gave up as its add
+// was answered, and tries again at once or is another process, finds the
+// name free. It waits at most CancelGrace (backOut); on a dead connection
+// the rest goes on in the background. Best effort: if the server cannot
+// be reached either, the item expires after its TTL.
+func (d *Driver) cleanup(l backend.Claim) { d.backOutItem(lockKey(l.Key), l.Token, "lock") }
 
 // nextFence draws the fencing token for a holder of key: incr on the key's
 // counter, seeded from the clock when missing.

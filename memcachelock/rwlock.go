@@ -103,7 +103,7 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	wk, qk := base+"w", base+"q"
 	won, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
 	if err != nil {
-		d.dropLater(wk, c.Token, "writer")
+		d.backOutItem(wk, c.Token, "writer")
 		return backend.Grant{}, err
 	}
 	if !won {

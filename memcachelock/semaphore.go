@@ -122,17 +122,20 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 // a dead connection a round trip takes the client's timeout, and the
 // caller's context may have ended; the rest goes on in the background,
 // entered in the gate so that Close waits for it.
-func (d *Driver) backOut(key, token string) {
+func (d *Driver) backOut(key, token string) { d.backOutItem(key, token, "slot") }
+
+// backOutItem is backOut for any item key that token may hold.
+func (d *Driver) backOutItem(key, token, what string) {
 	_, done, err := d.gate.Enter(context.Background())
 	if err != nil { // closing: within the caller's call, which Close awaits
-		_ = d.drop(context.Background(), "release", "slot", key, token)
+		_ = d.drop(context.Background(), "release", what, key, token)
 		return
 	}
 	fin := make(chan struct{})
 	go func() {
 		defer done()
 		defer close(fin)
-		_ = d.drop(context.Background(), "release", "slot", key, token)
+		_ = d.drop(context.Background(), "release", what, key, token)
 	}()
 	t := time.NewTimer(backend.CancelGrace)
 	defer t.Stop()

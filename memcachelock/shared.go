@@ -80,7 +80,7 @@ func (d *Driver) touch(key string, exp int32) error {
 func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
 	won, err := d.claim(ctx, &memcache.Item{Key: keys[pref], Value: value, Expiration: exp}, token)
 	if err != nil {
-		d.dropLater(keys[pref], token, "slot")
+		d.backOut(keys[pref], token)
 		return -1, err
 	}
 	if won {
@@ -110,7 +110,7 @@ func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref in
 		}
 		won, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
 		if err != nil {
-			d.dropLater(keys[i], token, "slot")
+			d.backOut(keys[i], token)
 			return -1, err
 		}
 		if won {
