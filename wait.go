@@ -201,21 +201,11 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 // leaveQueue takes t out of its queue, within CancelGrace of the caller's
 // giving up, and finishes in the background after that.
 func (c *Client) leaveQueue(ctx context.Context, t backend.Ticket) {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
-	done := make(chan struct{})
-	c.bg.Add(1)
-	go func() {
-		defer c.bg.Done()
+	c.within(time.Now().Add(backend.CancelGrace), func() {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeReleaseTimeout)
 		defer cancel()
 		_ = t.Leave(lctx)
-		close(done)
-	}()
-	grace := time.NewTimer(backend.CancelGrace)
-	defer grace.Stop()
-	select {
-	case <-done:
-	case <-grace.C:
-	}
+	})
 }
 
 // subscribe subscribes to key's release notifications, and returns a nil
