@@ -280,9 +280,6 @@ func (c *Client) Close() error {
 		}()
 	}
 	releases.Wait()
-	// A call abandoned by its caller may still bring back a grant, which
-	// its undo releases: give those a moment before the driver closes.
-	waitAtMost(&c.bg, backend.CancelGrace)
 	err := c.drv.Close()
 	// Closing the driver ends the calls that outlived their contexts; a
 	// driver that breaks that promise must not hang Close.
