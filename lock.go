@@ -76,13 +76,7 @@ func (h *hold) lock() backend.Claim {
 }
 
 // ownerKey is where c.owned keeps h, when h has an owner.
-func (h *hold) ownerKey() ownerKey {
-	obj := h.mode
-	if obj == backend.Write {
-		obj = backend.Read
-	}
-	return ownerKey{h.key, h.owner, obj}
-}
+func (h *hold) ownerKey() ownerKey { return ownerKey{objectOf(h.key, h.mode), h.owner} }
 
 // deadline is when the store may free h, judged from our side.
 func (h *hold) deadline() time.Time {

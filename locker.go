@@ -49,12 +49,11 @@ type Client struct {
 	turns map[object]*turnstile // this Client's waiters, per object (turnstile.go)
 }
 
-// ownerKey finds an owner's hold on one object: a read-write lock's
-// readers and writer share the object (Read's), so that an owner cannot
-// hold both sides.
+// ownerKey finds an owner's hold on one object (a read-write lock's
+// readers and writer share one, so that an owner cannot hold both sides).
 type ownerKey struct {
-	key, owner string
-	object     backend.Mode // Exclusive, Permit or Read
+	object
+	owner string
 }
 
 // New returns a Client that uses drv, built from a store client the caller
