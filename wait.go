@@ -166,6 +166,7 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			st.attempts++
 			if errors.Is(err, ErrNotAcquired) {
 				failing.Ok() // it looked: the store answers
+				b.Reset()
 				continue
 			}
 			if err == nil {
@@ -179,6 +180,9 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			if errors.Is(err, backend.ErrRequeue) {
 				t = nil // gone, with nothing to leave
 			}
+			// Wait blocks before it looks: its failure is as old as its
+			// return, not its call.
+			start = time.Now()
 		}
 		if ctx.Err() == nil && !backend.Permanent(err) && !failing.Fail(start, retry.Budget) {
 			// A blip in reaching the store does not end the wait.

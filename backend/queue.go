@@ -16,10 +16,13 @@ type Queuer interface {
 	// QueueModes are the modes whose claims queue.
 	QueueModes() ModeSet
 
-	// Enqueue puts c at the back of c.Key's queue. When c may go ahead at
-	// once, it takes c.Key and returns its Grant and a nil Ticket. On an
-	// error it leaves nothing behind that could keep the key held or
-	// others waiting.
+	// Enqueue puts c at the back of c.Key's queue. Whenever c may go
+	// ahead at once (the key is free, or a permit or a read is open to it
+	// past the entries ahead), it takes c.Key and returns its Grant and a
+	// nil Ticket. An error with a nil Ticket leaves nothing behind that
+	// could keep the key held or others waiting; an error with a Ticket
+	// says the entry was made but the look after it failed, and is treated
+	// as that Ticket's Wait's error.
 	Enqueue(ctx context.Context, c Claim) (Grant, Ticket, error)
 }
 
@@ -31,8 +34,8 @@ type Ticket interface {
 	// key; ErrNotAcquired (possibly wrapped) when it looked and the turn
 	// has not come (the locker package calls it again at once: each call
 	// is one look, and blocks first); ErrRequeue (possibly wrapped) when
-	// the entry is gone, with its session (the locker package enqueues
-	// again). Any other error means that Wait could not reach the store:
+	// the entry is gone, with its session, or was never confirmed (the
+	// locker package enqueues again). Any other error means that Wait could not reach the store:
 	// the entry stays, and the locker package calls Wait again after a
 	// backoff, or Leave once its failure budget is spent. Wait must not
 	// block on a dead connection: it returns an error within its store's

@@ -75,8 +75,9 @@ type Quorum struct {
 // answered when it succeeded: a release sent to one of them can overtake
 // the acquisition on another connection and leave its grant behind.
 type acquisition struct {
-	pending atomic.Int64 // servers yet to answer
-	servers []straggler  // by server
+	pending atomic.Int64  // servers yet to answer
+	servers []straggler   // by server
+	settled chan struct{} // closed when the last of them has been dealt with
 }
 
 // straggler is one server's answer to an acquisition, for a Release that
@@ -385,7 +386,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	// A server that grants after the attempt was given up, or after the
 	// lock it won was released (its request can reach the server after the
 	// release's, on another connection), releases it at once.
-	st := &acquisition{servers: make([]straggler, len(q.deps))}
+	st := &acquisition{servers: make([]straggler, len(q.deps)), settled: make(chan struct{})}
 	late := func(i int, r result) {
 		<-outcome
 		mayHold := r.ok || r.err != nil
@@ -396,6 +397,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		}
 		if st.pending.Add(-1) == 0 {
 			q.forget(l.Token, st)
+			close(st.settled)
 		}
 	}
 	// A server that has not answered by the end of the validity is of no
@@ -429,9 +431,26 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		}
 	}
 	st.pending.Store(unanswered)
+	if unanswered == 0 {
+		close(st.settled)
+	}
 	fail := func(split bool, err error) (backend.Grant, bool, error) {
-		q.abandon(ctx, l, value, res)
+		undone := q.abandon(ctx, l, value, res)
 		settle(false)
+		if ctx.Err() != nil {
+			// The caller gave up: what its requests granted, as it did or
+			// after, is undone before it hears so, within CancelGrace (the
+			// rest in the background).
+			wait := time.NewTimer(backend.CancelGrace)
+			defer wait.Stop()
+			for _, ch := range []<-chan struct{}{undone, st.settled} {
+				select {
+				case <-ch:
+				case <-wait.C:
+					return backend.Grant{}, false, err
+				}
+			}
+		}
 		return backend.Grant{}, split, err
 	}
 	if granted < q.quorum {
@@ -441,6 +460,10 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			q.noteDenied(l.Key, time.Now())
 			return fail(granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
 				backend.ErrNotAcquired, granted, len(q.deps), q.quorum))
+		}
+		if ctx.Err() != nil {
+			return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers had answered)",
+				context.Cause(ctx), granted+denied, len(q.deps)))
 		}
 		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
 			granted+denied, len(q.deps), q.quorum, q.errSummary(res)))
@@ -508,9 +531,11 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 
 // abandon releases a failed acquisition: at once on the servers that
 // granted it, in the background on those that failed to answer (they may
-// have granted it); those that had not answered yet release when they do.
-func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) {
-	var wg sync.WaitGroup
+// have granted it; undone is closed when they are done); those that had
+// not answered yet release when they do.
+func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) (undone <-chan struct{}) {
+	var wg, bg sync.WaitGroup
+	background := false
 	for i, r := range res {
 		switch {
 		case r.answered && r.ok && r.err == nil:
@@ -525,7 +550,10 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 				q.deps[i].cleanup(ctx, l, value) // closing: no background left
 				continue
 			}
+			bg.Add(1)
+			background = true
 			go func() {
+				defer bg.Done()
 				defer done()
 				// The cleanup ignores ctx; Close cuts its reads.
 				defer q.deps[i].in.watch(closing).stop()
@@ -534,6 +562,13 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 		}
 	}
 	wg.Wait()
+	ch := make(chan struct{})
+	if !background {
+		close(ch)
+		return ch
+	}
+	go func() { bg.Wait(); close(ch) }()
+	return ch
 }
 
 // Refresh implements backend.Driver: it extends the lock on every server

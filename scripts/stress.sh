@@ -31,6 +31,7 @@ flaky=(
 	". ^TestErrPast(Session)?DeadlineWithoutWatchdog$"
 	"./zklock ^TestConformance$/Single/Parallel/RWWaitersWake"
 	"./memcachelock ^TestConformance$/Parallel/CancelLeavesNoEntry"
+	"./redislock ^TestConformanceQuorum$/Parallel/CancelledAcquireLeavesNameFree"
 )
 
 pids=()
