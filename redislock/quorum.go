@@ -284,21 +284,53 @@ func (q *Quorum) decidedBy(ok, notOK int) bool {
 	return ok >= q.quorum || notOK > len(q.deps)-q.quorum
 }
 
-// errSummary lists the servers' errors and silences, for a message that
-// says what failed.
-func (q *Quorum) errSummary(res []result) string {
-	var parts []string
+// ServerError is one quorum server's failure: an error, or no answer in
+// time (Err is then ErrNoAnswer). A quorum's error that names servers
+// wraps one per server, for errors.As. It does not unwrap to Err: one
+// server's error (a permission refused, a closed connection) is not the
+// quorum's, whose verdict is the wrapping error's own.
+type ServerError struct {
+	Addr string
+	Err  error
+}
+
+func (e *ServerError) Error() string {
+	if strings.Contains(e.Err.Error(), e.Addr) {
+		return e.Err.Error() // a dial error names the server already
+	}
+	return e.Addr + ": " + e.Err.Error()
+}
+
+// ErrNoAnswer is a quorum server's silence: it had not answered when the
+// others' answers decided the request, or in time.
+var ErrNoAnswer = errors.New("no answer in time")
+
+// serverErrors are the servers' failures in one request.
+type serverErrors []error
+
+func (es serverErrors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (es serverErrors) Unwrap() []error { return es }
+
+// errSummary is the servers' errors and silences, for an error that says
+// what failed.
+func (q *Quorum) errSummary(res []result) error {
+	var es serverErrors
 	for i, r := range res {
 		switch {
 		case !r.answered:
-			parts = append(parts, fmt.Sprintf("%s: no answer in time", q.addrs[i]))
-		case r.err != nil && strings.Contains(r.err.Error(), q.addrs[i]):
-			parts = append(parts, r.err.Error()) // a dial error names the server already
+			es = append(es, &ServerError{q.addrs[i], ErrNoAnswer})
 		case r.err != nil:
-			parts = append(parts, fmt.Sprintf("%s: %v", q.addrs[i], r.err))
+			es = append(es, &ServerError{q.addrs[i], r.err})
 		}
 	}
-	return strings.Join(parts, "; ")
+	return es
 }
 
 func count(res []result) (ok, notOK int) {
@@ -465,7 +497,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers had answered)",
 				context.Cause(ctx), granted+denied, len(q.deps)))
 		}
-		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %s",
+		return fail(false, fmt.Errorf("redislock: quorum: try-acquire: only %d of %d servers answered, %d needed: %w",
 			granted+denied, len(q.deps), q.quorum, q.errSummary(res)))
 	}
 
@@ -497,7 +529,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 				switch {
 				case err != nil:
 					if raiseErr == nil {
-						raiseErr = fmt.Errorf("%s: %w", q.addrs[i], err)
+						raiseErr = &ServerError{q.addrs[i], err}
 					}
 				case ok:
 					confirmed++
@@ -605,7 +637,7 @@ func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time,
 	case ctx.Err() != nil:
 		return fmt.Errorf("redislock: quorum: refresh: %w", context.Cause(ctx))
 	default:
-		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %s", ok, len(q.deps), q.quorum, q.errSummary(res))
+		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 }
 
@@ -679,7 +711,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("redislock: quorum: release: %w", context.Cause(ctx))
 	default:
-		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %s", ok, len(q.deps), q.quorum, q.errSummary(res))
+		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 }
 
@@ -727,7 +759,7 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}, func(ok, _ int) bool { return ok >= q.quorum }, nil)
 	if ok, _ := count(res); ok < q.quorum {
 		cancel()
-		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %d of %d servers confirmed, %d needed: %s", ok, len(q.deps), q.quorum, q.errSummary(res))
+		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 	return ch, cancel, nil
 }

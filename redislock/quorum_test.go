@@ -73,6 +73,11 @@ func TestQuorumThreeDown(t *testing.T) {
 		if !strings.Contains(err.Error(), "only 2 of 5 servers answered, 3 needed") {
 			t.Fatalf("error %q does not say that too few servers answered", err)
 		}
+		// Each silent server is named, typed: the first is the third.
+		var se *ServerError
+		if !errors.As(err, &se) || se.Addr != addrs[2] || se.Err == nil {
+			t.Fatalf("error %q: errors.As found %+v, want the third server's ServerError", err, se)
+		}
 		t.Logf("error: %v", err)
 		for i, a := range admins {
 			if n, err := a.Exists(ctx, keysFor(key).lock).Result(); err != nil || n != 0 {
