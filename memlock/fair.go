@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -28,9 +27,6 @@ func NewFair(s *Store) (*FairDriver, error) {
 
 var _ backend.Queuer = (*FairDriver)(nil)
 
-// queued is a waiter's entry; turn wakes it when it may be first.
-type queued struct{ turn chan struct{} }
-
 // QueueModes implements backend.Queuer: every mode queues.
 func (d *FairDriver) QueueModes() backend.ModeSet {
 	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
@@ -51,56 +47,48 @@ func (d *FairDriver) Enqueue(ctx context.Context, c backend.Claim) (backend.Gran
 			return g, nil, err
 		}
 	}
-	w := &queued{turn: make(chan struct{}, 1)}
-	s.queues[o] = append(s.queues[o], w)
-	return backend.Grant{}, &ticket{d, c, w}, nil
+	t := &ticket{d, c, make(chan struct{}, 1)}
+	s.queues[o] = append(s.queues[o], t)
+	return backend.Grant{}, t, nil
 }
 
+// ticket is a waiter's entry; turn wakes it when it may be first.
 type ticket struct {
-	d *FairDriver
-	c backend.Claim
-	w *queued
+	d    *FairDriver
+	c    backend.Claim
+	turn chan struct{}
 }
 
-// Wait implements backend.Ticket: the first waiter looks when woken by a
-// release or at a holder's expiry, which frees the object unannounced.
+// Wait implements backend.Ticket: a waiter looks when a release wakes
+// it, and every recheck, since a holder that expires frees the object
+// unannounced.
 func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
-	s, o := t.d.s, objectOf(t.c)
-	s.mu.Lock()
-	wake := time.Hour
-	if s.first(o, t.w) {
-		wake = time.Until(s.expires(o, time.Now()))
-	}
-	s.mu.Unlock()
-	timer := time.NewTimer(wake)
+	timer := time.NewTimer(recheck)
 	defer timer.Stop()
 	select {
-	case <-t.w.turn:
+	case <-t.turn:
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	if err := t.d.check(ctx); err != nil {
 		return backend.Grant{}, err
 	}
+	s, o := t.d.s, objectOf(t.c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.first(o, t.w) {
+	if s.queues[o][0] != t {
 		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 	}
 	now := time.Now()
 	g, err := s.grant(t.c, now)
 	if err == nil {
-		s.dequeue(o, t.w)
+		s.dequeue(o, t)
 		g.Sent = now
 	}
 	return g, err
 }
 
-// first reports whether w is first in o's queue.
-func (s *Store) first(o object, w *queued) bool {
-	q := s.queues[o]
-	return len(q) > 0 && q[0] == w
-}
+const recheck = 20 * time.Millisecond
 
 // Leave implements backend.Ticket; it works on a closed driver too, so
 // that nobody waits behind the entry.
@@ -108,50 +96,8 @@ func (t *ticket) Leave(context.Context) error {
 	s := t.d.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dequeue(objectOf(t.c), t.w)
+	s.dequeue(objectOf(t.c), t)
 	// Whatever reached the entry: a release checks the token.
 	_ = s.release(t.c, time.Now())
 	return nil
-}
-
-// expires is when a holder of o expires next, or the waiting writer's
-// record: a moment at which o may become free unannounced.
-func (s *Store) expires(o object, now time.Time) time.Time {
-	if o.kind == backend.Exclusive {
-		e, _ := s.held(o.key, now)
-		return e.expires
-	}
-	next := now.Add(time.Hour)
-	if sh := s.live(o, now); sh != nil {
-		for _, e := range sh.holders {
-			if e.expires.Before(next) {
-				next = e.expires
-			}
-		}
-		if sh.waiting != "" && sh.until.Before(next) {
-			next = sh.until
-		}
-	}
-	return next
-}
-
-// dequeue removes w from o's queue and wakes the new first waiter.
-func (s *Store) dequeue(o object, w *queued) {
-	q := slices.DeleteFunc(s.queues[o], func(x *queued) bool { return x == w })
-	if len(q) == 0 {
-		delete(s.queues, o)
-		return
-	}
-	s.queues[o] = q
-	s.wakeFirst(o)
-}
-
-// wakeFirst wakes o's first waiter, if any.
-func (s *Store) wakeFirst(o object) {
-	if q := s.queues[o]; len(q) > 0 {
-		select {
-		case q[0].turn <- struct{}{}:
-		default:
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package memlock
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +20,7 @@ type Store struct {
 	// waiting writer.
 	objects map[object]*shared
 	// queues are the waiters of FairDrivers, per name (fair.go).
-	queues map[object][]*queued
+	queues map[object][]*ticket
 }
 
 type entry struct {
@@ -35,7 +36,7 @@ func NewStore() *Store {
 		locks:   map[string]entry{},
 		subs:    map[string]map[chan struct{}]struct{}{},
 		objects: map[object]*shared{},
-		queues:  map[object][]*queued{},
+		queues:  map[object][]*ticket{},
 	}
 }
 
@@ -105,6 +106,27 @@ func (s *Store) notify(key string) {
 	for ch := range s.subs[key] {
 		select {
 		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// dequeue removes t from o's queue and wakes the new first waiter.
+func (s *Store) dequeue(o object, t *ticket) {
+	q := slices.DeleteFunc(s.queues[o], func(x *ticket) bool { return x == t })
+	if len(q) == 0 {
+		delete(s.queues, o)
+		return
+	}
+	s.queues[o] = q
+	s.wakeFirst(o)
+}
+
+// wakeFirst wakes o's first waiter, if any.
+func (s *Store) wakeFirst(o object) {
+	if q := s.queues[o]; len(q) > 0 {
+		select {
+		case q[0].turn <- struct{}{}:
 		default:
 		}
 	}
