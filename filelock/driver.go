@@ -103,8 +103,8 @@ func DefaultDir() string {
 // older versions counted).
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		// A Waiter's writer records itself only while it waits (Acquire):
-		// the locker package withdraws no failed try's record then.
+		// A queued writer records itself only while it waits (its
+		// Ticket): the locker package withdraws no failed try's record.
 		return d.tryShared(ctx, l, !queuesWaiters)
 	}
 	var g backend.Grant

@@ -5,23 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/measure"
-	"github.com/lockerhq/locker/internal/retry"
 	"golang.org/x/sys/unix"
 )
 
 // On Linux the driver queues waiters (queue.go) and the kernel wakes them:
-// backend.Waiter. Elsewhere the locker package polls.
-var _ backend.Waiter = (*Driver)(nil)
+// backend.Queuer. Elsewhere the locker package polls.
+var _ backend.Queuer = (*Driver)(nil)
 
-// queuesWaiters says that the driver is a backend.Waiter.
+// queuesWaiters says that the driver is a backend.Queuer.
 const queuesWaiters = true
 
 // waitCap bounds a queued waiter's sleep without a wake-up: it then looks
@@ -29,10 +26,7 @@ const queuesWaiters = true
 // taking it (the others are not told), or an expired holder.
 const waitCap = 250 * time.Millisecond
 
-// errWait is a turn's answer when the caller must wait.
-var errWait = errors.New("wait")
-
-// waiter is one blocked Acquire's place in the queue: its ticket, its
+// waiter is one lockTicket's place in the queue: its ticket, its
 // flocked file, and the inotify instance that hears its wake-up.
 type waiter struct {
 	ticket  uint64
@@ -111,66 +105,99 @@ func (nt *notifier) drain() {
 	}
 }
 
-// Acquire implements backend.Waiter: the lock is taken at once when it is
-// free and nobody is queued; otherwise the caller queues and sleeps until
-// its turn comes (woken by the kernel), the holder's TTL runs out, or ctx
-// ends. A waiter leaves its queue place (and its file) whatever way it
-// returns; killed, its place is passed over.
-func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+// QueueModes implements backend.Queuer. A lock's waiters queue in its
+// file (queue.go); a semaphore's or a read-write lock's have no order:
+// their ticket is a watch on the object's file (watchTicket).
+func (d *Driver) QueueModes() backend.ModeSet {
+	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
+}
+
+// Enqueue implements backend.Queuer: the lock is taken at once when it is
+// free and nobody is queued; otherwise the caller queues, and its ticket
+// sleeps until its turn comes (woken by the kernel), the holder's TTL
+// runs out, or waitCap passes. Killed, a waiter's place is passed over.
+func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
 	if c.Mode != backend.Exclusive {
-		return d.pollShared(ctx, c)
+		return d.enqueueShared(ctx, c)
 	}
 	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, nil, fmt.Errorf("filelock: %w", err)
+	}
+	defer leave()
+	t := &lockTicket{d: d, c: c}
+	g, err := t.look(ctx)
+	switch {
+	case err == nil:
+		return g, nil, nil
+	case errors.Is(err, backend.ErrNotAcquired):
+		return backend.Grant{}, t, nil
+	case t.w != nil:
+		// The ticket's file was made, and the record's write failed.
+		return backend.Grant{}, t, err
+	}
+	return backend.Grant{}, nil, err
+}
+
+// lockTicket is a lock's waiter: its place in the lock file's queue.
+type lockTicket struct {
+	d     *Driver
+	c     backend.Claim
+	w     *waiter       // nil once dropped (a grant, or a failed look)
+	until time.Duration // the longest sleep before the next look
+}
+
+// Wait implements backend.Ticket.
+func (t *lockTicket) Wait(ctx context.Context) (backend.Grant, error) {
+	ctx, leave, err := t.d.gate.Enter(ctx)
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("filelock: %w", err)
 	}
 	defer leave()
-	var w *waiter
-	defer func() {
-		if w != nil {
-			d.leaveQueue(ctx, c.Key, w)
-		}
-	}()
-	b := retry.Backoff{Min: 2 * time.Millisecond, Max: waitCap}
-	var failing retry.Failing
-	waited := false
-	for {
-		sent := time.Now()
-		d.tries.Add(1)
-		g, until, err := d.turn(ctx, c, &w)
-		switch {
-		case err == nil:
-			g.Sent, g.Waited = sent, waited
-			return g, nil
-		case errors.Is(err, errWait):
-			waited = true // queued: it gets its turn after others
-			failing.Ok()
-			if err := w.sleep(ctx, until, &d.woken); err != nil {
-				return backend.Grant{}, err
-			}
-		case ctx.Err() != nil:
-			return backend.Grant{}, ctx.Err()
-		case backend.Permanent(err) || failing.Fail(sent, backend.StoreFailureBudget):
+	if t.w != nil {
+		ok, err := t.w.notify.sleep(ctx, t.until)
+		if err != nil {
 			return backend.Grant{}, err
-		default:
-			if err := retry.Sleep(ctx, b.Next()); err != nil {
-				return backend.Grant{}, err
-			}
+		}
+		if ok {
+			t.d.woken.Add(1)
 		}
 	}
+	return t.look(ctx)
+}
+
+// look looks at the lock once (turn), and dates a grant.
+func (t *lockTicket) look(ctx context.Context) (backend.Grant, error) {
+	sent := time.Now()
+	t.d.tries.Add(1)
+	g, until, err := t.d.turn(ctx, t.c, &t.w)
+	g.Sent, t.until = sent, until
+	if err != nil && !errors.Is(err, backend.ErrNotAcquired) {
+		t.until = 0 // the locker package backed off: look at once
+	}
+	return g, err
+}
+
+// Leave implements backend.Ticket. A grant reaches the ticket only as
+// Wait's answer: there is none to free.
+func (t *lockTicket) Leave(ctx context.Context) error {
+	if t.w != nil {
+		t.d.leaveQueue(ctx, t.c.Key, t.w)
+	}
+	return nil
 }
 
 // Registered for internal/bench, out of the driver's API.
 func init() { measure.RegisterStoreTries((*Driver).storeTries) }
 
-// storeTries is the looks at a lock under its flock that Acquire made,
-// its first included, each of which could take it: after a wake-up, a
-// waitCap, a holder's expiry or a failed look.
+// storeTries is the looks at a lock under its flock that its queue's
+// Enqueue and Wait made, each of which could take it: the first, and
+// after a wake-up, a waitCap, a holder's expiry or a failed look.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // turn looks at the lock once, under its flock: it takes it if it is free
 // and this caller's turn, or else queues the caller (once) and returns
-// errWait and when to look again at the latest.
+// ErrNotAcquired and when to look again at the latest.
 func (d *Driver) turn(ctx context.Context, c backend.Claim, wp **waiter) (backend.Grant, time.Duration, error) {
 	var g backend.Grant
 	var wake *os.File
@@ -211,7 +238,7 @@ func (d *Driver) turn(ctx context.Context, c backend.Claim, wp **waiter) (backen
 			}
 			*wp = nw
 		}
-		return write, errWait
+		return write, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 	})
 	closeWake(wake)
 	return g, max(until, time.Millisecond), err
@@ -265,12 +292,10 @@ func (d *Driver) dropWaiter(w *waiter) {
 }
 
 // leaveQueue withdraws w from the queue after a failed or cancelled wait,
-// and hands a lock kept for it to the next waiter. It runs bounded by
-// CancelGrace, through a Close too; what it cannot do, the others do: w's
-// file, no longer flocked, counts as a dead waiter's.
+// and hands a lock kept for it to the next waiter. It runs through a
+// Close too; what it cannot do, the others do: w's file, no longer
+// flocked, counts as a dead waiter's.
 func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backend.CancelGrace)
-	defer cancel()
 	var wake *os.File
 	err := d.locked(ctx, key, false, func(r *record, now int64) (change, error) {
 		d.dropWaiter(w)
@@ -305,16 +330,6 @@ func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
 	}
 }
 
-// sleep waits until w is woken, d passes, or ctx ends, and counts
-// wake-ups in woken.
-func (w *waiter) sleep(ctx context.Context, d time.Duration, woken *atomic.Uint64) error {
-	ok, err := w.notify.sleep(ctx, d)
-	if ok {
-		woken.Add(1)
-	}
-	return err
-}
-
 // sleep waits until an event comes on the inotify instance, d passes, or
 // ctx ends; it consumes the events, and says whether any came.
 func (nt *notifier) sleep(ctx context.Context, d time.Duration) (bool, error) {
@@ -334,90 +349,4 @@ func (nt *notifier) sleep(ctx context.Context, d time.Duration) (bool, error) {
 		return false, fmt.Errorf("filelock: inotify: %w", err)
 	}
 	return n > 0, nil
-}
-
-// pollShared waits for a semaphore permit or a read-write lock, which
-// have no queue: it tries again whenever the object's file is written or
-// removed (inotify; releases, by any process, write or remove it), and
-// at least every waitCap for holders that expired. A waiting writer that
-// gives up withdraws its record (backend.Modal).
-func (d *Driver) pollShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	ctx, leave, err := d.gate.Enter(ctx)
-	if err != nil {
-		return backend.Grant{}, fmt.Errorf("filelock: %w", err)
-	}
-	defer leave()
-	var notify *notifier
-	var watches []int
-	defer func() {
-		if notify != nil {
-			for _, wd := range watches {
-				unix.InotifyRmWatch(notify.fd, uint32(wd))
-			}
-			d.notifiers.put(notify)
-		}
-	}()
-	b := retry.Backoff{Min: 2 * time.Millisecond, Max: waitCap}
-	var failing retry.Failing
-	path := d.objectPath(c.Key, c.Mode)
-	waited := false // a try was refused
-	for {
-		watched := false
-		if notify != nil {
-			// Watched before the try, so that no release after it is missed.
-			wd, werr := unix.InotifyAddWatch(notify.fd, path, unix.IN_MODIFY|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF)
-			watched = werr == nil
-			if watched && !slices.Contains(watches, wd) {
-				watches = append(watches, wd)
-			}
-		}
-		sent := time.Now()
-		g, err := d.tryShared(ctx, c, true)
-		switch {
-		case err == nil:
-			g.Sent, g.Waited = sent, waited
-			return g, nil
-		case errors.Is(err, backend.ErrNotAcquired):
-			waited = true
-			failing.Ok()
-		case ctx.Err() != nil:
-			return backend.Grant{}, d.withdraw(ctx, c, ctx.Err())
-		case backend.Permanent(err) || failing.Fail(sent, backend.StoreFailureBudget):
-			return backend.Grant{}, d.withdraw(ctx, c, err)
-		}
-		if notify == nil && errors.Is(err, backend.ErrNotAcquired) {
-			nt, nerr := d.notifiers.get()
-			if nerr != nil {
-				return backend.Grant{}, d.withdraw(ctx, c, nerr)
-			}
-			notify = nt
-			continue // watch, then try again
-		}
-		wait := b.Next()
-		if watched {
-			wait = waitCap
-		}
-		if c.Mode == backend.Write {
-			wait = min(wait, c.TTL/4) // its record is renewed in time
-		}
-		if notify == nil {
-			err = retry.Sleep(ctx, wait)
-		} else {
-			_, err = notify.sleep(ctx, wait)
-		}
-		if err != nil {
-			return backend.Grant{}, d.withdraw(ctx, c, err)
-		}
-	}
-}
-
-// withdraw removes a waiting writer's record, as a release does, before
-// returning err.
-func (d *Driver) withdraw(ctx context.Context, c backend.Claim, err error) error {
-	if c.Mode == backend.Write {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backend.CancelGrace)
-		defer cancel()
-		_ = d.releaseObject(wctx, c)
-	}
-	return err
 }
