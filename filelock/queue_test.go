@@ -518,3 +518,50 @@ func TestQueueReleaseWakesOne(t *testing.T) {
 		t.Fatalf("one release woke %d waiters, want 1", n)
 	}
 }
+
+// A waiting writer's ticket withdraws its record when it leaves, even once
+// its driver is closed (the locker package may leave after a Close), and
+// so does a lock's ticket its place.
+func TestTicketLeavesAfterClose(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	other, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	d, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := backend.Claim{Key: "k", Token: "r", TTL: time.Minute, Mode: backend.Read}
+	holder := backend.Claim{Key: "k", Token: "h", TTL: time.Minute}
+	for _, c := range []backend.Claim{reader, holder} {
+		if _, err := other.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tickets []backend.Ticket
+	for _, c := range []backend.Claim{{Key: "k", Token: "w", TTL: time.Minute, Mode: backend.Write}, {Key: "k", Token: "x", TTL: time.Minute}} {
+		_, tk, err := d.Enqueue(ctx, c)
+		if err != nil || tk == nil {
+			t.Fatalf("Enqueue(%v) = %v, %v, want a ticket", c.Mode, tk, err)
+		}
+		tickets = append(tickets, tk)
+	}
+	second := backend.Claim{Key: "k", Token: "r2", TTL: time.Minute, Mode: backend.Read}
+	if _, err := other.TryAcquire(ctx, second); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("a reader beside a waiting writer: %v, want ErrNotAcquired", err)
+	}
+	waitQueued(t, other, "k", 1)
+	d.Close()
+	for _, tk := range tickets {
+		tk.Leave(ctx)
+	}
+	if _, err := other.TryAcquire(ctx, second); err != nil {
+		t.Fatalf("a reader once the writer left: %v", err)
+	}
+	waitQueued(t, other, "k", 0)
+	if f := waiterFiles(t, dir); len(f) != 0 {
+		t.Fatalf("waiter files left: %v", f)
+	}
+}
