@@ -27,6 +27,85 @@ const queuesWaiters = true
 // (the others are not told), or an expired holder.
 const waitCap = 250 * time.Millisecond
 
+// waiter is a lock's ticket's place in the queue: its number and its
+// file, flocked while queued, which the ticket's notifier watches.
+type waiter struct {
+	ticket  uint64
+	path    string
+	file    *os.File
+	dropped bool
+}
+
+// A notifier is an inotify instance, non-blocking, so that reads honour
+// deadlines. Closing one waits for the kernel to retire its watches
+// (milliseconds), so a driver keeps those it made for its next waiters:
+// notifierPool, closed by Close. A watch goes with its file: a waiter's
+// file is removed, and an object's watches, before its notifier returns
+// to the pool.
+type notifier struct {
+	f  *os.File
+	fd int // f's descriptor (f.Fd would make f blocking)
+}
+
+// notifierPool keeps a driver's idle notifiers, up to maxIdleNotifiers.
+type notifierPool struct {
+	mu     sync.Mutex
+	idle   []*notifier
+	closed bool
+}
+
+const maxIdleNotifiers = 64
+
+func (p *notifierPool) get() (*notifier, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		nt := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		nt.drain()
+		return nt, nil
+	}
+	p.mu.Unlock()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("filelock: inotify: %w", err)
+	}
+	return &notifier{f: os.NewFile(uintptr(fd), "inotify"), fd: fd}, nil
+}
+
+func (p *notifierPool) put(nt *notifier) {
+	p.mu.Lock()
+	if !p.closed && len(p.idle) < maxIdleNotifiers {
+		p.idle = append(p.idle, nt)
+		nt = nil
+	}
+	p.mu.Unlock()
+	if nt != nil {
+		nt.f.Close()
+	}
+}
+
+func (p *notifierPool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	for _, nt := range idle {
+		nt.f.Close()
+	}
+}
+
+// drain discards the events left from an earlier use (a late wake-up, a
+// removed watch): at worst one more comes later, and costs a look.
+func (nt *notifier) drain() {
+	var buf [4096]byte
+	for {
+		if _, err := unix.Read(nt.fd, buf[:]); err != nil {
+			return
+		}
+	}
+}
+
 // QueueModes implements backend.Queuer: every mode, though only a lock's
 // waiters are served in order (see ticket).
 func (d *Driver) QueueModes() backend.ModeSet {
@@ -167,15 +246,6 @@ func init() { measure.RegisterStoreTries((*Driver).storeTries) }
 // waitCap, a holder's expiry or a failed look.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
-// waiter is a lock's ticket's place in the queue: its number and its
-// file, flocked while queued, which the ticket's notifier watches.
-type waiter struct {
-	ticket  uint64
-	path    string
-	file    *os.File
-	dropped bool
-}
-
 // turn looks at the lock once, under its flock: it takes it if it is free
 // and the ticket's turn, or else queues the ticket (once) and returns
 // ErrNotAcquired, and sets until: when to look again at the latest.
@@ -307,76 +377,6 @@ func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
 	closeWake(wake)
 	if err != nil {
 		d.dropWaiter(w) // the others pass over its ticket
-	}
-}
-
-// A notifier is an inotify instance, non-blocking, so that reads honour
-// deadlines. Closing one waits for the kernel to retire its watches
-// (milliseconds), so a driver keeps those it made for its next waiters:
-// notifierPool, closed by Close. A watch goes with its file: a waiter's
-// file is removed, and an object's watches, before its notifier returns
-// to the pool.
-type notifier struct {
-	f  *os.File
-	fd int // f's descriptor (f.Fd would make f blocking)
-}
-
-// notifierPool keeps a driver's idle notifiers, up to maxIdleNotifiers.
-type notifierPool struct {
-	mu     sync.Mutex
-	idle   []*notifier
-	closed bool
-}
-
-const maxIdleNotifiers = 64
-
-func (p *notifierPool) get() (*notifier, error) {
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		nt := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		nt.drain()
-		return nt, nil
-	}
-	p.mu.Unlock()
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("filelock: inotify: %w", err)
-	}
-	return &notifier{f: os.NewFile(uintptr(fd), "inotify"), fd: fd}, nil
-}
-
-func (p *notifierPool) put(nt *notifier) {
-	p.mu.Lock()
-	if !p.closed && len(p.idle) < maxIdleNotifiers {
-		p.idle = append(p.idle, nt)
-		nt = nil
-	}
-	p.mu.Unlock()
-	if nt != nil {
-		nt.f.Close()
-	}
-}
-
-func (p *notifierPool) close() {
-	p.mu.Lock()
-	idle := p.idle
-	p.idle, p.closed = nil, true
-	p.mu.Unlock()
-	for _, nt := range idle {
-		nt.f.Close()
-	}
-}
-
-// drain discards the events left from an earlier use (a late wake-up, a
-// removed watch): at worst one more comes later, and costs a look.
-func (nt *notifier) drain() {
-	var buf [4096]byte
-	for {
-		if _, err := unix.Read(nt.fd, buf[:]); err != nil {
-			return
-		}
 	}
 }
 
