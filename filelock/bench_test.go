@@ -21,7 +21,7 @@ import (
 	"github.com/lockerhq/locker/internal/measure"
 )
 
-// polling hides the driver's Waiter (and every other optional interface):
+// polling hides the driver's Queuer (and every other optional interface):
 // the locker package then polls with its backoff, as before the queue.
 type polling struct{ backend.Driver }
 
@@ -39,7 +39,7 @@ func ratios(b *testing.B, name string, rs []float64) {
 // BenchmarkUncontended: one worker, a new name per operation, in blocks of
 // 50 alternating between the raw floor (floor.go: open, flock, write,
 // close; open, flock, unlink, close), the driver's TryAcquire+Release, and
-// Client Acquire+Release through the Waiter (queue) and without it
+// Client Acquire+Release through the Queuer (queue) and without it
 // (polling: the path before the queue), on one directory. Metrics: the
 // median (and range) of the per-round ratios.
 func BenchmarkUncontended(b *testing.B) {
@@ -120,7 +120,7 @@ func BenchmarkUncontended(b *testing.B) {
 
 // contenders returns 8 workers on 2 clients (each its own Driver on dir,
 // so they share no flock state: flocks belong to open file descriptions),
-// through the Waiter or, with poll, without it.
+// through the Queuer or, with poll, without it.
 func contenders(b *testing.B, dir string, poll bool) ([]bench.Worker, func()) {
 	var ws []bench.Worker
 	var cs []*locker.Client
@@ -151,7 +151,7 @@ func contenders(b *testing.B, dir string, poll bool) ([]bench.Worker, func()) {
 
 // BenchmarkContended: 8 workers on 2 clients take one name in turn, each
 // holding it 1ms (internal/bench's harness), in rounds of 200
-// acquisitions alternating between the queue (Waiter) and polling (the
+// acquisitions alternating between the queue (Queuer) and polling (the
 // locker package's backoff, as before the queue). Metrics prefixed queue-
 // and poll-.
 func BenchmarkContended(b *testing.B) {

@@ -19,10 +19,10 @@ type Driver struct {
 	gate backend.Gate
 	// notifiers keeps idle inotify instances for waiters (Linux).
 	notifiers notifierPool
-	// woken counts the kernel's wake-ups of this driver's queued waiters
-	// (Linux): one per release that hands the lock to one of them.
+	// woken counts the kernel's wake-ups of this driver's tickets (Linux):
+	// a lock's, one per release that hands the lock to one of them.
 	woken atomic.Uint64
-	// tries counts the looks at a lock queued waiters make (Linux):
+	// tries counts the looks at a lock its tickets make (Linux):
 	// storeTries.
 	tries atomic.Uint64
 }
@@ -103,8 +103,8 @@ func DefaultDir() string {
 // older versions counted).
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if l.Mode != backend.Exclusive {
-		// A Waiter's writer records itself only while it waits (Acquire):
-		// the locker package withdraws no failed try's record then.
+		// A queued writer records itself only while it waits (its
+		// Ticket): the locker package withdraws no failed try's record.
 		return d.tryShared(ctx, l, !queuesWaiters)
 	}
 	var g backend.Grant
@@ -243,9 +243,9 @@ func (d *Driver) expire(ctx context.Context, key string) error {
 }
 
 // Close implements backend.Driver. Between calls the driver runs no
-// goroutines and keeps no open files but, on Linux, the inotify instances
-// of its earlier waiters, for its next ones; Close waits for the calls in
-// flight and closes those.
+// goroutines and keeps no open files but, on Linux, its tickets' until
+// they leave, and the inotify instances of its earlier waiters, for its
+// next ones; Close waits for the calls in flight and closes those.
 func (d *Driver) Close() error {
 	d.gate.Close()
 	d.notifiers.close()

@@ -250,6 +250,12 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 		return fmt.Errorf("filelock: %w", err)
 	}
 	defer leave()
+	return d.lockedObject(ctx, c, create, fn)
+}
+
+// lockedObject is updateObject without the gate: a waiting writer
+// withdraws its record with it while the driver closes.
+func (d *Driver) lockedObject(ctx context.Context, c backend.Claim, create bool, fn func(o *object, now int64) (bool, error)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -337,8 +343,17 @@ func (d *Driver) refreshObject(ctx context.Context, c backend.Claim) error {
 // releaseObject frees c's hold, or withdraws its waiting writer's record
 // (and still reports ErrNotHeld).
 func (d *Driver) releaseObject(ctx context.Context, c backend.Claim) error {
+	err := d.updateObject(ctx, c, false, d.dropHold(c))
+	if errors.Is(err, errNoFile) {
+		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
+	}
+	return err
+}
+
+// dropHold is releaseObject's change to the object.
+func (d *Driver) dropHold(c backend.Claim) func(o *object, now int64) (bool, error) {
 	tok := hashToken(c.Token)
-	err := d.updateObject(ctx, c, false, func(o *object, now int64) (bool, error) {
+	return func(o *object, now int64) (bool, error) {
 		changed := false
 		if c.Mode == backend.Write && o.waitExp != 0 && o.waitTok == tok {
 			o.waitExp, o.waitTok = 0, [32]byte{}
@@ -350,11 +365,7 @@ func (d *Driver) releaseObject(ctx context.Context, c backend.Claim) error {
 		}
 		o.drop(i)
 		return true, nil
-	})
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	}
-	return err
 }
 
 // expireObjects makes every holder of key's objects expired, for the tests.

@@ -50,6 +50,23 @@ func waitQueued(t *testing.T, d *Driver, key string, n uint64) {
 	}
 }
 
+// acquire waits for c as the locker package does, through the driver's
+// queue (the store never fails here): Enqueue, then Wait until the turn
+// comes; a wait that ends without the lock leaves the queue.
+func acquire(ctx context.Context, d *Driver, c backend.Claim) (backend.Grant, error) {
+	g, t, err := d.Enqueue(ctx, c)
+	if t == nil {
+		return g, err
+	}
+	for err == nil || errors.Is(err, backend.ErrNotAcquired) {
+		if g, err = t.Wait(ctx); err == nil {
+			return g, nil
+		}
+	}
+	t.Leave(context.WithoutCancel(ctx))
+	return backend.Grant{}, err
+}
+
 // waiterFiles lists the directory's waiter files.
 func waiterFiles(t *testing.T, dir string) []string {
 	t.Helper()
@@ -77,7 +94,7 @@ func TestQueueServesInArrivalOrder(t *testing.T) {
 	}
 	const key = "ns/fifo"
 	holder := backend.Claim{Key: key, Token: "holder", TTL: time.Minute}
-	if _, err := ds[0].Acquire(ctx, holder); err != nil {
+	if _, err := acquire(ctx, ds[0], holder); err != nil {
 		t.Fatal(err)
 	}
 	const waiters = 6
@@ -91,7 +108,7 @@ func TestQueueServesInArrivalOrder(t *testing.T) {
 				d = ds[0] // two more on one driver
 			}
 			c := backend.Claim{Key: key, Token: fmt.Sprint("w", i), TTL: time.Minute}
-			if _, err := d.Acquire(ctx, c); err != nil {
+			if _, err := acquire(ctx, d, c); err != nil {
 				t.Errorf("waiter %d: %v", i, err)
 				return
 			}
@@ -138,11 +155,11 @@ func TestQueueCancelledWaiterLeavesNothing(t *testing.T) {
 	defer d.Close()
 	const key = "ns/cancel"
 	holder := backend.Claim{Key: key, Token: "holder", TTL: time.Minute}
-	if _, err := d.Acquire(ctx, holder); err != nil {
+	if _, err := acquire(ctx, d, holder); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err = d.Acquire(wctx, backend.Claim{Key: key, Token: "w", TTL: time.Minute})
+	_, err = acquire(wctx, d, backend.Claim{Key: key, Token: "w", TTL: time.Minute})
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire past its deadline = %v", err)
@@ -173,7 +190,7 @@ func queueChild(dir string) error {
 	defer d.Close()
 	ctx := context.Background()
 	c := backend.Claim{Key: "ns/q", Token: fmt.Sprint("child-", os.Getpid()), TTL: time.Minute}
-	if _, err := d.Acquire(ctx, c); err != nil {
+	if _, err := acquire(ctx, d, c); err != nil {
 		return err
 	}
 	fmt.Println("got")
@@ -250,7 +267,7 @@ func TestQueueKilledOrStoppedWaiter(t *testing.T) {
 			defer d.Close()
 			const key = "ns/q"
 			holder := backend.Claim{Key: key, Token: "holder", TTL: time.Minute}
-			if _, err := d.Acquire(ctx, holder); err != nil {
+			if _, err := acquire(ctx, d, holder); err != nil {
 				t.Fatal(err)
 			}
 			ch := startQueueChild(t, ctx, dir)
@@ -259,7 +276,7 @@ func TestQueueKilledOrStoppedWaiter(t *testing.T) {
 			got := make(chan time.Time, 1)
 			next := backend.Claim{Key: key, Token: "next", TTL: time.Minute}
 			go func() {
-				if _, err := d.Acquire(ctx, next); err != nil {
+				if _, err := acquire(ctx, d, next); err != nil {
 					t.Error(err)
 				}
 				got <- time.Now()
@@ -361,7 +378,7 @@ func TestQueueKilledHolder(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	killed := time.Now()
-	g, err := d.Acquire(ctx, backend.Claim{Key: "ns/crash", Token: "parent", TTL: time.Minute})
+	g, err := acquire(ctx, d, backend.Claim{Key: "ns/crash", Token: "parent", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +480,7 @@ func TestQueueReleaseWakesOne(t *testing.T) {
 	}
 	const key = "ns/herd"
 	holder := backend.Claim{Key: key, Token: "holder", TTL: time.Minute}
-	if _, err := ds[0].Acquire(ctx, holder); err != nil {
+	if _, err := acquire(ctx, ds[0], holder); err != nil {
 		t.Fatal(err)
 	}
 	const waiters = 6
@@ -474,7 +491,7 @@ func TestQueueReleaseWakesOne(t *testing.T) {
 	for i := range waiters {
 		wg.Go(func() {
 			c := backend.Claim{Key: key, Token: fmt.Sprint("w", i), TTL: time.Minute}
-			if _, err := ds[i%3].Acquire(wctx, c); err == nil {
+			if _, err := acquire(wctx, ds[i%3], c); err == nil {
 				got <- i
 			}
 		})
@@ -499,5 +516,52 @@ func TestQueueReleaseWakesOne(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // time for a herd to show
 	if n := woken() - before; n != 1 {
 		t.Fatalf("one release woke %d waiters, want 1", n)
+	}
+}
+
+// A waiting writer's ticket withdraws its record when it leaves, even once
+// its driver is closed (the locker package may leave after a Close), and
+// so does a lock's ticket its place.
+func TestTicketLeavesAfterClose(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	other, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	d, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := backend.Claim{Key: "k", Token: "r", TTL: time.Minute, Mode: backend.Read}
+	holder := backend.Claim{Key: "k", Token: "h", TTL: time.Minute}
+	for _, c := range []backend.Claim{reader, holder} {
+		if _, err := other.TryAcquire(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tickets []backend.Ticket
+	for _, c := range []backend.Claim{{Key: "k", Token: "w", TTL: time.Minute, Mode: backend.Write}, {Key: "k", Token: "x", TTL: time.Minute}} {
+		_, tk, err := d.Enqueue(ctx, c)
+		if err != nil || tk == nil {
+			t.Fatalf("Enqueue(%v) = %v, %v, want a ticket", c.Mode, tk, err)
+		}
+		tickets = append(tickets, tk)
+	}
+	second := backend.Claim{Key: "k", Token: "r2", TTL: time.Minute, Mode: backend.Read}
+	if _, err := other.TryAcquire(ctx, second); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("a reader beside a waiting writer: %v, want ErrNotAcquired", err)
+	}
+	waitQueued(t, other, "k", 1)
+	d.Close()
+	for _, tk := range tickets {
+		tk.Leave(ctx)
+	}
+	if _, err := other.TryAcquire(ctx, second); err != nil {
+		t.Fatalf("a reader once the writer left: %v", err)
+	}
+	waitQueued(t, other, "k", 0)
+	if f := waiterFiles(t, dir); len(f) != 0 {
+		t.Fatalf("waiter files left: %v", f)
 	}
 }

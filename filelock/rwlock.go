@@ -31,7 +31,7 @@ func (d *Driver) tryRW(ctx context.Context, c backend.Claim, record bool) (backe
 			}
 			if waiting && o.waitTok == tok && o.waitExp-now > int64(c.TTL)*3/4 {
 				// Renewed only past a quarter of its TTL: a refused try
-				// that writes nothing wakes no waiter (pollShared watches
+				// that writes nothing wakes no waiter (a watchTicket watches
 				// writes), and the writer tries at least that often.
 				return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 			}

@@ -7,38 +7,32 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/measure"
-	"github.com/lockerhq/locker/internal/retry"
 	"golang.org/x/sys/unix"
 )
 
 // On Linux the driver queues waiters (queue.go) and the kernel wakes them:
-// backend.Waiter. Elsewhere the locker package polls.
-var _ backend.Waiter = (*Driver)(nil)
+// backend.Queuer. Elsewhere the locker package polls.
+var _ backend.Queuer = (*Driver)(nil)
 
-// queuesWaiters says that the driver is a backend.Waiter.
+// queuesWaiters says that the driver is a backend.Queuer.
 const queuesWaiters = true
 
-// waitCap bounds a queued waiter's sleep without a wake-up: it then looks
-// at the lock itself, for a woken waiter that died or stalled before
-// taking it (the others are not told), or an expired holder.
+// waitCap bounds a waiter's sleep without a wake-up: it then looks
+// itself, for a woken waiter that died or stalled before taking the lock
+// (the others are not told), or an expired holder.
 const waitCap = 250 * time.Millisecond
 
-// errWait is a turn's answer when the caller must wait.
-var errWait = errors.New("wait")
-
-// waiter is one blocked Acquire's place in the queue: its ticket, its
-// flocked file, and the inotify instance that hears its wake-up.
+// waiter is a lock's ticket's place in the queue: its number and its
+// file, flocked while queued, which the ticket's notifier watches.
 type waiter struct {
 	ticket  uint64
 	path    string
-	file    *os.File // flocked while queued
-	notify  *notifier
+	file    *os.File
 	dropped bool
 }
 
@@ -46,7 +40,8 @@ type waiter struct {
 // deadlines. Closing one waits for the kernel to retire its watches
 // (milliseconds), so a driver keeps those it made for its next waiters:
 // notifierPool, closed by Close. A watch goes with its file: a waiter's
-// file is removed before its notifier returns to the pool.
+// file is removed, and an object's watches, before its notifier returns
+// to the pool.
 type notifier struct {
 	f  *os.File
 	fd int // f's descriptor (f.Fd would make f blocking)
@@ -111,144 +106,227 @@ func (nt *notifier) drain() {
 	}
 }
 
-// Acquire implements backend.Waiter: the lock is taken at once when it is
-// free and nobody is queued; otherwise the caller queues and sleeps until
-// its turn comes (woken by the kernel), the holder's TTL runs out, or ctx
-// ends. A waiter leaves its queue place (and its file) whatever way it
-// returns; killed, its place is passed over.
-func (d *Driver) Acquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	if c.Mode != backend.Exclusive {
-		return d.pollShared(ctx, c)
-	}
+// QueueModes implements backend.Queuer: every mode, though only a lock's
+// waiters are served in order (see ticket).
+func (d *Driver) QueueModes() backend.ModeSet {
+	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
+}
+
+// Enqueue implements backend.Queuer: the claim is granted at once when it
+// may be (a lock free with nobody queued); otherwise it returns the
+// claim's ticket, queued for a lock, and for a refused writer recorded
+// as the waiting writer (backend.Modal) until it leaves.
+func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
 	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, nil, fmt.Errorf("filelock: %w", err)
+	}
+	defer leave()
+	t := &ticket{d: d, c: c}
+	g, err := t.look(ctx)
+	switch {
+	case err == nil:
+		return g, nil, nil
+	case errors.Is(err, backend.ErrNotAcquired):
+		return backend.Grant{}, t, nil
+	case t.w != nil:
+		return backend.Grant{}, t, err // queued, and the record's write failed
+	}
+	t.free()
+	return backend.Grant{}, nil, err
+}
+
+// ticket is a waiter's. A lock's has a place in the lock file's queue
+// (queue.go), and its waiter file's wake-up. A semaphore or a read-write
+// lock has no queue: its ticket watches the object's file, which
+// releases, by any process, write or remove. Either way the kernel wakes
+// it (inotify), or it looks again after until.
+type ticket struct {
+	d       *Driver
+	c       backend.Claim
+	notify  *notifier     // nil until it queues or watches
+	w       *waiter       // a lock's place in its queue, while it has one
+	watches []int         // to remove before notify goes back to the pool
+	until   time.Duration // the longest sleep before the next look
+}
+
+// Wait implements backend.Ticket.
+func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
+	ctx, leave, err := t.d.gate.Enter(ctx)
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("filelock: %w", err)
 	}
 	defer leave()
-	var w *waiter
-	defer func() {
-		if w != nil {
-			d.leaveQueue(ctx, c.Key, w)
-		}
-	}()
-	b := retry.Backoff{Min: 2 * time.Millisecond, Max: waitCap}
-	var failing retry.Failing
-	waited := false
-	for {
-		sent := time.Now()
-		d.tries.Add(1)
-		g, until, err := d.turn(ctx, c, &w)
-		switch {
-		case err == nil:
-			g.Sent, g.Waited = sent, waited
-			return g, nil
-		case errors.Is(err, errWait):
-			waited = true // queued: it gets its turn after others
-			failing.Ok()
-			if err := w.sleep(ctx, until, &d.woken); err != nil {
-				return backend.Grant{}, err
-			}
-		case ctx.Err() != nil:
-			return backend.Grant{}, ctx.Err()
-		case backend.Permanent(err) || failing.Fail(sent, backend.StoreFailureBudget):
+	if t.notify == nil {
+		// An object's first Wait follows Enqueue's look at once: it
+		// watches, then looks again, so that no release is missed.
+		if t.notify, err = t.d.notifiers.get(); err != nil {
 			return backend.Grant{}, err
-		default:
-			if err := retry.Sleep(ctx, b.Next()); err != nil {
-				return backend.Grant{}, err
-			}
 		}
+	} else if woke, err := t.notify.sleep(ctx, t.until); err != nil {
+		return backend.Grant{}, err
+	} else if woke {
+		t.d.woken.Add(1)
 	}
+	return t.look(ctx)
+}
+
+// look looks once: a lock's turn, or a try at an object once watched.
+func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
+	sent := time.Now()
+	var g backend.Grant
+	var err error
+	if t.c.Mode == backend.Exclusive {
+		t.d.tries.Add(1)
+		g, err = t.turn(ctx)
+	} else {
+		t.watch()
+		g, err = t.d.tryShared(ctx, t.c, true)
+	}
+	switch {
+	case err == nil:
+		g.Sent = sent
+		t.free()
+	case !errors.Is(err, backend.ErrNotAcquired):
+		t.until = 0 // the locker package backed off: look at once
+	}
+	return g, err
+}
+
+// watch watches an object's file, before a look, so that no release after
+// it is missed: the file may be another since the last look.
+func (t *ticket) watch() {
+	if t.notify == nil {
+		return // Enqueue's look
+	}
+	t.until = 2 * time.Millisecond // no file to watch: soon again
+	path := t.d.objectPath(t.c.Key, t.c.Mode)
+	if wd, err := unix.InotifyAddWatch(t.notify.fd, path, unix.IN_MODIFY|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF); err == nil {
+		if !slices.Contains(t.watches, wd) {
+			t.watches = append(t.watches, wd)
+		}
+		t.until = waitCap
+	}
+	if t.c.Mode == backend.Write {
+		t.until = min(t.until, t.c.TTL/4) // its record is renewed in time
+	}
+}
+
+// free returns the ticket's notifier to the pool.
+func (t *ticket) free() {
+	if t.notify == nil {
+		return
+	}
+	for _, wd := range t.watches {
+		unix.InotifyRmWatch(t.notify.fd, uint32(wd))
+	}
+	t.d.notifiers.put(t.notify)
+	t.notify, t.watches = nil, nil
+}
+
+// Leave implements backend.Ticket, through a Close too. A grant reaches
+// a lock's ticket only as Wait's answer: there is none to free; an
+// object's, and a waiting writer's record, go as at a release.
+func (t *ticket) Leave(ctx context.Context) error {
+	if t.w != nil {
+		t.d.leaveQueue(ctx, t.c.Key, t.w)
+	}
+	t.free()
+	if t.c.Mode != backend.Exclusive {
+		_ = t.d.lockedObject(ctx, t.c, false, t.d.dropHold(t.c))
+	}
+	return nil
 }
 
 // Registered for internal/bench, out of the driver's API.
 func init() { measure.RegisterStoreTries((*Driver).storeTries) }
 
-// storeTries is the looks at a lock under its flock that Acquire made,
-// its first included, each of which could take it: after a wake-up, a
+// storeTries is the looks at a lock under its flock that its tickets
+// made, each of which could take it: Enqueue's, and after a wake-up, a
 // waitCap, a holder's expiry or a failed look.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // turn looks at the lock once, under its flock: it takes it if it is free
-// and this caller's turn, or else queues the caller (once) and returns
-// errWait and when to look again at the latest.
-func (d *Driver) turn(ctx context.Context, c backend.Claim, wp **waiter) (backend.Grant, time.Duration, error) {
+// and the ticket's turn, or else queues the ticket (once) and returns
+// ErrNotAcquired, and sets until: when to look again at the latest.
+func (t *ticket) turn(ctx context.Context) (backend.Grant, error) {
+	d, c := t.d, t.c
 	var g backend.Grant
 	var wake *os.File
-	until := waitCap
+	t.until = waitCap
 	err := d.locked(ctx, c.Key, true, func(r *record, now int64) (change, error) {
-		w := *wp
-		if w != nil && !queued(r, w.ticket) {
+		if t.w != nil && !queued(r, t.w.ticket) {
 			// Passed over (it was slow to take its turn), or its queue
 			// was reset by a Break: it queues again, at the back.
-			d.dropWaiter(w)
-			*wp, w = nil, nil
+			d.dropWaiter(t.w)
+			t.w = nil
 		}
 		if !d.live(r, now) {
-			t, ok, f := d.next(c.Key, r, now)
+			n, ok, f := d.next(c.Key, r, now)
 			wake = f
-			if !ok || (w != nil && t == w.ticket) {
+			if !ok || (t.w != nil && n == t.w.ticket) {
 				if ok {
-					r.qhead, r.resvExp = t+1, 0
-					d.dropWaiter(w)
-					*wp = nil
+					r.qhead, r.resvExp = n+1, 0
+					d.dropWaiter(t.w)
+					t.w = nil
 				}
 				return d.take(ctx, c, r, now, &g)
 			}
 			if r.resvExp != 0 {
-				until = min(until, time.Duration(r.resvExp-now))
+				t.until = min(t.until, time.Duration(r.resvExp-now))
 			}
 		} else {
 			if r.token == hashToken(c.Token) {
 				// A retry by the holder, as TryAcquire's.
 				return d.take(ctx, c, r, now, &g)
 			}
-			until = min(until, time.Duration(r.expires-now))
+			t.until = min(t.until, time.Duration(r.expires-now))
 		}
-		if w == nil {
-			nw, err := d.joinQueue(c.Key, r)
-			if err != nil {
+		if t.w == nil {
+			if err := t.join(r); err != nil {
 				return write, err
 			}
-			*wp = nw
 		}
-		return write, errWait
+		return write, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 	})
 	closeWake(wake)
-	return g, max(until, time.Millisecond), err
+	t.until = max(t.until, time.Millisecond)
+	return g, err
 }
 
-// joinQueue gives the caller the next ticket, with its file made and
-// flocked and its wake-up watched before the ticket is written. The caller
-// holds the key's flock.
-func (d *Driver) joinQueue(key string, r *record) (*waiter, error) {
-	notify, err := d.notifiers.get()
-	if err != nil {
-		return nil, err
+// join gives the ticket the queue's next number, with its file made and
+// flocked and its wake-up watched before the number is written. The
+// caller holds the key's flock.
+func (t *ticket) join(r *record) error {
+	if t.notify == nil {
+		nt, err := t.d.notifiers.get()
+		if err != nil {
+			return err
+		}
+		t.notify = nt
 	}
 	for range 64 {
-		t := r.qtail
+		n := r.qtail
 		r.qtail++
-		path := d.waiterPath(key, t)
+		path := t.d.waiterPath(t.c.Key, n)
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
-			d.notifiers.put(notify)
-			return nil, fmt.Errorf("filelock: %w", err)
+			return fmt.Errorf("filelock: %w", err)
 		}
 		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			// A waiter passed over, still alive, has this ticket's file.
+			// A waiter passed over, still alive, has this number's file.
 			f.Close()
 			continue
 		}
-		if _, err := unix.InotifyAddWatch(notify.fd, path, unix.IN_CLOSE_WRITE); err != nil {
+		if _, err := unix.InotifyAddWatch(t.notify.fd, path, unix.IN_CLOSE_WRITE); err != nil {
 			os.Remove(path)
 			f.Close()
-			d.notifiers.put(notify)
-			return nil, fmt.Errorf("filelock: inotify: %w", err)
+			return fmt.Errorf("filelock: inotify: %w", err)
 		}
-		return &waiter{ticket: t, path: path, file: f, notify: notify}, nil
+		t.w = &waiter{ticket: n, path: path, file: f}
+		return nil
 	}
-	d.notifiers.put(notify)
-	return nil, fmt.Errorf("filelock: no free ticket for %s", d.Path(key))
+	return fmt.Errorf("filelock: no free ticket for %s", t.d.Path(t.c.Key))
 }
 
 // dropWaiter removes w's file and closes it. The caller holds the key's
@@ -261,16 +339,13 @@ func (d *Driver) dropWaiter(w *waiter) {
 	// While w holds the file's flock, nobody else can have its name.
 	os.Remove(w.path)
 	w.file.Close() // the last reference: the watch goes with the file
-	d.notifiers.put(w.notify)
 }
 
 // leaveQueue withdraws w from the queue after a failed or cancelled wait,
-// and hands a lock kept for it to the next waiter. It runs bounded by
-// CancelGrace, through a Close too; what it cannot do, the others do: w's
-// file, no longer flocked, counts as a dead waiter's.
+// and hands a lock kept for it to the next waiter. It runs through a
+// Close too; what it cannot do, the others do: w's file, no longer
+// flocked, counts as a dead waiter's.
 func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backend.CancelGrace)
-	defer cancel()
 	var wake *os.File
 	err := d.locked(ctx, key, false, func(r *record, now int64) (change, error) {
 		d.dropWaiter(w)
@@ -305,16 +380,6 @@ func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
 	}
 }
 
-// sleep waits until w is woken, d passes, or ctx ends, and counts
-// wake-ups in woken.
-func (w *waiter) sleep(ctx context.Context, d time.Duration, woken *atomic.Uint64) error {
-	ok, err := w.notify.sleep(ctx, d)
-	if ok {
-		woken.Add(1)
-	}
-	return err
-}
-
 // sleep waits until an event comes on the inotify instance, d passes, or
 // ctx ends; it consumes the events, and says whether any came.
 func (nt *notifier) sleep(ctx context.Context, d time.Duration) (bool, error) {
@@ -334,90 +399,4 @@ func (nt *notifier) sleep(ctx context.Context, d time.Duration) (bool, error) {
 		return false, fmt.Errorf("filelock: inotify: %w", err)
 	}
 	return n > 0, nil
-}
-
-// pollShared waits for a semaphore permit or a read-write lock, which
-// have no queue: it tries again whenever the object's file is written or
-// removed (inotify; releases, by any process, write or remove it), and
-// at least every waitCap for holders that expired. A waiting writer that
-// gives up withdraws its record (backend.Modal).
-func (d *Driver) pollShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	ctx, leave, err := d.gate.Enter(ctx)
-	if err != nil {
-		return backend.Grant{}, fmt.Errorf("filelock: %w", err)
-	}
-	defer leave()
-	var notify *notifier
-	var watches []int
-	defer func() {
-		if notify != nil {
-			for _, wd := range watches {
-				unix.InotifyRmWatch(notify.fd, uint32(wd))
-			}
-			d.notifiers.put(notify)
-		}
-	}()
-	b := retry.Backoff{Min: 2 * time.Millisecond, Max: waitCap}
-	var failing retry.Failing
-	path := d.objectPath(c.Key, c.Mode)
-	waited := false // a try was refused
-	for {
-		watched := false
-		if notify != nil {
-			// Watched before the try, so that no release after it is missed.
-			wd, werr := unix.InotifyAddWatch(notify.fd, path, unix.IN_MODIFY|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF)
-			watched = werr == nil
-			if watched && !slices.Contains(watches, wd) {
-				watches = append(watches, wd)
-			}
-		}
-		sent := time.Now()
-		g, err := d.tryShared(ctx, c, true)
-		switch {
-		case err == nil:
-			g.Sent, g.Waited = sent, waited
-			return g, nil
-		case errors.Is(err, backend.ErrNotAcquired):
-			waited = true
-			failing.Ok()
-		case ctx.Err() != nil:
-			return backend.Grant{}, d.withdraw(ctx, c, ctx.Err())
-		case backend.Permanent(err) || failing.Fail(sent, backend.StoreFailureBudget):
-			return backend.Grant{}, d.withdraw(ctx, c, err)
-		}
-		if notify == nil && errors.Is(err, backend.ErrNotAcquired) {
-			nt, nerr := d.notifiers.get()
-			if nerr != nil {
-				return backend.Grant{}, d.withdraw(ctx, c, nerr)
-			}
-			notify = nt
-			continue // watch, then try again
-		}
-		wait := b.Next()
-		if watched {
-			wait = waitCap
-		}
-		if c.Mode == backend.Write {
-			wait = min(wait, c.TTL/4) // its record is renewed in time
-		}
-		if notify == nil {
-			err = retry.Sleep(ctx, wait)
-		} else {
-			_, err = notify.sleep(ctx, wait)
-		}
-		if err != nil {
-			return backend.Grant{}, d.withdraw(ctx, c, err)
-		}
-	}
-}
-
-// withdraw removes a waiting writer's record, as a release does, before
-// returning err.
-func (d *Driver) withdraw(ctx context.Context, c backend.Claim, err error) error {
-	if c.Mode == backend.Write {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backend.CancelGrace)
-		defer cancel()
-		_ = d.releaseObject(wctx, c)
-	}
-	return err
 }

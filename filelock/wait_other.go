@@ -2,7 +2,7 @@
 
 package filelock
 
-// queuesWaiters says that the driver is no backend.Waiter here: the locker
+// queuesWaiters says that the driver is no backend.Queuer here: the locker
 // package polls, and withdraws a refused writer's record.
 const queuesWaiters = false
 

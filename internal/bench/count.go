@@ -14,8 +14,9 @@ import (
 // locker package finds them by type assertion. Count therefore returns a
 // wrapper that implements exactly the optional interfaces that change how
 // locks are kept alive, backend.Session and backend.BatchRefresher, when
-// the driver does. It does not forward backend.Waiter nor backend.Notifier:
-// the held-lock workload, the only one that counts, never waits.
+// the driver does. It does not forward backend.Waiter, backend.Queuer nor
+// backend.Notifier: the held-lock workload, the only one that counts,
+// never waits.
 type Counter struct {
 	refreshed atomic.Int64 // locks refreshed, by Refresh or RefreshMany
 	calls     atomic.Int64 // Refresh and RefreshMany calls

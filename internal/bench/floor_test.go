@@ -200,7 +200,7 @@ type unwrapping struct{ backend.Driver }
 func (d unwrapping) Unwrap() backend.Driver { return d.Driver }
 
 // A driver that counts its tries (measure.StoreTries), even one that is no
-// backend.Waiter, has them counted by its count, over the window only.
+// queued driver, has them counted by its count, over the window only.
 func TestScaleStoreTries(t *testing.T) {
 	store := memlock.NewStore()
 	var counts []*atomic.Uint64 // one per driver
@@ -292,7 +292,7 @@ func TestScaleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	_, queued := backend.As[backend.Waiter](d)
+	queued := queuesLocks(d)
 	from := TriesClient
 	if queued {
 		from = TriesStore

@@ -34,25 +34,36 @@ type Scale struct {
 	// has measure.StoreTries, and Tries is that count over the window, summed
 	// over the workload's clients: the requests that could grant a waiting
 	// acquisition that the driver sent, whether it waits in its own queue
-	// (backend.Waiter) or not. TriesClient: the driver TryAcquire calls the
+	// (Queued) or not. TriesClient: the driver TryAcquire calls the
 	// Client made (the first try of each Acquire, the try after
 	// subscribing to releases, and a try for every wake-up: a
 	// notification, a local release, a backoff's end). Either way a
 	// release that wakes every waiter (a herd) makes Tries grow with the
 	// waiters, and O(1) wake-ups keep it flat. TriesNone (and Tries 0): a
-	// backend.Waiter that counts none, whose waits are inside the driver.
+	// queued driver that counts none, whose waits are not the Client's
+	// tries.
 	Tries     float64 `json:"tries_per_acquisition"`
 	TryCalls  int64   `json:"try_calls"`
 	TriesFrom string  `json:"tries_from"`
-	Queued    bool    `json:"queued"` // the driver is a backend.Waiter
+	Queued    bool    `json:"queued"` // the driver queues locks' waiters (queuesLocks)
 	Errors    int     `json:"errors"`
+}
+
+// queuesLocks reports whether drv waits for locks in its store's own
+// queue: a backend.Waiter, or a backend.Queuer of Exclusive claims.
+func queuesLocks(drv backend.Driver) bool {
+	if _, ok := backend.As[backend.Waiter](drv); ok {
+		return true
+	}
+	q, ok := backend.As[backend.Queuer](drv)
+	return ok && q.QueueModes().Has(backend.Exclusive)
 }
 
 // Where Scale.Tries comes from.
 const (
 	TriesStore  = "store"  // the driver's measure.StoreTries
 	TriesClient = "client" // the Client's TryAcquire calls
-	TriesNone   = ""       // a backend.Waiter that counts none: not counted
+	TriesNone   = ""       // a queued driver that counts none: not counted
 )
 
 // tryCounter counts the TryAcquire calls made in a window of time; As
@@ -114,9 +125,7 @@ func RunScale(ctx context.Context, cs clients, cfg Config, names, workers, nclie
 		if err != nil {
 			return r, err
 		}
-		if _, ok := backend.As[backend.Waiter](drv); ok {
-			r.Queued = true
-		}
+		r.Queued = r.Queued || queuesLocks(drv)
 		if st, ok := hook(drv, measure.StoreTries); ok {
 			triers = append(triers, st)
 		}
