@@ -78,9 +78,10 @@ const MaxLimit = 10000
 //     writer waits (below).
 //   - Write: granted while no unexpired reader or writer holds the key.
 //     Writers are preferred, so that a stream of readers cannot starve
-//     them. A queue (Queuer) serves readers and writers in arrival order (a reader
-//     enters when no writer is ahead of it, a writer when it is first).
-//     Outside a queue, a driver records a waiting writer: a TryAcquire of Write
+//     them. An ordered queue (Queuer) serves readers and writers in
+//     arrival order (a reader enters when no writer is ahead of it, a
+//     writer when it is first). Any other driver records a waiting
+//     writer, in its queue's tries too: a TryAcquire of Write
 //     that fails records c.Token as the key's waiting writer until c.TTL
 //     from then, unless another token's record is unexpired; a later
 //     TryAcquire by the same token renews it, and the grant clears it.

@@ -5,13 +5,15 @@ import (
 	"errors"
 )
 
-// Queuer is implemented by drivers whose store keeps a key's waiters in
-// order (a ZooKeeper sequential node, an etcd key's create revision, a
-// Redis list): waiters are served in arrival order, and a release wakes
-// only the next. The driver offers the store's steps; the locker package
-// drives them and decides the rest (retries, the failure budget, backoff,
-// cancellation, counting). Claims in modes outside QueueModes are waited
-// for as for any other driver.
+// Queuer is implemented by drivers whose store can wait for a key's turn
+// itself: most keep the waiters in order (a ZooKeeper sequential node, an
+// etcd key's create revision, a Redis list), so that they are served in
+// arrival order and a release wakes only the next; a store may instead
+// wake its waiters on its own change notice (file's semaphores and
+// read-write locks, woken by inotify), unordered. The driver offers the
+// store's steps; the locker package drives them and decides the rest
+// (retries, the failure budget, backoff, cancellation, counting). Claims
+// in modes outside QueueModes are waited for as for any other driver.
 type Queuer interface {
 	// QueueModes are the modes whose claims queue.
 	QueueModes() ModeSet
