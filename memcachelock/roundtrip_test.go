@@ -166,8 +166,8 @@ func TestProbeReplaced(t *testing.T) {
 // Release's single cas on the cas id its acquisition read fails when the
 // item changed since, and Release then takes the long way: after a
 // refresh, after a waiter's mark (which it still reads: it yields to that
-// waiter), and after the item was lost and taken by another holder (whose
-// lock it leaves alone).
+// waiter's driver), and after the item was lost and taken by another
+// holder (whose lock it leaves alone).
 func TestReleaseAfterChange(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
 	ctx := testCtx(t, 30*time.Second)
