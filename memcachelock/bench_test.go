@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,9 +177,7 @@ func (d tryCounting) Unwrap() backend.Driver { return d.Driver }
 // Open) on one name, each holding it 1ms, for 1.5s after a warm-up of
 // 0.5s (as lockctl bench's scale workload; run it with -benchtime 1x).
 // tries/acq is the TryAcquire calls the Clients made per acquisition
-// after the warm-up, store-tries/acq those that reached memcached
-// (measure.StoreTries): the difference is the tries the drivers' waiting
-// refused in process, which cost no round trip.
+// after the warm-up (each reaches memcached).
 func BenchmarkScaleTries(b *testing.B) {
 	for _, workers := range []int{8, 64} {
 		b.Run("workers="+strconv.Itoa(workers), func(b *testing.B) { benchScaleTries(b, workers) })
@@ -193,10 +190,8 @@ func benchScaleTries(b *testing.B, workers int) {
 	const warmup = 500 * time.Millisecond
 	run := bench.Contend{Hold: time.Millisecond, Duration: 1500 * time.Millisecond, Warmup: warmup, RoundTripOp: "get"}
 	calls := new(atomic.Int64)
-	var ds []*Driver
 	for i := range 8 {
 		d := openDriver(b, testenv.MemcacheAddr())
-		ds = append(ds, d)
 		c, err := locker.New(tryCounting{d, calls}, locker.WithNamespace(ns))
 		if err != nil {
 			b.Fatal(err)
@@ -209,30 +204,13 @@ func benchScaleTries(b *testing.B, workers int) {
 			run.Workers = append(run.Workers, bench.Worker{Client: i, Acquire: bench.ClientAcquirer(c, "scale")})
 		}
 	}
-	storeTries := func() (n uint64) {
-		for _, d := range ds {
-			tries, _ := measure.StoreTries(d)
-			n += tries()
-		}
-		return n
-	}
-	var calls0 int64
-	var store0 uint64
-	var mu sync.Mutex
+	var calls0 atomic.Int64
 	run.Start = time.Now()
-	warm := time.AfterFunc(warmup, func() {
-		mu.Lock()
-		calls0, store0 = calls.Load(), storeTries()
-		mu.Unlock()
-	})
+	warm := time.AfterFunc(warmup, func() { calls0.Store(calls.Load()) })
 	defer warm.Stop()
 	s := run.RunB(b)
-	mu.Lock()
-	callsN, storeN := calls.Load()-calls0, storeTries()-store0
-	mu.Unlock()
 	s.Summary().Report(b, "")
-	b.ReportMetric(float64(callsN)/float64(s.Acquisitions), "tries/acq")
-	b.ReportMetric(float64(storeN)/float64(s.Acquisitions), "store-tries/acq")
+	b.ReportMetric(float64(calls.Load()-calls0.Load())/float64(s.Acquisitions), "tries/acq")
 }
 
 // missRoundTrip is a contended run's round trip: a get that misses.

@@ -17,7 +17,7 @@
 // released with a token-checked cas, never a blind delete; fences from a
 // per-name counter with a clock floor, increasing from holder to holder; a
 // restarted server grants no name whose counter it lost until it has run
-// for the lock's TTL; waiters queue per driver in arrival order, and
+// for the lock's TTL; waiters queue per Client in arrival order, and
 // drivers take turns; semaphores and read-write locks. Limits: memcached
 // is a cache, so an eviction, a restart or a flush_all drops held locks
 // before their TTL (run it with -M, or on an instance of its own); TTLs are

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,8 +36,6 @@ type Driver struct {
 	probes probes // the restart check's connections (restart.go)
 
 	waits waits // waiters, holders and the poller (waiting.go)
-
-	tries atomic.Uint64 // acquisitions' tries sent to the store (storeTries)
 
 	held heldItems // the items of the locks we hold, as last read (held.go)
 
@@ -213,30 +210,8 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	lk := lockKey(l.Key)
 	now := time.Now()
-	adm := d.admit(l.Key, l.Token, now)
-	if adm != admitRefuse {
-		d.tries.Add(1)
-	}
-	switch adm {
-	case admitRefuse:
-		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
-	case admitCareful:
-		// We left the key to a remote waiter: do not take it before it
-		// has (see Waiting). Its fence counter tells whether anyone took
-		// it since, even if they released it again.
-		items, err := d.getMulti([]string{lk, fenceKey(l.Key)})
-		if err != nil {
-			return backend.Grant{}, fmt.Errorf("memcachelock: gets: %w", err)
-		}
-		if cur := items[lk]; cur != nil && !isTombstone(cur.Value) {
-			if d.failed(l.Key, l.Token, cur.Value, now) && live(ctx, "acquire") == nil {
-				d.mark(l.Key, l.Token)
-			}
-			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
-		}
-		if !d.yielded(l.Key, l.Token, items[fenceKey(l.Key)], now) {
-			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
-		}
+	if err := d.ourTurn(ctx, l.Key); err != nil {
+		return backend.Grant{}, err
 	}
 	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
 
@@ -249,9 +224,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	if !won {
-		if d.failed(l.Key, l.Token, holder, now) && live(ctx, "acquire") == nil {
-			d.mark(l.Key, l.Token)
-		}
+		d.foundHeld(ctx, l.Key, holder)
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	}
 
@@ -283,7 +256,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		}
 		return fail(err)
 	}
-	d.granted(l.Key, l.Token, now.Add(eff))
+	d.granted(l.Key)
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
@@ -496,8 +469,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.refreshShared(ctx, l)
 	}
-	now := time.Now()
-	exp, eff, err := expiration(l.TTL, now)
+	exp, _, err := expiration(l.TTL, time.Now())
 	if err != nil {
 		return err
 	}
@@ -507,14 +479,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	}
 	defer done()
 	d.held.take(l.Key, l.Token) // the refresh changes the item's cas id
-	err = d.refresh(ctx, l, exp)
-	switch {
-	case err == nil:
-		d.extended(l.Key, l.Token, now.Add(eff))
-	case errors.Is(err, backend.ErrNotHeld):
-		d.lost(l.Key, l.Token)
-	}
-	return err
+	return d.refresh(ctx, l, exp)
 }
 
 // refresh is Refresh for a call in flight, with l.TTL as expiration exp.
@@ -580,10 +545,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return d.release(ctx, l)
 }
 
-// release also settles the waiting state (see Waiting): the locker
-// package releases a token that never got the lock when its wait ends.
+// release is Release for a call in flight; it hands the turn on as the
+// freed item's marks say (see Waiting).
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
-	d.lost(l.Key, l.Token) // a wait that ended, or the hold that ends now
 	if it, ok := d.held.take(l.Key, l.Token); ok && time.Now().Before(it.until) {
 		if err := live(ctx, "release"); err != nil {
 			return err
@@ -592,7 +556,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		err := d.dropItem(&memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
 		switch {
 		case err == nil:
-			d.released(l.Key, l.Token, it.value)
+			d.released(l.Key, it.value)
 			return nil
 		case !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored):
 			return fmt.Errorf("memcachelock: cas: %w", err)
@@ -603,7 +567,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 	if err != nil {
 		return err
 	}
-	d.released(l.Key, l.Token, v)
+	d.released(l.Key, v)
 	return nil
 }
 

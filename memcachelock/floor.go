@@ -12,7 +12,6 @@ import (
 // Registered for internal/bench, out of the driver's API.
 func init() {
 	measure.RegisterRawFloor((*Driver).rawFloor)
-	measure.RegisterStoreTries((*Driver).storeTries)
 }
 
 // floorValue is what the floor's add stores: a token's length.
@@ -41,9 +40,3 @@ func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	}
 	return nil
 }
-
-// storeTries is the TryAcquire calls, since the driver was made, that sent
-// a request to the store, first tries included. A try that the driver's
-// waiting refuses in process (see Waiting) sends nothing and is not
-// counted.
-func (d *Driver) storeTries() uint64 { return d.tries.Load() }

@@ -28,7 +28,7 @@ func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
 // the acquisition has drawn it), for Inspect and Break, then, when the
 // acquisition named an owner, a space and the first maxOwnerLen bytes of
 // the owner, for operators, then any waiter marks (NUL, "w:" and a
-// waiter's token; see Waiting). Items of older versions have no fence field
+// waiting driver's id; see Waiting). Items of older versions have no fence field
 // (one whose owner starts with '~' and digits reads as having one). A
 // released lock's item, if the server keeps it at all (see Release), holds
 // the tombstone.

@@ -184,7 +184,6 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 	if err := live(ctx, "acquire"); err != nil {
 		return backend.Grant{}, err
 	}
-	d.tries.Add(1)
 	switch c.Mode {
 	case backend.Permit:
 		return d.tryPermit(ctx, c, exp, eff)

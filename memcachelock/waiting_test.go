@@ -52,16 +52,17 @@ func within(d time.Duration, cond func() bool) bool {
 	return cond()
 }
 
-func queued(d *Driver, key string) int {
+// subscribed is how many of d's waiters watch key.
+func subscribed(d *Driver, key string) int {
 	d.waits.mu.Lock()
 	defer d.waits.mu.Unlock()
 	if kw := d.waits.keys[key]; kw != nil {
-		return len(kw.queue)
+		return len(kw.subs)
 	}
 	return 0
 }
 
-// A waiter on the same driver is served before the releaser, who comes
+// A waiter on the same Client is served before the releaser, who comes
 // back at once, and is woken by the release, not by its backoff.
 func TestLocalWaiterBeforeReleaser(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
@@ -73,8 +74,8 @@ func TestLocalWaiterBeforeReleaser(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := acquireAsync(ctx, c, "x")
-	if !within(5*time.Second, func() bool { return queued(d, backend.Key(ns, "x")) == 1 }) {
-		t.Fatal("the waiter did not queue")
+	if !within(5*time.Second, func() bool { return subscribed(d, backend.Key(ns, "x")) == 1 }) {
+		t.Fatal("the waiter did not wait")
 	}
 	// Long enough for the waiter's backoff to grow well past the bound
 	// below (2ms doubling, capped at 250ms).
@@ -83,19 +84,26 @@ func TestLocalWaiterBeforeReleaser(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := c.TryAcquire(ctx, "x"); !errors.Is(err, locker.ErrNotAcquired) {
-		if again != nil {
-			again.Release(ctx)
-		}
-		t.Fatalf("the releaser's TryAcquire with a waiter queued = %v, want ErrNotAcquired", err)
-	}
+	again := acquireAsync(ctx, c, "x")
 	a := <-got
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	defer a.l.Release(ctx)
 	if wait := a.at.Sub(released); wait > 150*time.Millisecond {
 		t.Fatalf("the waiter got the lock %v after the release: not woken by it", wait)
+	}
+	select {
+	case b := <-again:
+		t.Fatalf("the releaser's Acquire returned (%v) while the waiter it released to holds", b.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := a.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-again; b.err != nil {
+		t.Fatal(b.err)
+	} else {
+		b.l.Release(ctx)
 	}
 }
 
@@ -241,116 +249,25 @@ func TestEvictedMarkedHold(t *testing.T) {
 	}
 }
 
-// The waiting state of keys nobody comes back to (a TryAcquire that failed
-// once, a hold never released) is swept: it does not grow with the keys.
+// The waiting state of keys nobody waits for any more is swept: it does
+// not grow with the keys.
 func TestWaitingStateIsSwept(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
 	d := openDriver(t, testenv.MemcacheAddr())
-	past := time.Now().Add(-2 * onceFor)
+	key := uniqueKey(t, "x")
 	for i := range 1000 {
-		d.failed(fmt.Sprint("once-", i), token(), nil, past)
-		d.failed(fmt.Sprint("held-", i), token(), nil, past)
-		d.granted(fmt.Sprint("held-", i), token(), past)
+		_, cancel, err := d.Subscribe(ctx, fmt.Sprint(key, "-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
 	}
 	d.waits.mu.Lock()
 	n := len(d.waits.keys)
 	d.waits.mu.Unlock()
 	if n > 200 {
-		t.Fatalf("%d keys' waiting state kept after 2000 lapsed ones", n)
-	}
-}
-
-// On one driver, waiters (tokens that failed twice, with a subscription)
-// are served in order,
-// and a token that comes after them, the releaser's next one, is refused
-// while the key is free in the store.
-func TestLocalOrder(t *testing.T) {
-	testenv.Require(t, testenv.MemcacheAddr())
-	ctx := testCtx(t, 30*time.Second)
-	d := openDriver(t, testenv.MemcacheAddr())
-	key := uniqueKey(t, "x")
-	claim := func() backend.Claim { return backend.Claim{Key: key, Token: token(), TTL: time.Second} }
-	h, w1, w2, r := claim(), claim(), claim(), claim()
-	if _, err := d.TryAcquire(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	// Waiters subscribe, as the locker package's do.
-	for range 2 {
-		_, cancel, err := d.Subscribe(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cancel()
-	}
-	for _, w := range []backend.Claim{w1, w1, w2, w2} {
-		if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
-			t.Fatalf("TryAcquire while held = %v, want ErrNotAcquired", err)
-		}
-	}
-	if err := d.Release(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []backend.Claim{r, w2} {
-		if _, err := d.TryAcquire(ctx, c); !errors.Is(err, backend.ErrNotAcquired) {
-			t.Fatalf("TryAcquire of a token behind the first waiter = %v, want ErrNotAcquired", err)
-		}
-	}
-	if _, err := d.TryAcquire(ctx, w1); err != nil {
-		t.Fatalf("the first waiter's TryAcquire: %v", err)
-	}
-	if err := d.Release(ctx, w1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.TryAcquire(ctx, w2); err != nil {
-		t.Fatalf("the second waiter's TryAcquire: %v", err)
-	}
-	if err := d.Release(ctx, w2); err != nil {
-		t.Fatal(err)
-	}
-	// r failed once only (a TryAcquire, not a wait): it was never queued.
-	if _, err := d.TryAcquire(ctx, r); err != nil {
-		t.Fatalf("the last waiter's TryAcquire: %v", err)
-	}
-	if err := d.Release(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A queue whose waiters have all unsubscribed is of waits that ended,
-// even before their tokens' releases arrive: it does not hold up the next
-// token.
-func TestEndedWaitsDoNotQueue(t *testing.T) {
-	testenv.Require(t, testenv.MemcacheAddr())
-	ctx := testCtx(t, 30*time.Second)
-	d := openDriver(t, testenv.MemcacheAddr())
-	key := uniqueKey(t, "x")
-	h := backend.Claim{Key: key, Token: token(), TTL: time.Second}
-	w := backend.Claim{Key: key, Token: token(), TTL: time.Second}
-	if _, err := d.TryAcquire(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	_, cancel, err := d.Subscribe(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if _, err := d.TryAcquire(ctx, w); !errors.Is(err, backend.ErrNotAcquired) {
-			t.Fatalf("TryAcquire while held = %v, want ErrNotAcquired", err)
-		}
-	}
-	if n := queued(d, key); n != 1 {
-		t.Fatalf("%d queued, want the waiter", n)
-	}
-	cancel()
-	if err := d.Release(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	r := backend.Claim{Key: key, Token: token(), TTL: time.Second}
-	if _, err := d.TryAcquire(ctx, r); err != nil {
-		t.Fatalf("TryAcquire after the only waiter unsubscribed: %v", err)
-	}
-	if err := d.Release(ctx, r); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%d keys' waiting state kept after 1000 ended waits", n)
 	}
 }
 
@@ -406,12 +323,22 @@ func TestUnmarkKeepsExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	w := token()
-	d.mark(key, w)
-	d.lost(key, w) // the wait ended: withdraw
+	_, unsubscribe, err := d.Subscribe(ctx, key) // a waiter's
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := d.mc.Get(lk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.foundHeld(ctx, key, it.Value)
+	if it, err := d.mc.Get(lk); err != nil || marked(it.Value) == "" {
+		t.Fatalf("the waiter's try did not mark the holder's item: %v", err)
+	}
+	unsubscribe() // the wait ended: withdraw
 	if !within(5*time.Second, func() bool {
 		it, err := d.mc.Get(lk)
-		return err == nil && bytes.Contains(it.Value, []byte(markSep+unmarkTag+w)) && marked(it.Value) == ""
+		return err == nil && bytes.Contains(it.Value, []byte(markSep+unmarkTag)) && marked(it.Value) == ""
 	}) {
 		t.Fatal("the mark was not withdrawn")
 	}
