@@ -157,8 +157,11 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			if err == nil && t == nil {
 				return g, start, nil
 			}
-			if err == nil {
+			if t != nil {
+				// Queued (even if the look after it failed): contended.
 				st.contended, st.woken = true, WakeQueue
+			}
+			if err == nil {
 				continue
 			}
 		} else {
