@@ -108,8 +108,8 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 	px := ttlMillis(c.TTL)
 	n := attempts.Add(1)
 	dep := d.dep
-	// Both modes queue shared waiters (see Driver.Acquire).
-	r, err := dep.acquireShared(ctx, c, n, px, "", false, true)
+	// Both modes queue shared waiters (see Driver.Enqueue).
+	r, err := dep.acquireShared(ctx, c, n, px, "", "try")
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })
@@ -132,21 +132,11 @@ type sharedAnswer struct {
 }
 
 // acquireShared runs the shared acquire script for attempt n of c, as
-// waiter w (fair mode; wait: join the queue when not granted).
-func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w string, wait, fair bool) (sharedAnswer, error) {
+// waiter w, in mode "try", "wait" or "look" (see scripts/shared_queue.lua).
+func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	defer dep.in.watch(ctx).stop()
-	var r any
-	var err error
-	if fair {
-		mode := "try"
-		if wait {
-			mode = "wait"
-		}
-		r, err = fairSharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
-			w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
-	} else {
-		r, err = sharedAcquireScript.Run(ctx, dep.rdb, sharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention).Result()
-	}
+	r, err := fairSharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
 	}
@@ -182,11 +172,11 @@ func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool
 
 // leaveShared takes waiter w out of c's queue, even when ctx is done, and
 // frees what attempt n was granted, as leave does for a lock.
-func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) {
+func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
-	_ = sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
+	return sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
 }
 
 // cleanupShared removes what the failed attempt n of c may have left, as

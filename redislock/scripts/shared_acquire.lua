@@ -17,7 +17,8 @@
 -- Returns the fence (> 0) when granted; 0 when not; -n when a restarted
 -- server refuses for n more milliseconds (see acquire.lua), or (a fair
 -- waiter) to look again in n milliseconds; the string "limit:<n>" when the
--- held permits carry the limit n and ARGV[5] differs.
+-- held permits carry the limit n and ARGV[5] differs; nil when a waiter's
+-- entry to look at is gone (see shared_queue.lua).
 local z, h, fk = KEYS[1], KEYS[2], KEYS[3]
 local mode, tok, att, px, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local restart_delay = tonumber(ARGV[6])
