@@ -20,8 +20,6 @@ import (
 var (
 	//go:embed scripts/shared.lua
 	sharedLua string
-	//go:embed scripts/shared_plain.lua
-	sharedPlainLua string
 	//go:embed scripts/shared_queue.lua
 	sharedQueueLua string
 	//go:embed scripts/shared_acquire.lua
@@ -33,11 +31,10 @@ var (
 	//go:embed scripts/shared_leave.lua
 	sharedLeaveLua string
 
-	sharedAcquireScript     = redis.NewScript(fenceLua + sharedLua + sharedPlainLua + sharedAcquireLua)
-	fairSharedAcquireScript = redis.NewScript(fenceLua + sharedLua + sharedQueueLua + sharedAcquireLua)
-	sharedRefreshScript     = redis.NewScript(sharedLua + sharedRefreshLua)
-	sharedReleaseScript     = redis.NewScript(sharedLua + sharedReleaseLua)
-	sharedLeaveScript       = redis.NewScript(sharedLua + sharedLeaveLua)
+	sharedAcquireScript = redis.NewScript(fenceLua + sharedLua + sharedQueueLua + sharedAcquireLua)
+	sharedRefreshScript = redis.NewScript(sharedLua + sharedRefreshLua)
+	sharedReleaseScript = redis.NewScript(sharedLua + sharedReleaseLua)
+	sharedLeaveScript   = redis.NewScript(sharedLua + sharedLeaveLua)
 )
 
 var _ backend.Modal = (*Driver)(nil)
@@ -135,7 +132,7 @@ type sharedAnswer struct {
 // waiter w, in mode "try", "wait" or "look" (see scripts/shared_queue.lua).
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	defer dep.in.watch(ctx).stop()
-	r, err := fairSharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
 		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)

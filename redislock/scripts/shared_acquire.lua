@@ -9,10 +9,10 @@
 -- ARGV[6]  restart delay in milliseconds (see acquire.lua)
 -- ARGV[7]  fence counter retention in milliseconds
 --
--- The prefix defines the queue's part (plain: none; fair mode: see
--- shared_queue.lua): fair, queued(now) -> the live waiters ahead of the
--- caller and whether a writer is among them, refused(now, us) -> the
--- answer when not granted, and granted().
+-- The prefix, shared_queue.lua, defines the queue's part: fair,
+-- queued(now) -> the live waiters ahead of the caller and whether a writer
+-- is among them, refused(now, us) -> the answer when not granted, and
+-- granted().
 --
 -- Returns the fence (> 0) when granted; 0 when not; -n when a restarted
 -- server refuses for n more milliseconds (see acquire.lua), or (a fair
