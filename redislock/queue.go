@@ -30,10 +30,10 @@ type ticket struct {
 	d  *Driver
 	c  backend.Claim
 	px int64
-	// w names the waiter in the queue and in wake-ups, unique among the
-	// key's waiters and not the token, which stays secret; its owner
-	// follows, for Inspect. A writer's starts with 'w', so that readers
-	// behind it wait.
+	// w names the waiter in the queue and in wake-ups (it is woken by a
+	// message naming it, or no one), unique among the key's waiters and
+	// not the token, which stays secret; its owner follows, for Inspect.
+	// A writer's starts with 'w', so that readers behind it wait.
 	w     string
 	first uint64 // the wait's first attempt; the default mode's later looks take later ones
 	// queuedAt is the attempt of the latest look the server answered
@@ -68,7 +68,7 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 		w = sharedMode(c) + w
 	}
 	t := &ticket{d: d, c: c, px: ttlMillis(c.TTL), w: w, first: attempts.Add(1), ch: make(chan struct{}, 1)}
-	t.sub, t.cancel = d.dep.subscribeActive(c.Key, t.id(), t.ch)
+	t.sub, t.cancel = d.dep.subscribeActive(c.Key, t.w, t.ch)
 	g, err := t.look(ctx)
 	if t.sub == nil && errors.Is(err, backend.ErrNotAcquired) {
 		if err = t.subscribe(ctx); err == nil {
@@ -90,15 +90,6 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	return backend.Grant{}, t, err
 }
 
-// id is the name the waiter's wake-ups carry: a lock's waiter is woken
-// only by a message naming it, or no one; any message wakes the others.
-func (t *ticket) id() string {
-	if t.c.Mode == backend.Exclusive {
-		return t.w
-	}
-	return ""
-}
-
 // handoff says whether the claim waits for the default mode's hand-off.
 func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.fair }
 
@@ -106,7 +97,7 @@ func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.f
 // polls (see Wait).
 func (t *ticket) subscribe(ctx context.Context) error {
 	var err error
-	t.sub, t.cancel, err = t.d.dep.subscribeSub(ctx, t.c.Key, t.id(), t.ch)
+	t.sub, t.cancel, err = t.d.dep.subscribeSub(ctx, t.c.Key, t.w, t.ch)
 	if err != nil && ctx.Err() == nil {
 		t.poll = &retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		t.d.dep.log.Warn("redislock: release notifications unavailable, polling", "key", t.c.Key, "err", err)
