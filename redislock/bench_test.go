@@ -25,7 +25,7 @@ import (
 //	acquire  locker.Client.Acquire + Lock.Release (adds the release subscription of a blocking acquire)
 //	fair-try, fair-acquire  the same two over a FairDriver (scripts that also look at the queue)
 //	legacy-acquire  acquire as the default mode did before it queued waiters (see legacyDriver)
-//	driver-acquire  Driver.Acquire + Driver.Release (the blocking path, without the locker package)
+//	driver-acquire  Driver.Enqueue + Driver.Release (the blocking path, without the locker package)
 //	driver-legacy   Driver.TryAcquire + the former release script (DEL + PUBLISH, no look at the queue)
 func BenchmarkUncontended(b *testing.B) {
 	testenv.Require(b, testenv.RedisAddr())
@@ -71,7 +71,7 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	drvAcquire := func() {
 		l := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
-		if _, err := d.Acquire(ctx, l); err != nil {
+		if _, err := queueAcquire(ctx, d, l); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Release(ctx, l); err != nil {
@@ -192,18 +192,18 @@ type sharedDriver struct {
 
 func (sharedDriver) Close() error { return nil }
 
-// sharedWaiter is sharedDriver for a driver with a native queue.
-type sharedWaiter struct {
+// sharedQueuer is sharedDriver for a driver with a queue in the store.
+type sharedQueuer struct {
 	backend.Driver
-	backend.Waiter
+	backend.Queuer
 }
 
-func (sharedWaiter) Close() error { return nil }
+func (sharedQueuer) Close() error { return nil }
 
 // share wraps d for a locker.Client of its own, keeping the way it waits.
 func share(d backend.Driver) backend.Driver {
-	if w, ok := d.(backend.Waiter); ok {
-		return sharedWaiter{d, w}
+	if q, ok := d.(backend.Queuer); ok {
+		return sharedQueuer{d, q}
 	}
 	return sharedDriver{d, d.(backend.Notifier)}
 }

@@ -132,7 +132,7 @@ func TestCancelBlackholed(t *testing.T) {
 				p.Blackhole()
 				if fair {
 					cancelled(t, "FairDriver.Acquire", func(ctx context.Context) error {
-						_, err := (&FairDriver{d}).Acquire(ctx, l)
+						_, err := queueAcquire(ctx, &FairDriver{d}, l)
 						return err
 					}, nil)
 				} else {
@@ -219,7 +219,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			}
 			if fair {
 				cancelled(t, "FairDriver.Acquire", func(ctx context.Context) error {
-					_, err := (&FairDriver{d}).Acquire(ctx, l)
+					_, err := queueAcquire(ctx, &FairDriver{d}, l)
 					return err
 				}, granted)
 			} else {

@@ -316,36 +316,30 @@ func (h fairCutHarness) NewCutDriver(ctx context.Context) (backend.Driver, func(
 }
 
 // Entries counts the holders and the queued waiters, dead or alive, of
-// key's lock, semaphore and read-write lock.
+// key's lock, semaphore and read-write lock, read in one transaction: a
+// waiter joins or leaves both of its queue's keys in one script.
 func (h fairHarness) Entries(ctx context.Context, key string) (int, error) {
-	held, err := h.admin.Exists(ctx, keysFor(key).lock).Result()
+	var held *redis.IntCmd
+	var counts [][2]*redis.IntCmd // holders, or a queue's entries and liveness records
+	_, err := h.admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		k := keysFor(key)
+		held = p.Exists(ctx, k.lock)
+		counts = append(counts, [2]*redis.IntCmd{p.ZCard(ctx, k.queue), p.HLen(ctx, k.live)})
+		for _, m := range []backend.Mode{backend.Permit, backend.Read} {
+			ks := fairSharedKeys(backend.Claim{Key: key, Mode: m})
+			counts = append(counts, [2]*redis.IntCmd{p.ZCard(ctx, ks[0]), nil}, [2]*redis.IntCmd{p.ZCard(ctx, ks[3]), p.HLen(ctx, ks[4])})
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
-	total := int(held)
-	queues := [][2]string{{keysFor(key).queue, keysFor(key).live}}
-	for _, m := range []backend.Mode{backend.Permit, backend.Read} {
-		ks := fairSharedKeys(backend.Claim{Key: key, Mode: m})
-		n, err := h.admin.ZCard(ctx, ks[0]).Result()
-		if err != nil {
-			return 0, err
+	total := int(held.Val())
+	for _, c := range counts {
+		if c[1] != nil && c[0].Val() != c[1].Val() {
+			return 0, fmt.Errorf("%s: %d waiters queued but %d with a liveness entry", c[0].Args()[1], c[0].Val(), c[1].Val())
 		}
-		total += int(n)
-		queues = append(queues, [2]string{ks[3], ks[4]})
-	}
-	for _, q := range queues {
-		queued, err := h.admin.ZCard(ctx, q[0]).Result()
-		if err != nil {
-			return 0, err
-		}
-		live, err := h.admin.HLen(ctx, q[1]).Result()
-		if err != nil {
-			return 0, err
-		}
-		if queued != live {
-			return 0, fmt.Errorf("%s: %d waiters queued but %d with a liveness entry", q[0], queued, live)
-		}
-		total += int(queued)
+		total += int(c[0].Val())
 	}
 	return total, nil
 }

@@ -13,19 +13,19 @@ import (
 
 // Driver is the Redis backend for one deployment: a server, a Redis
 // Cluster or a ring, through any go-redis client. It implements
-// backend.Driver, backend.Waiter and backend.Notifier.
+// backend.Driver, backend.Queuer and backend.Notifier.
 type Driver struct {
 	dep  *deployment
 	fair bool         // a FairDriver's: acquire and release mind the queue
 	gate backend.Gate // calls in flight, ended and awaited by Close
-	// tries counts the scripts waiting acquisitions sent that could grant
+	// tries counts the scripts queued acquisitions sent that could grant
 	// them (storeTries).
 	tries atomic.Uint64
 }
 
-// storeTries is the scripts this driver's waiting acquisitions (Acquire,
-// both modes) sent that could grant them, first tries included; a lock
-// handed over in a release message costs none.
+// storeTries is the scripts this driver's queued acquisitions (Enqueue
+// and Wait, both modes) sent that could grant them, first tries included;
+// a lock handed over in a release message costs none.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 var (
@@ -81,7 +81,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	var r int64
 	if d.fair {
 		// Not while a live waiter is queued.
-		r, err = d.dep.fairAcquire(ctx, l, value, px, "", false)
+		r, err = d.dep.fairAcquire(ctx, l, value, px, "", "try")
 	} else {
 		r, err = d.dep.acquire(ctx, l, value, px)
 	}
@@ -122,7 +122,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 // Release implements backend.Driver. A lock with live waiters goes to the
-// first of them (see Acquire); otherwise the release publishes on the
+// first of them (see handoff.go); otherwise the release publishes on the
 // key's channel, so that waiters of any kind retry at once.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)

@@ -54,7 +54,7 @@ func TestFairDeadWaiterIsDropped(t *testing.T) {
 	// A blocking Acquire queues behind it and gets the lock once the dead
 	// waiter's liveness ran out, not before.
 	start := time.Now()
-	g, err := d.Acquire(ctx, l)
+	g, err := queueAcquire(ctx, d, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestFairWakesOnlyTheHead(t *testing.T) {
 	key := uniqueKey(t)
 	chs := map[string]chan struct{}{"a": make(chan struct{}, 1), "b": make(chan struct{}, 1), "": make(chan struct{}, 1)}
 	for id, ch := range chs {
-		cancel, err := d.dep.subscribeAs(ctx, key, id, ch)
+		_, cancel, err := d.dep.subscribeSub(ctx, key, id, ch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func TestFairOrderAndLeave(t *testing.T) {
 		defer cancel()
 		locks[i] = backend.Claim{Key: key, Token: newToken(), TTL: 10 * time.Second}
 		go func() {
-			_, err := d.Acquire(wctx, locks[i])
+			_, err := queueAcquire(wctx, d, locks[i])
 			got <- result{i, err}
 		}()
 		waitQueued(t, d1, key, int64(i+1))
@@ -213,8 +213,8 @@ func TestFairURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.Close()
-	if _, ok := drv.(backend.Waiter); !ok {
-		t.Errorf("fair=true opened a %T, not a backend.Waiter", drv)
+	if _, ok := drv.(*FairDriver); !ok {
+		t.Errorf("fair=true opened a %T, not a *redislock.FairDriver", drv)
 	}
 	plain, _, err := locker.OpenDriver(ctx, "redis://"+addr+"/0?fair=false")
 	if err != nil {

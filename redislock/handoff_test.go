@@ -17,7 +17,7 @@ import (
 // would: c's attempt n, named w.
 func queueFake(t *testing.T, d *Driver, c backend.Claim, n uint64, w string) {
 	t.Helper()
-	r, err := d.dep.handoffAcquire(testCtx(t), c, c.Token+"."+strconv.FormatUint(n, 10), ttlMillis(c.TTL), w, false)
+	r, err := d.dep.handoffAcquire(testCtx(t), c, c.Token+"."+strconv.FormatUint(n, 10), ttlMillis(c.TTL), w, "wait")
 	if err != nil || r > 0 {
 		t.Fatalf("queueing %s: %d, %v", w, r, err)
 	}
@@ -63,7 +63,7 @@ func handoffToWaiter(t *testing.T, d1, d2 *Driver) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		g, err := d2.Acquire(ctx, b)
+		g, err := queueAcquire(ctx, d2, b)
 		got <- result{g, err}
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {

@@ -109,18 +109,13 @@ type barrier struct {
 // subscribe arranges for ch to receive a value whenever key's release
 // channel carries a message, and returns once the subscription is confirmed.
 func (dep *deployment) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
-	return dep.subscribeAs(ctx, key, "", ch)
-}
-
-// subscribeAs is subscribe for fair waiter id ("": any waiter): ch then
-// receives only the messages that name id, or no one.
-func (dep *deployment) subscribeAs(ctx context.Context, key, id string, ch chan struct{}) (cancel func(), err error) {
-	_, cancel, err = dep.subscribeSub(ctx, key, id, ch)
+	_, cancel, err = dep.subscribeSub(ctx, key, "", ch)
 	return cancel, err
 }
 
-// subscribeSub is subscribeAs, and returns the subscription, whose handed
-// list receives the hand-offs that name id.
+// subscribeSub is subscribe for waiter id ("": any waiter): ch then
+// receives only the messages that name id, or no one. It returns the
+// subscription, whose handed list receives the hand-offs to id.
 func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan struct{}) (*subscription, func(), error) {
 	channel := keysFor(key).channel
 	route := ""
@@ -181,15 +176,6 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 		return nil, nil, err
 	}
 	return sub, cancel, nil
-}
-
-// channelActive says whether key's channel is confirmed on a live
-// connection (see subscribeActive).
-func (dep *deployment) channelActive(key string) bool {
-	dep.mu.Lock()
-	defer dep.mu.Unlock()
-	h, _ := dep.activeHub(key)
-	return h != nil
 }
 
 // activeHub is the live hub on which key's channel is confirmed, and the

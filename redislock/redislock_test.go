@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -67,6 +68,25 @@ func mustNewFair(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *Fair
 		tb.Fatalf("NewFair: %v", err)
 	}
 	return d
+}
+
+// queueAcquire acquires c in q's queue as the locker Client does, but
+// without its retries: it enqueues and waits, and leaves the queue when it
+// stops without the lock; cancelled, it returns ErrNotAcquired and why.
+func queueAcquire(ctx context.Context, q backend.Queuer, c backend.Claim) (backend.Grant, error) {
+	g, t, err := q.Enqueue(ctx, c)
+	for t != nil && (err == nil || errors.Is(err, backend.ErrNotAcquired)) {
+		if g, err = t.Wait(ctx); err == nil {
+			return g, nil
+		}
+	}
+	if t != nil && !errors.Is(err, backend.ErrRequeue) {
+		t.Leave(context.WithoutCancel(ctx))
+	}
+	if err != nil && ctx.Err() != nil {
+		return g, fmt.Errorf("%w: %w", backend.ErrNotAcquired, context.Cause(ctx))
+	}
+	return g, err
 }
 
 func TestKeysShareASlot(t *testing.T) {

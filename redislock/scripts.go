@@ -173,15 +173,12 @@ func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, erro
 	return dep.released(v), classify(err)
 }
 
-// fairAcquire runs the fair acquire script for waiter w (wait: join the
-// queue when not granted): the fence, 0 when not granted, or -n when w is
-// next and the lock is held for n more milliseconds.
-func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w string, wait bool) (int64, error) {
+// fairAcquire runs the fair acquire script for waiter w in mode "try",
+// "wait" or "look" (see fair_acquire.lua): the fence, 0 when not granted,
+// -n when w is next and the lock is held for n more milliseconds, or
+// redis.Nil when w's entry is gone.
+func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
 	defer dep.in.watch(ctx).stop()
-	mode := "try"
-	if wait {
-		mode = "wait"
-	}
 	k := keysFor(l.Key)
 	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
@@ -198,12 +195,12 @@ func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, 
 // leave takes waiter w out of l.Key's queue, even when ctx is done, and
 // cleans up after its attempt value. Best effort: a waiter that could not
 // leave is dropped once its liveness runs out.
-func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) {
+func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	_ = leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
+	return leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
 }
 
 // raise runs the raise script; left is what remains of the lock's expiry

@@ -20,8 +20,6 @@ import (
 var (
 	//go:embed scripts/shared.lua
 	sharedLua string
-	//go:embed scripts/shared_plain.lua
-	sharedPlainLua string
 	//go:embed scripts/shared_queue.lua
 	sharedQueueLua string
 	//go:embed scripts/shared_acquire.lua
@@ -33,11 +31,10 @@ var (
 	//go:embed scripts/shared_leave.lua
 	sharedLeaveLua string
 
-	sharedAcquireScript     = redis.NewScript(fenceLua + sharedLua + sharedPlainLua + sharedAcquireLua)
-	fairSharedAcquireScript = redis.NewScript(fenceLua + sharedLua + sharedQueueLua + sharedAcquireLua)
-	sharedRefreshScript     = redis.NewScript(sharedLua + sharedRefreshLua)
-	sharedReleaseScript     = redis.NewScript(sharedLua + sharedReleaseLua)
-	sharedLeaveScript       = redis.NewScript(sharedLua + sharedLeaveLua)
+	sharedAcquireScript = redis.NewScript(fenceLua + sharedLua + sharedQueueLua + sharedAcquireLua)
+	sharedRefreshScript = redis.NewScript(sharedLua + sharedRefreshLua)
+	sharedReleaseScript = redis.NewScript(sharedLua + sharedReleaseLua)
+	sharedLeaveScript   = redis.NewScript(sharedLua + sharedLeaveLua)
 )
 
 var _ backend.Modal = (*Driver)(nil)
@@ -108,8 +105,8 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 	px := ttlMillis(c.TTL)
 	n := attempts.Add(1)
 	dep := d.dep
-	// Both modes queue shared waiters (see Driver.Acquire).
-	r, err := dep.acquireShared(ctx, c, n, px, "", false, true)
+	// Both modes queue shared waiters (see Driver.Enqueue).
+	r, err := dep.acquireShared(ctx, c, n, px, "", "try")
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })
@@ -132,21 +129,11 @@ type sharedAnswer struct {
 }
 
 // acquireShared runs the shared acquire script for attempt n of c, as
-// waiter w (fair mode; wait: join the queue when not granted).
-func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w string, wait, fair bool) (sharedAnswer, error) {
+// waiter w, in mode "try", "wait" or "look" (see scripts/shared_queue.lua).
+func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	defer dep.in.watch(ctx).stop()
-	var r any
-	var err error
-	if fair {
-		mode := "try"
-		if wait {
-			mode = "wait"
-		}
-		r, err = fairSharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
-			w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
-	} else {
-		r, err = sharedAcquireScript.Run(ctx, dep.rdb, sharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention).Result()
-	}
+	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
 	}
@@ -182,11 +169,11 @@ func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool
 
 // leaveShared takes waiter w out of c's queue, even when ctx is done, and
 // frees what attempt n was granted, as leave does for a lock.
-func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) {
+func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
-	_ = sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
+	return sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
 }
 
 // cleanupShared removes what the failed attempt n of c may have left, as

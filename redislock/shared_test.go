@@ -147,7 +147,7 @@ func TestRWWaitingWriter(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.Acquire(wctx, w)
+		_, err := queueAcquire(wctx, d, w)
 		done <- err
 	}()
 	// Bounded: the writer queues within a round trip or two.
@@ -181,7 +181,7 @@ func TestRWWaitingWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g, err := d.Acquire(ctx, w)
+	g, err := queueAcquire(ctx, d, w)
 	if err != nil {
 		t.Fatalf("writer once readers left: %v", err)
 	}

@@ -81,7 +81,7 @@ func TestSecureSubscribeDeniedPolls(t *testing.T) {
 				var logs logBuf
 				type waiterDriver interface {
 					backend.Driver
-					backend.Waiter
+					backend.Queuer
 				}
 				open := func(opts ...Option) waiterDriver {
 					t.Helper()
@@ -107,7 +107,7 @@ func TestSecureSubscribeDeniedPolls(t *testing.T) {
 				got := make(chan error, 1)
 				go func() {
 					l := backend.Claim{Key: key, Token: newToken(), Owner: "waiter", TTL: 10 * time.Second}
-					_, err := waiter.Acquire(ctx, l)
+					_, err := queueAcquire(ctx, waiter, l)
 					if err == nil {
 						err = waiter.Release(ctx, l)
 					}

@@ -7,13 +7,15 @@
 -- KEYS[4]  {E}:live
 -- ARGV[4]  the waiter: its token
 -- ARGV[5]  liveness in milliseconds
--- ARGV[6]  "wait" to join the queue (or stay in it) when not granted;
---          anything else to try only
+-- ARGV[6]  "try" to try only; "wait" to join the queue (or stay in it)
+--          when not granted; "look" to stay in it, whose entry, once
+--          answered "queued", is not made again when gone
 --
 -- Returns the fence (> 0) when granted; 0 when another waiter is ahead
 -- (or, trying only, the lock is held); -n when the caller is at the head
 -- (or is the only one) and the lock is held for n more milliseconds, or
--- a restarted server refuses it for that long (see acquire).
+-- a restarted server refuses it for that long (see acquire); nil when the
+-- entry to look at is gone.
 local queue, live, me, ttl = KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5])
 local head = live_head(queue, live, me)
 local settle = 0 -- how long a restarted server still refuses (see acquire)
@@ -27,10 +29,13 @@ if head == '' or head == me then
   end
   settle = -f
 end
-if ARGV[6] ~= 'wait' then
+if ARGV[6] == 'try' then
   return -settle -- 0, or how long a restarted server still refuses
 end
 if not redis.call('ZSCORE', queue, me) then
+  if ARGV[6] == 'look' then
+    return false
+  end
   local t = redis.call('TIME')
   redis.call('ZADD', queue, tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
 end

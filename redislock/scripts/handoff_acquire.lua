@@ -8,15 +8,18 @@
 -- ARGV[1..3]  as for acquire
 -- ARGV[4]     the waiter
 -- ARGV[5]     liveness in milliseconds
--- ARGV[6]     '1' when the waiter may be queued (a try after the first)
+-- ARGV[6]     'wait', or 'look' once a try of the wait was answered
+--             "queued": an entry gone since (skipped as dead) is not made
+--             again
 --
 -- Returns the fence (> 0) when granted; 0 when queued; -n when a restarted
--- server refuses the name for n more milliseconds (not queued). A waiter
--- renews at least every TTL/4, so that a holder's TTL running out costs
--- the waiters little without a look at the holder's PTTL here.
+-- server refuses the name for n more milliseconds (not queued); nil when
+-- the entry is gone. A waiter renews at least every TTL/4, so that a
+-- holder's TTL running out costs the waiters little without a look at
+-- the holder's PTTL here.
 local f = acquire()
 if f ~= 0 then
-  if f > 0 and ARGV[6] == '1' then
+  if f > 0 then
     leave_queue(KEYS[3], KEYS[4], ARGV[4])
     redis.call('HDEL', KEYS[5], ARGV[4])
   end
@@ -25,6 +28,10 @@ end
 local me, ttl = ARGV[4], tonumber(ARGV[5])
 local t = redis.call('TIME')
 if not redis.call('ZSCORE', KEYS[3], me) then
+  if ARGV[6] == 'look' then
+    redis.call('HDEL', KEYS[5], me)
+    return false
+  end
   redis.call('ZADD', KEYS[3], tonumber(t[1]) * 1000000 + tonumber(t[2]), me)
 end
 redis.call('HSET', KEYS[4], me, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl)

@@ -9,15 +9,16 @@
 -- ARGV[6]  restart delay in milliseconds (see acquire.lua)
 -- ARGV[7]  fence counter retention in milliseconds
 --
--- The prefix defines the queue's part (plain: none; fair mode: see
--- shared_queue.lua): fair, queued(now) -> the live waiters ahead of the
--- caller and whether a writer is among them, refused(now, us) -> the
--- answer when not granted, and granted().
+-- The prefix, shared_queue.lua, defines the queue's part: fair,
+-- queued(now) -> the live waiters ahead of the caller and whether a writer
+-- is among them, refused(now, us) -> the answer when not granted, and
+-- granted().
 --
 -- Returns the fence (> 0) when granted; 0 when not; -n when a restarted
 -- server refuses for n more milliseconds (see acquire.lua), or (a fair
 -- waiter) to look again in n milliseconds; the string "limit:<n>" when the
--- held permits carry the limit n and ARGV[5] differs.
+-- held permits carry the limit n and ARGV[5] differs; nil when a waiter's
+-- entry to look at is gone (see shared_queue.lua).
 local z, h, fk = KEYS[1], KEYS[2], KEYS[3]
 local mode, tok, att, px, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local restart_delay = tonumber(ARGV[6])

@@ -11,7 +11,7 @@
 -- ARGV[8]  the waiter ('' for a try without waiting); a writer's starts
 --          with 'w'
 -- ARGV[9]  liveness in milliseconds
--- ARGV[10] 'wait' to join the queue (or stay in it) when not granted
+-- ARGV[10] 'try', 'wait' or 'look', as for fair_acquire.lua
 -- ARGV[11] release channel
 --
 -- A waiter renews its liveness on every try; dead ones are dropped when a
@@ -44,10 +44,13 @@ end
 -- to look again: when the first holder's time runs out, if one holds.
 local function refused(now, us)
   settle(KEYS[1], KEYS[2], now)
-  if me == '' or ARGV[10] ~= 'wait' then
+  if me == '' or ARGV[10] == 'try' then
     return 0
   end
   if not redis.call('ZSCORE', q, me) then
+    if ARGV[10] == 'look' then
+      return false
+    end
     redis.call('ZADD', q, us, me)
   end
   local ttl = tonumber(ARGV[9])

@@ -1,0 +1,222 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+var _ backend.Queuer = (*Driver)(nil)
+
+// QueueModes implements backend.Queuer: blocked waiters of every mode
+// queue in the server, in arrival order. A lock's queue is the default
+// mode's hand-off (see scripts/handoff.lua) or fair mode's (see
+// scripts/fair_acquire.lua); a permit's, a read's or a write's, in both
+// modes, scripts/shared_queue.lua.
+func (d *Driver) QueueModes() backend.ModeSet {
+	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
+}
+
+// ticket is a claim's place in its key's queue.
+type ticket struct {
+	d  *Driver
+	c  backend.Claim
+	px int64
+	// w names the waiter in the queue and in wake-ups (it is woken by a
+	// message naming it, or no one), unique among the key's waiters and
+	// not the token, which stays secret; its owner follows, for Inspect.
+	// A writer's starts with 'w', so that readers behind it wait.
+	w     string
+	first uint64 // the wait's first attempt; the default mode's later looks take later ones
+	// queuedAt is the attempt of the latest look the server answered
+	// "queued", and queuedSent when it was sent: a hand-off to it came
+	// after that. Once set, an entry found gone is not made again.
+	queuedAt   uint64
+	queuedSent time.Time
+	ch         chan struct{} // wake-ups
+	sub        *subscription // nil while not subscribed
+	cancel     func()
+	pause      time.Duration  // at most, before the next look
+	poll       *retry.Backoff // not nil when not subscribed (see Wait)
+}
+
+// Enqueue implements backend.Queuer. A free lock costs one script: in the
+// default mode the plain try, as TryAcquire, with nothing of the queue to
+// send, look at or set up. Otherwise the waiter subscribes to the key's
+// wake-ups and looks again, joining the queue, so that none after its
+// first look is missed; a key contended a moment ago has its channel still
+// subscribed, and the first look joins.
+func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, nil, fmt.Errorf("redislock: %w", err)
+	}
+	defer done()
+	w := strconv.FormatUint(rand.Uint64(), 36) + ":" + c.Owner
+	if c.Mode != backend.Exclusive {
+		if err := checkShared(c); err != nil {
+			return backend.Grant{}, nil, fmt.Errorf("redislock: %w", err)
+		}
+		w = sharedMode(c) + w
+	}
+	t := &ticket{d: d, c: c, px: ttlMillis(c.TTL), w: w, first: attempts.Add(1), ch: make(chan struct{}, 1)}
+	t.sub, t.cancel = d.dep.subscribeActive(c.Key, t.w, t.ch)
+	g, err := t.look(ctx)
+	if t.sub == nil && errors.Is(err, backend.ErrNotAcquired) {
+		if err = t.subscribe(ctx); err == nil {
+			g, err = t.look(ctx)
+		}
+	}
+	switch {
+	case err == nil:
+		return g, nil, nil
+	case errors.Is(err, backend.ErrNotAcquired):
+		return backend.Grant{}, t, nil
+	case t.queuedAt == 0:
+		// Whatever the looks left (an entry, a lock whose grant was
+		// lost) goes before the next Enqueue of the claim.
+		t.stop()
+		d.dep.undo(ctx, func(ctx context.Context) { _ = t.leave(ctx) })
+		return backend.Grant{}, nil, err
+	}
+	return backend.Grant{}, t, err
+}
+
+// handoff says whether the claim waits for the default mode's hand-off.
+func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.fair }
+
+// subscribe subscribes to the key's wake-ups; without them, the waiter
+// polls (see Wait).
+func (t *ticket) subscribe(ctx context.Context) error {
+	var err error
+	t.sub, t.cancel, err = t.d.dep.subscribeSub(ctx, t.c.Key, t.w, t.ch)
+	if err != nil && ctx.Err() == nil {
+		t.poll = &retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
+		t.d.dep.log.Warn("redislock: release notifications unavailable, polling", "key", t.c.Key, "err", err)
+		return nil
+	}
+	return err
+}
+
+// stop ends the subscription.
+func (t *ticket) stop() {
+	if t.sub != nil {
+		t.cancel()
+		t.sub = nil
+	}
+}
+
+// Wait implements backend.Ticket. It looks when woken, and at least every
+// livenessTTL/3 to renew its place (the default mode every TTL/4, so that
+// the look a hand-off's TTL counts from is recent); a default mode waiter
+// without wake-ups polls, from 25ms to 250ms apart, as its hand-off comes
+// in a message. A hand-off's message is its grant, without a look.
+func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
+	ctx, done, err := t.d.gate.Enter(ctx)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("redislock: %w", err)
+	}
+	defer done()
+	pause := t.pause
+	if t.poll != nil && t.handoff() {
+		pause = min(pause, t.poll.Next())
+	}
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return backend.Grant{}, fmt.Errorf("redislock: %w", context.Cause(ctx))
+	case <-t.ch:
+		if f, ok := t.d.dep.handedTo(t.sub, t.queuedAt); ok {
+			t.stop()
+			return backend.Grant{Fence: f, TTL: time.Duration(t.px) * time.Millisecond, Sent: t.queuedSent}, nil
+		}
+	case <-timer.C:
+	}
+	return t.look(ctx)
+}
+
+// look runs the claim's acquire script once, joining the queue or
+// renewing its place when not granted. The default mode's first look,
+// unsubscribed, is the plain try.
+func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
+	d, c := t.d, t.c
+	n, mode := t.first, "wait"
+	if t.queuedAt != 0 {
+		mode = "look"
+	}
+	t.pause = livenessTTL / 3
+	if t.handoff() {
+		t.pause = max(min(t.pause, time.Duration(t.px)*time.Millisecond/4), minRenewal)
+		if t.sub != nil || t.poll != nil {
+			n = attempts.Add(1) // each look its own: a later one takes over what an earlier left
+		}
+	}
+	value := c.Token + "." + strconv.FormatUint(n, 10)
+	sent := time.Now()
+	d.tries.Add(1)
+	var v int64
+	var err error
+	switch {
+	case c.Mode != backend.Exclusive:
+		var r sharedAnswer
+		r, err = d.dep.acquireShared(ctx, c, n, t.px, t.w, mode)
+		if err == nil && r.limit != "" {
+			return backend.Grant{}, limitMismatch("acquire", r.limit, c.Limit)
+		}
+		v = r.v
+	case d.fair:
+		v, err = d.dep.fairAcquire(ctx, c, value, t.px, t.w, mode)
+	case n == t.first: // the plain try: it joins nothing
+		if v, err = d.dep.acquire(ctx, c, value, t.px); err == nil && v == 0 {
+			return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
+		}
+	default:
+		v, err = d.dep.handoffAcquire(ctx, c, value, t.px, t.w, mode)
+	}
+	switch {
+	case errors.Is(err, redis.Nil):
+		t.stop()
+		return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrRequeue)
+	case err != nil:
+		t.pause = 0 // a wake-up may have been missed
+		return backend.Grant{}, fmt.Errorf("redislock: %w", err)
+	case v > 0:
+		t.stop()
+		return backend.Grant{Fence: uint64(v), TTL: time.Duration(t.px) * time.Millisecond, Sent: sent}, nil
+	case v == 0:
+		t.queuedAt, t.queuedSent = n, sent
+	default: // at the head, behind a holder whose TTL runs out in -v ms, or a restarted server
+		t.pause = min(t.pause, time.Duration(-v)*time.Millisecond+time.Millisecond)
+	}
+	return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
+}
+
+// minRenewal bounds how often a default mode waiter of a lock with a tiny
+// TTL renews.
+const minRenewal = 5 * time.Millisecond
+
+// Leave implements backend.Ticket: the entry goes, and so does what any
+// look of the wait was granted, a lock handed on to the next waiter.
+func (t *ticket) Leave(ctx context.Context) error {
+	t.stop()
+	return t.leave(ctx)
+}
+
+func (t *ticket) leave(ctx context.Context) error {
+	switch {
+	case t.c.Mode != backend.Exclusive:
+		return t.d.dep.leaveShared(ctx, t.c, t.first, t.w)
+	case t.d.fair:
+		return t.d.dep.leave(ctx, t.c, t.c.Token+"."+strconv.FormatUint(t.first, 10), t.w)
+	}
+	return t.d.dep.handoffLeave(ctx, t.c, t.first, t.w)
+}
