@@ -208,9 +208,7 @@ func (d *Driver) dropChanged(e *entry) bool {
 	if !d.forget(e, false) {
 		return false
 	}
-	d.mu.Lock()
-	d.orphans[e.s] = e.rev
-	d.mu.Unlock()
+	d.orphan(e.s, e.rev)
 	return true
 }
 
