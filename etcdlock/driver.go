@@ -43,7 +43,8 @@ type Driver struct {
 	bg   sync.WaitGroup // the driver's goroutines
 
 	mu      sync.Mutex
-	broken  chan struct{}      // closed when every connection to etcd next goes down
+	broken  context.Context    // ends when every connection to etcd next goes down
+	breaks  func()             // ends broken
 	leases  map[int64]*lease   // live leases by granted TTL in seconds
 	minTTL  int64              // the server's minimum lease TTL, once learned
 	held    map[holdKey]*entry // held locks
@@ -108,9 +109,9 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		leases:  map[int64]*lease{},
 		held:    map[holdKey]*entry{},
 		orphans: map[*slot]int64{},
-		broken:  make(chan struct{}),
 		cut:     newCutter(),
 	}
+	d.broken, d.breaks = context.WithCancel(context.Background())
 	d.bg.Add(3)
 	go d.watchConn()
 	go d.keepStream()

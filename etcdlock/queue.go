@@ -30,7 +30,7 @@ type ticket struct {
 	rev       int64               // the entry's creation revision; 0 until confirmed
 	older     map[string]struct{} // the entries ahead that it waits for (nil: look)
 	checked   int64               // the revision older was read at
-	broken    <-chan struct{}     // closed when the connection goes down after the last request
+	broken    context.Context     // ends when the connection goes down after the last request
 	unsettled bool                // a put of the entry may still land (see putRun)
 }
 
@@ -229,56 +229,38 @@ var errBroken = errors.New("the connection to etcd went down")
 // 100 ms, which would stall every hand-off. A delete between checked and the
 // watch's start is caught by a local read once the watch exists.
 func (t *ticket) await(ctx context.Context) error {
-	broken, lost := t.broken, t.s.ls.done
+	// The client's Watch blocks until etcd confirms the watch, for as long
+	// as that takes: the watch ends when the connection or the lease goes.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	// The client's Watch blocks until it has a stream to the server, for
-	// as long as that takes: end it when the connection or the lease goes.
-	returned := make(chan struct{})
-	defer close(returned)
-	go func() {
-		select {
-		case <-broken:
-		case <-lost:
-		case <-returned:
-		}
-		cancel()
-	}()
+	defer context.AfterFunc(t.broken, cancel)()
+	defer context.AfterFunc(t.s.ls.done, cancel)()
 	key, opts := t.watched()
-	wch := t.d.cli.Watch(wctx, key, append(opts, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())...)
-	for {
-		var wr clientv3.WatchResponse
-		ok := true
-		select {
-		case <-ctx.Done():
-		case <-lost:
-		case <-broken:
-		case wr, ok = <-wch:
+	err := errors.New("the watch ended")
+	for wr := range t.d.cli.Watch(wctx, key, append(opts, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())...) {
+		if wr.Err() != nil {
+			err = fmt.Errorf("watch: %w", permission(wr.Err()))
+			break
 		}
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case closed(lost):
-			return backend.ErrRequeue
-		case closed(broken):
-			return errBroken
-		case !ok:
-			return errors.New("the watch ended")
-		case wr.Err() != nil:
-			return fmt.Errorf("watch: %w", permission(wr.Err()))
-		case wr.Created:
-			if wr.Header.Revision > t.checked && !t.blocked(ctx, wr.Header.Revision) {
-				return nil
-			}
-		default:
-			for _, ev := range wr.Events {
-				delete(t.older, string(ev.Kv.Key))
-			}
-			if len(t.older) < max(t.limit, 1) {
-				return nil
-			}
+		if wr.Created && wr.Header.Revision > t.checked && !t.blocked(ctx, wr.Header.Revision) {
+			return nil
+		}
+		for _, ev := range wr.Events {
+			delete(t.older, string(ev.Kv.Key))
+		}
+		if len(t.older) < max(t.limit, 1) {
+			return nil
 		}
 	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case t.s.ls.done.Err() != nil:
+		return backend.ErrRequeue
+	case t.broken.Err() != nil:
+		return errBroken
+	}
+	return err
 }
 
 // watched is what t watches: the entry just ahead, or a semaphore's
@@ -314,25 +296,15 @@ func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	return len(left) >= max(t.limit, 1)
 }
 
-// closed reports whether ch is closed.
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// brokenConn returns a channel closed when every connection of the etcd
-// client next goes down.
-func (d *Driver) brokenConn() <-chan struct{} {
+// brokenConn returns a context that ends when every connection of the
+// etcd client next goes down.
+func (d *Driver) brokenConn() context.Context {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.broken
 }
 
-// watchConn closes d.broken, and makes a new one, each time the client's
+// watchConn ends d.broken, and makes a new one, each time the client's
 // gRPC connection leaves the Ready state (every endpoint is unreachable),
 // until the driver closes.
 func (d *Driver) watchConn() {
@@ -346,8 +318,8 @@ func (d *Driver) watchConn() {
 		}
 		if st == connectivity.Ready {
 			d.mu.Lock()
-			close(d.broken)
-			d.broken = make(chan struct{})
+			d.breaks()
+			d.broken, d.breaks = context.WithCancel(context.Background())
 			d.mu.Unlock()
 		}
 	}
