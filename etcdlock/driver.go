@@ -200,10 +200,14 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return sec, nil
 }
 
-// ended is the error of a call whose context ended: ErrClosed when that
-// is because the driver closed, else the context's own cause.
-func (d *Driver) ended(ctx context.Context) error {
-	if d.gate.Closed() {
+// failed is the error of a request that failed with err, or, once its
+// context ended, ErrClosed when that is because the driver closed, else
+// the context's own cause.
+func (d *Driver) failed(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() == nil:
+		return err
+	case d.gate.Closed():
 		return backend.ErrClosed
 	}
 	return context.Cause(ctx)

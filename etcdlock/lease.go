@@ -124,17 +124,6 @@ func (d *Driver) unuse(ls *lease) {
 	d.mu.Unlock()
 }
 
-func (d *Driver) leaseByID(id clientv3.LeaseID) *lease {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, ls := range d.leases {
-		if ls.id == id {
-			return ls
-		}
-	}
-	return nil
-}
-
 // contact is backend.Grant.Contact for the locks on ls: when the latest
 // request that renewed ls and was answered (its grant or a keep-alive, ours
 // or a Refresh's) was sent; the zero time once ls is lost. Puts and reads
