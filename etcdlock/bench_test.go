@@ -182,7 +182,11 @@ type driverLocker struct{ d *Driver }
 
 func (dl driverLocker) lock(ctx context.Context) (func(context.Context) error, error) {
 	l := backend.Claim{Key: "bench/x", Token: testutil.Token(), TTL: 30 * time.Second}
-	g, err := dl.d.Acquire(ctx, l)
+	g, t, err := dl.d.Enqueue(ctx, l)
+	if t != nil {
+		t.Leave(ctx)
+		return nil, fmt.Errorf("queued on a free name: %v", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -148,8 +148,8 @@ func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 
 // dirs are the directories of key's lock, semaphore and read-write lock.
 func (h *harness) dirs(key string) []string {
-	sem, _, _ := h.probe.modeDirs(backend.Claim{Key: key, Mode: backend.Permit, Limit: 1})
-	_, rw, _ := h.probe.modeDirs(backend.Claim{Key: key, Mode: backend.Write})
+	sem, _, _ := h.probe.dirs(backend.Claim{Key: key, Mode: backend.Permit, Limit: 1, TTL: time.Second})
+	_, rw, _ := h.probe.dirs(backend.Claim{Key: key, Mode: backend.Write, TTL: time.Second})
 	return []string{h.probe.Dir(key), sem, rw}
 }
 

@@ -32,7 +32,7 @@ const opTimeout = 5 * time.Second
 // closeRevokeTimeout bounds the lease revocations of Close.
 const closeRevokeTimeout = time.Second
 
-// Driver is the etcd driver. It implements backend.Driver, backend.Waiter
+// Driver is the etcd driver. It implements backend.Driver, backend.Queuer
 // and backend.Session.
 type Driver struct {
 	cli    *clientv3.Client
@@ -43,7 +43,8 @@ type Driver struct {
 	bg   sync.WaitGroup // the driver's goroutines
 
 	mu      sync.Mutex
-	broken  chan struct{}      // closed when every connection to etcd next goes down
+	broken  context.Context    // ends when every connection to etcd next goes down
+	breaks  func()             // ends broken
 	leases  map[int64]*lease   // live leases by granted TTL in seconds
 	minTTL  int64              // the server's minimum lease TTL, once learned
 	held    map[holdKey]*entry // held locks
@@ -70,7 +71,6 @@ func holdKeyOf(l backend.Claim) holdKey {
 
 var (
 	_ backend.Driver  = (*Driver)(nil)
-	_ backend.Waiter  = (*Driver)(nil)
 	_ backend.Session = (*Driver)(nil)
 )
 
@@ -109,9 +109,9 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		leases:  map[int64]*lease{},
 		held:    map[holdKey]*entry{},
 		orphans: map[*slot]int64{},
-		broken:  make(chan struct{}),
 		cut:     newCutter(),
 	}
+	d.broken, d.breaks = context.WithCancel(context.Background())
 	d.bg.Add(3)
 	go d.watchConn()
 	go d.keepStream()
@@ -200,10 +200,14 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return sec, nil
 }
 
-// ended is the error of a call whose context ended: ErrClosed when that
-// is because the driver closed, else the context's own cause.
-func (d *Driver) ended(ctx context.Context) error {
-	if d.gate.Closed() {
+// failed is the error of a request that failed with err, or, once its
+// context ended, ErrClosed when that is because the driver closed, else
+// the context's own cause.
+func (d *Driver) failed(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() == nil:
+		return err
+	case d.gate.Closed():
 		return backend.ErrClosed
 	}
 	return context.Cause(ctx)
@@ -224,78 +228,45 @@ func permission(err error) error {
 // TryAcquire takes l.Key if its queue is empty, in one transaction that
 // writes nothing when the lock is held or has waiters.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	return d.acquire(ctx, l, false)
-}
-
-// Acquire queues for l.Key and waits, watching the entry just ahead, until
-// every older entry is gone. It rides out failures to reach etcd for
-// retry.Budget in a row, then returns the store's error. On error it
-// deletes its entry, or, etcd being out of reach, leaves it to the
-// background sweep and to its lease.
-func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	return d.acquire(ctx, l, true)
-}
-
-func (d *Driver) acquire(ctx context.Context, l backend.Claim, wait bool) (backend.Grant, error) {
-	op := "try-acquire"
-	if wait {
-		op = "acquire"
-	}
-	if _, err := ttlSeconds(l.TTL); err != nil {
-		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+	dir, over, err := d.dirs(l)
+	if err != nil {
+		return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+		return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
 	}
 	defer done()
-	dir, over := d.Dir(l.Key), ""
-	if l.Mode != backend.Exclusive {
-		if dir, over, err = d.modeDirs(l); err != nil {
-			return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
-		}
-	}
-	// One run of store failures for the whole acquisition, across its
-	// steps and requeues: it gives up once every request has failed for
-	// retry.Budget, however many steps the failures fell on.
+	// One run of store failures for the whole call, across its requests.
 	var run retry.Failing
 	for requeues := 0; ; requeues++ {
 		ls, err := d.useLease(ctx, &run, l.TTL)
 		if err != nil {
-			if ctx.Err() != nil {
-				err = d.ended(ctx)
-			}
-			return backend.Grant{}, fmt.Errorf("etcdlock: %s: lease: %w", op, err)
+			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
 		}
 		s := d.alloc(ls, dir)
 		var g backend.Grant
-		switch {
-		case l.Mode != backend.Exclusive:
-			g, err = d.acquireMode(ctx, &run, s, l, over, wait)
-		case wait:
-			g, err = d.enqueue(ctx, &run, s, l, s.dir, 0)
+		switch l.Mode {
+		case backend.Permit:
+			g, err = d.tryPermit(ctx, &run, s, l)
+		case backend.Read:
+			g, err = d.tryRead(ctx, &run, s, l, over)
 		default:
-			g, err = d.try(ctx, &run, s, l, s.dir)
+			g, err = d.try(ctx, &run, s, l, over)
 		}
 		d.unuse(ls)
-		if errors.Is(err, errRequeue) && requeues < 5 {
-			// Our lease (or our entry) vanished while we queued: start
-			// over, at the back, with a live lease.
-			continue
+		if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
+			continue // our lease vanished: again, with a live one
 		}
 		if err != nil {
-			if ctx.Err() != nil && !errors.Is(err, backend.ErrNotAcquired) {
-				err = d.ended(ctx)
+			if !errors.Is(err, backend.ErrNotAcquired) {
+				err = d.failed(ctx, err)
 			}
-			return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
+			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
 		}
 		return g, nil
 	}
 }
-
-// errRequeue: the entry we queued is gone (its lease expired or was revoked,
-// or it was deleted by hand) before we got the lock.
-var errRequeue = errors.New("entry lost while queued")
 
 // try puts s's entry if no entry is under over (the lock's or the
 // read-write lock's directory), in one transaction.
@@ -324,27 +295,26 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 
 // failedPut handles an error from a transaction that may have written s's
 // key: a lost lease means start over; anything else may have been applied,
-// so the entry is deleted (or left to the background sweep).
+// so the entry is deleted, or, etcd out of reach or a caller who gave up
+// unanswered (errUnsettled), left to the background sweep rather than
+// wait for etcd again: the sweep deletes it at the next keep-alive that
+// gets through, or it goes with its lease.
 func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
-	if isLeaseNotFound(err) {
+	switch {
+	case isLeaseNotFound(err):
 		d.loseLease(s.ls, "was not found by the server")
-		return errRequeue
+		return backend.ErrRequeue
+	case resendable(err) || errors.Is(err, errUnsettled):
+		d.orphan(s, 0)
+	default:
+		d.remove(ctx, s, 0)
 	}
-	d.drop(ctx, s, 0, err)
 	return err
 }
 
-// drop deletes the entry of an acquisition that failed with err, or, when
-// err says etcd has been out of reach for the whole failure budget or did
-// not answer within the grace of a caller who gave up (errUnsettled),
-// leaves it to the background sweep at once rather than wait for etcd
-// again: the sweep deletes it at the next keep-alive that gets through,
-// or it goes with its lease.
-func (d *Driver) drop(ctx context.Context, s *slot, rev int64, err error) {
-	if !resendable(err) && !errors.Is(err, errUnsettled) {
-		d.remove(ctx, s, rev)
-		return
-	}
+// orphan leaves s's entry, of creation revision rev (0: any), to the
+// background sweep.
+func (d *Driver) orphan(s *slot, rev int64) {
 	d.mu.Lock()
 	d.orphans[s] = rev
 	d.mu.Unlock()
@@ -356,7 +326,7 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 	if s.ls.err != nil {
 		d.mu.Unlock()
 		d.remove(ctx, s, rev)
-		return backend.Grant{}, errRequeue
+		return backend.Grant{}, backend.ErrRequeue
 	}
 	hk := holdKeyOf(l)
 	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
@@ -384,9 +354,7 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
-		d.mu.Lock()
-		d.orphans[s] = rev
-		d.mu.Unlock()
+		d.orphan(s, rev)
 		return
 	}
 	d.free(s)
@@ -479,9 +447,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		return err
 	})
 	if err != nil {
-		d.mu.Lock()
-		d.orphans[e.s] = e.rev
-		d.mu.Unlock()
+		d.orphan(e.s, e.rev)
 		return fmt.Errorf("etcdlock: %w (the driver keeps trying in the background)", err)
 	}
 	d.free(e.s)

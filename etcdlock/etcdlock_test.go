@@ -652,7 +652,7 @@ func TestOrphanSweep(t *testing.T) {
 		t.Fatalf("%d orphans and %d slot directories left 5s after the sweep deleted the entry", left, slots)
 	}
 	l.Token = strings.Repeat("34", 16)
-	g, err := d.Acquire(ctx, l)
+	g, err := d.TryAcquire(ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -789,15 +789,18 @@ func TestCutOffFailureBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := drv.(*Driver)
-	t.Cleanup(func() { down(false); d.Close() })
-	held := backend.Claim{Key: "t/cut", Token: strings.Repeat("12", 16), TTL: 2 * time.Second}
+	c, err := locker.New(d, locker.WithNamespace("t"), locker.WithDefaultTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { down(false); c.Close() })
+	held := backend.Claim{Key: backend.Key("t", "cut"), Token: strings.Repeat("12", 16), TTL: 2 * time.Second}
 	if _, err := holder.TryAcquire(ctx, held); err != nil {
 		t.Fatal(err)
 	}
-	waiting := backend.Claim{Key: held.Key, Token: strings.Repeat("34", 16), TTL: 2 * time.Second}
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.Acquire(ctx, waiting)
+		_, err := c.Acquire(ctx, "cut")
 		done <- err
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {

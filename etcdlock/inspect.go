@@ -96,14 +96,6 @@ func (d *Driver) leaseTTL(ctx context.Context, st *backend.State, id clientv3.Le
 	return nil
 }
 
-// failed is the error of a request that failed with err.
-func (d *Driver) failed(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return d.ended(ctx)
-	}
-	return err
-}
-
 // List implements backend.Lister. It reads every entry under the queue
 // directories whose escaped name starts with prefix's, in pages from one
 // snapshot of the store, then asks for the time left of each holder's

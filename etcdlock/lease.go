@@ -25,8 +25,9 @@ type lease struct {
 	slots     map[string]map[int]struct{} // by queue directory: slots in use
 	idleSince time.Time                   // when it last had no user and no entry
 
-	done chan struct{} // closed by end
-	err  error         // why it ended; set once, with done closed
+	done context.Context // ends when the lease does (end, by stop)
+	stop func()
+	err  error // why it ended; set once, as done ends
 }
 
 // end marks the lease gone. Call with the driver's mutex held.
@@ -35,7 +36,7 @@ func (ls *lease) end(err error) bool {
 		return false
 	}
 	ls.err = err
-	close(ls.done)
+	ls.stop()
 	return true
 }
 
@@ -87,8 +88,8 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 		until:   start.Add(time.Duration(resp.TTL) * time.Second),
 		entries: map[*entry]struct{}{},
 		slots:   map[string]map[int]struct{}{},
-		done:    make(chan struct{}),
 	}
+	ls.done, ls.stop = context.WithCancel(context.Background())
 	d.mu.Lock()
 	if resp.TTL > sec && resp.TTL > d.minTTL {
 		d.minTTL = resp.TTL // the server raised it: that is its minimum
@@ -121,17 +122,6 @@ func (d *Driver) unuse(ls *lease) {
 		ls.idleSince = time.Now()
 	}
 	d.mu.Unlock()
-}
-
-func (d *Driver) leaseByID(id clientv3.LeaseID) *lease {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, ls := range d.leases {
-		if ls.id == id {
-			return ls
-		}
-	}
-	return nil
 }
 
 // contact is backend.Grant.Contact for the locks on ls: when the latest
@@ -208,9 +198,7 @@ func (d *Driver) dropChanged(e *entry) bool {
 	if !d.forget(e, false) {
 		return false
 	}
-	d.mu.Lock()
-	d.orphans[e.s] = e.rev
-	d.mu.Unlock()
+	d.orphan(e.s, e.rev)
 	return true
 }
 
@@ -249,7 +237,7 @@ func (d *Driver) keepAlive(ls *lease) {
 		select {
 		case <-d.gate.Context().Done():
 			return
-		case <-ls.done:
+		case <-ls.done.Done():
 			return
 		case <-timer.C:
 		}

@@ -45,9 +45,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		d.revokeLater(g.ID)
 		// The entry is still under the session's lease, or gone: either
 		// way it is released as a Release would leave it.
-		d.mu.Lock()
-		d.orphans[e.s] = e.rev
-		d.mu.Unlock()
+		d.orphan(e.s, e.rev)
 		if err != nil {
 			return fmt.Errorf("etcdlock: %w", err)
 		}

@@ -1,11 +1,9 @@
 package etcdlock
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
 var _ backend.Modal = (*Driver)(nil)
@@ -16,20 +14,25 @@ func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
-// modeDirs returns the directory of l's entry and the entries that may be
-// ahead of it (a prefix), for a claim that is not Exclusive. The escaped
-// key followed by '%' and a letter is never an escaped key (EscapeKey puts
-// two hex digits after every '%'), so these directories never overlap a
-// lock's queue, each other's, or another name's, and List skips them.
-func (d *Driver) modeDirs(l backend.Claim) (dir, over string, err error) {
+// dirs checks l and returns the directory of its entry and the entries
+// that may be ahead of it (a prefix). The escaped key followed by '%' and
+// a letter is never an escaped key (EscapeKey puts two hex digits after
+// every '%'), so a semaphore's and a read-write lock's directories never
+// overlap a lock's queue, each other's, or another name's, and List skips
+// them.
+func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
+	if _, err := ttlSeconds(l.TTL); err != nil {
+		return "", "", err
+	}
 	base := d.prefix + "/" + backend.EscapeKey(l.Key)
 	switch l.Mode {
+	case backend.Exclusive:
+		return base + "/", base + "/", nil
 	case backend.Permit:
 		if l.Limit < 1 || l.Limit > backend.MaxLimit {
 			return "", "", fmt.Errorf("%w: %d (want 1 to %d)", backend.ErrInvalidLimit, l.Limit, backend.MaxLimit)
 		}
-		dir = base + "%s/"
-		return dir, dir, nil
+		return base + "%s/", base + "%s/", nil
 	case backend.Read:
 		// A reader waits for the writers ahead of it alone.
 		return base + "%r/r/", base + "%r/w/", nil
@@ -38,19 +41,4 @@ func (d *Driver) modeDirs(l backend.Claim) (dir, over string, err error) {
 		return base + "%r/w/", base + "%r/", nil
 	}
 	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
-}
-
-// acquireMode is acquire's step for a claim that is not Exclusive.
-func (d *Driver) acquireMode(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string, wait bool) (backend.Grant, error) {
-	switch {
-	case wait && l.Mode == backend.Permit:
-		return d.enqueue(ctx, run, s, l, over, l.Limit)
-	case wait:
-		return d.enqueue(ctx, run, s, l, over, 0)
-	case l.Mode == backend.Permit:
-		return d.tryPermit(ctx, run, s, l)
-	case l.Mode == backend.Read:
-		return d.tryRead(ctx, run, s, l, over)
-	}
-	return d.try(ctx, run, s, l, over)
 }

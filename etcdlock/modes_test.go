@@ -149,7 +149,10 @@ func TestBadClaimsRefused(t *testing.T) {
 		{backend.Claim{Key: "k", Token: tok, TTL: time.Second, Mode: backend.Permit, Limit: backend.MaxLimit + 1}, backend.ErrInvalidLimit},
 		{backend.Claim{Key: "k", Token: tok, TTL: time.Second, Mode: backend.Mode(9)}, backend.ErrUnsupported},
 	} {
-		for _, acquire := range []func(context.Context, backend.Claim) (backend.Grant, error){h.probe.TryAcquire, h.probe.Acquire} {
+		for _, acquire := range []func(context.Context, backend.Claim) (backend.Grant, error){h.probe.TryAcquire, func(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+			g, _, err := h.probe.Enqueue(ctx, c)
+			return g, err
+		}} {
 			if _, err := acquire(ctx, tc.c); !errors.Is(err, tc.want) {
 				t.Errorf("acquire %v limit %d = %v, want %v", tc.c.Mode, tc.c.Limit, err, tc.want)
 			}

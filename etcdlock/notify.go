@@ -33,10 +33,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	dir := d.Dir(key)
 	resp, err := d.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		if ctx.Err() != nil {
-			err = d.ended(ctx)
-		}
-		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(err))
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(d.failed(ctx, err)))
 	}
 	// The watch is running when Subscribe returns: a store refusing it
 	// says so here, and a stop right away closes it cleanly.
@@ -55,7 +52,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		}
 	case <-ctx.Done():
 		cancel()
-		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.ended(ctx))
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.failed(ctx, nil))
 	}
 	ch := make(chan struct{}, 1)
 	ended := make(chan struct{})

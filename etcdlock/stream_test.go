@@ -28,6 +28,7 @@ func TestCancelledWaitsLeaveNoStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	keepersUp(t)
 	before := streamGoroutines()
 	for i := range 40 {
 		wctx, cancel := context.WithTimeout(ctx, time.Duration(i)*100*time.Microsecond)
@@ -51,6 +52,28 @@ func TestCancelledWaitsLeaveNoStream(t *testing.T) {
 	}
 	if len(left) > 0 {
 		t.Fatalf("%d watch stream goroutine(s) left by cancelled waits:\n\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// keepersUp waits until every driver's keeper (keepStream) holds its
+// confirmed watch, its goroutine receiving from the watch's channel: the
+// client's Watch returns once etcd confirmed it, so the goroutines of the
+// keepers' streams all run by then. Sampled earlier, a stream still
+// connecting would start them during the waits.
+func keepersUp(t *testing.T) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		up := true
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			up = up && (!strings.Contains(g, "(*Driver).keepStream") || strings.Contains(g, "[chan receive"))
+		}
+		if up {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the drivers' stream keepers hold no confirmed watch 10s later")
+		}
 	}
 }
 

@@ -1,0 +1,141 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// txn commits the transaction that build makes, sending it again while
+// etcd is out of reach or between leaders, for up to retry.Budget. Every
+// transaction of this package is safe to repeat.
+func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	resp, _, err := d.txnRun(ctx, new(retry.Failing), build)
+	return resp, err
+}
+
+// txnRun is txn within a run of failures that may have begun before it
+// (a blocking acquisition's), and reports whether an attempt failed in a
+// way that may have been applied.
+func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (resp *clientv3.TxnResponse, ambiguous bool, err error) {
+	ambiguous, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
+		resp, err = build(ctx).Commit()
+		return err
+	})
+	return resp, ambiguous, err
+}
+
+// attemptTimeout bounds one attempt of a request. A request that a
+// follower forwarded to a leader which then died is not answered until the
+// server's own request timeout (7 s with default settings), and the lock
+// is unavailable meanwhile if that request was a release; sent again, it
+// reaches the new leader. It is far above a healthy round trip, so that a
+// slow but working cluster is not hammered with repeats.
+const attemptTimeout = 2 * time.Second
+
+// errUnanswered is an attempt that timed out. The client waits for a
+// connection rather than fail at once, so this is also how an unreachable
+// cluster shows.
+var errUnanswered = fmt.Errorf("no answer from etcd within %v", attemptTimeout)
+
+// resend calls send, each attempt bounded by attemptTimeout and requiring
+// a leader (see attempt), until it succeeds, fails in a way that sending
+// again cannot fix, or every attempt of run has failed for retry.Budget; a
+// nil run sends once (a queue's steps: the Client retries them). It
+// reports whether an attempt failed in a way that may have been applied.
+func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(context.Context) error) (ambiguous bool, err error) {
+	bo := retry.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
+	for {
+		sent := time.Now()
+		actx, cancel := d.attempt(ctx)
+		err = send(actx)
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			err = errUnanswered
+		}
+		cancel()
+		if err == nil {
+			if run != nil {
+				run.Ok()
+			}
+			return ambiguous, nil
+		}
+		if ctx.Err() != nil || !resendable(err) || run == nil || run.Fail(sent, retry.Budget) {
+			return ambiguous, permission(err)
+		}
+		ambiguous = true
+		if retry.Sleep(ctx, bo.Next()) != nil {
+			return ambiguous, err
+		}
+	}
+}
+
+// resendable reports errors after which the same request may succeed when
+// sent again: etcd did not answer, or it could not serve it for now.
+func resendable(err error) bool {
+	return errors.Is(err, errUnanswered) || transient(err)
+}
+
+// transient reports errors after which a request may succeed when sent
+// again: a member went away, or the cluster is between leaders.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrNotCapable, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	s, ok := status.FromError(err)
+	// A leader that is handing over leadership drops proposals, and etcd
+	// passes raft's error on without a code of its own.
+	return ok && (s.Code() == codes.Unavailable || strings.Contains(s.Message(), "raft proposal dropped"))
+}
+
+// errUnsettled is a transaction that may have put an entry and was not
+// answered within CancelGrace after its caller gave up.
+var errUnsettled = fmt.Errorf("no answer from etcd within %v after the caller gave up", backend.CancelGrace)
+
+// putRun is txnRun for a transaction that may put an entry: an attempt in
+// flight when ctx ends is answered, not abandoned, for up to CancelGrace
+// (further attempts may go meanwhile), so that the caller learns whether
+// its entry exists and can delete it before it returns. Abandoned, it
+// could still be applied after that delete: etcd proposes each request
+// from a goroutine of its own, so a delete sent later may be applied
+// first, and the entry would then hold the name for nobody, its lease
+// kept alive by the driver's other locks. An attempt still unanswered
+// after the grace returns errUnsettled: its entry, if any, is left to the
+// background sweep (see drop), not waited for again.
+func (d *Driver) putRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	var unsettled atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(backend.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			unsettled.Store(true)
+			cancel()
+		case <-sctx.Done():
+		}
+	})
+	defer stop()
+	resp, _, err := d.txnRun(sctx, run, build)
+	if err != nil && unsettled.Load() {
+		return nil, fmt.Errorf("%w: %w", errUnsettled, context.Cause(ctx))
+	}
+	return resp, err
+}
