@@ -163,7 +163,7 @@ func BenchmarkEtcdUncontended(b *testing.B) {
 		}},
 		{"driver", func(ctx context.Context, i int) error {
 			l := backend.Claim{Key: fmt.Sprintf("n%d", i), Token: fmt.Sprintf("t%d", i), TTL: 30 * time.Second}
-			g, err := d2.Acquire(ctx, l)
+			g, err := d2.TryAcquire(ctx, l)
 			if err != nil {
 				return err
 			}
@@ -424,7 +424,7 @@ func BenchmarkEtcdAttempt(b *testing.B) {
 		}},
 		{"driver", func(ctx context.Context, i int) error {
 			l := backend.Claim{Key: fmt.Sprintf("n%d", i), Token: fmt.Sprintf("t%d", i), TTL: 30 * time.Second}
-			g, err := d.Acquire(ctx, l)
+			g, err := d.TryAcquire(ctx, l)
 			if err != nil {
 				return err
 			}
