@@ -49,7 +49,7 @@ func TestInspectQueueAndBreak(t *testing.T) {
 		wc := lockFor(t, key)
 		wc.Owner = owner
 		wg.Go(func() {
-			g, err := acquire(wctx, w, wc)
+			g, err := w.Acquire(wctx, wc)
 			if owner == "w1" {
 				next <- got{g, err}
 			}
