@@ -32,6 +32,7 @@ flaky=(
 	"./zklock ^TestConformance$/Single/Parallel/RWWaitersWake"
 	"./memcachelock ^TestConformance$/Parallel/CancelLeavesNoEntry"
 	"./redislock ^TestConformanceQuorum$/Parallel/CancelledAcquireLeavesNameFree"
+	"./internal/faults ^TestFaults$/zk/server-paused"
 )
 
 pids=()
