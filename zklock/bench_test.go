@@ -91,7 +91,7 @@ func BenchmarkUncontended(b *testing.B) {
 	ours := func(key string) time.Duration {
 		l := lockFor(b, key)
 		start := time.Now()
-		if _, err := d.Acquire(ctx, l); err != nil {
+		if _, err := acquire(ctx, d, l); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Release(ctx, l); err != nil {
@@ -201,7 +201,7 @@ func BenchmarkContended(b *testing.B) {
 		d := dial(b, servers)
 		ours.Workers = append(ours.Workers, bench.Worker{Client: w, Acquire: func(ctx context.Context) (func(context.Context) error, error) {
 			l := lockFor(b, key)
-			if _, err := d.Acquire(ctx, l); err != nil {
+			if _, err := acquire(ctx, d, l); err != nil {
 				return nil, err
 			}
 			return func(ctx context.Context) error { return d.Release(ctx, l) }, nil
@@ -272,7 +272,7 @@ func BenchmarkInlineCalls(b *testing.B) {
 			l := lockFor(b, fmt.Sprintf("%s/%d-%v", key, i, noInline))
 			cctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			g, err := d.Acquire(cctx, l)
+			g, err := acquire(cctx, d, l)
 			if err != nil {
 				return err
 			}
@@ -328,7 +328,7 @@ func BenchmarkContendedInline(b *testing.B) {
 		ds = append(ds, d)
 		run.Workers = append(run.Workers, bench.Worker{Client: w, Acquire: func(ctx context.Context) (func(context.Context) error, error) {
 			l := lockFor(b, key)
-			if _, err := d.Acquire(ctx, l); err != nil {
+			if _, err := acquire(ctx, d, l); err != nil {
 				return nil, err
 			}
 			return func(ctx context.Context) error { return d.Release(ctx, l) }, nil

@@ -39,32 +39,31 @@ func (d *Driver) abandon(ctx context.Context, e *entry) {
 	}
 }
 
-// abandonQuick is abandon for a caller who gives up on a dead connection:
-// it waits quickWait at most.
-func (d *Driver) abandonQuick(e *entry) {
-	done := d.abandonAsync(e)
-	t := time.NewTimer(d.quickWait())
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
 // abandonAsync deletes a queue node in the background; when that fails for
 // want of a connection, it retries for as long as the node's session may
-// live. The channel is closed once it is done.
+// live (and the driver is open). A node whose name is unknown (its
+// create's answer was lost) is found by its token hash. The channel is
+// closed once it is done.
 func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
 	done := make(chan struct{})
-	if !d.spawn(func() {
+	f := func() {
 		defer close(done)
-		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
-		if err == nil || errors.Is(err, zk.ErrNoNode) || d.conn.SessionID() != e.session {
+		if e.name == "" {
+			d.reapHash(e.parent, e.hash, e.session)
 			return
 		}
-		d.reapHash(e.parent, hashOf(e.name), e.session)
-	}) {
-		close(done)
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
+			// Its name, not its hash: the Client may queue the same token again.
+			d.dropLost(e.path(), e.session)
+		}
+	}
+	switch {
+	case d.spawn(f):
+	case d.own:
+		close(done) // closed: the session, and its nodes, ended with it
+	default:
+		go f() // a ticket left after Close: the caller's connection lives on, and one try
 	}
 	return done
 }

@@ -8,30 +8,29 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
-// enqueue creates l's queue node, riding out store failures as t allows.
-// On an error it leaves no node behind.
-func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry, error) {
-	parent, head := d.parentPath(l.Key), nodePrefix
-	if l.Mode != backend.Exclusive {
-		parent, head = d.sharedParent(l), sharedHead(l)
+// enqueue creates l's queue node: its ticket, not looked at yet. An
+// error comes with a ticket when the node may exist (the create's answer
+// was lost, or the caller left as it was made): its look finds it, its
+// Leave deletes it. waits: see join.
+func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*ticket, error) {
+	parent, head := d.queueOf(l)
+	hash, data := tokenHash(l.Token), []byte(l.Owner)
+	ticketOf := func(e *entry, err error) (*ticket, error) {
+		if e == nil {
+			return nil, err
+		}
+		return &ticket{d: d, l: l, e: e, waits: waits}, err
 	}
-	hash := tokenHash(l.Token)
-	data := []byte(l.Owner)
 	if d.inline() {
 		in := d.interruptOnEnd(ctx)
-		e, err := d.create(ctx, parent, head, hash, data, t, true)
+		e, err := d.create(ctx, parent, head, hash, data, waits, true)
 		in.stop()
 		if ctx.Err() != nil {
-			// The caller left: take back what we made, briefly (as below).
-			if e != nil {
-				d.abandonQuick(e)
-			}
-			return nil, d.ended(ctx)
+			err = d.ended(ctx)
 		}
-		return e, err
+		return ticketOf(e, err)
 	}
 	type result struct {
 		e   *entry
@@ -44,7 +43,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	if !d.spawn(func() {
 		defer close(finished)
 		defer cancel()
-		e, err := d.create(cctx, parent, head, hash, data, t, false)
+		e, err := d.create(cctx, parent, head, hash, data, waits, false)
 		ch <- result{e, err}
 		select {
 		case <-taken:
@@ -60,7 +59,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	select {
 	case r := <-ch:
 		close(taken)
-		return r.e, r.err
+		return ticketOf(r.e, r.err)
 	case <-ctx.Done():
 		cancel()
 		// Usually one round trip: wait, so that nothing is left behind
@@ -76,84 +75,50 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, t *tries) (*entry
 	}
 }
 
-// create makes the queue node under parent, named head+hash+"-"+sequence. It tries the create first, as
-// the name's node usually exists; on "no node" it creates the name's node
-// (a container node, which the server deletes once it is empty) and tries
-// again. The node and the parent's data are written in one transaction,
-// whose zxid, the parent's new Mzxid, is the node's Czxid: the fence, from
-// the ensemble's one counter, without another round trip. When a response
-// is lost, the node is looked for by its token hash. On an error, it
-// leaves no node behind (cleaning up in the background when it cannot
-// tell whether the server made one). inline: it runs on the caller's
-// goroutine (see interrupt.go), and sends only while the zk client has a
-// session, since a request queued for the next connection cannot be cut.
-func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, t *tries, inline bool) (*entry, error) {
-	prefix := parent + "/" + head + hash + "-"
-	bo := newBackoff()
-	uncertain := false
-	noNode := 0
-	giveUp := func(err error) (*entry, error) {
-		if uncertain {
-			d.spawn(func() { d.reapHash(parent, hash, 0) })
-		}
-		return nil, err
+// queueOf is the node of l's queue, and the head of its nodes' names.
+func (d *Driver) queueOf(l backend.Claim) (parent, head string) {
+	if l.Mode != backend.Exclusive {
+		return d.sharedParent(l), sharedHead(l)
 	}
+	return d.parentPath(l.Key), nodePrefix
+}
+
+// create makes the queue node under parent, named head+hash+"-"+sequence,
+// in one try. It tries the create first, as the name's node usually
+// exists; on "no node" it creates the name's node (a container node,
+// which the server deletes once it is empty) and tries again. The node and
+// the parent's data are written in one transaction, whose zxid, the
+// parent's new Mzxid, is the node's Czxid: the fence, from the ensemble's
+// one counter, without another round trip. On an error it leaves no node
+// behind, unless the server may have made it (the answer was lost): then
+// it returns the entry with its name unknown, to be found by its token
+// hash. waits or inline (it runs on the caller's goroutine, see
+// interrupt.go): it sends only while the zk client has a session, as a
+// request queued for its next connection cannot be cut and goes out
+// before the watches are set again (see resumeDelay).
+func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, waits, inline bool) (*entry, error) {
+	prefix := parent + "/" + head + hash + "-"
 	// A name's node this driver made, or has checked, carries our ACL.
 	checked := d.knownParent(parent)
 	// A name not known to exist is made in the request that makes its
 	// first node (see createFresh).
 	fresh := !checked
 	needParent := false
-	lookFirst := false // a create's answer was lost: look for its node before another
-	for {
-		sid, sent := d.conn.SessionID(), time.Now()
-		if (t.budget > 0 || inline) && !d.settled(ctx) {
-			// Acquire: a try not sent for want of a session fails.
-			switch {
-			case t.fail(sent):
-				return giveUp(fmt.Errorf("create the queue node: %w", errNoSession))
-			case !pause(ctx, bo):
-				return giveUp(d.ended(ctx))
-			}
-			continue
-		}
-		if lookFirst {
-			e, err := d.find(parent, head, hash)
-			switch {
-			case err == nil && e != nil:
-				d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
-				return e, nil
-			case err == nil:
-				lookFirst = false // none: create it
-			case t.fail(sent):
-				return giveUp(fmt.Errorf("look for the queue node: %w", err))
-			case !pause(ctx, bo):
-				return giveUp(d.ended(ctx))
-			}
-			if lookFirst {
-				continue
-			}
+	for noNode := 0; ; {
+		sid := d.conn.SessionID()
+		if (waits || inline) && !d.settled(ctx) {
+			return nil, fmt.Errorf("create the queue node: %w", errNoSession)
 		}
 		if needParent {
 			made, err := d.ensureParent(parent)
-			switch {
-			case err == nil:
-				t.ok()
-				needParent, checked = false, made
-			case !transient(err):
-				return giveUp(err)
-			case t.fail(sent):
-				return giveUp(fmt.Errorf("create the queue node: %w", err))
-			case !pause(ctx, bo):
-				return giveUp(d.ended(ctx))
+			if err != nil {
+				return nil, err
 			}
-			if needParent {
-				continue
-			}
+			needParent, checked = false, made
 		}
 		var c created
 		var err error
-		if t.budget > 0 {
+		if waits {
 			d.tries.Add(1) // a waiting acquisition's try (storeTries)
 		}
 		if fresh {
@@ -164,7 +129,6 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 			case errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrNoAuth):
 				// The name's node exists (or we may not write the root):
 				// the usual create, which says what is wrong, if anything.
-				t.ok()
 				fresh = false
 				continue
 			case errors.Is(err, zk.ErrNoNode):
@@ -189,92 +153,49 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		if err == nil && !under(c.path, parent) {
 			err = fmt.Errorf("%w: node %q", errUnexpected, c.path)
 		}
-		if errors.Is(err, errUnexpected) {
-			uncertain = true
-			return giveUp(err)
-		}
-		if err == nil {
-			name := c.path[len(parent)+1:]
-			_, _, seq, ok := parseTagged(name)
-			// The parent's stat is read in the same transaction, after the
-			// create: a single child is ours, so it is first, with no
-			// listing of the queue.
-			e := &entry{parent: parent, name: name, full: c.path, seq: seq, fence: uint64(c.zxid), session: sid, first: c.children == 1}
-			if !ok {
-				d.deleteQuiet(e.path())
-				return nil, fmt.Errorf("unexpected node name %q", name)
-			}
-			if sid != 0 && d.conn.SessionID() == sid {
-				t.ok()
-				// The name's node was there before us: it must carry our
-				// ACL (see acl.go).
-				var err error
-				if !checked {
-					err = d.checkACLOn(ctx, parent, sid, bo)
-				}
-				switch {
-				case err == nil:
-					d.rememberParent(parent)
-					return e, nil
-				case d.conn.SessionID() != sid || errors.Is(err, zk.ErrSessionExpired):
-					// The session ended during the check: as below.
-				default:
-					d.deleteQuiet(e.path())
-					switch {
-					case errors.Is(err, backend.ErrPermission):
-						return nil, err
-					case d.isClosed():
-						return giveUp(backend.ErrClosed)
-					}
-					return giveUp(err)
-				}
-			}
-			// The session changed under us: the node may be gone or belong
-			// to the new session. Start over.
-			d.deleteQuiet(e.path())
-			err = zk.ErrSessionExpired
-		}
 		switch {
+		case connLost(err), errors.Is(err, errUnexpected):
+			// The server may have made the node.
+			return &entry{parent: parent, hash: hash, session: sid}, fmt.Errorf("create the queue node: %w", err)
 		case errors.Is(err, zk.ErrNoNode):
 			// The name's node is missing (never made, or deleted by the
 			// server once empty, maybe between our tries): make it. A
 			// bounded number of times, as each one is an answer.
-			t.ok()
 			d.forgetParent(parent)
 			if noNode++; noNode > 3 {
-				return giveUp(fmt.Errorf("create %s: %w", parent, err))
+				return nil, fmt.Errorf("create %s: %w", parent, err)
 			}
 			needParent = true
 			continue
-		case connLost(err):
-			// The server may have made the node before the connection
-			// dropped: look for it by its hash before another try (unless
-			// the caller left: then giveUp deletes it, if any, in the
-			// background).
-			uncertain = true
-			if ctx.Err() != nil {
-				return giveUp(d.ended(ctx))
-			}
-			if !inline {
-				if e, ferr := d.find(parent, head, hash); ferr == nil && e != nil {
-					d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
-					return e, nil
-				}
-			} else {
-				lookFirst = true // once the zk client has a session again
-			}
-		case transient(err):
 		case errors.Is(err, zk.ErrClosing):
-			return giveUp(backend.ErrClosed)
-		default:
-			return giveUp(fmt.Errorf("create the queue node under %s: %w", parent, err))
+			return nil, backend.ErrClosed
+		case err != nil:
+			return nil, fmt.Errorf("create the queue node under %s: %w", parent, err)
 		}
-		if t.fail(sent) {
-			return giveUp(fmt.Errorf("create the queue node: %w", err))
+		name := c.path[len(parent)+1:]
+		_, _, seq, ok := parseTagged(name)
+		// The parent's stat is read in the same transaction, after the
+		// create: a single child is ours, so it is first, with no listing
+		// of the queue.
+		e := &entry{parent: parent, name: name, full: c.path, hash: hash, seq: seq, fence: uint64(c.zxid), session: sid, first: c.children == 1}
+		switch {
+		case !ok:
+			err = fmt.Errorf("unexpected node name %q", name)
+		case sid == 0 || d.conn.SessionID() != sid:
+			// The session changed under us: the node may be gone or
+			// belong to the new session.
+			err = fmt.Errorf("create the queue node: %w", zk.ErrSessionExpired)
+		case !checked:
+			// The name's node was there before us: it must carry our ACL
+			// (see acl.go).
+			err = d.checkACL(parent)
 		}
-		if !pause(ctx, bo) {
-			return giveUp(d.ended(ctx))
+		if err != nil {
+			d.abandon(ctx, e)
+			return nil, err
 		}
+		d.rememberParent(parent)
+		return e, nil
 	}
 }
 
@@ -328,25 +249,6 @@ var errUnexpected = errors.New("unexpected multi response")
 // under reports whether path is a child of parent.
 func under(path, parent string) bool {
 	return len(path) > len(parent)+1 && path[len(parent)] == '/' && path[:len(parent)] == parent
-}
-
-// checkACLOn is checkACL, asked again while its answer is lost on session
-// sid: a lost answer says nothing about the ACL, and the queue node made on
-// that session stays ours as long as the session lives.
-func (d *Driver) checkACLOn(ctx context.Context, path string, sid int64, bo *retry.Backoff) error {
-	for {
-		err := d.checkACL(path)
-		if err == nil || !connLost(err) || d.conn.SessionID() != sid || !pause(ctx, bo) {
-			return err
-		}
-		// Asked again once the zk client has a session: not queued
-		// for a connection that an inline call cannot cut.
-		for !d.settled(ctx) {
-			if !pause(ctx, bo) {
-				return err
-			}
-		}
-	}
 }
 
 // find looks for the node of a token hash under parent, after a create

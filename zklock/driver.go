@@ -14,14 +14,15 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// ErrSessionExpired is wrapped by the error of a TryAcquire whose
-// ZooKeeper session expired before it could tell whether it holds the
-// lock: its queue node is gone with the session. (Acquire queues again.)
+// ErrSessionExpired is wrapped by the error of a TryAcquire, or of a
+// queue's Enqueue or Wait (with backend.ErrRequeue), whose ZooKeeper
+// session expired before it could tell whether it holds the lock: its
+// queue node is gone with the session.
 var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
 // sequential node per acquisition. It implements backend.Driver,
-// backend.Waiter and backend.Session.
+// backend.Queuer and backend.Session.
 type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
@@ -60,7 +61,7 @@ type Driver struct {
 
 var (
 	_ backend.Driver  = (*Driver)(nil)
-	_ backend.Waiter  = (*Driver)(nil)
+	_ backend.Queuer  = (*Driver)(nil)
 	_ backend.Session = (*Driver)(nil)
 )
 
@@ -268,36 +269,25 @@ func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 }
 
 // TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
-// node and, unless the node is first, deletes it again.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "try-acquire")
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	defer done()
-	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
-	}
-	e, err := d.enqueue(ctx, l, &tries{max: 3})
-	if err != nil {
-		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
-	}
-	if !e.first {
-		pred, _, _, err := d.predecessor(ctx, e)
-		if err != nil {
-			d.abandon(ctx, e)
-			if errors.Is(err, errGone) {
-				err = d.goneErr(e)
+// node and, unless the node holds at once, deletes it again. A failure
+// that left no node is tried again, twice at most: the first request
+// after an expired session or a reconnection may fail where the next
+// succeeds, and the Client does not try again.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (g backend.Grant, err error) {
+	bo := newBackoff()
+	for try := 1; ; try++ {
+		var t *ticket
+		if g, t, err = d.join(ctx, l, "try-acquire", false); t != nil {
+			if err == nil {
+				err = fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
 			}
-			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
+			d.abandon(ctx, t.e)
+			return g, err
 		}
-		if pred != "" {
-			d.abandon(ctx, e)
-			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", backend.ErrNotAcquired)
+		if err == nil || try == 3 || !transient(err) || !pause(ctx, bo) {
+			return g, err
 		}
 	}
-	return d.grant(ctx, e, l, "try-acquire")
 }
 
 // Release deletes l.Token's node if it holds l.Key.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/internal/testutil"
@@ -149,7 +150,7 @@ func TestExpireFiresLost(t *testing.T) {
 	}
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := d2.Acquire(ctx, lockFor(t, key))
+		_, err := acquire(ctx, d2, lockFor(t, key))
 		waiting <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
@@ -265,8 +266,8 @@ func TestACLStopsTheft(t *testing.T) {
 
 // TestWaiterSessionExpires: a waiter whose session expires (its node goes
 // with it) queues again on its new session, at the back, and takes the
-// lock when it is released: an expired session is a store failure that
-// Acquire rides out (backend.Waiter).
+// lock when it is released: its Wait says the node is gone
+// (backend.ErrRequeue), and the Client queues again.
 func TestWaiterSessionExpires(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZKAddrs()
@@ -280,13 +281,14 @@ func TestWaiterSessionExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		g   backend.Grant
+		l   *locker.Lock
 		err error
 	}
 	done := make(chan result, 1)
+	c := clientOf(t, waiter)
 	go func() {
-		g, err := waiter.Acquire(ctx, lockFor(t, key))
-		done <- result{g, err}
+		l, err := c.Acquire(ctx, nameOf(key))
+		done <- result{l, err}
 	}()
 	for entries(t, holder, key) != 2 {
 		time.Sleep(10 * time.Millisecond)
@@ -306,7 +308,7 @@ func TestWaiterSessionExpires(t *testing.T) {
 	for {
 		select {
 		case r := <-done:
-			t.Fatalf("Acquire = %v, %v after its session expired, want it to queue again and wait", r.g, r.err)
+			t.Fatalf("Acquire = %v, %v after its session expired, want it to queue again and wait", r.l, r.err)
 		default:
 		}
 		if now := waiter.conn.SessionID(); now != sid && now != 0 && waitersOf(t, holder, key, now) == 1 && entries(t, holder, key) == 2 {
@@ -325,8 +327,8 @@ func TestWaiterSessionExpires(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("Acquire = %v, want the lock", r.err)
 		}
-		if r.g.Fence <= hg.Fence {
-			t.Errorf("the waiter's fence %d is not above the holder's %d", r.g.Fence, hg.Fence)
+		if r.l.Fence() <= hg.Fence {
+			t.Errorf("the waiter's fence %d is not above the holder's %d", r.l.Fence(), hg.Fence)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter did not take the released lock")
@@ -395,16 +397,21 @@ func TestLostCreateResponseFound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// A lock's node, a permit's and a reader's: the same code makes them.
-	kinds := []func(key string) backend.Claim{
-		func(key string) backend.Claim { return lockFor(t, key) },
-		func(key string) backend.Claim { return sharedClaim(t, key, backend.Permit, 2) },
-		func(key string) backend.Claim { return sharedClaim(t, key, backend.Read, 0) },
+	// The Client waits: the Enqueue's ticket finds the node.
+	c := clientOf(t, d)
+	kinds := []struct {
+		claim func(key string) backend.Claim
+		opts  []locker.LockOption
+	}{
+		{func(key string) backend.Claim { return lockFor(t, key) }, nil},
+		{func(key string) backend.Claim { return sharedClaim(t, key, backend.Permit, 2) }, []locker.LockOption{locker.Semaphore(2)}},
+		{func(key string) backend.Claim { return sharedClaim(t, key, backend.Read, 0) }, []locker.LockOption{locker.Read()}},
 	}
-	for _, claim := range kinds {
+	for _, k := range kinds {
 		for _, fresh := range []bool{true, false} {
 			key := uniqueKey(t)
 			if !fresh {
-				l := claim(key)
+				l := k.claim(key)
 				if _, err := d.TryAcquire(ctx, l); err != nil {
 					t.Fatal(err)
 				}
@@ -415,8 +422,8 @@ func TestLostCreateResponseFound(t *testing.T) {
 			// Lose the answer to the first multi: on a fresh name, the one
 			// that makes the name's node and the queue node together.
 			armed.Store(1)
-			l := claim(key)
-			g, err := d.Acquire(ctx, l)
+			l := k.claim(key)
+			lk, err := c.Acquire(ctx, nameOf(key), k.opts...)
 			if err != nil {
 				t.Fatalf("Acquire %v with a lost create response (fresh name %v): %v", l.Mode, fresh, err)
 			}
@@ -432,10 +439,10 @@ func TestLostCreateResponseFound(t *testing.T) {
 			}
 			_, path, _ := holderSession(d.conn, d, key)
 			_, st, err := d.conn.Exists(path)
-			if err != nil || uint64(st.Czxid) != g.Fence {
-				t.Fatalf("fence %d, node %+v, %v", g.Fence, st, err)
+			if err != nil || uint64(st.Czxid) != lk.Fence() {
+				t.Fatalf("fence %d, node %+v, %v", lk.Fence(), st, err)
 			}
-			if err := d.Release(ctx, l); err != nil {
+			if err := lk.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -512,7 +519,7 @@ func TestPartitionedHolderLosesFirst(t *testing.T) {
 	}
 	got := make(chan time.Time, 1)
 	go func() {
-		if _, err := other.Acquire(ctx, lockFor(t, key)); err != nil {
+		if _, err := acquire(ctx, other, lockFor(t, key)); err != nil {
 			t.Error(err)
 		}
 		got <- time.Now()
@@ -593,5 +600,48 @@ func TestNewDetectsExpiry(t *testing.T) {
 	}
 	if err := d.Release(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
 		t.Errorf("Release after the expiry: %v", err)
+	}
+}
+
+// TestNewCloseLeavesQueue: on a connection the caller passed, which
+// outlives the driver, a waiter's node goes when Close ends the wait, so
+// that nobody waits behind it for as long as the caller's session lives.
+func TestNewCloseLeavesQueue(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	conn, _, err := zk.Connect(servers, testTimeout, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := New(conn, WithRoot("/locker-test"), WithSessionTimeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := dial(t, servers)
+	key := uniqueKey(t)
+	if _, err := holder.TryAcquire(ctx, lockFor(t, key)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	c := clientOf(t, d)
+	go func() {
+		_, err := c.Acquire(ctx, nameOf(key))
+		done <- err
+	}()
+	for entries(t, holder, key) != 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Acquire during Close = %v, want ErrClosed", err)
+	}
+	if n := entries(t, holder, key); n != 1 {
+		t.Fatalf("%d nodes in the queue after Close ended the wait, want the holder's only", n)
 	}
 }

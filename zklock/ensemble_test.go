@@ -75,23 +75,19 @@ func TestEnsembleMemberStops(t *testing.T) {
 	)
 	for w := range workers {
 		wg.Add(1)
+		// The Client waits, and rides out the election.
+		c := clientOf(t, ds[w])
 		go func() {
 			defer wg.Done()
-			d := ds[w]
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				l := lockFor(t, key)
-				l.OnLost = func(err error) {
-					lost.Add(1)
-					t.Logf("worker %d: lost: %v", w, err)
-				}
 				actx, acancel := context.WithTimeout(ctx, 2*session)
 				began := time.Now()
-				g, err := d.Acquire(actx, l)
+				l, err := c.Acquire(actx, nameOf(key))
 				acancel()
 				if err != nil && errors.Is(err, zk.ErrNoServer) && stopped.Load() {
 					// No server answered for the failure budget: an election
@@ -112,10 +108,10 @@ func TestEnsembleMemberStops(t *testing.T) {
 					t.Errorf("%d holders at once", n)
 				}
 				mu.Lock()
-				if g.Fence <= lastFence {
-					t.Errorf("fence %d after %d", g.Fence, lastFence)
+				if l.Fence() <= lastFence {
+					t.Errorf("fence %d after %d", l.Fence(), lastFence)
 				}
-				lastFence = g.Fence
+				lastFence = l.Fence()
 				mu.Unlock()
 				grants.Add(1)
 				if stopped.Load() && afterStop.Add(1) == 1 {
@@ -123,7 +119,11 @@ func TestEnsembleMemberStops(t *testing.T) {
 				}
 				time.Sleep(2 * time.Millisecond)
 				inside.Add(-1)
-				if err := d.Release(ctx, l); err != nil {
+				err = l.Release(ctx)
+				if lerr := l.Err(); lerr != nil {
+					lost.Add(1)
+					t.Logf("worker %d: lost: %v", w, lerr)
+				} else if err != nil {
 					t.Errorf("worker %d: Release: %v", w, err)
 					return
 				}

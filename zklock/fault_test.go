@@ -43,7 +43,7 @@ func TestWatchEventIsNoContact(t *testing.T) {
 	defer wcancel()
 	waited := make(chan error, 1)
 	go func() {
-		_, err := holder.Acquire(wctx, lockFor(t, lockB.Key))
+		_, err := acquire(wctx, holder, lockFor(t, lockB.Key))
 		waited <- err
 	}()
 	for entries(t, other, lockB.Key) != 2 {
@@ -52,7 +52,7 @@ func TestWatchEventIsNoContact(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the watch is set
 	gotAt := make(chan time.Time, 1)
 	go func() {
-		if _, err := next.Acquire(ctx, lockFor(t, lockA.Key)); err != nil {
+		if _, err := acquire(ctx, next, lockFor(t, lockA.Key)); err != nil {
 			t.Error(err)
 		}
 		gotAt <- time.Now()
@@ -96,7 +96,8 @@ func TestWatchEventIsNoContact(t *testing.T) {
 // TestWaiterCancelCutOff: a waiter cut off from the server returns within
 // 100 ms and a round trip of its context's end, whether it was waiting
 // for its turn or still creating its queue node, and once the connection
-// is back its node is gone.
+// is back its node is gone. The Client waits: the driver's Enqueue, Wait
+// and Leave keep to that.
 func TestWaiterCancelCutOff(t *testing.T) {
 	t.Parallel()
 	servers := testenv.ZKAddrs()
@@ -105,6 +106,7 @@ func TestWaiterCancelCutOff(t *testing.T) {
 		t.Run(stage, func(t *testing.T) {
 			p := newProxy(t, servers[0])
 			waiter := dial(t, []string{p.addr()})
+			c := clientOf(t, waiter)
 			holder := dial(t, servers)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -126,7 +128,7 @@ func TestWaiterCancelCutOff(t *testing.T) {
 				p.blackhole(true, true)
 			}
 			go func() {
-				_, err := waiter.Acquire(wctx, lockFor(t, key))
+				_, err := c.Acquire(wctx, nameOf(key))
 				done <- err
 			}()
 			if stage == "waiting" {
@@ -210,8 +212,9 @@ func TestWatchSetOnNewSession(t *testing.T) {
 		hooked <- err
 	}
 	done := make(chan error, 1)
+	c := clientOf(t, waiter) // it queues again
 	go func() {
-		_, err := waiter.Acquire(ctx, lockFor(t, key))
+		_, err := c.Acquire(ctx, nameOf(key))
 		done <- err
 	}()
 	if err := <-hooked; err != nil {
@@ -297,8 +300,9 @@ func TestCloseCutOff(t *testing.T) {
 				t.Fatal(err)
 			}
 			waited := make(chan error, 1)
+			c := clientOf(t, d) // it rides out the cut until Close
 			go func() {
-				_, err := d.Acquire(ctx, lockFor(t, key))
+				_, err := c.Acquire(ctx, nameOf(key))
 				waited <- err
 			}()
 			for entries(t, holder, key) != 2 {
@@ -372,7 +376,7 @@ func TestLostNodeFreedWhenSessionLives(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		_, err := waiter.Acquire(ctx, lockFor(t, l.Key))
+		_, err := acquire(ctx, waiter, lockFor(t, l.Key))
 		got <- result{err, time.Now()}
 	}()
 	for entries(t, waiter, l.Key) != 2 {

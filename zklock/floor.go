@@ -18,12 +18,12 @@ func init() {
 }
 
 // storeTries is the requests that the driver's waiting acquisitions
-// (Acquire) sent that could grant them, since it opened: each create of a
-// queue node, and each listing of the queue made to see whether the node
-// is first (or, for semaphores and read-write locks, holds), which a
-// waiter makes when it starts waiting and when the node it watches goes. A
-// waiter told by a watch that its only predecessor is gone takes the lock
-// with no request, and counts none.
+// (Enqueue, Ticket.Wait) sent that could grant them, since it opened: each
+// create of a queue node, and each listing of the queue made to see
+// whether the node is first (or, for semaphores and read-write locks,
+// holds), which a waiter makes when it starts waiting and when the node it
+// watches goes. A waiter told by a watch that its only predecessor is gone
+// takes the lock with no request, and counts none.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // rawFloor creates an ephemeral node for key directly under the root and

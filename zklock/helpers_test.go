@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/internal/testutil"
@@ -132,8 +134,47 @@ func dial(t testing.TB, servers []string, opts ...Option) *Driver {
 
 func newToken(testing.TB) string { return testutil.Token() }
 
+// testNamespace is the namespace of uniqueKey's keys.
+const testNamespace = "zklock-test"
+
 func uniqueKey(t testing.TB) string {
-	return "zklock-test/" + t.Name() + "/" + newToken(t)[:8]
+	return testNamespace + "/" + t.Name() + "/" + newToken(t)[:8]
+}
+
+// nameOf is the name of a uniqueKey key, for a Client of clientOf's.
+func nameOf(key string) string { return strings.TrimPrefix(key, testNamespace+"/") }
+
+// clientOf is a Client over d, for tests of a whole wait: the driver
+// queues (backend.Queuer), and the Client decides the rest (retries, the
+// failure budget, a new node when one went with its session, leaving the
+// queue when it gives up).
+func clientOf(t testing.TB, d *Driver) *locker.Client {
+	t.Helper()
+	c, err := locker.New(d, locker.WithNamespace(testNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// acquire takes l in d's queue as the Client drives a backend.Queuer, but
+// without its retries: Enqueue, then Wait until the turn comes; the first
+// failure ends it, and leaves the queue.
+func acquire(ctx context.Context, d *Driver, l backend.Claim) (backend.Grant, error) {
+	g, t, err := d.Enqueue(ctx, l)
+	for t != nil && err == nil {
+		if g, err = t.Wait(ctx); err == nil {
+			return g, nil
+		}
+		if errors.Is(err, backend.ErrNotAcquired) {
+			err = nil
+		}
+	}
+	if t != nil && !errors.Is(err, backend.ErrRequeue) {
+		t.Leave(context.WithoutCancel(ctx))
+	}
+	return g, err
 }
 
 // holderSession returns the session that owns the first node of key's

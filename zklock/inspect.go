@@ -103,7 +103,7 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 // for up to retry.Budget and through a few changes of the queue under it.
 func (d *Driver) retrying(ctx context.Context, f func() (done bool, err error)) error {
 	bo := newBackoff()
-	t := &tries{budget: retry.Budget}
+	var failing retry.Failing
 	for changes := 0; ; {
 		sent := time.Now()
 		ok, err := f()
@@ -117,7 +117,7 @@ func (d *Driver) retrying(ctx context.Context, f func() (done bool, err error)) 
 			continue
 		case ctx.Err() != nil:
 			return err
-		case !transient(err) || t.fail(sent) || !pause(ctx, bo):
+		case !transient(err) || failing.Fail(sent, retry.Budget) || !pause(ctx, bo):
 			return err
 		}
 	}

@@ -49,7 +49,7 @@ func TestInspectQueueAndBreak(t *testing.T) {
 		wc := lockFor(t, key)
 		wc.Owner = owner
 		wg.Go(func() {
-			g, err := w.Acquire(wctx, wc)
+			g, err := acquire(wctx, w, wc)
 			if owner == "w1" {
 				next <- got{g, err}
 			}

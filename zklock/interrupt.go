@@ -113,10 +113,15 @@ func (in *interruption) fire() {
 			return
 		case <-t.C:
 		}
+		// Under mu, as stop sets done: no cut once the call has returned
+		// (the read may be another call's by then), and the call returns
+		// only once its cuts are done and counted.
+		in.mu.Lock()
 		for _, r := range blocked {
-			if r.Interrupt() {
+			if !in.done && r.Interrupt() {
 				in.d.cuts.Add(1)
 			}
 		}
+		in.mu.Unlock()
 	}
 }

@@ -62,7 +62,7 @@ func TestInlineCallInterrupted(t *testing.T) {
 	// An acquisition's create, inline too.
 	actx, acancel := context.WithTimeout(ctx, wait)
 	late, err = lateness(actx, func(ctx context.Context) error {
-		_, err := d.Acquire(ctx, lockFor(t, uniqueKey(t)))
+		_, err := acquire(ctx, d, lockFor(t, uniqueKey(t)))
 		return err
 	})
 	acancel()

@@ -50,9 +50,9 @@ type entry struct {
 	parent  string
 	name    string
 	full    string // parent + "/" + name, when known (path)
+	hash    string // its token's
 	seq     int64
-	first   bool   // known to be the lowest node
-	waited  bool   // it waited behind another node (Grant.Waited)
+	first   bool   // known to be the lowest node (shared: known to hold)
 	fence   uint64 // the node's creation zxid
 	session int64  // the session that owns it
 }

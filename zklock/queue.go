@@ -8,233 +8,302 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Acquire queues a node for l.Key and waits, watching only the node just
-// ahead of it, until it is first: waiters are served in arrival order.
-//
-// It rides out store failures: a connection down (the zk client
-// reconnects, to any server of the ensemble) and requests failing with it,
-// for up to backend.StoreFailureBudget of failures in a row, after which
-// it returns the store's error; a session that expired meanwhile (its node
-// went with it) is met by queueing again on the new one, at the back.
-// Refusals (an ACL) end it at once.
-func (d *Driver) Acquire(ctx context.Context, l backend.Claim) (_ backend.Grant, err error) {
+// A lock, a semaphore and a read-write lock are each a queue of
+// sequential nodes (backend.Queuer): Enqueue creates the claim's node and
+// looks where it stands, Ticket.Wait watches what stands in its way and
+// looks again when that changes, Ticket.Leave deletes the node. The
+// locker package decides the rest: retries, backoff, the failure budget,
+// a new node when one went with its session.
+
+// QueueModes implements backend.Queuer: every mode queues.
+func (d *Driver) QueueModes() backend.ModeSet {
+	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
+}
+
+// Enqueue implements backend.Queuer. A node alone in its queue holds, as
+// the create's answer says: a free lock costs that one request.
+func (d *Driver) Enqueue(ctx context.Context, l backend.Claim) (backend.Grant, backend.Ticket, error) {
+	g, t, err := d.join(ctx, l, "acquire", true)
+	if t == nil {
+		return g, nil, err
+	}
+	return g, t, err
+}
+
+// join creates l's node and looks once: the Grant when it holds, else its
+// ticket, with the look's error if it failed. waits: an Enqueue, whose
+// requests count as store tries and wait for a settled session.
+func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits bool) (_ backend.Grant, t *ticket, err error) {
 	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "acquire")
+	if l.Mode != backend.Exclusive {
+		if err := checkShared(l); err != nil {
+			return backend.Grant{}, nil, fmt.Errorf("zklock: %s: %w", op, err)
+		}
+	}
+	ctx, done, err := d.enter(ctx, op)
+	if err != nil {
+		return backend.Grant{}, nil, err
+	}
+	defer done()
+	t, err = d.enqueue(ctx, l, waits)
+	if err == nil {
+		var g backend.Grant
+		if g, err = t.look(ctx); err == nil {
+			return g, nil, nil
+		}
+		if errors.Is(err, backend.ErrNotAcquired) {
+			return backend.Grant{}, t, nil
+		}
+	}
+	return backend.Grant{}, t, t.failed(ctx, d, op, err)
+}
+
+// ticket is one claim's queue node, and what its last look found in its
+// way: for a lock, the node just ahead and the one ahead of that, for a
+// read-write lock the node that blocks it (pred), each watched once Wait
+// sets its watch; for a semaphore, a watch on its queue, set by the look.
+type ticket struct {
+	d     *Driver
+	l     backend.Claim
+	e     *entry
+	waits bool // an Enqueue's: counted in storeTries
+
+	pred, pred2   string
+	watch, watch2 <-chan zk.Event
+	ahead         int // nodes ahead of a lock's node
+}
+
+// Wait implements backend.Ticket.
+func (t *ticket) Wait(ctx context.Context) (_ backend.Grant, err error) {
+	defer func() { err = permitted(err) }()
+	ctx, done, err := t.d.enter(ctx, "acquire")
 	if err != nil {
 		return backend.Grant{}, err
 	}
 	defer done()
-	if l.Mode != backend.Exclusive {
-		return d.acquireShared(ctx, l)
+	g, err := backend.Grant{}, t.wait(ctx)
+	if err == nil {
+		g, err = t.look(ctx)
 	}
-	t := &tries{budget: retry.Budget}
-	for {
-		e, err := d.enqueue(ctx, l, t)
-		if err != nil {
-			return backend.Grant{}, fmt.Errorf("zklock: %w", err)
-		}
-		if err = d.await(ctx, e, t); err == nil {
-			err = d.confirm(ctx, e, t)
-		}
-		if err != nil {
-			err = fmt.Errorf("zklock: %w", err)
-		} else {
-			var g backend.Grant
-			if g, err = d.grant(ctx, e, l, "acquire"); err == nil {
-				return g, nil
-			}
-		}
-		if !errors.Is(err, ErrSessionExpired) || t.fail(time.Now()) {
-			return backend.Grant{}, err
-		}
-		d.log.Debug("zklock: the session expired while waiting; queueing again", "key", l.Key)
+	if err != nil {
+		return backend.Grant{}, t.failed(ctx, t.d, "acquire", err)
 	}
+	return g, nil
 }
 
-// probePeriod is how often a waiter looks at its connection while it
-// waits: a connection down for the failure budget ends the wait.
+// probePeriod is how often a waiter looks at its connection: Wait does
+// not block on a dead one.
 const probePeriod = 200 * time.Millisecond
 
-// await waits until e is first. Each waiter watches the node just ahead of
-// it and the one ahead of that: still no herd (a deletion wakes at most
-// two waiters), and when the second one goes, the waiter lists the queue
-// while its predecessor takes the lock, so that it knows it is next and
-// takes the lock at the news of its predecessor's deletion, without
-// listing again. On an error, e is abandoned; an error wrapping
-// ErrSessionExpired means that e's session ended.
-func (d *Driver) await(ctx context.Context, e *entry, t *tries) error {
-	var (
-		bo              = newBackoff()
-		pred, pred2     string // the nodes watched
-		predCh, pred2Ch <-chan zk.Event
-		ahead           int
-		probe           *time.Ticker
-	)
-	defer func() {
-		if probe != nil {
-			probe.Stop()
+// wait blocks until what the last look found in t's way changes. It
+// returns at once when there is nothing to watch: the node holds, the
+// last look failed, or the node to watch is gone already.
+func (t *ticket) wait(ctx context.Context) error {
+	d, e := t.d, t.e
+	if e.first || e.name == "" || t.pred == "" && t.watch == nil {
+		return nil
+	}
+	if t.watch == nil {
+		if d.testHookWatch != nil {
+			d.testHookWatch()
 		}
-	}()
-	for !e.first {
-		sent := time.Now()
-		if !d.settled(ctx) {
-			if err := d.waitFailed(ctx, e, errNoSession, t, sent, bo); err != nil {
-				return err
-			}
-			continue
+		ch, err := d.watch(ctx, e, t.pred)
+		if err != nil || ch == nil {
+			return err // nil: gone meanwhile, look again
 		}
-		d.tries.Add(1) // a re-check that may find e first (storeTries)
-		p, p2, n, err := d.predecessor(ctx, e)
-		ahead = n
-		if err == nil && p == "" {
-			e.first = true
-			break
-		}
-		if err == nil && p != pred {
-			pred, predCh = "", nil
-			if d.testHookWatch != nil {
-				d.testHookWatch()
-			}
-			var ch <-chan zk.Event
-			if ch, err = d.watch(ctx, e, p); err == nil && ch == nil {
-				continue // gone meanwhile: look again
-			}
-			if err == nil {
-				pred, predCh = p, ch
-			}
-		}
-		if err == nil && p2 != pred2 {
-			pred2, pred2Ch = "", nil
-			if p2 != "" {
-				ch, werr := d.watch(ctx, e, p2)
-				if werr == nil && ch == nil {
-					continue
-				}
-				if errors.Is(werr, errGone) {
-					err = werr
-				} else if werr == nil { // else wait without it
-					pred2, pred2Ch = p2, ch
-				}
-			}
-		}
-		if err == nil {
-			t.ok()
-			bo.Reset()
-			e.waited = true
-			if probe == nil {
-				probe = time.NewTicker(probePeriod)
-			}
-			var ev zk.Event
-			fromPred := false
-		wait:
-			for {
-				select {
-				case ev = <-predCh:
-					pred, predCh, fromPred = "", nil, true
-					break wait
-				case ev = <-pred2Ch:
-					pred2, pred2Ch = "", nil
-					break wait
-				case now := <-probe.C:
-					// Watches survive a disconnect (the zk client sets
-					// them again on the session's next connection): only
-					// a connection down for the budget ends the wait.
-					if st := d.conn.State(); st == zk.StateHasSession {
-						t.ok()
-					} else if t.fail(now) {
-						d.abandonQuick(e)
-						return fmt.Errorf("%w: no session with ZooKeeper for %v (state %v)", zk.ErrNoServer, t.budget, st)
-					}
-				case <-ctx.Done():
-					d.abandon(ctx, e)
-					return d.ended(ctx)
-				}
-			}
-			if fromPred && ev.Type == zk.EventNodeDeleted && ahead == 1 {
+		t.watch = ch
+	}
+	if t.watch2 == nil && t.pred2 != "" {
+		ch, err := d.watch(ctx, e, t.pred2)
+		switch {
+		case errors.Is(err, errGone), err == nil && ch == nil:
+			return err
+		case err == nil:
+			t.watch2 = ch
+		} // else wait without it
+	}
+	probe := time.NewTicker(probePeriod)
+	defer probe.Stop()
+	for {
+		select {
+		case ev := <-t.watch:
+			t.pred, t.watch = "", nil
+			if ev.Type == zk.EventNodeDeleted && t.ahead == 1 {
 				// The only node ahead of ours is gone, and no new node
 				// can sort before ours: we are first.
 				e.first = true
-				continue
 			}
-			if err := d.watchEnded(ctx, e, ev); err != nil {
-				return err
+			return watchEnded(ev)
+		case ev := <-t.watch2:
+			t.pred2, t.watch2 = "", nil
+			return watchEnded(ev)
+		case <-probe.C:
+			// Watches survive a disconnect (the zk client sets them
+			// again on the session's next connection), the node as long
+			// as the session: the Client rides it out, or leaves.
+			if st := d.conn.State(); st != zk.StateHasSession {
+				return fmt.Errorf("%w: no session with ZooKeeper (state %v)", zk.ErrNoServer, st)
 			}
-			continue
-		}
-		if err := d.waitFailed(ctx, e, err, t, sent, bo); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// confirm makes sure that the lock's session was in touch with the server
-// lately, as its holder will time the lock from that contact: after a
-// reconnection, a waiter may learn that it is first from a watch the zk
-// client set again, before the driver sent a request on the resumed
-// session. Then one read of its node, which also proves it is still there.
-func (d *Driver) confirm(ctx context.Context, e *entry, t *tries) error {
-	if at := d.contactOf(e.session); !at.IsZero() && time.Since(at) < d.pingPeriod() {
-		return nil
-	}
-	type node struct {
-		ok bool
-		st *zk.Stat
-	}
-	bo := newBackoff()
-	for {
-		sent := time.Now()
-		err := errNoSession
-		if d.settled(ctx) {
-			var n node
-			n, err = callInline(ctx, d, func() (node, error) {
-				return request(d, func() (node, error) {
-					ok, st, err := d.conn.Exists(e.path())
-					return node{ok, st}, err
-				})
-			})
-			switch {
-			case err == nil && n.ok && n.st.EphemeralOwner == e.session:
-				t.ok()
-				return nil
-			case err == nil:
-				d.abandon(ctx, e)
-				return d.goneErr(e)
-			case ctx.Err() != nil:
-				d.abandon(ctx, e)
-				return d.ended(ctx)
-			case !transient(err):
-				d.abandon(ctx, e)
-				return err
-			}
-		}
-		if t.fail(sent) {
-			d.abandonQuick(e)
-			return err
-		}
-		if !pause(ctx, bo) {
-			d.abandon(ctx, e)
+		case <-ctx.Done():
 			return d.ended(ctx)
 		}
 	}
 }
 
+// watchEnded says why a watch that delivered ev ended the wait: nil for a
+// change to look at.
+func watchEnded(ev zk.Event) error {
+	switch {
+	case ev.Type != zk.EventNotWatching:
+		return nil
+	case errors.Is(ev.Err, zk.ErrSessionExpired):
+		return errGone
+	}
+	return fmt.Errorf("%w (connection closed while waiting)", backend.ErrClosed)
+}
+
+// look is one look at where t's node stands: the Grant when it holds,
+// else ErrNotAcquired, having noted what to watch. A node whose create's
+// answer was lost is looked for first.
+func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
+	d := t.d
+	if !d.settled(ctx) {
+		return backend.Grant{}, errNoSession
+	}
+	if t.e.name == "" {
+		parent, head := d.queueOf(t.l)
+		e, err := call(ctx, d, func() (*entry, error) { return d.find(parent, head, t.e.hash) })
+		switch {
+		case err != nil:
+			return backend.Grant{}, err
+		case e == nil:
+			return backend.Grant{}, errGone
+		}
+		d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
+		t.e = e
+	}
+	if !t.e.first {
+		if t.waits {
+			d.tries.Add(1) // a look that may find the node holding (storeTries)
+		}
+		if held, err := t.stand(ctx); err != nil || !held {
+			if err == nil {
+				err = backend.ErrNotAcquired
+			}
+			return backend.Grant{}, err
+		}
+		t.e.first = true // holds: no need to be first
+	}
+	return d.grant(ctx, t.e, t.l)
+}
+
+// stand lists t's queue: whether its node holds, else what is in its way.
+func (t *ticket) stand(ctx context.Context) (bool, error) {
+	if t.l.Mode != backend.Exclusive {
+		st, ch, err := t.d.judge(ctx, t.e, t.l, t.waits && t.l.Mode == backend.Permit)
+		switch {
+		case err != nil:
+			return false, err
+		case st.mismatch != nil:
+			return false, st.mismatch
+		}
+		if t.l.Mode == backend.Permit {
+			t.watch = ch
+		} else if st.block != t.pred {
+			t.pred, t.watch = st.block, nil
+		}
+		return st.held, nil
+	}
+	p, p2, n, err := t.d.predecessor(ctx, t.e)
+	if err != nil {
+		return false, err
+	}
+	if p != t.pred {
+		t.pred, t.watch = p, nil
+	}
+	if p2 != t.pred2 {
+		t.pred2, t.watch2 = p2, nil
+	}
+	t.ahead = n
+	return p == "", nil
+}
+
+// failed is the error of an Enqueue or a Wait that failed with err (t is
+// nil when Enqueue made no node): a node gone is backend.ErrRequeue, with
+// why.
+func (t *ticket) failed(ctx context.Context, d *Driver, op string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		err = d.ended(ctx)
+	case errors.Is(err, errGone) && t != nil:
+		err = d.goneErr(t.e)
+	}
+	return fmt.Errorf("zklock: %s: %w", op, err)
+}
+
+// Leave implements backend.Ticket: it deletes the node, which frees the
+// key if the node holds it. It waits for the delete's answer for
+// quickWait at most: on a dead connection, the delete goes on in the
+// background for as long as the node's session may live.
+func (t *ticket) Leave(ctx context.Context) error {
+	d := t.d
+	d.mu.Lock()
+	if h := d.holds[t.l.Token]; h != nil && h.path == t.e.path() {
+		delete(d.holds, t.l.Token)
+		d.unwatch(h)
+	}
+	d.mu.Unlock()
+	timer := time.NewTimer(d.quickWait())
+	defer timer.Stop()
+	select {
+	case <-d.abandonAsync(t.e):
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// confirm makes sure that the node's session was in touch with the
+// server lately, as its holder will time the lock from that contact: a
+// waiter may learn that it holds from a watch the zk client set again
+// after a reconnection, before the driver sent a request on the resumed
+// session. Then one read of its node, which also proves it is there.
+func (d *Driver) confirm(ctx context.Context, e *entry) error {
+	if at := d.contactOf(e.session); !at.IsZero() && time.Since(at) < d.pingPeriod() {
+		return nil
+	}
+	ours, err := callInline(ctx, d, func() (bool, error) {
+		return request(d, func() (bool, error) {
+			ok, st, err := d.conn.Exists(e.path())
+			return ok && st.EphemeralOwner == e.session, err
+		})
+	})
+	if err == nil && !ours {
+		return errGone
+	}
+	return err
+}
+
 // goneErr explains why our queue node disappeared.
 func (d *Driver) goneErr(e *entry) error {
-	if d.conn.SessionID() != e.session {
-		return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
+	switch {
+	case d.conn.SessionID() != e.session:
+		return fmt.Errorf("%w: %w (its queue node is gone)", backend.ErrRequeue, ErrSessionExpired)
+	case e.name == "":
+		return fmt.Errorf("%w: the create's answer was lost, and it made no node", backend.ErrRequeue)
 	}
-	return fmt.Errorf("%w: the queue node %s was deleted by someone else", backend.ErrNotAcquired, e.path())
+	return fmt.Errorf("%w: the queue node %s was deleted by someone else", backend.ErrRequeue, e.path())
 }
 
 // grant records e as held by l.Token.
-func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim, op string) (backend.Grant, error) {
+func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.Grant, error) {
+	if err := d.confirm(ctx, e); err != nil {
+		return backend.Grant{}, err
+	}
 	if d.conn.SessionID() != e.session {
-		d.abandon(ctx, e)
-		return backend.Grant{}, fmt.Errorf("zklock: %s: %w", op, d.goneErr(e))
+		return backend.Grant{}, errGone
 	}
 	h := &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
 	d.mu.Lock()
@@ -242,7 +311,7 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim, op string
 	d.watchHeld(h)
 	d.mu.Unlock()
 	sid := e.session
-	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }, Waited: e.waited}, nil
+	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
 }
 
 // predecessor lists the queue and returns the node just ahead of e ("" when
@@ -277,44 +346,4 @@ func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string,
 		return "", "", 0, errGone
 	}
 	return pred, pred2, ahead, nil
-}
-
-// watchEnded says why a wait ends after its watch delivered ev, or nil
-// when ev is a change to look at.
-func (d *Driver) watchEnded(ctx context.Context, e *entry, ev zk.Event) error {
-	if ev.Type != zk.EventNotWatching {
-		return nil
-	}
-	d.abandon(ctx, e)
-	if errors.Is(ev.Err, zk.ErrSessionExpired) {
-		return fmt.Errorf("%w while waiting (its queue node is gone)", ErrSessionExpired)
-	}
-	return fmt.Errorf("%w (connection closed while waiting)", backend.ErrClosed)
-}
-
-// waitFailed says why a wait ends after a failed call made at sent, or nil
-// to look again: a disconnect within the budget, after a pause, since our
-// node lives as long as the session does.
-func (d *Driver) waitFailed(ctx context.Context, e *entry, err error, t *tries, sent time.Time, bo *retry.Backoff) error {
-	switch {
-	case errors.Is(err, errGone):
-		d.abandon(ctx, e)
-		return d.goneErr(e)
-	case ctx.Err() != nil:
-		d.abandon(ctx, e)
-		return d.ended(ctx)
-	case transient(err):
-		if t.fail(sent) {
-			d.abandonQuick(e)
-			return err
-		}
-		if !pause(ctx, bo) {
-			d.abandon(ctx, e)
-			return d.ended(ctx)
-		}
-		return nil
-	default:
-		d.abandon(ctx, e)
-		return err
-	}
 }

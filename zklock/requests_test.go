@@ -79,7 +79,7 @@ func TestFreshNameRequests(t *testing.T) {
 	for i := range 3 {
 		l := lockFor(t, uniqueKey(t))
 		before := o.snapshot()
-		g, err := d.Acquire(ctx, l)
+		g, err := acquire(ctx, d, l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +133,7 @@ func TestKnownNameRequests(t *testing.T) {
 	for i := range 3 {
 		l := lockFor(t, key)
 		before := o.snapshot()
-		if _, err := d.Acquire(ctx, l); err != nil {
+		if _, err := acquire(ctx, d, l); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.Release(ctx, l); err != nil {
@@ -185,7 +185,7 @@ func TestStoreTries(t *testing.T) {
 	done := make(chan error, 1)
 	wl := lockFor(t, key)
 	go func() {
-		_, err := waiter.Acquire(ctx, wl)
+		_, err := acquire(ctx, waiter, wl)
 		done <- err
 	}()
 	for entries(t, holder, key) != 2 {
@@ -222,7 +222,7 @@ func TestStoreTries(t *testing.T) {
 	if err := waiter.Release(ctx, wl); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := holder.Acquire(ctx, lockFor(t, uniqueKey(t))); err != nil {
+	if _, err := acquire(ctx, holder, lockFor(t, uniqueKey(t))); err != nil {
 		t.Fatal(err)
 	}
 	if n := holderTries(); n != 1 {

@@ -110,26 +110,3 @@ func newBackoff() *retry.Backoff {
 
 // pause waits bo's next step; false if ctx ended first.
 func pause(ctx context.Context, bo *retry.Backoff) bool { return retry.Sleep(ctx, bo.Next()) == nil }
-
-// tries bounds a call's run of store failures: after max tries
-// (TryAcquire, which the Client retries), or once every try has failed
-// for budget (Acquire: backend.StoreFailureBudget).
-type tries struct {
-	max    int
-	budget time.Duration
-	n      int
-	run    retry.Failing
-}
-
-// ok ends the run: a request reached the store.
-func (t *tries) ok() { t.n = 0; t.run.Ok() }
-
-// fail records a try sent at sent that failed, and reports whether the
-// run is over.
-func (t *tries) fail(sent time.Time) (exhausted bool) {
-	t.n++
-	if t.max > 0 && t.n >= t.max {
-		return true
-	}
-	return t.budget > 0 && t.run.Fail(sent, t.budget)
-}

@@ -261,7 +261,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	w := lockFor(t, key)
 	got := make(chan error, 1)
 	go func() {
-		_, err := waiter.Acquire(ctx, w)
+		_, err := acquire(ctx, waiter, w)
 		got <- err
 	}()
 	if n, err := queueLen(admin, holder, key, 2); err != nil || n != 2 {
@@ -282,7 +282,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = holder.Acquire(ctx, lockFor(t, uniqueKey(t)))
+	_, err = acquire(ctx, holder, lockFor(t, uniqueKey(t)))
 	if !errors.Is(err, backend.ErrPermission) || time.Since(start) > time.Second {
 		t.Fatalf("Acquire without CREATE on the root = %v after %v, want ErrPermission at once", err, time.Since(start))
 	}

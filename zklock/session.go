@@ -92,7 +92,8 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 // before it expires it; answers that come too late). The holder was told
 // it lost the lock, so nobody holds the node any more, and the waiters
 // behind it would wait for as long as the session lives, for ever on a
-// healthy connection. It retries until the node is gone, the session is
+// healthy connection. (A queue node whose delete failed, too: see
+// abandonAsync.) It retries until the node is gone, the session is
 // (its nodes go with it) or the driver closes. Each try waits for the
 // zk client to have a session and to have sent its watches again (see
 // resumeDelay): a request queued while it reconnects is the first one
@@ -109,7 +110,7 @@ func (d *Driver) dropLost(path string, session int64) {
 		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
 		switch {
 		case err == nil:
-			d.log.Debug("zklock: deleted the node of a lock lost for want of an answer", "path", path)
+			d.log.Debug("zklock: deleted a node nobody holds", "path", path)
 			return
 		case errors.Is(err, zk.ErrNoNode), d.isClosed():
 			return

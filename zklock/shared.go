@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
 // A semaphore and a read-write lock are queues like a lock's (the same
@@ -120,137 +118,6 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 		return permitStanding(ahead, l.Limit), r.ch, nil
 	}
 	return rwStanding(ahead, l.Mode), r.ch, nil
-}
-
-// tryShared is TryAcquire for a semaphore or a read-write lock: it queues
-// a node and deletes it again unless it holds at once.
-func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if err := checkShared(l); err != nil {
-		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
-	}
-	e, err := d.enqueue(ctx, l, &tries{max: 3})
-	if err != nil {
-		return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
-	}
-	if !e.first { // alone in its queue, a node holds whatever it asked for
-		st, _, err := d.judge(ctx, e, l, false)
-		switch {
-		case err == nil && st.mismatch != nil:
-			err = st.mismatch
-		case err == nil && !st.held:
-			err = backend.ErrNotAcquired
-		case errors.Is(err, errGone):
-			err = d.goneErr(e)
-		}
-		if err != nil {
-			d.abandon(ctx, e)
-			return backend.Grant{}, fmt.Errorf("zklock: try-acquire: %w", err)
-		}
-	}
-	return d.grant(ctx, e, l, "try-acquire")
-}
-
-// acquireShared is Acquire for a semaphore or a read-write lock.
-func (d *Driver) acquireShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if err := checkShared(l); err != nil {
-		return backend.Grant{}, fmt.Errorf("zklock: acquire: %w", err)
-	}
-	t := &tries{budget: retry.Budget}
-	for {
-		e, err := d.enqueue(ctx, l, t)
-		if err != nil {
-			return backend.Grant{}, fmt.Errorf("zklock: %w", err)
-		}
-		if err = d.awaitShared(ctx, e, l, t); err == nil {
-			err = d.confirm(ctx, e, t)
-		}
-		if err != nil {
-			err = fmt.Errorf("zklock: %w", err)
-		} else {
-			var g backend.Grant
-			if g, err = d.grant(ctx, e, l, "acquire"); err == nil {
-				return g, nil
-			}
-		}
-		if !errors.Is(err, ErrSessionExpired) || t.fail(time.Now()) {
-			return backend.Grant{}, err
-		}
-		d.log.Debug("zklock: the session expired while waiting; queueing again", "key", l.Key, "mode", l.Mode)
-	}
-}
-
-// awaitShared waits until e holds, as await does for a lock: a
-// semaphore's waiter watches its queue's children, a reader the nearest
-// writer ahead of it, a writer the node just ahead of it. On an error, e
-// is abandoned.
-func (d *Driver) awaitShared(ctx context.Context, e *entry, l backend.Claim, t *tries) error {
-	bo := newBackoff()
-	var probe *time.Ticker
-	defer func() {
-		if probe != nil {
-			probe.Stop()
-		}
-	}()
-	for !e.first {
-		sent := time.Now()
-		if !d.settled(ctx) {
-			if err := d.waitFailed(ctx, e, errNoSession, t, sent, bo); err != nil {
-				return err
-			}
-			continue
-		}
-		d.tries.Add(1) // a re-check that may find e holding (storeTries)
-		st, ch, err := d.judge(ctx, e, l, l.Mode == backend.Permit)
-		switch {
-		case err == nil && st.mismatch != nil:
-			d.abandon(ctx, e)
-			return st.mismatch
-		case err == nil && st.held:
-			e.first = true // holds: no need to be first
-			continue
-		case err == nil && ch == nil:
-			if d.testHookWatch != nil {
-				d.testHookWatch()
-			}
-			if ch, err = d.watch(ctx, e, st.block); err == nil && ch == nil {
-				continue // gone meanwhile: look again
-			}
-		}
-		if err == nil {
-			t.ok()
-			bo.Reset()
-			e.waited = true
-			if probe == nil {
-				probe = time.NewTicker(probePeriod)
-			}
-			var ev zk.Event
-		wait:
-			for {
-				select {
-				case ev = <-ch:
-					break wait
-				case now := <-probe.C:
-					if s := d.conn.State(); s == zk.StateHasSession {
-						t.ok()
-					} else if t.fail(now) {
-						d.abandonQuick(e)
-						return fmt.Errorf("%w: no session with ZooKeeper for %v (state %v)", zk.ErrNoServer, t.budget, s)
-					}
-				case <-ctx.Done():
-					d.abandon(ctx, e)
-					return d.ended(ctx)
-				}
-			}
-			if err := d.watchEnded(ctx, e, ev); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := d.waitFailed(ctx, e, err, t, sent, bo); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // lookupShared is lookup for a semaphore or a read-write lock: the path

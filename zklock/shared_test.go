@@ -71,7 +71,7 @@ func TestSemaphoreQueue(t *testing.T) {
 	}
 	ctx3, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := d2.Acquire(ctx3, sharedClaim(t, key, backend.Permit, 3)); !errors.Is(err, backend.ErrLimitMismatch) {
+	if _, err := acquire(ctx3, d2, sharedClaim(t, key, backend.Permit, 3)); !errors.Is(err, backend.ErrLimitMismatch) {
 		t.Fatalf("waiting with limit 3 against 2: %v", err)
 	}
 	if n := sharedEntries(t, d1, held[0]); n != 2 {
@@ -95,7 +95,7 @@ func TestSemaphoreQueue(t *testing.T) {
 	w := []backend.Claim{sharedClaim(t, key, backend.Permit, 2), sharedClaim(t, key, backend.Permit, 2)}
 	for i := range w {
 		go func() {
-			g, err := d1.Acquire(ctx3, w[i])
+			g, err := acquire(ctx3, d1, w[i])
 			if err != nil {
 				t.Error(err)
 			}
@@ -167,7 +167,7 @@ func TestRWQueue(t *testing.T) {
 	}
 	// A writer that stops waiting leaves nothing.
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	_, err := d2.Acquire(short, sharedClaim(t, key, backend.Write, 0))
+	_, err := acquire(short, d2, sharedClaim(t, key, backend.Write, 0))
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled writer: %v", err)
@@ -179,7 +179,7 @@ func TestRWQueue(t *testing.T) {
 	wr := sharedClaim(t, key, backend.Write, 0)
 	done := make(chan backend.Grant, 1)
 	go func() {
-		g, err := d2.Acquire(ctx, wr)
+		g, err := acquire(ctx, d2, wr)
 		if err != nil {
 			t.Error(err)
 		}
@@ -237,7 +237,7 @@ func TestSemaphoreSessionExpiry(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := d2.Acquire(ctx, sharedClaim(t, key, backend.Permit, 1))
+		_, err := acquire(ctx, d2, sharedClaim(t, key, backend.Permit, 1))
 		done <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)

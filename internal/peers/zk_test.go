@@ -107,7 +107,7 @@ func BenchmarkZKUncontended(b *testing.B) {
 		}},
 		{"driver", func(ctx context.Context, i int) error {
 			l := backend.Claim{Key: fmt.Sprintf("d%d", i), Token: fmt.Sprintf("t%d", i), TTL: 10 * time.Second}
-			g, err := d.Acquire(ctx, l)
+			g, err := d.TryAcquire(ctx, l)
 			if err != nil {
 				return err
 			}
