@@ -181,7 +181,12 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 				return g, start, nil
 			}
 			if errors.Is(err, backend.ErrRequeue) {
-				t = nil // gone, with nothing to leave
+				// Gone, with nothing to leave, as the store answered:
+				// join again at once.
+				t = nil
+				failing.Ok()
+				b.Reset()
+				continue
 			}
 			// Wait blocks before it looks: its failure is as old as its
 			// return, not its call.

@@ -36,10 +36,11 @@ type Ticket interface {
 	// key; ErrNotAcquired (possibly wrapped) when it looked and the turn
 	// has not come (the locker package calls it again at once: each call
 	// is one look, and blocks first); ErrRequeue (possibly wrapped) when
-	// the entry is gone, with its session, or was never confirmed (the
-	// locker package enqueues again). Any other error means that Wait could not reach the store:
-	// the entry stays, and the locker package calls Wait again after a
-	// backoff, or Leave once its failure budget is spent. Wait must not
+	// the store answers that the entry is gone, with its session, or was
+	// never made (the locker package enqueues again at once). Any other
+	// error means that Wait could not reach the store: the entry stays,
+	// and the locker package calls Wait again after a backoff, or Leave
+	// once its failure budget is spent. Wait must not
 	// block on a dead connection: it returns an error within its store's
 	// own detection time. A Grant whose lock lives for TTL from the request
 	// that took it sets Grant.Sent.

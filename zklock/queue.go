@@ -142,9 +142,9 @@ func (t *ticket) wait(ctx context.Context) error {
 		case <-probe.C:
 			// Watches survive a disconnect (the zk client sets them
 			// again on the session's next connection), the node as long
-			// as the session: the Client rides it out, or leaves.
-			if st := d.conn.State(); st != zk.StateHasSession {
-				return fmt.Errorf("%w: no session with ZooKeeper (state %v)", zk.ErrNoServer, st)
+			// as the session: look again, which waits for a session.
+			if d.conn.State() != zk.StateHasSession {
+				return nil
 			}
 		case <-ctx.Done():
 			return d.ended(ctx)

@@ -144,15 +144,29 @@ func (d *Driver) untilResumed() time.Duration {
 }
 
 // settled waits, within ctx, until a request sent now would not be the
-// first on a new connection (see resumeDelay); false while the zk client
-// has no session.
+// first on a new connection (see resumeDelay). While the zk client has no
+// session it waits for one, as a request queued in the zk client would,
+// for at most a session timeout and the zk client's pause between rounds
+// of its servers: a store that is back is reached, not counted as
+// failing, by the try under way. False if no session came.
 func (d *Driver) settled(ctx context.Context) bool {
-	w := d.untilResumed()
-	if w > 0 && retry.Sleep(ctx, w) == nil {
-		w = d.untilResumed()
+	deadline := time.Now().Add(d.ttl + time.Second)
+	for {
+		w := d.untilResumed()
+		if w == 0 {
+			return true
+		}
+		if w < 0 {
+			w = noSessionPoll
+		}
+		if time.Until(deadline) < w || retry.Sleep(ctx, w) != nil {
+			return false
+		}
 	}
-	return w == 0
 }
+
+// noSessionPoll is how often settled looks for a new session.
+const noSessionPoll = 20 * time.Millisecond
 
 // errNoSession is the store's error of a try not sent for want of a
 // session.
