@@ -216,7 +216,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		c.storeError(h, "acquire", false, err)
 		c.abandon(h)
 		switch {
-		case req.Mode == backend.Write && c.waiter == nil && !(wait && c.queues(req.Mode)):
+		case req.Mode == backend.Write && !(wait && c.queues(req.Mode)):
 			// A writer that stops trying withdraws its record of waiting,
 			// before readers are told the lock is busy (backend.Modal).
 			c.withdraw(ctx, req)

@@ -32,7 +32,6 @@ import (
 // concurrent use. Close it to release its locks and stop its goroutines.
 type Client struct {
 	drv      backend.Driver
-	waiter   backend.Waiter   // nil unless the driver queues waiters natively
 	queuer   backend.Queuer   // nil unless the store queues waiters (wait.go)
 	notifier backend.Notifier // nil unless the driver notifies releases
 	session  backend.Session  // nil unless a server-side session keeps locks alive
@@ -83,7 +82,6 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 		turns: map[object]*turnstile{},
 	}
 	// Through wrappers too (see backend.Wrapper).
-	c.waiter, _ = backend.As[backend.Waiter](drv)
 	c.queuer, _ = backend.As[backend.Queuer](drv)
 	c.notifier, _ = backend.As[backend.Notifier](drv)
 	c.session, _ = backend.As[backend.Session](drv)

@@ -15,22 +15,6 @@ import (
 // store's notifications or this Client's releases, or backing off with
 // jitter. It returns the grant and when the successful request was sent.
 func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backend.Grant, time.Time, error) {
-	if c.waiter != nil {
-		start := time.Now()
-		// Called directly: an uncontended Acquire ends here, and a native
-		// queue honours ctx itself (see backend.Waiter).
-		g, err := c.waiter.Acquire(ctx, req)
-		st.attempts, st.woken, st.contended = 1, WakeQueue, g.Waited
-		if err != nil && ctx.Err() != nil {
-			err = c.waitEnded(ctx)
-		}
-		// The lock's TTL runs from the request that took it, not from the
-		// start of a wait that may have lasted longer than the TTL.
-		if err == nil && g.Sent.After(start) {
-			start = g.Sent
-		}
-		return g, start, err
-	}
 	if c.queues(req.Mode) {
 		return c.queue(ctx, req, st)
 	}

@@ -66,14 +66,11 @@ type Grant struct {
 	// it (rounded up to its granularity or raised to its minimum). Never less
 	// than the requested TTL, and never "no expiry".
 	TTL time.Duration
-	// Sent is when the request that took the lock was sent. A Waiter whose
-	// locks live for TTL from that request must set it, since its Acquire
-	// may wait far longer than the TTL first; zero means when the call
-	// began, which is right for TryAcquire.
+	// Sent is when the request that took the lock was sent. A Ticket whose
+	// locks live for TTL from that request must set it, since its Wait may
+	// block far longer than the TTL first; zero means when the call began,
+	// which is right for TryAcquire.
 	Sent time.Time
-	// Waited is set by a Waiter whose Acquire found the lock held and
-	// waited for it (the Client reports the acquisition as contended).
-	Waited bool
 	// Contact is set by drivers whose lock lives in a server-side session
 	// (see [Session]); nil for locks that live for TTL from each refresh.
 	// It returns when the driver sent the latest request on this lock's
@@ -145,19 +142,6 @@ type Driver interface {
 	// It returns within 2 seconds, connection dead or alive, and calls in
 	// flight then return. Later calls return ErrClosed.
 	Close() error
-}
-
-// Waiter is implemented by drivers with native fair waiting (ZooKeeper and
-// etcd queues): waiters are served in arrival order.
-type Waiter interface {
-	// Acquire blocks until c.Token holds c.Key, ctx is done, or an error
-	// occurs. It rides out failures to reach the store, as the locker
-	// package does for other drivers: it returns a store's error only once
-	// every try has failed for StoreFailureBudget, and a Permanent error at
-	// once. When it returns an error, including ctx's, it leaves nothing
-	// behind in the store (no queue entry) and no goroutine. The Grant's
-	// Sent says when the request that took the lock was sent.
-	Acquire(ctx context.Context, c Claim) (Grant, error)
 }
 
 // Notifier is implemented by drivers that can tell waiters that a key may

@@ -7,7 +7,7 @@
 // watchdog refresh, lost-lock signals, input validation) lives once in the
 // locker package. A driver implements the small required interface [Driver]
 // and, where its store allows, optional interfaces that the locker package
-// finds by type assertion: [Waiter] (native fair waiting), [Notifier]
+// finds by type assertion: [Queuer] (the store's own queue), [Notifier]
 // (release notifications), [Session] (locks kept alive by a server-side
 // session) and [BatchRefresher] (many refreshes in one round trip).
 //

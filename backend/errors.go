@@ -69,9 +69,8 @@ func Permanent(err error) bool {
 
 // StoreFailureBudget is how long a blocking acquisition rides out failures
 // to reach the store in a row (a restart, a failover, a blip) before it
-// returns the store's error. The locker package applies it to drivers that
-// it polls or notifies; a Waiter applies it inside Acquire, through the
-// same helper (the module's internal/retry for the drivers here).
+// returns the store's error. The locker package applies it to every
+// wait, queued (Queuer) or not.
 const StoreFailureBudget = 5 * time.Second
 
 // NotAcquiredError is ErrNotAcquired for a reason other than another

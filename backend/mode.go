@@ -59,7 +59,7 @@ const MaxLimit = 10000
 
 // Modal is implemented by drivers that take claims in modes besides
 // Exclusive. Every method that takes a Claim (Refresh, Release,
-// Waiter.Acquire, BatchRefresher.RefreshMany, Lingerer.Linger) then takes
+// Queuer.Enqueue, BatchRefresher.RefreshMany, Lingerer.Linger) then takes
 // claims in those modes too, and a Notifier's subscription to a key
 // reports releases of any of the key's objects (a wake-up too many costs
 // one try). Inspector, Lister and Breaker are about locks alone.

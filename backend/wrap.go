@@ -2,7 +2,7 @@ package backend
 
 // Wrapper is implemented by a driver that wraps another (for metrics,
 // tracing, fault injection): Unwrap returns the wrapped driver. The locker
-// Client finds the optional interfaces (Waiter, Notifier, Session,
+// Client finds the optional interfaces (Queuer, Notifier, Session,
 // BatchRefresher) with As, so a wrapper that embeds the driver it wraps
 // keeps them without implementing each; calls through them then go to the
 // wrapped driver directly. A wrapper that must see those calls too

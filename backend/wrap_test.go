@@ -34,13 +34,13 @@ func TestAsFindsThroughWrappers(t *testing.T) {
 	if s, _ := backend.As[backend.Session](sessionWrapper{wrapper{session{}}}); s.SessionTTL() != time.Minute {
 		t.Fatal("As skipped a wrapper that implements the interface")
 	}
-	if _, ok := backend.As[backend.Waiter](wrapper{session{}}); ok {
-		t.Fatal("As found a Waiter nobody implements")
+	if _, ok := backend.As[backend.Queuer](wrapper{session{}}); ok {
+		t.Fatal("As found a Queuer nobody implements")
 	}
 	if _, ok := backend.As[backend.Session](wrapper{nil}); ok {
 		t.Fatal("As found something in a nil chain")
 	}
-	if _, ok := backend.As[backend.Waiter](&loop{}); ok {
+	if _, ok := backend.As[backend.Queuer](&loop{}); ok {
 		t.Fatal("As found something in a looping chain")
 	}
 }

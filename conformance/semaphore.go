@@ -231,8 +231,8 @@ func (s *suite) semWaiterWakes(t *testing.T) {
 }
 
 // wakes checks that a waiter's Acquire of name waits while l is held, gets
-// it soon after l's release, and is reported as contended (a native
-// queue's grant says it waited: backend.Grant.Waited); and that its next
+// it soon after l's release, and is reported as contended (a queued
+// wait: the Client saw the entry made); and that its next
 // Acquire, of the free lock, is not. l is released once the waiter is
 // queued (queued), counted from its AcquireStart: a loaded machine may
 // start the waiter's goroutine late, and a first try made after the

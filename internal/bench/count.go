@@ -14,7 +14,7 @@ import (
 // locker package finds them by type assertion. Count therefore returns a
 // wrapper that implements exactly the optional interfaces that change how
 // locks are kept alive, backend.Session and backend.BatchRefresher, when
-// the driver does. It does not forward backend.Waiter, backend.Queuer nor
+// the driver does. It does not forward backend.Queuer nor
 // backend.Notifier: the held-lock workload, the only one that counts,
 // never waits.
 type Counter struct {

@@ -50,11 +50,8 @@ type Scale struct {
 }
 
 // queuesLocks reports whether drv waits for locks in its store's own
-// queue: a backend.Waiter, or a backend.Queuer of Exclusive claims.
+// queue: a backend.Queuer of Exclusive claims.
 func queuesLocks(drv backend.Driver) bool {
-	if _, ok := backend.As[backend.Waiter](drv); ok {
-		return true
-	}
 	q, ok := backend.As[backend.Queuer](drv)
 	return ok && q.QueueModes().Has(backend.Exclusive)
 }
