@@ -257,7 +257,11 @@ func (h *brokenHarness) Expire(_ context.Context, key string) error {
 }
 
 func (h *brokenHarness) Traits() Traits {
-	return Traits{TTL: 300 * time.Millisecond, FIFO: strings.HasSuffix(h.variant, "queue")}
+	tr := Traits{TTL: 300 * time.Millisecond}
+	if strings.HasSuffix(h.variant, "queue") {
+		tr.FIFO = backend.Modes(backend.Exclusive, backend.Permit)
+	}
+	return tr
 }
 
 // Entries counts waiters and the holder, for the native-queue variants.

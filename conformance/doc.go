@@ -12,7 +12,7 @@
 // reentrancy, fencing tokens, bad input and Close. Where a backend cannot
 // give a guarantee, the case is skipped with the reason: no fencing tokens
 // (the driver returns Fence 0), no per-waiter entries to inspect (the
-// harness has no [WaiterCounter]), no FIFO claim (Traits.FIFO false).
+// harness has no [WaiterCounter]), no FIFO claim for the mode (Traits.FIFO).
 // Locks on a [backend.Session] driver expire with the session, so their
 // expiry cases use Harness.Expire instead of waiting for the TTL.
 //

@@ -44,7 +44,9 @@ func (h fairHarness) NewDriver(context.Context) (backend.Driver, error) {
 	return memlock.NewFair(h.store)
 }
 
-func (h fairHarness) Traits() conformance.Traits { return conformance.Traits{FIFO: true} }
+func (h fairHarness) Traits() conformance.Traits {
+	return conformance.Traits{FIFO: backend.Modes(backend.Exclusive, backend.Permit)}
+}
 
 // TestMemFairBackend runs the suite against memlock's queue.
 func TestMemFairBackend(t *testing.T) {

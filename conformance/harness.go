@@ -33,8 +33,10 @@ type Traits struct {
 	// expired lock (memcached counts whole seconds, and its clock can skip
 	// one: 2s). Zero for exact.
 	Granularity time.Duration
-	// FIFO claims that blocked waiters are served in arrival order.
-	FIFO bool
+	// FIFO is the set of modes whose blocked waiters the backend serves
+	// in arrival order: FIFOWaiters runs for backend.Exclusive,
+	// SemaphoreFIFOWaiters for backend.Permit.
+	FIFO backend.ModeSet
 	// Retention is how long after a name's last release the store still
 	// keeps something of it (a fence counter, a row, a file), as the
 	// harness's drivers are configured; zero when a release leaves nothing.

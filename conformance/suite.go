@@ -1036,8 +1036,8 @@ func (s *suite) validNames(t *testing.T) {
 }
 
 func (s *suite) fifo(t *testing.T) {
-	if !s.tr.FIFO {
-		t.Skip("the harness does not claim FIFO order (Traits.FIFO false)")
+	if !s.tr.FIFO.Has(backend.Exclusive) {
+		t.Skip("the harness does not claim FIFO order for locks (Traits.FIFO)")
 	}
 	ctx := s.ctx(t)
 	cs, arrived := s.fifoClients(t)
@@ -1111,7 +1111,7 @@ func (s *suite) servedInOrder(t *testing.T, ctx context.Context, cs []*locker.Cl
 func (s *suite) entries(t *testing.T, ctx context.Context, name string) (int, bool) {
 	t.Helper()
 	wc, ok := s.h.(WaiterCounter)
-	if !ok || !s.tr.FIFO {
+	if !ok || !s.tr.FIFO.Has(backend.Exclusive) {
 		return 0, false
 	}
 	n, err := wc.Entries(ctx, s.key(name))

@@ -160,7 +160,7 @@ func (h *harness) Traits() conformance.Traits {
 		// The leader looks for expired leases every 500ms, then revokes
 		// them through raft.
 		Granularity: time.Second,
-		FIFO:        true,
+		FIFO:        backend.Modes(backend.Exclusive, backend.Permit),
 	}
 }
 

@@ -269,16 +269,19 @@ func holdPermit(dir string) {
 	os.Exit(4)
 }
 
-// Entries implements conformance.WaiterCounter: the lock file's holder,
-// and every holder and waiting writer's record in the key's object files,
-// expired or not (all that the files keep).
+// Entries implements conformance.WaiterCounter: the lock file's holder
+// and queued waiters' files, and every holder and waiting writer's record
+// in the key's object files, expired or not (all that the files keep).
 func (h harness) Entries(ctx context.Context, key string) (int, error) {
 	d, err := New(h.dir)
 	if err != nil {
 		return 0, err
 	}
 	defer d.Close()
-	n := 0
+	n, err := h.waiterFiles(key)
+	if err != nil {
+		return 0, err
+	}
 	if _, err := os.Stat(d.Path(key)); err == nil {
 		n++
 	} else if !errors.Is(err, os.ErrNotExist) {

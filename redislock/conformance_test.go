@@ -124,7 +124,7 @@ func (h harness) Expire(ctx context.Context, key string) error {
 func (h harness) Traits() conformance.Traits {
 	// Blocked waiters queue and are handed the lock in arrival order. A
 	// queue outlives its last waiter's last try by 2*livenessTTL.
-	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true, Retention: max(suiteRetentionTime, 2*livenessTTL)}
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: backend.Modes(backend.Exclusive, backend.Permit), Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 // expireLock deletes key's lock, as if its TTL had run out.
@@ -261,7 +261,7 @@ func (h clusterHarness) Expire(ctx context.Context, key string) error {
 func (h clusterHarness) Traits() conformance.Traits {
 	// Blocked waiters queue and are handed the lock in arrival order. A
 	// queue outlives its last waiter's last try by 2*livenessTTL.
-	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true, Retention: max(suiteRetentionTime, 2*livenessTTL)}
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: backend.Modes(backend.Exclusive, backend.Permit), Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -296,7 +296,7 @@ func (h fairHarness) Expire(ctx context.Context, key string) error {
 
 func (h fairHarness) Traits() conformance.Traits {
 	// A queue outlives its last waiter's last try by 2*livenessTTL.
-	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: true, Retention: max(suiteRetentionTime, 2*livenessTTL)}
+	return conformance.Traits{TTL: 500 * time.Millisecond, FIFO: backend.Modes(backend.Exclusive, backend.Permit), Retention: max(suiteRetentionTime, 2*livenessTTL)}
 }
 
 // fairCutHarness is fairHarness with an Outager: the single server's, a

@@ -44,7 +44,7 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 const containerCheck = 60 * time.Second
 
 func (h *harness) Traits() conformance.Traits {
-	return conformance.Traits{TTL: testTimeout, FIFO: true, Retention: containerCheck}
+	return conformance.Traits{TTL: testTimeout, FIFO: backend.Modes(backend.Exclusive, backend.Permit), Retention: containerCheck}
 }
 
 // NewCutDriver dials every server through a proxy of its own, which down
