@@ -187,6 +187,7 @@ type brokenHarness struct {
 	kept    map[string]bool          // release-keeps-lock: tokens whose release kept the lock
 	flying  map[string]backend.Claim // lands-late: acquisitions on the wire, by token
 	keepMu  sync.Mutex               // release-keeps-lock: orders refreshes with the release's
+	rwMu    sync.RWMutex             // rw-starves-writers: a write's try and its withdrawal are one step
 }
 
 func newBrokenHarness(variant string) Harness {
@@ -327,6 +328,17 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 			t.Stop()
 			d.fly(l)
 			return backend.Grant{}, ctx.Err()
+		}
+	}
+	if d.h.variant == "rw-starves-writers" {
+		// No reader ever sees the waiting writer's record that the
+		// store makes and the variant withdraws.
+		if l.Mode == backend.Write {
+			d.h.rwMu.Lock()
+			defer d.h.rwMu.Unlock()
+		} else {
+			d.h.rwMu.RLock()
+			defer d.h.rwMu.RUnlock()
 		}
 	}
 	g, err := d.Driver.TryAcquire(ctx, l)
