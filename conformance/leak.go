@@ -31,18 +31,30 @@ func goroutines() map[int64]string {
 	return out
 }
 
-// leakCheck returns a func that fails t if goroutines started after the
-// call are still running when it is called (after waiting for them a while).
+// leakCheck returns a func that fails t if more goroutines than at the
+// call are running from some creation site (the function that started
+// them) when it is called, after waiting for them a while. Counting by
+// site rather than by ID lets a client library replace its goroutines (a
+// connection dialled again, a watch stream rebuilt after the cluster's
+// leader changed) while a goroutine left behind still adds one at its
+// site.
 func leakCheck(t *testing.T, ignore []string) func() {
 	before := settled()
+	had := bySite(before, ignore)
 	return func() {
 		t.Helper()
 		var left []string
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			left = left[:0]
-			for id, stack := range goroutines() {
-				if _, old := before[id]; !old && !ignored(stack, ignore) {
-					left = append(left, stack)
+			now := goroutines()
+			for site, n := range bySite(now, ignore) {
+				if n <= had[site] {
+					continue
+				}
+				for id, stack := range now {
+					if _, old := before[id]; !old && creator(stack) == site {
+						left = append(left, stack)
+					}
 				}
 			}
 			if len(left) == 0 || time.Now().After(deadline) {
@@ -54,6 +66,29 @@ func leakCheck(t *testing.T, ignore []string) func() {
 			t.Errorf("%d goroutine(s) left running:\n\n%s", len(left), strings.Join(left, "\n\n"))
 		}
 	}
+}
+
+// bySite counts the goroutines not ignored by their creation site.
+func bySite(gs map[int64]string, ignore []string) map[string]int {
+	out := map[string]int{}
+	for _, stack := range gs {
+		if !ignored(stack, ignore) {
+			out[creator(stack)]++
+		}
+	}
+	return out
+}
+
+// creator is the function that started the goroutine of stack ("" for
+// the main goroutine).
+func creator(stack string) string {
+	_, after, ok := strings.Cut(stack, "\ncreated by ")
+	if !ok {
+		return ""
+	}
+	site, _, _ := strings.Cut(after, " in goroutine ")
+	site, _, _ = strings.Cut(site, "\n")
+	return site
 }
 
 // settled returns goroutines() once no goroutine has started or ended for
