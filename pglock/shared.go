@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -278,10 +276,7 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	}
 	return d.once(ctx, &d.sharedOK, func(ctx context.Context) error {
 		return d.createIfMissing(ctx, d.shared.table, "shared.sql", func(ctx context.Context) error {
-			return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
-					return err
-				}
+			return d.createLocked(ctx, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, d.shared.create)
 				return err
 			})
@@ -346,7 +341,6 @@ func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key
 // transaction under the object's lock. A refused writer records itself as
 // waiting; the locker package withdraws the record when it stops trying.
 func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	d.tries.Add(1)
 	_, _, class, err := d.sharedKinds(l)
 	if err != nil {
 		return backend.Grant{}, err
@@ -355,14 +349,12 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	ctx, leave, err := d.enter(ctx, "acquire")
+	d.tries.Add(1)
+	ctx, leave, err := d.begin(ctx, "acquire", true)
 	if err != nil {
 		return backend.Grant{}, err
 	}
 	defer leave()
-	if err := d.ensureShared(ctx); err != nil {
-		return backend.Grant{}, err
-	}
 	var (
 		version   *int64
 		rc        bool
@@ -388,124 +380,18 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 		_, _ = d.pool.Exec(ctx, d.shared.dropExpired, l.Key)
 	}
 	switch {
-	case err == nil && version != nil:
+	case err != nil:
+		return backend.Grant{}, d.acquireFailed(err, func(ctx context.Context) {
+			_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel, d.payload(l.Key))
+		})
+	case version != nil:
 		return backend.Grant{Fence: uint64(*version), TTL: time.Duration(us) * time.Microsecond}, nil
-	case err == nil && n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
+	case n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
 		held := strconv.FormatInt(lo, 10)
 		if hi != lo {
 			held += " to " + strconv.FormatInt(hi, 10)
 		}
 		return backend.Grant{}, fmt.Errorf("pglock: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, l.Limit)
-	case err == nil:
-		return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
-	case conflict(err):
-		return backend.Grant{}, fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
 	}
-	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
-		return backend.Grant{}, d.wrap("acquire", err)
-	}
-	// Perhaps committed: undo it in the background, as the lock's acquire
-	// does (the token is ours alone).
-	d.undo(func(ctx context.Context) {
-		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel, d.payload(l.Key))
-	})
-	return backend.Grant{}, d.wrap("acquire", err)
-}
-
-// refreshShared is RefreshMany for claims that are not Exclusive: one
-// UPDATE over arrays.
-func (d *Driver) refreshShared(ctx context.Context, claims []backend.Claim) []error {
-	errs := make([]error, len(claims))
-	ctx, leave, err := d.enter(ctx, "refresh")
-	if err != nil {
-		return failRest(errs, err)
-	}
-	defer leave()
-	var b refreshBatch
-	kinds, classes := make([]int16, 0, len(claims)), make([]int32, 0, len(claims))
-	for i, c := range claims {
-		kind, _, class, err := d.sharedKinds(c)
-		var us int64
-		if err == nil {
-			us, err = micros(c.TTL)
-		}
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		b.add(i, c, us)
-		kinds, classes = append(kinds, kind), append(classes, class)
-	}
-	if len(b.pos) == 0 {
-		return errs
-	}
-	if err := d.ensureShared(ctx); err != nil {
-		return failRest(errs, err)
-	}
-	return d.refreshRows(ctx, errs, b.pos, d.shared.refresh, b.keys, b.tokens, b.fences, b.ttls, b.owners, kinds, classes)
-}
-
-// refreshMixed is RefreshMany for a batch with claims of several modes:
-// the locks' statement for the locks, the shared one for the others.
-func (d *Driver) refreshMixed(ctx context.Context, claims []backend.Claim) []error {
-	var locks, others []backend.Claim
-	var lockPos, otherPos []int
-	for i, c := range claims {
-		if c.Mode == backend.Exclusive {
-			locks, lockPos = append(locks, c), append(lockPos, i)
-		} else {
-			others, otherPos = append(others, c), append(otherPos, i)
-		}
-	}
-	errs := make([]error, len(claims))
-	if len(locks) > 0 {
-		for j, err := range d.RefreshMany(ctx, locks) {
-			errs[lockPos[j]] = err
-		}
-	}
-	for j, err := range d.refreshShared(ctx, others) {
-		errs[otherPos[j]] = err
-	}
-	return errs
-}
-
-// releaseShared frees a permit, a reader or a writer, or withdraws a
-// waiting writer's record (ErrNotHeld then), and notifies the key's
-// waiters in the same statement.
-func (d *Driver) releaseShared(ctx context.Context, l backend.Claim) error {
-	_, kinds, _, err := d.sharedKinds(l)
-	if err != nil {
-		return err
-	}
-	ctx, leave, err := d.enter(ctx, "release")
-	if err != nil {
-		return err
-	}
-	defer leave()
-	if err := d.ensureShared(ctx); err != nil {
-		return err
-	}
-	var (
-		kind      int16
-		live      bool
-		uncertain error
-	)
-	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live, nil)
-		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
-			uncertain = err
-		}
-		return err
-	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
-		return d.wrap("release", uncertain)
-	case errors.Is(err, pgx.ErrNoRows), err == nil && kind == kindWaiting:
-		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
-	case err != nil:
-		return d.wrap("release", err)
-	case !live:
-		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
-	}
-	return nil
+	return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
 }
