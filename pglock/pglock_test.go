@@ -109,7 +109,12 @@ func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 // its TTL running out would.
 func (h *harness) Expire(ctx context.Context, key string) error {
 	var n int64
-	if err := h.admin.QueryRow(ctx, h.sql.expire, key, h.sql.channel).Scan(&n); err != nil {
+	expire := `WITH e AS (
+    UPDATE ` + h.sql.table + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
+    WHERE name = $1 RETURNING name
+), ` + notifyKeyCTE(h.sql.table) + `
+SELECT count(*) FROM e LEFT JOIN k ON true, pg_notify($2, ` + payloadSQL("e.name") + `)`
+	if err := h.admin.QueryRow(ctx, expire, key, h.sql.channel).Scan(&n); err != nil {
 		return err
 	}
 	if n != 1 {

@@ -6,7 +6,6 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -47,44 +46,16 @@ func (d *Driver) Modes() backend.ModeSet {
 func (d *Driver) SharedTableName() string { return d.shared.table }
 
 // sharedStatements are the statements of the shared table (see
-// statements for the conventions).
+// statements for the conventions; each is documented where
+// newSharedStatements makes it).
 type sharedStatements struct {
-	// table is the quoted, possibly schema-qualified, shared table.
-	table string
-	// create is its DDL.
-	create string
+	table  string // quoted, possibly schema-qualified
+	create string // its DDL
 	// semClass and rwClass are the first keys of the per-object advisory
 	// locks of semaphores and read-write locks; the second is hashtext(key).
 	semClass, rwClass int32
-	// begin starts a grant's transaction when the session's default
-	// isolation is not READ COMMITTED (see grant).
-	begin string
-	// lock($1 class, $2 key) takes the object's lock for the transaction,
-	// and sets the planner's scans for the grant after it.
-	lock string
-	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
-	// the new version (NULL when refused), whether it ran under READ
-	// COMMITTED (having changed nothing otherwise), the count, lowest
-	// and highest limit of the other live permits, and the count of the
-	// expired ones.
-	grantPermit string
-	// dropExpired($1 key) deletes the semaphore's expired permits.
-	dropExpired string
-	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
-	// return the new version, NULL when refused, and whether they ran
-	// under READ COMMITTED, as grantPermit; a refused writer records
-	// itself as the waiting one (see backend.Modal).
-	grantRead, grantWrite string
-	// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
-	// kinds, $7 classes) extends each live holder, under a shared object
-	// lock, and returns the 1-based positions of those it extended.
-	refresh string
-	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
-	// the key's notifyPayload) deletes the token's row (a holder's, or a
-	// waiting writer's record) and notifies; it returns the row's kind,
-	// whether it was live and true (the notification's), no row when
-	// there was none.
-	release string
+
+	begin, lock, grantPermit, dropExpired, grantRead, grantWrite, refresh, release string
 }
 
 // sharedIdent names the shared table of the lock table: table + "_shared",
@@ -100,9 +71,7 @@ func sharedIdent(table string) string {
 // objectClass is the first key of an object kind's advisory locks, apart
 // from the lock's fence locks and from applications' one-key locks.
 func objectClass(kind, qualified string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte("pglock " + kind + " " + qualified))
-	return int32(h.Sum32())
+	return classOf("pglock " + kind + " " + qualified)
 }
 
 func newSharedStatements(schema, table, lockTable string) sharedStatements {
@@ -142,8 +111,12 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		create:   strings.ReplaceAll(stripComments(SharedSchemaSQL), defaultShared, t),
 		semClass: objectClass("semaphore", qualified),
 		rwClass:  objectClass("rwlock", qualified),
-		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
-		// The grant that follows scans the object's rows by the primary
+		// begin starts a grant's transaction when the session's default
+		// isolation is not READ COMMITTED (see grant).
+		begin: `BEGIN ISOLATION LEVEL READ COMMITTED`,
+		// lock($1 class, $2 key) takes the object's lock for the
+		// transaction, and sets the planner's scans for the grant after
+		// it. The grant that follows scans the object's rows by the primary
 		// key's prefix; a bitmap scan, which the planner prefers for it,
 		// never marks the index entries of released rows dead, so every
 		// grant read all of them until a vacuum (on a busy semaphore,
@@ -151,13 +124,17 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		// them once. For the transaction only.
 		lock: `SELECT pg_advisory_xact_lock($1::int4, hashtext($2)),
     set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`,
-		// One scan counts the live permits and the expired ones; the
-		// expired go in a statement of their own when there are some
-		// (dropExpired: a second data-modifying part here cost every
-		// grant). The server's now is the transaction's start (the object
-		// lock's statement), earlier than the scan: a permit counts as
-		// expired only if it was then, and the new one's expiry is no
-		// later than the TTL from the request.
+		// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit)
+		// returns the new version (NULL when refused), whether it ran under
+		// READ COMMITTED (having changed nothing otherwise), the count,
+		// lowest and highest limit of the other live permits, and the count
+		// of the expired ones, from one scan; the expired go in a statement
+		// of their own when there are some (dropExpired: a second
+		// data-modifying part here cost every grant). The server's now is
+		// the transaction's start (the object lock's statement), earlier
+		// than the scan: a permit counts as expired only if it was then,
+		// and the new one's expiry is no later than the TTL from the
+		// request.
 		grantPermit: `WITH busy AS MATERIALIZED (
     SELECT count(*) FILTER (WHERE expires_at > now()) AS n,
         coalesce(min(lim) FILTER (WHERE expires_at > now()), 0) AS lo,
@@ -175,13 +152,16 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
     RETURNING version
 )
 SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi, busy.x FROM busy`,
+		// dropExpired($1 key) deletes the semaphore's expired permits.
 		// Expired rows hold nothing (every grant counts only live ones,
 		// and a refresh extends only a live row), so they go without the
 		// object lock; a row that its token takes again meanwhile is live
 		// when the deletion reads it again, and stays.
 		dropExpired: `DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND expires_at <= clock_timestamp()`,
-		// A live writer, or another token's waiting record, keeps readers
-		// out: writers are preferred.
+		// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
+		// return the new version, NULL when refused, and whether they ran
+		// under READ COMMITTED, as grantPermit. A live writer, or another
+		// token's waiting record, keeps readers out: writers are preferred.
 		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
 busy AS MATERIALIZED (
     SELECT count(*) AS n FROM ` + t + `
@@ -209,7 +189,10 @@ busy AS MATERIALIZED (
     WHERE s.kind = 4`) + `
 )
 SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
-		// The shared object lock orders a refresh against grants: a grant
+		// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
+		// kinds, $7 classes) extends each live holder and returns the
+		// 1-based positions of those it extended. The shared object lock
+		// orders a refresh against grants: a grant
 		// that counted a holder as expired commits before the holder's
 		// refresh looks at its row, and so the refresh finds it gone.
 		refresh: `WITH b AS MATERIALIZED (
@@ -226,26 +209,16 @@ WHERE s.name = b.name AND s.token = b.token AND s.kind = b.kind AND (b.fence = 0
     AND s.expires_at > clock_timestamp() AND s.owner IS NOT DISTINCT FROM nullif(b.owner, '')
     AND (SELECT g.n >= 0 FROM g)
 RETURNING b.i`,
-		// A deleted row is only ever one that a grant would have counted
-		// as held: no object lock needed. It notifies as a lock's release
-		// does, when someone waits for the key (presence.go).
+		// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
+		// the key's notifyPayload) deletes the token's row (a holder's, or
+		// a waiting writer's record) and notifies as a lock's release does;
+		// it returns the row's kind, whether it was live and true, no row
+		// when there was none. A deleted row is only ever one that a grant
+		// would have counted as held: no object lock needed.
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
 RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
 	}
-}
-
-// stripComments drops the SQL comments and blank lines of a schema file,
-// so that a name can only ever be a name.
-func stripComments(sql string) string {
-	var b strings.Builder
-	for line := range strings.Lines(sql) {
-		if code, _, _ := strings.Cut(line, "--"); strings.TrimSpace(code) != "" {
-			b.WriteString(strings.TrimRight(code, " \t\r\n"))
-			b.WriteString("\n")
-		}
-	}
-	return strings.TrimSpace(b.String())
 }
 
 // sharedKinds returns the row kind of a claim's hold, the kinds its
