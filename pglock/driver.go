@@ -72,25 +72,19 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrInvalidOption)
 	}
-	return newDriver(pool, false, opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newDriver(pool, false, cfg), nil
 }
 
-func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
-	cfg := config{table: defaultTable, create: true, listenIdle: 30 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := checkIdent("table", cfg.table, false); err != nil {
-		return nil, err
-	}
-	if err := checkIdent("schema", cfg.schema, true); err != nil {
-		return nil, err
-	}
+func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
 	d.lis = newListener(d)
 	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
-	return d, nil
+	return d
 }
 
 // TableName returns the quoted, possibly schema-qualified, name of the lock

@@ -16,22 +16,17 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier. A release sends a keyed hash of
-// the key (see notifyPayload) on the channel, in the statement that frees
-// the row, when someone waits for the key: a subscription makes the key
-// present (presence.go). One connection per driver LISTENs on the channel
-// for all subscribers, and passes each notification to the subscribers of
-// that hash. When that connection breaks, the driver reconnects and wakes every
-// subscriber, since releases may have gone unheard meanwhile.
+// Subscribe implements backend.Notifier: one connection per driver
+// LISTENs for every subscriber, and a subscription makes its key present
+// (presence.go), so that its releases notify. When that connection breaks,
+// the driver reconnects and wakes every subscriber, since releases may
+// have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	cctx, done, err := d.enter(ctx, "subscribe")
+	cctx, done, err := d.begin(ctx, "subscribe", false)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer done()
-	if err := d.ensureSchema(cctx); err != nil {
-		return nil, nil, err
-	}
 	ch, cancel, err := d.lis.subscribe(cctx, notifyPayload(d.notifySecret, key))
 	if err != nil {
 		return nil, nil, err
@@ -90,8 +85,7 @@ type listener struct {
 
 	mu        sync.Mutex
 	closed    bool
-	subs      map[string]map[*subscription]struct{}
-	n         int
+	subs      map[string]map[*subscription]struct{} // by payload; no empty set
 	idleSince time.Time
 	running   bool          // a goroutine runs (or is about to run) the connection
 	ready     chan struct{} // closed while LISTEN is in effect
@@ -117,7 +111,6 @@ func (l *listener) subscribe(ctx context.Context, key string) (<-chan struct{}, 
 		l.subs[key] = set
 	}
 	set[s] = struct{}{}
-	l.n++
 	if !l.running {
 		l.running = true
 		l.lastErr = nil
@@ -167,9 +160,9 @@ func (l *listener) remove(s *subscription) {
 	delete(set, s)
 	if len(set) == 0 {
 		delete(l.subs, s.key)
-	}
-	if l.n--; l.n == 0 {
-		l.idleSince = time.Now()
+		if len(l.subs) == 0 {
+			l.idleSince = time.Now()
+		}
 	}
 }
 
@@ -211,7 +204,7 @@ func (l *listener) deliver(payload string) {
 func (l *listener) stopIfIdle(idle time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx.Err() == nil && (l.n > 0 || time.Since(l.idleSince) < idle) {
+	if l.ctx.Err() == nil && (len(l.subs) > 0 || time.Since(l.idleSince) < idle) {
 		return false
 	}
 	l.running = false

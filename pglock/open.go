@@ -183,14 +183,8 @@ func parseError(err error) string {
 // is empty for a URL, which the caller's error names already.
 func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []Option) (*Driver, error) {
 	// Check the options before dialling anything.
-	probe := config{table: defaultTable}
-	for _, o := range opts {
-		o(&probe)
-	}
-	if err := checkIdent("table", probe.table, false); err != nil {
-		return nil, err
-	}
-	if err := checkIdent("schema", probe.schema, true); err != nil {
+	dcfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	socks := track(cfg)
@@ -198,17 +192,11 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	if err != nil {
 		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
 	}
-	d, err := newDriver(pool, true, opts)
-	if d != nil {
-		d.socks = socks
-		// Close cuts the own pool's connections as it begins, so that
-		// calls in flight on a dead network return at once.
-		context.AfterFunc(d.gate.Context(), socks.Cut)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
+	d := newDriver(pool, true, dcfg)
+	d.socks = socks
+	// Close cuts the own pool's connections as it begins, so that calls in
+	// flight on a dead network return at once.
+	context.AfterFunc(d.gate.Context(), socks.Cut)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)

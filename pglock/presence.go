@@ -12,20 +12,11 @@ import (
 )
 
 // Presence: a release notifies only when someone waits for its key, since
-// a notification costs the release about a third of its time. A waiter
-// makes its key present before its first try: its driver holds a shared
-// session-level advisory lock on the key (one per key, on one connection
-// of its own), and a release's statement notifies unless it can take that
-// lock exclusively, which it then holds until it commits. So a release
-// either sees the waiter, and notifies, or commits before the waiter's
-// lock is granted, and the waiter's first try sees the key free. A key
-// stays present for presenceLinger after its last waiter left, so that a
-// contended key does not come and go. When the connection breaks, keys
-// are present again once it is back, and every subscriber is woken then,
-// since releases went unannounced meanwhile; until then waiters try at
-// their backoff timers. A connection that breaks while idle is found by
-// the sweeper's ping, within presenceLinger/4. Releases of drivers of
-// older versions always notify.
+// a notification costs the release about a third of its time. A waiter's
+// driver holds a shared session-level advisory lock on the key, on one
+// connection of its own, and a release notifies unless it can take that
+// lock exclusively (notifyIfPresent; the whole protocol, and how a broken
+// connection is recovered, is in docs/backends/pglock.md).
 
 // presenceLinger is how long a key stays present after its last waiter.
 const presenceLinger = time.Second
