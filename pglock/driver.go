@@ -81,7 +81,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 
 func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
-	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
+	d.shared = newSharedStatements(cfg.schema, cfg.table)
 	d.lis = newListener(d)
 	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
 	return d

@@ -81,17 +81,11 @@ var serverParams = []string{
 // connect_timeout and ctx no deadline.
 const defaultConnectTimeout = 10 * time.Second
 
-// Open connects to PostgreSQL with a URL such as
-// "postgres://locker@db.example.com:5432/app?sslmode=verify-full" (the
-// "postgresql" scheme works too), checks that the server answers, and
-// creates the lock table unless create_table=false. Besides pgx's own
-// parameters, the URL may carry lock_table, lock_schema and create_table,
-// and the server settings application_name, search_path, timezone, options,
-// statement_timeout, lock_timeout and idle_in_transaction_session_timeout;
-// any other parameter is an error wrapping ErrInvalidURL. The password may
-// come from PGPASSWORD or a passfile instead of the URL. Options given here
-// override the URL's (lock_table= is WithTable, lock_schema= WithSchema,
-// create_table= WithCreateTable). Close closes the pool that Open made.
+// Open connects to PostgreSQL with a URL of the form the package doc
+// gives, checks that the server answers, and creates the lock table unless
+// create_table=false. Options given here override the URL's (lock_table=
+// is WithTable, lock_schema= WithSchema, create_table= WithCreateTable).
+// Close closes the pool that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL, "postgres", "postgresql")
 	if err != nil {

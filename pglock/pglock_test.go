@@ -65,7 +65,7 @@ func testTable(t testing.TB, admin *pgxpool.Pool, schema string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		d := newStatements(schema, table)
-		sh := newSharedStatements(schema, table, d.table)
+		sh := newSharedStatements(schema, table)
 		if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+d.table+", "+sh.table); err != nil {
 			t.Errorf("drop %s: %v", d.table, err)
 		}
@@ -97,7 +97,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
-		sh:    newSharedStatements("", table, quote(table)),
+		sh:    newSharedStatements("", table),
 	}
 }
 

@@ -2,9 +2,7 @@ package pglock
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -60,13 +58,7 @@ type sharedStatements struct {
 
 // sharedIdent names the shared table of the lock table: table + "_shared",
 // or a hash of table when that is longer than PostgreSQL keeps.
-func sharedIdent(table string) string {
-	if len(table)+len("_shared") <= maxIdentLen {
-		return table + "_shared"
-	}
-	sum := sha256.Sum256([]byte(table))
-	return "locker_shared_" + hex.EncodeToString(sum[:16])
-}
+func sharedIdent(table string) string { return fit(table+"_shared", "locker_shared_", table) }
 
 // objectClass is the first key of an object kind's advisory locks, apart
 // from the lock's fence locks and from applications' one-key locks.
@@ -74,15 +66,8 @@ func objectClass(kind, qualified string) int32 {
 	return classOf("pglock " + kind + " " + qualified)
 }
 
-func newSharedStatements(schema, table, lockTable string) sharedStatements {
-	name := sharedIdent(table)
-	ident := pgx.Identifier{name}
-	qualified := table
-	if schema != "" {
-		ident = pgx.Identifier{schema, name}
-		qualified = schema + "." + table
-	}
-	t := ident.Sanitize()
+func newSharedStatements(schema, table string) sharedStatements {
+	t, qualified := quoteIn(schema, sharedIdent(table), table)
 	// The statements below share a shape: the server's now, read once;
 	// the object's expired rows of other tokens deleted (the token's own
 	// is taken again by the upsert; a permit's grant leaves that to

@@ -45,23 +45,31 @@ type statements struct {
 // the server, silently, so we refuse them.
 const maxIdentLen = 63
 
+// quoteIn returns the quoted name, qualified with schema unless that is
+// empty, and schema.table unquoted: the seed of the table's hashes.
+func quoteIn(schema, name, table string) (quoted, qualified string) {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize(), table
+	}
+	return pgx.Identifier{schema, name}.Sanitize(), schema + "." + table
+}
+
+// fit returns name if PostgreSQL keeps it whole, else prefix and a hash
+// of seed.
+func fit(name, prefix, seed string) string {
+	if len(name) <= maxIdentLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(seed))
+	return prefix + hex.EncodeToString(sum[:16])
+}
+
 func newStatements(schema, table string) statements {
-	ident := pgx.Identifier{table}
-	qualified := table
-	if schema != "" {
-		ident = pgx.Identifier{schema, table}
-		qualified = schema + "." + table
-	}
-	t := ident.Sanitize()
+	t, qualified := quoteIn(schema, table, table)
 	// The channel, the notification key's row and the creation lock keep
-	// the package's former name, sqllock: they live in the database and
-	// between processes, so tables made, and processes run, before the
-	// rename to pglock keep working with it.
-	channel := "sqllock:" + qualified
-	if len(channel) > maxIdentLen {
-		sum := sha256.Sum256([]byte(qualified))
-		channel = "sqllock:" + hex.EncodeToString(sum[:16])
-	}
+	// the package's former name, sqllock, so that tables made, and
+	// processes run, before the rename to pglock keep working with it.
+	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
 	class := fenceClassOf(qualified)
 	fenceClass := strconv.Itoa(int(class))
 	presenceClass := strconv.Itoa(int(objectClass("presence", qualified)))
@@ -85,13 +93,10 @@ func newStatements(schema, table string) statements {
 		migrate: migrationFor(t),
 		// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new
 		// version when the key was free, expired, or already the token's;
-		// no row when another token holds it. The fence comes from the
-		// version column's identity sequence, drawn in the update branch
-		// after the row is locked, and in the insert branch under the
-		// name's shared fence lock (a one-time filter, evaluated before the
-		// SELECT projects the column's default), which a release takes
-		// exclusively: a deleted row always had a lower fence (see
-		// docs/backends/pglock.md).
+		// no row when another token holds it. The insert branch draws the
+		// fence (the column's default, projected after the one-time filter)
+		// under the name's shared fence lock, which a release takes
+		// exclusively (see docs/backends/pglock.md, The table).
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
@@ -203,12 +208,9 @@ func notifyKeyCTE(t string) string {
 
 // notifyIfPresent is an expression, true, that notifies channel with
 // payload unless it can take the presence lock of the key in expression
-// name exclusively: someone waits for it. The lock, once taken, is held
-// until the release commits, so that a waiter's presence is granted only
-// after it. CASE orders the two: a notification is sent only when the
-// lock was refused. The payload comes from the driver (notifyPayload of
-// the notification key it read with the table, the one its listener
-// matches), so that the statement does not read the key's row.
+// name exclusively (someone waits for it), which it then holds until the
+// release commits (presence.go). The payload comes from the driver, so
+// that the statement does not read the notification key's row.
 func notifyIfPresent(channel, payload, class, name string) string {
 	return `CASE WHEN pg_try_advisory_xact_lock(` + class + `, hashtext(` + name + `)) THEN true
     ELSE pg_notify(` + channel + `, ` + payload + `) IS NOT NULL END`
@@ -221,9 +223,8 @@ func payloadSQL(name string) string {
 }
 
 // notifyPayload is the payload that announces the release of key:
-// hex(H(k || H(k || key))) with SHA-256 and k the table's notification key.
-// A listener that cannot read the table, and so the key, learns no lock
-// name, nor a hash it could check a guessed name against.
+// hex(H(k || H(k || key))) with SHA-256 and k the table's notification key,
+// so that a listener that cannot read the table learns no lock name.
 func notifyPayload(secret, key string) string {
 	inner := sha256.Sum256([]byte(secret + key))
 	outer := sha256.Sum256(append([]byte(secret), inner[:]...))
