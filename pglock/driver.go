@@ -49,8 +49,7 @@ type Driver struct {
 
 	lis *listener
 	// tries counts the grant statements sent (storeTries).
-	tries    atomic.Uint64
-	presence presence // the keys that waiters here wait for
+	tries atomic.Uint64
 }
 
 var (
@@ -83,7 +82,6 @@ func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
 	d.shared = newSharedStatements(cfg.schema, cfg.table)
 	d.lis = newListener(d)
-	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
 	return d
 }
 
@@ -417,7 +415,6 @@ func (d *Driver) Close() error {
 	// No call is left to start an undo; each is bounded by undoTimeout.
 	d.undos.Wait()
 	d.lis.close()
-	d.presence.close()
 	if d.ownPool {
 		d.pool.Close()
 	}

@@ -31,7 +31,7 @@ type statements struct {
 	table      string // quoted, possibly schema-qualified
 	fenceClass int32  // the first key of the table's fence locks (fenceClassOf)
 	// presenceClass is the first key of the advisory locks that make a
-	// key present (presence.go), the second hashtext(key).
+	// key present (listen.go), the second hashtext(key).
 	presenceClass int32
 	channel       string // the table's notification channel
 
@@ -209,7 +209,7 @@ func notifyKeyCTE(t string) string {
 // notifyIfPresent is an expression, true, that notifies channel with
 // payload unless it can take the presence lock of the key in expression
 // name exclusively (someone waits for it), which it then holds until the
-// release commits (presence.go). The payload comes from the driver, so
+// release commits (listen.go). The payload comes from the driver, so
 // that the statement does not read the notification key's row.
 func notifyIfPresent(channel, payload, class, name string) string {
 	return `CASE WHEN pg_try_advisory_xact_lock(` + class + `, hashtext(` + name + `)) THEN true
