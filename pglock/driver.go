@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/conntrack"
 	"github.com/lockerhq/locker/internal/retry"
 )
 
@@ -27,13 +26,12 @@ import (
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
-	socks   *conntrack.Tracker // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
 	sql     statements
 	shared  sharedStatements // semaphores and read-write locks
 
 	// gate guards every call; undos are the cleanups of ambiguous
-	// acquisitions, which may outlive their call (see undo).
+	// acquisitions, which may outlive their call (see acquireFailed).
 	gate  backend.Gate
 	undos sync.WaitGroup
 

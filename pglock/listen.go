@@ -28,7 +28,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		return nil, nil, err
 	}
 	defer done()
-	return d.lis.subscribe(cctx, key, notifyPayload(d.notifySecret, key))
+	return d.lis.subscribe(cctx, key, d.payload(key))
 }
 
 // subscribeWait bounds how long Subscribe waits for the listening

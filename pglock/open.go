@@ -187,7 +187,6 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
 	}
 	d := newDriver(pool, true, dcfg)
-	d.socks = socks
 	// Close cuts the own pool's connections as it begins, so that calls in
 	// flight on a dead network return at once.
 	context.AfterFunc(d.gate.Context(), socks.Cut)
