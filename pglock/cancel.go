@@ -16,20 +16,13 @@ import (
 // backend.CancelGrace.
 const cancelWait = 100 * time.Millisecond
 
-// cancelOnServer makes the pool's statements whose context ends cancelled
-// by the server. pgx's default closes the connection at once, and the
-// server, which notices only when it answers, may then commit an
-// acquisition nobody waits for any more: the lock stays held for its TTL
-// (a waiter cancelled while it tried, then Close, left one in most runs).
-// Here a CancelRequest goes to the server and the statement's answer is
-// still read, for up to cancelWait: it rolled back (an error that says
-// so) or its grant is read, and the caller releases it. A connection that
-// was sent a cancel is not used again (PrepareConn refuses it): a cancel
-// that arrives late would stop its next statement. An idle backend
-// ignores a cancel, so it may wait in the pool until then. Not
-// AfterRelease: with that hook pgxpool returns every connection to the
-// pool in a goroutine of its own, a wake-up per statement. Connections
-// outside the pool (the listener's) keep pgx's default.
+// cancelOnServer makes the server cancel the pool's statements whose
+// context ends, and still reads their answer for up to cancelWait, where
+// pgx's default closes the connection at once: the server may then commit
+// an acquisition nobody waits for, held for its TTL. A connection sent a
+// cancel is not used again (PrepareConn refuses it), since a late cancel
+// would stop its next statement. Why not AfterRelease, and the rest, is in
+// docs/backends/pglock.md (Cancelled statements and Close).
 func cancelOnServer(cfg *pgxpool.Config) {
 	var spoiled sync.Map // *pgconn.PgConn → struct{}
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/conntrack"
 	"github.com/lockerhq/locker/internal/retry"
 )
 
@@ -27,13 +26,12 @@ import (
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
-	socks   *conntrack.Tracker // the own pool's connections, cut at Close; nil for a caller's pool
 	cfg     config
 	sql     statements
 	shared  sharedStatements // semaphores and read-write locks
 
 	// gate guards every call; undos are the cleanups of ambiguous
-	// acquisitions, which may outlive their call (see undo).
+	// acquisitions, which may outlive their call (see acquireFailed).
 	gate  backend.Gate
 	undos sync.WaitGroup
 
@@ -49,8 +47,7 @@ type Driver struct {
 
 	lis *listener
 	// tries counts the grant statements sent (storeTries).
-	tries    atomic.Uint64
-	presence presence // the keys that waiters here wait for
+	tries atomic.Uint64
 }
 
 var (
@@ -72,25 +69,18 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrInvalidOption)
 	}
-	return newDriver(pool, false, opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newDriver(pool, false, cfg), nil
 }
 
-func newDriver(pool *pgxpool.Pool, own bool, opts []Option) (*Driver, error) {
-	cfg := config{table: defaultTable, create: true, listenIdle: 30 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := checkIdent("table", cfg.table, false); err != nil {
-		return nil, err
-	}
-	if err := checkIdent("schema", cfg.schema, true); err != nil {
-		return nil, err
-	}
+func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
-	d.shared = newSharedStatements(cfg.schema, cfg.table, d.sql.table)
+	d.shared = newSharedStatements(cfg.schema, cfg.table)
 	d.lis = newListener(d)
-	d.presence.d, d.presence.mu = d, make(chan struct{}, 1)
-	return d, nil
+	return d
 }
 
 // TableName returns the quoted, possibly schema-qualified, name of the lock
@@ -121,6 +111,24 @@ func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(),
 	return ctx, done, nil
 }
 
+// begin enters the gate for op and makes the lock table ready, and the
+// shared table too for semaphores and read-write locks.
+func (d *Driver) begin(ctx context.Context, op string, shared bool) (context.Context, func(), error) {
+	ctx, leave, err := d.enter(ctx, op)
+	if err != nil {
+		return nil, nil, err
+	}
+	ensure := d.ensureSchema
+	if shared {
+		ensure = d.ensureShared
+	}
+	if err := ensure(ctx); err != nil {
+		leave()
+		return nil, nil, err
+	}
+	return ctx, leave, nil
+}
+
 // prefix starts the driver's errors of op: "" for the operator's calls,
 // whose operation the Client's error names already.
 func prefix(op string) string {
@@ -141,15 +149,12 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	ctx, leave, err := d.enter(ctx, "acquire")
+	d.tries.Add(1)
+	ctx, leave, err := d.begin(ctx, "acquire", false)
 	if err != nil {
 		return backend.Grant{}, err
 	}
 	defer leave()
-	d.tries.Add(1)
-	if err := d.ensureSchema(ctx); err != nil {
-		return backend.Grant{}, err
-	}
 	var version int64
 	// The statement is idempotent for one token (the token's own row is
 	// taken again), so it can be retried after a broken connection.
@@ -161,23 +166,41 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
-	case conflict(err):
-		// Still racing after the retries: someone else keeps winning.
-		return backend.Grant{}, fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
 	}
-	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
-		// The server refused the statement, or it was never sent.
-		return backend.Grant{}, d.wrap("acquire", err)
-	}
-	// We cannot tell whether the statement committed: undo it, so that
-	// nothing keeps the key held. The token is ours alone, so this cannot
-	// free anyone else's lock. In the background: the caller, who may have
-	// given up, does not wait for a store that may not answer.
-	d.undo(func(ctx context.Context) {
+	return backend.Grant{}, d.acquireFailed(err, func(ctx context.Context) {
 		var live bool
 		_ = d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, 0, d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
 	})
-	return backend.Grant{}, d.wrap("acquire", err)
+}
+
+// undoTimeout bounds the cleanup of an acquisition that may have committed.
+const undoTimeout = 2 * time.Second
+
+// acquireFailed is the error of a grant statement that failed with err.
+// When the statement may have committed, undo removes the token's row, so
+// that nothing keeps the key held (the token is ours alone: it frees
+// nobody else's lock). In the background: the caller, who may have given
+// up, does not wait for a store that may not answer. Close waits for it
+// before closing the pool, and does not cut it short (its context is not
+// the gate's): a lock taken as the caller gave up would stay held for its
+// TTL.
+func (d *Driver) acquireFailed(err error, undo func(context.Context)) error {
+	switch {
+	case conflict(err):
+		// Still racing after the retries: someone else keeps winning.
+		return fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
+	case sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err):
+		// The server refused the statement, or it was never sent.
+	default:
+		d.undos.Add(1)
+		go func() {
+			defer d.undos.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+			defer cancel()
+			undo(ctx)
+		}()
+	}
+	return d.wrap("acquire", err)
 }
 
 // Refresh implements backend.Driver: it extends a live lock of l.Token to
@@ -186,20 +209,17 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 // table rewrote is ErrNotHeld, and the holder learns of the theft.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
-		return d.refreshShared(ctx, []backend.Claim{l})[0]
+		return d.RefreshMany(ctx, []backend.Claim{l})[0]
 	}
 	us, err := micros(l.TTL)
 	if err != nil {
 		return err
 	}
-	ctx, leave, err := d.enter(ctx, "refresh")
+	ctx, leave, err := d.begin(ctx, "refresh", false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
-		return err
-	}
 	var n int64
 	err = d.retry(ctx, func() error {
 		tag, err := d.pool.Exec(ctx, d.sql.refresh, l.Key, l.Token, int64(l.Fence), us, l.Owner)
@@ -217,32 +237,40 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 
 // RefreshMany implements backend.BatchRefresher: one UPDATE over the
 // unnested arrays of keys, tokens, fences and TTLs refreshes every lock
-// that its token still holds.
-func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
-	for _, l := range locks {
-		if l.Mode != backend.Exclusive {
-			return d.refreshMixed(ctx, locks)
-		}
-	}
-	errs := make([]error, len(locks))
-	ctx, leave, err := d.enter(ctx, "refresh")
-	if err != nil {
-		return failRest(errs, err)
-	}
-	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
-		return failRest(errs, err)
-	}
-	var b refreshBatch
-	for i, l := range locks {
-		us, err := micros(l.TTL)
+// that its token still holds, and one more every permit, reader and
+// writer.
+func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []error {
+	errs := make([]error, len(claims))
+	var locks, shared refreshBatch
+	for i, c := range claims {
+		us, err := micros(c.TTL)
 		if err != nil {
 			errs[i] = err
-			continue
+		} else if c.Mode == backend.Exclusive {
+			locks.add(i, c, us)
+		} else if kind, _, class, err := d.sharedKinds(c); err != nil {
+			errs[i] = err
+		} else {
+			shared.add(i, c, us)
+			shared.kinds, shared.classes = append(shared.kinds, kind), append(shared.classes, class)
 		}
-		b.add(i, l, us)
 	}
-	return d.refreshRows(ctx, errs, b.pos, d.sql.refreshMany, b.keys, b.tokens, b.fences, b.ttls, b.owners)
+	if len(locks.pos)+len(shared.pos) == 0 {
+		return errs
+	}
+	ctx, leave, err := d.begin(ctx, "refresh", false)
+	if err != nil {
+		return failAt(errs, append(locks.pos, shared.pos...), err)
+	}
+	defer leave()
+	d.refreshRows(ctx, errs, locks.pos, d.sql.refreshMany, locks.keys, locks.tokens, locks.fences, locks.ttls, locks.owners)
+	if len(shared.pos) == 0 {
+		return errs
+	}
+	if err := d.ensureShared(ctx); err != nil {
+		return failAt(errs, shared.pos, err)
+	}
+	return d.refreshRows(ctx, errs, shared.pos, d.shared.refresh, shared.keys, shared.tokens, shared.fences, shared.ttls, shared.owners, shared.kinds, shared.classes)
 }
 
 // refreshBatch holds the arrays that a RefreshMany statement unnests, and
@@ -250,6 +278,8 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 type refreshBatch struct {
 	keys, tokens, owners []string
 	fences, ttls         []int64
+	kinds                []int16 // of the shared table's rows
+	classes              []int32 // of their objects' locks
 	pos                  []int
 }
 
@@ -285,7 +315,7 @@ func (d *Driver) refreshRows(ctx context.Context, errs []error, pos []int, query
 		return rows.Err()
 	})
 	if err != nil {
-		return failRest(errs, d.wrap("refresh", err))
+		return failAt(errs, pos, d.wrap("refresh", err))
 	}
 	for j, i := range pos {
 		if !done[j] {
@@ -295,34 +325,61 @@ func (d *Driver) refreshRows(ctx context.Context, errs []error, pos []int, query
 	return errs
 }
 
-// failRest sets err for every claim that has no error yet.
-func failRest(errs []error, err error) []error {
-	for i := range errs {
-		if errs[i] == nil {
-			errs[i] = err
-		}
+// failAt sets err for the claims at pos.
+func failAt(errs []error, pos []int, err error) []error {
+	for _, i := range pos {
+		errs[i] = err
 	}
 	return errs
 }
 
 // Release implements backend.Driver: it frees the token's lock (the row
-// stays, with its version) and notifies waiters in the same statement.
+// goes; a semaphore's or read-write lock's, or a waiting writer's record
+// in the shared table) and notifies waiters in the same statement.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if l.Mode != backend.Exclusive {
-		return d.releaseShared(ctx, l)
+	shared := l.Mode != backend.Exclusive
+	var kinds []int16
+	if shared {
+		var err error
+		if _, kinds, _, err = d.sharedKinds(l); err != nil {
+			return err
+		}
 	}
-	ctx, leave, err := d.enter(ctx, "release")
+	ctx, leave, err := d.begin(ctx, "release", shared)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
+	var (
+		kind int16
+		live bool
+	)
+	err = d.del(ctx, "release", func() error {
+		if shared {
+			return d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live, nil)
+		}
+		return d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
+	})
+	switch {
+	case err != nil:
 		return err
+	case kind == kindWaiting:
+		// A waiting writer's record, withdrawn: nothing was held.
+		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+	case !live:
+		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
 	}
-	var live bool
+	return nil
+}
+
+// del runs a statement that deletes a row, retried as retry does, and
+// tells its "no row" apart: ErrNotHeld, unless an attempt whose
+// connection broke after it was sent may have deleted the row (we cannot
+// tell, and say so).
+func (d *Driver) del(ctx context.Context, op string, f func() error) error {
 	var uncertain error
-	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&live, nil)
+	err := d.retry(ctx, func() error {
+		err := f()
 		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
 			uncertain = err
 		}
@@ -330,14 +387,11 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
-		// An earlier attempt may have released it: we cannot tell.
-		return d.wrap("release", uncertain)
+		return d.wrap(op, uncertain)
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
 	case err != nil:
-		return d.wrap("release", err)
-	case !live:
-		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
+		return d.wrap(op, err)
 	}
 	return nil
 }
@@ -359,7 +413,6 @@ func (d *Driver) Close() error {
 	// No call is left to start an undo; each is bounded by undoTimeout.
 	d.undos.Wait()
 	d.lis.close()
-	d.presence.close()
 	if d.ownPool {
 		d.pool.Close()
 	}
@@ -373,14 +426,11 @@ const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 // Inspect implements backend.Inspector with one SELECT of the key's row;
 // the TTL is by the server's clock.
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
-	ctx, leave, err := d.enter(ctx, "")
+	ctx, leave, err := d.begin(ctx, "", false)
 	if err != nil {
 		return backend.State{}, err
 	}
 	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
-		return backend.State{}, err
-	}
 	var (
 		held        bool
 		owner       string
@@ -405,14 +455,11 @@ func heldState(key, owner string, version, us int64) backend.State {
 // List implements backend.Lister with one SELECT of the held rows whose
 // name starts with prefix.
 func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
-	ctx, leave, err := d.enter(ctx, "")
+	ctx, leave, err := d.begin(ctx, "", false)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
-		return nil, err
-	}
 	var out []backend.State
 	err = d.retry(ctx, func() error {
 		out = out[:0]
@@ -444,34 +491,20 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 // waiters. The removed holder's next Refresh finds no row; the next grant
 // draws its fence from the sequence, above.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
-	ctx, leave, err := d.enter(ctx, "")
+	ctx, leave, err := d.begin(ctx, "", false)
 	if err != nil {
 		return backend.State{}, err
 	}
 	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
-		return backend.State{}, err
-	}
 	var (
-		owner     string
-		us        int64
-		uncertain error
+		owner string
+		us    int64
 	)
-	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.sql.breakLock, key, int64(fence), d.sql.channel).Scan(&owner, &us)
-		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
-			uncertain = err
-		}
-		return err
+	err = d.del(ctx, "", func() error {
+		return d.pool.QueryRow(ctx, d.sql.breakLock, key, int64(fence), d.sql.channel).Scan(&owner, &us)
 	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
-		// An earlier attempt may have removed it: we cannot tell.
-		return backend.State{}, d.wrap("", uncertain)
-	case errors.Is(err, pgx.ErrNoRows):
-		return backend.State{}, fmt.Errorf("pglock: %w", backend.ErrNotHeld)
-	case err != nil:
-		return backend.State{}, d.wrap("", err)
+	if err != nil {
+		return backend.State{}, err
 	}
 	return heldState(key, owner, int64(fence), us), nil
 }
@@ -607,12 +640,20 @@ func (d *Driver) loadNotifyKey(ctx context.Context) (string, error) {
 	return *secret, nil
 }
 
-// migrate runs MigrationSQL on the table, once between processes.
-func (d *Driver) migrate(ctx context.Context) error {
+// createLocked runs f in a transaction that holds the table's creation
+// lock, which serializes creation and migration between processes.
+func (d *Driver) createLocked(ctx context.Context, f func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
 			return err
 		}
+		return f(tx)
+	})
+}
+
+// migrate runs MigrationSQL on the table, once between processes.
+func (d *Driver) migrate(ctx context.Context) error {
+	return d.createLocked(ctx, func(tx pgx.Tx) error {
 		var fenced bool
 		if err := tx.QueryRow(ctx, d.sql.fenced, d.sql.table).Scan(&fenced); err != nil || fenced {
 			return err
@@ -623,10 +664,7 @@ func (d *Driver) migrate(ctx context.Context) error {
 }
 
 func (d *Driver) create(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
-			return err
-		}
+	return d.createLocked(ctx, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, d.sql.exists, d.sql.table).Scan(&exists); err != nil || exists {
 			return err

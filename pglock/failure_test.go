@@ -186,12 +186,16 @@ func TestListenerReconnects(t *testing.T) {
 	}
 }
 
-// listening counts the connections of application app that LISTEN.
+// listening counts the connections of application app that LISTEN: their
+// last statement was the LISTEN, or a key's presence lock, which the
+// listening connection takes after it.
 func listening(t *testing.T, admin *pgxpool.Pool, app string) int {
 	t.Helper()
+	sql := newStatements("", defaultTable)
 	var n int
 	if err := admin.QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app).Scan(&n); err != nil {
+		`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND (query LIKE 'LISTEN %' OR query IN ($2, $3))`,
+		app, sql.presenceLock, sql.presenceUnlock).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -3,7 +3,6 @@ package pglock
 import (
 	"context"
 	crand "crypto/rand"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/lockerhq/locker/internal/measure"
@@ -20,15 +19,12 @@ func init() {
 // INSERT ... ON CONFLICT DO NOTHING of key's row, then its DELETE by token.
 // Nothing stays behind (the row is the new one's, deleted by its token).
 func (d *Driver) rawFloor(ctx context.Context, key string) error {
-	ctx, leave, err := d.enter(ctx, "floor")
+	ctx, leave, err := d.begin(ctx, "floor", false)
 	if err != nil {
 		return err
 	}
 	defer leave()
-	if err := d.ensureSchema(ctx); err != nil {
-		return err
-	}
-	token := newFloorToken()
+	token := crand.Text() // unique, not secret
 	tag, err := d.pool.Exec(ctx, d.sql.floorInsert, key, token)
 	if err != nil {
 		return d.wrap("floor", err)
@@ -40,11 +36,4 @@ func (d *Driver) rawFloor(ctx context.Context, key string) error {
 		return d.wrap("floor", err)
 	}
 	return nil
-}
-
-// newFloorToken is a token for rawFloor's row: unique, not secret.
-func newFloorToken() string {
-	b := make([]byte, 16)
-	_, _ = crand.Read(b) // never fails
-	return hex.EncodeToString(b)
 }

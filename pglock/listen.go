@@ -16,42 +16,28 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier. A release sends a keyed hash of
-// the key (see notifyPayload) on the channel, in the statement that frees
-// the row, when someone waits for the key: a subscription makes the key
-// present (presence.go). One connection per driver LISTENs on the channel
-// for all subscribers, and passes each notification to the subscribers of
-// that hash. When that connection breaks, the driver reconnects and wakes every
+// Subscribe implements backend.Notifier: one connection per driver
+// LISTENs for every subscriber, and holds a shared session-level advisory
+// lock on every key that someone waits for (the key is present), so that
+// its releases notify (notifyIfPresent). When that connection breaks, the
+// driver reconnects, takes the keys' locks again and wakes every
 // subscriber, since releases may have gone unheard meanwhile.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	cctx, done, err := d.enter(ctx, "subscribe")
+	cctx, done, err := d.begin(ctx, "subscribe", false)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer done()
-	if err := d.ensureSchema(cctx); err != nil {
-		return nil, nil, err
-	}
-	ch, cancel, err := d.lis.subscribe(cctx, notifyPayload(d.notifySecret, key))
-	if err != nil {
-		return nil, nil, err
-	}
-	// Listening, then present: a release from now on notifies.
-	drop, ok := d.presence.hold(cctx, key)
-	if !ok {
-		drop()
-		cancel()
-		if cctx.Err() != nil {
-			return nil, nil, fmt.Errorf("pglock: subscribe: %w", context.Cause(cctx))
-		}
-		return nil, nil, fmt.Errorf("pglock: subscribe: no connection to announce the wait on")
-	}
-	return ch, sync.OnceFunc(func() { drop(); cancel() }), nil
+	return d.lis.subscribe(cctx, key, d.payload(key))
 }
 
 // subscribeWait bounds how long Subscribe waits for the listening
 // connection; the caller then polls instead.
 const subscribeWait = 5 * time.Second
+
+// presenceLinger is how long a key stays present after its last
+// subscriber left, so that a contended key does not come and go.
+const presenceLinger = time.Second
 
 // listenPing is how long the listener waits without a notification before
 // it checks its connection, and listenPingWait how long the check may take:
@@ -64,8 +50,8 @@ const (
 )
 
 type subscription struct {
-	key string // the payload that announces its key's release
-	ch  chan struct{}
+	payload string // announces its key's release
+	ch      chan struct{}
 }
 
 func (s *subscription) wake() {
@@ -73,6 +59,13 @@ func (s *subscription) wake() {
 	case s.ch <- struct{}{}:
 	default:
 	}
+}
+
+// presentKey is a key that someone waits for, or did in presenceLinger.
+type presentKey struct {
+	refs int       // subscribers
+	idle time.Time // since refs went to 0
+	held bool      // its lock is held on the listening connection
 }
 
 // listener owns the driver's one LISTEN connection. It starts with the
@@ -90,86 +83,105 @@ type listener struct {
 
 	mu        sync.Mutex
 	closed    bool
-	subs      map[string]map[*subscription]struct{}
-	n         int
+	subs      map[string]map[*subscription]struct{} // by payload; no empty set
+	keys      map[string]*presentKey
 	idleSince time.Time
 	running   bool          // a goroutine runs (or is about to run) the connection
-	ready     chan struct{} // closed while LISTEN is in effect
+	changed   chan struct{} // closed (and replaced) when keys are taken or lost
 	lastErr   error         // why the last connection attempt failed, until one succeeds
+	// dirty: a key needs its lock; interrupt ends the connection's wait
+	// for notifications, so that it takes it now.
+	dirty     bool
+	interrupt context.CancelFunc
 }
 
 func newListener(d *Driver) *listener {
-	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, socks: conntrack.New()}
+	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, keys: map[string]*presentKey{}, socks: conntrack.New(), changed: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
 
-func (l *listener) subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	s := &subscription{key: key, ch: make(chan struct{}, 1)}
+// subscribe returns once key is present: listened for, and its lock held.
+func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan struct{}, func(), error) {
+	s := &subscription{payload: payload, ch: make(chan struct{}, 1)}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, nil, fmt.Errorf("pglock: subscribe: %w", backend.ErrClosed)
 	}
-	set := l.subs[key]
+	set := l.subs[payload]
 	if set == nil {
 		set = map[*subscription]struct{}{}
-		l.subs[key] = set
+		l.subs[payload] = set
 	}
 	set[s] = struct{}{}
-	l.n++
+	k := l.keys[key]
+	if k == nil {
+		k = &presentKey{}
+		l.keys[key] = k
+	}
+	k.refs++
 	if !l.running {
 		l.running = true
 		l.lastErr = nil
-		l.ready = make(chan struct{})
 		l.wg.Add(1)
 		go l.run()
 	}
-	ready, lastErr := l.ready, l.lastErr
+	if !k.held {
+		l.dirty = true
+		if l.interrupt != nil {
+			l.interrupt()
+		}
+	}
 	l.mu.Unlock()
 
-	cancel := sync.OnceFunc(func() { l.remove(s) })
-	select {
-	case <-ready:
-		return s.ch, cancel, nil
-	default:
-	}
-	if lastErr != nil {
-		// The connection is down and reconnecting: let the caller poll
-		// rather than wait.
-		cancel()
-		return nil, nil, fmt.Errorf("pglock: subscribe: listener reconnecting: %w", lastErr)
-	}
+	cancel := sync.OnceFunc(func() { l.remove(s, key) })
 	t := time.NewTimer(subscribeWait)
 	defer t.Stop()
-	select {
-	case <-ready:
-		return s.ch, cancel, nil
-	case <-ctx.Done():
+	for {
+		l.mu.Lock()
+		held, changed, lastErr := k.held, l.changed, l.lastErr
+		l.mu.Unlock()
+		var err error
+		switch {
+		case held:
+			return s.ch, cancel, nil
+		case lastErr != nil:
+			// The connection is down and reconnecting: let the caller
+			// poll rather than wait.
+			err = fmt.Errorf("listener reconnecting: %w", lastErr)
+		default:
+			select {
+			case <-changed:
+				continue
+			case <-ctx.Done():
+				err = context.Cause(ctx)
+			case <-l.ctx.Done():
+				err = backend.ErrClosed
+			case <-t.C:
+				err = fmt.Errorf("no listening connection after %v", subscribeWait)
+			}
+		}
 		cancel()
-		return nil, nil, fmt.Errorf("pglock: subscribe: %w", context.Cause(ctx))
-	case <-l.ctx.Done():
-		cancel()
-		return nil, nil, fmt.Errorf("pglock: subscribe: %w", backend.ErrClosed)
-	case <-t.C:
-		cancel()
-		return nil, nil, fmt.Errorf("pglock: subscribe: no listening connection after %v", subscribeWait)
+		return nil, nil, fmt.Errorf("pglock: subscribe: %w", err)
 	}
 }
 
-func (l *listener) remove(s *subscription) {
+func (l *listener) remove(s *subscription, key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	set := l.subs[s.key]
-	if _, ok := set[s]; !ok {
-		return
-	}
+	set := l.subs[s.payload]
 	delete(set, s)
 	if len(set) == 0 {
-		delete(l.subs, s.key)
+		delete(l.subs, s.payload)
+		if len(l.subs) == 0 {
+			l.idleSince = time.Now()
+		}
 	}
-	if l.n--; l.n == 0 {
-		l.idleSince = time.Now()
+	if k := l.keys[key]; k != nil {
+		if k.refs--; k.refs == 0 {
+			k.idle = time.Now()
+		}
 	}
 }
 
@@ -182,13 +194,6 @@ func (l *listener) close() {
 	l.wg.Wait()
 }
 
-// wakeAll wakes every subscriber.
-func (l *listener) wakeAll() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.wakeAllLocked()
-}
-
 // wakeAllLocked wakes every subscriber; l.mu is held.
 func (l *listener) wakeAllLocked() {
 	for _, set := range l.subs {
@@ -196,6 +201,24 @@ func (l *listener) wakeAllLocked() {
 			s.wake()
 		}
 	}
+}
+
+// lostLocked marks every key's lock lost with the connection, and wakes
+// every subscriber, since releases may go unheard until the next one;
+// l.mu is held.
+func (l *listener) lostLocked() {
+	for _, k := range l.keys {
+		k.held = false
+	}
+	l.changedLocked()
+	l.wakeAllLocked()
+}
+
+// changedLocked tells the subscribers that wait for their keys to look
+// again; l.mu is held.
+func (l *listener) changedLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 func (l *listener) deliver(payload string) {
@@ -211,10 +234,11 @@ func (l *listener) deliver(payload string) {
 func (l *listener) stopIfIdle(idle time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx.Err() == nil && (l.n > 0 || time.Since(l.idleSince) < idle) {
+	if l.ctx.Err() == nil && (len(l.subs) > 0 || time.Since(l.idleSince) < idle) {
 		return false
 	}
 	l.running = false
+	l.lostLocked() // before a new goroutine takes them again
 	return true
 }
 
@@ -226,6 +250,7 @@ func (l *listener) run() {
 		if err != nil {
 			l.mu.Lock()
 			l.lastErr = err
+			l.changedLocked()
 			l.mu.Unlock()
 			if l.stopIfIdle(0) {
 				return
@@ -236,32 +261,45 @@ func (l *listener) run() {
 		bo.Reset()
 		l.mu.Lock()
 		l.lastErr = nil
-		close(l.ready)
-		l.wakeAllLocked() // releases may have passed unheard while we connected
 		l.mu.Unlock()
 
 		stopped := l.serve(conn)
+		if !stopped {
+			l.mu.Lock()
+			l.lostLocked()
+			l.mu.Unlock()
+		}
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = conn.Close(cctx)
 		cancel()
 		if stopped {
 			return
 		}
-		l.mu.Lock()
-		l.ready = make(chan struct{})
-		l.wakeAllLocked()
-		l.mu.Unlock()
 	}
 }
 
-// serve delivers notifications until the connection breaks (false) or the
-// listener stops (true).
+// serve takes the keys' locks and delivers notifications until the
+// connection breaks (false) or the listener stops (true).
 func (l *listener) serve(conn *pgx.Conn) bool {
-	tick := min(max(l.d.cfg.listenIdle/2, 10*time.Millisecond), time.Second)
+	tick := min(max(l.d.cfg.listenIdle/2, 10*time.Millisecond), presenceLinger/4)
 	heard := time.Now()
-	for {
+	for wake := true; ; wake = false {
+		// The first pass wakes every subscriber, once their keys are
+		// present again: releases may have passed unheard.
+		if !l.sync(conn, wake) {
+			return l.ctx.Err() != nil && l.stopIfIdle(0)
+		}
 		wctx, cancel := context.WithTimeout(l.ctx, tick)
+		l.mu.Lock()
+		l.interrupt = cancel
+		if l.dirty {
+			cancel()
+		}
+		l.mu.Unlock()
 		n, err := conn.WaitForNotification(wctx)
+		l.mu.Lock()
+		l.interrupt = nil
+		l.mu.Unlock()
 		cancel()
 		if n != nil {
 			heard = time.Now()
@@ -271,7 +309,7 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 		case err == nil:
 		case l.ctx.Err() != nil:
 			return l.stopIfIdle(0)
-		case (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)) && !conn.IsClosed():
+		case (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !conn.IsClosed():
 			if l.stopIfIdle(l.d.cfg.listenIdle) {
 				return true
 			}
@@ -290,6 +328,57 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 			return false
 		}
 	}
+}
+
+// sync takes the lock of every key with subscribers that lacks it, and
+// drops those that nobody waited for in presenceLinger; false when the
+// connection failed. Keys that it takes are marked held together, and
+// wake (a new connection) wakes every subscriber then.
+func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
+	var lock, unlock []string
+	l.mu.Lock()
+	l.dirty = false
+	for key, k := range l.keys {
+		switch {
+		case k.refs > 0 && !k.held:
+			lock = append(lock, key)
+		case k.refs == 0 && time.Since(k.idle) >= presenceLinger:
+			// A new subscriber makes it anew, and waits for its lock,
+			// which this goroutine takes after the unlock.
+			delete(l.keys, key)
+			if k.held {
+				unlock = append(unlock, key)
+			}
+		}
+	}
+	l.mu.Unlock()
+	for i, key := range append(unlock, lock...) {
+		stmt := l.d.sql.presenceLock
+		if i < len(unlock) {
+			stmt = l.d.sql.presenceUnlock
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+		_, err := conn.Exec(ctx, stmt, l.d.sql.presenceClass, key)
+		cancel()
+		if err != nil {
+			return false
+		}
+	}
+	if len(lock) == 0 && !wake {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, key := range lock {
+		if k := l.keys[key]; k != nil {
+			k.held = true
+		}
+	}
+	l.changedLocked()
+	if wake {
+		l.wakeAllLocked()
+	}
+	return true
 }
 
 // connect opens the listening connection.

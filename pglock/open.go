@@ -81,17 +81,11 @@ var serverParams = []string{
 // connect_timeout and ctx no deadline.
 const defaultConnectTimeout = 10 * time.Second
 
-// Open connects to PostgreSQL with a URL such as
-// "postgres://locker@db.example.com:5432/app?sslmode=verify-full" (the
-// "postgresql" scheme works too), checks that the server answers, and
-// creates the lock table unless create_table=false. Besides pgx's own
-// parameters, the URL may carry lock_table, lock_schema and create_table,
-// and the server settings application_name, search_path, timezone, options,
-// statement_timeout, lock_timeout and idle_in_transaction_session_timeout;
-// any other parameter is an error wrapping ErrInvalidURL. The password may
-// come from PGPASSWORD or a passfile instead of the URL. Options given here
-// override the URL's (lock_table= is WithTable, lock_schema= WithSchema,
-// create_table= WithCreateTable). Close closes the pool that Open made.
+// Open connects to PostgreSQL with a URL of the form the package doc
+// gives, checks that the server answers, and creates the lock table unless
+// create_table=false. Options given here override the URL's (lock_table=
+// is WithTable, lock_schema= WithSchema, create_table= WithCreateTable).
+// Close closes the pool that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL, "postgres", "postgresql")
 	if err != nil {
@@ -183,14 +177,8 @@ func parseError(err error) string {
 // is empty for a URL, which the caller's error names already.
 func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []Option) (*Driver, error) {
 	// Check the options before dialling anything.
-	probe := config{table: defaultTable}
-	for _, o := range opts {
-		o(&probe)
-	}
-	if err := checkIdent("table", probe.table, false); err != nil {
-		return nil, err
-	}
-	if err := checkIdent("schema", probe.schema, true); err != nil {
+	dcfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	socks := track(cfg)
@@ -198,17 +186,10 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	if err != nil {
 		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
 	}
-	d, err := newDriver(pool, true, opts)
-	if d != nil {
-		d.socks = socks
-		// Close cuts the own pool's connections as it begins, so that
-		// calls in flight on a dead network return at once.
-		context.AfterFunc(d.gate.Context(), socks.Cut)
-	}
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
+	d := newDriver(pool, true, dcfg)
+	// Close cuts the own pool's connections as it begins, so that calls in
+	// flight on a dead network return at once.
+	context.AfterFunc(d.gate.Context(), socks.Cut)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)

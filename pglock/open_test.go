@@ -142,7 +142,7 @@ func TestBadOptions(t *testing.T) {
 		t.Fatalf("New(nil): %v, want ErrInvalidOption", err)
 	}
 	for _, o := range []Option{WithTable(""), WithTable(strings.Repeat("x", 64)), WithTable("a\x00b"), WithTable("x\nDROP TABLE y; --"), WithSchema(strings.Repeat("s", 64))} {
-		if _, err := newDriver(nil, false, []Option{o}); !errors.Is(err, backend.ErrInvalidOption) || errors.Is(err, backend.ErrInvalidURL) {
+		if _, err := newConfig([]Option{o}); !errors.Is(err, backend.ErrInvalidOption) || errors.Is(err, backend.ErrInvalidURL) {
 			t.Errorf("bad option: %v, want ErrInvalidOption (not ErrInvalidURL)", err)
 		}
 	}

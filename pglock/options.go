@@ -42,13 +42,20 @@ func WithCreateTable(on bool) Option { return func(c *config) { c.create = on } 
 // notifications stays open after its last subscriber left (default 30s).
 func WithListenIdle(d time.Duration) Option { return func(c *config) { c.listenIdle = d } }
 
-// checkIdent checks a table or schema name given by an option. An empty
-// name is allowed where empty says so.
-func checkIdent(what, name string, empty bool) error {
-	if why := identProblem(what, name, empty); why != "" {
-		return fmt.Errorf("pglock: %w: %s", backend.ErrInvalidOption, why)
+// newConfig applies opts to the defaults, and checks the names they give.
+func newConfig(opts []Option) (config, error) {
+	cfg := config{table: defaultTable, create: true, listenIdle: 30 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
 	}
-	return nil
+	why := identProblem("table", cfg.table, false)
+	if why == "" {
+		why = identProblem("schema", cfg.schema, true)
+	}
+	if why != "" {
+		return cfg, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidOption, why)
+	}
+	return cfg, nil
 }
 
 // identProblem says what is wrong with a table or schema name, or "".

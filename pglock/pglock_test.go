@@ -65,7 +65,7 @@ func testTable(t testing.TB, admin *pgxpool.Pool, schema string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		d := newStatements(schema, table)
-		sh := newSharedStatements(schema, table, d.table)
+		sh := newSharedStatements(schema, table)
 		if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+d.table+", "+sh.table); err != nil {
 			t.Errorf("drop %s: %v", d.table, err)
 		}
@@ -97,7 +97,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
-		sh:    newSharedStatements("", table, quote(table)),
+		sh:    newSharedStatements("", table),
 	}
 }
 
@@ -109,7 +109,12 @@ func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 // its TTL running out would.
 func (h *harness) Expire(ctx context.Context, key string) error {
 	var n int64
-	if err := h.admin.QueryRow(ctx, h.sql.expire, key, h.sql.channel).Scan(&n); err != nil {
+	expire := `WITH e AS (
+    UPDATE ` + h.sql.table + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
+    WHERE name = $1 RETURNING name
+), ` + notifyKeyCTE(h.sql.table) + `
+SELECT count(*) FROM e LEFT JOIN k ON true, pg_notify($2, ` + payloadSQL("e.name") + `)`
+	if err := h.admin.QueryRow(ctx, expire, key, h.sql.channel).Scan(&n); err != nil {
 		return err
 	}
 	if n != 1 {

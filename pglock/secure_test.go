@@ -527,7 +527,7 @@ func TestSecureNotificationsLeakNoName(t *testing.T) {
 
 	names := []string{"payroll", "customer-42", "deploy"}
 	for _, name := range names {
-		// Someone waits for the name: its release notifies (presence.go).
+		// Someone waits for the name: its release notifies (listen.go).
 		_, unsubscribe, err := app.Subscribe(ctx, backend.Key("spied", name))
 		if err != nil {
 			t.Fatal(err)

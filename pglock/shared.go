@@ -2,18 +2,13 @@ package pglock
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -49,73 +44,30 @@ func (d *Driver) Modes() backend.ModeSet {
 func (d *Driver) SharedTableName() string { return d.shared.table }
 
 // sharedStatements are the statements of the shared table (see
-// statements for the conventions).
+// statements for the conventions; each is documented where
+// newSharedStatements makes it).
 type sharedStatements struct {
-	// table is the quoted, possibly schema-qualified, shared table.
-	table string
-	// create is its DDL.
-	create string
+	table  string // quoted, possibly schema-qualified
+	create string // its DDL
 	// semClass and rwClass are the first keys of the per-object advisory
 	// locks of semaphores and read-write locks; the second is hashtext(key).
 	semClass, rwClass int32
-	// begin starts a grant's transaction when the session's default
-	// isolation is not READ COMMITTED (see grant).
-	begin string
-	// lock($1 class, $2 key) takes the object's lock for the transaction,
-	// and sets the planner's scans for the grant after it.
-	lock string
-	// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit) returns
-	// the new version (NULL when refused), whether it ran under READ
-	// COMMITTED (having changed nothing otherwise), the count, lowest
-	// and highest limit of the other live permits, and the count of the
-	// expired ones.
-	grantPermit string
-	// dropExpired($1 key) deletes the semaphore's expired permits.
-	dropExpired string
-	// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
-	// return the new version, NULL when refused, and whether they ran
-	// under READ COMMITTED, as grantPermit; a refused writer records
-	// itself as the waiting one (see backend.Modal).
-	grantRead, grantWrite string
-	// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
-	// kinds, $7 classes) extends each live holder, under a shared object
-	// lock, and returns the 1-based positions of those it extended.
-	refresh string
-	// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
-	// the key's notifyPayload) deletes the token's row (a holder's, or a
-	// waiting writer's record) and notifies; it returns the row's kind,
-	// whether it was live and true (the notification's), no row when
-	// there was none.
-	release string
+
+	begin, lock, grantPermit, dropExpired, grantRead, grantWrite, refresh, release string
 }
 
 // sharedIdent names the shared table of the lock table: table + "_shared",
 // or a hash of table when that is longer than PostgreSQL keeps.
-func sharedIdent(table string) string {
-	if len(table)+len("_shared") <= maxIdentLen {
-		return table + "_shared"
-	}
-	sum := sha256.Sum256([]byte(table))
-	return "locker_shared_" + hex.EncodeToString(sum[:16])
-}
+func sharedIdent(table string) string { return fit(table+"_shared", "locker_shared_", table) }
 
 // objectClass is the first key of an object kind's advisory locks, apart
 // from the lock's fence locks and from applications' one-key locks.
 func objectClass(kind, qualified string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte("pglock " + kind + " " + qualified))
-	return int32(h.Sum32())
+	return classOf("pglock " + kind + " " + qualified)
 }
 
-func newSharedStatements(schema, table, lockTable string) sharedStatements {
-	name := sharedIdent(table)
-	ident := pgx.Identifier{name}
-	qualified := table
-	if schema != "" {
-		ident = pgx.Identifier{schema, name}
-		qualified = schema + "." + table
-	}
-	t := ident.Sanitize()
+func newSharedStatements(schema, table string) sharedStatements {
+	t, qualified := quoteIn(schema, sharedIdent(table), table)
 	// The statements below share a shape: the server's now, read once;
 	// the object's expired rows of other tokens deleted (the token's own
 	// is taken again by the upsert; a permit's grant leaves that to
@@ -144,8 +96,12 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		create:   strings.ReplaceAll(stripComments(SharedSchemaSQL), defaultShared, t),
 		semClass: objectClass("semaphore", qualified),
 		rwClass:  objectClass("rwlock", qualified),
-		begin:    `BEGIN ISOLATION LEVEL READ COMMITTED`,
-		// The grant that follows scans the object's rows by the primary
+		// begin starts a grant's transaction when the session's default
+		// isolation is not READ COMMITTED (see grant).
+		begin: `BEGIN ISOLATION LEVEL READ COMMITTED`,
+		// lock($1 class, $2 key) takes the object's lock for the
+		// transaction, and sets the planner's scans for the grant after
+		// it. The grant that follows scans the object's rows by the primary
 		// key's prefix; a bitmap scan, which the planner prefers for it,
 		// never marks the index entries of released rows dead, so every
 		// grant read all of them until a vacuum (on a busy semaphore,
@@ -153,13 +109,17 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
 		// them once. For the transaction only.
 		lock: `SELECT pg_advisory_xact_lock($1::int4, hashtext($2)),
     set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`,
-		// One scan counts the live permits and the expired ones; the
-		// expired go in a statement of their own when there are some
-		// (dropExpired: a second data-modifying part here cost every
-		// grant). The server's now is the transaction's start (the object
-		// lock's statement), earlier than the scan: a permit counts as
-		// expired only if it was then, and the new one's expiry is no
-		// later than the TTL from the request.
+		// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit)
+		// returns the new version (NULL when refused), whether it ran under
+		// READ COMMITTED (having changed nothing otherwise), the count,
+		// lowest and highest limit of the other live permits, and the count
+		// of the expired ones, from one scan; the expired go in a statement
+		// of their own when there are some (dropExpired: a second
+		// data-modifying part here cost every grant). The server's now is
+		// the transaction's start (the object lock's statement), earlier
+		// than the scan: a permit counts as expired only if it was then,
+		// and the new one's expiry is no later than the TTL from the
+		// request.
 		grantPermit: `WITH busy AS MATERIALIZED (
     SELECT count(*) FILTER (WHERE expires_at > now()) AS n,
         coalesce(min(lim) FILTER (WHERE expires_at > now()), 0) AS lo,
@@ -177,13 +137,16 @@ func newSharedStatements(schema, table, lockTable string) sharedStatements {
     RETURNING version
 )
 SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi, busy.x FROM busy`,
+		// dropExpired($1 key) deletes the semaphore's expired permits.
 		// Expired rows hold nothing (every grant counts only live ones,
 		// and a refresh extends only a live row), so they go without the
 		// object lock; a row that its token takes again meanwhile is live
 		// when the deletion reads it again, and stays.
 		dropExpired: `DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND expires_at <= clock_timestamp()`,
-		// A live writer, or another token's waiting record, keeps readers
-		// out: writers are preferred.
+		// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
+		// return the new version, NULL when refused, and whether they ran
+		// under READ COMMITTED, as grantPermit. A live writer, or another
+		// token's waiting record, keeps readers out: writers are preferred.
 		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
 busy AS MATERIALIZED (
     SELECT count(*) AS n FROM ` + t + `
@@ -211,7 +174,10 @@ busy AS MATERIALIZED (
     WHERE s.kind = 4`) + `
 )
 SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
-		// The shared object lock orders a refresh against grants: a grant
+		// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
+		// kinds, $7 classes) extends each live holder and returns the
+		// 1-based positions of those it extended. The shared object lock
+		// orders a refresh against grants: a grant
 		// that counted a holder as expired commits before the holder's
 		// refresh looks at its row, and so the refresh finds it gone.
 		refresh: `WITH b AS MATERIALIZED (
@@ -228,26 +194,16 @@ WHERE s.name = b.name AND s.token = b.token AND s.kind = b.kind AND (b.fence = 0
     AND s.expires_at > clock_timestamp() AND s.owner IS NOT DISTINCT FROM nullif(b.owner, '')
     AND (SELECT g.n >= 0 FROM g)
 RETURNING b.i`,
-		// A deleted row is only ever one that a grant would have counted
-		// as held: no object lock needed. It notifies as a lock's release
-		// does, when someone waits for the key (presence.go).
+		// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
+		// the key's notifyPayload) deletes the token's row (a holder's, or
+		// a waiting writer's record) and notifies as a lock's release does;
+		// it returns the row's kind, whether it was live and true, no row
+		// when there was none. A deleted row is only ever one that a grant
+		// would have counted as held: no object lock needed.
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
 RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
 	}
-}
-
-// stripComments drops the SQL comments and blank lines of a schema file,
-// so that a name can only ever be a name.
-func stripComments(sql string) string {
-	var b strings.Builder
-	for line := range strings.Lines(sql) {
-		if code, _, _ := strings.Cut(line, "--"); strings.TrimSpace(code) != "" {
-			b.WriteString(strings.TrimRight(code, " \t\r\n"))
-			b.WriteString("\n")
-		}
-	}
-	return strings.TrimSpace(b.String())
 }
 
 // sharedKinds returns the row kind of a claim's hold, the kinds its
@@ -278,10 +234,7 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	}
 	return d.once(ctx, &d.sharedOK, func(ctx context.Context) error {
 		return d.createIfMissing(ctx, d.shared.table, "shared.sql", func(ctx context.Context) error {
-			return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, d.sql.createLock, d.sql.createLockKey()); err != nil {
-					return err
-				}
+			return d.createLocked(ctx, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, d.shared.create)
 				return err
 			})
@@ -346,7 +299,6 @@ func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key
 // transaction under the object's lock. A refused writer records itself as
 // waiting; the locker package withdraws the record when it stops trying.
 func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	d.tries.Add(1)
 	_, _, class, err := d.sharedKinds(l)
 	if err != nil {
 		return backend.Grant{}, err
@@ -355,14 +307,12 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	ctx, leave, err := d.enter(ctx, "acquire")
+	d.tries.Add(1)
+	ctx, leave, err := d.begin(ctx, "acquire", true)
 	if err != nil {
 		return backend.Grant{}, err
 	}
 	defer leave()
-	if err := d.ensureShared(ctx); err != nil {
-		return backend.Grant{}, err
-	}
 	var (
 		version   *int64
 		rc        bool
@@ -388,124 +338,18 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 		_, _ = d.pool.Exec(ctx, d.shared.dropExpired, l.Key)
 	}
 	switch {
-	case err == nil && version != nil:
+	case err != nil:
+		return backend.Grant{}, d.acquireFailed(err, func(ctx context.Context) {
+			_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel, d.payload(l.Key))
+		})
+	case version != nil:
 		return backend.Grant{Fence: uint64(*version), TTL: time.Duration(us) * time.Microsecond}, nil
-	case err == nil && n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
+	case n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
 		held := strconv.FormatInt(lo, 10)
 		if hi != lo {
 			held += " to " + strconv.FormatInt(hi, 10)
 		}
 		return backend.Grant{}, fmt.Errorf("pglock: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, l.Limit)
-	case err == nil:
-		return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
-	case conflict(err):
-		return backend.Grant{}, fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
 	}
-	if sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err) {
-		return backend.Grant{}, d.wrap("acquire", err)
-	}
-	// Perhaps committed: undo it in the background, as the lock's acquire
-	// does (the token is ours alone).
-	d.undo(func(ctx context.Context) {
-		_, _ = d.pool.Exec(ctx, d.shared.release, l.Key, l.Token, []int16{kindPermit, kindRead, kindWrite, kindWaiting}, 0, d.sql.channel, d.payload(l.Key))
-	})
-	return backend.Grant{}, d.wrap("acquire", err)
-}
-
-// refreshShared is RefreshMany for claims that are not Exclusive: one
-// UPDATE over arrays.
-func (d *Driver) refreshShared(ctx context.Context, claims []backend.Claim) []error {
-	errs := make([]error, len(claims))
-	ctx, leave, err := d.enter(ctx, "refresh")
-	if err != nil {
-		return failRest(errs, err)
-	}
-	defer leave()
-	var b refreshBatch
-	kinds, classes := make([]int16, 0, len(claims)), make([]int32, 0, len(claims))
-	for i, c := range claims {
-		kind, _, class, err := d.sharedKinds(c)
-		var us int64
-		if err == nil {
-			us, err = micros(c.TTL)
-		}
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		b.add(i, c, us)
-		kinds, classes = append(kinds, kind), append(classes, class)
-	}
-	if len(b.pos) == 0 {
-		return errs
-	}
-	if err := d.ensureShared(ctx); err != nil {
-		return failRest(errs, err)
-	}
-	return d.refreshRows(ctx, errs, b.pos, d.shared.refresh, b.keys, b.tokens, b.fences, b.ttls, b.owners, kinds, classes)
-}
-
-// refreshMixed is RefreshMany for a batch with claims of several modes:
-// the locks' statement for the locks, the shared one for the others.
-func (d *Driver) refreshMixed(ctx context.Context, claims []backend.Claim) []error {
-	var locks, others []backend.Claim
-	var lockPos, otherPos []int
-	for i, c := range claims {
-		if c.Mode == backend.Exclusive {
-			locks, lockPos = append(locks, c), append(lockPos, i)
-		} else {
-			others, otherPos = append(others, c), append(otherPos, i)
-		}
-	}
-	errs := make([]error, len(claims))
-	if len(locks) > 0 {
-		for j, err := range d.RefreshMany(ctx, locks) {
-			errs[lockPos[j]] = err
-		}
-	}
-	for j, err := range d.refreshShared(ctx, others) {
-		errs[otherPos[j]] = err
-	}
-	return errs
-}
-
-// releaseShared frees a permit, a reader or a writer, or withdraws a
-// waiting writer's record (ErrNotHeld then), and notifies the key's
-// waiters in the same statement.
-func (d *Driver) releaseShared(ctx context.Context, l backend.Claim) error {
-	_, kinds, _, err := d.sharedKinds(l)
-	if err != nil {
-		return err
-	}
-	ctx, leave, err := d.enter(ctx, "release")
-	if err != nil {
-		return err
-	}
-	defer leave()
-	if err := d.ensureShared(ctx); err != nil {
-		return err
-	}
-	var (
-		kind      int16
-		live      bool
-		uncertain error
-	)
-	err = d.retry(ctx, func() error {
-		err := d.pool.QueryRow(ctx, d.shared.release, l.Key, l.Token, kinds, int64(l.Fence), d.sql.channel, d.payload(l.Key)).Scan(&kind, &live, nil)
-		if connLost(err) && !pgconn.SafeToRetry(err) && uncertain == nil {
-			uncertain = err
-		}
-		return err
-	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
-		return d.wrap("release", uncertain)
-	case errors.Is(err, pgx.ErrNoRows), err == nil && kind == kindWaiting:
-		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
-	case err != nil:
-		return d.wrap("release", err)
-	case !live:
-		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
-	}
-	return nil
+	return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
 }

@@ -11,11 +11,9 @@ import (
 )
 
 // The driver tracks every connection that a pool it opened dials, so that
-// Close can cut them all at once. pgx ends connections politely, and on a
-// dead network politeness waits: a pooled connection is closed with
-// Terminate and a read until the server hangs up, and one interrupted
-// mid-query first sends a CancelRequest over a new connection, each for up
-// to 15 seconds, and the pool's Close waits for all of it.
+// Close can cut them all at once: pgx ends connections politely, which on a
+// dead network waits up to 15 seconds a connection (see
+// docs/backends/pglock.md, Cancelled statements and Close).
 
 // track makes cfg's connections (those of the pool and of the listener,
 // which copies the pool's configuration) dial through a new tracker.

@@ -24,128 +24,79 @@ const defaultTable = "locker_locks"
 
 // statements holds every SQL statement the driver runs, for one lock table,
 // so that the driver's logic reads without SQL in it; the functions below it
-// say what PostgreSQL's error codes mean. Statements take their arguments in
-// the order documented on each field; durations are whole microseconds and
-// all time arithmetic uses the server's clock.
+// say what PostgreSQL's error codes mean. Each statement's arguments and
+// results are documented where newStatements makes it; durations are whole
+// microseconds and all time arithmetic uses the server's clock.
 type statements struct {
-	// table is the quoted, possibly schema-qualified, table name.
-	table string
-	// fenceClass is the first key of the table's fence locks (see
-	// fenceClassOf).
-	fenceClass int32
-	// channel is the notification channel of the table, and listen the
-	// statement that subscribes a connection to it.
-	channel, listen string
-
-	// exists($1 table) returns one boolean: the table exists.
-	exists string
-	// schemaExists($1 schema) returns one boolean: the schema exists.
-	schemaExists string
-	// createLock($1 int8) serializes schema creation between processes, for
-	// the rest of the transaction.
-	createLock string
-	// createSchema and createTable are the DDL, without arguments.
-	createSchema, createTable string
-	// fenced($1 table) returns one boolean: the table's version column
-	// draws from a sequence (tables made before it did not).
-	fenced string
-	// migrate makes the version column of a table made by an older version
-	// draw from a sequence, without arguments (see MigrationSQL).
-	migrate string
-
-	// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new version
-	// when the key was free, expired, or already the token's; no row when
-	// another token holds it.
-	acquire string
-	// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner) extends
-	// a live lock of the token and owner; it affects no row otherwise.
-	refresh string
-	// refreshMany($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners,
-	// arrays of one length) is refresh for each element, and returns the
-	// 1-based positions of those it extended.
-	refreshMany string
-	// release($1 key, $2 token, $3 fence or 0, $4 channel, $5 the key's
-	// notifyPayload) frees the token's lock and notifies the channel with
-	// the payload if the key is present (someone waits, see presence.go);
-	// it returns whether the lock was still live, and true (the
-	// notification's), or no row when the token did not have it.
-	release string
-	// expire($1 key, $2 channel) ends the lock on key as its TTL would.
-	expire string
-	// notifyKey($1 name) returns the notification key's row: its token,
-	// NULL when missing.
-	notifyKey string
-	// initNotifyKey($1 name, $2 secret) stores secret as the notification
-	// key unless the table has one.
-	initNotifyKey string
-	// inspect($1 key) returns held, owner, version, remaining µs; no row
-	// when the key was never locked.
-	inspect string
-	// list($1 LIKE pattern) returns name, owner, version, remaining µs of
-	// every held lock whose name matches, sorted by the name's bytes.
-	list string
-	// breakLock($1 key, $2 fence, $3 channel) deletes the key's row if it
-	// is held under fence, notifies the channel as release does, and
-	// returns the removed holder's owner and remaining µs; no row
-	// otherwise.
-	breakLock string
+	table      string // quoted, possibly schema-qualified
+	fenceClass int32  // the first key of the table's fence locks (fenceClassOf)
 	// presenceClass is the first key of the advisory locks that make a
-	// key present (presence.go), the second hashtext(key);
-	// presenceLock and presenceUnlock($1 class, $2 key) take and drop one
-	// for the session, shared.
-	presenceClass                int32
-	presenceLock, presenceUnlock string
-	// floorInsert($1 key, $2 token) and floorDelete($1 key, $2 token) are
-	// rawFloor's bare pair: INSERT ... ON CONFLICT DO NOTHING, and DELETE.
-	floorInsert, floorDelete string
+	// key present (listen.go), the second hashtext(key).
+	presenceClass int32
+	channel       string // the table's notification channel
+
+	listen, exists, schemaExists, createLock, createSchema, createTable, fenced, migrate string
+
+	acquire, refresh, refreshMany, release, notifyKey, initNotifyKey, inspect, list, breakLock string
+	presenceLock, presenceUnlock, floorInsert, floorDelete                                     string
 }
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
 // the server, silently, so we refuse them.
 const maxIdentLen = 63
 
+// quoteIn returns the quoted name, qualified with schema unless that is
+// empty, and schema.table unquoted: the seed of the table's hashes.
+func quoteIn(schema, name, table string) (quoted, qualified string) {
+	if schema == "" {
+		return pgx.Identifier{name}.Sanitize(), table
+	}
+	return pgx.Identifier{schema, name}.Sanitize(), schema + "." + table
+}
+
+// fit returns name if PostgreSQL keeps it whole, else prefix and a hash
+// of seed.
+func fit(name, prefix, seed string) string {
+	if len(name) <= maxIdentLen {
+		return name
+	}
+	sum := sha256.Sum256([]byte(seed))
+	return prefix + hex.EncodeToString(sum[:16])
+}
+
 func newStatements(schema, table string) statements {
-	ident := pgx.Identifier{table}
-	qualified := table
-	if schema != "" {
-		ident = pgx.Identifier{schema, table}
-		qualified = schema + "." + table
-	}
-	t := ident.Sanitize()
+	t, qualified := quoteIn(schema, table, table)
 	// The channel, the notification key's row and the creation lock keep
-	// the package's former name, sqllock: they live in the database and
-	// between processes, so tables made, and processes run, before the
-	// rename to pglock keep working with it.
-	channel := "sqllock:" + qualified
-	if len(channel) > maxIdentLen {
-		sum := sha256.Sum256([]byte(qualified))
-		channel = "sqllock:" + hex.EncodeToString(sum[:16])
-	}
+	// the package's former name, sqllock, so that tables made, and
+	// processes run, before the rename to pglock keep working with it.
+	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
 	class := fenceClassOf(qualified)
 	fenceClass := strconv.Itoa(int(class))
 	presenceClass := strconv.Itoa(int(objectClass("presence", qualified)))
 	d := statements{
-		table:        t,
-		fenceClass:   class,
-		fenced:       `SELECT coalesce((SELECT attidentity <> '' FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'version'), false)`,
-		migrate:      migrationFor(t),
-		channel:      channel,
-		listen:       "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+		table:         t,
+		fenceClass:    class,
+		presenceClass: objectClass("presence", qualified),
+		channel:       channel,
+		listen:        "LISTEN " + pgx.Identifier{channel}.Sanitize(),
+		// exists($1 table) and schemaExists($1 schema) return one boolean.
 		exists:       `SELECT to_regclass($1) IS NOT NULL`,
 		schemaExists: `SELECT to_regnamespace($1) IS NOT NULL`,
-		createLock:   `SELECT pg_advisory_xact_lock($1)`,
-		createTable:  schemaFor(t),
-		// The fence comes from the version column's identity sequence, one
-		// counter for the whole table, so that a release can delete the row.
-		// In the update branch DEFAULT draws it after the row is locked,
-		// hence above the fence of the holder it replaces. The insert branch
-		// draws it (as the omitted column's default, in the projection of
-		// the SELECT) before looking for a row: the shared fence lock,
-		// taken before that (the SELECT's one-time filter, which a
-		// volatile function keeps in place, evaluated before it projects),
-		// keeps a release of the same name from deleting a row in between
-		// (a release takes it exclusively), so that a row deleted before
-		// the insert had a lower fence.
+		// createLock($1 int8) serializes schema creation between
+		// processes, for the rest of the transaction.
+		createLock:  `SELECT pg_advisory_xact_lock($1)`,
+		createTable: schemaFor(t),
+		// fenced($1 table) returns one boolean: the table's version column
+		// draws from a sequence (tables made before it did not); migrate
+		// makes it do so (see MigrationSQL).
+		fenced:  `SELECT coalesce((SELECT attidentity <> '' FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'version'), false)`,
+		migrate: migrationFor(t),
+		// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new
+		// version when the key was free, expired, or already the token's;
+		// no row when another token holds it. The insert branch draws the
+		// fence (the column's default, projected after the one-time filter)
+		// under the name's shared fence lock, which a release takes
+		// exclusively (see docs/backends/pglock.md, The table).
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
@@ -154,50 +105,63 @@ SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
 RETURNING version`,
+		// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner)
+		// extends a live lock of the token; it affects no row otherwise.
 		// The owner is checked too, so that a rewritten owner reads as a
 		// theft at the next refresh.
 		refresh: `UPDATE ` + t + `
 SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()
     AND owner IS NOT DISTINCT FROM nullif($5, '')`,
+		// refreshMany($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners,
+		// arrays of one length) is refresh for each element, and returns
+		// the 1-based positions of those it extended.
 		refreshMany: `UPDATE ` + t + ` AS l
 SET expires_at = clock_timestamp() + b.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[]) WITH ORDINALITY AS b(name, token, fence, us, owner, i)
 WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fence)
     AND l.expires_at > clock_timestamp() AND l.owner IS NOT DISTINCT FROM nullif(b.owner, '')
 RETURNING b.i`,
-		// A release deletes the row: nothing of the name stays. RETURNING
-		// tells whether the lock was still live, and notifies if someone
-		// waits (evaluated once the row is deleted, before the commit;
-		// no CTE: one plan node, cheaper). The fence lock (see
-		// acquire) is taken in the scan's filter, after the token matched
-		// and before the row is locked for the deletion, so that no
-		// acquirer waits for this row while holding it.
+		// release($1 key, $2 token, $3 fence or 0, $4 channel, $5 the key's
+		// notifyPayload) deletes the token's row, so that nothing of the
+		// name stays, and returns whether the lock was still live, and true
+		// (notifyIfPresent's); no row when the token did not have it. No
+		// CTE: one plan node, cheaper. The fence lock is taken in the
+		// scan's filter, after the token matched and before the row is
+		// locked for the deletion, so that no acquirer waits for this row
+		// while holding it.
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
     AND pg_advisory_xact_lock(` + fenceClass + `, hashtext($1)) IS NOT NULL
 RETURNING expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "$5", presenceClass, "name"),
-		expire: `WITH e AS (
-    UPDATE ` + t + ` SET expires_at = clock_timestamp() - interval '1 millisecond'
-    WHERE name = $1 RETURNING name
-), ` + notifyKeyCTE(t) + `
-SELECT count(*) FROM e LEFT JOIN k ON true, pg_notify($2, ` + payloadSQL("e.name") + `)`,
+		// notifyKey($1 name) returns the notification key's row: its
+		// token, NULL when missing.
 		notifyKey: `SELECT token FROM ` + t + ` WHERE name = $1`,
-		// expires_at infinity: nobody acquires the row without the secret.
+		// initNotifyKey($1 name, $2 secret) stores secret as the
+		// notification key unless the table has one. expires_at infinity:
+		// nobody acquires the row without the secret.
 		initNotifyKey: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
 VALUES ($1, $2, 'sqllock notification key', 1, clock_timestamp(), 'infinity')
 ON CONFLICT (name) DO UPDATE SET token = excluded.token, owner = excluded.owner, expires_at = excluded.expires_at
 WHERE l.token IS NULL`,
+		// inspect($1 key) returns held, owner, version, remaining µs; no
+		// row when the key was never locked.
 		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version, ` + remainingSQL + `
 FROM ` + t + ` WHERE name = $1`,
-		// The notification key's row looks held (forever): it is no lock.
+		// list($1 LIKE pattern) returns name, owner, version, remaining µs
+		// of every held lock whose name matches, sorted by the name's
+		// bytes. The notification key's row looks held (forever): it is
+		// no lock.
 		list: `SELECT name, coalesce(owner, ''), version, ` + remainingSQL + `
 FROM ` + t + `
 WHERE name LIKE $1 AND name <> '` + notifyKeyName + `' AND token IS NOT NULL AND expires_at > clock_timestamp()
 ORDER BY name COLLATE "C"`,
-		// As release, under the name's exclusive fence lock: an acquisition
-		// that drew its fence before the deletion finds the row and fails,
-		// so the next grant's fence is drawn after it, above the removed one.
+		// breakLock($1 key, $2 fence, $3 channel) deletes the key's row if
+		// it is held under fence, notifies as release does, and returns the
+		// removed holder's owner and remaining µs; no row otherwise. Under
+		// the name's exclusive fence lock, as release: an acquisition that
+		// drew its fence before the deletion finds the row and fails, so
+		// the next grant's fence is drawn after it, above the removed one.
 		breakLock: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fenceClass + `, hashtext($1))),
 freed AS (
     DELETE FROM ` + t + `
@@ -206,11 +170,14 @@ freed AS (
     RETURNING name, coalesce(owner, '') AS owner, ` + remainingSQL + ` AS us
 ), ` + notifyKeyCTE(t) + `
 SELECT freed.owner, freed.us FROM freed LEFT JOIN k ON true, pg_notify($3, ` + payloadSQL("freed.name") + `)`,
-		presenceClass:  objectClass("presence", qualified),
+		// presenceLock and presenceUnlock($1 class, $2 key) take and drop
+		// a key's presence lock for the session, shared.
 		presenceLock:   `SELECT pg_advisory_lock_shared($1::int4, hashtext($2))`,
 		presenceUnlock: `SELECT pg_advisory_unlock_shared($1::int4, hashtext($2))`,
-		floorInsert:    `INSERT INTO ` + t + ` (name, token, acquired_at, expires_at) VALUES ($1, $2, now(), now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
-		floorDelete:    `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2`,
+		// floorInsert and floorDelete($1 key, $2 token) are rawFloor's
+		// bare pair.
+		floorInsert: `INSERT INTO ` + t + ` (name, token, acquired_at, expires_at) VALUES ($1, $2, now(), now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
+		floorDelete: `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2`,
 	}
 	if schema != "" {
 		d.createSchema = `CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{schema}.Sanitize()
@@ -241,12 +208,9 @@ func notifyKeyCTE(t string) string {
 
 // notifyIfPresent is an expression, true, that notifies channel with
 // payload unless it can take the presence lock of the key in expression
-// name exclusively: someone waits for it. The lock, once taken, is held
-// until the release commits, so that a waiter's presence is granted only
-// after it. CASE orders the two: a notification is sent only when the
-// lock was refused. The payload comes from the driver (notifyPayload of
-// the notification key it read with the table, the one its listener
-// matches), so that the statement does not read the key's row.
+// name exclusively (someone waits for it), which it then holds until the
+// release commits (listen.go). The payload comes from the driver, so
+// that the statement does not read the notification key's row.
 func notifyIfPresent(channel, payload, class, name string) string {
 	return `CASE WHEN pg_try_advisory_xact_lock(` + class + `, hashtext(` + name + `)) THEN true
     ELSE pg_notify(` + channel + `, ` + payload + `) IS NOT NULL END`
@@ -259,9 +223,8 @@ func payloadSQL(name string) string {
 }
 
 // notifyPayload is the payload that announces the release of key:
-// hex(H(k || H(k || key))) with SHA-256 and k the table's notification key.
-// A listener that cannot read the table, and so the key, learns no lock
-// name, nor a hash it could check a guessed name against.
+// hex(H(k || H(k || key))) with SHA-256 and k the table's notification key,
+// so that a listener that cannot read the table learns no lock name.
 func notifyPayload(secret, key string) string {
 	inner := sha256.Sum256([]byte(secret + key))
 	outer := sha256.Sum256(append([]byte(secret), inner[:]...))
@@ -288,19 +251,27 @@ func migrationFor(t string) string {
 // locks that order an acquisition's fence after the deletion of the row of
 // its last holder); the second is the hash of the lock key. Two keys, so
 // that they never meet the one-bigint advisory locks of applications.
-func fenceClassOf(qualified string) int32 {
+func fenceClassOf(qualified string) int32 { return classOf("sqllock fence " + qualified) }
+
+// classOf is the first key of a family of two-key advisory locks.
+func classOf(seed string) int32 {
 	h := fnv.New32a()
-	h.Write([]byte("sqllock fence " + qualified))
+	h.Write([]byte(seed))
 	return int32(h.Sum32())
 }
 
 // schemaFor returns SchemaSQL for the quoted table name t, without its
 // comments, so that a name can only ever be a name.
 func schemaFor(t string) string {
+	return strings.ReplaceAll(stripComments(SchemaSQL), defaultTable, t)
+}
+
+// stripComments drops the SQL comments and blank lines of a schema file.
+func stripComments(sql string) string {
 	var b strings.Builder
-	for line := range strings.Lines(SchemaSQL) {
+	for line := range strings.Lines(sql) {
 		if code, _, _ := strings.Cut(line, "--"); strings.TrimSpace(code) != "" {
-			b.WriteString(strings.ReplaceAll(strings.TrimRight(code, " \t\r\n"), defaultTable, t))
+			b.WriteString(strings.TrimRight(code, " \t\r\n"))
 			b.WriteString("\n")
 		}
 	}
