@@ -111,8 +111,9 @@ func (s *suite) rwNotStarved(t *testing.T) {
 				}
 				// The next read is taken before this one goes, so that
 				// however late this goroutine runs, the stream leaves no
-				// gap: only a waiting writer refuses it.
-				next, terr := c.TryAcquire(ctx, name, locker.Read())
+				// gap: only a waiting writer holds it back (refused, or
+				// queued behind the writer).
+				next, terr := c.Acquire(ctx, name, locker.Read(), locker.WaitAtMost(hold))
 				l.Release(ctx)
 				if terr != nil {
 					next, err = c.Acquire(ctx, name, locker.Read())

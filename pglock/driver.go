@@ -46,8 +46,6 @@ type Driver struct {
 	explicitGrant atomic.Bool
 
 	lis *listener
-	// tries counts the grant statements sent (storeTries).
-	tries atomic.Uint64
 }
 
 var (
@@ -149,7 +147,6 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	d.tries.Add(1)
 	ctx, leave, err := d.begin(ctx, "acquire", false)
 	if err != nil {
 		return backend.Grant{}, err
@@ -395,10 +392,6 @@ func (d *Driver) del(ctx context.Context, op string, f func() error) error {
 	}
 	return nil
 }
-
-// storeTries is the grant statements sent since the driver opened: every
-// try of a waiting acquisition, and TryAcquire's.
-func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // payload is the notification payload of key's release (notifyPayload
 // with the table's key, read by ensureSchema).

@@ -11,7 +11,6 @@ import (
 // Registered for internal/bench, out of the driver's API.
 func init() {
 	measure.RegisterRawFloor((*Driver).rawFloor)
-	measure.RegisterStoreTries((*Driver).storeTries)
 }
 
 // rawFloor is the bare statement pair any acquire+release on the lock

@@ -307,7 +307,6 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	d.tries.Add(1)
 	ctx, leave, err := d.begin(ctx, "acquire", true)
 	if err != nil {
 		return backend.Grant{}, err
