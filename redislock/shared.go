@@ -159,8 +159,7 @@ func (dep *deployment) refreshShared(ctx context.Context, c backend.Claim, px in
 	return v == 1, classify(err)
 }
 
-// releaseShared is Release for a permit, a read or a write; a writer that
-// does not hold withdraws its record of waiting.
+// releaseShared is Release for a permit, a read or a write.
 func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool, error) {
 	defer dep.in.watch(ctx).stop()
 	v, err := sharedReleaseScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
