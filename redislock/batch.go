@@ -10,16 +10,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Refreshing in batches. The locker package's watchdog hands the locks that
-// fall due together to RefreshMany, so that holding many locks costs round
-// trips in proportion to batches, not locks, and no goroutine per lock:
-//
-//   - a Driver (one server, a Redis Cluster or a ring) sends the refresh
-//     script for every lock in one pipeline; go-redis splits a cluster's or
-//     a ring's pipeline by node itself, one round trip per node;
-//   - a Quorum sends one such pipeline to each server, the servers in
-//     parallel (one goroutine per server, not per lock), and decides each
-//     lock by the same rule as Refresh.
+// Refreshing in batches: the locks that fall due together cost round
+// trips per batch (a Driver: one pipeline, which go-redis splits by node; a
+// Quorum: one per server, in parallel), not per lock, and no goroutine per
+// lock.
 
 var (
 	_ backend.BatchRefresher = (*Driver)(nil)

@@ -8,13 +8,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The default mode's queue of a contended lock: a holder's release hands
-// the lock straight to the longest-waiting live waiter, which learns it
-// from the release message without another round trip (see
-// scripts/handoff.lua). While waiters are queued the lock is never free,
-// so a newcomer's try cannot take it first: waiters are served in arrival
-// order, except that a lock whose holder's TTL ran out goes to whoever
-// tries first.
+// The default mode's queue of a contended lock: a release hands the lock
+// to the longest-waiting live waiter, which learns it from the release
+// message (see scripts/handoff.lua and docs/backends/redislock.md).
 
 // handedTo returns the fence of a hand-off to attempt, if sub received
 // one. A hand-off to an earlier attempt is stale (a later try was queued

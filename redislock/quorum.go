@@ -18,40 +18,10 @@ import (
 // Quorum is the Redlock algorithm over N independent Redis servers (not
 // replicas of each other): a lock is held when a majority of them granted
 // it, within its validity. It implements backend.Driver and
-// backend.Notifier.
-//
-// Requests. An acquisition asks every server at once and returns at the
-// first majority; a release goes to every server at once and returns at
-// the first majority too, the rest finishing in the background. On a
-// contended name an acquisition asks the name's first server before the
-// others (quorum_hot.go), and a server's restart check costs no INFO once
-// its uptime is proven (quorum_scripts.go).
-//
-// Validity. Every server is asked for the lock with an expiry of
-// px = TTL/(1-drift factor) + fixed drift (about TTL + 1% + 2ms by
-// default), starting at t0, before the first request is sent. A server
-// whose clock runs at most the drift factor slow of ours still keeps the key
-// until t0 + TTL on our clock, so the lock is valid until t0 + TTL: the
-// Grant reports the requested TTL, and an acquisition that took longer than
-// that (px - elapsed - drift allowance <= 0) fails and cleans up.
-//
-// Fencing. Each server keeps its own counter, advanced by the acquire
-// script when it grants. An acquisition's fence F is the highest value that
-// a granting server returned, and before the acquisition succeeds every
-// granting server whose counter is below F is raised to F, by a script that
-// first checks the token still holds the lock there. The lock is held only
-// when a majority M of servers granted it and now has counter >= F. Why the
-// next holder's fence is greater: its own majority M' shares a server s
-// with M. On s, the next holder's SET NX succeeded only after this holder's
-// key on s was gone, which is after s's counter reached F (the raise ran
-// while the key was there), so its script on s yields more than F, and its
-// fence, the maximum over M', is more than F. When all granting servers
-// returned F already, which is the steady state once they agree, no raise
-// round trip is needed; on a new name too, as each server's clock floor is
-// rounded to a grain (scripts/quorum_acquire.lua). If s's counter expired in between (the retention
-// passed since its last grant), s starts again at its clock, which is above
-// F as long as s's clock is not behind the clock that gave F by more than
-// the retention (see the package documentation).
+// backend.Notifier. Every request goes to all servers at once and returns
+// at the first majority. Its validity (the drift allowance) and why its
+// fences increase although each server counts on its own are in
+// docs/backends/redislock.md, Quorum.
 type Quorum struct {
 	deps   []*deployment
 	addrs  []string // for error messages
