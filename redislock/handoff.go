@@ -83,13 +83,9 @@ func (dep *deployment) handLocal(key, msg string) {
 		return
 	}
 	channel := keysFor(key).channel
-	route := ""
-	if dep.ring {
-		route = channel
-	}
 	dep.mu.Lock()
 	var found *subscription
-	if hb := dep.hubs[route]; hb != nil {
+	if hb := dep.hubs[dep.route(channel)]; hb != nil {
 		if st := hb.chans[channel]; st != nil {
 			for s := range st.subs {
 				if s.id == to {

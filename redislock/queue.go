@@ -97,7 +97,7 @@ func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.f
 // polls (see Wait).
 func (t *ticket) subscribe(ctx context.Context) error {
 	var err error
-	t.sub, t.cancel, err = t.d.dep.subscribeSub(ctx, t.c.Key, t.w, t.ch)
+	t.sub, t.cancel, err = t.d.dep.subscribe(ctx, t.c.Key, t.w, t.ch)
 	if err != nil && ctx.Err() == nil {
 		t.poll = &retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		t.d.dep.log.Warn("redislock: release notifications unavailable, polling", "key", t.c.Key, "err", err)
