@@ -81,15 +81,10 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(int64(ms), 1)
 }
 
-// The lock key holds "<token>.<attempt>:<fence>:<owner>" (see
-// scripts/value.lua and parseValue). The token says who holds it, for
-// refresh and release; the attempt says which try of that token set it, so
-// that cleaning up after a failed try (in the background, on a server that
-// answered late) never removes the key that a later, successful try of the
-// same token set. Attempts are numbered in increasing order, and a key set
-// by a later attempt is never overwritten by an earlier one (the acquire
-// script checks), so a straggler of an abandoned try cannot take the key
-// from the try that followed it.
+// attempts numbers the tries of every token, in increasing order: the
+// lock key holds "<token>.<attempt>:<fence>:<owner>", so that cleaning up
+// after a failed try never removes what a later try of the token set (see
+// scripts/value.lua and docs/backends/redislock.md, How it works).
 var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
