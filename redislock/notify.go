@@ -44,9 +44,9 @@ type hub struct {
 	// Guarded by dep.mu.
 	chans    map[string]*chanState
 	dead     bool
-	quit     chan struct{}       // closed when dead is set
-	epoch    uint64              // advanced whenever the connection failed
-	barriers map[uint64]*barrier // PING payload -> waiting Subscribe
+	quit     chan struct{}         // closed when dead is set
+	epoch    uint64                // advanced whenever the connection failed
+	barriers map[uint64]chan error // PING payload -> its waiter (buffered 1)
 }
 
 type chanState struct {
@@ -99,10 +99,6 @@ func (s *subscription) addHanded(h handoff) {
 	s.handed = append(s.handed, h)
 }
 
-type barrier struct {
-	done chan error // buffered 1
-}
-
 // subscribe arranges for ch to receive a value whenever key's release
 // channel carries a message that names waiter id or no one (id "": any
 // message), and returns once the subscription is confirmed. The
@@ -138,7 +134,7 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 			_ = ps.Close()
 			continue
 		}
-		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
+		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]chan error{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
 		dep.hubs[route] = h
 		dep.wg.Add(2)
 		go h.run()
@@ -235,7 +231,6 @@ const barrierTimeout = 2 * time.Second
 // so a later PONG proves it as well.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
 	dep := h.dep
-	b := &barrier{done: make(chan error, 1)}
 	deadline := time.NewTimer(barrierTimeout)
 	defer deadline.Stop()
 	// Wait for the connection ctx-aware: a write to a server that does not
@@ -247,17 +242,11 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	case <-deadline.C:
 		return errors.New("redislock: subscribe: the pub/sub connection is busy")
 	}
-	dep.mu.Lock()
-	if h.dead {
-		dep.mu.Unlock()
+	seq, epoch, done, ok := h.addBarrier()
+	if !ok {
 		<-h.wmu
 		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
-	dep.seq++
-	seq := dep.seq
-	epoch := h.epoch
-	h.barriers[seq] = b
-	dep.mu.Unlock()
 	w := dep.in.watch(ctx) // dialing the connection reads the server's greeting
 	err := h.ps.Subscribe(ctx, channel)
 	w.stop()
@@ -267,7 +256,7 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	<-h.wmu
 	if err == nil {
 		select {
-		case err = <-b.done:
+		case err = <-done:
 		case <-ctx.Done():
 			err = context.Cause(ctx)
 		case <-deadline.C:
@@ -287,6 +276,21 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 }
 
 const pingPrefix = "redislock:"
+
+// addBarrier registers the waiter of the next PING on h's connection: its
+// payload's number, the connection's epoch, and where its PONG is
+// reported; ok is false when h is dead. h.wmu is held.
+func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
+	h.dep.mu.Lock()
+	defer h.dep.mu.Unlock()
+	if h.dead {
+		return 0, 0, nil, false
+	}
+	h.dep.seq++
+	done = make(chan error, 1)
+	h.barriers[h.dep.seq] = done
+	return h.dep.seq, h.epoch, done, true
+}
 
 // unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
 // if nobody subscribed again.
@@ -355,9 +359,9 @@ func (h *hub) kill() {
 func (h *hub) failBarriers(err error) {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
-	for seq, b := range h.barriers {
+	for seq, done := range h.barriers {
 		select {
-		case b.done <- err:
+		case done <- err:
 		default:
 		}
 		delete(h.barriers, seq)
@@ -468,10 +472,10 @@ func (h *hub) run() {
 			// PONGs arrive in order: every earlier barrier on this
 			// connection is passed too.
 			dep.mu.Lock()
-			for s, b := range h.barriers {
+			for s, done := range h.barriers {
 				if s <= seq {
 					select {
-					case b.done <- nil:
+					case done <- nil:
 					default:
 					}
 					delete(h.barriers, s)
@@ -548,25 +552,19 @@ func (h *hub) ping() {
 	if !h.lockWrites() {
 		return
 	}
-	dep.mu.Lock()
-	if h.dead {
-		dep.mu.Unlock()
+	seq, epoch, done, ok := h.addBarrier()
+	if !ok {
 		<-h.wmu
 		return
 	}
-	dep.seq++
-	seq := dep.seq
-	b := &barrier{done: make(chan error, 1)}
-	h.barriers[seq] = b
-	ps, epoch := h.ps, h.epoch
-	dep.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
 	defer cancel()
-	err := ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	// h.ps changes only under h.wmu (replace).
+	err := h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
 	<-h.wmu
 	if err == nil {
 		select {
-		case err = <-b.done:
+		case err = <-done:
 		case <-ctx.Done():
 			err = errNoPong
 		case <-h.quit:

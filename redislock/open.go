@@ -334,34 +334,27 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
 	}
-	var clients []redis.UniversalClient
-	var ins []*interrupter
-	closeAll := func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}
+	// Every server's options first: a bad URL leaves no client to close.
+	var options []*redis.Options
 	for _, h := range hosts {
 		c := *u
 		c.Scheme = strings.TrimSuffix(u.Scheme, "+quorum")
 		c.Host = h
 		o, err := redis.ParseURL(c.String())
 		if err != nil {
-			closeAll()
 			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
 		// A refused connection is also one lost vote: retrying it would make
 		// every operation wait for it.
 		retryOnce(o, u)
-		ins = append(ins, interruptible(o))
-		clients = append(clients, redis.NewClient(o))
+		options = append(options, o)
 	}
 	var deps []*deployment
-	for i, c := range clients {
-		dep := newDeployment(c, true, &cfg)
-		dep.addr = hosts[i]
-		dep.in = ins[i]
+	for i, o := range options {
+		in := interruptible(o) // before the client copies o
+		dep := newDeployment(redis.NewClient(o), true, &cfg)
+		dep.addr, dep.in = hosts[i], in
 		deps = append(deps, dep)
 	}
 	q := newQuorum(deps, hosts, cfg)
