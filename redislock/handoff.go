@@ -38,18 +38,6 @@ func handoffKeys(key string) ([]string, string) {
 	return []string{k.lock, k.fence, k.queue, k.live, k.hand}, k.channel
 }
 
-// handoffAcquire runs a waiter's try in mode "wait" or "look" (see
-// handoff_acquire.lua): the fence; 0 when queued; -n when a restarted
-// server refuses the name for n milliseconds; redis.Nil when its entry,
-// queued before, is gone.
-func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
-	defer dep.in.watch(ctx).stop()
-	ks, _ := handoffKeys(l.Key)
-	v, err := handoffAcquireScript.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode,
-		dep.restartDelay(px), dep.retention, l.Owner).Int64()
-	return v, classify(err)
-}
-
 // handoffRelease is release that hands the lock to the first live waiter;
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {

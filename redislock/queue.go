@@ -173,14 +173,12 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 			return backend.Grant{}, limitMismatch("acquire", r.limit, c.Limit)
 		}
 		v = r.v
-	case d.fair:
-		v, err = d.dep.fairAcquire(ctx, c, value, t.px, t.w, mode)
-	case n == t.first: // the plain try: it joins nothing
+	case !d.fair && n == t.first: // the default mode's plain try: it joins nothing
 		if v, err = d.dep.acquire(ctx, c, value, t.px); err == nil && v == 0 {
 			return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
 		}
 	default:
-		v, err = d.dep.handoffAcquire(ctx, c, value, t.px, t.w, mode)
+		v, err = d.dep.queueAcquire(ctx, d.fair, c, value, t.px, t.w, mode)
 	}
 	switch {
 	case errors.Is(err, redis.Nil):

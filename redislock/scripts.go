@@ -168,14 +168,20 @@ func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, erro
 	return dep.released(v), classify(err)
 }
 
-// fairAcquire runs the fair acquire script for waiter w in mode "try",
-// "wait" or "look" (see fair_acquire.lua): the fence, 0 when not granted,
-// -n when w is next and the lock is held for n more milliseconds, or
-// redis.Nil when w's entry is gone.
-func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
+// queueAcquire runs a queue's acquire script for waiter w: fair mode's
+// (fair_acquire.lua, modes "try", "wait" and "look"), or the default
+// mode's (handoff_acquire.lua, "wait" and "look"). It answers the fence;
+// 0 when not granted (queued); -n when w is next and the lock is held for
+// n more milliseconds, or a restarted server refuses the name for that
+// long; redis.Nil when w's entry, queued before, is gone.
+func (dep *deployment) queueAcquire(ctx context.Context, fair bool, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
+	script, ks := fairAcquireScript, []string{k.lock, k.fence, k.queue, k.live}
+	if !fair {
+		script, ks = handoffAcquireScript, append(ks, k.hand)
+	}
+	v, err := script.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
 
