@@ -43,12 +43,12 @@ const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]),
 
 // quorumAcquireScript is the plain quorum acquire script (with the restart
 // check); Run falls back to EVAL.
-var quorumAcquireScript = redis.NewScript(valueLua + fenceLua + quorumPrefix + acquireLua)
+var quorumAcquireScript = redis.NewScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
 
 // upVariant is the acquire script that skips the restart check for delays
 // of at most upMs milliseconds.
 func upVariant(upMs int64) string {
-	return valueLua + fenceLua + quorumPrefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + acquireLua
+	return lua("value", "fence") + quorumPrefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
 }
 
 // grain is the rounding of the quorum acquire script's clock floor, in
