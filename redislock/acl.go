@@ -11,7 +11,7 @@ import (
 // keys and release channel, and the commands of the scripts and of
 // waiting. The default mode adds the hand-off's key, fair mode PTTL. The rules start with
 // resetkeys, resetchannels and -@all, so applied to an existing user they
-// leave exactly these. See the package documentation, Least privilege.
+// leave exactly these. See docs/backends/redislock.md, Least privilege.
 func ACL(namespace string, fair bool) string {
 	// Keys are "{" + EscapeKey(namespace + "/" + name) + "}:<kind>", and
 	// EscapeKey escapes byte by byte, so the escaped namespace and '/' are

@@ -10,16 +10,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Refreshing in batches. The locker package's watchdog hands the locks that
-// fall due together to RefreshMany, so that holding many locks costs round
-// trips in proportion to batches, not locks, and no goroutine per lock:
-//
-//   - a Driver (one server, a Redis Cluster or a ring) sends the refresh
-//     script for every lock in one pipeline; go-redis splits a cluster's or
-//     a ring's pipeline by node itself, one round trip per node;
-//   - a Quorum sends one such pipeline to each server, the servers in
-//     parallel (one goroutine per server, not per lock), and decides each
-//     lock by the same rule as Refresh.
+// Refreshing in batches: the locks that fall due together cost round
+// trips per batch (a Driver: one pipeline, which go-redis splits by node; a
+// Quorum: one per server, in parallel), not per lock, and no goroutine per
+// lock.
 
 var (
 	_ backend.BatchRefresher = (*Driver)(nil)
@@ -148,65 +142,35 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // server in one pipeline each, concurrently, and returns each lock's
 // results in server order (lock i's are res[i*N:(i+1)*N] for N servers)
 // once every lock is decided by decidedBy, every server answered, or ctx
-// ends. As in gather, the requests' own context is not the caller's
-// (timeout and Close end it), and servers that answer later are left to
-// finish in the background; Close waits for them.
+// ends.
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
 	nd := len(q.deps)
-	reqCtx, cancel, started := q.requests(ctx, timeout)
-	if !started {
-		return closedResults(len(locks) * nd)
-	}
-	type answer struct {
-		i  int
-		rs []result
-	}
-	ch := make(chan answer, nd)
-	for i, dep := range q.deps {
-		go func() {
-			ch <- answer{i, dep.refreshMany(reqCtx, locks, pxs)}
-		}()
-	}
 	res := make([]result, len(locks)*nd)
 	ok := make([]int, len(locks))
 	notOK := make([]int, len(locks))
-	undecided, got := len(locks), 0
-	for got < nd && undecided > 0 {
-		select {
-		case a := <-ch:
-			got++
-			for j, r := range a.rs {
-				r.answered = true
-				res[j*nd+a.i] = r
-				was := q.decidedBy(ok[j], notOK[j])
-				switch {
-				case r.err != nil:
-				case r.ok:
-					ok[j]++
-				default:
-					notOK[j]++
-				}
-				if !was && q.decidedBy(ok[j], notOK[j]) {
-					undecided--
-				}
+	undecided := len(locks)
+	started := fanOut(q, ctx, timeout, false, func(ctx context.Context, i int) []result {
+		return q.deps[i].refreshMany(ctx, locks, pxs)
+	}, func(i int, rs []result) bool {
+		for j, r := range rs {
+			r.answered = true
+			res[j*nd+i] = r
+			was := q.decidedBy(ok[j], notOK[j])
+			switch {
+			case r.err != nil:
+			case r.ok:
+				ok[j]++
+			default:
+				notOK[j]++
 			}
-			continue
-		case <-ctx.Done():
+			if !was && q.decidedBy(ok[j], notOK[j]) {
+				undecided--
+			}
 		}
-		break
+		return undecided == 0
+	}, nil)
+	if !started {
+		return closedResults(len(locks) * nd)
 	}
-	if got == nd {
-		cancel()
-		return res
-	}
-	// The stragglers' requests run to their end (their answers are of no
-	// use now, but a command sent should complete).
-	left := nd - got
-	go func() {
-		defer cancel() // gives the ticket back
-		for range left {
-			<-ch
-		}
-	}()
 	return res
 }

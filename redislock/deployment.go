@@ -18,14 +18,9 @@ import (
 // A Driver uses one deployment; a Quorum uses several, one per
 // independent member, and decides by majority.
 //
-// Not "node": Redis Cluster calls each of its servers a node, and one
-// deployment may be a whole cluster of them. Not "server", for the same
-// reason, nor "store": the backend package calls a store what a driver's
-// grants are judged against (fences increase over "every earlier grant by
-// any client of the store"), which for a Quorum is all its members
-// together. "Deployment" is Redis's own word for a standalone server, a
-// Sentinel-managed set or a cluster, and what the Driver's and Open's
-// documentation already said.
+// Not "node" nor "server": one deployment may be a whole cluster of them;
+// not "store": the backend package's word for what grants are judged
+// against, for a Quorum all its members together.
 type deployment struct {
 	rdb    redis.UniversalClient
 	addr   string // for messages

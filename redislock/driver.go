@@ -81,7 +81,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	var r int64
 	if d.fair {
 		// Not while a live waiter is queued.
-		r, err = d.dep.fairAcquire(ctx, l, value, px, "", "try")
+		r, err = d.dep.queueAcquire(ctx, true, l, value, px, "", "try")
 	} else {
 		r, err = d.dep.acquire(ctx, l, value, px)
 	}

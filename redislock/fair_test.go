@@ -90,7 +90,7 @@ func TestFairWakesOnlyTheHead(t *testing.T) {
 	key := uniqueKey(t)
 	chs := map[string]chan struct{}{"a": make(chan struct{}, 1), "b": make(chan struct{}, 1), "": make(chan struct{}, 1)}
 	for id, ch := range chs {
-		_, cancel, err := d.dep.subscribeSub(ctx, key, id, ch)
+		_, cancel, err := d.dep.subscribe(ctx, key, id, ch)
 		if err != nil {
 			t.Fatal(err)
 		}

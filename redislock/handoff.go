@@ -8,13 +8,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The default mode's queue of a contended lock: a holder's release hands
-// the lock straight to the longest-waiting live waiter, which learns it
-// from the release message without another round trip (see
-// scripts/handoff.lua). While waiters are queued the lock is never free,
-// so a newcomer's try cannot take it first: waiters are served in arrival
-// order, except that a lock whose holder's TTL ran out goes to whoever
-// tries first.
+// The default mode's queue of a contended lock: a release hands the lock
+// to the longest-waiting live waiter, which learns it from the release
+// message (see scripts/handoff.lua and docs/backends/redislock.md).
 
 // handedTo returns the fence of a hand-off to attempt, if sub received
 // one. A hand-off to an earlier attempt is stale (a later try was queued
@@ -40,18 +36,6 @@ func (dep *deployment) handedTo(sub *subscription, attempt uint64) (uint64, bool
 func handoffKeys(key string) ([]string, string) {
 	k := keysFor(key)
 	return []string{k.lock, k.fence, k.queue, k.live, k.hand}, k.channel
-}
-
-// handoffAcquire runs a waiter's try in mode "wait" or "look" (see
-// handoff_acquire.lua): the fence; 0 when queued; -n when a restarted
-// server refuses the name for n milliseconds; redis.Nil when its entry,
-// queued before, is gone.
-func (dep *deployment) handoffAcquire(ctx context.Context, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
-	defer dep.in.watch(ctx).stop()
-	ks, _ := handoffKeys(l.Key)
-	v, err := handoffAcquireScript.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode,
-		dep.restartDelay(px), dep.retention, l.Owner).Int64()
-	return v, classify(err)
 }
 
 // handoffRelease is release that hands the lock to the first live waiter;
@@ -87,13 +71,9 @@ func (dep *deployment) handLocal(key, msg string) {
 		return
 	}
 	channel := keysFor(key).channel
-	route := ""
-	if dep.ring {
-		route = channel
-	}
 	dep.mu.Lock()
 	var found *subscription
-	if hb := dep.hubs[route]; hb != nil {
+	if hb := dep.hubs[dep.route(channel)]; hb != nil {
 		if st := hb.chans[channel]; st != nil {
 			for s := range st.subs {
 				if s.id == to {

@@ -17,7 +17,7 @@ import (
 // would: c's attempt n, named w.
 func queueFake(t *testing.T, d *Driver, c backend.Claim, n uint64, w string) {
 	t.Helper()
-	r, err := d.dep.handoffAcquire(testCtx(t), c, c.Token+"."+strconv.FormatUint(n, 10), ttlMillis(c.TTL), w, "wait")
+	r, err := d.dep.queueAcquire(testCtx(t), false, c, c.Token+"."+strconv.FormatUint(n, 10), ttlMillis(c.TTL), w, "wait")
 	if err != nil || r > 0 {
 		t.Fatalf("queueing %s: %d, %v", w, r, err)
 	}

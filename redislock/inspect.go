@@ -281,21 +281,12 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 // inspectTimeout bounds a Quorum's operator calls on each server.
 const inspectTimeout = 10 * time.Second
 
-// each runs fn on every server of q concurrently, the caller's ctx
-// cancelling the requests (write: true, for Break, lets a request sent
-// complete, as Release does), and returns the servers' answers, with
-// res[i].answered false for one that did not answer in time.
-func (q *Quorum) each(ctx context.Context, write bool, fn func(ctx context.Context, i int) error) []result {
-	return q.gather(ctx, inspectTimeout, func(nctx context.Context, dep *deployment) result {
-		if !write {
-			var stop context.CancelFunc
-			nctx, stop = context.WithCancel(nctx)
-			defer stop()
-			defer context.AfterFunc(ctx, stop)()
-		}
-		err := fn(nctx, slices.Index(q.deps, dep))
-		return result{ok: err == nil, err: err}
-	}, func(int, int) bool { return false }, nil)
+// each runs fn on every server of q concurrently and returns the
+// servers' answers, with res[i].answered false for one that did not answer
+// in time. linked: the caller's ctx cancels the requests (not for Break,
+// whose request sent should complete, as Release's does).
+func (q *Quorum) each(ctx context.Context, linked bool, fn func(ctx context.Context, i int) result) []result {
+	return q.gather(ctx, inspectTimeout, linked, fn, func(int, int) bool { return false }, nil)
 }
 
 // majority judges the servers' views of one key: the holding that a
@@ -325,14 +316,18 @@ func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, unc
 	return holding{}, false, best+unanswered >= q.quorum
 }
 
-func unanswered(res []result) int {
-	n := 0
+// views are the holdings the servers reported (ok), and how many servers
+// did not answer.
+func views(res []result) (vs []holding, missing int) {
 	for _, r := range res {
-		if !r.answered || r.err != nil {
-			n++
+		switch {
+		case !r.answered || r.err != nil:
+			missing++
+		case r.ok:
+			vs = append(vs, r.view)
 		}
 	}
-	return n
+	return vs, missing
 }
 
 // Inspect implements backend.Inspector: the lock is held when a majority
@@ -342,25 +337,17 @@ func (q *Quorum) Inspect(ctx context.Context, key string) (backend.State, error)
 	if q.gate.Closed() {
 		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %w", backend.ErrClosed)
 	}
-	var mu sync.Mutex
-	var views []holding
-	res := q.each(ctx, false, func(ctx context.Context, i int) error {
+	res := q.each(ctx, true, func(ctx context.Context, i int) result {
 		h, held, _, err := q.deps[i].inspect(ctx, key, false)
-		if err == nil && held {
-			mu.Lock()
-			views = append(views, h)
-			mu.Unlock()
-		}
-		return err
+		return result{ok: held, view: h, err: err}
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	h, held, uncertain := q.majority(views, unanswered(res))
+	vs, missing := views(res)
+	h, held, uncertain := q.majority(vs, missing)
 	switch {
 	case held:
 		return h.state(key, lockKnows), nil
 	case uncertain:
-		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %d of %d servers answered, too few to tell: %s", len(q.deps)-unanswered(res), len(q.deps), q.errSummary(res))
+		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %d of %d servers answered, too few to tell: %s", len(q.deps)-missing, len(q.deps), q.errSummary(res))
 	}
 	return backend.State{Key: key, Known: lockKnows}, nil
 }
@@ -372,26 +359,23 @@ func (q *Quorum) List(ctx context.Context, prefix string) ([]backend.State, erro
 	if q.gate.Closed() {
 		return nil, fmt.Errorf("redislock: quorum: list: %w", backend.ErrClosed)
 	}
-	var mu sync.Mutex
-	views := map[string][]holding{}
-	res := q.each(ctx, false, func(ctx context.Context, i int) error {
+	res := q.each(ctx, true, func(ctx context.Context, i int) result {
 		found, err := q.deps[i].list(ctx, prefix)
-		mu.Lock()
-		defer mu.Unlock()
-		for key, h := range found {
-			views[key] = append(views[key], h)
-		}
-		return err
+		return result{ok: err == nil, found: found, err: err}
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	missing := unanswered(res)
+	_, missing := views(res)
 	if len(q.deps)-missing < q.quorum {
 		return nil, fmt.Errorf("redislock: quorum: list: %d of %d servers answered, %d needed: %s", len(q.deps)-missing, len(q.deps), q.quorum, q.errSummary(res))
 	}
+	byKey := map[string][]holding{}
+	for _, r := range res {
+		for key, h := range r.found {
+			byKey[key] = append(byKey[key], h)
+		}
+	}
 	var out []backend.State
 	uncertain := 0
-	for key, vs := range views {
+	for key, vs := range byKey {
 		h, held, unsure := q.majority(vs, missing)
 		switch {
 		case held:
@@ -414,20 +398,12 @@ func (q *Quorum) Break(ctx context.Context, key string, fence uint64) (backend.S
 	if q.gate.Closed() {
 		return backend.State{}, fmt.Errorf("redislock: quorum: break: %w", backend.ErrClosed)
 	}
-	var mu sync.Mutex
-	var removed []holding
-	res := q.each(ctx, true, func(ctx context.Context, i int) error {
+	res := q.each(ctx, false, func(ctx context.Context, i int) result {
 		h, held, err := q.deps[i].breakLock(ctx, key, fence, false)
-		if err == nil && held {
-			mu.Lock()
-			removed = append(removed, h)
-			mu.Unlock()
-		}
-		return err
+		return result{ok: held, view: h, err: err}
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	h, held, uncertain := q.majority(removed, unanswered(res))
+	removed, missing := views(res)
+	h, held, uncertain := q.majority(removed, missing)
 	switch {
 	case held:
 		return h.state(key, lockKnows), nil

@@ -1,39 +1,11 @@
 package redislock
 
-// Interruptible connections.
-//
-// go-redis reads a reply until the socket's read deadline, which it sets
-// from ReadTimeout (and from the context's deadline when
-// ContextTimeoutEnabled is set), but it never watches a context's
-// cancellation: a call blocked on a dead connection outlives a cancelled
-// context by ReadTimeout, or more with its retries (10 s seen). The backend
-// contract wants the call back within a round trip, and the locker Client
-// calls a driver's first try directly on the caller's goroutine, so the
-// driver must make its own calls interruptible.
-//
-// For the clients redislock dials itself (Open, OpenFair, OpenQuorum),
-// every connection is tracked (internal/conntrack), which counts its
-// Reads (two atomic adds per Read, no allocation). Each driver call whose context can end
-// registers a context.AfterFunc (see watch); when the context ends while
-// the call runs, the reads then in progress on the client's connections are
-// noted, and if the call is still running interruptGrace later, those of
-// them still blocked get a read deadline of now: go-redis sees a timeout,
-// drops the connection, and its retry loop sleeps on the (ended) context
-// before any retry, so the call returns. The call cannot be told from its
-// connection (go-redis does not say which one a command uses), hence the
-// rule: only a read that began before the cancel and stayed blocked past
-// the grace, while the cancelled call is still stuck, is cut; on a server
-// that answers within the grace that is never a healthy read. The
-// trade-off: a read of another call that takes longer than interruptGrace
-// for other reasons (a server slower than that, a blocking command such as
-// BLPOP on Driver.Client) and is in progress when a stuck call's context
-// ends fails with a timeout; the driver's own commands are short scripts,
-// and the locker Client retries a failed try or refresh. Reads without a
-// deadline (pub/sub, which waits for messages indefinitely) are never cut.
-//
-// A client passed to New, NewFair or NewQuorum was not dialed by us: its
-// calls end at the client's ReadTimeout, or at the context's deadline if it
-// sets ContextTimeoutEnabled, not at a cancellation.
+// Interruptible connections: go-redis never watches a context's
+// cancellation while it reads a reply, and the backend contract wants a
+// cancelled call back within a round trip. So on the clients this package
+// dials, a read still blocked interruptGrace after its call's context
+// ended is cut (see watch). A caller's client (New, NewFair, NewQuorum)
+// is left alone. See docs/backends/redislock.md, Cancellation.
 
 import (
 	"context"

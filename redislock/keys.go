@@ -13,10 +13,8 @@ type keys struct {
 	lock string
 	// fence is the name's fencing counter, advanced by the acquire script.
 	fence string
-	// channel is where a release is published. Channels ignore the
-	// database number, so two applications that share a server but not a
-	// database may wake each other's waiters: a spurious wake-up costs
-	// one attempt, nothing more.
+	// channel is where a release is published (on the whole server: see
+	// docs/backends/redislock.md on the database number).
 	channel string
 	// queue and live are the waiters' queue: in order of arrival, and
 	// until when each is alive (see scripts/queue.lua); hand, in the

@@ -10,14 +10,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// go-redis has one logger for the whole process (redis.SetLogger), which
-// writes to stderr unless told otherwise: a pool that cannot dial, a
-// connection with unread data. The first driver this package makes puts
-// a router in its place that hands each message to the loggers of the
-// drivers open now (WithLogger; locker.Open gives the Client's), each
-// logger once however many drivers share it; with none open, the message
-// is dropped. A program that calls redis.SetLogger afterwards takes
-// go-redis's messages back.
+// go-redis has one logger for the whole process (redis.SetLogger): the
+// first driver puts a router in its place that hands each message to the
+// loggers of the drivers open now, each once (see
+// docs/backends/redislock.md, Logging).
 var goredisLog = struct {
 	once    sync.Once
 	mu      sync.Mutex

@@ -1,7 +1,6 @@
 package redislock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,7 +22,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
-	cancel, err := d.dep.subscribe(ctx, key, ch)
+	_, cancel, err := d.dep.subscribe(ctx, key, "", ch)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -46,9 +44,9 @@ type hub struct {
 	// Guarded by dep.mu.
 	chans    map[string]*chanState
 	dead     bool
-	quit     chan struct{}       // closed when dead is set
-	epoch    uint64              // advanced whenever the connection failed
-	barriers map[uint64]*barrier // PING payload -> waiting Subscribe
+	quit     chan struct{}         // closed when dead is set
+	epoch    uint64                // advanced whenever the connection failed
+	barriers map[uint64]chan error // PING payload -> its waiter (buffered 1)
 }
 
 type chanState struct {
@@ -60,9 +58,8 @@ type chanState struct {
 }
 
 type subscription struct {
-	ch  chan struct{}
-	seq uint64 // order of arrival: the longest waiter has the smallest
-	id  string // a waiter's name: woken only by messages naming it or none
+	ch chan struct{}
+	id string // a waiter's name: woken only by messages naming it or none
 	// handed are the hand-offs to id received (see handoff.lua), oldest
 	// first; guarded by dep.mu.
 	handed []handoff
@@ -102,27 +99,14 @@ func (s *subscription) addHanded(h handoff) {
 	s.handed = append(s.handed, h)
 }
 
-type barrier struct {
-	done chan error // buffered 1
-}
-
 // subscribe arranges for ch to receive a value whenever key's release
-// channel carries a message, and returns once the subscription is confirmed.
-func (dep *deployment) subscribe(ctx context.Context, key string, ch chan struct{}) (cancel func(), err error) {
-	_, cancel, err = dep.subscribeSub(ctx, key, "", ch)
-	return cancel, err
-}
-
-// subscribeSub is subscribe for waiter id ("": any waiter): ch then
-// receives only the messages that name id, or no one. It returns the
-// subscription, whose handed list receives the hand-offs to id.
-func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan struct{}) (*subscription, func(), error) {
+// channel carries a message that names waiter id or no one (id "": any
+// message), and returns once the subscription is confirmed. The
+// subscription's handed list receives the hand-offs to id.
+func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan struct{}) (*subscription, func(), error) {
 	channel := keysFor(key).channel
-	route := ""
-	if dep.ring {
-		route = channel
-	}
-	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
+	route := dep.route(channel)
+	sub := &subscription{ch: ch, id: id}
 	var h *hub
 	var st *chanState
 	for h == nil {
@@ -138,12 +122,7 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 		dep.mu.Unlock()
 		// Make the connection object outside the lock: for a ring it
 		// already subscribes.
-		var ps *redis.PubSub
-		if dep.ring {
-			ps = dep.rdb.Subscribe(ctx, channel)
-		} else {
-			ps = dep.rdb.Subscribe(ctx)
-		}
+		ps := dep.pubSub(ctx, route)
 		dep.mu.Lock()
 		if dep.closed {
 			dep.mu.Unlock()
@@ -155,7 +134,7 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 			_ = ps.Close()
 			continue
 		}
-		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]*barrier{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
+		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]chan error{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
 		dep.hubs[route] = h
 		dep.wg.Add(2)
 		go h.run()
@@ -178,22 +157,36 @@ func (dep *deployment) subscribeSub(ctx context.Context, key, id string, ch chan
 	return sub, cancel, nil
 }
 
+// route is the hub of channel: "" for a client or cluster, whose one hub
+// serves every channel, the channel itself for a ring.
+func (dep *deployment) route(channel string) string {
+	if dep.ring {
+		return channel
+	}
+	return ""
+}
+
+// pubSub opens a hub's connection; a ring's subscribes to its channel at
+// once, which routes it to the channel's shard.
+func (dep *deployment) pubSub(ctx context.Context, route string) *redis.PubSub {
+	if route != "" {
+		return dep.rdb.Subscribe(ctx, route)
+	}
+	return dep.rdb.Subscribe(ctx)
+}
+
 // activeHub is the live hub on which key's channel is confirmed, and the
 // channel; nil if there is none. dep.mu is held.
 func (dep *deployment) activeHub(key string) (*hub, string) {
 	channel := keysFor(key).channel
-	route := ""
-	if dep.ring {
-		route = channel
-	}
-	h := dep.hubs[route]
+	h := dep.hubs[dep.route(channel)]
 	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
 		return nil, channel
 	}
 	return h, channel
 }
 
-// subscribeActive is subscribeSub without a round trip: it subscribes only
+// subscribeActive is subscribe without a round trip: it subscribes only
 // when key's channel is already confirmed on a live connection (a lock
 // contended a moment ago), and returns nil otherwise.
 func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
@@ -203,7 +196,7 @@ func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subsc
 	if h == nil {
 		return nil, nil
 	}
-	sub := &subscription{ch: ch, seq: subSeq.Add(1), id: id}
+	sub := &subscription{ch: ch, id: id}
 	st := h.add(channel, sub)
 	var once sync.Once
 	return sub, func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
@@ -238,7 +231,6 @@ const barrierTimeout = 2 * time.Second
 // so a later PONG proves it as well.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
 	dep := h.dep
-	b := &barrier{done: make(chan error, 1)}
 	deadline := time.NewTimer(barrierTimeout)
 	defer deadline.Stop()
 	// Wait for the connection ctx-aware: a write to a server that does not
@@ -250,17 +242,11 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	case <-deadline.C:
 		return errors.New("redislock: subscribe: the pub/sub connection is busy")
 	}
-	dep.mu.Lock()
-	if h.dead {
-		dep.mu.Unlock()
+	seq, epoch, done, ok := h.addBarrier()
+	if !ok {
 		<-h.wmu
 		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
-	dep.seq++
-	seq := dep.seq
-	epoch := h.epoch
-	h.barriers[seq] = b
-	dep.mu.Unlock()
 	w := dep.in.watch(ctx) // dialing the connection reads the server's greeting
 	err := h.ps.Subscribe(ctx, channel)
 	w.stop()
@@ -270,7 +256,7 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	<-h.wmu
 	if err == nil {
 		select {
-		case err = <-b.done:
+		case err = <-done:
 		case <-ctx.Done():
 			err = context.Cause(ctx)
 		case <-deadline.C:
@@ -290,6 +276,21 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 }
 
 const pingPrefix = "redislock:"
+
+// addBarrier registers the waiter of the next PING on h's connection: its
+// payload's number, the connection's epoch, and where its PONG is
+// reported; ok is false when h is dead. h.wmu is held.
+func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
+	h.dep.mu.Lock()
+	defer h.dep.mu.Unlock()
+	if h.dead {
+		return 0, 0, nil, false
+	}
+	h.dep.seq++
+	done = make(chan error, 1)
+	h.barriers[h.dep.seq] = done
+	return h.dep.seq, h.epoch, done, true
+}
 
 // unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
 // if nobody subscribed again.
@@ -340,31 +341,6 @@ func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	_ = h.ps.Unsubscribe(ctx, channel)
 }
 
-// subSeq numbers subscriptions in order of arrival.
-var subSeq atomic.Uint64
-
-// wakeStagger is how much later than the one before it each waiter of a
-// process is woken by a release, longest waiter first.
-const wakeStagger = 300 * time.Microsecond
-
-// deliver wakes the waiters of a released lock, the longest waiting at
-// once and each of the others wakeStagger after the one before it. All
-// are told, as the Notifier contract says; the head start lets the longest
-// waiter of each process try first, so that waiters are served roughly in
-// arrival order instead of racing on every release, in which some of them
-// lose for a long time.
-func (dep *deployment) deliver(subs []*subscription) {
-	slices.SortFunc(subs, func(a, b *subscription) int { return cmp.Compare(a.seq, b.seq) })
-	for i, s := range subs {
-		if i == 0 || wakeStagger == 0 {
-			notify(s.ch)
-			continue
-		}
-		ch := s.ch
-		time.AfterFunc(time.Duration(i)*wakeStagger, func() { notify(ch) })
-	}
-}
-
 func notify(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -383,9 +359,9 @@ func (h *hub) kill() {
 func (h *hub) failBarriers(err error) {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
-	for seq, b := range h.barriers {
+	for seq, done := range h.barriers {
 		select {
-		case b.done <- err:
+		case done <- err:
 		default:
 		}
 		delete(h.barriers, seq)
@@ -480,7 +456,11 @@ func (h *hub) run() {
 				}
 			}
 			dep.mu.Unlock()
-			dep.deliver(subs)
+			// All are told, as the Notifier contract says; the locker
+			// Client's turnstile orders its own waiters.
+			for _, s := range subs {
+				notify(s.ch)
+			}
 		case *redis.Pong:
 			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
 				continue
@@ -492,10 +472,10 @@ func (h *hub) run() {
 			// PONGs arrive in order: every earlier barrier on this
 			// connection is passed too.
 			dep.mu.Lock()
-			for s, b := range h.barriers {
+			for s, done := range h.barriers {
 				if s <= seq {
 					select {
-					case b.done <- nil:
+					case done <- nil:
 					default:
 					}
 					delete(h.barriers, s)
@@ -572,25 +552,19 @@ func (h *hub) ping() {
 	if !h.lockWrites() {
 		return
 	}
-	dep.mu.Lock()
-	if h.dead {
-		dep.mu.Unlock()
+	seq, epoch, done, ok := h.addBarrier()
+	if !ok {
 		<-h.wmu
 		return
 	}
-	dep.seq++
-	seq := dep.seq
-	b := &barrier{done: make(chan error, 1)}
-	h.barriers[seq] = b
-	ps, epoch := h.ps, h.epoch
-	dep.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
 	defer cancel()
-	err := ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	// h.ps changes only under h.wmu (replace).
+	err := h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
 	<-h.wmu
 	if err == nil {
 		select {
-		case err = <-b.done:
+		case err = <-done:
 		case <-ctx.Done():
 			err = errNoPong
 		case <-h.quit:
@@ -624,12 +598,7 @@ func (h *hub) replace(reason error) {
 	defer func() { <-h.wmu }()
 	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
 	defer cancel()
-	var ps *redis.PubSub
-	if dep.ring {
-		ps = dep.rdb.Subscribe(ctx, h.route)
-	} else {
-		ps = dep.rdb.Subscribe(ctx)
-	}
+	ps := dep.pubSub(ctx, h.route)
 	dep.mu.Lock()
 	if h.dead {
 		dep.mu.Unlock()

@@ -42,24 +42,19 @@ func init() {
 // openAny is the registry's opener: a Driver, or a FairDriver when the URL
 // says fair=true.
 func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
-	d, err := open(ctx, u, fairByURL, nil)
+	fair, err := fairParam(u)
 	if err != nil {
 		return nil, err
 	}
-	if d.fair {
+	d, err := open(ctx, u, fair, nil)
+	if err != nil {
+		return nil, err
+	}
+	if fair {
 		return &FairDriver{d}, nil
 	}
 	return d, nil
 }
-
-// fairMode says whether open makes a fair driver.
-type fairMode int
-
-const (
-	plainOnly  fairMode = iota // Open: fair=true is an error
-	fairAlways                 // OpenFair: fair=true may be said
-	fairByURL                  // the registry: as fair= says
-)
 
 // fairParam reads the URL's fair parameter, which is ours, not go-redis's.
 func fairParam(u *url.URL) (bool, error) {
@@ -152,10 +147,13 @@ func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 // The URL may say fair=true, as locker.Open needs it to.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
 	u, err := parseURL(rawURL)
+	if err == nil {
+		_, err = fairParam(u)
+	}
 	if err != nil {
 		return nil, err
 	}
-	d, err := open(ctx, u, fairAlways, opts)
+	d, err := open(ctx, u, true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -173,43 +171,30 @@ func parseURL(rawURL string) (*url.URL, error) {
 // defaultOpenTimeout bounds Open when ctx has no deadline.
 const defaultOpenTimeout = 10 * time.Second
 
-// Open connects to the deployment that rawURL names and returns a Driver
-// that owns the connection (Close closes it):
-//
-//	redis://[user:password@]host:port/db?go-redis options
-//	rediss://...                                      (TLS)
-//	redis+cluster://[user:password@]host:port,host:port?go-redis cluster options
-//	rediss+cluster://...                              (TLS)
-//
-// The query parameters are go-redis's own (dial_timeout=3s, pool_size=20,
-// ...; see redis.ParseURL and redis.ParseClusterURL); an unknown one is an
-// error wrapping backend.ErrInvalidURL. The cluster form also accepts
-// go-redis's addr=host:port parameter. fair=true is for OpenFair (and
-// locker.Open), not Open. restart_delay= is WithRestartDelay. TLS takes the
-// parameters every backend reads (backend.Params.TLS): ca=FILE,
-// cert=FILE and key=FILE (client certificate), server_name=NAME,
-// skip_verify=true (tests only); rediss implies TLS, and any of them turns
-// it on for redis too. Open pings the server, within ctx or 10 seconds,
-// and checks its maxmemory-policy once.
+// Open connects to the deployment that rawURL names, a redis://,
+// rediss://, redis+cluster:// or rediss+cluster:// URL with the parameters
+// of the package documentation (fair=true is OpenFair's; any TLS
+// parameter turns TLS on for redis:// too), and returns a Driver that owns
+// the connection (Close closes it). Open pings the server, within ctx or
+// 10 seconds, and checks its maxmemory-policy once.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, u, plainOnly, opts)
-}
-
-// open is Open, OpenFair and the registry's opener (see fairMode). The
-// Driver it returns is fair (d.fair) when mode is fairAlways, or fairByURL and
-// the URL says fair=true.
-func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Driver, error) {
-	wantFair, err := fairParam(u)
+	fair, err := fairParam(u)
+	if err == nil && fair {
+		err = fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if wantFair && mode == plainOnly {
-		return nil, fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
-	}
+	return open(ctx, u, false, opts)
+}
+
+// open is Open, OpenFair and the registry's opener: a fair Driver when
+// fair.
+func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, error) {
 	u, opts, tc, err := ownParams(u, opts)
 	if err != nil {
 		return nil, err
@@ -253,7 +238,7 @@ func open(ctx context.Context, u *url.URL, mode fairMode, opts []Option) (*Drive
 	dep := newDeployment(rdb, true, &cfg)
 	dep.in = in
 	dep.checkMaxmemory(ctx, u.Host)
-	return &Driver{dep: dep, fair: mode == fairAlways || mode == fairByURL && wantFair}, nil
+	return &Driver{dep: dep, fair: fair}, nil
 }
 
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
@@ -349,34 +334,27 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
 	}
-	var clients []redis.UniversalClient
-	var ins []*interrupter
-	closeAll := func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}
+	// Every server's options first: a bad URL leaves no client to close.
+	var options []*redis.Options
 	for _, h := range hosts {
 		c := *u
 		c.Scheme = strings.TrimSuffix(u.Scheme, "+quorum")
 		c.Host = h
 		o, err := redis.ParseURL(c.String())
 		if err != nil {
-			closeAll()
 			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
 		// A refused connection is also one lost vote: retrying it would make
 		// every operation wait for it.
 		retryOnce(o, u)
-		ins = append(ins, interruptible(o))
-		clients = append(clients, redis.NewClient(o))
+		options = append(options, o)
 	}
 	var deps []*deployment
-	for i, c := range clients {
-		dep := newDeployment(c, true, &cfg)
-		dep.addr = hosts[i]
-		dep.in = ins[i]
+	for i, o := range options {
+		in := interruptible(o) // before the client copies o
+		dep := newDeployment(redis.NewClient(o), true, &cfg)
+		dep.addr, dep.in = hosts[i], in
 		deps = append(deps, dep)
 	}
 	q := newQuorum(deps, hosts, cfg)
@@ -389,7 +367,8 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	res := q.gather(ctx, timeout, func(ctx context.Context, dep *deployment) result {
+	res := q.gather(ctx, timeout, false, func(ctx context.Context, i int) result {
+		dep := q.deps[i]
 		err := classify(dep.rdb.Ping(ctx).Err())
 		if err == nil {
 			dep.checkMaxmemory(ctx, dep.addr)

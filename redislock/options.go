@@ -61,14 +61,12 @@ func (c *config) invalid(format string, args ...any) {
 var defaultRestartDelay time.Duration = -1
 
 // WithRestartDelay caps how long a server refuses to grant names it has no
-// fence counter for after it starts (URL: restart_delay=). By default it
-// refuses for the lock's TTL: a server restarted without persistence has
-// forgotten every lock while their holders still run, each until its TTL
-// runs out, so granting sooner could make two holders (Redlock's "delayed
-// restart", enforced by the server's own uptime). A name's first use on a
-// new server waits the same way. A server that persists every write
-// (appendonly yes, appendfsync always) forgets nothing: 0 turns the check
-// off. A negative d is an error.
+// fence counter for after it starts (URL: restart_delay=; default: the
+// lock's TTL, so that the holders a restart without persistence forgot
+// run out first; see docs/backends/redislock.md, What Redis cannot
+// promise). A server that persists every write (appendonly yes,
+// appendfsync always) forgets nothing: 0 turns the check off. A negative
+// d is an error.
 func WithRestartDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -88,8 +86,8 @@ const DefaultRetention = 24 * time.Hour
 // once it is gone, nothing of a released name remains, and the next grant
 // seeds the counter from the server's clock again. Fences keep increasing
 // across that as long as no server's clock steps back by more than d (and,
-// for a Quorum, the servers' clocks differ by less than d): see the
-// package documentation. d must be positive.
+// for a Quorum, the servers' clocks differ by less than d): see
+// docs/backends/redislock.md, Fences and retention. d must be positive.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -102,7 +100,7 @@ func WithRetention(d time.Duration) Option {
 
 // WithLogger sets where the driver reports a server whose maxmemory-policy
 // may evict lock keys, and go-redis's own messages while it is open (see
-// the package documentation, Logging). Default, and nil: nowhere.
+// docs/backends/redislock.md, Logging). Default, and nil: nowhere.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {

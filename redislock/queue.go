@@ -97,7 +97,7 @@ func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.f
 // polls (see Wait).
 func (t *ticket) subscribe(ctx context.Context) error {
 	var err error
-	t.sub, t.cancel, err = t.d.dep.subscribeSub(ctx, t.c.Key, t.w, t.ch)
+	t.sub, t.cancel, err = t.d.dep.subscribe(ctx, t.c.Key, t.w, t.ch)
 	if err != nil && ctx.Err() == nil {
 		t.poll = &retry.Backoff{Min: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 		t.d.dep.log.Warn("redislock: release notifications unavailable, polling", "key", t.c.Key, "err", err)
@@ -173,14 +173,12 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 			return backend.Grant{}, limitMismatch("acquire", r.limit, c.Limit)
 		}
 		v = r.v
-	case d.fair:
-		v, err = d.dep.fairAcquire(ctx, c, value, t.px, t.w, mode)
-	case n == t.first: // the plain try: it joins nothing
+	case !d.fair && n == t.first: // the default mode's plain try: it joins nothing
 		if v, err = d.dep.acquire(ctx, c, value, t.px); err == nil && v == 0 {
 			return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
 		}
 	default:
-		v, err = d.dep.handoffAcquire(ctx, c, value, t.px, t.w, mode)
+		v, err = d.dep.queueAcquire(ctx, d.fair, c, value, t.px, t.w, mode)
 	}
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -18,40 +18,10 @@ import (
 // Quorum is the Redlock algorithm over N independent Redis servers (not
 // replicas of each other): a lock is held when a majority of them granted
 // it, within its validity. It implements backend.Driver and
-// backend.Notifier.
-//
-// Requests. An acquisition asks every server at once and returns at the
-// first majority; a release goes to every server at once and returns at
-// the first majority too, the rest finishing in the background. On a
-// contended name an acquisition asks the name's first server before the
-// others (quorum_hot.go), and a server's restart check costs no INFO once
-// its uptime is proven (quorum_scripts.go).
-//
-// Validity. Every server is asked for the lock with an expiry of
-// px = TTL/(1-drift factor) + fixed drift (about TTL + 1% + 2ms by
-// default), starting at t0, before the first request is sent. A server
-// whose clock runs at most the drift factor slow of ours still keeps the key
-// until t0 + TTL on our clock, so the lock is valid until t0 + TTL: the
-// Grant reports the requested TTL, and an acquisition that took longer than
-// that (px - elapsed - drift allowance <= 0) fails and cleans up.
-//
-// Fencing. Each server keeps its own counter, advanced by the acquire
-// script when it grants. An acquisition's fence F is the highest value that
-// a granting server returned, and before the acquisition succeeds every
-// granting server whose counter is below F is raised to F, by a script that
-// first checks the token still holds the lock there. The lock is held only
-// when a majority M of servers granted it and now has counter >= F. Why the
-// next holder's fence is greater: its own majority M' shares a server s
-// with M. On s, the next holder's SET NX succeeded only after this holder's
-// key on s was gone, which is after s's counter reached F (the raise ran
-// while the key was there), so its script on s yields more than F, and its
-// fence, the maximum over M', is more than F. When all granting servers
-// returned F already, which is the steady state once they agree, no raise
-// round trip is needed; on a new name too, as each server's clock floor is
-// rounded to a grain (scripts/quorum_acquire.lua). If s's counter expired in between (the retention
-// passed since its last grant), s starts again at its clock, which is above
-// F as long as s's clock is not behind the clock that gave F by more than
-// the retention (see the package documentation).
+// backend.Notifier. Every request goes to all servers at once and returns
+// at the first majority. Its validity (the drift allowance) and why its
+// fences increase although each server counts on its own are in
+// docs/backends/redislock.md, Quorum.
 type Quorum struct {
 	deps   []*deployment
 	addrs  []string // for error messages
@@ -145,7 +115,7 @@ func clientAddr(c redis.UniversalClient, i int) string {
 // Quorum returns how many servers must grant a lock: a majority.
 func (q *Quorum) Quorum() int { return q.quorum }
 
-// px is the expiry asked of each server (see the type's comment).
+// px is the expiry asked of each server: the TTL and the drift allowance.
 func (q *Quorum) px(ttl time.Duration) int64 {
 	stretched := time.Duration(float64(ttl)/(1-q.cfg.driftFactor)) + q.cfg.driftMin
 	return ttlMillis(max(stretched, ttl))
@@ -156,109 +126,103 @@ type result struct {
 	ok       bool
 	fence    uint64
 	err      error
+	view     holding            // Inspect's and Break's: the server's holding, when ok
+	found    map[string]holding // List's
 }
 
-// gather runs fn on every server concurrently, each with its own context
-// that the caller's cancellation does not end (a command sent should
-// complete, so that the store is left as the caller believes) but timeout
-// bounds. It returns the results in server order as soon as decided
-// reports that the answers so far settle the matter, all servers answered,
-// or ctx ends: a slow or unreachable minority does not hold up the
-// majority. Servers that answer later are passed to late, in the
-// background; Close waits for them.
-func (q *Quorum) gather(ctx context.Context, timeout time.Duration,
-	fn func(ctx context.Context, dep *deployment) result,
+// gather runs fn on every server (fanOut) and returns the results in
+// server order as soon as decided reports that the answers so far settle
+// the matter, all servers answered, or ctx ends.
+func (q *Quorum) gather(ctx context.Context, timeout time.Duration, linked bool,
+	fn func(ctx context.Context, i int) result,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
 ) []result {
-	return q.gatherOn(ctx, timeout, false, func(ctx context.Context, _ int, dep *deployment) result { return fn(ctx, dep) }, decided, late)
-}
-
-// gatherOn is gather with fn told the server's index. linked: the
-// caller's cancellation ends the requests too (an acquisition's: a request
-// not yet sent when the caller gives up could only grant a lock nobody
-// wants).
-func (q *Quorum) gatherOn(ctx context.Context, timeout time.Duration, linked bool,
-	fn func(ctx context.Context, i int, dep *deployment) result,
-	decided func(ok, notOK int) bool,
-	late func(i int, r result),
-) []result {
-	type answer struct {
-		i int
-		r result
-	}
-	reqCtx, cancel, ok := q.requests(ctx, timeout)
-	if !ok {
+	res := make([]result, len(q.deps))
+	ok, notOK := 0, 0
+	started := fanOut(q, ctx, timeout, linked, fn, func(i int, r result) bool {
+		r.answered = true
+		res[i] = r
+		switch {
+		case r.err != nil:
+		case r.ok:
+			ok++
+		default:
+			notOK++
+		}
+		return decided(ok, notOK)
+	}, late)
+	if !started {
 		return closedResults(len(q.deps))
 	}
-	if linked {
-		var stop context.CancelFunc
-		reqCtx, stop = context.WithCancel(reqCtx)
-		unlink := context.AfterFunc(ctx, stop)
-		end := cancel
-		cancel = func() { unlink(); stop(); end() }
+	return res
+}
+
+// fanOut runs fn on every server concurrently, each with a context of its
+// own that the caller's cancellation does not end (a command sent should
+// complete, so that the store is left as the caller believes) unless
+// linked (an acquisition's: a request not yet sent when the caller gives
+// up could only grant a lock nobody wants); timeout and Close end it. It
+// hands the answers to take, as they come, until take reports that they
+// settle the matter, all servers answered, or ctx ends: a slow or
+// unreachable minority does not hold up the majority. Servers that answer
+// later are passed to late, in the background; Close waits for them. It
+// returns false, with nothing run, once Close has begun.
+func fanOut[T any](q *Quorum, ctx context.Context, timeout time.Duration, linked bool,
+	fn func(ctx context.Context, i int) T,
+	take func(i int, v T) bool,
+	late func(i int, v T),
+) bool {
+	closing, done, ok := q.enter()
+	if !ok {
+		return false
 	}
-	res := make([]result, len(q.deps))
+	reqCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	stopOnClose := context.AfterFunc(closing, cancel)
+	unlink := func() bool { return false }
+	if linked {
+		unlink = context.AfterFunc(ctx, cancel)
+	}
+	// end gives back the ticket once the last request is done.
+	end := func() { unlink(); stopOnClose(); cancel(); done() }
+	type answer struct {
+		i int
+		v T
+	}
 	ch := make(chan answer, len(q.deps))
 	var wg sync.WaitGroup
-	for i, dep := range q.deps {
+	for i := range q.deps {
 		wg.Add(1)
 		q.run(func() {
 			defer wg.Done()
-			r := fn(reqCtx, i, dep)
-			ch <- answer{i, r}
+			ch <- answer{i, fn(reqCtx, i)}
 		})
 	}
-	granted, notOK, got := 0, 0, 0
-	for got < len(q.deps) && !decided(granted, notOK) {
+	got, settled := 0, false
+	for got < len(q.deps) && !settled {
 		select {
 		case a := <-ch:
 			got++
-			a.r.answered = true
-			res[a.i] = a.r
-			switch {
-			case a.r.err != nil:
-			case a.r.ok:
-				granted++
-			default:
-				notOK++
-			}
-			continue
+			settled = take(a.i, a.v)
 		case <-ctx.Done():
+			settled = true
 		}
-		break
 	}
 	if got == len(q.deps) {
-		cancel()
-		return res
+		end()
+		return true
 	}
-	// Hand the stragglers to late, with the ticket (in cancel).
 	go func() {
-		defer cancel()
+		defer end()
 		wg.Wait()
 		close(ch)
 		for a := range ch {
 			if late != nil {
-				late(a.i, a.r)
+				late(a.i, a.v)
 			}
 		}
 	}()
-	return res
-}
-
-// requests starts a gather: the context of its requests, which is not
-// the caller's (a request sent should complete; timeout and Close end it),
-// and its cancel, which also gives back the gather's ticket (see enter)
-// when its last request is done (on return, or by the stragglers'
-// goroutine). ok is false, with nothing taken, once Close has begun.
-func (q *Quorum) requests(ctx context.Context, timeout time.Duration) (_ context.Context, cancel func(), ok bool) {
-	closing, done, ok := q.enter()
-	if !ok {
-		return nil, nil, false
-	}
-	reqCtx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	stopOnClose := context.AfterFunc(closing, cancelTimeout)
-	return reqCtx, func() { stopOnClose(); cancelTimeout(); done() }, true
+	return true
 }
 
 // closedResults are the answers of n requests not sent: Close has begun.
@@ -436,7 +400,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	// use to this acquisition.
 	// Linked: a request not yet sent when the caller gives up is not sent.
 	// One already sent is seen through by late.
-	res := q.gatherOn(ctx, ttl, true, func(nctx context.Context, i int, dep *deployment) result {
+	res := q.gather(ctx, ttl, true, func(nctx context.Context, i int) result {
 		var r result
 		if i == arbiter && pre != nil {
 			r = *pre // granted already
@@ -451,15 +415,13 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}, q.decidedBy, late)
 	granted, denied := count(res)
 	var fence uint64
-	for _, r := range res {
-		if r.answered && r.ok && r.err == nil {
-			fence = max(fence, r.fence)
-		}
-	}
 	unanswered := int64(0)
 	for _, r := range res {
-		if !r.answered {
+		switch {
+		case !r.answered:
 			unanswered++
+		case r.ok && r.err == nil:
+			fence = max(fence, r.fence)
 		}
 	}
 	st.pending.Store(unanswered)
@@ -502,7 +464,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}
 
 	// Raise the counters of the granting servers that are below the fence
-	// (see the type's comment for why).
+	// (why: docs/backends/redislock.md, Quorum, Fencing).
 	confirmed, lostRace := 0, false
 	var raiseErr error
 	var wg sync.WaitGroup
@@ -616,8 +578,8 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 	}
 	px := q.px(l.TTL)
 	t0 := time.Now()
-	res := q.gather(ctx, l.TTL, func(ctx context.Context, dep *deployment) result {
-		ok, err := dep.refresh(ctx, l, px)
+	res := q.gather(ctx, l.TTL, false, func(ctx context.Context, i int) result {
+		ok, err := q.deps[i].refresh(ctx, l, px)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
 	return q.refreshVerdict(ctx, res, t0, l.TTL)
@@ -682,7 +644,8 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 		}
 		return false
 	}
-	res := q.gatherOn(wctx, min(max(l.TTL, time.Second), 10*time.Second), false, func(ctx context.Context, i int, dep *deployment) result {
+	res := q.gather(wctx, min(max(l.TTL, time.Second), 10*time.Second), false, func(ctx context.Context, i int) result {
+		dep := q.deps[i]
 		if i == arb {
 			defer arbiterAnswered.Store(true)
 		}
@@ -745,13 +708,10 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 			c()
 		}
 	}
-	res := q.gather(ctx, barrierTimeout, func(sctx context.Context, dep *deployment) result {
-		// The caller's ctx ends the wait for a confirmation, as it should;
-		// sctx bounds it otherwise.
-		sctx, stop := context.WithCancel(sctx)
-		defer stop()
-		defer context.AfterFunc(ctx, stop)()
-		c, err := dep.subscribe(sctx, key, ch)
+	// Linked: the caller's ctx ends the wait for a confirmation, as it
+	// should.
+	res := q.gather(ctx, barrierTimeout, true, func(sctx context.Context, i int) result {
+		_, c, err := q.deps[i].subscribe(sctx, key, "", ch)
 		if err == nil {
 			add(c)
 		}

@@ -9,26 +9,11 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Contended names.
-//
-// When contenders try a free name at the same moment on all servers at
-// once, each server grants whoever came first, and the vote splits: nobody
-// has a majority, every one of them releases what it got (waking the
-// others again) and pauses. On a name this Quorum found held lately (a
-// hot name), an attempt therefore asks one server first, the name's
-// arbiter, and the others only once the arbiter granted it: of
-// simultaneous attempts one wins the arbiter, and the others are refused
-// there after one request, leaving nothing to undo. A name not hot keeps
-// the one round of requests to all servers.
-//
-// And a releaser yields: a Quorum that releases a hot name that other
-// processes were holding lately lets yieldFor pass before it tries the
-// name again, so that their waiters, woken by the release, come first,
-// rather than the releasing process taking the name back every time and
-// leaving them waiting for long.
-//
-// This is ordering only: a lock is still held only when a majority
-// granted it within its validity, whatever path the attempt took.
+// Contended names: on a name refused lately, an attempt asks one server
+// first, the name's arbiter, so that simultaneous attempts do not split
+// the vote; and a releaser yields the name to the waiters of others for
+// yieldFor. Ordering only: a lock is still held only when a majority
+// granted it. See docs/backends/redislock.md, Quorum.
 
 // hotFor is how long a name stays hot after a refusal.
 const hotFor = time.Second

@@ -13,27 +13,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The restart check without INFO.
-//
-// The acquire script refuses a name it has no fence counter for while the
-// server has run for less than the restart delay, and reads the uptime with
-// INFO server to tell. On a new name (every name, the first time, and
-// again each time its counter's retention passed) that is a whole INFO
-// reply built and scanned in Lua, on every server, at each acquisition:
-// tens of microseconds of the server's time, more than the rest of the
-// script. A server that has run for hours need not be asked each time.
-//
-// So a Quorum learns each server's uptime once (INFO), rounds it down to a
-// whole power of two seconds X, and loads (SCRIPT LOAD) a variant of the
-// acquire script that skips the check for delays up to X. The variant's
-// presence in the server's script cache is the proof: the cache is emptied
-// by every restart (scripts are not persisted) and a variant with that X is
-// only ever loaded after INFO showed the same process (the same run_id
-// before and after the load) had run for X; uptime only grows. The variant
-// is therefore only ever sent as EVALSHA, never as EVAL: its NOSCRIPT
-// answer (a restart, a failover, SCRIPT FLUSH) means the proof is gone, and
-// that attempt runs the plain script, which checks with INFO, while the
-// variant is learned anew in the background.
+// The restart check without INFO: once INFO showed that a server has run
+// for X (a power of two seconds), a variant of the acquire script that
+// skips the check for delays up to X is loaded there and sent by EVALSHA
+// only. Its presence in the script cache, which a restart empties, is the
+// proof; NOSCRIPT means the proof is gone, and the plain script checks.
+// See docs/backends/redislock.md, Quorum.
 
 // upScript is a server's proven variant of the acquire script.
 type upScript struct {
@@ -58,12 +43,12 @@ const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]),
 
 // quorumAcquireScript is the plain quorum acquire script (with the restart
 // check); Run falls back to EVAL.
-var quorumAcquireScript = redis.NewScript(valueLua + fenceLua + quorumPrefix + acquireLua)
+var quorumAcquireScript = redis.NewScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
 
 // upVariant is the acquire script that skips the restart check for delays
 // of at most upMs milliseconds.
 func upVariant(upMs int64) string {
-	return valueLua + fenceLua + quorumPrefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + acquireLua
+	return lua("value", "fence") + quorumPrefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
 }
 
 // grain is the rounding of the quorum acquire script's clock floor, in

@@ -2,7 +2,7 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,64 +15,51 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The scripts, embedded from scripts/ and put together here; the methods
-// below run them on a deployment, one per operation, with the keys of
-// keysFor.
-var (
-	//go:embed scripts/acquire.lua
-	acquireLua string
-	//go:embed scripts/refresh.lua
-	refreshLua string
-	//go:embed scripts/release.lua
-	releaseLua string
-	//go:embed scripts/raise.lua
-	raiseLua string
-	//go:embed scripts/queue.lua
-	queueLua string
-	//go:embed scripts/fair_acquire.lua
-	fairAcquireLua string
-	//go:embed scripts/leave.lua
-	leaveLua string
-	//go:embed scripts/value.lua
-	valueLua string
-	//go:embed scripts/inspect.lua
-	inspectLua string
-	//go:embed scripts/break.lua
-	breakLua string
-	//go:embed scripts/fence.lua
-	fenceLua string
-	//go:embed scripts/handoff.lua
-	handoffLua string
-	//go:embed scripts/handoff_acquire.lua
-	handoffAcquireLua string
-	//go:embed scripts/handoff_release.lua
-	handoffReleaseLua string
-	//go:embed scripts/handoff_leave.lua
-	handoffLeaveLua string
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
 
+// lua returns the scripts/<name>.lua files named, one after the other: the
+// scripts below are put together from them, and run on a deployment, one
+// per operation, with the keys of keysFor.
+func lua(names ...string) string {
+	var b strings.Builder
+	for _, name := range names {
+		src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
+		if err != nil {
+			panic(err) // a name misspelled here: every test fails at init
+		}
+		b.Write(src)
+	}
+	return b.String()
+}
+
+// The queues' acquire scripts run the plain acquire script as a function,
+// for the waiter whose turn it is.
+const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n"
+
+var (
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
-	acquireScript = redis.NewScript(valueLua + fenceLua + "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n" + acquireLua)
-	refreshScript = redis.NewScript(refreshLua)
-	releaseScript = redis.NewScript(valueLua + "local function next_waiter() return '' end\n" + releaseLua)
-	raiseScript   = redis.NewScript(valueLua + raiseLua)
-	inspectScript = redis.NewScript(queueLua + inspectLua)
-	breakScript   = redis.NewScript(valueLua + "local function next_waiter() return '' end\n" + breakLua)
+	acquireScript = redis.NewScript(lua("value", "fence") + "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n" + lua("acquire"))
+	refreshScript = redis.NewScript(lua("refresh"))
+	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
+	raiseScript   = redis.NewScript(lua("value", "raise"))
+	inspectScript = redis.NewScript(lua("queue", "inspect"))
+	breakScript   = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("break"))
 
-	// Fair mode's scripts share queue.lua; fair acquire runs the plain
-	// acquire script as a function, for the head of the queue only.
-	fairAcquireScript = redis.NewScript(valueLua + fenceLua + queueLua + "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n" + acquireLua + "\nend\n" + fairAcquireLua)
-	fairReleaseScript = redis.NewScript(valueLua + queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + releaseLua)
-	fairBreakScript   = redis.NewScript(valueLua + queueLua + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + breakLua)
-	leaveScript       = redis.NewScript(valueLua + queueLua + leaveLua)
+	// Fair mode's scripts share queue.lua; its acquire grants the head of
+	// the queue only.
+	fairAcquireScript = redis.NewScript(lua("value", "fence", "queue") + queueArgs + lua("acquire") + "\nend\n" + lua("fair_acquire"))
+	fairReleaseScript = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("release"))
+	fairBreakScript   = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("break"))
+	leaveScript       = redis.NewScript(lua("value", "queue", "leave"))
 
 	// The default mode's: a contended lock is handed from its holder to
-	// the first live waiter (see handoff.lua); the waiter's try runs the
-	// plain acquire script as a function.
-	handoffPrefix        = valueLua + fenceLua + queueLua + handoffLua
-	handoffAcquireScript = redis.NewScript(handoffPrefix + "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n" + acquireLua + "\nend\n" + handoffAcquireLua)
-	handoffReleaseScript = redis.NewScript(handoffPrefix + handoffReleaseLua)
-	handoffLeaveScript   = redis.NewScript(handoffPrefix + handoffLeaveLua)
+	// the first live waiter (see handoff.lua).
+	handoffPrefix        = lua("value", "fence", "queue", "handoff")
+	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
+	handoffReleaseScript = redis.NewScript(handoffPrefix + lua("handoff_release"))
+	handoffLeaveScript   = redis.NewScript(handoffPrefix + lua("handoff_leave"))
 )
 
 // ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.
@@ -81,15 +68,10 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(int64(ms), 1)
 }
 
-// The lock key holds "<token>.<attempt>:<fence>:<owner>" (see
-// scripts/value.lua and parseValue). The token says who holds it, for
-// refresh and release; the attempt says which try of that token set it, so
-// that cleaning up after a failed try (in the background, on a server that
-// answered late) never removes the key that a later, successful try of the
-// same token set. Attempts are numbered in increasing order, and a key set
-// by a later attempt is never overwritten by an earlier one (the acquire
-// script checks), so a straggler of an abandoned try cannot take the key
-// from the try that followed it.
+// attempts numbers the tries of every token, in increasing order: the
+// lock key holds "<token>.<attempt>:<fence>:<owner>", so that cleaning up
+// after a failed try never removes what a later try of the token set (see
+// scripts/value.lua and docs/backends/redislock.md, How it works).
 var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
@@ -173,14 +155,20 @@ func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, erro
 	return dep.released(v), classify(err)
 }
 
-// fairAcquire runs the fair acquire script for waiter w in mode "try",
-// "wait" or "look" (see fair_acquire.lua): the fence, 0 when not granted,
-// -n when w is next and the lock is held for n more milliseconds, or
-// redis.Nil when w's entry is gone.
-func (dep *deployment) fairAcquire(ctx context.Context, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
+// queueAcquire runs a queue's acquire script for waiter w: fair mode's
+// (fair_acquire.lua, modes "try", "wait" and "look"), or the default
+// mode's (handoff_acquire.lua, "wait" and "look"). It answers the fence;
+// 0 when not granted (queued); -n when w is next and the lock is held for
+// n more milliseconds, or a restarted server refuses the name for that
+// long; redis.Nil when w's entry, queued before, is gone.
+func (dep *deployment) queueAcquire(ctx context.Context, fair bool, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := fairAcquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence, k.queue, k.live}, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
+	script, ks := fairAcquireScript, []string{k.lock, k.fence, k.queue, k.live}
+	if !fair {
+		script, ks = handoffAcquireScript, append(ks, k.hand)
+	}
+	v, err := script.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
 

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strconv"
 	"strings"
@@ -18,23 +17,10 @@ import (
 // counter (see scripts/shared.lua).
 
 var (
-	//go:embed scripts/shared.lua
-	sharedLua string
-	//go:embed scripts/shared_queue.lua
-	sharedQueueLua string
-	//go:embed scripts/shared_acquire.lua
-	sharedAcquireLua string
-	//go:embed scripts/shared_refresh.lua
-	sharedRefreshLua string
-	//go:embed scripts/shared_release.lua
-	sharedReleaseLua string
-	//go:embed scripts/shared_leave.lua
-	sharedLeaveLua string
-
-	sharedAcquireScript = redis.NewScript(fenceLua + sharedLua + sharedQueueLua + sharedAcquireLua)
-	sharedRefreshScript = redis.NewScript(sharedLua + sharedRefreshLua)
-	sharedReleaseScript = redis.NewScript(sharedLua + sharedReleaseLua)
-	sharedLeaveScript   = redis.NewScript(sharedLua + sharedLeaveLua)
+	sharedAcquireScript = redis.NewScript(lua("fence", "shared", "shared_queue", "shared_acquire"))
+	sharedRefreshScript = redis.NewScript(lua("shared", "shared_refresh"))
+	sharedReleaseScript = redis.NewScript(lua("shared", "shared_release"))
+	sharedLeaveScript   = redis.NewScript(lua("shared", "shared_leave"))
 )
 
 var _ backend.Modal = (*Driver)(nil)
@@ -159,8 +145,7 @@ func (dep *deployment) refreshShared(ctx context.Context, c backend.Claim, px in
 	return v == 1, classify(err)
 }
 
-// releaseShared is Release for a permit, a read or a write; a writer that
-// does not hold withdraws its record of waiting.
+// releaseShared is Release for a permit, a read or a write.
 func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool, error) {
 	defer dep.in.watch(ctx).stop()
 	v, err := sharedReleaseScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()

@@ -39,7 +39,7 @@ func commandCount(t *testing.T, admin *redis.Client, cmds ...string) int64 {
 }
 
 // A waiter whose ACL user may not SUBSCRIBE (no +subscribe, or no rule
-// for the release channel: the package documentation says waiting still
+// for the release channel: docs/backends/redislock.md says waiting still
 // works, by polling) polls at a backoff's pace, in both modes: it does not
 // try again at once after each refused subscription (the plain mode did,
 // and the server ran 20,000-31,000 commands a second for one waiter). The

@@ -6,8 +6,7 @@
 --                                  it holds (server time, ms)
 -- KEYS[2]  {E}:sem.h or {E}:rw.h   hash: holder token -> "<attempt>:<fence>";
 --                                  '#limit' the permits' limit; '#w' the
---                                  writer's token; '#wait' and '#until' the
---                                  waiting writer and until when (ms)
+--                                  writer's token
 -- KEYS[3]  {E}:sem.fence or {E}:rw.fence   the object's fence counter
 --
 -- Tokens are 32 hex digits, so they never clash with the '#' fields.
@@ -24,8 +23,8 @@ local function hdel(h, fs)
   end
 end
 
--- prune drops the holders whose time ran out, the writer's field with
--- its holder, and a waiting record past its time.
+-- prune drops the holders whose time ran out, and the writer's field with
+-- its holder.
 local function prune(z, h, now)
   local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
   if #dead > 0 then
@@ -36,21 +35,13 @@ local function prune(z, h, now)
       redis.call('HDEL', h, '#w')
     end
   end
-  local u = redis.call('HGET', h, '#until')
-  if u and tonumber(u) <= now then
-    redis.call('HDEL', h, '#wait', '#until')
-  end
 end
 
--- settle makes the object's keys expire with its last holder or waiting
--- record, and deletes them when nothing is left: no residue.
+-- settle makes the object's keys expire with its last holder, and deletes
+-- them when nothing is left: no residue.
 local function settle(z, h, now)
   local last = redis.call('ZRANGE', z, -1, -1, 'WITHSCORES')[2]
   local m = tonumber(last or '0')
-  local u = tonumber(redis.call('HGET', h, '#until') or '0')
-  if u > m then
-    m = u
-  end
   if m <= now then
     redis.call('DEL', z, h)
     return

@@ -9,13 +9,13 @@
 -- ARGV[6]  restart delay in milliseconds (see acquire.lua)
 -- ARGV[7]  fence counter retention in milliseconds
 --
--- The prefix, shared_queue.lua, defines the queue's part: fair,
+-- The prefix, shared_queue.lua, defines the queue's part:
 -- queued(now) -> the live waiters ahead of the caller and whether a writer
 -- is among them, refused(now, us) -> the answer when not granted, and
 -- granted().
 --
 -- Returns the fence (> 0) when granted; 0 when not; -n when a restarted
--- server refuses for n more milliseconds (see acquire.lua), or (a fair
+-- server refuses for n more milliseconds (see acquire.lua), or (a
 -- waiter) to look again in n milliseconds; the string "limit:<n>" when the
 -- held permits carry the limit n and ARGV[5] differs; nil when a waiter's
 -- entry to look at is gone (see shared_queue.lua).
@@ -63,24 +63,16 @@ if mode == 'p' then
   end
   redis.call('HSET', h, '#limit', limit)
 elseif mode == 'r' then
-  local wt = redis.call('HGET', h, '#wait')
-  if redis.call('HEXISTS', h, '#w') == 1 or (wt and wt ~= tok) or writer_ahead then
+  if redis.call('HEXISTS', h, '#w') == 1 or writer_ahead then
     return refused(now, us)
   end
 else
+  -- A waiting writer's place in the queue makes the readers behind it
+  -- stand back.
   if held > (mine and 1 or 0) or ahead > 0 then
-    -- Record this writer as waiting, so that readers stand back (a fair
-    -- waiter's place in the queue does that).
-    local wt = redis.call('HGET', h, '#wait')
-    if not fair and (not wt or wt == tok) then
-      redis.call('HSET', h, '#wait', tok, '#until', string.format('%d', now + px))
-    end
     return refused(now, us)
   end
   redis.call('HSET', h, '#w', tok)
-  if redis.call('HGET', h, '#wait') == tok then
-    redis.call('HDEL', h, '#wait', '#until')
-  end
 end
 granted()
 -- The fence as the lock's (see fence.lua).

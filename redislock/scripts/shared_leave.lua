@@ -1,4 +1,4 @@
--- shared_leave (fair mode): a waiter gives up. It leaves the queue (see
+-- shared_leave: a waiter gives up. It leaves the queue (see
 -- shared_queue.lua), frees what its attempt was granted after all (a reply
 -- lost), and wakes the others, who may enter now.
 --

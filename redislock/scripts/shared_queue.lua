@@ -1,4 +1,4 @@
--- shared_queue (fair mode): the waiters' queue of a semaphore or a
+-- shared_queue (both modes): the waiters' queue of a semaphore or a
 -- read-write lock, for shared_acquire, served in arrival order: a permit
 -- is granted while the holders and the live waiters ahead are fewer than
 -- the limit, a reader when no writer holds or waits ahead, a writer when
@@ -16,7 +16,6 @@
 --
 -- A waiter renews its liveness on every try; dead ones are dropped when a
 -- try passes them.
-local fair = true
 local q, live, me = KEYS[4], KEYS[5], ARGV[8]
 
 -- queued counts the live waiters ahead of me (all of them for a try

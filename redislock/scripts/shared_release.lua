@@ -1,6 +1,5 @@
--- shared_release: free a holder's permit, read or write, or withdraw a
--- writer's record of waiting, and wake the key's waiters (see shared.lua
--- and release.lua).
+-- shared_release: free a holder's permit, read or write, and wake the
+-- key's waiters (see shared.lua and release.lua).
 --
 -- ARGV[1]  token
 -- ARGV[2]  release channel
@@ -8,7 +7,7 @@
 --          number to clean up after that failed attempt only
 --
 -- Returns 1 when released, 2 when released but the wake-up was refused,
--- 0 when the token held nothing (a waiting record it had is gone too).
+-- 0 when the token held nothing.
 local z, h, tok = KEYS[1], KEYS[2], ARGV[1]
 local now = now_ms()
 prune(z, h, now)
@@ -17,27 +16,17 @@ local mine = cur ~= false and cur ~= nil
 if mine and ARGV[3] ~= '' then
   mine = string.match(cur, '^(%d+):') == ARGV[3]
 end
-local changed = false
-if mine then
-  redis.call('ZREM', z, tok)
-  redis.call('HDEL', h, tok)
-  if redis.call('HGET', h, '#w') == tok then
-    redis.call('HDEL', h, '#w')
-  end
-  changed = true
+if not mine then
+  settle(z, h, now)
+  return 0
 end
-if ARGV[3] == '' and redis.call('HGET', h, '#wait') == tok then
-  redis.call('HDEL', h, '#wait', '#until')
-  changed = true
+redis.call('ZREM', z, tok)
+redis.call('HDEL', h, tok)
+if redis.call('HGET', h, '#w') == tok then
+  redis.call('HDEL', h, '#w')
 end
 settle(z, h, now)
-if not changed then
-  return 0
-end
 local sent = redis.pcall('PUBLISH', ARGV[2], '')
-if not mine then
-  return 0
-end
 if type(sent) == 'table' and sent.err then
   return 2
 end
