@@ -215,12 +215,12 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
 
-	won, holder, err := d.claimHolder(ctx, item, l.Token)
+	won, holder, err := d.claim(ctx, item, l.Token)
 	if err != nil {
 		// The add or cas may have been applied even though we saw an error
 		// (a timeout after the server stored it): take back what we may
 		// have left, token-checked, so that it does not hold the key.
-		d.cleanup(l)
+		d.backOut(lk, l.Token)
 		return backend.Grant{}, err
 	}
 	if !won {
@@ -229,7 +229,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 
 	fail := func(err error) (backend.Grant, error) {
-		d.cleanup(l)
+		d.backOut(lk, l.Token)
 		return backend.Grant{}, err
 	}
 	if err := live(ctx, "acquire"); err != nil {
@@ -316,15 +316,9 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 }
 
 // claim stores item (holding token) if the key is free: absent, expired, or
-// a tombstone. It reports false when another token holds the key.
-func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (bool, error) {
-	won, _, err := d.claimHolder(ctx, item, token)
-	return won, err
-}
-
-// claimHolder is claim, returning as well the holder's value when it lost
-// and read one.
-func (d *Driver) claimHolder(ctx context.Context, item *memcache.Item, token string) (won bool, holder []byte, err error) {
+// a tombstone. It reports false when another token holds the key, with the
+// holder's value when it read one.
+func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (won bool, holder []byte, err error) {
 	for range maxAttempts {
 		err = d.add(item)
 		switch {
@@ -368,16 +362,8 @@ func (d *Driver) claimHolder(ctx context.Context, item *memcache.Item, token str
 	return false, nil, nil
 }
 
-// cleanup frees what an acquisition that fails may have stored, if it is
-// still ours, before the call returns: a caller that gave up as its add
-// was answered, and tries again at once or is another process, finds the
-// name free. It waits at most CancelGrace (backOut); on a dead connection
-// the rest goes on in the background. Best effort: if the server cannot
-// be reached either, the item expires after its TTL.
-func (d *Driver) cleanup(l backend.Claim) { d.backOutItem(lockKey(l.Key), l.Token, "lock") }
-
-// nextFence draws the fencing token for a holder of key: incr on the key's
-// counter, seeded from the clock when missing.
+// nextFence draws the fencing token from the counter fk: incr, seeded
+// from the clock when missing.
 //
 // Why fences strictly increase across holders. Every holder that gets a
 // Grant drew its fence with incr between the moment its item was created
@@ -433,12 +419,7 @@ func (d *Driver) cleanup(l backend.Claim) { d.backOutItem(lockKey(l.Key), l.Toke
 // the first time, or again after a retention, pays the failed incr and the
 // add (on a connection that knows the server's start; a new such
 // connection costs a dial and a stats once).
-func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
-	return d.nextFenceAt(fenceKey(key), ttl)
-}
-
-// nextFenceAt is nextFence for the counter item fk.
-func (d *Driver) nextFenceAt(fk string, ttl time.Duration) (uint64, error) {
+func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
 	for range maxAttempts {
 		n, err := d.incr(fk)
 		switch {
@@ -490,36 +471,58 @@ func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error 
 // extend sets the expiration of item key to exp if token holds it (gets,
 // then cas). what names the item in errors.
 func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp int32) error {
+	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
+		cur.Expiration = exp
+		return cur
+	})
+	return err
+}
+
+// heldCheck is casHeld's check that token holds an item.
+func heldCheck(token string) func([]byte) error {
+	return func(v []byte) error {
+		if !heldBy(v, token) {
+			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
+		}
+		return nil
+	}
+}
+
+// casHeld reads item key (gets) and, if check passes its value, stores
+// what next makes of it with a cas, which fails if the item changed since;
+// then it looks again, a bounded number of times. It returns the item as
+// read. what names the item in errors.
+func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([]byte) error, next func(*memcache.Item) *memcache.Item) (*memcache.Item, error) {
 	for range maxAttempts {
 		if err := live(ctx, op); err != nil {
-			return err
+			return nil, err
 		}
 		cur, err := d.get(key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
+			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 		case err != nil:
-			return fmt.Errorf("memcachelock: gets: %w", err)
-		case !heldBy(cur.Value, token):
-			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
+			return nil, fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		if err := check(cur.Value); err != nil {
+			return nil, err
 		}
 		if err := live(ctx, op); err != nil {
-			return err
+			return nil, err
 		}
-		cur.Expiration = exp
-		err = d.cas(cur)
+		err = d.cas(next(cur))
 		switch {
 		case err == nil:
-			return nil
+			return cur, nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
+			return nil, fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
-			return fmt.Errorf("memcachelock: cas: %w", err)
+			return nil, fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
+	return nil, fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
 // Release frees the lock with gets and cas. memcached has no
@@ -563,56 +566,26 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		}
 		// Changed since (a refresh, a mark, an expiry): gets, then cas.
 	}
-	v, err := d.dropValue(ctx, "release", "lock", lockKey(l.Key), l.Token)
+	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), heldCheck(l.Token), tombstoneOf)
 	if err != nil {
 		return err
 	}
-	d.released(l.Key, v)
+	d.released(l.Key, cur.Value)
 	return nil
 }
 
 // drop removes item key if token holds it: gets, then a cas to the expired
 // tombstone (see Release). what names the item in errors.
 func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
-	_, err := d.dropValue(ctx, op, what, key, token)
+	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), tombstoneOf)
 	return err
-}
-
-// dropValue is drop, returning the value it removed.
-func (d *Driver) dropValue(ctx context.Context, op, what, key, token string) ([]byte, error) {
-	for range maxAttempts {
-		if err := live(ctx, op); err != nil {
-			return nil, err
-		}
-		cur, err := d.get(key)
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
-		case err != nil:
-			return nil, fmt.Errorf("memcachelock: gets: %w", err)
-		case !heldBy(cur.Value, token):
-			return nil, fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
-		}
-		if err := live(ctx, op); err != nil {
-			return nil, err
-		}
-		err = d.dropItem(cur)
-		switch {
-		case err == nil:
-			return cur.Value, nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return nil, fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
-		case errors.Is(err, memcache.ErrCASConflict):
-			continue // changed since our gets (a concurrent refresh of ours): look again
-		default:
-			return nil, fmt.Errorf("memcachelock: cas: %w", err)
-		}
-	}
-	return nil, fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
 // dropItem replaces cur, if unchanged since the gets that read it, with
 // the tombstone that memcached treats as expired at once.
-func (d *Driver) dropItem(cur *memcache.Item) error {
-	return d.cas(&memcache.Item{Key: cur.Key, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+func (d *Driver) dropItem(cur *memcache.Item) error { return d.cas(tombstoneOf(cur)) }
+
+// tombstoneOf is the tombstone that replaces cur (see Release).
+func tombstoneOf(cur *memcache.Item) *memcache.Item {
+	return &memcache.Item{Key: cur.Key, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID}
 }

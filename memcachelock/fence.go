@@ -23,7 +23,7 @@ import (
 // itself.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
 	if d.servers == nil {
-		fence, err = d.nextFenceAt(fk, ttl)
+		fence, err = d.nextFence(fk, ttl)
 		return fence, nil, nil, err
 	}
 	addr, err = d.servers.PickServer(fk)
@@ -31,13 +31,13 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 		return 0, nil, nil, fmt.Errorf("memcachelock: %w", err)
 	}
 	if la, err := d.servers.PickServer(lk); err != nil || la.String() != addr.String() {
-		fence, err = d.nextFenceAt(fk, ttl)
+		fence, err = d.nextFence(fk, ttl)
 		return fence, nil, nil, err
 	}
 	for range maxAttempts {
 		line, cur, err := d.exchange(addr, 0, "incr "+fk+" 1\r\n", lk, false)
 		if errors.Is(err, errBusy) {
-			fence, err = d.nextFenceAt(fk, ttl)
+			fence, err = d.nextFence(fk, ttl)
 			return fence, nil, nil, err
 		}
 		if err != nil {
@@ -60,7 +60,7 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 			return 0, nil, nil, err
 		}
 		if stored {
-			return now, cur, addr, nil // see nextFenceAt
+			return now, cur, addr, nil // see nextFence
 		}
 	}
 	return 0, nil, nil, errors.New("memcachelock: fence: the counter kept disappearing")

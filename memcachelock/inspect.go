@@ -60,36 +60,14 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
 	}
 	defer done()
-	lk := lockKey(key)
-	for range maxAttempts {
-		if err := live(ctx, ""); err != nil {
-			return backend.State{}, err
+	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), func(v []byte) error {
+		if st := state(key, v); isTombstone(v) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
+			return fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		}
-		cur, err := d.get(lk)
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
-		case err != nil:
-			return backend.State{}, fmt.Errorf("memcachelock: gets: %w", err)
-		}
-		st := state(key, cur.Value)
-		if isTombstone(cur.Value) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
-			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
-		}
-		if err := live(ctx, ""); err != nil {
-			return backend.State{}, err
-		}
-		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
-		switch {
-		case err == nil:
-			return st, nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
-		case errors.Is(err, memcache.ErrCASConflict):
-			continue // a refresh since our gets: look again
-		default:
-			return backend.State{}, fmt.Errorf("memcachelock: cas: %w", err)
-		}
+		return nil
+	}, tombstoneOf)
+	if err != nil {
+		return backend.State{}, err
 	}
-	return backend.State{}, fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+	return state(key, cur.Value), nil
 }

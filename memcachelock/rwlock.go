@@ -78,7 +78,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFenceAt(base+"rf", eff)
+	fence, err := d.nextFence(base+"rf", eff)
 	if err != nil {
 		return fail(err)
 	}
@@ -101,9 +101,9 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
 	wk, qk := base+"w", base+"q"
-	won, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
+	won, _, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
 	if err != nil {
-		d.backOutItem(wk, c.Token, "writer")
+		d.backOut(wk, c.Token)
 		return backend.Grant{}, err
 	}
 	if !won {
@@ -116,7 +116,7 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFenceAt(base+"rf", eff)
+	fence, err := d.nextFence(base+"rf", eff)
 	if err != nil {
 		return fail(err)
 	}
@@ -152,7 +152,7 @@ func (d *Driver) waitWrite(ctx context.Context, qk, token string, exp int32) err
 	if err := live(ctx, "acquire"); err != nil {
 		return refused
 	}
-	if _, err := d.claim(ctx, &memcache.Item{Key: qk, Value: []byte(token), Expiration: exp}, token); err != nil {
+	if _, _, err := d.claim(ctx, &memcache.Item{Key: qk, Value: []byte(token), Expiration: exp}, token); err != nil {
 		// Perhaps stored: Release of this claim, which the locker package
 		// sends when the writer gives up, removes it; else its TTL does.
 		return fmt.Errorf("memcachelock: waiting writer: %w", err)
@@ -161,24 +161,11 @@ func (d *Driver) waitWrite(ctx context.Context, qk, token string, exp int32) err
 }
 
 func (d *Driver) refreshRead(ctx context.Context, c backend.Claim, exp int32) error {
-	keys := slotKeys(objBase(c.Key), "r", MaxReaders)
-	if err := live(ctx, "refresh"); err != nil {
-		return err
-	}
-	k, err := d.findSlot(ctx, "refresh", "reader", keys, slotOf(c.Token, MaxReaders), c.Token)
-	if err != nil {
-		return err
-	}
-	return d.extend(ctx, "refresh", "reader", k, c.Token, exp)
+	return d.refreshSlot(ctx, "reader", slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), c.Token, exp)
 }
 
 func (d *Driver) releaseRead(ctx context.Context, c backend.Claim) error {
-	keys := slotKeys(objBase(c.Key), "r", MaxReaders)
-	k, err := d.findSlot(ctx, "release", "reader", keys, slotOf(c.Token, MaxReaders), c.Token)
-	if err != nil {
-		return err
-	}
-	return d.drop(ctx, "release", "reader", k, c.Token)
+	return d.releaseSlot(ctx, "reader", slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), c.Token)
 }
 
 // releaseWrite frees the writer's item, or, when c.Token does not hold

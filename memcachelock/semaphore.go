@@ -17,7 +17,7 @@ import (
 // add to a free slot, with the TTL as its expiration and "token L" as its
 // value, so memcached's add bounds the holders at L and its expiry frees
 // the permits of the dead. The fence is drawn from the semaphore's own
-// counter (nextFenceAt) once the slot is ours.
+// counter (nextFence) once the slot is ours.
 //
 // The limit record (tag sl, value L) makes disagreeing limits an error:
 // each claimant, after its add, draws its fence and then writes the record
@@ -117,25 +117,25 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// backOut takes back an item of a failed acquisition, so that the call
-// leaves nothing behind when it returns. It waits at most CancelGrace: on
-// a dead connection a round trip takes the client's timeout, and the
+// backOut takes back an item of a failed acquisition, if token still
+// holds it, so that the call leaves nothing behind when it returns: a
+// caller that gave up as its add was answered, and tries again at once or
+// is another process, finds the name free. It waits at most CancelGrace:
+// on a dead connection a round trip takes the client's timeout, and the
 // caller's context may have ended; the rest goes on in the background,
-// entered in the gate so that Close waits for it.
-func (d *Driver) backOut(key, token string) { d.backOutItem(key, token, "slot") }
-
-// backOutItem is backOut for any item key that token may hold.
-func (d *Driver) backOutItem(key, token, what string) {
+// entered in the gate so that Close waits for it. Best effort: if the
+// server cannot be reached either, the item expires after its TTL.
+func (d *Driver) backOut(key, token string) {
 	_, done, err := d.gate.Enter(context.Background())
 	if err != nil { // closing: within the caller's call, which Close awaits
-		_ = d.drop(context.Background(), "release", what, key, token)
+		_ = d.drop(context.Background(), "release", "item", key, token)
 		return
 	}
 	fin := make(chan struct{})
 	go func() {
 		defer done()
 		defer close(fin)
-		_ = d.drop(context.Background(), "release", what, key, token)
+		_ = d.drop(context.Background(), "release", "item", key, token)
 	}()
 	t := time.NewTimer(backend.CancelGrace)
 	defer t.Stop()
@@ -210,21 +210,13 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 
 func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) error {
 	base := objBase(c.Key)
-	keys := slotKeys(base, "s", c.Limit)
-	if err := live(ctx, "refresh"); err != nil {
-		return err
-	}
-	k, err := d.findSlot(ctx, "refresh", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
-	if err != nil {
-		return err
-	}
-	if err := d.extend(ctx, "refresh", "permit", k, c.Token, exp); err != nil {
+	if err := d.refreshSlot(ctx, "permit", slotKeys(base, "s", c.Limit), slotOf(c.Token, c.Limit), c.Token, exp); err != nil {
 		return err
 	}
 	// The limit record must outlive every permit. Missing (evicted), it
 	// is written again unless another was written since.
 	rexp := max(exp, d.fenceExp)
-	err = d.touch(base+"sl", rexp)
+	err := d.touch(base+"sl", rexp)
 	if errors.Is(err, memcache.ErrCacheMiss) {
 		err = d.add(&memcache.Item{Key: base + "sl", Value: []byte(strconv.Itoa(c.Limit)), Expiration: rexp})
 		if errors.Is(err, memcache.ErrNotStored) {
@@ -238,26 +230,5 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 }
 
 func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
-	base := objBase(c.Key)
-	keys := slotKeys(base, "s", c.Limit)
-	cur, err := d.findSlotItem(ctx, "release", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
-	if err != nil {
-		return err
-	}
-	if err := live(ctx, "release"); err != nil {
-		return err
-	}
-	// The item found holding our token, with its cas id: the cas frees it
-	// only if it is unchanged since (drop's own gets, a round trip saved).
-	err = d.dropItem(cur)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-		return fmt.Errorf("memcachelock: %w: no permit (it expired or was evicted just now)", backend.ErrNotHeld)
-	case errors.Is(err, memcache.ErrCASConflict):
-		// Changed since (a concurrent refresh of ours): the long way.
-		return d.drop(ctx, "release", "permit", cur.Key, c.Token)
-	}
-	return fmt.Errorf("memcachelock: cas: %w", err)
+	return d.releaseSlot(ctx, "permit", slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), c.Token)
 }

@@ -78,7 +78,7 @@ func (d *Driver) touch(key string, exp int32) error {
 // not needed) for the caller's checks. check, if not nil, judges those
 // items before any further slot is taken.
 func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
-	won, err := d.claim(ctx, &memcache.Item{Key: keys[pref], Value: value, Expiration: exp}, token)
+	won, _, err := d.claim(ctx, &memcache.Item{Key: keys[pref], Value: value, Expiration: exp}, token)
 	if err != nil {
 		d.backOut(keys[pref], token)
 		return -1, err
@@ -108,7 +108,7 @@ func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref in
 		if err := live(ctx, op); err != nil {
 			return -1, err
 		}
-		won, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
+		won, _, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
 		if err != nil {
 			d.backOut(keys[i], token)
 			return -1, err
@@ -120,19 +120,9 @@ func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref in
 	return -1, nil
 }
 
-// findSlot returns the key of the slot that token holds: pref's, as a
-// rule, or the one a look at all of them finds.
-func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (string, error) {
-	it, err := d.findSlotItem(ctx, op, what, keys, pref, token)
-	if err != nil {
-		return "", err
-	}
-	return it.Key, nil
-}
-
-// findSlotItem is findSlot, returning the slot's item as read (with its
-// cas id).
-func (d *Driver) findSlotItem(ctx context.Context, op, what string, keys []string, pref int, token string) (*memcache.Item, error) {
+// findSlot returns the item (with its cas id) of the slot that token
+// holds: pref's, as a rule, or the one a look at all of them finds.
+func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (*memcache.Item, error) {
 	it, err := d.get(keys[pref])
 	switch {
 	case err == nil && heldBy(it.Value, token):
@@ -153,6 +143,44 @@ func (d *Driver) findSlotItem(ctx context.Context, op, what string, keys []strin
 		}
 	}
 	return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
+}
+
+// refreshSlot extends the slot among keys that token holds (pref's, as a
+// rule) to exp. what names the slot in errors.
+func (d *Driver) refreshSlot(ctx context.Context, what string, keys []string, pref int, token string, exp int32) error {
+	if err := live(ctx, "refresh"); err != nil {
+		return err
+	}
+	it, err := d.findSlot(ctx, "refresh", what, keys, pref, token)
+	if err != nil {
+		return err
+	}
+	return d.extend(ctx, "refresh", what, it.Key, token, exp)
+}
+
+// releaseSlot frees the slot among keys that token holds (pref's, as a
+// rule).
+func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pref int, token string) error {
+	cur, err := d.findSlot(ctx, "release", what, keys, pref, token)
+	if err != nil {
+		return err
+	}
+	if err := live(ctx, "release"); err != nil {
+		return err
+	}
+	// The item found holding our token, with its cas id: the cas frees it
+	// only if it is unchanged since (drop's own gets, a round trip saved).
+	err = d.dropItem(cur)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+		return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
+	case errors.Is(err, memcache.ErrCASConflict):
+		// Changed since (a concurrent refresh of ours): the long way.
+		return d.drop(ctx, "release", what, cur.Key, token)
+	}
+	return fmt.Errorf("memcachelock: cas: %w", err)
 }
 
 // sharedTTL checks a claim's TTL and token as TryAcquire does for a lock.
