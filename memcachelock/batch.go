@@ -18,27 +18,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// RefreshMany refreshes many locks in O(servers) round trips, without a
-// goroutine per lock (backend.BatchRefresher): for each server, one round
-// trip of pipelined gets for all its locks, then one of pipelined cas for
-// those still held by their token, each exactly as Refresh does them. The
-// cas keeps the item's flags and value as read and only sets the new
-// expiration, so, as in Refresh, it never extends another holder's lock.
-//
-// gomemcache has no pipelined cas, so the driver speaks memcached's text
-// protocol on connections of its own, a few idle ones kept per server (see
-// batchPool). It does the gets there too, rather than with GetMulti: so
-// both round trips end at ctx's deadline (or cancellation), not only at the
-// client's timeout. Servers are visited one after another.
-//
-// A lock whose cas finds the item changed since the gets (EXISTS: a
-// concurrent refresh of ours) is refreshed again by Refresh's path, with
-// its bounded retries. A lock with an invalid TTL or token gets its own
-// error and the others go on.
-//
-// A Driver made by New has no server list: it refreshes the locks one after
-// another with Refresh's path. Permits, readers and writers are refreshed
-// one by one too.
+// RefreshMany refreshes many locks in O(servers) round trips
+// (backend.BatchRefresher): per server, pipelined gets for all its locks,
+// then pipelined cas for those still held by their token, on the driver's
+// own connections, bounded by ctx. A cas that finds the item changed
+// (EXISTS) takes Refresh's path. A driver made by New, and permits,
+// readers and writers, refresh one by one. See docs/backends/memcachelock.md.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {

@@ -43,14 +43,11 @@ type Driver struct {
 	slots chan struct{}
 }
 
-// Requests in flight on a driver's client, per server. gomemcache dials a
-// connection for every request that finds none idle, and closes it after
-// if MaxIdleConns are idle already: with a thousand waiters in a process,
-// most requests paid a dial (half the CPU of the names workload), and
-// the connections passed memcached's limit (1024 by default), which
-// refused them. Waiting for one of inFlight connections costs less than a
-// dial; Open keeps as many idle (the default max_idle), so none is closed
-// for want of room.
+// Requests in flight on a driver's client, per server: gomemcache dials a
+// connection for every request that finds none idle, which cost half the
+// CPU with a thousand waiters and passed memcached's connection limit.
+// Waiting for one of inFlight costs less than a dial; Open keeps as many
+// idle (the default max_idle).
 const inFlight = 16
 
 func newSlots(servers int) chan struct{} { return make(chan struct{}, inFlight*max(servers, 1)) }
@@ -362,63 +359,13 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 	return false, nil, nil
 }
 
-// nextFence draws the fencing token from the counter fk: incr, seeded
-// from the clock when missing.
-//
-// Why fences strictly increase across holders. Every holder that gets a
-// Grant drew its fence with incr between the moment its item was created
-// (add, or cas over a tombstone) and the confirming gets that found the same
-// item still there. An item, once gone, never comes back with that token
-// (only the acquisition that created it writes the token, and refreshes need
-// the item to exist), so the item existed through the whole interval, and no
-// other holder's item could be created in it: add and cas-over-tombstone
-// fail while a held item exists. The intervals of two granted holders are
-// therefore disjoint and in the order of their holds, and so are their
-// incrs: a later holder's fence is greater. Without the confirmation this
-// fails: a holder whose item expires or is evicted between its add and its
-// incr could draw its fence after the next holder did, and carry the larger
-// fence while no longer holding the lock. An acquisition that fails the
-// confirmation returns no grant; its fence is simply skipped.
-//
-// The counter can be lost: a restart, an eviction (unless memcached runs
-// with -M), or its own expiration, the retention (WithRetention) after its
-// seed: incr does not move an item's expiry. The expiration is what bounds
-// the state of names nobody locks any more: a released name's item goes at
-// once (see Release), its counter within the retention. A missing counter is seeded with the
-// current Unix time in microseconds from the client's clock (add, so that
-// concurrent seeders agree on one seed). The seeder whose add created the
-// counter takes the seed as its fence, the counter's first value; a seeder
-// whose add found one incrs it, like every later acquisition, so each
-// returns a value above every earlier one of the counter, and the argument
-// above holds unchanged (the add is the draw). Exactly what the seed
-// guarantees: say the lost counter was seeded with S, client C0's clock at
-// real time t0, and handed out S .. S+k. A client C1 that seeds it again
-// at t1 writes its own clock at t1, and every later fence exceeds S+k if and
-// only if that clock reading exceeds S+k, that is, if
-//
-//	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
-//
-// With equal clocks this says: fewer than one acquisition per microsecond
-// on average between the seed and the reseed. Each acquisition takes three
-// round trips or more to memcached (tens of microseconds even on loopback), so the
-// counter runs behind the clock by most of the time since the seed, and that
-// is the slack left for clock differences: with clocks synchronised by NTP
-// (milliseconds) it is exhausted only if a counter is lost within
-// milliseconds of being seeded. What breaks it: a client clock behind the
-// previous seeder's by more than the slack (a clock stepped back by hand,
-// or a machine with no time synchronisation).
-// Where the lock item and the counter live on different servers (the client
-// hashes each key on its own), none of this changes: the argument only uses
-// the order of the operations, which one client issues one after another.
-//
-// A missing counter may mean that the server restarted: it is seeded only
-// if the server has run for the TTL (see seed, restart.go).
-//
-// Cost: incr comes first and add only when it finds no counter, so a name
-// whose counter exists pays one round trip for its fence; a name seen for
-// the first time, or again after a retention, pays the failed incr and the
-// add (on a connection that knows the server's start; a new such
-// connection costs a dial and a stats once).
+// nextFence draws the fencing token from the counter fk: incr, or, when
+// the counter is missing, seeded with add from the clock (in microseconds)
+// on a server that has run for the TTL (seed). Fences increase from holder
+// to holder because each is drawn while the holder's item exists, as the
+// confirmation then checks; the seed keeps them increasing across a lost
+// counter as long as clocks do not step back (docs/backends/memcachelock.md,
+// "Why fences increase").
 func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
 	for range maxAttempts {
 		n, err := d.incr(fk)
@@ -443,9 +390,8 @@ func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
 	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
 }
 
-// Refresh extends the lock with gets and cas: the cas succeeds only if the
-// item is still the very one our gets found holding our token, so it never
-// extends another holder's lock (touch, which checks nothing, could).
+// Refresh extends the lock with gets and cas, so it never extends another
+// holder's lock (touch, which checks nothing, could).
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.refreshShared(ctx, l)
@@ -525,17 +471,9 @@ func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([
 	return nil, fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
-// Release frees the lock with gets and cas. memcached has no
-// compare-and-delete, and a blind delete (or gets, then delete) can remove
-// the next holder's lock if ours expired in between. Instead, the cas
-// replaces the item only if it is still the very one our gets found holding
-// our token: memcached gives every stored item version a new cas id, so an
-// item that expired, was evicted, refreshed or re-created by another holder
-// since our gets makes the cas fail, and we never touch it. What the cas
-// stores is a tombstone with a negative expiration, which memcached treats as
-// already expired: the item disappears at once, exactly as if deleted, and
-// the next add succeeds. Should a server keep the tombstone anyway, an
-// acquisition treats it as free and takes it over with gets and cas.
+// Release frees the lock with gets and cas to a tombstone that memcached
+// treats as expired at once: memcached has no compare-and-delete, and a
+// blind delete could remove the next holder's lock if ours expired.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.releaseShared(ctx, l)

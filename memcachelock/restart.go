@@ -18,20 +18,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A memcached restarted forgets every lock while their holders still run,
-// each until its TTL after its last refresh: granting a name sooner could
-// make two holders. So, as Redlock asks of a restarted server, a server
-// that started less than a TTL ago grants no name whose fence counter it
-// lacks. The counter is missing after a restart, on a name's first use and
-// after an eviction; only then does the driver check the server's uptime,
-// on a connection of its own (gomemcache has no stats call; see probes),
-// which also carries the seed's add. A name's first use on a new server
-// therefore waits for the server to have run for the TTL.
-//
-// It needs the server list, so it is on for drivers made by Open; a Driver
-// made by New from the caller's client cannot find the key's server. With
-// several servers, a name's counter and its lock item may live on different
-// ones: the check then covers the restart of the counter's server only.
+// A restarted memcached has forgotten every lock while their holders still
+// run, so a server that started less than a TTL ago grants no name whose
+// fence counter it lacks (seed); only drivers made by Open, which know the
+// server list, check. See docs/backends/memcachelock.md, "Restarts".
 
 // uptimeSkew is how much memcached's reported uptime exceeds the time since
 // it started: it counts from two seconds before its start (its clock,
@@ -39,17 +29,11 @@ import (
 // current_time - ITEM_UPDATE_INTERVAL).
 const uptimeSkew = 2 * time.Second
 
-// probes are the driver's own connections to each server: for the
-// restart check, and for the fence's pipelined requests (fence.go). A
-// connection reads the server's uptime the first time a check needs it
-// (stats), and keeps the latest time the server can have started. Later
-// checks on it cost no stats: the seed's add itself is sent on it, and
-// its reply proves that the process which stored the seed is the one
-// whose start was read. A TCP connection does not outlive the process at
-// its other end: after a restart, a request on it fails (a reset or end
-// of file, never a reply), and the driver retries on a new connection,
-// which reads the uptime again. So no uptime is trusted past the
-// connection it was read on, and every check reaches the server.
+// probes are the driver's own connections to each server, for the restart
+// check and the pipelined requests (fence.go). A connection reads the
+// server's uptime once, and the seed's add goes on it: its reply proves
+// that the server which stored the seed is the one whose start was read,
+// since a TCP connection does not outlive a restarted server's process.
 type probes struct {
 	mu     sync.Mutex
 	idle   map[string][]*probe // by server address

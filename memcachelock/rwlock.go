@@ -17,30 +17,13 @@ import (
 // acquisition waits), with a backend.NotAcquiredError that says why.
 const MaxReaders = 128
 
-// A read-write lock is a writer item (tag w, value the token), MaxReaders
-// reader slot items (r<i>), the waiting writer's record (q) and a fence
-// counter (rf), each item with the holder's TTL as its expiration.
-//
-// Exclusion is "write mine, then check theirs": a reader adds its slot,
-// draws its fence, then reads the writer and the record in one round trip
-// and backs out if either names another token; a writer adds its item,
-// draws its fence, then reads every reader slot and backs out if one is
-// held. memcached applies each command to one item at once, in the order
-// received, and each client waits for every reply before its next
-// command. So if a reader R and a writer W both succeeded, R's read of
-// the writer item came before W's add (it found none), which came before
-// W's read of R's slot, which came after R's add: W saw R's slot, a
-// contradiction (items on several servers change nothing: each server is
-// linearizable, and so is their composition). The same order puts the
-// fence of whichever succeeds second above the other's. Writers exclude
-// each other with add, as locks do.
-//
-// Writer preference: a writer refused records its token in q (add, or cas
-// over its own record or a tombstone) with its TTL; readers are refused
-// while q names another token, and the writer's grant or Release clears
-// its own record. A reader looks at w and q before it adds its slot too,
-// so that while a writer waits no reader slots come and go: they would
-// keep it out.
+// A read-write lock is a writer item (tag w), MaxReaders reader slots
+// (r<i>), the waiting writer's record (q) and a fence counter (rf).
+// Exclusion is "write mine, then check theirs": each side adds its own item,
+// draws its fence, then reads the other side's and backs out if it is held
+// (why that excludes: docs/backends/memcachelock.md, "Read-write locks").
+// Writers are preferred: a refused writer records itself in q, and
+// readers are refused while q names another token.
 
 func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)

@@ -13,32 +13,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A semaphore of limit L is L slot items, s0 to s<L-1>: a permit is an
-// add to a free slot, with the TTL as its expiration and "token L" as its
-// value, so memcached's add bounds the holders at L and its expiry frees
-// the permits of the dead. The fence is drawn from the semaphore's own
-// counter (nextFence) once the slot is ours.
-//
-// The limit record (tag sl, value L) makes disagreeing limits an error:
-// each claimant, after its add, draws its fence and then writes the record
-// (cas over the value it read, or add when there is none). A record of
-// another limit M is written over only when a look at M's slots, after
-// reading the record, finds no permit of a limit other than ours; else the
-// claimant backs out with ErrLimitMismatch. Why two limits are never held
-// at once: say X holds under L, having written L at t. Every later write
-// of the record is a cas on a value read after t (a write in between
-// fails the cas) or an add after it vanished. By induction the first
-// write of another limit read L, so it looked at L's slots after X's add
-// and saw X's permit: it backed out instead. The record lives for the
-// retention or the TTL, whichever is longer, and every refresh touches
-// it, so it does not vanish while X holds (but for an eviction or a
-// restart, as a lock can). A release leaves it: the next claim under
-// another limit finds no permit held under it and writes over it, and
-// the retention after the last use it is gone, like the fence counter
-// (removing it at the last release would cost three round trips more).
-// A claimant of the same limit writes too, not just reads: one that read
-// L before X's add and looked at the slots before it could otherwise
-// write another limit after X's read.
+// A semaphore of limit L is L slot items, s0 to s<L-1>, taken with add,
+// and a limit record (sl) written after the add, which makes a claim under
+// another limit fail with ErrLimitMismatch while permits of one are held.
+// Why that holds: docs/backends/memcachelock.md, "The limit record".
 
 // permitValue is a permit slot's value: the token and the limit.
 func permitValue(token string, limit int) []byte {
