@@ -1,7 +1,6 @@
 package memcachelock
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,7 +82,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		name := addr.Network() + "!" + addr.String()
 		g := groups[name]
 		if g == nil {
-			g = &batchGroup{addr: addr, name: name}
+			g = &batchGroup{addr: addr}
 			groups[name] = g
 			order = append(order, name)
 		}
@@ -104,7 +102,6 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // batchGroup is the locks of one RefreshMany that live on one server.
 type batchGroup struct {
 	addr net.Addr
-	name string   // addr's network and address: the pool's key
 	idx  []int    // indexes into the locks
 	keys []string // their item keys
 }
@@ -165,7 +162,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	if err := live(ctx, "refresh"); err != nil {
 		return failAll(err)
 	}
-	c, pooled, err := d.batch.conn(ctx, g, d.timeout())
+	c, pooled, err := d.batchConn(ctx, g.addr, false)
 	if err != nil {
 		return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 	}
@@ -173,18 +170,18 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	if err != nil && pooled && staleConn(err) {
 		// An idle connection the server closed (a restart): once more on a
 		// new one. gets changes nothing, so repeating it is safe.
-		c.Close()
+		d.dropProbe(g.addr, c)
 		if err := live(ctx, "refresh"); err != nil {
 			return failAll(err)
 		}
-		c, err = d.batch.dial(ctx, g, d.timeout())
+		c, _, err = d.batchConn(ctx, g.addr, true)
 		if err != nil {
 			return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 		}
 		items, err = d.gets(ctx, c, keys)
 	}
 	if err != nil {
-		c.Close()
+		d.dropProbe(g.addr, c)
 		return failAll(fmt.Errorf("memcachelock: gets: %w", withCause(ctx, err)))
 	}
 
@@ -203,7 +200,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		}
 	}
 	if len(held) == 0 {
-		d.batch.put(g.name, c, d.maxIdle())
+		d.putProbe(g.addr, c)
 		return again
 	}
 	failHeld := func(from int, err error) []int {
@@ -213,7 +210,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		return again
 	}
 	if err := live(ctx, "refresh"); err != nil {
-		d.batch.put(g.name, c, d.maxIdle())
+		d.putProbe(g.addr, c)
 		return failHeld(0, err)
 	}
 	stop := c.arm(ctx, d.timeout())
@@ -268,9 +265,9 @@ replies:
 		}
 	}
 	if !stop() || err != nil {
-		c.Close()
+		d.dropProbe(g.addr, c)
 	} else {
-		d.batch.put(g.name, c, d.maxIdle())
+		d.putProbe(g.addr, c)
 	}
 	if err != nil {
 		return failHeld(n, fmt.Errorf("memcachelock: cas: %w", withCause(ctx, err)))
@@ -280,7 +277,7 @@ replies:
 
 // gets asks for keys on c in one round trip (pipelined gets commands of at
 // most getsPerCommand keys, each key once) and returns the items found.
-func (d *Driver) gets(ctx context.Context, c *batchConn, keys []string) (map[string]batchItem, error) {
+func (d *Driver) gets(ctx context.Context, c *probe, keys []string) (map[string]batchItem, error) {
 	stop := c.arm(ctx, d.timeout())
 	items, err := c.gets(keys)
 	d.batch.trips.Add(1)
@@ -290,7 +287,7 @@ func (d *Driver) gets(ctx context.Context, c *batchConn, keys []string) (map[str
 	return items, err
 }
 
-func (c *batchConn) gets(keys []string) (map[string]batchItem, error) {
+func (c *probe) gets(keys []string) (map[string]batchItem, error) {
 	c.w.Reset(c.Conn)
 	seen := make(map[string]struct{}, len(keys))
 	cmds, inCmd := 0, 0
@@ -395,18 +392,21 @@ func (d *Driver) maxIdle() int {
 	return memcache.DefaultMaxIdleConns
 }
 
-// batchConn is a connection of RefreshMany's.
-type batchConn struct {
-	net.Conn
-	r *bufio.Reader
-	w *bufio.Writer
+// batchConn is a probe connection (restart.go) to addr for RefreshMany:
+// an idle one, or (fresh, or none idle) a new one, dialled within ctx.
+func (d *Driver) batchConn(ctx context.Context, addr net.Addr, fresh bool) (c *probe, reused bool, err error) {
+	c, reused, err = d.probe(ctx, addr, fresh, true)
+	if !reused {
+		d.batch.dials.Add(1)
+	}
+	return c, reused, err
 }
 
 // arm sets c's deadline for one round trip: the client's timeout from now,
 // or ctx's deadline if sooner; and makes ctx's cancellation end the round
 // trip at once. stop reports false if the cancellation did (c must not be
 // reused then).
-func (c *batchConn) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
+func (c *probe) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
 	dl := time.Now().Add(timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
@@ -415,70 +415,11 @@ func (c *batchConn) arm(ctx context.Context, timeout time.Duration) (stop func()
 	return context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 }
 
-// batchPool keeps, per server, up to the client's MaxIdleConns idle
-// connections for RefreshMany. It counts RefreshMany's calls and round
-// trips for tests and benchmarks.
-type batchPool struct {
-	mu     sync.Mutex
-	idle   map[string][]*batchConn
-	closed bool
-
+// batchStats counts RefreshMany's calls and round trips for tests and
+// benchmarks.
+type batchStats struct {
 	calls atomic.Int64 // RefreshMany calls
 	locks atomic.Int64 // locks passed to them
 	trips atomic.Int64 // round trips (gets or cas) sent by RefreshMany
 	dials atomic.Int64 // connections dialled
-}
-
-// conn returns an idle connection to g's server, or a new one; pooled says
-// which.
-func (p *batchPool) conn(ctx context.Context, g *batchGroup, timeout time.Duration) (c *batchConn, pooled bool, err error) {
-	p.mu.Lock()
-	if cs := p.idle[g.name]; len(cs) > 0 {
-		c = cs[len(cs)-1]
-		cs[len(cs)-1] = nil
-		p.idle[g.name] = cs[:len(cs)-1]
-	}
-	p.mu.Unlock()
-	if c != nil {
-		return c, true, nil
-	}
-	c, err = p.dial(ctx, g, timeout)
-	return c, false, err
-}
-
-func (p *batchPool) dial(ctx context.Context, g *batchGroup, timeout time.Duration) (*batchConn, error) {
-	p.dials.Add(1)
-	nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, g.addr.Network(), g.addr.String())
-	if err != nil {
-		return nil, err
-	}
-	return &batchConn{Conn: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc)}, nil
-}
-
-// put keeps c for later, unless max are kept already or the pool is closed.
-func (p *batchPool) put(name string, c *batchConn, max int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || len(p.idle[name]) >= max {
-		c.Close()
-		return
-	}
-	if p.idle == nil {
-		p.idle = map[string][]*batchConn{}
-	}
-	p.idle[name] = append(p.idle[name], c)
-}
-
-// close closes the idle connections; connections put back later are
-// closed at once.
-func (p *batchPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, cs := range p.idle {
-		for _, c := range cs {
-			c.Close()
-		}
-	}
-	p.idle = nil
 }

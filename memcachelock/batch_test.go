@@ -381,8 +381,8 @@ func TestRefreshManyCutOff(t *testing.T) {
 	}
 	for _, pooled := range []bool{true, false} {
 		if !pooled {
-			d.batch.close() // every batch dials: the proxy accepts, then drops
-			d.batch.closed = false
+			d.probes.close() // every batch dials: the proxy accepts, then drops
+			d.probes.closed = false
 		}
 		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		cut(fmt.Sprintf("deadline, first %v", pooled), dctx)
@@ -418,8 +418,8 @@ func BenchmarkRefreshMany(b *testing.B) {
 	ctx := context.Background()
 	d := openDriver(b, addr)
 	nd := openDriver(b, addr)
-	nd.batch.close() // keeps no connection: each batch dials
-	nd.batch.closed = true
+	nd.probes.close() // keeps no connection: each batch dials
+	nd.probes.closed = true
 	const n = 100
 	locks := make([]backend.Claim, n)
 	for i := range locks {

@@ -31,7 +31,7 @@ type Driver struct {
 
 	gate backend.Gate // calls in flight, and background cleanups, awaited by Close
 
-	batch batchPool // RefreshMany's connections (batch.go)
+	batch batchStats // RefreshMany's counts (batch.go)
 
 	probes probes // the restart check's connections (restart.go)
 
@@ -107,13 +107,12 @@ func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 }
 
 // Close waits for the calls in flight (each bounded by the client's
-// timeout), closes RefreshMany's idle connections, and closes the client's
+// timeout), closes its own idle connections, and closes the client's
 // if the driver opened the client itself.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
 	}
-	d.batch.close()
 	d.probes.close()
 	if d.own {
 		return d.mc.Close()

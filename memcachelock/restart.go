@@ -30,10 +30,11 @@ import (
 const uptimeSkew = 2 * time.Second
 
 // probes are the driver's own connections to each server, for the restart
-// check and the pipelined requests (fence.go). A connection reads the
-// server's uptime once, and the seed's add goes on it: its reply proves
-// that the server which stored the seed is the one whose start was read,
-// since a TCP connection does not outlive a restarted server's process.
+// check, the pipelined requests (fence.go) and RefreshMany (batch.go). A
+// connection reads the server's uptime once, and the seed's add goes on
+// it: its reply proves that the server which stored the seed is the one
+// whose start was read, since a TCP connection does not outlive a
+// restarted server's process.
 type probes struct {
 	mu     sync.Mutex
 	idle   map[string][]*probe // by server address
@@ -48,9 +49,10 @@ type probes struct {
 var errBusy = errors.New("memcachelock: every probe connection is in use")
 
 type probe struct {
-	c       net.Conn
+	net.Conn
 	r       *bufio.Reader
-	started time.Time // the server started at this time or before; zero: not read yet
+	w       *bufio.Writer // RefreshMany's pipelined requests (batch.go)
+	started time.Time     // the server started at this time or before; zero: not read yet
 }
 
 // checkTTL is how long a server must have run before it seeds a counter
@@ -129,7 +131,7 @@ func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, mu
 		cmd += "gets " + lk + "\r\n"
 	}
 	for fresh := false; ; fresh = true {
-		p, reused, err := d.probe(addr, fresh, must)
+		p, reused, err := d.probe(context.Background(), addr, fresh, must)
 		if err != nil {
 			return "", nil, err
 		}
@@ -154,7 +156,7 @@ func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, mu
 // exchange is Driver.exchange on p; an error other than a refusal leaves
 // p unusable.
 func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if err := p.c.SetDeadline(time.Now().Add(timeout)); err != nil {
+	if err := p.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", nil, err
 	}
 	if check > 0 {
@@ -170,7 +172,7 @@ func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, 
 				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
 		}
 	}
-	if _, err := io.WriteString(p.c, cmd); err != nil {
+	if _, err := io.WriteString(p.Conn, cmd); err != nil {
 		return "", nil, err
 	}
 	line, err := p.line()
@@ -211,8 +213,8 @@ func (p *probe) item(lk string) (*memcache.Item, error) {
 }
 
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
-// one: errBusy if the cap is reached, unless must.
-func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, err error) {
+// one, dialled within ctx: errBusy if the cap is reached, unless must.
+func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p *probe, reused bool, err error) {
 	ps := &d.probes
 	k := addr.String()
 	ps.mu.Lock()
@@ -231,7 +233,7 @@ func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, 
 	}
 	ps.open[k]++
 	ps.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
+	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	var c net.Conn
 	if d.mc.DialContext != nil {
@@ -244,13 +246,13 @@ func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, 
 		d.dropProbe(addr, nil)
 		return nil, false, err
 	}
-	return &probe{c: c, r: bufio.NewReader(c)}, false, nil
+	return &probe{Conn: c, r: bufio.NewReader(c), w: bufio.NewWriter(c)}, false, nil
 }
 
 // dropProbe closes p (if not nil), a connection to addr that probe counted.
 func (d *Driver) dropProbe(addr net.Addr, p *probe) {
 	if p != nil {
-		p.c.Close()
+		p.Close()
 	}
 	ps := &d.probes
 	ps.mu.Lock()
@@ -264,7 +266,7 @@ func (d *Driver) putProbe(addr net.Addr, p *probe) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed || len(ps.idle[addr.String()]) >= d.maxIdle() {
-		p.c.Close()
+		p.Close()
 		ps.open[addr.String()]--
 		return
 	}
@@ -281,7 +283,7 @@ func (ps *probes) close() {
 	ps.closed = true
 	for _, q := range ps.idle {
 		for _, p := range q {
-			p.c.Close()
+			p.Close()
 		}
 	}
 	ps.idle = nil
@@ -290,7 +292,7 @@ func (ps *probes) close() {
 // uptime asks the server for its uptime, less uptimeSkew (within the
 // deadline the caller set).
 func (p *probe) uptime() (time.Duration, error) {
-	if _, err := io.WriteString(p.c, "stats\r\n"); err != nil {
+	if _, err := io.WriteString(p.Conn, "stats\r\n"); err != nil {
 		return 0, err
 	}
 	line, err := p.line()
