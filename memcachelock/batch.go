@@ -60,7 +60,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	}
 	// Permits, readers and writers are refreshed one by one.
 	for _, i := range shared {
-		errs[i] = d.refreshSharedIn(ctx, locks[i], exps[i])
+		errs[i] = d.refresh(ctx, locks[i], exps[i])
 	}
 	if d.servers == nil {
 		for _, i := range valid {

@@ -182,28 +182,64 @@ func (d *Driver) incr(key string) (n uint64, err error) {
 // appended to the item: at most one per waiting driver, as a rule one).
 const maxAttempts = 8
 
-// TryAcquire takes the lock with add, the atomic create-if-absent, or with
-// a cas over a tombstone; then draws a fence; then confirms it still holds
-// the lock (see nextFence for why the confirmation is needed).
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
+// enter is how every call with a claim begins: it checks the claim c (its TTL, as exp
+// and the effective TTL, its token and its limit), enters the gate and
+// checks ctx.
+func (d *Driver) enter(ctx context.Context, op string, c backend.Claim) (_ context.Context, done func(), exp int32, eff time.Duration, err error) {
+	if op != "release" {
+		if exp, eff, err = expiration(c.TTL, time.Now()); err != nil {
+			return nil, nil, 0, 0, err
+		}
 	}
-	exp, eff, err := expiration(l.TTL, time.Now())
-	if err != nil {
-		return backend.Grant{}, err
+	if err := checkToken(c.Token); err != nil {
+		return nil, nil, 0, 0, err
 	}
-	if err := checkToken(l.Token); err != nil {
-		return backend.Grant{}, err
+	if c.Mode == backend.Permit {
+		if err := checkLimit(c.Limit); err != nil {
+			return nil, nil, 0, 0, err
+		}
 	}
+	ctx, done, err = d.begin(ctx, op)
+	return ctx, done, exp, eff, err
+}
+
+// begin enters the gate and checks ctx.
+func (d *Driver) begin(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("memcachelock: %w", err)
+		return nil, nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	defer done()
-	if err := live(ctx, "acquire"); err != nil {
+	if err := live(ctx, op); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ctx, done, nil
+}
+
+// TryAcquire implements backend.Driver for every mode (see Modes).
+func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	ctx, done, exp, eff, err := d.enter(ctx, "acquire", c)
+	if err != nil {
 		return backend.Grant{}, err
 	}
+	defer done()
+	switch c.Mode {
+	case backend.Exclusive:
+		return d.tryLock(ctx, c, exp, eff)
+	case backend.Permit:
+		return d.tryPermit(ctx, c, exp, eff)
+	case backend.Read:
+		return d.tryRead(ctx, c, exp, eff)
+	case backend.Write:
+		return d.tryWrite(ctx, c, exp, eff)
+	}
+	return backend.Grant{}, fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+}
+
+// tryLock takes the lock with add, the atomic create-if-absent, or with
+// a cas over a tombstone; then draws a fence; then confirms it still holds
+// the lock (see nextFence for why the confirmation is needed).
+func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	lk := lockKey(l.Key)
 	now := time.Now()
 	if err := d.ourTurn(ctx, l.Key); err != nil {
@@ -391,26 +427,29 @@ func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
 
 // Refresh extends the lock with gets and cas, so it never extends another
 // holder's lock (touch, which checks nothing, could).
-func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	if l.Mode != backend.Exclusive {
-		return d.refreshShared(ctx, l)
-	}
-	exp, _, err := expiration(l.TTL, time.Now())
+func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
+	ctx, done, exp, _, err := d.enter(ctx, "refresh", c)
 	if err != nil {
 		return err
 	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
 	defer done()
-	d.held.take(l.Key, l.Token) // the refresh changes the item's cas id
-	return d.refresh(ctx, l, exp)
+	return d.refresh(ctx, c, exp)
 }
 
-// refresh is Refresh for a call in flight, with l.TTL as expiration exp.
-func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error {
-	return d.extend(ctx, "refresh", "lock", lockKey(l.Key), l.Token, exp)
+// refresh is Refresh for a call in flight, with c.TTL as expiration exp.
+func (d *Driver) refresh(ctx context.Context, c backend.Claim, exp int32) error {
+	switch c.Mode {
+	case backend.Exclusive:
+		d.held.take(c.Key, c.Token) // the refresh changes the item's cas id
+		return d.extend(ctx, "refresh", "lock", lockKey(c.Key), c.Token, exp)
+	case backend.Permit:
+		return d.refreshPermit(ctx, c, exp)
+	case backend.Read:
+		return d.refreshRead(ctx, c, exp)
+	case backend.Write:
+		return d.extend(ctx, "refresh", "writer", objKey(c.Key, "w"), c.Token, exp)
+	}
+	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }
 
 // extend sets the expiration of item key to exp if token holds it (gets,
@@ -473,16 +512,26 @@ func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([
 // Release frees the lock with gets and cas to a tombstone that memcached
 // treats as expired at once: memcached has no compare-and-delete, and a
 // blind delete could remove the next holder's lock if ours expired.
-func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if l.Mode != backend.Exclusive {
-		return d.releaseShared(ctx, l)
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
+	ctx, done, _, _, err := d.enter(ctx, "release", c)
 	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
+		return err
 	}
 	defer done()
-	return d.release(ctx, l)
+	switch c.Mode {
+	case backend.Exclusive:
+		return d.release(ctx, c)
+	case backend.Permit:
+		defer d.wakeKey(c.Key) // the poller watches lock items only
+		return d.releasePermit(ctx, c)
+	case backend.Read:
+		defer d.wakeKey(c.Key)
+		return d.releaseRead(ctx, c)
+	case backend.Write:
+		defer d.wakeKey(c.Key)
+		return d.releaseWrite(ctx, c)
+	}
+	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }
 
 // release is Release for a call in flight; it hands the turn on as the

@@ -30,14 +30,11 @@ func state(key string, v []byte) backend.State {
 // and its confirmation, or an item of an older version) is reported
 // without one.
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
-		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, ""); err != nil {
 		return backend.State{}, err
 	}
+	defer done()
 	cur, err := d.get(lockKey(key))
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
@@ -55,9 +52,9 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 // finds no item; the key's fence counter is untouched, so the next grant's
 // fence is above (see nextFence).
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
-		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
+		return backend.State{}, err
 	}
 	defer done()
 	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), func(v []byte) error {

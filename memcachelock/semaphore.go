@@ -104,17 +104,12 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 // entered in the gate so that Close waits for it. Best effort: if the
 // server cannot be reached either, the item expires after its TTL.
 func (d *Driver) backOut(key, token string) {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil { // closing: within the caller's call, which Close awaits
-		_ = d.drop(context.Background(), "release", "item", key, token)
+	drop := func() { _ = d.drop(context.Background(), "release", "item", key, token) }
+	fin := make(chan struct{})
+	if !d.spawn(func() { defer close(fin); drop() }) {
+		drop() // closing: within the caller's call, which Close awaits
 		return
 	}
-	fin := make(chan struct{})
-	go func() {
-		defer done()
-		defer close(fin)
-		_ = d.drop(context.Background(), "release", "item", key, token)
-	}()
 	t := time.NewTimer(backend.CancelGrace)
 	defer t.Stop()
 	select {

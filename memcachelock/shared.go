@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -181,101 +180,4 @@ func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pr
 		return d.drop(ctx, "release", what, cur.Key, token)
 	}
 	return fmt.Errorf("memcachelock: cas: %w", err)
-}
-
-// sharedTTL checks a claim's TTL and token as TryAcquire does for a lock.
-func sharedTTL(c backend.Claim) (exp int32, eff time.Duration, err error) {
-	exp, eff, err = expiration(c.TTL, time.Now())
-	if err != nil {
-		return 0, 0, err
-	}
-	return exp, eff, checkToken(c.Token)
-}
-
-// Dispatch of the methods that take a claim in a mode besides Exclusive.
-
-func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	exp, eff, err := sharedTTL(c)
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	if c.Mode == backend.Permit {
-		if err := checkLimit(c.Limit); err != nil {
-			return backend.Grant{}, err
-		}
-	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return backend.Grant{}, fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, "acquire"); err != nil {
-		return backend.Grant{}, err
-	}
-	switch c.Mode {
-	case backend.Permit:
-		return d.tryPermit(ctx, c, exp, eff)
-	case backend.Read:
-		return d.tryRead(ctx, c, exp, eff)
-	case backend.Write:
-		return d.tryWrite(ctx, c, exp, eff)
-	}
-	return backend.Grant{}, fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
-}
-
-func (d *Driver) refreshShared(ctx context.Context, c backend.Claim) error {
-	exp, _, err := sharedTTL(c)
-	if err != nil {
-		return err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	return d.refreshSharedIn(ctx, c, exp)
-}
-
-// refreshSharedIn is refreshShared for a call in flight.
-func (d *Driver) refreshSharedIn(ctx context.Context, c backend.Claim, exp int32) error {
-	switch c.Mode {
-	case backend.Permit:
-		if err := checkLimit(c.Limit); err != nil {
-			return err
-		}
-		return d.refreshPermit(ctx, c, exp)
-	case backend.Read:
-		return d.refreshRead(ctx, c, exp)
-	case backend.Write:
-		return d.extend(ctx, "refresh", "writer", objKey(c.Key, "w"), c.Token, exp)
-	}
-	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
-}
-
-func (d *Driver) releaseShared(ctx context.Context, c backend.Claim) error {
-	if err := checkToken(c.Token); err != nil {
-		return err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, "release"); err != nil {
-		return err
-	}
-	// The poller watches lock items only: wake this driver's waiters here.
-	defer d.wakeKey(c.Key)
-	switch c.Mode {
-	case backend.Permit:
-		if err := checkLimit(c.Limit); err != nil {
-			return err
-		}
-		return d.releasePermit(ctx, c)
-	case backend.Read:
-		return d.releaseRead(ctx, c)
-	case backend.Write:
-		return d.releaseWrite(ctx, c)
-	}
-	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }

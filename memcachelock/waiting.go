@@ -160,16 +160,25 @@ func (d *Driver) foundHeld(ctx context.Context, key string, holder []byte) {
 // withdrawal: a cas would need the item's expiry, which a get does not
 // return.
 func (d *Driver) unmarkLater(key, id string) {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil {
-		return
-	}
-	go func() {
-		defer done()
+	d.spawn(func() {
 		_ = d.call(func() error {
 			return d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + unmarkTag + id)})
 		})
+	})
+}
+
+// spawn runs f in a goroutine entered in the gate, so that Close waits for
+// it; it reports false, and runs nothing, once Close has begun.
+func (d *Driver) spawn(f func()) bool {
+	_, done, err := d.gate.Enter(context.Background())
+	if err != nil {
+		return false
+	}
+	go func() {
+		defer done()
+		f()
 	}()
+	return true
 }
 
 // granted records that a token of this driver took key: the item our mark
@@ -254,14 +263,11 @@ var _ backend.Notifier = (*Driver)(nil)
 // key's item once, so that a release after it returns is seen however
 // soon it is followed by another acquisition (the holder's token changes).
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "subscribe")
 	if err != nil {
-		return nil, nil, fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, "subscribe"); err != nil {
 		return nil, nil, err
 	}
+	defer done()
 	lk, fk := lockKey(key), fenceKey(key)
 	items, err := d.getMulti([]string{lk, fk})
 	if err != nil {
@@ -330,17 +336,11 @@ func seenOf(lock, counter *memcache.Item) string {
 // startPoller runs the poller until no key is watched or the driver
 // closes. It is entered in the gate, so Close waits for it.
 func (d *Driver) startPoller(poll chan struct{}) {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil {
+	if !d.spawn(func() { d.poller(poll) }) {
 		d.waits.mu.Lock()
 		d.waits.poll = nil
 		d.waits.mu.Unlock()
-		return
 	}
-	go func() {
-		defer done()
-		d.poller(poll)
-	}()
 }
 
 func (d *Driver) poller(poll chan struct{}) {
