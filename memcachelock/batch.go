@@ -1,6 +1,7 @@
 package memcachelock
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -41,32 +42,19 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	now := time.Now()
 	exps := make([]int32, len(locks))
 	valid := make([]int, 0, len(locks))
-	var shared []int
 	for i, l := range locks {
-		exp, _, err := expiration(l.TTL, now)
-		if err == nil {
-			err = checkToken(l.Token)
-		}
-		if err != nil {
+		exp, _, err := checkClaim(l, now)
+		switch {
+		case err != nil:
 			errs[i] = err
-			continue
+		case l.Mode != backend.Exclusive || d.servers == nil:
+			// Permits, readers and writers, and a driver made by New
+			// without the server list: one by one.
+			errs[i] = d.refresh(ctx, l, exp)
+		default:
+			exps[i] = exp
+			valid = append(valid, i)
 		}
-		exps[i] = exp
-		if l.Mode != backend.Exclusive {
-			shared = append(shared, i)
-			continue
-		}
-		valid = append(valid, i)
-	}
-	// Permits, readers and writers are refreshed one by one.
-	for _, i := range shared {
-		errs[i] = d.refresh(ctx, locks[i], exps[i])
-	}
-	if d.servers == nil {
-		for _, i := range valid {
-			errs[i] = d.refresh(ctx, locks[i], exps[i])
-		}
-		return errs
 	}
 
 	// Group the locks by server, in order of first appearance.
@@ -323,18 +311,10 @@ func (c *probe) gets(keys []string) (map[string]batchItem, error) {
 			cmds--
 			continue
 		}
-		key, it, size, err := parseValueLine(line)
+		key, it, err := readValue(c.r, line)
 		if err != nil {
 			return nil, err
 		}
-		it.value = make([]byte, size+2)
-		if _, err := io.ReadFull(c.r, it.value); err != nil {
-			return nil, err
-		}
-		if !bytes.HasSuffix(it.value, []byte("\r\n")) {
-			return nil, errors.New("memcachelock: corrupt gets reply: a value without its CRLF")
-		}
-		it.value = it.value[:size]
 		if _, asked := seen[key]; !asked {
 			return nil, fmt.Errorf("memcachelock: gets reply for a key not asked for: %q", key)
 		}
@@ -343,30 +323,38 @@ func (c *probe) gets(keys []string) (map[string]batchItem, error) {
 	return items, nil
 }
 
-// parseValueLine reads "VALUE <key> <flags> <bytes> <cas unique>\r\n".
-func parseValueLine(line []byte) (key string, it batchItem, size int, err error) {
-	bad := func() (string, batchItem, int, error) {
-		return "", batchItem{}, 0, fmt.Errorf("memcachelock: unexpected line in a gets reply: %q", bytes.TrimSpace(line))
-	}
+// readValue reads an item of a gets reply from r: line, "VALUE <key>
+// <flags> <bytes> <cas unique>\r\n", read already, then its value.
+func readValue(r *bufio.Reader, line []byte) (key string, it batchItem, err error) {
+	bad := func() error { return fmt.Errorf("unexpected line in a gets reply: %q", bytes.TrimSpace(line)) }
 	rest, ok := bytes.CutPrefix(line, []byte("VALUE "))
 	if !ok {
-		return bad()
+		return "", it, bad()
 	}
 	rest, ok = bytes.CutSuffix(rest, []byte("\r\n"))
 	if !ok {
-		return bad()
+		return "", it, bad()
 	}
 	f := bytes.Fields(rest)
 	if len(f) != 4 {
-		return bad()
+		return "", it, bad()
 	}
 	flags, err1 := strconv.ParseUint(string(f[1]), 10, 32)
 	n, err2 := strconv.ParseUint(string(f[2]), 10, 31)
 	cas, err3 := strconv.ParseUint(string(f[3]), 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return bad()
+		return "", it, bad()
 	}
-	return string(f[0]), batchItem{flags: uint32(flags), cas: cas}, int(n), nil
+	key = string(f[0]) // before the read reuses line's buffer
+	it = batchItem{flags: uint32(flags), cas: cas, value: make([]byte, n+2)}
+	if _, err := io.ReadFull(r, it.value); err != nil {
+		return "", it, err
+	}
+	if !bytes.HasSuffix(it.value, []byte("\r\n")) {
+		return "", it, errors.New("corrupt gets reply: a value without its CRLF")
+	}
+	it.value = it.value[:n]
+	return key, it, nil
 }
 
 // withCause adds ctx's cause to err when ctx ended: the deadline that cut

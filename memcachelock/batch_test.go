@@ -192,6 +192,30 @@ func TestRefreshManyNew(t *testing.T) {
 	}
 }
 
+// A claim that Refresh would refuse (a permit's limit out of range, a bad
+// token or TTL) gets that error in a batch, and the others go on.
+func TestRefreshManyInvalid(t *testing.T) {
+	addr := testenv.MemcacheAddr()
+	testenv.Require(t, addr)
+	ctx := testCtx(t, time.Minute)
+	d := openDriver(t, addr)
+	ok := backend.Claim{Key: uniqueKey(t, "ok"), Token: token(), TTL: 5 * time.Second}
+	if _, err := d.TryAcquire(ctx, ok); err != nil {
+		t.Fatal(err)
+	}
+	errs := d.RefreshMany(ctx, []backend.Claim{
+		{Key: uniqueKey(t, "p"), Token: token(), TTL: time.Second, Mode: backend.Permit, Limit: 0},
+		{Key: uniqueKey(t, "t"), Token: "a b", TTL: time.Second},
+		ok,
+		{Key: uniqueKey(t, "ttl"), Token: token()},
+	})
+	for i, want := range []error{backend.ErrInvalidLimit, backend.ErrUnsupported, nil, backend.ErrInvalidTTL} {
+		if !errors.Is(errs[i], want) {
+			t.Errorf("claim %d: %v, want %v", i, errs[i], want)
+		}
+	}
+}
+
 // A batch whose cas finds an item changed since its gets (EXISTS) falls
 // back to Refresh's path; a lock listed twice is refreshed once each.
 func TestRefreshManyDuplicates(t *testing.T) {

@@ -182,25 +182,32 @@ func (d *Driver) incr(key string) (n uint64, err error) {
 // appended to the item: at most one per waiting driver, as a rule one).
 const maxAttempts = 8
 
-// enter is how every call with a claim begins: it checks the claim c (its TTL, as exp
-// and the effective TTL, its token and its limit), enters the gate and
-// checks ctx.
+// enter is how every call with a claim begins: it checks the claim c
+// (checkClaim), enters the gate and checks ctx.
 func (d *Driver) enter(ctx context.Context, op string, c backend.Claim) (_ context.Context, done func(), exp int32, eff time.Duration, err error) {
-	if op != "release" {
-		if exp, eff, err = expiration(c.TTL, time.Now()); err != nil {
-			return nil, nil, 0, 0, err
-		}
+	if op == "release" {
+		c.TTL = time.Second // a release needs no TTL: check the rest
 	}
-	if err := checkToken(c.Token); err != nil {
+	if exp, eff, err = checkClaim(c, time.Now()); err != nil {
 		return nil, nil, 0, 0, err
-	}
-	if c.Mode == backend.Permit {
-		if err := checkLimit(c.Limit); err != nil {
-			return nil, nil, 0, 0, err
-		}
 	}
 	ctx, done, err = d.begin(ctx, op)
 	return ctx, done, exp, eff, err
+}
+
+// checkClaim checks c's TTL, as expiration exp and the effective TTL, its
+// token and, for a permit, its limit.
+func checkClaim(c backend.Claim, now time.Time) (exp int32, eff time.Duration, err error) {
+	if exp, eff, err = expiration(c.TTL, now); err != nil {
+		return 0, 0, err
+	}
+	if err := checkToken(c.Token); err != nil {
+		return 0, 0, err
+	}
+	if c.Mode == backend.Permit {
+		return exp, eff, checkLimit(c.Limit)
+	}
+	return exp, eff, nil
 }
 
 // begin enters the gate and checks ctx.

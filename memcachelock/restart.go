@@ -2,7 +2,6 @@ package memcachelock
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -192,24 +191,17 @@ func (p *probe) item(lk string) (*memcache.Item, error) {
 	if string(head) == "END\r\n" {
 		return nil, nil
 	}
-	key, bi, size, err := parseValueLine(head)
+	key, bi, err := readValue(p.r, head)
 	if err != nil {
 		return nil, err
 	}
 	if key != lk {
 		return nil, fmt.Errorf("gets reply for a key not asked for: %q", key)
 	}
-	v := make([]byte, size+2)
-	if _, err := io.ReadFull(p.r, v); err != nil {
-		return nil, err
-	}
-	if !bytes.HasSuffix(v, []byte("\r\n")) {
-		return nil, errors.New("corrupt gets reply: a value without its CRLF")
-	}
 	if end, err := p.line(); err != nil || end != "END" {
 		return nil, fmt.Errorf("gets reply without its END: %q, %v", end, err)
 	}
-	return &memcache.Item{Key: lk, Value: v[:size], Flags: bi.flags, CasID: bi.cas}, nil
+	return &memcache.Item{Key: lk, Value: bi.value, Flags: bi.flags, CasID: bi.cas}, nil
 }
 
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
