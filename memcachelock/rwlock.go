@@ -47,7 +47,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if err := live(ctx, "acquire"); err != nil {
 		return backend.Grant{}, err
 	}
-	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
+	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
 	if err != nil {
 		return backend.Grant{}, err
 	}

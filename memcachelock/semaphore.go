@@ -62,7 +62,7 @@ func otherLimit(items map[string]*memcache.Item, token string, limit int) (int, 
 func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
 	keys := slotKeys(base, "s", c.Limit)
-	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
+	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
 		func(items map[string]*memcache.Item) error {
 			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
 				return mismatch(l, c.Limit)

@@ -73,38 +73,17 @@ func (d *Driver) touch(key string, exp int32) error {
 // takeSlot stores value in one of the slots keys for token, trying pref
 // first and then the slots that a look at all of them finds free. It
 // returns the slot taken, or -1 when none was (all held, or each taken by
-// another just before us), with the items the look found (nil if it was
-// not needed) for the caller's checks. check, if not nil, judges those
-// items before any further slot is taken.
-func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
-	won, _, err := d.claim(ctx, &memcache.Item{Key: keys[pref], Value: value, Expiration: exp}, token)
-	if err != nil {
-		d.backOut(keys[pref], token)
-		return -1, err
-	}
-	if won {
-		return pref, nil
-	}
-	if err := live(ctx, op); err != nil {
-		return -1, err
-	}
-	items, err := d.getMulti(keys)
-	if err != nil {
-		return -1, fmt.Errorf("memcachelock: gets: %w", err)
-	}
-	if check != nil {
-		if err := check(items); err != nil {
-			return -1, err
-		}
-	}
-	tries := 0
-	for j := 1; j < len(keys) && tries < maxAttempts; j++ {
+// another just before us). check, if not nil, judges the items the look
+// found before any further slot is taken.
+func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
+	var items map[string]*memcache.Item // nil until pref was found taken
+	for j, tries := 0, 0; j < len(keys) && tries <= maxAttempts; j++ {
 		i := (pref + j) % len(keys)
 		if heldByOther(items[keys[i]], token) {
 			continue
 		}
 		tries++
-		if err := live(ctx, op); err != nil {
+		if err := live(ctx, "acquire"); err != nil {
 			return -1, err
 		}
 		won, _, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
@@ -114,6 +93,20 @@ func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref in
 		}
 		if won {
 			return i, nil
+		}
+		if items != nil {
+			continue
+		}
+		if err := live(ctx, "acquire"); err != nil {
+			return -1, err
+		}
+		if items, err = d.getMulti(keys); err != nil {
+			return -1, fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		if check != nil {
+			if err := check(items); err != nil {
+				return -1, err
+			}
 		}
 	}
 	return -1, nil
