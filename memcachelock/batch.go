@@ -205,20 +205,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	var line []byte
 	for _, p := range held {
 		it := items[keys[p]]
-		line = line[:0]
-		line = append(line, "cas "...)
-		line = append(line, keys[p]...)
-		line = append(line, ' ')
-		line = strconv.AppendUint(line, uint64(it.flags), 10)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, int64(exps[idx[p]]), 10)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, int64(len(it.value)), 10)
-		line = append(line, ' ')
-		line = strconv.AppendUint(line, it.cas, 10)
-		line = append(line, "\r\n"...)
-		line = append(line, it.value...)
-		line = append(line, "\r\n"...)
+		line = appendCas(line[:0], keys[p], it.flags, exps[idx[p]], it.value, it.cas)
 		c.w.Write(line) // a write error stays in w and Flush returns it
 	}
 	d.batch.trips.Add(1)
@@ -321,6 +308,12 @@ func (c *probe) gets(keys []string) (map[string]batchItem, error) {
 		items[key] = it
 	}
 	return items, nil
+}
+
+// appendCas appends to b memcached's cas command for an item.
+func appendCas(b []byte, key string, flags uint32, exp int32, value []byte, cas uint64) []byte {
+	b = fmt.Appendf(b, "cas %s %d %d %d %d\r\n", key, flags, exp, len(value), cas)
+	return append(append(b, value...), "\r\n"...)
 }
 
 // readValue reads an item of a gets reply from r: line, "VALUE <key>

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -417,15 +416,14 @@ func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
 		case !errors.Is(err, memcache.ErrCacheMiss):
 			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
-		now := uint64(time.Now().UnixMicro())
-		stored, err := d.seed(fk, strconv.FormatUint(now, 10), d.fenceExp, ttl)
+		seed, stored, _, err := d.seed(fk, "", ttl)
 		if err != nil {
 			return 0, err
 		}
 		if stored {
 			// Our add created the counter: the seed is our fence, the
 			// counter's first value (every later incr returns more).
-			return now, nil
+			return seed, nil
 		}
 		// A concurrent seeder's add won: incr again.
 	}

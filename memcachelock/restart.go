@@ -66,46 +66,36 @@ func (d *Driver) checkTTL(ttl time.Duration) time.Duration {
 	return ttl
 }
 
-// seed stores the counter fk with value seed (add, expiration exp) on the
-// server that holds fk, if that server has run for ttl (capped by
-// WithRestartDelay): else it returns an error wrapping ErrNotAcquired.
-// stored says whether our add created the counter. Without a server list
-// (New) it only adds.
-func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored bool, err error) {
+// seed stores the counter fk with the clock's current value (add,
+// expiring after the retention) on the server that holds fk, if that
+// server has run for ttl (capped by WithRestartDelay): else it returns an
+// error wrapping ErrNotAcquired. stored says whether our add created the
+// counter, and so made v our fence. If lk is not "", seed reads item lk on
+// the same connection after the add (cur, nil if missing); lk must be on
+// fk's server. Without a server list (New) it only adds.
+func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, cur *memcache.Item, err error) {
+	v = uint64(time.Now().UnixMicro())
+	val := strconv.FormatUint(v, 10)
 	if d.servers == nil {
-		err := d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: exp})
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, memcache.ErrNotStored):
-			return false, nil
+		err := d.add(&memcache.Item{Key: fk, Value: []byte(val), Expiration: d.fenceExp})
+		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
+			return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: %w", err)
 		}
-		return false, fmt.Errorf("memcachelock: fence: seed: %w", err)
+		return v, err == nil, nil, nil
 	}
 	addr, err := d.servers.PickServer(fk)
 	if err != nil {
-		return false, fmt.Errorf("memcachelock: %w", err)
+		return 0, false, nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "", true)
-	if err != nil {
-		return false, fenceErr("seed", err)
+	cmd := "add " + fk + " 0 " + strconv.Itoa(int(d.fenceExp)) + " " + strconv.Itoa(len(val)) + "\r\n" + val + "\r\n"
+	line, cur, err := d.exchange(addr, d.checkTTL(ttl), cmd, lk, true)
+	switch {
+	case err != nil:
+		return 0, false, nil, fenceErr("seed", err)
+	case line != "STORED" && line != "NOT_STORED":
+		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
 	}
-	return seeded(line)
-}
-
-func seedCmd(fk, seed string, exp int32) string {
-	return "add " + fk + " 0 " + strconv.Itoa(int(exp)) + " " + strconv.Itoa(len(seed)) + "\r\n" + seed + "\r\n"
-}
-
-// seeded reads the seed's reply.
-func seeded(line string) (stored bool, err error) {
-	switch line {
-	case "STORED":
-		return true, nil
-	case "NOT_STORED":
-		return false, nil
-	}
-	return false, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+	return v, line == "STORED", cur, nil
 }
 
 // fenceErr wraps an error of exchange during the fence's step op.
