@@ -150,7 +150,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	if err := live(ctx, "refresh"); err != nil {
 		return failAll(err)
 	}
-	c, pooled, err := d.batchConn(ctx, g.addr, false)
+	c, pooled, err := d.probe(ctx, g.addr, false, true)
 	if err != nil {
 		return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 	}
@@ -162,7 +162,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		if err := live(ctx, "refresh"); err != nil {
 			return failAll(err)
 		}
-		c, _, err = d.batchConn(ctx, g.addr, true)
+		c, _, err = d.probe(ctx, g.addr, true, true)
 		if err != nil {
 			return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 		}
@@ -373,16 +373,6 @@ func (d *Driver) maxIdle() int {
 	return memcache.DefaultMaxIdleConns
 }
 
-// batchConn is a probe connection (restart.go) to addr for RefreshMany:
-// an idle one, or (fresh, or none idle) a new one, dialled within ctx.
-func (d *Driver) batchConn(ctx context.Context, addr net.Addr, fresh bool) (c *probe, reused bool, err error) {
-	c, reused, err = d.probe(ctx, addr, fresh, true)
-	if !reused {
-		d.batch.dials.Add(1)
-	}
-	return c, reused, err
-}
-
 // arm sets c's deadline for one round trip: the client's timeout from now,
 // or ctx's deadline if sooner; and makes ctx's cancellation end the round
 // trip at once. stop reports false if the cancellation did (c must not be
@@ -402,5 +392,4 @@ type batchStats struct {
 	calls atomic.Int64 // RefreshMany calls
 	locks atomic.Int64 // locks passed to them
 	trips atomic.Int64 // round trips (gets or cas) sent by RefreshMany
-	dials atomic.Int64 // connections dialled
 }

@@ -249,7 +249,7 @@ func TestRefreshManyScale(t *testing.T) {
 		}
 	}
 	for round := range 2 {
-		trips, dials := d.batch.trips.Load(), d.batch.dials.Load()
+		trips, dials := d.batch.trips.Load(), d.probes.dials.Load()
 		var errs []error
 		start := time.Now()
 		extra := maxGoroutines(func() { errs = d.RefreshMany(ctx, locks) })
@@ -259,7 +259,7 @@ func TestRefreshManyScale(t *testing.T) {
 				t.Fatalf("lock %d: %v", i, err)
 			}
 		}
-		gotTrips, gotDials := d.batch.trips.Load()-trips, d.batch.dials.Load()-dials
+		gotTrips, gotDials := d.batch.trips.Load()-trips, d.probes.dials.Load()-dials
 		t.Logf("round %d: %d locks in %v: %d round trips, %d dials, at most %d extra goroutines", round, n, took, gotTrips, gotDials, extra)
 		if gotTrips != 2 {
 			t.Errorf("%d round trips, want 2", gotTrips)
@@ -527,7 +527,7 @@ func TestRefreshManyServers(t *testing.T) {
 	if err := priv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	dials := d.batch.dials.Load()
+	dials := d.probes.dials.Load()
 	lost := 0
 	for i, err := range d.RefreshMany(ctx, locks) {
 		a, _ := d.servers.PickServer(lockKey(locks[i].Key))
@@ -539,7 +539,7 @@ func TestRefreshManyServers(t *testing.T) {
 			t.Errorf("lock %d on %s after the restart: %v", i, a, err)
 		}
 	}
-	t.Logf("locks per server %v; after the restart %d not held, %d new connections", on, lost, d.batch.dials.Load()-dials)
+	t.Logf("locks per server %v; after the restart %d not held, %d new connections", on, lost, d.probes.dials.Load()-dials)
 	if lost != on[priv.Addr] {
 		t.Errorf("%d locks found not held, want %d", lost, on[priv.Addr])
 	}

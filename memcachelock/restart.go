@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -39,6 +40,7 @@ type probes struct {
 	idle   map[string][]*probe // by server address
 	open   map[string]int      // idle and in use, by server address
 	closed bool
+	dials  atomic.Int64 // connections dialled, for tests
 }
 
 // errBusy: every probe connection to the server is in use, and the
@@ -215,6 +217,7 @@ func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p 
 	}
 	ps.open[k]++
 	ps.mu.Unlock()
+	ps.dials.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	var c net.Conn
