@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,27 +17,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// RefreshMany refreshes many locks in O(servers) round trips, without a
-// goroutine per lock (backend.BatchRefresher): for each server, one round
-// trip of pipelined gets for all its locks, then one of pipelined cas for
-// those still held by their token, each exactly as Refresh does them. The
-// cas keeps the item's flags and value as read and only sets the new
-// expiration, so, as in Refresh, it never extends another holder's lock.
-//
-// gomemcache has no pipelined cas, so the driver speaks memcached's text
-// protocol on connections of its own, a few idle ones kept per server (see
-// batchPool). It does the gets there too, rather than with GetMulti: so
-// both round trips end at ctx's deadline (or cancellation), not only at the
-// client's timeout. Servers are visited one after another.
-//
-// A lock whose cas finds the item changed since the gets (EXISTS: a
-// concurrent refresh of ours) is refreshed again by Refresh's path, with
-// its bounded retries. A lock with an invalid TTL or token gets its own
-// error and the others go on.
-//
-// A Driver made by New has no server list: it refreshes the locks one after
-// another with Refresh's path. Permits, readers and writers are refreshed
-// one by one too.
+// RefreshMany refreshes many locks in O(servers) round trips
+// (backend.BatchRefresher): per server, pipelined gets for all its locks,
+// then pipelined cas for those still held by their token, on the driver's
+// own connections, bounded by ctx. A cas that finds the item changed
+// (EXISTS) takes Refresh's path. A driver made by New, and permits,
+// readers and writers, refresh one by one. See docs/backends/memcachelock.md.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -58,32 +42,19 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	now := time.Now()
 	exps := make([]int32, len(locks))
 	valid := make([]int, 0, len(locks))
-	var shared []int
 	for i, l := range locks {
-		exp, _, err := expiration(l.TTL, now)
-		if err == nil {
-			err = checkToken(l.Token)
-		}
-		if err != nil {
+		exp, _, err := checkClaim(l, now)
+		switch {
+		case err != nil:
 			errs[i] = err
-			continue
+		case l.Mode != backend.Exclusive || d.servers == nil:
+			// Permits, readers and writers, and a driver made by New
+			// without the server list: one by one.
+			errs[i] = d.refresh(ctx, l, exp)
+		default:
+			exps[i] = exp
+			valid = append(valid, i)
 		}
-		exps[i] = exp
-		if l.Mode != backend.Exclusive {
-			shared = append(shared, i)
-			continue
-		}
-		valid = append(valid, i)
-	}
-	// Permits, readers and writers are refreshed one by one.
-	for _, i := range shared {
-		errs[i] = d.refreshSharedIn(ctx, locks[i], exps[i])
-	}
-	if d.servers == nil {
-		for _, i := range valid {
-			errs[i] = d.refresh(ctx, locks[i], exps[i])
-		}
-		return errs
 	}
 
 	// Group the locks by server, in order of first appearance.
@@ -99,7 +70,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		name := addr.Network() + "!" + addr.String()
 		g := groups[name]
 		if g == nil {
-			g = &batchGroup{addr: addr, name: name}
+			g = &batchGroup{addr: addr}
 			groups[name] = g
 			order = append(order, name)
 		}
@@ -119,7 +90,6 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // batchGroup is the locks of one RefreshMany that live on one server.
 type batchGroup struct {
 	addr net.Addr
-	name string   // addr's network and address: the pool's key
 	idx  []int    // indexes into the locks
 	keys []string // their item keys
 }
@@ -180,7 +150,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	if err := live(ctx, "refresh"); err != nil {
 		return failAll(err)
 	}
-	c, pooled, err := d.batch.conn(ctx, g, d.timeout())
+	c, pooled, err := d.probe(ctx, g.addr, false, true)
 	if err != nil {
 		return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 	}
@@ -188,18 +158,18 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	if err != nil && pooled && staleConn(err) {
 		// An idle connection the server closed (a restart): once more on a
 		// new one. gets changes nothing, so repeating it is safe.
-		c.Close()
+		d.dropProbe(g.addr, c)
 		if err := live(ctx, "refresh"); err != nil {
 			return failAll(err)
 		}
-		c, err = d.batch.dial(ctx, g, d.timeout())
+		c, _, err = d.probe(ctx, g.addr, true, true)
 		if err != nil {
 			return failAll(fmt.Errorf("memcachelock: dial: %w", withCause(ctx, err)))
 		}
 		items, err = d.gets(ctx, c, keys)
 	}
 	if err != nil {
-		c.Close()
+		d.dropProbe(g.addr, c)
 		return failAll(fmt.Errorf("memcachelock: gets: %w", withCause(ctx, err)))
 	}
 
@@ -218,7 +188,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		}
 	}
 	if len(held) == 0 {
-		d.batch.put(g.name, c, d.maxIdle())
+		d.putProbe(g.addr, c)
 		return again
 	}
 	failHeld := func(from int, err error) []int {
@@ -228,27 +198,14 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 		return again
 	}
 	if err := live(ctx, "refresh"); err != nil {
-		d.batch.put(g.name, c, d.maxIdle())
+		d.putProbe(g.addr, c)
 		return failHeld(0, err)
 	}
 	stop := c.arm(ctx, d.timeout())
 	var line []byte
 	for _, p := range held {
 		it := items[keys[p]]
-		line = line[:0]
-		line = append(line, "cas "...)
-		line = append(line, keys[p]...)
-		line = append(line, ' ')
-		line = strconv.AppendUint(line, uint64(it.flags), 10)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, int64(exps[idx[p]]), 10)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, int64(len(it.value)), 10)
-		line = append(line, ' ')
-		line = strconv.AppendUint(line, it.cas, 10)
-		line = append(line, "\r\n"...)
-		line = append(line, it.value...)
-		line = append(line, "\r\n"...)
+		line = appendCas(line[:0], keys[p], it.flags, exps[idx[p]], it.value, it.cas)
 		c.w.Write(line) // a write error stays in w and Flush returns it
 	}
 	d.batch.trips.Add(1)
@@ -283,9 +240,9 @@ replies:
 		}
 	}
 	if !stop() || err != nil {
-		c.Close()
+		d.dropProbe(g.addr, c)
 	} else {
-		d.batch.put(g.name, c, d.maxIdle())
+		d.putProbe(g.addr, c)
 	}
 	if err != nil {
 		return failHeld(n, fmt.Errorf("memcachelock: cas: %w", withCause(ctx, err)))
@@ -295,7 +252,7 @@ replies:
 
 // gets asks for keys on c in one round trip (pipelined gets commands of at
 // most getsPerCommand keys, each key once) and returns the items found.
-func (d *Driver) gets(ctx context.Context, c *batchConn, keys []string) (map[string]batchItem, error) {
+func (d *Driver) gets(ctx context.Context, c *probe, keys []string) (map[string]batchItem, error) {
 	stop := c.arm(ctx, d.timeout())
 	items, err := c.gets(keys)
 	d.batch.trips.Add(1)
@@ -305,7 +262,7 @@ func (d *Driver) gets(ctx context.Context, c *batchConn, keys []string) (map[str
 	return items, err
 }
 
-func (c *batchConn) gets(keys []string) (map[string]batchItem, error) {
+func (c *probe) gets(keys []string) (map[string]batchItem, error) {
 	c.w.Reset(c.Conn)
 	seen := make(map[string]struct{}, len(keys))
 	cmds, inCmd := 0, 0
@@ -341,18 +298,10 @@ func (c *batchConn) gets(keys []string) (map[string]batchItem, error) {
 			cmds--
 			continue
 		}
-		key, it, size, err := parseValueLine(line)
+		key, it, err := readValue(c.r, line)
 		if err != nil {
 			return nil, err
 		}
-		it.value = make([]byte, size+2)
-		if _, err := io.ReadFull(c.r, it.value); err != nil {
-			return nil, err
-		}
-		if !bytes.HasSuffix(it.value, []byte("\r\n")) {
-			return nil, errors.New("memcachelock: corrupt gets reply: a value without its CRLF")
-		}
-		it.value = it.value[:size]
 		if _, asked := seen[key]; !asked {
 			return nil, fmt.Errorf("memcachelock: gets reply for a key not asked for: %q", key)
 		}
@@ -361,30 +310,44 @@ func (c *batchConn) gets(keys []string) (map[string]batchItem, error) {
 	return items, nil
 }
 
-// parseValueLine reads "VALUE <key> <flags> <bytes> <cas unique>\r\n".
-func parseValueLine(line []byte) (key string, it batchItem, size int, err error) {
-	bad := func() (string, batchItem, int, error) {
-		return "", batchItem{}, 0, fmt.Errorf("memcachelock: unexpected line in a gets reply: %q", bytes.TrimSpace(line))
-	}
+// appendCas appends to b memcached's cas command for an item.
+func appendCas(b []byte, key string, flags uint32, exp int32, value []byte, cas uint64) []byte {
+	b = fmt.Appendf(b, "cas %s %d %d %d %d\r\n", key, flags, exp, len(value), cas)
+	return append(append(b, value...), "\r\n"...)
+}
+
+// readValue reads an item of a gets reply from r: line, "VALUE <key>
+// <flags> <bytes> <cas unique>\r\n", read already, then its value.
+func readValue(r *bufio.Reader, line []byte) (key string, it batchItem, err error) {
+	bad := func() error { return fmt.Errorf("unexpected line in a gets reply: %q", bytes.TrimSpace(line)) }
 	rest, ok := bytes.CutPrefix(line, []byte("VALUE "))
 	if !ok {
-		return bad()
+		return "", it, bad()
 	}
 	rest, ok = bytes.CutSuffix(rest, []byte("\r\n"))
 	if !ok {
-		return bad()
+		return "", it, bad()
 	}
 	f := bytes.Fields(rest)
 	if len(f) != 4 {
-		return bad()
+		return "", it, bad()
 	}
 	flags, err1 := strconv.ParseUint(string(f[1]), 10, 32)
 	n, err2 := strconv.ParseUint(string(f[2]), 10, 31)
 	cas, err3 := strconv.ParseUint(string(f[3]), 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
-		return bad()
+		return "", it, bad()
 	}
-	return string(f[0]), batchItem{flags: uint32(flags), cas: cas}, int(n), nil
+	key = string(f[0]) // before the read reuses line's buffer
+	it = batchItem{flags: uint32(flags), cas: cas, value: make([]byte, n+2)}
+	if _, err := io.ReadFull(r, it.value); err != nil {
+		return "", it, err
+	}
+	if !bytes.HasSuffix(it.value, []byte("\r\n")) {
+		return "", it, errors.New("corrupt gets reply: a value without its CRLF")
+	}
+	it.value = it.value[:n]
+	return key, it, nil
 }
 
 // withCause adds ctx's cause to err when ctx ended: the deadline that cut
@@ -410,18 +373,11 @@ func (d *Driver) maxIdle() int {
 	return memcache.DefaultMaxIdleConns
 }
 
-// batchConn is a connection of RefreshMany's.
-type batchConn struct {
-	net.Conn
-	r *bufio.Reader
-	w *bufio.Writer
-}
-
 // arm sets c's deadline for one round trip: the client's timeout from now,
 // or ctx's deadline if sooner; and makes ctx's cancellation end the round
 // trip at once. stop reports false if the cancellation did (c must not be
 // reused then).
-func (c *batchConn) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
+func (c *probe) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
 	dl := time.Now().Add(timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
 		dl = cd
@@ -430,70 +386,10 @@ func (c *batchConn) arm(ctx context.Context, timeout time.Duration) (stop func()
 	return context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 }
 
-// batchPool keeps, per server, up to the client's MaxIdleConns idle
-// connections for RefreshMany. It counts RefreshMany's calls and round
-// trips for tests and benchmarks.
-type batchPool struct {
-	mu     sync.Mutex
-	idle   map[string][]*batchConn
-	closed bool
-
+// batchStats counts RefreshMany's calls and round trips for tests and
+// benchmarks.
+type batchStats struct {
 	calls atomic.Int64 // RefreshMany calls
 	locks atomic.Int64 // locks passed to them
 	trips atomic.Int64 // round trips (gets or cas) sent by RefreshMany
-	dials atomic.Int64 // connections dialled
-}
-
-// conn returns an idle connection to g's server, or a new one; pooled says
-// which.
-func (p *batchPool) conn(ctx context.Context, g *batchGroup, timeout time.Duration) (c *batchConn, pooled bool, err error) {
-	p.mu.Lock()
-	if cs := p.idle[g.name]; len(cs) > 0 {
-		c = cs[len(cs)-1]
-		cs[len(cs)-1] = nil
-		p.idle[g.name] = cs[:len(cs)-1]
-	}
-	p.mu.Unlock()
-	if c != nil {
-		return c, true, nil
-	}
-	c, err = p.dial(ctx, g, timeout)
-	return c, false, err
-}
-
-func (p *batchPool) dial(ctx context.Context, g *batchGroup, timeout time.Duration) (*batchConn, error) {
-	p.dials.Add(1)
-	nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, g.addr.Network(), g.addr.String())
-	if err != nil {
-		return nil, err
-	}
-	return &batchConn{Conn: nc, r: bufio.NewReader(nc), w: bufio.NewWriter(nc)}, nil
-}
-
-// put keeps c for later, unless max are kept already or the pool is closed.
-func (p *batchPool) put(name string, c *batchConn, max int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || len(p.idle[name]) >= max {
-		c.Close()
-		return
-	}
-	if p.idle == nil {
-		p.idle = map[string][]*batchConn{}
-	}
-	p.idle[name] = append(p.idle[name], c)
-}
-
-// close closes the idle connections; connections put back later are
-// closed at once.
-func (p *batchPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, cs := range p.idle {
-		for _, c := range cs {
-			c.Close()
-		}
-	}
-	p.idle = nil
 }

@@ -192,6 +192,30 @@ func TestRefreshManyNew(t *testing.T) {
 	}
 }
 
+// A claim that Refresh would refuse (a permit's limit out of range, a bad
+// token or TTL) gets that error in a batch, and the others go on.
+func TestRefreshManyInvalid(t *testing.T) {
+	addr := testenv.MemcacheAddr()
+	testenv.Require(t, addr)
+	ctx := testCtx(t, time.Minute)
+	d := openDriver(t, addr)
+	ok := backend.Claim{Key: uniqueKey(t, "ok"), Token: token(), TTL: 5 * time.Second}
+	if _, err := d.TryAcquire(ctx, ok); err != nil {
+		t.Fatal(err)
+	}
+	errs := d.RefreshMany(ctx, []backend.Claim{
+		{Key: uniqueKey(t, "p"), Token: token(), TTL: time.Second, Mode: backend.Permit, Limit: 0},
+		{Key: uniqueKey(t, "t"), Token: "a b", TTL: time.Second},
+		ok,
+		{Key: uniqueKey(t, "ttl"), Token: token()},
+	})
+	for i, want := range []error{backend.ErrInvalidLimit, backend.ErrUnsupported, nil, backend.ErrInvalidTTL} {
+		if !errors.Is(errs[i], want) {
+			t.Errorf("claim %d: %v, want %v", i, errs[i], want)
+		}
+	}
+}
+
 // A batch whose cas finds an item changed since its gets (EXISTS) falls
 // back to Refresh's path; a lock listed twice is refreshed once each.
 func TestRefreshManyDuplicates(t *testing.T) {
@@ -225,7 +249,7 @@ func TestRefreshManyScale(t *testing.T) {
 		}
 	}
 	for round := range 2 {
-		trips, dials := d.batch.trips.Load(), d.batch.dials.Load()
+		trips, dials := d.batch.trips.Load(), d.probes.dials.Load()
 		var errs []error
 		start := time.Now()
 		extra := maxGoroutines(func() { errs = d.RefreshMany(ctx, locks) })
@@ -235,7 +259,7 @@ func TestRefreshManyScale(t *testing.T) {
 				t.Fatalf("lock %d: %v", i, err)
 			}
 		}
-		gotTrips, gotDials := d.batch.trips.Load()-trips, d.batch.dials.Load()-dials
+		gotTrips, gotDials := d.batch.trips.Load()-trips, d.probes.dials.Load()-dials
 		t.Logf("round %d: %d locks in %v: %d round trips, %d dials, at most %d extra goroutines", round, n, took, gotTrips, gotDials, extra)
 		if gotTrips != 2 {
 			t.Errorf("%d round trips, want 2", gotTrips)
@@ -381,8 +405,8 @@ func TestRefreshManyCutOff(t *testing.T) {
 	}
 	for _, pooled := range []bool{true, false} {
 		if !pooled {
-			d.batch.close() // every batch dials: the proxy accepts, then drops
-			d.batch.closed = false
+			d.probes.close() // every batch dials: the proxy accepts, then drops
+			d.probes.closed = false
 		}
 		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		cut(fmt.Sprintf("deadline, first %v", pooled), dctx)
@@ -418,8 +442,8 @@ func BenchmarkRefreshMany(b *testing.B) {
 	ctx := context.Background()
 	d := openDriver(b, addr)
 	nd := openDriver(b, addr)
-	nd.batch.close() // keeps no connection: each batch dials
-	nd.batch.closed = true
+	nd.probes.close() // keeps no connection: each batch dials
+	nd.probes.closed = true
 	const n = 100
 	locks := make([]backend.Claim, n)
 	for i := range locks {
@@ -503,7 +527,7 @@ func TestRefreshManyServers(t *testing.T) {
 	if err := priv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	dials := d.batch.dials.Load()
+	dials := d.probes.dials.Load()
 	lost := 0
 	for i, err := range d.RefreshMany(ctx, locks) {
 		a, _ := d.servers.PickServer(lockKey(locks[i].Key))
@@ -515,7 +539,7 @@ func TestRefreshManyServers(t *testing.T) {
 			t.Errorf("lock %d on %s after the restart: %v", i, a, err)
 		}
 	}
-	t.Logf("locks per server %v; after the restart %d not held, %d new connections", on, lost, d.batch.dials.Load()-dials)
+	t.Logf("locks per server %v; after the restart %d not held, %d new connections", on, lost, d.probes.dials.Load()-dials)
 	if lost != on[priv.Addr] {
 		t.Errorf("%d locks found not held, want %d", lost, on[priv.Addr])
 	}

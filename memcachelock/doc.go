@@ -25,53 +25,17 @@
 // authentication and no TLS: a trusted network only; no list of locks.
 //
 // How it works, in full (items, fences and retention, round trips,
-// semaphores, operators, TTLs, waiting) is in the repository's
-// docs/backends/memcachelock.md:
+// semaphores, operators, TTLs, waiting, several servers, what memcached
+// cannot promise) is in the repository's docs/backends/memcachelock.md:
 // https://github.com/lockerhq/locker/blob/main/docs/backends/memcachelock.md
 //
-// # Several servers
+// Several servers: locks are spread by gomemcache's key hashing, each on
+// one unreplicated server, so every process that locks the same names must
+// list the same servers in the same order (or two can hold one name).
 //
-// A URL or client with several servers spreads locks over them by
-// gomemcache's key hashing; each lock lives on one server, which is not
-// replicated. Every process that locks the same names must list the same
-// servers in the same order, or two processes can map one name to two
-// servers and both hold it. When a lock's server is down, that lock can
-// neither be acquired nor refreshed (held locks are reported lost when
-// their TTL runs out); locks on other servers are unaffected. A lock's item
-// and its fence counter are hashed separately and may live on different
-// servers. That does not weaken the fences: their order rests only on the
-// order in which each client sends its commands, and a lost counter is
-// seeded again from the clock (see "Fences and retention" in
-// docs/backends/memcachelock.md).
-//
-// # What memcached cannot promise
-//
-// memcached is a cache. It can drop a held lock before its TTL:
-//
-//   - Eviction: when memory is full, memcached evicts items, held locks
-//     included. Run memcached with -M (return errors instead of evicting)
-//     and enough memory (-m), or on instances that hold nothing but locks.
-//   - Restart: a restarted memcached has forgotten every lock.
-//   - flush_all, or anything else that deletes or overwrites the items.
-//
-// When that happens, another client can acquire the lock while the old
-// holder still believes it holds it, until the old holder's next refresh
-// (every TTL/3 with automatic refresh), which finds the loss and fires the
-// lock's Lost channel. Use the fencing token where exclusion matters.
-//
-// There is no authentication: gomemcache implements none (memcached's SASL
-// needs the binary protocol, which it does not speak), and the URL form
-// offers no TLS. Anyone who can reach the server can read, take and delete
-// every lock. Use this backend only on a trusted network, with memcached
-// bound to private addresses. A holder whose item another client deleted
-// or overwrote learns it at its next refresh, which the locker package's
-// watchdog sends at most TTL/3 after the one before: Lost fires within
-// TTL/3 and a round trip of the theft (TTL is the effective, whole-second
-// TTL; measured: 333ms for a 1s TTL, theft right after a refresh). The
-// holder's token is in the item, for anyone to read: with it, another
-// client can also refresh or release the lock as if it were the holder. (For a memcached built with TLS, a client of
-// your own with a TLS DialContext, passed to New, encrypts the traffic; it
-// still authenticates nobody.)
+// Holders learn of a theft, an eviction or a restart at their next refresh
+// (Lost fires within TTL/3 and a round trip). The holder's token is in the
+// item, readable by anyone who can reach the server.
 //
 // gomemcache takes no context: each network call is bounded by the client's
 // timeout (the URL's timeout parameter, 500ms by default) instead, and the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -31,7 +30,7 @@ type Driver struct {
 
 	gate backend.Gate // calls in flight, and background cleanups, awaited by Close
 
-	batch batchPool // RefreshMany's connections (batch.go)
+	batch batchStats // RefreshMany's counts (batch.go)
 
 	probes probes // the restart check's connections (restart.go)
 
@@ -43,14 +42,11 @@ type Driver struct {
 	slots chan struct{}
 }
 
-// Requests in flight on a driver's client, per server. gomemcache dials a
-// connection for every request that finds none idle, and closes it after
-// if MaxIdleConns are idle already: with a thousand waiters in a process,
-// most requests paid a dial (half the CPU of the names workload), and
-// the connections passed memcached's limit (1024 by default), which
-// refused them. Waiting for one of inFlight connections costs less than a
-// dial; Open keeps as many idle (the default max_idle), so none is closed
-// for want of room.
+// Requests in flight on a driver's client, per server: gomemcache dials a
+// connection for every request that finds none idle, which cost half the
+// CPU with a thousand waiters and passed memcached's connection limit.
+// Waiting for one of inFlight costs less than a dial; Open keeps as many
+// idle (the default max_idle).
 const inFlight = 16
 
 func newSlots(servers int) chan struct{} { return make(chan struct{}, inFlight*max(servers, 1)) }
@@ -110,13 +106,12 @@ func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 }
 
 // Close waits for the calls in flight (each bounded by the client's
-// timeout), closes RefreshMany's idle connections, and closes the client's
+// timeout), closes its own idle connections, and closes the client's
 // if the driver opened the client itself.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("memcachelock: close: %w", backend.ErrClosed)
 	}
-	d.batch.close()
 	d.probes.close()
 	if d.own {
 		return d.mc.Close()
@@ -186,28 +181,71 @@ func (d *Driver) incr(key string) (n uint64, err error) {
 // appended to the item: at most one per waiting driver, as a rule one).
 const maxAttempts = 8
 
-// TryAcquire takes the lock with add, the atomic create-if-absent, or with
-// a cas over a tombstone; then draws a fence; then confirms it still holds
-// the lock (see nextFence for why the confirmation is needed).
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
+// enter is how every call with a claim begins: it checks the claim c
+// (checkClaim), enters the gate and checks ctx.
+func (d *Driver) enter(ctx context.Context, op string, c backend.Claim) (_ context.Context, done func(), exp int32, eff time.Duration, err error) {
+	if op == "release" {
+		c.TTL = time.Second // a release needs no TTL: check the rest
 	}
-	exp, eff, err := expiration(l.TTL, time.Now())
-	if err != nil {
-		return backend.Grant{}, err
+	if exp, eff, err = checkClaim(c, time.Now()); err != nil {
+		return nil, nil, 0, 0, err
 	}
-	if err := checkToken(l.Token); err != nil {
-		return backend.Grant{}, err
+	ctx, done, err = d.begin(ctx, op)
+	return ctx, done, exp, eff, err
+}
+
+// checkClaim checks c's TTL, as expiration exp and the effective TTL, its
+// token and, for a permit, its limit.
+func checkClaim(c backend.Claim, now time.Time) (exp int32, eff time.Duration, err error) {
+	if exp, eff, err = expiration(c.TTL, now); err != nil {
+		return 0, 0, err
 	}
+	if err := checkToken(c.Token); err != nil {
+		return 0, 0, err
+	}
+	if c.Mode == backend.Permit {
+		return exp, eff, checkLimit(c.Limit)
+	}
+	return exp, eff, nil
+}
+
+// begin enters the gate and checks ctx.
+func (d *Driver) begin(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("memcachelock: %w", err)
+		return nil, nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	defer done()
-	if err := live(ctx, "acquire"); err != nil {
+	if err := live(ctx, op); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ctx, done, nil
+}
+
+// TryAcquire implements backend.Driver for every mode (see Modes).
+func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	ctx, done, exp, eff, err := d.enter(ctx, "acquire", c)
+	if err != nil {
 		return backend.Grant{}, err
 	}
+	defer done()
+	switch c.Mode {
+	case backend.Exclusive:
+		return d.tryLock(ctx, c, exp, eff)
+	case backend.Permit:
+		return d.tryPermit(ctx, c, exp, eff)
+	case backend.Read:
+		return d.tryRead(ctx, c, exp, eff)
+	case backend.Write:
+		return d.tryWrite(ctx, c, exp, eff)
+	}
+	return backend.Grant{}, fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+}
+
+// tryLock takes the lock with add, the atomic create-if-absent, or with
+// a cas over a tombstone; then draws a fence; then confirms it still holds
+// the lock (see nextFence for why the confirmation is needed).
+func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	lk := lockKey(l.Key)
 	now := time.Now()
 	if err := d.ourTurn(ctx, l.Key); err != nil {
@@ -215,12 +253,12 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
 
-	won, holder, err := d.claimHolder(ctx, item, l.Token)
+	won, holder, err := d.claim(ctx, item, l.Token)
 	if err != nil {
 		// The add or cas may have been applied even though we saw an error
 		// (a timeout after the server stored it): take back what we may
 		// have left, token-checked, so that it does not hold the key.
-		d.cleanup(l)
+		d.backOut(lk, l.Token)
 		return backend.Grant{}, err
 	}
 	if !won {
@@ -229,7 +267,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 
 	fail := func(err error) (backend.Grant, error) {
-		d.cleanup(l)
+		d.backOut(lk, l.Token)
 		return backend.Grant{}, err
 	}
 	if err := live(ctx, "acquire"); err != nil {
@@ -316,15 +354,9 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 }
 
 // claim stores item (holding token) if the key is free: absent, expired, or
-// a tombstone. It reports false when another token holds the key.
-func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (bool, error) {
-	won, _, err := d.claimHolder(ctx, item, token)
-	return won, err
-}
-
-// claimHolder is claim, returning as well the holder's value when it lost
-// and read one.
-func (d *Driver) claimHolder(ctx context.Context, item *memcache.Item, token string) (won bool, holder []byte, err error) {
+// a tombstone. It reports false when another token holds the key, with the
+// holder's value when it read one.
+func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (won bool, holder []byte, err error) {
 	for range maxAttempts {
 		err = d.add(item)
 		switch {
@@ -368,77 +400,14 @@ func (d *Driver) claimHolder(ctx context.Context, item *memcache.Item, token str
 	return false, nil, nil
 }
 
-// cleanup frees what an acquisition that fails may have stored, if it is
-// still ours, before the call returns: a caller that gave up as its add
-// was answered, and tries again at once or is another process, finds the
-// name free. It waits at most CancelGrace (backOut); on a dead connection
-// the rest goes on in the background. Best effort: if the server cannot
-// be reached either, the item expires after its TTL.
-func (d *Driver) cleanup(l backend.Claim) { d.backOutItem(lockKey(l.Key), l.Token, "lock") }
-
-// nextFence draws the fencing token for a holder of key: incr on the key's
-// counter, seeded from the clock when missing.
-//
-// Why fences strictly increase across holders. Every holder that gets a
-// Grant drew its fence with incr between the moment its item was created
-// (add, or cas over a tombstone) and the confirming gets that found the same
-// item still there. An item, once gone, never comes back with that token
-// (only the acquisition that created it writes the token, and refreshes need
-// the item to exist), so the item existed through the whole interval, and no
-// other holder's item could be created in it: add and cas-over-tombstone
-// fail while a held item exists. The intervals of two granted holders are
-// therefore disjoint and in the order of their holds, and so are their
-// incrs: a later holder's fence is greater. Without the confirmation this
-// fails: a holder whose item expires or is evicted between its add and its
-// incr could draw its fence after the next holder did, and carry the larger
-// fence while no longer holding the lock. An acquisition that fails the
-// confirmation returns no grant; its fence is simply skipped.
-//
-// The counter can be lost: a restart, an eviction (unless memcached runs
-// with -M), or its own expiration, the retention (WithRetention) after its
-// seed: incr does not move an item's expiry. The expiration is what bounds
-// the state of names nobody locks any more: a released name's item goes at
-// once (see Release), its counter within the retention. A missing counter is seeded with the
-// current Unix time in microseconds from the client's clock (add, so that
-// concurrent seeders agree on one seed). The seeder whose add created the
-// counter takes the seed as its fence, the counter's first value; a seeder
-// whose add found one incrs it, like every later acquisition, so each
-// returns a value above every earlier one of the counter, and the argument
-// above holds unchanged (the add is the draw). Exactly what the seed
-// guarantees: say the lost counter was seeded with S, client C0's clock at
-// real time t0, and handed out S .. S+k. A client C1 that seeds it again
-// at t1 writes its own clock at t1, and every later fence exceeds S+k if and
-// only if that clock reading exceeds S+k, that is, if
-//
-//	(t1 - t0 in microseconds) - k  >  how far C1's clock is behind C0's.
-//
-// With equal clocks this says: fewer than one acquisition per microsecond
-// on average between the seed and the reseed. Each acquisition takes three
-// round trips or more to memcached (tens of microseconds even on loopback), so the
-// counter runs behind the clock by most of the time since the seed, and that
-// is the slack left for clock differences: with clocks synchronised by NTP
-// (milliseconds) it is exhausted only if a counter is lost within
-// milliseconds of being seeded. What breaks it: a client clock behind the
-// previous seeder's by more than the slack (a clock stepped back by hand,
-// or a machine with no time synchronisation).
-// Where the lock item and the counter live on different servers (the client
-// hashes each key on its own), none of this changes: the argument only uses
-// the order of the operations, which one client issues one after another.
-//
-// A missing counter may mean that the server restarted: it is seeded only
-// if the server has run for the TTL (see seed, restart.go).
-//
-// Cost: incr comes first and add only when it finds no counter, so a name
-// whose counter exists pays one round trip for its fence; a name seen for
-// the first time, or again after a retention, pays the failed incr and the
-// add (on a connection that knows the server's start; a new such
-// connection costs a dial and a stats once).
-func (d *Driver) nextFence(key string, ttl time.Duration) (uint64, error) {
-	return d.nextFenceAt(fenceKey(key), ttl)
-}
-
-// nextFenceAt is nextFence for the counter item fk.
-func (d *Driver) nextFenceAt(fk string, ttl time.Duration) (uint64, error) {
+// nextFence draws the fencing token from the counter fk: incr, or, when
+// the counter is missing, seeded with add from the clock (in microseconds)
+// on a server that has run for the TTL (seed). Fences increase from holder
+// to holder because each is drawn while the holder's item exists, as the
+// confirmation then checks; the seed keeps them increasing across a lost
+// counter as long as clocks do not step back (docs/backends/memcachelock.md,
+// "Why fences increase").
+func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
 	for range maxAttempts {
 		n, err := d.incr(fk)
 		switch {
@@ -447,102 +416,127 @@ func (d *Driver) nextFenceAt(fk string, ttl time.Duration) (uint64, error) {
 		case !errors.Is(err, memcache.ErrCacheMiss):
 			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
-		now := uint64(time.Now().UnixMicro())
-		stored, err := d.seed(fk, strconv.FormatUint(now, 10), d.fenceExp, ttl)
+		seed, stored, _, err := d.seed(fk, "", ttl)
 		if err != nil {
 			return 0, err
 		}
 		if stored {
 			// Our add created the counter: the seed is our fence, the
 			// counter's first value (every later incr returns more).
-			return now, nil
+			return seed, nil
 		}
 		// A concurrent seeder's add won: incr again.
 	}
 	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
 }
 
-// Refresh extends the lock with gets and cas: the cas succeeds only if the
-// item is still the very one our gets found holding our token, so it never
-// extends another holder's lock (touch, which checks nothing, could).
-func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	if l.Mode != backend.Exclusive {
-		return d.refreshShared(ctx, l)
-	}
-	exp, _, err := expiration(l.TTL, time.Now())
+// Refresh extends the lock with gets and cas, so it never extends another
+// holder's lock (touch, which checks nothing, could).
+func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
+	ctx, done, exp, _, err := d.enter(ctx, "refresh", c)
 	if err != nil {
 		return err
 	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
 	defer done()
-	d.held.take(l.Key, l.Token) // the refresh changes the item's cas id
-	return d.refresh(ctx, l, exp)
+	return d.refresh(ctx, c, exp)
 }
 
-// refresh is Refresh for a call in flight, with l.TTL as expiration exp.
-func (d *Driver) refresh(ctx context.Context, l backend.Claim, exp int32) error {
-	return d.extend(ctx, "refresh", "lock", lockKey(l.Key), l.Token, exp)
+// refresh is Refresh for a call in flight, with c.TTL as expiration exp.
+func (d *Driver) refresh(ctx context.Context, c backend.Claim, exp int32) error {
+	switch c.Mode {
+	case backend.Exclusive:
+		d.held.take(c.Key, c.Token) // the refresh changes the item's cas id
+		return d.extend(ctx, "refresh", "lock", lockKey(c.Key), c.Token, exp)
+	case backend.Permit:
+		return d.refreshPermit(ctx, c, exp)
+	case backend.Read:
+		return d.refreshRead(ctx, c, exp)
+	case backend.Write:
+		return d.extend(ctx, "refresh", "writer", objKey(c.Key, "w"), c.Token, exp)
+	}
+	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }
 
 // extend sets the expiration of item key to exp if token holds it (gets,
 // then cas). what names the item in errors.
 func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp int32) error {
+	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
+		cur.Expiration = exp
+		return cur
+	})
+	return err
+}
+
+// heldCheck is casHeld's check that token holds an item.
+func heldCheck(token string) func([]byte) error {
+	return func(v []byte) error {
+		if !heldBy(v, token) {
+			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
+		}
+		return nil
+	}
+}
+
+// casHeld reads item key (gets) and, if check passes its value, stores
+// what next makes of it with a cas, which fails if the item changed since;
+// then it looks again, a bounded number of times. It returns the item as
+// read. what names the item in errors.
+func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([]byte) error, next func(*memcache.Item) *memcache.Item) (*memcache.Item, error) {
 	for range maxAttempts {
 		if err := live(ctx, op); err != nil {
-			return err
+			return nil, err
 		}
 		cur, err := d.get(key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
+			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 		case err != nil:
-			return fmt.Errorf("memcachelock: gets: %w", err)
-		case !heldBy(cur.Value, token):
-			return fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
+			return nil, fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		if err := check(cur.Value); err != nil {
+			return nil, err
 		}
 		if err := live(ctx, op); err != nil {
-			return err
+			return nil, err
 		}
-		cur.Expiration = exp
-		err = d.cas(cur)
+		err = d.cas(next(cur))
 		switch {
 		case err == nil:
-			return nil
+			return cur, nil
 		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
+			return nil, fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 		case errors.Is(err, memcache.ErrCASConflict):
 			continue // changed since our gets (a concurrent refresh of ours): look again
 		default:
-			return fmt.Errorf("memcachelock: cas: %w", err)
+			return nil, fmt.Errorf("memcachelock: cas: %w", err)
 		}
 	}
-	return fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
+	return nil, fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
-// Release frees the lock with gets and cas. memcached has no
-// compare-and-delete, and a blind delete (or gets, then delete) can remove
-// the next holder's lock if ours expired in between. Instead, the cas
-// replaces the item only if it is still the very one our gets found holding
-// our token: memcached gives every stored item version a new cas id, so an
-// item that expired, was evicted, refreshed or re-created by another holder
-// since our gets makes the cas fail, and we never touch it. What the cas
-// stores is a tombstone with a negative expiration, which memcached treats as
-// already expired: the item disappears at once, exactly as if deleted, and
-// the next add succeeds. Should a server keep the tombstone anyway, an
-// acquisition treats it as free and takes it over with gets and cas.
-func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if l.Mode != backend.Exclusive {
-		return d.releaseShared(ctx, l)
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+// Release frees the lock with gets and cas to a tombstone that memcached
+// treats as expired at once: memcached has no compare-and-delete, and a
+// blind delete could remove the next holder's lock if ours expired.
+func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
+	ctx, done, _, _, err := d.enter(ctx, "release", c)
 	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
+		return err
 	}
 	defer done()
-	return d.release(ctx, l)
+	switch c.Mode {
+	case backend.Exclusive:
+		return d.release(ctx, c)
+	case backend.Permit:
+		defer d.wakeKey(c.Key) // the poller watches lock items only
+		return d.releasePermit(ctx, c)
+	case backend.Read:
+		defer d.wakeKey(c.Key)
+		return d.releaseRead(ctx, c)
+	case backend.Write:
+		defer d.wakeKey(c.Key)
+		return d.releaseWrite(ctx, c)
+	}
+	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }
 
 // release is Release for a call in flight; it hands the turn on as the
@@ -563,56 +557,26 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		}
 		// Changed since (a refresh, a mark, an expiry): gets, then cas.
 	}
-	v, err := d.dropValue(ctx, "release", "lock", lockKey(l.Key), l.Token)
+	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), heldCheck(l.Token), tombstoneOf)
 	if err != nil {
 		return err
 	}
-	d.released(l.Key, v)
+	d.released(l.Key, cur.Value)
 	return nil
 }
 
 // drop removes item key if token holds it: gets, then a cas to the expired
 // tombstone (see Release). what names the item in errors.
 func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
-	_, err := d.dropValue(ctx, op, what, key, token)
+	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), tombstoneOf)
 	return err
-}
-
-// dropValue is drop, returning the value it removed.
-func (d *Driver) dropValue(ctx context.Context, op, what, key, token string) ([]byte, error) {
-	for range maxAttempts {
-		if err := live(ctx, op); err != nil {
-			return nil, err
-		}
-		cur, err := d.get(key)
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
-		case err != nil:
-			return nil, fmt.Errorf("memcachelock: gets: %w", err)
-		case !heldBy(cur.Value, token):
-			return nil, fmt.Errorf("memcachelock: %w: another token holds it", backend.ErrNotHeld)
-		}
-		if err := live(ctx, op); err != nil {
-			return nil, err
-		}
-		err = d.dropItem(cur)
-		switch {
-		case err == nil:
-			return cur.Value, nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return nil, fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
-		case errors.Is(err, memcache.ErrCASConflict):
-			continue // changed since our gets (a concurrent refresh of ours): look again
-		default:
-			return nil, fmt.Errorf("memcachelock: cas: %w", err)
-		}
-	}
-	return nil, fmt.Errorf("memcachelock: the %s item kept changing during %d attempts", what, maxAttempts)
 }
 
 // dropItem replaces cur, if unchanged since the gets that read it, with
 // the tombstone that memcached treats as expired at once.
-func (d *Driver) dropItem(cur *memcache.Item) error {
-	return d.cas(&memcache.Item{Key: cur.Key, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
+func (d *Driver) dropItem(cur *memcache.Item) error { return d.cas(tombstoneOf(cur)) }
+
+// tombstoneOf is the tombstone that replaces cur (see Release).
+func tombstoneOf(cur *memcache.Item) *memcache.Item {
+	return &memcache.Item{Key: cur.Key, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID}
 }

@@ -23,7 +23,7 @@ import (
 // itself.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
 	if d.servers == nil {
-		fence, err = d.nextFenceAt(fk, ttl)
+		fence, err = d.nextFence(fk, ttl)
 		return fence, nil, nil, err
 	}
 	addr, err = d.servers.PickServer(fk)
@@ -31,13 +31,13 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 		return 0, nil, nil, fmt.Errorf("memcachelock: %w", err)
 	}
 	if la, err := d.servers.PickServer(lk); err != nil || la.String() != addr.String() {
-		fence, err = d.nextFenceAt(fk, ttl)
+		fence, err = d.nextFence(fk, ttl)
 		return fence, nil, nil, err
 	}
 	for range maxAttempts {
 		line, cur, err := d.exchange(addr, 0, "incr "+fk+" 1\r\n", lk, false)
 		if errors.Is(err, errBusy) {
-			fence, err = d.nextFenceAt(fk, ttl)
+			fence, err = d.nextFence(fk, ttl)
 			return fence, nil, nil, err
 		}
 		if err != nil {
@@ -50,17 +50,12 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 			}
 			return n, cur, addr, nil
 		}
-		now := uint64(time.Now().UnixMicro())
-		line, cur, err = d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, strconv.FormatUint(now, 10), d.fenceExp), lk, true)
-		if err != nil {
-			return 0, nil, nil, fenceErr("seed", err)
-		}
-		stored, err := seeded(line)
+		seed, stored, cur, err := d.seed(fk, lk, ttl)
 		if err != nil {
 			return 0, nil, nil, err
 		}
 		if stored {
-			return now, cur, addr, nil // see nextFenceAt
+			return seed, cur, addr, nil // see nextFence
 		}
 	}
 	return 0, nil, nil, errors.New("memcachelock: fence: the counter kept disappearing")
@@ -71,9 +66,8 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 // stored it and the gets finds it still ours, the item as read (its new
 // cas id) is kept for Release (heldItems) until then (zero: not kept).
 func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
-	cmd := "cas " + it.Key + " " + strconv.FormatUint(uint64(it.Flags), 10) + " " + strconv.Itoa(int(it.Expiration)) + " " +
-		strconv.Itoa(len(it.Value)) + " " + strconv.FormatUint(it.CasID, 10) + "\r\n" + string(it.Value) + "\r\n"
-	line, cur, err := d.exchange(addr, 0, cmd, it.Key, false)
+	cmd := appendCas(nil, it.Key, it.Flags, it.Expiration, it.Value, it.CasID)
+	line, cur, err := d.exchange(addr, 0, string(cmd), it.Key, false)
 	if errors.Is(err, errBusy) {
 		return d.cas(it)
 	}

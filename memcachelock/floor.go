@@ -23,14 +23,11 @@ var floorValue = []byte("00000000000000000000000000000000")
 // memcached. It leaves nothing behind (and if the delete fails, the item
 // expires within 2s).
 func (d *Driver) rawFloor(ctx context.Context, key string) error {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "floor")
 	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, "floor"); err != nil {
 		return err
 	}
+	defer done()
 	k := lockKey(key) + ":floor"
 	if err := d.call(func() error { return d.mc.Add(&memcache.Item{Key: k, Value: floorValue, Expiration: 2}) }); err != nil {
 		return fmt.Errorf("memcachelock: floor: add: %w", err)

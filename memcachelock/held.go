@@ -6,20 +6,12 @@ import (
 )
 
 // heldItems remembers, for the locks this driver holds, the lock item as
-// its acquisition last read it (value and cas id, read after the
-// confirming cas, in the same write: see confirm). Release then frees the
-// lock with a cas on that cas id alone, one round trip instead of gets and
-// cas. Safe because memcached gives every version of an item a new cas id:
-// the cas succeeds only if the item is still the very one we read, held
-// by our token, with the value we remember (whose waiter marks Release
-// reads); anything since (a refresh, an appended mark, an expiry, a Break,
-// a restart) makes it fail, and Release takes the long way. One exception:
-// a restarted memcached numbers cas ids from 1 again, so another item of
-// the key could carry the remembered id. None can exist before the hold's
-// TTL has passed when the restart check covers that TTL (a restarted
-// server grants the name only once it has run for the TTL; restart.go):
-// so the cas id is used only within the hold's TTL, and not at all when
-// WithRestartDelay is shorter than the TTL.
+// its acquisition last read it (value and cas id), so that Release frees
+// the lock with one cas on that cas id instead of gets and cas: anything
+// since (a refresh, a mark, an expiry, a Break) changes the cas id and
+// makes it fail. A restarted memcached numbers cas ids from 1 again, so an
+// entry is used only within the hold's TTL, and only when the restart check
+// covers that TTL (docs/backends/memcachelock.md, "Releasing with one cas").
 type heldItems struct {
 	mu    sync.Mutex
 	m     map[heldKey]heldItem

@@ -30,14 +30,11 @@ func state(key string, v []byte) backend.State {
 // and its confirmation, or an item of an older version) is reported
 // without one.
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
-		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, ""); err != nil {
 		return backend.State{}, err
 	}
+	defer done()
 	cur, err := d.get(lockKey(key))
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
@@ -55,41 +52,19 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 // finds no item; the key's fence counter is untouched, so the next grant's
 // fence is above (see nextFence).
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
-		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
+		return backend.State{}, err
 	}
 	defer done()
-	lk := lockKey(key)
-	for range maxAttempts {
-		if err := live(ctx, ""); err != nil {
-			return backend.State{}, err
+	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), func(v []byte) error {
+		if st := state(key, v); isTombstone(v) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
+			return fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		}
-		cur, err := d.get(lk)
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
-		case err != nil:
-			return backend.State{}, fmt.Errorf("memcachelock: gets: %w", err)
-		}
-		st := state(key, cur.Value)
-		if isTombstone(cur.Value) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
-			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
-		}
-		if err := live(ctx, ""); err != nil {
-			return backend.State{}, err
-		}
-		err = d.cas(&memcache.Item{Key: lk, Value: []byte(tombstone), Expiration: releaseExpiration, CasID: cur.CasID})
-		switch {
-		case err == nil:
-			return st, nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return backend.State{}, fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
-		case errors.Is(err, memcache.ErrCASConflict):
-			continue // a refresh since our gets: look again
-		default:
-			return backend.State{}, fmt.Errorf("memcachelock: cas: %w", err)
-		}
+		return nil
+	}, tombstoneOf)
+	if err != nil {
+		return backend.State{}, err
 	}
-	return backend.State{}, fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+	return state(key, cur.Value), nil
 }

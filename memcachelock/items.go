@@ -103,25 +103,12 @@ func marks(v []byte) []byte {
 	return nil
 }
 
-// TTLs. memcached counts expiry in whole seconds, on a clock (current_time)
-// that a timer advances once per second from the server's monotonic clock:
-// an item stored for n seconds expires at the first tick whose second is at
-// least current_time+n. Between ticks current_time lags, so in the steady
-// state the item lives between n-1 and n seconds. But the timer is re-armed
-// one second after each tick has run, so its ticks drift later (memcached
-// 1.6.18 on a busy two-core machine: 1 to 1.6 ms per tick); whenever the
-// drift carries a tick over a second boundary, current_time jumps by two
-// (we watched STAT time do so after 645 ticks, about 11 minutes), and items
-// stored during the second before that tick live only between n-2 and n-1
-// seconds. So a TTL of d is stored for
-// ceil(d)+2 seconds: the lock lives at least ceil(d) (less at most the
-// timer's lateness, a millisecond or so), which is the effective TTL
-// reported in the Grant, and normally frees between one and two seconds
-// after it, never more than two (the granularity). Relative expirations
-// above 30 days are read by memcached as absolute Unix times; the few TTLs
-// that need one (above 30 days minus two seconds, up to the portable maximum
-// of 30 days) are sent as Unix times, which relies on the server's clock
-// agreeing with ours.
+// TTLs. memcached counts expiry in whole seconds on a clock that ticks
+// once a second and whose ticks drift (docs/backends/memcachelock.md,
+// "TTLs"): a TTL of d is stored for ceil(d)+2 seconds, so the lock lives
+// at least ceil(d), the effective TTL. Relative expirations above 30 days
+// are read by memcached as absolute Unix times; the few TTLs that need one
+// are sent as such, which relies on the server's clock agreeing with ours.
 const expirationMargin = 2
 
 const (

@@ -495,7 +495,7 @@ func TestConcurrentSeeding(t *testing.T) {
 				var fence uint64
 				var err error
 				if i%4 < 2 {
-					fence, err = d.nextFence(key, time.Second)
+					fence, err = d.nextFence(fenceKey(key), time.Second)
 				} else {
 					// The lock's own path: pipelined with a gets.
 					fence, _, _, err = d.drawFence(lockKey(key), fenceKey(key), time.Second)

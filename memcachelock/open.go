@@ -51,42 +51,31 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	p := backend.NewParams(u)
 	timeout := p.Duration("timeout", memcache.DefaultTimeout)
 	maxIdle := p.Int("max_idle", inFlight)
-	restart := p.Duration("restart_delay", -1)
-	var retention []Option
-	if p.Has("retention") {
-		d := p.Duration("retention", 0)
-		if d <= 0 || d > maxTTL {
-			return nil, fmt.Errorf("memcachelock: %w: retention must be more than 0, at most %v", backend.ErrInvalidURL, maxTTL)
-		}
-		// Before opts: an option overrides the URL.
-		retention = append(retention, WithRetention(d))
-	}
+	retention := p.Duration("retention", DefaultRetention)
+	restart := p.Duration("restart_delay", 0)
 	if err := p.Err(); err != nil {
 		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	if timeout <= 0 || maxIdle < 1 {
-		return nil, fmt.Errorf("memcachelock: %w: timeout must be positive and max_idle at least 1", backend.ErrInvalidURL)
+	if timeout <= 0 || maxIdle < 1 || retention <= 0 || retention > maxTTL || restart < 0 {
+		return nil, fmt.Errorf("memcachelock: %w: timeout must be positive, max_idle at least 1, retention more than 0 and at most %v, restart_delay not negative", backend.ErrInvalidURL, maxTTL)
 	}
-	cfg, err := newConfig(append(retention, opts...))
+	// Before opts: an option overrides the URL.
+	fromURL := []Option{WithTimeout(timeout), WithMaxIdle(maxIdle), WithRetention(retention)}
+	if p.Has("restart_delay") {
+		fromURL = append(fromURL, WithRestartDelay(restart))
+	}
+	cfg, err := newConfig(append(fromURL, opts...))
 	if err != nil {
 		return nil, err
 	}
-	if cfg.timeout != 0 {
-		timeout = cfg.timeout
-	}
-	if cfg.maxIdle != 0 {
-		maxIdle = cfg.maxIdle
-	}
-	if cfg.restartDelay >= 0 {
-		restart = cfg.restartDelay
-	}
+	timeout = cfg.timeout
 	var sl memcache.ServerList
 	if err := sl.SetServers(servers...); err != nil {
 		return nil, fmt.Errorf("memcachelock: %w: %v", backend.ErrInvalidURL, err)
 	}
 	mc := memcache.NewFromSelector(&sl)
 	mc.Timeout = timeout
-	mc.MaxIdleConns = maxIdle
+	mc.MaxIdleConns = cfg.maxIdle
 	// A context deadline sooner than the timeout bounds the first contact.
 	if dl, ok := ctx.Deadline(); ok {
 		if left := time.Until(dl); left < timeout {
@@ -102,7 +91,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		mc.Close()
 		return nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	return &Driver{mc: mc, own: true, servers: &sl, restartMax: restart, fenceExp: cfg.retentionSeconds(), slots: newSlots(len(servers))}, nil
+	return &Driver{mc: mc, own: true, servers: &sl, restartMax: cfg.restartDelay, fenceExp: cfg.retentionSeconds(), slots: newSlots(len(servers))}, nil
 }
 
 // parseServers reads the server list from u's host (or a socket path).

@@ -2,7 +2,6 @@ package memcachelock
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -18,20 +18,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A memcached restarted forgets every lock while their holders still run,
-// each until its TTL after its last refresh: granting a name sooner could
-// make two holders. So, as Redlock asks of a restarted server, a server
-// that started less than a TTL ago grants no name whose fence counter it
-// lacks. The counter is missing after a restart, on a name's first use and
-// after an eviction; only then does the driver check the server's uptime,
-// on a connection of its own (gomemcache has no stats call; see probes),
-// which also carries the seed's add. A name's first use on a new server
-// therefore waits for the server to have run for the TTL.
-//
-// It needs the server list, so it is on for drivers made by Open; a Driver
-// made by New from the caller's client cannot find the key's server. With
-// several servers, a name's counter and its lock item may live on different
-// ones: the check then covers the restart of the counter's server only.
+// A restarted memcached has forgotten every lock while their holders still
+// run, so a server that started less than a TTL ago grants no name whose
+// fence counter it lacks (seed); only drivers made by Open, which know the
+// server list, check. See docs/backends/memcachelock.md, "Restarts".
 
 // uptimeSkew is how much memcached's reported uptime exceeds the time since
 // it started: it counts from two seconds before its start (its clock,
@@ -39,22 +29,18 @@ import (
 // current_time - ITEM_UPDATE_INTERVAL).
 const uptimeSkew = 2 * time.Second
 
-// probes are the driver's own connections to each server: for the
-// restart check, and for the fence's pipelined requests (fence.go). A
-// connection reads the server's uptime the first time a check needs it
-// (stats), and keeps the latest time the server can have started. Later
-// checks on it cost no stats: the seed's add itself is sent on it, and
-// its reply proves that the process which stored the seed is the one
-// whose start was read. A TCP connection does not outlive the process at
-// its other end: after a restart, a request on it fails (a reset or end
-// of file, never a reply), and the driver retries on a new connection,
-// which reads the uptime again. So no uptime is trusted past the
-// connection it was read on, and every check reaches the server.
+// probes are the driver's own connections to each server, for the restart
+// check, the pipelined requests (fence.go) and RefreshMany (batch.go). A
+// connection reads the server's uptime once, and the seed's add goes on
+// it: its reply proves that the server which stored the seed is the one
+// whose start was read, since a TCP connection does not outlive a
+// restarted server's process.
 type probes struct {
 	mu     sync.Mutex
 	idle   map[string][]*probe // by server address
 	open   map[string]int      // idle and in use, by server address
 	closed bool
+	dials  atomic.Int64 // connections dialled, for tests
 }
 
 // errBusy: every probe connection to the server is in use, and the
@@ -64,9 +50,10 @@ type probes struct {
 var errBusy = errors.New("memcachelock: every probe connection is in use")
 
 type probe struct {
-	c       net.Conn
+	net.Conn
 	r       *bufio.Reader
-	started time.Time // the server started at this time or before; zero: not read yet
+	w       *bufio.Writer // RefreshMany's pipelined requests (batch.go)
+	started time.Time     // the server started at this time or before; zero: not read yet
 }
 
 // checkTTL is how long a server must have run before it seeds a counter
@@ -81,46 +68,36 @@ func (d *Driver) checkTTL(ttl time.Duration) time.Duration {
 	return ttl
 }
 
-// seed stores the counter fk with value seed (add, expiration exp) on the
-// server that holds fk, if that server has run for ttl (capped by
-// WithRestartDelay): else it returns an error wrapping ErrNotAcquired.
-// stored says whether our add created the counter. Without a server list
-// (New) it only adds.
-func (d *Driver) seed(fk, seed string, exp int32, ttl time.Duration) (stored bool, err error) {
+// seed stores the counter fk with the clock's current value (add,
+// expiring after the retention) on the server that holds fk, if that
+// server has run for ttl (capped by WithRestartDelay): else it returns an
+// error wrapping ErrNotAcquired. stored says whether our add created the
+// counter, and so made v our fence. If lk is not "", seed reads item lk on
+// the same connection after the add (cur, nil if missing); lk must be on
+// fk's server. Without a server list (New) it only adds.
+func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, cur *memcache.Item, err error) {
+	v = uint64(time.Now().UnixMicro())
+	val := strconv.FormatUint(v, 10)
 	if d.servers == nil {
-		err := d.add(&memcache.Item{Key: fk, Value: []byte(seed), Expiration: exp})
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, memcache.ErrNotStored):
-			return false, nil
+		err := d.add(&memcache.Item{Key: fk, Value: []byte(val), Expiration: d.fenceExp})
+		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
+			return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: %w", err)
 		}
-		return false, fmt.Errorf("memcachelock: fence: seed: %w", err)
+		return v, err == nil, nil, nil
 	}
 	addr, err := d.servers.PickServer(fk)
 	if err != nil {
-		return false, fmt.Errorf("memcachelock: %w", err)
+		return 0, false, nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	line, _, err := d.exchange(addr, d.checkTTL(ttl), seedCmd(fk, seed, exp), "", true)
-	if err != nil {
-		return false, fenceErr("seed", err)
+	cmd := "add " + fk + " 0 " + strconv.Itoa(int(d.fenceExp)) + " " + strconv.Itoa(len(val)) + "\r\n" + val + "\r\n"
+	line, cur, err := d.exchange(addr, d.checkTTL(ttl), cmd, lk, true)
+	switch {
+	case err != nil:
+		return 0, false, nil, fenceErr("seed", err)
+	case line != "STORED" && line != "NOT_STORED":
+		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
 	}
-	return seeded(line)
-}
-
-func seedCmd(fk, seed string, exp int32) string {
-	return "add " + fk + " 0 " + strconv.Itoa(int(exp)) + " " + strconv.Itoa(len(seed)) + "\r\n" + seed + "\r\n"
-}
-
-// seeded reads the seed's reply.
-func seeded(line string) (stored bool, err error) {
-	switch line {
-	case "STORED":
-		return true, nil
-	case "NOT_STORED":
-		return false, nil
-	}
-	return false, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+	return v, line == "STORED", cur, nil
 }
 
 // fenceErr wraps an error of exchange during the fence's step op.
@@ -145,7 +122,7 @@ func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, mu
 		cmd += "gets " + lk + "\r\n"
 	}
 	for fresh := false; ; fresh = true {
-		p, reused, err := d.probe(addr, fresh, must)
+		p, reused, err := d.probe(context.Background(), addr, fresh, must)
 		if err != nil {
 			return "", nil, err
 		}
@@ -170,7 +147,7 @@ func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, mu
 // exchange is Driver.exchange on p; an error other than a refusal leaves
 // p unusable.
 func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if err := p.c.SetDeadline(time.Now().Add(timeout)); err != nil {
+	if err := p.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return "", nil, err
 	}
 	if check > 0 {
@@ -186,7 +163,7 @@ func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, 
 				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
 		}
 	}
-	if _, err := io.WriteString(p.c, cmd); err != nil {
+	if _, err := io.WriteString(p.Conn, cmd); err != nil {
 		return "", nil, err
 	}
 	line, err := p.line()
@@ -206,29 +183,22 @@ func (p *probe) item(lk string) (*memcache.Item, error) {
 	if string(head) == "END\r\n" {
 		return nil, nil
 	}
-	key, bi, size, err := parseValueLine(head)
+	key, bi, err := readValue(p.r, head)
 	if err != nil {
 		return nil, err
 	}
 	if key != lk {
 		return nil, fmt.Errorf("gets reply for a key not asked for: %q", key)
 	}
-	v := make([]byte, size+2)
-	if _, err := io.ReadFull(p.r, v); err != nil {
-		return nil, err
-	}
-	if !bytes.HasSuffix(v, []byte("\r\n")) {
-		return nil, errors.New("corrupt gets reply: a value without its CRLF")
-	}
 	if end, err := p.line(); err != nil || end != "END" {
 		return nil, fmt.Errorf("gets reply without its END: %q, %v", end, err)
 	}
-	return &memcache.Item{Key: lk, Value: v[:size], Flags: bi.flags, CasID: bi.cas}, nil
+	return &memcache.Item{Key: lk, Value: bi.value, Flags: bi.flags, CasID: bi.cas}, nil
 }
 
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
-// one: errBusy if the cap is reached, unless must.
-func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, err error) {
+// one, dialled within ctx: errBusy if the cap is reached, unless must.
+func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p *probe, reused bool, err error) {
 	ps := &d.probes
 	k := addr.String()
 	ps.mu.Lock()
@@ -247,7 +217,8 @@ func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, 
 	}
 	ps.open[k]++
 	ps.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), d.timeout())
+	ps.dials.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	var c net.Conn
 	if d.mc.DialContext != nil {
@@ -260,13 +231,13 @@ func (d *Driver) probe(addr net.Addr, fresh, must bool) (p *probe, reused bool, 
 		d.dropProbe(addr, nil)
 		return nil, false, err
 	}
-	return &probe{c: c, r: bufio.NewReader(c)}, false, nil
+	return &probe{Conn: c, r: bufio.NewReader(c), w: bufio.NewWriter(c)}, false, nil
 }
 
 // dropProbe closes p (if not nil), a connection to addr that probe counted.
 func (d *Driver) dropProbe(addr net.Addr, p *probe) {
 	if p != nil {
-		p.c.Close()
+		p.Close()
 	}
 	ps := &d.probes
 	ps.mu.Lock()
@@ -280,7 +251,7 @@ func (d *Driver) putProbe(addr net.Addr, p *probe) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed || len(ps.idle[addr.String()]) >= d.maxIdle() {
-		p.c.Close()
+		p.Close()
 		ps.open[addr.String()]--
 		return
 	}
@@ -297,7 +268,7 @@ func (ps *probes) close() {
 	ps.closed = true
 	for _, q := range ps.idle {
 		for _, p := range q {
-			p.c.Close()
+			p.Close()
 		}
 	}
 	ps.idle = nil
@@ -306,7 +277,7 @@ func (ps *probes) close() {
 // uptime asks the server for its uptime, less uptimeSkew (within the
 // deadline the caller set).
 func (p *probe) uptime() (time.Duration, error) {
-	if _, err := io.WriteString(p.c, "stats\r\n"); err != nil {
+	if _, err := io.WriteString(p.Conn, "stats\r\n"); err != nil {
 		return 0, err
 	}
 	line, err := p.line()

@@ -259,7 +259,7 @@ func TestProbesBusy(t *testing.T) {
 			}
 			d.probes.mu.Lock()
 			for _, p := range d.probes.idle[addr.String()] {
-				p.c.Close()
+				p.Close()
 			}
 			d.probes.idle = nil
 			d.probes.open[addr.String()] = d.maxIdle() // as if all were in use

@@ -17,30 +17,13 @@ import (
 // acquisition waits), with a backend.NotAcquiredError that says why.
 const MaxReaders = 128
 
-// A read-write lock is a writer item (tag w, value the token), MaxReaders
-// reader slot items (r<i>), the waiting writer's record (q) and a fence
-// counter (rf), each item with the holder's TTL as its expiration.
-//
-// Exclusion is "write mine, then check theirs": a reader adds its slot,
-// draws its fence, then reads the writer and the record in one round trip
-// and backs out if either names another token; a writer adds its item,
-// draws its fence, then reads every reader slot and backs out if one is
-// held. memcached applies each command to one item at once, in the order
-// received, and each client waits for every reply before its next
-// command. So if a reader R and a writer W both succeeded, R's read of
-// the writer item came before W's add (it found none), which came before
-// W's read of R's slot, which came after R's add: W saw R's slot, a
-// contradiction (items on several servers change nothing: each server is
-// linearizable, and so is their composition). The same order puts the
-// fence of whichever succeeds second above the other's. Writers exclude
-// each other with add, as locks do.
-//
-// Writer preference: a writer refused records its token in q (add, or cas
-// over its own record or a tombstone) with its TTL; readers are refused
-// while q names another token, and the writer's grant or Release clears
-// its own record. A reader looks at w and q before it adds its slot too,
-// so that while a writer waits no reader slots come and go: they would
-// keep it out.
+// A read-write lock is a writer item (tag w), MaxReaders reader slots
+// (r<i>), the waiting writer's record (q) and a fence counter (rf).
+// Exclusion is "write mine, then check theirs": each side adds its own item,
+// draws its fence, then reads the other side's and backs out if it is held
+// (why that excludes: docs/backends/memcachelock.md, "Read-write locks").
+// Writers are preferred: a refused writer records itself in q, and
+// readers are refused while q names another token.
 
 func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
@@ -64,7 +47,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if err := live(ctx, "acquire"); err != nil {
 		return backend.Grant{}, err
 	}
-	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
+	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
 	if err != nil {
 		return backend.Grant{}, err
 	}
@@ -78,7 +61,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFenceAt(base+"rf", eff)
+	fence, err := d.nextFence(base+"rf", eff)
 	if err != nil {
 		return fail(err)
 	}
@@ -101,9 +84,9 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
 	wk, qk := base+"w", base+"q"
-	won, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
+	won, _, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
 	if err != nil {
-		d.backOutItem(wk, c.Token, "writer")
+		d.backOut(wk, c.Token)
 		return backend.Grant{}, err
 	}
 	if !won {
@@ -116,7 +99,7 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	fence, err := d.nextFenceAt(base+"rf", eff)
+	fence, err := d.nextFence(base+"rf", eff)
 	if err != nil {
 		return fail(err)
 	}
@@ -152,7 +135,7 @@ func (d *Driver) waitWrite(ctx context.Context, qk, token string, exp int32) err
 	if err := live(ctx, "acquire"); err != nil {
 		return refused
 	}
-	if _, err := d.claim(ctx, &memcache.Item{Key: qk, Value: []byte(token), Expiration: exp}, token); err != nil {
+	if _, _, err := d.claim(ctx, &memcache.Item{Key: qk, Value: []byte(token), Expiration: exp}, token); err != nil {
 		// Perhaps stored: Release of this claim, which the locker package
 		// sends when the writer gives up, removes it; else its TTL does.
 		return fmt.Errorf("memcachelock: waiting writer: %w", err)
@@ -161,24 +144,11 @@ func (d *Driver) waitWrite(ctx context.Context, qk, token string, exp int32) err
 }
 
 func (d *Driver) refreshRead(ctx context.Context, c backend.Claim, exp int32) error {
-	keys := slotKeys(objBase(c.Key), "r", MaxReaders)
-	if err := live(ctx, "refresh"); err != nil {
-		return err
-	}
-	k, err := d.findSlot(ctx, "refresh", "reader", keys, slotOf(c.Token, MaxReaders), c.Token)
-	if err != nil {
-		return err
-	}
-	return d.extend(ctx, "refresh", "reader", k, c.Token, exp)
+	return d.refreshSlot(ctx, "reader", slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), c.Token, exp)
 }
 
 func (d *Driver) releaseRead(ctx context.Context, c backend.Claim) error {
-	keys := slotKeys(objBase(c.Key), "r", MaxReaders)
-	k, err := d.findSlot(ctx, "release", "reader", keys, slotOf(c.Token, MaxReaders), c.Token)
-	if err != nil {
-		return err
-	}
-	return d.drop(ctx, "release", "reader", k, c.Token)
+	return d.releaseSlot(ctx, "reader", slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), c.Token)
 }
 
 // releaseWrite frees the writer's item, or, when c.Token does not hold

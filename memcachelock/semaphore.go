@@ -13,32 +13,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A semaphore of limit L is L slot items, s0 to s<L-1>: a permit is an
-// add to a free slot, with the TTL as its expiration and "token L" as its
-// value, so memcached's add bounds the holders at L and its expiry frees
-// the permits of the dead. The fence is drawn from the semaphore's own
-// counter (nextFenceAt) once the slot is ours.
-//
-// The limit record (tag sl, value L) makes disagreeing limits an error:
-// each claimant, after its add, draws its fence and then writes the record
-// (cas over the value it read, or add when there is none). A record of
-// another limit M is written over only when a look at M's slots, after
-// reading the record, finds no permit of a limit other than ours; else the
-// claimant backs out with ErrLimitMismatch. Why two limits are never held
-// at once: say X holds under L, having written L at t. Every later write
-// of the record is a cas on a value read after t (a write in between
-// fails the cas) or an add after it vanished. By induction the first
-// write of another limit read L, so it looked at L's slots after X's add
-// and saw X's permit: it backed out instead. The record lives for the
-// retention or the TTL, whichever is longer, and every refresh touches
-// it, so it does not vanish while X holds (but for an eviction or a
-// restart, as a lock can). A release leaves it: the next claim under
-// another limit finds no permit held under it and writes over it, and
-// the retention after the last use it is gone, like the fence counter
-// (removing it at the last release would cost three round trips more).
-// A claimant of the same limit writes too, not just reads: one that read
-// L before X's add and looked at the slots before it could otherwise
-// write another limit after X's read.
+// A semaphore of limit L is L slot items, s0 to s<L-1>, taken with add,
+// and a limit record (sl) written after the add, which makes a claim under
+// another limit fail with ErrLimitMismatch while permits of one are held.
+// Why that holds: docs/backends/memcachelock.md, "The limit record".
 
 // permitValue is a permit slot's value: the token and the limit.
 func permitValue(token string, limit int) []byte {
@@ -84,7 +62,7 @@ func otherLimit(items map[string]*memcache.Item, token string, limit int) (int, 
 func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
 	keys := slotKeys(base, "s", c.Limit)
-	slot, err := d.takeSlot(ctx, "acquire", keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
+	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
 		func(items map[string]*memcache.Item) error {
 			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
 				return mismatch(l, c.Limit)
@@ -117,26 +95,21 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// backOut takes back an item of a failed acquisition, so that the call
-// leaves nothing behind when it returns. It waits at most CancelGrace: on
-// a dead connection a round trip takes the client's timeout, and the
+// backOut takes back an item of a failed acquisition, if token still
+// holds it, so that the call leaves nothing behind when it returns: a
+// caller that gave up as its add was answered, and tries again at once or
+// is another process, finds the name free. It waits at most CancelGrace:
+// on a dead connection a round trip takes the client's timeout, and the
 // caller's context may have ended; the rest goes on in the background,
-// entered in the gate so that Close waits for it.
-func (d *Driver) backOut(key, token string) { d.backOutItem(key, token, "slot") }
-
-// backOutItem is backOut for any item key that token may hold.
-func (d *Driver) backOutItem(key, token, what string) {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil { // closing: within the caller's call, which Close awaits
-		_ = d.drop(context.Background(), "release", what, key, token)
+// entered in the gate so that Close waits for it. Best effort: if the
+// server cannot be reached either, the item expires after its TTL.
+func (d *Driver) backOut(key, token string) {
+	drop := func() { _ = d.drop(context.Background(), "release", "item", key, token) }
+	fin := make(chan struct{})
+	if !d.spawn(func() { defer close(fin); drop() }) {
+		drop() // closing: within the caller's call, which Close awaits
 		return
 	}
-	fin := make(chan struct{})
-	go func() {
-		defer done()
-		defer close(fin)
-		_ = d.drop(context.Background(), "release", what, key, token)
-	}()
 	t := time.NewTimer(backend.CancelGrace)
 	defer t.Stop()
 	select {
@@ -210,21 +183,13 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 
 func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) error {
 	base := objBase(c.Key)
-	keys := slotKeys(base, "s", c.Limit)
-	if err := live(ctx, "refresh"); err != nil {
-		return err
-	}
-	k, err := d.findSlot(ctx, "refresh", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
-	if err != nil {
-		return err
-	}
-	if err := d.extend(ctx, "refresh", "permit", k, c.Token, exp); err != nil {
+	if err := d.refreshSlot(ctx, "permit", slotKeys(base, "s", c.Limit), slotOf(c.Token, c.Limit), c.Token, exp); err != nil {
 		return err
 	}
 	// The limit record must outlive every permit. Missing (evicted), it
 	// is written again unless another was written since.
 	rexp := max(exp, d.fenceExp)
-	err = d.touch(base+"sl", rexp)
+	err := d.touch(base+"sl", rexp)
 	if errors.Is(err, memcache.ErrCacheMiss) {
 		err = d.add(&memcache.Item{Key: base + "sl", Value: []byte(strconv.Itoa(c.Limit)), Expiration: rexp})
 		if errors.Is(err, memcache.ErrNotStored) {
@@ -238,26 +203,5 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 }
 
 func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
-	base := objBase(c.Key)
-	keys := slotKeys(base, "s", c.Limit)
-	cur, err := d.findSlotItem(ctx, "release", "permit", keys, slotOf(c.Token, c.Limit), c.Token)
-	if err != nil {
-		return err
-	}
-	if err := live(ctx, "release"); err != nil {
-		return err
-	}
-	// The item found holding our token, with its cas id: the cas frees it
-	// only if it is unchanged since (drop's own gets, a round trip saved).
-	err = d.dropItem(cur)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-		return fmt.Errorf("memcachelock: %w: no permit (it expired or was evicted just now)", backend.ErrNotHeld)
-	case errors.Is(err, memcache.ErrCASConflict):
-		// Changed since (a concurrent refresh of ours): the long way.
-		return d.drop(ctx, "release", "permit", cur.Key, c.Token)
-	}
-	return fmt.Errorf("memcachelock: cas: %w", err)
+	return d.releaseSlot(ctx, "permit", slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), c.Token)
 }

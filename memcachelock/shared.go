@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 
@@ -74,41 +73,20 @@ func (d *Driver) touch(key string, exp int32) error {
 // takeSlot stores value in one of the slots keys for token, trying pref
 // first and then the slots that a look at all of them finds free. It
 // returns the slot taken, or -1 when none was (all held, or each taken by
-// another just before us), with the items the look found (nil if it was
-// not needed) for the caller's checks. check, if not nil, judges those
-// items before any further slot is taken.
-func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
-	won, err := d.claim(ctx, &memcache.Item{Key: keys[pref], Value: value, Expiration: exp}, token)
-	if err != nil {
-		d.backOut(keys[pref], token)
-		return -1, err
-	}
-	if won {
-		return pref, nil
-	}
-	if err := live(ctx, op); err != nil {
-		return -1, err
-	}
-	items, err := d.getMulti(keys)
-	if err != nil {
-		return -1, fmt.Errorf("memcachelock: gets: %w", err)
-	}
-	if check != nil {
-		if err := check(items); err != nil {
-			return -1, err
-		}
-	}
-	tries := 0
-	for j := 1; j < len(keys) && tries < maxAttempts; j++ {
+// another just before us). check, if not nil, judges the items the look
+// found before any further slot is taken.
+func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
+	var items map[string]*memcache.Item // nil until pref was found taken
+	for j, tries := 0, 0; j < len(keys) && tries <= maxAttempts; j++ {
 		i := (pref + j) % len(keys)
 		if heldByOther(items[keys[i]], token) {
 			continue
 		}
 		tries++
-		if err := live(ctx, op); err != nil {
+		if err := live(ctx, "acquire"); err != nil {
 			return -1, err
 		}
-		won, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
+		won, _, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
 		if err != nil {
 			d.backOut(keys[i], token)
 			return -1, err
@@ -116,23 +94,27 @@ func (d *Driver) takeSlot(ctx context.Context, op string, keys []string, pref in
 		if won {
 			return i, nil
 		}
+		if items != nil {
+			continue
+		}
+		if err := live(ctx, "acquire"); err != nil {
+			return -1, err
+		}
+		if items, err = d.getMulti(keys); err != nil {
+			return -1, fmt.Errorf("memcachelock: gets: %w", err)
+		}
+		if check != nil {
+			if err := check(items); err != nil {
+				return -1, err
+			}
+		}
 	}
 	return -1, nil
 }
 
-// findSlot returns the key of the slot that token holds: pref's, as a
-// rule, or the one a look at all of them finds.
-func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (string, error) {
-	it, err := d.findSlotItem(ctx, op, what, keys, pref, token)
-	if err != nil {
-		return "", err
-	}
-	return it.Key, nil
-}
-
-// findSlotItem is findSlot, returning the slot's item as read (with its
-// cas id).
-func (d *Driver) findSlotItem(ctx context.Context, op, what string, keys []string, pref int, token string) (*memcache.Item, error) {
+// findSlot returns the item (with its cas id) of the slot that token
+// holds: pref's, as a rule, or the one a look at all of them finds.
+func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (*memcache.Item, error) {
 	it, err := d.get(keys[pref])
 	switch {
 	case err == nil && heldBy(it.Value, token):
@@ -155,99 +137,40 @@ func (d *Driver) findSlotItem(ctx context.Context, op, what string, keys []strin
 	return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 }
 
-// sharedTTL checks a claim's TTL and token as TryAcquire does for a lock.
-func sharedTTL(c backend.Claim) (exp int32, eff time.Duration, err error) {
-	exp, eff, err = expiration(c.TTL, time.Now())
-	if err != nil {
-		return 0, 0, err
+// refreshSlot extends the slot among keys that token holds (pref's, as a
+// rule) to exp. what names the slot in errors.
+func (d *Driver) refreshSlot(ctx context.Context, what string, keys []string, pref int, token string, exp int32) error {
+	if err := live(ctx, "refresh"); err != nil {
+		return err
 	}
-	return exp, eff, checkToken(c.Token)
-}
-
-// Dispatch of the methods that take a claim in a mode besides Exclusive.
-
-func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	exp, eff, err := sharedTTL(c)
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	if c.Mode == backend.Permit {
-		if err := checkLimit(c.Limit); err != nil {
-			return backend.Grant{}, err
-		}
-	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return backend.Grant{}, fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, "acquire"); err != nil {
-		return backend.Grant{}, err
-	}
-	switch c.Mode {
-	case backend.Permit:
-		return d.tryPermit(ctx, c, exp, eff)
-	case backend.Read:
-		return d.tryRead(ctx, c, exp, eff)
-	case backend.Write:
-		return d.tryWrite(ctx, c, exp, eff)
-	}
-	return backend.Grant{}, fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
-}
-
-func (d *Driver) refreshShared(ctx context.Context, c backend.Claim) error {
-	exp, _, err := sharedTTL(c)
+	it, err := d.findSlot(ctx, "refresh", what, keys, pref, token)
 	if err != nil {
 		return err
 	}
-	ctx, done, err := d.gate.Enter(ctx)
+	return d.extend(ctx, "refresh", what, it.Key, token, exp)
+}
+
+// releaseSlot frees the slot among keys that token holds (pref's, as a
+// rule).
+func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pref int, token string) error {
+	cur, err := d.findSlot(ctx, "release", what, keys, pref, token)
 	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	return d.refreshSharedIn(ctx, c, exp)
-}
-
-// refreshSharedIn is refreshShared for a call in flight.
-func (d *Driver) refreshSharedIn(ctx context.Context, c backend.Claim, exp int32) error {
-	switch c.Mode {
-	case backend.Permit:
-		if err := checkLimit(c.Limit); err != nil {
-			return err
-		}
-		return d.refreshPermit(ctx, c, exp)
-	case backend.Read:
-		return d.refreshRead(ctx, c, exp)
-	case backend.Write:
-		return d.extend(ctx, "refresh", "writer", objKey(c.Key, "w"), c.Token, exp)
-	}
-	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
-}
-
-func (d *Driver) releaseShared(ctx context.Context, c backend.Claim) error {
-	if err := checkToken(c.Token); err != nil {
 		return err
 	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
 	if err := live(ctx, "release"); err != nil {
 		return err
 	}
-	// The poller watches lock items only: wake this driver's waiters here.
-	defer d.wakeKey(c.Key)
-	switch c.Mode {
-	case backend.Permit:
-		if err := checkLimit(c.Limit); err != nil {
-			return err
-		}
-		return d.releasePermit(ctx, c)
-	case backend.Read:
-		return d.releaseRead(ctx, c)
-	case backend.Write:
-		return d.releaseWrite(ctx, c)
+	// The item found holding our token, with its cas id: the cas frees it
+	// only if it is unchanged since (drop's own gets, a round trip saved).
+	err = d.dropItem(cur)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+		return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
+	case errors.Is(err, memcache.ErrCASConflict):
+		// Changed since (a concurrent refresh of ours): the long way.
+		return d.drop(ctx, "release", what, cur.Key, token)
 	}
-	return fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+	return fmt.Errorf("memcachelock: cas: %w", err)
 }

@@ -122,11 +122,11 @@ func TestSemaphoreStaleLimitRecord(t *testing.T) {
 	}
 	mc := memcache.New(testenv.MemcacheAddr())
 	defer mc.Close()
-	k, err := d.findSlot(ctx, "test", "permit", slotKeys(objBase(key), "s", 4), slotOf(c.Token, 4), c.Token)
+	it, err := d.findSlot(ctx, "test", "permit", slotKeys(objBase(key), "s", 4), slotOf(c.Token, 4), c.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mc.Delete(k); err != nil { // as its expiry would
+	if err := mc.Delete(it.Key); err != nil { // as its expiry would
 		t.Fatal(err)
 	}
 	c2 := permit(key, 2)

@@ -16,35 +16,13 @@ import (
 )
 
 // Waiting. memcached cannot notify, so the driver tells its waiters of
-// releases itself (backend.Notifier), and makes drivers take turns. The
-// locker package orders a Client's own waiters (only the first tries the
-// store). All of it is advice: who may take a lock is still decided by add
-// and cas on the lock's item alone (driver.go), so nothing here can let
-// two holders in; lost advice (an evicted item, a crashed waiter, a cut
-// connection) costs latency or fairness, never safety.
-//
-//   - Turns between drivers. A driver with waiters on a key (subscribers)
-//     whose try finds the key held appends a mark naming the driver to the
-//     holder's item (append: one round trip, no cas; only if the item
-//     carries no mark yet, so one driver at a time). A release reads the
-//     item anyway (gets, then cas); when it finds another driver's mark
-//     (and it has woken a local waiter localBatch times in a row over such
-//     marks), it frees the key and lets the marked driver take it: it
-//     refuses its own tokens until it sees the key taken, or for
-//     yieldWindow. A driver whose last waiter on the key leaves withdraws
-//     its mark; marks vanish with the item they were appended to.
-//   - Wake-ups (backend.Notifier). A release by this driver wakes this
-//     driver's subscribers on the key at once (unless it yields to another
-//     driver). Releases elsewhere are seen by one poller per driver: one
-//     multi-get of every watched key and its fence counter (which every
-//     acquisition moves, so that a hold that came and went between two
-//     polls is seen), and a notification for each key that changed. It
-//     polls every pollNext for nextFor after it marked a holder's item,
-//     else every pollMin while the keys change, backing off to pollMax
-//     while they do not. So the marked driver, the one a release elsewhere
-//     leaves the key to, is woken within pollNext and a round trip of it
-//     (pollMax after a hold longer than nextFor); other drivers' waiters
-//     only need to see the key change, to mark the new holder.
+// releases itself (backend.Notifier: a release through it, or its poller),
+// and makes drivers take turns: a driver with waiters marks the holder's
+// item (append), and a release that finds another driver's mark leaves the
+// key to it for a while. All of it is advice: who may take a lock is still
+// decided by add and cas on the lock's item alone (driver.go), so lost
+// advice costs latency or fairness, never safety. In full:
+// docs/backends/memcachelock.md, "Waiting".
 const (
 	pollMin  = 4 * time.Millisecond
 	pollMax  = 16 * time.Millisecond
@@ -177,22 +155,30 @@ func (d *Driver) foundHeld(ctx context.Context, key string, holder []byte) {
 }
 
 // unmarkLater withdraws this driver's mark from the lock item of key, in
-// the background (entered in the gate, so that Close waits for it): the
-// holder's driver should not yield to nobody. It appends a withdrawal
-// (markSep, '-', the id) rather than rewriting the item: a cas needs the
-// item's expiry, which a get does not return, and would make the holder's
-// lock outlive its TTL. If the item is gone, so is the mark.
+// the background (entered in the gate, so that Close waits for it), so
+// that the holder's driver does not yield to nobody. It appends a
+// withdrawal: a cas would need the item's expiry, which a get does not
+// return.
 func (d *Driver) unmarkLater(key, id string) {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil {
-		return
-	}
-	go func() {
-		defer done()
+	d.spawn(func() {
 		_ = d.call(func() error {
 			return d.mc.Append(&memcache.Item{Key: lockKey(key), Value: []byte(markSep + unmarkTag + id)})
 		})
+	})
+}
+
+// spawn runs f in a goroutine entered in the gate, so that Close waits for
+// it; it reports false, and runs nothing, once Close has begun.
+func (d *Driver) spawn(f func()) bool {
+	_, done, err := d.gate.Enter(context.Background())
+	if err != nil {
+		return false
+	}
+	go func() {
+		defer done()
+		f()
 	}()
+	return true
 }
 
 // granted records that a token of this driver took key: the item our mark
@@ -277,14 +263,11 @@ var _ backend.Notifier = (*Driver)(nil)
 // key's item once, so that a release after it returns is seen however
 // soon it is followed by another acquisition (the holder's token changes).
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.begin(ctx, "subscribe")
 	if err != nil {
-		return nil, nil, fmt.Errorf("memcachelock: %w", err)
-	}
-	defer done()
-	if err := live(ctx, "subscribe"); err != nil {
 		return nil, nil, err
 	}
+	defer done()
 	lk, fk := lockKey(key), fenceKey(key)
 	items, err := d.getMulti([]string{lk, fk})
 	if err != nil {
@@ -353,17 +336,11 @@ func seenOf(lock, counter *memcache.Item) string {
 // startPoller runs the poller until no key is watched or the driver
 // closes. It is entered in the gate, so Close waits for it.
 func (d *Driver) startPoller(poll chan struct{}) {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil {
+	if !d.spawn(func() { d.poller(poll) }) {
 		d.waits.mu.Lock()
 		d.waits.poll = nil
 		d.waits.mu.Unlock()
-		return
 	}
-	go func() {
-		defer done()
-		d.poller(poll)
-	}()
 }
 
 func (d *Driver) poller(poll chan struct{}) {
