@@ -105,13 +105,9 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		// holder keeps; a crashed one keeps others out only this long.
 		d.log.Warn("zklock: the server cut the session timeout asked for to its maximum: a crashed holder's locks go sooner", "asked", cfg.sessionTimeout, "granted", d.ttl)
 	}
-	if err := d.checkACL(d.root); err != nil {
-		return fail(fmt.Errorf("zklock: root: %w", err))
+	if err := d.ready(wctx); err != nil {
+		return fail(err)
 	}
-	if err := d.checkPerms(wctx); err != nil {
-		return fail(fmt.Errorf("zklock: %w", err))
-	}
-	d.start()
 	return d, nil
 }
 

@@ -94,11 +94,8 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 func (d *Driver) dropLost(path string, session int64) {
 	bo := newBackoff()
 	for !d.isClosed() && d.conn.SessionID() == session {
-		if wait := d.untilResumed(); wait != 0 {
-			if wait < 0 && !pause(d.gate.Context(), bo) || wait > 0 && !sleep(wait, d.done) {
-				return
-			}
-			continue
+		if !d.settled(d.gate.Context()) {
+			continue // closed, or still no session: see the loop's test
 		}
 		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
 		switch {
@@ -162,15 +159,3 @@ const noSessionPoll = 20 * time.Millisecond
 // errNoSession is the store's error of a try not sent for want of a
 // session.
 var errNoSession = fmt.Errorf("%w (no session)", zk.ErrNoServer)
-
-// sleep waits for d; false if done closed first.
-func sleep(d time.Duration, done <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
-	}
-}

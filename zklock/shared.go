@@ -9,13 +9,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A semaphore and a read-write lock are queues like a lock's (the same
-// nodes, made and deleted by the same code), under nodes of their own
-// beside the lock's: "sem~" or "rw~" and the escaped key, which no lock's
-// name can be ('~' is always escaped), so List and Inspect never see them.
-// A node's tag says what it asks for: "p<limit>" a permit of a semaphore
-// of that limit, "r" a reader, "w" a writer. Whether a node holds follows
-// from the nodes ahead of it (semaphore.go, rwlock.go).
+// A semaphore and a read-write lock are queues like a lock's, under nodes
+// "sem~NAME" and "rw~NAME" beside the lock's, of nodes tagged "p<limit>",
+// "r" or "w" (see docs/backends/zklock.md, Semaphores and read-write locks).
 
 var _ backend.Modal = (*Driver)(nil)
 
