@@ -15,14 +15,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The nodes a lock lives under decide who can delete a holder's node or
-// squat on a name: deleting a child takes the parent's delete permission,
-// and creating one its create permission. The driver makes the root and
-// the name nodes with the configured ACL; one that someone else made first
-// (zkCli's `create /locks` is world-writable) may let anyone in. So a root
-// or name node that existed before the driver needed it must carry exactly
-// the configured ACL, or the driver refuses to lock under it, with an error
-// that says how to fix it.
+// A root or name node that existed before the driver needed it must carry
+// exactly the configured ACL (see docs/backends/zklock.md, ACLs).
 
 // checkACL returns an error wrapping ErrPermission when the node at path
 // exists with another ACL than the configured one; nil when it has that
@@ -82,19 +76,11 @@ func grants(acl []zk.ACL, id string, perm int32) bool {
 	return false
 }
 
-// The permissions locking needs, for this client's identity, in the ACL
-// the driver gives its nodes (the root carries it too, see checkACL):
-// CREATE on the root (a name's node) and on a name's node (queue nodes),
-// WRITE on a name's node (the create's transaction writes it, or for a new
-// name the root, which carries the same ACL, to read the fence), DELETE on
-// it (deleting our queue node) and READ (listing the
-// queue, watching a predecessor). ADMIN is not needed.
-//
-// checkPerms proves them in one round trip, changing nothing: a
-// transaction that makes a probe node under the root, a child of it,
-// writes the probe, deletes the child and ends with a version check on
-// the probe (READ) that fails, so the server rolls it all back. The first
-// operation refused names the missing permission. A missing root is made.
+// checkPerms proves, in one round trip that changes nothing, that this
+// client's identity has the permissions locking needs (probePerms): a
+// transaction that ends with a version check that fails, so the server
+// rolls it all back; the first operation refused names the missing
+// permission. A missing root is made.
 func (d *Driver) checkPerms(ctx context.Context) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

@@ -8,14 +8,9 @@ import (
 )
 
 // contact is the latest request on a session that the server answered:
-// the session, when the request was handed to the zk client (no later
-// than it was sent, so no later than the server's own count of the
-// session's timeout starts), and how long the answer took.
-//
-// Only answered requests count. A watch event, or any byte the server sends
-// unasked, proves nothing about when it last heard from us: a partition of
-// the client-to-server direction lets events through while the server
-// counts down the session.
+// the session, when the request was handed to the zk client, and how long
+// the answer took. Only answered requests count (see
+// docs/backends/zklock.md, Keeping the contact fresh).
 type contact struct {
 	sid  int64
 	sent time.Time
@@ -90,18 +85,8 @@ func (d *Driver) quickWait() time.Duration {
 }
 
 // pinger keeps the contact fresh while the connection is quiet: an Exists
-// on the root, a read that the connected server answers without a quorum,
-// every pingPeriod, and soon (resumeDelay) after the zk client has a
-// session again following a reconnection. The zk client pings too (every third of the
-// timeout), but its answers are not visible from outside it.
-//
-// The period is a quarter of the session timeout. The driver declares a
-// lock lost at contact + timeout - ClockMargin, and the contact is at most
-// a period plus a round trip old while the connection is healthy, so a
-// false loss takes an answer about three quarters of the timeout late;
-// the zk client drops a connection that has been silent for two thirds of
-// the timeout and reconnects, after which the driver pings at once. It
-// costs four reads per timeout (0.4 per second at 10 s).
+// on the root every pingPeriod, and resumeDelay after the zk client has a
+// session again (see docs/backends/zklock.md, Keeping the contact fresh).
 func (d *Driver) pinger() {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -130,15 +115,10 @@ func (d *Driver) pinger() {
 
 func (d *Driver) pingPeriod() time.Duration { return d.ttl / 4 }
 
-// resumeDelay: the driver's requests after a reconnection wait until the
-// zk client has sent its watches again, and none is sent while it has no
-// session (it would be queued, and sent first on the next connection). An
-// answer arriving while the zk client builds its SetWatches request meets
-// a data race of the zk client (Conn.lastZxid, written by recvLoop,
-// conn.go:849, and read by sendSetWatches, conn.go:614, on another
-// goroutine without a lock; go-zookeeper/zk#35), which -race reports.
-// The pinger, a waiter's retries and the deletion of a lost lock's node
-// wait; a call made while the connection is down cannot.
+// resumeDelay is how long after the zk client has a session again the
+// driver waits before a request, so that its answer does not race the zk
+// client's SetWatches (go-zookeeper/zk#35; see docs/backends/zklock.md,
+// Requests after a reconnection).
 const resumeDelay = 50 * time.Millisecond
 
 // resume wakes the pinger; it never blocks (the zk client calls it).

@@ -84,18 +84,12 @@ func (d *Driver) queueOf(l backend.Claim) (parent, head string) {
 }
 
 // create makes the queue node under parent, named head+hash+"-"+sequence,
-// in one try. It tries the create first, as the name's node usually
-// exists; on "no node" it creates the name's node (a container node,
-// which the server deletes once it is empty) and tries again. The node and
-// the parent's data are written in one transaction, whose zxid, the
-// parent's new Mzxid, is the node's Czxid: the fence, from the ensemble's
-// one counter, without another round trip. On an error it leaves no node
-// behind, unless the server may have made it (the answer was lost): then
-// it returns the entry with its name unknown, to be found by its token
-// hash. waits or inline (it runs on the caller's goroutine, see
-// interrupt.go): it sends only while the zk client has a session, as a
-// request queued for its next connection cannot be cut and goes out
-// before the watches are set again (see resumeDelay).
+// in one try, with the parent's write in the same transaction: its zxid is
+// the fence (see docs/backends/zklock.md, The recipe). On "no node" it
+// makes the name's node and tries again. When the answer was lost, it
+// returns the entry with its name unknown, to be found by its hash. waits
+// or inline (on the caller's goroutine): it sends only once the session
+// settled (see resumeDelay).
 func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, waits, inline bool) (*entry, error) {
 	prefix := parent + "/" + head + hash + "-"
 	// A name's node this driver made, or has checked, carries our ACL.
@@ -203,15 +197,11 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 const firstSeq = "0000000000"
 
 // createFresh makes a name's node, a container, and the queue node under
-// it in one multi-op, and answers as the usual create's multi-op does: the
-// node's path, the fence and one child (the name's node is new: no node is
-// ahead of ours). The multi-op begins with
-// a write to the root, whose stat in the reply carries the transaction's
-// zxid (the node's creation zxid, the fence): the zk client cannot read a
-// container's create in a multi-op's reply, and returns ErrAPIError with
-// the results before it. The server only answers a failed multi-op with
-// errors, so that means success; the node's name is then known without
-// its result, the first child of a new node being numbered firstSeq.
+// it in one multi-op, answering as the usual create's does. The zk client
+// cannot read a container's create in a multi-op's reply (ErrAPIError with
+// the results before it), so a leading write to the root carries the
+// zxid, and the node's name is known without its result: the first child
+// of a new node is numbered firstSeq.
 func (d *Driver) createFresh(parent, prefix string, data []byte) (created, error) {
 	return request(d, func() (created, error) {
 		res, err := d.conn.Multi(

@@ -105,28 +105,18 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		// holder keeps; a crashed one keeps others out only this long.
 		d.log.Warn("zklock: the server cut the session timeout asked for to its maximum: a crashed holder's locks go sooner", "asked", cfg.sessionTimeout, "granted", d.ttl)
 	}
-	if err := d.checkACL(d.root); err != nil {
-		return fail(fmt.Errorf("zklock: root: %w", err))
+	if err := d.ready(wctx); err != nil {
+		return fail(err)
 	}
-	if err := d.checkPerms(wctx); err != nil {
-		return fail(fmt.Errorf("zklock: %w", err))
-	}
-	d.start()
 	return d, nil
 }
 
-// closeConn closes the driver's own connection within closeLimit. The zk
-// client sends a close request, which ends the session at once, and waits
-// up to a second for the answer (up to three when requests are queued);
-// it then stops only once its connection fails, which takes up to two
-// thirds of the session timeout on a dead one. So: a second for the
-// polite close, then cut the connections and refuse new ones.
-//
-// start is when Close began: the calls it waited for count against the
-// limit. A failed Dial does not wait for the zk client's Close when there
-// was no session: that Close may wait a second for an answer that cannot
-// come (when the zk client's loop has ended before the close request was
-// queued), and ends by itself.
+// closeConn closes the driver's own connection within closeLimit: a
+// second for the zk client's polite close (which ends the session at
+// once), then cut the connections, as the zk client would otherwise wait
+// up to two thirds of the session timeout on a dead one. start is when
+// Close began. A failed Dial with no session does not wait for the zk
+// client's Close, which may wait for an answer that cannot come.
 func (d *Driver) closeConn(start time.Time, waitNoSession bool) {
 	polite := make(chan struct{})
 	go func() {

@@ -67,26 +67,17 @@ var (
 
 // New returns a driver that uses conn, a connection the caller built (and
 // authenticated, if its nodes need ACLs: pass them with WithACL). The
-// driver does not close conn.
-//
-// conn logs where zk.Connect was told: go-zookeeper's default logger
-// writes to stderr through package log, and a live *zk.Conn cannot be
-// given another logger safely (SetLogger races with its goroutines). To
-// route its messages to slog, connect with
-// zk.WithLogger(zklock.Logger(l)).
+// driver does not close conn. To route conn's messages to slog, connect
+// with zk.WithLogger(zklock.Logger(l)): a live *zk.Conn cannot be given
+// another logger safely.
 //
 // conn may be fresh: New waits for its session, up to WithConnectTimeout
-// (default 5s). The session timeout the driver reports and times its
-// locks with is WithSessionTimeout's: give the one conn negotiated (the one
-// passed to zk.Connect when it lies within the server's
-// [minSessionTimeout, maxSessionTimeout]). Without it, New asks the server
-// with the "cons" four-letter word, and fails, wrapping
-// backend.ErrUnsupported, if the server does not say.
-//
-// The driver times its locks as with Dial, from the requests it sends on
-// conn and their answers (see the package doc), but sees an expired
-// session only when it polls conn (every tenth of the timeout, at most a
-// second) or when one of its requests finds a new session.
+// (default 5s). Pass the session timeout conn negotiated with
+// WithSessionTimeout; without it, New asks the server with the "cons"
+// four-letter word, and fails, wrapping backend.ErrUnsupported, if the
+// server does not say. The driver sees an expired session on conn only
+// when it polls conn or a request finds a new session (see
+// docs/backends/zklock.md, What it cannot promise).
 func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zklock: New: %w: nil *zk.Conn", backend.ErrInvalidOption)
@@ -119,13 +110,9 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if d.ttl <= 0 {
 		return nil, fmt.Errorf("zklock: New: the session timeout of the connection is unknown (the server does not answer the cons four-letter word); pass WithSessionTimeout: %w", backend.ErrUnsupported)
 	}
-	if err := d.checkACL(d.root); err != nil {
-		return nil, fmt.Errorf("zklock: root: %w", err)
+	if err := d.ready(ctx); err != nil {
+		return nil, err
 	}
-	if err := d.checkPerms(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: %w", err)
-	}
-	d.start()
 	return d, nil
 }
 
@@ -143,9 +130,18 @@ func newDriver(cfg config) *Driver {
 	return d
 }
 
-func (d *Driver) start() {
+// ready refuses a root or permissions locking cannot use, then starts the
+// driver's background work.
+func (d *Driver) ready(ctx context.Context) error {
+	if err := d.checkACL(d.root); err != nil {
+		return fmt.Errorf("zklock: root: %w", err)
+	}
+	if err := d.checkPerms(ctx); err != nil {
+		return fmt.Errorf("zklock: %w", err)
+	}
 	d.spawn(d.monitor)
 	d.spawn(d.pinger)
+	return nil
 }
 
 // Conn returns the driver's ZooKeeper connection.
@@ -305,29 +301,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		d.unwatch(h)
 	}
 	d.mu.Unlock()
-	var path string
-	var session int64
-	if h != nil {
-		path, session = h.path, h.session
-		if d.conn.SessionID() != session {
-			// Its session ended, and the server deleted the node with it.
-			return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
-		}
-	} else {
-		p, first, err := d.lookup(ctx, l)
-		if err != nil {
-			return fmt.Errorf("zklock: %w", err)
-		}
-		if p == "" {
-			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
-		}
-		if !first {
-			// A queue node of this token that does not hold the lock: not
-			// ours to report as released, but nobody wants it either.
-			d.deleteQuiet(p)
-			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
-		}
-		path = p
+	path, session, err := d.heldNode(ctx, l, h, true)
+	if err != nil {
+		return err
 	}
 	// The node's name is unique to the token: after an attempt whose answer
 	// was lost, "no node" means that attempt deleted it.
@@ -376,24 +352,10 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	defer done()
 	d.mu.Lock()
 	h := d.holds[l.Token]
-	var path string
-	var session int64
-	if h != nil {
-		path, session = h.path, h.session
-	}
 	d.mu.Unlock()
-	if h != nil && d.conn.SessionID() != session {
-		return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
-	}
-	if h == nil {
-		p, first, err := d.lookup(ctx, l)
-		if err != nil {
-			return fmt.Errorf("zklock: %w", err)
-		}
-		if p == "" || !first {
-			return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
-		}
-		path = p
+	path, session, err := d.heldNode(ctx, l, h, false)
+	if err != nil {
+		return err
 	}
 	type stat struct {
 		ok bool
@@ -416,4 +378,31 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 		return fmt.Errorf("zklock: %w: another incarnation", backend.ErrNotHeld)
 	}
 	return nil
+}
+
+// heldNode is the node by which l.Token holds l.Key, and its session: h's,
+// or, when the driver has no record of it, the token's node found first in
+// the queue (session 0: unknown). ErrNotHeld when there is none; with drop,
+// a node of the token that does not hold is deleted.
+func (d *Driver) heldNode(ctx context.Context, l backend.Claim, h *held, drop bool) (string, int64, error) {
+	if h != nil {
+		if d.conn.SessionID() != h.session {
+			// Its session ended, and the server deleted the node with it.
+			return "", 0, fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, h.session)
+		}
+		return h.path, h.session, nil
+	}
+	p, first, err := d.lookup(ctx, l)
+	switch {
+	case err != nil:
+		return "", 0, fmt.Errorf("zklock: %w", err)
+	case p != "" && !first && drop:
+		// A queue node of this token that does not hold the lock: not
+		// ours to report as released, but nobody wants it either.
+		d.deleteQuiet(p)
+	}
+	if !first {
+		return "", 0, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
+	}
+	return p, 0, nil
 }

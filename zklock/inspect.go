@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
@@ -75,16 +74,16 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 	if err := d.catchUp(ctx); err != nil {
 		return st, err
 	}
-	err := d.retrying(ctx, func() (bool, error) {
+	err := d.retrying(ctx, func() error {
 		nodes, err := d.queue(ctx, parent)
 		if err != nil || len(nodes) == 0 {
-			return true, err
+			return err
 		}
 		if err := d.readNodes(ctx, parent, nodes); err != nil {
-			return false, err
+			return err
 		}
 		if nodes[0].gone {
-			return false, nil // a new holder, maybe: look again
+			return errChanged // a new holder, maybe: look again
 		}
 		st.Held, st.Owner, st.Fence = true, nodes[0].owner, uint64(nodes[0].czxid)
 		st.Queue = nil
@@ -94,50 +93,37 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 			}
 		}
 		st.Waiters = len(st.Queue)
-		return true, nil
+		return nil
 	})
 	return st, err
 }
 
-// retrying runs f, a read, until it reports done, through store failures
-// for up to retry.Budget and through a few changes of the queue under it.
-func (d *Driver) retrying(ctx context.Context, f func() (done bool, err error)) error {
-	bo := newBackoff()
-	var failing retry.Failing
-	for changes := 0; ; {
-		sent := time.Now()
-		ok, err := f()
-		switch {
-		case err == nil && ok:
-			return nil
-		case err == nil:
-			if changes++; changes > 10 {
-				return errors.New("the queue kept changing while read")
-			}
-			continue
-		case ctx.Err() != nil:
-			return err
-		case !transient(err) || failing.Fail(sent, retry.Budget) || !pause(ctx, bo):
-			return err
-		}
-	}
+// errChanged: the queue changed while read; read it again.
+var errChanged = errors.New("the queue kept changing while read")
+
+// retrying runs f, a read, through store failures and changes of the
+// queue under it (errChanged) for up to retry.Budget.
+func (d *Driver) retrying(ctx context.Context, f func() error) error {
+	return retry.Call(ctx, *newBackoff(), retry.Budget, func(err error) bool {
+		return errors.Is(err, errChanged) || transient(err)
+	}, func(context.Context) error { return f() })
 }
 
-// queue lists the nodes of parent's queue, first (the holder) first; none
-// when the name's node does not exist.
 // catchUp makes the server this client reads from apply every write the
 // leader had committed: an ensemble member may lag, and a lock another
 // client took through another member must show in what follows.
 func (d *Driver) catchUp(ctx context.Context) error {
-	return d.retrying(ctx, func() (bool, error) {
+	return d.retrying(ctx, func() error {
 		_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(d.root) })
 		if errors.Is(err, zk.ErrNoNode) {
 			err = nil // no lock was ever taken under the root
 		}
-		return true, err
+		return err
 	})
 }
 
+// queue lists the nodes of parent's queue, first (the holder) first; none
+// when the name's node does not exist.
 func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -160,29 +146,38 @@ func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
 // readers at a time.
 func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) error {
 	_, err := call(ctx, d, func() (struct{}, error) {
-		errs := make([]error, len(nodes))
-		sem := make(chan struct{}, readers)
-		var wg sync.WaitGroup
-		for i := range nodes {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				n := &nodes[i]
-				r, err := d.get(parent + "/" + n.name)
-				switch {
-				case errors.Is(err, zk.ErrNoNode):
-					n.gone = true
-				case err != nil:
-					errs[i] = err
-				default:
-					n.owner, n.czxid = string(r.data), r.st.Czxid
-				}
-			})
-		}
-		wg.Wait()
-		return struct{}{}, errors.Join(errs...)
+		return struct{}{}, each(len(nodes), readers, func(i int) error {
+			n := &nodes[i]
+			r, err := d.get(parent + "/" + n.name)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				n.gone = true
+			case err != nil:
+				return err
+			default:
+				n.owner, n.czxid = string(r.data), r.st.Czxid
+			}
+			return nil
+		})
 	})
 	return err
+}
+
+// each runs f(i) for every i below n, limit at a time, and joins their
+// errors.
+func each(n, limit int, f func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 type getResult struct {
@@ -212,13 +207,13 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	var names []string
-	err = d.retrying(ctx, func() (bool, error) {
+	err = d.retrying(ctx, func() error {
 		var err error
 		names, err = d.children(ctx, d.root)
 		if errors.Is(err, zk.ErrNoNode) {
-			return true, nil // no lock was ever taken under the root
+			return nil // no lock was ever taken under the root
 		}
-		return true, err
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
@@ -232,18 +227,11 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 	}
 	slices.Sort(keys)
 	sts := make([]backend.State, len(keys))
-	errs := make([]error, len(keys))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, key := range keys {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			sts[i], errs[i] = d.queueState(ctx, key)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = each(len(keys), 8, func(i int) (err error) {
+		sts[i], err = d.queueState(ctx, keys[i])
+		return err
+	})
+	if err != nil {
 		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	out := sts[:0]
@@ -274,28 +262,28 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 		notHeld bool
 		tried   string // a delete of this node lost its answer
 	)
-	err = d.retrying(ctx, func() (bool, error) {
+	err = d.retrying(ctx, func() error {
 		nodes, err := d.queue(ctx, parent)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried }) {
-			return true, nil // most likely deleted by that delete
+			return nil // most likely deleted by that delete
 		}
 		if len(nodes) == 0 {
 			notHeld = true
-			return true, nil
+			return nil
 		}
 		path := parent + "/" + nodes[0].name
 		r, err := call(ctx, d, func() (getResult, error) { return d.get(path) })
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
-			return false, nil // released meanwhile: look again
+			return errChanged // released meanwhile: look again
 		case err != nil:
-			return false, err
+			return err
 		case uint64(r.st.Czxid) != fence:
 			notHeld = true
-			return true, nil
+			return nil
 		}
 		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: len(nodes) - 1,
 			Known: backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters}
@@ -304,15 +292,15 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 		})
 		switch {
 		case err == nil:
-			return true, nil
+			return nil
 		case errors.Is(err, zk.ErrNoNode) && tried == path:
-			return true, nil // most likely our own delete, whose answer was lost
+			return nil // most likely our own delete, whose answer was lost
 		case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
-			return false, nil // released, or written: look again
+			return errChanged // released, or written: look again
 		case connLost(err):
 			tried = path
 		}
-		return false, err
+		return err
 	})
 	switch {
 	case err != nil:

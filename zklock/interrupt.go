@@ -8,30 +8,8 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// Calls on the caller's goroutine.
-//
-// go-zookeeper's calls block until the answer, and never watch a context.
-// Running each on a goroutine of its own, and waiting for it or for the
-// context, costs a wake-up per request (~4% of an uncontended cycle here).
-// So on a connection the driver dialed, whose connections it tracks, a call
-// made while the zk client has a session runs on the caller's goroutine,
-// and the end of its context interrupts it instead, as redislock does: the
-// reads then in progress on the driver's connections are noted, and if the
-// call is still running interruptGrace later, those still blocked get a
-// read deadline of now. The zk client sees a timeout, drops the
-// connection, fails the requests it sent on it (ErrConnectionClosed: "could
-// not tell", which every caller handles) and reconnects; the session, and
-// so every lock of the driver, lives on. Only a read that began before the
-// context ended and stayed blocked past the grace, while the call is still
-// running, is cut: on a server that answers within the grace, never a
-// healthy one. The trade-off: when a call's context ends while the server
-// takes longer than the grace to answer, the other requests in flight on
-// the connection fail too, and are retried by their callers.
-//
-// With no session, a request waits in the zk client's queue until the next
-// connection, where nothing can be cut: such calls, and every call on a
-// connection the caller passed to New, still run on a goroutine of their
-// own (see call).
+// Calls on the caller's goroutine, cut when their context ends: see
+// docs/backends/zklock.md (Calls and cancellation) for how and why.
 
 // interruptGrace is how long a read blocked when a call's context ended may
 // go on before it is cut. ZooKeeper answers a write within a few

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
 
@@ -20,7 +19,6 @@ import (
 const (
 	nodePrefix = "lk-"
 	hashLen    = 32
-	nameHead   = len(nodePrefix) + hashLen + 1
 )
 
 // errGone: our queue node is not there any more.
@@ -32,17 +30,11 @@ func tokenHash(token string) string {
 	return hex.EncodeToString(sum[:hashLen/2])
 }
 
-// parseNode splits a child name into its token hash and sequence number;
-// ok is false for nodes that are not ours.
+// parseNode splits a lock's node name into its token hash and sequence
+// number; ok is false for nodes that are not ours.
 func parseNode(name string) (hash string, seq int64, ok bool) {
-	if len(name) <= nameHead || !strings.HasPrefix(name, nodePrefix) || name[nameHead-1] != '-' {
-		return "", 0, false
-	}
-	seq, err := strconv.ParseInt(name[nameHead:], 10, 64)
-	if err != nil {
-		return "", 0, false
-	}
-	return name[len(nodePrefix) : nameHead-1], seq, true
+	tag, hash, seq, ok := parseTagged(name)
+	return hash, seq, ok && tag+"-" == nodePrefix
 }
 
 // entry is one queue node.
@@ -102,29 +94,15 @@ func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path string, firs
 		return d.lookupShared(ctx, l)
 	}
 	parent := d.parentPath(l.Key)
-	names, err := d.children(ctx, parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return "", false, nil
-	}
+	nodes, err := d.queue(ctx, parent)
 	if err != nil {
 		return "", false, err
 	}
 	hash := tokenHash(l.Token)
-	mine, minSeq, mySeq := "", int64(-1), int64(-1)
-	for _, n := range names {
-		h, seq, ok := parseNode(n)
-		if !ok {
-			continue
-		}
-		if minSeq < 0 || seq < minSeq {
-			minSeq = seq
-		}
-		if h == hash && (mine == "" || seq < mySeq) {
-			mine, mySeq = n, seq
+	for i, n := range nodes {
+		if h, _, _ := parseNode(n.name); h == hash {
+			return parent + "/" + n.name, i == 0, nil
 		}
 	}
-	if mine == "" {
-		return "", false, nil
-	}
-	return parent + "/" + mine, mySeq == minSeq, nil
+	return "", false, nil
 }

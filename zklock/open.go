@@ -22,23 +22,11 @@ func init() {
 	})
 }
 
-// Open opens a driver for a zk:// URL:
-//
-//	zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&TLS]
-//
-// session_timeout defaults to the default lock TTL in ctx (see
-// backend.WithDefaultTTL: locker.Open's ttl= or locker.WithDefaultTTL),
-// else to DefaultSessionTimeout.
-//
-// TLS (ZooKeeper's secureClientPort) takes the parameters every backend
-// reads: tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME,
-// skip_verify=true (see WithTLS).
-//
-// A port may be left out (2181) except on the last host, which url.Parse
-// checks; a list of IPv6 literals does not parse as a URL (use Dial).
-// The path is the root node (default /locker). A user and password
-// authenticate with the digest scheme and protect the nodes with an ACL
-// (see WithDigestAuth).
+// Open opens a driver for a zk:// URL (see the package documentation;
+// TLS as WithTLS). session_timeout defaults to the default lock TTL in ctx
+// (see backend.WithDefaultTTL), else to DefaultSessionTimeout. A port may
+// be left out (2181) except on the last host, which url.Parse checks; a
+// list of IPv6 literals does not parse as a URL (use Dial).
 //
 // The driver owns the connection it opens: Close closes it, which ends the
 // session and frees its locks at once. opts apply after the URL's, so they

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -317,33 +318,19 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 // predecessor lists the queue and returns the node just ahead of e ("" when
 // e is first), the one ahead of that, and how many nodes are ahead of e.
 func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string, ahead int, err error) {
-	names, err := d.children(ctx, e.parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return "", "", 0, errGone
-	}
+	nodes, err := d.queue(ctx, e.parent)
 	if err != nil {
 		return "", "", 0, err
 	}
-	found := false
-	predSeq, pred2Seq := int64(-1), int64(-1)
-	for _, n := range names {
-		_, seq, ok := parseNode(n)
-		switch {
-		case !ok:
-		case n == e.name:
-			found = true
-		case seq < e.seq:
-			ahead++
-			if seq > predSeq {
-				pred2, pred2Seq = pred, predSeq
-				pred, predSeq = n, seq
-			} else if seq > pred2Seq {
-				pred2, pred2Seq = n, seq
-			}
-		}
-	}
-	if !found {
+	i := slices.IndexFunc(nodes, func(n qnode) bool { return n.name == e.name })
+	if i < 0 {
 		return "", "", 0, errGone
 	}
-	return pred, pred2, ahead, nil
+	if i > 0 {
+		pred = nodes[i-1].name
+	}
+	if i > 1 {
+		pred2 = nodes[i-2].name
+	}
+	return pred, pred2, i, nil
 }

@@ -91,16 +91,11 @@ func callInline[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, 
 	return v, err
 }
 
-type children struct {
-	names []string
-}
-
 func (d *Driver) children(ctx context.Context, parent string) ([]string, error) {
-	r, err := callInline(ctx, d, func() (children, error) {
+	return callInline(ctx, d, func() ([]string, error) {
 		names, _, err := d.conn.Children(parent)
-		return children{names}, err
+		return names, err
 	})
-	return r.names, err
 }
 
 // newBackoff spaces the driver's retries: 20ms doubling to 500ms.

@@ -86,26 +86,16 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 	return next
 }
 
-// dropLost deletes the node of a lock declared lost for want of an answer
-// while its session may still live: the server may not have expired it (a
-// paused server that, resumed, revalidates the session's reconnection
-// before it expires it; answers that come too late). The holder was told
-// it lost the lock, so nobody holds the node any more, and the waiters
-// behind it would wait for as long as the session lives, for ever on a
-// healthy connection. (A queue node whose delete failed, too: see
-// abandonAsync.) It retries until the node is gone, the session is
-// (its nodes go with it) or the driver closes. Each try waits for the
-// zk client to have a session and to have sent its watches again (see
-// resumeDelay): a request queued while it reconnects is the first one
-// sent, and its answer could meet the zk client's data race.
+// dropLost deletes the node of a lock declared lost while its session may
+// still live (the holder was told, so the waiters behind it must not wait
+// for the session), or of a queue node whose delete failed. It retries,
+// each try after the session settled (see resumeDelay), until the node is
+// gone, the session is (its nodes go with it) or the driver closes.
 func (d *Driver) dropLost(path string, session int64) {
 	bo := newBackoff()
 	for !d.isClosed() && d.conn.SessionID() == session {
-		if wait := d.untilResumed(); wait != 0 {
-			if wait < 0 && !pause(d.gate.Context(), bo) || wait > 0 && !sleep(wait, d.done) {
-				return
-			}
-			continue
+		if !d.settled(d.gate.Context()) {
+			continue // closed, or still no session: see the loop's test
 		}
 		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
 		switch {
@@ -144,11 +134,9 @@ func (d *Driver) untilResumed() time.Duration {
 }
 
 // settled waits, within ctx, until a request sent now would not be the
-// first on a new connection (see resumeDelay). While the zk client has no
-// session it waits for one, as a request queued in the zk client would,
-// for at most a session timeout and the zk client's pause between rounds
-// of its servers: a store that is back is reached, not counted as
-// failing, by the try under way. False if no session came.
+// first on a new connection (see resumeDelay). With no session it waits
+// for one, for at most a session timeout and the zk client's pause
+// between rounds of its servers; false if none came.
 func (d *Driver) settled(ctx context.Context) bool {
 	deadline := time.Now().Add(d.ttl + time.Second)
 	for {
@@ -171,15 +159,3 @@ const noSessionPoll = 20 * time.Millisecond
 // errNoSession is the store's error of a try not sent for want of a
 // session.
 var errNoSession = fmt.Errorf("%w (no session)", zk.ErrNoServer)
-
-// sleep waits for d; false if done closed first.
-func sleep(d time.Duration, done <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-done:
-		return false
-	}
-}

@@ -9,13 +9,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A semaphore and a read-write lock are queues like a lock's (the same
-// nodes, made and deleted by the same code), under nodes of their own
-// beside the lock's: "sem~" or "rw~" and the escaped key, which no lock's
-// name can be ('~' is always escaped), so List and Inspect never see them.
-// A node's tag says what it asks for: "p<limit>" a permit of a semaphore
-// of that limit, "r" a reader, "w" a writer. Whether a node holds follows
-// from the nodes ahead of it (semaphore.go, rwlock.go).
+// A semaphore and a read-write lock are queues like a lock's, under nodes
+// "sem~NAME" and "rw~NAME" beside the lock's, of nodes tagged "p<limit>",
+// "r" or "w" (see docs/backends/zklock.md, Semaphores and read-write locks).
 
 var _ backend.Modal = (*Driver)(nil)
 
@@ -99,9 +95,16 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 	if err != nil {
 		return standing{}, nil, err
 	}
+	st, err := standingIn(r.names, e, l)
+	return st, r.ch, err
+}
+
+// standingIn is where e stands among names, its queue's (errGone when it
+// is not among them).
+func standingIn(names []string, e *entry, l backend.Claim) (standing, error) {
 	var ahead []snode // in no order
 	found := false
-	for _, n := range r.names {
+	for _, n := range names {
 		tag, _, seq, ok := parseTagged(n)
 		switch {
 		case !ok:
@@ -111,13 +114,13 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 			ahead = append(ahead, snode{n, tag, seq})
 		}
 	}
-	if !found {
-		return standing{}, nil, errGone
+	switch {
+	case !found:
+		return standing{}, errGone
+	case l.Mode == backend.Permit:
+		return permitStanding(ahead, l.Limit), nil
 	}
-	if l.Mode == backend.Permit {
-		return permitStanding(ahead, l.Limit), r.ch, nil
-	}
-	return rwStanding(ahead, l.Mode), r.ch, nil
+	return rwStanding(ahead, l.Mode), nil
 }
 
 // lookupShared is lookup for a semaphore or a read-write lock: the path
@@ -136,31 +139,15 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 	}
 	hash, head := tokenHash(l.Token), sharedHead(l)
 	e := &entry{parent: parent, seq: -1}
-	var all []snode
 	for _, n := range names {
 		tag, h, seq, ok := parseTagged(n)
-		if !ok {
-			continue
-		}
-		if h == hash && tag+"-" == head && (e.seq < 0 || seq < e.seq) {
+		if ok && h == hash && tag+"-" == head && (e.seq < 0 || seq < e.seq) {
 			e.name, e.seq = n, seq
 		}
-		all = append(all, snode{n, tag, seq})
 	}
 	if e.name == "" {
 		return "", false, nil
 	}
-	var ahead []snode
-	for _, n := range all {
-		if n.seq < e.seq {
-			ahead = append(ahead, n)
-		}
-	}
-	var st standing
-	if l.Mode == backend.Permit {
-		st = permitStanding(ahead, l.Limit)
-	} else {
-		st = rwStanding(ahead, l.Mode)
-	}
+	st, _ := standingIn(names, e, l)
 	return e.path(), st.held && st.mismatch == nil, nil
 }

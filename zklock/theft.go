@@ -10,19 +10,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Anyone whose ACL allows it can delete a holder's node, or overwrite it:
-// an operator, or a client of a root made world-writable by someone else.
-// The session still lives, so nothing else would tell the holder, and the
-// next node in line holds the lock. So the driver watches each node it
-// holds, and a deletion it did not make or any change of the node's data
-// (the driver never changes it) is reported as a loss at once: within a
-// round trip of the change, when the server's notification arrives.
-//
-// A driver that dialled its connection sees the notifications in its event
-// callback (nodeEvent), with no goroutine per lock; one made by New, on the
-// caller's connection, waits for each on a goroutine of its own while the
-// lock is held. The watches are set by a few goroutines at most, only
-// while some are due (see maxWatchers).
+// Theft watches: the driver watches each node it holds and reports a
+// deletion or change it did not make as a loss at once (see
+// docs/backends/zklock.md, Theft watches).
 
 // watchDelay is how long a lock is held before its node is watched. A
 // lock released sooner is never watched: its cycle costs the create and

@@ -12,23 +12,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// How the driver learns the session timeout. go-zookeeper v1.0.4 keeps the
-// negotiated timeout to itself (no method, no field of zk.Event), and the
-// server may have clamped what the client asked for into its
-// [minSessionTimeout, maxSessionTimeout]. So, in this order:
-//
-//   - configuration: WithSessionTimeout, with New (the caller knows the
-//     timeout of the session it made);
-//   - on a connection the driver opens: the zk client's own report of the
-//     handshake, "authenticated: id=..., timeout=...", which it gives to
-//     the zk.Logger the driver installs (zk.WithLogger);
-//   - the server's answer to the "cons" four-letter word (zk.FLWCons),
-//     which lists each session with its timeout, when the server allows it
-//     (4lw.commands.whitelist) on the address the connection uses;
-//   - on a connection the driver opens: the timeout it asked for.
-//
-// With New and none of the first three, New fails and asks for
-// WithSessionTimeout.
+// go-zookeeper keeps the negotiated session timeout to itself: Dial and
+// New learn it as docs/backends/zklock.md (Learning the session timeout)
+// says, in this file.
 
 // handshake keeps the negotiated timeouts the zk client reports to its
 // logger after each handshake.
