@@ -208,8 +208,8 @@ func writeScaleTable(w io.Writer, rep benchReport) {
 	fmt.Fprintf(w, "\nscale: workers on one name, first %d then %d, over %d clients; names: %d names × %d workers over %d clients;\n"+
 		"CPU/acq: the process's user+system CPU over acquisitions (the client side, unless the store runs in the process);\n"+
 		"tries/acq: requests that could grant a waiting acquisition, per acquisition, flat as waiters grow when a release wakes O(1) waiters (no herd):\n"+
-		"  \"store\", counted by the driver (StoreTries: its queue's tries, wake-ups' and first tries included), or \"client\", the Client's driver TryAcquire calls;\n"+
-		"  \"queue\": the driver waits in its own queue and counts none\n\n",
+		"  \"store\", counted inside the driver where its queue's looks and hand-offs are not TryAcquire calls (wake-ups' and first tries included), or\n"+
+		"  \"client\", the Client's driver TryAcquire calls; \"queue\": a queued driver that counts none\n\n",
 		c.ScaleClients, c.ScaleWorkers, c.ScaleClients, c.Names, c.NameWorkers, c.NameClients)
 	head := func(s string) string { return s + ": acq/s | wait p99 | CPU/acq | tries/acq" }
 	fmt.Fprintf(w, "| backend | %s | %s | fairness | retake | %s |\n",
