@@ -32,31 +32,12 @@ func (d *Driver) objectPath(key string, m backend.Mode) string {
 	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+suffix)
 }
 
-// An object file is a header at offset 0 that points to the current body,
-// little-endian:
-//
-//	0   magic "LKO1"
-//	4   CRC-32 (IEEE) of bytes 8..objHeader
-//	8   boot ID the expiries refer to (zero with the wall clock)
-//	24  body offset
-//	32  body length
-//	36  CRC-32 (IEEE) of the body
-//
-// and the body:
-//
-//	0   limit (semaphore)
-//	4   waiting writer's record expiry; 0 when none
-//	12  waiting writer's token, SHA-256
-//	44  number of holders
-//	48  the holders: token SHA-256, fence, expiry, PID, mode, owner length,
-//	    owner (at most 64 bytes)
-//
-// A write puts the new body where it overlaps the current one nowhere,
-// then the header (one small write within a page and a sector), then
-// trims the file: an operation killed with -9 mid-write, or a full disk,
-// leaves the previous state whole. After a power cut the boot ID (the
-// same in every header of a boot) tells an earlier boot's file, which
-// counts as empty since its holders died with the boot.
+// An object file is a header at offset 0 that points to the current body
+// (layout in docs/backends/filelock.md, File formats). A write puts the new
+// body where it overlaps the current one nowhere, then the header (one
+// small write), so that an operation killed mid-write, or a full disk,
+// leaves the previous state whole; the boot ID in the header tells an
+// earlier boot's file, which counts as empty.
 const (
 	objHeader  = 40
 	objBodyHdr = 48

@@ -17,24 +17,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The state file holds two records of recSize bytes. Layout of one record,
-// little-endian:
-//
-//	0   magic "LKF1"
-//	4   CRC-32 (IEEE) of bytes 8..recSize
-//	8   sequence number, raised by every write
-//	16  fence
-//	24  expiry: clock nanoseconds; 0 when released
-//	32  boot ID the expiry refers to (zero with the wall clock)
-//	48  holder's process ID (informational)
-//	52  SHA-256 of the holder's token (zero when free)
-//	84  owner length, then the owner (truncated to 64 bytes; informational)
-//	152 in the fence counter: the ceiling, a copy of fence.ceiling's
-//	    (zero in lock files, and in files of older versions)
-//	160 waiters' queue (queue.go): the first ticket still queued,
-//	168 the next ticket to give,
-//	176 the free lock's reservation for the first ticket: its expiry on
-//	    the lock's clock; 0 when none
+// The state file holds two records of recSize bytes, then the key; the
+// byte layout is in docs/backends/filelock.md (File formats).
 const (
 	recSize  = 256
 	offSeq   = 8
@@ -53,15 +37,8 @@ const (
 
 var magic = [4]byte{'L', 'K', 'F', '1'}
 
-// After the two records a lock file holds its key, because the file name
-// keeps only a hash of a long one and List must report the key itself:
-//
-//	512 magic "LKK1"
-//	516 CRC-32 (IEEE) of bytes 520 to the key's end
-//	520 key length (uint16), then the key
-//
-// It is written with the file's first record and never changes (the name
-// fixes the key); files of older versions get it at their next write.
+// The key follows the records: a shortened file name cannot give it back,
+// and List must report it. It is written with the file's first record.
 const (
 	offKey    = 2 * recSize
 	keyHeader = 10
@@ -418,16 +395,10 @@ func writeRecord(f *os.File, path string, r *record) error {
 	return nil
 }
 
-// The directory's fence counter is two files. fence.counter holds the last
-// fence given (and the boot it was written in); it is written at every
-// acquisition that takes a new fence, without fsync. fence.ceiling holds a
-// bound that no fence given so far exceeds; it is raised, by ceilingStep
-// past the next fence, and fsynced, before a fence above it is given. A
-// power cut may lose the counter's unsynced writes, never the ceiling, and
-// it changes the boot ID: a counter written in another boot (or missing,
-// or empty) goes on from above the ceiling. So an acquisition costs one
-// fsync in ceilingStep, and fences never repeat. Lock files end in
-// ".lock": no key's file can have these names.
+// The directory's fence counter: fence.counter holds the last fence
+// given, unsynced; fence.ceiling, fsynced, a bound no fence given exceeds
+// (docs/backends/filelock.md, Durability). Lock files end in ".lock": no
+// key's file can have these names.
 const (
 	counterName = "fence.counter"
 	ceilingName = "fence.ceiling"
