@@ -162,14 +162,10 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.refreshObject(ctx, l)
 	}
-	err := d.update(ctx, l.Key, false, d.holds(l, func(r *record, now int64) change {
+	return d.update(ctx, l.Key, false, d.holds(l, func(r *record, now int64) change {
 		r.expires = now + int64(l.TTL)
 		return write
 	}))
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
-	return err
 }
 
 // RefreshMany implements backend.BatchRefresher: the locks are refreshed one
@@ -195,9 +191,6 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		return what
 	}))
 	closeWake(wake)
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
 	return err
 }
 

@@ -57,9 +57,6 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 		if !ok || !e.Type().IsRegular() {
 			continue // the fence counter's files, or not ours
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
 		st, err := d.listOne(ctx, base)
 		if err != nil {
 			return nil, err
@@ -117,9 +114,6 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 		return what, nil
 	})
 	closeWake(wake)
-	if errors.Is(err, errNoFile) {
-		return backend.State{}, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
 	if err != nil {
 		return backend.State{}, err
 	}

@@ -237,9 +237,6 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 // lockedObject is updateObject without the gate: a waiting writer
 // withdraws its record with it while the driver closes.
 func (d *Driver) lockedObject(ctx context.Context, c backend.Claim, create bool, fn func(o *object, now int64) (bool, error)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	path := d.objectPath(c.Key, c.Mode)
 	f, err := openLocked(ctx, path, create)
 	if err != nil {
@@ -307,7 +304,7 @@ func (d *Driver) tryObject(ctx context.Context, c backend.Claim, admit func(o *o
 // refreshObject extends c's hold on its object.
 func (d *Driver) refreshObject(ctx context.Context, c backend.Claim) error {
 	tok := hashToken(c.Token)
-	err := d.updateObject(ctx, c, false, func(o *object, now int64) (bool, error) {
+	return d.updateObject(ctx, c, false, func(o *object, now int64) (bool, error) {
 		i := o.find(tok)
 		if i < 0 || o.holders[i].mode != c.Mode {
 			return false, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
@@ -315,20 +312,12 @@ func (d *Driver) refreshObject(ctx context.Context, c backend.Claim) error {
 		o.holders[i].expires = now + int64(c.TTL)
 		return true, nil
 	})
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
-	return err
 }
 
 // releaseObject frees c's hold, or withdraws its waiting writer's record
 // (and still reports ErrNotHeld).
 func (d *Driver) releaseObject(ctx context.Context, c backend.Claim) error {
-	err := d.updateObject(ctx, c, false, d.dropHold(c))
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
-	return err
+	return d.updateObject(ctx, c, false, d.dropHold(c))
 }
 
 // dropHold is releaseObject's change to the object.

@@ -133,7 +133,8 @@ func (d *Driver) live(r *record, now int64) bool {
 
 func hashToken(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 
-var errNoFile = errors.New("no state file")
+// errNoFile is a missing state file: the key (or object) is not held.
+var errNoFile = fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 
 // change is what an operation does to a state file once it decided.
 type change int
@@ -160,9 +161,6 @@ func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r 
 // locked is update without the gate: a cancelled waiter leaves its queue
 // with it while the driver closes.
 func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r *record, now int64) (change, error)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	path := d.Path(key)
 	f, err := openLocked(ctx, path, create)
 	if err != nil {
@@ -204,6 +202,9 @@ func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r 
 // the path again. Closing the file drops the flock, and then the process's
 // turn on it (see turns).
 func openLocked(ctx context.Context, path string, create bool) (*lockedFile, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	done, err := turns.take(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: lock %s: %w", path, err)
@@ -356,15 +357,9 @@ func isPath(f *os.File, path string) (bool, error) {
 	return os.SameFile(open, now), nil
 }
 
-// readRecord reads the newer valid record of a state file; the zero record,
-// and empty, for an empty file.
-func readRecord(f *os.File, path string) (_ record, empty bool, _ error) {
-	r, _, empty, err := readFile(f, path)
-	return r, empty, err
-}
-
-// readFile is readRecord that also returns the key a lock file records
-// ("" when it has none).
+// readFile reads the newer valid record of a state file, and the key a
+// lock file records ("" when it has none); the zero record, and empty, for
+// an empty file.
 func readFile(f *os.File, path string) (_ record, key string, empty bool, _ error) {
 	var buf [fileMax]byte
 	n, err := f.ReadAt(buf[:], 0)
@@ -420,7 +415,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	// Without a boot ID (off Linux) a lost write cannot be told from an
 	// old one: every new fence is fsynced in the counter itself.
 	ceilings := d.sync && d.clk.boot != [16]byte{}
-	r, _, err := readRecord(f.File, path)
+	r, _, _, err := readFile(f.File, path)
 	if err != nil && !ceilings {
 		return 0, err
 	}
@@ -429,7 +424,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	}
 	if ceilings && r.boot != d.clk.boot {
 		// Written in another boot, or never: its last writes may be lost.
-		c, err := d.readCeiling(ctx)
+		c, err := d.ceiling(ctx, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -439,7 +434,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	r.boot = d.clk.boot
 	if ceilings && r.fence > r.ceiling {
 		c := r.fence + ceilingStep
-		if err := d.raiseCeiling(ctx, c); err != nil {
+		if _, err := d.ceiling(ctx, c); err != nil {
 			return 0, err
 		}
 		r.ceiling = c
@@ -455,38 +450,27 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	return r.fence, nil
 }
 
-// readCeiling returns the value in fence.ceiling, zero when it has none.
-func (d *Driver) readCeiling(ctx context.Context) (uint64, error) {
+// ceiling returns the value in fence.ceiling, zero when it has none; with
+// raise above zero, it first raises it to at least raise and fsyncs it.
+func (d *Driver) ceiling(ctx context.Context, raise uint64) (uint64, error) {
 	path := filepath.Join(d.dir, ceilingName)
 	f, err := openLocked(ctx, path, true)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	r, _, err := readRecord(f.File, path)
-	return r.fence, err
-}
-
-// raiseCeiling writes c to fence.ceiling and fsyncs it.
-func (d *Driver) raiseCeiling(ctx context.Context, c uint64) error {
-	path := filepath.Join(d.dir, ceilingName)
-	f, err := openLocked(ctx, path, true)
-	if err != nil {
-		return err
+	r, _, _, err := readFile(f.File, path)
+	if err != nil || raise == 0 {
+		return r.fence, err
 	}
-	defer f.Close()
-	r, _, err := readRecord(f.File, path)
-	if err != nil {
-		return err
-	}
-	r.fence = max(r.fence, c)
+	r.fence = max(r.fence, raise)
 	if err := writeRecord(f.File, path, &r); err != nil {
-		return err
+		return 0, err
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("filelock: sync %s: %w", path, err)
+		return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
 	}
-	return nil
+	return r.fence, nil
 }
 
 // makeCounter creates the directory's fence counter files if they are
