@@ -2,7 +2,6 @@ package filelock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -215,24 +214,6 @@ func (d *Driver) holds(l backend.Claim, then func(r *record, now int64) change) 
 		}
 		return then(r, now), nil
 	}
-}
-
-// expire makes the lock on key expired, as if its TTL had run out.
-func (d *Driver) expire(ctx context.Context, key string) error {
-	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
-		if !d.live(r, now) {
-			return keep, nil
-		}
-		r.expires = now - 1
-		if r.expires == 0 {
-			r.expires = -1
-		}
-		return write, nil
-	})
-	if errors.Is(err, errNoFile) {
-		return nil
-	}
-	return err
 }
 
 // Close implements backend.Driver. Between calls the driver runs no

@@ -337,22 +337,3 @@ func (d *Driver) dropHold(c backend.Claim) func(o *object, now int64) (bool, err
 		return true, nil
 	}
 }
-
-// expireObjects makes every holder of key's objects expired, for the tests.
-func (d *Driver) expireObjects(ctx context.Context, key string) error {
-	for _, m := range []backend.Mode{backend.Permit, backend.Read} {
-		err := d.updateObject(ctx, backend.Claim{Key: key, Mode: m}, false, func(o *object, now int64) (bool, error) {
-			for i := range o.holders {
-				o.holders[i].expires = now
-			}
-			if o.waitExp != 0 {
-				o.waitExp = now
-			}
-			return true, nil
-		})
-		if err != nil && !errors.Is(err, errNoFile) {
-			return err
-		}
-	}
-	return nil
-}
