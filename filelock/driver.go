@@ -51,13 +51,9 @@ func New(dir string, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filelock: directory %q: %w", dir, err)
 	}
+	// MkdirAll fails on a path that is there but no directory.
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("filelock: %w", err)
-	}
-	if fi, err := os.Stat(abs); err != nil {
-		return nil, fmt.Errorf("filelock: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("filelock: %s is not a directory", abs)
 	}
 	clk, err := systemClock()
 	if err != nil {

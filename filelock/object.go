@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -74,10 +75,6 @@ func (o *object) find(tok [32]byte) int {
 		}
 	}
 	return -1
-}
-
-func (o *object) drop(i int) {
-	o.holders = append(o.holders[:i], o.holders[i+1:]...)
 }
 
 // prune drops expired holders and an expired waiting record.
@@ -333,7 +330,7 @@ func (d *Driver) dropHold(c backend.Claim) func(o *object, now int64) (bool, err
 		if i < 0 || o.holders[i].mode != c.Mode {
 			return changed, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 		}
-		o.drop(i)
+		o.holders = slices.Delete(o.holders, i, i+1)
 		return true, nil
 	}
 }
