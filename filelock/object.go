@@ -69,12 +69,7 @@ type object struct {
 }
 
 func (o *object) find(tok [32]byte) int {
-	for i := range o.holders {
-		if o.holders[i].token == tok {
-			return i
-		}
-	}
-	return -1
+	return slices.IndexFunc(o.holders, func(h holder) bool { return h.token == tok })
 }
 
 // prune drops expired holders and an expired waiting record.
@@ -216,12 +211,9 @@ func (d *Driver) writeObject(f *os.File, path string, o *object, cur extent) err
 	return nil
 }
 
-// updateObject runs fn on the object of c's key and mode, under its file's
-// flock, with expired entries pruned, and then writes the object back,
-// or removes the file when it is left empty (as a lock's release does, so
-// that waiters on the removed inode open the path again). fn reports
-// whether it changed the object. Without create, a missing file is
-// errNoFile.
+// updateObject is update for the object of c's key and mode, with expired
+// entries pruned first; fn reports whether it changed the object, and an
+// object left empty removes its file, as a lock's release does.
 func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool, fn func(o *object, now int64) (bool, error)) error {
 	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {

@@ -37,16 +37,20 @@ func queued(r *record, t uint64) bool { return t >= r.qhead && t < r.qtail }
 // caller holds the key's flock and writes r back.
 func (d *Driver) next(key string, r *record, now int64) (t uint64, ok bool, wake *os.File) {
 	if r.resvExp != 0 && r.qhead < r.qtail {
-		// Probed even when late, so that a dead waiter's file goes.
-		if alive := waiterAlive(d.waiterPath(key, r.qhead)); alive && now < r.resvExp {
-			return r.qhead, true, nil
+		// Probed even when late, so that a dead waiter's file goes; read
+		// only, so that closing it wakes nobody.
+		if f := probeWaiter(d.waiterPath(key, r.qhead), os.O_RDONLY); f != nil {
+			f.Close()
+			if now < r.resvExp {
+				return r.qhead, true, nil
+			}
 		}
 		// Not taken in time, or its waiter is gone: the next one's turn.
 		r.qhead++
 	}
 	r.resvExp = 0
 	for ; r.qhead < r.qtail; r.qhead++ {
-		if f := wakeWaiter(d.waiterPath(key, r.qhead)); f != nil {
+		if f := probeWaiter(d.waiterPath(key, r.qhead), os.O_WRONLY); f != nil {
 			r.resvExp = now + int64(resvGrace)
 			return r.qhead, true, f
 		}
