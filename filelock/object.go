@@ -86,8 +86,6 @@ func (o *object) prune(now int64) {
 	}
 }
 
-func (o *object) empty() bool { return len(o.holders) == 0 && o.waitExp == 0 }
-
 func encodeBody(o *object) []byte {
 	n := objBodyHdr
 	for _, h := range o.holders {
@@ -241,7 +239,7 @@ func (d *Driver) lockedObject(ctx context.Context, c backend.Claim, create bool,
 	o.prune(now)
 	changed, err := fn(&o, now)
 	changed = changed || len(o.holders) != before || o.waitExp != waited
-	if o.empty() {
+	if len(o.holders) == 0 && o.waitExp == 0 {
 		// Under the flock, as a lock's release: nothing is left.
 		if rerr := os.Remove(path); rerr != nil && err == nil {
 			return fmt.Errorf("filelock: %w", rerr)

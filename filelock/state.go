@@ -257,12 +257,8 @@ func (f *lockedFile) Close() error {
 
 // turns orders the goroutines of this process that want the same file's
 // flock: they wait for a wake-up instead of polling the flock (flockCtx),
-// which, held by a goroutine of ours that was not running, cost them their
-// CPU: with a thousand names in the directory, all of whose acquisitions
-// take the fence counter's flock, polling could take most of the CPU of an
-// acquisition. Other processes are still waited for by polling. The order
-// of flocks (a name's file, then the counter, then the ceiling) is that of
-// the turns, so no two wait for each other.
+// which costs CPU (see Turns in docs/backends/filelock.md). Flocks and
+// turns are taken in one order (a name's file, the counter, the ceiling).
 var turns turnTable
 
 type turnTable struct {
