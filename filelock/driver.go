@@ -21,8 +21,8 @@ type Driver struct {
 	// woken counts the kernel's wake-ups of this driver's tickets (Linux):
 	// a lock's, one per release that hands the lock to one of them.
 	woken atomic.Uint64
-	// tries counts the looks at a lock its tickets make (Linux):
-	// storeTries.
+	// tries counts the looks at a lock its tickets make (Linux), for
+	// internal/bench (measure.RegisterStoreTries).
 	tries atomic.Uint64
 }
 

@@ -232,13 +232,11 @@ func (t *ticket) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Registered for internal/bench, out of the driver's API.
-func init() { measure.RegisterStoreTries((*Driver).storeTries) }
-
-// storeTries is the looks at a lock under its flock that its tickets
-// made, each of which could take it: Enqueue's, and after a wake-up, a
-// waitCap, a holder's expiry or a failed look.
-func (d *Driver) storeTries() uint64 { return d.tries.Load() }
+// The store tries, registered for internal/bench out of the driver's API,
+// are the looks at a lock under its flock that its tickets made, each of
+// which could take it: Enqueue's, and after a wake-up, a waitCap, a
+// holder's expiry or a failed look.
+func init() { measure.RegisterStoreTries(func(d *Driver) uint64 { return d.tries.Load() }) }
 
 // turn looks at the lock once, under its flock: it takes it if it is free
 // and the ticket's turn, or else queues the ticket (once) and returns
