@@ -22,7 +22,8 @@ func (clock) now() int64 {
 	return ts.Nano()
 }
 
-var bootOnce = sync.OnceValues(func() (clock, error) {
+// systemClock reads the boot ID once.
+var systemClock = sync.OnceValues(func() (clock, error) {
 	const path = "/proc/sys/kernel/random/boot_id"
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -34,5 +35,3 @@ var bootOnce = sync.OnceValues(func() (clock, error) {
 	}
 	return clock{boot: [16]byte(raw)}, nil
 })
-
-func systemClock() (clock, error) { return bootOnce() }

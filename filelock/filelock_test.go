@@ -35,6 +35,43 @@ func (h harness) Expire(ctx context.Context, key string) error {
 	return d.expireObjects(ctx, key)
 }
 
+// expire makes the lock on key expired, as if its TTL had run out.
+func (d *Driver) expire(ctx context.Context, key string) error {
+	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
+		if !d.live(r, now) {
+			return keep, nil
+		}
+		r.expires = now - 1
+		if r.expires == 0 {
+			r.expires = -1
+		}
+		return write, nil
+	})
+	if errors.Is(err, errNoFile) {
+		return nil
+	}
+	return err
+}
+
+// expireObjects makes every holder of key's objects expired, for the tests.
+func (d *Driver) expireObjects(ctx context.Context, key string) error {
+	for _, m := range []backend.Mode{backend.Permit, backend.Read} {
+		err := d.updateObject(ctx, backend.Claim{Key: key, Mode: m}, false, func(o *object, now int64) (bool, error) {
+			for i := range o.holders {
+				o.holders[i].expires = now
+			}
+			if o.waitExp != 0 {
+				o.waitExp = now
+			}
+			return true, nil
+		})
+		if err != nil && !errors.Is(err, errNoFile) {
+			return err
+		}
+	}
+	return nil
+}
+
 // Residue counts the key's files: its lock file, semaphore, read-write
 // lock and waiters' files (the fence counter is the directory's).
 func (h harness) Residue(ctx context.Context, key string) (int, error) {

@@ -16,6 +16,4 @@ func supported() error {
 
 func flockCtx(context.Context, *os.File) error { return supported() }
 
-func waiterAlive(string) bool { return false }
-
-func wakeWaiter(string) *os.File { return nil }
+func probeWaiter(string, int) *os.File { return nil }

@@ -46,23 +46,11 @@ func flockCtx(ctx context.Context, f *os.File) error {
 	}
 }
 
-// waiterAlive reports whether a live waiter keeps the file at path
-// flocked. Opened read-only, so that closing it wakes nobody.
-func waiterAlive(path string) bool {
-	f := probeWaiter(path, os.O_RDONLY)
-	if f != nil {
-		f.Close()
-	}
-	return f != nil
-}
-
-// wakeWaiter returns the file at path, open for writing, if a live waiter
-// keeps it flocked: closing it wakes that waiter (IN_CLOSE_WRITE).
-func wakeWaiter(path string) *os.File { return probeWaiter(path, os.O_WRONLY) }
-
-// probeWaiter opens path and tests its flock. An unlocked file is a dead
-// waiter's, removed here (the caller holds the key's flock, under which
-// waiter files are made and removed). Any error counts as no waiter.
+// probeWaiter returns the file at path, opened with flag, if a live waiter
+// keeps it flocked; closing it, if opened for writing, wakes that waiter
+// (IN_CLOSE_WRITE). An unlocked file is a dead waiter's, removed here (the
+// caller holds the key's flock, under which waiter files are made and
+// removed). Any error counts as no waiter.
 func probeWaiter(path string, flag int) *os.File {
 	f, err := os.OpenFile(path, flag, 0)
 	if err != nil {

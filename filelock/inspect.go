@@ -57,9 +57,6 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 		if !ok || !e.Type().IsRegular() {
 			continue // the fence counter's files, or not ours
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
 		st, err := d.listOne(ctx, base)
 		if err != nil {
 			return nil, err
@@ -100,11 +97,9 @@ func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error
 	return d.state(key, &r, d.clk.now()), nil
 }
 
-// Break implements backend.Breaker: under the file's flock, as a release,
-// it frees the lock (removes the file, or hands it to the first waiter) if
-// its holder's fence is fence. The removed holder's Refresh then finds
-// the lock free or another's, and the next grant takes a new fence from
-// the directory's counter.
+// Break implements backend.Breaker: it frees the lock as a release does
+// (see Operators in docs/backends/filelock.md) if its holder's fence is
+// fence.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	var st backend.State
 	var wake *os.File
@@ -117,9 +112,6 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 		return what, nil
 	})
 	closeWake(wake)
-	if errors.Is(err, errNoFile) {
-		return backend.State{}, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
 	if err != nil {
 		return backend.State{}, err
 	}

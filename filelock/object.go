@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -32,31 +33,12 @@ func (d *Driver) objectPath(key string, m backend.Mode) string {
 	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+suffix)
 }
 
-// An object file is a header at offset 0 that points to the current body,
-// little-endian:
-//
-//	0   magic "LKO1"
-//	4   CRC-32 (IEEE) of bytes 8..objHeader
-//	8   boot ID the expiries refer to (zero with the wall clock)
-//	24  body offset
-//	32  body length
-//	36  CRC-32 (IEEE) of the body
-//
-// and the body:
-//
-//	0   limit (semaphore)
-//	4   waiting writer's record expiry; 0 when none
-//	12  waiting writer's token, SHA-256
-//	44  number of holders
-//	48  the holders: token SHA-256, fence, expiry, PID, mode, owner length,
-//	    owner (at most 64 bytes)
-//
-// A write puts the new body where it overlaps the current one nowhere,
-// then the header (one small write within a page and a sector), then
-// trims the file: an operation killed with -9 mid-write, or a full disk,
-// leaves the previous state whole. After a power cut the boot ID (the
-// same in every header of a boot) tells an earlier boot's file, which
-// counts as empty since its holders died with the boot.
+// An object file is a header at offset 0 that points to the current body
+// (layout in docs/backends/filelock.md, File formats). A write puts the new
+// body where it overlaps the current one nowhere, then the header (one
+// small write), so that an operation killed mid-write, or a full disk,
+// leaves the previous state whole; the boot ID in the header tells an
+// earlier boot's file, which counts as empty.
 const (
 	objHeader  = 40
 	objBodyHdr = 48
@@ -87,16 +69,7 @@ type object struct {
 }
 
 func (o *object) find(tok [32]byte) int {
-	for i := range o.holders {
-		if o.holders[i].token == tok {
-			return i
-		}
-	}
-	return -1
-}
-
-func (o *object) drop(i int) {
-	o.holders = append(o.holders[:i], o.holders[i+1:]...)
+	return slices.IndexFunc(o.holders, func(h holder) bool { return h.token == tok })
 }
 
 // prune drops expired holders and an expired waiting record.
@@ -112,8 +85,6 @@ func (o *object) prune(now int64) {
 		o.waitExp, o.waitTok = 0, [32]byte{}
 	}
 }
-
-func (o *object) empty() bool { return len(o.holders) == 0 && o.waitExp == 0 }
 
 func encodeBody(o *object) []byte {
 	n := objBodyHdr
@@ -238,12 +209,9 @@ func (d *Driver) writeObject(f *os.File, path string, o *object, cur extent) err
 	return nil
 }
 
-// updateObject runs fn on the object of c's key and mode, under its file's
-// flock, with expired entries pruned, and then writes the object back,
-// or removes the file when it is left empty (as a lock's release does, so
-// that waiters on the removed inode open the path again). fn reports
-// whether it changed the object. Without create, a missing file is
-// errNoFile.
+// updateObject is update for the object of c's key and mode, with expired
+// entries pruned first; fn reports whether it changed the object, and an
+// object left empty removes its file, as a lock's release does.
 func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool, fn func(o *object, now int64) (bool, error)) error {
 	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -256,9 +224,6 @@ func (d *Driver) updateObject(ctx context.Context, c backend.Claim, create bool,
 // lockedObject is updateObject without the gate: a waiting writer
 // withdraws its record with it while the driver closes.
 func (d *Driver) lockedObject(ctx context.Context, c backend.Claim, create bool, fn func(o *object, now int64) (bool, error)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	path := d.objectPath(c.Key, c.Mode)
 	f, err := openLocked(ctx, path, create)
 	if err != nil {
@@ -274,7 +239,7 @@ func (d *Driver) lockedObject(ctx context.Context, c backend.Claim, create bool,
 	o.prune(now)
 	changed, err := fn(&o, now)
 	changed = changed || len(o.holders) != before || o.waitExp != waited
-	if o.empty() {
+	if len(o.holders) == 0 && o.waitExp == 0 {
 		// Under the flock, as a lock's release: nothing is left.
 		if rerr := os.Remove(path); rerr != nil && err == nil {
 			return fmt.Errorf("filelock: %w", rerr)
@@ -326,7 +291,7 @@ func (d *Driver) tryObject(ctx context.Context, c backend.Claim, admit func(o *o
 // refreshObject extends c's hold on its object.
 func (d *Driver) refreshObject(ctx context.Context, c backend.Claim) error {
 	tok := hashToken(c.Token)
-	err := d.updateObject(ctx, c, false, func(o *object, now int64) (bool, error) {
+	return d.updateObject(ctx, c, false, func(o *object, now int64) (bool, error) {
 		i := o.find(tok)
 		if i < 0 || o.holders[i].mode != c.Mode {
 			return false, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
@@ -334,20 +299,12 @@ func (d *Driver) refreshObject(ctx context.Context, c backend.Claim) error {
 		o.holders[i].expires = now + int64(c.TTL)
 		return true, nil
 	})
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
-	return err
 }
 
 // releaseObject frees c's hold, or withdraws its waiting writer's record
 // (and still reports ErrNotHeld).
 func (d *Driver) releaseObject(ctx context.Context, c backend.Claim) error {
-	err := d.updateObject(ctx, c, false, d.dropHold(c))
-	if errors.Is(err, errNoFile) {
-		return fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-	}
-	return err
+	return d.updateObject(ctx, c, false, d.dropHold(c))
 }
 
 // dropHold is releaseObject's change to the object.
@@ -363,26 +320,7 @@ func (d *Driver) dropHold(c backend.Claim) func(o *object, now int64) (bool, err
 		if i < 0 || o.holders[i].mode != c.Mode {
 			return changed, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 		}
-		o.drop(i)
+		o.holders = slices.Delete(o.holders, i, i+1)
 		return true, nil
 	}
-}
-
-// expireObjects makes every holder of key's objects expired, for the tests.
-func (d *Driver) expireObjects(ctx context.Context, key string) error {
-	for _, m := range []backend.Mode{backend.Permit, backend.Read} {
-		err := d.updateObject(ctx, backend.Claim{Key: key, Mode: m}, false, func(o *object, now int64) (bool, error) {
-			for i := range o.holders {
-				o.holders[i].expires = now
-			}
-			if o.waitExp != 0 {
-				o.waitExp = now
-			}
-			return true, nil
-		})
-		if err != nil && !errors.Is(err, errNoFile) {
-			return err
-		}
-	}
-	return nil
 }

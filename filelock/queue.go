@@ -9,19 +9,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Waiters queue in the lock file (on Linux; see wait_linux.go). A waiter
-// takes a ticket, qtail, under the file's flock, and keeps its own file,
-// the escaped key plus "%.w" and the ticket, flocked for as long as it
-// waits: a waiter killed with -9 loses that flock, and whoever finds its
-// file unlocked removes it and passes over its ticket. While tickets are
-// queued, a free lock goes to the first live one only: the release (or
-// whoever finds the lock free or expired) keeps it for that ticket for
-// resvGrace and wakes its waiter by opening its file for writing and
-// closing it (inotify IN_CLOSE_WRITE), one waiter per release. A waiter
-// that does not take it within resvGrace (stopped, or slow) is passed
-// over and queues again when it comes back. The queue only decides who may
-// take a free lock; who holds it, and until when, is the record's as
-// before, so exclusion and TTLs do not depend on it.
+// Waiters queue in the lock file (on Linux; wait_linux.go, and Waiting in
+// docs/backends/filelock.md): a waiter takes ticket qtail and keeps its own
+// file, the escaped key plus "%.w" and the ticket, flocked while it waits,
+// so that a waiter killed with -9 is seen and passed over. A free lock goes
+// to the first live ticket only, kept for it for resvGrace. The queue only
+// decides who may take a free lock: exclusion and TTLs are the record's.
 const (
 	waitSuffix = "%.w"
 	// resvGrace is how long a free lock is kept for a woken waiter.
@@ -44,16 +37,20 @@ func queued(r *record, t uint64) bool { return t >= r.qhead && t < r.qtail }
 // caller holds the key's flock and writes r back.
 func (d *Driver) next(key string, r *record, now int64) (t uint64, ok bool, wake *os.File) {
 	if r.resvExp != 0 && r.qhead < r.qtail {
-		// Probed even when late, so that a dead waiter's file goes.
-		if alive := waiterAlive(d.waiterPath(key, r.qhead)); alive && now < r.resvExp {
-			return r.qhead, true, nil
+		// Probed even when late, so that a dead waiter's file goes; read
+		// only, so that closing it wakes nobody.
+		if f := probeWaiter(d.waiterPath(key, r.qhead), os.O_RDONLY); f != nil {
+			f.Close()
+			if now < r.resvExp {
+				return r.qhead, true, nil
+			}
 		}
 		// Not taken in time, or its waiter is gone: the next one's turn.
 		r.qhead++
 	}
 	r.resvExp = 0
 	for ; r.qhead < r.qtail; r.qhead++ {
-		if f := wakeWaiter(d.waiterPath(key, r.qhead)); f != nil {
+		if f := probeWaiter(d.waiterPath(key, r.qhead), os.O_WRONLY); f != nil {
 			r.resvExp = now + int64(resvGrace)
 			return r.qhead, true, f
 		}

@@ -17,24 +17,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The state file holds two records of recSize bytes. Layout of one record,
-// little-endian:
-//
-//	0   magic "LKF1"
-//	4   CRC-32 (IEEE) of bytes 8..recSize
-//	8   sequence number, raised by every write
-//	16  fence
-//	24  expiry: clock nanoseconds; 0 when released
-//	32  boot ID the expiry refers to (zero with the wall clock)
-//	48  holder's process ID (informational)
-//	52  SHA-256 of the holder's token (zero when free)
-//	84  owner length, then the owner (truncated to 64 bytes; informational)
-//	152 in the fence counter: the ceiling, a copy of fence.ceiling's
-//	    (zero in lock files, and in files of older versions)
-//	160 waiters' queue (queue.go): the first ticket still queued,
-//	168 the next ticket to give,
-//	176 the free lock's reservation for the first ticket: its expiry on
-//	    the lock's clock; 0 when none
+// The state file holds two records of recSize bytes, then the key; the
+// byte layout is in docs/backends/filelock.md (File formats).
 const (
 	recSize  = 256
 	offSeq   = 8
@@ -53,15 +37,8 @@ const (
 
 var magic = [4]byte{'L', 'K', 'F', '1'}
 
-// After the two records a lock file holds its key, because the file name
-// keeps only a hash of a long one and List must report the key itself:
-//
-//	512 magic "LKK1"
-//	516 CRC-32 (IEEE) of bytes 520 to the key's end
-//	520 key length (uint16), then the key
-//
-// It is written with the file's first record and never changes (the name
-// fixes the key); files of older versions get it at their next write.
+// The key follows the records: a shortened file name cannot give it back,
+// and List must report it. It is written with the file's first record.
 const (
 	offKey    = 2 * recSize
 	keyHeader = 10
@@ -156,7 +133,8 @@ func (d *Driver) live(r *record, now int64) bool {
 
 func hashToken(tok string) [32]byte { return sha256.Sum256([]byte(tok)) }
 
-var errNoFile = errors.New("no state file")
+// errNoFile is a missing state file: the key (or object) is not held.
+var errNoFile = fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 
 // change is what an operation does to a state file once it decided.
 type change int
@@ -183,9 +161,6 @@ func (d *Driver) update(ctx context.Context, key string, create bool, fn func(r 
 // locked is update without the gate: a cancelled waiter leaves its queue
 // with it while the driver closes.
 func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r *record, now int64) (change, error)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	path := d.Path(key)
 	f, err := openLocked(ctx, path, create)
 	if err != nil {
@@ -227,6 +202,9 @@ func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r 
 // the path again. Closing the file drops the flock, and then the process's
 // turn on it (see turns).
 func openLocked(ctx context.Context, path string, create bool) (*lockedFile, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	done, err := turns.take(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: lock %s: %w", path, err)
@@ -279,12 +257,8 @@ func (f *lockedFile) Close() error {
 
 // turns orders the goroutines of this process that want the same file's
 // flock: they wait for a wake-up instead of polling the flock (flockCtx),
-// which, held by a goroutine of ours that was not running, cost them their
-// CPU: with a thousand names in the directory, all of whose acquisitions
-// take the fence counter's flock, polling could take most of the CPU of an
-// acquisition. Other processes are still waited for by polling. The order
-// of flocks (a name's file, then the counter, then the ceiling) is that of
-// the turns, so no two wait for each other.
+// which costs CPU (see Turns in docs/backends/filelock.md). Flocks and
+// turns are taken in one order (a name's file, the counter, the ceiling).
 var turns turnTable
 
 type turnTable struct {
@@ -379,15 +353,9 @@ func isPath(f *os.File, path string) (bool, error) {
 	return os.SameFile(open, now), nil
 }
 
-// readRecord reads the newer valid record of a state file; the zero record,
-// and empty, for an empty file.
-func readRecord(f *os.File, path string) (_ record, empty bool, _ error) {
-	r, _, empty, err := readFile(f, path)
-	return r, empty, err
-}
-
-// readFile is readRecord that also returns the key a lock file records
-// ("" when it has none).
+// readFile reads the newer valid record of a state file, and the key a
+// lock file records ("" when it has none); the zero record, and empty, for
+// an empty file.
 func readFile(f *os.File, path string) (_ record, key string, empty bool, _ error) {
 	var buf [fileMax]byte
 	n, err := f.ReadAt(buf[:], 0)
@@ -418,16 +386,10 @@ func writeRecord(f *os.File, path string, r *record) error {
 	return nil
 }
 
-// The directory's fence counter is two files. fence.counter holds the last
-// fence given (and the boot it was written in); it is written at every
-// acquisition that takes a new fence, without fsync. fence.ceiling holds a
-// bound that no fence given so far exceeds; it is raised, by ceilingStep
-// past the next fence, and fsynced, before a fence above it is given. A
-// power cut may lose the counter's unsynced writes, never the ceiling, and
-// it changes the boot ID: a counter written in another boot (or missing,
-// or empty) goes on from above the ceiling. So an acquisition costs one
-// fsync in ceilingStep, and fences never repeat. Lock files end in
-// ".lock": no key's file can have these names.
+// The directory's fence counter: fence.counter holds the last fence
+// given, unsynced; fence.ceiling, fsynced, a bound no fence given exceeds
+// (docs/backends/filelock.md, Durability). Lock files end in ".lock": no
+// key's file can have these names.
 const (
 	counterName = "fence.counter"
 	ceilingName = "fence.ceiling"
@@ -449,7 +411,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	// Without a boot ID (off Linux) a lost write cannot be told from an
 	// old one: every new fence is fsynced in the counter itself.
 	ceilings := d.sync && d.clk.boot != [16]byte{}
-	r, _, err := readRecord(f.File, path)
+	r, _, _, err := readFile(f.File, path)
 	if err != nil && !ceilings {
 		return 0, err
 	}
@@ -458,7 +420,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	}
 	if ceilings && r.boot != d.clk.boot {
 		// Written in another boot, or never: its last writes may be lost.
-		c, err := d.readCeiling(ctx)
+		c, err := d.ceiling(ctx, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -468,7 +430,7 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	r.boot = d.clk.boot
 	if ceilings && r.fence > r.ceiling {
 		c := r.fence + ceilingStep
-		if err := d.raiseCeiling(ctx, c); err != nil {
+		if _, err := d.ceiling(ctx, c); err != nil {
 			return 0, err
 		}
 		r.ceiling = c
@@ -484,38 +446,27 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	return r.fence, nil
 }
 
-// readCeiling returns the value in fence.ceiling, zero when it has none.
-func (d *Driver) readCeiling(ctx context.Context) (uint64, error) {
+// ceiling returns the value in fence.ceiling, zero when it has none; with
+// raise above zero, it first raises it to at least raise and fsyncs it.
+func (d *Driver) ceiling(ctx context.Context, raise uint64) (uint64, error) {
 	path := filepath.Join(d.dir, ceilingName)
 	f, err := openLocked(ctx, path, true)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	r, _, err := readRecord(f.File, path)
-	return r.fence, err
-}
-
-// raiseCeiling writes c to fence.ceiling and fsyncs it.
-func (d *Driver) raiseCeiling(ctx context.Context, c uint64) error {
-	path := filepath.Join(d.dir, ceilingName)
-	f, err := openLocked(ctx, path, true)
-	if err != nil {
-		return err
+	r, _, _, err := readFile(f.File, path)
+	if err != nil || raise == 0 {
+		return r.fence, err
 	}
-	defer f.Close()
-	r, _, err := readRecord(f.File, path)
-	if err != nil {
-		return err
-	}
-	r.fence = max(r.fence, c)
+	r.fence = max(r.fence, raise)
 	if err := writeRecord(f.File, path, &r); err != nil {
-		return err
+		return 0, err
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("filelock: sync %s: %w", path, err)
+		return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
 	}
-	return nil
+	return r.fence, nil
 }
 
 // makeCounter creates the directory's fence counter files if they are

@@ -37,11 +37,8 @@ type waiter struct {
 }
 
 // A notifier is an inotify instance, non-blocking, so that reads honour
-// deadlines. Closing one waits for the kernel to retire its watches
-// (milliseconds), so a driver keeps those it made for its next waiters:
-// notifierPool, closed by Close. A watch goes with its file: a waiter's
-// file is removed, and an object's watches, before its notifier returns
-// to the pool.
+// deadlines. Closing one takes the kernel milliseconds: a driver keeps
+// them for its next waiters (notifierPool), with no watch left.
 type notifier struct {
 	f  *os.File
 	fd int // f's descriptor (f.Fd would make f blocking)
@@ -136,11 +133,8 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	return backend.Grant{}, nil, err
 }
 
-// ticket is a waiter's. A lock's has a place in the lock file's queue
-// (queue.go), and its waiter file's wake-up. A semaphore or a read-write
-// lock has no queue: its ticket watches the object's file, which
-// releases, by any process, write or remove. Either way the kernel wakes
-// it (inotify), or it looks again after until.
+// ticket is a waiter's: a lock's has a place in its queue (queue.go); an
+// object's watches the object's file, which releases write or remove.
 type ticket struct {
 	d       *Driver
 	c       backend.Claim
@@ -238,13 +232,11 @@ func (t *ticket) Leave(ctx context.Context) error {
 	return nil
 }
 
-// Registered for internal/bench, out of the driver's API.
-func init() { measure.RegisterStoreTries((*Driver).storeTries) }
-
-// storeTries is the looks at a lock under its flock that its tickets
-// made, each of which could take it: Enqueue's, and after a wake-up, a
-// waitCap, a holder's expiry or a failed look.
-func (d *Driver) storeTries() uint64 { return d.tries.Load() }
+// The store tries, registered for internal/bench out of the driver's API,
+// are the looks at a lock under its flock that its tickets made, each of
+// which could take it: Enqueue's, and after a wake-up, a waitCap, a
+// holder's expiry or a failed look.
+func init() { measure.RegisterStoreTries(func(d *Driver) uint64 { return d.tries.Load() }) }
 
 // turn looks at the lock once, under its flock: it takes it if it is free
 // and the ticket's turn, or else queues the ticket (once) and returns
@@ -400,3 +392,6 @@ func (nt *notifier) sleep(ctx context.Context, d time.Duration) (bool, error) {
 	}
 	return n > 0, nil
 }
+
+// yield lets other threads, the flock's holder among them, run.
+func yield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

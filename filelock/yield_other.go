@@ -1,8 +1,0 @@
-//go:build !linux
-
-package filelock
-
-import "runtime"
-
-// yield lets other goroutines run.
-func yield() { runtime.Gosched() }
