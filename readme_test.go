@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 import (
@@ -66,6 +68,16 @@ func readmeAcquire(ctx context.Context, client *locker.Client) error {
 		}
 	}
 	return nil
+}
+
+func readmeDriver() {
+	type Driver interface { // backend.Driver: it reports what the store did; the Client decides the rest
+		TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) // one try; ErrNotAcquired when held
+		Refresh(ctx context.Context, c backend.Claim) error                     // token-checked
+		Release(ctx context.Context, c backend.Claim) error                     // token-checked
+		Close() error
+	}
+	var _ Driver = backend.Driver(nil) // the same methods
 }
 
 // What the snippets call.
