@@ -30,20 +30,23 @@
 //
 // # URL parameters
 //
-//	tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME, skip_verify=true   TLS (see Security)
+//	tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME, skip_verify=true
+//	                         TLS, as every backend reads it (backend.Params.TLS);
+//	                         server_name is checked whatever name gRPC dials
 //	dial_timeout=5s          how long Open waits for the cluster to answer
-//	keepalive_time=10s       ping a silent server after this long while a request is in flight (0: never)
-//	keepalive_timeout=5s     and drop the connection if the ping is not answered within this
+//	keepalive_time=10s       ping a silent server after this long while a request is in flight (at least 10s; 0: never)
+//	keepalive_timeout=5s     and drop the connection, and dial again, if the ping is not answered within this
 //	namespace=, ttl=         the locker Client's own, with every scheme
 //
 // See [Open] for the endpoint forms.
 //
 // # Security
 //
-// TLS comes from the URL parameters above; a user named with no password
-// found is refused before any connection; a wrong password, an unknown
+// TLS comes from the URL parameters above. A client certificate alone (no
+// user) authenticates as its common name; a user named with no password
+// found is refused before any connection. A wrong password, an unknown
 // user and a missing permission wrap backend.ErrPermission and are never
 // retried. The driver needs readwrite on prefix/ only (Open checks it).
-// Handshake errors, certificate identities, the least-privilege role and
-// what a writer of the prefix can do are in docs/backends/etcdlock.md.
+// Handshake errors, the least-privilege role and what a writer of the
+// prefix can do are in docs/backends/etcdlock.md.
 package etcdlock

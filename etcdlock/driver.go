@@ -435,12 +435,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if !d.forget(e, false) {
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	// A plain delete, which etcd serves faster than a transaction that
-	// compares first (about 5% of an uncontended cycle): the key's name is
-	// our lease's and a slot that stays reserved until the key is known
-	// gone, so no other acquisition's entry can have it. The previous
-	// value tells whether it was still the entry we made; a key put by hand
-	// under our name is no lock's, and goes too.
+	// A plain delete, faster than a compare-and-delete: no other
+	// acquisition's entry can have our reserved name; the previous value
+	// tells whether it was still ours (see "How locks are stored").
 	var resp *clientv3.DeleteResponse
 	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
 		resp, err = d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
