@@ -249,8 +249,6 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		switch l.Mode {
 		case backend.Permit:
 			g, err = d.tryPermit(ctx, &run, s, l)
-		case backend.Read:
-			g, err = d.tryRead(ctx, &run, s, l, over)
 		default:
 			g, err = d.try(ctx, &run, s, l, over)
 		}
@@ -269,13 +267,15 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 }
 
 // try puts s's entry if no entry is under over (the lock's or the
-// read-write lock's directory), in one transaction.
+// read-write lock's directory; a reader's: its writers'), in one
+// transaction.
 func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
 	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
 			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
-			Else(clientv3.OpGet(over, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
@@ -283,11 +283,12 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 	rev := resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
+		if len(kvs) == 0 {
 			d.free(s)
 			return backend.Grant{}, backend.ErrNotAcquired
 		}
-		// An earlier attempt of ours was applied although its reply was lost.
+		// An earlier attempt of ours was applied although its reply was
+		// lost: nothing was under over then.
 		rev = kvs[0].CreateRevision
 	}
 	return d.grant(ctx, s, l, rev)
