@@ -190,8 +190,8 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clien
 // oldest in key's directory, and deletes it in a transaction that
 // compares its creation revision with fence. The next holder's fence, the
 // creation revision of an entry made after it, is above fence. The
-// removed holder's driver sees the deletion on its watch of the entry and
-// reports the lock lost.
+// removed holder's driver finds the entry gone at its next check (see
+// verify) and reports the lock lost.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {

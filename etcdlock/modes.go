@@ -9,7 +9,8 @@ import (
 var _ backend.Modal = (*Driver)(nil)
 
 // Modes implements backend.Modal: semaphores and read-write locks, each a
-// queue of its own beside the lock's (see semaphore.go and below).
+// queue of its own beside the lock's (see semaphore.go, and dirs for
+// the read-write lock: one queue in two directories, ordered across both).
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
@@ -42,10 +43,3 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	}
 	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
 }
-
-// A read-write lock of key k is one queue in two directories,
-// <prefix>/<EscapeKey(k)>%r/r/ for readers and .../w/ for writers, in
-// creation order across both: a reader goes ahead when no writer's entry
-// is older than its own, a writer when no entry at all is. A waiting
-// writer's entry thus keeps every later reader out (no starvation), and a
-// try-acquire of Write is the lock's (the whole queue empty).

@@ -86,15 +86,13 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 }
 
 // resendable reports errors after which the same request may succeed when
-// sent again: etcd did not answer, or it could not serve it for now.
+// sent again: etcd did not answer, a member went away, or the cluster is
+// between leaders or could not serve it for now.
 func resendable(err error) bool {
-	return errors.Is(err, errUnanswered) || transient(err)
-}
-
-// transient reports errors after which a request may succeed when sent
-// again: a member went away, or the cluster is between leaders.
-func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, errUnanswered):
+		return true
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return false
 	}
 	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
