@@ -13,12 +13,10 @@ import (
 const cutTick = attemptTimeout / 8
 
 // cutter bounds each attempt of a request by attemptTimeout from one ticker
-// for the whole driver, which runs only while attempts are in flight,
-// instead of a deadline per attempt: a deadline costs a timer in the
-// client and, sent as the grpc-timeout header, a parse and a timer in the
-// server, on every request (1-2% of an uncontended cycle). Attempts
-// are filed by the tick they began in; each tick cancels those filed
-// attemptTimeout/cutTick+1 ticks back.
+// for the whole driver, running only while attempts are in flight, because
+// a deadline per attempt costs timers on both sides (see "Store failures"
+// in docs/backends/etcdlock.md). Attempts are filed by the tick they began
+// in; each tick cancels those filed attemptTimeout/cutTick+1 ticks back.
 type cutter struct {
 	mu   sync.Mutex
 	ring [attemptTimeout/cutTick + 1]map[*cutAttempt]struct{}

@@ -249,8 +249,6 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		switch l.Mode {
 		case backend.Permit:
 			g, err = d.tryPermit(ctx, &run, s, l)
-		case backend.Read:
-			g, err = d.tryRead(ctx, &run, s, l, over)
 		default:
 			g, err = d.try(ctx, &run, s, l, over)
 		}
@@ -269,13 +267,15 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 }
 
 // try puts s's entry if no entry is under over (the lock's or the
-// read-write lock's directory), in one transaction.
+// read-write lock's directory; a reader's: its writers'), in one
+// transaction.
 func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
 	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
 			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
-			Else(clientv3.OpGet(over, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
@@ -283,11 +283,12 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 	rev := resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 || string(kvs[0].Key) != s.key {
+		if len(kvs) == 0 {
 			d.free(s)
 			return backend.Grant{}, backend.ErrNotAcquired
 		}
-		// An earlier attempt of ours was applied although its reply was lost.
+		// An earlier attempt of ours was applied although its reply was
+		// lost: nothing was under over then.
 		rev = kvs[0].CreateRevision
 	}
 	return d.grant(ctx, s, l, rev)
@@ -435,12 +436,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	if !d.forget(e, false) {
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	// A plain delete, which etcd serves faster than a transaction that
-	// compares first (about 5% of an uncontended cycle): the key's name is
-	// our lease's and a slot that stays reserved until the key is known
-	// gone, so no other acquisition's entry can have it. The previous
-	// value tells whether it was still the entry we made; a key put by hand
-	// under our name is no lock's, and goes too.
+	// A plain delete, faster than a compare-and-delete: no other
+	// acquisition's entry can have our reserved name; the previous value
+	// tells whether it was still ours (see "How locks are stored").
 	var resp *clientv3.DeleteResponse
 	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
 		resp, err = d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())

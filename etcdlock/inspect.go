@@ -38,12 +38,8 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	var resp *clientv3.GetResponse
-	_, err = d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Get(ctx, d.Dir(key), clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		return err
-	})
+	resp, err := d.get(ctx, d.Dir(key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
@@ -112,11 +108,7 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name
 	var rev int64
 	for from := start; ; {
-		var resp *clientv3.GetResponse
-		_, err = d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-			resp, err = d.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
-			return err
-		})
+		resp, err := d.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
 		if err != nil {
 			return nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 		}
@@ -198,19 +190,15 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clien
 // oldest in key's directory, and deletes it in a transaction that
 // compares its creation revision with fence. The next holder's fence, the
 // creation revision of an entry made after it, is above fence. The
-// removed holder's driver sees the deletion on its watch of the entry and
-// reports the lock lost.
+// removed holder's driver finds the entry gone at its next check (see
+// verify) and reports the lock lost.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	var resp *clientv3.GetResponse
-	_, err = d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Get(ctx, d.Dir(key), clientv3.WithFirstCreate()...)
-		return err
-	})
+	resp, err := d.get(ctx, d.Dir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}

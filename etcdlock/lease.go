@@ -207,19 +207,22 @@ func (d *Driver) revokeLater(id clientv3.LeaseID) {
 	d.mu.Lock()
 	if d.gate.Closed() {
 		d.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		_, _ = d.cli.Revoke(ctx, id)
+		d.revoke(context.Background(), id)
 		return
 	}
 	d.bg.Add(1)
 	d.mu.Unlock()
 	go func() {
 		defer d.bg.Done()
-		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		defer cancel()
-		_, _ = d.cli.Revoke(ctx, id)
+		d.revoke(d.gate.Context(), id)
 	}()
+}
+
+// revoke revokes a lease, for up to opTimeout, whatever the answer.
+func (d *Driver) revoke(ctx context.Context, id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	_, _ = d.cli.Revoke(ctx, id)
 }
 
 // keepAlive sends ls a keep-alive every TTL/3 until the driver closes or
@@ -284,9 +287,7 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	}
 	d.mu.Unlock()
 	if idle {
-		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		_, _ = d.cli.Revoke(ctx, ls.id)
-		cancel()
+		d.revoke(d.gate.Context(), ls.id)
 	}
 	return idle
 }

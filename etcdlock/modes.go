@@ -9,7 +9,8 @@ import (
 var _ backend.Modal = (*Driver)(nil)
 
 // Modes implements backend.Modal: semaphores and read-write locks, each a
-// queue of its own beside the lock's (see semaphore.go and rwlock.go).
+// queue of its own beside the lock's (see semaphore.go, and dirs for
+// the read-write lock: one queue in two directories, ordered across both).
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }

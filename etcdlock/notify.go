@@ -66,14 +66,10 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	return ch, func() { once.Do(func() { cancel(); <-ended }) }, nil
 }
 
-// A watch that stays silent for progressEvery is asked for a progress
-// notification. If none comes within progressWait, the stream went silent
-// without breaking (a partition, a half-open connection), and the changes
-// sent on it meanwhile may be lost: a value is sent as soon as it answers
-// again, so that the watcher reads the state anew. (Restarting the watch
-// instead would wedge the stream: clientv3 creates the watches of a
-// stream one at a time, each waiting for the server's answer, which a
-// silent stream never gives.)
+// A watch silent for progressEvery is asked for a progress notification;
+// none within progressWait means the stream went silent without breaking,
+// and a value is sent once it answers again (not restarted: see
+// "Subscriptions" in docs/backends/etcdlock.md).
 const (
 	progressEvery = time.Second
 	progressWait  = 2 * time.Second

@@ -50,31 +50,12 @@ func init() {
 	}))
 }
 
-// Open connects to the etcd cluster that rawURL names and returns a driver
-// that owns the connection: Close closes it. The URL is
-//
-//	etcd://[user[:password]@]host[:port][,host[:port]...][/prefix]
-//
-// with endpoints separated by commas (port 2379 by default) and the key
-// prefix as the path (default DefaultPrefix). Go's URL parser insists that
-// the last endpoint carry a port when there are several, and takes an IPv6
-// literal ([::1]:2379) only as the single endpoint; for anything else, build
-// a client and use New. Parameters:
-//
-//	tls=true, ca=FILE, cert=FILE, key=FILE, server_name=NAME, skip_verify=true
-//	                    TLS, as every backend reads it (see backend.Params.TLS);
-//	                    server_name is checked whatever name gRPC dials
-//	dial_timeout=5s     how long Open waits for the cluster to answer
-//	keepalive_time=10s  after this long without a byte from a server while a
-//	                    request is in flight, ping it (at least 10s; 0: never)
-//	keepalive_timeout=5s  and close the connection, and dial again, if the
-//	                    ping is not answered within this
-//
-// With a user and no password in the URL, the password is read from the
-// environment variable ETCD_PASSWORD, so that it need not be in the URL; a
-// user with no password found is an error, never a connection without
-// password authentication. A client certificate alone (cert and key, no
-// user) authenticates as the certificate's common name.
+// Open connects to the etcd cluster that rawURL names (see the package
+// doc for its form and parameters) and returns a driver that owns the
+// connection: Close closes it. Endpoints are separated by commas (port
+// 2379 by default). Go's URL parser insists that the last endpoint carry a
+// port when there are several, and takes an IPv6 literal ([::1]:2379) only
+// as the single endpoint; for anything else, build a client and use New.
 //
 // Open checks that the credential may read and write under the prefix, and
 // fails with an error wrapping backend.ErrPermission that names the missing

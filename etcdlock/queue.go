@@ -222,12 +222,9 @@ var errBroken = errors.New("the connection to etcd went down")
 // ends, the lease ends (ErrRequeue), or the connection goes down after
 // t's last request (errBroken: the etcd client resumes a broken watch by
 // itself, silently, for as long as it takes). It watches the entry just
-// ahead, or a semaphore's whole directory, for deletions.
-//
-// The watch starts at the server's current revision, never at an older one:
-// etcd serves a watch that starts in the past from a loop that runs every
-// 100 ms, which would stall every hand-off. A delete between checked and the
-// watch's start is caught by a local read once the watch exists.
+// ahead, or a semaphore's whole directory, for deletions, from the
+// server's current revision, never an older one (see "Waiting" in
+// docs/backends/etcdlock.md); a delete before that is caught by blocked.
 func (t *ticket) await(ctx context.Context) error {
 	// The client's Watch blocks until etcd confirms the watch, for as long
 	// as that takes: the watch ends when the connection or the lease goes.

@@ -24,6 +24,15 @@ func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.T
 	return resp, err
 }
 
+// get reads key, sent again as txn is.
+func (d *Driver) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+	_, err = d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
+		resp, err = d.cli.Get(ctx, key, opts...)
+		return err
+	})
+	return resp, err
+}
+
 // txnRun is txn within a run of failures that may have begun before it
 // (a blocking acquisition's), and reports whether an attempt failed in a
 // way that may have been applied.
@@ -35,12 +44,9 @@ func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(cont
 	return resp, ambiguous, err
 }
 
-// attemptTimeout bounds one attempt of a request. A request that a
-// follower forwarded to a leader which then died is not answered until the
-// server's own request timeout (7 s with default settings), and the lock
-// is unavailable meanwhile if that request was a release; sent again, it
-// reaches the new leader. It is far above a healthy round trip, so that a
-// slow but working cluster is not hammered with repeats.
+// attemptTimeout bounds one attempt of a request: sent again, a request
+// forwarded to a leader that died reaches the new one (see "Store
+// failures" in docs/backends/etcdlock.md for the choice of 2s).
 const attemptTimeout = 2 * time.Second
 
 // errUnanswered is an attempt that timed out. The client waits for a
@@ -80,15 +86,13 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 }
 
 // resendable reports errors after which the same request may succeed when
-// sent again: etcd did not answer, or it could not serve it for now.
+// sent again: etcd did not answer, a member went away, or the cluster is
+// between leaders or could not serve it for now.
 func resendable(err error) bool {
-	return errors.Is(err, errUnanswered) || transient(err)
-}
-
-// transient reports errors after which a request may succeed when sent
-// again: a member went away, or the cluster is between leaders.
-func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, errUnanswered):
+		return true
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return false
 	}
 	for _, e := range []error{rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged, rpctypes.ErrTimeout,
@@ -109,15 +113,11 @@ func transient(err error) bool {
 var errUnsettled = fmt.Errorf("no answer from etcd within %v after the caller gave up", backend.CancelGrace)
 
 // putRun is txnRun for a transaction that may put an entry: an attempt in
-// flight when ctx ends is answered, not abandoned, for up to CancelGrace
-// (further attempts may go meanwhile), so that the caller learns whether
-// its entry exists and can delete it before it returns. Abandoned, it
-// could still be applied after that delete: etcd proposes each request
-// from a goroutine of its own, so a delete sent later may be applied
-// first, and the entry would then hold the name for nobody, its lease
-// kept alive by the driver's other locks. An attempt still unanswered
-// after the grace returns errUnsettled: its entry, if any, is left to the
-// background sweep (see drop), not waited for again.
+// flight when ctx ends is still awaited for up to CancelGrace, so that the
+// caller learns whether its entry exists and can delete it (an abandoned
+// put may be applied after a later delete: see "Store failures" in
+// docs/backends/etcdlock.md); past the grace it returns errUnsettled and
+// the entry, if any, is left to the background sweep.
 func (d *Driver) putRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()

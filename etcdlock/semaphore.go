@@ -12,12 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/: an entry
-// per permit holder or waiter, its value "<limit> <owner>". The limit
-// oldest entries hold permits. A waiter reads every entry older than its
-// own, then counts their deletions in a watch of the directory, and reads
-// again once fewer than limit are left: one read per grant, not one per
-// waiter and release.
+// A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
+// entries' values "<limit> <owner>"; the limit oldest hold permits (see
+// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
 
 // permitValue is the value of a permit's entry.
 func permitValue(limit int, owner string) string {

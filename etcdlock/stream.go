@@ -6,15 +6,12 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// keepStream holds one watch, of a key no lock uses, for as long as the
-// driver is open, so that the etcd client's watch stream (one per client,
-// shared by every watch of a wait or a subscription) is opened once rather
-// than for each wait. Without it, a wait cancelled before etcd confirmed
-// its watch left the stream and its four goroutines running until the
-// client's next watch ended: the etcd client tears a stream down only
-// when its last confirmed watch closes. It also spares each contended
-// wait the stream's set-up. The watch goes when the stream breaks (no
-// leader): it is made again after a pause.
+// keepStream holds one watch, of a key no lock uses, while the driver is
+// open, so that the client's shared watch stream opens once: the etcd
+// client tears a stream down only when its last confirmed watch closes, so
+// a wait cancelled before its watch was confirmed would otherwise leave the
+// stream running (see "Waiting" in docs/backends/etcdlock.md). A broken
+// stream's watch is made again after a pause.
 func (d *Driver) keepStream() {
 	defer d.bg.Done()
 	ctx := d.gate.Context()
