@@ -39,7 +39,7 @@ type Claim struct {
 	// Owner is the caller's explicit owner identity, or "". A driver may
 	// store it so that operators can see who holds a lock; Refresh and
 	// Release carry the Owner the lock was acquired with, and a driver may
-	// treat a stored owner that changed as a theft (pglock does).
+	// treat a stored owner that changed as a theft (sqllock does).
 	Owner string
 	// OnLost, set on acquire, may be called by a driver at most once, from
 	// any goroutine and without blocking, when it learns that this grant is

@@ -30,7 +30,7 @@ func Logger(ctx context.Context) *slog.Logger {
 // password sent in clear (tc nil) to a host that is not a loopback
 // address, and a TLS configuration that accepts any server certificate
 // (skip_verify=true). Drivers call it from Open; pgx's sslmode, which only
-// pglock reads, is checked there.
+// sqllock reads, is checked there.
 func WarnTransport(log *slog.Logger, u *url.URL, tc *tls.Config) {
 	if SkipVerify(tc) {
 		log.Warn("locker: skip_verify=true: the server's certificate is not checked, so anyone on the path can pose as the server", "url", Redacted(u))

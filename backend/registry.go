@@ -88,7 +88,7 @@ var packages = map[string]string{
 	"redis+cluster": "redislock", "rediss+cluster": "redislock",
 	"redis+quorum": "redislock", "rediss+quorum": "redislock",
 	"etcd": "etcdlock", "zk": "zklock", "memcache": "memcachelock",
-	"postgres": "pglock", "postgresql": "pglock",
+	"postgres": "sqllock", "postgresql": "sqllock",
 }
 
 // Open finds the driver for u's scheme and opens it.

@@ -21,8 +21,8 @@ import (
 	"github.com/lockerhq/locker/keyed"
 	_ "github.com/lockerhq/locker/memcachelock"
 	"github.com/lockerhq/locker/memlock"
-	_ "github.com/lockerhq/locker/pglock"
 	_ "github.com/lockerhq/locker/redislock"
+	_ "github.com/lockerhq/locker/sqllock"
 	_ "github.com/lockerhq/locker/zklock"
 )
 

@@ -37,8 +37,8 @@ import (
 	_ "github.com/lockerhq/locker/filelock"
 	_ "github.com/lockerhq/locker/memcachelock"
 	_ "github.com/lockerhq/locker/memlock"
-	_ "github.com/lockerhq/locker/pglock"
 	_ "github.com/lockerhq/locker/redislock"
+	_ "github.com/lockerhq/locker/sqllock"
 	_ "github.com/lockerhq/locker/zklock"
 )
 

@@ -5,7 +5,7 @@
 //	LOCKER_URL=redis://127.0.0.1:6379/0 go run ./examples/quickstart
 //
 // It registers the in-process and the Redis backends; for another store,
-// add its package's blank import (etcdlock, zklock, pglock, memcachelock,
+// add its package's blank import (etcdlock, zklock, sqllock, memcachelock,
 // filelock).
 package main
 

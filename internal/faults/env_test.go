@@ -17,8 +17,8 @@ import (
 
 	_ "github.com/lockerhq/locker/etcdlock"
 	_ "github.com/lockerhq/locker/memcachelock"
-	_ "github.com/lockerhq/locker/pglock"
 	_ "github.com/lockerhq/locker/redislock"
+	_ "github.com/lockerhq/locker/sqllock"
 	_ "github.com/lockerhq/locker/zklock"
 )
 

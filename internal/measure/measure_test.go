@@ -10,8 +10,8 @@ import (
 	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/memcachelock"
 	"github.com/lockerhq/locker/memlock"
-	"github.com/lockerhq/locker/pglock"
 	"github.com/lockerhq/locker/redislock"
+	"github.com/lockerhq/locker/sqllock"
 	"github.com/lockerhq/locker/zklock"
 )
 
@@ -31,7 +31,7 @@ func TestRegistered(t *testing.T) {
 		{new(redislock.Quorum), true, false},
 		{new(etcdlock.Driver), true, true},
 		{new(zklock.Driver), true, true},
-		{new(pglock.Driver), true, false},       // every try reaches the store: the Client counts them
+		{new(sqllock.Driver), true, false},      // every try reaches the store: the Client counts them
 		{new(memcachelock.Driver), true, false}, // every try reaches the store: the Client counts them
 		{new(filelock.Driver), flock, runtime.GOOS == "linux"},
 		{new(memlock.Driver), true, false},

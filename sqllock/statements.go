@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"crypto/sha256"
@@ -68,7 +68,7 @@ func newStatements(schema, table string) statements {
 	t, qualified := quoteIn(schema, table, table)
 	// The channel, the notification key's row and the creation lock keep
 	// the package's former name, sqllock, so that tables made, and
-	// processes run, before the rename to pglock keep working with it.
+	// processes run, before the rename to sqllock keep working with it.
 	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
 	class := fenceClassOf(qualified)
 	fenceClass := strconv.Itoa(int(class))
@@ -96,7 +96,7 @@ func newStatements(schema, table string) statements {
 		// no row when another token holds it. The insert branch draws the
 		// fence (the column's default, projected after the one-time filter)
 		// under the name's shared fence lock, which a release takes
-		// exclusively (see docs/backends/pglock.md, The table).
+		// exclusively (see docs/backends/sqllock.md, The table).
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL

@@ -1,12 +1,12 @@
--- The table of github.com/lockerhq/locker/pglock's semaphores and
+-- The table of github.com/lockerhq/locker/sqllock's semaphores and
 -- read-write locks (PostgreSQL), beside the lock table of schema.sql.
 --
--- pglock runs this statement itself the first time a semaphore or a
+-- sqllock runs this statement itself the first time a semaphore or a
 -- read-write lock is used (locks alone never need it). With
 -- create_table=false, run it in your migrations, replacing
 -- locker_locks_shared by the lock table's name followed by _shared
 -- (e.g. ops.locker_locks_shared for ops.locker_locks; see
--- pglock.Driver.SharedTableName), and grant the application's role what
+-- sqllock.Driver.SharedTableName), and grant the application's role what
 -- schema.sql grants on the lock table.
 --
 -- One row per holder: a semaphore's permit, a read-write lock's reader or

@@ -1,17 +1,17 @@
--- The table of github.com/lockerhq/locker/pglock (PostgreSQL).
+-- The table of github.com/lockerhq/locker/sqllock (PostgreSQL).
 --
--- pglock runs this statement itself on first use. Teams that manage their
+-- sqllock runs this statement itself on first use. Teams that manage their
 -- schema with migrations run it there instead and open the driver with
--- create_table=false (pglock.WithCreateTable(false)). For another table name or
+-- create_table=false (sqllock.WithCreateTable(false)). For another table name or
 -- schema, replace locker_locks below (e.g. by ops.locker_locks) and give the
 -- driver the same name: lock_table= and lock_schema= in the URL, or
--- pglock.WithTable and pglock.WithSchema.
+-- sqllock.WithTable and sqllock.WithSchema.
 --
 -- One row per held (or expired, not yet released) lock name; a release
 -- deletes it. version, the fencing token, draws from the column's identity
 -- sequence, one counter for the table, so it keeps increasing for a name
 -- whose row came and went. A table made by an older version (version
--- without IDENTITY) needs pglock.MigrationSQL first.
+-- without IDENTITY) needs sqllock.MigrationSQL first.
 -- The row named 'sqllock:notify-key' (added by the driver on first use) holds
 -- the secret that keys the release notifications: keep it. (It keeps the
 -- package's former name, sqllock, as do the notification channel and the

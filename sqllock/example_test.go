@@ -1,4 +1,4 @@
-package pglock_test
+package sqllock_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker"
-	"github.com/lockerhq/locker/pglock"
+	"github.com/lockerhq/locker/sqllock"
 )
 
 // New, on a pool the application already has (Close leaves it open), and
@@ -23,7 +23,7 @@ func Example() {
 	}
 	defer pool.Close() // the driver does not close a pool it was given
 
-	drv, err := pglock.New(pool, pglock.WithSchema("ops"), pglock.WithTable("locks"))
+	drv, err := sqllock.New(pool, sqllock.WithSchema("ops"), sqllock.WithTable("locks"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,8 +43,8 @@ func Example() {
 	}
 
 	// The same table by URL, with the migrations' table: no creation.
-	drv2, err := pglock.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full&lock_schema=ops&lock_table=locks",
-		pglock.WithCreateTable(false))
+	drv2, err := sqllock.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full&lock_schema=ops&lock_table=locks",
+		sqllock.WithCreateTable(false))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -22,7 +22,7 @@ const cancelWait = 100 * time.Millisecond
 // an acquisition nobody waits for, held for its TTL. A connection sent a
 // cancel is not used again (PrepareConn refuses it), since a late cancel
 // would stop its next statement. Why not AfterRelease, and the rest, is in
-// docs/backends/pglock.md (Cancelled statements and Close).
+// docs/backends/sqllock.md (Cancelled statements and Close).
 func cancelOnServer(cfg *pgxpool.Config) {
 	var spoiled sync.Map // *pgconn.PgConn → struct{}
 	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {

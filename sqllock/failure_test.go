@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestTerminateHolderConnection(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "pglock-term-" + randHex(4)
+	app := "sqllock-term-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app, "pool_max_conns", "2"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestListenerReconnects(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "pglock-listen-" + randHex(4)
+	app := "sqllock-listen-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app))
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "pglock-mux-" + randHex(4)
+	app := "sqllock-mux-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app))
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func TestOneListenerForAllWaiters(t *testing.T) {
 func TestSchemaCreatedByManyAtOnce(t *testing.T) {
 	t.Parallel()
 	admin := adminPool(t)
-	schema := "pglock_s_" + randHex(4)
+	schema := "sqllock_s_" + randHex(4)
 	table := testTable(t, admin, schema)
 	u := withParams(t, baseURL(t), paramTable, table, paramSchema, schema)
 
@@ -429,7 +429,7 @@ func TestListenerIdles(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ctx := context.Background()
-	app := "pglock-idle-" + randHex(4)
+	app := "sqllock-idle-" + randHex(4)
 	d, err := Open(ctx, withParams(t, h.url, "application_name", app), WithListenIdle(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

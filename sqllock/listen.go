@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -107,7 +107,7 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, nil, fmt.Errorf("pglock: subscribe: %w", backend.ErrClosed)
+		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", backend.ErrClosed)
 	}
 	set := l.subs[payload]
 	if set == nil {
@@ -163,7 +163,7 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 			}
 		}
 		cancel()
-		return nil, nil, fmt.Errorf("pglock: subscribe: %w", err)
+		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"bytes"
@@ -617,7 +617,7 @@ func TestSecureNoSecretInMessages(t *testing.T) {
 		if _, err := Open(ctx, raw); err != nil {
 			msgs = append(msgs, err.Error())
 		} else {
-			t.Errorf("%s: pglock.Open succeeded", name)
+			t.Errorf("%s: sqllock.Open succeeded", name)
 		}
 		if c, err := locker.Open(ctx, raw, locker.WithLogger(logger)); err != nil {
 			msgs = append(msgs, err.Error())

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -94,7 +94,7 @@ func newHarness(t *testing.T, params ...string) *harness {
 	table := testTable(t, admin, "")
 	return &harness{
 		t:     t,
-		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "pglock-conformance"}, params...)...),
+		url:   withParams(t, baseURL(t), append([]string{paramTable, table, "application_name", "sqllock-conformance"}, params...)...),
 		admin: admin,
 		sql:   newStatements("", table),
 		sh:    newSharedStatements("", table),
@@ -593,7 +593,7 @@ func TestListPrefixIsLiteral(t *testing.T) {
 		}
 	}
 	// The Client names the operation: the driver says only what it found.
-	if _, err := d.Break(ctx, keys[0], 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "pglock: not held" {
+	if _, err := d.Break(ctx, keys[0], 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "sqllock: not held" {
 		t.Errorf("Break under another fence = %v, want ErrNotHeld", err)
 	}
 }

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // [min–max] over rounds), the process's CPU time per operation (getrusage:
 // background goroutines included) over the floor's.
 //
-//	go test -run '^$' -bench UncontendedBreakdown -benchtime 8x ./pglock
+//	go test -run '^$' -bench UncontendedBreakdown -benchtime 8x ./sqllock
 //
 // (-benchtime counts rounds.)
 func BenchmarkUncontendedBreakdown(b *testing.B) {

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // The driver tracks every connection that a pool it opened dials, so that
 // Close can cut them all at once: pgx ends connections politely, which on a
 // dead network waits up to 15 seconds a connection (see
-// docs/backends/pglock.md, Cancelled statements and Close).
+// docs/backends/sqllock.md, Cancelled statements and Close).
 
 // track makes cfg's connections (those of the pool and of the listener,
 // which copies the pool's configuration) dial through a new tracker.

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -144,7 +144,7 @@ func BenchmarkUncontended(b *testing.B) {
 // of each Client tries, woken by release notifications. The round trip is
 // SELECT 1 on the first client's pool, during the run.
 //
-//	go test -run '^$' -bench Contended -benchtime 1200x -count 5 ./pglock
+//	go test -run '^$' -bench Contended -benchtime 1200x -count 5 ./sqllock
 func BenchmarkContended(b *testing.B) {
 	for _, clients := range []int{2, 8} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) { benchContended(b, clients) })
@@ -221,7 +221,7 @@ func benchContended(b *testing.B, clients int) {
 // lock's, interleaved op by op on one Client (as internal/bench's
 // semaphore workload does) and on its driver, each on a name of its own.
 //
-//	go test -run '^$' -bench SemaphoreVsLock -benchtime 2000x -count 5 ./pglock
+//	go test -run '^$' -bench SemaphoreVsLock -benchtime 2000x -count 5 ./sqllock
 func BenchmarkSemaphoreVsLock(b *testing.B) {
 	admin := adminPool(b)
 	_, d := benchPool(b, admin)

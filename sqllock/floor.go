@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func (d *Driver) rawFloor(ctx context.Context, key string) error {
 		return d.wrap("floor", err)
 	}
 	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("pglock: floor: key %q is taken", key)
+		return fmt.Errorf("sqllock: floor: key %q is taken", key)
 	}
 	if _, err := d.pool.Exec(ctx, d.sql.floorDelete, key, token); err != nil {
 		return d.wrap("floor", err)

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -65,7 +65,7 @@ var (
 // LISTEN for releases while someone waits.
 func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("pglock: New: %w: nil pool", backend.ErrInvalidOption)
+		return nil, fmt.Errorf("sqllock: New: %w: nil pool", backend.ErrInvalidOption)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -93,7 +93,7 @@ func (d *Driver) Channel() string { return d.sql.channel }
 // timestamps count microseconds.
 func micros(ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, fmt.Errorf("pglock: %w: %v", backend.ErrInvalidTTL, ttl)
+		return 0, fmt.Errorf("sqllock: %w: %v", backend.ErrInvalidTTL, ttl)
 	}
 	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
 }
@@ -131,9 +131,9 @@ func (d *Driver) begin(ctx context.Context, op string, shared bool) (context.Con
 // whose operation the Client's error names already.
 func prefix(op string) string {
 	if op == "" {
-		return "pglock: "
+		return "sqllock: "
 	}
-	return "pglock: " + op + ": "
+	return "sqllock: " + op + ": "
 }
 
 // TryAcquire implements backend.Driver with one INSERT ... ON CONFLICT DO
@@ -162,7 +162,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	case err == nil:
 		return backend.Grant{Fence: uint64(version), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
+		return backend.Grant{}, fmt.Errorf("sqllock: %w", backend.ErrNotAcquired)
 	}
 	return backend.Grant{}, d.acquireFailed(err, func(ctx context.Context) {
 		var live bool
@@ -185,7 +185,7 @@ func (d *Driver) acquireFailed(err error, undo func(context.Context)) error {
 	switch {
 	case conflict(err):
 		// Still racing after the retries: someone else keeps winning.
-		return fmt.Errorf("pglock: %w (%v)", backend.ErrNotAcquired, err)
+		return fmt.Errorf("sqllock: %w (%v)", backend.ErrNotAcquired, err)
 	case sqlState(err) != "" && !connLost(err) || pgconn.SafeToRetry(err):
 		// The server refused the statement, or it was never sent.
 	default:
@@ -227,7 +227,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	case err != nil:
 		return d.wrap("refresh", err)
 	case n == 0:
-		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+		return fmt.Errorf("sqllock: %w", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -316,7 +316,7 @@ func (d *Driver) refreshRows(ctx context.Context, errs []error, pos []int, query
 	}
 	for j, i := range pos {
 		if !done[j] {
-			errs[i] = fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("sqllock: %w", backend.ErrNotHeld)
 		}
 	}
 	return errs
@@ -362,9 +362,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		return err
 	case kind == kindWaiting:
 		// A waiting writer's record, withdrawn: nothing was held.
-		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+		return fmt.Errorf("sqllock: %w", backend.ErrNotHeld)
 	case !live:
-		return fmt.Errorf("pglock: %w: its TTL had run out", backend.ErrNotHeld)
+		return fmt.Errorf("sqllock: %w: its TTL had run out", backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -386,7 +386,7 @@ func (d *Driver) del(ctx context.Context, op string, f func() error) error {
 	case errors.Is(err, pgx.ErrNoRows) && uncertain != nil:
 		return d.wrap(op, uncertain)
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("pglock: %w", backend.ErrNotHeld)
+		return fmt.Errorf("sqllock: %w", backend.ErrNotHeld)
 	case err != nil:
 		return d.wrap(op, err)
 	}
@@ -401,7 +401,7 @@ func (d *Driver) payload(key string) string { return notifyPayload(d.notifySecre
 // pool if the driver opened it (Open), not one passed to New.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
-		return fmt.Errorf("pglock: close: %w", backend.ErrClosed)
+		return fmt.Errorf("sqllock: close: %w", backend.ErrClosed)
 	}
 	// No call is left to start an undo; each is bounded by undoTimeout.
 	d.undos.Wait()
@@ -587,11 +587,11 @@ func (d *Driver) prepareSchema(ctx context.Context) error {
 		return d.wrap("schema", err)
 	}
 	if !fenced && !d.cfg.create {
-		return fmt.Errorf("pglock: table %s was made by an older version, and automatic creation is off (create_table=false): run MigrationSQL", d.sql.table)
+		return fmt.Errorf("sqllock: table %s was made by an older version, and automatic creation is off (create_table=false): run MigrationSQL", d.sql.table)
 	}
 	if !fenced {
 		if err := d.retry(ctx, func() error { return d.migrate(ctx) }); err != nil {
-			return fmt.Errorf("pglock: table %s was made by an older version; migrating it (MigrationSQL, as its owner): %w", d.sql.table, permission(err))
+			return fmt.Errorf("sqllock: table %s was made by an older version; migrating it (MigrationSQL, as its owner): %w", d.sql.table, permission(err))
 		}
 	}
 	secret, err := d.loadNotifyKey(ctx)
@@ -691,10 +691,10 @@ func (d *Driver) createIfMissing(ctx context.Context, table, file string, create
 	case exists:
 		return nil
 	case !d.cfg.create:
-		return fmt.Errorf("pglock: table %s does not exist, and automatic creation is off (create_table=false): run %s", table, file)
+		return fmt.Errorf("sqllock: table %s does not exist, and automatic creation is off (create_table=false): run %s", table, file)
 	}
 	if err := d.retry(ctx, func() error { return create(ctx) }); err != nil && !createRace(err) {
-		return fmt.Errorf("pglock: create table %s: %w", table, permission(err))
+		return fmt.Errorf("sqllock: create table %s: %w", table, permission(err))
 	}
 	return nil
 }

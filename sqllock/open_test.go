@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%s: the error shows the password: %v", what, err)
 		}
-		if !strings.HasPrefix(err.Error(), "pglock: ") {
+		if !strings.HasPrefix(err.Error(), "sqllock: ") {
 			t.Errorf("%s: error %q does not start with the package name", what, err)
 		}
 		if took := time.Since(start); took > time.Second {
@@ -76,11 +76,11 @@ func TestOpenForms(t *testing.T) {
 	admin := adminPool(t)
 	base := baseURL(t)
 	ctx := context.Background()
-	schema := "pglock_f_" + randHex(4)
+	schema := "sqllock_f_" + randHex(4)
 	table := testTable(t, admin, schema)
 	table2 := testTable(t, admin, "")
 	forms := []string{
-		withParams(t, base, paramTable, table, paramSchema, schema, "application_name", "pglock-test",
+		withParams(t, base, paramTable, table, paramSchema, schema, "application_name", "sqllock-test",
 			"search_path", "public", "statement_timeout", "5000", "connect_timeout", "5", "pool_max_conns", "4",
 			"default_query_exec_mode", "cache_describe"),
 		strings.Replace(withParams(t, base, paramTable, table2, paramCreate, "true"), "postgres://", "postgresql://", 1),

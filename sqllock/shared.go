@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func sharedIdent(table string) string { return fit(table+"_shared", "locker_shar
 // objectClass is the first key of an object kind's advisory locks, apart
 // from the lock's fence locks and from applications' one-key locks.
 func objectClass(kind, qualified string) int32 {
-	return classOf("pglock " + kind + " " + qualified)
+	return classOf("sqllock " + kind + " " + qualified)
 }
 
 func newSharedStatements(schema, table string) sharedStatements {
@@ -213,7 +213,7 @@ func (d *Driver) sharedKinds(c backend.Claim) (int16, []int16, int32, error) {
 	switch c.Mode {
 	case backend.Permit:
 		if c.Limit < 1 || c.Limit > backend.MaxLimit {
-			return 0, nil, 0, fmt.Errorf("pglock: %w: %d, want 1 to %d", backend.ErrInvalidLimit, c.Limit, backend.MaxLimit)
+			return 0, nil, 0, fmt.Errorf("sqllock: %w: %d, want 1 to %d", backend.ErrInvalidLimit, c.Limit, backend.MaxLimit)
 		}
 		return kindPermit, []int16{kindPermit}, d.shared.semClass, nil
 	case backend.Read:
@@ -222,7 +222,7 @@ func (d *Driver) sharedKinds(c backend.Claim) (int16, []int16, int32, error) {
 		// Release withdraws a waiting writer's record too.
 		return kindWrite, []int16{kindWrite, kindWaiting}, d.shared.rwClass, nil
 	}
-	return 0, nil, 0, fmt.Errorf("pglock: %w: mode %v", backend.ErrUnsupported, c.Mode)
+	return 0, nil, 0, fmt.Errorf("sqllock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }
 
 // ensureShared makes the shared table on first use of a semaphore or a
@@ -348,7 +348,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 		if hi != lo {
 			held += " to " + strconv.FormatInt(hi, 10)
 		}
-		return backend.Grant{}, fmt.Errorf("pglock: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, l.Limit)
+		return backend.Grant{}, fmt.Errorf("sqllock: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, l.Limit)
 	}
-	return backend.Grant{}, fmt.Errorf("pglock: %w", backend.ErrNotAcquired)
+	return backend.Grant{}, fmt.Errorf("sqllock: %w", backend.ErrNotAcquired)
 }

@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"fmt"
@@ -53,7 +53,7 @@ func newConfig(opts []Option) (config, error) {
 		why = identProblem("schema", cfg.schema, true)
 	}
 	if why != "" {
-		return cfg, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidOption, why)
+		return cfg, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidOption, why)
 	}
 	return cfg, nil
 }

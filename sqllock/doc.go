@@ -1,6 +1,6 @@
-// Package pglock keeps locks in a PostgreSQL table, through pgx.
+// Package sqllock keeps locks in a PostgreSQL table, through pgx.
 //
-//	import _ "github.com/lockerhq/locker/pglock"
+//	import _ "github.com/lockerhq/locker/sqllock"
 //
 //	c, err := locker.Open(ctx, "postgres://app@db.example.com:5432/app?sslmode=verify-full")
 //
@@ -46,6 +46,6 @@
 // write it can take locks; no order between processes.
 //
 // How it works, the least privileges, TLS and the limits in full are in
-// the repository's docs/backends/pglock.md:
-// https://github.com/lockerhq/locker/blob/main/docs/backends/pglock.md
-package pglock
+// the repository's docs/backends/sqllock.md:
+// https://github.com/lockerhq/locker/blob/main/docs/backends/sqllock.md
+package sqllock

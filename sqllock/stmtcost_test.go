@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 // ("full": the statements before the notification payload came from the
 // driver; "new": the driver's own).
 //
-//	PGLOCK_STMTCOST=1 go test -run '^$' -bench StatementParts -benchtime 3000x ./pglock
+//	SQLLOCK_STMTCOST=1 go test -run '^$' -bench StatementParts -benchtime 3000x ./sqllock
 func BenchmarkStatementParts(b *testing.B) {
-	if os.Getenv("PGLOCK_STMTCOST") == "" {
-		b.Skip("PGLOCK_STMTCOST not set")
+	if os.Getenv("SQLLOCK_STMTCOST") == "" {
+		b.Skip("SQLLOCK_STMTCOST not set")
 	}
 	admin := adminPool(b)
 	pool, d := benchPool(b, admin)
@@ -131,7 +131,7 @@ RETURNING version`
 		{"new", d.sql.acquire, d.sql.release, 5},
 		{"acqNothing", acqNothing, d.sql.release, 5},
 	}
-	if only := os.Getenv("PGLOCK_STMTCOST_ONLY"); only != "" {
+	if only := os.Getenv("SQLLOCK_STMTCOST_ONLY"); only != "" {
 		var keep []variant
 		for _, v := range vs {
 			if v.name == "floor" || strings.Contains(","+only+",", ","+v.name+",") {
@@ -196,10 +196,10 @@ RETURNING version`
 // grant as the driver sends it (the object lock and the grant statement
 // in one pipeline), and its parts.
 //
-//	PGLOCK_STMTCOST=1 go test -run '^$' -bench PermitParts -benchtime 3000x ./pglock
+//	SQLLOCK_STMTCOST=1 go test -run '^$' -bench PermitParts -benchtime 3000x ./sqllock
 func BenchmarkPermitParts(b *testing.B) {
-	if os.Getenv("PGLOCK_STMTCOST") == "" {
-		b.Skip("PGLOCK_STMTCOST not set")
+	if os.Getenv("SQLLOCK_STMTCOST") == "" {
+		b.Skip("SQLLOCK_STMTCOST not set")
 	}
 	admin := adminPool(b)
 	pool, d := benchPool(b, admin)

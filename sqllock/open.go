@@ -1,4 +1,4 @@
-package pglock
+package sqllock
 
 import (
 	"context"
@@ -89,7 +89,7 @@ const defaultConnectTimeout = 10 * time.Second
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL, "postgres", "postgresql")
 	if err != nil {
-		return nil, fmt.Errorf("pglock: %w", err)
+		return nil, fmt.Errorf("sqllock: %w", err)
 	}
 	return openURL(ctx, u, opts)
 }
@@ -102,14 +102,14 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if p.Has(paramTable) {
 		name := p.String(paramTable, defaultTable)
 		if why := identProblem("table", name, false); why != "" {
-			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
+			return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, why)
 		}
 		urlOpts = append(urlOpts, WithTable(name))
 	}
 	if p.Has(paramSchema) {
 		name := p.String(paramSchema, "")
 		if why := identProblem("schema", name, true); why != "" {
-			return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, why)
+			return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, why)
 		}
 		urlOpts = append(urlOpts, WithSchema(name))
 	}
@@ -123,7 +123,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
-		return nil, fmt.Errorf("pglock: %w", err)
+		return nil, fmt.Errorf("sqllock: %w", err)
 	}
 	q := u.Query()
 	q.Del(paramTable)
@@ -133,7 +133,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	pu.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pu.String())
 	if err != nil {
-		return nil, fmt.Errorf("pglock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
+		return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
 	}
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
@@ -149,16 +149,16 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 // server cancel such a statement instead (see cancelOnServer).
 func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driver, error) {
 	if cfg == nil {
-		return nil, fmt.Errorf("pglock: OpenConfig: %w: nil config", backend.ErrInvalidOption)
+		return nil, fmt.Errorf("sqllock: OpenConfig: %w: nil config", backend.ErrInvalidOption)
 	}
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }
 
 func openPrefix(where string) string {
 	if where == "" {
-		return "pglock: "
+		return "sqllock: "
 	}
-	return "pglock: open " + where + ": "
+	return "sqllock: open " + where + ": "
 }
 
 // parseError is pgx's reason for refusing a connection string, without the
