@@ -92,8 +92,9 @@
 #   mariadb    10.11 (Debian), private data dirs (mariadb-install-db once), --defaults-file
 #              my.cnf in the instance dir (/etc/mysql is not read), unix socket in the instance
 #              dir, skip-name-resolve, utf8mb4 (utf8mb4_general_ci, as Debian's config), 32 MB
-#              buffer pool, performance_schema off, max_connections=300, no durability
-#              (innodb_flush_log_at_trx_commit=0, no doublewrite), no binary log. Users,
+#              buffer pool, performance_schema off, max_connections=300, no fsync
+#              (innodb_flush_log_at_trx_commit=2: a commit survives a killed server, not a
+#              crashed machine; no doublewrite), no binary log. Users,
 #              grants and the database come from init.sql, run by the server at every start.
 #              Debian's own mariadb.service is disabled when this script installs the package.
 #   etcd       3.4 (Debian), default heartbeat 100 ms / election timeout 1000 ms, so the
@@ -1078,7 +1079,7 @@ key-buffer-size=1M
 aria-pagecache-buffer-size=8M
 innodb-buffer-pool-size=32M
 innodb-log-file-size=8M
-innodb-flush-log-at-trx-commit=0
+innodb-flush-log-at-trx-commit=2
 innodb-doublewrite=0
 innodb-buffer-pool-dump-at-shutdown=0
 innodb-buffer-pool-load-at-startup=0
