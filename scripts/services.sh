@@ -204,7 +204,7 @@ pg_url_part() {
 my_url_part() {
 	local u=${LOCKER_MYSQL_URL#mysql://} cred hostport db v
 	u=${u%%\?*}
-	[[ $u == *@*/* ]] || die "LOCKER_MYSQL_URL: want mysql://user:password@host:port/db, got '${LOCKER_MYSQL_URL%%@*}@...'"
+	[[ $u == *@*/* ]] || die "LOCKER_MYSQL_URL is not of the form mysql://user:password@host:port/db"
 	cred=${u%%@*}
 	u=${u#*@}
 	hostport=${u%%/*}
@@ -1124,9 +1124,8 @@ EOF
 # database only (tests create and drop their tables there).
 start_mariadb() {
 	local user pw db
-	user=$(my_url_part user)
-	pw=$(my_url_part password)
-	db=$(my_url_part db)
+	# start_one runs in an if (no set -e), and die in $(...) ends only the subshell.
+	user=$(my_url_part user) && pw=$(my_url_part password) && db=$(my_url_part db) || exit 1
 	my_spawn "$1" "$(my_grant_sql "$user" "$pw" "$db" "ALL PRIVILEGES ON \`$db\`.*")"
 }
 
