@@ -142,7 +142,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -176,21 +176,24 @@ const (
 const envURL = "LOCKER_URL"
 
 const usage = `usage:
-  lockctl run [--ttl D] [--wait D | --no-wait [--quiet-busy]] [--min-hold D]
-              [--owner ID] [--grace D] [--connect-timeout D] [--backend URL] [-v]
-              NAME -- COMMAND [ARG...]
+  lockctl run [-n | -w D] [-s | -x | --limit N] [flags] NAME -- COMMAND [ARG...]
+                                               run COMMAND under the lock NAME
   lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
   lockctl list [--json] [PREFIX]               the held locks
   lockctl release --force [--fence N] NAME     break-glass: remove a stuck holder
-  lockctl backends
+  lockctl backends                             the backends' URL forms
   lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE] [...]
   lockctl version [--json]
 
-The backend is --backend URL, else $LOCKER_URL, else %s.
+The backend is --backend URL, else $LOCKER_URL. With neither, lockctl locks
+on this host only, in %s,
+and says so on stderr; --backend file:// (or LOCKER_URL=file://) names that
+store: no note.
 ${NAME} in the URL is replaced by the environment variable NAME (for secrets).
-Run "lockctl COMMAND -h" for a command's flags (status, list and release also
-take --backend URL and --timeout D; --json fields are listed there).
+Durations are seconds (5, 1.5) or have a unit (300ms, 2m, 1h).
+Run "lockctl COMMAND -h" for a command's flags.
 Exit status 2: bad input or an error (one line on stderr).
+
 `
 
 func init() {
@@ -210,41 +213,37 @@ func main() {
 }
 
 func lockctl(args []string, stdout, stderr io.Writer) int {
-	global := flag.NewFlagSet("lockctl", flag.ContinueOnError)
-	global.SetOutput(io.Discard)
-	backendURL := global.String("backend", "", "backend URL (default $LOCKER_URL, else the file backend)")
-	global.Usage = func() {}
-	printUsage := func() { fmt.Fprintf(stderr, usage, defaultURL()) }
-	if err := global.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			printUsage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "lockctl: %v (see lockctl -h)\n", err)
-		return exitUsage
+	global := newFlagSet("lockctl")
+	var b backendFlag
+	global.Var(&b, "backend", "the lock store's `URL`, for every command (default $LOCKER_URL)")
+	help := fmt.Sprintf(usage, defaultURL())
+	if code, ok := global.parse(args, help, stdout, stderr); !ok {
+		return code
 	}
 	args = global.Args()
 	if len(args) == 0 {
-		printUsage()
+		fmt.Fprint(stderr, help)
+		global.printFlags(stderr)
 		return exitUsage
 	}
 	switch args[0] {
 	case "run":
-		return runCmd(args[1:], *backendURL, stderr)
+		return runCmd(args[1:], b, stdout, stderr)
 	case "status":
-		return statusCmd(args[1:], *backendURL, stdout, stderr)
+		return statusCmd(args[1:], b, stdout, stderr)
 	case "list":
-		return listCmd(args[1:], *backendURL, stdout, stderr)
+		return listCmd(args[1:], b, stdout, stderr)
 	case "release":
-		return releaseCmd(args[1:], *backendURL, stdout, stderr)
+		return releaseCmd(args[1:], b, stdout, stderr)
 	case "version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "backends":
 		return backendsCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		printUsage()
+	case "help":
+		fmt.Fprint(stdout, help)
+		global.printFlags(stdout)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, backends, bench or version)\n", args[0])
@@ -257,18 +256,50 @@ func defaultURL() string {
 	return (&url.URL{Scheme: "file", Path: filelock.DefaultDir()}).String()
 }
 
-// resolveURL picks the backend URL: the flag, else $LOCKER_URL, else the
-// file backend's default directory. Its ${NAME} references are left for
-// expandURL.
-func resolveURL(flagURL string) string {
-	raw := flagURL
-	if raw == "" {
-		raw = strings.TrimSpace(os.Getenv(envURL))
+// backendFlag is --backend: a URL given explicitly, and never empty (an
+// empty one is a variable gone missing, not a choice).
+type backendFlag struct {
+	url string
+	set bool
+}
+
+func (b *backendFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("want a backend URL, not an empty one; file:// locks on this host only")
 	}
-	if raw == "" {
-		return defaultURL()
+	b.url, b.set = strings.TrimSpace(s), true
+	return nil
+}
+
+// String shows no default: the one given before the command may hold a
+// password.
+func (b *backendFlag) String() string { return "" }
+
+// resolveURL picks the backend URL: --backend, else $LOCKER_URL, else the
+// file backend's default directory. That last one excludes processes of
+// this host only, so it is said on stderr: a cron job started without its
+// environment must not silently stop excluding other hosts. An empty
+// $LOCKER_URL is refused as an empty --backend is. file:// without a
+// directory names the default directory, without the note. ${NAME}
+// references are left for expandURL.
+func resolveURL(b backendFlag, stderr io.Writer) (string, error) {
+	raw := b.url
+	if !b.set {
+		env, ok := os.LookupEnv(envURL)
+		if !ok {
+			def := defaultURL()
+			fmt.Fprintf(stderr, "lockctl: no --backend or %s: locking on this host only (%s)\n", envURL, def)
+			return def, nil
+		}
+		if raw = strings.TrimSpace(env); raw == "" {
+			return "", fmt.Errorf("%s is set but empty: want a backend URL (file:// locks on this host only)", envURL)
+		}
 	}
-	return raw
+	if u, err := url.Parse(raw); err == nil && u.Scheme == "file" && u.Host == "" && u.Path == "" && u.Opaque == "" {
+		u.Path = filelock.DefaultDir()
+		raw = u.String()
+	}
+	return raw, nil
 }
 
 // expandURL replaces every ${NAME} in raw by the value of the environment
@@ -307,7 +338,11 @@ func expandURL(raw string) (string, []string, error) {
 }
 
 func backendsCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
+	fs := newFlagSet("lockctl backends")
+	if code, ok := fs.parse(args, "usage: lockctl backends\n\nLists the backends compiled in, with their URL forms.\n\n", stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "lockctl backends: takes no arguments\n")
 		return exitUsage
 	}
@@ -317,7 +352,7 @@ func backendsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Usage)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nDefault (no --backend, no $%s): %s\n", envURL, defaultURL())
+	fmt.Fprintf(stdout, "\nDefault (no --backend, no $%s; or file://): %s, this host only\n", envURL, defaultURL())
 	return 0
 }
 
