@@ -251,8 +251,8 @@ const statusHelp = `usage: lockctl status [--json] [--backend URL] [--timeout D]
 
 Prints what the store knows of the lock NAME: held or free and, where the
 store records them, its holder's owner, fence and time left, and the
-waiters queued behind it. A field the store does not record shows as
-"unknown" (omitted from JSON).
+waiters queued behind it; then the store it asked (store:, not in JSON).
+A field the store does not record shows as "unknown" (omitted from JSON).
 
 Exit status: 0 held, 1 free, 2 error.
 
