@@ -353,4 +353,3 @@ func expireKey(ctx context.Context, servers []string, d *Driver, key string) err
 func lockFor(t testing.TB, key string) backend.Claim {
 	return backend.Claim{Key: key, Token: newToken(t), TTL: time.Second}
 }
-
