@@ -26,6 +26,12 @@ type Dialect struct {
 	statements func(lock, shared string) statements
 	// classify says what an error of the database's driver means.
 	classify func(error) errKind
+	// inProcess: the database runs in the caller's process (SQLite), and
+	// its driver stops a statement whose context ends before it returns
+	// (sqlite3_interrupt), so that nothing is applied after the call:
+	// writes run on the caller's context, with no detached goroutine
+	// (see Driver.write).
+	inProcess bool
 	// check, if set, runs once before the first statement: it refuses a
 	// server that cannot give the guarantees (too old) with an error
 	// wrapping backend.ErrUnsupported.

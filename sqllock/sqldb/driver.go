@@ -18,6 +18,7 @@ import (
 // safe for concurrent use.
 type Driver struct {
 	db      *sql.DB
+	ownDB   bool // Open's: Close closes it
 	dialect Dialect
 	cfg     config
 	sql     statements
@@ -66,6 +67,27 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 		db: db, dialect: d, cfg: cfg, sql: d.statements(table, shared),
 		table: table, shared: shared, schemaMu: make(chan struct{}, 1),
 	}, nil
+}
+
+// Open is New for openers, which made db for the driver alone: it checks
+// the server and the tables (creating them unless WithCreateTable(false))
+// within ctx, so that a server out of reach, a refused password or a
+// missing table fails here, and Close closes db. On an error Open closes
+// db.
+func Open(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
+	drv, err := New(db, d, opts...)
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		return nil, err
+	}
+	drv.ownDB = true
+	if err := drv.ensureSchema(ctx); err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return drv, nil
 }
 
 // TableName returns the quoted name of the lock table, as the driver's
@@ -236,14 +258,17 @@ func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, er
 }
 
 // Close implements backend.Driver. It waits for the calls in flight and
-// the undos of abandoned acquisitions, each bounded; it does not close
-// the *sql.DB given to New.
+// the undos of abandoned acquisitions, each bounded, and closes the
+// *sql.DB given to Open, not one given to New.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("sqldb: close: %w", backend.ErrClosed)
 	}
 	d.writes.Wait()
 	d.hub.done.Wait()
+	if d.ownDB {
+		return d.db.Close()
+	}
 	return nil
 }
 
