@@ -62,6 +62,9 @@ func config(u *url.URL) (*gomysql.Config, []sqldb.Option, error) {
 	if db == "" || strings.Contains(db, "/") {
 		return nil, nil, bad("want the database's name as the path (mysql://host/database)")
 	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return nil, nil, bad("the query does not parse") // u.Query would drop what it cannot read
+	}
 	p := backend.NewParams(u)
 	var opts []sqldb.Option
 	if p.Has("lock_table") {

@@ -68,6 +68,12 @@ const (
 	errBusy
 	// errNoTable: the table does not exist.
 	errNoTable
+	// errDeadlock: the database rolled the statement back to break a
+	// deadlock with concurrent ones on the same rows. Acquisitions of one
+	// name deadlock as a release lets several in at once (InnoDB: each
+	// takes a shared lock on the deleted row, then each wants it
+	// exclusively); one wins, so a grant that loses is "not acquired".
+	errDeadlock
 )
 
 // statements holds the SQL of one dialect for one pair of tables. Every

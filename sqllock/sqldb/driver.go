@@ -161,6 +161,8 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, errHeld) || d.dialect.classify(err) == errDuplicate:
 		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
+	case d.dialect.classify(err) == errDeadlock:
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
 	}
 	return backend.Grant{}, d.wrap("acquire", err)
 }

@@ -126,8 +126,10 @@ func mysqlClassify(err error) errKind {
 		return errDuplicate
 	case "1044", "1045", "1142", "1143", "1227", "1370", "1698": // access or command denied
 		return errPermission
-	case "1205", "1213": // lock wait timeout, deadlock
+	case "1205": // lock wait timeout
 		return errBusy
+	case "1213": // deadlock
+		return errDeadlock
 	case "1146": // no such table
 		return errNoTable
 	}
