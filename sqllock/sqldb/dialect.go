@@ -32,6 +32,10 @@ type Dialect struct {
 	// writes run on the caller's context, with no detached goroutine
 	// (see Driver.write).
 	inProcess bool
+	// oneWriter: the database lets one writer in at a time (SQLite), so
+	// that the driver's write statements queue in Go for one another
+	// (see Driver.write1); reads do not.
+	oneWriter bool
 	// check, if set, runs once before the first statement: it refuses a
 	// server that cannot give the guarantees (too old) with an error
 	// wrapping backend.ErrUnsupported.

@@ -31,6 +31,8 @@ type Driver struct {
 	gate   backend.Gate
 	writes sync.WaitGroup
 
+	writer chan struct{} // held (full) by the write statement in flight, with Dialect.oneWriter
+
 	schemaOK atomic.Bool
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
 
@@ -65,7 +67,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	}
 	return &Driver{
 		db: db, dialect: d, cfg: cfg, sql: d.statements(table, shared),
-		table: table, shared: shared, schemaMu: make(chan struct{}, 1),
+		table: table, shared: shared, schemaMu: make(chan struct{}, 1), writer: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -152,7 +154,7 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		fence, err = d.grant(ctx, c, us)
 		return err
 	}, func(ctx context.Context) error {
-		_, err := d.db.ExecContext(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
+		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
 		d.hub.notify(c.Key)
 		return err
 	})
@@ -170,7 +172,7 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 // grant runs TryAcquire's statements and returns the fence.
 func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, error) {
 	for took := false; ; took = true {
-		res, err := d.db.ExecContext(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
+		res, err := d.write1(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
 		if err == nil {
 			fence, err := res.LastInsertId()
 			if err == nil && fence <= 0 {
@@ -181,7 +183,7 @@ func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, e
 		if took || d.dialect.classify(err) != errDuplicate {
 			return 0, err
 		}
-		if res, err = d.db.ExecContext(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
+		if res, err = d.write1(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
 			return 0, err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
@@ -250,13 +252,29 @@ func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 	return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
 }
 
-// exec runs a statement and returns the rows it affected.
+// exec runs a write statement and returns the rows it affected.
 func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := d.db.ExecContext(ctx, query, args...)
+	res, err := d.write1(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// write1 runs one write statement, alone among this driver's when the
+// database lets one writer in at a time (Dialect.oneWriter): the others
+// wait here, in order, rather than in its busy handler, whose growing
+// sleeps make the tail long.
+func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if d.dialect.oneWriter {
+		select {
+		case d.writer <- struct{}{}:
+			defer func() { <-d.writer }()
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	return d.db.ExecContext(ctx, query, args...)
 }
 
 // Close implements backend.Driver. It waits for the calls in flight and
