@@ -124,11 +124,14 @@ type statements struct {
 	// i of each claim whose row is live and carries its token, fence
 	// (any when 0) and owner: after refreshMany, those it refreshed.
 	heldMany func(n int) string
-	// fences(n) (name, ... n names) returns name and fence of each of the
-	// names whose row is live: what a poller for release wake-ups reads.
+	// fences(n) (the n names, then the same n names again) returns, for
+	// each name with live holders (its lock's row, its permits, readers
+	// and writers), rows of name, count, the highest fence and the XOR of
+	// the fences, which the engine adds up (counts), maxes and XORs per
+	// name: what a poller for release wake-ups compares.
 	fences func(n int) string
 	// counter (no arguments) returns one integer that grows at every
-	// grant in the lock table (its AUTO_INCREMENT counter), so that the
+	// grant in the tables (their AUTO_INCREMENT counters), so that the
 	// poller sees a name freed, taken and freed again between two looks;
 	// "" when the dialect has none (the poller then wakes a free name's
 	// subscribers at every look).
