@@ -234,3 +234,19 @@ func TestConformanceNew(t *testing.T) {
 
 // watcherSite is go-sql-driver's goroutine of one open connection.
 const watcherSite = "go-sql-driver/mysql.(*mysqlConn).startWatcher"
+
+// The suite skips the modes a driver does not take: make sure it runs
+// them on MySQL.
+func TestTakesEveryMode(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := Open(ctx, newHarness(t, false).url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if want := backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write); d.Modes() != want {
+		t.Fatalf("Modes() = %v, want %v", d.Modes(), want)
+	}
+}

@@ -107,6 +107,18 @@ func mysqlStatements(t, s string) statements {
 		heldMany: func(n int) string {
 			return `SELECT b.i FROM ` + t + ` l JOIN ` + derived(n) + match + ` WHERE l.expires_us > ` + now
 		},
+		sharedAnchor:     `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, '', 0, '', 0, 0) ON DUPLICATE KEY UPDATE kind = 0`,
+		sharedLockAnchor: `SELECT 1 FROM ` + s + ` WHERE name = ? AND obj = ? AND token = '' FOR UPDATE`,
+		sharedPurge:      `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND (expires_us <= ` + now + ` OR token = ?)`,
+		// FOR UPDATE: the latest rows, whatever the isolation level.
+		sharedRows:    `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now + ` FOR UPDATE`,
+		sharedInsert:  `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) SELECT ?, ?, ?, ?, ?, ?, ` + now + ` + ?`,
+		sharedWait:    `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, 4, ?, 0, ` + now + ` + ?) ON DUPLICATE KEY UPDATE kind = 4, expires_us = VALUES(expires_us)`,
+		sharedRelease: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
+		sharedForget:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?)`,
+		sharedCount:   `SELECT count(*) FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0`,
+		sharedDrop:    `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind = 0`,
+		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
 		fences: func(n int) string {
 			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
 			return `SELECT name, 1, fence, fence FROM ` + t + ` WHERE ` + in + ` AND expires_us > ` + now + `

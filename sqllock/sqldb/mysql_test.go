@@ -211,3 +211,118 @@ func TestFencesIncreaseAcrossServerDeleteAndTakeover(t *testing.T) {
 		last = won[0]
 	}
 }
+
+// RefreshMany refreshes the claims still held, and reports ErrNotHeld
+// for a forged token, a stale fence, an expired lock and a key never
+// held, ErrInvalidTTL for a bad TTL, each at its own position; a
+// semaphore's permit among them is refreshed too.
+func TestRefreshMany(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t)
+	d := tb.driver(t)
+	ctx := context.Background()
+	var held []backend.Claim
+	for i := range 5 {
+		c := backend.Claim{Key: "many/" + string(rune('a'+i)), Token: randHex(16), TTL: 300 * time.Millisecond}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Fence = g.Fence
+		held = append(held, c)
+	}
+	permit := backend.Claim{Key: "many/sem", Token: randHex(16), TTL: 300 * time.Millisecond, Mode: backend.Permit, Limit: 2}
+	g, err := d.TryAcquire(ctx, permit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit.Fence = g.Fence
+	expire := "UPDATE `" + tb.name + "` SET expires_us = expires_us - 1000000 WHERE name = ?"
+	if _, err := tb.admin.ExecContext(ctx, expire, held[3].Key); err != nil {
+		t.Fatal(err)
+	}
+	forged := held[1]
+	forged.Token = randHex(16)
+	stale := held[2]
+	stale.Fence++
+	bad := held[4]
+	bad.TTL = 0
+	batch := []backend.Claim{held[0], forged, stale, held[3], bad, held[1], {Key: "many/none", Token: randHex(16), TTL: time.Second}, permit}
+	for i := range batch {
+		if batch[i].TTL > 0 {
+			batch[i].TTL = 5 * time.Second
+		}
+	}
+	errs := d.RefreshMany(ctx, batch)
+	want := []error{nil, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrInvalidTTL, nil, backend.ErrNotHeld, nil}
+	if len(errs) != len(want) {
+		t.Fatalf("%d results for %d claims", len(errs), len(batch))
+	}
+	for i := range want {
+		if (want[i] == nil) != (errs[i] == nil) || want[i] != nil && !errors.Is(errs[i], want[i]) {
+			t.Errorf("claim %d: %v, want %v", i, errs[i], want[i])
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // past the first TTL: only the refreshed live on
+	for i, c := range held {
+		st, err := d.Inspect(ctx, c.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantHeld := i == 0 || i == 1; st.Held != wantHeld {
+			t.Errorf("lock %d held %v, want %v", i, st.Held, wantHeld)
+		}
+	}
+	permit.TTL = time.Second
+	if err := d.Release(ctx, permit); err != nil {
+		t.Errorf("the refreshed permit's Release: %v", err)
+	}
+}
+
+// List matches its prefix byte for byte (no LIKE wildcard), sorts by the
+// names' bytes, and reads past a page.
+func TestListPrefixIsLiteral(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t)
+	d := tb.driver(t)
+	ctx := context.Background()
+	keys := []string{`lk/a_b`, `lk/axb`, `lk/a%`, `lk/ay`, `lk/a\`, `lk/a\b`, "lk/é", "lk/éa", "lk/z\U0010FFFF"}
+	for _, k := range keys {
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: k, Token: randHex(16), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for prefix, want := range map[string][]string{
+		`lk/a_`:        {`lk/a_b`},
+		`lk/a%`:        {`lk/a%`},
+		`lk/a\`:        {`lk/a\`, `lk/a\b`},
+		"lk/é":         {"lk/é", "lk/éa"},
+		"lk/\xc3":      {"lk/é", "lk/éa"},
+		"lk/z\xf4":     {"lk/z\U0010FFFF"},
+		"lk/none":      nil,
+		``:             {`lk/a%`, `lk/a\`, `lk/a\b`, `lk/a_b`, `lk/axb`, `lk/ay`, "lk/z\U0010FFFF", "lk/é", "lk/éa"},
+		"\xff\xff\xff": nil,
+	} {
+		got, err := d.List(ctx, prefix)
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		var names []string
+		for _, st := range got {
+			names = append(names, st.Key)
+		}
+		if fmt.Sprint(names) != fmt.Sprint(want) {
+			t.Errorf("List(%q) = %q, want %q", prefix, names, want)
+		}
+	}
+	// More than a page (500).
+	for i := range 1100 {
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: fmt.Sprintf("pg/%04d", i), Token: randHex(16), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := d.List(ctx, "pg/")
+	if err != nil || len(got) != 1100 || got[0].Key != "pg/0000" || got[1099].Key != "pg/1099" {
+		t.Fatalf("List over three pages: %d states, %v", len(got), err)
+	}
+}

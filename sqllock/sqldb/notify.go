@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/lockerhq/locker/backend"
 )
 
 // pollEvery is how often a driver with subscribers looks at their keys.
@@ -46,9 +44,13 @@ func (h *hub) wake(key string) {
 
 // Subscribe implements backend.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if d.gate.Closed() {
-		return nil, nil, fmt.Errorf("sqldb: subscribe: %w", backend.ErrClosed)
+	// In the gate, so that Close, which waits for the calls in it first,
+	// then waits for a poller this call starts.
+	_, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqldb: subscribe: %w", err)
 	}
+	defer leave()
 	ch := make(chan struct{}, 1)
 	h := &d.hub
 	h.mu.Lock()
