@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
-	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +20,12 @@ import (
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
-// baseURL returns the test server's URL (LOCKER_MYSQL_URL), or skips
-// (fails with LOCKER_REQUIRE_SERVERS=1) when it is unset or unreachable.
-// The one place to switch to testenv.MySQLURL once it exists.
+// baseURL returns the test server's URL, or skips (fails in CI) when the
+// server is not running.
 func baseURL(t testing.TB) string {
 	t.Helper()
-	raw := os.Getenv("LOCKER_MYSQL_URL")
-	if raw == "" {
-		if os.Getenv("LOCKER_REQUIRE_SERVERS") == "1" || os.Getenv("CI") != "" {
-			t.Fatal("LOCKER_MYSQL_URL is not set")
-		}
-		t.Skip("LOCKER_MYSQL_URL is not set")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatalf("LOCKER_MYSQL_URL: %v", err)
-	}
-	testenv.Require(t, u.Host)
-	return raw
+	testenv.Require(t, testenv.MySQLAddr())
+	return testenv.MySQLURL()
 }
 
 var randHex = testutil.RandHex
@@ -249,4 +239,45 @@ func TestTakesEveryMode(t *testing.T) {
 	if want := backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write); d.Modes() != want {
 		t.Fatalf("Modes() = %v, want %v", d.Modes(), want)
 	}
+}
+
+// Close ends every connection Open made, and so each one's goroutine,
+// which the conformance harness's leak checks pass over.
+func TestCloseEndsConnections(t *testing.T) {
+	h := newHarness(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before := watchers()
+	d, err := Open(ctx, h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 { // concurrent calls: several connections
+		wg.Go(func() {
+			c := backend.Claim{Key: fmt.Sprintf("close/%d", i), Token: randHex(16), TTL: time.Minute}
+			if g, err := d.TryAcquire(ctx, c); err == nil {
+				c.Fence = g.Fence
+				d.Release(ctx, c)
+			}
+		})
+	}
+	wg.Wait()
+	if watchers() <= before {
+		t.Fatal("no connection goroutine while the driver is open: the check below checks nothing")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); watchers() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connection goroutines after Close, %d before Open", watchers(), before)
+		}
+	}
+}
+
+// watchers counts go-sql-driver's connection goroutines.
+func watchers() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), watcherSite+".func1()")
 }

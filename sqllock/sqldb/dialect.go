@@ -36,6 +36,9 @@ type Dialect struct {
 	// that the driver's write statements queue in Go for one another
 	// (see Driver.write1); reads do not.
 	oneWriter bool
+	// txIsolation is the isolation level of the shared table's
+	// transactions (0: the database's default).
+	txIsolation sql.IsolationLevel
 	// check, if set, runs once before the first statement: it refuses a
 	// server that cannot give the guarantees (too old) with an error
 	// wrapping backend.ErrUnsupported.
@@ -150,7 +153,8 @@ type statements struct {
 	// of kind > 0, and token's.
 	sharedPurge string
 	// sharedRows (name, obj) returns token, kind and lim of the object's
-	// live rows of kind > 0, reading the latest committed rows.
+	// live rows of kind > 0 (under the anchor's lock, a plain read sees
+	// every grant and release of the object).
 	sharedRows string
 	// sharedInsert (name, obj, token, kind, owner, lim, ttl) inserts a
 	// holder and draws its fence (LastInsertId).

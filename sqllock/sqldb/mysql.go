@@ -23,6 +23,10 @@ var MySQL = Dialect{
 	statements: mysqlStatements,
 	classify:   mysqlClassify,
 	check:      mysqlCheck,
+	// READ COMMITTED: the anchor's lock serializes an object's
+	// transactions, and REPEATABLE READ's gap locks would make those of
+	// neighbouring names wait for, and deadlock with, one another.
+	txIsolation: sql.LevelReadCommitted,
 }
 
 // mysqlNow is the server's clock in µs since 1970 UTC: integer arithmetic
@@ -110,9 +114,12 @@ func mysqlStatements(t, s string) statements {
 		sharedAnchor:     `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, '', 0, '', 0, 0) ON DUPLICATE KEY UPDATE kind = 0`,
 		sharedLockAnchor: `SELECT 1 FROM ` + s + ` WHERE name = ? AND obj = ? AND token = '' FOR UPDATE`,
 		sharedPurge:      `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND (expires_us <= ` + now + ` OR token = ?)`,
-		// FOR UPDATE: the latest rows, whatever the isolation level.
-		sharedRows:    `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now + ` FOR UPDATE`,
-		sharedInsert:  `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) SELECT ?, ?, ?, ?, ?, ?, ` + now + ` + ?`,
+		sharedRows:       `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now,
+		// VALUES, not SELECT: the anchor's lock orders the fences of an
+		// object, and an INSERT ... SELECT would take the table's AUTO-INC
+		// lock while the transaction holds row locks (deadlocks, which
+		// InnoDB reports as error 1467).
+		sharedInsert:  `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, ?, ?, ?, ` + now + ` + ?)`,
 		sharedWait:    `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, 4, ?, 0, ` + now + ` + ?) ON DUPLICATE KEY UPDATE kind = 4, expires_us = VALUES(expires_us)`,
 		sharedRelease: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
 		sharedForget:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?)`,
@@ -158,7 +165,7 @@ func mysqlClassify(err error) errKind {
 		return errDuplicate
 	case "1044", "1045", "1142", "1143", "1227", "1370", "1698": // access or command denied
 		return errPermission
-	case "1205": // lock wait timeout
+	case "1205", "1467": // lock wait timeout; a deadlock on an AUTO-INC lock
 		return errBusy
 	case "1213": // deadlock
 		return errDeadlock

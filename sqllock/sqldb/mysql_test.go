@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,23 +19,15 @@ import (
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
-// mysqlConfig returns the test server's configuration (LOCKER_MYSQL_URL),
-// or skips (fails with LOCKER_REQUIRE_SERVERS=1) when it is unset or
-// unreachable. The one place to switch to testenv.MySQLURL once it exists.
+// mysqlConfig returns the test server's configuration, or skips (fails
+// in CI) when the server is not running.
 func mysqlConfig(t testing.TB) *gomysql.Config {
 	t.Helper()
-	raw := os.Getenv("LOCKER_MYSQL_URL")
-	if raw == "" {
-		if os.Getenv("LOCKER_REQUIRE_SERVERS") == "1" || os.Getenv("CI") != "" {
-			t.Fatal("LOCKER_MYSQL_URL is not set")
-		}
-		t.Skip("LOCKER_MYSQL_URL is not set")
-	}
-	u, err := url.Parse(raw)
+	testenv.Require(t, testenv.MySQLAddr())
+	u, err := url.Parse(testenv.MySQLURL())
 	if err != nil {
-		t.Fatalf("LOCKER_MYSQL_URL: %v", err)
+		t.Fatal(err)
 	}
-	testenv.Require(t, u.Host)
 	cfg := gomysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, u.Path[1:]
 	cfg.User = u.User.Username()
