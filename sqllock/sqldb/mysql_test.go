@@ -317,3 +317,53 @@ func TestListPrefixIsLiteral(t *testing.T) {
 		t.Fatalf("List over three pages: %d states, %v", len(got), err)
 	}
 }
+
+// An acquisition whose caller gives up while the server keeps its INSERT
+// waiting (here, on a row lock of another transaction) returns within
+// backend.CancelGrace, and when the server applies the INSERT later,
+// the driver undoes it: the name does not stay held for the TTL.
+func TestCancelledAcquisitionLandingLateIsUndone(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t)
+	d, other := tb.driver(t), tb.driver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "late/" + randHex(4)
+	tx, err := tb.admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// An uncommitted row of the name: the driver's INSERT waits for it.
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+tb.name+"` (name, token, owner, expires_us) VALUES (?, 'x', '', 0)", key); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer ccancel()
+	start := time.Now()
+	_, err = d.TryAcquire(cctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire past its deadline = %v, want the deadline's error", err)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond+backend.CancelGrace {
+		t.Fatalf("TryAcquire returned %v after its call, past its deadline and CancelGrace", took)
+	}
+	// The server now applies the waiting INSERT: a grant nobody holds.
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g, err := other.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute})
+		if err == nil {
+			if g.Fence == 0 {
+				t.Fatal("no fence")
+			}
+			return
+		}
+		if !errors.Is(err, backend.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatalf("another TryAcquire after the late INSERT = %v: the name stayed held", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
