@@ -36,6 +36,12 @@ type Dialect struct {
 	// that the driver's write statements queue in Go for one another
 	// (see Driver.write1); reads do not.
 	oneWriter bool
+	// writerKey, if set with oneWriter, names the database the driver's
+	// db writes to (SQLite: the file's absolute path), so that every
+	// driver of this process that writes there queues in Go behind one
+	// gate, whatever *sql.DB it uses; "" keeps the driver's own gate.
+	// It runs once, with check.
+	writerKey func(ctx context.Context, db *sql.DB) (string, error)
 	// txIsolation is the isolation level of the shared table's
 	// transactions (0: the database's default).
 	txIsolation sql.IsolationLevel
