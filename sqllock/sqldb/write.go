@@ -9,8 +9,9 @@ import (
 
 const (
 	// writeTimeout bounds a detached write: how long its answer is
-	// awaited once nobody else bounds it.
-	writeTimeout = 10 * time.Second
+	// awaited, whatever its caller's deadline; the failure budget, so that
+	// a blackholed connection fails a waiting Acquire in time.
+	writeTimeout = backend.StoreFailureBudget
 	// undoTimeout bounds an undo, within Close's 2 s.
 	undoTimeout = time.Second
 	// cancelWait is how long a caller whose ctx ended still waits for its
