@@ -281,3 +281,69 @@ func watchers() int {
 	buf := make([]byte, 1<<20)
 	return strings.Count(string(buf[:runtime.Stack(buf, true)]), watcherSite+".func1()")
 }
+
+// On a blackholed connection (no answer, no reset), every call returns
+// within CancelGrace of its context's end, and Close within 2 s.
+func TestBlackholedCallsReturn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := url.Parse(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	u.Host = p.Addr()
+	d, err := Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := backend.Claim{Key: "bh/held", Token: randHex(16), TTL: time.Minute}
+	g, err := d.TryAcquire(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Fence = g.Fence
+	p.Blackhole()
+	const wait = 100 * time.Millisecond
+	calls := map[string]func(context.Context) error{
+		"TryAcquire": func(ctx context.Context) error {
+			_, err := d.TryAcquire(ctx, backend.Claim{Key: "bh/x", Token: randHex(16), TTL: time.Minute})
+			return err
+		},
+		"TryAcquire permit": func(ctx context.Context) error {
+			_, err := d.TryAcquire(ctx, backend.Claim{Key: "bh/s", Token: randHex(16), TTL: time.Minute, Mode: backend.Permit, Limit: 2})
+			return err
+		},
+		"Refresh": func(ctx context.Context) error { return d.Refresh(ctx, held) },
+		"Release": func(ctx context.Context) error { return d.Release(ctx, held) },
+		"Inspect": func(ctx context.Context) error { _, err := d.Inspect(ctx, held.Key); return err },
+	}
+	for name, call := range calls {
+		cctx, ccancel := context.WithTimeout(ctx, wait)
+		start := time.Now()
+		err := call(cctx)
+		took := time.Since(start)
+		ccancel()
+		if err == nil {
+			t.Errorf("%s on a blackholed connection succeeded", name)
+		}
+		if took > wait+backend.CancelGrace {
+			t.Errorf("%s returned %v after its call, past its deadline (%v) and CancelGrace", name, took, wait)
+		}
+	}
+	start := time.Now()
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	took := time.Since(start)
+	if took > 2*time.Second {
+		t.Fatalf("Close took %v on a blackholed connection, want at most 2s", took)
+	}
+	t.Logf("Close took %v", took)
+}
