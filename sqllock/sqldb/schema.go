@@ -1,0 +1,80 @@
+package sqldb
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// ensureSchema checks the server and the tables on first use, and
+// creates the tables if missing (unless create_table is off). It looks
+// before it creates, so that a role without CREATE works on tables made
+// by migrations. A channel, not a mutex: a call whose context ends while
+// another one checks on a dead connection returns at once.
+func (d *Driver) ensureSchema(ctx context.Context) error {
+	if d.schemaOK.Load() {
+		return nil
+	}
+	select {
+	case d.schemaMu <- struct{}{}:
+	case <-ctx.Done():
+		return d.wrap("schema", context.Cause(ctx))
+	}
+	defer func() { <-d.schemaMu }()
+	if d.schemaOK.Load() {
+		return nil
+	}
+	if d.dialect.check != nil {
+		if err := d.dialect.check(ctx, d.db); err != nil {
+			return d.wrap("schema", err)
+		}
+	}
+	if d.dialect.oneWriter && d.dialect.writerKey != nil {
+		key, err := d.dialect.writerKey(ctx, d.db)
+		if err != nil {
+			return d.wrap("schema", err)
+		}
+		if key != "" {
+			d.writer = sharedWriter(key) // read after schemaOK, which orders it
+		}
+	}
+	rows, err := d.db.QueryContext(ctx, d.sql.inspect, "")
+	if err == nil {
+		err = rows.Close()
+	}
+	switch {
+	case err == nil:
+	case d.dialect.classify(err) != errNoTable:
+		return d.wrap("schema", err)
+	case !d.cfg.create:
+		return fmt.Errorf("sqldb: table %s does not exist, and automatic creation is off (create_table=false): run the dialect's SchemaSQL", d.table)
+	default:
+		for _, stmt := range d.dialect.schema(d.table, d.shared) {
+			if _, err := d.db.ExecContext(ctx, stmt); err != nil {
+				return d.wrap("create table", err)
+			}
+		}
+	}
+	d.schemaOK.Store(true)
+	d.startPurge()
+	return nil
+}
+
+// writers are the process-wide write gates of Dialect.writerKey, one per
+// database ever opened (so, bounded).
+var writers struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}
+
+func sharedWriter(key string) chan struct{} {
+	writers.Lock()
+	defer writers.Unlock()
+	if writers.m == nil {
+		writers.m = make(map[string]chan struct{})
+	}
+	if writers.m[key] == nil {
+		writers.m[key] = make(chan struct{}, 1)
+	}
+	return writers.m[key]
+}
