@@ -1,0 +1,319 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Driver keeps locks in a table of a database/sql database. It implements
+// backend.Driver, backend.Notifier (in-process), backend.BatchRefresher,
+// backend.Inspector, backend.Lister, backend.Breaker and backend.Modal
+// (semaphores and read-write locks, in a second table). Its methods are
+// safe for concurrent use.
+type Driver struct {
+	db      *sql.DB
+	ownDB   bool // Open's: Close closes it
+	dialect Dialect
+	cfg     config
+	sql     statements
+	table   string // quoted
+	shared  string // quoted
+
+	// gate guards every call; writes are the detached statements of
+	// acquisitions and their undos, which may outlive their call (see
+	// write).
+	gate   backend.Gate
+	writes sync.WaitGroup
+
+	writer chan struct{} // held (full) by the write statement in flight, with Dialect.oneWriter
+
+	schemaOK atomic.Bool
+	schemaMu chan struct{} // held (full) while one call checks or creates the table
+
+	hub hub
+}
+
+var (
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Lister         = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
+)
+
+// New returns a driver that keeps its locks in db, a database of the
+// dialect d (MySQL, SQLite), opened with any database/sql driver. Each
+// statement runs on db autocommitted, never inside a transaction of the
+// caller. Close does not close db. The tables are created on first use
+// unless WithCreateTable(false).
+func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
+	if db == nil {
+		return nil, fmt.Errorf("sqldb: New: %w: nil *sql.DB", backend.ErrInvalidOption)
+	}
+	if d.tables == nil {
+		return nil, fmt.Errorf("sqldb: New: %w: zero Dialect (use sqldb.MySQL or sqldb.SQLite)", backend.ErrInvalidOption)
+	}
+	cfg := newConfig(opts)
+	table, shared, why := d.tables(cfg.table)
+	if why != "" {
+		return nil, fmt.Errorf("sqldb: %w: %s", backend.ErrInvalidOption, why)
+	}
+	return &Driver{
+		db: db, dialect: d, cfg: cfg, sql: d.statements(table, shared),
+		table: table, shared: shared, schemaMu: make(chan struct{}, 1), writer: make(chan struct{}, 1),
+	}, nil
+}
+
+// Open is New for openers, which made db for the driver alone: it checks
+// the server and the tables (creating them unless WithCreateTable(false))
+// within ctx, so that a server out of reach, a refused password or a
+// missing table fails here, and Close closes db. On an error Open closes
+// db.
+func Open(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
+	drv, err := New(db, d, opts...)
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		return nil, err
+	}
+	drv.ownDB = true
+	if err := drv.ensureSchema(ctx); err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return drv, nil
+}
+
+// TableName returns the quoted name of the lock table, as the driver's
+// statements use it.
+func (d *Driver) TableName() string { return d.table }
+
+// micros returns ttl in whole microseconds, rounded up: the tables count
+// microseconds.
+func micros(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("sqldb: %w: %v", backend.ErrInvalidTTL, ttl)
+	}
+	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
+}
+
+// begin enters the gate for op and makes the tables ready.
+func (d *Driver) begin(ctx context.Context, op string) (context.Context, func(), error) {
+	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s%w", prefix(op), err)
+	}
+	if err := d.ensureSchema(ctx); err != nil {
+		leave()
+		return nil, nil, err
+	}
+	return ctx, leave, nil
+}
+
+// prefix starts the driver's errors of op: "" for the operator's calls,
+// whose operation the Client's error names already.
+func prefix(op string) string {
+	if op == "" {
+		return "sqldb: "
+	}
+	return "sqldb: " + op + ": "
+}
+
+// errHeld is the answer of an acquisition that found the name held.
+var errHeld = errors.New("held")
+
+// answered reports the engine's own answers of a write (not acquired,
+// a limit mismatch), after which nothing needs undoing.
+func answered(err error) bool {
+	return errors.Is(err, errHeld) || errors.Is(err, errRefused) || errors.Is(err, errMismatch)
+}
+
+// TryAcquire implements backend.Driver: one INSERT when the name is free;
+// when it has a row, a DELETE of that row if it expired (or is the
+// token's own) and the INSERT again, so that every grant draws a new
+// fence. Two contenders for one expired row: one DELETE removes it, the
+// other finds nothing to remove, or its INSERT meets the winner's row.
+func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	if c.Mode != backend.Exclusive {
+		return d.tryShared(ctx, c)
+	}
+	us, err := micros(c.TTL)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	ctx, leave, err := d.begin(ctx, "acquire")
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer leave()
+	var fence int64
+	err = d.write(ctx, func(ctx context.Context) error {
+		var err error
+		fence, err = d.grant(ctx, c, us)
+		return err
+	}, func(ctx context.Context) error {
+		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
+		d.hub.notify(c.Key)
+		return err
+	})
+	switch {
+	case err == nil:
+		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
+	case errors.Is(err, errHeld) || d.dialect.classify(err) == errDuplicate:
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
+	case d.dialect.classify(err) == errDeadlock:
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
+	}
+	return backend.Grant{}, d.wrap("acquire", err)
+}
+
+// grant runs TryAcquire's statements and returns the fence.
+func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, error) {
+	for took := false; ; took = true {
+		res, err := d.write1(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
+		if err == nil {
+			fence, err := res.LastInsertId()
+			if err == nil && fence <= 0 {
+				err = fmt.Errorf("the insert returned fence %d", fence)
+			}
+			return fence, err
+		}
+		if took || d.dialect.classify(err) != errDuplicate {
+			return 0, err
+		}
+		if res, err = d.write1(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
+			return 0, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return 0, cmp(err, errHeld)
+		}
+	}
+}
+
+// cmp returns err, or def when err is nil.
+func cmp(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}
+
+// Refresh implements backend.Driver: one UPDATE extends the token's live
+// row to c.TTL from the database's now, if it still carries c.Fence and
+// c.Owner as acquired (a rewritten row reads as a theft).
+func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
+	if err := d.modeOK(c.Mode); err != nil {
+		return err
+	}
+	us, err := micros(c.TTL)
+	if err != nil {
+		return err
+	}
+	ctx, leave, err := d.begin(ctx, "refresh")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if c.Mode != backend.Exclusive {
+		return d.refreshShared(ctx, c, us)
+	}
+	n, err := d.exec(ctx, d.sql.refresh, us, c.Key, c.Token, int64(c.Fence), int64(c.Fence), c.Owner)
+	switch {
+	case err != nil:
+		return d.wrap("refresh", err)
+	case n == 0:
+		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
+
+// Release implements backend.Driver: one DELETE of the token's live row,
+// and a second one only when there was none, to clear the token's expired
+// row (ErrNotHeld all the same). It wakes this driver's waiters.
+func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
+	if c.Mode != backend.Exclusive {
+		return d.releaseSharedClaim(ctx, c)
+	}
+	ctx, leave, err := d.begin(ctx, "release")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	n, err := d.exec(ctx, d.sql.release, c.Key, c.Token, int64(c.Fence), int64(c.Fence))
+	if err != nil {
+		return d.wrap("release", err)
+	}
+	if n == 1 {
+		d.hub.notify(c.Key)
+		return nil
+	}
+	if n, err := d.exec(ctx, d.sql.forget, c.Key, c.Token, int64(c.Fence), int64(c.Fence)); err == nil && n == 1 {
+		return fmt.Errorf("sqldb: %w: its TTL had run out", backend.ErrNotHeld)
+	}
+	return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+}
+
+// exec runs a write statement and returns the rows it affected.
+func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := d.write1(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// write1 runs one write statement, alone among this driver's when the
+// database lets one writer in at a time (Dialect.oneWriter): the others
+// wait here, in order, rather than in its busy handler, whose growing
+// sleeps make the tail long.
+func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if d.dialect.oneWriter {
+		select {
+		case d.writer <- struct{}{}:
+			defer func() { <-d.writer }()
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	return d.db.ExecContext(ctx, query, args...)
+}
+
+// Close implements backend.Driver. It waits for the calls in flight and
+// the undos of abandoned acquisitions, each bounded, and closes the
+// *sql.DB given to Open, not one given to New.
+func (d *Driver) Close() error {
+	if !d.gate.Close() {
+		return fmt.Errorf("sqldb: close: %w", backend.ErrClosed)
+	}
+	d.writes.Wait()
+	d.hub.done.Wait()
+	if d.ownDB {
+		return d.db.Close()
+	}
+	return nil
+}
+
+// wrap adds the package name and explains an error of the database.
+// Database errors name users and tables, never a password.
+func (d *Driver) wrap(op string, err error) error {
+	if d.gate.Closed() {
+		return fmt.Errorf("%s%w (%v)", prefix(op), backend.ErrClosed, err)
+	}
+	switch d.dialect.classify(err) {
+	case errPermission:
+		return fmt.Errorf("%s%w: %w", prefix(op), backend.ErrPermission, err)
+	case errNoTable:
+		return fmt.Errorf("%stable %s does not exist (run the dialect's SchemaSQL or allow create_table): %w", prefix(op), d.table, err)
+	}
+	return fmt.Errorf("%s%w", prefix(op), err)
+}

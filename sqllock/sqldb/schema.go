@@ -1,0 +1,50 @@
+package sqldb
+
+import (
+	"context"
+	"fmt"
+)
+
+// ensureSchema checks the server and the tables on first use, and
+// creates the tables if missing (unless create_table is off). It looks
+// before it creates, so that a role without CREATE works on tables made
+// by migrations. A channel, not a mutex: a call whose context ends while
+// another one checks on a dead connection returns at once.
+func (d *Driver) ensureSchema(ctx context.Context) error {
+	if d.schemaOK.Load() {
+		return nil
+	}
+	select {
+	case d.schemaMu <- struct{}{}:
+	case <-ctx.Done():
+		return d.wrap("schema", context.Cause(ctx))
+	}
+	defer func() { <-d.schemaMu }()
+	if d.schemaOK.Load() {
+		return nil
+	}
+	if d.dialect.check != nil {
+		if err := d.dialect.check(ctx, d.db); err != nil {
+			return d.wrap("schema", err)
+		}
+	}
+	rows, err := d.db.QueryContext(ctx, d.sql.inspect, "")
+	if err == nil {
+		err = rows.Close()
+	}
+	switch {
+	case err == nil:
+	case d.dialect.classify(err) != errNoTable:
+		return d.wrap("schema", err)
+	case !d.cfg.create:
+		return fmt.Errorf("sqldb: table %s does not exist, and automatic creation is off (create_table=false): run the dialect's SchemaSQL", d.table)
+	default:
+		for _, stmt := range d.dialect.schema(d.table, d.shared) {
+			if _, err := d.db.ExecContext(ctx, stmt); err != nil {
+				return d.wrap("create table", err)
+			}
+		}
+	}
+	d.schemaOK.Store(true)
+	return nil
+}
