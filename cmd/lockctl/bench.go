@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -96,38 +95,28 @@ type benchConfig struct {
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("lockctl bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("lockctl bench")
 	d := bench.Defaults
 	backends := fs.String("backends", "", "comma-separated backend `URLs` (default: mem, a file directory, and every server reachable on its local default port)")
 	jsonFile := fs.String("json", "", "write the results as JSON to `FILE`")
 	svgFile := fs.String("svg", "", "write a bar chart as SVG to `FILE`")
-	fs.DurationVar(&d.Duration, "duration", d.Duration, "how long each timed workload runs")
+	fs.duration(&d.Duration, "duration", d.Duration, "how long each timed workload runs")
 	fs.IntVar(&d.Parallel, "parallel", d.Parallel, "goroutines of the parallel workload, each on its own name")
 	fs.IntVar(&d.Workers, "workers", d.Workers, "N: workers contending for one name")
 	fs.IntVar(&d.Clients, "clients", d.Clients, "M: clients the contending workers are spread over")
 	fs.IntVar(&d.SemLimit, "sem-limit", d.SemLimit, "permits of the semaphore workload's semaphore")
 	fs.IntVar(&d.SemWorkers, "sem-workers", d.SemWorkers, "workers sharing the semaphore, spread over the clients")
 	fs.IntVar(&d.Held, "held", d.Held, "K: locks held at once by one client")
-	fs.DurationVar(&d.HeldFor, "held-for", d.HeldFor, "how long the K locks are held while refreshes are counted")
-	fs.DurationVar(&d.TTL, "ttl", d.TTL, "lock TTL of every workload")
+	fs.duration(&d.HeldFor, "held-for", d.HeldFor, "how long the K locks are held while refreshes are counted")
+	fs.duration(&d.TTL, "ttl", d.TTL, "lock TTL of every workload")
 	fs.IntVar(&d.ScaleWorkers, "scale-workers", d.ScaleWorkers, "workers on one name in the scale workload (after as many as --scale-clients)")
 	fs.IntVar(&d.ScaleClients, "scale-clients", d.ScaleClients, "clients the scale workload's workers are spread over")
 	fs.IntVar(&d.Names, "names", d.Names, "names of the names workload")
 	fs.IntVar(&d.NameWorkers, "name-workers", d.NameWorkers, "workers on each name of the names workload")
 	fs.IntVar(&d.NameClients, "name-clients", d.NameClients, "clients the names workload's workers are spread over")
-	workloads := fs.String("workloads", "", "comma-separated `workloads` to run (default all: "+strings.Join(bench.Workloads, ",")+")")
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprintf(stderr, "usage: lockctl bench [flags]\n\nRuns the same workloads against each backend and prints one table.\n\nFlags:\n")
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(stderr, "lockctl bench: %v (see lockctl bench -h)\n", err)
-		return exitUsage
+	workloads := fs.String("workloads", "", "comma-separated `WORKLOADS` to run (default all: "+strings.Join(bench.Workloads, ",")+")")
+	if code, ok := fs.parse(args, "usage: lockctl bench [flags]\n\nRuns the same workloads against each backend and prints one table.\n\n", stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "lockctl bench: unexpected argument %q\n", fs.Arg(0))

@@ -168,7 +168,7 @@ func TestBadInputExits2(t *testing.T) {
 		"no name":                             {"run", "--backend", u},
 		"bad ttl":                             {"run", "--backend", u, "--ttl", "-1s", "x", "--", "sh", "-c", marker},
 		"huge ttl":                            {"run", "--backend", u, "--ttl", "1000h", "x", "--", "sh", "-c", marker},
-		"not a duration":                      {"run", "--backend", u, "--ttl", "5", "x", "--", "sh", "-c", marker},
+		"not a duration":                      {"run", "--backend", u, "--ttl", "5x", "x", "--", "sh", "-c", marker},
 		"wait and no-wait":                    {"run", "--backend", u, "--wait", "1s", "--no-wait", "x", "--", "sh", "-c", marker},
 		"unknown flag":                        {"run", "--backend", u, "--frobnicate", "x", "--", "sh", "-c", marker},
 		"unknown scheme":                      {"run", "--backend", "bogus://x", "x", "--", "sh", "-c", marker},

@@ -19,7 +19,7 @@ func TestCronFlagsBadInput(t *testing.T) {
 	}{
 		"negative min-hold":           {[]string{"--min-hold", "-1s", "--no-wait"}, "--min-hold -1s"},
 		"min-hold past MaxTTL":        {[]string{"--min-hold", (locker.MaxTTL + 1).String()}, "--min-hold"},
-		"min-hold not a duration":     {[]string{"--min-hold", "5"}, "min-hold"},
+		"min-hold not a duration":     {[]string{"--min-hold", "5x"}, "--min-hold \"5x\": want seconds"},
 		"quiet-busy, waiting forever": {[]string{"--quiet-busy"}, "--quiet-busy needs --no-wait or --wait"},
 		"negative limit":              {[]string{"--limit", "-1"}, "--limit -1"},
 		"limit past MaxLimit":         {[]string{"--limit", "10001"}, "--limit 10001: want 1 to 10000"},
@@ -66,13 +66,13 @@ func TestQuietBusy(t *testing.T) {
 
 // TestRunUsageExitCodes: run -h lists the exit statuses and the new flags.
 func TestRunUsageExitCodes(t *testing.T) {
-	code, _, stderr := ctl("run", "-h")
+	code, help, _ := ctl("run", "-h")
 	if code != 0 {
 		t.Fatalf("run -h: exit %d", code)
 	}
-	for _, want := range []string{"--quiet-busy", "75 ", "76 ", "127 ", "128+N", "2 ", "-min-hold", "-quiet-busy", "session_timeout"} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("run -h does not mention %q:\n%s", want, stderr)
+	for _, want := range []string{"--quiet-busy", "75 ", "76 ", "127 ", "128+N", "2 ", "--min-hold", "session_timeout"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("run -h does not mention %q:\n%s", want, help)
 		}
 	}
 }

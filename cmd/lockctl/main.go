@@ -3,7 +3,8 @@
 // Command lockctl runs a command under a lock, on any backend, shows and
 // operates locks, and compares backends side by side.
 //
-//	lockctl run [--ttl D] [--wait D | --no-wait] [--min-hold D] [--quiet-busy] [--owner ID] NAME -- COMMAND [ARG...]
+//	lockctl run [-n | -w D] [-s | -x | --limit N] [--ttl D] [--min-hold D]
+//	            [--quiet-busy | -E CODE] [--owner ID] [flags] NAME -- COMMAND [ARG...]
 //	lockctl status [--json] NAME
 //	lockctl list [--json] [PREFIX]
 //	lockctl release --force [--fence N] NAME
@@ -11,15 +12,33 @@
 //	lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE]
 //	lockctl version [--json]
 //
-// The backend is the URL given with --backend, else $LOCKER_URL, else the
-// file backend in a directory under the user's cache directory (see
-// filelock.DefaultDir), so that lockctl works on one machine with no
-// configuration at all. Every backend is compiled in; only the URL changes
-// between environments:
+// Flags are written --name (one dash works too); run also takes flock(1)'s
+// short forms, bundled as getopt takes them (-xn, -w5). Durations are bare
+// seconds as flock's -w takes them (5, 1.5) or have a unit (300ms, 2m, 1h).
+// Every command prints its help and every flag on stdout for -h or --help,
+// and exits 0.
+//
+// The backend is the URL given with --backend, else $LOCKER_URL. Every
+// backend is compiled in; only the URL changes between environments:
 //
 //	LOCKER_URL=file:///var/lib/myapp/locks                  # one machine
 //	LOCKER_URL=redis://cache.staging:6379/0                 # staging
 //	LOCKER_URL=etcd://etcd-1:2379,etcd-2:2379,etcd-3:2379   # production
+//
+// lockctl never locks somewhere else silently. An empty --backend, or a
+// LOCKER_URL that is set but empty, is refused (exit 2): it is a variable
+// gone missing, not a choice. With neither set, lockctl uses the file
+// backend in a directory under the user's cache directory (see
+// filelock.DefaultDir), which excludes processes of this host only, and says
+// so on stderr once per run:
+//
+//	lockctl: no --backend or LOCKER_URL: locking on this host only (file:///home/me/.cache/lockctl)
+//
+// A cron job meant for one host names that store, --backend file:// (or
+// LOCKER_URL=file://: file:// without a directory is the default one), and
+// gets no note; --quiet-busy does not silence it, since a job run from cron
+// on several hosts is who needs it. -v, every busy message and status name
+// the store (its URL, with passwords and secret parameters as xxxxx).
 //
 // Secrets need not be written in the URL: lockctl replaces ${NAME} in it by
 // the environment variable NAME, percent-encoded so that any password fits
@@ -63,17 +82,26 @@
 //
 // Flags of run:
 //
-//	--backend URL          backend URL (default $LOCKER_URL, else the file backend)
-//	--ttl D                lock TTL (default 30s): how long a crashed holder blocks others;
-//	                       on ZooKeeper the session timeout, unless the URL sets session_timeout
-//	--wait D               give up after waiting D (default: wait forever)
-//	--no-wait              give up at once if the lock is held
-//	--min-hold D           keep the lock held at least D from its acquisition (see below)
-//	--quiet-busy           with --no-wait or --wait: exit 0, silently, when another holder has it
-//	--owner ID             holder identity, see below
-//	--grace D              after a lost lock, SIGKILL this long after SIGTERM (default 10s)
-//	--connect-timeout D    bound on connecting to the backend (default 10s)
-//	-v                     report the acquisition and release on stderr
+//	    --backend URL          the lock store (default $LOCKER_URL, else this host only)
+//	    --ttl D                lock TTL (default 30s): how long a crashed holder blocks others;
+//	                           on ZooKeeper the session timeout, unless the URL sets session_timeout
+//	-w, --wait D               give up after waiting D (default: wait forever)
+//	-n, --no-wait              give up at once if the lock is held
+//	-E, --conflict-exit-code CODE
+//	                           exit CODE (0 to 255) instead of 75 when another holder has the lock
+//	    --min-hold D           keep the lock held at least D from its acquisition (see below)
+//	    --limit N              take one of N permits of the semaphore NAME
+//	-s, --shared               take the read side of the read-write lock NAME
+//	-x, --exclusive            take its write side
+//	    --quiet-busy           with -n or -w: exit 0, silently, when another holder has it
+//	    --owner ID             holder identity, see below
+//	    --grace D              after a lost lock, SIGKILL this long after SIGTERM (default 10s)
+//	    --connect-timeout D    bound on connecting to the backend (default 10s)
+//	-v, --verbose              name the store, and report the acquisition and release, on stderr
+//
+// As with flock, -s and -x are the two sides of one read-write lock; unlike
+// flock, a run without either takes a plain lock NAME, which is another
+// object: all runs of a name say -s or -x, or none does.
 //
 // --owner names the holder. It is stored with the lock where the backend
 // keeps such information (the file backend does) and is passed to COMMAND as
@@ -104,20 +132,23 @@
 //
 // Exit status of run: COMMAND's own status when it ran and the lock held;
 // 128+N when COMMAND was killed by signal N (as shells report it); 75 when
-// the lock was not acquired (--no-wait, or --wait ran out); 76 when the lock
+// the lock was not acquired (--no-wait, or --wait ran out; -E CODE changes
+// it when another holder has the lock, as flock's -E does); 76 when the lock
 // was lost while COMMAND ran; 127 when COMMAND could not be started (the
 // lock is released); 2 for every error before COMMAND runs (bad flags or
 // name, unknown scheme, unreachable server: one line on stderr); 128+N when
 // lockctl itself is interrupted by signal N while waiting for the lock.
 // With --quiet-busy, a lock another holder has (75 otherwise) exits 0 and
-// prints nothing, for cron mailers; other errors keep their status.
+// prints nothing, for cron mailers; other errors keep their status. Without
+// it, the busy message names the holder (where the store records it) and
+// the store, with --wait as with --no-wait.
 //
 // # status, list, release --force
 //
 // status prints what the store knows of NAME: held or free and, where the
 // store records them, the holder's owner, fence and time left, and the
-// waiters queued behind it; a field the store does not record is
-// "unknown", never guessed. It exits 0 when NAME is held, 1 when free.
+// waiters queued behind it, then the store it asked (store:); a field the
+// store does not record is "unknown", never guessed. It exits 0 when NAME is held, 1 when free.
 // list prints the held locks whose names start with PREFIX, in columns;
 // a backend whose store cannot enumerate its keys (memcached) refuses.
 // With --json, status prints one object and list an array of them: name
@@ -142,7 +173,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -176,21 +207,24 @@ const (
 const envURL = "LOCKER_URL"
 
 const usage = `usage:
-  lockctl run [--ttl D] [--wait D | --no-wait [--quiet-busy]] [--min-hold D]
-              [--owner ID] [--grace D] [--connect-timeout D] [--backend URL] [-v]
-              NAME -- COMMAND [ARG...]
+  lockctl run [-n | -w D] [-s | -x | --limit N] [flags] NAME -- COMMAND [ARG...]
+                                               run COMMAND under the lock NAME
   lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
   lockctl list [--json] [PREFIX]               the held locks
   lockctl release --force [--fence N] NAME     break-glass: remove a stuck holder
-  lockctl backends
+  lockctl backends                             the backends' URL forms
   lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE] [...]
   lockctl version [--json]
 
-The backend is --backend URL, else $LOCKER_URL, else %s.
+The backend is --backend URL, else $LOCKER_URL. With neither, lockctl locks
+on this host only, in %s,
+and says so on stderr; --backend file:// (or LOCKER_URL=file://) names that
+store: no note.
 ${NAME} in the URL is replaced by the environment variable NAME (for secrets).
-Run "lockctl COMMAND -h" for a command's flags (status, list and release also
-take --backend URL and --timeout D; --json fields are listed there).
+Durations are seconds (5, 1.5) or have a unit (300ms, 2m, 1h).
+Run "lockctl COMMAND -h" for a command's flags.
 Exit status 2: bad input or an error (one line on stderr).
+
 `
 
 func init() {
@@ -210,41 +244,37 @@ func main() {
 }
 
 func lockctl(args []string, stdout, stderr io.Writer) int {
-	global := flag.NewFlagSet("lockctl", flag.ContinueOnError)
-	global.SetOutput(io.Discard)
-	backendURL := global.String("backend", "", "backend URL (default $LOCKER_URL, else the file backend)")
-	global.Usage = func() {}
-	printUsage := func() { fmt.Fprintf(stderr, usage, defaultURL()) }
-	if err := global.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			printUsage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "lockctl: %v (see lockctl -h)\n", err)
-		return exitUsage
+	global := newFlagSet("lockctl")
+	var b backendFlag
+	global.Var(&b, "backend", "the lock store's `URL`, for every command (default $LOCKER_URL)")
+	help := fmt.Sprintf(usage, defaultURL())
+	if code, ok := global.parse(args, help, stdout, stderr); !ok {
+		return code
 	}
 	args = global.Args()
 	if len(args) == 0 {
-		printUsage()
+		fmt.Fprint(stderr, help)
+		global.printFlags(stderr)
 		return exitUsage
 	}
 	switch args[0] {
 	case "run":
-		return runCmd(args[1:], *backendURL, stderr)
+		return runCmd(args[1:], b, stdout, stderr)
 	case "status":
-		return statusCmd(args[1:], *backendURL, stdout, stderr)
+		return statusCmd(args[1:], b, stdout, stderr)
 	case "list":
-		return listCmd(args[1:], *backendURL, stdout, stderr)
+		return listCmd(args[1:], b, stdout, stderr)
 	case "release":
-		return releaseCmd(args[1:], *backendURL, stdout, stderr)
+		return releaseCmd(args[1:], b, stdout, stderr)
 	case "version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "backends":
 		return backendsCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		printUsage()
+	case "help":
+		fmt.Fprint(stdout, help)
+		global.printFlags(stdout)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, backends, bench or version)\n", args[0])
@@ -257,18 +287,50 @@ func defaultURL() string {
 	return (&url.URL{Scheme: "file", Path: filelock.DefaultDir()}).String()
 }
 
-// resolveURL picks the backend URL: the flag, else $LOCKER_URL, else the
-// file backend's default directory. Its ${NAME} references are left for
-// expandURL.
-func resolveURL(flagURL string) string {
-	raw := flagURL
-	if raw == "" {
-		raw = strings.TrimSpace(os.Getenv(envURL))
+// backendFlag is --backend: a URL given explicitly, and never empty (an
+// empty one is a variable gone missing, not a choice).
+type backendFlag struct {
+	url string
+	set bool
+}
+
+func (b *backendFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("want a backend URL, not an empty one; file:// locks on this host only")
 	}
-	if raw == "" {
-		return defaultURL()
+	b.url, b.set = strings.TrimSpace(s), true
+	return nil
+}
+
+// String shows no default: the one given before the command may hold a
+// password.
+func (b *backendFlag) String() string { return "" }
+
+// resolveURL picks the backend URL: --backend, else $LOCKER_URL, else the
+// file backend's default directory. That last one excludes processes of
+// this host only, so it is said on stderr: a cron job started without its
+// environment must not silently stop excluding other hosts. An empty
+// $LOCKER_URL is refused as an empty --backend is. file:// without a
+// directory names the default directory, without the note. ${NAME}
+// references are left for expandURL.
+func resolveURL(b backendFlag, stderr io.Writer) (string, error) {
+	raw := b.url
+	if !b.set {
+		env, ok := os.LookupEnv(envURL)
+		if !ok {
+			def := defaultURL()
+			fmt.Fprintf(stderr, "lockctl: no --backend or %s: locking on this host only (%s)\n", envURL, def)
+			return def, nil
+		}
+		if raw = strings.TrimSpace(env); raw == "" {
+			return "", fmt.Errorf("%s is set but empty: want a backend URL (file:// locks on this host only)", envURL)
+		}
 	}
-	return raw
+	if u, err := url.Parse(raw); err == nil && u.Scheme == "file" && u.Host == "" && u.Path == "" && u.Opaque == "" {
+		u.Path = filelock.DefaultDir()
+		raw = u.String()
+	}
+	return raw, nil
 }
 
 // expandURL replaces every ${NAME} in raw by the value of the environment
@@ -307,7 +369,11 @@ func expandURL(raw string) (string, []string, error) {
 }
 
 func backendsCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
+	fs := newFlagSet("lockctl backends")
+	if code, ok := fs.parse(args, "usage: lockctl backends\n\nLists the backends compiled in, with their URL forms.\n\n", stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "lockctl backends: takes no arguments\n")
 		return exitUsage
 	}
@@ -317,7 +383,7 @@ func backendsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Usage)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nDefault (no --backend, no $%s): %s\n", envURL, defaultURL())
+	fmt.Fprintf(stdout, "\nDefault (no --backend, no $%s; or file://): %s, this host only\n", envURL, defaultURL())
 	return 0
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 )
 
 // exitFree is the status of status on a free lock, and of release --force
@@ -43,39 +43,30 @@ func hook(stage string) {
 
 // opsFlags are the flags that status, list and release share.
 type opsFlags struct {
-	fs      *flag.FlagSet
-	backend string
+	fs      *flagSet
+	backend backendFlag
 	timeout time.Duration
 	json    bool
 }
 
-func newOpsFlags(cmd, globalBackend string, withJSON bool) *opsFlags {
-	o := &opsFlags{fs: flag.NewFlagSet("lockctl "+cmd, flag.ContinueOnError)}
-	o.fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
-	o.fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "bound on connecting to the backend and on each call to it")
+func newOpsFlags(cmd string, global backendFlag, withJSON bool) *opsFlags {
+	o := &opsFlags{fs: newFlagSet("lockctl " + cmd), backend: global}
+	o.fs.Var(&o.backend, "backend", "the lock store's `URL` (default $LOCKER_URL, else this host only)")
+	o.fs.duration(&o.timeout, "timeout", 10*time.Second, "bound on connecting to the backend and on each call to it")
 	if withJSON {
 		o.fs.BoolVar(&o.json, "json", false, "print JSON (fields listed above)")
 	}
-	o.fs.SetOutput(io.Discard)
-	o.fs.Usage = func() {}
 	return o
 }
 
 // parse parses args, flags and operands in any order (an operand after
-// "--" may start with '-'), and returns the operands. help is printed for
-// -h, and the returned status is then 0; otherwise a non-nil error is a
-// usage error.
-func (o *opsFlags) parse(args []string, stderr io.Writer, help string) ([]string, int, error) {
+// "--" may start with '-'), and returns the operands. It reports -h and
+// bad input itself, and then returns false and the exit status.
+func (o *opsFlags) parse(args []string, stdout, stderr io.Writer, help string) ([]string, int, bool) {
 	var operands []string
 	for {
-		if err := o.fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				fmt.Fprint(stderr, help)
-				o.fs.SetOutput(stderr)
-				o.fs.PrintDefaults()
-				return nil, 0, err
-			}
-			return nil, exitUsage, err
+		if code, ok := o.fs.parse(args, help, stdout, stderr); !ok {
+			return nil, code, false
 		}
 		rest := o.fs.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
@@ -89,15 +80,17 @@ func (o *opsFlags) parse(args []string, stderr io.Writer, help string) ([]string
 		args = rest[1:]
 	}
 	if o.timeout <= 0 {
-		return nil, exitUsage, fmt.Errorf("--timeout %v: want a positive duration", o.timeout)
+		errorf(stderr, strings.TrimPrefix(o.fs.cmd, "lockctl "), "--timeout %v: want a positive duration", o.timeout)
+		return nil, exitUsage, false
 	}
-	return operands, 0, nil
+	return operands, 0, true
 }
 
 // ops is one operator command's connection to the backend.
 type ops struct {
 	cmd     string // "status", for messages
 	scheme  string // the backend's URL scheme, for messages
+	store   string // the backend URL, redacted, for messages
 	client  *locker.Client
 	timeout time.Duration
 	stdout  io.Writer
@@ -107,7 +100,10 @@ type ops struct {
 // open connects to the backend of o's flags. It reports its error itself
 // and then returns nil.
 func (o *opsFlags) open(cmd string, stdout, stderr io.Writer) *ops {
-	rawURL, _, err := expandURL(resolveURL(o.backend))
+	rawURL, err := resolveURL(o.backend, stderr)
+	if err == nil {
+		rawURL, _, err = expandURL(rawURL)
+	}
 	if err != nil {
 		errorf(stderr, cmd, "%v", err)
 		return nil
@@ -126,7 +122,7 @@ func (o *opsFlags) open(cmd string, stdout, stderr io.Writer) *ops {
 		errorf(stderr, cmd, "%v", err)
 		return nil
 	}
-	return &ops{cmd: cmd, scheme: scheme, client: c, timeout: o.timeout, stdout: stdout, stderr: stderr}
+	return &ops{cmd: cmd, scheme: scheme, store: backend.RedactedString(rawURL), client: c, timeout: o.timeout, stdout: stdout, stderr: stderr}
 }
 
 func (p *ops) ctx() (context.Context, context.CancelFunc) {
@@ -255,23 +251,19 @@ const statusHelp = `usage: lockctl status [--json] [--backend URL] [--timeout D]
 
 Prints what the store knows of the lock NAME: held or free and, where the
 store records them, its holder's owner, fence and time left, and the
-waiters queued behind it. A field the store does not record shows as
-"unknown" (omitted from JSON).
+waiters queued behind it; then the store it asked (store:, not in JSON).
+A field the store does not record shows as "unknown" (omitted from JSON).
 
 Exit status: 0 held, 1 free, 2 error.
 
 ` + jsonFields + `
-Flags:
 `
 
-func statusCmd(args []string, globalBackend string, stdout, stderr io.Writer) int {
+func statusCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
 	const cmd = "status"
 	f := newOpsFlags(cmd, globalBackend, true)
-	operands, code, err := f.parse(args, stderr, statusHelp)
-	if err != nil {
-		if code != 0 {
-			errorf(stderr, cmd, "%v (see lockctl status -h)", err)
-		}
+	operands, code, ok := f.parse(args, stdout, stderr, statusHelp)
+	if !ok {
 		return code
 	}
 	name, err := oneName(operands, "lockctl status [flags] NAME")
@@ -293,7 +285,7 @@ func statusCmd(args []string, globalBackend string, stdout, stderr io.Writer) in
 	if f.json {
 		writeJSON(stdout, toJSON(s))
 	} else {
-		printStatus(stdout, s)
+		printStatus(stdout, s, p.store)
 	}
 	if !s.Held {
 		return exitFree
@@ -301,7 +293,7 @@ func statusCmd(args []string, globalBackend string, stdout, stderr io.Writer) in
 	return 0
 }
 
-func printStatus(w io.Writer, s locker.State) {
+func printStatus(w io.Writer, s locker.State, store string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	if s.Held {
 		fmt.Fprintf(tw, "%s: held\n", show(s.Name))
@@ -323,6 +315,7 @@ func printStatus(w io.Writer, s locker.State) {
 		}
 		fmt.Fprintf(tw, "  queue:\t%s\n", strings.Join(q, ", "))
 	}
+	fmt.Fprintf(tw, "  store:\t%s\n", store)
 	tw.Flush()
 }
 
@@ -350,17 +343,13 @@ Backends whose store cannot enumerate its keys (memcached) refuse.
 Exit status: 0 listed (even none), 2 error.
 
 ` + jsonFields + `
-Flags:
 `
 
-func listCmd(args []string, globalBackend string, stdout, stderr io.Writer) int {
+func listCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
 	const cmd = "list"
 	f := newOpsFlags(cmd, globalBackend, true)
-	operands, code, err := f.parse(args, stderr, listHelp)
-	if err != nil {
-		if code != 0 {
-			errorf(stderr, cmd, "%v (see lockctl list -h)", err)
-		}
+	operands, code, ok := f.parse(args, stdout, stderr, listHelp)
+	if !ok {
 		return code
 	}
 	prefix := ""
@@ -398,9 +387,9 @@ func listCmd(args []string, globalBackend string, stdout, stderr io.Writer) int 
 	}
 	if len(ss) == 0 {
 		if prefix == "" {
-			errorf(stderr, cmd, "no held locks")
+			errorf(stderr, cmd, "no held locks on %s", p.store)
 		} else {
-			errorf(stderr, cmd, "no held locks with prefix %q", prefix)
+			errorf(stderr, cmd, "no held locks with prefix %q on %s", prefix, p.store)
 		}
 		return 0
 	}
@@ -427,19 +416,15 @@ next fence. The removed holder learns of the loss by its next refresh.
 Exit status: 0 removed; 1 not removed (the lock is free, --fence differs,
 or the holder changed); 2 error.
 
-Flags:
 `
 
-func releaseCmd(args []string, globalBackend string, stdout, stderr io.Writer) int {
+func releaseCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
 	const cmd = "release"
 	f := newOpsFlags(cmd, globalBackend, false)
 	force := f.fs.Bool("force", false, "remove another holder's lock (break-glass); required")
 	fenceArg := f.fs.String("fence", "", "remove the holder only if its fence is `N` (as lockctl status showed it)")
-	operands, code, err := f.parse(args, stderr, releaseHelp)
-	if err != nil {
-		if code != 0 {
-			errorf(stderr, cmd, "%v (see lockctl release -h)", err)
-		}
+	operands, code, ok := f.parse(args, stdout, stderr, releaseHelp)
+	if !ok {
 		return code
 	}
 	if !*force {
@@ -450,6 +435,7 @@ func releaseCmd(args []string, globalBackend string, stdout, stderr io.Writer) i
 	var want uint64
 	fenceSet := *fenceArg != ""
 	if fenceSet {
+		var err error
 		want, err = strconv.ParseUint(*fenceArg, 10, 64)
 		if err != nil {
 			errorf(stderr, cmd, "--fence %q: want a fence, a decimal number as lockctl status shows it", *fenceArg)
@@ -477,7 +463,7 @@ func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {
 		return p.fail(err, "cannot read a lock's state, so lockctl cannot tell which holder it would remove")
 	}
 	if !s.Held {
-		fmt.Fprintf(p.stdout, "%s is free: nothing to release\n", show(name))
+		fmt.Fprintf(p.stdout, "%s is free on %s: nothing to release\n", show(name), p.store)
 		return exitFree
 	}
 	if !s.Known.Has(locker.KnowsFence) {
@@ -588,19 +574,10 @@ func readVersion() versionInfo {
 }
 
 func versionCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("lockctl version", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+	fs := newFlagSet("lockctl version")
 	asJSON := fs.Bool("json", false, "print JSON: module, version, revision, time, modified, go, platform")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stderr, "usage: lockctl version [--json]\n\nFlags:\n")
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return 0
-		}
-		errorf(stderr, "version", "%v (see lockctl version -h)", err)
-		return exitUsage
+	if code, ok := fs.parse(args, "usage: lockctl version [--json]\n\n", stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		errorf(stderr, "version", "takes no arguments")

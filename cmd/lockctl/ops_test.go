@@ -154,8 +154,8 @@ func TestStatus(t *testing.T) {
 
 	// Free: exit 1, and only name and held.
 	code, out, errs = ctl("status", "--backend", u, "nobody")
-	if code != exitFree || out != "nobody: free\n" || errs != "" {
-		t.Errorf("status of a free lock: exit %d, stdout %q, stderr %q; want %d, \"nobody: free\"", code, out, errs, exitFree)
+	if want := "nobody: free\n  store: " + u + "\n"; code != exitFree || out != want || errs != "" {
+		t.Errorf("status of a free lock: exit %d, stdout %q, stderr %q; want %d, %q", code, out, errs, exitFree, want)
 	}
 	code, out, _ = ctl("status", "--backend", u, "--json", "nobody")
 	if code != exitFree {
@@ -282,7 +282,7 @@ func TestReleaseForce(t *testing.T) {
 	}
 
 	// Free now: exit 1.
-	if code, out, _ := ctl("release", "--backend", u, "--force", "stuck"); code != exitFree || out != "stuck is free: nothing to release\n" {
+	if code, out, _ := ctl("release", "--backend", u, "--force", "stuck"); code != exitFree || out != "stuck is free on "+u+": nothing to release\n" {
 		t.Errorf("release --force of a free lock: exit %d, %q", code, out)
 	}
 
@@ -378,8 +378,8 @@ func TestOpsBadInput(t *testing.T) {
 	}
 	// Help: exit 0.
 	for _, cmd := range []string{"status", "list", "release", "version"} {
-		if code, _, errs := ctl(cmd, "-h"); code != 0 || !strings.Contains(errs, "usage: lockctl "+cmd) {
-			t.Errorf("%s -h: exit %d, %q", cmd, code, errs)
+		if code, out, _ := ctl(cmd, "-h"); code != 0 || !strings.Contains(out, "usage: lockctl "+cmd) {
+			t.Errorf("%s -h: exit %d, %q", cmd, code, out)
 		}
 	}
 }
@@ -389,13 +389,13 @@ func TestNoWaitNamesHolder(t *testing.T) {
 	store, c := memStore(t)
 	l := hold(t, c, "job", locker.Owner("alice"))
 	code, _, errs := ctl("run", "--backend", "mem://"+store, "--no-wait", "job", "--", "false")
-	want := fmt.Sprintf(`lockctl: "job" is held by another holder: owner "alice", fence %d (--no-wait)`+"\n", l.Fence())
+	want := fmt.Sprintf(`lockctl: "job" is held by another holder on mem://%s: owner "alice", fence %d (--no-wait)`+"\n", store, l.Fence())
 	if code != exitNotAcquired || errs != want {
 		t.Errorf("run --no-wait on a held lock: exit %d, stderr %q; want %d, %q", code, errs, exitNotAcquired, want)
 	}
 	// Without Inspect: the message of old.
 	code, _, errs = ctl("run", "--backend", "memplain://"+store, "--no-wait", "job", "--", "false")
-	if want := `lockctl: "job" is held by another holder (--no-wait)` + "\n"; code != exitNotAcquired || errs != want {
+	if want := `lockctl: "job" is held by another holder on memplain://` + store + ` (--no-wait)` + "\n"; code != exitNotAcquired || errs != want {
 		t.Errorf("run --no-wait without Inspect: exit %d, stderr %q; want %d, %q", code, errs, exitNotAcquired, want)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"flag"
+
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,7 +34,8 @@ const (
 )
 
 type runOpts struct {
-	backend  string
+	backend  backendFlag
+	store    string // the backend URL, redacted, for messages
 	ttl      time.Duration
 	wait     time.Duration
 	waitSet  bool
@@ -48,16 +49,25 @@ type runOpts struct {
 	stderr   io.Writer
 	dashName bool // NAME came after "--"
 
-	minHold   time.Duration
-	limit     int       // --limit: one of limit permits of the semaphore NAME
-	shared    bool      // --shared: the read side of the read-write lock NAME
-	exclusive bool      // --exclusive: its write side
-	quietBusy bool      // another holder's lock is no error: exit 0, silent
-	acquired  time.Time // just after the grant
-	lingering time.Time // until when Release left the lock held (--min-hold)
+	minHold     time.Duration
+	limit       int  // --limit: one of limit permits of the semaphore NAME
+	shared      bool // --shared: the read side of the read-write lock NAME
+	exclusive   bool // --exclusive: its write side
+	quietBusy   bool // another holder's lock is no error: exit 0, silent
+	busyCode    int  // -E: the exit status when another holder has the lock
+	busyCodeSet bool
+	acquired    time.Time // just after the grant
+	lingering   time.Time // until when Release left the lock held (--min-hold)
 }
 
 const runUsage = `usage: lockctl run [flags] NAME -- COMMAND [ARG...]
+
+Acquires NAME (waiting, like flock(1), unless -n or -w say otherwise), runs
+COMMAND with LOCKER_NAME and LOCKER_FENCE in its environment, and releases
+the lock when COMMAND exits. Durations are seconds (5, 1.5) or have a unit
+(300ms, 2m, 1h). -s and -x are the two sides of a read-write lock NAME,
+which is not the lock that a run without them takes: every run of a name
+says -s or -x, or none does.
 
 Exit status:
   0      COMMAND ran and exited 0; with --quiet-busy also when another holder had
@@ -65,43 +75,47 @@ Exit status:
   N      COMMAND's own exit status
   128+N  COMMAND died of signal N, or lockctl was interrupted by it while waiting
   2      bad input or an error before COMMAND ran (backend unreachable, ...)
-  75     not acquired: another holder has the lock (--no-wait, or --wait ran out)
+  75     not acquired: another holder has the lock (-n, or -w ran out; -E CODE
+         changes it), or the store refused for a reason it gives
   76     the lock was lost while COMMAND ran
   127    COMMAND could not be started
 
-Flags:
 `
 
-func runCmd(args []string, globalBackend string, stderr io.Writer) int {
-	o := runOpts{stderr: stderr}
-	fs := flag.NewFlagSet("lockctl run", flag.ContinueOnError)
-	fs.StringVar(&o.backend, "backend", globalBackend, "backend `URL` (default $LOCKER_URL, else the file backend)")
-	fs.DurationVar(&o.ttl, "ttl", locker.DefaultTTL, "lock TTL: how long a crashed holder keeps others out\n(on ZooKeeper the session timeout, unless the URL sets session_timeout)")
-	fs.DurationVar(&o.wait, "wait", 0, "give up after waiting this long (default: wait until acquired)")
-	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is held (exit 75)")
-	fs.DurationVar(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
+// runFlags defines run's flags on o.
+func runFlags(o *runOpts, global backendFlag) *flagSet {
+	fs := newFlagSet("lockctl run")
+	o.backend = global
+	fs.Var(&o.backend, "backend", "the lock store's `URL` (default $LOCKER_URL, else this host only)")
+	fs.duration(&o.ttl, "ttl", locker.DefaultTTL, "lock TTL: how long a crashed holder keeps others out\n(on ZooKeeper the session timeout, unless the URL sets session_timeout)")
+	fs.duration(&o.wait, "wait", 0, "give up after waiting `D` (default: wait until acquired)")
+	fs.alias("w", "wait")
+	fs.BoolVar(&o.noWait, "no-wait", false, "give up at once if the lock is held")
+	fs.alias("n", "no-wait")
+	fs.IntVar(&o.busyCode, "conflict-exit-code", exitNotAcquired, "exit with `CODE` (0 to 255) when another holder has the lock (-n, -w)")
+	fs.alias("E", "conflict-exit-code")
+	fs.duration(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
 	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N)")
-	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n--shared runs, never with an --exclusive one")
-	fs.BoolVar(&o.exclusive, "exclusive", false, "take the write side of the read-write lock NAME: alone; waiting\n--exclusive runs hold new --shared ones back")
-	fs.BoolVar(&o.quietBusy, "quiet-busy", false, "with --no-wait or --wait: exit 0, silently, when another holder has the lock\n(for cron mailers)")
-	fs.StringVar(&o.owner, "owner", "", "holder identity; nested runs with the same NAME, owner and backend are reentrant")
-	fs.DurationVar(&o.grace, "grace", 10*time.Second, "after a lost lock, SIGKILL COMMAND's process group this long after SIGTERM")
-	fs.DurationVar(&o.connect, "connect-timeout", 10*time.Second, "bound on connecting to the backend")
-	fs.BoolVar(&o.verbose, "v", false, "report the acquisition and release on stderr")
-	// Parse errors get one line; -h gets the whole usage.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			fmt.Fprint(stderr, runUsage)
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(stderr, "lockctl run: %v (see lockctl run -h)\n", err)
-		return exitUsage
+	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n-s runs, never with an -x one")
+	fs.alias("s", "shared")
+	fs.BoolVar(&o.exclusive, "exclusive", false, "take the write side of the read-write lock NAME: alone; waiting\n-x runs hold new -s ones back")
+	fs.alias("x", "exclusive")
+	fs.BoolVar(&o.quietBusy, "quiet-busy", false, "with -n or -w: exit 0, silently, when another holder has the lock\n(for cron mailers)")
+	fs.StringVar(&o.owner, "owner", "", "the holder's `ID`; nested runs with the same NAME, owner and backend are reentrant")
+	fs.duration(&o.grace, "grace", 10*time.Second, "after a lost lock, SIGKILL COMMAND's process group this long after SIGTERM")
+	fs.duration(&o.connect, "connect-timeout", 10*time.Second, "bound on connecting to the backend")
+	fs.BoolVar(&o.verbose, "verbose", false, "say on stderr where the lock is, and when it is acquired and released")
+	fs.alias("v", "verbose")
+	return fs
+}
+
+func runCmd(args []string, global backendFlag, stdout, stderr io.Writer) int {
+	o := runOpts{stderr: stderr}
+	fs := runFlags(&o, global)
+	if code, ok := fs.parse(args, runUsage, stdout, stderr); !ok {
+		return code
 	}
-	fs.Visit(func(f *flag.Flag) { o.waitSet = o.waitSet || f.Name == "wait" })
+	o.waitSet, o.busyCodeSet = fs.isSet("wait"), fs.isSet("conflict-exit-code")
 	// After an explicit "--", NAME may start with '-'.
 	n := len(args) - fs.NArg()
 	o.dashName = n > 0 && args[n-1] == "--"
@@ -131,6 +145,12 @@ func (o *runOpts) parseArgs(rest []string) error {
 		return errors.New("--limit, --shared and --exclusive exclude each other")
 	case o.quietBusy && !o.noWait && !o.waitSet:
 		return errors.New("--quiet-busy needs --no-wait or --wait D (without them, run waits until acquired)")
+	case o.busyCodeSet && (o.busyCode < 0 || o.busyCode > 255):
+		return fmt.Errorf("-E %d: want an exit status, 0 to 255", o.busyCode)
+	case o.busyCodeSet && o.quietBusy:
+		return errors.New("-E and --quiet-busy exclude each other (--quiet-busy exits 0)")
+	case o.busyCodeSet && !o.noWait && !o.waitSet:
+		return errors.New("-E needs -n or -w D (without them, run waits until acquired)")
 	case o.connect <= 0:
 		return fmt.Errorf("--connect-timeout %v: want a positive duration", o.connect)
 	case len(rest) == 0:
@@ -207,7 +227,11 @@ func (o *runOpts) run() int {
 	// The backend is identified by the URL as written, ${NAME} references
 	// and all: a nested run finds its enclosing run's hold without the
 	// secrets, which COMMAND's environment no longer has.
-	rawURL := resolveURL(o.backend)
+	rawURL, err := resolveURL(o.backend, o.stderr)
+	if err != nil {
+		o.logf("%v", err)
+		return exitUsage
+	}
 	bid := backendID(rawURL)
 
 	sigs := make(chan os.Signal, 8)
@@ -238,6 +262,7 @@ func (o *runOpts) run() int {
 		o.logf("%v", err)
 		return exitUsage
 	}
+	o.store = backend.RedactedString(rawURL)
 	logger := warnLogger(o.stderr)
 	client, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Client, error) {
 		// Drivers report the context's cause: the bound is named once.
@@ -307,18 +332,9 @@ func (o *runOpts) run() int {
 		switch {
 		case busy && o.quietBusy:
 			return 0
-		case busy && o.noWait:
-			if h := o.heldBy(client); h != "" {
-				o.logf("%q is held by another holder: %s (--no-wait)", o.name, h)
-			} else if o.limit > 0 {
-				o.logf("all %d permits of %q are held (--no-wait)", o.limit, o.name)
-			} else {
-				o.logf("%q is held by another holder (--no-wait)", o.name)
-			}
-			return exitNotAcquired
 		case busy:
-			o.logf("%q not acquired within --wait %v", o.name, o.wait)
-			return exitNotAcquired
+			o.logf("%s", o.busy(client))
+			return o.busyCode
 		case why != nil:
 			o.logf("%v", err)
 			return exitNotAcquired
@@ -329,7 +345,7 @@ func (o *runOpts) run() int {
 	}
 	o.acquired = time.Now()
 	if o.verbose {
-		o.logf("acquired %q (fence %d, ttl %v)", o.name, l.Fence(), l.TTL())
+		o.logf("acquired %q on %s (fence %d, ttl %v)", o.name, o.store, l.Fence(), l.TTL())
 	}
 
 	cmd := o.command
@@ -372,6 +388,23 @@ func (o *runOpts) run() int {
 	}
 	o.release(l)
 	return status
+}
+
+// busy says that another holder has the lock: which one, where the store
+// records it, and in which store, so that a run pointed at the wrong one
+// shows it.
+func (o *runOpts) busy(c *locker.Client) string {
+	why := "(--no-wait)"
+	if !o.noWait {
+		why = fmt.Sprintf("(not acquired within --wait %v)", o.wait)
+	}
+	if o.limit > 0 {
+		return fmt.Sprintf("all %d permits of %q on %s are held %s", o.limit, o.name, o.store, why)
+	}
+	if h := o.heldBy(c); h != "" {
+		return fmt.Sprintf("%q is held by another holder on %s: %s %s", o.name, o.store, h, why)
+	}
+	return fmt.Sprintf("%q is held by another holder on %s %s", o.name, o.store, why)
 }
 
 // heldBy describes the holder of o.name (owner, fence) where the store

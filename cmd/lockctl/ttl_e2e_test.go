@@ -54,7 +54,7 @@ func TestTTLCrashRecovery(t *testing.T) {
 	}
 }
 
-var grantedTTL = regexp.MustCompile(`acquired "[^"]*" \(fence \d+, ttl ([^)]+)\)`)
+var grantedTTL = regexp.MustCompile(`acquired "[^"]*" on \S+ \(fence \d+, ttl ([^)]+)\)`)
 
 func crashRecovery(t *testing.T, tg target) {
 	u, dir, name := tg.url(t), t.TempDir(), "ttl-crash"
