@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	_ "github.com/lockerhq/locker/memcachelock"
 	_ "github.com/lockerhq/locker/redislock"
 	_ "github.com/lockerhq/locker/sqllock"
+	_ "github.com/lockerhq/locker/sqllock/mysql"
 	_ "github.com/lockerhq/locker/zklock"
 )
 
@@ -62,6 +64,8 @@ func specs() []spec {
 			url: func(_ []*testenv.Server, a []string) string {
 				return "postgres://locker@" + a[0] + "/postgres?sslmode=disable"
 			}},
+		{name: "mariadb", ttl: time.Second, persistent: true, start: one(testenv.StartMariaDB),
+			url: func(s []*testenv.Server, a []string) string { return proxied(s[0].URL, a[0]) }},
 		{name: "etcd", ttl: 2 * time.Second, persistent: true, start: one(testenv.StartEtcd),
 			url: func(_ []*testenv.Server, a []string) string { return "etcd://" + strings.Join(a, ",") }},
 		{name: "etcd-cluster", ttl: 2 * time.Second, persistent: true,
@@ -77,6 +81,16 @@ func specs() []spec {
 				return "zk://" + strings.Join(a, ",") + "?session_timeout=2s"
 			}},
 	}
+}
+
+// proxied is raw, a server's URL, with its host:port replaced by addr.
+func proxied(raw, addr string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(err) // testenv made it
+	}
+	u.Host = addr
+	return u.String()
 }
 
 // env is one backend's servers, the clients of a case, and its history.
