@@ -42,6 +42,7 @@ func defaultTargets(fileDir string) []benchTarget {
 		{label: "etcd", url: "etcd://" + strings.Join(servers.EtcdEndpoints(), ","), probe: servers.EtcdEndpoints()},
 		{label: "zk", url: "zk://" + strings.Join(servers.ZKAddrs(), ","), probe: servers.ZKAddrs()},
 		{label: "postgres", url: servers.PostgresURL(), probe: []string{servers.PostgresAddr()}},
+		{label: "mysql", url: servers.MySQLURL(), probe: []string{servers.MySQLAddr()}},
 		{label: "memcache", url: "memcache://" + servers.MemcacheAddr(), probe: []string{servers.MemcacheAddr()}},
 	}
 }

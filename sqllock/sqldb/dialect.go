@@ -187,7 +187,11 @@ type statements struct {
 	// is refresh for a holder's row.
 	sharedRefresh string
 	// maxBatch is the most claims refreshMany and heldMany take at once,
-	// and names fences
-	// (the database's limit on arguments).
+	// and names fences (the database's limit on arguments).
 	maxBatch int
+
+	// floorInsert (name, token) and floorDelete (name, token) are the
+	// bare insert-if-absent and delete of a row that any lock cycle costs
+	// at least: lockctl bench's raw floor (floor.go), not used by locks.
+	floorInsert, floorDelete string
 }

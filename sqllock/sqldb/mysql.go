@@ -154,6 +154,9 @@ UNION ALL SELECT name, count(*), max(fence), bit_xor(fence) FROM ` + s + ` WHERE
 		counter: `SELECT /*+ SET_VAR(information_schema_stats_expiry=0) */ AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ` + mysqlString(s),
 		// 6 arguments a claim, within the 65535 of a prepared statement.
 		maxBatch: 1000,
+
+		floorInsert: `INSERT INTO ` + t + ` (name, token, owner, expires_us, fence) VALUES (?, ?, '', 0, 0)`,
+		floorDelete: `DELETE FROM ` + t + ` WHERE name = ? AND token = ?`,
 	}
 }
 
