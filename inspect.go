@@ -19,7 +19,8 @@ type State struct {
 	// Held: someone holds the lock and, where locks expire, its TTL has
 	// not run out.
 	Held bool
-	// Owner is the holder's Owner identity ("" if it gave none).
+	// Owner is the holder's label (see WithLabel and Label; "" if it
+	// gave none).
 	Owner string
 	// Fence is the holder's fencing token.
 	Fence uint64
@@ -29,7 +30,7 @@ type State struct {
 	// Waiters counts acquisitions queued in the store (queueing backends
 	// only: elsewhere waiters leave no trace in the store).
 	Waiters int
-	// Queue lists the queued waiters' owners, next first.
+	// Queue lists the queued waiters' labels, next first.
 	Queue []string
 	// Known says which fields the store reported.
 	Known Fields

@@ -16,11 +16,13 @@ type hold struct {
 	c     *Client
 	name  string
 	key   string
-	owner string
-	token string
-	mode  backend.Mode
-	limit int // a semaphore's, for Permit
-	auto  bool
+	label string // what the store records as the holder (Claim.Owner)
+	// reentrant is the Reentrant key that re-entries share, or "".
+	reentrant string
+	token     string
+	mode      backend.Mode
+	limit     int // a semaphore's, for Permit
+	auto      bool
 	// minHold: a release before granted+minHold leaves the lock in the
 	// store until then (MinHold).
 	minHold time.Duration
@@ -72,11 +74,11 @@ func (h *hold) renewed() {
 }
 
 func (h *hold) lock() backend.Claim {
-	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner, Mode: h.mode, Limit: h.limit}
+	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.label, Mode: h.mode, Limit: h.limit}
 }
 
-// ownerKey is where c.owned keeps h, when h has an owner.
-func (h *hold) ownerKey() ownerKey { return ownerKey{objectOf(h.key, h.mode), h.owner} }
+// reentryKey is where c.reentries keeps h, when h is reentrant.
+func (h *hold) reentryKey() reentryKey { return reentryKey{objectOf(h.key, h.mode), h.reentrant} }
 
 // deadline is when the store may free h, judged from our side.
 func (h *hold) deadline() time.Time {
@@ -230,8 +232,9 @@ type Lock struct {
 // Name returns the lock's name.
 func (l *Lock) Name() string { return l.h.name }
 
-// Owner returns the owner given with the Owner option, or "".
-func (l *Lock) Owner() string { return l.h.owner }
+// Label returns the label the store records as the lock's holder (see
+// WithLabel and Label).
+func (l *Lock) Label() string { return l.h.label }
 
 // Token returns the holder's secret token. Printing it shows a prefix only.
 func (l *Lock) Token() Token { return Token(l.h.token) }

@@ -2,7 +2,8 @@
 //
 // A [Client] holds the semantics once: blocking and non-blocking
 // acquisition, TTLs, token-checked release and refresh, automatic refresh,
-// the lost-lock signal, reentrancy for an explicit owner and fencing tokens.
+// the lost-lock signal, a label that tells operators who holds a lock,
+// reentrancy for an explicit key and fencing tokens.
 // A backend driver (package backend) only stores locks. Choose the backend
 // by URL, after a blank import of its package:
 //
@@ -42,17 +43,18 @@ type Client struct {
 	bg   sync.WaitGroup // releases of grants nobody holds, awaited by Close
 	dog  *watchdog
 
-	mu    sync.Mutex
-	owned map[ownerKey]*hold    // holds with an explicit owner, for reentrancy
-	live  map[*hold]struct{}    // every hold not yet released, for Close
-	turns map[object]*turnstile // this Client's waiters, per object (turnstile.go)
+	mu        sync.Mutex
+	reentries map[reentryKey]*hold  // holds with a Reentrant key
+	live      map[*hold]struct{}    // every hold not yet released, for Close
+	turns     map[object]*turnstile // this Client's waiters, per object (turnstile.go)
 }
 
-// ownerKey finds an owner's hold on one object (a read-write lock's
-// readers and writer share one, so that an owner cannot hold both sides).
-type ownerKey struct {
+// reentryKey finds a Reentrant key's hold on one object (a read-write
+// lock's readers and writer share one, so that a key cannot hold both
+// sides).
+type reentryKey struct {
 	object
-	owner string
+	reentrant string
 }
 
 // New returns a Client that uses drv, built from a store client the caller
@@ -68,6 +70,9 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return nil, fmt.Errorf("locker: New: %w", err)
 	}
+	if err := CheckLabel(cfg.label); err != nil {
+		return nil, fmt.Errorf("locker: New: %w", err)
+	}
 	if err := CheckTTL(cfg.ttl); err != nil {
 		return nil, fmt.Errorf("locker: New: default %w", err)
 	}
@@ -75,11 +80,11 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("locker: New: %w: backoff bounds %v..%v", ErrUnsupported, cfg.backoffMin, cfg.backoffMax)
 	}
 	c := &Client{
-		drv:   drv,
-		cfg:   cfg,
-		owned: map[ownerKey]*hold{},
-		live:  map[*hold]struct{}{},
-		turns: map[object]*turnstile{},
+		drv:       drv,
+		cfg:       cfg,
+		reentries: map[reentryKey]*hold{},
+		live:      map[*hold]struct{}{},
+		turns:     map[object]*turnstile{},
 	}
 	// Through wrappers too (see backend.Wrapper).
 	c.queuer, _ = backend.As[backend.Queuer](drv)
@@ -194,6 +199,9 @@ func checkOptions(opts []Option) (config, error) {
 		o(&cfg)
 	}
 	if err := checkNamespace(cfg.namespace); err != nil {
+		return cfg, fmt.Errorf("locker: Open: %w", err)
+	}
+	if err := CheckLabel(cfg.label); err != nil {
 		return cfg, fmt.Errorf("locker: Open: %w", err)
 	}
 	if err := CheckTTL(cfg.ttl); err != nil {

@@ -130,7 +130,7 @@ func TestSameOwnerConcurrentFirstAcquire(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			l, err := c.Acquire(ctx, "x", locker.Owner("o"))
+			l, err := c.Acquire(ctx, "x", locker.Reentrant("o"))
 			if err != nil {
 				t.Errorf("Acquire: %v", err)
 			}

@@ -104,7 +104,7 @@ func TestObserverScript(t *testing.T) {
 	c1 := newClient(t, store, locker.WithObserver(r1.observer()), locker.WithNamespace("ops"))
 	c2 := newClient(t, store, locker.WithObserver(r2.observer()), locker.WithNamespace("ops"))
 
-	l, err := c1.TryAcquire(ctx, "job", locker.Owner("host-a"))
+	l, err := c1.TryAcquire(ctx, "job", locker.Label("host-a"))
 	if err != nil {
 		t.Fatal(err)
 	}

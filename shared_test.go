@@ -38,7 +38,7 @@ func TestOwnerModes(t *testing.T) {
 	d, _ := memlock.New(memlock.NewStore())
 	c, _ := locker.New(d)
 	defer c.Close()
-	o := locker.Owner("job-7")
+	o := locker.Reentrant("job-7")
 
 	r, err := c.Acquire(ctx, "x", locker.Read(), o)
 	if err != nil {
