@@ -99,9 +99,7 @@ func (c *Client) do(ctx context.Context, name string, fn func(context.Context) e
 	defer func() {
 		stop()
 		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(l.h.ttl))
-		defer rcancel()
-		rerr := l.Release(rctx)
+		rerr := l.Release(ctx) // it outlives ctx, bounded
 		if lost := l.Err(); lost != nil {
 			// fn often returns ctx's cause, which is the loss itself.
 			if !errors.Is(err, lost) {
@@ -123,8 +121,8 @@ func FromContext(ctx context.Context) *Lock {
 	return l
 }
 
-// releaseTimeout bounds a release made on the caller's behalf: past the TTL
-// the store frees the lock anyway.
+// releaseTimeout bounds a release that outlives its caller's context: past
+// the TTL the store frees the lock anyway.
 func releaseTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl, time.Second), 10*time.Second)
 }

@@ -2,6 +2,7 @@ package locker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -273,10 +274,19 @@ func (l *Lock) Deadline() time.Time { return l.h.deadline() }
 // wrapping ErrLost as well when the lock's deadline passed before the
 // store answered (Lost has fired by then), and the store's error when it
 // cannot tell.
+//
+// Unlike Release, Refresh stops when ctx ends, and with ctx already ended
+// it does not ask the store: it returns an error wrapping ctx's cause. A
+// refresh matters only to a caller that goes on holding the lock, and one
+// left undone changes nothing: the lock keeps its deadline, the watchdog
+// its schedule.
 func (l *Lock) Refresh(ctx context.Context) error {
 	h := l.h
 	if l.released.Load() {
 		return fmt.Errorf("locker: refresh %q: %w: released", h.name, ErrNotHeld)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("locker: refresh %q: %w", h.name, context.Cause(ctx))
 	}
 	ctx, end, err := h.c.gate.Enter(ctx)
 	if err != nil {
@@ -310,15 +320,28 @@ func (l *Lock) Refresh(ctx context.Context) error {
 // broken or taken over) reports the loss as a refresh would: Lost fires
 // before it returns, and its error wraps ErrLost too. When the store
 // cannot be reached, the error says so and the lock expires after its TTL.
+//
+// Release does not stop when ctx ends, nor at its deadline: `defer
+// l.Release(ctx)` in a handler whose request has ended still frees the
+// lock, as Do does. It waits for the store for at most the lock's TTL,
+// kept between 1 and 10 seconds (past the TTL the store frees the lock
+// anyway), and its error wraps ctx's cause only when the store did not
+// confirm the release and ctx had ended.
 func (l *Lock) Release(ctx context.Context) error {
 	h := l.h
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
-	ctx, end, err := h.c.gate.Enter(ctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(h.ttl))
+	defer cancel()
+	rctx, end, err := h.c.gate.Enter(rctx)
 	if err != nil {
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}
 	defer end()
-	return h.c.release(ctx, h)
+	err = h.c.release(rctx, h)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
+		return fmt.Errorf("%w; the caller's context had ended: %w", err, context.Cause(ctx))
+	}
+	return err
 }

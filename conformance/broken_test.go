@@ -40,7 +40,7 @@ var brokenVariants = map[string][]string{
 	// Keys lose the characters a naive encoder drops, so names collide.
 	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
 	// Release reports success but leaves the lock held for an hour.
-	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
+	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake", "ReleaseAfterCancelFreesName"},
 	// The store takes a claim that carries the holder's label for the
 	// holder, and lets it in: a label made the reentrancy key.
 	"label-reenters": {"SharedLabelExcludes"},

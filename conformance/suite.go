@@ -64,6 +64,7 @@ var cases = []testCase{
 	{"ForceReleaseFencesAndSignals", false, (*suite).forceRelease},
 	{"MinHoldOutlivesRelease", false, (*suite).minHold},
 	{"SharedLabelExcludes", false, (*suite).sharedLabel},
+	{"ReleaseAfterCancelFreesName", false, (*suite).releaseAfterCancel},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
 	{"SemaphoreLimitAndMismatch", false, (*suite).semLimit},
