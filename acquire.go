@@ -233,7 +233,12 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 			if errors.As(err, &why) {
 				return nil, fmt.Errorf("locker: %s %q: %w", op, name, why)
 			}
-			return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrNotAcquired)
+			return nil, fmt.Errorf("locker: %s %q: %w%s", op, name, ErrNotAcquired, c.heldBy(ctx, req))
+		}
+		if errors.Is(err, ErrNotAcquired) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// A wait that ran out of time (WaitAtMost, the caller's
+			// deadline): who it waited for.
+			return nil, fmt.Errorf("locker: %s %q: %w%s", op, name, err, c.heldBy(ctx, req))
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}

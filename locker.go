@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +76,7 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("locker: New: %w", err)
 	}
 	if err := CheckTTL(cfg.ttl); err != nil {
-		return nil, fmt.Errorf("locker: New: default %w", err)
+		return nil, fmt.Errorf("locker: New: WithDefaultTTL: %w", err)
 	}
 	if cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin {
 		return nil, fmt.Errorf("locker: New: %w: backoff bounds %v..%v", ErrUnsupported, cfg.backoffMin, cfg.backoffMax)
@@ -167,14 +169,20 @@ func openerContext(ctx context.Context, opts []Option) context.Context {
 // parseURL splits the Client's own parameters off rawURL.
 func parseURL(rawURL string) (*url.URL, []Option, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil {
+	switch {
+	case err != nil && !strings.Contains(rawURL, "://"), err == nil && u.Scheme == "",
+		err == nil && u.Opaque != "" && !registered(u.Scheme): // host:port, user:password@host parse as scheme:opaque
+		return nil, nil, fmt.Errorf("locker: Open: %w: %s", ErrInvalidURL, noScheme(rawURL))
+	case err != nil:
 		return nil, nil, fmt.Errorf("locker: Open: %w: %v", ErrInvalidURL, redactURLError(err))
-	}
-	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, backend.Redacted(u))
 	}
 	var opts []Option
 	q := u.Query()
+	for _, name := range []string{"namespace", "ttl"} {
+		if n := len(q[name]); n > 1 {
+			return nil, nil, fmt.Errorf("locker: Open: %w: parameter %s given %d times", ErrInvalidURL, name, n)
+		}
+	}
 	if ns, ok := q["namespace"]; ok {
 		opts = append(opts, WithNamespace(ns[0]))
 		q.Del("namespace")
@@ -182,7 +190,10 @@ func parseURL(rawURL string) (*url.URL, []Option, error) {
 	if s, ok := q["ttl"]; ok {
 		ttl, err := time.ParseDuration(s[0])
 		if err != nil {
-			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration", ErrInvalidURL, s[0])
+			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration such as 30s or 5m", ErrInvalidURL, s[0])
+		}
+		if CheckTTL(ttl) != nil {
+			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%s: a lock's TTL must be more than 0 and at most %v", ErrInvalidTTL, s[0], MaxTTL)
 		}
 		opts = append(opts, WithDefaultTTL(ttl))
 		q.Del("ttl")
@@ -205,9 +216,45 @@ func checkOptions(opts []Option) (config, error) {
 		return cfg, fmt.Errorf("locker: Open: %w", err)
 	}
 	if err := CheckTTL(cfg.ttl); err != nil {
-		return cfg, fmt.Errorf("locker: Open: default %w", err)
+		return cfg, fmt.Errorf("locker: Open: WithDefaultTTL: %w", err)
 	}
 	return cfg, nil
+}
+
+// defaultPorts names the backend whose server listens on a port by
+// default, for the hint to a URL given as host:port.
+var defaultPorts = map[string]string{"6379": "redis", "2379": "etcd", "2181": "zk", "11211": "memcache", "5432": "postgres"}
+
+var hostPort = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]+$`)
+
+// noScheme says that raw lacks a scheme, and what to write instead. It
+// quotes raw only when it is host:port, so never a password.
+func noScheme(raw string) string {
+	var names []string
+	for _, s := range backend.Schemes() {
+		names = append(names, s.Name)
+	}
+	schemes := "no backend is registered: import one, such as _ \"github.com/lockerhq/locker/redislock\""
+	if len(names) > 0 {
+		schemes = "one of " + strings.Join(names, ", ")
+	}
+	if !hostPort.MatchString(raw) {
+		return "no scheme: a backend URL starts with its scheme, " + schemes
+	}
+	if s, ok := defaultPorts[raw[strings.LastIndexByte(raw, ':')+1:]]; ok {
+		return fmt.Sprintf("no scheme in %q: did you mean %s://%s?", raw, s, raw)
+	}
+	return fmt.Sprintf("no scheme in %q: did you mean SCHEME://%s, SCHEME %s?", raw, raw, schemes)
+}
+
+// registered reports whether scheme has a driver.
+func registered(scheme string) bool {
+	for _, s := range backend.Schemes() {
+		if s.Name == scheme {
+			return true
+		}
+	}
+	return false
 }
 
 // redactURLError keeps a password in a malformed URL out of error messages.

@@ -376,12 +376,12 @@ func TestNotAcquiredReasonIsPassedOn(t *testing.T) {
 		t.Fatalf("TryAcquire = %v, want ErrNotAcquired with the reason, said once", err)
 	}
 	s := memlock.NewStore()
-	held := newClient(t, s)
+	held := newClient(t, s, locker.WithLabel("host-a"))
 	if _, err := held.TryAcquire(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = newClient(t, s).TryAcquire(context.Background(), "x")
-	if want := `locker: try-acquire "x": not acquired`; err == nil || err.Error() != want {
+	if want := `locker: try-acquire "x": not acquired (held by "host-a", fence 1)`; err == nil || err.Error() != want {
 		t.Fatalf("TryAcquire of a held name = %v, want %q", err, want)
 	}
 }

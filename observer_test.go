@@ -291,7 +291,7 @@ func TestErrorsSayEachThingOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.TryAcquire(ctx, "report")
-	if got, want := err.Error(), `locker: try-acquire "report": not acquired`; got != want {
+	if got, want := err.Error(), fmt.Sprintf(`locker: try-acquire "report": not acquired (held by %q, fence %d)`, l.Label(), l.Fence()); got != want {
 		t.Fatalf("refusal = %q, want %q", got, want)
 	}
 	l.Release(ctx)
