@@ -128,8 +128,10 @@ func (c *Client) ForceRelease(ctx context.Context, name string, fence uint64) (S
 	return c.state(s), nil
 }
 
-// holderLookup bounds the look at who holds a lock for a refusal's message.
-const holderLookup = 500 * time.Millisecond
+// holderLookup bounds the look at who holds a lock for a refusal's
+// message: a wait that ran out of time returns late by at most that, as a
+// driver may after a context ends (backend.CancelGrace).
+const holderLookup = backend.CancelGrace
 
 // heldBy describes, for the message of a refusal of req, the holder the
 // store records: ` (held by "host:1234", fence 7)`; "" when the store
