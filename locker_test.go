@@ -122,7 +122,7 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-func TestSameOwnerConcurrentFirstAcquire(t *testing.T) {
+func TestSameReentrantKeyConcurrentFirstAcquire(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, memlock.NewStore())
 	const n = 16
