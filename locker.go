@@ -234,17 +234,18 @@ func noScheme(raw string) string {
 	for _, s := range backend.Schemes() {
 		names = append(names, s.Name)
 	}
-	schemes := "no backend is registered: import one, such as _ \"github.com/lockerhq/locker/redislock\""
-	if len(names) > 0 {
-		schemes = "one of " + strings.Join(names, ", ")
+	hp := hostPort.MatchString(raw)
+	guess := defaultPorts[raw[strings.LastIndexByte(raw, ':')+1:]]
+	switch {
+	case hp && guess != "":
+		return fmt.Sprintf("no scheme in %q: did you mean %s://%s?", raw, guess, raw)
+	case len(names) == 0:
+		return "no scheme, and no backend is registered: import one, such as _ \"github.com/lockerhq/locker/redislock\""
+	case hp:
+		return fmt.Sprintf("no scheme in %q: did you mean SCHEME://%s, SCHEME one of %s?", raw, raw, strings.Join(names, ", "))
+	default:
+		return "no scheme: a backend URL starts with one of " + strings.Join(names, ", ") + ", then ://"
 	}
-	if !hostPort.MatchString(raw) {
-		return "no scheme: a backend URL starts with its scheme, " + schemes
-	}
-	if s, ok := defaultPorts[raw[strings.LastIndexByte(raw, ':')+1:]]; ok {
-		return fmt.Sprintf("no scheme in %q: did you mean %s://%s?", raw, s, raw)
-	}
-	return fmt.Sprintf("no scheme in %q: did you mean SCHEME://%s, SCHEME %s?", raw, raw, schemes)
 }
 
 // registered reports whether scheme has a driver.

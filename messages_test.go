@@ -23,7 +23,7 @@ func TestOpenMessagesHelp(t *testing.T) {
 		{"localhost:2379", locker.ErrInvalidURL, "did you mean etcd://localhost:2379?"},
 		{"[::1]:11211", locker.ErrInvalidURL, "did you mean memcache://[::1]:11211?"},
 		{"10.0.0.7:9999", locker.ErrInvalidURL, "did you mean SCHEME://10.0.0.7:9999, SCHEME one of "},
-		{"db.internal/locks", locker.ErrInvalidURL, "a backend URL starts with its scheme, one of "},
+		{"db.internal/locks", locker.ErrInvalidURL, "no scheme: a backend URL starts with one of "},
 		{"nosuch://x", locker.ErrInvalidURL, `unknown scheme "nosuch": registered are `},
 		{"mem://?ttl=0s", locker.ErrInvalidTTL, "locker: Open: invalid ttl: ttl=0s: a lock's TTL must be more than 0 and at most 720h0m0s"},
 		{"mem://?ttl=5s&ttl=6s", locker.ErrInvalidURL, "parameter ttl given 2 times"},
