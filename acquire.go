@@ -72,7 +72,7 @@ func (c *Client) doEvents(ctx context.Context, name string, fn func(context.Cont
 
 // refOf is the LockRef of an acquisition of name with opts, for events.
 func (c *Client) refOf(name string, opts []LockOption) LockRef {
-	var lc lockConfig
+	lc := lockConfig{label: c.cfg.label}
 	for _, o := range opts {
 		o(&lc)
 	}
@@ -81,7 +81,7 @@ func (c *Client) refOf(name string, opts []LockOption) LockRef {
 
 // ref is the LockRef of an acquisition of name with lc, before its grant.
 func (lc *lockConfig) ref(c *Client, name string) LockRef {
-	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.owner, Mode: lc.mode.String()}
+	ref := LockRef{Namespace: c.cfg.namespace, Name: name, Owner: lc.label, Mode: lc.mode.String()}
 	if lc.mode == backend.Permit {
 		ref.Limit = lc.limit
 	}
@@ -99,9 +99,7 @@ func (c *Client) do(ctx context.Context, name string, fn func(context.Context) e
 	defer func() {
 		stop()
 		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(l.h.ttl))
-		defer rcancel()
-		rerr := l.Release(rctx)
+		rerr := l.Release(ctx) // it outlives ctx, bounded
 		if lost := l.Err(); lost != nil {
 			// fn often returns ctx's cause, which is the loss itself.
 			if !errors.Is(err, lost) {
@@ -123,14 +121,14 @@ func FromContext(ctx context.Context) *Lock {
 	return l
 }
 
-// releaseTimeout bounds a release made on the caller's behalf: past the TTL
-// the store frees the lock anyway.
+// releaseTimeout bounds a release that outlives its caller's context: past
+// the TTL the store frees the lock anyway.
 func releaseTimeout(ttl time.Duration) time.Duration {
 	return min(max(ttl, time.Second), 10*time.Second)
 }
 
 func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (l *Lock, err error) {
-	lc := lockConfig{ttl: c.cfg.ttl}
+	lc := lockConfig{ttl: c.cfg.ttl, label: c.cfg.label}
 	for _, o := range opts {
 		o(&lc)
 	}
@@ -142,6 +140,9 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, fmt.Errorf("locker: %s: %w", op, err)
 	}
 	if err := CheckTTL(lc.ttl); err != nil {
+		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+	}
+	if err := CheckLabel(lc.label); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	if lc.minHold > MaxTTL {
@@ -202,7 +203,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	}
 	h.name, h.token, h.auto, h.ttl, h.minHold = name, token, !lc.noAuto, lc.ttl, lc.minHold
 	st.h = h
-	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.owner, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit}
+	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit}
 	var grant backend.Grant
 	var start time.Time
 	if wait {
@@ -232,7 +233,12 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 			if errors.As(err, &why) {
 				return nil, fmt.Errorf("locker: %s %q: %w", op, name, why)
 			}
-			return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrNotAcquired)
+			return nil, fmt.Errorf("locker: %s %q: %w%s", op, name, ErrNotAcquired, c.heldBy(ctx, req))
+		}
+		if errors.Is(err, ErrNotAcquired) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// A wait that ran out of time (WaitAtMost, the caller's
+			// deadline): who it waited for.
+			return nil, fmt.Errorf("locker: %s %q: %w%s", op, name, err, c.heldBy(ctx, req))
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
@@ -261,31 +267,31 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	return &Lock{h: h}, nil
 }
 
-// claim returns a new hold for key, or, when lc's owner already holds key's
-// object in this Client, that outer hold with one more level counted.
-// Concurrent first acquisitions by one owner wait for each other rather
-// than for the store, so they cannot block each other.
+// claim returns a new hold for key, or, when lc's Reentrant key already
+// holds key's object in this Client, that outer hold with one more level
+// counted. Concurrent first acquisitions under one key wait for each other
+// rather than for the store, so they cannot block each other.
 func (c *Client) claim(ctx context.Context, key string, lc lockConfig) (h, outer *hold, err error) {
-	h = c.newHold(key, lc.owner)
+	h = c.newHold(key, lc.label, lc.reentrant)
 	h.mode, h.limit = lc.mode, lc.limit
-	if lc.owner == "" {
+	if lc.reentrant == "" {
 		return h, nil, nil
 	}
-	k := h.ownerKey()
+	k := h.reentryKey()
 	for {
 		c.mu.Lock()
-		prev := c.owned[k]
+		prev := c.reentries[k]
 		switch {
 		case prev == nil:
-			c.owned[k] = h
+			c.reentries[k] = h
 			c.mu.Unlock()
 			return h, nil, nil
 		case prev.ok && prev.mode != h.mode:
 			c.mu.Unlock()
-			return nil, nil, fmt.Errorf("%w: owner %q holds it to %s", ErrModeConflict, lc.owner, prev.mode)
+			return nil, nil, fmt.Errorf("%w: reentrant key %q holds it to %s", ErrModeConflict, lc.reentrant, prev.mode)
 		case prev.ok && prev.limit != h.limit:
 			c.mu.Unlock()
-			return nil, nil, fmt.Errorf("%w: owner %q holds a permit of %d, asked for %d", ErrLimitMismatch, lc.owner, prev.limit, h.limit)
+			return nil, nil, fmt.Errorf("%w: reentrant key %q holds a permit of %d, asked for %d", ErrLimitMismatch, lc.reentrant, prev.limit, h.limit)
 		case prev.ok:
 			prev.depth++
 			c.mu.Unlock()
@@ -328,9 +334,9 @@ func (c *Client) withdraw(ctx context.Context, req backend.Claim) {
 	_ = c.errCall(wctx, func(ctx context.Context) error { return c.drv.Release(ctx, req) })
 }
 
-func (c *Client) newHold(key, owner string) *hold {
+func (c *Client) newHold(key, label, reentrant string) *hold {
 	return &hold{
-		c: c, key: key, owner: owner,
+		c: c, key: key, label: label, reentrant: reentrant,
 		ready:  make(chan struct{}),
 		lost:   make(chan struct{}),
 		onLost: map[*func(error)]struct{}{},
@@ -341,8 +347,8 @@ func (c *Client) newHold(key, owner string) *hold {
 // abandon forgets a hold whose first acquisition failed.
 func (c *Client) abandon(h *hold) {
 	c.mu.Lock()
-	if h.owner != "" && c.owned[h.ownerKey()] == h {
-		delete(c.owned, h.ownerKey())
+	if h.reentrant != "" && c.reentries[h.reentryKey()] == h {
+		delete(c.reentries, h.reentryKey())
 	}
 	c.mu.Unlock()
 	h.mu.Lock()
@@ -355,7 +361,8 @@ func (c *Client) abandon(h *hold) {
 	}
 }
 
-// reenter extends the TTL of an owner's hold, whose level claim counted.
+// reenter extends the TTL of a Reentrant key's hold, whose level claim
+// counted.
 func (c *Client) reenter(ctx context.Context, h *hold, op string) (*Lock, error) {
 	err := h.err()
 	if err == nil {
@@ -392,7 +399,7 @@ func (c *Client) refresh(ctx context.Context, h *hold) error {
 
 // refreshShared refreshes h for a re-entry, joining a refresh that another
 // re-entry has in flight rather than racing it: concurrent re-entries of
-// one owner cost one store call, and a store that checks versions (memcached's
+// one key cost one store call, and a store that checks versions (memcached's
 // cas) sees no conflict between them. The shared call is bounded by the
 // hold's deadline, not by any one caller's context.
 func (c *Client) refreshShared(ctx context.Context, h *hold) error {
@@ -431,8 +438,8 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		}
 		return nil
 	}
-	if h.owner != "" && c.owned[h.ownerKey()] == h {
-		delete(c.owned, h.ownerKey())
+	if h.reentrant != "" && c.reentries[h.reentryKey()] == h {
+		delete(c.reentries, h.reentryKey())
 	}
 	delete(c.live, h)
 	c.mu.Unlock()

@@ -218,7 +218,7 @@ func TestConcurrentReentriesShareOneRefresh(t *testing.T) {
 	d := &conflicting{Driver: memDriver(memlock.NewStore())}
 	c := newClientOn(t, d)
 	ctx := context.Background()
-	outer, err := c.Acquire(ctx, "x", locker.Owner("job"))
+	outer, err := c.Acquire(ctx, "x", locker.Reentrant("job"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestConcurrentReentriesShareOneRefresh(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 20 {
-				l, err := c.Acquire(ctx, "x", locker.Owner("job"))
+				l, err := c.Acquire(ctx, "x", locker.Reentrant("job"))
 				if err != nil {
 					failed.Add(1)
 					t.Error(err)

@@ -17,7 +17,8 @@ var (
 	// ErrClosed: the Client was closed.
 	ErrClosed = backend.ErrClosed
 	// ErrInvalidName: the name is empty, longer than MaxNameLen bytes, not
-	// valid UTF-8 or contains NUL; or the namespace is not acceptable.
+	// valid UTF-8 or contains NUL; or the namespace or a label is not
+	// acceptable.
 	ErrInvalidName = backend.ErrInvalidName
 	// ErrInvalidTTL: the TTL is zero, negative or beyond what the backend
 	// can express.
@@ -38,7 +39,7 @@ var (
 	// ErrLimitMismatch: a semaphore's permits are held under another
 	// limit than the one asked for.
 	ErrLimitMismatch = backend.ErrLimitMismatch
-	// ErrModeConflict: an Owner asked to write a read-write lock it reads,
+	// ErrModeConflict: a Reentrant key asked to write a read-write lock it reads,
 	// or to read one it writes.
 	ErrModeConflict = backend.ErrModeConflict
 )

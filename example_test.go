@@ -44,13 +44,13 @@ func ExampleClient_TryAcquire() {
 	// Output: true
 }
 
-func ExampleOwner() {
+func ExampleReentrant() {
 	ctx := context.Background()
 	client, _ := locker.Open(ctx, "mem://reentrant")
 	defer client.Close()
 
-	outer, _ := client.Acquire(ctx, "tenant/42", locker.Owner("request-7"))
-	inner, _ := client.Acquire(ctx, "tenant/42", locker.Owner("request-7")) // at once
+	outer, _ := client.Acquire(ctx, "tenant/42", locker.Reentrant("request-7"))
+	inner, _ := client.Acquire(ctx, "tenant/42", locker.Reentrant("request-7")) // at once
 	fmt.Println(outer.Fence() == inner.Fence())
 	inner.Release(ctx) // still held
 	outer.Release(ctx) // freed

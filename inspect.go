@@ -2,6 +2,7 @@ package locker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,7 +20,8 @@ type State struct {
 	// Held: someone holds the lock and, where locks expire, its TTL has
 	// not run out.
 	Held bool
-	// Owner is the holder's Owner identity ("" if it gave none).
+	// Owner is the holder's label (see WithLabel and Label; "" if it
+	// gave none).
 	Owner string
 	// Fence is the holder's fencing token.
 	Fence uint64
@@ -29,7 +31,7 @@ type State struct {
 	// Waiters counts acquisitions queued in the store (queueing backends
 	// only: elsewhere waiters leave no trace in the store).
 	Waiters int
-	// Queue lists the queued waiters' owners, next first.
+	// Queue lists the queued waiters' labels, next first.
 	Queue []string
 	// Known says which fields the store reported.
 	Known Fields
@@ -124,6 +126,34 @@ func (c *Client) ForceRelease(ctx context.Context, name string, fence uint64) (S
 		return State{}, fmt.Errorf("locker: %s %q fence %d: %w", op, name, fence, err)
 	}
 	return c.state(s), nil
+}
+
+// holderLookup bounds the look at who holds a lock for a refusal's
+// message: a wait that ran out of time returns late by at most that, as a
+// driver may after a context ends (backend.CancelGrace).
+const holderLookup = backend.CancelGrace
+
+// heldBy describes, for the message of a refusal of req, the holder the
+// store records: ` (held by "host:1234", fence 7)`; "" when the store
+// cannot say (no Inspector, not a lock, no answer within holderLookup) or
+// the caller gave up. It runs after ctx's deadline too, when the deadline
+// ended a wait: the message is for the one who set it.
+func (c *Client) heldBy(ctx context.Context, req backend.Claim) string {
+	in, ok := backend.As[backend.Inspector](c.drv)
+	if !ok || req.Mode != backend.Exclusive || errors.Is(ctx.Err(), context.Canceled) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holderLookup)
+	defer cancel()
+	s, err := guard(c, ctx, func(ctx context.Context) (backend.State, error) { return in.Inspect(ctx, req.Key) }, nil)
+	if err != nil || !s.Held || !s.Known.Has(KnowsOwner) {
+		return ""
+	}
+	by := fmt.Sprintf(" (held by %q", s.Owner)
+	if s.Known.Has(KnowsFence) {
+		by += fmt.Sprintf(", fence %d", s.Fence)
+	}
+	return by + ")"
 }
 
 // inspectCall runs an operator's driver call through the Client's gate,

@@ -2,6 +2,7 @@ package locker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -16,11 +17,13 @@ type hold struct {
 	c     *Client
 	name  string
 	key   string
-	owner string
-	token string
-	mode  backend.Mode
-	limit int // a semaphore's, for Permit
-	auto  bool
+	label string // what the store records as the holder (Claim.Owner)
+	// reentrant is the Reentrant key that re-entries share, or "".
+	reentrant string
+	token     string
+	mode      backend.Mode
+	limit     int // a semaphore's, for Permit
+	auto      bool
 	// minHold: a release before granted+minHold leaves the lock in the
 	// store until then (MinHold).
 	minHold time.Duration
@@ -72,11 +75,11 @@ func (h *hold) renewed() {
 }
 
 func (h *hold) lock() backend.Claim {
-	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.owner, Mode: h.mode, Limit: h.limit}
+	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.label, Mode: h.mode, Limit: h.limit}
 }
 
-// ownerKey is where c.owned keeps h, when h has an owner.
-func (h *hold) ownerKey() ownerKey { return ownerKey{objectOf(h.key, h.mode), h.owner} }
+// reentryKey is where c.reentries keeps h, when h is reentrant.
+func (h *hold) reentryKey() reentryKey { return reentryKey{objectOf(h.key, h.mode), h.reentrant} }
 
 // deadline is when the store may free h, judged from our side.
 func (h *hold) deadline() time.Time {
@@ -230,8 +233,9 @@ type Lock struct {
 // Name returns the lock's name.
 func (l *Lock) Name() string { return l.h.name }
 
-// Owner returns the owner given with the Owner option, or "".
-func (l *Lock) Owner() string { return l.h.owner }
+// Label returns the label the store records as the lock's holder (see
+// WithLabel and Label).
+func (l *Lock) Label() string { return l.h.label }
 
 // Token returns the holder's secret token. Printing it shows a prefix only.
 func (l *Lock) Token() Token { return Token(l.h.token) }
@@ -270,10 +274,19 @@ func (l *Lock) Deadline() time.Time { return l.h.deadline() }
 // wrapping ErrLost as well when the lock's deadline passed before the
 // store answered (Lost has fired by then), and the store's error when it
 // cannot tell.
+//
+// Unlike Release, Refresh stops when ctx ends, and with ctx already ended
+// it does not ask the store: it returns an error wrapping ctx's cause. A
+// refresh matters only to a caller that goes on holding the lock, and one
+// left undone changes nothing: the lock keeps its deadline, the watchdog
+// its schedule.
 func (l *Lock) Refresh(ctx context.Context) error {
 	h := l.h
 	if l.released.Load() {
 		return fmt.Errorf("locker: refresh %q: %w: released", h.name, ErrNotHeld)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("locker: refresh %q: %w", h.name, context.Cause(ctx))
 	}
 	ctx, end, err := h.c.gate.Enter(ctx)
 	if err != nil {
@@ -307,15 +320,28 @@ func (l *Lock) Refresh(ctx context.Context) error {
 // broken or taken over) reports the loss as a refresh would: Lost fires
 // before it returns, and its error wraps ErrLost too. When the store
 // cannot be reached, the error says so and the lock expires after its TTL.
+//
+// Release does not stop when ctx ends, nor at its deadline: `defer
+// l.Release(ctx)` in a handler whose request has ended still frees the
+// lock, as Do does. It waits for the store for at most the lock's TTL,
+// kept between 1 and 10 seconds (past the TTL the store frees the lock
+// anyway), and its error wraps ctx's cause only when the store did not
+// confirm the release and ctx had ended.
 func (l *Lock) Release(ctx context.Context) error {
 	h := l.h
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
-	ctx, end, err := h.c.gate.Enter(ctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(h.ttl))
+	defer cancel()
+	rctx, end, err := h.c.gate.Enter(rctx)
 	if err != nil {
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}
 	defer end()
-	return h.c.release(ctx, h)
+	err = h.c.release(rctx, h)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
+		return fmt.Errorf("%w; the caller's context had ended: %w", err, context.Cause(ctx))
+	}
+	return err
 }

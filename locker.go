@@ -2,7 +2,8 @@
 //
 // A [Client] holds the semantics once: blocking and non-blocking
 // acquisition, TTLs, token-checked release and refresh, automatic refresh,
-// the lost-lock signal, reentrancy for an explicit owner and fencing tokens.
+// the lost-lock signal, a label that tells operators who holds a lock,
+// reentrancy for an explicit key and fencing tokens.
 // A backend driver (package backend) only stores locks. Choose the backend
 // by URL, after a blank import of its package:
 //
@@ -22,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,17 +45,18 @@ type Client struct {
 	bg   sync.WaitGroup // releases of grants nobody holds, awaited by Close
 	dog  *watchdog
 
-	mu    sync.Mutex
-	owned map[ownerKey]*hold    // holds with an explicit owner, for reentrancy
-	live  map[*hold]struct{}    // every hold not yet released, for Close
-	turns map[object]*turnstile // this Client's waiters, per object (turnstile.go)
+	mu        sync.Mutex
+	reentries map[reentryKey]*hold  // holds with a Reentrant key
+	live      map[*hold]struct{}    // every hold not yet released, for Close
+	turns     map[object]*turnstile // this Client's waiters, per object (turnstile.go)
 }
 
-// ownerKey finds an owner's hold on one object (a read-write lock's
-// readers and writer share one, so that an owner cannot hold both sides).
-type ownerKey struct {
+// reentryKey finds a Reentrant key's hold on one object (a read-write
+// lock's readers and writer share one, so that a key cannot hold both
+// sides).
+type reentryKey struct {
 	object
-	owner string
+	reentrant string
 }
 
 // New returns a Client that uses drv, built from a store client the caller
@@ -68,18 +72,21 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return nil, fmt.Errorf("locker: New: %w", err)
 	}
+	if err := CheckLabel(cfg.label); err != nil {
+		return nil, fmt.Errorf("locker: New: %w", err)
+	}
 	if err := CheckTTL(cfg.ttl); err != nil {
-		return nil, fmt.Errorf("locker: New: default %w", err)
+		return nil, fmt.Errorf("locker: New: WithDefaultTTL: %w", err)
 	}
 	if cfg.backoffMin <= 0 || cfg.backoffMax < cfg.backoffMin {
 		return nil, fmt.Errorf("locker: New: %w: backoff bounds %v..%v", ErrUnsupported, cfg.backoffMin, cfg.backoffMax)
 	}
 	c := &Client{
-		drv:   drv,
-		cfg:   cfg,
-		owned: map[ownerKey]*hold{},
-		live:  map[*hold]struct{}{},
-		turns: map[object]*turnstile{},
+		drv:       drv,
+		cfg:       cfg,
+		reentries: map[reentryKey]*hold{},
+		live:      map[*hold]struct{}{},
+		turns:     map[object]*turnstile{},
 	}
 	// Through wrappers too (see backend.Wrapper).
 	c.queuer, _ = backend.As[backend.Queuer](drv)
@@ -162,14 +169,20 @@ func openerContext(ctx context.Context, opts []Option) context.Context {
 // parseURL splits the Client's own parameters off rawURL.
 func parseURL(rawURL string) (*url.URL, []Option, error) {
 	u, err := url.Parse(rawURL)
-	if err != nil {
+	switch {
+	case err != nil && !strings.Contains(rawURL, "://"), err == nil && u.Scheme == "",
+		err == nil && u.Opaque != "" && !registered(u.Scheme): // host:port, user:password@host parse as scheme:opaque
+		return nil, nil, fmt.Errorf("locker: Open: %w: %s", ErrInvalidURL, noScheme(rawURL))
+	case err != nil:
 		return nil, nil, fmt.Errorf("locker: Open: %w: %v", ErrInvalidURL, redactURLError(err))
-	}
-	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("locker: Open: %w: no scheme in %q", ErrInvalidURL, backend.Redacted(u))
 	}
 	var opts []Option
 	q := u.Query()
+	for _, name := range []string{"namespace", "ttl"} {
+		if n := len(q[name]); n > 1 {
+			return nil, nil, fmt.Errorf("locker: Open: %w: parameter %s given %d times", ErrInvalidURL, name, n)
+		}
+	}
 	if ns, ok := q["namespace"]; ok {
 		opts = append(opts, WithNamespace(ns[0]))
 		q.Del("namespace")
@@ -177,7 +190,10 @@ func parseURL(rawURL string) (*url.URL, []Option, error) {
 	if s, ok := q["ttl"]; ok {
 		ttl, err := time.ParseDuration(s[0])
 		if err != nil {
-			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration", ErrInvalidURL, s[0])
+			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%q is not a duration such as 30s or 5m", ErrInvalidURL, s[0])
+		}
+		if CheckTTL(ttl) != nil {
+			return nil, nil, fmt.Errorf("locker: Open: %w: ttl=%s: a lock's TTL must be more than 0 and at most %v", ErrInvalidTTL, s[0], MaxTTL)
 		}
 		opts = append(opts, WithDefaultTTL(ttl))
 		q.Del("ttl")
@@ -196,10 +212,50 @@ func checkOptions(opts []Option) (config, error) {
 	if err := checkNamespace(cfg.namespace); err != nil {
 		return cfg, fmt.Errorf("locker: Open: %w", err)
 	}
+	if err := CheckLabel(cfg.label); err != nil {
+		return cfg, fmt.Errorf("locker: Open: %w", err)
+	}
 	if err := CheckTTL(cfg.ttl); err != nil {
-		return cfg, fmt.Errorf("locker: Open: default %w", err)
+		return cfg, fmt.Errorf("locker: Open: WithDefaultTTL: %w", err)
 	}
 	return cfg, nil
+}
+
+// defaultPorts names the backend whose server listens on a port by
+// default, for the hint to a URL given as host:port.
+var defaultPorts = map[string]string{"6379": "redis", "2379": "etcd", "2181": "zk", "11211": "memcache", "5432": "postgres"}
+
+var hostPort = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]+$`)
+
+// noScheme says that raw lacks a scheme, and what to write instead. It
+// quotes raw only when it is host:port, so never a password.
+func noScheme(raw string) string {
+	var names []string
+	for _, s := range backend.Schemes() {
+		names = append(names, s.Name)
+	}
+	hp := hostPort.MatchString(raw)
+	guess := defaultPorts[raw[strings.LastIndexByte(raw, ':')+1:]]
+	switch {
+	case hp && guess != "":
+		return fmt.Sprintf("no scheme in %q: did you mean %s://%s?", raw, guess, raw)
+	case len(names) == 0:
+		return "no scheme, and no backend is registered: import one, such as _ \"github.com/lockerhq/locker/redislock\""
+	case hp:
+		return fmt.Sprintf("no scheme in %q: did you mean SCHEME://%s, SCHEME one of %s?", raw, raw, strings.Join(names, ", "))
+	default:
+		return "no scheme: a backend URL starts with one of " + strings.Join(names, ", ") + ", then ://"
+	}
+}
+
+// registered reports whether scheme has a driver.
+func registered(scheme string) bool {
+	for _, s := range backend.Schemes() {
+		if s.Name == scheme {
+			return true
+		}
+	}
+	return false
 }
 
 // redactURLError keeps a password in a malformed URL out of error messages.

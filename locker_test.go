@@ -122,7 +122,7 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-func TestSameOwnerConcurrentFirstAcquire(t *testing.T) {
+func TestSameReentrantKeyConcurrentFirstAcquire(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, memlock.NewStore())
 	const n = 16
@@ -130,7 +130,7 @@ func TestSameOwnerConcurrentFirstAcquire(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			l, err := c.Acquire(ctx, "x", locker.Owner("o"))
+			l, err := c.Acquire(ctx, "x", locker.Reentrant("o"))
 			if err != nil {
 				t.Errorf("Acquire: %v", err)
 			}
@@ -376,12 +376,12 @@ func TestNotAcquiredReasonIsPassedOn(t *testing.T) {
 		t.Fatalf("TryAcquire = %v, want ErrNotAcquired with the reason, said once", err)
 	}
 	s := memlock.NewStore()
-	held := newClient(t, s)
+	held := newClient(t, s, locker.WithLabel("host-a"))
 	if _, err := held.TryAcquire(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = newClient(t, s).TryAcquire(context.Background(), "x")
-	if want := `locker: try-acquire "x": not acquired`; err == nil || err.Error() != want {
+	if want := `locker: try-acquire "x": not acquired (held by "host-a", fence 1)`; err == nil || err.Error() != want {
 		t.Fatalf("TryAcquire of a held name = %v, want %q", err, want)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // set hooks that call each.
 type Observer struct {
 	// AcquireStart: an Acquire or TryAcquire passed its input checks and
-	// is about to ask the store (or this Client, for an owner's re-entry).
+	// is about to ask the store (or this Client, for a re-entry).
 	// ctx is the caller's. The context it returns (nil for ctx) is passed
 	// to AcquireDone, and nowhere else: a tracer starts a span in it.
 	AcquireStart func(ctx context.Context, e AcquireStartEvent) context.Context
@@ -34,8 +34,8 @@ type Observer struct {
 	// Lost: a held lock was found lost (or Close ended it). It runs just
 	// after the Lock's Lost channel closes.
 	Lost func(LostEvent)
-	// Released: the release of a lock in the store returned (an owner's
-	// inner re-entrant levels are not store releases).
+	// Released: the release of a lock in the store returned (inner
+	// re-entrant levels are not store releases).
 	Released func(ReleaseEvent)
 	// StoreError: a call to the store failed with an error that is not an
 	// answer (ErrNotAcquired, ErrNotHeld), whether the Client retries it or
@@ -47,7 +47,7 @@ type Observer struct {
 type LockRef struct {
 	Namespace string
 	Name      string
-	Owner     string // empty unless the lock was taken with the Owner option
+	Owner     string // the holder's label (see WithLabel and Label)
 	Fence     uint64 // zero before the grant, or when the backend issues none
 	// Mode is "exclusive", "read", "write" (Read, Write) or "permit"
 	// (Semaphore), and Limit the semaphore's limit (0 for other modes):
@@ -71,7 +71,7 @@ const (
 	WakeLocal                // a release by this Client
 	WakeTimer                // the backoff timer: polling
 	WakeQueue                // the driver's native queue granted it
-	WakeReentry              // an owner's re-entry: no store acquisition
+	WakeReentry              // a Reentrant key's re-entry: no store acquisition
 )
 
 var wakeNames = [...]string{"first", "notified", "local", "timer", "queue", "reentry"}
@@ -177,7 +177,7 @@ func WithObserver(o *Observer) Option { return func(c *config) { c.obs = o } }
 
 // ref is h's LockRef.
 func (h *hold) ref() LockRef {
-	return LockRef{Namespace: h.c.cfg.namespace, Name: h.name, Owner: h.owner, Fence: h.fence, Mode: h.mode.String(), Limit: h.limit}
+	return LockRef{Namespace: h.c.cfg.namespace, Name: h.name, Owner: h.label, Fence: h.fence, Mode: h.mode.String(), Limit: h.limit}
 }
 
 // storeError reports a store failure of op on h, if anyone listens.

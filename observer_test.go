@@ -104,7 +104,7 @@ func TestObserverScript(t *testing.T) {
 	c1 := newClient(t, store, locker.WithObserver(r1.observer()), locker.WithNamespace("ops"))
 	c2 := newClient(t, store, locker.WithObserver(r2.observer()), locker.WithNamespace("ops"))
 
-	l, err := c1.TryAcquire(ctx, "job", locker.Owner("host-a"))
+	l, err := c1.TryAcquire(ctx, "job", locker.Label("host-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestErrorsSayEachThingOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.TryAcquire(ctx, "report")
-	if got, want := err.Error(), `locker: try-acquire "report": not acquired`; got != want {
+	if got, want := err.Error(), fmt.Sprintf(`locker: try-acquire "report": not acquired (held by %q, fence %d)`, l.Label(), l.Fence()); got != want {
 		t.Fatalf("refusal = %q, want %q", got, want)
 	}
 	l.Release(ctx)

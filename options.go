@@ -2,10 +2,15 @@ package locker
 
 import (
 	"crypto/rand"
-	"github.com/lockerhq/locker/backend"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // DefaultTTL is the TTL of a lock when neither the Client nor the call sets one.
@@ -13,6 +18,7 @@ const DefaultTTL = 30 * time.Second
 
 type config struct {
 	namespace  string
+	label      string
 	ttl        time.Duration
 	logger     *slog.Logger
 	rand       io.Reader
@@ -24,6 +30,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		namespace:  "locker",
+		label:      defaultLabel(),
 		ttl:        DefaultTTL,
 		logger:     slog.New(slog.DiscardHandler),
 		rand:       rand.Reader,
@@ -39,6 +46,25 @@ type Option func(*config)
 // "locker"): 1 to 64 bytes of letters, digits, '.', '_' and '-'. Two
 // applications with different namespaces never collide on a shared store.
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
+
+// WithLabel sets the label of the Client's locks: what the store records
+// as their holder, for operators (State.Owner from Inspect and List,
+// lockctl status, the Observer's LockRef.Owner). The default is the host
+// name and the process ID, "host:pid", as ShedLock's lockedBy. A label is
+// only a description: any number of holders may share one, and sharing it
+// never lets one in where another holds the lock (for that, see
+// Reentrant). It is valid UTF-8 without NUL, at most MaxLabelLen bytes.
+func WithLabel(label string) Option { return func(c *config) { c.label = label } }
+
+// defaultLabel is "host:pid", the host name cut so that it fits MaxLabelLen.
+var defaultLabel = sync.OnceValue(func() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	pid := ":" + strconv.Itoa(os.Getpid())
+	return strings.ToValidUTF8(host[:min(len(host), MaxLabelLen-len(pid))], "") + pid
+})
 
 // WithDefaultTTL sets the TTL of locks acquired without the TTL option.
 func WithDefaultTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
@@ -61,15 +87,16 @@ func WithBackoff(min, max time.Duration) Option {
 }
 
 type lockConfig struct {
-	ttl     time.Duration
-	owner   string
-	noAuto  bool
-	ttlSet  bool
-	waitMax time.Duration
-	waitSet bool
-	minHold time.Duration
-	mode    backend.Mode
-	limit   int
+	ttl       time.Duration
+	label     string
+	reentrant string // the key of Reentrant, or ""
+	noAuto    bool
+	ttlSet    bool
+	waitMax   time.Duration
+	waitSet   bool
+	minHold   time.Duration
+	mode      backend.Mode
+	limit     int
 }
 
 // LockOption configures one acquisition.
@@ -81,14 +108,32 @@ func TTL(ttl time.Duration) LockOption {
 	return func(c *lockConfig) { c.ttl, c.ttlSet = ttl, true }
 }
 
-// Owner makes the acquisition reentrant for owner within this Client: while
-// a lock on the name is held under the same owner, Acquire succeeds at once,
-// counts one level deeper and keeps the fence, and only the outermost
-// Release frees the lock. Go has no thread identity, so the owner is
-// explicit: a request ID, a job name. Without Owner every acquisition is a
-// new holder, like sync.Mutex. Two Clients never share a hold, whatever the
-// owner: a lock is held by one Client at a time.
-func Owner(owner string) LockOption { return func(c *lockConfig) { c.owner = owner } }
+// Label sets the label of this acquisition, in place of the Client's (see
+// WithLabel): a job name, a request ID. It describes the holder and
+// nothing more: holders that share a label exclude each other as any
+// holders do. A re-entry keeps the label of the outermost acquisition.
+func Label(label string) LockOption { return func(c *lockConfig) { c.label = label } }
+
+// Reentrant makes the acquisition reentrant for key within this Client:
+// while a lock on the name is held under the same key, Acquire succeeds at
+// once, counts one level deeper and keeps the fence, and only the
+// outermost Release frees the lock. Go has no thread identity, so the key
+// is explicit, and only the caller knows which goroutines may share a
+// hold: a request ID, a job name, never a host name. Without Reentrant
+// every acquisition is a new holder, like sync.Mutex, whatever its label.
+// Two Clients never share a hold, whatever the key: a lock is held by one
+// Client at a time.
+func Reentrant(key string) LockOption { return func(c *lockConfig) { c.reentrant = key } }
+
+// Owner is Reentrant(owner) and Label(owner) together.
+//
+// Deprecated: Owner made labelling a holder and letting it re-enter one
+// thing, so that a label shared by goroutines (a host name) let them all
+// in at once. Use Label to describe the holder, and Reentrant, alone, for
+// reentrancy.
+func Owner(owner string) LockOption {
+	return func(c *lockConfig) { c.label, c.reentrant = owner, owner }
+}
 
 // WaitAtMost bounds how long Acquire or Do waits for the lock, apart from
 // the caller's context: when d runs out first, the call returns an error
@@ -130,8 +175,8 @@ func AutoRefresh(on bool) LockOption { return func(c *lockConfig) { c.noAuto = !
 // lock of one name are three separate things. All holders must agree on
 // limit: a claim with another limit than the held permits' fails with
 // ErrLimitMismatch; once every permit is free, the next claim's limit
-// holds. limit is 1 to MaxLimit (ErrInvalidLimit otherwise). With Owner,
-// one owner holds one permit, re-entrantly. A backend without semaphores
+// holds. limit is 1 to MaxLimit (ErrInvalidLimit otherwise). With
+// Reentrant, one key holds one permit, re-entrantly. A backend without semaphores
 // returns ErrUnsupported before any network call.
 func Semaphore(limit int) LockOption {
 	return func(c *lockConfig) { c.mode, c.limit = backend.Permit, limit }
@@ -141,7 +186,7 @@ func Semaphore(limit int) LockOption {
 // called name: any number of readers at once, but never with a writer.
 // Writers come first: once a writer waits, new readers wait behind it
 // (on backends with a native queue, readers and writers are served in
-// arrival order), so readers cannot starve writers. With Owner, an owner
+// arrival order), so readers cannot starve writers. With Reentrant, a key
 // that reads may read again (re-entry), but asking to write while it
 // reads, or to read while it writes, fails at once with ErrModeConflict:
 // there is no upgrade or downgrade. A backend without read-write locks

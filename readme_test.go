@@ -55,7 +55,7 @@ func readmeAcquire(ctx context.Context, client *locker.Client) error {
 	if err != nil {
 		return err // wraps locker.ErrNotAcquired when someone else held it for 5s
 	}
-	defer l.Release(ctx)
+	defer l.Release(ctx) // releases even once ctx has ended, within its own timeout
 
 	for _, batch := range batches {
 		select {

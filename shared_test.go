@@ -33,12 +33,12 @@ func TestModesNeedTheDriver(t *testing.T) {
 	}
 }
 
-func TestOwnerModes(t *testing.T) {
+func TestReentrantModes(t *testing.T) {
 	ctx := context.Background()
 	d, _ := memlock.New(memlock.NewStore())
 	c, _ := locker.New(d)
 	defer c.Close()
-	o := locker.Owner("job-7")
+	o := locker.Reentrant("job-7")
 
 	r, err := c.Acquire(ctx, "x", locker.Read(), o)
 	if err != nil {
@@ -46,7 +46,7 @@ func TestOwnerModes(t *testing.T) {
 	}
 	r2, err := c.Acquire(ctx, "x", locker.Read(), o)
 	if err != nil || r2.Fence() != r.Fence() {
-		t.Fatalf("an owner's second read = %v (fence %d, first %d), want a re-entry", err, r2.Fence(), r.Fence())
+		t.Fatalf("a key's second read = %v (fence %d, first %d), want a re-entry", err, r2.Fence(), r.Fence())
 	}
 	if _, err := c.Acquire(ctx, "x", locker.Write(), o); !errors.Is(err, locker.ErrModeConflict) {
 		t.Fatalf("a reader asking to write = %v, want ErrModeConflict", err)

@@ -55,6 +55,20 @@ func checkNamespace(ns string) error {
 	return nil
 }
 
+// MaxLabelLen is the longest label (see WithLabel), in bytes: every
+// backend records one this long whole.
+const MaxLabelLen = 64
+
+// CheckLabel reports, wrapping ErrInvalidName, why label cannot label a
+// holder: any valid UTF-8 string without NUL of at most MaxLabelLen bytes
+// can, "" included (a holder that says nothing of itself).
+func CheckLabel(label string) error {
+	if len(label) > MaxLabelLen || !utf8.ValidString(label) || strings.IndexByte(label, 0) >= 0 {
+		return fmt.Errorf("%w: label %q: want valid UTF-8 without NUL, at most %d bytes", ErrInvalidName, label, MaxLabelLen)
+	}
+	return nil
+}
+
 // MaxTTL bounds a lock's TTL. A longer one is almost always a unit mistake,
 // and some stores cannot express it.
 const MaxTTL = 30 * 24 * time.Hour

@@ -36,10 +36,15 @@ type Claim struct {
 	// Zero on acquire; set on Refresh and Release, where a driver may use it
 	// to check the exact incarnation (etcd: the create revision).
 	Fence uint64
-	// Owner is the caller's explicit owner identity, or "". A driver may
-	// store it so that operators can see who holds a lock; Refresh and
-	// Release carry the Owner the lock was acquired with, and a driver may
-	// treat a stored owner that changed as a theft (sqllock does).
+	// Owner is the holder's label (locker.WithLabel, locker.Label: by
+	// default "host:pid"), at most 64 bytes of UTF-8 without NUL, or "".
+	// A driver stores it so that operators can see who holds a lock
+	// (State.Owner). It describes the holder and never identifies it:
+	// many holders share a label, and a claim carrying the holder's label
+	// is refused like any other (the conformance case SharedLabelExcludes);
+	// only Token identifies a holder. Refresh and Release carry the Owner
+	// the lock was acquired with, so a driver may treat a stored owner
+	// that changed as a theft (sqllock does).
 	Owner string
 	// OnLost, set on acquire, may be called by a driver at most once, from
 	// any goroutine and without blocking, when it learns that this grant is

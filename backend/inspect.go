@@ -17,7 +17,8 @@ type State struct {
 	// Held: a holder has the key and, where locks expire, its TTL has not
 	// run out.
 	Held bool
-	// Owner is the holder's Claim.Owner ("" when it gave none). [KnowsOwner].
+	// Owner is the holder's Claim.Owner, its label ("" when it gave
+	// none). [KnowsOwner].
 	Owner string
 	// Fence is the holder's fencing token, as its Grant reported it.
 	// [KnowsFence].
@@ -30,8 +31,8 @@ type State struct {
 	// Only stores with a queue know it: elsewhere waiters poll or listen
 	// and leave no trace. [KnowsWaiters].
 	Waiters int
-	// Queue lists the queued waiters' owners, next first ("" for one that
-	// gave no owner). [KnowsQueue].
+	// Queue lists the queued waiters' labels (Claim.Owner), next first
+	// ("" for one that gave none). [KnowsQueue].
 	Queue []string
 	// Known says which fields the store reported.
 	Known Fields

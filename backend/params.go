@@ -17,9 +17,21 @@ type Params struct {
 	err    error
 }
 
-// NewParams returns the query parameters of u.
+// NewParams returns the query parameters of u. A parameter given more
+// than once is an error (Err), whichever copy a reader would take.
 func NewParams(u *url.URL) *Params {
-	return &Params{values: u.Query(), used: map[string]bool{}}
+	p := &Params{values: u.Query(), used: map[string]bool{}}
+	var twice []string
+	for name, vs := range p.values {
+		if len(vs) > 1 {
+			twice = append(twice, name)
+		}
+	}
+	if len(twice) > 0 {
+		sort.Strings(twice)
+		p.err = fmt.Errorf("%w: parameter(s) %s given more than once", ErrInvalidURL, strings.Join(twice, ", "))
+	}
+	return p
 }
 
 // Has reports whether the parameter is present, and marks it read.

@@ -15,6 +15,10 @@ func Redacted(u *url.URL) string {
 		return ""
 	}
 	c := *u
+	if i := strings.LastIndexByte(c.Opaque, '@'); i >= 0 {
+		// "redis:pw@host" (no "//") parses with the user info in Opaque.
+		c.Opaque = "xxxxx" + c.Opaque[i:]
+	}
 	if c.RawQuery != "" {
 		q, err := url.ParseQuery(c.RawQuery)
 		if err != nil {

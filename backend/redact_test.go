@@ -16,6 +16,8 @@ func TestRedacted(t *testing.T) {
 		"x://h?auth_token=" + canary + "&client_secret=" + canary + "&apikey=" + canary,
 		"x://h?a=1&password=" + canary + "&password=" + canary,
 		"x://h?password=%zz" + canary, // a query that does not parse
+		"redis:" + canary + "@h:6379", // no "//": the user info is in Opaque
+		"redis:alice:" + canary + "@h:6379",
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {

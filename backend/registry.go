@@ -100,7 +100,14 @@ func Open(ctx context.Context, u *url.URL) (Driver, error) {
 		if pkg, known := packages[u.Scheme]; known {
 			return nil, fmt.Errorf("%w: scheme %q is not registered: import _ \"github.com/lockerhq/locker/%s\"", ErrInvalidURL, u.Scheme, pkg)
 		}
-		return nil, fmt.Errorf("%w: unknown scheme %q (is the backend's package imported?)", ErrInvalidURL, u.Scheme)
+		var names []string
+		for _, s := range Schemes() {
+			names = append(names, s.Name)
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("%w: unknown scheme %q: no backend is registered (import its package)", ErrInvalidURL, u.Scheme)
+		}
+		return nil, fmt.Errorf("%w: unknown scheme %q: registered are %s (is the backend's package imported?)", ErrInvalidURL, u.Scheme, strings.Join(names, ", "))
 	}
 	return o.Open(ctx, u)
 }

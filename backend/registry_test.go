@@ -8,7 +8,7 @@ import (
 )
 
 func TestOpenNamesTheMissingImport(t *testing.T) {
-	for scheme, want := range map[string]string{"postgres": "sqllock", "rediss+quorum": "redislock", "nosuch": "imported"} {
+	for scheme, want := range map[string]string{"postgres": "sqllock", "rediss+quorum": "redislock", "nosuch": "registered"} {
 		_, err := Open(t.Context(), &url.URL{Scheme: scheme, Host: "h"})
 		if !errors.Is(err, ErrInvalidURL) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Open(%s://) = %v, want ErrInvalidURL naming %s", scheme, err, want)

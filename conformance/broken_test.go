@@ -40,7 +40,10 @@ var brokenVariants = map[string][]string{
 	// Keys lose the characters a naive encoder drops, so names collide.
 	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
 	// Release reports success but leaves the lock held for an hour.
-	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake"},
+	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake", "ReleaseAfterCancelFreesName"},
+	// The store takes a claim that carries the holder's label for the
+	// holder, and lets it in: a label made the reentrancy key.
+	"label-reenters": {"SharedLabelExcludes"},
 	// TryAcquire on a held lock ignores its context for seconds.
 	"ignores-context": {"CancelReturnsPromptly"},
 	// A TryAcquire whose caller gives up while its request is on the wire
@@ -352,6 +355,11 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 	case d.h.variant == "no-exclusion":
 		d.h.store.Expire(l.Key)
 		g, err = d.Driver.TryAcquire(ctx, l)
+	case d.h.variant == "label-reenters" && l.Mode == backend.Exclusive:
+		if st, ierr := d.Driver.Inspect(ctx, l.Key); ierr == nil && st.Held && st.Owner == l.Owner {
+			d.h.store.Expire(l.Key)
+			g, err = d.Driver.TryAcquire(ctx, l)
+		}
 	case d.h.variant == "ignores-context":
 		time.Sleep(3 * time.Second)
 	}

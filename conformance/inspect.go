@@ -31,8 +31,8 @@ func (s *suite) inspectHolder(t *testing.T, c *locker.Client, st locker.State, l
 	if st.Name != l.Name() {
 		t.Errorf("Inspect: Name = %q, want %q", st.Name, l.Name())
 	}
-	if st.Known.Has(locker.KnowsOwner) && st.Owner != l.Owner() {
-		t.Errorf("Inspect: Owner = %q, want %q", st.Owner, l.Owner())
+	if st.Known.Has(locker.KnowsOwner) && st.Owner != l.Label() {
+		t.Errorf("Inspect: Owner = %q, want %q", st.Owner, l.Label())
 	}
 	if st.Known.Has(locker.KnowsFence) && st.Fence != l.Fence() {
 		t.Errorf("Inspect: Fence = %d, want the holder's %d", st.Fence, l.Fence())
@@ -62,7 +62,7 @@ func (s *suite) inspectReports(t *testing.T) {
 	if err != nil || st.Held {
 		t.Fatalf("Inspect of a name never locked = %+v, %v; want free", st, err)
 	}
-	l := mustAcquire(t, ctx, c1, name, locker.Owner("ops-first"))
+	l := mustAcquire(t, ctx, c1, name, locker.Label("ops-first"))
 	if st, err = ops.Inspect(ctx, name); err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}
@@ -70,7 +70,7 @@ func (s *suite) inspectReports(t *testing.T) {
 
 	got := make(chan *locker.Lock, 1)
 	go func() {
-		w, err := c2.Acquire(ctx, name, locker.Owner("ops-second"))
+		w, err := c2.Acquire(ctx, name, locker.Label("ops-second"))
 		if err != nil {
 			t.Errorf("waiter: %v", err)
 		}
@@ -128,7 +128,7 @@ func (s *suite) listFinds(t *testing.T) {
 	names := []string{prefix + "a/1", prefix + "b ü", prefix + "c%2F"}
 	var locks []*locker.Lock
 	for _, n := range names {
-		locks = append(locks, mustAcquire(t, ctx, c, n, locker.Owner("lister")))
+		locks = append(locks, mustAcquire(t, ctx, c, n, locker.Label("lister")))
 	}
 	outside := mustAcquire(t, ctx, c, s.name(t, "")[:len(prefix)-1]+"-outside")
 	defer outside.Release(ctx)
@@ -173,7 +173,7 @@ func (s *suite) forceRelease(t *testing.T) {
 	}
 	ctx := s.ctx(t)
 	name := s.name(t, "x")
-	l := mustAcquire(t, ctx, c, name, locker.Owner("stuck"))
+	l := mustAcquire(t, ctx, c, name, locker.Label("stuck"))
 	if l.Fence() == 0 {
 		t.Fatal("the driver implements Breaker but issues no fences")
 	}

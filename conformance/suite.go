@@ -63,6 +63,8 @@ var cases = []testCase{
 	{"ListFindsHeldLocks", false, (*suite).listFinds},
 	{"ForceReleaseFencesAndSignals", false, (*suite).forceRelease},
 	{"MinHoldOutlivesRelease", false, (*suite).minHold},
+	{"SharedLabelExcludes", false, (*suite).sharedLabel},
+	{"ReleaseAfterCancelFreesName", false, (*suite).releaseAfterCancel},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
 	{"SemaphoreLimitAndMismatch", false, (*suite).semLimit},
@@ -774,7 +776,7 @@ func (s *suite) reentrant(t *testing.T) {
 	name := s.name(t, "x")
 	var ls []*locker.Lock
 	for i := range 3 {
-		l, err := c1.Acquire(ctx, name, locker.Owner("job-1"))
+		l, err := c1.Acquire(ctx, name, locker.Reentrant("job-1"))
 		if err != nil {
 			t.Fatalf("Acquire level %d: %v", i+1, err)
 		}
@@ -783,7 +785,7 @@ func (s *suite) reentrant(t *testing.T) {
 			t.Fatalf("level %d fence %d, outer %d: re-entry must keep the fence", i+1, l.Fence(), ls[0].Fence())
 		}
 	}
-	mustRefuse(t, ctx, c1, name, "another owner of the same client must wait", locker.Owner("job-2"))
+	mustRefuse(t, ctx, c1, name, "another reentrant key of the same client must wait", locker.Reentrant("job-2"))
 	mustRefuse(t, ctx, c2, name, "it is held three deep")
 	mustRelease(t, ctx, ls[2])
 	mustRelease(t, ctx, ls[1])
@@ -797,11 +799,11 @@ func (s *suite) reentryExtends(t *testing.T) {
 	c1, c2 := s.client(t), s.client(t)
 	attempts(t, func(attempt int) string {
 		name := s.name(t, fmt.Sprint("x", attempt))
-		outer := mustAcquire(t, ctx, c1, name, locker.Owner("job"), locker.AutoRefresh(false))
+		outer := mustAcquire(t, ctx, c1, name, locker.Reentrant("job"), locker.AutoRefresh(false))
 		defer outer.Release(ctx)
 		time.Sleep(outer.TTL() * 6 / 10)
 		until := outer.Deadline()
-		inner, err := c1.TryAcquire(ctx, name, locker.Owner("job"))
+		inner, err := c1.TryAcquire(ctx, name, locker.Reentrant("job"))
 		if late := okUntil(t, "re-entry", err, until); late != "" {
 			return late
 		}
@@ -825,13 +827,13 @@ func (s *suite) reentryAfterLoss(t *testing.T) {
 	ctx := s.ctx(t)
 	c1, c2 := s.client(t), s.client(t)
 	name := s.name(t, "x")
-	outer := mustAcquire(t, ctx, c1, name, locker.Owner("job"))
+	outer := mustAcquire(t, ctx, c1, name, locker.Reentrant("job"))
 	if err := s.h.Expire(ctx, s.key(name)); err != nil {
 		t.Fatalf("Harness.Expire: %v", err)
 	}
 	waitLost(t, outer, outer.TTL()+s.slack(), "the lock was taken away")
 	taken := acquireWithin(t, ctx, c2, name, s.slack())
-	_, err := c1.Acquire(ctx, name, locker.Owner("job"))
+	_, err := c1.Acquire(ctx, name, locker.Reentrant("job"))
 	if !errors.Is(err, locker.ErrLost) {
 		t.Fatalf("re-entry after the loss = %v, want ErrLost", err)
 	}

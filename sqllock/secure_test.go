@@ -270,7 +270,7 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	}
 	// The batch refresh, as the watchdog sends it.
 	d := c.Driver().(*Driver)
-	if errs := d.RefreshMany(ctx, []backend.Claim{{Key: backend.Key("least", "a"), Token: string(l.Token()), Fence: l.Fence(), TTL: 2 * time.Second}}); errs[0] != nil {
+	if errs := d.RefreshMany(ctx, []backend.Claim{{Key: backend.Key("least", "a"), Token: string(l.Token()), Fence: l.Fence(), TTL: 2 * time.Second, Owner: l.Label()}}); errs[0] != nil {
 		t.Fatalf("RefreshMany: %v", errs[0])
 	}
 

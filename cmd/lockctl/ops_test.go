@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -72,6 +73,15 @@ func hold(t *testing.T, c *locker.Client, name string, opts ...locker.LockOption
 	return l
 }
 
+// hostname is the host part of a Client's default label.
+func hostname(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // ctl runs lockctl in-process.
 func ctl(args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
@@ -110,7 +120,7 @@ func TestStatus(t *testing.T) {
 	t.Parallel()
 	store, c := memStore(t)
 	u := "mem://" + store
-	l := hold(t, c, "invoice run", locker.Owner("worker-7"), locker.TTL(30*time.Second))
+	l := hold(t, c, "invoice run", locker.Label("worker-7"), locker.TTL(30*time.Second))
 
 	code, out, errs := ctl("status", "--backend", u, "invoice run")
 	if code != 0 || errs != "" {
@@ -143,8 +153,13 @@ func TestStatus(t *testing.T) {
 		t.Errorf("ttl_ms = %v, want within (25000, 30000]", m["ttl_ms"])
 	}
 
-	// A holder without an owner: known, and empty.
-	hold(t, c, "anon")
+	// A holder that gave no label: the Client's default, host and process.
+	hold(t, c, "by-default")
+	if _, out, _ := ctl("status", "--backend", u, "by-default"); !strings.Contains(out, fmt.Sprintf("owner:     %s:%d", hostname(t), os.Getpid())) {
+		t.Errorf("status of a holder with the default label:\n%s", out)
+	}
+	// A holder with an empty label: known, and empty.
+	hold(t, c, "anon", locker.Label(""))
 	if _, out, _ := ctl("status", "--backend", u, "anon"); !strings.Contains(out, "owner:     (none given)") {
 		t.Errorf("status of an ownerless holder:\n%s", out)
 	}
@@ -177,9 +192,9 @@ func TestList(t *testing.T) {
 	t.Parallel()
 	store, c := memStore(t)
 	u := "mem://" + store
-	a1 := hold(t, c, "jobs/a", locker.Owner("worker-1"))
+	a1 := hold(t, c, "jobs/a", locker.Label("worker-1"))
 	a2 := hold(t, c, "jobs/b-with-a-long-name")
-	hold(t, c, "other", locker.Owner("x"))
+	hold(t, c, "other", locker.Label("x"))
 
 	code, out, errs := ctl("list", "--backend", u, "jobs/")
 	if code != 0 || errs != "" {
@@ -202,7 +217,7 @@ func TestList(t *testing.T) {
 	f1 := strings.Fields(lines[1])
 	f2 := strings.Fields(lines[2])
 	if f1[1] != "worker-1" || f1[2] != strconv.FormatUint(a1.Fence(), 10) ||
-		f2[1] != "(none" || !strings.Contains(lines[2], " "+strconv.FormatUint(a2.Fence(), 10)+" ") {
+		f2[1] != show(fmt.Sprintf("%s:%d", hostname(t), os.Getpid())) || !strings.Contains(lines[2], " "+strconv.FormatUint(a2.Fence(), 10)+" ") {
 		t.Errorf("list rows:\n%s", out)
 	}
 
@@ -243,7 +258,7 @@ func TestReleaseForce(t *testing.T) {
 	store, c := memStore(t)
 	u := "mem://" + store
 	ctx := context.Background()
-	l := hold(t, c, "stuck", locker.Owner("batch-7"), locker.TTL(3*time.Second))
+	l := hold(t, c, "stuck", locker.Label("batch-7"), locker.TTL(3*time.Second))
 	fence := strconv.FormatUint(l.Fence(), 10)
 
 	// --fence that is not the holder's: nothing changes.
@@ -287,11 +302,11 @@ func TestReleaseForce(t *testing.T) {
 	}
 
 	// A waiter takes the lock before the probe: its fence is reported.
-	l2 := hold(t, c, "stuck", locker.Owner("batch-8"))
+	l2 := hold(t, c, "stuck", locker.Label("batch-8"))
 	var waiter *locker.Lock
 	releaseHook = func(stage string) {
 		if stage == "removed" {
-			waiter = hold(t, c, "stuck", locker.Owner("waiter"))
+			waiter = hold(t, c, "stuck", locker.Label("waiter"))
 		}
 	}
 	defer func() { releaseHook = nil }()
@@ -310,7 +325,7 @@ func TestReleaseForce(t *testing.T) {
 	releaseHook = func(stage string) {
 		if stage == "inspected" {
 			waiter.Release(ctx)
-			l4 = hold(t, c, "stuck", locker.Owner("new"))
+			l4 = hold(t, c, "stuck", locker.Label("new"))
 		}
 	}
 	code, out, _ = ctl("release", "--backend", u, "--force", "stuck")
@@ -387,7 +402,7 @@ func TestOpsBadInput(t *testing.T) {
 func TestNoWaitNamesHolder(t *testing.T) {
 	t.Parallel()
 	store, c := memStore(t)
-	l := hold(t, c, "job", locker.Owner("alice"))
+	l := hold(t, c, "job", locker.Label("alice"))
 	code, _, errs := ctl("run", "--backend", "mem://"+store, "--no-wait", "job", "--", "false")
 	want := fmt.Sprintf(`lockctl: "job" is held by another holder on mem://%s: owner "alice", fence %d (--no-wait)`+"\n", store, l.Fence())
 	if code != exitNotAcquired || errs != want {
