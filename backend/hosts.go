@@ -13,6 +13,10 @@ import (
 // is an error wrapping ErrInvalidURL: a list that says less than it seems
 // to is a typo, not a server to skip.
 func Hosts(u *url.URL, defaultPort string) ([]string, error) {
+	if u.Opaque != "" {
+		// "scheme:user:pw@host" (no "//") parses as scheme and opaque.
+		return nil, fmt.Errorf("%w: want %s://host:port, with the two slashes", ErrInvalidURL, u.Scheme)
+	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: no server", ErrInvalidURL)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,10 @@ func TestHosts(t *testing.T) {
 		if !errors.Is(err, ErrInvalidURL) {
 			t.Errorf("Hosts(%q) = %v, %v; want ErrInvalidURL", host, got, err)
 		}
+	}
+	// No "//": the user information and host are opaque, never a default server.
+	u, _ := url.Parse("redis:s3cret@127.0.0.1:6379")
+	if got, err := Hosts(u, "99"); !errors.Is(err, ErrInvalidURL) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Hosts(%q) = %v, %v; want ErrInvalidURL without the password", u, got, err)
 	}
 }

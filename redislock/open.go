@@ -75,6 +75,9 @@ func fairParam(u *url.URL) (bool, error) {
 // parameters every backend reads (see backend.Params.TLS), which rediss
 // implies and which replace go-redis's TLS configuration.
 func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, error) {
+	if u.Opaque != "" { // go-redis would dial localhost:6379 for "redis:pw@host"
+		return nil, nil, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
+	}
 	if err := checkUser(u); err != nil {
 		return nil, nil, nil, err
 	}

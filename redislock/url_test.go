@@ -79,6 +79,8 @@ func TestOpenBadURLs(t *testing.T) {
 		"redis://" + addr + "/0?retention=-1h",
 		"redis://" + addr + "/0?retention=soon",
 		"redis+quorum://" + addr + "," + addr + "/0?retention=0",
+		"redis:s3cret@" + addr + "/0", // no "//": never the default server
+		"redis+quorum:s3cret@" + addr + "," + addr + "/0",
 	} {
 		_, err := locker.Open(ctx, u)
 		if !errors.Is(err, locker.ErrInvalidURL) {
