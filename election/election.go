@@ -159,7 +159,7 @@ func (e *Election) Campaign(ctx context.Context) (*Term, error) {
 	if _, dup := campaigns.LoadOrStore(k, struct{}{}); dup {
 		return nil, fmt.Errorf("election: campaign %q as %q: %w", e.name, e.cfg.value, ErrCampaigning)
 	}
-	opts := []locker.LockOption{locker.Owner(e.cfg.value)}
+	opts := []locker.LockOption{locker.Label(e.cfg.value), locker.Reentrant(e.cfg.value)}
 	if e.cfg.ttl > 0 {
 		opts = append(opts, locker.TTL(e.cfg.ttl))
 	}

@@ -497,7 +497,7 @@ func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {
 	// holder may still write.
 	ctx, cancel = p.ctx()
 	defer cancel()
-	l, err := p.client.TryAcquire(ctx, name, locker.TTL(probeTTL), locker.Owner(probeOwner))
+	l, err := p.client.TryAcquire(ctx, name, locker.TTL(probeTTL), locker.Label(probeOwner))
 	switch {
 	case err == nil:
 		next := l.Fence()

@@ -302,7 +302,7 @@ func (o *runOpts) run() int {
 		opts = append(opts, locker.Write())
 	}
 	if o.owner != "" {
-		opts = append(opts, locker.Owner(o.owner))
+		opts = append(opts, locker.Label(o.owner), locker.Reentrant(o.owner))
 	}
 	l, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Lock, error) {
 		switch {

@@ -93,7 +93,7 @@ func run(ctx context.Context, url string, w io.Writer) error {
 				err := client.Do(ctx, name, func(ctx context.Context) error {
 					time.Sleep(20 * time.Millisecond) // the work
 					return nil
-				}, locker.Owner(fmt.Sprintf("worker-%d", i)))
+				}, locker.Label(fmt.Sprintf("worker-%d", i)))
 				if err != nil {
 					errs <- err
 				}
@@ -107,7 +107,7 @@ func run(ctx context.Context, url string, w io.Writer) error {
 	}
 
 	// A lock whose holder stopped refreshing it: lost when its TTL ran out.
-	l, err := client.TryAcquire(ctx, "heartbeat", locker.TTL(300*time.Millisecond), locker.AutoRefresh(false), locker.Owner("stalled"))
+	l, err := client.TryAcquire(ctx, "heartbeat", locker.TTL(300*time.Millisecond), locker.AutoRefresh(false), locker.Label("stalled"))
 	if err != nil {
 		return err
 	}
