@@ -25,7 +25,7 @@ import (
 
 import (
 	"github.com/lockerhq/locker"
-	_ "github.com/lockerhq/locker/redislock" // or etcdlock, zklock, sqllock, memcachelock, filelock, memlock
+	_ "github.com/lockerhq/locker/redislock" // or etcdlock, zklock, sqllock (sqllock/mysql, sqllock/sqlite), memcachelock, filelock, memlock
 )
 
 func readmeDo(ctx context.Context) error {
