@@ -1,0 +1,149 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// SQLite is the dialect of SQLite 3.33 or later, through any database/sql
+// driver (modernc.org/sqlite, as the sqlite:// opener uses,
+// github.com/mattn/go-sqlite3, github.com/ncruces/go-sqlite3...). Every
+// process that shares the file must reach it on a local file system; open
+// it in WAL mode with a busy timeout, as the opener does. Errors are read
+// from SQLite's own messages, which every driver passes on.
+var SQLite = Dialect{
+	name:       "sqlite",
+	tables:     sqliteTables,
+	schema:     sqliteSchema,
+	statements: sqliteStatements,
+	classify:   sqliteClassify,
+	check:      sqliteCheck,
+}
+
+// sqliteNow is the host's clock in µs since 1970 UTC. SQLite reads it in
+// whole milliseconds, truncated, and keeps one value for the whole
+// statement; julianday, not unixepoch('subsec'), for SQLite before 3.42.
+// A double of days holds the milliseconds exactly (2^53 is far), so
+// round() only undoes the binary fraction.
+const sqliteNow = `(CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER) * 1000)`
+
+// sqliteTick is the clock's step, in µs. An expiry is set one step later
+// than now + TTL, so that a lock taken just before the clock ticked still
+// lives its whole TTL: the truncated now may be up to a step behind.
+const sqliteTick = `1000`
+
+// sqliteMaxIdent bounds a table name (SQLite has no limit of its own), less
+// "_shared".
+const sqliteMaxIdent = 64 - len(sharedSuffix)
+
+func sqliteTables(name string) (lock, shared, why string) {
+	if name == "" || len(name) > sqliteMaxIdent || !utf8.ValidString(name) ||
+		strings.ContainsFunc(name, unicode.IsControl) || strings.HasPrefix(strings.ToLower(name), "sqlite_") {
+		return "", "", fmt.Sprintf("table name %q: want 1 to %d bytes of UTF-8 without control characters, not starting with sqlite_", name, sqliteMaxIdent)
+	}
+	q := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+	return q(name), q(name + sharedSuffix), ""
+}
+
+// The lock table: one row per held (or expired, not yet taken over) name;
+// a release deletes it. fence is the rowid, drawn by AUTOINCREMENT, which
+// never reuses a value (SQLite keeps the largest in sqlite_sequence, in
+// the same transaction): so fences grow for a name whose row came and
+// went, across restarts. Names are TEXT compared bytewise (BINARY
+// collation); STRICT tables would need 3.37.
+func sqliteSchema(lock, _ string) []string {
+	return []string{`CREATE TABLE IF NOT EXISTS ` + lock + ` (
+    fence      INTEGER PRIMARY KEY AUTOINCREMENT, -- fencing token: new at every acquisition
+    name       TEXT    NOT NULL UNIQUE,           -- namespace/name of the lock, UTF-8
+    token      TEXT    NOT NULL,                  -- the holder's secret
+    owner      TEXT    NOT NULL,                  -- the holder's owner identity ('' for none)
+    expires_us INTEGER NOT NULL                   -- host clock, µs since 1970 UTC
+)`}
+}
+
+// sqliteStatements: SQLite runs one write at a time for the whole
+// database, and a write statement takes the write lock before it reads,
+// so each statement below is atomic, reads included, without a
+// transaction.
+func sqliteStatements(t, _ string) statements {
+	const now = sqliteNow
+	const until = now + ` + ` + sqliteTick + ` + ?`
+	// values is a table b(i, name, token, fence, owner, us) of n rows of
+	// arguments.
+	values := func(n int) string {
+		var b strings.Builder
+		b.WriteString("WITH b(i, name, token, fence, owner, us) AS (VALUES (?, ?, ?, ?, ?, ?)")
+		for range n - 1 {
+			b.WriteString(", (?, ?, ?, ?, ?, ?)")
+		}
+		b.WriteString(") ")
+		return b.String()
+	}
+	const match = `l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.fence = b.fence) AND l.owner = b.owner AND l.expires_us > ` + now
+	return statements{
+		insert:   `INSERT INTO ` + t + ` (name, token, owner, expires_us) VALUES (?, ?, ?, ` + until + `)`,
+		takeover: `DELETE FROM ` + t + ` WHERE name = ? AND (expires_us <= ` + now + ` OR token = ?)`,
+		refresh:  `UPDATE ` + t + ` SET expires_us = ` + until + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
+		release:  `DELETE FROM ` + t + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
+		forget:   `DELETE FROM ` + t + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?)`,
+		inspect:  `SELECT owner, fence, expires_us - ` + now + ` FROM ` + t + ` WHERE name = ? AND expires_us > ` + now,
+		// hi is a []byte: a BLOB sorts after every TEXT in SQLite, so it
+		// is compared as TEXT, bytewise all the same.
+		list:      `SELECT name, owner, fence, expires_us - ` + now + ` FROM ` + t + ` WHERE name >= ? AND (? IS NULL OR name < CAST(? AS TEXT)) AND expires_us > ` + now + ` ORDER BY name LIMIT ?`,
+		breakLock: `DELETE FROM ` + t + ` WHERE name = ? AND fence = ? AND expires_us > ` + now,
+		// UPDATE ... FROM: SQLite 3.33.
+		refreshMany: func(n int) string {
+			return values(n) + `UPDATE ` + t + ` AS l SET expires_us = ` + now + ` + ` + sqliteTick + ` + b.us FROM b WHERE ` + match
+		},
+		heldMany: func(n int) string {
+			return values(n) + `SELECT b.i FROM ` + t + ` AS l JOIN b ON ` + match
+		},
+		fences: func(n int) string {
+			return `SELECT name, fence FROM ` + t + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `) AND expires_us > ` + now
+		},
+		// AUTOINCREMENT's high mark, 0 before the first grant.
+		counter: `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '` +
+			strings.ReplaceAll(strings.ReplaceAll(t[1:len(t)-1], `""`, `"`), "'", "''") + `'), 0)`,
+		// 6 arguments a claim, within the 32766 that SQLite allows by
+		// default since 3.32.
+		maxBatch: 1000,
+	}
+}
+
+// sqliteClassify reads SQLite's messages (sqlite3_errstr and
+// sqlite3_errmsg), which modernc.org/sqlite, mattn/go-sqlite3 and
+// ncruces/go-sqlite3 all carry: the engine imports no driver.
+func sqliteClassify(err error) errKind {
+	msg := err.Error()
+	has := func(s string) bool { return strings.Contains(msg, s) }
+	switch {
+	case has("UNIQUE constraint failed"):
+		return errDuplicate
+	case has("database is locked"), has("database table is locked"), has("database schema is locked"):
+		return errBusy // SQLITE_BUSY, SQLITE_LOCKED: the busy timeout ran out
+	case has("no such table"):
+		return errNoTable
+	case has("attempt to write a readonly database"), has("access permission denied"), has("authorization denied"):
+		return errPermission // SQLITE_READONLY (a file or directory this process may not write), SQLITE_PERM, SQLITE_AUTH
+	}
+	return errOther
+}
+
+// sqliteCheck refuses SQLite before 3.33, which lacks UPDATE ... FROM.
+func sqliteCheck(ctx context.Context, db *sql.DB) error {
+	var v string
+	if err := db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&v); err != nil {
+		return err
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil || major < 3 || major == 3 && minor < 33 {
+		return fmt.Errorf("%w: SQLite %s: want 3.33 or later (UPDATE ... FROM)", backend.ErrUnsupported, v)
+	}
+	return nil
+}
