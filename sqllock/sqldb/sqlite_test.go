@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -220,5 +222,65 @@ func TestSQLiteTables(t *testing.T) {
 		if _, err := New(db, SQLite, WithTable(name)); !errors.Is(err, backend.ErrInvalidOption) {
 			t.Errorf("New(%q) = %v, want ErrInvalidOption", name, err)
 		}
+	}
+}
+
+// List pages through the live rows under a prefix in the names' byte
+// order; the upper bound, a []byte, compares with the TEXT names.
+func TestSQLiteList(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, _ := sqliteDriver(t)
+	var want []string
+	for i := range listPage + 5 {
+		want = append(want, fmt.Sprintf("ns/p/%05d", i))
+	}
+	want = append(want, "ns/p/é", "ns/p/\U0001F512")
+	for _, key := range append(slices.Clone(want), "ns/p", "ns/q/0", "ns/o/9") {
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: testutil.Token(), TTL: time.Minute}); err != nil {
+			t.Fatalf("TryAcquire %q: %v", key, err)
+		}
+	}
+	got, err := d.List(ctx, "ns/p/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("List = %d locks, want %d", len(got), len(want))
+	}
+	for i, st := range got {
+		if st.Key != want[i] || !st.Held || st.Fence == 0 || st.TTL <= 0 || st.TTL > time.Minute+time.Millisecond {
+			t.Fatalf("List[%d] = %+v, want %q held, with a fence and at most 1m1ms left", i, st, want[i])
+		}
+	}
+}
+
+// RefreshMany extends the claims still held and reports the others lost.
+func TestSQLiteRefreshMany(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, _ := sqliteDriver(t)
+	var claims []backend.Claim
+	for _, key := range []string{"ns/r1", "ns/r2", "ns/r3"} {
+		c := backend.Claim{Key: key, Token: testutil.Token(), TTL: time.Minute, Owner: "o"}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Fence = g.Fence
+		claims = append(claims, c)
+	}
+	claims[1].Token = testutil.Token() // another token
+	if _, err := d.db.ExecContext(ctx, `UPDATE locker_locks SET expires_us = 0 WHERE name = ?`, claims[2].Key); err != nil {
+		t.Fatal(err)
+	}
+	claims[0].TTL = 2 * time.Minute
+	errs := d.RefreshMany(ctx, claims)
+	if errs[0] != nil || !errors.Is(errs[1], backend.ErrNotHeld) || !errors.Is(errs[2], backend.ErrNotHeld) {
+		t.Fatalf("RefreshMany = %v, want [nil, ErrNotHeld, ErrNotHeld]", errs)
+	}
+	st, err := d.Inspect(ctx, claims[0].Key)
+	if err != nil || st.TTL <= time.Minute {
+		t.Fatalf("Inspect after RefreshMany = %+v, %v: want more than 1m left", st, err)
 	}
 }
