@@ -121,7 +121,20 @@ func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Driver{Driver: eng, db: db}, nil // so that Close closes db
+	return &userDB{Driver: eng, db: db}, nil
+}
+
+// userDB is the engine on a user's *sql.DB, which the user closes after
+// the driver.
+type userDB struct {
+	*sqldb.Driver
+	db *sql.DB
+}
+
+func (u *userDB) Close() error {
+	err := u.Driver.Close()
+	u.db.Close()
+	return err
 }
 
 const now = `TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`

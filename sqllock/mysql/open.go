@@ -20,7 +20,7 @@ import (
 const usage = "mysql://[user[:password]@]host[:port]/database[?ca=FILE&cert=FILE&key=FILE&server_name=NAME&lock_table=locker_locks&create_table=true&connect_timeout=10s]"
 
 func init() {
-	backend.Register("mysql", backend.OpenerFunc(usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+	backend.Register("mysql", backend.OpenerFunc(usage, func(ctx context.Context, u *url.URL) (*sqldb.Driver, error) {
 		return openURL(ctx, u, nil)
 	}))
 }
@@ -36,7 +36,7 @@ const (
 // gives, checks that the server answers, and creates the lock table
 // unless create_table=false. Options given here override the URL's.
 // Close closes the connections Open made.
-func Open(ctx context.Context, rawURL string, opts ...sqldb.Option) (*Driver, error) {
+func Open(ctx context.Context, rawURL string, opts ...sqldb.Option) (*sqldb.Driver, error) {
 	u, err := backend.ParseURL(rawURL, "mysql")
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w", err)
@@ -61,6 +61,9 @@ func config(u *url.URL) (*gomysql.Config, []sqldb.Option, error) {
 	db := strings.TrimPrefix(u.Path, "/")
 	if db == "" || strings.Contains(db, "/") {
 		return nil, nil, bad("want the database's name as the path (mysql://host/database)")
+	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return nil, nil, bad("the query does not parse") // u.Query would drop what it cannot read
 	}
 	p := backend.NewParams(u)
 	var opts []sqldb.Option
@@ -108,7 +111,7 @@ func config(u *url.URL) (*gomysql.Config, []sqldb.Option, error) {
 }
 
 // openURL is Open for a parsed URL; the registry's opener calls it too.
-func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*Driver, error) {
+func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Driver, error) {
 	cfg, urlOpts, err := config(u)
 	if err != nil {
 		return nil, err
@@ -122,6 +125,7 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*Driver, err
 	}
 	backend.WarnTransport(log, warnURL, cfg.TLS)
 	cfg.Logger = driverLog{log}
+	// The names alone: New keeps db, and dials nothing.
 	if _, err := sqldb.New(&sql.DB{}, sqldb.MySQL, urlOpts...); err != nil {
 		return nil, fmt.Errorf("mysql: %w: %v", backend.ErrInvalidURL, err)
 	}
@@ -129,25 +133,13 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*Driver, err
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w: %s", backend.ErrInvalidURL, backend.Scrub(err.Error(), u))
 	}
-	db := sql.OpenDB(conn) // dials nothing yet
-	eng, err := sqldb.New(db, sqldb.MySQL, append(urlOpts, opts...)...)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	d := &Driver{Driver: eng, db: db}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)
 		defer cancel()
 	}
-	// Inspect of a name no lock has: the server answers, the table is
-	// there (or made), the user may read it.
-	if _, err := d.Inspect(ctx, ""); err != nil {
-		d.Close()
-		return nil, err // MySQL's messages carry no password
-	}
-	return d, nil
+	// MySQL's messages name users and tables, never a password.
+	return sqldb.Open(ctx, sql.OpenDB(conn), sqldb.MySQL, append(urlOpts, opts...)...)
 }
 
 // driverLog passes go-sql-driver's messages (a connection found broken)

@@ -26,6 +26,16 @@ type Dialect struct {
 	statements func(lock, shared string) statements
 	// classify says what an error of the database's driver means.
 	classify func(error) errKind
+	// inProcess: the database runs in the caller's process (SQLite), and
+	// its driver stops a statement whose context ends before it returns
+	// (sqlite3_interrupt), so that nothing is applied after the call:
+	// writes run on the caller's context, with no detached goroutine
+	// (see Driver.write).
+	inProcess bool
+	// oneWriter: the database lets one writer in at a time (SQLite), so
+	// that the driver's write statements queue in Go for one another
+	// (see Driver.write1); reads do not.
+	oneWriter bool
 	// check, if set, runs once before the first statement: it refuses a
 	// server that cannot give the guarantees (too old) with an error
 	// wrapping backend.ErrUnsupported.
@@ -62,6 +72,12 @@ const (
 	errBusy
 	// errNoTable: the table does not exist.
 	errNoTable
+	// errDeadlock: the database rolled the statement back to break a
+	// deadlock with concurrent ones on the same rows. Acquisitions of one
+	// name deadlock as a release lets several in at once (InnoDB: each
+	// takes a shared lock on the deleted row, then each wants it
+	// exclusively); one wins, so a grant that loses is "not acquired".
+	errDeadlock
 )
 
 // statements holds the SQL of one dialect for one pair of tables. Every

@@ -18,6 +18,7 @@ import (
 // safe for concurrent use.
 type Driver struct {
 	db      *sql.DB
+	ownDB   bool // Open's: Close closes it
 	dialect Dialect
 	cfg     config
 	sql     statements
@@ -29,6 +30,8 @@ type Driver struct {
 	// write).
 	gate   backend.Gate
 	writes sync.WaitGroup
+
+	writer chan struct{} // held (full) by the write statement in flight, with Dialect.oneWriter
 
 	schemaOK atomic.Bool
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
@@ -64,8 +67,29 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	}
 	return &Driver{
 		db: db, dialect: d, cfg: cfg, sql: d.statements(table, shared),
-		table: table, shared: shared, schemaMu: make(chan struct{}, 1),
+		table: table, shared: shared, schemaMu: make(chan struct{}, 1), writer: make(chan struct{}, 1),
 	}, nil
+}
+
+// Open is New for openers, which made db for the driver alone: it checks
+// the server and the tables (creating them unless WithCreateTable(false))
+// within ctx, so that a server out of reach, a refused password or a
+// missing table fails here, and Close closes db. On an error Open closes
+// db.
+func Open(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
+	drv, err := New(db, d, opts...)
+	if err != nil {
+		if db != nil {
+			db.Close()
+		}
+		return nil, err
+	}
+	drv.ownDB = true
+	if err := drv.ensureSchema(ctx); err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return drv, nil
 }
 
 // TableName returns the quoted name of the lock table, as the driver's
@@ -130,7 +154,7 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		fence, err = d.grant(ctx, c, us)
 		return err
 	}, func(ctx context.Context) error {
-		_, err := d.db.ExecContext(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
+		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
 		d.hub.notify(c.Key)
 		return err
 	})
@@ -139,6 +163,8 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, errHeld) || d.dialect.classify(err) == errDuplicate:
 		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
+	case d.dialect.classify(err) == errDeadlock:
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
 	}
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -146,7 +172,7 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 // grant runs TryAcquire's statements and returns the fence.
 func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, error) {
 	for took := false; ; took = true {
-		res, err := d.db.ExecContext(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
+		res, err := d.write1(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
 		if err == nil {
 			fence, err := res.LastInsertId()
 			if err == nil && fence <= 0 {
@@ -157,7 +183,7 @@ func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, e
 		if took || d.dialect.classify(err) != errDuplicate {
 			return 0, err
 		}
-		if res, err = d.db.ExecContext(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
+		if res, err = d.write1(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
 			return 0, err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
@@ -226,24 +252,43 @@ func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 	return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
 }
 
-// exec runs a statement and returns the rows it affected.
+// exec runs a write statement and returns the rows it affected.
 func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := d.db.ExecContext(ctx, query, args...)
+	res, err := d.write1(ctx, query, args...)
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
 }
 
+// write1 runs one write statement, alone among this driver's when the
+// database lets one writer in at a time (Dialect.oneWriter): the others
+// wait here, in order, rather than in its busy handler, whose growing
+// sleeps make the tail long.
+func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if d.dialect.oneWriter {
+		select {
+		case d.writer <- struct{}{}:
+			defer func() { <-d.writer }()
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	return d.db.ExecContext(ctx, query, args...)
+}
+
 // Close implements backend.Driver. It waits for the calls in flight and
-// the undos of abandoned acquisitions, each bounded; it does not close
-// the *sql.DB given to New.
+// the undos of abandoned acquisitions, each bounded, and closes the
+// *sql.DB given to Open, not one given to New.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("sqldb: close: %w", backend.ErrClosed)
 	}
 	d.writes.Wait()
 	d.hub.done.Wait()
+	if d.ownDB {
+		return d.db.Close()
+	}
 	return nil
 }
 

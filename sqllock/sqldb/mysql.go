@@ -126,24 +126,37 @@ func mysqlClassify(err error) errKind {
 		return errDuplicate
 	case "1044", "1045", "1142", "1143", "1227", "1370", "1698": // access or command denied
 		return errPermission
-	case "1205", "1213": // lock wait timeout, deadlock
+	case "1205": // lock wait timeout
 		return errBusy
+	case "1213": // deadlock
+		return errDeadlock
 	case "1146": // no such table
 		return errNoTable
 	}
 	return errOther
 }
 
-// mysqlCheck refuses servers whose AUTO_INCREMENT counter a restart can
-// set back (it was max(fence)+1, 1 for an empty table): MySQL before 8.0,
-// MariaDB before 10.2.4.
+// mysqlCheck refuses servers whose fences could go back: those whose
+// AUTO_INCREMENT counter a restart can set back (to max(fence)+1, 1 for
+// an empty table): MySQL before 8.0, MariaDB before 10.2.4; and those in
+// innodb_autoinc_lock_mode 2 (MySQL 8's default), where an insert can
+// draw its fence, stall, and land after another one drew a higher fence
+// for the same name, was granted and released. In modes 0 and 1 an
+// INSERT ... SELECT holds the table's AUTO-INC lock from its draw to its
+// end, which rules that out.
 func mysqlCheck(ctx context.Context, db *sql.DB) error {
-	var v string
-	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&v); err != nil {
+	var (
+		v    string
+		mode int
+	)
+	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@innodb_autoinc_lock_mode`).Scan(&v, &mode); err != nil {
 		return err
 	}
 	if !mysqlPersistsCounter(v) {
 		return fmt.Errorf("%w: server version %s: want MySQL 8.0 or MariaDB 10.2.4 or later, whose AUTO_INCREMENT counters, the fences, survive a restart", backend.ErrUnsupported, v)
+	}
+	if mode == 2 {
+		return fmt.Errorf("%w: innodb_autoinc_lock_mode=2 lets a fence be drawn before, and land after, a higher one: start the server with innodb_autoinc_lock_mode=1 (MariaDB's default)", backend.ErrUnsupported)
 	}
 	return nil
 }

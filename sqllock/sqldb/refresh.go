@@ -48,7 +48,7 @@ func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []erro
 // refreshBatch is RefreshMany for the claims at pos, with their args.
 func (d *Driver) refreshBatch(ctx context.Context, errs []error, pos []int, args []any) {
 	n := len(pos)
-	if _, err := d.db.ExecContext(ctx, d.sql.refreshMany(n), args...); err != nil {
+	if _, err := d.write1(ctx, d.sql.refreshMany(n), args...); err != nil {
 		failAt(errs, pos, d.wrap("refresh", err))
 		return
 	}

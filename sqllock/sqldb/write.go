@@ -29,7 +29,21 @@ const (
 // left; or unknown, a broken connection) runs undo, which deletes the
 // token's row: always after the write, never before it. An undo that
 // fails or comes too late leaves the lock to its TTL.
+//
+// An in-process database (Dialect.inProcess) applies nothing after its
+// call returns, so f runs on the caller's ctx and the undo follows at
+// once when it is needed.
 func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error) error {
+	if d.dialect.inProcess {
+		err := f(ctx)
+		if err == nil && ctx.Err() != nil || err != nil && d.dialect.classify(err) == errOther && err != errHeld {
+			d.undo(undo)
+			if err == nil {
+				err = context.Cause(ctx)
+			}
+		}
+		return err
+	}
 	done := make(chan error, 1)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	stop := context.AfterFunc(d.gate.Context(), cancel)
@@ -62,10 +76,15 @@ func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error)
 	}
 }
 
-// undo runs an undo, bounded by undoTimeout and not by Close: a lock
-// taken as its caller gave up would stay held for its TTL.
+// undo runs an undo, bounded by undoTimeout (cancelWait in process) and
+// not by Close: a lock taken as its caller gave up would stay held for
+// its TTL.
 func (d *Driver) undo(undo func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	limit := undoTimeout
+	if d.dialect.inProcess {
+		limit = cancelWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	_ = undo(ctx)
 }
