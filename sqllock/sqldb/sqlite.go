@@ -23,6 +23,8 @@ var SQLite = Dialect{
 	schema:     sqliteSchema,
 	statements: sqliteStatements,
 	classify:   sqliteClassify,
+	inProcess:  true,
+	oneWriter:  true,
 	check:      sqliteCheck,
 }
 

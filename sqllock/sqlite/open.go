@@ -24,7 +24,7 @@ import (
 const Usage = "sqlite:///absolute/path/locks.db[?busy_timeout=5s&lock_table=locker_locks&create_table=true]"
 
 func init() {
-	backend.Register("sqlite", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*Driver, error) {
+	backend.Register("sqlite", backend.OpenerFunc(Usage, func(ctx context.Context, u *url.URL) (*sqldb.Driver, error) {
 		return openURL(ctx, u, nil)
 	}))
 }
@@ -38,7 +38,7 @@ const DefaultBusyTimeout = 5 * time.Second
 // documentation), creating it and the lock table if missing, and returns
 // a driver that owns it: Close closes the database. Options given here
 // override the URL's lock_table= and create_table=.
-func Open(ctx context.Context, rawURL string, opts ...sqldb.Option) (*Driver, error) {
+func Open(ctx context.Context, rawURL string, opts ...sqldb.Option) (*sqldb.Driver, error) {
 	u, err := backend.ParseURL(rawURL, "sqlite")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
@@ -48,7 +48,7 @@ func Open(ctx context.Context, rawURL string, opts ...sqldb.Option) (*Driver, er
 
 // openURL is Open for a parsed URL; the registry's opener calls it too.
 // Everything in the URL is checked before the file system is touched.
-func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*Driver, error) {
+func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Driver, error) {
 	path, err := filePath(u)
 	if err != nil {
 		return nil, err
@@ -72,29 +72,40 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*Driver, err
 	if ms > math.MaxInt32 {
 		return nil, fmt.Errorf("sqlite: %w: parameter busy_timeout=%v: want at most %v, SQLite's limit", backend.ErrInvalidURL, busy, time.Duration(math.MaxInt32)*time.Millisecond)
 	}
-	// sql.Open only checks its arguments: the file is opened by the
-	// first connection, in check.
+	// The URL's options alone first, on no database: a bad lock_table=
+	// is a bad URL.
+	if _, err := sqldb.New(&sql.DB{}, sqldb.SQLite, urlOpts...); err != nil {
+		why, _ := strings.CutPrefix(err.Error(), "sqldb: "+backend.ErrInvalidOption.Error()+": ")
+		return nil, fmt.Errorf("sqlite: %w: %s", backend.ErrInvalidURL, why)
+	}
+	// sql.Open only checks its arguments: the first connection opens the
+	// file, below.
 	db, err := sql.Open("sqlite", dsn(path, ms))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	// The URL's options alone first: a bad lock_table= is a bad URL.
-	if _, err = sqldb.New(db, sqldb.SQLite, urlOpts...); err != nil {
-		why, _ := strings.CutPrefix(err.Error(), "sqldb: "+backend.ErrInvalidOption.Error()+": ")
-		err = fmt.Errorf("sqlite: %w: %s", backend.ErrInvalidURL, why)
-	}
-	var drv *sqldb.Driver
-	if err == nil {
-		drv, err = sqldb.New(db, sqldb.SQLite, append(urlOpts, opts...)...)
-	}
-	if err == nil {
-		err = check(ctx, drv, db, path)
+	var mode string
+	err = db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+	if err == nil && !strings.EqualFold(mode, "wal") {
+		err = fmt.Errorf("journal_mode is %q, not wal: is the file system local?", mode)
 	}
 	if err != nil {
 		db.Close()
-		return nil, err
+		return nil, failed(path, err)
 	}
-	return &Driver{Driver: drv, db: db}, nil
+	drv, err := sqldb.Open(ctx, db, sqldb.SQLite, append(urlOpts, opts...)...)
+	if err != nil {
+		return nil, failed(path, err)
+	}
+	// SQLite opens a file it may not write read-only, and says so only
+	// at the first write.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		drv.Close()
+		return nil, failed(path, err)
+	}
+	f.Close()
+	return drv, nil
 }
 
 // filePath returns the database file's path in u, or an error wrapping
@@ -136,28 +147,10 @@ func dsn(path string, busyMS int64) string {
 		"?_pragma=busy_timeout(" + strconv.FormatInt(busyMS, 10) + ")&_pragma=journal_mode(WAL)"
 }
 
-// check opens one connection (which runs the pragmas) and makes the
-// table ready, so that Open fails, and not the first acquisition, on a
-// file that cannot be used.
-func check(ctx context.Context, drv *sqldb.Driver, db *sql.DB, path string) error {
-	var mode string
-	err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
-	if err == nil && !strings.EqualFold(mode, "wal") {
-		err = fmt.Errorf("journal_mode is %q, not wal: is the file system local?", mode)
-	}
-	if err == nil {
-		// Any call creates or checks the table first.
-		_, err = drv.Inspect(ctx, "sqlite/open")
-	}
-	if err == nil {
-		// SQLite opens a file it may not write read-only, and says so
-		// only at the first write.
-		var f *os.File
-		if f, err = os.OpenFile(path, os.O_RDWR, 0); err == nil {
-			f.Close()
-			return nil
-		}
-	}
+// failed explains why Open could not use the file at path: its
+// directory is missing, or this process may not write it (an error
+// wrapping ErrPermission), or else err.
+func failed(path string, err error) error {
 	if _, serr := os.Stat(filepath.Dir(path)); errors.Is(serr, os.ErrNotExist) {
 		return fmt.Errorf("sqlite: open %s: its directory does not exist (%w)", path, err)
 	}
