@@ -284,3 +284,34 @@ func TestSQLiteRefreshMany(t *testing.T) {
 		t.Fatalf("Inspect after RefreshMany = %+v, %v: want more than 1m left", st, err)
 	}
 }
+
+// An acquisition whose context ends as it runs leaves no row once it has
+// returned, even when its INSERT committed before the driver noticed (the
+// driver then returns the context's error all the same).
+func TestSQLiteCancelledAcquireLeavesNothing(t *testing.T) {
+	t.Parallel()
+	d, _ := sqliteDriver(t)
+	if _, err := d.Inspect(context.Background(), "ns/c"); err != nil { // makes the table
+		t.Fatal(err)
+	}
+	cancelled := 0
+	for i := range 300 {
+		c := backend.Claim{Key: "ns/c", Token: testutil.Token(), TTL: time.Minute}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*2*time.Microsecond)
+		g, err := d.TryAcquire(ctx, c)
+		cancel()
+		if err == nil {
+			c.Fence = g.Fence
+			if err := d.Release(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		cancelled++
+		var n int
+		if err := d.db.QueryRow(`SELECT count(*) FROM locker_locks WHERE name = ?`, c.Key).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("after a cancelled TryAcquire (%d µs): %d rows, %v", 2*i, n, err)
+		}
+	}
+	t.Logf("%d of 300 acquisitions cancelled", cancelled)
+}
