@@ -151,19 +151,32 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
-// Entries counts the live holders of key.
+// Entries counts the live holders of key: of its lock, its semaphore and
+// its read-write lock (and a waiting writer's record).
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
-	return h.count(ctx, key, " AND expires_us > "+now)
+	live := " AND expires_us > " + now
+	n, err := h.count(ctx, h.table, key, live)
+	if err != nil {
+		return 0, err
+	}
+	m, err := h.count(ctx, h.table+"_shared", key, live+" AND kind > 0")
+	return n + m, err
 }
 
-// Residue counts the key's rows, live or expired.
+// Residue counts the key's rows, live or expired, and the anchors of its
+// semaphore and read-write lock.
 func (h *harness) Residue(ctx context.Context, key string) (int, error) {
-	return h.count(ctx, key, "")
+	n, err := h.count(ctx, h.table, key, "")
+	if err != nil {
+		return 0, err
+	}
+	m, err := h.count(ctx, h.table+"_shared", key, "")
+	return n + m, err
 }
 
-func (h *harness) count(ctx context.Context, key, cond string) (int, error) {
+func (h *harness) count(ctx context.Context, table, key, cond string) (int, error) {
 	var n int
-	err := h.admin.QueryRowContext(ctx, "SELECT count(*) FROM `"+h.table+"` WHERE name = ?"+cond, key).Scan(&n)
+	err := h.admin.QueryRowContext(ctx, "SELECT count(*) FROM `"+table+"` WHERE name = ?"+cond, key).Scan(&n)
 	if isNoTable(err) {
 		return 0, nil // no driver made it yet
 	}

@@ -133,6 +133,38 @@ type statements struct {
 	// "" when the dialect has none (the poller then wakes a free name's
 	// subscribers at every look).
 	counter string
+	// The shared table's, for semaphores and read-write locks (see
+	// shared.go; "" leaves them out of the driver's Modes). obj is the
+	// object (1 semaphore, 2 read-write lock), kind the row's (0 the
+	// object's anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer);
+	// all but sharedRefresh run in one transaction per grant or release.
+	//
+	// sharedAnchor (name, obj) makes the object's anchor row if missing
+	// and locks it until the transaction ends; sharedLockAnchor (name,
+	// obj) locks it if it exists, and returns a row then.
+	sharedAnchor, sharedLockAnchor string
+	// sharedPurge (name, obj, token) deletes the object's expired rows
+	// of kind > 0, and token's.
+	sharedPurge string
+	// sharedRows (name, obj) returns token, kind and lim of the object's
+	// live rows of kind > 0, reading the latest committed rows.
+	sharedRows string
+	// sharedInsert (name, obj, token, kind, owner, lim, ttl) inserts a
+	// holder and draws its fence (LastInsertId).
+	sharedInsert string
+	// sharedWait (name, obj, token, owner, ttl) records token as the
+	// waiting writer until ttl from now (kind 4), or renews its record.
+	sharedWait string
+	// sharedRelease (name, obj, token, kind, fence, fence) deletes the
+	// token's live row of kind (and fence, unless 0); sharedForget (same
+	// arguments) deletes it live or expired. RowsAffected says whether.
+	sharedRelease, sharedForget string
+	// sharedCount (name, obj) returns how many rows of kind > 0 the
+	// object has; sharedDrop (name, obj) deletes its anchor.
+	sharedCount, sharedDrop string
+	// sharedRefresh (ttl, name, obj, token, kind, fence, fence, owner)
+	// is refresh for a holder's row.
+	sharedRefresh string
 	// maxBatch is the most claims refreshMany and heldMany take at once,
 	// and names fences
 	// (the database's limit on arguments).

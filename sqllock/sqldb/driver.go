@@ -14,7 +14,8 @@ import (
 
 // Driver keeps locks in a table of a database/sql database. It implements
 // backend.Driver, backend.Notifier (in-process), backend.BatchRefresher,
-// backend.Inspector, backend.Lister and backend.Breaker. Its methods are
+// backend.Inspector, backend.Lister, backend.Breaker and backend.Modal
+// (semaphores and read-write locks, in a second table). Its methods are
 // safe for concurrent use.
 type Driver struct {
 	db      *sql.DB
@@ -46,6 +47,7 @@ var (
 	_ backend.Inspector      = (*Driver)(nil)
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
 )
 
 // New returns a driver that keeps its locks in db, a database of the
@@ -130,6 +132,12 @@ func prefix(op string) string {
 // errHeld is the answer of an acquisition that found the name held.
 var errHeld = errors.New("held")
 
+// answered reports the engine's own answers of a write (not acquired,
+// a limit mismatch), after which nothing needs undoing.
+func answered(err error) bool {
+	return errors.Is(err, errHeld) || errors.Is(err, errRefused) || errors.Is(err, errMismatch)
+}
+
 // TryAcquire implements backend.Driver: one INSERT when the name is free;
 // when it has a row, a DELETE of that row if it expired (or is the
 // token's own) and the INSERT again, so that every grant draws a new
@@ -137,7 +145,7 @@ var errHeld = errors.New("held")
 // other finds nothing to remove, or its INSERT meets the winner's row.
 func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if c.Mode != backend.Exclusive {
-		return backend.Grant{}, fmt.Errorf("sqldb: %w: %s claims", backend.ErrUnsupported, c.Mode)
+		return d.tryShared(ctx, c)
 	}
 	us, err := micros(c.TTL)
 	if err != nil {
@@ -204,8 +212,8 @@ func cmp(err, def error) error {
 // row to c.TTL from the database's now, if it still carries c.Fence and
 // c.Owner as acquired (a rewritten row reads as a theft).
 func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
-	if c.Mode != backend.Exclusive {
-		return fmt.Errorf("sqldb: %w: %s claims", backend.ErrUnsupported, c.Mode)
+	if err := d.modeOK(c.Mode); err != nil {
+		return err
 	}
 	us, err := micros(c.TTL)
 	if err != nil {
@@ -216,6 +224,9 @@ func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
 		return err
 	}
 	defer leave()
+	if c.Mode != backend.Exclusive {
+		return d.refreshShared(ctx, c, us)
+	}
 	n, err := d.exec(ctx, d.sql.refresh, us, c.Key, c.Token, int64(c.Fence), int64(c.Fence), c.Owner)
 	switch {
 	case err != nil:
@@ -231,7 +242,7 @@ func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
 // row (ErrNotHeld all the same). It wakes this driver's waiters.
 func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 	if c.Mode != backend.Exclusive {
-		return fmt.Errorf("sqldb: %w: %s claims", backend.ErrUnsupported, c.Mode)
+		return d.releaseSharedClaim(ctx, c)
 	}
 	ctx, leave, err := d.begin(ctx, "release")
 	if err != nil {

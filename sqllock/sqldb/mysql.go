@@ -59,10 +59,21 @@ func mysqlSchema(lock, shared string) []string {
     expires_us BIGINT          NOT NULL,                 -- server clock, µs since 1970 UTC
     PRIMARY KEY (name),
     UNIQUE KEY fence (fence)
+) ENGINE=InnoDB`, `CREATE TABLE IF NOT EXISTS ` + shared + ` (
+    name       VARBINARY(` + strconv.Itoa(backend.MaxKeyLen) + `) NOT NULL, -- namespace/name of the semaphore or read-write lock
+    obj        TINYINT         NOT NULL,                 -- 1 semaphore, 2 read-write lock
+    token      VARBINARY(64)   NOT NULL,                 -- the holder's secret ('' for the anchor)
+    kind       TINYINT         NOT NULL,                 -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer
+    fence      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,  -- fencing token
+    owner      BLOB            NOT NULL,                 -- the holder's owner identity ('' for none)
+    lim        INT             NOT NULL,                 -- a permit's semaphore limit (0 for the others)
+    expires_us BIGINT          NOT NULL,                 -- server clock, µs since 1970 UTC
+    PRIMARY KEY (name, obj, token),
+    UNIQUE KEY fence (fence)
 ) ENGINE=InnoDB`}
 }
 
-func mysqlStatements(t, _ string) statements {
+func mysqlStatements(t, s string) statements {
 	const now = mysqlNow
 	// derived is a table b(i, name, token, fence, owner, us) of n rows of
 	// arguments.
@@ -99,6 +110,18 @@ func mysqlStatements(t, _ string) statements {
 		fences: func(n int) string {
 			return `SELECT name, fence FROM ` + t + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `) AND expires_us > ` + now
 		},
+		sharedAnchor:     `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, '', 0, '', 0, 0) ON DUPLICATE KEY UPDATE kind = 0`,
+		sharedLockAnchor: `SELECT 1 FROM ` + s + ` WHERE name = ? AND obj = ? AND token = '' FOR UPDATE`,
+		sharedPurge:      `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND (expires_us <= ` + now + ` OR token = ?)`,
+		// FOR UPDATE: the latest rows, whatever the isolation level.
+		sharedRows:    `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now + ` FOR UPDATE`,
+		sharedInsert:  `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) SELECT ?, ?, ?, ?, ?, ?, ` + now + ` + ?`,
+		sharedWait:    `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, 4, ?, 0, ` + now + ` + ?) ON DUPLICATE KEY UPDATE kind = 4, expires_us = VALUES(expires_us)`,
+		sharedRelease: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
+		sharedForget:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?)`,
+		sharedCount:   `SELECT count(*) FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0`,
+		sharedDrop:    `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind = 0`,
+		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
 		// The hint makes MySQL 8 read the live counter, not its cached
 		// statistics; MariaDB reads it live and ignores the hint.
 		counter: `SELECT /*+ SET_VAR(information_schema_stats_expiry=0) */ AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '` +

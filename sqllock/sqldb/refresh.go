@@ -14,7 +14,7 @@ import (
 // it, so the UPDATE extended it).
 func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
-	var pos []int
+	var pos, shared []int
 	var args []any
 	for i, c := range claims {
 		us, err := micros(c.TTL)
@@ -22,20 +22,28 @@ func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []erro
 		case err != nil:
 			errs[i] = err
 		case c.Mode != backend.Exclusive:
-			errs[i] = fmt.Errorf("sqldb: %w: %s claims", backend.ErrUnsupported, c.Mode)
+			shared = append(shared, i)
 		default:
 			pos = append(pos, i)
 			args = append(args, int64(i), c.Key, c.Token, int64(c.Fence), c.Owner, us)
 		}
 	}
-	if len(pos) == 0 {
+	if len(pos)+len(shared) == 0 {
 		return errs
 	}
 	ctx, leave, err := d.begin(ctx, "refresh")
 	if err != nil {
-		return failAt(errs, pos, err)
+		return failAt(errs, append(pos, shared...), err)
 	}
 	defer leave()
+	// Permits, readers and writers one by one: a semaphore's holders
+	// are few.
+	for _, i := range shared {
+		if errs[i] = d.modeOK(claims[i].Mode); errs[i] == nil {
+			us, _ := micros(claims[i].TTL)
+			errs[i] = d.refreshShared(ctx, claims[i], us)
+		}
+	}
 	const per = 6 // arguments a claim
 	for len(pos) > 0 {
 		n := min(len(pos), d.sql.maxBatch)

@@ -36,7 +36,7 @@ const (
 func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error) error {
 	if d.dialect.inProcess {
 		err := f(ctx)
-		if err == nil && ctx.Err() != nil || err != nil && d.dialect.classify(err) == errOther && err != errHeld {
+		if err == nil && ctx.Err() != nil || err != nil && d.dialect.classify(err) == errOther && !answered(err) {
 			d.undo(undo)
 			if err == nil {
 				err = context.Cause(ctx)
@@ -56,7 +56,7 @@ func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error)
 		if err == nil && ctx.Err() != nil {
 			err = context.Cause(ctx)
 			d.undo(undo)
-		} else if err != nil && d.dialect.classify(err) == errOther && err != errHeld {
+		} else if err != nil && d.dialect.classify(err) == errOther && !answered(err) {
 			d.undo(undo)
 		}
 		done <- err

@@ -1,0 +1,310 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// The shared table keeps semaphores and read-write locks: a row per
+// holder (a permit, a reader, a writer) and per waiting writer, and one
+// anchor row per object while it has any. Every grant and release of an
+// object is a transaction that first locks its anchor row, so that they
+// run one at a time per object: counting the holders and inserting one
+// with INSERT ... SELECT count(*) would not be atomic under REPEATABLE
+// READ or READ COMMITTED (two transactions count the same snapshot and
+// both insert). Fences draw from the shared table's AUTO_INCREMENT under
+// that lock, so they increase per object in grant order.
+const (
+	objSemaphore = 1
+	objRW        = 2
+
+	kindAnchor  = 0
+	kindPermit  = 1
+	kindReader  = 2
+	kindWriter  = 3
+	kindWaiting = 4 // a waiting writer's record (backend.Modal)
+)
+
+// objectOf returns the object and the holder kind of a claim's mode.
+func objectOf(m backend.Mode) (obj, kind int) {
+	switch m {
+	case backend.Permit:
+		return objSemaphore, kindPermit
+	case backend.Read:
+		return objRW, kindReader
+	default:
+		return objRW, kindWriter
+	}
+}
+
+// Modes implements backend.Modal: semaphores and read-write locks where
+// the dialect has the shared table's statements.
+func (d *Driver) Modes() backend.ModeSet {
+	if d.sql.sharedInsert == "" {
+		return backend.Modes(backend.Exclusive)
+	}
+	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
+}
+
+func (d *Driver) modeOK(m backend.Mode) error {
+	if !d.Modes().Has(m) {
+		return fmt.Errorf("sqldb: %w: %s claims on %s", backend.ErrUnsupported, m, d.dialect.name)
+	}
+	return nil
+}
+
+// Outcomes of a shared grant that commits without granting.
+var (
+	errRefused  = errors.New("refused")
+	errMismatch = errors.New("limit mismatch")
+)
+
+// tryShared is TryAcquire of a permit, a reader or a writer.
+func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	if err := d.modeOK(c.Mode); err != nil {
+		return backend.Grant{}, err
+	}
+	us, err := micros(c.TTL)
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	ctx, leave, err := d.begin(ctx, "acquire")
+	if err != nil {
+		return backend.Grant{}, err
+	}
+	defer leave()
+	var fence int64
+	err = d.write(ctx, func(ctx context.Context) error {
+		var err error
+		fence, err = d.grantShared(ctx, c, us)
+		return err
+	}, func(ctx context.Context) error {
+		_, err := d.releaseShared(ctx, c, 0)
+		return err
+	})
+	switch {
+	case err == nil:
+		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
+	case errors.Is(err, errRefused):
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
+	case errors.Is(err, errMismatch):
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrLimitMismatch)
+	case d.dialect.classify(err) == errDeadlock:
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
+	}
+	return backend.Grant{}, d.wrap("acquire", err)
+}
+
+// holder is a live row of an object.
+type holder struct {
+	token     string
+	kind, lim int
+}
+
+// grantShared runs the grant's transaction: lock the anchor, drop the
+// expired rows and the token's own (a retried grant), judge the live
+// ones, and insert the holder; or, for a refused writer, record it as
+// waiting. A refusal commits too, and returns errRefused or errMismatch.
+func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (int64, error) {
+	obj, kind := objectOf(c.Mode)
+	var fence int64
+	refusal := error(nil)
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, d.sql.sharedAnchor, c.Key, obj); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, d.sql.sharedPurge, c.Key, obj, c.Token); err != nil {
+			return err
+		}
+		live, err := d.holders(ctx, tx, c.Key, obj)
+		if err != nil {
+			return err
+		}
+		if refusal = judge(c, live); refusal != nil {
+			if c.Mode == backend.Write && !otherWaiting(c, live) {
+				_, err := tx.ExecContext(ctx, d.sql.sharedWait, c.Key, obj, c.Token, c.Owner, us)
+				return err
+			}
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, d.sql.sharedInsert, c.Key, obj, c.Token, kind, c.Owner, c.Limit, us)
+		if err != nil {
+			return err
+		}
+		fence, err = res.LastInsertId()
+		return err
+	})
+	if err == nil {
+		err = refusal
+	}
+	return fence, err
+}
+
+// judge says whether c may join the live holders of its object: nil, or
+// errRefused, or errMismatch.
+func judge(c backend.Claim, live []holder) error {
+	permits := 0
+	for _, h := range live {
+		switch {
+		case c.Mode == backend.Permit && h.kind == kindPermit:
+			if h.lim != c.Limit {
+				return errMismatch
+			}
+			permits++
+		case c.Mode == backend.Read && (h.kind == kindWriter || h.kind == kindWaiting):
+			return errRefused // a writer holds it, or waits: writers first
+		case c.Mode == backend.Write && (h.kind == kindWriter || h.kind == kindReader):
+			return errRefused
+		}
+	}
+	if c.Mode == backend.Permit && permits >= c.Limit {
+		return errRefused
+	}
+	return nil
+}
+
+// otherWaiting reports a live waiting writer's record of another token.
+func otherWaiting(c backend.Claim, live []holder) bool {
+	for _, h := range live {
+		if h.kind == kindWaiting && h.token != c.Token {
+			return true
+		}
+	}
+	return false
+}
+
+// holders reads the live rows of an object, after the purge.
+func (d *Driver) holders(ctx context.Context, tx *sql.Tx, key string, obj int) ([]holder, error) {
+	rows, err := tx.QueryContext(ctx, d.sql.sharedRows, key, obj)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []holder
+	for rows.Next() {
+		var h holder
+		if err := rows.Scan(&h.token, &h.kind, &h.lim); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
+
+// inTx runs f in a transaction, committed when f returns nil.
+func (d *Driver) inTx(ctx context.Context, f func(*sql.Tx) error) error {
+	if d.dialect.oneWriter {
+		select {
+		case d.writer <- struct{}{}:
+			defer func() { <-d.writer }()
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// releaseShared deletes c.Token's holder row (of c's fence unless fence
+// is 0), live or not, and for a writer its waiting record, and the
+// object's anchor when nothing is left, under the anchor's lock. It
+// returns what it found: kindWaiting for a withdrawn record, the holder's
+// kind when it was live, 0 when nothing (or only an expired row).
+func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint64) (int, error) {
+	obj, kind := objectOf(c.Mode)
+	found := 0
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		found = 0
+		rows, err := tx.QueryContext(ctx, d.sql.sharedLockAnchor, c.Key, obj)
+		if err != nil {
+			return err
+		}
+		anchored := rows.Next()
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil || !anchored {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, d.sql.sharedRelease, c.Key, obj, c.Token, kind, int64(fence), int64(fence))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			found = kind
+		} else {
+			if _, err := tx.ExecContext(ctx, d.sql.sharedForget, c.Key, obj, c.Token, kind, int64(fence), int64(fence)); err != nil {
+				return err
+			}
+			if c.Mode == backend.Write {
+				res, err := tx.ExecContext(ctx, d.sql.sharedForget, c.Key, obj, c.Token, kindWaiting, 0, 0)
+				if err != nil {
+					return err
+				}
+				if n, _ := res.RowsAffected(); n == 1 {
+					found = kindWaiting
+				}
+			}
+		}
+		var left int
+		if err := tx.QueryRowContext(ctx, d.sql.sharedCount, c.Key, obj).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			_, err = tx.ExecContext(ctx, d.sql.sharedDrop, c.Key, obj)
+		}
+		return err
+	})
+	return found, err
+}
+
+// releaseSharedClaim is Release of a permit, a reader or a writer.
+func (d *Driver) releaseSharedClaim(ctx context.Context, c backend.Claim) error {
+	if err := d.modeOK(c.Mode); err != nil {
+		return err
+	}
+	ctx, leave, err := d.begin(ctx, "release")
+	if err != nil {
+		return err
+	}
+	defer leave()
+	found, err := d.releaseShared(ctx, c, c.Fence)
+	switch {
+	case err != nil:
+		return d.wrap("release", err)
+	case found == 0:
+		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+	case found == kindWaiting:
+		// A waiting writer's record, withdrawn: nothing was held; the
+		// readers it kept out may go.
+		d.hub.notify(c.Key)
+		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+	}
+	d.hub.notify(c.Key)
+	return nil
+}
+
+// refreshShared is Refresh of a permit, a reader or a writer: one UPDATE
+// of the token's live row, as for a lock.
+func (d *Driver) refreshShared(ctx context.Context, c backend.Claim, us int64) error {
+	obj, kind := objectOf(c.Mode)
+	n, err := d.exec(ctx, d.sql.sharedRefresh, us, c.Key, obj, c.Token, kind, int64(c.Fence), int64(c.Fence), c.Owner)
+	switch {
+	case err != nil:
+		return d.wrap("refresh", err)
+	case n == 0:
+		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+	}
+	return nil
+}
