@@ -11,7 +11,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// SQLite is the dialect of SQLite 3.33 or later, through any database/sql
+// SQLite is the dialect of SQLite 3.35 or later, through any database/sql
 // driver (modernc.org/sqlite, as the sqlite:// opener uses,
 // github.com/mattn/go-sqlite3, github.com/ncruces/go-sqlite3...). Every
 // process that shares the file must reach it on a local file system; open
@@ -58,22 +58,40 @@ func sqliteTables(name string) (lock, shared, why string) {
 // never reuses a value (SQLite keeps the largest in sqlite_sequence, in
 // the same transaction): so fences grow for a name whose row came and
 // went, across restarts. Names are TEXT compared bytewise (BINARY
-// collation); STRICT tables would need 3.37.
-func sqliteSchema(lock, _ string) []string {
+// collation); STRICT tables would need 3.37. The shared table, for
+// semaphores and read-write locks, has a row per holder, per waiting
+// writer and per object (its anchor, token ”), and draws its fences
+// the same way.
+func sqliteSchema(lock, shared string) []string {
 	return []string{`CREATE TABLE IF NOT EXISTS ` + lock + ` (
     fence      INTEGER PRIMARY KEY AUTOINCREMENT, -- fencing token: new at every acquisition
     name       TEXT    NOT NULL UNIQUE,           -- namespace/name of the lock, UTF-8
     token      TEXT    NOT NULL,                  -- the holder's secret
     owner      TEXT    NOT NULL,                  -- the holder's owner identity ('' for none)
     expires_us INTEGER NOT NULL                   -- host clock, µs since 1970 UTC
+)`, `CREATE TABLE IF NOT EXISTS ` + shared + ` (
+    fence      INTEGER PRIMARY KEY AUTOINCREMENT, -- fencing token
+    name       TEXT    NOT NULL,                  -- namespace/name of the semaphore or read-write lock
+    obj        INTEGER NOT NULL,                  -- 1 semaphore, 2 read-write lock
+    token      TEXT    NOT NULL,                  -- the holder's secret ('' for the anchor)
+    kind       INTEGER NOT NULL,                  -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer
+    owner      TEXT    NOT NULL,                  -- the holder's owner identity ('' for none)
+    lim        INTEGER NOT NULL,                  -- a permit's semaphore limit (0 for the others)
+    expires_us INTEGER NOT NULL,                  -- host clock, µs since 1970 UTC
+    UNIQUE (name, obj, token)
 )`}
 }
 
 // sqliteStatements: SQLite runs one write at a time for the whole
 // database, and a write statement takes the write lock before it reads,
 // so each statement below is atomic, reads included, without a
-// transaction.
-func sqliteStatements(t, _ string) statements {
+// transaction. The shared table's transactions (a grant, a release)
+// begin with a write, sharedAnchor or sharedLockAnchor, which takes the
+// database's write lock for the rest of the transaction: the anchor's
+// lock of MySQL, for the whole file. Beginning with a read would let
+// another writer commit in between, and the transaction's first write
+// would then fail at once (SQLITE_BUSY_SNAPSHOT), the busy timeout unused.
+func sqliteStatements(t, s string) statements {
 	const now = sqliteNow
 	const until = now + ` + ` + sqliteTick + ` + ?`
 	// values is a table b(i, name, token, fence, owner, us) of n rows of
@@ -106,6 +124,19 @@ func sqliteStatements(t, _ string) statements {
 		heldMany: func(n int) string {
 			return values(n) + `SELECT b.i FROM ` + t + ` AS l JOIN b ON ` + match
 		},
+		sharedAnchor: `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, '', 0, '', 0, 0) ON CONFLICT (name, obj, token) DO NOTHING`,
+		// UPDATE ... RETURNING, not SELECT: see above (RETURNING: 3.35).
+		sharedLockAnchor: `UPDATE ` + s + ` SET kind = 0 WHERE name = ? AND obj = ? AND token = '' RETURNING 1`,
+		sharedPurge:      `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND (expires_us <= ` + now + ` OR token = ?)`,
+		sharedRows:       `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now,
+		sharedInsert:     `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, ?, ?, ?, ` + until + `)`,
+		sharedWait: `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, 4, ?, 0, ` + until + `)
+ON CONFLICT (name, obj, token) DO UPDATE SET kind = 4, expires_us = excluded.expires_us`,
+		sharedRelease: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
+		sharedForget:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?)`,
+		sharedCount:   `SELECT count(*) FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0`,
+		sharedDrop:    `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind = 0`,
+		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + until + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
 		fences: func(n int) string {
 			return `SELECT name, fence FROM ` + t + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `) AND expires_us > ` + now
 		},
@@ -137,15 +168,16 @@ func sqliteClassify(err error) errKind {
 	return errOther
 }
 
-// sqliteCheck refuses SQLite before 3.33, which lacks UPDATE ... FROM.
+// sqliteCheck refuses SQLite before 3.35, which lacks RETURNING (3.35)
+// and UPDATE ... FROM (3.33).
 func sqliteCheck(ctx context.Context, db *sql.DB) error {
 	var v string
 	if err := db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&v); err != nil {
 		return err
 	}
 	var major, minor int
-	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil || major < 3 || major == 3 && minor < 33 {
-		return fmt.Errorf("%w: SQLite %s: want 3.33 or later (UPDATE ... FROM)", backend.ErrUnsupported, v)
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil || major < 3 || major == 3 && minor < 35 {
+		return fmt.Errorf("%w: SQLite %s: want 3.35 or later (RETURNING)", backend.ErrUnsupported, v)
 	}
 	return nil
 }

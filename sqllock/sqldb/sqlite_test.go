@@ -70,9 +70,22 @@ func (h *sqliteHarness) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
+// Residue counts the key's rows in both tables: its lock's, and its
+// semaphore's and read-write lock's (holders, waiting writers, anchors).
+// The fence counters are the tables', in sqlite_sequence.
 func (h *sqliteHarness) Residue(ctx context.Context, key string) (int, error) {
+	return h.count(ctx, key, "")
+}
+
+// Entries counts the key's live holders and waiting writers.
+func (h *sqliteHarness) Entries(ctx context.Context, key string) (int, error) {
+	return h.count(ctx, key, " AND expires_us > "+sqliteNow)
+}
+
+func (h *sqliteHarness) count(ctx context.Context, key, cond string) (int, error) {
 	var n int
-	err := h.admin.QueryRowContext(ctx, `SELECT count(*) FROM locker_locks WHERE name = ?`, key).Scan(&n)
+	err := h.admin.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM locker_locks WHERE name = ?1`+cond+
+		`) + (SELECT count(*) FROM locker_locks_shared WHERE name = ?1`+cond+`)`, key).Scan(&n)
 	return n, err
 }
 

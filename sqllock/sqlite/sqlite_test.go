@@ -56,11 +56,22 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 	return nil
 }
 
-// Residue counts the key's rows (the fence counter is the table's, in
-// sqlite_sequence).
+// Residue counts the key's rows in both tables: its lock's, and its
+// semaphore's and read-write lock's (holders, waiting writers, anchors).
+// The fence counters are the tables', in sqlite_sequence.
 func (h *harness) Residue(ctx context.Context, key string) (int, error) {
+	return h.count(ctx, key, "")
+}
+
+// Entries counts the key's live holders and waiting writers.
+func (h *harness) Entries(ctx context.Context, key string) (int, error) {
+	return h.count(ctx, key, " AND expires_us > "+now)
+}
+
+func (h *harness) count(ctx context.Context, key, cond string) (int, error) {
 	var n int
-	err := h.admin.QueryRowContext(ctx, `SELECT count(*) FROM locker_locks WHERE name = ?`, key).Scan(&n)
+	err := h.admin.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM locker_locks WHERE name = ?1`+cond+
+		`) + (SELECT count(*) FROM locker_locks_shared WHERE name = ?1`+cond+`)`, key).Scan(&n)
 	return n, err
 }
 
@@ -73,3 +84,6 @@ func (h *harness) Traits() conformance.Traits {
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
 }
+
+// now is the host's clock in µs, as sqldb.SQLite reads it.
+const now = `(CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER) * 1000)`
