@@ -72,6 +72,9 @@ func TestBusyDatabase(t *testing.T) {
 		t.Errorf("TryAcquire gave up after %v: the busy timeout is 300ms", took)
 	}
 	start = time.Now()
+	_, err = d.TryAcquire(ctx, backend.Claim{Key: "ns/s", Token: testutil.Token(), TTL: time.Minute, Mode: backend.Permit, Limit: 2})
+	couldNotTell("TryAcquire of a permit (a transaction)", time.Since(start), 3*time.Second, err)
+	start = time.Now()
 	err = d.Refresh(ctx, held)
 	couldNotTell("Refresh", time.Since(start), 3*time.Second, err)
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

@@ -143,11 +143,13 @@ const (
 )
 
 // exclude takes excludeName excludeRounds times through a Client, with
-// blocking Acquire. Inside, it makes a marker file with O_EXCL (which
-// fails if another holder is inside), and appends its fence to the log,
-// so that the log's order is the order of the holders.
+// blocking Acquire: the lock, or with SQLITE_TEST_LIMIT=n a permit of a
+// semaphore of n. Inside, it takes one of n slot files with O_EXCL (so
+// that an n+1st holder finds none), and for the lock appends its fence
+// to the log, so that the log's order is the order of the holders.
 func exclude(url string) error {
 	dir := os.Getenv("SQLITE_TEST_DIR")
+	limit, _ := strconv.Atoi(os.Getenv("SQLITE_TEST_LIMIT"))
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	c, err := locker.Open(ctx, url, locker.WithBackoff(time.Millisecond, 5*time.Millisecond))
@@ -160,22 +162,32 @@ func exclude(url string) error {
 		return err
 	}
 	defer log.Close()
-	marker := filepath.Join(dir, "inside")
+	opts, slots := []locker.LockOption{locker.TTL(10 * time.Second)}, 1
+	if limit > 0 {
+		opts, slots = append(opts, locker.Semaphore(limit)), limit
+	}
 	for range excludeRounds {
-		l, err := c.Acquire(ctx, excludeName, locker.TTL(10*time.Second))
+		l, err := c.Acquire(ctx, excludeName, opts...)
 		if err != nil {
 			return err
 		}
-		f, err := os.OpenFile(marker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return fmt.Errorf("two holders at once (fence %d): %w", l.Fence(), err)
+		slot := ""
+		for i := range slots {
+			p := filepath.Join(dir, "inside-"+strconv.Itoa(i))
+			if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644); err == nil {
+				f.Close()
+				slot = p
+				break
+			}
 		}
-		f.Close()
+		if slot == "" {
+			return fmt.Errorf("more than %d holders at once (fence %d)", slots, l.Fence())
+		}
 		if _, err := fmt.Fprintf(log, "%d %d\n", os.Getpid(), l.Fence()); err != nil {
 			return err
 		}
 		time.Sleep(time.Millisecond)
-		if err := os.Remove(marker); err != nil {
+		if err := os.Remove(slot); err != nil {
 			return err
 		}
 		if err := l.Release(ctx); err != nil {
@@ -185,19 +197,30 @@ func exclude(url string) error {
 	return nil
 }
 
-// Processes sharing one file exclude each other: never two holders at
-// once, fences in the order of the holders.
+// Processes sharing one file exclude each other: never two holders of
+// the lock at once, fences in the order of the holders; never three
+// holders of a semaphore of two.
 func TestProcessesExclude(t *testing.T) {
 	t.Parallel()
+	for _, limit := range []int{0, 2} {
+		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
+			t.Parallel()
+			processesExclude(t, limit)
+		})
+	}
+}
+
+func processesExclude(t *testing.T, limit int) {
 	dir := t.TempDir()
 	url := "sqlite://" + filepath.Join(dir, "locks.db")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make([]error, 2)
+	errs := make([]error, 3)
 	for i := range errs {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), childEnv+"=exclude", "SQLITE_TEST_URL="+url, "SQLITE_TEST_DIR="+dir)
+		cmd.Env = append(os.Environ(), childEnv+"=exclude", "SQLITE_TEST_URL="+url, "SQLITE_TEST_DIR="+dir,
+			"SQLITE_TEST_LIMIT="+strconv.Itoa(limit))
 		wg.Go(func() {
 			if out, err := cmd.CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("child %d: %v: %s", i, err, out)
@@ -213,22 +236,22 @@ func TestProcessesExclude(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	if len(lines) != 2*excludeRounds {
-		t.Fatalf("%d holds logged, want %d", len(lines), 2*excludeRounds)
+	if len(lines) != len(errs)*excludeRounds {
+		t.Fatalf("%d holds logged, want %d", len(lines), len(errs)*excludeRounds)
 	}
 	pids := map[string]int{}
 	var last uint64
 	for i, line := range lines {
 		pid, f, _ := strings.Cut(line, " ")
 		fence, err := strconv.ParseUint(f, 10, 64)
-		if err != nil || fence <= last {
+		if err != nil || limit == 0 && fence <= last {
 			t.Fatalf("hold %d: fence %q after %d", i, f, last)
 		}
 		last = fence
 		pids[pid]++
 	}
-	if len(pids) != 2 {
-		t.Fatalf("holders by process: %v, want both processes", pids)
+	if len(pids) != len(errs) {
+		t.Fatalf("holders by process: %v, want every process", pids)
 	}
 }
 
