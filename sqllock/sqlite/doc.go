@@ -22,8 +22,9 @@
 // driver (mattn/go-sqlite3, ncruces/go-sqlite3), use sqldb.New(db,
 // sqldb.SQLite) instead; this package is only the URL.
 //
-// Guarantees: those of sqldb: one row per held name, inserted when the
-// name is free (its expired row deleted first), deleted by the release;
+// Guarantees: those of sqldb, with semaphores and read-write locks: one
+// row per held name, inserted when the name is free (its expired row
+// deleted first), deleted by the release;
 // fences from the table's AUTOINCREMENT rowid, never reused, so they grow
 // across releases, takeovers and restarts; expiry on the host's clock in
 // the SQL, the same for every process on the host. SQLite runs one write
