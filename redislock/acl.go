@@ -38,12 +38,11 @@ func ACL(namespace string, fair bool) string {
 
 // SharedACL returns the rules to add to ACL's for semaphores and
 // read-write locks in namespace: their keys and their queues' (see
-// sharedKeys; both modes queue, so fair changes nothing) and the commands
-// of their scripts. Apart, so that a user who only locks keeps the least
-// ACL.
-func SharedACL(namespace string, fair bool) string {
+// sharedKeys; the same with or without fair=true, since both modes queue)
+// and the commands of their scripts. Apart, so that a user who only locks
+// keeps the least ACL.
+func SharedACL(namespace string) string {
 	p := "{" + backend.EscapeKey(namespace+"/")
-	// Both modes queue shared waiters.
 	sufs := []string{"", ".h", ".fence", ".q", ".live"}
 	var rules []string
 	for _, kind := range []string{"}:sem", "}:rw"} {

@@ -257,7 +257,7 @@ func TestSecureSharedACL(t *testing.T) {
 	k := backend.Key(ns, "job/1 {x}")
 	for _, name := range append(fairSharedKeys(backend.Claim{Key: k, Mode: backend.Permit}), fairSharedKeys(backend.Claim{Key: k, Mode: backend.Read})...) {
 		var pats []string
-		for _, r := range strings.Fields(SharedACL(ns, true)) {
+		for _, r := range strings.Fields(SharedACL(ns)) {
 			if strings.HasPrefix(r, "~") {
 				pats = append(pats, r[1:])
 			}
@@ -267,7 +267,7 @@ func TestSecureSharedACL(t *testing.T) {
 		}
 	}
 	for _, fair := range []bool{false, true} {
-		user, pw := s.user(t, ACL(ns, fair)+" "+SharedACL(ns, fair))
+		user, pw := s.user(t, ACL(ns, fair)+" "+SharedACL(ns))
 		c, err := s.client(ctx, user, pw, ns, fair)
 		if err != nil {
 			t.Fatal(err)

@@ -28,6 +28,9 @@
 #   `go test ./...` runs packages in parallel, so a test that stops a server uses an
 #   instance that no other package uses: the quorum members, the clusters, the *-restart ones.
 #   postgres              LOCKER_POSTGRES_URL           postgres://locker@127.0.0.1:5432/locker?sslmode=disable
+#   mariadb               LOCKER_MYSQL_URL              mysql://locker:locker-mysql-secret@127.0.0.1:3306/locker
+#                         (user locker@127.0.0.1 and @localhost, all privileges on locker.* only;
+#                          the password is a throw-away, loopback only)
 #   etcd                  LOCKER_ETCD_ENDPOINTS         127.0.0.1:2379    (peer: LOCKER_ETCD_PEER_PORT=2380)
 #   etcd-c1..etcd-c3      LOCKER_ETCD_CLUSTER_ENDPOINTS 127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
 #                         (peers: LOCKER_ETCD_CLUSTER_PEER_PORTS=23801,23802,23803)
@@ -45,6 +48,10 @@
 #   postgres-tls          LOCKER_POSTGRES_TLS_ADDR      127.0.0.1:5433
 #                         (own cluster; hostssl + scram-sha-256 only, plain TCP rejected; superuser
 #                          admin, database locker; client certificates checked if sent, not required)
+#   mariadb-tls           LOCKER_MYSQL_TLS_ADDR         127.0.0.1:3307
+#                         (own data dir; require_secure_transport: TLS for every TCP user; admin
+#                          (@127.0.0.1, @localhost) with all privileges WITH GRANT OPTION, database
+#                          locker; client certificates checked if sent, not required)
 #   etcd-tls              LOCKER_ETCD_TLS_ENDPOINT      127.0.0.1:2390    (peer: LOCKER_ETCD_TLS_PEER_PORT=2391)
 #                         (one member, https only, client certificates required (--client-cert-auth);
 #                          auth on: user root with the admin password, and the admin cert's CN=root)
@@ -82,6 +89,14 @@
 #              from LOCKER_POSTGRES_URL (locker/locker), max_connections=300, fsync=off.
 #              A Debian cluster on the same port (e.g. 15/main on 5432) is stopped and its
 #              start.conf set to "manual".
+#   mariadb    10.11 (Debian), private data dirs (mariadb-install-db once), --defaults-file
+#              my.cnf in the instance dir (/etc/mysql is not read), unix socket in the instance
+#              dir, skip-name-resolve, utf8mb4 (utf8mb4_general_ci, as Debian's config), 32 MB
+#              buffer pool, performance_schema off, max_connections=300, no fsync
+#              (innodb_flush_log_at_trx_commit=2: a commit survives a killed server, not a
+#              crashed machine; no doublewrite), no binary log. Users,
+#              grants and the database come from init.sql, run by the server at every start.
+#              Debian's own mariadb.service is disabled when this script installs the package.
 #   etcd       3.4 (Debian), default heartbeat 100 ms / election timeout 1000 ms, so the
 #              server's minimum lease TTL is 2 s: a lease granted with a smaller TTL gets 2 s.
 #              A stopped member that is started again rejoins with its data dir.
@@ -106,6 +121,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_REDIS_RESTART_ADDR:=127.0.0.1:6386}"
 : "${LOCKER_MEMCACHE_RESTART_ADDR:=127.0.0.1:11213}"
 : "${LOCKER_POSTGRES_URL:=postgres://locker@127.0.0.1:5432/locker?sslmode=disable}"
+: "${LOCKER_MYSQL_URL:=mysql://locker:locker-mysql-secret@127.0.0.1:3306/locker}"
 : "${LOCKER_ETCD_ENDPOINTS:=127.0.0.1:2379}"
 : "${LOCKER_ETCD_PEER_PORT:=2380}"
 : "${LOCKER_ETCD_CLUSTER_ENDPOINTS:=127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793}"
@@ -116,6 +132,7 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 : "${LOCKER_ZK_ELECTION_PORTS:=28891,28892,28893}"
 : "${LOCKER_REDIS_TLS_ADDR:=127.0.0.1:6390}"
 : "${LOCKER_POSTGRES_TLS_ADDR:=127.0.0.1:5433}"
+: "${LOCKER_MYSQL_TLS_ADDR:=127.0.0.1:3307}"
 : "${LOCKER_ETCD_TLS_ENDPOINT:=127.0.0.1:2390}"
 : "${LOCKER_ETCD_TLS_PEER_PORT:=2391}"
 : "${LOCKER_ZK_TLS_ADDR:=127.0.0.1:2190}"
@@ -123,10 +140,10 @@ TIMEOUT=${LOCKER_SERVICES_TIMEOUT:-60}
 LOCKER_SECURE_ADMIN_PASSWORD=locker-admin-secret
 
 ALL=(redis redis-q1 redis-q2 redis-q3 redis-q4 redis-q5 redis-c1 redis-c2 redis-c3 redis-restart memcached memcached-small memcached-restart postgres
-	etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls zk-tls redis-tls etcd-tls)
+	mariadb etcd etcd-c1 etcd-c2 etcd-c3 zk zk-e1 zk-e2 zk-e3 postgres-tls mariadb-tls zk-tls redis-tls etcd-tls)
 CLUSTER=(redis-c1 redis-c2 redis-c3)
 # Secured instances. One joins ALL once it is built.
-SECURE=(redis-tls postgres-tls etcd-tls zk-tls)
+SECURE=(redis-tls postgres-tls mariadb-tls etcd-tls zk-tls)
 
 log() { printf '%s\n' "services: $*" >&2; }
 die() {
@@ -182,14 +199,38 @@ pg_url_part() {
 	esac
 }
 
+# Parts of LOCKER_MYSQL_URL (mysql://user:password@host:port/db?params): user, password, port,
+# db. They go into SQL and option files unquoted, so only [A-Za-z0-9_.-] is accepted.
+my_url_part() {
+	local u=${LOCKER_MYSQL_URL#mysql://} cred hostport db v
+	u=${u%%\?*}
+	[[ $u == *@*/* ]] || die "LOCKER_MYSQL_URL is not of the form mysql://user:password@host:port/db"
+	cred=${u%%@*}
+	u=${u#*@}
+	hostport=${u%%/*}
+	db=${u#*/}
+	case $1 in
+	user) v=${cred%%:*} ;;
+	password) v=${cred#*:} ;;
+	db) v=$db ;;
+	port)
+		v=3306
+		[[ $hostport =~ :([0-9]+)$ ]] && v=${BASH_REMATCH[1]}
+		;;
+	esac
+	[[ $v =~ ^[A-Za-z0-9_.-]+$ ]] || die "LOCKER_MYSQL_URL: the $1 is empty or has characters other than [A-Za-z0-9_.-]"
+	printf '%s\n' "$v"
+}
+
 kind() {
 	case $1 in
 	redis | redis-q[1-5] | redis-c[1-3] | redis-restart) echo redis ;;
 	memcached | memcached-small | memcached-restart) echo memcached ;;
 	postgres) echo postgres ;;
+	mariadb) echo mariadb ;;
 	etcd | etcd-c[1-3]) echo etcd ;;
 	zk | zk-e[1-3]) echo zk ;;
-	redis-tls | postgres-tls | etcd-tls | zk-tls) echo "$1" ;;
+	redis-tls | postgres-tls | mariadb-tls | etcd-tls | zk-tls) echo "$1" ;;
 	*) return 1 ;;
 	esac
 }
@@ -208,12 +249,14 @@ port() {
 	memcached) p=$(port_of "$LOCKER_MEMCACHE_ADDR") || p="" ;;
 	memcached-small) p=$(port_of "$LOCKER_MEMCACHE_SMALL_ADDR") || p="" ;;
 	postgres) p=$(pg_url_part port) || p="" ;;
+	mariadb) p=$(my_url_part port) || p="" ;;
 	etcd) p=$(port_of "$(nth "$LOCKER_ETCD_ENDPOINTS" 1)") || p="" ;;
 	etcd-c*) p=$(port_of "$(nth "$LOCKER_ETCD_CLUSTER_ENDPOINTS" "$(idx "$1")")") || p="" ;;
 	zk) p=$(port_of "$(nth "$LOCKER_ZK_ADDR" 1)") || p="" ;;
 	zk-e*) p=$(port_of "$(nth "$LOCKER_ZK_ENSEMBLE" "$(idx "$1")")") || p="" ;;
 	redis-tls) p=$(port_of "$LOCKER_REDIS_TLS_ADDR") || p="" ;;
 	postgres-tls) p=$(port_of "$LOCKER_POSTGRES_TLS_ADDR") || p="" ;;
+	mariadb-tls) p=$(port_of "$LOCKER_MYSQL_TLS_ADDR") || p="" ;;
 	etcd-tls) p=$(port_of "$LOCKER_ETCD_TLS_ENDPOINT") || p="" ;;
 	zk-tls) p=$(port_of "$LOCKER_ZK_TLS_ADDR") || p="" ;;
 	esac
@@ -270,6 +313,15 @@ pg_bin() {
 	return 1
 }
 
+# my_bin NAME: the path of a MariaDB program (mariadbd is in /usr/sbin, which a user's PATH may lack).
+my_bin() {
+	local p
+	for p in "$(command -v "$1")" "/usr/sbin/$1" "/usr/bin/$1"; do
+		[[ -n $p && -x $p ]] && printf '%s\n' "$p" && return 0
+	done
+	return 1
+}
+
 zk_classpath() {
 	local j=/usr/share/java cp
 	[[ -r $j/zookeeper.jar ]] || return 1
@@ -297,6 +349,12 @@ missing_packages() {
 			;;
 		memcached) command -v memcached >/dev/null || pkgs+=(memcached) ;;
 		postgres) pg_bin >/dev/null || pkgs+=(postgresql) ;;
+		mariadb)
+			# mariadb-server, not only -core: its plugins (auth_ed25519, metadata_lock_info)
+			# are in it. Its daemon is kept off (policy-rc.d, then mariadb_keep_debian_off).
+			[[ -x $(my_bin mariadbd) && -x $(my_bin mariadb-install-db) ]] || pkgs+=(mariadb-server)
+			command -v mariadb >/dev/null || pkgs+=(mariadb-client)
+			;;
 		etcd)
 			command -v etcd >/dev/null || pkgs+=(etcd-server)
 			command -v etcdctl >/dev/null || pkgs+=(etcd-client)
@@ -318,6 +376,15 @@ remove_policy_rc() {
 		if [[ $EUID -eq 0 ]]; then rm -f "$POLICY_RC"; else sudo rm -f "$POLICY_RC"; fi
 	fi
 	OUR_POLICY_RC=
+}
+
+# mariadb_keep_debian_off [SUDO]: installing mariadb-server enables Debian's mariadb.service
+# (policy-rc.d only kept it from starting then); on a systemd host it would take 3306 at the
+# next boot.
+mariadb_keep_debian_off() {
+	[[ -d /run/systemd/system ]] || return 0
+	log "mariadb: disabling Debian's mariadb.service (it would take port 3306)"
+	"$@" systemctl disable --now mariadb.service >/dev/null 2>&1 || log "mariadb: could not disable mariadb.service"
 }
 
 install_kinds() {
@@ -346,6 +413,7 @@ install_kinds() {
 		tail -n 30 "$DIR/apt.log" >&2
 		die "apt-get failed (full log: $DIR/apt.log)"
 	fi
+	[[ " ${pkgs[*]} " == *" mariadb-server "* ]] && mariadb_keep_debian_off "${sudo[@]}"
 	local k
 	for k in "$@"; do
 		[[ -n $(missing_packages "$k") ]] && die "still missing after apt-get: $(missing_packages "$k" | tr '\n' ' ')"
@@ -389,6 +457,7 @@ running() {
 	redis) [[ $cmd == *redis-server* ]] ;;
 	memcached) [[ $cmd == *memcached* ]] ;;
 	postgres) [[ $cmd == *postgres* ]] ;;
+	mariadb) [[ $cmd == *mariadbd* ]] ;;
 	etcd) [[ $cmd == *etcd* ]] ;;
 	zk) [[ $cmd == *java* && $cmd == *QuorumPeerMain* ]] ;;
 	esac
@@ -978,6 +1047,106 @@ EOF
 	zk_spawn "$n" "$d" "$cp" -Dzookeeper.DigestAuthenticationProvider.superDigest="admin:$(zk_super_digest)"
 }
 
+# my_spawn NAME INIT_SQL [OPTION_LINE...]: a mariadbd on DIR/data configured by DIR/my.cnf
+# alone (--defaults-file: /etc/mysql and ~/.my.cnf are not read), with OPTION_LINEs added to
+# its [mysqld] section. mariadb-install-db runs once (DIR/installed records it); INIT_SQL
+# (database, users, grants: idempotent) runs in the server at every start, before it accepts
+# connections, so a password or grant changed here applies on the next start. A failing
+# statement there does not stop the server: the readiness check logs in as the user it makes.
+my_spawn() {
+	local n=$1 sql=$2 d p
+	shift 2
+	d=$(idir "$n")
+	p=$(port "$n")
+	mkdir -p "$d/files"
+	(
+		umask 077
+		cat >"$d/my.cnf" <<EOF
+# $n (scripts/services.sh): the only option file this instance reads.
+[mysqld]
+datadir=$d/data
+port=$p
+bind-address=127.0.0.1
+socket=$d/sock
+pid-file=$d/mariadbd.pid
+skip-name-resolve
+secure-file-priv=$d/files
+local-infile=0
+character-set-server=utf8mb4
+max-connections=300
+performance-schema=OFF
+key-buffer-size=1M
+aria-pagecache-buffer-size=8M
+innodb-buffer-pool-size=32M
+innodb-log-file-size=8M
+innodb-flush-log-at-trx-commit=2
+innodb-doublewrite=0
+innodb-buffer-pool-dump-at-shutdown=0
+innodb-buffer-pool-load-at-startup=0
+EOF
+		# mariadbd refuses to run as root unless told to.
+		[[ $EUID -eq 0 ]] && echo user=root >>"$d/my.cnf"
+		printf '%s\n' "$@" >>"$d/my.cnf"
+		printf '%s\n' "$sql" >"$d/init.sql"
+	)
+	if [[ ! -e $d/installed || ! -d $d/data/mysql ]]; then
+		rm -rf "$d/data"
+		log "$n: mariadb-install-db $d/data"
+		# --defaults-file has to come first.
+		if ! (cd "$d" && "$(my_bin mariadb-install-db)" --defaults-file="$d/my.cnf" --skip-test-db \
+			--auth-root-authentication-method=socket 9>&-) >"$d/install.log" 2>&1; then
+			tail -n 20 "$d/install.log" >&2
+			die "$n: mariadb-install-db failed (log: $d/install.log)"
+		fi
+		touch "$d/installed"
+	fi
+	# init-file on the command line: mariadb-install-db would run it too from my.cnf.
+	spawn "$n" "$(my_bin mariadbd)" --defaults-file="$d/my.cnf" --init-file="$d/init.sql"
+}
+
+# my_grant_sql USER PASSWORD DB PRIVILEGES [WITH...]: create DB and USER@127.0.0.1 and
+# USER@localhost (the unix socket; skip-name-resolve makes every TCP client an address) with
+# PRIVILEGES, and drop install-db's proxy grant to root@<this host's name>: nothing is
+# granted beyond loopback.
+my_grant_sql() {
+	local u="'$1'@'127.0.0.1', '$1'@'localhost'"
+	cat <<EOF
+DELETE FROM mysql.proxies_priv WHERE Host <> 'localhost';
+FLUSH PRIVILEGES;
+CREATE DATABASE IF NOT EXISTS \`$3\`;
+CREATE USER IF NOT EXISTS $u;
+ALTER USER '$1'@'127.0.0.1' IDENTIFIED BY '$2', '$1'@'localhost' IDENTIFIED BY '$2';
+GRANT $4 TO $u${5:+ $5};
+EOF
+}
+
+# mariadb: the user, password and database of LOCKER_MYSQL_URL, all privileges on that
+# database only (tests create and drop their tables there).
+start_mariadb() {
+	local user pw db
+	# start_one runs in an if (no set -e), and die in $(...) ends only the subshell.
+	user=$(my_url_part user) && pw=$(my_url_part password) && db=$(my_url_part db) || exit 1
+	my_spawn "$1" "$(my_grant_sql "$user" "$pw" "$db" "ALL PRIVILEGES ON \`$db\`.*")"
+}
+
+# mariadb-tls: TLS required for every TCP client (the services CA; a client certificate is
+# checked when one is sent, not required); admin may grant everything, so tests make
+# least-privilege users of their own.
+start_mariadb-tls() {
+	local c=$DIR/certs
+	my_spawn "$1" "$(my_grant_sql admin "$LOCKER_SECURE_ADMIN_PASSWORD" locker "ALL PRIVILEGES ON *.*" "WITH GRANT OPTION")" \
+		require-secure-transport=ON "ssl-cert=$c/server.pem" "ssl-key=$c/server-key.pem" "ssl-ca=$c/ca.pem"
+}
+
+# my_client NAME USER PASSWORD ARG...: the mariadb client over TCP to NAME, bounded, batch
+# output; the password goes through the environment, not the command line.
+my_client() {
+	local n=$1 user=$2 pw=$3
+	shift 3
+	MYSQL_PWD=$pw timeout 10 mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$(port "$n")" \
+		-u "$user" --connect-timeout=3 -NB "$@"
+}
+
 # start_one NAME: start it unless it already runs. Returns 1 if it could not be started.
 start_one() {
 	local n=$1 p
@@ -1056,6 +1225,13 @@ answers() {
 		[[ $out == *"Mode: "* ]]
 		;;
 	redis-tls) [[ $(redis_tls_cli "$p" ping) == PONG ]] ;;
+	mariadb)
+		[[ $(my_client "$n" "$(my_url_part user)" "$(my_url_part password)" -e 'select 1' "$(my_url_part db)" 2>/dev/null) == 1 ]]
+		;;
+	mariadb-tls)
+		[[ $(my_client "$n" admin "$LOCKER_SECURE_ADMIN_PASSWORD" --ssl-ca="$DIR/certs/ca.pem" \
+			--ssl-verify-server-cert -e 'select 1' locker 2>/dev/null) == 1 ]]
+		;;
 	etcd-tls) etcdctl_tls endpoint health >/dev/null 2>&1 && etcd_tls_auth ;;
 	esac
 }
@@ -1128,12 +1304,14 @@ export LOCKER_MEMCACHE_SMALL_ADDR=$LOCKER_MEMCACHE_SMALL_ADDR
 export LOCKER_REDIS_RESTART_ADDR=$LOCKER_REDIS_RESTART_ADDR
 export LOCKER_MEMCACHE_RESTART_ADDR=$LOCKER_MEMCACHE_RESTART_ADDR
 export LOCKER_POSTGRES_URL='$LOCKER_POSTGRES_URL'
+export LOCKER_MYSQL_URL='$LOCKER_MYSQL_URL'
 export LOCKER_ETCD_ENDPOINTS=$LOCKER_ETCD_ENDPOINTS
 export LOCKER_ETCD_CLUSTER_ENDPOINTS=$LOCKER_ETCD_CLUSTER_ENDPOINTS
 export LOCKER_ZK_ADDR=$LOCKER_ZK_ADDR
 export LOCKER_ZK_ENSEMBLE=$LOCKER_ZK_ENSEMBLE
 export LOCKER_REDIS_TLS_ADDR=$LOCKER_REDIS_TLS_ADDR
 export LOCKER_POSTGRES_TLS_ADDR=$LOCKER_POSTGRES_TLS_ADDR
+export LOCKER_MYSQL_TLS_ADDR=$LOCKER_MYSQL_TLS_ADDR
 export LOCKER_ETCD_TLS_ENDPOINT=$LOCKER_ETCD_TLS_ENDPOINT
 export LOCKER_ZK_TLS_ADDR=$LOCKER_ZK_TLS_ADDR
 export LOCKER_SECURE_CERTS=$DIR/certs

@@ -85,10 +85,6 @@ func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 // table, as it appears in the driver's statements.
 func (d *Driver) TableName() string { return d.sql.table }
 
-// Channel returns the LISTEN/NOTIFY channel on which releases are announced
-// (the payload is a keyed hash of the key, see the package doc).
-func (d *Driver) Channel() string { return d.sql.channel }
-
 // micros returns ttl in whole microseconds, rounded up: PostgreSQL's
 // timestamps count microseconds.
 func micros(ttl time.Duration) (int64, error) {

@@ -354,4 +354,3 @@ func lockFor(t testing.TB, key string) backend.Claim {
 	return backend.Claim{Key: key, Token: newToken(t), TTL: time.Second}
 }
 
-var errTest = errors.New("test")

@@ -12,6 +12,7 @@
 //	LOCKER_MEMCACHE_ADDR           127.0.0.1:11211
 //	LOCKER_MEMCACHE_SMALL_ADDR     127.0.0.1:11212 (2 MB, evicts)
 //	LOCKER_POSTGRES_URL            postgres://locker@127.0.0.1:5432/locker?sslmode=disable
+//	LOCKER_MYSQL_URL               mysql://locker:locker-mysql-secret@127.0.0.1:3306/locker (MariaDB)
 //	LOCKER_ETCD_ENDPOINTS          127.0.0.1:2379
 //	LOCKER_ETCD_CLUSTER_ENDPOINTS  127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
 //	LOCKER_ZK_ADDR                 127.0.0.1:2181
@@ -36,6 +37,7 @@ const (
 	EnvRedisRestartAddr     = "LOCKER_REDIS_RESTART_ADDR"
 	EnvMemcacheRestartAddr  = "LOCKER_MEMCACHE_RESTART_ADDR"
 	EnvPostgresURL          = "LOCKER_POSTGRES_URL"
+	EnvMySQLURL             = "LOCKER_MYSQL_URL"
 	EnvEtcdEndpoints        = "LOCKER_ETCD_ENDPOINTS"
 	EnvEtcdClusterEndpoints = "LOCKER_ETCD_CLUSTER_ENDPOINTS"
 	EnvZKAddr               = "LOCKER_ZK_ADDR"
@@ -55,6 +57,7 @@ const (
 	DefaultRedisRestartAddr     = "127.0.0.1:6386"
 	DefaultMemcacheRestartAddr  = "127.0.0.1:11213"
 	DefaultPostgresURL          = "postgres://locker@127.0.0.1:5432/locker?sslmode=disable"
+	DefaultMySQLURL             = "mysql://locker:locker-mysql-secret@127.0.0.1:3306/locker" // a throw-away password: loopback only
 	DefaultEtcdEndpoints        = "127.0.0.1:2379"
 	DefaultEtcdClusterEndpoints = "127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793"
 	DefaultZKAddr               = "127.0.0.1:2181"
@@ -112,16 +115,28 @@ func MemcacheRestartAddr() string { return env(EnvMemcacheRestartAddr, DefaultMe
 func PostgresURL() string { return env(EnvPostgresURL, DefaultPostgresURL) }
 
 // PostgresAddr is the host:port of PostgresURL, for Require.
-func PostgresAddr() string {
-	u, err := url.Parse(PostgresURL())
+func PostgresAddr() string { return urlAddr(PostgresURL(), "5432") }
+
+// urlAddr is the host:port of a URL, with the default port when it has none
+// (and 127.0.0.1 when it has no host).
+func urlAddr(raw, port string) string {
+	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return "127.0.0.1:5432"
+		return net.JoinHostPort("127.0.0.1", port)
 	}
 	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5432")
+		return net.JoinHostPort(u.Hostname(), port)
 	}
 	return u.Host
 }
+
+// MySQLURL is the connection URL of the MariaDB database (instance "mariadb"),
+// mysql://user:password@host:port/db: the user has every privilege on that
+// database and none elsewhere.
+func MySQLURL() string { return env(EnvMySQLURL, DefaultMySQLURL) }
+
+// MySQLAddr is the host:port of MySQLURL, for Require.
+func MySQLAddr() string { return urlAddr(MySQLURL(), "3306") }
 
 // EtcdEndpoints are the client endpoints (host:port) of the single-member etcd (instance "etcd").
 func EtcdEndpoints() []string { return list(EnvEtcdEndpoints, DefaultEtcdEndpoints) }
@@ -165,6 +180,7 @@ func Instances() []Instance {
 	add("redis-restart", "redis (restart tests)", RedisRestartAddr())
 	add("memcached-restart", "memcached (restart tests)", MemcacheRestartAddr())
 	add("postgres", "postgres", PostgresAddr())
+	add("mariadb", "mariadb", MySQLAddr())
 	for _, a := range EtcdEndpoints() {
 		add("etcd", "etcd", a)
 	}
@@ -175,6 +191,7 @@ func Instances() []Instance {
 	addList("zk-e", "zookeeper ensemble member", ZKEnsemble())
 	add("redis-tls", "redis (TLS, ACL)", RedisTLSAddr())
 	add("postgres-tls", "postgres (TLS, scram)", PostgresTLSAddr())
+	add("mariadb-tls", "mariadb (TLS required)", MySQLTLSAddr())
 	add("etcd-tls", "etcd (TLS, RBAC)", EtcdTLSEndpoint())
 	add("zk-tls", "zookeeper (TLS)", ZKTLSAddr())
 	return out
@@ -198,6 +215,7 @@ func HostPort(addr string) string {
 const (
 	EnvRedisTLSAddr    = "LOCKER_REDIS_TLS_ADDR"
 	EnvPostgresTLSAddr = "LOCKER_POSTGRES_TLS_ADDR"
+	EnvMySQLTLSAddr    = "LOCKER_MYSQL_TLS_ADDR"
 	EnvEtcdTLSEndpoint = "LOCKER_ETCD_TLS_ENDPOINT"
 	EnvZKTLSAddr       = "LOCKER_ZK_TLS_ADDR"
 	EnvSecureCerts     = "LOCKER_SECURE_CERTS"
@@ -205,6 +223,7 @@ const (
 
 	DefaultRedisTLSAddr    = "127.0.0.1:6390"
 	DefaultPostgresTLSAddr = "127.0.0.1:5433"
+	DefaultMySQLTLSAddr    = "127.0.0.1:3307"
 	DefaultEtcdTLSEndpoint = "127.0.0.1:2390"
 	DefaultZKTLSAddr       = "127.0.0.1:2190"
 	DefaultAdminPassword   = "locker-admin-secret"
@@ -215,6 +234,10 @@ func RedisTLSAddr() string { return env(EnvRedisTLSAddr, DefaultRedisTLSAddr) }
 
 // PostgresTLSAddr is the secured PostgreSQL (instance "postgres-tls").
 func PostgresTLSAddr() string { return env(EnvPostgresTLSAddr, DefaultPostgresTLSAddr) }
+
+// MySQLTLSAddr is the secured MariaDB (instance "mariadb-tls"): TLS required
+// for every TCP client, administrator admin, database locker.
+func MySQLTLSAddr() string { return env(EnvMySQLTLSAddr, DefaultMySQLTLSAddr) }
 
 // EtcdTLSEndpoint is the secured etcd's client endpoint (instance "etcd-tls").
 func EtcdTLSEndpoint() string { return env(EnvEtcdTLSEndpoint, DefaultEtcdTLSEndpoint) }

@@ -6,8 +6,8 @@ import (
 )
 
 var allEnv = []string{
-	EnvRedisAddr, EnvRedisQuorumAddrs, EnvRedisClusterAddrs, EnvMemcacheAddr, EnvMemcacheSmallAddr, EnvPostgresURL,
-	EnvEtcdEndpoints, EnvEtcdClusterEndpoints, EnvZKAddr, EnvZKEnsemble, EnvRedisTLSAddr, EnvPostgresTLSAddr, EnvEtcdTLSEndpoint, EnvZKTLSAddr,
+	EnvRedisAddr, EnvRedisQuorumAddrs, EnvRedisClusterAddrs, EnvMemcacheAddr, EnvMemcacheSmallAddr, EnvPostgresURL, EnvMySQLURL,
+	EnvEtcdEndpoints, EnvEtcdClusterEndpoints, EnvZKAddr, EnvZKEnsemble, EnvRedisTLSAddr, EnvPostgresTLSAddr, EnvMySQLTLSAddr, EnvEtcdTLSEndpoint, EnvZKTLSAddr,
 }
 
 // clearEnv blanks every address variable for the test (blank means unset here).
@@ -27,6 +27,9 @@ func TestDefaults(t *testing.T) {
 	checkString(t, "MemcacheSmallAddr", MemcacheSmallAddr(), "127.0.0.1:11212")
 	checkString(t, "PostgresURL", PostgresURL(), "postgres://locker@127.0.0.1:5432/locker?sslmode=disable")
 	checkString(t, "PostgresAddr", PostgresAddr(), "127.0.0.1:5432")
+	checkString(t, "MySQLURL", MySQLURL(), "mysql://locker:locker-mysql-secret@127.0.0.1:3306/locker")
+	checkString(t, "MySQLAddr", MySQLAddr(), "127.0.0.1:3306")
+	checkString(t, "MySQLTLSAddr", MySQLTLSAddr(), "127.0.0.1:3307")
 	checkList(t, "EtcdEndpoints", EtcdEndpoints(), "127.0.0.1:2379")
 	checkList(t, "EtcdClusterEndpoints", EtcdClusterEndpoints(), "127.0.0.1:23791", "127.0.0.1:23792", "127.0.0.1:23793")
 	checkList(t, "ZKAddrs", ZKAddrs(), "127.0.0.1:2181")
@@ -41,6 +44,8 @@ func TestOverrides(t *testing.T) {
 	t.Setenv(EnvMemcacheAddr, "m:1")
 	t.Setenv(EnvMemcacheSmallAddr, "m:2")
 	t.Setenv(EnvPostgresURL, "postgres://u:p@db.example:6543/x?sslmode=disable")
+	t.Setenv(EnvMySQLURL, "mysql://u:p@db.example:3316/x?tls=true")
+	t.Setenv(EnvMySQLTLSAddr, "db.example:3317")
 	t.Setenv(EnvEtcdEndpoints, "http://e1:2379,http://e2:2379")
 	t.Setenv(EnvEtcdClusterEndpoints, "c1:1")
 	t.Setenv(EnvZKAddr, "z:1")
@@ -53,6 +58,9 @@ func TestOverrides(t *testing.T) {
 	checkString(t, "MemcacheSmallAddr", MemcacheSmallAddr(), "m:2")
 	checkString(t, "PostgresURL", PostgresURL(), "postgres://u:p@db.example:6543/x?sslmode=disable")
 	checkString(t, "PostgresAddr", PostgresAddr(), "db.example:6543")
+	checkString(t, "MySQLURL", MySQLURL(), "mysql://u:p@db.example:3316/x?tls=true")
+	checkString(t, "MySQLAddr", MySQLAddr(), "db.example:3316")
+	checkString(t, "MySQLTLSAddr", MySQLTLSAddr(), "db.example:3317")
 	checkList(t, "EtcdEndpoints", EtcdEndpoints(), "http://e1:2379", "http://e2:2379")
 	checkList(t, "EtcdClusterEndpoints", EtcdClusterEndpoints(), "c1:1")
 	checkList(t, "ZKAddrs", ZKAddrs(), "z:1")
@@ -68,6 +76,18 @@ func TestPostgresAddr(t *testing.T) {
 	} {
 		t.Setenv(EnvPostgresURL, url)
 		checkString(t, url, PostgresAddr(), want)
+	}
+}
+
+func TestMySQLAddr(t *testing.T) {
+	for url, want := range map[string]string{
+		"mysql://locker:pw@127.0.0.1:3306/locker": "127.0.0.1:3306",
+		"mysql://u:pw@h/db":                       "h:3306",
+		"mysql://u@[::1]:3307/db?tls=true":        "[::1]:3307",
+		"mysql:///db":                             "127.0.0.1:3306",
+	} {
+		t.Setenv(EnvMySQLURL, url)
+		checkString(t, url, MySQLAddr(), want)
 	}
 }
 
@@ -92,8 +112,8 @@ func TestInstances(t *testing.T) {
 	}
 	want := []string{"redis", "redis-q1", "redis-q2", "redis-q3", "redis-q4", "redis-q5",
 		"redis-c1", "redis-c2", "redis-c3",
-		"memcached", "memcached-small", "redis-restart", "memcached-restart", "postgres", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
-		"zk", "zk-e1", "zk-e2", "zk-e3", "redis-tls", "postgres-tls", "etcd-tls", "zk-tls"}
+		"memcached", "memcached-small", "redis-restart", "memcached-restart", "postgres", "mariadb", "etcd", "etcd-c1", "etcd-c2", "etcd-c3",
+		"zk", "zk-e1", "zk-e2", "zk-e3", "redis-tls", "postgres-tls", "mariadb-tls", "etcd-tls", "zk-tls"}
 	if !slices.Equal(names, want) {
 		t.Errorf("Instances() names = %v, want %v", names, want)
 	}

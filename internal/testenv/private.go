@@ -31,10 +31,10 @@ const (
 // goroutine; they report errors rather than failing the test, so that a
 // fault schedule running beside the test can use them.
 type Server struct {
-	Kind string // "redis", "memcached", "postgres", "etcd", "zookeeper"
+	Kind string // "redis", "memcached", "postgres", "mariadb", "etcd", "zookeeper"
 	Name string // unique in the test, e.g. "etcd-2"
 	Addr string // client host:port
-	// URL is the connection URL for postgres ("" otherwise).
+	// URL is the connection URL for postgres and mariadb ("" otherwise).
 	URL string
 	// Ports used besides Addr's (peer, election), kept across restarts.
 	Ports []int
@@ -102,7 +102,7 @@ func (s *Server) Kill() error {
 
 // Restart kills the server, starts it again on the same ports and waits
 // until it answers. Redis and memcached come back empty (no persistence);
-// postgres, etcd and ZooKeeper keep their data directories.
+// postgres, MariaDB, etcd and ZooKeeper keep their data directories.
 func (s *Server) Restart() error {
 	if s.PID() != 0 {
 		if err := s.Kill(); err != nil {

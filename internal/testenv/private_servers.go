@@ -3,6 +3,8 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -142,6 +144,113 @@ func StartPostgres(t testing.TB) *Server {
 		return nil
 	}
 	return newServer(t, s)
+}
+
+// mariaDBInit makes the private MariaDB's database and user at every start,
+// as scripts/services.sh does for its "mariadb" instance: all privileges on
+// locker.* only, nothing granted beyond loopback.
+const mariaDBInit = `DELETE FROM mysql.proxies_priv WHERE Host <> 'localhost';
+FLUSH PRIVILEGES;
+CREATE DATABASE IF NOT EXISTS locker;
+CREATE USER IF NOT EXISTS 'locker'@'127.0.0.1', 'locker'@'localhost';
+ALTER USER 'locker'@'127.0.0.1' IDENTIFIED BY 'locker-private', 'locker'@'localhost' IDENTIFIED BY 'locker-private';
+GRANT ALL PRIVILEGES ON locker.* TO 'locker'@'127.0.0.1', 'locker'@'localhost';
+`
+
+// mariaDBBin is the path of a MariaDB program: mariadbd is in /usr/sbin,
+// which PATH may lack.
+func mariaDBBin(t testing.TB, name string) string {
+	t.Helper()
+	for _, p := range []string{"/usr/sbin/" + name, "/usr/bin/" + name} {
+		if _, err := exec.LookPath(p); err == nil {
+			return p
+		}
+	}
+	return needBinary(t, name)
+}
+
+// StartMariaDB starts a private MariaDB, set up as the "mariadb" instance of
+// scripts/services.sh (loopback, skip-name-resolve, utf8mb4, 32 MB buffer
+// pool, no fsync but every commit written before it is acknowledged, so a
+// killed server keeps it), and sets URL to mysql://locker:PASSWORD@ADDR/locker:
+// user locker has every privilege on database locker and none elsewhere.
+func StartMariaDB(t testing.TB) *Server {
+	t.Helper()
+	bin := mariaDBBin(t, "mariadbd")
+	install := mariaDBBin(t, "mariadb-install-db")
+	port := FreePorts(t, 1)[0]
+	// Not t.TempDir: the unix socket's path must fit in 108 bytes.
+	dir, err := os.MkdirTemp("", "locker-maria-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	files := filepath.Join(dir, "files")
+	if err := os.Mkdir(files, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	initFile := filepath.Join(dir, "init.sql")
+	if err := os.WriteFile(initFile, []byte(mariaDBInit), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// --no-defaults (first): neither /etc/mysql nor ~/.my.cnf is read.
+	opts := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"),
+		"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
+	if os.Geteuid() == 0 {
+		opts = append(opts, "--user=root") // mariadbd refuses root otherwise
+	}
+	installCmd := exec.Command(install, append(opts, "--skip-test-db", "--auth-root-authentication-method=socket")...)
+	installCmd.Dir = dir
+	if out, err := installCmd.CombinedOutput(); err != nil {
+		t.Fatalf("testenv: mariadb-install-db: %v\n%s", err, out)
+	}
+	s := &Server{
+		Kind: "mariadb", Name: "mariadb-" + strconv.Itoa(port), Addr: loopback(port), dir: dir,
+		URL:     fmt.Sprintf("mysql://locker:locker-private@127.0.0.1:%d/locker", port),
+		startIn: 30 * time.Second,
+	}
+	s.command = func() *exec.Cmd {
+		return exec.Command(bin, append(opts, "--port="+strconv.Itoa(port), "--bind-address=127.0.0.1",
+			"--socket="+filepath.Join(dir, "sock"), "--pid-file="+filepath.Join(dir, "mariadbd.pid"),
+			"--init-file="+initFile, "--skip-name-resolve", "--secure-file-priv="+files, "--local-infile=0",
+			"--character-set-server=utf8mb4", "--max-connections=300", "--performance-schema=OFF",
+			"--key-buffer-size=1M", "--aria-pagecache-buffer-size=8M",
+			"--innodb-flush-log-at-trx-commit=2", "--innodb-doublewrite=0",
+			"--innodb-buffer-pool-dump-at-shutdown=0", "--innodb-buffer-pool-load-at-startup=0")...)
+	}
+	s.ready = mariaDBGreeting
+	return newServer(t, s)
+}
+
+// mariaDBGreeting reads the server's handshake packet: protocol version 10
+// once it accepts clients (its init file has run by then), an error packet
+// (0xff, code, message) when it refuses them.
+func mariaDBGreeting(ctx context.Context, s *Server) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	var hdr [4]byte // 3-byte length, sequence number
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	n := min(int(hdr[0])|int(hdr[1])<<8|int(hdr[2])<<16, 1024)
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	switch {
+	case n > 0 && body[0] == 10:
+		return nil
+	case n > 3 && body[0] == 0xff:
+		return fmt.Errorf("refused: %s", body[3:])
+	}
+	return fmt.Errorf("handshake: unexpected packet %q", body)
 }
 
 // etcdHealthy asks a member's /health: true only with a leader.

@@ -2,7 +2,10 @@ package testenv
 
 import (
 	"context"
+	"net/url"
+	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,6 +119,64 @@ func TestPrivatePostgres(t *testing.T) {
 	}
 	if err := psql(); err != nil {
 		t.Fatalf("after restart: %v", err)
+	}
+}
+
+func TestPrivateMariaDB(t *testing.T) {
+	s := StartMariaDB(t)
+	client := needBinary(t, "mariadb")
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	// sql runs queries as the URL's user in its database, over TCP.
+	sql := func(d time.Duration, query string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		c := exec.CommandContext(ctx, client, "--no-defaults", "--protocol=tcp", "-h", u.Hostname(), "-P", u.Port(),
+			"-u", u.User.Username(), "--connect-timeout=2", "-NBe", query, strings.TrimPrefix(u.Path, "/"))
+		c.Env = append(os.Environ(), "MYSQL_PWD="+password)
+		out, err := c.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	want42 := func(when string) {
+		t.Helper()
+		if out, err := sql(5*time.Second, "select x from t"); err != nil || out != "42" {
+			t.Fatalf("%s: select = %q, %v; want 42", when, out, err)
+		}
+	}
+	if out, err := sql(5*time.Second, "create table t (x int) engine=InnoDB; insert into t values (42)"); err != nil {
+		t.Fatalf("create table: %v: %s", err, out)
+	}
+	want42("after insert")
+	if out, err := sql(5*time.Second, "create database other"); err == nil || !strings.Contains(out, "denied") {
+		t.Fatalf("the user may create another database: %v: %s", err, out)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sql(time.Second, "select 1"); err == nil {
+		t.Fatal("a paused mariadb answered")
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	want42("after resume")
+	// Restart kills it: the committed row is in the log the server wrote.
+	old := s.PID()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, old)
+	want42("after kill and restart")
+	pid := s.PID()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, pid)
+	if err := mariaDBGreeting(context.Background(), s); err == nil {
+		t.Fatal("a stopped mariadb answered")
 	}
 }
 

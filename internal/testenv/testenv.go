@@ -15,6 +15,7 @@
 //	LOCKER_MEMCACHE_ADDR           127.0.0.1:11211
 //	LOCKER_MEMCACHE_SMALL_ADDR     127.0.0.1:11212 (2 MB, evicts)
 //	LOCKER_POSTGRES_URL            postgres://locker@127.0.0.1:5432/locker?sslmode=disable
+//	LOCKER_MYSQL_URL               mysql://locker:locker-mysql-secret@127.0.0.1:3306/locker (MariaDB)
 //	LOCKER_ETCD_ENDPOINTS          127.0.0.1:2379
 //	LOCKER_ETCD_CLUSTER_ENDPOINTS  127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793
 //	LOCKER_ZK_ADDR                 127.0.0.1:2181
@@ -63,12 +64,15 @@ var (
 	MemcacheRestartAddr  = servers.MemcacheRestartAddr
 	PostgresURL          = servers.PostgresURL
 	PostgresAddr         = servers.PostgresAddr
+	MySQLURL             = servers.MySQLURL
+	MySQLAddr            = servers.MySQLAddr
 	EtcdEndpoints        = servers.EtcdEndpoints
 	EtcdClusterEndpoints = servers.EtcdClusterEndpoints
 	ZKAddrs              = servers.ZKAddrs
 	ZKEnsemble           = servers.ZKEnsemble
 	RedisTLSAddr         = servers.RedisTLSAddr
 	PostgresTLSAddr      = servers.PostgresTLSAddr
+	MySQLTLSAddr         = servers.MySQLTLSAddr
 	EtcdTLSEndpoint      = servers.EtcdTLSEndpoint
 	ZKTLSAddr            = servers.ZKTLSAddr
 	AdminPassword        = servers.AdminPassword

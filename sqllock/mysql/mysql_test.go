@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
-	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +20,12 @@ import (
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
-// baseURL returns the test server's URL (LOCKER_MYSQL_URL), or skips
-// (fails with LOCKER_REQUIRE_SERVERS=1) when it is unset or unreachable.
-// The one place to switch to testenv.MySQLURL once it exists.
+// baseURL returns the test server's URL, or skips (fails in CI) when the
+// server is not running.
 func baseURL(t testing.TB) string {
 	t.Helper()
-	raw := os.Getenv("LOCKER_MYSQL_URL")
-	if raw == "" {
-		if os.Getenv("LOCKER_REQUIRE_SERVERS") == "1" || os.Getenv("CI") != "" {
-			t.Fatal("LOCKER_MYSQL_URL is not set")
-		}
-		t.Skip("LOCKER_MYSQL_URL is not set")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatalf("LOCKER_MYSQL_URL: %v", err)
-	}
-	testenv.Require(t, u.Host)
-	return raw
+	testenv.Require(t, testenv.MySQLAddr())
+	return testenv.MySQLURL()
 }
 
 var randHex = testutil.RandHex
@@ -234,3 +224,126 @@ func TestConformanceNew(t *testing.T) {
 
 // watcherSite is go-sql-driver's goroutine of one open connection.
 const watcherSite = "go-sql-driver/mysql.(*mysqlConn).startWatcher"
+
+// The suite skips the modes a driver does not take: make sure it runs
+// them on MySQL.
+func TestTakesEveryMode(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := Open(ctx, newHarness(t, false).url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if want := backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write); d.Modes() != want {
+		t.Fatalf("Modes() = %v, want %v", d.Modes(), want)
+	}
+}
+
+// Close ends every connection Open made, and so each one's goroutine,
+// which the conformance harness's leak checks pass over.
+func TestCloseEndsConnections(t *testing.T) {
+	h := newHarness(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before := watchers()
+	d, err := Open(ctx, h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 { // concurrent calls: several connections
+		wg.Go(func() {
+			c := backend.Claim{Key: fmt.Sprintf("close/%d", i), Token: randHex(16), TTL: time.Minute}
+			if g, err := d.TryAcquire(ctx, c); err == nil {
+				c.Fence = g.Fence
+				d.Release(ctx, c)
+			}
+		})
+	}
+	wg.Wait()
+	if watchers() <= before {
+		t.Fatal("no connection goroutine while the driver is open: the check below checks nothing")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); watchers() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connection goroutines after Close, %d before Open", watchers(), before)
+		}
+	}
+}
+
+// watchers counts go-sql-driver's connection goroutines.
+func watchers() int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), watcherSite+".func1()")
+}
+
+// On a blackholed connection (no answer, no reset), every call returns
+// within CancelGrace of its context's end, and Close within 2 s.
+func TestBlackholedCallsReturn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := url.Parse(h.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	u.Host = p.Addr()
+	d, err := Open(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := backend.Claim{Key: "bh/held", Token: randHex(16), TTL: time.Minute}
+	g, err := d.TryAcquire(ctx, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Fence = g.Fence
+	p.Blackhole()
+	const wait = 100 * time.Millisecond
+	calls := map[string]func(context.Context) error{
+		"TryAcquire": func(ctx context.Context) error {
+			_, err := d.TryAcquire(ctx, backend.Claim{Key: "bh/x", Token: randHex(16), TTL: time.Minute})
+			return err
+		},
+		"TryAcquire permit": func(ctx context.Context) error {
+			_, err := d.TryAcquire(ctx, backend.Claim{Key: "bh/s", Token: randHex(16), TTL: time.Minute, Mode: backend.Permit, Limit: 2})
+			return err
+		},
+		"Refresh": func(ctx context.Context) error { return d.Refresh(ctx, held) },
+		"Release": func(ctx context.Context) error { return d.Release(ctx, held) },
+		"Inspect": func(ctx context.Context) error { _, err := d.Inspect(ctx, held.Key); return err },
+	}
+	for name, call := range calls {
+		cctx, ccancel := context.WithTimeout(ctx, wait)
+		start := time.Now()
+		err := call(cctx)
+		took := time.Since(start)
+		ccancel()
+		if err == nil {
+			t.Errorf("%s on a blackholed connection succeeded", name)
+		}
+		if took > wait+backend.CancelGrace {
+			t.Errorf("%s returned %v after its call, past its deadline (%v) and CancelGrace", name, took, wait)
+		}
+	}
+	start := time.Now()
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	took := time.Since(start)
+	if took > 2*time.Second {
+		t.Fatalf("Close took %v on a blackholed connection, want at most 2s", took)
+	}
+	t.Logf("Close took %v", took)
+}

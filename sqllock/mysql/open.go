@@ -125,13 +125,14 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	}
 	backend.WarnTransport(log, warnURL, cfg.TLS)
 	cfg.Logger = driverLog{log}
-	// The names alone: New keeps db, and dials nothing.
-	if _, err := sqldb.New(&sql.DB{}, sqldb.MySQL, urlOpts...); err != nil {
-		return nil, fmt.Errorf("mysql: %w: %v", backend.ErrInvalidURL, err)
-	}
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysql: %w: %s", backend.ErrInvalidURL, backend.Scrub(err.Error(), u))
+	}
+	db := sql.OpenDB(conn) // dials nothing yet
+	if _, err := sqldb.New(db, sqldb.MySQL, urlOpts...); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysql: %w: %v", backend.ErrInvalidURL, err) // lock_table=
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -139,7 +140,7 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 		defer cancel()
 	}
 	// MySQL's messages name users and tables, never a password.
-	return sqldb.Open(ctx, sql.OpenDB(conn), sqldb.MySQL, append(urlOpts, opts...)...)
+	return sqldb.Open(ctx, db, sqldb.MySQL, append(urlOpts, opts...)...)
 }
 
 // driverLog passes go-sql-driver's messages (a connection found broken)

@@ -36,6 +36,15 @@ type Dialect struct {
 	// that the driver's write statements queue in Go for one another
 	// (see Driver.write1); reads do not.
 	oneWriter bool
+	// writerKey, if set with oneWriter, names the database the driver's
+	// db writes to (SQLite: the file's absolute path), so that every
+	// driver of this process that writes there queues in Go behind one
+	// gate, whatever *sql.DB it uses; "" keeps the driver's own gate.
+	// It runs once, with check.
+	writerKey func(ctx context.Context, db *sql.DB) (string, error)
+	// txIsolation is the isolation level of the shared table's
+	// transactions (0: the database's default).
+	txIsolation sql.IsolationLevel
 	// check, if set, runs once before the first statement: it refuses a
 	// server that cannot give the guarantees (too old) with an error
 	// wrapping backend.ErrUnsupported.
@@ -124,11 +133,14 @@ type statements struct {
 	// i of each claim whose row is live and carries its token, fence
 	// (any when 0) and owner: after refreshMany, those it refreshed.
 	heldMany func(n int) string
-	// fences(n) (name, ... n names) returns name and fence of each of the
-	// names whose row is live: what a poller for release wake-ups reads.
+	// fences(n) (the n names, then the same n names again) returns, for
+	// each name with live holders (its lock's row, its permits, readers
+	// and writers), rows of name, count, the highest fence and the XOR of
+	// the fences, which the engine adds up (counts), maxes and XORs per
+	// name: what a poller for release wake-ups compares.
 	fences func(n int) string
 	// counter (no arguments) returns one integer that grows at every
-	// grant in the lock table (its AUTO_INCREMENT counter), so that the
+	// grant in the tables (their AUTO_INCREMENT counters), so that the
 	// poller sees a name freed, taken and freed again between two looks;
 	// "" when the dialect has none (the poller then wakes a free name's
 	// subscribers at every look).
@@ -147,7 +159,8 @@ type statements struct {
 	// of kind > 0, and token's.
 	sharedPurge string
 	// sharedRows (name, obj) returns token, kind and lim of the object's
-	// live rows of kind > 0, reading the latest committed rows.
+	// live rows of kind > 0 (under the anchor's lock, a plain read sees
+	// every grant and release of the object).
 	sharedRows string
 	// sharedInsert (name, obj, token, kind, owner, lim, ttl) inserts a
 	// holder and draws its fence (LastInsertId).

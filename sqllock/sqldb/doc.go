@@ -6,10 +6,12 @@
 //	drv, err := sqldb.New(db, sqldb.MySQL)
 //	c := locker.New(drv)
 //
-// For a URL instead (mysql://...), import the opener package
-// github.com/lockerhq/locker/sqllock/mysql, which opens its own *sql.DB.
-// With go-sql-driver/mysql, set interpolateParams=true as the opener
-// does: without it every statement costs a round trip more (a prepare).
+// New never closes db. Open is New for a *sql.DB made for the driver
+// alone, which it checks at once and closes on Close: what the URL
+// openers use. For a URL (mysql://...), import the opener package
+// github.com/lockerhq/locker/sqllock/mysql. With go-sql-driver/mysql, set
+// interpolateParams=true as the opener does: without it every statement
+// costs a round trip more (a prepare).
 //
 // Guarantees: a grant is one autocommitted INSERT of the name's row when
 // the name is free (a DELETE of its expired row first when it is not), a
@@ -20,15 +22,19 @@
 // release are token-checked; an acquisition whose caller gave up is undone
 // after the database answered it (see the driver's write); refused
 // credentials or privileges are errors wrapping backend.ErrPermission.
-// The tables (locker_locks) are created on first use, or by your
+// Semaphores and read-write locks live in a second table. The tables
+// (locker_locks, locker_locks_shared) are created on first use, or by your
 // migrations (Dialect.SchemaSQL) with WithCreateTable(false).
 //
-// Limits: waiters in other processes poll (the core's backoff), there is
-// no cross-process wake-up nor order; a lock is as available as the
-// database (an asynchronous replica promoted can lose a recent grant, which
-// the fence reveals); whoever can read the table reads the tokens.
-// MySQL 8.0 or MariaDB 10.2.4 or later (their AUTO_INCREMENT survives a
-// restart), InnoDB.
+// Waiters are woken at once by this driver's releases, and by others'
+// through a poll every 50 ms while someone waits (no LISTEN/NOTIFY); no
+// order between them.
+//
+// Limits: a lock is as available as the database (an asynchronous
+// replica promoted can lose a recent grant, which the fence reveals);
+// whoever can read the table reads the tokens. MySQL 8.0 or MariaDB
+// 10.2.4 or later (their AUTO_INCREMENT survives a restart), InnoDB, with
+// innodb_autoinc_lock_mode 0 or 1 (MySQL 8's default, 2, is refused).
 //
 // How it works, in full: the repository's docs/backends/sqllock.md.
 package sqldb

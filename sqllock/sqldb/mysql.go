@@ -23,6 +23,10 @@ var MySQL = Dialect{
 	statements: mysqlStatements,
 	classify:   mysqlClassify,
 	check:      mysqlCheck,
+	// READ COMMITTED: the anchor's lock serializes an object's
+	// transactions, and REPEATABLE READ's gap locks would make those of
+	// neighbouring names wait for, and deadlock with, one another.
+	txIsolation: sql.LevelReadCommitted,
 }
 
 // mysqlNow is the server's clock in µs since 1970 UTC: integer arithmetic
@@ -107,28 +111,40 @@ func mysqlStatements(t, s string) statements {
 		heldMany: func(n int) string {
 			return `SELECT b.i FROM ` + t + ` l JOIN ` + derived(n) + match + ` WHERE l.expires_us > ` + now
 		},
-		fences: func(n int) string {
-			return `SELECT name, fence FROM ` + t + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `) AND expires_us > ` + now
-		},
 		sharedAnchor:     `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, '', 0, '', 0, 0) ON DUPLICATE KEY UPDATE kind = 0`,
 		sharedLockAnchor: `SELECT 1 FROM ` + s + ` WHERE name = ? AND obj = ? AND token = '' FOR UPDATE`,
 		sharedPurge:      `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND (expires_us <= ` + now + ` OR token = ?)`,
-		// FOR UPDATE: the latest rows, whatever the isolation level.
-		sharedRows:    `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now + ` FOR UPDATE`,
-		sharedInsert:  `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) SELECT ?, ?, ?, ?, ?, ?, ` + now + ` + ?`,
+		sharedRows:       `SELECT token, kind, lim FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0 AND expires_us > ` + now,
+		// VALUES, not SELECT: the anchor's lock orders the fences of an
+		// object, and an INSERT ... SELECT would take the table's AUTO-INC
+		// lock while the transaction holds row locks (deadlocks, which
+		// InnoDB reports as error 1467).
+		sharedInsert:  `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, ?, ?, ?, ` + now + ` + ?)`,
 		sharedWait:    `INSERT INTO ` + s + ` (name, obj, token, kind, owner, lim, expires_us) VALUES (?, ?, ?, 4, ?, 0, ` + now + ` + ?) ON DUPLICATE KEY UPDATE kind = 4, expires_us = VALUES(expires_us)`,
 		sharedRelease: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
 		sharedForget:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?)`,
 		sharedCount:   `SELECT count(*) FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0`,
 		sharedDrop:    `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind = 0`,
 		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
-		// The hint makes MySQL 8 read the live counter, not its cached
-		// statistics; MariaDB reads it live and ignores the hint.
-		counter: `SELECT /*+ SET_VAR(information_schema_stats_expiry=0) */ AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '` +
-			strings.ReplaceAll(strings.ReplaceAll(t[1:len(t)-1], "``", "`"), "'", "''") + `'`,
+		fences: func(n int) string {
+			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
+			return `SELECT name, 1, fence, fence FROM ` + t + ` WHERE ` + in + ` AND expires_us > ` + now + `
+UNION ALL SELECT name, count(*), max(fence), bit_xor(fence) FROM ` + s + ` WHERE ` + in + ` AND kind > 0 AND expires_us > ` + now + ` GROUP BY name`
+		},
+		// The hint makes MySQL 8 read the live counters, not its cached
+		// statistics; MariaDB reads them live and ignores the hint.
+		counter: `SELECT /*+ SET_VAR(information_schema_stats_expiry=0) */ sum(AUTO_INCREMENT) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (` +
+			mysqlString(t) + `, ` + mysqlString(s) + `)`,
 		// 6 arguments a claim, within the 65535 of a prepared statement.
 		maxBatch: 1000,
 	}
+}
+
+// mysqlString is the quoted table name q as a string literal of its
+// name.
+func mysqlString(q string) string {
+	name := strings.ReplaceAll(q[1:len(q)-1], "``", "`")
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(name, `\`, `\\`), "'", "''") + "'"
 }
 
 // mysqlClassify reads the error number that MySQL and MariaDB put in
@@ -149,7 +165,7 @@ func mysqlClassify(err error) errKind {
 		return errDuplicate
 	case "1044", "1045", "1142", "1143", "1227", "1370", "1698": // access or command denied
 		return errPermission
-	case "1205": // lock wait timeout
+	case "1205", "1467": // lock wait timeout; a deadlock on an AUTO-INC lock
 		return errBusy
 	case "1213": // deadlock
 		return errDeadlock

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,23 +19,15 @@ import (
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
-// mysqlConfig returns the test server's configuration (LOCKER_MYSQL_URL),
-// or skips (fails with LOCKER_REQUIRE_SERVERS=1) when it is unset or
-// unreachable. The one place to switch to testenv.MySQLURL once it exists.
+// mysqlConfig returns the test server's configuration, or skips (fails
+// in CI) when the server is not running.
 func mysqlConfig(t testing.TB) *gomysql.Config {
 	t.Helper()
-	raw := os.Getenv("LOCKER_MYSQL_URL")
-	if raw == "" {
-		if os.Getenv("LOCKER_REQUIRE_SERVERS") == "1" || os.Getenv("CI") != "" {
-			t.Fatal("LOCKER_MYSQL_URL is not set")
-		}
-		t.Skip("LOCKER_MYSQL_URL is not set")
-	}
-	u, err := url.Parse(raw)
+	testenv.Require(t, testenv.MySQLAddr())
+	u, err := url.Parse(testenv.MySQLURL())
 	if err != nil {
-		t.Fatalf("LOCKER_MYSQL_URL: %v", err)
+		t.Fatal(err)
 	}
-	testenv.Require(t, u.Host)
 	cfg := gomysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, u.Path[1:]
 	cfg.User = u.User.Username()
@@ -209,5 +200,170 @@ func TestFencesIncreaseAcrossServerDeleteAndTakeover(t *testing.T) {
 			t.Fatalf("round %d: fences %v won the expired row, want one above %d", round, won, last)
 		}
 		last = won[0]
+	}
+}
+
+// RefreshMany refreshes the claims still held, and reports ErrNotHeld
+// for a forged token, a stale fence, an expired lock and a key never
+// held, ErrInvalidTTL for a bad TTL, each at its own position; a
+// semaphore's permit among them is refreshed too.
+func TestRefreshMany(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t)
+	d := tb.driver(t)
+	ctx := context.Background()
+	var held []backend.Claim
+	for i := range 5 {
+		c := backend.Claim{Key: "many/" + string(rune('a'+i)), Token: randHex(16), TTL: 300 * time.Millisecond}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Fence = g.Fence
+		held = append(held, c)
+	}
+	permit := backend.Claim{Key: "many/sem", Token: randHex(16), TTL: 300 * time.Millisecond, Mode: backend.Permit, Limit: 2}
+	g, err := d.TryAcquire(ctx, permit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	permit.Fence = g.Fence
+	expire := "UPDATE `" + tb.name + "` SET expires_us = expires_us - 1000000 WHERE name = ?"
+	if _, err := tb.admin.ExecContext(ctx, expire, held[3].Key); err != nil {
+		t.Fatal(err)
+	}
+	forged := held[1]
+	forged.Token = randHex(16)
+	stale := held[2]
+	stale.Fence++
+	bad := held[4]
+	bad.TTL = 0
+	batch := []backend.Claim{held[0], forged, stale, held[3], bad, held[1], {Key: "many/none", Token: randHex(16), TTL: time.Second}, permit}
+	for i := range batch {
+		if batch[i].TTL > 0 {
+			batch[i].TTL = 5 * time.Second
+		}
+	}
+	errs := d.RefreshMany(ctx, batch)
+	want := []error{nil, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrNotHeld, backend.ErrInvalidTTL, nil, backend.ErrNotHeld, nil}
+	if len(errs) != len(want) {
+		t.Fatalf("%d results for %d claims", len(errs), len(batch))
+	}
+	for i := range want {
+		if (want[i] == nil) != (errs[i] == nil) || want[i] != nil && !errors.Is(errs[i], want[i]) {
+			t.Errorf("claim %d: %v, want %v", i, errs[i], want[i])
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // past the first TTL: only the refreshed live on
+	for i, c := range held {
+		st, err := d.Inspect(ctx, c.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantHeld := i == 0 || i == 1; st.Held != wantHeld {
+			t.Errorf("lock %d held %v, want %v", i, st.Held, wantHeld)
+		}
+	}
+	permit.TTL = time.Second
+	if err := d.Release(ctx, permit); err != nil {
+		t.Errorf("the refreshed permit's Release: %v", err)
+	}
+}
+
+// List matches its prefix byte for byte (no LIKE wildcard), sorts by the
+// names' bytes, and reads past a page.
+func TestListPrefixIsLiteral(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t)
+	d := tb.driver(t)
+	ctx := context.Background()
+	keys := []string{`lk/a_b`, `lk/axb`, `lk/a%`, `lk/ay`, `lk/a\`, `lk/a\b`, "lk/é", "lk/éa", "lk/z\U0010FFFF"}
+	for _, k := range keys {
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: k, Token: randHex(16), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for prefix, want := range map[string][]string{
+		`lk/a_`:        {`lk/a_b`},
+		`lk/a%`:        {`lk/a%`},
+		`lk/a\`:        {`lk/a\`, `lk/a\b`},
+		"lk/é":         {"lk/é", "lk/éa"},
+		"lk/\xc3":      {"lk/é", "lk/éa"},
+		"lk/z\xf4":     {"lk/z\U0010FFFF"},
+		"lk/none":      nil,
+		``:             {`lk/a%`, `lk/a\`, `lk/a\b`, `lk/a_b`, `lk/axb`, `lk/ay`, "lk/z\U0010FFFF", "lk/é", "lk/éa"},
+		"\xff\xff\xff": nil,
+	} {
+		got, err := d.List(ctx, prefix)
+		if err != nil {
+			t.Fatalf("List(%q): %v", prefix, err)
+		}
+		var names []string
+		for _, st := range got {
+			names = append(names, st.Key)
+		}
+		if fmt.Sprint(names) != fmt.Sprint(want) {
+			t.Errorf("List(%q) = %q, want %q", prefix, names, want)
+		}
+	}
+	// More than a page (500).
+	for i := range 1100 {
+		if _, err := d.TryAcquire(ctx, backend.Claim{Key: fmt.Sprintf("pg/%04d", i), Token: randHex(16), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := d.List(ctx, "pg/")
+	if err != nil || len(got) != 1100 || got[0].Key != "pg/0000" || got[1099].Key != "pg/1099" {
+		t.Fatalf("List over three pages: %d states, %v", len(got), err)
+	}
+}
+
+// An acquisition whose caller gives up while the server keeps its INSERT
+// waiting (here, on a row lock of another transaction) returns within
+// backend.CancelGrace, and when the server applies the INSERT later,
+// the driver undoes it: the name does not stay held for the TTL.
+func TestCancelledAcquisitionLandingLateIsUndone(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t)
+	d, other := tb.driver(t), tb.driver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := "late/" + randHex(4)
+	tx, err := tb.admin.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// An uncommitted row of the name: the driver's INSERT waits for it.
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+tb.name+"` (name, token, owner, expires_us) VALUES (?, 'x', '', 0)", key); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer ccancel()
+	start := time.Now()
+	_, err = d.TryAcquire(cctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryAcquire past its deadline = %v, want the deadline's error", err)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond+backend.CancelGrace {
+		t.Fatalf("TryAcquire returned %v after its call, past its deadline and CancelGrace", took)
+	}
+	// The server now applies the waiting INSERT: a grant nobody holds.
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g, err := other.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute})
+		if err == nil {
+			if g.Fence == 0 {
+				t.Fatal("no fence")
+			}
+			return
+		}
+		if !errors.Is(err, backend.ErrNotAcquired) || time.Now().After(deadline) {
+			t.Fatalf("another TryAcquire after the late INSERT = %v: the name stayed held", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/lockerhq/locker/backend"
 )
 
 // pollEvery is how often a driver with subscribers looks at their keys.
@@ -22,8 +20,8 @@ const pollEvery = 50 * time.Millisecond
 type hub struct {
 	mu      sync.Mutex
 	subs    map[string]map[chan struct{}]struct{}
-	seen    map[string]int64 // a key's fence at the last poll, 0 when free
-	counter int64            // the table's counter at the last poll, -1 unknown
+	seen    map[string]holders // a key's holders at the last poll
+	counter int64              // the table's counter at the last poll, -1 unknown
 	polling bool
 	done    sync.WaitGroup // the poller
 }
@@ -46,14 +44,18 @@ func (h *hub) wake(key string) {
 
 // Subscribe implements backend.Notifier.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	if d.gate.Closed() {
-		return nil, nil, fmt.Errorf("sqldb: subscribe: %w", backend.ErrClosed)
+	// In the gate, so that Close, which waits for the calls in it first,
+	// then waits for a poller this call starts.
+	_, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sqldb: subscribe: %w", err)
 	}
+	defer leave()
 	ch := make(chan struct{}, 1)
 	h := &d.hub
 	h.mu.Lock()
 	if h.subs == nil {
-		h.subs, h.seen = make(map[string]map[chan struct{}]struct{}), make(map[string]int64)
+		h.subs, h.seen = make(map[string]map[chan struct{}]struct{}), make(map[string]holders)
 	}
 	if h.subs[key] == nil {
 		h.subs[key] = make(map[chan struct{}]struct{})
@@ -109,7 +111,7 @@ func (d *Driver) poll() {
 		h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(stop, time.Second)
 		counter, err := d.counter(ctx)
-		var fences map[string]int64
+		var fences map[string]holders
 		if err == nil {
 			fences, err = d.fences(ctx, keys)
 		}
@@ -126,12 +128,13 @@ func (d *Driver) poll() {
 			}
 			now := fences[k]
 			prev, known := h.seen[k]
-			// Freed or taken over since the last look; or free, and
-			// maybe taken and freed since (some grant moved the
+			// Its holders changed since the last look (a release, a
+			// takeover: new grants have new fences); or it is free,
+			// and maybe taken and freed since (some grant moved the
 			// counter), or at the first look, which may come after a
 			// release that followed Subscribe. A wake-up too many costs
 			// one try.
-			if known && prev != 0 && prev != now || now == 0 && (!known || moved) {
+			if known && prev.n > 0 && prev != now || now.n == 0 && (!known || moved) {
 				h.wake(k)
 			}
 			h.seen[k] = now
@@ -151,14 +154,18 @@ func (d *Driver) counter(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// fences returns the fence of each of keys that is held.
-func (d *Driver) fences(ctx context.Context, keys []string) (map[string]int64, error) {
-	out := make(map[string]int64, len(keys))
+// holders sums up a key's live holders: a change in the set changes it,
+// since every grant has a new fence.
+type holders struct{ n, max, xor int64 }
+
+// fences returns the holders of each of keys that has any.
+func (d *Driver) fences(ctx context.Context, keys []string) (map[string]holders, error) {
+	out := make(map[string]holders, len(keys))
 	for len(keys) > 0 {
 		n := min(len(keys), d.sql.maxBatch)
-		args := make([]any, n)
+		args := make([]any, 2*n)
 		for i, k := range keys[:n] {
-			args[i] = k
+			args[i], args[n+i] = k, k
 		}
 		rows, err := d.db.QueryContext(ctx, d.sql.fences(n), args...)
 		if err != nil {
@@ -166,14 +173,15 @@ func (d *Driver) fences(ctx context.Context, keys []string) (map[string]int64, e
 		}
 		for rows.Next() {
 			var (
-				name  string
-				fence int64
+				name string
+				h    holders
 			)
-			if err := rows.Scan(&name, &fence); err != nil {
+			if err := rows.Scan(&name, &h.n, &h.max, &h.xor); err != nil {
 				rows.Close()
 				return nil, err
 			}
-			out[name] = fence
+			sum := out[name]
+			out[name] = holders{sum.n + h.n, max(sum.max, h.max), sum.xor ^ h.xor}
 		}
 		err = rows.Err()
 		rows.Close()

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"fmt"
+	"sync"
 )
 
 // ensureSchema checks the server and the tables on first use, and
@@ -28,6 +29,15 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 			return d.wrap("schema", err)
 		}
 	}
+	if d.dialect.oneWriter && d.dialect.writerKey != nil {
+		key, err := d.dialect.writerKey(ctx, d.db)
+		if err != nil {
+			return d.wrap("schema", err)
+		}
+		if key != "" {
+			d.writer = sharedWriter(key) // read after schemaOK, which orders it
+		}
+	}
 	rows, err := d.db.QueryContext(ctx, d.sql.inspect, "")
 	if err == nil {
 		err = rows.Close()
@@ -47,4 +57,23 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	}
 	d.schemaOK.Store(true)
 	return nil
+}
+
+// writers are the process-wide write gates of Dialect.writerKey, one per
+// database ever opened (so, bounded).
+var writers struct {
+	sync.Mutex
+	m map[string]chan struct{}
+}
+
+func sharedWriter(key string) chan struct{} {
+	writers.Lock()
+	defer writers.Unlock()
+	if writers.m == nil {
+		writers.m = make(map[string]chan struct{})
+	}
+	if writers.m[key] == nil {
+		writers.m[key] = make(chan struct{}, 1)
+	}
+	return writers.m[key]
 }

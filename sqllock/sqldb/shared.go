@@ -206,7 +206,7 @@ func (d *Driver) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 			return context.Cause(ctx)
 		}
 	}
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: d.dialect.txIsolation})
 	if err != nil {
 		return err
 	}

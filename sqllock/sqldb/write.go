@@ -9,8 +9,9 @@ import (
 
 const (
 	// writeTimeout bounds a detached write: how long its answer is
-	// awaited once nobody else bounds it.
-	writeTimeout = 10 * time.Second
+	// awaited, whatever its caller's deadline; the failure budget, so that
+	// a blackholed connection fails a waiting Acquire in time.
+	writeTimeout = backend.StoreFailureBudget
 	// undoTimeout bounds an undo, within Close's 2 s.
 	undoTimeout = time.Second
 	// cancelWait is how long a caller whose ctx ended still waits for its
@@ -34,15 +35,11 @@ const (
 // call returns, so f runs on the caller's ctx and the undo follows at
 // once when it is needed.
 func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx) // nothing sent, nothing to undo
+	}
 	if d.dialect.inProcess {
-		err := f(ctx)
-		if err == nil && ctx.Err() != nil || err != nil && d.dialect.classify(err) == errOther && !answered(err) {
-			d.undo(undo)
-			if err == nil {
-				err = context.Cause(ctx)
-			}
-		}
-		return err
+		return d.settle(ctx, f(ctx), undo)
 	}
 	done := make(chan error, 1)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -53,13 +50,7 @@ func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error)
 		err := f(wctx)
 		stop()
 		cancel()
-		if err == nil && ctx.Err() != nil {
-			err = context.Cause(ctx)
-			d.undo(undo)
-		} else if err != nil && d.dialect.classify(err) == errOther && !answered(err) {
-			d.undo(undo)
-		}
-		done <- err
+		done <- d.settle(ctx, err, undo)
 	}()
 	select {
 	case err := <-done:
@@ -74,6 +65,20 @@ func (d *Driver) write(ctx context.Context, f, undo func(context.Context) error)
 	case <-t.C:
 		return context.Cause(ctx)
 	}
+}
+
+// settle returns the error of a write that answered err, after undoing
+// what nobody will hold: a grant whose caller's ctx ended, or a write
+// whose fate is unknown (a broken connection).
+func (d *Driver) settle(ctx context.Context, err error, undo func(context.Context) error) error {
+	switch {
+	case err == nil && ctx.Err() != nil:
+		d.undo(undo)
+		return context.Cause(ctx)
+	case err != nil && d.dialect.classify(err) == errOther && !answered(err):
+		d.undo(undo)
+	}
+	return err
 }
 
 // undo runs an undo, bounded by undoTimeout (cancelWait in process) and
