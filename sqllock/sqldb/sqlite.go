@@ -25,6 +25,7 @@ var SQLite = Dialect{
 	classify:   sqliteClassify,
 	inProcess:  true,
 	oneWriter:  true,
+	writerKey:  sqliteFile,
 	check:      sqliteCheck,
 }
 
@@ -138,11 +139,13 @@ ON CONFLICT (name, obj, token) DO UPDATE SET kind = 4, expires_us = excluded.exp
 		sharedDrop:    `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind = 0`,
 		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + until + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
 		fences: func(n int) string {
-			return `SELECT name, fence FROM ` + t + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `) AND expires_us > ` + now
+			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
+			return `SELECT name, 1, fence, fence FROM ` + t + ` WHERE ` + in + ` AND expires_us > ` + now + `
+UNION ALL SELECT name, count(*), max(fence), ` + sqliteXor + ` FROM ` + s + ` WHERE ` + in + ` AND kind > 0 AND expires_us > ` + now + ` GROUP BY name`
 		},
-		// AUTOINCREMENT's high mark, 0 before the first grant.
-		counter: `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '` +
-			strings.ReplaceAll(strings.ReplaceAll(t[1:len(t)-1], `""`, `"`), "'", "''") + `'), 0)`,
+		// The AUTOINCREMENT high marks of both tables, 0 before their
+		// first grant.
+		counter: `SELECT coalesce((SELECT sum(seq) FROM sqlite_sequence WHERE name IN (` + sqliteString(t) + `, ` + sqliteString(s) + `)), 0)`,
 		// 6 arguments a claim, within the 32766 that SQLite allows by
 		// default since 3.32.
 		maxBatch: 1000,
@@ -166,6 +169,35 @@ func sqliteClassify(err error) errKind {
 		return errPermission // SQLITE_READONLY (a file or directory this process may not write), SQLITE_PERM, SQLITE_AUTH
 	}
 	return errOther
+}
+
+// sqliteString is the SQL string literal of the unquoted name of the
+// quoted table t, as sqlite_sequence keeps it.
+func sqliteString(t string) string {
+	return `'` + strings.ReplaceAll(strings.ReplaceAll(t[1:len(t)-1], `""`, `"`), "'", "''") + `'`
+}
+
+// sqliteXor is the XOR of a group's fences, in an aggregate: SQLite has
+// neither a XOR operator nor a bitwise aggregate, so each of the 63 bits
+// of a positive INTEGER is the parity of its count in the group.
+var sqliteXor = func() string {
+	var b strings.Builder
+	b.WriteString("(0")
+	for k := range 63 {
+		fmt.Fprintf(&b, " | ((sum((fence >> %d) & 1) %% 2) << %d)", k, k)
+	}
+	b.WriteString(")")
+	return b.String()
+}()
+
+// sqliteFile returns the absolute path of db's main database file, the
+// key of the process-wide write gate: every writer of one file in this
+// process queues in Go, whatever *sql.DB it uses ("" for an in-memory
+// database: the driver's own gate).
+func sqliteFile(ctx context.Context, db *sql.DB) (string, error) {
+	var file string
+	err := db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file)
+	return file, err
 }
 
 // sqliteCheck refuses SQLite before 3.35, which lacks RETURNING (3.35)
