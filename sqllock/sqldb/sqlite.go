@@ -61,8 +61,8 @@ func sqliteTables(name string) (lock, shared, why string) {
 // went, across restarts. Names are TEXT compared bytewise (BINARY
 // collation); STRICT tables would need 3.37. The shared table, for
 // semaphores and read-write locks, has a row per holder, per waiting
-// writer and per object (its anchor, token ”), and draws its fences
-// the same way.
+// writer and per object (its anchor, with an empty token), and draws
+// its fences the same way.
 func sqliteSchema(lock, shared string) []string {
 	return []string{`CREATE TABLE IF NOT EXISTS ` + lock + ` (
     fence      INTEGER PRIMARY KEY AUTOINCREMENT, -- fencing token: new at every acquisition

@@ -350,3 +350,35 @@ func TestSQLiteXor(t *testing.T) {
 		t.Fatalf("XOR = %d, %v; want %d", got, err, want)
 	}
 }
+
+// SchemaSQL, run by a migration, makes tables that a driver with
+// WithCreateTable(false) uses for every mode.
+func TestSQLiteSchemaSQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "locks.db")
+	db := sqliteDB(t, path)
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, SQLite.SchemaSQL()); err != nil {
+		t.Fatalf("SchemaSQL: %v\n%s", err, SQLite.SchemaSQL())
+	}
+	d, err := Open(ctx, sqliteDB(t, path), SQLite, WithCreateTable(false))
+	if err != nil {
+		t.Fatalf("Open with create_table=false on SchemaSQL's tables: %v", err)
+	}
+	defer d.Close()
+	for _, m := range []backend.Mode{backend.Exclusive, backend.Permit, backend.Read, backend.Write} {
+		c := backend.Claim{Key: "ns/m", Token: testutil.Token(), TTL: time.Minute, Mode: m}
+		if m == backend.Permit {
+			c.Limit = 2
+		}
+		g, err := d.TryAcquire(ctx, c)
+		if err != nil {
+			t.Fatalf("TryAcquire %v: %v", m, err)
+		}
+		c.Fence = g.Fence
+		if err := d.Release(ctx, c); err != nil {
+			t.Fatalf("Release %v: %v", m, err)
+		}
+	}
+}
