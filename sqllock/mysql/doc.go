@@ -16,6 +16,7 @@
 //
 //	lock_table=NAME     the table (default locker_locks)
 //	create_table=false  do not create the table; only check it exists
+//	retention=1m        how long a released lock's row (its fence) stays
 //	connect_timeout=10s, read_timeout=, write_timeout=  go-sql-driver's timeouts
 //
 // Any other parameter is an error wrapping backend.ErrInvalidURL, before

@@ -86,7 +86,7 @@ func newHarness(t *testing.T, viaNew bool) *harness {
 			t.Errorf("drop %s: %v", table, err)
 		}
 	})
-	return &harness{t: t, url: withParams(t, baseURL(t), "lock_table", table), table: table, admin: admin, viaNew: viaNew}
+	return &harness{t: t, url: withParams(t, baseURL(t), "lock_table", table, "retention", retention.String()), table: table, admin: admin, viaNew: viaNew}
 }
 
 func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
@@ -106,7 +106,7 @@ func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := sqldb.New(db, sqldb.MySQL, sqldb.WithTable(h.table))
+	eng, err := sqldb.New(db, sqldb.MySQL, sqldb.WithTable(h.table), sqldb.WithRetention(retention))
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -202,12 +202,13 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 
 func (h *harness) Traits() conformance.Traits {
 	// Expiry is exact to the microsecond, on the server's clock; a
-	// release deletes the key's row. go-sql-driver runs a goroutine per
+	// released lock's row stays for the retention, its semaphore's and
+	// read-write lock's go at once. go-sql-driver runs a goroutine per
 	// open connection, and the pool keeps up to two idle ones, which a
 	// release the Client makes in the background as a cancelled wait
 	// returns can open: the pool's, not a leak; Close ends them
 	// (TestCloseEndsConnections checks it without this exception).
-	return conformance.Traits{TTL: 500 * time.Millisecond, IgnoreGoroutines: []string{watcherSite}}
+	return conformance.Traits{TTL: 500 * time.Millisecond, Retention: retention * 3 / 2, IgnoreGoroutines: []string{watcherSite}}
 }
 
 func TestConformance(t *testing.T) {
@@ -221,6 +222,10 @@ func TestConformanceNew(t *testing.T) {
 	}
 	conformance.Run(t, newHarness(t, true))
 }
+
+// retention is the tests' WithRetention: a released lock's row (its
+// fence) stays this long, and goes at the next purge, half of it later.
+const retention = time.Second
 
 // watcherSite is go-sql-driver's goroutine of one open connection.
 const watcherSite = "go-sql-driver/mysql.(*mysqlConn).startWatcher"

@@ -17,7 +17,7 @@ import (
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
-const usage = "mysql://[user[:password]@]host[:port]/database[?ca=FILE&cert=FILE&key=FILE&server_name=NAME&lock_table=locker_locks&create_table=true&connect_timeout=10s]"
+const usage = "mysql://[user[:password]@]host[:port]/database[?ca=FILE&cert=FILE&key=FILE&server_name=NAME&lock_table=locker_locks&create_table=true&retention=1m&connect_timeout=10s]"
 
 func init() {
 	backend.Register("mysql", backend.OpenerFunc(usage, func(ctx context.Context, u *url.URL) (*sqldb.Driver, error) {
@@ -72,6 +72,9 @@ func config(u *url.URL) (*gomysql.Config, []sqldb.Option, error) {
 	}
 	if p.Has("create_table") {
 		opts = append(opts, sqldb.WithCreateTable(p.Bool("create_table", true)))
+	}
+	if p.Has("retention") {
+		opts = append(opts, sqldb.WithRetention(p.Duration("retention", sqldb.DefaultRetention)))
 	}
 	cfg := gomysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", hosts[0], db

@@ -42,6 +42,8 @@ func TestBadURLsFailBeforeDialling(t *testing.T) {
 		"mysql://app:" + secret + "@" + host + "/db?lock_table=",
 		"mysql://app:" + secret + "@" + host + "/db?lock_table=a%00b",
 		"mysql://app:" + secret + "@" + host + "/db?create_table=maybe",
+		"mysql://app:" + secret + "@" + host + "/db?retention=0s",
+		"mysql://app:" + secret + "@" + host + "/db?retention=soon",
 		"mysql://app:" + secret + "@" + host + "/db?connect_timeout=soon",
 		"mysql://app:" + secret + "@" + host + "/db?connect_timeout=-1s",
 		"mysql://app:" + secret + "@" + host + "/db?ca=/nonexistent/ca.pem",

@@ -95,22 +95,25 @@ const (
 // judged by the database's clock in the SQL itself. Names and tokens are
 // Go strings, owners too ("" for none); fences int64.
 type statements struct {
-	// insert (name, token, owner, ttl) inserts a held row for name and
-	// draws its fence, which LastInsertId returns. It fails with a
-	// duplicate key when name has a row (held or expired). Autocommitted.
+	// insert (name, token, owner, ttl) takes name for token and draws a
+	// new fence, which LastInsertId returns: it inserts the name's row,
+	// or (where the dialect keeps released rows, see purge) takes it if
+	// it is free or token's own; LastInsertId 0, or a duplicate key
+	// error, when another token holds it. Autocommitted.
 	insert string
 	// takeover (name, token) deletes name's row if it has expired or is
 	// token's own, so that insert can draw a new fence; RowsAffected says
-	// whether it did.
+	// whether it did. "" when insert takes rows itself.
 	takeover string
 	// refresh (ttl, name, token, fence, fence, owner) extends name's live
 	// row to ttl from now if it carries token, fence (any when fence is 0)
 	// and owner; RowsAffected 1 when it did, whatever the old expiry.
 	refresh string
-	// release (name, token, fence, fence) deletes name's live row of
-	// token (and fence, unless 0); RowsAffected 1 when it did.
+	// release (name, token, fence, fence) frees name's live row of
+	// token (and fence, unless 0), deleting it or leaving a tombstone;
+	// RowsAffected 1 when it did.
 	release string
-	// forget (name, token, fence, fence) deletes name's row of token
+	// forget (name, token, fence, fence) frees name's row of token
 	// (and fence, unless 0), live or expired: the undo of an acquisition
 	// the caller gave up on, and the cleanup after a release that found
 	// the lock expired; RowsAffected 1 when it did.
@@ -122,9 +125,13 @@ type statements struct {
 	// the live rows whose name is ≥ from and, unless hi is nil, < hi (a
 	// []byte, compared bytewise), sorted by the names' bytes, at most limit.
 	list string
-	// breakLock (name, fence) deletes name's live row of fence;
+	// breakLock (name, fence) frees name's live row of fence;
 	// RowsAffected 1 when it did.
 	breakLock string
+	// purge (retention µs), where released rows stay as tombstones that
+	// keep their fence, deletes up to 1000 rows free for longer than the
+	// retention; "" where a release deletes the row.
+	purge string
 	// refreshMany(n) is refresh for n claims at once; its arguments are,
 	// for each claim in order, (i, name, token, fence, owner, ttl) where i
 	// is the claim's position.
@@ -137,7 +144,8 @@ type statements struct {
 	// each name with live holders (its lock's row, its permits, readers
 	// and writers), rows of name, count, the highest fence and the XOR of
 	// the fences, which the engine adds up (counts), maxes and XORs per
-	// name: what a poller for release wake-ups compares.
+	// name: what a poller for release wake-ups compares. A tombstone may
+	// come as a row of count 0 with its fence.
 	fences func(n int) string
 	// counter (no arguments) returns one integer that grows at every
 	// grant in the tables (their AUTO_INCREMENT counters), so that the

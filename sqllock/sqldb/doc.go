@@ -13,15 +13,17 @@
 // interpolateParams=true as the opener does: without it every statement
 // costs a round trip more (a prepare).
 //
-// Guarantees: a grant is one autocommitted INSERT of the name's row when
-// the name is free (a DELETE of its expired row first when it is not), a
-// release one DELETE of the token's row, so a released name leaves no row;
-// fences from the table's AUTO_INCREMENT, so they only grow, across
-// releases, expiry takeovers, Break and server restarts; expiry judged
-// by the database's clock in the SQL, never the client's; refresh and
-// release are token-checked; an acquisition whose caller gave up is undone
-// after the database answered it (see the driver's write); refused
-// credentials or privileges are errors wrapping backend.ErrPermission.
+// Guarantees: a grant is one autocommitted statement (MySQL: an INSERT
+// ... ON DUPLICATE KEY UPDATE that takes the name's row when it is free),
+// a release one UPDATE or DELETE of the token's row; fences strictly
+// increase per name across releases, expiry takeovers, Break and server
+// restarts (MySQL: the server's clock in µs, or the last fence + 1, kept
+// in the released row for the retention, a minute by default, after which
+// the row goes); expiry judged by the database's clock in the SQL, never
+// the client's; refresh and release are token-checked; an acquisition
+// whose caller gave up is undone after the database answered it (see the
+// driver's write); refused credentials or privileges are errors wrapping
+// backend.ErrPermission.
 // Semaphores and read-write locks live in a second table. The tables
 // (locker_locks, locker_locks_shared) are created on first use, or by your
 // migrations (Dialect.SchemaSQL) with WithCreateTable(false).
@@ -33,8 +35,10 @@
 // Limits: a lock is as available as the database (an asynchronous
 // replica promoted can lose a recent grant, which the fence reveals);
 // whoever can read the table reads the tokens. MySQL 8.0 or MariaDB
-// 10.2.4 or later (their AUTO_INCREMENT survives a restart), InnoDB, with
-// innodb_autoinc_lock_mode 0 or 1 (MySQL 8's default, 2, is refused).
+// 10.2.4 or later (their AUTO_INCREMENT, which draws the semaphores'
+// fences, survives a restart), InnoDB; a lock's fence is only as
+// monotonic as the server's clock beyond the retention (a step back of
+// more than that after a name's row went).
 //
 // How it works, in full: the repository's docs/backends/sqllock.md.
 package sqldb

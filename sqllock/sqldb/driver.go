@@ -34,6 +34,8 @@ type Driver struct {
 
 	writer chan struct{} // held (full) by the write statement in flight, with Dialect.oneWriter
 
+	purging sync.WaitGroup // the purge goroutine (purge.go)
+
 	schemaOK atomic.Bool
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
 
@@ -64,6 +66,9 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	}
 	cfg := newConfig(opts)
 	table, shared, why := d.tables(cfg.table)
+	if why == "" && cfg.retention < time.Second {
+		why = fmt.Sprintf("retention %v: want 1s or more", cfg.retention)
+	}
 	if why != "" {
 		return nil, fmt.Errorf("sqldb: %w: %s", backend.ErrInvalidOption, why)
 	}
@@ -138,11 +143,14 @@ func answered(err error) bool {
 	return errors.Is(err, errHeld) || errors.Is(err, errRefused) || errors.Is(err, errMismatch)
 }
 
-// TryAcquire implements backend.Driver: one INSERT when the name is free;
-// when it has a row, a DELETE of that row if it expired (or is the
-// token's own) and the INSERT again, so that every grant draws a new
-// fence. Two contenders for one expired row: one DELETE removes it, the
-// other finds nothing to remove, or its INSERT meets the winner's row.
+// TryAcquire implements backend.Driver: one INSERT, which on MySQL also
+// takes a free row (released, expired, the token's own) and draws its new
+// fence under the row's lock. Where it does not (Dialect's takeover), an
+// INSERT that meets the name's row is followed by a DELETE of that row if
+// it expired (or is the token's own) and the INSERT again, so that every
+// grant draws a new fence; of two contenders for one expired row, one
+// DELETE removes it, the other finds nothing to remove, or its INSERT
+// meets the winner's row.
 func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if c.Mode != backend.Exclusive {
 		return d.tryShared(ctx, c)
@@ -184,11 +192,11 @@ func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, e
 		if err == nil {
 			fence, err := res.LastInsertId()
 			if err == nil && fence <= 0 {
-				err = fmt.Errorf("the insert returned fence %d", fence)
+				err = errHeld
 			}
 			return fence, err
 		}
-		if took || d.dialect.classify(err) != errDuplicate {
+		if took || d.sql.takeover == "" || d.dialect.classify(err) != errDuplicate {
 			return 0, err
 		}
 		if res, err = d.write1(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
@@ -237,9 +245,10 @@ func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
 	return nil
 }
 
-// Release implements backend.Driver: one DELETE of the token's live row,
-// and a second one only when there was none, to clear the token's expired
-// row (ErrNotHeld all the same). It wakes this driver's waiters.
+// Release implements backend.Driver: one statement frees the token's live
+// row (a tombstone on MySQL), and a second one only when there was none,
+// to free the token's expired row (ErrNotHeld all the same). It wakes
+// this driver's waiters.
 func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 	if c.Mode != backend.Exclusive {
 		return d.releaseSharedClaim(ctx, c)
@@ -297,6 +306,7 @@ func (d *Driver) Close() error {
 	}
 	d.writes.Wait()
 	d.hub.done.Wait()
+	d.purging.Wait()
 	if d.ownDB {
 		return d.db.Close()
 	}

@@ -109,9 +109,9 @@ func (d *Driver) listPage(ctx context.Context, out *[]backend.State, from string
 }
 
 // Break implements backend.Breaker: a SELECT of the key's holder, and a
-// DELETE of its row under that fence, which wakes this driver's waiters.
-// The removed holder's next Refresh finds no row; the next grant draws a
-// fence above.
+// statement that frees its row under that fence, as a release does,
+// which wakes this driver's waiters. The removed holder's next Refresh
+// finds no row of its token; the next grant draws a fence above.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, leave, err := d.begin(ctx, "")
 	if err != nil {

@@ -48,21 +48,21 @@ func mysqlTables(name string) (lock, shared, why string) {
 	return q(name), q(name + sharedSuffix), ""
 }
 
-// The lock table: one row per held (or expired, not yet taken over) name;
-// a release deletes it. The key is the name's bytes (VARBINARY: compared
-// and sorted bytewise, and at most backend.MaxKeyLen bytes, well within
-// InnoDB's index limit). fence draws from the table's AUTO_INCREMENT,
-// which InnoDB keeps across restarts since MySQL 8.0 and MariaDB 10.2.4,
-// so it grows for a name whose row came and went.
+// The lock table: one row per name, which a release leaves as a
+// tombstone keeping the fence for the retention (purge deletes it then).
+// The key is the name's bytes (VARBINARY: compared and sorted bytewise,
+// and at most backend.MaxKeyLen bytes, well within InnoDB's index limit).
+// The shared table: see shared.go; its fences draw from its
+// AUTO_INCREMENT, which InnoDB keeps across restarts since MySQL 8.0 and
+// MariaDB 10.2.4.
 func mysqlSchema(lock, shared string) []string {
 	return []string{`CREATE TABLE IF NOT EXISTS ` + lock + ` (
     name       VARBINARY(` + strconv.Itoa(backend.MaxKeyLen) + `) NOT NULL, -- namespace/name of the lock, UTF-8
-    fence      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,  -- fencing token: new at every acquisition
-    token      VARBINARY(64)   NOT NULL,                 -- the holder's secret
+    fence      BIGINT          NOT NULL,                 -- fencing token: max(last + 1, server clock µs) at every grant
+    token      VARBINARY(64)   NOT NULL,                 -- the holder's secret ('' once released)
     owner      BLOB            NOT NULL,                 -- the holder's owner identity ('' for none)
-    expires_us BIGINT          NOT NULL,                 -- server clock, µs since 1970 UTC
-    PRIMARY KEY (name),
-    UNIQUE KEY fence (fence)
+    expires_us BIGINT          NOT NULL,                 -- server clock, µs since 1970 UTC (the release's time once released)
+    PRIMARY KEY (name)
 ) ENGINE=InnoDB`, `CREATE TABLE IF NOT EXISTS ` + shared + ` (
     name       VARBINARY(` + strconv.Itoa(backend.MaxKeyLen) + `) NOT NULL, -- namespace/name of the semaphore or read-write lock
     obj        TINYINT         NOT NULL,                 -- 1 semaphore, 2 read-write lock
@@ -79,6 +79,8 @@ func mysqlSchema(lock, shared string) []string {
 
 func mysqlStatements(t, s string) statements {
 	const now = mysqlNow
+	// free is the condition under which a grant takes the name's row.
+	const free = `expires_us <= ` + now + ` OR token = VALUES(token)`
 	// derived is a table b(i, name, token, fence, owner, us) of n rows of
 	// arguments.
 	derived := func(n int) string {
@@ -92,19 +94,33 @@ func mysqlStatements(t, s string) statements {
 	}
 	const match = ` ON l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.fence = b.fence) AND l.owner = b.owner`
 	return statements{
-		// INSERT ... SELECT, not VALUES: under innodb_autoinc_lock_mode
-		// 0 or 1 (MariaDB's default) it holds the table's AUTO-INC lock
-		// to the end of the statement, so that no insert draws a fence
-		// and lands after another has drawn a higher one, been granted
-		// and released (docs/backends/sqllock.md, MySQL and MariaDB).
-		insert:    `INSERT INTO ` + t + ` (name, token, owner, expires_us) SELECT ?, ?, ?, ` + now + ` + ?`,
-		takeover:  `DELETE FROM ` + t + ` WHERE name = ? AND (expires_us <= ` + now + ` OR token = ?)`,
-		refresh:   `UPDATE ` + t + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
-		release:   `DELETE FROM ` + t + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
-		forget:    `DELETE FROM ` + t + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?)`,
+		// One statement: insert the name's row, or take the existing one
+		// if it is free (released, expired) or the token's own. The fence
+		// is the server's clock in µs, or the last fence + 1 if that is
+		// higher, computed under the row's lock: a released row stays,
+		// as a tombstone, for the retention, so that an insert that read
+		// the clock and stalled meets it and draws above. LAST_INSERT_ID
+		// returns the fence, and 0 when the row was held (set in the
+		// VALUES, reset when the update keeps the row). ON DUPLICATE KEY
+		// UPDATE assigns left to right, each seeing the earlier ones:
+		// owner, fence and token come before expires_us, and token is
+		// assigned the claim's own, so that the condition reads the same
+		// in every assignment.
+		insert: `INSERT INTO ` + t + ` (name, token, owner, expires_us, fence) VALUES (?, ?, ?, ` + now + ` + ?, LAST_INSERT_ID(` + now + `))
+ON DUPLICATE KEY UPDATE
+    owner = IF(` + free + `, VALUES(owner), owner),
+    fence = IF(` + free + `, LAST_INSERT_ID(GREATEST(fence + 1, ` + now + `)), fence + 0 * LAST_INSERT_ID(0)),
+    token = IF(` + free + `, VALUES(token), token),
+    expires_us = IF(` + free + `, VALUES(expires_us), expires_us)`,
+		refresh: `UPDATE ` + t + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
+		// A release leaves the row as a tombstone, with its fence.
+		release:   `UPDATE ` + t + ` SET token = '', owner = '', expires_us = ` + now + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,
+		forget:    `UPDATE ` + t + ` SET token = '', owner = '', expires_us = LEAST(expires_us, ` + now + `) WHERE name = ? AND token = ? AND (? = 0 OR fence = ?)`,
 		inspect:   `SELECT owner, fence, expires_us - ` + now + ` FROM ` + t + ` WHERE name = ? AND expires_us > ` + now,
 		list:      `SELECT name, owner, fence, expires_us - ` + now + ` FROM ` + t + ` WHERE name >= ? AND (? IS NULL OR name < ?) AND expires_us > ` + now + ` ORDER BY name LIMIT ?`,
-		breakLock: `DELETE FROM ` + t + ` WHERE name = ? AND fence = ? AND expires_us > ` + now,
+		breakLock: `UPDATE ` + t + ` SET token = '', owner = '', expires_us = ` + now + ` WHERE name = ? AND fence = ? AND expires_us > ` + now,
+		// Tombstones, and rows expired, for longer than the retention.
+		purge: `DELETE FROM ` + t + ` WHERE expires_us < ` + now + ` - ? LIMIT 1000`,
 		refreshMany: func(n int) string {
 			return `UPDATE ` + t + ` l JOIN ` + derived(n) + match + ` SET l.expires_us = ` + now + ` + b.us WHERE l.expires_us > ` + now
 		},
@@ -128,13 +144,14 @@ func mysqlStatements(t, s string) statements {
 		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
 		fences: func(n int) string {
 			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
-			return `SELECT name, 1, fence, fence FROM ` + t + ` WHERE ` + in + ` AND expires_us > ` + now + `
+			return `SELECT name, expires_us > ` + now + `, fence, fence FROM ` + t + ` WHERE ` + in + `
 UNION ALL SELECT name, count(*), max(fence), bit_xor(fence) FROM ` + s + ` WHERE ` + in + ` AND kind > 0 AND expires_us > ` + now + ` GROUP BY name`
 		},
-		// The hint makes MySQL 8 read the live counters, not its cached
-		// statistics; MariaDB reads them live and ignores the hint.
-		counter: `SELECT /*+ SET_VAR(information_schema_stats_expiry=0) */ sum(AUTO_INCREMENT) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (` +
-			mysqlString(t) + `, ` + mysqlString(s) + `)`,
+		// The shared table's: the lock table's tombstones show a name
+		// taken and freed between two looks. The hint makes MySQL 8 read
+		// the live counter, not its cached statistics; MariaDB reads it
+		// live and ignores the hint.
+		counter: `SELECT /*+ SET_VAR(information_schema_stats_expiry=0) */ AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ` + mysqlString(s),
 		// 6 arguments a claim, within the 65535 of a prepared statement.
 		maxBatch: 1000,
 	}
@@ -175,27 +192,19 @@ func mysqlClassify(err error) errKind {
 	return errOther
 }
 
-// mysqlCheck refuses servers whose fences could go back: those whose
-// AUTO_INCREMENT counter a restart can set back (to max(fence)+1, 1 for
-// an empty table): MySQL before 8.0, MariaDB before 10.2.4; and those in
-// innodb_autoinc_lock_mode 2 (MySQL 8's default), where an insert can
-// draw its fence, stall, and land after another one drew a higher fence
-// for the same name, was granted and released. In modes 0 and 1 an
-// INSERT ... SELECT holds the table's AUTO-INC lock from its draw to its
-// end, which rules that out.
+// mysqlCheck refuses servers whose AUTO_INCREMENT counter, which draws
+// the fences of semaphores and read-write locks, a restart can set back
+// (to max(fence)+1, 1 for an empty table): MySQL before 8.0, MariaDB
+// before 10.2.4. (Those fences are drawn under the object's anchor lock,
+// so innodb_autoinc_lock_mode does not matter; the locks' fences come
+// from the clock and the tombstones.)
 func mysqlCheck(ctx context.Context, db *sql.DB) error {
-	var (
-		v    string
-		mode int
-	)
-	if err := db.QueryRowContext(ctx, `SELECT VERSION(), @@innodb_autoinc_lock_mode`).Scan(&v, &mode); err != nil {
+	var v string
+	if err := db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&v); err != nil {
 		return err
 	}
 	if !mysqlPersistsCounter(v) {
-		return fmt.Errorf("%w: server version %s: want MySQL 8.0 or MariaDB 10.2.4 or later, whose AUTO_INCREMENT counters, the fences, survive a restart", backend.ErrUnsupported, v)
-	}
-	if mode == 2 {
-		return fmt.Errorf("%w: innodb_autoinc_lock_mode=2 lets a fence be drawn before, and land after, a higher one: start the server with innodb_autoinc_lock_mode=1 (MariaDB's default)", backend.ErrUnsupported)
+		return fmt.Errorf("%w: server version %s: want MySQL 8.0 or MariaDB 10.2.4 or later, whose AUTO_INCREMENT counters, the fences of semaphores, survive a restart", backend.ErrUnsupported, v)
 	}
 	return nil
 }

@@ -88,8 +88,8 @@ func (tb *table) driver(t *testing.T) *sqldb.Driver {
 
 // Holders of one name, acquiring and releasing as fast as they can from
 // several *sql.DBs, never overlap, and get fences that increase in the
-// order they held it, though every release deletes the row the next
-// acquisition inserts again.
+// order they held it, though every release frees the row that the next
+// acquisition takes again.
 func TestFencesIncreaseAcrossReleases(t *testing.T) {
 	t.Parallel()
 	tb := newTable(t)
@@ -335,7 +335,7 @@ func TestCancelledAcquisitionLandingLateIsUndone(t *testing.T) {
 	}
 	defer tx.Rollback()
 	// An uncommitted row of the name: the driver's INSERT waits for it.
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+tb.name+"` (name, token, owner, expires_us) VALUES (?, 'x', '', 0)", key); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+tb.name+"` (name, token, owner, expires_us, fence) VALUES (?, 'x', '', 0, 1)", key); err != nil {
 		t.Fatal(err)
 	}
 	cctx, ccancel := context.WithTimeout(ctx, 100*time.Millisecond)

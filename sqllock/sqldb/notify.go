@@ -129,12 +129,14 @@ func (d *Driver) poll() {
 			now := fences[k]
 			prev, known := h.seen[k]
 			// Its holders changed since the last look (a release, a
-			// takeover: new grants have new fences); or it is free,
-			// and maybe taken and freed since (some grant moved the
-			// counter), or at the first look, which may come after a
-			// release that followed Subscribe. A wake-up too many costs
-			// one try.
-			if known && prev.n > 0 && prev != now || now.n == 0 && (!known || moved) {
+			// takeover: new grants have new fences; a tombstone's fence
+			// tells a name taken and freed between two looks), other
+			// than by a grant to a free name; or it is free, and maybe
+			// taken and freed since (some grant moved the counter), or
+			// at the first look, which may come after a release that
+			// followed Subscribe. A wake-up too many costs one try.
+			changed := known && prev != now && (prev.n > 0 || now.n == 0)
+			if changed || now.n == 0 && (!known || moved) {
 				h.wake(k)
 			}
 			h.seen[k] = now

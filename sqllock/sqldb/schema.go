@@ -56,6 +56,7 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 		}
 	}
 	d.schemaOK.Store(true)
+	d.startPurge()
 	return nil
 }
 

@@ -27,7 +27,7 @@ const (
 // by the caller) and keeps its connection until the server answers; the
 // caller waits for that answer up to cancelWait after its ctx ended. Once
 // the answer came, whoever finds it unwanted (granted, but the caller
-// left; or unknown, a broken connection) runs undo, which deletes the
+// left; or unknown, a broken connection) runs undo, which frees the
 // token's row: always after the write, never before it. An undo that
 // fails or comes too late leaves the lock to its TTL.
 //
