@@ -84,8 +84,7 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	var mode string
-	err = db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+	mode, err := journalMode(ctx, db, busy)
 	if err == nil && !strings.EqualFold(mode, "wal") {
 		err = fmt.Errorf("journal_mode is %q, not wal: is the file system local?", mode)
 	}
@@ -145,6 +144,27 @@ func filePath(u *url.URL) (string, error) {
 func dsn(path string, busyMS int64) string {
 	return "file://" + (&url.URL{Path: path}).EscapedPath() +
 		"?_pragma=busy_timeout(" + strconv.FormatInt(busyMS, 10) + ")&_pragma=journal_mode(WAL)"
+}
+
+// journalMode opens db's first connection, which runs the pragmas, and
+// returns its journal mode. Processes that open a new file at once race
+// to switch it to WAL, and SQLite answers the losers SQLITE_BUSY at once,
+// without its busy handler: they try again for up to the busy timeout,
+// as a statement would wait.
+func journalMode(ctx context.Context, db *sql.DB, busy time.Duration) (string, error) {
+	deadline := time.Now().Add(busy)
+	for {
+		var mode string
+		err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+		if err == nil || !strings.Contains(err.Error(), "database is locked") || time.Now().After(deadline) {
+			return mode, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // failed explains why Open could not use the file at path: its

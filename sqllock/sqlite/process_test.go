@@ -255,6 +255,39 @@ func processesExclude(t *testing.T, limit int) {
 	}
 }
 
+// Processes that open a new file at once all open it: the losers of the
+// race to switch it to WAL, which SQLite answers with SQLITE_BUSY at
+// once, try again within the busy timeout. The race is rare (three
+// processes of TestProcessesExclude met it once); connections of one
+// process do not race so, since SQLite shares a file's locks between them.
+func TestOpenConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for round := range 3 {
+		url := "sqlite://" + filepath.Join(t.TempDir(), "new.db")
+		var wg sync.WaitGroup
+		outs := make([]string, 4)
+		for i := range outs {
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), childEnv+"=open", "SQLITE_TEST_URL="+url)
+			wg.Go(func() {
+				out, err := cmd.CombinedOutput()
+				outs[i] = strings.SplitN(string(out), "\n", 2)[0]
+				if err != nil {
+					outs[i] += " (" + err.Error() + ")"
+				}
+			})
+		}
+		wg.Wait()
+		for i, out := range outs {
+			if out != "ok" {
+				t.Fatalf("round %d, process %d: Open = %q, want ok", round, i, out)
+			}
+		}
+	}
+}
+
 // A database file or directory this process may not write is an error
 // wrapping ErrPermission at Open. As root, which may write anything, the
 // Open runs in a child process as nobody.
