@@ -203,13 +203,13 @@ func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, e
 			return 0, err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return 0, cmp(err, errHeld)
+			return 0, orErr(err, errHeld)
 		}
 	}
 }
 
-// cmp returns err, or def when err is nil.
-func cmp(err, def error) error {
+// orErr returns err, or def when err is nil.
+func orErr(err, def error) error {
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,9 @@ type holder struct {
 // waiting. A refusal commits too, and returns errRefused or errMismatch.
 func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (int64, error) {
 	obj, kind := objectOf(c.Mode)
+	if refusal := d.precheck(ctx, c, obj); refusal != nil {
+		return 0, refusal
+	}
 	var fence int64
 	refusal := error(nil)
 	err := d.inTx(ctx, func(tx *sql.Tx) error {
@@ -143,6 +146,38 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 		err = refusal
 	}
 	return fence, err
+}
+
+// precheck reads the object's live holders outside any transaction and
+// returns the refusal that needs no write: a permit or a reader refused,
+// a writer refused while another writer's record waits. Refused attempts,
+// the many under contention, then take no anchor lock (nor SQLite's one
+// write lock) from the holders' refreshes and releases. A stale read
+// only refuses what the next try may grant; any error leaves the
+// judgement to the transaction.
+func (d *Driver) precheck(ctx context.Context, c backend.Claim, obj int) error {
+	rows, err := d.db.QueryContext(ctx, d.sql.sharedRows, c.Key, obj)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var live []holder
+	for rows.Next() {
+		var h holder
+		if rows.Scan(&h.token, &h.kind, &h.lim) != nil {
+			return nil
+		}
+		if h.token != c.Token { // the token's own rows go in the grant
+			live = append(live, h)
+		}
+	}
+	if rows.Err() != nil {
+		return nil
+	}
+	if r := judge(c, live); r != nil && (c.Mode != backend.Write || otherWaiting(c, live)) {
+		return r
+	}
+	return nil
 }
 
 // judge says whether c may join the live holders of its object: nil, or
