@@ -329,28 +329,6 @@ func TestSQLiteCancelledAcquireLeavesNothing(t *testing.T) {
 	t.Logf("%d of 300 acquisitions cancelled", cancelled)
 }
 
-// The poller's XOR of a group's fences, which SQLite computes bit by bit.
-func TestSQLiteXor(t *testing.T) {
-	t.Parallel()
-	db := sqliteDB(t, filepath.Join(t.TempDir(), "x.db"))
-	defer db.Close()
-	fences := []int64{1, 2, 3, 1<<62 + 5, 123456789012345}
-	if _, err := db.Exec(`CREATE TABLE f (fence INTEGER)`); err != nil {
-		t.Fatal(err)
-	}
-	var want int64
-	for _, f := range fences {
-		want ^= f
-		if _, err := db.Exec(`INSERT INTO f VALUES (?)`, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var got int64
-	if err := db.QueryRow(`SELECT ` + sqliteXor + ` FROM f`).Scan(&got); err != nil || got != want {
-		t.Fatalf("XOR = %d, %v; want %d", got, err, want)
-	}
-}
-
 // SchemaSQL, run by a migration, makes tables that a driver with
 // WithCreateTable(false) uses for every mode.
 func TestSQLiteSchemaSQL(t *testing.T) {
