@@ -122,7 +122,7 @@ func filePath(u *url.URL) (string, error) {
 		return "", bad("a relative path: it would depend on each process's working directory")
 	case u.Host != "":
 		return "", bad(fmt.Sprintf("a host (%q): the store is a local file, after three slashes", u.Host))
-	case u.Fragment != "" || strings.HasSuffix(u.String(), "#"):
+	case u.Fragment != "":
 		return "", bad("a fragment (#)")
 	case u.Path == "" || strings.HasSuffix(u.Path, "/"):
 		return "", bad("no file name")
