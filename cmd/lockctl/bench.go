@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"path/filepath"
 	"os"
 	"os/signal"
 	"runtime"
@@ -31,9 +32,10 @@ type benchTarget struct {
 }
 
 // defaultTargets are the backends on their local default addresses (the
-// LOCKER_*_ADDR variables of scripts/services.sh change them), plus mem and
-// a file directory made for the run.
-func defaultTargets(fileDir string) []benchTarget {
+// LOCKER_*_ADDR variables of scripts/services.sh change them), plus mem, and
+// a file directory and an SQLite database in dir, made for the run.
+func defaultTargets(dir string) []benchTarget {
+	fileDir := filepath.Join(dir, "files")
 	return []benchTarget{
 		{label: "mem", url: "mem://bench-" + randSuffix()},
 		{label: "file", url: (&url.URL{Scheme: "file", Path: fileDir}).String()},
@@ -43,6 +45,7 @@ func defaultTargets(fileDir string) []benchTarget {
 		{label: "zk", url: "zk://" + strings.Join(servers.ZKAddrs(), ","), probe: servers.ZKAddrs()},
 		{label: "postgres", url: servers.PostgresURL(), probe: []string{servers.PostgresAddr()}},
 		{label: "mysql", url: servers.MySQLURL(), probe: []string{servers.MySQLAddr()}},
+		{label: "sqlite", url: (&url.URL{Scheme: "sqlite", Path: filepath.Join(dir, "locks.db")}).String()},
 		{label: "memcache", url: "memcache://" + servers.MemcacheAddr(), probe: []string{servers.MemcacheAddr()}},
 	}
 }

@@ -193,6 +193,7 @@ import (
 	_ "github.com/lockerhq/locker/redislock"
 	_ "github.com/lockerhq/locker/sqllock"
 	_ "github.com/lockerhq/locker/sqllock/mysql"
+	_ "github.com/lockerhq/locker/sqllock/sqlite"
 	_ "github.com/lockerhq/locker/zklock"
 )
 

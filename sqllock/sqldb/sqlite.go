@@ -149,6 +149,9 @@ UNION ALL SELECT name, count(*), max(fence), ` + sqliteXor + ` FROM ` + s + ` WH
 		// 6 arguments a claim, within the 32766 that SQLite allows by
 		// default since 3.32.
 		maxBatch: 1000,
+
+		floorInsert: `INSERT INTO ` + t + ` (name, token, owner, expires_us) VALUES (?, ?, '', 0)`,
+		floorDelete: `DELETE FROM ` + t + ` WHERE name = ? AND token = ?`,
 	}
 }
 
