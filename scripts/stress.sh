@@ -33,6 +33,8 @@ flaky=(
 	"./memcachelock ^TestConformance$/Parallel/CancelLeavesNoEntry"
 	"./redislock ^TestConformanceQuorum$/Parallel/CancelledAcquireLeavesNameFree"
 	"./internal/faults ^TestFaults$/zk/server-paused"
+	"./sqllock/sqlite ^TestConformance/.*/(RW|CounterUnderContention|LongWaitKeepsLock|CancelledAcquireLeavesNameFree)"
+	"./sqllock/sqlite ^TestSQLiteCancelledAcquireLeavesNothing$"
 )
 
 pids=()
