@@ -34,7 +34,7 @@ flaky=(
 	"./redislock ^TestConformanceQuorum$/Parallel/CancelledAcquireLeavesNameFree"
 	"./internal/faults ^TestFaults$/zk/server-paused"
 	"./sqllock/sqlite ^TestConformance/.*/(RW|CounterUnderContention|LongWaitKeepsLock|CancelledAcquireLeavesNameFree)"
-	"./sqllock/sqlite ^TestSQLiteCancelledAcquireLeavesNothing$"
+	"./sqllock/sqldb ^TestSQLiteCancelledAcquireLeavesNothing$"
 )
 
 pids=()
