@@ -82,32 +82,12 @@ func (d *Driver) settle(ctx context.Context, err error, undo func(context.Contex
 }
 
 // undo runs an undo, bounded by undoTimeout and not by Close: a lock
-// taken as its caller gave up would stay held for its TTL. In process,
-// the caller waits for it up to cancelWait (it is in its CancelGrace), and
-// an undo that has not finished by then (a database locked by another
-// process, a starved CPU) goes on in the background rather than leave
-// the lock to its TTL; Close waits for it.
+// taken as its caller gave up would stay held for its TTL. In process, the
+// caller waits for it whole: it is one statement, which takes longer than
+// the caller's grace only when the machine is starved or the file locked,
+// and returning before it would leave a row that nobody holds.
 func (d *Driver) undo(undo func(context.Context) error) {
-	run := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
-		defer cancel()
-		_ = undo(ctx)
-	}
-	if !d.dialect.inProcess {
-		run() // already off the caller's path (write's goroutine)
-		return
-	}
-	done := make(chan struct{})
-	d.writes.Add(1)
-	go func() {
-		defer d.writes.Done()
-		defer close(done)
-		run()
-	}()
-	t := time.NewTimer(cancelWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), undoTimeout)
+	defer cancel()
+	_ = undo(ctx)
 }
