@@ -150,10 +150,22 @@ func answered(err error) bool {
 // it expired (or is the token's own) and the INSERT again, so that every
 // grant draws a new fence; of two contenders for one expired row, one
 // DELETE removes it, the other finds nothing to remove, or its INSERT
-// meets the winner's row.
+// meets the winner's row. Permits, readers and writers take the shared
+// table's transaction instead (grantShared), in the same frame.
 func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	grant, undo := d.grant, func(ctx context.Context) error {
+		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
+		d.hub.notify(c.Key)
+		return err
+	}
 	if c.Mode != backend.Exclusive {
-		return d.tryShared(ctx, c)
+		if err := d.modeOK(c.Mode); err != nil {
+			return backend.Grant{}, err
+		}
+		grant, undo = d.grantShared, func(ctx context.Context) error {
+			_, err := d.releaseShared(ctx, c, 0)
+			return err
+		}
 	}
 	us, err := micros(c.TTL)
 	if err != nil {
@@ -167,18 +179,16 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 	var fence int64
 	err = d.write(ctx, func(ctx context.Context) error {
 		var err error
-		fence, err = d.grant(ctx, c, us)
+		fence, err = grant(ctx, c, us)
 		return err
-	}, func(ctx context.Context) error {
-		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
-		d.hub.notify(c.Key)
-		return err
-	})
+	}, undo)
 	switch {
 	case err == nil:
 		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
-	case errors.Is(err, errHeld) || d.dialect.classify(err) == errDuplicate:
+	case errors.Is(err, errHeld) || errors.Is(err, errRefused) || d.dialect.classify(err) == errDuplicate:
 		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
+	case errors.Is(err, errMismatch):
+		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrLimitMismatch)
 	case d.dialect.classify(err) == errDeadlock:
 		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -63,42 +62,6 @@ var (
 	errRefused  = errors.New("refused")
 	errMismatch = errors.New("limit mismatch")
 )
-
-// tryShared is TryAcquire of a permit, a reader or a writer.
-func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	if err := d.modeOK(c.Mode); err != nil {
-		return backend.Grant{}, err
-	}
-	us, err := micros(c.TTL)
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	ctx, leave, err := d.begin(ctx, "acquire")
-	if err != nil {
-		return backend.Grant{}, err
-	}
-	defer leave()
-	var fence int64
-	err = d.write(ctx, func(ctx context.Context) error {
-		var err error
-		fence, err = d.grantShared(ctx, c, us)
-		return err
-	}, func(ctx context.Context) error {
-		_, err := d.releaseShared(ctx, c, 0)
-		return err
-	})
-	switch {
-	case err == nil:
-		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
-	case errors.Is(err, errRefused):
-		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
-	case errors.Is(err, errMismatch):
-		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrLimitMismatch)
-	case d.dialect.classify(err) == errDeadlock:
-		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
-	}
-	return backend.Grant{}, d.wrap("acquire", err)
-}
 
 // holder is a live row of an object.
 type holder struct {
