@@ -125,6 +125,7 @@ type result struct {
 	answered bool // the server answered before gather returned
 	ok       bool
 	fence    uint64
+	settle   time.Duration // a refusal's: the server restarted, and grants the name after this
 	err      error
 	view     holding            // Inspect's and Break's: the server's holding, when ok
 	found    map[string]holding // List's
@@ -310,6 +311,17 @@ func count(res []result) (ok, notOK int) {
 	return ok, notOK
 }
 
+// restarted counts the servers that refused because they restarted less
+// than a TTL ago (the delayed restart), and the longest they still refuse.
+func restarted(res []result) (n int, settle time.Duration) {
+	for _, r := range res {
+		if r.answered && r.err == nil && r.settle > 0 {
+			n, settle = n+1, max(settle, r.settle)
+		}
+	}
+	return n, settle
+}
+
 // TryAcquire implements backend.Driver: the lock is acquired on every
 // server, and held when a majority granted it within its validity. Any
 // failure releases it everywhere, so nothing stays held (a server that
@@ -406,7 +418,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			r = *pre // granted already
 		} else {
 			f, err := q.acquireOn(nctx, i, l, keys, value, px)
-			r = result{ok: f > 0, fence: uint64(max(f, 0)), err: err}
+			r = result{ok: f > 0, fence: uint64(max(f, 0)), settle: time.Duration(-min(f, 0)) * time.Millisecond, err: err}
 		}
 		s := &st.servers[i]
 		s.r = r
@@ -452,8 +464,12 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			// Enough servers answered to decide: another token holds it,
 			// or contenders split the vote.
 			q.noteDenied(l.Key, time.Now())
+			why := error(backend.ErrNotAcquired)
+			if n, settle := restarted(res); n > 0 {
+				why = &backend.NotAcquiredError{Reason: fmt.Sprintf("%d of the servers started less than a TTL ago and may have forgotten a holder; they grant this name in %v at most", n, settle)}
+			}
 			return fail(granted > 0, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers granted, %d needed)",
-				backend.ErrNotAcquired, granted, len(q.deps), q.quorum))
+				why, granted, len(q.deps), q.quorum))
 		}
 		if ctx.Err() != nil {
 			return fail(false, fmt.Errorf("redislock: quorum: try-acquire: %w (%d of %d servers had answered)",
