@@ -171,6 +171,17 @@ func (s *LockSet) Err() error {
 	return nil
 }
 
+// TTL returns the shortest of the locks' TTLs (see Lock.TTL).
+func (s *LockSet) TTL() time.Duration {
+	var d time.Duration
+	for _, l := range s.locks {
+		if t := l.TTL(); d == 0 || t < d {
+			d = t
+		}
+	}
+	return d
+}
+
 // Deadline returns the earliest of the locks' deadlines (see
 // Lock.Deadline).
 func (s *LockSet) Deadline() time.Time {
