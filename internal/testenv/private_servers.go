@@ -137,8 +137,8 @@ func StartPostgresWith(t testing.TB, extra ...string) *Server {
 	}
 	s.command = func() *exec.Cmd {
 		return asPostgres(exec.Command(filepath.Join(bin, "postgres"), append([]string{"-D", data,
-			"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(port),
-			"-c", "unix_socket_directories="+dir, "-c", "max_connections=100",
+			"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(port),
+			"-c", "unix_socket_directories=" + dir, "-c", "max_connections=100",
 			"-c", "shared_buffers=16MB", "-c", "fsync=off", "-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off", "-c", "logging_collector=off", "-c", "log_min_messages=warning"}, extra...)...))
 	}
