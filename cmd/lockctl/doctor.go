@@ -60,7 +60,9 @@ func doctorCmd(args []string, global backendFlag, stdout, stderr io.Writer) int 
 	defer cancel()
 	// The driver's warnings at open (weak transport) are findings too.
 	warned := &collect{}
-	drv, _, err := locker.OpenDriver(backend.WithLogger(ctx, slog.New(warned)), rawURL)
+	// The TTL in use sizes a ZooKeeper session, as it does for run.
+	dctx := backend.WithDefaultTTL(backend.WithLogger(ctx, slog.New(warned)), ttl)
+	drv, _, err := locker.OpenDriver(dctx, rawURL)
 	if err != nil {
 		errorf(stderr, "doctor", "%v", err)
 		return exitUsage
