@@ -148,6 +148,16 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if lc.minHold > MaxTTL {
 		return nil, fmt.Errorf("locker: %s %q: %w: MinHold %v, more than %v", op, name, ErrInvalidTTL, lc.minHold, MaxTTL)
 	}
+	if lc.delay > 0 {
+		if lc.delay > MaxTTL-lc.ttl {
+			return nil, fmt.Errorf("locker: %s %q: %w: TTL %v and LockDelay %v, more than %v together", op, name, ErrInvalidTTL, lc.ttl, lc.delay, MaxTTL)
+		}
+		if _, session := backend.As[backend.Session](c.drv); session {
+			return nil, fmt.Errorf("locker: %s %q: LockDelay: %w: locks that live in a session end with it", op, name, ErrUnsupported)
+		}
+	} else {
+		lc.delay = 0
+	}
 	if err := c.checkMode(lc); err != nil {
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
@@ -201,9 +211,9 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		c.abandon(h)
 		return nil, err
 	}
-	h.name, h.token, h.auto, h.ttl, h.minHold = name, token, !lc.noAuto, lc.ttl, lc.minHold
+	h.name, h.token, h.auto, h.ttl, h.minHold, h.delay = name, token, !lc.noAuto, lc.ttl, lc.minHold, lc.delay
 	st.h = h
-	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit}
+	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit}
 	var grant backend.Grant
 	var start time.Time
 	if wait {
@@ -243,8 +253,8 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	h.fence, h.contact, h.granted = grant.Fence, grant.Contact, start
-	if grant.TTL > h.ttl {
-		h.ttl = grant.TTL
+	if grant.TTL-h.delay > h.ttl {
+		h.ttl = grant.TTL - h.delay
 	}
 	// A session may be shorter than the lock's TTL: its own timeout counts.
 	h.session = h.ttl

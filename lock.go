@@ -27,6 +27,9 @@ type hold struct {
 	// minHold: a release before granted+minHold leaves the lock in the
 	// store until then (MinHold).
 	minHold time.Duration
+	// delay is LockDelay's: the store keeps the lock delay longer than
+	// ttl, which is the holder's own view of it.
+	delay time.Duration
 
 	// Set once the acquisition succeeds; read-only after ready closes.
 	fence   uint64
@@ -75,7 +78,7 @@ func (h *hold) renewed() {
 }
 
 func (h *hold) lock() backend.Claim {
-	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl, Fence: h.fence, Owner: h.label, Mode: h.mode, Limit: h.limit}
+	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl + h.delay, Fence: h.fence, Owner: h.label, Mode: h.mode, Limit: h.limit}
 }
 
 // reentryKey is where c.reentries keeps h, when h is reentrant.

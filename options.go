@@ -95,6 +95,7 @@ type lockConfig struct {
 	waitMax   time.Duration
 	waitSet   bool
 	minHold   time.Duration
+	delay     time.Duration
 	mode      backend.Mode
 	limit     int
 }
@@ -158,6 +159,19 @@ func WaitAtMost(d time.Duration) LockOption {
 // releases the lock when d has passed: a Close or the process's end before
 // then frees it early, at the session's end. d <= 0 turns it off.
 func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHold = d } }
+
+// LockDelay keeps the name from being granted to anyone for d after the
+// lock is lost without a release (Chubby's and Consul's lock-delay): its
+// holder crashed, was cut off or paused past the TTL, and may still be
+// writing, so a resource that cannot check fences gets d of quiet before
+// the next holder. A Release frees the name at once, as always. The lock
+// lives TTL+d in the store while the Client treats it as lost after TTL
+// (Lost fires then, as without the option); Inspect shows the lost
+// holder's lock until it expires, and ForceRelease ends the delay. It
+// costs no request. Backends whose locks live in a session (etcd,
+// ZooKeeper) return ErrUnsupported before any network call. d <= 0 turns
+// it off.
+func LockDelay(d time.Duration) LockOption { return func(c *lockConfig) { c.delay = d } }
 
 // AutoRefresh turns the watchdog on (the default) or off. With it, the
 // Client refreshes the lock every TTL/3 until Release. Without it, the lock

@@ -31,7 +31,7 @@ var brokenVariants = map[string][]string{
 	// The TTL is ignored: locks never expire.
 	"never-expires": {"ExpiresAfterTTL", "OldHolderCannotTouchNewHolder", "FencesIncreaseAcrossExpiry", "SemaphoreCutHolderLosesFirst", "RWCutHolderLosesFirst"},
 	// Locks expire at half their TTL.
-	"expires-early": {"ExpiresAfterTTL", "LostBeforeTakeover", "RefreshExtends", "ReentryExtendsTTL", "SemaphoreCutHolderLosesFirst", "RWCutHolderLosesFirst"},
+	"expires-early": {"LockDelayAfterLoss", "ExpiresAfterTTL", "LostBeforeTakeover", "RefreshExtends", "ReentryExtendsTTL", "SemaphoreCutHolderLosesFirst", "RWCutHolderLosesFirst"},
 	// Locks expire at 95% of their TTL: too little for ExpiresAfterTTL to
 	// see, enough for two holders at once.
 	"expires-slightly-early": {"LostBeforeTakeover"},

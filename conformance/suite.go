@@ -68,6 +68,7 @@ var cases = []testCase{
 	{"LockSetAllOrNothing", false, (*suite).lockSetAllOrNothing},
 	{"LockSetCrossedOrders", false, (*suite).lockSetCrossedOrders},
 	{"LockSetLost", false, (*suite).lockSetLost},
+	{"LockDelayAfterLoss", false, (*suite).lockDelay},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
 	{"SemaphoreLimitAndMismatch", false, (*suite).semLimit},

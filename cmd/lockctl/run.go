@@ -69,6 +69,7 @@ type runOpts struct {
 	dashName bool // NAME came after "--"
 
 	minHold     time.Duration
+	lockDelay   time.Duration
 	limit       int  // --limit: one of limit permits of the semaphore NAME
 	shared      bool // --shared: the read side of the read-write lock NAME
 	exclusive   bool // --exclusive: its write side
@@ -117,6 +118,7 @@ func runFlags(o *runOpts, global backendFlag) *flagSet {
 	fs.IntVar(&o.busyCode, "conflict-exit-code", exitNotAcquired, "exit with `CODE` (0 to 255) when another holder has the lock (-n, -w)")
 	fs.alias("E", "conflict-exit-code")
 	fs.duration(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
+	fs.duration(&o.lockDelay, "lock-delay", 0, "if the lock is lost without a release (lockctl killed, cut off, paused past\nthe TTL), nobody gets NAME for this long after it expires")
 	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N)")
 	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n-s runs, never with an -x one")
 	fs.alias("s", "shared")
@@ -161,6 +163,8 @@ func (o *runOpts) parseArgs(rest []string) error {
 		return fmt.Errorf("--grace %v: want a non-negative duration", o.grace)
 	case o.minHold < 0 || o.minHold > locker.MaxTTL:
 		return fmt.Errorf("--min-hold %v: want 0 (none) to %v", o.minHold, locker.MaxTTL)
+	case o.lockDelay < 0 || o.lockDelay > locker.MaxTTL-o.ttl:
+		return fmt.Errorf("--lock-delay %v: want 0 (none) to %v with --ttl %v", o.lockDelay, locker.MaxTTL-o.ttl, o.ttl)
 	case o.limit != 0 && locker.CheckLimit(o.limit) != nil:
 		return fmt.Errorf("--limit %d: want 1 to %d", o.limit, locker.MaxLimit)
 	case o.shared && o.exclusive || o.limit != 0 && (o.shared || o.exclusive):
@@ -325,7 +329,7 @@ func (o *runOpts) run() int {
 		client.Close()
 	}()
 
-	opts := []locker.LockOption{locker.TTL(o.ttl), locker.MinHold(o.minHold)}
+	opts := []locker.LockOption{locker.TTL(o.ttl), locker.MinHold(o.minHold), locker.LockDelay(o.lockDelay)}
 	switch {
 	case o.limit > 0:
 		opts = append(opts, locker.Semaphore(o.limit))

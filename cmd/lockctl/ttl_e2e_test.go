@@ -96,3 +96,49 @@ func crashRecovery(t *testing.T, tg target) {
 		t.Errorf("fence %q after the killed holder's %d: must increase", next, fence)
 	}
 }
+
+// TestLockDelayAfterKill: with --lock-delay D, kill -9 of the holder keeps
+// the name from the next run until D after the lock's expiry, and no
+// sooner: the killed holder's lock was valid when it died, so the store
+// frees it no earlier than D after the kill. Session-backed stores refuse
+// the flag (exit 2).
+func TestLockDelayAfterKill(t *testing.T) {
+	const delay = 6 * time.Second
+	for _, tg := range targets() {
+		switch tg.name {
+		case "file", "redis", "postgres":
+		default:
+			continue
+		}
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			if len(tg.addrs) > 0 {
+				testenv.Require(t, tg.addrs...)
+			}
+			u, dir, name := tg.url(t), t.TempDir(), "lock-delay-kill"
+			holder, fence := startHolder(t, dir, "1", append(common(tg, u), "--lock-delay", delay.String(), name)...)
+			killed := time.Now()
+			holder.Process.Kill()
+			p := lockctlProc(append(append([]string{"run"}, common(tg, u)...), "--wait", "60s", name, "--", "sh", "-c", `echo "$LOCKER_FENCE" > "$D/next"`)...)
+			p.Env = append(p.Env, "D="+dir)
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			next := waitFile(t, filepath.Join(dir, "next"), tg.ttl+delay+30*time.Second)
+			took := time.Since(killed)
+			if err := p.Wait(); err != nil {
+				t.Fatalf("run --wait after kill -9 of the holder: %v; stderr:\n%s", err, &p.stderr)
+			}
+			holder.Wait()
+			if took < delay {
+				t.Errorf("acquired %v after kill -9 of a holder with --lock-delay %v", took, delay)
+			}
+			if bound := tg.ttl + delay + tg.gran + 1500*time.Millisecond; took > bound {
+				t.Errorf("acquired %v after kill -9, want within %v (TTL %v + delay)", took, bound, tg.ttl)
+			}
+			if n, err := strconv.ParseUint(next, 10, 64); err != nil || n <= fence {
+				t.Errorf("fence %q after the killed holder's %d: must increase", next, fence)
+			}
+		})
+	}
+}
