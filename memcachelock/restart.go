@@ -115,41 +115,48 @@ func fenceErr(op string, err error) error {
 // gets reads lk after cmd took effect. With check > 0 it first makes sure,
 // on that connection, that the server has run for check (see probes): if
 // not, it sends nothing and returns a *backend.NotAcquiredError. Its
-// errors are the connection's, unwrapped, or errBusy when none is idle
-// and the cap is reached, unless must.
-func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (string, *memcache.Item, error) {
+// errors are onProbe's.
+func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (line string, it *memcache.Item, err error) {
 	if lk != "" {
 		cmd += "gets " + lk + "\r\n"
 	}
+	err = d.onProbe(addr, must, func(p *probe) (err error) {
+		line, it, err = p.exchange(check, cmd, lk)
+		return err
+	})
+	return line, it, err
+}
+
+// onProbe runs f, which writes its requests in one write and reads their
+// replies, on a probe connection to addr, within the client's timeout.
+// Its errors are the connection's, unwrapped, a refusal f returns (a
+// *backend.NotAcquiredError, which leaves the connection usable), or
+// errBusy when none is idle and the cap is reached, unless must. A
+// connection that was idle and turns out closed by the server (a restart)
+// is replaced, and f runs again on the new one.
+func (d *Driver) onProbe(addr net.Addr, must bool, f func(*probe) error) error {
 	for fresh := false; ; fresh = true {
 		p, reused, err := d.probe(context.Background(), addr, fresh, must)
 		if err != nil {
-			return "", nil, err
+			return err
 		}
-		line, it, err := p.exchange(d.timeout(), check, cmd, lk)
+		if err = p.SetDeadline(time.Now().Add(d.timeout())); err == nil {
+			err = f(p)
+		}
 		var refused *backend.NotAcquiredError
-		switch {
-		case errors.As(err, &refused):
+		if err == nil || errors.As(err, &refused) {
 			d.putProbe(addr, p)
-			return "", nil, err
-		case err != nil:
-			d.dropProbe(addr, p)
-			if reused && staleConn(err) {
-				continue // an idle connection the server closed (a restart): again on a new one
-			}
-			return "", nil, err
+			return err
 		}
-		d.putProbe(addr, p)
-		return line, it, nil
+		d.dropProbe(addr, p)
+		if !reused || !staleConn(err) {
+			return err
+		}
 	}
 }
 
-// exchange is Driver.exchange on p; an error other than a refusal leaves
-// p unusable.
-func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if err := p.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return "", nil, err
-	}
+// exchange is Driver.exchange on p, within the deadline onProbe set.
+func (p *probe) exchange(check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
 	if check > 0 {
 		if p.started.IsZero() {
 			up, err := p.uptime()

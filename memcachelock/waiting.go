@@ -196,6 +196,7 @@ func (d *Driver) granted(key string) {
 // released records that this driver freed key, whose item was v: it
 // yields to another driver marked in v, or wakes this driver's waiters.
 func (d *Driver) released(key string, v []byte) {
+	drawn := d.draws.peek(key) // our release's incr, which ourTurn must not take for another's hold
 	w := &d.waits
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -215,6 +216,7 @@ func (d *Driver) released(key string, v []byte) {
 		kw.passed = 0
 		kw.yieldEnd = time.Now().Add(yieldWindow)
 		kw.yielded, _ = parseValue(v)
+		kw.yielded = max(kw.yielded, drawn)
 	}
 }
 
