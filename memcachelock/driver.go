@@ -247,9 +247,9 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 
 // tryLock takes the lock with add, the atomic create-if-absent, or with
 // a cas over a tombstone; then draws a fence; then confirms it still holds
-// the lock (see nextFence for why the confirmation is needed). With a
-// fence drawn at our last release of the key, the add carries it and the
-// whole acquisition is one round trip (tryDrawn).
+// the lock (see nextFence for why the confirmation is needed). Where the
+// item and the counter share a server, tryPiped does it all in one round
+// trip when it can.
 func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	lk, fk := lockKey(l.Key), fenceKey(l.Key)
 	now := time.Now()
@@ -264,7 +264,7 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	if d.checkTTL(eff) >= eff {
 		keepUntil = now.Add(eff)
 	}
-	g, value, done, err := d.tryDrawn(ctx, l, lk, fk, exp, eff, keepUntil)
+	g, value, done, err := d.tryPiped(ctx, l, lk, fk, exp, eff, keepUntil)
 	if done {
 		return g, err
 	}
@@ -309,32 +309,49 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// tryDrawn is tryLock with the fence drawn at our last release of the
-// key, if any (see draws): one write adds the item with that fence in it
-// and reads back the item and the counter. done says that it decided
-// (g, err); else, if value is not nil, our item holding value was stored
-// but another fence was drawn since ours, and tryLock must draw one and
-// confirm; if nil, tryLock takes its usual path.
-func (d *Driver) tryDrawn(ctx context.Context, l backend.Claim, lk, fk string, exp int32, eff time.Duration, keepUntil time.Time) (g backend.Grant, value []byte, done bool, err error) {
+// tryPiped is tryLock in one write, which adds the item with its fence
+// in it and reads back the item and the counter: with the fence drawn at
+// our last release of the key (see draws), granted if the counter still
+// shows it; else with a seed from the clock, whose add of the counter
+// goes between the item's add and the gets, granted if it created the
+// counter (the name is new, or its counter was lost), as seed's add is
+// (nextFence). done says that it decided (g, err); else, if value is not
+// nil, our item holding value was stored with a fence that does not
+// hold, and tryLock must draw one and confirm; if nil, tryLock takes its
+// usual path.
+func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, exp int32, eff time.Duration, keepUntil time.Time) (g backend.Grant, value []byte, done bool, err error) {
 	addr := d.pipeAddr(lk, fk)
 	if addr == nil {
 		return g, nil, false, nil
 	}
-	fence, ok := d.draws.take(l.Key)
-	if !ok {
-		return g, nil, false, nil
+	fence, drawn := d.draws.take(l.Key)
+	var seed []byte
+	var check time.Duration
+	if !drawn {
+		fence = uint64(time.Now().UnixMicro())
+		val := strconv.FormatUint(fence, 10)
+		seed = fmt.Appendf(nil, "add %s 0 %d %d\r\n%s\r\n", fk, d.fenceExp, len(val), val)
+		check = d.checkTTL(eff) // seeding: see seed
+	}
+	keep := func() {
+		if drawn {
+			d.draws.put(l.Key, fence) // unused, still good
+		}
 	}
 	value = fencedValue(l.Token, fence, l.Owner)
-	line, cur, counter, err := d.addDrawn(addr, lk, fk, value, exp)
+	line, seeded, cur, counter, err := d.addRead(addr, check, lk, fk, value, exp, seed)
+	var refused *backend.NotAcquiredError
 	switch {
-	case errors.Is(err, errBusy):
-		d.draws.put(l.Key, fence)
+	case errors.Is(err, errBusy), errors.As(err, &refused):
+		// Nothing sent. (A young server may still grant a name whose
+		// counter it has: the usual path tells.)
+		keep()
 		return g, nil, false, nil
 	case err != nil:
 		d.backOut(lk, l.Token) // see tryLock
 		return g, nil, true, fmt.Errorf("memcachelock: add: %w", err)
 	case line == "NOT_STORED" && (cur == nil || !heldBy(cur.Value, l.Token)):
-		d.draws.put(l.Key, fence) // unused, still good
+		keep()
 		if cur == nil || isTombstone(cur.Value) {
 			return g, nil, false, nil // freed since, or a tombstone: the usual path
 		}
@@ -348,8 +365,8 @@ func (d *Driver) tryDrawn(ctx context.Context, l backend.Claim, lk, fk string, e
 	}
 	// Our item is stored (NOT_STORED with our token: a repeated add, see
 	// onProbe, whose first one was applied).
-	if counter == nil || string(counter.Value) != strconv.FormatUint(fence, 10) {
-		return g, value, false, nil // drawn since ours (or lost): draw again
+	if drawn && (counter == nil || string(counter.Value) != strconv.FormatUint(fence, 10)) || !drawn && seeded != "STORED" {
+		return g, value, false, nil // another fence was drawn since ours, or the counter exists: draw one
 	}
 	if !keepUntil.IsZero() {
 		d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, keepUntil)

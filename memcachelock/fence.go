@@ -112,9 +112,11 @@ func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 // reads the counter back: unchanged, nobody drew a fence between the
 // incr and the add, so the fence is above every earlier grant's, and the
 // acquisition costs one round trip. Changed (another holder came
-// between), it draws another, as a first acquisition does, and records
-// it with a cas. See docs/backends/memcachelock.md, "Fences drawn at
-// release".
+// between), it draws another and records it with a cas, as the usual
+// path does. An acquisition without a drawn fence guesses that the name
+// is new: its item carries a seed, and the seed's add goes in the same
+// write (see tryPiped). See docs/backends/memcachelock.md, "Acquiring in
+// one round trip".
 type draws struct {
 	mu sync.Mutex
 	m  map[string]uint64
@@ -151,22 +153,34 @@ func (w *draws) peek(key string) uint64 {
 	return w.m[key]
 }
 
-// addDrawn adds the lock item lk holding value, which carries the fence
-// drawn for it, and in the same write reads back lk and the counter fk
-// (each nil if missing): memcached runs them in order. Its errors are
+// addRead adds the lock item lk holding value, then sends seed, the
+// counter's add or nothing, then gets lk and the counter fk, all in one
+// write, which memcached runs in order. It returns the add's reply line,
+// the seed's ("" without one), and the items read (nil if missing). With
+// check > 0 it sends nothing unless the server has run for check (see
+// probes), and returns a *backend.NotAcquiredError. Its errors are
 // onProbe's (errBusy: no probe was free, nothing was sent).
-func (d *Driver) addDrawn(addr net.Addr, lk, fk string, value []byte, exp int32) (line string, cur, counter *memcache.Item, err error) {
-	cmd := fmt.Appendf(make([]byte, 0, 64+len(value)+2*len(lk)), "add %s 0 %d %d\r\n", lk, exp, len(value))
+func (d *Driver) addRead(addr net.Addr, check time.Duration, lk, fk string, value []byte, exp int32, seed []byte) (line, seeded string, cur, counter *memcache.Item, err error) {
+	cmd := fmt.Appendf(make([]byte, 0, 128+len(value)+3*len(lk)), "add %s 0 %d %d\r\n", lk, exp, len(value))
 	cmd = append(append(cmd, value...), "\r\n"...)
+	cmd = append(cmd, seed...)
 	cmd = append(append(append(append(append(cmd, "gets "...), lk...), ' '), fk...), "\r\n"...)
 	err = d.onProbe(addr, false, func(p *probe) error {
-		cur, counter = nil, nil
+		cur, counter, seeded = nil, nil, ""
+		if err := p.ranFor(check); err != nil {
+			return err
+		}
 		if _, err := p.Write(cmd); err != nil {
 			return err
 		}
 		var err error
 		if line, err = p.line(); err != nil {
 			return err
+		}
+		if seed != nil {
+			if seeded, err = p.line(); err != nil {
+				return err
+			}
 		}
 		for {
 			head, err := p.r.ReadSlice('\n')
@@ -191,7 +205,7 @@ func (d *Driver) addDrawn(addr net.Addr, lk, fk string, value []byte, exp int32)
 			}
 		}
 	})
-	return line, cur, counter, err
+	return line, seeded, cur, counter, err
 }
 
 // freeLock replaces the lock item cur of key, if unchanged since the gets

@@ -157,18 +157,8 @@ func (d *Driver) onProbe(addr net.Addr, must bool, f func(*probe) error) error {
 
 // exchange is Driver.exchange on p, within the deadline onProbe set.
 func (p *probe) exchange(check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if check > 0 {
-		if p.started.IsZero() {
-			up, err := p.uptime()
-			if err != nil {
-				return "", nil, fmt.Errorf("uptime: %w", err)
-			}
-			p.started = time.Now().Add(-up)
-		}
-		if up := time.Since(p.started); up < check {
-			return "", nil, &backend.NotAcquiredError{Reason: fmt.Sprintf(
-				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
-		}
+	if err := p.ranFor(check); err != nil {
+		return "", nil, err
 	}
 	if _, err := io.WriteString(p.Conn, cmd); err != nil {
 		return "", nil, err
@@ -179,6 +169,27 @@ func (p *probe) exchange(check time.Duration, cmd, lk string) (string, *memcache
 	}
 	it, err := p.item(lk)
 	return line, it, err
+}
+
+// ranFor returns nil if p's server has run for check (0: no check), a
+// *backend.NotAcquiredError if not, having read the server's uptime on p
+// if it had not yet.
+func (p *probe) ranFor(check time.Duration) error {
+	if check <= 0 {
+		return nil
+	}
+	if p.started.IsZero() {
+		up, err := p.uptime()
+		if err != nil {
+			return fmt.Errorf("uptime: %w", err)
+		}
+		p.started = time.Now().Add(-up)
+	}
+	if up := time.Since(p.started); up < check {
+		return &backend.NotAcquiredError{Reason: fmt.Sprintf(
+			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
+	}
+	return nil
 }
 
 // item reads a gets reply for lk: its item, or nil if missing.
