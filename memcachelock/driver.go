@@ -251,7 +251,8 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 // item and the counter share a server, tryPiped does it all in one round
 // trip when it can.
 func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
-	lk, fk := lockKey(l.Key), fenceKey(l.Key)
+	lk := lockKey(l.Key)
+	fk := lk + fenceSuffix // fenceKey(l.Key)
 	now := time.Now()
 	if err := d.ourTurn(ctx, l.Key); err != nil {
 		return backend.Grant{}, err

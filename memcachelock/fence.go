@@ -216,7 +216,7 @@ func (d *Driver) addRead(addr net.Addr, check time.Duration, lk, fk string, valu
 // fence does not.
 func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	it := tombstoneOf(cur)
-	fk := fenceKey(key)
+	fk := it.Key + fenceSuffix // fenceKey(key)
 	addr := d.pipeAddr(it.Key, fk)
 	if addr == nil {
 		return d.cas(it)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/measure"
 	"github.com/lockerhq/locker/internal/testenv"
 )
@@ -20,12 +21,13 @@ import (
 // BenchmarkParallel: 16 goroutines, each on its own name, acquire and
 // release through one locker.Client, against the raw floor (add, delete)
 // on the same driver and connections, in alternating blocks of 200ms
-// (one round: floor, then client), so that both see the same machine.
-// Metrics, medians over rounds: x-floor (the client's cycles/s over the
-// floor's, per round; -min and -max its range), cpu-us (client CPU per
-// cycle, both sides' process CPU over their cycles), srv-us (memcached's
-// CPU per cycle, from its rusage stats), cmds (memcached commands per
-// cycle).
+// (one round: floor, client, then the bare driver's TryAcquire and
+// Release), so that all see the same machine. Metrics, medians over
+// rounds: x-floor (the client's cycles/s over the floor's, per round; -min
+// and -max its range; driver-x-floor the driver's), cpu-us (this process's
+// CPU per cycle; floor-, driver-), srv-us (memcached's CPU per cycle, from
+// its rusage stats), cmds (memcached commands per cycle, a multi-key get
+// counting one per key).
 func BenchmarkParallel(b *testing.B) {
 	testenv.Require(b, testenv.MemcacheAddr())
 	const (
@@ -68,14 +70,24 @@ func BenchmarkParallel(b *testing.B) {
 		}
 		return l.Release(ctx)
 	}
+	driverOp := func(i int) error {
+		l := backend.Claim{Key: "mctest-par/" + strconv.Itoa(i), Token: token(), TTL: 6 * time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			return err
+		}
+		return d.Release(ctx, l)
+	}
 	run(floorOp) // warm the connections
 	run(clientOp)
-	var ratios, fcpu, ccpu, fsrv, csrv, fcmd, ccmd []float64
+	var ratios, dratios, fcpu, ccpu, dcpu, fsrv, csrv, fcmd, ccmd []float64
 	b.ResetTimer()
 	for b.Loop() {
 		nf, cf, sf, mf := run(floorOp)
 		nc, cc, sc, mc := run(clientOp)
+		nd, cd, _, _ := run(driverOp)
 		ratios = append(ratios, float64(nc)/float64(nf))
+		dratios = append(dratios, float64(nd)/float64(nf))
+		dcpu = append(dcpu, float64(cd.Microseconds())/float64(nd))
 		fcpu = append(fcpu, float64(cf.Microseconds())/float64(nf))
 		ccpu = append(ccpu, float64(cc.Microseconds())/float64(nc))
 		fsrv = append(fsrv, float64(sf.Microseconds())/float64(nf))
@@ -86,6 +98,8 @@ func BenchmarkParallel(b *testing.B) {
 	b.ReportMetric(median(ratios), "x-floor")
 	b.ReportMetric(minOf(ratios), "x-floor-min")
 	b.ReportMetric(maxOf(ratios), "x-floor-max")
+	b.ReportMetric(median(dratios), "driver-x-floor")
+	b.ReportMetric(median(dcpu), "driver-cpu-us")
 	b.ReportMetric(median(ccpu), "cpu-us")
 	b.ReportMetric(median(fcpu), "floor-cpu-us")
 	b.ReportMetric(median(csrv), "srv-us")

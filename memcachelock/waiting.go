@@ -223,6 +223,9 @@ func (d *Driver) released(key string, v []byte) {
 // marked returns the id in the first mark in v, "" if none. Withdrawn
 // marks do not count.
 func marked(v []byte) string {
+	if len(marks(v)) == 0 {
+		return ""
+	}
 	ms := bytes.Split(marks(v), []byte(markSep))
 	for i, m := range ms {
 		if len(m) == 0 || m[0] == unmarkTag[0] {
