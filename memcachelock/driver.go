@@ -366,7 +366,8 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 	}
 	// Our item is stored (NOT_STORED with our token: a repeated add, see
 	// onProbe, whose first one was applied).
-	if drawn && (counter == nil || string(counter.Value) != strconv.FormatUint(fence, 10)) || !drawn && seeded != "STORED" {
+	var buf [20]byte
+	if drawn && (counter == nil || !bytes.Equal(counter.Value, strconv.AppendUint(buf[:0], fence, 10))) || !drawn && seeded != "STORED" {
 		return g, value, false, nil // another fence was drawn since ours, or the counter exists: draw one
 	}
 	if !keepUntil.IsZero() {

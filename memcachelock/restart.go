@@ -2,6 +2,7 @@ package memcachelock
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -318,8 +319,19 @@ func (p *probe) uptime() (time.Duration, error) {
 	return up, nil
 }
 
-// line reads the next reply line.
+// line reads the next reply line; the usual replies cost no allocation.
 func (p *probe) line() (string, error) {
-	line, err := p.r.ReadString('\n')
-	return strings.TrimRight(line, "\r\n"), err
+	b, err := p.r.ReadSlice('\n')
+	if err != nil {
+		return "", err
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	for _, r := range replies {
+		if string(b) == r {
+			return r, nil
+		}
+	}
+	return string(b), nil
 }
+
+var replies = [...]string{"STORED", "NOT_STORED", "EXISTS", "NOT_FOUND", "END"}
