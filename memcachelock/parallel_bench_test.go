@@ -20,7 +20,7 @@ import (
 
 // BenchmarkParallel: 16 goroutines, each on its own name, acquire and
 // release through one locker.Client, against the raw floor (add, delete)
-// on the same driver and connections, in alternating blocks of 200ms
+// on the same driver and connections, in alternating blocks of 100ms
 // (one round: floor, client, then the bare driver's TryAcquire and
 // Release), so that all see the same machine. Metrics, medians over
 // rounds: x-floor (the client's cycles/s over the floor's, per round; -min
@@ -32,7 +32,7 @@ func BenchmarkParallel(b *testing.B) {
 	testenv.Require(b, testenv.MemcacheAddr())
 	const (
 		workers = 16
-		block   = 200 * time.Millisecond
+		block   = 100 * time.Millisecond
 	)
 	d := openDriver(b, testenv.MemcacheAddr())
 	c, err := locker.New(d, locker.WithNamespace("mctest-"+randHex(4)))
