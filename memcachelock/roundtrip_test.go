@@ -54,6 +54,34 @@ func countedDriver(t *testing.T) (d *Driver, writes, dials *atomic.Int64) {
 	return d, writes, dials
 }
 
+// A driver made by New cannot see its client's server list: no pipelined
+// requests, so a cycle costs six round trips (add, incr, gets, cas; gets,
+// cas), on a new name or not.
+func TestRoundTripsNew(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d, writes, _ := countedDriver(t)
+	d.servers = nil
+	key := uniqueKey(t, "x")
+	for i := range 3 {
+		w0 := writes.Load()
+		l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(6)
+		if i == 0 {
+			want = 7 // the seed's add after the incr found no counter
+		}
+		if n := writes.Load() - w0; n != want {
+			t.Errorf("cycle %d: %d round trips, want %d", i, n, want)
+		}
+	}
+}
+
 // The round trips of an uncontended acquire+release: two, as the raw
 // floor's add and delete, on a new name (the add carries a seed, whose add
 // of the counter goes in the same write, with a gets of both) and on a
