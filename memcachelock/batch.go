@@ -312,8 +312,12 @@ func (c *probe) gets(keys []string) (map[string]batchItem, error) {
 
 // appendCas appends to b memcached's cas command for an item.
 func appendCas(b []byte, key string, flags uint32, exp int32, value []byte, cas uint64) []byte {
-	b = fmt.Appendf(b, "cas %s %d %d %d %d\r\n", key, flags, exp, len(value), cas)
-	return append(append(b, value...), "\r\n"...)
+	b = append(append(b, "cas "...), key...)
+	b = strconv.AppendUint(append(b, ' '), uint64(flags), 10)
+	b = strconv.AppendInt(append(b, ' '), int64(exp), 10)
+	b = strconv.AppendInt(append(b, ' '), int64(len(value)), 10)
+	b = strconv.AppendUint(append(b, ' '), cas, 10)
+	return append(append(append(b, "\r\n"...), value...), "\r\n"...)
 }
 
 // readValue reads an item of a gets reply from r: line, "VALUE <key>
@@ -328,9 +332,12 @@ func readValue(r *bufio.Reader, line []byte) (key string, it batchItem, err erro
 	if !ok {
 		return "", it, bad()
 	}
-	f := bytes.Fields(rest)
-	if len(f) != 4 {
-		return "", it, bad()
+	var f [4][]byte // key, flags, bytes, cas: split without allocating
+	for i := range f {
+		var ok bool
+		if f[i], rest, ok = bytes.Cut(rest, []byte(" ")); ok != (i < 3) || len(f[i]) == 0 {
+			return "", it, bad()
+		}
 	}
 	flags, err1 := strconv.ParseUint(string(f[1]), 10, 32)
 	n, err2 := strconv.ParseUint(string(f[2]), 10, 31)

@@ -27,13 +27,11 @@ import (
 // blocks of the ratio, x-floor-min and x-floor-max its range; floor-ns and
 // lock-ns the median time of one pair; rt-ns one round trip (a gets).
 //
-// A correct lock cannot reach the floor's two round trips: the acquisition
-// is add, incr (the fence) with gets in one write, and cas (the
-// confirmation that the fence was drawn while holding, which records it in
-// the item), and the release a cas on the cas id that confirmation read,
-// since memcached has no compare-and-delete and a bare delete can free the
-// next holder's lock. That is four round trips, so the ratio is about 2; a
-// new name adds the seed's add (see TestRoundTrips).
+// Both take two round trips, as the floor does (TestRoundTrips): the add
+// carrying the fence drawn at the last release (reused) or a seed whose
+// add of the counter goes in the same write (new), with a gets of the
+// item and the counter; then the release's cas, with the incr that draws
+// the next fence. The difference is the server's work per round trip.
 func BenchmarkUncontended(b *testing.B) {
 	for _, name := range []string{"reused", "new"} {
 		b.Run(name, func(b *testing.B) { benchUncontended(b, name == "new") })

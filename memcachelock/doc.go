@@ -10,8 +10,10 @@
 //
 // With a client of your own, make the driver with [New] and pass it to
 // locker.New; [Open] makes its own (see it for the parameters), and only
-// such a driver has the restart check and the pipelined, fewer round
-// trips. There is no authentication: a user in the URL is refused.
+// such a driver has the restart check and the pipelined requests: two
+// round trips per acquire+release, as a bare add and delete (a driver
+// made by New takes six). There is no authentication: a user in the URL
+// is refused.
 //
 // Guarantees: a lock is one item, taken with add and refreshed and
 // released with a token-checked cas, never a blind delete; fences from a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -37,6 +38,8 @@ type Driver struct {
 	waits waits // waiters, holders and the poller (waiting.go)
 
 	held heldItems // the items of the locks we hold, as last read (held.go)
+
+	draws draws // fences drawn at release for our next acquisitions (fence.go)
 
 	// slots bounds the requests in flight on mc (see inFlight).
 	slots chan struct{}
@@ -244,41 +247,15 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 
 // tryLock takes the lock with add, the atomic create-if-absent, or with
 // a cas over a tombstone; then draws a fence; then confirms it still holds
-// the lock (see nextFence for why the confirmation is needed).
+// the lock (see nextFence for why the confirmation is needed). Where the
+// item and the counter share a server, tryPiped does it all in one round
+// trip when it can.
 func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	lk := lockKey(l.Key)
+	fk := lk + fenceSuffix // fenceKey(l.Key)
 	now := time.Now()
 	if err := d.ourTurn(ctx, l.Key); err != nil {
 		return backend.Grant{}, err
-	}
-	item := &memcache.Item{Key: lk, Value: holdValue(l.Token, l.Owner), Expiration: exp}
-
-	won, holder, err := d.claim(ctx, item, l.Token)
-	if err != nil {
-		// The add or cas may have been applied even though we saw an error
-		// (a timeout after the server stored it): take back what we may
-		// have left, token-checked, so that it does not hold the key.
-		d.backOut(lk, l.Token)
-		return backend.Grant{}, err
-	}
-	if !won {
-		d.foundHeld(ctx, l.Key, holder)
-		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
-	}
-
-	fail := func(err error) (backend.Grant, error) {
-		d.backOut(lk, l.Token)
-		return backend.Grant{}, err
-	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
-	}
-	fence, cur, addr, err := d.drawFence(lk, fenceKey(l.Key), eff)
-	if err != nil {
-		return fail(err)
-	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
 	}
 	// Release may use the item's cas id alone only within the hold's TTL,
 	// and only if the restart check covers it: cas ids start again from 1
@@ -288,7 +265,42 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	if d.checkTTL(eff) >= eff {
 		keepUntil = now.Add(eff)
 	}
-	if err := d.confirm(ctx, lk, l, fence, exp, cur, addr, keepUntil); err != nil {
+	g, value, done, err := d.tryPiped(ctx, l, lk, fk, exp, eff, keepUntil)
+	if done {
+		return g, err
+	}
+	if value == nil {
+		value = holdValue(l.Token, l.Owner)
+		won, holder, err := d.claim(ctx, &memcache.Item{Key: lk, Value: value, Expiration: exp}, l.Token)
+		if err != nil {
+			// The add or cas may have been applied even though we saw an
+			// error (a timeout after the server stored it): take back what
+			// we may have left, token-checked, so that it does not hold
+			// the key.
+			d.backOut(lk, l.Token)
+			return backend.Grant{}, err
+		}
+		if !won {
+			d.foundHeld(ctx, l.Key, holder)
+			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+		}
+	}
+
+	fail := func(err error) (backend.Grant, error) {
+		d.backOut(lk, l.Token)
+		return backend.Grant{}, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	fence, cur, addr, err := d.drawFence(lk, fk, eff)
+	if err != nil {
+		return fail(err)
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return fail(err)
+	}
+	if err := d.confirm(ctx, lk, l, value, fence, exp, cur, addr, keepUntil); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
@@ -298,14 +310,82 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// confirm checks that the item we created is still there, so that the
-// fence was drawn while we held the lock, and records the fence in it
-// (gets, then cas: the cas fails if the item changed since), for Inspect
-// and Break. If addr is not nil, drawFence read the item after the draw
-// (cur, nil if gone), which saves confirm's first gets, and the cas goes on
-// a connection to addr followed by a gets in the same write, whose item
-// Release will use until then (see heldItems; zero: not at all).
-func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
+// tryPiped is tryLock in one write, which adds the item with its fence
+// in it and reads back the item and the counter: with the fence drawn at
+// our last release of the key (see draws), granted if the counter still
+// shows it; else with a seed from the clock, whose add of the counter
+// goes between the item's add and the gets, granted if it created the
+// counter (the name is new, or its counter was lost), as seed's add is
+// (nextFence). done says that it decided (g, err); else, if value is not
+// nil, our item holding value was stored with a fence that does not
+// hold, and tryLock must draw one and confirm; if nil, tryLock takes its
+// usual path.
+func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, exp int32, eff time.Duration, keepUntil time.Time) (g backend.Grant, value []byte, done bool, err error) {
+	addr := d.pipeAddr(lk, fk)
+	if addr == nil {
+		return g, nil, false, nil
+	}
+	fence, drawn := d.draws.take(l.Key)
+	var seed []byte
+	var check time.Duration
+	if !drawn {
+		fence = uint64(time.Now().UnixMicro())
+		val := strconv.FormatUint(fence, 10)
+		seed = fmt.Appendf(nil, "add %s 0 %d %d\r\n%s\r\n", fk, d.fenceExp, len(val), val)
+		check = d.checkTTL(eff) // seeding: see seed
+	}
+	keep := func() {
+		if drawn {
+			d.draws.put(l.Key, fence) // unused, still good
+		}
+	}
+	value = fencedValue(l.Token, fence, l.Owner)
+	line, seeded, cur, counter, err := d.addRead(addr, check, lk, fk, value, exp, seed)
+	var refused *backend.NotAcquiredError
+	switch {
+	case errors.Is(err, errBusy), errors.As(err, &refused):
+		// Nothing sent. (A young server may still grant a name whose
+		// counter it has: the usual path tells.)
+		keep()
+		return g, nil, false, nil
+	case err != nil:
+		d.backOut(lk, l.Token) // see tryLock
+		return g, nil, true, fmt.Errorf("memcachelock: add: %w", err)
+	case line == "NOT_STORED" && (cur == nil || !heldBy(cur.Value, l.Token)):
+		keep()
+		if cur == nil || isTombstone(cur.Value) {
+			return g, nil, false, nil // freed since, or a tombstone: the usual path
+		}
+		d.foundHeld(ctx, l.Key, cur.Value)
+		return g, nil, true, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
+	case line != "STORED" && line != "NOT_STORED":
+		d.backOut(lk, l.Token)
+		return g, nil, true, fmt.Errorf("memcachelock: add: unexpected reply %q", line)
+	case cur == nil || !heldBy(cur.Value, l.Token):
+		return g, nil, true, fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	}
+	// Our item is stored (NOT_STORED with our token: a repeated add, see
+	// onProbe, whose first one was applied).
+	var buf [20]byte
+	if drawn && (counter == nil || !bytes.Equal(counter.Value, strconv.AppendUint(buf[:0], fence, 10))) || !drawn && seeded != "STORED" {
+		return g, value, false, nil // another fence was drawn since ours, or the counter exists: draw one
+	}
+	if !keepUntil.IsZero() {
+		d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, keepUntil)
+	}
+	d.granted(l.Key)
+	return backend.Grant{Fence: fence, TTL: eff}, nil, true, nil
+}
+
+// confirm checks that the item we created, holding value, is still there,
+// so that the fence was drawn while we held the lock, and records the
+// fence in it (gets, then cas: the cas fails if the item changed since),
+// for Inspect and Break. If addr is not nil, drawFence read the item after
+// the draw (cur, nil if gone), which saves confirm's first gets, and the
+// cas goes on a connection to addr followed by a gets in the same write,
+// whose item Release will use until then (see heldItems; zero: not at
+// all).
+func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, value []byte, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
 	for i := range maxAttempts {
 		if err := live(ctx, "acquire"); err != nil {
 			return err
@@ -330,8 +410,8 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, fence 
 		}
 		// Waiter marks appended since the add stay (see Waiting).
 		var marked []byte
-		if hv := holdValue(l.Token, l.Owner); bytes.HasPrefix(cur.Value, hv) {
-			marked = cur.Value[len(hv):]
+		if bytes.HasPrefix(cur.Value, value) {
+			marked = cur.Value[len(value):]
 		}
 		cur.Value, cur.Expiration = append(fencedValue(l.Token, fence, l.Owner), marked...), exp
 		if addr != nil {
@@ -463,7 +543,7 @@ func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp in
 	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
 		cur.Expiration = exp
 		return cur
-	})
+	}, d.cas)
 	return err
 }
 
@@ -481,7 +561,7 @@ func heldCheck(token string) func([]byte) error {
 // what next makes of it with a cas, which fails if the item changed since;
 // then it looks again, a bounded number of times. It returns the item as
 // read. what names the item in errors.
-func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([]byte) error, next func(*memcache.Item) *memcache.Item) (*memcache.Item, error) {
+func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(*memcache.Item) error) (*memcache.Item, error) {
 	for range maxAttempts {
 		if err := live(ctx, op); err != nil {
 			return nil, err
@@ -499,7 +579,7 @@ func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([
 		if err := live(ctx, op); err != nil {
 			return nil, err
 		}
-		err = d.cas(next(cur))
+		err = put(next(cur))
 		switch {
 		case err == nil:
 			return cur, nil
@@ -547,7 +627,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 			return err
 		}
 		// The item as our acquisition read it, if unchanged since: one cas.
-		err := d.dropItem(&memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
+		err := d.freeLock(l.Key, &memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
 		switch {
 		case err == nil:
 			d.released(l.Key, it.value)
@@ -557,7 +637,8 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		}
 		// Changed since (a refresh, a mark, an expiry): gets, then cas.
 	}
-	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), heldCheck(l.Token), tombstoneOf)
+	free := func(it *memcache.Item) error { return d.freeLock(l.Key, it) }
+	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), heldCheck(l.Token), func(it *memcache.Item) *memcache.Item { return it }, free)
 	if err != nil {
 		return err
 	}
@@ -568,7 +649,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 // drop removes item key if token holds it: gets, then a cas to the expired
 // tombstone (see Release). what names the item in errors.
 func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
-	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), tombstoneOf)
+	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), tombstoneOf, d.cas)
 	return err
 }
 

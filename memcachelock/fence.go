@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -22,15 +23,7 @@ import (
 // (cur nil: the item is gone), nil when the caller must read the item
 // itself.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
-	if d.servers == nil {
-		fence, err = d.nextFence(fk, ttl)
-		return fence, nil, nil, err
-	}
-	addr, err = d.servers.PickServer(fk)
-	if err != nil {
-		return 0, nil, nil, fmt.Errorf("memcachelock: %w", err)
-	}
-	if la, err := d.servers.PickServer(lk); err != nil || la.String() != addr.String() {
+	if addr = d.pipeAddr(lk, fk); addr == nil {
 		fence, err = d.nextFence(fk, ttl)
 		return fence, nil, nil, err
 	}
@@ -74,11 +67,16 @@ func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, unti
 	if err != nil {
 		return err
 	}
+	if line == "STORED" && cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
+		d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, until)
+	}
+	return storeReply(line)
+}
+
+// storeReply is the error of a storage command's reply line.
+func storeReply(line string) error {
 	switch line {
 	case "STORED":
-		if cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
-			d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, until)
-		}
 		return nil
 	case "EXISTS":
 		return memcache.ErrCASConflict
@@ -88,4 +86,169 @@ func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, unti
 		return memcache.ErrNotStored
 	}
 	return fmt.Errorf("unexpected reply %q", line)
+}
+
+// pipeAddr is the server of the lock item lk and its counter fk when
+// both live on it and the driver knows the server list, so that requests
+// on both can go in one write on a probe connection; else nil.
+func (d *Driver) pipeAddr(lk, fk string) net.Addr {
+	if d.servers == nil {
+		return nil
+	}
+	addr, err := d.servers.PickServer(fk)
+	if err != nil {
+		return nil
+	}
+	if la, err := d.servers.PickServer(lk); err != nil || la.String() != addr.String() {
+		return nil
+	}
+	return addr
+}
+
+// Fences drawn at release. A release of a lock whose item and counter
+// share a server sends, with its cas, the incr that draws the fence of
+// this driver's next acquisition of the key (draws). That acquisition
+// adds its item with the fence already in it and, in the same write,
+// reads the counter back: unchanged, nobody drew a fence between the
+// incr and the add, so the fence is above every earlier grant's, and the
+// acquisition costs one round trip. Changed (another holder came
+// between), it draws another and records it with a cas, as the usual
+// path does. An acquisition without a drawn fence guesses that the name
+// is new: its item carries a seed, and the seed's add goes in the same
+// write (see tryPiped). See docs/backends/memcachelock.md, "Acquiring in
+// one round trip".
+type draws struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+// maxDraws bounds the keys whose drawn fence a driver remembers: past
+// it, it forgets them all (their next acquisitions draw as first ones do).
+const maxDraws = 1 << 12
+
+func (w *draws) put(key string, fence uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil || len(w.m) >= maxDraws {
+		w.m = map[string]uint64{}
+	}
+	w.m[key] = fence
+}
+
+// take returns and forgets the fence drawn for key, if any.
+func (w *draws) take(key string) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f, ok := w.m[key]
+	if ok {
+		delete(w.m, key)
+	}
+	return f, ok
+}
+
+// peek returns the fence drawn for key, 0 if none.
+func (w *draws) peek(key string) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.m[key]
+}
+
+// addRead adds the lock item lk holding value, then sends seed, the
+// counter's add or nothing, then gets lk and the counter fk, all in one
+// write, which memcached runs in order. It returns the add's reply line,
+// the seed's ("" without one), and the items read (nil if missing). With
+// check > 0 it sends nothing unless the server has run for check (see
+// probes), and returns a *backend.NotAcquiredError. Its errors are
+// onProbe's (errBusy: no probe was free, nothing was sent).
+func (d *Driver) addRead(addr net.Addr, check time.Duration, lk, fk string, value []byte, exp int32, seed []byte) (line, seeded string, cur, counter *memcache.Item, err error) {
+	cmd := fmt.Appendf(make([]byte, 0, 128+len(value)+3*len(lk)), "add %s 0 %d %d\r\n", lk, exp, len(value))
+	cmd = append(append(cmd, value...), "\r\n"...)
+	cmd = append(cmd, seed...)
+	cmd = append(append(append(append(append(cmd, "gets "...), lk...), ' '), fk...), "\r\n"...)
+	err = d.onProbe(addr, false, func(p *probe) error {
+		cur, counter, seeded = nil, nil, ""
+		if err := p.ranFor(check); err != nil {
+			return err
+		}
+		if _, err := p.Write(cmd); err != nil {
+			return err
+		}
+		var err error
+		if line, err = p.line(); err != nil {
+			return err
+		}
+		if seed != nil {
+			if seeded, err = p.line(); err != nil {
+				return err
+			}
+		}
+		for {
+			head, err := p.r.ReadSlice('\n')
+			if err != nil {
+				return err
+			}
+			if string(head) == "END\r\n" {
+				return nil
+			}
+			key, bi, err := readValue(p.r, head)
+			if err != nil {
+				return err
+			}
+			it := &memcache.Item{Key: key, Value: bi.value, Flags: bi.flags, CasID: bi.cas}
+			switch key {
+			case lk:
+				cur = it
+			case fk:
+				counter = it
+			default:
+				return fmt.Errorf("gets reply for a key not asked for: %q", key)
+			}
+		}
+	})
+	return line, seeded, cur, counter, err
+}
+
+// freeLock replaces the lock item cur of key, if unchanged since the gets
+// that read it, with the tombstone (see Release). Where the item and its
+// counter share a server, the incr that draws the fence of our next
+// acquisition of key goes in the same write (draws); it also shows the
+// pollers that a hold came and went, which an acquisition with a drawn
+// fence does not.
+func (d *Driver) freeLock(key string, cur *memcache.Item) error {
+	it := tombstoneOf(cur)
+	fk := it.Key + fenceSuffix // fenceKey(key)
+	addr := d.pipeAddr(it.Key, fk)
+	if addr == nil {
+		return d.cas(it)
+	}
+	cmd := appendCas(make([]byte, 0, 64+2*len(it.Key)), it.Key, 0, it.Expiration, it.Value, it.CasID)
+	cmd = append(append(append(cmd, "incr "...), fk...), " 1\r\n"...)
+	var line, n string
+	err := d.onProbe(addr, false, func(p *probe) (err error) {
+		if _, err = p.Write(cmd); err != nil {
+			return err
+		}
+		if line, err = p.line(); err != nil {
+			return err
+		}
+		n, err = p.line()
+		return err
+	})
+	if errors.Is(err, errBusy) {
+		// gomemcache's connections: the incr still goes (see above).
+		if err := d.cas(it); err != nil {
+			return err
+		}
+		if f, err := d.incr(fk); err == nil {
+			d.draws.put(key, f)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if f, err := strconv.ParseUint(n, 10, 64); err == nil {
+		d.draws.put(key, f) // drawn whatever the cas did
+	}
+	return storeReply(line)
 }

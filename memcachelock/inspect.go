@@ -62,7 +62,7 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 			return fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		}
 		return nil
-	}, tombstoneOf)
+	}, tombstoneOf, d.cas)
 	if err != nil {
 		return backend.State{}, err
 	}

@@ -572,6 +572,15 @@ func testLostBeforeFence(t *testing.T, listed bool) {
 	}
 	b := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
+	// The name has a counter, so that A's guess that it is new fails (see
+	// tryPiped) and A draws with incr.
+	l0 := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+	if _, err := b.TryAcquire(ctx, l0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx, l0); err != nil {
+		t.Fatal(err)
+	}
 	lb := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 	var gb backend.Grant
 	var berr error
@@ -613,6 +622,39 @@ func testLostBeforeFence(t *testing.T, listed bool) {
 		t.Fatalf("fences: B %d, then C %d; want C > B+1 (A drew B+1)", gb.Fence, gc.Fence)
 	}
 	b.Release(ctx, lc)
+}
+
+// A fence drawn at a release, when another driver has taken the name
+// since, is below that holder's: the acquisition that carries it finds the
+// counter moved, draws again and records the new fence, above the other
+// holder's. So does an acquisition that guessed that a used name was new.
+func TestDrawnFenceOvertaken(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	a, b := openDriver(t, testenv.MemcacheAddr()), openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	var last uint64
+	for i, d := range []*Driver{a, b, a, a, b} {
+		l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Fence <= last {
+			t.Fatalf("acquisition %d: fence %d after %d", i, g.Fence, last)
+		}
+		last = g.Fence
+		st, err := b.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Fence != g.Fence {
+			t.Fatalf("acquisition %d: the item records fence %d, want %d", i, st.Fence, g.Fence)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Release races a refresh of the same holder: both complete, token-checked.

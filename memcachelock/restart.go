@@ -2,6 +2,7 @@ package memcachelock
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -115,53 +116,50 @@ func fenceErr(op string, err error) error {
 // gets reads lk after cmd took effect. With check > 0 it first makes sure,
 // on that connection, that the server has run for check (see probes): if
 // not, it sends nothing and returns a *backend.NotAcquiredError. Its
-// errors are the connection's, unwrapped, or errBusy when none is idle
-// and the cap is reached, unless must.
-func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (string, *memcache.Item, error) {
+// errors are onProbe's.
+func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (line string, it *memcache.Item, err error) {
 	if lk != "" {
 		cmd += "gets " + lk + "\r\n"
 	}
+	err = d.onProbe(addr, must, func(p *probe) (err error) {
+		line, it, err = p.exchange(check, cmd, lk)
+		return err
+	})
+	return line, it, err
+}
+
+// onProbe runs f, which writes its requests in one write and reads their
+// replies, on a probe connection to addr, within the client's timeout.
+// Its errors are the connection's, unwrapped, a refusal f returns (a
+// *backend.NotAcquiredError, which leaves the connection usable), or
+// errBusy when none is idle and the cap is reached, unless must. A
+// connection that was idle and turns out closed by the server (a restart)
+// is replaced, and f runs again on the new one.
+func (d *Driver) onProbe(addr net.Addr, must bool, f func(*probe) error) error {
 	for fresh := false; ; fresh = true {
 		p, reused, err := d.probe(context.Background(), addr, fresh, must)
 		if err != nil {
-			return "", nil, err
+			return err
 		}
-		line, it, err := p.exchange(d.timeout(), check, cmd, lk)
+		if err = p.SetDeadline(time.Now().Add(d.timeout())); err == nil {
+			err = f(p)
+		}
 		var refused *backend.NotAcquiredError
-		switch {
-		case errors.As(err, &refused):
+		if err == nil || errors.As(err, &refused) {
 			d.putProbe(addr, p)
-			return "", nil, err
-		case err != nil:
-			d.dropProbe(addr, p)
-			if reused && staleConn(err) {
-				continue // an idle connection the server closed (a restart): again on a new one
-			}
-			return "", nil, err
+			return err
 		}
-		d.putProbe(addr, p)
-		return line, it, nil
+		d.dropProbe(addr, p)
+		if !reused || !staleConn(err) {
+			return err
+		}
 	}
 }
 
-// exchange is Driver.exchange on p; an error other than a refusal leaves
-// p unusable.
-func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if err := p.SetDeadline(time.Now().Add(timeout)); err != nil {
+// exchange is Driver.exchange on p, within the deadline onProbe set.
+func (p *probe) exchange(check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
+	if err := p.ranFor(check); err != nil {
 		return "", nil, err
-	}
-	if check > 0 {
-		if p.started.IsZero() {
-			up, err := p.uptime()
-			if err != nil {
-				return "", nil, fmt.Errorf("uptime: %w", err)
-			}
-			p.started = time.Now().Add(-up)
-		}
-		if up := time.Since(p.started); up < check {
-			return "", nil, &backend.NotAcquiredError{Reason: fmt.Sprintf(
-				"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
-		}
 	}
 	if _, err := io.WriteString(p.Conn, cmd); err != nil {
 		return "", nil, err
@@ -172,6 +170,27 @@ func (p *probe) exchange(timeout, check time.Duration, cmd, lk string) (string, 
 	}
 	it, err := p.item(lk)
 	return line, it, err
+}
+
+// ranFor returns nil if p's server has run for check (0: no check), a
+// *backend.NotAcquiredError if not, having read the server's uptime on p
+// if it had not yet.
+func (p *probe) ranFor(check time.Duration) error {
+	if check <= 0 {
+		return nil
+	}
+	if p.started.IsZero() {
+		up, err := p.uptime()
+		if err != nil {
+			return fmt.Errorf("uptime: %w", err)
+		}
+		p.started = time.Now().Add(-up)
+	}
+	if up := time.Since(p.started); up < check {
+		return &backend.NotAcquiredError{Reason: fmt.Sprintf(
+			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", (check - up).Round(time.Millisecond))}
+	}
+	return nil
 }
 
 // item reads a gets reply for lk: its item, or nil if missing.
@@ -300,8 +319,19 @@ func (p *probe) uptime() (time.Duration, error) {
 	return up, nil
 }
 
-// line reads the next reply line.
+// line reads the next reply line; the usual replies cost no allocation.
 func (p *probe) line() (string, error) {
-	line, err := p.r.ReadString('\n')
-	return strings.TrimRight(line, "\r\n"), err
+	b, err := p.r.ReadSlice('\n')
+	if err != nil {
+		return "", err
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	for _, r := range replies {
+		if string(b) == r {
+			return r, nil
+		}
+	}
+	return string(b), nil
 }
+
+var replies = [...]string{"STORED", "NOT_STORED", "EXISTS", "NOT_FOUND", "END"}

@@ -54,17 +54,49 @@ func countedDriver(t *testing.T) (d *Driver, writes, dials *atomic.Int64) {
 	return d, writes, dials
 }
 
-// The round trips of an uncontended acquire+release: a reused name costs
-// add, incr with gets (one write), cas with gets, then the release's cas
-// (on the cas id that gets read); a new one (no fence counter) adds the
-// seed's add with gets, on a connection that read the server's uptime once
-// (no dial, no stats per name).
+// A driver made by New cannot see its client's server list: no pipelined
+// requests, so a cycle costs six round trips (add, incr, gets, cas; gets,
+// cas), on a new name or not.
+func TestRoundTripsNew(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d, writes, _ := countedDriver(t)
+	d.servers = nil
+	key := uniqueKey(t, "x")
+	for i := range 3 {
+		w0 := writes.Load()
+		l := backend.Claim{Key: key, Token: token(), TTL: time.Second}
+		if _, err := d.TryAcquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(6)
+		if i == 0 {
+			want = 7 // the seed's add after the incr found no counter
+		}
+		if n := writes.Load() - w0; n != want {
+			t.Errorf("cycle %d: %d round trips, want %d", i, n, want)
+		}
+	}
+}
+
+// The round trips of an uncontended acquire+release: two, as the raw
+// floor's add and delete, on a new name (the add carries a seed, whose add
+// of the counter goes in the same write, with a gets of both) and on a
+// name this driver released last (the add carries the fence drawn by the
+// release's incr, which went with its cas). A name whose counter another
+// driver moved since costs four: that write, incr with gets, cas with
+// gets, the release. No dial, no stats per name: the first cycle dials
+// one probe connection, which reads the server's uptime once.
 func TestRoundTrips(t *testing.T) {
 	testenv.Require(t, testenv.MemcacheAddr())
 	ctx := testCtx(t, 30*time.Second)
 	d, writes, dials := countedDriver(t)
+	other := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
-	cycle := func(k string) {
+	cycle := func(d *Driver, k string) {
 		t.Helper()
 		l := backend.Claim{Key: k, Token: token(), TTL: time.Second}
 		if _, err := d.TryAcquire(ctx, l); err != nil {
@@ -74,16 +106,20 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cycle(key + "-warm") // dials the client's connection and a probe
-	if n := dials.Load(); n != 2 {
-		t.Errorf("%d dials for the first cycle, want 2 (the client's connection, the probe)", n)
+	cycle(d, key+"-warm") // dials a probe, which reads the uptime
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d dials for the first cycle, want 1 (the probe)", n)
 	}
 	for i, c := range []struct {
-		key  string
-		want int64
-	}{{key + "-new", 5}, {key + "-new", 4}, {key + "-other", 5}} {
+		key   string
+		moved bool // another driver takes the name first
+		want  int64
+	}{{key + "-new", false, 2}, {key + "-new", false, 2}, {key + "-new", true, 4}, {key + "-new", false, 2}, {key + "-other", true, 4}} {
+		if c.moved {
+			cycle(other, c.key)
+		}
 		w0, d0 := writes.Load(), dials.Load()
-		cycle(c.key)
+		cycle(d, c.key)
 		if n := writes.Load() - w0; n != c.want {
 			t.Errorf("cycle %d: %d round trips, want %d", i, n, c.want)
 		}
@@ -151,15 +187,15 @@ func TestProbeReplaced(t *testing.T) {
 		if i == 1 {
 			break
 		}
-		if n := conns(); n != 2 {
-			t.Fatalf("%d connections after the first cycle, want 2 (the client's, the probe)", n)
+		if n := conns(); n != 1 {
+			t.Fatalf("%d connections after the first cycle, want 1 (the probe)", n)
 		}
 		mu.Lock()
-		sides[1].Close() // the probe's, dialled second
+		sides[0].Close()
 		mu.Unlock()
 	}
-	if n := conns(); n != 3 {
-		t.Errorf("%d connections, want 3 (the client's, the probe, its replacement)", n)
+	if n := conns(); n != 2 {
+		t.Errorf("%d connections, want 2 (the probe, its replacement)", n)
 	}
 }
 

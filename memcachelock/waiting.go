@@ -196,6 +196,7 @@ func (d *Driver) granted(key string) {
 // released records that this driver freed key, whose item was v: it
 // yields to another driver marked in v, or wakes this driver's waiters.
 func (d *Driver) released(key string, v []byte) {
+	drawn := d.draws.peek(key) // our release's incr, which ourTurn must not take for another's hold
 	w := &d.waits
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -215,12 +216,16 @@ func (d *Driver) released(key string, v []byte) {
 		kw.passed = 0
 		kw.yieldEnd = time.Now().Add(yieldWindow)
 		kw.yielded, _ = parseValue(v)
+		kw.yielded = max(kw.yielded, drawn)
 	}
 }
 
 // marked returns the id in the first mark in v, "" if none. Withdrawn
 // marks do not count.
 func marked(v []byte) string {
+	if len(marks(v)) == 0 {
+		return ""
+	}
 	ms := bytes.Split(marks(v), []byte(markSep))
 	for i, m := range ms {
 		if len(m) == 0 || m[0] == unmarkTag[0] {
