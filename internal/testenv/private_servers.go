@@ -56,6 +56,13 @@ func StartRedisTLS(t testing.TB, certs *Certs) (*Server, string) {
 // StartMemcached starts a private memcached (64 MB, UDP off).
 func StartMemcached(t testing.TB) *Server {
 	t.Helper()
+	return StartMemcachedWith(t)
+}
+
+// StartMemcachedWith is StartMemcached with extra arguments on the command
+// line, after its own.
+func StartMemcachedWith(t testing.TB, extra ...string) *Server {
+	t.Helper()
 	bin := needBinary(t, "memcached")
 	port := FreePorts(t, 1)[0]
 	s := &Server{Kind: "memcached", Name: "memcached-" + strconv.Itoa(port), Addr: loopback(port), dir: t.TempDir(), startIn: 20 * time.Second}
@@ -67,6 +74,7 @@ func StartMemcached(t testing.TB) *Server {
 		}
 		args = append(args, "-u", u)
 	}
+	args = append(args, extra...)
 	s.command = func() *exec.Cmd { return exec.Command(bin, args...) }
 	s.ready = func(ctx context.Context, s *Server) error { return exchange(ctx, s.Addr, "version\r\n", "VERSION") }
 	return newServer(t, s)
