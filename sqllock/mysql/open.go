@@ -135,7 +135,8 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	db := sql.OpenDB(conn) // dials nothing yet
 	if _, err := sqldb.New(db, sqldb.MySQL, urlOpts...); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("mysql: %w: %v", backend.ErrInvalidURL, err) // lock_table=
+		why, _ := strings.CutPrefix(err.Error(), "mysql: "+backend.ErrInvalidOption.Error()+": ")
+		return nil, fmt.Errorf("mysql: %w: %s", backend.ErrInvalidURL, why) // lock_table=
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
