@@ -41,6 +41,8 @@ type Driver struct {
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
 
 	hub hub
+
+	prepared prepared
 }
 
 var (
@@ -297,6 +299,9 @@ func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Res
 			return nil, context.Cause(ctx)
 		}
 	}
+	if s := d.stmt(ctx, query); s != nil {
+		return s.ExecContext(ctx, args...)
+	}
 	return d.db.ExecContext(ctx, query, args...)
 }
 
@@ -310,6 +315,7 @@ func (d *Driver) Close() error {
 	d.writes.Wait()
 	d.hub.done.Wait()
 	d.purging.Wait()
+	d.closeStmts()
 	if d.ownDB {
 		return d.db.Close()
 	}
