@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
+	"github.com/lockerhq/locker/sqllock/internal/micros"
 )
 
 // Driver keeps locks in a PostgreSQL table, and semaphores and read-write
@@ -85,15 +86,6 @@ func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 // table, as it appears in the driver's statements.
 func (d *Driver) TableName() string { return d.sql.table }
 
-// micros returns ttl in whole microseconds, rounded up: PostgreSQL's
-// timestamps count microseconds.
-func micros(ttl time.Duration) (int64, error) {
-	if ttl <= 0 {
-		return 0, fmt.Errorf("sqllock: %w: %v", backend.ErrInvalidTTL, ttl)
-	}
-	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
-}
-
 // enter registers a call with the gate: its context ends at Close, so
 // that Close unblocks calls in flight on a pool it did not open (its own
 // pool's connections it cuts).
@@ -139,7 +131,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	if l.Mode != backend.Exclusive {
 		return d.tryShared(ctx, l)
 	}
-	us, err := micros(l.TTL)
+	us, err := micros.Of("sqllock: ", l.TTL)
 	if err != nil {
 		return backend.Grant{}, err
 	}
@@ -204,7 +196,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		return d.RefreshMany(ctx, []backend.Claim{l})[0]
 	}
-	us, err := micros(l.TTL)
+	us, err := micros.Of("sqllock: ", l.TTL)
 	if err != nil {
 		return err
 	}
@@ -236,7 +228,7 @@ func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []erro
 	errs := make([]error, len(claims))
 	var locks, shared refreshBatch
 	for i, c := range claims {
-		us, err := micros(c.TTL)
+		us, err := micros.Of("sqllock: ", c.TTL)
 		if err != nil {
 			errs[i] = err
 		} else if c.Mode == backend.Exclusive {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/micros"
 )
 
 // SharedSchemaSQL is the DDL of the table of semaphores and read-write
@@ -303,7 +304,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	if err != nil {
 		return backend.Grant{}, err
 	}
-	us, err := micros(l.TTL)
+	us, err := micros.Of("sqllock: ", l.TTL)
 	if err != nil {
 		return backend.Grant{}, err
 	}

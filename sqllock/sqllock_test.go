@@ -16,6 +16,7 @@ import (
 	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/internal/testutil"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 )
 
 // baseURL returns the test database's URL, or skips (fails in CI) when the
@@ -26,22 +27,10 @@ func baseURL(t testing.TB) string {
 	return testenv.PostgresURL()
 }
 
-var randHex = testutil.RandHex
-
-// withParams adds query parameters to a URL.
-func withParams(t testing.TB, raw string, kv ...string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	for i := 0; i+1 < len(kv); i += 2 {
-		q.Set(kv[i], kv[i+1])
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+var (
+	randHex    = testutil.RandHex
+	withParams = sqltest.WithParams
+)
 
 // adminPool is a pool for the test's own statements, closed at cleanup.
 func adminPool(t testing.TB) *pgxpool.Pool {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
@@ -85,7 +86,7 @@ func TestBadURLsFailBeforeDialling(t *testing.T) {
 // A wrong password is ErrPermission, and says nothing of the password.
 func TestWrongPasswordIsPermission(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(baseURL(t))
+	u, err := url.Parse(sqltest.MySQLURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestWrongPasswordIsPermission(t *testing.T) {
 // The password may come from MYSQL_PWD, as with the mysql client; the
 // URL's wins.
 func TestPasswordFromEnvironment(t *testing.T) {
-	u, err := url.Parse(baseURL(t))
+	u, err := url.Parse(sqltest.MySQLURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

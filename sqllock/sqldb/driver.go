@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/micros"
 )
 
 // Driver keeps locks in a table of a database/sql database. It implements
@@ -40,6 +41,8 @@ type Driver struct {
 	schemaMu chan struct{} // held (full) while one call checks or creates the table
 
 	hub hub
+
+	prepared prepared
 }
 
 var (
@@ -70,7 +73,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 		why = fmt.Sprintf("retention %v: want 1s or more", cfg.retention)
 	}
 	if why != "" {
-		return nil, fmt.Errorf("sqldb: %w: %s", backend.ErrInvalidOption, why)
+		return nil, fmt.Errorf("%s: %w: %s", d.name, backend.ErrInvalidOption, why)
 	}
 	return &Driver{
 		db: db, dialect: d, cfg: cfg, sql: d.statements(table, shared),
@@ -103,20 +106,11 @@ func Open(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (*Driver, 
 // statements use it.
 func (d *Driver) TableName() string { return d.table }
 
-// micros returns ttl in whole microseconds, rounded up: the tables count
-// microseconds.
-func micros(ttl time.Duration) (int64, error) {
-	if ttl <= 0 {
-		return 0, fmt.Errorf("sqldb: %w: %v", backend.ErrInvalidTTL, ttl)
-	}
-	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
-}
-
 // begin enters the gate for op and makes the tables ready.
 func (d *Driver) begin(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s%w", prefix(op), err)
+		return nil, nil, fmt.Errorf("%s%w", d.prefix(op), err)
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		leave()
@@ -125,13 +119,14 @@ func (d *Driver) begin(ctx context.Context, op string) (context.Context, func(),
 	return ctx, leave, nil
 }
 
-// prefix starts the driver's errors of op: "" for the operator's calls,
-// whose operation the Client's error names already.
-func prefix(op string) string {
+// prefix starts the driver's errors of op with the dialect's name, which
+// is what the user opened (mysql://, sqlite://); op is "" for the
+// operator's calls, whose operation the Client's error names already.
+func (d *Driver) prefix(op string) string {
 	if op == "" {
-		return "sqldb: "
+		return d.dialect.name + ": "
 	}
-	return "sqldb: " + op + ": "
+	return d.dialect.name + ": " + op + ": "
 }
 
 // errHeld is the answer of an acquisition that found the name held.
@@ -167,7 +162,7 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 			return err
 		}
 	}
-	us, err := micros(c.TTL)
+	us, err := micros.Of(d.prefix(""), c.TTL)
 	if err != nil {
 		return backend.Grant{}, err
 	}
@@ -186,11 +181,11 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 	case err == nil:
 		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
 	case errors.Is(err, errHeld) || errors.Is(err, errRefused) || d.dialect.classify(err) == errDuplicate:
-		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrNotAcquired)
+		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotAcquired)
 	case errors.Is(err, errMismatch):
-		return backend.Grant{}, fmt.Errorf("sqldb: %w", backend.ErrLimitMismatch)
+		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrLimitMismatch)
 	case d.dialect.classify(err) == errDeadlock:
-		return backend.Grant{}, fmt.Errorf("sqldb: %w", &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
+		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
 	}
 	return backend.Grant{}, d.wrap("acquire", err)
 }
@@ -233,7 +228,7 @@ func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
 	if err := d.modeOK(c.Mode); err != nil {
 		return err
 	}
-	us, err := micros(c.TTL)
+	us, err := micros.Of(d.prefix(""), c.TTL)
 	if err != nil {
 		return err
 	}
@@ -250,7 +245,7 @@ func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
 	case err != nil:
 		return d.wrap("refresh", err)
 	case n == 0:
-		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+		return fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 	}
 	return nil
 }
@@ -277,9 +272,9 @@ func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 		return nil
 	}
 	if n, err := d.exec(ctx, d.sql.forget, c.Key, c.Token, int64(c.Fence), int64(c.Fence)); err == nil && n == 1 {
-		return fmt.Errorf("sqldb: %w: its TTL had run out", backend.ErrNotHeld)
+		return fmt.Errorf("%s%w: its TTL had run out", d.prefix(""), backend.ErrNotHeld)
 	}
-	return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+	return fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 }
 
 // exec runs a write statement and returns the rows it affected.
@@ -304,6 +299,9 @@ func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Res
 			return nil, context.Cause(ctx)
 		}
 	}
+	if s := d.stmt(ctx, query); s != nil {
+		return s.ExecContext(ctx, args...)
+	}
 	return d.db.ExecContext(ctx, query, args...)
 }
 
@@ -312,11 +310,12 @@ func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Res
 // *sql.DB given to Open, not one given to New.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
-		return fmt.Errorf("sqldb: close: %w", backend.ErrClosed)
+		return fmt.Errorf("%s%w", d.prefix("close"), backend.ErrClosed)
 	}
 	d.writes.Wait()
 	d.hub.done.Wait()
 	d.purging.Wait()
+	d.closeStmts()
 	if d.ownDB {
 		return d.db.Close()
 	}
@@ -327,13 +326,13 @@ func (d *Driver) Close() error {
 // Database errors name users and tables, never a password.
 func (d *Driver) wrap(op string, err error) error {
 	if d.gate.Closed() {
-		return fmt.Errorf("%s%w (%v)", prefix(op), backend.ErrClosed, err)
+		return fmt.Errorf("%s%w (%v)", d.prefix(op), backend.ErrClosed, err)
 	}
 	switch d.dialect.classify(err) {
 	case errPermission:
-		return fmt.Errorf("%s%w: %w", prefix(op), backend.ErrPermission, err)
+		return fmt.Errorf("%s%w: %w", d.prefix(op), backend.ErrPermission, err)
 	case errNoTable:
-		return fmt.Errorf("%stable %s does not exist (run the dialect's SchemaSQL or allow create_table): %w", prefix(op), d.table, err)
+		return fmt.Errorf("%stable %s does not exist (run the dialect's SchemaSQL or allow create_table): %w", d.prefix(op), d.table, err)
 	}
-	return fmt.Errorf("%s%w", prefix(op), err)
+	return fmt.Errorf("%s%w", d.prefix(op), err)
 }

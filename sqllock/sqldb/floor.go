@@ -19,7 +19,7 @@ func init() {
 // stays behind.
 func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	if d.sql.floorInsert == "" {
-		return fmt.Errorf("sqldb: floor: %s has none", d.dialect.name)
+		return fmt.Errorf("%sthe dialect has none", d.prefix("floor"))
 	}
 	ctx, leave, err := d.begin(ctx, "floor")
 	if err != nil {
@@ -32,7 +32,7 @@ func (d *Driver) rawFloor(ctx context.Context, key string) error {
 		return d.wrap("floor", err)
 	}
 	if n != 1 {
-		return fmt.Errorf("sqldb: floor: key %q is taken", key)
+		return fmt.Errorf("%skey %q is taken", d.prefix("floor"), key)
 	}
 	if _, err := d.exec(ctx, d.sql.floorDelete, key, token); err != nil {
 		return d.wrap("floor", err)

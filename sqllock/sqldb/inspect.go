@@ -123,14 +123,14 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.S
 		return backend.State{}, d.wrap("", err)
 	}
 	if !st.Held || st.Fence != fence {
-		return backend.State{}, fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 	}
 	n, err := d.exec(ctx, d.sql.breakLock, key, int64(fence))
 	switch {
 	case err != nil:
 		return backend.State{}, d.wrap("", err)
 	case n == 0:
-		return backend.State{}, fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+		return backend.State{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 	}
 	d.hub.notify(key)
 	return st, nil

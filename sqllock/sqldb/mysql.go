@@ -79,8 +79,6 @@ func mysqlSchema(lock, shared string) []string {
 
 func mysqlStatements(t, s string) statements {
 	const now = mysqlNow
-	// free is the condition under which a grant takes the name's row.
-	const free = `expires_us <= ` + now + ` OR token = VALUES(token)`
 	// derived is a table b(i, name, token, fence, owner, us) of n rows of
 	// arguments.
 	derived := func(n int) string {
@@ -93,6 +91,10 @@ func mysqlStatements(t, s string) statements {
 		return b.String()
 	}
 	const match = ` ON l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.fence = b.fence) AND l.owner = b.owner`
+	// took is true in the assignments after fence's when the grant took
+	// the row: LAST_INSERT_ID(x) sets what LAST_INSERT_ID() returns for
+	// the rest of the statement, the new fence or 0, never a row's fence.
+	const took = `fence = LAST_INSERT_ID()`
 	return statements{
 		// One statement: insert the name's row, or take the existing one
 		// if it is free (released, expired) or the token's own. The fence
@@ -103,15 +105,13 @@ func mysqlStatements(t, s string) statements {
 		// returns the fence, and 0 when the row was held (set in the
 		// VALUES, reset when the update keeps the row). ON DUPLICATE KEY
 		// UPDATE assigns left to right, each seeing the earlier ones:
-		// owner, fence and token come before expires_us, and token is
-		// assigned the claim's own, so that the condition reads the same
-		// in every assignment.
+		// fence decides, and the others follow it (took), so that the
+		// server parses and evaluates the clock and the condition once.
 		insert: `INSERT INTO ` + t + ` (name, token, owner, expires_us, fence) VALUES (?, ?, ?, ` + now + ` + ?, LAST_INSERT_ID(` + now + `))
 ON DUPLICATE KEY UPDATE
-    owner = IF(` + free + `, VALUES(owner), owner),
-    fence = IF(` + free + `, LAST_INSERT_ID(GREATEST(fence + 1, ` + now + `)), fence + 0 * LAST_INSERT_ID(0)),
-    token = IF(` + free + `, VALUES(token), token),
-    expires_us = IF(` + free + `, VALUES(expires_us), expires_us)`,
+    fence = IF(expires_us <= ` + now + ` OR token = VALUES(token), LAST_INSERT_ID(GREATEST(fence + 1, ` + now + `)), fence + 0 * LAST_INSERT_ID(0)),
+    token = IF(` + took + `, VALUES(token), token), owner = IF(` + took + `, VALUES(owner), owner),
+    expires_us = IF(` + took + `, VALUES(expires_us), expires_us)`,
 		refresh: `UPDATE ` + t + ` SET expires_us = ` + now + ` + ? WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
 		// A release leaves the row as a tombstone, with its fence.
 		release:   `UPDATE ` + t + ` SET token = '', owner = '', expires_us = ` + now + ` WHERE name = ? AND token = ? AND (? = 0 OR fence = ?) AND expires_us > ` + now,

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -14,76 +13,37 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/history"
-	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/internal/testutil"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 	"github.com/lockerhq/locker/sqllock/sqldb"
 )
 
-// mysqlConfig returns the test server's configuration, or skips (fails
-// in CI) when the server is not running.
-func mysqlConfig(t testing.TB) *gomysql.Config {
-	t.Helper()
-	testenv.Require(t, testenv.MySQLAddr())
-	u, err := url.Parse(testenv.MySQLURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := gomysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, u.Path[1:]
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.InterpolateParams = true
-	return cfg
-}
-
 var randHex = testutil.RandHex
 
-// table is a MySQL table for one test, dropped at its end, and a *sql.DB
-// for the test's own statements.
-type table struct {
-	name  string
-	admin *sql.DB
-	cfg   *gomysql.Config
-}
-
-func newTable(t *testing.T) *table {
-	cfg := mysqlConfig(t)
-	admin := openDB(t, cfg)
-	name := "locks_" + randHex(6)
-	t.Cleanup(func() {
-		if _, err := admin.Exec("DROP TABLE IF EXISTS `" + name + "`, `" + name + "_shared`"); err != nil {
-			t.Errorf("drop %s: %v", name, err)
+// newTable is a harness on a table of its own, whose drivers are
+// sqldb.Open's, each on a *sql.DB of its own, as another process's.
+func newTable(t *testing.T) *sqltest.MySQL {
+	cfg := sqltest.MySQLConfig(t)
+	return sqltest.NewMySQL(t, func(ctx context.Context, table string) (backend.Driver, error) {
+		conn, err := gomysql.NewConnector(cfg)
+		if err != nil {
+			return nil, err
 		}
+		return sqldb.Open(ctx, sql.OpenDB(conn), sqldb.MySQL, sqldb.WithTable(table))
 	})
-	return &table{name: name, admin: admin, cfg: cfg}
 }
 
-func openDB(t *testing.T, cfg *gomysql.Config) *sql.DB {
-	t.Helper()
-	conn, err := gomysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// driver opens a driver on its own *sql.DB, as another process would.
-func (tb *table) driver(t *testing.T) *sqldb.Driver {
+// driver opens a driver of h, closed at cleanup.
+func driver(t *testing.T, h *sqltest.MySQL) *sqldb.Driver {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := gomysql.NewConnector(tb.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := sqldb.Open(ctx, sql.OpenDB(conn), sqldb.MySQL, sqldb.WithTable(tb.name))
+	d, err := h.NewDriver(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	return d
+	return d.(*sqldb.Driver)
 }
 
 // Holders of one name, acquiring and releasing as fast as they can from
@@ -100,7 +60,7 @@ func TestFencesIncreaseAcrossReleases(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
-		d := tb.driver(t)
+		d := driver(t, tb)
 		wg.Go(func() {
 			for got := 0; got < rounds && ctx.Err() == nil; {
 				c := backend.Claim{Key: "ns/hot", Token: randHex(16), TTL: 10 * time.Second}
@@ -151,14 +111,14 @@ func TestFencesIncreaseAcrossServerDeleteAndTakeover(t *testing.T) {
 	tb := newTable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, other := tb.driver(t), tb.driver(t)
+	d, other := driver(t, tb), driver(t, tb)
 	a := backend.Claim{Key: "ns/taken", Token: randHex(16), TTL: time.Minute}
 	g, err := d.TryAcquire(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Fence = g.Fence
-	if _, err := tb.admin.ExecContext(ctx, "DELETE FROM `"+tb.name+"` WHERE name = ?", a.Key); err != nil {
+	if _, err := tb.Admin.ExecContext(ctx, "DELETE FROM `"+tb.Table+"` WHERE name = ?", a.Key); err != nil {
 		t.Fatal(err)
 	}
 	b := backend.Claim{Key: a.Key, Token: randHex(16), TTL: time.Minute}
@@ -172,8 +132,8 @@ func TestFencesIncreaseAcrossServerDeleteAndTakeover(t *testing.T) {
 	}
 	last := b.Fence
 	for round := range 20 {
-		expire := "UPDATE `" + tb.name + "` SET expires_us = expires_us - 120000000 WHERE name = ?"
-		if _, err := tb.admin.ExecContext(ctx, expire, a.Key); err != nil {
+		expire := "UPDATE `" + tb.Table + "` SET expires_us = expires_us - 120000000 WHERE name = ?"
+		if _, err := tb.Admin.ExecContext(ctx, expire, a.Key); err != nil {
 			t.Fatal(err)
 		}
 		drivers := []*sqldb.Driver{d, other, d, other, d, other}
@@ -210,7 +170,7 @@ func TestFencesIncreaseAcrossServerDeleteAndTakeover(t *testing.T) {
 func TestRefreshMany(t *testing.T) {
 	t.Parallel()
 	tb := newTable(t)
-	d := tb.driver(t)
+	d := driver(t, tb)
 	ctx := context.Background()
 	var held []backend.Claim
 	for i := range 5 {
@@ -228,8 +188,8 @@ func TestRefreshMany(t *testing.T) {
 		t.Fatal(err)
 	}
 	permit.Fence = g.Fence
-	expire := "UPDATE `" + tb.name + "` SET expires_us = expires_us - 1000000 WHERE name = ?"
-	if _, err := tb.admin.ExecContext(ctx, expire, held[3].Key); err != nil {
+	expire := "UPDATE `" + tb.Table + "` SET expires_us = expires_us - 1000000 WHERE name = ?"
+	if _, err := tb.Admin.ExecContext(ctx, expire, held[3].Key); err != nil {
 		t.Fatal(err)
 	}
 	forged := held[1]
@@ -275,7 +235,7 @@ func TestRefreshMany(t *testing.T) {
 func TestListPrefixIsLiteral(t *testing.T) {
 	t.Parallel()
 	tb := newTable(t)
-	d := tb.driver(t)
+	d := driver(t, tb)
 	ctx := context.Background()
 	keys := []string{`lk/a_b`, `lk/axb`, `lk/a%`, `lk/ay`, `lk/a\`, `lk/a\b`, "lk/é", "lk/éa", "lk/z\U0010FFFF"}
 	for _, k := range keys {
@@ -325,17 +285,17 @@ func TestListPrefixIsLiteral(t *testing.T) {
 func TestCancelledAcquisitionLandingLateIsUndone(t *testing.T) {
 	t.Parallel()
 	tb := newTable(t)
-	d, other := tb.driver(t), tb.driver(t)
+	d, other := driver(t, tb), driver(t, tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	key := "late/" + randHex(4)
-	tx, err := tb.admin.BeginTx(ctx, nil)
+	tx, err := tb.Admin.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
 	// An uncommitted row of the name: the driver's INSERT waits for it.
-	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+tb.name+"` (name, token, owner, expires_us, fence) VALUES (?, 'x', '', 0, 1)", key); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO `"+tb.Table+"` (name, token, owner, expires_us, fence) VALUES (?, 'x', '', 0, 1)", key); err != nil {
 		t.Fatal(err)
 	}
 	cctx, ccancel := context.WithTimeout(ctx, 100*time.Millisecond)

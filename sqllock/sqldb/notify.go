@@ -48,7 +48,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	// then waits for a poller this call starts.
 	_, leave, err := d.gate.Enter(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sqldb: subscribe: %w", err)
+		return nil, nil, fmt.Errorf("%s%w", d.prefix("subscribe"), err)
 	}
 	defer leave()
 	ch := make(chan struct{}, 1)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/micros"
 )
 
 // RefreshMany implements backend.BatchRefresher: per batch of up to the
@@ -17,7 +18,7 @@ func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []erro
 	var pos, shared []int
 	var args []any
 	for i, c := range claims {
-		us, err := micros(c.TTL)
+		us, err := micros.Of(d.prefix(""), c.TTL)
 		switch {
 		case err != nil:
 			errs[i] = err
@@ -40,7 +41,7 @@ func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []erro
 	// are few.
 	for _, i := range shared {
 		if errs[i] = d.modeOK(claims[i].Mode); errs[i] == nil {
-			us, _ := micros(claims[i].TTL)
+			us, _ := micros.Of("", claims[i].TTL)
 			errs[i] = d.refreshShared(ctx, claims[i], us)
 		}
 	}
@@ -81,7 +82,7 @@ func (d *Driver) refreshBatch(ctx context.Context, errs []error, pos []int, args
 	}
 	for _, i := range pos {
 		if !held[int64(i)] {
-			errs[i] = fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+			errs[i] = fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 		}
 	}
 }

@@ -47,7 +47,7 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	case d.dialect.classify(err) != errNoTable:
 		return d.wrap("schema", err)
 	case !d.cfg.create:
-		return fmt.Errorf("sqldb: table %s does not exist, and automatic creation is off (create_table=false): run the dialect's SchemaSQL", d.table)
+		return fmt.Errorf("%stable %s does not exist, and automatic creation is off (create_table=false): run the dialect's SchemaSQL", d.prefix(""), d.table)
 	default:
 		for _, stmt := range d.dialect.schema(d.table, d.shared) {
 			if _, err := d.db.ExecContext(ctx, stmt); err != nil {

@@ -52,7 +52,7 @@ func (d *Driver) Modes() backend.ModeSet {
 
 func (d *Driver) modeOK(m backend.Mode) error {
 	if !d.Modes().Has(m) {
-		return fmt.Errorf("sqldb: %w: %s claims on %s", backend.ErrUnsupported, m, d.dialect.name)
+		return fmt.Errorf("%s%w: %s claims", d.prefix(""), backend.ErrUnsupported, m)
 	}
 	return nil
 }
@@ -282,12 +282,12 @@ func (d *Driver) releaseSharedClaim(ctx context.Context, c backend.Claim) error 
 	case err != nil:
 		return d.wrap("release", err)
 	case found == 0:
-		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+		return fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 	case found == kindWaiting:
 		// A waiting writer's record, withdrawn: nothing was held; the
 		// readers it kept out may go.
 		d.hub.notify(c.Key)
-		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+		return fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 	}
 	d.hub.notify(c.Key)
 	return nil
@@ -302,7 +302,7 @@ func (d *Driver) refreshShared(ctx context.Context, c backend.Claim, us int64) e
 	case err != nil:
 		return d.wrap("refresh", err)
 	case n == 0:
-		return fmt.Errorf("sqldb: %w", backend.ErrNotHeld)
+		return fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotHeld)
 	}
 	return nil
 }

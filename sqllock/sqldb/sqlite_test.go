@@ -5,39 +5,19 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	_ "modernc.org/sqlite" // the user's driver, in these tests
-
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/conformance"
 	"github.com/lockerhq/locker/internal/testutil"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 )
 
-// sqliteDB opens path as a user of New would, with a driver and pragmas
-// of their choosing.
-func sqliteDB(t testing.TB, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file://"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
-// sqliteHarness runs the conformance suite through New, each driver on a
-// *sql.DB of its own on one file.
-type sqliteHarness struct {
-	t     *testing.T
-	path  string
-	admin *sql.DB
-}
-
-// sqliteOwned is a driver and the *sql.DB the harness made for it.
+// sqliteOwned is a driver on a *sql.DB of the test's, as a user of New
+// has it: Close closes the *sql.DB after the driver.
 type sqliteOwned struct {
 	*Driver
 	db *sql.DB
@@ -49,68 +29,27 @@ func (d sqliteOwned) Close() error {
 	return err
 }
 
-func (h *sqliteHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	db := sqliteDB(h.t, h.path)
-	d, err := New(db, SQLite)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return sqliteOwned{d, db}, nil
-}
-
-func (h *sqliteHarness) Expire(ctx context.Context, key string) error {
-	res, err := h.admin.ExecContext(ctx, `UPDATE locker_locks SET expires_us = 0 WHERE name = ?`, key)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return errors.New("no lock to expire on " + key)
-	}
-	return nil
-}
-
-// Residue counts the key's rows in both tables: its lock's, and its
-// semaphore's and read-write lock's (holders, waiting writers, anchors).
-// The fence counters are the tables', in sqlite_sequence.
-func (h *sqliteHarness) Residue(ctx context.Context, key string) (int, error) {
-	return h.count(ctx, key, "")
-}
-
-// Entries counts the key's live holders and waiting writers.
-func (h *sqliteHarness) Entries(ctx context.Context, key string) (int, error) {
-	return h.count(ctx, key, " AND expires_us > "+sqliteNow)
-}
-
-func (h *sqliteHarness) count(ctx context.Context, key, cond string) (int, error) {
-	var n int
-	err := h.admin.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM locker_locks WHERE name = ?1`+cond+
-		`) + (SELECT count(*) FROM locker_locks_shared WHERE name = ?1`+cond+`)`, key).Scan(&n)
-	return n, err
-}
-
-func (h *sqliteHarness) Traits() conformance.Traits {
-	// The clock ticks in milliseconds and an expiry is set a tick late.
-	return conformance.Traits{TTL: 500 * time.Millisecond, Granularity: time.Millisecond}
-}
-
+// The suite through New, each driver on a *sql.DB of its own on one file.
 func TestSQLiteConformance(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "locks.db")
-	admin := sqliteDB(t, path)
-	t.Cleanup(func() { admin.Close() })
-	conformance.Run(t, &sqliteHarness{t: t, path: path, admin: admin})
+	conformance.Run(t, sqltest.NewSQLite(t, func(ctx context.Context, path string) (backend.Driver, error) {
+		db := sqltest.SQLiteDB(t, path)
+		d, err := New(db, SQLite)
+		if err != nil {
+			return nil, err
+		}
+		return sqliteOwned{d, db}, nil
+	}))
 }
 
 // sqliteDriver is New on a fresh file, closed at cleanup, and its path.
 func sqliteDriver(t *testing.T) (*Driver, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "locks.db")
-	db := sqliteDB(t, path)
-	d, err := New(db, SQLite)
+	d, err := New(sqltest.SQLiteDB(t, path), SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Close(); db.Close() })
+	t.Cleanup(func() { d.Close() })
 	return d, path
 }
 
@@ -153,9 +92,7 @@ func TestSQLiteFencesGrow(t *testing.T) {
 	}
 	d.Close()
 	d.db.Close()
-	db := sqliteDB(t, path)
-	defer db.Close()
-	d2, err := New(db, SQLite)
+	d2, err := New(sqltest.SQLiteDB(t, path), SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +156,7 @@ func TestSQLiteClassify(t *testing.T) {
 func TestSQLiteTables(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := sqliteDB(t, filepath.Join(t.TempDir(), "locks.db"))
-	defer db.Close()
+	db := sqltest.SQLiteDB(t, filepath.Join(t.TempDir(), "locks.db"))
 	for _, name := range []string{`my "locks"`, "ü; DROP TABLE x; --"} {
 		d, err := New(db, SQLite, WithTable(name))
 		if err != nil {
@@ -335,12 +271,11 @@ func TestSQLiteSchemaSQL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "locks.db")
-	db := sqliteDB(t, path)
-	defer db.Close()
+	db := sqltest.SQLiteDB(t, path)
 	if _, err := db.ExecContext(ctx, SQLite.SchemaSQL()); err != nil {
 		t.Fatalf("SchemaSQL: %v\n%s", err, SQLite.SchemaSQL())
 	}
-	d, err := Open(ctx, sqliteDB(t, path), SQLite, WithCreateTable(false))
+	d, err := Open(ctx, sqltest.SQLiteDB(t, path), SQLite, WithCreateTable(false))
 	if err != nil {
 		t.Fatalf("Open with create_table=false on SchemaSQL's tables: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testutil"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 )
 
 // While another connection holds the database's write lock (BEGIN
@@ -31,7 +32,7 @@ func TestBusyDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other := adminDB(t, path)
+	other := sqltest.SQLiteDB(t, path)
 	conn, err := other.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -75,7 +75,7 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	// The URL's options alone first, on no database: a bad lock_table=
 	// is a bad URL.
 	if _, err := sqldb.New(&sql.DB{}, sqldb.SQLite, urlOpts...); err != nil {
-		why, _ := strings.CutPrefix(err.Error(), "sqldb: "+backend.ErrInvalidOption.Error()+": ")
+		why, _ := strings.CutPrefix(err.Error(), "sqlite: "+backend.ErrInvalidOption.Error()+": ")
 		return nil, fmt.Errorf("sqlite: %w: %s", backend.ErrInvalidURL, why)
 	}
 	// sql.Open only checks its arguments: the first connection opens the
@@ -94,7 +94,10 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	}
 	drv, err := sqldb.Open(ctx, db, sqldb.SQLite, append(urlOpts, opts...)...)
 	if err != nil {
-		return nil, failed(path, err)
+		if ferr := fileError(path, err); ferr != nil {
+			return nil, ferr
+		}
+		return nil, err // the engine's, which starts with "sqlite: "
 	}
 	// SQLite opens a file it may not write read-only, and says so only
 	// at the first write.
@@ -167,17 +170,26 @@ func journalMode(ctx context.Context, db *sql.DB, busy time.Duration) (string, e
 	}
 }
 
-// failed explains why Open could not use the file at path: its
-// directory is missing, or this process may not write it (an error
-// wrapping ErrPermission), or else err.
+// failed explains why Open could not use the file at path: see
+// fileError, or else err.
 func failed(path string, err error) error {
+	if ferr := fileError(path, err); ferr != nil {
+		return ferr
+	}
+	return fmt.Errorf("sqlite: open %s: %w", path, err)
+}
+
+// fileError says why Open could not use the file at path, if the file
+// system tells: its directory is missing, or this process may not write
+// it (an error wrapping ErrPermission); nil otherwise.
+func fileError(path string, err error) error {
 	if _, serr := os.Stat(filepath.Dir(path)); errors.Is(serr, os.ErrNotExist) {
 		return fmt.Errorf("sqlite: open %s: its directory does not exist (%w)", path, err)
 	}
 	if why := permission(path); why != nil {
 		return fmt.Errorf("sqlite: open %s: %w: %w", path, backend.ErrPermission, why)
 	}
-	return fmt.Errorf("sqlite: open %s: %w", path, err)
+	return nil
 }
 
 // permission says why this process may not write the database file or

@@ -1,0 +1,19 @@
+// Package micros converts TTLs to the whole microseconds that every SQL
+// dialect's tables count.
+package micros
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// Of returns ttl in whole microseconds, rounded up, or an error wrapping
+// backend.ErrInvalidTTL that starts with prefix ("sqllock: ").
+func Of(prefix string, ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("%s%w: %v", prefix, backend.ErrInvalidTTL, ttl)
+	}
+	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
+}
