@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,9 +46,9 @@ type hold struct {
 	refreshErr error         // the last failed automatic refresh, if the next has not succeeded
 	lost       chan struct{} // made when first asked for (Lost)
 	lostErr    error
-	onLost     map[*func(error)]struct{} // made when first needed
-	done       bool                      // released; no loss is reported after that
-	flight     *flight                   // the refresh in flight for re-entries, or nil
+	onLost     []*func(error) // a few at most (Do's)
+	done       bool           // released; no loss is reported after that
+	flight     *flight        // the refresh in flight for re-entries, or nil
 	// renewing is closed when the watchdog's refresh in flight ends; nil
 	// when none is. A release that lingers waits for it, so a late
 	// full-TTL refresh cannot land after the linger's shorter one.
@@ -119,7 +120,7 @@ func (h *hold) report(cause LostCause, err error, atRelease bool) {
 	if o := h.c.cfg.obs; o != nil && o.Lost != nil {
 		o.Lost(LostEvent{LockRef: h.ref(), Held: time.Since(h.granted), Cause: cause, Err: err})
 	}
-	for f := range fns {
+	for _, f := range fns {
 		(*f)(err)
 	}
 }
@@ -155,14 +156,11 @@ func (h *hold) afterLost(f func(error)) (stop func()) {
 		return func() {}
 	}
 	p := &f
-	if h.onLost == nil {
-		h.onLost = map[*func(error)]struct{}{}
-	}
-	h.onLost[p] = struct{}{}
+	h.onLost = append(h.onLost, p)
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
-		delete(h.onLost, p)
+		h.onLost = slices.DeleteFunc(h.onLost, func(q *func(error)) bool { return q == p })
 		h.mu.Unlock()
 	}
 }
