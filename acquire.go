@@ -455,7 +455,10 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	h.mu.Unlock()
 	c.dog.unschedule(h)
 	var err error
-	rest := h.minHold - time.Since(h.granted)
+	var rest time.Duration // what MinHold leaves, if it is set: the clock costs
+	if h.minHold > 0 {
+		rest = h.minHold - time.Since(h.granted)
+	}
 	if rest > 0 && lost == nil && renewing != nil {
 		// The watchdog's refresh must land first: it asks for a whole
 		// TTL, the linger for what is left of the minimum.
