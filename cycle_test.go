@@ -74,3 +74,24 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// A blocking Acquire of a free lock costs what TryAcquire does: no
+// turnstile, subscription or timer before its first try.
+func TestUncontendedAcquireAllocatesAsTryAcquire(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, memlock.NewStore())
+	cycle := func(acquire func(context.Context, string, ...locker.LockOption) (*locker.Lock, error)) float64 {
+		return testing.AllocsPerRun(200, func() {
+			l, err := acquire(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if try, acq := cycle(c.TryAcquire), cycle(c.Acquire); acq > try {
+		t.Fatalf("Acquire+Release: %v allocations, TryAcquire+Release: %v", acq, try)
+	}
+}
