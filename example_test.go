@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/lockerhq/locker"
@@ -55,4 +56,51 @@ func ExampleReentrant() {
 	inner.Release(ctx) // still held
 	outer.Release(ctx) // freed
 	// Output: true
+}
+
+// A transfer holds both accounts, whichever way round it names them, and
+// passes each account's fence with the write to it: the ledger refuses a
+// write with a fence below one it has seen, the write of a holder whose
+// lock has since passed to someone else. In SQL the same check is
+// UPDATE accounts SET balance = balance + $1, fence = $2 WHERE id = $3 AND fence <= $2.
+func ExampleClient_DoAll() {
+	ctx := context.Background()
+	client, err := locker.Open(ctx, "mem://example-transfer")
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	accounts := &ledger{balance: map[string]int{"alice": 100, "bob": 0}, fence: map[string]uint64{}}
+
+	transfer := func(from, to string, amount int) error {
+		return client.DoAll(ctx, []string{"account/" + from, "account/" + to}, func(ctx context.Context, locks *locker.LockSet) error {
+			if err := accounts.add(from, -amount, locks.Fence("account/"+from)); err != nil {
+				return err
+			}
+			return accounts.add(to, amount, locks.Fence("account/"+to))
+		})
+	}
+	fmt.Println(transfer("alice", "bob", 30), transfer("bob", "alice", 10))
+	fmt.Println(accounts.balance)
+	// Output:
+	// <nil> <nil>
+	// map[alice:80 bob:20]
+}
+
+// ledger stands for the store the locks protect.
+type ledger struct {
+	mu      sync.Mutex
+	balance map[string]int
+	fence   map[string]uint64 // the highest fence each account has seen
+}
+
+func (l *ledger) add(account string, amount int, fence uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if fence < l.fence[account] {
+		return fmt.Errorf("%s: fence %d is below %d: a later holder has written", account, fence, l.fence[account])
+	}
+	l.fence[account] = fence
+	l.balance[account] += amount
+	return nil
 }

@@ -93,8 +93,16 @@ func (h *hold) deadline() time.Time {
 	return h.validUntil
 }
 
-// lose is the driver's report of a loss (backend.Claim.OnLost).
-func (h *hold) lose(err error) { h.loseBy(LostReported, err) }
+// lose is the driver's report of a loss (backend.Claim.OnLost), which
+// does not know the lock's name: the error gets it, as every loss's does.
+func (h *hold) lose(err error) {
+	if errors.Is(err, ErrLost) {
+		err = fmt.Errorf("locker: %q: %w", h.name, err)
+	} else {
+		err = fmt.Errorf("locker: %q: %w: %w", h.name, ErrLost, err)
+	}
+	h.loseBy(LostReported, err)
+}
 
 // loseBy records that the lock is lost, once, and tells everyone listening.
 func (h *hold) loseBy(cause LostCause, err error) { h.report(cause, err, false) }

@@ -27,7 +27,7 @@ var brokenVariants = map[string][]string{
 	// Release deletes whatever holds the key: no token check.
 	"release-ignores-token": {"ForgedTokenChangesNothing", "DoubleReleaseNotHeld", "OldHolderCannotTouchNewHolder", "SemaphoreForgedTokenChangesNothing", "RWForgedTokenChangesNothing"},
 	// Refresh reports success without checking or extending anything.
-	"refresh-always-ok": {"LostSignalFires", "DoCancelsOnLoss", "ReentryAfterLossFails", "RefreshExtends", "WatchdogKeepsLock", "ReentryExtendsTTL", "ForgedTokenChangesNothing"},
+	"refresh-always-ok": {"LockSetLost", "LostSignalFires", "DoCancelsOnLoss", "ReentryAfterLossFails", "RefreshExtends", "WatchdogKeepsLock", "ReentryExtendsTTL", "ForgedTokenChangesNothing"},
 	// The TTL is ignored: locks never expire.
 	"never-expires": {"ExpiresAfterTTL", "OldHolderCannotTouchNewHolder", "FencesIncreaseAcrossExpiry", "SemaphoreCutHolderLosesFirst", "RWCutHolderLosesFirst"},
 	// Locks expire at half their TTL.
@@ -36,11 +36,11 @@ var brokenVariants = map[string][]string{
 	// see, enough for two holders at once.
 	"expires-slightly-early": {"LostBeforeTakeover"},
 	// TryAcquire takes over a held lock.
-	"no-exclusion": {"SecondAcquirerRefused", "ConcurrentTryAcquireOneWinner", "CounterUnderContention", "ReentrantThreeDeep", "WatchdogKeepsLock"},
+	"no-exclusion": {"LockSetAllOrNothing", "LockSetCrossedOrders", "SecondAcquirerRefused", "ConcurrentTryAcquireOneWinner", "CounterUnderContention", "ReentrantThreeDeep", "WatchdogKeepsLock"},
 	// Keys lose the characters a naive encoder drops, so names collide.
 	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
 	// Release reports success but leaves the lock held for an hour.
-	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake", "ReleaseAfterCancelFreesName"},
+	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake", "ReleaseAfterCancelFreesName", "LockSetAllOrNothing"},
 	// The store takes a claim that carries the holder's label for the
 	// holder, and lets it in: a label made the reentrancy key.
 	"label-reenters": {"SharedLabelExcludes"},

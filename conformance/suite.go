@@ -65,6 +65,9 @@ var cases = []testCase{
 	{"MinHoldOutlivesRelease", false, (*suite).minHold},
 	{"SharedLabelExcludes", false, (*suite).sharedLabel},
 	{"ReleaseAfterCancelFreesName", false, (*suite).releaseAfterCancel},
+	{"LockSetAllOrNothing", false, (*suite).lockSetAllOrNothing},
+	{"LockSetCrossedOrders", false, (*suite).lockSetCrossedOrders},
+	{"LockSetLost", false, (*suite).lockSetLost},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
 	{"SemaphoreLimitAndMismatch", false, (*suite).semLimit},

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -130,14 +131,22 @@ func (dep *deployment) checkMaxmemory(ctx context.Context, what string) {
 		}
 		return nil
 	}
+	_ = dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+}
+
+// eachServer calls f for each server that holds keys: every master of a
+// cluster, every shard of a ring (concurrently, for those two), or the one
+// server.
+func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *redis.Client) error) error {
 	switch c := dep.rdb.(type) {
 	case *redis.ClusterClient:
-		_ = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+		return c.ForEachMaster(ctx, f)
 	case *redis.Ring:
-		_ = c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
-	default:
-		_ = check(ctx, dep.rdb)
+		return c.ForEachShard(ctx, f)
+	case *redis.Client:
+		return f(ctx, c)
 	}
+	return fmt.Errorf("a %T: %w", dep.rdb, backend.ErrUnsupported)
 }
 
 // checkMaxmemoryAsync runs the check in the background, for constructors

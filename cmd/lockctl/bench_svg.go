@@ -33,7 +33,7 @@ func chart(rep benchReport) string {
 			if r.Parallel == nil {
 				return 0, false
 			}
-			return r.Parallel.OpsPerSec, true
+			return r.Parallel.Lock.PerSec.Median, true
 		}, true, nil},
 		{fmt.Sprintf("%d workers on one name, %d clients", c.Workers, c.Clients), "acquisitions/s", func(r bench.Result) (float64, bool) {
 			if r.Contended == nil {

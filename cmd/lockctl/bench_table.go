@@ -67,11 +67,12 @@ func writeTable(w io.Writer, rep benchReport) {
 		rep.Date.Format("2006-01-02 15:04 MST"), rep.Machine.OS, rep.Machine.Arch, rep.Machine.CPUs, rep.Machine.Go,
 		c.Duration, c.TTL, rep.Took.Round(time.Second))
 	fmt.Fprintf(w, "acquire+release: on a new name each, p50 and p99 over the rounds; ×floor: its p50 over the raw floor's (bare store requests on the same connections),\n"+
-		"interleaved in blocks of 50, median [range] over the rounds (— without a raw floor); handoff: from a Release call to the next holder's Acquire returning;\n"+
+		"interleaved in blocks of 50, median [range] over the rounds (— without a raw floor); parallel: goroutines of one client on names of their own,\n"+
+		"cycles/s and this process's CPU per cycle, each over the raw floor's run by the same goroutines, in alternating rounds; handoff: from a Release call to the next holder's Acquire returning;\n"+
 		"round trip: a refused TryAcquire, during the run; wait: Acquire call to return; retake: handoffs to the worker that released\n\n")
-	fmt.Fprintf(w, "| backend | acquire+release p50 | p99 | ops/s | ×floor | %d parallel: ops/s | p50 | p99 | %d workers on %d clients: acq/s | handoff p50 | p99 | round trip | handoff/rtt | wait p99 | fairness max/min | retake | %d held: heap/lock | refreshes/s | refresh calls/s | goroutines |\n",
+	fmt.Fprintf(w, "| backend | acquire+release p50 | p99 | ops/s | ×floor | %d parallel: cycles/s | ×floor | CPU/cycle | ×floor | p99 | %d workers on %d clients: acq/s | handoff p50 | p99 | round trip | handoff/rtt | wait p99 | fairness max/min | retake | %d held: heap/lock | refreshes/s | refresh calls/s | goroutines |\n",
 		c.Parallel, c.Workers, c.Clients, c.Held)
-	fmt.Fprintln(w, "|---"+strings.Repeat("|--:", 19)+"|")
+	fmt.Fprintln(w, "|---"+strings.Repeat("|--:", 21)+"|")
 	for _, r := range rep.Results {
 		cells := []string{r.Backend}
 		if l := r.Uncontended; l != nil {
@@ -83,10 +84,10 @@ func writeTable(w io.Writer, rep benchReport) {
 		} else {
 			cells = append(cells, rep.missing("uncontended"), "", "", "")
 		}
-		if l := r.Parallel; l != nil {
-			cells = append(cells, rate(l.OpsPerSec), dur(l.P50), dur(l.P99))
+		if p := r.Parallel; p != nil {
+			cells = append(cells, rate(p.Lock.PerSec.Median), ratio(p.VsFloor), dur(p.Lock.CPU), ratio(p.CPUVsFloor), dur(p.Lock.P99))
 		} else {
-			cells = append(cells, rep.missing("parallel"), "", "")
+			cells = append(cells, rep.missing("parallel"), "", "", "", "")
 		}
 		if k := r.Contended; k != nil {
 			fair := "∞"

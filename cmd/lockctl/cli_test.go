@@ -408,3 +408,35 @@ func TestNestedOwnerSignals(t *testing.T) {
 		t.Errorf("the nested COMMAND %d survived (kill 0: %v)", inner, err)
 	}
 }
+
+// Several names before -- are held together, all or nothing: COMMAND gets
+// them and their fences in LOCKER_NAMES and LOCKER_FENCES, in their byte
+// order; -n with one of them held runs nothing and holds none.
+func TestSeveralNames(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	script := `test "$LOCKER_NAMES" = "$(printf 'a\nb\nc')" && test "$(echo "$LOCKER_FENCES" | wc -l)" -eq 3 && test -z "$LOCKER_NAME"`
+	if p, code := run(t, u, "c", "a", "b", "--", "sh", "-c", script); code != 0 {
+		t.Fatalf("exit %d: %s", code, &p.stderr)
+	}
+	// b held by a run that waits for a signal file.
+	dir := t.TempDir()
+	holder := lockctlProc("run", "--backend", u, "b", "--", "sh", "-c", `echo >"$D/held"; while test ! -e "$D/done"; do sleep 0.05; done`)
+	holder.Env = append(holder.Env, "D="+dir)
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(dir, "held"), 20*time.Second)
+	p, code := run(t, u, "-n", "a", "b", "c", "--", "true")
+	if code != exitNotAcquired || !strings.Contains(p.stderr.String(), `"b"`) {
+		t.Errorf("-n with b held: exit %d, want %d naming b; stderr:\n%s", code, exitNotAcquired, &p.stderr)
+	}
+	// Neither a nor c was kept.
+	if p, code := run(t, u, "-n", "a", "c", "--", "true"); code != 0 {
+		t.Errorf("a and c after the refused set: exit %d; stderr:\n%s", code, &p.stderr)
+	}
+	os.WriteFile(filepath.Join(dir, "done"), nil, 0o600)
+	if err := holder.Wait(); err != nil {
+		t.Errorf("holder: %v: %s", err, &holder.stderr)
+	}
+}

@@ -213,6 +213,7 @@ func TestHelpEveryCommand(t *testing.T) {
 		"status":   append(ops, "--json"),
 		"list":     append(ops, "--json"),
 		"release":  append(ops, "--force", "--fence"),
+		"doctor":   append(ops, "--json", "--ttl"),
 		"backends": nil,
 		"bench":    {"--backends", "--json", "--svg", "--duration", "--ttl", "--workloads"},
 		"version":  {"--json"},

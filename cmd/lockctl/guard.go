@@ -31,8 +31,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/lockerhq/locker"
 )
 
 // envGuardian, set to guardianMode, makes lockctl the guardian, and
@@ -125,7 +123,7 @@ func (g *guardian) send(format string, args ...any) {
 }
 
 // until tells the guardian l's deadline, if it moved.
-func (g *guardian) until(l *locker.Lock) {
+func (g *guardian) until(l held) {
 	if g == nil {
 		return
 	}

@@ -8,6 +8,7 @@
 //	lockctl status [--json] NAME
 //	lockctl list [--json] [PREFIX]
 //	lockctl release --force [--fence N] NAME
+//	lockctl doctor [--ttl D] [--json]
 //	lockctl backends
 //	lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE]
 //	lockctl version [--json]
@@ -209,11 +210,12 @@ const (
 const envURL = "LOCKER_URL"
 
 const usage = `usage:
-  lockctl run [-n | -w D] [-s | -x | --limit N] [flags] NAME -- COMMAND [ARG...]
-                                               run COMMAND under the lock NAME
+  lockctl run [-n | -w D] [-s | -x | --limit N] [flags] NAME... -- COMMAND [ARG...]
+                                               run COMMAND under the lock NAME (or all NAMEs)
   lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
   lockctl list [--json] [PREFIX]               the held locks
   lockctl release --force [--fence N] NAME     break-glass: remove a stuck holder
+  lockctl doctor [--ttl D] [--json]            what in the deployment could break a lock
   lockctl backends                             the backends' URL forms
   lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE] [...]
   lockctl version [--json]
@@ -274,12 +276,14 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 		return backendsCmd(args[1:], stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "doctor":
+		return doctorCmd(args[1:], b, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, help)
 		global.printFlags(stdout)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, backends, bench or version)\n", args[0])
+		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, doctor, backends, bench or version)\n", args[0])
 		return exitUsage
 	}
 }

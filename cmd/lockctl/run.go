@@ -29,9 +29,26 @@ import (
 const (
 	envName      = "LOCKER_NAME"
 	envFence     = "LOCKER_FENCE"
+	envNames     = "LOCKER_NAMES"  // several names, one per line
+	envFences    = "LOCKER_FENCES" // their fences, line by line
 	envOwner     = "LOCKER_OWNER"
 	envBackendID = "LOCKER_BACKEND_ID"
 )
+
+// held is what run holds: a Lock, or a LockSet for several names.
+type held interface {
+	Fence(name string) uint64
+	TTL() time.Duration
+	Deadline() time.Time
+	Lost() <-chan struct{}
+	Err() error
+	Release(context.Context) error
+}
+
+// lockFence gives a Lock the LockSet's Fence(name).
+type lockFence struct{ *locker.Lock }
+
+func (l lockFence) Fence(string) uint64 { return l.Lock.Fence() }
 
 type runOpts struct {
 	backend  backendFlag
@@ -44,7 +61,9 @@ type runOpts struct {
 	grace    time.Duration
 	connect  time.Duration
 	verbose  bool
-	name     string
+	name     string   // the first of names
+	names    []string // NAME...: one lock, or a set taken all or nothing
+	quoted   string   // names, quoted, for messages
 	command  []string
 	stderr   io.Writer
 	dashName bool // NAME came after "--"
@@ -60,11 +79,14 @@ type runOpts struct {
 	lingering   time.Time // until when Release left the lock held (--min-hold)
 }
 
-const runUsage = `usage: lockctl run [flags] NAME -- COMMAND [ARG...]
+const runUsage = `usage: lockctl run [flags] NAME [NAME...] -- COMMAND [ARG...]
 
 Acquires NAME (waiting, like flock(1), unless -n or -w say otherwise), runs
 COMMAND with LOCKER_NAME and LOCKER_FENCE in its environment, and releases
-the lock when COMMAND exits. Durations are seconds (5, 1.5) or have a unit
+the lock when COMMAND exits. Several names before -- are taken all or
+nothing, in one order whatever order they are given in (no deadlock), and
+COMMAND gets LOCKER_NAMES and LOCKER_FENCES instead, one per line, in that
+order. Durations are seconds (5, 1.5) or have a unit
 (300ms, 2m, 1h). -s and -x are the two sides of a read-write lock NAME,
 which is not the lock that a run without them takes: every run of a name
 says -s or -x, or none does.
@@ -154,25 +176,36 @@ func (o *runOpts) parseArgs(rest []string) error {
 	case o.connect <= 0:
 		return fmt.Errorf("--connect-timeout %v: want a positive duration", o.connect)
 	case len(rest) == 0:
-		return errors.New("missing NAME (usage: lockctl run [flags] NAME -- COMMAND [ARG...])")
+		return errors.New("missing NAME (usage: lockctl run [flags] NAME [NAME...] -- COMMAND [ARG...])")
 	}
-	o.name, o.command = rest[0], rest[1:]
-	if len(o.command) > 0 && o.command[0] == "--" {
-		o.command = o.command[1:]
-	} else if len(o.command) > 0 && strings.HasPrefix(o.command[0], "-") {
-		return fmt.Errorf("%q after NAME: flags go before NAME, and COMMAND after --", o.command[0])
+	// The words before the first -- are names; without one, NAME COMMAND.
+	if i := slices.Index(rest, "--"); i > 0 {
+		o.names, o.command = rest[:i], rest[i+1:]
+	} else {
+		o.names, o.command = rest[:1], rest[1:]
+		if len(o.command) > 0 && strings.HasPrefix(o.command[0], "-") {
+			return fmt.Errorf("%q after NAME: flags go before NAME, and COMMAND after --", o.command[0])
+		}
 	}
 	if len(o.command) == 0 {
-		return errors.New("missing COMMAND (usage: lockctl run [flags] NAME -- COMMAND [ARG...])")
+		return errors.New("missing COMMAND (usage: lockctl run [flags] NAME [NAME...] -- COMMAND [ARG...])")
 	}
-	if err := locker.CheckName(o.name); err != nil {
-		return fmt.Errorf("NAME: %w", err)
+	var q []string
+	for _, n := range o.names {
+		if err := locker.CheckName(n); err != nil {
+			return fmt.Errorf("NAME: %w", err)
+		}
+		if strings.HasPrefix(n, "-") && !o.dashName {
+			// Almost always a misplaced flag; "lockctl run [flags] -- -NAME -- COMMAND"
+			// takes such a name.
+			return fmt.Errorf("NAME %q starts with '-': flags go before NAME (or put -- before such a NAME)", n)
+		}
+		q = append(q, strconv.Quote(n))
 	}
-	if strings.HasPrefix(o.name, "-") && !o.dashName {
-		// Almost always a misplaced flag; "lockctl run [flags] -- -NAME -- COMMAND"
-		// takes such a name.
-		return fmt.Errorf("NAME %q starts with '-': flags go before NAME (or put -- before such a NAME)", o.name)
+	if len(o.names) > 1 && o.owner != "" {
+		return errors.New("--owner takes one NAME: nested runs re-enter one lock")
 	}
+	o.name, o.quoted = o.names[0], strings.Join(q, ", ")
 	return nil
 }
 
@@ -304,23 +337,40 @@ func (o *runOpts) run() int {
 	if o.owner != "" {
 		opts = append(opts, locker.Label(o.owner), locker.Reentrant(o.owner))
 	}
-	l, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (*locker.Lock, error) {
-		switch {
-		case o.noWait:
-			return client.TryAcquire(ctx, o.name, opts...)
-		case o.waitSet:
-			ctx, cancel := context.WithTimeout(ctx, o.wait)
+	l, sig, err := interruptible(context.Background(), sigs, func(ctx context.Context) (held, error) {
+		if o.waitSet {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, o.wait)
 			defer cancel()
-			return client.Acquire(ctx, o.name, opts...)
-		default:
-			return client.Acquire(ctx, o.name, opts...)
 		}
+		var l held
+		var err error
+		switch {
+		case len(o.names) > 1 && o.noWait:
+			l, err = client.TryAcquireAll(ctx, o.names, opts...)
+		case len(o.names) > 1:
+			l, err = client.AcquireAll(ctx, o.names, opts...)
+		case o.noWait:
+			var one *locker.Lock
+			if one, err = client.TryAcquire(ctx, o.name, opts...); err == nil {
+				l = lockFence{one}
+			}
+		default:
+			var one *locker.Lock
+			if one, err = client.Acquire(ctx, o.name, opts...); err == nil {
+				l = lockFence{one}
+			}
+		}
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return l, nil
 	})
 	if sig != nil {
 		if l != nil {
 			o.release(l)
 		}
-		o.logf("interrupted by %v while waiting for %q", sig, o.name)
+		o.logf("interrupted by %v while waiting for %s", sig, o.quoted)
 		return signalStatus(sig)
 	}
 	if err != nil {
@@ -332,6 +382,9 @@ func (o *runOpts) run() int {
 		switch {
 		case busy && o.quietBusy:
 			return 0
+		case busy && len(o.names) > 1:
+			o.logf("not all of %s could be taken on %s: %v", o.quoted, o.store, err)
+			return o.busyCode
 		case busy:
 			o.logf("%s", o.busy(client))
 			return o.busyCode
@@ -344,16 +397,27 @@ func (o *runOpts) run() int {
 		}
 	}
 	o.acquired = time.Now()
+	names, fences := o.names[0], strconv.FormatUint(l.Fence(o.name), 10)
+	if len(o.names) > 1 {
+		set := l.(*locker.LockSet)
+		var fs []string
+		for _, n := range set.Names() {
+			fs = append(fs, strconv.FormatUint(set.Fence(n), 10))
+		}
+		names, fences = strings.Join(set.Names(), "\n"), strings.Join(fs, "\n")
+	}
 	if o.verbose {
-		o.logf("acquired %q on %s (fence %d, ttl %v)", o.name, o.store, l.Fence(), l.TTL())
+		o.logf("acquired %s on %s (fence %s, ttl %v)", o.quoted, o.store, strings.ReplaceAll(fences, "\n", ", "), l.TTL())
 	}
 
 	cmd := o.command
 	c := exec.Command(cmd[0], cmd[1:]...)
-	c.Env = append(without(os.Environ(), secrets),
-		envName+"="+o.name,
-		envFence+"="+strconv.FormatUint(l.Fence(), 10),
-	)
+	c.Env = without(os.Environ(), secrets)
+	if len(o.names) > 1 {
+		c.Env = append(c.Env, envNames+"="+names, envFences+"="+fences)
+	} else {
+		c.Env = append(c.Env, envName+"="+names, envFence+"="+fences)
+	}
 	if o.owner != "" {
 		c.Env = append(c.Env, envOwner+"="+o.owner, envBackendID+"="+bid)
 	}
@@ -399,12 +463,12 @@ func (o *runOpts) busy(c *locker.Client) string {
 		why = fmt.Sprintf("(not acquired within --wait %v)", o.wait)
 	}
 	if o.limit > 0 {
-		return fmt.Sprintf("all %d permits of %q on %s are held %s", o.limit, o.name, o.store, why)
+		return fmt.Sprintf("all %d permits of %s on %s are held %s", o.limit, o.quoted, o.store, why)
 	}
 	if h := o.heldBy(c); h != "" {
-		return fmt.Sprintf("%q is held by another holder on %s: %s %s", o.name, o.store, h, why)
+		return fmt.Sprintf("%s is held by another holder on %s: %s %s", o.quoted, o.store, h, why)
 	}
-	return fmt.Sprintf("%q is held by another holder on %s %s", o.name, o.store, why)
+	return fmt.Sprintf("%s is held by another holder on %s %s", o.quoted, o.store, why)
 }
 
 // heldBy describes the holder of o.name (owner, fence) where the store
@@ -444,7 +508,7 @@ func (o *runOpts) start(c *exec.Cmd) error {
 // stopping it if l is lost, and keeps g told of l's deadline. It returns
 // the exit status as a shell reports it and the loss, if the lock was lost
 // while c ran.
-func (o *runOpts) supervise(c *exec.Cmd, l *locker.Lock, g *guardian, sigs <-chan os.Signal) (int, error) {
+func (o *runOpts) supervise(c *exec.Cmd, l held, g *guardian, sigs <-chan os.Signal) (int, error) {
 	// Signal COMMAND's process group, or only COMMAND when it shares
 	// lockctl's group.
 	target := -c.Process.Pid
@@ -483,7 +547,7 @@ wait:
 		case <-lostC:
 			lostC = nil
 			lost = l.Err()
-			o.logf("lost the lock on %q while COMMAND ran: %v; sending SIGTERM to COMMAND (SIGKILL in %v)", o.name, lost, o.grace)
+			o.logf("lost the lock on %s while COMMAND ran: %v; sending SIGTERM to COMMAND (SIGKILL in %v)", o.quoted, lost, o.grace)
 			syscall.Kill(target, syscall.SIGTERM)
 			killAt = time.Now().Add(o.grace)
 			kill = time.After(o.grace)
@@ -505,7 +569,7 @@ wait:
 	if lost == nil && l != nil {
 		if err := l.Err(); err != nil && errors.Is(err, locker.ErrLost) {
 			lost = err
-			o.logf("lost the lock on %q while COMMAND ran: %v", o.name, lost)
+			o.logf("lost the lock on %s while COMMAND ran: %v", o.quoted, lost)
 		}
 	}
 	if lost != nil {
@@ -534,7 +598,7 @@ func exitStatus(ps *os.ProcessState) int {
 
 // release releases l, bounded in time: past its TTL the store frees it
 // anyway.
-func (o *runOpts) release(l *locker.Lock) {
+func (o *runOpts) release(l held) {
 	ctx, cancel := context.WithTimeout(context.Background(), min(max(l.TTL(), time.Second), 10*time.Second))
 	defer cancel()
 	until := o.acquired.Add(o.minHold)
@@ -543,11 +607,11 @@ func (o *runOpts) release(l *locker.Lock) {
 	case err == nil && o.minHold > 0 && time.Now().Before(until):
 		o.lingering = until
 		if o.verbose {
-			o.logf("released %q: left held until %s, min-hold %v", o.name, until.Format("15:04:05.000"), o.minHold)
+			o.logf("released %s: left held until %s, min-hold %v", o.quoted, until.Format("15:04:05.000"), o.minHold)
 		}
 	case err == nil:
 		if o.verbose {
-			o.logf("released %q", o.name)
+			o.logf("released %s", o.quoted)
 		}
 	case l.Err() != nil:
 		// Lost: reported already.
@@ -576,7 +640,7 @@ func (o *runOpts) stay(c *locker.Client, sigs <-chan os.Signal) {
 	select {
 	case <-t.C:
 	case sig := <-sigs:
-		o.logf("interrupted by %v: %q is freed now, before its min-hold", sig, o.name)
+		o.logf("interrupted by %v: %s is freed now, before its min-hold", sig, o.quoted)
 	}
 }
 

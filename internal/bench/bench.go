@@ -161,7 +161,7 @@ type Result struct {
 	// Floor compares the uncontended acquire+release with the driver's raw
 	// floor and the Client's other paths, interleaved.
 	Floor     *Floor      `json:"floor,omitempty"`
-	Parallel  *Latency    `json:"parallel,omitempty"`
+	Parallel  *Throughput `json:"parallel,omitempty"`
 	Contended *Contention `json:"contended,omitempty"`
 	// ScaleFew and Scale: as many workers as clients, then ScaleWorkers,
 	// on one name; Names: many names with a few workers each.
@@ -321,44 +321,6 @@ func acquireRelease(ctx context.Context, c *locker.Client, name string) error {
 		return err
 	}
 	return l.Release(ctx)
-}
-
-// Parallel times acquire+release by cfg.Parallel goroutines of one client,
-// each on a name of its own.
-func Parallel(ctx context.Context, cs clients, cfg Config) (Latency, error) {
-	cfg = cfg.withDefaults()
-	c, err := cs.client(ctx)
-	if err != nil {
-		return Latency{}, err
-	}
-	defer c.Close()
-	for i := range cfg.Parallel {
-		if err := acquireRelease(ctx, c, fmt.Sprintf("parallel-%d", i)); err != nil {
-			return Latency{}, err
-		}
-	}
-	lats := make([][]time.Duration, cfg.Parallel)
-	var errs atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range cfg.Parallel {
-		wg.Go(func() {
-			name := fmt.Sprintf("parallel-%d", i)
-			for time.Since(start) < cfg.Duration && ctx.Err() == nil {
-				t := time.Now()
-				if err := acquireRelease(ctx, c, name); err != nil {
-					if errs.Add(1) > 1000 {
-						return
-					}
-					continue
-				}
-				lats[i] = append(lats[i], time.Since(t))
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	return summarize(slices.Concat(lats...), elapsed, int(errs.Load())), nil
 }
 
 // RunContended runs cfg.Workers workers over cfg.Clients clients, all

@@ -46,8 +46,9 @@ func TestRunMem(t *testing.T) {
 	if r.Uncontended.Ops == 0 || r.Uncontended.P50 <= 0 || r.Uncontended.P99 < r.Uncontended.P50 {
 		t.Errorf("uncontended %+v", r.Uncontended)
 	}
-	if r.Parallel.Ops == 0 {
-		t.Errorf("parallel %+v", r.Parallel)
+	if p := r.Parallel; p.Lock.Cycles == 0 || p.Floor == nil || p.Floor.Cycles == 0 || p.VsFloor.Rounds != parallelRounds ||
+		p.CPUVsFloor.Rounds != parallelRounds || p.Lock.CPU <= 0 || p.Lock.P99 < p.Lock.P50 {
+		t.Errorf("parallel %+v", p)
 	}
 	if k := r.Contended; k.Acquisitions == 0 || k.MaxPer < k.MinPer || k.Errors > 0 {
 		t.Errorf("contended %+v", k)

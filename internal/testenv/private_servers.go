@@ -90,6 +90,13 @@ func pgBin(t testing.TB) string {
 // "locker". Started as root, it runs as user postgres.
 func StartPostgres(t testing.TB) *Server {
 	t.Helper()
+	return StartPostgresWith(t)
+}
+
+// StartPostgresWith is StartPostgres with extra arguments on the command
+// line, after its own (a later -c name=value wins).
+func StartPostgresWith(t testing.TB, extra ...string) *Server {
+	t.Helper()
 	bin := pgBin(t)
 	port := FreePorts(t, 1)[0]
 	// t.TempDir's parents are private to root; postgres needs its own.
@@ -129,11 +136,11 @@ func StartPostgres(t testing.TB) *Server {
 		stopSig: syscall.SIGINT, // fast shutdown: SIGTERM would wait for clients
 	}
 	s.command = func() *exec.Cmd {
-		return asPostgres(exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-			"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(port),
-			"-c", "unix_socket_directories="+dir, "-c", "max_connections=100",
+		return asPostgres(exec.Command(filepath.Join(bin, "postgres"), append([]string{"-D", data,
+			"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(port),
+			"-c", "unix_socket_directories=" + dir, "-c", "max_connections=100",
 			"-c", "shared_buffers=16MB", "-c", "fsync=off", "-c", "synchronous_commit=off",
-			"-c", "full_page_writes=off", "-c", "logging_collector=off", "-c", "log_min_messages=warning"))
+			"-c", "full_page_writes=off", "-c", "logging_collector=off", "-c", "log_min_messages=warning"}, extra...)...))
 	}
 	isready := filepath.Join(bin, "pg_isready")
 	s.ready = func(ctx context.Context, s *Server) error {

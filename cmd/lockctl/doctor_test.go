@@ -1,0 +1,42 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+// doctor's exit status is the worst finding's level: 2 for a Redis that
+// may evict lock keys, with the line that says why and the fix; --json
+// gives the same findings.
+func TestDoctor(t *testing.T) {
+	t.Parallel()
+	evicting := testenv.StartRedisWith(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	u := "redis://" + evicting.Addr
+	out, code, stderr := lockctlOut(t, "doctor", "--backend", u)
+	if code != 2 || !strings.Contains(out, "unsafe  redis.maxmemory-policy") || !strings.Contains(out, "Fix: CONFIG SET maxmemory-policy noeviction") {
+		t.Fatalf("doctor on an evicting server: exit %d, want 2 and the finding; stdout:\n%s\nstderr:\n%s", code, out, stderr)
+	}
+	out, code, _ = lockctlOut(t, "doctor", "--json", "--backend", u)
+	var rep struct {
+		Level    string `json:"level"`
+		Findings []struct {
+			Check string `json:"check"`
+			Level int    `json:"level"`
+		} `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 2 || rep.Level != "unsafe" || len(rep.Findings) == 0 {
+		t.Fatalf("--json: exit %d, %v, %+v:\n%s", code, err, rep, out)
+	}
+	// The file backend has no checks: a warning, exit 1.
+	if out, code, _ := lockctlOut(t, "doctor", "--backend", fileURL(t)); code != 1 || !strings.Contains(out, "no checks") {
+		t.Fatalf("doctor on the file backend: exit %d, want 1; stdout:\n%s", code, out)
+	}
+	if _, code, stderr := lockctlOut(t, "doctor", "--backend", u, "extra"); code != exitUsage || !strings.Contains(stderr, "takes no arguments") {
+		t.Fatalf("doctor with an argument: exit %d; %s", code, stderr)
+	}
+}

@@ -1,0 +1,167 @@
+package locker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/memlock"
+)
+
+// free reports the names of names that c can take at once (and gives
+// back).
+func free(t *testing.T, c *locker.Client, names ...string) []string {
+	t.Helper()
+	var out []string
+	for _, n := range names {
+		l, err := c.TryAcquire(context.Background(), n)
+		if err != nil {
+			continue
+		}
+		out = append(out, n)
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func TestLockSetAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s := memlock.NewStore()
+	a, b, obs := newClient(t, s), newClient(t, s), newClient(t, s)
+	held, err := b.TryAcquire(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.TryAcquireAll(ctx, []string{"z", "m", "a"})
+	if !errors.Is(err, locker.ErrNotAcquired) || !strings.Contains(err.Error(), `"m"`) {
+		t.Fatalf("TryAcquireAll with m held: %v, want ErrNotAcquired naming m", err)
+	}
+	if got := free(t, obs, "a", "z"); len(got) != 2 {
+		t.Fatalf("after the refusal, free: %v; want a and z (nothing kept)", got)
+	}
+	// Waiting, cut by the context: the same.
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := a.AcquireAll(cctx, []string{"z", "m", "a"}); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("AcquireAll cut by its context: %v", err)
+	}
+	if got := free(t, obs, "a", "z"); len(got) != 2 {
+		t.Fatalf("after the cut wait, free: %v; want a and z", got)
+	}
+	// WaitAtMost bounds the whole set's wait.
+	start := time.Now()
+	if _, err := a.AcquireAll(ctx, []string{"a", "m"}, locker.WaitAtMost(100*time.Millisecond)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("AcquireAll with WaitAtMost: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("WaitAtMost(100ms) waited %v", d)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	set, err := a.TryAcquireAll(ctx, []string{"z", "m", "a", "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Names(); !slices.Equal(got, []string{"a", "m", "z"}) {
+		t.Errorf("Names: %v, want [a m z]", got)
+	}
+	if set.Fence("m") == 0 || set.Fence("q") != 0 {
+		t.Errorf("Fence(m) %d, Fence(q) %d", set.Fence("m"), set.Fence("q"))
+	}
+	if got := free(t, obs, "a", "m", "z"); len(got) != 0 {
+		t.Fatalf("while the set is held, free: %v", got)
+	}
+	if err := set.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(ctx); !errors.Is(err, locker.ErrNotHeld) || strings.Count(err.Error(), "released already") != 1 {
+		t.Errorf("second Release: %v, want one ErrNotHeld", err)
+	}
+	if got := free(t, obs, "a", "m", "z"); len(got) != 3 {
+		t.Fatalf("after Release, free: %v", got)
+	}
+}
+
+func TestLockSetBadInput(t *testing.T) {
+	c := newClient(t, memlock.NewStore())
+	ctx := context.Background()
+	for _, names := range [][]string{nil, {}, {"ok", ""}, {"ok", strings.Repeat("x", locker.MaxNameLen+1)}} {
+		if _, err := c.TryAcquireAll(ctx, names); !errors.Is(err, locker.ErrInvalidName) {
+			t.Errorf("TryAcquireAll(%q): %v, want ErrInvalidName", names, err)
+		}
+	}
+	if got := free(t, c, "ok"); len(got) != 1 {
+		t.Error("a refused set took a lock")
+	}
+}
+
+// Callers asking for the same names in crossed orders always finish.
+func TestLockSetCrossedOrders(t *testing.T) {
+	s := memlock.NewStore()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i, names := range [][]string{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "a"}, {"c", "a"}} {
+		c := newClient(t, s)
+		wg.Go(func() {
+			for j := range 200 {
+				err := c.DoAll(ctx, names, func(ctx context.Context, set *locker.LockSet) error { return nil })
+				if err != nil {
+					errs <- fmt.Errorf("caller %d, round %d: %w", i, j, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// The loss of one lock is the loss of the set: Lost fires, Err names it,
+// and DoAll's context ends with it as the cause.
+func TestLockSetLoss(t *testing.T) {
+	ctx := context.Background()
+	s := memlock.NewStore()
+	c, other := newClient(t, s), newClient(t, s)
+	err := c.DoAll(ctx, []string{"p", "q"}, func(ctx context.Context, set *locker.LockSet) error {
+		st, err := other.Inspect(ctx, "q")
+		if err != nil {
+			return err
+		}
+		if _, err := other.ForceRelease(ctx, "q", st.Fence); err != nil {
+			return err
+		}
+		if err := set.Refresh(ctx); !errors.Is(err, locker.ErrNotHeld) {
+			return fmt.Errorf("refresh after q was broken: %v", err)
+		}
+		select {
+		case <-set.Lost():
+		case <-time.After(5 * time.Second):
+			return errors.New("Lost did not fire")
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	if !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), `"q"`) {
+		t.Fatalf("DoAll: %v, want ErrLost naming q", err)
+	}
+	if got := free(t, other, "p", "q"); len(got) != 2 {
+		t.Fatalf("after DoAll, free: %v", got)
+	}
+}

@@ -1,0 +1,169 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+var (
+	_ backend.Diagnoser  = (*Driver)(nil)
+	_ backend.StoreClock = (*Driver)(nil)
+)
+
+// Diagnose implements backend.Diagnoser: on each server that holds keys
+// (every master of a cluster, every shard of a ring), eviction, persistence
+// (what the delayed restart costs with ttl), replication, the cluster's
+// state and the credential's rights.
+func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: diagnose: %w", err)
+	}
+	defer done()
+	var fs []backend.Finding
+	if c, ok := d.dep.rdb.(*redis.ClusterClient); ok {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redislock: diagnose: %w", err)
+		}
+		if state := infoField(info, "cluster_state"); state != "ok" {
+			fs = append(fs, backend.Finding{Check: "redis.cluster-state", Level: backend.Unsafe,
+				What: "cluster_state is " + state, Why: "slots without a master refuse every lock on them",
+				Fix: "bring the cluster back to cluster_state:ok (redis-cli --cluster check)"})
+		} else {
+			fs = append(fs, backend.Finding{Check: "redis.cluster-state", Level: backend.Sound, What: "cluster_state ok"})
+		}
+	}
+	var mu sync.Mutex
+	err = d.dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error {
+		f, err := diagnose(ctx, c, c.Options().Addr, ttl, d.dep.restartMax)
+		mu.Lock()
+		fs = append(fs, f...)
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redislock: diagnose: %w", err)
+	}
+	return fs, nil
+}
+
+// StoreTime implements backend.StoreClock: the server's TIME.
+func (d *Driver) StoreTime(ctx context.Context) (time.Time, error) {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redislock: %w", err)
+	}
+	defer done()
+	t, err := d.dep.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redislock: %w", err)
+	}
+	return t, nil
+}
+
+// diagnose checks one server.
+func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax time.Duration) ([]backend.Finding, error) {
+	var fs []backend.Finding
+	add := func(check string, l backend.Level, what, why, fix string) {
+		fs = append(fs, backend.Finding{Check: "redis." + check, Level: l, What: addr + ": " + what, Why: why, Fix: fix})
+	}
+	cfg, err := c.ConfigGet(ctx, "*").Result()
+	if err != nil {
+		add("config", backend.Warning, "cannot read the configuration: "+err.Error(),
+			"eviction and persistence cannot be checked", "allow CONFIG GET to the doctor's user, or check maxmemory-policy and appendfsync by hand")
+	} else {
+		policy, maxmem := cfg["maxmemory-policy"], cfg["maxmemory"]
+		switch {
+		case policy == "noeviction":
+			add("maxmemory-policy", backend.Sound, "maxmemory-policy noeviction", "", "")
+		case maxmem == "0":
+			add("maxmemory-policy", backend.Warning, "maxmemory-policy "+policy+" with no maxmemory: nothing is evicted today",
+				"once a maxmemory is set, an evicted lock key is a lock lost without its holder knowing, and a second holder let in",
+				"CONFIG SET maxmemory-policy noeviction (and in redis.conf)")
+		default:
+			add("maxmemory-policy", backend.Unsafe, "maxmemory-policy "+policy+" with maxmemory "+maxmem,
+				"an evicted lock key is a lock lost without its holder knowing, and a second holder let in",
+				"CONFIG SET maxmemory-policy noeviction (and in redis.conf), or a server of its own for locks")
+		}
+		delay := "one TTL"
+		if ttl > 0 {
+			delay = ttl.String()
+			if restartMax >= 0 && restartMax < ttl {
+				delay = restartMax.String()
+			}
+		}
+		aof := "no append-only file"
+		if cfg["appendonly"] == "yes" {
+			aof = "appendfsync " + cfg["appendfsync"]
+		}
+		if cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" {
+			add("persistence", backend.Sound, aof+": a restart forgets no lock", "", "")
+		} else {
+			add("persistence", backend.Sound, aof+": a restart may forget locks, so a restarted server refuses the names it has no fence for, for "+delay+" (the delayed restart)", "", "")
+		}
+	}
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return fs, err
+	}
+	switch role, n := infoField(info, "role"), infoField(info, "connected_slaves"); {
+	case role != "master":
+		add("replication", backend.Unsafe, "a replica (role "+role+")", "a replica refuses writes, and a lock taken on it would not be seen by its master",
+			"point the URL at the master")
+	case n != "" && n != "0":
+		add("replication", backend.Warning, n+" replicas, replicated asynchronously",
+			"a failover to a replica that missed the last grants hands those locks out again while their holders run (fences stay ordered by the clock floor)",
+			"use a Quorum over independent servers (redis+quorum://) for locks that must survive a failover, or no replicas")
+	default:
+		add("replication", backend.Sound, "no replicas", "", "")
+	}
+	// ACL GETUSER's reply is a map under RESP3, a flat list under RESP2.
+	if v, err := c.Do(ctx, "ACL", "GETUSER", whoami(ctx, c)).Result(); err == nil {
+		var commands string
+		switch r := v.(type) {
+		case map[any]any:
+			commands, _ = r["commands"].(string)
+		case []any:
+			for i := 0; i+1 < len(r); i += 2 {
+				if k, _ := r[i].(string); k == "commands" {
+					commands, _ = r[i+1].(string)
+				}
+			}
+		}
+		switch {
+		case strings.Contains(commands, "+@all"):
+			add("acl", backend.Warning, "the credential may run every command",
+				"a leaked lock credential can then read or wipe everything on the server",
+				"a user with the least rules: see redislock.ACL and docs/backends/redislock.md, Least privilege")
+		case commands != "":
+			add("acl", backend.Sound, "the credential's commands are limited", "", "")
+		}
+	}
+	return fs, nil
+}
+
+// whoami is the connection's user, "default" when ACL WHOAMI fails.
+func whoami(ctx context.Context, c *redis.Client) string {
+	if u, err := c.Do(ctx, "ACL", "WHOAMI").Text(); err == nil {
+		return u
+	}
+	return "default"
+}
+
+// infoField returns a field of an INFO or CLUSTER INFO reply.
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,75 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	_ "modernc.org/sqlite"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+)
+
+func diagnoseLevels(t *testing.T, db *sql.DB, d Dialect) map[string]backend.Level {
+	t.Helper()
+	drv, err := New(db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	fs, err := drv.Diagnose(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]backend.Level{}
+	for _, f := range fs {
+		got[f.Check] = f.Level
+	}
+	if _, err := drv.StoreTime(ctx); err != nil {
+		t.Errorf("StoreTime: %v", err)
+	}
+	return got
+}
+
+// The shared MariaDB flushes its log once a second (as scripts/services.sh
+// configures it, for speed): unsafe; its user's grants stop at its
+// database. SQLite with synchronous OFF is unsafe, with the opener's FULL
+// sound.
+func TestDiagnose(t *testing.T) {
+	testenv.Require(t, testenv.MySQLAddr())
+	u, err := url.Parse(testenv.MySQLURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr, cfg.User, cfg.DBName = "tcp", u.Host, u.User.Username(), strings.TrimPrefix(u.Path, "/")
+	cfg.Passwd, _ = u.User.Password()
+	my, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer my.Close()
+	if got := diagnoseLevels(t, my, MySQL); got["mysql.durability"] != backend.Unsafe || got["mysql.grants"] != backend.Sound {
+		t.Errorf("the shared MariaDB: %v", got)
+	}
+	dir := t.TempDir()
+	for sync, want := range map[string]backend.Level{"OFF": backend.Unsafe, "NORMAL": backend.Warning, "FULL": backend.Sound} {
+		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sync+".db")+"?_pragma=synchronous("+sync+")&_pragma=journal_mode(WAL)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(1) // one connection: the pragma holds for it
+		if got := diagnoseLevels(t, db, SQLite)["sqlite.durability"]; got != want {
+			t.Errorf("SQLite with synchronous %s: %v, want %v", sync, got, want)
+		}
+		db.Close()
+	}
+}
