@@ -59,7 +59,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			c := newClient(b, memlock.NewStore())
 			var next atomic.Int64
 			b.ReportAllocs()
-			b.SetParallelism(8) // 16 goroutines on 2 CPUs
+			b.SetParallelism(8) // 8 goroutines per CPU: 16 on a 2-core machine
 			cpu := cpuTime(b)
 			b.RunParallel(func(pb *testing.PB) {
 				name := "x" + strconv.FormatInt(next.Add(1), 10)
