@@ -24,17 +24,15 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 	// more. Only where the store notifies releases: the try after the
 	// subscription below then catches one made meanwhile, as a release
 	// here would be caught otherwise, by a turnstile that did not exist.
-	var first error // that try's refusal
+	var first error // that try's error, which the loop takes as its first try's
 	if c.notifier != nil && c.waiting.Load() == 0 {
 		start := time.Now()
 		g, err := c.drv.TryAcquire(ctx, req)
 		st.tried(err)
-		switch {
-		case err == nil:
+		if err == nil {
 			return g, start, nil
-		case errors.Is(err, ErrNotAcquired):
-			first = err
 		}
+		first = err
 	}
 	ts, t := c.join(obj)
 	won := false
