@@ -129,8 +129,8 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 
 func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (l *Lock, err error) {
 	lc := lockConfig{ttl: c.cfg.ttl, label: c.cfg.label}
-	for _, o := range opts {
-		o(&lc)
+	if len(opts) > 0 {
+		lc = lc.with(opts)
 	}
 	op := "try-acquire"
 	if wait {
@@ -272,9 +272,11 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	h.ok = true
 	c.live[h] = struct{}{}
 	c.mu.Unlock()
-	close(h.ready)
+	if h.ready != nil {
+		close(h.ready)
+	}
 	h.confirmed(start)
-	return &Lock{h: h}, nil
+	return &h.first, nil
 }
 
 // claim returns a new hold for key, or, when lc's Reentrant key already
@@ -345,13 +347,13 @@ func (c *Client) withdraw(ctx context.Context, req backend.Claim) {
 }
 
 func (c *Client) newHold(key, label, reentrant string) *hold {
-	return &hold{
-		c: c, key: key, label: label, reentrant: reentrant,
-		ready:  make(chan struct{}),
-		lost:   make(chan struct{}),
-		onLost: map[*func(error)]struct{}{},
-		slot:   -1,
+	h := &hold{c: c, key: key, label: label, reentrant: reentrant, slot: -1}
+	h.first.h = h
+	if reentrant != "" {
+		// Only re-entries wait for a first acquisition to end.
+		h.ready = make(chan struct{})
 	}
+	return h
 }
 
 // abandon forgets a hold whose first acquisition failed.
@@ -364,10 +366,12 @@ func (c *Client) abandon(h *hold) {
 	h.mu.Lock()
 	h.done = true
 	h.mu.Unlock()
-	select {
-	case <-h.ready:
-	default:
-		close(h.ready)
+	if h.ready != nil {
+		select {
+		case <-h.ready:
+		default:
+			close(h.ready)
+		}
 	}
 }
 
@@ -461,7 +465,10 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	h.mu.Unlock()
 	c.dog.unschedule(h)
 	var err error
-	rest := h.minHold - time.Since(h.granted)
+	var rest time.Duration // what MinHold leaves, if it is set: the clock costs
+	if h.minHold > 0 {
+		rest = h.minHold - time.Since(h.granted)
+	}
 	if rest > 0 && lost == nil && renewing != nil {
 		// The watchdog's refresh must land first: it asks for a whole
 		// TTL, the linger for what is left of the minimum.

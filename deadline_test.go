@@ -188,7 +188,7 @@ func TestIdleLocksCostNoCPU(t *testing.T) {
 	}
 }
 
-func cpuTime(t *testing.T) time.Duration {
+func cpuTime(t testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,19 +38,20 @@ type hold struct {
 	contact func() time.Time // the session's last answered request; nil unless session-backed
 	session time.Duration    // the session's timeout, with contact
 	granted time.Time        // when the first acquisition succeeded
-	ready   chan struct{}    // closed when the first acquisition ends, either way
+	ready   chan struct{}    // closed when the first acquisition ends, either way; nil unless reentrant
 	ok      bool             // the first acquisition succeeded
+	first   Lock             // the first acquisition's handle, allocated with h
 
 	depth int // guarded by c.mu
 
 	mu         sync.Mutex
-	validUntil time.Time // when the store may free it, judged from our side
-	refreshErr error     // the last failed automatic refresh, if the next has not succeeded
-	lost       chan struct{}
+	validUntil time.Time     // when the store may free it, judged from our side
+	refreshErr error         // the last failed automatic refresh, if the next has not succeeded
+	lost       chan struct{} // made when first asked for (Lost)
 	lostErr    error
-	onLost     map[*func(error)]struct{}
-	done       bool    // released; no loss is reported after that
-	flight     *flight // the refresh in flight for re-entries, or nil
+	onLost     []*func(error) // a few at most (Do's)
+	done       bool           // released; no loss is reported after that
+	flight     *flight        // the refresh in flight for re-entries, or nil
 	// renewing is closed when the watchdog's refresh in flight ends; nil
 	// when none is. A release that lingers waits for it, so a late
 	// full-TTL refresh cannot land after the linger's shorter one.
@@ -118,7 +120,9 @@ func (h *hold) report(cause LostCause, err error, atRelease bool) {
 		return
 	}
 	h.lostErr = err
-	close(h.lost)
+	if h.lost != nil {
+		close(h.lost)
+	}
 	fns := h.onLost
 	h.onLost = nil
 	h.mu.Unlock()
@@ -127,10 +131,30 @@ func (h *hold) report(cause LostCause, err error, atRelease bool) {
 	if o := h.c.cfg.obs; o != nil && o.Lost != nil {
 		o.Lost(LostEvent{LockRef: h.ref(), Held: time.Since(h.granted), Cause: cause, Err: err})
 	}
-	for f := range fns {
+	for _, f := range fns {
 		(*f)(err)
 	}
 }
+
+// lostChan returns the channel closed at h's loss, made on first use: a
+// channel per lock is a cost that most callers never ask for.
+func (h *hold) lostChan() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost == nil {
+		if h.lostErr != nil {
+			return closedChan
+		}
+		h.lost = make(chan struct{})
+	}
+	return h.lost
+}
+
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // afterLost calls f when the lock is lost (at once if it is already), unless
 // stop is called first.
@@ -143,11 +167,11 @@ func (h *hold) afterLost(f func(error)) (stop func()) {
 		return func() {}
 	}
 	p := &f
-	h.onLost[p] = struct{}{}
+	h.onLost = append(h.onLost, p)
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()
-		delete(h.onLost, p)
+		h.onLost = slices.DeleteFunc(h.onLost, func(q *func(error)) bool { return q == p })
 		h.mu.Unlock()
 	}
 }
@@ -266,7 +290,7 @@ func (l *Lock) TTL() time.Duration { return l.h.ttl }
 // refresh was rejected, the TTL ran out without a refresh, the backend's
 // session or lease ended, or the Client was closed. It is not closed by
 // Release.
-func (l *Lock) Lost() <-chan struct{} { return l.h.lost }
+func (l *Lock) Lost() <-chan struct{} { return l.h.lostChan() }
 
 // Err returns nil while the lock is not known lost, then an error wrapping
 // ErrLost (or ErrClosed) that says why.
@@ -343,10 +367,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
+	// One context, tracked by the gate: on a context that ends with
+	// nothing else, Enter's would be a second, registered with this one.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(h.ttl))
-	defer cancel()
-	rctx, end, err := h.c.gate.Enter(rctx)
+	end, err := h.c.gate.Track(cancel)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}
 	defer end()

@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -49,6 +50,7 @@ type Client struct {
 	reentries map[reentryKey]*hold  // holds with a Reentrant key
 	live      map[*hold]struct{}    // every hold not yet released, for Close
 	turns     map[object]*turnstile // this Client's waiters, per object (turnstile.go)
+	waiting   atomic.Int64          // how many waiters the turnstiles hold
 }
 
 // reentryKey finds a Reentrant key's hold on one object (a read-write

@@ -288,18 +288,6 @@ func TestTenThousandLocksRefreshInBatches(t *testing.T) {
 	}
 }
 
-func BenchmarkAcquireRelease(b *testing.B) {
-	ctx := context.Background()
-	c := newClient(b, memlock.NewStore())
-	for b.Loop() {
-		l, err := c.TryAcquire(ctx, "x")
-		if err != nil {
-			b.Fatal(err)
-		}
-		l.Release(ctx)
-	}
-}
-
 // BenchmarkHeldLock reports the memory one held, auto-refreshed lock costs.
 func BenchmarkHeldLock(b *testing.B) {
 	ctx := context.Background()

@@ -103,6 +103,16 @@ type lockConfig struct {
 // LockOption configures one acquisition.
 type LockOption func(*lockConfig)
 
+// with returns lc with opts applied. A config that options see is on the
+// heap (they are unknown functions): apart, a call without options keeps
+// its own on the stack.
+func (lc lockConfig) with(opts []LockOption) lockConfig {
+	for _, o := range opts {
+		o(&lc)
+	}
+	return lc
+}
+
 // TTL sets how long the lock lives without a refresh. The backend may round
 // it up (Lock.TTL reports what it granted); it never shortens it.
 func TTL(ttl time.Duration) LockOption {

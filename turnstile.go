@@ -48,6 +48,7 @@ func (c *Client) join(obj object) (*turnstile, *turn) {
 		t.ready = make(chan struct{})
 	}
 	ts.waiters = append(ts.waiters, t)
+	c.waiting.Add(1)
 	return ts, t
 }
 
@@ -61,6 +62,7 @@ func (c *Client) leave(obj object, ts *turnstile, t *turn, won bool, m backend.M
 		i++
 	}
 	ts.waiters = append(ts.waiters[:i], ts.waiters[i+1:]...)
+	c.waiting.Add(-1)
 	switch {
 	case len(ts.waiters) == 0:
 		delete(c.turns, obj)
@@ -96,6 +98,9 @@ func (c *Client) heldHere(ts *turnstile) bool {
 // releasing notes that a holder here begins to release obj; released,
 // that the store freed it.
 func (c *Client) releasing(obj object) {
+	if c.waiting.Load() == 0 {
+		return // no turnstile to tell
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ts := c.turns[obj]; ts != nil {
@@ -104,6 +109,12 @@ func (c *Client) releasing(obj object) {
 }
 
 func (c *Client) released(obj object) {
+	if c.notifier != nil || c.waiting.Load() == 0 {
+		// No waiter here to wake: where the store notifies releases,
+		// freed gave none a channel (see freed); with nobody waiting, a
+		// waiter that joins now tries after this release.
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ts := c.turns[obj]; ts != nil && ts.freed != nil {

@@ -19,6 +19,21 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 		return c.queue(ctx, req, st)
 	}
 	obj := objectOf(req.Key, req.Mode)
+	// The first try comes before any turnstile while nobody in this
+	// Client waits: most acquisitions find the lock free, and need no
+	// more. Only where the store notifies releases: the try after the
+	// subscription below then catches one made meanwhile, as a release
+	// here would be caught otherwise, by a turnstile that did not exist.
+	var first error // that try's error, which the loop takes as its first try's
+	if c.notifier != nil && c.waiting.Load() == 0 {
+		start := time.Now()
+		g, err := c.drv.TryAcquire(ctx, req)
+		st.tried(err)
+		if err == nil {
+			return g, start, nil
+		}
+		first = err
+	}
 	ts, t := c.join(obj)
 	won := false
 	defer func() { c.leave(obj, ts, t, won, req.Mode) }()
@@ -62,14 +77,20 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 		if !skip {
 			var g backend.Grant
 			var err error
-			if tries == 0 && t.ready == nil {
+			reuse := tries == 0 && t.ready == nil && first != nil
+			switch {
+			case reuse:
+				err = first // made and counted before joining
+			case tries == 0 && t.ready == nil:
 				// The uncontended path goes straight to the driver, which
 				// honours ctx itself; a waiter's tries are guarded.
 				g, err = c.drv.TryAcquire(ctx, req)
-			} else {
+			default:
 				g, err = c.tryAcquire(ctx, req)
 			}
-			st.tried(err)
+			if !reuse {
+				st.tried(err)
+			}
 			refused := errors.Is(err, ErrNotAcquired)
 			switch {
 			case err == nil:

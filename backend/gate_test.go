@@ -63,3 +63,23 @@ func TestGateCallContextKeepsCallersEnd(t *testing.T) {
 		t.Fatal("a caller's cancel closed the gate")
 	}
 }
+
+func TestGateTrackCancelsAtClose(t *testing.T) {
+	var g Gate
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	done, err := g.Track(cancel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-ctx.Done()
+		done()
+	}()
+	g.Close()
+	if ctx.Err() == nil {
+		t.Fatal("Close did not cancel the tracked call's context")
+	}
+	if _, err := g.Track(func() {}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Track after Close = %v, want ErrClosed", err)
+	}
+}
