@@ -61,7 +61,7 @@ var (
 	// the first live waiter (see handoff.lua).
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
 	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
-	handoffReleaseScript = redis.NewScript(handoffPrefix + lua("handoff_release"))
+	handoffReleaseScript = redis.NewScript(lua("value", "handoff_release", "fence", "queue", "handoff", "handoff_queued"))
 	handoffLeaveScript   = redis.NewScript(handoffPrefix + lua("handoff_leave"))
 )
 
@@ -103,8 +103,11 @@ func (dep *deployment) acquire(ctx context.Context, enter func() (context.Contex
 // differs by version (7.0: "The user executing the script can't ...",
 // 7.2 and later: "ACL failure in script: ...").
 func classify(err error) error {
+	if err == nil {
+		return nil // before re, which escapes: no allocation on success
+	}
 	var re redis.Error
-	if err == nil || !errors.As(err, &re) {
+	if !errors.As(err, &re) {
 		return err
 	}
 	for _, code := range aclRefusals {
