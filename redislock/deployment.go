@@ -23,10 +23,13 @@ import (
 // not "store": the backend package's word for what grants are judged
 // against, for a Quorum all its members together.
 type deployment struct {
-	rdb    redis.UniversalClient
-	addr   string // for messages
-	owned  bool   // opened by us: Close closes it
-	ring   bool   // *redis.Ring: subscriptions must be routed per channel
+	rdb   redis.UniversalClient
+	addr  string // for messages
+	owned bool   // opened by us: Close closes it
+	ring  bool   // *redis.Ring: subscriptions must be routed per channel
+	// up proves the server's uptime (upproof.go); nil unless the client
+	// reaches one server at a time (a *redis.Client).
+	up     *uptime
 	log    *slog.Logger
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
@@ -47,18 +50,24 @@ type deployment struct {
 
 	mu     sync.Mutex
 	closed bool
-	hubs   map[string]*hub // by route: "" for a client or cluster, the channel for a ring
-	seq    uint64          // last barrier PING payload sent, on any hub
-	wg     sync.WaitGroup  // hub goroutines, linger timers, the maxmemory check
+	hubs   map[string]*hub       // by route: "" for a client or cluster, the channel for a ring
+	marks  map[string]*watchMark // watched keys' marks, by {E}:live (watchmark.go)
+	seq    uint64                // last barrier PING payload sent, on any hub
+	wg     sync.WaitGroup        // hub goroutines, linger timers, the maxmemory check
 }
 
 func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployment {
 	_, ring := rdb.(*redis.Ring)
+	var up *uptime
+	if _, one := rdb.(*redis.Client); one {
+		up = &uptime{}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &deployment{
 		rdb:        rdb,
 		owned:      owned,
 		ring:       ring,
+		up:         up,
 		log:        cfg.logger,
 		linger:     cfg.linger,
 		restartMax: cfg.restartDelay,

@@ -83,7 +83,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		// Not while a live waiter is queued.
 		r, err = d.dep.queueAcquire(ctx, true, l, value, px, "", "try")
 	} else {
-		r, err = d.dep.acquire(ctx, l, value, px)
+		r, err = d.acquire(ctx, l, value, px)
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
@@ -155,4 +155,15 @@ func (d *Driver) Close() error {
 		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)
 	}
 	return d.dep.close()
+}
+
+// acquire runs the plain acquire script (see deployment.acquire).
+func (d *Driver) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
+	return d.dep.acquire(ctx, d.enter, l, value, px)
+}
+
+// enter enters the gate for background work that Close ends and awaits.
+func (d *Driver) enter() (context.Context, func(), bool) {
+	closing, done, err := d.gate.Enter(context.Background())
+	return closing, done, err == nil
 }

@@ -50,12 +50,12 @@ func TestValueRecordsFenceAndOwner(t *testing.T) {
 	// A retry of the same attempt reports the fence recorded in the value.
 	value := attempt(l)
 	k := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
-	f1, err := d.dep.acquire(ctx, k, value, 5000)
+	f1, err := d.acquire(ctx, k, value, 5000)
 	if err != nil || f1 <= 0 {
 		t.Fatal(f1, err)
 	}
 	defer d.Release(ctx, k)
-	if f2, err := d.dep.acquire(ctx, k, value, 5000); err != nil || f2 != f1 {
+	if f2, err := d.acquire(ctx, k, value, 5000); err != nil || f2 != f1 {
 		t.Errorf("retried attempt: fence %d, %v; want %d", f2, err, f1)
 	}
 }

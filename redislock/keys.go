@@ -23,15 +23,15 @@ type keys struct {
 }
 
 // keysFor returns the names of key's lock, fence counter, release channel
-// and queue.
+// and queue: slices of one string, made in one allocation, as every call
+// of a lock cycle makes them.
 func keysFor(key string) keys {
-	tag := "{" + backend.EscapeKey(key) + "}"
-	return keys{
-		lock:    tag + ":lock",
-		fence:   tag + ":fence",
-		channel: tag + ":released",
-		queue:   tag + ":queue",
-		live:    tag + ":live",
-		hand:    tag + ":hand",
+	e := backend.EscapeKey(key)
+	all := "{" + e + "}:lock{" + e + "}:fence{" + e + "}:released{" + e + "}:queue{" + e + "}:live{" + e + "}:hand"
+	next := func(suffix string) string {
+		name := all[:len(e)+2+len(suffix)]
+		all = all[len(name):]
+		return name
 	}
+	return keys{lock: next(":lock"), fence: next(":fence"), channel: next(":released"), queue: next(":queue"), live: next(":live"), hand: next(":hand")}
 }

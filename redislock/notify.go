@@ -16,7 +16,8 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier over Redis pub/sub.
+// Subscribe implements backend.Notifier over Redis pub/sub: the key's
+// releases publish while it is subscribed (see watchmark.go).
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if d.gate.Closed() {
 		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
@@ -26,7 +27,14 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	if err != nil {
 		return nil, nil, err
 	}
-	return ch, cancel, nil
+	// A release publishes only when marked (see watchmark.go); the mark
+	// comes after the subscription, so that no release after it is missed.
+	unmark, err := d.dep.mark(ctx, key, ch)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return ch, func() { unmark(); cancel() }, nil
 }
 
 // A hub is one pub/sub connection and the goroutine that reads it. A plain

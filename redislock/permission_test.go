@@ -97,6 +97,13 @@ func TestReleaseWithoutChannelPermission(t *testing.T) {
 			if _, err := d.TryAcquire(ctx, l); err != nil {
 				t.Fatalf("fair=%v: TryAcquire: %v", fair, err)
 			}
+			// The default mode publishes only to waiters and watchers
+			// (watchmark.go): a watcher elsewhere, by hand.
+			live := keysFor(l.Key).live
+			if err := admin.HSet(ctx, live, watchField, "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			admin.PExpire(ctx, live, time.Minute)
 			if err := d.Release(ctx, l); err != nil {
 				t.Fatalf("fair=%v: Release without channel permission = %v, want success", fair, err)
 			}

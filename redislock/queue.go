@@ -174,7 +174,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 		}
 		v = r.v
 	case !d.fair && n == t.first: // the default mode's plain try: it joins nothing
-		if v, err = d.dep.acquire(ctx, c, value, t.px); err == nil && v == 0 {
+		if v, err = d.acquire(ctx, c, value, t.px); err == nil && v == 0 {
 			return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
 		}
 	default:

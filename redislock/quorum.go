@@ -30,7 +30,6 @@ type Quorum struct {
 	// gate counts the requests in flight, and servers' answers that came
 	// after the decision: Close ends them and waits for them.
 	gate backend.Gate
-	up   []uptime // by server: see quorum_scripts.go
 
 	mu       sync.Mutex
 	inflight map[string]*acquisition // by token
@@ -68,7 +67,7 @@ func (q *Quorum) forget(token string, st *acquisition) {
 }
 
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
-	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, up: make([]uptime, len(deps)), inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64, work: make(chan func())}
+	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64, work: make(chan func())}
 	q.closing = q.gate.Context().Done()
 	return q
 }

@@ -536,39 +536,60 @@ func privateRedis(t *testing.T, port int) (addr string, kill func()) {
 }
 
 // The restart check stays in force with the proven variant of the acquire
-// script (quorum_scripts.go): once a server has run long enough, new names
-// cost it no INFO; after a restart without persistence the variant is
-// gone, and the server refuses new names again for the restart delay.
-func TestQuorumRestartCheckWithoutInfo(t *testing.T) {
+// script (upproof.go), for a Quorum's servers and a Driver's: once a
+// server has run long enough, new names cost it no INFO; after a restart
+// without persistence the variant is gone, and the server refuses new
+// names again for the restart delay.
+func TestQuorumRestartCheckWithoutInfo(t *testing.T) { restartCheckWithoutInfo(t, true) }
+
+func TestRestartCheckWithoutInfo(t *testing.T) { restartCheckWithoutInfo(t, false) }
+
+func restartCheckWithoutInfo(t *testing.T, quorum bool) {
 	t.Parallel()
 	ctx := testCtx(t)
 	addr, kill := privateRedis(t, 0)
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
-	q, err := NewQuorum([]redis.UniversalClient{rdb}, withTTLRestartDelay())
-	if err != nil {
-		t.Fatal(err)
+	var d backend.Driver
+	var up *uptime
+	if quorum {
+		q, err := NewQuorum([]redis.UniversalClient{rdb}, withTTLRestartDelay())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, up = q, q.deps[0].up
+	} else {
+		dr, err := New(rdb, withTTLRestartDelay())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, up = dr, dr.dep.up
 	}
-	defer q.Close()
+	defer d.Close()
 	admin := adminClient(t, addr)
 	// A TTL of 1s: the restart delay is px, a little over 1s.
 	try := func() error {
 		l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Second}
-		_, err := q.TryAcquire(ctx, l)
+		_, err := d.TryAcquire(ctx, l)
 		if err == nil {
-			q.Release(ctx, l)
+			d.Release(ctx, l)
 		}
 		return err
 	}
 	// A free name refused: the server is too new, and the refusal says so.
-	err = try()
+	err := try()
 	var why *backend.NotAcquiredError
 	if !errors.As(err, &why) || !strings.Contains(why.Reason, "started less than a TTL ago") {
 		t.Fatalf("a new server's refusal of a new name: %v, want the delayed restart as its reason", err)
 	}
-	// Past 3s of uptime the variant covers 2s, more than the delay.
+	// The delay is px: a Driver's 1s, a Quorum's a little more, which the
+	// variant for 2s covers, past 3s of uptime.
+	need := int64(1000)
+	if quorum {
+		need = 2000
+	}
 	deadline := time.Now().Add(15 * time.Second)
-	for s := q.up[0].script.Load(); s == nil || s.upMs < 2000; s = q.up[0].script.Load() {
+	for s := up.script.Load(); s == nil || s.upMs < need; s = up.script.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("no variant learned in 15s")
 		}
@@ -613,7 +634,7 @@ func TestQuorumRestartCheckWithoutInfo(t *testing.T) {
 		}
 		t.Logf("after the restart: %v", err)
 	}
-	if s := q.up[0].script.Load(); s != nil {
+	if s := up.script.Load(); s != nil {
 		t.Fatalf("the variant for %dms of uptime is still in use after the restart", s.upMs)
 	}
 }

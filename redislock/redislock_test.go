@@ -148,11 +148,11 @@ func TestAcquireRetryIsIdempotent(t *testing.T) {
 	d := openDriver(t)
 	l := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
 	first := attempt(l)
-	f1, err := d.dep.acquire(ctx, l, first, 5000)
+	f1, err := d.acquire(ctx, l, first, 5000)
 	if err != nil || f1 == 0 {
 		t.Fatal(f1, err)
 	}
-	again, err := d.dep.acquire(ctx, l, first, 5000)
+	again, err := d.acquire(ctx, l, first, 5000)
 	if err != nil || again != f1 {
 		t.Fatalf("the same attempt run twice = %d, %v; want fence %d", again, err, f1)
 	}

@@ -35,12 +35,15 @@ func lua(names ...string) string {
 
 // The queues' acquire scripts run the plain acquire script as a function,
 // for the waiter whose turn it is.
+// acquirePrefix declares the acquire script's settings, from ARGV[4..6].
+const acquirePrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n"
+
 const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n"
 
 var (
 	// Script.Run sends EVALSHA and falls back to EVAL when the server
 	// answers NOSCRIPT (a restart or failover emptied its script cache).
-	acquireScript = redis.NewScript(lua("value", "fence") + "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n" + lua("acquire"))
+	acquireScript = redis.NewScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
 	refreshScript = redis.NewScript(lua("refresh"))
 	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
 	raiseScript   = redis.NewScript(lua("value", "raise"))
@@ -58,7 +61,7 @@ var (
 	// the first live waiter (see handoff.lua).
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
 	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
-	handoffReleaseScript = redis.NewScript(handoffPrefix + lua("handoff_release"))
+	handoffReleaseScript = redis.NewScript(lua("value", "handoff_release", "fence", "queue", "handoff", "handoff_queued"))
 	handoffLeaveScript   = redis.NewScript(handoffPrefix + lua("handoff_leave"))
 )
 
@@ -84,11 +87,13 @@ func holder(l backend.Claim) string { return l.Token + "." }
 // acquire runs the acquire script for one attempt (see attempt): the
 // fence; 0 when another token holds the lock; -n when the server started
 // less than a TTL ago and grants the name only in n milliseconds.
-func (dep *deployment) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
+// A server's restart check costs no INFO once its uptime is proven (see
+// upproof.go); enter is the Driver's gate, for the proof's background work.
+func (dep *deployment) acquire(ctx context.Context, enter func() (context.Context, func(), bool), l backend.Claim, value string, px int64) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := acquireScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, px, holder(l), dep.restartDelay(px), dep.retention, l.Owner).Int64()
-	return v, classify(err)
+	delay := dep.restartDelay(px)
+	return dep.up.run(ctx, dep, enter, acquireScript, acquirePrefix, delay, []string{k.lock, k.fence}, value, px, holder(l), delay, dep.retention, l.Owner)
 }
 
 // classify marks the server's refusal of our identity or of a command
@@ -98,8 +103,11 @@ func (dep *deployment) acquire(ctx context.Context, l backend.Claim, value strin
 // differs by version (7.0: "The user executing the script can't ...",
 // 7.2 and later: "ACL failure in script: ...").
 func classify(err error) error {
+	if err == nil {
+		return nil // before re, which escapes: no allocation on success
+	}
 	var re redis.Error
-	if err == nil || !errors.As(err, &re) {
+	if !errors.As(err, &re) {
 		return err
 	}
 	for _, code := range aclRefusals {

@@ -35,8 +35,12 @@ if restart_delay > 0 and not counter then
     return -(restart_delay - (up - 1) * 1000)
   end
 end
-local cur = redis.call('GET', KEYS[1])
-if cur then
+-- The fence: see fence.lua. A free lock (the common case) is taken by SET
+-- NX, with nothing read first; the counter is written only on a grant.
+local fence = fence_after(counter)
+local value = ARGV[1] .. ':' .. fence .. ':' .. owner
+if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+  local cur = redis.call('GET', KEYS[1])
   local held = attempt_of(cur)
   if held == ARGV[1] then
     -- A retry of this very attempt (the reply was lost and the client
@@ -57,8 +61,7 @@ if cur then
   if theirs and ours and theirs > ours then
     return 0
   end
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 end
--- The fence: see fence.lua.
-local fence = next_fence(KEYS[2], retention, counter)
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. fence .. ':' .. owner, 'PX', ARGV[2])
+redis.call('SET', KEYS[2], fence, 'PX', retention)
 return tonumber(fence)

@@ -21,10 +21,9 @@
 -- whose clocks agree within the grain give a new name the same fence, and
 -- the acquisition needs no second round trip to raise the others to it.
 local fence_grain = 1
-local function next_fence(key, retention, counter)
-  if counter == nil then
-    counter = redis.call('GET', key)
-  end
+-- fence_after returns the next fence after counter (false when missing)
+-- without writing it: the caller writes it when it grants.
+local function fence_after(counter)
   local t = redis.call('TIME')
   local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local fence = string.format('%d', us - us % fence_grain)
@@ -32,6 +31,14 @@ local function next_fence(key, retention, counter)
   if c and c + 1 > tonumber(fence) then
     fence = string.format('%d', c + 1)
   end
+  return fence
+end
+
+local function next_fence(key, retention, counter)
+  if counter == nil then
+    counter = redis.call('GET', key)
+  end
+  local fence = fence_after(counter)
   redis.call('SET', key, fence, 'PX', retention)
   return fence
 end

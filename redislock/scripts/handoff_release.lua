@@ -1,6 +1,10 @@
 -- handoff_release (default mode): release.lua, but a lock with live
 -- waiters goes straight to the first (see handoff.lua) instead of being
--- deleted, so that no try that comes later takes it first.
+-- deleted, so that no try that comes later takes it first. This part runs
+-- first, with value.lua alone before it: a release with nobody waiting or
+-- watching (the common case) defines, looks at and publishes nothing more;
+-- handoff_queued.lua, with the hand-off's functions before it, serves the
+-- others.
 --
 -- KEYS[1..5]  see handoff.lua
 -- ARGV[1..3]  as for release.lua
@@ -21,16 +25,10 @@ end
 if not mine then
   return 0
 end
-local sent, msg = hand_off(ARGV[2], ARGV[4])
-if sent == nil then
+-- {E}:live exists while a waiter is queued (handoff_acquire.lua writes
+-- its entry there with its place in the queue, and both go together) or
+-- a release is watched (watchmark.go): without it, nobody is told.
+if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[1])
-  sent = redis.pcall('PUBLISH', ARGV[2], '')
+  return 1
 end
-local code = 1
-if type(sent) == 'table' and sent.err then
-  code = 2
-end
-if msg then
-  return {code, msg}
-end
-return code

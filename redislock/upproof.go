@@ -1,0 +1,158 @@
+package redislock
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The restart check without INFO: once INFO showed that a server has run
+// for X (a power of two seconds), a variant of the acquire script that
+// skips the check for delays up to X is loaded there and sent by EVALSHA
+// only. Its presence in the script cache, which a restart empties, is the
+// proof; NOSCRIPT means the proof is gone, and the plain script checks.
+// Only Redis 7 and later: before, a server with replication saved its
+// script cache in its RDB file and loaded it back at a restart. Only a
+// deployment of one server at a time (a *redis.Client): a cluster's or a
+// ring's INFO and SCRIPT LOAD may reach another server than a script's.
+// See docs/backends/redislock.md, The restart check without INFO.
+
+// upScript is a server's proven variant of the acquire script.
+type upScript struct {
+	hash  string
+	upMs  int64 // restart delays up to this are known to have passed
+	runID string
+}
+
+// uptime is what is known of one server's uptime.
+type uptime struct {
+	script  atomic.Pointer[upScript]
+	probing atomic.Bool
+	next    atomic.Int64 // unix nanoseconds before which no new probe starts
+}
+
+// probeEvery paces the probes of a server whose variant is missing.
+const probeEvery = time.Second
+
+// upVariant is the acquire script, its settings declared by prefix, that
+// skips the restart check for delays of at most upMs milliseconds.
+func upVariant(prefix string, upMs int64) string {
+	return lua("value", "fence") + prefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
+}
+
+var (
+	uptimeRe  = regexp.MustCompile(`uptime_in_seconds:(\d+)`)
+	runIDRe   = regexp.MustCompile(`run_id:([0-9a-f]+)`)
+	versionRe = regexp.MustCompile(`redis_version:(\d+)\.`)
+)
+
+// serverInfo reads a server's run_id and uptime from INFO server; not ok
+// before Redis 7 (see above).
+func serverInfo(s string) (runID string, up int64, ok bool) {
+	m, r, v := uptimeRe.FindStringSubmatch(s), runIDRe.FindStringSubmatch(s), versionRe.FindStringSubmatch(s)
+	if m == nil || r == nil || v == nil {
+		return "", 0, false
+	}
+	if major, err := strconv.Atoi(v[1]); err != nil || major < 7 {
+		return "", 0, false
+	}
+	up, err := strconv.ParseInt(m[1], 10, 64)
+	return r[1], up, err == nil
+}
+
+// provenUp is the X for an uptime of up whole seconds (the server has run
+// for more than up-1): the largest power of two seconds not above up-1, in
+// milliseconds, or 0.
+func provenUp(up int64) int64 {
+	s := up - 1
+	if s < 1 {
+		return 0
+	}
+	x := int64(1)
+	for x*2 <= s && x < 1<<30 {
+		x *= 2
+	}
+	return x * 1000
+}
+
+// run runs the acquire script on dep for a restart delay of delay ms: the
+// proven variant (settings declared by prefix) when one covers the delay,
+// else plain, and then learns a variant for next time in the background
+// (enter: the owner's gate, whose Close ends and awaits it). A nil u (a
+// cluster, a ring) always runs plain.
+func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context.Context, func(), bool), plain *redis.Script, prefix string, delay int64, keys []string, args ...any) (int64, error) {
+	if u == nil || delay <= 0 {
+		v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
+		return v, classify(err)
+	}
+	if s := u.script.Load(); s != nil && delay <= s.upMs {
+		v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
+		if err == nil || !isNoScript(err) {
+			return v, classify(err)
+		}
+		// The proof is gone: the plain script checks.
+		u.script.CompareAndSwap(s, nil)
+	}
+	u.probe(dep, enter, prefix)
+	v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
+	return v, classify(err)
+}
+
+// probe learns the variant in the background, unless one is being learned
+// or was tried less than probeEvery ago.
+func (u *uptime) probe(dep *deployment, enter func() (context.Context, func(), bool), prefix string) {
+	now := time.Now().UnixNano()
+	if now < u.next.Load() || !u.probing.CompareAndSwap(false, true) {
+		return
+	}
+	u.next.Store(now + int64(probeEvery))
+	closing, done, ok := enter()
+	if !ok {
+		u.probing.Store(false)
+		return
+	}
+	go func() {
+		defer done()
+		defer u.probing.Store(false)
+		ctx, cancel := context.WithTimeout(closing, 2*time.Second)
+		defer cancel()
+		if s := dep.learnUp(ctx, prefix); s != nil {
+			u.script.Store(s)
+		}
+	}()
+}
+
+// learnUp loads the server's variant: INFO, SCRIPT LOAD, INFO again, and
+// the variant only if both INFO came from one process that had run long
+// enough.
+func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
+	defer dep.in.watch(ctx).stop()
+	info, err := dep.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	runID, up, ok := serverInfo(info)
+	x := provenUp(up)
+	if !ok || x == 0 {
+		return nil
+	}
+	hash, err := dep.rdb.ScriptLoad(ctx, upVariant(prefix, x)).Result()
+	if err != nil {
+		return nil
+	}
+	info, err = dep.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return nil
+	}
+	if again, _, ok := serverInfo(info); !ok || again != runID {
+		return nil
+	}
+	return &upScript{hash: hash, upMs: x, runID: runID}
+}
+
+func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }

@@ -1,0 +1,122 @@
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker/backend"
+)
+
+// A lock's release publishes a wake-up only when the lock's {E}:live hash
+// exists (scripts/handoff_release.lua): queued waiters have their entries
+// there, and a watcher (Subscribe, which Client.Watch uses) puts a field
+// of its own there, watchField, kept alive by its driver for as long as
+// it watches. So a release with nobody waiting or watching costs no
+// PUBLISH, which a cluster would send to every node and a primary to
+// every replica.
+
+// watchField is the watchers' field of {E}:live: no waiter is named so
+// (see ticket.w: "<id>:<owner>").
+const watchField = "~watch"
+
+// watchEvery is how often a watched key's mark is renewed; it lives for
+// 2*livenessTTL, as waiters' entries do.
+const watchEvery = livenessTTL / 2
+
+var watchScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`)
+
+// watchMark is one key's mark in a deployment: the channels of its
+// watchers, woken when a renewal failed or came late (a release may have
+// gone unpublished meanwhile).
+type watchMark struct {
+	chans map[chan struct{}]struct{}
+	ok    time.Time // last renewal that succeeded
+}
+
+// mark puts key's mark in place and keeps it there until stop: ch is
+// woken whenever the mark may have lapsed. The first mark is written
+// before mark returns, so that no release after Subscribe returns goes
+// unpublished.
+func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (stop func(), err error) {
+	live := keysFor(key).live
+	sent := time.Now()
+	if err := dep.writeMark(ctx, live); err != nil {
+		return nil, fmt.Errorf("redislock: subscribe: %w", err)
+	}
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	if dep.closed {
+		return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	if dep.marks == nil {
+		dep.marks = map[string]*watchMark{}
+	}
+	m := dep.marks[live]
+	if m == nil {
+		m = &watchMark{chans: map[chan struct{}]struct{}{}, ok: sent}
+		dep.marks[live] = m
+		dep.wg.Add(1)
+		go dep.renewMark(live, m)
+	}
+	m.chans[ch] = struct{}{}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			dep.mu.Lock()
+			delete(m.chans, ch)
+			dep.mu.Unlock()
+		})
+	}, nil
+}
+
+func (dep *deployment) writeMark(ctx context.Context, live string) error {
+	defer dep.in.watch(ctx).stop()
+	return classify(watchScript.Run(ctx, dep.rdb, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
+}
+
+// renewMark renews m until it has no watchers left or dep closes; the mark
+// itself then expires.
+func (dep *deployment) renewMark(live string, m *watchMark) {
+	defer dep.wg.Done()
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	lapsed := false
+	for {
+		select {
+		case <-dep.ctx.Done():
+			return
+		case <-t.C:
+		}
+		dep.mu.Lock()
+		if len(m.chans) == 0 {
+			delete(dep.marks, live)
+			dep.mu.Unlock()
+			return
+		}
+		dep.mu.Unlock()
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(dep.ctx, watchEvery)
+		err := dep.writeMark(ctx, live)
+		cancel()
+		dep.mu.Lock()
+		// The mark lives 2*livenessTTL from the last write that landed,
+		// which was sent at m.ok or later.
+		lapsed = lapsed || err != nil || time.Since(m.ok) >= 2*livenessTTL
+		if err == nil {
+			m.ok = sent
+			if lapsed {
+				for ch := range m.chans {
+					notify(ch)
+				}
+				lapsed = false
+			}
+		}
+		dep.mu.Unlock()
+	}
+}
