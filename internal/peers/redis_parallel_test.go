@@ -48,8 +48,8 @@ func BenchmarkRedisParallel(b *testing.B) {
 
 const parallelWorkers = 16
 
-// parallelBlock is how long a contender runs in each round.
-func parallelBlock() time.Duration {
+// redisParallelBlock is how long a contender runs in each round.
+func redisParallelBlock() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("PEERS_BLOCK")); err == nil {
 		return d
 	}
@@ -146,7 +146,7 @@ func benchParallel(b *testing.B, addr string, fresh bool) {
 		}
 	}
 	const rounds = 7
-	dur := parallelBlock()
+	dur := redisParallelBlock()
 	per := make([][]block, len(cyclers))
 	b.ResetTimer()
 	for round := range rounds {
