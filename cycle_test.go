@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/memlock"
@@ -37,6 +38,15 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			return l.Release(ctx)
 		}},
 		{"Do", func(c *locker.Client, name string) error { return c.Do(ctx, name, nop) }},
+		// LockDelay adds no request and should add nothing measurable:
+		// against TryAcquire.
+		{"LockDelay", func(c *locker.Client, name string) error {
+			l, err := c.TryAcquire(ctx, name, locker.LockDelay(time.Minute))
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
 		{"NoAutoRefresh", func(c *locker.Client, name string) error {
 			l, err := c.TryAcquire(ctx, name, locker.AutoRefresh(false))
 			if err != nil {
