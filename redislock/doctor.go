@@ -105,7 +105,11 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 			aof = "appendfsync " + cfg["appendfsync"]
 		}
 		if cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" {
-			add("persistence", backend.Sound, aof+": a restart forgets no lock", "", "")
+			what := aof + ": a restart forgets no lock"
+			if restartMax != 0 {
+				what += ", so the delayed restart (" + delay + " refusing names after each restart) buys nothing here: restart_delay=0 turns it off"
+			}
+			add("persistence", backend.Sound, what, "", "")
 		} else {
 			add("persistence", backend.Sound, aof+": a restart may forget locks, so a restarted server refuses the names it has no fence for, for "+delay+" (the delayed restart)", "", "")
 		}

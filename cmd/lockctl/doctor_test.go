@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -32,9 +33,13 @@ func TestDoctor(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 2 || rep.Level != "unsafe" || len(rep.Findings) == 0 {
 		t.Fatalf("--json: exit %d, %v, %+v:\n%s", code, err, rep, out)
 	}
-	// The file backend has no checks: a warning, exit 1.
-	if out, code, _ := lockctlOut(t, "doctor", "--backend", fileURL(t)); code != 1 || !strings.Contains(out, "no checks") {
-		t.Fatalf("doctor on the file backend: exit %d, want 1; stdout:\n%s", code, out)
+	// A lock directory every user may write: a warning, exit 1.
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if out, code, _ := lockctlOut(t, "doctor", "--backend", "file://"+dir); code != 1 || !strings.Contains(out, "warning file.permissions") {
+		t.Fatalf("doctor on a world-writable directory: exit %d, want 1; stdout:\n%s", code, out)
 	}
 	if _, code, stderr := lockctlOut(t, "doctor", "--backend", u, "extra"); code != exitUsage || !strings.Contains(stderr, "takes no arguments") {
 		t.Fatalf("doctor with an argument: exit %d; %s", code, stderr)
