@@ -14,6 +14,7 @@ import (
 
 var (
 	_ backend.Diagnoser  = (*Driver)(nil)
+	_ backend.Diagnoser  = (*Quorum)(nil)
 	_ backend.StoreClock = (*Driver)(nil)
 )
 
@@ -41,18 +42,48 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 			fs = append(fs, backend.Finding{Check: "redis.cluster-state", Level: backend.Sound, What: "cluster_state ok"})
 		}
 	}
+	f, err := d.dep.diagnose(ctx, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: diagnose: %w", err)
+	}
+	return append(fs, f...), nil
+}
+
+// Diagnose implements backend.Diagnoser for a quorum: each member's
+// checks, as a Driver's on one server. A member that does not answer is
+// a warning: the quorum stands while a majority does.
+func (q *Quorum) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
+	ctx, done, err := q.gate.Enter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redislock: diagnose: %w", err)
+	}
+	defer done()
+	var fs []backend.Finding
+	for i, dep := range q.deps {
+		f, err := dep.diagnose(ctx, ttl)
+		if err != nil {
+			fs = append(fs, backend.Finding{Check: "redis.member", Level: backend.Warning, What: q.addrs[i] + ": no answer: " + err.Error(),
+				Why: fmt.Sprintf("the quorum needs %d of %d members; each one down brings it closer to refusing every lock", q.quorum, len(q.deps)),
+				Fix: "bring the member back"})
+			continue
+		}
+		fs = append(fs, f...)
+	}
+	return fs, nil
+}
+
+// diagnose runs the checks of each server of dep.
+func (dep *deployment) diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
+	var fs []backend.Finding
 	var mu sync.Mutex
-	err = d.dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error {
-		f, err := diagnose(ctx, c, c.Options().Addr, ttl, d.dep.restartMax)
+	err := dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error {
+		f, err := diagnose(ctx, c, c.Options().Addr, ttl, dep.restartMax)
 		mu.Lock()
 		fs = append(fs, f...)
 		mu.Unlock()
 		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("redislock: diagnose: %w", err)
-	}
-	return fs, nil
+	return fs, err
 }
 
 // StoreTime implements backend.StoreClock: the server's TIME.

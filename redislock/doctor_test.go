@@ -79,3 +79,31 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("appendfsync always: %v, want ok", l)
 	}
 }
+
+// A quorum runs each member's checks: five members, each named.
+func TestDiagnoseQuorum(t *testing.T) {
+	addrs := testenv.RedisQuorumAddrs()
+	testenv.Require(t, addrs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q, err := OpenQuorum(ctx, "redis+quorum://"+strings.Join(addrs, ",")+"/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	fs, err := q.Diagnose(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		n := 0
+		for _, f := range fs {
+			if f.Check == "redis.maxmemory-policy" && strings.Contains(f.What, a) && f.Level == backend.Sound {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("member %s: %d sound maxmemory-policy findings, want 1: %+v", a, n, fs)
+		}
+	}
+}
