@@ -68,20 +68,7 @@ func TestPausedHolderRefused(t *testing.T) {
 	defer cancel()
 	for name, db := range databases(t) {
 		t.Run(name, func(t *testing.T) {
-			suffix := testutil.RandHex(4)
-			g, err := fenced.New(db.db, db.d, fenced.WithTable("fences_"+suffix))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.CreateTable(ctx); err != nil {
-				t.Fatal(err)
-			}
-			log := "writes_" + suffix
-			mustExec(t, db.db, "CREATE TABLE "+log+" (seq INTEGER NOT NULL, who VARCHAR(8) NOT NULL, fence BIGINT NOT NULL)")
-			t.Cleanup(func() {
-				db.db.Exec("DROP TABLE " + log)
-				db.db.Exec("DROP TABLE fences_" + suffix)
-			})
+			g, log := guarded(t, ctx, db.db, db.d, "seq INTEGER NOT NULL, who VARCHAR(8) NOT NULL, fence BIGINT NOT NULL")
 			store := memlock.NewStore()
 			a, b := client(t, store), client(t, store)
 			// seq orders the log in commit order: each write appends
@@ -137,6 +124,27 @@ func TestPausedHolderRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// guarded returns a Guard on a table of its own and a log table with
+// columns, both dropped at cleanup.
+func guarded(t *testing.T, ctx context.Context, db *sql.DB, d fenced.Dialect, columns string) (*fenced.Guard, string) {
+	t.Helper()
+	suffix := testutil.RandHex(4)
+	g, err := fenced.New(db, d, fenced.WithTable("fences_"+suffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log := "writes_" + suffix
+	mustExec(t, db, "CREATE TABLE "+log+" ("+columns+")")
+	t.Cleanup(func() {
+		db.Exec("DROP TABLE " + log)
+		db.Exec("DROP TABLE fences_" + suffix)
+	})
+	return g, log
 }
 
 func client(t *testing.T, s *memlock.Store) *locker.Client {
@@ -222,20 +230,7 @@ func TestOverrunningHoldersOrdered(t *testing.T) {
 	defer cancel()
 	for name, db := range databases(t) {
 		t.Run(name, func(t *testing.T) {
-			suffix := testutil.RandHex(4)
-			g, err := fenced.New(db.db, db.d, fenced.WithTable("fences_"+suffix))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.CreateTable(ctx); err != nil {
-				t.Fatal(err)
-			}
-			log := "writes_" + suffix
-			mustExec(t, db.db, "CREATE TABLE "+log+" (seq INTEGER NOT NULL, fence BIGINT NOT NULL)")
-			t.Cleanup(func() {
-				db.db.Exec("DROP TABLE " + log)
-				db.db.Exec("DROP TABLE fences_" + suffix)
-			})
+			g, log := guarded(t, ctx, db.db, db.d, "seq INTEGER NOT NULL, fence BIGINT NOT NULL")
 			store := memlock.NewStore()
 			const workers, rounds = 4, 8
 			var stale, accepted int

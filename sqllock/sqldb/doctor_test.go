@@ -3,17 +3,14 @@ package sqldb
 import (
 	"context"
 	"database/sql"
-	"net/url"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	_ "modernc.org/sqlite"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 )
 
 func diagnoseLevels(t *testing.T, db *sql.DB, d Dialect) map[string]backend.Level {
@@ -44,19 +41,7 @@ func diagnoseLevels(t *testing.T, db *sql.DB, d Dialect) map[string]backend.Leve
 // database. SQLite with synchronous OFF is unsafe, with the opener's FULL
 // sound.
 func TestDiagnose(t *testing.T) {
-	testenv.Require(t, testenv.MySQLAddr())
-	u, err := url.Parse(testenv.MySQLURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := mysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.User, cfg.DBName = "tcp", u.Host, u.User.Username(), strings.TrimPrefix(u.Path, "/")
-	cfg.Passwd, _ = u.User.Password()
-	my, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer my.Close()
+	my := sqltest.MySQLDB(t, sqltest.MySQLConfig(t))
 	if got := diagnoseLevels(t, my, MySQL); got["mysql.durability"] != backend.Unsafe || got["mysql.grants"] != backend.Sound {
 		t.Errorf("the shared MariaDB: %v", got)
 	}
