@@ -124,8 +124,8 @@ func TestDiagnoseNoSpace(t *testing.T) {
 	if d, err := Open(ctx, "etcd://"+s.Addr+"/locker-doctor"); err == nil {
 		d.Close()
 		t.Errorf("Open succeeded on a cluster without space")
-	} else {
-		t.Logf("Open: %v", err)
+	} else if !strings.Contains(err.Error(), "NOSPACE") || strings.Contains(err.Error(), "not reachable") {
+		t.Errorf("Open on a cluster without space: %v; want it to say NOSPACE, not unreachable", err)
 	}
 	d := mustNew(t, cli, WithPrefix("/locker-doctor"))
 	defer d.Close()

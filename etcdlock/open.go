@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -114,6 +115,9 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 		return nil, err
 	case errors.Is(permission(err), backend.ErrPermission):
 		return nil, fmt.Errorf("authenticating %s: %w", identity(cfg), permission(err))
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		// Reached, and refusing writes: not a network matter.
+		return nil, fmt.Errorf("the cluster refuses writes (NOSPACE alarm: etcdctl alarm list): %w", err)
 	}
 	// Name the timeout that ran out: the caller's (its context, which the
 	// error then wraps) or dial_timeout.
