@@ -246,6 +246,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	writeFloorTable(stdout, report)
 	writeScaleTable(stdout, report)
 	writeSemaphoreTable(stdout, report)
+	writeSetTable(stdout, report)
 	if *jsonFile != "" {
 		b, err := json.MarshalIndent(report, "", "  ")
 		if err == nil {

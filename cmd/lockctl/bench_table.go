@@ -249,6 +249,23 @@ func triesCell(k *bench.Scale) string {
 	return fmt.Sprintf("%.2f %s", k.Tries, k.TriesFrom)
 }
 
+// writeSetTable prints the lock-set workload.
+func writeSetTable(w io.Writer, rep benchReport) {
+	if !rep.ran("set") {
+		return
+	}
+	fmt.Fprintln(w, "\nlock sets: TryAcquireAll+Release of 4 names against TryAcquire+Release of one, interleaved on one client; ×one: the set's time over one name's, per round")
+	fmt.Fprintln(w, "\n| backend | one name p50 | 4 names p50 | ×one |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|")
+	for _, r := range rep.Results {
+		if s := r.LockSet; s != nil {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.Backend, dur(s.One.P50), dur(s.Set.P50), ratio(s.Ratio))
+		} else {
+			fmt.Fprintf(w, "| %s | %s | | |\n", r.Backend, rep.missing("set"))
+		}
+	}
+}
+
 // writeSemaphoreTable prints the semaphore workload as a second table.
 func writeSemaphoreTable(w io.Writer, rep benchReport) {
 	if !rep.ran("semaphore") {

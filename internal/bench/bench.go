@@ -118,7 +118,7 @@ func (c Config) withDefaults() Config {
 }
 
 // Workloads are the names of the workloads, in the order they run.
-var Workloads = []string{"uncontended", "parallel", "contended", "scale", "names", "held", "semaphore"}
+var Workloads = []string{"uncontended", "parallel", "contended", "scale", "names", "held", "semaphore", "set"}
 
 // Runs reports whether the workload w is among those cfg runs.
 func (c Config) Runs(w string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, w) }
@@ -170,6 +170,7 @@ type Result struct {
 	Names     *Scale        `json:"names,omitempty"`
 	Held      *Held         `json:"held,omitempty"`
 	Semaphore *Semaphore    `json:"semaphore,omitempty"`
+	LockSet   *LockSet      `json:"set,omitempty"`
 	Errors    []string      `json:"errors,omitempty"`
 	Took      time.Duration `json:"took_ns"`
 }
@@ -277,6 +278,7 @@ func Run(ctx context.Context, name string, open Opener, opts []locker.Option, cf
 		}},
 		{"held", func() error { return set(&r.Held)(RunHeld(ctx, cs, cfg)) }},
 		{"semaphore", func() error { return set(&r.Semaphore)(RunSemaphore(ctx, cs, cfg)) }},
+		{"set", func() error { return set(&r.LockSet)(RunLockSet(ctx, cs, cfg)) }},
 	} {
 		if !cfg.Runs(w.name) || ctx.Err() != nil {
 			continue

@@ -50,6 +50,9 @@ func TestRunMem(t *testing.T) {
 		p.CPUVsFloor.Rounds != parallelRounds || p.Lock.CPU <= 0 || p.Lock.P99 < p.Lock.P50 {
 		t.Errorf("parallel %+v", p)
 	}
+	if s := r.LockSet; s == nil || s.Set.Cycles == 0 || s.One.Cycles == 0 || s.Ratio.Rounds != 6 || s.Names != 4 {
+		t.Errorf("set %+v", s)
+	}
 	if k := r.Contended; k.Acquisitions == 0 || k.MaxPer < k.MinPer || k.Errors > 0 {
 		t.Errorf("contended %+v", k)
 	}
