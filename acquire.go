@@ -148,12 +148,18 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	if lc.minHold > MaxTTL {
 		return nil, fmt.Errorf("locker: %s %q: %w: MinHold %v, more than %v", op, name, ErrInvalidTTL, lc.minHold, MaxTTL)
 	}
+	var marker time.Duration // LockDelay's, for a backend.Delayer
 	if lc.delay > 0 {
 		if lc.delay > MaxTTL-lc.ttl {
 			return nil, fmt.Errorf("locker: %s %q: %w: TTL %v and LockDelay %v, more than %v together", op, name, ErrInvalidTTL, lc.ttl, lc.delay, MaxTTL)
 		}
 		if _, session := backend.As[backend.Session](c.drv); session {
-			return nil, fmt.Errorf("locker: %s %q: LockDelay: %w: locks that live in a session end with it", op, name, ErrUnsupported)
+			// The session's end takes the lock with it: only the
+			// driver's marker can outlast it, and a TTL adds nothing.
+			if d, ok := backend.As[backend.Delayer](c.drv); !ok || !d.KeepsDelay() {
+				return nil, fmt.Errorf("locker: %s %q: LockDelay: %w: locks that live in a session end with it", op, name, ErrUnsupported)
+			}
+			marker, lc.delay = lc.delay, 0
 		}
 	} else {
 		lc.delay = 0
@@ -213,7 +219,7 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 	}
 	h.name, h.token, h.auto, h.ttl, h.minHold, h.delay = name, token, !lc.noAuto, lc.ttl, lc.minHold, lc.delay
 	st.h = h
-	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit}
+	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit, Delay: marker}
 	var grant backend.Grant
 	var start time.Time
 	if wait {

@@ -59,6 +59,10 @@ type Claim struct {
 	// Limit is the semaphore's number of permits, 1 to MaxLimit, for a
 	// Permit claim; zero otherwise.
 	Limit int
+	// Delay is locker.LockDelay's, on an acquisition from a [Delayer]:
+	// zero otherwise. Other drivers keep a delayed lock for TTL plus the
+	// delay instead, which their claims' TTL already counts.
+	Delay time.Duration
 }
 
 // Grant is what a driver reports about a successful acquisition.
@@ -172,6 +176,20 @@ type Session interface {
 	// SessionTTL is the effective session timeout: how long locks outlive
 	// the client's last contact with the store.
 	SessionTTL() time.Duration
+}
+
+// Delayer is implemented by Session drivers that can keep a name from
+// every claim for Claim.Delay after its lock ended without a Release (its
+// session expired, its holder was broken), as locker.LockDelay asks: a
+// session's end takes its locks with it, so the driver leaves beside the
+// lock a marker that outlives the session by the delay, and that Release
+// removes with the lock. A claim finds the name held while the marker
+// lives, and a waiter waits for it as for a holder.
+type Delayer interface {
+	Session
+	// KeepsDelay reports whether this driver, on its store, keeps delays:
+	// false when the store lacks what the marker needs.
+	KeepsDelay() bool
 }
 
 // BatchRefresher is implemented by drivers that can refresh many locks in
