@@ -8,19 +8,21 @@ package locker_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/lockerhq/locker/backend"
+	_ "modernc.org/sqlite"
+
+	"github.com/lockerhq/locker/fenced"
 )
 
 import (
@@ -39,15 +41,6 @@ func readmeDo(ctx context.Context) error {
 		fence := locker.FromContext(ctx).Fence() // hand it to the storage you write to
 		return runInvoices(ctx, fence)           // ctx is cancelled if the lock is lost
 	}, locker.TTL(30*time.Second))
-}
-
-func readmeScheduled(ctx context.Context, client *locker.Client) error {
-	err := client.TryDo(ctx, "daily-email", sendDailyEmail,
-		locker.MinHold(5*time.Minute), locker.TTL(time.Minute))
-	if errors.Is(err, locker.ErrNotAcquired) {
-		return nil // another host has it, or had it less than 5 minutes ago
-	}
-	return err
 }
 
 func readmeAcquire(ctx context.Context, client *locker.Client) error {
@@ -70,28 +63,35 @@ func readmeAcquire(ctx context.Context, client *locker.Client) error {
 	return nil
 }
 
-func readmeDriver() {
-	type Driver interface { // backend.Driver: it reports what the store did; the Client decides the rest
-		TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) // one try; ErrNotAcquired when held
-		Refresh(ctx context.Context, c backend.Claim) error                     // token-checked
-		Release(ctx context.Context, c backend.Claim) error                     // token-checked
-		Close() error
-	}
-	var _ Driver = backend.Driver(nil) // the same methods
+func readmeTransfer(ctx context.Context, client *locker.Client, db *sql.DB, guard *fenced.Guard) error {
+	accounts := []string{"account/alice", "account/bob"} // in any order: DoAll takes them in one
+	return client.DoAll(ctx, accounts, func(ctx context.Context, set *locker.LockSet) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		for _, name := range set.Names() { // fenced.ErrStale once a later holder has written
+			if err := guard.Advance(ctx, tx, name, set.Fence(name)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, moveMoney, "alice", "bob", 30); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
 }
 
 // What the snippets call.
 var (
-	invoiceRuns, emailsSent, batchesWritten atomic.Int32
+	invoiceRuns, batchesWritten atomic.Int32
 
 	runInvoices = func(ctx context.Context, fence uint64) error {
 		invoiceRuns.Add(1)
 		return nil
 	}
-	sendDailyEmail = func(ctx context.Context) error {
-		emailsSent.Add(1)
-		return nil
-	}
+	moveMoney  = "UPDATE accounts SET balance = balance + CASE id WHEN ?1 THEN -?3 ELSE ?3 END WHERE id IN (?1, ?2)"
 	batches    = []string{"a", "b", "c"}
 	writeBatch = func(ctx context.Context, batch string, fence uint64) error {
 		batchesWritten.Add(1)
@@ -169,40 +169,60 @@ func TestReadmeSnippets(t *testing.T) {
 func TestReadmeSnippetsRun(t *testing.T) {
 	ctx := context.Background()
 	invoiceRuns.Store(0)
-	emailsSent.Store(0)
 	batchesWritten.Store(0)
 	t.Setenv("LOCKER_URL", "mem://readme")
 	if err := readmeDo(ctx); err != nil || invoiceRuns.Load() != 1 {
 		t.Fatalf("the Do snippet: err %v, %d runs, want nil and 1", err, invoiceRuns.Load())
 	}
 
-	store := "mem://readme-" + strconv.FormatInt(time.Now().UnixNano(), 10) // MinHold outlives a -count run
-	a, err := locker.Open(ctx, store)
+	a, err := locker.Open(ctx, "mem://readme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := locker.Open(ctx, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	// Two hosts: the first runs the job, the second finds it held for the
-	// minimum, although the first has finished.
-	if err := readmeScheduled(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := readmeScheduled(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	if n := emailsSent.Load(); n != 1 {
-		t.Fatalf("the scheduled snippet ran the job %d times on two hosts, want 1", n)
-	}
-
 	if err := readmeAcquire(ctx, a); err != nil || batchesWritten.Load() != int32(len(batches)) {
 		t.Fatalf("the Acquire snippet: err %v, %d batches written, want nil and %d", err, batchesWritten.Load(), len(batches))
 	}
 	if _, err := a.TryAcquire(ctx, "reindex"); err != nil {
 		t.Fatalf("the Acquire snippet left its lock held: %v", err)
+	}
+
+	db, err := sql.Open("sqlite", t.TempDir()+"/bank.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	guard, err := fenced.New(db, fenced.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER); INSERT INTO accounts VALUES ('alice', 100), ('bob', 0)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := guard.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A holder of alice's account before the transfer, paused, wakes
+	// after it: its fence is refused.
+	before, err := a.TryAcquire(ctx, "account/alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before.Release(ctx)
+	if err := readmeTransfer(ctx, a, db, guard); err != nil {
+		t.Fatalf("the transfer snippet: %v", err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := guard.Advance(ctx, tx, "account/alice", before.Fence()); !errors.Is(err, fenced.ErrStale) {
+		t.Fatalf("Advance with an earlier holder's fence after the transfer: %v, want fenced.ErrStale", err)
+	}
+	tx.Rollback()
+	var alice, bob int
+	if err := db.QueryRow("SELECT (SELECT balance FROM accounts WHERE id = 'alice'), (SELECT balance FROM accounts WHERE id = 'bob')").Scan(&alice, &bob); err != nil || alice != 70 || bob != 30 {
+		t.Fatalf("after the transfer snippet: alice %d, bob %d (%v), want 70 and 30", alice, bob, err)
 	}
 }
