@@ -254,14 +254,15 @@ func writeSetTable(w io.Writer, rep benchReport) {
 	if !rep.ran("set") {
 		return
 	}
-	fmt.Fprintln(w, "\nlock sets: TryAcquireAll+Release of 4 names against TryAcquire+Release of one, interleaved on one client; ×one: the set's time over one name's, per round")
-	fmt.Fprintln(w, "\n| backend | one name p50 | 4 names p50 | ×one |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|")
+	fmt.Fprintln(w, "\nlock sets: TryAcquireAll+Release of 4 names against TryAcquire+Release of one, interleaved on one client; ×one: the set's time over one name's, per round;")
+	fmt.Fprintln(w, "crossed: 6 goroutines on 2 clients, AcquireAll+Release of two names of a ring of three in crossed orders ({a, b}, {b, a}, ...): sets/s, acquire+release p99, sets not taken in 10s")
+	fmt.Fprintln(w, "\n| backend | one name p50 | 4 names p50 | ×one | crossed: sets/s | p99 | not taken |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|")
 	for _, r := range rep.Results {
 		if s := r.LockSet; s != nil {
-			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.Backend, dur(s.One.P50), dur(s.Set.P50), ratio(s.Ratio))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %.0f | %s | %d |\n", r.Backend, dur(s.One.P50), dur(s.Set.P50), ratio(s.Ratio), s.Crossed.PerSec.Median, dur(s.Crossed.P99), s.Crossed.Errors)
 		} else {
-			fmt.Fprintf(w, "| %s | %s | | |\n", r.Backend, rep.missing("set"))
+			fmt.Fprintf(w, "| %s | %s | | | | | |\n", r.Backend, rep.missing("set"))
 		}
 	}
 }

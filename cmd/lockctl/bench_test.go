@@ -69,11 +69,17 @@ func TestBenchCommand(t *testing.T) {
 			t.Errorf("%s: scale %+v %+v %+v", r.Backend, r.ScaleFew, r.Scale, r.Names)
 		}
 	}
+	for _, r := range rep.Results {
+		// Crossed orders must finish: a set not taken in 10s is a deadlock.
+		if s := r.LockSet; s == nil || s.Set.Cycles == 0 || s.Crossed.Cycles == 0 || s.Crossed.Errors != 0 {
+			t.Errorf("%s: lock sets %+v", r.Backend, s)
+		}
+	}
 	if c := rep.Config; c.ScaleWorkers != 12 || c.Names != 20 || len(c.Workloads) != len(bench.Workloads) {
 		t.Errorf("config %+v", c)
 	}
 	for _, col := range []string{"| round trip | handoff/rtt | wait p99 |", "| retake |", "| ×floor |",
-		"| floor p50 | driver | acquire | try | try-kept | try-noauto | slow: floor |", "| 12 workers: acq/s | wait p99 | CPU/acq | tries/acq |", "| 20 names: acq/s |", "| 4 names p50 | ×one |"} {
+		"| floor p50 | driver | acquire | try | try-kept | try-noauto | slow: floor |", "| 12 workers: acq/s | wait p99 | CPU/acq | tries/acq |", "| 20 names: acq/s |", "| 4 names p50 | ×one | crossed: sets/s | p99 | not taken |"} {
 		if !strings.Contains(table, col) {
 			t.Errorf("no column %q in:\n%s", col, table)
 		}
