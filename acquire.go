@@ -128,6 +128,40 @@ func releaseTimeout(ttl time.Duration) time.Duration {
 }
 
 func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []LockOption) (l *Lock, err error) {
+	var a attempt // on the stack: begin fills it
+	begun, err := c.begin(&a, ctx, name, wait, opts)
+	if !begun {
+		return nil, err
+	}
+	defer a.end(&l, &err)
+	if err != nil || a.l != nil {
+		return a.l, err
+	}
+	grant, start, err := a.try()
+	return a.finish(grant, start, err)
+}
+
+// attempt is one acquisition from its checks to the store's answer: begin,
+// then try (or a lock set's one request for all its names), then finish,
+// then end.
+type attempt struct {
+	c        *Client
+	op, name string
+	wait     bool
+	ctx      context.Context // the gate's, bounded by WaitAtMost
+	h        *hold
+	req      backend.Claim
+	st       tries
+	l        *Lock // set by begin on a re-entry
+	cancel   context.CancelFunc
+	exit     func()                              // the gate's
+	observed func(l *Lock, err error, st *tries) // AcquireDone's, or nil
+}
+
+// begin checks the acquisition and prepares its claim in a. It returns
+// false for bad input; otherwise the caller must end a, and try it unless
+// begin returned an error or a re-entry (a.l).
+func (c *Client) begin(a *attempt, ctx context.Context, name string, wait bool, opts []LockOption) (bool, error) {
 	lc := lockConfig{ttl: c.cfg.ttl, label: c.cfg.label}
 	if len(opts) > 0 {
 		lc = lc.with(opts)
@@ -137,27 +171,27 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		op = "acquire"
 	}
 	if err := CheckName(name); err != nil {
-		return nil, fmt.Errorf("locker: %s: %w", op, err)
+		return false, fmt.Errorf("locker: %s: %w", op, err)
 	}
 	if err := CheckTTL(lc.ttl); err != nil {
-		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+		return false, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	if err := CheckLabel(lc.label); err != nil {
-		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+		return false, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	if lc.minHold > MaxTTL {
-		return nil, fmt.Errorf("locker: %s %q: %w: MinHold %v, more than %v", op, name, ErrInvalidTTL, lc.minHold, MaxTTL)
+		return false, fmt.Errorf("locker: %s %q: %w: MinHold %v, more than %v", op, name, ErrInvalidTTL, lc.minHold, MaxTTL)
 	}
 	var marker time.Duration // LockDelay's, for a backend.Delayer
 	if lc.delay > 0 {
 		if lc.delay > MaxTTL-lc.ttl {
-			return nil, fmt.Errorf("locker: %s %q: %w: TTL %v and LockDelay %v, more than %v together", op, name, ErrInvalidTTL, lc.ttl, lc.delay, MaxTTL)
+			return false, fmt.Errorf("locker: %s %q: %w: TTL %v and LockDelay %v, more than %v together", op, name, ErrInvalidTTL, lc.ttl, lc.delay, MaxTTL)
 		}
 		if _, session := backend.As[backend.Session](c.drv); session {
 			// The session's end takes the lock with it: only the
 			// driver's marker can outlast it, and a TTL adds nothing.
 			if d, ok := backend.As[backend.Delayer](c.drv); !ok || !d.KeepsDelay() {
-				return nil, fmt.Errorf("locker: %s %q: LockDelay: %w: locks that live in a session end with it", op, name, ErrUnsupported)
+				return false, fmt.Errorf("locker: %s %q: LockDelay: %w: locks that live in a session end with it", op, name, ErrUnsupported)
 			}
 			marker, lc.delay = lc.delay, 0
 		}
@@ -165,70 +199,90 @@ func (c *Client) acquire(ctx context.Context, name string, wait bool, opts []Loc
 		lc.delay = 0
 	}
 	if err := c.checkMode(lc); err != nil {
-		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+		return false, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
+	*a = attempt{c: c, op: op, name: name, wait: wait, cancel: noCancel}
 	if wait && lc.waitSet {
 		if lc.waitMax <= 0 {
-			wait = false
+			a.wait = false
 		} else {
 			// Only the wait: nothing of the hold outlives this call's ctx.
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeoutCause(ctx, lc.waitMax, fmt.Errorf("waited %v", lc.waitMax))
-			defer cancel()
+			ctx, a.cancel = context.WithTimeoutCause(ctx, lc.waitMax, fmt.Errorf("waited %v", lc.waitMax))
 		}
 	}
-	ctx, end, err := c.gate.Enter(ctx)
+	ctx, exit, err := c.gate.Enter(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+		a.cancel()
+		return false, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
-	defer end()
-	var st tries
+	a.ctx, a.exit = ctx, exit
 	if o := c.cfg.obs; o != nil {
 		ref := lc.ref(c, name)
 		octx := ctx
 		if o.AcquireStart != nil {
-			if x := o.AcquireStart(ctx, AcquireStartEvent{LockRef: ref, Wait: wait}); x != nil {
+			if x := o.AcquireStart(ctx, AcquireStartEvent{LockRef: ref, Wait: a.wait}); x != nil {
 				octx = x
 			}
 		}
 		if o.AcquireDone != nil {
-			began := time.Now()
-			defer func() {
+			began, w := time.Now(), a.wait
+			a.observed = func(l *Lock, err error, st *tries) {
 				if l != nil {
 					ref.Fence = l.Fence()
 				}
-				o.AcquireDone(octx, AcquireDoneEvent{LockRef: ref, Wait: wait, Waited: time.Since(began),
+				o.AcquireDone(octx, AcquireDoneEvent{LockRef: ref, Wait: w, Waited: time.Since(began),
 					Attempts: st.attempts, Contended: st.contended, Woken: st.woken, Err: err})
-			}()
+			}
 		}
 	}
 
 	key := backend.Key(c.cfg.namespace, name)
 	h, outer, err := c.claim(ctx, key, lc)
 	if err != nil {
-		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
+		return true, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	if outer != nil {
-		st.woken = WakeReentry
-		return c.reenter(ctx, outer, op)
+		a.st.woken = WakeReentry
+		a.l, err = c.reenter(ctx, outer, op)
+		return true, err
 	}
 	token, err := newToken(c.cfg.rand)
 	if err != nil {
 		c.abandon(h)
-		return nil, err
+		return true, err
 	}
 	h.name, h.token, h.auto, h.ttl, h.minHold, h.delay = name, token, !lc.noAuto, lc.ttl, lc.minHold, lc.delay
-	st.h = h
-	req := backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit, Delay: marker}
-	var grant backend.Grant
-	var start time.Time
-	if wait {
-		grant, start, err = c.wait(ctx, req, &st)
-	} else {
-		start = time.Now()
-		grant, err = c.drv.TryAcquire(ctx, req)
-		st.tried(err)
+	a.h, a.st.h = h, h
+	a.req = backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit, Delay: marker}
+	return true, nil
+}
+
+func noCancel() {}
+
+// end closes the attempt: AcquireDone, the gate, the wait's bound.
+func (a *attempt) end(l **Lock, err *error) {
+	if a.observed != nil {
+		a.observed(*l, *err, &a.st)
 	}
+	a.exit()
+	a.cancel()
+}
+
+// try is the attempt's request to the store: a wait, or one try.
+func (a *attempt) try() (backend.Grant, time.Time, error) {
+	if a.wait {
+		return a.c.wait(a.ctx, a.req, &a.st)
+	}
+	start := time.Now()
+	grant, err := a.c.drv.TryAcquire(a.ctx, a.req)
+	a.st.tried(err)
+	return grant, start, err
+}
+
+// finish makes the store's answer the attempt's result: a Lock, or an
+// error, after undoing what a failed acquisition may have left.
+func (a *attempt) finish(grant backend.Grant, start time.Time, err error) (*Lock, error) {
+	c, ctx, h, req, op, name, wait := a.c, a.ctx, a.h, a.req, a.op, a.name, a.wait
 	if err != nil {
 		c.storeError(h, "acquire", false, err)
 		c.abandon(h)
@@ -449,14 +503,29 @@ func (c *Client) refreshShared(ctx context.Context, h *hold) error {
 
 // release drops one level of h, and frees it in the store at the last one.
 func (c *Client) release(ctx context.Context, h *hold) error {
+	lost, free, err := c.letGo(ctx, h)
+	if !free {
+		return err
+	}
+	obj := objectOf(h.key, h.mode)
+	c.releasing(obj)
+	err = c.drv.Release(ctx, h.lock())
+	c.released(obj)
+	return c.releaseResult(h, lost, err)
+}
+
+// letGo ends h's hold in this Client. It returns free when the store's
+// Release of h is due, which the caller then makes and hands to releaseResult;
+// otherwise the release's result: a re-entry's, or MinHold's linger's.
+func (c *Client) letGo(ctx context.Context, h *hold) (lost error, free bool, err error) {
 	c.mu.Lock()
 	h.depth--
 	if h.depth > 0 {
 		c.mu.Unlock()
 		if lost := h.err(); lost != nil {
-			return fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
+			return lost, false, fmt.Errorf("locker: release %q: %w: %w", h.name, ErrNotHeld, lost)
 		}
-		return nil
+		return nil, false, nil
 	}
 	if h.reentrant != "" && c.reentries[h.reentryKey()] == h {
 		delete(c.reentries, h.reentryKey())
@@ -464,13 +533,12 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 	delete(c.live, h)
 	c.mu.Unlock()
 
-	lost := h.err()
+	lost = h.err()
 	h.mu.Lock()
 	h.done = true
 	renewing := h.renewing
 	h.mu.Unlock()
 	c.dog.unschedule(h)
-	var err error
 	var rest time.Duration // what MinHold leaves, if it is set: the clock costs
 	if h.minHold > 0 {
 		rest = h.minHold - time.Since(h.granted)
@@ -485,13 +553,14 @@ func (c *Client) release(ctx context.Context, h *hold) error {
 		rest = h.minHold - time.Since(h.granted)
 	}
 	if rest > 0 && lost == nil {
-		err = c.linger(ctx, h, rest)
-	} else {
-		obj := objectOf(h.key, h.mode)
-		c.releasing(obj)
-		err = c.drv.Release(ctx, h.lock())
-		c.released(obj)
+		return lost, false, c.releaseResult(h, lost, c.linger(ctx, h, rest))
 	}
+	return lost, true, nil
+}
+
+// releaseResult makes the store's answer to h's release (or linger) the
+// release's result, and reports it.
+func (c *Client) releaseResult(h *hold, lost, err error) error {
 	var ret error
 	switch {
 	case lost != nil:

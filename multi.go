@@ -1,6 +1,7 @@
 package locker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // A LockSet is the locks on several names, taken all or nothing by
@@ -105,25 +108,111 @@ func (c *Client) acquireAll(ctx context.Context, names []string, wait bool, opts
 		opts = append(slices.Clip(opts), func(c *lockConfig) { c.waitSet = false })
 	}
 	s := &LockSet{locks: make([]*Lock, 0, len(names)), lost: make(chan struct{})}
-	for _, n := range names {
-		l, err := c.acquire(ctx, n, wait, opts)
-		if err == nil {
-			s.locks = append(s.locks, l)
-			// A name taken earlier may have been lost while this one was
-			// awaited: the set is not held then.
-			err = s.Err()
-			if err != nil {
-				err = fmt.Errorf("locker: lock set: %w: %w", ErrNotAcquired, err)
+	var err error
+	if sa, ok := backend.As[backend.SetAcquirer](c.drv); ok && len(names) > 1 && lc.mode == backend.Exclusive && lc.reentrant == "" {
+		err = c.takeSet(ctx, sa, s, names, wait, opts)
+	} else {
+		for _, n := range names {
+			if err = s.add(c.acquire(ctx, n, wait, opts)); err != nil {
+				break
 			}
 		}
-		if err != nil {
-			return nil, errors.Join(err, s.giveBack(ctx))
-		}
+	}
+	if err != nil {
+		return nil, errors.Join(err, s.giveBack(ctx))
 	}
 	for _, l := range s.locks {
 		s.stops = append(s.stops, l.h.afterLost(func(error) { s.once.Do(func() { close(s.lost) }) }))
 	}
 	return s, nil
+}
+
+// add adds a lock just taken to the set, or returns the error of its
+// acquisition; then held's.
+func (s *LockSet) add(l *Lock, err error) error {
+	if err != nil {
+		return err
+	}
+	s.locks = append(s.locks, l)
+	return s.held()
+}
+
+// held returns the error of a name taken and lost while a later one was
+// awaited: the set is not held then.
+func (s *LockSet) held() error {
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("locker: lock set: %w: %w", ErrNotAcquired, err)
+	}
+	return nil
+}
+
+// takeSet takes names with one request where the store can (a
+// backend.SetAcquirer): all at once when all are free. Otherwise, or when
+// a wait may ride out what the request met, it takes them one at a time
+// in their order, as for any store, with the attempts already begun.
+func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet, names []string, wait bool, opts []LockOption) error {
+	as := make([]attempt, len(names))
+	locks := make([]*Lock, len(names))
+	errs := make([]error, len(names))
+	begun, done := 0, 0 // attempts begun; attempts finished, in order
+	defer func() {
+		for i := range as[:begun] {
+			if i >= done && errs[i] == nil {
+				// Begun, never finished: its hold goes, unused.
+				c.abandon(as[i].h)
+				errs[i] = fmt.Errorf("locker: %s %q: %w: not tried, the set failed first", as[i].op, as[i].name, ErrNotAcquired)
+			}
+			as[i].end(&locks[i], &errs[i])
+		}
+	}()
+	claims := make([]backend.Claim, len(names))
+	for i, n := range names {
+		ok, err := c.begin(&as[i], ctx, n, wait, opts)
+		if ok {
+			begun++
+		}
+		if err != nil {
+			errs[i] = err
+			return err
+		}
+		claims[i] = as[i].req
+	}
+	start, ctx := time.Now(), as[0].ctx // the gate's: Close ends it
+	grants, err := sa.TryAcquireAll(ctx, claims)
+	for i := range as {
+		as[i].st.tried(err)
+	}
+	if err == nil && len(grants) != len(claims) {
+		err = fmt.Errorf("the driver granted %d claims of %d", len(grants), len(claims))
+		for _, cl := range claims {
+			c.releaseLater(cl)
+		}
+	}
+	if err == nil {
+		// Every name is the set's now: each one joins it, or is given
+		// back by finish (a Close meanwhile).
+		for ; done < len(as); done++ {
+			locks[done], errs[done] = as[done].finish(grants[done], start, nil)
+			if errs[done] != nil {
+				err = cmp.Or(err, errs[done])
+				continue
+			}
+			s.locks = append(s.locks, locks[done])
+		}
+		return cmp.Or(err, s.held())
+	}
+	if ctx.Err() != nil || !(wait || errors.Is(err, ErrNotAcquired)) {
+		// Nothing to wait for: every attempt ends with the request's error.
+		for ; done < len(as); done++ {
+			_, errs[done] = as[done].finish(backend.Grant{}, start, err)
+		}
+		return errs[0]
+	}
+	for err = nil; err == nil && done < len(as); done++ {
+		locks[done], errs[done] = as[done].finish(as[done].try())
+		err = s.add(locks[done], errs[done])
+	}
+	return err
 }
 
 // giveBack releases the locks taken so far, after a failed acquisition.
@@ -214,9 +303,62 @@ func (s *LockSet) Release(ctx context.Context) error {
 	for _, stop := range s.stops {
 		stop()
 	}
+	if len(s.locks) > 1 {
+		if sa, ok := backend.As[backend.SetAcquirer](s.locks[0].h.c.drv); ok {
+			return s.releaseAll(ctx, sa)
+		}
+	}
 	var errs []error
 	for _, l := range slices.Backward(s.locks) {
 		errs = append(errs, l.Release(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// releaseAll is Release with one request for the locks that the store
+// must free (backend.SetAcquirer), each as Lock.Release would.
+func (s *LockSet) releaseAll(ctx context.Context, sa backend.SetAcquirer) error {
+	c := s.locks[0].h.c
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(s.TTL()))
+	end, err := c.gate.Track(cancel)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("locker: release lock set: %w", err)
+	}
+	defer end()
+	var errs, lost []error
+	var due []*hold
+	for _, l := range s.locks {
+		if !l.released.CompareAndSwap(false, true) {
+			errs = append(errs, fmt.Errorf("locker: release %q: %w: released already", l.h.name, ErrNotHeld))
+			continue
+		}
+		gone, free, err := c.letGo(rctx, l.h)
+		if !free {
+			errs = append(errs, err)
+			continue
+		}
+		due, lost = append(due, l.h), append(lost, gone)
+	}
+	if len(due) > 0 {
+		claims := make([]backend.Claim, len(due))
+		for i, h := range due {
+			claims[i] = h.lock()
+			c.releasing(objectOf(h.key, h.mode))
+		}
+		res := sa.ReleaseAll(rctx, claims)
+		for i, h := range due {
+			c.released(objectOf(h.key, h.mode))
+			err := fmt.Errorf("the driver answered %d releases of %d", len(res), len(claims))
+			if len(res) == len(claims) {
+				err = res[i]
+			}
+			errs = append(errs, c.releaseResult(h, lost[i], err))
+		}
+	}
+	err = errors.Join(errs...)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
+		return fmt.Errorf("%w; the caller's context had ended: %w", err, context.Cause(ctx))
+	}
+	return err
 }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/memlock"
 )
 
@@ -210,5 +212,84 @@ func TestLockSetNotStarved(t *testing.T) {
 	// Three holders ahead at most, a millisecond each: far below this.
 	if took > 5*time.Second {
 		t.Fatalf("DoAll took %v beside a stream of single holders of a", took)
+	}
+}
+
+// setCounter counts a memlock driver's requests.
+type setCounter struct {
+	*memlock.Driver
+	one, all, releaseAll atomic.Int32
+}
+
+func (d *setCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	d.one.Add(1)
+	return d.Driver.TryAcquire(ctx, c)
+}
+
+func (d *setCounter) TryAcquireAll(ctx context.Context, cs []backend.Claim) ([]backend.Grant, error) {
+	d.all.Add(1)
+	return d.Driver.TryAcquireAll(ctx, cs)
+}
+
+func (d *setCounter) ReleaseAll(ctx context.Context, cs []backend.Claim) []error {
+	d.releaseAll.Add(1)
+	return d.Driver.ReleaseAll(ctx, cs)
+}
+
+// Where the store takes a set in one request (backend.SetAcquirer), free
+// names cost one request to take and one to release; a held one sends the
+// set name by name, and the refusal names it.
+func TestLockSetOneRequest(t *testing.T) {
+	ctx := context.Background()
+	s := memlock.NewStore()
+	md, err := memlock.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &setCounter{Driver: md}
+	c, err := locker.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	obs := newClient(t, s)
+	names := []string{"d", "c", "b", "a"}
+	set, err := c.AcquireAll(ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := free(t, obs, names...); len(got) != 0 {
+		t.Fatalf("free while the set holds them: %v", got)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if one, all, rel := d.one.Load(), d.all.Load(), d.releaseAll.Load(); one != 0 || all != 1 || rel != 1 {
+		t.Fatalf("requests: %d TryAcquire, %d TryAcquireAll, %d ReleaseAll; want 0, 1, 1", one, all, rel)
+	}
+	if got := free(t, obs, names...); len(got) != 4 {
+		t.Fatalf("free after the release: %v, want all", got)
+	}
+	held, err := obs.TryAcquire(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquireAll(ctx, names); !errors.Is(err, locker.ErrNotAcquired) || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("TryAcquireAll with c held: %v, want ErrNotAcquired naming c", err)
+	}
+	if got := free(t, obs, "a", "b", "d"); len(got) != 3 {
+		t.Fatalf("free after the refusal: %v, want a, b, d", got)
+	}
+	// A wait takes them in order once c is free.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		held.Release(ctx)
+	}()
+	set, err = c.AcquireAll(ctx, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -202,6 +202,23 @@ type BatchRefresher interface {
 	RefreshMany(ctx context.Context, claims []Claim) []error
 }
 
+// SetAcquirer is implemented by drivers that can take several keys in
+// one request, all or nothing, and free them in one (a script, a
+// transaction): the locker package then takes a lock set whose names are
+// free in one round trip, and releases it in one. The claims are
+// Exclusive, with distinct keys in byte order.
+type SetAcquirer interface {
+	// TryAcquireAll takes every claim or none, each as TryAcquire would:
+	// one Grant per claim, in order, when it took them all; ErrNotAcquired
+	// (possibly wrapped) when any key is held, having taken none; any
+	// other error when it cannot tell, having left nothing behind that
+	// could keep a key held, as TryAcquire.
+	TryAcquireAll(ctx context.Context, claims []Claim) ([]Grant, error)
+	// ReleaseAll releases each claim as Release would and returns one
+	// error per claim, in order.
+	ReleaseAll(ctx context.Context, claims []Claim) []error
+}
+
 // Lingerer is implemented by Session drivers that can keep a held lock in
 // the store apart from their session (an etcd lease of its own), for the
 // locker package's MinHold.

@@ -39,6 +39,8 @@ var brokenVariants = map[string][]string{
 	"no-exclusion": {"LockSetAllOrNothing", "LockSetCrossedOrders", "SecondAcquirerRefused", "ConcurrentTryAcquireOneWinner", "CounterUnderContention", "ReentrantThreeDeep", "WatchdogKeepsLock"},
 	// Keys lose the characters a naive encoder drops, so names collide.
 	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
+	// A set refused for one held name keeps the others it took.
+	"set-keeps-part": {"LockSetAllOrNothing"},
 	// Release reports success but leaves the lock held for an hour.
 	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake", "ReleaseAfterCancelFreesName", "LockSetAllOrNothing"},
 	// The store takes a claim that carries the holder's label for the
@@ -426,6 +428,32 @@ func (d *brokenDriver) RefreshMany(ctx context.Context, locks []backend.Claim) [
 	errs := make([]error, len(locks))
 	for i, l := range locks {
 		errs[i] = d.Refresh(ctx, l)
+	}
+	return errs
+}
+
+// TryAcquireAll takes the claims one by one through the variant's
+// TryAcquire, and gives back what it took when one is refused, unless
+// the variant keeps it.
+func (d *brokenDriver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	grants := make([]backend.Grant, 0, len(claims))
+	for i, l := range claims {
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			if d.h.variant != "set-keeps-part" {
+				d.ReleaseAll(ctx, claims[:i])
+			}
+			return nil, err
+		}
+		grants = append(grants, g)
+	}
+	return grants, nil
+}
+
+func (d *brokenDriver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
+	errs := make([]error, len(claims))
+	for i, l := range claims {
+		errs[i] = d.Release(ctx, l)
 	}
 	return errs
 }
