@@ -19,6 +19,7 @@ package fencedpgx
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,7 +45,7 @@ type Guard struct {
 // New returns the Guard of db's table locker_fences, or of the table
 // fenced.WithTable names.
 func New(db DB, opts ...fenced.Option) (*Guard, error) {
-	if db == nil {
+	if v := reflect.ValueOf(db); db == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("fenced: nil DB: %w", fenced.ErrInvalid)
 	}
 	t, err := sqlguard.Postgres(sqlguard.TableName(opts))

@@ -84,8 +84,10 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := fencedpgx.New(nil); !errors.Is(err, fenced.ErrInvalid) {
-		t.Errorf("nil pool: %v", err)
+	for _, db := range []fencedpgx.DB{nil, (*pgxpool.Pool)(nil), (*pgx.Conn)(nil)} {
+		if _, err := fencedpgx.New(db); !errors.Is(err, fenced.ErrInvalid) {
+			t.Errorf("New(%#v): %v", db, err)
+		}
 	}
 	if _, err := fencedpgx.New(pool, fenced.WithTable("a;drop")); !errors.Is(err, fenced.ErrInvalid) {
 		t.Errorf("table a;drop: %v", err)
