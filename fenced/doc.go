@@ -6,11 +6,11 @@
 // for a resource can refuse it.
 //
 // This package guards a table of a SQL database through database/sql
-// (PostgreSQL, including pgx through github.com/jackc/pgx/v5/stdlib,
-// MySQL/MariaDB and SQLite): each guarded transaction first moves the
-// resource's fence up to the holder's, under the row's lock, and fails
-// with [ErrStale] if a higher one was seen. Package fencedredis guards
-// Redis keys, fencedetcd etcd keys. Each refuses only what comes after a
+// (PostgreSQL, MySQL/MariaDB and SQLite): each guarded transaction first
+// moves the resource's fence up to the holder's, under the row's lock, and
+// fails with [ErrStale] if a higher one was seen. Package fencedpgx does
+// the same on a pgx pool or connection, fencedredis guards Redis keys,
+// fencedetcd etcd keys. Each refuses only what comes after a
 // later holder's first guarded write: the guard orders the writers, it
 // does not know who holds the lock.
 //

@@ -3,65 +3,85 @@ package fencedredis_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/fenced"
 	"github.com/lockerhq/locker/fenced/fencedredis"
+	"github.com/lockerhq/locker/fenced/internal/fencetest"
+	"github.com/lockerhq/locker/internal/history"
 	"github.com/lockerhq/locker/internal/testenv"
 	"github.com/lockerhq/locker/internal/testutil"
-	"github.com/lockerhq/locker/memlock"
 )
 
-// A holder paused past its TTL wakes after the next holder has written:
-// its guarded write is refused, the later one stays; unguarded, the stale
-// write lands over it.
-func TestPausedHolderRefused(t *testing.T) {
-	testenv.Require(t, testenv.RedisAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// open opens a resource as a fence key and a list of the writes, in the
+// order Redis ran them, on one hash tag.
+func open(_ context.Context, id, _ string) (fencetest.Store, func(), error) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
-	tag := "{fenced-" + testutil.RandHex(4) + "}"
-	fk, key := tag+":fence", tag+":balance"
-	defer rdb.Del(context.Background(), fk, key)
+	tag := "{fenced-" + id + "}"
+	s := store{rdb, tag + ":fence", tag + ":log"}
+	return s, func() { rdb.Del(context.Background(), s.fk, s.log); rdb.Close() }, nil
+}
 
-	store := memlock.NewStore()
-	a, b := client(t, store), client(t, store)
-	la, err := a.Acquire(ctx, "account", locker.TTL(300*time.Millisecond), locker.AutoRefresh(false))
+type store struct {
+	rdb     *redis.Client
+	fk, log string
+}
+
+func (s store) Write(ctx context.Context, who string, fence uint64, bypass bool) error {
+	w := who + " " + strconv.FormatUint(fence, 10)
+	if bypass {
+		return s.rdb.RPush(ctx, s.log, w).Err()
+	}
+	_, err := fencedredis.Do(ctx, s.rdb, s.fk, fence, "RPUSH", s.log, w)
+	return err
+}
+
+func (s store) Writes(ctx context.Context) ([]history.Write, error) {
+	l, err := s.rdb.LRange(ctx, s.log, 0, -1).Result()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if _, err := fencedredis.Do(ctx, rdb, fk, la.Fence(), "SET", key, "a"); err != nil {
-		t.Fatalf("a's write while it holds the lock: %v", err)
+	ws := make([]history.Write, len(l))
+	for i, w := range l {
+		who, fence, _ := strings.Cut(w, " ")
+		ws[i].Who = who
+		if ws[i].Fence, err = strconv.ParseUint(fence, 10, 64); err != nil {
+			return nil, err
+		}
 	}
-	lb, err := b.Acquire(ctx, "account") // after a's TTL: a is paused
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lb.Release(ctx)
-	if _, err := fencedredis.Do(ctx, rdb, fk, lb.Fence(), "SET", key, "b"); err != nil {
-		t.Fatalf("b's write: %v", err)
-	}
-	if _, err := fencedredis.Do(ctx, rdb, fk, la.Fence(), "SET", key, "a-late"); !errors.Is(err, fenced.ErrStale) {
-		t.Fatalf("a's write after b's: %v, want ErrStale", err)
-	}
-	if v, err := fencedredis.Do(ctx, rdb, fk, lb.Fence(), "GET", key); err != nil || v != "b" {
-		t.Fatalf("b reads %v, %v; want b", v, err)
-	}
-	rdb.Set(ctx, key, "a-late", 0) // bypassed
-	if v := rdb.Get(ctx, key).Val(); v != "a-late" {
-		t.Fatalf("unguarded, the key holds %q; want the stale write to land", v)
-	}
-	// Fences above 2^53 compare exactly.
+	return ws, nil
+}
+
+func TestPausedHolder(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	fencetest.Paused(t, open)
+}
+
+func TestOverrunningHolders(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	fencetest.Overrunning(t, open)
+}
+
+// Fences above 2^53, where Lua's numbers are not exact, compare exactly;
+// bad input is refused before any request.
+func TestFences(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	ctx := context.Background()
+	s, drop, _ := open(ctx, testutil.RandHex(4), "")
+	defer drop()
+	rdb, fk, key := s.(store).rdb, s.(store).fk, s.(store).log
 	if _, err := fencedredis.Do(ctx, rdb, fk, 1<<62+1, "SET", key, "big"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := fencedredis.Do(ctx, rdb, fk, 1<<62, "SET", key, "below"); !errors.Is(err, fenced.ErrStale) {
 		t.Fatalf("2^62 after 2^62+1: %v, want ErrStale", err)
+	}
+	if v, err := fencedredis.Do(ctx, rdb, fk, 1<<62+1, "GET", key); err != nil || v != "big" {
+		t.Fatalf("GET: %v, %v; want big", v, err)
 	}
 	for _, c := range []struct {
 		fk, key string
@@ -71,17 +91,4 @@ func TestPausedHolderRefused(t *testing.T) {
 			t.Errorf("Do(%q, %d, SET %q): %v, want ErrInvalid", c.fk, c.fence, c.key, err)
 		}
 	}
-}
-
-func client(t *testing.T, s *memlock.Store) *locker.Client {
-	d, err := memlock.New(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := locker.New(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }

@@ -6,6 +6,9 @@
 // be sent ([Recorder.Begin]), when Acquire returned ([Holder.Acquired]),
 // when the Lost signal fired ([Holder.Lost]), when release began and ended.
 // [Recorder.Check] then reports overlaps and fences out of order.
+//
+// [CheckWrites] judges the other end: the writes a resource guarded by
+// fences (package fenced) accepted.
 package history
 
 import (
