@@ -155,7 +155,7 @@ type attempt struct {
 	l        *Lock // set by begin on a re-entry
 	cancel   context.CancelFunc
 	exit     func()                              // the gate's
-	observed func(l *Lock, err error, st *tries) // AcquireDone's, or nil
+	observed func(l *Lock, err error, st tries) // AcquireDone's, or nil
 }
 
 // begin checks the acquisition and prepares its claim in a. It returns
@@ -226,7 +226,7 @@ func (c *Client) begin(a *attempt, ctx context.Context, name string, wait bool, 
 		}
 		if o.AcquireDone != nil {
 			began, w := time.Now(), a.wait
-			a.observed = func(l *Lock, err error, st *tries) {
+			a.observed = func(l *Lock, err error, st tries) {
 				if l != nil {
 					ref.Fence = l.Fence()
 				}
@@ -262,7 +262,7 @@ func noCancel() {}
 // end closes the attempt: AcquireDone, the gate, the wait's bound.
 func (a *attempt) end(l **Lock, err *error) {
 	if a.observed != nil {
-		a.observed(*l, *err, &a.st)
+		a.observed(*l, *err, a.st)
 	}
 	a.exit()
 	a.cancel()
