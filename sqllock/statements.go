@@ -37,8 +37,8 @@ type statements struct {
 
 	listen, exists, schemaExists, createLock, createSchema, createTable, fenced, migrate string
 
-	acquire, refresh, refreshMany, release, notifyKey, initNotifyKey, inspect, list, breakLock string
-	presenceLock, presenceUnlock, floorInsert, floorDelete                                     string
+	acquire, acquireMany, refresh, refreshMany, release, notifyKey, initNotifyKey, inspect, list, breakLock string
+	presenceLock, presenceUnlock, floorInsert, floorDelete                                                  string
 }
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
@@ -105,6 +105,24 @@ SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
 RETURNING version`,
+		// acquireMany($1 keys, $2 tokens, $3 owners, $4 ttls µs, arrays of
+		// one length $5) is acquire for every element, all or none: it
+		// returns each key and its new version when it took them all, no
+		// row when it took none, and fails with division_by_zero (22012),
+		// which undoes the statement, when it took some: a plain SQL
+		// statement has no other way to roll itself back. The keys come
+		// in byte order, so two sets take their fence locks in one order.
+		acquireMany: `WITH got AS (
+INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
+SELECT w.name, w.token, nullif(w.owner, ''), clock_timestamp(), clock_timestamp() + w.us * interval '1 microsecond'
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS w(name, token, owner, us)
+WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext(w.name)) IS NOT NULL
+ON CONFLICT (name) DO UPDATE
+SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
+    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
+RETURNING name, version)
+SELECT name, version, 1 / (count(*) OVER () / $5::int8) FROM got`,
 		// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner)
 		// extends a live lock of the token; it affects no row otherwise.
 		// The owner is checked too, so that a rewritten owner reads as a
@@ -290,6 +308,7 @@ func (d statements) createLockKey() int64 {
 // PostgreSQL error codes (SQLSTATE) that the driver handles.
 const (
 	codeSerialization = "40001" // serialization_failure
+	codeDivByZero     = "22012" // division_by_zero: acquireMany took some keys, not all
 	codeDeadlock      = "40P01" // deadlock_detected
 	codeUnique        = "23505" // unique_violation (concurrent CREATE ... IF NOT EXISTS, or a first INSERT race)
 	codeDupTable      = "42P07" // duplicate_table
