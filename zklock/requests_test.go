@@ -85,7 +85,7 @@ func TestFreshNameRequests(t *testing.T) {
 		}
 		mid := o.snapshot()
 		l.Fence = g.Fence
-		path, first, err := d.lookup(ctx, l)
+		path, _, first, err := d.lookup(ctx, l)
 		if err != nil || !first {
 			t.Fatalf("cycle %d: node %q first %v: %v", i, path, first, err)
 		}
