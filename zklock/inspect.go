@@ -34,9 +34,9 @@ const readers = 32
 
 // qnode is one node of a queue as read.
 type qnode struct {
-	name  string
-	seq   int64
-	owner string
+	name   string
+	seq    int64
+	owner  string
 	czxid  int64
 	gone   bool // deleted between the listing and the read
 	marker bool // a lost lock's delay marker (delay.go)
