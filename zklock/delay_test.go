@@ -40,7 +40,7 @@ func markers(t *testing.T, d *Driver, key string) int {
 
 // A delay costs no request: an acquire+release with one sends one
 // multi-op each way (the marker made and deleted with the node), on a new
-// name and on a known one, and leaves nothing.
+// name and on a known one, and leaves nothing; nor does a Close.
 func TestDelayRequests(t *testing.T) {
 	t.Parallel()
 	const (
@@ -86,6 +86,19 @@ func TestDelayRequests(t *testing.T) {
 		if n := markers(t, d, key); n != 0 {
 			t.Fatalf("cycle %d: %d markers after the release, want none", i, n)
 		}
+	}
+	// Close releases too, delay or not.
+	closing := dial(t, testenv.ZKAddrs())
+	l := lockFor(t, key)
+	l.Delay = time.Hour
+	if _, err := closing.TryAcquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := closing.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := markers(t, d, key); n != 0 {
+		t.Fatalf("%d markers after Close, want none", n)
 	}
 }
 

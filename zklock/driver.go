@@ -205,7 +205,8 @@ const closeLimit = 2 * time.Second
 
 // Close ends the driver: a connection it opened is closed, which ends its
 // session and so frees its locks at once; on a connection the caller
-// passed, it deletes the nodes of its locks. It returns within two
+// passed, it deletes the nodes of its locks. Either way it deletes the
+// delay markers of its locks not lost, as Release does. It returns within two
 // seconds, connection dead or alive. On a connection it opened, no
 // goroutine of the driver or of the zk client is left when it returns; on
 // the caller's connection, calls it cannot interrupt end with the zk
@@ -219,7 +220,19 @@ func (d *Driver) Close() error {
 	}
 	d.mu.Lock()
 	d.stopped = true
-	holds := d.holds
+	// Our nodes go, as by a release: with the markers of the locks not
+	// lost (a lost one keeps its delay). On our own connection the nodes
+	// go with the session, and only the markers need a request.
+	var drops [][2]string
+	for _, h := range d.holds {
+		marker := h.marker
+		if h.lost {
+			marker = ""
+		}
+		if !d.own || marker != "" {
+			drops = append(drops, [2]string{h.path, marker})
+		}
+	}
 	d.holds = map[string]*held{}
 	for _, h := range d.watches.holds {
 		h.done, h.queued = true, false
@@ -229,6 +242,11 @@ func (d *Driver) Close() error {
 		d.watches.armed = false
 	}
 	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range drops {
+		wg.Go(func() { _ = d.deleteWith(p[0], p[1], -1) })
+	}
+	waitTimeout(&wg, closeLimit/2)
 	if d.own {
 		d.closeConn(start, true)
 		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
@@ -236,16 +254,6 @@ func (d *Driver) Close() error {
 		}
 		return nil
 	}
-	// The caller's connection lives on: delete our nodes, briefly.
-	var wg sync.WaitGroup
-	for _, h := range holds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = d.deleteWith(h.path, h.marker, -1)
-		}()
-	}
-	waitTimeout(&wg, closeLimit/2)
 	if !waitTimeout(&d.wg, closeLimit-100*time.Millisecond-time.Since(start)) {
 		d.log.Debug("zklock: close: a call on the connection is still running")
 	}
