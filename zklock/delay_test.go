@@ -12,24 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-// children lists parent's nodes, caught up with the leader.
-func children(t *testing.T, d *Driver, parent string) []string {
-	t.Helper()
-	if _, err := d.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		t.Fatal(err)
-	}
-	names, _, err := d.conn.Children(parent)
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		t.Fatal(err)
-	}
-	return names
-}
-
+// markers counts the delay markers of key's lock.
 func markers(t *testing.T, d *Driver, key string) int {
 	t.Helper()
 	return len(slices.DeleteFunc(children(t, d, d.parentPath(key)), func(n string) bool {
@@ -43,15 +30,6 @@ func markers(t *testing.T, d *Driver, key string) int {
 // name and on a known one, and leaves nothing; nor does a Close.
 func TestDelayRequests(t *testing.T) {
 	t.Parallel()
-	const (
-		opCreate       = 1
-		opDelete       = 2
-		opGetData      = 4
-		opSetData      = 5
-		opGetChildren  = 8
-		opGetChildren2 = 12
-		opMulti        = 14
-	)
 	var o opCounter
 	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

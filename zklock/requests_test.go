@@ -16,6 +16,18 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
+// The opcodes of ZooKeeper's requests that the tests count.
+const (
+	opCreate          = 1
+	opDelete          = 2
+	opGetData         = 4
+	opSetData         = 5
+	opGetChildren     = 8
+	opGetChildren2    = 12
+	opMulti           = 14
+	opCreateContainer = 19
+)
+
 // opCounter counts the requests a connection sends, by opcode.
 type opCounter struct {
 	mu  sync.Mutex
@@ -64,14 +76,6 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // create of the name's node, no listing, no failed first try.
 func TestFreshNameRequests(t *testing.T) {
 	t.Parallel()
-	const (
-		opCreate          = 1
-		opDelete          = 2
-		opGetChildren     = 8
-		opGetChildren2    = 12
-		opMulti           = 14
-		opCreateContainer = 19
-	)
 	var o opCounter
 	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -114,10 +118,6 @@ func TestFreshNameRequests(t *testing.T) {
 // carries the fence and says the node is first) and one delete.
 func TestKnownNameRequests(t *testing.T) {
 	t.Parallel()
-	const (
-		opDelete = 2
-		opMulti  = 14
-	)
 	var o opCounter
 	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
