@@ -317,6 +317,7 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 		// A lost lock's marker that keeps the name, or the first node.
 		var path, marker string
 		var r getResult
+		waiters := len(nodes)
 		for _, m := range deadMarkers(nodes, markers) {
 			if r, err = call(ctx, d, func() (getResult, error) { return d.get(parent + "/" + m) }); err == nil && uint64(r.st.Czxid) == fence {
 				path = parent + "/" + m
@@ -330,7 +331,7 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 				notHeld = true
 				return nil
 			}
-			path = parent + "/" + nodes[0].name
+			path, waiters = parent+"/"+nodes[0].name, len(nodes)-1
 			if m := markerPrefix + hashOf(nodes[0].name); slices.Contains(markers, m) {
 				marker = parent + "/" + m
 			}
@@ -345,7 +346,7 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 			notHeld = true
 			return nil
 		}
-		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: len(nodes) - 1,
+		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: waiters,
 			Known: backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters}
 		_, err = call(ctx, d, func() (struct{}, error) {
 			return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(path, marker, r.st.Version) })
