@@ -39,25 +39,31 @@ func markerHash(name string) (string, bool) {
 	return h, ok && len(h) == hashLen
 }
 
-// A marker's data is "h" (its lock lives, or nobody noticed its loss) or
-// "l" (stamped: lost at its mtime), the delay in milliseconds, a newline
-// and the holder's owner.
+// A marker's data is its state, the delay in milliseconds, a newline and
+// the holder's owner. The states: held (its node holds, or held when its
+// session ended, or was made holding nothing yet), lost (stamped: found
+// lost at its mtime), waiting (its node waits: lost, it delays nobody).
+const (
+	markHeld    = 'h'
+	markLost    = 'l'
+	markWaiting = 'w'
+)
+
 func markerData(state byte, delay time.Duration, owner string) []byte {
 	ms := (delay + time.Millisecond - 1) / time.Millisecond
 	return append(strconv.AppendInt([]byte{state}, int64(ms), 10), "\n"+owner...)
 }
 
-func parseMarker(data []byte) (lost bool, delay time.Duration, owner string, ok bool) {
-	s := string(data)
-	head, owner, found := strings.Cut(s, "\n")
-	if !found || len(head) < 2 || head[0] != 'h' && head[0] != 'l' {
-		return false, 0, "", false
+func parseMarker(data []byte) (state byte, delay time.Duration, owner string, ok bool) {
+	head, owner, found := strings.Cut(string(data), "\n")
+	if !found || len(head) < 2 || !strings.ContainsRune("hlw", rune(head[0])) {
+		return 0, 0, "", false
 	}
 	ms, err := strconv.ParseInt(head[1:], 10, 64)
 	if err != nil || ms < 0 {
-		return false, 0, "", false
+		return 0, 0, "", false
 	}
-	return head[0] == 'l', time.Duration(ms) * time.Millisecond, owner, true
+	return head[0], time.Duration(ms) * time.Millisecond, owner, true
 }
 
 // markerOps are the operations of a create's multi-op that make (or,
@@ -67,7 +73,7 @@ func (d *Driver) markerOps(parent, hash string, l backend.Claim, reuse bool) []a
 	if !d.marks(l) {
 		return nil
 	}
-	path, data := parent+"/"+markerPrefix+hash, markerData('h', l.Delay, l.Owner)
+	path, data := parent+"/"+markerPrefix+hash, markerData(markHeld, l.Delay, l.Owner)
 	if reuse {
 		return []any{&zk.SetDataRequest{Path: path, Data: data, Version: -1}}
 	}
@@ -122,14 +128,15 @@ func (d *Driver) judgeOnce(ctx context.Context, parent, path string, fence uint6
 	if err != nil {
 		return 0, err
 	}
-	lost, delay, owner, ok := parseMarker(r.data)
-	if !ok || fence != 0 && uint64(r.st.Czxid) > fence {
+	state, delay, owner, ok := parseMarker(r.data)
+	lost := state == markLost
+	if !ok || state == markWaiting || fence != 0 && uint64(r.st.Czxid) > fence {
 		return 0, d.dropMarker(ctx, path, r.st.Version) // nothing to heed
 	}
 	stamp := r.st
 	var now *zk.Stat
 	if !lost {
-		now, err = d.set(ctx, path, markerData('l', delay, owner), r.st.Version)
+		now, err = d.set(ctx, path, markerData(markLost, delay, owner), r.st.Version)
 		stamp = now
 	} else {
 		now, err = d.set(ctx, parent, []byte{}, -1) // a probe: the server's clock
@@ -165,6 +172,38 @@ func (d *Driver) dropMarker(ctx context.Context, path string, version int32) err
 		return nil
 	case errors.Is(err, zk.ErrBadVersion):
 		return errMarkerChanged
+	}
+	return err
+}
+
+// setWaiting marks the marker of t, which waits behind another claim, as
+// a waiter's, so that it delays nobody if its session ends before its
+// turn; grant marks it held again. A failure leaves it held: a delay
+// after such a loss, as without this.
+func (t *ticket) setWaiting(ctx context.Context) {
+	e := t.e
+	if !e.marked || e.waiting {
+		return
+	}
+	if _, err := t.d.set(ctx, e.marker(), markerData(markWaiting, t.l.Delay, t.l.Owner), -1); err == nil {
+		e.waiting = true
+	}
+}
+
+// setHeld marks the marker of e, a waiter's, held, and checks that e's
+// node is there (as confirm does), in one request.
+func (d *Driver) setHeld(ctx context.Context, e *entry, l backend.Claim) error {
+	_, err := callInline(ctx, d, func() ([]zk.MultiResponse, error) {
+		return request(d, func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(&zk.CheckVersionRequest{Path: e.path(), Version: -1},
+				&zk.SetDataRequest{Path: e.marker(), Data: markerData(markHeld, l.Delay, l.Owner), Version: -1})
+		})
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return errGone
+	}
+	if err == nil {
+		e.waiting = false
 	}
 	return err
 }

@@ -279,3 +279,110 @@ func TestDelayChild(t *testing.T) {
 	fmt.Println(mode, path)
 	time.Sleep(time.Minute) // until killed
 }
+
+// markerState reads the state of the one delay marker of key's lock.
+func markerState(t *testing.T, d *Driver, key string) byte {
+	t.Helper()
+	parent := d.parentPath(key)
+	for _, n := range children(t, d, parent) {
+		if _, ok := markerHash(n); ok {
+			data, _, err := d.conn.Get(parent + "/" + n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			state, _, _, _ := parseMarker(data)
+			return state
+		}
+	}
+	t.Fatalf("no marker of %q", key)
+	return 0
+}
+
+// A waiter with a delay marks its marker waiting: lost while it waits, it
+// delays nobody; queued again with the same token (the Client's requeue),
+// it takes its old marker back; granted, its marker is held again.
+func TestDelayWaiterLost(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	holder, waiter, other := dial(t, servers), dial(t, servers), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	expire := func() {
+		t.Helper()
+		sid := waiter.conn.SessionID()
+		_, g := drivers.bySession(sid)
+		_, passwd := drivers.credentials(waiter)
+		g.close()
+		err := expireSession(servers, sid, passwd)
+		g.open()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, requeue := range []bool{false, true} {
+		key := uniqueKey(t)
+		h := lockFor(t, key)
+		if _, err := holder.TryAcquire(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		l := lockFor(t, key)
+		l.Delay = time.Hour
+		_, tk, err := waiter.Enqueue(ctx, l)
+		if err != nil || tk == nil {
+			t.Fatalf("Enqueue behind a holder: %v, %v", tk, err)
+		}
+		if s := markerState(t, other, key); s != markWaiting {
+			t.Fatalf("a waiter's marker says %q, want %q", s, markWaiting)
+		}
+		expire()
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			_, err := tk.Wait(ctx)
+			if errors.Is(err, backend.ErrRequeue) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the expired waiter's Wait: %v, want ErrRequeue", err)
+			}
+		}
+		if !requeue {
+			// Its marker delays nobody.
+			if err := holder.Release(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.TryAcquire(ctx, lockFor(t, key)); err != nil {
+				t.Fatalf("TryAcquire after a lost waiter's marker: %v", err)
+			}
+			if n := markers(t, other, key); n != 0 {
+				t.Fatalf("%d markers left of the lost waiter", n)
+			}
+			continue
+		}
+		_, tk, err = waiter.Enqueue(ctx, l)
+		if err != nil || tk == nil {
+			t.Fatalf("Enqueue again with the same token: %v, %v", tk, err)
+		}
+		if s := markerState(t, other, key); s != markWaiting || markers(t, other, key) != 1 {
+			t.Fatalf("the requeued waiter's marker says %q, want one saying %q", s, markWaiting)
+		}
+		if err := holder.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err = tk.Wait(ctx); !errors.Is(err, backend.ErrNotAcquired) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := markerState(t, other, key); s != markHeld {
+			t.Fatalf("the granted waiter's marker says %q, want %q", s, markHeld)
+		}
+		if err := waiter.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if n := markers(t, other, key); n != 0 {
+			t.Fatalf("%d markers after the release", n)
+		}
+	}
+}

@@ -124,8 +124,8 @@ func lostHolder(nodes []qnode) ([]qnode, *qnode) {
 	}
 	var lost *qnode
 	for _, m := range nodes[i:] {
-		_, _, owner, ok := parseMarker([]byte(m.owner))
-		if m.gone || !ok || i > 0 && m.czxid > nodes[0].czxid || lost != nil && m.czxid > lost.czxid {
+		state, _, owner, ok := parseMarker([]byte(m.owner))
+		if m.gone || !ok || state == markWaiting || i > 0 && m.czxid > nodes[0].czxid || lost != nil && m.czxid > lost.czxid {
 			continue
 		}
 		m.owner = owner

@@ -49,6 +49,7 @@ type entry struct {
 	fence   uint64 // the node's creation zxid
 	session int64  // the session that owns it
 	marked  bool   // made with a delay marker (delay.go)
+	waiting bool   // its marker says it waits
 }
 
 // marker is the path of e's delay marker, "" when it has none.

@@ -58,6 +58,9 @@ func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits boo
 			return g, nil, nil
 		}
 		if errors.Is(err, backend.ErrNotAcquired) {
+			if waits {
+				t.setWaiting(ctx)
+			}
 			return backend.Grant{}, t, nil
 		}
 	}
@@ -325,7 +328,11 @@ func (d *Driver) goneErr(e *entry) error {
 
 // grant records e as held by l.Token.
 func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.Grant, error) {
-	if err := d.confirm(ctx, e); err != nil {
+	check := d.confirm
+	if e.waiting {
+		check = func(ctx context.Context, e *entry) error { return d.setHeld(ctx, e, l) }
+	}
+	if err := check(ctx, e); err != nil {
 		return backend.Grant{}, err
 	}
 	if d.conn.SessionID() != e.session {
