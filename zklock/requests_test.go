@@ -20,7 +20,6 @@ import (
 const (
 	opCreate          = 1
 	opDelete          = 2
-	opGetData         = 4
 	opSetData         = 5
 	opGetChildren     = 8
 	opGetChildren2    = 12
