@@ -21,7 +21,9 @@ import (
 // versioned write: its mtime is the server's clock, after the session's
 // end), and it keeps the name from every claim until the server's clock
 // reads the stamp plus the delay (a probe write reads it), when that
-// claim deletes it. See docs/backends/zklock.md, Lock-delay.
+// claim deletes it. A claim that has to wait marks its marker waiting
+// until its grant: lost before, it delays nobody. See
+// docs/backends/zklock.md, Lock-delay.
 
 // KeepsDelay implements backend.Delayer: the marker needs only a
 // persistent node and multi-ops, which every server has.
