@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -52,10 +53,10 @@ func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
 			d.reapHash(e.parent, e.hash, e.session)
 			return
 		}
-		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(e.path(), -1) })
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(e.path(), e.marker(), -1) })
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			// Its name, not its hash: the Client may queue the same token again.
-			d.dropLost(e.path(), e.session)
+			d.dropLost(e.path(), e.marker(), e.session)
 		}
 	}
 	switch {
@@ -68,7 +69,8 @@ func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
 	return done
 }
 
-// reapHash deletes every node of a token hash under parent, retrying until
+// reapHash deletes every node of a token hash under parent (its delay
+// marker last), retrying until
 // none is left, the driver closes or the session that may own them (if
 // known) is gone: then they are gone too.
 func (d *Driver) reapHash(parent, hash string, session int64) {
@@ -89,6 +91,11 @@ func (d *Driver) reapHash(parent, hash string, session int64) {
 					if err := d.conn.Delete(parent+"/"+n, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
 						left = true
 					}
+				}
+			}
+			if m := markerPrefix + hash; !left && slices.Contains(names, m) {
+				if err := d.conn.Delete(parent+"/"+m, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+					left = true
 				}
 			}
 			if !left {

@@ -3,6 +3,9 @@ package zklock
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +31,11 @@ func newHarness(t *testing.T, servers []string) *harness {
 }
 
 func (h *harness) NewDriver(ctx context.Context) (backend.Driver, error) {
-	return dialDriver(ctx, h.servers)
+	d, err := dialDriver(ctx, h.servers)
+	if err == nil && os.Getenv(brokenEnv) == "no-marker" {
+		d.testNoMarker = true
+	}
+	return d, err
 }
 
 func (h *harness) Expire(ctx context.Context, key string) error {
@@ -111,7 +118,8 @@ func (h *harness) Residue(ctx context.Context, key string) (int, error) {
 	return n, nil
 }
 
-// Entries counts the nodes in key's queues: the holders' and the waiters'.
+// Entries counts the nodes in key's queues: the holders' and the waiters'
+// (not their delay markers).
 func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 	n := 0
 	for _, parent := range objectParents(h.watcher, key) {
@@ -122,7 +130,11 @@ func (h *harness) Entries(ctx context.Context, key string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += len(names)
+		for _, name := range names {
+			if _, _, _, ok := parseTagged(name); ok {
+				n++
+			}
+		}
 	}
 	return n, nil
 }
@@ -149,4 +161,26 @@ func TestConformance(t *testing.T) {
 	t.Run("Ensemble", func(t *testing.T) {
 		conformance.Run(t, newHarness(t, testenv.ZKEnsemble()))
 	})
+}
+
+// brokenEnv names the breakage of a child process's drivers.
+const brokenEnv = "ZKLOCK_BROKEN"
+
+// TestConformanceCatchesNoMarker: drivers whose acquisitions leave no
+// delay marker fail LockDelayAfterLoss, in a child process of this test
+// binary: the case sees the name granted right after the session's end.
+func TestConformanceCatchesNoMarker(t *testing.T) {
+	testenv.Require(t, testenv.ZKAddrs()...)
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("the child runs the suite")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestConformance$/^Single$/^Parallel$/^LockDelayAfterLoss$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), brokenEnv+"=no-marker")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !regexp.MustCompile(`--- FAIL: TestConformance/Single/Parallel/LockDelayAfterLoss `).Match(out) {
+		t.Fatalf("LockDelayAfterLoss passed drivers that leave no marker (%v):\n%s", err, out)
+	}
+	t.Logf("caught:\n%s", regexp.MustCompile(`(?m)^.*granted again.*$`).Find(out))
 }

@@ -25,7 +25,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*tic
 	}
 	if d.inline() {
 		in := d.interruptOnEnd(ctx)
-		e, err := d.create(ctx, parent, head, hash, data, waits, true)
+		e, err := d.create(ctx, parent, head, hash, data, l, waits, true)
 		in.stop()
 		if ctx.Err() != nil {
 			err = d.ended(ctx)
@@ -43,7 +43,7 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*tic
 	if !d.spawn(func() {
 		defer close(finished)
 		defer cancel()
-		e, err := d.create(cctx, parent, head, hash, data, waits, false)
+		e, err := d.create(cctx, parent, head, hash, data, l, waits, false)
 		ch <- result{e, err}
 		select {
 		case <-taken:
@@ -89,9 +89,12 @@ func (d *Driver) queueOf(l backend.Claim) (parent, head string) {
 // makes the name's node and tries again. When the answer was lost, it
 // returns the entry with its name unknown, to be found by its hash. waits
 // or inline (on the caller's goroutine): it sends only once the session
-// settled (see resumeDelay).
-func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, waits, inline bool) (*entry, error) {
+// settled (see resumeDelay). With l.Delay, the same request makes l's
+// marker (delay.go).
+func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, l backend.Claim, waits, inline bool) (*entry, error) {
 	prefix := parent + "/" + head + hash + "-"
+	marked := d.marks(l)
+	reuse := false // l's token left a marker with an earlier session
 	// A name's node this driver made, or has checked, carries our ACL.
 	checked := d.knownParent(parent)
 	// A name not known to exist is made in the request that makes its
@@ -116,7 +119,7 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 			d.tries.Add(1) // a waiting acquisition's try (storeTries)
 		}
 		if fresh {
-			c, err = d.createFresh(parent, prefix, data)
+			c, err = d.createFresh(parent, prefix, data, d.markerOps(parent, hash, l, false))
 			switch {
 			case err == nil:
 				checked = true // ours, with our ACL
@@ -130,18 +133,26 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 			}
 		} else {
 			var res []zk.MultiResponse
-			res, err = request(d, func() ([]zk.MultiResponse, error) {
-				return d.conn.Multi(
-					&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-					&zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1},
-				)
-			})
+			ops := append([]any{&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}},
+				d.markerOps(parent, hash, l, reuse)...)
+			ops = append(ops, &zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1})
+			res, err = request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+			last := len(ops) - 1
 			switch {
 			case err != nil:
-			case len(res) != 2 || res[1].Stat == nil:
+			case len(res) != len(ops) || res[last].Stat == nil:
 				err = fmt.Errorf("%w %+v", errUnexpected, res)
 			default:
-				c = created{path: res[0].String, zxid: res[1].Stat.Mzxid, children: res[1].Stat.NumChildren}
+				c = created{path: res[0].String, zxid: res[last].Stat.Mzxid, children: res[last].Stat.NumChildren}
+			}
+		}
+		if marked && !fresh {
+			switch {
+			case errors.Is(err, zk.ErrNodeExists) && !reuse:
+				reuse = true // the name's node exists: the marker does
+				continue
+			case errors.Is(err, zk.ErrNoNode) && reuse:
+				reuse = false // gone meanwhile, or the name's node is
 			}
 		}
 		if err == nil && !under(c.path, parent) {
@@ -150,7 +161,7 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		switch {
 		case connLost(err), errors.Is(err, errUnexpected):
 			// The server may have made the node.
-			return &entry{parent: parent, hash: hash, session: sid}, fmt.Errorf("create the queue node: %w", err)
+			return &entry{parent: parent, hash: hash, session: sid, marked: marked}, fmt.Errorf("create the queue node: %w", err)
 		case errors.Is(err, zk.ErrNoNode):
 			// The name's node is missing (never made, or deleted by the
 			// server once empty, maybe between our tries): make it. A
@@ -169,9 +180,13 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		name := c.path[len(parent)+1:]
 		_, _, seq, ok := parseTagged(name)
 		// The parent's stat is read in the same transaction, after the
-		// create: a single child is ours, so it is first, with no listing
-		// of the queue.
-		e := &entry{parent: parent, name: name, full: c.path, hash: hash, seq: seq, fence: uint64(c.zxid), session: sid, first: c.children == 1}
+		// create: a single child is ours (with our marker, two), so it is
+		// first, with no listing of the queue.
+		ours := int32(1)
+		if marked {
+			ours++
+		}
+		e := &entry{parent: parent, name: name, full: c.path, hash: hash, seq: seq, fence: uint64(c.zxid), session: sid, first: c.children == ours, marked: marked}
 		switch {
 		case !ok:
 			err = fmt.Errorf("unexpected node name %q", name)
@@ -201,17 +216,19 @@ const firstSeq = "0000000000"
 // cannot read a container's create in a multi-op's reply (ErrAPIError with
 // the results before it), so a leading write to the root carries the
 // zxid, and the node's name is known without its result: the first child
-// of a new node is numbered firstSeq.
-func (d *Driver) createFresh(parent, prefix string, data []byte) (created, error) {
+// of a new node is numbered firstSeq. marker: the ops that make a delay
+// marker, after the queue node.
+func (d *Driver) createFresh(parent, prefix string, data []byte, marker []any) (created, error) {
+	ops := append([]any{
+		&zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1},
+		&zk.CreateRequest{Path: parent, Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer},
+		&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+	}, marker...)
 	return request(d, func() (created, error) {
-		res, err := d.conn.Multi(
-			&zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1},
-			&zk.CreateRequest{Path: parent, Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer},
-			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-		)
+		res, err := d.conn.Multi(ops...)
 		var path string
 		switch {
-		case err == nil && len(res) == 3 && res[0].Stat != nil:
+		case err == nil && len(res) == len(ops) && res[0].Stat != nil:
 			path = res[2].String // a zk client that reads the whole reply
 		case errors.Is(err, zk.ErrAPIError) && len(res) == 1 && res[0].Stat != nil && res[0].Error == nil:
 			path = prefix + firstSeq
@@ -220,7 +237,7 @@ func (d *Driver) createFresh(parent, prefix string, data []byte) (created, error
 		default:
 			return created{}, fmt.Errorf("%w %+v", errUnexpected, res)
 		}
-		return created{path: path, zxid: res[0].Stat.Mzxid, children: 1}, nil
+		return created{path: path, zxid: res[0].Stat.Mzxid, children: int32(1 + len(marker))}, nil
 	})
 }
 

@@ -20,7 +20,7 @@ import (
 // driver's session: the raw floor (an ephemeral create and a
 // delete), the driver's request shape sent bare (the fresh name's 3-op
 // multi, then the delete), the driver (TryAcquire + Release) and a Client
-// (Acquire + Release). shape-named is the shape with the driver's node
+// (Acquire + Release), without and with a LockDelay. shape-named is the shape with the driver's node
 // names and data.
 //
 // Every op leaves a name's container node, which the server deletes later
@@ -87,6 +87,14 @@ func cycleSubjects(b *testing.B) []cycleSubject {
 		}},
 		{"client", func(ctx context.Context, i int) error {
 			l, err := c.Acquire(ctx, fmt.Sprintf("%s/c%d", key, i))
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}},
+		// The same with a delay: its marker rides in the same requests.
+		{"client-delay", func(ctx context.Context, i int) error {
+			l, err := c.Acquire(ctx, fmt.Sprintf("%s/cd%d", key, i), locker.LockDelay(time.Minute))
 			if err != nil {
 				return err
 			}

@@ -32,6 +32,9 @@
 // negotiated session timeout; a holder cut off from the ensemble is told
 // at its last answered request plus the session timeout, less a clock
 // margin, and a longer process pause can overrun that: use the fence.
+// locker.LockDelay (locks only) leaves a marker node beside the lock that
+// a release deletes with it and that keeps the name for the delay after
+// a lost session's end.
 //
 // Nodes the driver makes get "all permissions for this credential, read
 // for everyone" ([DigestACL]; another with [WithACL]); clients sharing a

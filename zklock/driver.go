@@ -22,7 +22,7 @@ var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
 // sequential node per acquisition. It implements backend.Driver,
-// backend.Queuer and backend.Session.
+// backend.Queuer, backend.Session and backend.Delayer.
 type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
@@ -57,12 +57,14 @@ type Driver struct {
 	testHookWatch     func() // tests: called before a waiter watches its predecessor
 	testHookHeldWatch func() // tests: called before the theft watch of a held node is set
 	testNoInline      bool   // tests: every call on a goroutine of its own, as before interrupt.go
+	testNoMarker      bool   // tests (broken): acquisitions leave no delay marker
 }
 
 var (
 	_ backend.Driver  = (*Driver)(nil)
 	_ backend.Queuer  = (*Driver)(nil)
 	_ backend.Session = (*Driver)(nil)
+	_ backend.Delayer = (*Driver)(nil)
 )
 
 // New returns a driver that uses conn, a connection the caller built (and
@@ -203,7 +205,8 @@ const closeLimit = 2 * time.Second
 
 // Close ends the driver: a connection it opened is closed, which ends its
 // session and so frees its locks at once; on a connection the caller
-// passed, it deletes the nodes of its locks. It returns within two
+// passed, it deletes the nodes of its locks. Either way it deletes the
+// delay markers of its locks not lost, as Release does. It returns within two
 // seconds, connection dead or alive. On a connection it opened, no
 // goroutine of the driver or of the zk client is left when it returns; on
 // the caller's connection, calls it cannot interrupt end with the zk
@@ -217,7 +220,19 @@ func (d *Driver) Close() error {
 	}
 	d.mu.Lock()
 	d.stopped = true
-	holds := d.holds
+	// Our nodes go, as by a release: with the markers of the locks not
+	// lost (a lost one keeps its delay). On our own connection the nodes
+	// go with the session, and only the markers need a request.
+	var drops [][2]string
+	for _, h := range d.holds {
+		marker := h.marker
+		if h.lost {
+			marker = ""
+		}
+		if !d.own || marker != "" {
+			drops = append(drops, [2]string{h.path, marker})
+		}
+	}
 	d.holds = map[string]*held{}
 	for _, h := range d.watches.holds {
 		h.done, h.queued = true, false
@@ -227,6 +242,11 @@ func (d *Driver) Close() error {
 		d.watches.armed = false
 	}
 	d.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range drops {
+		wg.Go(func() { _ = d.deleteWith(p[0], p[1], -1) })
+	}
+	waitTimeout(&wg, closeLimit/2)
 	if d.own {
 		d.closeConn(start, true)
 		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
@@ -234,16 +254,6 @@ func (d *Driver) Close() error {
 		}
 		return nil
 	}
-	// The caller's connection lives on: delete our nodes, briefly.
-	var wg sync.WaitGroup
-	for _, h := range holds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = d.conn.Delete(h.path, -1)
-		}()
-	}
-	waitTimeout(&wg, closeLimit/2)
 	if !waitTimeout(&d.wg, closeLimit-100*time.Millisecond-time.Since(start)) {
 		d.log.Debug("zklock: close: a call on the connection is still running")
 	}
@@ -301,7 +311,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		d.unwatch(h)
 	}
 	d.mu.Unlock()
-	path, session, err := d.heldNode(ctx, l, h, true)
+	path, marker, session, err := d.heldNode(ctx, l, h, true)
 	if err != nil {
 		return err
 	}
@@ -310,7 +320,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	uncertain := false
 	bo := newBackoff()
 	for {
-		_, err := callInline(ctx, d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		_, err := callInline(ctx, d, func() (struct{}, error) { return struct{}{}, d.deleteWith(path, marker, -1) })
 		switch {
 		case err == nil:
 			return nil
@@ -353,7 +363,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	d.mu.Lock()
 	h := d.holds[l.Token]
 	d.mu.Unlock()
-	path, session, err := d.heldNode(ctx, l, h, false)
+	path, _, session, err := d.heldNode(ctx, l, h, false)
 	if err != nil {
 		return err
 	}
@@ -380,29 +390,30 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	return nil
 }
 
-// heldNode is the node by which l.Token holds l.Key, and its session: h's,
-// or, when the driver has no record of it, the token's node found first in
-// the queue (session 0: unknown). ErrNotHeld when there is none; with drop,
-// a node of the token that does not hold is deleted.
-func (d *Driver) heldNode(ctx context.Context, l backend.Claim, h *held, drop bool) (string, int64, error) {
+// heldNode is the node by which l.Token holds l.Key, its delay marker (""
+// if none) and its session: h's, or, when the driver has no record of it,
+// the token's node found first in the queue (session 0: unknown).
+// ErrNotHeld when there is none; with drop, a node of the token that does
+// not hold is deleted.
+func (d *Driver) heldNode(ctx context.Context, l backend.Claim, h *held, drop bool) (string, string, int64, error) {
 	if h != nil {
 		if d.conn.SessionID() != h.session {
 			// Its session ended, and the server deleted the node with it.
-			return "", 0, fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, h.session)
+			return "", "", 0, fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, h.session)
 		}
-		return h.path, h.session, nil
+		return h.path, h.marker, h.session, nil
 	}
-	p, first, err := d.lookup(ctx, l)
+	p, marker, first, err := d.lookup(ctx, l)
 	switch {
 	case err != nil:
-		return "", 0, fmt.Errorf("zklock: %w", err)
+		return "", "", 0, fmt.Errorf("zklock: %w", err)
 	case p != "" && !first && drop:
 		// A queue node of this token that does not hold the lock: not
 		// ours to report as released, but nobody wants it either.
-		d.deleteQuiet(p)
+		_ = d.deleteWith(p, marker, -1)
 	}
 	if !first {
-		return "", 0, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
+		return "", "", 0, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 	}
-	return p, 0, nil
+	return p, marker, 0, nil
 }

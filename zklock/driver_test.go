@@ -120,18 +120,20 @@ func TestBasics(t *testing.T) {
 
 func entries(t testing.TB, d *Driver, key string) int {
 	t.Helper()
-	parent := d.parentPath(key)
+	return len(children(t, d, d.parentPath(key)))
+}
+
+// children lists parent's nodes, caught up with the leader.
+func children(t testing.TB, d *Driver, parent string) []string {
+	t.Helper()
 	if _, err := d.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatal(err)
 	}
 	names, _, err := d.conn.Children(parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return 0
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatal(err)
 	}
-	return len(names)
+	return names
 }
 
 func TestExpireFiresLost(t *testing.T) {

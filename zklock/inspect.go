@@ -34,11 +34,12 @@ const readers = 32
 
 // qnode is one node of a queue as read.
 type qnode struct {
-	name  string
-	seq   int64
-	owner string
-	czxid int64
-	gone  bool // deleted between the listing and the read
+	name   string
+	seq    int64
+	owner  string
+	czxid  int64
+	gone   bool // deleted between the listing and the read
+	marker bool // a lost lock's delay marker (delay.go)
 }
 
 // Inspect implements backend.Inspector: a listing of key's queue, and a
@@ -67,7 +68,8 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 
 // queueState reads key's queue: the holder is its first node, the
 // waiters the others. A holder gone between the listing and its read
-// (released) makes it look again.
+// (released) makes it look again. A lost lock's delay marker that keeps
+// the name is its holder (lost), before the queue.
 func (d *Driver) queueState(ctx context.Context, key string) (backend.State, error) {
 	parent := d.parentPath(key)
 	st := backend.State{Key: key, Known: known}
@@ -75,19 +77,33 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 		return st, err
 	}
 	err := d.retrying(ctx, func() error {
-		nodes, err := d.queue(ctx, parent)
-		if err != nil || len(nodes) == 0 {
+		nodes, markers, err := d.listing(ctx, parent)
+		if err != nil {
 			return err
+		}
+		dead := deadMarkers(nodes, markers)
+		for _, m := range dead {
+			nodes = append(nodes, qnode{name: m, marker: true})
+		}
+		if len(nodes) == 0 {
+			return nil
 		}
 		if err := d.readNodes(ctx, parent, nodes); err != nil {
 			return err
 		}
-		if nodes[0].gone {
-			return errChanged // a new holder, maybe: look again
+		nodes, lost := lostHolder(nodes)
+		if len(nodes) == 0 && lost == nil {
+			return nil
 		}
-		st.Held, st.Owner, st.Fence = true, nodes[0].owner, uint64(nodes[0].czxid)
+		if lost == nil {
+			if nodes[0].gone {
+				return errChanged // a new holder, maybe: look again
+			}
+			lost, nodes = &nodes[0], nodes[1:]
+		}
+		st.Held, st.Owner, st.Fence = true, lost.owner, uint64(lost.czxid)
 		st.Queue = nil
-		for _, n := range nodes[1:] {
+		for _, n := range nodes {
 			if !n.gone {
 				st.Queue = append(st.Queue, n.owner)
 			}
@@ -96,6 +112,26 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 		return nil
 	})
 	return st, err
+}
+
+// lostHolder splits the read markers off nodes (appended after them), and
+// returns the one that keeps the name, if any: the oldest older than the
+// first node, its owner parsed from its data.
+func lostHolder(nodes []qnode) ([]qnode, *qnode) {
+	i := slices.IndexFunc(nodes, func(n qnode) bool { return n.marker })
+	if i < 0 {
+		return nodes, nil
+	}
+	var lost *qnode
+	for _, m := range nodes[i:] {
+		state, _, owner, ok := parseMarker([]byte(m.owner))
+		if m.gone || !ok || state == markWaiting || i > 0 && m.czxid > nodes[0].czxid || lost != nil && m.czxid > lost.czxid {
+			continue
+		}
+		m.owner = owner
+		lost = &m
+	}
+	return nodes[:i], lost
 }
 
 // errChanged: the queue changed while read; read it again.
@@ -125,21 +161,28 @@ func (d *Driver) catchUp(ctx context.Context) error {
 // queue lists the nodes of parent's queue, first (the holder) first; none
 // when the name's node does not exist.
 func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
+	nodes, _, err := d.listing(ctx, parent)
+	return nodes, err
+}
+
+// listing is queue, and the names of the delay markers beside the nodes.
+func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, markers []string, err error) {
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var nodes []qnode
 	for _, n := range names {
 		if _, seq, ok := parseNode(n); ok {
 			nodes = append(nodes, qnode{name: n, seq: seq})
+		} else if _, ok := markerHash(n); ok {
+			markers = append(markers, n)
 		}
 	}
 	slices.SortFunc(nodes, func(a, b qnode) int { return cmp.Compare(a.seq, b.seq) })
-	return nodes, nil
+	return nodes, markers, nil
 }
 
 // readNodes reads the data (the owner) and the creation zxid of nodes,
@@ -244,7 +287,8 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 }
 
 // Break implements backend.Breaker: it reads the first node of key's
-// queue and deletes it if its creation zxid is fence, with the version
+// queue (or a lost lock's delay marker, whose zxid is its lock's) and
+// deletes it, with its marker, if its creation zxid is fence, with the version
 // read (a node name is never reused, so the path and the version name that
 // very node). The next node in line, made later, has a greater zxid; the
 // removed holder's driver sees the deletion on its watch of the node and
@@ -263,19 +307,36 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 		tried   string // a delete of this node lost its answer
 	)
 	err = d.retrying(ctx, func() error {
-		nodes, err := d.queue(ctx, parent)
+		nodes, markers, err := d.listing(ctx, parent)
 		if err != nil {
 			return err
 		}
-		if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried }) {
+		if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried }) && !slices.Contains(markers, tried[len(parent)+1:]) {
 			return nil // most likely deleted by that delete
 		}
-		if len(nodes) == 0 {
-			notHeld = true
-			return nil
+		// A lost lock's marker that keeps the name, or the first node.
+		var path, marker string
+		var r getResult
+		waiters := len(nodes)
+		for _, m := range deadMarkers(nodes, markers) {
+			if r, err = call(ctx, d, func() (getResult, error) { return d.get(parent + "/" + m) }); err == nil && uint64(r.st.Czxid) == fence {
+				path = parent + "/" + m
+				_, _, owner, _ := parseMarker(r.data)
+				r.data = []byte(owner)
+				break
+			}
 		}
-		path := parent + "/" + nodes[0].name
-		r, err := call(ctx, d, func() (getResult, error) { return d.get(path) })
+		if path == "" {
+			if len(nodes) == 0 {
+				notHeld = true
+				return nil
+			}
+			path, waiters = parent+"/"+nodes[0].name, len(nodes)-1
+			if m := markerPrefix + hashOf(nodes[0].name); slices.Contains(markers, m) {
+				marker = parent + "/" + m
+			}
+			r, err = call(ctx, d, func() (getResult, error) { return d.get(path) })
+		}
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			return errChanged // released meanwhile: look again
@@ -285,10 +346,10 @@ func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend
 			notHeld = true
 			return nil
 		}
-		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: len(nodes) - 1,
+		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: waiters,
 			Known: backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters}
 		_, err = call(ctx, d, func() (struct{}, error) {
-			return request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, r.st.Version) })
+			return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(path, marker, r.st.Version) })
 		})
 		switch {
 		case err == nil:

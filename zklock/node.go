@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,16 @@ type entry struct {
 	first   bool   // known to be the lowest node (shared: known to hold)
 	fence   uint64 // the node's creation zxid
 	session int64  // the session that owns it
+	marked  bool   // made with a delay marker (delay.go)
+	waiting bool   // its marker says it waits
+}
+
+// marker is the path of e's delay marker, "" when it has none.
+func (e *entry) marker() string {
+	if !e.marked {
+		return ""
+	}
+	return e.parent + "/" + markerPrefix + e.hash
 }
 
 func (e *entry) path() string {
@@ -59,6 +70,7 @@ func (e *entry) path() string {
 // held is a granted lock.
 type held struct {
 	path    string
+	marker  string // its delay marker's path, if any
 	session int64
 	fence   uint64
 	onLost  func(error)
@@ -87,22 +99,26 @@ func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 	return name[:i], name[i+1 : i+hashLen+1], seq, true
 }
 
-// lookup finds the node of l.Token by listing l.Key's queue: its path and
-// whether it is first.
-func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path string, first bool, err error) {
+// lookup finds the node of l.Token by listing l.Key's queue: its path,
+// its delay marker's ("" if none) and whether it is first.
+func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker string, first bool, err error) {
 	if l.Mode != backend.Exclusive {
-		return d.lookupShared(ctx, l)
+		path, first, err = d.lookupShared(ctx, l)
+		return path, "", first, err
 	}
 	parent := d.parentPath(l.Key)
-	nodes, err := d.queue(ctx, parent)
+	nodes, markers, err := d.listing(ctx, parent)
 	if err != nil {
-		return "", false, err
+		return "", "", false, err
 	}
 	hash := tokenHash(l.Token)
+	if slices.Contains(markers, markerPrefix+hash) {
+		marker = parent + "/" + markerPrefix + hash
+	}
 	for i, n := range nodes {
 		if h, _, _ := parseNode(n.name); h == hash {
-			return parent + "/" + n.name, i == 0, nil
+			return parent + "/" + n.name, marker, i == 0, nil
 		}
 	}
-	return "", false, nil
+	return "", "", false, nil
 }

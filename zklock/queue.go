@@ -42,6 +42,9 @@ func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits boo
 		if err := checkShared(l); err != nil {
 			return backend.Grant{}, nil, fmt.Errorf("zklock: %s: %w", op, err)
 		}
+		if l.Delay > 0 {
+			return backend.Grant{}, nil, fmt.Errorf("zklock: %s: LockDelay on a %v: %w: only locks keep a delay", op, l.Mode, backend.ErrUnsupported)
+		}
 	}
 	ctx, done, err := d.enter(ctx, op)
 	if err != nil {
@@ -55,6 +58,9 @@ func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits boo
 			return g, nil, nil
 		}
 		if errors.Is(err, backend.ErrNotAcquired) {
+			if waits {
+				t.setWaiting(ctx)
+			}
 			return backend.Grant{}, t, nil
 		}
 	}
@@ -74,6 +80,10 @@ type ticket struct {
 	pred, pred2   string
 	watch, watch2 <-chan zk.Event
 	ahead         int // nodes ahead of a lock's node
+
+	marked  bool      // the last look saw another claim's delay marker
+	delayed string    // a lost lock's marker that keeps the name, until
+	until   time.Time // (by the server's clock, as read)
 }
 
 // Wait implements backend.Ticket.
@@ -103,6 +113,9 @@ const probePeriod = 200 * time.Millisecond
 // last look failed, or the node to watch is gone already.
 func (t *ticket) wait(ctx context.Context) error {
 	d, e := t.d, t.e
+	if t.delayed != "" {
+		return t.waitDelay(ctx)
+	}
 	if e.first || e.name == "" || t.pred == "" && t.watch == nil {
 		return nil
 	}
@@ -131,9 +144,10 @@ func (t *ticket) wait(ctx context.Context) error {
 		select {
 		case ev := <-t.watch:
 			t.pred, t.watch = "", nil
-			if ev.Type == zk.EventNodeDeleted && t.ahead == 1 {
+			if ev.Type == zk.EventNodeDeleted && t.ahead == 1 && !t.marked {
 				// The only node ahead of ours is gone, and no new node
-				// can sort before ours: we are first.
+				// can sort before ours: we are first. (A node with a
+				// delay marker may have left it in our way.)
 				e.first = true
 			}
 			return watchEnded(ev)
@@ -183,6 +197,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 			return backend.Grant{}, errGone
 		}
 		d.log.Debug("zklock: found the node of a lost create response", "path", e.path())
+		e.marked = d.marks(t.l) // made in the same request
 		t.e = e
 	}
 	if !t.e.first {
@@ -217,9 +232,22 @@ func (t *ticket) stand(ctx context.Context) (bool, error) {
 		}
 		return st.held, nil
 	}
-	p, p2, n, err := t.d.predecessor(ctx, t.e)
+	p, p2, n, dead, marked, err := t.d.predecessor(ctx, t.e)
 	if err != nil {
 		return false, err
+	}
+	t.marked, t.delayed = marked, ""
+	if p == "" {
+		for _, m := range dead {
+			left, err := t.d.judgeMarker(ctx, t.e.parent, m, t.e.fence)
+			if err != nil {
+				return false, err
+			}
+			if left > 0 {
+				t.delayed, t.until = m, time.Now().Add(left)
+				return false, nil
+			}
+		}
 	}
 	if p != t.pred {
 		t.pred, t.watch = p, nil
@@ -300,13 +328,17 @@ func (d *Driver) goneErr(e *entry) error {
 
 // grant records e as held by l.Token.
 func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.Grant, error) {
-	if err := d.confirm(ctx, e); err != nil {
+	check := d.confirm
+	if e.waiting {
+		check = func(ctx context.Context, e *entry) error { return d.setHeld(ctx, e, l) }
+	}
+	if err := check(ctx, e); err != nil {
 		return backend.Grant{}, err
 	}
 	if d.conn.SessionID() != e.session {
 		return backend.Grant{}, errGone
 	}
-	h := &held{path: e.path(), session: e.session, fence: e.fence, onLost: l.OnLost}
+	h := &held{path: e.path(), marker: e.marker(), session: e.session, fence: e.fence, onLost: l.OnLost}
 	d.mu.Lock()
 	d.holds[l.Token] = h
 	d.watchHeld(h)
@@ -316,21 +348,50 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 }
 
 // predecessor lists the queue and returns the node just ahead of e ("" when
-// e is first), the one ahead of that, and how many nodes are ahead of e.
-func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string, ahead int, err error) {
-	nodes, err := d.queue(ctx, e.parent)
+// e is first), the one ahead of that, how many nodes are ahead of e, the
+// lost locks' delay markers, and whether it saw another claim's marker.
+func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string, ahead int, dead []string, marked bool, err error) {
+	nodes, markers, err := d.listing(ctx, e.parent)
 	if err != nil {
-		return "", "", 0, err
+		return "", "", 0, nil, false, err
 	}
 	i := slices.IndexFunc(nodes, func(n qnode) bool { return n.name == e.name })
 	if i < 0 {
-		return "", "", 0, errGone
+		return "", "", 0, nil, false, errGone
 	}
+	marked = len(markers) > 0 && (!e.marked || len(markers) > 1)
 	if i > 0 {
 		pred = nodes[i-1].name
 	}
 	if i > 1 {
 		pred2 = nodes[i-2].name
 	}
-	return pred, pred2, i, nil
+	return pred, pred2, i, deadMarkers(nodes, markers), marked, nil
+}
+
+// waitDelay waits until the marker in t's way is due to go by the
+// server's clock, or goes or changes before (broken, stamped again).
+func (t *ticket) waitDelay(ctx context.Context) error {
+	d, path, until := t.d, t.e.parent+"/"+t.delayed, t.until
+	t.delayed = ""
+	type exists struct {
+		ok bool
+		ch <-chan zk.Event
+	}
+	r, err := call(ctx, d, func() (exists, error) {
+		ok, _, ch, err := d.conn.ExistsW(path)
+		return exists{ok, ch}, err
+	})
+	if err != nil || !r.ok {
+		return err
+	}
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	select {
+	case <-r.ch:
+	case <-timer.C:
+	case <-ctx.Done():
+		return d.ended(ctx)
+	}
+	return nil
 }

@@ -16,6 +16,17 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
+// The opcodes of ZooKeeper's requests that the tests count.
+const (
+	opCreate          = 1
+	opDelete          = 2
+	opSetData         = 5
+	opGetChildren     = 8
+	opGetChildren2    = 12
+	opMulti           = 14
+	opCreateContainer = 19
+)
+
 // opCounter counts the requests a connection sends, by opcode.
 type opCounter struct {
 	mu  sync.Mutex
@@ -64,14 +75,6 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // create of the name's node, no listing, no failed first try.
 func TestFreshNameRequests(t *testing.T) {
 	t.Parallel()
-	const (
-		opCreate          = 1
-		opDelete          = 2
-		opGetChildren     = 8
-		opGetChildren2    = 12
-		opMulti           = 14
-		opCreateContainer = 19
-	)
 	var o opCounter
 	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -85,7 +88,7 @@ func TestFreshNameRequests(t *testing.T) {
 		}
 		mid := o.snapshot()
 		l.Fence = g.Fence
-		path, first, err := d.lookup(ctx, l)
+		path, _, first, err := d.lookup(ctx, l)
 		if err != nil || !first {
 			t.Fatalf("cycle %d: node %q first %v: %v", i, path, first, err)
 		}
@@ -114,10 +117,6 @@ func TestFreshNameRequests(t *testing.T) {
 // carries the fence and says the node is first) and one delete.
 func TestKnownNameRequests(t *testing.T) {
 	t.Parallel()
-	const (
-		opDelete = 2
-		opMulti  = 14
-	)
 	var o opCounter
 	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -77,7 +77,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 		l.f(l.err)
 	}
 	for _, h := range orphans {
-		d.spawn(func() { d.dropLost(h.path, h.session) })
+		d.spawn(func() { d.dropLost(h.path, "", h.session) }) // lost: its marker keeps the delay
 	}
 	next := poll
 	if until := deadline.Sub(now); until > 0 && until < next {
@@ -91,13 +91,13 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 // for the session), or of a queue node whose delete failed. It retries,
 // each try after the session settled (see resumeDelay), until the node is
 // gone, the session is (its nodes go with it) or the driver closes.
-func (d *Driver) dropLost(path string, session int64) {
+func (d *Driver) dropLost(path, marker string, session int64) {
 	bo := newBackoff()
 	for !d.isClosed() && d.conn.SessionID() == session {
 		if !d.settled(d.gate.Context()) {
 			continue // closed, or still no session: see the loop's test
 		}
-		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.conn.Delete(path, -1) })
+		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(path, marker, -1) })
 		switch {
 		case err == nil:
 			d.log.Debug("zklock: deleted a node nobody holds", "path", path)
