@@ -61,7 +61,7 @@ var (
 	// the first live waiter (see handoff.lua).
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
 	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
-	handoffReleaseScript = redis.NewScript(lua("value", "handoff_release", "fence", "queue", "handoff", "handoff_queued"))
+	handoffReleaseScript = redis.NewScript(lua("handoff_release", "value", "fence", "queue", "handoff", "handoff_queued"))
 	handoffLeaveScript   = redis.NewScript(handoffPrefix + lua("handoff_leave"))
 )
 
