@@ -194,6 +194,21 @@ func (dep *deployment) activeHub(key string) (*hub, string) {
 	return h, channel
 }
 
+// mayBeActive says whether a channel may be confirmed on a live
+// connection, without building any channel's name: false when no hub has
+// a channel (no waiter or watcher in a while), as a free lock's try finds
+// on a Driver that nobody waits on.
+func (dep *deployment) mayBeActive() bool {
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	for _, h := range dep.hubs {
+		if !h.dead && len(h.chans) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // subscribeActive is subscribe without a round trip: it subscribes only
 // when key's channel is already confirmed on a live connection (a lock
 // contended a moment ago), and returns nil otherwise.

@@ -60,15 +60,16 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 		return backend.Grant{}, nil, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	w := strconv.FormatUint(rand.Uint64(), 36) + ":" + c.Owner
 	if c.Mode != backend.Exclusive {
 		if err := checkShared(c); err != nil {
 			return backend.Grant{}, nil, fmt.Errorf("redislock: %w", err)
 		}
-		w = sharedMode(c) + w
 	}
-	t := &ticket{d: d, c: c, px: ttlMillis(c.TTL), w: w, first: attempts.Add(1), ch: make(chan struct{}, 1)}
-	t.sub, t.cancel = d.dep.subscribeActive(c.Key, t.w, t.ch)
+	t := &ticket{d: d, c: c, px: ttlMillis(c.TTL), first: attempts.Add(1)}
+	if !t.handoff() || d.dep.mayBeActive() {
+		t.join()
+		t.sub, t.cancel = d.dep.subscribeActive(c.Key, t.w, t.ch)
+	}
 	g, err := t.look(ctx)
 	if t.sub == nil && errors.Is(err, backend.ErrNotAcquired) {
 		if err = t.subscribe(ctx); err == nil {
@@ -90,12 +91,27 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	return backend.Grant{}, t, err
 }
 
+// join names the waiter and makes its wake-ups' channel: what a claim
+// needs once it may wait, and a free lock's plain try does not (see
+// Enqueue).
+func (t *ticket) join() {
+	if t.ch != nil {
+		return
+	}
+	t.w = strconv.FormatUint(rand.Uint64(), 36) + ":" + t.c.Owner
+	if t.c.Mode != backend.Exclusive {
+		t.w = sharedMode(t.c) + t.w
+	}
+	t.ch = make(chan struct{}, 1)
+}
+
 // handoff says whether the claim waits for the default mode's hand-off.
 func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.fair }
 
 // subscribe subscribes to the key's wake-ups; without them, the waiter
 // polls (see Wait).
 func (t *ticket) subscribe(ctx context.Context) error {
+	t.join()
 	var err error
 	t.sub, t.cancel, err = t.d.dep.subscribe(ctx, t.c.Key, t.w, t.ch)
 	if err != nil && ctx.Err() == nil {
@@ -160,7 +176,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 			n = attempts.Add(1) // each look its own: a later one takes over what an earlier left
 		}
 	}
-	value := c.Token + "." + strconv.FormatUint(n, 10)
+	value := attemptValue(c.Token, n)
 	sent := time.Now()
 	d.tries.Add(1)
 	var v int64
@@ -210,6 +226,7 @@ func (t *ticket) Leave(ctx context.Context) error {
 }
 
 func (t *ticket) leave(ctx context.Context) error {
+	t.join() // a ticket that never joined has no entry: any name will do
 	switch {
 	case t.c.Mode != backend.Exclusive:
 		return t.d.dep.leaveShared(ctx, t.c, t.first, t.w)

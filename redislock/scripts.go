@@ -61,7 +61,7 @@ var (
 	// the first live waiter (see handoff.lua).
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
 	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
-	handoffReleaseScript = redis.NewScript(lua("value", "handoff_release", "fence", "queue", "handoff", "handoff_queued"))
+	handoffReleaseScript = redis.NewScript(lua("handoff_release", "value", "fence", "queue", "handoff", "handoff_queued"))
 	handoffLeaveScript   = redis.NewScript(handoffPrefix + lua("handoff_leave"))
 )
 
@@ -79,7 +79,19 @@ var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
 func attempt(l backend.Claim) string {
-	return l.Token + "." + strconv.FormatUint(attempts.Add(1), 10)
+	return attemptValue(l.Token, attempts.Add(1))
+}
+
+// attemptValue is "<token>.<n>", in one allocation: it is built on every
+// try.
+func attemptValue(token string, n uint64) string {
+	var b strings.Builder
+	b.Grow(len(token) + 21)
+	b.WriteString(token)
+	b.WriteByte('.')
+	var digits [20]byte
+	b.Write(strconv.AppendUint(digits[:0], n, 10))
+	return b.String()
 }
 
 func holder(l backend.Claim) string { return l.Token + "." }

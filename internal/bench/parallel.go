@@ -25,8 +25,14 @@ type Round struct {
 	Errors  int
 	Elapsed time.Duration
 	CPU     time.Duration // this process's CPU time (user+system) over the block
-	lat     []time.Duration
+	// Store is what the store's counters grew by over the block, when
+	// InterleaveGauged read them (its CPU, its commands).
+	Store map[string]float64
+	lat   []time.Duration
 }
+
+// Gauge reads a store's cumulative counters: its CPU, its commands.
+type Gauge func(ctx context.Context) (map[string]float64, error)
 
 // PerSec is the block's cycles per second.
 func (r Round) PerSec() float64 {
@@ -51,6 +57,13 @@ func (r Round) CPUPerCycle() time.Duration {
 // op runs once per goroutine first, to warm connections and scripts. A
 // subject that fails more than 1000 times in a block ends the run.
 func Interleave(ctx context.Context, goroutines, rounds int, per time.Duration, ops ...func(ctx context.Context, g int) error) ([][]Round, error) {
+	return InterleaveGauged(ctx, nil, goroutines, rounds, per, ops...)
+}
+
+// InterleaveGauged is Interleave that reads gauge, if not nil, before and
+// after each block, into the block's Round.Store: the store should serve
+// nothing else meanwhile.
+func InterleaveGauged(ctx context.Context, gauge Gauge, goroutines, rounds int, per time.Duration, ops ...func(ctx context.Context, g int) error) ([][]Round, error) {
 	out := make([][]Round, len(ops))
 	for j, op := range ops {
 		if _, err := block(ctx, goroutines, 0, op); err != nil {
@@ -60,7 +73,7 @@ func Interleave(ctx context.Context, goroutines, rounds int, per time.Duration, 
 	for r := range rounds {
 		for k := range ops {
 			j := (k + r) % len(ops)
-			rd, err := block(ctx, goroutines, per, ops[j])
+			rd, err := gauged(ctx, gauge, func() (Round, error) { return block(ctx, goroutines, per, ops[j]) })
 			if err != nil {
 				return nil, fmt.Errorf("subject %d: %w", j, err)
 			}
@@ -68,6 +81,30 @@ func Interleave(ctx context.Context, goroutines, rounds int, per time.Duration, 
 		}
 	}
 	return out, nil
+}
+
+// gauged runs run, and reads gauge around it.
+func gauged(ctx context.Context, gauge Gauge, run func() (Round, error)) (Round, error) {
+	if gauge == nil {
+		return run()
+	}
+	before, err := gauge(ctx)
+	if err != nil {
+		return Round{}, fmt.Errorf("gauge: %w", err)
+	}
+	rd, err := run()
+	if err != nil {
+		return rd, err
+	}
+	after, err := gauge(ctx)
+	if err != nil {
+		return Round{}, fmt.Errorf("gauge: %w", err)
+	}
+	rd.Store = make(map[string]float64, len(after))
+	for k, v := range after {
+		rd.Store[k] = v - before[k]
+	}
+	return rd, nil
 }
 
 // block runs op by n goroutines until per has passed (once each if per is

@@ -37,7 +37,7 @@ if restart_delay > 0 and not counter then
 end
 -- The fence: see fence.lua. A free lock (the common case) is taken by SET
 -- NX, with nothing read first; the counter is written only on a grant.
-local fence = fence_after(counter)
+local fence, fence_n = fence_after(counter)
 local value = ARGV[1] .. ':' .. fence .. ':' .. owner
 if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   local cur = redis.call('GET', KEYS[1])
@@ -64,4 +64,4 @@ if not redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 end
 redis.call('SET', KEYS[2], fence, 'PX', retention)
-return tonumber(fence)
+return fence_n

@@ -1,8 +1,8 @@
 -- handoff_release (default mode): release.lua, but a lock with live
 -- waiters goes straight to the first (see handoff.lua) instead of being
 -- deleted, so that no try that comes later takes it first. This part runs
--- first, with value.lua alone before it: a release with nobody waiting or
--- watching (the common case) defines, looks at and publishes nothing more;
+-- first: a release with nobody waiting or watching (the common case)
+-- defines, looks at and publishes nothing more;
 -- handoff_queued.lua, with the hand-off's functions before it, serves the
 -- others.
 --
@@ -14,15 +14,14 @@
 -- refused, 0 not held; after a hand-off, {1 or 2, the hand-off's message},
 -- so that a waiter of the releasing process is told without pub/sub.
 local cur = redis.call('GET', KEYS[1])
-local mine
-if not cur then
-  mine = false
-elseif ARGV[3] == '1' then
-  mine = attempt_of(cur) == ARGV[1]
-else
-  mine = string.sub(cur, 1, #ARGV[1]) == ARGV[1]
+-- A value of the token starts with "<token>.", one of that attempt with
+-- "<token>.<attempt>:" (see value.lua, which is defined after this part:
+-- a release with nobody waiting makes none of its functions).
+local mine = ARGV[1]
+if ARGV[3] == '1' then
+  mine = mine .. ':'
 end
-if not mine then
+if not cur or string.sub(cur, 1, #mine) ~= mine then
   return 0
 end
 -- {E}:live exists while a waiter is queued (handoff_acquire.lua writes
