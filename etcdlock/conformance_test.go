@@ -117,10 +117,11 @@ func (h *harness) Residue(ctx context.Context, key string) (int, error) {
 
 // Expire revokes the lease of key's holder (the lock's, else the oldest
 // of the semaphore's or the read-write lock's), as etcd does when the
-// holder's session expires.
+// holder's session expires: its entry's, not its marker's.
 func (h *harness) Expire(ctx context.Context, key string) error {
 	for _, dir := range h.dirs(key) {
-		resp, err := h.admin.Get(ctx, dir, clientv3.WithFirstCreate()...)
+		resp, err := h.admin.Get(ctx, dir, clientv3.WithRange(dir+"~"),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -47,6 +48,7 @@ type Driver struct {
 	breaks  func()             // ends broken
 	leases  map[int64]*lease   // live leases by granted TTL in seconds
 	minTTL  int64              // the server's minimum lease TTL, once learned
+	lastTTL time.Duration      // the TTL of the latest lease granted
 	held    map[holdKey]*entry // held locks
 	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
 
@@ -85,10 +87,11 @@ type entry struct {
 // slot is the key of one acquisition's entry, reserved in its lease until
 // the entry is known gone from the store.
 type slot struct {
-	ls  *lease
-	dir string
-	n   int
-	key string
+	ls   *lease
+	dir  string
+	n    int
+	key  string
+	mark *mark // the lease of the entry's marker, if its claim has a delay
 }
 
 // New returns a driver that uses cli, a client the caller built and keeps
@@ -135,7 +138,7 @@ func (d *Driver) Dir(key string) string {
 }
 
 // alloc reserves the lowest free slot of ls in dir.
-func (d *Driver) alloc(ls *lease, dir string) *slot {
+func (d *Driver) alloc(ls *lease, dir string, m *mark) *slot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	used := ls.slots[dir]
@@ -151,7 +154,7 @@ func (d *Driver) alloc(ls *lease, dir string) *slot {
 		n++
 	}
 	used[n] = struct{}{}
-	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n)}
+	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n), mark: m}
 }
 
 // free gives a slot back: its entry is gone from the store.
@@ -162,6 +165,10 @@ func (d *Driver) free(s *slot) {
 }
 
 func (d *Driver) freeLocked(s *slot) {
+	if s.mark != nil {
+		unmark(s.mark)
+		s.mark = nil
+	}
 	if used := s.ls.slots[s.dir]; used != nil {
 		delete(used, s.n)
 		if len(used) == 0 {
@@ -171,8 +178,9 @@ func (d *Driver) freeLocked(s *slot) {
 }
 
 // SessionTTL returns the TTL of the driver's session lease: the default-TTL
-// lease if one was granted, otherwise the server's minimum once learned, or
-// zero. Each lock's own effective TTL is in its Grant.
+// lease if one is alive, else the latest granted (a lost session's), else
+// the server's minimum once learned, or zero. Each lock's own effective TTL
+// is in its Grant.
 func (d *Driver) SessionTTL() time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -181,6 +189,9 @@ func (d *Driver) SessionTTL() time.Duration {
 		if best == 0 || ls.ttl < best {
 			best = ls.ttl
 		}
+	}
+	if best == 0 {
+		best = d.lastTTL
 	}
 	if best == 0 {
 		best = time.Duration(d.minTTL) * time.Second
@@ -244,7 +255,17 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		if err != nil {
 			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
 		}
-		s := d.alloc(ls, dir)
+		var m *mark
+		if l.Delay > 0 {
+			if m, err = d.useMark(ctx, &run, ls, l.Delay); err != nil {
+				d.unuse(ls)
+				if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
+					continue
+				}
+				return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
+			}
+		}
+		s := d.alloc(ls, dir, m)
 		var g backend.Grant
 		switch l.Mode {
 		case backend.Permit:
@@ -266,15 +287,19 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 }
 
-// try puts s's entry if no entry is under over (the lock's or the
-// read-write lock's directory; a reader's: its writers'), in one
-// transaction.
+// try puts s's entry, and its marker if it has one, if no entry or marker
+// is under over (the lock's or the read-write lock's directory; a
+// reader's: its writers'), in one transaction.
 func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
+	puts := []clientv3.Op{clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))}
+	if s.mark != nil {
+		puts = append(puts, putMark(s, 0, l.Owner))
+	}
 	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
 				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
+			Then(puts...).
 			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
@@ -354,22 +379,33 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
+	if err := d.deleteEntry(ctx, s, rev); err != nil {
 		d.orphan(s, rev)
 		return
 	}
 	d.free(s)
 }
 
-func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
-	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
+// deleteEntry deletes s's entry, of creation revision rev (0: any), with
+// its marker.
+func (d *Driver) deleteEntry(ctx context.Context, s *slot, rev int64) error {
+	cmp := clientv3.Compare(clientv3.CreateRevision(s.key), "=", rev)
 	if rev == 0 {
-		cmp = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+		cmp = clientv3.Compare(clientv3.CreateRevision(s.key), ">", 0)
 	}
 	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key))
+		return d.cli.Txn(ctx).If(cmp).Then(deletes(s)...)
 	})
 	return err
+}
+
+// deletes are the deletions of s's entry and, if it has one, its marker.
+func deletes(s *slot, opts ...clientv3.OpOption) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpDelete(s.key, opts...)}
+	if s.mark != nil {
+		ops = append(ops, clientv3.OpDelete(markKey(s.key)))
+	}
+	return ops
 }
 
 // Refresh checks that l's entry still exists, unmodified since its
@@ -395,6 +431,10 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	start := time.Now()
+	// The marks first: a session renewed alone could outlive them.
+	if err := d.keepMarks(ctx, e.s.ls); err != nil {
+		return fmt.Errorf("etcdlock: keep-alive: %w", err)
+	}
 	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
 	switch {
 	case isLeaseNotFound(err):
@@ -438,10 +478,21 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	// A plain delete, faster than a compare-and-delete: no other
 	// acquisition's entry can have our reserved name; the previous value
-	// tells whether it was still ours (see "How locks are stored").
-	var resp *clientv3.DeleteResponse
-	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
+	// tells whether it was still ours (see "How locks are stored"). A
+	// marker goes in the same transaction.
+	var prev []*mvccpb.KeyValue
+	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) error {
+		if e.s.mark == nil {
+			resp, err := d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
+			if err == nil {
+				prev = resp.PrevKvs
+			}
+			return err
+		}
+		resp, err := d.cli.Txn(ctx).Then(deletes(e.s, clientv3.WithPrevKV())...).Commit()
+		if err == nil {
+			prev = resp.Responses[0].GetResponseDeleteRange().PrevKvs
+		}
 		return err
 	})
 	if err != nil {
@@ -450,9 +501,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	d.free(e.s)
 	switch {
-	case len(resp.PrevKvs) > 0 && resp.PrevKvs[0].CreateRevision != e.rev:
+	case len(prev) > 0 && prev[0].CreateRevision != e.rev:
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	case len(resp.PrevKvs) == 0 && !ambiguous:
+	case len(prev) == 0 && !ambiguous:
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	// After an attempt whose reply was lost, an entry found gone was most
@@ -497,6 +548,11 @@ func (d *Driver) Close() error {
 	d.leases = map[int64]*lease{}
 	d.mu.Unlock()
 	d.bg.Wait()
+	var ids []clientv3.LeaseID
+	for _, ls := range leases {
+		ids = append(ids, ls.id)
+		ids = append(ids, d.takeMarks(ls)...)
+	}
 
 	// Revoking frees the locks at once; unrevoked, they expire with their
 	// leases. So Close waits for it at most closeRevokeTimeout.
@@ -511,10 +567,13 @@ func (d *Driver) Close() error {
 		d.mu.Lock()
 		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
 		d.mu.Unlock()
+	}
+	// A mark lease too: closing is no loss, and keeps no delay.
+	for _, id := range ids {
 		wg.Go(func() {
-			if _, err := d.cli.Revoke(ctx, ls.id); err != nil && !isLeaseNotFound(err) {
+			if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
 				errMu.Lock()
-				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(ls.id), err))
+				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err))
 				errMu.Unlock()
 			}
 		})

@@ -24,6 +24,7 @@ type lease struct {
 	entries   map[*entry]struct{}
 	slots     map[string]map[int]struct{} // by queue directory: slots in use
 	idleSince time.Time                   // when it last had no user and no entry
+	marks     map[int64]*mark             // by delay in seconds: its mark leases
 
 	done context.Context // ends when the lease does (end, by stop)
 	stop func()
@@ -88,6 +89,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 		until:   start.Add(time.Duration(resp.TTL) * time.Second),
 		entries: map[*entry]struct{}{},
 		slots:   map[string]map[int]struct{}{},
+		marks:   map[int64]*mark{},
 	}
 	ls.done, ls.stop = context.WithCancel(context.Background())
 	d.mu.Lock()
@@ -108,6 +110,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	}
 	ls.users++
 	d.leases[ls.sec] = ls
+	d.lastTTL = ls.ttl
 	d.bg.Add(1)
 	d.mu.Unlock()
 	go d.keepAlive(ls)
@@ -252,7 +255,11 @@ func (d *Driver) keepAlive(ls *lease) {
 		d.mu.Unlock()
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(d.gate.Context(), until)
-		resp, err := d.cli.KeepAliveOnce(ctx, ls.id)
+		var resp *clientv3.LeaseKeepAliveResponse
+		err := d.keepMarks(ctx, ls)
+		if err == nil {
+			resp, err = d.cli.KeepAliveOnce(ctx, ls.id)
+		}
 		cancel()
 		switch {
 		case err == nil:
@@ -287,6 +294,9 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	}
 	d.mu.Unlock()
 	if idle {
+		for _, id := range d.takeMarks(ls) {
+			d.revoke(d.gate.Context(), id)
+		}
 		d.revoke(d.gate.Context(), ls.id)
 	}
 	return idle
@@ -345,7 +355,7 @@ func (d *Driver) sweep() {
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		err := d.deleteEntry(ctx, s.key, rev)
+		err := d.deleteEntry(ctx, s, rev)
 		cancel()
 		if err == nil {
 			d.mu.Lock()

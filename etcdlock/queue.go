@@ -51,7 +51,17 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	if err != nil {
 		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: lease: %w", d.failed(ctx, err))
 	}
-	t := &ticket{d: d, c: c, s: d.alloc(ls, dir), over: over}
+	var m *mark
+	if c.Delay > 0 {
+		if m, err = d.useMark(ctx, nil, ls, c.Delay); err != nil {
+			d.unuse(ls)
+			if !errors.Is(err, backend.ErrRequeue) {
+				err = fmt.Errorf("lease: %w", d.failed(ctx, err))
+			}
+			return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
+		}
+	}
+	t := &ticket{d: d, c: c, s: d.alloc(ls, dir, m), over: over}
 	if c.Mode == backend.Permit {
 		t.limit = c.Limit
 	}
@@ -155,15 +165,20 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 }
 
 // look checks, in one linearizable transaction, that t's entry is still
-// there, and reads the entries ahead of it.
+// there, and reads the entries ahead of it and, a lock's, the markers,
+// which may be younger: a waiter granted after t queued marks then.
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d := t.d
 	t.broken = d.brokenConn()
+	reads := []clientv3.Op{t.read(t.rev - 1)}
+	if t.c.Mode == backend.Exclusive {
+		reads = append(reads, marks(t.s.dir))
+	}
 	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.s.key), "=", t.rev)).
-			Then(t.read(t.rev - 1))
+			Then(reads...)
 	})
 	switch {
 	case err != nil:
@@ -171,7 +186,11 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	case !resp.Succeeded:
 		return backend.Grant{}, backend.ErrRequeue
 	}
-	return t.settle(ctx, resp.Responses[0].GetResponseRange().GetKvs(), resp.Header.Revision)
+	var kvs []*mvccpb.KeyValue
+	for _, r := range resp.Responses {
+		kvs = append(kvs, r.GetResponseRange().GetKvs()...)
+	}
+	return t.settle(ctx, kvs, resp.Header.Revision)
 }
 
 // read is the range of the entries under over, created at revision maxRev
@@ -187,14 +206,16 @@ func (t *ticket) read(maxRev int64) clientv3.Op {
 }
 
 // settle takes the key for t's claim, or notes what it waits for, from
-// kvs, entries under over none younger than t's own, read at revision rev:
-// the youngest other entry, or, a semaphore's, every other while there are
-// limit of them (each under t's limit, else ErrLimitMismatch).
+// kvs, entries under over none younger than t's own, and markers, read at
+// revision rev: the youngest other entry, else a marker, or, a
+// semaphore's, every other while there are limit of them (each under t's
+// limit, else ErrLimitMismatch). A claim with a delay puts its marker
+// before it holds the key.
 func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (backend.Grant, error) {
 	older := map[string]struct{}{}
 	for _, kv := range kvs {
 		k := string(kv.Key)
-		if k == t.s.key {
+		if k == t.s.key || k == markKey(t.s.key) {
 			continue
 		}
 		if t.limit == 0 {
@@ -209,6 +230,11 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 	if len(older) < max(t.limit, 1) {
 		// Our entry was there, at the head of the queue, in this read: our
 		// lease was alive then, and the key is ours.
+		if t.s.mark != nil {
+			if err := t.d.markLater(ctx, t.s, t.rev, t.c.Owner); err != nil {
+				return backend.Grant{}, err
+			}
+		}
 		return t.d.grant(ctx, t.s, t.c, t.rev)
 	}
 	t.older, t.checked = older, rev
@@ -279,7 +305,11 @@ func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	key, opts := t.watched()
-	resp, err := t.d.cli.Get(ctx, key, append(opts, clientv3.WithSerializable(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(t.rev-1))...)
+	opts = append(opts, clientv3.WithSerializable(), clientv3.WithKeysOnly())
+	if !isMark([]byte(key)) { // a marker may be younger than t's entry
+		opts = append(opts, clientv3.WithMaxCreateRev(t.rev-1))
+	}
+	resp, err := t.d.cli.Get(ctx, key, opts...)
 	if err != nil || resp.Header.Revision < rev {
 		return false
 	}
