@@ -32,6 +32,7 @@ type ticket struct {
 	checked   int64               // the revision older was read at
 	broken    context.Context     // ends when the connection goes down after the last request
 	unsettled bool                // a put of the entry may still land (see putRun)
+	marked    bool                // its marker was put with the entry
 }
 
 // Enqueue implements backend.Queuer: one transaction puts c's entry, on
@@ -141,12 +142,19 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	if t.limit > 0 {
 		val = permitValue(t.limit, t.c.Owner)
 	}
+	ops := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id)), t.read(0)}
+	if t.s.mark != nil {
+		// The marker too if the queue was empty, as try's: etcd compares
+		// before it writes, nested transactions' too.
+		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(t.over), "=", 0).WithPrefix()},
+			[]clientv3.Op{putMark(t.s, 0, t.c.Owner)}, nil))
+	}
 	t.broken = d.brokenConn()
 	resp, err := d.putRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id)), t.read(0)).
+			Then(ops...).
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	switch {
@@ -161,6 +169,7 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 		return t.look(ctx)
 	}
 	t.rev = resp.Header.Revision
+	t.marked = len(ops) > 2 && resp.Responses[2].GetResponseTxn().Succeeded
 	return t.settle(ctx, resp.Responses[1].GetResponseRange().GetKvs(), t.rev)
 }
 
@@ -209,8 +218,8 @@ func (t *ticket) read(maxRev int64) clientv3.Op {
 // kvs, entries under over none younger than t's own, and markers, read at
 // revision rev: the youngest other entry, else a marker, or, a
 // semaphore's, every other while there are limit of them (each under t's
-// limit, else ErrLimitMismatch). A claim with a delay puts its marker
-// before it holds the key.
+// limit, else ErrLimitMismatch). A claim with a delay puts its marker,
+// unless put's did, before it holds the key.
 func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (backend.Grant, error) {
 	older := map[string]struct{}{}
 	for _, kv := range kvs {
@@ -230,7 +239,7 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 	if len(older) < max(t.limit, 1) {
 		// Our entry was there, at the head of the queue, in this read: our
 		// lease was alive then, and the key is ours.
-		if t.s.mark != nil {
+		if t.s.mark != nil && !t.marked {
 			if err := t.d.markLater(ctx, t.s, t.rev, t.c.Owner); err != nil {
 				return backend.Grant{}, err
 			}
