@@ -3,79 +3,40 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// A lock taken with a delay (locker.LockDelay) has a marker beside its
-// entry: <dir>~<entry's name>, valued "<fence> <owner>" (fence 0: the
-// marker's own creation revision, put in the entry's transaction). '~'
-// follows every character of an entry's name, so a queue's markers are
-// one range at its end, inside the directory that a try-acquire finds
-// empty. The marker is on a lease of its own that outlives the session by
-// the delay; Release deletes it with the entry (see "Lock-delay" in
-// docs/backends/etcdlock.md).
+// A lock taken with a delay (locker.LockDelay) is its own marker: its
+// entry is put on a lease that outlives the session by the delay, and the
+// driver reports it lost with the session. Release deletes it as any
+// entry, waiters wait for it as for any entry ahead, Inspect shows it and
+// Break deletes it (see "Lock-delay" in docs/backends/etcdlock.md).
 
 var _ backend.Delayer = (*Driver)(nil)
 
-// KeepsDelay implements backend.Delayer: every etcd keeps markers.
+// KeepsDelay implements backend.Delayer: every etcd does.
 func (d *Driver) KeepsDelay() bool { return true }
 
-// markPad is added to a marker's lease: etcd revokes expired leases every
-// 500ms, and the marker's lease is renewed a round trip before the
-// session's, so without it the marker could go up to that much before the
-// delay after the session's end.
+// markPad is added to a mark lease: etcd revokes expired leases every
+// 500ms, and a mark lease is renewed a round trip before its session, so
+// without it a delayed entry could go up to that much before the delay
+// after the session's end.
 const markPad = time.Second
 
-// mark is the lease of the markers of one session's locks of one delay:
-// granted for the session's TTL, the delay and markPad, and renewed just
-// before the session, so it ends at least the delay after the session does,
-// and at most the delay plus markPad after that. Its fields are guarded by
-// the driver's mutex.
+// mark is the lease of one session's delayed entries of one delay (in
+// whole seconds): granted for the session's TTL, the delay and markPad,
+// and renewed just before the session, so its entries go at least the
+// delay after the session ends, and at most the delay and markPad after.
+// Its fields are guarded by the driver's mutex.
 type mark struct {
 	id        clientv3.LeaseID
 	sec       int64     // the delay in seconds, rounded up: its key in lease.marks
-	n         int       // slots with a marker on it, or about to put one
+	n         int       // slots on it, and acquisitions about to put one
 	idleSince time.Time // when n last fell to 0
-}
-
-// markKey is the key of the marker of the entry key.
-func markKey(key string) string {
-	i := strings.LastIndexByte(key, '/') + 1
-	return key[:i] + "~" + key[i:]
-}
-
-// isMark reports whether key is a marker's.
-func isMark(key []byte) bool {
-	i := strings.LastIndexByte(string(key), '/') + 1
-	return i < len(key) && key[i] == '~'
-}
-
-// marks is the range of dir's markers.
-func marks(dir string) clientv3.Op {
-	return clientv3.OpGet(dir+"~", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(2))
-}
-
-// putMark is the put of s's marker; fence 0 is the marker's own creation
-// revision.
-func putMark(s *slot, fence int64, owner string) clientv3.Op {
-	return clientv3.OpPut(markKey(s.key), strconv.FormatInt(fence, 10)+" "+owner, clientv3.WithLease(s.mark.id))
-}
-
-// markOf reads a marker: the lost holder's fence and owner.
-func markOf(kv *mvccpb.KeyValue) (fence int64, owner string) {
-	f, owner, _ := strings.Cut(string(kv.Value), " ")
-	fence, _ = strconv.ParseInt(f, 10, 64)
-	if fence == 0 {
-		fence = kv.CreateRevision
-	}
-	return fence, owner
 }
 
 // useMark returns ls's mark lease for delay, granting one if needed,
@@ -126,35 +87,37 @@ func (d *Driver) useMark(ctx context.Context, run *retry.Failing, ls *lease, del
 	return m, nil
 }
 
-// unmark ends a slot's or an acquisition's use of m. Call with the
-// driver's mutex held.
-func unmark(m *mark) {
-	if m.n--; m.n == 0 {
-		m.idleSince = time.Now()
+// leaseOf is the lease of s's entry: its mark's if it has one.
+func (s *slot) leaseOf() clientv3.LeaseID {
+	if s.mark != nil {
+		return s.mark.id
 	}
+	return s.ls.id
 }
 
-// markLater puts the marker of a waiter's entry s, of creation revision
-// rev, once its claim holds the key: ErrRequeue if the entry is gone.
-func (d *Driver) markLater(ctx context.Context, s *slot, rev int64, owner string) error {
+// toMark moves a waiter's entry s, of creation revision rev, to its mark
+// lease once its claim holds the key, and returns the entry's new
+// modification revision: ErrRequeue if the entry is gone.
+func (d *Driver) toMark(ctx context.Context, s *slot, rev int64) (int64, error) {
 	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", rev)).Then(putMark(s, rev, owner))
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", rev)).
+			Then(clientv3.OpPut(s.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(s.mark.id)))
 	})
 	switch {
 	case isLeaseNotFound(err):
-		d.loseLease(s.ls, "or its marker's lease was not found by the server")
-		return backend.ErrRequeue
+		d.loseLease(s.ls, "or its mark lease was not found by the server")
+		return 0, backend.ErrRequeue
 	case err != nil:
-		return err
+		return 0, err
 	case !resp.Succeeded:
-		return backend.ErrRequeue
+		return 0, backend.ErrRequeue
 	}
-	return nil
+	return resp.Header.Revision, nil
 }
 
 // keepMarks renews ls's mark leases, before ls itself, and revokes the ones
-// idle for idleLease. A mark lease the server no longer has (revoked by
-// hand) is dropped: its locks keep no delay any more.
+// idle for idleLease. One the server no longer has (revoked by hand) is
+// dropped: its entries went with it, and verify reports them lost.
 func (d *Driver) keepMarks(ctx context.Context, ls *lease) error {
 	d.mu.Lock()
 	var keep, idle []*mark
@@ -187,7 +150,7 @@ func (d *Driver) keepMarks(ctx context.Context, ls *lease) error {
 }
 
 // takeMarks removes ls's mark leases, for the caller to revoke (which
-// deletes their markers) when ls ends by the driver's choice (Close,
+// deletes their entries) when ls ends by the driver's choice (Close,
 // retired idle), not by a loss.
 func (d *Driver) takeMarks(ls *lease) []clientv3.LeaseID {
 	d.mu.Lock()

@@ -22,9 +22,9 @@ import (
 const delayChildEnv = "ETCDLOCK_DELAY_CHILD" // the URL, for the child holder
 
 // TestLockDelayAfterKill: a holder killed with -9, granted with a delay
-// after waiting (its marker put after the waiter behind it queued), keeps
-// the name from that waiter until the delay after its session's end (its
-// entry's deletion), and Inspect shows it held meanwhile.
+// after waiting (its entry moved to its mark lease then), keeps the name
+// from the waiter behind it until the delay after its session's end, and
+// Inspect shows it held meanwhile.
 func TestLockDelayAfterKill(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testenv.EtcdEndpoints())
@@ -79,20 +79,24 @@ func TestLockDelayAfterKill(t *testing.T) {
 		t.Fatalf("Inspect with the child holding = %+v, %v", st0, err)
 	}
 
-	dir := h.probe.Dir(backend.Key("t", name))
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The session's end: when the server no longer has the child's
+	// session lease, named in its entry's key.
+	resp, err := h.admin.Get(ctx, h.probe.Dir(backend.Key("t", name)), clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != int64(st0.Fence) {
+		t.Fatalf("the child's entry: %v, %v", resp, err)
+	}
+	session := sessionOf(resp.Kvs[0].Key)
+	if clientv3.LeaseID(resp.Kvs[0].Lease) == session {
+		t.Fatal("the child's entry is on its session lease, which no delay outlives")
+	}
 	gone := make(chan time.Time, 1)
-	wch := h.admin.Watch(clientv3.WithRequireLeader(wctx), dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
-	<-wch // created
 	go func() {
-		for wr := range wch {
-			for _, ev := range wr.Events {
-				if ev.PrevKv != nil && ev.PrevKv.CreateRevision == int64(st0.Fence) && !isMark(ev.Kv.Key) {
-					gone <- time.Now()
-					return
-				}
+		for ctx.Err() == nil {
+			if ttl, err := h.admin.TimeToLive(ctx, session); err == nil && ttl.TTL == -1 {
+				gone <- time.Now()
+				return
 			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}()
 	killed := time.Now()
@@ -103,9 +107,9 @@ func TestLockDelayAfterKill(t *testing.T) {
 	select {
 	case end = <-gone:
 	case l := <-got:
-		t.Fatalf("the waiter got the lock (fence %d) %v after the kill, before the killed holder's entry was gone", l.Fence(), time.Since(killed))
+		t.Fatalf("the waiter got the lock (fence %d) %v after the kill, before the killed holder's session ended", l.Fence(), time.Since(killed))
 	case <-time.After(10 * time.Second):
-		t.Fatal("the killed holder's entry outlived its session")
+		t.Fatal("the killed holder's session outlived its TTL")
 	}
 	t.Logf("session ended %v after the kill", end.Sub(killed))
 	if st, err := b.Inspect(ctx, name); err != nil || !st.Held || st.Fence != st0.Fence || st.Owner != st0.Owner || st.Waiters != 1 {
@@ -125,7 +129,7 @@ func TestLockDelayAfterKill(t *testing.T) {
 	if took < delay {
 		t.Errorf("granted %v after the killed holder's session ended, before the delay %v", took, delay)
 	}
-	// The marker's lease ends markPad after the delay, and etcd revokes
+	// The mark lease ends markPad after the delay, and etcd revokes
 	// expired leases every 500ms.
 	if bound := delay + markPad + time.Second; took > bound {
 		t.Errorf("granted %v after the session's end, want within %v", took, bound)
@@ -171,8 +175,7 @@ func TestDelayChild(t *testing.T) {
 }
 
 // TestLockDelayEnds: a release, a Close and a ForceRelease end a delay at
-// once, of a live holder or a lost one (which Inspect shows meanwhile);
-// modes other than the lock refuse a delay before any request.
+// once, of a live holder or a lost one (which Inspect shows meanwhile).
 func TestLockDelayEnds(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testenv.EtcdEndpoints())
@@ -198,6 +201,29 @@ func TestLockDelayEnds(t *testing.T) {
 	}
 	free("a release")
 
+	// Waited for, the entry moves to its mark lease: still the holder's.
+	first, err := b.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(200*time.Millisecond, func() { first.Release(ctx) })
+	if l, err = a.Acquire(ctx, "x", locker.LockDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the driver checks its entries every TTL/3
+	select {
+	case <-l.Lost():
+		t.Fatalf("a lock waited for with a delay was lost: %v", l.Err())
+	default:
+	}
+	if err := l.Refresh(ctx); err != nil {
+		t.Fatalf("Refresh of a lock waited for with a delay: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	free("the release of a lock waited for")
+
 	if l, err = a.TryAcquire(ctx, "x", locker.LockDelay(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -206,13 +232,13 @@ func TestLockDelayEnds(t *testing.T) {
 	}
 	free("ForceRelease of a live holder")
 
-	// Acquire on a free name puts the marker in its one transaction.
+	// Acquire on a free name puts the entry on its mark lease at once.
 	if l, err = a.Acquire(ctx, "x", locker.LockDelay(time.Hour), locker.Label("lost")); err != nil {
 		t.Fatal(err)
 	}
-	dir := h.probe.Dir(backend.Key("t", "x"))
-	if m, err := h.admin.Get(ctx, dir+"~", clientv3.WithPrefix()); err != nil || len(m.Kvs) != 1 || m.Kvs[0].CreateRevision != int64(l.Fence()) {
-		t.Fatalf("markers of a lock acquired under fence %d on a free name: %v, %v; want one, put with the entry", l.Fence(), m, err)
+	r, err := h.admin.Get(ctx, h.probe.Dir(backend.Key("t", "x")), clientv3.WithPrefix())
+	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].ModRevision != int64(l.Fence()) || clientv3.LeaseID(r.Kvs[0].Lease) == sessionOf(r.Kvs[0].Key) {
+		t.Fatalf("the entry of a lock acquired with a delay on a free name, under fence %d: %v, %v; want one, put on a lease other than its session's in one request", l.Fence(), r, err)
 	}
 	if err := h.Expire(ctx, backend.Key("t", "x")); err != nil {
 		t.Fatal(err)
@@ -239,56 +265,113 @@ func TestLockDelayEnds(t *testing.T) {
 	}
 	free("Close")
 
-	for i, mode := range []locker.LockOption{locker.Semaphore(2), locker.Read(), locker.Write()} {
-		if _, err := a.TryAcquire(ctx, "y", mode, locker.LockDelay(time.Second)); !errors.Is(err, locker.ErrUnsupported) {
-			t.Errorf("TryAcquire in mode %d (semaphore, reader, writer) with LockDelay = %v, want ErrUnsupported", i, err)
-		}
-	}
 }
 
-const noMarksEnv = "ETCDLOCK_NO_MARKS" // runs TestNoMarksChild
+// TestLockDelayModes: a lost permit keeps its place in the semaphore, and
+// a lost reader keeps writers out (not readers), for the delay.
+func TestLockDelayModes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	a, _ := h.client(t)
+	b, _ := h.client(t)
+	const delay = 2 * time.Second
+	lose := func(name string, l *locker.Lock) time.Time {
+		t.Helper()
+		at := time.Now()
+		if err := h.Expire(ctx, backend.Key("t", name)); err != nil {
+			t.Fatal(err)
+		}
+		<-l.Lost()
+		return at
+	}
+	must := func(l *locker.Lock, err error) *locker.Lock {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	refused := func(name string, opts ...locker.LockOption) {
+		t.Helper()
+		if _, err := b.TryAcquire(ctx, name, opts...); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryAcquire(%q) in a delay = %v, want ErrNotAcquired", name, err)
+		}
+	}
+	after := func(lost time.Time, l *locker.Lock) {
+		t.Helper()
+		if took := time.Since(lost); took < delay {
+			t.Errorf("granted %v after the loss, before the delay %v", took, delay)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-// TestLockDelayNeedsMarkers: the conformance case fails a driver that
-// keeps no marker (it drops each claim's delay) while claiming to.
-func TestLockDelayNeedsMarkers(t *testing.T) {
+	sem := locker.Semaphore(2)
+	lost := lose("s", must(a.TryAcquire(ctx, "s", sem, locker.LockDelay(delay))))
+	other := must(b.TryAcquire(ctx, "s", sem))
+	refused("s", sem)
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other = must(b.TryAcquire(ctx, "s", sem)) // the free permit
+	after(lost, must(b.Acquire(ctx, "s", sem)))
+	if err := other.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	lost = lose("r", must(a.TryAcquire(ctx, "r", locker.Read(), locker.LockDelay(delay))))
+	if err := must(b.TryAcquire(ctx, "r", locker.Read())).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refused("r", locker.Write())
+	after(lost, must(b.Acquire(ctx, "r", locker.Write())))
+}
+
+const noDelayEnv = "ETCDLOCK_NO_DELAY" // runs TestNoDelayChild
+
+// TestLockDelayCaught: the conformance case fails a driver that keeps
+// no delay (it drops each claim's) while it says it does.
+func TestLockDelayCaught(t *testing.T) {
 	t.Parallel()
 	testenv.Require(t, testenv.EtcdEndpoints()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestNoMarksChild$/^Parallel$/^LockDelayAfterLoss$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), noMarksEnv+"=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestNoDelayChild$/^Parallel$/^LockDelayAfterLoss$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), noDelayEnv+"=1")
 	out, err := cmd.CombinedOutput()
-	if err == nil || !regexp.MustCompile(`--- FAIL: TestNoMarksChild/Parallel/LockDelayAfterLoss `).Match(out) {
-		t.Fatalf("LockDelayAfterLoss did not fail a driver without markers: %v\n%s", err, out)
+	if err == nil || !regexp.MustCompile(`--- FAIL: TestNoDelayChild/Parallel/LockDelayAfterLoss `).Match(out) {
+		t.Fatalf("LockDelayAfterLoss did not fail a driver that drops delays: %v\n%s", err, out)
 	}
 }
 
-func TestNoMarksChild(t *testing.T) {
-	if os.Getenv(noMarksEnv) == "" {
-		t.Skip("the child of TestLockDelayNeedsMarkers")
+func TestNoDelayChild(t *testing.T) {
+	if os.Getenv(noDelayEnv) == "" {
+		t.Skip("the child of TestLockDelayCaught")
 	}
-	conformance.Run(t, noMarksHarness{newHarness(t, testenv.EtcdEndpoints())})
+	conformance.Run(t, noDelayHarness{newHarness(t, testenv.EtcdEndpoints())})
 }
 
-type noMarksHarness struct{ *harness }
+type noDelayHarness struct{ *harness }
 
-func (h noMarksHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
+func (h noDelayHarness) NewDriver(ctx context.Context) (backend.Driver, error) {
 	d, err := h.harness.NewDriver(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return noMarks{d.(*Driver)}, nil
+	return noDelay{d.(*Driver)}, nil
 }
 
-// noMarks is the driver, broken: it says it keeps delays, and drops them.
-type noMarks struct{ *Driver }
+// noDelay is the driver, broken: it says it keeps delays, and drops them.
+type noDelay struct{ *Driver }
 
-func (d noMarks) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+func (d noDelay) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	c.Delay = 0
 	return d.Driver.TryAcquire(ctx, c)
 }
 
-func (d noMarks) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
+func (d noDelay) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
 	c.Delay = 0
 	return d.Driver.Enqueue(ctx, c)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -33,8 +32,8 @@ const opTimeout = 5 * time.Second
 // closeRevokeTimeout bounds the lease revocations of Close.
 const closeRevokeTimeout = time.Second
 
-// Driver is the etcd driver. It implements backend.Driver, backend.Queuer
-// and backend.Session.
+// Driver is the etcd driver. It implements backend.Driver, backend.Queuer,
+// backend.Session and backend.Delayer.
 type Driver struct {
 	cli    *clientv3.Client
 	owned  bool // opened by the driver: Close closes it
@@ -81,6 +80,7 @@ type entry struct {
 	hk     holdKey
 	s      *slot
 	rev    int64 // its creation revision: the fence
+	mod    int64 // its modification revision: rev, or its move to a mark lease
 	onLost func(error)
 }
 
@@ -91,7 +91,7 @@ type slot struct {
 	dir  string
 	n    int
 	key  string
-	mark *mark // the lease of the entry's marker, if its claim has a delay
+	mark *mark // the lease of the entry, if its claim has a delay
 }
 
 // New returns a driver that uses cli, a client the caller built and keeps
@@ -165,9 +165,11 @@ func (d *Driver) free(s *slot) {
 }
 
 func (d *Driver) freeLocked(s *slot) {
-	if s.mark != nil {
-		unmark(s.mark)
-		s.mark = nil
+	if m := s.mark; m != nil {
+		if m.n--; m.n == 0 {
+			m.idleSince = time.Now()
+		}
+		s.mark = nil // once, for a slot freed twice
 	}
 	if used := s.ls.slots[s.dir]; used != nil {
 		delete(used, s.n)
@@ -287,19 +289,15 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 }
 
-// try puts s's entry, and its marker if it has one, if no entry or marker
-// is under over (the lock's or the read-write lock's directory; a
+// try puts s's entry, on its session's lease or its mark lease, if no
+// entry is under over (the lock's or the read-write lock's directory; a
 // reader's: its writers'), in one transaction.
 func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
-	puts := []clientv3.Op{clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))}
-	if s.mark != nil {
-		puts = append(puts, putMark(s, 0, l.Owner))
-	}
 	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
 				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(puts...).
+			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.leaseOf()))).
 			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
@@ -316,7 +314,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 		// lost: nothing was under over then.
 		rev = kvs[0].CreateRevision
 	}
-	return d.grant(ctx, s, l, rev)
+	return d.grant(ctx, s, l, rev, rev)
 }
 
 // failedPut handles an error from a transaction that may have written s's
@@ -346,8 +344,9 @@ func (d *Driver) orphan(s *slot, rev int64) {
 	d.mu.Unlock()
 }
 
-// grant records a held lock, unless its lease was lost meanwhile.
-func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
+// grant records a held lock, of creation revision rev and modification
+// revision mod, unless its lease was lost meanwhile.
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, mod int64) (backend.Grant, error) {
 	d.mu.Lock()
 	if s.ls.err != nil {
 		d.mu.Unlock()
@@ -355,7 +354,7 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 		return backend.Grant{}, backend.ErrRequeue
 	}
 	hk := holdKeyOf(l)
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	e := &entry{hk: hk, s: s, rev: rev, mod: mod, onLost: l.OnLost}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
 	}
@@ -379,38 +378,28 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := d.deleteEntry(ctx, s, rev); err != nil {
+	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
 		d.orphan(s, rev)
 		return
 	}
 	d.free(s)
 }
 
-// deleteEntry deletes s's entry, of creation revision rev (0: any), with
-// its marker.
-func (d *Driver) deleteEntry(ctx context.Context, s *slot, rev int64) error {
-	cmp := clientv3.Compare(clientv3.CreateRevision(s.key), "=", rev)
+func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
+	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
 	if rev == 0 {
-		cmp = clientv3.Compare(clientv3.CreateRevision(s.key), ">", 0)
+		cmp = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
 	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(cmp).Then(deletes(s)...)
+		return d.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key))
 	})
 	return err
 }
 
-// deletes are the deletions of s's entry and, if it has one, its marker.
-func deletes(s *slot, opts ...clientv3.OpOption) []clientv3.Op {
-	ops := []clientv3.Op{clientv3.OpDelete(s.key, opts...)}
-	if s.mark != nil {
-		ops = append(ops, clientv3.OpDelete(markKey(s.key)))
-	}
-	return ops
-}
-
 // Refresh checks that l's entry still exists, unmodified since its
-// creation (the driver never writes an entry again, so a later revision is
-// someone else's put), and sends its lease a keep-alive.
+// creation or its move to a mark lease (the driver never writes an entry
+// again, so a later revision is someone else's put), and sends its leases
+// a keep-alive.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
@@ -420,7 +409,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)).
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)).
 			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
 	})
 	if err != nil {
@@ -478,21 +467,10 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	// A plain delete, faster than a compare-and-delete: no other
 	// acquisition's entry can have our reserved name; the previous value
-	// tells whether it was still ours (see "How locks are stored"). A
-	// marker goes in the same transaction.
-	var prev []*mvccpb.KeyValue
-	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) error {
-		if e.s.mark == nil {
-			resp, err := d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
-			if err == nil {
-				prev = resp.PrevKvs
-			}
-			return err
-		}
-		resp, err := d.cli.Txn(ctx).Then(deletes(e.s, clientv3.WithPrevKV())...).Commit()
-		if err == nil {
-			prev = resp.Responses[0].GetResponseDeleteRange().PrevKvs
-		}
+	// tells whether it was still ours (see "How locks are stored").
+	var resp *clientv3.DeleteResponse
+	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
+		resp, err = d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
 		return err
 	})
 	if err != nil {
@@ -501,9 +479,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	}
 	d.free(e.s)
 	switch {
-	case len(prev) > 0 && prev[0].CreateRevision != e.rev:
+	case len(resp.PrevKvs) > 0 && resp.PrevKvs[0].CreateRevision != e.rev:
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	case len(prev) == 0 && !ambiguous:
+	case len(resp.PrevKvs) == 0 && !ambiguous:
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	// After an attempt whose reply was lost, an entry found gone was most
@@ -568,7 +546,7 @@ func (d *Driver) Close() error {
 		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
 		d.mu.Unlock()
 	}
-	// A mark lease too: closing is no loss, and keeps no delay.
+	// Mark leases too: closing is no loss, and keeps no delay.
 	for _, id := range ids {
 		wg.Go(func() {
 			if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {

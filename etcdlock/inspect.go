@@ -43,47 +43,30 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
-	st, holder := stateOf(key, resp.Kvs)
+	st := stateOf(key, resp.Kvs)
 	if st.Held {
-		if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(holder.Lease)); err != nil {
+		if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
 			return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 		}
 	}
 	return st, nil
 }
 
-// stateOf describes a queue directory from its entries and markers,
-// oldest first, and returns the holder's (nil: none): the first entry is the
-// holder's (a waiter queues behind every older entry, and TryAcquire
-// writes only into an empty directory), unless a marker of another fence
-// lives: the name is in the delay of that lost holder. The TTL is left to
+// stateOf describes a queue directory from its entries, oldest first: the
+// first is the holder's (a waiter queues behind every older entry, and
+// TryAcquire writes only into an empty directory). The TTL is left to
 // leaseTTL.
-func stateOf(key string, kvs []*mvccpb.KeyValue) (backend.State, *mvccpb.KeyValue) {
+func stateOf(key string, kvs []*mvccpb.KeyValue) backend.State {
 	st := backend.State{Key: key, Known: known}
-	var entries []*mvccpb.KeyValue
-	var lost *mvccpb.KeyValue
-	for _, kv := range kvs {
-		if !isMark(kv.Key) {
-			entries = append(entries, kv)
-		} else if lost == nil {
-			lost = kv
-		}
+	if len(kvs) == 0 {
+		return st
 	}
-	var holder *mvccpb.KeyValue
-	if lost != nil {
-		if fence, owner := markOf(lost); len(entries) == 0 || entries[0].CreateRevision != fence {
-			st.Held, st.Owner, st.Fence, holder = true, owner, uint64(fence), lost
-		}
-	}
-	if !st.Held && len(entries) > 0 {
-		holder, entries = entries[0], entries[1:]
-		st.Held, st.Owner, st.Fence = true, string(holder.Value), uint64(holder.CreateRevision)
-	}
-	st.Waiters = len(entries)
-	for _, kv := range entries {
+	st.Held, st.Owner, st.Fence = true, string(kvs[0].Value), uint64(kvs[0].CreateRevision)
+	st.Waiters = len(kvs) - 1
+	for _, kv := range kvs[1:] {
 		st.Queue = append(st.Queue, string(kv.Value))
 	}
-	return st, holder
+	return st
 }
 
 // leaseTTL sets st.TTL to the time the server gives the holder's lease,
@@ -151,12 +134,8 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 			continue // not a name of ours
 		}
 		slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
-		st, holder := stateOf(key, kvs)
-		if holder == nil {
-			continue
-		}
-		out = append(out, st)
-		leases = append(leases, clientv3.LeaseID(holder.Lease))
+		out = append(out, stateOf(key, kvs))
+		leases = append(leases, clientv3.LeaseID(kvs[0].Lease))
 	}
 	if err := d.leaseTTLs(ctx, out, leases); err != nil {
 		return nil, fmt.Errorf("etcdlock: %w", err)
@@ -208,44 +187,33 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clien
 }
 
 // Break implements backend.Breaker: it reads the holder's entry, the
-// oldest in key's directory, and the markers, and deletes the entry of
-// fence with its marker, or a lost holder's marker of fence (which ends
-// its delay), in a transaction that compares its creation revision. The
-// next holder's fence, the creation revision of an entry made after it, is
-// above fence. The removed holder's driver finds the entry gone at its
-// next check (see verify) and reports the lock lost.
+// oldest in key's directory, and deletes it in a transaction that
+// compares its creation revision with fence. The next holder's fence, the
+// creation revision of an entry made after it, is above fence. The
+// removed holder's driver finds the entry gone at its next check (see
+// verify) and reports the lock lost.
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	dir := d.Dir(key)
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).Then(clientv3.OpGet(dir, clientv3.WithRange(dir+"~"),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
-			clientv3.OpGet(dir+"~", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
-	})
+	resp, err := d.get(ctx, d.Dir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
-	kvs := append(resp.Responses[0].GetResponseRange().GetKvs(), resp.Responses[1].GetResponseRange().GetKvs()...)
-	st, kv := stateOf(key, kvs)
-	if !st.Held || st.Fence != fence || fence == 0 {
+	if len(resp.Kvs) == 0 || uint64(resp.Kvs[0].CreateRevision) != fence || fence == 0 {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
+	kv := resp.Kvs[0]
+	st := stateOf(key, resp.Kvs)
 	st.Known &^= backend.KnowsWaiters | backend.KnowsQueue // not read
-	st.Waiters, st.Queue = 0, nil
 	if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(kv.Lease)); err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
-	k := string(kv.Key)
-	ops := []clientv3.Op{clientv3.OpDelete(k)}
-	if !isMark(kv.Key) {
-		ops = append(ops, clientv3.OpDelete(markKey(k)))
-	}
 	tresp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", kv.CreateRevision)).Then(ops...)
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+			Then(clientv3.OpDelete(string(kv.Key)))
 	})
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))

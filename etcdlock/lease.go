@@ -256,7 +256,7 @@ func (d *Driver) keepAlive(ls *lease) {
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(d.gate.Context(), until)
 		var resp *clientv3.LeaseKeepAliveResponse
-		err := d.keepMarks(ctx, ls)
+		err := d.keepMarks(ctx, ls) // first: see mark
 		if err == nil {
 			resp, err = d.cli.KeepAliveOnce(ctx, ls.id)
 		}
@@ -302,10 +302,11 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	return idle
 }
 
-// verify checks that the entries of the locks held on ls still exist,
-// unmodified since their creation (a put by anyone else moves the
-// modification revision), in one read-only transaction per 64 locks, and
-// reports the missing or overwritten ones lost.
+// verify checks that the entries of the locks held on ls (or its mark
+// leases) still exist, unmodified since their creation or move (a put by
+// anyone else moves the modification revision), in one read-only
+// transaction per 64 locks, and reports the missing or overwritten ones
+// lost.
 func (d *Driver) verify(ls *lease) {
 	d.mu.Lock()
 	entries := make([]*entry, 0, len(ls.entries))
@@ -320,7 +321,7 @@ func (d *Driver) verify(ls *lease) {
 		cmps := make([]clientv3.Cmp, n)
 		gets := make([]clientv3.Op, n)
 		for i, e := range batch {
-			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)
 			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
 		}
 		ctx, cancel := context.WithTimeout(d.gate.Context(), ls.ttl/3)
@@ -334,7 +335,7 @@ func (d *Driver) verify(ls *lease) {
 			switch {
 			case len(kvs) == 0 || kvs[0].CreateRevision != batch[i].rev:
 				d.loseEntry(batch[i], "was deleted")
-			case kvs[0].ModRevision != batch[i].rev:
+			case kvs[0].ModRevision != batch[i].mod:
 				d.loseEntry(batch[i], "was overwritten by someone else")
 			}
 		}
@@ -355,7 +356,7 @@ func (d *Driver) sweep() {
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		err := d.deleteEntry(ctx, s, rev)
+		err := d.deleteEntry(ctx, s.key, rev)
 		cancel()
 		if err == nil {
 			d.mu.Lock()

@@ -37,13 +37,9 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		d.revokeLater(g.ID)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	// Its marker goes: the holder is done, and lingering is no loss.
-	ops := []clientv3.Op{clientv3.OpPut(e.s.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID))}
-	if e.s.mark != nil {
-		ops = append(ops, clientv3.OpDelete(markKey(e.s.key)))
-	}
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).Then(ops...)
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).
+			Then(clientv3.OpPut(e.s.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID)))
 	})
 	if err != nil || !resp.Succeeded {
 		d.revokeLater(g.ID)

@@ -25,10 +25,6 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	if _, err := ttlSeconds(l.TTL + l.Delay); err != nil {
 		return "", "", err
 	}
-	if l.Delay > 0 && l.Mode != backend.Exclusive {
-		// Markers are kept for locks alone (see delay.go).
-		return "", "", fmt.Errorf("%w: LockDelay in mode %v", backend.ErrUnsupported, l.Mode)
-	}
 	base := d.prefix + "/" + backend.EscapeKey(l.Key)
 	switch l.Mode {
 	case backend.Exclusive:

@@ -32,7 +32,7 @@ type ticket struct {
 	checked   int64               // the revision older was read at
 	broken    context.Context     // ends when the connection goes down after the last request
 	unsettled bool                // a put of the entry may still land (see putRun)
-	marked    bool                // its marker was put with the entry
+	mod       int64               // a delayed entry's modification revision once on its mark lease
 }
 
 // Enqueue implements backend.Queuer: one transaction puts c's entry, on
@@ -142,19 +142,19 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	if t.limit > 0 {
 		val = permitValue(t.limit, t.c.Owner)
 	}
-	ops := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id)), t.read(0)}
+	put := clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id))
 	if t.s.mark != nil {
-		// The marker too if the queue was empty, as try's: etcd compares
-		// before it writes, nested transactions' too.
-		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(t.over), "=", 0).WithPrefix()},
-			[]clientv3.Op{putMark(t.s, 0, t.c.Owner)}, nil))
+		// On the mark lease if the queue is empty, so the claim holds the
+		// key: etcd compares before it writes, nested transactions' too.
+		put = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(t.over), "=", 0).WithPrefix()},
+			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(t.s.mark.id))}, []clientv3.Op{put})
 	}
 	t.broken = d.brokenConn()
 	resp, err := d.putRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(ops...).
+			Then(put, t.read(0)).
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	switch {
@@ -165,29 +165,30 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 		t.unsettled = t.unsettled || errors.Is(err, errUnsettled)
 		return backend.Grant{}, err
 	case !resp.Succeeded:
-		t.rev = resp.Responses[0].GetResponseRange().GetKvs()[0].CreateRevision
+		kv := resp.Responses[0].GetResponseRange().GetKvs()[0]
+		t.rev = kv.CreateRevision
+		if t.s.mark != nil && kv.Lease == int64(t.s.mark.id) {
+			t.mod = kv.ModRevision
+		}
 		return t.look(ctx)
 	}
 	t.rev = resp.Header.Revision
-	t.marked = len(ops) > 2 && resp.Responses[2].GetResponseTxn().Succeeded
+	if r := resp.Responses[0].GetResponseTxn(); r != nil && r.Succeeded {
+		t.mod = t.rev
+	}
 	return t.settle(ctx, resp.Responses[1].GetResponseRange().GetKvs(), t.rev)
 }
 
 // look checks, in one linearizable transaction, that t's entry is still
-// there, and reads the entries ahead of it and, a lock's, the markers,
-// which may be younger: a waiter granted after t queued marks then.
+// there, and reads the entries ahead of it.
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d := t.d
 	t.broken = d.brokenConn()
-	reads := []clientv3.Op{t.read(t.rev - 1)}
-	if t.c.Mode == backend.Exclusive {
-		reads = append(reads, marks(t.s.dir))
-	}
 	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.s.key), "=", t.rev)).
-			Then(reads...)
+			Then(t.read(t.rev - 1))
 	})
 	switch {
 	case err != nil:
@@ -195,11 +196,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	case !resp.Succeeded:
 		return backend.Grant{}, backend.ErrRequeue
 	}
-	var kvs []*mvccpb.KeyValue
-	for _, r := range resp.Responses {
-		kvs = append(kvs, r.GetResponseRange().GetKvs()...)
-	}
-	return t.settle(ctx, kvs, resp.Header.Revision)
+	return t.settle(ctx, resp.Responses[0].GetResponseRange().GetKvs(), resp.Header.Revision)
 }
 
 // read is the range of the entries under over, created at revision maxRev
@@ -215,16 +212,14 @@ func (t *ticket) read(maxRev int64) clientv3.Op {
 }
 
 // settle takes the key for t's claim, or notes what it waits for, from
-// kvs, entries under over none younger than t's own, and markers, read at
-// revision rev: the youngest other entry, else a marker, or, a
-// semaphore's, every other while there are limit of them (each under t's
-// limit, else ErrLimitMismatch). A claim with a delay puts its marker,
-// unless put's did, before it holds the key.
+// kvs, entries under over none younger than t's own, read at revision rev:
+// the youngest other entry, or, a semaphore's, every other while there are
+// limit of them (each under t's limit, else ErrLimitMismatch).
 func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (backend.Grant, error) {
 	older := map[string]struct{}{}
 	for _, kv := range kvs {
 		k := string(kv.Key)
-		if k == t.s.key || k == markKey(t.s.key) {
+		if k == t.s.key {
 			continue
 		}
 		if t.limit == 0 {
@@ -238,13 +233,16 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 	}
 	if len(older) < max(t.limit, 1) {
 		// Our entry was there, at the head of the queue, in this read: our
-		// lease was alive then, and the key is ours.
-		if t.s.mark != nil && !t.marked {
-			if err := t.d.markLater(ctx, t.s, t.rev, t.c.Owner); err != nil {
+		// lease was alive then, and the key is ours. A delayed claim's
+		// entry moves to its mark lease, unless put there.
+		if t.s.mark != nil && t.mod == 0 {
+			mod, err := t.d.toMark(ctx, t.s, t.rev)
+			if err != nil {
 				return backend.Grant{}, err
 			}
+			t.mod = mod
 		}
-		return t.d.grant(ctx, t.s, t.c, t.rev)
+		return t.d.grant(ctx, t.s, t.c, t.rev, max(t.mod, t.rev))
 	}
 	t.older, t.checked = older, rev
 	return backend.Grant{}, backend.ErrNotAcquired
@@ -314,11 +312,7 @@ func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	key, opts := t.watched()
-	opts = append(opts, clientv3.WithSerializable(), clientv3.WithKeysOnly())
-	if !isMark([]byte(key)) { // a marker may be younger than t's entry
-		opts = append(opts, clientv3.WithMaxCreateRev(t.rev-1))
-	}
-	resp, err := t.d.cli.Get(ctx, key, opts...)
+	resp, err := t.d.cli.Get(ctx, key, append(opts, clientv3.WithSerializable(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(t.rev-1))...)
 	if err != nil || resp.Header.Revision < rev {
 		return false
 	}
