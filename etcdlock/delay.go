@@ -53,18 +53,9 @@ func (d *Driver) useMark(ctx context.Context, run *retry.Failing, ls *lease, del
 		return m, nil
 	}
 	d.mu.Unlock()
-	want := ls.sec + sec + int64(markPad/time.Second)
-	var resp *clientv3.LeaseGrantResponse
-	_, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
-		resp, err = d.cli.Grant(ctx, want)
-		return err
-	})
+	resp, _, err := d.grantLease(ctx, run, ls.sec+sec+int64(markPad/time.Second))
 	if err != nil {
 		return nil, err
-	}
-	if resp.TTL < want {
-		d.revokeLater(resp.ID)
-		return nil, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, want)
 	}
 	d.mu.Lock()
 	m, gone := ls.marks[sec], ls.err != nil

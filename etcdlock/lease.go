@@ -62,25 +62,9 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	}
 	d.mu.Unlock()
 
-	var (
-		start time.Time
-		resp  *clientv3.LeaseGrantResponse
-	)
-	// A grant sent again after a lost reply may leave a lease nobody
-	// uses: with no key and no keep-alive, it expires on its own.
-	_, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
-		start = time.Now()
-		resp, err = d.cli.Grant(ctx, sec)
-		return err
-	})
+	resp, start, err := d.grantLease(ctx, run, sec)
 	if err != nil {
 		return nil, err
-	}
-	if resp.TTL < sec {
-		// Never pretend: a server that grants less than asked is not one
-		// whose TTLs we can report.
-		d.revokeLater(resp.ID)
-		return nil, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
 	}
 	ls := &lease{
 		id:      resp.ID,
@@ -115,6 +99,28 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	d.mu.Unlock()
 	go d.keepAlive(ls)
 	return ls, nil
+}
+
+// grantLease grants a lease of sec seconds, or more, and returns when the
+// request that got it was sent.
+func (d *Driver) grantLease(ctx context.Context, run *retry.Failing, sec int64) (resp *clientv3.LeaseGrantResponse, start time.Time, err error) {
+	// A grant sent again after a lost reply may leave a lease nobody
+	// uses: with no key and no keep-alive, it expires on its own.
+	_, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
+		start = time.Now()
+		resp, err = d.cli.Grant(ctx, sec)
+		return err
+	})
+	if err != nil {
+		return nil, start, err
+	}
+	if resp.TTL < sec {
+		// Never pretend: a server that grants less than asked is not one
+		// whose TTLs we can report.
+		d.revokeLater(resp.ID)
+		return nil, start, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
+	}
+	return resp, start, nil
 }
 
 // unuse ends an acquisition's use of ls.
