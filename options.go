@@ -178,9 +178,10 @@ func MinHold(d time.Duration) LockOption { return func(c *lockConfig) { c.minHol
 // lives TTL+d in the store while the Client treats it as lost after TTL
 // (Lost fires then, as without the option); Inspect shows the lost
 // holder's lock until it expires, and ForceRelease ends the delay. It
-// costs no request. Backends whose locks live in a session (etcd,
-// ZooKeeper) return ErrUnsupported before any network call. d <= 0 turns
-// it off.
+// costs no request. Where locks live in a session, d counts from the
+// session's end, on drivers that keep a marker past it (backend.Delayer:
+// etcd, whose marker is a lease per session and delay); the others return
+// ErrUnsupported before any network call. d <= 0 turns it off.
 func LockDelay(d time.Duration) LockOption { return func(c *lockConfig) { c.delay = d } }
 
 // AutoRefresh turns the watchdog on (the default) or off. With it, the

@@ -23,8 +23,8 @@ import (
 //	go test -run '^$' -bench . -benchtime 3s ./etcdlock
 //
 // Uncontended: one worker acquires and releases one name; the raw floor
-// (floor.go: concurrency.Mutex's requests on the driver's client) runs in
-// the same loop.
+// (floor.go: concurrency.Mutex's requests on the driver's client) and a
+// lock with LockDelay (delay/etcdlock) run in the same loop.
 // Contended: 8 workers on 2 clients take turns on one name, holding it 1ms,
 // through internal/bench's harness; each contender's figures carry its name
 // as a prefix (etcdlock-handoff-p50-µs, mutex-handoff-p50-µs, ...).
@@ -57,10 +57,11 @@ func benchClient(b *testing.B) *clientv3.Client {
 type etcdlockLocker struct {
 	c    *locker.Client
 	name string
+	opts []locker.LockOption
 }
 
 func (e etcdlockLocker) lock(ctx context.Context) (func(context.Context) error, error) {
-	l, err := e.c.Acquire(ctx, e.name)
+	l, err := e.c.Acquire(ctx, e.name, e.opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ var setups = []benchSetup{
 		}
 		out := make([]benchLocker, n)
 		for i := range out {
-			out[i] = etcdlockLocker{cs[i%len(cs)], "bench"}
+			out[i] = etcdlockLocker{cs[i%len(cs)], "bench", nil}
 		}
 		return out, first
 	}},
@@ -136,8 +137,11 @@ func BenchmarkUncontended(b *testing.B) {
 	}
 	b.Cleanup(func() { d.Close() })
 	floor, _ := measure.RawFloor(d)
-	ls = append(ls, driverLocker{d}, floorLocker(floor))
-	names := []string{"etcdlock", "mutex", "driver", "floor"}
+	// A lock with a delay, released: its marker goes in the same requests.
+	delayed := ls[0].(etcdlockLocker)
+	delayed.name, delayed.opts = "bench-delay", []locker.LockOption{locker.LockDelay(time.Minute)}
+	ls = append(ls, driverLocker{d}, floorLocker(floor), delayed)
+	names := []string{"etcdlock", "mutex", "driver", "floor", "delay"}
 	ctx := context.Background()
 	times := make([][]time.Duration, len(ls))
 	b.ResetTimer()
@@ -165,6 +169,7 @@ func BenchmarkUncontended(b *testing.B) {
 	b.ReportMetric(med[0]/med[1], "etcdlock/mutex")
 	b.ReportMetric(med[2]/med[1], "driver/mutex")
 	b.ReportMetric(med[0]/med[3], "etcdlock/floor")
+	b.ReportMetric(med[4]/med[0], "delay/etcdlock")
 }
 
 // floorLocker runs the driver's raw floor (concurrency.Mutex's requests)

@@ -1,10 +1,12 @@
 package etcdlock
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -115,9 +117,9 @@ func (h *harness) Residue(ctx context.Context, key string) (int, error) {
 	return h.Entries(ctx, key)
 }
 
-// Expire revokes the lease of key's holder (the lock's, else the oldest
-// of the semaphore's or the read-write lock's), as etcd does when the
-// holder's session expires.
+// Expire revokes the session lease of key's holder (the lock's, else the
+// oldest of the semaphore's or the read-write lock's), as etcd does when
+// the holder's session expires.
 func (h *harness) Expire(ctx context.Context, key string) error {
 	for _, dir := range h.dirs(key) {
 		resp, err := h.admin.Get(ctx, dir, clientv3.WithFirstCreate()...)
@@ -125,11 +127,19 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 			return err
 		}
 		if len(resp.Kvs) > 0 {
-			_, err = h.admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+			_, err = h.admin.Revoke(ctx, sessionOf(resp.Kvs[0].Key))
 			return err
 		}
 	}
 	return fmt.Errorf("no holder for %q", key)
+}
+
+// sessionOf is the session lease of an entry, named in its key (a delayed
+// lock's entry is on a lease of its own, see delay.go).
+func sessionOf(key []byte) clientv3.LeaseID {
+	name := key[bytes.LastIndexByte(key, '/')+1:]
+	id, _ := strconv.ParseInt(string(name[:bytes.LastIndexByte(name, '-')]), 16, 64)
+	return clientv3.LeaseID(id)
 }
 
 // Entries counts the holders' and the waiters' entries of key's lock,

@@ -25,7 +25,7 @@
 // round trips.
 //
 // How it works, in full (the queue, waiting, store failures, sessions,
-// inspecting, logging) is in the repository's docs/backends/etcdlock.md:
+// lock-delay, inspecting, logging) is in the repository's docs/backends/etcdlock.md:
 // https://github.com/lockerhq/locker/blob/main/docs/backends/etcdlock.md
 //
 // # URL parameters

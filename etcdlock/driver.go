@@ -32,8 +32,8 @@ const opTimeout = 5 * time.Second
 // closeRevokeTimeout bounds the lease revocations of Close.
 const closeRevokeTimeout = time.Second
 
-// Driver is the etcd driver. It implements backend.Driver, backend.Queuer
-// and backend.Session.
+// Driver is the etcd driver. It implements backend.Driver, backend.Queuer,
+// backend.Session and backend.Delayer.
 type Driver struct {
 	cli    *clientv3.Client
 	owned  bool // opened by the driver: Close closes it
@@ -47,6 +47,7 @@ type Driver struct {
 	breaks  func()             // ends broken
 	leases  map[int64]*lease   // live leases by granted TTL in seconds
 	minTTL  int64              // the server's minimum lease TTL, once learned
+	lastTTL time.Duration      // the TTL of the latest lease granted
 	held    map[holdKey]*entry // held locks
 	orphans map[*slot]int64    // entries to delete → creation revision (0: any)
 
@@ -79,16 +80,18 @@ type entry struct {
 	hk     holdKey
 	s      *slot
 	rev    int64 // its creation revision: the fence
+	mod    int64 // its modification revision: rev, or its move to a mark lease
 	onLost func(error)
 }
 
 // slot is the key of one acquisition's entry, reserved in its lease until
 // the entry is known gone from the store.
 type slot struct {
-	ls  *lease
-	dir string
-	n   int
-	key string
+	ls   *lease
+	dir  string
+	n    int
+	key  string
+	mark *mark // the lease of the entry, if its claim has a delay
 }
 
 // New returns a driver that uses cli, a client the caller built and keeps
@@ -135,7 +138,7 @@ func (d *Driver) Dir(key string) string {
 }
 
 // alloc reserves the lowest free slot of ls in dir.
-func (d *Driver) alloc(ls *lease, dir string) *slot {
+func (d *Driver) alloc(ls *lease, dir string, m *mark) *slot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	used := ls.slots[dir]
@@ -151,7 +154,7 @@ func (d *Driver) alloc(ls *lease, dir string) *slot {
 		n++
 	}
 	used[n] = struct{}{}
-	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n)}
+	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n), mark: m}
 }
 
 // free gives a slot back: its entry is gone from the store.
@@ -162,6 +165,12 @@ func (d *Driver) free(s *slot) {
 }
 
 func (d *Driver) freeLocked(s *slot) {
+	if m := s.mark; m != nil {
+		if m.n--; m.n == 0 {
+			m.idleSince = time.Now()
+		}
+		s.mark = nil // once, for a slot freed twice
+	}
 	if used := s.ls.slots[s.dir]; used != nil {
 		delete(used, s.n)
 		if len(used) == 0 {
@@ -171,8 +180,9 @@ func (d *Driver) freeLocked(s *slot) {
 }
 
 // SessionTTL returns the TTL of the driver's session lease: the default-TTL
-// lease if one was granted, otherwise the server's minimum once learned, or
-// zero. Each lock's own effective TTL is in its Grant.
+// lease if one is alive, else the latest granted (a lost session's), else
+// the server's minimum once learned, or zero. Each lock's own effective TTL
+// is in its Grant.
 func (d *Driver) SessionTTL() time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -181,6 +191,9 @@ func (d *Driver) SessionTTL() time.Duration {
 		if best == 0 || ls.ttl < best {
 			best = ls.ttl
 		}
+	}
+	if best == 0 {
+		best = d.lastTTL
 	}
 	if best == 0 {
 		best = time.Duration(d.minTTL) * time.Second
@@ -244,7 +257,17 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		if err != nil {
 			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
 		}
-		s := d.alloc(ls, dir)
+		var m *mark
+		if l.Delay > 0 {
+			if m, err = d.useMark(ctx, &run, ls, l.Delay); err != nil {
+				d.unuse(ls)
+				if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
+					continue
+				}
+				return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
+			}
+		}
+		s := d.alloc(ls, dir, m)
 		var g backend.Grant
 		switch l.Mode {
 		case backend.Permit:
@@ -266,15 +289,15 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	}
 }
 
-// try puts s's entry if no entry is under over (the lock's or the
-// read-write lock's directory; a reader's: its writers'), in one
-// transaction.
+// try puts s's entry, on its session's lease or its mark lease, if no
+// entry is under over (the lock's or the read-write lock's directory; a
+// reader's: its writers'), in one transaction.
 func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
 	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
 				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.ls.id))).
+			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.leaseOf()))).
 			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
 	})
 	if err != nil {
@@ -291,7 +314,7 @@ func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend
 		// lost: nothing was under over then.
 		rev = kvs[0].CreateRevision
 	}
-	return d.grant(ctx, s, l, rev)
+	return d.grant(ctx, s, l, rev, rev)
 }
 
 // failedPut handles an error from a transaction that may have written s's
@@ -321,8 +344,9 @@ func (d *Driver) orphan(s *slot, rev int64) {
 	d.mu.Unlock()
 }
 
-// grant records a held lock, unless its lease was lost meanwhile.
-func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64) (backend.Grant, error) {
+// grant records a held lock, of creation revision rev and modification
+// revision mod, unless its lease was lost meanwhile.
+func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, mod int64) (backend.Grant, error) {
 	d.mu.Lock()
 	if s.ls.err != nil {
 		d.mu.Unlock()
@@ -330,7 +354,7 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev int64)
 		return backend.Grant{}, backend.ErrRequeue
 	}
 	hk := holdKeyOf(l)
-	e := &entry{hk: hk, s: s, rev: rev, onLost: l.OnLost}
+	e := &entry{hk: hk, s: s, rev: rev, mod: mod, onLost: l.OnLost}
 	if old := d.held[hk]; old != nil {
 		delete(old.s.ls.entries, old) // a token used twice: the caller's bug
 	}
@@ -373,8 +397,9 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 }
 
 // Refresh checks that l's entry still exists, unmodified since its
-// creation (the driver never writes an entry again, so a later revision is
-// someone else's put), and sends its lease a keep-alive.
+// creation or its move to a mark lease (the driver never writes an entry
+// again, so a later revision is someone else's put), and sends its leases
+// a keep-alive.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
@@ -384,7 +409,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)).
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)).
 			Then(clientv3.OpGet(e.s.key, clientv3.WithCountOnly()))
 	})
 	if err != nil {
@@ -395,6 +420,10 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
 	start := time.Now()
+	// The marks first: a session renewed alone could outlive them.
+	if err := d.keepMarks(ctx, e.s.ls); err != nil {
+		return fmt.Errorf("etcdlock: keep-alive: %w", err)
+	}
 	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
 	switch {
 	case isLeaseNotFound(err):
@@ -497,6 +526,11 @@ func (d *Driver) Close() error {
 	d.leases = map[int64]*lease{}
 	d.mu.Unlock()
 	d.bg.Wait()
+	var ids []clientv3.LeaseID
+	for _, ls := range leases {
+		ids = append(ids, ls.id)
+		ids = append(ids, d.takeMarks(ls)...)
+	}
 
 	// Revoking frees the locks at once; unrevoked, they expire with their
 	// leases. So Close waits for it at most closeRevokeTimeout.
@@ -511,10 +545,13 @@ func (d *Driver) Close() error {
 		d.mu.Lock()
 		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
 		d.mu.Unlock()
+	}
+	// Mark leases too: closing is no loss, and keeps no delay.
+	for _, id := range ids {
 		wg.Go(func() {
-			if _, err := d.cli.Revoke(ctx, ls.id); err != nil && !isLeaseNotFound(err) {
+			if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
 				errMu.Lock()
-				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(ls.id), err))
+				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err))
 				errMu.Unlock()
 			}
 		})

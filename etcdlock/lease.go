@@ -24,6 +24,7 @@ type lease struct {
 	entries   map[*entry]struct{}
 	slots     map[string]map[int]struct{} // by queue directory: slots in use
 	idleSince time.Time                   // when it last had no user and no entry
+	marks     map[int64]*mark             // by delay in seconds: its mark leases
 
 	done context.Context // ends when the lease does (end, by stop)
 	stop func()
@@ -61,25 +62,9 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	}
 	d.mu.Unlock()
 
-	var (
-		start time.Time
-		resp  *clientv3.LeaseGrantResponse
-	)
-	// A grant sent again after a lost reply may leave a lease nobody
-	// uses: with no key and no keep-alive, it expires on its own.
-	_, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
-		start = time.Now()
-		resp, err = d.cli.Grant(ctx, sec)
-		return err
-	})
+	resp, start, err := d.grantLease(ctx, run, sec)
 	if err != nil {
 		return nil, err
-	}
-	if resp.TTL < sec {
-		// Never pretend: a server that grants less than asked is not one
-		// whose TTLs we can report.
-		d.revokeLater(resp.ID)
-		return nil, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
 	}
 	ls := &lease{
 		id:      resp.ID,
@@ -88,6 +73,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 		until:   start.Add(time.Duration(resp.TTL) * time.Second),
 		entries: map[*entry]struct{}{},
 		slots:   map[string]map[int]struct{}{},
+		marks:   map[int64]*mark{},
 	}
 	ls.done, ls.stop = context.WithCancel(context.Background())
 	d.mu.Lock()
@@ -108,10 +94,33 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	}
 	ls.users++
 	d.leases[ls.sec] = ls
+	d.lastTTL = ls.ttl
 	d.bg.Add(1)
 	d.mu.Unlock()
 	go d.keepAlive(ls)
 	return ls, nil
+}
+
+// grantLease grants a lease of sec seconds, or more, and returns when the
+// request that got it was sent.
+func (d *Driver) grantLease(ctx context.Context, run *retry.Failing, sec int64) (resp *clientv3.LeaseGrantResponse, start time.Time, err error) {
+	// A grant sent again after a lost reply may leave a lease nobody
+	// uses: with no key and no keep-alive, it expires on its own.
+	_, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
+		start = time.Now()
+		resp, err = d.cli.Grant(ctx, sec)
+		return err
+	})
+	if err != nil {
+		return nil, start, err
+	}
+	if resp.TTL < sec {
+		// Never pretend: a server that grants less than asked is not one
+		// whose TTLs we can report.
+		d.revokeLater(resp.ID)
+		return nil, start, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
+	}
+	return resp, start, nil
 }
 
 // unuse ends an acquisition's use of ls.
@@ -252,7 +261,11 @@ func (d *Driver) keepAlive(ls *lease) {
 		d.mu.Unlock()
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(d.gate.Context(), until)
-		resp, err := d.cli.KeepAliveOnce(ctx, ls.id)
+		var resp *clientv3.LeaseKeepAliveResponse
+		err := d.keepMarks(ctx, ls) // first: see mark
+		if err == nil {
+			resp, err = d.cli.KeepAliveOnce(ctx, ls.id)
+		}
 		cancel()
 		switch {
 		case err == nil:
@@ -287,15 +300,19 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	}
 	d.mu.Unlock()
 	if idle {
+		for _, id := range d.takeMarks(ls) {
+			d.revoke(d.gate.Context(), id)
+		}
 		d.revoke(d.gate.Context(), ls.id)
 	}
 	return idle
 }
 
-// verify checks that the entries of the locks held on ls still exist,
-// unmodified since their creation (a put by anyone else moves the
-// modification revision), in one read-only transaction per 64 locks, and
-// reports the missing or overwritten ones lost.
+// verify checks that the entries of the locks held on ls (or its mark
+// leases) still exist, unmodified since their creation or move (a put by
+// anyone else moves the modification revision), in one read-only
+// transaction per 64 locks, and reports the missing or overwritten ones
+// lost.
 func (d *Driver) verify(ls *lease) {
 	d.mu.Lock()
 	entries := make([]*entry, 0, len(ls.entries))
@@ -310,7 +327,7 @@ func (d *Driver) verify(ls *lease) {
 		cmps := make([]clientv3.Cmp, n)
 		gets := make([]clientv3.Op, n)
 		for i, e := range batch {
-			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.rev)
+			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)
 			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
 		}
 		ctx, cancel := context.WithTimeout(d.gate.Context(), ls.ttl/3)
@@ -324,7 +341,7 @@ func (d *Driver) verify(ls *lease) {
 			switch {
 			case len(kvs) == 0 || kvs[0].CreateRevision != batch[i].rev:
 				d.loseEntry(batch[i], "was deleted")
-			case kvs[0].ModRevision != batch[i].rev:
+			case kvs[0].ModRevision != batch[i].mod:
 				d.loseEntry(batch[i], "was overwritten by someone else")
 			}
 		}

@@ -22,7 +22,7 @@ func (d *Driver) Modes() backend.ModeSet {
 // overlap a lock's queue, each other's, or another name's, and List skips
 // them.
 func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
-	if _, err := ttlSeconds(l.TTL); err != nil {
+	if _, err := ttlSeconds(l.TTL + l.Delay); err != nil {
 		return "", "", err
 	}
 	base := d.prefix + "/" + backend.EscapeKey(l.Key)

@@ -32,6 +32,7 @@ type ticket struct {
 	checked   int64               // the revision older was read at
 	broken    context.Context     // ends when the connection goes down after the last request
 	unsettled bool                // a put of the entry may still land (see putRun)
+	mod       int64               // a delayed entry's modification revision once on its mark lease
 }
 
 // Enqueue implements backend.Queuer: one transaction puts c's entry, on
@@ -51,7 +52,17 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	if err != nil {
 		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: lease: %w", d.failed(ctx, err))
 	}
-	t := &ticket{d: d, c: c, s: d.alloc(ls, dir), over: over}
+	var m *mark
+	if c.Delay > 0 {
+		if m, err = d.useMark(ctx, nil, ls, c.Delay); err != nil {
+			d.unuse(ls)
+			if !errors.Is(err, backend.ErrRequeue) {
+				err = fmt.Errorf("lease: %w", d.failed(ctx, err))
+			}
+			return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
+		}
+	}
+	t := &ticket{d: d, c: c, s: d.alloc(ls, dir, m), over: over}
 	if c.Mode == backend.Permit {
 		t.limit = c.Limit
 	}
@@ -131,12 +142,19 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	if t.limit > 0 {
 		val = permitValue(t.limit, t.c.Owner)
 	}
+	put := clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id))
+	if t.s.mark != nil {
+		// On the mark lease if the queue is empty, so the claim holds the
+		// key: etcd compares before it writes, nested transactions' too.
+		put = clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(t.over), "=", 0).WithPrefix()},
+			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(t.s.mark.id))}, []clientv3.Op{put})
+	}
 	t.broken = d.brokenConn()
 	resp, err := d.putRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id)), t.read(0)).
+			Then(put, t.read(0)).
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	switch {
@@ -147,10 +165,17 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 		t.unsettled = t.unsettled || errors.Is(err, errUnsettled)
 		return backend.Grant{}, err
 	case !resp.Succeeded:
-		t.rev = resp.Responses[0].GetResponseRange().GetKvs()[0].CreateRevision
+		kv := resp.Responses[0].GetResponseRange().GetKvs()[0]
+		t.rev = kv.CreateRevision
+		if t.s.mark != nil && kv.Lease == int64(t.s.mark.id) {
+			t.mod = kv.ModRevision
+		}
 		return t.look(ctx)
 	}
 	t.rev = resp.Header.Revision
+	if r := resp.Responses[0].GetResponseTxn(); r != nil && r.Succeeded {
+		t.mod = t.rev
+	}
 	return t.settle(ctx, resp.Responses[1].GetResponseRange().GetKvs(), t.rev)
 }
 
@@ -208,8 +233,16 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 	}
 	if len(older) < max(t.limit, 1) {
 		// Our entry was there, at the head of the queue, in this read: our
-		// lease was alive then, and the key is ours.
-		return t.d.grant(ctx, t.s, t.c, t.rev)
+		// lease was alive then, and the key is ours. A delayed claim's
+		// entry moves to its mark lease, unless put there.
+		if t.s.mark != nil && t.mod == 0 {
+			mod, err := t.d.toMark(ctx, t.s, t.rev)
+			if err != nil {
+				return backend.Grant{}, err
+			}
+			t.mod = mod
+		}
+		return t.d.grant(ctx, t.s, t.c, t.rev, max(t.mod, t.rev))
 	}
 	t.older, t.checked = older, rev
 	return backend.Grant{}, backend.ErrNotAcquired

@@ -63,7 +63,7 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		// there and does not write it again.
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(clientv3.OpPut(s.key, permitValue(l.Limit, l.Owner), clientv3.WithLease(s.ls.id)), first).
+			Then(clientv3.OpPut(s.key, permitValue(l.Limit, l.Owner), clientv3.WithLease(s.leaseOf())), first).
 			Else(first)
 	})
 	if err != nil {
@@ -80,5 +80,5 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		d.remove(ctx, s, 0)
 		return backend.Grant{}, err
 	}
-	return d.grant(ctx, s, l, mine.CreateRevision)
+	return d.grant(ctx, s, l, mine.CreateRevision, mine.CreateRevision)
 }
