@@ -33,6 +33,45 @@ func TestModesNeedTheDriver(t *testing.T) {
 	}
 }
 
+// countsGrants is a driver with semaphores that is no backend.Weigher,
+// and fails the test if a claim reaches it.
+type countsGrants struct {
+	backend.Driver
+	backend.Modal
+	t *testing.T
+}
+
+func (d countsGrants) TryAcquire(context.Context, backend.Claim) (backend.Grant, error) {
+	d.t.Error("a claim reached the driver")
+	return backend.Grant{}, backend.ErrUnsupported
+}
+
+// TestPermitsChecked: a bad Permits, or one above 1 on a driver that
+// counts grants, is refused before any network call.
+func TestPermitsChecked(t *testing.T) {
+	ctx := context.Background()
+	d, _ := memlock.New(memlock.NewStore())
+	c, err := locker.New(countsGrants{d, d, t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, opts := range [][]locker.LockOption{
+		{locker.Semaphore(3), locker.Permits(0)},
+		{locker.Semaphore(3), locker.Permits(4)},
+		{locker.Semaphore(3), locker.Permits(-1)},
+		{locker.Permits(1)},
+		{locker.Permits(2), locker.Read()},
+	} {
+		if _, err := c.TryAcquire(ctx, "x", opts...); !errors.Is(err, locker.ErrInvalidLimit) {
+			t.Errorf("TryAcquire with %d options = %v, want ErrInvalidLimit", len(opts), err)
+		}
+	}
+	if _, err := c.TryAcquire(ctx, "x", locker.Permits(2), locker.Semaphore(3)); !errors.Is(err, locker.ErrUnsupported) {
+		t.Errorf("Permits(2) on a driver that is no Weigher = %v, want ErrUnsupported", err)
+	}
+}
+
 func TestReentrantModes(t *testing.T) {
 	ctx := context.Background()
 	d, _ := memlock.New(memlock.NewStore())

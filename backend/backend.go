@@ -59,6 +59,10 @@ type Claim struct {
 	// Limit is the semaphore's number of permits, 1 to MaxLimit, for a
 	// Permit claim; zero otherwise.
 	Limit int
+	// Weight is how many of the Limit permits a Permit claim takes, 1 to
+	// Limit, as one grant (see [Modal]); zero otherwise. The locker
+	// package sets it above 1 only where the driver is a [Weigher].
+	Weight int
 }
 
 // Grant is what a driver reports about a successful acquisition.
