@@ -60,8 +60,10 @@ type Claim struct {
 	// Permit claim; zero otherwise.
 	Limit int
 	// Weight is how many of the Limit permits a Permit claim takes, 1 to
-	// Limit, as one grant (see [Modal]); zero otherwise. The locker
-	// package sets it above 1 only where the driver is a [Weigher].
+	// Limit, as one grant (see [Modal]); zero for other modes, and a
+	// driver counts a Permit claim's zero (a caller that predates
+	// weights) as 1. The locker package sets it above 1 only where the
+	// driver is a [Weigher].
 	Weight int
 }
 
