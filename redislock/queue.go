@@ -65,6 +65,10 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 		if err := checkShared(c); err != nil {
 			return backend.Grant{}, nil, fmt.Errorf("redislock: %w", err)
 		}
+		if c.Weight > 1 {
+			// The waiters behind count its permits (scripts/shared_queue.lua).
+			w = strconv.Itoa(c.Weight) + "." + w
+		}
 		w = sharedMode(c) + w
 	}
 	t := &ticket{d: d, c: c, px: ttlMillis(c.TTL), w: w, first: attempts.Add(1), ch: make(chan struct{}, 1)}
