@@ -72,6 +72,29 @@ func TestPermitsChecked(t *testing.T) {
 	}
 }
 
+// TestReentrantPermits: a re-entry keeps the permits of the outer hold,
+// and asking for another number of them is a mismatch.
+func TestReentrantPermits(t *testing.T) {
+	ctx := context.Background()
+	d, _ := memlock.New(memlock.NewStore())
+	c, _ := locker.New(d)
+	defer c.Close()
+	o, sem := locker.Reentrant("job-7"), locker.Semaphore(3)
+	l, err := c.TryAcquire(ctx, "x", sem, locker.Permits(2), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "x", sem, o); !errors.Is(err, locker.ErrLimitMismatch) {
+		t.Fatalf("re-entry for 1 permit into a hold of 2 = %v, want ErrLimitMismatch", err)
+	}
+	r, err := c.TryAcquire(ctx, "x", sem, locker.Permits(2), o)
+	if err != nil || r.Fence() != l.Fence() {
+		t.Fatalf("re-entry for the same 2 permits = %v (fence %d, outer %d), want the outer hold", err, r.Fence(), l.Fence())
+	}
+	r.Release(ctx)
+}
+
 func TestReentrantModes(t *testing.T) {
 	ctx := context.Background()
 	d, _ := memlock.New(memlock.NewStore())
@@ -129,6 +152,20 @@ func ExampleSemaphore() {
 	err := c.Do(ctx, "payment-provider", func(ctx context.Context) error {
 		return nil // call it
 	}, locker.Semaphore(5))
+	if err != nil {
+		panic(err)
+	}
+}
+
+func ExamplePermits() {
+	ctx := context.Background()
+	c, _ := locker.Open(ctx, "mem://example-permits")
+	defer c.Close()
+	// 8 GPUs shared by every process; a training job takes 2 of them at
+	// once, or waits until 2 are free.
+	err := c.Do(ctx, "gpus", func(ctx context.Context) error {
+		return nil // train
+	}, locker.Semaphore(8), locker.Permits(2))
 	if err != nil {
 		panic(err)
 	}

@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/lockerhq/locker/backend"
@@ -13,35 +12,23 @@ import (
 )
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
-// entries' values "<limit> <owner>", or "<limit>/<permits> <owner>" for
-// an entry of more than one permit; an entry holds while the permits of
-// the older ones and its own are at most the limit (see "Semaphores and
-// read-write locks" in docs/backends/etcdlock.md).
+// entries' values "<backend.PermitTag> <owner>"; an entry holds while the
+// permits of the older ones and its own are at most the limit (see
+// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
 
 // permitValue is the value of an entry of weight permits.
 func permitValue(limit, weight int, owner string) string {
-	v := strconv.Itoa(limit)
-	if weight > 1 {
-		v += "/" + strconv.Itoa(weight)
-	}
-	return v + " " + owner
+	return backend.PermitTag(limit, weight) + " " + owner
 }
 
 // permitOf is the limit and the permits of an entry; a limit of 0 if it
-// has none (an older version reads "<limit>/<permits>" so: it refuses
-// with ErrLimitMismatch, never over-grants).
+// has none.
 func permitOf(kv *mvccpb.KeyValue) (limit, weight int) {
-	s, _, _ := strings.Cut(string(kv.Value), " ")
-	s, w, weighted := strings.Cut(s, "/")
-	limit, err := strconv.Atoi(s)
-	weight = 1
-	if weighted {
-		weight, _ = strconv.Atoi(w)
+	tag, _, _ := strings.Cut(string(kv.Value), " ")
+	if limit, weight, ok := backend.ParsePermitTag(tag); ok {
+		return limit, weight
 	}
-	if err != nil || weight < 1 {
-		return 0, 1
-	}
-	return limit, weight
+	return 0, 1
 }
 
 // permitted walks kvs, a semaphore's oldest entries in creation order, up

@@ -2,7 +2,6 @@ package zklock
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/lockerhq/locker/backend"
@@ -34,26 +33,14 @@ func permitStanding(ahead []snode, limit, weight int) standing {
 	return standing{held: permits+weight <= limit}
 }
 
-// permitTag is the tag of a permit's node: its semaphore's limit, and
-// after an 'x' the permits it takes, when more than one.
-func permitTag(limit, weight int) string {
-	if weight > 1 {
-		return "p" + strconv.Itoa(limit) + "x" + strconv.Itoa(weight)
-	}
-	return "p" + strconv.Itoa(limit)
-}
+// permitTag is the tag of a permit's node: "p" and its backend.PermitTag.
+func permitTag(limit, weight int) string { return "p" + backend.PermitTag(limit, weight) }
 
 // permitOf is the limit and the permits of a permit's tag; a limit of 0
 // if it has none.
 func permitOf(tag string) (limit, weight int) {
-	l, w, weighted := strings.Cut(strings.TrimPrefix(tag, "p"), "x")
-	limit, err := strconv.Atoi(l)
-	weight = 1
-	if weighted {
-		weight, _ = strconv.Atoi(w)
+	if limit, weight, ok := backend.ParsePermitTag(strings.TrimPrefix(tag, "p")); ok {
+		return limit, weight
 	}
-	if err != nil || weight < 1 {
-		return 0, 1
-	}
-	return limit, weight
+	return 0, 1
 }
