@@ -154,7 +154,7 @@ type attempt struct {
 	st       tries
 	l        *Lock // set by begin on a re-entry
 	cancel   context.CancelFunc
-	exit     func()                              // the gate's
+	exit     func()                             // the gate's
 	observed func(l *Lock, err error, st tries) // AcquireDone's, or nil
 }
 
@@ -198,7 +198,7 @@ func (c *Client) begin(a *attempt, ctx context.Context, name string, wait bool, 
 	} else {
 		lc.delay = 0
 	}
-	if err := c.checkMode(lc); err != nil {
+	if err := c.checkMode(&lc); err != nil {
 		return false, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	*a = attempt{c: c, op: op, name: name, wait: wait, cancel: noCancel}
@@ -253,7 +253,7 @@ func (c *Client) begin(a *attempt, ctx context.Context, name string, wait bool, 
 	}
 	h.name, h.token, h.auto, h.ttl, h.minHold, h.delay = name, token, !lc.noAuto, lc.ttl, lc.minHold, lc.delay
 	a.h, a.st.h = h, h
-	a.req = backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit, Delay: marker}
+	a.req = backend.Claim{Key: key, Token: token, TTL: lc.ttl + lc.delay, Owner: lc.label, OnLost: h.lose, Mode: lc.mode, Limit: lc.limit, Weight: lc.weight, Delay: marker}
 	return true, nil
 }
 
@@ -345,7 +345,7 @@ func (a *attempt) finish(grant backend.Grant, start time.Time, err error) (*Lock
 // rather than for the store, so they cannot block each other.
 func (c *Client) claim(ctx context.Context, key string, lc lockConfig) (h, outer *hold, err error) {
 	h = c.newHold(key, lc.label, lc.reentrant)
-	h.mode, h.limit = lc.mode, lc.limit
+	h.mode, h.limit, h.weight = lc.mode, lc.limit, lc.weight
 	if lc.reentrant == "" {
 		return h, nil, nil
 	}
@@ -361,9 +361,9 @@ func (c *Client) claim(ctx context.Context, key string, lc lockConfig) (h, outer
 		case prev.ok && prev.mode != h.mode:
 			c.mu.Unlock()
 			return nil, nil, fmt.Errorf("%w: reentrant key %q holds it to %s", ErrModeConflict, lc.reentrant, prev.mode)
-		case prev.ok && prev.limit != h.limit:
+		case prev.ok && (prev.limit != h.limit || prev.weight != h.weight):
 			c.mu.Unlock()
-			return nil, nil, fmt.Errorf("%w: reentrant key %q holds a permit of %d, asked for %d", ErrLimitMismatch, lc.reentrant, prev.limit, h.limit)
+			return nil, nil, fmt.Errorf("%w: reentrant key %q holds %d of %d permits, asked for %d of %d", ErrLimitMismatch, lc.reentrant, prev.weight, prev.limit, h.weight, h.limit)
 		case prev.ok:
 			prev.depth++
 			c.mu.Unlock()
@@ -378,8 +378,12 @@ func (c *Client) claim(ctx context.Context, key string, lc lockConfig) (h, outer
 	}
 }
 
-// checkMode reports a mode the driver does not take, or a bad limit.
-func (c *Client) checkMode(lc lockConfig) error {
+// checkMode reports a mode the driver does not take, or a bad limit or
+// weight; it sets a Permit claim's weight, 1 unless Permits says.
+func (c *Client) checkMode(lc *lockConfig) error {
+	if lc.weightSet && lc.mode != backend.Permit {
+		return fmt.Errorf("%w: Permits(%d) without Semaphore", ErrInvalidLimit, lc.weight)
+	}
 	switch lc.mode {
 	case backend.Exclusive:
 		return nil
@@ -387,8 +391,17 @@ func (c *Client) checkMode(lc lockConfig) error {
 		if err := CheckLimit(lc.limit); err != nil {
 			return err
 		}
+		if !lc.weightSet {
+			lc.weight = 1
+		}
+		if lc.weight < 1 || lc.weight > lc.limit {
+			return fmt.Errorf("%w: Permits(%d) of a semaphore of %d (want 1 to %d)", ErrInvalidLimit, lc.weight, lc.limit, lc.limit)
+		}
 		if !c.modes.Has(backend.Permit) {
 			return fmt.Errorf("%w: the backend has no semaphores", ErrUnsupported)
+		}
+		if lc.weight > 1 && !c.weighs {
+			return fmt.Errorf("%w: the backend takes one permit per claim, not %d", ErrUnsupported, lc.weight)
 		}
 	default:
 		if !c.modes.Has(lc.mode) {

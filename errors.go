@@ -31,7 +31,8 @@ var (
 	// ErrPermission: the store refused the credentials or an operation
 	// locking needs. Acquire returns it at once instead of waiting.
 	ErrPermission = backend.ErrPermission
-	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit.
+	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit, or
+	// Permits is not 1 to the limit or comes without Semaphore.
 	ErrInvalidLimit = backend.ErrInvalidLimit
 	// ErrInvalidOption: a driver constructor (New, Open's Options) was
 	// given a nil client or an Option value out of its range.

@@ -24,6 +24,7 @@ type hold struct {
 	token     string
 	mode      backend.Mode
 	limit     int // a semaphore's, for Permit
+	weight    int // the permits it takes, for Permit
 	auto      bool
 	// minHold: a release before granted+minHold leaves the lock in the
 	// store until then (MinHold).
@@ -80,7 +81,7 @@ func (h *hold) renewed() {
 }
 
 func (h *hold) lock() backend.Claim {
-	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl + h.delay, Fence: h.fence, Owner: h.label, Mode: h.mode, Limit: h.limit}
+	return backend.Claim{Key: h.key, Token: h.token, TTL: h.ttl + h.delay, Fence: h.fence, Owner: h.label, Mode: h.mode, Limit: h.limit, Weight: h.weight}
 }
 
 // reentryKey is where c.reentries keeps h, when h is reentrant.

@@ -40,6 +40,7 @@ type Client struct {
 	notifier backend.Notifier // nil unless the driver notifies releases
 	session  backend.Session  // nil unless a server-side session keeps locks alive
 	modes    backend.ModeSet  // the modes besides Exclusive the driver takes
+	weighs   bool             // Permit claims may weigh more than 1 (backend.Weigher)
 	cfg      config
 
 	gate backend.Gate   // calls in flight, ended and awaited by Close
@@ -96,6 +97,9 @@ func New(drv backend.Driver, opts ...Option) (*Client, error) {
 	c.session, _ = backend.As[backend.Session](drv)
 	if m, ok := backend.As[backend.Modal](drv); ok {
 		c.modes = m.Modes()
+	}
+	if w, ok := backend.As[backend.Weigher](drv); ok {
+		c.weighs = w.Weighs()
 	}
 	c.dog = newWatchdog(c)
 	return c, nil

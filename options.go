@@ -98,6 +98,8 @@ type lockConfig struct {
 	delay     time.Duration
 	mode      backend.Mode
 	limit     int
+	weight    int // Permits', or 0: one permit
+	weightSet bool
 }
 
 // LockOption configures one acquisition.
@@ -201,10 +203,24 @@ func AutoRefresh(on bool) LockOption { return func(c *lockConfig) { c.noAuto = !
 // limit: a claim with another limit than the held permits' fails with
 // ErrLimitMismatch; once every permit is free, the next claim's limit
 // holds. limit is 1 to MaxLimit (ErrInvalidLimit otherwise). With
-// Reentrant, one key holds one permit, re-entrantly. A backend without semaphores
+// Reentrant, one key holds one claim (one permit, or Permits), re-entrantly. A backend without semaphores
 // returns ErrUnsupported before any network call.
 func Semaphore(limit int) LockOption {
 	return func(c *lockConfig) { c.mode, c.limit = backend.Permit, limit }
+}
+
+// Permits makes a Semaphore acquisition take n of its permits at once, as
+// one Lock (one fence, one TTL, one Release): all n or none. It is
+// granted while the permits held plus n are at most the limit; where the
+// backend queues waiters (backend.Queuer), a claim of many is served in
+// its turn, not overtaken by lighter ones behind it. n is 1 (the default)
+// to the limit; out of range, or without Semaphore, it is
+// ErrInvalidLimit. A re-entry under a Reentrant key must ask for the
+// same n (ErrLimitMismatch otherwise). A backend that counts grants
+// rather than permits (not a backend.Weigher) returns ErrUnsupported for
+// n above 1, before any network call.
+func Permits(n int) LockOption {
+	return func(c *lockConfig) { c.weight, c.weightSet = n, true }
 }
 
 // Read makes the acquisition take the read side of the read-write lock

@@ -33,6 +33,68 @@ func TestModesNeedTheDriver(t *testing.T) {
 	}
 }
 
+// countsGrants is a driver with semaphores that is no backend.Weigher,
+// and fails the test if a claim reaches it.
+type countsGrants struct {
+	backend.Driver
+	backend.Modal
+	t *testing.T
+}
+
+func (d countsGrants) TryAcquire(context.Context, backend.Claim) (backend.Grant, error) {
+	d.t.Error("a claim reached the driver")
+	return backend.Grant{}, backend.ErrUnsupported
+}
+
+// TestPermitsChecked: a bad Permits, or one above 1 on a driver that
+// counts grants, is refused before any network call.
+func TestPermitsChecked(t *testing.T) {
+	ctx := context.Background()
+	d, _ := memlock.New(memlock.NewStore())
+	c, err := locker.New(countsGrants{d, d, t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, opts := range [][]locker.LockOption{
+		{locker.Semaphore(3), locker.Permits(0)},
+		{locker.Semaphore(3), locker.Permits(4)},
+		{locker.Semaphore(3), locker.Permits(-1)},
+		{locker.Permits(1)},
+		{locker.Permits(2), locker.Read()},
+	} {
+		if _, err := c.TryAcquire(ctx, "x", opts...); !errors.Is(err, locker.ErrInvalidLimit) {
+			t.Errorf("TryAcquire with %d options = %v, want ErrInvalidLimit", len(opts), err)
+		}
+	}
+	if _, err := c.TryAcquire(ctx, "x", locker.Permits(2), locker.Semaphore(3)); !errors.Is(err, locker.ErrUnsupported) {
+		t.Errorf("Permits(2) on a driver that is no Weigher = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestReentrantPermits: a re-entry keeps the permits of the outer hold,
+// and asking for another number of them is a mismatch.
+func TestReentrantPermits(t *testing.T) {
+	ctx := context.Background()
+	d, _ := memlock.New(memlock.NewStore())
+	c, _ := locker.New(d)
+	defer c.Close()
+	o, sem := locker.Reentrant("job-7"), locker.Semaphore(3)
+	l, err := c.TryAcquire(ctx, "x", sem, locker.Permits(2), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if _, err := c.TryAcquire(ctx, "x", sem, o); !errors.Is(err, locker.ErrLimitMismatch) {
+		t.Fatalf("re-entry for 1 permit into a hold of 2 = %v, want ErrLimitMismatch", err)
+	}
+	r, err := c.TryAcquire(ctx, "x", sem, locker.Permits(2), o)
+	if err != nil || r.Fence() != l.Fence() {
+		t.Fatalf("re-entry for the same 2 permits = %v (fence %d, outer %d), want the outer hold", err, r.Fence(), l.Fence())
+	}
+	r.Release(ctx)
+}
+
 func TestReentrantModes(t *testing.T) {
 	ctx := context.Background()
 	d, _ := memlock.New(memlock.NewStore())
@@ -90,6 +152,20 @@ func ExampleSemaphore() {
 	err := c.Do(ctx, "payment-provider", func(ctx context.Context) error {
 		return nil // call it
 	}, locker.Semaphore(5))
+	if err != nil {
+		panic(err)
+	}
+}
+
+func ExamplePermits() {
+	ctx := context.Background()
+	c, _ := locker.Open(ctx, "mem://example-permits")
+	defer c.Close()
+	// 8 GPUs shared by every process; a training job takes 2 of them at
+	// once, or waits until 2 are free.
+	err := c.Do(ctx, "gpus", func(ctx context.Context) error {
+		return nil // train
+	}, locker.Semaphore(8), locker.Permits(2))
 	if err != nil {
 		panic(err)
 	}

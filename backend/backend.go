@@ -63,6 +63,12 @@ type Claim struct {
 	// zero otherwise. Other drivers keep a delayed lock for TTL plus the
 	// delay instead, which their claims' TTL already counts.
 	Delay time.Duration
+	// Weight is how many of the Limit permits a Permit claim takes, 1 to
+	// Limit, as one grant (see [Modal]); zero for other modes, and a
+	// driver counts a Permit claim's zero (a caller that predates
+	// weights) as 1. The locker package sets it above 1 only where the
+	// driver is a [Weigher].
+	Weight int
 }
 
 // Grant is what a driver reports about a successful acquisition.

@@ -36,7 +36,8 @@ var (
 	// (a role or ACL without that permission). A configuration error:
 	// never retried.
 	ErrPermission = errors.New("not permitted")
-	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit.
+	// ErrInvalidLimit: a semaphore's limit is not 1 to MaxLimit, or a
+	// claim's weight is not 1 to its limit.
 	ErrInvalidLimit = errors.New("invalid semaphore limit")
 	// ErrInvalidOption: a driver constructor's argument or Option is out of
 	// its range (a nil client, a negative delay). A URL's parameters get

@@ -69,11 +69,13 @@ const MaxLimit = 10000
 //   - Every grant of an object has a fence strictly greater than that of
 //     every earlier grant of the same object (the semaphore's permits and
 //     the read-write lock's readers and writers count as grants).
-//   - Permit: TryAcquire grants a permit while fewer than c.Limit
-//     unexpired permits are held. All of a semaphore's permits carry one
-//     limit: a claim whose Limit differs from that of the held permits
-//     fails with ErrLimitMismatch and leaves nothing; once none is held,
-//     the next claim's limit holds.
+//   - Permit: TryAcquire grants c.Weight permits while the weights of
+//     the unexpired grants plus c.Weight are at most c.Limit. A claim's
+//     weight is one grant, all or nothing: one fence, one holder, one
+//     token, refreshed and released whole. All of a semaphore's permits
+//     carry one limit: a claim whose Limit differs from that of the held
+//     permits fails with ErrLimitMismatch and leaves nothing; once none
+//     is held, the next claim's limit holds.
 //   - Read: granted while no unexpired writer holds the key and no other
 //     writer waits (below).
 //   - Write: granted while no unexpired reader or writer holds the key.
@@ -91,4 +93,14 @@ const MaxLimit = 10000
 //     writer stops trying without the lock.
 type Modal interface {
 	Modes() ModeSet
+}
+
+// Weigher is implemented by Modal drivers that take Permit claims of any
+// Weight. Elsewhere every Permit claim has Weight 1: the locker package
+// refuses more with ErrUnsupported before any network call, since a
+// driver that counts grants, not weights, would let a claim of n permits
+// in as one.
+type Weigher interface {
+	// Weighs reports whether the driver takes weights above 1.
+	Weighs() bool
 }

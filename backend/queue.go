@@ -15,7 +15,11 @@ import (
 // (retries, the failure budget, backoff, cancellation, counting). Claims
 // in modes outside QueueModes are waited for as for any other driver.
 type Queuer interface {
-	// QueueModes are the modes whose claims queue.
+	// QueueModes are the modes whose claims queue. An ordered queue
+	// serves weighted permits (Claim.Weight) in arrival order too: an
+	// entry enters when the weights held plus those of the entries ahead
+	// and its own are at most the limit, so lighter claims behind a heavy
+	// one never overtake it.
 	QueueModes() ModeSet
 
 	// Enqueue puts c at the back of c.Key's queue. Whenever c may go

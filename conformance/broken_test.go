@@ -89,6 +89,13 @@ var brokenVariants = map[string][]string{
 	"refresh-only-extends": {"MinHoldOutlivesRelease"},
 	// A semaphore grants one permit more than its limit.
 	"sem-over-grants": {"SemaphoreAtMostLimit", "SemaphoreLimitAndMismatch"},
+	// A claim of n permits is counted as one.
+	"weight-ignored": {"SemaphoreWeightsAtMostLimit", "SemaphoreWeightsRefused"},
+	// A claim of n permits is counted as n+1.
+	"weight-overcounts": {"SemaphoreWeightsAtMostLimit", "SemaphoreWeightsRefused"},
+	// A native queue that lets in any waiter whose claim fits, ahead of
+	// a heavier one that waits longer.
+	"overtaking-queue": {"SemaphoreWeightsFIFO"},
 	// Claims under another limit wait like any other instead of failing.
 	"hides-limit-mismatch": {"SemaphoreLimitAndMismatch"},
 	// A writer takes the read side: it shares with readers.
@@ -640,7 +647,7 @@ func (t *queueTicket) look(ctx context.Context) (backend.Grant, error) {
 	h.mu.Unlock()
 	sent := time.Now()
 	err := fmt.Errorf("broken: %w", backend.ErrNotAcquired)
-	if next == t.l.Token {
+	if next == t.l.Token || h.variant == "overtaking-queue" {
 		var g backend.Grant
 		if g, err = d.TryAcquire(ctx, t.l); err == nil {
 			t.dequeue()
@@ -727,6 +734,10 @@ func (h *brokenHarness) modeOf(l backend.Claim) backend.Claim {
 	switch {
 	case h.variant == "sem-over-grants" && l.Mode == backend.Permit:
 		l.Limit++
+	case h.variant == "weight-ignored" && l.Mode == backend.Permit:
+		l.Weight = 1
+	case h.variant == "weight-overcounts" && l.Mode == backend.Permit:
+		l.Weight = max(l.Weight, 1) + 1
 	case h.variant == "rw-writer-with-readers" && l.Mode == backend.Write:
 		l.Mode = backend.Read
 	}

@@ -35,7 +35,7 @@ type Traits struct {
 	Granularity time.Duration
 	// FIFO is the set of modes whose blocked waiters the backend serves
 	// in arrival order: FIFOWaiters runs for backend.Exclusive,
-	// SemaphoreFIFOWaiters for backend.Permit.
+	// SemaphoreFIFOWaiters and SemaphoreWeightsFIFO for backend.Permit.
 	FIFO backend.ModeSet
 	// Retention is how long after a name's last release the store still
 	// keeps something of it (a fence counter, a row, a file), as the

@@ -15,6 +15,10 @@ func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
+// Weighs implements backend.Weigher: an entry carries its permits (see
+// semaphore.go).
+func (d *Driver) Weighs() bool { return true }
+
 // dirs checks l and returns the directory of its entry and the entries
 // that may be ahead of it (a prefix). The escaped key followed by '%' and
 // a letter is never an escaped key (EscapeKey puts two hex digits after
@@ -30,8 +34,8 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	case backend.Exclusive:
 		return base + "/", base + "/", nil
 	case backend.Permit:
-		if l.Limit < 1 || l.Limit > backend.MaxLimit {
-			return "", "", fmt.Errorf("%w: %d (want 1 to %d)", backend.ErrInvalidLimit, l.Limit, backend.MaxLimit)
+		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
+			return "", "", fmt.Errorf("%w: %d of %d permits (want 1 to %d of 1 to %d)", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit, l.Limit, backend.MaxLimit)
 		}
 		return base + "%s/", base + "%s/", nil
 	case backend.Read:

@@ -9,6 +9,7 @@ import (
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -247,5 +248,24 @@ func TestModeWaiterLeaseRevoked(t *testing.T) {
 				t.Errorf("Residue after both left = %d, %v; want 0", n, err)
 			}
 		})
+	}
+}
+
+// TestPermitted: an entry holds while the permits of those ahead and its
+// own fit the limit; an owner with a '/' is no weight.
+func TestPermitted(t *testing.T) {
+	kv := func(k, v string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v)} }
+	kvs := []*mvccpb.KeyValue{kv("a", permitValue(5, 3, "x")), kv("b", permitValue(5, 1, "y/9")), kv("me", "")}
+	for _, c := range []struct {
+		weight int
+		ok     bool
+	}{{1, true}, {2, false}} {
+		got, err := permitted(kvs, "me", 5, c.weight)
+		if err != nil || (got != nil) != c.ok {
+			t.Errorf("permitted(%d of 5 behind 3 and 1) = %v, %v, want granted %v", c.weight, got, err, c.ok)
+		}
+	}
+	if n, w := permitOf(kvs[1]); n != 5 || w != 1 {
+		t.Errorf("permitOf(%q) = %d, %d, want 5, 1", kvs[1].Value, n, w)
 	}
 }

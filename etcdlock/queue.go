@@ -25,14 +25,16 @@ type ticket struct {
 	d         *Driver
 	c         backend.Claim
 	s         *slot
-	over      string              // the entries that may be ahead of ours
-	limit     int                 // a semaphore's: how many may be; 0: one
-	rev       int64               // the entry's creation revision; 0 until confirmed
-	older     map[string]struct{} // the entries ahead that it waits for (nil: look)
-	checked   int64               // the revision older was read at
-	broken    context.Context     // ends when the connection goes down after the last request
-	unsettled bool                // a put of the entry may still land (see putRun)
-	mod       int64               // a delayed entry's modification revision once on its mark lease
+	over      string          // the entries that may be ahead of ours
+	limit     int             // a semaphore's: how many may be; 0: one
+	weight    int             // the permits the claim takes: 1 but for a weighted permit
+	rev       int64           // the entry's creation revision; 0 until confirmed
+	older     map[string]int  // the entries ahead that it waits for, with their permits (nil: look)
+	ahead     int             // the permits of older together
+	checked   int64           // the revision older was read at
+	broken    context.Context // ends when the connection goes down after the last request
+	unsettled bool            // a put of the entry may still land (see putRun)
+	mod       int64           // a delayed entry's modification revision once on its mark lease
 }
 
 // Enqueue implements backend.Queuer: one transaction puts c's entry, on
@@ -62,9 +64,9 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 			return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
 		}
 	}
-	t := &ticket{d: d, c: c, s: d.alloc(ls, dir, m), over: over}
+	t := &ticket{d: d, c: c, s: d.alloc(ls, dir, m), over: over, weight: 1}
 	if c.Mode == backend.Permit {
-		t.limit = c.Limit
+		t.limit, t.weight = c.Limit, max(c.Weight, 1)
 	}
 	g, err := t.put(ctx)
 	g, err = t.after(ctx, "enqueue", g, err)
@@ -140,7 +142,7 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	d, key := t.d, t.s.key
 	val := t.c.Owner
 	if t.limit > 0 {
-		val = permitValue(t.limit, t.c.Owner)
+		val = permitValue(t.limit, t.weight, t.c.Owner)
 	}
 	put := clientv3.OpPut(key, val, clientv3.WithLease(t.s.ls.id))
 	if t.s.mark != nil {
@@ -213,25 +215,29 @@ func (t *ticket) read(maxRev int64) clientv3.Op {
 
 // settle takes the key for t's claim, or notes what it waits for, from
 // kvs, entries under over none younger than t's own, read at revision rev:
-// the youngest other entry, or, a semaphore's, every other while there are
-// limit of them (each under t's limit, else ErrLimitMismatch).
+// the youngest other entry, or, a semaphore's, every other while their
+// permits and t's are more than the limit (each under t's limit, else
+// ErrLimitMismatch).
 func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (backend.Grant, error) {
-	older := map[string]struct{}{}
+	older, ahead := map[string]int{}, 0
 	for _, kv := range kvs {
 		k := string(kv.Key)
 		if k == t.s.key {
 			continue
 		}
 		if t.limit == 0 {
-			older[k] = struct{}{}
+			older[k], ahead = 1, 1
 			break
 		}
-		if n := limitOf(kv); n != t.limit {
+		n, w := permitOf(kv)
+		if n != t.limit {
 			return backend.Grant{}, limitMismatch(n, t.limit)
 		}
-		older[k] = struct{}{}
+		older[k] = w
+		ahead += w
 	}
-	if len(older) < max(t.limit, 1) {
+	t.older, t.ahead, t.checked = older, ahead, rev
+	if !t.waits() {
 		// Our entry was there, at the head of the queue, in this read: our
 		// lease was alive then, and the key is ours. A delayed claim's
 		// entry moves to its mark lease, unless put there.
@@ -242,16 +248,26 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 			}
 			t.mod = mod
 		}
+		t.older = nil
 		return t.d.grant(ctx, t.s, t.c, t.rev, max(t.mod, t.rev))
 	}
-	t.older, t.checked = older, rev
 	return backend.Grant{}, backend.ErrNotAcquired
+}
+
+// waits reports whether the entries ahead leave too few permits for t's
+// claim (one, but for a semaphore's).
+func (t *ticket) waits() bool { return t.ahead+t.weight > max(t.limit, 1) }
+
+// drop forgets the entry k ahead of t.
+func (t *ticket) drop(k string) {
+	t.ahead -= t.older[k]
+	delete(t.older, k)
 }
 
 // errBroken: every connection to etcd went down while the claim waited.
 var errBroken = errors.New("the connection to etcd went down")
 
-// await blocks until fewer than limit (or one) of t.older are left, ctx
+// await blocks until t.older leave room for t's claim (waits), ctx
 // ends, the lease ends (ErrRequeue), or the connection goes down after
 // t's last request (errBroken: the etcd client resumes a broken watch by
 // itself, silently, for as long as it takes). It watches the entry just
@@ -276,9 +292,9 @@ func (t *ticket) await(ctx context.Context) error {
 			return nil
 		}
 		for _, ev := range wr.Events {
-			delete(t.older, string(ev.Kv.Key))
+			t.drop(string(ev.Kv.Key))
 		}
-		if len(t.older) < max(t.limit, 1) {
+		if !t.waits() {
 			return nil
 		}
 	}
@@ -316,14 +332,16 @@ func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	if err != nil || resp.Header.Revision < rev {
 		return false
 	}
-	left := map[string]struct{}{}
+	left := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		if _, ok := t.older[string(kv.Key)]; ok {
-			left[string(kv.Key)] = struct{}{}
+		left[string(kv.Key)] = true
+	}
+	for k := range t.older {
+		if !left[k] {
+			t.drop(k)
 		}
 	}
-	t.older = left
-	return len(left) >= max(t.limit, 1)
+	return t.waits()
 }
 
 // brokenConn returns a context that ends when every connection of the

@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/lockerhq/locker/backend"
@@ -13,37 +12,45 @@ import (
 )
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
-// entries' values "<limit> <owner>"; the limit oldest hold permits (see
+// entries' values "<backend.PermitTag> <owner>"; an entry holds while the
+// permits of the older ones and its own are at most the limit (see
 // "Semaphores and read-write locks" in docs/backends/etcdlock.md).
 
-// permitValue is the value of a permit's entry.
-func permitValue(limit int, owner string) string {
-	return strconv.Itoa(limit) + " " + owner
+// permitValue is the value of an entry of weight permits.
+func permitValue(limit, weight int, owner string) string {
+	return backend.PermitTag(limit, weight) + " " + owner
 }
 
-// limitOf is the limit of a permit's entry; 0 if it has none.
-func limitOf(kv *mvccpb.KeyValue) int {
-	s, _, _ := strings.Cut(string(kv.Value), " ")
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0
+// permitOf is the limit and the permits of an entry; a limit of 0 if it
+// has none.
+func permitOf(kv *mvccpb.KeyValue) (limit, weight int) {
+	tag, _, _ := strings.Cut(string(kv.Value), " ")
+	if limit, weight, ok := backend.ParsePermitTag(tag); ok {
+		return limit, weight
 	}
-	return n
+	return 0, 1
 }
 
 // permitted walks kvs, a semaphore's oldest entries in creation order, up
-// to the entry key, which it returns (nil if absent). An entry ahead of
-// key's under another limit is ErrLimitMismatch: so every permit granted
-// was granted behind entries of its own limit only, and the permits held
+// to the entry key, which it returns when the permits of the entries
+// ahead and weight fit limit (nil otherwise). An entry ahead of key's
+// under another limit is ErrLimitMismatch: so every permit granted was
+// granted behind entries of its own limit only, and the permits held
 // never exceed the limit they were taken with.
-func permitted(kvs []*mvccpb.KeyValue, key string, limit int) (*mvccpb.KeyValue, error) {
+func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int) (*mvccpb.KeyValue, error) {
+	ahead := 0
 	for _, kv := range kvs {
 		if string(kv.Key) == key {
+			if ahead+weight > limit {
+				return nil, nil
+			}
 			return kv, nil
 		}
-		if n := limitOf(kv); n != limit {
+		n, w := permitOf(kv)
+		if n != limit {
 			return nil, limitMismatch(n, limit)
 		}
+		ahead += w
 	}
 	return nil, nil
 }
@@ -63,14 +70,14 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		// there and does not write it again.
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(clientv3.OpPut(s.key, permitValue(l.Limit, l.Owner), clientv3.WithLease(s.leaseOf())), first).
+			Then(clientv3.OpPut(s.key, permitValue(l.Limit, max(l.Weight, 1), l.Owner), clientv3.WithLease(s.leaseOf())), first).
 			Else(first)
 	})
 	if err != nil {
 		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
 	kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()
-	mine, err := permitted(kvs, s.key, l.Limit)
+	mine, err := permitted(kvs, s.key, l.Limit, max(l.Weight, 1))
 	if mine == nil {
 		if err == nil {
 			err = backend.ErrNotAcquired

@@ -41,6 +41,10 @@ func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
+// Weighs implements backend.Weigher: a holder's weight is in the object
+// file.
+func (d *Driver) Weighs() bool { return true }
+
 // New returns a driver on dir (made absolute, and created with mode 0700
 // when missing).
 func New(dir string, opts ...Option) (*Driver, error) {

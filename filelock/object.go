@@ -43,7 +43,7 @@ const (
 	objHeader  = 40
 	objBodyHdr = 48
 	objEntry   = 32 + 8 + 8 + 4 + 1 + 1
-	objMaxBody = objBodyHdr + backend.MaxLimit*(objEntry+maxOwner)
+	objMaxBody = objBodyHdr + backend.MaxLimit*(objEntry+maxOwner+2)
 )
 
 var objMagic = [4]byte{'L', 'K', 'O', '1'}
@@ -58,6 +58,7 @@ type holder struct {
 	pid     uint32
 	mode    backend.Mode
 	owner   string
+	weight  int // the permits a semaphore's holder takes; 1 otherwise
 }
 
 // object is the state of a semaphore or a read-write lock.
@@ -86,10 +87,21 @@ func (o *object) prune(now int64) {
 	}
 }
 
+// weighted reports whether a holder of o takes more than one permit: only
+// then does its body end with the holders' weights (an older reader,
+// which stops after the holders, counts each as one).
+func (o *object) weighted() bool {
+	return slices.ContainsFunc(o.holders, func(h holder) bool { return h.weight > 1 })
+}
+
 func encodeBody(o *object) []byte {
 	n := objBodyHdr
 	for _, h := range o.holders {
 		n += objEntry + min(len(h.owner), maxOwner)
+	}
+	weighted := o.weighted()
+	if weighted {
+		n += 2 * len(o.holders)
 	}
 	b := make([]byte, n)
 	le := binary.LittleEndian
@@ -108,6 +120,11 @@ func encodeBody(o *object) []byte {
 		p[53] = byte(len(owner))
 		copy(p[objEntry:], owner)
 		p = p[objEntry+len(owner):]
+	}
+	if weighted {
+		for i, h := range o.holders {
+			le.PutUint16(p[2*i:], uint16(h.weight))
+		}
 	}
 	return b
 }
@@ -135,8 +152,14 @@ func decodeBody(b []byte) (object, bool) {
 			pid:     le.Uint32(p[48:]),
 			mode:    backend.Mode(p[52]),
 			owner:   string(p[objEntry : objEntry+int(p[53])]),
+			weight:  1,
 		})
 		p = p[objEntry+int(p[53]):]
+	}
+	if len(p) >= 2*count {
+		for i := range o.holders {
+			o.holders[i].weight = max(int(le.Uint16(p[2*i:])), 1)
+		}
 	}
 	return o, true
 }
@@ -278,7 +301,7 @@ func (d *Driver) tryObject(ctx context.Context, c backend.Claim, admit func(o *o
 		if err != nil {
 			return false, err
 		}
-		o.holders = append(o.holders, holder{token: tok, fence: fence, expires: now + int64(c.TTL), pid: uint32(os.Getpid()), mode: c.Mode, owner: c.Owner})
+		o.holders = append(o.holders, holder{token: tok, fence: fence, expires: now + int64(c.TTL), pid: uint32(os.Getpid()), mode: c.Mode, owner: c.Owner, weight: max(c.Weight, 1)})
 		g = backend.Grant{Fence: fence, TTL: c.TTL}
 		return true, nil
 	})

@@ -7,8 +7,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// trySemaphore grants one of c.Limit permits (backend.Modal): while fewer
-// than the limit are held, and only under the holders' limit.
+// trySemaphore grants c.Weight of c.Limit permits (backend.Modal): while
+// the holders' weights and c's are at most the limit, and only under the
+// holders' limit.
 func (d *Driver) trySemaphore(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if c.Limit < 1 || c.Limit > backend.MaxLimit {
 		return backend.Grant{}, fmt.Errorf("filelock: %w: %d", backend.ErrInvalidLimit, c.Limit)
@@ -17,7 +18,11 @@ func (d *Driver) trySemaphore(ctx context.Context, c backend.Claim) (backend.Gra
 		if len(o.holders) > 0 && o.limit != c.Limit {
 			return false, fmt.Errorf("filelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, o.limit, c.Limit)
 		}
-		if len(o.holders) >= c.Limit {
+		used := 0
+		for _, h := range o.holders {
+			used += h.weight
+		}
+		if used+max(c.Weight, 1) > c.Limit {
 			return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 		}
 		o.limit = c.Limit

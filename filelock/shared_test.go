@@ -406,3 +406,22 @@ func TestObjectFileStaysSmall(t *testing.T) {
 		t.Fatalf("%d bytes left for one holder", n)
 	}
 }
+
+// A body with a holder of several permits ends with the holders' weights;
+// one without is the older layout, whose holders take one permit each.
+func TestObjectWeights(t *testing.T) {
+	o := object{limit: 5, holders: []holder{{fence: 1, weight: 3, owner: "a"}, {fence: 2, weight: 1}}}
+	b := encodeBody(&o)
+	got, ok := decodeBody(b)
+	if !ok || len(got.holders) != 2 || got.holders[0].weight != 3 || got.holders[1].weight != 1 {
+		t.Fatalf("decoded %+v (ok %v), want weights 3 and 1", got.holders, ok)
+	}
+	o.holders[0].weight = 1
+	plain := encodeBody(&o)
+	if len(plain) != len(b)-4 {
+		t.Fatalf("a body of single permits is %d bytes, want %d: no weights", len(plain), len(b)-4)
+	}
+	if got, ok := decodeBody(plain); !ok || got.holders[0].weight != 1 || got.holders[1].weight != 1 {
+		t.Fatalf("decoded %+v (ok %v), want weights 1", got.holders, ok)
+	}
+}

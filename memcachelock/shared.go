@@ -12,7 +12,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Modes implements backend.Modal: semaphores and read-write locks.
+// Modes implements backend.Modal: semaphores and read-write locks. It is
+// no backend.Weigher: a claim of n permits would be n slot items, and
+// memcached takes no two items in one step, so another claim could see
+// some taken and not the rest (locker.Permits above 1 is ErrUnsupported).
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }

@@ -24,6 +24,20 @@ func permit(key string, limit int) backend.Claim {
 	return backend.Claim{Key: key, Token: token(), TTL: 10 * time.Second, Mode: backend.Permit, Limit: limit}
 }
 
+// A claim of several permits is refused before any request: memcached
+// cannot take several slot items at once.
+func TestNoWeights(t *testing.T) {
+	c, err := locker.New(&Driver{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.TryAcquire(context.Background(), "x", locker.Semaphore(3), locker.Permits(2))
+	if !errors.Is(err, locker.ErrUnsupported) {
+		t.Fatalf("Permits(2) = %v, want ErrUnsupported", err)
+	}
+}
+
 // Permits are bounded by the limit, each grant's fence is above the one
 // before, and a release frees a slot.
 func TestSemaphoreSlots(t *testing.T) {

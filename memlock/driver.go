@@ -34,12 +34,16 @@ var (
 	_ backend.Lister         = (*Driver)(nil)
 	_ backend.Breaker        = (*Driver)(nil)
 	_ backend.Modal          = (*Driver)(nil)
+	_ backend.Weigher        = (*Driver)(nil)
 )
 
 // Modes implements backend.Modal: semaphores and read-write locks.
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
+
+// Weighs implements backend.Weigher: a claim takes its weight in permits.
+func (d *Driver) Weighs() bool { return true }
 
 func (d *Driver) check(ctx context.Context) error {
 	if d.closed.Load() {

@@ -25,6 +25,7 @@ func objectOf(c backend.Claim) object {
 // writer, with the writer that waits.
 type shared struct {
 	limit   int              // Permit: the holders' limit
+	used    int              // Permit: the holders' weights together
 	holders map[string]entry // by token
 	writer  string           // the holder that writes, or ""
 	waiting string           // the writer that waits, or ""
@@ -40,6 +41,7 @@ func (s *Store) live(o object, now time.Time) *shared {
 	}
 	for t, e := range sh.holders {
 		if !now.Before(e.expires) {
+			sh.used -= e.weight
 			delete(sh.holders, t)
 			if t == sh.writer {
 				sh.writer = ""
@@ -68,10 +70,13 @@ func (s *Store) tryShared(c backend.Claim, now time.Time) (backend.Grant, error)
 		if len(sh.holders) > 0 && sh.limit != c.Limit {
 			return backend.Grant{}, fmt.Errorf("memlock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, sh.limit, c.Limit)
 		}
-		if len(sh.holders) >= c.Limit {
+		// A token that holds already (a retry) is counted once.
+		w := max(c.Weight, 1) - sh.holders[c.Token].weight
+		if sh.used+w > c.Limit {
 			return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 		}
 		sh.limit = c.Limit
+		sh.used += w
 	case backend.Read:
 		if sh.writer != "" || sh.waiting != "" && sh.waiting != c.Token {
 			return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
@@ -90,7 +95,11 @@ func (s *Store) tryShared(c backend.Claim, now time.Time) (backend.Grant, error)
 		}
 	}
 	s.fence++
-	sh.holders[c.Token] = entry{token: c.Token, owner: c.Owner, fence: s.fence, expires: now.Add(c.TTL)}
+	e := entry{token: c.Token, owner: c.Owner, fence: s.fence, expires: now.Add(c.TTL)}
+	if c.Mode == backend.Permit {
+		e.weight = max(c.Weight, 1)
+	}
+	sh.holders[c.Token] = e
 	s.objects[o] = sh
 	return backend.Grant{Fence: s.fence, TTL: c.TTL}, nil
 }
@@ -117,7 +126,8 @@ func (s *Store) releaseShared(c backend.Claim, now time.Time) error {
 	if sh == nil {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}
-	_, ok := sh.holders[c.Token]
+	e, ok := sh.holders[c.Token]
+	sh.used -= e.weight
 	delete(sh.holders, c.Token)
 	if sh.writer == c.Token {
 		sh.writer = ""

@@ -28,6 +28,7 @@ type entry struct {
 	owner   string
 	fence   uint64
 	expires time.Time
+	weight  int // a semaphore's holder: the permits it takes
 }
 
 // NewStore returns an empty Store.

@@ -100,6 +100,10 @@ func (t *ticket) join() {
 	}
 	t.w = strconv.FormatUint(rand.Uint64(), 36) + ":" + t.c.Owner
 	if t.c.Mode != backend.Exclusive {
+		if t.c.Weight > 1 {
+			// The waiters behind count its permits (scripts/shared_queue.lua).
+			t.w = strconv.Itoa(t.c.Weight) + "." + t.w
+		}
 		t.w = sharedMode(t.c) + t.w
 	}
 	t.ch = make(chan struct{}, 1)

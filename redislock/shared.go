@@ -38,6 +38,10 @@ func (d *Driver) Modes() backend.ModeSet {
 // each gather a majority.
 func (q *Quorum) Modes() backend.ModeSet { return 0 }
 
+// Weighs implements backend.Weigher: a holder's permits are in its field
+// (see scripts/shared.lua), and the queue's waiters carry theirs.
+func (d *Driver) Weighs() bool { return true }
+
 // sharedKeys returns the Redis names of c's object: holders, state and
 // fence counter (see scripts/shared.lua), in the name's hash slot.
 func sharedKeys(c backend.Claim) []string {
@@ -76,8 +80,8 @@ func checkShared(c backend.Claim) error {
 	if c.Mode > backend.Write {
 		return fmt.Errorf("%w: %s mode", backend.ErrUnsupported, c.Mode)
 	}
-	if c.Mode == backend.Permit && (c.Limit < 1 || c.Limit > backend.MaxLimit) {
-		return fmt.Errorf("%w: %d", backend.ErrInvalidLimit, c.Limit)
+	if c.Mode == backend.Permit && (c.Limit < 1 || c.Limit > backend.MaxLimit || c.Weight > c.Limit) {
+		return fmt.Errorf("%w: %d of %d permits", backend.ErrInvalidLimit, c.Weight, c.Limit)
 	}
 	return nil
 }
@@ -119,7 +123,7 @@ type sharedAnswer struct {
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	defer dep.in.watch(ctx).stop()
 	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
-		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel).Result()
+		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1)).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
 	}

@@ -100,6 +100,39 @@ func TestSemaphoreSlots(t *testing.T) {
 	}
 }
 
+// TestWeightsComeBack: the permits of a holder of several come back
+// whole when it releases and when its time runs out on the server, while
+// another holder keeps the semaphore's keys alive.
+func TestWeightsComeBack(t *testing.T) {
+	d, _ := modalDriver(t)
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	permits := func(ttl time.Duration, n int) backend.Claim {
+		return backend.Claim{Key: key, Token: newToken(), TTL: ttl, Mode: backend.Permit, Limit: 4, Weight: n}
+	}
+	if _, err := d.TryAcquire(ctx, permits(time.Minute, 1)); err != nil {
+		t.Fatal(err)
+	}
+	a := permits(time.Minute, 3)
+	if _, err := d.TryAcquire(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, permits(time.Minute, 1)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("a fifth permit of 4: %v", err)
+	}
+	if err := d.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b := permits(300*time.Millisecond, 3)
+	if _, err := d.TryAcquire(ctx, b); err != nil {
+		t.Fatalf("3 permits after a holder of 3 released: %v", err)
+	}
+	time.Sleep(400 * time.Millisecond) // b's time runs out
+	if _, err := d.TryAcquire(ctx, permits(time.Minute, 3)); err != nil {
+		t.Fatalf("3 permits after a holder of 3 expired: %v", err)
+	}
+}
+
 // TestSharedCleanupKeepsLaterAttempt: cleaning up after a failed attempt
 // (its reply lost) removes that attempt's permit, never a later one's.
 func TestSharedCleanupKeepsLaterAttempt(t *testing.T) {

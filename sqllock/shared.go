@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/lim"
 	"github.com/lockerhq/locker/sqllock/internal/micros"
 )
 
@@ -38,6 +39,10 @@ const (
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
+
+// Weighs implements backend.Weigher: a holder's permits are in its lim
+// (see package lim).
+func (d *Driver) Weighs() bool { return true }
 
 // SharedTableName returns the quoted, possibly schema-qualified, name of
 // the table of semaphores and read-write locks: the lock table's name
@@ -81,13 +86,14 @@ func newSharedStatements(schema, table string) sharedStatements {
 	gone := func(kinds string) string {
 		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk) AND (SELECT rc FROM clk))`
 	}
-	insert := func(kind string, lim string, cond, conflict string) string {
+	insert := func(kind, lm, cond, conflict string) string {
 		return `INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
-    SELECT $1, $2, ` + kind + `, nullif($3, ''), ` + lim + `, clk.t, clk.t + $4::int8 * interval '1 microsecond'
+    SELECT $1, $2, ` + kind + `, nullif($3, ''), ` + lm + `, clk.t, clk.t + $4::int8 * interval '1 microsecond'
     FROM busy, clk WHERE clk.rc AND ` + cond + `
     ON CONFLICT (name, token) DO UPDATE ` + conflict
 	}
 	// A grant takes the row anew: a new fence, drawn under the object lock.
+	step := strconv.Itoa(lim.Step)
 	regrant := func(kind string) string {
 		return `SET kind = ` + kind + `, owner = excluded.owner, lim = excluded.lim, version = DEFAULT,
         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at`
@@ -110,11 +116,12 @@ func newSharedStatements(schema, table string) sharedStatements {
 		// them once. For the transaction only.
 		lock: `SELECT pg_advisory_xact_lock($1::int4, hashtext($2)),
     set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`,
-		// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit)
-		// returns the new version (NULL when refused), whether it ran under
-		// READ COMMITTED (having changed nothing otherwise), the count,
-		// lowest and highest limit of the other live permits, and the count
-		// of the expired ones, from one scan; the expired go in a statement
+		// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit, $6
+		// weight) returns the new version (NULL when refused), whether it
+		// ran under READ COMMITTED (having changed nothing otherwise), the
+		// permits, lowest and highest limit of the other live holders (lim
+		// packs both: see package lim), and the count of the expired ones,
+		// from one scan; the expired go in a statement
 		// of their own when there are some (dropExpired: a second
 		// data-modifying part here cost every grant). The server's now is
 		// the transaction's start (the object lock's statement), earlier
@@ -122,17 +129,17 @@ func newSharedStatements(schema, table string) sharedStatements {
 		// and the new one's expiry is no later than the TTL from the
 		// request.
 		grantPermit: `WITH busy AS MATERIALIZED (
-    SELECT count(*) FILTER (WHERE expires_at > now()) AS n,
-        coalesce(min(lim) FILTER (WHERE expires_at > now()), 0) AS lo,
-        coalesce(max(lim) FILTER (WHERE expires_at > now()), 0) AS hi,
+    SELECT coalesce(sum(lim / ` + step + ` + 1) FILTER (WHERE expires_at > now()), 0) AS n,
+        coalesce(min(lim % ` + step + `) FILTER (WHERE expires_at > now()), 0) AS lo,
+        coalesce(max(lim % ` + step + `) FILTER (WHERE expires_at > now()), 0) AS hi,
         count(*) FILTER (WHERE expires_at <= now()) AS x,
         current_setting('transaction_isolation') = 'read committed' AS rc
     FROM ` + t + `
     WHERE name = $1 AND kind = 1 AND token <> $2
 ), got AS (
     INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
-    SELECT $1, $2, 1, nullif($3, ''), $5::int4, now(), now() + $4::int8 * interval '1 microsecond'
-    FROM busy WHERE busy.rc AND busy.n < $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)
+    SELECT $1, $2, 1, nullif($3, ''), $5::int4 + ($6::int4 - 1) * ` + step + `, now(), now() + $4::int8 * interval '1 microsecond'
+    FROM busy WHERE busy.rc AND busy.n + $6::int4 <= $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)
     ON CONFLICT (name, token) DO UPDATE ` + regrant("1") + `
     WHERE s.kind = 1
     RETURNING version
@@ -213,8 +220,8 @@ RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", 
 func (d *Driver) sharedKinds(c backend.Claim) (int16, []int16, int32, error) {
 	switch c.Mode {
 	case backend.Permit:
-		if c.Limit < 1 || c.Limit > backend.MaxLimit {
-			return 0, nil, 0, fmt.Errorf("sqllock: %w: %d, want 1 to %d", backend.ErrInvalidLimit, c.Limit, backend.MaxLimit)
+		if _, err := lim.Of("sqllock: ", c); err != nil {
+			return 0, nil, 0, err
 		}
 		return kindPermit, []int16{kindPermit}, d.shared.semClass, nil
 	case backend.Read:
@@ -324,7 +331,7 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	)
 	switch l.Mode {
 	case backend.Permit:
-		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit)), append(dest, &n, &lo, &hi, &expired)
+		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit), int32(max(l.Weight, 1))), append(dest, &n, &lo, &hi, &expired)
 	case backend.Read:
 		stmt = d.shared.grantRead
 	default:

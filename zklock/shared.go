@@ -10,8 +10,9 @@ import (
 )
 
 // A semaphore and a read-write lock are queues like a lock's, under nodes
-// "sem~NAME" and "rw~NAME" beside the lock's, of nodes tagged "p<limit>",
-// "r" or "w" (see docs/backends/zklock.md, Semaphores and read-write locks).
+// "sem~NAME" and "rw~NAME" beside the lock's, of nodes tagged "p<limit>"
+// (or "p<limit>x<permits>"), "r" or "w" (see docs/backends/zklock.md,
+// Semaphores and read-write locks).
 
 var _ backend.Modal = (*Driver)(nil)
 
@@ -19,6 +20,10 @@ var _ backend.Modal = (*Driver)(nil)
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
+
+// Weighs implements backend.Weigher: a permit's node's tag carries its
+// permits (see permitTag).
+func (d *Driver) Weighs() bool { return true }
 
 // sharedParent is the node of l's semaphore or read-write lock.
 func (d *Driver) sharedParent(l backend.Claim) string {
@@ -32,7 +37,7 @@ func (d *Driver) sharedParent(l backend.Claim) string {
 func sharedHead(l backend.Claim) string {
 	switch l.Mode {
 	case backend.Permit:
-		return permitTag(l.Limit) + "-"
+		return permitTag(l.Limit, max(l.Weight, 1)) + "-"
 	case backend.Read:
 		return "r-"
 	}
@@ -43,8 +48,8 @@ func sharedHead(l backend.Claim) string {
 func checkShared(l backend.Claim) error {
 	switch l.Mode {
 	case backend.Permit:
-		if l.Limit < 1 || l.Limit > backend.MaxLimit {
-			return fmt.Errorf("%w: %d", backend.ErrInvalidLimit, l.Limit)
+		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
+			return fmt.Errorf("%w: %d of %d permits", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit)
 		}
 	case backend.Read, backend.Write:
 	default:
@@ -118,7 +123,7 @@ func standingIn(names []string, e *entry, l backend.Claim) (standing, error) {
 	case !found:
 		return standing{}, errGone
 	case l.Mode == backend.Permit:
-		return permitStanding(ahead, l.Limit), nil
+		return permitStanding(ahead, l.Limit, max(l.Weight, 1)), nil
 	}
 	return rwStanding(ahead, l.Mode), nil
 }

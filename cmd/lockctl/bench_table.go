@@ -273,23 +273,28 @@ func writeSemaphoreTable(w io.Writer, rep benchReport) {
 		return
 	}
 	c := rep.Config
-	fmt.Fprintf(w, "\nsemaphore of %d, %d workers on %d clients; permit/lock: uncontended acquire+release p50 of a permit over a lock's, interleaved on one client\n\n",
+	fmt.Fprintf(w, "\nsemaphore of %d, %d workers on %d clients; permit/lock: uncontended acquire+release p50 of a permit over a lock's, interleaved on one client; weighted: every other worker takes 2 permits at once\n\n",
 		c.SemLimit, c.SemWorkers, c.Clients)
-	fmt.Fprintln(w, "| backend | permits/s | wait p99 | most inside | permit p50 | lock p50 | permit/lock |")
-	fmt.Fprintln(w, "|---"+strings.Repeat("|--:", 6)+"|")
+	fmt.Fprintln(w, "| backend | permits/s | wait p99 | most inside | permit p50 | lock p50 | permit/lock | weighted acq/s | most permits |")
+	fmt.Fprintln(w, "|---"+strings.Repeat("|--:", 8)+"|")
 	for _, r := range rep.Results {
 		cells := []string{r.Backend}
 		switch sm := r.Semaphore; {
 		case sm == nil:
-			cells = append(cells, rep.missing("semaphore"), "", "", "", "", "")
+			cells = append(cells, rep.missing("semaphore"), "", "", "", "", "", "", "")
 		case sm.Unsupported:
-			cells = append(cells, "unsupported", "", "", "", "", "")
+			cells = append(cells, "unsupported", "", "", "", "", "", "", "")
 		default:
 			inside := fmt.Sprint(sm.MaxInside)
 			if sm.Errors > 0 {
 				inside += fmt.Sprintf(" (%d errors)", sm.Errors)
 			}
 			cells = append(cells, rate(sm.PermitsSec), dur(sm.WaitP99), inside, dur(sm.PermitP50), dur(sm.LockP50), fmt.Sprintf("%.2f", sm.Ratio))
+			if sm.NoWeights {
+				cells = append(cells, "unsupported", "")
+			} else {
+				cells = append(cells, rate(sm.WeightedSec), fmt.Sprint(sm.MostPermits))
+			}
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}

@@ -25,6 +25,9 @@ func TestCronFlagsBadInput(t *testing.T) {
 		"limit past MaxLimit":         {[]string{"--limit", "10001"}, "--limit 10001: want 1 to 10000"},
 		"shared and exclusive":        {[]string{"--shared", "--exclusive"}, "exclude each other"},
 		"limit and shared":            {[]string{"--limit", "2", "--shared"}, "exclude each other"},
+		"weight without limit":        {[]string{"--weight", "2"}, "--weight 2 needs --limit"},
+		"weight past limit":           {[]string{"--limit", "3", "--weight", "4"}, "--weight 4: want 1 to --limit 3"},
+		"negative weight":             {[]string{"--limit", "3", "--weight", "-1"}, "--weight -1"},
 	} {
 		args := append(append([]string{"run", "--backend", dead, "--connect-timeout", "30s"}, c.args...), "job", "--", "true")
 		code, _, stderr := ctl(args...)

@@ -209,7 +209,7 @@ func TestHelpEveryCommand(t *testing.T) {
 	ops := []string{"--backend", "--timeout"}
 	for cmd, flags := range map[string][]string{
 		"":         {"--backend"},
-		"run":      {"--backend", "--ttl", "-w, --wait", "-n, --no-wait", "-E, --conflict-exit-code", "--min-hold", "--lock-delay", "--limit", "-s, --shared", "-x, --exclusive", "--quiet-busy", "--owner", "--grace", "--connect-timeout", "-v, --verbose"},
+		"run":      {"--backend", "--ttl", "-w, --wait", "-n, --no-wait", "-E, --conflict-exit-code", "--min-hold", "--lock-delay", "--limit", "--weight", "-s, --shared", "-x, --exclusive", "--quiet-busy", "--owner", "--grace", "--connect-timeout", "-v, --verbose"},
 		"status":   append(ops, "--json"),
 		"list":     append(ops, "--json"),
 		"release":  append(ops, "--force", "--fence"),

@@ -117,3 +117,18 @@ func runAll(t *testing.T, tg target, u, name string, n int, mode func(int) (stri
 	}
 	return out
 }
+
+// TestRunWeight: --weight K takes K of the N permits at once: beside a
+// run that holds 2 of 3, a run asking for 2 is refused (75), one asking
+// for 1 runs.
+func TestRunWeight(t *testing.T) {
+	t.Parallel()
+	u := fileURL(t)
+	for k, want := range map[string]int{"2": exitNotAcquired, "1": 0} {
+		p := lockctlProc("run", "--backend", u, "--limit", "3", "--weight", "2", "-n", "job", "--",
+			lockctlBin, "run", "--backend", u, "--limit", "3", "--weight", k, "-n", "job", "--", "true")
+		if code, _ := p.status(t); code != want {
+			t.Errorf("--weight %s beside a holder of 2 of 3: exit %d, want %d; stderr:\n%s", k, code, want, &p.stderr)
+		}
+	}
+}

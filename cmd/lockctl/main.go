@@ -3,7 +3,7 @@
 // Command lockctl runs a command under a lock, on any backend, shows and
 // operates locks, and compares backends side by side.
 //
-//	lockctl run [-n | -w D] [-s | -x | --limit N] [--ttl D] [--min-hold D]
+//	lockctl run [-n | -w D] [-s | -x | --limit N [--weight K]] [--ttl D] [--min-hold D]
 //	            [--quiet-busy | -E CODE] [--owner ID] [flags] NAME -- COMMAND [ARG...]
 //	lockctl status [--json] NAME
 //	lockctl list [--json] [PREFIX]
@@ -92,6 +92,7 @@
 //	                           exit CODE (0 to 255) instead of 75 when another holder has the lock
 //	    --min-hold D           keep the lock held at least D from its acquisition (see below)
 //	    --limit N              take one of N permits of the semaphore NAME
+//	    --weight K             with --limit: take K of the N permits at once, all or none
 //	-s, --shared               take the read side of the read-write lock NAME
 //	-x, --exclusive            take its write side
 //	    --quiet-busy           with -n or -w: exit 0, silently, when another holder has it
@@ -210,7 +211,7 @@ const (
 const envURL = "LOCKER_URL"
 
 const usage = `usage:
-  lockctl run [-n | -w D] [-s | -x | --limit N] [flags] NAME... -- COMMAND [ARG...]
+  lockctl run [-n | -w D] [-s | -x | --limit N [--weight K]] [flags] NAME... -- COMMAND [ARG...]
                                                run COMMAND under the lock NAME (or all NAMEs)
   lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
   lockctl list [--json] [PREFIX]               the held locks

@@ -71,6 +71,7 @@ type runOpts struct {
 	minHold     time.Duration
 	lockDelay   time.Duration
 	limit       int  // --limit: one of limit permits of the semaphore NAME
+	weight      int  // --weight: that many of them at once (0: one)
 	shared      bool // --shared: the read side of the read-write lock NAME
 	exclusive   bool // --exclusive: its write side
 	quietBusy   bool // another holder's lock is no error: exit 0, silent
@@ -120,6 +121,7 @@ func runFlags(o *runOpts, global backendFlag) *flagSet {
 	fs.duration(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
 	fs.duration(&o.lockDelay, "lock-delay", 0, "if the lock is lost without a release (lockctl killed, cut off, paused past\nthe TTL), nobody gets NAME for this long after it expires")
 	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N)")
+	fs.IntVar(&o.weight, "weight", 0, "with --limit: take `K` of the N permits at once, all or none (default 1)")
 	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n-s runs, never with an -x one")
 	fs.alias("s", "shared")
 	fs.BoolVar(&o.exclusive, "exclusive", false, "take the write side of the read-write lock NAME: alone; waiting\n-x runs hold new -s ones back")
@@ -169,6 +171,10 @@ func (o *runOpts) parseArgs(rest []string) error {
 		return fmt.Errorf("--limit %d: want 1 to %d", o.limit, locker.MaxLimit)
 	case o.shared && o.exclusive || o.limit != 0 && (o.shared || o.exclusive):
 		return errors.New("--limit, --shared and --exclusive exclude each other")
+	case o.weight != 0 && o.limit == 0:
+		return fmt.Errorf("--weight %d needs --limit N", o.weight)
+	case o.weight < 0 || o.weight > o.limit:
+		return fmt.Errorf("--weight %d: want 1 to --limit %d", o.weight, o.limit)
 	case o.quietBusy && !o.noWait && !o.waitSet:
 		return errors.New("--quiet-busy needs --no-wait or --wait D (without them, run waits until acquired)")
 	case o.busyCodeSet && (o.busyCode < 0 || o.busyCode > 255):
@@ -333,6 +339,9 @@ func (o *runOpts) run() int {
 	switch {
 	case o.limit > 0:
 		opts = append(opts, locker.Semaphore(o.limit))
+		if o.weight > 0 {
+			opts = append(opts, locker.Permits(o.weight))
+		}
 	case o.shared:
 		opts = append(opts, locker.Read())
 	case o.exclusive:
@@ -465,6 +474,9 @@ func (o *runOpts) busy(c *locker.Client) string {
 	why := "(--no-wait)"
 	if !o.noWait {
 		why = fmt.Sprintf("(not acquired within --wait %v)", o.wait)
+	}
+	if o.weight > 1 {
+		return fmt.Sprintf("fewer than %d of the %d permits of %s on %s are free %s", o.weight, o.limit, o.quoted, o.store, why)
 	}
 	if o.limit > 0 {
 		return fmt.Sprintf("all %d permits of %s on %s are held %s", o.limit, o.quoted, o.store, why)

@@ -70,6 +70,9 @@ func TestRunMem(t *testing.T) {
 	if sm := r.Semaphore; sm.Unsupported || sm.PermitsSec <= 0 || sm.MaxInside < 2 || sm.MaxInside > sm.Limit || sm.Errors > 0 || sm.Ratio <= 0 {
 		t.Errorf("semaphore %+v", sm)
 	}
+	if sm := r.Semaphore; sm.NoWeights || sm.WeightedSec <= 0 || sm.MostPermits < 3 || sm.MostPermits > sm.Limit {
+		t.Errorf("semaphore, weighted: %+v", sm)
+	}
 }
 
 func TestRunFile(t *testing.T) {

@@ -30,6 +30,14 @@ type Semaphore struct {
 	Ratio       float64       `json:"ratio"`
 	Errors      int           `json:"errors"`
 	Unsupported bool          `json:"unsupported,omitempty"`
+	// WeightedSec and MostPermits are the contended workers again, for
+	// half as long, every other one taking 2 permits at once
+	// (locker.Permits): acquisitions per second, and the most permits
+	// held at once, never more than Limit. NoWeights: the backend takes
+	// one permit per claim.
+	WeightedSec float64 `json:"weighted_per_sec,omitempty"`
+	MostPermits int     `json:"most_permits,omitempty"`
+	NoWeights   bool    `json:"no_weights,omitempty"`
 }
 
 // semHold is how long a worker keeps its permit: some work, so that
@@ -93,6 +101,36 @@ func RunSemaphore(ctx context.Context, cs clients, cfg Config) (Semaphore, error
 	}
 
 	// Contended: workers share the semaphore.
+	rate, waits, most, errs := contend(ctx, clients, cfg, cfg.Duration, func(int) int { return 1 })
+	r.PermitsSec = rate
+	r.WaitP99 = Percentile(waits, 0.99)
+	r.MaxInside = most
+	r.Errors += errs
+	if cfg.SemLimit < 2 {
+		return r, nil
+	}
+	l, err := clients[0].TryAcquire(ctx, "semaphore", sem, locker.Permits(2))
+	switch {
+	case errors.Is(err, locker.ErrUnsupported):
+		r.NoWeights = true
+		return r, nil
+	case err != nil:
+		return r, err
+	case l.Release(ctx) != nil:
+		r.Errors++
+	}
+	rate, _, most, errs = contend(ctx, clients, cfg, cfg.Duration/2, func(w int) int { return 1 + w%2 })
+	r.WeightedSec = rate
+	r.MostPermits = most
+	r.Errors += errs
+	return r, nil
+}
+
+// contend runs cfg.SemWorkers workers on clients for d, worker w taking
+// weight(w) permits of the semaphore in a loop, and returns their
+// acquisitions per second, their waits, the most permits they counted
+// held at once, and their errors.
+func contend(ctx context.Context, clients []*locker.Client, cfg Config, d time.Duration, weight func(int) int) (float64, []time.Duration, int, int) {
 	var inside, most atomic.Int64
 	var mu sync.Mutex
 	var waits []time.Duration
@@ -100,15 +138,17 @@ func RunSemaphore(ctx context.Context, cs clients, cfg Config) (Semaphore, error
 	var wg sync.WaitGroup
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start = time.Now()
+	start := time.Now()
 	for w := range cfg.SemWorkers {
 		c := clients[w%len(clients)]
+		k := weight(w)
+		opts := []locker.LockOption{locker.Semaphore(cfg.SemLimit), locker.Permits(k)}
 		wg.Go(func() {
 			var mine []time.Duration
 			defer func() { mu.Lock(); waits = append(waits, mine...); mu.Unlock() }()
-			for time.Since(start) < cfg.Duration && wctx.Err() == nil {
+			for time.Since(start) < d && wctx.Err() == nil {
 				t := time.Now()
-				l, err := c.Acquire(wctx, "semaphore", sem)
+				l, err := c.Acquire(wctx, "semaphore", opts...)
 				if err != nil {
 					if wctx.Err() == nil && errs.Add(1) > 100 {
 						cancel()
@@ -116,11 +156,11 @@ func RunSemaphore(ctx context.Context, cs clients, cfg Config) (Semaphore, error
 					continue
 				}
 				mine = append(mine, time.Since(t))
-				n := inside.Add(1)
+				n := inside.Add(int64(k))
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				time.Sleep(semHold)
-				inside.Add(-1)
+				inside.Add(-int64(k))
 				if l.Release(ctx) != nil {
 					errs.Add(1)
 				}
@@ -128,10 +168,5 @@ func RunSemaphore(ctx context.Context, cs clients, cfg Config) (Semaphore, error
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	r.PermitsSec = float64(len(waits)) / elapsed.Seconds()
-	r.WaitP99 = Percentile(waits, 0.99)
-	r.MaxInside = int(most.Load())
-	r.Errors += int(errs.Load())
-	return r, nil
+	return float64(len(waits)) / time.Since(start).Seconds(), waits, int(most.Load()), int(errs.Load())
 }

@@ -4,8 +4,11 @@
 --
 -- KEYS[1]  {E}:sem or {E}:rw       sorted set: holder token -> until when
 --                                  it holds (server time, ms)
--- KEYS[2]  {E}:sem.h or {E}:rw.h   hash: holder token -> "<attempt>:<fence>";
---                                  '#limit' the permits' limit; '#w' the
+-- KEYS[2]  {E}:sem.h or {E}:rw.h   hash: holder token -> "<attempt>:<fence>",
+--                                  or "<attempt>:<fence>:<permits>" for a
+--                                  holder of more than one; '#limit' the
+--                                  permits' limit; '#x' the permits held
+--                                  beyond one per holder; '#w' the
 --                                  writer's token
 -- KEYS[3]  {E}:sem.fence or {E}:rw.fence   the object's fence counter
 --
@@ -23,12 +26,34 @@ local function hdel(h, fs)
   end
 end
 
+-- weight is the permits a holder's field's value v takes.
+local function weight(v)
+  return tonumber(string.match(v or '', '^%d+:%d+:(%d+)$') or '1')
+end
+
+-- unweigh takes the permits that toks hold beyond one each off '#x',
+-- before their fields go.
+local function unweigh(h, toks)
+  local x = 0
+  for i = 1, #toks, 500 do
+    for _, v in ipairs(redis.call('HMGET', h, unpack(toks, i, math.min(i + 499, #toks)))) do
+      if v then
+        x = x + weight(v) - 1
+      end
+    end
+  end
+  if x > 0 then
+    redis.call('HINCRBY', h, '#x', -x)
+  end
+end
+
 -- prune drops the holders whose time ran out, and the writer's field with
 -- its holder.
 local function prune(z, h, now)
   local dead = redis.call('ZRANGEBYSCORE', z, '-inf', now)
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+    unweigh(h, dead)
     hdel(h, dead)
     local w = redis.call('HGET', h, '#w')
     if w and not redis.call('ZSCORE', z, w) then

@@ -8,6 +8,7 @@
 -- ARGV[5]  limit (permits)
 -- ARGV[6]  restart delay in milliseconds (see acquire.lua)
 -- ARGV[7]  fence counter retention in milliseconds
+-- ARGV[12] the permits a permit takes (after shared_queue.lua's)
 --
 -- The prefix, shared_queue.lua, defines the queue's part:
 -- queued(now) -> the live waiters ahead of the caller and whether a writer
@@ -35,7 +36,7 @@ local us = t[1] .. string.format('%06d', tonumber(t[2]))
 prune(z, h, now)
 local mine = redis.call('HGET', h, tok)
 if mine then
-  local a, f = string.match(mine, '^(%d+):(%d+)$')
+  local a, f = string.match(mine, '^(%d+):(%d+)')
   if tonumber(a) == att then
     -- A retry of this very attempt (its reply was lost): the same grant.
     redis.call('ZADD', z, string.format('%d', now + px), tok)
@@ -49,6 +50,7 @@ if mine then
   -- An earlier attempt of this token holds: this one takes its place.
 end
 local held = redis.call('ZCARD', z)
+local permits = tonumber(ARGV[12])
 local ahead, writer_ahead = queued(now)
 if mode == 'p' then
   if held > 0 then
@@ -58,7 +60,8 @@ if mode == 'p' then
       return 'limit:' .. l
     end
   end
-  if not mine and held + ahead >= limit then
+  local x = tonumber(redis.call('HGET', h, '#x') or '0')
+  if not mine and held + x + ahead + permits > limit then
     return refused(now, us)
   end
   redis.call('HSET', h, '#limit', limit)
@@ -77,7 +80,15 @@ end
 granted()
 -- The fence as the lock's (see fence.lua).
 local fence = next_fence(fk, ARGV[7], nil)
-redis.call('HSET', h, tok, att .. ':' .. fence)
+if mine then
+  unweigh(h, {tok})
+end
+if mode == 'p' and permits > 1 then
+  redis.call('HSET', h, tok, att .. ':' .. fence .. ':' .. permits)
+  redis.call('HINCRBY', h, '#x', permits - 1)
+else
+  redis.call('HSET', h, tok, att .. ':' .. fence)
+end
 redis.call('ZADD', z, string.format('%d', now + px), tok)
 settle(z, h, now)
 return tonumber(fence)

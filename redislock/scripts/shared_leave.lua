@@ -14,6 +14,7 @@ redis.call('HDEL', live, ARGV[3])
 local cur = redis.call('HGET', h, tok)
 if cur and string.match(cur, '^(%d+):') == ARGV[2] then
   redis.call('ZREM', z, tok)
+  unweigh(h, {tok})
   redis.call('HDEL', h, tok)
   if redis.call('HGET', h, '#w') == tok then
     redis.call('HDEL', h, '#w')

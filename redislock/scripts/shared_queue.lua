@@ -1,15 +1,17 @@
 -- shared_queue (both modes): the waiters' queue of a semaphore or a
--- read-write lock, for shared_acquire, served in arrival order: a permit
--- is granted while the holders and the live waiters ahead are fewer than
--- the limit, a reader when no writer holds or waits ahead, a writer when
--- nothing is held and no one waits ahead.
+-- read-write lock, for shared_acquire, served in arrival order: a claim
+-- of n permits is granted while the permits held, those of the live
+-- waiters ahead and n are at most the limit, a reader when no writer
+-- holds or waits ahead, a writer when nothing is held and no one waits
+-- ahead.
 --
 -- KEYS[4]  {E}:sem.q or {E}:rw.q        sorted set: waiter -> when it
 --                                       joined (server time, µs)
 -- KEYS[5]  {E}:sem.live or {E}:rw.live  hash: waiter -> until when it is
 --                                       alive (server time, ms)
 -- ARGV[8]  the waiter ('' for a try without waiting); a writer's starts
---          with 'w'
+--          with 'w'; a permit's with 'p', then, for more than one, the
+--          permits and '.'
 -- ARGV[9]  liveness in milliseconds
 -- ARGV[10] 'try', 'wait' or 'look', as for fair_acquire.lua
 -- ARGV[11] release channel
@@ -19,7 +21,7 @@
 local q, live, me = KEYS[4], KEYS[5], ARGV[8]
 
 -- queued counts the live waiters ahead of me (all of them for a try
--- without waiting), dropping dead ones.
+-- without waiting), by their permits, dropping dead ones.
 local function queued(now)
   local n, w = 0, false
   for _, x in ipairs(redis.call('ZRANGE', q, 0, -1)) do
@@ -27,7 +29,7 @@ local function queued(now)
       break
     end
     if tonumber(redis.call('HGET', live, x) or '0') > now then
-      n = n + 1
+      n = n + tonumber(string.match(x, '^p(%d+)%.') or '1')
       if string.sub(x, 1, 1) == 'w' then
         w = true
       end

@@ -21,6 +21,7 @@ if not mine then
   return 0
 end
 redis.call('ZREM', z, tok)
+unweigh(h, {tok})
 redis.call('HDEL', h, tok)
 if redis.call('HGET', h, '#w') == tok then
   redis.call('HDEL', h, '#w')

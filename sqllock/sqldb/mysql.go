@@ -70,7 +70,7 @@ func mysqlSchema(lock, shared string) []string {
     kind       TINYINT         NOT NULL,                 -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer
     fence      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,  -- fencing token
     owner      BLOB            NOT NULL,                 -- the holder's owner identity ('' for none)
-    lim        INT             NOT NULL,                 -- a permit's semaphore limit (0 for the others)
+    lim        INT             NOT NULL,                 -- a permit's semaphore limit, plus 16384 for each permit it takes beyond one (0 for the others)
     expires_us BIGINT          NOT NULL,                 -- server clock, µs since 1970 UTC
     PRIMARY KEY (name, obj, token),
     UNIQUE KEY fence (fence)

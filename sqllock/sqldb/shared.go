@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/lim"
 )
 
 // The shared table keeps semaphores and read-write locks: a row per
@@ -50,6 +51,10 @@ func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
 }
 
+// Weighs implements backend.Weigher where the dialect has semaphores: a
+// holder's permits are in its lim (see package lim).
+func (d *Driver) Weighs() bool { return d.Modes().Has(backend.Permit) }
+
 func (d *Driver) modeOK(m backend.Mode) error {
 	if !d.Modes().Has(m) {
 		return fmt.Errorf("%s%w: %s claims", d.prefix(""), backend.ErrUnsupported, m)
@@ -75,6 +80,13 @@ type holder struct {
 // waiting. A refusal commits too, and returns errRefused or errMismatch.
 func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (int64, error) {
 	obj, kind := objectOf(c.Mode)
+	packed := 0 // a reader's or writer's lim
+	if c.Mode == backend.Permit {
+		var err error
+		if packed, err = lim.Of(d.prefix(""), c); err != nil {
+			return 0, err
+		}
+	}
 	if refusal := d.precheck(ctx, c, obj); refusal != nil {
 		return 0, refusal
 	}
@@ -98,7 +110,7 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 			}
 			return nil
 		}
-		res, err := tx.ExecContext(ctx, d.sql.sharedInsert, c.Key, obj, c.Token, kind, c.Owner, c.Limit, us)
+		res, err := tx.ExecContext(ctx, d.sql.sharedInsert, c.Key, obj, c.Token, kind, c.Owner, packed, us)
 		if err != nil {
 			return err
 		}
@@ -150,17 +162,18 @@ func judge(c backend.Claim, live []holder) error {
 	for _, h := range live {
 		switch {
 		case c.Mode == backend.Permit && h.kind == kindPermit:
-			if h.lim != c.Limit {
+			limit, weight := lim.Split(h.lim)
+			if limit != c.Limit {
 				return errMismatch
 			}
-			permits++
+			permits += weight
 		case c.Mode == backend.Read && (h.kind == kindWriter || h.kind == kindWaiting):
 			return errRefused // a writer holds it, or waits: writers first
 		case c.Mode == backend.Write && (h.kind == kindWriter || h.kind == kindReader):
 			return errRefused
 		}
 	}
-	if c.Mode == backend.Permit && permits >= c.Limit {
+	if c.Mode == backend.Permit && permits+max(c.Weight, 1) > c.Limit {
 		return errRefused
 	}
 	return nil

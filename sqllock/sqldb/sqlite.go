@@ -77,7 +77,7 @@ func sqliteSchema(lock, shared string) []string {
     token      TEXT    NOT NULL,                  -- the holder's secret ('' for the anchor)
     kind       INTEGER NOT NULL,                  -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer
     owner      TEXT    NOT NULL,                  -- the holder's owner identity ('' for none)
-    lim        INTEGER NOT NULL,                  -- a permit's semaphore limit (0 for the others)
+    lim        INTEGER NOT NULL,                  -- a permit's semaphore limit, plus 16384 for each permit it takes beyond one (0 for the others)
     expires_us INTEGER NOT NULL,                  -- host clock, µs since 1970 UTC
     UNIQUE (name, obj, token)
 )`}
