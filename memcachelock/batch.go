@@ -205,6 +205,7 @@ func (d *Driver) refreshPart(ctx context.Context, g *batchGroup, idx []int, keys
 	var line []byte
 	for _, p := range held {
 		it := items[keys[p]]
+		settle(it.value)
 		line = appendCas(line[:0], keys[p], it.flags, exps[idx[p]], it.value, it.cas)
 		c.w.Write(line) // a write error stays in w and Flush returns it
 	}

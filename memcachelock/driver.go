@@ -311,12 +311,12 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 }
 
 // tryPiped is tryLock in one write, which adds the item with its fence
-// in it and reads back the item and the counter: with the fence drawn at
-// our last release of the key (see draws), granted if the counter still
-// shows it; else with a seed from the clock, whose add of the counter
-// goes between the item's add and the gets, granted if it created the
-// counter (the name is new, or its counter was lost), as seed's add is
-// (nextFence). done says that it decided (g, err); else, if value is not
+// in it (after pipedMark) and reads back the item and the counter: with
+// the fence drawn at our last release of the key (see draws), granted if
+// the counter still shows it; else with a seed from the clock, whose add
+// of the counter goes between the item's add and the gets, granted if it
+// created the counter (the name is new, or its counter was lost), as
+// seed's add is (nextFence). done says that it decided (g, err); else, if value is not
 // nil, our item holding value was stored with a fence that does not
 // hold, and tryLock must draw one and confirm; if nil, tryLock takes its
 // usual path.
@@ -339,7 +339,7 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 			d.draws.put(l.Key, fence) // unused, still good
 		}
 	}
-	value = fencedValue(l.Token, fence, l.Owner)
+	value = holderValue(l.Token, pipedMark, fence, l.Owner)
 	line, seeded, cur, counter, err := d.addRead(addr, check, lk, fk, value, exp, seed)
 	var refused *backend.NotAcquiredError
 	switch {
@@ -366,8 +366,7 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 	}
 	// Our item is stored (NOT_STORED with our token: a repeated add, see
 	// onProbe, whose first one was applied).
-	var buf [20]byte
-	if drawn && (counter == nil || !bytes.Equal(counter.Value, strconv.AppendUint(buf[:0], fence, 10))) || !drawn && seeded != "STORED" {
+	if drawn && !shows(counter, fence) || !drawn && seeded != "STORED" {
 		return g, value, false, nil // another fence was drawn since ours, or the counter exists: draw one
 	}
 	if !keepUntil.IsZero() {
@@ -542,6 +541,7 @@ func (d *Driver) refresh(ctx context.Context, c backend.Claim, exp int32) error 
 func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp int32) error {
 	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
 		cur.Expiration = exp
+		settle(cur.Value)
 		return cur
 	}, d.cas)
 	return err

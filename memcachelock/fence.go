@@ -1,6 +1,7 @@
 package memcachelock
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -52,6 +53,13 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 		}
 	}
 	return 0, nil, nil, errors.New("memcachelock: fence: the counter kept disappearing")
+}
+
+// shows reports whether the fence counter, as read (nil: missing), holds
+// fence.
+func shows(counter *memcache.Item, fence uint64) bool {
+	var buf [20]byte
+	return counter != nil && bytes.Equal(counter.Value, strconv.AppendUint(buf[:0], fence, 10))
 }
 
 // casRead is cas for the lock item it, held by l's token, sent on a

@@ -2,10 +2,7 @@ package memcachelock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/bradfitz/gomemcache/memcache"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -17,7 +14,7 @@ import (
 
 // state is the State of a held lock's value.
 func state(key string, v []byte) backend.State {
-	fence, owner := parseValue(v)
+	fence, _, owner := parseValue(v)
 	st := backend.State{Key: key, Held: true, Owner: owner, Known: backend.KnowsOwner}
 	if fence != 0 {
 		st.Fence, st.Known = fence, st.Known|backend.KnowsFence
@@ -25,32 +22,42 @@ func state(key string, v []byte) backend.State {
 	return st
 }
 
-// Inspect implements backend.Inspector with one get of the lock's item. A
-// holder whose acquisition has not yet recorded its fence (between its add
-// and its confirmation, or an item of an older version) is reported
-// without one.
+// Inspect implements backend.Inspector with one get of the lock's item and
+// its fence counter. A holder whose acquisition has not yet recorded its
+// fence (between its add and its confirmation, or an item of an older
+// version) is reported without one; so is a piped fence that the counter
+// does not show (see pipedMark).
 func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
 	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
 		return backend.State{}, err
 	}
 	defer done()
-	cur, err := d.get(lockKey(key))
-	switch {
-	case errors.Is(err, memcache.ErrCacheMiss):
-	case err != nil:
+	lk := lockKey(key)
+	fk := lk + fenceSuffix // fenceKey(key)
+	items, err := d.getMulti([]string{lk, fk})
+	if err != nil {
 		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
-	case !isTombstone(cur.Value):
-		return state(key, cur.Value), nil
+	}
+	if cur := items[lk]; cur != nil && !isTombstone(cur.Value) {
+		st := state(key, cur.Value)
+		if _, piped, _ := parseValue(cur.Value); piped && !shows(items[fk], st.Fence) {
+			st.Fence, st.Known = 0, backend.KnowsOwner
+		}
+		return st, nil
 	}
 	return backend.State{Key: key, Known: backend.KnowsOwner | backend.KnowsFence}, nil
 }
 
 // Break implements backend.Breaker as a release under the fence: gets,
 // then a cas to an expired tombstone that succeeds only if the item is
-// still the one whose value shows fence. The removed holder's next Refresh
-// finds no item; the key's fence counter is untouched, so the next grant's
-// fence is above (see nextFence).
+// still the one whose value shows fence. A piped fence counts without a
+// look at the counter, which may have moved since its holder was granted
+// it (a late release's incr); one that no holder was granted was told to
+// nobody (Inspect hides it), and its acquisition, its item gone, is
+// refused. The removed holder's next Refresh finds no item; the key's
+// fence counter is untouched, so the next grant's fence is above (see
+// nextFence).
 func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
 	ctx, done, err := d.begin(ctx, "")
 	if err != nil {

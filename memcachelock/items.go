@@ -24,19 +24,27 @@ func lockKey(key string) string  { return backend.ShortKey(key, maxItemKey-len(f
 func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
 
 // Values. A held lock's item holds the holder's token (the locker package
-// makes 32 hex digits), then a space, '~' and the fence in decimal (0 until
-// the acquisition has drawn it), for Inspect and Break, then, when the
-// acquisition named an owner, a space and the first maxOwnerLen bytes of
-// the owner, for operators, then any waiter marks (NUL, "w:" and a
-// waiting driver's id; see Waiting). Items of older versions have no fence field
-// (one whose owner starts with '~' and digits reads as having one). A
-// released lock's item, if the server keeps it at all (see Release), holds
-// the tombstone.
+// makes 32 hex digits), then a space, '~' (or '^', see pipedMark) and the
+// fence in decimal (0 until the acquisition has drawn it), for Inspect and
+// Break, then, when the acquisition named an owner, a space and the first
+// maxOwnerLen bytes of the owner, for operators, then any waiter marks
+// (NUL, "w:" and a waiting driver's id; see Waiting). Items of older
+// versions have no fence field (one whose owner starts with '~' or '^' and
+// digits reads as having one). A released lock's item, if the server
+// keeps it at all (see Release), holds the tombstone.
 const (
 	tokenLen    = 32
 	maxOwnerLen = 200
 	tombstone   = "-"
 	fenceMark   = '~'
+	// pipedMark replaces fenceMark in an item that an acquisition in one
+	// round trip (tryPiped) added with a fence it did not know usable yet:
+	// it is granted only if the counter, read back after the add, shows
+	// it; else the acquisition draws another and records it with a cas.
+	// So Inspect reports it only while the counter shows it, and the
+	// holder's refreshes, once it is granted, write fenceMark in its place
+	// (settle).
+	pipedMark = '^'
 )
 
 // holdValue is the value an acquisition stores before it has its fence.
@@ -44,7 +52,12 @@ func holdValue(token, owner string) []byte { return fencedValue(token, 0, owner)
 
 // fencedValue is the value of a holder with fence (0: not drawn yet).
 func fencedValue(token string, fence uint64, owner string) []byte {
-	v := append([]byte(token), ' ', fenceMark)
+	return holderValue(token, fenceMark, fence, owner)
+}
+
+// holderValue is a holder's value whose fence follows mark.
+func holderValue(token string, mark byte, fence uint64, owner string) []byte {
+	v := append([]byte(token), ' ', mark)
 	v = strconv.AppendUint(v, fence, 10)
 	if owner == "" {
 		return v
@@ -56,20 +69,29 @@ func fencedValue(token string, fence uint64, owner string) []byte {
 }
 
 // parseValue splits a held lock's value into its fence (0 when it has
-// none yet, or is of an older version) and owner.
-func parseValue(v []byte) (fence uint64, owner string) {
+// none yet, or is of an older version), whether it follows pipedMark,
+// and owner.
+func parseValue(v []byte) (fence uint64, piped bool, owner string) {
 	v = v[:len(v)-len(marks(v))]
 	_, rest, ok := bytes.Cut(v, []byte(" "))
 	if !ok {
-		return 0, ""
+		return 0, false, ""
 	}
-	if len(rest) > 1 && rest[0] == fenceMark {
+	if len(rest) > 1 && (rest[0] == fenceMark || rest[0] == pipedMark) {
 		num, after, _ := bytes.Cut(rest[1:], []byte(" "))
 		if n, err := strconv.ParseUint(string(num), 10, 64); err == nil {
-			return n, string(after)
+			return n, rest[0] == pipedMark, string(after)
 		}
 	}
-	return 0, string(rest)
+	return 0, false, string(rest)
+}
+
+// settle makes a piped fence in v, the value of a holder that was granted
+// it, a plain one (in place): see pipedMark.
+func settle(v []byte) {
+	if _, piped, _ := parseValue(v); piped {
+		v[bytes.IndexByte(v, ' ')+1] = fenceMark
+	}
 }
 
 // checkToken rejects tokens that a value cannot carry unambiguously.

@@ -173,24 +173,34 @@ func TestValues(t *testing.T) {
 	if heldBy([]byte(tombstone), "") || !isTombstone([]byte(tombstone)) || isTombstone(holdValue(tok, "")) {
 		t.Error("tombstone misread")
 	}
-	// Fence and owner, in values of this version and of older ones.
+	// Fence and owner, in values of this version and of older ones; a
+	// piped fence settles into a plain one.
 	for _, c := range []struct {
 		v     []byte
 		fence uint64
+		piped bool
 		owner string
 	}{
-		{fencedValue(tok, 17, "job 7"), 17, "job 7"},
-		{fencedValue(tok, 1<<63, ""), 1 << 63, ""},
-		{fencedValue(tok, 0, "~5"), 0, "~5"}, // no fence yet
-		{holdValue(tok, "job 7"), 0, "job 7"},
-		{[]byte(tok), 0, ""},
-		{[]byte(tok + " ~x y"), 0, "~x y"},
+		{fencedValue(tok, 17, "job 7"), 17, false, "job 7"},
+		{fencedValue(tok, 1<<63, ""), 1 << 63, false, ""},
+		{fencedValue(tok, 0, "~5"), 0, false, "~5"}, // no fence yet
+		{holdValue(tok, "job 7"), 0, false, "job 7"},
+		{holderValue(tok, pipedMark, 17, "^3 x"), 17, true, "^3 x"},
+		{append(holderValue(tok, pipedMark, 17, ""), markSep+"d1"...), 17, true, ""},
+		{[]byte(tok), 0, false, ""},
+		{[]byte(tok + " ~x y"), 0, false, "~x y"},
+		{[]byte(tok + " ^x y"), 0, false, "^x y"},
 	} {
 		if !heldBy(c.v, tok) {
 			t.Errorf("heldBy(%q) = false", c.v)
 		}
-		if fence, owner := parseValue(c.v); fence != c.fence || owner != c.owner {
-			t.Errorf("parseValue(%q) = %d, %q, want %d, %q", c.v, fence, owner, c.fence, c.owner)
+		if fence, piped, owner := parseValue(c.v); fence != c.fence || piped != c.piped || owner != c.owner {
+			t.Errorf("parseValue(%q) = %d, %v, %q, want %d, %v, %q", c.v, fence, piped, owner, c.fence, c.piped, c.owner)
+		}
+		v := bytes.Clone(c.v)
+		settle(v)
+		if fence, piped, owner := parseValue(v); fence != c.fence || piped || owner != c.owner || len(v) != len(c.v) {
+			t.Errorf("settled %q: %q", c.v, v)
 		}
 	}
 }
@@ -549,6 +559,16 @@ func hookedDriver(t *testing.T, prefix string) (*Driver, *atomic.Pointer[func()]
 	return mustNew(t, mc), hook
 }
 
+// listServer gives d the server list, as Open does, so that it pipelines
+// its requests (tryPiped, drawFence).
+func listServer(t *testing.T, d *Driver) {
+	var sl memcache.ServerList
+	if err := sl.SetServers(testenv.MemcacheAddr()); err != nil {
+		t.Fatal(err)
+	}
+	d.servers = &sl
+}
+
 // A holder whose lock is lost between its add and its incr would draw a fence
 // larger than the next holder's. The confirmation refuses it the grant:
 // "client" reads the item with its own gets after the incr, "listed" (a
@@ -564,11 +584,7 @@ func testLostBeforeFence(t *testing.T, listed bool) {
 	ctx := testCtx(t, 30*time.Second)
 	a, hook := hookedDriver(t, "incr ")
 	if listed {
-		var sl memcache.ServerList
-		if err := sl.SetServers(testenv.MemcacheAddr()); err != nil {
-			t.Fatal(err)
-		}
-		a.servers = &sl
+		listServer(t, a)
 	}
 	b := openDriver(t, testenv.MemcacheAddr())
 	key := uniqueKey(t, "x")
@@ -650,6 +666,125 @@ func TestDrawnFenceOvertaken(t *testing.T) {
 		}
 		if st.Fence != g.Fence {
 			t.Fatalf("acquisition %d: the item records fence %d, want %d", i, st.Fence, g.Fence)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An acquisition in one round trip writes its fence in its item before it
+// knows it usable (tryPiped): a guess that the name is new, or the fence
+// its last release drew, which another driver's holds have overtaken since.
+// Inspect never reports such a fence, which nobody is granted: election's
+// Observe took a guess, above every later fence, for a term, and then
+// ignored the real terms as stale.
+func TestInspectHidesUnusableFence(t *testing.T) {
+	for _, drawn := range []bool{false, true} {
+		t.Run(map[bool]string{false: "guess", true: "drawn"}[drawn], func(t *testing.T) {
+			testenv.Require(t, testenv.MemcacheAddr())
+			ctx := testCtx(t, 30*time.Second)
+			a, hook := hookedDriver(t, "incr ")
+			listServer(t, a)
+			b := openDriver(t, testenv.MemcacheAddr())
+			key := uniqueKey(t, "x")
+			cycle := func(d *Driver) {
+				l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+				if _, err := d.TryAcquire(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Release(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if drawn {
+				cycle(a) // its release draws its next fence
+			}
+			cycle(b) // the name has a counter, past A's draw if any
+			// Between A's add and the cas that records the fence it draws
+			// instead (its incr and that cas follow in two writes).
+			var st backend.State
+			var serr error
+			f := func() { st, serr = b.Inspect(ctx, key) }
+			hook.Store(&f)
+			l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+			g, err := a.TryAcquire(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Release(ctx, l)
+			if hook.Load() != nil {
+				t.Fatal("A drew no fence after its add")
+			}
+			if serr != nil || !st.Held {
+				t.Fatalf("Inspect between A's add and its cas = %+v, %v; want held", st, serr)
+			}
+			if st.Known.Has(backend.KnowsFence) && st.Fence != g.Fence {
+				t.Fatalf("Inspect between A's add and its cas reported fence %d; A was granted %d", st.Fence, g.Fence)
+			}
+			if st, err := b.Inspect(ctx, key); err != nil || st.Fence != g.Fence {
+				t.Fatalf("Inspect after the grant = %+v, %v; want fence %d", st, err, g.Fence)
+			}
+		})
+	}
+}
+
+// A fence granted in one round trip reads back at once. Should the counter
+// move while the lock is held (the late release of a holder that Break
+// removed draws with incr), Inspect stops reporting it until the holder's
+// next refresh, Refresh's or RefreshMany's, records it as a plain fence.
+func TestPipedFenceSettles(t *testing.T) {
+	testenv.Require(t, testenv.MemcacheAddr())
+	ctx := testCtx(t, 30*time.Second)
+	d, other := openDriver(t, testenv.MemcacheAddr()), openDriver(t, testenv.MemcacheAddr())
+	key := uniqueKey(t, "x")
+	piped := func() bool {
+		t.Helper()
+		it, err := d.mc.Get(lockKey(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, p, _ := parseValue(it.Value)
+		return p
+	}
+	inspect := func() backend.State {
+		t.Helper()
+		st, err := other.Inspect(ctx, key)
+		if err != nil || !st.Held {
+			t.Fatalf("Inspect = %+v, %v; want held", st, err)
+		}
+		return st
+	}
+	for i, refresh := range []func(backend.Claim) error{
+		func(l backend.Claim) error { return d.Refresh(ctx, l) },
+		func(l backend.Claim) error { return d.RefreshMany(ctx, []backend.Claim{l})[0] },
+	} {
+		// A new name's guess first, then the fence the release drew.
+		l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
+		g, err := d.TryAcquire(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !piped() {
+			t.Fatalf("acquisition %d: not granted in one round trip", i)
+		}
+		if st := inspect(); st.Fence != g.Fence {
+			t.Fatalf("acquisition %d: Inspect reports fence %d, want %d", i, st.Fence, g.Fence)
+		}
+		if _, err := d.mc.Increment(fenceKey(key), 1); err != nil {
+			t.Fatal(err)
+		}
+		if st := inspect(); st.Known.Has(backend.KnowsFence) {
+			t.Fatalf("acquisition %d: Inspect reports piped fence %d, which the counter does not show", i, st.Fence)
+		}
+		if err := refresh(l); err != nil {
+			t.Fatal(err)
+		}
+		if piped() {
+			t.Fatalf("acquisition %d: still piped after a refresh", i)
+		}
+		if st := inspect(); st.Fence != g.Fence {
+			t.Fatalf("acquisition %d: after a refresh, Inspect reports fence %d, want %d", i, st.Fence, g.Fence)
 		}
 		if err := d.Release(ctx, l); err != nil {
 			t.Fatal(err)

@@ -215,7 +215,7 @@ func (d *Driver) released(key string, v []byte) {
 		kw = w.get(key)
 		kw.passed = 0
 		kw.yieldEnd = time.Now().Add(yieldWindow)
-		kw.yielded, _ = parseValue(v)
+		kw.yielded, _, _ = parseValue(v)
 		kw.yielded = max(kw.yielded, drawn)
 	}
 }
