@@ -176,6 +176,10 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 			return err
 		}
 		claims[i] = as[i].req
+		if claims[i].Delay > 0 {
+			// A session's marker is the driver's one claim at a time.
+			return c.takeInOrder(s, as, locks, errs, &done)
+		}
 	}
 	start, ctx := time.Now(), as[0].ctx // the gate's: Close ends it
 	grants, err := sa.TryAcquireAll(ctx, claims)
@@ -208,9 +212,16 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 		}
 		return errs[0]
 	}
-	for err = nil; err == nil && done < len(as); done++ {
-		locks[done], errs[done] = as[done].finish(as[done].try())
-		err = s.add(locks[done], errs[done])
+	return c.takeInOrder(s, as, locks, errs, &done)
+}
+
+// takeInOrder tries the set's begun attempts one at a time, in order, from
+// done, until one fails.
+func (c *Client) takeInOrder(s *LockSet, as []attempt, locks []*Lock, errs []error, done *int) (err error) {
+	for ; err == nil && *done < len(as); *done++ {
+		i := *done
+		locks[i], errs[i] = as[i].finish(as[i].try())
+		err = s.add(locks[i], errs[i])
 	}
 	return err
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/sqllock/internal/micros"
 )
@@ -76,20 +74,19 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 	return nil, d.acquireFailed(err, func(ctx context.Context) { d.ReleaseAll(ctx, claims) })
 }
 
-// ReleaseAll implements backend.SetAcquirer: the release statement of
-// each claim, sent together in one round trip (a pgx batch), each its own
-// transaction; a claim whose answer the batch lost is released alone.
+// ReleaseAll implements backend.SetAcquirer with one statement,
+// releaseMany, sent once: a claim it did not delete, or every claim when
+// it failed, is released alone, which tells not held from cannot tell.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
-	var b pgx.Batch
-	for _, l := range claims {
+	n := len(claims)
+	keys, tokens, fences, payloads := make([]string, n), make([]string, n), make([]int64, n), make([]string, n)
+	at := make(map[string]int, n)
+	for i, l := range claims {
 		if l.Mode != backend.Exclusive {
-			for i, l := range claims {
-				errs[i] = d.Release(ctx, l)
-			}
-			return errs
+			return d.releaseEach(ctx, claims, errs)
 		}
-		b.Queue(d.sql.release, l.Key, l.Token, int64(l.Fence), d.sql.channel, d.payload(l.Key))
+		keys[i], tokens[i], fences[i], payloads[i], at[l.Key] = l.Key, l.Token, int64(l.Fence), d.payload(l.Key), i
 	}
 	bctx, leave, err := d.begin(ctx, "release", false)
 	if err != nil {
@@ -98,26 +95,38 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 		}
 		return errs
 	}
-	br := d.pool.SendBatch(bctx, &b)
-	answered := make([]bool, len(claims))
-	for i := range claims {
-		var live bool
-		err := br.QueryRow().Scan(&live, nil)
-		switch {
-		case err == nil && live:
-			answered[i] = true
-		case err == nil:
-			answered[i], errs[i] = true, fmt.Errorf("sqllock: %w: its TTL had run out", backend.ErrNotHeld)
-		case errors.Is(err, pgx.ErrNoRows):
-			answered[i], errs[i] = true, fmt.Errorf("sqllock: %w", backend.ErrNotHeld)
+	done := make([]bool, n)
+	rows, err := d.pool.Query(bctx, d.sql.releaseMany, keys, tokens, fences, d.sql.channel, payloads)
+	if err == nil {
+		for rows.Next() {
+			var key string
+			var live bool
+			if err = rows.Scan(&key, &live, nil); err != nil {
+				break
+			}
+			if i, ok := at[key]; ok {
+				done[i] = true
+				if !live {
+					errs[i] = fmt.Errorf("sqllock: %w: its TTL had run out", backend.ErrNotHeld)
+				}
+			}
 		}
+		rows.Close()
+		err = rows.Err()
 	}
-	br.Close()
 	leave()
 	for i, l := range claims {
-		if !answered[i] {
+		if err != nil || !done[i] {
 			errs[i] = d.Release(ctx, l)
 		}
+	}
+	return errs
+}
+
+// releaseEach releases each claim with its own statement.
+func (d *Driver) releaseEach(ctx context.Context, claims []backend.Claim, errs []error) []error {
+	for i, l := range claims {
+		errs[i] = d.Release(ctx, l)
 	}
 	return errs
 }

@@ -37,8 +37,8 @@ type statements struct {
 
 	listen, exists, schemaExists, createLock, createSchema, createTable, fenced, migrate string
 
-	acquire, acquireMany, refresh, refreshMany, release, notifyKey, initNotifyKey, inspect, list, breakLock string
-	presenceLock, presenceUnlock, floorInsert, floorDelete                                                  string
+	acquire, acquireMany, refresh, refreshMany, release, releaseMany, notifyKey, initNotifyKey, inspect, list, breakLock string
+	presenceLock, presenceUnlock, floorInsert, floorDelete                                                               string
 }
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
@@ -152,6 +152,18 @@ RETURNING b.i`,
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
     AND pg_advisory_xact_lock(` + fenceClass + `, hashtext($1)) IS NOT NULL
 RETURNING expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "$5", presenceClass, "name"),
+		// releaseMany($1 keys, $2 tokens, $3 fences or 0, $4 channel, $5
+		// the keys' notifyPayloads, arrays of one length) is release for
+		// each element, and returns the key of each row it deleted with
+		// release's two columns. The CASE keeps release's order: a key's
+		// fence lock only once its token and fence matched, whatever scan
+		// the planner picks.
+		releaseMany: `DELETE FROM ` + t + ` AS l
+WHERE l.name = ANY($1::text[])
+    AND CASE WHEN l.token = ($2::text[])[array_position($1::text[], l.name)]
+            AND ($3::int8[])[array_position($1::text[], l.name)] IN (0, l.version)
+        THEN pg_advisory_xact_lock(` + fenceClass + `, hashtext(l.name)) IS NOT NULL ELSE false END
+RETURNING l.name, l.expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "($5::text[])[array_position($1::text[], l.name)]", presenceClass, "l.name"),
 		// notifyKey($1 name) returns the notification key's row: its
 		// token, NULL when missing.
 		notifyKey: `SELECT token FROM ` + t + ` WHERE name = $1`,

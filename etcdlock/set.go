@@ -1,0 +1,181 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
+)
+
+var _ backend.SetAcquirer = (*Driver)(nil)
+
+// TryAcquireAll implements backend.SetAcquirer: one transaction puts every
+// claim's entry, on one lease, if no entry is under any of their
+// directories (try's condition, for all at once); every grant then has the
+// transaction's revision as its fence.
+func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	overs := make([]string, len(claims))
+	dirs := make([]string, len(claims))
+	for i, l := range claims {
+		if l.Mode != backend.Exclusive || l.Delay > 0 || l.TTL != claims[0].TTL {
+			return nil, fmt.Errorf("etcdlock: try-acquire: a set of claims that differ, or not exclusive: %w", backend.ErrUnsupported)
+		}
+		var err error
+		if dirs[i], overs[i], err = d.dirs(l); err != nil {
+			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		}
+	}
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
+	}
+	defer done()
+	var run retry.Failing
+	for requeues := 0; ; requeues++ {
+		ls, err := d.useLease(ctx, &run, claims[0].TTL)
+		if err != nil {
+			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
+		}
+		ss := make([]*slot, len(claims))
+		for i := range claims {
+			ss[i] = d.alloc(ls, dirs[i], nil)
+		}
+		gs, err := d.trySet(ctx, &run, ss, claims, overs)
+		d.unuse(ls)
+		if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
+			continue // our lease vanished: again, with a live one
+		}
+		if err != nil {
+			if !errors.Is(err, backend.ErrNotAcquired) {
+				err = d.failed(ctx, err)
+			}
+			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		}
+		return gs, nil
+	}
+}
+
+func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, claims []backend.Claim, overs []string) ([]backend.Grant, error) {
+	var ifs []clientv3.Cmp
+	var puts, gets []clientv3.Op
+	for i, s := range ss {
+		ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(overs[i]), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0))
+		puts = append(puts, clientv3.OpPut(s.key, claims[i].Owner, clientv3.WithLease(s.leaseOf())))
+		gets = append(gets, clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
+	}
+	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).If(ifs...).Then(puts...).Else(gets...)
+	})
+	if err != nil {
+		for _, s := range ss[1:] {
+			d.failedPut(ctx, s, err)
+		}
+		return nil, d.failedPut(ctx, ss[0], err)
+	}
+	revs := make([]int64, len(ss))
+	if !resp.Succeeded {
+		// Our entries are there only if an earlier attempt was applied
+		// although its reply was lost: then all of them, with one revision.
+		for i, r := range resp.Responses {
+			if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+				revs[i] = kvs[0].CreateRevision
+			}
+		}
+		if revs[0] == 0 {
+			for _, s := range ss {
+				d.free(s)
+			}
+			return nil, backend.ErrNotAcquired
+		}
+	}
+	gs := make([]backend.Grant, len(ss))
+	for i, s := range ss {
+		rev := resp.Header.Revision
+		if revs[i] != 0 {
+			rev = revs[i]
+		}
+		if gs[i], err = d.grant(ctx, s, claims[i], rev, rev); err != nil {
+			// The lease was lost meanwhile: grant removed this entry; the
+			// ones before it go too, and the ones after it are removed.
+			for j := range ss {
+				if j < i {
+					d.Release(ctx, withFence(claims[j], gs[j].Fence))
+				} else if j > i {
+					d.remove(ctx, ss[j], rev)
+				}
+			}
+			return nil, err
+		}
+	}
+	return gs, nil
+}
+
+func withFence(l backend.Claim, fence uint64) backend.Claim {
+	l.Fence = fence
+	return l
+}
+
+// ReleaseAll implements backend.SetAcquirer: each claim as Release would,
+// the deletes in one transaction.
+func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
+	errs := make([]error, len(claims))
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("etcdlock: %w", err)
+		}
+		return errs
+	}
+	defer done()
+	es := make([]*entry, len(claims))
+	var dels []clientv3.Op
+	for i, l := range claims {
+		_, end, e, err := d.heldEntry(ctx, l)
+		if err == nil {
+			end()
+			if !d.forget(e, false) {
+				err = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+			}
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		es[i] = e
+		dels = append(dels, clientv3.OpDelete(e.s.key, clientv3.WithPrevKV()))
+	}
+	if len(dels) == 0 {
+		return errs
+	}
+	var resp *clientv3.TxnResponse
+	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
+		resp, err = d.cli.Txn(ctx).Then(dels...).Commit()
+		return err
+	})
+	k := 0
+	for i, e := range es {
+		if e == nil {
+			continue
+		}
+		if err != nil {
+			d.orphan(e.s, e.rev)
+			errs[i] = fmt.Errorf("etcdlock: %w (the driver keeps trying in the background)", err)
+			continue
+		}
+		d.free(e.s)
+		prev := resp.Responses[k].GetResponseDeleteRange().GetPrevKvs()
+		k++
+		switch {
+		case len(prev) > 0 && prev[0].CreateRevision != e.rev:
+			errs[i] = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		case len(prev) == 0 && !ambiguous:
+			errs[i] = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		}
+	}
+	return errs
+}

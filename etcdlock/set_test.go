@@ -1,0 +1,66 @@
+package etcdlock
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testenv"
+	"github.com/lockerhq/locker/internal/testutil"
+)
+
+// A set is one transaction: every entry or none, one revision for all;
+// the release deletes them in one transaction too.
+func TestAcquireAll(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	d := mustNew(t, h.admin, WithPrefix(h.prefix))
+	t.Cleanup(func() { d.Close() })
+	set := func(keys ...string) []backend.Claim {
+		cs := make([]backend.Claim, len(keys))
+		for i, k := range keys {
+			cs[i] = backend.Claim{Key: k, Token: testutil.Token(), TTL: 60 * time.Second}
+		}
+		return cs
+	}
+	entries := func(key string) int {
+		resp, err := h.admin.Get(ctx, d.Dir(key), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(resp.Count)
+	}
+	cs := set("s/a", "s/b", "s/c")
+	gs, err := d.TryAcquireAll(ctx, cs)
+	if err != nil || len(gs) != 3 || gs[0].Fence == 0 || gs[0].Fence != gs[2].Fence {
+		t.Fatalf("TryAcquireAll of free keys: %+v %v, want one revision as every fence", gs, err)
+	}
+	for i := range cs {
+		cs[i].Fence = gs[i].Fence
+	}
+	if _, err := d.TryAcquireAll(ctx, set("s/c", "s/d")); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquireAll over a held key: %v, want ErrNotAcquired", err)
+	}
+	if n := entries("s/d"); n != 0 {
+		t.Fatalf("s/d has %d entries after the refused set, want none", n)
+	}
+	for i, err := range d.ReleaseAll(ctx, cs) {
+		if err != nil {
+			t.Fatalf("ReleaseAll %s: %v", cs[i].Key, err)
+		}
+	}
+	for _, k := range []string{"s/a", "s/b", "s/c"} {
+		if n := entries(k); n != 0 {
+			t.Fatalf("%s has %d entries after ReleaseAll", k, n)
+		}
+	}
+	for i, err := range d.ReleaseAll(ctx, cs) {
+		if !errors.Is(err, backend.ErrNotHeld) {
+			t.Fatalf("second ReleaseAll %s: %v, want ErrNotHeld", cs[i].Key, err)
+		}
+	}
+}
