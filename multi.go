@@ -205,6 +205,11 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 		}
 		return cmp.Or(err, s.held())
 	}
+	if errors.Is(err, ErrUnsupported) {
+		// Not this set in one request (names in several Redis Cluster
+		// slots, say): name by name, as any store.
+		return c.takeInOrder(s, as, locks, errs, &done)
+	}
 	if ctx.Err() != nil || !(wait || errors.Is(err, ErrNotAcquired)) {
 		// Nothing to wait for: every attempt ends with the request's error.
 		for ; done < len(as); done++ {

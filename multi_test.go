@@ -219,6 +219,7 @@ func TestLockSetNotStarved(t *testing.T) {
 type setCounter struct {
 	*memlock.Driver
 	one, all, releaseAll atomic.Int32
+	unsupported          bool // TryAcquireAll refuses every set
 }
 
 func (d *setCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
@@ -228,6 +229,9 @@ func (d *setCounter) TryAcquire(ctx context.Context, c backend.Claim) (backend.G
 
 func (d *setCounter) TryAcquireAll(ctx context.Context, cs []backend.Claim) ([]backend.Grant, error) {
 	d.all.Add(1)
+	if d.unsupported {
+		return nil, fmt.Errorf("not this set: %w", backend.ErrUnsupported)
+	}
 	return d.Driver.TryAcquireAll(ctx, cs)
 }
 
@@ -291,5 +295,33 @@ func TestLockSetOneRequest(t *testing.T) {
 	}
 	if err := set.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A set the driver cannot take in one request (backend.ErrUnsupported) is
+// taken name by name, waiting or not.
+func TestLockSetUnsupportedByDriver(t *testing.T) {
+	ctx := context.Background()
+	md, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &setCounter{Driver: md, unsupported: true}
+	c, err := locker.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, take := range []func(context.Context, []string, ...locker.LockOption) (*locker.LockSet, error){c.TryAcquireAll, c.AcquireAll} {
+		set, err := take(ctx, []string{"b", "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := set.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if one := d.one.Load(); one != 4 {
+		t.Fatalf("%d TryAcquire calls for two sets of two, want 4", one)
 	}
 }
