@@ -105,7 +105,12 @@ func (s *Store) refresh(l backend.Claim, now time.Time) error {
 
 // RefreshMany implements backend.BatchRefresher.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
-	errs := make([]error, len(locks))
+	return d.each(ctx, locks, (*Store).refresh)
+}
+
+// each runs f for every claim under the store's mutex: one error per claim.
+func (d *Driver) each(ctx context.Context, claims []backend.Claim, f func(*Store, backend.Claim, time.Time) error) []error {
+	errs := make([]error, len(claims))
 	if err := d.check(ctx); err != nil {
 		for i := range errs {
 			errs[i] = err
@@ -116,8 +121,8 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	for i, l := range locks {
-		errs[i] = s.refresh(l, now)
+	for i, l := range claims {
+		errs[i] = f(s, l, now)
 	}
 	return errs
 }

@@ -37,19 +37,5 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 
 // ReleaseAll implements backend.SetAcquirer.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
-	errs := make([]error, len(claims))
-	if err := d.check(ctx); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	for i, l := range claims {
-		errs[i] = s.release(l, now)
-	}
-	return errs
+	return d.each(ctx, claims, (*Store).release)
 }
