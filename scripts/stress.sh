@@ -35,6 +35,7 @@ flaky=(
 	"./internal/faults ^TestFaults$/zk/server-paused"
 	"./sqllock/sqlite ^TestConformance/.*/(RW|CounterUnderContention|LongWaitKeepsLock|CancelledAcquireLeavesNameFree)"
 	"./sqllock/sqldb ^TestSQLiteCancelledAcquireLeavesNothing$"
+	"./sqllock/sqlite ^TestConformance/.*/(Semaphore|Watchdog)"
 )
 
 pids=()
