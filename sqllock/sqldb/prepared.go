@@ -10,7 +10,8 @@ import (
 // object's cycle (grants, refreshes, releases) and of the raw floor, each
 // prepared on its first use: the database then parses and plans each once
 // per connection, not at every call (SQLite's parse, run by the caller,
-// took 40% of a loaded process's CPU, under the write gate), and a
+// took 40% of the CPU of the suite's contended cases, under the write
+// gate), and a
 // *sql.DB without interpolation sends one round trip per call, not a
 // prepare, an execute and a close. The other statements, rarer or of
 // varying text (batches), go as text.

@@ -13,8 +13,8 @@ import (
 // every other write: the refreshes that keep holds alive, the releases
 // and undos that end them. In arrival order alone, a holder's refresh
 // queued behind the grant attempts of the waiters its release had woken,
-// each a transaction of tens of ms on a loaded machine, and missed the
-// TTL (16 of them, 0.3 s, against 2/3 of a 500 ms TTL). Refreshes come
+// each a transaction of 10-30 ms on a loaded machine, and missed the
+// TTL (16 to 20 of them, 0.3 s and more, against 2/3 of a 500 ms TTL). Refreshes come
 // at most three per hold and TTL, so grants are not starved.
 type writeGate struct {
 	mu    sync.Mutex
