@@ -312,6 +312,9 @@ func (a *attempt) finish(grant backend.Grant, start time.Time, err error) (*Lock
 		}
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
+	if grant.Sent.After(start) {
+		start = grant.Sent // the driver queued the request before it sent it
+	}
 	h.fence, h.contact, h.granted = grant.Fence, grant.Contact, start
 	if grant.TTL-h.delay > h.ttl {
 		h.ttl = grant.TTL - h.delay

@@ -376,3 +376,35 @@ func TestDeadlineMovesWithRefreshes(t *testing.T) {
 		t.Fatalf("lost %v before Deadline", until.Sub(lost))
 	}
 }
+
+// queued sends each grant late, after a wait of its own in the process
+// (SQLite's write gate), and says when it sent it (Grant.Sent).
+type queued struct {
+	backend.Driver
+	sent time.Time
+}
+
+func (q *queued) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+	time.Sleep(50 * time.Millisecond)
+	q.sent = time.Now()
+	g, err := q.Driver.TryAcquire(ctx, l)
+	g.Sent = q.sent
+	return g, err
+}
+
+// A grant's TTL counts from when the driver sent it, not from the call:
+// a wait in the process before the store saw the request is not spent
+// of the lock's life.
+func TestDeadlineCountsFromGrantSent(t *testing.T) {
+	d := &queued{Driver: memDriver(memlock.NewStore())}
+	c := newClientOn(t, d)
+	const ttl = time.Minute
+	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if want := d.sent.Add(ttl - backend.ClockMargin(ttl)); l.Deadline().Before(want) {
+		t.Fatalf("deadline %v before the grant was sent, %v, + TTL - margin = %v", l.Deadline(), d.sent, want)
+	}
+}

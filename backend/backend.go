@@ -84,7 +84,9 @@ type Grant struct {
 	// Sent is when the request that took the lock was sent. A Ticket whose
 	// locks live for TTL from that request must set it, since its Wait may
 	// block far longer than the TTL first; zero means when the call began,
-	// which is right for TryAcquire.
+	// which is right for TryAcquire unless the driver queues requests in
+	// the process before sending them (SQLite's write gate), which may set
+	// it later than the call began: the lock's TTL counts from then.
 	Sent time.Time
 	// Contact is set by drivers whose lock lives in a server-side session
 	// (see [Session]); nil for locks that live for TTL from each refresh.

@@ -36,6 +36,7 @@ flaky=(
 	"./sqllock/sqlite ^TestConformance/.*/(RW|CounterUnderContention|LongWaitKeepsLock|CancelledAcquireLeavesNameFree)"
 	"./sqllock/sqldb ^TestSQLiteCancelledAcquireLeavesNothing$"
 	"./election ^TestFailover$/memcache"
+	"./sqllock/sqlite ^TestConformance/.*/(Semaphore|Watchdog)"
 )
 
 pids=()

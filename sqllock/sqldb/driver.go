@@ -33,7 +33,7 @@ type Driver struct {
 	gate   backend.Gate
 	writes sync.WaitGroup
 
-	writer chan struct{} // held (full) by the write statement in flight, with Dialect.oneWriter
+	writer *writeGate // with Dialect.oneWriter
 
 	purging sync.WaitGroup // the purge goroutine (purge.go)
 
@@ -77,7 +77,7 @@ func New(db *sql.DB, d Dialect, opts ...Option) (*Driver, error) {
 	}
 	return &Driver{
 		db: db, dialect: d, cfg: cfg, sql: d.statements(table, shared),
-		table: table, shared: shared, schemaMu: make(chan struct{}, 1), writer: make(chan struct{}, 1),
+		table: table, shared: shared, schemaMu: make(chan struct{}, 1), writer: new(writeGate),
 	}, nil
 }
 
@@ -172,14 +172,15 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 	}
 	defer leave()
 	var fence int64
+	var sent time.Time
 	err = d.write(ctx, func(ctx context.Context) error {
 		var err error
-		fence, err = grant(ctx, c, us)
+		fence, sent, err = grant(ctx, c, us)
 		return err
 	}, undo)
 	switch {
 	case err == nil:
-		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond}, nil
+		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond, Sent: sent}, nil
 	case errors.Is(err, errHeld) || errors.Is(err, errRefused) || d.dialect.classify(err) == errDuplicate:
 		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotAcquired)
 	case errors.Is(err, errMismatch):
@@ -190,25 +191,27 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 	return backend.Grant{}, d.wrap("acquire", err)
 }
 
-// grant runs TryAcquire's statements and returns the fence.
-func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, error) {
+// grant runs TryAcquire's statements and returns the fence, and when the
+// statement that took the lock was sent (past the write gate): its TTL
+// counts from no earlier.
+func (d *Driver) grant(ctx context.Context, c backend.Claim, us int64) (int64, time.Time, error) {
 	for took := false; ; took = true {
-		res, err := d.write1(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
+		res, sent, err := d.writeSent(ctx, d.sql.insert, c.Key, c.Token, c.Owner, us)
 		if err == nil {
 			fence, err := res.LastInsertId()
 			if err == nil && fence <= 0 {
 				err = errHeld
 			}
-			return fence, err
+			return fence, sent, err
 		}
 		if took || d.sql.takeover == "" || d.dialect.classify(err) != errDuplicate {
-			return 0, err
+			return 0, sent, err
 		}
 		if res, err = d.write1(ctx, d.sql.takeover, c.Key, c.Token); err != nil {
-			return 0, err
+			return 0, sent, err
 		}
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return 0, orErr(err, errHeld)
+			return 0, sent, orErr(err, errHeld)
 		}
 	}
 }
@@ -286,23 +289,28 @@ func (d *Driver) exec(ctx context.Context, query string, args ...any) (int64, er
 	return res.RowsAffected()
 }
 
-// write1 runs one write statement, alone among this driver's when the
-// database lets one writer in at a time (Dialect.oneWriter): the others
-// wait here, in order, rather than in its busy handler, whose growing
-// sleeps make the tail long.
+// write1 runs one write statement, through the write gate where the
+// database lets one writer in at a time (see writeGate).
 func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if d.dialect.oneWriter {
-		select {
-		case d.writer <- struct{}{}:
-			defer func() { <-d.writer }()
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
+	res, _, err := d.writeSent(ctx, query, args...)
+	return res, err
+}
+
+// writeSent is write1, and returns when the statement was sent.
+func (d *Driver) writeSent(ctx context.Context, query string, args ...any) (sql.Result, time.Time, error) {
+	grant := query == d.sql.insert || query == d.sql.takeover || query == d.sql.floorInsert
+	unlock, err := d.lockWriter(ctx, grant)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
+	defer unlock()
+	sent := time.Now()
 	if s := d.stmt(ctx, query); s != nil {
-		return s.ExecContext(ctx, args...)
+		res, err := s.ExecContext(ctx, args...)
+		return res, sent, err
 	}
-	return d.db.ExecContext(ctx, query, args...)
+	res, err := d.db.ExecContext(ctx, query, args...)
+	return res, sent, err
 }
 
 // Close implements backend.Driver. It waits for the calls in flight and

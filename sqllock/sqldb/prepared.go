@@ -6,17 +6,17 @@ import (
 	"sync"
 )
 
-// prepared holds the statements of every lock cycle (a grant, a release)
-// and of the raw floor, each prepared on its first use: the server then
-// parses and plans each once per connection, not at every call, and a
+// prepared holds the fixed statements of every lock's and shared
+// object's cycle (grants, refreshes, releases) and of the raw floor, each
+// prepared on its first use: the database then parses and plans each once
+// per connection, not at every call (SQLite's parse, run by the caller,
+// took 40% of the CPU of the suite's contended cases, under the write
+// gate), and a
 // *sql.DB without interpolation sends one round trip per call, not a
 // prepare, an execute and a close. The other statements, rarer or of
-// varying text (batches), go as text. Not in process (SQLite): its parse
-// is the caller's, small next to the commit's fsync, and its in-process
-// cancellation (Dialect.inProcess) was measured with text statements.
+// varying text (batches), go as text.
 type prepared struct {
 	stmts sync.Map // query → *sql.Stmt
-	mu    sync.Mutex
 }
 
 // stmt returns query prepared on d's *sql.DB if it is a hot one, or nil.
@@ -27,24 +27,27 @@ func (d *Driver) stmt(ctx context.Context, query string) *sql.Stmt {
 	if s, ok := p.stmts.Load(query); ok {
 		return s.(*sql.Stmt)
 	}
-	if d.dialect.inProcess {
-		return nil
-	}
+	q := &d.sql
 	switch query {
-	case d.sql.insert, d.sql.release, d.sql.floorInsert, d.sql.floorDelete:
+	case "":
+		return nil
+	case q.insert, q.takeover, q.refresh, q.release, q.forget, q.floorInsert, q.floorDelete,
+		q.sharedAnchor, q.sharedLockAnchor, q.sharedPurge, q.sharedRows, q.sharedInsert, q.sharedWait,
+		q.sharedRelease, q.sharedForget, q.sharedCount, q.sharedDrop, q.sharedRefresh:
 	default:
 		return nil
 	}
-	p.mu.Lock() // one preparation per query
-	defer p.mu.Unlock()
-	if s, ok := p.stmts.Load(query); ok {
-		return s.(*sql.Stmt)
-	}
+	// No lock held while preparing: a prepare on a dead connection lasts
+	// until its caller's ctx ends, and must not hold up calls of other
+	// contexts. Two that race both prepare; one statement stays.
 	s, err := d.db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil
 	}
-	p.stmts.Store(query, s)
+	if prev, loaded := p.stmts.LoadOrStore(query, s); loaded {
+		s.Close()
+		return prev.(*sql.Stmt)
+	}
 	return s
 }
 
@@ -55,4 +58,41 @@ func (d *Driver) closeStmts() {
 		d.prepared.stmts.Delete(q)
 		return true
 	})
+}
+
+// on runs statements in tx (on the pool when tx is nil), prepared where
+// stmt has them.
+type on struct {
+	ctx context.Context
+	d   *Driver
+	tx  *sql.Tx
+}
+
+// prep returns query's prepared statement for o, or nil.
+func (o on) prep(query string) *sql.Stmt {
+	s := o.d.stmt(o.ctx, query)
+	if s != nil && o.tx != nil {
+		s = o.tx.StmtContext(o.ctx, s)
+	}
+	return s
+}
+
+func (o on) exec(query string, args ...any) (sql.Result, error) {
+	switch s := o.prep(query); {
+	case s != nil:
+		return s.ExecContext(o.ctx, args...)
+	case o.tx != nil:
+		return o.tx.ExecContext(o.ctx, query, args...)
+	}
+	return o.d.db.ExecContext(o.ctx, query, args...)
+}
+
+func (o on) query(query string, args ...any) (*sql.Rows, error) {
+	switch s := o.prep(query); {
+	case s != nil:
+		return s.QueryContext(o.ctx, args...)
+	case o.tx != nil:
+		return o.tx.QueryContext(o.ctx, query, args...)
+	}
+	return o.d.db.QueryContext(o.ctx, query, args...)
 }

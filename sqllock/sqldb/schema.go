@@ -3,7 +3,7 @@ package sqldb
 import (
 	"context"
 	"fmt"
-	"sync"
+	"slices"
 )
 
 // ensureSchema checks the server and the tables on first use, and
@@ -49,7 +49,9 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	case !d.cfg.create:
 		return fmt.Errorf("%stable %s does not exist, and automatic creation is off (create_table=false): run the dialect's SchemaSQL", d.prefix(""), d.table)
 	default:
-		for _, stmt := range d.dialect.schema(d.table, d.shared) {
+		// The lock table last: another driver that finds it (above)
+		// takes both tables as made.
+		for _, stmt := range slices.Backward(d.dialect.schema(d.table, d.shared)) {
 			if _, err := d.db.ExecContext(ctx, stmt); err != nil {
 				return d.wrap("create table", err)
 			}
@@ -58,23 +60,4 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	d.schemaOK.Store(true)
 	d.startPurge()
 	return nil
-}
-
-// writers are the process-wide write gates of Dialect.writerKey, one per
-// database ever opened (so, bounded).
-var writers struct {
-	sync.Mutex
-	m map[string]chan struct{}
-}
-
-func sharedWriter(key string) chan struct{} {
-	writers.Lock()
-	defer writers.Unlock()
-	if writers.m == nil {
-		writers.m = make(map[string]chan struct{})
-	}
-	if writers.m[key] == nil {
-		writers.m[key] = make(chan struct{}, 1)
-	}
-	return writers.m[key]
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/sqllock/internal/lim"
@@ -78,39 +79,41 @@ type holder struct {
 // expired rows and the token's own (a retried grant), judge the live
 // ones, and insert the holder; or, for a refused writer, record it as
 // waiting. A refusal commits too, and returns errRefused or errMismatch.
-func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (int64, error) {
+func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (int64, time.Time, error) {
 	obj, kind := objectOf(c.Mode)
 	packed := 0 // a reader's or writer's lim
 	if c.Mode == backend.Permit {
 		var err error
 		if packed, err = lim.Of(d.prefix(""), c); err != nil {
-			return 0, err
+			return 0, time.Time{}, err
 		}
 	}
 	if refusal := d.precheck(ctx, c, obj); refusal != nil {
-		return 0, refusal
+		return 0, time.Time{}, refusal
 	}
 	var fence int64
+	var sent time.Time
 	refusal := error(nil)
-	err := d.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, d.sql.sharedAnchor, c.Key, obj); err != nil {
+	err := d.inTx(ctx, true, func(tx on) error {
+		sent = time.Now() // past the write gate; the insert reads the clock later
+		if _, err := tx.exec(d.sql.sharedAnchor, c.Key, obj); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, d.sql.sharedPurge, c.Key, obj, c.Token); err != nil {
+		if _, err := tx.exec(d.sql.sharedPurge, c.Key, obj, c.Token); err != nil {
 			return err
 		}
-		live, err := d.holders(ctx, tx, c.Key, obj)
+		live, err := liveRows(tx, c.Key, obj)
 		if err != nil {
 			return err
 		}
 		if refusal = judge(c, live); refusal != nil {
 			if c.Mode == backend.Write && !otherWaiting(c, live) {
-				_, err := tx.ExecContext(ctx, d.sql.sharedWait, c.Key, obj, c.Token, c.Owner, us)
+				_, err := tx.exec(d.sql.sharedWait, c.Key, obj, c.Token, c.Owner, us)
 				return err
 			}
 			return nil
 		}
-		res, err := tx.ExecContext(ctx, d.sql.sharedInsert, c.Key, obj, c.Token, kind, c.Owner, packed, us)
+		res, err := tx.exec(d.sql.sharedInsert, c.Key, obj, c.Token, kind, c.Owner, packed, us)
 		if err != nil {
 			return err
 		}
@@ -120,7 +123,7 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 	if err == nil {
 		err = refusal
 	}
-	return fence, err
+	return fence, sent, err
 }
 
 // precheck reads the object's live holders outside any transaction and
@@ -131,7 +134,7 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 // only refuses what the next try may grant; any error leaves the
 // judgement to the transaction.
 func (d *Driver) precheck(ctx context.Context, c backend.Claim, obj int) error {
-	rows, err := d.db.QueryContext(ctx, d.sql.sharedRows, c.Key, obj)
+	rows, err := on{ctx, d, nil}.query(d.sql.sharedRows, c.Key, obj)
 	if err != nil {
 		return nil
 	}
@@ -189,9 +192,9 @@ func otherWaiting(c backend.Claim, live []holder) bool {
 	return false
 }
 
-// holders reads the live rows of an object, after the purge.
-func (d *Driver) holders(ctx context.Context, tx *sql.Tx, key string, obj int) ([]holder, error) {
-	rows, err := tx.QueryContext(ctx, d.sql.sharedRows, key, obj)
+// liveRows reads the live rows of an object, after the purge.
+func liveRows(tx on, key string, obj int) ([]holder, error) {
+	rows, err := tx.query(tx.d.sql.sharedRows, key, obj)
 	if err != nil {
 		return nil, err
 	}
@@ -207,21 +210,19 @@ func (d *Driver) holders(ctx context.Context, tx *sql.Tx, key string, obj int) (
 	return out, rows.Err()
 }
 
-// inTx runs f in a transaction, committed when f returns nil.
-func (d *Driver) inTx(ctx context.Context, f func(*sql.Tx) error) error {
-	if d.dialect.oneWriter {
-		select {
-		case d.writer <- struct{}{}:
-			defer func() { <-d.writer }()
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+// inTx runs f in a transaction, committed when f returns nil, through
+// the write gate (as a grant's or not).
+func (d *Driver) inTx(ctx context.Context, grant bool, f func(on) error) error {
+	unlock, err := d.lockWriter(ctx, grant)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: d.dialect.txIsolation})
 	if err != nil {
 		return err
 	}
-	if err := f(tx); err != nil {
+	if err := f(on{ctx, d, tx}); err != nil {
 		tx.Rollback()
 		return err
 	}
@@ -236,9 +237,9 @@ func (d *Driver) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint64) (int, error) {
 	obj, kind := objectOf(c.Mode)
 	found := 0
-	err := d.inTx(ctx, func(tx *sql.Tx) error {
+	err := d.inTx(ctx, false, func(tx on) error {
 		found = 0
-		rows, err := tx.QueryContext(ctx, d.sql.sharedLockAnchor, c.Key, obj)
+		rows, err := tx.query(d.sql.sharedLockAnchor, c.Key, obj)
 		if err != nil {
 			return err
 		}
@@ -246,7 +247,7 @@ func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint6
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil || !anchored {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, d.sql.sharedRelease, c.Key, obj, c.Token, kind, int64(fence), int64(fence))
+		res, err := tx.exec(d.sql.sharedRelease, c.Key, obj, c.Token, kind, int64(fence), int64(fence))
 		if err != nil {
 			return err
 		}
@@ -255,11 +256,11 @@ func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint6
 		} else if n == 1 {
 			found = kind
 		} else {
-			if _, err := tx.ExecContext(ctx, d.sql.sharedForget, c.Key, obj, c.Token, kind, int64(fence), int64(fence)); err != nil {
+			if _, err := tx.exec(d.sql.sharedForget, c.Key, obj, c.Token, kind, int64(fence), int64(fence)); err != nil {
 				return err
 			}
 			if c.Mode == backend.Write {
-				res, err := tx.ExecContext(ctx, d.sql.sharedForget, c.Key, obj, c.Token, kindWaiting, 0, 0)
+				res, err := tx.exec(d.sql.sharedForget, c.Key, obj, c.Token, kindWaiting, 0, 0)
 				if err != nil {
 					return err
 				}
@@ -269,11 +270,17 @@ func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint6
 			}
 		}
 		var left int
-		if err := tx.QueryRowContext(ctx, d.sql.sharedCount, c.Key, obj).Scan(&left); err != nil {
+		if rows, err = tx.query(d.sql.sharedCount, c.Key, obj); err != nil {
+			return err
+		}
+		if !rows.Next() {
+			return errors.Join(orErr(rows.Err(), sql.ErrNoRows), rows.Close())
+		}
+		if err := errors.Join(rows.Scan(&left), rows.Close()); err != nil {
 			return err
 		}
 		if left == 0 {
-			_, err = tx.ExecContext(ctx, d.sql.sharedDrop, c.Key, obj)
+			_, err = tx.exec(d.sql.sharedDrop, c.Key, obj)
 		}
 		return err
 	})

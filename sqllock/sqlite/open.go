@@ -84,6 +84,13 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	// database/sql keeps 2 idle connections by default: with more calls
+	// at once (a writer, readers, the poller), every other call closed
+	// its connection and the next opened one anew, which reads the schema
+	// and prepares the driver's statements again (a tenth of a loaded
+	// process's CPU). Those a burst opened stay for a minute instead.
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(time.Minute)
 	mode, err := journalMode(ctx, db, busy)
 	if err == nil && !strings.EqualFold(mode, "wal") {
 		err = fmt.Errorf("journal_mode is %q, not wal: is the file system local?", mode)

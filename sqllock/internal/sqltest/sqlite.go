@@ -15,7 +15,7 @@ import (
 	"github.com/lockerhq/locker/conformance"
 )
 
-// SQLiteDB opens path as sqllock/sqlite does (WAL, a 5 s busy timeout),
+// SQLiteDB opens path as sqllock/sqlite does (WAL, a 5 s busy timeout, 8 idle connections),
 // with a pool of its own; closed at cleanup, if not before.
 func SQLiteDB(t testing.TB, path string) *sql.DB {
 	t.Helper()
@@ -23,6 +23,7 @@ func SQLiteDB(t testing.TB, path string) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxIdleConns(8) // as sqllock/sqlite opens it
 	t.Cleanup(func() { db.Close() })
 	return db
 }
