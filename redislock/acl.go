@@ -51,6 +51,6 @@ func SharedACL(namespace string) string {
 		}
 	}
 	rules = append(rules, "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
-		"+hget", "+hset", "+hdel", "+hexists")
+		"+hget", "+hset", "+hdel", "+hexists", "+hmget", "+hincrby")
 	return strings.Join(rules, " ")
 }

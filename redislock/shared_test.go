@@ -306,8 +306,8 @@ func TestSecureSharedACL(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		for i, opt := range []locker.LockOption{locker.Semaphore(2), locker.Read(), locker.Write()} {
-			l, err := c.Acquire(ctx, "job", opt)
+		for i, opts := range [][]locker.LockOption{{locker.Semaphore(2), locker.Permits(2)}, {locker.Read()}, {locker.Write()}} {
+			l, err := c.Acquire(ctx, "job", opts...)
 			if err != nil {
 				t.Fatalf("fair %v: %v", fair, err)
 			}
