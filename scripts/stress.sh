@@ -37,6 +37,7 @@ flaky=(
 	"./sqllock/sqldb ^TestSQLiteCancelledAcquireLeavesNothing$"
 	"./election ^TestFailover$/memcache"
 	"./sqllock/sqlite ^TestConformance/.*/(Semaphore|Watchdog)"
+	"./etcdlock ^TestDiagnoseDownAndEven$"
 )
 
 pids=()
