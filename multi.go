@@ -176,10 +176,11 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 			return err
 		}
 		claims[i] = as[i].req
-		if claims[i].Delay > 0 {
-			// A session's marker is the driver's one claim at a time.
-			return c.takeInOrder(s, as, locks, errs, &done)
-		}
+	}
+	if claims[0].Delay > 0 {
+		// A session's lock-delay marker is the driver's, one claim at a
+		// time (every claim of a set has the same options).
+		return c.takeInOrder(s, as, locks, errs, &done)
 	}
 	start, ctx := time.Now(), as[0].ctx // the gate's: Close ends it
 	grants, err := sa.TryAcquireAll(ctx, claims)

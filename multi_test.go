@@ -325,3 +325,36 @@ func TestLockSetUnsupportedByDriver(t *testing.T) {
 		t.Fatalf("%d TryAcquire calls for two sets of two, want 4", one)
 	}
 }
+
+// delayedSession is memlock dressed as a Session driver that keeps
+// lock-delays (backend.Delayer), for the core's path of a delayed set.
+type delayedSession struct{ *setCounter }
+
+func (delayedSession) SessionTTL() time.Duration { return time.Minute }
+func (delayedSession) KeepsDelay() bool          { return true }
+
+// A set with a session's lock-delay is taken name by name: the driver's
+// marker is one claim's.
+func TestLockSetDelayedSession(t *testing.T) {
+	ctx := context.Background()
+	md, err := memlock.New(memlock.NewStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := delayedSession{&setCounter{Driver: md}}
+	c, err := locker.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	set, err := c.TryAcquireAll(ctx, []string{"b", "a", "c"}, locker.LockDelay(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if one, all := d.one.Load(), d.all.Load(); one != 3 || all != 0 {
+		t.Fatalf("%d TryAcquire and %d TryAcquireAll calls for a delayed set of three, want 3 and 0", one, all)
+	}
+}
