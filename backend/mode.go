@@ -62,7 +62,7 @@ const MaxLimit = 10000
 // Queuer.Enqueue, BatchRefresher.RefreshMany, Lingerer.Linger) then takes
 // claims in those modes too, and a Notifier's subscription to a key
 // reports releases of any of the key's objects (a wake-up too many costs
-// one try). Inspector, Lister and Breaker are about locks alone.
+// one try). Inspector, Lister and Breaker see each object by its mode.
 //
 // The rules for each mode, judged by the store like a lock's TTL:
 //

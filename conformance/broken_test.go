@@ -365,7 +365,7 @@ func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend
 		d.h.store.Expire(l.Key)
 		g, err = d.Driver.TryAcquire(ctx, l)
 	case d.h.variant == "label-reenters" && l.Mode == backend.Exclusive:
-		if st, ierr := d.Driver.Inspect(ctx, l.Key); ierr == nil && st.Held && st.Owner == l.Owner {
+		if st, ierr := d.Driver.Inspect(ctx, l.Key, backend.Exclusive); ierr == nil && st.Held && st.Owner == l.Owner {
 			d.h.store.Expire(l.Key)
 			g, err = d.Driver.TryAcquire(ctx, l)
 		}
@@ -414,7 +414,7 @@ func (d *brokenDriver) Refresh(ctx context.Context, l backend.Claim) error {
 	case "expires-early":
 		l.TTL /= 2
 	case "refresh-only-extends":
-		if st, err := d.Driver.Inspect(ctx, l.Key); err == nil && st.Held && st.TTL > l.TTL {
+		if st, err := d.Driver.Inspect(ctx, l.Key, backend.Exclusive); err == nil && st.Held && st.TTL > l.TTL {
 			l.TTL = st.TTL
 		}
 	case "refresh-retakes-free":
@@ -465,8 +465,8 @@ func (d *brokenDriver) ReleaseAll(ctx context.Context, claims []backend.Claim) [
 	return errs
 }
 
-func (d *brokenDriver) Inspect(ctx context.Context, key string) (backend.State, error) {
-	st, err := d.Driver.Inspect(ctx, d.h.mapKey(key))
+func (d *brokenDriver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	st, err := d.Driver.Inspect(ctx, d.h.mapKey(key), m)
 	st.Key = key
 	if err == nil && d.h.variant == "inspect-stale" {
 		d.h.mu.Lock()
@@ -479,18 +479,18 @@ func (d *brokenDriver) Inspect(ctx context.Context, key string) (backend.State, 
 	return st, err
 }
 
-func (d *brokenDriver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *brokenDriver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	if d.h.variant == "list-ignores-prefix" {
 		prefix = ""
 	}
-	return d.Driver.List(ctx, prefix)
+	return d.Driver.List(ctx, prefix, m)
 }
 
-func (d *brokenDriver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *brokenDriver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	key = d.h.mapKey(key)
 	switch d.h.variant {
 	case "break-ignores-fence":
-		if st, err := d.Driver.Inspect(ctx, key); err == nil && st.Held {
+		if st, err := d.Driver.Inspect(ctx, key, m); err == nil && st.Held {
 			fence = st.Fence
 		}
 	case "forgets-fences":
@@ -498,7 +498,7 @@ func (d *brokenDriver) Break(ctx context.Context, key string, fence uint64) (bac
 		delete(d.h.fences, key)
 		d.h.mu.Unlock()
 	}
-	return d.Driver.Break(ctx, key, fence)
+	return d.Driver.Break(ctx, key, m, fence)
 }
 
 func (d *brokenDriver) Release(ctx context.Context, l backend.Claim) error {
@@ -693,8 +693,8 @@ func (t *queueTicket) Leave(ctx context.Context) error {
 }
 
 // Inspect adds the queue's length: the waiters behind the holder.
-func (d *queueDriver) Inspect(ctx context.Context, key string) (backend.State, error) {
-	st, err := d.brokenDriver.Inspect(ctx, key)
+func (d *queueDriver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	st, err := d.brokenDriver.Inspect(ctx, key, m)
 	d.h.mu.Lock()
 	st.Waiters = len(d.h.queues[d.h.mapKey(key)])
 	d.h.mu.Unlock()

@@ -32,7 +32,10 @@ const listPage = 1000
 
 // Inspect implements backend.Inspector: one read of key's queue directory,
 // and one of the holder's lease for its time left.
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
@@ -96,7 +99,10 @@ func (d *Driver) leaseTTL(ctx context.Context, st *backend.State, id clientv3.Le
 // directories whose escaped name starts with prefix's, in pages from one
 // snapshot of the store, then asks for the time left of each holder's
 // lease (once per lease).
-func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: %w", err)
@@ -192,7 +198,10 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clien
 // creation revision of an entry made after it, is above fence. The
 // removed holder's driver finds the entry gone at its next check (see
 // verify) and reports the lock lost.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)

@@ -53,7 +53,7 @@ func TestInspectQueueAndBreakWaiter(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	st, err := d.Inspect(ctx, key)
+	st, err := d.Inspect(ctx, key, backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestInspectQueueAndBreakWaiter(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the last waiter's entry: %v", err)
 	}
-	if _, err := d.Break(ctx, key, uint64(resp.Kvs[0].CreateRevision)); !errors.Is(err, backend.ErrNotHeld) {
+	if _, err := d.Break(ctx, key, backend.Exclusive, uint64(resp.Kvs[0].CreateRevision)); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Break under a waiter's fence = %v, want ErrNotHeld", err)
 	}
 	if n, _ := h.Entries(ctx, key); n != 3 {

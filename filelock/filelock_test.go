@@ -245,7 +245,7 @@ func TestIdempotentAcquireAndToken(t *testing.T) {
 	if strings.Contains(string(b), "t1") {
 		t.Fatalf("the state file holds the token in clear")
 	}
-	h, err := d.Inspect(ctx(t), "k")
+	h, err := d.Inspect(ctx(t), "k", backend.Exclusive)
 	if err != nil || !h.Held || h.Fence != g1.Fence || h.TTL <= 0 || h.TTL > time.Minute {
 		t.Fatalf("Inspect = %+v, %v", h, err)
 	}
@@ -462,7 +462,7 @@ func TestListLongKeysAndOlderFiles(t *testing.T) {
 	}
 	keys := func() []string {
 		t.Helper()
-		got, err := d.List(ctx(t), "ns/")
+		got, err := d.List(ctx(t), "ns/", backend.Exclusive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -494,7 +494,7 @@ func TestListLongKeysAndOlderFiles(t *testing.T) {
 		t.Fatalf("List after a refresh = %q", got)
 	}
 	// The Client names the operation: the driver says only what it found.
-	if _, err := d.Break(ctx(t), "ns/short", 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "filelock: not held" {
+	if _, err := d.Break(ctx(t), "ns/short", backend.Exclusive, 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "filelock: not held" {
 		t.Fatalf("Break under another fence = %v, want ErrNotHeld", err)
 	}
 }

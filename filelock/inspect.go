@@ -27,7 +27,10 @@ func (d *Driver) state(key string, r *record, now int64) backend.State {
 
 // Inspect implements backend.Inspector: it reads the key's file under its
 // flock, without changing it.
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	var st backend.State
 	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
 		st = d.state(key, r, now)
@@ -41,7 +44,10 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 
 // List implements backend.Lister: it reads every lock file of the
 // directory, each under its flock, and keeps the held ones.
-func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: %w", err)
@@ -100,7 +106,10 @@ func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error
 // Break implements backend.Breaker: it frees the lock as a release does
 // (see Operators in docs/backends/filelock.md) if its holder's fence is
 // fence.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	var st backend.State
 	var wake *os.File
 	err := d.update(ctx, key, false, func(r *record, now int64) (what change, _ error) {

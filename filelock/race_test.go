@@ -301,7 +301,7 @@ func acquireAfterRemoval(t *testing.T, replaced bool) {
 	if err := <-done; err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	if h, err := d.Inspect(ctx, "ns/gone"); err != nil || !h.Held {
+	if h, err := d.Inspect(ctx, "ns/gone", backend.Exclusive); err != nil || !h.Held {
 		t.Fatalf("Inspect after the acquisition = %+v, %v: the lock is not in the name's file", h, err)
 	}
 }

@@ -27,7 +27,10 @@ func state(key string, v []byte) backend.State {
 // fence (between its add and its confirmation, or an item of an older
 // version) is reported without one; so is a piped fence that the counter
 // does not show (see pipedMark).
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
 		return backend.State{}, err
@@ -58,7 +61,10 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 // refused. The removed holder's next Refresh finds no item; the key's
 // fence counter is untouched, so the next grant's fence is above (see
 // nextFence).
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
 		return backend.State{}, err

@@ -660,7 +660,7 @@ func TestDrawnFenceOvertaken(t *testing.T) {
 			t.Fatalf("acquisition %d: fence %d after %d", i, g.Fence, last)
 		}
 		last = g.Fence
-		st, err := b.Inspect(ctx, key)
+		st, err := b.Inspect(ctx, key, backend.Exclusive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -705,7 +705,7 @@ func TestInspectHidesUnusableFence(t *testing.T) {
 			// instead (its incr and that cas follow in two writes).
 			var st backend.State
 			var serr error
-			f := func() { st, serr = b.Inspect(ctx, key) }
+			f := func() { st, serr = b.Inspect(ctx, key, backend.Exclusive) }
 			hook.Store(&f)
 			l := backend.Claim{Key: key, Token: token(), TTL: 5 * time.Second}
 			g, err := a.TryAcquire(ctx, l)
@@ -722,7 +722,7 @@ func TestInspectHidesUnusableFence(t *testing.T) {
 			if st.Known.Has(backend.KnowsFence) && st.Fence != g.Fence {
 				t.Fatalf("Inspect between A's add and its cas reported fence %d; A was granted %d", st.Fence, g.Fence)
 			}
-			if st, err := b.Inspect(ctx, key); err != nil || st.Fence != g.Fence {
+			if st, err := b.Inspect(ctx, key, backend.Exclusive); err != nil || st.Fence != g.Fence {
 				t.Fatalf("Inspect after the grant = %+v, %v; want fence %d", st, err, g.Fence)
 			}
 		})
@@ -749,7 +749,7 @@ func TestPipedFenceSettles(t *testing.T) {
 	}
 	inspect := func() backend.State {
 		t.Helper()
-		st, err := other.Inspect(ctx, key)
+		st, err := other.Inspect(ctx, key, backend.Exclusive)
 		if err != nil || !st.Held {
 			t.Fatalf("Inspect = %+v, %v; want held", st, err)
 		}
@@ -932,12 +932,12 @@ func TestInspectWithoutFence(t *testing.T) {
 		if err := mc.Set(&memcache.Item{Key: lockKey(key), Value: v, Expiration: 60}); err != nil {
 			t.Fatal(err)
 		}
-		st, err := d.Inspect(ctx, key)
+		st, err := d.Inspect(ctx, key, backend.Exclusive)
 		if err != nil || !st.Held || st.Owner != "job 7" || st.Known.Has(backend.KnowsFence) || st.Known.Has(backend.KnowsTTL) {
 			t.Fatalf("Inspect of %q = %+v, %v; want held by job 7, no fence, no TTL", v, st, err)
 		}
 		// The Client names the operation: the driver says only what it found.
-		if _, err := d.Break(ctx, key, 0); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "memcachelock: not held" {
+		if _, err := d.Break(ctx, key, backend.Exclusive, 0); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "memcachelock: not held" {
 			t.Fatalf("Break of %q under fence 0 = %v, want ErrNotHeld", v, err)
 		}
 		if it, err := mc.Get(lockKey(key)); err != nil || string(it.Value) != string(v) {

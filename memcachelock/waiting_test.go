@@ -181,7 +181,7 @@ func TestMarksKeepTheHold(t *testing.T) {
 	if err := d.Refresh(ctx, l); err != nil {
 		t.Fatalf("Refresh over marks: %v", err)
 	}
-	st, err := other.Inspect(ctx, key)
+	st, err := other.Inspect(ctx, key, backend.Exclusive)
 	if err != nil || !st.Held || st.Owner != "job" || st.Fence != g.Fence {
 		t.Fatalf("Inspect over marks = %+v, %v; want held by owner %q with fence %d", st, err, "job", g.Fence)
 	}

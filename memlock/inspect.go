@@ -19,7 +19,10 @@ func (e entry) state(key string, now time.Time) backend.State {
 }
 
 // Inspect implements backend.Inspector.
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	if err := d.check(ctx); err != nil {
 		return backend.State{}, err
 	}
@@ -34,7 +37,10 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 }
 
 // List implements backend.Lister.
-func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
@@ -57,7 +63,10 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 
 // Break implements backend.Breaker. Fences come from the store's one
 // counter, so the next grant's is above the removed one's.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	if err := d.check(ctx); err != nil {
 		return backend.State{}, err
 	}

@@ -67,7 +67,7 @@ func handoffToWaiter(t *testing.T, d1, d2 *Driver) {
 		got <- result{g, err}
 	}()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := d1.Inspect(ctx, key)
+		st, err := d1.Inspect(ctx, key, backend.Exclusive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func handoffToWaiter(t *testing.T, d1, d2 *Driver) {
 		t.Fatalf("the waiter believes it holds the lock %v more, the server keeps it %v", believed, pttl)
 	}
 	t.Logf("released %v, grant sent %v after it", released.Format(time.StampMicro), r.g.Sent.Sub(released))
-	st, err := d1.Inspect(ctx, key)
+	st, err := d1.Inspect(ctx, key, backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,7 +219,10 @@ func lockKeyOf(name string) (string, bool) {
 // Inspect implements backend.Inspector: the holder's owner, fence and
 // time left, from the lock's value and PTTL, and the live waiters queued
 // and their owners.
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
@@ -240,7 +243,10 @@ func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error)
 
 // List implements backend.Lister. It reports owner, fence and TTL; a
 // FairDriver's waiters only Inspect counts.
-func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
@@ -260,7 +266,10 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 
 // Break implements backend.Breaker: one script deletes the lock if its
 // value records fence, and publishes the release, naming the next waiter.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
@@ -333,7 +342,10 @@ func views(res []result) (vs []holding, missing int) {
 // Inspect implements backend.Inspector: the lock is held when a majority
 // of the servers hold it for the same acquisition. It fails when the
 // servers that did not answer could make or unmake that majority.
-func (q *Quorum) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	if q.gate.Closed() {
 		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %w", backend.ErrClosed)
 	}
@@ -355,7 +367,10 @@ func (q *Quorum) Inspect(ctx context.Context, key string) (backend.State, error)
 // List implements backend.Lister: the keys held on a majority of the
 // servers. It fails when the servers that did not answer could make a
 // majority for a key that the others show on a minority.
-func (q *Quorum) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	if q.gate.Closed() {
 		return nil, fmt.Errorf("redislock: quorum: list: %w", backend.ErrClosed)
 	}
@@ -394,7 +409,10 @@ func (q *Quorum) List(ctx context.Context, prefix string) ([]backend.State, erro
 // Break implements backend.Breaker: the break script runs on every
 // server, deleting the lock where its value records fence (and waking
 // the waiters there). It succeeds when that removed it from a majority.
-func (q *Quorum) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	if q.gate.Closed() {
 		return backend.State{}, fmt.Errorf("redislock: quorum: break: %w", backend.ErrClosed)
 	}

@@ -37,7 +37,7 @@ func TestValueRecordsFenceAndOwner(t *testing.T) {
 	if want := ":" + strconv.FormatUint(g.Fence, 10) + ":job: a:b c"; !strings.HasPrefix(v, l.Token+".") || !strings.HasSuffix(v, want) {
 		t.Errorf("lock value %q, want %q<attempt>%q", v, l.Token+".", want)
 	}
-	st, err := d.Inspect(ctx, l.Key)
+	st, err := d.Inspect(ctx, l.Key, backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestListRing(t *testing.T) {
 		}
 		want = append(want, key)
 	}
-	got, err := d.List(ctx, prefix)
+	got, err := d.List(ctx, prefix, backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestListRing(t *testing.T) {
 		if !st.Held || st.Owner != "o" || st.Fence == 0 {
 			t.Errorf("List: %+v", st)
 		}
-		d.Break(ctx, st.Key, st.Fence)
+		d.Break(ctx, st.Key, backend.Exclusive, st.Fence)
 	}
 	if !slices.Equal(keys, want) {
 		t.Errorf("List = %q, want %q", keys, want)
@@ -126,11 +126,11 @@ func TestQuorumInspectWithSilentMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := q.Inspect(ctx, l.Key)
+	st, err := q.Inspect(ctx, l.Key, backend.Exclusive)
 	if err != nil || !st.Held || st.Fence != g.Fence || st.Owner != "q" || st.TTL <= 0 || st.TTL > 6*time.Second {
 		t.Fatalf("Inspect = %+v, %v; want held under fence %d", st, err, g.Fence)
 	}
-	if got, err := q.List(ctx, l.Key); err != nil || len(got) != 1 || got[0].Fence != g.Fence {
+	if got, err := q.List(ctx, l.Key, backend.Exclusive); err != nil || len(got) != 1 || got[0].Fence != g.Fence {
 		t.Fatalf("List = %+v, %v", got, err)
 	}
 	// On one of the two that answer, the lock is gone: the silent one
@@ -139,16 +139,16 @@ func TestQuorumInspectWithSilentMember(t *testing.T) {
 	if err := admin.Del(ctx, keysFor(l.Key).lock).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := q.Inspect(ctx, l.Key); err == nil || !strings.Contains(err.Error(), closed) {
+	if st, err := q.Inspect(ctx, l.Key, backend.Exclusive); err == nil || !strings.Contains(err.Error(), closed) {
 		t.Errorf("Inspect with the lock on 1 of 2 answering servers = %+v, %v; want an error naming %s", st, err, closed)
 	}
-	if got, err := q.List(ctx, l.Key); err == nil {
+	if got, err := q.List(ctx, l.Key, backend.Exclusive); err == nil {
 		t.Errorf("List with the lock on 1 of 2 answering servers = %+v, want an error", got)
 	}
-	if _, err := q.Break(ctx, l.Key, g.Fence); err == nil || errors.Is(err, backend.ErrNotHeld) {
+	if _, err := q.Break(ctx, l.Key, backend.Exclusive, g.Fence); err == nil || errors.Is(err, backend.ErrNotHeld) {
 		t.Errorf("Break removing it from 1 of 3 servers = %v, want an error that is not ErrNotHeld", err)
 	}
-	if st, err := q.Inspect(ctx, l.Key); err != nil || st.Held {
+	if st, err := q.Inspect(ctx, l.Key, backend.Exclusive); err != nil || st.Held {
 		t.Errorf("Inspect after the Break = %+v, %v; want free", st, err)
 	}
 	if err := q.Refresh(ctx, l); !errors.Is(err, backend.ErrNotHeld) {

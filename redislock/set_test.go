@@ -38,7 +38,7 @@ func TestAcquireAll(t *testing.T) {
 	if _, err := d.TryAcquireAll(ctx, other); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquireAll over a held name: %v, want ErrNotAcquired", err)
 	}
-	if st, err := d.Inspect(ctx, other[1].Key); err != nil || st.Held {
+	if st, err := d.Inspect(ctx, other[1].Key, backend.Exclusive); err != nil || st.Held {
 		t.Fatalf("%s after the refused set: %+v %v, want free", other[1].Key, st, err)
 	}
 	for i, err := range d.ReleaseAll(ctx, cs) {

@@ -38,7 +38,7 @@ func TestCallsReturnWhenCtxEndsCutOff(t *testing.T) {
 	checking := make(chan struct{})
 	go func() {
 		defer close(checking)
-		d.Inspect(long, "ctx/x") // blocks in the table check until long ends
+		d.Inspect(long, "ctx/x", backend.Exclusive) // blocks in the table check until long ends
 	}()
 	time.Sleep(100 * time.Millisecond)
 

@@ -406,7 +406,10 @@ const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 
 // Inspect implements backend.Inspector with one SELECT of the key's row;
 // the TTL is by the server's clock.
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.begin(ctx, "", false)
 	if err != nil {
 		return backend.State{}, err
@@ -435,7 +438,10 @@ func heldState(key, owner string, version, us int64) backend.State {
 
 // List implements backend.Lister with one SELECT of the held rows whose
 // name starts with prefix.
-func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.begin(ctx, "", false)
 	if err != nil {
 		return nil, err
@@ -471,7 +477,10 @@ func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, erro
 // fence, under the name's fence lock as a release, which notifies the
 // waiters. The removed holder's next Refresh finds no row; the next grant
 // draws its fence from the sequence, above.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.begin(ctx, "", false)
 	if err != nil {
 		return backend.State{}, err

@@ -416,7 +416,7 @@ func TestSecureOtherRole(t *testing.T) {
 		want("Refresh", tc.d.Refresh(ctx, guess), backend.ErrNotHeld)
 		want("Release", tc.d.Release(ctx, guess), backend.ErrNotHeld)
 	}
-	info, err := app.Inspect(ctx, key)
+	info, err := app.Inspect(ctx, key, backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}

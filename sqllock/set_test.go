@@ -45,7 +45,7 @@ func TestAcquireAll(t *testing.T) {
 	if _, err := d.TryAcquireAll(ctx, refused); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquireAll over a held key: %v, want ErrNotAcquired", err)
 	}
-	if st, err := d.Inspect(ctx, "s/d"); err != nil || st.Held {
+	if st, err := d.Inspect(ctx, "s/d", backend.Exclusive); err != nil || st.Held {
 		t.Fatalf("s/d after the refused set: %+v %v, want free (the statement undone)", st, err)
 	}
 	over := set("s/d", "s/y")

@@ -249,7 +249,7 @@ func TestAcquireRefreshRelease(t *testing.T) {
 		t.Fatalf("TryAcquire after expiry = %+v, %v, want a fence above %d", g, err, first)
 	}
 	b.Fence = g.Fence
-	info, err := d.Inspect(ctx, b.Key)
+	info, err := d.Inspect(ctx, b.Key, backend.Exclusive)
 	if err != nil || !info.Held || info.Owner != "job-2" || info.Fence != b.Fence || info.TTL < 50*time.Second || info.TTL > time.Minute {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
@@ -284,7 +284,7 @@ func TestAcquireRefreshRelease(t *testing.T) {
 	if g, err := d.TryAcquire(ctx, c); err != nil || g.Fence <= b.Fence {
 		t.Fatalf("TryAcquire after release = %+v, %v, want a fence above %d", g, err, b.Fence)
 	}
-	if info, err := d.Inspect(ctx, "never/locked"); err != nil || info.Held || info.Key != "never/locked" {
+	if info, err := d.Inspect(ctx, "never/locked", backend.Exclusive); err != nil || info.Held || info.Key != "never/locked" {
 		t.Fatalf("Inspect of an unknown key = %+v, %v", info, err)
 	}
 	if _, err := d.TryAcquire(ctx, backend.Claim{Key: "k", Token: randHex(16)}); !errors.Is(err, backend.ErrInvalidTTL) {
@@ -327,7 +327,7 @@ func TestExpiryIsTheServers(t *testing.T) {
 	// At most the TTL remains, and at least what start leaves of it (the
 	// grant came after start; the two round trips may take a loaded
 	// machine long), less 50ms for rounding.
-	info, err := d.Inspect(ctx, key)
+	info, err := d.Inspect(ctx, key, backend.Exclusive)
 	if least := ttl - time.Since(start) - 50*time.Millisecond; err != nil || !info.Held || info.TTL > ttl || info.TTL < least {
 		t.Fatalf("Inspect = %+v, %v: want between %v and %v remaining", info, err, least, ttl)
 	}
@@ -399,7 +399,7 @@ func testRefreshMany(t *testing.T, mode string) {
 	}
 	time.Sleep(500 * time.Millisecond) // past the original TTL: only the refreshed live on
 	for i, l := range held {
-		info, err := d.Inspect(ctx, l.Key)
+		info, err := d.Inspect(ctx, l.Key, backend.Exclusive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +569,7 @@ func TestListPrefixIsLiteral(t *testing.T) {
 		`lk/a\`: {`lk/a\`, `lk/a\b`},
 		``:      {`lk/a%`, `lk/a\`, `lk/a\b`, `lk/a_b`, `lk/axb`, `lk/ay`},
 	} {
-		got, err := d.List(ctx, prefix)
+		got, err := d.List(ctx, prefix, backend.Exclusive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -582,7 +582,7 @@ func TestListPrefixIsLiteral(t *testing.T) {
 		}
 	}
 	// The Client names the operation: the driver says only what it found.
-	if _, err := d.Break(ctx, keys[0], 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "sqllock: not held" {
+	if _, err := d.Break(ctx, keys[0], backend.Exclusive, 1<<40); !errors.Is(err, backend.ErrNotHeld) || err.Error() != "sqllock: not held" {
 		t.Errorf("Break under another fence = %v, want ErrNotHeld", err)
 	}
 }

@@ -102,7 +102,7 @@ func TestDelayInspectAndBreak(t *testing.T) {
 	if _, err := other.TryAcquire(ctx, lockFor(t, key)); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquire in the delay: %v, want ErrNotAcquired", err)
 	}
-	st, err := other.Inspect(ctx, key)
+	st, err := other.Inspect(ctx, key, backend.Exclusive)
 	if err != nil || !st.Held || st.Owner != "lost-holder" || st.Fence != g.Fence {
 		t.Fatalf("Inspect in the delay = %+v, %v; want held by lost-holder, fence %d", st, err, g.Fence)
 	}
@@ -116,14 +116,14 @@ func TestDelayInspectAndBreak(t *testing.T) {
 		t.Fatalf("a waiter got the name in its delay: %v", err)
 	case <-time.After(time.Second):
 	}
-	if st, err := other.Inspect(ctx, key); err != nil || st.Owner != "lost-holder" || st.Waiters != 1 {
+	if st, err := other.Inspect(ctx, key, backend.Exclusive); err != nil || st.Owner != "lost-holder" || st.Waiters != 1 {
 		t.Fatalf("Inspect in the delay, with a waiter = %+v, %v; want held by lost-holder, 1 waiter", st, err)
 	}
-	if _, err := other.Break(ctx, key, g.Fence+1); !errors.Is(err, backend.ErrNotHeld) {
+	if _, err := other.Break(ctx, key, backend.Exclusive, g.Fence+1); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Break under another fence: %v, want ErrNotHeld", err)
 	}
 	broke := time.Now()
-	if st, err := other.Break(ctx, key, g.Fence); err != nil || st.Owner != "lost-holder" || st.Waiters != 1 {
+	if st, err := other.Break(ctx, key, backend.Exclusive, g.Fence); err != nil || st.Owner != "lost-holder" || st.Waiters != 1 {
 		t.Fatalf("Break in the delay = %+v, %v", st, err)
 	}
 	select {

@@ -44,7 +44,10 @@ type qnode struct {
 
 // Inspect implements backend.Inspector: a listing of key's queue, and a
 // read of each node in it.
-func (d *Driver) Inspect(ctx context.Context, key string) (_ backend.State, err error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (_ backend.State, err error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "inspect")
 	if err != nil {
@@ -239,7 +242,10 @@ func (d *Driver) get(path string) (getResult, error) {
 // List implements backend.Lister: a listing of the root, whose children
 // are the escaped names, then each matching name's queue (its holder, and
 // its waiters' owners), a few names at a time.
-func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, err error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []backend.State, err error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "list")
 	if err != nil {
@@ -293,7 +299,10 @@ func (d *Driver) List(ctx context.Context, prefix string) (_ []backend.State, er
 // very node). The next node in line, made later, has a greater zxid; the
 // removed holder's driver sees the deletion on its watch of the node and
 // reports the lock lost.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (_ backend.State, err error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (_ backend.State, err error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "break")
 	if err != nil {

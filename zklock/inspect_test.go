@@ -65,7 +65,7 @@ func TestInspectQueueAndBreak(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	st, err := ops.Inspect(ctx, key)
+	st, err := ops.Inspect(ctx, key, backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +80,14 @@ func TestInspectQueueAndBreak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ops.Break(ctx, key, uint64(last.Czxid)); !errors.Is(err, backend.ErrNotHeld) {
+	if _, err := ops.Break(ctx, key, backend.Exclusive, uint64(last.Czxid)); !errors.Is(err, backend.ErrNotHeld) {
 		t.Fatalf("Break under a waiter's fence = %v, want ErrNotHeld", err)
 	}
-	if st2, err := ops.Inspect(ctx, key); err != nil || st2.Fence != g.Fence || st2.Waiters != 2 {
+	if st2, err := ops.Inspect(ctx, key, backend.Exclusive); err != nil || st2.Fence != g.Fence || st2.Waiters != 2 {
 		t.Fatalf("Inspect after a refused Break = %+v, %v", st2, err)
 	}
 	start := time.Now()
-	if st, err = ops.Break(ctx, key, g.Fence); err != nil || st.Owner != "holder" || st.Fence != g.Fence {
+	if st, err = ops.Break(ctx, key, backend.Exclusive, g.Fence); err != nil || st.Owner != "holder" || st.Fence != g.Fence {
 		t.Fatalf("Break = %+v, %v", st, err)
 	}
 	select {

@@ -215,7 +215,7 @@ func TestBlackholedCallsReturn(t *testing.T) {
 		},
 		"Refresh": func(ctx context.Context) error { return d.Refresh(ctx, held) },
 		"Release": func(ctx context.Context) error { return d.Release(ctx, held) },
-		"Inspect": func(ctx context.Context) error { _, err := d.Inspect(ctx, held.Key); return err },
+		"Inspect": func(ctx context.Context) error { _, err := d.Inspect(ctx, held.Key, backend.Exclusive); return err },
 	}
 	for name, call := range calls {
 		cctx, ccancel := context.WithTimeout(ctx, wait)

@@ -23,7 +23,10 @@ func heldState(key, owner string, fence, us int64) backend.State {
 
 // Inspect implements backend.Inspector with one SELECT of the key's live
 // row; the TTL is by the database's clock.
-func (d *Driver) Inspect(ctx context.Context, key string) (backend.State, error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.begin(ctx, "")
 	if err != nil {
 		return backend.State{}, err
@@ -53,7 +56,10 @@ func (d *Driver) inspect(ctx context.Context, key string) (backend.State, error)
 
 // List implements backend.Lister: pages of SELECTs over the live rows
 // whose name starts with prefix, in the names' byte order.
-func (d *Driver) List(ctx context.Context, prefix string) ([]backend.State, error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	if m != backend.Exclusive {
+		return nil, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.begin(ctx, "")
 	if err != nil {
 		return nil, err
@@ -112,7 +118,10 @@ func (d *Driver) listPage(ctx context.Context, out *[]backend.State, from string
 // statement that frees its row under that fence, as a release does,
 // which wakes this driver's waiters. The removed holder's next Refresh
 // finds no row of its token; the next grant draws a fence above.
-func (d *Driver) Break(ctx context.Context, key string, fence uint64) (backend.State, error) {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	if m != backend.Exclusive {
+		return backend.State{}, backend.ErrUnsupported
+	}
 	ctx, leave, err := d.begin(ctx, "")
 	if err != nil {
 		return backend.State{}, err

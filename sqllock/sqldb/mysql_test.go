@@ -216,7 +216,7 @@ func TestRefreshMany(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // past the first TTL: only the refreshed live on
 	for i, c := range held {
-		st, err := d.Inspect(ctx, c.Key)
+		st, err := d.Inspect(ctx, c.Key, backend.Exclusive)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +254,7 @@ func TestListPrefixIsLiteral(t *testing.T) {
 		``:             {`lk/a%`, `lk/a\`, `lk/a\b`, `lk/a_b`, `lk/axb`, `lk/ay`, "lk/z\U0010FFFF", "lk/é", "lk/éa"},
 		"\xff\xff\xff": nil,
 	} {
-		got, err := d.List(ctx, prefix)
+		got, err := d.List(ctx, prefix, backend.Exclusive)
 		if err != nil {
 			t.Fatalf("List(%q): %v", prefix, err)
 		}
@@ -272,7 +272,7 @@ func TestListPrefixIsLiteral(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := d.List(ctx, "pg/")
+	got, err := d.List(ctx, "pg/", backend.Exclusive)
 	if err != nil || len(got) != 1100 || got[0].Key != "pg/0000" || got[1099].Key != "pg/1099" {
 		t.Fatalf("List over three pages: %d states, %v", len(got), err)
 	}

@@ -83,7 +83,7 @@ func TestSQLiteFencesGrow(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = grant(d, "after expiry")
-	if _, err := d.Break(ctx, c.Key, c.Fence); err != nil {
+	if _, err := d.Break(ctx, c.Key, backend.Exclusive, c.Fence); err != nil {
 		t.Fatal(err)
 	}
 	c = grant(d, "after Break")
@@ -190,7 +190,7 @@ func TestSQLiteList(t *testing.T) {
 			t.Fatalf("TryAcquire %q: %v", key, err)
 		}
 	}
-	got, err := d.List(ctx, "ns/p/")
+	got, err := d.List(ctx, "ns/p/", backend.Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestSQLiteRefreshMany(t *testing.T) {
 	if errs[0] != nil || !errors.Is(errs[1], backend.ErrNotHeld) || !errors.Is(errs[2], backend.ErrNotHeld) {
 		t.Fatalf("RefreshMany = %v, want [nil, ErrNotHeld, ErrNotHeld]", errs)
 	}
-	st, err := d.Inspect(ctx, claims[0].Key)
+	st, err := d.Inspect(ctx, claims[0].Key, backend.Exclusive)
 	if err != nil || st.TTL <= time.Minute {
 		t.Fatalf("Inspect after RefreshMany = %+v, %v: want more than 1m left", st, err)
 	}
@@ -240,7 +240,7 @@ func TestSQLiteRefreshMany(t *testing.T) {
 func TestSQLiteCancelledAcquireLeavesNothing(t *testing.T) {
 	t.Parallel()
 	d, _ := sqliteDriver(t)
-	if _, err := d.Inspect(context.Background(), "ns/c"); err != nil { // makes the table
+	if _, err := d.Inspect(context.Background(), "ns/c", backend.Exclusive); err != nil { // makes the table
 		t.Fatal(err)
 	}
 	cancelled := 0

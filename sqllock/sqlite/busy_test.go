@@ -86,7 +86,7 @@ func TestBusyDatabase(t *testing.T) {
 
 	// Reads do not wait for the writer.
 	start = time.Now()
-	if st, err := d.Inspect(ctx, held.Key); err != nil || !st.Held {
+	if st, err := d.Inspect(ctx, held.Key, backend.Exclusive); err != nil || !st.Held {
 		t.Errorf("Inspect while locked = %+v, %v: want the lock, held", st, err)
 	}
 	if took := time.Since(start); took > time.Second {
