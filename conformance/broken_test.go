@@ -81,6 +81,9 @@ var brokenVariants = map[string][]string{
 	"list-ignores-prefix": {"ListFindsHeldLocks"},
 	// Break removes whoever holds the key, whatever the fence.
 	"break-ignores-fence": {"ForceReleaseFencesAndSignals"},
+	// Break of one permit, reader or writer frees every holder of the
+	// object.
+	"break-frees-every-holder": {"SemaphoreHoldersSeenAndBroken", "RWHoldersSeenAndBroken"},
 	// Refresh of a key found free takes it again, so a holder removed by
 	// Break never learns of it (and holds the lock with its successor).
 	"refresh-retakes-free": {"ForceReleaseFencesAndSignals"},
@@ -497,6 +500,14 @@ func (d *brokenDriver) Break(ctx context.Context, key string, m backend.Mode, fe
 		d.h.mu.Lock()
 		delete(d.h.fences, key)
 		d.h.mu.Unlock()
+	case "break-frees-every-holder":
+		if st, err := d.Driver.Inspect(ctx, key, m); err == nil {
+			for _, h := range st.Holders {
+				if h.Fence != fence {
+					d.Driver.Break(ctx, key, m, h.Fence)
+				}
+			}
+		}
 	}
 	return d.Driver.Break(ctx, key, m, fence)
 }

@@ -81,6 +81,7 @@ var cases = []testCase{
 	{"SemaphoreWeightsAtMostLimit", false, (*suite).semWeightsAtMostLimit},
 	{"SemaphoreWeightsRefused", false, (*suite).semWeightsRefused},
 	{"SemaphoreWeightsFIFO", false, (*suite).semWeightsFIFO},
+	{"SemaphoreHoldersSeenAndBroken", false, (*suite).semHolders},
 	{"RWReadersShareWriterExcludes", false, (*suite).rwShare},
 	{"RWCounterUnderContention", false, (*suite).rwCounter},
 	{"RWWriterNotStarved", false, (*suite).rwNotStarved},
@@ -89,6 +90,7 @@ var cases = []testCase{
 	{"RWWaitersWake", false, (*suite).rwWakes},
 	{"RWForgedTokenChangesNothing", false, (*suite).rwForged},
 	{"RWCutHolderLosesFirst", false, (*suite).rwCutHolder},
+	{"RWHoldersSeenAndBroken", false, (*suite).rwHolders},
 }
 
 // Run runs the suite against h's store.

@@ -1,6 +1,7 @@
 package memlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -18,11 +19,41 @@ func (e entry) state(key string, now time.Time) backend.State {
 	return backend.State{Key: key, Held: true, Owner: e.owner, Fence: e.fence, TTL: e.expires.Sub(now), Known: known}
 }
 
+// knownOf returns what the store records of an object of mode m.
+func knownOf(m backend.Mode) backend.Fields {
+	switch m {
+	case backend.Exclusive:
+		return known
+	case backend.Permit:
+		return known | backend.KnowsHolders | backend.KnowsLimit
+	}
+	return known | backend.KnowsHolders
+}
+
+// state describes o's live holders, by fence; only those for which keep
+// says yes when keep is not nil.
+func (sh *shared) state(o object, now time.Time, keep func(entry) bool) backend.State {
+	st := backend.State{Key: o.key, Mode: o.kind, Known: knownOf(o.kind)}
+	if o.kind == backend.Permit {
+		st.Limit = sh.limit
+	}
+	for t, e := range sh.holders {
+		if keep != nil && !keep(e) {
+			continue
+		}
+		h := backend.Holder{Mode: o.kind, Owner: e.owner, Fence: e.fence, TTL: e.expires.Sub(now), Weight: max(e.weight, 1)}
+		if t == sh.writer {
+			h.Mode = backend.Write
+		}
+		st.Holders = append(st.Holders, h)
+	}
+	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	st.Held = len(st.Holders) > 0
+	return st
+}
+
 // Inspect implements backend.Inspector.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
-	}
 	if err := d.check(ctx); err != nil {
 		return backend.State{}, err
 	}
@@ -30,17 +61,19 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if e, ok := s.held(key, now); ok {
+	if m = backend.Object(m); m != backend.Exclusive {
+		o := object{key, m}
+		if sh := s.live(o, now); sh != nil {
+			return sh.state(o, now, nil), nil
+		}
+	} else if e, ok := s.held(key, now); ok {
 		return e.state(key, now), nil
 	}
-	return backend.State{Key: key, Known: known}, nil
+	return backend.State{Key: key, Mode: m, Known: knownOf(m)}, nil
 }
 
 // List implements backend.Lister.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if m != backend.Exclusive {
-		return nil, backend.ErrUnsupported
-	}
 	if err := d.check(ctx); err != nil {
 		return nil, err
 	}
@@ -48,12 +81,23 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	s.mu.Lock()
 	now := time.Now()
 	var out []backend.State
-	for key := range s.locks {
-		if !strings.HasPrefix(key, prefix) {
-			continue
+	if m = backend.Object(m); m != backend.Exclusive {
+		for o := range s.objects {
+			if o.kind != m || !strings.HasPrefix(o.key, prefix) {
+				continue
+			}
+			if sh := s.live(o, now); sh != nil && len(sh.holders) > 0 {
+				out = append(out, sh.state(o, now, nil))
+			}
 		}
-		if e, ok := s.held(key, now); ok {
-			out = append(out, e.state(key, now))
+	} else {
+		for key := range s.locks {
+			if !strings.HasPrefix(key, prefix) {
+				continue
+			}
+			if e, ok := s.held(key, now); ok {
+				out = append(out, e.state(key, now))
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -64,9 +108,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // Break implements backend.Breaker. Fences come from the store's one
 // counter, so the next grant's is above the removed one's.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
-	}
 	if err := d.check(ctx); err != nil {
 		return backend.State{}, err
 	}
@@ -74,6 +115,22 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if m = backend.Object(m); m != backend.Exclusive {
+		o := object{key, m}
+		if sh := s.live(o, now); sh != nil {
+			for t, e := range sh.holders {
+				if e.fence == fence {
+					st := sh.state(o, now, func(e entry) bool { return e.fence == fence })
+					c := backend.Claim{Key: key, Token: t, Mode: m}
+					if t == sh.writer {
+						c.Mode = backend.Write
+					}
+					return st, s.releaseShared(c, now)
+				}
+			}
+		}
+		return backend.State{}, fmt.Errorf("memlock: %w", backend.ErrNotHeld)
+	}
 	e, ok := s.held(key, now)
 	if !ok || e.fence != fence {
 		return backend.State{}, fmt.Errorf("memlock: %w", backend.ErrNotHeld)
