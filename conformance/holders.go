@@ -164,4 +164,3 @@ func (s *suite) breakOne(t *testing.T, ops *locker.Client, name string, ls []*lo
 		t.Errorf("second ForceRelease of the removed holder = %v, want ErrNotHeld", err)
 	}
 }
-
