@@ -43,16 +43,20 @@ func hook(stage string) {
 
 // opsFlags are the flags that status, list and release share.
 type opsFlags struct {
-	fs      *flagSet
-	backend backendFlag
-	timeout time.Duration
-	json    bool
+	fs        *flagSet
+	backend   backendFlag
+	timeout   time.Duration
+	json      bool
+	semaphore bool
+	rw        bool
 }
 
 func newOpsFlags(cmd string, global backendFlag, withJSON bool) *opsFlags {
 	o := &opsFlags{fs: newFlagSet("lockctl " + cmd), backend: global}
 	o.fs.Var(&o.backend, "backend", "the lock store's `URL` (default $LOCKER_URL, else this host only)")
 	o.fs.duration(&o.timeout, "timeout", 10*time.Second, "bound on connecting to the backend and on each call to it")
+	o.fs.BoolVar(&o.semaphore, "semaphore", false, "the semaphore NAME (lockctl run --limit), not the lock: each permit's holder")
+	o.fs.BoolVar(&o.rw, "rw", false, "the read-write lock NAME (lockctl run -s, -x), not the lock: each reader and the writer")
 	if withJSON {
 		o.fs.BoolVar(&o.json, "json", false, "print JSON (fields listed above)")
 	}
@@ -83,7 +87,22 @@ func (o *opsFlags) parse(args []string, stdout, stderr io.Writer, help string) (
 		errorf(stderr, strings.TrimPrefix(o.fs.cmd, "lockctl "), "--timeout %v: want a positive duration", o.timeout)
 		return nil, exitUsage, false
 	}
+	if o.semaphore && o.rw {
+		errorf(stderr, strings.TrimPrefix(o.fs.cmd, "lockctl "), "--semaphore and --rw: a name's semaphore and read-write lock are separate; pick one")
+		return nil, exitUsage, false
+	}
 	return operands, 0, true
+}
+
+// object returns the option that selects o's object, and its noun.
+func (o *opsFlags) object() ([]locker.LockOption, string) {
+	switch {
+	case o.semaphore:
+		return []locker.LockOption{locker.Semaphore(0)}, "semaphore"
+	case o.rw:
+		return []locker.LockOption{locker.Read()}, "read-write lock"
+	}
+	return nil, "lock"
 }
 
 // ops is one operator command's connection to the backend.
@@ -95,6 +114,8 @@ type ops struct {
 	timeout time.Duration
 	stdout  io.Writer
 	stderr  io.Writer
+	obj     []locker.LockOption // selects the semaphore or read-write lock
+	noun    string              // "lock", "semaphore" or "read-write lock"
 }
 
 // open connects to the backend of o's flags. It reports its error itself
@@ -122,7 +143,8 @@ func (o *opsFlags) open(cmd string, stdout, stderr io.Writer) *ops {
 		errorf(stderr, cmd, "%v", err)
 		return nil
 	}
-	return &ops{cmd: cmd, scheme: scheme, store: backend.RedactedString(rawURL), client: c, timeout: o.timeout, stdout: stdout, stderr: stderr}
+	obj, noun := o.object()
+	return &ops{cmd: cmd, scheme: scheme, store: backend.RedactedString(rawURL), client: c, timeout: o.timeout, stdout: stdout, stderr: stderr, obj: obj, noun: noun}
 }
 
 func (p *ops) ctx() (context.Context, context.CancelFunc) {
@@ -209,8 +231,20 @@ type jsonState struct {
 	Owner   *string  `json:"owner,omitempty"`
 	Fence   *uint64  `json:"fence,omitempty"`
 	TTLMs   *int64   `json:"ttl_ms,omitempty"`
-	Waiters *int     `json:"waiters,omitempty"`
-	Queue   []string `json:"queue,omitempty"`
+	Waiters *int         `json:"waiters,omitempty"`
+	Queue   []string     `json:"queue,omitempty"`
+	Limit   *int         `json:"limit,omitempty"`
+	Holders []jsonHolder `json:"holders,omitempty"`
+}
+
+// jsonHolder is the JSON form of a semaphore's or read-write lock's
+// holder: fence and permits always, the rest as for a lock.
+type jsonHolder struct {
+	Owner   *string `json:"owner,omitempty"`
+	Fence   uint64  `json:"fence"`
+	TTLMs   *int64  `json:"ttl_ms,omitempty"`
+	Permits int     `json:"permits"`
+	Write   bool    `json:"write,omitempty"`
 }
 
 func toJSON(s locker.State) jsonState {
@@ -234,6 +268,20 @@ func toJSON(s locker.State) jsonState {
 			j.Queue = []string{}
 		}
 	}
+	if s.Known.Has(locker.KnowsLimit) && s.Held {
+		j.Limit = &s.Limit
+	}
+	for _, h := range s.Holders {
+		jh := jsonHolder{Fence: h.Fence, Permits: h.Weight, Write: h.Write}
+		if s.Known.Has(locker.KnowsOwner) {
+			jh.Owner = &h.Owner
+		}
+		if s.Known.Has(locker.KnowsTTL) {
+			ms := h.TTL.Milliseconds()
+			jh.TTLMs = &ms
+		}
+		j.Holders = append(j.Holders, jh)
+	}
 	return j
 }
 
@@ -245,14 +293,19 @@ func writeJSON(w io.Writer, v any) {
 const jsonFields = `JSON fields: name, held; and, only when the store reports them: owner,
 fence, ttl_ms (time left, in milliseconds), waiters (count), queue (the
 waiters' owners, next first). owner, fence and ttl_ms are for held locks.
+With --semaphore or --rw: limit (a semaphore's), and holders, each with
+fence, permits (1 for a reader or writer), write (the writer), and owner
+and ttl_ms when the store reports them.
 `
 
-const statusHelp = `usage: lockctl status [--json] [--backend URL] [--timeout D] NAME
+const statusHelp = `usage: lockctl status [--json] [--semaphore | --rw] [--backend URL] [--timeout D] NAME
 
 Prints what the store knows of the lock NAME: held or free and, where the
 store records them, its holder's owner, fence and time left, and the
 waiters queued behind it; then the store it asked (store:, not in JSON).
 A field the store does not record shows as "unknown" (omitted from JSON).
+With --semaphore (--rw), of the semaphore (read-write lock) NAME instead:
+its limit and each holder's fence, owner, permits (or side) and time left.
 
 Exit status: 0 held, 1 free, 2 error.
 
@@ -278,13 +331,16 @@ func statusCmd(args []string, globalBackend backendFlag, stdout, stderr io.Write
 	defer p.client.Close()
 	ctx, cancel := p.ctx()
 	defer cancel()
-	s, err := p.client.Inspect(ctx, name)
+	s, err := p.client.Inspect(ctx, name, p.obj...)
 	if err != nil {
-		return p.fail(err, "cannot read a lock's state")
+		return p.fail(err, "cannot read a "+p.noun+"'s state")
 	}
-	if f.json {
+	switch {
+	case f.json:
 		writeJSON(stdout, toJSON(s))
-	} else {
+	case p.obj != nil:
+		printHolders(stdout, s, p.noun, p.store)
+	default:
 		printStatus(stdout, s, p.store)
 	}
 	if !s.Held {
@@ -319,6 +375,61 @@ func printStatus(w io.Writer, s locker.State, store string) {
 	tw.Flush()
 }
 
+// printHolders prints the state of a semaphore or read-write lock: one
+// line per holder, lowest fence first.
+func printHolders(w io.Writer, s locker.State, noun, store string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if !s.Held {
+		fmt.Fprintf(tw, "%s: %s, free\n", show(s.Name), noun)
+	} else {
+		fmt.Fprintf(tw, "%s: %s, %s\n", show(s.Name), noun, holdersSummary(s, noun))
+		fmt.Fprintln(tw, "  FENCE\tOWNER\tHOLDS\tTIME LEFT")
+		for _, h := range s.Holders {
+			hs := locker.State{Owner: h.Owner, TTL: h.TTL, Known: s.Known}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", h.Fence, showOwner(hs), holds(h, noun), showTTL(hs))
+		}
+	}
+	if s.Known.Has(locker.KnowsWaiters) {
+		fmt.Fprintf(tw, "  waiters: %d\n", s.Waiters)
+	}
+	fmt.Fprintf(tw, "  store: %s\n", store)
+	tw.Flush()
+}
+
+// holdersSummary says how much of s is taken: "3 of 5 permits held",
+// "2 readers", "its writer".
+func holdersSummary(s locker.State, noun string) string {
+	switch {
+	case noun != "semaphore" && s.Holders[0].Write:
+		return "held by its writer"
+	case noun != "semaphore" && len(s.Holders) == 1:
+		return "1 reader"
+	case noun != "semaphore":
+		return fmt.Sprintf("%d readers", len(s.Holders))
+	}
+	n := 0
+	for _, h := range s.Holders {
+		n += h.Weight
+	}
+	if !s.Known.Has(locker.KnowsLimit) {
+		return fmt.Sprintf("%d permits held", n)
+	}
+	return fmt.Sprintf("%d of %d permits held", n, s.Limit)
+}
+
+// holds says what one holder has: "2 permits", "read", "write".
+func holds(h locker.Holder, noun string) string {
+	switch {
+	case h.Write:
+		return "write"
+	case noun != "semaphore":
+		return "read"
+	case h.Weight == 1:
+		return "1 permit"
+	}
+	return fmt.Sprintf("%d permits", h.Weight)
+}
+
 // oneName checks that operands is one lock name.
 func oneName(operands []string, usage string) (string, error) {
 	switch {
@@ -333,11 +444,13 @@ func oneName(operands []string, usage string) (string, error) {
 	return operands[0], nil
 }
 
-const listHelp = `usage: lockctl list [--json] [--backend URL] [--timeout D] [PREFIX]
+const listHelp = `usage: lockctl list [--json] [--semaphore | --rw] [--backend URL] [--timeout D] [PREFIX]
 
 Lists the held locks whose names start with PREFIX (all without one),
 sorted by name: name, owner, fence and time left ("unknown" where the store
-does not record it). --json prints one array of objects.
+does not record it). With --semaphore (--rw), the held semaphores
+(read-write locks) instead, one line per holder, with what it holds.
+--json prints one array of objects.
 Backends whose store cannot enumerate its keys (memcached) refuse.
 
 Exit status: 0 listed (even none), 2 error.
@@ -373,9 +486,9 @@ func listCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer)
 	defer p.client.Close()
 	ctx, cancel := p.ctx()
 	defer cancel()
-	ss, err := p.client.List(ctx, prefix)
+	ss, err := p.client.List(ctx, prefix, p.obj...)
 	if err != nil {
-		return p.fail(err, "cannot enumerate its locks (lockctl status NAME reads one)")
+		return p.fail(err, "cannot enumerate its "+p.noun+"s (lockctl status NAME reads one)")
 	}
 	if f.json {
 		out := make([]jsonState, len(ss))
@@ -387,13 +500,24 @@ func listCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer)
 	}
 	if len(ss) == 0 {
 		if prefix == "" {
-			errorf(stderr, cmd, "no held locks on %s", p.store)
+			errorf(stderr, cmd, "no held %ss on %s", p.noun, p.store)
 		} else {
-			errorf(stderr, cmd, "no held locks with prefix %q on %s", prefix, p.store)
+			errorf(stderr, cmd, "no held %ss with prefix %q on %s", p.noun, prefix, p.store)
 		}
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if p.obj != nil {
+		fmt.Fprintln(tw, "NAME\tOWNER\tFENCE\tHOLDS\tTIME LEFT")
+		for _, s := range ss {
+			for _, h := range s.Holders {
+				hs := locker.State{Owner: h.Owner, TTL: h.TTL, Known: s.Known}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", show(s.Name), showOwner(hs), h.Fence, holds(h, p.noun), showTTL(hs))
+			}
+		}
+		tw.Flush()
+		return 0
+	}
 	fmt.Fprintln(tw, "NAME\tOWNER\tFENCE\tTIME LEFT")
 	for _, s := range ss {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", show(s.Name), showOwner(s), showFence(s), showTTL(s))
@@ -402,7 +526,7 @@ func listCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer)
 	return 0
 }
 
-const releaseHelp = `usage: lockctl release --force [--fence N] [--backend URL] [--timeout D] NAME
+const releaseHelp = `usage: lockctl release --force [--fence N] [--semaphore | --rw] [--backend URL] [--timeout D] NAME
 
 A lock is released by its holder (lockctl run releases its lock when
 COMMAND exits). release --force is the operator's break-glass for a lock
@@ -412,6 +536,11 @@ holder that changed in between is never removed. It then prints the
 removed holder's fence and the next one, which is greater: a resource that
 checks fences refuses the removed holder's writes once it has seen the
 next fence. The removed holder learns of the loss by its next refresh.
+
+With --semaphore (--rw) and --fence N, which they require, it removes the
+one holder of the semaphore's permits (the read-write lock's reader or
+writer) whose fence is N, as lockctl status --semaphore (--rw) lists
+them; the other holders keep theirs.
 
 Exit status: 0 removed; 1 not removed (the lock is free, --fence differs,
 or the holder changed); 2 error.
@@ -447,12 +576,42 @@ func releaseCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writ
 		errorf(stderr, cmd, "%v", err)
 		return exitUsage
 	}
+	if (f.semaphore || f.rw) && !fenceSet {
+		errorf(stderr, cmd, "--semaphore and --rw need --fence N: which of the holders to remove (lockctl status --semaphore or --rw NAME lists them)")
+		return exitUsage
+	}
 	p := f.open(cmd, stdout, stderr)
 	if p == nil {
 		return exitUsage
 	}
 	defer p.client.Close()
+	if p.obj != nil {
+		return p.releaseHolder(name, want)
+	}
 	return p.forceRelease(name, want, fenceSet)
+}
+
+// releaseHolder removes the holder with fence want of a semaphore or a
+// read-write lock.
+func (p *ops) releaseHolder(name string, want uint64) int {
+	ctx, cancel := p.ctx()
+	defer cancel()
+	removed, err := p.client.ForceRelease(ctx, name, want, p.obj...)
+	switch {
+	case errors.Is(err, locker.ErrNotHeld):
+		fmt.Fprintf(p.stdout, "no holder of the %s %s has fence %d: nothing changed; see lockctl status\n", p.noun, show(name), want)
+		return exitFree
+	case err != nil:
+		return p.fail(err, "cannot remove another client's "+p.noun+" holder")
+	}
+	what := "the holder"
+	if len(removed.Holders) == 1 {
+		h := removed.Holders[0]
+		what = fmt.Sprintf("the holder of %s with %s", holds(h, p.noun), holder(locker.State{Owner: h.Owner, Fence: h.Fence, Known: removed.Known | locker.KnowsFence}))
+	}
+	fmt.Fprintf(p.stdout, "released one holder of the %s %s: removed %s\n", p.noun, show(name), what)
+	fmt.Fprintf(p.stdout, "  the others keep theirs; the removed holder learns of the loss by its next refresh, and the next grant's fence is above %d\n", want)
+	return 0
 }
 
 func (p *ops) forceRelease(name string, want uint64, fenceSet bool) int {

@@ -1,0 +1,74 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockerhq/locker"
+)
+
+// TestHolders: status, list and release --force see a semaphore's and a
+// read-write lock's holders with --semaphore and --rw, one by one.
+func TestHolders(t *testing.T) {
+	t.Parallel()
+	store, c := memStore(t)
+	u := "mem://" + store
+	sem := locker.Semaphore(5)
+	a := hold(t, c, "pool", sem, locker.Label("worker-a"), locker.TTL(30*time.Second))
+	b := hold(t, c, "pool", sem, locker.Permits(2), locker.Label("worker-b"), locker.TTL(30*time.Second))
+	hold(t, c, "pool", locker.Label("the-lock")) // another object
+
+	code, out, errs := ctl("status", "--semaphore", "--backend", u, "pool")
+	if code != 0 || errs != "" {
+		t.Fatalf("status --semaphore: exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"pool: semaphore, 3 of 5 permits held", fmt.Sprintf(`\n +%d +worker-a +1 permit +30s\n`, a.Fence()), fmt.Sprintf(`\n +%d +worker-b +2 permits +30s\n`, b.Fence())} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("status --semaphore lacks %q:\n%s", want, out)
+		}
+	}
+	_, out, _ = ctl("status", "--semaphore", "--json", "--backend", u, "pool")
+	var js jsonState
+	if err := json.Unmarshal([]byte(out), &js); err != nil || js.Limit == nil || *js.Limit != 5 || len(js.Holders) != 2 ||
+		js.Holders[1].Fence != b.Fence() || js.Holders[1].Permits != 2 || js.Holders[1].Owner == nil || *js.Holders[1].Owner != "worker-b" {
+		t.Errorf("status --semaphore --json = %s (%v)", out, err)
+	}
+
+	r := hold(t, c, "doc", locker.Read(), locker.Label("reader"))
+	if _, out, _ := ctl("list", "--rw", "--backend", u); !regexp.MustCompile(fmt.Sprintf(`\ndoc +reader +%d +read +`, r.Fence())).MatchString(out) {
+		t.Errorf("list --rw:\n%s", out)
+	}
+	if _, out, _ := ctl("list", "--semaphore", "--backend", u); strings.Count(out, "\npool ") != 2 {
+		t.Errorf("list --semaphore, want a row per holder:\n%s", out)
+	}
+
+	// release --force: --fence is required, another fence changes nothing,
+	// the right one frees that holder alone.
+	if code, _, errs := ctl("release", "--force", "--semaphore", "--backend", u, "pool"); code != exitUsage || !strings.Contains(errs, "need --fence N") {
+		t.Errorf("release --semaphore without --fence: exit %d, %q", code, errs)
+	}
+	if code, out, _ := ctl("release", "--force", "--semaphore", "--fence", fmt.Sprint(b.Fence()+100), "--backend", u, "pool"); code != exitFree || !strings.Contains(out, "nothing changed") {
+		t.Errorf("release under another fence: exit %d, %q", code, out)
+	}
+	code, out, errs = ctl("release", "--force", "--semaphore", "--fence", fmt.Sprint(b.Fence()), "--backend", u, "pool")
+	if code != 0 || !strings.Contains(out, `removed the holder of 2 permits with owner "worker-b"`) {
+		t.Errorf("release --semaphore --fence: exit %d, %q, %q", code, out, errs)
+	}
+	if err := b.Refresh(context.Background()); !errors.Is(err, locker.ErrNotHeld) && !errors.Is(err, locker.ErrLost) {
+		t.Errorf("the removed holder's Refresh = %v, want the loss", err)
+	}
+	if err := a.Refresh(context.Background()); err != nil {
+		t.Errorf("the other holder's Refresh = %v", err)
+	}
+	if code, _, errs := ctl("status", "--semaphore", "--rw", "--backend", u, "pool"); code != exitUsage || !strings.Contains(errs, "pick one") {
+		t.Errorf("status --semaphore --rw: exit %d, %q", code, errs)
+	}
+}
