@@ -226,11 +226,11 @@ func holder(s locker.State) string {
 // other field only when the store reported it (and, for owner, fence and
 // ttl_ms, only when the lock is held).
 type jsonState struct {
-	Name    string   `json:"name"`
-	Held    bool     `json:"held"`
-	Owner   *string  `json:"owner,omitempty"`
-	Fence   *uint64  `json:"fence,omitempty"`
-	TTLMs   *int64   `json:"ttl_ms,omitempty"`
+	Name    string       `json:"name"`
+	Held    bool         `json:"held"`
+	Owner   *string      `json:"owner,omitempty"`
+	Fence   *uint64      `json:"fence,omitempty"`
+	TTLMs   *int64       `json:"ttl_ms,omitempty"`
 	Waiters *int         `json:"waiters,omitempty"`
 	Queue   []string     `json:"queue,omitempty"`
 	Limit   *int         `json:"limit,omitempty"`
