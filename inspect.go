@@ -190,6 +190,42 @@ func (c *Client) ForceRelease(ctx context.Context, name string, fence uint64, op
 	return c.state(s), nil
 }
 
+// Resize sets the limit of the semaphore name to limit, 1 to MaxLimit,
+// while it is in use, until the next Resize; limit 0 removes the limit
+// Resize set. While one stands, every acquisition of the semaphore is
+// judged under it, whatever its Semaphore(n) says (a claim of more
+// Permits than it fails with ErrLimitMismatch), and holders above a
+// lowered limit keep their permits until they release: new grants wait
+// until the holders are within it. A raised limit lets waiters in at
+// once. The store keeps the limit without expiry, one record per resized
+// semaphore, until Resize(ctx, name, 0), after which acquisitions' own
+// limits rule again. It returns ErrInvalidLimit for
+// a limit out of range, and ErrUnsupported when the backend cannot keep
+// a limit, before any network call.
+func (c *Client) Resize(ctx context.Context, name string, limit int) error {
+	const op = "resize"
+	if err := CheckName(name); err != nil {
+		return fmt.Errorf("locker: %s: %w", op, err)
+	}
+	if limit != 0 {
+		if err := CheckLimit(limit); err != nil {
+			return fmt.Errorf("locker: %s %q: %w", op, name, err)
+		}
+	}
+	rs, ok := backend.As[backend.Resizer](c.drv)
+	if !ok {
+		return fmt.Errorf("locker: %s %q: %w: the backend cannot keep a semaphore's limit", op, name, ErrUnsupported)
+	}
+	_, err := inspectCall(c, ctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, rs.Resize(ctx, backend.Key(c.cfg.namespace, name), limit)
+	})
+	if err != nil {
+		return fmt.Errorf("locker: %s %q to %d: %w", op, name, limit, err)
+	}
+	c.released(objectOf(backend.Key(c.cfg.namespace, name), backend.Permit)) // a raised limit: this Client's waiters try
+	return nil
+}
+
 // holderLookup bounds the look at who holds a lock for a refusal's
 // message: a wait that ran out of time returns late by at most that, as a
 // driver may after a context ends (backend.CancelGrace).

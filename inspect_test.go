@@ -35,6 +35,20 @@ func TestOperatorCallsTypedErrors(t *testing.T) {
 	if _, err := c.ForceRelease(ctx, "free", 1); !errors.Is(err, locker.ErrNotHeld) {
 		t.Errorf("ForceRelease of a free lock = %v, want ErrNotHeld", err)
 	}
+	if _, err := c.ForceRelease(ctx, "free", 1, locker.Semaphore(0)); !errors.Is(err, locker.ErrNotHeld) {
+		t.Errorf("ForceRelease of a free semaphore = %v, want ErrNotHeld", err)
+	}
+	if st, err := c.Inspect(ctx, "free", locker.Write()); err != nil || st.Held || !st.Known.Has(locker.KnowsHolders) {
+		t.Errorf("Inspect of a free read-write lock = %+v, %v", st, err)
+	}
+	for _, n := range []int{-1, locker.MaxLimit + 1} {
+		if err := c.Resize(ctx, "x", n); !errors.Is(err, locker.ErrInvalidLimit) {
+			t.Errorf("Resize to %d = %v, want ErrInvalidLimit", n, err)
+		}
+	}
+	if err := c.Resize(ctx, "", 2); !errors.Is(err, locker.ErrInvalidName) {
+		t.Errorf("Resize of \"\" = %v, want ErrInvalidName", err)
+	}
 
 	bare, err := locker.New(plain{memDriver(memlock.NewStore())})
 	if err != nil {
@@ -49,6 +63,9 @@ func TestOperatorCallsTypedErrors(t *testing.T) {
 	}
 	if _, err := bare.ForceRelease(ctx, "x", 1); !errors.Is(err, locker.ErrUnsupported) {
 		t.Errorf("ForceRelease without a Breaker = %v, want ErrUnsupported", err)
+	}
+	if err := bare.Resize(ctx, "x", 2); !errors.Is(err, locker.ErrUnsupported) {
+		t.Errorf("Resize without a Resizer = %v, want ErrUnsupported", err)
 	}
 	c.Close()
 	if _, err := c.Inspect(ctx, "x"); !errors.Is(err, locker.ErrClosed) {

@@ -202,7 +202,8 @@ func AutoRefresh(on bool) LockOption { return func(c *lockConfig) { c.noAuto = !
 // lock of one name are three separate things. All holders must agree on
 // limit: a claim with another limit than the held permits' fails with
 // ErrLimitMismatch; once every permit is free, the next claim's limit
-// holds. limit is 1 to MaxLimit (ErrInvalidLimit otherwise). With
+// holds. A limit set by Client.Resize overrides limit while it stands.
+// limit is 1 to MaxLimit (ErrInvalidLimit otherwise). With
 // Reentrant, one key holds one claim (one permit, or Permits), re-entrantly. A backend without semaphores
 // returns ErrUnsupported before any network call.
 func Semaphore(limit int) LockOption {

@@ -1,6 +1,9 @@
 package backend
 
-import "strconv"
+import (
+	"context"
+	"strconv"
+)
 
 // Mode is what a Claim asks for on its Key. A key names three separate
 // objects, one per kind: a lock (Exclusive), a semaphore (Permit) and a
@@ -75,7 +78,8 @@ const MaxLimit = 10000
 //     token, refreshed and released whole. All of a semaphore's permits
 //     carry one limit: a claim whose Limit differs from that of the held
 //     permits fails with ErrLimitMismatch and leaves nothing; once none
-//     is held, the next claim's limit holds.
+//     is held, the next claim's limit holds. A limit set by Resizer.Resize
+//     overrides every claim's Limit while it stands (see Resizer).
 //   - Read: granted while no unexpired writer holds the key and no other
 //     writer waits (below).
 //   - Write: granted while no unexpired reader or writer holds the key.
@@ -93,6 +97,23 @@ const MaxLimit = 10000
 //     writer stops trying without the lock.
 type Modal interface {
 	Modes() ModeSet
+}
+
+// Resizer is implemented by Modal drivers whose store keeps a limit that
+// an operator sets on a semaphore in use.
+type Resizer interface {
+	// Resize sets the limit of key's semaphore to limit, 1 to MaxLimit,
+	// until the next Resize; limit 0 removes the limit Resize set. While
+	// one stands, every Permit claim of key is judged under it whatever
+	// its own Limit (never ErrLimitMismatch, unless the claim's Weight
+	// exceeds it), holders above it keep their permits until they release
+	// or expire, and Inspect reports it as State.Limit. It is kept in the
+	// store without expiry: one record per resized semaphore, until
+	// removed. Once it is removed, claims' own Limits rule again: while
+	// permits granted under it are held, a claim whose Limit differs from
+	// theirs may fail with ErrLimitMismatch. A raised limit wakes waiters
+	// as a release does.
+	Resize(ctx context.Context, key string, limit int) error
 }
 
 // Weigher is implemented by Modal drivers that take Permit claims of any

@@ -81,6 +81,8 @@ var brokenVariants = map[string][]string{
 	"list-ignores-prefix": {"ListFindsHeldLocks"},
 	// Break removes whoever holds the key, whatever the fence.
 	"break-ignores-fence": {"ForceReleaseFencesAndSignals"},
+	// Resize answers as if it kept the limit, and keeps nothing.
+	"resize-ignored": {"SemaphoreResized"},
 	// Break of one permit, reader or writer frees every holder of the
 	// object.
 	"break-frees-every-holder": {"SemaphoreHoldersSeenAndBroken", "RWHoldersSeenAndBroken"},
@@ -487,6 +489,13 @@ func (d *brokenDriver) List(ctx context.Context, prefix string, m backend.Mode) 
 		prefix = ""
 	}
 	return d.Driver.List(ctx, prefix, m)
+}
+
+func (d *brokenDriver) Resize(ctx context.Context, key string, limit int) error {
+	if d.h.variant == "resize-ignored" {
+		return nil
+	}
+	return d.Driver.Resize(ctx, d.h.mapKey(key), limit)
 }
 
 func (d *brokenDriver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {

@@ -82,6 +82,7 @@ var cases = []testCase{
 	{"SemaphoreWeightsRefused", false, (*suite).semWeightsRefused},
 	{"SemaphoreWeightsFIFO", false, (*suite).semWeightsFIFO},
 	{"SemaphoreHoldersSeenAndBroken", false, (*suite).semHolders},
+	{"SemaphoreResized", false, (*suite).semResize},
 	{"RWReadersShareWriterExcludes", false, (*suite).rwShare},
 	{"RWCounterUnderContention", false, (*suite).rwCounter},
 	{"RWWriterNotStarved", false, (*suite).rwNotStarved},

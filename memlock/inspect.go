@@ -69,7 +69,11 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	} else if e, ok := s.held(key, now); ok {
 		return e.state(key, now), nil
 	}
-	return backend.State{Key: key, Mode: m, Known: knownOf(m)}, nil
+	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
+	if m == backend.Permit {
+		st.Limit = s.limits[key]
+	}
+	return st, nil
 }
 
 // List implements backend.Lister.

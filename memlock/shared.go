@@ -1,6 +1,7 @@
 package memlock
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -67,15 +68,21 @@ func (s *Store) tryShared(c backend.Claim, now time.Time) (backend.Grant, error)
 	}
 	switch c.Mode {
 	case backend.Permit:
-		if len(sh.holders) > 0 && sh.limit != c.Limit {
+		limit := c.Limit
+		if r := s.limits[c.Key]; r > 0 {
+			if max(c.Weight, 1) > r {
+				return backend.Grant{}, fmt.Errorf("memlock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, c.Weight, r)
+			}
+			limit = r
+		} else if len(sh.holders) > 0 && sh.limit != c.Limit {
 			return backend.Grant{}, fmt.Errorf("memlock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, sh.limit, c.Limit)
 		}
 		// A token that holds already (a retry) is counted once.
 		w := max(c.Weight, 1) - sh.holders[c.Token].weight
-		if sh.used+w > c.Limit {
+		if sh.used+w > limit {
 			return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 		}
-		sh.limit = c.Limit
+		sh.limit = limit
 		sh.used += w
 	case backend.Read:
 		if sh.writer != "" || sh.waiting != "" && sh.waiting != c.Token {
@@ -140,5 +147,25 @@ func (s *Store) releaseShared(c backend.Claim, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 	}
+	return nil
+}
+
+// Resize implements backend.Resizer.
+func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit == 0 {
+		delete(s.limits, key)
+		return nil
+	}
+	s.limits[key] = limit
+	if sh := s.live(object{key, backend.Permit}, time.Now()); sh != nil {
+		sh.limit = limit
+	}
+	s.notify(key) // a higher limit may let waiters in
 	return nil
 }

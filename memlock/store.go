@@ -21,6 +21,8 @@ type Store struct {
 	objects map[object]*shared
 	// queues are the waiters of FairDrivers, per name (fair.go).
 	queues map[object][]*ticket
+	// limits are the semaphores' limits set by Resize, per key.
+	limits map[string]int
 }
 
 type entry struct {
@@ -38,6 +40,7 @@ func NewStore() *Store {
 		subs:    map[string]map[chan struct{}]struct{}{},
 		objects: map[object]*shared{},
 		queues:  map[object][]*ticket{},
+		limits:  map[string]int{},
 	}
 }
 
@@ -92,7 +95,7 @@ func (s *Store) Keeps(key string) bool {
 	for o := range s.objects {
 		ok = ok || o.key == key
 	}
-	return ok
+	return ok || s.limits[key] > 0
 }
 
 // kinds are the kinds of a key's objects.

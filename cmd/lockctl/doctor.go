@@ -37,7 +37,7 @@ Exit status: 0 sound, 1 warnings, 2 unsafe, or an error before the checks
 const clockWarn = time.Second
 
 func doctorCmd(args []string, global backendFlag, stdout, stderr io.Writer) int {
-	o := newOpsFlags("doctor", global, true)
+	o := newOpsFlags("doctor", global, true, false)
 	var ttl time.Duration
 	o.fs.duration(&ttl, "ttl", locker.DefaultTTL, "the lock TTL in use, for the checks that weigh settings against it")
 	operands, code, ok := o.parse(args, stdout, stderr, doctorUsage)

@@ -72,3 +72,38 @@ func TestHolders(t *testing.T) {
 		t.Errorf("status --semaphore --rw: exit %d, %q", code, errs)
 	}
 }
+
+// TestResize: lockctl resize lowers a semaphore in use (its holders keep
+// their permits), removes the limit with 0, and refuses bad input before
+// connecting.
+func TestResize(t *testing.T) {
+	t.Parallel()
+	store, c := memStore(t)
+	u := "mem://" + store
+	sem := locker.Semaphore(3)
+	for range 3 {
+		hold(t, c, "pool", sem)
+	}
+	code, out, errs := ctl("resize", "--backend", u, "pool", "2")
+	if code != 0 || errs != "" || !strings.Contains(out, "pool: limit 2, until the next resize") || !strings.Contains(out, "3 of 2 permits held") {
+		t.Errorf("resize to 2: exit %d, %q, %q", code, out, errs)
+	}
+	if _, err := c.TryAcquire(context.Background(), "pool", locker.Semaphore(5)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Errorf("a claim of a semaphore resized below its holders = %v, want ErrNotAcquired", err)
+	}
+	if code, out, _ := ctl("resize", "--backend", u, "pool", "0"); code != 0 || !strings.Contains(out, "removed") {
+		t.Errorf("resize to 0: exit %d, %q", code, out)
+	}
+	for _, args := range [][]string{{"pool"}, {"pool", "-1"}, {"pool", "10001"}, {"pool", "x"}, {"a\x00b", "2"}} {
+		code, out, errs := ctl(append([]string{"resize", "--backend", "redis://127.0.0.1:1/0"}, args...)...)
+		if code != exitUsage || out != "" {
+			t.Errorf("resize %q: exit %d, stdout %q; want %d", args, code, out, exitUsage)
+		}
+		oneLine(t, fmt.Sprintf("resize %q", args), errs, "resize")
+	}
+	code, _, errs = ctl("resize", "--backend", "memplain://"+store, "pool", "2")
+	if code != exitUsage {
+		t.Errorf("resize on a backend without Resize: exit %d", code)
+	}
+	oneLine(t, "resize without Resize", errs, "cannot keep a semaphore's limit")
+}

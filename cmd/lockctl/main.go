@@ -215,7 +215,9 @@ const usage = `usage:
                                                run COMMAND under the lock NAME (or all NAMEs)
   lockctl status [--json] NAME                 who holds NAME (exit 0 held, 1 free)
   lockctl list [--json] [PREFIX]               the held locks
+  lockctl status --semaphore | --rw NAME       a semaphore's or read-write lock's holders
   lockctl release --force [--fence N] NAME     break-glass: remove a stuck holder
+  lockctl resize NAME N                        set the limit of the semaphore NAME in use
   lockctl doctor [--ttl D] [--json]            what in the deployment could break a lock
   lockctl backends                             the backends' URL forms
   lockctl bench [--backends URL,URL,...] [--json FILE] [--svg FILE] [...]
@@ -271,6 +273,8 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 		return listCmd(args[1:], b, stdout, stderr)
 	case "release":
 		return releaseCmd(args[1:], b, stdout, stderr)
+	case "resize":
+		return resizeCmd(args[1:], b, stdout, stderr)
 	case "version":
 		return versionCmd(args[1:], stdout, stderr)
 	case "backends":
@@ -284,7 +288,7 @@ func lockctl(args []string, stdout, stderr io.Writer) int {
 		global.printFlags(stdout)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, doctor, backends, bench or version)\n", args[0])
+		fmt.Fprintf(stderr, "lockctl: unknown command %q (want run, status, list, release, resize, doctor, backends, bench or version)\n", args[0])
 		return exitUsage
 	}
 }

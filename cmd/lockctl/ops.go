@@ -51,12 +51,16 @@ type opsFlags struct {
 	rw        bool
 }
 
-func newOpsFlags(cmd string, global backendFlag, withJSON bool) *opsFlags {
+// newOpsFlags returns the flags of cmd; withObjects adds --semaphore
+// and --rw.
+func newOpsFlags(cmd string, global backendFlag, withJSON, withObjects bool) *opsFlags {
 	o := &opsFlags{fs: newFlagSet("lockctl " + cmd), backend: global}
 	o.fs.Var(&o.backend, "backend", "the lock store's `URL` (default $LOCKER_URL, else this host only)")
 	o.fs.duration(&o.timeout, "timeout", 10*time.Second, "bound on connecting to the backend and on each call to it")
-	o.fs.BoolVar(&o.semaphore, "semaphore", false, "the semaphore NAME (lockctl run --limit), not the lock: each permit's holder")
-	o.fs.BoolVar(&o.rw, "rw", false, "the read-write lock NAME (lockctl run -s, -x), not the lock: each reader and the writer")
+	if withObjects {
+		o.fs.BoolVar(&o.semaphore, "semaphore", false, "the semaphore NAME (lockctl run --limit), not the lock: each permit's holder")
+		o.fs.BoolVar(&o.rw, "rw", false, "the read-write lock NAME (lockctl run -s, -x), not the lock: each reader and the writer")
+	}
 	if withJSON {
 		o.fs.BoolVar(&o.json, "json", false, "print JSON (fields listed above)")
 	}
@@ -314,7 +318,7 @@ Exit status: 0 held, 1 free, 2 error.
 
 func statusCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
 	const cmd = "status"
-	f := newOpsFlags(cmd, globalBackend, true)
+	f := newOpsFlags(cmd, globalBackend, true, true)
 	operands, code, ok := f.parse(args, stdout, stderr, statusHelp)
 	if !ok {
 		return code
@@ -460,7 +464,7 @@ Exit status: 0 listed (even none), 2 error.
 
 func listCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
 	const cmd = "list"
-	f := newOpsFlags(cmd, globalBackend, true)
+	f := newOpsFlags(cmd, globalBackend, true, true)
 	operands, code, ok := f.parse(args, stdout, stderr, listHelp)
 	if !ok {
 		return code
@@ -549,7 +553,7 @@ or the holder changed); 2 error.
 
 func releaseCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
 	const cmd = "release"
-	f := newOpsFlags(cmd, globalBackend, false)
+	f := newOpsFlags(cmd, globalBackend, false, true)
 	force := f.fs.Bool("force", false, "remove another holder's lock (break-glass); required")
 	fenceArg := f.fs.String("fence", "", "remove the holder only if its fence is `N` (as lockctl status showed it)")
 	operands, code, ok := f.parse(args, stdout, stderr, releaseHelp)
@@ -761,5 +765,66 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 		line += " " + v.Time
 	}
 	fmt.Fprintf(stdout, "%s %s %s\n", line, v.Go, v.Platform)
+	return 0
+}
+
+const resizeHelp = `usage: lockctl resize [--backend URL] [--timeout D] NAME N
+
+Sets the limit of the semaphore NAME (lockctl run --limit) to N while it is
+in use, whatever limit its runs ask for, until the next resize; N 0 removes
+it, and the runs' own --limit rules again. Holders above a lowered limit
+keep their permits until they finish; new runs wait until the holders are
+within it. A raised limit lets waiting runs in at once. Then it prints the
+semaphore's state, as lockctl status --semaphore does.
+
+Exit status: 0 set; 2 error.
+
+`
+
+func resizeCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer) int {
+	const cmd = "resize"
+	f := newOpsFlags(cmd, globalBackend, false, false)
+	operands, code, ok := f.parse(args, stdout, stderr, resizeHelp)
+	if !ok {
+		return code
+	}
+	const use = "lockctl resize [flags] NAME N"
+	if len(operands) != 2 {
+		errorf(stderr, cmd, "want NAME and N, got %d operands (usage: %s)", len(operands), use)
+		return exitUsage
+	}
+	name, err := oneName(operands[:1], use)
+	if err != nil {
+		errorf(stderr, cmd, "%v", err)
+		return exitUsage
+	}
+	n, err := strconv.Atoi(operands[1])
+	if err != nil || n != 0 && locker.CheckLimit(n) != nil {
+		errorf(stderr, cmd, "N %q: want 1 to %d, or 0 to remove the limit resize set", operands[1], locker.MaxLimit)
+		return exitUsage
+	}
+	p := f.open(cmd, stdout, stderr)
+	if p == nil {
+		return exitUsage
+	}
+	defer p.client.Close()
+	return p.resize(name, n)
+}
+
+func (p *ops) resize(name string, n int) int {
+	ctx, cancel := p.ctx()
+	defer cancel()
+	if err := p.client.Resize(ctx, name, n); err != nil {
+		return p.fail(err, "cannot keep a semaphore's limit")
+	}
+	if n == 0 {
+		fmt.Fprintf(p.stdout, "%s: the limit set by resize is removed; the runs' own --limit rules again\n", show(name))
+	} else {
+		fmt.Fprintf(p.stdout, "%s: limit %d, until the next resize\n", show(name), n)
+	}
+	sem := locker.Semaphore(0)
+	if s, err := p.client.Inspect(ctx, name, sem); err == nil {
+		printHolders(p.stdout, s, "semaphore", p.store)
+	}
 	return 0
 }
