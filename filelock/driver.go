@@ -81,9 +81,7 @@ func (d *Driver) Dir() string { return d.dir }
 const maxBase = 200
 
 // Path returns the state file of key.
-func (d *Driver) Path(key string) string {
-	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+".lock")
-}
+func (d *Driver) Path(key string) string { return d.objectPath(key, backend.Exclusive) }
 
 // DefaultDir is the directory lockctl uses when no backend is configured:
 // "lockctl" in the user's cache directory, or in the temporary directory

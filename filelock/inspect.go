@@ -1,6 +1,7 @@
 package filelock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,11 +26,57 @@ func (d *Driver) state(key string, r *record, now int64) backend.State {
 	return backend.State{Key: key, Held: true, Owner: r.owner, Fence: r.fence, TTL: time.Duration(r.expires - now), Known: known}
 }
 
-// Inspect implements backend.Inspector: it reads the key's file under its
-// flock, without changing it.
+// objectState describes the holders of o, key's object of mode m, as
+// pruned at now, by fence: an object file records each holder's owner,
+// fence and expiry, and a semaphore's limit.
+func objectState(key string, m backend.Mode, o *object, now int64) backend.State {
+	st := backend.State{Key: key, Mode: m, Held: len(o.holders) > 0, Known: known | backend.KnowsHolders}
+	if m == backend.Permit {
+		st.Known |= backend.KnowsLimit
+		if st.Held {
+			st.Limit = o.limit
+		}
+	}
+	for _, h := range o.holders {
+		st.Holders = append(st.Holders, backend.Holder{Mode: h.mode, Owner: h.owner, Fence: h.fence, TTL: time.Duration(h.expires - now), Weight: h.weight})
+	}
+	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	return st
+}
+
+// viewObject reads the object file path under its flock, without
+// changing it, and prunes its expired entries; a missing file is an empty
+// object.
+func (d *Driver) viewObject(ctx context.Context, path string) (object, int64, error) {
+	f, err := openLocked(ctx, path, false)
+	if errors.Is(err, errNoFile) {
+		return object{}, 0, nil
+	}
+	if err != nil {
+		return object{}, 0, err
+	}
+	defer f.Close()
+	o, _, err := d.readObject(f.File, path)
+	now := d.clk.now()
+	o.prune(now)
+	return o, now, err
+}
+
+// Inspect implements backend.Inspector: it reads the key's file (its
+// lock's, semaphore's or read-write lock's) under its flock, without
+// changing it.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if m = backend.Object(m); m != backend.Exclusive {
+		ctx, leave, err := d.gate.Enter(ctx)
+		if err != nil {
+			return backend.State{}, fmt.Errorf("filelock: %w", err)
+		}
+		defer leave()
+		o, now, err := d.viewObject(ctx, d.objectPath(key, m))
+		if err != nil {
+			return backend.State{}, err
+		}
+		return objectState(key, m, &o, now), nil
 	}
 	var st backend.State
 	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
@@ -42,12 +89,10 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	return st, err
 }
 
-// List implements backend.Lister: it reads every lock file of the
-// directory, each under its flock, and keeps the held ones.
+// List implements backend.Lister: it reads every file of the directory
+// of an object of mode m, each under its flock, and keeps the held ones.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if m != backend.Exclusive {
-		return nil, backend.ErrUnsupported
-	}
+	m = backend.Object(m)
 	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: %w", err)
@@ -59,11 +104,11 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	}
 	var out []backend.State
 	for _, e := range entries {
-		base, ok := strings.CutSuffix(e.Name(), ".lock")
+		base, ok := strings.CutSuffix(e.Name(), suffixOf(m))
 		if !ok || !e.Type().IsRegular() {
-			continue // the fence counter's files, or not ours
+			continue // another object's, the fence counter's, or not ours
 		}
-		st, err := d.listOne(ctx, base)
+		st, err := d.listOne(ctx, base, m)
 		if err != nil {
 			return nil, err
 		}
@@ -75,52 +120,83 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	return out, nil
 }
 
-// listOne reads the lock file base+".lock". Its key is the one the file
-// records or, in a file of an older version, its name unescaped; a file
-// that names no key (an older version's, with a shortened name, until its
-// next write) is left out, as is one whose key does not give its name.
-func (d *Driver) listOne(ctx context.Context, base string) (backend.State, error) {
-	path := filepath.Join(d.dir, base+".lock")
-	f, err := openLocked(ctx, path, false)
-	if errors.Is(err, errNoFile) {
-		return backend.State{}, nil // released meanwhile
-	}
-	if err != nil {
-		return backend.State{}, err
-	}
-	defer f.Close()
-	r, key, _, err := readFile(f.File, path)
-	if err != nil {
-		return backend.State{}, err
+// listOne reads the file of base's object of mode m. Its key is the one
+// the file records or, in a file of an older version, its name unescaped;
+// a file that names no key (an older version's, with a shortened name,
+// until its next write) is left out, as is one whose key does not give
+// its name.
+func (d *Driver) listOne(ctx context.Context, base string, m backend.Mode) (backend.State, error) {
+	path := filepath.Join(d.dir, base+suffixOf(m))
+	var st backend.State
+	var key string
+	if m == backend.Exclusive {
+		r, k, err := d.viewLock(ctx, path)
+		if err != nil {
+			return backend.State{}, err
+		}
+		st, key = d.state("", &r, d.clk.now()), k
+	} else {
+		o, now, err := d.viewObject(ctx, path)
+		if err != nil {
+			return backend.State{}, err
+		}
+		st, key = objectState("", m, &o, now), o.key
 	}
 	if key == "" && !strings.Contains(base, "~") {
 		// EscapeKey escapes '~': only a shortened name has one.
 		key, _ = url.PathUnescape(base)
 	}
-	if key == "" || d.Path(key) != path {
+	if key == "" || d.objectPath(key, m) != path {
 		return backend.State{}, nil
 	}
-	return d.state(key, &r, d.clk.now()), nil
+	st.Key = key
+	return st, nil
 }
 
-// Break implements backend.Breaker: it frees the lock as a release does
-// (see Operators in docs/backends/filelock.md) if its holder's fence is
-// fence.
-func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+// viewLock reads the lock file path under its flock, and the key it
+// records; a missing file is a free lock.
+func (d *Driver) viewLock(ctx context.Context, path string) (record, string, error) {
+	f, err := openLocked(ctx, path, false)
+	if errors.Is(err, errNoFile) {
+		return record{}, "", nil // released meanwhile
 	}
+	if err != nil {
+		return record{}, "", err
+	}
+	defer f.Close()
+	r, key, _, err := readFile(f.File, path)
+	return r, key, err
+}
+
+// Break implements backend.Breaker: it frees the grant, as a release does
+// (see Operators in docs/backends/filelock.md), if its fence is fence:
+// the lock's holder, or one holder of the semaphore or read-write lock.
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	notHeld := fmt.Errorf("filelock: %w", backend.ErrNotHeld)
 	var st backend.State
-	var wake *os.File
-	err := d.update(ctx, key, false, func(r *record, now int64) (what change, _ error) {
-		if !d.live(r, now) || r.fence != fence {
-			return keep, fmt.Errorf("filelock: %w", backend.ErrNotHeld)
-		}
-		st = d.state(key, r, now)
-		what, wake = d.free(key, r, now)
-		return what, nil
-	})
-	closeWake(wake)
+	var err error
+	if m = backend.Object(m); m != backend.Exclusive {
+		err = d.updateObject(ctx, backend.Claim{Key: key, Mode: m}, false, func(o *object, now int64) (bool, error) {
+			i := slices.IndexFunc(o.holders, func(h holder) bool { return h.fence == fence })
+			if i < 0 {
+				return false, notHeld
+			}
+			st = objectState(key, m, &object{limit: o.limit, holders: o.holders[i : i+1]}, now)
+			o.holders = slices.Delete(o.holders, i, i+1)
+			return true, nil
+		})
+	} else {
+		var wake *os.File
+		err = d.update(ctx, key, false, func(r *record, now int64) (what change, _ error) {
+			if !d.live(r, now) || r.fence != fence {
+				return keep, notHeld
+			}
+			st = d.state(key, r, now)
+			what, wake = d.free(key, r, now)
+			return what, nil
+		})
+		closeWake(wake)
+	}
 	if err != nil {
 		return backend.State{}, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -24,13 +25,21 @@ const (
 	rwSuffix  = "%.rw"
 )
 
-// objectPath returns the file of the object c's mode belongs to.
+// objectPath returns the file of key's object of mode m: its lock's, its
+// semaphore's or its read-write lock's.
 func (d *Driver) objectPath(key string, m backend.Mode) string {
-	suffix := semSuffix
-	if m != backend.Permit {
-		suffix = rwSuffix
+	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+suffixOf(m))
+}
+
+// suffixOf is what the file of an object of mode m adds to the escaped key.
+func suffixOf(m backend.Mode) string {
+	switch m {
+	case backend.Exclusive:
+		return ".lock"
+	case backend.Permit:
+		return semSuffix
 	}
-	return filepath.Join(d.dir, backend.ShortKey(key, maxBase)+suffix)
+	return rwSuffix
 }
 
 // An object file is a header at offset 0 that points to the current body
@@ -43,7 +52,7 @@ const (
 	objHeader  = 40
 	objBodyHdr = 48
 	objEntry   = 32 + 8 + 8 + 4 + 1 + 1
-	objMaxBody = objBodyHdr + backend.MaxLimit*(objEntry+maxOwner+2)
+	objMaxBody = objBodyHdr + backend.MaxLimit*(objEntry+maxOwner+2) + keyHeader + backend.MaxKeyLen
 )
 
 var objMagic = [4]byte{'L', 'K', 'O', '1'}
@@ -67,6 +76,9 @@ type object struct {
 	holders []holder
 	waitTok [32]byte // the waiting writer, valid while waitExp is live
 	waitExp int64
+	// key is recorded only where the file name is shortened (a hash),
+	// which List cannot turn back into the key.
+	key string
 }
 
 func (o *object) find(tok [32]byte) int {
@@ -87,11 +99,11 @@ func (o *object) prune(now int64) {
 	}
 }
 
-// weighted reports whether a holder of o takes more than one permit: only
-// then does its body end with the holders' weights (an older reader,
-// which stops after the holders, counts each as one).
+// weighted reports whether o's body has the holders' weights after them:
+// only when one takes more than one permit (an older reader, which stops
+// after the holders, counts each as one), or the key follows them.
 func (o *object) weighted() bool {
-	return slices.ContainsFunc(o.holders, func(h holder) bool { return h.weight > 1 })
+	return o.key != "" || slices.ContainsFunc(o.holders, func(h holder) bool { return h.weight > 1 })
 }
 
 func encodeBody(o *object) []byte {
@@ -102,6 +114,11 @@ func encodeBody(o *object) []byte {
 	weighted := o.weighted()
 	if weighted {
 		n += 2 * len(o.holders)
+	}
+	var key []byte
+	if o.key != "" {
+		key = encodeKey(o.key)
+		n += len(key)
 	}
 	b := make([]byte, n)
 	le := binary.LittleEndian
@@ -125,6 +142,7 @@ func encodeBody(o *object) []byte {
 		for i, h := range o.holders {
 			le.PutUint16(p[2*i:], uint16(h.weight))
 		}
+		copy(p[2*len(o.holders):], key)
 	}
 	return b
 }
@@ -160,6 +178,7 @@ func decodeBody(b []byte) (object, bool) {
 		for i := range o.holders {
 			o.holders[i].weight = max(int(le.Uint16(p[2*i:])), 1)
 		}
+		o.key, _ = decodeKey(p[2*count:])
 	}
 	return o, true
 }
@@ -256,6 +275,9 @@ func (d *Driver) lockedObject(ctx context.Context, c backend.Claim, create bool,
 	o, cur, err := d.readObject(f.File, path)
 	if err != nil {
 		return err
+	}
+	if strings.ContainsRune(filepath.Base(path), '~') {
+		o.key = c.Key // EscapeKey escapes '~': only a shortened name has one
 	}
 	now := d.clk.now()
 	before, waited := len(o.holders), o.waitExp

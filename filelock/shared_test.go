@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -423,5 +425,76 @@ func TestObjectWeights(t *testing.T) {
 	}
 	if got, ok := decodeBody(plain); !ok || got.holders[0].weight != 1 || got.holders[1].weight != 1 {
 		t.Fatalf("decoded %+v (ok %v), want weights 1", got.holders, ok)
+	}
+}
+
+// List names a semaphore or read-write lock whose file name is shortened
+// (a hash) by the key its body records, and one of an older version (no
+// recorded key) not at all, until its next write records it.
+func TestListObjectsLongKeys(t *testing.T) {
+	d, err := New(t.TempDir(), WithSync(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	long := "ns/" + strings.Repeat("ü", 150)
+	for _, m := range []backend.Mode{backend.Permit, backend.Read} {
+		if !strings.Contains(filepath.Base(d.objectPath(long, m)), "~") {
+			t.Fatal("the long key's file name is not shortened")
+		}
+		claims := []backend.Claim{
+			{Key: long, Token: "t", TTL: time.Minute, Owner: "o", Mode: m, Limit: 2},
+			{Key: "ns/short", Token: "t", TTL: time.Minute, Owner: "o", Mode: m, Limit: 2},
+		}
+		for _, c := range claims {
+			if _, err := d.TryAcquire(ctx(t), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keys := func() []string {
+			t.Helper()
+			got, err := d.List(ctx(t), "ns/", m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ks []string
+			for _, st := range got {
+				if !st.Held || st.Mode != m || len(st.Holders) != 1 || st.Holders[0].Owner != "o" {
+					t.Errorf("List(%v): %+v", m, st)
+				}
+				ks = append(ks, st.Key)
+			}
+			return ks
+		}
+		if got := keys(); !slices.Equal(got, []string{"ns/short", long}) {
+			t.Fatalf("List(%v) = %q", m, got)
+		}
+		// The long key's file as an older version wrote it: no key.
+		path := d.objectPath(long, m)
+		f, err := openLocked(ctx(t), path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, cur, err := d.readObject(f.File, path)
+		if err == nil {
+			o.key = ""
+			err = d.writeObject(f.File, path, &o, cur)
+		}
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(); !slices.Equal(got, []string{"ns/short"}) {
+			t.Fatalf("List(%v) of an older file = %q, want the short key only", m, got)
+		}
+		if err := d.Refresh(ctx(t), claims[0]); err != nil {
+			t.Fatal(err)
+		}
+		if got := keys(); !slices.Equal(got, []string{"ns/short", long}) {
+			t.Fatalf("List(%v) after a refresh = %q", m, got)
+		}
+		if got, err := d.List(ctx(t), "ns/", backend.Exclusive); err != nil || len(got) != 0 {
+			t.Fatalf("List of locks = %+v, %v: no lock is held", got, err)
+		}
 	}
 }

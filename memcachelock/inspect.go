@@ -12,6 +12,15 @@ import (
 // has left, and the value keeps no deadline: no TTL. Waiters keep no
 // entry of their own (at most a mark in the holder's item): no queue. There is no List: memcached cannot enumerate its keys.
 
+// errNoHolders refuses to inspect or break a semaphore or a read-write
+// lock, before any request. Their slot items hold a token (and a permit's
+// limit), not a fence nor an owner: the fence is drawn from the object's
+// counter after the add and told only to the acquirer. So no holder could
+// be shown with its fence, and no fence names the item to free. Writing
+// it into the item would cost every acquisition a round trip
+// (docs/backends/memcachelock.md, Operators).
+var errNoHolders = fmt.Errorf("memcachelock: %w: the items of a semaphore's or read-write lock's holders record no fence", backend.ErrUnsupported)
+
 // state is the State of a held lock's value.
 func state(key string, v []byte) backend.State {
 	fence, _, owner := parseValue(v)
@@ -29,7 +38,7 @@ func state(key string, v []byte) backend.State {
 // does not show (see pipedMark).
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+		return backend.State{}, errNoHolders
 	}
 	ctx, done, err := d.begin(ctx, "")
 	if err != nil {
@@ -63,7 +72,7 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // nextFence).
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+		return backend.State{}, errNoHolders
 	}
 	ctx, done, err := d.begin(ctx, "")
 	if err != nil {

@@ -38,6 +38,21 @@ func TestNoWeights(t *testing.T) {
 	}
 }
 
+// Inspect and Break refuse a semaphore or a read-write lock before any
+// request (this driver has no client to send one): their holders' items
+// record no fence.
+func TestNoHolders(t *testing.T) {
+	d := &Driver{}
+	for _, m := range []backend.Mode{backend.Permit, backend.Read, backend.Write} {
+		if _, err := d.Inspect(context.Background(), "a/b", m); !errors.Is(err, backend.ErrUnsupported) {
+			t.Errorf("Inspect(%v) = %v, want ErrUnsupported", m, err)
+		}
+		if _, err := d.Break(context.Background(), "a/b", m, 1); !errors.Is(err, backend.ErrUnsupported) {
+			t.Errorf("Break(%v) = %v, want ErrUnsupported", m, err)
+		}
+	}
+}
+
 // Permits are bounded by the limit, each grant's fence is above the one
 // before, and a release frees a slot.
 func TestSemaphoreSlots(t *testing.T) {
