@@ -59,17 +59,29 @@ type qnode struct {
 // Inspect implements backend.Inspector: a listing of the queue of key's
 // object m, and a read of each node in it.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (_ backend.State, err error) {
+	if m, err = object(m); err != nil {
+		return backend.State{}, err
+	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "inspect")
 	if err != nil {
 		return backend.State{}, err
 	}
 	defer done()
-	st, err := d.objectState(ctx, key, backend.Object(m))
+	st, err := d.objectState(ctx, key, m)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	return st, nil
+}
+
+// object is the object of mode m, which Inspect, List and Break see; a
+// mode the driver does not take is refused before any request.
+func object(m backend.Mode) (backend.Mode, error) {
+	if m > backend.Write {
+		return 0, fmt.Errorf("zklock: %v: %w", m, backend.ErrUnsupported)
+	}
+	return backend.Object(m), nil
 }
 
 // objectState reads the state of key's object m: Exclusive, Permit or
@@ -266,6 +278,9 @@ func (d *Driver) get(path string) (getResult, error) {
 // semaphore's and a read-write lock's have a head before it: objectHead),
 // then each matching object's queue, a few at a time.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []backend.State, err error) {
+	if m, err = object(m); err != nil {
+		return nil, err
+	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "list")
 	if err != nil {
@@ -287,7 +302,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []b
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
-	m = backend.Object(m)
 	head := objectHead(m)
 	var keys []string
 	for _, n := range names {
@@ -335,6 +349,9 @@ var errDeleted = errors.New("the node is gone")
 // watch of the node and reports the lock lost; the waiters watching the
 // node, or the queue, look again as after a release.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (_ backend.State, err error) {
+	if m, err = object(m); err != nil {
+		return backend.State{}, err
+	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "break")
 	if err != nil {
@@ -344,7 +361,6 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	if err := d.catchUp(ctx); err != nil {
 		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
-	m = backend.Object(m)
 	var (
 		t       target
 		notHeld bool

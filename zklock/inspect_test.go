@@ -183,6 +183,9 @@ func TestInspectSharedQueue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	holder, waiter, ops := dial(t, servers), dial(t, servers), dial(t, servers)
+	if _, err := ops.Inspect(ctx, uniqueKey(t), backend.Write+1); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("Inspect of no mode = %v, want ErrUnsupported", err)
+	}
 	for _, c := range []struct {
 		m      backend.Mode
 		claims []backend.Claim // the holder's, then the waiters'
