@@ -28,25 +28,39 @@ var (
 // (another client cannot read them).
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters | backend.KnowsQueue
 
+// knownOf is what the queue of an object of mode m records: a
+// semaphore's and a read-write lock's nodes are each a grant or a waiter,
+// a permit's tag has its limit and its permits.
+func knownOf(m backend.Mode) backend.Fields {
+	switch m {
+	case backend.Exclusive:
+		return known
+	case backend.Permit:
+		return known | backend.KnowsHolders | backend.KnowsLimit
+	}
+	return known | backend.KnowsHolders
+}
+
 // readers bounds the requests Inspect and List have in flight at once: the
 // zk client pipelines them on its one connection.
 const readers = 32
 
 // qnode is one node of a queue as read.
 type qnode struct {
-	name   string
-	seq    int64
-	owner  string
-	czxid  int64
-	gone   bool // deleted between the listing and the read
-	marker bool // a lost lock's delay marker (delay.go)
+	snode          // its name, tag and sequence number
+	owner   string // its data
+	czxid   int64
+	version int32
+	gone    bool // deleted between the listing and the read
+	marker  bool // a lost lock's delay marker (delay.go)
+	holds   bool // a semaphore's or read-write lock's node that holds (holding)
 }
 
-// Inspect implements backend.Inspector: a listing of key's queue, and a
-// read of each node in it.
+// Inspect implements backend.Inspector: a listing of the queue of key's
+// object m, and a read of each node in it.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (_ backend.State, err error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if m, err = object(m); err != nil {
+		return backend.State{}, err
 	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "inspect")
@@ -54,11 +68,29 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (_ bac
 		return backend.State{}, err
 	}
 	defer done()
-	st, err := d.queueState(ctx, key)
+	st, err := d.objectState(ctx, key, m)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	return st, nil
+}
+
+// object is the object of mode m, which Inspect, List and Break see; a
+// mode the driver does not take is refused before any request.
+func object(m backend.Mode) (backend.Mode, error) {
+	if m > backend.Write {
+		return 0, fmt.Errorf("zklock: %v: %w", m, backend.ErrUnsupported)
+	}
+	return backend.Object(m), nil
+}
+
+// objectState reads the state of key's object m: Exclusive, Permit or
+// Read.
+func (d *Driver) objectState(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if m == backend.Exclusive {
+		return d.queueState(ctx, key)
+	}
+	return d.sharedState(ctx, key, m)
 }
 
 // failed is the error of a read that failed with err.
@@ -86,7 +118,7 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 		}
 		dead := deadMarkers(nodes, markers)
 		for _, m := range dead {
-			nodes = append(nodes, qnode{name: m, marker: true})
+			nodes = append(nodes, qnode{snode: snode{name: m}, marker: true})
 		}
 		if len(nodes) == 0 {
 			return nil
@@ -169,6 +201,8 @@ func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
 }
 
 // listing is queue, and the names of the delay markers beside the nodes.
+// A lock's queue has "lk" nodes alone, a semaphore's and a read-write
+// lock's their tagged nodes and no markers.
 func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, markers []string, err error) {
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -178,8 +212,8 @@ func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, mar
 		return nil, nil, err
 	}
 	for _, n := range names {
-		if _, seq, ok := parseNode(n); ok {
-			nodes = append(nodes, qnode{name: n, seq: seq})
+		if tag, _, seq, ok := parseTagged(n); ok {
+			nodes = append(nodes, qnode{snode: snode{n, tag, seq}})
 		} else if _, ok := markerHash(n); ok {
 			markers = append(markers, n)
 		}
@@ -188,8 +222,8 @@ func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, mar
 	return nodes, markers, nil
 }
 
-// readNodes reads the data (the owner) and the creation zxid of nodes,
-// readers at a time.
+// readNodes reads the data (the owner), the creation zxid and the version
+// of nodes, readers at a time.
 func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) error {
 	_, err := call(ctx, d, func() (struct{}, error) {
 		return struct{}{}, each(len(nodes), readers, func(i int) error {
@@ -201,7 +235,7 @@ func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) er
 			case err != nil:
 				return err
 			default:
-				n.owner, n.czxid = string(r.data), r.st.Czxid
+				n.owner, n.czxid, n.version = string(r.data), r.st.Czxid, r.st.Version
 			}
 			return nil
 		})
@@ -240,11 +274,12 @@ func (d *Driver) get(path string) (getResult, error) {
 }
 
 // List implements backend.Lister: a listing of the root, whose children
-// are the escaped names, then each matching name's queue (its holder, and
-// its waiters' owners), a few names at a time.
+// are the nodes of the names' objects (a lock's is its escaped name, a
+// semaphore's and a read-write lock's have a head before it: objectHead),
+// then each matching object's queue, a few at a time.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []backend.State, err error) {
-	if m != backend.Exclusive {
-		return nil, backend.ErrUnsupported
+	if m, err = object(m); err != nil {
+		return nil, err
 	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "list")
@@ -267,17 +302,19 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []b
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
+	head := objectHead(m)
 	var keys []string
 	for _, n := range names {
-		key, err := url.PathUnescape(n)
-		if err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == n {
+		esc, ok := strings.CutPrefix(n, head)
+		key, err := url.PathUnescape(esc)
+		if ok && err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == esc {
 			keys = append(keys, key)
 		}
 	}
 	slices.Sort(keys)
 	sts := make([]backend.State, len(keys))
 	err = each(len(keys), 8, func(i int) (err error) {
-		sts[i], err = d.queueState(ctx, keys[i])
+		sts[i], err = d.objectState(ctx, keys[i], m)
 		return err
 	})
 	if err != nil {
@@ -292,16 +329,28 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []b
 	return out, nil
 }
 
-// Break implements backend.Breaker: it reads the first node of key's
-// queue (or a lost lock's delay marker, whose zxid is its lock's) and
-// deletes it, with its marker, if its creation zxid is fence, with the version
-// read (a node name is never reused, so the path and the version name that
-// very node). The next node in line, made later, has a greater zxid; the
-// removed holder's driver sees the deletion on its watch of the node and
-// reports the lock lost.
+// target is the node a Break deletes: its path, its delay marker's ("" if
+// none) and its version as read, with the state Break reports.
+type target struct {
+	path, marker string
+	version      int32
+	st           backend.State
+}
+
+// errDeleted: the node of a delete whose answer was lost is gone.
+var errDeleted = errors.New("the node is gone")
+
+// Break implements backend.Breaker: it reads the queue of key's object m
+// (caught up with the leader, as Inspect), finds the grant whose fence, its node's creation zxid, is fence, and
+// deletes its node with the version read (a node name is never reused, so
+// the path and the version name that very node, still holding: a node
+// that holds holds until it goes). The next node to hold, made later, has
+// a greater zxid; the removed holder's driver sees the deletion on its
+// watch of the node and reports the lock lost; the waiters watching the
+// node, or the queue, look again as after a release.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (_ backend.State, err error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if m, err = object(m); err != nil {
+		return backend.State{}, err
 	}
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "break")
@@ -309,66 +358,44 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		return backend.State{}, err
 	}
 	defer done()
-	parent := d.parentPath(key)
+	if err := d.catchUp(ctx); err != nil {
+		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
+	}
 	var (
-		st      backend.State
+		t       target
 		notHeld bool
 		tried   string // a delete of this node lost its answer
 	)
 	err = d.retrying(ctx, func() error {
-		nodes, markers, err := d.listing(ctx, parent)
-		if err != nil {
-			return err
-		}
-		if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried }) && !slices.Contains(markers, tried[len(parent)+1:]) {
-			return nil // most likely deleted by that delete
-		}
-		// A lost lock's marker that keeps the name, or the first node.
-		var path, marker string
-		var r getResult
-		waiters := len(nodes)
-		for _, m := range deadMarkers(nodes, markers) {
-			if r, err = call(ctx, d, func() (getResult, error) { return d.get(parent + "/" + m) }); err == nil && uint64(r.st.Czxid) == fence {
-				path = parent + "/" + m
-				_, _, owner, _ := parseMarker(r.data)
-				r.data = []byte(owner)
-				break
-			}
-		}
-		if path == "" {
-			if len(nodes) == 0 {
-				notHeld = true
-				return nil
-			}
-			path, waiters = parent+"/"+nodes[0].name, len(nodes)-1
-			if m := markerPrefix + hashOf(nodes[0].name); slices.Contains(markers, m) {
-				marker = parent + "/" + m
-			}
-			r, err = call(ctx, d, func() (getResult, error) { return d.get(path) })
+		var next target
+		var err error
+		if m == backend.Exclusive {
+			next, err = d.lockTarget(ctx, key, fence, tried)
+		} else {
+			next, err = d.sharedTarget(ctx, key, m, fence, tried)
 		}
 		switch {
-		case errors.Is(err, zk.ErrNoNode):
-			return errChanged // released meanwhile: look again
+		case errors.Is(err, errDeleted):
+			return nil // most likely by that delete
 		case err != nil:
 			return err
-		case uint64(r.st.Czxid) != fence:
+		case next.path == "":
 			notHeld = true
 			return nil
 		}
-		st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: waiters,
-			Known: backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters}
+		t = next
 		_, err = call(ctx, d, func() (struct{}, error) {
-			return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(path, marker, r.st.Version) })
+			return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(t.path, t.marker, t.version) })
 		})
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, zk.ErrNoNode) && tried == path:
+		case errors.Is(err, zk.ErrNoNode) && tried == t.path:
 			return nil // most likely our own delete, whose answer was lost
 		case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
 			return errChanged // released, or written: look again
 		case connLost(err):
-			tried = path
+			tried = t.path
 		}
 		return err
 	})
@@ -378,5 +405,158 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	case notHeld:
 		return backend.State{}, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 	}
-	return st, nil
+	return t.st, nil
+}
+
+// lockTarget finds the node of key's lock whose fence is fence: a lost
+// lock's delay marker that keeps the name (its zxid is its lock's), or the
+// queue's first node, with its marker; no path when neither has that
+// fence. errDeleted when tried is not in the queue.
+func (d *Driver) lockTarget(ctx context.Context, key string, fence uint64, tried string) (target, error) {
+	parent := d.parentPath(key)
+	nodes, markers, err := d.listing(ctx, parent)
+	if err != nil {
+		return target{}, err
+	}
+	if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried }) && !slices.Contains(markers, tried[len(parent)+1:]) {
+		return target{}, errDeleted
+	}
+	var t target
+	var r getResult
+	waiters := len(nodes)
+	for _, m := range deadMarkers(nodes, markers) {
+		if r, err = call(ctx, d, func() (getResult, error) { return d.get(parent + "/" + m) }); err == nil && uint64(r.st.Czxid) == fence {
+			t.path = parent + "/" + m
+			_, _, owner, _ := parseMarker(r.data)
+			r.data = []byte(owner)
+			break
+		}
+	}
+	if t.path == "" {
+		if len(nodes) == 0 {
+			return target{}, nil
+		}
+		t.path, waiters = parent+"/"+nodes[0].name, len(nodes)-1
+		if m := markerPrefix + hashOf(nodes[0].name); slices.Contains(markers, m) {
+			t.marker = parent + "/" + m
+		}
+		r, err = call(ctx, d, func() (getResult, error) { return d.get(t.path) })
+	}
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return target{}, errChanged // released meanwhile: look again
+	case err != nil:
+		return target{}, err
+	case uint64(r.st.Czxid) != fence:
+		return target{}, nil
+	}
+	t.version = r.st.Version
+	t.st = backend.State{Key: key, Held: true, Owner: string(r.data), Fence: fence, Waiters: waiters,
+		Known: backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters}
+	return t, nil
+}
+
+// sharedState reads the queue of key's semaphore or read-write lock (m):
+// its holders, then its waiters. A holder gone between the listing and
+// its read (released) makes it look again: a waiter may hold in its place.
+func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	if err := d.catchUp(ctx); err != nil {
+		return backend.State{}, err
+	}
+	var st backend.State
+	err := d.retrying(ctx, func() error {
+		nodes, err := d.sharedNodes(ctx, d.sharedParent(backend.Claim{Key: key, Mode: m}), m)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(nodes, func(n qnode) bool { return n.holds && n.gone }) {
+			return errChanged
+		}
+		st = sharedOf(key, m, nodes, nil)
+		return nil
+	})
+	return st, err
+}
+
+// sharedNodes lists and reads the queue under parent of a semaphore or a
+// read-write lock (m), in sequence order, so by fence, its holders marked.
+func (d *Driver) sharedNodes(ctx context.Context, parent string, m backend.Mode) ([]qnode, error) {
+	nodes, _, err := d.listing(ctx, parent)
+	if err != nil || len(nodes) == 0 {
+		return nil, err
+	}
+	holding(nodes, m)
+	return nodes, d.readNodes(ctx, parent, nodes)
+}
+
+// holding marks the nodes of the queue of a semaphore or a read-write
+// lock (m), in sequence order, that hold, as their own looks would find
+// them (permitStanding, rwStanding). Once one waits, so does every node
+// behind it, but for a permit asked with another limit than the
+// holders', which neither holds nor keeps others out.
+func holding(nodes []qnode, m backend.Mode) {
+	ahead := make([]snode, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
+		var st standing
+		if m == backend.Permit {
+			limit, weight := permitOf(n.tag)
+			st = permitStanding(ahead, limit, weight)
+		} else {
+			st = rwStanding(ahead, rwMode(n.tag))
+		}
+		if !st.held && st.mismatch == nil {
+			return
+		}
+		n.holds = st.held
+		ahead = append(ahead, n.snode)
+	}
+}
+
+// sharedOf is the state of key's object m with the queue nodes (as
+// sharedNodes read it): the grants of the holders for which keep says yes
+// (all when keep is nil), the waiters' owners, and a semaphore's limit,
+// its first node's.
+func sharedOf(key string, m backend.Mode, nodes []qnode, keep func(qnode) bool) backend.State {
+	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
+	for _, n := range nodes {
+		switch {
+		case n.holds && (keep == nil || keep(n)):
+			h := backend.Holder{Mode: m, Owner: n.owner, Fence: uint64(n.czxid), Weight: 1}
+			if m == backend.Permit {
+				_, h.Weight = permitOf(n.tag)
+			} else {
+				h.Mode = rwMode(n.tag)
+			}
+			st.Holders = append(st.Holders, h)
+		case !n.holds && !n.gone:
+			st.Queue = append(st.Queue, n.owner)
+		}
+	}
+	if m == backend.Permit && len(nodes) > 0 {
+		st.Limit, _ = permitOf(nodes[0].tag)
+	}
+	st.Held, st.Waiters = len(st.Holders) > 0, len(st.Queue)
+	return st
+}
+
+// sharedTarget finds the node of the grant of key's semaphore or
+// read-write lock (m) whose fence is fence; no path when no holder has it.
+// errDeleted when tried is not in the queue.
+func (d *Driver) sharedTarget(ctx context.Context, key string, m backend.Mode, fence uint64, tried string) (target, error) {
+	parent := d.sharedParent(backend.Claim{Key: key, Mode: m})
+	nodes, err := d.sharedNodes(ctx, parent, m)
+	if err != nil {
+		return target{}, err
+	}
+	if tried != "" && !slices.ContainsFunc(nodes, func(n qnode) bool { return parent+"/"+n.name == tried && !n.gone }) {
+		return target{}, errDeleted
+	}
+	// A node gone since the listing reads as czxid 0, no fence.
+	i := slices.IndexFunc(nodes, func(n qnode) bool { return n.holds && uint64(n.czxid) == fence })
+	if i < 0 {
+		return target{}, nil
+	}
+	n := nodes[i]
+	return target{path: parent + "/" + n.name, version: n.version, st: sharedOf(key, m, nodes, func(h qnode) bool { return h.name == n.name })}, nil
 }

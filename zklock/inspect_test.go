@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -167,5 +168,109 @@ func TestZKClientLogsToSlog(t *testing.T) {
 	}
 	if !own.has("DEBUG zk: connected to") {
 		t.Errorf("Logger: the zk client's messages did not reach the logger: %q", own.all())
+	}
+}
+
+// A semaphore's and a read-write lock's queues hold grants and waiters:
+// Inspect tells them apart as the acquisitions' own looks do (a claim is
+// not overtaken by lighter ones behind it, a reader waits behind a
+// waiting writer), Break under a waiter's fence changes nothing, and Break
+// of a holder tells it at once and lets the next waiter in.
+func TestInspectSharedQueue(t *testing.T) {
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, waiter, ops := dial(t, servers), dial(t, servers), dial(t, servers)
+	if _, err := ops.Inspect(ctx, uniqueKey(t), backend.Write+1); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("Inspect of no mode = %v, want ErrUnsupported", err)
+	}
+	for _, c := range []struct {
+		m      backend.Mode
+		claims []backend.Claim // the holder's, then the waiters'
+		next   backend.Mode    // the first waiter's grant's
+	}{
+		{backend.Permit, []backend.Claim{
+			{Mode: backend.Permit, Limit: 2, Owner: "a"},
+			{Mode: backend.Permit, Limit: 2, Weight: 2, Owner: "b"},
+			{Mode: backend.Permit, Limit: 2, Owner: "c"},
+		}, backend.Permit},
+		{backend.Read, []backend.Claim{
+			{Mode: backend.Read, Owner: "a"},
+			{Mode: backend.Write, Owner: "b"},
+			{Mode: backend.Read, Owner: "c"},
+		}, backend.Write},
+	} {
+		key := uniqueKey(t)
+		for i := range c.claims {
+			c.claims[i].Key, c.claims[i].Token, c.claims[i].TTL = key, newToken(t), time.Second
+		}
+		lost := make(chan error, 1)
+		first := c.claims[0]
+		first.OnLost = func(err error) { lost <- err }
+		g, err := holder.TryAcquire(ctx, first)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := make(chan backend.Grant, 1)
+		wctx, wcancel := context.WithCancel(ctx)
+		defer wcancel()
+		for i, l := range c.claims[1:] {
+			go func() {
+				if g, err := acquire(wctx, waiter, l); err == nil && i == 0 {
+					granted <- g
+				}
+			}()
+			for deadline := time.Now().Add(5 * time.Second); sharedEntries(t, ops, l) != i+2; { // queued in order
+				if time.Now().After(deadline) {
+					t.Fatalf("%v: waiter %s did not queue", c.m, l.Owner)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		st, err := ops.Inspect(ctx, key, c.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []backend.Holder{{Mode: c.m, Owner: "a", Fence: g.Fence, Weight: 1}}
+		if !slices.Equal(st.Holders, want) || strings.Join(st.Queue, ",") != "b,c" || st.Waiters != 2 || st.Known != knownOf(c.m) ||
+			c.m == backend.Permit && st.Limit != 2 {
+			t.Fatalf("%v: Inspect = %+v, want the holder %+v and the queue b,c", c.m, st, want)
+		}
+		nodes, _, err := ops.listing(ctx, ops.sharedParent(first))
+		if err != nil || len(nodes) != 3 {
+			t.Fatalf("%v: queue %+v, %v", c.m, nodes, err)
+		}
+		_, next, err := ops.conn.Exists(ops.sharedParent(first) + "/" + nodes[1].name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ops.Break(ctx, key, c.m, uint64(next.Czxid)); !errors.Is(err, backend.ErrNotHeld) {
+			t.Fatalf("%v: Break under a waiter's fence = %v, want ErrNotHeld", c.m, err)
+		}
+		if st, err = ops.Break(ctx, key, c.m, g.Fence); err != nil || !slices.Equal(st.Holders, want) {
+			t.Fatalf("%v: Break = %+v, %v; want just %+v", c.m, st, err, want)
+		}
+		select {
+		case err := <-lost:
+			if !errors.Is(err, backend.ErrLost) {
+				t.Errorf("%v: OnLost(%v), want ErrLost", c.m, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%v: the holder was not told of the Break within 2s", c.m)
+		}
+		var gb backend.Grant
+		select {
+		case gb = <-granted:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%v: the next waiter did not get its grant", c.m)
+		}
+		st, err = ops.Inspect(ctx, key, c.m)
+		want = []backend.Holder{{Mode: c.next, Owner: "b", Fence: gb.Fence, Weight: max(c.claims[1].Weight, 1)}}
+		if err != nil || !slices.Equal(st.Holders, want) || strings.Join(st.Queue, ",") != "c" {
+			t.Fatalf("%v: Inspect after the Break = %+v, %v; want the holder %+v and the queue c", c.m, st, err, want)
+		}
+		wcancel()
 	}
 }

@@ -20,3 +20,11 @@ func rwStanding(ahead []snode, mode backend.Mode) standing {
 	}
 	return standing{block: block.name}
 }
+
+// rwMode is the side of a read-write lock's node with tag.
+func rwMode(tag string) backend.Mode {
+	if tag == "w" {
+		return backend.Write
+	}
+	return backend.Read
+}

@@ -27,10 +27,19 @@ func (d *Driver) Weighs() bool { return true }
 
 // sharedParent is the node of l's semaphore or read-write lock.
 func (d *Driver) sharedParent(l backend.Claim) string {
-	if l.Mode == backend.Permit {
-		return d.root + "/sem~" + backend.EscapeKey(l.Key)
+	return d.root + "/" + objectHead(l.Mode) + backend.EscapeKey(l.Key)
+}
+
+// objectHead is the start of the names of the nodes of m's objects under
+// the root, before the escaped key: none for a lock's.
+func objectHead(m backend.Mode) string {
+	switch backend.Object(m) {
+	case backend.Permit:
+		return "sem~"
+	case backend.Read:
+		return "rw~"
 	}
-	return d.root + "/rw~" + backend.EscapeKey(l.Key)
+	return ""
 }
 
 // sharedHead is the start of l's node names: its tag and a dash.
