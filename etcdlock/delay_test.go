@@ -175,7 +175,8 @@ func TestDelayChild(t *testing.T) {
 }
 
 // TestLockDelayEnds: a release, a Close and a ForceRelease end a delay at
-// once, of a live holder or a lost one (which Inspect shows meanwhile).
+// once, of a live holder or a lost one (which Inspect shows meanwhile),
+// a lock's, a permit's or a reader's.
 func TestLockDelayEnds(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testenv.EtcdEndpoints())
@@ -255,6 +256,42 @@ func TestLockDelayEnds(t *testing.T) {
 		t.Fatalf("ForceRelease in the delay: %v", err)
 	}
 	free("ForceRelease in the delay")
+
+	// So does the ForceRelease of a lost permit or reader, for that
+	// holder.
+	for _, tc := range []struct {
+		name        string
+		hold, other locker.LockOption
+	}{
+		{"xs", locker.Semaphore(1), locker.Semaphore(1)},
+		{"xr", locker.Read(), locker.Write()},
+	} {
+		l, err := a.TryAcquire(ctx, tc.name, tc.hold, locker.LockDelay(time.Hour), locker.Label("lost"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Expire(ctx, backend.Key("t", tc.name)); err != nil {
+			t.Fatal(err)
+		}
+		<-l.Lost()
+		if _, err := b.TryAcquire(ctx, tc.name, tc.other); !errors.Is(err, locker.ErrNotAcquired) {
+			t.Fatalf("TryAcquire(%q) in the delay = %v, want ErrNotAcquired", tc.name, err)
+		}
+		st, err := b.Inspect(ctx, tc.name, tc.hold)
+		if err != nil || len(st.Holders) != 1 || st.Holders[0].Owner != "lost" || st.Holders[0].Fence != l.Fence() || !st.Known.Has(locker.KnowsTTL) || st.Holders[0].TTL <= 0 {
+			t.Fatalf("Inspect(%q) in the delay = %+v, %v; want held by %q under fence %d, with a TTL", tc.name, st, err, "lost", l.Fence())
+		}
+		if _, err := b.ForceRelease(ctx, tc.name, l.Fence(), tc.hold); err != nil {
+			t.Fatalf("ForceRelease(%q) in the delay: %v", tc.name, err)
+		}
+		n, err := b.TryAcquire(ctx, tc.name, tc.other)
+		if err != nil {
+			t.Fatalf("TryAcquire(%q) after ForceRelease in the delay: %v", tc.name, err)
+		}
+		if err := n.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	c, _ := h.client(t)
 	if _, err = c.TryAcquire(ctx, "x", locker.LockDelay(time.Hour)); err != nil {

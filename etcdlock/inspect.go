@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -22,60 +23,155 @@ var (
 	_ backend.Breaker   = (*Driver)(nil)
 )
 
-// known is what a queue directory records: the holder's entry (its value
-// is the owner, its creation revision the fence, its lease the time left)
-// and the waiters' entries behind it, in creation order.
+// known is what a queue directory records: the holders' entries (the
+// value names the owner, the creation revision is the fence, the lease
+// gives the time left) and the waiters' entries behind them, in creation
+// order.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsWaiters | backend.KnowsQueue
+
+// knownOf is what the store records of the object m: a semaphore's
+// entries carry its limit too.
+func knownOf(m backend.Mode) backend.Fields {
+	switch m {
+	case backend.Exclusive:
+		return known
+	case backend.Permit:
+		return known | backend.KnowsHolders | backend.KnowsLimit
+	}
+	return known | backend.KnowsHolders
+}
+
+// tagOf is the tag of the object m's directory (see dirs); false for a
+// mode that names no object.
+func tagOf(m backend.Mode) (string, bool) {
+	switch m {
+	case backend.Exclusive:
+		return "", true
+	case backend.Permit:
+		return semTag, true
+	case backend.Read:
+		return rwTag, true
+	}
+	return "", false
+}
 
 // listPage bounds the keys of one read of List.
 const listPage = 1000
 
-// Inspect implements backend.Inspector: one read of key's queue directory,
-// and one of the holder's lease for its time left.
+// Inspect implements backend.Inspector: one read of the object's
+// directory (a read-write lock's readers and writers together), and one
+// of each holder's lease for its time left.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
-	}
+	m = backend.Object(m)
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	resp, err := d.get(ctx, d.Dir(key), clientv3.WithPrefix(),
+	kvs, err := d.readObject(ctx, key, m)
+	if err != nil {
+		return backend.State{}, err
+	}
+	st, leases := stateOf(key, m, kvs)
+	return d.withTTLs(ctx, st, leases)
+}
+
+// readObject reads the directory of key's object m, entries in creation
+// order.
+func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]*mvccpb.KeyValue, error) {
+	tag, ok := tagOf(m)
+	if !ok {
+		return nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
+	}
+	resp, err := d.get(ctx, d.prefix+"/"+backend.EscapeKey(key)+tag+"/", clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
-	st := stateOf(key, resp.Kvs)
-	if st.Held {
-		if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-			return backend.State{}, fmt.Errorf("etcdlock: %w", err)
+	return resp.Kvs, nil
+}
+
+// holding counts the entries of the object m that hold it, the oldest of
+// kvs (in creation order): the lock's first; a semaphore's while their
+// permits are at most the first one's limit, all under that limit; a
+// read-write lock's first writer alone, or its readers up to the first
+// writer (see "Semaphores and read-write locks" in
+// docs/backends/etcdlock.md).
+func holding(m backend.Mode, kvs []*mvccpb.KeyValue) int {
+	switch {
+	case len(kvs) == 0:
+		return 0
+	case m == backend.Exclusive:
+		return 1
+	case m == backend.Permit:
+		limit, _ := permitOf(kvs[0])
+		sum := 0
+		for i, kv := range kvs {
+			n, w := permitOf(kv)
+			if n != limit || sum+w > limit {
+				return i
+			}
+			sum += w
+		}
+		return len(kvs)
+	}
+	for i, kv := range kvs {
+		if writes(kv) {
+			if i == 0 {
+				return 1
+			}
+			return i
 		}
 	}
-	return st, nil
+	return len(kvs)
 }
 
-// stateOf describes a queue directory from its entries, oldest first: the
-// first is the holder's (a waiter queues behind every older entry, and
-// TryAcquire writes only into an empty directory). The TTL is left to
-// leaseTTL.
-func stateOf(key string, kvs []*mvccpb.KeyValue) backend.State {
-	st := backend.State{Key: key, Known: known}
-	if len(kvs) == 0 {
-		return st
-	}
-	st.Held, st.Owner, st.Fence = true, string(kvs[0].Value), uint64(kvs[0].CreateRevision)
-	st.Waiters = len(kvs) - 1
-	for _, kv := range kvs[1:] {
-		st.Queue = append(st.Queue, string(kv.Value))
-	}
-	return st
+// writes reports whether kv is a read-write lock's writer's entry: its
+// directory is %r/w/, a reader's %r/r/.
+func writes(kv *mvccpb.KeyValue) bool {
+	dir := kv.Key[:bytes.LastIndexByte(kv.Key, '/')]
+	return bytes.HasSuffix(dir, []byte("/w"))
 }
 
-// leaseTTL sets st.TTL to the time the server gives the holder's lease,
-// in whole seconds (rounded down). A lease the server no longer has, or
-// one about to expire, gives no TTL: the entry goes with it.
-func (d *Driver) leaseTTL(ctx context.Context, st *backend.State, id clientv3.LeaseID) error {
+// stateOf describes the object m of key from its directory's entries,
+// oldest first, and returns its holders' leases: the lock's holder's, or
+// one per Holders entry. The TTLs are left to leaseTTLs.
+func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue) (backend.State, []clientv3.LeaseID) {
+	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
+	n := holding(m, kvs)
+	var leases []clientv3.LeaseID
+	for i, kv := range kvs {
+		owner := string(kv.Value)
+		if m == backend.Permit {
+			_, owner, _ = strings.Cut(owner, " ")
+		}
+		if i >= n {
+			st.Waiters++
+			st.Queue = append(st.Queue, owner)
+			continue
+		}
+		st.Held = true
+		leases = append(leases, clientv3.LeaseID(kv.Lease))
+		if m == backend.Exclusive {
+			st.Owner, st.Fence = owner, uint64(kv.CreateRevision)
+			continue
+		}
+		h := backend.Holder{Mode: m, Owner: owner, Fence: uint64(kv.CreateRevision), Weight: 1}
+		switch {
+		case m == backend.Permit:
+			st.Limit, h.Weight = permitOf(kv)
+		case writes(kv):
+			h.Mode = backend.Write
+		}
+		st.Holders = append(st.Holders, h)
+	}
+	return st, leases
+}
+
+// leaseTime is the time the server gives lease id, in whole seconds
+// (rounded down); 0 for a lease it no longer has or one about to expire:
+// its entries go with it.
+func (d *Driver) leaseTime(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
 	var resp *clientv3.LeaseTimeToLiveResponse
 	_, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
 		resp, err = d.cli.TimeToLive(ctx, id)
@@ -83,25 +179,22 @@ func (d *Driver) leaseTTL(ctx context.Context, st *backend.State, id clientv3.Le
 	})
 	switch {
 	case isLeaseNotFound(err):
-		st.Known &^= backend.KnowsTTL
-		return nil
+		return 0, nil
 	case err != nil:
-		return d.failed(ctx, err)
-	case resp.TTL <= 0:
-		st.Known &^= backend.KnowsTTL
-	default:
-		st.TTL = time.Duration(resp.TTL) * time.Second
+		return 0, d.failed(ctx, err)
 	}
-	return nil
+	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
 }
 
-// List implements backend.Lister. It reads every entry under the queue
+// List implements backend.Lister. It reads every entry under the
 // directories whose escaped name starts with prefix's, in pages from one
-// snapshot of the store, then asks for the time left of each holder's
-// lease (once per lease).
+// snapshot of the store, keeps the held objects m, then asks for the time
+// left of each holder's lease (once per lease).
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if m != backend.Exclusive {
-		return nil, backend.ErrUnsupported
+	m = backend.Object(m)
+	tag, ok := tagOf(m)
+	if !ok {
+		return nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -111,7 +204,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	base := d.prefix + "/"
 	start := base + escapedPrefix(prefix)
 	end := clientv3.GetPrefixRangeEnd(start)
-	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name
+	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name and tag
 	var rev int64
 	for from := start; ; {
 		resp, err := d.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
@@ -132,16 +225,20 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	}
 	var (
 		out    []backend.State
-		leases []clientv3.LeaseID // of out's holders
+		leases [][]clientv3.LeaseID // of out's holders
 	)
 	for name, kvs := range dirs {
+		// Another object's name keeps its tag, which no escaped key has.
+		name, ok := strings.CutSuffix(name, tag)
 		key, err := url.PathUnescape(name)
-		if err != nil || !strings.HasPrefix(key, prefix) || backend.EscapeKey(key) != name {
+		if !ok || err != nil || !strings.HasPrefix(key, prefix) || backend.EscapeKey(key) != name {
 			continue // not a name of ours
 		}
 		slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
-		out = append(out, stateOf(key, kvs))
-		leases = append(leases, clientv3.LeaseID(kvs[0].Lease))
+		if st, ls := stateOf(key, m, kvs); st.Held {
+			out = append(out, st)
+			leases = append(leases, ls)
+		}
 	}
 	if err := d.leaseTTLs(ctx, out, leases); err != nil {
 		return nil, fmt.Errorf("etcdlock: %w", err)
@@ -161,16 +258,20 @@ func escapedPrefix(p string) string {
 	return backend.EscapeKey(p)
 }
 
-// leaseTTLs sets the TTL of each state from its holder's lease, ids[i],
-// asking once per lease, a few at a time.
-func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clientv3.LeaseID) error {
+// leaseTTLs sets the TTLs of sts from their holders' leases, leases[i]
+// of sts[i] (see stateOf), asking once per lease, a few at a time. A
+// state with a holder whose lease gives no time (see leaseTime) has no
+// KnowsTTL.
+func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, leases [][]clientv3.LeaseID) error {
 	type ttl struct {
-		st  backend.State
-		err error
+		left time.Duration
+		err  error
 	}
 	ttls := map[clientv3.LeaseID]*ttl{}
-	for _, id := range ids {
-		ttls[id] = &ttl{st: backend.State{Known: known}}
+	for _, ids := range leases {
+		for _, id := range ids {
+			ttls[id] = &ttl{}
+		}
 	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
@@ -178,47 +279,70 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, ids []clien
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			t.err = d.leaseTTL(ctx, &t.st, id)
+			t.left, t.err = d.leaseTime(ctx, id)
 		})
 	}
 	wg.Wait()
-	for i, id := range ids {
-		t := ttls[id]
-		if t.err != nil {
-			return t.err
+	for i, ids := range leases {
+		st := &sts[i]
+		for j, id := range ids {
+			t := ttls[id]
+			switch {
+			case t.err != nil:
+				return t.err
+			case t.left == 0:
+				st.Known &^= backend.KnowsTTL
+			case st.Mode == backend.Exclusive:
+				st.TTL = t.left
+			default:
+				st.Holders[j].TTL = t.left
+			}
 		}
-		sts[i].TTL, sts[i].Known = t.st.TTL, t.st.Known
 	}
 	return nil
 }
 
-// Break implements backend.Breaker: it reads the holder's entry, the
-// oldest in key's directory, and deletes it in a transaction that
-// compares its creation revision with fence. The next holder's fence, the
-// creation revision of an entry made after it, is above fence. The
-// removed holder's driver finds the entry gone at its next check (see
-// verify) and reports the lock lost.
-func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+// withTTLs is st with the TTLs of its holders' leases (see leaseTTLs).
+func (d *Driver) withTTLs(ctx context.Context, st backend.State, leases []clientv3.LeaseID) (backend.State, error) {
+	sts := []backend.State{st}
+	if err := d.leaseTTLs(ctx, sts, [][]clientv3.LeaseID{leases}); err != nil {
+		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
+	return sts[0], nil
+}
+
+// Break implements backend.Breaker: it reads the object's directory and
+// deletes the holder's entry whose creation revision is fence, in a
+// transaction that compares that revision, so an entry put since under
+// the same key is never deleted. The next grant's fence, the creation
+// revision of an entry made after it, is above fence; the waiters watching
+// the entry (or a semaphore's directory) see it go as at a release. The
+// removed holder's driver finds the entry gone at its next check (see
+// verify) or Refresh and reports it lost. A delayed holder's entry (see
+// delay.go) goes too, which ends its delay.
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
+	m = backend.Object(m)
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	resp, err := d.get(ctx, d.Dir(key), clientv3.WithFirstCreate()...)
+	kvs, err := d.readObject(ctx, key, m)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return backend.State{}, err
 	}
-	if len(resp.Kvs) == 0 || uint64(resp.Kvs[0].CreateRevision) != fence || fence == 0 {
+	st, leases := stateOf(key, m, kvs)
+	// The holders' entries are the first ones, one per lease.
+	i := slices.IndexFunc(kvs[:len(leases)], func(kv *mvccpb.KeyValue) bool { return uint64(kv.CreateRevision) == fence })
+	if i < 0 {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	kv := resp.Kvs[0]
-	st := stateOf(key, resp.Kvs)
-	st.Known &^= backend.KnowsWaiters | backend.KnowsQueue // not read
-	if err := d.leaseTTL(ctx, &st, clientv3.LeaseID(kv.Lease)); err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
+	kv := kvs[i]
+	if m != backend.Exclusive {
+		st.Holders = st.Holders[i : i+1]
+	}
+	if st, err = d.withTTLs(ctx, st, leases[i:i+1]); err != nil {
+		return backend.State{}, err
 	}
 	tresp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).

@@ -19,6 +19,13 @@ func (d *Driver) Modes() backend.ModeSet {
 // semaphore.go).
 func (d *Driver) Weighs() bool { return true }
 
+// The tags that follow the escaped key in the names of a semaphore's and
+// a read-write lock's directories.
+const (
+	semTag = "%s"
+	rwTag  = "%r"
+)
+
 // dirs checks l and returns the directory of its entry and the entries
 // that may be ahead of it (a prefix). The escaped key followed by '%' and
 // a letter is never an escaped key (EscapeKey puts two hex digits after
@@ -37,13 +44,13 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
 			return "", "", fmt.Errorf("%w: %d of %d permits (want 1 to %d of 1 to %d)", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit, l.Limit, backend.MaxLimit)
 		}
-		return base + "%s/", base + "%s/", nil
+		return base + semTag + "/", base + semTag + "/", nil
 	case backend.Read:
 		// A reader waits for the writers ahead of it alone.
-		return base + "%r/r/", base + "%r/w/", nil
+		return base + rwTag + "/r/", base + rwTag + "/w/", nil
 	case backend.Write:
 		// A writer waits for every entry ahead of it.
-		return base + "%r/w/", base + "%r/", nil
+		return base + rwTag + "/w/", base + rwTag + "/", nil
 	}
 	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
 }

@@ -14,8 +14,8 @@ import (
 )
 
 // TestModesApart: a name's lock, semaphore and read-write lock are held
-// at once, each excludes only its own kind, and List and Inspect, which
-// are about locks, see the lock alone.
+// at once, each excludes only its own kind, and List sees each kind
+// apart.
 func TestModesApart(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, testenv.EtcdEndpoints())
@@ -39,6 +39,12 @@ func TestModesApart(t *testing.T) {
 	sts, err := b.List(ctx, "")
 	if err != nil || len(sts) != 1 || sts[0].Name != "apart" || sts[0].Fence != held[0].Fence() {
 		t.Fatalf("List = %+v, %v; want the lock alone, fence %d", sts, err, held[0].Fence())
+	}
+	for i, opts := range kinds[1:] {
+		sts, err := b.List(ctx, "", opts...)
+		if err != nil || len(sts) != 1 || len(sts[0].Holders) != 1 || sts[0].Holders[0].Fence != held[i+1].Fence() {
+			t.Fatalf("List %v = %+v, %v; want its own kind alone, fence %d", opts, sts, err, held[i+1].Fence())
+		}
 	}
 	for _, l := range held {
 		if err := l.Release(ctx); err != nil {
