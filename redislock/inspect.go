@@ -77,12 +77,20 @@ func (dep *deployment) inspect(ctx context.Context, key string, fair bool) (h ho
 	v, _ := r[0].(string)
 	pttl, _ := r[1].(int64)
 	h, held = parseValue(v, pttl)
-	for _, w := range r[2:] {
+	return h, held, owners(r[2:]), nil
+}
+
+// owners reads the waiters' owners from the inspect scripts' answer (see
+// scripts/waiters.lua): a waiter is a random ID (after its mode, for a
+// semaphore's or a read-write lock's), ':', then its owner.
+func owners(ws []any) []string {
+	var out []string
+	for _, w := range ws {
 		s, _ := w.(string)
-		_, owner, _ := strings.Cut(s, ":") // the waiter's ID, then its owner
-		queue = append(queue, owner)
+		_, owner, _ := strings.Cut(s, ":")
+		out = append(out, owner)
 	}
-	return h, held, queue, nil
+	return out
 }
 
 // breakLock runs the break script: the removed holder, or held false.
@@ -115,29 +123,36 @@ func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, 
 // scanCount is how many keys a SCAN page asks for.
 const scanCount = 1000
 
-// list finds every lock key of the deployment whose key starts with
-// prefix, with SCAN on every master (never KEYS, which blocks the server),
-// and reads each one's value and PTTL. The key comes back from the escaped
-// name (backend.EscapeKey is reversible).
-func (dep *deployment) list(ctx context.Context, prefix string) (map[string]holding, error) {
+// scan finds every key of the deployment whose key starts with prefix,
+// and whose Redis name ends in kind (":lock", ":sem", ":rw"), with SCAN on
+// every master (never KEYS, which blocks the server), and hands each page
+// of them to read, by key, concurrently from master to master. The key
+// comes back from the escaped name (backend.EscapeKey is reversible).
+func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(ctx context.Context, keys, names []string) error) error {
 	defer dep.in.watch(ctx).stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
 	// prefix escapes as it does at the start of every longer key. (No key
 	// is "." or "..": the locker package's keys contain a '/'.)
 	esc := backend.EscapeKey(prefix + "a")
 	// EscapeKey's output has none of the glob's special characters.
-	pattern := "{" + esc[:len(esc)-1] + "*}:lock"
-	var mu sync.Mutex
-	found := map[string]holding{}
+	pattern := "{" + esc[:len(esc)-1] + "*}" + kind
 	scan := func(ctx context.Context, node *redis.Client) error {
 		var cursor uint64
 		for {
-			names, next, err := node.Scan(ctx, cursor, pattern, scanCount).Result()
+			page, next, err := node.Scan(ctx, cursor, pattern, scanCount).Result()
 			if err != nil {
 				return err
 			}
-			if err := dep.readLocks(ctx, names, prefix, &mu, found); err != nil {
-				return err
+			var keys, names []string
+			for _, name := range page {
+				if key, ok := keyOf(name, kind); ok && strings.HasPrefix(key, prefix) {
+					keys, names = append(keys, key), append(names, name)
+				}
+			}
+			if len(keys) > 0 {
+				if err := read(ctx, keys, names); err != nil {
+					return err
+				}
 			}
 			if cursor = next; cursor == 0 {
 				return nil
@@ -153,18 +168,29 @@ func (dep *deployment) list(ctx context.Context, prefix string) (map[string]hold
 	case *redis.Client:
 		err = scan(ctx, c)
 	default:
-		return nil, fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, c)
+		return fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, c)
 	}
+	return classify(err)
+}
+
+// list finds every held lock whose key starts with prefix (see scan), and
+// reads each one's value and PTTL.
+func (dep *deployment) list(ctx context.Context, prefix string) (map[string]holding, error) {
+	var mu sync.Mutex
+	found := map[string]holding{}
+	err := dep.scan(ctx, prefix, ":lock", func(ctx context.Context, keys, names []string) error {
+		return dep.readLocks(ctx, keys, names, &mu, found)
+	})
 	if err != nil {
-		return nil, classify(err)
+		return nil, err
 	}
 	return found, nil
 }
 
 // readLocks reads the value and PTTL of the lock keys names, in one
 // pipeline (the client routes each key to its node), and adds the held
-// ones under prefix to found.
-func (dep *deployment) readLocks(ctx context.Context, names []string, prefix string, mu *sync.Mutex, found map[string]holding) error {
+// ones to found.
+func (dep *deployment) readLocks(ctx context.Context, keys, names []string, mu *sync.Mutex, found map[string]holding) error {
 	type read struct {
 		key  string
 		val  *redis.StringCmd
@@ -172,15 +198,8 @@ func (dep *deployment) readLocks(ctx context.Context, names []string, prefix str
 	}
 	var reads []read
 	p := dep.rdb.Pipeline()
-	for _, name := range names {
-		key, ok := lockKeyOf(name)
-		if !ok || !strings.HasPrefix(key, prefix) {
-			continue
-		}
-		reads = append(reads, read{key, p.Get(ctx, name), p.PTTL(ctx, name)})
-	}
-	if len(reads) == 0 {
-		return nil
+	for i, name := range names {
+		reads = append(reads, read{keys[i], p.Get(ctx, name), p.PTTL(ctx, name)})
 	}
 	_, _ = p.Exec(ctx) // each command's error is read below
 	for _, r := range reads {
@@ -201,11 +220,11 @@ func (dep *deployment) readLocks(ctx context.Context, names []string, prefix str
 	return nil
 }
 
-// lockKeyOf returns the lock key whose lock is name ("{E}:lock"), or
-// false for a name this package did not make.
-func lockKeyOf(name string) (string, bool) {
+// keyOf returns the key whose object of kind (":lock", ":sem", ":rw") is
+// name ("{E}:lock"), or false for a name this package did not make.
+func keyOf(name, kind string) (string, bool) {
 	esc, ok1 := strings.CutPrefix(name, "{")
-	esc, ok2 := strings.CutSuffix(esc, "}:lock")
+	esc, ok2 := strings.CutSuffix(esc, "}"+kind)
 	if !ok1 || !ok2 || strings.ContainsAny(esc, "{}") {
 		return "", false
 	}
@@ -220,14 +239,21 @@ func lockKeyOf(name string) (string, bool) {
 // time left, from the lock's value and PTTL, and the live waiters queued
 // and their owners.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if err := checkObject(m); err != nil {
+		return backend.State{}, err
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
+	if m = backend.Object(m); m != backend.Exclusive {
+		st, err := d.dep.inspectShared(ctx, key, m)
+		if err != nil {
+			return backend.State{}, fmt.Errorf("redislock: %w", err)
+		}
+		return st, nil
+	}
 	// Both modes queue waiters, in the same keys.
 	h, held, queue, err := d.dep.inspect(ctx, key, true)
 	if err != nil {
@@ -244,21 +270,26 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // List implements backend.Lister. It reports owner, fence and TTL; a
 // FairDriver's waiters only Inspect counts.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if m != backend.Exclusive {
-		return nil, backend.ErrUnsupported
+	if err := checkObject(m); err != nil {
+		return nil, err
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	found, err := d.dep.list(ctx, prefix)
+	var out []backend.State
+	if m = backend.Object(m); m != backend.Exclusive {
+		out, err = d.dep.listShared(ctx, prefix, m)
+	} else {
+		var found map[string]holding
+		found, err = d.dep.list(ctx, prefix)
+		for key, h := range found {
+			out = append(out, h.state(key, lockKnows))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
-	}
-	out := make([]backend.State, 0, len(found))
-	for key, h := range found {
-		out = append(out, h.state(key, lockKnows))
 	}
 	slices.SortFunc(out, func(a, b backend.State) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil
@@ -267,24 +298,193 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // Break implements backend.Breaker: one script deletes the lock if its
 // value records fence, and publishes the release, naming the next waiter.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if err := checkObject(m); err != nil {
+		return backend.State{}, err
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	// The next waiter is woken by name, and tries (a default-mode waiter
-	// too: its try takes the free lock).
-	h, held, err := d.dep.breakLock(ctx, key, fence, true)
+	var st backend.State
+	held := false
+	if m = backend.Object(m); m != backend.Exclusive {
+		st, held, err = d.dep.breakShared(ctx, key, m, fence)
+	} else {
+		// The next waiter is woken by name, and tries (a default-mode
+		// waiter too: its try takes the free lock).
+		var h holding
+		h, held, err = d.dep.breakLock(ctx, key, fence, true)
+		st = h.state(key, lockKnows)
+	}
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
 	if !held {
 		return backend.State{}, fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 	}
-	return h.state(key, lockKnows), nil
+	return st, nil
+}
+
+// checkObject refuses a mode that names no object of a Driver's, before
+// any request.
+func checkObject(m backend.Mode) error {
+	if m > backend.Write {
+		return fmt.Errorf("redislock: %w: %s mode", backend.ErrUnsupported, m)
+	}
+	return nil
+}
+
+// The operator's scripts of semaphores and read-write locks (see
+// shared.go): one reads an object's holders and queue, the other frees
+// one grant as its holder's release would.
+var (
+	sharedInspectScript = redis.NewScript(lua("shared", "waiters", "shared_inspect"))
+	sharedBreakScript   = redis.NewScript(lua("shared", "shared_break"))
+)
+
+// sharedKnows is what a semaphore's or a read-write lock's keys record of
+// each grant: its fence, expiry and permits, not its owner (the holders'
+// hash keeps attempts and fences only); and the permits' limit. Inspect
+// and List add the queue's waiters and their owners.
+func sharedKnows(m backend.Mode) backend.Fields {
+	k := backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
+	if m == backend.Permit {
+		k |= backend.KnowsLimit
+	}
+	return k
+}
+
+// sharedInspectKeys are the shared inspect script's keys for the object
+// whose holders are the sorted set name (see sharedKeys and
+// fairSharedKeys).
+func sharedInspectKeys(name string) []string {
+	return []string{name, name + ".h", name + ".q", name + ".live"}
+}
+
+// inspectShared reads key's object m (Permit or Read).
+func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
+	defer dep.in.watch(ctx).stop()
+	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}))
+	r, err := sharedInspectScript.Run(ctx, dep.rdb, ks).Slice()
+	if err != nil {
+		return backend.State{}, classify(err)
+	}
+	return sharedState(key, m, r)
+}
+
+// listShared finds every held object of mode m (Permit or Read) whose key
+// starts with prefix (see scan), and reads each one with the shared
+// inspect script, a page's in one pipeline.
+func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
+	var mu sync.Mutex
+	var out []backend.State
+	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
+		p := dep.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(names))
+		for i, name := range names {
+			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name))
+		}
+		_, _ = p.Exec(ctx) // each command's error is read below
+		for i, cmd := range cmds {
+			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				// A node that never ran the script: Run sends it whole.
+				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i]))
+			}
+			r, err := cmd.Slice()
+			if err != nil {
+				return err
+			}
+			st, err := sharedState(keys[i], m, r)
+			if err != nil {
+				return err
+			}
+			if st.Held {
+				mu.Lock()
+				out = append(out, st)
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// sharedState reads the shared inspect script's answer r for key's
+// object m (see scripts/shared_inspect.lua).
+func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
+	n := int64(-1)
+	if len(r) >= 2 {
+		n, _ = r[1].(int64)
+	}
+	if n < 0 || int64(len(r)) < 2+4*n {
+		return backend.State{}, fmt.Errorf("shared inspect script: unexpected answer %v", r)
+	}
+	st := backend.State{Key: key, Mode: m, Limit: limitOf(m, r[0]), Known: sharedKnows(m) | backend.KnowsWaiters | backend.KnowsQueue}
+	for i := range n {
+		h, err := sharedHolder(m, r[2+4*i:])
+		if err != nil {
+			return backend.State{}, err
+		}
+		st.Holders = append(st.Holders, h)
+	}
+	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
+	st.Held = len(st.Holders) > 0
+	st.Queue = owners(r[2+4*n:])
+	st.Waiters = len(st.Queue)
+	return st, nil
+}
+
+// sharedHolder reads a grant as the shared scripts give it: its fence
+// (a string), ms left, permits, and 1 for the writer.
+func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
+	fence, _ := r[0].(string)
+	f, err := strconv.ParseUint(fence, 10, 64)
+	if err != nil {
+		return backend.Holder{}, fmt.Errorf("shared script: a holder's fence %v: %w", r[0], err)
+	}
+	ms, _ := r[1].(int64)
+	w, _ := r[2].(int64)
+	h := backend.Holder{Mode: m, Fence: f, TTL: time.Duration(ms) * time.Millisecond, Weight: int(w)}
+	if wr, _ := r[3].(int64); wr == 1 {
+		h.Mode = backend.Write
+	}
+	return h, nil
+}
+
+// limitOf reads a semaphore's limit from the scripts' answer (empty for
+// none); a read-write lock has none.
+func limitOf(m backend.Mode, v any) int {
+	s, _ := v.(string)
+	n, _ := strconv.Atoi(s)
+	if m != backend.Permit {
+		return 0
+	}
+	return n
+}
+
+// breakShared runs the shared break script: the removed grant, or held
+// false.
+func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mode, fence uint64) (st backend.State, held bool, err error) {
+	defer dep.in.watch(ctx).stop()
+	c := backend.Claim{Key: key, Mode: m}
+	r, err := sharedBreakScript.Run(ctx, dep.rdb, sharedKeys(c), strconv.FormatUint(fence, 10), keysFor(key).channel).Slice()
+	if errors.Is(err, redis.Nil) {
+		return backend.State{}, false, nil
+	}
+	if err != nil {
+		return backend.State{}, false, classify(err)
+	}
+	if len(r) != 6 {
+		return backend.State{}, false, fmt.Errorf("shared break script: unexpected answer %v", r)
+	}
+	h, err := sharedHolder(m, r[1:5])
+	if err != nil {
+		return backend.State{}, false, err
+	}
+	sent, _ := r[5].(int64)
+	dep.released(sent)
+	return backend.State{Key: key, Mode: m, Held: true, Limit: limitOf(m, r[0]), Holders: []backend.Holder{h}, Known: sharedKnows(m)}, true, nil
 }
 
 // inspectTimeout bounds a Quorum's operator calls on each server.
@@ -339,12 +539,21 @@ func views(res []result) (vs []holding, missing int) {
 	return vs, missing
 }
 
+// checkObject refuses every object but the lock: a Quorum takes no other
+// mode (see its Modes), so it has no semaphore or read-write lock to see.
+func (q *Quorum) checkObject(op string, m backend.Mode) error {
+	if m != backend.Exclusive {
+		return fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
+	}
+	return nil
+}
+
 // Inspect implements backend.Inspector: the lock is held when a majority
 // of the servers hold it for the same acquisition. It fails when the
 // servers that did not answer could make or unmake that majority.
 func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if err := q.checkObject("inspect", m); err != nil {
+		return backend.State{}, err
 	}
 	if q.gate.Closed() {
 		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %w", backend.ErrClosed)
@@ -368,8 +577,8 @@ func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // servers. It fails when the servers that did not answer could make a
 // majority for a key that the others show on a minority.
 func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if m != backend.Exclusive {
-		return nil, backend.ErrUnsupported
+	if err := q.checkObject("list", m); err != nil {
+		return nil, err
 	}
 	if q.gate.Closed() {
 		return nil, fmt.Errorf("redislock: quorum: list: %w", backend.ErrClosed)
@@ -410,8 +619,8 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // server, deleting the lock where its value records fence (and waking
 // the waiters there). It succeeds when that removed it from a majority.
 func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m != backend.Exclusive {
-		return backend.State{}, backend.ErrUnsupported
+	if err := q.checkObject("break", m); err != nil {
+		return backend.State{}, err
 	}
 	if q.gate.Closed() {
 		return backend.State{}, fmt.Errorf("redislock: quorum: break: %w", backend.ErrClosed)

@@ -47,7 +47,7 @@ var (
 	refreshScript = redis.NewScript(lua("refresh"))
 	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
 	raiseScript   = redis.NewScript(lua("value", "raise"))
-	inspectScript = redis.NewScript(lua("queue", "inspect"))
+	inspectScript = redis.NewScript(lua("queue", "waiters", "inspect"))
 	breakScript   = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("break"))
 
 	// Fair mode's scripts share queue.lua; its acquire grants the head of

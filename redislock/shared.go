@@ -57,11 +57,15 @@ func fairSharedKeys(c backend.Claim) []string {
 }
 
 func sharedPrefix(c backend.Claim) string {
-	kind := ":sem"
-	if c.Mode != backend.Permit {
-		kind = ":rw"
+	return "{" + backend.EscapeKey(c.Key) + "}" + sharedKind(c.Mode)
+}
+
+// sharedKind ends the Redis name of mode m's object.
+func sharedKind(m backend.Mode) string {
+	if m == backend.Permit {
+		return ":sem"
 	}
-	return "{" + backend.EscapeKey(c.Key) + "}" + kind
+	return ":rw"
 }
 
 // sharedMode is the acquire script's name for c's mode.

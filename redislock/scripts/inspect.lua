@@ -4,21 +4,13 @@
 -- KEYS[2]  {E}:queue, KEYS[3] {E}:live (fair mode only: see queue.lua)
 --
 -- Returns {the lock's value ('' when free), its PTTL, the live waiters in
--- queue order...}. Dead waiters are left for the fair scripts to drop.
+-- queue order...} (see waiters.lua).
 local cur = redis.call('GET', KEYS[1])
 local out = {'', -2}
 if cur then
   out = {cur, redis.call('PTTL', KEYS[1])}
 end
 if KEYS[2] then
-  local ws = redis.call('ZRANGE', KEYS[2], 0, -1)
-  if #ws > 0 then
-    local now = now_ms()
-    for _, w in ipairs(ws) do
-      if tonumber(redis.call('HGET', KEYS[3], w) or '0') > now then
-        out[#out + 1] = w
-      end
-    end
-  end
+  live_waiters(KEYS[2], KEYS[3], out)
 end
 return out

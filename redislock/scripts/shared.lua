@@ -47,6 +47,17 @@ local function unweigh(h, toks)
   end
 end
 
+-- free takes holder tok's grant away: its permits, and the writer's field
+-- with the writer.
+local function free(z, h, tok)
+  redis.call('ZREM', z, tok)
+  unweigh(h, {tok})
+  redis.call('HDEL', h, tok)
+  if redis.call('HGET', h, '#w') == tok then
+    redis.call('HDEL', h, '#w')
+  end
+end
+
 -- prune drops the holders whose time ran out, and the writer's field with
 -- its holder.
 local function prune(z, h, now)

@@ -13,12 +13,7 @@ redis.call('ZREM', q, ARGV[3])
 redis.call('HDEL', live, ARGV[3])
 local cur = redis.call('HGET', h, tok)
 if cur and string.match(cur, '^(%d+):') == ARGV[2] then
-  redis.call('ZREM', z, tok)
-  unweigh(h, {tok})
-  redis.call('HDEL', h, tok)
-  if redis.call('HGET', h, '#w') == tok then
-    redis.call('HDEL', h, '#w')
-  end
+  free(z, h, tok)
 end
 settle(z, h, now)
 redis.pcall('PUBLISH', ARGV[4], '')

@@ -20,12 +20,7 @@ if not mine then
   settle(z, h, now)
   return 0
 end
-redis.call('ZREM', z, tok)
-unweigh(h, {tok})
-redis.call('HDEL', h, tok)
-if redis.call('HGET', h, '#w') == tok then
-  redis.call('HDEL', h, '#w')
-end
+free(z, h, tok)
 settle(z, h, now)
 local sent = redis.pcall('PUBLISH', ARGV[2], '')
 if type(sent) == 'table' and sent.err then

@@ -1,0 +1,27 @@
+-- shared_inspect: read a semaphore's or a read-write lock's holders (see
+-- shared.lua) and live waiters without changing them, in one atomic step.
+--
+-- KEYS[1], KEYS[2]  the holders' sorted set and hash, as in shared.lua
+-- KEYS[3], KEYS[4]  the queue, as KEYS[4] and KEYS[5] in shared_queue.lua
+--
+-- Returns {the permits' limit ('' for none), n, then for each of the n
+-- unexpired holders its fence (a string), ms left, permits and 1 for the
+-- writer (else 0), then the live waiters in queue order} (see
+-- waiters.lua). Expired holders are left for the next grant or release to
+-- prune.
+local z, h = KEYS[1], KEYS[2]
+local now = now_ms()
+local hs = redis.call('ZRANGEBYSCORE', z, '(' .. now, '+inf', 'WITHSCORES')
+local writer = redis.call('HGET', h, '#w')
+local out = {redis.call('HGET', h, '#limit') or '', 0}
+for i = 1, #hs, 2 do
+  local v = redis.call('HGET', h, hs[i])
+  if v then
+    out[#out + 1] = string.match(v, '^%d+:(%d+)')
+    out[#out + 1] = tonumber(hs[i + 1]) - now
+    out[#out + 1] = weight(v)
+    out[#out + 1] = hs[i] == writer and 1 or 0
+    out[2] = out[2] + 1
+  end
+end
+return live_waiters(KEYS[3], KEYS[4], out)
