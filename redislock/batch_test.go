@@ -219,16 +219,8 @@ func TestRefreshManyFair(t *testing.T) {
 // On a Redis Cluster the locks' keys fall in slots on different nodes;
 // go-redis splits the pipeline by node.
 func TestRefreshManyCluster(t *testing.T) {
-	addrs := testenv.RedisClusterAddrs()
-	testenv.Require(t, addrs...)
+	d, admin := clusterDriver(t)
 	ctx := testCtx(t)
-	d, err := Open(ctx, "redis+cluster://"+strings.Join(addrs, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer admin.Close()
 	cases, foreign := mixedBatch(t, d, []redis.Cmdable{admin}, 30)
 	// The held locks live on more than one node.
 	nodes := map[string]bool{}

@@ -237,7 +237,8 @@ func keyOf(name, kind string) (string, bool) {
 
 // Inspect implements backend.Inspector: the holder's owner, fence and
 // time left, from the lock's value and PTTL, and the live waiters queued
-// and their owners.
+// and their owners; of a semaphore or a read-write lock, each holder's
+// fence, time left and permits (see sharedKnows), the limit and the queue.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	if err := checkObject(m); err != nil {
 		return backend.State{}, err
@@ -267,8 +268,9 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	return st, nil
 }
 
-// List implements backend.Lister. It reports owner, fence and TTL; a
-// FairDriver's waiters only Inspect counts.
+// List implements backend.Lister. It reports a lock's owner, fence and TTL
+// (a FairDriver's waiters only Inspect counts); a semaphore or read-write
+// lock as Inspect does.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	if err := checkObject(m); err != nil {
 		return nil, err
@@ -296,7 +298,9 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 }
 
 // Break implements backend.Breaker: one script deletes the lock if its
-// value records fence, and publishes the release, naming the next waiter.
+// value records fence, and publishes the release, naming the next waiter;
+// or frees the one grant of a semaphore or read-write lock under fence,
+// and publishes the release, as its holder's would.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	if err := checkObject(m); err != nil {
 		return backend.State{}, err

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"errors"
 	"net"
 	"slices"
@@ -153,5 +154,130 @@ func TestQuorumInspectWithSilentMember(t *testing.T) {
 	}
 	if err := q.Refresh(ctx, l); !errors.Is(err, backend.ErrNotHeld) {
 		t.Errorf("the removed holder's Refresh = %v, want ErrNotHeld", err)
+	}
+}
+
+// A semaphore's queued waiter shows in Inspect with its owner; Break of
+// the holder publishes the release, as the holder's own would, and the
+// waiter gets the permit under a higher fence.
+func TestSharedInspectQueueAndBreakWakes(t *testing.T) {
+	d, admin := modalDriver(t)
+	t.Parallel()
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	sem := func(owner string) backend.Claim {
+		return backend.Claim{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 1, Owner: owner}
+	}
+	a, b := sem("a"), sem("waiter b: x")
+	g, err := d.TryAcquire(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   backend.Grant
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		g, err := queueAcquire(ctx, d, b)
+		got <- result{g, err}
+	}()
+	var st backend.State
+	for deadline := time.Now().Add(5 * time.Second); st.Waiters == 0; time.Sleep(10 * time.Millisecond) {
+		if st, err = d.Inspect(ctx, key, backend.Permit); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect = %+v 5s after a waiter began to wait, want it queued", st)
+		}
+	}
+	want := backend.Holder{Mode: backend.Permit, Fence: g.Fence, Weight: 1}
+	if len(st.Holders) != 1 || st.Holders[0].TTL <= 0 || st.Holders[0].TTL > time.Minute || !slices.Equal(st.Queue, []string{b.Owner}) || st.Limit != 1 {
+		t.Fatalf("Inspect = %+v, want the holder %+v and the waiter %q", st, want, b.Owner)
+	}
+	if st.Holders[0].TTL = 0; st.Holders[0] != want {
+		t.Errorf("Inspect's holder = %+v, want %+v", st.Holders[0], want)
+	}
+	sub := admin.Subscribe(ctx, keysFor(key).channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	if _, err := d.Break(ctx, key, backend.Permit, g.Fence); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := sub.ReceiveMessage(rctx); err != nil {
+		t.Fatalf("no release published by Break within 5s: %v", err)
+	}
+	if err := d.Refresh(ctx, a); !errors.Is(err, backend.ErrNotHeld) {
+		t.Errorf("the removed holder's Refresh = %v, want ErrNotHeld", err)
+	}
+	r := <-got
+	if r.err != nil || r.g.Fence <= g.Fence {
+		t.Fatalf("the waiter after Break: %+v, %v; want a fence above %d", r.g, r.err, g.Fence)
+	}
+	if err := d.Release(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// List of semaphores and read-write locks on a Redis Cluster reads every
+// master, each page in a pipeline; after SCRIPT FLUSH (a failover, a
+// restart) the pipeline's scripts that come back NOSCRIPT are sent whole.
+func TestListSharedCluster(t *testing.T) {
+	d, admin := clusterDriver(t)
+	ctx := testCtx(t)
+	prefix := uniqueKey(t) + "/"
+	var want []string
+	nodes := map[string]bool{}
+	for i := range 12 {
+		key := prefix + string(rune('a'+i)) + " ü"
+		for _, c := range []backend.Claim{
+			{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 3, Weight: 2},
+			{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Read},
+		} {
+			if _, err := d.TryAcquire(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			defer d.Release(ctx, c)
+		}
+		n, err := admin.MasterForKey(ctx, sharedPrefix(backend.Claim{Key: key, Mode: backend.Permit}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[n.String()] = true
+		want = append(want, key)
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("the objects are on %d master(s), want more than one", len(nodes))
+	}
+	for _, flush := range []bool{false, true} {
+		if flush {
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range []backend.Mode{backend.Permit, backend.Read} {
+			got, err := d.List(ctx, prefix, m)
+			if err != nil {
+				t.Fatalf("List(%s) after a flush %v: %v", m, flush, err)
+			}
+			var keys []string
+			for _, st := range got {
+				keys = append(keys, st.Key)
+				w := map[backend.Mode]int{backend.Permit: 2, backend.Read: 1}[m]
+				if !st.Held || st.Mode != m || len(st.Holders) != 1 || st.Holders[0].Mode != m || st.Holders[0].Weight != w || (m == backend.Permit) != (st.Limit == 3) {
+					t.Errorf("List(%s): %+v", m, st)
+				}
+			}
+			if !slices.Equal(keys, want) {
+				t.Errorf("List(%s) = %q, want %q", m, keys, want)
+			}
+		}
+	}
+	if got, err := d.List(ctx, prefix, backend.Exclusive); err != nil || len(got) != 0 {
+		t.Errorf("List of locks = %+v, %v; want none", got, err)
 	}
 }

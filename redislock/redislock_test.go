@@ -59,6 +59,21 @@ func mustNew(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *Driver {
 	return d
 }
 
+// clusterDriver opens a Driver on the Redis Cluster, and an admin client
+// of it; both close when t ends.
+func clusterDriver(t *testing.T) (*Driver, *redis.ClusterClient) {
+	addrs := testenv.RedisClusterAddrs()
+	testenv.Require(t, addrs...)
+	d, err := Open(testCtx(t), "redis+cluster://"+strings.Join(addrs, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { admin.Close() })
+	return d, admin
+}
+
 // mustNewFair is NewFair, failing tb on an error; the caller closes the
 // FairDriver.
 func mustNewFair(tb testing.TB, rdb redis.UniversalClient, opts ...Option) *FairDriver {

@@ -328,7 +328,30 @@ func TestSecureSharedACL(t *testing.T) {
 			}
 		}
 	}
-	user, pw := s.user(t, ACL(ns, false))
+	// An operator's calls: Inspect and ForceRelease need nothing more,
+	// List +scan.
+	user, pw := s.user(t, ACL(ns, false)+" "+SharedACL(ns)+" +scan")
+	ops, err := s.client(ctx, user, pw, ns, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.Close()
+	for _, obj := range []locker.LockOption{locker.Semaphore(2), locker.Write()} {
+		l, err := ops.Acquire(ctx, "job", obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := ops.Inspect(ctx, "job", obj); err != nil || len(st.Holders) != 1 {
+			t.Errorf("Inspect = %+v, %v", st, err)
+		}
+		if all, err := ops.List(ctx, "", obj); err != nil || len(all) != 1 {
+			t.Errorf("List = %+v, %v", all, err)
+		}
+		if _, err := ops.ForceRelease(ctx, "job", l.Fence(), obj); err != nil {
+			t.Errorf("ForceRelease: %v", err)
+		}
+	}
+	user, pw = s.user(t, ACL(ns, false))
 	c2, err := s.client(ctx, user, pw, ns, false)
 	if err != nil {
 		t.Fatal(err)
