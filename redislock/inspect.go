@@ -424,7 +424,7 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	if n < 0 || int64(len(r)) < 2+4*n {
 		return backend.State{}, fmt.Errorf("shared inspect script: unexpected answer %v", r)
 	}
-	st := backend.State{Key: key, Mode: m, Limit: limitOf(m, r[0]), Known: sharedKnows(m) | backend.KnowsWaiters | backend.KnowsQueue}
+	st := backend.State{Key: key, Mode: m, Known: sharedKnows(m) | backend.KnowsWaiters | backend.KnowsQueue}
 	for i := range n {
 		h, err := sharedHolder(m, r[2+4*i:])
 		if err != nil {
@@ -433,7 +433,10 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 		st.Holders = append(st.Holders, h)
 	}
 	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
-	st.Held = len(st.Holders) > 0
+	if st.Held = len(st.Holders) > 0; st.Held {
+		// The limit as the holders' claims carried it: none without them.
+		st.Limit = limitOf(m, r[0])
+	}
 	st.Queue = owners(r[2+4*n:])
 	st.Waiters = len(st.Queue)
 	return st, nil
