@@ -14,11 +14,11 @@ import (
 var _ backend.Resizer = (*Driver)(nil)
 
 // A limit set by Resize is a file of its own, the escaped key plus
-// "%.lim" (no other file's name, as with semSuffix), in a lock file's two-record format with the limit where a lock
-// file has its fence. Not in the semaphore's file: that goes with its
-// last holder and counts as empty after a reboot, and the limit has no
-// expiry. It is written, removed and read by every grant under the
-// semaphore file's flock.
+// "%.lim" (no other file's name, as with semSuffix), in a lock file's
+// two-record format with the limit where a lock file has its fence. Not
+// in the semaphore's file: that goes with its last holder and counts as
+// empty after a reboot, and the limit has no expiry. Resize writes and
+// removes it, and every grant reads it, under the semaphore file's flock.
 const limSuffix = "%.lim"
 
 func (d *Driver) limitPath(key string) string {
