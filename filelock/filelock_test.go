@@ -73,14 +73,15 @@ func (d *Driver) expireObjects(ctx context.Context, key string) error {
 }
 
 // Residue counts the key's files: its lock file, semaphore, read-write
-// lock and waiters' files (the fence counter is the directory's).
+// lock, waiters' files and a resized semaphore's limit (the fence counter
+// is the directory's).
 func (h harness) Residue(ctx context.Context, key string) (int, error) {
 	d := &Driver{dir: h.dir}
 	n, err := h.waiterFiles(key)
 	if err != nil {
 		return 0, err
 	}
-	for _, p := range []string{d.Path(key), d.objectPath(key, backend.Permit), d.objectPath(key, backend.Read)} {
+	for _, p := range []string{d.Path(key), d.objectPath(key, backend.Permit), d.objectPath(key, backend.Read), d.limitPath(key)} {
 		_, err := os.Stat(p)
 		switch {
 		case err == nil:

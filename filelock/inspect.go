@@ -76,7 +76,17 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		if err != nil {
 			return backend.State{}, err
 		}
-		return objectState(key, m, &o, now), nil
+		st := objectState(key, m, &o, now)
+		if m == backend.Permit {
+			// A limit Resize set is the semaphore's, held or free; held
+			// permits are under it too (Resize writes both).
+			limit, err := d.readLimit(key)
+			if err != nil {
+				return backend.State{}, err
+			}
+			st.Limit = cmp.Or(limit, st.Limit)
+		}
+		return st, nil
 	}
 	var st backend.State
 	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {

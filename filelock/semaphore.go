@@ -9,23 +9,32 @@ import (
 
 // trySemaphore grants c.Weight of c.Limit permits (backend.Modal): while
 // the holders' weights and c's are at most the limit, and only under the
-// holders' limit.
+// holders' limit; under the one Resize set instead, when it stands.
 func (d *Driver) trySemaphore(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if c.Limit < 1 || c.Limit > backend.MaxLimit {
 		return backend.Grant{}, fmt.Errorf("filelock: %w: %d", backend.ErrInvalidLimit, c.Limit)
 	}
 	return d.tryObject(ctx, c, func(o *object, _ [32]byte, _ int64) (bool, error) {
-		if len(o.holders) > 0 && o.limit != c.Limit {
-			return false, fmt.Errorf("filelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, o.limit, c.Limit)
+		limit, err := d.readLimit(c.Key)
+		switch {
+		case err != nil:
+			return false, err
+		case limit == 0:
+			limit = c.Limit
+			if len(o.holders) > 0 && o.limit != limit {
+				return false, fmt.Errorf("filelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, o.limit, limit)
+			}
+		case max(c.Weight, 1) > limit:
+			return false, fmt.Errorf("filelock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, c.Weight, limit)
 		}
 		used := 0
 		for _, h := range o.holders {
 			used += h.weight
 		}
-		if used+max(c.Weight, 1) > c.Limit {
+		if used+max(c.Weight, 1) > limit {
 			return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 		}
-		o.limit = c.Limit
+		o.limit = limit
 		return true, nil
 	})
 }

@@ -5,6 +5,7 @@ package filelock
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -131,4 +132,49 @@ func BenchmarkWakeProcs(b *testing.B) {
 			b.ReportMetric(us(bench.Percentile(lat, 0.9)), name+"-p90-µs")
 		}
 	}
+}
+
+// A raised limit wakes a waiter of another driver as a release does: the
+// kernel wakes its ticket (woken), not its own look every waitCap.
+func TestResizeWakes(t *testing.T) {
+	dir, ctx := t.TempDir(), ctx(t)
+	var ds [2]*Driver
+	for i := range ds {
+		d, err := New(dir, WithSync(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds[i] = d
+	}
+	permit := func(tok string) backend.Claim {
+		return backend.Claim{Key: "k", Token: tok, TTL: time.Minute, Mode: backend.Permit, Limit: 1}
+	}
+	if _, err := ds[0].TryAcquire(ctx, permit("holder")); err != nil {
+		t.Fatal(err)
+	}
+	_, tk, err := ds[1].Enqueue(ctx, permit("waiter"))
+	if err != nil || tk == nil {
+		t.Fatalf("Enqueue of a full semaphore = %v, %v; want a ticket", tk, err)
+	}
+	defer tk.Leave(ctx)
+	if _, err := tk.Wait(ctx); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("the ticket's first look = %v, want ErrNotAcquired", err)
+	}
+	time.AfterFunc(20*time.Millisecond, func() { ds[0].Resize(ctx, "k", 2) })
+	start := time.Now()
+	// Looks that time out (waitCap) before the resize are no wake-ups.
+	for i := 0; ; i++ {
+		_, err := tk.Wait(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, backend.ErrNotAcquired) || i == 20 {
+			t.Fatalf("the waiter, %v after the limit was raised: %v", time.Since(start), err)
+		}
+	}
+	if n := ds[1].woken.Load(); n != 1 {
+		t.Fatalf("the waiter was woken %d times (granted after %v), want once, by the resize", n, time.Since(start))
+	}
+	ds[0].Resize(ctx, "k", 0)
 }

@@ -38,6 +38,20 @@ func TestNoWeights(t *testing.T) {
 	}
 }
 
+// Resize is refused before any request: memcached may drop the limit it
+// would keep (an eviction, a restart), and nothing would tell (see
+// Resizing in docs/backends/memcachelock.md).
+func TestNoResize(t *testing.T) {
+	c, err := locker.New(&Driver{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Resize(context.Background(), "x", 2); !errors.Is(err, locker.ErrUnsupported) {
+		t.Fatalf("Resize = %v, want ErrUnsupported", err)
+	}
+}
+
 // Inspect and Break refuse a semaphore or a read-write lock before any
 // request (this driver has no client to send one): their holders' items
 // record no fence.
