@@ -1,0 +1,145 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/backend"
+)
+
+// A semaphore's resize record is a persistent child of its queue's node,
+// named resizeName (no queue node's or marker's name), so that the
+// listing a claim's look makes anyway says whether there is one: a
+// semaphore never resized costs no request more. Its data is the limit
+// and the last node that held when it was written; it is replaced by a
+// delete and a create in one multi-op, a change of the queue's children,
+// which wakes the waiters, whose watch is on them (see
+// docs/backends/zklock.md, Resizing a semaphore).
+const resizeName = "limit"
+
+var _ backend.Resizer = (*Driver)(nil)
+
+// resized is a semaphore's resize record.
+type resized struct {
+	limit int   // the limit every claim is judged under
+	upto  int64 // the nodes up to this sequence number held when it was written (-1: none)
+}
+
+func (r resized) data() []byte {
+	return []byte(strconv.Itoa(r.limit) + " " + strconv.FormatInt(r.upto, 10))
+}
+
+// readResized reads the resize record under parent when names, parent's
+// children, list it: nil when they do not, or it went since (which
+// changed the children again). One request, made only for a resized
+// semaphore; version is the record's.
+func (d *Driver) readResized(parent string, names []string) (r *resized, version int32, err error) {
+	if !slices.Contains(names, resizeName) {
+		return nil, 0, nil
+	}
+	data, st, err := d.conn.Get(parent + "/" + resizeName)
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, err
+	}
+	limit, upto, _ := strings.Cut(string(data), " ")
+	rec := resized{}
+	rec.limit, err = strconv.Atoi(limit)
+	if err == nil {
+		rec.upto, err = strconv.ParseInt(upto, 10, 64)
+	}
+	if err != nil || rec.limit < 1 || rec.limit > backend.MaxLimit {
+		return nil, 0, fmt.Errorf("%w: the resize record %s/%s reads %q", errUnexpected, parent, resizeName, data)
+	}
+	return &rec, st.Version, nil
+}
+
+// Resize implements backend.Resizer: it lists key's semaphore's queue
+// and reads its record, if any, then writes the record in one multi-op,
+// the old one's version checked, with the last node holding as they say
+// (holding): those keep holding under a lowered limit. Limit 0 deletes
+// the record. A limit equal to the record's writes nothing.
+func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) {
+	if limit < 0 || limit > backend.MaxLimit {
+		return fmt.Errorf("zklock: resize: %w: %d", backend.ErrInvalidLimit, limit)
+	}
+	defer func() { err = permitted(err) }()
+	ctx, done, err := d.enter(ctx, "resize")
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := d.catchUp(ctx); err != nil {
+		return fmt.Errorf("zklock: resize: %w", d.failed(ctx, err))
+	}
+	parent := d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit})
+	if err := d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) }); err != nil {
+		return fmt.Errorf("zklock: resize: %w", d.failed(ctx, err))
+	}
+	return nil
+}
+
+// resize is one try of Resize: errChanged when the queue's node or the
+// record changed under it.
+func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
+	type look struct {
+		names   []string
+		r       *resized
+		version int32
+	}
+	lk, err := call(ctx, d, func() (look, error) {
+		names, _, err := d.conn.Children(parent)
+		if err != nil {
+			return look{}, err
+		}
+		r, v, err := d.readResized(parent, names)
+		return look{names, r, v}, err
+	})
+	switch {
+	case errors.Is(err, zk.ErrNoNode) && limit == 0:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		if _, err := d.ensureParent(parent); err != nil {
+			return err
+		}
+		return errChanged
+	case err != nil:
+		return err
+	case lk.r != nil && lk.r.limit == limit:
+		return nil
+	}
+	path := parent + "/" + resizeName
+	var ops []any
+	if lk.r != nil {
+		ops = append(ops, &zk.DeleteRequest{Path: path, Version: lk.version})
+	}
+	if limit > 0 {
+		nodes, _ := queueNodes(lk.names)
+		holding(nodes, backend.Permit, lk.r)
+		r := resized{limit: limit, upto: -1}
+		for _, n := range nodes {
+			if n.holds {
+				r.upto = n.seq
+			}
+		}
+		ops = append(ops, &zk.CreateRequest{Path: path, Data: r.data(), Acl: d.acl})
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err = call(ctx, d, func() ([]zk.MultiResponse, error) {
+		return request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+	})
+	switch {
+	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists):
+		return errChanged // another Resize's, or the queue's node went
+	}
+	return err // a lost answer: the next try finds the record written, or not
+}
