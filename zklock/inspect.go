@@ -525,7 +525,7 @@ func holding(nodes []qnode, m backend.Mode, r *resized) {
 // sharedOf is the state of key's object m with the queue nodes and the
 // resize record r (as sharedNodes read them): the grants of the holders
 // for which keep says yes (all when keep is nil), the waiters' owners,
-// and a semaphore's limit, r's, else its first node's.
+// and a semaphore's limit, r's, if it has one, else its first node's.
 func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(qnode) bool) backend.State {
 	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
 	for _, n := range nodes {
@@ -543,7 +543,7 @@ func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(q
 		}
 	}
 	switch {
-	case r != nil:
+	case r != nil && r.limit > 0:
 		st.Limit = r.limit
 	case m == backend.Permit && len(nodes) > 0:
 		st.Limit, _ = permitOf(nodes[0].tag)

@@ -26,7 +26,7 @@ var _ backend.Resizer = (*Driver)(nil)
 
 // resized is a semaphore's resize record.
 type resized struct {
-	limit int   // the limit every claim is judged under
+	limit int   // the limit every claim is judged under; 0: removed (upto's hold)
 	upto  int64 // the nodes up to this sequence number held when it was written (-1: none)
 }
 
@@ -55,7 +55,7 @@ func (d *Driver) readResized(parent string, names []string) (r *resized, version
 	if err == nil {
 		rec.upto, err = strconv.ParseInt(upto, 10, 64)
 	}
-	if err != nil || rec.limit < 1 || rec.limit > backend.MaxLimit {
+	if err != nil || rec.limit < 0 || rec.limit > backend.MaxLimit || rec.limit == 0 && rec.upto < 0 {
 		return nil, 0, fmt.Errorf("%w: the resize record %s/%s reads %q", errUnexpected, parent, resizeName, data)
 	}
 	return &rec, st.Version, nil
@@ -65,7 +65,9 @@ func (d *Driver) readResized(parent string, names []string) (r *resized, version
 // and reads its record, if any, then writes the record in one multi-op,
 // the old one's version checked, with the last node holding as they say
 // (holding): those keep holding under a lowered limit. Limit 0 deletes
-// the record. A limit equal to the record's writes nothing.
+// the record, or, while its holders are not those the claims' own limits
+// make, keeps only the last of them, with no limit (see forgetInert). A
+// limit equal to the record's writes nothing.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) {
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("zklock: resize: %w: %d", backend.ErrInvalidLimit, limit)
@@ -112,27 +114,21 @@ func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
 		return errChanged
 	case err != nil:
 		return err
-	case lk.r != nil && lk.r.limit == limit:
+	case lk.r == nil && limit == 0, lk.r != nil && lk.r.limit == limit:
 		return nil
+	}
+	held := holders(lk.names, lk.r)
+	r := resized{limit: limit, upto: -1}
+	if len(held) > 0 {
+		r.upto = held[len(held)-1]
 	}
 	path := parent + "/" + resizeName
 	var ops []any
 	if lk.r != nil {
 		ops = append(ops, &zk.DeleteRequest{Path: path, Version: lk.version})
 	}
-	if limit > 0 {
-		nodes, _ := queueNodes(lk.names)
-		holding(nodes, backend.Permit, lk.r)
-		r := resized{limit: limit, upto: -1}
-		for _, n := range nodes {
-			if n.holds {
-				r.upto = n.seq
-			}
-		}
+	if limit > 0 || !slices.Equal(held, holders(lk.names, nil)) {
 		ops = append(ops, &zk.CreateRequest{Path: path, Data: r.data(), Acl: d.acl})
-	}
-	if len(ops) == 0 {
-		return nil
 	}
 	_, err = call(ctx, d, func() ([]zk.MultiResponse, error) {
 		return request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
@@ -142,4 +138,33 @@ func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
 		return errChanged // another Resize's, or the queue's node went
 	}
 	return err // a lost answer: the next try finds the record written, or not
+}
+
+// holders is the sequence numbers of the nodes among names, a
+// semaphore's queue's, that hold under its record r (nil: none), in
+// order.
+func holders(names []string, r *resized) []int64 {
+	nodes, _ := queueNodes(names)
+	holding(nodes, backend.Permit, r)
+	var seqs []int64
+	for _, n := range nodes {
+		if n.holds {
+			seqs = append(seqs, n.seq)
+		}
+	}
+	return seqs
+}
+
+// forgetInert deletes parent's resize record r, with the version read,
+// when it keeps nothing: a removed limit's whose holders are those the
+// claims' own limits make (its own are gone from names). A claim's look
+// does it, which reads the record anyway: it goes with the first look
+// after its holders.
+func (d *Driver) forgetInert(parent string, names []string, r *resized, version int32) {
+	if r == nil || r.limit > 0 || !slices.Equal(holders(names, r), holders(names, nil)) {
+		return
+	}
+	if err := d.conn.Delete(parent+"/"+resizeName, version); err != nil {
+		d.log.Debug("zklock: delete of a removed limit's record failed", "path", parent+"/"+resizeName, "err", err)
+	}
 }

@@ -16,15 +16,18 @@ import (
 // node asking with another one fails (it would count the permits
 // otherwise). Once the first node goes, the next one's limit holds. A
 // resize record r, when there is one, rules instead: the nodes that held
-// when it was written hold, and the others are judged under its limit.
+// when it was written hold, and the others are judged under its limit
+// (if it has one: a removed limit's record keeps only its holders).
 func permitStanding(ahead []snode, seq int64, r *resized, limit, weight int) standing {
-	if r != nil {
-		switch {
-		case seq <= r.upto:
-			return standing{held: true}
-		case weight > r.limit:
-			return standing{mismatch: fmt.Errorf("%w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, weight, r.limit)}
-		}
+	switch {
+	case r == nil:
+	case seq <= r.upto:
+		return standing{held: true}
+	case r.limit == 0:
+		// Removed: the claims' limits rule.
+	case weight > r.limit:
+		return standing{mismatch: fmt.Errorf("%w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, weight, r.limit)}
+	default:
 		return standing{held: permits(ahead)+weight <= r.limit}
 	}
 	if len(ahead) == 0 {

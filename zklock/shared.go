@@ -103,7 +103,11 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 			}
 		}
 		if err == nil && l.Mode == backend.Permit {
-			lk.r, _, err = d.readResized(e.parent, lk.names)
+			var version int32
+			lk.r, version, err = d.readResized(e.parent, lk.names)
+			if err == nil {
+				d.forgetInert(e.parent, lk.names, lk.r, version)
+			}
 		}
 		return lk, err
 	})
