@@ -26,8 +26,9 @@ var _ backend.Resizer = (*Driver)(nil)
 
 // resized is a semaphore's resize record.
 type resized struct {
-	limit int   // the limit every claim is judged under; 0: removed (upto's hold)
-	upto  int64 // the nodes up to this sequence number held when it was written (-1: none)
+	limit   int   // the limit every claim is judged under; 0: removed (upto's hold)
+	upto    int64 // the nodes up to this sequence number held when it was written (-1: none)
+	version int32 // the record's node's, as read
 }
 
 func (r resized) data() []byte {
@@ -37,28 +38,28 @@ func (r resized) data() []byte {
 // readResized reads the resize record under parent when names, parent's
 // children, list it: nil when they do not, or it went since (which
 // changed the children again). One request, made only for a resized
-// semaphore; version is the record's.
-func (d *Driver) readResized(parent string, names []string) (r *resized, version int32, err error) {
+// semaphore.
+func (d *Driver) readResized(parent string, names []string) (*resized, error) {
 	if !slices.Contains(names, resizeName) {
-		return nil, 0, nil
+		return nil, nil
 	}
 	data, st, err := d.conn.Get(parent + "/" + resizeName)
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
-		return nil, 0, nil
+		return nil, nil
 	case err != nil:
-		return nil, 0, err
+		return nil, err
 	}
 	limit, upto, _ := strings.Cut(string(data), " ")
-	rec := resized{}
+	rec := resized{version: st.Version}
 	rec.limit, err = strconv.Atoi(limit)
 	if err == nil {
 		rec.upto, err = strconv.ParseInt(upto, 10, 64)
 	}
 	if err != nil || rec.limit < 0 || rec.limit > backend.MaxLimit || rec.limit == 0 && rec.upto < 0 {
-		return nil, 0, fmt.Errorf("%w: the resize record %s/%s reads %q", errUnexpected, parent, resizeName, data)
+		return nil, fmt.Errorf("%w: the resize record %s/%s reads %q", errUnexpected, parent, resizeName, data)
 	}
-	return &rec, st.Version, nil
+	return &rec, nil
 }
 
 // Resize implements backend.Resizer: it lists key's semaphore's queue
@@ -91,51 +92,38 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) 
 // resize is one try of Resize: errChanged when the queue's node or the
 // record changed under it.
 func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
-	type look struct {
-		names   []string
-		r       *resized
-		version int32
-	}
-	lk, err := call(ctx, d, func() (look, error) {
-		names, _, err := d.conn.Children(parent)
-		if err != nil {
-			return look{}, err
-		}
-		r, v, err := d.readResized(parent, names)
-		return look{names, r, v}, err
-	})
+	names, old, err := d.sharedListing(ctx, parent, backend.Permit)
 	switch {
-	case errors.Is(err, zk.ErrNoNode) && limit == 0:
-		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		if _, err := d.ensureParent(parent); err != nil {
-			return err
-		}
-		return errChanged
 	case err != nil:
 		return err
-	case lk.r == nil && limit == 0, lk.r != nil && lk.r.limit == limit:
+	case old == nil && limit == 0, old != nil && old.limit == limit:
 		return nil
 	}
-	held := holders(lk.names, lk.r)
+	held := holders(names, old)
 	r := resized{limit: limit, upto: -1}
 	if len(held) > 0 {
 		r.upto = held[len(held)-1]
 	}
 	path := parent + "/" + resizeName
 	var ops []any
-	if lk.r != nil {
-		ops = append(ops, &zk.DeleteRequest{Path: path, Version: lk.version})
+	if old != nil {
+		ops = append(ops, &zk.DeleteRequest{Path: path, Version: old.version})
 	}
-	if limit > 0 || !slices.Equal(held, holders(lk.names, nil)) {
+	if limit > 0 || !slices.Equal(held, holders(names, nil)) {
 		ops = append(ops, &zk.CreateRequest{Path: path, Data: r.data(), Acl: d.acl})
 	}
 	_, err = call(ctx, d, func() ([]zk.MultiResponse, error) {
 		return request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 	})
 	switch {
+	case errors.Is(err, zk.ErrNoNode) && old == nil:
+		// The name's node is missing (never made, or gone once empty).
+		if _, err := d.ensureParent(parent); err != nil {
+			return err
+		}
+		return errChanged
 	case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion), errors.Is(err, zk.ErrNodeExists):
-		return errChanged // another Resize's, or the queue's node went
+		return errChanged // another Resize's
 	}
 	return err // a lost answer: the next try finds the record written, or not
 }
@@ -160,11 +148,11 @@ func holders(names []string, r *resized) []int64 {
 // claims' own limits make (its own are gone from names). A claim's look
 // does it, which reads the record anyway: it goes with the first look
 // after its holders.
-func (d *Driver) forgetInert(parent string, names []string, r *resized, version int32) {
+func (d *Driver) forgetInert(parent string, names []string, r *resized) {
 	if r == nil || r.limit > 0 || !slices.Equal(holders(names, r), holders(names, nil)) {
 		return
 	}
-	if err := d.conn.Delete(parent+"/"+resizeName, version); err != nil {
+	if err := d.conn.Delete(parent+"/"+resizeName, r.version); err != nil {
 		d.log.Debug("zklock: delete of a removed limit's record failed", "path", parent+"/"+resizeName, "err", err)
 	}
 }

@@ -103,10 +103,8 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 			}
 		}
 		if err == nil && l.Mode == backend.Permit {
-			var version int32
-			lk.r, version, err = d.readResized(e.parent, lk.names)
-			if err == nil {
-				d.forgetInert(e.parent, lk.names, lk.r, version)
+			if lk.r, err = d.readResized(e.parent, lk.names); err == nil {
+				d.forgetInert(e.parent, lk.names, lk.r)
 			}
 		}
 		return lk, err
@@ -183,7 +181,7 @@ func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mod
 	lk, err := call(ctx, d, func() (lk look, err error) {
 		lk.names, _, err = d.conn.Children(parent)
 		if err == nil && m == backend.Permit {
-			lk.r, _, err = d.readResized(parent, lk.names)
+			lk.r, err = d.readResized(parent, lk.names)
 		}
 		return lk, err
 	})
