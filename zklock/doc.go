@@ -27,7 +27,9 @@
 // Waiters queue in arrival order (FIFO) with no herd; the fence is the
 // creation zxid of the holder's node, which grows across the ensemble's
 // life; a holder whose node someone deletes is told within a round trip;
-// semaphores and read-write locks, FIFO too. A lock lasts exactly as long
+// semaphores and read-write locks, FIFO too; a semaphore's limit set by
+// locker.Client.Resize is a persistent node beside its queue, kept until
+// Resize 0. A lock lasts exactly as long
 // as the driver's session, so every lock of a driver has one TTL, the
 // negotiated session timeout; a holder cut off from the ensemble is told
 // at its last answered request plus the session timeout, less a clock

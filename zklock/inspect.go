@@ -211,6 +211,12 @@ func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, mar
 	if err != nil {
 		return nil, nil, err
 	}
+	nodes, markers = queueNodes(names)
+	return nodes, markers, nil
+}
+
+// queueNodes is listing's reading of names, a queue's children.
+func queueNodes(names []string) (nodes []qnode, markers []string) {
 	for _, n := range names {
 		if tag, _, seq, ok := parseTagged(n); ok {
 			nodes = append(nodes, qnode{snode: snode{n, tag, seq}})
@@ -219,7 +225,7 @@ func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, mar
 		}
 	}
 	slices.SortFunc(nodes, func(a, b qnode) int { return cmp.Compare(a.seq, b.seq) })
-	return nodes, markers, nil
+	return nodes, markers
 }
 
 // readNodes reads the data (the owner), the creation zxid and the version
@@ -465,43 +471,46 @@ func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (b
 	}
 	var st backend.State
 	err := d.retrying(ctx, func() error {
-		nodes, err := d.sharedNodes(ctx, d.sharedParent(backend.Claim{Key: key, Mode: m}), m)
+		nodes, r, err := d.sharedNodes(ctx, d.sharedParent(backend.Claim{Key: key, Mode: m}), m)
 		if err != nil {
 			return err
 		}
 		if slices.ContainsFunc(nodes, func(n qnode) bool { return n.holds && n.gone }) {
 			return errChanged
 		}
-		st = sharedOf(key, m, nodes, nil)
+		st = sharedOf(key, m, nodes, r, nil)
 		return nil
 	})
 	return st, err
 }
 
 // sharedNodes lists and reads the queue under parent of a semaphore or a
-// read-write lock (m), in sequence order, so by fence, its holders marked.
-func (d *Driver) sharedNodes(ctx context.Context, parent string, m backend.Mode) ([]qnode, error) {
-	nodes, _, err := d.listing(ctx, parent)
+// read-write lock (m), in sequence order, so by fence, its holders marked,
+// and a semaphore's resize record, if any.
+func (d *Driver) sharedNodes(ctx context.Context, parent string, m backend.Mode) ([]qnode, *resized, error) {
+	names, r, err := d.sharedListing(ctx, parent, m)
+	nodes, _ := queueNodes(names)
 	if err != nil || len(nodes) == 0 {
-		return nil, err
+		return nil, r, err
 	}
-	holding(nodes, m)
-	return nodes, d.readNodes(ctx, parent, nodes)
+	holding(nodes, m, r)
+	return nodes, r, d.readNodes(ctx, parent, nodes)
 }
 
-// holding marks the nodes of the queue of a semaphore or a read-write
-// lock (m), in sequence order, that hold, as their own looks would find
-// them (permitStanding, rwStanding). Once one waits, so does every node
-// behind it, but for a permit asked with another limit than the
-// holders', which neither holds nor keeps others out.
-func holding(nodes []qnode, m backend.Mode) {
+// holding marks the nodes of the queue of a semaphore (with its resize
+// record r, if any) or a read-write lock (m), in sequence order, that
+// hold, as their own looks would find them (permitStanding, rwStanding).
+// Once one waits, so does every node behind it, but for a permit asked
+// with another limit than the holders' (or more permits than r's), which
+// neither holds nor keeps others out.
+func holding(nodes []qnode, m backend.Mode, r *resized) {
 	ahead := make([]snode, 0, len(nodes))
 	for i := range nodes {
 		n := &nodes[i]
 		var st standing
 		if m == backend.Permit {
 			limit, weight := permitOf(n.tag)
-			st = permitStanding(ahead, limit, weight)
+			st = permitStanding(ahead, n.seq, r, limit, weight)
 		} else {
 			st = rwStanding(ahead, rwMode(n.tag))
 		}
@@ -513,11 +522,11 @@ func holding(nodes []qnode, m backend.Mode) {
 	}
 }
 
-// sharedOf is the state of key's object m with the queue nodes (as
-// sharedNodes read it): the grants of the holders for which keep says yes
-// (all when keep is nil), the waiters' owners, and a semaphore's limit,
-// its first node's.
-func sharedOf(key string, m backend.Mode, nodes []qnode, keep func(qnode) bool) backend.State {
+// sharedOf is the state of key's object m with the queue nodes and the
+// resize record r (as sharedNodes read them): the grants of the holders
+// for which keep says yes (all when keep is nil), the waiters' owners,
+// and a semaphore's limit, r's, if it has one, else its first node's.
+func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(qnode) bool) backend.State {
 	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
 	for _, n := range nodes {
 		switch {
@@ -533,7 +542,10 @@ func sharedOf(key string, m backend.Mode, nodes []qnode, keep func(qnode) bool) 
 			st.Queue = append(st.Queue, n.owner)
 		}
 	}
-	if m == backend.Permit && len(nodes) > 0 {
+	switch {
+	case r != nil && r.limit > 0:
+		st.Limit = r.limit
+	case m == backend.Permit && len(nodes) > 0:
 		st.Limit, _ = permitOf(nodes[0].tag)
 	}
 	st.Held, st.Waiters = len(st.Holders) > 0, len(st.Queue)
@@ -545,7 +557,7 @@ func sharedOf(key string, m backend.Mode, nodes []qnode, keep func(qnode) bool) 
 // errDeleted when tried is not in the queue.
 func (d *Driver) sharedTarget(ctx context.Context, key string, m backend.Mode, fence uint64, tried string) (target, error) {
 	parent := d.sharedParent(backend.Claim{Key: key, Mode: m})
-	nodes, err := d.sharedNodes(ctx, parent, m)
+	nodes, r, err := d.sharedNodes(ctx, parent, m)
 	if err != nil {
 		return target{}, err
 	}
@@ -558,5 +570,5 @@ func (d *Driver) sharedTarget(ctx context.Context, key string, m backend.Mode, f
 		return target{}, nil
 	}
 	n := nodes[i]
-	return target{path: parent + "/" + n.name, version: n.version, st: sharedOf(key, m, nodes, func(h qnode) bool { return h.name == n.name })}, nil
+	return target{path: parent + "/" + n.name, version: n.version, st: sharedOf(key, m, nodes, r, func(h qnode) bool { return h.name == n.name })}, nil
 }

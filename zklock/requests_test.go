@@ -20,6 +20,7 @@ import (
 const (
 	opCreate          = 1
 	opDelete          = 2
+	opGetData         = 4
 	opSetData         = 5
 	opGetChildren     = 8
 	opGetChildren2    = 12
@@ -150,6 +151,54 @@ func TestKnownNameRequests(t *testing.T) {
 				after[opMulti]-before[opMulti], after[opDelete]-before[opDelete])
 		}
 	}
+}
+
+// A permit's claim behind a holder costs its create multi-op and one
+// listing, whose names say that no resize record stands: no read more
+// than before Resize existed. Once the semaphore is resized, the same
+// claim reads the record too (one request), and so does a claim alone in
+// the queue, whose create's reply counts the record among the children.
+func TestPermitRequests(t *testing.T) {
+	t.Parallel()
+	var o opCounter
+	servers := testenv.ZKAddrs()
+	d, other := dial(t, servers, WithDialer(o.dialer)), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := uniqueKey(t)
+	if _, err := other.TryAcquire(ctx, sharedClaim(t, key, backend.Permit, 3)); err != nil {
+		t.Fatal(err)
+	}
+	cycle := func(what string, key string, reads int) {
+		t.Helper()
+		var before map[int32]int
+		for range 2 { // the first learns that the name's node exists
+			l := sharedClaim(t, key, backend.Permit, 3)
+			before = o.snapshot()
+			if _, err := d.TryAcquire(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := o.snapshot()
+		sent := func(op int32) int { return after[op] - before[op] }
+		if sent(opMulti) != 1 || sent(opGetChildren)+sent(opGetChildren2) != 1 || sent(opGetData) != reads || sent(opDelete) != 1 {
+			t.Errorf("%s: %d multi-ops, %d listings, %d reads, %d deletes; want 1, 1, %d, 1", what,
+				sent(opMulti), sent(opGetChildren)+sent(opGetChildren2), sent(opGetData), sent(opDelete), reads)
+		}
+	}
+	cycle("behind a holder, never resized", key, 0)
+	if err := other.Resize(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	cycle("behind a holder, resized", key, 1)
+	alone := uniqueKey(t)
+	if err := other.Resize(ctx, alone, 2); err != nil {
+		t.Fatal(err)
+	}
+	cycle("alone, resized", alone, 1)
 }
 
 // The store tries (measure.StoreTries) count a waiting acquisition's

@@ -7,30 +7,52 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// permitStanding says whether a permit's node of weight permits, with the
-// nodes ahead of it in its semaphore's queue, holds: while the permits of
-// the nodes ahead and its own are at most limit, so that at most limit
-// are held, and waiters are served in arrival order (a claim of several
-// is not overtaken by lighter ones behind it). The first node of the
-// queue holds under its own limit: a node asking with another one fails
-// (it would count the permits otherwise). Once the first node goes, the
-// next one's limit holds.
-func permitStanding(ahead []snode, limit, weight int) standing {
+// permitStanding says whether a permit's node of weight permits, with
+// sequence number seq and the nodes ahead of it in its semaphore's queue,
+// holds: while the permits of the nodes ahead and its own are at most
+// limit, so that at most limit are held, and waiters are served in
+// arrival order (a claim of several is not overtaken by lighter ones
+// behind it). The first node of the queue holds under its own limit: a
+// node asking with another one fails (it would count the permits
+// otherwise). Once the first node goes, the next one's limit holds. A
+// resize record r, when there is one, rules instead: the nodes that held
+// when it was written hold, and the others are judged under its limit
+// (if it has one: a removed limit's record keeps only its holders).
+func permitStanding(ahead []snode, seq int64, r *resized, limit, weight int) standing {
+	switch {
+	case r == nil:
+	case seq <= r.upto:
+		return standing{held: true}
+	case r.limit == 0:
+		// Removed: the claims' limits rule.
+	case weight > r.limit:
+		return standing{mismatch: fmt.Errorf("%w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, weight, r.limit)}
+	default:
+		return standing{held: permits(ahead)+weight <= r.limit}
+	}
 	if len(ahead) == 0 {
 		return standing{held: true}
 	}
-	first, permits := ahead[0], 0
+	first := ahead[0]
 	for _, n := range ahead {
 		if n.seq < first.seq {
 			first = n
 		}
-		_, w := permitOf(n.tag)
-		permits += w
 	}
 	if held, _ := permitOf(first.tag); held != limit {
 		return standing{mismatch: fmt.Errorf("%w: held under %d, asked with %d", backend.ErrLimitMismatch, held, limit)}
 	}
-	return standing{held: permits+weight <= limit}
+	return standing{held: permits(ahead)+weight <= limit}
+}
+
+// permits is the permits of nodes together.
+func permits(nodes []snode) int {
+	n := 0
+	for _, s := range nodes {
+		_, w := permitOf(s.tag)
+		n += w
+	}
+	return n
 }
 
 // permitTag is the tag of a permit's node: "p" and its backend.PermitTag.

@@ -89,19 +89,25 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 	type listing struct {
 		names []string
 		ch    <-chan zk.Event
+		r     *resized
 	}
-	r, err := call(ctx, d, func() (listing, error) {
+	r, err := call(ctx, d, func() (lk listing, err error) {
 		if !watch {
-			names, _, err := d.conn.Children(e.parent)
-			return listing{names: names}, err
+			lk.names, _, err = d.conn.Children(e.parent)
+		} else {
+			lk.names, _, lk.ch, err = d.conn.ChildrenW(e.parent)
+			// As in watch: a watch set on another session than e's
+			// would never hear of e's session's end.
+			if d.conn.SessionID() != e.session {
+				return listing{}, errGone
+			}
 		}
-		names, _, ch, err := d.conn.ChildrenW(e.parent)
-		// As in watch: a watch set on another session than e's would
-		// never hear of e's session's end.
-		if d.conn.SessionID() != e.session {
-			return listing{}, errGone
+		if err == nil && l.Mode == backend.Permit {
+			if lk.r, err = d.readResized(e.parent, lk.names); err == nil {
+				d.forgetInert(e.parent, lk.names, lk.r)
+			}
 		}
-		return listing{names, ch}, err
+		return lk, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
 		return standing{}, nil, errGone
@@ -109,13 +115,14 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 	if err != nil {
 		return standing{}, nil, err
 	}
-	st, err := standingIn(r.names, e, l)
+	st, err := standingIn(r.names, r.r, e, l)
 	return st, r.ch, err
 }
 
-// standingIn is where e stands among names, its queue's (errGone when it
-// is not among them).
-func standingIn(names []string, e *entry, l backend.Claim) (standing, error) {
+// standingIn is where e stands among names, its queue's, with its
+// semaphore's resize record r, if any (errGone when it is not among
+// them).
+func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing, error) {
 	var ahead []snode // in no order
 	found := false
 	for _, n := range names {
@@ -132,7 +139,7 @@ func standingIn(names []string, e *entry, l backend.Claim) (standing, error) {
 	case !found:
 		return standing{}, errGone
 	case l.Mode == backend.Permit:
-		return permitStanding(ahead, l.Limit, max(l.Weight, 1)), nil
+		return permitStanding(ahead, e.seq, r, l.Limit, max(l.Weight, 1)), nil
 	}
 	return rwStanding(ahead, l.Mode), nil
 }
@@ -144,10 +151,7 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 		return "", false, err
 	}
 	parent := d.sharedParent(l)
-	names, err := d.children(ctx, parent)
-	if errors.Is(err, zk.ErrNoNode) {
-		return "", false, nil
-	}
+	names, r, err := d.sharedListing(ctx, parent, l.Mode)
 	if err != nil {
 		return "", false, err
 	}
@@ -162,6 +166,27 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 	if e.name == "" {
 		return "", false, nil
 	}
-	st, _ := standingIn(names, e, l)
+	st, _ := standingIn(names, r, e, l)
 	return e.path(), st.held && st.mismatch == nil, nil
+}
+
+// sharedListing lists the queue under parent of an object of mode m (no
+// names when its node does not exist), and reads a semaphore's resize
+// record, if any.
+func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mode) ([]string, *resized, error) {
+	type look struct {
+		names []string
+		r     *resized
+	}
+	lk, err := call(ctx, d, func() (lk look, err error) {
+		lk.names, _, err = d.conn.Children(parent)
+		if err == nil && m == backend.Permit {
+			lk.r, err = d.readResized(parent, lk.names)
+		}
+		return lk, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil, nil
+	}
+	return lk.names, lk.r, err
 }
