@@ -56,14 +56,7 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	d, h := testDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	spy, err := pgx.Connect(ctx, baseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spy.Close(context.Background())
-	if _, err := spy.Exec(ctx, h.sql.listen); err != nil {
-		t.Fatal(err)
-	}
+	heard := spy(t, ctx, h)
 	key := "ns/present"
 	cycle := func() {
 		t.Helper()
@@ -76,12 +69,6 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 		if err := d.Release(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-	}
-	heard := func(within time.Duration) bool {
-		wctx, wcancel := context.WithTimeout(ctx, within)
-		defer wcancel()
-		_, err := spy.WaitForNotification(wctx)
-		return err == nil
 	}
 	cycle()
 	if heard(300 * time.Millisecond) {
@@ -119,20 +106,7 @@ func TestBreakHolderNotifies(t *testing.T) {
 	d, h := testDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	spy, err := pgx.Connect(ctx, baseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spy.Close(context.Background())
-	if _, err := spy.Exec(ctx, h.sql.listen); err != nil {
-		t.Fatal(err)
-	}
-	heard := func(within time.Duration) bool {
-		wctx, wcancel := context.WithTimeout(ctx, within)
-		defer wcancel()
-		_, err := spy.WaitForNotification(wctx)
-		return err == nil
-	}
+	heard := spy(t, ctx, h)
 	key := "ns/broken"
 	_, unsubscribe, err := d.Subscribe(ctx, key)
 	if err != nil {
@@ -154,5 +128,25 @@ func TestBreakHolderNotifies(t *testing.T) {
 	}
 	if !heard(5 * time.Second) {
 		t.Fatal("a Break with a subscriber did not notify")
+	}
+}
+
+// spy listens on h's channel on a connection of its own, closed at
+// cleanup, and returns whether a notification comes within a time.
+func spy(t *testing.T, ctx context.Context, h *harness) func(within time.Duration) bool {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, h.sql.listen); err != nil {
+		t.Fatal(err)
+	}
+	return func(within time.Duration) bool {
+		wctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := conn.WaitForNotification(wctx)
+		return err == nil
 	}
 }
