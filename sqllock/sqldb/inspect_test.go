@@ -39,15 +39,34 @@ func TestHoldersPaged(t *testing.T) {
 				}
 				return g.Fence
 			}
-			n := listPage + 3
-			var a []uint64
-			for range n {
-				a = append(a, take("hp/a", backend.Permit, n))
-			}
 			b := []uint64{take("hp/b", backend.Permit, 2)}
 			take("hp/a", backend.Read, 0)
 			take("hp/c", backend.Write, 0)
 			take("hq/x", backend.Permit, 1)
+			// More permits than a page, in one transaction of the grant's
+			// statements: as many grants take long under -race and load.
+			n := listPage + 3
+			var a []uint64
+			err := d.inTx(ctx, false, func(tx on) error {
+				if _, err := tx.exec(d.sql.sharedAnchor, "hp/a", objSemaphore); err != nil {
+					return err
+				}
+				for range n {
+					res, err := tx.exec(d.sql.sharedInsert, "hp/a", objSemaphore, testutil.Token(), kindPermit, "", n, time.Minute.Microseconds())
+					if err != nil {
+						return err
+					}
+					f, err := res.LastInsertId()
+					a = append(a, uint64(f))
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			check := func(what string, st backend.State, key string, fences []uint64) {
 				t.Helper()
 				var got []uint64
