@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -55,14 +56,7 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 	d, h := testDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	spy, err := pgx.Connect(ctx, baseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spy.Close(context.Background())
-	if _, err := spy.Exec(ctx, h.sql.listen); err != nil {
-		t.Fatal(err)
-	}
+	heard := spy(t, ctx, h)
 	key := "ns/present"
 	cycle := func() {
 		t.Helper()
@@ -75,12 +69,6 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 		if err := d.Release(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-	}
-	heard := func(within time.Duration) bool {
-		wctx, wcancel := context.WithTimeout(ctx, within)
-		defer wcancel()
-		_, err := spy.WaitForNotification(wctx)
-		return err == nil
 	}
 	cycle()
 	if heard(300 * time.Millisecond) {
@@ -107,5 +95,58 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 			t.Fatal("releases still notify long after the last subscriber left")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Break of a permit notifies as its release would, while someone waits
+// for the key; under a fence that no holder has, it frees nothing and
+// notifies nobody.
+func TestBreakHolderNotifies(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	heard := spy(t, ctx, h)
+	key := "ns/broken"
+	_, unsubscribe, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsubscribe()
+	g, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute, Mode: backend.Permit, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Break(ctx, key, backend.Permit, g.Fence+1); !errors.Is(err, backend.ErrNotHeld) {
+		t.Fatalf("Break under another fence = %v, want ErrNotHeld", err)
+	}
+	if heard(300 * time.Millisecond) {
+		t.Fatal("a Break that freed nothing notified")
+	}
+	if _, err := d.Break(ctx, key, backend.Permit, g.Fence); err != nil {
+		t.Fatal(err)
+	}
+	if !heard(5 * time.Second) {
+		t.Fatal("a Break with a subscriber did not notify")
+	}
+}
+
+// spy listens on h's channel on a connection of its own, closed at
+// cleanup, and returns whether a notification comes within a time.
+func spy(t *testing.T, ctx context.Context, h *harness) func(within time.Duration) bool {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, h.sql.listen); err != nil {
+		t.Fatal(err)
+	}
+	return func(within time.Duration) bool {
+		wctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := conn.WaitForNotification(wctx)
+		return err == nil
 	}
 }

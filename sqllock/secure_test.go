@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -244,8 +245,9 @@ func TestSecureCredentials(t *testing.T) {
 }
 
 // The documented grants are enough for everything: acquire, refresh,
-// release, a waiter woken by the notification, on a table admin created,
-// without create_table=false. One grant less is ErrPermission at once.
+// release, a waiter woken by the notification, the operator's calls on a
+// lock and a semaphore, on tables admin created, without
+// create_table=false. One grant less is ErrPermission at once.
 func TestSecureLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -253,7 +255,15 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	admin := secAdmin(t)
 	schema, table := secTable(t, admin)
 	grants := leastGrants(schema, table)
-	role, pw := secRole(t, admin, grants...)
+	shared := newSharedStatements(schema, table)
+	if _, err := admin.Exec(ctx, shared.create); err != nil {
+		t.Fatal(err)
+	}
+	all := slices.Clone(grants)
+	for _, g := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+		all = append(all, "GRANT "+g+" ON "+shared.table+" TO %s")
+	}
+	role, pw := secRole(t, admin, all...)
 	raw := secURL(t, role, pw, paramSchema, schema, paramTable, table)
 
 	c, err := locker.Open(ctx, raw, locker.WithNamespace("least"))
@@ -307,6 +317,20 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	}
 	if _, err := c.ForceRelease(ctx, "b", b.Fence()); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
+	}
+	sem := locker.Semaphore(2)
+	p, err := c.Acquire(ctx, "s", sem, locker.Owner("op"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Inspect(ctx, "s", sem); err != nil || len(st.Holders) != 1 || st.Holders[0].Owner != "op" {
+		t.Fatalf("Inspect of a semaphore = %+v, %v", st, err)
+	}
+	if ls, err := c.List(ctx, "", sem); err != nil || len(ls) != 1 || ls[0].Name != "s" {
+		t.Fatalf("List of semaphores = %+v, %v", ls, err)
+	}
+	if _, err := c.ForceRelease(ctx, "s", p.Fence(), sem); err != nil {
+		t.Fatalf("ForceRelease of a permit: %v", err)
 	}
 	c.Close()
 

@@ -60,7 +60,13 @@ type sharedStatements struct {
 	semClass, rwClass int32
 
 	begin, lock, grantPermit, dropExpired, grantRead, grantWrite, refresh, release string
+
+	inspect, list, breakHolder string // the operator's (inspect.go)
 }
+
+// holderColumns are a holder's row as the operator's statements return
+// it: name, kind, owner, version, lim and remaining µs.
+const holderColumns = `name, kind, coalesce(owner, ''), version, lim, ` + remainingSQL
 
 // sharedIdent names the shared table of the lock table: table + "_shared",
 // or a hash of table when that is longer than PostgreSQL keeps.
@@ -211,6 +217,23 @@ RETURNING b.i`,
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
 RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
+		// inspect($1 key, $2 kinds) returns the holderColumns of the
+		// object's live holders (its rows of kinds), by version; list($1
+		// LIKE pattern, $2 kinds) those of every object whose name matches,
+		// sorted by the names' bytes, then version.
+		inspect: `SELECT ` + holderColumns + ` FROM ` + t + `
+WHERE name = $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp() ORDER BY version`,
+		list: `SELECT ` + holderColumns + ` FROM ` + t + `
+WHERE name LIKE $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp() ORDER BY name COLLATE "C", version`,
+		// breakHolder($1 key, $2 kinds, $3 fence, $4 channel, $5 the
+		// key's notifyPayload) deletes the object's live holder of fence,
+		// a row of kinds, and notifies as release does; it returns the
+		// row's holderColumns and true, no row when there was none. Only
+		// the fence's row goes: a holder that took the object again has
+		// another fence.
+		breakHolder: `DELETE FROM ` + t + `
+WHERE name = $1 AND kind = ANY($2::int2[]) AND version = $3 AND expires_at > clock_timestamp()
+RETURNING ` + holderColumns + `, ` + notifyIfPresent("$4", "$5", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
 	}
 }
 

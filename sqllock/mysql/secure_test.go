@@ -51,7 +51,7 @@ func secAdmin(t *testing.T) *sql.DB {
 
 // Over TLS, a role with SELECT alone on the tables is refused locks and
 // permits with ErrPermission, never retried; SELECT, INSERT, UPDATE and
-// DELETE are enough for both. Plain TCP is refused as a permission.
+// DELETE are enough for both, and for the operator's calls. Plain TCP is refused as a permission.
 func TestTLSLeastPrivilege(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -110,5 +110,19 @@ func TestTLSLeastPrivilege(t *testing.T) {
 		if err := d.Release(ctx, c); err != nil {
 			t.Fatalf("Release of a %s: %v", c.Mode, err)
 		}
+	}
+	// The operator's calls on a semaphore need no more.
+	g, err := d.TryAcquire(ctx, permit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Inspect(ctx, permit.Key, backend.Permit); err != nil || len(st.Holders) != 1 {
+		t.Fatalf("Inspect of a semaphore = %+v, %v", st, err)
+	}
+	if ls, err := d.List(ctx, "lp/", backend.Permit); err != nil || len(ls) != 1 {
+		t.Fatalf("List of semaphores = %+v, %v", ls, err)
+	}
+	if _, err := d.Break(ctx, permit.Key, backend.Permit, g.Fence); err != nil {
+		t.Fatalf("Break of a permit: %v", err)
 	}
 }

@@ -186,6 +186,15 @@ type statements struct {
 	// sharedRefresh (ttl, name, obj, token, kind, fence, fence, owner)
 	// is refresh for a holder's row.
 	sharedRefresh string
+	// sharedList (obj, from, hi, hi, from, after, limit) is list for
+	// holders: name, kind, owner, fence, lim and µs left of the live
+	// holders (kinds 1 to 3) of the objects obj whose name is ≥ from and,
+	// unless hi is nil, < hi, after the holder (from, after) in the order
+	// of the names' bytes, then fences; at most limit.
+	sharedList string
+	// sharedBreak (name, obj, fence) deletes the object's live holder of
+	// fence (kinds 1 to 3); RowsAffected says whether.
+	sharedBreak string
 	// maxBatch is the most claims refreshMany and heldMany take at once,
 	// and names fences (the database's limit on arguments).
 	maxBatch int

@@ -230,23 +230,15 @@ func (d *Driver) inTx(ctx context.Context, grant bool, f func(on) error) error {
 }
 
 // releaseShared deletes c.Token's holder row (of c's fence unless fence
-// is 0), live or not, and for a writer its waiting record, and the
-// object's anchor when nothing is left, under the anchor's lock. It
-// returns what it found: kindWaiting for a withdrawn record, the holder's
-// kind when it was live, 0 when nothing (or only an expired row).
+// is 0), live or not, and for a writer its waiting record, under the
+// anchor's lock (see underAnchor). It returns what it found: kindWaiting
+// for a withdrawn record, the holder's kind when it was live, 0 when
+// nothing (or only an expired row).
 func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint64) (int, error) {
 	obj, kind := objectOf(c.Mode)
 	found := 0
-	err := d.inTx(ctx, false, func(tx on) error {
+	err := d.underAnchor(ctx, c.Key, obj, func(tx on) error {
 		found = 0
-		rows, err := tx.query(d.sql.sharedLockAnchor, c.Key, obj)
-		if err != nil {
-			return err
-		}
-		anchored := rows.Next()
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil || !anchored {
-			return err
-		}
 		res, err := tx.exec(d.sql.sharedRelease, c.Key, obj, c.Token, kind, int64(fence), int64(fence))
 		if err != nil {
 			return err
@@ -255,22 +247,44 @@ func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint6
 			return err
 		} else if n == 1 {
 			found = kind
-		} else {
-			if _, err := tx.exec(d.sql.sharedForget, c.Key, obj, c.Token, kind, int64(fence), int64(fence)); err != nil {
+			return nil
+		}
+		if _, err := tx.exec(d.sql.sharedForget, c.Key, obj, c.Token, kind, int64(fence), int64(fence)); err != nil {
+			return err
+		}
+		if c.Mode == backend.Write {
+			res, err := tx.exec(d.sql.sharedForget, c.Key, obj, c.Token, kindWaiting, 0, 0)
+			if err != nil {
 				return err
 			}
-			if c.Mode == backend.Write {
-				res, err := tx.exec(d.sql.sharedForget, c.Key, obj, c.Token, kindWaiting, 0, 0)
-				if err != nil {
-					return err
-				}
-				if n, _ := res.RowsAffected(); n == 1 {
-					found = kindWaiting
-				}
+			if n, _ := res.RowsAffected(); n == 1 {
+				found = kindWaiting
 			}
 		}
+		return nil
+	})
+	return found, err
+}
+
+// underAnchor runs f, which deletes rows of key's object obj, in a
+// transaction under the object's anchor lock, and then deletes the anchor
+// if the object has no row left. Without an anchor the object has no row,
+// and f does not run.
+func (d *Driver) underAnchor(ctx context.Context, key string, obj int, f func(on) error) error {
+	return d.inTx(ctx, false, func(tx on) error {
+		rows, err := tx.query(d.sql.sharedLockAnchor, key, obj)
+		if err != nil {
+			return err
+		}
+		anchored := rows.Next()
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil || !anchored {
+			return err
+		}
+		if err := f(tx); err != nil {
+			return err
+		}
 		var left int
-		if rows, err = tx.query(d.sql.sharedCount, c.Key, obj); err != nil {
+		if rows, err = tx.query(d.sql.sharedCount, key, obj); err != nil {
 			return err
 		}
 		if !rows.Next() {
@@ -280,11 +294,10 @@ func (d *Driver) releaseShared(ctx context.Context, c backend.Claim, fence uint6
 			return err
 		}
 		if left == 0 {
-			_, err = tx.exec(d.sql.sharedDrop, c.Key, obj)
+			_, err = tx.exec(d.sql.sharedDrop, key, obj)
 		}
 		return err
 	})
-	return found, err
 }
 
 // releaseSharedClaim is Release of a permit, a reader or a writer.

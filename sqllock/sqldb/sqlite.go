@@ -138,6 +138,10 @@ ON CONFLICT (name, obj, token) DO UPDATE SET kind = 4, expires_us = excluded.exp
 		sharedCount:   `SELECT count(*) FROM ` + s + ` WHERE name = ? AND obj = ? AND kind > 0`,
 		sharedDrop:    `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND kind = 0`,
 		sharedRefresh: `UPDATE ` + s + ` SET expires_us = ` + until + ` WHERE name = ? AND obj = ? AND token = ? AND kind = ? AND (? = 0 OR fence = ?) AND owner = ? AND expires_us > ` + now,
+		sharedList: `SELECT name, kind, owner, fence, lim, expires_us - ` + now + ` FROM ` + s + `
+WHERE obj = ? AND name >= ? AND (? IS NULL OR name < CAST(? AS TEXT)) AND (name > ? OR fence > ?) AND kind BETWEEN 1 AND 3 AND expires_us > ` + now + `
+ORDER BY name, fence LIMIT ?`,
+		sharedBreak: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
 		fences: func(n int) string {
 			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
 			return `SELECT name, 1, fence, fence FROM ` + t + ` WHERE ` + in + ` AND expires_us > ` + now + `
