@@ -258,17 +258,21 @@ func TestModeWaiterLeaseRevoked(t *testing.T) {
 }
 
 // TestPermitted: an entry holds while the permits of those ahead and its
-// own fit the limit; an owner with a '/' is no weight.
+// own fit the limit, the resized one (r) if it stands, whatever the
+// entries' own; an owner with a '/' is no weight.
 func TestPermitted(t *testing.T) {
 	kv := func(k, v string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v)} }
 	kvs := []*mvccpb.KeyValue{kv("a", permitValue(5, 3, "x")), kv("b", permitValue(5, 1, "y/9")), kv("me", "")}
 	for _, c := range []struct {
-		weight int
-		ok     bool
-	}{{1, true}, {2, false}} {
-		got, err := permitted(kvs, "me", 5, c.weight)
-		if err != nil || (got != nil) != c.ok {
-			t.Errorf("permitted(%d of 5 behind 3 and 1) = %v, %v, want granted %v", c.weight, got, err, c.ok)
+		limit, weight, r int
+		ok, mismatch     bool
+	}{
+		{5, 1, 0, true, false}, {5, 2, 0, false, false}, {4, 1, 0, false, true},
+		{5, 2, 6, true, false}, {4, 1, 5, true, false}, {9, 1, 4, false, false}, {5, 5, 4, false, true},
+	} {
+		got, err := permitted(kvs, "me", c.limit, c.weight, c.r)
+		if errors.Is(err, backend.ErrLimitMismatch) != c.mismatch || (got != nil) != c.ok {
+			t.Errorf("permitted(%d of %d, resized to %d, behind 3 and 1 of 5) = %v, %v; want granted %v, mismatch %v", c.weight, c.limit, c.r, got, err, c.ok, c.mismatch)
 		}
 	}
 	if n, w := permitOf(kvs[1]); n != 5 || w != 1 {

@@ -181,6 +181,35 @@ func exercise(t *testing.T, raw string) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not get the lock within 5s of the release")
 	}
+
+	// A semaphore's waiter is let in by a raised limit: its resize key is
+	// under the prefix too.
+	sem := locker.Semaphore(1)
+	p, err := a.Acquire(ctx, "sem", sem, locker.TTL(3*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire a permit: %v", err)
+	}
+	defer p.Release(ctx)
+	defer a.Resize(ctx, "sem", 0)
+	go func() {
+		w, err := b.Acquire(ctx, "sem", sem, locker.TTL(3*time.Second))
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let the waiter queue
+	if err := a.Resize(ctx, "sem", 2); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("a permit's waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get a permit within 5s of the resize")
+	}
 }
 
 // TLS from the URL (ca, cert, key) with a password, and with the client
