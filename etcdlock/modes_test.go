@@ -279,3 +279,64 @@ func TestPermitted(t *testing.T) {
 		t.Errorf("permitOf(%q) = %d, %d, want 5, 1", kvs[1].Value, n, w)
 	}
 }
+
+// TestResized: a free semaphore's limit is set, once in the store however
+// often it is asked for, and Inspect reports it with nothing held; tries
+// of a smaller claimed limit fill the resized one (beyond the entries
+// their transaction reads: one more read); List judges the holders under
+// it; once it is removed, the claims' own limits rule again, and the name
+// leaves nothing.
+func TestResized(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c, d := h.client(t)
+	key := backend.Key("t", "r")
+	rk := resizeKey(h.dirs(key)[1])
+	var mods []int64
+	for range 2 {
+		if err := c.Resize(ctx, "r", 3); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := h.admin.Get(ctx, rk)
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" || resp.Kvs[0].Lease != 0 {
+			t.Fatalf("the resize key: %+v, %v; want 3 without a lease", resp, err)
+		}
+		mods = append(mods, resp.Kvs[0].ModRevision)
+	}
+	if mods[0] != mods[1] {
+		t.Errorf("a Resize to the limit that stands wrote it again (revisions %v)", mods)
+	}
+	if st, err := d.Inspect(ctx, key, backend.Permit); err != nil || st.Held || st.Limit != 3 {
+		t.Fatalf("Inspect of a free resized semaphore = %+v, %v; want Limit 3, not held", st, err)
+	}
+	one := locker.Semaphore(1)
+	var held []*locker.Lock
+	for i := range 3 {
+		l, err := c.TryAcquire(ctx, "r", one)
+		if err != nil {
+			t.Fatalf("TryAcquire %d of a semaphore of 1 resized to 3: %v", i+1, err)
+		}
+		held = append(held, l)
+	}
+	if _, err := c.TryAcquire(ctx, "r", one); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("a 4th TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if sts, err := c.List(ctx, "r", one); err != nil || len(sts) != 1 || sts[0].Limit != 3 || len(sts[0].Holders) != 3 {
+		t.Fatalf("List = %+v, %v; want 3 holders under limit 3", sts, err)
+	}
+	if err := c.Resize(ctx, "r", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "r", locker.Semaphore(3)); !errors.Is(err, locker.ErrLimitMismatch) {
+		t.Fatalf("TryAcquire under 3 with permits held under 1 and the resize removed = %v, want ErrLimitMismatch", err)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := h.Residue(ctx, key); err != nil || n != 0 {
+		t.Fatalf("Residue after Resize 0 and the releases = %d, %v; want 0", n, err)
+	}
+}
