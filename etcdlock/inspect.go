@@ -104,9 +104,9 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 }
 
 // holding counts the entries of the object m that hold it, the oldest of
-// kvs (in creation order): the lock's first; a semaphore's while their
-// permits are at most the resized limit r, or, with none, the first
-// one's limit, all under that limit; a read-write lock's first writer
+// kvs (in creation order): the lock's first; a semaphore's first, and
+// the next while their permits are at most the resized limit r, or, with
+// none, the first one's limit, all under that limit; a read-write lock's first writer
 // alone, or its readers up to the first writer (see "Semaphores and
 // read-write locks" in docs/backends/etcdlock.md).
 func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r int) int {
@@ -122,8 +122,10 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r int) int {
 		}
 		sum := 0
 		for i, kv := range kvs {
+			// The oldest holds whatever its weight: one above a lowered
+			// limit was granted before it, a waiter leaves at its look.
 			w, err := weigh(kv, limit, r)
-			if err != nil || sum+w > limit {
+			if i > 0 && (err != nil || sum+w > limit) {
 				return i
 			}
 			sum += w

@@ -339,4 +339,29 @@ func TestResized(t *testing.T) {
 	if n, err := h.Residue(ctx, key); err != nil || n != 0 {
 		t.Fatalf("Residue after Resize 0 and the releases = %d, %v; want 0", n, err)
 	}
+
+	// Lowered below a holder's permits: the oldest entry holds whatever
+	// its weight, and the one behind it shows in the queue (see
+	// "Inspecting and breaking locks" in docs/backends/etcdlock.md).
+	heavy, err := c.TryAcquire(ctx, "low", locker.Semaphore(4), locker.Permits(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	light, err := c.TryAcquire(ctx, "low", locker.Semaphore(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, "low", 2); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Resize(ctx, "low", 0)
+	st, err := d.Inspect(ctx, backend.Key("t", "low"), backend.Permit)
+	if err != nil || !st.Held || st.Limit != 2 || len(st.Holders) != 1 || st.Holders[0].Fence != heavy.Fence() || st.Waiters != 1 {
+		t.Fatalf("Inspect after lowering 4 to 2 under 3 and 1 permits = %+v, %v; want the 3 held, limit 2, the 1 queued", st, err)
+	}
+	for _, l := range []*locker.Lock{heavy, light} {
+		if err := l.Refresh(ctx); err != nil {
+			t.Fatalf("Refresh of a holder above the lowered limit: %v", err)
+		}
+	}
 }
