@@ -96,7 +96,10 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 		return nil, 0, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
 	kvs = resp.Kvs
-	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); from != dir && i >= 0 {
+	if from == dir {
+		return kvs, 0, nil
+	}
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); i >= 0 {
 		r, _ = resized(kvs[i : i+1])
 		kvs = slices.Delete(kvs, i, i+1)
 	}
@@ -104,11 +107,11 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 }
 
 // holding counts the entries of the object m that hold it, the oldest of
-// kvs (in creation order): the lock's first; a semaphore's first, and
-// the next while their permits are at most the resized limit r, or, with
-// none, the first one's limit, all under that limit; a read-write lock's first writer
-// alone, or its readers up to the first writer (see "Semaphores and
-// read-write locks" in docs/backends/etcdlock.md).
+// kvs (in creation order): the lock's first; a semaphore's first, and the
+// next ones while their permits are at most the resized limit r, or, with
+// none, the first one's limit, all under that limit; a read-write lock's
+// first writer alone, or its readers up to the first writer (see
+// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
 func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r int) int {
 	switch {
 	case len(kvs) == 0:

@@ -334,16 +334,16 @@ func (t *ticket) watched() (string, []clientv3.OpOption) {
 	if t.limit > 0 {
 		return resizeKey(t.over), []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(t.over))}
 	}
-	return t.ahead1(), []clientv3.OpOption{clientv3.WithFilterPut()}
+	return t.justAhead(), []clientv3.OpOption{clientv3.WithFilterPut()}
 }
 
-// ahead1 is the one entry a claim of a lock, a reader or a writer waits
-// for.
-func (t *ticket) ahead1() string {
+// justAhead is the one entry that a waiting claim of a lock, a reader or
+// a writer waits for.
+func (t *ticket) justAhead() string {
 	for k := range t.older {
 		return k
 	}
-	return t.over // none: not called then
+	return ""
 }
 
 // blocked drops from t.older the entries that a local read, of a member
@@ -353,7 +353,7 @@ func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	local := []clientv3.OpOption{clientv3.WithSerializable(), clientv3.WithKeysOnly()}
-	reads := []clientv3.Op{clientv3.OpGet(t.ahead1(), append(local, clientv3.WithMaxCreateRev(t.rev-1))...)}
+	reads := []clientv3.Op{clientv3.OpGet(t.justAhead(), append(local, clientv3.WithMaxCreateRev(t.rev-1))...)}
 	if t.limit > 0 {
 		reads = []clientv3.Op{clientv3.OpGet(t.over, append(local, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev-1))...),
 			clientv3.OpGet(resizeKey(t.over), local...)}
