@@ -111,10 +111,18 @@ func (h *harness) NewCutDriver(ctx context.Context) (backend.Driver, func(bool),
 }
 
 // Residue counts every key under the name's queue directories (lock,
-// semaphore, read-write lock): the driver keeps nothing else per name
-// (fences are etcd revisions).
+// semaphore, read-write lock) and its semaphore's resize key: the driver
+// keeps nothing else per name (fences are etcd revisions).
 func (h *harness) Residue(ctx context.Context, key string) (int, error) {
-	return h.Entries(ctx, key)
+	n, err := h.Entries(ctx, key)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := h.admin.Get(ctx, resizeKey(h.dirs(key)[1]), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return n + int(resp.Count), nil
 }
 
 // Expire revokes the session lease of key's holder (the lock's, else the

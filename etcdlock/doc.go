@@ -16,7 +16,8 @@
 // Guarantees: waiters queue in arrival order (FIFO), each watching only the
 // entry ahead; the fence is the creation revision of the holder's entry,
 // from etcd's global revision, so it only grows and a released name leaves
-// nothing behind; every acquisition is a disk-synced write on a consensus
+// nothing behind (but a semaphore's limit set by Resize, until Resize 0);
+// every acquisition is a disk-synced write on a consensus
 // store; semaphores and read-write locks, FIFO too. Limits: locks live as
 // long as their client's lease, whose TTL is whole seconds and at least the
 // server's minimum (2s by default), so locker.AutoRefresh(false) does not

@@ -59,8 +59,9 @@ func tagOf(m backend.Mode) (string, bool) {
 const listPage = 1000
 
 // Inspect implements backend.Inspector: one read of the object's
-// directory (a read-write lock's readers and writers together), and one
-// of each holder's lease for its time left.
+// directory (a read-write lock's readers and writers together; a
+// semaphore's with its resize key), and one of each holder's lease for
+// its time left.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	m = backend.Object(m)
 	ctx, done, err := d.gate.Enter(ctx)
@@ -68,36 +69,50 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	kvs, err := d.readObject(ctx, key, m)
+	kvs, r, err := d.readObject(ctx, key, m)
 	if err != nil {
 		return backend.State{}, err
 	}
-	st, leases := stateOf(key, m, kvs)
+	st, leases := stateOf(key, m, kvs, r)
 	return d.withTTLs(ctx, st, leases)
 }
 
 // readObject reads the directory of key's object m, entries in creation
-// order.
-func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]*mvccpb.KeyValue, error) {
+// order, and a semaphore's resized limit (0: none) in the same range:
+// its resize key sorts just before the directory (see dirs).
+func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kvs []*mvccpb.KeyValue, r int, err error) {
 	tag, ok := tagOf(m)
 	if !ok {
-		return nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
+		return nil, 0, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
-	resp, err := d.get(ctx, d.prefix+"/"+backend.EscapeKey(key)+tag+"/", clientv3.WithPrefix(),
+	dir := d.prefix + "/" + backend.EscapeKey(key) + tag + "/"
+	from := dir
+	if m == backend.Permit {
+		from = resizeKey(dir)
+	}
+	resp, err := d.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(dir)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, 0, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
-	return resp.Kvs, nil
+	kvs = resp.Kvs
+	if from == dir {
+		return kvs, 0, nil
+	}
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); i >= 0 {
+		r, _ = resized(kvs[i : i+1])
+		kvs = slices.Delete(kvs, i, i+1)
+	}
+	return kvs, r, nil
 }
 
 // holding counts the entries of the object m that hold it, the oldest of
-// kvs (in creation order): the lock's first; a semaphore's while their
-// permits are at most the first one's limit, all under that limit; a
-// read-write lock's first writer alone, or its readers up to the first
-// writer (see "Semaphores and read-write locks" in
-// docs/backends/etcdlock.md).
-func holding(m backend.Mode, kvs []*mvccpb.KeyValue) int {
+// kvs (in creation order): the lock's first; a semaphore's first, and the
+// next ones while their permits are at most the resized limit r, or, with
+// none, the first one's limit, all under that limit; a read-write lock's
+// first writer alone, or its readers up to the first writer (see
+// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
+func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r int) int {
 	switch {
 	case len(kvs) == 0:
 		return 0
@@ -105,10 +120,15 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue) int {
 		return 1
 	case m == backend.Permit:
 		limit, _ := permitOf(kvs[0])
+		if r > 0 {
+			limit = r
+		}
 		sum := 0
 		for i, kv := range kvs {
-			n, w := permitOf(kv)
-			if n != limit || sum+w > limit {
+			// The oldest holds whatever its weight: one above a lowered
+			// limit was granted before it, a waiter leaves at its look.
+			w, err := weigh(kv, limit, r)
+			if i > 0 && (err != nil || sum+w > limit) {
 				return i
 			}
 			sum += w
@@ -134,11 +154,12 @@ func writes(kv *mvccpb.KeyValue) bool {
 }
 
 // stateOf describes the object m of key from its directory's entries,
-// oldest first, and returns its holders' leases: the lock's holder's, or
-// one per Holders entry. The TTLs are left to leaseTTLs.
-func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue) (backend.State, []clientv3.LeaseID) {
-	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
-	n := holding(m, kvs)
+// oldest first, and a semaphore's resized limit r (0: none), and returns
+// its holders' leases: the lock's holder's, or one per Holders entry. The
+// TTLs are left to leaseTTLs.
+func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r int) (backend.State, []clientv3.LeaseID) {
+	st := backend.State{Key: key, Mode: m, Known: knownOf(m), Limit: r}
+	n := holding(m, kvs, r)
 	var leases []clientv3.LeaseID
 	for i, kv := range kvs {
 		owner := string(kv.Value)
@@ -159,7 +180,10 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue) (backend.State,
 		h := backend.Holder{Mode: m, Owner: owner, Fence: uint64(kv.CreateRevision), Weight: 1}
 		switch {
 		case m == backend.Permit:
-			st.Limit, h.Weight = permitOf(kv)
+			_, h.Weight = permitOf(kv)
+			if r == 0 {
+				st.Limit, _ = permitOf(kv)
+			}
 		case writes(kv):
 			h.Mode = backend.Write
 		}
@@ -205,6 +229,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	start := base + escapedPrefix(prefix)
 	end := clientv3.GetPrefixRangeEnd(start)
 	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name and tag
+	resizes := map[string]int{}             // the semaphores', by escaped name and tag
 	var rev int64
 	for from := start; ; {
 		resp, err := d.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
@@ -216,6 +241,8 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 			name, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), base), "/")
 			if ok {
 				dirs[name] = append(dirs[name], kv)
+			} else if m == backend.Permit {
+				resizes[name], _ = resized([]*mvccpb.KeyValue{kv}) // a resize key, named as its directory
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
@@ -227,15 +254,15 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 		out    []backend.State
 		leases [][]clientv3.LeaseID // of out's holders
 	)
-	for name, kvs := range dirs {
+	for dir, kvs := range dirs {
 		// Another object's name keeps its tag, which no escaped key has.
-		name, ok := strings.CutSuffix(name, tag)
+		name, ok := strings.CutSuffix(dir, tag)
 		key, err := url.PathUnescape(name)
 		if !ok || err != nil || !strings.HasPrefix(key, prefix) || backend.EscapeKey(key) != name {
 			continue // not a name of ours
 		}
 		slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
-		if st, ls := stateOf(key, m, kvs); st.Held {
+		if st, ls := stateOf(key, m, kvs, resizes[dir]); st.Held {
 			out = append(out, st)
 			leases = append(leases, ls)
 		}
@@ -327,11 +354,11 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	kvs, err := d.readObject(ctx, key, m)
+	kvs, r, err := d.readObject(ctx, key, m)
 	if err != nil {
 		return backend.State{}, err
 	}
-	st, leases := stateOf(key, m, kvs)
+	st, leases := stateOf(key, m, kvs, r)
 	// The holders' entries are the first ones, one per lease.
 	i := slices.IndexFunc(kvs[:len(leases)], func(kv *mvccpb.KeyValue) bool { return uint64(kv.CreateRevision) == fence })
 	if i < 0 {

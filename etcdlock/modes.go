@@ -44,7 +44,7 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
 			return "", "", fmt.Errorf("%w: %d of %d permits (want 1 to %d of 1 to %d)", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit, l.Limit, backend.MaxLimit)
 		}
-		return base + semTag + "/", base + semTag + "/", nil
+		return d.semDir(l.Key), d.semDir(l.Key), nil
 	case backend.Read:
 		// A reader waits for the writers ahead of it alone.
 		return base + rwTag + "/r/", base + rwTag + "/w/", nil
@@ -53,4 +53,9 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 		return base + rwTag + "/w/", base + rwTag + "/", nil
 	}
 	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
+}
+
+// semDir is the directory of key's semaphore.
+func (d *Driver) semDir(key string) string {
+	return d.prefix + "/" + backend.EscapeKey(key) + semTag + "/"
 }

@@ -258,20 +258,110 @@ func TestModeWaiterLeaseRevoked(t *testing.T) {
 }
 
 // TestPermitted: an entry holds while the permits of those ahead and its
-// own fit the limit; an owner with a '/' is no weight.
+// own fit the limit, the resized one (r) if it stands, whatever the
+// entries' own; an owner with a '/' is no weight.
 func TestPermitted(t *testing.T) {
 	kv := func(k, v string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v)} }
 	kvs := []*mvccpb.KeyValue{kv("a", permitValue(5, 3, "x")), kv("b", permitValue(5, 1, "y/9")), kv("me", "")}
 	for _, c := range []struct {
-		weight int
-		ok     bool
-	}{{1, true}, {2, false}} {
-		got, err := permitted(kvs, "me", 5, c.weight)
-		if err != nil || (got != nil) != c.ok {
-			t.Errorf("permitted(%d of 5 behind 3 and 1) = %v, %v, want granted %v", c.weight, got, err, c.ok)
+		limit, weight, r int
+		ok, mismatch     bool
+	}{
+		{5, 1, 0, true, false}, {5, 2, 0, false, false}, {4, 1, 0, false, true},
+		{5, 2, 6, true, false}, {4, 1, 5, true, false}, {9, 1, 4, false, false}, {5, 5, 4, false, true},
+	} {
+		got, err := permitted(kvs, "me", c.limit, c.weight, c.r)
+		if errors.Is(err, backend.ErrLimitMismatch) != c.mismatch || (got != nil) != c.ok {
+			t.Errorf("permitted(%d of %d, resized to %d, behind 3 and 1 of 5) = %v, %v; want granted %v, mismatch %v", c.weight, c.limit, c.r, got, err, c.ok, c.mismatch)
 		}
 	}
 	if n, w := permitOf(kvs[1]); n != 5 || w != 1 {
 		t.Errorf("permitOf(%q) = %d, %d, want 5, 1", kvs[1].Value, n, w)
+	}
+}
+
+// TestResized: a free semaphore's limit is set, once in the store however
+// often it is asked for, and Inspect reports it with nothing held; tries
+// of a smaller claimed limit fill the resized one (beyond the entries
+// their transaction reads: one more read); List judges the holders under
+// it; once it is removed, the claims' own limits rule again, and the name
+// leaves nothing.
+func TestResized(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c, d := h.client(t)
+	key := backend.Key("t", "r")
+	rk := resizeKey(h.dirs(key)[1])
+	var mods []int64
+	for range 2 {
+		if err := c.Resize(ctx, "r", 3); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := h.admin.Get(ctx, rk)
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" || resp.Kvs[0].Lease != 0 {
+			t.Fatalf("the resize key: %+v, %v; want 3 without a lease", resp, err)
+		}
+		mods = append(mods, resp.Kvs[0].ModRevision)
+	}
+	if mods[0] != mods[1] {
+		t.Errorf("a Resize to the limit that stands wrote it again (revisions %v)", mods)
+	}
+	if st, err := d.Inspect(ctx, key, backend.Permit); err != nil || st.Held || st.Limit != 3 {
+		t.Fatalf("Inspect of a free resized semaphore = %+v, %v; want Limit 3, not held", st, err)
+	}
+	one := locker.Semaphore(1)
+	var held []*locker.Lock
+	for i := range 3 {
+		l, err := c.TryAcquire(ctx, "r", one)
+		if err != nil {
+			t.Fatalf("TryAcquire %d of a semaphore of 1 resized to 3: %v", i+1, err)
+		}
+		held = append(held, l)
+	}
+	if _, err := c.TryAcquire(ctx, "r", one); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("a 4th TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if sts, err := c.List(ctx, "r", one); err != nil || len(sts) != 1 || sts[0].Limit != 3 || len(sts[0].Holders) != 3 {
+		t.Fatalf("List = %+v, %v; want 3 holders under limit 3", sts, err)
+	}
+	if err := c.Resize(ctx, "r", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "r", locker.Semaphore(3)); !errors.Is(err, locker.ErrLimitMismatch) {
+		t.Fatalf("TryAcquire under 3 with permits held under 1 and the resize removed = %v, want ErrLimitMismatch", err)
+	}
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := h.Residue(ctx, key); err != nil || n != 0 {
+		t.Fatalf("Residue after Resize 0 and the releases = %d, %v; want 0", n, err)
+	}
+
+	// Lowered below a holder's permits: the oldest entry holds whatever
+	// its weight, and the one behind it shows in the queue (see
+	// "Inspecting and breaking locks" in docs/backends/etcdlock.md).
+	heavy, err := c.TryAcquire(ctx, "low", locker.Semaphore(4), locker.Permits(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	light, err := c.TryAcquire(ctx, "low", locker.Semaphore(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, "low", 2); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Resize(ctx, "low", 0)
+	st, err := d.Inspect(ctx, backend.Key("t", "low"), backend.Permit)
+	if err != nil || !st.Held || st.Limit != 2 || len(st.Holders) != 1 || st.Holders[0].Fence != heavy.Fence() || st.Waiters != 1 {
+		t.Fatalf("Inspect after lowering 4 to 2 under 3 and 1 permits = %+v, %v; want the 3 held, limit 2, the 1 queued", st, err)
+	}
+	for _, l := range []*locker.Lock{heavy, light} {
+		if err := l.Refresh(ctx); err != nil {
+			t.Fatalf("Refresh of a holder above the lowered limit: %v", err)
+		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/lockerhq/locker/backend"
-	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/connectivity"
 )
@@ -28,6 +28,8 @@ type ticket struct {
 	over      string          // the entries that may be ahead of ours
 	limit     int             // a semaphore's: how many may be; 0: one
 	weight    int             // the permits the claim takes: 1 but for a weighted permit
+	under     int             // the limit of the last look: the resized one, else limit
+	resizeMod int64           // the resize key's modification revision then (0: none)
 	rev       int64           // the entry's creation revision; 0 until confirmed
 	older     map[string]int  // the entries ahead that it waits for, with their permits (nil: look)
 	ahead     int             // the permits of older together
@@ -156,7 +158,7 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(put, t.read(0)).
+			Then(append([]clientv3.Op{put}, t.read(0)...)...).
 			Else(clientv3.OpGet(key, clientv3.WithKeysOnly()))
 	})
 	switch {
@@ -178,7 +180,7 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	if r := resp.Responses[0].GetResponseTxn(); r != nil && r.Succeeded {
 		t.mod = t.rev
 	}
-	return t.settle(ctx, resp.Responses[1].GetResponseRange().GetKvs(), t.rev)
+	return t.settle(ctx, resp.Responses[1:], t.rev)
 }
 
 // look checks, in one linearizable transaction, that t's entry is still
@@ -190,7 +192,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.s.key), "=", t.rev)).
-			Then(t.read(t.rev - 1))
+			Then(t.read(t.rev - 1)...)
 	})
 	switch {
 	case err != nil:
@@ -198,29 +200,39 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	case !resp.Succeeded:
 		return backend.Grant{}, backend.ErrRequeue
 	}
-	return t.settle(ctx, resp.Responses[0].GetResponseRange().GetKvs(), resp.Header.Revision)
+	return t.settle(ctx, resp.Responses, resp.Header.Revision)
 }
 
 // read is the range of the entries under over, created at revision maxRev
 // or before (0: any), that decide whether t waits: a semaphore's all, with
-// their limits; else the youngest two (in put's transaction, ours and the
-// one just ahead of it).
-func (t *ticket) read(maxRev int64) clientv3.Op {
+// their limits, and its resize key; else the youngest two (in put's
+// transaction, ours and the one just ahead of it).
+func (t *ticket) read(maxRev int64) []clientv3.Op {
 	if t.limit > 0 {
-		return clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev))
+		return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev)),
+			clientv3.OpGet(resizeKey(t.over))}
 	}
-	return clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(maxRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+	return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(maxRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))}
 }
 
 // settle takes the key for t's claim, or notes what it waits for, from
-// kvs, entries under over none younger than t's own, read at revision rev:
-// the youngest other entry, or, a semaphore's, every other while their
-// permits and t's are more than the limit (each under t's limit, else
-// ErrLimitMismatch).
-func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) (backend.Grant, error) {
+// rs, read at revision rev (see read): the entries under over none
+// younger than t's own, and a semaphore's resize key. It waits for the
+// youngest other entry, or, a semaphore's, for every other while their
+// permits and t's are more than the limit it is judged under (see under
+// and weigh).
+func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev int64) (backend.Grant, error) {
+	var r int
+	if t.limit > 0 {
+		r, t.resizeMod = resized(rs[1].GetResponseRange().GetKvs())
+		var err error
+		if t.under, err = under(t.limit, t.weight, r); err != nil {
+			return backend.Grant{}, err
+		}
+	}
 	older, ahead := map[string]int{}, 0
-	for _, kv := range kvs {
+	for _, kv := range rs[0].GetResponseRange().GetKvs() {
 		k := string(kv.Key)
 		if k == t.s.key {
 			continue
@@ -229,9 +241,9 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 			older[k], ahead = 1, 1
 			break
 		}
-		n, w := permitOf(kv)
-		if n != t.limit {
-			return backend.Grant{}, limitMismatch(n, t.limit)
+		w, err := weigh(kv, t.under, r)
+		if err != nil {
+			return backend.Grant{}, err
 		}
 		older[k] = w
 		ahead += w
@@ -256,7 +268,7 @@ func (t *ticket) settle(ctx context.Context, kvs []*mvccpb.KeyValue, rev int64) 
 
 // waits reports whether the entries ahead leave too few permits for t's
 // claim (one, but for a semaphore's).
-func (t *ticket) waits() bool { return t.ahead+t.weight > max(t.limit, 1) }
+func (t *ticket) waits() bool { return t.ahead+t.weight > max(t.under, 1) }
 
 // drop forgets the entry k ahead of t.
 func (t *ticket) drop(k string) {
@@ -267,13 +279,13 @@ func (t *ticket) drop(k string) {
 // errBroken: every connection to etcd went down while the claim waited.
 var errBroken = errors.New("the connection to etcd went down")
 
-// await blocks until t.older leave room for t's claim (waits), ctx
-// ends, the lease ends (ErrRequeue), or the connection goes down after
-// t's last request (errBroken: the etcd client resumes a broken watch by
-// itself, silently, for as long as it takes). It watches the entry just
-// ahead, or a semaphore's whole directory, for deletions, from the
-// server's current revision, never an older one (see "Waiting" in
-// docs/backends/etcdlock.md); a delete before that is caught by blocked.
+// await blocks until t.older leave room for t's claim (waits) or a
+// semaphore's resize key changes, ctx ends, the lease ends (ErrRequeue),
+// or the connection goes down after t's last request (errBroken: the etcd
+// client resumes a broken watch by itself, silently, for as long as it
+// takes). It watches (see watched) from the server's current revision,
+// never an older one (see "Waiting" in docs/backends/etcdlock.md); a
+// change before that is caught by blocked.
 func (t *ticket) await(ctx context.Context) error {
 	// The client's Watch blocks until etcd confirms the watch, for as long
 	// as that takes: the watch ends when the connection or the lease goes.
@@ -283,7 +295,7 @@ func (t *ticket) await(ctx context.Context) error {
 	defer context.AfterFunc(t.s.ls.done, cancel)()
 	key, opts := t.watched()
 	err := errors.New("the watch ended")
-	for wr := range t.d.cli.Watch(wctx, key, append(opts, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())...) {
+	for wr := range t.d.cli.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...) {
 		if wr.Err() != nil {
 			err = fmt.Errorf("watch: %w", permission(wr.Err()))
 			break
@@ -292,7 +304,12 @@ func (t *ticket) await(ctx context.Context) error {
 			return nil
 		}
 		for _, ev := range wr.Events {
-			t.drop(string(ev.Kv.Key))
+			switch k := string(ev.Kv.Key); {
+			case t.limit > 0 && k == resizeKey(t.over):
+				return nil // look again, under the limit now
+			case ev.Type == clientv3.EventTypeDelete:
+				t.drop(k)
+			}
 		}
 		if !t.waits() {
 			return nil
@@ -309,31 +326,50 @@ func (t *ticket) await(ctx context.Context) error {
 	return err
 }
 
-// watched is what t watches: the entry just ahead, or a semaphore's
-// directory.
+// watched is what t watches: the deletion of the entry just ahead, or a
+// semaphore's resize key and directory, one range (no other key is
+// between them: see dirs), every change, but for the puts of entries
+// (younger than t's or moved to a mark lease: ignored).
 func (t *ticket) watched() (string, []clientv3.OpOption) {
-	key, opts := t.over, []clientv3.OpOption{clientv3.WithPrefix()}
-	if t.limit == 0 {
-		for k := range t.older {
-			key, opts = k, nil
-		}
+	if t.limit > 0 {
+		return resizeKey(t.over), []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(t.over))}
 	}
-	return key, opts
+	return t.justAhead(), []clientv3.OpOption{clientv3.WithFilterPut()}
+}
+
+// justAhead is the one entry that a waiting claim of a lock, a reader or
+// a writer waits for.
+func (t *ticket) justAhead() string {
+	for k := range t.older {
+		return k
+	}
+	return ""
 }
 
 // blocked drops from t.older the entries that a local read, of a member
 // at revision rev or later, no longer finds, and reports whether t still
-// waits; false when it cannot tell.
+// waits; false when it cannot tell, or a semaphore's resize key changed.
 func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	key, opts := t.watched()
-	resp, err := t.d.cli.Get(ctx, key, append(opts, clientv3.WithSerializable(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(t.rev-1))...)
+	local := []clientv3.OpOption{clientv3.WithSerializable(), clientv3.WithKeysOnly()}
+	reads := []clientv3.Op{clientv3.OpGet(t.justAhead(), append(local, clientv3.WithMaxCreateRev(t.rev-1))...)}
+	if t.limit > 0 {
+		reads = []clientv3.Op{clientv3.OpGet(t.over, append(local, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev-1))...),
+			clientv3.OpGet(resizeKey(t.over), local...)}
+	}
+	// Reads alone, all serializable: etcd serves them locally.
+	resp, err := t.d.cli.Txn(ctx).Then(reads...).Commit()
 	if err != nil || resp.Header.Revision < rev {
 		return false
 	}
+	if t.limit > 0 {
+		if _, mod := resized(resp.Responses[1].GetResponseRange().GetKvs()); mod != t.resizeMod {
+			return false
+		}
+	}
 	left := map[string]bool{}
-	for _, kv := range resp.Kvs {
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		left[string(kv.Key)] = true
 	}
 	for k := range t.older {

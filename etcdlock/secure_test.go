@@ -139,7 +139,9 @@ func (s *secure) url(user, password, prefix string, kv ...string) string {
 }
 
 // exercise takes a lock, refreshes it, has a second client wait for it,
-// releases it and checks that the waiter gets it.
+// releases it and checks that the waiter gets it; then the same with a
+// semaphore whose limit is raised (its resize key is under the prefix
+// too).
 func exercise(t *testing.T, raw string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -154,32 +156,44 @@ func exercise(t *testing.T, raw string) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer b.Close()
-	l, err := a.Acquire(ctx, "job", locker.TTL(3*time.Second))
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
-	}
-	if err := l.Refresh(ctx); err != nil {
-		t.Fatalf("Refresh: %v", err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		w, err := b.Acquire(ctx, "job", locker.TTL(3*time.Second))
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(200 * time.Millisecond) // let the waiter queue
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	select {
-	case err := <-got:
+	defer a.Resize(ctx, "sem", 0)
+	for _, c := range []struct {
+		name string
+		opts []locker.LockOption
+		free func(*locker.Lock) error
+	}{
+		{"job", nil, func(l *locker.Lock) error { return l.Release(ctx) }},
+		{"sem", []locker.LockOption{locker.Semaphore(1)}, func(*locker.Lock) error { return a.Resize(ctx, "sem", 2) }},
+	} {
+		opts := append(c.opts, locker.TTL(3*time.Second))
+		l, err := a.Acquire(ctx, c.name, opts...)
 		if err != nil {
-			t.Fatalf("waiter: %v", err)
+			t.Fatalf("Acquire %s: %v", c.name, err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter did not get the lock within 5s of the release")
+		defer l.Release(ctx)
+		if err := l.Refresh(ctx); err != nil {
+			t.Fatalf("Refresh %s: %v", c.name, err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			w, err := b.Acquire(ctx, c.name, opts...)
+			if err == nil {
+				err = w.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // let the waiter queue
+		if err := c.free(l); err != nil {
+			t.Fatalf("Release or Resize %s: %v", c.name, err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("waiter of %s: %v", c.name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the waiter did not get %s within 5s of its release or resize", c.name)
+		}
 	}
 }
 
