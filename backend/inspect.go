@@ -84,6 +84,19 @@ type Holder struct {
 // Has reports whether every field of f is in s.
 func (s Fields) Has(f Fields) bool { return s&f == f }
 
+// For returns s, what a store records of a lock's holder, with what it
+// reports besides of the object of mode m: the holders of a semaphore or
+// a read-write lock, and a semaphore's limit.
+func (s Fields) For(m Mode) Fields {
+	switch Object(m) {
+	case Exclusive:
+		return s
+	case Permit:
+		return s | KnowsHolders | KnowsLimit
+	}
+	return s | KnowsHolders
+}
+
 // Inspector, Lister and Breaker take the object they see as a Mode:
 // Exclusive for the lock, Permit for the semaphore, Read (or Write, the
 // same object) for the read-write lock. A driver that cannot see an

@@ -29,18 +29,6 @@ var (
 // order.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsWaiters | backend.KnowsQueue
 
-// knownOf is what the store records of the object m: a semaphore's
-// entries carry its limit too.
-func knownOf(m backend.Mode) backend.Fields {
-	switch m {
-	case backend.Exclusive:
-		return known
-	case backend.Permit:
-		return known | backend.KnowsHolders | backend.KnowsLimit
-	}
-	return known | backend.KnowsHolders
-}
-
 // tagOf is the tag of the object m's directory (see dirs); false for a
 // mode that names no object.
 func tagOf(m backend.Mode) (string, bool) {
@@ -158,7 +146,7 @@ func writes(kv *mvccpb.KeyValue) bool {
 // its holders' leases: the lock's holder's, or one per Holders entry. The
 // TTLs are left to leaseTTLs.
 func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r int) (backend.State, []clientv3.LeaseID) {
-	st := backend.State{Key: key, Mode: m, Known: knownOf(m), Limit: r}
+	st := backend.State{Key: key, Mode: m, Known: known.For(m), Limit: r}
 	n := holding(m, kvs, r)
 	var leases []clientv3.LeaseID
 	for i, kv := range kvs {

@@ -19,21 +19,10 @@ func (e entry) state(key string, now time.Time) backend.State {
 	return backend.State{Key: key, Held: true, Owner: e.owner, Fence: e.fence, TTL: e.expires.Sub(now), Known: known}
 }
 
-// knownOf returns what the store records of an object of mode m.
-func knownOf(m backend.Mode) backend.Fields {
-	switch m {
-	case backend.Exclusive:
-		return known
-	case backend.Permit:
-		return known | backend.KnowsHolders | backend.KnowsLimit
-	}
-	return known | backend.KnowsHolders
-}
-
 // state describes o's live holders, by fence; only those for which keep
 // says yes when keep is not nil.
 func (sh *shared) state(o object, now time.Time, keep func(entry) bool) backend.State {
-	st := backend.State{Key: o.key, Mode: o.kind, Known: knownOf(o.kind)}
+	st := backend.State{Key: o.key, Mode: o.kind, Known: known.For(o.kind)}
 	if o.kind == backend.Permit {
 		st.Limit = sh.limit
 	}
@@ -69,7 +58,7 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	} else if e, ok := s.held(key, now); ok {
 		return e.state(key, now), nil
 	}
-	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
+	st := backend.State{Key: key, Mode: m, Known: known.For(m)}
 	if m == backend.Permit {
 		st.Limit = s.limits[key]
 	}

@@ -28,19 +28,6 @@ var (
 // (another client cannot read them).
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters | backend.KnowsQueue
 
-// knownOf is what the queue of an object of mode m records: a
-// semaphore's and a read-write lock's nodes are each a grant or a waiter,
-// a permit's tag has its limit and its permits.
-func knownOf(m backend.Mode) backend.Fields {
-	switch m {
-	case backend.Exclusive:
-		return known
-	case backend.Permit:
-		return known | backend.KnowsHolders | backend.KnowsLimit
-	}
-	return known | backend.KnowsHolders
-}
-
 // readers bounds the requests Inspect and List have in flight at once: the
 // zk client pipelines them on its one connection.
 const readers = 32
@@ -527,7 +514,7 @@ func holding(nodes []qnode, m backend.Mode, r *resized) {
 // for which keep says yes (all when keep is nil), the waiters' owners,
 // and a semaphore's limit, r's, if it has one, else its first node's.
 func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(qnode) bool) backend.State {
-	st := backend.State{Key: key, Mode: m, Known: knownOf(m)}
+	st := backend.State{Key: key, Mode: m, Known: known.For(m)}
 	for _, n := range nodes {
 		switch {
 		case n.holds && (keep == nil || keep(n)):

@@ -234,7 +234,7 @@ func TestInspectSharedQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []backend.Holder{{Mode: c.m, Owner: "a", Fence: g.Fence, Weight: 1}}
-		if !slices.Equal(st.Holders, want) || strings.Join(st.Queue, ",") != "b,c" || st.Waiters != 2 || st.Known != knownOf(c.m) ||
+		if !slices.Equal(st.Holders, want) || strings.Join(st.Queue, ",") != "b,c" || st.Waiters != 2 || st.Known != known.For(c.m) ||
 			c.m == backend.Permit && st.Limit != 2 {
 			t.Fatalf("%v: Inspect = %+v, want the holder %+v and the queue b,c", c.m, st, want)
 		}
