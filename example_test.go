@@ -104,3 +104,36 @@ func (l *ledger) add(account string, amount int, fence uint64) error {
 	l.balance[account] += amount
 	return nil
 }
+
+// An operator sees who holds a semaphore's permits, frees one stuck
+// holder by its fence, and lowers the limit while the semaphore is in use:
+// the holders keep their permits, new grants wait until they are within
+// it.
+func ExampleClient_Resize() {
+	ctx := context.Background()
+	client, err := locker.Open(ctx, "mem://example-resize")
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	pool := locker.Semaphore(3)
+	a, _ := client.TryAcquire(ctx, "db-pool", pool, locker.Label("worker-a"))
+	b, _ := client.TryAcquire(ctx, "db-pool", pool, locker.Permits(2), locker.Label("worker-b"))
+	defer a.Release(ctx)
+
+	st, _ := client.Inspect(ctx, "db-pool", pool)
+	for _, h := range st.Holders {
+		fmt.Printf("%s holds %d of %d (fence %d)\n", h.Owner, h.Weight, st.Limit, h.Fence)
+	}
+	_, err = client.ForceRelease(ctx, "db-pool", b.Fence(), pool)
+	fmt.Println("freed worker-b:", err == nil, "worker-b learns it:", b.Refresh(ctx) != nil)
+
+	_ = client.Resize(ctx, "db-pool", 1) // worker-a keeps its permit
+	_, err = client.TryAcquire(ctx, "db-pool", pool)
+	fmt.Println(errors.Is(err, locker.ErrNotAcquired))
+	// Output:
+	// worker-a holds 1 of 3 (fence 1)
+	// worker-b holds 2 of 3 (fence 2)
+	// freed worker-b: true worker-b learns it: true
+	// true
+}
