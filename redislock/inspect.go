@@ -360,16 +360,19 @@ func sharedKnows(m backend.Mode) backend.Fields {
 }
 
 // sharedInspectKeys are the shared inspect script's keys for the object
-// whose holders are the sorted set name (see sharedKeys and
+// m whose holders are the sorted set name (see sharedKeys and
 // fairSharedKeys).
-func sharedInspectKeys(name string) []string {
+func sharedInspectKeys(name string, m backend.Mode) []string {
+	if m == backend.Permit {
+		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
+	}
 	return []string{name, name + ".h", name + ".q", name + ".live"}
 }
 
 // inspectShared reads key's object m (Permit or Read).
 func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	defer dep.in.watch(ctx).stop()
-	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}))
+	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}), m)
 	r, err := sharedInspectScript.Run(ctx, dep.rdb, ks).Slice()
 	if err != nil {
 		return backend.State{}, classify(err)
@@ -387,13 +390,13 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 		p := dep.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(names))
 		for i, name := range names {
-			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name))
+			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name, m))
 		}
 		_, _ = p.Exec(ctx) // each command's error is read below
 		for i, cmd := range cmds {
 			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 				// A node that never ran the script: Run sends it whole.
-				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i]))
+				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i], m))
 			}
 			r, err := cmd.Slice()
 			if err != nil {
@@ -433,8 +436,10 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 		st.Holders = append(st.Holders, h)
 	}
 	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
-	if st.Held = len(st.Holders) > 0; st.Held {
-		// The limit as the holders' claims carried it: none without them.
+	_, resized := r[0].(int64)
+	if st.Held = len(st.Holders) > 0; st.Held || resized {
+		// The resize record's limit, else the holders' claims': none
+		// without them.
 		st.Limit = limitOf(m, r[0])
 	}
 	st.Queue = owners(r[2+4*n:])
@@ -459,15 +464,21 @@ func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 	return h, nil
 }
 
-// limitOf reads a semaphore's limit from the scripts' answer (empty for
-// none); a read-write lock has none.
+// limitOf reads a semaphore's limit from the scripts' answer (a resize
+// record's is a number, the holders' a string, empty for none); a
+// read-write lock has none.
 func limitOf(m backend.Mode, v any) int {
-	s, _ := v.(string)
-	n, _ := strconv.Atoi(s)
 	if m != backend.Permit {
 		return 0
 	}
-	return n
+	switch v := v.(type) {
+	case int64:
+		return int(v)
+	case string:
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	return 0
 }
 
 // breakShared runs the shared break script: the removed grant, or held

@@ -328,14 +328,17 @@ func TestSecureSharedACL(t *testing.T) {
 			}
 		}
 	}
-	// An operator's calls: Inspect and ForceRelease need nothing more,
-	// List +scan.
+	// An operator's calls: Inspect, ForceRelease and Resize need nothing
+	// more, List +scan.
 	user, pw := s.user(t, ACL(ns, false)+" "+SharedACL(ns)+" +scan")
 	ops, err := s.client(ctx, user, pw, ns, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ops.Close()
+	if err := ops.Resize(ctx, "job", 1); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
 	for _, obj := range []locker.LockOption{locker.Semaphore(2), locker.Write()} {
 		l, err := ops.Acquire(ctx, "job", obj)
 		if err != nil {
@@ -350,6 +353,20 @@ func TestSecureSharedACL(t *testing.T) {
 		if _, err := ops.ForceRelease(ctx, "job", l.Fence(), obj); err != nil {
 			t.Errorf("ForceRelease: %v", err)
 		}
+	}
+	if err := ops.Resize(ctx, "job", 0); err != nil {
+		t.Fatalf("Resize 0: %v", err)
+	}
+	// A permit's acquire script reads the resize record.
+	rec := "~{" + backend.EscapeKey(ns+"/") + "*}:sem.limit"
+	user, pw = s.user(t, strings.Replace(ACL(ns, false)+" "+SharedACL(ns), " "+rec+" ", " ", 1))
+	c1, err := s.client(ctx, user, pw, ns, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if _, err := c1.TryAcquire(ctx, "job", locker.Semaphore(2)); !errors.Is(err, locker.ErrPermission) {
+		t.Fatalf("a permit without %s: %v, want ErrPermission", rec, err)
 	}
 	user, pw = s.user(t, ACL(ns, false))
 	c2, err := s.client(ctx, user, pw, ns, false)

@@ -12,6 +12,9 @@
 --                                  writer's token
 -- KEYS[3]  {E}:sem.fence or {E}:rw.fence   the object's fence counter
 --
+-- {E}:sem.limit, a semaphore's resize record (shared_resize.lua), is the
+-- limit while it stands: an operator's, without expiry.
+--
 -- Tokens are 32 hex digits, so they never clash with the '#' fields.
 
 local function now_ms()
