@@ -348,11 +348,10 @@ var (
 )
 
 // sharedKnows is what a semaphore's or a read-write lock's keys record of
-// each grant: its fence, expiry and permits, not its owner (the holders'
-// hash keeps attempts and fences only); and the permits' limit. Inspect
-// and List add the queue's waiters and their owners.
+// each grant: its owner, fence, expiry and permits; and the permits'
+// limit. Inspect and List add the queue's waiters and their owners.
 func sharedKnows(m backend.Mode) backend.Fields {
-	k := backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
+	k := backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
 	if m == backend.Permit {
 		k |= backend.KnowsLimit
 	}
@@ -424,12 +423,12 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	if len(r) >= 2 {
 		n, _ = r[1].(int64)
 	}
-	if n < 0 || int64(len(r)) < 2+4*n {
+	if n < 0 || int64(len(r)) < 2+holderFields*n {
 		return backend.State{}, fmt.Errorf("shared inspect script: unexpected answer %v", r)
 	}
 	st := backend.State{Key: key, Mode: m, Known: sharedKnows(m) | backend.KnowsWaiters | backend.KnowsQueue}
 	for i := range n {
-		h, err := sharedHolder(m, r[2+4*i:])
+		h, err := sharedHolder(m, r[2+holderFields*i:])
 		if err != nil {
 			return backend.State{}, err
 		}
@@ -442,13 +441,16 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 		// without them.
 		st.Limit = limitOf(m, r[0])
 	}
-	st.Queue = owners(r[2+4*n:])
+	st.Queue = owners(r[2+holderFields*n:])
 	st.Waiters = len(st.Queue)
 	return st, nil
 }
 
+// holderFields is how many values the shared scripts give of a grant.
+const holderFields = 5
+
 // sharedHolder reads a grant as the shared scripts give it: its fence
-// (a string), ms left, permits, and 1 for the writer.
+// (a string), ms left, permits, 1 for the writer, and its owner.
 func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 	fence, _ := r[0].(string)
 	f, err := strconv.ParseUint(fence, 10, 64)
@@ -457,7 +459,8 @@ func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 	}
 	ms, _ := r[1].(int64)
 	w, _ := r[2].(int64)
-	h := backend.Holder{Mode: m, Fence: f, TTL: time.Duration(ms) * time.Millisecond, Weight: int(w)}
+	owner, _ := r[4].(string)
+	h := backend.Holder{Mode: m, Owner: owner, Fence: f, TTL: time.Duration(ms) * time.Millisecond, Weight: int(w)}
 	if wr, _ := r[3].(int64); wr == 1 {
 		h.Mode = backend.Write
 	}
@@ -493,14 +496,14 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 	if err != nil {
 		return backend.State{}, false, classify(err)
 	}
-	if len(r) != 6 {
+	if len(r) != 2+holderFields {
 		return backend.State{}, false, fmt.Errorf("shared break script: unexpected answer %v", r)
 	}
-	h, err := sharedHolder(m, r[1:5])
+	h, err := sharedHolder(m, r[1:1+holderFields])
 	if err != nil {
 		return backend.State{}, false, err
 	}
-	sent, _ := r[5].(int64)
+	sent, _ := r[1+holderFields].(int64)
 	dep.released(sent)
 	return backend.State{Key: key, Mode: m, Held: true, Limit: limitOf(m, r[0]), Holders: []backend.Holder{h}, Known: sharedKnows(m)}, true, nil
 }

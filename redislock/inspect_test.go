@@ -178,7 +178,7 @@ func TestSharedInspectQueueAndBreakWakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := backend.Holder{Mode: backend.Permit, Fence: g.Fence, Weight: 1}
+	want := backend.Holder{Mode: backend.Permit, Owner: a.Owner, Fence: g.Fence, Weight: 1}
 	if len(st.Holders) != 1 || st.Holders[0].TTL <= 0 || st.Holders[0].TTL > time.Minute || !slices.Equal(st.Queue, []string{b.Owner}) || st.Limit != 1 {
 		t.Fatalf("Inspect = %+v, want the holder %+v and the waiter %q", st, want, b.Owner)
 	}

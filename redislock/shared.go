@@ -133,7 +133,7 @@ type sharedAnswer struct {
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	defer dep.in.watch(ctx).stop()
 	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
-		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1)).Result()
+		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1), c.Owner).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
 	}

@@ -9,6 +9,7 @@
 -- ARGV[6]  restart delay in milliseconds (see acquire.lua)
 -- ARGV[7]  fence counter retention in milliseconds
 -- ARGV[12] the permits a permit takes (after shared_queue.lua's)
+-- ARGV[13] the holder's owner (Claim.Owner)
 -- KEYS[6]  a permit's only: {E}:sem.limit, the semaphore's resize record
 --
 -- The prefix, shared_queue.lua, defines the queue's part:
@@ -93,11 +94,15 @@ local fence = next_fence(fk, ARGV[7], nil)
 if mine then
   unweigh(h, {tok})
 end
+local v = att .. ':' .. fence
 if mode == 'p' and permits > 1 then
-  redis.call('HSET', h, tok, att .. ':' .. fence .. ':' .. permits)
+  v = v .. ':' .. permits
   redis.call('HINCRBY', h, '#x', permits - 1)
+end
+if ARGV[13] ~= '' then
+  redis.call('HSET', h, tok, v, '#o' .. tok, ARGV[13])
 else
-  redis.call('HSET', h, tok, att .. ':' .. fence)
+  redis.call('HSET', h, tok, v)
 end
 redis.call('ZADD', z, string.format('%d', now + px), tok)
 settle(z, h, now)

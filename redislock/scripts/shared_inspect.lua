@@ -7,8 +7,8 @@
 --
 -- Returns {the permits' limit: the record's, a number, when one stands,
 -- else the holders' ('' for none), n, then for each of the n
--- unexpired holders its fence (a string), ms left, permits and 1 for the
--- writer (else 0), then the live waiters in queue order} (see
+-- unexpired holders its fence (a string), ms left, permits, 1 for the
+-- writer (else 0) and owner ('' for none), then the live waiters in queue order} (see
 -- waiters.lua). Expired holders are left for the next grant or release to
 -- prune.
 local z, h = KEYS[1], KEYS[2]
@@ -26,6 +26,7 @@ for i = 1, #hs, 2 do
     out[#out + 1] = tonumber(hs[i + 1]) - now
     out[#out + 1] = weight(v)
     out[#out + 1] = hs[i] == writer and 1 or 0
+    out[#out + 1] = redis.call('HGET', h, '#o' .. hs[i]) or ''
     out[2] = out[2] + 1
   end
 end
