@@ -50,7 +50,8 @@ func SharedACL(namespace string) string {
 			rules = append(rules, "~"+p+"*"+kind+suf)
 		}
 	}
-	rules = append(rules, "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
+	// A semaphore's resize record, which its acquire script reads.
+	rules = append(rules, "~"+p+"*}:sem.limit", "+zadd", "+zrem", "+zcard", "+zscore", "+zrange", "+zrangebyscore", "+zremrangebyscore",
 		"+hget", "+hset", "+hdel", "+hexists", "+hmget", "+hincrby")
 	return strings.Join(rules, " ")
 }

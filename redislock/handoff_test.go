@@ -57,27 +57,7 @@ func handoffToWaiter(t *testing.T, d1, d2 *Driver) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		g   backend.Grant
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		g, err := queueAcquire(ctx, d2, b)
-		got <- result{g, err}
-	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		st, err := d1.Inspect(ctx, key, backend.Exclusive)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Waiters == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter did not queue within 5s")
-		}
-	}
+	got := queueInBackground(t, ctx, d1, d2, b)
 	released := time.Now()
 	if err := d1.Release(ctx, a); err != nil {
 		t.Fatal(err)
@@ -88,7 +68,7 @@ func handoffToWaiter(t *testing.T, d1, d2 *Driver) {
 	if _, err := d1.TryAcquire(ctx, claim()); !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("a try after the hand-off: %v, want ErrNotAcquired", err)
 	}
-	var r result
+	var r queuedResult
 	select {
 	case r = <-got:
 	case <-time.After(5 * time.Second):

@@ -348,11 +348,10 @@ var (
 )
 
 // sharedKnows is what a semaphore's or a read-write lock's keys record of
-// each grant: its fence, expiry and permits, not its owner (the holders'
-// hash keeps attempts and fences only); and the permits' limit. Inspect
-// and List add the queue's waiters and their owners.
+// each grant: its owner, fence, expiry and permits; and the permits'
+// limit. Inspect and List add the queue's waiters and their owners.
 func sharedKnows(m backend.Mode) backend.Fields {
-	k := backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
+	k := backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
 	if m == backend.Permit {
 		k |= backend.KnowsLimit
 	}
@@ -360,16 +359,19 @@ func sharedKnows(m backend.Mode) backend.Fields {
 }
 
 // sharedInspectKeys are the shared inspect script's keys for the object
-// whose holders are the sorted set name (see sharedKeys and
+// m whose holders are the sorted set name (see sharedKeys and
 // fairSharedKeys).
-func sharedInspectKeys(name string) []string {
+func sharedInspectKeys(name string, m backend.Mode) []string {
+	if m == backend.Permit {
+		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
+	}
 	return []string{name, name + ".h", name + ".q", name + ".live"}
 }
 
 // inspectShared reads key's object m (Permit or Read).
 func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	defer dep.in.watch(ctx).stop()
-	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}))
+	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}), m)
 	r, err := sharedInspectScript.Run(ctx, dep.rdb, ks).Slice()
 	if err != nil {
 		return backend.State{}, classify(err)
@@ -387,13 +389,13 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 		p := dep.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(names))
 		for i, name := range names {
-			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name))
+			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name, m))
 		}
 		_, _ = p.Exec(ctx) // each command's error is read below
 		for i, cmd := range cmds {
 			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 				// A node that never ran the script: Run sends it whole.
-				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i]))
+				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i], m))
 			}
 			r, err := cmd.Slice()
 			if err != nil {
@@ -421,29 +423,34 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	if len(r) >= 2 {
 		n, _ = r[1].(int64)
 	}
-	if n < 0 || int64(len(r)) < 2+4*n {
+	if n < 0 || int64(len(r)) < 2+holderFields*n {
 		return backend.State{}, fmt.Errorf("shared inspect script: unexpected answer %v", r)
 	}
 	st := backend.State{Key: key, Mode: m, Known: sharedKnows(m) | backend.KnowsWaiters | backend.KnowsQueue}
 	for i := range n {
-		h, err := sharedHolder(m, r[2+4*i:])
+		h, err := sharedHolder(m, r[2+holderFields*i:])
 		if err != nil {
 			return backend.State{}, err
 		}
 		st.Holders = append(st.Holders, h)
 	}
 	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
-	if st.Held = len(st.Holders) > 0; st.Held {
-		// The limit as the holders' claims carried it: none without them.
+	_, resized := r[0].(int64)
+	if st.Held = len(st.Holders) > 0; st.Held || resized {
+		// The resize record's limit, else the holders' claims': none
+		// without them.
 		st.Limit = limitOf(m, r[0])
 	}
-	st.Queue = owners(r[2+4*n:])
+	st.Queue = owners(r[2+holderFields*n:])
 	st.Waiters = len(st.Queue)
 	return st, nil
 }
 
+// holderFields is how many values the shared scripts give of a grant.
+const holderFields = 5
+
 // sharedHolder reads a grant as the shared scripts give it: its fence
-// (a string), ms left, permits, and 1 for the writer.
+// (a string), ms left, permits, 1 for the writer, and its owner.
 func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 	fence, _ := r[0].(string)
 	f, err := strconv.ParseUint(fence, 10, 64)
@@ -452,22 +459,29 @@ func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 	}
 	ms, _ := r[1].(int64)
 	w, _ := r[2].(int64)
-	h := backend.Holder{Mode: m, Fence: f, TTL: time.Duration(ms) * time.Millisecond, Weight: int(w)}
+	owner, _ := r[4].(string)
+	h := backend.Holder{Mode: m, Owner: owner, Fence: f, TTL: time.Duration(ms) * time.Millisecond, Weight: int(w)}
 	if wr, _ := r[3].(int64); wr == 1 {
 		h.Mode = backend.Write
 	}
 	return h, nil
 }
 
-// limitOf reads a semaphore's limit from the scripts' answer (empty for
-// none); a read-write lock has none.
+// limitOf reads a semaphore's limit from the scripts' answer (a resize
+// record's is a number, the holders' a string, empty for none); a
+// read-write lock has none.
 func limitOf(m backend.Mode, v any) int {
-	s, _ := v.(string)
-	n, _ := strconv.Atoi(s)
 	if m != backend.Permit {
 		return 0
 	}
-	return n
+	switch v := v.(type) {
+	case int64:
+		return int(v)
+	case string:
+		n, _ := strconv.Atoi(v)
+		return n
+	}
+	return 0
 }
 
 // breakShared runs the shared break script: the removed grant, or held
@@ -482,14 +496,14 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 	if err != nil {
 		return backend.State{}, false, classify(err)
 	}
-	if len(r) != 6 {
+	if len(r) != 2+holderFields {
 		return backend.State{}, false, fmt.Errorf("shared break script: unexpected answer %v", r)
 	}
-	h, err := sharedHolder(m, r[1:5])
+	h, err := sharedHolder(m, r[1:1+holderFields])
 	if err != nil {
 		return backend.State{}, false, err
 	}
-	sent, _ := r[5].(int64)
+	sent, _ := r[1+holderFields].(int64)
 	dep.released(sent)
 	return backend.State{Key: key, Mode: m, Held: true, Limit: limitOf(m, r[0]), Holders: []backend.Holder{h}, Known: sharedKnows(m)}, true, nil
 }

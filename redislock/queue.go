@@ -190,7 +190,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 		var r sharedAnswer
 		r, err = d.dep.acquireShared(ctx, c, n, t.px, t.w, mode)
 		if err == nil && r.limit != "" {
-			return backend.Grant{}, limitMismatch("acquire", r.limit, c.Limit)
+			return backend.Grant{}, limitMismatch("acquire", r, c)
 		}
 		v = r.v
 	case !d.fair && n == t.first: // the default mode's plain try: it joins nothing

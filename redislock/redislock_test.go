@@ -104,6 +104,35 @@ func queueAcquire(ctx context.Context, q backend.Queuer, c backend.Claim) (backe
 	return g, err
 }
 
+// queuedResult is a background queueAcquire's answer.
+type queuedResult struct {
+	g   backend.Grant
+	err error
+}
+
+// queueInBackground runs queueAcquire of c on q in a goroutine, and waits,
+// for at most 5s, until d's Inspect of c's object shows a waiter queued.
+func queueInBackground(t *testing.T, ctx context.Context, d *Driver, q backend.Queuer, c backend.Claim) <-chan queuedResult {
+	t.Helper()
+	got := make(chan queuedResult, 1)
+	go func() {
+		g, err := queueAcquire(ctx, q, c)
+		got <- queuedResult{g, err}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, err := d.Inspect(ctx, c.Key, c.Mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Waiters > 0 {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Inspect = %+v 5s after a waiter began to wait, want it queued", st)
+		}
+	}
+}
+
 func TestKeysShareASlot(t *testing.T) {
 	for _, k := range []string{"ns/a", "ns/{x}", "ns/}{", "ns/a:b", "ns/ü/../"} {
 		ks := keysFor(k)

@@ -50,9 +50,13 @@ func sharedKeys(c backend.Claim) []string {
 }
 
 // fairSharedKeys is sharedKeys and the object's queue (see
-// scripts/shared_queue.lua).
+// scripts/shared_queue.lua), then a semaphore's resize record (see
+// Driver.Resize).
 func fairSharedKeys(c backend.Claim) []string {
 	p := sharedPrefix(c)
+	if c.Mode == backend.Permit {
+		return []string{p, p + ".h", p + ".fence", p + ".q", p + ".live", p + ".limit"}
+	}
 	return []string{p, p + ".h", p + ".fence", p + ".q", p + ".live"}
 }
 
@@ -107,7 +111,7 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if r.limit != "" {
-		return backend.Grant{}, limitMismatch("try-acquire", r.limit, c.Limit)
+		return backend.Grant{}, limitMismatch("try-acquire", r, c)
 	}
 	if r.v <= 0 {
 		return backend.Grant{}, notAcquired("try-acquire", r.v)
@@ -116,10 +120,12 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 }
 
 // sharedAnswer is the shared acquire script's answer: v as the script's
-// number, or limit, the held permits' limit, when it differs.
+// number, or limit, the held permits' limit, when it differs, or the
+// resize record's (resized), when below the permits asked.
 type sharedAnswer struct {
-	v     int64
-	limit string
+	v       int64
+	limit   string
+	resized bool
 }
 
 // acquireShared runs the shared acquire script for attempt n of c, as
@@ -127,7 +133,7 @@ type sharedAnswer struct {
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	defer dep.in.watch(ctx).stop()
 	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
-		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1)).Result()
+		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1), c.Owner).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
 	}
@@ -138,12 +144,18 @@ func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uin
 		if held, ok := strings.CutPrefix(v, "limit:"); ok {
 			return sharedAnswer{limit: held}, nil
 		}
+		if rec, ok := strings.CutPrefix(v, "resized:"); ok {
+			return sharedAnswer{limit: rec, resized: true}, nil
+		}
 	}
 	return sharedAnswer{}, fmt.Errorf("unexpected answer %v", r)
 }
 
-func limitMismatch(op, held string, limit int) error {
-	return fmt.Errorf("redislock: %s: %w: held under %s, asked with %d", op, backend.ErrLimitMismatch, held, limit)
+func limitMismatch(op string, r sharedAnswer, c backend.Claim) error {
+	if r.resized {
+		return fmt.Errorf("redislock: %s: %w: %d permits asked of a semaphore resized to %s", op, backend.ErrLimitMismatch, max(c.Weight, 1), r.limit)
+	}
+	return fmt.Errorf("redislock: %s: %w: held under %s, asked with %d", op, backend.ErrLimitMismatch, r.limit, c.Limit)
 }
 
 // refreshShared is Refresh for a permit, a read or a write.

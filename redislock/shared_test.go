@@ -3,6 +3,9 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -328,14 +331,17 @@ func TestSecureSharedACL(t *testing.T) {
 			}
 		}
 	}
-	// An operator's calls: Inspect and ForceRelease need nothing more,
-	// List +scan.
+	// An operator's calls: Inspect, ForceRelease and Resize need nothing
+	// more, List +scan.
 	user, pw := s.user(t, ACL(ns, false)+" "+SharedACL(ns)+" +scan")
 	ops, err := s.client(ctx, user, pw, ns, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ops.Close()
+	if err := ops.Resize(ctx, "job", 1); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
 	for _, obj := range []locker.LockOption{locker.Semaphore(2), locker.Write()} {
 		l, err := ops.Acquire(ctx, "job", obj)
 		if err != nil {
@@ -350,6 +356,20 @@ func TestSecureSharedACL(t *testing.T) {
 		if _, err := ops.ForceRelease(ctx, "job", l.Fence(), obj); err != nil {
 			t.Errorf("ForceRelease: %v", err)
 		}
+	}
+	if err := ops.Resize(ctx, "job", 0); err != nil {
+		t.Fatalf("Resize 0: %v", err)
+	}
+	// A permit's acquire script reads the resize record.
+	rec := "~{" + backend.EscapeKey(ns+"/") + "*}:sem.limit"
+	user, pw = s.user(t, strings.Replace(ACL(ns, false)+" "+SharedACL(ns), " "+rec+" ", " ", 1))
+	c1, err := s.client(ctx, user, pw, ns, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if _, err := c1.TryAcquire(ctx, "job", locker.Semaphore(2)); !errors.Is(err, locker.ErrPermission) {
+		t.Fatalf("a permit without %s: %v, want ErrPermission", rec, err)
 	}
 	user, pw = s.user(t, ACL(ns, false))
 	c2, err := s.client(ctx, user, pw, ns, false)
@@ -419,7 +439,8 @@ func BenchmarkSharedUncontended(b *testing.B) {
 	for _, m := range []backend.Mode{backend.Exclusive, backend.Permit, backend.Read, backend.Write} {
 		b.Run(m.String(), func(b *testing.B) {
 			ctx := context.Background()
-			c := backend.Claim{Key: backend.Key("redislock-bench", randHex(6)), TTL: time.Minute, Mode: m}
+			// An owner as the locker Client's default label is.
+			c := backend.Claim{Key: backend.Key("redislock-bench", randHex(6)), TTL: time.Minute, Mode: m, Owner: "host-1.example:12345"}
 			if m == backend.Permit {
 				c.Limit = 4
 			}
@@ -539,5 +560,86 @@ func queued(t *testing.T, name string, n int64) {
 			t.Fatalf("%d waiters queued, want %d", got, n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSharedOwners: a grant's owner is a field of its own beside the
+// grant's value, which keeps the format earlier versions write and read
+// ("<attempt>:<fence>:<permits>"), so that both read each other's holders
+// during a rolling upgrade; a holder an earlier version wrote, without an
+// owner, reads as one with none. Release, Break and an expiry take the
+// owner's field with the grant.
+func TestSharedOwners(t *testing.T) {
+	d, admin := modalDriver(t)
+	t.Parallel()
+	ctx := testCtx(t)
+	key := uniqueKey(t)
+	// c, without an owner, keeps the holders' hash from going with the
+	// others, so that what they leave in it shows.
+	c := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 4}
+	if _, err := d.TryAcquire(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	a := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 4, Weight: 2, Owner: "host:1: a"}
+	ga, err := d.TryAcquire(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := sharedKeys(a)
+	z, h := ks[0], ks[1]
+	if v, err := admin.HGet(ctx, h, a.Token).Result(); err != nil || !regexp.MustCompile(`^\d+:\d+:2$`).MatchString(v) {
+		t.Errorf("the grant's value = %q, %v; want the format earlier versions read", v, err)
+	}
+	// An earlier version's holder: its value, no owner.
+	now, err := admin.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := newToken()
+	if err := admin.ZAdd(ctx, z, redis.Z{Score: float64(now.UnixMilli() + 60000), Member: old}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, h, old, fmt.Sprintf("1:%d", ga.Fence+1)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Inspect(ctx, key, backend.Permit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []backend.Holder{{Mode: backend.Permit, Owner: a.Owner, Fence: ga.Fence, Weight: 2}, {Mode: backend.Permit, Fence: ga.Fence + 1, Weight: 1}}
+	for i := range st.Holders {
+		st.Holders[i].TTL = 0
+	}
+	if !st.Known.Has(backend.KnowsOwner) || len(st.Holders) != 3 || !slices.Equal(st.Holders[1:], want) {
+		t.Errorf("Inspect = %+v, want the holders %+v", st, want)
+	}
+	if _, err := d.Break(ctx, key, backend.Permit, ga.Fence+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	noOwners := func(when string) {
+		t.Helper()
+		if fs, err := admin.HKeys(ctx, h).Result(); err != nil || !slices.Contains(fs, c.Token) || slices.ContainsFunc(fs, func(f string) bool { return strings.HasPrefix(f, "#o") }) {
+			t.Errorf("the holders' hash %s: %q, %v; want c's field and no owner's", when, fs, err)
+		}
+	}
+	noOwners("after a Break and a release")
+	// An expired holder's owner goes when the next script prunes it.
+	b := backend.Claim{Key: key, Token: newToken(), TTL: 50 * time.Millisecond, Mode: backend.Permit, Limit: 4, Owner: "b"}
+	if _, err := d.TryAcquire(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := admin.HGet(ctx, h, "#o"+b.Token).Result(); err != nil || o != b.Owner {
+		t.Errorf("b's owner field = %q, %v", o, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := d.Refresh(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	noOwners("after b expired")
+	if err := d.Release(ctx, c); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,13 +6,21 @@
 --                                  it holds (server time, ms)
 -- KEYS[2]  {E}:sem.h or {E}:rw.h   hash: holder token -> "<attempt>:<fence>",
 --                                  or "<attempt>:<fence>:<permits>" for a
---                                  holder of more than one; '#limit' the
---                                  permits' limit; '#x' the permits held
---                                  beyond one per holder; '#w' the
---                                  writer's token
+--                                  holder of more than one; '#o<token>'
+--                                  the holder's owner (Claim.Owner), unless
+--                                  empty; '#limit' the permits' limit; '#x'
+--                                  the permits held beyond one per holder;
+--                                  '#w' the writer's token
 -- KEYS[3]  {E}:sem.fence or {E}:rw.fence   the object's fence counter
 --
+-- {E}:sem.limit, a semaphore's resize record (shared_resize.lua), is the
+-- limit while it stands: an operator's, without expiry.
+--
 -- Tokens are 32 hex digits, so they never clash with the '#' fields.
+-- The owner has a field of its own, not a part of the grant's value: a
+-- client of an earlier version reads the value as it wrote it (a weight
+-- misread would leave '#x' counting permits no one holds), and leaves
+-- the owner of a holder it frees to go with the hash.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -47,12 +55,12 @@ local function unweigh(h, toks)
   end
 end
 
--- free takes holder tok's grant away: its permits, and the writer's field
--- with the writer.
+-- free takes holder tok's grant away: its permits, its owner, and the
+-- writer's field with the writer.
 local function free(z, h, tok)
   redis.call('ZREM', z, tok)
   unweigh(h, {tok})
-  redis.call('HDEL', h, tok)
+  redis.call('HDEL', h, tok, '#o' .. tok)
   if redis.call('HGET', h, '#w') == tok then
     redis.call('HDEL', h, '#w')
   end
@@ -65,7 +73,11 @@ local function prune(z, h, now)
   if #dead > 0 then
     redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
     unweigh(h, dead)
-    hdel(h, dead)
+    local fs = {}
+    for i, tok in ipairs(dead) do
+      fs[2 * i - 1], fs[2 * i] = tok, '#o' .. tok
+    end
+    hdel(h, fs)
     local w = redis.call('HGET', h, '#w')
     if w and not redis.call('ZSCORE', z, w) then
       redis.call('HDEL', h, '#w')

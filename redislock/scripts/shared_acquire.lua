@@ -9,6 +9,8 @@
 -- ARGV[6]  restart delay in milliseconds (see acquire.lua)
 -- ARGV[7]  fence counter retention in milliseconds
 -- ARGV[12] the permits a permit takes (after shared_queue.lua's)
+-- ARGV[13] the holder's owner (Claim.Owner)
+-- KEYS[6]  a permit's only: {E}:sem.limit, the semaphore's resize record
 --
 -- The prefix, shared_queue.lua, defines the queue's part:
 -- queued(now) -> the live waiters ahead of the caller and whether a writer
@@ -18,7 +20,8 @@
 -- Returns the fence (> 0) when granted; 0 when not; -n when a restarted
 -- server refuses for n more milliseconds (see acquire.lua), or (a
 -- waiter) to look again in n milliseconds; the string "limit:<n>" when the
--- held permits carry the limit n and ARGV[5] differs; nil when a waiter's
+-- held permits carry the limit n and ARGV[5] differs; "resized:<n>" when
+-- the resize record n is below the permits asked; nil when a waiter's
 -- entry to look at is gone (see shared_queue.lua).
 local z, h, fk = KEYS[1], KEYS[2], KEYS[3]
 local mode, tok, att, px, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -53,7 +56,15 @@ local held = redis.call('ZCARD', z)
 local permits = tonumber(ARGV[12])
 local ahead, writer_ahead = queued(now)
 if mode == 'p' then
-  if held > 0 then
+  -- A resize record (shared_resize.lua) is the limit, whatever the claim's.
+  local r = tonumber(redis.call('GET', KEYS[6]) or '')
+  if r then
+    if permits > r then
+      settle(z, h, now)
+      return 'resized:' .. r
+    end
+    limit = r
+  elseif held > 0 then
     local l = tonumber(redis.call('HGET', h, '#limit') or '0')
     if l ~= limit then
       settle(z, h, now)
@@ -83,11 +94,15 @@ local fence = next_fence(fk, ARGV[7], nil)
 if mine then
   unweigh(h, {tok})
 end
+local v = att .. ':' .. fence
 if mode == 'p' and permits > 1 then
-  redis.call('HSET', h, tok, att .. ':' .. fence .. ':' .. permits)
+  v = v .. ':' .. permits
   redis.call('HINCRBY', h, '#x', permits - 1)
+end
+if ARGV[13] ~= '' then
+  redis.call('HSET', h, tok, v, '#o' .. tok, ARGV[13])
 else
-  redis.call('HSET', h, tok, att .. ':' .. fence)
+  redis.call('HSET', h, tok, v)
 end
 redis.call('ZADD', z, string.format('%d', now + px), tok)
 settle(z, h, now)

@@ -8,9 +8,9 @@
 -- ARGV[2]  release channel
 --
 -- Returns {the permits' limit ('' for none), the removed grant as
--- shared_inspect.lua gives each (fence, ms left, permits, writer), 1, or 2
--- when the wake-up was refused (see shared_release.lua)}, or nil when no
--- unexpired holder has that fence.
+-- shared_inspect.lua gives each (fence, ms left, permits, writer, owner),
+-- 1, or 2 when the wake-up was refused (see shared_release.lua)}, or nil
+-- when no unexpired holder has that fence.
 local z, h = KEYS[1], KEYS[2]
 local now = now_ms()
 prune(z, h, now)
@@ -20,12 +20,12 @@ for i = 1, #hs, 2 do
   local v = redis.call('HGET', h, tok)
   if v and string.match(v, '^%d+:(%d+)') == ARGV[1] then
     local out = {redis.call('HGET', h, '#limit') or '', ARGV[1], tonumber(hs[i + 1]) - now,
-      weight(v), redis.call('HGET', h, '#w') == tok and 1 or 0, 1}
+      weight(v), redis.call('HGET', h, '#w') == tok and 1 or 0, redis.call('HGET', h, '#o' .. tok) or '', 1}
     free(z, h, tok)
     settle(z, h, now)
     local sent = redis.pcall('PUBLISH', ARGV[2], '')
     if type(sent) == 'table' and sent.err then
-      out[6] = 2
+      out[7] = 2
     end
     return out
   end
