@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ func TestHolders(t *testing.T) {
 		}
 	}
 	_, out, _ = ctl("status", "--semaphore", "--json", "--backend", u, "pool")
+	if got := keys(jsonObject(t, out)); !slices.Equal(got, []string{"held", "holders", "limit", "name"}) {
+		t.Errorf("status --semaphore --json fields %v, want held, holders, limit, name: %s", got, out)
+	}
 	var js jsonState
 	if err := json.Unmarshal([]byte(out), &js); err != nil || js.Limit == nil || *js.Limit != 5 || len(js.Holders) != 2 ||
 		js.Holders[1].Fence != b.Fence() || js.Holders[1].Permits != 2 || js.Holders[1].Owner == nil || *js.Holders[1].Owner != "worker-b" {
@@ -90,6 +94,9 @@ func TestResize(t *testing.T) {
 	}
 	if _, err := c.TryAcquire(context.Background(), "pool", locker.Semaphore(5)); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Errorf("a claim of a semaphore resized below its holders = %v, want ErrNotAcquired", err)
+	}
+	if code, _, errs := ctl("run", "-n", "--limit", "5", "--backend", u, "pool", "--", "true"); code != exitNotAcquired || !strings.Contains(errs, `all 2 permits (lockctl resize set it) of "pool"`) {
+		t.Errorf("run -n of a full resized semaphore: exit %d, %q", code, errs)
 	}
 	if code, out, _ := ctl("resize", "--backend", u, "pool", "0"); code != 0 || !strings.Contains(out, "removed") {
 		t.Errorf("resize to 0: exit %d, %q", code, out)

@@ -253,13 +253,15 @@ type jsonHolder struct {
 
 func toJSON(s locker.State) jsonState {
 	j := jsonState{Name: s.Name, Held: s.Held}
-	if s.Held && s.Known.Has(locker.KnowsOwner) {
+	// A lock's holder; a semaphore's or read-write lock's are in holders.
+	lock := s.Held && !s.Known.Has(locker.KnowsHolders)
+	if lock && s.Known.Has(locker.KnowsOwner) {
 		j.Owner = &s.Owner
 	}
-	if s.Held && s.Known.Has(locker.KnowsFence) {
+	if lock && s.Known.Has(locker.KnowsFence) {
 		j.Fence = &s.Fence
 	}
-	if s.Held && s.Known.Has(locker.KnowsTTL) {
+	if lock && s.Known.Has(locker.KnowsTTL) {
 		ms := s.TTL.Milliseconds()
 		j.TTLMs = &ms
 	}

@@ -120,7 +120,7 @@ func runFlags(o *runOpts, global backendFlag) *flagSet {
 	fs.alias("E", "conflict-exit-code")
 	fs.duration(&o.minHold, "min-hold", 0, "keep the lock held at least this long from its acquisition, however soon\nCOMMAND ends: a scheduled job started on several hosts runs once")
 	fs.duration(&o.lockDelay, "lock-delay", 0, "if the lock is lost without a release (lockctl killed, cut off, paused past\nthe TTL), nobody gets NAME for this long after it expires")
-	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N)")
+	fs.IntVar(&o.limit, "limit", 0, "at most `N` COMMANDs at once: take one of N permits of the semaphore NAME\n(every run of NAME must say the same N; lockctl resize overrides it)")
 	fs.IntVar(&o.weight, "weight", 0, "with --limit: take `K` of the N permits at once, all or none (default 1)")
 	fs.BoolVar(&o.shared, "shared", false, "take the read side of the read-write lock NAME: shared with other\n-s runs, never with an -x one")
 	fs.alias("s", "shared")
@@ -475,11 +475,17 @@ func (o *runOpts) busy(c *locker.Client) string {
 	if !o.noWait {
 		why = fmt.Sprintf("(not acquired within --wait %v)", o.wait)
 	}
+	limit, resized := o.limit, ""
+	if o.limit > 0 {
+		if st, err := o.inspect(c, locker.Semaphore(0)); err == nil && st.Known.Has(locker.KnowsLimit) && st.Limit > 0 && st.Limit != o.limit {
+			limit, resized = st.Limit, " (lockctl resize set it)"
+		}
+	}
 	if o.weight > 1 {
-		return fmt.Sprintf("fewer than %d of the %d permits of %s on %s are free %s", o.weight, o.limit, o.quoted, o.store, why)
+		return fmt.Sprintf("fewer than %d of the %d permits%s of %s on %s are free %s", o.weight, limit, resized, o.quoted, o.store, why)
 	}
 	if o.limit > 0 {
-		return fmt.Sprintf("all %d permits of %s on %s are held %s", o.limit, o.quoted, o.store, why)
+		return fmt.Sprintf("all %d permits%s of %s on %s are held %s", limit, resized, o.quoted, o.store, why)
 	}
 	if h := o.heldBy(c); h != "" {
 		return fmt.Sprintf("%s is held by another holder on %s: %s %s", o.quoted, o.store, h, why)
@@ -492,15 +498,20 @@ func (o *runOpts) busy(c *locker.Client) string {
 // nothing but one bounded Inspect.
 func (o *runOpts) heldBy(c *locker.Client) string {
 	if o.limit > 0 || o.shared || o.exclusive {
-		return "" // Inspect reads locks only
+		return "" // one holder to name: a lock's
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(o.connect, 5*time.Second))
-	defer cancel()
-	s, err := c.Inspect(ctx, o.name)
+	s, err := o.inspect(c)
 	if err != nil || !s.Held {
 		return ""
 	}
 	return holder(s)
+}
+
+// inspect is one bounded Inspect of o.name, for a message.
+func (o *runOpts) inspect(c *locker.Client, opts ...locker.LockOption) (locker.State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(o.connect, 5*time.Second))
+	defer cancel()
+	return c.Inspect(ctx, o.name, opts...)
 }
 
 // start starts c in a process group of its own, with lockctl's standard
