@@ -66,12 +66,12 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 }
 
 // readObject reads the directory of key's object m, entries in creation
-// order, and a semaphore's resized limit (0: none) in the same range:
+// order, and a semaphore's resize record (none: zero) in the same range:
 // its resize key sorts just before the directory (see dirs).
-func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kvs []*mvccpb.KeyValue, r int, err error) {
+func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kvs []*mvccpb.KeyValue, r record, err error) {
 	tag, ok := tagOf(m)
 	if !ok {
-		return nil, 0, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
+		return nil, r, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
 	dir := d.prefix + "/" + backend.EscapeKey(key) + tag + "/"
 	from := dir
@@ -81,26 +81,27 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 	resp, err := d.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(dir)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, 0, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, r, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
 	kvs = resp.Kvs
 	if from == dir {
-		return kvs, 0, nil
+		return kvs, r, nil
 	}
 	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); i >= 0 {
-		r, _ = resized(kvs[i : i+1])
+		r = resized(kvs[i : i+1])
 		kvs = slices.Delete(kvs, i, i+1)
 	}
 	return kvs, r, nil
 }
 
 // holding counts the entries of the object m that hold it, the oldest of
-// kvs (in creation order): the lock's first; a semaphore's first, and the
-// next ones while their permits are at most the resized limit r, or, with
-// none, the first one's limit, all under that limit; a read-write lock's
-// first writer alone, or its readers up to the first writer (see
-// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
-func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r int) int {
+// kvs (in creation order): the lock's first; a semaphore's first, those
+// up to its record r's last holder, and the next ones while the permits
+// of all ahead and theirs are at most r's limit, or, with none, the first
+// one's limit, all ahead under that limit; a read-write lock's first
+// writer alone, or its readers up to the first writer (see "Semaphores
+// and read-write locks" in docs/backends/etcdlock.md).
+func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 	switch {
 	case len(kvs) == 0:
 		return 0
@@ -108,18 +109,19 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r int) int {
 		return 1
 	case m == backend.Permit:
 		limit, _ := permitOf(kvs[0])
-		if r > 0 {
-			limit = r
+		if r.limit > 0 {
+			limit = r.limit
 		}
-		sum := 0
+		sum, mixed := 0, false
 		for i, kv := range kvs {
 			// The oldest holds whatever its weight: one above a lowered
 			// limit was granted before it, a waiter leaves at its look.
-			w, err := weigh(kv, limit, r)
-			if i > 0 && (err != nil || sum+w > limit) {
+			w, err := weigh(kv, limit, r.limit)
+			if i > 0 && kv.CreateRevision > r.upto && (mixed || err != nil || sum+w > limit) {
 				return i
 			}
-			sum += w
+			_, w = permitOf(kv)
+			sum, mixed = sum+w, mixed || err != nil
 		}
 		return len(kvs)
 	}
@@ -142,11 +144,11 @@ func writes(kv *mvccpb.KeyValue) bool {
 }
 
 // stateOf describes the object m of key from its directory's entries,
-// oldest first, and a semaphore's resized limit r (0: none), and returns
+// oldest first, and a semaphore's resize record r (none: zero), and returns
 // its holders' leases: the lock's holder's, or one per Holders entry. The
 // TTLs are left to leaseTTLs.
-func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r int) (backend.State, []clientv3.LeaseID) {
-	st := backend.State{Key: key, Mode: m, Known: known.For(m), Limit: r}
+func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (backend.State, []clientv3.LeaseID) {
+	st := backend.State{Key: key, Mode: m, Known: known.For(m), Limit: r.limit}
 	n := holding(m, kvs, r)
 	var leases []clientv3.LeaseID
 	for i, kv := range kvs {
@@ -169,7 +171,7 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r int) (backend
 		switch {
 		case m == backend.Permit:
 			_, h.Weight = permitOf(kv)
-			if r == 0 {
+			if r.limit == 0 {
 				st.Limit, _ = permitOf(kv)
 			}
 		case writes(kv):
@@ -217,7 +219,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	start := base + escapedPrefix(prefix)
 	end := clientv3.GetPrefixRangeEnd(start)
 	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name and tag
-	resizes := map[string]int{}             // the semaphores', by escaped name and tag
+	resizes := map[string]record{}          // the semaphores', by escaped name and tag
 	var rev int64
 	for from := start; ; {
 		resp, err := d.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
@@ -230,7 +232,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 			if ok {
 				dirs[name] = append(dirs[name], kv)
 			} else if m == backend.Permit {
-				resizes[name], _ = resized([]*mvccpb.KeyValue{kv}) // a resize key, named as its directory
+				resizes[name] = resized([]*mvccpb.KeyValue{kv}) // a resize key, named as its directory
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {

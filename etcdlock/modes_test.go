@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -259,10 +260,13 @@ func TestModeWaiterLeaseRevoked(t *testing.T) {
 
 // TestPermitted: an entry holds while the permits of those ahead and its
 // own fit the limit, the resized one (r) if it stands, whatever the
-// entries' own; an owner with a '/' is no weight.
+// entries' own, or if it is one of the resize record's holders; an owner
+// with a '/' is no weight.
 func TestPermitted(t *testing.T) {
-	kv := func(k, v string) *mvccpb.KeyValue { return &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v)} }
-	kvs := []*mvccpb.KeyValue{kv("a", permitValue(5, 3, "x")), kv("b", permitValue(5, 1, "y/9")), kv("me", "")}
+	kv := func(k, v string, rev int64) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(k), Value: []byte(v), CreateRevision: rev}
+	}
+	kvs := []*mvccpb.KeyValue{kv("a", permitValue(5, 3, "x"), 1), kv("b", permitValue(5, 1, "y/9"), 2), kv("me", "", 3)}
 	for _, c := range []struct {
 		limit, weight, r int
 		ok, mismatch     bool
@@ -270,10 +274,13 @@ func TestPermitted(t *testing.T) {
 		{5, 1, 0, true, false}, {5, 2, 0, false, false}, {4, 1, 0, false, true},
 		{5, 2, 6, true, false}, {4, 1, 5, true, false}, {9, 1, 4, false, false}, {5, 5, 4, false, true},
 	} {
-		got, err := permitted(kvs, "me", c.limit, c.weight, c.r)
+		got, err := permitted(kvs, "me", c.limit, c.weight, record{limit: c.r})
 		if errors.Is(err, backend.ErrLimitMismatch) != c.mismatch || (got != nil) != c.ok {
 			t.Errorf("permitted(%d of %d, resized to %d, behind 3 and 1 of 5) = %v, %v; want granted %v, mismatch %v", c.weight, c.limit, c.r, got, err, c.ok, c.mismatch)
 		}
+	}
+	if got, err := permitted(kvs, "me", 9, 5, record{limit: 4, upto: 3}); got == nil || err != nil {
+		t.Errorf("permitted(5 of 9, resized to 4 with it among the holders) = %v, %v; want granted", got, err)
 	}
 	if n, w := permitOf(kvs[1]); n != 5 || w != 1 {
 		t.Errorf("permitOf(%q) = %d, %d, want 5, 1", kvs[1].Value, n, w)
@@ -299,8 +306,8 @@ func TestResized(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp, err := h.admin.Get(ctx, rk)
-		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3" || resp.Kvs[0].Lease != 0 {
-			t.Fatalf("the resize key: %+v, %v; want 3 without a lease", resp, err)
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "3 0" || resp.Kvs[0].Lease != 0 {
+			t.Fatalf("the resize key: %+v, %v; want 3, no holder, without a lease", resp, err)
 		}
 		mods = append(mods, resp.Kvs[0].ModRevision)
 	}
@@ -336,13 +343,19 @@ func TestResized(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The removed limit's record kept its holders; the next claim finds
+	// them gone and deletes it.
+	if l, err := c.TryAcquire(ctx, "r", locker.Semaphore(3)); err != nil {
+		t.Fatal(err)
+	} else if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := h.Residue(ctx, key); err != nil || n != 0 {
 		t.Fatalf("Residue after Resize 0 and the releases = %d, %v; want 0", n, err)
 	}
 
-	// Lowered below a holder's permits: the oldest entry holds whatever
-	// its weight, and the one behind it shows in the queue (see
-	// "Inspecting and breaking locks" in docs/backends/etcdlock.md).
+	// Lowered below the holders' permits: they all hold, and a claim
+	// behind them waits.
 	heavy, err := c.TryAcquire(ctx, "low", locker.Semaphore(4), locker.Permits(3))
 	if err != nil {
 		t.Fatal(err)
@@ -356,12 +369,116 @@ func TestResized(t *testing.T) {
 	}
 	defer c.Resize(ctx, "low", 0)
 	st, err := d.Inspect(ctx, backend.Key("t", "low"), backend.Permit)
-	if err != nil || !st.Held || st.Limit != 2 || len(st.Holders) != 1 || st.Holders[0].Fence != heavy.Fence() || st.Waiters != 1 {
-		t.Fatalf("Inspect after lowering 4 to 2 under 3 and 1 permits = %+v, %v; want the 3 held, limit 2, the 1 queued", st, err)
+	if err != nil || !st.Held || st.Limit != 2 || len(st.Holders) != 2 || st.Holders[1].Fence != light.Fence() || st.Waiters != 0 {
+		t.Fatalf("Inspect after lowering 4 to 2 under 3 and 1 permits = %+v, %v; want both held, limit 2", st, err)
+	}
+	if _, err := c.TryAcquire(ctx, "low", locker.Semaphore(2)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire behind 4 permits held under a limit lowered to 2 = %v, want ErrNotAcquired", err)
 	}
 	for _, l := range []*locker.Lock{heavy, light} {
 		if err := l.Refresh(ctx); err != nil {
 			t.Fatalf("Refresh of a holder above the lowered limit: %v", err)
 		}
+	}
+}
+
+// TestResizedHolders: the reviewer's case. Of a semaphore of 3, A and B
+// leave after W queued, Y takes the permit left, and the limit is lowered
+// to 2: C, W and Y all hold (W's wait succeeds, by the store's rule), and
+// Inspect lists the three, Y's fence frees Y. Likewise, permits taken
+// under a raised limit stay held once Resize 0 lets the claims' own
+// limits rule again.
+func TestResizedHolders(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	c, _ := h.client(t)
+	three := locker.Semaphore(3)
+	var abc []*locker.Lock
+	for range 3 {
+		l, err := c.TryAcquire(ctx, "s", three)
+		if err != nil {
+			t.Fatal(err)
+		}
+		abc = append(abc, l)
+	}
+	defer c.Resize(ctx, "s", 0)
+	wc, _ := h.client(t)
+	got := make(chan *locker.Lock, 1)
+	go func() {
+		w, err := wc.Acquire(ctx, "s", three)
+		if err != nil {
+			t.Errorf("W's Acquire: %v", err)
+		}
+		got <- w
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := c.Inspect(ctx, "s", three)
+		if err == nil && st.Waiters == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("W never queued: %+v, %v", st, err)
+		}
+	}
+	for _, l := range abc[:2] {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	y, err := c.TryAcquire(ctx, "s", three)
+	if err != nil {
+		t.Fatalf("Y's TryAcquire beside C and W of 3: %v", err)
+	}
+	if err := c.Resize(ctx, "s", 2); err != nil {
+		t.Fatal(err)
+	}
+	w := <-got
+	if w == nil {
+		t.FailNow()
+	}
+	fences := func(st locker.State) (fs []uint64) {
+		for _, h := range st.Holders {
+			fs = append(fs, h.Fence)
+		}
+		return fs
+	}
+	want := []uint64{abc[2].Fence(), w.Fence(), y.Fence()}
+	if st, err := c.Inspect(ctx, "s", three); err != nil || !slices.Equal(fences(st), want) || st.Waiters != 0 || st.Limit != 2 {
+		t.Fatalf("Inspect after lowering to 2 under C, W, Y = %+v, %v; want holders %v, no waiter, limit 2", st, err, want)
+	}
+	if _, err := c.ForceRelease(ctx, "s", y.Fence(), three); err != nil {
+		t.Fatalf("ForceRelease of Y, a holder above the lowered limit: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, "s", three); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with C and W holding 2 of 2 = %v, want ErrNotAcquired", err)
+	}
+
+	// Raised above the claims' limit, then removed: the permits taken
+	// under it are held still.
+	one := locker.Semaphore(1)
+	if err := c.Resize(ctx, "u", 3); err != nil {
+		t.Fatal(err)
+	}
+	var us []*locker.Lock
+	for range 3 {
+		l, err := c.TryAcquire(ctx, "u", one)
+		if err != nil {
+			t.Fatal(err)
+		}
+		us = append(us, l)
+	}
+	if err := c.Resize(ctx, "u", 0); err != nil {
+		t.Fatal(err)
+	}
+	want = []uint64{us[0].Fence(), us[1].Fence(), us[2].Fence()}
+	if st, err := c.Inspect(ctx, "u", one); err != nil || !slices.Equal(fences(st), want) || st.Waiters != 0 {
+		t.Fatalf("Inspect after raising 1 to 3, 3 taken, and Resize 0 = %+v, %v; want holders %v, no waiter", st, err, want)
+	}
+	if _, err := c.ForceRelease(ctx, "u", us[2].Fence(), one); err != nil {
+		t.Fatalf("ForceRelease of a permit taken under a removed limit: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, "u", one); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of 1 with 2 permits held = %v, want ErrNotAcquired", err)
 	}
 }

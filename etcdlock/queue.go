@@ -223,33 +223,40 @@ func (t *ticket) read(maxRev int64) []clientv3.Op {
 // permits and t's are more than the limit it is judged under (see under
 // and weigh).
 func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev int64) (backend.Grant, error) {
-	var r int
+	var r record
 	if t.limit > 0 {
-		r, t.resizeMod = resized(rs[1].GetResponseRange().GetKvs())
+		r = resized(rs[1].GetResponseRange().GetKvs())
+		t.resizeMod = r.mod
+	}
+	// One of the resize record's holders holds whatever the limit.
+	held := t.rev <= r.upto
+	if t.limit > 0 && !held {
 		var err error
-		if t.under, err = under(t.limit, t.weight, r); err != nil {
+		if t.under, err = under(t.limit, t.weight, r.limit); err != nil {
 			return backend.Grant{}, err
 		}
 	}
-	older, ahead := map[string]int{}, 0
+	older, ahead, oldest := map[string]int{}, 0, t.rev
 	for _, kv := range rs[0].GetResponseRange().GetKvs() {
 		k := string(kv.Key)
-		if k == t.s.key {
+		if k == t.s.key || held {
 			continue
 		}
 		if t.limit == 0 {
 			older[k], ahead = 1, 1
 			break
 		}
-		w, err := weigh(kv, t.under, r)
+		w, err := weigh(kv, t.under, r.limit)
 		if err != nil {
 			return backend.Grant{}, err
 		}
 		older[k] = w
 		ahead += w
+		oldest = min(oldest, kv.CreateRevision)
 	}
+	t.d.forgetRemoved(ctx, t.over, r, oldest)
 	t.older, t.ahead, t.checked = older, ahead, rev
-	if !t.waits() {
+	if held || !t.waits() {
 		// Our entry was there, at the head of the queue, in this read: our
 		// lease was alive then, and the key is ours. A delayed claim's
 		// entry moves to its mark lease, unless put there.
@@ -364,7 +371,7 @@ func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 		return false
 	}
 	if t.limit > 0 {
-		if _, mod := resized(resp.Responses[1].GetResponseRange().GetKvs()); mod != t.resizeMod {
+		if resized(resp.Responses[1].GetResponseRange().GetKvs()).mod != t.resizeMod {
 			return false
 		}
 	}

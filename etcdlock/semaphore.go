@@ -2,7 +2,9 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,18 +44,35 @@ func permitOf(kv *mvccpb.KeyValue) (limit, weight int) {
 // prefix, which the driver's roles cover.
 func resizeKey(dir string) string { return strings.TrimSuffix(dir, "/") }
 
-// resized is the limit in kvs, a read of a resize key, and its
-// modification revision; 0, 0 when none stands. A value that is no limit
-// (not written by Resize) is none.
-func resized(kvs []*mvccpb.KeyValue) (limit int, mod int64) {
+// record is a semaphore's resize record, "<limit> <upto>": the limit
+// every claim is judged under (0: removed, the claims' own rule), the
+// creation revision of the last entry that held when it was written
+// (those up to it hold whatever the limit: 0 if none), and its key's
+// modification revision as read (0: none stands).
+type record struct {
+	limit int
+	upto  int64
+	mod   int64
+}
+
+func (r record) value() string {
+	return strconv.Itoa(r.limit) + " " + strconv.FormatInt(r.upto, 10)
+}
+
+// resized is the record in kvs, a read of a resize key. A value that is
+// no record (not written by Resize) keeps no limit and no holder.
+func resized(kvs []*mvccpb.KeyValue) record {
 	if len(kvs) == 0 {
-		return 0, 0
+		return record{}
 	}
-	n, err := strconv.Atoi(string(kvs[0].Value))
-	if err != nil || n < 1 || n > backend.MaxLimit {
-		return 0, kvs[0].ModRevision
+	r := record{mod: kvs[0].ModRevision}
+	limit, upto, _ := strings.Cut(string(kvs[0].Value), " ")
+	n, err := strconv.Atoi(limit)
+	u, err2 := strconv.ParseInt(upto, 10, 64)
+	if err == nil && err2 == nil && n >= 0 && n <= backend.MaxLimit {
+		r.limit, r.upto = n, u
 	}
-	return n, kvs[0].ModRevision
+	return r
 }
 
 // under is the limit a claim of limit and weight permits is judged
@@ -83,29 +102,34 @@ func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
 }
 
 // permitted walks kvs, a semaphore's oldest entries in creation order, up
-// to the entry key, which it returns when the permits of the entries
-// ahead and weight fit the limit it is judged under (nil otherwise); r is
-// the resized limit, 0 if none.
-func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight, r int) (*mvccpb.KeyValue, error) {
-	limit, err := under(limit, weight, r)
+// to the entry key, which it returns when it is one of r's holders, or
+// the permits of the entries ahead and weight fit the limit it is judged
+// under (nil otherwise).
+func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) (*mvccpb.KeyValue, error) {
+	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == key })
+	if i >= 0 && kvs[i].CreateRevision <= r.upto {
+		return kvs[i], nil
+	}
+	limit, err := under(limit, weight, r.limit)
 	if err != nil {
 		return nil, err
 	}
-	ahead := 0
-	for _, kv := range kvs {
-		if string(kv.Key) == key {
-			if ahead+weight > limit {
-				return nil, nil
-			}
-			return kv, nil
-		}
-		w, err := weigh(kv, limit, r)
+	ahead := kvs
+	if i >= 0 {
+		ahead = kvs[:i]
+	}
+	sum := 0
+	for _, kv := range ahead {
+		w, err := weigh(kv, limit, r.limit)
 		if err != nil {
 			return nil, err
 		}
-		ahead += w
+		sum += w
 	}
-	return nil, nil
+	if i < 0 || sum+weight > limit {
+		return nil, nil
+	}
+	return kvs[i], nil
 }
 
 // tryPermit puts s's entry and reads the resize key and the semaphore's
@@ -131,15 +155,19 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		return backend.Grant{}, d.failedPut(ctx, s, err)
 	}
 	rs := resp.Responses[len(resp.Responses)-2:]
-	r, _ := resized(rs[0].GetResponseRange().GetKvs())
+	r := resized(rs[0].GetResponseRange().GetKvs())
 	kvs := rs[1].GetResponseRange().GetKvs()
 	mine, err := permitted(kvs, s.key, l.Limit, weight, r)
-	if mine == nil && err == nil && r > l.Limit && len(kvs) == l.Limit {
-		resp, _, err = d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(read(r)...) })
+	if mine == nil && err == nil && r.limit > l.Limit && len(kvs) == l.Limit {
+		resp, _, err = d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(read(r.limit)...) })
 		if err == nil {
-			r, _ = resized(resp.Responses[0].GetResponseRange().GetKvs())
-			mine, err = permitted(resp.Responses[1].GetResponseRange().GetKvs(), s.key, l.Limit, weight, r)
+			r = resized(resp.Responses[0].GetResponseRange().GetKvs())
+			kvs = resp.Responses[1].GetResponseRange().GetKvs()
+			mine, err = permitted(kvs, s.key, l.Limit, weight, r)
 		}
+	}
+	if len(kvs) > 0 {
+		d.forgetRemoved(ctx, s.dir, r, kvs[0].CreateRevision)
 	}
 	if mine == nil {
 		if err == nil {
@@ -153,9 +181,9 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 	return d.grant(ctx, s, l, mine.CreateRevision, mine.CreateRevision)
 }
 
-// Resize implements backend.Resizer: it puts the limit, without a
-// lease, in key's resize key, unless it is there already, or deletes the
-// key (0). Waiters watch it (see await): a raised limit lets them in.
+// Resize implements backend.Resizer: it reads key's semaphore's
+// directory and record, and writes the record (see resize). Waiters watch
+// it (see await): a raised limit lets them in.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("etcdlock: resize: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
@@ -165,18 +193,98 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 		return fmt.Errorf("etcdlock: resize: %w", err)
 	}
 	defer done()
-	rk := resizeKey(d.semDir(key))
-	v := strconv.Itoa(limit)
-	_, err = d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		if limit == 0 {
-			return d.cli.Txn(ctx).Then(clientv3.OpDelete(rk))
-		}
-		// etcd fails a comparison of the value of a key that does not
-		// exist: then it puts.
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(rk), "=", v)).Else(clientv3.OpPut(rk, v))
-	})
-	if err != nil {
+	if err := d.resize(ctx, d.semDir(key), limit); err != nil {
 		return fmt.Errorf("etcdlock: resize: %w", d.failed(ctx, err))
 	}
 	return nil
+}
+
+// resizeTries bounds the writes of one Resize: one more each time a
+// grant under the record it replaced came between its read and its write.
+const resizeTries = 10
+
+// errResizeRaced: grants kept coming between Resize's reads and writes.
+var errResizeRaced = errors.New("the semaphore's holders changed at each of its writes")
+
+// resize writes the record of the semaphore of directory dir: limit, and
+// the last entry holding under the rule in force (the record read, or
+// the claims' own limits), those ahead holding too, so that the holders
+// keep their permits under a lowered limit, or a removed one. Limit 0
+// deletes the record instead when the claims' own limits make the same
+// holders. One transaction writes, the record's revision as read
+// compared, and reads the directory as written over: if a claim, judged
+// under the old rule, took a permit between the read and the write that
+// the record written does not count, it writes again (running
+// maximum of the last holders), under that one's revision. A limit that
+// stands already writes nothing.
+func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
+	rk := resizeKey(dir)
+	entries := clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(clientv3.OpGet(rk), entries) })
+	if err != nil {
+		return err
+	}
+	old := resized(resp.Responses[0].GetResponseRange().GetKvs())
+	kvs := resp.Responses[1].GetResponseRange().GetKvs()
+	if old.mod != 0 && old.limit == limit && limit > 0 || old.mod == 0 && limit == 0 {
+		return nil
+	}
+	upto := lastHolding(kvs, old)
+	for range resizeTries {
+		r := record{limit: limit, upto: upto}
+		write := clientv3.OpPut(rk, r.value())
+		keep := limit > 0 || lastHolding(kvs, record{}) < upto
+		if !keep {
+			r, write = record{}, clientv3.OpDelete(rk)
+		}
+		resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+			return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", old.mod)).
+				Then(write, entries).Else(clientv3.OpGet(rk), entries)
+		})
+		if err != nil {
+			return err
+		}
+		kvs = resp.Responses[1].GetResponseRange().GetKvs()
+		if !resp.Succeeded {
+			// Another Resize's record, or ours by an attempt whose reply
+			// was lost: judged again from it.
+			old = resized(resp.Responses[0].GetResponseRange().GetKvs())
+			upto = lastHolding(kvs, old)
+			continue
+		}
+		if keep {
+			r.mod = resp.Header.Revision
+		}
+		last := lastHolding(kvs, old)
+		if last <= lastHolding(kvs, r) {
+			return nil
+		}
+		old, upto = r, max(upto, last)
+	}
+	return errResizeRaced
+}
+
+// lastHolding is the creation revision of the last of kvs, a semaphore's
+// entries in creation order, that holds under its record r (see
+// holding); 0 if none does. The holders are the first entries.
+func lastHolding(kvs []*mvccpb.KeyValue, r record) int64 {
+	if n := holding(backend.Permit, kvs, r); n > 0 {
+		return kvs[n-1].CreateRevision
+	}
+	return 0
+}
+
+// forgetRemoved deletes the semaphore's record r, read beside the directory
+// dir, when it is a removed limit's whose holders are all gone: oldest is
+// the creation revision of the oldest entry left. A claim's read finds
+// both anyway; the delete, r's revision compared, comes once. Its
+// failure leaves it to the next claim.
+func (d *Driver) forgetRemoved(ctx context.Context, dir string, r record, oldest int64) {
+	if r.mod == 0 || r.limit > 0 || oldest <= r.upto {
+		return
+	}
+	rk := resizeKey(dir)
+	d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", r.mod)).Then(clientv3.OpDelete(rk))
+	})
 }
