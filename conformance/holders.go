@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"testing"
@@ -152,7 +153,7 @@ func (s *suite) checkHolders(t *testing.T, c *locker.Client, what string, st loc
 func (s *suite) breakOne(t *testing.T, ops *locker.Client, name string, ls []*locker.Lock, obj locker.LockOption) {
 	t.Helper()
 	ctx := s.ctx(t)
-	top := slices.MaxFunc(ls, func(a, b *locker.Lock) int { return int(a.Fence() - b.Fence()) }).Fence()
+	top := slices.MaxFunc(ls, func(a, b *locker.Lock) int { return cmp.Compare(a.Fence(), b.Fence()) }).Fence()
 	if _, err := ops.ForceRelease(ctx, name, top+1, obj); !errors.Is(err, locker.ErrNotHeld) {
 		t.Fatalf("ForceRelease under a fence no holder has = %v, want ErrNotHeld", err)
 	}

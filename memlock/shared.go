@@ -69,17 +69,19 @@ func (s *Store) tryShared(c backend.Claim, now time.Time) (backend.Grant, error)
 	switch c.Mode {
 	case backend.Permit:
 		limit := c.Limit
+		// A token that holds already (a retry) is counted once, and
+		// keeps its permits whatever the limit now.
+		held := sh.holders[c.Token].weight
 		if r := s.limits[c.Key]; r > 0 {
-			if max(c.Weight, 1) > r {
+			if max(c.Weight, 1) > r && held == 0 {
 				return backend.Grant{}, fmt.Errorf("memlock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, c.Weight, r)
 			}
 			limit = r
 		} else if len(sh.holders) > 0 && sh.limit != c.Limit {
 			return backend.Grant{}, fmt.Errorf("memlock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, sh.limit, c.Limit)
 		}
-		// A token that holds already (a retry) is counted once.
-		w := max(c.Weight, 1) - sh.holders[c.Token].weight
-		if sh.used+w > limit {
+		w := max(c.Weight, 1) - held
+		if held == 0 && sh.used+w > limit {
 			return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
 		}
 		sh.limit = limit
@@ -154,6 +156,9 @@ func (s *Store) releaseShared(c backend.Claim, now time.Time) error {
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	if err := d.check(ctx); err != nil {
 		return err
+	}
+	if limit < 0 || limit > backend.MaxLimit {
+		return fmt.Errorf("memlock: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
 	}
 	s := d.s
 	s.mu.Lock()

@@ -47,7 +47,7 @@ func TestHolders(t *testing.T) {
 	}
 
 	r := hold(t, c, "doc", locker.Read(), locker.Label("reader"))
-	if _, out, _ := ctl("list", "--rw", "--backend", u); !regexp.MustCompile(fmt.Sprintf(`\ndoc +reader +%d +read +`, r.Fence())).MatchString(out) {
+	if _, out, _ := ctl("list", "--rw", "--backend", u); !regexp.MustCompile(fmt.Sprintf(`\ndoc +%d +reader +read +`, r.Fence())).MatchString(out) {
 		t.Errorf("list --rw:\n%s", out)
 	}
 	if _, out, _ := ctl("list", "--semaphore", "--backend", u); strings.Count(out, "\npool ") != 2 {
@@ -100,6 +100,12 @@ func TestResize(t *testing.T) {
 	}
 	if code, out, _ := ctl("resize", "--backend", u, "pool", "0"); code != 0 || !strings.Contains(out, "removed") {
 		t.Errorf("resize to 0: exit %d, %q", code, out)
+	}
+	if code, out, _ := ctl("resize", "--backend", u, "idle", "4"); code != 0 || !strings.Contains(out, "idle: semaphore, free, limit 4") {
+		t.Errorf("resize of a free semaphore: exit %d, %q", code, out)
+	}
+	if _, out, _ := ctl("status", "--semaphore", "--json", "--backend", u, "idle"); !strings.Contains(out, `"limit":4`) {
+		t.Errorf("status --json of a free resized semaphore: %q", out)
 	}
 	for _, args := range [][]string{{"pool"}, {"pool", "-1"}, {"pool", "10001"}, {"pool", "x"}, {"a\x00b", "2"}} {
 		code, out, errs := ctl(append([]string{"resize", "--backend", "redis://127.0.0.1:1/0"}, args...)...)

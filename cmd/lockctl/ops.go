@@ -274,7 +274,7 @@ func toJSON(s locker.State) jsonState {
 			j.Queue = []string{}
 		}
 	}
-	if s.Known.Has(locker.KnowsLimit) && s.Held {
+	if s.Known.Has(locker.KnowsLimit) && s.Limit > 0 { // a free one's limit set by resize
 		j.Limit = &s.Limit
 	}
 	for _, h := range s.Holders {
@@ -385,14 +385,16 @@ func printStatus(w io.Writer, s locker.State, store string) {
 // line per holder, lowest fence first.
 func printHolders(w io.Writer, s locker.State, noun, store string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if !s.Held {
+	switch {
+	case !s.Held && s.Known.Has(locker.KnowsLimit) && s.Limit > 0:
+		fmt.Fprintf(tw, "%s: %s, free, limit %d\n", show(s.Name), noun, s.Limit)
+	case !s.Held:
 		fmt.Fprintf(tw, "%s: %s, free\n", show(s.Name), noun)
-	} else {
+	default:
 		fmt.Fprintf(tw, "%s: %s, %s\n", show(s.Name), noun, holdersSummary(s, noun))
 		fmt.Fprintln(tw, "  FENCE\tOWNER\tHOLDS\tTIME LEFT")
 		for _, h := range s.Holders {
-			hs := locker.State{Owner: h.Owner, TTL: h.TTL, Known: s.Known}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", h.Fence, showOwner(hs), holds(h, noun), showTTL(hs))
+			fmt.Fprintf(tw, "  %s\n", holderRow(s, h, noun))
 		}
 	}
 	if s.Known.Has(locker.KnowsWaiters) {
@@ -400,6 +402,13 @@ func printHolders(w io.Writer, s locker.State, noun, store string) {
 	}
 	fmt.Fprintf(tw, "  store: %s\n", store)
 	tw.Flush()
+}
+
+// holderRow is one holder's columns: fence, owner, what it holds, time
+// left.
+func holderRow(s locker.State, h locker.Holder, noun string) string {
+	hs := locker.State{Owner: h.Owner, TTL: h.TTL, Known: s.Known}
+	return fmt.Sprintf("%d\t%s\t%s\t%s", h.Fence, showOwner(hs), holds(h, noun), showTTL(hs))
 }
 
 // holdersSummary says how much of s is taken: "3 of 5 permits held",
@@ -514,11 +523,10 @@ func listCmd(args []string, globalBackend backendFlag, stdout, stderr io.Writer)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	if p.obj != nil {
-		fmt.Fprintln(tw, "NAME\tOWNER\tFENCE\tHOLDS\tTIME LEFT")
+		fmt.Fprintln(tw, "NAME\tFENCE\tOWNER\tHOLDS\tTIME LEFT")
 		for _, s := range ss {
 			for _, h := range s.Holders {
-				hs := locker.State{Owner: h.Owner, TTL: h.TTL, Known: s.Known}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", show(s.Name), showOwner(hs), h.Fence, holds(h, p.noun), showTTL(hs))
+				fmt.Fprintf(tw, "%s\t%s\n", show(s.Name), holderRow(s, h, p.noun))
 			}
 		}
 		tw.Flush()
