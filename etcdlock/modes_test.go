@@ -287,6 +287,26 @@ func TestPermitted(t *testing.T) {
 	}
 }
 
+// TestResizedRule: the entries up to a resize record's last holder
+// hold whatever its limit; the others under its limit, or, a removed
+// one's, while every entry ahead has their own.
+func TestResizedRule(t *testing.T) {
+	var kvs []*mvccpb.KeyValue
+	for i, limit := range []int{3, 3, 1, 3} { // the third taken under a limit raised to 3
+		kvs = append(kvs, &mvccpb.KeyValue{Value: []byte(permitValue(limit, 1, "o")), CreateRevision: int64(i + 1)})
+	}
+	for _, c := range []struct {
+		r    record
+		want int
+	}{
+		{record{}, 2}, {record{upto: 3}, 3}, {record{limit: 2}, 2}, {record{limit: 2, upto: 3}, 3}, {record{limit: 5, upto: 1}, 4},
+	} {
+		if got := holding(backend.Permit, kvs, c.r); got != c.want {
+			t.Errorf("holding(limits 3, 3, 1, 3, record %+v) = %d, want %d", c.r, got, c.want)
+		}
+	}
+}
+
 // TestResized: a free semaphore's limit is set, once in the store however
 // often it is asked for, and Inspect reports it with nothing held; tries
 // of a smaller claimed limit fill the resized one (beyond the entries
@@ -393,15 +413,18 @@ func TestResizedHolders(t *testing.T) {
 	h := newHarness(t, testenv.EtcdEndpoints())
 	ctx := testCtx(t, 30*time.Second)
 	c, _ := h.client(t)
-	three := locker.Semaphore(3)
-	var abc []*locker.Lock
-	for range 3 {
-		l, err := c.TryAcquire(ctx, "s", three)
-		if err != nil {
-			t.Fatal(err)
+	take3 := func(name string, sem locker.LockOption) (ls []*locker.Lock) {
+		for range 3 {
+			l, err := c.TryAcquire(ctx, name, sem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
 		}
-		abc = append(abc, l)
+		return ls
 	}
+	three := locker.Semaphore(3)
+	abc := take3("s", three)
 	defer c.Resize(ctx, "s", 0)
 	wc, _ := h.client(t)
 	got := make(chan *locker.Lock, 1)
@@ -460,14 +483,7 @@ func TestResizedHolders(t *testing.T) {
 	if err := c.Resize(ctx, "u", 3); err != nil {
 		t.Fatal(err)
 	}
-	var us []*locker.Lock
-	for range 3 {
-		l, err := c.TryAcquire(ctx, "u", one)
-		if err != nil {
-			t.Fatal(err)
-		}
-		us = append(us, l)
-	}
+	us := take3("u", one)
 	if err := c.Resize(ctx, "u", 0); err != nil {
 		t.Fatal(err)
 	}

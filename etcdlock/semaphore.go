@@ -15,10 +15,11 @@ import (
 )
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
-// entries' values "<backend.PermitTag> <owner>"; an entry holds while the
-// permits of the older ones and its own are at most the limit: the one
-// Resize keeps in the key <prefix>/<EscapeKey(k)>%s if it stands, else
-// the entries' own (see "Semaphores and read-write locks" in
+// entries' values "<backend.PermitTag> <owner>"; an entry holds if it is
+// one of the holders of the record Resize keeps in the key
+// <prefix>/<EscapeKey(k)>%s, or while the permits of the older ones and
+// its own are at most the limit: the record's if it has one, else the
+// entries' own (see "Semaphores and read-write locks" in
 // docs/backends/etcdlock.md).
 
 var _ backend.Resizer = (*Driver)(nil)
@@ -59,17 +60,21 @@ func (r record) value() string {
 	return strconv.Itoa(r.limit) + " " + strconv.FormatInt(r.upto, 10)
 }
 
-// resized is the record in kvs, a read of a resize key. A value that is
-// no record (not written by Resize) keeps no limit and no holder.
+// resized is the record in kvs, a read of a resize key; a limit alone
+// (an earlier version's) has no holder. A value that is no record (not
+// written by Resize) keeps no limit and no holder.
 func resized(kvs []*mvccpb.KeyValue) record {
 	if len(kvs) == 0 {
 		return record{}
 	}
 	r := record{mod: kvs[0].ModRevision}
-	limit, upto, _ := strings.Cut(string(kvs[0].Value), " ")
+	limit, upto, found := strings.Cut(string(kvs[0].Value), " ")
 	n, err := strconv.Atoi(limit)
-	u, err2 := strconv.ParseInt(upto, 10, 64)
-	if err == nil && err2 == nil && n >= 0 && n <= backend.MaxLimit {
+	var u int64
+	if found && err == nil {
+		u, err = strconv.ParseInt(upto, 10, 64)
+	}
+	if err == nil && n >= 0 && n <= backend.MaxLimit {
 		r.limit, r.upto = n, u
 	}
 	return r
