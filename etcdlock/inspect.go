@@ -171,7 +171,7 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 		switch {
 		case m == backend.Permit:
 			_, h.Weight = permitOf(kv)
-			if r.limit == 0 {
+			if st.Limit == 0 { // the oldest's, which the others are judged under
 				st.Limit, _ = permitOf(kv)
 			}
 		case writes(kv):

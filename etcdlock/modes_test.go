@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -496,5 +497,79 @@ func TestResizedHolders(t *testing.T) {
 	}
 	if _, err := c.TryAcquire(ctx, "u", one); !errors.Is(err, locker.ErrNotAcquired) {
 		t.Fatalf("TryAcquire of 1 with 2 permits held = %v, want ErrNotAcquired", err)
+	}
+}
+
+// TestResizedRacing: claims come and go while the limit is lowered and
+// raised again and again; after each lowering, Inspect lists every permit
+// held from before it began to after it returned, though some were taken
+// under the old limit while Resize wrote the new one.
+func TestResizedRacing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 60*time.Second)
+	c, _ := h.client(t)
+	defer c.Resize(ctx, "s", 0)
+	type hold struct {
+		fence    uint64
+		from, to time.Time // to: zero while held
+	}
+	var (
+		mu    sync.Mutex
+		holds []*hold
+		wg    sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for range 4 {
+		cc, _ := h.client(t)
+		wg.Go(func() {
+			for i := 0; i < 2000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := cc.TryAcquire(ctx, "s", locker.Semaphore(3))
+				if err != nil {
+					continue
+				}
+				hd := &hold{fence: l.Fence(), from: time.Now()}
+				mu.Lock()
+				holds = append(holds, hd)
+				mu.Unlock()
+				time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
+				mu.Lock()
+				hd.to = time.Now()
+				mu.Unlock()
+				l.Release(ctx)
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(stop)
+	for range 40 {
+		if err := c.Resize(ctx, "s", 2); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		st, err := c.Inspect(ctx, "s", locker.Semaphore(3))
+		end := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[uint64]bool{}
+		for _, h := range st.Holders {
+			seen[h.Fence] = true
+		}
+		mu.Lock()
+		for _, hd := range holds {
+			if hd.from.Before(start) && (hd.to.IsZero() || hd.to.After(end)) && !seen[hd.fence] {
+				t.Errorf("fence %d, held from %v to %v, is missing from Inspect's holders %+v", hd.fence, hd.from, hd.to, st.Holders)
+			}
+		}
+		mu.Unlock()
+		if err := c.Resize(ctx, "s", 3); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
