@@ -20,6 +20,7 @@ import (
 const (
 	opCreate          = 1
 	opDelete          = 2
+	opExists          = 3
 	opGetData         = 4
 	opSetData         = 5
 	opGetChildren     = 8
