@@ -61,7 +61,9 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 		select {
 		case <-taken:
 		case <-cctx.Done():
-			d.abandonAsync(es...) // the caller left: take back what we made
+			if es != nil {
+				<-d.abandonAsync(es...) // the caller left: take back what we made
+			}
 		}
 	}) {
 		cancel()

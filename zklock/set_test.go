@@ -134,3 +134,50 @@ func TestReleaseAllOneGone(t *testing.T) {
 		}
 	}
 }
+
+// A TryAcquireAll cancelled at any point leaves no node by the time it
+// returns, on the caller's goroutine (its reads cut) or on one of the
+// driver's (the nodes taken back).
+func TestAcquireAllCancelled(t *testing.T) {
+	t.Parallel()
+	for _, aside := range []bool{false, true} {
+		d := dial(t, testenv.ZKAddrs())
+		d.testNoInline = aside
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		base := uniqueKey(t)
+		keys := []string{base + "/a", base + "/b", base + "/c", base + "/d"}
+		won, cut := 0, 0
+		for i := range 40 {
+			cs := make([]backend.Claim, len(keys))
+			for j, k := range keys {
+				cs[j] = lockFor(t, k)
+			}
+			cctx, ccancel := context.WithTimeout(ctx, time.Duration(i)*50*time.Microsecond)
+			gs, err := d.TryAcquireAll(cctx, cs)
+			ccancel()
+			if err == nil {
+				won++
+				for j := range cs {
+					cs[j].Fence = gs[j].Fence
+				}
+				for j, err := range d.ReleaseAll(ctx, cs) {
+					if err != nil {
+						t.Fatalf("aside %v, round %d: ReleaseAll %s: %v", aside, i, keys[j], err)
+					}
+				}
+				continue
+			}
+			cut++
+			for _, k := range keys {
+				if ns, qerr := d.queue(ctx, d.parentPath(k)); qerr != nil || len(ns) != 0 {
+					t.Fatalf("aside %v, round %d: TryAcquireAll returned %v, and left %d nodes under %s (%v)", aside, i, err, len(ns), k, qerr)
+				}
+			}
+		}
+		t.Logf("aside %v: %d taken, %d cancelled", aside, won, cut)
+		if won == 0 || cut == 0 {
+			t.Errorf("aside %v: %d taken, %d cancelled: the sweep missed one side", aside, won, cut)
+		}
+	}
+}
