@@ -22,7 +22,7 @@ var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
 // sequential node per acquisition. It implements backend.Driver,
-// backend.Queuer, backend.Session and backend.Delayer.
+// backend.Queuer, backend.Session, backend.Delayer and backend.SetAcquirer.
 type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it

@@ -23,6 +23,7 @@ const (
 	opExists          = 3
 	opGetData         = 4
 	opSetData         = 5
+	opGetACL          = 6
 	opGetChildren     = 8
 	opGetChildren2    = 12
 	opMulti           = 14

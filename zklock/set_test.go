@@ -3,9 +3,11 @@ package zklock
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
@@ -29,7 +31,9 @@ func TestAcquireAll(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	base := uniqueKey(t)
-	keys := []string{base + "/a", base + "/b", base + "/c"}
+	fresh := []string{base + "/a", base + "/b", base + "/c"}
+	known := []string{base + "/x", base + "/y", base + "/z"}
+	keep(t, d, known...)
 	set := func(keys ...string) []backend.Claim {
 		cs := make([]backend.Claim, len(keys))
 		for i, k := range keys {
@@ -57,46 +61,94 @@ func TestAcquireAll(t *testing.T) {
 		}
 		return len(ns)
 	}
-	for cycle := range 2 { // new names, then known ones
+	// cycle takes keys and releases them, each in one multi-op alone.
+	cycle := func(what string, keys []string) {
+		t.Helper()
 		cs := set(keys...)
 		var gs []backend.Grant
 		var err error
 		if n := sent(func() { gs, err = d.TryAcquireAll(ctx, cs) }); err != nil || len(n) != 1 || n[opMulti] != 1 {
-			t.Fatalf("cycle %d: TryAcquireAll of free names: %v, sent %v; want one multi-op alone", cycle, err, n)
+			t.Fatalf("%s: TryAcquireAll: %v, sent %v; want one multi-op alone", what, err, n)
 		}
 		for i, l := range cs {
 			path, _, first, err := d.lookup(ctx, l)
 			_, st, serr := d.conn.Exists(path)
 			if err != nil || serr != nil || !first || uint64(st.Czxid) != gs[i].Fence || gs[i].Fence != gs[0].Fence {
-				t.Fatalf("cycle %d: %s: node %q first %v, fence %d, czxid %d: %v %v", cycle, l.Key, path, first, gs[i].Fence, st.Czxid, err, serr)
+				t.Fatalf("%s: %s: node %q first %v, fence %d, czxid %d: %v %v", what, l.Key, path, first, gs[i].Fence, st.Czxid, err, serr)
 			}
 			cs[i].Fence = gs[i].Fence
 		}
 		var errs []error
 		if n := sent(func() { errs = d.ReleaseAll(ctx, cs) }); len(n) != 1 || n[opMulti] != 1 {
-			t.Errorf("cycle %d: ReleaseAll sent %v; want one multi-op alone", cycle, n)
+			t.Errorf("%s: ReleaseAll sent %v; want one multi-op alone", what, n)
 		}
 		for i, err := range errs {
 			if err != nil || nodes(cs[i].Key) != 0 {
-				t.Fatalf("cycle %d: ReleaseAll %s: %v, %d nodes left", cycle, cs[i].Key, err, nodes(cs[i].Key))
+				t.Fatalf("%s: ReleaseAll %s: %v, %d nodes left", what, cs[i].Key, err, nodes(cs[i].Key))
 			}
 		}
 	}
+	cycle("new names", fresh)
+	take(t, d, known...) // the names' nodes, someone else's: now known
+	cycle("known names", known)
 
-	if _, err := other.TryAcquire(ctx, lockFor(t, keys[1])); err != nil {
+	held := lockFor(t, known[1])
+	if _, err := other.TryAcquire(ctx, held); err != nil {
 		t.Fatal(err)
 	}
+	defer other.Release(ctx, held)
 	var err error
-	n := sent(func() { _, err = d.TryAcquireAll(ctx, set(keys...)) })
+	n := sent(func() { _, err = d.TryAcquireAll(ctx, set(known...)) })
 	if !errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("TryAcquireAll over a held name: %v, want ErrNotAcquired", err)
 	}
 	if n[opMulti] != 2 || n[opGetChildren]+n[opGetChildren2] != 1 || n[opDelete] != 0 {
 		t.Errorf("TryAcquireAll over a held name sent %v; want two multi-ops, one listing", n)
 	}
-	for i, k := range keys {
-		if want := min(i%2, 1); nodes(k) != want {
+	for i, k := range known {
+		if want := i % 2; nodes(k) != want {
 			t.Errorf("%s has %d nodes after the refused set, want %d", k, nodes(k), want)
+		}
+	}
+}
+
+// keep makes the nodes of names keys, as persistent nodes that the server
+// keeps empty (a container goes within a second once empty, in the test
+// servers), until the test ends.
+func keep(t *testing.T, d *Driver, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		p := d.parentPath(k)
+		if _, err := d.conn.Create(p, []byte{}, 0, d.acl); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := d.conn.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				t.Errorf("delete %s: %v", p, err)
+			}
+		})
+	}
+}
+
+// take takes keys with d in one set and releases them.
+func take(t *testing.T, d *Driver, keys ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs := make([]backend.Claim, len(keys))
+	for i, k := range keys {
+		cs[i] = lockFor(t, k)
+	}
+	gs, err := d.TryAcquireAll(ctx, cs)
+	if err != nil {
+		t.Fatalf("TryAcquireAll %v: %v", keys, err)
+	}
+	for i := range cs {
+		cs[i].Fence = gs[i].Fence
+	}
+	for i, err := range d.ReleaseAll(ctx, cs) {
+		if err != nil {
+			t.Fatalf("ReleaseAll %s: %v", keys[i], err)
 		}
 	}
 }
@@ -153,7 +205,8 @@ func TestAcquireAllCancelled(t *testing.T) {
 			for j, k := range keys {
 				cs[j] = lockFor(t, k)
 			}
-			cctx, ccancel := context.WithTimeout(ctx, time.Duration(i)*50*time.Microsecond)
+			// 0, then 50µs growing by a sixth each round, to 20ms.
+			cctx, ccancel := context.WithTimeout(ctx, time.Duration(float64(min(i, 1))*50*math.Pow(7.0/6, float64(i)))*time.Microsecond)
 			gs, err := d.TryAcquireAll(cctx, cs)
 			ccancel()
 			if err == nil {
@@ -179,5 +232,39 @@ func TestAcquireAllCancelled(t *testing.T) {
 		if won == 0 || cut == 0 {
 			t.Errorf("aside %v: %d taken, %d cancelled: the sweep missed one side", aside, won, cut)
 		}
+	}
+}
+
+// A set takes names whose nodes exist unknown to the driver (another's)
+// and names whose nodes were deleted since the driver saw them: a refused
+// multi-op for each, then the set.
+func TestAcquireAllNamesNodes(t *testing.T) {
+	t.Parallel()
+	var o opCounter
+	d := dial(t, testenv.ZKAddrs(), WithDialer(o.dialer))
+	base := uniqueKey(t)
+	a, b, c := base+"/a", base+"/b", base+"/c"
+	keep(t, d, a, b)
+	// count takes keys and releases them: multi-ops sent, ACL reads sent.
+	count := func(keys ...string) (int, int) {
+		before := o.snapshot()
+		take(t, d, keys...)
+		after := o.snapshot()
+		return after[opMulti] - before[opMulti], after[opGetACL] - before[opGetACL]
+	}
+	// "Node exists" for a, then for b (a refusal names one), then the
+	// set, a's and b's nodes taken as they are, their ACLs read; the
+	// release.
+	if multis, acls := count(a, b, c); multis != 4 || acls != 2 {
+		t.Errorf("a set over names made by another sent %d multi-ops, %d ACL reads; want 4, 2", multis, acls)
+	}
+	for _, k := range []string{a, b} {
+		if err := d.conn.Delete(d.parentPath(k), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "No node" for a, then for b, then the set; the release.
+	if multis, acls := count(a, b); multis != 4 || acls != 0 {
+		t.Errorf("a set over names deleted since sent %d multi-ops, %d ACL reads; want 4, 0", multis, acls)
 	}
 }
