@@ -268,3 +268,45 @@ func TestAcquireAllNamesNodes(t *testing.T) {
 		t.Errorf("a set over names deleted since sent %d multi-ops, %d ACL reads; want 4, 0", multis, acls)
 	}
 }
+
+// A set whose multi-op was applied but whose reply was lost returns an
+// error when its context ends, and its nodes, found by their hashes, are
+// deleted once the connection is back, its session alive.
+func TestAcquireAllReplyLost(t *testing.T) {
+	t.Parallel()
+	servers := testenv.ZKAddrs()
+	testenv.Require(t, servers...)
+	p := newProxy(t, servers[0])
+	d, other := dial(t, []string{p.addr()}), dial(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	base := uniqueKey(t)
+	keys := []string{base + "/a", base + "/b"}
+	cs := []backend.Claim{lockFor(t, keys[0]), lockFor(t, keys[1])}
+	sid := d.conn.SessionID()
+	p.blackhole(false, true) // the server hears, the driver does not
+	cctx, ccancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer ccancel()
+	if gs, err := d.TryAcquireAll(cctx, cs); err == nil {
+		t.Fatalf("TryAcquireAll without replies: %+v, want an error", gs)
+	}
+	for _, k := range keys {
+		if n := entries(t, other, k); n != 1 {
+			t.Fatalf("%s has %d nodes while the replies are lost, want the set's one", k, n)
+		}
+	}
+	p.blackhole(false, false)
+	p.cut()
+	deadline := time.Now().Add(2 * testTimeout)
+	for _, k := range keys {
+		for entries(t, other, k) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still has a node %v after the connection came back", k, 2*testTimeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if d.conn.SessionID() != sid {
+		t.Errorf("the session changed: the nodes went with it, not by the driver")
+	}
+}
