@@ -20,6 +20,9 @@ var _ backend.SetAcquirer = (*Driver)(nil)
 // multi-op deletes them all. Every fence is the multi-op's zxid.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ []backend.Grant, err error) {
 	defer func() { err = permitted(err) }()
+	if len(claims) == 0 {
+		return nil, nil
+	}
 	for _, l := range claims {
 		if l.Mode != backend.Exclusive || l.Delay > 0 {
 			// A marker makes the children count another's: one at a time.
