@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -15,13 +16,13 @@ func (d *Driver) deleteQuiet(path string) {
 	}
 }
 
-// abandon deletes a queue node we no longer want, for a call that is
-// about to return: it waits for the delete's answer, but once ctx is done
+// abandon deletes queue nodes we no longer want, for a call that is
+// about to return: it waits for the deletes' answer, but once ctx is done
 // only for quickWait (100 ms and a round trip), so that a caller who gave
-// up is not held by a dead connection. The delete goes on in the
+// up is not held by a dead connection. The deletes go on in the
 // background (see abandonAsync).
-func (d *Driver) abandon(ctx context.Context, e *entry) {
-	done := d.abandonAsync(e)
+func (d *Driver) abandon(ctx context.Context, es ...*entry) {
+	done := d.abandonAsync(es...)
 	t := time.NewTimer(d.ttl)
 	defer t.Stop()
 	select {
@@ -40,24 +41,24 @@ func (d *Driver) abandon(ctx context.Context, e *entry) {
 	}
 }
 
-// abandonAsync deletes a queue node in the background; when that fails for
-// want of a connection, it retries for as long as the node's session may
-// live (and the driver is open). A node whose name is unknown (its
-// create's answer was lost) is found by its token hash. The channel is
-// closed once it is done.
-func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
+// abandonAsync deletes queue nodes in the background, several in one
+// multi-op when their names are known; when a delete fails for want of a
+// connection, it retries for as long as the node's session may live (and
+// the driver is open). A node whose name is unknown (its create's answer
+// was lost) is found by its token hash. The channel is closed once it is
+// done.
+func (d *Driver) abandonAsync(es ...*entry) <-chan struct{} {
 	done := make(chan struct{})
 	f := func() {
 		defer close(done)
-		if e.name == "" {
-			d.reapHash(e.parent, e.hash, e.session)
+		if len(es) > 1 && d.deleteAll(es) == nil {
 			return
 		}
-		_, err := request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(e.path(), e.marker(), -1) })
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			// Its name, not its hash: the Client may queue the same token again.
-			d.dropLost(e.path(), e.marker(), e.session)
+		var wg sync.WaitGroup
+		for _, e := range es {
+			wg.Go(func() { d.abandonOne(e) })
 		}
+		wg.Wait()
 	}
 	switch {
 	case d.spawn(f):
@@ -67,6 +68,34 @@ func (d *Driver) abandonAsync(e *entry) <-chan struct{} {
 		go f() // a ticket left after Close: the caller's connection lives on, and one try
 	}
 	return done
+}
+
+// deleteAll deletes the nodes es, and their markers, in one multi-op.
+func (d *Driver) deleteAll(es []*entry) error {
+	var ops []any
+	for _, e := range es {
+		if e.name == "" {
+			return errGone
+		}
+		ops = append(ops, &zk.DeleteRequest{Path: e.path(), Version: -1})
+		if m := e.marker(); m != "" {
+			ops = append(ops, &zk.DeleteRequest{Path: m, Version: -1})
+		}
+	}
+	_, err := request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+	return err
+}
+
+func (d *Driver) abandonOne(e *entry) {
+	if e.name == "" {
+		d.reapHash(e.parent, e.hash, e.session)
+		return
+	}
+	_, err := request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(e.path(), e.marker(), -1) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		// Its name, not its hash: the Client may queue the same token again.
+		d.dropLost(e.path(), e.marker(), e.session)
+	}
 }
 
 // reapHash deletes every node of a token hash under parent (its delay

@@ -17,39 +17,52 @@ import (
 func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*ticket, error) {
 	parent, head := d.queueOf(l)
 	hash, data := tokenHash(l.Token), []byte(l.Owner)
-	ticketOf := func(e *entry, err error) (*ticket, error) {
+	es, err := creating(ctx, d, func(ctx context.Context, inline bool) ([]*entry, error) {
+		e, err := d.create(ctx, parent, head, hash, data, l, waits, inline)
 		if e == nil {
 			return nil, err
 		}
-		return &ticket{d: d, l: l, e: e, waits: waits}, err
+		return []*entry{e}, err
+	})
+	if es == nil {
+		return nil, err
 	}
+	return &ticket{d: d, l: l, e: es[0], waits: waits}, err
+}
+
+// creating runs mk, which makes queue nodes and returns them (nil: none),
+// on the caller's goroutine when the driver can cut its reads, else on
+// one of its own, which takes back (abandonAsync) what mk made once the
+// caller left, so that a request the caller stopped waiting for leaves
+// nothing behind. inline: mk runs on the caller's goroutine.
+func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inline bool) ([]*entry, error)) ([]*entry, error) {
 	if d.inline() {
 		in := d.interruptOnEnd(ctx)
-		e, err := d.create(ctx, parent, head, hash, data, l, waits, true)
+		es, err := mk(ctx, true)
 		in.stop()
 		if ctx.Err() != nil {
 			err = d.ended(ctx)
 		}
-		return ticketOf(e, err)
+		return es, err
 	}
 	type result struct {
-		e   *entry
+		es  []*entry
 		err error
 	}
 	ch := make(chan result, 1)
 	taken, finished := make(chan struct{}), make(chan struct{})
-	// create runs until it is done or the caller leaves (or Close begins).
+	// mk runs until it is done or the caller leaves (or Close begins).
 	cctx, cancel := context.WithCancel(d.gate.Context())
 	if !d.spawn(func() {
 		defer close(finished)
 		defer cancel()
-		e, err := d.create(cctx, parent, head, hash, data, l, waits, false)
-		ch <- result{e, err}
+		es, err := mk(cctx, false)
+		ch <- result{es, err}
 		select {
 		case <-taken:
 		case <-cctx.Done():
-			if e != nil {
-				d.abandonAsync(e) // the caller left: take back what we made
+			if es != nil {
+				<-d.abandonAsync(es...) // the caller left: take back what we made
 			}
 		}
 	}) {
@@ -59,12 +72,12 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*tic
 	select {
 	case r := <-ch:
 		close(taken)
-		return ticketOf(r.e, r.err)
+		return r.es, r.err
 	case <-ctx.Done():
 		cancel()
 		// Usually one round trip: wait, so that nothing is left behind
 		// when we return, but not for a dead connection's timeout (the
-		// node, if any, is deleted in the background).
+		// nodes, if any, are deleted in the background).
 		t := time.NewTimer(d.quickWait())
 		defer t.Stop()
 		select {

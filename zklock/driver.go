@@ -22,7 +22,7 @@ var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
 // sequential node per acquisition. It implements backend.Driver,
-// backend.Queuer, backend.Session and backend.Delayer.
+// backend.Queuer, backend.Session, backend.Delayer and backend.SetAcquirer.
 type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
@@ -304,20 +304,19 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		return err
 	}
 	defer done()
-	d.mu.Lock()
-	h := d.holds[l.Token]
-	delete(d.holds, l.Token)
-	if h != nil {
-		d.unwatch(h)
-	}
-	d.mu.Unlock()
-	path, marker, session, err := d.heldNode(ctx, l, h, true)
+	path, marker, session, err := d.heldNode(ctx, l, d.unhold(l.Token), true)
 	if err != nil {
 		return err
 	}
+	return d.deleteHeld(ctx, path, marker, session, false)
+}
+
+// deleteHeld deletes the node path of a held lock, with its marker (if
+// not ""), as Release; session is the node's (0: unknown). uncertain: an
+// earlier delete's answer was lost.
+func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session int64, uncertain bool) error {
 	// The node's name is unique to the token: after an attempt whose answer
 	// was lost, "no node" means that attempt deleted it.
-	uncertain := false
 	bo := newBackoff()
 	for {
 		_, err := callInline(ctx, d, func() (struct{}, error) { return struct{}{}, d.deleteWith(path, marker, -1) })
@@ -349,6 +348,19 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		}
 		return fmt.Errorf("zklock: %w (deleting the node in the background)", err)
 	}
+}
+
+// unhold forgets token's lock, if the driver holds one: no more watching
+// it, no loss to report.
+func (d *Driver) unhold(token string) *held {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.holds[token]
+	delete(d.holds, token)
+	if h != nil {
+		d.unwatch(h)
+	}
+	return h
 }
 
 // Refresh checks that l.Token still holds l.Key: the session keeps the lock

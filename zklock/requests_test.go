@@ -20,8 +20,10 @@ import (
 const (
 	opCreate          = 1
 	opDelete          = 2
+	opExists          = 3
 	opGetData         = 4
 	opSetData         = 5
+	opGetACL          = 6
 	opGetChildren     = 8
 	opGetChildren2    = 12
 	opMulti           = 14
