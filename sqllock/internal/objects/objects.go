@@ -25,7 +25,6 @@ const (
 // so no claim's row takes its place.
 const RecordToken = "(limit)"
 
-
 // Known is what the tables record of object m's holders (m is Permit or
 // Read): owner, fence and expiry of each, and a semaphore's limit.
 // Waiters poll or listen and leave no trace.
