@@ -146,7 +146,7 @@ ON DUPLICATE KEY UPDATE
 		sharedList: `SELECT name, kind, owner, fence, lim, expires_us - ` + now + ` FROM ` + s + `
 WHERE obj = ? AND name >= ? AND (? IS NULL OR name < ?) AND (name > ? OR fence > ?) AND kind BETWEEN 1 AND 3 AND expires_us > ` + now + `
 ORDER BY name, fence LIMIT ?`,
-		sharedBreak: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
+		sharedBreak:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
 		sharedResize: `UPDATE ` + s + ` SET lim = ? + lim - lim % ` + strconv.Itoa(lim.Step) + ` WHERE name = ? AND obj = ? AND kind = 1`,
 		fences: func(n int) string {
 			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
