@@ -150,3 +150,26 @@ func spy(t *testing.T, ctx context.Context, h *harness) func(within time.Duratio
 		return err == nil
 	}
 }
+
+// Resize notifies as a release does while someone waits for the key: a
+// raised limit lets waiters in.
+func TestResizeNotifies(t *testing.T) {
+	t.Parallel()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	heard := spy(t, ctx, h)
+	key := "ns/resized"
+	_, unsubscribe, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsubscribe()
+	t.Cleanup(func() { d.Resize(context.Background(), key, 0) })
+	if err := d.Resize(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !heard(5 * time.Second) {
+		t.Fatal("a Resize with a subscriber did not notify")
+	}
+}
