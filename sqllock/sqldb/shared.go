@@ -89,6 +89,11 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 		if packed, err = lim.Of(d.prefix(""), c); err != nil {
 			return 0, time.Time{}, err
 		}
+		if c.Token == objects.RecordToken {
+			// The limit record's (no client's): its purge would delete
+			// the record. Refused, as on PostgreSQL.
+			return 0, time.Time{}, errRefused
+		}
 	}
 	if refusal := d.precheck(ctx, c, obj); refusal != nil {
 		return 0, time.Time{}, refusal
