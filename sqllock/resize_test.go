@@ -2,55 +2,21 @@ package sqllock
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/sqllock/internal/objects"
+	"github.com/lockerhq/locker/sqllock/internal/sqltest"
 )
 
-// A limit record stands on a free semaphore too, judges claims under
-// any limit, outlives its holders and no claim's token takes it; Resize
-// 0 leaves nothing of the name.
+// A limit record: see sqltest.ResizeRecord.
 func TestResizeRecord(t *testing.T) {
 	t.Parallel()
 	d, _ := testDriver(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const key = "ns/resized-record"
-	limit := func(what string, held bool, want int) {
-		t.Helper()
-		st, err := d.Inspect(ctx, key, backend.Permit)
-		if err != nil || st.Held != held || st.Limit != want || !st.Known.Has(backend.KnowsLimit) {
-			t.Fatalf("Inspect %s = %+v, %v; want held %v, Limit %d", what, st, err, held, want)
-		}
-	}
-	if err := d.Resize(ctx, key, 5); err != nil {
-		t.Fatal(err)
-	}
-	limit("of a free semaphore resized to 5", false, 5)
-	c := backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute, Mode: backend.Permit, Limit: 2}
-	g, err := d.TryAcquire(ctx, c)
-	if err != nil {
-		t.Fatalf("a claim under 2 of a semaphore resized to 5: %v", err)
-	}
-	c.Fence = g.Fence
-	limit("with a holder granted under the record", true, 5)
-	forged := backend.Claim{Key: key, Token: objects.RecordToken, TTL: time.Minute, Mode: backend.Permit, Limit: 5}
-	if _, err := d.TryAcquire(ctx, forged); !errors.Is(err, backend.ErrNotAcquired) {
-		t.Fatalf("a claim with the record's token = %v, want ErrNotAcquired", err)
-	}
-	if err := d.Release(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	limit("after the holder left", false, 5)
-	if err := d.Resize(ctx, key, 0); err != nil {
-		t.Fatal(err)
-	}
-	limit("after Resize 0", false, 0)
-	var rows int
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM `+d.shared.table+` WHERE name = $1`, key).Scan(&rows); err != nil || rows != 0 {
-		t.Fatalf("rows of the name after Resize 0 = %d, %v; want 0", rows, err)
-	}
+	sqltest.ResizeRecord(t, ctx, d, key, func() (n int, err error) {
+		err = d.pool.QueryRow(ctx, `SELECT count(*) FROM `+d.shared.table+` WHERE name = $1`, key).Scan(&n)
+		return n, err
+	})
 }
