@@ -103,16 +103,8 @@ func TestReleaseNotifiesOnlyWaiters(t *testing.T) {
 // notifies nobody.
 func TestBreakHolderNotifies(t *testing.T) {
 	t.Parallel()
-	d, h := testDriver(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	heard := spy(t, ctx, h)
 	key := "ns/broken"
-	_, unsubscribe, err := d.Subscribe(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsubscribe()
+	d, ctx, heard := waited(t, key)
 	g, err := d.TryAcquire(ctx, backend.Claim{Key: key, Token: randHex(16), TTL: time.Minute, Mode: backend.Permit, Limit: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +121,22 @@ func TestBreakHolderNotifies(t *testing.T) {
 	if !heard(5 * time.Second) {
 		t.Fatal("a Break with a subscriber did not notify")
 	}
+}
+
+// waited returns a driver with a subscriber of key, a context that ends
+// at cleanup or in 30 s, and a spy of the driver's channel.
+func waited(t *testing.T, key string) (*Driver, context.Context, func(within time.Duration) bool) {
+	t.Helper()
+	d, h := testDriver(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	heard := spy(t, ctx, h)
+	_, unsubscribe, err := d.Subscribe(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unsubscribe)
+	return d, ctx, heard
 }
 
 // spy listens on h's channel on a connection of its own, closed at
@@ -148,5 +156,20 @@ func spy(t *testing.T, ctx context.Context, h *harness) func(within time.Duratio
 		defer cancel()
 		_, err := conn.WaitForNotification(wctx)
 		return err == nil
+	}
+}
+
+// Resize notifies as a release does while someone waits for the key: a
+// raised limit lets waiters in.
+func TestResizeNotifies(t *testing.T) {
+	t.Parallel()
+	key := "ns/resized"
+	d, ctx, heard := waited(t, key)
+	t.Cleanup(func() { d.Resize(context.Background(), key, 0) })
+	if err := d.Resize(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	if !heard(5 * time.Second) {
+		t.Fatal("a Resize with a subscriber did not notify")
 	}
 }

@@ -329,6 +329,19 @@ func TestSecureLeastPrivilege(t *testing.T) {
 	if ls, err := c.List(ctx, "", sem); err != nil || len(ls) != 1 || ls[0].Name != "s" {
 		t.Fatalf("List of semaphores = %+v, %v", ls, err)
 	}
+	// Resize writes its record and the holders' limit with those grants.
+	if err := c.Resize(ctx, "s", 1); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	if st, err := c.Inspect(ctx, "s", sem); err != nil || st.Limit != 1 {
+		t.Fatalf("Inspect of a resized semaphore = %+v, %v; want Limit 1", st, err)
+	}
+	if _, err := c.TryAcquire(ctx, "s", sem); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a semaphore resized to 1 with 1 held = %v, want ErrNotAcquired", err)
+	}
+	if err := c.Resize(ctx, "s", 0); err != nil {
+		t.Fatalf("Resize to 0: %v", err)
+	}
 	if _, err := c.ForceRelease(ctx, "s", p.Fence(), sem); err != nil {
 		t.Fatalf("ForceRelease of a permit: %v", err)
 	}

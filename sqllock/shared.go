@@ -13,6 +13,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/sqllock/internal/lim"
 	"github.com/lockerhq/locker/sqllock/internal/micros"
+	"github.com/lockerhq/locker/sqllock/internal/objects"
 )
 
 // SharedSchemaSQL is the DDL of the table of semaphores and read-write
@@ -25,13 +26,14 @@ var SharedSchemaSQL string
 // defaultShared is the table name in SharedSchemaSQL.
 const defaultShared = defaultTable + "_shared"
 
-// The kind column of the shared table: a holder's mode, or a waiting
-// writer's record.
+// The kind column of the shared table: a holder's mode, a waiting
+// writer's record, or a resized semaphore's limit (see resize.go).
 const (
 	kindPermit  = 1
 	kindRead    = 2
 	kindWrite   = 3
 	kindWaiting = 4
+	kindLimit   = objects.KindLimit
 )
 
 // Modes implements backend.Modal: semaphores and read-write locks, in a
@@ -62,6 +64,8 @@ type sharedStatements struct {
 	begin, lock, grantPermit, dropExpired, grantRead, grantWrite, refresh, release string
 
 	inspect, list, breakHolder string // the operator's (inspect.go)
+
+	resize, unresize string // the limit's record (resize.go)
 }
 
 // holderColumns are a holder's row as the operator's statements return
@@ -100,6 +104,9 @@ func newSharedStatements(schema, table string) sharedStatements {
 	}
 	// A grant takes the row anew: a new fence, drawn under the object lock.
 	step := strconv.Itoa(lim.Step)
+	presence := strconv.Itoa(int(objectClass("presence", qualified)))
+	// record is the row of a resized semaphore's limit (resize.go).
+	record := `name = $1 AND token = '` + objects.RecordToken + `' AND kind = ` + strconv.Itoa(kindLimit)
 	regrant := func(kind string) string {
 		return `SET kind = ` + kind + `, owner = excluded.owner, lim = excluded.lim, version = DEFAULT,
         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at`
@@ -127,7 +134,10 @@ func newSharedStatements(schema, table string) sharedStatements {
 		// ran under READ COMMITTED (having changed nothing otherwise), the
 		// permits, lowest and highest limit of the other live holders (lim
 		// packs both: see package lim), and the count of the expired ones,
-		// from one scan; the expired go in a statement
+		// from one scan, and the limit of the semaphore's record, 0 for
+		// none (one more index lookup: with a record, it is the limit,
+		// whatever $5, and the holders' limits do not matter, since Resize
+		// gave them the record's); the expired go in a statement
 		// of their own when there are some (dropExpired: a second
 		// data-modifying part here cost every grant). The server's now is
 		// the transaction's start (the object lock's statement), earlier
@@ -139,18 +149,20 @@ func newSharedStatements(schema, table string) sharedStatements {
         coalesce(min(lim % ` + step + `) FILTER (WHERE expires_at > now()), 0) AS lo,
         coalesce(max(lim % ` + step + `) FILTER (WHERE expires_at > now()), 0) AS hi,
         count(*) FILTER (WHERE expires_at <= now()) AS x,
-        current_setting('transaction_isolation') = 'read committed' AS rc
+        current_setting('transaction_isolation') = 'read committed' AS rc,
+        (SELECT r.lim FROM ` + t + ` AS r WHERE r.` + strings.ReplaceAll(record, " AND ", " AND r.") + `) AS r
     FROM ` + t + `
     WHERE name = $1 AND kind = 1 AND token <> $2
 ), got AS (
     INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
-    SELECT $1, $2, 1, nullif($3, ''), $5::int4 + ($6::int4 - 1) * ` + step + `, now(), now() + $4::int8 * interval '1 microsecond'
-    FROM busy WHERE busy.rc AND busy.n + $6::int4 <= $5::int4 AND (busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)
+    SELECT $1, $2, 1, nullif($3, ''), coalesce(busy.r, $5::int4) + ($6::int4 - 1) * ` + step + `, now(), now() + $4::int8 * interval '1 microsecond'
+    FROM busy WHERE busy.rc AND busy.n + $6::int4 <= coalesce(busy.r, $5::int4)
+        AND (busy.r IS NOT NULL OR busy.n = 0 OR busy.lo = $5::int4 AND busy.hi = $5::int4)
     ON CONFLICT (name, token) DO UPDATE ` + regrant("1") + `
     WHERE s.kind = 1
     RETURNING version
 )
-SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi, busy.x FROM busy`,
+SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi, busy.x, coalesce(busy.r, 0) FROM busy`,
 		// dropExpired($1 key) deletes the semaphore's expired permits.
 		// Expired rows hold nothing (every grant counts only live ones,
 		// and a refresh extends only a live row), so they go without the
@@ -216,13 +228,16 @@ RETURNING b.i`,
 		// would have counted as held: no object lock needed.
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
-RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
+RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", presence, "name"),
 		// inspect($1 key, $2 kinds) returns the holderColumns of the
-		// object's live holders (its rows of kinds), by version; list($1
+		// object's live holders (its rows of kinds), by version, and a
+		// semaphore's limit record (kinds with 1); list($1
 		// LIKE pattern, $2 kinds) those of every object whose name matches,
 		// sorted by the names' bytes, then version.
 		inspect: `SELECT ` + holderColumns + ` FROM ` + t + `
-WHERE name = $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp() ORDER BY version`,
+WHERE name = $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp()
+UNION ALL SELECT name, kind, '', version, lim, 0 FROM ` + t + ` WHERE ` + record + ` AND 1 = ANY($2::int2[])
+ORDER BY version`,
 		list: `SELECT ` + holderColumns + ` FROM ` + t + `
 WHERE name LIKE $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp() ORDER BY name COLLATE "C", version`,
 		// breakHolder($1 key, $2 kinds, $3 fence, $4 channel, $5 the
@@ -233,7 +248,24 @@ WHERE name LIKE $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp()
 		// another fence.
 		breakHolder: `DELETE FROM ` + t + `
 WHERE name = $1 AND kind = ANY($2::int2[]) AND version = $3 AND expires_at > clock_timestamp()
-RETURNING ` + holderColumns + `, ` + notifyIfPresent("$4", "$5", strconv.Itoa(int(objectClass("presence", qualified))), "name"),
+RETURNING ` + holderColumns + `, ` + notifyIfPresent("$4", "$5", presence, "name"),
+		// resize($1 key, $2 limit, $3 channel, $4 the key's
+		// notifyPayload), under the semaphore's lock, writes its record
+		// (never expiring), gives its holders the limit, so that the
+		// mismatch rule judges claims by it once the record is gone, and
+		// notifies as a release does: a raised limit lets waiters in.
+		resize: `WITH rec AS (
+    INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
+    VALUES ($1, '` + objects.RecordToken + `', ` + strconv.Itoa(kindLimit) + `, NULL, $2::int4, clock_timestamp(), 'infinity')
+    ON CONFLICT (name, token) DO UPDATE SET lim = excluded.lim, acquired_at = excluded.acquired_at
+    WHERE s.kind = ` + strconv.Itoa(kindLimit) + `
+), held AS (
+    UPDATE ` + t + ` SET lim = $2::int4 + lim / ` + step + ` * ` + step + ` WHERE name = $1 AND kind = 1
+)
+SELECT ` + notifyIfPresent("$3", "$4", presence, "$1::text"),
+		// unresize($1 key) deletes the record; the holders keep its
+		// limit.
+		unresize: `DELETE FROM ` + t + ` WHERE ` + record,
 	}
 }
 
@@ -348,13 +380,14 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 		rc        bool
 		n, lo, hi int64
 		expired   int64
+		resized   int32
 		stmt      string
 		args      = []any{l.Key, l.Token, l.Owner, us}
 		dest      = []any{&version, &rc}
 	)
 	switch l.Mode {
 	case backend.Permit:
-		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit), int32(max(l.Weight, 1))), append(dest, &n, &lo, &hi, &expired)
+		stmt, args, dest = d.shared.grantPermit, append(args, int32(l.Limit), int32(max(l.Weight, 1))), append(dest, &n, &lo, &hi, &expired, &resized)
 	case backend.Read:
 		stmt = d.shared.grantRead
 	default:
@@ -374,7 +407,9 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 		})
 	case version != nil:
 		return backend.Grant{Fence: uint64(*version), TTL: time.Duration(us) * time.Microsecond}, nil
-	case n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
+	case resized > 0 && max(l.Weight, 1) > int(resized):
+		return backend.Grant{}, fmt.Errorf("sqllock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, max(l.Weight, 1), resized)
+	case resized == 0 && n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
 		held := strconv.FormatInt(lo, 10)
 		if hi != lo {
 			held += " to " + strconv.FormatInt(hi, 10)

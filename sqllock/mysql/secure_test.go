@@ -122,6 +122,20 @@ func TestTLSLeastPrivilege(t *testing.T) {
 	if ls, err := d.List(ctx, "lp/", backend.Permit); err != nil || len(ls) != 1 {
 		t.Fatalf("List of semaphores = %+v, %v", ls, err)
 	}
+	if err := d.Resize(ctx, permit.Key, 1); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	if st, err := d.Inspect(ctx, permit.Key, backend.Permit); err != nil || st.Limit != 1 {
+		t.Fatalf("Inspect of a resized semaphore = %+v, %v; want Limit 1", st, err)
+	}
+	other := permit
+	other.Token = randHex(16)
+	if _, err := d.TryAcquire(ctx, other); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquire of a semaphore resized to 1 with 1 held = %v, want ErrNotAcquired", err)
+	}
+	if err := d.Resize(ctx, permit.Key, 0); err != nil {
+		t.Fatalf("Resize to 0: %v", err)
+	}
 	if _, err := d.Break(ctx, permit.Key, backend.Permit, g.Fence); err != nil {
 		t.Fatalf("Break of a permit: %v", err)
 	}

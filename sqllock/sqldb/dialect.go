@@ -156,7 +156,8 @@ type statements struct {
 	// The shared table's, for semaphores and read-write locks (see
 	// shared.go; "" leaves them out of the driver's Modes). obj is the
 	// object (1 semaphore, 2 read-write lock), kind the row's (0 the
-	// object's anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer);
+	// object's anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer, 5
+	// a resized semaphore's limit, which never expires: see resize.go);
 	// all but sharedRefresh run in one transaction per grant or release.
 	//
 	// sharedAnchor (name, obj) makes the object's anchor row if missing
@@ -195,6 +196,9 @@ type statements struct {
 	// sharedBreak (name, obj, fence) deletes the object's live holder of
 	// fence (kinds 1 to 3); RowsAffected says whether.
 	sharedBreak string
+	// sharedResize (limit, name, obj) sets the limit of the object's
+	// permits (lim's, keeping their weights: see package lim).
+	sharedResize string
 	// maxBatch is the most claims refreshMany and heldMany take at once,
 	// and names fences (the database's limit on arguments).
 	maxBatch int

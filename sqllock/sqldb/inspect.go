@@ -24,7 +24,8 @@ func heldState(key, owner string, fence, us int64) backend.State {
 
 // Inspect implements backend.Inspector with one SELECT of the key's live
 // row, or SELECTs of its semaphore's or read-write lock's live holders
-// (List's, for the one name); the TTL is by the database's clock.
+// (List's, for the one name), and of a semaphore's limit record; the TTL
+// is by the database's clock.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	m = backend.Object(m)
 	if err := d.modeOK(m); err != nil {
@@ -37,13 +38,24 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	defer leave()
 	if m != backend.Exclusive {
 		sts, err := d.list(ctx, m, key, []byte(key+"\x00"))
-		switch {
-		case err != nil:
+		if err != nil {
 			return backend.State{}, d.wrap("", err)
-		case len(sts) == 0:
-			return objects.Free(key, m), nil
 		}
-		return sts[0], nil
+		st := objects.Free(key, m)
+		if len(sts) > 0 {
+			st = sts[0]
+		}
+		if m == backend.Permit {
+			// A resized semaphore's limit, held or free: its record.
+			live, err := liveRows(on{ctx, d, nil}, key, objSemaphore)
+			if err != nil {
+				return backend.State{}, d.wrap("", err)
+			}
+			if r := resized(live); r > 0 {
+				st.Limit = r
+			}
+		}
+		return st, nil
 	}
 	st, err := d.inspect(ctx, key)
 	if err != nil {

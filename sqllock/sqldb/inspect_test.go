@@ -17,16 +17,7 @@ import (
 // read-write locks and other prefixes stay out. Both dialects.
 func TestHoldersPaged(t *testing.T) {
 	t.Parallel()
-	lite, _ := sqliteDriver(t)
-	h := sqltest.NewMySQL(t, func(ctx context.Context, table string) (backend.Driver, error) {
-		return New(sqltest.MySQLDB(t, sqltest.MySQLConfig(t)), MySQL, WithTable(table))
-	})
-	my, err := h.NewDriver(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { my.Close() })
-	for name, d := range map[string]*Driver{"sqlite": lite, "mysql": my.(*Driver)} {
+	for name, d := range bothDialects(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -90,4 +81,20 @@ func TestHoldersPaged(t *testing.T) {
 			check("Inspect", st, "hp/a", a)
 		})
 	}
+}
+
+// bothDialects returns a driver of each dialect, on a database of its
+// own, closed at cleanup.
+func bothDialects(t *testing.T) map[string]*Driver {
+	t.Helper()
+	lite, _ := sqliteDriver(t)
+	h := sqltest.NewMySQL(t, func(ctx context.Context, table string) (backend.Driver, error) {
+		return New(sqltest.MySQLDB(t, sqltest.MySQLConfig(t)), MySQL, WithTable(table))
+	})
+	my, err := h.NewDriver(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { my.Close() })
+	return map[string]*Driver{"sqlite": lite, "mysql": my.(*Driver)}
 }

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/lim"
 )
 
 // MySQL is the dialect of MySQL 8.0 or later and MariaDB 10.2.4 or later,
@@ -67,7 +68,7 @@ func mysqlSchema(lock, shared string) []string {
     name       VARBINARY(` + strconv.Itoa(backend.MaxKeyLen) + `) NOT NULL, -- namespace/name of the semaphore or read-write lock
     obj        TINYINT         NOT NULL,                 -- 1 semaphore, 2 read-write lock
     token      VARBINARY(64)   NOT NULL,                 -- the holder's secret ('' for the anchor)
-    kind       TINYINT         NOT NULL,                 -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer
+    kind       TINYINT         NOT NULL,                 -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer, 5 limit
     fence      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,  -- fencing token
     owner      BLOB            NOT NULL,                 -- the holder's owner identity ('' for none)
     lim        INT             NOT NULL,                 -- a permit's semaphore limit, plus 16384 for each permit it takes beyond one (0 for the others)
@@ -145,7 +146,8 @@ ON DUPLICATE KEY UPDATE
 		sharedList: `SELECT name, kind, owner, fence, lim, expires_us - ` + now + ` FROM ` + s + `
 WHERE obj = ? AND name >= ? AND (? IS NULL OR name < ?) AND (name > ? OR fence > ?) AND kind BETWEEN 1 AND 3 AND expires_us > ` + now + `
 ORDER BY name, fence LIMIT ?`,
-		sharedBreak: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
+		sharedBreak:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
+		sharedResize: `UPDATE ` + s + ` SET lim = ? + lim - lim % ` + strconv.Itoa(lim.Step) + ` WHERE name = ? AND obj = ? AND kind = 1`,
 		fences: func(n int) string {
 			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
 			return `SELECT name, expires_us > ` + now + `, fence, fence FROM ` + t + ` WHERE ` + in + `

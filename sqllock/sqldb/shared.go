@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/sqllock/internal/lim"
+	"github.com/lockerhq/locker/sqllock/internal/objects"
 )
 
 // The shared table keeps semaphores and read-write locks: a row per
@@ -29,6 +30,7 @@ const (
 	kindReader  = 2
 	kindWriter  = 3
 	kindWaiting = 4 // a waiting writer's record (backend.Modal)
+	kindLimit   = objects.KindLimit
 )
 
 // objectOf returns the object and the holder kind of a claim's mode.
@@ -87,6 +89,11 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 		if packed, err = lim.Of(d.prefix(""), c); err != nil {
 			return 0, time.Time{}, err
 		}
+		if c.Token == objects.RecordToken {
+			// The limit record's (no client's): its purge would delete
+			// the record. Refused, as on PostgreSQL.
+			return 0, time.Time{}, errRefused
+		}
 	}
 	if refusal := d.precheck(ctx, c, obj); refusal != nil {
 		return 0, time.Time{}, refusal
@@ -112,6 +119,9 @@ func (d *Driver) grantShared(ctx context.Context, c backend.Claim, us int64) (in
 				return err
 			}
 			return nil
+		}
+		if r := resized(live); c.Mode == backend.Permit && r > 0 {
+			packed = r + (max(c.Weight, 1)-1)*lim.Step // granted under the record
 		}
 		res, err := tx.exec(d.sql.sharedInsert, c.Key, obj, c.Token, kind, c.Owner, packed, us)
 		if err != nil {
@@ -159,14 +169,26 @@ func (d *Driver) precheck(ctx context.Context, c backend.Claim, obj int) error {
 }
 
 // judge says whether c may join the live holders of its object: nil, or
-// errRefused, or errMismatch.
+// errRefused, or errMismatch. A semaphore's limit record, when it has
+// one, is its limit whatever c's.
 func judge(c backend.Claim, live []holder) error {
+	limit := c.Limit
+	r := 0
+	if c.Mode == backend.Permit {
+		r = resized(live)
+	}
+	if r > 0 {
+		if max(c.Weight, 1) > r {
+			return errMismatch
+		}
+		limit = r
+	}
 	permits := 0
 	for _, h := range live {
 		switch {
 		case c.Mode == backend.Permit && h.kind == kindPermit:
-			limit, weight := lim.Split(h.lim)
-			if limit != c.Limit {
+			held, weight := lim.Split(h.lim)
+			if r == 0 && held != c.Limit {
 				return errMismatch
 			}
 			permits += weight
@@ -176,10 +198,21 @@ func judge(c backend.Claim, live []holder) error {
 			return errRefused
 		}
 	}
-	if c.Mode == backend.Permit && permits+max(c.Weight, 1) > c.Limit {
+	if c.Mode == backend.Permit && permits+max(c.Weight, 1) > limit {
 		return errRefused
 	}
 	return nil
+}
+
+// resized returns the limit of a semaphore's record among its live rows,
+// 0 when it has none.
+func resized(live []holder) int {
+	for _, h := range live {
+		if h.kind == kindLimit {
+			return h.lim
+		}
+	}
+	return 0
 }
 
 // otherWaiting reports a live waiting writer's record of another token.

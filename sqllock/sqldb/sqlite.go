@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/sqllock/internal/lim"
 )
 
 // SQLite is the dialect of SQLite 3.35 or later, through any database/sql
@@ -75,7 +77,7 @@ func sqliteSchema(lock, shared string) []string {
     name       TEXT    NOT NULL,                  -- namespace/name of the semaphore or read-write lock
     obj        INTEGER NOT NULL,                  -- 1 semaphore, 2 read-write lock
     token      TEXT    NOT NULL,                  -- the holder's secret ('' for the anchor)
-    kind       INTEGER NOT NULL,                  -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer
+    kind       INTEGER NOT NULL,                  -- 0 anchor, 1 permit, 2 reader, 3 writer, 4 waiting writer, 5 limit
     owner      TEXT    NOT NULL,                  -- the holder's owner identity ('' for none)
     lim        INTEGER NOT NULL,                  -- a permit's semaphore limit, plus 16384 for each permit it takes beyond one (0 for the others)
     expires_us INTEGER NOT NULL,                  -- host clock, µs since 1970 UTC
@@ -141,7 +143,8 @@ ON CONFLICT (name, obj, token) DO UPDATE SET kind = 4, expires_us = excluded.exp
 		sharedList: `SELECT name, kind, owner, fence, lim, expires_us - ` + now + ` FROM ` + s + `
 WHERE obj = ? AND name >= ? AND (? IS NULL OR name < CAST(? AS TEXT)) AND (name > ? OR fence > ?) AND kind BETWEEN 1 AND 3 AND expires_us > ` + now + `
 ORDER BY name, fence LIMIT ?`,
-		sharedBreak: `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
+		sharedBreak:  `DELETE FROM ` + s + ` WHERE name = ? AND obj = ? AND fence = ? AND kind BETWEEN 1 AND 3 AND expires_us > ` + now,
+		sharedResize: `UPDATE ` + s + ` SET lim = ? + lim - lim % ` + strconv.Itoa(lim.Step) + ` WHERE name = ? AND obj = ? AND kind = 1`,
 		fences: func(n int) string {
 			in := `name IN (?` + strings.Repeat(", ?", n-1) + `)`
 			return `SELECT name, 1, fence, fence FROM ` + t + ` WHERE ` + in + ` AND expires_us > ` + now + `

@@ -1,7 +1,8 @@
 // Package objects makes the operator's states of semaphores and
 // read-write locks from the rows of the shared tables, which every SQL
 // dialect keeps alike: a row per holder, its kind (1 permit, 2 reader, 3
-// writer), owner, fence, expiry and lim (see package lim).
+// writer), owner, fence, expiry and lim (see package lim); and a
+// resized semaphore's limit record (kind 5), which Resize keeps.
 package objects
 
 import (
@@ -15,7 +16,14 @@ import (
 const (
 	kindPermit = 1
 	kindWrite  = 3
+	// KindLimit is a resized semaphore's record: its lim is the limit
+	// (backend.Resizer), its token RecordToken, and it never expires.
+	KindLimit = 5
 )
+
+// RecordToken is the token of a limit record: no core token (hex) is it,
+// so no claim's row takes its place.
+const RecordToken = "(limit)"
 
 // Known is what the tables record of object m's holders (m is Permit or
 // Read): owner, fence and expiry of each, and a semaphore's limit.
@@ -42,6 +50,10 @@ func Add(out []backend.State, m backend.Mode, key string, kind int, owner string
 		out = append(out, Free(key, m))
 	}
 	st := &out[len(out)-1]
+	if kind == KindLimit {
+		st.Limit = int(packed) // the holders' own, which Resize made it
+		return out
+	}
 	h := backend.Holder{Mode: backend.Read, Owner: owner, Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond, Weight: 1}
 	switch kind {
 	case kindPermit:
