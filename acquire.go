@@ -216,7 +216,7 @@ func (c *Client) begin(a *attempt, ctx context.Context, name string, wait bool, 
 		return false, fmt.Errorf("locker: %s %q: %w", op, name, err)
 	}
 	a.ctx, a.exit = ctx, exit
-	if o := c.cfg.obs; o != nil {
+	if o := c.cfg.obs; o != nil && (o.AcquireStart != nil || o.AcquireDone != nil) {
 		ref := lc.ref(c, name)
 		octx := ctx
 		if o.AcquireStart != nil {

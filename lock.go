@@ -368,18 +368,28 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
-	// One context, tracked by the gate: on a context that ends with
-	// nothing else, Enter's would be a second, registered with this one.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(h.ttl))
-	end, err := h.c.gate.Track(cancel)
+	// outlive's context never ends: the gate's own, which Close ends,
+	// with ctx's values, and no context of the call's own before the
+	// bound's.
+	gctx, end, err := h.c.gate.Enter(outlive(ctx))
 	if err != nil {
-		cancel()
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}
 	defer end()
+	rctx, cancel := context.WithTimeout(gctx, releaseTimeout(h.ttl))
+	defer cancel()
 	err = h.c.release(rctx, h)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
 		return fmt.Errorf("%w; the caller's context had ended: %w", err, context.Cause(ctx))
 	}
 	return err
+}
+
+// outlive is context.WithoutCancel(ctx), and ctx itself when it can end
+// neither way: one allocation less a release on a context.Background().
+func outlive(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

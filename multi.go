@@ -336,7 +336,7 @@ func (s *LockSet) Release(ctx context.Context) error {
 // must free (backend.SetAcquirer), each as Lock.Release would.
 func (s *LockSet) releaseAll(ctx context.Context, sa backend.SetAcquirer) error {
 	c := s.locks[0].h.c
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout(s.TTL()))
+	rctx, cancel := context.WithTimeout(outlive(ctx), releaseTimeout(s.TTL()))
 	end, err := c.gate.Track(cancel)
 	if err != nil {
 		cancel()

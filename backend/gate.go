@@ -19,6 +19,7 @@ type Gate struct {
 	// calls than registering each with ctx (context.AfterFunc), whose
 	// children map and lock every call would share.
 	calls gateCall
+	done  func() // g.ops.Done, made once (lazy): the done of enterEndless's calls
 }
 
 // gateCall is one call in flight, linked in its Gate's list.
@@ -31,6 +32,7 @@ type gateCall struct {
 func (g *Gate) lazy() {
 	if g.ctx == nil {
 		g.ctx, g.cancel = context.WithCancel(context.Background())
+		g.done = g.ops.Done
 	}
 }
 
@@ -38,6 +40,9 @@ func (g *Gate) lazy() {
 // and done, which the call must call when it returns; or ErrClosed, and
 // no done, once Close has begun.
 func (g *Gate) Enter(ctx context.Context) (context.Context, func(), error) {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return g.enterEndless(ctx)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done, err := g.Track(cancel)
 	if err != nil {
@@ -67,6 +72,44 @@ func (g *Gate) Track(cancel context.CancelFunc) (done func(), err error) {
 	g.ops.Add(1)
 	g.mu.Unlock()
 	return c.leave, nil
+}
+
+// enterEndless is Enter for a context that never ends
+// (context.Background's, as a rule): the call's context is the gate's,
+// with ctx's values, and needs no context nor place in the list of its
+// own. A context derived from it registers with the gate's, which Close
+// cancels, as its parent (see gateCtx.Value): in the map and under the
+// lock that such calls share, which costs no allocation where a context
+// in the list costs three.
+func (g *Gate) enterEndless(ctx context.Context) (context.Context, func(), error) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	g.lazy()
+	g.ops.Add(1)
+	g.mu.Unlock()
+	return gateCtx{g.ctx, ctx}, g.done, nil
+}
+
+// gateCtx is the gate's context with the values of a call's context,
+// which never ends.
+type gateCtx struct {
+	context.Context // the gate's
+	values          context.Context
+}
+
+// Value is the gate's, or else values': the gate's context has values
+// of its own only for context.WithCancel and context.Cause, which find
+// its cancellation there. So a context derived from a gateCtx registers
+// with the gate's (no goroutine of its own), and no cancellation a
+// hand-written detached ctx passes through can be taken for the gate's.
+func (c gateCtx) Value(key any) any {
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }
 
 // leave is the done of c's call.

@@ -83,3 +83,69 @@ func TestGateTrackCancelsAtClose(t *testing.T) {
 		t.Fatalf("Track after Close = %v, want ErrClosed", err)
 	}
 }
+
+// A call on a context that never ends shares the gate's: one allocation,
+// with the caller's values, and what derives from it ends at Close.
+func TestGateEndlessCall(t *testing.T) {
+	var g Gate
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	if n := testing.AllocsPerRun(100, func() {
+		_, done, err := g.Enter(parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done()
+	}); n > 1 {
+		t.Fatalf("Enter+done on a context that never ends: %v allocations, want at most 1", n)
+	}
+	ctx, done, err := g.Enter(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Value(key{}) != "v" {
+		t.Fatal("the call's context lost the caller's value")
+	}
+	child, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	go func() {
+		<-child.Done()
+		done()
+	}()
+	g.Close()
+	if ctx.Err() == nil || child.Err() == nil || !errors.Is(context.Cause(child), context.Canceled) {
+		t.Fatal("Close did not end the call's context and what derives from it")
+	}
+}
+
+// detached is a hand-written context.WithoutCancel, as code older than it
+// has: it never ends, and passes every Value through, its parent's
+// cancellation included.
+type detached struct{ context.Context }
+
+func (detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detached) Done() <-chan struct{}       { return nil }
+func (detached) Err() error                  { return nil }
+
+// A call on such a context ends at Close, and says so, though its parent
+// (ended, with a cause of its own) is what its Value would find.
+func TestGateEndlessCallDetached(t *testing.T) {
+	var g Gate
+	parent, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
+	ctx, done, err := g.Enter(detached{parent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		<-child.Done()
+		done()
+	}()
+	stop(errors.New("the caller's own cause"))
+	g.Close()
+	if !errors.Is(context.Cause(ctx), context.Canceled) || !errors.Is(context.Cause(child), context.Canceled) {
+		t.Fatalf("after Close: Cause = %v, %v; want context.Canceled for both", context.Cause(ctx), context.Cause(child))
+	}
+}
