@@ -86,11 +86,12 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	var codes []int64
 	if d.oneServer(claims) {
 		if ctx, done, err := d.gate.Enter(ctx); err == nil {
-			keys := make([]string, 0, 2*len(claims))
-			args := make([]any, len(claims))
+			n := len(claims)
+			keys := make([]string, 2*n)
+			args := make([]any, n)
 			for i, l := range claims {
 				k := keysFor(l.Key)
-				keys = append(keys, k.lock, k.live)
+				keys[i], keys[n+i] = k.lock, k.live
 				args[i] = holder(l)
 			}
 			stop := d.dep.in.watch(ctx).stop
