@@ -21,8 +21,8 @@ func ACL(namespace string, fair bool) string {
 	rules := []string{"resetkeys", "resetchannels", "-@all",
 		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
 		"+evalsha", "+eval", "+ping", "+subscribe", "+unsubscribe",
-		// Called by the scripts.
-		"+get", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
+		// Called by the scripts (MGET by a set's).
+		"+get", "+mget", "+set", "+pexpire", "+time", "+del", "+info", "+publish",
 		// The semaphores' and read-write locks' acquire script.
 		"+incr", "+exists",
 		// The waiters' queue, in both modes.

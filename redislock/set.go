@@ -12,7 +12,10 @@ import (
 
 var _ backend.SetAcquirer = (*Driver)(nil)
 
-var acquireAllScript = redis.NewScript(lua("value", "fence", "acquire_all"))
+var (
+	acquireAllScript = redis.NewScript(lua("value", "fence", "acquire_all"))
+	releaseAllScript = redis.NewScript(lua("release_all"))
+)
 
 // oneServer says whether d's sets can be taken by one script: the default
 // mode on one server (a Cluster or a Ring spreads a set's names over
@@ -74,34 +77,34 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 	return grants, nil
 }
 
-// ReleaseAll implements backend.SetAcquirer: each claim's release script,
-// sent together in one round trip (a pipeline); a claim whose answer the
-// pipeline did not bring is released alone.
+// ReleaseAll implements backend.SetAcquirer: on one server in the default
+// mode, release_all.lua frees the names nobody waits for in one script;
+// each other name (waited for, or the script's answer lost) is released
+// alone, as Release would.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
-	cmds := make([]*redis.Cmd, len(claims))
+	var codes []int64
 	if d.oneServer(claims) {
 		if ctx, done, err := d.gate.Enter(ctx); err == nil {
+			n := len(claims)
+			keys := make([]string, 2*n)
+			args := make([]any, n)
+			for i, l := range claims {
+				k := keysFor(l.Key)
+				keys[i], keys[n+i] = k.lock, k.live
+				args[i] = holder(l)
+			}
 			stop := d.dep.in.watch(ctx).stop
-			_, _ = d.dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for i, l := range claims {
-					ks, channel := handoffKeys(l.Key)
-					cmds[i] = handoffReleaseScript.EvalSha(ctx, p, ks, holder(l), channel, "0", d.dep.retention)
-				}
-				return nil
-			})
+			codes, _ = releaseAllScript.Run(ctx, d.dep.rdb, keys, args...).Int64Slice()
 			stop()
 			done()
 		}
 	}
 	for i, l := range claims {
-		if cmds[i] == nil || cmds[i].Err() != nil {
-			errs[i] = d.Release(ctx, l) // NOSCRIPT (a restarted server) included
-			continue
-		}
-		if ok, err := d.dep.handedOff(l, cmds[i].Val()); err != nil {
-			errs[i] = fmt.Errorf("redislock: %w", err)
-		} else if !ok {
+		switch {
+		case len(codes) != len(claims) || codes[i] < 0:
+			errs[i] = d.Release(ctx, l) // NOSCRIPT's fallback and a failure included
+		case codes[i] == 0:
 			errs[i] = fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 		}
 	}

@@ -5,12 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
 // A set on one server is one script: every name or none, each with its
-// own fence; the release is one pipeline.
+// own fence; the release is one script.
 func TestAcquireAll(t *testing.T) {
 	t.Parallel()
 	d := openDriver(t)
@@ -73,4 +76,64 @@ func TestAcquireAll(t *testing.T) {
 	if _, err := fair.TryAcquireAll(ctx, set("x", "y")); !errors.Is(err, backend.ErrUnsupported) {
 		t.Fatalf("fair TryAcquireAll: %v, want ErrUnsupported", err)
 	}
+}
+
+// A set's release leaves a name with a waiter to its own release script,
+// which hands the lock to the waiter: woken at once, not by its polling;
+// the other names are freed by the set's one script.
+func TestReleaseAllHandsOff(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	ns := "set-" + newToken()[:8]
+	open := func(opts ...locker.Option) *locker.Client {
+		c, err := locker.New(openDriver(t), append(opts, locker.WithNamespace(ns))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	holder := open()
+	// Polls at least a second apart: a waiter that gets the lock sooner
+	// was handed it.
+	waiter := open(locker.WithBackoff(time.Second, time.Second))
+	set, err := holder.TryAcquireAll(ctx, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, "a")
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		l.Release(ctx)
+	}()
+	live := keysFor(backend.Key(ns, "a")).live
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	for i := 0; ; i++ { // the waiter is queued
+		if n, err := rdb.Exists(ctx, live).Result(); err == nil && n == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the waiter did not queue within 5s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	released := time.Now()
+	if err := set.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if at := <-got; at.IsZero() || at.Sub(released) > 500*time.Millisecond {
+		t.Fatalf("the waiter got a %v after the set's release, want at once (handed off)", at.Sub(released))
+	}
+	l, err := holder.TryAcquire(ctx, "b")
+	if err != nil {
+		t.Fatalf("b after the set's release: %v", err)
+	}
+	l.Release(ctx)
 }

@@ -16,17 +16,21 @@
 -- in n milliseconds.
 local px, restart_delay, retention, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local n = #KEYS / 2
-local counters, again = {}, {}
-for i = 1, n do
-  local cur = redis.call('GET', KEYS[2 * i - 1])
-  if cur then
-    if attempt_of(cur) ~= ARGV[4 + i] then
-      return {0}
-    end
-    again[i] = cur -- a retry of this very attempt: its grant stands
+-- Every key read by one MGET (in parts: unpack's limit), not a GET each:
+-- a command costs a script more than the keys it names.
+local vals = {}
+for s = 1, #KEYS, 500 do
+  local part = redis.call('MGET', unpack(KEYS, s, math.min(s + 499, #KEYS)))
+  for j = 1, #part do
+    vals[s + j - 1] = part[j]
   end
-  counters[i] = redis.call('GET', KEYS[2 * i])
-  if restart_delay > 0 and not counters[i] and not cur then
+end
+for i = 1, n do
+  local cur = vals[2 * i - 1]
+  if cur and attempt_of(cur) ~= ARGV[4 + i] then
+    return {0}
+  end
+  if restart_delay > 0 and not vals[2 * i] and not cur then
     local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
     if up and (up - 1) * 1000 < restart_delay then
       return {-(restart_delay - (up - 1) * 1000)}
@@ -34,13 +38,15 @@ for i = 1, n do
     restart_delay = 0 -- up long enough: once is enough
   end
 end
-local fences = {}
+local fences, now = {}, nil
 for i = 1, n do
-  if again[i] then
+  local cur = vals[2 * i - 1]
+  if cur then -- a retry of this very attempt: its grant stands
     redis.call('PEXPIRE', KEYS[2 * i - 1], px)
-    fences[i] = tonumber(fence_of(again[i]) or '0')
+    fences[i] = tonumber(fence_of(cur) or '0')
   else
-    local f, num = fence_after(counters[i])
+    now = now or now_us()
+    local f, num = fence_after(vals[2 * i], now)
     redis.call('SET', KEYS[2 * i - 1], ARGV[4 + i] .. ':' .. f .. ':' .. owner, 'PX', px)
     redis.call('SET', KEYS[2 * i], f, 'PX', retention)
     fences[i] = num

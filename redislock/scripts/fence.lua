@@ -21,14 +21,20 @@
 -- whose clocks agree within the grain give a new name the same fence, and
 -- the acquisition needs no second round trip to raise the others to it.
 local fence_grain = 1
+-- now_us is the server's clock in microseconds: read once by a script
+-- that grants several names (TIME costs a script like any command).
+local function now_us()
+  local t = redis.call('TIME')
+  return t[1] * 1000000 + t[2]
+end
+
 -- fence_after returns the next fence after counter (false when missing)
 -- without writing it, as a decimal string and as a number: the caller
--- writes it when it grants. Computed once, in numbers (a string's
--- arithmetic is Lua's coercion): each conversion more is measurable in a
--- script run on every grant.
-local function fence_after(counter)
-  local t = redis.call('TIME')
-  local us = t[1] * 1000000 + t[2]
+-- writes it when it grants. us is now_us(), read here when nil. Computed
+-- once, in numbers (a string's arithmetic is Lua's coercion): each
+-- conversion more is measurable in a script run on every grant.
+local function fence_after(counter, us)
+  us = us or now_us()
   us = us - us % fence_grain
   local c = tonumber(counter or '')
   if c and c >= us then
