@@ -92,6 +92,11 @@ func targets() []target {
 			url: fixed(testenv.PostgresURL())},
 		{name: "memcache", ttl: ttl, life: ttl, gran: time.Second, addrs: []string{testenv.MemcacheAddr()},
 			url: fixed("memcache://" + testenv.MemcacheAddr())},
+		{name: "mysql", ttl: ttl, life: ttl, addrs: []string{testenv.MySQLAddr()},
+			url: fixed(testenv.MySQLURL())},
+		{name: "sqlite", ttl: ttl, life: ttl, url: func(t testing.TB) string {
+			return withNamespace((&url.URL{Scheme: "sqlite", Path: filepath.Join(t.TempDir(), "locks.db")}).String())
+		}},
 	}
 }
 
