@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,24 +17,17 @@ import (
 
 func init() {
 	for _, s := range []string{"", "s"} {
-		backend.Register("redis"+s, backend.Opener{
-			Usage: "redis" + s + "://[user:password@]host:port/db[?fair=true&restart_delay=&retention=&TLS&go-redis options]",
+		r := "redis" + s
+		backend.Register(r, backend.Opener{
+			Usage: r + "://[user:password@]host:port/db[?fair=true&restart_delay=&retention=&TLS&go-redis options]",
 			Open:  openAny,
 		})
-		backend.Register("redis"+s+"+cluster", backend.Opener{
-			Usage: "redis" + s + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&retention=&TLS&go-redis cluster options]",
+		backend.Register(r+"+cluster", backend.Opener{
+			Usage: r + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&retention=&TLS&go-redis cluster options]",
 			Open:  openAny,
 		})
-		backend.Register("redis"+s+"+quorum", backend.Opener{
-			Usage: "redis" + s + "+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&retention=&TLS&go-redis options]",
-			Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-				q, err := openQuorum(ctx, u, nil)
-				if err != nil {
-					return nil, err
-				}
-				return q, nil
-			},
-		})
+		backend.Register(r+"+quorum", backend.OpenerFunc(r+"+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&retention=&TLS&go-redis options]",
+			func(ctx context.Context, u *url.URL) (*Quorum, error) { return openQuorum(ctx, u, nil) }))
 	}
 }
 
@@ -70,16 +62,18 @@ func fairParam(u *url.URL) (bool, error) {
 }
 
 // ownParams takes the URL's parameters that are the driver's, not
-// go-redis's, off u: fair (read by fairParam), restart_delay, which becomes
-// an Option after opts so that the URL has the last word, and the TLS
-// parameters every backend reads (see backend.Params.TLS), which rediss
-// implies and which replace go-redis's TLS configuration.
-func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, error) {
+// go-redis's, off u: fair (read by fairParam), restart_delay and
+// retention, which become Options after opts so that the URL has the last
+// word, and the TLS parameters every backend reads (see
+// backend.Params.TLS), which rediss implies and which replace go-redis's
+// TLS configuration. It returns the config of the options, with ctx's
+// logger first, and warns of a weak transport.
+func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config, *tls.Config, error) {
 	if u.Opaque != "" { // go-redis would dial localhost:6379 for "redis:pw@host"
-		return nil, nil, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
+		return nil, config{}, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
 	}
 	if err := checkUser(u); err != nil {
-		return nil, nil, nil, err
+		return nil, config{}, nil, err
 	}
 	q := u.Query()
 	own := url.Values{}
@@ -90,32 +84,41 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 			q.Del(name)
 		}
 	}
-	if len(own) == 0 && !strings.HasPrefix(u.Scheme, "rediss") {
-		return u, opts, nil, nil
-	}
-	p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
-	p.Has("fair")
-	delay := p.Duration("restart_delay", -1)
-	retention := p.Duration("retention", 0)
-	tc, err := p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
-	if err == nil {
-		err = p.Err()
-	}
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("redislock: %w", err)
-	}
-	if delay >= 0 {
-		opts = append(slices.Clip(opts), WithRestartDelay(delay))
-	}
-	if p.Has("retention") {
-		if retention <= 0 {
-			return nil, nil, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
+	var tc *tls.Config
+	if len(own) > 0 || strings.HasPrefix(u.Scheme, "rediss") {
+		p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
+		p.Has("fair")
+		delay := p.Duration("restart_delay", -1)
+		retention := p.Duration("retention", 0)
+		var err error
+		tc, err = p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
+		if err == nil {
+			err = p.Err()
 		}
-		opts = append(slices.Clip(opts), WithRetention(retention))
+		if err != nil {
+			return nil, config{}, nil, fmt.Errorf("redislock: %w", err)
+		}
+		if delay >= 0 {
+			opts = append(opts, WithRestartDelay(delay))
+		}
+		if p.Has("retention") {
+			if retention <= 0 {
+				return nil, config{}, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+			}
+			opts = append(opts, WithRetention(retention))
+		}
+		c := *u
+		c.RawQuery = q.Encode()
+		u = &c
 	}
-	c := *u
-	c.RawQuery = q.Encode()
-	return &c, opts, tc, nil
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, config{}, nil, err
+	}
+	backend.WarnTransport(backend.Logger(ctx), u, tc)
+	installLogRouter()
+	return u, cfg, tc, nil
 }
 
 // checkUser refuses a URL that names a user but no password: go-redis
@@ -198,17 +201,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 // open is Open, OpenFair and the registry's opener: a fair Driver when
 // fair.
 func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, error) {
-	u, opts, tc, err := ownParams(u, opts)
+	u, cfg, tc, err := ownParams(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
-	cfg, err := buildConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	backend.WarnTransport(backend.Logger(ctx), u, tc)
-	installLogRouter()
 	var rdb redis.UniversalClient
 	var in *interrupter
 	switch u.Scheme {
@@ -322,17 +318,10 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if u.Query().Has("fair") {
 		return nil, fmt.Errorf("redislock: %w: quorum mode has no fair queue", backend.ErrInvalidURL)
 	}
-	u, opts, tc, err := ownParams(u, opts)
+	u, cfg, tc, err := ownParams(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
-	cfg, err := buildConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	backend.WarnTransport(backend.Logger(ctx), u, tc)
-	installLogRouter()
 	hosts, err := backend.Hosts(u, defaultPort)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
@@ -370,6 +359,11 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
+	warn := func(i int, r result) {
+		if r.err != nil {
+			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
+		}
+	}
 	res := q.gather(ctx, timeout, false, func(ctx context.Context, i int) result {
 		dep := q.deps[i]
 		err := classify(dep.rdb.Ping(ctx).Err())
@@ -377,19 +371,13 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 			dep.checkMaxmemory(ctx, dep.addr)
 		}
 		return result{ok: err == nil, err: err}
-	}, func(ok, _ int) bool { return ok >= q.quorum }, func(i int, r result) {
-		if r.err != nil {
-			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
-		}
-	})
+	}, func(ok, _ int) bool { return ok >= q.quorum }, warn)
 	if up, _ := count(res); up < q.quorum {
 		q.Close()
 		return nil, fmt.Errorf("redislock: %d of %d servers answered, %d needed: %s", up, len(hosts), q.quorum, q.errSummary(res))
 	}
 	for i, r := range res {
-		if r.err != nil {
-			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
-		}
+		warn(i, r)
 	}
 	return q, nil
 }
