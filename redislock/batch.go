@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,51 +24,51 @@ var (
 
 // refreshMany runs the refresh script for each of locks (with the expiry
 // pxs[i] in milliseconds) in one pipeline, and returns each one's outcome,
-// in order: ok when extended, err when it cannot tell. The scripts go as
-// EVALSHA; those that a server answers NOSCRIPT (its script cache was
-// emptied by a restart, a failover or SCRIPT FLUSH) go again as EVAL, in a
-// second pipeline, as Script.Run does for one.
+// in order: ok when extended, err when it cannot tell.
 func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
 		return res
 	}
 	defer dep.in.watch(ctx).stop()
-	cmds := make([]*redis.Cmd, len(locks))
-	_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, l := range locks {
-			if l.Mode != backend.Exclusive {
-				cmds[i] = sharedRefreshScript.EvalSha(ctx, p, sharedKeys(l), l.Token, pxs[i])
-				continue
-			}
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
+	cmds := dep.pipelined(ctx, len(locks), func(i int) (*redis.Script, []string, []any) {
+		l := locks[i]
+		if l.Mode != backend.Exclusive {
+			return sharedRefreshScript, sharedKeys(l), []any{l.Token, pxs[i]}
 		}
-		return nil
+		return refreshScript, []string{keysFor(l.Key).lock}, []any{holder(l), pxs[i]}
 	})
-	var again []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range again {
-				l := locks[i]
-				if l.Mode != backend.Exclusive {
-					cmds[i] = sharedRefreshScript.Eval(ctx, p, sharedKeys(l), l.Token, pxs[i])
-					continue
-				}
-				cmds[i] = refreshScript.Eval(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
-			}
-			return nil
-		})
-	}
 	for i, c := range cmds {
 		v, err := c.Int64()
 		res[i] = result{ok: err == nil && v == 1, err: classify(err)}
 	}
 	return res
+}
+
+// pipelined sends the scripts that call names, for i from 0 to n-1, in
+// one pipeline as EVALSHA; those that a server answers NOSCRIPT (its script
+// cache was emptied by a restart, a failover or SCRIPT FLUSH) go again as
+// EVAL, in a second pipeline, as Script.Run does for one.
+func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	send := func(eval bool) {
+		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cmds {
+				switch s, keys, args := call(i); {
+				case !eval:
+					cmds[i] = s.EvalSha(ctx, p, keys, args...)
+				case isNoScript(cmds[i].Err()):
+					cmds[i] = s.Eval(ctx, p, keys, args...)
+				}
+			}
+			return nil
+		})
+	}
+	send(false)
+	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return isNoScript(c.Err()) }) {
+		send(true)
+	}
+	return cmds
 }
 
 // RefreshMany implements backend.BatchRefresher: every lock's refresh

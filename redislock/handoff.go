@@ -41,10 +41,8 @@ func handoffKeys(key string) ([]string, string) {
 // handoffRelease is release that hands the lock to the first live waiter;
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	stop := dep.in.watch(ctx).stop
 	ks, channel := handoffKeys(l.Key)
-	r, err := handoffReleaseScript.Run(ctx, dep.rdb, ks, holder(l), channel, "0", dep.retention).Result()
-	stop()
+	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), channel, "0", dep.retention).Result()
 	if err != nil {
 		return false, classify(err)
 	}
@@ -98,11 +96,8 @@ func (dep *deployment) handLocal(key, msg string) {
 // handoffCleanup is cleanup for the default mode: the failed attempt's
 // lock, if it took it, goes to the first live waiter.
 func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
 	ks, channel := handoffKeys(l.Key)
-	_ = handoffReleaseScript.Eval(ctx, dep.rdb, ks, value, channel, "1", dep.retention).Err()
+	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retention)
 }
 
 // handoffLeave takes waiter w out of l.Key's queue, even when ctx is done,
@@ -110,11 +105,6 @@ func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, valu
 // it. Best effort: a waiter that could not leave is skipped once its
 // entry's liveness runs out, and a lock handed to it runs out with its TTL.
 func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first uint64, w string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
-	// EVAL, as every clean-up (see cleanup).
 	ks, channel := handoffKeys(l.Key)
-	return handoffLeaveScript.Eval(ctx, dep.rdb, ks, holder(l), strconv.FormatUint(first, 10), channel, w,
-		dep.retention).Err()
+	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retention)
 }

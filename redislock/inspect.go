@@ -61,13 +61,12 @@ func (h holding) state(key string, known backend.Fields) backend.State {
 // inspect runs the inspect script for key: the holder, if any, and in fair
 // mode the owners of the live waiters, next first.
 func (dep *deployment) inspect(ctx context.Context, key string, fair bool) (h holding, held bool, queue []string, err error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(key)
 	ks := []string{k.lock}
 	if fair {
 		ks = append(ks, k.queue, k.live)
 	}
-	r, err := inspectScript.Run(ctx, dep.rdb, ks).Slice()
+	r, err := dep.run(ctx, inspectScript, ks).Slice()
 	if err != nil {
 		return holding{}, false, nil, classify(err)
 	}
@@ -95,13 +94,12 @@ func owners(ws []any) []string {
 
 // breakLock runs the break script: the removed holder, or held false.
 func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, fair bool) (h holding, held bool, err error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(key)
 	script, ks := breakScript, []string{k.lock}
 	if fair {
 		script, ks = fairBreakScript, []string{k.lock, k.queue, k.live}
 	}
-	r, err := script.Run(ctx, dep.rdb, ks, strconv.FormatUint(fence, 10), k.channel).Slice()
+	r, err := dep.run(ctx, script, ks, strconv.FormatUint(fence, 10), k.channel).Slice()
 	if errors.Is(err, redis.Nil) {
 		return holding{}, false, nil
 	}
@@ -370,9 +368,8 @@ func sharedInspectKeys(name string, m backend.Mode) []string {
 
 // inspectShared reads key's object m (Permit or Read).
 func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	defer dep.in.watch(ctx).stop()
 	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}), m)
-	r, err := sharedInspectScript.Run(ctx, dep.rdb, ks).Slice()
+	r, err := dep.run(ctx, sharedInspectScript, ks).Slice()
 	if err != nil {
 		return backend.State{}, classify(err)
 	}
@@ -386,17 +383,10 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 	var mu sync.Mutex
 	var out []backend.State
 	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
-		p := dep.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(names))
-		for i, name := range names {
-			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name, m))
-		}
-		_, _ = p.Exec(ctx) // each command's error is read below
+		cmds := dep.pipelined(ctx, len(names), func(i int) (*redis.Script, []string, []any) {
+			return sharedInspectScript, sharedInspectKeys(names[i], m), nil
+		})
 		for i, cmd := range cmds {
-			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-				// A node that never ran the script: Run sends it whole.
-				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i], m))
-			}
 			r, err := cmd.Slice()
 			if err != nil {
 				return err
@@ -487,9 +477,8 @@ func limitOf(m backend.Mode, v any) int {
 // breakShared runs the shared break script: the removed grant, or held
 // false.
 func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mode, fence uint64) (st backend.State, held bool, err error) {
-	defer dep.in.watch(ctx).stop()
 	c := backend.Claim{Key: key, Mode: m}
-	r, err := sharedBreakScript.Run(ctx, dep.rdb, sharedKeys(c), strconv.FormatUint(fence, 10), keysFor(key).channel).Slice()
+	r, err := dep.run(ctx, sharedBreakScript, sharedKeys(c), strconv.FormatUint(fence, 10), keysFor(key).channel).Slice()
 	if errors.Is(err, redis.Nil) {
 		return backend.State{}, false, nil
 	}

@@ -28,9 +28,8 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	}
 	defer done()
 	dep := d.dep
-	defer dep.in.watch(ctx).stop()
 	ks := fairSharedKeys(backend.Claim{Key: key, Mode: backend.Permit})
-	v, err := sharedResizeScript.Run(ctx, dep.rdb, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
+	v, err := dep.run(ctx, sharedResizeScript, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
 	if err != nil {
 		return fmt.Errorf("redislock: resize: %w", classify(err))
 	}

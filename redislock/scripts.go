@@ -143,6 +143,12 @@ func (dep *deployment) released(v int64) bool {
 	return v >= 1
 }
 
+// run runs s on dep; the end of ctx cuts its reads (see watch).
+func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	defer dep.in.watch(ctx).stop()
+	return s.Run(ctx, dep.rdb, keys, args...)
+}
+
 // restartDelay is how long after its start a server refuses names it has
 // no fence counter for, in milliseconds, for a lock of px milliseconds.
 func (dep *deployment) restartDelay(px int64) int64 {
@@ -163,15 +169,13 @@ func notAcquired(op string, r int64) error {
 }
 
 func (dep *deployment) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := refreshScript.Run(ctx, dep.rdb, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
+	v, err := dep.run(ctx, refreshScript, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
 	return v == 1, classify(err)
 }
 
 func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := releaseScript.Run(ctx, dep.rdb, []string{k.lock}, holder(l), k.channel, "0").Int64()
+	v, err := dep.run(ctx, releaseScript, []string{k.lock}, holder(l), k.channel, "0").Int64()
 	return dep.released(v), classify(err)
 }
 
@@ -182,21 +186,19 @@ func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, erro
 // n more milliseconds, or a restarted server refuses the name for that
 // long; redis.Nil when w's entry, queued before, is gone.
 func (dep *deployment) queueAcquire(ctx context.Context, fair bool, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
 	script, ks := fairAcquireScript, []string{k.lock, k.fence, k.queue, k.live}
 	if !fair {
 		script, ks = handoffAcquireScript, append(ks, k.hand)
 	}
-	v, err := script.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
+	v, err := dep.run(ctx, script, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
 
 // fairRelease is release that names the next waiter in its message.
 func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := fairReleaseScript.Run(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, holder(l), k.channel, "0").Int64()
+	v, err := dep.run(ctx, fairReleaseScript, []string{k.lock, k.queue, k.live}, holder(l), k.channel, "0").Int64()
 	return dep.released(v), classify(err)
 }
 
@@ -204,19 +206,15 @@ func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, 
 // cleans up after its attempt value. Best effort: a waiter that could not
 // leave is dropped once its liveness runs out.
 func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	return leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
+	return dep.evalCleanup(ctx, leaveScript, []string{k.lock, k.queue, k.live}, value, k.channel, w)
 }
 
 // raise runs the raise script; left is what remains of the lock's expiry
 // (px counted from before the acquisition was sent), in milliseconds.
 func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64, left int64) (bool, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
+	v, err := dep.run(ctx, raiseScript, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
 	return v == 1, classify(err)
 }
 
@@ -230,11 +228,17 @@ func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string,
 // restarted) would never arrive to trigger the fallback, so the clean-up
 // would not run at all.
 func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value string) {
+	k := keysFor(l.Key)
+	_ = dep.evalCleanup(ctx, releaseScript, []string{k.lock}, value, k.channel, "1")
+}
+
+// evalCleanup sends the clean-up script s whole (EVAL), even when ctx is
+// done, for at most cleanupTimeout.
+func (dep *deployment) evalCleanup(ctx context.Context, s *redis.Script, keys []string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
-	k := keysFor(l.Key)
-	_ = releaseScript.Eval(ctx, dep.rdb, []string{k.lock}, value, k.channel, "1").Err()
+	return s.Eval(ctx, dep.rdb, keys, args...).Err()
 }
 
 const cleanupTimeout = 2 * time.Second

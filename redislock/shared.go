@@ -131,8 +131,7 @@ type sharedAnswer struct {
 // acquireShared runs the shared acquire script for attempt n of c, as
 // waiter w, in mode "try", "wait" or "look" (see scripts/shared_queue.lua).
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
-	defer dep.in.watch(ctx).stop()
-	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+	r, err := dep.run(ctx, sharedAcquireScript, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
 		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1), c.Owner).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
@@ -160,32 +159,24 @@ func limitMismatch(op string, r sharedAnswer, c backend.Claim) error {
 
 // refreshShared is Refresh for a permit, a read or a write.
 func (dep *deployment) refreshShared(ctx context.Context, c backend.Claim, px int64) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := sharedRefreshScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, px).Int64()
+	v, err := dep.run(ctx, sharedRefreshScript, sharedKeys(c), c.Token, px).Int64()
 	return v == 1, classify(err)
 }
 
 // releaseShared is Release for a permit, a read or a write.
 func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := sharedReleaseScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
+	v, err := dep.run(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
 	return dep.released(v), classify(err)
 }
 
 // leaveShared takes waiter w out of c's queue, even when ctx is done, and
 // frees what attempt n was granted, as leave does for a lock.
 func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
-	return sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
+	return dep.evalCleanup(ctx, sharedLeaveScript, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel)
 }
 
 // cleanupShared removes what the failed attempt n of c may have left, as
 // cleanup does for a lock: only that attempt's hold.
 func (dep *deployment) cleanupShared(ctx context.Context, c backend.Claim, n uint64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
-	_ = sharedReleaseScript.Eval(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10)).Err()
+	_ = dep.evalCleanup(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10))
 }

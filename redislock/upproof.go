@@ -4,7 +4,6 @@ import (
 	"context"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -155,4 +154,6 @@ func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	return &upScript{hash: hash, upMs: x, runID: runID}
 }
 
-func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+// isNoScript reports the server's answer to an EVALSHA of a script it
+// does not have.
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -76,8 +76,7 @@ func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (
 }
 
 func (dep *deployment) writeMark(ctx context.Context, live string) error {
-	defer dep.in.watch(ctx).stop()
-	return classify(watchScript.Run(ctx, dep.rdb, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
+	return classify(dep.run(ctx, watchScript, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
 }
 
 // renewMark renews m until it has no watchers left or dep closes; the mark
