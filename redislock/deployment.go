@@ -128,19 +128,16 @@ func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
 // key is a silently lost lock. A server that refuses CONFIG (managed
 // services often do) is not an error.
 func (dep *deployment) checkMaxmemory(ctx context.Context, what string) {
-	check := func(ctx context.Context, c redis.Cmdable) error {
+	_ = dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error {
 		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
 			dep.log.Debug("redislock: cannot read maxmemory-policy", "server", what, "err", err)
-			return nil
-		}
-		if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
+		} else if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
 			dep.log.Warn("redislock: maxmemory-policy is not noeviction: an evicted lock key is a silently lost lock; set maxmemory-policy noeviction",
 				"server", what, "maxmemory-policy", p)
 		}
 		return nil
-	}
-	_ = dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	})
 }
 
 // eachServer calls f for each server that holds keys: every master of a
@@ -155,7 +152,7 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 	case *redis.Client:
 		return f(ctx, c)
 	}
-	return fmt.Errorf("a %T: %w", dep.rdb, backend.ErrUnsupported)
+	return fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, dep.rdb)
 }
 
 // checkMaxmemoryAsync runs the check in the background, for constructors

@@ -157,18 +157,7 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 			}
 		}
 	}
-	var err error
-	switch c := dep.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		return fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, c)
-	}
-	return classify(err)
+	return classify(dep.eachServer(ctx, scan))
 }
 
 // list finds every held lock whose key starts with prefix (see scan), and
@@ -238,12 +227,9 @@ func keyOf(name, kind string) (string, bool) {
 // and their owners; of a semaphore or a read-write lock, each holder's
 // fence, time left and permits (see sharedKnows), the limit and the queue.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := checkObject(m); err != nil {
-		return backend.State{}, err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: %w", err)
+		return backend.State{}, err
 	}
 	defer done()
 	if m = backend.Object(m); m != backend.Exclusive {
@@ -270,12 +256,9 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // (a FairDriver's waiters only Inspect counts); a semaphore or read-write
 // lock as Inspect does.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if err := checkObject(m); err != nil {
-		return nil, err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w", err)
+		return nil, err
 	}
 	defer done()
 	var out []backend.State
@@ -300,12 +283,9 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // or frees the one grant of a semaphore or read-write lock under fence,
 // and publishes the release, as its holder's would.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if err := checkObject(m); err != nil {
-		return backend.State{}, err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: %w", err)
+		return backend.State{}, err
 	}
 	defer done()
 	var st backend.State
@@ -328,13 +308,17 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	return st, nil
 }
 
-// checkObject refuses a mode that names no object of a Driver's, before
-// any request.
-func checkObject(m backend.Mode) error {
+// enterObject refuses a mode that names no object of a Driver's, before
+// any request, then enters the gate.
+func (d *Driver) enterObject(ctx context.Context, m backend.Mode) (context.Context, func(), error) {
 	if m > backend.Write {
-		return fmt.Errorf("redislock: %w: %s mode", backend.ErrUnsupported, m)
+		return nil, nil, fmt.Errorf("redislock: %w: %s mode", backend.ErrUnsupported, m)
 	}
-	return nil
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redislock: %w", err)
+	}
+	return ctx, done, nil
 }
 
 // The operator's scripts of semaphores and read-write locks (see
@@ -551,9 +535,13 @@ func views(res []result) (vs []holding, missing int) {
 
 // checkObject refuses every object but the lock: a Quorum takes no other
 // mode (see its Modes), so it has no semaphore or read-write lock to see.
+// Then it refuses a closed Quorum.
 func (q *Quorum) checkObject(op string, m backend.Mode) error {
 	if m != backend.Exclusive {
 		return fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
+	}
+	if q.gate.Closed() {
+		return fmt.Errorf("redislock: quorum: %s: %w", op, backend.ErrClosed)
 	}
 	return nil
 }
@@ -564,9 +552,6 @@ func (q *Quorum) checkObject(op string, m backend.Mode) error {
 func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	if err := q.checkObject("inspect", m); err != nil {
 		return backend.State{}, err
-	}
-	if q.gate.Closed() {
-		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %w", backend.ErrClosed)
 	}
 	res := q.each(ctx, true, func(ctx context.Context, i int) result {
 		h, held, _, err := q.deps[i].inspect(ctx, key, false)
@@ -589,9 +574,6 @@ func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	if err := q.checkObject("list", m); err != nil {
 		return nil, err
-	}
-	if q.gate.Closed() {
-		return nil, fmt.Errorf("redislock: quorum: list: %w", backend.ErrClosed)
 	}
 	res := q.each(ctx, true, func(ctx context.Context, i int) result {
 		found, err := q.deps[i].list(ctx, prefix)
@@ -631,9 +613,6 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	if err := q.checkObject("break", m); err != nil {
 		return backend.State{}, err
-	}
-	if q.gate.Closed() {
-		return backend.State{}, fmt.Errorf("redislock: quorum: break: %w", backend.ErrClosed)
 	}
 	res := q.each(ctx, false, func(ctx context.Context, i int) result {
 		h, held, err := q.deps[i].breakLock(ctx, key, fence, false)

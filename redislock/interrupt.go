@@ -40,42 +40,39 @@ func newInterrupter() *interrupter {
 // interruptible by the returned interrupter, and has go-redis honour
 // context deadlines itself.
 func interruptible(o *redis.Options) *interrupter {
-	in := newInterrupter()
 	o.ContextTimeoutEnabled = true
-	dial := o.Dialer
-	if dial == nil {
-		dial = redis.NewDialer(o) // reads o's DialTimeout and TLSConfig when it dials
+	if o.Dialer == nil {
+		o.Dialer = redis.NewDialer(o) // reads o's DialTimeout and TLSConfig when it dials
 	}
-	o.Dialer = in.dialer(dial)
-	return in
+	return track(&o.Dialer)
 }
 
 // interruptibleCluster is interruptible for a cluster client: one
 // interrupter for the connections to all its nodes.
 func interruptibleCluster(o *redis.ClusterOptions) *interrupter {
-	in := newInterrupter()
 	o.ContextTimeoutEnabled = true
-	dial := o.Dialer
-	if dial == nil {
-		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if o.Dialer == nil {
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})(ctx, network, addr)
 		}
 	}
-	o.Dialer = in.dialer(dial)
-	return in
+	return track(&o.Dialer)
 }
 
-// dialer tracks the connections dial makes. The tracked connection keeps
-// go-redis's health check, which peeks at the socket of a connection that
-// is a syscall.Conn (and only then).
-func (in *interrupter) dialer(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
+// track has the dialer *dial track the connections it makes. The tracked
+// connection keeps go-redis's health check, which peeks at the socket of
+// a connection that is a syscall.Conn (and only then).
+func track(dial *func(context.Context, string, string) (net.Conn, error)) *interrupter {
+	in := newInterrupter()
+	next := *dial
+	*dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		return in.conns.Add(c)
 	}
+	return in
 }
 
 // A watch is one driver call's: while the call runs after its context
