@@ -17,10 +17,8 @@ import (
 
 // Quorum is the Redlock algorithm over N independent Redis servers (not
 // replicas of each other): a lock is held when a majority of them granted
-// it, within its validity. It implements backend.Driver and
-// backend.Notifier. Every request goes to all servers at once and returns
-// at the first majority. Its validity (the drift allowance) and why its
-// fences increase although each server counts on its own are in
+// it, within its validity. Every request goes to all servers at once and
+// returns at the first majority. Validity and fences: see
 // docs/backends/redislock.md, Quorum.
 type Quorum struct {
 	deps   []*deployment
@@ -130,9 +128,8 @@ type result struct {
 	found    map[string]holding // List's
 }
 
-// gather runs fn on every server (fanOut) and returns the results in
-// server order as soon as decided reports that the answers so far settle
-// the matter, all servers answered, or ctx ends.
+// gather is fanOut that counts the answers, returned in server order,
+// until decided says they settle the matter.
 func (q *Quorum) gather(ctx context.Context, timeout time.Duration, linked bool,
 	fn func(ctx context.Context, i int) result,
 	decided func(ok, notOK int) bool,
@@ -158,16 +155,14 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration, linked bool,
 	return res
 }
 
-// fanOut runs fn on every server concurrently, each with a context of its
-// own that the caller's cancellation does not end (a command sent should
-// complete, so that the store is left as the caller believes) unless
-// linked (an acquisition's: a request not yet sent when the caller gives
-// up could only grant a lock nobody wants); timeout and Close end it. It
-// hands the answers to take, as they come, until take reports that they
-// settle the matter, all servers answered, or ctx ends: a slow or
-// unreachable minority does not hold up the majority. Servers that answer
-// later are passed to late, in the background; Close waits for them. It
-// returns false, with nothing run, once Close has begun.
+// fanOut runs fn on every server concurrently, each with a context that
+// timeout and Close end but the caller's cancellation does not (a command
+// sent should complete, so that the store is as the caller believes),
+// unless linked (an acquisition's: a request not yet sent when the caller
+// gives up could only grant a lock nobody wants). It hands the answers to
+// take until take reports them decisive, all servers answered, or ctx
+// ends; later answers go to late, in the background (Close waits for
+// them). It returns false, with nothing run, once Close has begun.
 func fanOut[T any](q *Quorum, ctx context.Context, timeout time.Duration, linked bool,
 	fn func(ctx context.Context, i int) T,
 	take func(i int, v T) bool,
@@ -234,9 +229,8 @@ func closedResults(n int) []result {
 	return res
 }
 
-// enter takes a ticket for work that Close ends and waits for (requests,
-// late answers, background cleanups), unless Close has begun: a context
-// that ends when Close begins, and done, to call when the work is over.
+// enter takes a ticket for work that Close ends and waits for, unless
+// Close has begun: a context that ends when Close begins, and done.
 func (q *Quorum) enter() (closing context.Context, done func(), ok bool) {
 	closing, done, err := q.gate.Enter(context.Background())
 	return closing, done, err == nil
@@ -248,11 +242,10 @@ func (q *Quorum) decidedBy(ok, notOK int) bool {
 	return ok >= q.quorum || notOK > len(q.deps)-q.quorum
 }
 
-// ServerError is one quorum server's failure: an error, or no answer in
-// time (Err is then ErrNoAnswer). A quorum's error that names servers
-// wraps one per server, for errors.As. It does not unwrap to Err: one
-// server's error (a permission refused, a closed connection) is not the
-// quorum's, whose verdict is the wrapping error's own.
+// ServerError is one quorum server's failure: an error, or ErrNoAnswer. A
+// quorum's error that names servers wraps one per server, for errors.As.
+// It does not unwrap to Err: one server's error (a refused permission) is
+// not the quorum's verdict.
 type ServerError struct {
 	Addr string
 	Err  error
@@ -321,17 +314,16 @@ func restarted(res []result) (n int, settle time.Duration) {
 	return n, settle
 }
 
-// TryAcquire implements backend.Driver: the lock is acquired on every
-// server, and held when a majority granted it within its validity. Any
-// failure releases it everywhere, so nothing stays held (a server that
-// grants after the attempt was given up releases at once). Servers that
-// have not answered when a majority has are not waited for.
+// TryAcquire implements backend.Driver: the lock is held when a majority
+// of the servers granted it within its validity. Any failure releases it
+// everywhere (a server that grants after the attempt was given up releases
+// at once). Servers that have not answered when a majority has are not
+// waited for.
 //
-// Contenders that try at the same moment can split the vote so that none
-// has a majority. Such an attempt (some servers granted, a majority
-// answered, too few granted) is released and tried again after a short
-// random pause, at most splitRetries times, so that of simultaneous tries
-// on a free lock one wins, as with a single server.
+// Contenders that try at once can split the vote so that none has a
+// majority: such an attempt is released and tried again after a short
+// random pause, at most splitRetries times, so that one of them wins, as
+// with a single server.
 func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if q.gate.Closed() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
@@ -362,8 +354,7 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 const splitRetries = 3
 
 // minQuorumTTL is the shortest TTL a Quorum grants: a shorter one could be
-// used up by the two rounds of requests that acquiring takes on a busy
-// machine.
+// used up by acquiring's two rounds of requests on a busy machine.
 const minQuorumTTL = 500 * time.Millisecond
 
 // tryOnce is one attempt; on a hot name (see quorum_hot.go) it asks the
@@ -390,8 +381,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		failed.Store(!ok)
 		close(outcome)
 	}
-	// A server that grants after the attempt was given up, or after the
-	// lock it won was released (its request can reach the server after the
+	// A server that grants after the attempt was given up, or after its
+	// lock was released (the request can reach the server after the
 	// release's, on another connection), releases it at once.
 	st := &acquisition{servers: make([]straggler, len(q.deps)), settled: make(chan struct{})}
 	late := func(i int, r result) {
@@ -407,10 +398,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			close(st.settled)
 		}
 	}
-	// A server that has not answered by the end of the validity is of no
-	// use to this acquisition.
-	// Linked: a request not yet sent when the caller gives up is not sent.
-	// One already sent is seen through by late.
+	// A server that has not answered within the validity is of no use.
+	// Linked: a request not yet sent when the caller gives up is not sent;
+	// late sees one already sent through.
 	res := q.gather(ctx, ttl, true, func(nctx context.Context, i int) result {
 		var r result
 		if i == arbiter && pre != nil {
@@ -443,9 +433,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		undone := q.abandon(ctx, l, value, res)
 		settle(false)
 		if ctx.Err() != nil {
-			// The caller gave up: what its requests granted, as it did or
-			// after, is undone before it hears so, within CancelGrace (the
-			// rest in the background).
+			// The caller gave up: what its requests granted is undone
+			// before it hears so, within CancelGrace (the rest in the
+			// background).
 			wait := time.NewTimer(backend.CancelGrace)
 			defer wait.Stop()
 			for _, ch := range []<-chan struct{}{undone, st.settled} {
@@ -538,10 +528,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
 
-// abandon releases a failed acquisition: at once on the servers that
-// granted it, in the background on those that failed to answer (they may
-// have granted it; undone is closed when they are done); those that had
-// not answered yet release when they do.
+// abandon releases a failed acquisition: at once where it was granted, in
+// the background where the request failed (it may have been granted;
+// undone is closed when those are done); late answers release themselves.
 func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) (undone <-chan struct{}) {
 	var wg, bg sync.WaitGroup
 	background := false
@@ -580,10 +569,9 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 	return ch
 }
 
-// Refresh implements backend.Driver: it extends the lock on every server
-// that holds it for the token, and succeeds when a majority did. It reports
-// ErrNotHeld when so many servers show it free or another token's that no
-// majority can hold it.
+// Refresh implements backend.Driver: it succeeds when a majority of the
+// servers extended the lock for the token, and reports ErrNotHeld when so
+// many show it free or another token's that no majority can hold it.
 func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
@@ -619,8 +607,8 @@ func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time,
 }
 
 // Release implements backend.Driver: it releases the lock on every server
-// (those that are slow to answer, in the background). It reports
-// ErrNotHeld when no majority held it for the token.
+// (slow ones in the background), and reports ErrNotHeld when no majority
+// held it for the token.
 func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
@@ -631,11 +619,10 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	q.mu.Lock()
 	st := q.inflight[l.Token]
 	q.mu.Unlock()
-	// A majority's answers free the lock; the name's arbiter's answer is
-	// awaited too, for up to arbiterGrace more, since an attempt on a hot
-	// name asks the arbiter alone first (quorum_hot.go): released on a
-	// majority but not yet on the arbiter, the name would still refuse a
-	// TryAcquire made right after this Release returned.
+	// A majority's answers free the lock; the arbiter's is awaited for up
+	// to arbiterGrace more, since an attempt on a hot name asks the arbiter
+	// alone first (quorum_hot.go): otherwise a TryAcquire right after this
+	// Release could still be refused.
 	arb := q.arbiter(l.Key)
 	var arbiterAnswered atomic.Bool
 	wctx, stop := context.WithCancel(ctx)
@@ -740,14 +727,11 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 }
 
 // Close implements backend.Driver. It closes the clients only if OpenQuorum
-// or locker.Open created them. It waits for requests still in flight to
-// servers that had not answered when their majority did: on clients that
-// Close closes, they end at once; on a caller's clients, at their read
-// timeout at the latest.
+// or locker.Open created them, and waits for the requests in flight: on
+// clients it closes they end at once, on a caller's at their read timeout.
 func (q *Quorum) Close() error {
-	// Closing the clients we opened as soon as the gate shuts ends their
-	// requests in flight at once, while the gate waits for them; requests
-	// on a caller's client end at its read timeout.
+	// Close the clients we opened as soon as the gate shuts, so that the
+	// requests the gate waits for end at once.
 	closed := make(chan []error, 1)
 	context.AfterFunc(q.gate.Context(), func() {
 		var errs []error
