@@ -42,8 +42,7 @@ type holding struct {
 }
 
 // parseValue reads a lock value, "<token>.<attempt>:<fence>:<owner>", and
-// its PTTL in milliseconds. ok is false for a key that is gone or has no
-// expiry, or a value this package did not write.
+// its PTTL in ms; not ok for a key gone or without expiry, or not ours.
 func parseValue(v string, pttl int64) (h holding, ok bool) {
 	attempt, rest, ok1 := strings.Cut(v, ":")
 	fence, owner, ok2 := strings.Cut(rest, ":")
@@ -121,16 +120,15 @@ func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, 
 // scanCount is how many keys a SCAN page asks for.
 const scanCount = 1000
 
-// scan finds every key of the deployment whose key starts with prefix,
-// and whose Redis name ends in kind (":lock", ":sem", ":rw"), with SCAN on
-// every master (never KEYS, which blocks the server), and hands each page
-// of them to read, by key, concurrently from master to master. The key
-// comes back from the escaped name (backend.EscapeKey is reversible).
+// scan hands read, page by page, the keys starting with prefix whose Redis
+// name ends in kind (":lock", ":sem", ":rw"), found with SCAN (never KEYS,
+// which blocks the server) on every server, concurrently. The key comes
+// back from the escaped name (backend.EscapeKey is reversible).
 func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(ctx context.Context, keys, names []string) error) error {
 	defer dep.in.watch(ctx).stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
-	// prefix escapes as it does at the start of every longer key. (No key
-	// is "." or "..": the locker package's keys contain a '/'.)
+	// prefix escapes as at the start of every longer key ("." and ".." are
+	// no keys: the locker package's keys contain a '/').
 	esc := backend.EscapeKey(prefix + "a")
 	// EscapeKey's output has none of the glob's special characters.
 	pattern := "{" + esc[:len(esc)-1] + "*}" + kind
@@ -174,9 +172,8 @@ func (dep *deployment) list(ctx context.Context, prefix string) (map[string]hold
 	return found, nil
 }
 
-// readLocks reads the value and PTTL of the lock keys names, in one
-// pipeline (the client routes each key to its node), and adds the held
-// ones to found.
+// readLocks reads the value and PTTL of the lock keys names in one
+// pipeline, and adds the held ones to found.
 func (dep *deployment) readLocks(ctx context.Context, keys, names []string, mu *sync.Mutex, found map[string]holding) error {
 	type read struct {
 		key  string
@@ -222,10 +219,9 @@ func keyOf(name, kind string) (string, bool) {
 	return key, true
 }
 
-// Inspect implements backend.Inspector: the holder's owner, fence and
-// time left, from the lock's value and PTTL, and the live waiters queued
-// and their owners; of a semaphore or a read-write lock, each holder's
-// fence, time left and permits (see sharedKnows), the limit and the queue.
+// Inspect implements backend.Inspector: a lock's holder (owner, fence, time
+// left) and its queue's live waiters; a semaphore's or read-write lock's
+// holders, limit and queue.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
@@ -252,9 +248,8 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	return st, nil
 }
 
-// List implements backend.Lister. It reports a lock's owner, fence and TTL
-// (a FairDriver's waiters only Inspect counts); a semaphore or read-write
-// lock as Inspect does.
+// List implements backend.Lister: a lock's owner, fence and TTL (not its
+// waiters: Inspect counts those); a semaphore or read-write lock as Inspect.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
@@ -279,9 +274,8 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 }
 
 // Break implements backend.Breaker: one script deletes the lock if its
-// value records fence, and publishes the release, naming the next waiter;
-// or frees the one grant of a semaphore or read-write lock under fence,
-// and publishes the release, as its holder's would.
+// value records fence, or frees the grant of a semaphore or read-write
+// lock under fence, and publishes the release as a holder's would.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
@@ -321,17 +315,14 @@ func (d *Driver) enterObject(ctx context.Context, m backend.Mode) (context.Conte
 	return ctx, done, nil
 }
 
-// The operator's scripts of semaphores and read-write locks (see
-// shared.go): one reads an object's holders and queue, the other frees
-// one grant as its holder's release would.
+// The operator's scripts of semaphores and read-write locks (shared.go).
 var (
 	sharedInspectScript = redis.NewScript(lua("shared", "waiters", "shared_inspect"))
 	sharedBreakScript   = redis.NewScript(lua("shared", "shared_break"))
 )
 
 // sharedKnows is what a semaphore's or a read-write lock's keys record of
-// each grant: its owner, fence, expiry and permits; and the permits'
-// limit. Inspect and List add the queue's waiters and their owners.
+// each grant (owner, fence, expiry, permits), and the permits' limit.
 func sharedKnows(m backend.Mode) backend.Fields {
 	k := backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
 	if m == backend.Permit {
@@ -340,9 +331,8 @@ func sharedKnows(m backend.Mode) backend.Fields {
 	return k
 }
 
-// sharedInspectKeys are the shared inspect script's keys for the object
-// m whose holders are the sorted set name (see sharedKeys and
-// fairSharedKeys).
+// sharedInspectKeys are the shared inspect script's keys for the object m
+// whose holders are the sorted set name.
 func sharedInspectKeys(name string, m backend.Mode) []string {
 	if m == backend.Permit {
 		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
@@ -360,9 +350,8 @@ func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.
 	return sharedState(key, m, r)
 }
 
-// listShared finds every held object of mode m (Permit or Read) whose key
-// starts with prefix (see scan), and reads each one with the shared
-// inspect script, a page's in one pipeline.
+// listShared reads every held object of mode m whose key starts with
+// prefix (see scan), a page's in one pipeline.
 func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	var mu sync.Mutex
 	var out []backend.State
@@ -442,8 +431,7 @@ func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 }
 
 // limitOf reads a semaphore's limit from the scripts' answer (a resize
-// record's is a number, the holders' a string, empty for none); a
-// read-write lock has none.
+// record's is a number, the holders' a string); 0 for a read-write lock.
 func limitOf(m backend.Mode, v any) int {
 	if m != backend.Permit {
 		return 0
@@ -484,20 +472,18 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 // inspectTimeout bounds a Quorum's operator calls on each server.
 const inspectTimeout = 10 * time.Second
 
-// each runs fn on every server of q concurrently and returns the
-// servers' answers, with res[i].answered false for one that did not answer
-// in time. linked: the caller's ctx cancels the requests (not for Break,
-// whose request sent should complete, as Release's does).
+// each runs fn on every server and returns their answers (answered false
+// for one that did not answer in time). linked: the caller's ctx cancels
+// the requests (not for Break, whose requests should complete).
 func (q *Quorum) each(ctx context.Context, linked bool, fn func(ctx context.Context, i int) result) []result {
 	return q.gather(ctx, inspectTimeout, linked, fn, func(int, int) bool { return false }, nil)
 }
 
 // majority judges the servers' views of one key: the holding that a
-// majority of the n servers share (the same attempt, with the same fence:
-// the acquisition's, which the servers that decided it record, raised to
-// it if need be; a server that granted after the decision keeps its own),
-// with the time left on the quorum-th longest. uncertain: no majority, but
-// the servers that did not answer could make one.
+// majority share (the same attempt and fence: the acquisition's, which the
+// deciding servers record, raised if need be; a server that granted after
+// the decision keeps its own), with the time left on the quorum-th
+// longest. uncertain: no majority, but the silent servers could make one.
 func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, uncertain bool) {
 	type id struct {
 		attempt string
@@ -533,9 +519,8 @@ func views(res []result) (vs []holding, missing int) {
 	return vs, missing
 }
 
-// checkObject refuses every object but the lock: a Quorum takes no other
-// mode (see its Modes), so it has no semaphore or read-write lock to see.
-// Then it refuses a closed Quorum.
+// checkObject refuses every object but the lock (a Quorum takes no other
+// mode: see its Modes), then a closed Quorum.
 func (q *Quorum) checkObject(op string, m backend.Mode) error {
 	if m != backend.Exclusive {
 		return fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
@@ -548,7 +533,7 @@ func (q *Quorum) checkObject(op string, m backend.Mode) error {
 
 // Inspect implements backend.Inspector: the lock is held when a majority
 // of the servers hold it for the same acquisition. It fails when the
-// servers that did not answer could make or unmake that majority.
+// silent servers could make or unmake that majority.
 func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	if err := q.checkObject("inspect", m); err != nil {
 		return backend.State{}, err
@@ -569,8 +554,8 @@ func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 }
 
 // List implements backend.Lister: the keys held on a majority of the
-// servers. It fails when the servers that did not answer could make a
-// majority for a key that the others show on a minority.
+// servers. It fails when the silent servers could make a majority for a
+// key that the others show on a minority.
 func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	if err := q.checkObject("list", m); err != nil {
 		return nil, err
@@ -607,9 +592,9 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	return out, nil
 }
 
-// Break implements backend.Breaker: the break script runs on every
-// server, deleting the lock where its value records fence (and waking
-// the waiters there). It succeeds when that removed it from a majority.
+// Break implements backend.Breaker: the break script deletes the lock on
+// every server where its value records fence (waking the waiters there);
+// it succeeds when it removed it from a majority.
 func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	if err := q.checkObject("break", m); err != nil {
 		return backend.State{}, err

@@ -37,12 +37,12 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	return ch, func() { unmark(); cancel() }, nil
 }
 
-// A hub is one pub/sub connection and the goroutine that reads it. A plain
-// client or a cluster shares one hub among all channels (PUBLISH reaches
-// every node of a cluster, so any node will do); a ring routes each channel
-// to its shard, so it gets a hub per channel. A channel stays subscribed for
-// a moment (linger) after its last waiter leaves, so that a busy lock costs
-// no SUBSCRIBE round trip per acquisition; a hub without channels closes.
+// A hub is one pub/sub connection and the goroutine that reads it: one for
+// every channel of a plain client or a cluster (PUBLISH reaches every node
+// of a cluster), one per channel of a ring (routed to its shard). A channel
+// stays subscribed for a moment (linger) after its last waiter leaves, so
+// that a busy lock costs no SUBSCRIBE per acquisition; a hub without
+// channels closes.
 type hub struct {
 	dep   *deployment
 	route string
@@ -107,10 +107,9 @@ func (s *subscription) addHanded(h handoff) {
 	s.handed = append(s.handed, h)
 }
 
-// subscribe arranges for ch to receive a value whenever key's release
-// channel carries a message that names waiter id or no one (id "": any
-// message), and returns once the subscription is confirmed. The
-// subscription's handed list receives the hand-offs to id.
+// subscribe has ch receive a value whenever key's release channel carries
+// a message naming waiter id or no one (id "": any message), once the
+// subscription is confirmed; its handed list receives the hand-offs to id.
 func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan struct{}) (*subscription, func(), error) {
 	channel := keysFor(key).channel
 	route := dep.route(channel)
@@ -194,10 +193,9 @@ func (dep *deployment) activeHub(key string) (*hub, string) {
 	return h, channel
 }
 
-// mayBeActive says whether a channel may be confirmed on a live
-// connection, without building any channel's name: false when no hub has
-// a channel (no waiter or watcher in a while), as a free lock's try finds
-// on a Driver that nobody waits on.
+// mayBeActive says, without building a channel's name, whether a channel
+// may be confirmed on a live connection: false when no hub has one, as on
+// a Driver that nobody waited on in a while.
 func (dep *deployment) mayBeActive() bool {
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
@@ -209,9 +207,8 @@ func (dep *deployment) mayBeActive() bool {
 	return false
 }
 
-// subscribeActive is subscribe without a round trip: it subscribes only
-// when key's channel is already confirmed on a live connection (a lock
-// contended a moment ago), and returns nil otherwise.
+// subscribeActive is subscribe without a round trip, when key's channel is
+// already confirmed on a live connection; nil otherwise.
 func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
@@ -247,11 +244,10 @@ func (h *hub) add(channel string, sub *subscription) *chanState {
 // it, the caller waits by polling rather than not at all.
 const barrierTimeout = 2 * time.Second
 
-// confirm sends SUBSCRIBE and then a PING with a unique payload on the same
-// connection. The server answers in order, so the PONG proves the
-// subscription active. If the connection was replaced meanwhile, go-redis
-// subscribed the channel again on the new one before sending anything else,
-// so a later PONG proves it as well.
+// confirm sends SUBSCRIBE, then a PING with a unique payload, on one
+// connection: the server answers in order, so the PONG proves the
+// subscription. On a connection replaced meanwhile, go-redis subscribed
+// again before sending anything else, so a later PONG proves it too.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
 	dep := h.dep
 	deadline := time.NewTimer(barrierTimeout)
@@ -301,8 +297,8 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 const pingPrefix = "redislock:"
 
 // addBarrier registers the waiter of the next PING on h's connection: its
-// payload's number, the connection's epoch, and where its PONG is
-// reported; ok is false when h is dead. h.wmu is held.
+// payload's number, the connection's epoch, and where its PONG goes; not
+// ok when h is dead. h.wmu is held.
 func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
@@ -420,10 +416,9 @@ func (h *hub) run() {
 				return
 			}
 			// The connection failed; go-redis reconnects and subscribes
-			// again, but messages sent meanwhile are lost: every
-			// subscriber gets a value once its channel is subscribed again
-			// (see *redis.Subscription below), and subscriptions must be
-			// confirmed anew.
+			// again, but what was published meanwhile is lost: subscribers
+			// get a value once their channel is subscribed again (below),
+			// and subscriptions must be confirmed anew.
 			h.failed(fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
@@ -441,9 +436,8 @@ func (h *hub) run() {
 		backoff.Reset()
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			// Subscribed again after a failure: releases may have gone
-			// unheard meanwhile. The server confirms once it subscribed, so
-			// a release after this value is published to us.
+			// Subscribed again after a failure: what was published
+			// meanwhile went unheard, and what comes after is ours.
 			if m.Kind != "subscribe" {
 				continue
 			}
@@ -510,8 +504,7 @@ func (h *hub) run() {
 }
 
 // failed records that the hub's connection failed (or was given up):
-// subscriptions must be confirmed anew, and a value is owed to every
-// subscriber once its channel is subscribed again.
+// subscriptions must be confirmed anew, and subscribers are owed a value.
 func (h *hub) failed(reason error) {
 	h.dep.mu.Lock()
 	h.failedLocked()
@@ -529,9 +522,8 @@ func (h *hub) failedLocked() {
 }
 
 // healthEvery is how often a hub checks that its connection answers: one
-// that went silent without breaking (a partition, a half-open TCP
-// connection, a middlebox that dropped it) would otherwise swallow
-// releases unseen, and go-redis never times out a pub/sub read.
+// gone silent without breaking (a partition, a half-open connection)
+// would swallow releases, and go-redis never times out a pub/sub read.
 const healthEvery = time.Second
 
 // pongWait bounds the answer to a health check.
@@ -567,9 +559,8 @@ func (h *hub) lockWrites() bool {
 
 // ping sends a PING on the hub's connection and replaces the connection
 // if no PONG comes within pongWait, or if one comes while a channel is
-// still unconfirmed after a failure (its SUBSCRIBE was lost: the server
-// answers in order). A connection that fails outright is left to run and
-// go-redis, which reconnect.
+// still unconfirmed after a failure (its SUBSCRIBE was lost). A connection
+// that fails outright is left to run and go-redis, which reconnect.
 func (h *hub) ping() {
 	dep := h.dep
 	if !h.lockWrites() {

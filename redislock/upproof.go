@@ -85,19 +85,17 @@ func provenUp(up int64) int64 {
 // (enter: the owner's gate, whose Close ends and awaits it). A nil u (a
 // cluster, a ring) always runs plain.
 func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context.Context, func(), bool), plain *redis.Script, prefix string, delay int64, keys []string, args ...any) (int64, error) {
-	if u == nil || delay <= 0 {
-		v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
-		return v, classify(err)
-	}
-	if s := u.script.Load(); s != nil && delay <= s.upMs {
-		v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
-		if err == nil || !isNoScript(err) {
-			return v, classify(err)
+	if u != nil && delay > 0 {
+		if s := u.script.Load(); s != nil && delay <= s.upMs {
+			v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
+			if !isNoScript(err) {
+				return v, classify(err)
+			}
+			// The proof is gone: the plain script checks.
+			u.script.CompareAndSwap(s, nil)
 		}
-		// The proof is gone: the plain script checks.
-		u.script.CompareAndSwap(s, nil)
+		u.probe(dep, enter, prefix)
 	}
-	u.probe(dep, enter, prefix)
 	v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
 	return v, classify(err)
 }
