@@ -11,10 +11,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Refreshing in batches: the locks that fall due together cost round
-// trips per batch (a Driver: one pipeline, which go-redis splits by node; a
-// Quorum: one per server, in parallel), not per lock, and no goroutine per
-// lock.
+// Refreshing in batches: the locks that fall due together cost a pipeline
+// (a Quorum: one per server, in parallel), not a round trip per lock.
 
 var (
 	_ backend.BatchRefresher = (*Driver)(nil)
@@ -22,9 +20,8 @@ var (
 	_ backend.BatchRefresher = (*Quorum)(nil)
 )
 
-// refreshMany runs the refresh script for each of locks (with the expiry
-// pxs[i] in milliseconds) in one pipeline, and returns each one's outcome,
-// in order: ok when extended, err when it cannot tell.
+// refreshMany runs the refresh script for each of locks (expiry pxs[i] ms)
+// in one pipeline: ok when extended, err when it cannot tell.
 func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
@@ -45,10 +42,9 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 	return res
 }
 
-// pipelined sends the scripts that call names, for i from 0 to n-1, in
-// one pipeline as EVALSHA; those that a server answers NOSCRIPT (its script
-// cache was emptied by a restart, a failover or SCRIPT FLUSH) go again as
-// EVAL, in a second pipeline, as Script.Run does for one.
+// pipelined sends the scripts that call(i) names in one pipeline as
+// EVALSHA, and those answered NOSCRIPT (an emptied script cache) again as
+// EVAL, in a second, as Script.Run does for one.
 func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, n)
 	send := func(eval bool) {
@@ -71,9 +67,8 @@ func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*
 	return cmds
 }
 
-// RefreshMany implements backend.BatchRefresher: every lock's refresh
-// script in one pipeline (per node of a cluster or ring). Each lock's error
-// is what Refresh would have returned for it.
+// RefreshMany implements backend.BatchRefresher: one pipeline (per node of
+// a cluster or ring); each lock's error is what Refresh would return.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -103,11 +98,8 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 }
 
 // RefreshMany implements backend.BatchRefresher: one pipeline per server,
-// the servers in parallel, and for each lock the decision Refresh makes
-// (refreshVerdict) from that lock's answers: a majority extended it within
-// its TTL, or so many show it free or another token's that it is lost, or
-// it cannot tell. It returns once every lock is decided, every server
-// answered, or ctx ended; servers that answer later are not waited for.
+// in parallel, and for each lock Refresh's verdict from its answers. It
+// returns once every lock is decided, every server answered, or ctx ended.
 func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -139,11 +131,8 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	return errs
 }
 
-// gatherMany is gather for a batch: it sends locks' refreshes to every
-// server in one pipeline each, concurrently, and returns each lock's
-// results in server order (lock i's are res[i*N:(i+1)*N] for N servers)
-// once every lock is decided by decidedBy, every server answered, or ctx
-// ends.
+// gatherMany is gather for a batch: one pipeline per server; lock i's
+// results are res[i*N:(i+1)*N] for N servers.
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
 	nd := len(q.deps)
 	res := make([]result, len(locks)*nd)

@@ -23,9 +23,8 @@ type Driver struct {
 	tries atomic.Uint64
 }
 
-// storeTries is the scripts this driver's queued acquisitions (Enqueue
-// and Wait, both modes) sent that could grant them, first tries included;
-// a lock handed over in a release message costs none.
+// storeTries counts the scripts that queued acquisitions sent that could
+// grant them; a lock handed over in a release message costs none.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 var (
@@ -33,13 +32,11 @@ var (
 	_ backend.Notifier = (*Driver)(nil)
 )
 
-// New returns a Driver that uses a client the caller already has: a
-// *redis.Client, *redis.ClusterClient, *redis.Ring or failover client.
-// Close does not close rdb. New checks the server's maxmemory-policy in the
-// background and warns (see WithLogger) when it is not noeviction.
-//
-// New fails, before any network call, when rdb is nil or an option is
-// given a value out of its range.
+// New returns a Driver on a client the caller has (a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or failover client), which Close does
+// not close. It warns (WithLogger), from the background, of a
+// maxmemory-policy other than noeviction, and fails before any network
+// call when rdb is nil or an option is out of its range.
 func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 	return newDriver(rdb, false, opts)
 }
@@ -122,8 +119,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 // Release implements backend.Driver. A lock with live waiters goes to the
-// first of them (see handoff.go); otherwise the release publishes on the
-// key's channel, so that waiters of any kind retry at once.
+// first (handoff.go); otherwise the release wakes the key's waiters.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -147,9 +143,8 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// Close implements backend.Driver. It ends the calls in flight and waits
-// for them, stops the Driver's subscriptions and goroutines, and closes the
-// client only if Open created it.
+// Close implements backend.Driver: it ends the calls in flight and waits
+// for them, stops the goroutines, and closes the client if Open made it.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)

@@ -8,14 +8,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The default mode's queue of a contended lock: a release hands the lock
-// to the longest-waiting live waiter, which learns it from the release
-// message (see scripts/handoff.lua and docs/backends/redislock.md).
+// The default mode's queue: a release hands a contended lock to the
+// longest-waiting live waiter, in the release message (scripts/handoff.lua).
 
 // handedTo returns the fence of a hand-off to attempt, if sub received
-// one. A hand-off to an earlier attempt is stale (a later try was queued
-// after it, so that lock has gone), and a later attempt's try has not been
-// answered "queued": such a hand-off is taken over by the next try.
+// one. Others are dropped: one to an earlier attempt is stale, and a
+// later attempt's is taken over by the next try.
 func (dep *deployment) handedTo(sub *subscription, attempt uint64) (uint64, bool) {
 	if sub == nil {
 		return 0, false
@@ -65,9 +63,8 @@ func (dep *deployment) handedOff(l backend.Claim, r any) (bool, error) {
 	return false, fmt.Errorf("unexpected answer %v", r)
 }
 
-// handLocal delivers hand-off message msg to its waiter if it waits in this
-// process, as the hub does when the message comes (then a second time,
-// which handedTo ignores once the waiter returned).
+// handLocal delivers hand-off message msg to its waiter if it waits in
+// this process, ahead of the hub (whose second delivery handedTo ignores).
 func (dep *deployment) handLocal(key, msg string) {
 	to, h, ok := parseHandoff(msg)
 	if !ok {
@@ -100,10 +97,9 @@ func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, valu
 	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retention)
 }
 
-// handoffLeave takes waiter w out of l.Key's queue, even when ctx is done,
-// and hands on the lock if an attempt of the wait (from first on) holds
-// it. Best effort: a waiter that could not leave is skipped once its
-// entry's liveness runs out, and a lock handed to it runs out with its TTL.
+// handoffLeave takes waiter w out of l.Key's queue and hands on the lock
+// if an attempt of the wait (from first on) holds it. Best effort: a
+// waiter that could not leave is skipped once its liveness runs out.
 func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first uint64, w string) error {
 	ks, channel := handoffKeys(l.Key)
 	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retention)

@@ -1,11 +1,10 @@
 package redislock
 
-// Interruptible connections: go-redis never watches a context's
-// cancellation while it reads a reply, and the backend contract wants a
-// cancelled call back within a round trip. So on the clients this package
-// dials, a read still blocked interruptGrace after its call's context
-// ended is cut (see watch). A caller's client (New, NewFair, NewQuorum)
-// is left alone. See docs/backends/redislock.md, Cancellation.
+// Interruptible connections: go-redis never watches a context while it
+// reads a reply, and the backend contract wants a cancelled call back
+// within a round trip. So on the clients this package dials, a read still
+// blocked interruptGrace after its call's context ended is cut. A caller's
+// client is left alone.
 
 import (
 	"context"
@@ -18,12 +17,11 @@ import (
 	"github.com/lockerhq/locker/internal/conntrack"
 )
 
-// interruptGrace is how long a read blocked at a context's cancellation may
-// go on before it is cut. A reply to one of the driver's scripts takes well
-// under a millisecond on a LAN and a few across a data centre, so a read
-// still blocked 50 ms after the cancel is almost surely on a dead
-// connection; and 50 ms, plus cleanupWait, keeps a cancelled Acquire within
-// the contract's 100 ms (plus one round trip).
+// interruptGrace is how long a read blocked at a cancellation may go on
+// before it is cut: a script's reply takes a few ms at most, so a read
+// still blocked 50 ms later is almost surely on a dead connection; and 50
+// ms plus cleanupWait keeps a cancelled Acquire within the contract's 100
+// ms (plus one round trip).
 const interruptGrace = 50 * time.Millisecond
 
 // interrupter knows the live connections of one go-redis client.
@@ -83,9 +81,8 @@ type watch struct {
 	done   atomic.Bool
 }
 
-// watch arranges for the end of ctx to interrupt the reads that block a
-// call made with it; the caller calls stop when the call returns. A nil
-// interrupter (a client we did not dial) does nothing.
+// watch has the end of ctx interrupt the reads that block a call made with
+// it, until stop. A nil interrupter (a caller's client) does nothing.
 func (in *interrupter) watch(ctx context.Context) *watch {
 	if in == nil || ctx.Done() == nil {
 		return nil
@@ -107,13 +104,11 @@ func (w *watch) stop() {
 // rounds of cuts (a second) is left to go-redis's own timeouts.
 const maxRounds = 20
 
-// fire runs when the call's context ends: it notes the reads in progress
-// and, if the call is still running interruptGrace later, cuts those still
-// blocked (a read without a deadline, pub/sub's, never). It goes on in
-// rounds while the call runs: the call may not have been reading yet when
-// its context ended (dialing, writing), or go-redis may retry on a new
-// connection (it sleeps on the ended context before a retry, which returns
-// at once unless the retry backoff is zero).
+// fire notes the reads in progress when the call's context ends and, if
+// the call still runs interruptGrace later, cuts those still blocked (a
+// read without a deadline, pub/sub's, never). It goes on in rounds: the
+// call may have been dialing or writing, or go-redis may retry on a new
+// connection.
 func (w *watch) fire() {
 	for range maxRounds {
 		blocked := w.in.conns.Reading()

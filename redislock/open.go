@@ -61,13 +61,11 @@ func fairParam(u *url.URL) (bool, error) {
 	return fair, nil
 }
 
-// ownParams takes the URL's parameters that are the driver's, not
-// go-redis's, off u: fair (read by fairParam), restart_delay and
-// retention, which become Options after opts so that the URL has the last
-// word, and the TLS parameters every backend reads (see
-// backend.Params.TLS), which rediss implies and which replace go-redis's
-// TLS configuration. It returns the config of the options, with ctx's
-// logger first, and warns of a weak transport.
+// ownParams takes the driver's own parameters off u: fair (read by
+// fairParam), restart_delay and retention (Options after opts: the URL has
+// the last word) and the TLS ones (backend.Params.TLS; rediss implies
+// TLS), which replace go-redis's TLS configuration. It returns the options'
+// config, with ctx's logger first, and warns of a weak transport.
 func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config, *tls.Config, error) {
 	if u.Opaque != "" { // go-redis would dial localhost:6379 for "redis:pw@host"
 		return nil, config{}, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
@@ -135,9 +133,8 @@ func checkUser(u *url.URL) error {
 		backend.ErrInvalidURL, u.User.Username())
 }
 
-// withTLS puts tc in place of the TLS configuration go-redis made from the
-// URL, checking the server's certificate against the host of addr unless
-// server_name named another.
+// withTLS puts tc in place of go-redis's TLS configuration, checking the
+// certificate against addr's host unless server_name named another.
 func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 	if tc == nil {
 		return
@@ -177,12 +174,11 @@ func parseURL(rawURL string) (*url.URL, error) {
 // defaultOpenTimeout bounds Open when ctx has no deadline.
 const defaultOpenTimeout = 10 * time.Second
 
-// Open connects to the deployment that rawURL names, a redis://,
-// rediss://, redis+cluster:// or rediss+cluster:// URL with the parameters
-// of the package documentation (fair=true is OpenFair's; any TLS
-// parameter turns TLS on for redis:// too), and returns a Driver that owns
-// the connection (Close closes it). Open pings the server, within ctx or
-// 10 seconds, and checks its maxmemory-policy once.
+// Open connects to the deployment that rawURL names (redis://, rediss://,
+// redis+cluster://, rediss+cluster://; see the package documentation;
+// fair=true is OpenFair's) and returns a Driver that owns the connection.
+// It pings the server, within ctx or 10 seconds, and checks its
+// maxmemory-policy once.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -267,10 +263,9 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 }
 
 // retryOnce turns go-redis's own retries off unless the URL sets them
-// (max_retries=, dialer_retries=). The Client already retries store
-// failures within its budget and knows which are permanent; go-redis's
-// 3 command retries and 5 dials would repeat that, and make a refused TLS
-// handshake or a refused connection take half a second to report.
+// (max_retries=, dialer_retries=): the Client already retries store
+// failures within its budget, and go-redis's would make a refused
+// connection take half a second to report.
 func retryOnce(o *redis.Options, u *url.URL) {
 	q := u.Query()
 	if !q.Has("max_retries") {
@@ -291,17 +286,12 @@ func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // defaultPort is Redis's, for a listed host without one.
 const defaultPort = "6379"
 
-// OpenQuorum connects to N independent servers and returns a Quorum that
-// owns the connections:
-//
-//	redis+quorum://[user:password@]host:port,host:port,host:port/db?go-redis options
-//	rediss+quorum://...                               (TLS)
-//
-// Every server gets the same credentials, database and go-redis options.
-// Unless the URL sets max_retries, a server's failed command is not retried
-// (max_retries=-1): it is one vote, and the others decide without waiting.
-// IPv6 literals cannot be listed; use NewQuorum. Open fails when fewer than
-// a majority of the servers answer a PING within ctx (or 10 seconds).
+// OpenQuorum connects to N independent servers (redis+quorum:// or
+// rediss+quorum://, with one set of credentials, database and go-redis
+// options) and returns a Quorum that owns the connections. Unless the URL
+// sets max_retries, a failed command is not retried: it is one vote, and
+// the others decide without waiting. It fails when fewer than a majority
+// answer a PING within ctx (or 10 seconds).
 func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -352,9 +342,8 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
-	// Wait for a majority, not for every server: a silent one would hold
-	// Open up until the deadline. Later answers are checked in the
-	// background.
+	// Wait for a majority, not for a silent server; later answers are
+	// checked in the background.
 	timeout := defaultOpenTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)

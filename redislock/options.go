@@ -60,13 +60,11 @@ func (c *config) invalid(format string, args ...any) {
 // sets one: none (the lock's TTL). A variable for the tests.
 var defaultRestartDelay time.Duration = -1
 
-// WithRestartDelay caps how long a server refuses to grant names it has no
-// fence counter for after it starts (URL: restart_delay=; default: the
-// lock's TTL, so that the holders a restart without persistence forgot
-// run out first; see docs/backends/redislock.md, What Redis cannot
-// promise). A server that persists every write (appendonly yes,
-// appendfsync always) forgets nothing: 0 turns the check off. A negative
-// d is an error.
+// WithRestartDelay caps how long a server refuses, after it starts, the
+// names it has no fence counter for (URL: restart_delay=; default: the
+// lock's TTL, so that holders a restart forgot run out first). A server
+// that persists every write (appendfsync always) forgets nothing: 0 turns
+// the check off. A negative d is an error.
 func WithRestartDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -81,13 +79,11 @@ func WithRestartDelay(d time.Duration) Option {
 // name's last grant when no option or URL says otherwise.
 const DefaultRetention = 24 * time.Hour
 
-// WithRetention sets how long a name's fence counter stays on the server
-// after the name's last grant (URL: retention=; default DefaultRetention):
-// once it is gone, nothing of a released name remains, and the next grant
-// seeds the counter from the server's clock again. Fences keep increasing
-// across that as long as no server's clock steps back by more than d (and,
-// for a Quorum, the servers' clocks differ by less than d): see
-// docs/backends/redislock.md, Fences and retention. d must be positive.
+// WithRetention sets how long a name's fence counter outlives the name's
+// last grant (URL: retention=; default DefaultRetention); then the next
+// grant seeds it from the server's clock again, so fences keep increasing
+// as long as no server's clock steps back by more than d (for a Quorum,
+// and the servers' clocks differ by less). d must be positive.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -110,9 +106,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithClockDrift sets the Quorum's allowance for clock-rate differences
-// between this process and the servers: factor of the TTL (default 0.01,
-// at least 0 and less than 0.5) plus fixed (default 2ms, not negative). It
-// has no effect on a Driver.
+// with the servers: factor of the TTL (default 0.01, in [0, 0.5)) plus
+// fixed (default 2ms, not negative). A Driver ignores it.
 func WithClockDrift(factor float64, fixed time.Duration) Option {
 	return func(c *config) {
 		if !(factor >= 0 && factor < 0.5) {

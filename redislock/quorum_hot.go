@@ -9,24 +9,21 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Contended names: on a name refused lately, an attempt asks one server
-// first, the name's arbiter, so that simultaneous attempts do not split
-// the vote; and a releaser yields the name to the waiters of others for
-// yieldFor. Ordering only: a lock is still held only when a majority
-// granted it. See docs/backends/redislock.md, Quorum.
+// Contended names: on a name refused lately, an attempt asks the name's
+// arbiter first, so that simultaneous attempts do not split the vote, and
+// a releaser yields the name to others' waiters for yieldFor. Ordering
+// only: a lock is held only when a majority granted it.
 
 // hotFor is how long a name stays hot after a refusal.
 const hotFor = time.Second
 
-// yieldFor is how long a releaser's process waits before trying a name it
-// released that others want: a release notification's delivery and an
-// attempt at the arbiter, with room for a loaded machine.
+// yieldFor is how long a releaser's process waits before trying again a
+// name that others want: a notification's delivery and an attempt.
 const yieldFor = 2 * time.Millisecond
 
-// arbiterGrace is how long a Release waits, once a majority has released,
-// for the name's arbiter to answer too (see Release): a server that
-// answers at all answers within a round trip of the others, so only an
-// unreachable or stalled arbiter makes a release wait this long.
+// arbiterGrace is how long a Release that a majority answered waits for
+// the name's arbiter (see Release): only an unreachable or stalled arbiter
+// answers later than a round trip after the others.
 const arbiterGrace = 200 * time.Millisecond
 
 // hotKey is what a Quorum knows of a contended name; guarded by q.mu.
@@ -109,10 +106,9 @@ func (q *Quorum) arbiter(key string) int {
 	return int(h.Sum32() % uint32(len(q.deps)))
 }
 
-// tryArbiter asks key's arbiter alone for the attempt value: granted, the
-// rest of the attempt goes on with its answer (pre); refused, the attempt
-// ends with nothing to undo. An error leaves it to a full round, which
-// cleans up after the arbiter if it did grant.
+// tryArbiter asks key's arbiter alone: granted, the attempt goes on with
+// its answer (pre); refused, it ends with nothing to undo. An error leaves
+// it to a full round, which cleans up after the arbiter.
 func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string, value string, px int64) (pre *result, refused bool) {
 	a := q.arbiter(l.Key)
 	closing, done, ok := q.enter()

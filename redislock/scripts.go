@@ -18,9 +18,8 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// lua returns the scripts/<name>.lua files named, one after the other: the
-// scripts below are put together from them, and run on a deployment, one
-// per operation, with the keys of keysFor.
+// lua returns the scripts/<name>.lua files named, one after the other,
+// from which the scripts below are put together.
 func lua(names ...string) string {
 	var b strings.Builder
 	for _, name := range names {
@@ -33,9 +32,8 @@ func lua(names ...string) string {
 	return b.String()
 }
 
-// The queues' acquire scripts run the plain acquire script as a function,
-// for the waiter whose turn it is.
-// acquirePrefix declares the acquire script's settings, from ARGV[4..6].
+// acquirePrefix declares the acquire script's settings, from ARGV[4..6];
+// queueArgs, the queues' (which run it as a function, for the next waiter).
 const acquirePrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n"
 
 const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n"
@@ -71,10 +69,9 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(int64(ms), 1)
 }
 
-// attempts numbers the tries of every token, in increasing order: the
-// lock key holds "<token>.<attempt>:<fence>:<owner>", so that cleaning up
-// after a failed try never removes what a later try of the token set (see
-// scripts/value.lua and docs/backends/redislock.md, How it works).
+// attempts numbers the tries of every token, in increasing order: the lock
+// key holds "<token>.<attempt>:<fence>:<owner>", so that cleaning up after
+// a failed try never removes what a later try set (see scripts/value.lua).
 var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
@@ -96,11 +93,10 @@ func attemptValue(token string, n uint64) string {
 
 func holder(l backend.Claim) string { return l.Token + "." }
 
-// acquire runs the acquire script for one attempt (see attempt): the
-// fence; 0 when another token holds the lock; -n when the server started
-// less than a TTL ago and grants the name only in n milliseconds.
-// A server's restart check costs no INFO once its uptime is proven (see
-// upproof.go); enter is the Driver's gate, for the proof's background work.
+// acquire runs the acquire script for one attempt: the fence; 0 when
+// another token holds the lock; -n when the server started less than a TTL
+// ago and grants the name in n ms. enter is the Driver's gate, for the
+// uptime proof's background work (upproof.go).
 func (dep *deployment) acquire(ctx context.Context, enter func() (context.Context, func(), bool), l backend.Claim, value string, px int64) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
@@ -109,11 +105,9 @@ func (dep *deployment) acquire(ctx context.Context, enter func() (context.Contex
 }
 
 // classify marks the server's refusal of our identity or of a command
-// (an ACL without the permission; NOPERM, WRONGPASS, NOAUTH) as
-// backend.ErrPermission: a configuration error that waiting cannot fix. A
-// command the ACL refuses inside a script is an ERR, with a message that
-// differs by version (7.0: "The user executing the script can't ...",
-// 7.2 and later: "ACL failure in script: ...").
+// (NOPERM, WRONGPASS, NOAUTH; inside a script, an ERR whose message
+// differs by version) as backend.ErrPermission: a configuration error that
+// waiting cannot fix.
 func classify(err error) error {
 	if err == nil {
 		return nil // before re, which escapes: no allocation on success
@@ -180,11 +174,10 @@ func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, erro
 }
 
 // queueAcquire runs a queue's acquire script for waiter w: fair mode's
-// (fair_acquire.lua, modes "try", "wait" and "look"), or the default
-// mode's (handoff_acquire.lua, "wait" and "look"). It answers the fence;
-// 0 when not granted (queued); -n when w is next and the lock is held for
-// n more milliseconds, or a restarted server refuses the name for that
-// long; redis.Nil when w's entry, queued before, is gone.
+// (fair_acquire.lua: "try", "wait", "look") or the default mode's
+// (handoff_acquire.lua: "wait", "look"). It answers the fence; 0 when
+// queued; -n when w is next and the lock is held, or a restarted server
+// refuses the name, for n more ms; redis.Nil when w's entry is gone.
 func (dep *deployment) queueAcquire(ctx context.Context, fair bool, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
 	k := keysFor(l.Key)
 	script, ks := fairAcquireScript, []string{k.lock, k.fence, k.queue, k.live}
@@ -202,9 +195,9 @@ func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, 
 	return dep.released(v), classify(err)
 }
 
-// leave takes waiter w out of l.Key's queue, even when ctx is done, and
-// cleans up after its attempt value. Best effort: a waiter that could not
-// leave is dropped once its liveness runs out.
+// leave takes waiter w out of l.Key's queue and cleans up after its
+// attempt value. Best effort: a waiter that could not leave is dropped
+// once its liveness runs out.
 func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) error {
 	k := keysFor(l.Key)
 	return dep.evalCleanup(ctx, leaveScript, []string{k.lock, k.queue, k.live}, value, k.channel, w)
@@ -218,15 +211,13 @@ func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string,
 	return v == 1, classify(err)
 }
 
-// cleanup removes what a failed attempt may have left: the script may have
-// run even though its reply was lost or ctx ended. Best effort, bounded,
-// and only if that very attempt holds the key.
+// cleanup removes what a failed attempt may have left (the script may have
+// run though its reply was lost or ctx ended), only if that very attempt
+// holds the key. Best effort, bounded.
 //
-// Clean-ups (cleanup, leave) send the whole script (EVAL), not its hash:
-// they run when a connection is in trouble, often one whose answers are
-// lost, and a NOSCRIPT answer (a server that never ran the script, or
-// restarted) would never arrive to trigger the fallback, so the clean-up
-// would not run at all.
+// Clean-ups send the whole script (EVAL), not its hash: they run when a
+// connection is in trouble, and a NOSCRIPT answer that never arrives would
+// never trigger the fallback.
 func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value string) {
 	k := keysFor(l.Key)
 	_ = dep.evalCleanup(ctx, releaseScript, []string{k.lock}, value, k.channel, "1")

@@ -12,9 +12,8 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Semaphores and read-write locks (backend.Modal): each is an object of its
-// own next to the name's lock, in the same hash slot, with its own fence
-// counter (see scripts/shared.lua).
+// Semaphores and read-write locks (backend.Modal): objects of their own
+// next to the name's lock, in its hash slot (see scripts/shared.lua).
 
 var (
 	sharedAcquireScript = redis.NewScript(lua("fence", "shared", "shared_queue", "shared_acquire"))
@@ -25,17 +24,14 @@ var (
 
 var _ backend.Modal = (*Driver)(nil)
 
-// Modes implements backend.Modal: semaphores and read-write locks, on a
-// server, a Redis Cluster or a ring; a FairDriver's waiters are served in
-// arrival order. A Quorum takes none (see its Modes).
+// Modes implements backend.Modal: semaphores and read-write locks, in
+// every deployment; a FairDriver's too. A Quorum takes none.
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
-// Modes implements backend.Modal: none. Each server of a quorum would
-// grant up to the limit to different clients, so a majority bounds
-// nothing: n permits on each of three servers of five let 5n/3 clients
-// each gather a majority.
+// Modes implements backend.Modal: none. Each server would grant up to the
+// limit to different clients, so a majority bounds nothing.
 func (q *Quorum) Modes() backend.ModeSet { return 0 }
 
 // Weighs implements backend.Weigher: a holder's permits are in its field
@@ -49,9 +45,8 @@ func sharedKeys(c backend.Claim) []string {
 	return []string{p, p + ".h", p + ".fence"}
 }
 
-// fairSharedKeys is sharedKeys and the object's queue (see
-// scripts/shared_queue.lua), then a semaphore's resize record (see
-// Driver.Resize).
+// fairSharedKeys is sharedKeys, the object's queue, and a semaphore's
+// resize record.
 func fairSharedKeys(c backend.Claim) []string {
 	p := sharedPrefix(c)
 	if c.Mode == backend.Permit {
@@ -119,9 +114,8 @@ func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant,
 	return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond}, nil
 }
 
-// sharedAnswer is the shared acquire script's answer: v as the script's
-// number, or limit, the held permits' limit, when it differs, or the
-// resize record's (resized), when below the permits asked.
+// sharedAnswer is the shared acquire script's answer: the number v, or the
+// held permits' limit when it differs, or the resize record's (resized).
 type sharedAnswer struct {
 	v       int64
 	limit   string

@@ -13,13 +13,11 @@ import (
 // The restart check without INFO: once INFO showed that a server has run
 // for X (a power of two seconds), a variant of the acquire script that
 // skips the check for delays up to X is loaded there and sent by EVALSHA
-// only. Its presence in the script cache, which a restart empties, is the
-// proof; NOSCRIPT means the proof is gone, and the plain script checks.
-// Only Redis 7 and later: before, a server with replication saved its
-// script cache in its RDB file and loaded it back at a restart. Only a
-// deployment of one server at a time (a *redis.Client): a cluster's or a
-// ring's INFO and SCRIPT LOAD may reach another server than a script's.
-// See docs/backends/redislock.md, The restart check without INFO.
+// only: its presence in the script cache, which a restart empties, is the
+// proof (NOSCRIPT: gone). Only Redis 7 and later (before, a replicated
+// server reloaded its script cache from RDB), and only on a *redis.Client
+// (a cluster's INFO may reach another server than its scripts). See
+// docs/backends/redislock.md, The restart check without INFO.
 
 // upScript is a server's proven variant of the acquire script.
 type upScript struct {
@@ -64,9 +62,8 @@ func serverInfo(s string) (runID string, up int64, ok bool) {
 	return r[1], up, err == nil
 }
 
-// provenUp is the X for an uptime of up whole seconds (the server has run
-// for more than up-1): the largest power of two seconds not above up-1, in
-// milliseconds, or 0.
+// provenUp is the X for an uptime of up whole seconds: the largest power
+// of two seconds not above up-1, in milliseconds, or 0.
 func provenUp(up int64) int64 {
 	s := up - 1
 	if s < 1 {
@@ -79,11 +76,10 @@ func provenUp(up int64) int64 {
 	return x * 1000
 }
 
-// run runs the acquire script on dep for a restart delay of delay ms: the
-// proven variant (settings declared by prefix) when one covers the delay,
-// else plain, and then learns a variant for next time in the background
-// (enter: the owner's gate, whose Close ends and awaits it). A nil u (a
-// cluster, a ring) always runs plain.
+// run runs the acquire script for a restart delay of delay ms: the proven
+// variant when one covers it, else plain, and learns a variant in the
+// background (enter: the owner's gate). A nil u (a cluster, a ring) runs
+// plain.
 func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context.Context, func(), bool), plain *redis.Script, prefix string, delay int64, keys []string, args ...any) (int64, error) {
 	if u != nil && delay > 0 {
 		if s := u.script.Load(); s != nil && delay <= s.upMs {
@@ -124,9 +120,8 @@ func (u *uptime) probe(dep *deployment, enter func() (context.Context, func(), b
 	}()
 }
 
-// learnUp loads the server's variant: INFO, SCRIPT LOAD, INFO again, and
-// the variant only if both INFO came from one process that had run long
-// enough.
+// learnUp loads the variant: INFO, SCRIPT LOAD, INFO again; kept only if
+// both INFO came from one process that had run long enough.
 func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	defer dep.in.watch(ctx).stop()
 	info, err := dep.rdb.Info(ctx, "server").Result()
