@@ -18,10 +18,9 @@ var (
 	_ backend.StoreClock = (*Driver)(nil)
 )
 
-// Diagnose implements backend.Diagnoser: on each server that holds keys
-// (every master of a cluster, every shard of a ring), eviction, persistence
-// (what the delayed restart costs with ttl), replication, the cluster's
-// state and the credential's rights.
+// Diagnose implements backend.Diagnoser: on each server that holds keys,
+// eviction, persistence (and the delayed restart's cost with ttl),
+// replication, the cluster's state and the credential's rights.
 func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -50,8 +49,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 }
 
 // Diagnose implements backend.Diagnoser for a quorum: each member's
-// checks, as a Driver's on one server. A member that does not answer is
-// a warning: the quorum stands while a majority does.
+// checks; a silent member is a warning, as the quorum stands without it.
 func (q *Quorum) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := q.gate.Enter(ctx)
 	if err != nil {

@@ -12,8 +12,7 @@ import (
 
 // go-redis has one logger for the whole process (redis.SetLogger): the
 // first driver puts a router in its place that hands each message to the
-// loggers of the drivers open now, each once (see
-// docs/backends/redislock.md, Logging).
+// loggers of the drivers open now, each once.
 var goredisLog = struct {
 	once    sync.Once
 	mu      sync.Mutex

@@ -22,12 +22,8 @@ func (dep *deployment) grain() int64 {
 	return max(min(1_000_000, dep.retention*1000/2), 1)
 }
 
-// acquireOn runs the quorum acquire script on server i for one attempt
-// (see attempt): the fence, 0 when another token holds the lock, -n when
-// the server started too recently (see acquire.lua). It sends the proven
-// variant when the server has one that covers this restart delay (see
-// upproof.go). keys are the lock's and fence counter's (lockKeys), built
-// once per attempt.
+// acquireOn runs the quorum acquire script on server i for one attempt, as
+// acquire does on a Driver's; keys are lockKeys', built once per attempt.
 func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []string, value string, px int64) (int64, error) {
 	dep := q.deps[i]
 	delay := dep.restartDelay(px)

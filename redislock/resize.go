@@ -16,8 +16,7 @@ var _ backend.Resizer = (*Driver)(nil)
 
 // Resize implements backend.Resizer: the limit is a key beside the
 // semaphore's, {E}:sem.limit, without expiry, that every permit's
-// acquisition reads in its script (see scripts/shared_resize.lua). A
-// Quorum has no semaphores, so no Resize.
+// acquire script reads.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("redislock: resize: %w: %d", backend.ErrInvalidLimit, limit)
