@@ -14,12 +14,6 @@ import (
 // Refreshing in batches: the locks that fall due together cost a pipeline
 // (a Quorum: one per server, in parallel), not a round trip per lock.
 
-var (
-	_ backend.BatchRefresher = (*Driver)(nil)
-	_ backend.BatchRefresher = (*FairDriver)(nil)
-	_ backend.BatchRefresher = (*Quorum)(nil)
-)
-
 // refreshMany runs the refresh script for each of locks (expiry pxs[i] ms)
 // in one pipeline: ok when extended, err when it cannot tell.
 func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {

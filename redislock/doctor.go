@@ -12,12 +12,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var (
-	_ backend.Diagnoser  = (*Driver)(nil)
-	_ backend.Diagnoser  = (*Quorum)(nil)
-	_ backend.StoreClock = (*Driver)(nil)
-)
-
 // Diagnose implements backend.Diagnoser: on each server that holds keys,
 // eviction, persistence (and the delayed restart's cost with ttl),
 // replication, the cluster's state and the credential's rights.

@@ -27,9 +27,20 @@ type Driver struct {
 // grant them; a lock handed over in a release message costs none.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
+// The optional interfaces, each implemented in a file of its own.
 var (
-	_ backend.Driver   = (*Driver)(nil)
-	_ backend.Notifier = (*Driver)(nil)
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.Queuer         = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
+	_ backend.Resizer        = (*Driver)(nil)
+	_ backend.SetAcquirer    = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Lister         = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Diagnoser      = (*Driver)(nil)
+	_ backend.StoreClock     = (*Driver)(nil)
 )
 
 // New returns a Driver on a client the caller has (a *redis.Client,

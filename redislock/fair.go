@@ -4,8 +4,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/lockerhq/locker/backend"
 )
 
 // FairDriver is a Driver whose waiters are served in arrival order: a free
@@ -19,8 +17,6 @@ import (
 type FairDriver struct {
 	*Driver
 }
-
-var _ backend.Queuer = (*FairDriver)(nil)
 
 // livenessTTL is how long a waiter that stopped renewing keeps its place
 // (a waiter renews it at least every livenessTTL/3): a dead waiter holds

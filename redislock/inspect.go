@@ -17,15 +17,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var (
-	_ backend.Inspector = (*Driver)(nil)
-	_ backend.Lister    = (*Driver)(nil)
-	_ backend.Breaker   = (*Driver)(nil)
-	_ backend.Inspector = (*Quorum)(nil)
-	_ backend.Lister    = (*Quorum)(nil)
-	_ backend.Breaker   = (*Quorum)(nil)
-)
-
 // lockKnows is what a lock value records (see parseValue); a fair queue
 // adds its waiters, each named with its owner.
 const (

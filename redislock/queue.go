@@ -14,8 +14,6 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-var _ backend.Queuer = (*Driver)(nil)
-
 // QueueModes implements backend.Queuer: waiters of every mode queue in the
 // server, in arrival order (scripts/handoff.lua, fair_acquire.lua and
 // shared_queue.lua).

@@ -71,8 +71,13 @@ func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
 }
 
 var (
-	_ backend.Driver   = (*Quorum)(nil)
-	_ backend.Notifier = (*Quorum)(nil)
+	_ backend.Driver         = (*Quorum)(nil)
+	_ backend.Notifier       = (*Quorum)(nil)
+	_ backend.BatchRefresher = (*Quorum)(nil)
+	_ backend.Inspector      = (*Quorum)(nil)
+	_ backend.Lister         = (*Quorum)(nil)
+	_ backend.Breaker        = (*Quorum)(nil)
+	_ backend.Diagnoser      = (*Quorum)(nil)
 )
 
 // NewQuorum returns a Quorum over clients, one per independent server

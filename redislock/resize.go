@@ -12,8 +12,6 @@ import (
 
 var sharedResizeScript = redis.NewScript(lua("shared_resize"))
 
-var _ backend.Resizer = (*Driver)(nil)
-
 // Resize implements backend.Resizer: the limit is a key beside the
 // semaphore's, {E}:sem.limit, without expiry, that every permit's
 // acquire script reads.

@@ -10,8 +10,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var _ backend.SetAcquirer = (*Driver)(nil)
-
 var acquireAllScript = redis.NewScript(lua("value", "fence", "acquire_all"))
 
 // oneServer says whether claims can be taken by one script: the default

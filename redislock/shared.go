@@ -22,8 +22,6 @@ var (
 	sharedLeaveScript   = redis.NewScript(lua("shared", "shared_leave"))
 )
 
-var _ backend.Modal = (*Driver)(nil)
-
 // Modes implements backend.Modal: semaphores and read-write locks, in
 // every deployment; a FairDriver's too. A Quorum takes none.
 func (d *Driver) Modes() backend.ModeSet {
