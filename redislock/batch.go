@@ -11,11 +11,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Refreshing in batches: the locks that fall due together cost a pipeline
-// (a Quorum: one per server, in parallel), not a round trip per lock.
+// Refreshing in batches: a pipeline (a Quorum's, per server) per batch.
 
-// refreshMany runs the refresh script for each of locks (expiry pxs[i] ms)
-// in one pipeline: ok when extended, err when it cannot tell.
+// refreshMany runs the refresh script of each of locks in one pipeline.
 func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
@@ -61,8 +59,7 @@ func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*
 	return cmds
 }
 
-// RefreshMany implements backend.BatchRefresher: one pipeline (per node of
-// a cluster or ring); each lock's error is what Refresh would return.
+// RefreshMany implements backend.BatchRefresher: one pipeline per node.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -113,8 +110,7 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 			l.TTL = minQuorumTTL
 		}
 		ls[i], pxs[i] = l, q.px(l.TTL)
-		// Refresh waits for a server at most the lock's TTL; a batch, at
-		// most the longest TTL in it (each lock is still judged by its own).
+		// A batch waits as long as the longest TTL in it would.
 		timeout = max(timeout, l.TTL)
 	}
 	t0 := time.Now()

@@ -23,15 +23,13 @@ type deployment struct {
 	addr  string // for messages
 	owned bool   // opened by us: Close closes it
 	ring  bool   // *redis.Ring: subscriptions must be routed per channel
-	// up proves the server's uptime (upproof.go); nil unless the client
-	// reaches one server at a time (a *redis.Client).
+	// up proves the server's uptime (upproof.go); nil but on a *redis.Client.
 	up     *uptime
 	log    *slog.Logger
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
 	restartMax time.Duration
-	// retention is how long a fence counter outlives its name's last
-	// grant, in milliseconds (WithRetention).
+	// retention is WithRetention's, in milliseconds.
 	retention int64
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
@@ -75,8 +73,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 	}
 }
 
-// cleanupWait is how long a call whose context ended waits for its cleanup
-// (see undo): a server that answers does so within a round trip.
+// cleanupWait is how long a cancelled call waits for its cleanup (undo).
 const cleanupWait = 50 * time.Millisecond
 
 // undo runs f, the cleanup after a failed call, for the caller until f
@@ -146,8 +143,7 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 	return fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, dep.rdb)
 }
 
-// checkMaxmemoryAsync runs the check in the background, for constructors
-// that have no context; close stops it.
+// checkMaxmemoryAsync is checkMaxmemory in the background; close stops it.
 func (dep *deployment) checkMaxmemoryAsync(what string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	dep.checkCancel = cancel
@@ -159,8 +155,7 @@ func (dep *deployment) checkMaxmemoryAsync(what string) {
 	}()
 }
 
-// close stops the deployment's goroutines and subscriptions, and closes
-// the client if this package dialed it (owned).
+// close stops the goroutines and subscriptions, and closes an owned client.
 func (dep *deployment) close() error {
 	dep.mu.Lock()
 	if dep.closed {

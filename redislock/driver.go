@@ -18,8 +18,7 @@ type Driver struct {
 	dep  *deployment
 	fair bool         // a FairDriver's: acquire and release mind the queue
 	gate backend.Gate // calls in flight, ended and awaited by Close
-	// tries counts the scripts queued acquisitions sent that could grant
-	// them (storeTries).
+	// tries counts the scripts that queued acquisitions sent (storeTries).
 	tries atomic.Uint64
 }
 
@@ -69,8 +68,8 @@ func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, er
 // Client returns the go-redis client the Driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.dep.rdb }
 
-// TryAcquire implements backend.Driver: one atomic script sets the lock key
-// (SET NX PX) and advances the name's fence counter.
+// TryAcquire implements backend.Driver: one script sets the lock key and
+// advances the name's fence counter.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {

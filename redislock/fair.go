@@ -23,8 +23,7 @@ type FairDriver struct {
 // the queue up for at most this long.
 const livenessTTL = 2 * time.Second
 
-// NewFair returns a FairDriver that uses rdb, as New does, and fails as
-// New does.
+// NewFair returns a FairDriver that uses rdb, as New does.
 func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
 	d, err := newDriver(rdb, true, opts)
 	if err != nil {

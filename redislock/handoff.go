@@ -29,8 +29,7 @@ func (dep *deployment) handedTo(sub *subscription, attempt uint64) (uint64, bool
 	return 0, false
 }
 
-// handoffKeys returns the default mode scripts' keys for key, and its
-// release channel.
+// handoffKeys returns the default mode scripts' keys, and the channel.
 func handoffKeys(key string) ([]string, string) {
 	k := keysFor(key)
 	return []string{k.lock, k.fence, k.queue, k.live, k.hand}, k.channel
@@ -90,8 +89,7 @@ func (dep *deployment) handLocal(key, msg string) {
 	}
 }
 
-// handoffCleanup is cleanup for the default mode: the failed attempt's
-// lock, if it took it, goes to the first live waiter.
+// handoffCleanup is cleanup for the default mode: a lock taken is handed on.
 func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
 	ks, channel := handoffKeys(l.Key)
 	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retention)

@@ -17,8 +17,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// lockKnows is what a lock value records (see parseValue); a fair queue
-// adds its waiters, each named with its owner.
+// lockKnows is what a lock value records; a queue adds its waiters.
 const (
 	lockKnows = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 	fairKnows = lockKnows | backend.KnowsWaiters | backend.KnowsQueue
@@ -48,8 +47,7 @@ func (h holding) state(key string, known backend.Fields) backend.State {
 	return backend.State{Key: key, Held: true, Owner: h.owner, Fence: h.fence, TTL: h.ttl, Known: known}
 }
 
-// inspect runs the inspect script for key: the holder, if any, and in fair
-// mode the owners of the live waiters, next first.
+// inspect runs the inspect script: the holder, and the waiters' owners.
 func (dep *deployment) inspect(ctx context.Context, key string, fair bool) (h holding, held bool, queue []string, err error) {
 	k := keysFor(key)
 	ks := []string{k.lock}
@@ -149,8 +147,7 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 	return classify(dep.eachServer(ctx, scan))
 }
 
-// list finds every held lock whose key starts with prefix (see scan), and
-// reads each one's value and PTTL.
+// list reads the value and PTTL of every lock whose key starts with prefix.
 func (dep *deployment) list(ctx context.Context, prefix string) (map[string]holding, error) {
 	var mu sync.Mutex
 	found := map[string]holding{}
@@ -163,8 +160,7 @@ func (dep *deployment) list(ctx context.Context, prefix string) (map[string]hold
 	return found, nil
 }
 
-// readLocks reads the value and PTTL of the lock keys names in one
-// pipeline, and adds the held ones to found.
+// readLocks adds the held ones of the lock keys names to found.
 func (dep *deployment) readLocks(ctx context.Context, keys, names []string, mu *sync.Mutex, found map[string]holding) error {
 	type read struct {
 		key  string
@@ -278,8 +274,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	if m = backend.Object(m); m != backend.Exclusive {
 		st, held, err = d.dep.breakShared(ctx, key, m, fence)
 	} else {
-		// The next waiter is woken by name, and tries (a default-mode
-		// waiter too: its try takes the free lock).
+		// The next waiter is woken by name and tries (in either mode).
 		var h holding
 		h, held, err = d.dep.breakLock(ctx, key, fence, true)
 		st = h.state(key, lockKnows)
@@ -293,8 +288,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	return st, nil
 }
 
-// enterObject refuses a mode that names no object of a Driver's, before
-// any request, then enters the gate.
+// enterObject refuses a mode that is no object of a Driver's, then enters.
 func (d *Driver) enterObject(ctx context.Context, m backend.Mode) (context.Context, func(), error) {
 	if m > backend.Write {
 		return nil, nil, fmt.Errorf("redislock: %w: %s mode", backend.ErrUnsupported, m)
@@ -322,8 +316,7 @@ func sharedKnows(m backend.Mode) backend.Fields {
 	return k
 }
 
-// sharedInspectKeys are the shared inspect script's keys for the object m
-// whose holders are the sorted set name.
+// sharedInspectKeys are the shared inspect script's keys for object name.
 func sharedInspectKeys(name string, m backend.Mode) []string {
 	if m == backend.Permit {
 		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
@@ -341,8 +334,7 @@ func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.
 	return sharedState(key, m, r)
 }
 
-// listShared reads every held object of mode m whose key starts with
-// prefix (see scan), a page's in one pipeline.
+// listShared reads every held object of mode m whose key starts with prefix.
 func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	var mu sync.Mutex
 	var out []backend.State
@@ -370,8 +362,7 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 	return out, err
 }
 
-// sharedState reads the shared inspect script's answer r for key's
-// object m (see scripts/shared_inspect.lua).
+// sharedState reads the shared inspect script's answer r (shared_inspect.lua).
 func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	n := int64(-1)
 	if len(r) >= 2 {
@@ -391,8 +382,7 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
 	_, resized := r[0].(int64)
 	if st.Held = len(st.Holders) > 0; st.Held || resized {
-		// The resize record's limit, else the holders' claims': none
-		// without them.
+		// The resize record's limit, else the holders': none without them.
 		st.Limit = limitOf(m, r[0])
 	}
 	st.Queue = owners(r[2+holderFields*n:])
@@ -437,8 +427,7 @@ func limitOf(m backend.Mode, v any) int {
 	return 0
 }
 
-// breakShared runs the shared break script: the removed grant, or held
-// false.
+// breakShared runs the shared break script: the removed grant, if held.
 func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mode, fence uint64) (st backend.State, held bool, err error) {
 	c := backend.Claim{Key: key, Mode: m}
 	r, err := dep.run(ctx, sharedBreakScript, sharedKeys(c), strconv.FormatUint(fence, 10), keysFor(key).channel).Slice()
@@ -496,8 +485,7 @@ func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, unc
 	return holding{}, false, best+unanswered >= q.quorum
 }
 
-// views are the holdings the servers reported (ok), and how many servers
-// did not answer.
+// views are the holdings the servers reported, and how many did not answer.
 func views(res []result) (vs []holding, missing int) {
 	for _, r := range res {
 		switch {

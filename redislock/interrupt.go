@@ -45,8 +45,7 @@ func interruptible(o *redis.Options) *interrupter {
 	return track(&o.Dialer)
 }
 
-// interruptibleCluster is interruptible for a cluster client: one
-// interrupter for the connections to all its nodes.
+// interruptibleCluster is interruptible for all of a cluster's nodes.
 func interruptibleCluster(o *redis.ClusterOptions) *interrupter {
 	o.ContextTimeoutEnabled = true
 	if o.Dialer == nil {
@@ -73,8 +72,7 @@ func track(dial *func(context.Context, string, string) (net.Conn, error)) *inter
 	return in
 }
 
-// A watch is one driver call's: while the call runs after its context
-// ended, reads blocked for interruptGrace are cut.
+// A watch is one driver call's (see interrupter.watch).
 type watch struct {
 	in     *interrupter
 	stopAF func() bool
@@ -100,8 +98,7 @@ func (w *watch) stop() {
 	}
 }
 
-// maxRounds bounds fire: a call that is still running after this many
-// rounds of cuts (a second) is left to go-redis's own timeouts.
+// maxRounds bounds fire: after a second, go-redis's own timeouts rule.
 const maxRounds = 20
 
 // fire notes the reads in progress when the call's context ends and, if

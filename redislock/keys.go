@@ -7,13 +7,11 @@ import "github.com/lockerhq/locker/backend"
 // in one Redis Cluster slot and one script can touch them all. ACL's
 // patterns follow this layout.
 type keys struct {
-	// lock holds the holder's token and attempt (see attempt), with the
-	// lock's TTL.
+	// lock holds the holder's token and attempt, with the lock's TTL.
 	lock string
 	// fence is the name's fencing counter, advanced by the acquire script.
 	fence string
-	// channel is where a release is published (on the whole server: see
-	// docs/backends/redislock.md on the database number).
+	// channel is where a release is published (on the whole server).
 	channel string
 	// queue and live are the waiters' queue, in order of arrival, and until
 	// when each is alive (scripts/queue.lua); hand, what each is handed

@@ -38,8 +38,7 @@ func (logRouter) Printf(ctx context.Context, format string, v ...any) {
 // so that go-redis's messages of Open's own dial go nowhere else.
 func installLogRouter() { goredisLog.once.Do(func() { redis.SetLogger(logRouter{}) }) }
 
-// routeLogs adds l to the loggers that receive go-redis's messages, and
-// returns the function that takes it off (at the driver's Close).
+// routeLogs adds l to go-redis's loggers until the returned remove.
 func routeLogs(l *slog.Logger) (remove func()) {
 	installLogRouter()
 	if l == nil || l.Handler() == slog.DiscardHandler {

@@ -16,8 +16,7 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier over Redis pub/sub: the key's
-// releases publish while it is subscribed (see watchmark.go).
+// Subscribe implements backend.Notifier over Redis pub/sub.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if d.gate.Closed() {
 		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
@@ -68,13 +67,11 @@ type chanState struct {
 type subscription struct {
 	ch chan struct{}
 	id string // a waiter's name: woken only by messages naming it or none
-	// handed are the hand-offs to id received (see handoff.lua), oldest
-	// first; guarded by dep.mu.
+	// handed are the hand-offs to id received, oldest first; under dep.mu.
 	handed []handoff
 }
 
-// handoff is what a hand-off message says: the lock was given to the
-// waiter's attempt, under fence.
+// handoff is a hand-off message: the lock went to attempt under fence.
 type handoff struct {
 	attempt, fence uint64
 }
@@ -164,8 +161,8 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	return sub, cancel, nil
 }
 
-// route is the hub of channel: "" for a client or cluster, whose one hub
-// serves every channel, the channel itself for a ring.
+// route is channel's hub: one for a client or cluster, one per channel of
+// a ring.
 func (dep *deployment) route(channel string) string {
 	if dep.ring {
 		return channel
@@ -182,8 +179,8 @@ func (dep *deployment) pubSub(ctx context.Context, route string) *redis.PubSub {
 	return dep.rdb.Subscribe(ctx)
 }
 
-// activeHub is the live hub on which key's channel is confirmed, and the
-// channel; nil if there is none. dep.mu is held.
+// activeHub is the live hub on which key's channel is confirmed; dep.mu is
+// held.
 func (dep *deployment) activeHub(key string) (*hub, string) {
 	channel := keysFor(key).channel
 	h := dep.hubs[dep.route(channel)]
@@ -222,8 +219,7 @@ func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subsc
 	return sub, func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
 }
 
-// add puts sub on channel, ending the channel's linger; dep.mu must be
-// held.
+// add puts sub on channel, ending its linger; dep.mu is held.
 func (h *hub) add(channel string, sub *subscription) *chanState {
 	st := h.chans[channel]
 	if st == nil {
@@ -240,8 +236,7 @@ func (h *hub) add(channel string, sub *subscription) *chanState {
 	return st
 }
 
-// barrierTimeout bounds the wait for a subscription's confirmation: past
-// it, the caller waits by polling rather than not at all.
+// barrierTimeout bounds a confirmation: past it, the caller polls.
 const barrierTimeout = 2 * time.Second
 
 // confirm sends SUBSCRIBE, then a PING with a unique payload, on one
@@ -252,8 +247,7 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 	dep := h.dep
 	deadline := time.NewTimer(barrierTimeout)
 	defer deadline.Stop()
-	// Wait for the connection ctx-aware: a write to a server that does not
-	// answer can take long.
+	// Wait for the connection ctx-aware: a write to a dead server blocks.
 	select {
 	case h.wmu <- struct{}{}:
 	case <-ctx.Done():
@@ -311,8 +305,7 @@ func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
 	return h.dep.seq, h.epoch, done, true
 }
 
-// unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
-// if nobody subscribed again.
+// unsubscribe removes sub, and UNSUBSCRIBEs an idle channel after linger.
 func (dep *deployment) unsubscribe(h *hub, channel string, st *chanState, sub *subscription) {
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
@@ -387,15 +380,14 @@ func (h *hub) failBarriers(err error) {
 	}
 }
 
-// run reads the hub's connection until it is closed, delivering release
-// messages and PONGs.
+// run reads the hub's connection, delivering messages and PONGs, until it
+// is closed.
 func (h *hub) run() {
 	dep := h.dep
 	defer dep.wg.Done()
 	ctx := context.Background()
 	failures := 0
-	// Reconnections after the first are paced: go-redis reconnects on
-	// the next Receive.
+	// Reconnections after the first are paced (go-redis reconnects on Receive).
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		dep.mu.Lock()
@@ -473,8 +465,7 @@ func (h *hub) run() {
 				}
 			}
 			dep.mu.Unlock()
-			// All are told, as the Notifier contract says; the locker
-			// Client's turnstile orders its own waiters.
+			// All are told: the Client's turnstile orders its own waiters.
 			for _, s := range subs {
 				notify(s.ch)
 			}
@@ -486,8 +477,7 @@ func (h *hub) run() {
 			if err != nil {
 				continue
 			}
-			// PONGs arrive in order: every earlier barrier on this
-			// connection is passed too.
+			// PONGs come in order: earlier barriers are passed too.
 			dep.mu.Lock()
 			for s, done := range h.barriers {
 				if s <= seq {
@@ -546,8 +536,7 @@ func (h *hub) check() {
 	}
 }
 
-// lockWrites takes the right to write on the hub's connection (h.wmu;
-// give it back with <-h.wmu), unless the hub quits first.
+// lockWrites takes h.wmu (give it back with <-h.wmu) unless the hub quits.
 func (h *hub) lockWrites() bool {
 	select {
 	case h.wmu <- struct{}{}:
@@ -602,8 +591,7 @@ func (h *hub) ping() {
 	}
 }
 
-// replace closes the hub's connection for a new one that subscribes every
-// channel again; run goes on reading the new one.
+// replace swaps the hub's connection for a new one, subscribed again.
 func (h *hub) replace(reason error) {
 	dep := h.dep
 	if !h.lockWrites() {
@@ -630,8 +618,7 @@ func (h *hub) replace(reason error) {
 	_ = old.Close()
 	h.failBarriers(reason)
 	if !dep.ring && len(channels) > 0 {
-		// On failure go-redis has them recorded, and subscribes them when
-		// it reconnects for the next Receive or PING.
+		// On failure go-redis subscribes them again when it reconnects.
 		_ = ps.Subscribe(ctx, channels...)
 	}
 }
