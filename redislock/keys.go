@@ -19,8 +19,7 @@ type keys struct {
 	queue, live, hand string
 }
 
-// keysFor returns the names of key's state, slices of one string made in
-// one allocation: every call of a lock cycle makes them.
+// keysFor returns the names of key's state, in one allocation.
 func keysFor(key string) keys {
 	e := backend.EscapeKey(key)
 	all := "{" + e + "}:lock{" + e + "}:fence{" + e + "}:released{" + e + "}:queue{" + e + "}:live{" + e + "}:hand"

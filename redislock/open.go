@@ -31,8 +31,7 @@ func init() {
 	}
 }
 
-// openAny is the registry's opener: a Driver, or a FairDriver when the URL
-// says fair=true.
+// openAny is the registry's opener: a FairDriver when fair=true.
 func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	fair, err := fairParam(u)
 	if err != nil {
@@ -146,8 +145,7 @@ func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 	*dst = tc
 }
 
-// OpenFair is Open for a FairDriver: waiters are served in arrival order.
-// The URL may say fair=true, as locker.Open needs it to.
+// OpenFair is Open for a FairDriver; the URL may say fair=true.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
 	u, err := parseURL(rawURL)
 	if err == nil {
@@ -194,8 +192,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	return open(ctx, u, false, opts)
 }
 
-// open is Open, OpenFair and the registry's opener: a fair Driver when
-// fair.
+// open is Open, OpenFair and the registry's opener.
 func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, error) {
 	u, cfg, tc, err := ownParams(ctx, u, opts)
 	if err != nil {
@@ -327,8 +324,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
-		// A refused connection is also one lost vote: retrying it would make
-		// every operation wait for it.
+		// A refused connection is one lost vote, not to be waited for.
 		retryOnce(o, u)
 		options = append(options, o)
 	}
@@ -342,8 +338,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
-	// Wait for a majority, not for a silent server; later answers are
-	// checked in the background.
+	// Wait for a majority, not a silent server; later answers are checked.
 	timeout := defaultOpenTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)

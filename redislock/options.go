@@ -18,11 +18,9 @@ type config struct {
 	linger      time.Duration
 	driftFactor float64
 	driftMin    time.Duration
-	// restartDelay caps how long a server that started recently refuses
-	// names it has no fence counter for; < 0: no cap (the lock's TTL).
+	// restartDelay is WithRestartDelay's cap; < 0: none (the lock's TTL).
 	restartDelay time.Duration
-	// retention is how long a name's fence counter outlives its last
-	// grant (see WithRetention).
+	// retention is WithRetention's.
 	retention time.Duration
 	// err is the first option given a value out of its range.
 	err error
@@ -39,8 +37,7 @@ func defaultConfig() config {
 	}
 }
 
-// buildConfig applies opts to the defaults, and returns the error of the
-// first option given a value out of its range.
+// buildConfig applies opts to the defaults; the first bad one is an error.
 func buildConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -56,8 +53,7 @@ func (c *config) invalid(format string, args ...any) {
 	}
 }
 
-// defaultRestartDelay is the restart delay's cap when no option or URL
-// sets one: none (the lock's TTL). A variable for the tests.
+// defaultRestartDelay is the cap by default: none. A variable for the tests.
 var defaultRestartDelay time.Duration = -1
 
 // WithRestartDelay caps how long a server refuses, after it starts, the
@@ -75,8 +71,7 @@ func WithRestartDelay(d time.Duration) Option {
 	}
 }
 
-// DefaultRetention is how long a name's fence counter outlives the
-// name's last grant when no option or URL says otherwise.
+// DefaultRetention is WithRetention's default.
 const DefaultRetention = 24 * time.Hour
 
 // WithRetention sets how long a name's fence counter outlives the name's
@@ -122,6 +117,5 @@ func WithClockDrift(factor float64, fixed time.Duration) Option {
 	}
 }
 
-// withLinger sets how long a release channel stays subscribed after its
-// last waiter left. For tests.
+// withLinger sets how long an idle channel stays subscribed. For tests.
 func withLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }

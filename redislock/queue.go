@@ -77,8 +77,7 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	case errors.Is(err, backend.ErrNotAcquired):
 		return backend.Grant{}, t, nil
 	case t.queuedAt == 0:
-		// Whatever the looks left (an entry, a lock whose grant was
-		// lost) goes before the next Enqueue of the claim.
+		// What the looks left goes before the claim's next Enqueue.
 		t.stop()
 		d.dep.undo(ctx, func(ctx context.Context) { _ = t.leave(ctx) })
 		return backend.Grant{}, nil, err
@@ -105,8 +104,7 @@ func (t *ticket) join() {
 // handoff says whether the claim waits for the default mode's hand-off.
 func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.fair }
 
-// subscribe subscribes to the key's wake-ups; without them, the waiter
-// polls (see Wait).
+// subscribe subscribes to the key's wake-ups, or has the waiter poll.
 func (t *ticket) subscribe(ctx context.Context) error {
 	t.join()
 	var err error
@@ -211,8 +209,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
 }
 
-// minRenewal bounds how often a default mode waiter of a lock with a tiny
-// TTL renews.
+// minRenewal bounds how often a default mode waiter renews (a tiny TTL).
 const minRenewal = 5 * time.Millisecond
 
 // Leave implements backend.Ticket: the entry goes, and so does what any

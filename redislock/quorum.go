@@ -25,8 +25,7 @@ type Quorum struct {
 	addrs  []string // for error messages
 	quorum int
 	cfg    config
-	// gate counts the requests in flight, and servers' answers that came
-	// after the decision: Close ends them and waits for them.
+	// gate ends and awaits the requests in flight and late answers.
 	gate backend.Gate
 
 	mu       sync.Mutex
@@ -47,8 +46,7 @@ type acquisition struct {
 	settled chan struct{} // closed when the last of them has been dealt with
 }
 
-// straggler is one server's answer to an acquisition, for a Release that
-// may come before it.
+// straggler is one server's answer, for a Release that comes before it.
 type straggler struct {
 	// state: 0 no answer yet; 1 answered (r is set); 2 a release found
 	// nothing to release before the answer came: late releases the grant.
@@ -234,15 +232,13 @@ func closedResults(n int) []result {
 	return res
 }
 
-// enter takes a ticket for work that Close ends and waits for, unless
-// Close has begun: a context that ends when Close begins, and done.
+// enter is a background gate.Enter: closing ends when Close begins.
 func (q *Quorum) enter() (closing context.Context, done func(), ok bool) {
 	closing, done, err := q.gate.Enter(context.Background())
 	return closing, done, err == nil
 }
 
-// decidedBy is the usual rule: a majority said yes, or so many said no that
-// no majority can say yes.
+// decidedBy: a majority said yes, or so many said no that none can.
 func (q *Quorum) decidedBy(ok, notOK int) bool {
 	return ok >= q.quorum || notOK > len(q.deps)-q.quorum
 }
@@ -263,8 +259,7 @@ func (e *ServerError) Error() string {
 	return e.Addr + ": " + e.Err.Error()
 }
 
-// ErrNoAnswer is a quorum server's silence: it had not answered when the
-// others' answers decided the request, or in time.
+// ErrNoAnswer is a quorum server's silence when the others decided.
 var ErrNoAnswer = errors.New("no answer in time")
 
 // serverErrors are the servers' failures in one request.
@@ -280,8 +275,7 @@ func (es serverErrors) Error() string {
 
 func (es serverErrors) Unwrap() []error { return es }
 
-// errSummary is the servers' errors and silences, for an error that says
-// what failed.
+// errSummary is the servers' errors and silences.
 func (q *Quorum) errSummary(res []result) error {
 	var es serverErrors
 	for i, r := range res {
@@ -308,8 +302,8 @@ func count(res []result) (ok, notOK int) {
 	return ok, notOK
 }
 
-// restarted counts the servers that refused because they restarted less
-// than a TTL ago (the delayed restart), and the longest they still refuse.
+// restarted counts the servers refusing since they restarted, and the
+// longest they still refuse.
 func restarted(res []result) (n int, settle time.Duration) {
 	for _, r := range res {
 		if r.answered && r.err == nil && r.settle > 0 {
@@ -362,8 +356,7 @@ const splitRetries = 3
 // used up by acquiring's two rounds of requests on a busy machine.
 const minQuorumTTL = 500 * time.Millisecond
 
-// tryOnce is one attempt; on a hot name (see quorum_hot.go) it asks the
-// arbiter first.
+// tryOnce is one attempt; on a hot name it asks the arbiter first.
 func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
@@ -455,8 +448,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}
 	if granted < q.quorum {
 		if granted+denied >= q.quorum {
-			// Enough servers answered to decide: another token holds it,
-			// or contenders split the vote.
+			// Decided: another token holds it, or the vote split.
 			q.noteDenied(l.Key, time.Now())
 			why := error(backend.ErrNotAcquired)
 			if n, settle := restarted(res); n > 0 {
@@ -473,8 +465,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			granted+denied, len(q.deps), q.quorum, q.errSummary(res)))
 	}
 
-	// Raise the counters of the granting servers that are below the fence
-	// (why: docs/backends/redislock.md, Quorum, Fencing).
+	// Raise the granting servers' counters below the fence (see
+	// docs/backends/redislock.md, Quorum, Fencing).
 	confirmed, lostRace := 0, false
 	var raiseErr error
 	var wg sync.WaitGroup
@@ -593,8 +585,7 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 	return q.refreshVerdict(ctx, res, t0, l.TTL)
 }
 
-// refreshVerdict decides a refresh of a lock with TTL ttl, sent at t0,
-// from the servers' answers res (Refresh and RefreshMany).
+// refreshVerdict decides a refresh sent at t0 from the servers' answers.
 func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time, ttl time.Duration) error {
 	ok, notHeld := count(res)
 	switch {
@@ -665,8 +656,8 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 		}
 		ok, err := dep.release(ctx, l)
 		if s != nil && !ok && !s.state.CompareAndSwap(0, 2) && s.state.Load() == 1 && (s.r.ok || s.r.err != nil) {
-			// Nothing released, and the acquisition's answer came
-			// meanwhile: it may have landed after the release.
+			// Nothing released, but the answer came meanwhile: it may
+			// have landed after the release.
 			ok, err = dep.release(ctx, l)
 		}
 		return result{ok: ok, err: err}
@@ -715,8 +706,7 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 			c()
 		}
 	}
-	// Linked: the caller's ctx ends the wait for a confirmation, as it
-	// should.
+	// Linked: the caller's ctx ends the wait for a confirmation.
 	res := q.gather(ctx, barrierTimeout, true, func(sctx context.Context, i int) result {
 		_, c, err := q.deps[i].subscribe(sctx, key, "", ch)
 		if err == nil {

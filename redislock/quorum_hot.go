@@ -17,8 +17,7 @@ import (
 // hotFor is how long a name stays hot after a refusal.
 const hotFor = time.Second
 
-// yieldFor is how long a releaser's process waits before trying again a
-// name that others want: a notification's delivery and an attempt.
+// yieldFor is how long a releaser waits before trying a name others want.
 const yieldFor = 2 * time.Millisecond
 
 // arbiterGrace is how long a Release that a majority answered waits for
@@ -34,8 +33,7 @@ type hotKey struct {
 	held     int       // this Quorum's grants of it not yet released
 }
 
-// hotState says whether key is hot, and how long an attempt on it should
-// wait first (see yieldFor).
+// hotState says whether key is hot, and how long to wait (yieldFor).
 func (q *Quorum) hotState(key string, now time.Time) (hot bool, wait time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -83,15 +81,13 @@ func (q *Quorum) noteReleased(key string, now time.Time) {
 	q.mu.Unlock()
 }
 
-// pruneHot drops the names that cooled, now and then as the map grows;
-// q.mu is held.
+// pruneHot drops cooled names as the map grows; q.mu is held.
 func (q *Quorum) pruneHot(now time.Time) {
 	if len(q.hot) < q.hotPrune {
 		return
 	}
 	for k, h := range q.hot {
-		// A cold name's count of grants goes too: one lost and never
-		// released would keep it forever.
+		// A grant lost and never released must not keep a name forever.
 		if now.Sub(h.denied) > hotFor {
 			delete(q.hot, k)
 		}

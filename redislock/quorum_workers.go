@@ -19,8 +19,7 @@ func (q *Quorum) run(f func()) {
 	}
 }
 
-// worker runs f, then the jobs that run hands it, until it has been idle
-// for workerIdle or Close begins.
+// worker runs f, then others, until idle for workerIdle or Close begins.
 func (q *Quorum) worker(f func()) {
 	f()
 	t := time.NewTimer(workerIdle)

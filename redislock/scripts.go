@@ -18,8 +18,7 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// lua returns the scripts/<name>.lua files named, one after the other,
-// from which the scripts below are put together.
+// lua returns the scripts/<name>.lua files named, one after the other.
 func lua(names ...string) string {
 	var b strings.Builder
 	for _, name := range names {
@@ -39,8 +38,7 @@ const acquirePrefix = "local restart_delay, retention, owner = tonumber(ARGV[4])
 const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n"
 
 var (
-	// Script.Run sends EVALSHA and falls back to EVAL when the server
-	// answers NOSCRIPT (a restart or failover emptied its script cache).
+	// Script.Run sends EVALSHA, and EVAL on NOSCRIPT (an emptied cache).
 	acquireScript = redis.NewScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
 	refreshScript = redis.NewScript(lua("refresh"))
 	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
@@ -48,15 +46,13 @@ var (
 	inspectScript = redis.NewScript(lua("queue", "waiters", "inspect"))
 	breakScript   = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("break"))
 
-	// Fair mode's scripts share queue.lua; its acquire grants the head of
-	// the queue only.
+	// Fair mode's: its acquire grants the head of the queue only.
 	fairAcquireScript = redis.NewScript(lua("value", "fence", "queue") + queueArgs + lua("acquire") + "\nend\n" + lua("fair_acquire"))
 	fairReleaseScript = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("release"))
 	fairBreakScript   = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("break"))
 	leaveScript       = redis.NewScript(lua("value", "queue", "leave"))
 
-	// The default mode's: a contended lock is handed from its holder to
-	// the first live waiter (see handoff.lua).
+	// The default mode's: a release hands the lock to the first waiter.
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
 	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
 	handoffReleaseScript = redis.NewScript(lua("handoff_release", "value", "fence", "queue", "handoff", "handoff_queued"))
@@ -79,8 +75,7 @@ func attempt(l backend.Claim) string {
 	return attemptValue(l.Token, attempts.Add(1))
 }
 
-// attemptValue is "<token>.<n>", in one allocation: it is built on every
-// try.
+// attemptValue is "<token>.<n>", in one allocation (every try builds one).
 func attemptValue(token string, n uint64) string {
 	var b strings.Builder
 	b.Grow(len(token) + 21)
@@ -126,8 +121,7 @@ func classify(err error) error {
 
 var aclRefusals = []string{"NOPERM", "WRONGPASS", "NOAUTH", "The user executing the script can't", "ACL failure in script"}
 
-// released reads the release script's answer, and warns once when the
-// server refused the wake-up (see release.lua).
+// released reads a release's answer, warning once of a refused PUBLISH.
 func (dep *deployment) released(v int64) bool {
 	if v == 2 {
 		dep.publishDenied.Do(func() {
@@ -143,8 +137,8 @@ func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, 
 	return s.Run(ctx, dep.rdb, keys, args...)
 }
 
-// restartDelay is how long after its start a server refuses names it has
-// no fence counter for, in milliseconds, for a lock of px milliseconds.
+// restartDelay is how long, in ms, a server that started refuses a name it
+// has no fence counter for, for a lock of px ms.
 func (dep *deployment) restartDelay(px int64) int64 {
 	if dep.restartMax < 0 {
 		return px
@@ -152,8 +146,7 @@ func (dep *deployment) restartDelay(px int64) int64 {
 	return min(px, dep.restartMax.Milliseconds())
 }
 
-// notAcquired is the error of an acquisition the server refused: r is the
-// script's answer, 0 or -n (see acquire).
+// notAcquired is the error of a refusal: r is 0 or -n (see acquire).
 func notAcquired(op string, r int64) error {
 	if r < 0 {
 		return fmt.Errorf("redislock: %s: %w", op, &backend.NotAcquiredError{Reason: fmt.Sprintf(
@@ -203,8 +196,7 @@ func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w stri
 	return dep.evalCleanup(ctx, leaveScript, []string{k.lock, k.queue, k.live}, value, k.channel, w)
 }
 
-// raise runs the raise script; left is what remains of the lock's expiry
-// (px counted from before the acquisition was sent), in milliseconds.
+// raise runs the raise script; left is the lock's expiry left, in ms.
 func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64, left int64) (bool, error) {
 	k := keysFor(l.Key)
 	v, err := dep.run(ctx, raiseScript, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
@@ -223,8 +215,7 @@ func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value strin
 	_ = dep.evalCleanup(ctx, releaseScript, []string{k.lock}, value, k.channel, "1")
 }
 
-// evalCleanup sends the clean-up script s whole (EVAL), even when ctx is
-// done, for at most cleanupTimeout.
+// evalCleanup sends s whole (EVAL), ctx done or not, for cleanupTimeout.
 func (dep *deployment) evalCleanup(ctx context.Context, s *redis.Script, keys []string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()

@@ -12,8 +12,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Semaphores and read-write locks (backend.Modal): objects of their own
-// next to the name's lock, in its hash slot (see scripts/shared.lua).
+// Semaphores and read-write locks (backend.Modal): see scripts/shared.lua.
 
 var (
 	sharedAcquireScript = redis.NewScript(lua("fence", "shared", "shared_queue", "shared_acquire"))
@@ -32,12 +31,10 @@ func (d *Driver) Modes() backend.ModeSet {
 // limit to different clients, so a majority bounds nothing.
 func (q *Quorum) Modes() backend.ModeSet { return 0 }
 
-// Weighs implements backend.Weigher: a holder's permits are in its field
-// (see scripts/shared.lua), and the queue's waiters carry theirs.
+// Weighs implements backend.Weigher: grants and waiters carry weights.
 func (d *Driver) Weighs() bool { return true }
 
-// sharedKeys returns the Redis names of c's object: holders, state and
-// fence counter (see scripts/shared.lua), in the name's hash slot.
+// sharedKeys are the Redis names of c's holders, state and fence counter.
 func sharedKeys(c backend.Claim) []string {
 	p := sharedPrefix(c)
 	return []string{p, p + ".h", p + ".fence"}
@@ -87,8 +84,7 @@ func checkShared(c backend.Claim) error {
 	return nil
 }
 
-// tryShared is TryAcquire for a permit, a read or a write: granted only
-// as if it had joined the end of the queue.
+// tryShared is TryAcquire for a permit, a read or a write, behind the queue.
 func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	if err := checkShared(c); err != nil {
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
@@ -121,7 +117,7 @@ type sharedAnswer struct {
 }
 
 // acquireShared runs the shared acquire script for attempt n of c, as
-// waiter w, in mode "try", "wait" or "look" (see scripts/shared_queue.lua).
+// waiter w, in mode "try", "wait" or "look" (scripts/shared_queue.lua).
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
 	r, err := dep.run(ctx, sharedAcquireScript, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
 		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1), c.Owner).Result()
@@ -161,14 +157,12 @@ func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool
 	return dep.released(v), classify(err)
 }
 
-// leaveShared takes waiter w out of c's queue, even when ctx is done, and
-// frees what attempt n was granted, as leave does for a lock.
+// leaveShared is leave for c's queue, freeing what attempt n was granted.
 func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) error {
 	return dep.evalCleanup(ctx, sharedLeaveScript, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel)
 }
 
-// cleanupShared removes what the failed attempt n of c may have left, as
-// cleanup does for a lock: only that attempt's hold.
+// cleanupShared is cleanup for attempt n of c.
 func (dep *deployment) cleanupShared(ctx context.Context, c backend.Claim, n uint64) {
 	_ = dep.evalCleanup(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10))
 }

@@ -36,8 +36,7 @@ type uptime struct {
 // probeEvery paces the probes of a server whose variant is missing.
 const probeEvery = time.Second
 
-// upVariant is the acquire script, its settings declared by prefix, that
-// skips the restart check for delays of at most upMs milliseconds.
+// upVariant is the acquire script that skips delays up to upMs ms.
 func upVariant(prefix string, upMs int64) string {
 	return lua("value", "fence") + prefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
 }
@@ -48,8 +47,7 @@ var (
 	versionRe = regexp.MustCompile(`redis_version:(\d+)\.`)
 )
 
-// serverInfo reads a server's run_id and uptime from INFO server; not ok
-// before Redis 7 (see above).
+// serverInfo reads run_id and uptime from INFO server; not ok before 7.
 func serverInfo(s string) (runID string, up int64, ok bool) {
 	m, r, v := uptimeRe.FindStringSubmatch(s), runIDRe.FindStringSubmatch(s), versionRe.FindStringSubmatch(s)
 	if m == nil || r == nil || v == nil {
@@ -96,8 +94,7 @@ func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context
 	return v, classify(err)
 }
 
-// probe learns the variant in the background, unless one is being learned
-// or was tried less than probeEvery ago.
+// probe learns the variant in the background, at most every probeEvery.
 func (u *uptime) probe(dep *deployment, enter func() (context.Context, func(), bool), prefix string) {
 	now := time.Now().UnixNano()
 	if now < u.next.Load() || !u.probing.CompareAndSwap(false, true) {
@@ -147,6 +144,5 @@ func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	return &upScript{hash: hash, upMs: x, runID: runID}
 }
 
-// isNoScript reports the server's answer to an EVALSHA of a script it
-// does not have.
+// isNoScript reports a NOSCRIPT answer.
 func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -17,12 +17,10 @@ import (
 // a release nobody waits for or watches costs no PUBLISH, which a cluster
 // sends to every node.
 
-// watchField is the watchers' field of {E}:live: no waiter is named so
-// (see ticket.w: "<id>:<owner>").
+// watchField is the watchers' field of {E}:live (no waiter is named so).
 const watchField = "~watch"
 
-// watchEvery is how often a watched key's mark is renewed; it lives for
-// 2*livenessTTL, as waiters' entries do.
+// watchEvery renews a mark that lives 2*livenessTTL, as waiters' entries.
 const watchEvery = livenessTTL / 2
 
 var watchScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], '1')
@@ -75,8 +73,7 @@ func (dep *deployment) writeMark(ctx context.Context, live string) error {
 	return classify(dep.run(ctx, watchScript, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
 }
 
-// renewMark renews m until it has no watchers left or dep closes; the mark
-// itself then expires.
+// renewMark renews m until it has no watchers or dep closes.
 func (dep *deployment) renewMark(live string, m *watchMark) {
 	defer dep.wg.Done()
 	t := time.NewTicker(watchEvery)
@@ -101,7 +98,7 @@ func (dep *deployment) renewMark(live string, m *watchMark) {
 		cancel()
 		dep.mu.Lock()
 		// The mark lives 2*livenessTTL from the last write that landed,
-		// which was sent at m.ok or later.
+		// sent at m.ok or later.
 		lapsed = lapsed || err != nil || time.Since(m.ok) >= 2*livenessTTL
 		if err == nil {
 			m.ok = sent
