@@ -116,7 +116,7 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	t0 := time.Now()
 	res := q.gatherMany(ctx, timeout, ls, pxs)
 	for i, l := range ls {
-		errs[i] = q.refreshVerdict(ctx, res[i*len(q.deps):(i+1)*len(q.deps)], t0, l.TTL)
+		errs[i] = q.verdict(ctx, "refresh", res[i*len(q.deps):(i+1)*len(q.deps)], t0, l.TTL)
 	}
 	return errs
 }

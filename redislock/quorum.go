@@ -582,23 +582,25 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 		ok, err := q.deps[i].refresh(ctx, l, px)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
-	return q.refreshVerdict(ctx, res, t0, l.TTL)
+	return q.verdict(ctx, "refresh", res, t0, l.TTL)
 }
 
-// refreshVerdict decides a refresh sent at t0 from the servers' answers.
-func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time, ttl time.Duration) error {
+// verdict decides a refresh or a release (op) from the servers' answers;
+// a refresh (ttl > 0, sent at t0) must be confirmed within its TTL.
+func (q *Quorum) verdict(ctx context.Context, op string, res []result, t0 time.Time, ttl time.Duration) error {
 	ok, notHeld := count(res)
+	late := ttl > 0 && time.Since(t0) >= ttl
 	switch {
-	case ok >= q.quorum && time.Since(t0) < ttl:
+	case ok >= q.quorum && !late:
 		return nil
 	case notHeld > len(q.deps)-q.quorum:
-		return fmt.Errorf("redislock: quorum: refresh: %w (%d of %d servers hold it, %d needed)", backend.ErrNotHeld, ok, len(q.deps), q.quorum)
+		return fmt.Errorf("redislock: quorum: %s: %w (%d of %d servers held it, %d needed)", op, backend.ErrNotHeld, ok, len(q.deps), q.quorum)
 	case ok >= q.quorum:
-		return fmt.Errorf("redislock: quorum: refresh: took %v, longer than the TTL", time.Since(t0).Round(time.Millisecond))
+		return fmt.Errorf("redislock: quorum: %s: took %v, longer than the TTL", op, time.Since(t0).Round(time.Millisecond))
 	case ctx.Err() != nil:
-		return fmt.Errorf("redislock: quorum: refresh: %w", context.Cause(ctx))
+		return fmt.Errorf("redislock: quorum: %s: %w", op, context.Cause(ctx))
 	default:
-		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
+		return fmt.Errorf("redislock: quorum: %s: %d of %d servers confirmed, %d needed: %w", op, ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 }
 
@@ -663,17 +665,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 		return result{ok: ok, err: err}
 	}, decided, nil)
 	q.noteReleased(l.Key, time.Now())
-	ok, notHeld := count(res)
-	switch {
-	case ok >= q.quorum:
-		return nil
-	case notHeld > len(q.deps)-q.quorum:
-		return fmt.Errorf("redislock: quorum: release: %w (%d of %d servers held it)", backend.ErrNotHeld, ok, len(q.deps))
-	case ctx.Err() != nil:
-		return fmt.Errorf("redislock: quorum: release: %w", context.Cause(ctx))
-	default:
-		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
-	}
+	return q.verdict(ctx, "release", res, time.Time{}, 0)
 }
 
 // Subscribe implements backend.Notifier: it subscribes on every server and
