@@ -126,24 +126,16 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
 	nd := len(q.deps)
 	res := make([]result, len(locks)*nd)
-	ok := make([]int, len(locks))
-	notOK := make([]int, len(locks))
 	undecided := len(locks)
 	started := fanOut(q, ctx, timeout, false, func(ctx context.Context, i int) []result {
 		return q.deps[i].refreshMany(ctx, locks, pxs)
 	}, func(i int, rs []result) bool {
 		for j, r := range rs {
+			mine := res[j*nd : (j+1)*nd]
+			was := q.decidedBy(count(mine))
 			r.answered = true
-			res[j*nd+i] = r
-			was := q.decidedBy(ok[j], notOK[j])
-			switch {
-			case r.err != nil:
-			case r.ok:
-				ok[j]++
-			default:
-				notOK[j]++
-			}
-			if !was && q.decidedBy(ok[j], notOK[j]) {
+			mine[i] = r
+			if !was && q.decidedBy(count(mine)) {
 				undecided--
 			}
 		}

@@ -139,18 +139,10 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration, linked bool,
 	late func(i int, r result),
 ) []result {
 	res := make([]result, len(q.deps))
-	ok, notOK := 0, 0
 	started := fanOut(q, ctx, timeout, linked, fn, func(i int, r result) bool {
 		r.answered = true
 		res[i] = r
-		switch {
-		case r.err != nil:
-		case r.ok:
-			ok++
-		default:
-			notOK++
-		}
-		return decided(ok, notOK)
+		return decided(count(res))
 	}, late)
 	if !started {
 		return closedResults(len(q.deps))
