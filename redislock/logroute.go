@@ -47,14 +47,11 @@ func routeLogs(l *slog.Logger) (remove func()) {
 	goredisLog.mu.Lock()
 	goredisLog.loggers[l]++
 	goredisLog.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			goredisLog.mu.Lock()
-			defer goredisLog.mu.Unlock()
-			if goredisLog.loggers[l]--; goredisLog.loggers[l] <= 0 {
-				delete(goredisLog.loggers, l)
-			}
-		})
-	}
+	return sync.OnceFunc(func() {
+		goredisLog.mu.Lock()
+		defer goredisLog.mu.Unlock()
+		if goredisLog.loggers[l]--; goredisLog.loggers[l] <= 0 {
+			delete(goredisLog.loggers, l)
+		}
+	})
 }

@@ -149,8 +149,7 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	active := st.active
 	dep.mu.Unlock()
 
-	var once sync.Once
-	cancel := func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+	cancel := sync.OnceFunc(func() { dep.unsubscribe(h, channel, st, sub) })
 	if active {
 		return sub, cancel, nil
 	}
@@ -215,8 +214,7 @@ func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subsc
 	}
 	sub := &subscription{ch: ch, id: id}
 	st := h.add(channel, sub)
-	var once sync.Once
-	return sub, func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+	return sub, sync.OnceFunc(func() { dep.unsubscribe(h, channel, st, sub) })
 }
 
 // add puts sub on channel, ending its linger; dep.mu is held.
@@ -470,11 +468,9 @@ func (h *hub) run() {
 				notify(s.ch)
 			}
 		case *redis.Pong:
-			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
-				continue
-			}
-			seq, err := strconv.ParseUint(m.Payload[len(pingPrefix):], 10, 64)
-			if err != nil {
+			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
+			seq, err := strconv.ParseUint(digits, 10, 64)
+			if !ours || err != nil {
 				continue
 			}
 			// PONGs come in order: earlier barriers are passed too.

@@ -59,14 +59,11 @@ func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (
 		go dep.renewMark(live, m)
 	}
 	m.chans[ch] = struct{}{}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			dep.mu.Lock()
-			delete(m.chans, ch)
-			dep.mu.Unlock()
-		})
-	}, nil
+	return sync.OnceFunc(func() {
+		dep.mu.Lock()
+		delete(m.chans, ch)
+		dep.mu.Unlock()
+	}), nil
 }
 
 func (dep *deployment) writeMark(ctx context.Context, live string) error {
