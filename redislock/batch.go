@@ -78,12 +78,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		pxs[i] = ttlMillis(l.TTL)
 	}
 	for i, r := range d.dep.refreshMany(ctx, locks, pxs) {
-		switch {
-		case r.err != nil:
-			errs[i] = fmt.Errorf("redislock: %w", r.err)
-		case !r.ok:
-			errs[i] = fmt.Errorf("redislock: %w", backend.ErrNotHeld)
-		}
+		errs[i] = heldErr(r.ok, r.err)
 	}
 	return errs
 }

@@ -118,14 +118,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		refresh = d.dep.refreshShared
 	}
-	ok, err := refresh(ctx, l, ttlMillis(l.TTL))
-	if err != nil {
-		return fmt.Errorf("redislock: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("redislock: %w", backend.ErrNotHeld)
-	}
-	return nil
+	return heldErr(refresh(ctx, l, ttlMillis(l.TTL)))
 }
 
 // Release implements backend.Driver. A lock with live waiters goes to the
@@ -143,11 +136,15 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	case d.fair:
 		release = d.dep.fairRelease
 	}
-	ok, err := release(ctx, l)
-	if err != nil {
+	return heldErr(release(ctx, l))
+}
+
+// heldErr is the error of a refresh or a release that answered ok, or err.
+func heldErr(ok bool, err error) error {
+	switch {
+	case err != nil:
 		return fmt.Errorf("redislock: %w", err)
-	}
-	if !ok {
+	case !ok:
 		return fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 	}
 	return nil

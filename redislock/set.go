@@ -94,12 +94,8 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	for i, l := range claims {
 		if cmds[i] == nil || cmds[i].Err() != nil {
 			errs[i] = d.Release(ctx, l) // NOSCRIPT (a restarted server) included
-			continue
-		}
-		if ok, err := d.dep.handedOff(l, cmds[i].Val()); err != nil {
-			errs[i] = fmt.Errorf("redislock: %w", err)
-		} else if !ok {
-			errs[i] = fmt.Errorf("redislock: %w", backend.ErrNotHeld)
+		} else {
+			errs[i] = heldErr(d.dep.handedOff(l, cmds[i].Val()))
 		}
 	}
 	return errs
