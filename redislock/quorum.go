@@ -96,20 +96,17 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 			return nil, fmt.Errorf("redislock: NewQuorum: %w: client %d is nil", backend.ErrInvalidOption, i)
 		}
 		deps = append(deps, newDeployment(c, false, &cfg))
-		addrs = append(addrs, clientAddr(c, i))
+		addr := fmt.Sprintf("server %d", i+1)
+		if cl, ok := c.(*redis.Client); ok {
+			addr = cl.Options().Addr
+		}
+		addrs = append(addrs, addr)
 	}
 	q := newQuorum(deps, addrs, cfg)
 	for i, dep := range q.deps {
 		dep.checkMaxmemoryAsync(q.addrs[i])
 	}
 	return q, nil
-}
-
-func clientAddr(c redis.UniversalClient, i int) string {
-	if cl, ok := c.(*redis.Client); ok {
-		return cl.Options().Addr
-	}
-	return fmt.Sprintf("server %d", i+1)
 }
 
 // Quorum returns how many servers must grant a lock: a majority.
@@ -329,7 +326,7 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	backoff := retry.Backoff{Min: 2 * time.Millisecond, Max: 8 * time.Millisecond}
 	for attempt := 1; ; attempt++ {
 		hot, wait := q.hotState(l.Key, time.Now())
-		if err := yield(ctx, wait); err != nil {
+		if wait > 0 && retry.Sleep(ctx, wait) != nil {
 			return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", context.Cause(ctx))
 		}
 		g, split, err := q.tryOnce(ctx, l, hot)

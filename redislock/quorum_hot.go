@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
 // Contended names: on a name refused lately, an attempt asks the name's
@@ -123,12 +122,4 @@ func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string,
 		return nil, true
 	}
 	return &result{ok: true, fence: uint64(f)}, false
-}
-
-// yield waits out the pause of hotState before an attempt.
-func yield(ctx context.Context, wait time.Duration) error {
-	if wait <= 0 {
-		return nil
-	}
-	return retry.Sleep(ctx, wait)
 }
