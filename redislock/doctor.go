@@ -127,15 +127,14 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 		if cfg["appendonly"] == "yes" {
 			aof = "appendfsync " + cfg["appendfsync"]
 		}
+		what := aof + ": a restart may forget locks, so a restarted server refuses the names it has no fence for, for " + delay + " (the delayed restart)"
 		if cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" {
-			what := aof + ": a restart forgets no lock"
+			what = aof + ": a restart forgets no lock"
 			if restartMax != 0 {
 				what += ", so the delayed restart (" + delay + " refusing names after each restart) buys nothing here: restart_delay=0 turns it off"
 			}
-			add("persistence", backend.Sound, what, "", "")
-		} else {
-			add("persistence", backend.Sound, aof+": a restart may forget locks, so a restarted server refuses the names it has no fence for, for "+delay+" (the delayed restart)", "", "")
 		}
+		add("persistence", backend.Sound, what, "", "")
 	}
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
@@ -152,8 +151,12 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 	default:
 		add("replication", backend.Sound, "no replicas", "", "")
 	}
+	user, err := c.Do(ctx, "ACL", "WHOAMI").Text()
+	if err != nil {
+		user = "default"
+	}
 	// ACL GETUSER's reply is a map under RESP3, a flat list under RESP2.
-	if v, err := c.Do(ctx, "ACL", "GETUSER", whoami(ctx, c)).Result(); err == nil {
+	if v, err := c.Do(ctx, "ACL", "GETUSER", user).Result(); err == nil {
 		var commands string
 		switch r := v.(type) {
 		case map[any]any:
@@ -175,14 +178,6 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 		}
 	}
 	return fs, nil
-}
-
-// whoami is the connection's user, "default" when ACL WHOAMI fails.
-func whoami(ctx context.Context, c *redis.Client) string {
-	if u, err := c.Do(ctx, "ACL", "WHOAMI").Text(); err == nil {
-		return u
-	}
-	return "default"
 }
 
 // infoField returns a field of an INFO or CLUSTER INFO reply.
