@@ -80,25 +80,41 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		// Nothing sent, nothing to clean up.
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", context.Cause(ctx))
 	}
-	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
-	}
 	px := ttlMillis(l.TTL)
-	value := attempt(l)
+	n := attempts.Add(1)
+	var value string
 	var r int64
-	if d.fair {
+	switch {
+	case l.Mode != backend.Exclusive:
+		// Granted only as if it had joined the end of the queue.
+		if err := checkShared(l); err != nil {
+			return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+		}
+		var a sharedAnswer
+		if a, err = d.dep.acquireShared(ctx, l, n, px, "", "try"); err == nil && a.limit != "" {
+			return backend.Grant{}, limitMismatch("try-acquire", a, l)
+		}
+		r = a.v
+	case d.fair:
 		// Not while a live waiter is queued.
+		value = attemptValue(l.Token, n)
 		r, err = d.dep.queueAcquire(ctx, true, l, value, px, "", "try")
-	} else {
+	default:
+		value = attemptValue(l.Token, n)
 		r, err = d.acquire(ctx, l, value, px)
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
-		cleanup := d.dep.handoffCleanup
-		if d.fair {
-			cleanup = d.dep.cleanup
-		}
-		d.dep.undo(ctx, func(ctx context.Context) { cleanup(ctx, l, value) })
+		d.dep.undo(ctx, func(ctx context.Context) {
+			switch {
+			case l.Mode != backend.Exclusive:
+				d.dep.cleanupShared(ctx, l, n)
+			case d.fair:
+				d.dep.cleanup(ctx, l, value)
+			default:
+				d.dep.handoffCleanup(ctx, l, value)
+			}
+		})
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if r <= 0 {

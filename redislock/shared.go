@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -82,30 +81,6 @@ func checkShared(c backend.Claim) error {
 		return fmt.Errorf("%w: %d of %d permits", backend.ErrInvalidLimit, c.Weight, c.Limit)
 	}
 	return nil
-}
-
-// tryShared is TryAcquire for a permit, a read or a write, behind the queue.
-func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	if err := checkShared(c); err != nil {
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
-	}
-	px := ttlMillis(c.TTL)
-	n := attempts.Add(1)
-	dep := d.dep
-	// Both modes queue shared waiters (see Driver.Enqueue).
-	r, err := dep.acquireShared(ctx, c, n, px, "", "try")
-	if err != nil {
-		// The script may have run although we never saw its answer.
-		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
-	}
-	if r.limit != "" {
-		return backend.Grant{}, limitMismatch("try-acquire", r, c)
-	}
-	if r.v <= 0 {
-		return backend.Grant{}, notAcquired("try-acquire", r.v)
-	}
-	return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond}, nil
 }
 
 // sharedAnswer is the shared acquire script's answer: the number v, or the
