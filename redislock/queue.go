@@ -225,7 +225,7 @@ func (t *ticket) leave(ctx context.Context) error {
 	case t.c.Mode != backend.Exclusive:
 		return t.d.dep.leaveShared(ctx, t.c, t.first, t.w)
 	case t.d.fair:
-		return t.d.dep.leave(ctx, t.c, t.c.Token+"."+strconv.FormatUint(t.first, 10), t.w)
+		return t.d.dep.leave(ctx, t.c, attemptValue(t.c.Token, t.first), t.w)
 	}
 	return t.d.dep.handoffLeave(ctx, t.c, t.first, t.w)
 }
