@@ -71,21 +71,17 @@ func (dep *deployment) handLocal(key, msg string) {
 	}
 	channel := keysFor(key).channel
 	dep.mu.Lock()
-	var found *subscription
+	defer dep.mu.Unlock()
 	if hb := dep.hubs[dep.route(channel)]; hb != nil {
 		if st := hb.chans[channel]; st != nil {
 			for s := range st.subs {
 				if s.id == to {
-					found = s
 					s.addHanded(h)
+					notify(s.ch)
 					break
 				}
 			}
 		}
-	}
-	dep.mu.Unlock()
-	if found != nil {
-		notify(found.ch)
 	}
 }
 

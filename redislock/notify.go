@@ -431,42 +431,34 @@ func (h *hub) run() {
 			if m.Kind != "subscribe" {
 				continue
 			}
-			var subs []*subscription
 			dep.mu.Lock()
 			if st := h.chans[m.Channel]; st != nil && st.stale {
 				st.stale = false
 				for s := range st.subs {
-					subs = append(subs, s)
+					notify(s.ch)
 				}
 			}
 			dep.mu.Unlock()
-			for _, s := range subs {
-				notify(s.ch)
-			}
 		case *redis.Message:
-			dep.mu.Lock()
-			var subs []*subscription
 			to, ho, handed := parseHandoff(m.Payload)
+			dep.mu.Lock()
+			// All are told: the Client's turnstile orders its own waiters.
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
 					switch {
 					case handed && s.id == to:
 						s.addHanded(ho)
-						subs = append(subs, s)
+						notify(s.ch)
 					case handed:
 						if s.id == "" {
-							subs = append(subs, s)
+							notify(s.ch)
 						}
 					case m.Payload == "" || s.id == "" || s.id == m.Payload:
-						subs = append(subs, s)
+						notify(s.ch)
 					}
 				}
 			}
 			dep.mu.Unlock()
-			// All are told: the Client's turnstile orders its own waiters.
-			for _, s := range subs {
-				notify(s.ch)
-			}
 		case *redis.Pong:
 			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
 			seq, err := strconv.ParseUint(digits, 10, 64)
