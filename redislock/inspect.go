@@ -279,11 +279,8 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		h, held, err = d.dep.breakLock(ctx, key, fence, true)
 		st = h.state(key, lockKnows)
 	}
-	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: %w", err)
-	}
-	if !held {
-		return backend.State{}, fmt.Errorf("redislock: %w", backend.ErrNotHeld)
+	if err := heldErr(held, err); err != nil {
+		return backend.State{}, err
 	}
 	return st, nil
 }
