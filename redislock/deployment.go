@@ -73,7 +73,8 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 	}
 }
 
-// cleanupWait is how long a cancelled call waits for its cleanup (undo).
+// cleanupWait is how long a cancelled call waits for its cleanup (undo):
+// a server that answers does so within a round trip.
 const cleanupWait = 50 * time.Millisecond
 
 // undo runs f, the cleanup after a failed call, for the caller until f

@@ -4,7 +4,7 @@ package redislock
 // reads a reply, and the backend contract wants a cancelled call back
 // within a round trip. So on the clients this package dials, a read still
 // blocked interruptGrace after its call's context ended is cut. A caller's
-// client is left alone.
+// client is left alone. See docs/backends/redislock.md, Cancellation.
 
 import (
 	"context"

@@ -58,7 +58,8 @@ var defaultRestartDelay time.Duration = -1
 
 // WithRestartDelay caps how long a server refuses, after it starts, the
 // names it has no fence counter for (URL: restart_delay=; default: the
-// lock's TTL, so that holders a restart forgot run out first). A server
+// lock's TTL, so that holders a restart forgot run out first: see
+// docs/backends/redislock.md, What Redis cannot promise). A server
 // that persists every write (appendfsync always) forgets nothing: 0 turns
 // the check off. A negative d is an error.
 func WithRestartDelay(d time.Duration) Option {
@@ -78,7 +79,8 @@ const DefaultRetention = 24 * time.Hour
 // last grant (URL: retention=; default DefaultRetention); then the next
 // grant seeds it from the server's clock again, so fences keep increasing
 // as long as no server's clock steps back by more than d (for a Quorum,
-// and the servers' clocks differ by less). d must be positive.
+// and the servers' clocks differ by less). d must be positive. See
+// docs/backends/redislock.md, Fences and retention.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
