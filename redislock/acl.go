@@ -6,17 +6,15 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// ACL returns the least Redis ACL (Redis 7 rules for ACL SETUSER, after
-// "on >password") under which a Client with this namespace can lock: its
-// keys and release channel, and the commands of the scripts and of
-// waiting. The default mode adds the hand-off's key, fair mode PTTL. The rules start with
-// resetkeys, resetchannels and -@all, so applied to an existing user they
-// leave exactly these. See docs/backends/redislock.md, Least privilege.
+// ACL returns the least Redis 7 ACL (rules for ACL SETUSER, after "on
+// >password") under which a Client with this namespace can lock, waiting
+// included; the default mode adds the hand-off's key, fair mode PTTL. The
+// rules start with resetkeys, resetchannels and -@all, so applied to an
+// existing user they leave exactly these.
 func ACL(namespace string, fair bool) string {
 	// Keys are "{" + EscapeKey(namespace + "/" + name) + "}:<kind>", and
-	// EscapeKey escapes byte by byte, so the escaped namespace and '/' are
-	// a prefix of every such tag. Its characters are none of the glob's
-	// (* ? [ ] \).
+	// EscapeKey escapes byte by byte, so the escaped namespace and '/'
+	// prefix every such tag; it has none of the glob's characters.
 	p := "{" + backend.EscapeKey(namespace+"/")
 	rules := []string{"resetkeys", "resetchannels", "-@all",
 		"~" + p + "*}:lock", "~" + p + "*}:fence", "&" + p + "*}:released",
@@ -37,10 +35,8 @@ func ACL(namespace string, fair bool) string {
 }
 
 // SharedACL returns the rules to add to ACL's for semaphores and
-// read-write locks in namespace: their keys and their queues' (see
-// sharedKeys; the same with or without fair=true, since both modes queue)
-// and the commands of their scripts. Apart, so that a user who only locks
-// keeps the least ACL.
+// read-write locks in namespace (in both modes), apart so that a user who
+// only locks keeps the least ACL.
 func SharedACL(namespace string) string {
 	p := "{" + backend.EscapeKey(namespace+"/")
 	sufs := []string{"", ".h", ".fence", ".q", ".live"}

@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -10,59 +11,22 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Refreshing in batches: the locks that fall due together cost round
-// trips per batch (a Driver: one pipeline, which go-redis splits by node; a
-// Quorum: one per server, in parallel), not per lock, and no goroutine per
-// lock.
+// Refreshing in batches: a pipeline (a Quorum's, per server) per batch.
 
-var (
-	_ backend.BatchRefresher = (*Driver)(nil)
-	_ backend.BatchRefresher = (*FairDriver)(nil)
-	_ backend.BatchRefresher = (*Quorum)(nil)
-)
-
-// refreshMany runs the refresh script for each of locks (with the expiry
-// pxs[i] in milliseconds) in one pipeline, and returns each one's outcome,
-// in order: ok when extended, err when it cannot tell. The scripts go as
-// EVALSHA; those that a server answers NOSCRIPT (its script cache was
-// emptied by a restart, a failover or SCRIPT FLUSH) go again as EVAL, in a
-// second pipeline, as Script.Run does for one.
+// refreshMany runs the refresh script of each of locks in one pipeline.
 func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
 		return res
 	}
 	defer dep.in.watch(ctx).stop()
-	cmds := make([]*redis.Cmd, len(locks))
-	_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, l := range locks {
-			if l.Mode != backend.Exclusive {
-				cmds[i] = sharedRefreshScript.EvalSha(ctx, p, sharedKeys(l), l.Token, pxs[i])
-				continue
-			}
-			cmds[i] = refreshScript.EvalSha(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
+	cmds := dep.pipelined(ctx, len(locks), func(i int) (*redis.Script, []string, []any) {
+		l := locks[i]
+		if l.Mode != backend.Exclusive {
+			return sharedRefreshScript, sharedKeys(l), []any{l.Token, pxs[i]}
 		}
-		return nil
+		return refreshScript, []string{keysFor(l.Key).lock}, []any{holder(l), pxs[i]}
 	})
-	var again []int
-	for i, c := range cmds {
-		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
-		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range again {
-				l := locks[i]
-				if l.Mode != backend.Exclusive {
-					cmds[i] = sharedRefreshScript.Eval(ctx, p, sharedKeys(l), l.Token, pxs[i])
-					continue
-				}
-				cmds[i] = refreshScript.Eval(ctx, p, []string{keysFor(l.Key).lock}, holder(l), pxs[i])
-			}
-			return nil
-		})
-	}
 	for i, c := range cmds {
 		v, err := c.Int64()
 		res[i] = result{ok: err == nil && v == 1, err: classify(err)}
@@ -70,9 +34,32 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 	return res
 }
 
-// RefreshMany implements backend.BatchRefresher: every lock's refresh
-// script in one pipeline (per node of a cluster or ring). Each lock's error
-// is what Refresh would have returned for it.
+// pipelined sends the scripts that call(i) names in one pipeline as
+// EVALSHA, and those answered NOSCRIPT (an emptied script cache) again as
+// EVAL, in a second, as Script.Run does for one.
+func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, n)
+	send := func(eval bool) {
+		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range cmds {
+				switch s, keys, args := call(i); {
+				case !eval:
+					cmds[i] = s.EvalSha(ctx, p, keys, args...)
+				case isNoScript(cmds[i].Err()):
+					cmds[i] = s.Eval(ctx, p, keys, args...)
+				}
+			}
+			return nil
+		})
+	}
+	send(false)
+	if slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return isNoScript(c.Err()) }) {
+		send(true)
+	}
+	return cmds
+}
+
+// RefreshMany implements backend.BatchRefresher: one pipeline per node.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -91,22 +78,14 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		pxs[i] = ttlMillis(l.TTL)
 	}
 	for i, r := range d.dep.refreshMany(ctx, locks, pxs) {
-		switch {
-		case r.err != nil:
-			errs[i] = fmt.Errorf("redislock: %w", r.err)
-		case !r.ok:
-			errs[i] = fmt.Errorf("redislock: %w", backend.ErrNotHeld)
-		}
+		errs[i] = heldErr(r.ok, r.err)
 	}
 	return errs
 }
 
 // RefreshMany implements backend.BatchRefresher: one pipeline per server,
-// the servers in parallel, and for each lock the decision Refresh makes
-// (refreshVerdict) from that lock's answers: a majority extended it within
-// its TTL, or so many show it free or another token's that it is lost, or
-// it cannot tell. It returns once every lock is decided, every server
-// answered, or ctx ended; servers that answer later are not waited for.
+// in parallel, and for each lock Refresh's verdict from its answers. It
+// returns once every lock is decided, every server answered, or ctx ended.
 func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -126,44 +105,32 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 			l.TTL = minQuorumTTL
 		}
 		ls[i], pxs[i] = l, q.px(l.TTL)
-		// Refresh waits for a server at most the lock's TTL; a batch, at
-		// most the longest TTL in it (each lock is still judged by its own).
+		// A batch waits as long as the longest TTL in it would.
 		timeout = max(timeout, l.TTL)
 	}
 	t0 := time.Now()
 	res := q.gatherMany(ctx, timeout, ls, pxs)
 	for i, l := range ls {
-		errs[i] = q.refreshVerdict(ctx, res[i*len(q.deps):(i+1)*len(q.deps)], t0, l.TTL)
+		errs[i] = q.verdict(ctx, "refresh", res[i*len(q.deps):(i+1)*len(q.deps)], t0, l.TTL)
 	}
 	return errs
 }
 
-// gatherMany is gather for a batch: it sends locks' refreshes to every
-// server in one pipeline each, concurrently, and returns each lock's
-// results in server order (lock i's are res[i*N:(i+1)*N] for N servers)
-// once every lock is decided by decidedBy, every server answered, or ctx
-// ends.
+// gatherMany is gather for a batch: one pipeline per server; lock i's
+// results are res[i*N:(i+1)*N] for N servers.
 func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
 	nd := len(q.deps)
 	res := make([]result, len(locks)*nd)
-	ok := make([]int, len(locks))
-	notOK := make([]int, len(locks))
 	undecided := len(locks)
 	started := fanOut(q, ctx, timeout, false, func(ctx context.Context, i int) []result {
 		return q.deps[i].refreshMany(ctx, locks, pxs)
 	}, func(i int, rs []result) bool {
 		for j, r := range rs {
+			mine := res[j*nd : (j+1)*nd]
+			was := q.decidedBy(count(mine))
 			r.answered = true
-			res[j*nd+i] = r
-			was := q.decidedBy(ok[j], notOK[j])
-			switch {
-			case r.err != nil:
-			case r.ok:
-				ok[j]++
-			default:
-				notOK[j]++
-			}
-			if !was && q.decidedBy(ok[j], notOK[j]) {
+			mine[i] = r
+			if !was && q.decidedBy(count(mine)) {
 				undecided--
 			}
 		}

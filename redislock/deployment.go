@@ -14,28 +14,22 @@ import (
 
 // deployment is one Redis deployment reached through one go-redis client:
 // a server, a Redis Cluster or a ring, which answers for every key on its
-// own. It runs the scripts (scripts.go, with the key names of keys.go),
-// checks maxmemory-policy and holds the release subscriptions (notify.go).
-// A Driver uses one deployment; a Quorum uses several, one per
-// independent member, and decides by majority.
-//
-// Not "node" nor "server": one deployment may be a whole cluster of them;
-// not "store": the backend package's word for what grants are judged
-// against, for a Quorum all its members together.
+// own (not "node" nor "server": it may be a cluster; not "store": for a
+// Quorum, that is all its members). It runs the scripts, checks
+// maxmemory-policy and holds the release subscriptions. A Driver uses one;
+// a Quorum one per member, and decides by majority.
 type deployment struct {
 	rdb   redis.UniversalClient
 	addr  string // for messages
 	owned bool   // opened by us: Close closes it
 	ring  bool   // *redis.Ring: subscriptions must be routed per channel
-	// up proves the server's uptime (upproof.go); nil unless the client
-	// reaches one server at a time (a *redis.Client).
+	// up proves the server's uptime (upproof.go); nil but on a *redis.Client.
 	up     *uptime
 	log    *slog.Logger
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
 	restartMax time.Duration
-	// retention is how long a fence counter outlives its name's last
-	// grant, in milliseconds (WithRetention).
+	// retention is WithRetention's, in milliseconds.
 	retention int64
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
@@ -79,18 +73,15 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 	}
 }
 
-// cleanupWait is how long a call whose context ended waits for its cleanup
-// (see undo): a server that answers does so within a round trip, one that
-// does not is not waited for.
+// cleanupWait is how long a cancelled call waits for its cleanup (undo):
+// a server that answers does so within a round trip.
 const cleanupWait = 50 * time.Millisecond
 
-// undo runs f, the cleanup after a failed call (cleanup, leave), for the
-// caller until f returns or ctx ends, and then cleanupWait more: a caller
-// who gave up gets its answer within that, as backend.Driver requires. What
-// f has not done by then goes on in the background, until f returns (it
-// bounds itself by cleanupTimeout); close interrupts it and waits for it
-// (on a caller's client, which cannot be interrupted, up to its
-// ReadTimeout or cleanupTimeout).
+// undo runs f, the cleanup after a failed call, for the caller until f
+// returns or ctx ends, and cleanupWait more: a caller who gave up gets its
+// answer within that, as backend.Driver requires. The rest goes on in the
+// background (f bounds itself by cleanupTimeout); close interrupts it and
+// waits for it (on a caller's client, up to its ReadTimeout).
 func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
 	dep.mu.Lock()
 	if dep.closed {
@@ -124,28 +115,23 @@ func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
 	}
 }
 
-// checkMaxmemory warns once when a server may evict keys: an evicted lock
-// key is a silently lost lock. A server that refuses CONFIG (managed
-// services often do) is not an error.
+// checkMaxmemory warns when a server may evict keys: an evicted lock key is
+// a silently lost lock. A server that refuses CONFIG is not an error.
 func (dep *deployment) checkMaxmemory(ctx context.Context, what string) {
-	check := func(ctx context.Context, c redis.Cmdable) error {
+	_ = dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error {
 		m, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		if err != nil {
 			dep.log.Debug("redislock: cannot read maxmemory-policy", "server", what, "err", err)
-			return nil
-		}
-		if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
+		} else if p, ok := m["maxmemory-policy"]; ok && p != "noeviction" {
 			dep.log.Warn("redislock: maxmemory-policy is not noeviction: an evicted lock key is a silently lost lock; set maxmemory-policy noeviction",
 				"server", what, "maxmemory-policy", p)
 		}
 		return nil
-	}
-	_ = dep.eachServer(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	})
 }
 
 // eachServer calls f for each server that holds keys: every master of a
-// cluster, every shard of a ring (concurrently, for those two), or the one
-// server.
+// cluster or shard of a ring (concurrently), or the one server.
 func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *redis.Client) error) error {
 	switch c := dep.rdb.(type) {
 	case *redis.ClusterClient:
@@ -155,11 +141,10 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 	case *redis.Client:
 		return f(ctx, c)
 	}
-	return fmt.Errorf("a %T: %w", dep.rdb, backend.ErrUnsupported)
+	return fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, dep.rdb)
 }
 
-// checkMaxmemoryAsync runs the check in the background, for constructors
-// that have no context; close stops it.
+// checkMaxmemoryAsync is checkMaxmemory in the background; close stops it.
 func (dep *deployment) checkMaxmemoryAsync(what string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	dep.checkCancel = cancel
@@ -171,8 +156,7 @@ func (dep *deployment) checkMaxmemoryAsync(what string) {
 	}()
 }
 
-// close stops the deployment's goroutines and subscriptions, and closes
-// the client if this package dialed it (owned).
+// close stops the goroutines and subscriptions, and closes an owned client.
 func (dep *deployment) close() error {
 	dep.mu.Lock()
 	if dep.closed {

@@ -11,26 +11,21 @@
 //	rediss://, rediss+cluster://, rediss+quorum://                 the same over TLS
 //
 // With a client of your own (any redis.UniversalClient), make the driver
-// with [New], [NewFair] or [NewQuorum] and pass it to locker.New; [Open],
-// [OpenFair] and [OpenQuorum] dial their own. fair=true opens a
-// [FairDriver]: strictly first come, first served.
+// with [New], [NewFair] or [NewQuorum]; their Close leaves your clients
+// open. [Open], [OpenFair] and [OpenQuorum] dial their own. fair=true
+// opens a [FairDriver]: strictly first come, first served.
 //
 // Guarantees: release and refresh are token-checked scripts; fences
 // increase per name (max(counter+1, server clock in µs)); blocked waiters
 // queue in the server and a release hands the lock to the first; refreshes
-// are batched, one pipeline per server; semaphores and read-write locks in
-// every mode but the quorum. Limits: Redis keeps locks in memory and
-// replicates them asynchronously, so a failover, a restart without
-// persistence (see [WithRestartDelay]), a stepped server clock or an
-// eviction (any maxmemory-policy but noeviction) can let a second holder
-// in before the first learns it at its next refresh: pass Lock.Fence() to
-// what you protect, which keeps increasing across all of these. Needs
-// Redis 5.0 or newer, or a compatible server such as Valkey.
-//
-// How it works, in full (keys, scripts, the hand-off, fair mode, the
-// quorum, cancellation, logging, security and least privilege, and what
-// Redis cannot promise) is in the repository's
-// docs/backends/redislock.md:
+// are batched; semaphores and read-write locks in every mode but the
+// quorum. Limits: Redis keeps locks in memory and replicates them
+// asynchronously, so a failover, a restart without persistence (see
+// [WithRestartDelay]), a stepped server clock or an eviction (any
+// maxmemory-policy but noeviction) can let a second holder in before the
+// first learns it at its next refresh: pass Lock.Fence() to what you
+// protect, which keeps increasing across all of these. Needs Redis 5.0 or
+// newer, or a compatible server such as Valkey. How it works, in full:
 // https://github.com/lockerhq/locker/blob/main/docs/backends/redislock.md
 //
 // # URL parameters
@@ -41,21 +36,18 @@
 //	ca=, cert=, key=, server_name=, skip_verify=   TLS (rediss implies it)
 //	namespace=, ttl=       the locker Client's own, with every scheme
 //
-// and go-redis's own query parameters (dial_timeout=3s, read_timeout=1s,
-// pool_size=20, max_retries=2, client_name=...; see redis.ParseURL and
-// redis.ParseClusterURL); an unknown one is an error wrapping
-// locker.ErrInvalidURL. The cluster form also takes go-redis's
-// addr=host:port parameter for more seed nodes. Multi-host forms cannot
-// list IPv6 literals; build the clients and call [NewQuorum] or [New]. The
-// Close of a driver from New, NewFair or NewQuorum leaves your clients
-// open.
+// and go-redis's own (dial_timeout=3s, pool_size=20, max_retries=2, ...;
+// see redis.ParseURL and redis.ParseClusterURL, whose addr=host:port adds
+// cluster seeds); an unknown one is an error wrapping
+// locker.ErrInvalidURL. Multi-host forms cannot list IPv6 literals: build
+// the clients and call [NewQuorum] or [New].
 //
 // # Security
 //
-// Credentials go in the URL (rediss://user:password@host:port/0; lockctl
-// substitutes ${VAR}); no environment variable is read, and a user
-// without a password is refused (ErrInvalidURL). A refused password, user,
-// command or key is locker.ErrPermission, never retried. The least Redis 7
-// ACL for a namespace is what [ACL] returns (and [SharedACL] adds for
-// semaphores and read-write locks).
+// Credentials go in the URL (lockctl substitutes ${VAR}); no environment
+// variable is read, and a user without a password is refused
+// (ErrInvalidURL). A refused password, user, command or key is
+// locker.ErrPermission, never retried. The least Redis 7 ACL for a
+// namespace is what [ACL] returns ([SharedACL] adds semaphores and
+// read-write locks).
 package redislock

@@ -12,16 +12,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var (
-	_ backend.Diagnoser  = (*Driver)(nil)
-	_ backend.Diagnoser  = (*Quorum)(nil)
-	_ backend.StoreClock = (*Driver)(nil)
-)
-
-// Diagnose implements backend.Diagnoser: on each server that holds keys
-// (every master of a cluster, every shard of a ring), eviction, persistence
-// (what the delayed restart costs with ttl), replication, the cluster's
-// state and the credential's rights.
+// Diagnose implements backend.Diagnoser: on each server that holds keys,
+// eviction, persistence (and the delayed restart's cost with ttl),
+// replication, the cluster's state and the credential's rights.
 func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -50,8 +43,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 }
 
 // Diagnose implements backend.Diagnoser for a quorum: each member's
-// checks, as a Driver's on one server. A member that does not answer is
-// a warning: the quorum stands while a majority does.
+// checks; a silent member is a warning, as the quorum stands without it.
 func (q *Quorum) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := q.gate.Enter(ctx)
 	if err != nil {
@@ -135,15 +127,14 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 		if cfg["appendonly"] == "yes" {
 			aof = "appendfsync " + cfg["appendfsync"]
 		}
+		what := aof + ": a restart may forget locks, so a restarted server refuses the names it has no fence for, for " + delay + " (the delayed restart)"
 		if cfg["appendonly"] == "yes" && cfg["appendfsync"] == "always" {
-			what := aof + ": a restart forgets no lock"
+			what = aof + ": a restart forgets no lock"
 			if restartMax != 0 {
 				what += ", so the delayed restart (" + delay + " refusing names after each restart) buys nothing here: restart_delay=0 turns it off"
 			}
-			add("persistence", backend.Sound, what, "", "")
-		} else {
-			add("persistence", backend.Sound, aof+": a restart may forget locks, so a restarted server refuses the names it has no fence for, for "+delay+" (the delayed restart)", "", "")
 		}
+		add("persistence", backend.Sound, what, "", "")
 	}
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
@@ -160,8 +151,12 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 	default:
 		add("replication", backend.Sound, "no replicas", "", "")
 	}
+	user, err := c.Do(ctx, "ACL", "WHOAMI").Text()
+	if err != nil {
+		user = "default"
+	}
 	// ACL GETUSER's reply is a map under RESP3, a flat list under RESP2.
-	if v, err := c.Do(ctx, "ACL", "GETUSER", whoami(ctx, c)).Result(); err == nil {
+	if v, err := c.Do(ctx, "ACL", "GETUSER", user).Result(); err == nil {
 		var commands string
 		switch r := v.(type) {
 		case map[any]any:
@@ -183,14 +178,6 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 		}
 	}
 	return fs, nil
-}
-
-// whoami is the connection's user, "default" when ACL WHOAMI fails.
-func whoami(ctx context.Context, c *redis.Client) string {
-	if u, err := c.Do(ctx, "ACL", "WHOAMI").Text(); err == nil {
-		return u
-	}
-	return "default"
 }
 
 // infoField returns a field of an INFO or CLUSTER INFO reply.

@@ -18,28 +18,35 @@ type Driver struct {
 	dep  *deployment
 	fair bool         // a FairDriver's: acquire and release mind the queue
 	gate backend.Gate // calls in flight, ended and awaited by Close
-	// tries counts the scripts queued acquisitions sent that could grant
-	// them (storeTries).
+	// tries counts the scripts that queued acquisitions sent (storeTries).
 	tries atomic.Uint64
 }
 
-// storeTries is the scripts this driver's queued acquisitions (Enqueue
-// and Wait, both modes) sent that could grant them, first tries included;
-// a lock handed over in a release message costs none.
+// storeTries counts the scripts that queued acquisitions sent that could
+// grant them; a lock handed over in a release message costs none.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
+// The optional interfaces, each implemented in a file of its own.
 var (
-	_ backend.Driver   = (*Driver)(nil)
-	_ backend.Notifier = (*Driver)(nil)
+	_ backend.Driver         = (*Driver)(nil)
+	_ backend.Notifier       = (*Driver)(nil)
+	_ backend.Queuer         = (*Driver)(nil)
+	_ backend.Modal          = (*Driver)(nil)
+	_ backend.Resizer        = (*Driver)(nil)
+	_ backend.SetAcquirer    = (*Driver)(nil)
+	_ backend.BatchRefresher = (*Driver)(nil)
+	_ backend.Inspector      = (*Driver)(nil)
+	_ backend.Lister         = (*Driver)(nil)
+	_ backend.Breaker        = (*Driver)(nil)
+	_ backend.Diagnoser      = (*Driver)(nil)
+	_ backend.StoreClock     = (*Driver)(nil)
 )
 
-// New returns a Driver that uses a client the caller already has: a
-// *redis.Client, *redis.ClusterClient, *redis.Ring or failover client.
-// Close does not close rdb. New checks the server's maxmemory-policy in the
-// background and warns (see WithLogger) when it is not noeviction.
-//
-// New fails, before any network call, when rdb is nil or an option is
-// given a value out of its range.
+// New returns a Driver on a client the caller has (a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or failover client), which Close does
+// not close. It warns (WithLogger), from the background, of a
+// maxmemory-policy other than noeviction, and fails before any network
+// call when rdb is nil or an option is out of its range.
 func New(rdb redis.UniversalClient, opts ...Option) (*Driver, error) {
 	return newDriver(rdb, false, opts)
 }
@@ -61,8 +68,8 @@ func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, er
 // Client returns the go-redis client the Driver uses.
 func (d *Driver) Client() redis.UniversalClient { return d.dep.rdb }
 
-// TryAcquire implements backend.Driver: one atomic script sets the lock key
-// (SET NX PX) and advances the name's fence counter.
+// TryAcquire implements backend.Driver: one script sets the lock key and
+// advances the name's fence counter.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -73,25 +80,41 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		// Nothing sent, nothing to clean up.
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", context.Cause(ctx))
 	}
-	if l.Mode != backend.Exclusive {
-		return d.tryShared(ctx, l)
-	}
 	px := ttlMillis(l.TTL)
-	value := attempt(l)
+	n := attempts.Add(1)
+	var value string
 	var r int64
-	if d.fair {
+	switch {
+	case l.Mode != backend.Exclusive:
+		// Granted only as if it had joined the end of the queue.
+		if err := checkShared(l); err != nil {
+			return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
+		}
+		var a sharedAnswer
+		if a, err = d.dep.acquireShared(ctx, l, n, px, "", "try"); err == nil && a.limit != "" {
+			return backend.Grant{}, limitMismatch("try-acquire", a, l)
+		}
+		r = a.v
+	case d.fair:
 		// Not while a live waiter is queued.
+		value = attemptValue(l.Token, n)
 		r, err = d.dep.queueAcquire(ctx, true, l, value, px, "", "try")
-	} else {
+	default:
+		value = attemptValue(l.Token, n)
 		r, err = d.acquire(ctx, l, value, px)
 	}
 	if err != nil {
 		// The script may have run although we never saw its answer.
-		cleanup := d.dep.handoffCleanup
-		if d.fair {
-			cleanup = d.dep.cleanup
-		}
-		d.dep.undo(ctx, func(ctx context.Context) { cleanup(ctx, l, value) })
+		d.dep.undo(ctx, func(ctx context.Context) {
+			switch {
+			case l.Mode != backend.Exclusive:
+				d.dep.cleanupShared(ctx, l, n)
+			case d.fair:
+				d.dep.cleanup(ctx, l, value)
+			default:
+				d.dep.handoffCleanup(ctx, l, value)
+			}
+		})
 		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
 	}
 	if r <= 0 {
@@ -111,19 +134,11 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	if l.Mode != backend.Exclusive {
 		refresh = d.dep.refreshShared
 	}
-	ok, err := refresh(ctx, l, ttlMillis(l.TTL))
-	if err != nil {
-		return fmt.Errorf("redislock: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("redislock: %w", backend.ErrNotHeld)
-	}
-	return nil
+	return heldErr(refresh(ctx, l, ttlMillis(l.TTL)))
 }
 
 // Release implements backend.Driver. A lock with live waiters goes to the
-// first of them (see handoff.go); otherwise the release publishes on the
-// key's channel, so that waiters of any kind retry at once.
+// first (handoff.go); otherwise the release wakes the key's waiters.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -137,19 +152,22 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	case d.fair:
 		release = d.dep.fairRelease
 	}
-	ok, err := release(ctx, l)
-	if err != nil {
+	return heldErr(release(ctx, l))
+}
+
+// heldErr is the error of a refresh or a release that answered ok, or err.
+func heldErr(ok bool, err error) error {
+	switch {
+	case err != nil:
 		return fmt.Errorf("redislock: %w", err)
-	}
-	if !ok {
+	case !ok:
 		return fmt.Errorf("redislock: %w", backend.ErrNotHeld)
 	}
 	return nil
 }
 
-// Close implements backend.Driver. It ends the calls in flight and waits
-// for them, stops the Driver's subscriptions and goroutines, and closes the
-// client only if Open created it.
+// Close implements backend.Driver: it ends the calls in flight and waits
+// for them, stops the goroutines, and closes the client if Open made it.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("redislock: close: %w", backend.ErrClosed)

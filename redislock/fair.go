@@ -4,35 +4,26 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/lockerhq/locker/backend"
 )
 
-// FairDriver is a Driver whose waiters are served in arrival order: a
-// blocked acquisition joins a queue kept next to the lock, and a free lock
-// goes to the longest-waiting live waiter only (backend.Queuer).
-//
+// FairDriver is a Driver whose waiters are served in arrival order: a free
+// lock goes to the longest-waiting live waiter only (backend.Queuer).
 // Every client of a name must use the same mode: a plain Driver's
 // TryAcquire does not look at the queue.
 //
-// Fairness costs throughput under contention (the lock is idle from its
-// release until the head of the queue, and only the head, tries again) and
-// one extra key per waiter while it waits; a lost release message delays
-// the head by up to a third of livenessTTL, not for good.
+// Fairness costs throughput under contention (the lock is idle until the
+// head of the queue tries again) and a key per waiter; a lost release
+// message delays the head by up to a third of livenessTTL.
 type FairDriver struct {
 	*Driver
 }
 
-var _ backend.Queuer = (*FairDriver)(nil)
-
-// livenessTTL is how long a waiter that stopped renewing keeps its place.
-// A waiter renews it on every try, at least every livenessTTL/3; a waiter
-// that died is dropped when it reaches the head, so it holds the queue up
-// for at most this long.
+// livenessTTL is how long a waiter that stopped renewing keeps its place
+// (a waiter renews it at least every livenessTTL/3): a dead waiter holds
+// the queue up for at most this long.
 const livenessTTL = 2 * time.Second
 
-// NewFair returns a FairDriver that uses rdb, as New does, and fails as
-// New does.
+// NewFair returns a FairDriver that uses rdb, as New does.
 func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
 	d, err := newDriver(rdb, true, opts)
 	if err != nil {

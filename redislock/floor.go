@@ -11,8 +11,7 @@ import (
 	"github.com/lockerhq/locker/internal/measure"
 )
 
-// Registered for internal/bench, out of the drivers' API (a FairDriver's
-// is its Driver's).
+// Registered for internal/bench, out of the drivers' API.
 func init() {
 	measure.RegisterRawFloor((*Driver).rawFloor)
 	measure.RegisterRawFloor((*FairDriver).rawFloor)

@@ -8,14 +8,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// The default mode's queue of a contended lock: a release hands the lock
-// to the longest-waiting live waiter, which learns it from the release
-// message (see scripts/handoff.lua and docs/backends/redislock.md).
+// The default mode's queue: a release hands a contended lock to the
+// longest-waiting live waiter, in the release message (scripts/handoff.lua).
 
 // handedTo returns the fence of a hand-off to attempt, if sub received
-// one. A hand-off to an earlier attempt is stale (a later try was queued
-// after it, so that lock has gone), and a later attempt's try has not been
-// answered "queued": such a hand-off is taken over by the next try.
+// one. Others are dropped: one to an earlier attempt is stale, and a
+// later attempt's is taken over by the next try.
 func (dep *deployment) handedTo(sub *subscription, attempt uint64) (uint64, bool) {
 	if sub == nil {
 		return 0, false
@@ -31,8 +29,7 @@ func (dep *deployment) handedTo(sub *subscription, attempt uint64) (uint64, bool
 	return 0, false
 }
 
-// handoffKeys returns the default mode scripts' keys for key, and its
-// release channel.
+// handoffKeys returns the default mode scripts' keys, and the channel.
 func handoffKeys(key string) ([]string, string) {
 	k := keysFor(key)
 	return []string{k.lock, k.fence, k.queue, k.live, k.hand}, k.channel
@@ -41,10 +38,8 @@ func handoffKeys(key string) ([]string, string) {
 // handoffRelease is release that hands the lock to the first live waiter;
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	stop := dep.in.watch(ctx).stop
 	ks, channel := handoffKeys(l.Key)
-	r, err := handoffReleaseScript.Run(ctx, dep.rdb, ks, holder(l), channel, "0", dep.retention).Result()
-	stop()
+	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), channel, "0", dep.retention).Result()
 	if err != nil {
 		return false, classify(err)
 	}
@@ -67,9 +62,8 @@ func (dep *deployment) handedOff(l backend.Claim, r any) (bool, error) {
 	return false, fmt.Errorf("unexpected answer %v", r)
 }
 
-// handLocal delivers hand-off message msg to its waiter if it waits in this
-// process, as the hub does when the message comes (then a second time,
-// which handedTo ignores once the waiter returned).
+// handLocal delivers hand-off message msg to its waiter if it waits in
+// this process, ahead of the hub (whose second delivery handedTo ignores).
 func (dep *deployment) handLocal(key, msg string) {
 	to, h, ok := parseHandoff(msg)
 	if !ok {
@@ -77,44 +71,30 @@ func (dep *deployment) handLocal(key, msg string) {
 	}
 	channel := keysFor(key).channel
 	dep.mu.Lock()
-	var found *subscription
+	defer dep.mu.Unlock()
 	if hb := dep.hubs[dep.route(channel)]; hb != nil {
 		if st := hb.chans[channel]; st != nil {
 			for s := range st.subs {
 				if s.id == to {
-					found = s
 					s.addHanded(h)
+					notify(s.ch)
 					break
 				}
 			}
 		}
 	}
-	dep.mu.Unlock()
-	if found != nil {
-		notify(found.ch)
-	}
 }
 
-// handoffCleanup is cleanup for the default mode: the failed attempt's
-// lock, if it took it, goes to the first live waiter.
+// handoffCleanup is cleanup for the default mode: a lock taken is handed on.
 func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
 	ks, channel := handoffKeys(l.Key)
-	_ = handoffReleaseScript.Eval(ctx, dep.rdb, ks, value, channel, "1", dep.retention).Err()
+	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retention)
 }
 
-// handoffLeave takes waiter w out of l.Key's queue, even when ctx is done,
-// and hands on the lock if an attempt of the wait (from first on) holds
-// it. Best effort: a waiter that could not leave is skipped once its
-// entry's liveness runs out, and a lock handed to it runs out with its TTL.
+// handoffLeave takes waiter w out of l.Key's queue and hands on the lock
+// if an attempt of the wait (from first on) holds it. Best effort: a
+// waiter that could not leave is skipped once its liveness runs out.
 func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first uint64, w string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
-	// EVAL, as every clean-up (see cleanup).
 	ks, channel := handoffKeys(l.Key)
-	return handoffLeaveScript.Eval(ctx, dep.rdb, ks, holder(l), strconv.FormatUint(first, 10), channel, w,
-		dep.retention).Err()
+	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retention)
 }

@@ -17,17 +17,7 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var (
-	_ backend.Inspector = (*Driver)(nil)
-	_ backend.Lister    = (*Driver)(nil)
-	_ backend.Breaker   = (*Driver)(nil)
-	_ backend.Inspector = (*Quorum)(nil)
-	_ backend.Lister    = (*Quorum)(nil)
-	_ backend.Breaker   = (*Quorum)(nil)
-)
-
-// lockKnows is what a lock value records (see parseValue); a fair queue
-// adds its waiters, each named with its owner.
+// lockKnows is what a lock value records; a queue adds its waiters.
 const (
 	lockKnows = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL
 	fairKnows = lockKnows | backend.KnowsWaiters | backend.KnowsQueue
@@ -42,8 +32,7 @@ type holding struct {
 }
 
 // parseValue reads a lock value, "<token>.<attempt>:<fence>:<owner>", and
-// its PTTL in milliseconds. ok is false for a key that is gone or has no
-// expiry, or a value this package did not write.
+// its PTTL in ms; not ok for a key gone or without expiry, or not ours.
 func parseValue(v string, pttl int64) (h holding, ok bool) {
 	attempt, rest, ok1 := strings.Cut(v, ":")
 	fence, owner, ok2 := strings.Cut(rest, ":")
@@ -58,16 +47,14 @@ func (h holding) state(key string, known backend.Fields) backend.State {
 	return backend.State{Key: key, Held: true, Owner: h.owner, Fence: h.fence, TTL: h.ttl, Known: known}
 }
 
-// inspect runs the inspect script for key: the holder, if any, and in fair
-// mode the owners of the live waiters, next first.
+// inspect runs the inspect script: the holder, and the waiters' owners.
 func (dep *deployment) inspect(ctx context.Context, key string, fair bool) (h holding, held bool, queue []string, err error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(key)
 	ks := []string{k.lock}
 	if fair {
 		ks = append(ks, k.queue, k.live)
 	}
-	r, err := inspectScript.Run(ctx, dep.rdb, ks).Slice()
+	r, err := dep.run(ctx, inspectScript, ks).Slice()
 	if err != nil {
 		return holding{}, false, nil, classify(err)
 	}
@@ -95,13 +82,12 @@ func owners(ws []any) []string {
 
 // breakLock runs the break script: the removed holder, or held false.
 func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, fair bool) (h holding, held bool, err error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(key)
 	script, ks := breakScript, []string{k.lock}
 	if fair {
 		script, ks = fairBreakScript, []string{k.lock, k.queue, k.live}
 	}
-	r, err := script.Run(ctx, dep.rdb, ks, strconv.FormatUint(fence, 10), k.channel).Slice()
+	r, err := dep.run(ctx, script, ks, strconv.FormatUint(fence, 10), k.channel).Slice()
 	if errors.Is(err, redis.Nil) {
 		return holding{}, false, nil
 	}
@@ -123,16 +109,15 @@ func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, 
 // scanCount is how many keys a SCAN page asks for.
 const scanCount = 1000
 
-// scan finds every key of the deployment whose key starts with prefix,
-// and whose Redis name ends in kind (":lock", ":sem", ":rw"), with SCAN on
-// every master (never KEYS, which blocks the server), and hands each page
-// of them to read, by key, concurrently from master to master. The key
-// comes back from the escaped name (backend.EscapeKey is reversible).
+// scan hands read, page by page, the keys starting with prefix whose Redis
+// name ends in kind (":lock", ":sem", ":rw"), found with SCAN (never KEYS,
+// which blocks the server) on every server, concurrently. The key comes
+// back from the escaped name (backend.EscapeKey is reversible).
 func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(ctx context.Context, keys, names []string) error) error {
 	defer dep.in.watch(ctx).stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
-	// prefix escapes as it does at the start of every longer key. (No key
-	// is "." or "..": the locker package's keys contain a '/'.)
+	// prefix escapes as at the start of every longer key ("." and ".." are
+	// no keys: the locker package's keys contain a '/').
 	esc := backend.EscapeKey(prefix + "a")
 	// EscapeKey's output has none of the glob's special characters.
 	pattern := "{" + esc[:len(esc)-1] + "*}" + kind
@@ -159,22 +144,10 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 			}
 		}
 	}
-	var err error
-	switch c := dep.rdb.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, scan)
-	case *redis.Ring:
-		err = c.ForEachShard(ctx, scan)
-	case *redis.Client:
-		err = scan(ctx, c)
-	default:
-		return fmt.Errorf("%w: cannot enumerate the servers of a %T", backend.ErrUnsupported, c)
-	}
-	return classify(err)
+	return classify(dep.eachServer(ctx, scan))
 }
 
-// list finds every held lock whose key starts with prefix (see scan), and
-// reads each one's value and PTTL.
+// list reads the value and PTTL of every lock whose key starts with prefix.
 func (dep *deployment) list(ctx context.Context, prefix string) (map[string]holding, error) {
 	var mu sync.Mutex
 	found := map[string]holding{}
@@ -187,9 +160,7 @@ func (dep *deployment) list(ctx context.Context, prefix string) (map[string]hold
 	return found, nil
 }
 
-// readLocks reads the value and PTTL of the lock keys names, in one
-// pipeline (the client routes each key to its node), and adds the held
-// ones to found.
+// readLocks adds the held ones of the lock keys names to found.
 func (dep *deployment) readLocks(ctx context.Context, keys, names []string, mu *sync.Mutex, found map[string]holding) error {
 	type read struct {
 		key  string
@@ -235,17 +206,13 @@ func keyOf(name, kind string) (string, bool) {
 	return key, true
 }
 
-// Inspect implements backend.Inspector: the holder's owner, fence and
-// time left, from the lock's value and PTTL, and the live waiters queued
-// and their owners; of a semaphore or a read-write lock, each holder's
-// fence, time left and permits (see sharedKnows), the limit and the queue.
+// Inspect implements backend.Inspector: a lock's holder (owner, fence, time
+// left) and its queue's live waiters; a semaphore's or read-write lock's
+// holders, limit and queue.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := checkObject(m); err != nil {
-		return backend.State{}, err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: %w", err)
+		return backend.State{}, err
 	}
 	defer done()
 	if m = backend.Object(m); m != backend.Exclusive {
@@ -268,16 +235,12 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	return st, nil
 }
 
-// List implements backend.Lister. It reports a lock's owner, fence and TTL
-// (a FairDriver's waiters only Inspect counts); a semaphore or read-write
-// lock as Inspect does.
+// List implements backend.Lister: a lock's owner, fence and TTL (not its
+// waiters: Inspect counts those); a semaphore or read-write lock as Inspect.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if err := checkObject(m); err != nil {
-		return nil, err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
-		return nil, fmt.Errorf("redislock: %w", err)
+		return nil, err
 	}
 	defer done()
 	var out []backend.State
@@ -298,16 +261,12 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 }
 
 // Break implements backend.Breaker: one script deletes the lock if its
-// value records fence, and publishes the release, naming the next waiter;
-// or frees the one grant of a semaphore or read-write lock under fence,
-// and publishes the release, as its holder's would.
+// value records fence, or frees the grant of a semaphore or read-write
+// lock under fence, and publishes the release as a holder's would.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if err := checkObject(m); err != nil {
-		return backend.State{}, err
-	}
-	ctx, done, err := d.gate.Enter(ctx)
+	ctx, done, err := d.enterObject(ctx, m)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: %w", err)
+		return backend.State{}, err
 	}
 	defer done()
 	var st backend.State
@@ -315,41 +274,37 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	if m = backend.Object(m); m != backend.Exclusive {
 		st, held, err = d.dep.breakShared(ctx, key, m, fence)
 	} else {
-		// The next waiter is woken by name, and tries (a default-mode
-		// waiter too: its try takes the free lock).
+		// The next waiter is woken by name and tries (in either mode).
 		var h holding
 		h, held, err = d.dep.breakLock(ctx, key, fence, true)
 		st = h.state(key, lockKnows)
 	}
-	if err != nil {
-		return backend.State{}, fmt.Errorf("redislock: %w", err)
-	}
-	if !held {
-		return backend.State{}, fmt.Errorf("redislock: %w", backend.ErrNotHeld)
+	if err := heldErr(held, err); err != nil {
+		return backend.State{}, err
 	}
 	return st, nil
 }
 
-// checkObject refuses a mode that names no object of a Driver's, before
-// any request.
-func checkObject(m backend.Mode) error {
+// enterObject refuses a mode that is no object of a Driver's, then enters.
+func (d *Driver) enterObject(ctx context.Context, m backend.Mode) (context.Context, func(), error) {
 	if m > backend.Write {
-		return fmt.Errorf("redislock: %w: %s mode", backend.ErrUnsupported, m)
+		return nil, nil, fmt.Errorf("redislock: %w: %s mode", backend.ErrUnsupported, m)
 	}
-	return nil
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redislock: %w", err)
+	}
+	return ctx, done, nil
 }
 
-// The operator's scripts of semaphores and read-write locks (see
-// shared.go): one reads an object's holders and queue, the other frees
-// one grant as its holder's release would.
+// The operator's scripts of semaphores and read-write locks (shared.go).
 var (
 	sharedInspectScript = redis.NewScript(lua("shared", "waiters", "shared_inspect"))
 	sharedBreakScript   = redis.NewScript(lua("shared", "shared_break"))
 )
 
 // sharedKnows is what a semaphore's or a read-write lock's keys record of
-// each grant: its owner, fence, expiry and permits; and the permits'
-// limit. Inspect and List add the queue's waiters and their owners.
+// each grant (owner, fence, expiry, permits), and the permits' limit.
 func sharedKnows(m backend.Mode) backend.Fields {
 	k := backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
 	if m == backend.Permit {
@@ -358,9 +313,7 @@ func sharedKnows(m backend.Mode) backend.Fields {
 	return k
 }
 
-// sharedInspectKeys are the shared inspect script's keys for the object
-// m whose holders are the sorted set name (see sharedKeys and
-// fairSharedKeys).
+// sharedInspectKeys are the shared inspect script's keys for object name.
 func sharedInspectKeys(name string, m backend.Mode) []string {
 	if m == backend.Permit {
 		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
@@ -370,33 +323,23 @@ func sharedInspectKeys(name string, m backend.Mode) []string {
 
 // inspectShared reads key's object m (Permit or Read).
 func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	defer dep.in.watch(ctx).stop()
 	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}), m)
-	r, err := sharedInspectScript.Run(ctx, dep.rdb, ks).Slice()
+	r, err := dep.run(ctx, sharedInspectScript, ks).Slice()
 	if err != nil {
 		return backend.State{}, classify(err)
 	}
 	return sharedState(key, m, r)
 }
 
-// listShared finds every held object of mode m (Permit or Read) whose key
-// starts with prefix (see scan), and reads each one with the shared
-// inspect script, a page's in one pipeline.
+// listShared reads every held object of mode m whose key starts with prefix.
 func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	var mu sync.Mutex
 	var out []backend.State
 	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
-		p := dep.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(names))
-		for i, name := range names {
-			cmds[i] = sharedInspectScript.EvalSha(ctx, p, sharedInspectKeys(name, m))
-		}
-		_, _ = p.Exec(ctx) // each command's error is read below
+		cmds := dep.pipelined(ctx, len(names), func(i int) (*redis.Script, []string, []any) {
+			return sharedInspectScript, sharedInspectKeys(names[i], m), nil
+		})
 		for i, cmd := range cmds {
-			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-				// A node that never ran the script: Run sends it whole.
-				cmd = sharedInspectScript.Run(ctx, dep.rdb, sharedInspectKeys(names[i], m))
-			}
 			r, err := cmd.Slice()
 			if err != nil {
 				return err
@@ -416,8 +359,7 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 	return out, err
 }
 
-// sharedState reads the shared inspect script's answer r for key's
-// object m (see scripts/shared_inspect.lua).
+// sharedState reads the shared inspect script's answer r (shared_inspect.lua).
 func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	n := int64(-1)
 	if len(r) >= 2 {
@@ -437,8 +379,7 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
 	_, resized := r[0].(int64)
 	if st.Held = len(st.Holders) > 0; st.Held || resized {
-		// The resize record's limit, else the holders' claims': none
-		// without them.
+		// The resize record's limit, else the holders': none without them.
 		st.Limit = limitOf(m, r[0])
 	}
 	st.Queue = owners(r[2+holderFields*n:])
@@ -468,8 +409,7 @@ func sharedHolder(m backend.Mode, r []any) (backend.Holder, error) {
 }
 
 // limitOf reads a semaphore's limit from the scripts' answer (a resize
-// record's is a number, the holders' a string, empty for none); a
-// read-write lock has none.
+// record's is a number, the holders' a string); 0 for a read-write lock.
 func limitOf(m backend.Mode, v any) int {
 	if m != backend.Permit {
 		return 0
@@ -484,12 +424,10 @@ func limitOf(m backend.Mode, v any) int {
 	return 0
 }
 
-// breakShared runs the shared break script: the removed grant, or held
-// false.
+// breakShared runs the shared break script: the removed grant, if held.
 func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mode, fence uint64) (st backend.State, held bool, err error) {
-	defer dep.in.watch(ctx).stop()
 	c := backend.Claim{Key: key, Mode: m}
-	r, err := sharedBreakScript.Run(ctx, dep.rdb, sharedKeys(c), strconv.FormatUint(fence, 10), keysFor(key).channel).Slice()
+	r, err := dep.run(ctx, sharedBreakScript, sharedKeys(c), strconv.FormatUint(fence, 10), keysFor(key).channel).Slice()
 	if errors.Is(err, redis.Nil) {
 		return backend.State{}, false, nil
 	}
@@ -511,20 +449,18 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 // inspectTimeout bounds a Quorum's operator calls on each server.
 const inspectTimeout = 10 * time.Second
 
-// each runs fn on every server of q concurrently and returns the
-// servers' answers, with res[i].answered false for one that did not answer
-// in time. linked: the caller's ctx cancels the requests (not for Break,
-// whose request sent should complete, as Release's does).
+// each runs fn on every server and returns their answers (answered false
+// for one that did not answer in time). linked: the caller's ctx cancels
+// the requests (not for Break, whose requests should complete).
 func (q *Quorum) each(ctx context.Context, linked bool, fn func(ctx context.Context, i int) result) []result {
 	return q.gather(ctx, inspectTimeout, linked, fn, func(int, int) bool { return false }, nil)
 }
 
 // majority judges the servers' views of one key: the holding that a
-// majority of the n servers share (the same attempt, with the same fence:
-// the acquisition's, which the servers that decided it record, raised to
-// it if need be; a server that granted after the decision keeps its own),
-// with the time left on the quorum-th longest. uncertain: no majority, but
-// the servers that did not answer could make one.
+// majority share (the same attempt and fence: the acquisition's, which the
+// deciding servers record, raised if need be; a server that granted after
+// the decision keeps its own), with the time left on the quorum-th
+// longest. uncertain: no majority, but the silent servers could make one.
 func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, uncertain bool) {
 	type id struct {
 		attempt string
@@ -546,8 +482,7 @@ func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, unc
 	return holding{}, false, best+unanswered >= q.quorum
 }
 
-// views are the holdings the servers reported (ok), and how many servers
-// did not answer.
+// views are the holdings the servers reported, and how many did not answer.
 func views(res []result) (vs []holding, missing int) {
 	for _, r := range res {
 		switch {
@@ -560,24 +495,24 @@ func views(res []result) (vs []holding, missing int) {
 	return vs, missing
 }
 
-// checkObject refuses every object but the lock: a Quorum takes no other
-// mode (see its Modes), so it has no semaphore or read-write lock to see.
+// checkObject refuses every object but the lock (a Quorum takes no other
+// mode: see its Modes), then a closed Quorum.
 func (q *Quorum) checkObject(op string, m backend.Mode) error {
 	if m != backend.Exclusive {
 		return fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
+	}
+	if q.gate.Closed() {
+		return fmt.Errorf("redislock: quorum: %s: %w", op, backend.ErrClosed)
 	}
 	return nil
 }
 
 // Inspect implements backend.Inspector: the lock is held when a majority
 // of the servers hold it for the same acquisition. It fails when the
-// servers that did not answer could make or unmake that majority.
+// silent servers could make or unmake that majority.
 func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	if err := q.checkObject("inspect", m); err != nil {
 		return backend.State{}, err
-	}
-	if q.gate.Closed() {
-		return backend.State{}, fmt.Errorf("redislock: quorum: inspect: %w", backend.ErrClosed)
 	}
 	res := q.each(ctx, true, func(ctx context.Context, i int) result {
 		h, held, _, err := q.deps[i].inspect(ctx, key, false)
@@ -595,14 +530,11 @@ func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 }
 
 // List implements backend.Lister: the keys held on a majority of the
-// servers. It fails when the servers that did not answer could make a
-// majority for a key that the others show on a minority.
+// servers. It fails when the silent servers could make a majority for a
+// key that the others show on a minority.
 func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	if err := q.checkObject("list", m); err != nil {
 		return nil, err
-	}
-	if q.gate.Closed() {
-		return nil, fmt.Errorf("redislock: quorum: list: %w", backend.ErrClosed)
 	}
 	res := q.each(ctx, true, func(ctx context.Context, i int) result {
 		found, err := q.deps[i].list(ctx, prefix)
@@ -636,15 +568,12 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	return out, nil
 }
 
-// Break implements backend.Breaker: the break script runs on every
-// server, deleting the lock where its value records fence (and waking
-// the waiters there). It succeeds when that removed it from a majority.
+// Break implements backend.Breaker: the break script deletes the lock on
+// every server where its value records fence (waking the waiters there);
+// it succeeds when it removed it from a majority.
 func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	if err := q.checkObject("break", m); err != nil {
 		return backend.State{}, err
-	}
-	if q.gate.Closed() {
-		return backend.State{}, fmt.Errorf("redislock: quorum: break: %w", backend.ErrClosed)
 	}
 	res := q.each(ctx, false, func(ctx context.Context, i int) result {
 		h, held, err := q.deps[i].breakLock(ctx, key, fence, false)

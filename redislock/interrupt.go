@@ -1,11 +1,10 @@
 package redislock
 
-// Interruptible connections: go-redis never watches a context's
-// cancellation while it reads a reply, and the backend contract wants a
-// cancelled call back within a round trip. So on the clients this package
-// dials, a read still blocked interruptGrace after its call's context
-// ended is cut (see watch). A caller's client (New, NewFair, NewQuorum)
-// is left alone. See docs/backends/redislock.md, Cancellation.
+// Interruptible connections: go-redis never watches a context while it
+// reads a reply, and the backend contract wants a cancelled call back
+// within a round trip. So on the clients this package dials, a read still
+// blocked interruptGrace after its call's context ended is cut. A caller's
+// client is left alone. See docs/backends/redislock.md, Cancellation.
 
 import (
 	"context"
@@ -18,12 +17,11 @@ import (
 	"github.com/lockerhq/locker/internal/conntrack"
 )
 
-// interruptGrace is how long a read blocked at a context's cancellation may
-// go on before it is cut. A reply to one of the driver's scripts takes well
-// under a millisecond on a LAN and a few across a data centre, so a read
-// still blocked 50 ms after the cancel is almost surely on a dead
-// connection; and 50 ms, plus cleanupWait, keeps a cancelled Acquire within
-// the contract's 100 ms (plus one round trip).
+// interruptGrace is how long a read blocked at a cancellation may go on
+// before it is cut: a script's reply takes a few ms at most, so a read
+// still blocked 50 ms later is almost surely on a dead connection; and 50
+// ms plus cleanupWait keeps a cancelled Acquire within the contract's 100
+// ms (plus one round trip).
 const interruptGrace = 50 * time.Millisecond
 
 // interrupter knows the live connections of one go-redis client.
@@ -40,55 +38,49 @@ func newInterrupter() *interrupter {
 // interruptible by the returned interrupter, and has go-redis honour
 // context deadlines itself.
 func interruptible(o *redis.Options) *interrupter {
-	in := newInterrupter()
 	o.ContextTimeoutEnabled = true
-	dial := o.Dialer
-	if dial == nil {
-		dial = redis.NewDialer(o) // reads o's DialTimeout and TLSConfig when it dials
+	if o.Dialer == nil {
+		o.Dialer = redis.NewDialer(o) // reads o's DialTimeout and TLSConfig when it dials
 	}
-	o.Dialer = in.dialer(dial)
-	return in
+	return track(&o.Dialer)
 }
 
-// interruptibleCluster is interruptible for a cluster client: one
-// interrupter for the connections to all its nodes.
+// interruptibleCluster is interruptible for all of a cluster's nodes.
 func interruptibleCluster(o *redis.ClusterOptions) *interrupter {
-	in := newInterrupter()
 	o.ContextTimeoutEnabled = true
-	dial := o.Dialer
-	if dial == nil {
-		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if o.Dialer == nil {
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})(ctx, network, addr)
 		}
 	}
-	o.Dialer = in.dialer(dial)
-	return in
+	return track(&o.Dialer)
 }
 
-// dialer tracks the connections dial makes. The tracked connection keeps
-// go-redis's health check, which peeks at the socket of a connection that
-// is a syscall.Conn (and only then).
-func (in *interrupter) dialer(dial func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
+// track has the dialer *dial track the connections it makes. The tracked
+// connection keeps go-redis's health check, which peeks at the socket of
+// a connection that is a syscall.Conn (and only then).
+func track(dial *func(context.Context, string, string) (net.Conn, error)) *interrupter {
+	in := newInterrupter()
+	next := *dial
+	*dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		return in.conns.Add(c)
 	}
+	return in
 }
 
-// A watch is one driver call's: while the call runs after its context
-// ended, reads blocked for interruptGrace are cut.
+// A watch is one driver call's (see interrupter.watch).
 type watch struct {
 	in     *interrupter
 	stopAF func() bool
 	done   atomic.Bool
 }
 
-// watch arranges for the end of ctx to interrupt the reads that block a
-// call made with it; the caller calls stop when the call returns. A nil
-// interrupter (a client we did not dial) does nothing.
+// watch has the end of ctx interrupt the reads that block a call made with
+// it, until stop. A nil interrupter (a caller's client) does nothing.
 func (in *interrupter) watch(ctx context.Context) *watch {
 	if in == nil || ctx.Done() == nil {
 		return nil
@@ -106,17 +98,14 @@ func (w *watch) stop() {
 	}
 }
 
-// maxRounds bounds fire: a call that is still running after this many
-// rounds of cuts (a second) is left to go-redis's own timeouts.
+// maxRounds bounds fire: after a second, go-redis's own timeouts rule.
 const maxRounds = 20
 
-// fire runs when the call's context ends: it notes the reads in progress
-// and, if the call is still running interruptGrace later, cuts those still
-// blocked (a read without a deadline, pub/sub's, never). It goes on in
-// rounds while the call runs: the call may not have been reading yet when
-// its context ended (dialing, writing), or go-redis may retry on a new
-// connection (it sleeps on the ended context before a retry, which returns
-// at once unless the retry backoff is zero).
+// fire notes the reads in progress when the call's context ends and, if
+// the call still runs interruptGrace later, cuts those still blocked (a
+// read without a deadline, pub/sub's, never). It goes on in rounds: the
+// call may have been dialing or writing, or go-redis may retry on a new
+// connection.
 func (w *watch) fire() {
 	for range maxRounds {
 		blocked := w.in.conns.Reading()

@@ -2,29 +2,24 @@ package redislock
 
 import "github.com/lockerhq/locker/backend"
 
-// keys are the Redis names of one lock key's state, built once per call by
-// keysFor. All share the hash tag {E}, where E is backend.EscapeKey(key),
-// so they live in one Redis Cluster slot and one script can touch them
-// all. EscapeKey's output has no braces, so the tag is exactly the escaped
-// key. ACL's patterns follow this layout.
+// keys are the Redis names of one lock key's state. All share the hash tag
+// {E}, E being backend.EscapeKey(key) (which has no braces), so they live
+// in one Redis Cluster slot and one script can touch them all. ACL's
+// patterns follow this layout.
 type keys struct {
-	// lock holds the holder's token and attempt (see attempt), with the
-	// lock's TTL.
+	// lock holds the holder's token and attempt, with the lock's TTL.
 	lock string
 	// fence is the name's fencing counter, advanced by the acquire script.
 	fence string
-	// channel is where a release is published (on the whole server: see
-	// docs/backends/redislock.md on the database number).
+	// channel is where a release is published (on the whole server).
 	channel string
-	// queue and live are the waiters' queue: in order of arrival, and
-	// until when each is alive (see scripts/queue.lua); hand, in the
-	// default mode, what each is handed (see scripts/handoff.lua).
+	// queue and live are the waiters' queue, in order of arrival, and until
+	// when each is alive (scripts/queue.lua); hand, what each is handed
+	// (scripts/handoff.lua).
 	queue, live, hand string
 }
 
-// keysFor returns the names of key's lock, fence counter, release channel
-// and queue: slices of one string, made in one allocation, as every call
-// of a lock cycle makes them.
+// keysFor returns the names of key's state, in one allocation.
 func keysFor(key string) keys {
 	e := backend.EscapeKey(key)
 	all := "{" + e + "}:lock{" + e + "}:fence{" + e + "}:released{" + e + "}:queue{" + e + "}:live{" + e + "}:hand"

@@ -12,8 +12,7 @@ import (
 
 // go-redis has one logger for the whole process (redis.SetLogger): the
 // first driver puts a router in its place that hands each message to the
-// loggers of the drivers open now, each once (see
-// docs/backends/redislock.md, Logging).
+// loggers of the drivers open now, each once.
 var goredisLog = struct {
 	once    sync.Once
 	mu      sync.Mutex
@@ -39,8 +38,7 @@ func (logRouter) Printf(ctx context.Context, format string, v ...any) {
 // so that go-redis's messages of Open's own dial go nowhere else.
 func installLogRouter() { goredisLog.once.Do(func() { redis.SetLogger(logRouter{}) }) }
 
-// routeLogs adds l to the loggers that receive go-redis's messages, and
-// returns the function that takes it off (at the driver's Close).
+// routeLogs adds l to go-redis's loggers until the returned remove.
 func routeLogs(l *slog.Logger) (remove func()) {
 	installLogRouter()
 	if l == nil || l.Handler() == slog.DiscardHandler {
@@ -49,14 +47,11 @@ func routeLogs(l *slog.Logger) (remove func()) {
 	goredisLog.mu.Lock()
 	goredisLog.loggers[l]++
 	goredisLog.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			goredisLog.mu.Lock()
-			defer goredisLog.mu.Unlock()
-			if goredisLog.loggers[l]--; goredisLog.loggers[l] <= 0 {
-				delete(goredisLog.loggers, l)
-			}
-		})
-	}
+	return sync.OnceFunc(func() {
+		goredisLog.mu.Lock()
+		defer goredisLog.mu.Unlock()
+		if goredisLog.loggers[l]--; goredisLog.loggers[l] <= 0 {
+			delete(goredisLog.loggers, l)
+		}
+	})
 }

@@ -16,8 +16,7 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Subscribe implements backend.Notifier over Redis pub/sub: the key's
-// releases publish while it is subscribed (see watchmark.go).
+// Subscribe implements backend.Notifier over Redis pub/sub.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if d.gate.Closed() {
 		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
@@ -37,12 +36,12 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	return ch, func() { unmark(); cancel() }, nil
 }
 
-// A hub is one pub/sub connection and the goroutine that reads it. A plain
-// client or a cluster shares one hub among all channels (PUBLISH reaches
-// every node of a cluster, so any node will do); a ring routes each channel
-// to its shard, so it gets a hub per channel. A channel stays subscribed for
-// a moment (linger) after its last waiter leaves, so that a busy lock costs
-// no SUBSCRIBE round trip per acquisition; a hub without channels closes.
+// A hub is one pub/sub connection and the goroutine that reads it: one for
+// every channel of a plain client or a cluster (PUBLISH reaches every node
+// of a cluster), one per channel of a ring (routed to its shard). A channel
+// stays subscribed for a moment (linger) after its last waiter leaves, so
+// that a busy lock costs no SUBSCRIBE per acquisition; a hub without
+// channels closes.
 type hub struct {
 	dep   *deployment
 	route string
@@ -68,13 +67,11 @@ type chanState struct {
 type subscription struct {
 	ch chan struct{}
 	id string // a waiter's name: woken only by messages naming it or none
-	// handed are the hand-offs to id received (see handoff.lua), oldest
-	// first; guarded by dep.mu.
+	// handed are the hand-offs to id received, oldest first; under dep.mu.
 	handed []handoff
 }
 
-// handoff is what a hand-off message says: the lock was given to the
-// waiter's attempt, under fence.
+// handoff is a hand-off message: the lock went to attempt under fence.
 type handoff struct {
 	attempt, fence uint64
 }
@@ -107,10 +104,9 @@ func (s *subscription) addHanded(h handoff) {
 	s.handed = append(s.handed, h)
 }
 
-// subscribe arranges for ch to receive a value whenever key's release
-// channel carries a message that names waiter id or no one (id "": any
-// message), and returns once the subscription is confirmed. The
-// subscription's handed list receives the hand-offs to id.
+// subscribe has ch receive a value whenever key's release channel carries
+// a message naming waiter id or no one (id "": any message), once the
+// subscription is confirmed; its handed list receives the hand-offs to id.
 func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan struct{}) (*subscription, func(), error) {
 	channel := keysFor(key).channel
 	route := dep.route(channel)
@@ -153,8 +149,7 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	active := st.active
 	dep.mu.Unlock()
 
-	var once sync.Once
-	cancel := func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+	cancel := sync.OnceFunc(func() { dep.unsubscribe(h, channel, st, sub) })
 	if active {
 		return sub, cancel, nil
 	}
@@ -165,8 +160,8 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	return sub, cancel, nil
 }
 
-// route is the hub of channel: "" for a client or cluster, whose one hub
-// serves every channel, the channel itself for a ring.
+// route is channel's hub: one for a client or cluster, one per channel of
+// a ring.
 func (dep *deployment) route(channel string) string {
 	if dep.ring {
 		return channel
@@ -183,8 +178,8 @@ func (dep *deployment) pubSub(ctx context.Context, route string) *redis.PubSub {
 	return dep.rdb.Subscribe(ctx)
 }
 
-// activeHub is the live hub on which key's channel is confirmed, and the
-// channel; nil if there is none. dep.mu is held.
+// activeHub is the live hub on which key's channel is confirmed; dep.mu is
+// held.
 func (dep *deployment) activeHub(key string) (*hub, string) {
 	channel := keysFor(key).channel
 	h := dep.hubs[dep.route(channel)]
@@ -194,10 +189,9 @@ func (dep *deployment) activeHub(key string) (*hub, string) {
 	return h, channel
 }
 
-// mayBeActive says whether a channel may be confirmed on a live
-// connection, without building any channel's name: false when no hub has
-// a channel (no waiter or watcher in a while), as a free lock's try finds
-// on a Driver that nobody waits on.
+// mayBeActive says, without building a channel's name, whether a channel
+// may be confirmed on a live connection: false when no hub has one, as on
+// a Driver that nobody waited on in a while.
 func (dep *deployment) mayBeActive() bool {
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
@@ -209,9 +203,8 @@ func (dep *deployment) mayBeActive() bool {
 	return false
 }
 
-// subscribeActive is subscribe without a round trip: it subscribes only
-// when key's channel is already confirmed on a live connection (a lock
-// contended a moment ago), and returns nil otherwise.
+// subscribeActive is subscribe without a round trip, when key's channel is
+// already confirmed on a live connection; nil otherwise.
 func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
@@ -221,12 +214,10 @@ func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subsc
 	}
 	sub := &subscription{ch: ch, id: id}
 	st := h.add(channel, sub)
-	var once sync.Once
-	return sub, func() { once.Do(func() { dep.unsubscribe(h, channel, st, sub) }) }
+	return sub, sync.OnceFunc(func() { dep.unsubscribe(h, channel, st, sub) })
 }
 
-// add puts sub on channel, ending the channel's linger; dep.mu must be
-// held.
+// add puts sub on channel, ending its linger; dep.mu is held.
 func (h *hub) add(channel string, sub *subscription) *chanState {
 	st := h.chans[channel]
 	if st == nil {
@@ -243,21 +234,18 @@ func (h *hub) add(channel string, sub *subscription) *chanState {
 	return st
 }
 
-// barrierTimeout bounds the wait for a subscription's confirmation: past
-// it, the caller waits by polling rather than not at all.
+// barrierTimeout bounds a confirmation: past it, the caller polls.
 const barrierTimeout = 2 * time.Second
 
-// confirm sends SUBSCRIBE and then a PING with a unique payload on the same
-// connection. The server answers in order, so the PONG proves the
-// subscription active. If the connection was replaced meanwhile, go-redis
-// subscribed the channel again on the new one before sending anything else,
-// so a later PONG proves it as well.
+// confirm sends SUBSCRIBE, then a PING with a unique payload, on one
+// connection: the server answers in order, so the PONG proves the
+// subscription. On a connection replaced meanwhile, go-redis subscribed
+// again before sending anything else, so a later PONG proves it too.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
 	dep := h.dep
 	deadline := time.NewTimer(barrierTimeout)
 	defer deadline.Stop()
-	// Wait for the connection ctx-aware: a write to a server that does not
-	// answer can take long.
+	// Wait for the connection ctx-aware: a write to a dead server blocks.
 	select {
 	case h.wmu <- struct{}{}:
 	case <-ctx.Done():
@@ -301,8 +289,8 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 const pingPrefix = "redislock:"
 
 // addBarrier registers the waiter of the next PING on h's connection: its
-// payload's number, the connection's epoch, and where its PONG is
-// reported; ok is false when h is dead. h.wmu is held.
+// payload's number, the connection's epoch, and where its PONG goes; not
+// ok when h is dead. h.wmu is held.
 func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
@@ -315,8 +303,7 @@ func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
 	return h.dep.seq, h.epoch, done, true
 }
 
-// unsubscribe removes sub, and after the linger UNSUBSCRIBEs the channel
-// if nobody subscribed again.
+// unsubscribe removes sub, and UNSUBSCRIBEs an idle channel after linger.
 func (dep *deployment) unsubscribe(h *hub, channel string, st *chanState, sub *subscription) {
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
@@ -391,15 +378,14 @@ func (h *hub) failBarriers(err error) {
 	}
 }
 
-// run reads the hub's connection until it is closed, delivering release
-// messages and PONGs.
+// run reads the hub's connection, delivering messages and PONGs, until it
+// is closed.
 func (h *hub) run() {
 	dep := h.dep
 	defer dep.wg.Done()
 	ctx := context.Background()
 	failures := 0
-	// Reconnections after the first are paced: go-redis reconnects on
-	// the next Receive.
+	// Reconnections after the first are paced (go-redis reconnects on Receive).
 	backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
 	for {
 		dep.mu.Lock()
@@ -420,10 +406,9 @@ func (h *hub) run() {
 				return
 			}
 			// The connection failed; go-redis reconnects and subscribes
-			// again, but messages sent meanwhile are lost: every
-			// subscriber gets a value once its channel is subscribed again
-			// (see *redis.Subscription below), and subscriptions must be
-			// confirmed anew.
+			// again, but what was published meanwhile is lost: subscribers
+			// get a value once their channel is subscribed again (below),
+			// and subscriptions must be confirmed anew.
 			h.failed(fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
@@ -441,59 +426,46 @@ func (h *hub) run() {
 		backoff.Reset()
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			// Subscribed again after a failure: releases may have gone
-			// unheard meanwhile. The server confirms once it subscribed, so
-			// a release after this value is published to us.
+			// Subscribed again after a failure: what was published
+			// meanwhile went unheard, and what comes after is ours.
 			if m.Kind != "subscribe" {
 				continue
 			}
-			var subs []*subscription
 			dep.mu.Lock()
 			if st := h.chans[m.Channel]; st != nil && st.stale {
 				st.stale = false
 				for s := range st.subs {
-					subs = append(subs, s)
+					notify(s.ch)
 				}
 			}
 			dep.mu.Unlock()
-			for _, s := range subs {
-				notify(s.ch)
-			}
 		case *redis.Message:
-			dep.mu.Lock()
-			var subs []*subscription
 			to, ho, handed := parseHandoff(m.Payload)
+			dep.mu.Lock()
+			// All are told: the Client's turnstile orders its own waiters.
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
 					switch {
 					case handed && s.id == to:
 						s.addHanded(ho)
-						subs = append(subs, s)
+						notify(s.ch)
 					case handed:
 						if s.id == "" {
-							subs = append(subs, s)
+							notify(s.ch)
 						}
 					case m.Payload == "" || s.id == "" || s.id == m.Payload:
-						subs = append(subs, s)
+						notify(s.ch)
 					}
 				}
 			}
 			dep.mu.Unlock()
-			// All are told, as the Notifier contract says; the locker
-			// Client's turnstile orders its own waiters.
-			for _, s := range subs {
-				notify(s.ch)
-			}
 		case *redis.Pong:
-			if len(m.Payload) <= len(pingPrefix) || m.Payload[:len(pingPrefix)] != pingPrefix {
+			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
+			seq, err := strconv.ParseUint(digits, 10, 64)
+			if !ours || err != nil {
 				continue
 			}
-			seq, err := strconv.ParseUint(m.Payload[len(pingPrefix):], 10, 64)
-			if err != nil {
-				continue
-			}
-			// PONGs arrive in order: every earlier barrier on this
-			// connection is passed too.
+			// PONGs come in order: earlier barriers are passed too.
 			dep.mu.Lock()
 			for s, done := range h.barriers {
 				if s <= seq {
@@ -510,8 +482,7 @@ func (h *hub) run() {
 }
 
 // failed records that the hub's connection failed (or was given up):
-// subscriptions must be confirmed anew, and a value is owed to every
-// subscriber once its channel is subscribed again.
+// subscriptions must be confirmed anew, and subscribers are owed a value.
 func (h *hub) failed(reason error) {
 	h.dep.mu.Lock()
 	h.failedLocked()
@@ -529,9 +500,8 @@ func (h *hub) failedLocked() {
 }
 
 // healthEvery is how often a hub checks that its connection answers: one
-// that went silent without breaking (a partition, a half-open TCP
-// connection, a middlebox that dropped it) would otherwise swallow
-// releases unseen, and go-redis never times out a pub/sub read.
+// gone silent without breaking (a partition, a half-open connection)
+// would swallow releases, and go-redis never times out a pub/sub read.
 const healthEvery = time.Second
 
 // pongWait bounds the answer to a health check.
@@ -554,8 +524,7 @@ func (h *hub) check() {
 	}
 }
 
-// lockWrites takes the right to write on the hub's connection (h.wmu;
-// give it back with <-h.wmu), unless the hub quits first.
+// lockWrites takes h.wmu (give it back with <-h.wmu) unless the hub quits.
 func (h *hub) lockWrites() bool {
 	select {
 	case h.wmu <- struct{}{}:
@@ -567,9 +536,8 @@ func (h *hub) lockWrites() bool {
 
 // ping sends a PING on the hub's connection and replaces the connection
 // if no PONG comes within pongWait, or if one comes while a channel is
-// still unconfirmed after a failure (its SUBSCRIBE was lost: the server
-// answers in order). A connection that fails outright is left to run and
-// go-redis, which reconnect.
+// still unconfirmed after a failure (its SUBSCRIBE was lost). A connection
+// that fails outright is left to run and go-redis, which reconnect.
 func (h *hub) ping() {
 	dep := h.dep
 	if !h.lockWrites() {
@@ -611,8 +579,7 @@ func (h *hub) ping() {
 	}
 }
 
-// replace closes the hub's connection for a new one that subscribes every
-// channel again; run goes on reading the new one.
+// replace swaps the hub's connection for a new one, subscribed again.
 func (h *hub) replace(reason error) {
 	dep := h.dep
 	if !h.lockWrites() {
@@ -639,8 +606,7 @@ func (h *hub) replace(reason error) {
 	_ = old.Close()
 	h.failBarriers(reason)
 	if !dep.ring && len(channels) > 0 {
-		// On failure go-redis has them recorded, and subscribes them when
-		// it reconnects for the next Receive or PING.
+		// On failure go-redis subscribes them again when it reconnects.
 		_ = ps.Subscribe(ctx, channels...)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,29 +17,21 @@ import (
 
 func init() {
 	for _, s := range []string{"", "s"} {
-		backend.Register("redis"+s, backend.Opener{
-			Usage: "redis" + s + "://[user:password@]host:port/db[?fair=true&restart_delay=&retention=&TLS&go-redis options]",
+		r := "redis" + s
+		backend.Register(r, backend.Opener{
+			Usage: r + "://[user:password@]host:port/db[?fair=true&restart_delay=&retention=&TLS&go-redis options]",
 			Open:  openAny,
 		})
-		backend.Register("redis"+s+"+cluster", backend.Opener{
-			Usage: "redis" + s + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&retention=&TLS&go-redis cluster options]",
+		backend.Register(r+"+cluster", backend.Opener{
+			Usage: r + "+cluster://[user:password@]host:port,host:port,...[?fair=true&restart_delay=&retention=&TLS&go-redis cluster options]",
 			Open:  openAny,
 		})
-		backend.Register("redis"+s+"+quorum", backend.Opener{
-			Usage: "redis" + s + "+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&retention=&TLS&go-redis options]",
-			Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-				q, err := openQuorum(ctx, u, nil)
-				if err != nil {
-					return nil, err
-				}
-				return q, nil
-			},
-		})
+		backend.Register(r+"+quorum", backend.OpenerFunc(r+"+quorum://[user:password@]host:port,host:port,host:port/db[?restart_delay=&retention=&TLS&go-redis options]",
+			func(ctx context.Context, u *url.URL) (*Quorum, error) { return openQuorum(ctx, u, nil) }))
 	}
 }
 
-// openAny is the registry's opener: a Driver, or a FairDriver when the URL
-// says fair=true.
+// openAny is the registry's opener: a FairDriver when fair=true.
 func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
 	fair, err := fairParam(u)
 	if err != nil {
@@ -69,17 +60,17 @@ func fairParam(u *url.URL) (bool, error) {
 	return fair, nil
 }
 
-// ownParams takes the URL's parameters that are the driver's, not
-// go-redis's, off u: fair (read by fairParam), restart_delay, which becomes
-// an Option after opts so that the URL has the last word, and the TLS
-// parameters every backend reads (see backend.Params.TLS), which rediss
-// implies and which replace go-redis's TLS configuration.
-func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, error) {
+// ownParams takes the driver's own parameters off u: fair (read by
+// fairParam), restart_delay and retention (Options after opts: the URL has
+// the last word) and the TLS ones (backend.Params.TLS; rediss implies
+// TLS), which replace go-redis's TLS configuration. It returns the options'
+// config, with ctx's logger first, and warns of a weak transport.
+func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config, *tls.Config, error) {
 	if u.Opaque != "" { // go-redis would dial localhost:6379 for "redis:pw@host"
-		return nil, nil, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
+		return nil, config{}, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
 	}
 	if err := checkUser(u); err != nil {
-		return nil, nil, nil, err
+		return nil, config{}, nil, err
 	}
 	q := u.Query()
 	own := url.Values{}
@@ -90,32 +81,41 @@ func ownParams(u *url.URL, opts []Option) (*url.URL, []Option, *tls.Config, erro
 			q.Del(name)
 		}
 	}
-	if len(own) == 0 && !strings.HasPrefix(u.Scheme, "rediss") {
-		return u, opts, nil, nil
-	}
-	p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
-	p.Has("fair")
-	delay := p.Duration("restart_delay", -1)
-	retention := p.Duration("retention", 0)
-	tc, err := p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
-	if err == nil {
-		err = p.Err()
-	}
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("redislock: %w", err)
-	}
-	if delay >= 0 {
-		opts = append(slices.Clip(opts), WithRestartDelay(delay))
-	}
-	if p.Has("retention") {
-		if retention <= 0 {
-			return nil, nil, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
+	var tc *tls.Config
+	if len(own) > 0 || strings.HasPrefix(u.Scheme, "rediss") {
+		p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
+		p.Has("fair")
+		delay := p.Duration("restart_delay", -1)
+		retention := p.Duration("retention", 0)
+		var err error
+		tc, err = p.TLS(strings.HasPrefix(u.Scheme, "rediss"))
+		if err == nil {
+			err = p.Err()
 		}
-		opts = append(slices.Clip(opts), WithRetention(retention))
+		if err != nil {
+			return nil, config{}, nil, fmt.Errorf("redislock: %w", err)
+		}
+		if delay >= 0 {
+			opts = append(opts, WithRestartDelay(delay))
+		}
+		if p.Has("retention") {
+			if retention <= 0 {
+				return nil, config{}, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+			}
+			opts = append(opts, WithRetention(retention))
+		}
+		c := *u
+		c.RawQuery = q.Encode()
+		u = &c
 	}
-	c := *u
-	c.RawQuery = q.Encode()
-	return &c, opts, tc, nil
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, config{}, nil, err
+	}
+	backend.WarnTransport(backend.Logger(ctx), u, tc)
+	installLogRouter()
+	return u, cfg, tc, nil
 }
 
 // checkUser refuses a URL that names a user but no password: go-redis
@@ -132,9 +132,8 @@ func checkUser(u *url.URL) error {
 		backend.ErrInvalidURL, u.User.Username())
 }
 
-// withTLS puts tc in place of the TLS configuration go-redis made from the
-// URL, checking the server's certificate against the host of addr unless
-// server_name named another.
+// withTLS puts tc in place of go-redis's TLS configuration, checking the
+// certificate against addr's host unless server_name named another.
 func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 	if tc == nil {
 		return
@@ -146,8 +145,7 @@ func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 	*dst = tc
 }
 
-// OpenFair is Open for a FairDriver: waiters are served in arrival order.
-// The URL may say fair=true, as locker.Open needs it to.
+// OpenFair is Open for a FairDriver; the URL may say fair=true.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
 	u, err := parseURL(rawURL)
 	if err == nil {
@@ -174,12 +172,11 @@ func parseURL(rawURL string) (*url.URL, error) {
 // defaultOpenTimeout bounds Open when ctx has no deadline.
 const defaultOpenTimeout = 10 * time.Second
 
-// Open connects to the deployment that rawURL names, a redis://,
-// rediss://, redis+cluster:// or rediss+cluster:// URL with the parameters
-// of the package documentation (fair=true is OpenFair's; any TLS
-// parameter turns TLS on for redis:// too), and returns a Driver that owns
-// the connection (Close closes it). Open pings the server, within ctx or
-// 10 seconds, and checks its maxmemory-policy once.
+// Open connects to the deployment that rawURL names (redis://, rediss://,
+// redis+cluster://, rediss+cluster://; see the package documentation;
+// fair=true is OpenFair's) and returns a Driver that owns the connection.
+// It pings the server, within ctx or 10 seconds, and checks its
+// maxmemory-policy once.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -195,20 +192,12 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	return open(ctx, u, false, opts)
 }
 
-// open is Open, OpenFair and the registry's opener: a fair Driver when
-// fair.
+// open is Open, OpenFair and the registry's opener.
 func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, error) {
-	u, opts, tc, err := ownParams(u, opts)
+	u, cfg, tc, err := ownParams(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
-	cfg, err := buildConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	backend.WarnTransport(backend.Logger(ctx), u, tc)
-	installLogRouter()
 	var rdb redis.UniversalClient
 	var in *interrupter
 	switch u.Scheme {
@@ -271,10 +260,9 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 }
 
 // retryOnce turns go-redis's own retries off unless the URL sets them
-// (max_retries=, dialer_retries=). The Client already retries store
-// failures within its budget and knows which are permanent; go-redis's
-// 3 command retries and 5 dials would repeat that, and make a refused TLS
-// handshake or a refused connection take half a second to report.
+// (max_retries=, dialer_retries=): the Client already retries store
+// failures within its budget, and go-redis's would make a refused
+// connection take half a second to report.
 func retryOnce(o *redis.Options, u *url.URL) {
 	q := u.Query()
 	if !q.Has("max_retries") {
@@ -295,17 +283,12 @@ func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // defaultPort is Redis's, for a listed host without one.
 const defaultPort = "6379"
 
-// OpenQuorum connects to N independent servers and returns a Quorum that
-// owns the connections:
-//
-//	redis+quorum://[user:password@]host:port,host:port,host:port/db?go-redis options
-//	rediss+quorum://...                               (TLS)
-//
-// Every server gets the same credentials, database and go-redis options.
-// Unless the URL sets max_retries, a server's failed command is not retried
-// (max_retries=-1): it is one vote, and the others decide without waiting.
-// IPv6 literals cannot be listed; use NewQuorum. Open fails when fewer than
-// a majority of the servers answer a PING within ctx (or 10 seconds).
+// OpenQuorum connects to N independent servers (redis+quorum:// or
+// rediss+quorum://, with one set of credentials, database and go-redis
+// options) and returns a Quorum that owns the connections. Unless the URL
+// sets max_retries, a failed command is not retried: it is one vote, and
+// the others decide without waiting. It fails when fewer than a majority
+// answer a PING within ctx (or 10 seconds).
 func OpenQuorum(ctx context.Context, rawURL string, opts ...Option) (*Quorum, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
@@ -322,17 +305,10 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if u.Query().Has("fair") {
 		return nil, fmt.Errorf("redislock: %w: quorum mode has no fair queue", backend.ErrInvalidURL)
 	}
-	u, opts, tc, err := ownParams(u, opts)
+	u, cfg, tc, err := ownParams(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]Option{WithLogger(backend.Logger(ctx))}, opts...)
-	cfg, err := buildConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	backend.WarnTransport(backend.Logger(ctx), u, tc)
-	installLogRouter()
 	hosts, err := backend.Hosts(u, defaultPort)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
@@ -348,8 +324,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
 		}
 		withTLS(&o.TLSConfig, tc, o.Addr)
-		// A refused connection is also one lost vote: retrying it would make
-		// every operation wait for it.
+		// A refused connection is one lost vote, not to be waited for.
 		retryOnce(o, u)
 		options = append(options, o)
 	}
@@ -363,12 +338,15 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := openContext(ctx)
 	defer cancel()
-	// Wait for a majority, not for every server: a silent one would hold
-	// Open up until the deadline. Later answers are checked in the
-	// background.
+	// Wait for a majority, not a silent server; later answers are checked.
 	timeout := defaultOpenTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
+	}
+	warn := func(i int, r result) {
+		if r.err != nil {
+			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
+		}
 	}
 	res := q.gather(ctx, timeout, false, func(ctx context.Context, i int) result {
 		dep := q.deps[i]
@@ -377,19 +355,13 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 			dep.checkMaxmemory(ctx, dep.addr)
 		}
 		return result{ok: err == nil, err: err}
-	}, func(ok, _ int) bool { return ok >= q.quorum }, func(i int, r result) {
-		if r.err != nil {
-			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
-		}
-	})
+	}, func(ok, _ int) bool { return ok >= q.quorum }, warn)
 	if up, _ := count(res); up < q.quorum {
 		q.Close()
 		return nil, fmt.Errorf("redislock: %d of %d servers answered, %d needed: %s", up, len(hosts), q.quorum, q.errSummary(res))
 	}
 	for i, r := range res {
-		if r.err != nil {
-			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
-		}
+		warn(i, r)
 	}
 	return q, nil
 }

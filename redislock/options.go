@@ -18,11 +18,9 @@ type config struct {
 	linger      time.Duration
 	driftFactor float64
 	driftMin    time.Duration
-	// restartDelay caps how long a server that started recently refuses
-	// names it has no fence counter for; < 0: no cap (the lock's TTL).
+	// restartDelay is WithRestartDelay's cap; < 0: none (the lock's TTL).
 	restartDelay time.Duration
-	// retention is how long a name's fence counter outlives its last
-	// grant (see WithRetention).
+	// retention is WithRetention's.
 	retention time.Duration
 	// err is the first option given a value out of its range.
 	err error
@@ -39,8 +37,7 @@ func defaultConfig() config {
 	}
 }
 
-// buildConfig applies opts to the defaults, and returns the error of the
-// first option given a value out of its range.
+// buildConfig applies opts to the defaults; the first bad one is an error.
 func buildConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -56,17 +53,15 @@ func (c *config) invalid(format string, args ...any) {
 	}
 }
 
-// defaultRestartDelay is the restart delay's cap when no option or URL
-// sets one: none (the lock's TTL). A variable for the tests.
+// defaultRestartDelay is the cap by default: none. A variable for the tests.
 var defaultRestartDelay time.Duration = -1
 
-// WithRestartDelay caps how long a server refuses to grant names it has no
-// fence counter for after it starts (URL: restart_delay=; default: the
-// lock's TTL, so that the holders a restart without persistence forgot
-// run out first; see docs/backends/redislock.md, What Redis cannot
-// promise). A server that persists every write (appendonly yes,
-// appendfsync always) forgets nothing: 0 turns the check off. A negative
-// d is an error.
+// WithRestartDelay caps how long a server refuses, after it starts, the
+// names it has no fence counter for (URL: restart_delay=; default: the
+// lock's TTL, so that holders a restart forgot run out first: see
+// docs/backends/redislock.md, What Redis cannot promise). A server
+// that persists every write (appendfsync always) forgets nothing: 0 turns
+// the check off. A negative d is an error.
 func WithRestartDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
@@ -77,17 +72,15 @@ func WithRestartDelay(d time.Duration) Option {
 	}
 }
 
-// DefaultRetention is how long a name's fence counter outlives the
-// name's last grant when no option or URL says otherwise.
+// DefaultRetention is WithRetention's default.
 const DefaultRetention = 24 * time.Hour
 
-// WithRetention sets how long a name's fence counter stays on the server
-// after the name's last grant (URL: retention=; default DefaultRetention):
-// once it is gone, nothing of a released name remains, and the next grant
-// seeds the counter from the server's clock again. Fences keep increasing
-// across that as long as no server's clock steps back by more than d (and,
-// for a Quorum, the servers' clocks differ by less than d): see
-// docs/backends/redislock.md, Fences and retention. d must be positive.
+// WithRetention sets how long a name's fence counter outlives the name's
+// last grant (URL: retention=; default DefaultRetention); then the next
+// grant seeds it from the server's clock again, so fences keep increasing
+// as long as no server's clock steps back by more than d (for a Quorum,
+// and the servers' clocks differ by less). d must be positive. See
+// docs/backends/redislock.md, Fences and retention.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -110,9 +103,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithClockDrift sets the Quorum's allowance for clock-rate differences
-// between this process and the servers: factor of the TTL (default 0.01,
-// at least 0 and less than 0.5) plus fixed (default 2ms, not negative). It
-// has no effect on a Driver.
+// with the servers: factor of the TTL (default 0.01, in [0, 0.5)) plus
+// fixed (default 2ms, not negative). A Driver ignores it.
 func WithClockDrift(factor float64, fixed time.Duration) Option {
 	return func(c *config) {
 		if !(factor >= 0 && factor < 0.5) {
@@ -127,6 +119,5 @@ func WithClockDrift(factor float64, fixed time.Duration) Option {
 	}
 }
 
-// withLinger sets how long a release channel stays subscribed after its
-// last waiter left. For tests.
+// withLinger sets how long an idle channel stays subscribed. For tests.
 func withLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }

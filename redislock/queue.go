@@ -14,13 +14,9 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-var _ backend.Queuer = (*Driver)(nil)
-
-// QueueModes implements backend.Queuer: blocked waiters of every mode
-// queue in the server, in arrival order. A lock's queue is the default
-// mode's hand-off (see scripts/handoff.lua) or fair mode's (see
-// scripts/fair_acquire.lua); a permit's, a read's or a write's, in both
-// modes, scripts/shared_queue.lua.
+// QueueModes implements backend.Queuer: waiters of every mode queue in the
+// server, in arrival order (scripts/handoff.lua, fair_acquire.lua and
+// shared_queue.lua).
 func (d *Driver) QueueModes() backend.ModeSet {
 	return backend.Modes(backend.Exclusive, backend.Permit, backend.Read, backend.Write)
 }
@@ -31,14 +27,14 @@ type ticket struct {
 	c  backend.Claim
 	px int64
 	// w names the waiter in the queue and in wake-ups (it is woken by a
-	// message naming it, or no one), unique among the key's waiters and
-	// not the token, which stays secret; its owner follows, for Inspect.
-	// A writer's starts with 'w', so that readers behind it wait.
+	// message naming it, or no one): unique, and not the secret token. Its
+	// owner follows, for Inspect; a writer's starts with 'w', so that
+	// readers behind it wait.
 	w     string
 	first uint64 // the wait's first attempt; the default mode's later looks take later ones
-	// queuedAt is the attempt of the latest look the server answered
-	// "queued", and queuedSent when it was sent: a hand-off to it came
-	// after that. Once set, an entry found gone is not made again.
+	// queuedAt is the attempt of the latest look answered "queued", sent
+	// at queuedSent: a hand-off to it came after. Once set, an entry found
+	// gone is not made again.
 	queuedAt   uint64
 	queuedSent time.Time
 	ch         chan struct{} // wake-ups
@@ -49,11 +45,10 @@ type ticket struct {
 }
 
 // Enqueue implements backend.Queuer. A free lock costs one script: in the
-// default mode the plain try, as TryAcquire, with nothing of the queue to
-// send, look at or set up. Otherwise the waiter subscribes to the key's
-// wake-ups and looks again, joining the queue, so that none after its
-// first look is missed; a key contended a moment ago has its channel still
-// subscribed, and the first look joins.
+// default mode the plain try, as TryAcquire. Otherwise the waiter
+// subscribes to the key's wake-ups and looks again, joining the queue, so
+// that none is missed; on a key contended a moment ago, still subscribed,
+// the first look joins.
 func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -82,8 +77,7 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	case errors.Is(err, backend.ErrNotAcquired):
 		return backend.Grant{}, t, nil
 	case t.queuedAt == 0:
-		// Whatever the looks left (an entry, a lock whose grant was
-		// lost) goes before the next Enqueue of the claim.
+		// What the looks left goes before the claim's next Enqueue.
 		t.stop()
 		d.dep.undo(ctx, func(ctx context.Context) { _ = t.leave(ctx) })
 		return backend.Grant{}, nil, err
@@ -91,9 +85,7 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	return backend.Grant{}, t, err
 }
 
-// join names the waiter and makes its wake-ups' channel: what a claim
-// needs once it may wait, and a free lock's plain try does not (see
-// Enqueue).
+// join names the waiter and makes its wake-ups' channel, once it may wait.
 func (t *ticket) join() {
 	if t.ch != nil {
 		return
@@ -112,8 +104,7 @@ func (t *ticket) join() {
 // handoff says whether the claim waits for the default mode's hand-off.
 func (t *ticket) handoff() bool { return t.c.Mode == backend.Exclusive && !t.d.fair }
 
-// subscribe subscribes to the key's wake-ups; without them, the waiter
-// polls (see Wait).
+// subscribe subscribes to the key's wake-ups, or has the waiter poll.
 func (t *ticket) subscribe(ctx context.Context) error {
 	t.join()
 	var err error
@@ -136,9 +127,9 @@ func (t *ticket) stop() {
 
 // Wait implements backend.Ticket. It looks when woken, and at least every
 // livenessTTL/3 to renew its place (the default mode every TTL/4, so that
-// the look a hand-off's TTL counts from is recent); a default mode waiter
-// without wake-ups polls, from 25ms to 250ms apart, as its hand-off comes
-// in a message. A hand-off's message is its grant, without a look.
+// a hand-off's TTL counts from a recent look); a default mode waiter
+// without wake-ups polls, 25ms to 250ms apart. A hand-off's message is its
+// grant, without a look.
 func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
 	ctx, done, err := t.d.gate.Enter(ctx)
 	if err != nil {
@@ -164,9 +155,9 @@ func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
 	return t.look(ctx)
 }
 
-// look runs the claim's acquire script once, joining the queue or
-// renewing its place when not granted. The default mode's first look,
-// unsubscribed, is the plain try.
+// look runs the claim's acquire script once, joining the queue or renewing
+// its place when not granted; the default mode's first look is the plain
+// try.
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d, c := t.d, t.c
 	n, mode := t.first, "wait"
@@ -218,8 +209,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	return backend.Grant{}, fmt.Errorf("redislock: %w", backend.ErrNotAcquired)
 }
 
-// minRenewal bounds how often a default mode waiter of a lock with a tiny
-// TTL renews.
+// minRenewal bounds how often a default mode waiter renews (a tiny TTL).
 const minRenewal = 5 * time.Millisecond
 
 // Leave implements backend.Ticket: the entry goes, and so does what any
@@ -235,7 +225,7 @@ func (t *ticket) leave(ctx context.Context) error {
 	case t.c.Mode != backend.Exclusive:
 		return t.d.dep.leaveShared(ctx, t.c, t.first, t.w)
 	case t.d.fair:
-		return t.d.dep.leave(ctx, t.c, t.c.Token+"."+strconv.FormatUint(t.first, 10), t.w)
+		return t.d.dep.leave(ctx, t.c, attemptValue(t.c.Token, t.first), t.w)
 	}
 	return t.d.dep.handoffLeave(ctx, t.c, t.first, t.w)
 }

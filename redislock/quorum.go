@@ -17,18 +17,15 @@ import (
 
 // Quorum is the Redlock algorithm over N independent Redis servers (not
 // replicas of each other): a lock is held when a majority of them granted
-// it, within its validity. It implements backend.Driver and
-// backend.Notifier. Every request goes to all servers at once and returns
-// at the first majority. Its validity (the drift allowance) and why its
-// fences increase although each server counts on its own are in
+// it, within its validity. Every request goes to all servers at once and
+// returns at the first majority. Validity and fences: see
 // docs/backends/redislock.md, Quorum.
 type Quorum struct {
 	deps   []*deployment
 	addrs  []string // for error messages
 	quorum int
 	cfg    config
-	// gate counts the requests in flight, and servers' answers that came
-	// after the decision: Close ends them and waits for them.
+	// gate ends and awaits the requests in flight and late answers.
 	gate backend.Gate
 
 	mu       sync.Mutex
@@ -49,8 +46,7 @@ type acquisition struct {
 	settled chan struct{} // closed when the last of them has been dealt with
 }
 
-// straggler is one server's answer to an acquisition, for a Release that
-// may come before it.
+// straggler is one server's answer, for a Release that comes before it.
 type straggler struct {
 	// state: 0 no answer yet; 1 answered (r is set); 2 a release found
 	// nothing to release before the answer came: late releases the grant.
@@ -73,8 +69,13 @@ func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
 }
 
 var (
-	_ backend.Driver   = (*Quorum)(nil)
-	_ backend.Notifier = (*Quorum)(nil)
+	_ backend.Driver         = (*Quorum)(nil)
+	_ backend.Notifier       = (*Quorum)(nil)
+	_ backend.BatchRefresher = (*Quorum)(nil)
+	_ backend.Inspector      = (*Quorum)(nil)
+	_ backend.Lister         = (*Quorum)(nil)
+	_ backend.Breaker        = (*Quorum)(nil)
+	_ backend.Diagnoser      = (*Quorum)(nil)
 )
 
 // NewQuorum returns a Quorum over clients, one per independent server
@@ -95,20 +96,17 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 			return nil, fmt.Errorf("redislock: NewQuorum: %w: client %d is nil", backend.ErrInvalidOption, i)
 		}
 		deps = append(deps, newDeployment(c, false, &cfg))
-		addrs = append(addrs, clientAddr(c, i))
+		addr := fmt.Sprintf("server %d", i+1)
+		if cl, ok := c.(*redis.Client); ok {
+			addr = cl.Options().Addr
+		}
+		addrs = append(addrs, addr)
 	}
 	q := newQuorum(deps, addrs, cfg)
 	for i, dep := range q.deps {
 		dep.checkMaxmemoryAsync(q.addrs[i])
 	}
 	return q, nil
-}
-
-func clientAddr(c redis.UniversalClient, i int) string {
-	if cl, ok := c.(*redis.Client); ok {
-		return cl.Options().Addr
-	}
-	return fmt.Sprintf("server %d", i+1)
 }
 
 // Quorum returns how many servers must grant a lock: a majority.
@@ -130,27 +128,18 @@ type result struct {
 	found    map[string]holding // List's
 }
 
-// gather runs fn on every server (fanOut) and returns the results in
-// server order as soon as decided reports that the answers so far settle
-// the matter, all servers answered, or ctx ends.
+// gather is fanOut that counts the answers, returned in server order,
+// until decided says they settle the matter.
 func (q *Quorum) gather(ctx context.Context, timeout time.Duration, linked bool,
 	fn func(ctx context.Context, i int) result,
 	decided func(ok, notOK int) bool,
 	late func(i int, r result),
 ) []result {
 	res := make([]result, len(q.deps))
-	ok, notOK := 0, 0
 	started := fanOut(q, ctx, timeout, linked, fn, func(i int, r result) bool {
 		r.answered = true
 		res[i] = r
-		switch {
-		case r.err != nil:
-		case r.ok:
-			ok++
-		default:
-			notOK++
-		}
-		return decided(ok, notOK)
+		return decided(count(res))
 	}, late)
 	if !started {
 		return closedResults(len(q.deps))
@@ -158,16 +147,14 @@ func (q *Quorum) gather(ctx context.Context, timeout time.Duration, linked bool,
 	return res
 }
 
-// fanOut runs fn on every server concurrently, each with a context of its
-// own that the caller's cancellation does not end (a command sent should
-// complete, so that the store is left as the caller believes) unless
-// linked (an acquisition's: a request not yet sent when the caller gives
-// up could only grant a lock nobody wants); timeout and Close end it. It
-// hands the answers to take, as they come, until take reports that they
-// settle the matter, all servers answered, or ctx ends: a slow or
-// unreachable minority does not hold up the majority. Servers that answer
-// later are passed to late, in the background; Close waits for them. It
-// returns false, with nothing run, once Close has begun.
+// fanOut runs fn on every server concurrently, each with a context that
+// timeout and Close end but the caller's cancellation does not (a command
+// sent should complete, so that the store is as the caller believes),
+// unless linked (an acquisition's: a request not yet sent when the caller
+// gives up could only grant a lock nobody wants). It hands the answers to
+// take until take reports them decisive, all servers answered, or ctx
+// ends; later answers go to late, in the background (Close waits for
+// them). It returns false, with nothing run, once Close has begun.
 func fanOut[T any](q *Quorum, ctx context.Context, timeout time.Duration, linked bool,
 	fn func(ctx context.Context, i int) T,
 	take func(i int, v T) bool,
@@ -234,25 +221,21 @@ func closedResults(n int) []result {
 	return res
 }
 
-// enter takes a ticket for work that Close ends and waits for (requests,
-// late answers, background cleanups), unless Close has begun: a context
-// that ends when Close begins, and done, to call when the work is over.
+// enter is a background gate.Enter: closing ends when Close begins.
 func (q *Quorum) enter() (closing context.Context, done func(), ok bool) {
 	closing, done, err := q.gate.Enter(context.Background())
 	return closing, done, err == nil
 }
 
-// decidedBy is the usual rule: a majority said yes, or so many said no that
-// no majority can say yes.
+// decidedBy: a majority said yes, or so many said no that none can.
 func (q *Quorum) decidedBy(ok, notOK int) bool {
 	return ok >= q.quorum || notOK > len(q.deps)-q.quorum
 }
 
-// ServerError is one quorum server's failure: an error, or no answer in
-// time (Err is then ErrNoAnswer). A quorum's error that names servers
-// wraps one per server, for errors.As. It does not unwrap to Err: one
-// server's error (a permission refused, a closed connection) is not the
-// quorum's, whose verdict is the wrapping error's own.
+// ServerError is one quorum server's failure: an error, or ErrNoAnswer. A
+// quorum's error that names servers wraps one per server, for errors.As.
+// It does not unwrap to Err: one server's error (a refused permission) is
+// not the quorum's verdict.
 type ServerError struct {
 	Addr string
 	Err  error
@@ -265,8 +248,7 @@ func (e *ServerError) Error() string {
 	return e.Addr + ": " + e.Err.Error()
 }
 
-// ErrNoAnswer is a quorum server's silence: it had not answered when the
-// others' answers decided the request, or in time.
+// ErrNoAnswer is a quorum server's silence when the others decided.
 var ErrNoAnswer = errors.New("no answer in time")
 
 // serverErrors are the servers' failures in one request.
@@ -282,8 +264,7 @@ func (es serverErrors) Error() string {
 
 func (es serverErrors) Unwrap() []error { return es }
 
-// errSummary is the servers' errors and silences, for an error that says
-// what failed.
+// errSummary is the servers' errors and silences.
 func (q *Quorum) errSummary(res []result) error {
 	var es serverErrors
 	for i, r := range res {
@@ -310,8 +291,8 @@ func count(res []result) (ok, notOK int) {
 	return ok, notOK
 }
 
-// restarted counts the servers that refused because they restarted less
-// than a TTL ago (the delayed restart), and the longest they still refuse.
+// restarted counts the servers refusing since they restarted, and the
+// longest they still refuse.
 func restarted(res []result) (n int, settle time.Duration) {
 	for _, r := range res {
 		if r.answered && r.err == nil && r.settle > 0 {
@@ -321,17 +302,16 @@ func restarted(res []result) (n int, settle time.Duration) {
 	return n, settle
 }
 
-// TryAcquire implements backend.Driver: the lock is acquired on every
-// server, and held when a majority granted it within its validity. Any
-// failure releases it everywhere, so nothing stays held (a server that
-// grants after the attempt was given up releases at once). Servers that
-// have not answered when a majority has are not waited for.
+// TryAcquire implements backend.Driver: the lock is held when a majority
+// of the servers granted it within its validity. Any failure releases it
+// everywhere (a server that grants after the attempt was given up releases
+// at once). Servers that have not answered when a majority has are not
+// waited for.
 //
-// Contenders that try at the same moment can split the vote so that none
-// has a majority. Such an attempt (some servers granted, a majority
-// answered, too few granted) is released and tried again after a short
-// random pause, at most splitRetries times, so that of simultaneous tries
-// on a free lock one wins, as with a single server.
+// Contenders that try at once can split the vote so that none has a
+// majority: such an attempt is released and tried again after a short
+// random pause, at most splitRetries times, so that one of them wins, as
+// with a single server.
 func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
 	if q.gate.Closed() {
 		return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", backend.ErrClosed)
@@ -346,7 +326,7 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	backoff := retry.Backoff{Min: 2 * time.Millisecond, Max: 8 * time.Millisecond}
 	for attempt := 1; ; attempt++ {
 		hot, wait := q.hotState(l.Key, time.Now())
-		if err := yield(ctx, wait); err != nil {
+		if wait > 0 && retry.Sleep(ctx, wait) != nil {
 			return backend.Grant{}, fmt.Errorf("redislock: quorum: try-acquire: %w", context.Cause(ctx))
 		}
 		g, split, err := q.tryOnce(ctx, l, hot)
@@ -362,12 +342,10 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 const splitRetries = 3
 
 // minQuorumTTL is the shortest TTL a Quorum grants: a shorter one could be
-// used up by the two rounds of requests that acquiring takes on a busy
-// machine.
+// used up by acquiring's two rounds of requests on a busy machine.
 const minQuorumTTL = 500 * time.Millisecond
 
-// tryOnce is one attempt; on a hot name (see quorum_hot.go) it asks the
-// arbiter first.
+// tryOnce is one attempt; on a hot name it asks the arbiter first.
 func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ backend.Grant, split bool, _ error) {
 	px := q.px(l.TTL)
 	ttl := time.Duration(ttlMillis(l.TTL)) * time.Millisecond
@@ -390,8 +368,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		failed.Store(!ok)
 		close(outcome)
 	}
-	// A server that grants after the attempt was given up, or after the
-	// lock it won was released (its request can reach the server after the
+	// A server that grants after the attempt was given up, or after its
+	// lock was released (the request can reach the server after the
 	// release's, on another connection), releases it at once.
 	st := &acquisition{servers: make([]straggler, len(q.deps)), settled: make(chan struct{})}
 	late := func(i int, r result) {
@@ -407,10 +385,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			close(st.settled)
 		}
 	}
-	// A server that has not answered by the end of the validity is of no
-	// use to this acquisition.
-	// Linked: a request not yet sent when the caller gives up is not sent.
-	// One already sent is seen through by late.
+	// A server that has not answered within the validity is of no use.
+	// Linked: a request not yet sent when the caller gives up is not sent;
+	// late sees one already sent through.
 	res := q.gather(ctx, ttl, true, func(nctx context.Context, i int) result {
 		var r result
 		if i == arbiter && pre != nil {
@@ -443,9 +420,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		undone := q.abandon(ctx, l, value, res)
 		settle(false)
 		if ctx.Err() != nil {
-			// The caller gave up: what its requests granted, as it did or
-			// after, is undone before it hears so, within CancelGrace (the
-			// rest in the background).
+			// The caller gave up: what its requests granted is undone
+			// before it hears so, within CancelGrace (the rest in the
+			// background).
 			wait := time.NewTimer(backend.CancelGrace)
 			defer wait.Stop()
 			for _, ch := range []<-chan struct{}{undone, st.settled} {
@@ -460,8 +437,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}
 	if granted < q.quorum {
 		if granted+denied >= q.quorum {
-			// Enough servers answered to decide: another token holds it,
-			// or contenders split the vote.
+			// Decided: another token holds it, or the vote split.
 			q.noteDenied(l.Key, time.Now())
 			why := error(backend.ErrNotAcquired)
 			if n, settle := restarted(res); n > 0 {
@@ -478,8 +454,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			granted+denied, len(q.deps), q.quorum, q.errSummary(res)))
 	}
 
-	// Raise the counters of the granting servers that are below the fence
-	// (why: docs/backends/redislock.md, Quorum, Fencing).
+	// Raise the granting servers' counters below the fence (see
+	// docs/backends/redislock.md, Quorum, Fencing).
 	confirmed, lostRace := 0, false
 	var raiseErr error
 	var wg sync.WaitGroup
@@ -538,10 +514,9 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
 
-// abandon releases a failed acquisition: at once on the servers that
-// granted it, in the background on those that failed to answer (they may
-// have granted it; undone is closed when they are done); those that had
-// not answered yet release when they do.
+// abandon releases a failed acquisition: at once where it was granted, in
+// the background where the request failed (it may have been granted;
+// undone is closed when those are done); late answers release themselves.
 func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) (undone <-chan struct{}) {
 	var wg, bg sync.WaitGroup
 	background := false
@@ -580,10 +555,9 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 	return ch
 }
 
-// Refresh implements backend.Driver: it extends the lock on every server
-// that holds it for the token, and succeeds when a majority did. It reports
-// ErrNotHeld when so many servers show it free or another token's that no
-// majority can hold it.
+// Refresh implements backend.Driver: it succeeds when a majority of the
+// servers extended the lock for the token, and reports ErrNotHeld when so
+// many show it free or another token's that no majority can hold it.
 func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
@@ -597,30 +571,31 @@ func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
 		ok, err := q.deps[i].refresh(ctx, l, px)
 		return result{ok: ok, err: err}
 	}, q.decidedBy, nil)
-	return q.refreshVerdict(ctx, res, t0, l.TTL)
+	return q.verdict(ctx, "refresh", res, t0, l.TTL)
 }
 
-// refreshVerdict decides a refresh of a lock with TTL ttl, sent at t0,
-// from the servers' answers res (Refresh and RefreshMany).
-func (q *Quorum) refreshVerdict(ctx context.Context, res []result, t0 time.Time, ttl time.Duration) error {
+// verdict decides a refresh or a release (op) from the servers' answers;
+// a refresh (ttl > 0, sent at t0) must be confirmed within its TTL.
+func (q *Quorum) verdict(ctx context.Context, op string, res []result, t0 time.Time, ttl time.Duration) error {
 	ok, notHeld := count(res)
+	late := ttl > 0 && time.Since(t0) >= ttl
 	switch {
-	case ok >= q.quorum && time.Since(t0) < ttl:
+	case ok >= q.quorum && !late:
 		return nil
 	case notHeld > len(q.deps)-q.quorum:
-		return fmt.Errorf("redislock: quorum: refresh: %w (%d of %d servers hold it, %d needed)", backend.ErrNotHeld, ok, len(q.deps), q.quorum)
+		return fmt.Errorf("redislock: quorum: %s: %w (%d of %d servers held it, %d needed)", op, backend.ErrNotHeld, ok, len(q.deps), q.quorum)
 	case ok >= q.quorum:
-		return fmt.Errorf("redislock: quorum: refresh: took %v, longer than the TTL", time.Since(t0).Round(time.Millisecond))
+		return fmt.Errorf("redislock: quorum: %s: took %v, longer than the TTL", op, time.Since(t0).Round(time.Millisecond))
 	case ctx.Err() != nil:
-		return fmt.Errorf("redislock: quorum: refresh: %w", context.Cause(ctx))
+		return fmt.Errorf("redislock: quorum: %s: %w", op, context.Cause(ctx))
 	default:
-		return fmt.Errorf("redislock: quorum: refresh: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
+		return fmt.Errorf("redislock: quorum: %s: %d of %d servers confirmed, %d needed: %w", op, ok, len(q.deps), q.quorum, q.errSummary(res))
 	}
 }
 
 // Release implements backend.Driver: it releases the lock on every server
-// (those that are slow to answer, in the background). It reports
-// ErrNotHeld when no majority held it for the token.
+// (slow ones in the background), and reports ErrNotHeld when no majority
+// held it for the token.
 func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	if q.gate.Closed() {
 		return fmt.Errorf("redislock: quorum: release: %w", backend.ErrClosed)
@@ -631,11 +606,10 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	q.mu.Lock()
 	st := q.inflight[l.Token]
 	q.mu.Unlock()
-	// A majority's answers free the lock; the name's arbiter's answer is
-	// awaited too, for up to arbiterGrace more, since an attempt on a hot
-	// name asks the arbiter alone first (quorum_hot.go): released on a
-	// majority but not yet on the arbiter, the name would still refuse a
-	// TryAcquire made right after this Release returned.
+	// A majority's answers free the lock; the arbiter's is awaited for up
+	// to arbiterGrace more, since an attempt on a hot name asks the arbiter
+	// alone first (quorum_hot.go): otherwise a TryAcquire right after this
+	// Release could still be refused.
 	arb := q.arbiter(l.Key)
 	var arbiterAnswered atomic.Bool
 	wctx, stop := context.WithCancel(ctx)
@@ -673,24 +647,14 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 		}
 		ok, err := dep.release(ctx, l)
 		if s != nil && !ok && !s.state.CompareAndSwap(0, 2) && s.state.Load() == 1 && (s.r.ok || s.r.err != nil) {
-			// Nothing released, and the acquisition's answer came
-			// meanwhile: it may have landed after the release.
+			// Nothing released, but the answer came meanwhile: it may
+			// have landed after the release.
 			ok, err = dep.release(ctx, l)
 		}
 		return result{ok: ok, err: err}
 	}, decided, nil)
 	q.noteReleased(l.Key, time.Now())
-	ok, notHeld := count(res)
-	switch {
-	case ok >= q.quorum:
-		return nil
-	case notHeld > len(q.deps)-q.quorum:
-		return fmt.Errorf("redislock: quorum: release: %w (%d of %d servers held it)", backend.ErrNotHeld, ok, len(q.deps))
-	case ctx.Err() != nil:
-		return fmt.Errorf("redislock: quorum: release: %w", context.Cause(ctx))
-	default:
-		return fmt.Errorf("redislock: quorum: release: %d of %d servers confirmed, %d needed: %w", ok, len(q.deps), q.quorum, q.errSummary(res))
-	}
+	return q.verdict(ctx, "release", res, time.Time{}, 0)
 }
 
 // Subscribe implements backend.Notifier: it subscribes on every server and
@@ -723,8 +687,7 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 			c()
 		}
 	}
-	// Linked: the caller's ctx ends the wait for a confirmation, as it
-	// should.
+	// Linked: the caller's ctx ends the wait for a confirmation.
 	res := q.gather(ctx, barrierTimeout, true, func(sctx context.Context, i int) result {
 		_, c, err := q.deps[i].subscribe(sctx, key, "", ch)
 		if err == nil {
@@ -740,14 +703,11 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 }
 
 // Close implements backend.Driver. It closes the clients only if OpenQuorum
-// or locker.Open created them. It waits for requests still in flight to
-// servers that had not answered when their majority did: on clients that
-// Close closes, they end at once; on a caller's clients, at their read
-// timeout at the latest.
+// or locker.Open created them, and waits for the requests in flight: on
+// clients it closes they end at once, on a caller's at their read timeout.
 func (q *Quorum) Close() error {
-	// Closing the clients we opened as soon as the gate shuts ends their
-	// requests in flight at once, while the gate waits for them; requests
-	// on a caller's client end at its read timeout.
+	// Close the clients we opened as soon as the gate shuts, so that the
+	// requests the gate waits for end at once.
 	closed := make(chan []error, 1)
 	context.AfterFunc(q.gate.Context(), func() {
 		var errs []error

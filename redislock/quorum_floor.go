@@ -10,14 +10,11 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// rawFloor is the bare Redlock cycle on the Quorum's own clients, with no
-// fence and no script on the way in. Every server gets SET key NX PX in
-// parallel; once a majority granted, every server that granted gets the
-// compare-and-delete script, after its own SET (so it cannot overtake it).
-// rawFloor returns when a majority of the releases answered, as an
-// acquire and a release that each return at the first majority do; the
-// rest finish in the background (Close waits for them), and PX bounds what
-// a lost answer leaves.
+// rawFloor is the bare Redlock cycle on the Quorum's clients: SET key NX
+// PX on every server; once a majority granted, the compare-and-delete
+// script on each that granted, after its own SET. It returns when a
+// majority of the releases answered, as a quorum's acquire and release
+// would; the rest finish in the background (Close waits for them).
 func (q *Quorum) rawFloor(ctx context.Context, key string) error {
 	closing, done, ok := q.enter()
 	if !ok {

@@ -6,27 +6,22 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
-	"github.com/lockerhq/locker/internal/retry"
 )
 
-// Contended names: on a name refused lately, an attempt asks one server
-// first, the name's arbiter, so that simultaneous attempts do not split
-// the vote; and a releaser yields the name to the waiters of others for
-// yieldFor. Ordering only: a lock is still held only when a majority
-// granted it. See docs/backends/redislock.md, Quorum.
+// Contended names: on a name refused lately, an attempt asks the name's
+// arbiter first, so that simultaneous attempts do not split the vote, and
+// a releaser yields the name to others' waiters for yieldFor. Ordering
+// only: a lock is held only when a majority granted it.
 
 // hotFor is how long a name stays hot after a refusal.
 const hotFor = time.Second
 
-// yieldFor is how long a releaser's process waits before trying a name it
-// released that others want: a release notification's delivery and an
-// attempt at the arbiter, with room for a loaded machine.
+// yieldFor is how long a releaser waits before trying a name others want.
 const yieldFor = 2 * time.Millisecond
 
-// arbiterGrace is how long a Release waits, once a majority has released,
-// for the name's arbiter to answer too (see Release): a server that
-// answers at all answers within a round trip of the others, so only an
-// unreachable or stalled arbiter makes a release wait this long.
+// arbiterGrace is how long a Release that a majority answered waits for
+// the name's arbiter (see Release): only an unreachable or stalled arbiter
+// answers later than a round trip after the others.
 const arbiterGrace = 200 * time.Millisecond
 
 // hotKey is what a Quorum knows of a contended name; guarded by q.mu.
@@ -37,8 +32,7 @@ type hotKey struct {
 	held     int       // this Quorum's grants of it not yet released
 }
 
-// hotState says whether key is hot, and how long an attempt on it should
-// wait first (see yieldFor).
+// hotState says whether key is hot, and how long to wait (yieldFor).
 func (q *Quorum) hotState(key string, now time.Time) (hot bool, wait time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -86,15 +80,13 @@ func (q *Quorum) noteReleased(key string, now time.Time) {
 	q.mu.Unlock()
 }
 
-// pruneHot drops the names that cooled, now and then as the map grows;
-// q.mu is held.
+// pruneHot drops cooled names as the map grows; q.mu is held.
 func (q *Quorum) pruneHot(now time.Time) {
 	if len(q.hot) < q.hotPrune {
 		return
 	}
 	for k, h := range q.hot {
-		// A cold name's count of grants goes too: one lost and never
-		// released would keep it forever.
+		// A grant lost and never released must not keep a name forever.
 		if now.Sub(h.denied) > hotFor {
 			delete(q.hot, k)
 		}
@@ -109,10 +101,9 @@ func (q *Quorum) arbiter(key string) int {
 	return int(h.Sum32() % uint32(len(q.deps)))
 }
 
-// tryArbiter asks key's arbiter alone for the attempt value: granted, the
-// rest of the attempt goes on with its answer (pre); refused, the attempt
-// ends with nothing to undo. An error leaves it to a full round, which
-// cleans up after the arbiter if it did grant.
+// tryArbiter asks key's arbiter alone: granted, the attempt goes on with
+// its answer (pre); refused, it ends with nothing to undo. An error leaves
+// it to a full round, which cleans up after the arbiter.
 func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string, value string, px int64) (pre *result, refused bool) {
 	a := q.arbiter(l.Key)
 	closing, done, ok := q.enter()
@@ -131,12 +122,4 @@ func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string,
 		return nil, true
 	}
 	return &result{ok: true, fence: uint64(f)}, false
-}
-
-// yield waits out the pause of hotState before an attempt.
-func yield(ctx context.Context, wait time.Duration) error {
-	if wait <= 0 {
-		return nil
-	}
-	return retry.Sleep(ctx, wait)
 }

@@ -12,22 +12,15 @@ import (
 // acquire.lua's, and the clock floor's grain (see fence.lua).
 const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\nfence_grain = tonumber(ARGV[7])\n"
 
-// quorumAcquireScript is the plain quorum acquire script (with the restart
-// check); Run falls back to EVAL.
+// quorumAcquireScript is the plain quorum acquire script.
 var quorumAcquireScript = redis.NewScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
 
-// grain is the rounding of the quorum acquire script's clock floor, in
-// microseconds: a second, or half the retention if that is shorter.
+// grain rounds the clock floor, in µs: a second, or half the retention.
 func (dep *deployment) grain() int64 {
 	return max(min(1_000_000, dep.retention*1000/2), 1)
 }
 
-// acquireOn runs the quorum acquire script on server i for one attempt
-// (see attempt): the fence, 0 when another token holds the lock, -n when
-// the server started too recently (see acquire.lua). It sends the proven
-// variant when the server has one that covers this restart delay (see
-// upproof.go). keys are the lock's and fence counter's (lockKeys), built
-// once per attempt.
+// acquireOn is acquire on server i; keys are lockKeys', built once.
 func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []string, value string, px int64) (int64, error) {
 	dep := q.deps[i]
 	delay := dep.restartDelay(px)

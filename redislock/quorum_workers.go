@@ -2,13 +2,11 @@ package redislock
 
 import "time"
 
-// A Quorum's requests to its servers run on goroutines that stay for a
-// while after their request (up to workerIdle), so that the next request
-// finds one whose stack has grown to what a go-redis call needs: a new
-// goroutine per request grows (copies) its stack on every call, a
-// noticeable share of an uncontended acquisition's CPU time. A request
-// that finds no idle worker starts one, so a slow server never holds up
-// another request.
+// A Quorum's requests run on goroutines that stay idle up to workerIdle
+// after their request, so that the next finds a stack grown to what a
+// go-redis call needs (growing one per request is a noticeable share of
+// an acquisition's CPU time). A request that finds no idle worker starts
+// one, so a slow server never holds up another request.
 
 const workerIdle = time.Second
 
@@ -21,8 +19,7 @@ func (q *Quorum) run(f func()) {
 	}
 }
 
-// worker runs f, then the jobs that run hands it, until it has been idle
-// for workerIdle or Close begins.
+// worker runs f, then others, until idle for workerIdle or Close begins.
 func (q *Quorum) worker(f func()) {
 	f()
 	t := time.NewTimer(workerIdle)

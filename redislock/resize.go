@@ -12,12 +12,9 @@ import (
 
 var sharedResizeScript = redis.NewScript(lua("shared_resize"))
 
-var _ backend.Resizer = (*Driver)(nil)
-
 // Resize implements backend.Resizer: the limit is a key beside the
 // semaphore's, {E}:sem.limit, without expiry, that every permit's
-// acquisition reads in its script (see scripts/shared_resize.lua). A
-// Quorum has no semaphores, so no Resize.
+// acquire script reads.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("redislock: resize: %w: %d", backend.ErrInvalidLimit, limit)
@@ -28,9 +25,8 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	}
 	defer done()
 	dep := d.dep
-	defer dep.in.watch(ctx).stop()
 	ks := fairSharedKeys(backend.Claim{Key: key, Mode: backend.Permit})
-	v, err := sharedResizeScript.Run(ctx, dep.rdb, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
+	v, err := dep.run(ctx, sharedResizeScript, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
 	if err != nil {
 		return fmt.Errorf("redislock: resize: %w", classify(err))
 	}

@@ -18,9 +18,7 @@ import (
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-// lua returns the scripts/<name>.lua files named, one after the other: the
-// scripts below are put together from them, and run on a deployment, one
-// per operation, with the keys of keysFor.
+// lua returns the scripts/<name>.lua files named, one after the other.
 func lua(names ...string) string {
 	var b strings.Builder
 	for _, name := range names {
@@ -33,16 +31,14 @@ func lua(names ...string) string {
 	return b.String()
 }
 
-// The queues' acquire scripts run the plain acquire script as a function,
-// for the waiter whose turn it is.
-// acquirePrefix declares the acquire script's settings, from ARGV[4..6].
+// acquirePrefix declares the acquire script's settings, from ARGV[4..6];
+// queueArgs, the queues' (which run it as a function, for the next waiter).
 const acquirePrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\n"
 
 const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n"
 
 var (
-	// Script.Run sends EVALSHA and falls back to EVAL when the server
-	// answers NOSCRIPT (a restart or failover emptied its script cache).
+	// Script.Run sends EVALSHA, and EVAL on NOSCRIPT (an emptied cache).
 	acquireScript = redis.NewScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
 	refreshScript = redis.NewScript(lua("refresh"))
 	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
@@ -50,15 +46,13 @@ var (
 	inspectScript = redis.NewScript(lua("queue", "waiters", "inspect"))
 	breakScript   = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("break"))
 
-	// Fair mode's scripts share queue.lua; its acquire grants the head of
-	// the queue only.
+	// Fair mode's: its acquire grants the head of the queue only.
 	fairAcquireScript = redis.NewScript(lua("value", "fence", "queue") + queueArgs + lua("acquire") + "\nend\n" + lua("fair_acquire"))
 	fairReleaseScript = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("release"))
 	fairBreakScript   = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("break"))
 	leaveScript       = redis.NewScript(lua("value", "queue", "leave"))
 
-	// The default mode's: a contended lock is handed from its holder to
-	// the first live waiter (see handoff.lua).
+	// The default mode's: a release hands the lock to the first waiter.
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
 	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
 	handoffReleaseScript = redis.NewScript(lua("handoff_release", "value", "fence", "queue", "handoff", "handoff_queued"))
@@ -71,10 +65,9 @@ func ttlMillis(ttl time.Duration) int64 {
 	return max(int64(ms), 1)
 }
 
-// attempts numbers the tries of every token, in increasing order: the
-// lock key holds "<token>.<attempt>:<fence>:<owner>", so that cleaning up
-// after a failed try never removes what a later try of the token set (see
-// scripts/value.lua and docs/backends/redislock.md, How it works).
+// attempts numbers the tries of every token, in increasing order: the lock
+// key holds "<token>.<attempt>:<fence>:<owner>", so that cleaning up after
+// a failed try never removes what a later try set (see scripts/value.lua).
 var attempts atomic.Uint64
 
 // attempt returns a lock value for a new try of l.
@@ -82,8 +75,7 @@ func attempt(l backend.Claim) string {
 	return attemptValue(l.Token, attempts.Add(1))
 }
 
-// attemptValue is "<token>.<n>", in one allocation: it is built on every
-// try.
+// attemptValue is "<token>.<n>", in one allocation (every try builds one).
 func attemptValue(token string, n uint64) string {
 	var b strings.Builder
 	b.Grow(len(token) + 21)
@@ -96,11 +88,10 @@ func attemptValue(token string, n uint64) string {
 
 func holder(l backend.Claim) string { return l.Token + "." }
 
-// acquire runs the acquire script for one attempt (see attempt): the
-// fence; 0 when another token holds the lock; -n when the server started
-// less than a TTL ago and grants the name only in n milliseconds.
-// A server's restart check costs no INFO once its uptime is proven (see
-// upproof.go); enter is the Driver's gate, for the proof's background work.
+// acquire runs the acquire script for one attempt: the fence; 0 when
+// another token holds the lock; -n when the server started less than a TTL
+// ago and grants the name in n ms. enter is the Driver's gate, for the
+// uptime proof's background work (upproof.go).
 func (dep *deployment) acquire(ctx context.Context, enter func() (context.Context, func(), bool), l backend.Claim, value string, px int64) (int64, error) {
 	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
@@ -109,11 +100,9 @@ func (dep *deployment) acquire(ctx context.Context, enter func() (context.Contex
 }
 
 // classify marks the server's refusal of our identity or of a command
-// (an ACL without the permission; NOPERM, WRONGPASS, NOAUTH) as
-// backend.ErrPermission: a configuration error that waiting cannot fix. A
-// command the ACL refuses inside a script is an ERR, with a message that
-// differs by version (7.0: "The user executing the script can't ...",
-// 7.2 and later: "ACL failure in script: ...").
+// (NOPERM, WRONGPASS, NOAUTH; inside a script, an ERR whose message
+// differs by version) as backend.ErrPermission: a configuration error that
+// waiting cannot fix.
 func classify(err error) error {
 	if err == nil {
 		return nil // before re, which escapes: no allocation on success
@@ -132,8 +121,7 @@ func classify(err error) error {
 
 var aclRefusals = []string{"NOPERM", "WRONGPASS", "NOAUTH", "The user executing the script can't", "ACL failure in script"}
 
-// released reads the release script's answer, and warns once when the
-// server refused the wake-up (see release.lua).
+// released reads a release's answer, warning once of a refused PUBLISH.
 func (dep *deployment) released(v int64) bool {
 	if v == 2 {
 		dep.publishDenied.Do(func() {
@@ -143,8 +131,14 @@ func (dep *deployment) released(v int64) bool {
 	return v >= 1
 }
 
-// restartDelay is how long after its start a server refuses names it has
-// no fence counter for, in milliseconds, for a lock of px milliseconds.
+// run runs s on dep; the end of ctx cuts its reads (see watch).
+func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	defer dep.in.watch(ctx).stop()
+	return s.Run(ctx, dep.rdb, keys, args...)
+}
+
+// restartDelay is how long, in ms, a server that started refuses a name it
+// has no fence counter for, for a lock of px ms.
 func (dep *deployment) restartDelay(px int64) int64 {
 	if dep.restartMax < 0 {
 		return px
@@ -152,8 +146,7 @@ func (dep *deployment) restartDelay(px int64) int64 {
 	return min(px, dep.restartMax.Milliseconds())
 }
 
-// notAcquired is the error of an acquisition the server refused: r is the
-// script's answer, 0 or -n (see acquire).
+// notAcquired is the error of a refusal: r is 0 or -n (see acquire).
 func notAcquired(op string, r int64) error {
 	if r < 0 {
 		return fmt.Errorf("redislock: %s: %w", op, &backend.NotAcquiredError{Reason: fmt.Sprintf(
@@ -163,78 +156,71 @@ func notAcquired(op string, r int64) error {
 }
 
 func (dep *deployment) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := refreshScript.Run(ctx, dep.rdb, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
+	v, err := dep.run(ctx, refreshScript, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
 	return v == 1, classify(err)
 }
 
 func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := releaseScript.Run(ctx, dep.rdb, []string{k.lock}, holder(l), k.channel, "0").Int64()
+	v, err := dep.run(ctx, releaseScript, []string{k.lock}, holder(l), k.channel, "0").Int64()
 	return dep.released(v), classify(err)
 }
 
 // queueAcquire runs a queue's acquire script for waiter w: fair mode's
-// (fair_acquire.lua, modes "try", "wait" and "look"), or the default
-// mode's (handoff_acquire.lua, "wait" and "look"). It answers the fence;
-// 0 when not granted (queued); -n when w is next and the lock is held for
-// n more milliseconds, or a restarted server refuses the name for that
-// long; redis.Nil when w's entry, queued before, is gone.
+// (fair_acquire.lua: "try", "wait", "look") or the default mode's
+// (handoff_acquire.lua: "wait", "look"). It answers the fence; 0 when
+// queued; -n when w is next and the lock is held, or a restarted server
+// refuses the name, for n more ms; redis.Nil when w's entry is gone.
 func (dep *deployment) queueAcquire(ctx context.Context, fair bool, l backend.Claim, value string, px int64, w, mode string) (int64, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
 	script, ks := fairAcquireScript, []string{k.lock, k.fence, k.queue, k.live}
 	if !fair {
 		script, ks = handoffAcquireScript, append(ks, k.hand)
 	}
-	v, err := script.Run(ctx, dep.rdb, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
+	v, err := dep.run(ctx, script, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
 	return v, classify(err)
 }
 
 // fairRelease is release that names the next waiter in its message.
 func (dep *deployment) fairRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := fairReleaseScript.Run(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, holder(l), k.channel, "0").Int64()
+	v, err := dep.run(ctx, fairReleaseScript, []string{k.lock, k.queue, k.live}, holder(l), k.channel, "0").Int64()
 	return dep.released(v), classify(err)
 }
 
-// leave takes waiter w out of l.Key's queue, even when ctx is done, and
-// cleans up after its attempt value. Best effort: a waiter that could not
-// leave is dropped once its liveness runs out.
+// leave takes waiter w out of l.Key's queue and cleans up after its
+// attempt value. Best effort: a waiter that could not leave is dropped
+// once its liveness runs out.
 func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	return leaveScript.Eval(ctx, dep.rdb, []string{k.lock, k.queue, k.live}, value, k.channel, w).Err()
+	return dep.evalCleanup(ctx, leaveScript, []string{k.lock, k.queue, k.live}, value, k.channel, w)
 }
 
-// raise runs the raise script; left is what remains of the lock's expiry
-// (px counted from before the acquisition was sent), in milliseconds.
+// raise runs the raise script; left is the lock's expiry left, in ms.
 func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64, left int64) (bool, error) {
-	defer dep.in.watch(ctx).stop()
 	k := keysFor(l.Key)
-	v, err := raiseScript.Run(ctx, dep.rdb, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
+	v, err := dep.run(ctx, raiseScript, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
 	return v == 1, classify(err)
 }
 
-// cleanup removes what a failed attempt may have left: the script may have
-// run even though its reply was lost or ctx ended. Best effort, bounded,
-// and only if that very attempt holds the key.
+// cleanup removes what a failed attempt may have left (the script may have
+// run though its reply was lost or ctx ended), only if that very attempt
+// holds the key. Best effort, bounded.
 //
-// Clean-ups (cleanup, leave) send the whole script (EVAL), not its hash:
-// they run when a connection is in trouble, often one whose answers are
-// lost, and a NOSCRIPT answer (a server that never ran the script, or
-// restarted) would never arrive to trigger the fallback, so the clean-up
-// would not run at all.
+// Clean-ups send the whole script (EVAL), not its hash: they run when a
+// connection is in trouble, and a NOSCRIPT answer that never arrives would
+// never trigger the fallback.
 func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value string) {
+	k := keysFor(l.Key)
+	_ = dep.evalCleanup(ctx, releaseScript, []string{k.lock}, value, k.channel, "1")
+}
+
+// evalCleanup sends s whole (EVAL), ctx done or not, for cleanupTimeout.
+func (dep *deployment) evalCleanup(ctx context.Context, s *redis.Script, keys []string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.watch(ctx).stop()
-	k := keysFor(l.Key)
-	_ = releaseScript.Eval(ctx, dep.rdb, []string{k.lock}, value, k.channel, "1").Err()
+	return s.Eval(ctx, dep.rdb, keys, args...).Err()
 }
 
 const cleanupTimeout = 2 * time.Second

@@ -10,16 +10,14 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var _ backend.SetAcquirer = (*Driver)(nil)
-
 var (
 	acquireAllScript = redis.NewScript(lua("value", "fence", "acquire_all"))
 	releaseAllScript = redis.NewScript(lua("release_all"))
 )
 
-// oneServer says whether d's sets can be taken by one script: the default
-// mode on one server (a Cluster or a Ring spreads a set's names over
-// servers; the fair mode queues each name).
+// oneServer says whether claims can be taken by one script: the default
+// mode on one server (a Cluster or Ring spreads the names; fair mode
+// queues each).
 func (d *Driver) oneServer(claims []backend.Claim) bool {
 	if _, single := d.dep.rdb.(*redis.Client); !single || d.fair {
 		return false
@@ -32,9 +30,9 @@ func (d *Driver) oneServer(claims []backend.Claim) bool {
 	return true
 }
 
-// TryAcquireAll implements backend.SetAcquirer with one script,
-// acquire_all.lua, on one server in the default mode; elsewhere it
-// returns ErrUnsupported, and the Client takes the set name by name.
+// TryAcquireAll implements backend.SetAcquirer with one script on one
+// server in the default mode; elsewhere it returns ErrUnsupported, and the
+// Client takes the set name by name.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
 	if !d.oneServer(claims) {
 		return nil, fmt.Errorf("redislock: try-acquire: a set in one script: %w", backend.ErrUnsupported)

@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
 )
 
-// Semaphores and read-write locks (backend.Modal): each is an object of its
-// own next to the name's lock, in the same hash slot, with its own fence
-// counter (see scripts/shared.lua).
+// Semaphores and read-write locks (backend.Modal): see scripts/shared.lua.
 
 var (
 	sharedAcquireScript = redis.NewScript(lua("fence", "shared", "shared_queue", "shared_acquire"))
@@ -23,35 +20,27 @@ var (
 	sharedLeaveScript   = redis.NewScript(lua("shared", "shared_leave"))
 )
 
-var _ backend.Modal = (*Driver)(nil)
-
-// Modes implements backend.Modal: semaphores and read-write locks, on a
-// server, a Redis Cluster or a ring; a FairDriver's waiters are served in
-// arrival order. A Quorum takes none (see its Modes).
+// Modes implements backend.Modal: semaphores and read-write locks, in
+// every deployment; a FairDriver's too. A Quorum takes none.
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
-// Modes implements backend.Modal: none. Each server of a quorum would
-// grant up to the limit to different clients, so a majority bounds
-// nothing: n permits on each of three servers of five let 5n/3 clients
-// each gather a majority.
+// Modes implements backend.Modal: none. Each server would grant up to the
+// limit to different clients, so a majority bounds nothing.
 func (q *Quorum) Modes() backend.ModeSet { return 0 }
 
-// Weighs implements backend.Weigher: a holder's permits are in its field
-// (see scripts/shared.lua), and the queue's waiters carry theirs.
+// Weighs implements backend.Weigher: grants and waiters carry weights.
 func (d *Driver) Weighs() bool { return true }
 
-// sharedKeys returns the Redis names of c's object: holders, state and
-// fence counter (see scripts/shared.lua), in the name's hash slot.
+// sharedKeys are the Redis names of c's holders, state and fence counter.
 func sharedKeys(c backend.Claim) []string {
 	p := sharedPrefix(c)
 	return []string{p, p + ".h", p + ".fence"}
 }
 
-// fairSharedKeys is sharedKeys and the object's queue (see
-// scripts/shared_queue.lua), then a semaphore's resize record (see
-// Driver.Resize).
+// fairSharedKeys is sharedKeys, the object's queue, and a semaphore's
+// resize record.
 func fairSharedKeys(c backend.Claim) []string {
 	p := sharedPrefix(c)
 	if c.Mode == backend.Permit {
@@ -94,34 +83,8 @@ func checkShared(c backend.Claim) error {
 	return nil
 }
 
-// tryShared is TryAcquire for a permit, a read or a write: granted only
-// as if it had joined the end of the queue.
-func (d *Driver) tryShared(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	if err := checkShared(c); err != nil {
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
-	}
-	px := ttlMillis(c.TTL)
-	n := attempts.Add(1)
-	dep := d.dep
-	// Both modes queue shared waiters (see Driver.Enqueue).
-	r, err := dep.acquireShared(ctx, c, n, px, "", "try")
-	if err != nil {
-		// The script may have run although we never saw its answer.
-		dep.undo(ctx, func(ctx context.Context) { dep.cleanupShared(ctx, c, n) })
-		return backend.Grant{}, fmt.Errorf("redislock: try-acquire: %w", err)
-	}
-	if r.limit != "" {
-		return backend.Grant{}, limitMismatch("try-acquire", r, c)
-	}
-	if r.v <= 0 {
-		return backend.Grant{}, notAcquired("try-acquire", r.v)
-	}
-	return backend.Grant{Fence: uint64(r.v), TTL: time.Duration(px) * time.Millisecond}, nil
-}
-
-// sharedAnswer is the shared acquire script's answer: v as the script's
-// number, or limit, the held permits' limit, when it differs, or the
-// resize record's (resized), when below the permits asked.
+// sharedAnswer is the shared acquire script's answer: the number v, or the
+// held permits' limit when it differs, or the resize record's (resized).
 type sharedAnswer struct {
 	v       int64
 	limit   string
@@ -129,10 +92,9 @@ type sharedAnswer struct {
 }
 
 // acquireShared runs the shared acquire script for attempt n of c, as
-// waiter w, in mode "try", "wait" or "look" (see scripts/shared_queue.lua).
+// waiter w, in mode "try", "wait" or "look" (scripts/shared_queue.lua).
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
-	defer dep.in.watch(ctx).stop()
-	r, err := sharedAcquireScript.Run(ctx, dep.rdb, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+	r, err := dep.run(ctx, sharedAcquireScript, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
 		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1), c.Owner).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)
@@ -160,32 +122,22 @@ func limitMismatch(op string, r sharedAnswer, c backend.Claim) error {
 
 // refreshShared is Refresh for a permit, a read or a write.
 func (dep *deployment) refreshShared(ctx context.Context, c backend.Claim, px int64) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := sharedRefreshScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, px).Int64()
+	v, err := dep.run(ctx, sharedRefreshScript, sharedKeys(c), c.Token, px).Int64()
 	return v == 1, classify(err)
 }
 
 // releaseShared is Release for a permit, a read or a write.
 func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool, error) {
-	defer dep.in.watch(ctx).stop()
-	v, err := sharedReleaseScript.Run(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
+	v, err := dep.run(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()
 	return dep.released(v), classify(err)
 }
 
-// leaveShared takes waiter w out of c's queue, even when ctx is done, and
-// frees what attempt n was granted, as leave does for a lock.
+// leaveShared is leave for c's queue, freeing what attempt n was granted.
 func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint64, w string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
-	return sharedLeaveScript.Eval(ctx, dep.rdb, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel).Err()
+	return dep.evalCleanup(ctx, sharedLeaveScript, fairSharedKeys(c), c.Token, strconv.FormatUint(n, 10), w, keysFor(c.Key).channel)
 }
 
-// cleanupShared removes what the failed attempt n of c may have left, as
-// cleanup does for a lock: only that attempt's hold.
+// cleanupShared is cleanup for attempt n of c.
 func (dep *deployment) cleanupShared(ctx context.Context, c backend.Claim, n uint64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	defer dep.in.watch(ctx).stop()
-	_ = sharedReleaseScript.Eval(ctx, dep.rdb, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10)).Err()
+	_ = dep.evalCleanup(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -14,13 +13,11 @@ import (
 // The restart check without INFO: once INFO showed that a server has run
 // for X (a power of two seconds), a variant of the acquire script that
 // skips the check for delays up to X is loaded there and sent by EVALSHA
-// only. Its presence in the script cache, which a restart empties, is the
-// proof; NOSCRIPT means the proof is gone, and the plain script checks.
-// Only Redis 7 and later: before, a server with replication saved its
-// script cache in its RDB file and loaded it back at a restart. Only a
-// deployment of one server at a time (a *redis.Client): a cluster's or a
-// ring's INFO and SCRIPT LOAD may reach another server than a script's.
-// See docs/backends/redislock.md, The restart check without INFO.
+// only: its presence in the script cache, which a restart empties, is the
+// proof (NOSCRIPT: gone). Only Redis 7 and later (before, a replicated
+// server reloaded its script cache from RDB), and only on a *redis.Client
+// (a cluster's INFO may reach another server than its scripts). See
+// docs/backends/redislock.md, The restart check without INFO.
 
 // upScript is a server's proven variant of the acquire script.
 type upScript struct {
@@ -39,8 +36,7 @@ type uptime struct {
 // probeEvery paces the probes of a server whose variant is missing.
 const probeEvery = time.Second
 
-// upVariant is the acquire script, its settings declared by prefix, that
-// skips the restart check for delays of at most upMs milliseconds.
+// upVariant is the acquire script that skips delays up to upMs ms.
 func upVariant(prefix string, upMs int64) string {
 	return lua("value", "fence") + prefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
 }
@@ -51,8 +47,7 @@ var (
 	versionRe = regexp.MustCompile(`redis_version:(\d+)\.`)
 )
 
-// serverInfo reads a server's run_id and uptime from INFO server; not ok
-// before Redis 7 (see above).
+// serverInfo reads run_id and uptime from INFO server; not ok before 7.
 func serverInfo(s string) (runID string, up int64, ok bool) {
 	m, r, v := uptimeRe.FindStringSubmatch(s), runIDRe.FindStringSubmatch(s), versionRe.FindStringSubmatch(s)
 	if m == nil || r == nil || v == nil {
@@ -65,9 +60,8 @@ func serverInfo(s string) (runID string, up int64, ok bool) {
 	return r[1], up, err == nil
 }
 
-// provenUp is the X for an uptime of up whole seconds (the server has run
-// for more than up-1): the largest power of two seconds not above up-1, in
-// milliseconds, or 0.
+// provenUp is the X for an uptime of up whole seconds: the largest power
+// of two seconds not above up-1, in milliseconds, or 0.
 func provenUp(up int64) int64 {
 	s := up - 1
 	if s < 1 {
@@ -80,31 +74,27 @@ func provenUp(up int64) int64 {
 	return x * 1000
 }
 
-// run runs the acquire script on dep for a restart delay of delay ms: the
-// proven variant (settings declared by prefix) when one covers the delay,
-// else plain, and then learns a variant for next time in the background
-// (enter: the owner's gate, whose Close ends and awaits it). A nil u (a
-// cluster, a ring) always runs plain.
+// run runs the acquire script for a restart delay of delay ms: the proven
+// variant when one covers it, else plain, and learns a variant in the
+// background (enter: the owner's gate). A nil u (a cluster, a ring) runs
+// plain.
 func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context.Context, func(), bool), plain *redis.Script, prefix string, delay int64, keys []string, args ...any) (int64, error) {
-	if u == nil || delay <= 0 {
-		v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
-		return v, classify(err)
-	}
-	if s := u.script.Load(); s != nil && delay <= s.upMs {
-		v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
-		if err == nil || !isNoScript(err) {
-			return v, classify(err)
+	if u != nil && delay > 0 {
+		if s := u.script.Load(); s != nil && delay <= s.upMs {
+			v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
+			if !isNoScript(err) {
+				return v, classify(err)
+			}
+			// The proof is gone: the plain script checks.
+			u.script.CompareAndSwap(s, nil)
 		}
-		// The proof is gone: the plain script checks.
-		u.script.CompareAndSwap(s, nil)
+		u.probe(dep, enter, prefix)
 	}
-	u.probe(dep, enter, prefix)
 	v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
 	return v, classify(err)
 }
 
-// probe learns the variant in the background, unless one is being learned
-// or was tried less than probeEvery ago.
+// probe learns the variant in the background, at most every probeEvery.
 func (u *uptime) probe(dep *deployment, enter func() (context.Context, func(), bool), prefix string) {
 	now := time.Now().UnixNano()
 	if now < u.next.Load() || !u.probing.CompareAndSwap(false, true) {
@@ -127,9 +117,8 @@ func (u *uptime) probe(dep *deployment, enter func() (context.Context, func(), b
 	}()
 }
 
-// learnUp loads the server's variant: INFO, SCRIPT LOAD, INFO again, and
-// the variant only if both INFO came from one process that had run long
-// enough.
+// learnUp loads the variant: INFO, SCRIPT LOAD, INFO again; kept only if
+// both INFO came from one process that had run long enough.
 func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	defer dep.in.watch(ctx).stop()
 	info, err := dep.rdb.Info(ctx, "server").Result()
@@ -155,4 +144,5 @@ func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	return &upScript{hash: hash, upMs: x, runID: runID}
 }
 
-func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+// isNoScript reports a NOSCRIPT answer.
+func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }

@@ -11,38 +11,32 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A lock's release publishes a wake-up only when the lock's {E}:live hash
-// exists (scripts/handoff_release.lua): queued waiters have their entries
-// there, and a watcher (Subscribe, which Client.Watch uses) puts a field
-// of its own there, watchField, kept alive by its driver for as long as
-// it watches. So a release with nobody waiting or watching costs no
-// PUBLISH, which a cluster would send to every node and a primary to
-// every replica.
+// A release publishes a wake-up only when the lock's {E}:live hash exists
+// (handoff_release.lua): queued waiters have entries there, and a watcher
+// (Subscribe) a field of its own, watchField, renewed while it watches. So
+// a release nobody waits for or watches costs no PUBLISH, which a cluster
+// sends to every node.
 
-// watchField is the watchers' field of {E}:live: no waiter is named so
-// (see ticket.w: "<id>:<owner>").
+// watchField is the watchers' field of {E}:live (no waiter is named so).
 const watchField = "~watch"
 
-// watchEvery is how often a watched key's mark is renewed; it lives for
-// 2*livenessTTL, as waiters' entries do.
+// watchEvery renews a mark that lives 2*livenessTTL, as waiters' entries.
 const watchEvery = livenessTTL / 2
 
 var watchScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
 
-// watchMark is one key's mark in a deployment: the channels of its
-// watchers, woken when a renewal failed or came late (a release may have
-// gone unpublished meanwhile).
+// watchMark is one key's mark: its watchers' channels, woken when a renewal
+// failed or came late (a release may have gone unpublished).
 type watchMark struct {
 	chans map[chan struct{}]struct{}
 	ok    time.Time // last renewal that succeeded
 }
 
-// mark puts key's mark in place and keeps it there until stop: ch is
-// woken whenever the mark may have lapsed. The first mark is written
-// before mark returns, so that no release after Subscribe returns goes
-// unpublished.
+// mark puts key's mark in place until stop, waking ch whenever it may have
+// lapsed. The first is written before mark returns, so that no release
+// after Subscribe goes unpublished.
 func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (stop func(), err error) {
 	live := keysFor(key).live
 	sent := time.Now()
@@ -65,23 +59,18 @@ func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (
 		go dep.renewMark(live, m)
 	}
 	m.chans[ch] = struct{}{}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			dep.mu.Lock()
-			delete(m.chans, ch)
-			dep.mu.Unlock()
-		})
-	}, nil
+	return sync.OnceFunc(func() {
+		dep.mu.Lock()
+		delete(m.chans, ch)
+		dep.mu.Unlock()
+	}), nil
 }
 
 func (dep *deployment) writeMark(ctx context.Context, live string) error {
-	defer dep.in.watch(ctx).stop()
-	return classify(watchScript.Run(ctx, dep.rdb, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
+	return classify(dep.run(ctx, watchScript, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
 }
 
-// renewMark renews m until it has no watchers left or dep closes; the mark
-// itself then expires.
+// renewMark renews m until it has no watchers or dep closes.
 func (dep *deployment) renewMark(live string, m *watchMark) {
 	defer dep.wg.Done()
 	t := time.NewTicker(watchEvery)
@@ -106,7 +95,7 @@ func (dep *deployment) renewMark(live string, m *watchMark) {
 		cancel()
 		dep.mu.Lock()
 		// The mark lives 2*livenessTTL from the last write that landed,
-		// which was sent at m.ok or later.
+		// sent at m.ok or later.
 		lapsed = lapsed || err != nil || time.Since(m.ok) >= 2*livenessTTL
 		if err == nil {
 			m.ok = sent
