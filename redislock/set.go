@@ -53,9 +53,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 		values[i] = attempt(l)
 		args = append(args, values[i])
 	}
-	stop := d.dep.in.watch(ctx).stop
-	fences, err := acquireAllScript.Run(ctx, d.dep.rdb, keys, args...).Int64Slice()
-	stop()
+	fences, err := d.dep.run(ctx, acquireAllScript, keys, args...).Int64Slice()
 	if err != nil {
 		// The script may have run although we never saw its answer.
 		d.dep.undo(ctx, func(ctx context.Context) {
@@ -92,9 +90,7 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 				keys[i], keys[n+i] = k.lock, k.live
 				args[i] = holder(l)
 			}
-			stop := d.dep.in.watch(ctx).stop
-			codes, _ = releaseAllScript.Run(ctx, d.dep.rdb, keys, args...).Int64Slice()
-			stop()
+			codes, _ = d.dep.run(ctx, releaseAllScript, keys, args...).Int64Slice()
 			done()
 		}
 	}
