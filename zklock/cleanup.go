@@ -34,11 +34,7 @@ func (d *Driver) abandon(ctx context.Context, es ...*entry) {
 		return
 	case <-ctx.Done():
 	}
-	t.Reset(d.quickWait())
-	select {
-	case <-done:
-	case <-t.C:
-	}
+	within(done, d.quickWait())
 }
 
 // abandonAsync deletes queue nodes in the background, several in one

@@ -54,7 +54,7 @@ func (d *Driver) touch(sid int64, sent time.Time, rtt time.Duration) {
 		}
 		if d.last.CompareAndSwap(cur, n) {
 			if cur != nil && cur.sid != sid {
-				d.poke() // a new session: the monitor reports the old one's locks
+				notify(d.wake) // a new session: the monitor reports the old one's locks
 			}
 			return
 		}
@@ -120,11 +120,3 @@ func (d *Driver) pingPeriod() time.Duration { return d.ttl / 4 }
 // client's SetWatches (go-zookeeper/zk#35; see docs/backends/zklock.md,
 // Requests after a reconnection).
 const resumeDelay = 50 * time.Millisecond
-
-// resume wakes the pinger; it never blocks (the zk client calls it).
-func (d *Driver) resume() {
-	select {
-	case d.resumed <- struct{}{}:
-	default:
-	}
-}

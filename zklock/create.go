@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
@@ -78,12 +77,7 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 		// Usually one round trip: wait, so that nothing is left behind
 		// when we return, but not for a dead connection's timeout (the
 		// nodes, if any, are deleted in the background).
-		t := time.NewTimer(d.quickWait())
-		defer t.Stop()
-		select {
-		case <-finished:
-		case <-t.C:
-		}
+		within(finished, d.quickWait())
 		return nil, d.ended(ctx)
 	}
 }

@@ -60,12 +60,12 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 				d.since.Store(time.Now().UnixNano())
-				d.resume()
+				notify(d.resumed)
 			} else if ev.Type == zk.EventSession {
 				d.since.Store(0)
 			}
 			d.nodeEvent(ev)
-			d.poke()
+			notify(d.wake)
 		}),
 	)
 	if err != nil {
@@ -80,8 +80,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		d.closeConn(time.Now(), false)
 		return nil, err
 	}
-	n := d.hosts.Len()
-	if err := waitSessionOr(wctx, conn, func() error { return tr.refused(n) }); err != nil {
+	if err := waitSessionOr(wctx, conn, func() error { return tr.refused(len(servers)) }); err != nil {
 		if cause := tr.cause(); cause != nil && !errors.As(err, new(permanentErr)) {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
@@ -129,22 +128,14 @@ func (d *Driver) closeConn(start time.Time, waitNoSession bool) {
 		// politely, and the zk client would wait a second for it.
 		wait = 0
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-polite:
-	case <-t.C:
-	}
+	within(polite, wait)
 	d.hosts.stop()
 	d.dialed.cut()
 	d.drainEvents(closeLimit - 100*time.Millisecond - time.Since(start))
 	if !waitNoSession && d.conn.SessionID() == 0 {
 		return
 	}
-	t.Reset(max(closeLimit-100*time.Millisecond-time.Since(start), 0))
-	select {
-	case <-polite:
-	case <-t.C:
+	if !within(polite, closeLimit-100*time.Millisecond-time.Since(start)) {
 		d.log.Debug("zklock: the zk client is still sending its close request")
 	}
 }

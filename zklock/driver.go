@@ -172,8 +172,6 @@ func (d *Driver) spawn(f func()) bool {
 	return true
 }
 
-func (d *Driver) isClosed() bool { return d.gate.Closed() }
-
 // enter is the gate's Enter for operation op.
 func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
@@ -186,18 +184,10 @@ func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(),
 // ended is the error of a call whose context ended: the caller's cause,
 // or ErrClosed when Close ended it.
 func (d *Driver) ended(ctx context.Context) error {
-	if d.isClosed() {
+	if d.gate.Closed() {
 		return backend.ErrClosed
 	}
 	return context.Cause(ctx)
-}
-
-// poke wakes the monitor; it never blocks (the zk client calls it).
-func (d *Driver) poke() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
 }
 
 // closeLimit bounds Close, connection dead or alive.
@@ -264,6 +254,11 @@ func (d *Driver) Close() error {
 func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 	ch := make(chan struct{})
 	go func() { wg.Wait(); close(ch) }()
+	return within(ch, limit)
+}
+
+// within waits for ch, at most limit; false if it gave up.
+func within(ch <-chan struct{}, limit time.Duration) bool {
 	t := time.NewTimer(max(limit, 0))
 	defer t.Stop()
 	select {

@@ -45,21 +45,35 @@ type qnode struct {
 
 // Inspect implements backend.Inspector: a listing of the queue of key's
 // object m, and a read of each node in it.
-func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (_ backend.State, err error) {
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (st backend.State, err error) {
 	if m, err = object(m); err != nil {
 		return backend.State{}, err
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "inspect")
+	err = d.operate(ctx, "inspect", func(ctx context.Context) (err error) {
+		st, err = d.objectState(ctx, key, m)
+		return err
+	})
 	if err != nil {
 		return backend.State{}, err
 	}
-	defer done()
-	st, err := d.objectState(ctx, key, m)
-	if err != nil {
-		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
 	return st, nil
+}
+
+// operate runs f, an operator's call (Inspect, List, Break, Resize),
+// through the gate, after catchUp.
+func (d *Driver) operate(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	ctx, done, err := d.enter(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err = d.catchUp(ctx); err == nil {
+		err = f(ctx)
+	}
+	if err != nil {
+		return permitted(fmt.Errorf("zklock: %s: %w", op, d.failed(ctx, err)))
+	}
+	return nil
 }
 
 // object is the object of mode m, which Inspect, List and Break see; a
@@ -95,9 +109,6 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 func (d *Driver) queueState(ctx context.Context, key string) (backend.State, error) {
 	parent := d.parentPath(key)
 	st := backend.State{Key: key, Known: known}
-	if err := d.catchUp(ctx); err != nil {
-		return st, err
-	}
 	err := d.retrying(ctx, func() error {
 		nodes, markers, err := d.listing(ctx, parent)
 		if err != nil {
@@ -270,54 +281,47 @@ func (d *Driver) get(path string) (getResult, error) {
 // are the nodes of the names' objects (a lock's is its escaped name, a
 // semaphore's and a read-write lock's have a head before it: objectHead),
 // then each matching object's queue, a few at a time.
-func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []backend.State, err error) {
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (out []backend.State, err error) {
 	if m, err = object(m); err != nil {
 		return nil, err
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "list")
+	err = d.operate(ctx, "list", func(ctx context.Context) error {
+		var names []string
+		err := d.retrying(ctx, func() error {
+			var err error
+			names, err = d.children(ctx, d.root)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil // no lock was ever taken under the root
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		head := objectHead(m)
+		var keys []string
+		for _, n := range names {
+			esc, ok := strings.CutPrefix(n, head)
+			key, err := url.PathUnescape(esc)
+			if ok && err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == esc {
+				keys = append(keys, key)
+			}
+		}
+		slices.Sort(keys)
+		sts := make([]backend.State, len(keys))
+		err = each(len(keys), 8, func(i int) (err error) {
+			sts[i], err = d.objectState(ctx, keys[i], m)
+			return err
+		})
+		for _, st := range sts {
+			if st.Held {
+				out = append(out, st)
+			}
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer done()
-	if err := d.catchUp(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	var names []string
-	err = d.retrying(ctx, func() error {
-		var err error
-		names, err = d.children(ctx, d.root)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil // no lock was ever taken under the root
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	head := objectHead(m)
-	var keys []string
-	for _, n := range names {
-		esc, ok := strings.CutPrefix(n, head)
-		key, err := url.PathUnescape(esc)
-		if ok && err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == esc {
-			keys = append(keys, key)
-		}
-	}
-	slices.Sort(keys)
-	sts := make([]backend.State, len(keys))
-	err = each(len(keys), 8, func(i int) (err error) {
-		sts[i], err = d.objectState(ctx, keys[i], m)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	out := sts[:0]
-	for _, st := range sts {
-		if st.Held {
-			out = append(out, st)
-		}
 	}
 	return out, nil
 }
@@ -345,58 +349,44 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	if m, err = object(m); err != nil {
 		return backend.State{}, err
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "break")
+	var t target
+	tried := "" // a delete of this node lost its answer
+	err = d.operate(ctx, "break", func(ctx context.Context) error {
+		return d.retrying(ctx, func() error {
+			var next target
+			var err error
+			if m == backend.Exclusive {
+				next, err = d.lockTarget(ctx, key, fence, tried)
+			} else {
+				next, err = d.sharedTarget(ctx, key, m, fence, tried)
+			}
+			switch {
+			case errors.Is(err, errDeleted):
+				return nil // most likely by that delete
+			case err != nil:
+				return err
+			case next.path == "":
+				return backend.ErrNotHeld
+			}
+			t = next
+			_, err = call(ctx, d, func() (struct{}, error) {
+				return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(t.path, t.marker, t.version) })
+			})
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, zk.ErrNoNode) && tried == t.path:
+				return nil // most likely our own delete, whose answer was lost
+			case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+				return errChanged // released, or written: look again
+			case connLost(err):
+				tried = t.path
+			}
+			return err
+		})
+	})
 	if err != nil {
 		return backend.State{}, err
-	}
-	defer done()
-	if err := d.catchUp(ctx); err != nil {
-		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	var (
-		t       target
-		notHeld bool
-		tried   string // a delete of this node lost its answer
-	)
-	err = d.retrying(ctx, func() error {
-		var next target
-		var err error
-		if m == backend.Exclusive {
-			next, err = d.lockTarget(ctx, key, fence, tried)
-		} else {
-			next, err = d.sharedTarget(ctx, key, m, fence, tried)
-		}
-		switch {
-		case errors.Is(err, errDeleted):
-			return nil // most likely by that delete
-		case err != nil:
-			return err
-		case next.path == "":
-			notHeld = true
-			return nil
-		}
-		t = next
-		_, err = call(ctx, d, func() (struct{}, error) {
-			return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(t.path, t.marker, t.version) })
-		})
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, zk.ErrNoNode) && tried == t.path:
-			return nil // most likely our own delete, whose answer was lost
-		case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
-			return errChanged // released, or written: look again
-		case connLost(err):
-			tried = t.path
-		}
-		return err
-	})
-	switch {
-	case err != nil:
-		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	case notHeld:
-		return backend.State{}, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 	}
 	return t.st, nil
 }
@@ -453,9 +443,6 @@ func (d *Driver) lockTarget(ctx context.Context, key string, fence uint64, tried
 // its holders, then its waiters. A holder gone between the listing and
 // its read (released) makes it look again: a waiter may hold in its place.
 func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := d.catchUp(ctx); err != nil {
-		return backend.State{}, err
-	}
 	var st backend.State
 	err := d.retrying(ctx, func() error {
 		nodes, r, err := d.sharedNodes(ctx, d.sharedParent(backend.Claim{Key: key, Mode: m}), m)

@@ -95,7 +95,8 @@ func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, c
 	}
 }
 
-// notify sends on ch without waiting: one value pending is enough.
+// notify sends on ch without waiting: one value pending is enough. It
+// never blocks (the zk client's callbacks call it).
 func notify(ch chan<- struct{}) {
 	select {
 	case ch <- struct{}{}:

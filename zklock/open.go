@@ -10,16 +10,8 @@ import (
 )
 
 func init() {
-	backend.Register("zk", backend.Opener{
-		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false]",
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			d, err := open(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		},
-	})
+	backend.Register("zk", backend.OpenerFunc("zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false]",
+		func(ctx context.Context, u *url.URL) (*Driver, error) { return open(ctx, u, nil) }))
 }
 
 // Open opens a driver for a zk:// URL (see the package documentation;
@@ -32,14 +24,14 @@ func init() {
 // session and frees its locks at once. opts apply after the URL's, so they
 // override it (WithLogger, WithDialer, WithACL, ...).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("zklock: %w", err)
 	}
 	return open(ctx, u, opts)
 }
 
-// open is Open after url.Parse, and the registry's opener.
+// open is Open after backend.ParseURL, and the registry's opener.
 func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 	servers, opts, err := parseURL(u)
 	if err != nil {
@@ -63,9 +55,6 @@ func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 func parseURL(u *url.URL) ([]string, []Option, error) {
 	if u.Scheme != "zk" {
 		return nil, nil, fmt.Errorf("zklock: %w: scheme %q, want zk", backend.ErrInvalidURL, u.Scheme)
-	}
-	if u.Opaque != "" {
-		return nil, nil, fmt.Errorf("zklock: %w: want zk://host:port[,host:port...][/root]", backend.ErrInvalidURL)
 	}
 	servers, err := backend.Hosts(u, "2181")
 	if err != nil {

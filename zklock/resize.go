@@ -73,20 +73,10 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) 
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("zklock: resize: %w: %d", backend.ErrInvalidLimit, limit)
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "resize")
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := d.catchUp(ctx); err != nil {
-		return fmt.Errorf("zklock: resize: %w", d.failed(ctx, err))
-	}
 	parent := d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit})
-	if err := d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) }); err != nil {
-		return fmt.Errorf("zklock: resize: %w", d.failed(ctx, err))
-	}
-	return nil
+	return d.operate(ctx, "resize", func(ctx context.Context) error {
+		return d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) })
+	})
 }
 
 // resize is one try of Resize: errChanged when the queue's node or the

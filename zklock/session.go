@@ -93,7 +93,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 // gone, the session is (its nodes go with it) or the driver closes.
 func (d *Driver) dropLost(path, marker string, session int64) {
 	bo := newBackoff()
-	for !d.isClosed() && d.conn.SessionID() == session {
+	for !d.gate.Closed() && d.conn.SessionID() == session {
 		if !d.settled(d.gate.Context()) {
 			continue // closed, or still no session: see the loop's test
 		}
@@ -102,7 +102,7 @@ func (d *Driver) dropLost(path, marker string, session int64) {
 		case err == nil:
 			d.log.Debug("zklock: deleted a node nobody holds", "path", path)
 			return
-		case errors.Is(err, zk.ErrNoNode), d.isClosed():
+		case errors.Is(err, zk.ErrNoNode), d.gate.Closed():
 			return
 		case !transient(err):
 			d.log.Warn("zklock: could not delete the node of a lost lock; it goes with the session", "path", path, "err", err)
