@@ -40,10 +40,7 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 		in := d.interruptOnEnd(ctx)
 		es, err := mk(ctx, true)
 		in.stop()
-		if ctx.Err() != nil {
-			err = d.ended(ctx)
-		}
-		return es, err
+		return es, d.failed(ctx, err)
 	}
 	type result struct {
 		es  []*entry

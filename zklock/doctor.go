@@ -8,17 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockerhq/locker/backend"
-)
-
-var (
-	_ backend.Diagnoser  = (*Driver)(nil)
-	_ backend.StoreClock = (*Driver)(nil)
 )
 
 // Diagnose implements backend.Diagnoser: the session timeout against ttl,
@@ -63,7 +59,8 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 			add("mode", backend.Warning, s+": srvr is not in 4lw.commands.whitelist",
 				"whether the server is in a quorum cannot be checked", "add srvr to 4lw.commands.whitelist in zoo.cfg")
 		case !ok:
-			add("mode", backend.Warning, s+": not serving requests ("+strings.TrimSpace(firstLine(out))+")",
+			line, _, _ := strings.Cut(out, "\n")
+			add("mode", backend.Warning, s+": not serving requests ("+strings.TrimSpace(line)+")",
 				"a server out of the quorum refuses every request: the ensemble tolerates one failure fewer, and sessions on it move or expire",
 				"bring it back into the quorum (its log says why it is out)")
 		case mode == "leader" || mode == "follower" || mode == "observer" || mode == "standalone":
@@ -181,7 +178,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	if d.own {
 		remote := ""
 		for _, s := range servers {
-			if !loopbackAddr(s) {
+			if !backend.Loopback(&url.URL{Host: strings.ToLower(s)}) {
 				remote = s
 				break
 			}
@@ -283,20 +280,3 @@ func confField(out, name string) string {
 	return ""
 }
 
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
-}
-
-// loopbackAddr reports whether host:port names this host.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

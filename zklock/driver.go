@@ -21,8 +21,7 @@ import (
 var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
-// sequential node per acquisition. It implements backend.Driver,
-// backend.Queuer, backend.Session, backend.Delayer and backend.SetAcquirer.
+// sequential node per acquisition.
 type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
@@ -61,10 +60,19 @@ type Driver struct {
 }
 
 var (
-	_ backend.Driver  = (*Driver)(nil)
-	_ backend.Queuer  = (*Driver)(nil)
-	_ backend.Session = (*Driver)(nil)
-	_ backend.Delayer = (*Driver)(nil)
+	_ backend.Driver      = (*Driver)(nil)
+	_ backend.Queuer      = (*Driver)(nil)
+	_ backend.Session     = (*Driver)(nil)
+	_ backend.Delayer     = (*Driver)(nil)
+	_ backend.SetAcquirer = (*Driver)(nil)
+	_ backend.Notifier    = (*Driver)(nil)
+	_ backend.Modal       = (*Driver)(nil)
+	_ backend.Resizer     = (*Driver)(nil)
+	_ backend.Inspector   = (*Driver)(nil)
+	_ backend.Lister      = (*Driver)(nil)
+	_ backend.Breaker     = (*Driver)(nil)
+	_ backend.Diagnoser   = (*Driver)(nil)
+	_ backend.StoreClock  = (*Driver)(nil)
 )
 
 // New returns a driver that uses conn, a connection the caller built (and
@@ -338,10 +346,7 @@ func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session in
 		i := strings.LastIndexByte(path, '/')
 		parent, name := path[:i], path[i+1:]
 		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
-		if ctx.Err() != nil {
-			err = d.ended(ctx)
-		}
-		return fmt.Errorf("zklock: %w (deleting the node in the background)", err)
+		return fmt.Errorf("zklock: %w (deleting the node in the background)", d.failed(ctx, err))
 	}
 }
 

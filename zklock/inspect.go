@@ -15,12 +15,6 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-var (
-	_ backend.Inspector = (*Driver)(nil)
-	_ backend.Lister    = (*Driver)(nil)
-	_ backend.Breaker   = (*Driver)(nil)
-)
-
 // known is what a name's queue records: its nodes in sequence order, the
 // first the holder's, each with its owner as data and its creation zxid,
 // the fence. Not the time left: a node has no expiry of its own, and the
@@ -462,13 +456,13 @@ func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (b
 // read-write lock (m), in sequence order, so by fence, its holders marked,
 // and a semaphore's resize record, if any.
 func (d *Driver) sharedNodes(ctx context.Context, parent string, m backend.Mode) ([]qnode, *resized, error) {
-	names, r, err := d.sharedListing(ctx, parent, m)
-	nodes, _ := queueNodes(names)
+	lk, err := d.sharedListing(ctx, parent, m, nil, false)
+	nodes, _ := queueNodes(lk.names)
 	if err != nil || len(nodes) == 0 {
-		return nil, r, err
+		return nil, lk.r, err
 	}
-	holding(nodes, m, r)
-	return nodes, r, d.readNodes(ctx, parent, nodes)
+	holding(nodes, m, lk.r)
+	return nodes, lk.r, d.readNodes(ctx, parent, nodes)
 }
 
 // holding marks the nodes of the queue of a semaphore (with its resize

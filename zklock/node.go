@@ -31,13 +31,6 @@ func tokenHash(token string) string {
 	return hex.EncodeToString(sum[:hashLen/2])
 }
 
-// parseNode splits a lock's node name into its token hash and sequence
-// number; ok is false for nodes that are not ours.
-func parseNode(name string) (hash string, seq int64, ok bool) {
-	tag, hash, seq, ok := parseTagged(name)
-	return hash, seq, ok && tag+"-" == nodePrefix
-}
-
 // entry is one queue node.
 type entry struct {
 	parent  string
@@ -85,8 +78,9 @@ func hashOf(name string) string {
 	return h
 }
 
-// parseTagged is parseNode for a node of any object: "<tag>-<hash>-<seq>",
-// where the tag is "lk" for a lock's (see shared.go for the others).
+// parseTagged splits the name of a queue node, "<tag>-<hash>-<seq>" (the
+// tag is "lk" for a lock's; see shared.go for the others); ok is false for
+// other nodes.
 func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 	i := strings.IndexByte(name, '-')
 	if i < 1 || len(name) <= i+hashLen+2 || name[i+hashLen+1] != '-' {
@@ -116,7 +110,7 @@ func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker stri
 		marker = parent + "/" + markerPrefix + hash
 	}
 	for i, n := range nodes {
-		if h, _, _ := parseNode(n.name); h == hash {
+		if n.tag+"-" == nodePrefix && hashOf(n.name) == hash {
 			return parent + "/" + n.name, marker, i == 0, nil
 		}
 	}

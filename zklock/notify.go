@@ -9,11 +9,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
 )
-
-var _ backend.Notifier = (*Driver)(nil)
 
 // rewatchAfter spaces the attempts to set a watch again after a failure.
 const rewatchAfter = 100 * time.Millisecond

@@ -22,8 +22,6 @@ import (
 // docs/backends/zklock.md, Resizing a semaphore).
 const resizeName = "limit"
 
-var _ backend.Resizer = (*Driver)(nil)
-
 // resized is a semaphore's resize record.
 type resized struct {
 	limit   int   // the limit every claim is judged under; 0: removed (upto's hold)
@@ -82,7 +80,8 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) 
 // resize is one try of Resize: errChanged when the queue's node or the
 // record changed under it.
 func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
-	names, old, err := d.sharedListing(ctx, parent, backend.Permit)
+	lk, err := d.sharedListing(ctx, parent, backend.Permit, nil, false)
+	names, old := lk.names, lk.r
 	switch {
 	case err != nil:
 		return err

@@ -28,8 +28,7 @@ func (d *Driver) monitor() {
 		case <-d.wake:
 		case <-t.C:
 		}
-		next := d.check(time.Now(), poll)
-		t.Reset(next)
+		t.Reset(d.check(time.Now(), poll))
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var _ backend.SetAcquirer = (*Driver)(nil)
-
 // TryAcquireAll implements backend.SetAcquirer: one multi-op makes every
 // claim's queue node (and, as createFresh, the node of each name not known
 // to exist), reading after each create its name's node's stat, as create
@@ -51,10 +49,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 		}
 		// As TryAcquire: a failure that left no node is tried again.
 		if es != nil || try == 3 || !transient(err) || !pause(ctx, bo) {
-			if ctx.Err() != nil {
-				err = d.ended(ctx)
-			}
-			return nil, fmt.Errorf("zklock: try-acquire: %w", err)
+			return nil, fmt.Errorf("zklock: try-acquire: %w", d.failed(ctx, err))
 		}
 	}
 }

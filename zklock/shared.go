@@ -14,8 +14,6 @@ import (
 // (or "p<limit>x<permits>"), "r" or "w" (see docs/backends/zklock.md,
 // Semaphores and read-write locks).
 
-var _ backend.Modal = (*Driver)(nil)
-
 // Modes implements backend.Modal: semaphores and read-write locks.
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
@@ -86,37 +84,12 @@ type standing struct {
 // children, returned (a semaphore's waiter wakes at any change: any
 // node ahead of it that goes may free its permit).
 func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch bool) (standing, <-chan zk.Event, error) {
-	type listing struct {
-		names []string
-		ch    <-chan zk.Event
-		r     *resized
-	}
-	r, err := call(ctx, d, func() (lk listing, err error) {
-		if !watch {
-			lk.names, _, err = d.conn.Children(e.parent)
-		} else {
-			lk.names, _, lk.ch, err = d.conn.ChildrenW(e.parent)
-			// As in watch: a watch set on another session than e's
-			// would never hear of e's session's end.
-			if d.conn.SessionID() != e.session {
-				return listing{}, errGone
-			}
-		}
-		if err == nil && l.Mode == backend.Permit {
-			if lk.r, err = d.readResized(e.parent, lk.names); err == nil {
-				d.forgetInert(e.parent, lk.names, lk.r)
-			}
-		}
-		return lk, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return standing{}, nil, errGone
-	}
+	lk, err := d.sharedListing(ctx, e.parent, l.Mode, e, watch)
 	if err != nil {
 		return standing{}, nil, err
 	}
-	st, err := standingIn(r.names, r.r, e, l)
-	return st, r.ch, err
+	st, err := standingIn(lk.names, lk.r, e, l) // no names: errGone
+	return st, lk.ch, err
 }
 
 // standingIn is where e stands among names, its queue's, with its
@@ -151,13 +124,13 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 		return "", false, err
 	}
 	parent := d.sharedParent(l)
-	names, r, err := d.sharedListing(ctx, parent, l.Mode)
+	lk, err := d.sharedListing(ctx, parent, l.Mode, nil, false)
 	if err != nil {
 		return "", false, err
 	}
 	hash, head := tokenHash(l.Token), sharedHead(l)
 	e := &entry{parent: parent, seq: -1}
-	for _, n := range names {
+	for _, n := range lk.names {
 		tag, h, seq, ok := parseTagged(n)
 		if ok && h == hash && tag+"-" == head && (e.seq < 0 || seq < e.seq) {
 			e.name, e.seq = n, seq
@@ -166,27 +139,44 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 	if e.name == "" {
 		return "", false, nil
 	}
-	st, _ := standingIn(names, r, e, l)
+	st, _ := standingIn(lk.names, lk.r, e, l)
 	return e.path(), st.held && st.mismatch == nil, nil
+}
+
+// sharedList is a shared queue's children, its semaphore's resize record, if
+// any, and the watch on its children, if set.
+type sharedList struct {
+	names []string
+	r     *resized
+	ch    <-chan zk.Event
 }
 
 // sharedListing lists the queue under parent of an object of mode m (no
 // names when its node does not exist), and reads a semaphore's resize
-// record, if any.
-func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mode) ([]string, *resized, error) {
-	type look struct {
-		names []string
-		r     *resized
-	}
-	lk, err := call(ctx, d, func() (lk look, err error) {
-		lk.names, _, err = d.conn.Children(parent)
+// record, if any. For the look of e, a node in it, it deletes a removed
+// limit's record that keeps nothing (forgetInert) and, with watch, sets a
+// watch on the queue's children.
+func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mode, e *entry, watch bool) (sharedList, error) {
+	lk, err := call(ctx, d, func() (lk sharedList, err error) {
+		if !watch {
+			lk.names, _, err = d.conn.Children(parent)
+		} else {
+			lk.names, _, lk.ch, err = d.conn.ChildrenW(parent)
+			// As in watch: a watch set on another session than e's
+			// would never hear of e's session's end.
+			if d.conn.SessionID() != e.session {
+				return sharedList{}, errGone
+			}
+		}
 		if err == nil && m == backend.Permit {
-			lk.r, err = d.readResized(parent, lk.names)
+			if lk.r, err = d.readResized(parent, lk.names); err == nil && e != nil {
+				d.forgetInert(parent, lk.names, lk.r)
+			}
 		}
 		return lk, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil, nil
+		return sharedList{}, nil
 	}
-	return lk.names, lk.r, err
+	return lk, err
 }
