@@ -11,12 +11,10 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// monitor reports lost locks: when the session that owns their nodes has
-// ended (the zk client then opens a new one), or when the last request
-// the server answered on it was sent so long ago that the server may have
-// expired it. A disconnect alone loses nothing: the nodes live while the
-// session can be resumed, and the zk client resumes it on any server of
-// the ensemble.
+// monitor reports lost locks: when their session has ended, or when the
+// last request the server answered on it was sent so long ago that the
+// server may have expired it. A disconnect alone loses nothing: the zk
+// client may resume the session on any server.
 func (d *Driver) monitor() {
 	poll := min(max(d.ttl/10, 10*time.Millisecond), time.Second)
 	t := time.NewTimer(poll)
@@ -33,12 +31,9 @@ func (d *Driver) monitor() {
 }
 
 // check fires OnLost for every lock whose session is gone or may be, and
-// returns when to look again.
-//
-// The server expires a session one timeout after it last heard from the
-// client, which is no earlier than when the driver sent the latest request
-// it answered (the contact); ClockMargin covers the server's clock running
-// faster than ours and timer slack.
+// returns when to look again. The server expires a session a timeout after
+// it last heard from us, no earlier than the contact; ClockMargin covers
+// its clock running faster than ours, and timer slack.
 func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 	sid := d.conn.SessionID()
 	at := d.contactOf(sid)
@@ -86,10 +81,9 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 }
 
 // dropLost deletes the node of a lock declared lost while its session may
-// still live (the holder was told, so the waiters behind it must not wait
-// for the session), or of a queue node whose delete failed. It retries,
-// each try after the session settled (see resumeDelay), until the node is
-// gone, the session is (its nodes go with it) or the driver closes.
+// live (its waiters must not wait for the session), or of a queue node
+// whose delete failed: retried, once the session settled, until the node
+// or the session is gone or the driver closes.
 func (d *Driver) dropLost(path, marker string, session int64) {
 	bo := newBackoff()
 	for !d.gate.Closed() && d.conn.SessionID() == session {
@@ -114,10 +108,8 @@ func (d *Driver) dropLost(path, marker string, session int64) {
 }
 
 // untilResumed is how long to wait before a request that may be the first
-// on a new connection: while the zk client has no session, the next
-// retry; then until resumeDelay after it has one again.
-// On a connection the caller passed, the driver sees no session events:
-// only the first condition holds.
+// on a new connection: -1 while there is no session, then until
+// resumeDelay after there is (0 on the caller's, whose events we miss).
 func (d *Driver) untilResumed() time.Duration {
 	if !d.own {
 		if d.conn.State() != zk.StateHasSession {
@@ -133,9 +125,8 @@ func (d *Driver) untilResumed() time.Duration {
 }
 
 // settled waits, within ctx, until a request sent now would not be the
-// first on a new connection (see resumeDelay). With no session it waits
-// for one, for at most a session timeout and the zk client's pause
-// between rounds of its servers; false if none came.
+// first on a new connection (see resumeDelay): with no session, for a
+// session timeout and a round of the servers at most; false if none came.
 func (d *Driver) settled(ctx context.Context) bool {
 	deadline := time.Now().Add(d.ttl + time.Second)
 	for {
@@ -155,6 +146,5 @@ func (d *Driver) settled(ctx context.Context) bool {
 // noSessionPoll is how often settled looks for a new session.
 const noSessionPoll = 20 * time.Millisecond
 
-// errNoSession is the store's error of a try not sent for want of a
-// session.
+// errNoSession: a try not sent for want of a session.
 var errNoSession = fmt.Errorf("%w (no session)", zk.ErrNoServer)

@@ -19,8 +19,7 @@ func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
-// Weighs implements backend.Weigher: a permit's node's tag carries its
-// permits (see permitTag).
+// Weighs implements backend.Weigher: a permit node's tag has its weight.
 func (d *Driver) Weighs() bool { return true }
 
 // sharedParent is the node of l's semaphore or read-write lock.
@@ -28,8 +27,7 @@ func (d *Driver) sharedParent(l backend.Claim) string {
 	return d.root + "/" + objectHead(l.Mode) + backend.EscapeKey(l.Key)
 }
 
-// objectHead is the start of the names of the nodes of m's objects under
-// the root, before the escaped key: none for a lock's.
+// objectHead starts the names of m's objects' nodes (none for a lock's).
 func objectHead(m backend.Mode) string {
 	switch backend.Object(m) {
 	case backend.Permit:
@@ -79,10 +77,9 @@ type standing struct {
 	block    string // a read-write lock's waiter: the node whose deletion may let it in
 }
 
-// judge lists e's queue and says where e stands in it (errGone when e is
-// not in it). With watch, the listing sets a watch on the queue's
-// children, returned (a semaphore's waiter wakes at any change: any
-// node ahead of it that goes may free its permit).
+// judge lists e's queue and says where e stands in it (errGone when not
+// in it). With watch, the listing watches the queue's children, for a
+// semaphore's waiter: any node ahead that goes may free its permit.
 func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch bool) (standing, <-chan zk.Event, error) {
 	lk, err := d.sharedListing(ctx, e.parent, l.Mode, e, watch)
 	if err != nil {
@@ -92,9 +89,8 @@ func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch boo
 	return st, lk.ch, err
 }
 
-// standingIn is where e stands among names, its queue's, with its
-// semaphore's resize record r, if any (errGone when it is not among
-// them).
+// standingIn is where e stands among its queue's names, with its
+// semaphore's resize record r (errGone when not among them).
 func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing, error) {
 	var ahead []snode // in no order
 	found := false
@@ -117,8 +113,7 @@ func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing
 	return rwStanding(ahead, l.Mode), nil
 }
 
-// lookupShared is lookup for a semaphore or a read-write lock: the path
-// of l.Token's node, and whether it holds.
+// lookupShared is lookup for a semaphore or a read-write lock.
 func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, bool, error) {
 	if err := checkShared(l); err != nil {
 		return "", false, err
@@ -143,8 +138,7 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 	return e.path(), st.held && st.mismatch == nil, nil
 }
 
-// sharedList is a shared queue's children, its semaphore's resize record, if
-// any, and the watch on its children, if set.
+// sharedList is a shared queue's children, resize record and watch.
 type sharedList struct {
 	names []string
 	r     *resized
@@ -152,10 +146,9 @@ type sharedList struct {
 }
 
 // sharedListing lists the queue under parent of an object of mode m (no
-// names when its node does not exist), and reads a semaphore's resize
-// record, if any. For the look of e, a node in it, it deletes a removed
-// limit's record that keeps nothing (forgetInert) and, with watch, sets a
-// watch on the queue's children.
+// names when its node does not exist) and reads a semaphore's resize
+// record. For the look of e, its node, it deletes a record that keeps
+// nothing (forgetInert) and, with watch, watches the queue's children.
 func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mode, e *entry, watch bool) (sharedList, error) {
 	lk, err := call(ctx, d, func() (lk sharedList, err error) {
 		if !watch {
