@@ -13,10 +13,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A lock node is named "lk-" + the hash of its token + "-" + the sequence
-// number ZooKeeper appends: the hash finds a node whose create response was
-// lost (a protected create), and proves that a token owns a node without
-// showing the token to anyone who lists the queue.
+// A lock node is named "lk-" + its token's hash + "-" + the sequence
+// number: the hash finds a node whose create's answer was lost, and proves
+// a token owns a node without showing the token.
 const (
 	nodePrefix = "lk-"
 	hashLen    = 32
@@ -78,9 +77,8 @@ func hashOf(name string) string {
 	return h
 }
 
-// parseTagged splits the name of a queue node, "<tag>-<hash>-<seq>" (the
-// tag is "lk" for a lock's; see shared.go for the others); ok is false for
-// other nodes.
+// parseTagged splits a queue node's name, "<tag>-<hash>-<seq>" (tags: "lk"
+// and, in shared.go, the others); false for other nodes.
 func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 	i := strings.IndexByte(name, '-')
 	if i < 1 || len(name) <= i+hashLen+2 || name[i+hashLen+1] != '-' {
@@ -93,8 +91,8 @@ func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 	return name[:i], name[i+1 : i+hashLen+1], seq, true
 }
 
-// lookup finds the node of l.Token by listing l.Key's queue: its path,
-// its delay marker's ("" if none) and whether it is first.
+// lookup lists l.Key's queue for l.Token's node: its path, its marker's
+// ("" if none), and whether it is first.
 func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker string, first bool, err error) {
 	if l.Mode != backend.Exclusive {
 		path, first, err = d.lookupShared(ctx, l)

@@ -14,15 +14,12 @@ func init() {
 		func(ctx context.Context, u *url.URL) (*Driver, error) { return open(ctx, u, nil) }))
 }
 
-// Open opens a driver for a zk:// URL (see the package documentation;
-// TLS as WithTLS). session_timeout defaults to the default lock TTL in ctx
-// (see backend.WithDefaultTTL), else to DefaultSessionTimeout. A port may
-// be left out (2181) except on the last host, which url.Parse checks; a
-// list of IPv6 literals does not parse as a URL (use Dial).
-//
-// The driver owns the connection it opens: Close closes it, which ends the
-// session and frees its locks at once. opts apply after the URL's, so they
-// override it (WithLogger, WithDialer, WithACL, ...).
+// Open opens a driver for a zk:// URL (see the package documentation).
+// session_timeout defaults to the default lock TTL in ctx (see
+// backend.WithDefaultTTL), else to DefaultSessionTimeout. A port may be
+// left out (2181) except on the last host, which url.Parse checks; a list
+// of IPv6 literals does not parse as a URL (use Dial). Close closes the
+// connection, as Dial's. opts apply after the URL's, so they override it.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL)
 	if err != nil {
@@ -37,8 +34,7 @@ func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The Client's default TTL sizes the session, so that a crashed holder
-	// keeps others out for about the TTL asked for.
+	// So that a crashed holder keeps others out for about the TTL asked.
 	if ttl, ok := backend.DefaultTTL(ctx); ok && !u.Query().Has("session_timeout") {
 		opts = append(opts, WithSessionTimeout(ttl))
 	}
@@ -96,8 +92,8 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 	return servers, opts, nil
 }
 
-// checkRoot accepts an absolute ZooKeeper path without a trailing slash,
-// empty, "." or ".." segments or characters ZooKeeper refuses.
+// checkRoot accepts an absolute ZooKeeper path with no trailing slash,
+// empty, "." or ".." segment, or character ZooKeeper refuses.
 func checkRoot(root string) error {
 	if !strings.HasPrefix(root, "/") || root == "/" || strings.HasSuffix(root, "/") {
 		return fmt.Errorf("root %q: want an absolute path such as /locker", root)
