@@ -142,7 +142,6 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		add("acl", backend.Warning, d.root+": cannot read its ACL",
 			"whether others may delete a holder's node cannot be checked", "give the credential READ on "+d.root)
 	case errors.Is(err, zk.ErrNoNode):
-
 		add("acl", backend.Sound, d.root+": deleted since Open; the next acquisition makes it again with "+formatACL(d.acl), "", "")
 	case err != nil:
 		return nil, fmt.Errorf("zklock: diagnose: read the ACL of %s: %w", d.root, err)
