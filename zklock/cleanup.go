@@ -25,14 +25,11 @@ func (d *Driver) abandon(ctx context.Context, es ...*entry) {
 	defer t.Stop()
 	select {
 	case <-done:
-		return
 	case <-t.C:
-		return
 	case <-d.done:
-		return
 	case <-ctx.Done():
+		within(done, d.quickWait())
 	}
-	within(done, d.quickWait())
 }
 
 // abandonAsync deletes queue nodes in the background, in one multi-op when

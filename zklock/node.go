@@ -64,7 +64,6 @@ type held struct {
 	path    string
 	marker  string // its delay marker's path, if any
 	session int64
-	fence   uint64
 	onLost  func(error)
 	lost    bool
 	done    bool      // released, or the driver closed: not to be watched

@@ -327,7 +327,7 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 	if d.conn.SessionID() != e.session {
 		return backend.Grant{}, errGone
 	}
-	h := &held{path: e.path(), marker: e.marker(), session: e.session, fence: e.fence, onLost: l.OnLost}
+	h := &held{path: e.path(), marker: e.marker(), session: e.session, onLost: l.OnLost}
 	d.mu.Lock()
 	d.holds[l.Token] = h
 	d.watchHeld(h)

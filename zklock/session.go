@@ -40,11 +40,7 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 	deadline := at.Add(d.ttl - backend.ClockMargin(d.ttl))
 	silent := at.IsZero() || !now.Before(deadline)
 
-	type loss struct {
-		f   func(error)
-		err error
-	}
-	var losses []loss
+	var losses []func()
 	var orphans []*held // told lost, but their session may live on
 	d.mu.Lock()
 	for _, h := range d.holds {
@@ -62,22 +58,21 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 			continue
 		}
 		h.lost = true
-		if h.onLost != nil {
-			losses = append(losses, loss{h.onLost, err})
+		if f := h.onLost; f != nil {
+			losses = append(losses, func() { f(err) })
 		}
 	}
 	d.mu.Unlock()
-	for _, l := range losses {
-		l.f(l.err)
+	for _, f := range losses {
+		f()
 	}
 	for _, h := range orphans {
 		d.spawn(func() { d.dropLost(h.path, "", h.session) }) // lost: its marker keeps the delay
 	}
-	next := poll
-	if until := deadline.Sub(now); until > 0 && until < next {
-		next = until
+	if until := deadline.Sub(now); until > 0 {
+		return min(until, poll)
 	}
-	return next
+	return poll
 }
 
 // dropLost deletes the node of a lock declared lost while its session may

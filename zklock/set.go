@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -76,10 +77,7 @@ func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline b
 		var ops []any
 		at, claimOf := make([]int, n), map[int]int{} // each claim's create; each op's claim
 		add := func(i int, op any) { claimOf[len(ops)] = i; ops = append(ops, op) }
-		anyFresh := false
-		for _, f := range fresh {
-			anyFresh = anyFresh || f
-		}
+		anyFresh := slices.Contains(fresh, true)
 		zxidAt := 1 // a write whose stat carries the zxid: the first name's
 		if anyFresh {
 			zxidAt = 0
