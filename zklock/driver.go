@@ -369,24 +369,23 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	if err != nil {
 		return err
 	}
-	type stat struct {
-		ok bool
-		st *zk.Stat
-	}
-	r, err := callInline(ctx, d, func() (stat, error) {
+	st, err := callInline(ctx, d, func() (*zk.Stat, error) {
 		ok, st, err := d.conn.Exists(path)
-		return stat{ok, st}, err
+		if !ok {
+			st = nil // no node
+		}
+		return st, err
 	})
 	switch {
 	case err != nil && h != nil && d.conn.SessionID() != session:
 		return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 	case err != nil:
 		return fmt.Errorf("zklock: %w", err)
-	case !r.ok:
+	case st == nil:
 		return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
-	case h != nil && r.st.EphemeralOwner != session:
+	case h != nil && st.EphemeralOwner != session:
 		return fmt.Errorf("zklock: %w: the node belongs to another session", backend.ErrNotHeld)
-	case l.Fence != 0 && uint64(r.st.Czxid) != l.Fence:
+	case l.Fence != 0 && uint64(st.Czxid) != l.Fence:
 		return fmt.Errorf("zklock: %w: another incarnation", backend.ErrNotHeld)
 	}
 	return nil

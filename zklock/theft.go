@@ -93,23 +93,20 @@ func (d *Driver) watchLoop() {
 	for {
 		var h *held
 		for len(q.holds) > 0 && h == nil {
-			if q.holds[0].done {
-				q.holds[0].queued = false
-				q.holds[0] = nil
-				q.holds = q.holds[1:]
-				continue
-			}
-			if wait := time.Until(q.holds[0].due); wait > 0 {
+			first := q.holds[0]
+			if wait := time.Until(first.due); wait > 0 && !first.done {
 				if !q.armed && !d.stopped {
 					q.armed = true
 					q.timer.Reset(wait)
 				}
 				break
 			}
-			h = q.holds[0]
-			h.queued = false
+			first.queued = false
 			q.holds[0] = nil
 			q.holds = q.holds[1:]
+			if !first.done {
+				h = first
+			}
 		}
 		if h == nil || d.stopped {
 			q.watchers--
