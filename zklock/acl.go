@@ -178,12 +178,9 @@ func formatACL(acl []zk.ACL) string {
 
 func perms(p int32) string {
 	var b strings.Builder
-	for _, c := range []struct {
-		bit  int32
-		char byte
-	}{{zk.PermCreate, 'c'}, {zk.PermDelete, 'd'}, {zk.PermRead, 'r'}, {zk.PermWrite, 'w'}, {zk.PermAdmin, 'a'}} {
-		if p&c.bit != 0 {
-			b.WriteByte(c.char)
+	for i, bit := range []int32{zk.PermCreate, zk.PermDelete, zk.PermRead, zk.PermWrite, zk.PermAdmin} {
+		if p&bit != 0 {
+			b.WriteByte("cdrwa"[i])
 		}
 	}
 	return b.String()

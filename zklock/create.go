@@ -262,25 +262,14 @@ func (d *Driver) find(parent, head, hash string) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	var best *entry
-	for _, n := range names {
-		tag, h, seq, ok := parseTagged(n)
-		if !ok || h != hash || tag+"-" != head {
-			continue
-		}
-		e := &entry{parent: parent, name: n, seq: seq}
-		if best == nil || seq < best.seq {
-			if best != nil {
-				d.deleteQuiet(best.path())
-			}
-			best = e
-		} else {
-			d.deleteQuiet(e.path())
-		}
-	}
-	if best == nil {
+	mine := tokenNodes(names, head, hash)
+	if len(mine) == 0 {
 		return nil, nil
 	}
+	for _, n := range mine[1:] {
+		d.deleteQuiet(parent + "/" + n.name)
+	}
+	best := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
 	ok, st, err := d.conn.Exists(best.path())
 	if err != nil {
 		return nil, err

@@ -104,8 +104,7 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 		if err != nil {
 			return err
 		}
-		dead := deadMarkers(nodes, markers)
-		for _, m := range dead {
+		for _, m := range deadMarkers(nodes, markers) {
 			nodes = append(nodes, qnode{snode: snode{name: m}, marker: true})
 		}
 		if len(nodes) == 0 {

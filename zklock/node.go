@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -88,6 +89,19 @@ func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 		return "", "", 0, false
 	}
 	return name[:i], name[i+1 : i+hashLen+1], seq, true
+}
+
+// tokenNodes are the nodes among names with tag head and token hash hash,
+// first first.
+func tokenNodes(names []string, head, hash string) []snode {
+	var mine []snode
+	for _, n := range names {
+		if tag, h, seq, ok := parseTagged(n); ok && h == hash && tag+"-" == head {
+			mine = append(mine, snode{n, tag, seq})
+		}
+	}
+	slices.SortFunc(mine, func(a, b snode) int { return cmp.Compare(a.seq, b.seq) })
+	return mine
 }
 
 // lookup lists l.Key's queue for l.Token's node: its path, its marker's

@@ -123,17 +123,11 @@ func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, boo
 	if err != nil {
 		return "", false, err
 	}
-	hash, head := tokenHash(l.Token), sharedHead(l)
-	e := &entry{parent: parent, seq: -1}
-	for _, n := range lk.names {
-		tag, h, seq, ok := parseTagged(n)
-		if ok && h == hash && tag+"-" == head && (e.seq < 0 || seq < e.seq) {
-			e.name, e.seq = n, seq
-		}
-	}
-	if e.name == "" {
+	mine := tokenNodes(lk.names, sharedHead(l), tokenHash(l.Token))
+	if len(mine) == 0 {
 		return "", false, nil
 	}
+	e := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
 	st, _ := standingIn(lk.names, lk.r, e, l)
 	return e.path(), st.held && st.mismatch == nil, nil
 }
