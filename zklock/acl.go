@@ -18,9 +18,8 @@ import (
 // A root or name node that existed before the driver needed it must carry
 // exactly the configured ACL (see docs/backends/zklock.md, ACLs).
 
-// checkACL returns an error wrapping ErrPermission when the node at path
-// exists with another ACL than the configured one; nil when it has that
-// ACL or does not exist.
+// checkACL returns an ErrPermission when the node at path exists with
+// another ACL than the configured one.
 func (d *Driver) checkACL(path string) error {
 	acl, _, err := d.conn.GetACL(path)
 	switch {
@@ -49,7 +48,7 @@ func (d *Driver) checkACL(path string) error {
 const masked = "x"
 
 // otherPassword reports a digest user of ours that acl names with another
-// password hash: the likeliest reason is a wrong password.
+// password hash: most likely a wrong password.
 func otherPassword(acl, ours []zk.ACL) (string, bool) {
 	for _, o := range ours {
 		if o.Scheme != "digest" {
@@ -76,11 +75,10 @@ func grants(acl []zk.ACL, id string, perm int32) bool {
 	return false
 }
 
-// checkPerms proves, in one round trip that changes nothing, that this
-// client's identity has the permissions locking needs (probePerms): a
-// transaction that ends with a version check that fails, so the server
-// rolls it all back; the first operation refused names the missing
-// permission. A missing root is made.
+// checkPerms proves, in one round trip that changes nothing, that our
+// identity has the permissions locking needs: a transaction ending in a
+// failing version check, rolled back; the first op refused names the
+// missing permission (probePerms). A missing root is made.
 func (d *Driver) checkPerms(ctx context.Context) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -115,8 +113,7 @@ func (d *Driver) checkPerms(ctx context.Context) error {
 				made = true
 				continue
 			case errors.Is(res[i].Error, zk.ErrNoAuth) && d.digest != "" && grants(d.acl, d.digest, probePerms[i].perm):
-				// The root carries our ACL, which grants it: the server
-				// did not take our password for the one in the ACL.
+				// Our ACL grants it: the server did not take our password.
 				user, _, _ := strings.Cut(d.digest, ":")
 				return fmt.Errorf("%w: the digest user %s does not have the %s permission that the ACL of %s grants it: wrong password",
 					backend.ErrPermission, user, probePerms[i].name, d.root)
@@ -145,9 +142,8 @@ var probePerms = [5]struct {
 	{zk.PermRead, "READ", "on a name's node (to list and watch the queue)"},
 }
 
-// sameACL compares a node's ACL, as the server shows it, with ours. A
-// digest id whose hash the server masked matches any password of its
-// user: checkPerms then finds a wrong one.
+// sameACL compares a node's ACL, as shown, with ours. A masked digest id
+// matches any password of its user: checkPerms finds a wrong one.
 func sameACL(node, ours []zk.ACL) bool {
 	key := func(x zk.ACL) string { return fmt.Sprintf("%d %s %s", x.Perms, x.Scheme, x.ID) }
 	ka, kb := make([]string, len(node)), make([]string, len(ours))
@@ -167,8 +163,7 @@ func sameACL(node, ours []zk.ACL) bool {
 	return slices.Equal(ka, kb)
 }
 
-// formatACL writes an ACL as zkCli does, with a digest's password hash
-// left out: scheme:id:perms.
+// formatACL writes an ACL as zkCli does, without password hashes.
 func formatACL(acl []zk.ACL) string {
 	parts := make([]string, len(acl))
 	for i, x := range acl {
@@ -183,12 +178,9 @@ func formatACL(acl []zk.ACL) string {
 
 func perms(p int32) string {
 	var b strings.Builder
-	for _, c := range []struct {
-		bit  int32
-		char byte
-	}{{zk.PermCreate, 'c'}, {zk.PermDelete, 'd'}, {zk.PermRead, 'r'}, {zk.PermWrite, 'w'}, {zk.PermAdmin, 'a'}} {
-		if p&c.bit != 0 {
-			b.WriteByte(c.char)
+	for i, bit := range []int32{zk.PermCreate, zk.PermDelete, zk.PermRead, zk.PermWrite, zk.PermAdmin} {
+		if p&bit != 0 {
+			b.WriteByte("cdrwa"[i])
 		}
 	}
 	return b.String()

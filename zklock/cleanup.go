@@ -16,37 +16,25 @@ func (d *Driver) deleteQuiet(path string) {
 	}
 }
 
-// abandon deletes queue nodes we no longer want, for a call that is
-// about to return: it waits for the deletes' answer, but once ctx is done
-// only for quickWait (100 ms and a round trip), so that a caller who gave
-// up is not held by a dead connection. The deletes go on in the
-// background (see abandonAsync).
+// abandon deletes queue nodes for a call about to return: it waits for
+// the answer, but once ctx is done only quickWait, so that a caller who
+// gave up is not held by a dead connection (see abandonAsync).
 func (d *Driver) abandon(ctx context.Context, es ...*entry) {
 	done := d.abandonAsync(es...)
 	t := time.NewTimer(d.ttl)
 	defer t.Stop()
 	select {
 	case <-done:
-		return
 	case <-t.C:
-		return
 	case <-d.done:
-		return
 	case <-ctx.Done():
-	}
-	t.Reset(d.quickWait())
-	select {
-	case <-done:
-	case <-t.C:
+		within(done, d.quickWait())
 	}
 }
 
-// abandonAsync deletes queue nodes in the background, several in one
-// multi-op when their names are known; when a delete fails for want of a
-// connection, it retries for as long as the node's session may live (and
-// the driver is open). A node whose name is unknown (its create's answer
-// was lost) is found by its token hash. The channel is closed once it is
-// done.
+// abandonAsync deletes queue nodes in the background, in one multi-op when
+// their names are known (else found by token hash), retrying a failed
+// delete while the node's session may live; the channel closes when done.
 func (d *Driver) abandonAsync(es ...*entry) <-chan struct{} {
 	done := make(chan struct{})
 	f := func() {
@@ -98,10 +86,9 @@ func (d *Driver) abandonOne(e *entry) {
 	}
 }
 
-// reapHash deletes every node of a token hash under parent (its delay
-// marker last), retrying until
-// none is left, the driver closes or the session that may own them (if
-// known) is gone: then they are gone too.
+// reapHash deletes every node of a token hash under parent (its marker
+// last), retrying until none is left, the driver closes or their session
+// (if known) is gone, and they with it.
 func (d *Driver) reapHash(parent, hash string, session int64) {
 	bo := newBackoff()
 	deadline := time.Now().Add(2*d.ttl + 10*time.Second)

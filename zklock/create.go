@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
 
-// enqueue creates l's queue node: its ticket, not looked at yet. An
-// error comes with a ticket when the node may exist (the create's answer
-// was lost, or the caller left as it was made): its look finds it, its
-// Leave deletes it. waits: see join.
+// enqueue creates l's queue node: its ticket, not looked at yet. An error
+// comes with a ticket when the node may exist (the answer was lost, or the
+// caller left): its look finds it, its Leave deletes it. waits: see join.
 func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*ticket, error) {
 	parent, head := d.queueOf(l)
 	hash, data := tokenHash(l.Token), []byte(l.Owner)
@@ -30,20 +29,16 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*tic
 	return &ticket{d: d, l: l, e: es[0], waits: waits}, err
 }
 
-// creating runs mk, which makes queue nodes and returns them (nil: none),
-// on the caller's goroutine when the driver can cut its reads, else on
-// one of its own, which takes back (abandonAsync) what mk made once the
-// caller left, so that a request the caller stopped waiting for leaves
-// nothing behind. inline: mk runs on the caller's goroutine.
+// creating runs mk, which makes queue nodes and returns them, on the
+// caller's goroutine (inline) when the driver can cut its reads, else on
+// its own, which deletes what mk made if the caller left meanwhile: a
+// request the caller stopped waiting for leaves nothing behind.
 func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inline bool) ([]*entry, error)) ([]*entry, error) {
 	if d.inline() {
 		in := d.interruptOnEnd(ctx)
 		es, err := mk(ctx, true)
 		in.stop()
-		if ctx.Err() != nil {
-			err = d.ended(ctx)
-		}
-		return es, err
+		return es, d.failed(ctx, err)
 	}
 	type result struct {
 		es  []*entry
@@ -75,15 +70,9 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 		return r.es, r.err
 	case <-ctx.Done():
 		cancel()
-		// Usually one round trip: wait, so that nothing is left behind
-		// when we return, but not for a dead connection's timeout (the
-		// nodes, if any, are deleted in the background).
-		t := time.NewTimer(d.quickWait())
-		defer t.Stop()
-		select {
-		case <-finished:
-		case <-t.C:
-		}
+		// Usually a round trip: wait, but not for a dead connection (the
+		// nodes, if any, are then deleted in the background).
+		within(finished, d.quickWait())
 		return nil, d.ended(ctx)
 	}
 }
@@ -96,14 +85,12 @@ func (d *Driver) queueOf(l backend.Claim) (parent, head string) {
 	return d.parentPath(l.Key), nodePrefix
 }
 
-// create makes the queue node under parent, named head+hash+"-"+sequence,
-// in one try, with the parent's write in the same transaction: its zxid is
-// the fence (see docs/backends/zklock.md, The recipe). On "no node" it
-// makes the name's node and tries again. When the answer was lost, it
-// returns the entry with its name unknown, to be found by its hash. waits
-// or inline (on the caller's goroutine): it sends only once the session
-// settled (see resumeDelay). With l.Delay, the same request makes l's
-// marker (delay.go).
+// create makes the queue node parent/head+hash+"-"+sequence with a write
+// of the parent in the same transaction, whose zxid is the fence (see
+// docs/backends/zklock.md, The recipe), and l's delay marker if any. On
+// "no node" it makes the name's node and tries again. An answer lost gives
+// the entry with its name unknown, to be found by its hash. waits or
+// inline: it sends only once the session settled (see resumeDelay).
 func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, l backend.Claim, waits, inline bool) (*entry, error) {
 	prefix := parent + "/" + head + hash + "-"
 	marked := d.marks(l)
@@ -176,9 +163,8 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 			// The server may have made the node.
 			return &entry{parent: parent, hash: hash, session: sid, marked: marked}, fmt.Errorf("create the queue node: %w", err)
 		case errors.Is(err, zk.ErrNoNode):
-			// The name's node is missing (never made, or deleted by the
-			// server once empty, maybe between our tries): make it. A
-			// bounded number of times, as each one is an answer.
+			// The name's node is missing (never made, or deleted once
+			// empty): make it, a bounded number of times.
 			d.forgetParent(parent)
 			if noNode++; noNode > 3 {
 				return nil, fmt.Errorf("create %s: %w", parent, err)
@@ -192,9 +178,8 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		}
 		name := c.path[len(parent)+1:]
 		_, _, seq, ok := parseTagged(name)
-		// The parent's stat is read in the same transaction, after the
-		// create: a single child is ours (with our marker, two), so it is
-		// first, with no listing of the queue.
+		// The parent's stat, read after the create: a single child (with
+		// our marker, two) is ours, first with no listing.
 		ours := int32(1)
 		if marked {
 			ours++
@@ -204,12 +189,10 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 		case !ok:
 			err = fmt.Errorf("unexpected node name %q", name)
 		case sid == 0 || d.conn.SessionID() != sid:
-			// The session changed under us: the node may be gone or
-			// belong to the new session.
+			// The session changed: the node may be gone or the new one's.
 			err = fmt.Errorf("create the queue node: %w", zk.ErrSessionExpired)
 		case !checked:
-			// The name's node was there before us: it must carry our ACL
-			// (see acl.go).
+			// The name's node was there before us: it must carry our ACL.
 			err = d.checkACL(parent)
 		}
 		if err != nil {
@@ -224,13 +207,11 @@ func (d *Driver) create(ctx context.Context, parent, head, hash string, data []b
 // firstSeq is the sequence number of the first child of a node.
 const firstSeq = "0000000000"
 
-// createFresh makes a name's node, a container, and the queue node under
-// it in one multi-op, answering as the usual create's does. The zk client
-// cannot read a container's create in a multi-op's reply (ErrAPIError with
-// the results before it), so a leading write to the root carries the
-// zxid, and the node's name is known without its result: the first child
-// of a new node is numbered firstSeq. marker: the ops that make a delay
-// marker, after the queue node.
+// createFresh makes a name's node, a container, and the queue node (and
+// marker ops) under it in one multi-op. The zk client cannot read a
+// container's create in a reply (ErrAPIError with the results before it),
+// so a leading write to the root carries the zxid, and the node's name is
+// known without its result: a new node's first child is firstSeq.
 func (d *Driver) createFresh(parent, prefix string, data []byte, marker []any) (created, error) {
 	ops := append([]any{
 		&zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1},
@@ -255,8 +236,7 @@ func (d *Driver) createFresh(parent, prefix string, data []byte, marker []any) (
 }
 
 // created is what a create's multi-op says: the queue node's path, the
-// transaction's zxid (the fence) and the number of children of the name's
-// node after it.
+// zxid (the fence) and the number of the name's node's children after it.
 type created struct {
 	path     string
 	zxid     int64
@@ -271,9 +251,8 @@ func under(path, parent string) bool {
 	return len(path) > len(parent)+1 && path[len(parent)] == '/' && path[:len(parent)] == parent
 }
 
-// find looks for the node of a token hash under parent, after a create
-// whose response was lost. Extra nodes of the same hash (a retried create
-// that the server made twice) are deleted.
+// find looks for the node of a token hash under parent after a create's
+// lost answer, and deletes extra ones (a create the server made twice).
 func (d *Driver) find(parent, head, hash string) (*entry, error) {
 	_, _ = d.conn.Sync(parent) // catch up with the leader, which made the node if anyone did
 	names, _, err := d.conn.Children(parent)
@@ -283,25 +262,14 @@ func (d *Driver) find(parent, head, hash string) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	var best *entry
-	for _, n := range names {
-		tag, h, seq, ok := parseTagged(n)
-		if !ok || h != hash || tag+"-" != head {
-			continue
-		}
-		e := &entry{parent: parent, name: n, seq: seq}
-		if best == nil || seq < best.seq {
-			if best != nil {
-				d.deleteQuiet(best.path())
-			}
-			best = e
-		} else {
-			d.deleteQuiet(e.path())
-		}
-	}
-	if best == nil {
+	mine := tokenNodes(names, head, hash)
+	if len(mine) == 0 {
 		return nil, nil
 	}
+	for _, n := range mine[1:] {
+		d.deleteQuiet(parent + "/" + n.name)
+	}
+	best := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
 	ok, st, err := d.conn.Exists(best.path())
 	if err != nil {
 		return nil, err
@@ -311,4 +279,71 @@ func (d *Driver) find(parent, head, hash string) (*entry, error) {
 	}
 	best.fence, best.session = uint64(st.Czxid), st.EphemeralOwner
 	return best, nil
+}
+
+func (d *Driver) parentPath(key string) string { return d.root + "/" + backend.EscapeKey(key) }
+
+// maxParents bounds the driver's memory of names whose node exists.
+const maxParents = 8192
+
+func (d *Driver) knownParent(parent string) bool {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	_, ok := d.parents[parent]
+	return ok
+}
+
+func (d *Driver) rememberParent(parent string) {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	if len(d.parents) >= maxParents {
+		clear(d.parents)
+	}
+	d.parents[parent] = struct{}{}
+}
+
+func (d *Driver) forgetParent(parent string) {
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	delete(d.parents, parent)
+}
+
+// ensureParent creates the container node parent, and the root if
+// needed; made is false when it existed (its ACL must be checked).
+func (d *Driver) ensureParent(parent string) (made bool, err error) {
+	for range 2 {
+		_, err := request(d, func() (string, error) {
+			return d.conn.CreateContainer(parent, []byte{}, zk.FlagContainer, d.acl)
+		})
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNodeExists):
+			return false, nil
+		case errors.Is(err, zk.ErrNoNode):
+			if err := d.ensureRoot(); err != nil {
+				return false, err
+			}
+		default:
+			return false, fmt.Errorf("create %s: %w", parent, err)
+		}
+	}
+	return false, fmt.Errorf("create %s: %w", parent, zk.ErrNoNode)
+}
+
+// ensureRoot creates the root and its ancestors, as persistent nodes.
+func (d *Driver) ensureRoot() error {
+	parts := strings.Split(d.root[1:], "/")
+	p := ""
+	for _, part := range parts {
+		p += "/" + part
+		_, err := d.conn.Create(p, []byte{}, 0, d.acl)
+		switch {
+		case errors.Is(err, zk.ErrNoAuth):
+			return fmt.Errorf("%w: cannot create %s (for the root %s): the ACL of its parent does not give this client's identity the CREATE permission (create the root with the driver's ACL)", backend.ErrPermission, p, d.root)
+		case err != nil && !errors.Is(err, zk.ErrNodeExists):
+			return fmt.Errorf("create the root %s: %w", p, err)
+		}
+	}
+	return nil
 }

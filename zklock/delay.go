@@ -12,21 +12,18 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Lock-delay (backend.Delayer): a lock node goes with its session, so an
-// acquisition with a delay also makes, in the create's multi-op, a
-// persistent marker beside it, "dl-" + its token's hash, which every
-// delete of the node by its own driver (Release, Leave, Close) deletes in
-// the same multi-op. A marker with no "lk-" node of its hash in the queue
-// is a lost lock's: the first claim to find it in its way stamps it (a
-// versioned write: its mtime is the server's clock, after the session's
-// end), and it keeps the name from every claim until the server's clock
-// reads the stamp plus the delay (a probe write reads it), when that
-// claim deletes it. A claim that has to wait marks its marker waiting
-// until its grant: lost before, it delays nobody. See
-// docs/backends/zklock.md, Lock-delay.
+// Lock-delay (backend.Delayer; see docs/backends/zklock.md, Lock-delay):
+// an acquisition with a delay also makes, in the create's multi-op, a
+// persistent marker "dl-" + its token's hash, which its driver deletes
+// with the node. A marker with no node of its hash is a lost lock's: the
+// first claim to find it stamps it (a versioned write: its mtime is the
+// server's clock, after the session's end), and it keeps the name until
+// the server's clock reads the stamp plus the delay (a probe write reads
+// it), when a claim deletes it. A waiting claim marks its marker waiting
+// until its grant: lost before, it delays nobody.
 
-// KeepsDelay implements backend.Delayer: the marker needs only a
-// persistent node and multi-ops, which every server has.
+// KeepsDelay implements backend.Delayer: every server has what the marker
+// needs.
 func (d *Driver) KeepsDelay() bool { return true }
 
 const markerPrefix = "dl-"
@@ -34,17 +31,15 @@ const markerPrefix = "dl-"
 // marks reports whether l's node is made with a marker.
 func (d *Driver) marks(l backend.Claim) bool { return l.Delay > 0 && !d.testNoMarker }
 
-// markerHash is the token hash of a marker's name; ok is false for other
-// nodes.
+// markerHash is the token hash of a marker's name; false for other nodes.
 func markerHash(name string) (string, bool) {
 	h, ok := strings.CutPrefix(name, markerPrefix)
 	return h, ok && len(h) == hashLen
 }
 
-// A marker's data is its state, the delay in milliseconds, a newline and
-// the holder's owner. The states: held (its node holds, or held when its
-// session ended, or was made holding nothing yet), lost (stamped: found
-// lost at its mtime), waiting (its node waits: lost, it delays nobody).
+// A marker's data: its state, the delay in ms, a newline, the owner. The
+// states: held (its node holds, held when its session ended, or is new),
+// lost (stamped at its mtime), waiting (lost, it delays nobody).
 const (
 	markHeld    = 'h'
 	markLost    = 'l'
@@ -68,9 +63,8 @@ func parseMarker(data []byte) (state byte, delay time.Duration, owner string, ok
 	return head[0], time.Duration(ms) * time.Millisecond, owner, true
 }
 
-// markerOps are the operations of a create's multi-op that make (or,
-// when reuse, reset: a node of the same token, gone with an earlier
-// session, left it) l's marker; none without a delay.
+// markerOps are the create's ops that make l's marker, or, with reuse,
+// reset the one an earlier session's node of its token left.
 func (d *Driver) markerOps(parent, hash string, l backend.Claim, reuse bool) []any {
 	if !d.marks(l) {
 		return nil
@@ -82,8 +76,8 @@ func (d *Driver) markerOps(parent, hash string, l backend.Claim, reuse bool) []a
 	return []any{&zk.CreateRequest{Path: path, Data: data, Acl: d.acl}}
 }
 
-// deadMarkers are the markers of a listing with no lock node of their
-// token in it: lost locks' (or, rarely, lost waiters').
+// deadMarkers are the markers of a listing with no node of their token:
+// lost locks' (or, rarely, lost waiters').
 func deadMarkers(nodes []qnode, markers []string) []string {
 	var dead []string
 	for _, m := range markers {
@@ -105,12 +99,10 @@ func deadMarkers(nodes []qnode, markers []string) []string {
 // errMarkerChanged: a marker was written while judged; judge it again.
 var errMarkerChanged = errors.New("a delay marker changed while judged")
 
-// judgeMarker judges the dead marker name under parent for a claim whose
-// node's creation zxid is fence: how long it still keeps the name (by the
-// server's clock), 0 once it is gone. A marker made after the claim's
-// node is a waiter's that never held: it keeps nothing, and is deleted.
-// The first to judge a marker stamps it; it is deleted once its delay
-// passed.
+// judgeMarker says how long the dead marker name under parent still keeps
+// the name from a claim whose node's zxid is fence (by the server's clock;
+// 0 once gone). The first to judge it stamps it; it is deleted once its
+// delay passed, or at once if made after the claim's node (a waiter's).
 func (d *Driver) judgeMarker(ctx context.Context, parent, name string, fence uint64) (time.Duration, error) {
 	path := parent + "/" + name
 	for range 3 {
@@ -178,10 +170,9 @@ func (d *Driver) dropMarker(ctx context.Context, path string, version int32) err
 	return err
 }
 
-// setWaiting marks the marker of t, which waits behind another claim, as
-// a waiter's, so that it delays nobody if its session ends before its
-// turn; grant marks it held again. A failure leaves it held: a delay
-// after such a loss, as without this.
+// setWaiting marks t's marker waiting, so that it delays nobody if its
+// session ends before its turn; grant marks it held. A failure leaves it
+// held: a delay after such a loss, as without this.
 func (t *ticket) setWaiting(ctx context.Context) {
 	e := t.e
 	if !e.marked || e.waiting {
@@ -192,8 +183,7 @@ func (t *ticket) setWaiting(ctx context.Context) {
 	}
 }
 
-// setHeld marks the marker of e, a waiter's, held, and checks that e's
-// node is there (as confirm does), in one request.
+// setHeld marks e's marker held and checks e's node is there (confirm).
 func (d *Driver) setHeld(ctx context.Context, e *entry, l backend.Claim) error {
 	_, err := callInline(ctx, d, func() ([]zk.MultiResponse, error) {
 		return request(d, func() ([]zk.MultiResponse, error) {
@@ -210,8 +200,7 @@ func (d *Driver) setHeld(ctx context.Context, e *entry, l backend.Claim) error {
 	return err
 }
 
-// deleteWith deletes a node of ours, and its marker if it has one, in
-// one request.
+// deleteWith deletes a node of ours, and its marker if any, in one request.
 func (d *Driver) deleteWith(path, marker string, version int32) error {
 	if marker == "" {
 		return d.conn.Delete(path, version)

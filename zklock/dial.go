@@ -5,20 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 // maxSessionRequest is the longest session timeout the protocol can ask for.
 const maxSessionRequest = math.MaxInt32 * time.Millisecond
 
 // Dial connects to the servers ("host:port") and waits, within ctx and the
-// connect timeout, for a session. The driver owns the connection: Close
-// closes it, which ends the session and frees its locks at once.
+// connect timeout, for a session. Close closes the connection, which ends
+// the session and frees its locks at once.
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
 	cfg := defaults()
 	for _, o := range opts {
@@ -49,8 +51,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	d.dialed = newDialed()
 	d.hosts = &hostList{}
 	tr := newTrace(cfg.tls, d.dialed.dialer(cfg.dialer))
-	// The server clamps the request into its bounds (20 ticks at most by
-	// default); the protocol carries it as int32 milliseconds.
+	// The server clamps it into its bounds; the protocol has int32 ms.
 	cfg.sessionTimeout = min(cfg.sessionTimeout, maxSessionRequest)
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithLogger(zkLogger{l: cfg.logger, hs: hs}),
@@ -60,12 +61,12 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 				d.since.Store(time.Now().UnixNano())
-				d.resume()
+				notify(d.resumed)
 			} else if ev.Type == zk.EventSession {
 				d.since.Store(0)
 			}
 			d.nodeEvent(ev)
-			d.poke()
+			notify(d.wake)
 		}),
 	)
 	if err != nil {
@@ -80,8 +81,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		d.closeConn(time.Now(), false)
 		return nil, err
 	}
-	n := d.hosts.Len()
-	if err := waitSessionOr(wctx, conn, func() error { return tr.refused(n) }); err != nil {
+	if err := waitSessionOr(wctx, conn, func() error { return tr.refused(len(servers)) }); err != nil {
 		if cause := tr.cause(); cause != nil && !errors.As(err, new(permanentErr)) {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
@@ -111,12 +111,11 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 	return d, nil
 }
 
-// closeConn closes the driver's own connection within closeLimit: a
-// second for the zk client's polite close (which ends the session at
-// once), then cut the connections, as the zk client would otherwise wait
-// up to two thirds of the session timeout on a dead one. start is when
-// Close began. A failed Dial with no session does not wait for the zk
-// client's Close, which may wait for an answer that cannot come.
+// closeConn closes the driver's own connection within closeLimit of
+// start: a second for the zk client's polite close (which ends the session
+// at once), then a cut, or it would wait up to two thirds of the session
+// timeout on a dead connection. A failed Dial with no session does not
+// wait for the zk client's Close, whose answer may never come.
 func (d *Driver) closeConn(start time.Time, waitNoSession bool) {
 	polite := make(chan struct{})
 	go func() {
@@ -125,26 +124,17 @@ func (d *Driver) closeConn(start time.Time, waitNoSession bool) {
 	}()
 	wait := min(closeLimit/2, closeLimit-200*time.Millisecond-time.Since(start))
 	if d.conn.SessionID() == 0 {
-		// No session (the server never answered): nothing to close
-		// politely, and the zk client would wait a second for it.
+		// No session: nothing to close politely.
 		wait = 0
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-polite:
-	case <-t.C:
-	}
+	within(polite, wait)
 	d.hosts.stop()
 	d.dialed.cut()
 	d.drainEvents(closeLimit - 100*time.Millisecond - time.Since(start))
 	if !waitNoSession && d.conn.SessionID() == 0 {
 		return
 	}
-	t.Reset(max(closeLimit-100*time.Millisecond-time.Since(start), 0))
-	select {
-	case <-polite:
-	case <-t.C:
+	if !within(polite, closeLimit-100*time.Millisecond-time.Since(start)) {
 		d.log.Debug("zklock: the zk client is still sending its close request")
 	}
 }
@@ -166,11 +156,10 @@ func (d *Driver) drainEvents(limit time.Duration) {
 	}
 }
 
-// hostList is the zk client's server list without its pause on the first
-// reconnections: the default provider waits a second before every retry
-// on a single server, which delays the news of an expired session (one
-// connection to learn it, another for the new session). This one goes
-// twice around the servers at once, then pauses between rounds.
+// hostList is the zk client's server list without the default's second of
+// pause before every retry on a single server, which delays the news of
+// an expired session: it goes twice around the servers at once, then
+// pauses between rounds.
 type hostList struct {
 	mu      sync.Mutex
 	servers []string
@@ -179,8 +168,8 @@ type hostList struct {
 	stopped bool
 }
 
-// stop makes every later Next a "retry start", where the zk client checks
-// whether it was told to close.
+// stop makes every later Next a "retry start", where the zk client sees
+// that it was told to close.
 func (h *hostList) stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -214,4 +203,51 @@ func (h *hostList) Connected() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.tried = 0
+}
+
+// errDialClosed: the driver is closing; its zk client must not reconnect.
+var errDialClosed = errors.New("zklock: driver closed")
+
+// dialed keeps the connections the driver's own zk client dialed, for
+// Close to cut: told to close, the zk client still waits for a dead
+// server's answer up to its read timeout (ten times that while connecting).
+type dialed struct {
+	ctx    context.Context // ends dials in progress
+	cancel context.CancelFunc
+	conns  *conntrack.Tracker
+}
+
+func newDialed() *dialed {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &dialed{ctx: ctx, cancel: cancel, conns: conntrack.New()}
+}
+
+// dialer wraps dial, or a dialer that Close can interrupt when dial is nil.
+func (t *dialed) dialer(dial zk.Dialer) zk.Dialer {
+	if dial == nil {
+		dial = func(network, addr string, timeout time.Duration) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			return d.DialContext(t.ctx, network, addr)
+		}
+	}
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		if t.ctx.Err() != nil {
+			return nil, errDialClosed
+		}
+		c, err := dial(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		tc, err := t.conns.Add(c)
+		if errors.Is(err, conntrack.ErrCut) {
+			return nil, errDialClosed
+		}
+		return tc, err
+	}
+}
+
+// cut closes every connection and refuses new ones.
+func (t *dialed) cut() {
+	t.cancel()
+	t.conns.Cut()
 }

@@ -24,19 +24,18 @@
 //
 // # Guarantees and limits
 //
-// Waiters queue in arrival order (FIFO) with no herd; the fence is the
-// creation zxid of the holder's node, which grows across the ensemble's
-// life; a holder whose node someone deletes is told within a round trip;
-// semaphores and read-write locks, FIFO too; a semaphore's limit set by
+// Waiters queue in arrival order (FIFO) with no herd, for semaphores and
+// read-write locks too; the fence is the creation zxid of the holder's
+// node, which grows across the ensemble's life; a holder whose node
+// someone deletes is told within a round trip; a semaphore's limit set by
 // locker.Client.Resize is a persistent node beside its queue, kept until
-// Resize 0. A lock lasts exactly as long
-// as the driver's session, so every lock of a driver has one TTL, the
-// negotiated session timeout; a holder cut off from the ensemble is told
-// at its last answered request plus the session timeout, less a clock
-// margin, and a longer process pause can overrun that: use the fence.
-// locker.LockDelay (locks only) leaves a marker node beside the lock that
-// a release deletes with it and that keeps the name for the delay after
-// a lost session's end.
+// Resize 0. A lock lasts as long as the driver's session, so every lock of
+// a driver has one TTL, the negotiated session timeout; a holder cut off
+// from the ensemble is told at its last answered request plus the session
+// timeout, less a clock margin, and a longer process pause can overrun
+// that: use the fence. locker.LockDelay (locks only) leaves a marker node
+// beside the lock that a release deletes with it and that keeps the name
+// for the delay after a lost session's end.
 //
 // Nodes the driver makes get "all permissions for this credential, read
 // for everyone" ([DigestACL]; another with [WithACL]); clients sharing a
@@ -45,7 +44,7 @@
 // backend.ErrPermission that names what is missing and the fix.
 //
 // How it works, in full (the recipe, fencing, retention, sessions and
-// TTLs, TLS errors, ACLs, what it cannot promise) is in the repository's
+// TTLs, TLS errors, ACLs, what it cannot promise), is in the repository's
 // docs/backends/zklock.md:
 // https://github.com/lockerhq/locker/blob/main/docs/backends/zklock.md
 package zklock

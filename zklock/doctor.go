@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -16,16 +17,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-var (
-	_ backend.Diagnoser  = (*Driver)(nil)
-	_ backend.StoreClock = (*Driver)(nil)
-)
-
-// Diagnose implements backend.Diagnoser: the session timeout against ttl,
-// each server's mode (the "srvr" four-letter word, the one ZooKeeper
-// allows by default), the ensemble and the servers the driver may move
-// its session to, the ACL of the root and whether the connection carries
-// a credential. It reads; it changes nothing.
+// Diagnose implements backend.Diagnoser: each server's mode ("srvr", the
+// four-letter word allowed by default), the session timeout against ttl,
+// the ensemble and the servers in the URL, the root's ACL and the
+// credential. It changes nothing.
 func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := d.enter(ctx, "diagnose")
 	if err != nil {
@@ -63,7 +58,8 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 			add("mode", backend.Warning, s+": srvr is not in 4lw.commands.whitelist",
 				"whether the server is in a quorum cannot be checked", "add srvr to 4lw.commands.whitelist in zoo.cfg")
 		case !ok:
-			add("mode", backend.Warning, s+": not serving requests ("+strings.TrimSpace(firstLine(out))+")",
+			line, _, _ := strings.Cut(out, "\n")
+			add("mode", backend.Warning, s+": not serving requests ("+strings.TrimSpace(line)+")",
 				"a server out of the quorum refuses every request: the ensemble tolerates one failure fewer, and sessions on it move or expire",
 				"bring it back into the quorum (its log says why it is out)")
 		case mode == "leader" || mode == "follower" || mode == "observer" || mode == "standalone":
@@ -73,12 +69,10 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 				"a server in this mode may refuse writes, and so every lock", "bring it back into the quorum as a leader or follower")
 		}
 	}
-	// The session timeout: the server clamps the one asked into its
-	// bounds, and a lock lives as long as the session, whatever TTL the
-	// caller asked. "conf" (if allowed) says the bounds, for the fix.
+	// A lock lives as long as the session, whatever its TTL; "conf" (if
+	// allowed) says the server's bounds, for the fix.
 	bounds := "the server's minSessionTimeout and maxSessionTimeout"
-	// (Not asked of a server that did not answer srvr: a TLS-only port
-	// does not answer in the clear, after a timeout.)
+	// (Not of a server that did not answer srvr: a TLS port times out.)
 	if cur := d.conn.Server(); answered[cur] {
 		if out, err := fourLetterWord(ctx, cur, "conf"); err == nil {
 			lo, hi := confField(out, "minSessionTimeout"), confField(out, "maxSessionTimeout")
@@ -99,9 +93,8 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 			fmt.Sprintf("ask session_timeout=%v in the URL, within %s (zoo.cfg), or a TTL of %v", ttl, bounds, d.ttl))
 	}
 
-	// The ensemble, as its members know it (through the session, so over
-	// TLS too): /zookeeper/config lists the members, empty on a standalone
-	// server.
+	// The ensemble's voters, from /zookeeper/config (through the session,
+	// so over TLS too; empty on a standalone server).
 	cfg, err := call(ctx, d, func() ([]byte, error) {
 		b, _, err := d.conn.Get("/zookeeper/config")
 		return b, err
@@ -128,8 +121,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 			"a majority of 2 is 2: when either server fails, nothing can be locked, and holders lose their locks after the session timeout",
 			"3 or 5 voting members")
 	case d.own && len(servers) == 1:
-		// With New, the caller's connection may know more servers than
-		// the one it is on.
+		// With New, the caller's connection may know more servers.
 		add("ensemble", backend.Warning, fmt.Sprintf("%s: the only server in the URL, of an ensemble of %d", servers[0], voters),
 			"when it fails, the client cannot move its session to another server, and its locks are lost after the session timeout",
 			"list every server of the ensemble in the URL (zk://zk1:2181,zk2:2181,zk3:2181/...)")
@@ -139,8 +131,8 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		add("ensemble", backend.Sound, fmt.Sprintf("an ensemble of %d voting members", voters), "", "")
 	}
 
-	// The root's ACL: the driver gives every node under it the same, and
-	// ZooKeeper checks a delete against the parent's ACL.
+	// The root's ACL, which every node under it gets, and against which
+	// ZooKeeper checks deletes.
 	acl, err := call(ctx, d, func() ([]zk.ACL, error) {
 		acl, _, err := d.conn.GetACL(d.root)
 		return acl, err
@@ -150,8 +142,6 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		add("acl", backend.Warning, d.root+": cannot read its ACL",
 			"whether others may delete a holder's node cannot be checked", "give the credential READ on "+d.root)
 	case errors.Is(err, zk.ErrNoNode):
-		// Deleted since Open: the next acquisition makes it again, with
-		// the driver's ACL.
 		add("acl", backend.Sound, d.root+": deleted since Open; the next acquisition makes it again with "+formatACL(d.acl), "", "")
 	case err != nil:
 		return nil, fmt.Errorf("zklock: diagnose: read the ACL of %s: %w", d.root, err)
@@ -176,12 +166,12 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		}
 	}
 
-	// A credential, where the connection leaves this host. With New, the
-	// caller authenticated the connection: the driver cannot tell.
+	// A credential, where the connection leaves this host (with New, the
+	// driver cannot tell).
 	if d.own {
 		remote := ""
 		for _, s := range servers {
-			if !loopbackAddr(s) {
+			if !backend.Loopback(&url.URL{Host: strings.ToLower(s)}) {
 				remote = s
 				break
 			}
@@ -201,10 +191,9 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	return fs, nil
 }
 
-// StoreTime implements backend.StoreClock: the time the leader stamps on
-// a transaction, read from one that makes an ephemeral node under the
-// root, writes it and deletes it, so that nothing is left ('~' is no
-// lock name's node). It needs CREATE, WRITE and DELETE on the root.
+// StoreTime implements backend.StoreClock: the leader's stamp on a
+// transaction that makes, writes and deletes an ephemeral node under the
+// root ('~': no lock name's). It needs CREATE, WRITE and DELETE there.
 func (d *Driver) StoreTime(ctx context.Context) (time.Time, error) {
 	ctx, done, err := d.enter(ctx, "store time")
 	if err != nil {
@@ -235,8 +224,8 @@ func (d *Driver) StoreTime(ctx context.Context) (time.Time, error) {
 	return time.UnixMilli(res[1].Stat.Mtime), nil
 }
 
-// servers are the servers the driver may connect to: its own
-// connection's list, else the one the caller's connection is on.
+// servers are those the driver may connect to: its own connection's, else
+// the one the caller's is on.
 func (d *Driver) servers() []string {
 	if d.hosts != nil {
 		d.hosts.mu.Lock()
@@ -251,8 +240,7 @@ func (d *Driver) servers() []string {
 	return nil
 }
 
-// fourLetterWord sends a four-letter word to addr and returns the answer,
-// within ctx and 2 s.
+// fourLetterWord sends word to addr and returns the answer, within 2 s.
 func fourLetterWord(ctx context.Context, addr, word string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -281,22 +269,4 @@ func confField(out, name string) string {
 		}
 	}
 	return ""
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
-}
-
-// loopbackAddr reports whether host:port names this host.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

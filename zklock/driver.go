@@ -14,15 +14,13 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// ErrSessionExpired is wrapped by the error of a TryAcquire, or of a
-// queue's Enqueue or Wait (with backend.ErrRequeue), whose ZooKeeper
-// session expired before it could tell whether it holds the lock: its
-// queue node is gone with the session.
+// ErrSessionExpired is wrapped by the error of a TryAcquire, Enqueue or
+// Wait (with backend.ErrRequeue) whose session expired, and its queue node
+// with it, before it could tell whether it holds the lock.
 var ErrSessionExpired = errors.New("zklock: session expired")
 
 // Driver is the ZooKeeper backend: one session per Driver, one ephemeral
-// sequential node per acquisition. It implements backend.Driver,
-// backend.Queuer, backend.Session, backend.Delayer and backend.SetAcquirer.
+// sequential node per acquisition.
 type Driver struct {
 	conn   *zk.Conn
 	own    bool            // the driver opened conn and closes it
@@ -61,25 +59,32 @@ type Driver struct {
 }
 
 var (
-	_ backend.Driver  = (*Driver)(nil)
-	_ backend.Queuer  = (*Driver)(nil)
-	_ backend.Session = (*Driver)(nil)
-	_ backend.Delayer = (*Driver)(nil)
+	_ backend.Driver      = (*Driver)(nil)
+	_ backend.Queuer      = (*Driver)(nil)
+	_ backend.Session     = (*Driver)(nil)
+	_ backend.Delayer     = (*Driver)(nil)
+	_ backend.SetAcquirer = (*Driver)(nil)
+	_ backend.Notifier    = (*Driver)(nil)
+	_ backend.Modal       = (*Driver)(nil)
+	_ backend.Resizer     = (*Driver)(nil)
+	_ backend.Inspector   = (*Driver)(nil)
+	_ backend.Lister      = (*Driver)(nil)
+	_ backend.Breaker     = (*Driver)(nil)
+	_ backend.Diagnoser   = (*Driver)(nil)
+	_ backend.StoreClock  = (*Driver)(nil)
 )
 
-// New returns a driver that uses conn, a connection the caller built (and
-// authenticated, if its nodes need ACLs: pass them with WithACL). The
-// driver does not close conn. To route conn's messages to slog, connect
-// with zk.WithLogger(zklock.Logger(l)): a live *zk.Conn cannot be given
-// another logger safely.
+// New returns a driver that uses conn, a connection the caller built and
+// authenticated (pass the ACL its nodes need with WithACL); it does not
+// close conn. For conn's messages in slog, connect with
+// zk.WithLogger(zklock.Logger(l)).
 //
-// conn may be fresh: New waits for its session, up to WithConnectTimeout
-// (default 5s). Pass the session timeout conn negotiated with
-// WithSessionTimeout; without it, New asks the server with the "cons"
-// four-letter word, and fails, wrapping backend.ErrUnsupported, if the
-// server does not say. The driver sees an expired session on conn only
-// when it polls conn or a request finds a new session (see
-// docs/backends/zklock.md, What it cannot promise).
+// New waits for conn's session, up to WithConnectTimeout (default 5s).
+// Pass the session timeout conn negotiated with WithSessionTimeout;
+// without it, New asks the server ("cons" four-letter word), and fails,
+// wrapping backend.ErrUnsupported, if it does not say. The driver sees an
+// expired session on conn only when it polls conn or a request finds a new
+// session (see docs/backends/zklock.md, What it cannot promise).
 func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zklock: New: %w: nil *zk.Conn", backend.ErrInvalidOption)
@@ -150,14 +155,12 @@ func (d *Driver) ready(ctx context.Context) error {
 func (d *Driver) Conn() *zk.Conn { return d.conn }
 
 // SessionTTL is the negotiated session timeout: how long the server keeps
-// the session, and so every lock of this driver, after its last contact
-// with the driver.
+// the session, and every lock of this driver, after its last contact.
 func (d *Driver) SessionTTL() time.Duration { return d.ttl }
 
 // spawn runs f in a goroutine that Close waits for (bounded), unless Close
-// is past waiting for the calls. Work the calls leave to the background
-// (deleting a node, watching a held one) is not a call: the Gate would
-// wait for it without a bound.
+// is past that: background work (deleting a node, watching a held one) is
+// no call, which the Gate would wait for without a bound.
 func (d *Driver) spawn(f func()) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -172,8 +175,6 @@ func (d *Driver) spawn(f func()) bool {
 	return true
 }
 
-func (d *Driver) isClosed() bool { return d.gate.Closed() }
-
 // enter is the gate's Enter for operation op.
 func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
@@ -186,43 +187,32 @@ func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(),
 // ended is the error of a call whose context ended: the caller's cause,
 // or ErrClosed when Close ended it.
 func (d *Driver) ended(ctx context.Context) error {
-	if d.isClosed() {
+	if d.gate.Closed() {
 		return backend.ErrClosed
 	}
 	return context.Cause(ctx)
 }
 
-// poke wakes the monitor; it never blocks (the zk client calls it).
-func (d *Driver) poke() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
 // closeLimit bounds Close, connection dead or alive.
 const closeLimit = 2 * time.Second
 
-// Close ends the driver: a connection it opened is closed, which ends its
-// session and so frees its locks at once; on a connection the caller
-// passed, it deletes the nodes of its locks. Either way it deletes the
-// delay markers of its locks not lost, as Release does. It returns within two
-// seconds, connection dead or alive. On a connection it opened, no
-// goroutine of the driver or of the zk client is left when it returns; on
-// the caller's connection, calls it cannot interrupt end with the zk
-// client's own timeouts. Later calls return ErrClosed.
+// Close ends the driver: it closes a connection it opened, which ends its
+// session and frees its locks at once, or deletes its locks' nodes on the
+// caller's; either way it deletes the delay markers of its locks not lost,
+// as Release does. It returns within two seconds, connection dead or
+// alive, leaving no goroutine of the driver or its own zk client (on the
+// caller's connection, calls it cannot interrupt end with the zk client's
+// timeouts). Later calls return ErrClosed.
 func (d *Driver) Close() error {
 	start := time.Now()
-	// The calls in flight see their contexts end and return within
-	// about a round trip (see abandon).
+	// Calls in flight return within about a round trip (see abandon).
 	if !d.gate.Close() {
 		return fmt.Errorf("zklock: close: %w", backend.ErrClosed)
 	}
 	d.mu.Lock()
 	d.stopped = true
-	// Our nodes go, as by a release: with the markers of the locks not
-	// lost (a lost one keeps its delay). On our own connection the nodes
-	// go with the session, and only the markers need a request.
+	// As by a release, with the markers of the locks not lost (a lost one
+	// keeps its delay); on our own connection the nodes go with the session.
 	var drops [][2]string
 	for _, h := range d.holds {
 		marker := h.marker
@@ -264,6 +254,11 @@ func (d *Driver) Close() error {
 func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 	ch := make(chan struct{})
 	go func() { wg.Wait(); close(ch) }()
+	return within(ch, limit)
+}
+
+// within waits for ch, at most limit; false if it gave up.
+func within(ch <-chan struct{}, limit time.Duration) bool {
 	t := time.NewTimer(max(limit, 0))
 	defer t.Stop()
 	select {
@@ -275,10 +270,9 @@ func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
 }
 
 // TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
-// node and, unless the node holds at once, deletes it again. A failure
-// that left no node is tried again, twice at most: the first request
-// after an expired session or a reconnection may fail where the next
-// succeeds, and the Client does not try again.
+// node and deletes it unless it holds at once. A failure that left no node
+// is tried twice more: the first request after an expired session or a
+// reconnection may fail where the next succeeds.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (g backend.Grant, err error) {
 	bo := newBackoff()
 	for try := 1; ; try++ {
@@ -311,9 +305,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 	return d.deleteHeld(ctx, path, marker, session, false)
 }
 
-// deleteHeld deletes the node path of a held lock, with its marker (if
-// not ""), as Release; session is the node's (0: unknown). uncertain: an
-// earlier delete's answer was lost.
+// deleteHeld deletes a held lock's node, and its marker if not "", for
+// Release; session is the node's (0: unknown); uncertain: an earlier
+// delete's answer was lost.
 func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session int64, uncertain bool) error {
 	// The node's name is unique to the token: after an attempt whose answer
 	// was lost, "no node" means that attempt deleted it.
@@ -343,15 +337,11 @@ func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session in
 		i := strings.LastIndexByte(path, '/')
 		parent, name := path[:i], path[i+1:]
 		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
-		if ctx.Err() != nil {
-			err = d.ended(ctx)
-		}
-		return fmt.Errorf("zklock: %w (deleting the node in the background)", err)
+		return fmt.Errorf("zklock: %w (deleting the node in the background)", d.failed(ctx, err))
 	}
 }
 
-// unhold forgets token's lock, if the driver holds one: no more watching
-// it, no loss to report.
+// unhold forgets token's lock, if any: no watch, no loss to report.
 func (d *Driver) unhold(token string) *held {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -379,34 +369,32 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) (err error) {
 	if err != nil {
 		return err
 	}
-	type stat struct {
-		ok bool
-		st *zk.Stat
-	}
-	r, err := callInline(ctx, d, func() (stat, error) {
+	st, err := callInline(ctx, d, func() (*zk.Stat, error) {
 		ok, st, err := d.conn.Exists(path)
-		return stat{ok, st}, err
+		if !ok {
+			st = nil // no node
+		}
+		return st, err
 	})
 	switch {
 	case err != nil && h != nil && d.conn.SessionID() != session:
 		return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 	case err != nil:
 		return fmt.Errorf("zklock: %w", err)
-	case !r.ok:
+	case st == nil:
 		return fmt.Errorf("zklock: %w", backend.ErrNotHeld)
-	case h != nil && r.st.EphemeralOwner != session:
+	case h != nil && st.EphemeralOwner != session:
 		return fmt.Errorf("zklock: %w: the node belongs to another session", backend.ErrNotHeld)
-	case l.Fence != 0 && uint64(r.st.Czxid) != l.Fence:
+	case l.Fence != 0 && uint64(st.Czxid) != l.Fence:
 		return fmt.Errorf("zklock: %w: another incarnation", backend.ErrNotHeld)
 	}
 	return nil
 }
 
-// heldNode is the node by which l.Token holds l.Key, its delay marker (""
-// if none) and its session: h's, or, when the driver has no record of it,
-// the token's node found first in the queue (session 0: unknown).
-// ErrNotHeld when there is none; with drop, a node of the token that does
-// not hold is deleted.
+// heldNode is the node by which l.Token holds l.Key, its delay marker and
+// its session: h's, or else the token's node found first in the queue
+// (session 0: unknown); ErrNotHeld when there is none. With drop, a node
+// of the token that does not hold is deleted.
 func (d *Driver) heldNode(ctx context.Context, l backend.Claim, h *held, drop bool) (string, string, int64, error) {
 	if h != nil {
 		if d.conn.SessionID() != h.session {

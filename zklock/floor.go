@@ -17,20 +17,15 @@ func init() {
 	measure.RegisterStoreTries((*Driver).storeTries)
 }
 
-// storeTries is the requests that the driver's waiting acquisitions
-// (Enqueue, Ticket.Wait) sent that could grant them, since it opened: each
-// create of a queue node, and each listing of the queue made to see
-// whether the node is first (or, for semaphores and read-write locks,
-// holds), which a waiter makes when it starts waiting and when the node it
-// watches goes. A waiter told by a watch that its only predecessor is gone
-// takes the lock with no request, and counts none.
+// storeTries is the requests of the driver's waiting acquisitions that
+// could grant them: each create of a queue node, and each listing to see
+// whether the node holds (when a waiter starts waiting, and when the node
+// it watches goes). A waiter whose only predecessor went counts none.
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
-// rawFloor creates an ephemeral node for key directly under the root and
-// deletes it: the least any lock's acquire+release costs, on the driver's
-// session, with the requests sent as they are, not through the driver's
-// machinery (ctx ends no wait). It makes the root first if it is missing,
-// and leaves nothing else behind.
+// rawFloor creates an ephemeral node for key under the root and deletes
+// it: the least an acquire+release costs, bare requests on the driver's
+// session (ctx ends no wait). It makes a missing root first.
 func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	_, done, err := d.enter(ctx, "raw floor")
 	if err != nil {

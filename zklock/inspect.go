@@ -15,21 +15,13 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-var (
-	_ backend.Inspector = (*Driver)(nil)
-	_ backend.Lister    = (*Driver)(nil)
-	_ backend.Breaker   = (*Driver)(nil)
-)
-
-// known is what a name's queue records: its nodes in sequence order, the
-// first the holder's, each with its owner as data and its creation zxid,
-// the fence. Not the time left: a node has no expiry of its own, and the
-// holder's session timeout and last contact are the server's business
-// (another client cannot read them).
+// known is what a name's queue records: its nodes in order, the first the
+// holder's, each with its owner as data and its creation zxid, the fence.
+// Not the time left: a node has no expiry, and the holder's session is the
+// server's business.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters | backend.KnowsQueue
 
-// readers bounds the requests Inspect and List have in flight at once: the
-// zk client pipelines them on its one connection.
+// readers bounds the reads Inspect and List have in flight at once.
 const readers = 32
 
 // qnode is one node of a queue as read.
@@ -44,26 +36,40 @@ type qnode struct {
 }
 
 // Inspect implements backend.Inspector: a listing of the queue of key's
-// object m, and a read of each node in it.
-func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (_ backend.State, err error) {
+// object m and a read of each node.
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (st backend.State, err error) {
 	if m, err = object(m); err != nil {
 		return backend.State{}, err
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "inspect")
+	err = d.operate(ctx, "inspect", func(ctx context.Context) (err error) {
+		st, err = d.objectState(ctx, key, m)
+		return err
+	})
 	if err != nil {
 		return backend.State{}, err
-	}
-	defer done()
-	st, err := d.objectState(ctx, key, m)
-	if err != nil {
-		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
 	}
 	return st, nil
 }
 
-// object is the object of mode m, which Inspect, List and Break see; a
-// mode the driver does not take is refused before any request.
+// operate runs f, an operator's call (Inspect, List, Break, Resize),
+// through the gate, after catchUp.
+func (d *Driver) operate(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	ctx, done, err := d.enter(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err = d.catchUp(ctx); err == nil {
+		err = f(ctx)
+	}
+	if err != nil {
+		return permitted(fmt.Errorf("zklock: %s: %w", op, d.failed(ctx, err)))
+	}
+	return nil
+}
+
+// object is the object of mode m for Inspect, List and Break; a mode the
+// driver does not take is refused before any request.
 func object(m backend.Mode) (backend.Mode, error) {
 	if m > backend.Write {
 		return 0, fmt.Errorf("zklock: %v: %w", m, backend.ErrUnsupported)
@@ -71,8 +77,7 @@ func object(m backend.Mode) (backend.Mode, error) {
 	return backend.Object(m), nil
 }
 
-// objectState reads the state of key's object m: Exclusive, Permit or
-// Read.
+// objectState reads the state of key's object m (Exclusive, Permit, Read).
 func (d *Driver) objectState(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	if m == backend.Exclusive {
 		return d.queueState(ctx, key)
@@ -88,23 +93,18 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 	return err
 }
 
-// queueState reads key's queue: the holder is its first node, the
-// waiters the others. A holder gone between the listing and its read
-// (released) makes it look again. A lost lock's delay marker that keeps
-// the name is its holder (lost), before the queue.
+// queueState reads key's queue: the holder is its first node (or a lost
+// lock's delay marker that keeps the name), the waiters the others. A
+// holder gone between the listing and its read makes it look again.
 func (d *Driver) queueState(ctx context.Context, key string) (backend.State, error) {
 	parent := d.parentPath(key)
 	st := backend.State{Key: key, Known: known}
-	if err := d.catchUp(ctx); err != nil {
-		return st, err
-	}
 	err := d.retrying(ctx, func() error {
 		nodes, markers, err := d.listing(ctx, parent)
 		if err != nil {
 			return err
 		}
-		dead := deadMarkers(nodes, markers)
-		for _, m := range dead {
+		for _, m := range deadMarkers(nodes, markers) {
 			nodes = append(nodes, qnode{snode: snode{name: m}, marker: true})
 		}
 		if len(nodes) == 0 {
@@ -159,17 +159,16 @@ func lostHolder(nodes []qnode) ([]qnode, *qnode) {
 // errChanged: the queue changed while read; read it again.
 var errChanged = errors.New("the queue kept changing while read")
 
-// retrying runs f, a read, through store failures and changes of the
-// queue under it (errChanged) for up to retry.Budget.
+// retrying runs f through store failures and changes of the queue under
+// it (errChanged) for up to retry.Budget.
 func (d *Driver) retrying(ctx context.Context, f func() error) error {
 	return retry.Call(ctx, *newBackoff(), retry.Budget, func(err error) bool {
 		return errors.Is(err, errChanged) || transient(err)
 	}, func(context.Context) error { return f() })
 }
 
-// catchUp makes the server this client reads from apply every write the
-// leader had committed: an ensemble member may lag, and a lock another
-// client took through another member must show in what follows.
+// catchUp makes our server apply every write the leader had committed: a
+// lock another client took through another member must show.
 func (d *Driver) catchUp(ctx context.Context) error {
 	return d.retrying(ctx, func() error {
 		_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(d.root) })
@@ -187,9 +186,8 @@ func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
 	return nodes, err
 }
 
-// listing is queue, and the names of the delay markers beside the nodes.
-// A lock's queue has "lk" nodes alone, a semaphore's and a read-write
-// lock's their tagged nodes and no markers.
+// listing is queue, and the names of the delay markers beside the nodes
+// (only a lock's queue has any).
 func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, markers []string, err error) {
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {
@@ -215,8 +213,7 @@ func queueNodes(names []string) (nodes []qnode, markers []string) {
 	return nodes, markers
 }
 
-// readNodes reads the data (the owner), the creation zxid and the version
-// of nodes, readers at a time.
+// readNodes reads the owner (data), creation zxid and version of nodes.
 func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) error {
 	_, err := call(ctx, d, func() (struct{}, error) {
 		return struct{}{}, each(len(nodes), readers, func(i int) error {
@@ -236,8 +233,7 @@ func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) er
 	return err
 }
 
-// each runs f(i) for every i below n, limit at a time, and joins their
-// errors.
+// each runs f(i) for every i below n, limit at a time; errors joined.
 func each(n, limit int, f func(i int) error) error {
 	errs := make([]error, n)
 	sem := make(chan struct{}, limit)
@@ -267,63 +263,55 @@ func (d *Driver) get(path string) (getResult, error) {
 }
 
 // List implements backend.Lister: a listing of the root, whose children
-// are the nodes of the names' objects (a lock's is its escaped name, a
-// semaphore's and a read-write lock's have a head before it: objectHead),
-// then each matching object's queue, a few at a time.
-func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (_ []backend.State, err error) {
+// are the objects' nodes (objectHead and the escaped name), then each
+// matching object's queue, a few at a time.
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (out []backend.State, err error) {
 	if m, err = object(m); err != nil {
 		return nil, err
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "list")
+	err = d.operate(ctx, "list", func(ctx context.Context) error {
+		var names []string
+		err := d.retrying(ctx, func() error {
+			var err error
+			names, err = d.children(ctx, d.root)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil // no lock was ever taken under the root
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		head := objectHead(m)
+		var keys []string
+		for _, n := range names {
+			esc, ok := strings.CutPrefix(n, head)
+			key, err := url.PathUnescape(esc)
+			if ok && err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == esc {
+				keys = append(keys, key)
+			}
+		}
+		slices.Sort(keys)
+		sts := make([]backend.State, len(keys))
+		err = each(len(keys), 8, func(i int) (err error) {
+			sts[i], err = d.objectState(ctx, keys[i], m)
+			return err
+		})
+		for _, st := range sts {
+			if st.Held {
+				out = append(out, st)
+			}
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer done()
-	if err := d.catchUp(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	var names []string
-	err = d.retrying(ctx, func() error {
-		var err error
-		names, err = d.children(ctx, d.root)
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil // no lock was ever taken under the root
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	head := objectHead(m)
-	var keys []string
-	for _, n := range names {
-		esc, ok := strings.CutPrefix(n, head)
-		key, err := url.PathUnescape(esc)
-		if ok && err == nil && strings.HasPrefix(key, prefix) && backend.EscapeKey(key) == esc {
-			keys = append(keys, key)
-		}
-	}
-	slices.Sort(keys)
-	sts := make([]backend.State, len(keys))
-	err = each(len(keys), 8, func(i int) (err error) {
-		sts[i], err = d.objectState(ctx, keys[i], m)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	out := sts[:0]
-	for _, st := range sts {
-		if st.Held {
-			out = append(out, st)
-		}
 	}
 	return out, nil
 }
 
-// target is the node a Break deletes: its path, its delay marker's ("" if
-// none) and its version as read, with the state Break reports.
+// target is the node a Break deletes, its marker ("" if none), its version
+// as read, and the state Break reports.
 type target struct {
 	path, marker string
 	version      int32
@@ -333,78 +321,62 @@ type target struct {
 // errDeleted: the node of a delete whose answer was lost is gone.
 var errDeleted = errors.New("the node is gone")
 
-// Break implements backend.Breaker: it reads the queue of key's object m
-// (caught up with the leader, as Inspect), finds the grant whose fence, its node's creation zxid, is fence, and
-// deletes its node with the version read (a node name is never reused, so
-// the path and the version name that very node, still holding: a node
-// that holds holds until it goes). The next node to hold, made later, has
-// a greater zxid; the removed holder's driver sees the deletion on its
-// watch of the node and reports the lock lost; the waiters watching the
-// node, or the queue, look again as after a release.
+// Break implements backend.Breaker: it reads the queue of key's object m,
+// finds the grant whose fence (its node's creation zxid) is fence, and
+// deletes its node with the version read: a node name is never reused, so
+// path and version name that very node, still holding. The next holder's
+// node, made later, has a greater zxid; the removed holder's driver sees
+// the deletion on its watch and reports the loss; waiters look again as
+// after a release.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (_ backend.State, err error) {
 	if m, err = object(m); err != nil {
 		return backend.State{}, err
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "break")
+	var t target
+	tried := "" // a delete of this node lost its answer
+	err = d.operate(ctx, "break", func(ctx context.Context) error {
+		return d.retrying(ctx, func() error {
+			var next target
+			var err error
+			if m == backend.Exclusive {
+				next, err = d.lockTarget(ctx, key, fence, tried)
+			} else {
+				next, err = d.sharedTarget(ctx, key, m, fence, tried)
+			}
+			switch {
+			case errors.Is(err, errDeleted):
+				return nil // most likely by that delete
+			case err != nil:
+				return err
+			case next.path == "":
+				return backend.ErrNotHeld
+			}
+			t = next
+			_, err = call(ctx, d, func() (struct{}, error) {
+				return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(t.path, t.marker, t.version) })
+			})
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, zk.ErrNoNode) && tried == t.path:
+				return nil // most likely our own delete, whose answer was lost
+			case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
+				return errChanged // released, or written: look again
+			case connLost(err):
+				tried = t.path
+			}
+			return err
+		})
+	})
 	if err != nil {
 		return backend.State{}, err
-	}
-	defer done()
-	if err := d.catchUp(ctx); err != nil {
-		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	}
-	var (
-		t       target
-		notHeld bool
-		tried   string // a delete of this node lost its answer
-	)
-	err = d.retrying(ctx, func() error {
-		var next target
-		var err error
-		if m == backend.Exclusive {
-			next, err = d.lockTarget(ctx, key, fence, tried)
-		} else {
-			next, err = d.sharedTarget(ctx, key, m, fence, tried)
-		}
-		switch {
-		case errors.Is(err, errDeleted):
-			return nil // most likely by that delete
-		case err != nil:
-			return err
-		case next.path == "":
-			notHeld = true
-			return nil
-		}
-		t = next
-		_, err = call(ctx, d, func() (struct{}, error) {
-			return request(d, func() (struct{}, error) { return struct{}{}, d.deleteWith(t.path, t.marker, t.version) })
-		})
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, zk.ErrNoNode) && tried == t.path:
-			return nil // most likely our own delete, whose answer was lost
-		case errors.Is(err, zk.ErrNoNode), errors.Is(err, zk.ErrBadVersion):
-			return errChanged // released, or written: look again
-		case connLost(err):
-			tried = t.path
-		}
-		return err
-	})
-	switch {
-	case err != nil:
-		return backend.State{}, fmt.Errorf("zklock: %w", d.failed(ctx, err))
-	case notHeld:
-		return backend.State{}, fmt.Errorf("zklock: %w", backend.ErrNotHeld)
 	}
 	return t.st, nil
 }
 
 // lockTarget finds the node of key's lock whose fence is fence: a lost
-// lock's delay marker that keeps the name (its zxid is its lock's), or the
-// queue's first node, with its marker; no path when neither has that
-// fence. errDeleted when tried is not in the queue.
+// lock's delay marker (its zxid is its lock's), or the first node, with
+// its marker; no path when neither has it; errDeleted when tried is gone.
 func (d *Driver) lockTarget(ctx context.Context, key string, fence uint64, tried string) (target, error) {
 	parent := d.parentPath(key)
 	nodes, markers, err := d.listing(ctx, parent)
@@ -449,13 +421,10 @@ func (d *Driver) lockTarget(ctx context.Context, key string, fence uint64, tried
 	return t, nil
 }
 
-// sharedState reads the queue of key's semaphore or read-write lock (m):
-// its holders, then its waiters. A holder gone between the listing and
-// its read (released) makes it look again: a waiter may hold in its place.
+// sharedState reads the queue of key's semaphore or read-write lock (m).
+// A holder gone between the listing and its read makes it look again: a
+// waiter may hold in its place.
 func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := d.catchUp(ctx); err != nil {
-		return backend.State{}, err
-	}
 	var st backend.State
 	err := d.retrying(ctx, func() error {
 		nodes, r, err := d.sharedNodes(ctx, d.sharedParent(backend.Claim{Key: key, Mode: m}), m)
@@ -472,24 +441,22 @@ func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (b
 }
 
 // sharedNodes lists and reads the queue under parent of a semaphore or a
-// read-write lock (m), in sequence order, so by fence, its holders marked,
-// and a semaphore's resize record, if any.
+// read-write lock (m), in order (by fence), its holders marked, and a
+// semaphore's resize record, if any.
 func (d *Driver) sharedNodes(ctx context.Context, parent string, m backend.Mode) ([]qnode, *resized, error) {
-	names, r, err := d.sharedListing(ctx, parent, m)
-	nodes, _ := queueNodes(names)
+	lk, err := d.sharedListing(ctx, parent, m, nil, false)
+	nodes, _ := queueNodes(lk.names)
 	if err != nil || len(nodes) == 0 {
-		return nil, r, err
+		return nil, lk.r, err
 	}
-	holding(nodes, m, r)
-	return nodes, r, d.readNodes(ctx, parent, nodes)
+	holding(nodes, m, lk.r)
+	return nodes, lk.r, d.readNodes(ctx, parent, nodes)
 }
 
-// holding marks the nodes of the queue of a semaphore (with its resize
-// record r, if any) or a read-write lock (m), in sequence order, that
-// hold, as their own looks would find them (permitStanding, rwStanding).
-// Once one waits, so does every node behind it, but for a permit asked
-// with another limit than the holders' (or more permits than r's), which
-// neither holds nor keeps others out.
+// holding marks the nodes of a semaphore's (with its resize record r) or
+// a read-write lock's queue, in order, that hold, as their own looks would
+// find them. Every node behind one that waits waits, but for a permit
+// asked with another limit (or more than r's), which keeps nobody out.
 func holding(nodes []qnode, m backend.Mode, r *resized) {
 	ahead := make([]snode, 0, len(nodes))
 	for i := range nodes {
@@ -509,10 +476,9 @@ func holding(nodes []qnode, m backend.Mode, r *resized) {
 	}
 }
 
-// sharedOf is the state of key's object m with the queue nodes and the
-// resize record r (as sharedNodes read them): the grants of the holders
-// for which keep says yes (all when keep is nil), the waiters' owners,
-// and a semaphore's limit, r's, if it has one, else its first node's.
+// sharedOf is the state of key's object m from sharedNodes: the holders
+// keep says yes to (all when nil), the waiters, and a semaphore's limit
+// (r's, else its first node's).
 func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(qnode) bool) backend.State {
 	st := backend.State{Key: key, Mode: m, Known: known.For(m)}
 	for _, n := range nodes {
@@ -539,9 +505,7 @@ func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(q
 	return st
 }
 
-// sharedTarget finds the node of the grant of key's semaphore or
-// read-write lock (m) whose fence is fence; no path when no holder has it.
-// errDeleted when tried is not in the queue.
+// sharedTarget is lockTarget for a semaphore or a read-write lock (m).
 func (d *Driver) sharedTarget(ctx context.Context, key string, m backend.Mode, fence uint64, tried string) (target, error) {
 	parent := d.sharedParent(backend.Claim{Key: key, Mode: m})
 	nodes, r, err := d.sharedNodes(ctx, parent, m)

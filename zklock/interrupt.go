@@ -12,11 +12,9 @@ import (
 // docs/backends/zklock.md (Calls and cancellation) for how and why.
 
 // interruptGrace is how long a read blocked when a call's context ended may
-// go on before it is cut. ZooKeeper answers a write within a few
-// milliseconds on a healthy ensemble (a quorum's log append), so a read
-// still blocked 50 ms after the context ended is almost surely on a dead
-// connection; and it keeps a cancelled call within the contract's 100 ms
-// plus one round trip.
+// go on before it is cut: a healthy ensemble answers within a few
+// milliseconds, so it is almost surely a dead connection, and a cancelled
+// call stays within the contract's 100 ms plus a round trip.
 const interruptGrace = 50 * time.Millisecond
 
 // maxRounds bounds an interruption: a call still running after this many
@@ -24,9 +22,8 @@ const interruptGrace = 50 * time.Millisecond
 const maxRounds = 20
 
 // inline reports whether a call may run on the caller's goroutine: the
-// driver dialed the connection (it can cut its reads) and the zk client
-// has a session (a request is sent at once, not queued for the next
-// connection).
+// driver dialed the connection (it can cut its reads) and has a session (a
+// request is sent at once, not queued for the next connection).
 func (d *Driver) inline() bool {
 	return d.dialed != nil && !d.testNoInline && d.conn.State() == zk.StateHasSession
 }
@@ -41,9 +38,8 @@ type interruption struct {
 	ended  chan struct{} // made by fire, closed by stop
 }
 
-// interruptOnEnd arranges for the end of ctx to interrupt the reads that
-// block an inline call made with it; the caller calls stop when the call
-// returns.
+// interruptOnEnd makes the end of ctx interrupt the reads that block an
+// inline call made with it, until stop.
 func (d *Driver) interruptOnEnd(ctx context.Context) *interruption {
 	if ctx.Done() == nil {
 		return nil
@@ -69,10 +65,9 @@ func (in *interruption) stop() {
 }
 
 // fire runs when the call's context ends: it notes the reads in progress
-// and, if the call is still running interruptGrace later, cuts those still
-// blocked. It goes on in rounds while the call runs: the call may be
-// between requests, or its next request on a new connection. It returns as
-// soon as the call does, leaving no goroutine behind.
+// and cuts those still blocked interruptGrace later, in rounds while the
+// call runs (it may be between requests, or on a new connection); it
+// returns as soon as the call does.
 func (in *interruption) fire() {
 	in.mu.Lock()
 	if in.done {
@@ -92,8 +87,7 @@ func (in *interruption) fire() {
 		case <-t.C:
 		}
 		// Under mu, as stop sets done: no cut once the call has returned
-		// (the read may be another call's by then), and the call returns
-		// only once its cuts are done and counted.
+		// (the read may be another call's by then).
 		in.mu.Lock()
 		for _, r := range blocked {
 			if !in.done && r.Interrupt() {

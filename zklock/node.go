@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -13,10 +14,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// A lock node is named "lk-" + the hash of its token + "-" + the sequence
-// number ZooKeeper appends: the hash finds a node whose create response was
-// lost (a protected create), and proves that a token owns a node without
-// showing the token to anyone who lists the queue.
+// A lock node is named "lk-" + its token's hash + "-" + the sequence
+// number: the hash finds a node whose create's answer was lost, and proves
+// a token owns a node without showing the token.
 const (
 	nodePrefix = "lk-"
 	hashLen    = 32
@@ -29,13 +29,6 @@ func tokenHash(token string) string {
 	var buf [96]byte // on the stack for the usual tokens
 	sum := sha256.Sum256(append(append(buf[:0], "zklock\x00"...), token...))
 	return hex.EncodeToString(sum[:hashLen/2])
-}
-
-// parseNode splits a lock's node name into its token hash and sequence
-// number; ok is false for nodes that are not ours.
-func parseNode(name string) (hash string, seq int64, ok bool) {
-	tag, hash, seq, ok := parseTagged(name)
-	return hash, seq, ok && tag+"-" == nodePrefix
 }
 
 // entry is one queue node.
@@ -72,7 +65,6 @@ type held struct {
 	path    string
 	marker  string // its delay marker's path, if any
 	session int64
-	fence   uint64
 	onLost  func(error)
 	lost    bool
 	done    bool      // released, or the driver closed: not to be watched
@@ -85,8 +77,8 @@ func hashOf(name string) string {
 	return h
 }
 
-// parseTagged is parseNode for a node of any object: "<tag>-<hash>-<seq>",
-// where the tag is "lk" for a lock's (see shared.go for the others).
+// parseTagged splits a queue node's name, "<tag>-<hash>-<seq>" (tags: "lk"
+// and, in shared.go, the others); false for other nodes.
 func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 	i := strings.IndexByte(name, '-')
 	if i < 1 || len(name) <= i+hashLen+2 || name[i+hashLen+1] != '-' {
@@ -99,8 +91,21 @@ func parseTagged(name string) (tag, hash string, seq int64, ok bool) {
 	return name[:i], name[i+1 : i+hashLen+1], seq, true
 }
 
-// lookup finds the node of l.Token by listing l.Key's queue: its path,
-// its delay marker's ("" if none) and whether it is first.
+// tokenNodes are the nodes among names with tag head and token hash hash,
+// first first.
+func tokenNodes(names []string, head, hash string) []snode {
+	var mine []snode
+	for _, n := range names {
+		if tag, h, seq, ok := parseTagged(n); ok && h == hash && tag+"-" == head {
+			mine = append(mine, snode{n, tag, seq})
+		}
+	}
+	slices.SortFunc(mine, func(a, b snode) int { return cmp.Compare(a.seq, b.seq) })
+	return mine
+}
+
+// lookup lists l.Key's queue for l.Token's node: its path, its marker's
+// ("" if none), and whether it is first.
 func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker string, first bool, err error) {
 	if l.Mode != backend.Exclusive {
 		path, first, err = d.lookupShared(ctx, l)
@@ -116,7 +121,7 @@ func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker stri
 		marker = parent + "/" + markerPrefix + hash
 	}
 	for i, n := range nodes {
-		if h, _, _ := parseNode(n.name); h == hash {
+		if n.tag+"-" == nodePrefix && hashOf(n.name) == hash {
 			return parent + "/" + n.name, marker, i == 0, nil
 		}
 	}

@@ -9,22 +9,17 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
 )
-
-var _ backend.Notifier = (*Driver)(nil)
 
 // rewatchAfter spaces the attempts to set a watch again after a failure.
 const rewatchAfter = 100 * time.Millisecond
 
-// Subscribe implements backend.Notifier with a watch on key's queue: on
-// its parent node's children, or on the parent's creation while it is
-// missing, set again after each event. A value arrives at every grant and
-// release. The first watch is set before Subscribe returns, and each value
-// is sent once the next is set, so no change after that is missed: one
-// made while the watch could not be set (a disconnect, an expired
-// session) gets its value once it is set again.
+// Subscribe implements backend.Notifier with a watch on key's queue (its
+// node's children, or its creation while missing), set again after each
+// event: a value at every grant and release. The first watch is set
+// before Subscribe returns, and each value is sent once the next is set,
+// so no change is missed.
 func (d *Driver) Subscribe(ctx context.Context, key string) (_ <-chan struct{}, _ func(), err error) {
 	defer func() { err = permitted(err) }()
 	ctx, done, err := d.enter(ctx, "subscribe")
@@ -63,17 +58,14 @@ func (d *Driver) watchQueue(parent string) (<-chan zk.Event, error) {
 		if err != nil || !ok {
 			return ev, err
 		}
-		// Created between the two requests: its children are what
-		// matter (the exists watch left behind fires at its deletion).
+		// Created between the two requests: watch its children.
 	}
 	return nil, fmt.Errorf("zklock: %s keeps appearing and vanishing", parent)
 }
 
 // relay forwards the events of ev, and of the watches set after it, to ch
-// until ctx ends. Each value is sent once the next watch is set: a change
-// after the watcher's read that follows the value then fires that watch.
-// (Sent before, a change in the round trip that sets the watch, or while
-// the session is re-established after it expired, went unseen.)
+// until ctx ends. Each value is sent once the next watch is set, so that a
+// change after the read that follows the value fires that watch.
 func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, ch chan<- struct{}) {
 	for {
 		select {
@@ -95,7 +87,7 @@ func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, c
 	}
 }
 
-// notify sends on ch without waiting: one value pending is enough.
+// notify sends on ch without blocking: one value pending is enough.
 func notify(ch chan<- struct{}) {
 	select {
 	case ch <- struct{}{}:

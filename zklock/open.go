@@ -10,43 +10,31 @@ import (
 )
 
 func init() {
-	backend.Register("zk", backend.Opener{
-		Usage: "zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false]",
-		Open: func(ctx context.Context, u *url.URL) (backend.Driver, error) {
-			d, err := open(ctx, u, nil)
-			if err != nil {
-				return nil, err
-			}
-			return d, nil
-		},
-	})
+	backend.Register("zk", backend.OpenerFunc("zk://[user:password@]host1:2181[,host2:2181...][/root][?session_timeout=10s&connect_timeout=5s&tls=true&ca=FILE&cert=FILE&key=FILE&server_name=NAME&skip_verify=false]",
+		func(ctx context.Context, u *url.URL) (*Driver, error) { return open(ctx, u, nil) }))
 }
 
-// Open opens a driver for a zk:// URL (see the package documentation;
-// TLS as WithTLS). session_timeout defaults to the default lock TTL in ctx
-// (see backend.WithDefaultTTL), else to DefaultSessionTimeout. A port may
-// be left out (2181) except on the last host, which url.Parse checks; a
-// list of IPv6 literals does not parse as a URL (use Dial).
-//
-// The driver owns the connection it opens: Close closes it, which ends the
-// session and frees its locks at once. opts apply after the URL's, so they
-// override it (WithLogger, WithDialer, WithACL, ...).
+// Open opens a driver for a zk:// URL (see the package documentation).
+// session_timeout defaults to the default lock TTL in ctx (see
+// backend.WithDefaultTTL), else to DefaultSessionTimeout. A port may be
+// left out (2181) except on the last host, which url.Parse checks; a list
+// of IPv6 literals does not parse as a URL (use Dial). Close closes the
+// connection, as Dial's. opts apply after the URL's, so they override it.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
-	u, err := url.Parse(rawURL)
+	u, err := backend.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: %w: cannot parse the URL", backend.ErrInvalidURL)
+		return nil, fmt.Errorf("zklock: %w", err)
 	}
 	return open(ctx, u, opts)
 }
 
-// open is Open after url.Parse, and the registry's opener.
+// open is Open after backend.ParseURL, and the registry's opener.
 func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 	servers, opts, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
-	// The Client's default TTL sizes the session, so that a crashed holder
-	// keeps others out for about the TTL asked for.
+	// So that a crashed holder keeps others out for about the TTL asked.
 	if ttl, ok := backend.DefaultTTL(ctx); ok && !u.Query().Has("session_timeout") {
 		opts = append(opts, WithSessionTimeout(ttl))
 	}
@@ -63,9 +51,6 @@ func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 func parseURL(u *url.URL) ([]string, []Option, error) {
 	if u.Scheme != "zk" {
 		return nil, nil, fmt.Errorf("zklock: %w: scheme %q, want zk", backend.ErrInvalidURL, u.Scheme)
-	}
-	if u.Opaque != "" {
-		return nil, nil, fmt.Errorf("zklock: %w: want zk://host:port[,host:port...][/root]", backend.ErrInvalidURL)
 	}
 	servers, err := backend.Hosts(u, "2181")
 	if err != nil {
@@ -107,8 +92,8 @@ func parseURL(u *url.URL) ([]string, []Option, error) {
 	return servers, opts, nil
 }
 
-// checkRoot accepts an absolute ZooKeeper path without a trailing slash,
-// empty, "." or ".." segments or characters ZooKeeper refuses.
+// checkRoot accepts an absolute ZooKeeper path with no trailing slash,
+// empty, "." or ".." segment, or character ZooKeeper refuses.
 func checkRoot(root string) error {
 	if !strings.HasPrefix(root, "/") || root == "/" || strings.HasSuffix(root, "/") {
 		return fmt.Errorf("root %q: want an absolute path such as /locker", root)

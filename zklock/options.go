@@ -34,26 +34,23 @@ type config struct {
 // It is created, with its ancestors, when missing.
 func WithRoot(root string) Option { return func(c *config) { c.root = root } }
 
-// WithACL sets the ACL of every node the driver creates. The default is
-// zk.WorldACL(zk.PermAll), or, with WithDigestAuth, all permissions for the
-// credential and read for everyone else.
+// WithACL sets the ACL of every node the driver creates (default
+// zk.WorldACL(zk.PermAll), or DigestACL with WithDigestAuth).
 func WithACL(acl []zk.ACL) Option { return func(c *config) { c.acl = acl } }
 
 // WithDigestAuth authenticates the connection the driver opens with the
-// digest scheme ("user:password") and, unless WithACL says otherwise, gives
-// every node it creates the ACL "all for this credential, read for
-// everyone": a client without the credential can see who holds a lock but
+// digest scheme and, unless WithACL says otherwise, gives its nodes
+// DigestACL: a client without the credential can see who holds a lock but
 // can neither take it nor delete the holder's node. With New, authenticate
-// the *zk.Conn yourself and pass the ACL with WithACL (see DigestACL).
+// the *zk.Conn yourself and pass WithACL(DigestACL(user, password)).
 func WithDigestAuth(user, password string) Option {
 	return func(c *config) { c.user, c.password, c.hasAuth = user, password, true }
 }
 
-// WithSessionTimeout sets the session timeout the driver asks for when it
-// opens its own connection (default 10s; the server clamps it into its
-// [minSessionTimeout, maxSessionTimeout], 2 to 20 ticks by default). With
-// New, it tells the driver the session timeout of the *zk.Conn, which
-// go-zookeeper does not expose (see New).
+// WithSessionTimeout sets the session timeout the driver asks for on its
+// own connection (default 10s; the server clamps it into its
+// [minSessionTimeout, maxSessionTimeout]). With New, it tells the driver
+// the *zk.Conn's, which go-zookeeper does not expose.
 func WithSessionTimeout(d time.Duration) Option { return func(c *config) { c.sessionTimeout = d } }
 
 // WithConnectTimeout bounds how long Dial, Open and New wait for a session
@@ -70,16 +67,14 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithTLS makes the driver's own connection speak TLS with c (URL: tls=,
-// ca=, cert=, key=, server_name=, skip_verify=, read by
-// backend.Params.TLS): ZooKeeper's secureClientPort. The server's
-// certificate is checked against the host dialled unless c names another.
+// WithTLS makes the driver's own connection speak TLS with c (ZooKeeper's
+// secureClientPort; URL: see backend.Params.TLS). The server's certificate
+// is checked against the host dialled unless c names another.
 func WithTLS(c *tls.Config) Option { return func(cfg *config) { cfg.tls = c } }
 
-// WithDialer makes the connection the driver opens dial servers with d
-// (for TLS, proxies, tests). The driver wraps the connections it returns to
-// cut them on Close; d should honour its
-// timeout argument, since Close cannot interrupt a dial in progress.
+// WithDialer makes the driver's own connection dial with d (proxies,
+// tests). The driver wraps its connections to cut them on Close; d should
+// honour its timeout, since Close cannot interrupt a dial in progress.
 func WithDialer(d zk.Dialer) Option { return func(c *config) { c.dialer = d } }
 
 // DigestACL returns the ACL WithDigestAuth uses: every permission for the

@@ -13,10 +13,8 @@ import (
 
 // A lock, a semaphore and a read-write lock are each a queue of
 // sequential nodes (backend.Queuer): Enqueue creates the claim's node and
-// looks where it stands, Ticket.Wait watches what stands in its way and
-// looks again when that changes, Ticket.Leave deletes the node. The
-// locker package decides the rest: retries, backoff, the failure budget,
-// a new node when one went with its session.
+// looks where it stands, Ticket.Wait watches what is in its way and looks
+// again when that changes, Ticket.Leave deletes the node.
 
 // QueueModes implements backend.Queuer: every mode queues.
 func (d *Driver) QueueModes() backend.ModeSet {
@@ -24,7 +22,7 @@ func (d *Driver) QueueModes() backend.ModeSet {
 }
 
 // Enqueue implements backend.Queuer. A node alone in its queue holds, as
-// the create's answer says: a free lock costs that one request.
+// the create's answer says: a free lock costs one request.
 func (d *Driver) Enqueue(ctx context.Context, l backend.Claim) (backend.Grant, backend.Ticket, error) {
 	g, t, err := d.join(ctx, l, "acquire", true)
 	if t == nil {
@@ -34,7 +32,7 @@ func (d *Driver) Enqueue(ctx context.Context, l backend.Claim) (backend.Grant, b
 }
 
 // join creates l's node and looks once: the Grant when it holds, else its
-// ticket, with the look's error if it failed. waits: an Enqueue, whose
+// ticket, with the look's error if any. waits: an Enqueue's, whose
 // requests count as store tries and wait for a settled session.
 func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits bool) (_ backend.Grant, t *ticket, err error) {
 	defer func() { err = permitted(err) }()
@@ -67,10 +65,9 @@ func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits boo
 	return backend.Grant{}, t, t.failed(ctx, d, op, err)
 }
 
-// ticket is one claim's queue node, and what its last look found in its
-// way: for a lock, the node just ahead and the one ahead of that, for a
-// read-write lock the node that blocks it (pred), each watched once Wait
-// sets its watch; for a semaphore, a watch on its queue, set by the look.
+// ticket is one claim's queue node and what its last look found in its
+// way: a lock's two nodes ahead, a read-write lock's blocker (pred), each
+// watched by Wait; a semaphore's watch on its queue, set by the look.
 type ticket struct {
 	d     *Driver
 	l     backend.Claim
@@ -104,13 +101,11 @@ func (t *ticket) Wait(ctx context.Context) (_ backend.Grant, err error) {
 	return g, nil
 }
 
-// probePeriod is how often a waiter looks at its connection: Wait does
-// not block on a dead one.
+// probePeriod is how often a waiter checks its connection (see wait).
 const probePeriod = 200 * time.Millisecond
 
-// wait blocks until what the last look found in t's way changes. It
-// returns at once when there is nothing to watch: the node holds, the
-// last look failed, or the node to watch is gone already.
+// wait blocks until what the last look found in t's way changes; at once
+// when nothing is to be watched (held, a failed look, a node gone).
 func (t *ticket) wait(ctx context.Context) error {
 	d, e := t.d, t.e
 	if t.delayed != "" {
@@ -145,9 +140,8 @@ func (t *ticket) wait(ctx context.Context) error {
 		case ev := <-t.watch:
 			t.pred, t.watch = "", nil
 			if ev.Type == zk.EventNodeDeleted && t.ahead == 1 && !t.marked {
-				// The only node ahead of ours is gone, and no new node
-				// can sort before ours: we are first. (A node with a
-				// delay marker may have left it in our way.)
+				// The only node ahead is gone, and none can sort before
+				// ours: first (unless a delay marker was left in our way).
 				e.first = true
 			}
 			return watchEnded(ev)
@@ -155,9 +149,8 @@ func (t *ticket) wait(ctx context.Context) error {
 			t.pred2, t.watch2 = "", nil
 			return watchEnded(ev)
 		case <-probe.C:
-			// Watches survive a disconnect (the zk client sets them
-			// again on the session's next connection), the node as long
-			// as the session: look again, which waits for a session.
+			// Watches and the node survive a disconnect, as long as the
+			// session: look again, which waits for a session.
 			if d.conn.State() != zk.StateHasSession {
 				return nil
 			}
@@ -167,8 +160,7 @@ func (t *ticket) wait(ctx context.Context) error {
 	}
 }
 
-// watchEnded says why a watch that delivered ev ended the wait: nil for a
-// change to look at.
+// watchEnded is the wait's end by ev: nil for a change to look at.
 func watchEnded(ev zk.Event) error {
 	switch {
 	case ev.Type != zk.EventNotWatching:
@@ -181,7 +173,7 @@ func watchEnded(ev zk.Event) error {
 
 // look is one look at where t's node stands: the Grant when it holds,
 // else ErrNotAcquired, having noted what to watch. A node whose create's
-// answer was lost is looked for first.
+// answer was lost is found first.
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d := t.d
 	if !d.settled(ctx) {
@@ -259,9 +251,8 @@ func (t *ticket) stand(ctx context.Context) (bool, error) {
 	return p == "", nil
 }
 
-// failed is the error of an Enqueue or a Wait that failed with err (t is
-// nil when Enqueue made no node): a node gone is backend.ErrRequeue, with
-// why.
+// failed is the error of an Enqueue or Wait that failed with err (t nil:
+// no node made); a node gone is backend.ErrRequeue, with why.
 func (t *ticket) failed(ctx context.Context, d *Driver, op string, err error) error {
 	switch {
 	case ctx.Err() != nil:
@@ -273,9 +264,8 @@ func (t *ticket) failed(ctx context.Context, d *Driver, op string, err error) er
 }
 
 // Leave implements backend.Ticket: it deletes the node, which frees the
-// key if the node holds it. It waits for the delete's answer for
-// quickWait at most: on a dead connection, the delete goes on in the
-// background for as long as the node's session may live.
+// key if the node holds it, waiting quickWait at most: on a dead
+// connection, the delete goes on in the background while the session may.
 func (t *ticket) Leave(ctx context.Context) error {
 	d := t.d
 	d.mu.Lock()
@@ -294,11 +284,10 @@ func (t *ticket) Leave(ctx context.Context) error {
 	return nil
 }
 
-// confirm makes sure that the node's session was in touch with the
-// server lately, as its holder will time the lock from that contact: a
-// waiter may learn that it holds from a watch the zk client set again
-// after a reconnection, before the driver sent a request on the resumed
-// session. Then one read of its node, which also proves it is there.
+// confirm makes sure the node's session was in touch with the server
+// lately, as the holder times the lock from that contact: a watch set
+// again after a reconnection may fire before any request on the resumed
+// session. If not, one read of the node, which also proves it is there.
 func (d *Driver) confirm(ctx context.Context, e *entry) error {
 	if at := d.contactOf(e.session); !at.IsZero() && time.Since(at) < d.pingPeriod() {
 		return nil
@@ -338,7 +327,7 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 	if d.conn.SessionID() != e.session {
 		return backend.Grant{}, errGone
 	}
-	h := &held{path: e.path(), marker: e.marker(), session: e.session, fence: e.fence, onLost: l.OnLost}
+	h := &held{path: e.path(), marker: e.marker(), session: e.session, onLost: l.OnLost}
 	d.mu.Lock()
 	d.holds[l.Token] = h
 	d.watchHeld(h)
@@ -347,9 +336,9 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
 }
 
-// predecessor lists the queue and returns the node just ahead of e ("" when
-// e is first), the one ahead of that, how many nodes are ahead of e, the
-// lost locks' delay markers, and whether it saw another claim's marker.
+// predecessor lists the queue: the node just ahead of e ("" when first),
+// the one ahead of that, how many are ahead, the lost locks' delay
+// markers, and whether it saw another claim's marker.
 func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string, ahead int, dead []string, marked bool, err error) {
 	nodes, markers, err := d.listing(ctx, e.parent)
 	if err != nil {
@@ -369,8 +358,8 @@ func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string,
 	return pred, pred2, i, deadMarkers(nodes, markers), marked, nil
 }
 
-// waitDelay waits until the marker in t's way is due to go by the
-// server's clock, or goes or changes before (broken, stamped again).
+// waitDelay waits until the marker in t's way is due, by the server's
+// clock, or goes or changes before.
 func (t *ticket) waitDelay(ctx context.Context) error {
 	d, path, until := t.d, t.e.parent+"/"+t.delayed, t.until
 	t.delayed = ""
@@ -394,4 +383,24 @@ func (t *ticket) waitDelay(ctx context.Context) error {
 		return d.ended(ctx)
 	}
 	return nil
+}
+
+// watch sets a watch on node name of e's queue; a nil channel: the node
+// is gone; errGone: e's session ended before the watch was set. A request
+// held while the zk client reconnects goes on whatever session it then
+// has, and a watch set on a new session never hears of e's session's end:
+// the session must be e's after the answer (ids only move forward).
+func (d *Driver) watch(ctx context.Context, e *entry, name string) (<-chan zk.Event, error) {
+	return callInline(ctx, d, func() (<-chan zk.Event, error) {
+		// GetW, not ExistsW: no watch on a missing node, which would
+		// never fire (sequence numbers are not reused) and pile up.
+		_, _, ch, err := d.conn.GetW(e.parent + "/" + name)
+		if d.conn.SessionID() != e.session {
+			return nil, errGone
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		return ch, err
+	})
 }

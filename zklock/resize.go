@@ -13,16 +13,12 @@ import (
 )
 
 // A semaphore's resize record is a persistent child of its queue's node,
-// named resizeName (no queue node's or marker's name), so that the
-// listing a claim's look makes anyway says whether there is one: a
-// semaphore never resized costs no request more. Its data is the limit
-// and the last node that held when it was written; it is replaced by a
-// delete and a create in one multi-op, a change of the queue's children,
-// which wakes the waiters, whose watch is on them (see
+// so that the listing a look makes anyway shows it: a semaphore never
+// resized costs no request more. Its data is the limit and the last node
+// holding when it was written; a delete and a create in one multi-op
+// replace it, which wakes the waiters watching the children (see
 // docs/backends/zklock.md, Resizing a semaphore).
 const resizeName = "limit"
-
-var _ backend.Resizer = (*Driver)(nil)
 
 // resized is a semaphore's resize record.
 type resized struct {
@@ -36,9 +32,7 @@ func (r resized) data() []byte {
 }
 
 // readResized reads the resize record under parent when names, parent's
-// children, list it: nil when they do not, or it went since (which
-// changed the children again). One request, made only for a resized
-// semaphore.
+// children, list it: nil when they do not, or it went since.
 func (d *Driver) readResized(parent string, names []string) (*resized, error) {
 	if !slices.Contains(names, resizeName) {
 		return nil, nil
@@ -62,37 +56,26 @@ func (d *Driver) readResized(parent string, names []string) (*resized, error) {
 	return &rec, nil
 }
 
-// Resize implements backend.Resizer: it lists key's semaphore's queue
-// and reads its record, if any, then writes the record in one multi-op,
-// the old one's version checked, with the last node holding as they say
-// (holding): those keep holding under a lowered limit. Limit 0 deletes
-// the record, or, while its holders are not those the claims' own limits
-// make, keeps only the last of them, with no limit (see forgetInert). A
-// limit equal to the record's writes nothing.
+// Resize implements backend.Resizer: it reads the queue and the record,
+// then writes the record (the old one's version checked) with the last
+// node holding, which keeps holding under a lowered limit. Limit 0 deletes
+// it, or, while its holders are not those the claims' own limits make,
+// keeps their last, with no limit (see forgetInert).
 func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) {
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("zklock: resize: %w: %d", backend.ErrInvalidLimit, limit)
 	}
-	defer func() { err = permitted(err) }()
-	ctx, done, err := d.enter(ctx, "resize")
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := d.catchUp(ctx); err != nil {
-		return fmt.Errorf("zklock: resize: %w", d.failed(ctx, err))
-	}
 	parent := d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit})
-	if err := d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) }); err != nil {
-		return fmt.Errorf("zklock: resize: %w", d.failed(ctx, err))
-	}
-	return nil
+	return d.operate(ctx, "resize", func(ctx context.Context) error {
+		return d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) })
+	})
 }
 
 // resize is one try of Resize: errChanged when the queue's node or the
 // record changed under it.
 func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
-	names, old, err := d.sharedListing(ctx, parent, backend.Permit)
+	lk, err := d.sharedListing(ctx, parent, backend.Permit, nil, false)
+	names, old := lk.names, lk.r
 	switch {
 	case err != nil:
 		return err
@@ -128,9 +111,8 @@ func (d *Driver) resize(ctx context.Context, parent string, limit int) error {
 	return err // a lost answer: the next try finds the record written, or not
 }
 
-// holders is the sequence numbers of the nodes among names, a
-// semaphore's queue's, that hold under its record r (nil: none), in
-// order.
+// holders is the sequence numbers of the nodes of a semaphore's queue
+// that hold under its record r (nil: none), in order.
 func holders(names []string, r *resized) []int64 {
 	nodes, _ := queueNodes(names)
 	holding(nodes, backend.Permit, r)
@@ -143,11 +125,9 @@ func holders(names []string, r *resized) []int64 {
 	return seqs
 }
 
-// forgetInert deletes parent's resize record r, with the version read,
-// when it keeps nothing: a removed limit's whose holders are those the
-// claims' own limits make (its own are gone from names). A claim's look
-// does it, which reads the record anyway: it goes with the first look
-// after its holders.
+// forgetInert deletes r, a removed limit's record, once it keeps nothing
+// (its holders are those the claims' own limits make): the first look
+// after its own holders went does it.
 func (d *Driver) forgetInert(parent string, names []string, r *resized) {
 	if r == nil || r.limit > 0 || !slices.Equal(holders(names, r), holders(names, nil)) {
 		return

@@ -12,8 +12,7 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// permitted marks a refusal by an ACL (zk.ErrNoAuth) as the permanent
-// backend.ErrPermission, keeping its text.
+// permitted marks zk.ErrNoAuth as the permanent backend.ErrPermission.
 func permitted(err error) error {
 	if errors.Is(err, zk.ErrNoAuth) && !errors.Is(err, backend.ErrPermission) {
 		return permError{err}
@@ -30,9 +29,8 @@ func transient(err error) bool {
 	return connLost(err) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
 }
 
-// connLost reports whether a request failed with its connection, so that
-// the server may or may not have run it. The zk client reports a request
-// whose write failed with the write's own error, not ErrConnectionClosed.
+// connLost reports whether a request failed with its connection: the
+// server may have run it. A failed write comes as the write's own error.
 func connLost(err error) bool {
 	var ne net.Error
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.As(err, &ne)
@@ -42,8 +40,8 @@ func (d *Driver) closedErr(op string) error {
 	return fmt.Errorf("zklock: %s: %w", op, backend.ErrClosed)
 }
 
-// call runs f, a blocking zk call, so that ctx can end the wait; f runs to
-// completion in a goroutine Close waits for.
+// call runs f, a blocking zk call, in a goroutine Close waits for, so that
+// ctx can end the wait.
 func call[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
 	var zero T
 	if ctx.Done() == nil {
@@ -71,8 +69,8 @@ func call[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error)
 	}
 }
 
-// callInline is call for f, one request: on the caller's goroutine,
-// interrupted when ctx ends, when the driver can (see interrupt.go).
+// callInline is call for one request: on the caller's goroutine when the
+// driver can interrupt it (see interrupt.go).
 func callInline[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
 	if ctx.Done() == nil || !d.inline() {
 		return call(ctx, d, f)

@@ -11,12 +11,10 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// monitor reports lost locks: when the session that owns their nodes has
-// ended (the zk client then opens a new one), or when the last request
-// the server answered on it was sent so long ago that the server may have
-// expired it. A disconnect alone loses nothing: the nodes live while the
-// session can be resumed, and the zk client resumes it on any server of
-// the ensemble.
+// monitor reports lost locks: when their session has ended, or when the
+// last request the server answered on it was sent so long ago that the
+// server may have expired it. A disconnect alone loses nothing: the zk
+// client may resume the session on any server.
 func (d *Driver) monitor() {
 	poll := min(max(d.ttl/10, 10*time.Millisecond), time.Second)
 	t := time.NewTimer(poll)
@@ -28,29 +26,21 @@ func (d *Driver) monitor() {
 		case <-d.wake:
 		case <-t.C:
 		}
-		next := d.check(time.Now(), poll)
-		t.Reset(next)
+		t.Reset(d.check(time.Now(), poll))
 	}
 }
 
 // check fires OnLost for every lock whose session is gone or may be, and
-// returns when to look again.
-//
-// The server expires a session one timeout after it last heard from the
-// client, which is no earlier than when the driver sent the latest request
-// it answered (the contact); ClockMargin covers the server's clock running
-// faster than ours and timer slack.
+// returns when to look again. The server expires a session a timeout after
+// it last heard from us, no earlier than the contact; ClockMargin covers
+// its clock running faster than ours, and timer slack.
 func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 	sid := d.conn.SessionID()
 	at := d.contactOf(sid)
 	deadline := at.Add(d.ttl - backend.ClockMargin(d.ttl))
 	silent := at.IsZero() || !now.Before(deadline)
 
-	type loss struct {
-		f   func(error)
-		err error
-	}
-	var losses []loss
+	var losses []func()
 	var orphans []*held // told lost, but their session may live on
 	d.mu.Lock()
 	for _, h := range d.holds {
@@ -68,32 +58,30 @@ func (d *Driver) check(now time.Time, poll time.Duration) time.Duration {
 			continue
 		}
 		h.lost = true
-		if h.onLost != nil {
-			losses = append(losses, loss{h.onLost, err})
+		if f := h.onLost; f != nil {
+			losses = append(losses, func() { f(err) })
 		}
 	}
 	d.mu.Unlock()
-	for _, l := range losses {
-		l.f(l.err)
+	for _, f := range losses {
+		f()
 	}
 	for _, h := range orphans {
 		d.spawn(func() { d.dropLost(h.path, "", h.session) }) // lost: its marker keeps the delay
 	}
-	next := poll
-	if until := deadline.Sub(now); until > 0 && until < next {
-		next = until
+	if until := deadline.Sub(now); until > 0 {
+		return min(until, poll)
 	}
-	return next
+	return poll
 }
 
 // dropLost deletes the node of a lock declared lost while its session may
-// still live (the holder was told, so the waiters behind it must not wait
-// for the session), or of a queue node whose delete failed. It retries,
-// each try after the session settled (see resumeDelay), until the node is
-// gone, the session is (its nodes go with it) or the driver closes.
+// live (its waiters must not wait for the session), or of a queue node
+// whose delete failed: retried, once the session settled, until the node
+// or the session is gone or the driver closes.
 func (d *Driver) dropLost(path, marker string, session int64) {
 	bo := newBackoff()
-	for !d.isClosed() && d.conn.SessionID() == session {
+	for !d.gate.Closed() && d.conn.SessionID() == session {
 		if !d.settled(d.gate.Context()) {
 			continue // closed, or still no session: see the loop's test
 		}
@@ -102,7 +90,7 @@ func (d *Driver) dropLost(path, marker string, session int64) {
 		case err == nil:
 			d.log.Debug("zklock: deleted a node nobody holds", "path", path)
 			return
-		case errors.Is(err, zk.ErrNoNode), d.isClosed():
+		case errors.Is(err, zk.ErrNoNode), d.gate.Closed():
 			return
 		case !transient(err):
 			d.log.Warn("zklock: could not delete the node of a lost lock; it goes with the session", "path", path, "err", err)
@@ -115,10 +103,8 @@ func (d *Driver) dropLost(path, marker string, session int64) {
 }
 
 // untilResumed is how long to wait before a request that may be the first
-// on a new connection: while the zk client has no session, the next
-// retry; then until resumeDelay after it has one again.
-// On a connection the caller passed, the driver sees no session events:
-// only the first condition holds.
+// on a new connection: -1 while there is no session, then until
+// resumeDelay after there is (0 on the caller's, whose events we miss).
 func (d *Driver) untilResumed() time.Duration {
 	if !d.own {
 		if d.conn.State() != zk.StateHasSession {
@@ -134,9 +120,8 @@ func (d *Driver) untilResumed() time.Duration {
 }
 
 // settled waits, within ctx, until a request sent now would not be the
-// first on a new connection (see resumeDelay). With no session it waits
-// for one, for at most a session timeout and the zk client's pause
-// between rounds of its servers; false if none came.
+// first on a new connection (see resumeDelay): with no session, for a
+// session timeout and a round of the servers at most; false if none came.
 func (d *Driver) settled(ctx context.Context) bool {
 	deadline := time.Now().Add(d.ttl + time.Second)
 	for {
@@ -156,6 +141,5 @@ func (d *Driver) settled(ctx context.Context) bool {
 // noSessionPoll is how often settled looks for a new session.
 const noSessionPoll = 20 * time.Millisecond
 
-// errNoSession is the store's error of a try not sent for want of a
-// session.
+// errNoSession: a try not sent for want of a session.
 var errNoSession = fmt.Errorf("%w (no session)", zk.ErrNoServer)

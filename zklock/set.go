@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
 
-var _ backend.SetAcquirer = (*Driver)(nil)
-
 // TryAcquireAll implements backend.SetAcquirer: one multi-op makes every
-// claim's queue node (and, as createFresh, the node of each name not known
-// to exist), reading after each create its name's node's stat, as create
-// does: a node alone there holds. The other names' queues are listed, all
-// at once, as TryAcquire's look lists one; if a node does not hold, one
-// multi-op deletes them all. Every fence is the multi-op's zxid.
+// claim's queue node (and names' nodes, as createFresh) and reads each
+// name's node's stat, as create does; the other queues are listed at once,
+// and if a node does not hold, one multi-op deletes them all. Every fence
+// is the multi-op's zxid.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ []backend.Grant, err error) {
 	defer func() { err = permitted(err) }()
 	if len(claims) == 0 {
@@ -51,21 +49,16 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 		}
 		// As TryAcquire: a failure that left no node is tried again.
 		if es != nil || try == 3 || !transient(err) || !pause(ctx, bo) {
-			if ctx.Err() != nil {
-				err = d.ended(ctx)
-			}
-			return nil, fmt.Errorf("zklock: try-acquire: %w", err)
+			return nil, fmt.Errorf("zklock: try-acquire: %w", d.failed(ctx, err))
 		}
 	}
 }
 
 // createSet is create for a set of claims, in one multi-op: the root's
-// write first when a name's node is made (its stat carries the zxid, as in
-// createFresh), then each known name's queue node and its name's write,
-// then each new name's node and queue node (the zk client cannot read a
-// reply past a container's create: their nodes are numbered firstSeq).
-// A refused multi-op changed nothing: the name it names is made or taken
-// as existing, and it goes again.
+// write first when a name's node is made (as in createFresh), then each
+// known name's queue node and write, then each new name's node and queue
+// node (numbered firstSeq). A refused multi-op changed nothing: the name
+// it names is made or taken as existing, and it goes again.
 func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline bool) ([]*entry, error) {
 	n := len(claims)
 	parents, prefixes := make([]string, n), make([]string, n)
@@ -84,10 +77,7 @@ func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline b
 		var ops []any
 		at, claimOf := make([]int, n), map[int]int{} // each claim's create; each op's claim
 		add := func(i int, op any) { claimOf[len(ops)] = i; ops = append(ops, op) }
-		anyFresh := false
-		for _, f := range fresh {
-			anyFresh = anyFresh || f
-		}
+		anyFresh := slices.Contains(fresh, true)
 		zxidAt := 1 // a write whose stat carries the zxid: the first name's
 		if anyFresh {
 			zxidAt = 0
@@ -129,7 +119,7 @@ func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline b
 		i, failed := d.failedOp(res, err, claimOf)
 		switch {
 		case connLost(err), errors.Is(err, errUnexpected):
-			// The server may have made the nodes: they are found by hash.
+			// The server may have made the nodes: found by hash.
 			es := make([]*entry, n)
 			for i, l := range claims {
 				es[i] = &entry{parent: parents[i], hash: tokenHash(l.Token), session: sid}
@@ -153,8 +143,7 @@ func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline b
 			continue
 		case (errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoAuth)) && i >= 0 && fresh[i],
 			errors.Is(err, zk.ErrNoAuth) && i < 0 && anyFresh:
-			// The name's node exists (or we may not write the root): the
-			// usual create, which says what is wrong, if anything.
+			// As in create: the usual create says what is wrong, if anything.
 			for j := range fresh {
 				if i < 0 || j == i {
 					fresh[j] = false
@@ -185,13 +174,11 @@ func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline b
 			es[i] = e
 		}
 		if err == nil && (sid == 0 || d.conn.SessionID() != sid) {
-			// The session changed under us: the nodes may be gone or
-			// belong to the new session.
+			// The session changed: the nodes may be gone or the new one's.
 			err = fmt.Errorf("create the queue nodes: %w", zk.ErrSessionExpired)
 		}
 		if err == nil {
-			// The names' nodes that were there before us must carry our
-			// ACL (see acl.go).
+			// Names' nodes there before us must carry our ACL.
 			err = each(n, n, func(i int) error {
 				if checked[i] || fresh[i] {
 					return nil
@@ -227,10 +214,9 @@ func (d *Driver) failedOp(res []zk.MultiResponse, err error, claimOf map[int]int
 	return -1, false
 }
 
-// holdSet looks at the nodes es, just made for claims, as TryAcquire looks
-// at its one: each name's queue that the create did not find empty is
-// listed, all at once. It grants them all, or none (ErrNotAcquired when a
-// node does not hold), leaving the nodes to the caller.
+// holdSet looks at the nodes es, just made for claims, as TryAcquire does,
+// all at once, and grants them all or none (ErrNotAcquired), leaving the
+// nodes to the caller.
 func (d *Driver) holdSet(ctx context.Context, claims []backend.Claim, es []*entry) ([]backend.Grant, error) {
 	ts := make([]*ticket, len(es))
 	held, errs := make([]bool, len(es)), make([]error, len(es))
@@ -270,9 +256,8 @@ func (d *Driver) holdSet(ctx context.Context, claims []backend.Claim, es []*entr
 }
 
 // ReleaseAll implements backend.SetAcquirer: the nodes (and markers) in
-// one multi-op. A multi-op refused, or whose answer was lost, changed
-// nothing, or everything: each node is then deleted as Release would,
-// which reports the one gone.
+// one multi-op; when it fails, each as Release would, which reports the
+// one gone.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
 	ctx, done, err := d.enter(ctx, "release")

@@ -14,15 +14,12 @@ import (
 // (or "p<limit>x<permits>"), "r" or "w" (see docs/backends/zklock.md,
 // Semaphores and read-write locks).
 
-var _ backend.Modal = (*Driver)(nil)
-
 // Modes implements backend.Modal: semaphores and read-write locks.
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
-// Weighs implements backend.Weigher: a permit's node's tag carries its
-// permits (see permitTag).
+// Weighs implements backend.Weigher: a permit node's tag has its weight.
 func (d *Driver) Weighs() bool { return true }
 
 // sharedParent is the node of l's semaphore or read-write lock.
@@ -30,8 +27,7 @@ func (d *Driver) sharedParent(l backend.Claim) string {
 	return d.root + "/" + objectHead(l.Mode) + backend.EscapeKey(l.Key)
 }
 
-// objectHead is the start of the names of the nodes of m's objects under
-// the root, before the escaped key: none for a lock's.
+// objectHead starts the names of m's objects' nodes (none for a lock's).
 func objectHead(m backend.Mode) string {
 	switch backend.Object(m) {
 	case backend.Permit:
@@ -81,47 +77,20 @@ type standing struct {
 	block    string // a read-write lock's waiter: the node whose deletion may let it in
 }
 
-// judge lists e's queue and says where e stands in it (errGone when e is
-// not in it). With watch, the listing sets a watch on the queue's
-// children, returned (a semaphore's waiter wakes at any change: any
-// node ahead of it that goes may free its permit).
+// judge lists e's queue and says where e stands in it (errGone when not
+// in it). With watch, the listing watches the queue's children, for a
+// semaphore's waiter: any node ahead that goes may free its permit.
 func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch bool) (standing, <-chan zk.Event, error) {
-	type listing struct {
-		names []string
-		ch    <-chan zk.Event
-		r     *resized
-	}
-	r, err := call(ctx, d, func() (lk listing, err error) {
-		if !watch {
-			lk.names, _, err = d.conn.Children(e.parent)
-		} else {
-			lk.names, _, lk.ch, err = d.conn.ChildrenW(e.parent)
-			// As in watch: a watch set on another session than e's
-			// would never hear of e's session's end.
-			if d.conn.SessionID() != e.session {
-				return listing{}, errGone
-			}
-		}
-		if err == nil && l.Mode == backend.Permit {
-			if lk.r, err = d.readResized(e.parent, lk.names); err == nil {
-				d.forgetInert(e.parent, lk.names, lk.r)
-			}
-		}
-		return lk, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return standing{}, nil, errGone
-	}
+	lk, err := d.sharedListing(ctx, e.parent, l.Mode, e, watch)
 	if err != nil {
 		return standing{}, nil, err
 	}
-	st, err := standingIn(r.names, r.r, e, l)
-	return st, r.ch, err
+	st, err := standingIn(lk.names, lk.r, e, l) // no names: errGone
+	return st, lk.ch, err
 }
 
-// standingIn is where e stands among names, its queue's, with its
-// semaphore's resize record r, if any (errGone when it is not among
-// them).
+// standingIn is where e stands among its queue's names, with its
+// semaphore's resize record r (errGone when not among them).
 func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing, error) {
 	var ahead []snode // in no order
 	found := false
@@ -144,49 +113,57 @@ func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing
 	return rwStanding(ahead, l.Mode), nil
 }
 
-// lookupShared is lookup for a semaphore or a read-write lock: the path
-// of l.Token's node, and whether it holds.
+// lookupShared is lookup for a semaphore or a read-write lock.
 func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, bool, error) {
 	if err := checkShared(l); err != nil {
 		return "", false, err
 	}
 	parent := d.sharedParent(l)
-	names, r, err := d.sharedListing(ctx, parent, l.Mode)
+	lk, err := d.sharedListing(ctx, parent, l.Mode, nil, false)
 	if err != nil {
 		return "", false, err
 	}
-	hash, head := tokenHash(l.Token), sharedHead(l)
-	e := &entry{parent: parent, seq: -1}
-	for _, n := range names {
-		tag, h, seq, ok := parseTagged(n)
-		if ok && h == hash && tag+"-" == head && (e.seq < 0 || seq < e.seq) {
-			e.name, e.seq = n, seq
-		}
-	}
-	if e.name == "" {
+	mine := tokenNodes(lk.names, sharedHead(l), tokenHash(l.Token))
+	if len(mine) == 0 {
 		return "", false, nil
 	}
-	st, _ := standingIn(names, r, e, l)
+	e := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
+	st, _ := standingIn(lk.names, lk.r, e, l)
 	return e.path(), st.held && st.mismatch == nil, nil
 }
 
+// sharedList is a shared queue's children, resize record and watch.
+type sharedList struct {
+	names []string
+	r     *resized
+	ch    <-chan zk.Event
+}
+
 // sharedListing lists the queue under parent of an object of mode m (no
-// names when its node does not exist), and reads a semaphore's resize
-// record, if any.
-func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mode) ([]string, *resized, error) {
-	type look struct {
-		names []string
-		r     *resized
-	}
-	lk, err := call(ctx, d, func() (lk look, err error) {
-		lk.names, _, err = d.conn.Children(parent)
+// names when its node does not exist) and reads a semaphore's resize
+// record. For the look of e, its node, it deletes a record that keeps
+// nothing (forgetInert) and, with watch, watches the queue's children.
+func (d *Driver) sharedListing(ctx context.Context, parent string, m backend.Mode, e *entry, watch bool) (sharedList, error) {
+	lk, err := call(ctx, d, func() (lk sharedList, err error) {
+		if !watch {
+			lk.names, _, err = d.conn.Children(parent)
+		} else {
+			lk.names, _, lk.ch, err = d.conn.ChildrenW(parent)
+			// As in watch: a watch set on another session than e's
+			// would never hear of e's session's end.
+			if d.conn.SessionID() != e.session {
+				return sharedList{}, errGone
+			}
+		}
 		if err == nil && m == backend.Permit {
-			lk.r, err = d.readResized(parent, lk.names)
+			if lk.r, err = d.readResized(parent, lk.names); err == nil && e != nil {
+				d.forgetInert(parent, lk.names, lk.r)
+			}
 		}
 		return lk, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil, nil
+		return sharedList{}, nil
 	}
-	return lk.names, lk.r, err
+	return lk, err
 }

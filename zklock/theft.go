@@ -10,23 +10,17 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Theft watches: the driver watches each node it holds and reports a
-// deletion or change it did not make as a loss at once (see
-// docs/backends/zklock.md, Theft watches).
+// Theft watches: a deletion or change of a held node that the driver did
+// not make is a loss (see docs/backends/zklock.md, Theft watches).
 
-// watchDelay is how long a lock is held before its node is watched. A
-// lock released sooner is never watched: its cycle costs the create and
-// the delete alone, and the watch's read is not queued on the session
-// ahead of the release. A change in the first watchDelay of a hold is
-// seen when the watch is set (the read finds the node gone or changed),
-// or by the release, which finds the node gone.
+// watchDelay is how long a lock is held before its node is watched: a
+// short hold costs no read queued ahead of its release. A change before
+// is seen by the watch's read or by the release (the node gone).
 const watchDelay = 10 * time.Millisecond
 
 // maxWatchers bounds the goroutines that set theft watches at once. The
-// holds to watch wait in a queue, in grant order (so in order of when
-// they are due), behind one timer: no timer or goroutine per lock, and
-// none at all while no watch is due. A burst of grants is watched by up
-// to maxWatchers requests in flight, which the zk client pipelines.
+// holds wait in grant order (so due order) behind one timer: no timer or
+// goroutine per lock, none while no watch is due.
 const maxWatchers = 4
 
 // watchQueue is the holds whose node is not watched yet (under d.mu).
@@ -37,8 +31,8 @@ type watchQueue struct {
 	watchers int         // goroutines watching
 }
 
-// watchHeld queues h, a lock just granted, to have its node watched once
-// it has been held for watchDelay. d.mu is held.
+// watchHeld queues h, just granted, to be watched after watchDelay. d.mu
+// is held.
 func (d *Driver) watchHeld(h *held) {
 	q := &d.watches
 	h.due = time.Now().Add(watchDelay)
@@ -55,9 +49,8 @@ func (d *Driver) watchHeld(h *held) {
 	}
 }
 
-// unwatch takes h, released or lost, out of the watch queue if it is
-// still there, and stops the timer when nothing is left to watch. d.mu is
-// held.
+// unwatch takes h, released or lost, out of the watch queue, stopping the
+// timer when it is empty. d.mu is held.
 func (d *Driver) unwatch(h *held) {
 	q := &d.watches
 	h.done = true
@@ -91,33 +84,29 @@ func (d *Driver) watchFire() {
 	d.watchLoop()
 }
 
-// watchLoop watches the due holds of the queue, one at a time, starting
-// another watcher (up to maxWatchers) while more are due; it ends when
-// the queue is empty or its first hold is not due yet (then the timer is
-// set for it). It is counted in d.watches.watchers.
+// watchLoop, a watcher (counted in watchers), watches the due holds one at
+// a time, starting another watcher while more are due, until none is due
+// (then the timer is set for the next).
 func (d *Driver) watchLoop() {
 	q := &d.watches
 	d.mu.Lock()
 	for {
 		var h *held
 		for len(q.holds) > 0 && h == nil {
-			if q.holds[0].done {
-				q.holds[0].queued = false
-				q.holds[0] = nil
-				q.holds = q.holds[1:]
-				continue
-			}
-			if wait := time.Until(q.holds[0].due); wait > 0 {
+			first := q.holds[0]
+			if wait := time.Until(first.due); wait > 0 && !first.done {
 				if !q.armed && !d.stopped {
 					q.armed = true
 					q.timer.Reset(wait)
 				}
 				break
 			}
-			h = q.holds[0]
-			h.queued = false
+			first.queued = false
 			q.holds[0] = nil
 			q.holds = q.holds[1:]
+			if !first.done {
+				h = first
+			}
 		}
 		if h == nil || d.stopped {
 			q.watchers--
@@ -144,15 +133,13 @@ func (d *Driver) watchLoop() {
 	}
 }
 
-// watchNow sets the watch of a held node. On a connection the driver
-// dialed, nodeEvent sees its notification; on the caller's, a goroutine
-// waits for it while the lock is held.
+// watchNow sets the watch of a held node: nodeEvent sees it fire on our
+// own connection, a goroutine on the caller's.
 func (d *Driver) watchNow(path string, session int64) {
 	if d.testHookHeldWatch != nil {
 		d.testHookHeldWatch()
 	}
-	// GetW, not ExistsW: a node released meanwhile must not leave a
-	// watch that never fires (a sequence number is never reused).
+	// GetW, not ExistsW: see watch.
 	_, st, ch, err := d.conn.GetW(path)
 	ok := !errors.Is(err, zk.ErrNoNode)
 	if !ok {
@@ -160,8 +147,7 @@ func (d *Driver) watchNow(path string, session int64) {
 	}
 	switch {
 	case err != nil:
-		// The connection is in trouble: the session's monitor
-		// reports what becomes of the lock.
+		// The session's monitor reports what becomes of the lock.
 		return
 	case !ok:
 		d.stolen(path, session, "was deleted")
@@ -182,9 +168,8 @@ func (d *Driver) watchNow(path string, session int64) {
 	})
 }
 
-// nodeEvent reports a held node deleted or changed by someone else. A
-// release takes the hold away before it deletes the node, so the driver's
-// own deletions are not reported.
+// nodeEvent reports a held node deleted or changed by someone else (a
+// release forgets the hold before it deletes the node).
 func (d *Driver) nodeEvent(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeDeleted:
@@ -210,8 +195,7 @@ func (d *Driver) stolen(path string, session int64, why string) {
 	if len(lost) == 0 {
 		return
 	}
-	// Not on the zk client's receiving goroutine, which the callbacks
-	// must not hold up.
+	// Not on the zk client's receiving goroutine, which must not wait.
 	err := fmt.Errorf("zklock: %w: its node %s %s", backend.ErrLost, path, why)
 	d.spawn(func() {
 		for _, f := range lost {

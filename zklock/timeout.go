@@ -12,12 +12,10 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// go-zookeeper keeps the negotiated session timeout to itself: Dial and
-// New learn it as docs/backends/zklock.md (Learning the session timeout)
-// says, in this file.
+// go-zookeeper keeps the negotiated session timeout to itself: see
+// docs/backends/zklock.md, Learning the session timeout.
 
-// handshake keeps the negotiated timeouts the zk client reports to its
-// logger after each handshake.
+// handshake keeps the timeout the zk client logs after each handshake.
 type handshake struct {
 	ms   atomic.Int32
 	once sync.Once
@@ -28,8 +26,7 @@ func newHandshake() *handshake { return &handshake{seen: make(chan struct{})} }
 
 // Logger returns a zk.Logger that sends go-zookeeper's messages to l at
 // debug level, for a connection made by the caller (see New):
-// zk.Connect(servers, timeout, zk.WithLogger(zklock.Logger(l))). A driver
-// that dials its own connection does this with WithLogger's logger.
+// zk.Connect(servers, timeout, zk.WithLogger(zklock.Logger(l))).
 func Logger(l *slog.Logger) zk.Logger {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
@@ -56,9 +53,8 @@ func (z zkLogger) Printf(format string, args ...any) {
 	}
 }
 
-// reported waits, within ctx and at most limit, for the zk client's report
-// of the handshake (it logs it right after the session is set); 0 if none
-// came.
+// reported waits, within ctx and limit, for the handshake's report; 0 if
+// none came.
 func (h *handshake) reported(ctx context.Context, limit time.Duration) time.Duration {
 	t := time.NewTimer(limit)
 	defer t.Stop()
@@ -70,10 +66,8 @@ func (h *handshake) reported(ctx context.Context, limit time.Duration) time.Dura
 	return time.Duration(h.ms.Load()) * time.Millisecond
 }
 
-// consTimeout asks the server conn is connected to for the timeout of
-// conn's session with the "cons" four-letter word; 0 if the server does
-// not say (the word is not allowed, the port speaks TLS, the session is
-// not listed).
+// consTimeout asks conn's server for its session's timeout with the "cons"
+// four-letter word; 0 if it does not say (not allowed, TLS, not listed).
 func consTimeout(ctx context.Context, conn *zk.Conn) time.Duration {
 	sid, server := conn.SessionID(), conn.Server()
 	if sid == 0 || server == "" {

@@ -17,10 +17,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// trace keeps what became of the latest connection to each server. The zk
-// client retries a failed connection for ever and logs only that it
-// failed, so Dial's error would otherwise be a bare timeout: a wrong CA, a
-// refused client certificate or plaintext against a TLS port must say so.
+// trace keeps what became of the latest connection to each server, so that
+// Dial's error says more than a timeout: a wrong CA, a refused client
+// certificate, plaintext against a TLS port.
 type trace struct {
 	tls  *tls.Config // nil: plaintext
 	dial zk.Dialer
@@ -70,9 +69,8 @@ func (t *trace) dialer(network, addr string, timeout time.Duration) (net.Conn, e
 	return &firstRead{Conn: c, t: t, addr: addr}, nil
 }
 
-// tlsErr marks a refusal that no retry cures: the server refused our
-// certificate (ErrPermission: it refused our identity), or ours refused
-// its certificate.
+// tlsErr marks a refusal no retry cures: of our certificate by the server
+// (ErrPermission), or of its certificate by us.
 func tlsErr(err error) error {
 	// A VerifyConnection (server_name=) returns x509's errors unwrapped.
 	var (
@@ -103,10 +101,9 @@ type permanentErr struct{ error }
 
 func (e permanentErr) Unwrap() error { return e.error }
 
-// firstRead keeps the error of a connection's first read: with TLS 1.3 the
-// client's handshake ends before the server has checked the client's
-// certificate, and a refusal ("certificate required") comes as that error;
-// a TLS port read in plaintext closes the connection without a word.
+// firstRead keeps the error of a connection's first read: with TLS 1.3 a
+// refused client certificate shows there, and a TLS port read in plaintext
+// closes the connection without a word.
 type firstRead struct {
 	net.Conn
 	t    *trace
@@ -143,8 +140,8 @@ func (t *trace) cause() error {
 	return t.latest
 }
 
-// refused returns a permanent failure when the latest connection to each
-// of n servers failed for good, or nil.
+// refused is a permanent failure when the latest connection to each of n
+// servers failed for good, or nil.
 func (t *trace) refused(n int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

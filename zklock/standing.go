@@ -7,17 +7,12 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// permitStanding says whether a permit's node of weight permits, with
-// sequence number seq and the nodes ahead of it in its semaphore's queue,
-// holds: while the permits of the nodes ahead and its own are at most
-// limit, so that at most limit are held, and waiters are served in
-// arrival order (a claim of several is not overtaken by lighter ones
-// behind it). The first node of the queue holds under its own limit: a
-// node asking with another one fails (it would count the permits
-// otherwise). Once the first node goes, the next one's limit holds. A
-// resize record r, when there is one, rules instead: the nodes that held
-// when it was written hold, and the others are judged under its limit
-// (if it has one: a removed limit's record keeps only its holders).
+// permitStanding says whether a permit's node (weight, seq), with the
+// nodes ahead of it, holds: while their permits and its own are at most
+// limit, in arrival order (no lighter claim overtakes a heavier one). The
+// first node's limit rules: a node asking with another fails. A resize
+// record r rules instead: the nodes that held when it was written hold,
+// the others are judged under its limit (a removed limit: none more).
 func permitStanding(ahead []snode, seq int64, r *resized, limit, weight int) standing {
 	switch {
 	case r == nil:
@@ -58,11 +53,36 @@ func permits(nodes []snode) int {
 // permitTag is the tag of a permit's node: "p" and its backend.PermitTag.
 func permitTag(limit, weight int) string { return "p" + backend.PermitTag(limit, weight) }
 
-// permitOf is the limit and the permits of a permit's tag; a limit of 0
-// if it has none.
+// permitOf is the limit (0 if none) and the permits of a permit's tag.
 func permitOf(tag string) (limit, weight int) {
 	if limit, weight, ok := backend.ParsePermitTag(strings.TrimPrefix(tag, "p")); ok {
 		return limit, weight
 	}
 	return 0, 1
+}
+
+// rwStanding says whether a reader's or writer's node, with the nodes
+// ahead of it, holds: a reader when no writer is ahead, a writer when
+// first (readers cannot starve writers). Else it watches block: the
+// nearest writer ahead of a reader, the node just ahead of a writer.
+func rwStanding(ahead []snode, mode backend.Mode) standing {
+	var block snode
+	block.seq = -1
+	for _, n := range ahead {
+		if (mode == backend.Write || n.tag == "w") && n.seq > block.seq {
+			block = n
+		}
+	}
+	if block.seq < 0 {
+		return standing{held: true}
+	}
+	return standing{block: block.name}
+}
+
+// rwMode is the side of a read-write lock's node with tag.
+func rwMode(tag string) backend.Mode {
+	if tag == "w" {
+		return backend.Write
+	}
+	return backend.Read
 }
