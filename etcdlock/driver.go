@@ -241,39 +241,52 @@ func permission(err error) error {
 // TryAcquire takes l.Key if its queue is empty, in one transaction that
 // writes nothing when the lock is held or has waiters.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	dir, over, err := d.dirs(l)
+	gs, err := d.tryAcquire(ctx, []backend.Claim{l})
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		return backend.Grant{}, err
+	}
+	return gs[0], nil
+}
+
+// tryAcquire takes claims, one or a set of the same TTL and no delay
+// (see TryAcquireAll), on one lease; again with a live lease, up to 5
+// times, when the lease vanished meanwhile (ErrRequeue).
+func (d *Driver) tryAcquire(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	dirs := make([]string, len(claims))
+	overs := make([]string, len(claims))
+	for i, l := range claims {
+		var err error
+		if dirs[i], overs[i], err = d.dirs(l); err != nil {
+			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		}
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
 	}
 	defer done()
+	l := claims[0]
 	// One run of store failures for the whole call, across its requests.
 	var run retry.Failing
 	for requeues := 0; ; requeues++ {
-		ls, err := d.useLease(ctx, &run, l.TTL)
+		ls, m, err := d.session(ctx, &run, l.TTL, l.Delay)
 		if err != nil {
-			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
-		}
-		var m *mark
-		if l.Delay > 0 {
-			if m, err = d.useMark(ctx, &run, ls, l.Delay); err != nil {
-				d.unuse(ls)
-				if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
-					continue
-				}
-				return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
+			if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
+				continue
 			}
+			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
 		}
-		s := d.alloc(ls, dir, m)
-		var g backend.Grant
-		switch l.Mode {
-		case backend.Permit:
-			g, err = d.tryPermit(ctx, &run, s, l)
-		default:
-			g, err = d.try(ctx, &run, s, l, over)
+		ss := make([]*slot, len(claims))
+		for i := range claims {
+			ss[i] = d.alloc(ls, dirs[i], m)
+		}
+		var gs []backend.Grant
+		if l.Mode == backend.Permit {
+			var g backend.Grant
+			g, err = d.tryPermit(ctx, &run, ss[0], l)
+			gs = []backend.Grant{g}
+		} else {
+			gs, err = d.trySet(ctx, &run, ss, claims, overs)
 		}
 		d.unuse(ls)
 		if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
@@ -283,38 +296,25 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 			if !errors.Is(err, backend.ErrNotAcquired) {
 				err = d.failed(ctx, err)
 			}
-			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
+			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
 		}
-		return g, nil
+		return gs, nil
 	}
 }
 
-// try puts s's entry, on its session's lease or its mark lease, if no
-// entry is under over (the lock's or the read-write lock's directory; a
-// reader's: its writers'), in one transaction.
-func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
-	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
-				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.leaseOf()))).
-			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
-	})
+// session returns a live lease for ttl, in use until unuse, and for a
+// delay its mark lease (see useLease and useMark).
+func (d *Driver) session(ctx context.Context, run *retry.Failing, ttl, delay time.Duration) (*lease, *mark, error) {
+	ls, err := d.useLease(ctx, run, ttl)
+	if err != nil || delay == 0 {
+		return ls, nil, err
+	}
+	m, err := d.useMark(ctx, run, ls, delay)
 	if err != nil {
-		return backend.Grant{}, d.failedPut(ctx, s, err)
+		d.unuse(ls)
+		return nil, nil, err
 	}
-	rev := resp.Header.Revision
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			d.free(s)
-			return backend.Grant{}, backend.ErrNotAcquired
-		}
-		// An earlier attempt of ours was applied although its reply was
-		// lost: nothing was under over then.
-		rev = kvs[0].CreateRevision
-	}
-	return d.grant(ctx, s, l, rev, rev)
+	return ls, m, nil
 }
 
 // failedPut handles an error from a transaction that may have written s's

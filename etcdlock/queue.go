@@ -52,19 +52,12 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
 	}
 	defer done()
-	ls, err := d.useLease(ctx, nil, c.TTL)
+	ls, m, err := d.session(ctx, nil, c.TTL, c.Delay)
 	if err != nil {
-		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: lease: %w", d.failed(ctx, err))
-	}
-	var m *mark
-	if c.Delay > 0 {
-		if m, err = d.useMark(ctx, nil, ls, c.Delay); err != nil {
-			d.unuse(ls)
-			if !errors.Is(err, backend.ErrRequeue) {
-				err = fmt.Errorf("lease: %w", d.failed(ctx, err))
-			}
-			return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
+		if !errors.Is(err, backend.ErrRequeue) {
+			err = fmt.Errorf("lease: %w", d.failed(ctx, err))
 		}
+		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
 	}
 	t := &ticket{d: d, c: c, s: d.alloc(ls, dir, m), over: over, weight: 1}
 	if c.Mode == backend.Permit {

@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,50 +14,20 @@ var _ backend.SetAcquirer = (*Driver)(nil)
 
 // TryAcquireAll implements backend.SetAcquirer: one transaction puts every
 // claim's entry, on one lease, if no entry is under any of their
-// directories (try's condition, for all at once); every grant then has the
-// transaction's revision as its fence.
+// directories; every grant then has the transaction's revision as its
+// fence.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
-	overs := make([]string, len(claims))
-	dirs := make([]string, len(claims))
-	for i, l := range claims {
+	for _, l := range claims {
 		if l.Mode != backend.Exclusive || l.Delay > 0 || l.TTL != claims[0].TTL {
 			return nil, fmt.Errorf("etcdlock: try-acquire: a set of claims that differ, or not exclusive: %w", backend.ErrUnsupported)
 		}
-		var err error
-		if dirs[i], overs[i], err = d.dirs(l); err != nil {
-			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
-		}
 	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
-	}
-	defer done()
-	var run retry.Failing
-	for requeues := 0; ; requeues++ {
-		ls, err := d.useLease(ctx, &run, claims[0].TTL)
-		if err != nil {
-			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
-		}
-		ss := make([]*slot, len(claims))
-		for i := range claims {
-			ss[i] = d.alloc(ls, dirs[i], nil)
-		}
-		gs, err := d.trySet(ctx, &run, ss, claims, overs)
-		d.unuse(ls)
-		if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
-			continue // our lease vanished: again, with a live one
-		}
-		if err != nil {
-			if !errors.Is(err, backend.ErrNotAcquired) {
-				err = d.failed(ctx, err)
-			}
-			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
-		}
-		return gs, nil
-	}
+	return d.tryAcquire(ctx, claims)
 }
 
+// trySet puts the entries of ss, on their session's lease or their mark
+// lease, if no entry is under overs (a lock's or a read-write lock's
+// directory; a reader's: its writers'), in one transaction.
 func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, claims []backend.Claim, overs []string) ([]backend.Grant, error) {
 	var ifs []clientv3.Cmp
 	var puts, gets []clientv3.Op
