@@ -436,57 +436,35 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// heldEntry enters the gate for a call on l and finds l's held entry,
-// under l's fence; end leaves the gate.
+// heldEntry enters the gate for a call on l and finds l's held entry
+// (see lookup); end leaves the gate.
 func (d *Driver) heldEntry(ctx context.Context, l backend.Claim) (context.Context, func(), *entry, error) {
 	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("etcdlock: %w", err)
 	}
-	d.mu.Lock()
-	e := d.held[holdKeyOf(l)]
-	d.mu.Unlock()
-	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+	e, err := d.lookup(l)
+	if err != nil {
 		end()
-		return nil, nil, nil, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		return nil, nil, nil, err
 	}
 	return ctx, end, e, nil
 }
 
-// Release deletes l's entry, and reports ErrNotHeld unless the key deleted
-// was still the entry of l's fence. A retried release never deletes a newer
-// lock: no other acquisition reuses the key's name meanwhile.
+// lookup finds l's held entry, under l's fence.
+func (d *Driver) lookup(l backend.Claim) (*entry, error) {
+	d.mu.Lock()
+	e := d.held[holdKeyOf(l)]
+	d.mu.Unlock()
+	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+		return nil, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+	}
+	return e, nil
+}
+
+// Release deletes l's entry, as ReleaseAll.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	ctx, end, e, err := d.heldEntry(ctx, l)
-	if err != nil {
-		return err
-	}
-	defer end()
-	if !d.forget(e, false) {
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	}
-	// A plain delete, faster than a compare-and-delete: no other
-	// acquisition's entry can have our reserved name; the previous value
-	// tells whether it was still ours (see "How locks are stored").
-	var resp *clientv3.DeleteResponse
-	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
-		return err
-	})
-	if err != nil {
-		d.orphan(e.s, e.rev)
-		return fmt.Errorf("etcdlock: %w (the driver keeps trying in the background)", err)
-	}
-	d.free(e.s)
-	switch {
-	case len(resp.PrevKvs) > 0 && resp.PrevKvs[0].CreateRevision != e.rev:
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	case len(resp.PrevKvs) == 0 && !ambiguous:
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	}
-	// After an attempt whose reply was lost, an entry found gone was most
-	// likely deleted by that attempt.
-	return nil
+	return d.ReleaseAll(ctx, []backend.Claim{l})[0]
 }
 
 // forget drops a held lock from the driver's books, so that no loss is
