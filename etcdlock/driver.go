@@ -134,7 +134,7 @@ func (d *Driver) Prefix() string { return d.prefix }
 // Dir returns the etcd key prefix of the queue of key (with a trailing '/'):
 // every entry of the lock, holder's and waiters', is directly under it.
 func (d *Driver) Dir(key string) string {
-	return d.prefix + "/" + backend.EscapeKey(key) + "/"
+	return d.dir(key, "")
 }
 
 // alloc reserves the lowest free slot of ls in dir.
@@ -419,20 +419,13 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		d.dropChanged(e)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	start := time.Now()
-	// The marks first: a session renewed alone could outlive them.
-	if err := d.keepMarks(ctx, e.s.ls); err != nil {
-		return fmt.Errorf("etcdlock: keep-alive: %w", err)
-	}
-	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
-	switch {
+	switch err := d.renew(ctx, e.s.ls); {
 	case isLeaseNotFound(err):
 		d.loseLease(e.s.ls, "was not found by the server")
 		return fmt.Errorf("etcdlock: %w: its lease expired", backend.ErrNotHeld)
 	case err != nil:
 		return fmt.Errorf("etcdlock: keep-alive: %w", err)
 	}
-	d.renewed(e.s.ls, start, ka.TTL)
 	return nil
 }
 
@@ -506,31 +499,22 @@ func (d *Driver) Close() error {
 	d.bg.Wait()
 	var ids []clientv3.LeaseID
 	for _, ls := range leases {
-		ids = append(ids, ls.id)
-		ids = append(ids, d.takeMarks(ls)...)
+		d.mu.Lock()
+		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
+		d.mu.Unlock()
+		// Mark leases too: closing is no loss, and keeps no delay.
+		ids = append(append(ids, ls.id), d.takeMarks(ls)...)
 	}
-
 	// Revoking frees the locks at once; unrevoked, they expire with their
 	// leases. So Close waits for it at most closeRevokeTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
 	defer cancel()
-	var (
-		errs  []error
-		errMu sync.Mutex
-		wg    sync.WaitGroup
-	)
-	for _, ls := range leases {
-		d.mu.Lock()
-		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
-		d.mu.Unlock()
-	}
-	// Mark leases too: closing is no loss, and keeps no delay.
-	for _, id := range ids {
+	errs := make([]error, len(ids)) // errors.Join skips the nils
+	var wg sync.WaitGroup
+	for i, id := range ids {
 		wg.Go(func() {
 			if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-				errMu.Lock()
-				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err))
-				errMu.Unlock()
+				errs[i] = fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err)
 			}
 		})
 	}

@@ -73,7 +73,7 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 	if !ok {
 		return nil, r, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
-	dir := d.prefix + "/" + backend.EscapeKey(key) + tag + "/"
+	dir := d.dir(key, tag)
 	from := dir
 	if m == backend.Permit {
 		from = resizeKey(dir)

@@ -148,14 +148,25 @@ func (d *Driver) contact(ls *lease) func() time.Time {
 	}
 }
 
-// renewed records a keep-alive sent at start that the server answered.
-func (d *Driver) renewed(ls *lease, start time.Time, ttlSec int64) {
-	until := start.Add(time.Duration(ttlSec) * time.Second)
+// renew sends ls's mark leases, then ls, a keep-alive (the marks first: a
+// session renewed alone could outlive them), and records when the one
+// that renewed ls was sent.
+func (d *Driver) renew(ctx context.Context, ls *lease) error {
+	start := time.Now()
+	if err := d.keepMarks(ctx, ls); err != nil {
+		return err
+	}
+	ka, err := d.cli.KeepAliveOnce(ctx, ls.id)
+	if err != nil {
+		return err
+	}
+	until := start.Add(time.Duration(ka.TTL) * time.Second)
 	d.mu.Lock()
 	if until.After(ls.until) {
 		ls.until = until
 	}
 	d.mu.Unlock()
+	return nil
 }
 
 // loseLease reports every lock on ls lost, once, and makes sure the server
@@ -261,16 +272,11 @@ func (d *Driver) keepAlive(ls *lease) {
 		d.mu.Unlock()
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(d.gate.Context(), until)
-		var resp *clientv3.LeaseKeepAliveResponse
-		err := d.keepMarks(ctx, ls) // first: see mark
-		if err == nil {
-			resp, err = d.cli.KeepAliveOnce(ctx, ls.id)
-		}
+		err := d.renew(ctx, ls)
 		cancel()
 		switch {
 		case err == nil:
 			bo.Reset()
-			d.renewed(ls, start, resp.TTL)
 			d.verify(ls)
 			d.sweep()
 			timer.Reset(max(period-time.Since(start), 0))

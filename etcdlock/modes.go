@@ -36,26 +36,26 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	if _, err := ttlSeconds(l.TTL + l.Delay); err != nil {
 		return "", "", err
 	}
-	base := d.prefix + "/" + backend.EscapeKey(l.Key)
+	rw := d.dir(l.Key, rwTag)
 	switch l.Mode {
 	case backend.Exclusive:
-		return base + "/", base + "/", nil
+		return d.Dir(l.Key), d.Dir(l.Key), nil
 	case backend.Permit:
 		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
 			return "", "", fmt.Errorf("%w: %d of %d permits (want 1 to %d of 1 to %d)", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit, l.Limit, backend.MaxLimit)
 		}
-		return d.semDir(l.Key), d.semDir(l.Key), nil
+		return d.dir(l.Key, semTag), d.dir(l.Key, semTag), nil
 	case backend.Read:
 		// A reader waits for the writers ahead of it alone.
-		return base + rwTag + "/r/", base + rwTag + "/w/", nil
+		return rw + "r/", rw + "w/", nil
 	case backend.Write:
 		// A writer waits for every entry ahead of it.
-		return base + rwTag + "/w/", base + rwTag + "/", nil
+		return rw + "w/", rw, nil
 	}
 	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
 }
 
-// semDir is the directory of key's semaphore.
-func (d *Driver) semDir(key string) string {
-	return d.prefix + "/" + backend.EscapeKey(key) + semTag + "/"
+// dir is the directory of key's object of tag (see dirs).
+func (d *Driver) dir(key, tag string) string {
+	return d.prefix + "/" + backend.EscapeKey(key) + tag + "/"
 }

@@ -283,9 +283,6 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w: %s", backend.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
-	if u.Opaque != "" {
-		return fail("want etcd://host:port/prefix")
-	}
 	endpoints, err := backend.Hosts(u, "2379")
 	if err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)

@@ -198,7 +198,7 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 		return fmt.Errorf("etcdlock: resize: %w", err)
 	}
 	defer done()
-	if err := d.resize(ctx, d.semDir(key), limit); err != nil {
+	if err := d.resize(ctx, d.dir(key, semTag), limit); err != nil {
 		return fmt.Errorf("etcdlock: resize: %w", d.failed(ctx, err))
 	}
 	return nil
