@@ -143,17 +143,14 @@ func (d *Driver) alloc(ls *lease, dir string, m *mark) *slot {
 	defer d.mu.Unlock()
 	used := ls.slots[dir]
 	if used == nil {
-		used = map[int]struct{}{}
+		used = map[int]bool{}
 		ls.slots[dir] = used
 	}
 	n := 0
-	for {
-		if _, ok := used[n]; !ok {
-			break
-		}
+	for used[n] {
 		n++
 	}
-	used[n] = struct{}{}
+	used[n] = true
 	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n), mark: m}
 }
 

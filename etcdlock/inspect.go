@@ -125,13 +125,8 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 		}
 		return len(kvs)
 	}
-	for i, kv := range kvs {
-		if writes(kv) {
-			if i == 0 {
-				return 1
-			}
-			return i
-		}
+	if i := slices.IndexFunc(kvs, writes); i >= 0 {
+		return max(i, 1)
 	}
 	return len(kvs)
 }

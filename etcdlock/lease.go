@@ -22,9 +22,9 @@ type lease struct {
 	until     time.Time // the server keeps the lease at least until then
 	users     int       // acquisitions in progress on it
 	entries   map[*entry]struct{}
-	slots     map[string]map[int]struct{} // by queue directory: slots in use
-	idleSince time.Time                   // when it last had no user and no entry
-	marks     map[int64]*mark             // by delay in seconds: its mark leases
+	slots     map[string]map[int]bool // by queue directory: slots in use
+	idleSince time.Time               // when it last had no user and no entry
+	marks     map[int64]*mark         // by delay in seconds: its mark leases
 
 	done context.Context // ends when the lease does (end, by stop)
 	stop func()
@@ -72,7 +72,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 		ttl:     time.Duration(resp.TTL) * time.Second,
 		until:   start.Add(time.Duration(resp.TTL) * time.Second),
 		entries: map[*entry]struct{}{},
-		slots:   map[string]map[int]struct{}{},
+		slots:   map[string]map[int]bool{},
 		marks:   map[int64]*mark{},
 	}
 	ls.done, ls.stop = context.WithCancel(context.Background())
