@@ -21,12 +21,11 @@ const DefaultPrefix = "/locker"
 // maxLeaseTTL is etcd's largest lease TTL, in seconds (MaxLeaseTTL).
 const maxLeaseTTL = 9_000_000_000
 
-// idleLease is how long a lease with no lock and no waiter is kept, for the
-// next acquisition, before it is revoked.
+// idleLease is how long a lease with no lock and no waiter is kept for the
+// next acquisition.
 const idleLease = time.Minute
 
-// opTimeout bounds the clean-up requests the driver makes on its own behalf
-// (deleting a cancelled waiter's entry, revoking leases on Close).
+// opTimeout bounds the driver's own clean-up requests.
 const opTimeout = 5 * time.Second
 
 // closeRevokeTimeout bounds the lease revocations of Close.
@@ -176,10 +175,9 @@ func (d *Driver) freeLocked(s *slot) {
 	}
 }
 
-// SessionTTL returns the TTL of the driver's session lease: the default-TTL
-// lease if one is alive, else the latest granted (a lost session's), else
-// the server's minimum once learned, or zero. Each lock's own effective TTL
-// is in its Grant.
+// SessionTTL returns the shortest TTL of the driver's live leases, else
+// the latest granted, else the server's minimum once learned, or zero.
+// Each lock's own is in its Grant.
 func (d *Driver) SessionTTL() time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -210,9 +208,8 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return sec, nil
 }
 
-// failed is the error of a request that failed with err, or, once its
-// context ended, ErrClosed when that is because the driver closed, else
-// the context's own cause.
+// failed is err, or, once ctx ended, ErrClosed if the driver closed, else
+// ctx's cause.
 func (d *Driver) failed(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() == nil:
@@ -224,8 +221,7 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 }
 
 // permission marks the server's refusal of our credentials or of an
-// operation on the prefix as backend.ErrPermission: a configuration error
-// that waiting cannot fix.
+// operation as backend.ErrPermission, which waiting cannot fix.
 func permission(err error) error {
 	switch rpctypes.Error(err) {
 	case rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
@@ -316,10 +312,9 @@ func (d *Driver) session(ctx context.Context, run *retry.Failing, ttl, delay tim
 
 // failedPut handles an error from a transaction that may have written s's
 // key: a lost lease means start over; anything else may have been applied,
-// so the entry is deleted, or, etcd out of reach or a caller who gave up
-// unanswered (errUnsettled), left to the background sweep rather than
-// wait for etcd again: the sweep deletes it at the next keep-alive that
-// gets through, or it goes with its lease.
+// so the entry is deleted, or, etcd out of reach or unanswered after its
+// caller gave up (errUnsettled), left to the sweep at the next keep-alive
+// that gets through, or to its lease.
 func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
 	switch {
 	case isLeaseNotFound(err):
@@ -362,10 +357,9 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, mod i
 }
 
 // remove deletes a waiter's or a failed acquisition's entry, even when ctx
-// is done, and frees its slot. rev 0 deletes the key whatever its revision
-// (the slot is ours). When etcd cannot be reached, the background sweep
-// keeps trying for as long as the lease may keep the entry alive, and the
-// slot stays reserved until then.
+// is done, and frees its slot; rev 0: whatever its revision (the slot is
+// ours). When etcd cannot be reached, the sweep keeps trying, the slot
+// reserved until then.
 func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	timeout := opTimeout
 	if ctx.Err() != nil {
@@ -393,10 +387,9 @@ func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
 	return err
 }
 
-// Refresh checks that l's entry still exists, unmodified since its
-// creation or its move to a mark lease (the driver never writes an entry
-// again, so a later revision is someone else's put), and sends its leases
-// a keep-alive.
+// Refresh checks that l's entry is unmodified since its creation or its
+// move to a mark lease (a later revision is someone else's put), and
+// renews its leases.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
@@ -458,9 +451,8 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 }
 
 // forget drops a held lock from the driver's books, so that no loss is
-// reported for it any more; gone says its entry is gone from the store, and
-// frees its slot. It reports whether e was still on the books.
-func (d *Driver) forget(e *entry, gone bool) bool {
+// reported for it any more, and reports whether e was still on them.
+func (d *Driver) forget(e *entry) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.held[e.hk] != e {
@@ -472,15 +464,11 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 	if len(ls.entries) == 0 && ls.users == 0 {
 		ls.idleSince = time.Now()
 	}
-	if gone {
-		d.freeLocked(e.s)
-	}
 	return true
 }
 
-// Close stops the driver's goroutines and revokes its leases, which frees
-// every lock and queue entry it still has, then closes the etcd client if
-// the driver opened it.
+// Close stops the driver's goroutines and revokes its leases, freeing its
+// locks and queue entries, then closes the etcd client if it opened it.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("etcdlock: close: %w", backend.ErrClosed)

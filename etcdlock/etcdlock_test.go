@@ -619,7 +619,7 @@ func TestOrphanSweep(t *testing.T) {
 	d.mu.Lock()
 	e := d.held[holdKey{l.Key, l.Token}]
 	d.mu.Unlock()
-	d.forget(e, false)
+	d.forget(e)
 	d.mu.Lock()
 	d.orphans[e.s] = e.rev
 	d.mu.Unlock()

@@ -41,9 +41,8 @@ func (ls *lease) end(err error) bool {
 	return true
 }
 
-// useLease returns a live lease for ttl, granting one if needed, counted as
-// in use until unuse. A grant that fails to reach etcd is sent again while
-// run lasts.
+// useLease returns a live lease for ttl, granted if needed (again while
+// run lasts), in use until unuse.
 func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Duration) (*lease, error) {
 	sec, err := ttlSeconds(ttl)
 	if err != nil {
@@ -101,7 +100,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	return ls, nil
 }
 
-// grantLease grants a lease of sec seconds, or more, and returns when the
+// grantLease grants a lease of sec seconds or more, and returns when the
 // request that got it was sent.
 func (d *Driver) grantLease(ctx context.Context, run *retry.Failing, sec int64) (resp *clientv3.LeaseGrantResponse, start time.Time, err error) {
 	// A grant sent again after a lost reply may leave a lease nobody
@@ -115,8 +114,7 @@ func (d *Driver) grantLease(ctx context.Context, run *retry.Failing, sec int64) 
 		return nil, start, err
 	}
 	if resp.TTL < sec {
-		// Never pretend: a server that grants less than asked is not one
-		// whose TTLs we can report.
+		// Never pretend: we could not report its TTLs.
 		d.revokeLater(resp.ID)
 		return nil, start, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
 	}
@@ -134,9 +132,8 @@ func (d *Driver) unuse(ls *lease) {
 }
 
 // contact is backend.Grant.Contact for the locks on ls: when the latest
-// request that renewed ls and was answered (its grant or a keep-alive, ours
-// or a Refresh's) was sent; the zero time once ls is lost. Puts and reads
-// on the lease's keys do not renew it, so they do not count.
+// answered request that renewed ls (its grant or a keep-alive) was sent;
+// zero once ls is lost. Puts and reads of its keys do not renew it.
 func (d *Driver) contact(ls *lease) func() time.Time {
 	return func() time.Time {
 		d.mu.Lock()
@@ -169,9 +166,8 @@ func (d *Driver) renew(ctx context.Context, ls *lease) error {
 	return nil
 }
 
-// loseLease reports every lock on ls lost, once, and makes sure the server
-// drops the lease too (it may still be alive if only our keep-alives
-// failed).
+// loseLease reports every lock on ls lost, once, and revokes it (it may
+// still be alive if only our keep-alives failed).
 func (d *Driver) loseLease(ls *lease, why string) {
 	err := fmt.Errorf("etcdlock: session lease %x %s: %w", int64(ls.id), why, backend.ErrLost)
 	d.mu.Lock()
@@ -210,12 +206,12 @@ func (d *Driver) loseEntry(e *entry, why string) {
 }
 
 // dropChanged forgets a held lock whose entry was deleted or overwritten
-// by someone else. An overwritten key, still under our name, is left to the
-// sweep to delete (if its creation revision is still ours), which frees
-// the slot once the key is gone: reused meanwhile, the name would make a
-// retried acquisition take the stranger's key for its own.
+// by someone else, and leaves the key to the sweep (if its creation
+// revision is still ours), which frees the slot once the key is gone:
+// reused sooner, the name would make a retried acquisition take the
+// stranger's key for its own.
 func (d *Driver) dropChanged(e *entry) bool {
-	if !d.forget(e, false) {
+	if !d.forget(e) {
 		return false
 	}
 	d.orphan(e.s, e.rev)
@@ -245,9 +241,8 @@ func (d *Driver) revoke(ctx context.Context, id clientv3.LeaseID) {
 	_, _ = d.cli.Revoke(ctx, id)
 }
 
-// keepAlive sends ls a keep-alive every TTL/3 until the driver closes or
-// the lease is lost, retires it when idle, checks that the held locks'
-// entries still exist, and retries the deletion of orphaned entries.
+// keepAlive renews ls every TTL/3 until the driver closes or the lease is
+// lost, retires it when idle, verifies its entries and sweeps.
 func (d *Driver) keepAlive(ls *lease) {
 	defer d.bg.Done()
 	period := ls.ttl / 3
@@ -314,11 +309,9 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	return idle
 }
 
-// verify checks that the entries of the locks held on ls (or its mark
-// leases) still exist, unmodified since their creation or move (a put by
-// anyone else moves the modification revision), in one read-only
-// transaction per 64 locks, and reports the missing or overwritten ones
-// lost.
+// verify checks that the entries of the locks held on ls are unmodified
+// since their creation or move (see Refresh), in one read-only
+// transaction per 64 locks, and reports the others lost.
 func (d *Driver) verify(ls *lease) {
 	d.mu.Lock()
 	entries := make([]*entry, 0, len(ls.entries))

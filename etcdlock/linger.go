@@ -33,7 +33,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("etcdlock: grant: %w", d.failed(ctx, permission(err)))
 	}
 	// No loss is reported for the entry from here on: its holder is done.
-	if !d.forget(e, false) {
+	if !d.forget(e) {
 		d.revokeLater(g.ID)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}

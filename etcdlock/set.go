@@ -111,7 +111,7 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	var dels []clientv3.Op
 	for i, l := range claims {
 		e, err := d.lookup(l)
-		if err == nil && !d.forget(e, false) {
+		if err == nil && !d.forget(e) {
 			err = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 		}
 		if err != nil {
