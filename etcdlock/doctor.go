@@ -21,24 +21,21 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// No backend.StoreClock: etcd has no request that returns its time, and
-// leases count down durations on the leader's clock, so no lock depends
-// on the offset between this host's clock and etcd's.
+// No backend.StoreClock: etcd tells no time, and leases count durations
+// on the leader's clock, so no lock depends on our clock's offset.
 var _ backend.Diagnoser = (*Driver)(nil)
 
 // maxRaftGap is etcd's maxGapBetweenApplyAndCommitIndex: a member that
 // far behind in applying refuses new requests ("too many requests").
 const maxRaftGap = 5000
 
-// statusTimeout bounds the Status of one member, so that a member down
-// does not use up the whole diagnosis.
+// statusTimeout bounds the Status of one member, down or not.
 const statusTimeout = 3 * time.Second
 
 // Diagnose implements backend.Diagnoser: the members (how many, each one's
 // health, leader and raft progress), the alarms, authentication and the
-// credential's roles, and, when ttl is given, the lease etcd grants for it.
-// Its one write is that lease, revoked at once: etcd says its minimum
-// lease TTL nowhere else.
+// credential's roles, and the lease etcd grants for ttl, if given: its one
+// write, revoked at once, since etcd tells its minimum TTL nowhere else.
 func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -204,8 +201,7 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 	return fs
 }
 
-// errsBut is the errors of a Status without those that contain s: the
-// alarms, which etcd.alarms reports.
+// errsBut is errs but those that contain s (the alarms, said apart).
 func errsBut(errs []string, s string) []string {
 	return slices.DeleteFunc(slices.Clone(errs), func(e string) bool { return strings.Contains(e, s) })
 }
@@ -223,9 +219,8 @@ func memberName(ms []*pb.Member, id uint64) string {
 	return fmt.Sprintf("member %x", id)
 }
 
-// auth checks that authentication is on where the cluster is reached over
-// the network, and that the credential's roles grant nothing beyond the
-// driver's prefix.
+// auth checks that authentication is on for a cluster reached over the
+// network, and that the credential's roles reach nothing beyond the prefix.
 func (d *Driver) auth(ctx context.Context) findings {
 	var fs findings
 	on, err := authEnabled(ctx, d.cli)
@@ -288,10 +283,9 @@ func (d *Driver) auth(ctx context.Context) findings {
 	return fs
 }
 
-// authEnabled asks AuthStatus (etcd 3.5+). Before 3.5, RoleList tells: it
-// is refused only to a user other than root while auth is on. (The client
-// keeps a user name whose authentication auth off refused, so a name
-// alone proves nothing.)
+// authEnabled asks AuthStatus (etcd 3.5+), else RoleList, refused only
+// to a user other than root while auth is on (a user name alone proves
+// nothing: the client keeps one that auth off refused).
 func authEnabled(ctx context.Context, cli *clientv3.Client) (bool, error) {
 	st, err := cli.AuthStatus(ctx)
 	if err == nil {

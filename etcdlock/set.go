@@ -14,9 +14,8 @@ import (
 var _ backend.SetAcquirer = (*Driver)(nil)
 
 // TryAcquireAll implements backend.SetAcquirer: one transaction puts every
-// claim's entry, on one lease, if no entry is under any of their
-// directories; every grant then has the transaction's revision as its
-// fence.
+// claim's entry if no entry is under any of their directories (see
+// trySet); every fence is then the transaction's revision.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
 	for _, l := range claims {
 		if l.Mode != backend.Exclusive || l.Delay > 0 || l.TTL != claims[0].TTL {
@@ -74,7 +73,9 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 			// ones before it go too, and the ones after it are removed.
 			for j := range ss {
 				if j < i {
-					d.Release(ctx, withFence(claims[j], gs[j].Fence))
+					c := claims[j]
+					c.Fence = gs[j].Fence
+					d.Release(ctx, c)
 				} else if j > i {
 					d.remove(ctx, ss[j], rev)
 				}
@@ -85,18 +86,11 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 	return gs, nil
 }
 
-func withFence(l backend.Claim, fence uint64) backend.Claim {
-	l.Fence = fence
-	return l
-}
-
 // ReleaseAll implements backend.SetAcquirer: it deletes the claims'
-// entries, in one request, and reports ErrNotHeld for each unless the key
-// deleted was still the entry of its claim's fence. A plain delete, faster
-// than a compare-and-delete: no other acquisition's entry can have our
-// reserved name, so a retried release never deletes a newer lock, and the
-// previous value tells whether it was still ours (see "How locks are
-// stored").
+// entries in one request, and reports ErrNotHeld unless the key deleted
+// was the entry of the claim's fence. A plain delete, faster than a
+// compare-and-delete: no other acquisition's entry has our reserved name,
+// so a retry never deletes a newer lock (see "How locks are stored").
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
 	ctx, done, err := d.gate.Enter(ctx)

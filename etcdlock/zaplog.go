@@ -24,9 +24,8 @@ func zapLogger(l *slog.Logger) *zap.Logger {
 }
 
 // attemptFailed is the etcd client's message for each failed attempt of a
-// request. The error comes back to the driver, which retries on its own
-// terms and reports the outcome once: at Warn, every attempt of a request
-// it rides out would be said again, so it goes at Debug.
+// request: at Debug, since the driver retries on its own terms and reports
+// the outcome once.
 const attemptFailed = "retrying of unary invoker failed"
 
 func levelOf(e zapcore.Entry) slog.Level {
