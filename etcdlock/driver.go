@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -475,10 +477,7 @@ func (d *Driver) Close() error {
 	}
 	// No call is in flight any more, so no lease is being granted.
 	d.mu.Lock()
-	var leases []*lease
-	for _, ls := range d.leases {
-		leases = append(leases, ls)
-	}
+	leases := slices.Collect(maps.Values(d.leases))
 	d.leases = map[int64]*lease{}
 	d.mu.Unlock()
 	d.bg.Wait()

@@ -53,21 +53,21 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	kvs, r, err := d.readObject(ctx, key, m)
+	_, st, leases, err := d.readObject(ctx, key, m)
 	if err != nil {
 		return backend.State{}, err
 	}
-	st, leases := stateOf(key, m, kvs, r)
 	return d.withTTLs(ctx, st, leases)
 }
 
 // readObject reads the directory of key's object m in creation order
 // (a read-write lock's readers and writers together), and in the same
-// range a semaphore's resize record, whose key sorts just before it.
-func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kvs []*mvccpb.KeyValue, r record, err error) {
+// range a semaphore's resize record, whose key sorts just before it, and
+// describes the object (see stateOf).
+func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]*mvccpb.KeyValue, backend.State, []clientv3.LeaseID, error) {
 	tag, ok := tagOf(m)
 	if !ok {
-		return nil, r, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
+		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
 	dir := d.dir(key, tag)
 	from := dir
@@ -77,17 +77,16 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 	resp, err := d.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(dir)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, r, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
-	kvs = resp.Kvs
-	if from == dir {
-		return kvs, r, nil
-	}
-	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); i >= 0 {
+	kvs := resp.Kvs
+	var r record
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); from != dir && i >= 0 {
 		r = resized(kvs[i : i+1])
 		kvs = slices.Delete(kvs, i, i+1)
 	}
-	return kvs, r, nil
+	st, leases := stateOf(key, m, kvs, r)
+	return kvs, st, leases, nil
 }
 
 // holding counts the entries of object m that hold it, the first of kvs
@@ -326,11 +325,10 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	kvs, r, err := d.readObject(ctx, key, m)
+	kvs, st, leases, err := d.readObject(ctx, key, m)
 	if err != nil {
 		return backend.State{}, err
 	}
-	st, leases := stateOf(key, m, kvs, r)
 	// The holders' entries are the first ones, one per lease.
 	i := slices.IndexFunc(kvs[:len(leases)], func(kv *mvccpb.KeyValue) bool { return uint64(kv.CreateRevision) == fence })
 	if i < 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -314,17 +316,11 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 // transaction per 64 locks, and reports the others lost.
 func (d *Driver) verify(ls *lease) {
 	d.mu.Lock()
-	entries := make([]*entry, 0, len(ls.entries))
-	for e := range ls.entries {
-		entries = append(entries, e)
-	}
+	entries := slices.Collect(maps.Keys(ls.entries))
 	d.mu.Unlock()
-	for len(entries) > 0 {
-		n := min(len(entries), 64)
-		batch := entries[:n]
-		entries = entries[n:]
-		cmps := make([]clientv3.Cmp, n)
-		gets := make([]clientv3.Op, n)
+	for batch := range slices.Chunk(entries, 64) {
+		cmps := make([]clientv3.Cmp, len(batch))
+		gets := make([]clientv3.Op, len(batch))
 		for i, e := range batch {
 			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)
 			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
@@ -350,14 +346,7 @@ func (d *Driver) verify(ls *lease) {
 // sweep retries deleting entries whose deletion failed earlier.
 func (d *Driver) sweep() {
 	d.mu.Lock()
-	if len(d.orphans) == 0 {
-		d.mu.Unlock()
-		return
-	}
-	orphans := make(map[*slot]int64, len(d.orphans))
-	for s, rev := range d.orphans {
-		orphans[s] = rev
-	}
+	orphans := maps.Clone(d.orphans)
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)

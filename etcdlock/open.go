@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -186,12 +187,7 @@ func probe(ctx context.Context, cfg clientv3.Config) error {
 		wg.Go(func() { errs[i] = probeOne(ctx, ep, cfg.TLS) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmp.Or(errs...) // the first
 }
 
 func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
