@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,19 +58,14 @@ type Driver struct {
 	cut *cutter // bounds each attempt of a request
 }
 
-type holdKey struct{ key, token string }
-
-// holdKeyOf is l's key in Driver.held: a key's lock, semaphore and
-// read-write lock are apart there too.
-func holdKeyOf(l backend.Claim) holdKey {
-	switch l.Mode {
-	case backend.Exclusive:
-		return holdKey{l.Key, l.Token}
-	case backend.Permit:
-		return holdKey{l.Key + "\x00s", l.Token}
-	}
-	return holdKey{l.Key + "\x00r", l.Token}
+// holdKey is a held lock's key in Driver.held: a key's lock, semaphore
+// and read-write lock are apart there too.
+type holdKey struct {
+	key, token string
+	obj        backend.Mode
 }
+
+func holdKeyOf(l backend.Claim) holdKey { return holdKey{l.Key, l.Token, backend.Object(l.Mode)} }
 
 var (
 	_ backend.Driver  = (*Driver)(nil)
@@ -189,13 +185,7 @@ func (d *Driver) SessionTTL() time.Duration {
 			best = ls.ttl
 		}
 	}
-	if best == 0 {
-		best = d.lastTTL
-	}
-	if best == 0 {
-		best = time.Duration(d.minTTL) * time.Second
-	}
-	return best
+	return cmp.Or(best, d.lastTTL, time.Duration(d.minTTL)*time.Second)
 }
 
 // ttlSeconds turns a TTL into whole lease seconds, rounded up.

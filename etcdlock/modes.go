@@ -33,23 +33,24 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	if _, err := ttlSeconds(l.TTL + l.Delay); err != nil {
 		return "", "", err
 	}
-	rw := d.dir(l.Key, rwTag)
+	tag, ok := tagOf(backend.Object(l.Mode))
+	if !ok {
+		return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
+	}
+	dir = d.dir(l.Key, tag)
 	switch l.Mode {
-	case backend.Exclusive:
-		return d.Dir(l.Key), d.Dir(l.Key), nil
 	case backend.Permit:
 		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
 			return "", "", fmt.Errorf("%w: %d of %d permits (want 1 to %d of 1 to %d)", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit, l.Limit, backend.MaxLimit)
 		}
-		return d.dir(l.Key, semTag), d.dir(l.Key, semTag), nil
 	case backend.Read:
 		// A reader waits for the writers ahead of it alone.
-		return rw + "r/", rw + "w/", nil
+		return dir + "r/", dir + "w/", nil
 	case backend.Write:
 		// A writer waits for every entry ahead of it.
-		return rw + "w/", rw, nil
+		return dir + "w/", dir, nil
 	}
-	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
+	return dir, dir, nil
 }
 
 // dir is the directory of key's object of tag (see dirs).

@@ -193,12 +193,13 @@ func probe(ctx context.Context, cfg clientv3.Config) error {
 func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 	err := exchange(ctx, ep, tc)
 	var ne net.Error
+	var alert *net.OpError // a TLS alert sent by the server
 	switch {
 	case err == nil || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()):
 		return nil // it answers, or is slow: no cause to tell
 	case tc == nil && speaksTLS(ctx, ep):
 		return fmt.Errorf("%s: the server requires TLS (add ca=FILE, or tls=true, to the URL)", ep)
-	case tc != nil && len(tc.Certificates) == 0 && remoteAlert(err):
+	case tc != nil && len(tc.Certificates) == 0 && errors.As(err, &alert) && alert.Op == "remote error":
 		// Servers answer a missing client certificate with "bad
 		// certificate" as often as with "certificate required".
 		return fmt.Errorf("%s: %w (the server may require a client certificate: cert=FILE and key=FILE)", ep, err)
@@ -234,12 +235,6 @@ func exchange(ctx context.Context, ep string, tc *tls.Config) error {
 	}
 	_, err = io.ReadFull(conn, make([]byte, 9))
 	return err
-}
-
-// remoteAlert reports whether err is a TLS alert sent by the server.
-func remoteAlert(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // speaksTLS reports whether ep completes a TLS handshake, whatever its
