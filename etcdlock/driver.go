@@ -112,13 +112,9 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		cut:     newCutter(),
 	}
 	d.broken, d.breaks = context.WithCancel(context.Background())
-	d.bg.Add(3)
-	go d.watchConn()
-	go d.keepStream()
-	go func() {
-		defer d.bg.Done()
-		d.cut.run(d.gate.Context())
-	}()
+	d.bg.Go(d.watchConn)
+	d.bg.Go(d.keepStream)
+	d.bg.Go(func() { d.cut.run(d.gate.Context()) })
 	return d
 }
 

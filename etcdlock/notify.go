@@ -55,14 +55,11 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	ch := make(chan struct{}, 1)
 	ended := make(chan struct{})
-	d.bg.Add(1) // inside the gate: Close waits for the calls before bg
-	go func() {
-		defer d.bg.Done()
+	d.bg.Go(func() { // inside the gate: Close waits for the calls before bg
 		defer close(ended)
 		d.relay(wctx, dir, wch, rev, ch)
-	}()
-	var once sync.Once
-	return ch, func() { once.Do(func() { cancel(); <-ended }) }, nil
+	})
+	return ch, sync.OnceFunc(func() { cancel(); <-ended }), nil
 }
 
 // A watch silent for progressEvery is asked for progress; none within

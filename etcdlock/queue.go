@@ -384,7 +384,6 @@ func (d *Driver) brokenConn() context.Context {
 // watchConn ends d.broken, and makes a new one, each time the client's
 // gRPC connection leaves the Ready state (no endpoint is reachable).
 func (d *Driver) watchConn() {
-	defer d.bg.Done()
 	ctx := d.gate.Context()
 	conn := d.cli.ActiveConnection()
 	for {

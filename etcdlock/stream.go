@@ -12,7 +12,6 @@ import (
 // cancelled before its watch was confirmed would leave it running (see
 // "Waiting" in the docs). A broken stream's watch is made again.
 func (d *Driver) keepStream() {
-	defer d.bg.Done()
 	ctx := d.gate.Context()
 	bo := retry.Backoff{Min: rewatchAfter, Max: 5 * rewatchAfter}
 	for {
