@@ -270,13 +270,10 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	}
 	p := backend.NewParams(u)
 	tc, err := p.TLS(false)
-	dial := p.Duration("dial_timeout", defaultDialTimeout)
+	dial := cmp.Or(p.Duration("dial_timeout", defaultDialTimeout), defaultDialTimeout) // 0: the default
 	kaTime := p.Duration("keepalive_time", defaultKeepAliveTime)
 	kaTimeout := p.Duration("keepalive_timeout", defaultKeepAliveTimeout)
-	if err == nil {
-		err = p.Err()
-	}
-	if err != nil {
+	if err := cmp.Or(err, p.Err()); err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	switch {
@@ -284,9 +281,6 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 		return fail("keepalive_time=%v: want at least %v (gRPC's least), or 0 for no keep-alive", kaTime, minKeepAliveTime)
 	case kaTime > 0 && kaTimeout == 0:
 		return fail("keepalive_timeout=0: want more than 0")
-	}
-	if dial <= 0 {
-		dial = defaultDialTimeout
 	}
 	cfg := clientv3.Config{
 		Endpoints:            endpoints,
