@@ -365,12 +365,12 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 }
 
 func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
-	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
+	cond := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
 	if rev == 0 {
-		cmp = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+		cond = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
 	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key))
+		return d.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(key))
 	})
 	return err
 }
