@@ -12,11 +12,11 @@ import (
 // attemptTimeout and attemptTimeout+cutTick after it began.
 const cutTick = attemptTimeout / 8
 
-// cutter bounds each attempt of a request by attemptTimeout from one ticker
-// for the whole driver, running only while attempts are in flight, because
-// a deadline per attempt costs timers on both sides (see "Store failures"
-// in docs/backends/etcdlock.md). Attempts are filed by the tick they began
-// in; each tick cancels those filed attemptTimeout/cutTick+1 ticks back.
+// cutter bounds each attempt of a request by attemptTimeout with one ticker
+// for the driver, running only while attempts are in flight: a deadline
+// per attempt costs timers on both sides (see "Store failures" in the
+// docs). Each tick cancels the attempts filed attemptTimeout/cutTick+1
+// ticks back.
 type cutter struct {
 	mu   sync.Mutex
 	ring [attemptTimeout/cutTick + 1]map[*cutAttempt]struct{}
@@ -38,8 +38,8 @@ func newCutter() *cutter {
 	return c
 }
 
-// start returns ctx for one attempt, cancelled by the cutter once it has
-// run for attemptTimeout, and end, which the attempt calls when it returns.
+// start returns ctx for one attempt, cut once it has run for
+// attemptTimeout, and end, which the attempt calls when it returns.
 func (c *cutter) start(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	a := &cutAttempt{cancel: cancel}
@@ -103,10 +103,9 @@ func (c *cutter) run(ctx context.Context) {
 	}
 }
 
-// attempt returns the context of one attempt of a request, cut by the
-// cutter, and requiring a leader, so that a member that knows it has none
-// refuses at once (a write it would otherwise drop, a read it would hold);
-// end must be called when the attempt returns.
+// attempt returns the context of one attempt, cut by the cutter, and
+// requiring a leader, so that a member without one refuses at once (a
+// write it would drop, a read it would hold), and its end.
 func (d *Driver) attempt(ctx context.Context) (context.Context, func()) {
 	return d.cut.start(clientv3.WithRequireLeader(ctx))
 }

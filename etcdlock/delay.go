@@ -11,10 +11,9 @@ import (
 )
 
 // A lock taken with a delay (locker.LockDelay) is its own marker: its
-// entry is put on a lease that outlives the session by the delay, and the
-// driver reports it lost with the session. Release deletes it as any
-// entry, waiters wait for it as for any entry ahead, Inspect shows it and
-// Break deletes it (see "Lock-delay" in docs/backends/etcdlock.md).
+// entry is on a lease that outlives the session by the delay, and is
+// reported lost with the session; otherwise it is an entry like any other
+// (see "Lock-delay" in docs/backends/etcdlock.md).
 
 var _ backend.Delayer = (*Driver)(nil)
 
@@ -23,15 +22,14 @@ func (d *Driver) KeepsDelay() bool { return true }
 
 // markPad is added to a mark lease: etcd revokes expired leases every
 // 500ms, and a mark lease is renewed a round trip before its session, so
-// without it a delayed entry could go up to that much before the delay
-// after the session's end.
+// without it a delayed entry could go that much before the delay ends.
 const markPad = time.Second
 
 // mark is the lease of one session's delayed entries of one delay (in
 // whole seconds): granted for the session's TTL, the delay and markPad,
 // and renewed just before the session, so its entries go at least the
-// delay after the session ends, and at most the delay and markPad after.
-// Its fields are guarded by the driver's mutex.
+// delay, at most the delay and markPad, after the session ends. The
+// driver's mutex guards its fields.
 type mark struct {
 	id        clientv3.LeaseID
 	sec       int64     // the delay in seconds, rounded up: its key in lease.marks
@@ -39,8 +37,8 @@ type mark struct {
 	idleSince time.Time // when n last fell to 0
 }
 
-// useMark returns ls's mark lease for delay, granting one if needed,
-// counted in its n until the slot that takes it is freed.
+// useMark returns ls's mark lease for delay, granted if needed, counted
+// in its n until the slot that takes it is freed.
 func (d *Driver) useMark(ctx context.Context, run *retry.Failing, ls *lease, delay time.Duration) (*mark, error) {
 	sec, err := ttlSeconds(delay)
 	if err != nil {
@@ -68,8 +66,7 @@ func (d *Driver) useMark(ctx context.Context, run *retry.Failing, ls *lease, del
 	}
 	d.mu.Unlock()
 	if m == nil || m.id != resp.ID {
-		// The session is gone, or a concurrent acquisition granted one
-		// first.
+		// The session is gone, or a concurrent acquisition granted one.
 		d.revokeLater(resp.ID)
 	}
 	if m == nil {
@@ -87,8 +84,8 @@ func (s *slot) leaseOf() clientv3.LeaseID {
 }
 
 // toMark moves a waiter's entry s, of creation revision rev, to its mark
-// lease once its claim holds the key, and returns the entry's new
-// modification revision: ErrRequeue if the entry is gone.
+// lease once it holds, and returns its new modification revision;
+// ErrRequeue if the entry is gone.
 func (d *Driver) toMark(ctx context.Context, s *slot, rev int64) (int64, error) {
 	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", rev)).
@@ -106,9 +103,9 @@ func (d *Driver) toMark(ctx context.Context, s *slot, rev int64) (int64, error) 
 	return resp.Header.Revision, nil
 }
 
-// keepMarks renews ls's mark leases, before ls itself, and revokes the ones
-// idle for idleLease. One the server no longer has (revoked by hand) is
-// dropped: its entries went with it, and verify reports them lost.
+// keepMarks renews ls's mark leases and revokes those idle for idleLease.
+// One the server no longer has is dropped: its entries went with it, and
+// verify reports them lost.
 func (d *Driver) keepMarks(ctx context.Context, ls *lease) error {
 	d.mu.Lock()
 	var keep, idle []*mark
@@ -140,9 +137,8 @@ func (d *Driver) keepMarks(ctx context.Context, ls *lease) error {
 	return nil
 }
 
-// takeMarks removes ls's mark leases, for the caller to revoke (which
-// deletes their entries) when ls ends by the driver's choice (Close,
-// retired idle), not by a loss.
+// takeMarks removes ls's mark leases, for the caller to revoke when ls
+// ends by the driver's choice (Close, idle), not by a loss.
 func (d *Driver) takeMarks(ls *lease) []clientv3.LeaseID {
 	d.mu.Lock()
 	defer d.mu.Unlock()

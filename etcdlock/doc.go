@@ -14,19 +14,19 @@
 // locker.New; [Open] dials its own.
 //
 // Guarantees: waiters queue in arrival order (FIFO), each watching only the
-// entry ahead; the fence is the creation revision of the holder's entry,
-// from etcd's global revision, so it only grows and a released name leaves
-// nothing behind (but a semaphore's limit set by Resize, until Resize 0);
-// every acquisition is a disk-synced write on a consensus
-// store; semaphores and read-write locks, FIFO too. Limits: locks live as
-// long as their client's lease, whose TTL is whole seconds and at least the
+// entry ahead, semaphores and read-write locks too; the fence is the
+// creation revision of the holder's entry, from etcd's global revision, so
+// it only grows, and a released name leaves nothing behind (but a
+// semaphore's limit set by Resize, until Resize 0); every acquisition is a
+// disk-synced write on a consensus store. Limits: locks live as long as
+// their client's lease, whose TTL is whole seconds and at least the
 // server's minimum (2s by default), so locker.AutoRefresh(false) does not
 // expire a lock, and losing the lease loses every lock of the client at
 // once; a revoked lease or a deleted entry is noticed within TTL/3 and two
 // round trips.
 //
-// How it works, in full (the queue, waiting, store failures, sessions,
-// lock-delay, inspecting, logging) is in the repository's docs/backends/etcdlock.md:
+// How it works (the queue, waiting, store failures, sessions, lock-delay,
+// inspecting, logging) is in docs/backends/etcdlock.md:
 // https://github.com/lockerhq/locker/blob/main/docs/backends/etcdlock.md
 //
 // # URL parameters
@@ -39,15 +39,12 @@
 //	keepalive_timeout=5s     and drop the connection, and dial again, if the ping is not answered within this
 //	namespace=, ttl=         the locker Client's own, with every scheme
 //
-// See [Open] for the endpoint forms.
-//
 // # Security
 //
-// TLS comes from the URL parameters above. A client certificate alone (no
-// user) authenticates as its common name; a user named with no password
-// found is refused before any connection. A wrong password, an unknown
-// user and a missing permission wrap backend.ErrPermission and are never
-// retried. The driver needs readwrite on prefix/ only (Open checks it).
-// Handshake errors, the least-privilege role and what a writer of the
-// prefix can do are in docs/backends/etcdlock.md.
+// A client certificate alone (no user) authenticates as its common name; a
+// user named with no password found is refused before any connection. A
+// wrong password, an unknown user and a missing permission wrap
+// backend.ErrPermission and are never retried. The driver needs readwrite
+// on prefix/ only (Open checks it). Handshake errors, the least-privilege
+// role and what a writer of the prefix can do are in the same document.
 package etcdlock

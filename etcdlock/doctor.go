@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -22,34 +21,28 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// No backend.StoreClock: etcd has no request that returns its time, and
-// leases count down durations on the leader's clock, so no lock depends
-// on the offset between this host's clock and etcd's.
+// No backend.StoreClock: etcd tells no time, and leases count durations
+// on the leader's clock, so no lock depends on our clock's offset.
 var _ backend.Diagnoser = (*Driver)(nil)
 
 // maxRaftGap is etcd's maxGapBetweenApplyAndCommitIndex: a member that
 // far behind in applying refuses new requests ("too many requests").
 const maxRaftGap = 5000
 
-// statusTimeout bounds the Status of one member, so that a member down
-// does not use up the whole diagnosis.
+// statusTimeout bounds the Status of one member, down or not.
 const statusTimeout = 3 * time.Second
 
 // Diagnose implements backend.Diagnoser: the members (how many, each one's
 // health, leader and raft progress), the alarms, authentication and the
-// credential's roles, and, when ttl is given, the lease etcd grants for it.
-// Its one write is that lease, revoked at once: etcd says its minimum
-// lease TTL nowhere else.
+// credential's roles, and the lease etcd grants for ttl, if given: its one
+// write, revoked at once, since etcd tells its minimum TTL nowhere else.
 func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Finding, error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: diagnose: %w", err)
 	}
 	defer done()
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "etcd." + check, Level: l, What: what, Why: why, Fix: fix})
-	}
+	var fs findings
 	ml, err := d.cli.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: diagnose: %w", err)
@@ -62,37 +55,37 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	}
 	switch {
 	case voters == 1:
-		add("members", backend.Warning, "a single member",
+		fs.add("members", backend.Warning, "a single member",
 			"while it is down no lock can be taken or kept, and if its data directory is lost a new one counts revisions from 1 again, so fences go back",
 			"run 3 (or 5) members")
 	case voters%2 == 0:
-		add("members", backend.Warning, fmt.Sprintf("%d voting members, an even number", voters),
+		fs.add("members", backend.Warning, fmt.Sprintf("%d voting members, an even number", voters),
 			fmt.Sprintf("a quorum is %d, so it tolerates no more members down than %d would, and a partition can split it with no quorum on either side", voters/2+1, voters-1),
 			"add or remove one member: 3 or 5")
 	default:
-		add("members", backend.Sound, fmt.Sprintf("%d voting members: locks survive %d down", voters, voters/2), "", "")
+		fs.add("members", backend.Sound, fmt.Sprintf("%d voting members: locks survive %d down", voters, voters/2), "", "")
 	}
 	fs = append(fs, d.members(ctx, ml.Members)...)
 
 	if al, err := d.cli.AlarmList(ctx); err != nil {
-		add("alarms", backend.Warning, "cannot list the alarms: "+err.Error(), "a full or corrupt database cannot be seen",
+		fs.add("alarms", backend.Warning, "cannot list the alarms: "+err.Error(), "a full or corrupt database cannot be seen",
 			"run etcdctl alarm list by hand")
 	} else if len(al.Alarms) == 0 {
-		add("alarms", backend.Sound, "no alarm", "", "")
+		fs.add("alarms", backend.Sound, "no alarm", "", "")
 	} else {
 		for _, a := range al.Alarms {
 			who := memberName(ml.Members, a.MemberID)
 			switch a.Alarm {
 			case pb.AlarmType_NOSPACE:
-				add("alarms", backend.Unsafe, who+": NOSPACE, the database is over its quota",
+				fs.add("alarms", backend.Unsafe, who+": NOSPACE, the database is over its quota",
 					"etcd refuses every write and lease grant until the alarm is disarmed: no lock can be taken, no waiter can queue",
 					"etcdctl compact and etcdctl defrag (and raise --quota-backend-bytes if the data needs it), then etcdctl alarm disarm")
 			case pb.AlarmType_CORRUPT:
-				add("alarms", backend.Unsafe, who+": CORRUPT, its data differs from the other members'",
+				fs.add("alarms", backend.Unsafe, who+": CORRUPT, its data differs from the other members'",
 					"which entries hold a lock is in doubt, and etcd refuses requests until the member is replaced",
 					"remove the member, wipe its data directory, add it back, then etcdctl alarm disarm")
 			default:
-				add("alarms", backend.Warning, who+": alarm "+a.Alarm.String(), "etcd may refuse requests while it is raised",
+				fs.add("alarms", backend.Warning, who+": alarm "+a.Alarm.String(), "etcd may refuse requests while it is raised",
 					"see etcd's documentation for the alarm, then etcdctl alarm disarm")
 			}
 		}
@@ -101,18 +94,23 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	fs = append(fs, d.auth(ctx)...)
 
 	if ttl > 0 {
-		f, err := d.minLease(ctx, ttl)
-		if err != nil {
+		if err := d.minLease(ctx, ttl, &fs); err != nil {
 			return nil, fmt.Errorf("etcdlock: diagnose: %w", err)
 		}
-		fs = append(fs, f)
 	}
 	return fs, nil
 }
 
+// findings collects a diagnosis.
+type findings []backend.Finding
+
+func (fs *findings) add(check string, l backend.Level, what, why, fix string) {
+	*fs = append(*fs, backend.Finding{Check: "etcd." + check, Level: l, What: what, Why: why, Fix: fix})
+}
+
 // members asks each member its Status: whether it answers, its errors,
 // its leader and term, and how far its raft log is behind the leader's.
-func (d *Driver) members(ctx context.Context, ms []*pb.Member) []backend.Finding {
+func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 	sts := make([]*clientv3.StatusResponse, len(ms))
 	errs := make([]error, len(ms))
 	var wg sync.WaitGroup
@@ -129,10 +127,7 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) []backend.Finding
 	}
 	wg.Wait()
 
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "etcd." + check, Level: l, What: what, Why: why, Fix: fix})
-	}
+	var fs findings
 	leaders := map[uint64][]string{} // leader ID → the members that name it
 	var leaderIndex uint64
 	for i, m := range ms {
@@ -140,19 +135,19 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) []backend.Finding
 		st := sts[i]
 		switch {
 		case errs[i] != nil:
-			add("health", backend.Warning, who+" does not answer: "+errs[i].Error(),
+			fs.add("health", backend.Warning, who+" does not answer: "+errs[i].Error(),
 				"the cluster tolerates one member fewer down, and clients sent to it fail over",
 				"restart the member, or check that its advertised client URL is reachable from this host")
 			continue
 		case len(errsBut(st.Errors, "alarm:")) > 0:
-			add("health", backend.Warning, who+" reports: "+strings.Join(errsBut(st.Errors, "alarm:"), "; "),
+			fs.add("health", backend.Warning, who+" reports: "+strings.Join(errsBut(st.Errors, "alarm:"), "; "),
 				"it may refuse requests", "see the member's log")
 		case st.Leader == 0:
-			add("health", backend.Warning, who+" has no leader",
+			fs.add("health", backend.Warning, who+" has no leader",
 				"it refuses every lock request, and keep-alives through it fail",
 				"check the network between the members")
 		default:
-			add("health", backend.Sound, fmt.Sprintf("%s answers, leader %s, term %d", who, memberName(ms, st.Leader), st.RaftTerm), "", "")
+			fs.add("health", backend.Sound, fmt.Sprintf("%s answers, leader %s, term %d", who, memberName(ms, st.Leader), st.RaftTerm), "", "")
 		}
 		if st.Leader != 0 {
 			leaders[st.Leader] = append(leaders[st.Leader], m.Name)
@@ -164,15 +159,15 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) []backend.Finding
 	answered := slices.ContainsFunc(sts, func(st *clientv3.StatusResponse) bool { return st != nil })
 	switch {
 	case !answered:
-		add("leader", backend.Warning, "no member answered at its advertised client URL: the leader is not checked",
+		fs.add("leader", backend.Warning, "no member answered at its advertised client URL: the leader is not checked",
 			"a cluster without a leader refuses every lock", "run doctor where the members' advertised client URLs are reachable")
 	case len(leaders) == 0:
-		add("leader", backend.Unsafe, "no member has a leader",
+		fs.add("leader", backend.Unsafe, "no member has a leader",
 			"every lock request and keep-alive fails; held locks are lost a TTL later",
 			"restore a quorum: start the members that are down, check the network between them")
 	case len(leaders) == 1:
 		for id := range leaders {
-			add("leader", backend.Sound, "one leader: "+memberName(ms, id), "", "")
+			fs.add("leader", backend.Sound, "one leader: "+memberName(ms, id), "", "")
 		}
 	default:
 		var says []string
@@ -180,7 +175,7 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) []backend.Finding
 			says = append(says, strings.Join(by, ", ")+" follow "+memberName(ms, id))
 		}
 		slices.Sort(says)
-		add("leader", backend.Warning, "the members disagree on the leader: "+strings.Join(says, "; "),
+		fs.add("leader", backend.Warning, "the members disagree on the leader: "+strings.Join(says, "; "),
 			"an election is under way or a member is cut off, and requests through a member that follows an old leader fail",
 			"run doctor again; if it persists, check the network between the members")
 	}
@@ -196,18 +191,17 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) []backend.Finding
 			behind = 0
 		}
 		if behind > maxRaftGap || unapplied > maxRaftGap {
-			add("raft-lag", backend.Warning, fmt.Sprintf("%s is %d entries behind the leader, %d committed but not applied", who, behind, unapplied),
+			fs.add("raft-lag", backend.Warning, fmt.Sprintf("%s is %d entries behind the leader, %d committed but not applied", who, behind, unapplied),
 				fmt.Sprintf("requests through it wait for it to catch up, and past %d unapplied entries it refuses them", maxRaftGap),
 				"check its disk (fsync latency) and its network to the leader")
 		} else {
-			add("raft-lag", backend.Sound, fmt.Sprintf("%s is %d entries behind the leader, %d unapplied", who, max(behind, 0), max(unapplied, 0)), "", "")
+			fs.add("raft-lag", backend.Sound, fmt.Sprintf("%s is %d entries behind the leader, %d unapplied", who, max(behind, 0), max(unapplied, 0)), "", "")
 		}
 	}
 	return fs
 }
 
-// errsBut is the errors of a Status without those that contain s: the
-// alarms, which etcd.alarms reports.
+// errsBut is errs but those that contain s (the alarms, said apart).
 func errsBut(errs []string, s string) []string {
 	return slices.DeleteFunc(slices.Clone(errs), func(e string) bool { return strings.Contains(e, s) })
 }
@@ -225,41 +219,37 @@ func memberName(ms []*pb.Member, id uint64) string {
 	return fmt.Sprintf("member %x", id)
 }
 
-// auth checks that authentication is on where the cluster is reached over
-// the network, and that the credential's roles grant nothing beyond the
-// driver's prefix.
-func (d *Driver) auth(ctx context.Context) []backend.Finding {
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "etcd." + check, Level: l, What: what, Why: why, Fix: fix})
-	}
+// auth checks that authentication is on for a cluster reached over the
+// network, and that the credential's roles reach nothing beyond the prefix.
+func (d *Driver) auth(ctx context.Context) findings {
+	var fs findings
 	on, err := authEnabled(ctx, d.cli)
 	if err != nil {
-		add("auth", backend.Warning, "cannot tell whether authentication is on: "+err.Error(),
+		fs.add("auth", backend.Warning, "cannot tell whether authentication is on: "+err.Error(),
 			"without it, whoever reaches the cluster can take any lock", "run etcdctl auth status by hand")
 		return fs
 	}
 	if !on {
 		if remote := remoteEndpoints(d.cli.Endpoints()); len(remote) > 0 {
-			add("auth", backend.Warning, "authentication is off, and the cluster is reached over the network ("+strings.Join(remote, ", ")+")",
+			fs.add("auth", backend.Warning, "authentication is off, and the cluster is reached over the network ("+strings.Join(remote, ", ")+")",
 				"whoever reaches the port can delete any lock's entry or revoke its holder's lease, and take the lock",
 				"enable authentication (etcdctl user add root, etcdctl auth enable) with a user for the locks: docs/backends/etcdlock.md, Least privilege")
 		} else {
-			add("auth", backend.Sound, "authentication is off, on loopback only", "", "")
+			fs.add("auth", backend.Sound, "authentication is off, on loopback only", "", "")
 		}
 		return fs
 	}
-	add("auth", backend.Sound, "authentication is on", "", "")
+	fs.add("auth", backend.Sound, "authentication is on", "", "")
 	user := d.cli.Username
 	if user == "" {
-		add("roles", backend.Warning, "the roles of the client certificate's user are not checked",
+		fs.add("roles", backend.Warning, "the roles of the client certificate's user are not checked",
 			"a role beyond the lock prefix lets a leaked lock credential change other data",
 			"check by hand: etcdctl user get CN --detail")
 		return fs
 	}
 	u, err := d.cli.UserGet(ctx, user)
 	if err != nil {
-		add("roles", backend.Warning, fmt.Sprintf("cannot read user %q: %v", user, err),
+		fs.add("roles", backend.Warning, fmt.Sprintf("cannot read user %q: %v", user, err),
 			"its roles cannot be checked", "check by hand: etcdctl user get "+user+" --detail")
 		return fs
 	}
@@ -273,7 +263,7 @@ func (d *Driver) auth(ctx context.Context) []backend.Finding {
 		}
 		rg, err := d.cli.RoleGet(ctx, r)
 		if err != nil {
-			add("roles", backend.Warning, fmt.Sprintf("cannot read role %q: %v", r, err),
+			fs.add("roles", backend.Warning, fmt.Sprintf("cannot read role %q: %v", r, err),
 				"its permissions cannot be checked", "check by hand: etcdctl role get "+r)
 			continue
 		}
@@ -284,19 +274,18 @@ func (d *Driver) auth(ctx context.Context) []backend.Finding {
 		}
 	}
 	if len(beyond) > 0 {
-		add("roles", backend.Warning, fmt.Sprintf("user %q may reach beyond %s: %s", user, prefix, strings.Join(beyond, "; ")),
+		fs.add("roles", backend.Warning, fmt.Sprintf("user %q may reach beyond %s: %s", user, prefix, strings.Join(beyond, "; ")),
 			"a leaked lock credential can then read or change data that locks do not need",
 			"grant the user one role with readwrite --prefix=true "+prefix+" only (docs/backends/etcdlock.md, Least privilege)")
 	} else {
-		add("roles", backend.Sound, fmt.Sprintf("user %q reaches nothing beyond %s", user, prefix), "", "")
+		fs.add("roles", backend.Sound, fmt.Sprintf("user %q reaches nothing beyond %s", user, prefix), "", "")
 	}
 	return fs
 }
 
-// authEnabled asks AuthStatus (etcd 3.5+). Before 3.5, RoleList tells: it
-// is refused only to a user other than root while auth is on. (The client
-// keeps a user name whose authentication auth off refused, so a name
-// alone proves nothing.)
+// authEnabled asks AuthStatus (etcd 3.5+), else RoleList, refused only
+// to a user other than root while auth is on (a user name alone proves
+// nothing: the client keeps one that auth off refused).
 func authEnabled(ctx context.Context, cli *clientv3.Client) (bool, error) {
 	st, err := cli.AuthStatus(ctx)
 	if err == nil {
@@ -354,28 +343,25 @@ func remoteEndpoints(eps []string) []string {
 		if u, err := url.Parse(ep); err == nil && u.Host != "" {
 			host = u.Host
 		}
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
+		if !backend.Loopback(&url.URL{Host: host}) {
+			remote = append(remote, ep)
 		}
-		if ip := net.ParseIP(strings.Trim(host, "[]")); (ip != nil && ip.IsLoopback()) || host == "localhost" {
-			continue
-		}
-		remote = append(remote, ep)
 	}
 	return remote
 }
 
 // minLease grants a lease for ttl, as the driver would, and revokes it:
 // etcd raises a TTL below its minimum (1.5 election timeouts) silently.
-func (d *Driver) minLease(ctx context.Context, ttl time.Duration) (backend.Finding, error) {
+func (d *Driver) minLease(ctx context.Context, ttl time.Duration, fs *findings) error {
 	sec, err := ttlSeconds(ttl)
 	if err != nil {
-		return backend.Finding{}, err
+		return err
 	}
 	g, err := d.cli.Grant(ctx, sec)
 	if err != nil {
-		return backend.Finding{Check: "etcd.lease-ttl", Level: backend.Warning, What: "cannot grant a lease: " + err.Error(),
-			Why: "the TTL etcd gives locks is not checked", Fix: "run doctor again once the cluster takes requests"}, nil
+		fs.add("lease-ttl", backend.Warning, "cannot grant a lease: "+err.Error(),
+			"the TTL etcd gives locks is not checked", "run doctor again once the cluster takes requests")
+		return nil
 	}
 	// Revoked even if ctx ends; a lease not revoked expires on its own.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
@@ -386,10 +372,11 @@ func (d *Driver) minLease(ctx context.Context, ttl time.Duration) (backend.Findi
 		asked += fmt.Sprintf(" (%ds: leases are whole seconds)", sec)
 	}
 	if g.TTL > sec {
-		return backend.Finding{Check: "etcd.lease-ttl", Level: backend.Warning,
-			What: fmt.Sprintf("etcd grants %s as %ds, its minimum", asked, g.TTL),
-			Why:  fmt.Sprintf("a lock whose holder dies stays taken for %ds, not %v", g.TTL, ttl),
-			Fix:  fmt.Sprintf("a TTL of at least %ds, or a shorter --election-timeout on the members (the minimum is 1.5 times it)", g.TTL)}, nil
+		fs.add("lease-ttl", backend.Warning, fmt.Sprintf("etcd grants %s as %ds, its minimum", asked, g.TTL),
+			fmt.Sprintf("a lock whose holder dies stays taken for %ds, not %v", g.TTL, ttl),
+			fmt.Sprintf("a TTL of at least %ds, or a shorter --election-timeout on the members (the minimum is 1.5 times it)", g.TTL))
+	} else {
+		fs.add("lease-ttl", backend.Sound, fmt.Sprintf("etcd grants %s as asked", asked), "", "")
 	}
-	return backend.Finding{Check: "etcd.lease-ttl", Level: backend.Sound, What: fmt.Sprintf("etcd grants %s as asked", asked)}, nil
+	return nil
 }

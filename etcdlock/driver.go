@@ -1,9 +1,12 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -21,12 +24,11 @@ const DefaultPrefix = "/locker"
 // maxLeaseTTL is etcd's largest lease TTL, in seconds (MaxLeaseTTL).
 const maxLeaseTTL = 9_000_000_000
 
-// idleLease is how long a lease with no lock and no waiter is kept, for the
-// next acquisition, before it is revoked.
+// idleLease is how long a lease with no lock and no waiter is kept for the
+// next acquisition.
 const idleLease = time.Minute
 
-// opTimeout bounds the clean-up requests the driver makes on its own behalf
-// (deleting a cancelled waiter's entry, revoking leases on Close).
+// opTimeout bounds the driver's own clean-up requests.
 const opTimeout = 5 * time.Second
 
 // closeRevokeTimeout bounds the lease revocations of Close.
@@ -56,19 +58,14 @@ type Driver struct {
 	cut *cutter // bounds each attempt of a request
 }
 
-type holdKey struct{ key, token string }
-
-// holdKeyOf is l's key in Driver.held: a key's lock, semaphore and
-// read-write lock are apart there too.
-func holdKeyOf(l backend.Claim) holdKey {
-	switch l.Mode {
-	case backend.Exclusive:
-		return holdKey{l.Key, l.Token}
-	case backend.Permit:
-		return holdKey{l.Key + "\x00s", l.Token}
-	}
-	return holdKey{l.Key + "\x00r", l.Token}
+// holdKey is a held lock's key in Driver.held: a key's lock, semaphore
+// and read-write lock are apart there too.
+type holdKey struct {
+	key, token string
+	obj        backend.Mode
 }
+
+func holdKeyOf(l backend.Claim) holdKey { return holdKey{l.Key, l.Token, backend.Object(l.Mode)} }
 
 var (
 	_ backend.Driver  = (*Driver)(nil)
@@ -115,13 +112,9 @@ func newDriver(cli *clientv3.Client, owned bool, cfg config) *Driver {
 		cut:     newCutter(),
 	}
 	d.broken, d.breaks = context.WithCancel(context.Background())
-	d.bg.Add(3)
-	go d.watchConn()
-	go d.keepStream()
-	go func() {
-		defer d.bg.Done()
-		d.cut.run(d.gate.Context())
-	}()
+	d.bg.Go(d.watchConn)
+	d.bg.Go(d.keepStream)
+	d.bg.Go(func() { d.cut.run(d.gate.Context()) })
 	return d
 }
 
@@ -134,7 +127,7 @@ func (d *Driver) Prefix() string { return d.prefix }
 // Dir returns the etcd key prefix of the queue of key (with a trailing '/'):
 // every entry of the lock, holder's and waiters', is directly under it.
 func (d *Driver) Dir(key string) string {
-	return d.prefix + "/" + backend.EscapeKey(key) + "/"
+	return d.dir(key, "")
 }
 
 // alloc reserves the lowest free slot of ls in dir.
@@ -143,17 +136,14 @@ func (d *Driver) alloc(ls *lease, dir string, m *mark) *slot {
 	defer d.mu.Unlock()
 	used := ls.slots[dir]
 	if used == nil {
-		used = map[int]struct{}{}
+		used = map[int]bool{}
 		ls.slots[dir] = used
 	}
 	n := 0
-	for {
-		if _, ok := used[n]; !ok {
-			break
-		}
+	for used[n] {
 		n++
 	}
-	used[n] = struct{}{}
+	used[n] = true
 	return &slot{ls: ls, dir: dir, n: n, key: dir + strconv.FormatInt(int64(ls.id), 16) + "-" + strconv.Itoa(n), mark: m}
 }
 
@@ -179,10 +169,9 @@ func (d *Driver) freeLocked(s *slot) {
 	}
 }
 
-// SessionTTL returns the TTL of the driver's session lease: the default-TTL
-// lease if one is alive, else the latest granted (a lost session's), else
-// the server's minimum once learned, or zero. Each lock's own effective TTL
-// is in its Grant.
+// SessionTTL returns the shortest TTL of the driver's live leases, else
+// the latest granted, else the server's minimum once learned, or zero.
+// Each lock's own is in its Grant.
 func (d *Driver) SessionTTL() time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -192,13 +181,7 @@ func (d *Driver) SessionTTL() time.Duration {
 			best = ls.ttl
 		}
 	}
-	if best == 0 {
-		best = d.lastTTL
-	}
-	if best == 0 {
-		best = time.Duration(d.minTTL) * time.Second
-	}
-	return best
+	return cmp.Or(best, d.lastTTL, time.Duration(d.minTTL)*time.Second)
 }
 
 // ttlSeconds turns a TTL into whole lease seconds, rounded up.
@@ -213,9 +196,8 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return sec, nil
 }
 
-// failed is the error of a request that failed with err, or, once its
-// context ended, ErrClosed when that is because the driver closed, else
-// the context's own cause.
+// failed is err, or, once ctx ended, ErrClosed if the driver closed, else
+// ctx's cause.
 func (d *Driver) failed(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() == nil:
@@ -227,8 +209,7 @@ func (d *Driver) failed(ctx context.Context, err error) error {
 }
 
 // permission marks the server's refusal of our credentials or of an
-// operation on the prefix as backend.ErrPermission: a configuration error
-// that waiting cannot fix.
+// operation as backend.ErrPermission, which waiting cannot fix.
 func permission(err error) error {
 	switch rpctypes.Error(err) {
 	case rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
@@ -241,39 +222,52 @@ func permission(err error) error {
 // TryAcquire takes l.Key if its queue is empty, in one transaction that
 // writes nothing when the lock is held or has waiters.
 func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	dir, over, err := d.dirs(l)
+	gs, err := d.tryAcquire(ctx, []backend.Claim{l})
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		return backend.Grant{}, err
+	}
+	return gs[0], nil
+}
+
+// tryAcquire takes claims, one or a set of the same TTL and no delay
+// (see TryAcquireAll), on one lease; again with a live lease, up to 5
+// times, when the lease vanished meanwhile (ErrRequeue).
+func (d *Driver) tryAcquire(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	dirs := make([]string, len(claims))
+	overs := make([]string, len(claims))
+	for i, l := range claims {
+		var err error
+		if dirs[i], overs[i], err = d.dirs(l); err != nil {
+			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		}
 	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
-		return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
+		return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
 	}
 	defer done()
+	l := claims[0]
 	// One run of store failures for the whole call, across its requests.
 	var run retry.Failing
 	for requeues := 0; ; requeues++ {
-		ls, err := d.useLease(ctx, &run, l.TTL)
+		ls, m, err := d.session(ctx, &run, l.TTL, l.Delay)
 		if err != nil {
-			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
-		}
-		var m *mark
-		if l.Delay > 0 {
-			if m, err = d.useMark(ctx, &run, ls, l.Delay); err != nil {
-				d.unuse(ls)
-				if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
-					continue
-				}
-				return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
+			if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
+				continue
 			}
+			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
 		}
-		s := d.alloc(ls, dir, m)
-		var g backend.Grant
-		switch l.Mode {
-		case backend.Permit:
-			g, err = d.tryPermit(ctx, &run, s, l)
-		default:
-			g, err = d.try(ctx, &run, s, l, over)
+		ss := make([]*slot, len(claims))
+		for i := range claims {
+			ss[i] = d.alloc(ls, dirs[i], m)
+		}
+		var gs []backend.Grant
+		if l.Mode == backend.Permit {
+			var g backend.Grant
+			g, err = d.tryPermit(ctx, &run, ss[0], l)
+			gs = []backend.Grant{g}
+		} else {
+			gs, err = d.trySet(ctx, &run, ss, claims, overs)
 		}
 		d.unuse(ls)
 		if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
@@ -283,46 +277,32 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 			if !errors.Is(err, backend.ErrNotAcquired) {
 				err = d.failed(ctx, err)
 			}
-			return backend.Grant{}, fmt.Errorf("etcdlock: try-acquire: %w", err)
+			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
 		}
-		return g, nil
+		return gs, nil
 	}
 }
 
-// try puts s's entry, on its session's lease or its mark lease, if no
-// entry is under over (the lock's or the read-write lock's directory; a
-// reader's: its writers'), in one transaction.
-func (d *Driver) try(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim, over string) (backend.Grant, error) {
-	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(over), "=", 0).WithPrefix(),
-				clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
-			Then(clientv3.OpPut(s.key, l.Owner, clientv3.WithLease(s.leaseOf()))).
-			Else(clientv3.OpGet(s.key, clientv3.WithKeysOnly()))
-	})
+// session returns a live lease for ttl, in use until unuse, and for a
+// delay its mark lease (see useLease and useMark).
+func (d *Driver) session(ctx context.Context, run *retry.Failing, ttl, delay time.Duration) (*lease, *mark, error) {
+	ls, err := d.useLease(ctx, run, ttl)
+	if err != nil || delay == 0 {
+		return ls, nil, err
+	}
+	m, err := d.useMark(ctx, run, ls, delay)
 	if err != nil {
-		return backend.Grant{}, d.failedPut(ctx, s, err)
+		d.unuse(ls)
+		return nil, nil, err
 	}
-	rev := resp.Header.Revision
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			d.free(s)
-			return backend.Grant{}, backend.ErrNotAcquired
-		}
-		// An earlier attempt of ours was applied although its reply was
-		// lost: nothing was under over then.
-		rev = kvs[0].CreateRevision
-	}
-	return d.grant(ctx, s, l, rev, rev)
+	return ls, m, nil
 }
 
 // failedPut handles an error from a transaction that may have written s's
 // key: a lost lease means start over; anything else may have been applied,
-// so the entry is deleted, or, etcd out of reach or a caller who gave up
-// unanswered (errUnsettled), left to the background sweep rather than
-// wait for etcd again: the sweep deletes it at the next keep-alive that
-// gets through, or it goes with its lease.
+// so the entry is deleted, or, etcd out of reach or unanswered after its
+// caller gave up (errUnsettled), left to the sweep at the next keep-alive
+// that gets through, or to its lease.
 func (d *Driver) failedPut(ctx context.Context, s *slot, err error) error {
 	switch {
 	case isLeaseNotFound(err):
@@ -365,10 +345,9 @@ func (d *Driver) grant(ctx context.Context, s *slot, l backend.Claim, rev, mod i
 }
 
 // remove deletes a waiter's or a failed acquisition's entry, even when ctx
-// is done, and frees its slot. rev 0 deletes the key whatever its revision
-// (the slot is ours). When etcd cannot be reached, the background sweep
-// keeps trying for as long as the lease may keep the entry alive, and the
-// slot stays reserved until then.
+// is done, and frees its slot; rev 0: whatever its revision (the slot is
+// ours). When etcd cannot be reached, the sweep keeps trying, the slot
+// reserved until then.
 func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	timeout := opTimeout
 	if ctx.Err() != nil {
@@ -386,20 +365,19 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 }
 
 func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
-	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
+	cond := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
 	if rev == 0 {
-		cmp = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+		cond = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
 	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key))
+		return d.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(key))
 	})
 	return err
 }
 
-// Refresh checks that l's entry still exists, unmodified since its
-// creation or its move to a mark lease (the driver never writes an entry
-// again, so a later revision is someone else's put), and sends its leases
-// a keep-alive.
+// Refresh checks that l's entry is unmodified since its creation or its
+// move to a mark lease (a later revision is someone else's put), and
+// renews its leases.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
@@ -419,80 +397,50 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		d.dropChanged(e)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	start := time.Now()
-	// The marks first: a session renewed alone could outlive them.
-	if err := d.keepMarks(ctx, e.s.ls); err != nil {
-		return fmt.Errorf("etcdlock: keep-alive: %w", err)
-	}
-	ka, err := d.cli.KeepAliveOnce(ctx, e.s.ls.id)
-	switch {
+	switch err := d.renew(ctx, e.s.ls); {
 	case isLeaseNotFound(err):
 		d.loseLease(e.s.ls, "was not found by the server")
 		return fmt.Errorf("etcdlock: %w: its lease expired", backend.ErrNotHeld)
 	case err != nil:
 		return fmt.Errorf("etcdlock: keep-alive: %w", err)
 	}
-	d.renewed(e.s.ls, start, ka.TTL)
 	return nil
 }
 
-// heldEntry enters the gate for a call on l and finds l's held entry,
-// under l's fence; end leaves the gate.
+// heldEntry enters the gate for a call on l and finds l's held entry
+// (see lookup); end leaves the gate.
 func (d *Driver) heldEntry(ctx context.Context, l backend.Claim) (context.Context, func(), *entry, error) {
 	ctx, end, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("etcdlock: %w", err)
 	}
-	d.mu.Lock()
-	e := d.held[holdKeyOf(l)]
-	d.mu.Unlock()
-	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+	e, err := d.lookup(l)
+	if err != nil {
 		end()
-		return nil, nil, nil, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		return nil, nil, nil, err
 	}
 	return ctx, end, e, nil
 }
 
-// Release deletes l's entry, and reports ErrNotHeld unless the key deleted
-// was still the entry of l's fence. A retried release never deletes a newer
-// lock: no other acquisition reuses the key's name meanwhile.
+// lookup finds l's held entry, under l's fence.
+func (d *Driver) lookup(l backend.Claim) (*entry, error) {
+	d.mu.Lock()
+	e := d.held[holdKeyOf(l)]
+	d.mu.Unlock()
+	if e == nil || (l.Fence != 0 && l.Fence != uint64(e.rev)) {
+		return nil, fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+	}
+	return e, nil
+}
+
+// Release deletes l's entry, as ReleaseAll.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	ctx, end, e, err := d.heldEntry(ctx, l)
-	if err != nil {
-		return err
-	}
-	defer end()
-	if !d.forget(e, false) {
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	}
-	// A plain delete, faster than a compare-and-delete: no other
-	// acquisition's entry can have our reserved name; the previous value
-	// tells whether it was still ours (see "How locks are stored").
-	var resp *clientv3.DeleteResponse
-	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Delete(ctx, e.s.key, clientv3.WithPrevKV())
-		return err
-	})
-	if err != nil {
-		d.orphan(e.s, e.rev)
-		return fmt.Errorf("etcdlock: %w (the driver keeps trying in the background)", err)
-	}
-	d.free(e.s)
-	switch {
-	case len(resp.PrevKvs) > 0 && resp.PrevKvs[0].CreateRevision != e.rev:
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	case len(resp.PrevKvs) == 0 && !ambiguous:
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-	}
-	// After an attempt whose reply was lost, an entry found gone was most
-	// likely deleted by that attempt.
-	return nil
+	return d.ReleaseAll(ctx, []backend.Claim{l})[0]
 }
 
 // forget drops a held lock from the driver's books, so that no loss is
-// reported for it any more; gone says its entry is gone from the store, and
-// frees its slot. It reports whether e was still on the books.
-func (d *Driver) forget(e *entry, gone bool) bool {
+// reported for it any more, and reports whether e was still on them.
+func (d *Driver) forget(e *entry) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.held[e.hk] != e {
@@ -504,55 +452,39 @@ func (d *Driver) forget(e *entry, gone bool) bool {
 	if len(ls.entries) == 0 && ls.users == 0 {
 		ls.idleSince = time.Now()
 	}
-	if gone {
-		d.freeLocked(e.s)
-	}
 	return true
 }
 
-// Close stops the driver's goroutines and revokes its leases, which frees
-// every lock and queue entry it still has, then closes the etcd client if
-// the driver opened it.
+// Close stops the driver's goroutines and revokes its leases, freeing its
+// locks and queue entries, then closes the etcd client if it opened it.
 func (d *Driver) Close() error {
 	if !d.gate.Close() {
 		return fmt.Errorf("etcdlock: close: %w", backend.ErrClosed)
 	}
 	// No call is in flight any more, so no lease is being granted.
 	d.mu.Lock()
-	var leases []*lease
-	for _, ls := range d.leases {
-		leases = append(leases, ls)
-	}
+	leases := slices.Collect(maps.Values(d.leases))
 	d.leases = map[int64]*lease{}
 	d.mu.Unlock()
 	d.bg.Wait()
 	var ids []clientv3.LeaseID
 	for _, ls := range leases {
-		ids = append(ids, ls.id)
-		ids = append(ids, d.takeMarks(ls)...)
+		d.mu.Lock()
+		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
+		d.mu.Unlock()
+		// Mark leases too: closing is no loss, and keeps no delay.
+		ids = append(append(ids, ls.id), d.takeMarks(ls)...)
 	}
-
 	// Revoking frees the locks at once; unrevoked, they expire with their
 	// leases. So Close waits for it at most closeRevokeTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
 	defer cancel()
-	var (
-		errs  []error
-		errMu sync.Mutex
-		wg    sync.WaitGroup
-	)
-	for _, ls := range leases {
-		d.mu.Lock()
-		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
-		d.mu.Unlock()
-	}
-	// Mark leases too: closing is no loss, and keeps no delay.
-	for _, id := range ids {
+	errs := make([]error, len(ids)) // errors.Join skips the nils
+	var wg sync.WaitGroup
+	for i, id := range ids {
 		wg.Go(func() {
 			if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-				errMu.Lock()
-				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err))
-				errMu.Unlock()
+				errs[i] = fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err)
 			}
 		})
 	}

@@ -617,9 +617,9 @@ func TestOrphanSweep(t *testing.T) {
 	}
 	// As if the release's request had failed.
 	d.mu.Lock()
-	e := d.held[holdKey{l.Key, l.Token}]
+	e := d.held[holdKeyOf(l)]
 	d.mu.Unlock()
-	d.forget(e, false)
+	d.forget(e)
 	d.mu.Lock()
 	d.orphans[e.s] = e.rev
 	d.mu.Unlock()
@@ -658,7 +658,7 @@ func TestOrphanSweep(t *testing.T) {
 	}
 	l.Fence = g.Fence
 	d.mu.Lock()
-	key := d.held[holdKey{l.Key, l.Token}].s.key
+	key := d.held[holdKeyOf(l)].s.key
 	d.mu.Unlock()
 	if key != e.s.key {
 		t.Errorf("new entry %s, want the freed slot's %s", key, e.s.key)

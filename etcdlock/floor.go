@@ -25,11 +25,10 @@ func init() {
 // at its place after the entry ahead went (attempts resent included).
 func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
-// rawFloor runs what concurrency.Mutex's uncontended Lock and Unlock send,
-// on the driver's client and one of its leases: the put-if-absent
-// transaction (with the read of the first owner) and a plain delete. It
-// leaves nothing behind: the key is deleted, and the lease, if granted for
-// it, is retired with the driver's idle ones.
+// rawFloor sends what concurrency.Mutex's uncontended Lock and Unlock
+// send, on the driver's client and one of its leases: the put-if-absent
+// transaction (with the read of the first owner) and a plain delete. The
+// lease, if granted for it, is retired with the driver's idle ones.
 func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {

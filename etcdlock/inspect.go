@@ -23,14 +23,12 @@ var (
 	_ backend.Breaker   = (*Driver)(nil)
 )
 
-// known is what a queue directory records: the holders' entries (the
-// value names the owner, the creation revision is the fence, the lease
-// gives the time left) and the waiters' entries behind them, in creation
-// order.
+// known is what a queue directory records: the holders' entries (owner,
+// fence and lease) and the waiters' behind them.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsWaiters | backend.KnowsQueue
 
-// tagOf is the tag of the object m's directory (see dirs); false for a
-// mode that names no object.
+// tagOf is the tag of the directory of object m (see dirs); false for
+// none.
 func tagOf(m backend.Mode) (string, bool) {
 	switch m {
 	case backend.Exclusive:
@@ -47,9 +45,7 @@ func tagOf(m backend.Mode) (string, bool) {
 const listPage = 1000
 
 // Inspect implements backend.Inspector: one read of the object's
-// directory (a read-write lock's readers and writers together; a
-// semaphore's with its resize key), and one of each holder's lease for
-// its time left.
+// directory (see readObject), and one of each holder's lease.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	m = backend.Object(m)
 	ctx, done, err := d.gate.Enter(ctx)
@@ -57,23 +53,23 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	kvs, r, err := d.readObject(ctx, key, m)
+	_, st, leases, err := d.readObject(ctx, key, m)
 	if err != nil {
 		return backend.State{}, err
 	}
-	st, leases := stateOf(key, m, kvs, r)
 	return d.withTTLs(ctx, st, leases)
 }
 
-// readObject reads the directory of key's object m, entries in creation
-// order, and a semaphore's resize record (none: zero) in the same range:
-// its resize key sorts just before the directory (see dirs).
-func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kvs []*mvccpb.KeyValue, r record, err error) {
+// readObject reads the directory of key's object m in creation order
+// (a read-write lock's readers and writers together), and in the same
+// range a semaphore's resize record, whose key sorts just before it, and
+// describes the object (see stateOf).
+func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]*mvccpb.KeyValue, backend.State, []clientv3.LeaseID, error) {
 	tag, ok := tagOf(m)
 	if !ok {
-		return nil, r, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
+		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
-	dir := d.prefix + "/" + backend.EscapeKey(key) + tag + "/"
+	dir := d.dir(key, tag)
 	from := dir
 	if m == backend.Permit {
 		from = resizeKey(dir)
@@ -81,26 +77,24 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) (kv
 	resp, err := d.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(dir)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, r, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
 	}
-	kvs = resp.Kvs
-	if from == dir {
-		return kvs, r, nil
-	}
-	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); i >= 0 {
+	kvs := resp.Kvs
+	var r record
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == from }); from != dir && i >= 0 {
 		r = resized(kvs[i : i+1])
 		kvs = slices.Delete(kvs, i, i+1)
 	}
-	return kvs, r, nil
+	st, leases := stateOf(key, m, kvs, r)
+	return kvs, st, leases, nil
 }
 
-// holding counts the entries of the object m that hold it, the oldest of
-// kvs (in creation order): the lock's first; a semaphore's first, those
-// up to its record r's last holder, and the next ones while the permits
-// of all ahead and theirs are at most r's limit, or, with none, the first
-// one's limit, all ahead under that limit; a read-write lock's first
-// writer alone, or its readers up to the first writer (see "Semaphores
-// and read-write locks" in docs/backends/etcdlock.md).
+// holding counts the entries of object m that hold it, the first of kvs
+// (in creation order): the lock's first; a semaphore's first, those up to
+// its record r's last holder, and the next ones while all their permits
+// are at most r's limit, else the first one's, all under that limit; a
+// read-write lock's first writer alone, or its readers up to the first
+// writer (see "Semaphores and read-write locks" in the docs).
 func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 	switch {
 	case len(kvs) == 0:
@@ -125,13 +119,8 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 		}
 		return len(kvs)
 	}
-	for i, kv := range kvs {
-		if writes(kv) {
-			if i == 0 {
-				return 1
-			}
-			return i
-		}
+	if i := slices.IndexFunc(kvs, writes); i >= 0 {
+		return max(i, 1)
 	}
 	return len(kvs)
 }
@@ -143,10 +132,9 @@ func writes(kv *mvccpb.KeyValue) bool {
 	return bytes.HasSuffix(dir, []byte("/w"))
 }
 
-// stateOf describes the object m of key from its directory's entries,
-// oldest first, and a semaphore's resize record r (none: zero), and returns
-// its holders' leases: the lock's holder's, or one per Holders entry. The
-// TTLs are left to leaseTTLs.
+// stateOf describes object m of key from its directory's entries, oldest
+// first, and a semaphore's record r, but for the TTLs (see leaseTTLs),
+// and returns the lock's holder's lease, or one per Holders entry.
 func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (backend.State, []clientv3.LeaseID) {
 	st := backend.State{Key: key, Mode: m, Known: known.For(m), Limit: r.limit}
 	n := holding(m, kvs, r)
@@ -182,9 +170,8 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 	return st, leases
 }
 
-// leaseTime is the time the server gives lease id, in whole seconds
-// (rounded down); 0 for a lease it no longer has or one about to expire:
-// its entries go with it.
+// leaseTime is the time left of lease id, in whole seconds (rounded
+// down); 0 for a lease gone or about to expire, with its entries.
 func (d *Driver) leaseTime(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
 	var resp *clientv3.LeaseTimeToLiveResponse
 	_, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
@@ -200,10 +187,9 @@ func (d *Driver) leaseTime(ctx context.Context, id clientv3.LeaseID) (time.Durat
 	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
 }
 
-// List implements backend.Lister. It reads every entry under the
-// directories whose escaped name starts with prefix's, in pages from one
-// snapshot of the store, keeps the held objects m, then asks for the time
-// left of each holder's lease (once per lease).
+// List implements backend.Lister: it reads the directories whose escaped
+// name starts with prefix's, in pages from one snapshot, keeps the held
+// objects m, and asks for the time left of each holder's lease.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	m = backend.Object(m)
 	tag, ok := tagOf(m)
@@ -264,10 +250,9 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	return out, nil
 }
 
-// escapedPrefix is the start that the escaped form of every key with
-// prefix p has. EscapeKey escapes byte by byte, except that it spells
-// the whole keys "." and ".." with %2E: a prefix of dots only is matched
-// on the client.
+// escapedPrefix is the start of the escaped form of every key with prefix
+// p. EscapeKey escapes byte by byte but for the keys "." and ".." (%2E):
+// a prefix of dots only is matched on the client.
 func escapedPrefix(p string) string {
 	if strings.Trim(p, ".") == "" {
 		return ""
@@ -275,10 +260,9 @@ func escapedPrefix(p string) string {
 	return backend.EscapeKey(p)
 }
 
-// leaseTTLs sets the TTLs of sts from their holders' leases, leases[i]
-// of sts[i] (see stateOf), asking once per lease, a few at a time. A
-// state with a holder whose lease gives no time (see leaseTime) has no
-// KnowsTTL.
+// leaseTTLs sets the TTLs of sts from their holders' leases (leases[i]
+// of sts[i]), asking once per lease, a few at a time; a holder's lease
+// without time left (see leaseTime) clears its state's KnowsTTL.
 func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, leases [][]clientv3.LeaseID) error {
 	type ttl struct {
 		left time.Duration
@@ -328,15 +312,12 @@ func (d *Driver) withTTLs(ctx context.Context, st backend.State, leases []client
 	return sts[0], nil
 }
 
-// Break implements backend.Breaker: it reads the object's directory and
-// deletes the holder's entry whose creation revision is fence, in a
-// transaction that compares that revision, so an entry put since under
-// the same key is never deleted. The next grant's fence, the creation
-// revision of an entry made after it, is above fence; the waiters watching
-// the entry (or a semaphore's directory) see it go as at a release. The
-// removed holder's driver finds the entry gone at its next check (see
-// verify) or Refresh and reports it lost. A delayed holder's entry (see
-// delay.go) goes too, which ends its delay.
+// Break implements backend.Breaker: it deletes the holder's entry whose
+// creation revision is fence, that revision compared, so an entry put
+// since under the same key is never deleted. The next grant's entry is
+// younger, its fence above; waiters see the entry go as at a release, and
+// the removed holder's driver at its next check (see verify) or Refresh.
+// A delayed holder's entry goes too, which ends its delay.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	m = backend.Object(m)
 	ctx, done, err := d.gate.Enter(ctx)
@@ -344,11 +325,10 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		return backend.State{}, fmt.Errorf("etcdlock: %w", err)
 	}
 	defer done()
-	kvs, r, err := d.readObject(ctx, key, m)
+	kvs, st, leases, err := d.readObject(ctx, key, m)
 	if err != nil {
 		return backend.State{}, err
 	}
-	st, leases := stateOf(key, m, kvs, r)
 	// The holders' entries are the first ones, one per lease.
 	i := slices.IndexFunc(kvs[:len(leases)], func(kv *mvccpb.KeyValue) bool { return uint64(kv.CreateRevision) == fence })
 	if i < 0 {

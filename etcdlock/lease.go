@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -22,9 +24,9 @@ type lease struct {
 	until     time.Time // the server keeps the lease at least until then
 	users     int       // acquisitions in progress on it
 	entries   map[*entry]struct{}
-	slots     map[string]map[int]struct{} // by queue directory: slots in use
-	idleSince time.Time                   // when it last had no user and no entry
-	marks     map[int64]*mark             // by delay in seconds: its mark leases
+	slots     map[string]map[int]bool // by queue directory: slots in use
+	idleSince time.Time               // when it last had no user and no entry
+	marks     map[int64]*mark         // by delay in seconds: its mark leases
 
 	done context.Context // ends when the lease does (end, by stop)
 	stop func()
@@ -41,9 +43,8 @@ func (ls *lease) end(err error) bool {
 	return true
 }
 
-// useLease returns a live lease for ttl, granting one if needed, counted as
-// in use until unuse. A grant that fails to reach etcd is sent again while
-// run lasts.
+// useLease returns a live lease for ttl, granted if needed (again while
+// run lasts), in use until unuse.
 func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Duration) (*lease, error) {
 	sec, err := ttlSeconds(ttl)
 	if err != nil {
@@ -72,7 +73,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 		ttl:     time.Duration(resp.TTL) * time.Second,
 		until:   start.Add(time.Duration(resp.TTL) * time.Second),
 		entries: map[*entry]struct{}{},
-		slots:   map[string]map[int]struct{}{},
+		slots:   map[string]map[int]bool{},
 		marks:   map[int64]*mark{},
 	}
 	ls.done, ls.stop = context.WithCancel(context.Background())
@@ -101,7 +102,7 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	return ls, nil
 }
 
-// grantLease grants a lease of sec seconds, or more, and returns when the
+// grantLease grants a lease of sec seconds or more, and returns when the
 // request that got it was sent.
 func (d *Driver) grantLease(ctx context.Context, run *retry.Failing, sec int64) (resp *clientv3.LeaseGrantResponse, start time.Time, err error) {
 	// A grant sent again after a lost reply may leave a lease nobody
@@ -115,8 +116,7 @@ func (d *Driver) grantLease(ctx context.Context, run *retry.Failing, sec int64) 
 		return nil, start, err
 	}
 	if resp.TTL < sec {
-		// Never pretend: a server that grants less than asked is not one
-		// whose TTLs we can report.
+		// Never pretend: we could not report its TTLs.
 		d.revokeLater(resp.ID)
 		return nil, start, fmt.Errorf("%w: etcd granted a %ds lease for %ds", backend.ErrInvalidTTL, resp.TTL, sec)
 	}
@@ -134,9 +134,8 @@ func (d *Driver) unuse(ls *lease) {
 }
 
 // contact is backend.Grant.Contact for the locks on ls: when the latest
-// request that renewed ls and was answered (its grant or a keep-alive, ours
-// or a Refresh's) was sent; the zero time once ls is lost. Puts and reads
-// on the lease's keys do not renew it, so they do not count.
+// answered request that renewed ls (its grant or a keep-alive) was sent;
+// zero once ls is lost. Puts and reads of its keys do not renew it.
 func (d *Driver) contact(ls *lease) func() time.Time {
 	return func() time.Time {
 		d.mu.Lock()
@@ -148,19 +147,29 @@ func (d *Driver) contact(ls *lease) func() time.Time {
 	}
 }
 
-// renewed records a keep-alive sent at start that the server answered.
-func (d *Driver) renewed(ls *lease, start time.Time, ttlSec int64) {
-	until := start.Add(time.Duration(ttlSec) * time.Second)
+// renew sends ls's mark leases, then ls, a keep-alive (the marks first: a
+// session renewed alone could outlive them), and records when the one
+// that renewed ls was sent.
+func (d *Driver) renew(ctx context.Context, ls *lease) error {
+	start := time.Now()
+	if err := d.keepMarks(ctx, ls); err != nil {
+		return err
+	}
+	ka, err := d.cli.KeepAliveOnce(ctx, ls.id)
+	if err != nil {
+		return err
+	}
+	until := start.Add(time.Duration(ka.TTL) * time.Second)
 	d.mu.Lock()
 	if until.After(ls.until) {
 		ls.until = until
 	}
 	d.mu.Unlock()
+	return nil
 }
 
-// loseLease reports every lock on ls lost, once, and makes sure the server
-// drops the lease too (it may still be alive if only our keep-alives
-// failed).
+// loseLease reports every lock on ls lost, once, and revokes it (it may
+// still be alive if only our keep-alives failed).
 func (d *Driver) loseLease(ls *lease, why string) {
 	err := fmt.Errorf("etcdlock: session lease %x %s: %w", int64(ls.id), why, backend.ErrLost)
 	d.mu.Lock()
@@ -199,12 +208,12 @@ func (d *Driver) loseEntry(e *entry, why string) {
 }
 
 // dropChanged forgets a held lock whose entry was deleted or overwritten
-// by someone else. An overwritten key, still under our name, is left to the
-// sweep to delete (if its creation revision is still ours), which frees
-// the slot once the key is gone: reused meanwhile, the name would make a
-// retried acquisition take the stranger's key for its own.
+// by someone else, and leaves the key to the sweep (if its creation
+// revision is still ours), which frees the slot once the key is gone:
+// reused sooner, the name would make a retried acquisition take the
+// stranger's key for its own.
 func (d *Driver) dropChanged(e *entry) bool {
-	if !d.forget(e, false) {
+	if !d.forget(e) {
 		return false
 	}
 	d.orphan(e.s, e.rev)
@@ -234,9 +243,8 @@ func (d *Driver) revoke(ctx context.Context, id clientv3.LeaseID) {
 	_, _ = d.cli.Revoke(ctx, id)
 }
 
-// keepAlive sends ls a keep-alive every TTL/3 until the driver closes or
-// the lease is lost, retires it when idle, checks that the held locks'
-// entries still exist, and retries the deletion of orphaned entries.
+// keepAlive renews ls every TTL/3 until the driver closes or the lease is
+// lost, retires it when idle, verifies its entries and sweeps.
 func (d *Driver) keepAlive(ls *lease) {
 	defer d.bg.Done()
 	period := ls.ttl / 3
@@ -261,16 +269,11 @@ func (d *Driver) keepAlive(ls *lease) {
 		d.mu.Unlock()
 		start := time.Now()
 		ctx, cancel := context.WithDeadline(d.gate.Context(), until)
-		var resp *clientv3.LeaseKeepAliveResponse
-		err := d.keepMarks(ctx, ls) // first: see mark
-		if err == nil {
-			resp, err = d.cli.KeepAliveOnce(ctx, ls.id)
-		}
+		err := d.renew(ctx, ls)
 		cancel()
 		switch {
 		case err == nil:
 			bo.Reset()
-			d.renewed(ls, start, resp.TTL)
 			d.verify(ls)
 			d.sweep()
 			timer.Reset(max(period-time.Since(start), 0))
@@ -308,24 +311,16 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	return idle
 }
 
-// verify checks that the entries of the locks held on ls (or its mark
-// leases) still exist, unmodified since their creation or move (a put by
-// anyone else moves the modification revision), in one read-only
-// transaction per 64 locks, and reports the missing or overwritten ones
-// lost.
+// verify checks that the entries of the locks held on ls are unmodified
+// since their creation or move (see Refresh), in one read-only
+// transaction per 64 locks, and reports the others lost.
 func (d *Driver) verify(ls *lease) {
 	d.mu.Lock()
-	entries := make([]*entry, 0, len(ls.entries))
-	for e := range ls.entries {
-		entries = append(entries, e)
-	}
+	entries := slices.Collect(maps.Keys(ls.entries))
 	d.mu.Unlock()
-	for len(entries) > 0 {
-		n := min(len(entries), 64)
-		batch := entries[:n]
-		entries = entries[n:]
-		cmps := make([]clientv3.Cmp, n)
-		gets := make([]clientv3.Op, n)
+	for batch := range slices.Chunk(entries, 64) {
+		cmps := make([]clientv3.Cmp, len(batch))
+		gets := make([]clientv3.Op, len(batch))
 		for i, e := range batch {
 			cmps[i] = clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)
 			gets[i] = clientv3.OpGet(e.s.key, clientv3.WithKeysOnly())
@@ -351,14 +346,7 @@ func (d *Driver) verify(ls *lease) {
 // sweep retries deleting entries whose deletion failed earlier.
 func (d *Driver) sweep() {
 	d.mu.Lock()
-	if len(d.orphans) == 0 {
-		d.mu.Unlock()
-		return
-	}
-	orphans := make(map[*slot]int64, len(d.orphans))
-	for s, rev := range d.orphans {
-		orphans[s] = rev
-	}
+	orphans := maps.Clone(d.orphans)
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)

@@ -12,12 +12,11 @@ import (
 
 var _ backend.Lingerer = (*Driver)(nil)
 
-// Linger implements backend.Lingerer (the locker package's MinHold): it
-// moves the held entry to a lease of its own, granted for l.TTL and never
-// kept alive, so the entry outlives this driver's session and etcd deletes
-// it when that lease runs out; the next waiter, watching it, takes the lock
-// then. The entry keeps its key, value and creation revision, so it stays
-// first in the queue and Inspect still reports its owner and fence.
+// Linger implements backend.Lingerer (MinHold): it moves the held entry
+// to a lease of its own, for l.TTL and never renewed, so etcd deletes it
+// then, whatever becomes of this driver, and the next waiter takes the
+// lock. It keeps its key, value and creation revision: first in the queue,
+// with its owner and fence.
 func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 	ctx, end, e, err := d.heldEntry(ctx, l)
 	if err != nil {
@@ -33,7 +32,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		return fmt.Errorf("etcdlock: grant: %w", d.failed(ctx, permission(err)))
 	}
 	// No loss is reported for the entry from here on: its holder is done.
-	if !d.forget(e, false) {
+	if !d.forget(e) {
 		d.revokeLater(g.ID)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
@@ -43,16 +42,14 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 	})
 	if err != nil || !resp.Succeeded {
 		d.revokeLater(g.ID)
-		// The entry is still under the session's lease, or gone: either
-		// way it is released as a Release would leave it.
+		// Under the session's lease, or gone: released either way.
 		d.orphan(e.s, e.rev)
 		if err != nil {
 			return fmt.Errorf("etcdlock: %w", err)
 		}
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	// The slot's name stays taken until etcd has deleted the entry, so that
-	// no later acquisition of this driver reuses it meanwhile.
+	// The slot's name stays taken until etcd has deleted the entry.
 	time.AfterFunc(time.Duration(g.TTL)*time.Second+opTimeout, func() { d.free(e.s) })
 	return nil
 }

@@ -9,14 +9,12 @@ import (
 var _ backend.Modal = (*Driver)(nil)
 
 // Modes implements backend.Modal: semaphores and read-write locks, each a
-// queue of its own beside the lock's (see semaphore.go, and dirs for
-// the read-write lock: one queue in two directories, ordered across both).
+// queue beside the lock's (see dirs).
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
 
-// Weighs implements backend.Weigher: an entry carries its permits (see
-// semaphore.go).
+// Weighs implements backend.Weigher: an entry carries its permits.
 func (d *Driver) Weighs() bool { return true }
 
 // The tags that follow the escaped key in the names of a semaphore's and
@@ -26,36 +24,36 @@ const (
 	rwTag  = "%r"
 )
 
-// dirs checks l and returns the directory of its entry and the entries
-// that may be ahead of it (a prefix). The escaped key followed by '%' and
-// a letter is never an escaped key (EscapeKey puts two hex digits after
-// every '%'), so a semaphore's and a read-write lock's directories never
-// overlap a lock's queue, each other's, or another name's, and List skips
-// them.
+// dirs checks l and returns the directory of its entry and the prefix of
+// the entries that may be ahead of it. The escaped key followed by '%' and
+// a letter is no escaped key (EscapeKey puts two hex digits after '%'), so
+// the directories of a name's objects never overlap each other or another
+// name's, and List tells them apart.
 func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	if _, err := ttlSeconds(l.TTL + l.Delay); err != nil {
 		return "", "", err
 	}
-	base := d.prefix + "/" + backend.EscapeKey(l.Key)
+	tag, ok := tagOf(backend.Object(l.Mode))
+	if !ok {
+		return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
+	}
+	dir = d.dir(l.Key, tag)
 	switch l.Mode {
-	case backend.Exclusive:
-		return base + "/", base + "/", nil
 	case backend.Permit:
 		if l.Limit < 1 || l.Limit > backend.MaxLimit || l.Weight > l.Limit {
 			return "", "", fmt.Errorf("%w: %d of %d permits (want 1 to %d of 1 to %d)", backend.ErrInvalidLimit, max(l.Weight, 1), l.Limit, l.Limit, backend.MaxLimit)
 		}
-		return d.semDir(l.Key), d.semDir(l.Key), nil
 	case backend.Read:
 		// A reader waits for the writers ahead of it alone.
-		return base + rwTag + "/r/", base + rwTag + "/w/", nil
+		return dir + "r/", dir + "w/", nil
 	case backend.Write:
 		// A writer waits for every entry ahead of it.
-		return base + rwTag + "/w/", base + rwTag + "/", nil
+		return dir + "w/", dir, nil
 	}
-	return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
+	return dir, dir, nil
 }
 
-// semDir is the directory of key's semaphore.
-func (d *Driver) semDir(key string) string {
-	return d.prefix + "/" + backend.EscapeKey(key) + semTag + "/"
+// dir is the directory of key's object of tag (see dirs).
+func (d *Driver) dir(key, tag string) string {
+	return d.prefix + "/" + backend.EscapeKey(key) + tag + "/"
 }

@@ -19,11 +19,10 @@ var _ backend.Notifier = (*Driver)(nil)
 const rewatchAfter = 100 * time.Millisecond
 
 // Subscribe implements backend.Notifier with a watch on key's queue: a
-// value arrives at every put or delete of an entry, so at every grant and
-// release. The watch starts just after the revision read before Subscribe
-// returns, so no change after that is missed; a watch that breaks (a lost
-// leader or connection, compaction) starts again where it stopped, or from
-// now with a value sent in case a change fell in the gap.
+// value arrives at every put or delete of an entry. The watch starts just
+// after the revision read before Subscribe returns, so no later change is
+// missed; a watch that breaks starts again where it stopped, or, after a
+// compaction, from now with a value sent for the gap.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -35,8 +34,8 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(d.failed(ctx, err)))
 	}
-	// The watch is running when Subscribe returns: a store refusing it
-	// says so here, and a stop right away closes it cleanly.
+	// Running when Subscribe returns: a refusal shows here, and a stop
+	// right away closes it cleanly.
 	rev := resp.Header.Revision + 1
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(d.gate.Context()))
 	wch := d.cli.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithRev(rev), clientv3.WithCreatedNotify())
@@ -56,27 +55,23 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	ch := make(chan struct{}, 1)
 	ended := make(chan struct{})
-	d.bg.Add(1) // inside the gate: Close waits for the calls before bg
-	go func() {
-		defer d.bg.Done()
+	d.bg.Go(func() { // inside the gate: Close waits for the calls before bg
 		defer close(ended)
 		d.relay(wctx, dir, wch, rev, ch)
-	}()
-	var once sync.Once
-	return ch, func() { once.Do(func() { cancel(); <-ended }) }, nil
+	})
+	return ch, sync.OnceFunc(func() { cancel(); <-ended }), nil
 }
 
-// A watch silent for progressEvery is asked for a progress notification;
-// none within progressWait means the stream went silent without breaking,
-// and a value is sent once it answers again (not restarted: see
-// "Subscriptions" in docs/backends/etcdlock.md).
+// A watch silent for progressEvery is asked for progress; none within
+// progressWait means the stream went silent without breaking, and a value
+// is sent once it answers again (see "Subscriptions" in the docs).
 const (
 	progressEvery = time.Second
 	progressWait  = 2 * time.Second
 )
 
-// relay forwards the changes of dir on wch, and of the watches that
-// replace it from revision rev on, to ch until ctx ends.
+// relay forwards the changes of dir on wch, and on the watches that
+// replace it from revision rev, to ch until ctx ends.
 func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, rev int64, ch chan<- struct{}) {
 	// heard: the last answer; asked: the first progress request since,
 	// lastAsk the latest.

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -32,12 +33,11 @@ const PasswordEnv = "ETCD_PASSWORD"
 const defaultDialTimeout = 5 * time.Second
 
 // gRPC keep-alive of the clients Open makes: a connection that stops
-// answering (a silent partition, a host gone without a reset) is closed and
-// dialled again, instead of being used until the lease runs out. The time
-// is gRPC's least (it raises anything lower to 10 s) and above etcd's
-// --grpc-keepalive-min-time (5 s by default), below which the server closes
-// the connection as too_many_pings. Pings go only while a request or a
-// watch is in flight: etcd refuses pings on a connection without streams.
+// answering (a silent partition) is dialled again instead of used until the
+// lease runs out. 10s is gRPC's least and above etcd's
+// --grpc-keepalive-min-time (5s), below which it closes the connection as
+// too_many_pings. Pings go only while a request or a watch is in flight:
+// etcd refuses pings on a connection without streams.
 const (
 	defaultKeepAliveTime    = 10 * time.Second
 	defaultKeepAliveTimeout = 5 * time.Second
@@ -52,20 +52,17 @@ func init() {
 }
 
 // Open connects to the etcd cluster that rawURL names (see the package
-// doc for its form and parameters) and returns a driver that owns the
-// connection: Close closes it. Endpoints are separated by commas (port
-// 2379 by default). Go's URL parser insists that the last endpoint carry a
-// port when there are several, and takes an IPv6 literal ([::1]:2379) only
-// as the single endpoint; for anything else, build a client and use New.
+// doc) and returns a driver that owns the connection: Close closes it.
+// Endpoints are separated by commas (port 2379 by default); Go's URL parser
+// wants a port on the last of several, and an IPv6 literal only alone: for
+// anything else, build a client and use New. WithPrefix, among opts,
+// overrides the URL's prefix.
 //
-// Open checks that the credential may read and write under the prefix, and
-// fails with an error wrapping backend.ErrPermission that names the missing
-// permission; a refused password wraps it too. It fails within
-// dial_timeout when the cluster cannot be reached, plus up to a second to
-// find the cause (a TLS handshake refused, a connection refused) that gRPC
-// does not report.
-//
-// WithPrefix, among opts, overrides the URL's prefix.
+// Open checks that the credential may read and write under the prefix (an
+// error wrapping backend.ErrPermission names what is missing; a refused
+// password wraps it too). It fails within dial_timeout when the cluster
+// cannot be reached, plus up to a second to find the cause that gRPC does
+// not report (a TLS handshake or a connection refused).
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL, "etcd")
 	if err != nil {
@@ -94,10 +91,9 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	return newDriver(cli, true, dc), nil
 }
 
-// connect makes the client and checks that its credential may read and
-// write under prefix. gRPC reports a refused handshake only as a deadline,
-// so a failure that is not the server's refusal is explained by a probe of
-// the endpoints (see probe).
+// connect makes the client and checks its access to prefix. gRPC reports
+// a refused handshake only as a deadline, so other failures are explained
+// by a probe of the endpoints.
 func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3.Client, error) {
 	cli, err := clientv3.New(cfg) // authenticates, within DialTimeout
 	if err == nil {
@@ -119,8 +115,7 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 		// Reached, and refusing writes: not a network matter.
 		return nil, fmt.Errorf("the cluster refuses writes (NOSPACE alarm: etcdctl alarm list): %w", err)
 	}
-	// Name the timeout that ran out: the caller's (its context, which the
-	// error then wraps) or dial_timeout.
+	// Name the timeout that ran out: the caller's or dial_timeout.
 	switch {
 	case ctx.Err() != nil:
 		err = context.Cause(ctx)
@@ -133,10 +128,9 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 	return nil, fmt.Errorf("cluster not reachable: %w", err)
 }
 
-// checkAccess checks, cheaply, the permissions the driver needs on the
-// range prefix+"/": a read (a range of at most one key, no value) and a
-// write (a transaction whose comparison never holds, so that its put never
-// runs: etcd checks the permission of every operation in both branches).
+// checkAccess checks the permissions the driver needs on prefix+"/": a
+// read of at most one key, and a write in a transaction whose comparison
+// never holds (etcd checks the permission of every operation in it).
 func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) error {
 	need := fmt.Sprintf("the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %s/", prefix)
 	_, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
@@ -160,8 +154,7 @@ func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) 
 }
 
 // identity names whom etcd takes the client for, for messages: the user,
-// else the client certificate's common name (etcd's identity for a client
-// certificate without a password).
+// else the client certificate's common name.
 func identity(cfg clientv3.Config) string {
 	if cfg.Username != "" {
 		return fmt.Sprintf("user %q", cfg.Username)
@@ -181,11 +174,10 @@ func identity(cfg clientv3.Config) string {
 // probeTimeout bounds the probe of each endpoint after a failed Open.
 const probeTimeout = time.Second
 
-// probe connects to each endpoint as gRPC would (TCP, TLS with the same
-// configuration, the HTTP/2 preface) and returns the first failure, which
-// gRPC does not pass on: an unknown CA, a rejected or missing client
-// certificate, TLS against a plaintext port or the reverse. It returns nil
-// when every endpoint answers.
+// probe connects to each endpoint as gRPC would (TCP, the same TLS, the
+// HTTP/2 preface) and returns the first failure, which gRPC does not pass
+// on: an unknown CA, a rejected or missing client certificate, TLS against
+// a plaintext port or the reverse; nil when every endpoint answers.
 func probe(ctx context.Context, cfg clientv3.Config) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
@@ -195,23 +187,19 @@ func probe(ctx context.Context, cfg clientv3.Config) error {
 		wg.Go(func() { errs[i] = probeOne(ctx, ep, cfg.TLS) })
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmp.Or(errs...) // the first
 }
 
 func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 	err := exchange(ctx, ep, tc)
 	var ne net.Error
+	var alert *net.OpError // a TLS alert sent by the server
 	switch {
 	case err == nil || ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout()):
 		return nil // it answers, or is slow: no cause to tell
 	case tc == nil && speaksTLS(ctx, ep):
 		return fmt.Errorf("%s: the server requires TLS (add ca=FILE, or tls=true, to the URL)", ep)
-	case tc != nil && len(tc.Certificates) == 0 && remoteAlert(err):
+	case tc != nil && len(tc.Certificates) == 0 && errors.As(err, &alert) && alert.Op == "remote error":
 		// Servers answer a missing client certificate with "bad
 		// certificate" as often as with "certificate required".
 		return fmt.Errorf("%s: %w (the server may require a client certificate: cert=FILE and key=FILE)", ep, err)
@@ -222,10 +210,9 @@ func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 	return fmt.Errorf("%s: %w", ep, err)
 }
 
-// exchange opens a connection to ep, sends the HTTP/2 preface and an empty
-// SETTINGS frame, and reads the first frame header of the server's answer.
-// Under TLS 1.3 a server that rejects our certificate says so only then,
-// after the client's side of the handshake has completed.
+// exchange sends ep the HTTP/2 preface and an empty SETTINGS frame, and
+// reads the first frame header of the answer: under TLS 1.3 a server that
+// rejects our certificate says so only then.
 func exchange(ctx context.Context, ep string, tc *tls.Config) error {
 	var conn net.Conn
 	var err error
@@ -250,12 +237,6 @@ func exchange(ctx context.Context, ep string, tc *tls.Config) error {
 	return err
 }
 
-// remoteAlert reports whether err is a TLS alert sent by the server.
-func remoteAlert(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "remote error"
-}
-
 // speaksTLS reports whether ep completes a TLS handshake, whatever its
 // certificate.
 func speaksTLS(ctx context.Context, ep string) bool {
@@ -269,8 +250,8 @@ func speaksTLS(ctx context.Context, ep string) bool {
 }
 
 // ClientConfig turns an etcd URL (see Open) into a client configuration
-// and a key prefix, without connecting: for a client of your own, which
-// New then uses, WithPrefix(prefix).
+// and a key prefix, without connecting: for a client of your own, to use
+// with New and WithPrefix(prefix).
 func ClientConfig(rawURL string) (cfg clientv3.Config, prefix string, err error) {
 	u, err := backend.ParseURL(rawURL, "etcd")
 	if err != nil {
@@ -283,22 +264,16 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w: %s", backend.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
-	if u.Opaque != "" {
-		return fail("want etcd://host:port/prefix")
-	}
 	endpoints, err := backend.Hosts(u, "2379")
 	if err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	p := backend.NewParams(u)
 	tc, err := p.TLS(false)
-	dial := p.Duration("dial_timeout", defaultDialTimeout)
+	dial := cmp.Or(p.Duration("dial_timeout", defaultDialTimeout), defaultDialTimeout) // 0: the default
 	kaTime := p.Duration("keepalive_time", defaultKeepAliveTime)
 	kaTimeout := p.Duration("keepalive_timeout", defaultKeepAliveTimeout)
-	if err == nil {
-		err = p.Err()
-	}
-	if err != nil {
+	if err := cmp.Or(err, p.Err()); err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	switch {
@@ -307,9 +282,6 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	case kaTime > 0 && kaTimeout == 0:
 		return fail("keepalive_timeout=0: want more than 0")
 	}
-	if dial <= 0 {
-		dial = defaultDialTimeout
-	}
 	cfg := clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          dial,
@@ -317,10 +289,9 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 		DialKeepAliveTimeout: kaTimeout,
 		Logger:               zap.NewNop(),
 		TLS:                  tc,
-		// A connection that keep-alive closed is dialled again through
-		// the same silence until the path heals: gRPC's defaults (up to
-		// 20 s per handshake that got no answer, pauses growing to 2 min)
-		// would keep the healed endpoint out of use for that long.
+		// A connection that keep-alive closed is dialled again until the
+		// path heals: gRPC's defaults (20s per handshake, pauses up to
+		// 2 min) would keep a healed endpoint out of use that long.
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxRedialPause},
 			MinConnectTimeout: dial,

@@ -38,8 +38,7 @@ func cleanPrefix(p string) string {
 }
 
 // WithLogger sends the messages of the etcd client that Open makes to l,
-// at their own level (the client's retries and keep-alive trouble at Warn,
-// its chatter at Debug). Without it, Open uses the logger in its context
+// at their own level. Without it, Open uses the logger in its context
 // (backend.Logger: locker.Open passes its Client's). A client given to New
 // logs where its own Config.Logger says.
 func WithLogger(l *slog.Logger) Option {

@@ -39,9 +39,8 @@ type ticket struct {
 	mod       int64           // a delayed entry's modification revision once on its mark lease
 }
 
-// Enqueue implements backend.Queuer: one transaction puts c's entry, on
-// the session lease, at the back of its queue, and reads what decides
-// whether it waits.
+// Enqueue implements backend.Queuer: one transaction puts c's entry at
+// the back of its queue and reads what decides whether it waits.
 func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
 	dir, over, err := d.dirs(c)
 	if err != nil {
@@ -52,19 +51,12 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
 	}
 	defer done()
-	ls, err := d.useLease(ctx, nil, c.TTL)
+	ls, m, err := d.session(ctx, nil, c.TTL, c.Delay)
 	if err != nil {
-		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: lease: %w", d.failed(ctx, err))
-	}
-	var m *mark
-	if c.Delay > 0 {
-		if m, err = d.useMark(ctx, nil, ls, c.Delay); err != nil {
-			d.unuse(ls)
-			if !errors.Is(err, backend.ErrRequeue) {
-				err = fmt.Errorf("lease: %w", d.failed(ctx, err))
-			}
-			return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
+		if !errors.Is(err, backend.ErrRequeue) {
+			err = fmt.Errorf("lease: %w", d.failed(ctx, err))
 		}
+		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
 	}
 	t := &ticket{d: d, c: c, s: d.alloc(ls, dir, m), over: over, weight: 1}
 	if c.Mode == backend.Permit {
@@ -126,8 +118,7 @@ func (t *ticket) after(ctx context.Context, op string, g backend.Grant, err erro
 }
 
 // Leave implements backend.Ticket: it deletes the entry, or leaves it to
-// the background sweep (etcd out of reach, or a put of it that may still
-// land) and to its lease.
+// the sweep (etcd out of reach, or a put of it may still land).
 func (t *ticket) Leave(ctx context.Context) error {
 	defer t.d.unuse(t.s.ls)
 	if t.unsettled {
@@ -138,8 +129,8 @@ func (t *ticket) Leave(ctx context.Context) error {
 	return nil
 }
 
-// put sends the transaction that puts t's entry, unless it is there (an
-// unanswered attempt put it), with the read that decides whether it waits.
+// put puts t's entry, unless an unanswered attempt did, with the read
+// that decides whether it waits.
 func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	d, key := t.d, t.s.key
 	val := t.c.Owner
@@ -183,8 +174,8 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 	return t.settle(ctx, resp.Responses[1:], t.rev)
 }
 
-// look checks, in one linearizable transaction, that t's entry is still
-// there, and reads the entries ahead of it.
+// look checks, in one linearizable transaction, that t's entry is there,
+// and reads the entries ahead of it.
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d := t.d
 	t.broken = d.brokenConn()
@@ -203,10 +194,10 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	return t.settle(ctx, resp.Responses, resp.Header.Revision)
 }
 
-// read is the range of the entries under over, created at revision maxRev
-// or before (0: any), that decide whether t waits: a semaphore's all, with
-// their limits, and its resize key; else the youngest two (in put's
-// transaction, ours and the one just ahead of it).
+// read is the entries under over created at revision maxRev or before
+// (0: any) that decide whether t waits: a semaphore's all, and its resize
+// key; else the youngest two (in put's transaction, ours and the one just
+// ahead).
 func (t *ticket) read(maxRev int64) []clientv3.Op {
 	if t.limit > 0 {
 		return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev)),
@@ -217,11 +208,9 @@ func (t *ticket) read(maxRev int64) []clientv3.Op {
 }
 
 // settle takes the key for t's claim, or notes what it waits for, from
-// rs, read at revision rev (see read): the entries under over none
-// younger than t's own, and a semaphore's resize key. It waits for the
-// youngest other entry, or, a semaphore's, for every other while their
-// permits and t's are more than the limit it is judged under (see under
-// and weigh).
+// rs, read at revision rev (see read): the youngest other entry, or, a
+// semaphore's, every other while their permits and t's exceed the limit
+// it is judged under (see under and weigh).
 func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev int64) (backend.Grant, error) {
 	var r record
 	if t.limit > 0 {
@@ -257,9 +246,9 @@ func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev 
 	t.d.forgetRemoved(ctx, t.over, r, oldest)
 	t.older, t.ahead, t.checked = older, ahead, rev
 	if held || !t.waits() {
-		// Our entry was there, at the head of the queue, in this read: our
-		// lease was alive then, and the key is ours. A delayed claim's
-		// entry moves to its mark lease, unless put there.
+		// Our entry was at the head of the queue in this read, our lease
+		// alive: the key is ours. A delayed claim's entry moves to its
+		// mark lease, unless put there.
 		if t.s.mark != nil && t.mod == 0 {
 			mod, err := t.d.toMark(ctx, t.s, t.rev)
 			if err != nil {
@@ -286,16 +275,15 @@ func (t *ticket) drop(k string) {
 // errBroken: every connection to etcd went down while the claim waited.
 var errBroken = errors.New("the connection to etcd went down")
 
-// await blocks until t.older leave room for t's claim (waits) or a
-// semaphore's resize key changes, ctx ends, the lease ends (ErrRequeue),
-// or the connection goes down after t's last request (errBroken: the etcd
-// client resumes a broken watch by itself, silently, for as long as it
-// takes). It watches (see watched) from the server's current revision,
-// never an older one (see "Waiting" in docs/backends/etcdlock.md); a
-// change before that is caught by blocked.
+// await blocks until t.older leave room for t's claim or a semaphore's
+// resize key changes, ctx ends, the lease ends (ErrRequeue), or the
+// connection goes down after t's last request (errBroken: the etcd client
+// resumes a broken watch silently, however long it takes). It watches from
+// the server's current revision, never an older one (see "Waiting" in
+// docs/backends/etcdlock.md); blocked catches a change before that.
 func (t *ticket) await(ctx context.Context) error {
-	// The client's Watch blocks until etcd confirms the watch, for as long
-	// as that takes: the watch ends when the connection or the lease goes.
+	// Watch blocks until etcd confirms the watch, however long: it ends
+	// when the connection or the lease goes.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	defer context.AfterFunc(t.broken, cancel)()
@@ -333,10 +321,9 @@ func (t *ticket) await(ctx context.Context) error {
 	return err
 }
 
-// watched is what t watches: the deletion of the entry just ahead, or a
-// semaphore's resize key and directory, one range (no other key is
-// between them: see dirs), every change, but for the puts of entries
-// (younger than t's or moved to a mark lease: ignored).
+// watched is what t watches: the deletion of the entry just ahead (a put
+// moves it to a mark lease), or every change of a semaphore's resize key
+// and directory, one range (no other key is between them: see dirs).
 func (t *ticket) watched() (string, []clientv3.OpOption) {
 	if t.limit > 0 {
 		return resizeKey(t.over), []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(t.over))}
@@ -344,8 +331,7 @@ func (t *ticket) watched() (string, []clientv3.OpOption) {
 	return t.justAhead(), []clientv3.OpOption{clientv3.WithFilterPut()}
 }
 
-// justAhead is the one entry that a waiting claim of a lock, a reader or
-// a writer waits for.
+// justAhead is the one entry a lock's or a read-write lock's claim waits for.
 func (t *ticket) justAhead() string {
 	for k := range t.older {
 		return k
@@ -353,9 +339,9 @@ func (t *ticket) justAhead() string {
 	return ""
 }
 
-// blocked drops from t.older the entries that a local read, of a member
-// at revision rev or later, no longer finds, and reports whether t still
-// waits; false when it cannot tell, or a semaphore's resize key changed.
+// blocked drops from t.older the entries that a local read at revision
+// rev or later no longer finds, and reports whether t still waits; false
+// when it cannot tell, or a semaphore's resize key changed.
 func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
@@ -396,10 +382,8 @@ func (d *Driver) brokenConn() context.Context {
 }
 
 // watchConn ends d.broken, and makes a new one, each time the client's
-// gRPC connection leaves the Ready state (every endpoint is unreachable),
-// until the driver closes.
+// gRPC connection leaves the Ready state (no endpoint is reachable).
 func (d *Driver) watchConn() {
-	defer d.bg.Done()
 	ctx := d.gate.Context()
 	conn := d.cli.ActiveConnection()
 	for {

@@ -33,9 +33,8 @@ func (d *Driver) get(ctx context.Context, key string, opts ...clientv3.OpOption)
 	return resp, err
 }
 
-// txnRun is txn within a run of failures that may have begun before it
-// (a blocking acquisition's), and reports whether an attempt failed in a
-// way that may have been applied.
+// txnRun is txn within a run of failures that may have begun before it,
+// and reports whether a failed attempt may have been applied.
 func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (resp *clientv3.TxnResponse, ambiguous bool, err error) {
 	ambiguous, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
 		resp, err = build(ctx).Commit()
@@ -49,16 +48,14 @@ func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(cont
 // failures" in docs/backends/etcdlock.md for the choice of 2s).
 const attemptTimeout = 2 * time.Second
 
-// errUnanswered is an attempt that timed out. The client waits for a
-// connection rather than fail at once, so this is also how an unreachable
-// cluster shows.
+// errUnanswered is an attempt that timed out: also how an unreachable
+// cluster shows, since the client waits for a connection.
 var errUnanswered = fmt.Errorf("no answer from etcd within %v", attemptTimeout)
 
-// resend calls send, each attempt bounded by attemptTimeout and requiring
-// a leader (see attempt), until it succeeds, fails in a way that sending
-// again cannot fix, or every attempt of run has failed for retry.Budget; a
-// nil run sends once (a queue's steps: the Client retries them). It
-// reports whether an attempt failed in a way that may have been applied.
+// resend calls send, each attempt cut by the cutter and requiring a
+// leader, until it succeeds, fails for good, or run's attempts have failed
+// for retry.Budget; a nil run sends once (a queue's steps: the Client
+// retries them). It reports whether a failed attempt may have been applied.
 func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(context.Context) error) (ambiguous bool, err error) {
 	bo := retry.Backoff{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 	for {
@@ -85,9 +82,8 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 	}
 }
 
-// resendable reports errors after which the same request may succeed when
-// sent again: etcd did not answer, a member went away, or the cluster is
-// between leaders or could not serve it for now.
+// resendable reports errors after which the request may succeed sent
+// again: no answer, a member gone, no leader, or too busy for now.
 func resendable(err error) bool {
 	switch {
 	case errors.Is(err, errUnanswered):
@@ -113,11 +109,10 @@ func resendable(err error) bool {
 var errUnsettled = fmt.Errorf("no answer from etcd within %v after the caller gave up", backend.CancelGrace)
 
 // putRun is txnRun for a transaction that may put an entry: an attempt in
-// flight when ctx ends is still awaited for up to CancelGrace, so that the
+// flight when ctx ends is awaited for up to CancelGrace, so that the
 // caller learns whether its entry exists and can delete it (an abandoned
-// put may be applied after a later delete: see "Store failures" in
-// docs/backends/etcdlock.md); past the grace it returns errUnsettled and
-// the entry, if any, is left to the background sweep.
+// put may land after a later delete: see "Store failures" in the docs);
+// past it, errUnsettled, and the entry is left to the sweep.
 func (d *Driver) putRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()

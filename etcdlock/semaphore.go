@@ -16,11 +16,10 @@ import (
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
 // entries' values "<backend.PermitTag> <owner>"; an entry holds if it is
-// one of the holders of the record Resize keeps in the key
-// <prefix>/<EscapeKey(k)>%s, or while the permits of the older ones and
-// its own are at most the limit: the record's if it has one, else the
-// entries' own (see "Semaphores and read-write locks" in
-// docs/backends/etcdlock.md).
+// one of the holders of Resize's record, in <prefix>/<EscapeKey(k)>%s, or
+// while its permits and those of the older ones are at most the limit:
+// the record's, else the entries' own (see "Semaphores and read-write
+// locks" in docs/backends/etcdlock.md).
 
 var _ backend.Resizer = (*Driver)(nil)
 
@@ -29,8 +28,7 @@ func permitValue(limit, weight int, owner string) string {
 	return backend.PermitTag(limit, weight) + " " + owner
 }
 
-// permitOf is the limit and the permits of an entry; a limit of 0 if it
-// has none.
+// permitOf is the limit (0: none) and the permits of an entry.
 func permitOf(kv *mvccpb.KeyValue) (limit, weight int) {
 	tag, _, _ := strings.Cut(string(kv.Value), " ")
 	if limit, weight, ok := backend.ParsePermitTag(tag); ok {
@@ -39,17 +37,15 @@ func permitOf(kv *mvccpb.KeyValue) (limit, weight int) {
 	return 0, 1
 }
 
-// resizeKey is the key of the limit Resize sets on the semaphore of
-// directory dir: beside it (its name without the trailing '/'), so that
-// no range over the directory's entries sees it, and under the driver's
-// prefix, which the driver's roles cover.
+// resizeKey is the key of Resize's record of the semaphore of directory
+// dir: beside it, so that no range over its entries sees it, and under
+// the driver's prefix, which the driver's roles cover.
 func resizeKey(dir string) string { return strings.TrimSuffix(dir, "/") }
 
 // record is a semaphore's resize record, "<limit> <upto>": the limit
-// every claim is judged under (0: removed, the claims' own rule), the
-// creation revision of the last entry that held when it was written
-// (those up to it hold whatever the limit: 0 if none), and its key's
-// modification revision as read (0: none stands).
+// every claim is judged under (0: removed), the creation revision of the
+// last entry that held when it was written (those up to it hold whatever
+// the limit), and its key's modification revision as read (0: none).
 type record struct {
 	limit int
 	upto  int64
@@ -61,8 +57,8 @@ func (r record) value() string {
 }
 
 // resized is the record in kvs, a read of a resize key; a limit alone
-// (an earlier version's) has no holder. A value that is no record (not
-// written by Resize) keeps no limit and no holder.
+// (an earlier version's) has no holder, and a value Resize did not write
+// keeps neither.
 func resized(kvs []*mvccpb.KeyValue) record {
 	if len(kvs) == 0 {
 		return record{}
@@ -81,8 +77,8 @@ func resized(kvs []*mvccpb.KeyValue) record {
 }
 
 // under is the limit a claim of limit and weight permits is judged
-// under: the resized one, r, if it stands (ErrLimitMismatch if the
-// weight exceeds it), else its own.
+// under: the resized one, r, if it stands (ErrLimitMismatch below the
+// weight), else its own.
 func under(limit, weight, r int) (int, error) {
 	switch {
 	case r == 0:
@@ -94,10 +90,10 @@ func under(limit, weight, r int) (int, error) {
 }
 
 // weigh is the permits of kv, an entry ahead of a claim judged under
-// limit: ErrLimitMismatch if kv is under another limit and no resized
-// one (r) stands. So every permit granted under the entries' own limits
-// was granted behind entries of its own limit only, and the permits held
-// never exceed the limit they were taken with, or the resized one.
+// limit: ErrLimitMismatch if kv has another limit and no resized one (r)
+// stands. So a permit granted under the entries' own limits was granted
+// behind entries of its limit only, and the permits held never exceed the
+// limit they were taken with, or the resized one.
 func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
 	n, w := permitOf(kv)
 	if r == 0 && n != limit {
@@ -106,10 +102,9 @@ func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
 	return w, nil
 }
 
-// permitted walks kvs, a semaphore's oldest entries in creation order, up
-// to the entry key, which it returns when it is one of r's holders, or
-// the permits of the entries ahead and weight fit the limit it is judged
-// under (nil otherwise).
+// permitted returns the entry key among kvs, a semaphore's oldest entries
+// in creation order, when it is one of r's holders or its weight and the
+// permits ahead fit the limit it is judged under; nil otherwise.
 func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) (*mvccpb.KeyValue, error) {
 	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == key })
 	if i >= 0 && kvs[i].CreateRevision <= r.upto {
@@ -137,11 +132,10 @@ func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) 
 	return kvs[i], nil
 }
 
-// tryPermit puts s's entry and reads the resize key and the semaphore's
-// l.Limit oldest entries in one transaction: the permit is ours if our
-// entry is among them and fits. Otherwise the entry goes again at once.
-// Under a resized limit above l.Limit that the entries read may leave
-// room for, one more read, of that many.
+// tryPermit puts s's entry and reads the resize key and the l.Limit
+// oldest entries in one transaction: the permit is ours if our entry is
+// among them and fits, else the entry goes again at once. Under a resized
+// limit above l.Limit, one more read, of that many.
 func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l backend.Claim) (backend.Grant, error) {
 	weight := max(l.Weight, 1)
 	read := func(n int) []clientv3.Op {
@@ -149,8 +143,7 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(n)))}
 	}
 	resp, err := d.putRun(ctx, run, func(ctx context.Context) clientv3.Txn {
-		// Retried after an attempt that was applied, it finds our entry
-		// there and does not write it again.
+		// Retried after an attempt that was applied, it does not write again.
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", 0)).
 			Then(append([]clientv3.Op{clientv3.OpPut(s.key, permitValue(l.Limit, weight, l.Owner), clientv3.WithLease(s.leaseOf()))}, read(l.Limit)...)...).
@@ -178,17 +171,15 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		if err == nil {
 			err = backend.ErrNotAcquired
 		}
-		// Ours, whatever its revision: deleted even when an attempt whose
-		// reply was lost put it.
+		// Whatever its revision: an attempt whose reply was lost may have put it.
 		d.remove(ctx, s, 0)
 		return backend.Grant{}, err
 	}
 	return d.grant(ctx, s, l, mine.CreateRevision, mine.CreateRevision)
 }
 
-// Resize implements backend.Resizer: it reads key's semaphore's
-// directory and record, and writes the record (see resize). Waiters watch
-// it (see await): a raised limit lets them in.
+// Resize implements backend.Resizer (see resize). Waiters watch the
+// record (see await): a raised limit lets them in.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	if limit < 0 || limit > backend.MaxLimit {
 		return fmt.Errorf("etcdlock: resize: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
@@ -198,7 +189,7 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 		return fmt.Errorf("etcdlock: resize: %w", err)
 	}
 	defer done()
-	if err := d.resize(ctx, d.semDir(key), limit); err != nil {
+	if err := d.resize(ctx, d.dir(key, semTag), limit); err != nil {
 		return fmt.Errorf("etcdlock: resize: %w", d.failed(ctx, err))
 	}
 	return nil
@@ -212,16 +203,14 @@ const resizeTries = 10
 var errResizeRaced = errors.New("the semaphore's holders changed at each of its writes")
 
 // resize writes the record of the semaphore of directory dir: limit, and
-// the last entry holding under the rule in force (the record read, or
-// the claims' own limits), those ahead holding too, so that the holders
-// keep their permits under a lowered limit, or a removed one. Limit 0
-// deletes the record instead when the claims' own limits make the same
-// holders. One transaction writes, the record's revision as read
-// compared, and reads the directory as written over: if a claim, judged
-// under the old rule, took a permit between the read and the write that
-// the record written does not count, it writes again (running
-// maximum of the last holders), under that one's revision. A limit that
-// stands already writes nothing.
+// the last entry holding under the rule in force (the record read, or the
+// claims' own limits), so that the holders keep their permits under a
+// lowered or removed limit. Limit 0 deletes the record instead when the
+// claims' own limits make the same holders; a limit that stands writes
+// nothing. The write compares the record's revision as read and reads the
+// directory as written over: if a claim judged under the old rule took a
+// permit meanwhile that the record does not count, it writes again, with
+// the running maximum of the last holders.
 func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 	rk := resizeKey(dir)
 	entries := clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -270,8 +259,7 @@ func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 }
 
 // lastHolding is the creation revision of the last of kvs, a semaphore's
-// entries in creation order, that holds under its record r (see
-// holding); 0 if none does. The holders are the first entries.
+// entries in creation order, that holds under record r; 0 if none does.
 func lastHolding(kvs []*mvccpb.KeyValue, r record) int64 {
 	if n := holding(backend.Permit, kvs, r); n > 0 {
 		return kvs[n-1].CreateRevision
@@ -279,10 +267,9 @@ func lastHolding(kvs []*mvccpb.KeyValue, r record) int64 {
 	return 0
 }
 
-// forgetRemoved deletes the semaphore's record r, read beside the directory
-// dir, when it is a removed limit's whose holders are all gone: oldest is
-// the creation revision of the oldest entry left. A claim's read finds
-// both anyway; the delete, r's revision compared, comes once. Its
+// forgetRemoved deletes the record r of the semaphore of directory dir
+// when it is a removed limit's whose holders are all gone (oldest is the
+// creation revision of the oldest entry left), r's revision compared; a
 // failure leaves it to the next claim.
 func (d *Driver) forgetRemoved(ctx context.Context, dir string, r record, oldest int64) {
 	if r.mod == 0 || r.limit > 0 || oldest <= r.upto {

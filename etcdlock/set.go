@@ -2,9 +2,9 @@ package etcdlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockerhq/locker/backend"
@@ -14,51 +14,20 @@ import (
 var _ backend.SetAcquirer = (*Driver)(nil)
 
 // TryAcquireAll implements backend.SetAcquirer: one transaction puts every
-// claim's entry, on one lease, if no entry is under any of their
-// directories (try's condition, for all at once); every grant then has the
-// transaction's revision as its fence.
+// claim's entry if no entry is under any of their directories (see
+// trySet); every fence is then the transaction's revision.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
-	overs := make([]string, len(claims))
-	dirs := make([]string, len(claims))
-	for i, l := range claims {
+	for _, l := range claims {
 		if l.Mode != backend.Exclusive || l.Delay > 0 || l.TTL != claims[0].TTL {
 			return nil, fmt.Errorf("etcdlock: try-acquire: a set of claims that differ, or not exclusive: %w", backend.ErrUnsupported)
 		}
-		var err error
-		if dirs[i], overs[i], err = d.dirs(l); err != nil {
-			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
-		}
 	}
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
-	}
-	defer done()
-	var run retry.Failing
-	for requeues := 0; ; requeues++ {
-		ls, err := d.useLease(ctx, &run, claims[0].TTL)
-		if err != nil {
-			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
-		}
-		ss := make([]*slot, len(claims))
-		for i := range claims {
-			ss[i] = d.alloc(ls, dirs[i], nil)
-		}
-		gs, err := d.trySet(ctx, &run, ss, claims, overs)
-		d.unuse(ls)
-		if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
-			continue // our lease vanished: again, with a live one
-		}
-		if err != nil {
-			if !errors.Is(err, backend.ErrNotAcquired) {
-				err = d.failed(ctx, err)
-			}
-			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
-		}
-		return gs, nil
-	}
+	return d.tryAcquire(ctx, claims)
 }
 
+// trySet puts the entries of ss, on their session's lease or their mark
+// lease, if no entry is under overs (a lock's or a read-write lock's
+// directory; a reader's: its writers'), in one transaction.
 func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, claims []backend.Claim, overs []string) ([]backend.Grant, error) {
 	var ifs []clientv3.Cmp
 	var puts, gets []clientv3.Op
@@ -104,7 +73,9 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 			// ones before it go too, and the ones after it are removed.
 			for j := range ss {
 				if j < i {
-					d.Release(ctx, withFence(claims[j], gs[j].Fence))
+					c := claims[j]
+					c.Fence = gs[j].Fence
+					d.Release(ctx, c)
 				} else if j > i {
 					d.remove(ctx, ss[j], rev)
 				}
@@ -115,13 +86,11 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 	return gs, nil
 }
 
-func withFence(l backend.Claim, fence uint64) backend.Claim {
-	l.Fence = fence
-	return l
-}
-
-// ReleaseAll implements backend.SetAcquirer: each claim as Release would,
-// the deletes in one transaction.
+// ReleaseAll implements backend.SetAcquirer: it deletes the claims'
+// entries in one request, and reports ErrNotHeld unless the key deleted
+// was the entry of the claim's fence. A plain delete, faster than a
+// compare-and-delete: no other acquisition's entry has our reserved name,
+// so a retry never deletes a newer lock (see "How locks are stored").
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
 	ctx, done, err := d.gate.Enter(ctx)
@@ -135,12 +104,9 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	es := make([]*entry, len(claims))
 	var dels []clientv3.Op
 	for i, l := range claims {
-		_, end, e, err := d.heldEntry(ctx, l)
-		if err == nil {
-			end()
-			if !d.forget(e, false) {
-				err = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-			}
+		e, err := d.lookup(l)
+		if err == nil && !d.forget(e) {
+			err = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 		}
 		if err != nil {
 			errs[i] = err
@@ -152,9 +118,13 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	if len(dels) == 0 {
 		return errs
 	}
-	var resp *clientv3.TxnResponse
+	op := dels[0] // alone, not in a transaction
+	if len(dels) > 1 {
+		op = clientv3.OpTxn(nil, dels, nil)
+	}
+	var resp clientv3.OpResponse
 	ambiguous, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Txn(ctx).Then(dels...).Commit()
+		resp, err = d.cli.Do(ctx, op)
 		return err
 	})
 	k := 0
@@ -168,12 +138,16 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 			continue
 		}
 		d.free(e.s)
-		prev := resp.Responses[k].GetResponseDeleteRange().GetPrevKvs()
+		var prev []*mvccpb.KeyValue
+		if len(dels) == 1 {
+			prev = resp.Del().PrevKvs
+		} else {
+			prev = resp.Txn().Responses[k].GetResponseDeleteRange().GetPrevKvs()
+		}
 		k++
-		switch {
-		case len(prev) > 0 && prev[0].CreateRevision != e.rev:
-			errs[i] = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
-		case len(prev) == 0 && !ambiguous:
+		// After an attempt whose reply was lost, an entry found gone was
+		// most likely deleted by that attempt.
+		if len(prev) > 0 && prev[0].CreateRevision != e.rev || len(prev) == 0 && !ambiguous {
 			errs[i] = fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 		}
 	}

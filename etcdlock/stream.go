@@ -7,13 +7,11 @@ import (
 )
 
 // keepStream holds one watch, of a key no lock uses, while the driver is
-// open, so that the client's shared watch stream opens once: the etcd
-// client tears a stream down only when its last confirmed watch closes, so
-// a wait cancelled before its watch was confirmed would otherwise leave the
-// stream running (see "Waiting" in docs/backends/etcdlock.md). A broken
-// stream's watch is made again after a pause.
+// open, so that the client's shared watch stream opens once: the client
+// tears a stream down only when its last confirmed watch closes, so a wait
+// cancelled before its watch was confirmed would leave it running (see
+// "Waiting" in the docs). A broken stream's watch is made again.
 func (d *Driver) keepStream() {
-	defer d.bg.Done()
 	ctx := d.gate.Context()
 	bo := retry.Backoff{Min: rewatchAfter, Max: 5 * rewatchAfter}
 	for {

@@ -24,9 +24,8 @@ func zapLogger(l *slog.Logger) *zap.Logger {
 }
 
 // attemptFailed is the etcd client's message for each failed attempt of a
-// request. The error comes back to the driver, which retries on its own
-// terms and reports the outcome once: at Warn, every attempt of a request
-// it rides out would be said again, so it goes at Debug.
+// request: at Debug, since the driver retries on its own terms and reports
+// the outcome once.
 const attemptFailed = "retrying of unary invoker failed"
 
 func levelOf(e zapcore.Entry) slog.Level {
@@ -36,16 +35,10 @@ func levelOf(e zapcore.Entry) slog.Level {
 	return slogLevel(e.Level)
 }
 
+// slogLevel maps zap's Debug, Info, Warn and Error (-1 to 2; DPanic and
+// above count as Error) to slog's (-4 to 8, 4 apart).
 func slogLevel(lvl zapcore.Level) slog.Level {
-	switch {
-	case lvl <= zapcore.DebugLevel:
-		return slog.LevelDebug
-	case lvl == zapcore.InfoLevel:
-		return slog.LevelInfo
-	case lvl == zapcore.WarnLevel:
-		return slog.LevelWarn
-	}
-	return slog.LevelError
+	return slog.Level(4 * min(max(int(lvl), -1), 2))
 }
 
 func (c slogCore) Enabled(lvl zapcore.Level) bool {
