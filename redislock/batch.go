@@ -19,7 +19,7 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 	if len(locks) == 0 {
 		return res
 	}
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	cmds := dep.pipelined(ctx, len(locks), func(i int) (*redis.Script, []string, []any) {
 		l := locks[i]
 		if l.Mode != backend.Exclusive {

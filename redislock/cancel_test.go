@@ -14,6 +14,7 @@ import (
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
@@ -251,7 +252,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 
 // routedDriver is a Driver whose client dials *route at each new
 // connection, made interruptible as Open makes it.
-func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *interrupter) {
+func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *conntrack.Tracker) {
 	t.Helper()
 	o := &redis.Options{
 		Addr: "routed:0",
@@ -344,7 +345,7 @@ func TestCancelSparesHealthyCalls(t *testing.T) {
 	for err := range errs {
 		t.Errorf("a healthy call failed: %v", err)
 	}
-	if n := in.cut.Load(); n != 1 {
+	if n := in.Cuts(); n != 1 {
 		t.Errorf("%d reads cut, want 1 (the stuck call's)", n)
 	}
 	d.dep.mu.Lock()
@@ -357,18 +358,7 @@ func TestCancelSparesHealthyCalls(t *testing.T) {
 	if h == nil || epoch != 0 {
 		t.Errorf("the pub/sub connection failed (hub %v, epoch %d)", h != nil, epoch)
 	}
-	t.Logf("%d healthy calls in flight around the cancel, %d reads cut", calls.Load(), in.cut.Load())
-}
-
-// The cost of watching a call's context.
-func BenchmarkWatch(b *testing.B) {
-	in := newInterrupter()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	b.ReportAllocs()
-	for b.Loop() {
-		in.watch(ctx).stop()
-	}
+	t.Logf("%d healthy calls in flight around the cancel, %d reads cut", calls.Load(), in.Cuts())
 }
 
 // BenchmarkInterruptible compares, in turn, TryAcquire + Release through a

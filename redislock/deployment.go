@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 // deployment is one Redis deployment reached through one go-redis client:
@@ -33,8 +34,8 @@ type deployment struct {
 	retention int64
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
-	in            *interrupter // cuts calls on a dead connection short; nil for a caller's client
-	unroute       func()       // takes log off go-redis's messages (see routeLogs)
+	in            *conntrack.Tracker // cuts calls on a dead connection short; nil for a caller's client
+	unroute       func()             // takes log off go-redis's messages (see routeLogs)
 
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
@@ -99,7 +100,7 @@ func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
 		defer dep.wg.Done()
 		defer close(done)
 		// f ignores cancellation, but close cuts a read it is stuck on.
-		defer dep.in.watch(dep.ctx).stop()
+		defer dep.in.CutOnEnd(dep.ctx).Stop()
 		f(bg)
 	}()
 	select {

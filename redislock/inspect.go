@@ -114,7 +114,7 @@ const scanCount = 1000
 // which blocks the server) on every server, concurrently. The key comes
 // back from the escaped name (backend.EscapeKey is reversible).
 func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(ctx context.Context, keys, names []string) error) error {
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
 	// prefix escapes as at the start of every longer key ("." and ".." are
 	// no keys: the locker package's keys contain a '/').

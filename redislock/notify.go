@@ -258,9 +258,9 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 		<-h.wmu
 		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
-	w := dep.in.watch(ctx) // dialing the connection reads the server's greeting
+	w := dep.in.CutOnEnd(ctx) // dialing the connection reads the server's greeting
 	err := h.ps.Subscribe(ctx, channel)
-	w.stop()
+	w.Stop()
 	if err == nil {
 		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 func init() {
@@ -199,7 +200,7 @@ func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, e
 		return nil, err
 	}
 	var rdb redis.UniversalClient
-	var in *interrupter
+	var in *conntrack.Tracker
 	switch u.Scheme {
 	case "redis", "rediss":
 		o, err := redis.ParseURL(u.String())

@@ -540,7 +540,7 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 				defer bg.Done()
 				defer done()
 				// The cleanup ignores ctx; Close cuts its reads.
-				defer q.deps[i].in.watch(closing).stop()
+				defer q.deps[i].in.CutOnEnd(closing).Stop()
 				q.deps[i].cleanup(ctx, l, value)
 			}()
 		}

@@ -24,7 +24,7 @@ func (dep *deployment) grain() int64 {
 func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []string, value string, px int64) (int64, error) {
 	dep := q.deps[i]
 	delay := dep.restartDelay(px)
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	return dep.up.run(ctx, dep, q.enter, quorumAcquireScript, quorumPrefix, delay, keys, value, px, holder(l), delay, dep.retention, l.Owner, dep.grain())
 }
 

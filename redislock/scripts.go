@@ -93,7 +93,7 @@ func holder(l backend.Claim) string { return l.Token + "." }
 // ago and grants the name in n ms. enter is the Driver's gate, for the
 // uptime proof's background work (upproof.go).
 func (dep *deployment) acquire(ctx context.Context, enter func() (context.Context, func(), bool), l backend.Claim, value string, px int64) (int64, error) {
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	k := keysFor(l.Key)
 	delay := dep.restartDelay(px)
 	return dep.up.run(ctx, dep, enter, acquireScript, acquirePrefix, delay, []string{k.lock, k.fence}, value, px, holder(l), delay, dep.retention, l.Owner)
@@ -133,7 +133,7 @@ func (dep *deployment) released(v int64) bool {
 
 // run runs s on dep; the end of ctx cuts its reads (see watch).
 func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	return s.Run(ctx, dep.rdb, keys, args...)
 }
 
@@ -219,7 +219,7 @@ func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value strin
 func (dep *deployment) evalCleanup(ctx context.Context, s *redis.Script, keys []string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	return s.Eval(ctx, dep.rdb, keys, args...).Err()
 }
 

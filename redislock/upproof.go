@@ -120,7 +120,7 @@ func (u *uptime) probe(dep *deployment, enter func() (context.Context, func(), b
 // learnUp loads the variant: INFO, SCRIPT LOAD, INFO again; kept only if
 // both INFO came from one process that had run long enough.
 func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
-	defer dep.in.watch(ctx).stop()
+	defer dep.in.CutOnEnd(ctx).Stop()
 	info, err := dep.rdb.Info(ctx, "server").Result()
 	if err != nil {
 		return nil

@@ -35,9 +35,9 @@ func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*tic
 // request the caller stopped waiting for leaves nothing behind.
 func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inline bool) ([]*entry, error)) ([]*entry, error) {
 	if d.inline() {
-		in := d.interruptOnEnd(ctx)
+		w := d.dialed.conns.CutOnEnd(ctx)
 		es, err := mk(ctx, true)
-		in.stop()
+		w.Stop()
 		return es, d.failed(ctx, err)
 	}
 	type result struct {

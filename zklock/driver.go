@@ -49,7 +49,6 @@ type Driver struct {
 	resumed chan struct{}           // a session again: ping now
 	since   atomic.Int64            // own connections: when the zk client last had a session again (UnixNano), 0 while it has none
 
-	cuts  atomic.Int64  // reads cut to end inline calls whose context ended (tests)
 	tries atomic.Uint64 // storeTries
 
 	testHookWatch     func() // tests: called before a waiter watches its predecessor

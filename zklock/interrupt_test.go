@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestInlineCallInterrupted(t *testing.T) {
 	// by a goroutine of its own: a loaded machine fires the deadline's
 	// timer late, which is not the call's lateness.
 	const wait = 100 * time.Millisecond
-	limit := interruptGrace + 300*time.Millisecond
+	limit := conntrack.Grace + 300*time.Millisecond
 	lateness := func(ctx context.Context, call func(context.Context) error) (time.Duration, error) {
 		ended := make(chan time.Time, 1)
 		context.AfterFunc(ctx, func() { ended <- time.Now() })
@@ -72,7 +73,7 @@ func TestInlineCallInterrupted(t *testing.T) {
 	if late > limit {
 		t.Errorf("Acquire returned %v after its %v context ended, want at most %v", late, wait, limit)
 	}
-	if d.cuts.Load() == 0 {
+	if d.dialed.conns.Cuts() == 0 {
 		t.Error("no read was cut")
 	}
 	f.thaw()

@@ -79,9 +79,9 @@ func callInline[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, 
 	if err := ctx.Err(); err != nil {
 		return zero, context.Cause(ctx)
 	}
-	in := d.interruptOnEnd(ctx)
+	w := d.dialed.conns.CutOnEnd(ctx)
 	v, err := f()
-	in.stop()
+	w.Stop()
 	if err != nil && !answered(err) && ctx.Err() != nil {
 		// Cut, or failed as ctx ended: what call's wait would say.
 		return zero, context.Cause(ctx)

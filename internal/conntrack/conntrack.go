@@ -25,6 +25,7 @@ type Tracker struct {
 	mu    sync.Mutex
 	cut   bool
 	conns map[*Conn]struct{}
+	cuts  atomic.Int64 // reads cut by CutOnEnd
 }
 
 // New returns an empty Tracker.

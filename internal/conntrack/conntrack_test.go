@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -115,4 +116,78 @@ func TestInterruptEndsOnlyABoundedBlockedRead(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("the read without a deadline = %v after the server wrote", err)
 	}
+}
+
+// The cost of watching a call's context.
+func BenchmarkCutOnEnd(b *testing.B) {
+	t := New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	for b.Loop() {
+		t.CutOnEnd(ctx).Stop()
+	}
+}
+
+// A read still blocked Grace after its call's context ended is cut; once
+// the call stopped its watch, no read is, though one blocks.
+func TestCutOnEnd(t *testing.T) {
+	tr := New()
+	c, _ := pair(t, tr)
+	read := func() <-chan error {
+		done := make(chan error, 1)
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		go func() {
+			_, err := c.Read(make([]byte, 1))
+			done <- err
+		}()
+		for deadline := time.Now().Add(5 * time.Second); len(tr.Reading()) == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the blocked read never showed in Reading")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return done
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := tr.CutOnEnd(ctx)
+	done := read()
+	ended := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if took := time.Since(ended); took < Grace {
+			t.Errorf("cut %v after the context ended, want at least Grace (%v)", took, Grace)
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("the cut read returned %v, want a timeout", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the blocked read was not cut")
+	}
+	w.Stop()
+	if tr.Cuts() != 1 {
+		t.Fatalf("Cuts = %d, want 1", tr.Cuts())
+	}
+
+	// Stopped as the context ends: the next call's read is left alone.
+	ctx, cancel = context.WithCancel(context.Background())
+	w = tr.CutOnEnd(ctx)
+	cancel()
+	w.Stop()
+	done = read()
+	select {
+	case err := <-done:
+		t.Fatalf("a read after Stop was cut: %v", err)
+	case <-time.After(3 * Grace):
+	}
+	if tr.Cuts() != 1 {
+		t.Fatalf("Cuts = %d after a stopped watch, want 1", tr.Cuts())
+	}
+	if tr.CutOnEnd(context.Background()) != nil {
+		t.Error("a context that never ends needs no watch")
+	}
+	var none *Tracker
+	none.CutOnEnd(ctx).Stop() // a client the driver did not dial
 }
