@@ -173,6 +173,15 @@ type Notifier interface {
 	Subscribe(ctx context.Context, key string) (ch <-chan struct{}, cancel func(), err error)
 }
 
+// Notify sends on ch without blocking, as a Notifier's channel wants: one
+// value pending is enough.
+func Notify(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
 // Session is implemented by drivers whose locks are kept alive by a
 // server-side session that the driver maintains itself (an etcd lease, a
 // ZooKeeper session). The locker package then schedules no per-lock

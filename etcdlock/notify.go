@@ -95,16 +95,16 @@ func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, 
 			heard, asked = time.Now(), time.Time{}
 			if silent {
 				silent = false
-				notify(ch)
+				backend.Notify(ch)
 			}
 			switch {
 			case wr.CompactRevision != 0:
 				rev = 0 // what it missed is gone: from now on
-				notify(ch)
+				backend.Notify(ch)
 			case wr.Err() != nil:
 			case len(wr.Events) > 0:
 				rev = wr.Events[len(wr.Events)-1].Kv.ModRevision + 1
-				notify(ch)
+				backend.Notify(ch)
 			}
 		case <-tick.C:
 			now := time.Now()
@@ -121,13 +121,5 @@ func (d *Driver) relay(ctx context.Context, dir string, wch clientv3.WatchChan, 
 				cancel()
 			}
 		}
-	}
-}
-
-// notify sends on ch without waiting: one value pending is enough.
-func notify(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
 	}
 }

@@ -77,7 +77,7 @@ func (dep *deployment) handLocal(key, msg string) {
 			for s := range st.subs {
 				if s.id == to {
 					s.addHanded(h)
-					notify(s.ch)
+					backend.Notify(s.ch)
 					break
 				}
 			}

@@ -351,13 +351,6 @@ func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	_ = h.ps.Unsubscribe(ctx, channel)
 }
 
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // kill marks the hub dead; dep.mu must be held.
 func (h *hub) kill() {
 	if !h.dead {
@@ -435,7 +428,7 @@ func (h *hub) run() {
 			if st := h.chans[m.Channel]; st != nil && st.stale {
 				st.stale = false
 				for s := range st.subs {
-					notify(s.ch)
+					backend.Notify(s.ch)
 				}
 			}
 			dep.mu.Unlock()
@@ -448,13 +441,13 @@ func (h *hub) run() {
 					switch {
 					case handed && s.id == to:
 						s.addHanded(ho)
-						notify(s.ch)
+						backend.Notify(s.ch)
 					case handed:
 						if s.id == "" {
-							notify(s.ch)
+							backend.Notify(s.ch)
 						}
 					case m.Payload == "" || s.id == "" || s.id == m.Payload:
-						notify(s.ch)
+						backend.Notify(s.ch)
 					}
 				}
 			}

@@ -101,7 +101,7 @@ func (dep *deployment) renewMark(live string, m *watchMark) {
 			m.ok = sent
 			if lapsed {
 				for ch := range m.chans {
-					notify(ch)
+					backend.Notify(ch)
 				}
 				lapsed = false
 			}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/lockerhq/locker/backend"
 )
 
 // contact is the latest request the server answered: its session, when it
@@ -50,7 +52,7 @@ func (d *Driver) touch(sid int64, sent time.Time, rtt time.Duration) {
 		}
 		if d.last.CompareAndSwap(cur, n) {
 			if cur != nil && cur.sid != sid {
-				notify(d.wake) // a new session: the monitor reports the old one's locks
+				backend.Notify(d.wake) // a new session: the monitor reports the old one's locks
 			}
 			return
 		}

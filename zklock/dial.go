@@ -61,12 +61,12 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
 				d.since.Store(time.Now().UnixNano())
-				notify(d.resumed)
+				backend.Notify(d.resumed)
 			} else if ev.Type == zk.EventSession {
 				d.since.Store(0)
 			}
 			d.nodeEvent(ev)
-			notify(d.wake)
+			backend.Notify(d.wake)
 		}),
 	)
 	if err != nil {

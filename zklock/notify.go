@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/retry"
 )
 
@@ -83,14 +84,6 @@ func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, c
 				return
 			}
 		}
-		notify(ch)
-	}
-}
-
-// notify sends on ch without blocking: one value pending is enough.
-func notify(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+		backend.Notify(ch)
 	}
 }
