@@ -326,13 +326,8 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 		return g, nil, false, nil
 	}
 	fence, drawn := d.draws.take(l.Key)
-	var seed []byte
-	var check time.Duration
 	if !drawn {
 		fence = uint64(time.Now().UnixMicro())
-		val := strconv.FormatUint(fence, 10)
-		seed = fmt.Appendf(nil, "add %s 0 %d %d\r\n%s\r\n", fk, d.fenceExp, len(val), val)
-		check = d.checkTTL(eff) // seeding: see seed
 	}
 	keep := func() {
 		if drawn {
@@ -340,7 +335,16 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 		}
 	}
 	value = holderValue(l.Token, pipedMark, fence, l.Owner)
-	line, seeded, cur, counter, err := d.addRead(addr, check, lk, fk, value, exp, seed)
+	cmd, n, check := appendAdd(nil, lk, exp, value), 1, time.Duration(0)
+	if !drawn {
+		// The seed's add, checked as seed's is.
+		cmd, n, check = appendAdd(cmd, fk, d.fenceExp, strconv.AppendUint(nil, fence, 10)), 2, d.checkTTL(eff)
+	}
+	lines, items, err := d.pipe(addr, check, false, cmd, n, lk, fk)
+	line, cur := "", items[lk]
+	if err == nil {
+		line = lines[0]
+	}
 	var refused *backend.NotAcquiredError
 	switch {
 	case errors.Is(err, errBusy), errors.As(err, &refused):
@@ -366,7 +370,7 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 	}
 	// Our item is stored (NOT_STORED with our token: a repeated add, see
 	// onProbe, whose first one was applied).
-	if drawn && !shows(counter, fence) || !drawn && seeded != "STORED" {
+	if drawn && !shows(items[fk], fence) || !drawn && lines[1] != "STORED" {
 		return g, value, false, nil // another fence was drawn since ours, or the counter exists: draw one
 	}
 	if !keepUntil.IsZero() {
@@ -487,26 +491,8 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 // counter as long as clocks do not step back (docs/backends/memcachelock.md,
 // "Why fences increase").
 func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
-	for range maxAttempts {
-		n, err := d.incr(fk)
-		switch {
-		case err == nil:
-			return n, nil
-		case !errors.Is(err, memcache.ErrCacheMiss):
-			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
-		}
-		seed, stored, _, err := d.seed(fk, "", ttl)
-		if err != nil {
-			return 0, err
-		}
-		if stored {
-			// Our add created the counter: the seed is our fence, the
-			// counter's first value (every later incr returns more).
-			return seed, nil
-		}
-		// A concurrent seeder's add won: incr again.
-	}
-	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
+	fence, _, _, err := d.drawFence("", fk, ttl)
+	return fence, err
 }
 
 // Refresh extends the lock with gets and cas, so it never extends another

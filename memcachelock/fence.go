@@ -24,33 +24,45 @@ import (
 // (cur nil: the item is gone), nil when the caller must read the item
 // itself.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
-	if addr = d.pipeAddr(lk, fk); addr == nil {
-		fence, err = d.nextFence(fk, ttl)
-		return fence, nil, nil, err
+	if lk != "" {
+		addr = d.pipeAddr(lk, fk)
 	}
 	for range maxAttempts {
-		line, cur, err := d.exchange(addr, 0, "incr "+fk+" 1\r\n", lk, false)
-		if errors.Is(err, errBusy) {
-			fence, err = d.nextFence(fk, ttl)
-			return fence, nil, nil, err
-		}
-		if err != nil {
-			return 0, nil, nil, fenceErr("incr", err)
-		}
-		if line != "NOT_FOUND" {
-			n, err := strconv.ParseUint(line, 10, 64)
-			if err != nil {
-				return 0, nil, nil, fmt.Errorf("memcachelock: fence: incr: unexpected reply %q", line)
+		if addr == nil {
+			fence, err = d.incr(fk)
+		} else {
+			lines, items, perr := d.pipe(addr, 0, false, []byte("incr "+fk+" 1\r\n"), 1, lk)
+			switch {
+			case errors.Is(perr, errBusy):
+				addr, lk = nil, ""
+				fence, err = d.incr(fk)
+			case perr != nil:
+				err = perr
+			case lines[0] == "NOT_FOUND":
+				err = memcache.ErrCacheMiss
+			default:
+				if fence, err = strconv.ParseUint(lines[0], 10, 64); err != nil {
+					return 0, nil, nil, fmt.Errorf("memcachelock: fence: incr: unexpected reply %q", lines[0])
+				}
+				cur = items[lk]
 			}
-			return n, cur, addr, nil
+		}
+		switch {
+		case err == nil:
+			return fence, cur, addr, nil
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			return 0, nil, nil, fenceErr("incr", err)
 		}
 		seed, stored, cur, err := d.seed(fk, lk, ttl)
 		if err != nil {
 			return 0, nil, nil, err
 		}
 		if stored {
-			return seed, cur, addr, nil // see nextFence
+			// Our add created the counter: the seed is our fence, the
+			// counter's first value (every later incr returns more).
+			return seed, cur, addr, nil
 		}
+		// A concurrent seeder's add won: incr again.
 	}
 	return 0, nil, nil, errors.New("memcachelock: fence: the counter kept disappearing")
 }
@@ -68,17 +80,17 @@ func shows(counter *memcache.Item, fence uint64) bool {
 // cas id) is kept for Release (heldItems) until then (zero: not kept).
 func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
 	cmd := appendCas(nil, it.Key, it.Flags, it.Expiration, it.Value, it.CasID)
-	line, cur, err := d.exchange(addr, 0, string(cmd), it.Key, false)
+	lines, items, err := d.pipe(addr, 0, false, cmd, 1, it.Key)
 	if errors.Is(err, errBusy) {
 		return d.cas(it)
 	}
 	if err != nil {
 		return err
 	}
-	if line == "STORED" && cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
+	if cur := items[it.Key]; lines[0] == "STORED" && cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
 		d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, until)
 	}
-	return storeReply(line)
+	return storeReply(lines[0])
 }
 
 // storeReply is the error of a storage command's reply line.
@@ -161,61 +173,6 @@ func (w *draws) peek(key string) uint64 {
 	return w.m[key]
 }
 
-// addRead adds the lock item lk holding value, then sends seed, the
-// counter's add or nothing, then gets lk and the counter fk, all in one
-// write, which memcached runs in order. It returns the add's reply line,
-// the seed's ("" without one), and the items read (nil if missing). With
-// check > 0 it sends nothing unless the server has run for check (see
-// probes), and returns a *backend.NotAcquiredError. Its errors are
-// onProbe's (errBusy: no probe was free, nothing was sent).
-func (d *Driver) addRead(addr net.Addr, check time.Duration, lk, fk string, value []byte, exp int32, seed []byte) (line, seeded string, cur, counter *memcache.Item, err error) {
-	cmd := fmt.Appendf(make([]byte, 0, 128+len(value)+3*len(lk)), "add %s 0 %d %d\r\n", lk, exp, len(value))
-	cmd = append(append(cmd, value...), "\r\n"...)
-	cmd = append(cmd, seed...)
-	cmd = append(append(append(append(append(cmd, "gets "...), lk...), ' '), fk...), "\r\n"...)
-	err = d.onProbe(addr, false, func(p *probe) error {
-		cur, counter, seeded = nil, nil, ""
-		if err := p.ranFor(check); err != nil {
-			return err
-		}
-		if _, err := p.Write(cmd); err != nil {
-			return err
-		}
-		var err error
-		if line, err = p.line(); err != nil {
-			return err
-		}
-		if seed != nil {
-			if seeded, err = p.line(); err != nil {
-				return err
-			}
-		}
-		for {
-			head, err := p.r.ReadSlice('\n')
-			if err != nil {
-				return err
-			}
-			if string(head) == "END\r\n" {
-				return nil
-			}
-			key, bi, err := readValue(p.r, head)
-			if err != nil {
-				return err
-			}
-			it := &memcache.Item{Key: key, Value: bi.value, Flags: bi.flags, CasID: bi.cas}
-			switch key {
-			case lk:
-				cur = it
-			case fk:
-				counter = it
-			default:
-				return fmt.Errorf("gets reply for a key not asked for: %q", key)
-			}
-		}
-	})
-	return line, seeded, cur, counter, err
-}
-
 // freeLock replaces the lock item cur of key, if unchanged since the gets
 // that read it, with the tombstone (see Release). Where the item and its
 // counter share a server, the incr that draws the fence of our next
@@ -231,17 +188,7 @@ func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	}
 	cmd := appendCas(make([]byte, 0, 64+2*len(it.Key)), it.Key, 0, it.Expiration, it.Value, it.CasID)
 	cmd = append(append(append(cmd, "incr "...), fk...), " 1\r\n"...)
-	var line, n string
-	err := d.onProbe(addr, false, func(p *probe) (err error) {
-		if _, err = p.Write(cmd); err != nil {
-			return err
-		}
-		if line, err = p.line(); err != nil {
-			return err
-		}
-		n, err = p.line()
-		return err
-	})
+	lines, _, err := d.pipe(addr, 0, false, cmd, 2)
 	if errors.Is(err, errBusy) {
 		// gomemcache's connections: the incr still goes (see above).
 		if err := d.cas(it); err != nil {
@@ -255,8 +202,8 @@ func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	if err != nil {
 		return err
 	}
-	if f, err := strconv.ParseUint(n, 10, 64); err == nil {
+	if f, err := strconv.ParseUint(lines[1], 10, 64); err == nil {
 		d.draws.put(key, f) // drawn whatever the cas did
 	}
-	return storeReply(line)
+	return storeReply(lines[0])
 }

@@ -53,8 +53,7 @@ var errBusy = errors.New("memcachelock: every probe connection is in use")
 type probe struct {
 	net.Conn
 	r       *bufio.Reader
-	w       *bufio.Writer // RefreshMany's pipelined requests (batch.go)
-	started time.Time     // the server started at this time or before; zero: not read yet
+	started time.Time // the server started at this time or before; zero: not read yet
 }
 
 // checkTTL is how long a server must have run before it seeds a counter
@@ -90,18 +89,21 @@ func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, 
 	if err != nil {
 		return 0, false, nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	cmd := "add " + fk + " 0 " + strconv.Itoa(int(d.fenceExp)) + " " + strconv.Itoa(len(val)) + "\r\n" + val + "\r\n"
-	line, cur, err := d.exchange(addr, d.checkTTL(ttl), cmd, lk, true)
+	var keys []string
+	if lk != "" {
+		keys = []string{lk}
+	}
+	lines, items, err := d.pipe(addr, d.checkTTL(ttl), true, appendAdd(nil, fk, d.fenceExp, []byte(val)), 1, keys...)
 	switch {
 	case err != nil:
 		return 0, false, nil, fenceErr("seed", err)
-	case line != "STORED" && line != "NOT_STORED":
-		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+	case lines[0] != "STORED" && lines[0] != "NOT_STORED":
+		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", lines[0])
 	}
-	return v, line == "STORED", cur, nil
+	return v, lines[0] == "STORED", items[lk], nil
 }
 
-// fenceErr wraps an error of exchange during the fence's step op.
+// fenceErr wraps an error of pipe during the fence's step op.
 func fenceErr(op string, err error) error {
 	var refused *backend.NotAcquiredError
 	if errors.As(err, &refused) {
@@ -110,66 +112,88 @@ func fenceErr(op string, err error) error {
 	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
 }
 
-// exchange sends cmd, then (if lk is not "") gets lk, in one write on a
-// probe connection to addr, and returns cmd's reply line and lk's item (nil
-// if missing): memcached runs a connection's requests in order, so the
-// gets reads lk after cmd took effect. With check > 0 it first makes sure,
-// on that connection, that the server has run for check (see probes): if
-// not, it sends nothing and returns a *backend.NotAcquiredError. Its
-// errors are onProbe's.
-func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (line string, it *memcache.Item, err error) {
-	if lk != "" {
-		cmd += "gets " + lk + "\r\n"
-	}
-	err = d.onProbe(addr, must, func(p *probe) (err error) {
-		line, it, err = p.exchange(check, cmd, lk)
+// pipe sends cmd, n commands that reply with one line each, then (if keys
+// are given) a gets of keys, in one write on a probe connection to addr,
+// and returns the n reply lines and the items read (nil if missing):
+// memcached runs a connection's requests in order, so the gets reads the
+// items after cmd took effect. With check > 0 it first makes sure, on that
+// connection, that the server has run for check (see probes): if not, it
+// sends nothing and returns a *backend.NotAcquiredError. Its errors are
+// onProbe's.
+func (d *Driver) pipe(addr net.Addr, check time.Duration, must bool, cmd []byte, n int, keys ...string) (lines []string, items map[string]*memcache.Item, err error) {
+	err = d.onProbe(context.Background(), addr, must, func(p *probe) (err error) {
+		if err = p.ranFor(check); err == nil {
+			lines, items, err = p.send(cmd, n, keys)
+		}
 		return err
 	})
-	return line, it, err
+	return lines, items, err
+}
+
+// send is pipe on p, without the check: keys must be distinct.
+func (p *probe) send(cmd []byte, n int, keys []string) (lines []string, items map[string]*memcache.Item, err error) {
+	cmd, ends := appendGets(cmd, keys)
+	if _, err := p.Write(cmd); err != nil {
+		return nil, nil, err
+	}
+	for range n {
+		line, err := p.line()
+		if err != nil {
+			return nil, nil, err
+		}
+		lines = append(lines, line)
+	}
+	items = make(map[string]*memcache.Item, len(keys))
+	for _, k := range keys {
+		items[k] = nil // asked for: see readItems
+	}
+	return lines, items, p.readItems(ends, items)
 }
 
 // onProbe runs f, which writes its requests in one write and reads their
-// replies, on a probe connection to addr, within the client's timeout.
-// Its errors are the connection's, unwrapped, a refusal f returns (a
+// replies, on a probe connection to addr, within the client's timeout or
+// ctx's deadline, whichever is sooner (ctx's end cuts it short). Its
+// errors are the connection's, unwrapped, a refusal f returns (a
 // *backend.NotAcquiredError, which leaves the connection usable), or
 // errBusy when none is idle and the cap is reached, unless must. A
 // connection that was idle and turns out closed by the server (a restart)
 // is replaced, and f runs again on the new one.
-func (d *Driver) onProbe(addr net.Addr, must bool, f func(*probe) error) error {
+func (d *Driver) onProbe(ctx context.Context, addr net.Addr, must bool, f func(*probe) error) error {
 	for fresh := false; ; fresh = true {
-		p, reused, err := d.probe(context.Background(), addr, fresh, must)
+		p, reused, err := d.probe(ctx, addr, fresh, must)
 		if err != nil {
 			return err
 		}
-		if err = p.SetDeadline(time.Now().Add(d.timeout())); err == nil {
-			err = f(p)
-		}
+		stop := p.arm(ctx, d.timeout())
+		err = f(p)
 		var refused *backend.NotAcquiredError
-		if err == nil || errors.As(err, &refused) {
+		if stop() && (err == nil || errors.As(err, &refused)) {
 			d.putProbe(addr, p)
 			return err
 		}
 		d.dropProbe(addr, p)
+		if err == nil {
+			return fmt.Errorf("memcachelock: %w", context.Cause(ctx)) // its deadline was cut short
+		}
 		if !reused || !staleConn(err) {
 			return err
 		}
 	}
 }
 
-// exchange is Driver.exchange on p, within the deadline onProbe set.
-func (p *probe) exchange(check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if err := p.ranFor(check); err != nil {
-		return "", nil, err
+// arm sets p's deadline for one round trip: timeout from now, or ctx's
+// deadline if sooner; and makes ctx's end cut the round trip short. stop
+// reports false if it did (p must not be reused then).
+func (p *probe) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
+	dl := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
 	}
-	if _, err := io.WriteString(p.Conn, cmd); err != nil {
-		return "", nil, err
+	p.SetDeadline(dl)
+	if ctx.Done() == nil {
+		return func() bool { return true }
 	}
-	line, err := p.line()
-	if err != nil || lk == "" {
-		return line, nil, err
-	}
-	it, err := p.item(lk)
-	return line, it, err
+	return context.AfterFunc(ctx, func() { p.SetDeadline(time.Unix(1, 0)) })
 }
 
 // ranFor returns nil if p's server has run for check (0: no check), a
@@ -193,26 +217,28 @@ func (p *probe) ranFor(check time.Duration) error {
 	return nil
 }
 
-// item reads a gets reply for lk: its item, or nil if missing.
-func (p *probe) item(lk string) (*memcache.Item, error) {
-	head, err := p.r.ReadSlice('\n')
-	if err != nil {
-		return nil, err
+// readItems reads the replies of ends gets commands into items, whose
+// keys are those asked for: a reply for another is out of step.
+func (p *probe) readItems(ends int, items map[string]*memcache.Item) error {
+	for ends > 0 {
+		line, err := p.r.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if string(line) == "END\r\n" {
+			ends--
+			continue
+		}
+		it, err := readValue(p.r, line)
+		if err != nil {
+			return err
+		}
+		if _, ok := items[it.Key]; !ok {
+			return fmt.Errorf("gets reply for a key not asked for: %q", it.Key)
+		}
+		items[it.Key] = it
 	}
-	if string(head) == "END\r\n" {
-		return nil, nil
-	}
-	key, bi, err := readValue(p.r, head)
-	if err != nil {
-		return nil, err
-	}
-	if key != lk {
-		return nil, fmt.Errorf("gets reply for a key not asked for: %q", key)
-	}
-	if end, err := p.line(); err != nil || end != "END" {
-		return nil, fmt.Errorf("gets reply without its END: %q, %v", end, err)
-	}
-	return &memcache.Item{Key: lk, Value: bi.value, Flags: bi.flags, CasID: bi.cas}, nil
+	return nil
 }
 
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
@@ -250,7 +276,7 @@ func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p 
 		d.dropProbe(addr, nil)
 		return nil, false, err
 	}
-	return &probe{Conn: c, r: bufio.NewReader(c), w: bufio.NewWriter(c)}, false, nil
+	return &probe{Conn: c, r: bufio.NewReader(c)}, false, nil
 }
 
 // dropProbe closes p (if not nil), a connection to addr that probe counted.
