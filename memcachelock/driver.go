@@ -297,9 +297,6 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	if err != nil {
 		return fail(err)
 	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
-	}
 	if err := d.confirm(ctx, lk, l, value, fence, exp, cur, addr, keepUntil); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
@@ -389,51 +386,27 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 // whose item Release will use until then (see heldItems; zero: not at
 // all).
 func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, value []byte, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
-	for i := range maxAttempts {
-		if err := live(ctx, "acquire"); err != nil {
-			return err
-		}
-		var err error
-		switch {
-		case i > 0 || addr == nil:
-			cur, err = d.get(lk)
-		case cur == nil:
-			err = memcache.ErrCacheMiss
-		}
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
-		case err != nil:
-			return fmt.Errorf("memcachelock: confirm: %w", err)
-		case !heldBy(cur.Value, l.Token):
-			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
-		}
-		if err := live(ctx, "acquire"); err != nil {
-			return err
-		}
+	lapsed := fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	if addr != nil && cur == nil {
+		return lapsed
+	}
+	put := d.cas
+	if addr != nil {
+		put = func(it *memcache.Item) error { return d.casRead(addr, it, l, until) }
+	}
+	_, err := d.casHeld(ctx, "acquire", "lock", lk, cur, heldCheck(l.Token), func(cur *memcache.Item) *memcache.Item {
 		// Waiter marks appended since the add stay (see Waiting).
 		var marked []byte
 		if bytes.HasPrefix(cur.Value, value) {
 			marked = cur.Value[len(value):]
 		}
 		cur.Value, cur.Expiration = append(fencedValue(l.Token, fence, l.Owner), marked...), exp
-		if addr != nil {
-			err = d.casRead(addr, cur, l, until)
-		} else {
-			err = d.cas(cur)
-		}
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
-		case errors.Is(err, memcache.ErrCASConflict):
-			continue // changed since our gets: look again
-		default:
-			return fmt.Errorf("memcachelock: confirm: cas: %w", err)
-		}
+		return cur
+	}, put)
+	if errors.Is(err, backend.ErrNotHeld) {
+		return lapsed
 	}
-	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+	return err
 }
 
 // claim stores item (holding token) if the key is free: absent, expired, or
@@ -525,7 +498,7 @@ func (d *Driver) refresh(ctx context.Context, c backend.Claim, exp int32) error 
 // extend sets the expiration of item key to exp if token holds it (gets,
 // then cas). what names the item in errors.
 func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp int32) error {
-	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
+	_, err := d.casHeld(ctx, op, what, key, nil, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
 		cur.Expiration = exp
 		settle(cur.Value)
 		return cur
@@ -543,16 +516,21 @@ func heldCheck(token string) func([]byte) error {
 	}
 }
 
-// casHeld reads item key (gets) and, if check passes its value, stores
-// what next makes of it with a cas, which fails if the item changed since;
-// then it looks again, a bounded number of times. It returns the item as
-// read. what names the item in errors.
-func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(*memcache.Item) error) (*memcache.Item, error) {
+// casHeld reads item key (gets; first, if not nil, is its first read) and,
+// if check passes its value, stores what next makes of it with put (a
+// cas, which fails if the item changed since); then it looks again, a
+// bounded number of times. It returns the item as read. what names the
+// item in errors.
+func (d *Driver) casHeld(ctx context.Context, op, what, key string, first *memcache.Item, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(*memcache.Item) error) (*memcache.Item, error) {
 	for range maxAttempts {
 		if err := live(ctx, op); err != nil {
 			return nil, err
 		}
-		cur, err := d.get(key)
+		cur, err := first, error(nil)
+		if first == nil {
+			cur, err = d.get(key)
+		}
+		first = nil
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
@@ -608,23 +586,14 @@ func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 // release is Release for a call in flight; it hands the turn on as the
 // freed item's marks say (see Waiting).
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
+	var first *memcache.Item
 	if it, ok := d.held.take(l.Key, l.Token); ok && time.Now().Before(it.until) {
-		if err := live(ctx, "release"); err != nil {
-			return err
-		}
-		// The item as our acquisition read it, if unchanged since: one cas.
-		err := d.freeLock(l.Key, &memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
-		switch {
-		case err == nil:
-			d.released(l.Key, it.value)
-			return nil
-		case !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: cas: %w", err)
-		}
-		// Changed since (a refresh, a mark, an expiry): gets, then cas.
+		// The item as our acquisition read it: if unchanged since, one cas
+		// frees it; else (a refresh, a mark, an expiry) gets, then cas.
+		first = &memcache.Item{Key: lockKey(l.Key), Value: it.value, CasID: it.cas}
 	}
 	free := func(it *memcache.Item) error { return d.freeLock(l.Key, it) }
-	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), heldCheck(l.Token), func(it *memcache.Item) *memcache.Item { return it }, free)
+	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), first, heldCheck(l.Token), func(it *memcache.Item) *memcache.Item { return it }, free)
 	if err != nil {
 		return err
 	}
@@ -635,7 +604,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 // drop removes item key if token holds it: gets, then a cas to the expired
 // tombstone (see Release). what names the item in errors.
 func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
-	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), tombstoneOf, d.cas)
+	_, err := d.casHeld(ctx, op, what, key, nil, heldCheck(token), tombstoneOf, d.cas)
 	return err
 }
 

@@ -160,9 +160,7 @@ func (w *draws) take(key string) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f, ok := w.m[key]
-	if ok {
-		delete(w.m, key)
-	}
+	delete(w.m, key)
 	return f, ok
 }
 

@@ -79,7 +79,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		return backend.State{}, err
 	}
 	defer done()
-	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), func(v []byte) error {
+	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), nil, func(v []byte) error {
 		if st := state(key, v); isTombstone(v) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
 			return fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		}

@@ -68,17 +68,8 @@ func (w *waits) get(key string) *keyWait {
 	if w.keys == nil {
 		w.keys = map[string]*keyWait{}
 	}
-	if len(w.keys) >= 2*w.swept+64 {
-		// Keys nobody waits for any more go whenever the map has
-		// doubled: amortized O(1) per key.
-		now := time.Now()
-		for k, kw := range w.keys {
-			if len(kw.subs) == 0 && !now.Before(kw.yieldEnd) {
-				delete(w.keys, k)
-			}
-		}
-		w.swept = len(w.keys)
-	}
+	// Keys nobody waits for any more go.
+	sweep(w.keys, &w.swept, func(kw *keyWait, now time.Time) bool { return len(kw.subs) == 0 && !now.Before(kw.yieldEnd) })
 	kw := w.keys[key]
 	if kw == nil {
 		kw = &keyWait{}
