@@ -21,10 +21,9 @@ import (
 
 // RefreshMany refreshes many locks in O(servers) round trips
 // (backend.BatchRefresher): per server, pipelined gets for all its locks,
-// then pipelined cas for those still held by their token, on the driver's
-// own connections, bounded by ctx. A cas that finds the item changed
-// (EXISTS) takes Refresh's path. A driver made by New, and permits,
-// readers and writers, refresh one by one. See docs/backends/memcachelock.md.
+// then pipelined cas for those still held by their token, on probes bounded
+// by ctx. A cas that finds the item changed takes Refresh's path. A driver
+// made by New, and permits, readers and writers, refresh one by one.
 func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {
@@ -50,8 +49,6 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		case err != nil:
 			errs[i] = err
 		case l.Mode != backend.Exclusive || d.servers == nil:
-			// Permits, readers and writers, and a driver made by New
-			// without the server list: one by one.
 			errs[i] = d.refresh(ctx, l, exp)
 		default:
 			exps[i] = exp
@@ -96,14 +93,11 @@ type batchGroup struct {
 	keys []string // their item keys
 }
 
-// maxTripResponse bounds the estimated size of the gets replies that one
-// round trip asks for: every request of a round trip is written before its
-// replies are read, so the replies must fit in the socket buffers (the
-// server's send buffer and ours to receive, over 128 KiB together on
-// Linux by default) or the server would stop reading and both would wait
-// until the deadline. A group whose replies may be larger is sent in
-// several round trips. A 512-lock batch of typical keys (about 60 bytes)
-// without owners is estimated at about 70 KiB: one round trip.
+// maxTripResponse bounds the estimated size of one round trip's gets
+// replies: its requests are all written before the replies are read, so
+// these must fit in the socket buffers (over 128 KiB on Linux by default),
+// or both sides would wait until the deadline. A 512-lock batch of typical
+// keys without owners is about 70 KiB: one round trip.
 const maxTripResponse = 96 << 10
 
 // getsPerCommand bounds the keys in one gets command (its line stays
@@ -117,8 +111,7 @@ func replyEstimate(key string, l backend.Claim) int {
 }
 
 // refreshGroup refreshes g's locks, in as few round trips as the replies'
-// size allows, and appends to again the locks whose cas found the item
-// changed.
+// size allows, and appends to again those whose cas found the item changed.
 func (d *Driver) refreshGroup(ctx context.Context, g *batchGroup, locks []backend.Claim, exps []int32, errs []error, again []int) []int {
 	for start := 0; start < len(g.idx); {
 		end, size := start, 0
@@ -298,8 +291,7 @@ func (d *Driver) maxIdle() int {
 	return memcache.DefaultMaxIdleConns
 }
 
-// batchStats counts RefreshMany's calls and round trips for tests and
-// benchmarks.
+// batchStats counts RefreshMany's calls and round trips, for tests and benchmarks.
 type batchStats struct {
 	calls atomic.Int64 // RefreshMany calls
 	locks atomic.Int64 // locks passed to them

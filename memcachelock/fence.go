@@ -14,15 +14,10 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// drawFence is nextFence for the lock item lk, which it also reads after
-// the draw, for the confirmation (see nextFence): when the counter and
-// the item live on the same server (always, with one server) and the
-// driver knows the server list, both go in one write on a probe
-// connection (restart.go), if one is free, which memcached runs in order: incr then gets,
-// or, for a missing counter, the seed's add then gets. That saves the
-// confirmation's separate gets. addr is the server when cur is that read
-// (cur nil: the item is gone), nil when the caller must read the item
-// itself.
+// drawFence is nextFence for the lock item lk, which it also reads after the
+// draw for the confirmation, in the same write (incr or the seed's add, then
+// gets), where pipeAddr allows and a probe is free. addr is the server when
+// cur is that read (cur nil: the item is gone), nil when it read nothing.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
 	if lk != "" {
 		addr = d.pipeAddr(lk, fk)
@@ -67,17 +62,15 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 	return 0, nil, nil, errors.New("memcachelock: fence: the counter kept disappearing")
 }
 
-// shows reports whether the fence counter, as read (nil: missing), holds
-// fence.
+// shows reports whether the fence counter, as read (nil: missing), holds fence.
 func shows(counter *memcache.Item, fence uint64) bool {
 	var buf [20]byte
 	return counter != nil && bytes.Equal(counter.Value, strconv.AppendUint(buf[:0], fence, 10))
 }
 
-// casRead is cas for the lock item it, held by l's token, sent on a
-// connection to addr with a gets of it in the same write: if the cas
-// stored it and the gets finds it still ours, the item as read (its new
-// cas id) is kept for Release (heldItems) until then (zero: not kept).
+// casRead is cas for the lock item it, held by l's token, with a gets of it
+// in the same write to addr: the item as read (its new cas id), still ours,
+// is kept for Release (heldItems) until then (zero: not kept).
 func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
 	cmd := appendCas(nil, it.Key, it.Flags, it.Expiration, it.Value, it.CasID)
 	lines, items, err := d.pipe(addr, 0, false, cmd, 1, it.Key)
@@ -108,9 +101,9 @@ func storeReply(line string) error {
 	return fmt.Errorf("unexpected reply %q", line)
 }
 
-// pipeAddr is the server of the lock item lk and its counter fk when
-// both live on it and the driver knows the server list, so that requests
-// on both can go in one write on a probe connection; else nil.
+// pipeAddr is the server of the lock item lk and its counter fk when both
+// live on it (always, with one server) and the driver knows the server list,
+// so that requests on both can go in one write; else nil.
 func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 	if d.servers == nil {
 		return nil
@@ -125,25 +118,21 @@ func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 	return addr
 }
 
-// Fences drawn at release. A release of a lock whose item and counter
-// share a server sends, with its cas, the incr that draws the fence of
-// this driver's next acquisition of the key (draws). That acquisition
-// adds its item with the fence already in it and, in the same write,
-// reads the counter back: unchanged, nobody drew a fence between the
-// incr and the add, so the fence is above every earlier grant's, and the
-// acquisition costs one round trip. Changed (another holder came
-// between), it draws another and records it with a cas, as the usual
-// path does. An acquisition without a drawn fence guesses that the name
-// is new: its item carries a seed, and the seed's add goes in the same
-// write (see tryPiped). See docs/backends/memcachelock.md, "Acquiring in
-// one round trip".
+// draws are fences drawn at release: a release whose item and counter share
+// a server sends, with its cas, the incr that draws the fence of this
+// driver's next acquisition of the key. That one adds its item with the
+// fence in it and reads the counter back in the same write: unchanged,
+// nobody drew one in between, so the fence is above every earlier grant's.
+// Changed, it draws another and records it with a cas. Without a drawn
+// fence it guesses the name is new and seeds (tryPiped). See
+// docs/backends/memcachelock.md, "Acquiring in one round trip".
 type draws struct {
 	mu sync.Mutex
 	m  map[string]uint64
 }
 
-// maxDraws bounds the keys whose drawn fence a driver remembers: past
-// it, it forgets them all (their next acquisitions draw as first ones do).
+// maxDraws bounds the keys whose drawn fence a driver remembers: past it,
+// it forgets them all.
 const maxDraws = 1 << 12
 
 func (w *draws) put(key string, fence uint64) {
@@ -171,12 +160,11 @@ func (w *draws) peek(key string) uint64 {
 	return w.m[key]
 }
 
-// freeLock replaces the lock item cur of key, if unchanged since the gets
-// that read it, with the tombstone (see Release). Where the item and its
-// counter share a server, the incr that draws the fence of our next
-// acquisition of key goes in the same write (draws); it also shows the
-// pollers that a hold came and went, which an acquisition with a drawn
-// fence does not.
+// freeLock replaces the lock item cur of key, if unchanged since it was
+// read, with the tombstone (see Release), and draws the fence of our next
+// acquisition of key (draws), in the same write where pipeAddr allows. The
+// incr also shows pollers that a hold came and went, which an acquisition
+// with a drawn fence does not.
 func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	it := tombstoneOf(cur)
 	fk := it.Key + fenceSuffix // fenceKey(key)

@@ -24,18 +24,16 @@ import (
 // fence counter it lacks (seed); only drivers made by Open, which know the
 // server list, check. See docs/backends/memcachelock.md, "Restarts".
 
-// uptimeSkew is how much memcached's reported uptime exceeds the time since
-// it started: it counts from two seconds before its start (its clock,
-// current_time, starts at ITEM_UPDATE_INTERVAL + 2 and uptime is
-// current_time - ITEM_UPDATE_INTERVAL).
+// uptimeSkew is how much memcached's uptime exceeds the time since it
+// started: its current_time starts at ITEM_UPDATE_INTERVAL + 2, and uptime
+// is current_time - ITEM_UPDATE_INTERVAL.
 const uptimeSkew = 2 * time.Second
 
 // probes are the driver's own connections to each server, for the restart
-// check, the pipelined requests (fence.go) and RefreshMany (batch.go). A
-// connection reads the server's uptime once, and the seed's add goes on
-// it: its reply proves that the server which stored the seed is the one
-// whose start was read, since a TCP connection does not outlive a
-// restarted server's process.
+// check, the pipelined requests and RefreshMany. A connection reads the
+// server's uptime once, and the seed's add goes on it: a TCP connection does
+// not outlive a restarted server, so the server that stored the seed is the
+// one whose start was read.
 type probes struct {
 	mu     sync.Mutex
 	idle   map[string][]*probe // by server address
@@ -44,10 +42,9 @@ type probes struct {
 	dials  atomic.Int64 // connections dialled, for tests
 }
 
-// errBusy: every probe connection to the server is in use, and the
-// caller can do without one (it takes gomemcache's path instead). Probes
-// are capped at the client's idle limit so that many concurrent calls do
-// not dial one each.
+// errBusy: every probe to the server is in use (they are capped at the
+// client's idle limit, so that concurrent calls do not dial one each), and
+// the caller can take gomemcache's path instead.
 var errBusy = errors.New("memcachelock: every probe connection is in use")
 
 type probe struct {
@@ -68,13 +65,11 @@ func (d *Driver) checkTTL(ttl time.Duration) time.Duration {
 	return ttl
 }
 
-// seed stores the counter fk with the clock's current value (add,
-// expiring after the retention) on the server that holds fk, if that
-// server has run for ttl (capped by WithRestartDelay): else it returns an
+// seed adds the counter fk with the clock (expiring after the retention) if
+// its server has run for ttl (capped by WithRestartDelay), else returns an
 // error wrapping ErrNotAcquired. stored says whether our add created the
-// counter, and so made v our fence. If lk is not "", seed reads item lk on
-// the same connection after the add (cur, nil if missing); lk must be on
-// fk's server. Without a server list (New) it only adds.
+// counter, making v our fence. A non-empty lk, on fk's server, is read after
+// the add (cur, nil if missing). Without a server list (New) it only adds.
 func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, cur *memcache.Item, err error) {
 	v = uint64(time.Now().UnixMicro())
 	val := strconv.FormatUint(v, 10)
@@ -112,14 +107,12 @@ func fenceErr(op string, err error) error {
 	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
 }
 
-// pipe sends cmd, n commands that reply with one line each, then (if keys
-// are given) a gets of keys, in one write on a probe connection to addr,
-// and returns the n reply lines and the items read (nil if missing):
-// memcached runs a connection's requests in order, so the gets reads the
-// items after cmd took effect. With check > 0 it first makes sure, on that
-// connection, that the server has run for check (see probes): if not, it
-// sends nothing and returns a *backend.NotAcquiredError. Its errors are
-// onProbe's.
+// pipe sends cmd, n commands that reply with one line each, then a gets of
+// keys (if any), in one write on a probe to addr, which memcached runs in
+// order, and returns the n reply lines and the items (nil if missing). With
+// check > 0 it first makes sure, on that connection, that the server has
+// run for check: if not, it sends nothing and returns a
+// *backend.NotAcquiredError. Its errors are onProbe's.
 func (d *Driver) pipe(addr net.Addr, check time.Duration, must bool, cmd []byte, n int, keys ...string) (lines []string, items map[string]*memcache.Item, err error) {
 	err = d.onProbe(context.Background(), addr, must, func(p *probe) (err error) {
 		if err = p.ranFor(check); err == nil {
@@ -150,13 +143,11 @@ func (p *probe) send(cmd []byte, n int, keys []string) (lines []string, items ma
 	return lines, items, p.readItems(ends, items)
 }
 
-// onProbe runs f, which writes its requests in one write and reads their
-// replies, on a probe connection to addr, within the client's timeout or
-// ctx's deadline, whichever is sooner (ctx's end cuts it short). Its
-// errors are the connection's, unwrapped, a refusal f returns (a
-// *backend.NotAcquiredError, which leaves the connection usable), or
-// errBusy when none is idle and the cap is reached, unless must. A
-// connection that was idle and turns out closed by the server (a restart)
+// onProbe runs f, which writes its requests and reads their replies, on a
+// probe to addr, within the client's timeout and ctx. Its errors are the
+// connection's, a refusal f returns (a *backend.NotAcquiredError, which
+// leaves the connection usable), or errBusy when none is idle and the cap
+// is reached, unless must. An idle connection the server closed (a restart)
 // is replaced, and f runs again on the new one.
 func (d *Driver) onProbe(ctx context.Context, addr net.Addr, must bool, f func(*probe) error) error {
 	for fresh := false; ; fresh = true {
@@ -196,9 +187,8 @@ func (p *probe) arm(ctx context.Context, timeout time.Duration) (stop func() boo
 	return context.AfterFunc(ctx, func() { p.SetDeadline(time.Unix(1, 0)) })
 }
 
-// ranFor returns nil if p's server has run for check (0: no check), a
-// *backend.NotAcquiredError if not, having read the server's uptime on p
-// if it had not yet.
+// ranFor returns nil if p's server has run for check (0: no check), else a
+// *backend.NotAcquiredError; it reads the uptime once per connection.
 func (p *probe) ranFor(check time.Duration) error {
 	if check <= 0 {
 		return nil
@@ -319,8 +309,7 @@ func (ps *probes) close() {
 	ps.idle = nil
 }
 
-// uptime asks the server for its uptime, less uptimeSkew (within the
-// deadline the caller set).
+// uptime asks the server for its uptime, less uptimeSkew.
 func (p *probe) uptime() (time.Duration, error) {
 	if _, err := io.WriteString(p.Conn, "stats\r\n"); err != nil {
 		return 0, err

@@ -61,8 +61,8 @@ func otherLimit(items map[string]*memcache.Item, token string, limit int) (int, 
 
 func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
-	keys := slotKeys(base, "s", c.Limit)
-	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
+	keys, pref, _ := slots(c)
+	slot, err := d.takeSlot(ctx, keys, pref, permitValue(c.Token, c.Limit), exp, c.Token,
 		func(items map[string]*memcache.Item) error {
 			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
 				return mismatch(l, c.Limit)
@@ -183,7 +183,7 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 
 func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) error {
 	base := objBase(c.Key)
-	if err := d.refreshSlot(ctx, "permit", slotKeys(base, "s", c.Limit), slotOf(c.Token, c.Limit), c.Token, exp); err != nil {
+	if err := d.refreshSlot(ctx, c, exp); err != nil {
 		return err
 	}
 	// The limit record must outlive every permit. Missing (evicted), it
@@ -200,8 +200,4 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 		return fmt.Errorf("memcachelock: touch: %w", err)
 	}
 	return nil
-}
-
-func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
-	return d.releaseSlot(ctx, "permit", slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), c.Token)
 }

@@ -34,9 +34,7 @@ func (d *Driver) Modes() backend.ModeSet {
 //	rf    its fence counter
 const maxTag = len(":s9999")
 
-func objKey(key, tag string) string {
-	return backend.ShortKey(key, maxItemKey-maxTag) + ":" + tag
-}
+func objKey(key, tag string) string { return objBase(key) + tag }
 
 // objBase is what objKey puts before the tag; slotKeys names slots off it.
 func objBase(key string) string { return backend.ShortKey(key, maxItemKey-maxTag) + ":" }
@@ -47,6 +45,15 @@ func slotKeys(base, tag string, n int) []string {
 		keys[i] = base + tag + strconv.Itoa(i)
 	}
 	return keys
+}
+
+// slots are the slot items of c's semaphore (Permit) or read-write lock
+// (Read), the one c.Token tries first, and what names them in errors.
+func slots(c backend.Claim) (keys []string, pref int, what string) {
+	if c.Mode == backend.Permit {
+		return slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), "permit"
+	}
+	return slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), "reader"
 }
 
 // slotOf is the slot a token tries first, so that Refresh and Release
@@ -140,23 +147,23 @@ func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, p
 	return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 }
 
-// refreshSlot extends the slot among keys that token holds (pref's, as a
-// rule) to exp. what names the slot in errors.
-func (d *Driver) refreshSlot(ctx context.Context, what string, keys []string, pref int, token string, exp int32) error {
+// refreshSlot extends the slot of c (see slots) to exp.
+func (d *Driver) refreshSlot(ctx context.Context, c backend.Claim, exp int32) error {
 	if err := live(ctx, "refresh"); err != nil {
 		return err
 	}
-	it, err := d.findSlot(ctx, "refresh", what, keys, pref, token)
+	keys, pref, what := slots(c)
+	it, err := d.findSlot(ctx, "refresh", what, keys, pref, c.Token)
 	if err != nil {
 		return err
 	}
-	return d.extend(ctx, "refresh", what, it.Key, token, exp)
+	return d.extend(ctx, "refresh", what, it.Key, c.Token, exp)
 }
 
-// releaseSlot frees the slot among keys that token holds (pref's, as a
-// rule).
-func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pref int, token string) error {
-	cur, err := d.findSlot(ctx, "release", what, keys, pref, token)
+// releaseSlot frees the slot of c (see slots).
+func (d *Driver) releaseSlot(ctx context.Context, c backend.Claim) error {
+	keys, pref, what := slots(c)
+	cur, err := d.findSlot(ctx, "release", what, keys, pref, c.Token)
 	if err != nil {
 		return err
 	}
@@ -173,7 +180,7 @@ func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pr
 		return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 	case errors.Is(err, memcache.ErrCASConflict):
 		// Changed since (a concurrent refresh of ours): the long way.
-		return d.drop(ctx, "release", what, cur.Key, token)
+		return d.drop(ctx, "release", what, cur.Key, c.Token)
 	}
 	return fmt.Errorf("memcachelock: cas: %w", err)
 }
