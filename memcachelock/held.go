@@ -6,13 +6,12 @@ import (
 	"time"
 )
 
-// heldItems remembers, for the locks this driver holds, the lock item as
-// its acquisition last read it (value and cas id), so that Release frees
-// the lock with one cas on that cas id instead of gets and cas: anything
-// since (a refresh, a mark, an expiry, a Break) changes the cas id and
-// makes it fail. A restarted memcached numbers cas ids from 1 again, so an
-// entry is used only within the hold's TTL, and only when the restart check
-// covers that TTL (docs/backends/memcachelock.md, "Releasing with one cas").
+// heldItems remembers the lock items of our holds as their acquisitions
+// last read them, so that Release frees one with a cas on that cas id alone:
+// anything since (a refresh, a mark, an expiry, a Break) makes it fail. A
+// restarted memcached numbers cas ids from 1 again, so an entry is used only
+// within the hold's TTL, and only when the restart check covers that TTL
+// (docs/backends/memcachelock.md, "Releasing with one cas").
 type heldItems struct {
 	mu    sync.Mutex
 	m     map[heldKey]heldItem

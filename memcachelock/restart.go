@@ -6,10 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,27 +309,19 @@ func (ps *probes) close() {
 
 // uptime asks the server for its uptime, less uptimeSkew.
 func (p *probe) uptime() (time.Duration, error) {
-	if _, err := io.WriteString(p.Conn, "stats\r\n"); err != nil {
-		return 0, err
-	}
-	line, err := p.line()
-	up := time.Duration(-1)
-	for ; err == nil && line != "END"; line, err = p.line() {
-		if s, ok := strings.CutPrefix(line, "STAT uptime "); ok {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n < 0 {
-				return 0, fmt.Errorf("unexpected %q", line)
-			}
-			up = time.Duration(n)*time.Second - uptimeSkew
-		}
-	}
+	st, err := p.stats("stats\r\n")
 	if err != nil {
 		return 0, err
 	}
-	if up == -1 {
-		return 0, fmt.Errorf("no uptime in the server's stats")
+	up, ok := st["uptime"]
+	if !ok {
+		return 0, errors.New("no uptime in the server's stats")
 	}
-	return up, nil
+	n, err := strconv.ParseInt(up, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("unexpected uptime %q", up)
+	}
+	return time.Duration(n)*time.Second - uptimeSkew, nil
 }
 
 // line reads the next reply line; the usual replies cost no allocation.

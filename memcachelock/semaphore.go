@@ -82,9 +82,8 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	// The draw reads the limit record too, in the same write when it can
-	// (drawFence): markLimit's first gets, a round trip saved. The read
-	// comes after our add, as markLimit's own would.
+	// The draw reads the limit record too (after our add, as markLimit's
+	// own gets would), in the same write when it can: a round trip saved.
 	fence, rec, addr, err := d.drawFence(base+"sl", base+"sf", eff)
 	if err != nil {
 		return fail(err)
@@ -95,14 +94,11 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// backOut takes back an item of a failed acquisition, if token still
-// holds it, so that the call leaves nothing behind when it returns: a
-// caller that gave up as its add was answered, and tries again at once or
-// is another process, finds the name free. It waits at most CancelGrace:
-// on a dead connection a round trip takes the client's timeout, and the
-// caller's context may have ended; the rest goes on in the background,
-// entered in the gate so that Close waits for it. Best effort: if the
-// server cannot be reached either, the item expires after its TTL.
+// backOut takes back an item of a failed acquisition, if token still holds
+// it, so that the call leaves nothing behind: whoever tries next finds the
+// name free. It waits at most CancelGrace (on a dead connection a round trip
+// takes the client's timeout); the rest goes on in the background, which
+// Close awaits. Best effort: unreachable, the item expires after its TTL.
 func (d *Driver) backOut(key, token string) {
 	drop := func() { _ = d.drop(context.Background(), "release", "item", key, token) }
 	fin := make(chan struct{})
