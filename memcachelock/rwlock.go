@@ -11,19 +11,16 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// MaxReaders is how many readers a read-write lock holds at once: each
-// has a slot item, and a writer looks at them all in one round trip. A
-// reader beyond it is refused as if a writer held the lock (its
-// acquisition waits), with a backend.NotAcquiredError that says why.
+// MaxReaders is how many readers a read-write lock holds at once (a writer
+// reads all their slot items in one round trip). A reader beyond it waits,
+// refused with a backend.NotAcquiredError that says why.
 const MaxReaders = 128
 
-// A read-write lock is a writer item (tag w), MaxReaders reader slots
-// (r<i>), the waiting writer's record (q) and a fence counter (rf).
-// Exclusion is "write mine, then check theirs": each side adds its own item,
-// draws its fence, then reads the other side's and backs out if it is held
-// (why that excludes: docs/backends/memcachelock.md, "Read-write locks").
-// Writers are preferred: a refused writer records itself in q, and
-// readers are refused while q names another token.
+// A read-write lock excludes by "write mine, then check theirs": each side
+// adds its own item, draws its fence, then reads the other side's and backs
+// out if it is held (docs/backends/memcachelock.md, "Read-write locks").
+// Writers are preferred: a refused writer records itself in q, and readers
+// are refused while q names another token.
 
 func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)

@@ -12,10 +12,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Modes implements backend.Modal: semaphores and read-write locks. It is
-// no backend.Weigher: a claim of n permits would be n slot items, and
-// memcached takes no two items in one step, so another claim could see
-// some taken and not the rest (locker.Permits above 1 is ErrUnsupported).
+// Modes implements backend.Modal: semaphores and read-write locks. It is no
+// backend.Weigher: n permits would be n slot items, which memcached cannot
+// take in one step (locker.Permits above 1 is ErrUnsupported).
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
@@ -64,8 +63,8 @@ func slotOf(token string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// heldByOther reports whether an item found by a get names a holder other than
-// token (tombstones name none).
+// heldByOther reports whether an item names a holder other than token
+// (tombstones name none).
 func heldByOther(it *memcache.Item, token string) bool {
 	return it != nil && !isTombstone(it.Value) && !heldBy(it.Value, token)
 }
@@ -81,10 +80,8 @@ func (d *Driver) touch(key string, exp int32) error {
 }
 
 // takeSlot stores value in one of the slots keys for token, trying pref
-// first and then the slots that a look at all of them finds free. It
-// returns the slot taken, or -1 when none was (all held, or each taken by
-// another just before us). check, if not nil, judges the items the look
-// found before any further slot is taken.
+// first, then those a look at all of them finds free (check, if not nil,
+// judges that look first). It returns the slot taken, or -1 when none was.
 func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
 	var items map[string]*memcache.Item // nil until pref was found taken
 	for j, tries := 0, 0; j < len(keys) && tries <= maxAttempts; j++ {

@@ -56,8 +56,7 @@ type waits struct {
 	keys map[string]*keyWait
 	// poll is non-nil while the poller runs; a send on it wakes it early.
 	poll chan struct{}
-	// next: until then, our mark is on some holder's item, and the poller
-	// polls every pollNext.
+	// next: until then, our mark is on a holder's item: poll every pollNext.
 	next time.Time
 	// swept is how many keys the last sweep left (see get).
 	swept int
@@ -250,9 +249,9 @@ func (kw *keyWait) wake() {
 
 var _ backend.Notifier = (*Driver)(nil)
 
-// Subscribe implements backend.Notifier: see Waiting above. It reads the
-// key's item once, so that a release after it returns is seen however
-// soon it is followed by another acquisition (the holder's token changes).
+// Subscribe implements backend.Notifier (see Waiting). It reads the key's
+// items once, so that a release after it returns is seen however soon
+// another acquisition follows.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	ctx, done, err := d.begin(ctx, "subscribe")
 	if err != nil {
@@ -310,9 +309,8 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}, nil
 }
 
-// seenOf is what the poller compares: the holder's token in the lock item
-// ("" when free) and the fence counter, which every acquisition moves, so
-// that a hold that came and went between two polls is seen.
+// seenOf is what the poller compares: the holder's token ("" when free) and
+// the fence counter, which shows a hold that came and went between polls.
 func seenOf(lock, counter *memcache.Item) string {
 	var tok []byte
 	if lock != nil && !isTombstone(lock.Value) {
