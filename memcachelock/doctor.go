@@ -36,7 +36,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 			return ctx.Err()
 		}
 		var settings, stats map[string]string
-		err := d.onProbe(addr, true, func(p *probe) (err error) {
+		err := d.onProbe(context.Background(), addr, true, func(p *probe) (err error) {
 			if settings, err = p.stats("stats settings\r\n"); err == nil {
 				stats, err = p.stats("stats\r\n")
 			}
@@ -115,7 +115,7 @@ func (d *Driver) StoreTime(ctx context.Context) (time.Time, error) {
 		if !t.IsZero() {
 			return nil
 		}
-		return d.onProbe(addr, true, func(p *probe) error {
+		return d.onProbe(context.Background(), addr, true, func(p *probe) error {
 			st, err := p.stats("stats\r\n")
 			if err != nil {
 				return err

@@ -45,20 +45,18 @@ type Driver struct {
 	slots chan struct{}
 }
 
-// Requests in flight on a driver's client, per server: gomemcache dials a
-// connection for every request that finds none idle, which cost half the
-// CPU with a thousand waiters and passed memcached's connection limit.
-// Waiting for one of inFlight costs less than a dial; Open keeps as many
-// idle (the default max_idle).
+// Requests in flight on a driver's client, per server: gomemcache dials for
+// every request that finds no idle connection, which cost half the CPU with
+// a thousand waiters and passed memcached's connection limit; a wait costs
+// less. Open keeps as many idle (the default max_idle).
 const inFlight = 16
 
 func newSlots(servers int) chan struct{} { return make(chan struct{}, inFlight*max(servers, 1)) }
 
-// call runs f, one of the client's requests, within the driver's bound.
-// A request that waited the client's timeout for its turn goes anyway, on
-// a connection of its own: requests that hang on a dead server must not
-// make the others wait for them one after another (a request takes no
-// context; its timeout is its only bound).
+// call runs f, one of the client's requests, within the driver's bound. A
+// request that waited the client's timeout (its only bound) for its turn
+// goes anyway, on a connection of its own: requests that hang on a dead
+// server must not make the others wait for them one after another.
 func (d *Driver) call(f func() error) error {
 	if d.slots == nil { // a test's bare Driver
 		return f()
@@ -86,14 +84,12 @@ var (
 	_ backend.Modal          = (*Driver)(nil)
 )
 
-// New returns a driver that uses mc, a client the caller built (its server
-// list, timeouts, dialer). Every process that locks the same names must give
-// its client the same server list in the same order, so that each key maps to
-// the same server everywhere. Close does not close mc. Such a driver cannot
-// see mc's server list: it skips the restart check (restart.go) and
-// refreshes locks one by one. Of the options, only WithRestartDelay applies:
-// WithTimeout and WithMaxIdle are an error here, since they configure the
-// client that Open makes (set mc.Timeout and mc.MaxIdleConns instead).
+// New returns a driver that uses mc, a client the caller built. Every
+// process that locks the same names must give its client the same server
+// list in the same order. Close does not close mc. Such a driver cannot see
+// mc's server list: it skips the restart check (restart.go) and refreshes
+// locks one by one. WithTimeout and WithMaxIdle are an error here (set
+// mc.Timeout and mc.MaxIdleConns instead).
 func New(mc *memcache.Client, opts ...Option) (*Driver, error) {
 	if mc == nil {
 		return nil, fmt.Errorf("memcachelock: New: %w: nil client", backend.ErrInvalidOption)
@@ -122,10 +118,8 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// gomemcache takes no context: each of its calls is bounded by the client's
-// Timeout instead. The driver checks ctx before every round trip.
-// op is "" for the operator's calls, whose operation the Client's error
-// names already.
+// live is ctx's end, checked before every round trip: gomemcache takes no
+// context. op is "" for the operator's calls, which the Client's error names.
 func live(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
 		if op == "" {
@@ -136,15 +130,12 @@ func live(ctx context.Context, op string) error {
 	return nil
 }
 
-// The memcached calls, each repeated once when it failed on a connection
-// that the server had closed: gomemcache pools idle connections, and after a
-// server restart the first call on each pooled connection fails that way,
-// without having reached the server. Every call here is safe to repeat even
-// if the first one was applied after all: a repeated add finds our own
-// token and keeps it (claim), a repeated incr only skips a fence, a
-// repeated cas finds the cas id changed and looks again. The one imprecise
-// outcome is a release applied twice, which then reports ErrNotHeld for a
-// lock it did free.
+// The memcached calls, each repeated once when it failed on a connection the
+// server had closed (after a restart, the first call on each pooled one, not
+// having reached the server). Each is safe to repeat even if applied: a
+// repeated add finds our token and keeps it (claim), a repeated incr skips
+// a fence, a repeated cas finds the cas id changed and looks again. Only a
+// release applied twice is imprecise: it reports ErrNotHeld.
 
 func staleConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
@@ -184,8 +175,7 @@ func (d *Driver) incr(key string) (n uint64, err error) {
 // appended to the item: at most one per waiting driver, as a rule one).
 const maxAttempts = 8
 
-// enter is how every call with a claim begins: it checks the claim c
-// (checkClaim), enters the gate and checks ctx.
+// enter begins every call with a claim: checkClaim, then begin.
 func (d *Driver) enter(ctx context.Context, op string, c backend.Claim) (_ context.Context, done func(), exp int32, eff time.Duration, err error) {
 	if op == "release" {
 		c.TTL = time.Second // a release needs no TTL: check the rest
@@ -245,11 +235,10 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 	return backend.Grant{}, fmt.Errorf("memcachelock: %w: mode %v", backend.ErrUnsupported, c.Mode)
 }
 
-// tryLock takes the lock with add, the atomic create-if-absent, or with
-// a cas over a tombstone; then draws a fence; then confirms it still holds
-// the lock (see nextFence for why the confirmation is needed). Where the
-// item and the counter share a server, tryPiped does it all in one round
-// trip when it can.
+// tryLock takes the lock with add, or a cas over a tombstone; then draws a
+// fence; then confirms it still holds the lock (see nextFence for why).
+// Where the item and the counter share a server, tryPiped does it all in one
+// round trip when it can.
 func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	lk := lockKey(l.Key)
 	fk := lk + fenceSuffix // fenceKey(l.Key)
@@ -269,35 +258,29 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	if done {
 		return g, err
 	}
+	// On an error, the add or cas may have been applied all the same (a
+	// timeout after the server stored it): take back, token-checked, what
+	// we may have left, so that it does not hold the key.
+	fail := func(err error) (backend.Grant, error) {
+		d.backOut(lk, l.Token)
+		return backend.Grant{}, err
+	}
 	if value == nil {
 		value = holdValue(l.Token, l.Owner)
 		won, holder, err := d.claim(ctx, &memcache.Item{Key: lk, Value: value, Expiration: exp}, l.Token)
 		if err != nil {
-			// The add or cas may have been applied even though we saw an
-			// error (a timeout after the server stored it): take back what
-			// we may have left, token-checked, so that it does not hold
-			// the key.
-			d.backOut(lk, l.Token)
-			return backend.Grant{}, err
+			return fail(err)
 		}
 		if !won {
 			d.foundHeld(ctx, l.Key, holder)
 			return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 		}
 	}
-
-	fail := func(err error) (backend.Grant, error) {
-		d.backOut(lk, l.Token)
-		return backend.Grant{}, err
-	}
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
 	fence, cur, addr, err := d.drawFence(lk, fk, eff)
 	if err != nil {
-		return fail(err)
-	}
-	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
 	if err := d.confirm(ctx, lk, l, value, fence, exp, cur, addr, keepUntil); err != nil {
@@ -310,29 +293,21 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// tryPiped is tryLock in one write, which adds the item with its fence
-// in it (after pipedMark) and reads back the item and the counter: with
-// the fence drawn at our last release of the key (see draws), granted if
-// the counter still shows it; else with a seed from the clock, whose add
-// of the counter goes between the item's add and the gets, granted if it
-// created the counter (the name is new, or its counter was lost), as
-// seed's add is (nextFence). done says that it decided (g, err); else, if value is not
-// nil, our item holding value was stored with a fence that does not
-// hold, and tryLock must draw one and confirm; if nil, tryLock takes its
-// usual path.
+// tryPiped is tryLock in one write, which adds the item with its fence in it
+// (after pipedMark) and reads back the item and the counter: with the fence
+// drawn at our last release of the key (see draws), granted if the counter
+// still shows it; else with a seed from the clock, whose add goes before the
+// gets, granted if it created the counter, as seed's is. done says that it
+// decided (g, err); else a value not nil is our stored item, whose fence
+// does not hold (tryLock draws one and confirms), and nil the usual path.
 func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, exp int32, eff time.Duration, keepUntil time.Time) (g backend.Grant, value []byte, done bool, err error) {
 	addr := d.pipeAddr(lk, fk)
 	if addr == nil {
 		return g, nil, false, nil
 	}
 	fence, drawn := d.draws.take(l.Key)
-	var seed []byte
-	var check time.Duration
 	if !drawn {
 		fence = uint64(time.Now().UnixMicro())
-		val := strconv.FormatUint(fence, 10)
-		seed = fmt.Appendf(nil, "add %s 0 %d %d\r\n%s\r\n", fk, d.fenceExp, len(val), val)
-		check = d.checkTTL(eff) // seeding: see seed
 	}
 	keep := func() {
 		if drawn {
@@ -340,7 +315,16 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 		}
 	}
 	value = holderValue(l.Token, pipedMark, fence, l.Owner)
-	line, seeded, cur, counter, err := d.addRead(addr, check, lk, fk, value, exp, seed)
+	cmd, n, check := appendAdd(nil, lk, exp, value), 1, time.Duration(0)
+	if !drawn {
+		// The seed's add, checked as seed's is.
+		cmd, n, check = appendAdd(cmd, fk, d.fenceExp, strconv.AppendUint(nil, fence, 10)), 2, d.checkTTL(eff)
+	}
+	lines, items, err := d.pipe(addr, check, false, cmd, n, lk, fk)
+	line, cur := "", items[lk]
+	if err == nil {
+		line = lines[0]
+	}
 	var refused *backend.NotAcquiredError
 	switch {
 	case errors.Is(err, errBusy), errors.As(err, &refused):
@@ -366,7 +350,7 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 	}
 	// Our item is stored (NOT_STORED with our token: a repeated add, see
 	// onProbe, whose first one was applied).
-	if drawn && !shows(counter, fence) || !drawn && seeded != "STORED" {
+	if drawn && !shows(items[fk], fence) || !drawn && lines[1] != "STORED" {
 		return g, value, false, nil // another fence was drawn since ours, or the counter exists: draw one
 	}
 	if !keepUntil.IsZero() {
@@ -377,59 +361,32 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 }
 
 // confirm checks that the item we created, holding value, is still there,
-// so that the fence was drawn while we held the lock, and records the
-// fence in it (gets, then cas: the cas fails if the item changed since),
-// for Inspect and Break. If addr is not nil, drawFence read the item after
-// the draw (cur, nil if gone), which saves confirm's first gets, and the
-// cas goes on a connection to addr followed by a gets in the same write,
-// whose item Release will use until then (see heldItems; zero: not at
-// all).
+// so that the fence was drawn while we held the lock, and records the fence
+// in it with a cas, for Inspect and Break. If addr is not nil, drawFence read
+// the item after the draw (cur, nil if gone), and the cas goes to addr with
+// a gets of the item, which Release will use until then (see heldItems).
 func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, value []byte, fence uint64, exp int32, cur *memcache.Item, addr net.Addr, until time.Time) error {
-	for i := range maxAttempts {
-		if err := live(ctx, "acquire"); err != nil {
-			return err
-		}
-		var err error
-		switch {
-		case i > 0 || addr == nil:
-			cur, err = d.get(lk)
-		case cur == nil:
-			err = memcache.ErrCacheMiss
-		}
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
-		case err != nil:
-			return fmt.Errorf("memcachelock: confirm: %w", err)
-		case !heldBy(cur.Value, l.Token):
-			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted and taken before the acquisition completed", backend.ErrNotAcquired)
-		}
-		if err := live(ctx, "acquire"); err != nil {
-			return err
-		}
+	lapsed := fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
+	if addr != nil && cur == nil {
+		return lapsed
+	}
+	put := d.cas
+	if addr != nil {
+		put = func(it *memcache.Item) error { return d.casRead(addr, it, l, until) }
+	}
+	_, err := d.casHeld(ctx, "acquire", "lock", lk, cur, heldCheck(l.Token), func(cur *memcache.Item) *memcache.Item {
 		// Waiter marks appended since the add stay (see Waiting).
 		var marked []byte
 		if bytes.HasPrefix(cur.Value, value) {
 			marked = cur.Value[len(value):]
 		}
 		cur.Value, cur.Expiration = append(fencedValue(l.Token, fence, l.Owner), marked...), exp
-		if addr != nil {
-			err = d.casRead(addr, cur, l, until)
-		} else {
-			err = d.cas(cur)
-		}
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
-		case errors.Is(err, memcache.ErrCASConflict):
-			continue // changed since our gets: look again
-		default:
-			return fmt.Errorf("memcachelock: confirm: cas: %w", err)
-		}
+		return cur
+	}, put)
+	if errors.Is(err, backend.ErrNotHeld) {
+		return lapsed
 	}
-	return fmt.Errorf("memcachelock: the lock item kept changing during %d attempts", maxAttempts)
+	return err
 }
 
 // claim stores item (holding token) if the key is free: absent, expired, or
@@ -479,34 +436,14 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 	return false, nil, nil
 }
 
-// nextFence draws the fencing token from the counter fk: incr, or, when
-// the counter is missing, seeded with add from the clock (in microseconds)
-// on a server that has run for the TTL (seed). Fences increase from holder
-// to holder because each is drawn while the holder's item exists, as the
-// confirmation then checks; the seed keeps them increasing across a lost
-// counter as long as clocks do not step back (docs/backends/memcachelock.md,
-// "Why fences increase").
+// nextFence draws the fencing token from the counter fk: incr, or, when it
+// is missing, seed. Fences increase from holder to holder because each is
+// drawn while the holder's item exists, as the confirmation checks; the seed
+// (the clock in µs) keeps them increasing across a lost counter while clocks
+// do not step back (docs/backends/memcachelock.md, "Why fences increase").
 func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
-	for range maxAttempts {
-		n, err := d.incr(fk)
-		switch {
-		case err == nil:
-			return n, nil
-		case !errors.Is(err, memcache.ErrCacheMiss):
-			return 0, fmt.Errorf("memcachelock: fence: incr: %w", err)
-		}
-		seed, stored, _, err := d.seed(fk, "", ttl)
-		if err != nil {
-			return 0, err
-		}
-		if stored {
-			// Our add created the counter: the seed is our fence, the
-			// counter's first value (every later incr returns more).
-			return seed, nil
-		}
-		// A concurrent seeder's add won: incr again.
-	}
-	return 0, errors.New("memcachelock: fence: the counter kept disappearing")
+	fence, _, _, err := d.drawFence("", fk, ttl)
+	return fence, err
 }
 
 // Refresh extends the lock with gets and cas, so it never extends another
@@ -529,7 +466,7 @@ func (d *Driver) refresh(ctx context.Context, c backend.Claim, exp int32) error 
 	case backend.Permit:
 		return d.refreshPermit(ctx, c, exp)
 	case backend.Read:
-		return d.refreshRead(ctx, c, exp)
+		return d.refreshSlot(ctx, c, exp)
 	case backend.Write:
 		return d.extend(ctx, "refresh", "writer", objKey(c.Key, "w"), c.Token, exp)
 	}
@@ -539,7 +476,7 @@ func (d *Driver) refresh(ctx context.Context, c backend.Claim, exp int32) error 
 // extend sets the expiration of item key to exp if token holds it (gets,
 // then cas). what names the item in errors.
 func (d *Driver) extend(ctx context.Context, op, what, key, token string, exp int32) error {
-	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
+	_, err := d.casHeld(ctx, op, what, key, nil, heldCheck(token), func(cur *memcache.Item) *memcache.Item {
 		cur.Expiration = exp
 		settle(cur.Value)
 		return cur
@@ -557,16 +494,20 @@ func heldCheck(token string) func([]byte) error {
 	}
 }
 
-// casHeld reads item key (gets) and, if check passes its value, stores
-// what next makes of it with a cas, which fails if the item changed since;
-// then it looks again, a bounded number of times. It returns the item as
-// read. what names the item in errors.
-func (d *Driver) casHeld(ctx context.Context, op, what, key string, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(*memcache.Item) error) (*memcache.Item, error) {
+// casHeld reads item key (gets, or first, if not nil, the first time) and,
+// if check passes its value, stores what next makes of it with put (a cas:
+// if the item changed since, it looks again, a bounded number of times). It
+// returns the item as read. what names the item in errors.
+func (d *Driver) casHeld(ctx context.Context, op, what, key string, first *memcache.Item, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(*memcache.Item) error) (*memcache.Item, error) {
 	for range maxAttempts {
 		if err := live(ctx, op); err != nil {
 			return nil, err
 		}
-		cur, err := d.get(key)
+		cur, err := first, error(nil)
+		if first == nil {
+			cur, err = d.get(key)
+		}
+		first = nil
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
@@ -606,12 +547,9 @@ func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 	switch c.Mode {
 	case backend.Exclusive:
 		return d.release(ctx, c)
-	case backend.Permit:
+	case backend.Permit, backend.Read:
 		defer d.wakeKey(c.Key) // the poller watches lock items only
-		return d.releasePermit(ctx, c)
-	case backend.Read:
-		defer d.wakeKey(c.Key)
-		return d.releaseRead(ctx, c)
+		return d.releaseSlot(ctx, c)
 	case backend.Write:
 		defer d.wakeKey(c.Key)
 		return d.releaseWrite(ctx, c)
@@ -622,23 +560,14 @@ func (d *Driver) Release(ctx context.Context, c backend.Claim) error {
 // release is Release for a call in flight; it hands the turn on as the
 // freed item's marks say (see Waiting).
 func (d *Driver) release(ctx context.Context, l backend.Claim) error {
+	var first *memcache.Item
 	if it, ok := d.held.take(l.Key, l.Token); ok && time.Now().Before(it.until) {
-		if err := live(ctx, "release"); err != nil {
-			return err
-		}
-		// The item as our acquisition read it, if unchanged since: one cas.
-		err := d.freeLock(l.Key, &memcache.Item{Key: lockKey(l.Key), CasID: it.cas})
-		switch {
-		case err == nil:
-			d.released(l.Key, it.value)
-			return nil
-		case !errors.Is(err, memcache.ErrCASConflict) && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrNotStored):
-			return fmt.Errorf("memcachelock: cas: %w", err)
-		}
-		// Changed since (a refresh, a mark, an expiry): gets, then cas.
+		// The item as our acquisition read it: if unchanged since, one cas
+		// frees it; else (a refresh, a mark, an expiry) gets, then cas.
+		first = &memcache.Item{Key: lockKey(l.Key), Value: it.value, CasID: it.cas}
 	}
 	free := func(it *memcache.Item) error { return d.freeLock(l.Key, it) }
-	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), heldCheck(l.Token), func(it *memcache.Item) *memcache.Item { return it }, free)
+	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), first, heldCheck(l.Token), func(it *memcache.Item) *memcache.Item { return it }, free)
 	if err != nil {
 		return err
 	}
@@ -649,7 +578,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 // drop removes item key if token holds it: gets, then a cas to the expired
 // tombstone (see Release). what names the item in errors.
 func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
-	_, err := d.casHeld(ctx, op, what, key, heldCheck(token), tombstoneOf, d.cas)
+	_, err := d.casHeld(ctx, op, what, key, nil, heldCheck(token), tombstoneOf, d.cas)
 	return err
 }
 

@@ -14,71 +14,76 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// drawFence is nextFence for the lock item lk, which it also reads after
-// the draw, for the confirmation (see nextFence): when the counter and
-// the item live on the same server (always, with one server) and the
-// driver knows the server list, both go in one write on a probe
-// connection (restart.go), if one is free, which memcached runs in order: incr then gets,
-// or, for a missing counter, the seed's add then gets. That saves the
-// confirmation's separate gets. addr is the server when cur is that read
-// (cur nil: the item is gone), nil when the caller must read the item
-// itself.
+// drawFence is nextFence for the lock item lk, which it also reads after the
+// draw for the confirmation, in the same write (incr or the seed's add, then
+// gets), where pipeAddr allows and a probe is free. addr is the server when
+// cur is that read (cur nil: the item is gone), nil when it read nothing.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
-	if addr = d.pipeAddr(lk, fk); addr == nil {
-		fence, err = d.nextFence(fk, ttl)
-		return fence, nil, nil, err
+	if lk != "" {
+		addr = d.pipeAddr(lk, fk)
 	}
 	for range maxAttempts {
-		line, cur, err := d.exchange(addr, 0, "incr "+fk+" 1\r\n", lk, false)
-		if errors.Is(err, errBusy) {
-			fence, err = d.nextFence(fk, ttl)
-			return fence, nil, nil, err
-		}
-		if err != nil {
-			return 0, nil, nil, fenceErr("incr", err)
-		}
-		if line != "NOT_FOUND" {
-			n, err := strconv.ParseUint(line, 10, 64)
-			if err != nil {
-				return 0, nil, nil, fmt.Errorf("memcachelock: fence: incr: unexpected reply %q", line)
+		if addr == nil {
+			fence, err = d.incr(fk)
+		} else {
+			lines, items, perr := d.pipe(addr, 0, false, []byte("incr "+fk+" 1\r\n"), 1, lk)
+			switch {
+			case errors.Is(perr, errBusy):
+				addr, lk = nil, ""
+				fence, err = d.incr(fk)
+			case perr != nil:
+				err = perr
+			case lines[0] == "NOT_FOUND":
+				err = memcache.ErrCacheMiss
+			default:
+				if fence, err = strconv.ParseUint(lines[0], 10, 64); err != nil {
+					return 0, nil, nil, fmt.Errorf("memcachelock: fence: incr: unexpected reply %q", lines[0])
+				}
+				cur = items[lk]
 			}
-			return n, cur, addr, nil
+		}
+		switch {
+		case err == nil:
+			return fence, cur, addr, nil
+		case !errors.Is(err, memcache.ErrCacheMiss):
+			return 0, nil, nil, fenceErr("incr", err)
 		}
 		seed, stored, cur, err := d.seed(fk, lk, ttl)
 		if err != nil {
 			return 0, nil, nil, err
 		}
 		if stored {
-			return seed, cur, addr, nil // see nextFence
+			// Our add created the counter: the seed is our fence, the
+			// counter's first value (every later incr returns more).
+			return seed, cur, addr, nil
 		}
+		// A concurrent seeder's add won: incr again.
 	}
 	return 0, nil, nil, errors.New("memcachelock: fence: the counter kept disappearing")
 }
 
-// shows reports whether the fence counter, as read (nil: missing), holds
-// fence.
+// shows reports whether the fence counter, as read (nil: missing), holds fence.
 func shows(counter *memcache.Item, fence uint64) bool {
 	var buf [20]byte
 	return counter != nil && bytes.Equal(counter.Value, strconv.AppendUint(buf[:0], fence, 10))
 }
 
-// casRead is cas for the lock item it, held by l's token, sent on a
-// connection to addr with a gets of it in the same write: if the cas
-// stored it and the gets finds it still ours, the item as read (its new
-// cas id) is kept for Release (heldItems) until then (zero: not kept).
+// casRead is cas for the lock item it, held by l's token, with a gets of it
+// in the same write to addr: the item as read (its new cas id), still ours,
+// is kept for Release (heldItems) until then (zero: not kept).
 func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
 	cmd := appendCas(nil, it.Key, it.Flags, it.Expiration, it.Value, it.CasID)
-	line, cur, err := d.exchange(addr, 0, string(cmd), it.Key, false)
+	lines, items, err := d.pipe(addr, 0, false, cmd, 1, it.Key)
 	if errors.Is(err, errBusy) {
 		return d.cas(it)
 	}
 	if err != nil {
 		return err
 	}
-	if line == "STORED" && cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
+	if cur := items[it.Key]; lines[0] == "STORED" && cur != nil && heldBy(cur.Value, l.Token) && !until.IsZero() {
 		d.held.keep(l.Key, l.Token, cur.CasID, cur.Value, until)
 	}
-	return storeReply(line)
+	return storeReply(lines[0])
 }
 
 // storeReply is the error of a storage command's reply line.
@@ -96,9 +101,9 @@ func storeReply(line string) error {
 	return fmt.Errorf("unexpected reply %q", line)
 }
 
-// pipeAddr is the server of the lock item lk and its counter fk when
-// both live on it and the driver knows the server list, so that requests
-// on both can go in one write on a probe connection; else nil.
+// pipeAddr is the server of the lock item lk and its counter fk when both
+// live on it (always, with one server) and the driver knows the server list,
+// so that requests on both can go in one write; else nil.
 func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 	if d.servers == nil {
 		return nil
@@ -113,25 +118,21 @@ func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 	return addr
 }
 
-// Fences drawn at release. A release of a lock whose item and counter
-// share a server sends, with its cas, the incr that draws the fence of
-// this driver's next acquisition of the key (draws). That acquisition
-// adds its item with the fence already in it and, in the same write,
-// reads the counter back: unchanged, nobody drew a fence between the
-// incr and the add, so the fence is above every earlier grant's, and the
-// acquisition costs one round trip. Changed (another holder came
-// between), it draws another and records it with a cas, as the usual
-// path does. An acquisition without a drawn fence guesses that the name
-// is new: its item carries a seed, and the seed's add goes in the same
-// write (see tryPiped). See docs/backends/memcachelock.md, "Acquiring in
-// one round trip".
+// draws are fences drawn at release: a release whose item and counter share
+// a server sends, with its cas, the incr that draws the fence of this
+// driver's next acquisition of the key. That one adds its item with the
+// fence in it and reads the counter back in the same write: unchanged,
+// nobody drew one in between, so the fence is above every earlier grant's.
+// Changed, it draws another and records it with a cas. Without a drawn
+// fence it guesses the name is new and seeds (tryPiped). See
+// docs/backends/memcachelock.md, "Acquiring in one round trip".
 type draws struct {
 	mu sync.Mutex
 	m  map[string]uint64
 }
 
-// maxDraws bounds the keys whose drawn fence a driver remembers: past
-// it, it forgets them all (their next acquisitions draw as first ones do).
+// maxDraws bounds the keys whose drawn fence a driver remembers: past it,
+// it forgets them all.
 const maxDraws = 1 << 12
 
 func (w *draws) put(key string, fence uint64) {
@@ -148,9 +149,7 @@ func (w *draws) take(key string) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f, ok := w.m[key]
-	if ok {
-		delete(w.m, key)
-	}
+	delete(w.m, key)
 	return f, ok
 }
 
@@ -161,67 +160,11 @@ func (w *draws) peek(key string) uint64 {
 	return w.m[key]
 }
 
-// addRead adds the lock item lk holding value, then sends seed, the
-// counter's add or nothing, then gets lk and the counter fk, all in one
-// write, which memcached runs in order. It returns the add's reply line,
-// the seed's ("" without one), and the items read (nil if missing). With
-// check > 0 it sends nothing unless the server has run for check (see
-// probes), and returns a *backend.NotAcquiredError. Its errors are
-// onProbe's (errBusy: no probe was free, nothing was sent).
-func (d *Driver) addRead(addr net.Addr, check time.Duration, lk, fk string, value []byte, exp int32, seed []byte) (line, seeded string, cur, counter *memcache.Item, err error) {
-	cmd := fmt.Appendf(make([]byte, 0, 128+len(value)+3*len(lk)), "add %s 0 %d %d\r\n", lk, exp, len(value))
-	cmd = append(append(cmd, value...), "\r\n"...)
-	cmd = append(cmd, seed...)
-	cmd = append(append(append(append(append(cmd, "gets "...), lk...), ' '), fk...), "\r\n"...)
-	err = d.onProbe(addr, false, func(p *probe) error {
-		cur, counter, seeded = nil, nil, ""
-		if err := p.ranFor(check); err != nil {
-			return err
-		}
-		if _, err := p.Write(cmd); err != nil {
-			return err
-		}
-		var err error
-		if line, err = p.line(); err != nil {
-			return err
-		}
-		if seed != nil {
-			if seeded, err = p.line(); err != nil {
-				return err
-			}
-		}
-		for {
-			head, err := p.r.ReadSlice('\n')
-			if err != nil {
-				return err
-			}
-			if string(head) == "END\r\n" {
-				return nil
-			}
-			key, bi, err := readValue(p.r, head)
-			if err != nil {
-				return err
-			}
-			it := &memcache.Item{Key: key, Value: bi.value, Flags: bi.flags, CasID: bi.cas}
-			switch key {
-			case lk:
-				cur = it
-			case fk:
-				counter = it
-			default:
-				return fmt.Errorf("gets reply for a key not asked for: %q", key)
-			}
-		}
-	})
-	return line, seeded, cur, counter, err
-}
-
-// freeLock replaces the lock item cur of key, if unchanged since the gets
-// that read it, with the tombstone (see Release). Where the item and its
-// counter share a server, the incr that draws the fence of our next
-// acquisition of key goes in the same write (draws); it also shows the
-// pollers that a hold came and went, which an acquisition with a drawn
-// fence does not.
+// freeLock replaces the lock item cur of key, if unchanged since it was
+// read, with the tombstone (see Release), and draws the fence of our next
+// acquisition of key (draws), in the same write where pipeAddr allows. The
+// incr also shows pollers that a hold came and went, which an acquisition
+// with a drawn fence does not.
 func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	it := tombstoneOf(cur)
 	fk := it.Key + fenceSuffix // fenceKey(key)
@@ -231,17 +174,7 @@ func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	}
 	cmd := appendCas(make([]byte, 0, 64+2*len(it.Key)), it.Key, 0, it.Expiration, it.Value, it.CasID)
 	cmd = append(append(append(cmd, "incr "...), fk...), " 1\r\n"...)
-	var line, n string
-	err := d.onProbe(addr, false, func(p *probe) (err error) {
-		if _, err = p.Write(cmd); err != nil {
-			return err
-		}
-		if line, err = p.line(); err != nil {
-			return err
-		}
-		n, err = p.line()
-		return err
-	})
+	lines, _, err := d.pipe(addr, 0, false, cmd, 2)
 	if errors.Is(err, errBusy) {
 		// gomemcache's connections: the incr still goes (see above).
 		if err := d.cas(it); err != nil {
@@ -255,8 +188,8 @@ func (d *Driver) freeLock(key string, cur *memcache.Item) error {
 	if err != nil {
 		return err
 	}
-	if f, err := strconv.ParseUint(n, 10, 64); err == nil {
+	if f, err := strconv.ParseUint(lines[1], 10, 64); err == nil {
 		d.draws.put(key, f) // drawn whatever the cas did
 	}
-	return storeReply(line)
+	return storeReply(lines[0])
 }

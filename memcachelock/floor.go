@@ -17,11 +17,9 @@ func init() {
 // floorValue is what the floor's add stores: a token's length.
 var floorValue = []byte("00000000000000000000000000000000")
 
-// rawFloor is add, then delete, of an item named after key (escaped as a
-// lock's would be, with a suffix no lock item has), on the driver's
-// client: the two round trips any lock's acquire+release costs at least on
-// memcached. It leaves nothing behind (and if the delete fails, the item
-// expires within 2s).
+// rawFloor is add, then delete, of an item named after key (with a suffix
+// no lock item has) on the driver's client: the two round trips any
+// acquire+release costs at least. A failed delete's item expires within 2s.
 func (d *Driver) rawFloor(ctx context.Context, key string) error {
 	ctx, done, err := d.begin(ctx, "floor")
 	if err != nil {

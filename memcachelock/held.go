@@ -1,17 +1,17 @@
 package memcachelock
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
 
-// heldItems remembers, for the locks this driver holds, the lock item as
-// its acquisition last read it (value and cas id), so that Release frees
-// the lock with one cas on that cas id instead of gets and cas: anything
-// since (a refresh, a mark, an expiry, a Break) changes the cas id and
-// makes it fail. A restarted memcached numbers cas ids from 1 again, so an
-// entry is used only within the hold's TTL, and only when the restart check
-// covers that TTL (docs/backends/memcachelock.md, "Releasing with one cas").
+// heldItems remembers the lock items of our holds as their acquisitions
+// last read them, so that Release frees one with a cas on that cas id alone:
+// anything since (a refresh, a mark, an expiry, a Break) makes it fail. A
+// restarted memcached numbers cas ids from 1 again, so an entry is used only
+// within the hold's TTL, and only when the restart check covers that TTL
+// (docs/backends/memcachelock.md, "Releasing with one cas").
 type heldItems struct {
 	mu    sync.Mutex
 	m     map[heldKey]heldItem
@@ -33,18 +33,8 @@ func (h *heldItems) keep(key, token string, cas uint64, value []byte, until time
 	if h.m == nil {
 		h.m = map[heldKey]heldItem{}
 	}
-	if len(h.m) >= 2*h.swept+64 {
-		// Holds that were never released (lost, or their process kept
-		// them to their TTL) go whenever the map has doubled: amortized
-		// O(1) per entry.
-		now := time.Now()
-		for k, it := range h.m {
-			if !now.Before(it.until) {
-				delete(h.m, k)
-			}
-		}
-		h.swept = len(h.m)
-	}
+	// Holds never released (lost, or kept to their TTL) go.
+	sweep(h.m, &h.swept, func(it heldItem, now time.Time) bool { return !now.Before(it.until) })
 	h.m[heldKey{key, token}] = heldItem{cas: cas, value: value, until: until}
 }
 
@@ -53,8 +43,17 @@ func (h *heldItems) take(key, token string) (heldItem, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	it, ok := h.m[heldKey{key, token}]
-	if ok {
-		delete(h.m, heldKey{key, token})
-	}
+	delete(h.m, heldKey{key, token})
 	return it, ok
+}
+
+// sweep deletes the entries of m that dead reports whenever m has doubled
+// since the last sweep, which left *left: amortized O(1) per entry.
+func sweep[K comparable, V any](m map[K]V, left *int, dead func(V, time.Time) bool) {
+	if len(m) < 2**left+64 {
+		return
+	}
+	now := time.Now()
+	maps.DeleteFunc(m, func(_ K, v V) bool { return dead(v, now) })
+	*left = len(m)
 }

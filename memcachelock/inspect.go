@@ -7,18 +7,15 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// An item records its holder's owner and, once its acquisition completed,
-// its fence (see fencedValue). memcached cannot report how long an item
-// has left, and the value keeps no deadline: no TTL. Waiters keep no
-// entry of their own (at most a mark in the holder's item): no queue. There is no List: memcached cannot enumerate its keys.
+// An item records its holder's owner and fence (see fencedValue); no TTL
+// (memcached cannot tell an item's time left), no queue (waiters leave at
+// most a mark), no List (memcached cannot enumerate its keys).
 
-// errNoHolders refuses to inspect or break a semaphore or a read-write
-// lock, before any request. Their slot items hold a token (and a permit's
-// limit), not a fence nor an owner: the fence is drawn from the object's
-// counter after the add and told only to the acquirer. So no holder could
-// be shown with its fence, and no fence names the item to free. Writing
-// it into the item would cost every acquisition a round trip
-// (docs/backends/memcachelock.md, Operators).
+// errNoHolders refuses to inspect or break a semaphore or a read-write lock,
+// before any request: their slot items record no fence (drawn after the add
+// and told only to the acquirer; writing it in would cost every acquisition
+// a round trip), so no fence names the item (docs/backends/memcachelock.md,
+// Operators).
 var errNoHolders = fmt.Errorf("memcachelock: %w: the items of a semaphore's or read-write lock's holders record no fence", backend.ErrUnsupported)
 
 // state is the State of a held lock's value.
@@ -61,15 +58,12 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	return backend.State{Key: key, Known: backend.KnowsOwner | backend.KnowsFence}, nil
 }
 
-// Break implements backend.Breaker as a release under the fence: gets,
-// then a cas to an expired tombstone that succeeds only if the item is
-// still the one whose value shows fence. A piped fence counts without a
-// look at the counter, which may have moved since its holder was granted
-// it (a late release's incr); one that no holder was granted was told to
-// nobody (Inspect hides it), and its acquisition, its item gone, is
-// refused. The removed holder's next Refresh finds no item; the key's
-// fence counter is untouched, so the next grant's fence is above (see
-// nextFence).
+// Break implements backend.Breaker as a release under the fence: gets, then
+// a cas to the tombstone, if the item still shows fence. A piped fence
+// counts without a look at the counter, which a late release's incr may have
+// moved: one never granted was told to nobody (Inspect hides it), and its
+// acquisition, its item gone, is refused. The removed holder's next Refresh
+// finds no item; the counter is untouched, so the next grant's fence is above.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	if m != backend.Exclusive {
 		return backend.State{}, errNoHolders
@@ -79,7 +73,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 		return backend.State{}, err
 	}
 	defer done()
-	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), func(v []byte) error {
+	cur, err := d.casHeld(ctx, "", "lock", lockKey(key), nil, func(v []byte) error {
 		if st := state(key, v); isTombstone(v) || !st.Known.Has(backend.KnowsFence) || st.Fence != fence {
 			return fmt.Errorf("memcachelock: %w", backend.ErrNotHeld)
 		}

@@ -23,27 +23,23 @@ const (
 func lockKey(key string) string  { return backend.ShortKey(key, maxItemKey-len(fenceSuffix)) }
 func fenceKey(key string) string { return lockKey(key) + fenceSuffix }
 
-// Values. A held lock's item holds the holder's token (the locker package
-// makes 32 hex digits), then a space, '~' (or '^', see pipedMark) and the
-// fence in decimal (0 until the acquisition has drawn it), for Inspect and
-// Break, then, when the acquisition named an owner, a space and the first
-// maxOwnerLen bytes of the owner, for operators, then any waiter marks
-// (NUL, "w:" and a waiting driver's id; see Waiting). Items of older
-// versions have no fence field (one whose owner starts with '~' or '^' and
-// digits reads as having one). A released lock's item, if the server
-// keeps it at all (see Release), holds the tombstone.
+// Values. A held lock's item holds the holder's token (32 hex digits), a
+// space, '~' (or '^', see pipedMark) and the fence in decimal (0 until
+// drawn), then, if the acquisition named an owner, a space and its first
+// maxOwnerLen bytes, then any waiter marks (NUL, "w:" and a waiting
+// driver's id; see Waiting). Items of older versions have no fence field
+// (one whose owner starts with '~' or '^' and digits reads as having one).
+// A released lock's item, if the server keeps it at all, is the tombstone.
 const (
 	tokenLen    = 32
 	maxOwnerLen = 200
 	tombstone   = "-"
 	fenceMark   = '~'
-	// pipedMark replaces fenceMark in an item that an acquisition in one
-	// round trip (tryPiped) added with a fence it did not know usable yet:
-	// it is granted only if the counter, read back after the add, shows
-	// it; else the acquisition draws another and records it with a cas.
-	// So Inspect reports it only while the counter shows it, and the
-	// holder's refreshes, once it is granted, write fenceMark in its place
-	// (settle).
+	// pipedMark replaces fenceMark in an item that tryPiped added with a
+	// fence not yet known usable: granted only if the counter, read back
+	// after the add, shows it (else another is drawn). So Inspect reports
+	// it only while the counter shows it, and the holder's refreshes
+	// write fenceMark in its place (settle).
 	pipedMark = '^'
 )
 
@@ -108,10 +104,9 @@ func heldBy(v []byte, token string) bool {
 		(len(v) == len(token) || v[len(token)] == ' ')
 }
 
-// isTombstone reports whether the value marks a released lock. Anything
-// else that is not the caller's hold, even a value we did not write, counts
-// as held by someone else: a lock is never taken over a value we cannot read.
-// A waiter's mark appended to a tombstone (see Waiting) leaves it one.
+// isTombstone reports whether the value marks a released lock (with or
+// without waiter marks). Anything else not the caller's, even a value we did
+// not write, counts as held: a lock is never taken over a value we cannot read.
 func isTombstone(v []byte) bool {
 	return bytes.Equal(v, []byte(tombstone)) || (bytes.HasPrefix(v, []byte(tombstone)) && bytes.HasPrefix(v[len(tombstone):], []byte(markSep)))
 }
@@ -125,12 +120,11 @@ func marks(v []byte) []byte {
 	return nil
 }
 
-// TTLs. memcached counts expiry in whole seconds on a clock that ticks
-// once a second and whose ticks drift (docs/backends/memcachelock.md,
-// "TTLs"): a TTL of d is stored for ceil(d)+2 seconds, so the lock lives
-// at least ceil(d), the effective TTL. Relative expirations above 30 days
-// are read by memcached as absolute Unix times; the few TTLs that need one
-// are sent as such, which relies on the server's clock agreeing with ours.
+// TTLs. memcached counts expiry in whole seconds on a clock whose ticks
+// drift (docs/backends/memcachelock.md, "TTLs"): a TTL of d is stored for
+// ceil(d)+2 seconds, so the lock lives at least ceil(d), the effective TTL.
+// Relative expirations above 30 days are read as absolute Unix times: those
+// TTLs are sent as such, relying on the server's clock agreeing with ours.
 const expirationMargin = 2
 
 const (

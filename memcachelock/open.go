@@ -22,18 +22,13 @@ func init() {
 	}))
 }
 
-// Open returns a driver for a memcache:// URL: a comma-separated server
-// list (port 11211 by default) or the path of a Unix socket. Parameters:
-// timeout, the read, write and dial timeout of each call (default 500ms);
-// max_idle, the idle connections kept per server (default 16, the
-// requests the driver keeps in flight per server at most). Open pings
-// every server, each within the timeout, and fails if one does not answer.
-// restart_delay caps how long a server that started recently refuses names
-// it has no fence counter for (default: the lock's TTL; 0: never, for
-// servers that cannot have lost a holder's item; see restart.go).
-// retention, how long a name's fence counter lives (default 24h; see
-// WithRetention). The options WithTimeout, WithMaxIdle, WithRestartDelay
-// and WithRetention set the same, and override the URL's. Close closes the client that Open made.
+// Open returns a driver for a memcache:// URL: a comma-separated server list
+// (port 11211 by default) or the path of a Unix socket. Parameters: timeout
+// (default 500ms), max_idle (default 16), restart_delay and retention, as
+// the options WithTimeout, WithMaxIdle, WithRestartDelay and WithRetention
+// set them; an option overrides the URL. Open pings every server, each
+// within the timeout, and fails if one does not answer. Close closes the
+// client that Open made.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	u, err := backend.ParseURL(rawURL, "memcache")
 	if err != nil {

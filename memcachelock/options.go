@@ -12,8 +12,7 @@ type config struct {
 	// restartDelay caps how long a server that started recently refuses
 	// names it has no fence counter for (restart.go); < 0: the lock's TTL.
 	restartDelay time.Duration
-	// retention is how long a fence counter lives after its seed (0:
-	// unset, DefaultRetention).
+	// retention is how long a fence counter lives after its seed.
 	retention time.Duration
 	// timeout and maxIdle configure the client Open makes; 0: unset.
 	timeout time.Duration
@@ -25,7 +24,7 @@ type config struct {
 type Option func(*config)
 
 func newConfig(opts []Option) (config, error) {
-	cfg := config{restartDelay: -1}
+	cfg := config{restartDelay: -1, retention: DefaultRetention}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -50,13 +49,11 @@ func WithRestartDelay(d time.Duration) Option {
 // or URL says otherwise.
 const DefaultRetention = 24 * time.Hour
 
-// WithRetention sets how long a name's fence counter lives after it was
-// seeded (URL: retention=; default DefaultRetention): memcached's incr
-// keeps the expiry the seed set, so the counter vanishes d after its seed,
-// and with it the last of a released name, and the next acquisition seeds
-// it again from the clock (see nextFence for why fences keep increasing).
-// memcached counts it in whole seconds. d must be positive and at most 30
-// days, memcached's longest relative expiry.
+// WithRetention sets how long a name's fence counter lives after its seed
+// (URL: retention=; default DefaultRetention), in whole seconds: incr keeps
+// the seed's expiry, so the counter, the last of a released name, vanishes d
+// after its seed, and the next acquisition seeds it again from the clock
+// (see nextFence). d must be positive and at most 30 days.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 || d > maxTTL {
@@ -67,14 +64,9 @@ func WithRetention(d time.Duration) Option {
 	}
 }
 
-// retentionSeconds is the counter's expiration for memcached: whole
-// seconds, rounded up.
+// retentionSeconds is the counter's expiration: whole seconds, rounded up.
 func (c *config) retentionSeconds() int32 {
-	d := c.retention
-	if d == 0 {
-		d = DefaultRetention
-	}
-	return int32((d + time.Second - 1) / time.Second)
+	return int32((c.retention + time.Second - 1) / time.Second)
 }
 
 // WithTimeout sets the read, write and dial timeout of each call of the

@@ -6,10 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,18 +22,16 @@ import (
 // fence counter it lacks (seed); only drivers made by Open, which know the
 // server list, check. See docs/backends/memcachelock.md, "Restarts".
 
-// uptimeSkew is how much memcached's reported uptime exceeds the time since
-// it started: it counts from two seconds before its start (its clock,
-// current_time, starts at ITEM_UPDATE_INTERVAL + 2 and uptime is
-// current_time - ITEM_UPDATE_INTERVAL).
+// uptimeSkew is how much memcached's uptime exceeds the time since it
+// started: its current_time starts at ITEM_UPDATE_INTERVAL + 2, and uptime
+// is current_time - ITEM_UPDATE_INTERVAL.
 const uptimeSkew = 2 * time.Second
 
 // probes are the driver's own connections to each server, for the restart
-// check, the pipelined requests (fence.go) and RefreshMany (batch.go). A
-// connection reads the server's uptime once, and the seed's add goes on
-// it: its reply proves that the server which stored the seed is the one
-// whose start was read, since a TCP connection does not outlive a
-// restarted server's process.
+// check, the pipelined requests and RefreshMany. A connection reads the
+// server's uptime once, and the seed's add goes on it: a TCP connection does
+// not outlive a restarted server, so the server that stored the seed is the
+// one whose start was read.
 type probes struct {
 	mu     sync.Mutex
 	idle   map[string][]*probe // by server address
@@ -44,17 +40,15 @@ type probes struct {
 	dials  atomic.Int64 // connections dialled, for tests
 }
 
-// errBusy: every probe connection to the server is in use, and the
-// caller can do without one (it takes gomemcache's path instead). Probes
-// are capped at the client's idle limit so that many concurrent calls do
-// not dial one each.
+// errBusy: every probe to the server is in use (they are capped at the
+// client's idle limit, so that concurrent calls do not dial one each), and
+// the caller can take gomemcache's path instead.
 var errBusy = errors.New("memcachelock: every probe connection is in use")
 
 type probe struct {
 	net.Conn
 	r       *bufio.Reader
-	w       *bufio.Writer // RefreshMany's pipelined requests (batch.go)
-	started time.Time     // the server started at this time or before; zero: not read yet
+	started time.Time // the server started at this time or before; zero: not read yet
 }
 
 // checkTTL is how long a server must have run before it seeds a counter
@@ -69,13 +63,11 @@ func (d *Driver) checkTTL(ttl time.Duration) time.Duration {
 	return ttl
 }
 
-// seed stores the counter fk with the clock's current value (add,
-// expiring after the retention) on the server that holds fk, if that
-// server has run for ttl (capped by WithRestartDelay): else it returns an
+// seed adds the counter fk with the clock (expiring after the retention) if
+// its server has run for ttl (capped by WithRestartDelay), else returns an
 // error wrapping ErrNotAcquired. stored says whether our add created the
-// counter, and so made v our fence. If lk is not "", seed reads item lk on
-// the same connection after the add (cur, nil if missing); lk must be on
-// fk's server. Without a server list (New) it only adds.
+// counter, making v our fence. A non-empty lk, on fk's server, is read after
+// the add (cur, nil if missing). Without a server list (New) it only adds.
 func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, cur *memcache.Item, err error) {
 	v = uint64(time.Now().UnixMicro())
 	val := strconv.FormatUint(v, 10)
@@ -90,18 +82,21 @@ func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, 
 	if err != nil {
 		return 0, false, nil, fmt.Errorf("memcachelock: %w", err)
 	}
-	cmd := "add " + fk + " 0 " + strconv.Itoa(int(d.fenceExp)) + " " + strconv.Itoa(len(val)) + "\r\n" + val + "\r\n"
-	line, cur, err := d.exchange(addr, d.checkTTL(ttl), cmd, lk, true)
+	var keys []string
+	if lk != "" {
+		keys = []string{lk}
+	}
+	lines, items, err := d.pipe(addr, d.checkTTL(ttl), true, appendAdd(nil, fk, d.fenceExp, []byte(val)), 1, keys...)
 	switch {
 	case err != nil:
 		return 0, false, nil, fenceErr("seed", err)
-	case line != "STORED" && line != "NOT_STORED":
-		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", line)
+	case lines[0] != "STORED" && lines[0] != "NOT_STORED":
+		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", lines[0])
 	}
-	return v, line == "STORED", cur, nil
+	return v, lines[0] == "STORED", items[lk], nil
 }
 
-// fenceErr wraps an error of exchange during the fence's step op.
+// fenceErr wraps an error of pipe during the fence's step op.
 func fenceErr(op string, err error) error {
 	var refused *backend.NotAcquiredError
 	if errors.As(err, &refused) {
@@ -110,71 +105,88 @@ func fenceErr(op string, err error) error {
 	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
 }
 
-// exchange sends cmd, then (if lk is not "") gets lk, in one write on a
-// probe connection to addr, and returns cmd's reply line and lk's item (nil
-// if missing): memcached runs a connection's requests in order, so the
-// gets reads lk after cmd took effect. With check > 0 it first makes sure,
-// on that connection, that the server has run for check (see probes): if
-// not, it sends nothing and returns a *backend.NotAcquiredError. Its
-// errors are onProbe's.
-func (d *Driver) exchange(addr net.Addr, check time.Duration, cmd, lk string, must bool) (line string, it *memcache.Item, err error) {
-	if lk != "" {
-		cmd += "gets " + lk + "\r\n"
-	}
-	err = d.onProbe(addr, must, func(p *probe) (err error) {
-		line, it, err = p.exchange(check, cmd, lk)
+// pipe sends cmd, n commands that reply with one line each, then a gets of
+// keys (if any), in one write on a probe to addr, which memcached runs in
+// order, and returns the n reply lines and the items (nil if missing). With
+// check > 0 it first makes sure, on that connection, that the server has
+// run for check: if not, it sends nothing and returns a
+// *backend.NotAcquiredError. Its errors are onProbe's.
+func (d *Driver) pipe(addr net.Addr, check time.Duration, must bool, cmd []byte, n int, keys ...string) (lines []string, items map[string]*memcache.Item, err error) {
+	err = d.onProbe(context.Background(), addr, must, func(p *probe) (err error) {
+		if err = p.ranFor(check); err == nil {
+			lines, items, err = p.send(cmd, n, keys)
+		}
 		return err
 	})
-	return line, it, err
+	return lines, items, err
 }
 
-// onProbe runs f, which writes its requests in one write and reads their
-// replies, on a probe connection to addr, within the client's timeout.
-// Its errors are the connection's, unwrapped, a refusal f returns (a
-// *backend.NotAcquiredError, which leaves the connection usable), or
-// errBusy when none is idle and the cap is reached, unless must. A
-// connection that was idle and turns out closed by the server (a restart)
+// send is pipe on p, without the check: keys must be distinct.
+func (p *probe) send(cmd []byte, n int, keys []string) (lines []string, items map[string]*memcache.Item, err error) {
+	cmd, ends := appendGets(cmd, keys)
+	if _, err := p.Write(cmd); err != nil {
+		return nil, nil, err
+	}
+	for range n {
+		line, err := p.line()
+		if err != nil {
+			return nil, nil, err
+		}
+		lines = append(lines, line)
+	}
+	items = make(map[string]*memcache.Item, len(keys))
+	for _, k := range keys {
+		items[k] = nil // asked for: see readItems
+	}
+	return lines, items, p.readItems(ends, items)
+}
+
+// onProbe runs f, which writes its requests and reads their replies, on a
+// probe to addr, within the client's timeout and ctx. Its errors are the
+// connection's, a refusal f returns (a *backend.NotAcquiredError, which
+// leaves the connection usable), or errBusy when none is idle and the cap
+// is reached, unless must. An idle connection the server closed (a restart)
 // is replaced, and f runs again on the new one.
-func (d *Driver) onProbe(addr net.Addr, must bool, f func(*probe) error) error {
+func (d *Driver) onProbe(ctx context.Context, addr net.Addr, must bool, f func(*probe) error) error {
 	for fresh := false; ; fresh = true {
-		p, reused, err := d.probe(context.Background(), addr, fresh, must)
+		p, reused, err := d.probe(ctx, addr, fresh, must)
 		if err != nil {
 			return err
 		}
-		if err = p.SetDeadline(time.Now().Add(d.timeout())); err == nil {
-			err = f(p)
-		}
+		stop := p.arm(ctx, d.timeout())
+		err = f(p)
 		var refused *backend.NotAcquiredError
-		if err == nil || errors.As(err, &refused) {
+		if stop() && (err == nil || errors.As(err, &refused)) {
 			d.putProbe(addr, p)
 			return err
 		}
 		d.dropProbe(addr, p)
+		if err == nil {
+			return fmt.Errorf("memcachelock: %w", context.Cause(ctx)) // its deadline was cut short
+		}
 		if !reused || !staleConn(err) {
 			return err
 		}
 	}
 }
 
-// exchange is Driver.exchange on p, within the deadline onProbe set.
-func (p *probe) exchange(check time.Duration, cmd, lk string) (string, *memcache.Item, error) {
-	if err := p.ranFor(check); err != nil {
-		return "", nil, err
+// arm sets p's deadline for one round trip: timeout from now, or ctx's
+// deadline if sooner; and makes ctx's end cut the round trip short. stop
+// reports false if it did (p must not be reused then).
+func (p *probe) arm(ctx context.Context, timeout time.Duration) (stop func() bool) {
+	dl := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+		dl = cd
 	}
-	if _, err := io.WriteString(p.Conn, cmd); err != nil {
-		return "", nil, err
+	p.SetDeadline(dl)
+	if ctx.Done() == nil {
+		return func() bool { return true }
 	}
-	line, err := p.line()
-	if err != nil || lk == "" {
-		return line, nil, err
-	}
-	it, err := p.item(lk)
-	return line, it, err
+	return context.AfterFunc(ctx, func() { p.SetDeadline(time.Unix(1, 0)) })
 }
 
-// ranFor returns nil if p's server has run for check (0: no check), a
-// *backend.NotAcquiredError if not, having read the server's uptime on p
-// if it had not yet.
+// ranFor returns nil if p's server has run for check (0: no check), else a
+// *backend.NotAcquiredError; it reads the uptime once per connection.
 func (p *probe) ranFor(check time.Duration) error {
 	if check <= 0 {
 		return nil
@@ -193,26 +205,28 @@ func (p *probe) ranFor(check time.Duration) error {
 	return nil
 }
 
-// item reads a gets reply for lk: its item, or nil if missing.
-func (p *probe) item(lk string) (*memcache.Item, error) {
-	head, err := p.r.ReadSlice('\n')
-	if err != nil {
-		return nil, err
+// readItems reads the replies of ends gets commands into items, whose
+// keys are those asked for: a reply for another is out of step.
+func (p *probe) readItems(ends int, items map[string]*memcache.Item) error {
+	for ends > 0 {
+		line, err := p.r.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if string(line) == "END\r\n" {
+			ends--
+			continue
+		}
+		it, err := readValue(p.r, line)
+		if err != nil {
+			return err
+		}
+		if _, ok := items[it.Key]; !ok {
+			return fmt.Errorf("gets reply for a key not asked for: %q", it.Key)
+		}
+		items[it.Key] = it
 	}
-	if string(head) == "END\r\n" {
-		return nil, nil
-	}
-	key, bi, err := readValue(p.r, head)
-	if err != nil {
-		return nil, err
-	}
-	if key != lk {
-		return nil, fmt.Errorf("gets reply for a key not asked for: %q", key)
-	}
-	if end, err := p.line(); err != nil || end != "END" {
-		return nil, fmt.Errorf("gets reply without its END: %q, %v", end, err)
-	}
-	return &memcache.Item{Key: lk, Value: bi.value, Flags: bi.flags, CasID: bi.cas}, nil
+	return nil
 }
 
 // probe returns an idle connection to addr, or (fresh, or none idle) a new
@@ -250,7 +264,7 @@ func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p 
 		d.dropProbe(addr, nil)
 		return nil, false, err
 	}
-	return &probe{Conn: c, r: bufio.NewReader(c), w: bufio.NewWriter(c)}, false, nil
+	return &probe{Conn: c, r: bufio.NewReader(c)}, false, nil
 }
 
 // dropProbe closes p (if not nil), a connection to addr that probe counted.
@@ -293,30 +307,21 @@ func (ps *probes) close() {
 	ps.idle = nil
 }
 
-// uptime asks the server for its uptime, less uptimeSkew (within the
-// deadline the caller set).
+// uptime asks the server for its uptime, less uptimeSkew.
 func (p *probe) uptime() (time.Duration, error) {
-	if _, err := io.WriteString(p.Conn, "stats\r\n"); err != nil {
-		return 0, err
-	}
-	line, err := p.line()
-	up := time.Duration(-1)
-	for ; err == nil && line != "END"; line, err = p.line() {
-		if s, ok := strings.CutPrefix(line, "STAT uptime "); ok {
-			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n < 0 {
-				return 0, fmt.Errorf("unexpected %q", line)
-			}
-			up = time.Duration(n)*time.Second - uptimeSkew
-		}
-	}
+	st, err := p.stats("stats\r\n")
 	if err != nil {
 		return 0, err
 	}
-	if up == -1 {
-		return 0, fmt.Errorf("no uptime in the server's stats")
+	up, ok := st["uptime"]
+	if !ok {
+		return 0, errors.New("no uptime in the server's stats")
 	}
-	return up, nil
+	n, err := strconv.ParseInt(up, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("unexpected uptime %q", up)
+	}
+	return time.Duration(n)*time.Second - uptimeSkew, nil
 }
 
 // line reads the next reply line; the usual replies cost no allocation.

@@ -11,23 +11,20 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// MaxReaders is how many readers a read-write lock holds at once: each
-// has a slot item, and a writer looks at them all in one round trip. A
-// reader beyond it is refused as if a writer held the lock (its
-// acquisition waits), with a backend.NotAcquiredError that says why.
+// MaxReaders is how many readers a read-write lock holds at once (a writer
+// reads all their slot items in one round trip). A reader beyond it waits,
+// refused with a backend.NotAcquiredError that says why.
 const MaxReaders = 128
 
-// A read-write lock is a writer item (tag w), MaxReaders reader slots
-// (r<i>), the waiting writer's record (q) and a fence counter (rf).
-// Exclusion is "write mine, then check theirs": each side adds its own item,
-// draws its fence, then reads the other side's and backs out if it is held
-// (why that excludes: docs/backends/memcachelock.md, "Read-write locks").
-// Writers are preferred: a refused writer records itself in q, and
-// readers are refused while q names another token.
+// A read-write lock excludes by "write mine, then check theirs": each side
+// adds its own item, draws its fence, then reads the other side's and backs
+// out if it is held (docs/backends/memcachelock.md, "Read-write locks").
+// Writers are preferred: a refused writer records itself in q, and readers
+// are refused while q names another token.
 
 func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
-	keys := slotKeys(base, "r", MaxReaders)
+	keys, pref, _ := slots(c)
 	wk, qk := base+"w", base+"q"
 	busy := func(items map[string]*memcache.Item) error {
 		if heldByOther(items[wk], c.Token) || heldByOther(items[qk], c.Token) {
@@ -44,10 +41,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if err := busy(items); err != nil {
 		return backend.Grant{}, err
 	}
-	if err := live(ctx, "acquire"); err != nil {
-		return backend.Grant{}, err
-	}
-	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, MaxReaders), []byte(c.Token), exp, c.Token, nil)
+	slot, err := d.takeSlot(ctx, keys, pref, []byte(c.Token), exp, c.Token, nil)
 	if err != nil {
 		return backend.Grant{}, err
 	}
@@ -84,17 +78,16 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
 	wk, qk := base+"w", base+"q"
-	won, _, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
-	if err != nil {
-		d.backOut(wk, c.Token)
-		return backend.Grant{}, err
-	}
-	if !won {
-		return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
-	}
 	fail := func(err error) (backend.Grant, error) {
 		d.backOut(wk, c.Token)
 		return backend.Grant{}, err
+	}
+	won, _, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
+	if err != nil {
+		return fail(err)
+	}
+	if !won {
+		return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
 	}
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
@@ -141,14 +134,6 @@ func (d *Driver) waitWrite(ctx context.Context, qk, token string, exp int32) err
 		return fmt.Errorf("memcachelock: waiting writer: %w", err)
 	}
 	return refused
-}
-
-func (d *Driver) refreshRead(ctx context.Context, c backend.Claim, exp int32) error {
-	return d.refreshSlot(ctx, "reader", slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), c.Token, exp)
-}
-
-func (d *Driver) releaseRead(ctx context.Context, c backend.Claim) error {
-	return d.releaseSlot(ctx, "reader", slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), c.Token)
 }
 
 // releaseWrite frees the writer's item, or, when c.Token does not hold

@@ -61,8 +61,8 @@ func otherLimit(items map[string]*memcache.Item, token string, limit int) (int, 
 
 func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
-	keys := slotKeys(base, "s", c.Limit)
-	slot, err := d.takeSlot(ctx, keys, slotOf(c.Token, c.Limit), permitValue(c.Token, c.Limit), exp, c.Token,
+	keys, pref, _ := slots(c)
+	slot, err := d.takeSlot(ctx, keys, pref, permitValue(c.Token, c.Limit), exp, c.Token,
 		func(items map[string]*memcache.Item) error {
 			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
 				return mismatch(l, c.Limit)
@@ -82,9 +82,8 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	if err := live(ctx, "acquire"); err != nil {
 		return fail(err)
 	}
-	// The draw reads the limit record too, in the same write when it can
-	// (drawFence): markLimit's first gets, a round trip saved. The read
-	// comes after our add, as markLimit's own would.
+	// The draw reads the limit record too (after our add, as markLimit's
+	// own gets would), in the same write when it can: a round trip saved.
 	fence, rec, addr, err := d.drawFence(base+"sl", base+"sf", eff)
 	if err != nil {
 		return fail(err)
@@ -95,14 +94,11 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
 
-// backOut takes back an item of a failed acquisition, if token still
-// holds it, so that the call leaves nothing behind when it returns: a
-// caller that gave up as its add was answered, and tries again at once or
-// is another process, finds the name free. It waits at most CancelGrace:
-// on a dead connection a round trip takes the client's timeout, and the
-// caller's context may have ended; the rest goes on in the background,
-// entered in the gate so that Close waits for it. Best effort: if the
-// server cannot be reached either, the item expires after its TTL.
+// backOut takes back an item of a failed acquisition, if token still holds
+// it, so that the call leaves nothing behind: whoever tries next finds the
+// name free. It waits at most CancelGrace (on a dead connection a round trip
+// takes the client's timeout); the rest goes on in the background, which
+// Close awaits. Best effort: unreachable, the item expires after its TTL.
 func (d *Driver) backOut(key, token string) {
 	drop := func() { _ = d.drop(context.Background(), "release", "item", key, token) }
 	fin := make(chan struct{})
@@ -183,7 +179,7 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 
 func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) error {
 	base := objBase(c.Key)
-	if err := d.refreshSlot(ctx, "permit", slotKeys(base, "s", c.Limit), slotOf(c.Token, c.Limit), c.Token, exp); err != nil {
+	if err := d.refreshSlot(ctx, c, exp); err != nil {
 		return err
 	}
 	// The limit record must outlive every permit. Missing (evicted), it
@@ -200,8 +196,4 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 		return fmt.Errorf("memcachelock: touch: %w", err)
 	}
 	return nil
-}
-
-func (d *Driver) releasePermit(ctx context.Context, c backend.Claim) error {
-	return d.releaseSlot(ctx, "permit", slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), c.Token)
 }

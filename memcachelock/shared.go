@@ -12,10 +12,9 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// Modes implements backend.Modal: semaphores and read-write locks. It is
-// no backend.Weigher: a claim of n permits would be n slot items, and
-// memcached takes no two items in one step, so another claim could see
-// some taken and not the rest (locker.Permits above 1 is ErrUnsupported).
+// Modes implements backend.Modal: semaphores and read-write locks. It is no
+// backend.Weigher: n permits would be n slot items, which memcached cannot
+// take in one step (locker.Permits above 1 is ErrUnsupported).
 func (d *Driver) Modes() backend.ModeSet {
 	return backend.Modes(backend.Permit, backend.Read, backend.Write)
 }
@@ -34,9 +33,7 @@ func (d *Driver) Modes() backend.ModeSet {
 //	rf    its fence counter
 const maxTag = len(":s9999")
 
-func objKey(key, tag string) string {
-	return backend.ShortKey(key, maxItemKey-maxTag) + ":" + tag
-}
+func objKey(key, tag string) string { return objBase(key) + tag }
 
 // objBase is what objKey puts before the tag; slotKeys names slots off it.
 func objBase(key string) string { return backend.ShortKey(key, maxItemKey-maxTag) + ":" }
@@ -49,6 +46,15 @@ func slotKeys(base, tag string, n int) []string {
 	return keys
 }
 
+// slots are the slot items of c's semaphore (Permit) or read-write lock
+// (Read), the one c.Token tries first, and what names them in errors.
+func slots(c backend.Claim) (keys []string, pref int, what string) {
+	if c.Mode == backend.Permit {
+		return slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), "permit"
+	}
+	return slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), "reader"
+}
+
 // slotOf is the slot a token tries first, so that Refresh and Release
 // find it in one get as a rule, and concurrent claimants spread out.
 func slotOf(token string, n int) int {
@@ -57,8 +63,8 @@ func slotOf(token string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// heldByOther reports whether an item found by a get names a holder other than
-// token (tombstones name none).
+// heldByOther reports whether an item names a holder other than token
+// (tombstones name none).
 func heldByOther(it *memcache.Item, token string) bool {
 	return it != nil && !isTombstone(it.Value) && !heldBy(it.Value, token)
 }
@@ -74,10 +80,8 @@ func (d *Driver) touch(key string, exp int32) error {
 }
 
 // takeSlot stores value in one of the slots keys for token, trying pref
-// first and then the slots that a look at all of them finds free. It
-// returns the slot taken, or -1 when none was (all held, or each taken by
-// another just before us). check, if not nil, judges the items the look
-// found before any further slot is taken.
+// first, then those a look at all of them finds free (check, if not nil,
+// judges that look first). It returns the slot taken, or -1 when none was.
 func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []byte, exp int32, token string, check func(map[string]*memcache.Item) error) (int, error) {
 	var items map[string]*memcache.Item // nil until pref was found taken
 	for j, tries := 0, 0; j < len(keys) && tries <= maxAttempts; j++ {
@@ -140,23 +144,23 @@ func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, p
 	return nil, fmt.Errorf("memcachelock: %w: no %s (expired, evicted, released or the server restarted)", backend.ErrNotHeld, what)
 }
 
-// refreshSlot extends the slot among keys that token holds (pref's, as a
-// rule) to exp. what names the slot in errors.
-func (d *Driver) refreshSlot(ctx context.Context, what string, keys []string, pref int, token string, exp int32) error {
+// refreshSlot extends the slot of c (see slots) to exp.
+func (d *Driver) refreshSlot(ctx context.Context, c backend.Claim, exp int32) error {
 	if err := live(ctx, "refresh"); err != nil {
 		return err
 	}
-	it, err := d.findSlot(ctx, "refresh", what, keys, pref, token)
+	keys, pref, what := slots(c)
+	it, err := d.findSlot(ctx, "refresh", what, keys, pref, c.Token)
 	if err != nil {
 		return err
 	}
-	return d.extend(ctx, "refresh", what, it.Key, token, exp)
+	return d.extend(ctx, "refresh", what, it.Key, c.Token, exp)
 }
 
-// releaseSlot frees the slot among keys that token holds (pref's, as a
-// rule).
-func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pref int, token string) error {
-	cur, err := d.findSlot(ctx, "release", what, keys, pref, token)
+// releaseSlot frees the slot of c (see slots).
+func (d *Driver) releaseSlot(ctx context.Context, c backend.Claim) error {
+	keys, pref, what := slots(c)
+	cur, err := d.findSlot(ctx, "release", what, keys, pref, c.Token)
 	if err != nil {
 		return err
 	}
@@ -173,7 +177,7 @@ func (d *Driver) releaseSlot(ctx context.Context, what string, keys []string, pr
 		return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
 	case errors.Is(err, memcache.ErrCASConflict):
 		// Changed since (a concurrent refresh of ours): the long way.
-		return d.drop(ctx, "release", what, cur.Key, token)
+		return d.drop(ctx, "release", what, cur.Key, c.Token)
 	}
 	return fmt.Errorf("memcachelock: cas: %w", err)
 }

@@ -16,12 +16,11 @@ import (
 )
 
 // Waiting. memcached cannot notify, so the driver tells its waiters of
-// releases itself (backend.Notifier: a release through it, or its poller),
-// and makes drivers take turns: a driver with waiters marks the holder's
-// item (append), and a release that finds another driver's mark leaves the
-// key to it for a while. All of it is advice: who may take a lock is still
-// decided by add and cas on the lock's item alone (driver.go), so lost
-// advice costs latency or fairness, never safety. In full:
+// releases itself (a release through it, or its poller), and drivers take
+// turns: a driver with waiters marks the holder's item (append), and a
+// release that finds another driver's mark leaves the key to it for a
+// while. All of it is advice: add and cas on the lock's item alone decide
+// who holds it, so lost advice costs latency or fairness, never safety.
 // docs/backends/memcachelock.md, "Waiting".
 const (
 	pollMin  = 4 * time.Millisecond
@@ -57,8 +56,7 @@ type waits struct {
 	keys map[string]*keyWait
 	// poll is non-nil while the poller runs; a send on it wakes it early.
 	poll chan struct{}
-	// next: until then, our mark is on some holder's item, and the poller
-	// polls every pollNext.
+	// next: until then, our mark is on a holder's item: poll every pollNext.
 	next time.Time
 	// swept is how many keys the last sweep left (see get).
 	swept int
@@ -68,17 +66,8 @@ func (w *waits) get(key string) *keyWait {
 	if w.keys == nil {
 		w.keys = map[string]*keyWait{}
 	}
-	if len(w.keys) >= 2*w.swept+64 {
-		// Keys nobody waits for any more go whenever the map has
-		// doubled: amortized O(1) per key.
-		now := time.Now()
-		for k, kw := range w.keys {
-			if len(kw.subs) == 0 && !now.Before(kw.yieldEnd) {
-				delete(w.keys, k)
-			}
-		}
-		w.swept = len(w.keys)
-	}
+	// Keys nobody waits for any more go.
+	sweep(w.keys, &w.swept, func(kw *keyWait, now time.Time) bool { return len(kw.subs) == 0 && !now.Before(kw.yieldEnd) })
 	kw := w.keys[key]
 	if kw == nil {
 		kw = &keyWait{}
@@ -87,10 +76,9 @@ func (w *waits) get(key string) *keyWait {
 	return kw
 }
 
-// ourTurn refuses a try of key (ErrNotAcquired) while we leave the key
-// to another driver that has not been seen to take it. The fence counter
-// tells whether anyone took it since, even if they released it again; a
-// counter gone or unreadable ends the turn we left.
+// ourTurn refuses a try of key (ErrNotAcquired) while we leave the key to
+// another driver not yet seen to take it: the fence counter tells whether
+// anyone took it since; a counter gone or unreadable ends the turn we left.
 func (d *Driver) ourTurn(ctx context.Context, key string) error {
 	w := &d.waits
 	w.mu.Lock()
@@ -121,10 +109,9 @@ func (d *Driver) ourTurn(ctx context.Context, key string) error {
 	return nil
 }
 
-// foundHeld records that a try found key held, holder being the item's
-// value (nil when unread): if this driver has waiters on the key and the
-// item carries no mark, it marks it. Advice only: every error is ignored
-// (a missing item means the key was freed, and the poller will say so).
+// foundHeld records that a try found key held, by the item's value holder
+// (nil when unread), which it marks if this driver has waiters on the key
+// and the item carries no mark. Advice only: every error is ignored.
 func (d *Driver) foundHeld(ctx context.Context, key string, holder []byte) {
 	w := &d.waits
 	w.mu.Lock()
@@ -155,10 +142,9 @@ func (d *Driver) foundHeld(ctx context.Context, key string, holder []byte) {
 }
 
 // unmarkLater withdraws this driver's mark from the lock item of key, in
-// the background (entered in the gate, so that Close waits for it), so
-// that the holder's driver does not yield to nobody. It appends a
-// withdrawal: a cas would need the item's expiry, which a get does not
-// return.
+// the background, so that the holder's driver does not yield to nobody. It
+// appends a withdrawal: a cas would need the item's expiry, which a get
+// does not return.
 func (d *Driver) unmarkLater(key, id string) {
 	d.spawn(func() {
 		_ = d.call(func() error {
@@ -241,8 +227,7 @@ func marked(v []byte) string {
 }
 
 // wakeKey wakes this driver's subscribers on key (after a release of a
-// semaphore permit or read-write lock, whose items the poller does not
-// watch).
+// permit or a read-write lock, whose items the poller does not watch).
 func (d *Driver) wakeKey(key string) {
 	w := &d.waits
 	w.mu.Lock()
@@ -264,9 +249,9 @@ func (kw *keyWait) wake() {
 
 var _ backend.Notifier = (*Driver)(nil)
 
-// Subscribe implements backend.Notifier: see Waiting above. It reads the
-// key's item once, so that a release after it returns is seen however
-// soon it is followed by another acquisition (the holder's token changes).
+// Subscribe implements backend.Notifier (see Waiting). It reads the key's
+// items once, so that a release after it returns is seen however soon
+// another acquisition follows.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	ctx, done, err := d.begin(ctx, "subscribe")
 	if err != nil {
@@ -324,9 +309,8 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}, nil
 }
 
-// seenOf is what the poller compares: the holder's token in the lock item
-// ("" when free) and the fence counter, which every acquisition moves, so
-// that a hold that came and went between two polls is seen.
+// seenOf is what the poller compares: the holder's token ("" when free) and
+// the fence counter, which shows a hold that came and went between polls.
 func seenOf(lock, counter *memcache.Item) string {
 	var tok []byte
 	if lock != nil && !isTombstone(lock.Value) {
@@ -338,8 +322,7 @@ func seenOf(lock, counter *memcache.Item) string {
 	return string(tok) + "/" + string(counter.Value)
 }
 
-// startPoller runs the poller until no key is watched or the driver
-// closes. It is entered in the gate, so Close waits for it.
+// startPoller runs the poller until no key is watched or the driver closes.
 func (d *Driver) startPoller(poll chan struct{}) {
 	if !d.spawn(func() { d.poller(poll) }) {
 		d.waits.mu.Lock()
