@@ -86,23 +86,14 @@ func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 // table, as it appears in the driver's statements.
 func (d *Driver) TableName() string { return d.sql.table }
 
-// enter registers a call with the gate: its context ends at Close, so
-// that Close unblocks calls in flight on a pool it did not open (its own
-// pool's connections it cuts).
-func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
-	ctx, done, err := d.gate.Enter(ctx)
+// begin enters the gate for op, whose context ends at Close, so that
+// Close unblocks calls in flight on a pool it did not open (its own pool's
+// connections it cuts), and makes the lock table ready, and the shared
+// table too for semaphores and read-write locks.
+func (d *Driver) begin(ctx context.Context, op string, shared bool) (context.Context, func(), error) {
+	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s%w", prefix(op), err)
-	}
-	return ctx, done, nil
-}
-
-// begin enters the gate for op and makes the lock table ready, and the
-// shared table too for semaphores and read-write locks.
-func (d *Driver) begin(ctx context.Context, op string, shared bool) (context.Context, func(), error) {
-	ctx, leave, err := d.enter(ctx, op)
-	if err != nil {
-		return nil, nil, err
 	}
 	ensure := d.ensureSchema
 	if shared {
@@ -283,21 +274,15 @@ func (d *Driver) refreshRows(ctx context.Context, errs []error, pos []int, query
 	}
 	done := make([]bool, len(pos))
 	err := d.retry(ctx, func() error {
-		rows, err := d.pool.Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var i int64
-			if err := rows.Scan(&i); err != nil {
-				return err
-			}
+		var i int64
+		rows, _ := d.pool.Query(ctx, query, args...) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, []any{&i}, func() error {
 			if i >= 1 && int(i) <= len(done) {
 				done[i-1] = true
 			}
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return failAt(errs, pos, d.wrap("refresh", err))

@@ -70,23 +70,17 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	defer leave()
 	var out []backend.State
 	err = d.retry(ctx, func() error {
-		out = out[:0]
-		rows, err := d.pool.Query(ctx, d.sql.list, likePrefix(prefix))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				name, owner string
-				version, us int64
-			)
-			if err := rows.Scan(&name, &owner, &version, &us); err != nil {
-				return err
-			}
+		out = nil
+		var (
+			name, owner string
+			version, us int64
+		)
+		rows, _ := d.pool.Query(ctx, d.sql.list, likePrefix(prefix)) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, []any{&name, &owner, &version, &us}, func() error {
 			out = append(out, heldState(name, owner, version, us))
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, d.wrap("", err)
@@ -148,19 +142,13 @@ func (d *Driver) holders(ctx context.Context, m backend.Mode, query, arg string)
 	var out []backend.State
 	err = d.retry(ctx, func() error {
 		out = nil
-		rows, err := d.pool.Query(ctx, query, arg, kinds)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h holderRow
-			if err := rows.Scan(h.dest()...); err != nil {
-				return err
-			}
+		var h holderRow
+		rows, _ := d.pool.Query(ctx, query, arg, kinds) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, h.dest(), func() error {
 			out = h.add(out, m)
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, d.wrap("", err)

@@ -381,29 +381,15 @@ func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
 	return true
 }
 
-// connect opens the listening connection.
+// connect opens the listening connection: with the pool's configuration
+// and hooks, outside the pool so that it takes none of its connections,
+// its socket tracked in l.socks.
 func (l *listener) connect() (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()
-	conn, err := l.d.connectOutside(ctx, l.socks)
-	if err == nil {
-		_, err = conn.Exec(ctx, l.d.sql.listen)
-		if err != nil {
-			_ = conn.Close(context.Background())
-		}
-	}
-	return conn, err
-}
-
-// connectOutside opens a connection with the pool's configuration and
-// hooks, outside the pool so that it takes none of its connections, its
-// socket tracked in socks.
-func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (*pgx.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	pc := d.pool.Config()
+	pc := l.d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = trackDial(socks, cc.DialFunc)
+	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
 	if cc.BuildContextWatcherHandler != nil {
 		// Its waits are cancelled as a matter of course: no
 		// CancelRequest for them (cancelOnServer is for the pool's).
@@ -421,10 +407,14 @@ func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (
 		return nil, err
 	}
 	if pc.AfterConnect != nil {
-		if err := pc.AfterConnect(ctx, conn); err != nil {
-			_ = conn.Close(context.Background())
-			return nil, err
-		}
+		err = pc.AfterConnect(ctx, conn)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, l.d.sql.listen)
+	}
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
 	}
 	return conn, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -116,10 +117,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if p.Has(paramCreate) {
 		urlOpts = append(urlOpts, WithCreateTable(p.Bool(paramCreate, true)))
 	}
-	for _, name := range pgxParams {
-		p.Has(name)
-	}
-	for _, name := range serverParams {
+	for _, name := range slices.Concat(pgxParams, serverParams) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
@@ -154,13 +152,6 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driv
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }
 
-func openPrefix(where string) string {
-	if where == "" {
-		return "sqllock: "
-	}
-	return "sqllock: open " + where + ": "
-}
-
 // parseError is pgx's reason for refusing a connection string, without the
 // string itself, which the caller's error names already.
 func parseError(err error) string {
@@ -181,10 +172,14 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	if err != nil {
 		return nil, err
 	}
+	op := ""
+	if where != "" {
+		op = "open " + where
+	}
 	socks := track(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
+		return nil, fmt.Errorf("%s%v", prefix(op), err)
 	}
 	d := newDriver(pool, true, dcfg)
 	// Close cuts the own pool's connections as it begins, so that calls in
@@ -197,7 +192,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	if err := pool.Ping(ctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("%s%w", openPrefix(where), permission(onceEach(err)))
+		return nil, fmt.Errorf("%s%w", prefix(op), permission(onceEach(err)))
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		d.Close()

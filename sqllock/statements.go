@@ -70,13 +70,19 @@ func newStatements(schema, table string) statements {
 	// the package's former name, sqllock, so that tables made, and
 	// processes run, before the rename to sqllock keep working with it.
 	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
-	class := fenceClassOf(qualified)
-	fenceClass := strconv.Itoa(int(class))
-	presenceClass := strconv.Itoa(int(objectClass("presence", qualified)))
+	class, presence := fenceClassOf(qualified), objectClass("presence", qualified)
+	fenceClass, presenceClass := strconv.Itoa(int(class)), strconv.Itoa(int(presence))
+	// take is the upsert of acquire and acquireMany: a free or expired row,
+	// or the token's own, is taken anew, with a new fence.
+	take := `ON CONFLICT (name) DO UPDATE
+SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
+    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
+RETURNING `
 	d := statements{
 		table:         t,
 		fenceClass:    class,
-		presenceClass: objectClass("presence", qualified),
+		presenceClass: presence,
 		channel:       channel,
 		listen:        "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 		// exists($1 table) and schemaExists($1 schema) return one boolean.
@@ -100,11 +106,7 @@ func newStatements(schema, table string) statements {
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
-ON CONFLICT (name) DO UPDATE
-SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
-    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
-RETURNING version`,
+` + take + `version`,
 		// acquireMany($1 keys, $2 tokens, $3 owners, $4 ttls µs, arrays of
 		// one length $5) is acquire for every element, all or none: it
 		// returns each key and its new version when it took them all, no
@@ -117,11 +119,7 @@ INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT w.name, w.token, nullif(w.owner, ''), clock_timestamp(), clock_timestamp() + w.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS w(name, token, owner, us)
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext(w.name)) IS NOT NULL
-ON CONFLICT (name) DO UPDATE
-SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
-    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
-RETURNING name, version)
+` + take + `name, version)
 SELECT name, version, 1 / (count(*) OVER () / $5::int8) FROM got`,
 		// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner)
 		// extends a live lock of the token; it affects no row otherwise.
