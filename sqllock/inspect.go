@@ -94,23 +94,35 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // their release. The removed holder's next Refresh finds no row; the next
 // grant draws its fence from the sequence, above.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m = backend.Object(m); m != backend.Exclusive {
-		return d.breakHolder(ctx, key, m, fence)
+	var kinds []int16
+	var err error
+	shared := backend.Object(m) != backend.Exclusive
+	if shared {
+		if kinds, err = holderKinds(backend.Object(m)); err != nil {
+			return backend.State{}, err
+		}
 	}
-	ctx, leave, err := d.begin(ctx, "", false)
+	ctx, leave, err := d.begin(ctx, "", shared)
 	if err != nil {
 		return backend.State{}, err
 	}
 	defer leave()
 	var (
+		h     holderRow
 		owner string
 		us    int64
 	)
 	err = d.del(ctx, "", func() error {
+		if shared {
+			return d.pool.QueryRow(ctx, d.shared.breakHolder, key, kinds, int64(fence), d.sql.channel, d.payload(key)).Scan(append(h.dest(), nil)...)
+		}
 		return d.pool.QueryRow(ctx, d.sql.breakLock, key, int64(fence), d.sql.channel).Scan(&owner, &us)
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return backend.State{}, err
+	case shared:
+		return h.add(nil, backend.Object(m))[0], nil
 	}
 	return heldState(key, owner, int64(fence), us), nil
 }
@@ -154,28 +166,6 @@ func (d *Driver) holders(ctx context.Context, m backend.Mode, query, arg string)
 		return nil, d.wrap("", err)
 	}
 	return out, nil
-}
-
-// breakHolder is Break of a permit, a reader or the writer: one DELETE of
-// its row that notifies as their release does.
-func (d *Driver) breakHolder(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	kinds, err := holderKinds(m)
-	if err != nil {
-		return backend.State{}, err
-	}
-	ctx, leave, err := d.begin(ctx, "", true)
-	if err != nil {
-		return backend.State{}, err
-	}
-	defer leave()
-	var h holderRow
-	err = d.del(ctx, "", func() error {
-		return d.pool.QueryRow(ctx, d.shared.breakHolder, key, kinds, int64(fence), d.sql.channel, d.payload(key)).Scan(append(h.dest(), nil)...)
-	})
-	if err != nil {
-		return backend.State{}, err
-	}
-	return h.add(nil, m)[0], nil
 }
 
 // holderRow is a row of the shared table's holderColumns.

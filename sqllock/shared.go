@@ -334,28 +334,12 @@ func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key
 		b.Queue(d.shared.begin)
 	}
 	b.Queue(d.shared.lock, class, key)
-	b.Queue(stmt, args...)
+	b.Queue(stmt, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
 	if explicit {
 		b.Queue("COMMIT")
 	}
-	br := d.pool.SendBatch(ctx, b)
-	var err error
-	if explicit {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(dest...)
-	}
-	if err == nil && explicit {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	// Close reads every result in order, and returns the first error.
+	return d.pool.SendBatch(ctx, b).Close()
 }
 
 // tryShared is TryAcquire for a permit, a reader or a writer: one grant
