@@ -49,23 +49,21 @@ const (
 	listenPingWait = 2 * time.Second
 )
 
-type subscription struct {
-	payload string // announces its key's release
-	ch      chan struct{}
-}
-
-func (s *subscription) wake() {
-	select {
-	case s.ch <- struct{}{}:
-	default:
-	}
-}
-
 // presentKey is a key that someone waits for, or did in presenceLinger.
 type presentKey struct {
-	refs int       // subscribers
-	idle time.Time // since refs went to 0
-	held bool      // its lock is held on the listening connection
+	key  string
+	subs map[chan struct{}]struct{} // its subscribers' channels
+	idle time.Time                  // since its last subscriber left
+	held bool                       // its lock is held on the listening connection
+}
+
+func (k *presentKey) wake() {
+	for ch := range k.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // listener owns the driver's one LISTEN connection. It starts with the
@@ -83,12 +81,12 @@ type listener struct {
 
 	mu        sync.Mutex
 	closed    bool
-	subs      map[string]map[*subscription]struct{} // by payload; no empty set
-	keys      map[string]*presentKey
-	idleSince time.Time
-	running   bool          // a goroutine runs (or is about to run) the connection
-	changed   chan struct{} // closed (and replaced) when keys are taken or lost
-	lastErr   error         // why the last connection attempt failed, until one succeeds
+	keys      map[string]*presentKey // by the payload of the key's releases
+	subs      int                    // subscribers of every key
+	idleSince time.Time              // since subs went to 0
+	running   bool                   // a goroutine runs (or is about to run) the connection
+	changed   chan struct{}          // closed (and replaced) when keys are taken or lost
+	lastErr   error                  // why the last connection attempt failed, until one succeeds
 	// dirty: a key needs its lock; interrupt ends the connection's wait
 	// for notifications, so that it takes it now.
 	dirty     bool
@@ -96,31 +94,26 @@ type listener struct {
 }
 
 func newListener(d *Driver) *listener {
-	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, keys: map[string]*presentKey{}, socks: conntrack.New(), changed: make(chan struct{})}
+	l := &listener{d: d, keys: map[string]*presentKey{}, socks: conntrack.New(), changed: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
 
 // subscribe returns once key is present: listened for, and its lock held.
 func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan struct{}, func(), error) {
-	s := &subscription{payload: payload, ch: make(chan struct{}, 1)}
+	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", backend.ErrClosed)
 	}
-	set := l.subs[payload]
-	if set == nil {
-		set = map[*subscription]struct{}{}
-		l.subs[payload] = set
-	}
-	set[s] = struct{}{}
-	k := l.keys[key]
+	k := l.keys[payload]
 	if k == nil {
-		k = &presentKey{}
-		l.keys[key] = k
+		k = &presentKey{key: key, subs: map[chan struct{}]struct{}{}}
+		l.keys[payload] = k
 	}
-	k.refs++
+	k.subs[ch] = struct{}{}
+	l.subs++
 	if !l.running {
 		l.running = true
 		l.lastErr = nil
@@ -135,7 +128,7 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 	}
 	l.mu.Unlock()
 
-	cancel := sync.OnceFunc(func() { l.remove(s, key) })
+	cancel := sync.OnceFunc(func() { l.remove(k, ch) })
 	t := time.NewTimer(subscribeWait)
 	defer t.Stop()
 	for {
@@ -145,7 +138,7 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 		var err error
 		switch {
 		case held:
-			return s.ch, cancel, nil
+			return ch, cancel, nil
 		case lastErr != nil:
 			// The connection is down and reconnecting: let the caller
 			// poll rather than wait.
@@ -167,21 +160,17 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 	}
 }
 
-func (l *listener) remove(s *subscription, key string) {
+// remove ends a subscription to k, which stays in l.keys while it has
+// subscribers (only sync drops keys, and only those without).
+func (l *listener) remove(k *presentKey, ch chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	set := l.subs[s.payload]
-	delete(set, s)
-	if len(set) == 0 {
-		delete(l.subs, s.payload)
-		if len(l.subs) == 0 {
-			l.idleSince = time.Now()
-		}
+	delete(k.subs, ch)
+	if len(k.subs) == 0 {
+		k.idle = time.Now()
 	}
-	if k := l.keys[key]; k != nil {
-		if k.refs--; k.refs == 0 {
-			k.idle = time.Now()
-		}
+	if l.subs--; l.subs == 0 {
+		l.idleSince = time.Now()
 	}
 }
 
@@ -196,10 +185,8 @@ func (l *listener) close() {
 
 // wakeAllLocked wakes every subscriber; l.mu is held.
 func (l *listener) wakeAllLocked() {
-	for _, set := range l.subs {
-		for s := range set {
-			s.wake()
-		}
+	for _, k := range l.keys {
+		k.wake()
 	}
 }
 
@@ -224,8 +211,8 @@ func (l *listener) changedLocked() {
 func (l *listener) deliver(payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.subs[payload] {
-		s.wake()
+	if k := l.keys[payload]; k != nil {
+		k.wake()
 	}
 }
 
@@ -234,7 +221,7 @@ func (l *listener) deliver(payload string) {
 func (l *listener) stopIfIdle(idle time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx.Err() == nil && (len(l.subs) > 0 || time.Since(l.idleSince) < idle) {
+	if l.ctx.Err() == nil && (l.subs > 0 || time.Since(l.idleSince) < idle) {
 		return false
 	}
 	l.running = false
@@ -335,30 +322,30 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 // connection failed. Keys that it takes are marked held together, and
 // wake (a new connection) wakes every subscriber then.
 func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
-	var lock, unlock []string
+	var lock, unlock []*presentKey
 	l.mu.Lock()
 	l.dirty = false
-	for key, k := range l.keys {
+	for payload, k := range l.keys {
 		switch {
-		case k.refs > 0 && !k.held:
-			lock = append(lock, key)
-		case k.refs == 0 && time.Since(k.idle) >= presenceLinger:
+		case len(k.subs) > 0 && !k.held:
+			lock = append(lock, k)
+		case len(k.subs) == 0 && time.Since(k.idle) >= presenceLinger:
 			// A new subscriber makes it anew, and waits for its lock,
 			// which this goroutine takes after the unlock.
-			delete(l.keys, key)
+			delete(l.keys, payload)
 			if k.held {
-				unlock = append(unlock, key)
+				unlock = append(unlock, k)
 			}
 		}
 	}
 	l.mu.Unlock()
-	for i, key := range append(unlock, lock...) {
+	for i, k := range append(unlock, lock...) {
 		stmt := l.d.sql.presenceLock
 		if i < len(unlock) {
 			stmt = l.d.sql.presenceUnlock
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-		_, err := conn.Exec(ctx, stmt, l.d.sql.presenceClass, key)
+		_, err := conn.Exec(ctx, stmt, l.d.sql.presenceClass, k.key)
 		cancel()
 		if err != nil {
 			return false
@@ -369,10 +356,8 @@ func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, key := range lock {
-		if k := l.keys[key]; k != nil {
-			k.held = true
-		}
+	for _, k := range lock {
+		k.held = true
 	}
 	l.changedLocked()
 	if wake {
