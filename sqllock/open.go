@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 const usage = "://[user[:password]@]host[:port][,host2...]/database[?sslmode=verify-full&lock_table=locker_locks&lock_schema=NAME&create_table=true&...pgx parameters]"
@@ -176,7 +177,10 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	if where != "" {
 		op = "open " + where
 	}
-	socks := track(cfg)
+	// The pool's connections, and the listener's (a copy of its
+	// configuration), dial through socks.
+	socks := conntrack.New()
+	cfg.ConnConfig.DialFunc = trackDial(socks, cfg.ConnConfig.DialFunc)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s%v", prefix(op), err)

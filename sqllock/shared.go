@@ -75,12 +75,6 @@ const holderColumns = `name, kind, coalesce(owner, ''), version, lim, ` + remain
 // or a hash of table when that is longer than PostgreSQL keeps.
 func sharedIdent(table string) string { return fit(table+"_shared", "locker_shared_", table) }
 
-// objectClass is the first key of an object kind's advisory locks, apart
-// from the lock's fence locks and from applications' one-key locks.
-func objectClass(kind, qualified string) int32 {
-	return classOf("sqllock " + kind + " " + qualified)
-}
-
 func newSharedStatements(schema, table string) sharedStatements {
 	t, qualified := quoteIn(schema, sharedIdent(table), table)
 	// A grant's shape: the server's now, read once; other tokens' expired
@@ -101,7 +95,7 @@ func newSharedStatements(schema, table string) sharedStatements {
 	}
 	// A grant takes the row anew: a new fence, drawn under the object lock.
 	step := strconv.Itoa(lim.Step)
-	presence := strconv.Itoa(int(objectClass("presence", qualified)))
+	presence := strconv.Itoa(int(classOf("presence", qualified)))
 	// record is the row of a resized semaphore's limit (resize.go).
 	record := `name = $1 AND token = '` + objects.RecordToken + `' AND kind = ` + strconv.Itoa(kindLimit)
 	regrant := func(kind string) string {
@@ -111,8 +105,8 @@ func newSharedStatements(schema, table string) sharedStatements {
 	return sharedStatements{
 		table:    t,
 		create:   strings.ReplaceAll(stripComments(SharedSchemaSQL), defaultShared, t),
-		semClass: objectClass("semaphore", qualified),
-		rwClass:  objectClass("rwlock", qualified),
+		semClass: classOf("semaphore", qualified),
+		rwClass:  classOf("rwlock", qualified),
 		// lock($1 class, $2 key) takes the object's lock for the
 		// transaction, and leaves the grant after it only a plain index
 		// scan of the object's rows: the bitmap scan the planner prefers

@@ -28,7 +28,7 @@ const defaultTable = "locker_locks"
 // uses the server's clock.
 type statements struct {
 	table      string // quoted, possibly schema-qualified
-	fenceClass int32  // the first key of the table's fence locks (fenceClassOf)
+	fenceClass int32  // the first key of the table's fence locks (classOf)
 	// presenceClass is the first key of the advisory locks that make a
 	// key present (listen.go), the second hashtext(key).
 	presenceClass int32
@@ -69,7 +69,7 @@ func newStatements(schema, table string) statements {
 	// the package's former name, sqllock, so that tables made, and
 	// processes run, before the rename to sqllock keep working with it.
 	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
-	class, presence := fenceClassOf(qualified), objectClass("presence", qualified)
+	class, presence := classOf("fence", qualified), classOf("presence", qualified)
 	fenceClass, presenceClass := strconv.Itoa(int(class)), strconv.Itoa(int(presence))
 	// take is the upsert of acquire and acquireMany: a free or expired row,
 	// or the token's own, is taken anew, with a new fence.
@@ -266,16 +266,13 @@ func migrationFor(t string) string {
 	return strings.NewReplacer("'"+defaultTable+"'", lit, defaultTable, t).Replace(MigrationSQL)
 }
 
-// fenceClassOf is the first key of the table's fence locks (the advisory
-// locks that order an acquisition's fence after the deletion of the row of
-// its last holder); the second is the hash of the lock key. Two keys, so
-// that they never meet the one-bigint advisory locks of applications.
-func fenceClassOf(qualified string) int32 { return classOf("sqllock fence " + qualified) }
-
-// classOf is the first key of a family of two-key advisory locks.
-func classOf(seed string) int32 {
+// classOf is the first key of the table's advisory locks of a kind: fence
+// (which order an acquisition's fence after the deletion of its last
+// holder's row), presence, semaphore or rwlock; the second is hashtext(key).
+// Two keys, so that they never meet the one-bigint locks of applications.
+func classOf(kind, qualified string) int32 {
 	h := fnv.New32a()
-	h.Write([]byte(seed))
+	h.Write([]byte("sqllock " + kind + " " + qualified))
 	return int32(h.Sum32())
 }
 
