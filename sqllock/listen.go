@@ -19,9 +19,8 @@ import (
 // Subscribe implements backend.Notifier: one connection per driver
 // LISTENs for every subscriber, and holds a shared session-level advisory
 // lock on every key that someone waits for (the key is present), so that
-// its releases notify (notifyIfPresent). When that connection breaks, the
-// driver reconnects, takes the keys' locks again and wakes every
-// subscriber, since releases may have gone unheard meanwhile.
+// its releases notify (notifyIfPresent). A new connection takes the keys'
+// locks again and wakes every subscriber: releases may have gone unheard.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	cctx, done, err := d.begin(ctx, "subscribe", false)
 	if err != nil {
@@ -41,9 +40,8 @@ const presenceLinger = time.Second
 
 // listenPing is how long the listener waits without a notification before
 // it checks its connection, and listenPingWait how long the check may take:
-// a connection that went silent without breaking (a partition, a half-open
-// TCP connection) would otherwise swallow notifications unseen, and only a
-// connection seen broken is replaced, with every subscriber woken.
+// a connection gone silent (a partition, a half-open TCP connection) would
+// otherwise swallow notifications, since only a broken one is replaced.
 const (
 	listenPing     = time.Second
 	listenPingWait = 2 * time.Second

@@ -33,13 +33,10 @@ const (
 )
 
 // pgxParams are the parameters that pgx itself consumes (pgconn, pgx and
-// pgxpool). pgx sends every other parameter to the server as a run-time
-// setting, so that a misspelt option would fail at connect time with a
-// server error, or be silently accepted (a "custom.name" setting), or change
-// how our statements behave (default_transaction_isolation,
-// default_transaction_read_only, session_replication_role...). We accept
-// pgx's own parameters and the short list of server settings below, and
-// reject everything else with ErrInvalidURL.
+// pgxpool). pgx sends any other to the server as a run-time setting, where
+// a misspelt one fails at connect time, or passes silently ("custom.name"),
+// or changes what our statements do (default_transaction_isolation,
+// session_replication_role...): besides these, we accept only serverParams.
 var pgxParams = []string{
 	// pgconn
 	"host", "port", "database", "user", "password", "passfile", "connect_timeout",
