@@ -96,9 +96,10 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
 	var kinds []int16
 	var err error
-	shared := backend.Object(m) != backend.Exclusive
+	m = backend.Object(m)
+	shared := m != backend.Exclusive
 	if shared {
-		if kinds, err = holderKinds(backend.Object(m)); err != nil {
+		if kinds, err = holderKinds(m); err != nil {
 			return backend.State{}, err
 		}
 	}
@@ -122,7 +123,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	case err != nil:
 		return backend.State{}, err
 	case shared:
-		return h.add(nil, backend.Object(m))[0], nil
+		return h.add(nil, m)[0], nil
 	}
 	return heldState(key, owner, int64(fence), us), nil
 }
