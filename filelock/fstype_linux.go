@@ -9,29 +9,23 @@ func fsType(dir string) (name string, network bool) {
 	if syscall.Statfs(dir, &st) != nil {
 		return "", false
 	}
-	switch uint32(st.Type) {
-	case 0x6969:
-		return "NFS", true
-	case 0x517B, 0xFE534D42, 0xFF534D42:
-		return "SMB/CIFS", true
-	case 0x65735546:
-		return "FUSE (sshfs, a cloud mount, ...)", true
-	case 0x00C36400:
-		return "CephFS", true
-	case 0x01021997:
-		return "9P", true
-	case 0xEF53:
-		return "ext4", false
-	case 0x58465342:
-		return "XFS", false
-	case 0x9123683E:
-		return "Btrfs", false
-	case 0x01021994:
-		return "tmpfs", false
-	case 0x794C7630:
-		return "overlayfs", false
-	case 0x2FC12FC1:
-		return "ZFS", false
-	}
-	return "", false
+	fs := map[uint32]struct {
+		name    string
+		network bool
+	}{
+		0x6969:     {"NFS", true},
+		0x517B:     {"SMB/CIFS", true},
+		0xFE534D42: {"SMB/CIFS", true},
+		0xFF534D42: {"SMB/CIFS", true},
+		0x65735546: {"FUSE (sshfs, a cloud mount, ...)", true},
+		0x00C36400: {"CephFS", true},
+		0x01021997: {"9P", true},
+		0xEF53:     {"ext4", false},
+		0x58465342: {"XFS", false},
+		0x9123683E: {"Btrfs", false},
+		0x01021994: {"tmpfs", false},
+		0x794C7630: {"overlayfs", false},
+		0x2FC12FC1: {"ZFS", false},
+	}[uint32(st.Type)]
+	return fs.name, fs.network
 }

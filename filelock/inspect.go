@@ -44,59 +44,63 @@ func objectState(key string, m backend.Mode, o *object, now int64) backend.State
 	return st
 }
 
-// viewObject reads the object file path under its flock, without
-// changing it, and prunes its expired entries; a missing file is an empty
-// object.
-func (d *Driver) viewObject(ctx context.Context, path string) (object, int64, error) {
+// view reads the file at path of an object of mode m under its flock,
+// without changing it, and prunes its expired entries: its state without
+// the key, and the key it records. A missing file is a free object.
+func (d *Driver) view(ctx context.Context, path string, m backend.Mode) (backend.State, string, error) {
+	var r record
+	var o object
+	var key string
 	f, err := openLocked(ctx, path, false)
-	if errors.Is(err, errNoFile) {
-		return object{}, 0, nil
+	switch {
+	case errors.Is(err, errNoFile): // never taken, or released meanwhile
+	case err != nil:
+		return backend.State{}, "", err
+	default:
+		defer f.Close()
+		if m == backend.Exclusive {
+			r, key, _, err = readFile(f.File, path)
+		} else {
+			o, _, err = d.readObject(f.File, path)
+			key = o.key
+		}
+		if err != nil {
+			return backend.State{}, "", err
+		}
 	}
-	if err != nil {
-		return object{}, 0, err
-	}
-	defer f.Close()
-	o, _, err := d.readObject(f.File, path)
 	now := d.clk.now()
+	if m == backend.Exclusive {
+		return d.state("", &r, now), key, nil
+	}
 	o.prune(now)
-	return o, now, err
+	return objectState("", m, &o, now), key, nil
 }
 
 // Inspect implements backend.Inspector: it reads the key's file (its
 // lock's, semaphore's or read-write lock's) under its flock, without
 // changing it.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if m = backend.Object(m); m != backend.Exclusive {
-		ctx, leave, err := d.gate.Enter(ctx)
-		if err != nil {
-			return backend.State{}, fmt.Errorf("filelock: %w", err)
-		}
-		defer leave()
-		o, now, err := d.viewObject(ctx, d.objectPath(key, m))
+	m = backend.Object(m)
+	ctx, leave, err := d.gate.Enter(ctx)
+	if err != nil {
+		return backend.State{}, fmt.Errorf("filelock: %w", err)
+	}
+	defer leave()
+	st, _, err := d.view(ctx, d.objectPath(key, m), m)
+	if err != nil {
+		return backend.State{}, err
+	}
+	st.Key = key
+	if m == backend.Permit {
+		// A limit Resize set is the semaphore's, held or free; held
+		// permits are under it too (Resize writes both).
+		limit, err := d.readLimit(key)
 		if err != nil {
 			return backend.State{}, err
 		}
-		st := objectState(key, m, &o, now)
-		if m == backend.Permit {
-			// A limit Resize set is the semaphore's, held or free; held
-			// permits are under it too (Resize writes both).
-			limit, err := d.readLimit(key)
-			if err != nil {
-				return backend.State{}, err
-			}
-			st.Limit = cmp.Or(limit, st.Limit)
-		}
-		return st, nil
+		st.Limit = cmp.Or(limit, st.Limit)
 	}
-	var st backend.State
-	err := d.update(ctx, key, false, func(r *record, now int64) (change, error) {
-		st = d.state(key, r, now)
-		return keep, nil
-	})
-	if errors.Is(err, errNoFile) {
-		return backend.State{Key: key, Known: known}, nil
-	}
-	return st, err
+	return st, nil
 }
 
 // List implements backend.Lister: it reads every file of the directory
@@ -137,20 +141,9 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // its name.
 func (d *Driver) listOne(ctx context.Context, base string, m backend.Mode) (backend.State, error) {
 	path := filepath.Join(d.dir, base+suffixOf(m))
-	var st backend.State
-	var key string
-	if m == backend.Exclusive {
-		r, k, err := d.viewLock(ctx, path)
-		if err != nil {
-			return backend.State{}, err
-		}
-		st, key = d.state("", &r, d.clk.now()), k
-	} else {
-		o, now, err := d.viewObject(ctx, path)
-		if err != nil {
-			return backend.State{}, err
-		}
-		st, key = objectState("", m, &o, now), o.key
+	st, key, err := d.view(ctx, path, m)
+	if err != nil {
+		return backend.State{}, err
 	}
 	if key == "" && !strings.Contains(base, "~") {
 		// EscapeKey escapes '~': only a shortened name has one.
@@ -161,21 +154,6 @@ func (d *Driver) listOne(ctx context.Context, base string, m backend.Mode) (back
 	}
 	st.Key = key
 	return st, nil
-}
-
-// viewLock reads the lock file path under its flock, and the key it
-// records; a missing file is a free lock.
-func (d *Driver) viewLock(ctx context.Context, path string) (record, string, error) {
-	f, err := openLocked(ctx, path, false)
-	if errors.Is(err, errNoFile) {
-		return record{}, "", nil // released meanwhile
-	}
-	if err != nil {
-		return record{}, "", err
-	}
-	defer f.Close()
-	r, key, _, err := readFile(f.File, path)
-	return r, key, err
 }
 
 // Break implements backend.Breaker: it frees the grant, as a release does

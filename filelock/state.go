@@ -91,10 +91,7 @@ func (r *record) encode() []byte {
 	copy(b[offBoot:], r.boot[:])
 	binary.LittleEndian.PutUint32(b[offPID:], r.pid)
 	copy(b[offTok:], r.token[:])
-	owner := r.owner
-	if len(owner) > maxOwner {
-		owner = owner[:maxOwner]
-	}
+	owner := r.owner[:min(len(r.owner), maxOwner)]
 	binary.LittleEndian.PutUint64(b[offCeil:], r.ceiling)
 	binary.LittleEndian.PutUint64(b[offQHead:], r.qhead)
 	binary.LittleEndian.PutUint64(b[offQTail:], r.qtail)

@@ -52,18 +52,27 @@ func (d *Driver) check(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// TryAcquire implements backend.Driver.
-func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
+// locked runs f under the store's mutex, at one now, unless d is closed or
+// ctx is done.
+func (d *Driver) locked(ctx context.Context, f func(s *Store, now time.Time) error) error {
 	if err := d.check(ctx); err != nil {
-		return backend.Grant{}, err
+		return err
 	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.queues[objectOf(l)]) > 0 {
-		return backend.Grant{}, fmt.Errorf("memlock: %w: waiters queued", backend.ErrNotAcquired)
-	}
-	return s.grant(l, time.Now())
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	return f(d.s, time.Now())
+}
+
+// TryAcquire implements backend.Driver.
+func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (g backend.Grant, err error) {
+	err = d.locked(ctx, func(s *Store, now time.Time) error {
+		if len(s.queues[objectOf(l)]) > 0 {
+			return fmt.Errorf("memlock: %w: waiters queued", backend.ErrNotAcquired)
+		}
+		g, err = s.grant(l, now)
+		return err
+	})
+	return g, err
 }
 
 // grant takes l's object if its mode's rule allows.
@@ -81,13 +90,7 @@ func (s *Store) grant(l backend.Claim, now time.Time) (backend.Grant, error) {
 
 // Refresh implements backend.Driver.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	if err := d.check(ctx); err != nil {
-		return err
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.refresh(l, time.Now())
+	return d.locked(ctx, func(s *Store, now time.Time) error { return s.refresh(l, now) })
 }
 
 func (s *Store) refresh(l backend.Claim, now time.Time) error {
@@ -111,31 +114,23 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 // each runs f for every claim under the store's mutex: one error per claim.
 func (d *Driver) each(ctx context.Context, claims []backend.Claim, f func(*Store, backend.Claim, time.Time) error) []error {
 	errs := make([]error, len(claims))
-	if err := d.check(ctx); err != nil {
+	err := d.locked(ctx, func(s *Store, now time.Time) error {
+		for i, l := range claims {
+			errs[i] = f(s, l, now)
+		}
+		return nil
+	})
+	if err != nil {
 		for i := range errs {
 			errs[i] = err
 		}
-		return errs
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	for i, l := range claims {
-		errs[i] = f(s, l, now)
 	}
 	return errs
 }
 
 // Release implements backend.Driver.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
-	if err := d.check(ctx); err != nil {
-		return err
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.release(l, time.Now())
+	return d.locked(ctx, func(s *Store, now time.Time) error { return s.release(l, now) })
 }
 
 func (s *Store) release(l backend.Claim, now time.Time) error {

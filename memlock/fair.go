@@ -33,23 +33,19 @@ func (d *FairDriver) QueueModes() backend.ModeSet {
 }
 
 // Enqueue implements backend.Queuer.
-func (d *FairDriver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
-	if err := d.check(ctx); err != nil {
-		return backend.Grant{}, nil, err
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o := objectOf(c)
-	if len(s.queues[o]) == 0 {
-		g, err := s.grant(c, time.Now())
-		if !errors.Is(err, backend.ErrNotAcquired) {
-			return g, nil, err
+func (d *FairDriver) Enqueue(ctx context.Context, c backend.Claim) (g backend.Grant, t backend.Ticket, err error) {
+	err = d.locked(ctx, func(s *Store, now time.Time) error {
+		o := objectOf(c)
+		if len(s.queues[o]) == 0 {
+			if g, err = s.grant(c, now); !errors.Is(err, backend.ErrNotAcquired) {
+				return err
+			}
 		}
-	}
-	t := &ticket{d, c, make(chan struct{}, 1)}
-	s.queues[o] = append(s.queues[o], t)
-	return backend.Grant{}, t, nil
+		tk := &ticket{d, c, make(chan struct{}, 1)}
+		s.queues[o], t = append(s.queues[o], tk), tk
+		return nil
+	})
+	return g, t, err
 }
 
 // ticket is a waiter's entry; turn wakes it when it may be first.
@@ -70,21 +66,18 @@ func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	if err := t.d.check(ctx); err != nil {
-		return backend.Grant{}, err
-	}
-	s, o := t.d.s, objectOf(t.c)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.queues[o][0] != t {
-		return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
-	}
-	now := time.Now()
-	g, err := s.grant(t.c, now)
-	if err == nil {
-		s.dequeue(o, t)
-		g.Sent = now
-	}
+	var g backend.Grant
+	err := t.d.locked(ctx, func(s *Store, now time.Time) (err error) {
+		o := objectOf(t.c)
+		if s.queues[o][0] != t {
+			return fmt.Errorf("memlock: %w", backend.ErrNotAcquired)
+		}
+		if g, err = s.grant(t.c, now); err == nil {
+			s.dequeue(o, t)
+			g.Sent = now
+		}
+		return err
+	})
 	return g, err
 }
 

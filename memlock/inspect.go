@@ -19,17 +19,13 @@ func (e entry) state(key string, now time.Time) backend.State {
 	return backend.State{Key: key, Held: true, Owner: e.owner, Fence: e.fence, TTL: e.expires.Sub(now), Known: known}
 }
 
-// state describes o's live holders, by fence; only those for which keep
-// says yes when keep is not nil.
-func (sh *shared) state(o object, now time.Time, keep func(entry) bool) backend.State {
+// state describes o's live holders, by fence.
+func (sh *shared) state(o object, now time.Time) backend.State {
 	st := backend.State{Key: o.key, Mode: o.kind, Known: known.For(o.kind)}
 	if o.kind == backend.Permit {
 		st.Limit = sh.limit
 	}
 	for t, e := range sh.holders {
-		if keep != nil && !keep(e) {
-			continue
-		}
 		h := backend.Holder{Mode: o.kind, Owner: e.owner, Fence: e.fence, TTL: e.expires.Sub(now), Weight: max(e.weight, 1)}
 		if t == sh.writer {
 			h.Mode = backend.Write
@@ -42,93 +38,84 @@ func (sh *shared) state(o object, now time.Time, keep func(entry) bool) backend.
 }
 
 // Inspect implements backend.Inspector.
-func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := d.check(ctx); err != nil {
-		return backend.State{}, err
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if m = backend.Object(m); m != backend.Exclusive {
-		o := object{key, m}
-		if sh := s.live(o, now); sh != nil {
-			return sh.state(o, now, nil), nil
+func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (st backend.State, err error) {
+	err = d.locked(ctx, func(s *Store, now time.Time) error {
+		if m = backend.Object(m); m != backend.Exclusive {
+			o := object{key, m}
+			if sh := s.live(o, now); sh != nil {
+				st = sh.state(o, now)
+				return nil
+			}
+		} else if e, ok := s.held(key, now); ok {
+			st = e.state(key, now)
+			return nil
 		}
-	} else if e, ok := s.held(key, now); ok {
-		return e.state(key, now), nil
-	}
-	st := backend.State{Key: key, Mode: m, Known: known.For(m)}
-	if m == backend.Permit {
-		st.Limit = s.limits[key]
-	}
-	return st, nil
+		st = backend.State{Key: key, Mode: m, Known: known.For(m)}
+		if m == backend.Permit {
+			st.Limit = s.limits[key]
+		}
+		return nil
+	})
+	return st, err
 }
 
 // List implements backend.Lister.
-func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if err := d.check(ctx); err != nil {
-		return nil, err
-	}
-	s := d.s
-	s.mu.Lock()
-	now := time.Now()
-	var out []backend.State
-	if m = backend.Object(m); m != backend.Exclusive {
-		for o := range s.objects {
-			if o.kind != m || !strings.HasPrefix(o.key, prefix) {
-				continue
+func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (out []backend.State, err error) {
+	err = d.locked(ctx, func(s *Store, now time.Time) error {
+		if m = backend.Object(m); m != backend.Exclusive {
+			for o := range s.objects {
+				if o.kind != m || !strings.HasPrefix(o.key, prefix) {
+					continue
+				}
+				if sh := s.live(o, now); sh != nil && len(sh.holders) > 0 {
+					out = append(out, sh.state(o, now))
+				}
 			}
-			if sh := s.live(o, now); sh != nil && len(sh.holders) > 0 {
-				out = append(out, sh.state(o, now, nil))
-			}
-		}
-	} else {
-		for key := range s.locks {
-			if !strings.HasPrefix(key, prefix) {
-				continue
-			}
-			if e, ok := s.held(key, now); ok {
-				out = append(out, e.state(key, now))
+		} else {
+			for key := range s.locks {
+				if !strings.HasPrefix(key, prefix) {
+					continue
+				}
+				if e, ok := s.held(key, now); ok {
+					out = append(out, e.state(key, now))
+				}
 			}
 		}
-	}
-	s.mu.Unlock()
+		return nil
+	})
 	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	return out, err
 }
 
 // Break implements backend.Breaker. Fences come from the store's one
 // counter, so the next grant's is above the removed one's.
-func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if err := d.check(ctx); err != nil {
-		return backend.State{}, err
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	if m = backend.Object(m); m != backend.Exclusive {
+func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (st backend.State, err error) {
+	err = d.locked(ctx, func(s *Store, now time.Time) error {
+		if m = backend.Object(m); m == backend.Exclusive {
+			e, ok := s.held(key, now)
+			if !ok || e.fence != fence {
+				return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
+			}
+			delete(s.locks, key)
+			s.notify(key)
+			st = e.state(key, now)
+			return nil
+		}
 		o := object{key, m}
 		if sh := s.live(o, now); sh != nil {
 			for t, e := range sh.holders {
 				if e.fence == fence {
-					st := sh.state(o, now, func(e entry) bool { return e.fence == fence })
+					st = sh.state(o, now)
+					st.Holders = slices.DeleteFunc(st.Holders, func(h backend.Holder) bool { return h.Fence != fence })
 					c := backend.Claim{Key: key, Token: t, Mode: m}
 					if t == sh.writer {
 						c.Mode = backend.Write
 					}
-					return st, s.releaseShared(c, now)
+					return s.releaseShared(c, now)
 				}
 			}
 		}
-		return backend.State{}, fmt.Errorf("memlock: %w", backend.ErrNotHeld)
-	}
-	e, ok := s.held(key, now)
-	if !ok || e.fence != fence {
-		return backend.State{}, fmt.Errorf("memlock: %w", backend.ErrNotHeld)
-	}
-	delete(s.locks, key)
-	s.notify(key)
-	return e.state(key, now), nil
+		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
+	})
+	return st, err
 }

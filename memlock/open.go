@@ -9,9 +9,7 @@ import (
 )
 
 func init() {
-	backend.Register("mem", backend.OpenerFunc("mem://[NAME]  (in-process; drivers opened with the same NAME share locks)", func(ctx context.Context, u *url.URL) (*Driver, error) {
-		return openURL(ctx, u)
-	}))
+	backend.Register("mem", backend.OpenerFunc("mem://[NAME]  (in-process; drivers opened with the same NAME share locks)", openURL))
 }
 
 // Open returns a driver on the process-wide Store that a mem://[NAME] URL

@@ -115,17 +115,14 @@ func (s *Store) tryShared(c backend.Claim, now time.Time) (backend.Grant, error)
 
 // refreshShared extends c's hold on its object.
 func (s *Store) refreshShared(c backend.Claim, now time.Time) error {
-	sh := s.live(objectOf(c), now)
-	if sh == nil {
-		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
+	if sh := s.live(objectOf(c), now); sh != nil {
+		if e, ok := sh.holders[c.Token]; ok {
+			e.expires = now.Add(c.TTL)
+			sh.holders[c.Token] = e
+			return nil
+		}
 	}
-	e, ok := sh.holders[c.Token]
-	if !ok {
-		return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
-	}
-	e.expires = now.Add(c.TTL)
-	sh.holders[c.Token] = e
-	return nil
+	return fmt.Errorf("memlock: %w", backend.ErrNotHeld)
 }
 
 // releaseShared frees c's hold, or withdraws its waiting writer's record.
@@ -154,23 +151,19 @@ func (s *Store) releaseShared(c backend.Claim, now time.Time) error {
 
 // Resize implements backend.Resizer.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
-	if err := d.check(ctx); err != nil {
-		return err
-	}
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("memlock: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
-	}
-	s := d.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if limit == 0 {
-		delete(s.limits, key)
+	return d.locked(ctx, func(s *Store, now time.Time) error {
+		if limit < 0 || limit > backend.MaxLimit {
+			return fmt.Errorf("memlock: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
+		}
+		if limit == 0 {
+			delete(s.limits, key)
+			return nil
+		}
+		s.limits[key] = limit
+		if sh := s.live(object{key, backend.Permit}, now); sh != nil {
+			sh.limit = limit
+		}
+		s.notify(key) // a higher limit may let waiters in
 		return nil
-	}
-	s.limits[key] = limit
-	if sh := s.live(object{key, backend.Permit}, time.Now()); sh != nil {
-		sh.limit = limit
-	}
-	s.notify(key) // a higher limit may let waiters in
-	return nil
+	})
 }

@@ -21,9 +21,7 @@ import (
 )
 
 // Driver keeps locks in a PostgreSQL table, and semaphores and read-write
-// locks in a second one. It implements backend.Driver,
-// backend.Notifier, backend.BatchRefresher and backend.Modal. Its methods are safe for
-// concurrent use.
+// locks in a second one. Its methods are safe for concurrent use.
 type Driver struct {
 	pool    *pgxpool.Pool
 	ownPool bool
@@ -86,23 +84,14 @@ func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 // table, as it appears in the driver's statements.
 func (d *Driver) TableName() string { return d.sql.table }
 
-// enter registers a call with the gate: its context ends at Close, so
-// that Close unblocks calls in flight on a pool it did not open (its own
-// pool's connections it cuts).
-func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(), error) {
-	ctx, done, err := d.gate.Enter(ctx)
+// begin enters the gate for op, whose context ends at Close, so that
+// Close unblocks calls in flight on a pool it did not open (its own pool's
+// connections it cuts), and makes the lock table ready, and the shared
+// table too for semaphores and read-write locks.
+func (d *Driver) begin(ctx context.Context, op string, shared bool) (context.Context, func(), error) {
+	ctx, leave, err := d.gate.Enter(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s%w", prefix(op), err)
-	}
-	return ctx, done, nil
-}
-
-// begin enters the gate for op and makes the lock table ready, and the
-// shared table too for semaphores and read-write locks.
-func (d *Driver) begin(ctx context.Context, op string, shared bool) (context.Context, func(), error) {
-	ctx, leave, err := d.enter(ctx, op)
-	if err != nil {
-		return nil, nil, err
 	}
 	ensure := d.ensureSchema
 	if shared {
@@ -162,13 +151,11 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 const undoTimeout = 2 * time.Second
 
 // acquireFailed is the error of a grant statement that failed with err.
-// When the statement may have committed, undo removes the token's row, so
-// that nothing keeps the key held (the token is ours alone: it frees
-// nobody else's lock). In the background: the caller, who may have given
-// up, does not wait for a store that may not answer. Close waits for it
-// before closing the pool, and does not cut it short (its context is not
-// the gate's): a lock taken as the caller gave up would stay held for its
-// TTL.
+// When it may have committed, undo removes the token's row (ours alone),
+// so that nothing keeps the key held, in the background: the caller, who
+// may have given up, does not wait for a store that may not answer. Close
+// waits for it and does not cut it short (its context is not the gate's):
+// a lock taken as the caller gave up would stay held for its TTL.
 func (d *Driver) acquireFailed(err error, undo func(context.Context)) error {
 	switch {
 	case conflict(err):
@@ -220,10 +207,9 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// RefreshMany implements backend.BatchRefresher: one UPDATE over the
-// unnested arrays of keys, tokens, fences and TTLs refreshes every lock
-// that its token still holds, and one more every permit, reader and
-// writer.
+// RefreshMany implements backend.BatchRefresher: one UPDATE over arrays
+// refreshes every lock its token still holds, and one more every permit,
+// reader and writer.
 func (d *Driver) RefreshMany(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
 	var locks, shared refreshBatch
@@ -283,21 +269,15 @@ func (d *Driver) refreshRows(ctx context.Context, errs []error, pos []int, query
 	}
 	done := make([]bool, len(pos))
 	err := d.retry(ctx, func() error {
-		rows, err := d.pool.Query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var i int64
-			if err := rows.Scan(&i); err != nil {
-				return err
-			}
+		var i int64
+		rows, _ := d.pool.Query(ctx, query, args...) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, []any{&i}, func() error {
 			if i >= 1 && int(i) <= len(done) {
 				done[i-1] = true
 			}
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return failAt(errs, pos, d.wrap("refresh", err))
@@ -357,10 +337,9 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	return nil
 }
 
-// del runs a statement that deletes a row, retried as retry does, and
-// tells its "no row" apart: ErrNotHeld, unless an attempt whose
-// connection broke after it was sent may have deleted the row (we cannot
-// tell, and say so).
+// del runs a statement that deletes a row, retried as retry does; its "no
+// row" is ErrNotHeld, unless an attempt whose connection broke after it was
+// sent may have deleted the row: then we cannot tell, and say so.
 func (d *Driver) del(ctx context.Context, op string, f func() error) error {
 	var uncertain error
 	err := d.retry(ctx, func() error {
@@ -401,15 +380,12 @@ func (d *Driver) Close() error {
 }
 
 // statementRetry is how long one call resends a statement that a
-// concurrent transaction or a broken connection failed: a few quick tries.
-// Riding out a longer outage is the waiting Client's business (its
-// budget), not one call's.
+// concurrent transaction or a broken connection failed: a few quick tries;
+// a longer outage is the waiting Client's to ride out, not one call's.
 const statementRetry = 30 * time.Millisecond
 
-// retry runs f until it succeeds or fails for good: conflicts with
-// concurrent transactions (serialization failures, deadlocks, unique
-// violations) are retried, and so are broken connections, for
-// statementRetry.
+// retry runs f, again for statementRetry after a conflict with a
+// concurrent transaction (conflict) or a broken connection.
 func (d *Driver) retry(ctx context.Context, f func() error) error {
 	// Every statement can run twice without harm: acquire takes the
 	// token's own row again, refresh extends again, and Release treats
@@ -421,8 +397,7 @@ func (d *Driver) retry(ctx context.Context, f func() error) error {
 
 // permission marks the server's refusal of our credentials or of a
 // statement (insufficient_privilege, invalid_password,
-// invalid_authorization_specification) as backend.ErrPermission: a
-// configuration error that waiting cannot fix.
+// invalid_authorization_specification) as ErrPermission: waiting cannot fix it.
 func permission(err error) error {
 	switch sqlState(err) {
 	case "42501", "28P01", "28000":
@@ -443,10 +418,8 @@ func (d *Driver) wrap(op string, err error) error {
 	return fmt.Errorf("%s%w", prefix(op), permission(err))
 }
 
-// ensureSchema creates the table on first use, or with WithCreateTable(false)
-// checks that it exists. Several processes may do so at once: an advisory
-// lock serializes them, and the errors of a concurrent CREATE ... IF NOT
-// EXISTS count as success.
+// ensureSchema creates the table on first use (createIfMissing), or with
+// WithCreateTable(false) checks that it exists.
 func (d *Driver) ensureSchema(ctx context.Context) error {
 	return d.once(ctx, &d.schemaOK, d.prepareSchema)
 }
@@ -576,10 +549,10 @@ func (d *Driver) create(ctx context.Context) error {
 	})
 }
 
-// createIfMissing creates table with create unless it exists; with
-// create_table=false a missing table is an error that names file, the
-// SQL to run. The errors of a concurrent CREATE ... IF NOT EXISTS count
-// as success.
+// createIfMissing creates table with create unless it exists, or with
+// create_table=false names file, the SQL to run. Processes that create it
+// at once are serialized by createLocked, and a concurrent CREATE ... IF
+// NOT EXISTS's errors count as success.
 func (d *Driver) createIfMissing(ctx context.Context, table, file string, create func(context.Context) error) error {
 	var exists bool
 	if err := d.pool.QueryRow(ctx, d.sql.exists, table).Scan(&exists); err != nil {

@@ -70,23 +70,17 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	defer leave()
 	var out []backend.State
 	err = d.retry(ctx, func() error {
-		out = out[:0]
-		rows, err := d.pool.Query(ctx, d.sql.list, likePrefix(prefix))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var (
-				name, owner string
-				version, us int64
-			)
-			if err := rows.Scan(&name, &owner, &version, &us); err != nil {
-				return err
-			}
+		out = nil
+		var (
+			name, owner string
+			version, us int64
+		)
+		rows, _ := d.pool.Query(ctx, d.sql.list, likePrefix(prefix)) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, []any{&name, &owner, &version, &us}, func() error {
 			out = append(out, heldState(name, owner, version, us))
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, d.wrap("", err)
@@ -100,23 +94,36 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // their release. The removed holder's next Refresh finds no row; the next
 // grant draws its fence from the sequence, above.
 func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if m = backend.Object(m); m != backend.Exclusive {
-		return d.breakHolder(ctx, key, m, fence)
+	var kinds []int16
+	var err error
+	m = backend.Object(m)
+	shared := m != backend.Exclusive
+	if shared {
+		if kinds, err = holderKinds(m); err != nil {
+			return backend.State{}, err
+		}
 	}
-	ctx, leave, err := d.begin(ctx, "", false)
+	ctx, leave, err := d.begin(ctx, "", shared)
 	if err != nil {
 		return backend.State{}, err
 	}
 	defer leave()
 	var (
+		h     holderRow
 		owner string
 		us    int64
 	)
 	err = d.del(ctx, "", func() error {
+		if shared {
+			return d.pool.QueryRow(ctx, d.shared.breakHolder, key, kinds, int64(fence), d.sql.channel, d.payload(key)).Scan(append(h.dest(), nil)...)
+		}
 		return d.pool.QueryRow(ctx, d.sql.breakLock, key, int64(fence), d.sql.channel).Scan(&owner, &us)
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return backend.State{}, err
+	case shared:
+		return h.add(nil, m)[0], nil
 	}
 	return heldState(key, owner, int64(fence), us), nil
 }
@@ -148,46 +155,18 @@ func (d *Driver) holders(ctx context.Context, m backend.Mode, query, arg string)
 	var out []backend.State
 	err = d.retry(ctx, func() error {
 		out = nil
-		rows, err := d.pool.Query(ctx, query, arg, kinds)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var h holderRow
-			if err := rows.Scan(h.dest()...); err != nil {
-				return err
-			}
+		var h holderRow
+		rows, _ := d.pool.Query(ctx, query, arg, kinds) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, h.dest(), func() error {
 			out = h.add(out, m)
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, d.wrap("", err)
 	}
 	return out, nil
-}
-
-// breakHolder is Break of a permit, a reader or the writer: one DELETE of
-// its row that notifies as their release does.
-func (d *Driver) breakHolder(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	kinds, err := holderKinds(m)
-	if err != nil {
-		return backend.State{}, err
-	}
-	ctx, leave, err := d.begin(ctx, "", true)
-	if err != nil {
-		return backend.State{}, err
-	}
-	defer leave()
-	var h holderRow
-	err = d.del(ctx, "", func() error {
-		return d.pool.QueryRow(ctx, d.shared.breakHolder, key, kinds, int64(fence), d.sql.channel, d.payload(key)).Scan(append(h.dest(), nil)...)
-	})
-	if err != nil {
-		return backend.State{}, err
-	}
-	return h.add(nil, m)[0], nil
 }
 
 // holderRow is a row of the shared table's holderColumns.

@@ -19,9 +19,8 @@ import (
 // Subscribe implements backend.Notifier: one connection per driver
 // LISTENs for every subscriber, and holds a shared session-level advisory
 // lock on every key that someone waits for (the key is present), so that
-// its releases notify (notifyIfPresent). When that connection breaks, the
-// driver reconnects, takes the keys' locks again and wakes every
-// subscriber, since releases may have gone unheard meanwhile.
+// its releases notify (notifyIfPresent). A new connection takes the keys'
+// locks again and wakes every subscriber: releases may have gone unheard.
 func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	cctx, done, err := d.begin(ctx, "subscribe", false)
 	if err != nil {
@@ -41,31 +40,28 @@ const presenceLinger = time.Second
 
 // listenPing is how long the listener waits without a notification before
 // it checks its connection, and listenPingWait how long the check may take:
-// a connection that went silent without breaking (a partition, a half-open
-// TCP connection) would otherwise swallow notifications unseen, and only a
-// connection seen broken is replaced, with every subscriber woken.
+// a connection gone silent (a partition, a half-open TCP connection) would
+// otherwise swallow notifications, since only a broken one is replaced.
 const (
 	listenPing     = time.Second
 	listenPingWait = 2 * time.Second
 )
 
-type subscription struct {
-	payload string // announces its key's release
-	ch      chan struct{}
-}
-
-func (s *subscription) wake() {
-	select {
-	case s.ch <- struct{}{}:
-	default:
-	}
-}
-
 // presentKey is a key that someone waits for, or did in presenceLinger.
 type presentKey struct {
-	refs int       // subscribers
-	idle time.Time // since refs went to 0
-	held bool      // its lock is held on the listening connection
+	key  string
+	subs map[chan struct{}]struct{} // its subscribers' channels
+	idle time.Time                  // since its last subscriber left
+	held bool                       // its lock is held on the listening connection
+}
+
+func (k *presentKey) wake() {
+	for ch := range k.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // listener owns the driver's one LISTEN connection. It starts with the
@@ -83,12 +79,12 @@ type listener struct {
 
 	mu        sync.Mutex
 	closed    bool
-	subs      map[string]map[*subscription]struct{} // by payload; no empty set
-	keys      map[string]*presentKey
-	idleSince time.Time
-	running   bool          // a goroutine runs (or is about to run) the connection
-	changed   chan struct{} // closed (and replaced) when keys are taken or lost
-	lastErr   error         // why the last connection attempt failed, until one succeeds
+	keys      map[string]*presentKey // by the payload of the key's releases
+	subs      int                    // subscribers of every key
+	idleSince time.Time              // since subs went to 0
+	running   bool                   // a goroutine runs (or is about to run) the connection
+	changed   chan struct{}          // closed (and replaced) when keys are taken or lost
+	lastErr   error                  // why the last connection attempt failed, until one succeeds
 	// dirty: a key needs its lock; interrupt ends the connection's wait
 	// for notifications, so that it takes it now.
 	dirty     bool
@@ -96,31 +92,26 @@ type listener struct {
 }
 
 func newListener(d *Driver) *listener {
-	l := &listener{d: d, subs: map[string]map[*subscription]struct{}{}, keys: map[string]*presentKey{}, socks: conntrack.New(), changed: make(chan struct{})}
+	l := &listener{d: d, keys: map[string]*presentKey{}, socks: conntrack.New(), changed: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	return l
 }
 
 // subscribe returns once key is present: listened for, and its lock held.
 func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan struct{}, func(), error) {
-	s := &subscription{payload: payload, ch: make(chan struct{}, 1)}
+	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, nil, fmt.Errorf("sqllock: subscribe: %w", backend.ErrClosed)
 	}
-	set := l.subs[payload]
-	if set == nil {
-		set = map[*subscription]struct{}{}
-		l.subs[payload] = set
-	}
-	set[s] = struct{}{}
-	k := l.keys[key]
+	k := l.keys[payload]
 	if k == nil {
-		k = &presentKey{}
-		l.keys[key] = k
+		k = &presentKey{key: key, subs: map[chan struct{}]struct{}{}}
+		l.keys[payload] = k
 	}
-	k.refs++
+	k.subs[ch] = struct{}{}
+	l.subs++
 	if !l.running {
 		l.running = true
 		l.lastErr = nil
@@ -135,7 +126,7 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 	}
 	l.mu.Unlock()
 
-	cancel := sync.OnceFunc(func() { l.remove(s, key) })
+	cancel := sync.OnceFunc(func() { l.remove(k, ch) })
 	t := time.NewTimer(subscribeWait)
 	defer t.Stop()
 	for {
@@ -145,7 +136,7 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 		var err error
 		switch {
 		case held:
-			return s.ch, cancel, nil
+			return ch, cancel, nil
 		case lastErr != nil:
 			// The connection is down and reconnecting: let the caller
 			// poll rather than wait.
@@ -167,21 +158,17 @@ func (l *listener) subscribe(ctx context.Context, key, payload string) (<-chan s
 	}
 }
 
-func (l *listener) remove(s *subscription, key string) {
+// remove ends a subscription to k, which stays in l.keys while it has
+// subscribers (only sync drops keys, and only those without).
+func (l *listener) remove(k *presentKey, ch chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	set := l.subs[s.payload]
-	delete(set, s)
-	if len(set) == 0 {
-		delete(l.subs, s.payload)
-		if len(l.subs) == 0 {
-			l.idleSince = time.Now()
-		}
+	delete(k.subs, ch)
+	if len(k.subs) == 0 {
+		k.idle = time.Now()
 	}
-	if k := l.keys[key]; k != nil {
-		if k.refs--; k.refs == 0 {
-			k.idle = time.Now()
-		}
+	if l.subs--; l.subs == 0 {
+		l.idleSince = time.Now()
 	}
 }
 
@@ -196,10 +183,8 @@ func (l *listener) close() {
 
 // wakeAllLocked wakes every subscriber; l.mu is held.
 func (l *listener) wakeAllLocked() {
-	for _, set := range l.subs {
-		for s := range set {
-			s.wake()
-		}
+	for _, k := range l.keys {
+		k.wake()
 	}
 }
 
@@ -224,8 +209,8 @@ func (l *listener) changedLocked() {
 func (l *listener) deliver(payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.subs[payload] {
-		s.wake()
+	if k := l.keys[payload]; k != nil {
+		k.wake()
 	}
 }
 
@@ -234,7 +219,7 @@ func (l *listener) deliver(payload string) {
 func (l *listener) stopIfIdle(idle time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx.Err() == nil && (len(l.subs) > 0 || time.Since(l.idleSince) < idle) {
+	if l.ctx.Err() == nil && (l.subs > 0 || time.Since(l.idleSince) < idle) {
 		return false
 	}
 	l.running = false
@@ -335,30 +320,30 @@ func (l *listener) serve(conn *pgx.Conn) bool {
 // connection failed. Keys that it takes are marked held together, and
 // wake (a new connection) wakes every subscriber then.
 func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
-	var lock, unlock []string
+	var lock, unlock []*presentKey
 	l.mu.Lock()
 	l.dirty = false
-	for key, k := range l.keys {
+	for payload, k := range l.keys {
 		switch {
-		case k.refs > 0 && !k.held:
-			lock = append(lock, key)
-		case k.refs == 0 && time.Since(k.idle) >= presenceLinger:
+		case len(k.subs) > 0 && !k.held:
+			lock = append(lock, k)
+		case len(k.subs) == 0 && time.Since(k.idle) >= presenceLinger:
 			// A new subscriber makes it anew, and waits for its lock,
 			// which this goroutine takes after the unlock.
-			delete(l.keys, key)
+			delete(l.keys, payload)
 			if k.held {
-				unlock = append(unlock, key)
+				unlock = append(unlock, k)
 			}
 		}
 	}
 	l.mu.Unlock()
-	for i, key := range append(unlock, lock...) {
+	for i, k := range append(unlock, lock...) {
 		stmt := l.d.sql.presenceLock
 		if i < len(unlock) {
 			stmt = l.d.sql.presenceUnlock
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
-		_, err := conn.Exec(ctx, stmt, l.d.sql.presenceClass, key)
+		_, err := conn.Exec(ctx, stmt, l.d.sql.presenceClass, k.key)
 		cancel()
 		if err != nil {
 			return false
@@ -369,10 +354,8 @@ func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, key := range lock {
-		if k := l.keys[key]; k != nil {
-			k.held = true
-		}
+	for _, k := range lock {
+		k.held = true
 	}
 	l.changedLocked()
 	if wake {
@@ -381,29 +364,15 @@ func (l *listener) sync(conn *pgx.Conn, wake bool) bool {
 	return true
 }
 
-// connect opens the listening connection.
+// connect opens the listening connection: with the pool's configuration
+// and hooks, outside the pool so that it takes none of its connections,
+// its socket tracked in l.socks.
 func (l *listener) connect() (*pgx.Conn, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
 	defer cancel()
-	conn, err := l.d.connectOutside(ctx, l.socks)
-	if err == nil {
-		_, err = conn.Exec(ctx, l.d.sql.listen)
-		if err != nil {
-			_ = conn.Close(context.Background())
-		}
-	}
-	return conn, err
-}
-
-// connectOutside opens a connection with the pool's configuration and
-// hooks, outside the pool so that it takes none of its connections, its
-// socket tracked in socks.
-func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (*pgx.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	pc := d.pool.Config()
+	pc := l.d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = trackDial(socks, cc.DialFunc)
+	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
 	if cc.BuildContextWatcherHandler != nil {
 		// Its waits are cancelled as a matter of course: no
 		// CancelRequest for them (cancelOnServer is for the pool's).
@@ -421,10 +390,14 @@ func (d *Driver) connectOutside(ctx context.Context, socks *conntrack.Tracker) (
 		return nil, err
 	}
 	if pc.AfterConnect != nil {
-		if err := pc.AfterConnect(ctx, conn); err != nil {
-			_ = conn.Close(context.Background())
-			return nil, err
-		}
+		err = pc.AfterConnect(ctx, conn)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, l.d.sql.listen)
+	}
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
 	}
 	return conn, nil
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 const usage = "://[user[:password]@]host[:port][,host2...]/database[?sslmode=verify-full&lock_table=locker_locks&lock_schema=NAME&create_table=true&...pgx parameters]"
@@ -31,13 +33,10 @@ const (
 )
 
 // pgxParams are the parameters that pgx itself consumes (pgconn, pgx and
-// pgxpool). pgx sends every other parameter to the server as a run-time
-// setting, so that a misspelt option would fail at connect time with a
-// server error, or be silently accepted (a "custom.name" setting), or change
-// how our statements behave (default_transaction_isolation,
-// default_transaction_read_only, session_replication_role...). We accept
-// pgx's own parameters and the short list of server settings below, and
-// reject everything else with ErrInvalidURL.
+// pgxpool). pgx sends any other to the server as a run-time setting, where
+// a misspelt one fails at connect time, or passes silently ("custom.name"),
+// or changes what our statements do (default_transaction_isolation,
+// session_replication_role...): besides these, we accept only serverParams.
 var pgxParams = []string{
 	// pgconn
 	"host", "port", "database", "user", "password", "passfile", "connect_timeout",
@@ -116,10 +115,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 	if p.Has(paramCreate) {
 		urlOpts = append(urlOpts, WithCreateTable(p.Bool(paramCreate, true)))
 	}
-	for _, name := range pgxParams {
-		p.Has(name)
-	}
-	for _, name := range serverParams {
+	for _, name := range slices.Concat(pgxParams, serverParams) {
 		p.Has(name)
 	}
 	if err := p.Err(); err != nil {
@@ -154,13 +150,6 @@ func OpenConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Driv
 	return openConfig(ctx, cfg, cfg.ConnConfig.Host, opts)
 }
 
-func openPrefix(where string) string {
-	if where == "" {
-		return "sqllock: "
-	}
-	return "sqllock: open " + where + ": "
-}
-
 // parseError is pgx's reason for refusing a connection string, without the
 // string itself, which the caller's error names already.
 func parseError(err error) string {
@@ -181,10 +170,17 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	if err != nil {
 		return nil, err
 	}
-	socks := track(cfg)
+	op := ""
+	if where != "" {
+		op = "open " + where
+	}
+	// The pool's connections, and the listener's (a copy of its
+	// configuration), dial through socks.
+	socks := conntrack.New()
+	cfg.ConnConfig.DialFunc = trackDial(socks, cfg.ConnConfig.DialFunc)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s%v", openPrefix(where), err)
+		return nil, fmt.Errorf("%s%v", prefix(op), err)
 	}
 	d := newDriver(pool, true, dcfg)
 	// Close cuts the own pool's connections as it begins, so that calls in
@@ -197,7 +193,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	}
 	if err := pool.Ping(ctx); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("%s%w", openPrefix(where), permission(onceEach(err)))
+		return nil, fmt.Errorf("%s%w", prefix(op), permission(onceEach(err)))
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		d.Close()

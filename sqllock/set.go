@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/sqllock/internal/micros"
@@ -40,30 +43,21 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 	// Idempotent for the same tokens, as acquire: retried after a lost
 	// connection.
 	err = d.retry(ctx, func() error {
-		rows, err := d.pool.Query(ctx, d.sql.acquireMany, keys, tokens, owners, us, int64(n))
-		if err != nil {
-			return err
-		}
 		got := 0
-		for rows.Next() {
-			var key string
-			var version int64
-			if err := rows.Scan(&key, &version, nil); err != nil {
-				rows.Close()
-				return err
-			}
+		var key string
+		var version int64
+		rows, _ := d.pool.Query(ctx, d.sql.acquireMany, keys, tokens, owners, us, int64(n)) // its error comes back from ForEachRow
+		_, err := pgx.ForEachRow(rows, []any{&key, &version, nil}, func() error {
 			if i, ok := at[key]; ok {
 				grants[i] = backend.Grant{Fence: uint64(version), TTL: time.Duration(us[i]) * time.Microsecond}
 				got++
 			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if got < n {
+			return nil
+		})
+		if err == nil && got < n {
 			return errSomeHeld
 		}
-		return nil
+		return err
 	})
 	switch {
 	case err == nil:
@@ -78,55 +72,43 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 // releaseMany, sent once: a claim it did not delete, or every claim when
 // it failed, is released alone, which tells not held from cannot tell.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
-	errs := make([]error, len(claims))
 	n := len(claims)
+	errs, done := make([]error, n), make([]bool, n)
 	keys, tokens, fences, payloads := make([]string, n), make([]string, n), make([]int64, n), make([]string, n)
 	at := make(map[string]int, n)
 	for i, l := range claims {
-		if l.Mode != backend.Exclusive {
-			return d.releaseEach(ctx, claims, errs)
-		}
 		keys[i], tokens[i], fences[i], payloads[i], at[l.Key] = l.Key, l.Token, int64(l.Fence), d.payload(l.Key), i
 	}
-	bctx, leave, err := d.begin(ctx, "release", false)
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	done := make([]bool, n)
-	rows, err := d.pool.Query(bctx, d.sql.releaseMany, keys, tokens, fences, d.sql.channel, payloads)
-	if err == nil {
-		for rows.Next() {
-			var key string
-			var live bool
-			if err = rows.Scan(&key, &live, nil); err != nil {
-				break
+	if !slices.ContainsFunc(claims, func(l backend.Claim) bool { return l.Mode != backend.Exclusive }) {
+		bctx, leave, err := d.begin(ctx, "release", false)
+		if err != nil {
+			for i := range errs {
+				errs[i] = err
 			}
+			return errs
+		}
+		var key string
+		var live bool
+		rows, _ := d.pool.Query(bctx, d.sql.releaseMany, keys, tokens, fences, d.sql.channel, payloads) // its error comes back from ForEachRow
+		_, err = pgx.ForEachRow(rows, []any{&key, &live, nil}, func() error {
 			if i, ok := at[key]; ok {
 				done[i] = true
 				if !live {
 					errs[i] = fmt.Errorf("sqllock: %w: its TTL had run out", backend.ErrNotHeld)
 				}
 			}
+			return nil
+		})
+		leave()
+		if err != nil {
+			clear(done)
 		}
-		rows.Close()
-		err = rows.Err()
 	}
-	leave()
+	// Alone, each claim the statement did not delete: not held or cannot tell.
 	for i, l := range claims {
-		if err != nil || !done[i] {
+		if !done[i] {
 			errs[i] = d.Release(ctx, l)
 		}
-	}
-	return errs
-}
-
-// releaseEach releases each claim with its own statement.
-func (d *Driver) releaseEach(ctx context.Context, claims []backend.Claim, errs []error) []error {
-	for i, l := range claims {
-		errs[i] = d.Release(ctx, l)
 	}
 	return errs
 }

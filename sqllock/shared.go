@@ -51,9 +51,8 @@ func (d *Driver) Weighs() bool { return true }
 // followed by _shared (a hash of it when that would be too long).
 func (d *Driver) SharedTableName() string { return d.shared.table }
 
-// sharedStatements are the statements of the shared table (see
-// statements for the conventions; each is documented where
-// newSharedStatements makes it).
+// sharedStatements are the shared table's statements, documented where
+// newSharedStatements makes them (conventions: see statements).
 type sharedStatements struct {
 	table  string // quoted, possibly schema-qualified
 	create string // its DDL
@@ -61,7 +60,7 @@ type sharedStatements struct {
 	// locks of semaphores and read-write locks; the second is hashtext(key).
 	semClass, rwClass int32
 
-	begin, lock, grantPermit, dropExpired, grantRead, grantWrite, refresh, release string
+	lock, grantPermit, dropExpired, grantRead, grantWrite, refresh, release string
 
 	inspect, list, breakHolder string // the operator's (inspect.go)
 
@@ -76,35 +75,27 @@ const holderColumns = `name, kind, coalesce(owner, ''), version, lim, ` + remain
 // or a hash of table when that is longer than PostgreSQL keeps.
 func sharedIdent(table string) string { return fit(table+"_shared", "locker_shared_", table) }
 
-// objectClass is the first key of an object kind's advisory locks, apart
-// from the lock's fence locks and from applications' one-key locks.
-func objectClass(kind, qualified string) int32 {
-	return classOf("sqllock " + kind + " " + qualified)
-}
-
 func newSharedStatements(schema, table string) sharedStatements {
 	t, qualified := quoteIn(schema, sharedIdent(table), table)
-	// The statements below share a shape: the server's now, read once;
-	// the object's expired rows of other tokens deleted (the token's own
-	// is taken again by the upsert; a permit's grant leaves that to
-	// dropExpired); the live ones counted; the upsert.
-	// rc: the statement runs under READ COMMITTED, so that its snapshot,
-	// taken after the object lock, sees every grant made before; any
-	// other isolation took it at the transaction's start (perhaps before
-	// the lock), and the statement then changes nothing (see grant).
+	// A grant's shape: the server's now, read once; other tokens' expired
+	// rows deleted (the upsert takes the token's own again; a permit's
+	// grant leaves them to dropExpired); the live ones counted; the upsert.
+	// rc: under READ COMMITTED the statement's snapshot, taken after the
+	// object lock, sees every grant made before; under another isolation
+	// it may predate the lock, and the statement changes nothing (grant).
 	clk := `clk AS MATERIALIZED (SELECT clock_timestamp() AS t, current_setting('transaction_isolation') = 'read committed' AS rc)`
 	gone := func(kinds string) string {
 		return `gone AS (DELETE FROM ` + t + ` WHERE name = $1 AND kind IN (` + kinds + `) AND token <> $2 AND expires_at <= (SELECT t FROM clk) AND (SELECT rc FROM clk))`
 	}
-	insert := func(kind, lm, cond, conflict string) string {
+	insert := func(kind, cond, conflict string) string {
 		return `INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
-    SELECT $1, $2, ` + kind + `, nullif($3, ''), ` + lm + `, clk.t, clk.t + $4::int8 * interval '1 microsecond'
+    SELECT $1, $2, ` + kind + `, nullif($3, ''), 0, clk.t, clk.t + $4::int8 * interval '1 microsecond'
     FROM busy, clk WHERE clk.rc AND ` + cond + `
     ON CONFLICT (name, token) DO UPDATE ` + conflict
 	}
 	// A grant takes the row anew: a new fence, drawn under the object lock.
 	step := strconv.Itoa(lim.Step)
-	presence := strconv.Itoa(int(objectClass("presence", qualified)))
+	presence := strconv.Itoa(int(classOf("presence", qualified)))
 	// record is the row of a resized semaphore's limit (resize.go).
 	record := `name = $1 AND token = '` + objects.RecordToken + `' AND kind = ` + strconv.Itoa(kindLimit)
 	regrant := func(kind string) string {
@@ -114,36 +105,26 @@ func newSharedStatements(schema, table string) sharedStatements {
 	return sharedStatements{
 		table:    t,
 		create:   strings.ReplaceAll(stripComments(SharedSchemaSQL), defaultShared, t),
-		semClass: objectClass("semaphore", qualified),
-		rwClass:  objectClass("rwlock", qualified),
-		// begin starts a grant's transaction when the session's default
-		// isolation is not READ COMMITTED (see grant).
-		begin: `BEGIN ISOLATION LEVEL READ COMMITTED`,
+		semClass: classOf("semaphore", qualified),
+		rwClass:  classOf("rwlock", qualified),
 		// lock($1 class, $2 key) takes the object's lock for the
-		// transaction, and sets the planner's scans for the grant after
-		// it. The grant that follows scans the object's rows by the primary
-		// key's prefix; a bitmap scan, which the planner prefers for it,
-		// never marks the index entries of released rows dead, so every
-		// grant read all of them until a vacuum (on a busy semaphore,
-		// thousands: a permit cost twice a lock). A plain index scan marks
-		// them once. For the transaction only.
+		// transaction, and leaves the grant after it only a plain index
+		// scan of the object's rows: the bitmap scan the planner prefers
+		// never marks released rows' index entries dead, so every grant
+		// read them all until a vacuum (a busy semaphore's permit cost
+		// twice a lock).
 		lock: `SELECT pg_advisory_xact_lock($1::int4, hashtext($2)),
     set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`,
 		// grantPermit($1 key, $2 token, $3 owner, $4 ttl µs, $5 limit, $6
-		// weight) returns the new version (NULL when refused), whether it
-		// ran under READ COMMITTED (having changed nothing otherwise), the
-		// permits, lowest and highest limit of the other live holders (lim
-		// packs both: see package lim), and the count of the expired ones,
-		// from one scan, and the limit of the semaphore's record, 0 for
-		// none (one more index lookup: with a record, it is the limit,
-		// whatever $5, and the holders' limits do not matter, since Resize
-		// gave them the record's); the expired go in a statement
-		// of their own when there are some (dropExpired: a second
-		// data-modifying part here cost every grant). The server's now is
-		// the transaction's start (the object lock's statement), earlier
-		// than the scan: a permit counts as expired only if it was then,
-		// and the new one's expiry is no later than the TTL from the
-		// request.
+		// weight) returns the new version (NULL when refused), rc, and from
+		// one scan the other live holders' permits and lowest and highest
+		// limit (lim packs both: package lim), the expired ones' count
+		// (dropExpired deletes them: a second data-modifying part here cost
+		// every grant), and the record's limit, 0 for none: with a record,
+		// it is the limit whatever $5 (Resize gave the holders its limit).
+		// now() is the transaction's start, before the scan: a permit counts
+		// as expired only if it was then, and the new one's expiry is no
+		// later than the TTL from the request.
 		grantPermit: `WITH busy AS MATERIALIZED (
     SELECT coalesce(sum(lim / ` + step + ` + 1) FILTER (WHERE expires_at > now()), 0) AS n,
         coalesce(min(lim % ` + step + `) FILTER (WHERE expires_at > now()), 0) AS lo,
@@ -163,22 +144,20 @@ func newSharedStatements(schema, table string) sharedStatements {
     RETURNING version
 )
 SELECT (SELECT version FROM got), busy.rc, busy.n, busy.lo, busy.hi, busy.x, coalesce(busy.r, 0) FROM busy`,
-		// dropExpired($1 key) deletes the semaphore's expired permits.
-		// Expired rows hold nothing (every grant counts only live ones,
-		// and a refresh extends only a live row), so they go without the
-		// object lock; a row that its token takes again meanwhile is live
-		// when the deletion reads it again, and stays.
+		// dropExpired($1 key) deletes the semaphore's expired permits,
+		// without the object lock: expired rows hold nothing (grants count
+		// live ones, a refresh extends only a live row), and one taken
+		// again meanwhile is live when the deletion reads it again.
 		dropExpired: `DELETE FROM ` + t + ` WHERE name = $1 AND kind = 1 AND expires_at <= clock_timestamp()`,
 		// grantRead and grantWrite($1 key, $2 token, $3 owner, $4 ttl µs)
-		// return the new version, NULL when refused, and whether they ran
-		// under READ COMMITTED, as grantPermit. A live writer, or another
-		// token's waiting record, keeps readers out: writers are preferred.
+		// return the new version (NULL when refused) and rc. A live writer,
+		// or another token's waiting record, keeps readers out.
 		grantRead: `WITH ` + clk + `, ` + gone("2, 3, 4") + `,
 busy AS MATERIALIZED (
     SELECT count(*) AS n FROM ` + t + `
     WHERE name = $1 AND kind IN (3, 4) AND token <> $2 AND expires_at > (SELECT t FROM clk)
 ), got AS (
-    ` + insert("2", "0", "busy.n = 0", regrant("2")+`
+    ` + insert("2", "busy.n = 0", regrant("2")+`
     WHERE s.kind = 2`) + `
     RETURNING version
 )
@@ -192,20 +171,19 @@ busy AS MATERIALIZED (
     FROM ` + t + `
     WHERE name = $1 AND kind IN (2, 3, 4) AND token <> $2 AND expires_at > (SELECT t FROM clk)
 ), got AS (
-    ` + insert("3", "0", "busy.holders = 0", regrant("3")+`
+    ` + insert("3", "busy.holders = 0", regrant("3")+`
     WHERE s.kind IN (3, 4)`) + `
     RETURNING version
 ), wait AS (
-    ` + insert("4", "0", "busy.holders > 0 AND busy.waiting = 0", `SET expires_at = excluded.expires_at
+    ` + insert("4", "busy.holders > 0 AND busy.waiting = 0", `SET expires_at = excluded.expires_at
     WHERE s.kind = 4`) + `
 )
 SELECT (SELECT version FROM got), (SELECT rc FROM clk)`,
 		// refresh($1 keys, $2 tokens, $3 fences, $4 ttls µs, $5 owners, $6
 		// kinds, $7 classes) extends each live holder and returns the
-		// 1-based positions of those it extended. The shared object lock
-		// orders a refresh against grants: a grant
-		// that counted a holder as expired commits before the holder's
-		// refresh looks at its row, and so the refresh finds it gone.
+		// 1-based positions of those it extended. Under the object locks,
+		// shared: a grant that counted a holder as expired commits before
+		// the holder's refresh looks at its row, which it then finds gone.
 		refresh: `WITH b AS MATERIALIZED (
     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::int2[], $7::int4[])
         WITH ORDINALITY AS b(name, token, fence, us, owner, kind, class, i)
@@ -221,19 +199,17 @@ WHERE s.name = b.name AND s.token = b.token AND s.kind = b.kind AND (b.fence = 0
     AND (SELECT g.n >= 0 FROM g)
 RETURNING b.i`,
 		// release($1 key, $2 token, $3 kinds, $4 fence or 0, $5 channel, $6
-		// the key's notifyPayload) deletes the token's row (a holder's, or
-		// a waiting writer's record) and notifies as a lock's release does;
-		// it returns the row's kind, whether it was live and true, no row
-		// when there was none. A deleted row is only ever one that a grant
-		// would have counted as held: no object lock needed.
+		// the key's notifyPayload) deletes the token's row (a holder's or a
+		// waiting writer's), notifies as a lock's release does, and returns
+		// its kind, whether it was live, and true; no row without one. No
+		// object lock: a grant would have counted the row as held anyway.
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND kind = ANY($3::int2[]) AND ($4::int8 = 0 OR kind = 4 OR version = $4)
 RETURNING kind, expires_at > clock_timestamp(), ` + notifyIfPresent("$5", "$6", presence, "name"),
 		// inspect($1 key, $2 kinds) returns the holderColumns of the
-		// object's live holders (its rows of kinds), by version, and a
-		// semaphore's limit record (kinds with 1); list($1
-		// LIKE pattern, $2 kinds) those of every object whose name matches,
-		// sorted by the names' bytes, then version.
+		// object's live holders (its rows of kinds) by version, and a
+		// semaphore's limit record (kinds with 1); list($1 LIKE pattern, $2
+		// kinds) those of every matching object, by name's bytes, version.
 		inspect: `SELECT ` + holderColumns + ` FROM ` + t + `
 WHERE name = $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp()
 UNION ALL SELECT name, kind, '', version, lim, 0 FROM ` + t + ` WHERE ` + record + ` AND 1 = ANY($2::int2[])
@@ -241,19 +217,18 @@ ORDER BY version`,
 		list: `SELECT ` + holderColumns + ` FROM ` + t + `
 WHERE name LIKE $1 AND kind = ANY($2::int2[]) AND expires_at > clock_timestamp() ORDER BY name COLLATE "C", version`,
 		// breakHolder($1 key, $2 kinds, $3 fence, $4 channel, $5 the
-		// key's notifyPayload) deletes the object's live holder of fence,
-		// a row of kinds, and notifies as release does; it returns the
-		// row's holderColumns and true, no row when there was none. Only
-		// the fence's row goes: a holder that took the object again has
-		// another fence.
+		// key's notifyPayload) deletes the object's live holder of fence (a
+		// row of kinds; one taken again has another fence), notifies as
+		// release does, and returns its holderColumns and true; no row
+		// without one.
 		breakHolder: `DELETE FROM ` + t + `
 WHERE name = $1 AND kind = ANY($2::int2[]) AND version = $3 AND expires_at > clock_timestamp()
 RETURNING ` + holderColumns + `, ` + notifyIfPresent("$4", "$5", presence, "name"),
-		// resize($1 key, $2 limit, $3 channel, $4 the key's
-		// notifyPayload), under the semaphore's lock, writes its record
-		// (never expiring), gives its holders the limit, so that the
-		// mismatch rule judges claims by it once the record is gone, and
-		// notifies as a release does: a raised limit lets waiters in.
+		// resize($1 key, $2 limit, $3 channel, $4 the key's notifyPayload),
+		// under the semaphore's lock, writes its record (never expiring),
+		// gives its holders the limit, by which the mismatch rule judges
+		// claims once the record is gone, and notifies as a release does:
+		// a raised limit lets waiters in.
 		resize: `WITH rec AS (
     INSERT INTO ` + t + ` AS s (name, token, kind, owner, lim, acquired_at, expires_at)
     VALUES ($1, '` + objects.RecordToken + `', ` + strconv.Itoa(kindLimit) + `, NULL, $2::int4, clock_timestamp(), 'infinity')
@@ -263,8 +238,7 @@ RETURNING ` + holderColumns + `, ` + notifyIfPresent("$4", "$5", presence, "name
     UPDATE ` + t + ` SET lim = $2::int4 + lim / ` + step + ` * ` + step + ` WHERE name = $1 AND kind = 1
 )
 SELECT ` + notifyIfPresent("$3", "$4", presence, "$1::text"),
-		// unresize($1 key) deletes the record; the holders keep its
-		// limit.
+		// unresize($1 key) deletes the record; the holders keep its limit.
 		unresize: `DELETE FROM ` + t + ` WHERE ` + record,
 	}
 }
@@ -305,16 +279,14 @@ func (d *Driver) ensureShared(ctx context.Context) error {
 	})
 }
 
-// grant runs a grant statement after the object's lock, in one round
-// trip: a pipeline, which PostgreSQL runs as one implicit transaction, so
-// that the lock is held until the grant commits. Under READ COMMITTED,
-// each statement takes its snapshot as it starts, so the grant's, taken
-// with the lock held, counts every holder granted before. A session whose
-// default isolation is another took its snapshot at the lock statement,
-// perhaps before the lock: the grant statement finds that out itself and
-// changes nothing, and grant runs it again in an explicit READ COMMITTED
-// transaction (which the driver uses from then on). dest's first two are
-// the version and the READ COMMITTED flag.
+// grant runs a grant statement after the object's lock in one round trip:
+// a pipeline, one implicit transaction, so that the lock is held until the
+// grant commits. Under READ COMMITTED the grant's snapshot, taken with the
+// lock held, counts every holder granted before. Under a session default
+// of another isolation, the snapshot may predate the lock: the statement
+// then changes nothing, and grant runs it again in an explicit READ
+// COMMITTED transaction, as the driver does from then on. dest's first two
+// are the version and rc.
 func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args []any, dest ...any) error {
 	explicit := d.explicitGrant.Load()
 	err := d.grantBatch(ctx, explicit, class, key, stmt, args, dest...)
@@ -331,31 +303,15 @@ func (d *Driver) grant(ctx context.Context, class int32, key, stmt string, args 
 func (d *Driver) grantBatch(ctx context.Context, explicit bool, class int32, key, stmt string, args []any, dest ...any) error {
 	b := &pgx.Batch{}
 	if explicit {
-		b.Queue(d.shared.begin)
+		b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	}
 	b.Queue(d.shared.lock, class, key)
-	b.Queue(stmt, args...)
+	b.Queue(stmt, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
 	if explicit {
 		b.Queue("COMMIT")
 	}
-	br := d.pool.SendBatch(ctx, b)
-	var err error
-	if explicit {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(dest...)
-	}
-	if err == nil && explicit {
-		_, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	// Close reads every result in order, and returns the first error.
+	return d.pool.SendBatch(ctx, b).Close()
 }
 
 // tryShared is TryAcquire for a permit, a reader or a writer: one grant

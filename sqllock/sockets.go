@@ -5,7 +5,6 @@ import (
 	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/internal/conntrack"
 )
@@ -14,14 +13,6 @@ import (
 // Close can cut them all at once: pgx ends connections politely, which on a
 // dead network waits up to 15 seconds a connection (see
 // docs/backends/sqllock.md, Cancelled statements and Close).
-
-// track makes cfg's connections (those of the pool and of the listener,
-// which copies the pool's configuration) dial through a new tracker.
-func track(cfg *pgxpool.Config) *conntrack.Tracker {
-	t := conntrack.New()
-	cfg.ConnConfig.DialFunc = trackDial(t, cfg.ConnConfig.DialFunc)
-	return t
-}
 
 // trackDial returns a dial function that dials with dial (the default
 // dialer if nil) and tracks the connection in t.

@@ -22,14 +22,13 @@ var SchemaSQL string
 // defaultTable is the table name in SchemaSQL.
 const defaultTable = "locker_locks"
 
-// statements holds every SQL statement the driver runs, for one lock table,
-// so that the driver's logic reads without SQL in it; the functions below it
-// say what PostgreSQL's error codes mean. Each statement's arguments and
-// results are documented where newStatements makes it; durations are whole
-// microseconds and all time arithmetic uses the server's clock.
+// statements holds every SQL statement the driver runs on one lock table,
+// each documented where newStatements makes it, so that the driver's logic
+// reads without SQL. Durations are whole microseconds; all time arithmetic
+// uses the server's clock.
 type statements struct {
 	table      string // quoted, possibly schema-qualified
-	fenceClass int32  // the first key of the table's fence locks (fenceClassOf)
+	fenceClass int32  // the first key of the table's fence locks (classOf)
 	// presenceClass is the first key of the advisory locks that make a
 	// key present (listen.go), the second hashtext(key).
 	presenceClass int32
@@ -70,13 +69,19 @@ func newStatements(schema, table string) statements {
 	// the package's former name, sqllock, so that tables made, and
 	// processes run, before the rename to sqllock keep working with it.
 	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
-	class := fenceClassOf(qualified)
-	fenceClass := strconv.Itoa(int(class))
-	presenceClass := strconv.Itoa(int(objectClass("presence", qualified)))
+	class, presence := classOf("fence", qualified), classOf("presence", qualified)
+	fenceClass, presenceClass := strconv.Itoa(int(class)), strconv.Itoa(int(presence))
+	// take is the upsert of acquire and acquireMany: a free or expired row,
+	// or the token's own, is taken anew, with a new fence.
+	take := `ON CONFLICT (name) DO UPDATE
+SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
+    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
+RETURNING `
 	d := statements{
 		table:         t,
 		fenceClass:    class,
-		presenceClass: objectClass("presence", qualified),
+		presenceClass: presence,
 		channel:       channel,
 		listen:        "LISTEN " + pgx.Identifier{channel}.Sanitize(),
 		// exists($1 table) and schemaExists($1 schema) return one boolean.
@@ -92,41 +97,30 @@ func newStatements(schema, table string) statements {
 		fenced:  `SELECT coalesce((SELECT attidentity <> '' FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'version'), false)`,
 		migrate: migrationFor(t),
 		// acquire($1 key, $2 token, $3 owner, $4 ttl µs) returns the new
-		// version when the key was free, expired, or already the token's;
-		// no row when another token holds it. The insert branch draws the
-		// fence (the column's default, projected after the one-time filter)
-		// under the name's shared fence lock, which a release takes
-		// exclusively (see docs/backends/sqllock.md, The table).
+		// version when the key was free, expired or already the token's; no
+		// row when another token holds it. The fence (the column's default)
+		// is drawn under the name's shared fence lock, which a release takes
+		// exclusively (docs/backends/sqllock.md, The table).
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
-ON CONFLICT (name) DO UPDATE
-SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
-    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
-RETURNING version`,
+` + take + `version`,
 		// acquireMany($1 keys, $2 tokens, $3 owners, $4 ttls µs, arrays of
-		// one length $5) is acquire for every element, all or none: it
-		// returns each key and its new version when it took them all, no
-		// row when it took none, and fails with division_by_zero (22012),
-		// which undoes the statement, when it took some: a plain SQL
-		// statement has no other way to roll itself back. The keys come
-		// in byte order, so two sets take their fence locks in one order.
+		// length $5) is acquire for every element, all or none: each key and
+		// its version when it took all, no row when it took none, and
+		// division_by_zero when it took some, the one way a plain statement
+		// rolls itself back. Keys come in byte order, so two sets take their
+		// fence locks in one order.
 		acquireMany: `WITH got AS (
 INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT w.name, w.token, nullif(w.owner, ''), clock_timestamp(), clock_timestamp() + w.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS w(name, token, owner, us)
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext(w.name)) IS NOT NULL
-ON CONFLICT (name) DO UPDATE
-SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
-    acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
-RETURNING name, version)
+` + take + `name, version)
 SELECT name, version, 1 / (count(*) OVER () / $5::int8) FROM got`,
 		// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner)
-		// extends a live lock of the token; it affects no row otherwise.
-		// The owner is checked too, so that a rewritten owner reads as a
-		// theft at the next refresh.
+		// extends a live lock of the token, no row otherwise; a rewritten
+		// owner reads as a theft.
 		refresh: `UPDATE ` + t + `
 SET expires_at = clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3) AND expires_at > clock_timestamp()
@@ -142,22 +136,20 @@ WHERE l.name = b.name AND l.token = b.token AND (b.fence = 0 OR l.version = b.fe
 RETURNING b.i`,
 		// release($1 key, $2 token, $3 fence or 0, $4 channel, $5 the key's
 		// notifyPayload) deletes the token's row, so that nothing of the
-		// name stays, and returns whether the lock was still live, and true
-		// (notifyIfPresent's); no row when the token did not have it. No
-		// CTE: one plan node, cheaper. The fence lock is taken in the
-		// scan's filter, after the token matched and before the row is
-		// locked for the deletion, so that no acquirer waits for this row
-		// while holding it.
+		// name stays, and returns whether it was live, and true
+		// (notifyIfPresent's); no row without one. No CTE: one plan node.
+		// The fence lock is taken in the scan's filter, after the token
+		// matched and before the row is locked, so that no acquirer waits
+		// for this row while holding it.
 		release: `DELETE FROM ` + t + `
 WHERE name = $1 AND token = $2 AND ($3::int8 = 0 OR version = $3)
     AND pg_advisory_xact_lock(` + fenceClass + `, hashtext($1)) IS NOT NULL
 RETURNING expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "$5", presenceClass, "name"),
 		// releaseMany($1 keys, $2 tokens, $3 fences or 0, $4 channel, $5
-		// the keys' notifyPayloads, arrays of one length) is release for
-		// each element, and returns the key of each row it deleted with
-		// release's two columns. The CASE keeps release's order: a key's
-		// fence lock only once its token and fence matched, whatever scan
-		// the planner picks.
+		// the keys' notifyPayloads) is release for each element, and returns
+		// each deleted row's key with release's columns. The CASE keeps
+		// release's order, whatever the scan: a fence lock only once token
+		// and fence matched.
 		releaseMany: `DELETE FROM ` + t + ` AS l
 WHERE l.name = ANY($1::text[])
     AND CASE WHEN l.token = ($2::text[])[array_position($1::text[], l.name)]
@@ -168,7 +160,7 @@ RETURNING l.name, l.expires_at > clock_timestamp(), ` + notifyIfPresent("$4", "(
 		// token, NULL when missing.
 		notifyKey: `SELECT token FROM ` + t + ` WHERE name = $1`,
 		// initNotifyKey($1 name, $2 secret) stores secret as the
-		// notification key unless the table has one. expires_at infinity:
+		// notification key unless the table has one; expires_at infinity:
 		// nobody acquires the row without the secret.
 		initNotifyKey: `INSERT INTO ` + t + ` AS l (name, token, owner, version, acquired_at, expires_at)
 VALUES ($1, $2, 'sqllock notification key', 1, clock_timestamp(), 'infinity')
@@ -179,19 +171,17 @@ WHERE l.token IS NULL`,
 		inspect: `SELECT token IS NOT NULL AND expires_at > clock_timestamp(), coalesce(owner, ''), version, ` + remainingSQL + `
 FROM ` + t + ` WHERE name = $1`,
 		// list($1 LIKE pattern) returns name, owner, version, remaining µs
-		// of every held lock whose name matches, sorted by the name's
-		// bytes. The notification key's row looks held (forever): it is
-		// no lock.
+		// of every held lock whose name matches, by the name's bytes; not
+		// the notification key's row, which looks held forever.
 		list: `SELECT name, coalesce(owner, ''), version, ` + remainingSQL + `
 FROM ` + t + `
 WHERE name LIKE $1 AND name <> '` + notifyKeyName + `' AND token IS NOT NULL AND expires_at > clock_timestamp()
 ORDER BY name COLLATE "C"`,
-		// breakLock($1 key, $2 fence, $3 channel) deletes the key's row if
-		// it is held under fence, notifies as release does, and returns the
-		// removed holder's owner and remaining µs; no row otherwise. Under
-		// the name's exclusive fence lock, as release: an acquisition that
-		// drew its fence before the deletion finds the row and fails, so
-		// the next grant's fence is drawn after it, above the removed one.
+		// breakLock($1 key, $2 fence, $3 channel) deletes the key's row
+		// held under fence, notifies as release does, and returns its owner
+		// and remaining µs; no row otherwise. Under the name's exclusive
+		// fence lock, as release: an acquisition that drew its fence before
+		// finds the row and fails, so the next fence is above the removed.
 		breakLock: `WITH g AS MATERIALIZED (SELECT pg_advisory_xact_lock(` + fenceClass + `, hashtext($1))),
 freed AS (
     DELETE FROM ` + t + `
@@ -204,8 +194,7 @@ SELECT freed.owner, freed.us FROM freed LEFT JOIN k ON true, pg_notify($3, ` + p
 		// a key's presence lock for the session, shared.
 		presenceLock:   `SELECT pg_advisory_lock_shared($1::int4, hashtext($2))`,
 		presenceUnlock: `SELECT pg_advisory_unlock_shared($1::int4, hashtext($2))`,
-		// floorInsert and floorDelete($1 key, $2 token) are rawFloor's
-		// bare pair.
+		// floorInsert and floorDelete($1 key, $2 token): rawFloor's pair.
 		floorInsert: `INSERT INTO ` + t + ` (name, token, acquired_at, expires_at) VALUES ($1, $2, now(), now() + interval '30 seconds') ON CONFLICT DO NOTHING`,
 		floorDelete: `DELETE FROM ` + t + ` WHERE name = $1 AND token = $2`,
 	}
@@ -277,16 +266,13 @@ func migrationFor(t string) string {
 	return strings.NewReplacer("'"+defaultTable+"'", lit, defaultTable, t).Replace(MigrationSQL)
 }
 
-// fenceClassOf is the first key of the table's fence locks (the advisory
-// locks that order an acquisition's fence after the deletion of the row of
-// its last holder); the second is the hash of the lock key. Two keys, so
-// that they never meet the one-bigint advisory locks of applications.
-func fenceClassOf(qualified string) int32 { return classOf("sqllock fence " + qualified) }
-
-// classOf is the first key of a family of two-key advisory locks.
-func classOf(seed string) int32 {
+// classOf is the first key of the table's advisory locks of a kind: fence
+// (which order an acquisition's fence after the deletion of its last
+// holder's row), presence, semaphore or rwlock; the second is hashtext(key).
+// Two keys, so that they never meet the one-bigint locks of applications.
+func classOf(kind, qualified string) int32 {
 	h := fnv.New32a()
-	h.Write([]byte(seed))
+	h.Write([]byte("sqllock " + kind + " " + qualified))
 	return int32(h.Sum32())
 }
 
