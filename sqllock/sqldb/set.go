@@ -70,7 +70,7 @@ func (d *Driver) grantMany(ctx context.Context, claims []backend.Claim, args []a
 		if err == nil || took || d.sql.takeoverMany == nil || d.dialect.classify(err) != errDuplicate {
 			return fences, sent, err
 		}
-		res, _, err := d.writeAs(ctx, true, d.sql.takeoverMany(n), args, nil)
+		res, _, err := d.writeAs(ctx, true, d.hot(d.sql.takeoverMany(n), n), args, nil)
 		if err != nil {
 			return nil, sent, err
 		}
@@ -85,7 +85,7 @@ func (d *Driver) insertMany(ctx context.Context, claims []backend.Claim, args []
 	n := len(claims)
 	fences := make([]int64, n)
 	if !d.sql.returning {
-		res, sent, err := d.writeAs(ctx, true, d.sql.grantMany(n), args, nil)
+		res, sent, err := d.writeAs(ctx, true, d.hot(d.sql.grantMany(n), n), args, nil)
 		if err != nil {
 			return nil, sent, err
 		}
@@ -100,7 +100,7 @@ func (d *Driver) insertMany(ctx context.Context, claims []backend.Claim, args []
 	}
 	at := keyIndex(claims)
 	got := 0
-	_, sent, err := d.writeAs(ctx, true, d.sql.grantMany(n), args, func(rows *sql.Rows) error {
+	_, sent, err := d.writeAs(ctx, true, d.hot(d.sql.grantMany(n), n), args, func(rows *sql.Rows) error {
 		for rows.Next() {
 			var key string
 			var fence int64
@@ -174,10 +174,10 @@ func (d *Driver) releaseMany(ctx context.Context, claims []backend.Claim, args [
 		return rows.Err()
 	}
 	if d.sql.returning {
-		_, _, err := d.writeAs(ctx, false, d.sql.releaseMany(n), args, scan)
+		_, _, err := d.writeAs(ctx, false, d.hot(d.sql.releaseMany(n), n), args, scan)
 		return freed, err
 	}
-	res, _, err := d.writeAs(ctx, false, d.sql.releaseMany(n), args, nil)
+	res, _, err := d.writeAs(ctx, false, d.hot(d.sql.releaseMany(n), n), args, nil)
 	if err != nil {
 		if d.dialect.classify(err) == errRaised {
 			err = nil // freed none: a claim is not held
@@ -194,7 +194,7 @@ func (d *Driver) releaseMany(ctx context.Context, claims []backend.Claim, args [
 		for _, c := range claims {
 			pairs = append(pairs, c.Key, int64(c.Fence))
 		}
-		rows, err := on{ctx, d, nil}.query(d.sql.releasedMany(n), pairs...)
+		rows, err := on{ctx, d, nil}.query(d.hot(d.sql.releasedMany(n), n), pairs...)
 		if err != nil {
 			return freed, err
 		}
