@@ -15,9 +15,9 @@ import (
 
 // Driver keeps locks in a table of a database/sql database. It implements
 // backend.Driver, backend.Notifier (in-process), backend.BatchRefresher,
-// backend.Inspector, backend.Lister, backend.Breaker and backend.Modal
-// (semaphores and read-write locks, in a second table). Its methods are
-// safe for concurrent use.
+// backend.SetAcquirer, backend.Inspector, backend.Lister, backend.Breaker
+// and backend.Modal (semaphores and read-write locks, in a second table).
+// Its methods are safe for concurrent use.
 type Driver struct {
 	db      *sql.DB
 	ownDB   bool // Open's: Close closes it
