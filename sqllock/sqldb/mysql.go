@@ -193,9 +193,10 @@ ON DUPLICATE KEY UPDATE
 }
 
 // mysqlRaise fails the statement that evaluates it (error 1690, which
-// mysqlClassify reads as errRaised), where fence is a column: IF
-// evaluates only the branch it takes.
-const mysqlRaise = `~0 + fence`
+// mysqlClassify reads as errRaised) on any row, fence 0 too (the raw
+// floor's): fence is a column, not folded as a constant, and IF evaluates
+// only the branch it takes.
+const mysqlRaise = `~0 + (fence + 1)`
 
 // mysqlString is the quoted table name q as a string literal of its
 // name.

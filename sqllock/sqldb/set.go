@@ -18,6 +18,9 @@ var _ backend.SetAcquirer = (*Driver)(nil)
 // does: takeoverMany, then grantMany again.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
 	n := len(claims)
+	if n == 0 {
+		return nil, nil
+	}
 	if n > d.sql.maxBatch {
 		return nil, fmt.Errorf("%sa set of %d names: %w", d.prefix(""), n, backend.ErrUnsupported)
 	}
@@ -126,6 +129,9 @@ func (d *Driver) insertMany(ctx context.Context, claims []backend.Claim, args []
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	n := len(claims)
 	errs := make([]error, n)
+	if n == 0 {
+		return errs
+	}
 	args := make([]any, 0, 4*n)
 	for _, c := range claims {
 		if c.Mode != backend.Exclusive || c.Fence == 0 || n > d.sql.maxBatch {

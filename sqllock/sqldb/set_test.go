@@ -3,6 +3,7 @@ package sqldb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -134,6 +135,34 @@ func testAcquireAll(t *testing.T, d *sqldb.Driver, aheadOf func(key string)) {
 	errs = d.ReleaseAll(ctx, []backend.Claim{over[0], ghost, over[1]})
 	if errs[0] != nil || !errors.Is(errs[1], backend.ErrNotHeld) || errs[2] != nil {
 		t.Fatalf("ReleaseAll with a name without a row: %v", errs)
+	}
+	// More names than the driver prepares statements for (sent as
+	// text), and none.
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("s/big/%02d", i))
+	}
+	big := set(keys...)
+	gs, err = d.TryAcquireAll(ctx, big)
+	if err != nil || len(gs) != len(big) {
+		t.Fatalf("TryAcquireAll of %d names: %v %v", len(big), gs, err)
+	}
+	for i, g := range gs {
+		big[i].Fence = g.Fence
+	}
+	if _, err := d.TryAcquireAll(ctx, set(keys[4:6]...)); !errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquireAll of 2 of them: %v, want ErrNotAcquired", err)
+	}
+	for i, err := range d.ReleaseAll(ctx, big) {
+		if err != nil || held(big[i].Key) {
+			t.Fatalf("ReleaseAll %s: %v", big[i].Key, err)
+		}
+	}
+	if gs, err := d.TryAcquireAll(ctx, nil); err != nil || len(gs) != 0 {
+		t.Fatalf("TryAcquireAll of no claims: %v %v", gs, err)
+	}
+	if errs := d.ReleaseAll(ctx, nil); len(errs) != 0 {
+		t.Fatalf("ReleaseAll of no claims: %v", errs)
 	}
 	if aheadOf == nil {
 		return
