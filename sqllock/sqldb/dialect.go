@@ -87,6 +87,9 @@ const (
 	// takes a shared lock on the deleted row, then each wants it
 	// exclusively); one wins, so a grant that loses is "not acquired".
 	errDeadlock
+	// errRaised: the statement refused itself, as a set's do where a name
+	// is not as they need it (see grantMany), and changed nothing.
+	errRaised
 )
 
 // statements holds the SQL of one dialect for one pair of tables. Every
@@ -200,8 +203,25 @@ type statements struct {
 	// permits (lim's, keeping their weights: see package lim).
 	sharedResize string
 	// maxBatch is the most claims refreshMany and heldMany take at once,
-	// and names fences (the database's limit on arguments).
+	// and names fences (the database's limit on arguments), and the
+	// largest set that grantMany and releaseMany take.
 	maxBatch int
+
+	// A lock set's (see set.go), of n names in byte order. grantMany(n)
+	// (for each claim, name, token, owner, ttl) is insert for every name,
+	// all or none: where one is held it fails (errDuplicate or errRaised)
+	// having taken none. takeoverMany(n) (the same arguments) is takeover
+	// for every name (nil where grantMany takes free rows itself).
+	// releaseMany(n) (for each claim, name, token, fence; then the n
+	// names again) is release for every name. With returning, grantMany
+	// returns rows of name and fence, releaseMany the names it freed.
+	// Without, grantMany's LastInsertId is every name's fence, and
+	// releaseMany frees all or none: it fails (errRaised) where a name's
+	// row is not the claim's live one, and a name with no row leaves
+	// RowsAffected short; releasedMany(n) (for each claim, name, fence)
+	// then returns the names it freed (their tombstones).
+	grantMany, takeoverMany, releaseMany, releasedMany func(n int) string
+	returning                                          bool
 
 	// floorInsert (name, token) and floorDelete (name, token) are the
 	// bare insert-if-absent and delete of a row that any lock cycle costs

@@ -15,9 +15,9 @@ import (
 
 // Driver keeps locks in a table of a database/sql database. It implements
 // backend.Driver, backend.Notifier (in-process), backend.BatchRefresher,
-// backend.Inspector, backend.Lister, backend.Breaker and backend.Modal
-// (semaphores and read-write locks, in a second table). Its methods are
-// safe for concurrent use.
+// backend.SetAcquirer, backend.Inspector, backend.Lister, backend.Breaker
+// and backend.Modal (semaphores and read-write locks, in a second table).
+// Its methods are safe for concurrent use.
 type Driver struct {
 	db      *sql.DB
 	ownDB   bool // Open's: Close closes it
@@ -178,17 +178,23 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		fence, sent, err = grant(ctx, c, us)
 		return err
 	}, undo)
-	switch {
-	case err == nil:
-		return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond, Sent: sent}, nil
-	case errors.Is(err, errHeld) || errors.Is(err, errRefused) || d.dialect.classify(err) == errDuplicate:
-		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotAcquired)
-	case errors.Is(err, errMismatch):
-		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), backend.ErrLimitMismatch)
-	case d.dialect.classify(err) == errDeadlock:
-		return backend.Grant{}, fmt.Errorf("%s%w", d.prefix(""), &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
+	if err != nil {
+		return backend.Grant{}, d.acquireErr(err)
 	}
-	return backend.Grant{}, d.wrap("acquire", err)
+	return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond, Sent: sent}, nil
+}
+
+// acquireErr is the error of an acquisition whose write failed with err.
+func (d *Driver) acquireErr(err error) error {
+	switch kind := d.dialect.classify(err); {
+	case errors.Is(err, errHeld) || errors.Is(err, errRefused) || kind == errDuplicate || kind == errRaised:
+		return fmt.Errorf("%s%w", d.prefix(""), backend.ErrNotAcquired)
+	case errors.Is(err, errMismatch):
+		return fmt.Errorf("%s%w", d.prefix(""), backend.ErrLimitMismatch)
+	case kind == errDeadlock:
+		return fmt.Errorf("%s%w", d.prefix(""), &backend.NotAcquiredError{Reason: "a concurrent acquisition of the name won a deadlock"})
+	}
+	return d.wrap("acquire", err)
 }
 
 // grant runs TryAcquire's statements and returns the fence, and when the
@@ -299,18 +305,30 @@ func (d *Driver) write1(ctx context.Context, query string, args ...any) (sql.Res
 // writeSent is write1, and returns when the statement was sent.
 func (d *Driver) writeSent(ctx context.Context, query string, args ...any) (sql.Result, time.Time, error) {
 	grant := query == d.sql.insert || query == d.sql.takeover || query == d.sql.floorInsert
+	return d.writeAs(ctx, grant, query, args, nil)
+}
+
+// writeAs is writeSent for a grant's statement or not, and reads the rows
+// that a statement with RETURNING returns with scan, when it is not nil:
+// the write is done when they are.
+func (d *Driver) writeAs(ctx context.Context, grant bool, query string, args []any, scan func(*sql.Rows) error) (sql.Result, time.Time, error) {
 	unlock, err := d.lockWriter(ctx, grant)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
 	defer unlock()
 	sent := time.Now()
-	if s := d.stmt(ctx, query); s != nil {
-		res, err := s.ExecContext(ctx, args...)
+	o := on{ctx, d, nil}
+	if scan == nil {
+		res, err := o.exec(query, args...)
 		return res, sent, err
 	}
-	res, err := d.db.ExecContext(ctx, query, args...)
-	return res, sent, err
+	rows, err := o.query(query, args...)
+	if err != nil {
+		return nil, sent, err
+	}
+	defer rows.Close()
+	return nil, sent, scan(rows)
 }
 
 // Close implements backend.Driver. It waits for the calls in flight and

@@ -161,10 +161,42 @@ UNION ALL SELECT name, count(*), max(fence), bit_xor(fence) FROM ` + s + ` WHERE
 		// 6 arguments a claim, within the 65535 of a prepared statement.
 		maxBatch: 1000,
 
+		// A set's rows, inserted or taken in one statement, which a name
+		// held undoes whole: raise fails it (an error whatever the
+		// sql_mode: BIGINT UNSIGNED overflow), and InnoDB rolls back a
+		// failed statement. Every name's fence is the clock, which
+		// LAST_INSERT_ID returns: a row whose fence is not below it (taken
+		// in the same µs, a clock set back) fails the set too, and the
+		// core then takes its names one by one, whose grants draw above.
+		grantMany: func(n int) string {
+			row := `(?, ?, ?, ` + now + ` + ?, LAST_INSERT_ID(` + now + `))`
+			return `INSERT INTO ` + t + ` (name, token, owner, expires_us, fence) VALUES ` + row + strings.Repeat(", "+row, n-1) + `
+ON DUPLICATE KEY UPDATE
+    fence = IF((expires_us <= ` + now + ` OR token = VALUES(token)) AND fence < ` + now + `, ` + now + `, ` + mysqlRaise + `),
+    token = VALUES(token), owner = VALUES(owner), expires_us = VALUES(expires_us)`
+		},
+		// fence is assigned first, so that the condition reads the row as
+		// it was.
+		releaseMany: func(n int) string {
+			return `UPDATE ` + t + ` SET fence = IF((name, token, fence) IN ((?, ?, ?)` + strings.Repeat(", (?, ?, ?)", n-1) + `) AND expires_us > ` + now + `, fence, ` + mysqlRaise + `),
+    token = '', owner = '', expires_us = ` + now + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `)`
+		},
+		// A freed name's tombstone keeps the claim's fence; a row made
+		// since draws a higher one.
+		releasedMany: func(n int) string {
+			return `SELECT name FROM ` + t + ` WHERE (name, fence) IN ((?, ?)` + strings.Repeat(", (?, ?)", n-1) + `) AND token = ''`
+		},
+
 		floorInsert: `INSERT INTO ` + t + ` (name, token, owner, expires_us, fence) VALUES (?, ?, '', 0, 0)`,
 		floorDelete: `DELETE FROM ` + t + ` WHERE name = ? AND token = ?`,
 	}
 }
+
+// mysqlRaise fails the statement that evaluates it (error 1690, which
+// mysqlClassify reads as errRaised) on any row, fence 0 too (the raw
+// floor's): fence is a column, not folded as a constant, and IF evaluates
+// only the branch it takes.
+const mysqlRaise = `~0 + (fence + 1)`
 
 // mysqlString is the quoted table name q as a string literal of its
 // name.
@@ -195,6 +227,8 @@ func mysqlClassify(err error) errKind {
 		return errBusy
 	case "1213": // deadlock
 		return errDeadlock
+	case "1690": // out of range: mysqlRaise
+		return errRaised
 	case "1146": // no such table
 		return errNoTable
 	}

@@ -13,10 +13,26 @@ import (
 // took 40% of the CPU of the suite's contended cases, under the write
 // gate), and a
 // *sql.DB without interpolation sends one round trip per call, not a
-// prepare, an execute and a close. The other statements, rarer or of
+// prepare, an execute and a close. So are the statements of lock sets of
+// up to hotSet names (see hot). The other statements, rarer or of
 // varying text (batches), go as text.
 type prepared struct {
 	stmts sync.Map // query → *sql.Stmt
+	hot   sync.Map // query of a set → struct{}
+}
+
+// hotSet is the most names of a set whose statements are prepared: at
+// most 4*hotSet statements, for the sets of a few names that programs
+// take again and again.
+const hotSet = 8
+
+// hot returns the statement of a set of n names, marked to be prepared if
+// n is at most hotSet.
+func (d *Driver) hot(query string, n int) string {
+	if n <= hotSet {
+		d.prepared.hot.LoadOrStore(query, struct{}{})
+	}
+	return query
 }
 
 // stmt returns query prepared on d's *sql.DB if it is a hot one, or nil.
@@ -35,7 +51,9 @@ func (d *Driver) stmt(ctx context.Context, query string) *sql.Stmt {
 		q.sharedAnchor, q.sharedLockAnchor, q.sharedPurge, q.sharedRows, q.sharedInsert, q.sharedWait,
 		q.sharedRelease, q.sharedForget, q.sharedCount, q.sharedDrop, q.sharedRefresh:
 	default:
-		return nil
+		if _, ok := p.hot.Load(query); !ok {
+			return nil
+		}
 	}
 	// No lock held while preparing: a prepare on a dead connection lasts
 	// until its caller's ctx ends, and must not hold up calls of other

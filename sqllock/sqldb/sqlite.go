@@ -157,6 +157,22 @@ UNION ALL SELECT name, count(*), max(fence), ` + sqliteXor + ` FROM ` + s + ` WH
 		// default since 3.32.
 		maxBatch: 1000,
 
+		// A set's: one statement is atomic, so a name held (UNIQUE) fails
+		// the insert whole, as TryAcquire's.
+		grantMany: func(n int) string {
+			row := `(?, ?, ?, ` + until + `)`
+			return `INSERT INTO ` + t + ` (name, token, owner, expires_us) VALUES ` + row + strings.Repeat(", "+row, n-1) + ` RETURNING name, fence`
+		},
+		takeoverMany: func(n int) string {
+			return `WITH b(name, token, owner, us) AS (VALUES (?, ?, ?, ?)` + strings.Repeat(", (?, ?, ?, ?)", n-1) + `)
+DELETE FROM ` + t + ` WHERE name IN (SELECT name FROM b) AND (expires_us <= ` + now + ` OR (name, token) IN (SELECT name, token FROM b))`
+		},
+		releaseMany: func(n int) string {
+			return `WITH b(name, token, fence) AS (VALUES (?, ?, ?)` + strings.Repeat(", (?, ?, ?)", n-1) + `)
+DELETE FROM ` + t + ` WHERE name IN (?` + strings.Repeat(", ?", n-1) + `) AND (name, token, fence) IN (SELECT name, token, fence FROM b) AND expires_us > ` + now + ` RETURNING name`
+		},
+		returning: true,
+
 		floorInsert: `INSERT INTO ` + t + ` (name, token, owner, expires_us) VALUES (?, ?, '', 0)`,
 		floorDelete: `DELETE FROM ` + t + ` WHERE name = ? AND token = ?`,
 	}
