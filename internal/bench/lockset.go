@@ -12,8 +12,9 @@ const setNames = 4
 // LockSet compares, on one Client, a set of setNames names taken and
 // released together (TryAcquireAll) with one name's TryAcquire+Release,
 // by one goroutine, in alternating blocks over rounds: Ratio is the set's
-// time per cycle over the one name's, per round. Every backend takes a
-// set name by name today, so about setNames is the expected ratio.
+// time per cycle over the one name's, per round: about setNames where a
+// backend takes a set name by name, nearer 1 where it takes it in one
+// request (backend.SetAcquirer).
 type LockSet struct {
 	Names int    `json:"names"`
 	One   Rate   `json:"one"`
