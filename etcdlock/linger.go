@@ -49,7 +49,8 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		}
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	// The slot's name stays taken until etcd has deleted the entry.
+	// The slot's name stays taken until etcd has deleted the entry, so that
+	// no later acquisition of this driver reuses it meanwhile.
 	time.AfterFunc(time.Duration(g.TTL)*time.Second+opTimeout, func() { d.free(e.s) })
 	return nil
 }

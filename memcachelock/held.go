@@ -50,7 +50,7 @@ func (h *heldItems) take(key, token string) (heldItem, bool) {
 // sweep deletes the entries of m that dead reports whenever m has doubled
 // since the last sweep, which left *left: amortized O(1) per entry.
 func sweep[K comparable, V any](m map[K]V, left *int, dead func(V, time.Time) bool) {
-	if len(m) < 2**left+64 {
+	if len(m) < 2*(*left)+64 {
 		return
 	}
 	now := time.Now()

@@ -62,10 +62,13 @@ func (d *Driver) operate(ctx context.Context, op string, f func(ctx context.Cont
 	if err = d.catchUp(ctx); err == nil {
 		err = f(ctx)
 	}
-	if err != nil {
-		return permitted(fmt.Errorf("zklock: %s: %w", op, d.failed(ctx, err)))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, backend.ErrNotHeld):
+		return fmt.Errorf("zklock: %s: %w", op, err) // an answer, whatever became of ctx since
 	}
-	return nil
+	return permitted(fmt.Errorf("zklock: %s: %w", op, d.failed(ctx, err)))
 }
 
 // object is the object of mode m for Inspect, List and Break; a mode the
