@@ -474,8 +474,16 @@ spawn() {
 	local d
 	d=$(idir "$1")
 	shift
-	# fd 9 is the lock: the server must not inherit it or it would hold the lock forever.
-	(cd "$d" && exec setsid "$@" 9>&-) </dev/null >>"$d/server.log" 2>&1 &
+	# No fd but 0-2 is inherited: fd 9 is this script's lock, and a caller's (a test run
+	# under flock(1) that restarts a server) would be held for as long as the server runs.
+	(
+		cd "$d" || exit
+		for f in /proc/$BASHPID/fd/*; do
+			f=${f##*/}
+			((f > 2)) && eval "exec $f>&-"
+		done
+		exec setsid "$@"
+	) </dev/null >>"$d/server.log" 2>&1 &
 	echo $! >"$d/pid"
 }
 
