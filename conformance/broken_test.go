@@ -52,6 +52,11 @@ var brokenVariants = map[string][]string{
 	// returns at once, and the request lands later: after the Client's
 	// release of what the call may have left, which overtakes it.
 	"lands-late": {"CancelledAcquireLeavesNameFree"},
+	// A TryAcquire that failed for want of the store is sent again by the
+	// driver once the network is back (a client library's retry on
+	// reconnect): the name is taken after its caller was told it failed,
+	// by nobody who will release it.
+	"ghost-grant": {"LockSetServerFailsMidway"},
 	// A native queue that forgets to remove a cancelled waiter's entry.
 	"queue-leaks-entry": {"CancelLeavesNoEntry", "SemaphoreCancelLeavesNoEntry"},
 	// A native queue that claims FIFO but serves the newest waiter first.
@@ -246,7 +251,7 @@ func (h *brokenHarness) NewCutDriver(context.Context) (backend.Driver, func(bool
 	}
 	d := &brokenDriver{Driver: mem, h: h, fences: map[string]uint64{}}
 	drv, err := h.wrap(d)
-	return drv, d.down.Store, err
+	return drv, d.setDown, err
 }
 
 // Residue implements ResidueCounter.
@@ -308,18 +313,40 @@ type brokenDriver struct {
 	down   atomic.Bool // cut off from the store
 	mu     sync.Mutex
 	fences map[string]uint64 // per-client-fences
+	ghosts []backend.Claim   // ghost-grant: tries to send again once up
+}
+
+// setDown cuts the driver off from the store, or lets it through again.
+func (d *brokenDriver) setDown(down bool) {
+	d.down.Store(down)
+	d.mu.Lock()
+	ghosts := d.ghosts
+	if !down {
+		d.ghosts = nil
+	}
+	d.mu.Unlock()
+	for _, l := range ghosts {
+		if !down {
+			d.Driver.TryAcquire(context.Background(), l)
+		}
+	}
 }
 
 // errUnreachable is what a driver that is down returns.
 var errUnreachable = errors.New("broken: store unreachable")
 
 func (d *brokenDriver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant, error) {
-	if d.down.Load() {
-		return backend.Grant{}, errUnreachable
-	}
 	want := l.TTL
 	l.Key = d.h.mapKey(l.Key)
 	l = d.h.modeOf(l)
+	if d.down.Load() {
+		if d.h.variant == "ghost-grant" {
+			d.mu.Lock()
+			d.ghosts = append(d.ghosts, l)
+			d.mu.Unlock()
+		}
+		return backend.Grant{}, errUnreachable
+	}
 	switch d.h.variant {
 	case "never-expires":
 		l.TTL = time.Hour

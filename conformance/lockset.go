@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker"
+	"github.com/lockerhq/locker/backend"
 )
 
 // lockSetAllOrNothing: a set with one name held is refused, waiting or
@@ -121,4 +124,218 @@ func (s *suite) lockSetLost(t *testing.T) {
 	}
 	mustRelease(t, ctx, acquireWithin(t, ctx, obs, p, s.slack()))
 	mustRelease(t, ctx, acquireWithin(t, ctx, obs, q, s.ttl()+s.slack()))
+}
+
+// lockSetMidway: the store is cut off from a set's acquisition at its most
+// exposed moment: right after the store granted the set's first name and
+// before the next request (NameByName: the driver's one-request path is
+// declined), or while the set's one request is on the wire (OneRequest,
+// for a backend.SetAcquirer). TryAcquireAll returns the store's error,
+// within a bound, and no set; once the network is back, the names no
+// request reached, and those whose give-back the store confirmed, are
+// free at once and stay free (no request lands late); the others within
+// a TTL (and a session's timeout) of the call's return; later fences are
+// higher than any drawn before; no goroutine is left.
+func (s *suite) lockSetMidway(t *testing.T) {
+	for _, sc := range []struct {
+		name string
+		set  bool
+		heal healAt
+	}{
+		{"NameByName/HealedBeforeGiveBack", false, healBeforeGiveBack},
+		{"NameByName/HealedAtReturn", false, healAtReturn},
+		{"NameByName/HealedAfterTTL", false, healAfterTTL},
+		{"OneRequest/HealedAtReturn", true, healAtReturn},
+	} {
+		t.Run(sc.name, func(t *testing.T) { s.midway(t, sc.set, sc.heal) })
+	}
+}
+
+// healAt is when a midway cut ends.
+type healAt int
+
+const (
+	healBeforeGiveBack healAt = iota // as soon as the request after the cut failed
+	healAtReturn                     // as soon as the set call returned
+	healAfterTTL                     // once whatever it left has expired
+)
+
+func (s *suite) midway(t *testing.T, set bool, heal healAt) {
+	ctx := s.ctx(t)
+	o, ok := s.h.(Outager)
+	if !ok {
+		t.Skip("the harness does not implement Outager: the store cannot be cut off (no network between driver and store)")
+	}
+	obs := s.client(t)
+	a, b, z := s.name(t, "a"), s.name(t, "b"), s.name(t, "z")
+	var mu sync.Mutex
+	top := map[string]uint64{}     // the highest fence drawn so far, by name
+	confirmed := map[string]bool{} // names whose release the store confirmed
+	for _, n := range []string{a, b, z} {
+		l := mustAcquire(t, ctx, obs, n)
+		top[n] = l.Fence()
+		mustRelease(t, ctx, l)
+	}
+
+	// The harness's proxies outlive the driver; they are not the Client's.
+	check := leakCheck(t, append(slices.Clip(s.tr.IgnoreGoroutines), "internal/faultproxy."))
+	drv, down, err := o.NewCutDriver(ctx)
+	if err != nil {
+		t.Fatalf("NewCutDriver: %v", err)
+	}
+	if _, ok := backend.As[backend.SetAcquirer](drv); set && !ok {
+		drv.Close()
+		t.Skip("the driver takes a set name by name (no backend.SetAcquirer)")
+	}
+	m := &midway{Driver: drv, down: down, set: set, healEarly: heal == healBeforeGiveBack}
+	c, err := locker.New(m, locker.WithNamespace(s.ns), locker.WithDefaultTTL(s.ttl()), locker.WithObserver(&locker.Observer{
+		AcquireDone: func(_ context.Context, e locker.AcquireDoneEvent) {
+			mu.Lock()
+			top[e.Name] = max(top[e.Name], e.Fence)
+			mu.Unlock()
+		},
+		Released: func(e locker.ReleaseEvent) {
+			mu.Lock()
+			confirmed[e.Name] = e.Err == nil
+			mu.Unlock()
+		},
+	}))
+	if err != nil {
+		drv.Close()
+		t.Fatalf("locker.New: %v", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			down(false)
+			c.Close()
+		}
+	}()
+
+	start := time.Now()
+	ls, setErr := c.TryAcquireAll(ctx, []string{z, b, a})
+	returned := time.Now()
+	// By then, whatever the call left in the store has expired.
+	deadline := returned.Add(s.ttl() + s.sessionTTL(c) + s.slack())
+	switch heal {
+	case healAtReturn:
+		down(false)
+	case healAfterTTL:
+		time.Sleep(time.Until(deadline))
+		down(false)
+	}
+	mu.Lock()
+	mustFree := map[string]bool{ // free at once
+		a: heal == healAfterTTL || !set && confirmed[a],
+		b: !set || heal == healAfterTTL,
+		z: !set || heal == healAfterTTL,
+	}
+	top = maps.Clone(top)
+	t.Logf("TryAcquireAll returned in %v: %v; give-back confirmed: %v", returned.Sub(start).Round(time.Millisecond), setErr, confirmed)
+	mu.Unlock()
+	if bound := backend.StoreFailureBudget + 5*time.Second; returned.Sub(start) > bound {
+		t.Errorf("TryAcquireAll returned %v after the cut began, more than %v", returned.Sub(start), bound)
+	}
+	switch err := setErr; {
+	case err == nil && !set:
+		t.Fatalf("TryAcquireAll took %v through a cut connection", ls.Names())
+	case err == nil:
+		// The request landed, and its answer came back before the cut.
+		if got := len(ls.Names()); got != 3 {
+			t.Fatalf("TryAcquireAll returned a set of %d names of 3: %v", got, ls.Names())
+		}
+		t.Logf("the set's request landed before the cut; Release = %v", ls.Release(ctx))
+		mustFree = map[string]bool{}
+	case ls != nil:
+		t.Fatalf("TryAcquireAll returned a set and an error: %v", err)
+	case errors.Is(err, locker.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		t.Fatalf("TryAcquireAll = %v, want the store's error", err)
+	}
+
+	// A request that lands after it was answered as failed lands once the
+	// network is back: the names free at once are tried until then.
+	for until := time.Now().Add(s.slack()); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+		for _, n := range []string{a, b, z} {
+			if mustFree[n] {
+				l, err := obs.TryAcquire(ctx, n)
+				if err != nil {
+					t.Fatalf("TryAcquire(%q) %v after the set call returned, the network back = %v; the set call (%v) left it held", n, time.Since(returned).Round(time.Millisecond), err, setErr)
+				}
+				fenceAbove(t, l, top[n])
+				mustRelease(t, ctx, l)
+			}
+		}
+	}
+	for _, n := range []string{a, b, z} {
+		if !mustFree[n] {
+			l := acquireWithin(t, ctx, obs, n, time.Until(deadline))
+			fenceAbove(t, l, top[n])
+			mustRelease(t, ctx, l)
+		}
+	}
+	down(false)
+	c.Close()
+	closed = true
+	check()
+}
+
+// fenceAbove fails t when l's fence is not above top.
+func fenceAbove(t *testing.T, l *locker.Lock, top uint64) {
+	t.Helper()
+	if l.Fence() != 0 && l.Fence() <= top {
+		t.Fatalf("%q's fence %d is not above %d, drawn before", l.Name(), l.Fence(), top)
+	}
+}
+
+// midway is a driver the harness can cut off, which cuts itself off in the
+// middle of a lock set's acquisition.
+type midway struct {
+	backend.Driver
+	down      func(bool)
+	set       bool // cut while the set's one request is on the wire; else decline it
+	healEarly bool // heal once the request after the cut failed
+	tries     atomic.Int32
+}
+
+func (m *midway) Unwrap() backend.Driver { return m.Driver }
+
+// TryAcquire cuts the network right after the first grant.
+func (m *midway) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	g, err := m.Driver.TryAcquire(ctx, c)
+	switch n := m.tries.Add(1); {
+	case n == 1 && err == nil:
+		m.down(true)
+	case n == 2 && m.healEarly:
+		m.down(false)
+	}
+	return g, err
+}
+
+// TryAcquireAll cuts the network while the request may or may not have
+// reached the store; without set, it declines, so that the Client takes
+// the names one at a time.
+func (m *midway) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	sa, ok := backend.As[backend.SetAcquirer](m.Driver)
+	if !m.set || !ok {
+		return nil, backend.ErrUnsupported
+	}
+	cut := make(chan struct{})
+	go func() {
+		m.down(true)
+		close(cut)
+	}()
+	g, err := sa.TryAcquireAll(ctx, claims)
+	<-cut
+	return g, err
+}
+
+func (m *midway) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
+	if sa, ok := backend.As[backend.SetAcquirer](m.Driver); ok {
+		return sa.ReleaseAll(ctx, claims)
+	}
+	errs := make([]error, len(claims))
+	for i, c := range claims {
+		errs[i] = m.Driver.Release(ctx, c)
+	}
+	return errs
 }

@@ -28,6 +28,7 @@ var cases = []testCase{
 	{"CloseReleasesAndLeavesNoGoroutine", true, (*suite).close},
 	{"CancelledWaitLeavesNoGoroutine", true, (*suite).cancelNoGoroutine},
 	{"WatchReportsEveryRelease", true, (*suite).watchReports},
+	{"LockSetServerFailsMidway", true, (*suite).lockSetMidway},
 
 	{"SecondAcquirerRefused", false, (*suite).secondRefused},
 	{"IndependentNames", false, (*suite).independentNames},
