@@ -65,8 +65,11 @@ func mixedBatch(t *testing.T, drv backend.Driver, admins []redis.Cmdable, held i
 	expired := lock()
 	acquire(expired)
 	// A quorum's TryAcquire returns once a majority granted: wait for the
-	// other grants before expiring the key everywhere.
+	// other grants before expiring the key everywhere. Their keys are not
+	// enough (spread may have made one before its grant came): a grant
+	// that lands after the expiry below takes the key again.
 	waitKey(t, admins, expired.Key, true)
+	stragglers(t, drv, expired.Token)
 	for _, a := range admins {
 		if err := a.PExpire(ctx, keysFor(expired.Key).lock, time.Millisecond).Err(); err != nil {
 			t.Fatal(err)
@@ -119,6 +122,27 @@ func spread(t *testing.T, admins []redis.Cmdable, key string) {
 		if err := a.SetNX(ctx, keysFor(key).lock, value, max(ttl, time.Millisecond)).Err(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// stragglers waits, bounded, until every server of a Quorum drv has
+// answered the acquisition of token.
+func stragglers(t *testing.T, drv backend.Driver, token string) {
+	t.Helper()
+	q, ok := drv.(*Quorum)
+	if !ok {
+		return
+	}
+	q.mu.Lock()
+	st := q.inflight[token]
+	q.mu.Unlock()
+	if st == nil {
+		return
+	}
+	select {
+	case <-st.settled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a server's answer to the acquisition did not come within 5s")
 	}
 }
 
