@@ -57,6 +57,9 @@ var brokenVariants = map[string][]string{
 	// reconnect): the name is taken after its caller was told it failed,
 	// by nobody who will release it.
 	"ghost-grant": {"LockSetServerFailsMidway"},
+	// The same in a native queue: an entry whose request failed is sent
+	// again once the network is back (only a blocking set's wait queues).
+	"queue-ghost-grant": {"LockSetServerFailsMidway"},
 	// A native queue that forgets to remove a cancelled waiter's entry.
 	"queue-leaks-entry": {"CancelLeavesNoEntry", "SemaphoreCancelLeavesNoEntry"},
 	// A native queue that claims FIFO but serves the newest waiter first.
@@ -650,6 +653,11 @@ func (d *queueDriver) QueueModes() backend.ModeSet {
 
 func (d *queueDriver) Enqueue(ctx context.Context, l backend.Claim) (backend.Grant, backend.Ticket, error) {
 	if d.down.Load() {
+		if d.h.variant == "queue-ghost-grant" {
+			d.mu.Lock()
+			d.ghosts = append(d.ghosts, l)
+			d.mu.Unlock()
+		}
 		return backend.Grant{}, nil, errUnreachable
 	}
 	h := d.h

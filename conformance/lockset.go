@@ -135,19 +135,24 @@ func (s *suite) lockSetLost(t *testing.T) {
 // request reached, and those whose give-back the store confirmed, are
 // free at once and stay free (no request lands late); the others within
 // a TTL (and a session's timeout) of the call's return; later fences are
-// higher than any drawn before; no goroutine is left.
+// higher than any drawn before; no goroutine is left. A blocking
+// AcquireAll (Blocking) keeps trying for the failure budget: it returns
+// the whole set if the network comes back in time, and otherwise what
+// TryAcquireAll would.
 func (s *suite) lockSetMidway(t *testing.T) {
 	for _, sc := range []struct {
-		name string
-		set  bool
-		heal healAt
+		name      string
+		set, wait bool
+		heal      healAt
 	}{
-		{"NameByName/HealedBeforeGiveBack", false, healBeforeGiveBack},
-		{"NameByName/HealedAtReturn", false, healAtReturn},
-		{"NameByName/HealedAfterTTL", false, healAfterTTL},
-		{"OneRequest/HealedAtReturn", true, healAtReturn},
+		{"NameByName/HealedBeforeGiveBack", false, false, healBeforeGiveBack},
+		{"NameByName/HealedAtReturn", false, false, healAtReturn},
+		{"NameByName/HealedAfterTTL", false, false, healAfterTTL},
+		{"OneRequest/HealedAtReturn", true, false, healAtReturn},
+		{"Blocking/HealedBeforeGiveBack", false, true, healBeforeGiveBack},
+		{"Blocking/HealedAtReturn", false, true, healAtReturn},
 	} {
-		t.Run(sc.name, func(t *testing.T) { s.midway(t, sc.set, sc.heal) })
+		t.Run(sc.name, func(t *testing.T) { s.midway(t, sc.set, sc.wait, sc.heal) })
 	}
 }
 
@@ -160,7 +165,7 @@ const (
 	healAfterTTL                     // once whatever it left has expired
 )
 
-func (s *suite) midway(t *testing.T, set bool, heal healAt) {
+func (s *suite) midway(t *testing.T, set, wait bool, heal healAt) {
 	ctx := s.ctx(t)
 	o, ok := s.h.(Outager)
 	if !ok {
@@ -212,8 +217,12 @@ func (s *suite) midway(t *testing.T, set bool, heal healAt) {
 		}
 	}()
 
+	op, acquireAll := "TryAcquireAll", c.TryAcquireAll
+	if wait {
+		op, acquireAll = "AcquireAll", c.AcquireAll
+	}
 	start := time.Now()
-	ls, setErr := c.TryAcquireAll(ctx, []string{z, b, a})
+	ls, setErr := acquireAll(ctx, []string{z, b, a})
 	returned := time.Now()
 	// By then, whatever the call left in the store has expired.
 	deadline := returned.Add(s.ttl() + s.sessionTTL(c) + s.slack())
@@ -231,14 +240,23 @@ func (s *suite) midway(t *testing.T, set bool, heal healAt) {
 		z: !set || heal == healAfterTTL,
 	}
 	top = maps.Clone(top)
-	t.Logf("TryAcquireAll returned in %v: %v; give-back confirmed: %v", returned.Sub(start).Round(time.Millisecond), setErr, confirmed)
+	t.Logf("%s returned in %v: %v; give-back confirmed: %v", op, returned.Sub(start).Round(time.Millisecond), setErr, confirmed)
 	mu.Unlock()
 	if bound := backend.StoreFailureBudget + 5*time.Second; returned.Sub(start) > bound {
-		t.Errorf("TryAcquireAll returned %v after the cut began, more than %v", returned.Sub(start), bound)
+		t.Errorf("%s returned %v after the cut began, more than %v", op, returned.Sub(start), bound)
 	}
 	switch err := setErr; {
+	case err == nil && wait && heal == healBeforeGiveBack:
+		// The wait rode out the cut: the whole set, which goes whole.
+		if got := len(ls.Names()); got != 3 {
+			t.Fatalf("AcquireAll returned a set of %d names of 3: %v", got, ls.Names())
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatalf("the set's Release = %v", err)
+		}
+		mustFree = map[string]bool{a: true, b: true, z: true}
 	case err == nil && !set:
-		t.Fatalf("TryAcquireAll took %v through a cut connection", ls.Names())
+		t.Fatalf("%s took %v through a cut connection", op, ls.Names())
 	case err == nil:
 		// The request landed, and its answer came back before the cut.
 		if got := len(ls.Names()); got != 3 {
@@ -247,9 +265,12 @@ func (s *suite) midway(t *testing.T, set bool, heal healAt) {
 		t.Logf("the set's request landed before the cut; Release = %v", ls.Release(ctx))
 		mustFree = map[string]bool{}
 	case ls != nil:
-		t.Fatalf("TryAcquireAll returned a set and an error: %v", err)
+		t.Fatalf("%s returned a set and an error: %v", op, err)
+	case wait && errors.Is(err, locker.ErrLost):
+		// A name taken before the cut was lost while the wait rode it
+		// out (a session outlived by the cut): the loss is the answer.
 	case errors.Is(err, locker.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		t.Fatalf("TryAcquireAll = %v, want the store's error", err)
+		t.Fatalf("%s = %v, want the store's error", op, err)
 	}
 
 	// A request that lands after it was answered as failed lands once the
@@ -302,13 +323,35 @@ func (m *midway) Unwrap() backend.Driver { return m.Driver }
 // TryAcquire cuts the network right after the first grant.
 func (m *midway) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
 	g, err := m.Driver.TryAcquire(ctx, c)
+	m.tried(err == nil)
+	return g, err
+}
+
+// tried cuts the network after the first try if it took its name, and
+// heals it after the second if healEarly.
+func (m *midway) tried(granted bool) {
 	switch n := m.tries.Add(1); {
-	case n == 1 && err == nil:
+	case n == 1 && granted:
 		m.down(true)
 	case n == 2 && m.healEarly:
 		m.down(false)
 	}
-	return g, err
+}
+
+// QueueModes and Enqueue pass a native queue through, for a blocking set:
+// its first grant cuts the network as TryAcquire's does.
+func (m *midway) QueueModes() backend.ModeSet {
+	if q, ok := backend.As[backend.Queuer](m.Driver); ok {
+		return q.QueueModes()
+	}
+	return 0
+}
+
+func (m *midway) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, backend.Ticket, error) {
+	q, _ := backend.As[backend.Queuer](m.Driver)
+	g, tk, err := q.Enqueue(ctx, c)
+	m.tried(err == nil && tk == nil)
+	return g, tk, err
 }
 
 // TryAcquireAll cuts the network while the request may or may not have
