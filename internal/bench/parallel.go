@@ -42,6 +42,9 @@ func (r Round) PerSec() float64 {
 	return float64(r.Cycles) / r.Elapsed.Seconds()
 }
 
+// P50 is the median time of the block's cycles.
+func (r Round) P50() time.Duration { return Percentile(r.lat, 0.5) }
+
 // CPUPerCycle is the process's CPU time per cycle over the block.
 func (r Round) CPUPerCycle() time.Duration {
 	if r.Cycles == 0 {
