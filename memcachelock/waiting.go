@@ -240,10 +240,7 @@ func (d *Driver) wakeKey(key string) {
 // wake notifies kw's subscribers; w.mu is held.
 func (kw *keyWait) wake() {
 	for ch := range kw.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+		backend.Notify(ch)
 	}
 }
 
@@ -281,10 +278,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	if start {
 		w.poll = make(chan struct{}, 1)
 	} else {
-		select {
-		case w.poll <- struct{}{}:
-		default:
-		}
+		backend.Notify(w.poll)
 	}
 	poll := w.poll
 	w.mu.Unlock()
