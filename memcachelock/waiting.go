@@ -285,22 +285,19 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	if start {
 		d.startPoller(poll)
 	}
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			w.mu.Lock()
-			delete(kw.subs, ch)
-			unmark := len(kw.subs) == 0 && kw.marked
-			if unmark {
-				kw.marked = false
-			}
-			id := w.id
-			w.mu.Unlock()
-			if unmark {
-				d.unmarkLater(key, id)
-			}
-		})
-	}, nil
+	return ch, sync.OnceFunc(func() {
+		w.mu.Lock()
+		delete(kw.subs, ch)
+		unmark := len(kw.subs) == 0 && kw.marked
+		if unmark {
+			kw.marked = false
+		}
+		id := w.id
+		w.mu.Unlock()
+		if unmark {
+			d.unmarkLater(key, id)
+		}
+	}), nil
 }
 
 // seenOf is what the poller compares: the holder's token ("" when free) and
