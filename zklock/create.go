@@ -11,19 +11,6 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// enqueue creates l's queue node: its ticket, not looked at yet. An error
-// comes with a ticket when the node may exist (the answer was lost, or the
-// caller left): its look finds it, its Leave deletes it. waits: see join.
-func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*ticket, error) {
-	es, err := creating(ctx, d, func(ctx context.Context, inline bool) ([]*entry, error) {
-		return d.create(ctx, []backend.Claim{l}, waits, inline)
-	})
-	if es == nil {
-		return nil, err
-	}
-	return &ticket{d: d, l: l, e: es[0], waits: waits}, err
-}
-
 // creating runs mk, which makes queue nodes and returns them, on the
 // caller's goroutine (inline) when the driver can cut its reads, else on
 // its own, which deletes what mk made if the caller left meanwhile: a
