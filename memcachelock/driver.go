@@ -236,7 +236,7 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 }
 
 // tryLock takes the lock with add, or a cas over a tombstone; then draws a
-// fence; then confirms it still holds the lock (see nextFence for why).
+// fence; then confirms it still holds the lock (see drawFence for why).
 // Where the item and the counter share a server, tryPiped does it all in one
 // round trip when it can.
 func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
@@ -259,17 +259,12 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 		return g, err
 	}
 	// On an error, the add or cas may have been applied all the same (a
-	// timeout after the server stored it): take back, token-checked, what
-	// we may have left, so that it does not hold the key.
-	fail := func(err error) (backend.Grant, error) {
-		d.backOut(lk, l.Token)
-		return backend.Grant{}, err
-	}
+	// timeout after the server stored it): take back what we may have left.
 	if value == nil {
 		value = holdValue(l.Token, l.Owner)
 		won, holder, err := d.claim(ctx, &memcache.Item{Key: lk, Value: value, Expiration: exp}, l.Token)
 		if err != nil {
-			return fail(err)
+			return d.backedOut(lk, l.Token, err)
 		}
 		if !won {
 			d.foundHeld(ctx, l.Key, holder)
@@ -277,17 +272,17 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 		}
 	}
 	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
+		return d.backedOut(lk, l.Token, err)
 	}
 	fence, cur, addr, err := d.drawFence(lk, fk, eff)
 	if err != nil {
-		return fail(err)
+		return d.backedOut(lk, l.Token, err)
 	}
 	if err := d.confirm(ctx, lk, l, value, fence, exp, cur, addr, keepUntil); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
-		return fail(err)
+		return d.backedOut(lk, l.Token, err)
 	}
 	d.granted(l.Key)
 	return backend.Grant{Fence: fence, TTL: eff}, nil
@@ -436,16 +431,6 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 	return false, nil, nil
 }
 
-// nextFence draws the fencing token from the counter fk: incr, or, when it
-// is missing, seed. Fences increase from holder to holder because each is
-// drawn while the holder's item exists, as the confirmation checks; the seed
-// (the clock in µs) keeps them increasing across a lost counter while clocks
-// do not step back (docs/backends/memcachelock.md, "Why fences increase").
-func (d *Driver) nextFence(fk string, ttl time.Duration) (uint64, error) {
-	fence, _, _, err := d.drawFence("", fk, ttl)
-	return fence, err
-}
-
 // Refresh extends the lock with gets and cas, so it never extends another
 // holder's lock (touch, which checks nothing, could).
 func (d *Driver) Refresh(ctx context.Context, c backend.Claim) error {
@@ -581,10 +566,6 @@ func (d *Driver) drop(ctx context.Context, op, what, key, token string) error {
 	_, err := d.casHeld(ctx, op, what, key, nil, heldCheck(token), tombstoneOf, d.cas)
 	return err
 }
-
-// dropItem replaces cur, if unchanged since the gets that read it, with
-// the tombstone that memcached treats as expired at once.
-func (d *Driver) dropItem(cur *memcache.Item) error { return d.cas(tombstoneOf(cur)) }
 
 // tombstoneOf is the tombstone that replaces cur (see Release).
 func tombstoneOf(cur *memcache.Item) *memcache.Item {

@@ -14,10 +14,15 @@ import (
 	"github.com/lockerhq/locker/backend"
 )
 
-// drawFence is nextFence for the lock item lk, which it also reads after the
-// draw for the confirmation, in the same write (incr or the seed's add, then
-// gets), where pipeAddr allows and a probe is free. addr is the server when
-// cur is that read (cur nil: the item is gone), nil when it read nothing.
+// drawFence draws the fencing token from the counter fk: incr, or, when it
+// is missing, seed. Fences increase from holder to holder because each is
+// drawn while the holder's item exists, as the confirmation checks; the seed
+// (the clock in µs) keeps them increasing across a lost counter while clocks
+// do not step back (docs/backends/memcachelock.md, "Why fences increase").
+// A lock item lk ("" for none) is also read after the draw for the
+// confirmation, in the same write (incr or the seed's add, then gets), where
+// pipeAddr allows and a probe is free. addr is the server when cur is that
+// read (cur nil: the item is gone), nil when it read nothing.
 func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur *memcache.Item, addr net.Addr, err error) {
 	if lk != "" {
 		addr = d.pipeAddr(lk, fk)

@@ -505,7 +505,7 @@ func TestConcurrentSeeding(t *testing.T) {
 				var fence uint64
 				var err error
 				if i%4 < 2 {
-					fence, err = d.nextFence(fenceKey(key), time.Second)
+					fence, _, _, err = d.drawFence("", fenceKey(key), time.Second)
 				} else {
 					// The lock's own path: pipelined with a gets.
 					fence, _, _, err = d.drawFence(lockKey(key), fenceKey(key), time.Second)

@@ -53,7 +53,7 @@ const DefaultRetention = 24 * time.Hour
 // (URL: retention=; default DefaultRetention), in whole seconds: incr keeps
 // the seed's expiry, so the counter, the last of a released name, vanishes d
 // after its seed, and the next acquisition seeds it again from the clock
-// (see nextFence). d must be positive and at most 30 days.
+// (see drawFence). d must be positive and at most 30 days.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 || d > maxTTL {

@@ -48,26 +48,12 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	if slot < 0 {
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", &backend.NotAcquiredError{Reason: fmt.Sprintf("all %d reader slots are held", MaxReaders)})
 	}
-	fail := func(err error) (backend.Grant, error) {
-		d.backOut(keys[slot], c.Token)
-		return backend.Grant{}, err
+	fence, items, err := d.fenceThenRead(ctx, base, eff, []string{wk, qk, keys[slot]})
+	if err == nil {
+		err = busy(items)
 	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
-	}
-	fence, err := d.nextFence(base+"rf", eff)
 	if err != nil {
-		return fail(err)
-	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
-	}
-	items, err = d.getMulti([]string{wk, qk, keys[slot]})
-	if err != nil {
-		return fail(fmt.Errorf("memcachelock: gets: %w", err))
-	}
-	if err := busy(items); err != nil {
-		return fail(err)
+		return d.backedOut(keys[slot], c.Token, err)
 	}
 	if it := items[keys[slot]]; it == nil || !heldBy(it.Value, c.Token) {
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w: the reader's slot expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
@@ -78,31 +64,17 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff time.Duration) (backend.Grant, error) {
 	base := objBase(c.Key)
 	wk, qk := base+"w", base+"q"
-	fail := func(err error) (backend.Grant, error) {
-		d.backOut(wk, c.Token)
-		return backend.Grant{}, err
-	}
 	won, _, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
 	if err != nil {
-		return fail(err)
+		return d.backedOut(wk, c.Token, err)
 	}
 	if !won {
 		return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
 	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
-	}
-	fence, err := d.nextFence(base+"rf", eff)
-	if err != nil {
-		return fail(err)
-	}
-	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
-	}
 	keys := append(slotKeys(base, "r", MaxReaders), wk, qk)
-	items, err := d.getMulti(keys)
+	fence, items, err := d.fenceThenRead(ctx, base, eff, keys)
 	if err != nil {
-		return fail(fmt.Errorf("memcachelock: gets: %w", err))
+		return d.backedOut(wk, c.Token, err)
 	}
 	if it := items[wk]; it == nil || !heldBy(it.Value, c.Token) {
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w: the writer's item expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
@@ -116,9 +88,29 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	if q := items[qk]; q != nil && heldBy(q.Value, c.Token) {
 		// Granted: our record of waiting goes. If the cas fails, the
 		// record changed or expired since: it is not ours to clear.
-		_ = d.dropItem(q)
+		_ = d.cas(tombstoneOf(q))
 	}
 	return backend.Grant{Fence: fence, TTL: eff}, nil
+}
+
+// fenceThenRead draws the fence of base's read-write lock, our item added,
+// then reads keys, the other side's items and ours.
+func (d *Driver) fenceThenRead(ctx context.Context, base string, eff time.Duration, keys []string) (uint64, map[string]*memcache.Item, error) {
+	if err := live(ctx, "acquire"); err != nil {
+		return 0, nil, err
+	}
+	fence, _, _, err := d.drawFence("", base+"rf", eff)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := live(ctx, "acquire"); err != nil {
+		return 0, nil, err
+	}
+	items, err := d.getMulti(keys)
+	if err != nil {
+		return 0, nil, fmt.Errorf("memcachelock: gets: %w", err)
+	}
+	return fence, items, nil
 }
 
 // waitWrite records token as the waiting writer, unless another token's

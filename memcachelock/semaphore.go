@@ -75,21 +75,17 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	if slot < 0 {
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	}
-	fail := func(err error) (backend.Grant, error) {
-		d.backOut(keys[slot], c.Token)
-		return backend.Grant{}, err
-	}
 	if err := live(ctx, "acquire"); err != nil {
-		return fail(err)
+		return d.backedOut(keys[slot], c.Token, err)
 	}
 	// The draw reads the limit record too (after our add, as markLimit's
 	// own gets would), in the same write when it can: a round trip saved.
 	fence, rec, addr, err := d.drawFence(base+"sl", base+"sf", eff)
 	if err != nil {
-		return fail(err)
+		return d.backedOut(keys[slot], c.Token, err)
 	}
 	if err := d.markLimit(ctx, base, c, max(exp, d.fenceExp), rec, addr != nil); err != nil {
-		return fail(err)
+		return d.backedOut(keys[slot], c.Token, err)
 	}
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
@@ -112,6 +108,12 @@ func (d *Driver) backOut(key, token string) {
 	case <-fin:
 	case <-t.C:
 	}
+}
+
+// backedOut is a failed acquisition's end: backOut, then err.
+func (d *Driver) backedOut(key, token string, err error) (backend.Grant, error) {
+	d.backOut(key, token)
+	return backend.Grant{}, err
 }
 
 // markLimit writes c.Limit into the limit record (see above), or returns

@@ -169,7 +169,7 @@ func (d *Driver) releaseSlot(ctx context.Context, c backend.Claim) error {
 	}
 	// The item found holding our token, with its cas id: the cas frees it
 	// only if it is unchanged since (drop's own gets, a round trip saved).
-	err = d.dropItem(cur)
+	err = d.cas(tombstoneOf(cur))
 	switch {
 	case err == nil:
 		return nil

@@ -240,10 +240,7 @@ func (d *Driver) wakeKey(key string) {
 // wake notifies kw's subscribers; w.mu is held.
 func (kw *keyWait) wake() {
 	for ch := range kw.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+		backend.Notify(ch)
 	}
 }
 
@@ -281,32 +278,26 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	if start {
 		w.poll = make(chan struct{}, 1)
 	} else {
-		select {
-		case w.poll <- struct{}{}:
-		default:
-		}
+		backend.Notify(w.poll)
 	}
 	poll := w.poll
 	w.mu.Unlock()
 	if start {
 		d.startPoller(poll)
 	}
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			w.mu.Lock()
-			delete(kw.subs, ch)
-			unmark := len(kw.subs) == 0 && kw.marked
-			if unmark {
-				kw.marked = false
-			}
-			id := w.id
-			w.mu.Unlock()
-			if unmark {
-				d.unmarkLater(key, id)
-			}
-		})
-	}, nil
+	return ch, sync.OnceFunc(func() {
+		w.mu.Lock()
+		delete(kw.subs, ch)
+		unmark := len(kw.subs) == 0 && kw.marked
+		if unmark {
+			kw.marked = false
+		}
+		id := w.id
+		w.mu.Unlock()
+		if unmark {
+			d.unmarkLater(key, id)
+		}
+	}), nil
 }
 
 // seenOf is what the poller compares: the holder's token ("" when free) and

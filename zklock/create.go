@@ -4,30 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 )
-
-// enqueue creates l's queue node: its ticket, not looked at yet. An error
-// comes with a ticket when the node may exist (the answer was lost, or the
-// caller left): its look finds it, its Leave deletes it. waits: see join.
-func (d *Driver) enqueue(ctx context.Context, l backend.Claim, waits bool) (*ticket, error) {
-	parent, head := d.queueOf(l)
-	hash, data := tokenHash(l.Token), []byte(l.Owner)
-	es, err := creating(ctx, d, func(ctx context.Context, inline bool) ([]*entry, error) {
-		e, err := d.create(ctx, parent, head, hash, data, l, waits, inline)
-		if e == nil {
-			return nil, err
-		}
-		return []*entry{e}, err
-	})
-	if es == nil {
-		return nil, err
-	}
-	return &ticket{d: d, l: l, e: es[0], waits: waits}, err
-}
 
 // creating runs mk, which makes queue nodes and returns them, on the
 // caller's goroutine (inline) when the driver can cut its reads, else on
@@ -85,162 +67,206 @@ func (d *Driver) queueOf(l backend.Claim) (parent, head string) {
 	return d.parentPath(l.Key), nodePrefix
 }
 
-// create makes the queue node parent/head+hash+"-"+sequence with a write
-// of the parent in the same transaction, whose zxid is the fence (see
-// docs/backends/zklock.md, The recipe), and l's delay marker if any. On
-// "no node" it makes the name's node and tries again. An answer lost gives
-// the entry with its name unknown, to be found by its hash. waits or
-// inline: it sends only once the session settled (see resumeDelay).
-func (d *Driver) create(ctx context.Context, parent, head, hash string, data []byte, l backend.Claim, waits, inline bool) (*entry, error) {
-	prefix := parent + "/" + head + hash + "-"
-	marked := d.marks(l)
-	reuse := false // l's token left a marker with an earlier session
-	// A name's node this driver made, or has checked, carries our ACL.
-	checked := d.knownParent(parent)
-	// A name not known to exist is made in the request that makes its
-	// first node (see createFresh).
-	fresh := !checked
-	needParent := false
-	for noNode := 0; ; {
+// create makes the claims' queue nodes, parent/head+hash+"-"+sequence, in
+// one multi-op whose zxid is every fence (see docs/backends/zklock.md, The
+// recipe): a write of the root first when a name's node is made; then for
+// each name known to exist its queue node, delay marker if any, and a
+// write of the name's node, whose stat counts its children; last each new
+// name's node (a container), queue node and marker. The zk client cannot
+// read a container's create in a reply (ErrAPIError with the results
+// before it): a new node's first child is firstSeq. A refused multi-op
+// changed nothing: what it names is made, taken as existing or reset, and
+// it goes again. An answer lost gives entries with their names unknown, to
+// be found by their hashes. waits or inline: it sends only once the
+// session settled (see resumeDelay).
+func (d *Driver) create(ctx context.Context, claims []backend.Claim, waits, inline bool) ([]*entry, error) {
+	type node struct {
+		parent, prefix, hash string
+		marked               bool
+		checked              bool // its name's node carries our ACL (made or checked by us)
+		fresh                bool // its name's node is made by the multi-op
+		reuse                bool // its marker, left by an earlier session's node of its token, is reset
+		denied               bool // the multi-op may not make its name's node: made on its own
+		at, stat             int  // its create's op, its name's node's write (-1: none)
+	}
+	n := len(claims)
+	ns := make([]node, n)
+	for i, l := range claims {
+		parent, head := d.queueOf(l)
+		q := node{parent: parent, hash: tokenHash(l.Token), marked: d.marks(l), checked: d.knownParent(parent)}
+		q.prefix, q.fresh = parent+"/"+head+q.hash+"-", !q.checked
+		ns[i] = q
+	}
+	for answers := 0; ; answers++ {
 		sid := d.conn.SessionID()
 		if (waits || inline) && !d.settled(ctx) {
 			return nil, fmt.Errorf("create the queue node: %w", errNoSession)
 		}
-		if needParent {
-			made, err := d.ensureParent(parent)
-			if err != nil {
-				return nil, err
-			}
-			needParent, checked = false, made
+		var ops []any
+		var owner []int // each op's claim, -1 for the root's write
+		add := func(i int, op any) { owner = append(owner, i); ops = append(ops, op) }
+		anyFresh := slices.ContainsFunc(ns, func(q node) bool { return q.fresh })
+		if anyFresh {
+			add(-1, &zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1})
 		}
-		var c created
-		var err error
+		readable := -1 // ops whose results the zk client reads: those before the first container
+		for _, last := range []bool{false, true} {
+			for i, l := range claims {
+				q := &ns[i]
+				if q.fresh != last {
+					continue
+				}
+				if last {
+					if readable < 0 {
+						readable = len(ops)
+					}
+					add(i, &zk.CreateRequest{Path: q.parent, Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer})
+				}
+				q.at, q.stat = len(ops), -1
+				add(i, &zk.CreateRequest{Path: q.prefix, Data: []byte(l.Owner), Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence})
+				for _, op := range d.markerOps(q.parent, q.hash, l, q.reuse) {
+					add(i, op)
+				}
+				if !last {
+					q.stat = len(ops)
+					add(i, &zk.SetDataRequest{Path: q.parent, Data: []byte{}, Version: -1})
+				}
+			}
+		}
+		if readable < 0 {
+			readable = len(ops)
+		}
+		zxidAt := 0 // a write whose stat carries the zxid
+		if !anyFresh {
+			zxidAt = ns[0].stat
+		}
 		if waits {
 			d.tries.Add(1) // a waiting acquisition's try (storeTries)
 		}
-		if fresh {
-			c, err = d.createFresh(parent, prefix, data, d.markerOps(parent, hash, l, false))
-			switch {
-			case err == nil:
-				checked = true // ours, with our ACL
-			case errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrNoAuth):
-				// The name's node exists (or we may not write the root):
-				// the usual create, which says what is wrong, if anything.
-				fresh = false
-				continue
-			case errors.Is(err, zk.ErrNoNode):
-				fresh = false // the root is missing: made below
-			}
-		} else {
-			var res []zk.MultiResponse
-			ops := append([]any{&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}},
-				d.markerOps(parent, hash, l, reuse)...)
-			ops = append(ops, &zk.SetDataRequest{Path: parent, Data: []byte{}, Version: -1})
-			res, err = request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
-			last := len(ops) - 1
-			switch {
-			case err != nil:
-			case len(res) != len(ops) || res[last].Stat == nil:
+		res, err := request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+		if err == nil || errors.Is(err, zk.ErrAPIError) && readable < len(ops) {
+			err = nil
+			if len(res) != len(ops) && len(res) != readable || res[zxidAt].Stat == nil {
 				err = fmt.Errorf("%w %+v", errUnexpected, res)
-			default:
-				c = created{path: res[0].String, zxid: res[last].Stat.Mzxid, children: res[last].Stat.NumChildren}
+			}
+			for j, r := range res {
+				if err == nil && (r.Error != nil || r.Stat == nil && slices.ContainsFunc(ns, func(q node) bool { return q.stat == j })) {
+					err = fmt.Errorf("%w %+v", errUnexpected, res)
+				}
 			}
 		}
-		if marked && !fresh {
-			switch {
-			case errors.Is(err, zk.ErrNodeExists) && !reuse:
-				reuse = true // the name's node exists: the marker does
-				continue
-			case errors.Is(err, zk.ErrNoNode) && reuse:
-				reuse = false // gone meanwhile, or the name's node is
-			}
-		}
-		if err == nil && !under(c.path, parent) {
-			err = fmt.Errorf("%w: node %q", errUnexpected, c.path)
+		j := refused(res, err)
+		i := -1
+		if j >= 0 {
+			i = owner[j]
 		}
 		switch {
 		case connLost(err), errors.Is(err, errUnexpected):
-			// The server may have made the node.
-			return &entry{parent: parent, hash: hash, session: sid, marked: marked}, fmt.Errorf("create the queue node: %w", err)
-		case errors.Is(err, zk.ErrNoNode):
-			// The name's node is missing (never made, or deleted once
-			// empty): make it, a bounded number of times.
-			d.forgetParent(parent)
-			if noNode++; noNode > 3 {
-				return nil, fmt.Errorf("create %s: %w", parent, err)
+			// The server may have made the nodes: found by hash.
+			es := make([]*entry, n)
+			for i, q := range ns {
+				es[i] = &entry{parent: q.parent, hash: q.hash, session: sid, marked: q.marked}
 			}
-			needParent = true
-			continue
+			return es, fmt.Errorf("create the queue node: %w", err)
 		case errors.Is(err, zk.ErrClosing):
 			return nil, backend.ErrClosed
-		case err != nil:
-			return nil, fmt.Errorf("create the queue node under %s: %w", parent, err)
+		case err == nil:
+		case answers >= 2*n+3:
+			return nil, fmt.Errorf("create the queue node: %w", err)
+		case errors.Is(err, zk.ErrNoNode) && (i < 0 || ns[i].fresh):
+			// The root is missing.
+			if err := d.ensureRoot(); err != nil {
+				return nil, err
+			}
+			continue
+		case (errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoNode)) && i >= 0 && ns[i].at < j && j < ns[i].stat:
+			// Its marker: left by an earlier session's node of its token
+			// (reset it), or gone meanwhile (make it).
+			ns[i].reuse = errors.Is(err, zk.ErrNodeExists)
+			continue
+		case errors.Is(err, zk.ErrNoNode) && i >= 0:
+			// The name's node is gone (deleted by the server once empty).
+			q := &ns[i]
+			d.forgetParent(q.parent)
+			q.fresh, q.checked, q.reuse = !q.denied, false, false
+			if q.denied {
+				if q.checked, err = d.ensureParent(q.parent); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		case (errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoAuth)) && i >= 0 && ns[i].fresh,
+			errors.Is(err, zk.ErrNoAuth) && i < 0 && anyFresh:
+			// The name's node exists (or we may not write the root): the
+			// usual create, which says what is wrong, if anything.
+			for k := range ns {
+				if i < 0 || k == i {
+					ns[k].fresh, ns[k].denied = false, ns[k].fresh && errors.Is(err, zk.ErrNoAuth)
+				}
+			}
+			continue
+		default:
+			return nil, fmt.Errorf("create the queue node: %w", err)
 		}
-		name := c.path[len(parent)+1:]
-		_, _, seq, ok := parseTagged(name)
-		// The parent's stat, read after the create: a single child (with
-		// our marker, two) is ours, first with no listing.
-		ours := int32(1)
-		if marked {
-			ours++
+		es := make([]*entry, n)
+		for i, q := range ns {
+			e := &entry{parent: q.parent, hash: q.hash, session: sid, marked: q.marked, first: true}
+			path := q.prefix + firstSeq
+			if q.at < len(res) {
+				path = res[q.at].String
+			}
+			if under(path, q.parent) {
+				e.name, e.full = path[len(q.parent)+1:], path
+			}
+			if q.stat >= 0 {
+				// The name's node's children after the create: ours
+				// alone (with our marker, two) is first, with no listing.
+				ours := int32(1)
+				if q.marked {
+					ours++
+				}
+				e.first = res[q.stat].Stat.NumChildren == ours
+			}
+			e.fence = uint64(res[zxidAt].Stat.Mzxid)
+			var ok bool
+			if _, _, e.seq, ok = parseTagged(e.name); !ok && err == nil {
+				err = fmt.Errorf("%w: node %q", errUnexpected, path)
+			}
+			es[i] = e
 		}
-		e := &entry{parent: parent, name: name, full: c.path, hash: hash, seq: seq, fence: uint64(c.zxid), session: sid, first: c.children == ours, marked: marked}
-		switch {
-		case !ok:
-			err = fmt.Errorf("unexpected node name %q", name)
-		case sid == 0 || d.conn.SessionID() != sid:
-			// The session changed: the node may be gone or the new one's.
+		if err == nil && (sid == 0 || d.conn.SessionID() != sid) {
+			// The session changed: the nodes may be gone or the new one's.
 			err = fmt.Errorf("create the queue node: %w", zk.ErrSessionExpired)
-		case !checked:
-			// The name's node was there before us: it must carry our ACL.
-			err = d.checkACL(parent)
+		}
+		if err == nil {
+			// Names' nodes there before us must carry our ACL.
+			err = each(n, n, func(i int) error {
+				if ns[i].checked || ns[i].fresh {
+					return nil
+				}
+				return d.checkACL(ns[i].parent)
+			})
 		}
 		if err != nil {
-			d.abandon(ctx, e)
+			d.abandon(ctx, es...)
 			return nil, err
 		}
-		d.rememberParent(parent)
-		return e, nil
+		for _, q := range ns {
+			d.rememberParent(q.parent)
+		}
+		return es, nil
 	}
 }
 
 // firstSeq is the sequence number of the first child of a node.
 const firstSeq = "0000000000"
 
-// createFresh makes a name's node, a container, and the queue node (and
-// marker ops) under it in one multi-op. The zk client cannot read a
-// container's create in a reply (ErrAPIError with the results before it),
-// so a leading write to the root carries the zxid, and the node's name is
-// known without its result: a new node's first child is firstSeq.
-func (d *Driver) createFresh(parent, prefix string, data []byte, marker []any) (created, error) {
-	ops := append([]any{
-		&zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1},
-		&zk.CreateRequest{Path: parent, Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer},
-		&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
-	}, marker...)
-	return request(d, func() (created, error) {
-		res, err := d.conn.Multi(ops...)
-		var path string
-		switch {
-		case err == nil && len(res) == len(ops) && res[0].Stat != nil:
-			path = res[2].String // a zk client that reads the whole reply
-		case errors.Is(err, zk.ErrAPIError) && len(res) == 1 && res[0].Stat != nil && res[0].Error == nil:
-			path = prefix + firstSeq
-		case err != nil:
-			return created{}, err
-		default:
-			return created{}, fmt.Errorf("%w %+v", errUnexpected, res)
-		}
-		return created{path: path, zxid: res[0].Stat.Mzxid, children: int32(1 + len(marker))}, nil
-	})
-}
-
-// created is what a create's multi-op says: the queue node's path, the
-// zxid (the fence) and the number of the name's node's children after it.
-type created struct {
-	path     string
-	zxid     int64
-	children int32
+// refused is the op a refused multi-op's reply names, -1 if none.
+func refused(res []zk.MultiResponse, err error) int {
+	if err == nil || !answered(err) {
+		return -1
+	}
+	return slices.IndexFunc(res, func(r zk.MultiResponse) bool { return r.Error != nil && errors.Is(err, r.Error) })
 }
 
 // errUnexpected: a multi-op's reply that the driver cannot read.

@@ -43,8 +43,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (_ <-chan struct{}, 
 		cancel()
 		return nil, nil, d.closedErr("subscribe")
 	}
-	var once sync.Once
-	return ch, func() { once.Do(func() { cancel(); <-ended }) }, nil
+	return ch, sync.OnceFunc(func() { cancel(); <-ended }), nil
 }
 
 // watchQueue sets a children watch on parent, or, parent missing, an

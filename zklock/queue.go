@@ -49,7 +49,14 @@ func (d *Driver) join(ctx context.Context, l backend.Claim, op string, waits boo
 		return backend.Grant{}, nil, err
 	}
 	defer done()
-	t, err = d.enqueue(ctx, l, waits)
+	// An error comes with a ticket when the node may exist (the answer was
+	// lost, or the caller left): its look finds it, its Leave deletes it.
+	es, err := creating(ctx, d, func(ctx context.Context, inline bool) ([]*entry, error) {
+		return d.create(ctx, []backend.Claim{l}, waits, inline)
+	})
+	if es != nil {
+		t = &ticket{d: d, l: l, e: es[0], waits: waits}
+	}
 	if err == nil {
 		var g backend.Grant
 		if g, err = t.look(ctx); err == nil {

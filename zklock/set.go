@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -12,8 +11,7 @@ import (
 )
 
 // TryAcquireAll implements backend.SetAcquirer: one multi-op makes every
-// claim's queue node (and names' nodes, as createFresh) and reads each
-// name's node's stat, as create does; the other queues are listed at once,
+// claim's queue node (create); the other queues are listed at once,
 // and if a node does not hold, one multi-op deletes them all. Every fence
 // is the multi-op's zxid.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ []backend.Grant, err error) {
@@ -35,7 +33,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 	bo := newBackoff()
 	for try := 1; ; try++ {
 		es, err := creating(ctx, d, func(ctx context.Context, inline bool) ([]*entry, error) {
-			return d.createSet(ctx, claims, inline)
+			return d.create(ctx, claims, false, inline)
 		})
 		if es != nil {
 			// Nodes that may exist: held, or deleted before we return.
@@ -52,166 +50,6 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 			return nil, fmt.Errorf("zklock: try-acquire: %w", d.failed(ctx, err))
 		}
 	}
-}
-
-// createSet is create for a set of claims, in one multi-op: the root's
-// write first when a name's node is made (as in createFresh), then each
-// known name's queue node and write, then each new name's node and queue
-// node (numbered firstSeq). A refused multi-op changed nothing: the name
-// it names is made or taken as existing, and it goes again.
-func (d *Driver) createSet(ctx context.Context, claims []backend.Claim, inline bool) ([]*entry, error) {
-	n := len(claims)
-	parents, prefixes := make([]string, n), make([]string, n)
-	fresh, checked := make([]bool, n), make([]bool, n)
-	for i, l := range claims {
-		parents[i] = d.parentPath(l.Key)
-		prefixes[i] = parents[i] + "/" + nodePrefix + tokenHash(l.Token) + "-"
-		checked[i] = d.knownParent(parents[i])
-		fresh[i] = !checked[i]
-	}
-	for answers := 0; ; answers++ {
-		sid := d.conn.SessionID()
-		if inline && !d.settled(ctx) {
-			return nil, fmt.Errorf("create the queue nodes: %w", errNoSession)
-		}
-		var ops []any
-		at, claimOf := make([]int, n), map[int]int{} // each claim's create; each op's claim
-		add := func(i int, op any) { claimOf[len(ops)] = i; ops = append(ops, op) }
-		anyFresh := slices.Contains(fresh, true)
-		zxidAt := 1 // a write whose stat carries the zxid: the first name's
-		if anyFresh {
-			zxidAt = 0
-			ops = append(ops, &zk.SetDataRequest{Path: d.root, Data: []byte{}, Version: -1})
-		}
-		for _, last := range []bool{false, true} {
-			for i, l := range claims {
-				if fresh[i] != last {
-					continue
-				}
-				if last {
-					add(i, &zk.CreateRequest{Path: parents[i], Data: []byte{}, Acl: d.acl, Flags: zk.FlagContainer})
-				}
-				at[i] = len(ops)
-				add(i, &zk.CreateRequest{Path: prefixes[i], Data: []byte(l.Owner), Acl: d.acl, Flags: zk.FlagEphemeral | zk.FlagSequence})
-				if !last {
-					add(i, &zk.SetDataRequest{Path: parents[i], Data: []byte{}, Version: -1})
-				}
-			}
-		}
-		readable := len(ops) // ops whose results the zk client reads
-		for i := range fresh {
-			if fresh[i] {
-				readable = min(readable, at[i]-1)
-			}
-		}
-		res, err := request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
-		if err == nil || errors.Is(err, zk.ErrAPIError) && readable < len(ops) {
-			err = nil
-			if len(res) != len(ops) && len(res) != readable || res[zxidAt].Stat == nil {
-				err = fmt.Errorf("%w %+v", errUnexpected, res)
-			}
-			for j, r := range res {
-				if err == nil && (r.Error != nil || !fresh[claimOf[j]] && at[claimOf[j]]+1 == j && r.Stat == nil) {
-					err = fmt.Errorf("%w %+v", errUnexpected, res)
-				}
-			}
-		}
-		i, failed := d.failedOp(res, err, claimOf)
-		switch {
-		case connLost(err), errors.Is(err, errUnexpected):
-			// The server may have made the nodes: found by hash.
-			es := make([]*entry, n)
-			for i, l := range claims {
-				es[i] = &entry{parent: parents[i], hash: tokenHash(l.Token), session: sid}
-			}
-			return es, fmt.Errorf("create the queue nodes: %w", err)
-		case errors.Is(err, zk.ErrClosing):
-			return nil, backend.ErrClosed
-		case err == nil:
-		case answers >= 2*n+3:
-			return nil, fmt.Errorf("create the queue nodes: %w", err)
-		case errors.Is(err, zk.ErrNoNode) && (i < 0 || fresh[i]):
-			// The root is missing.
-			if err := d.ensureRoot(); err != nil {
-				return nil, err
-			}
-			continue
-		case errors.Is(err, zk.ErrNoNode) && failed:
-			// The name's node is gone (deleted by the server once empty).
-			d.forgetParent(parents[i])
-			fresh[i], checked[i] = true, false
-			continue
-		case (errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrNoAuth)) && i >= 0 && fresh[i],
-			errors.Is(err, zk.ErrNoAuth) && i < 0 && anyFresh:
-			// As in create: the usual create says what is wrong, if anything.
-			for j := range fresh {
-				if i < 0 || j == i {
-					fresh[j] = false
-				}
-			}
-			continue
-		default:
-			return nil, fmt.Errorf("create the queue nodes: %w", err)
-		}
-		es := make([]*entry, n)
-		for i := range claims {
-			path, children := prefixes[i]+firstSeq, int32(1)
-			if at[i] < len(res) {
-				path = res[at[i]].String
-			}
-			if !fresh[i] {
-				children = res[at[i]+1].Stat.NumChildren
-			}
-			e := &entry{parent: parents[i], hash: tokenHash(claims[i].Token), session: sid}
-			if under(path, parents[i]) {
-				e.name, e.full = path[len(parents[i])+1:], path
-			}
-			_, _, seq, ok := parseTagged(e.name)
-			if !ok {
-				err = fmt.Errorf("%w: node %q", errUnexpected, path)
-			}
-			e.seq, e.fence, e.first = seq, uint64(res[zxidAt].Stat.Mzxid), children == 1
-			es[i] = e
-		}
-		if err == nil && (sid == 0 || d.conn.SessionID() != sid) {
-			// The session changed: the nodes may be gone or the new one's.
-			err = fmt.Errorf("create the queue nodes: %w", zk.ErrSessionExpired)
-		}
-		if err == nil {
-			// Names' nodes there before us must carry our ACL.
-			err = each(n, n, func(i int) error {
-				if checked[i] || fresh[i] {
-					return nil
-				}
-				return d.checkACL(parents[i])
-			})
-		}
-		if err != nil {
-			d.abandon(ctx, es...)
-			return nil, err
-		}
-		for _, p := range parents {
-			d.rememberParent(p)
-		}
-		return es, nil
-	}
-}
-
-// failedOp is the claim whose op a refused multi-op names (-1 when it is
-// none's: the root's write); failed is false when the reply names none.
-func (d *Driver) failedOp(res []zk.MultiResponse, err error, claimOf map[int]int) (i int, failed bool) {
-	if err == nil || !answered(err) {
-		return -1, false
-	}
-	for j, r := range res {
-		if r.Error != nil && errors.Is(err, r.Error) {
-			if i, ok := claimOf[j]; ok {
-				return i, true
-			}
-			return -1, true
-		}
-	}
-	return -1, false
 }
 
 // holdSet looks at the nodes es, just made for claims, as TryAcquire does,

@@ -140,32 +140,23 @@ func (d *Driver) watchNow(path string, session int64) {
 		d.testHookHeldWatch()
 	}
 	// GetW, not ExistsW: see watch.
-	_, st, ch, err := d.conn.GetW(path)
-	ok := !errors.Is(err, zk.ErrNoNode)
-	if !ok {
-		err = nil
-	}
-	switch {
+	switch _, st, ch, err := d.conn.GetW(path); {
+	case errors.Is(err, zk.ErrNoNode):
+		d.stolen(path, session, "was deleted")
 	case err != nil:
 		// The session's monitor reports what becomes of the lock.
-		return
-	case !ok:
-		d.stolen(path, session, "was deleted")
-		return
 	case st.Version != 0 || st.EphemeralOwner != session:
 		// Changed between the grant and the watch.
 		d.stolen(path, session, "was overwritten")
-		return
-	case d.own:
-		return // nodeEvent sees the notification
+	case !d.own: // on our own connection, nodeEvent sees the notification
+		d.spawn(func() {
+			select {
+			case ev := <-ch:
+				d.nodeEvent(ev)
+			case <-d.done:
+			}
+		})
 	}
-	d.spawn(func() {
-		select {
-		case ev := <-ch:
-			d.nodeEvent(ev)
-		case <-d.done:
-		}
-	})
 }
 
 // nodeEvent reports a held node deleted or changed by someone else (a
