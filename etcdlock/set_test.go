@@ -88,38 +88,8 @@ func TestSetRoundTrips(t *testing.T) {
 	t.Cleanup(func() { cli.Close() })
 	d := mustNew(t, cli, WithPrefix(h.prefix))
 	t.Cleanup(func() { d.Close() })
-	claims := func() []backend.Claim {
-		cs := make([]backend.Claim, 4)
-		for i := range cs {
-			cs[i] = backend.Claim{Key: "rt/" + string(rune('a'+i)), Token: testutil.Token(), TTL: 60 * time.Second}
-		}
-		return cs
-	}
-	cycle := func() (acquire, refused, release int64) {
-		cs := claims()
-		n := sent.Load()
-		gs, err := d.TryAcquireAll(ctx, cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acquire = sent.Load() - n
-		if _, err := d.TryAcquireAll(ctx, claims()); !errors.Is(err, backend.ErrNotAcquired) {
-			t.Fatalf("TryAcquireAll of a held set: %v", err)
-		}
-		refused = sent.Load() - n - acquire
-		for i := range cs {
-			cs[i].Fence = gs[i].Fence
-		}
-		n = sent.Load()
-		for _, err := range d.ReleaseAll(ctx, cs) {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		return acquire, refused, sent.Load() - n
-	}
-	cycle() // the lease's grant
-	if a, f, r := cycle(); a != 1 || f != 1 || r != 1 {
+	testutil.SetRoundTrips(t, ctx, d, sent.Load) // the lease's grant
+	if a, f, r := testutil.SetRoundTrips(t, ctx, d, sent.Load); a != 1 || f != 1 || r != 1 {
 		t.Fatalf("requests of a set of 4: acquire %d, refused %d, release %d; want 1 each", a, f, r)
 	}
 }

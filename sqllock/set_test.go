@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // A set is one statement: all of its keys or none, with an expired or
@@ -96,38 +97,8 @@ func TestSetRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	claims := func() []backend.Claim {
-		cs := make([]backend.Claim, 4)
-		for i := range cs {
-			cs[i] = backend.Claim{Key: "rt/" + string(rune('a'+i)), Token: randHex(16), TTL: time.Minute}
-		}
-		return cs
-	}
-	cycle := func() (acquire, refused, release int64) {
-		cs := claims()
-		n := sent.Load()
-		gs, err := d.TryAcquireAll(ctx, cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acquire = sent.Load() - n
-		if _, err := d.TryAcquireAll(ctx, claims()); !errors.Is(err, backend.ErrNotAcquired) {
-			t.Fatalf("TryAcquireAll of a held set: %v", err)
-		}
-		refused = sent.Load() - n - acquire
-		for i := range cs {
-			cs[i].Fence = gs[i].Fence
-		}
-		n = sent.Load()
-		for _, err := range d.ReleaseAll(ctx, cs) {
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		return acquire, refused, sent.Load() - n
-	}
-	cycle() // the table's check, the statements' prepares
-	if a, f, r := cycle(); a != 1 || f != 1 || r != 1 {
+	testutil.SetRoundTrips(t, ctx, d, sent.Load) // the table's check, the statements' prepares
+	if a, f, r := testutil.SetRoundTrips(t, ctx, d, sent.Load); a != 1 || f != 1 || r != 1 {
 		t.Fatalf("round trips of a set of 4: acquire %d, refused %d, release %d; want 1 each", a, f, r)
 	}
 }
