@@ -1,11 +1,15 @@
 package etcdlock
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/testenv"
@@ -62,5 +66,30 @@ func TestAcquireAll(t *testing.T) {
 		if !errors.Is(err, backend.ErrNotHeld) {
 			t.Fatalf("second ReleaseAll %s: %v, want ErrNotHeld", cs[i].Key, err)
 		}
+	}
+}
+
+// A set costs the requests of one name: one transaction to take it, one
+// to release it, one to find it held, however many keys it has.
+func TestSetRoundTrips(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.EtcdEndpoints())
+	ctx := testCtx(t, 30*time.Second)
+	var sent atomic.Int64 // unary requests: not the lease's keep-alive stream
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		sent.Add(1)
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: h.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	d := mustNew(t, cli, WithPrefix(h.prefix))
+	t.Cleanup(func() { d.Close() })
+	testutil.SetRoundTrips(t, ctx, d, sent.Load) // the lease's grant
+	if a, f, r := testutil.SetRoundTrips(t, ctx, d, sent.Load); a != 1 || f != 1 || r != 1 {
+		t.Fatalf("requests of a set of 4: acquire %d, refused %d, release %d; want 1 each", a, f, r)
 	}
 }

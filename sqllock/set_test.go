@@ -3,10 +3,15 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/testutil"
 )
 
 // A set is one statement: all of its keys or none, with an expired or
@@ -68,3 +73,49 @@ func TestAcquireAll(t *testing.T) {
 		t.Fatalf("TryAcquireAll after the release: %v %v, want fences above the first set's", gs, err)
 	}
 }
+
+// A set costs the round trips of one name: one statement to take it,
+// one to release it, one to find it held, however many keys it has.
+func TestSetRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int64 // statements and prepares
+	cfg.ConnConfig.Tracer = roundTrips{&sent}
+	cfg.MaxConns = 1 // so that the first cycle prepares every statement
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	testutil.SetRoundTrips(t, ctx, d, sent.Load) // the table's check, the statements' prepares
+	if a, f, r := testutil.SetRoundTrips(t, ctx, d, sent.Load); a != 1 || f != 1 || r != 1 {
+		t.Fatalf("round trips of a set of 4: acquire %d, refused %d, release %d; want 1 each", a, f, r)
+	}
+}
+
+// roundTrips counts the statements and prepares sent on a connection.
+type roundTrips struct{ n *atomic.Int64 }
+
+func (c roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
