@@ -28,9 +28,13 @@ import (
 // unconfirmed release does.
 type LockSet struct {
 	locks []*Lock // in the names' byte order
-	lost  chan struct{}
-	once  sync.Once
-	stops []func()
+	// Lost's channel, made at its first call: a set nobody asks costs no
+	// watch on its locks.
+	mu       sync.Mutex
+	lost     chan struct{}
+	once     sync.Once // closes lost
+	stops    []func()
+	released bool // no more watches: Release stopped them
 }
 
 // AcquireAll takes the locks on every name, waiting for each in turn (see
@@ -107,7 +111,7 @@ func (c *Client) acquireAll(ctx context.Context, names []string, wait bool, opts
 		// The set's wait is bounded once, not name by name.
 		opts = append(slices.Clip(opts), func(c *lockConfig) { c.waitSet = false })
 	}
-	s := &LockSet{locks: make([]*Lock, 0, len(names)), lost: make(chan struct{})}
+	s := &LockSet{locks: make([]*Lock, 0, len(names))}
 	var err error
 	if sa, ok := backend.As[backend.SetAcquirer](c.drv); ok && len(names) > 1 && lc.mode == backend.Exclusive && lc.reentrant == "" {
 		err = c.takeSet(ctx, sa, s, names, wait, opts)
@@ -120,9 +124,6 @@ func (c *Client) acquireAll(ctx context.Context, names []string, wait bool, opts
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.giveBack(ctx))
-	}
-	for _, l := range s.locks {
-		s.stops = append(s.stops, l.h.afterLost(func(error) { s.once.Do(func() { close(s.lost) }) }))
 	}
 	return s, nil
 }
@@ -264,7 +265,20 @@ func (s *LockSet) Fence(name string) uint64 {
 
 // Lost returns a channel that is closed as soon as any lock of the set is
 // known lost (see Lock.Lost). It is not closed by Release.
-func (s *LockSet) Lost() <-chan struct{} { return s.lost }
+func (s *LockSet) Lost() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost != nil {
+		return s.lost
+	}
+	s.lost = make(chan struct{})
+	for _, l := range s.locks {
+		if !s.released {
+			s.stops = append(s.stops, l.h.afterLost(func(error) { s.once.Do(func() { close(s.lost) }) }))
+		}
+	}
+	return s.lost
+}
 
 // Err returns nil while no lock of the set is known lost, then the first
 // lost one's error, which names it.
@@ -317,9 +331,12 @@ func (s *LockSet) Release(ctx context.Context) error {
 	if len(s.locks) > 0 && s.locks[0].released.Load() {
 		return fmt.Errorf("locker: release lock set: %w: released already", ErrNotHeld)
 	}
+	s.mu.Lock()
+	s.released = true
 	for _, stop := range s.stops {
 		stop()
 	}
+	s.mu.Unlock()
 	if len(s.locks) > 1 {
 		if sa, ok := backend.As[backend.SetAcquirer](s.locks[0].h.c.drv); ok {
 			return s.releaseAll(ctx, sa)
@@ -366,9 +383,11 @@ func (s *LockSet) releaseAll(ctx context.Context, sa backend.SetAcquirer) error 
 		res := sa.ReleaseAll(rctx, claims)
 		for i, h := range due {
 			c.released(objectOf(h.key, h.mode))
-			err := fmt.Errorf("the driver answered %d releases of %d", len(res), len(claims))
+			var err error
 			if len(res) == len(claims) {
 				err = res[i]
+			} else {
+				err = fmt.Errorf("the driver answered %d releases of %d", len(res), len(claims))
 			}
 			errs = append(errs, c.releaseResult(h, lost[i], err))
 		}

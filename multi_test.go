@@ -168,6 +168,60 @@ func TestLockSetLoss(t *testing.T) {
 	}
 }
 
+// Lost, asked before any loss, fires at the first one, once, and a set
+// released first is never lost.
+func TestLockSetLostAskedFirst(t *testing.T) {
+	ctx := context.Background()
+	s := memlock.NewStore()
+	c, other := newClient(t, s), newClient(t, s)
+	set, err := c.TryAcquireAll(ctx, []string{"p", "q", "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := set.Lost()
+	if set.Lost() != lost {
+		t.Fatal("Lost returned another channel the second time")
+	}
+	select {
+	case <-lost:
+		t.Fatal("Lost fired while every lock is held")
+	default:
+	}
+	for _, n := range []string{"q", "r"} {
+		st, err := other.Inspect(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.ForceRelease(ctx, n, st.Fence); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := set.Refresh(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("Refresh after q and r were broken = %v", err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost did not fire")
+	}
+	if err := set.Release(ctx); err == nil {
+		t.Fatal("Release of a lost set = nil")
+	}
+
+	held, err := c.TryAcquireAll(ctx, []string{"p", "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held.Lost():
+		t.Fatal("Lost fired for a set released whole")
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
 // A waiter for {a, b} is not starved by a stream of single holders of a:
 // where the store queues (memlock's FairDriver, FIFO), it takes its place
 // in a's queue like any waiter, so it gets the set while the stream goes
