@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // ensureSchema checks the server and the tables on first use, and
@@ -23,6 +24,9 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	defer func() { <-d.schemaMu }()
 	if d.schemaOK.Load() {
 		return nil
+	}
+	if err := d.connect(ctx); err != nil {
+		return d.wrap("schema", err)
 	}
 	if d.dialect.check != nil {
 		if err := d.dialect.check(ctx, d.db); err != nil {
@@ -60,4 +64,29 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 	d.schemaOK.Store(true)
 	d.startPurge()
 	return nil
+}
+
+// switchFor bounds connect's tries: SQLite's busy timeout as
+// sqllock/sqlite sets it by default.
+const switchFor = 5 * time.Second
+
+// connect opens the pool's first connection, trying again while it fails
+// busy. SQLite's drivers run the DSN's pragmas as a connection opens,
+// and connections (of any process) that switch a new file to WAL at once
+// read it, then write it: SQLite answers the losers SQLITE_BUSY at once,
+// without its busy handler. Once the file is in WAL, the pragma has
+// nothing to write, and later connections open at once.
+func (d *Driver) connect(ctx context.Context) error {
+	deadline := time.Now().Add(switchFor)
+	for {
+		err := d.db.PingContext(ctx)
+		if err == nil || d.dialect.classify(err) != errBusy || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

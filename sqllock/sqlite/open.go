@@ -91,14 +91,9 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	// process's CPU). Those a burst opened stay for a minute instead.
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(time.Minute)
-	mode, err := journalMode(ctx, db, busy)
-	if err == nil && !strings.EqualFold(mode, "wal") {
-		err = fmt.Errorf("journal_mode is %q, not wal: is the file system local?", mode)
-	}
-	if err != nil {
-		db.Close()
-		return nil, failed(path, err)
-	}
+	// The engine's first connection runs the pragmas, and tries again
+	// while it loses the race of connections that switch a new file to
+	// WAL at once.
 	drv, err := sqldb.Open(ctx, db, sqldb.SQLite, append(urlOpts, opts...)...)
 	if err != nil {
 		if ferr := fileError(path, err); ferr != nil {
@@ -106,14 +101,23 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 		}
 		return nil, err // the engine's, which starts with "sqlite: "
 	}
-	// SQLite opens a file it may not write read-only, and says so only
-	// at the first write.
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	var mode string
+	err = db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
+	if err == nil && !strings.EqualFold(mode, "wal") {
+		err = fmt.Errorf("journal_mode is %q, not wal: is the file system local?", mode)
+	}
+	if err == nil {
+		// SQLite opens a file it may not write read-only, and says so
+		// only at the first write.
+		var f *os.File
+		if f, err = os.OpenFile(path, os.O_RDWR, 0); err == nil {
+			f.Close()
+		}
+	}
 	if err != nil {
 		drv.Close()
 		return nil, failed(path, err)
 	}
-	f.Close()
 	return drv, nil
 }
 
@@ -154,27 +158,6 @@ func filePath(u *url.URL) (string, error) {
 func dsn(path string, busyMS int64) string {
 	return "file://" + (&url.URL{Path: path}).EscapedPath() +
 		"?_pragma=busy_timeout(" + strconv.FormatInt(busyMS, 10) + ")&_pragma=journal_mode(WAL)"
-}
-
-// journalMode opens db's first connection, which runs the pragmas, and
-// returns its journal mode. Processes that open a new file at once race
-// to switch it to WAL, and SQLite answers the losers SQLITE_BUSY at once,
-// without its busy handler: they try again for up to the busy timeout,
-// as a statement would wait.
-func journalMode(ctx context.Context, db *sql.DB, busy time.Duration) (string, error) {
-	deadline := time.Now().Add(busy)
-	for {
-		var mode string
-		err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode)
-		if err == nil || !strings.Contains(err.Error(), "database is locked") || time.Now().After(deadline) {
-			return mode, err
-		}
-		select {
-		case <-ctx.Done():
-			return "", err
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // failed explains why Open could not use the file at path: see

@@ -257,9 +257,9 @@ func processesExclude(t *testing.T, limit int) {
 
 // Processes that open a new file at once all open it: the losers of the
 // race to switch it to WAL, which SQLite answers with SQLITE_BUSY at
-// once, try again within the busy timeout. The race is rare (three
-// processes of TestProcessesExclude met it once); connections of one
-// process do not race so, since SQLite shares a file's locks between them.
+// once, try again (sqldb's connect). The race is rare (three processes
+// of TestProcessesExclude met it once); pools of one process race so
+// too (sqldb's TestSQLiteNewFileAtOnce).
 func TestOpenConcurrently(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
