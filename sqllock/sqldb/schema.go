@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 // ensureSchema checks the server and the tables on first use, and
@@ -77,16 +79,6 @@ const switchFor = 5 * time.Second
 // without its busy handler. Once the file is in WAL, the pragma has
 // nothing to write, and later connections open at once.
 func (d *Driver) connect(ctx context.Context) error {
-	deadline := time.Now().Add(switchFor)
-	for {
-		err := d.db.PingContext(ctx)
-		if err == nil || d.dialect.classify(err) != errBusy || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	busy := func(err error) bool { return d.dialect.classify(err) == errBusy }
+	return retry.Call(ctx, retry.Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}, switchFor, busy, d.db.PingContext)
 }
