@@ -40,8 +40,7 @@ type deployment struct {
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
 
-	checkCancel context.CancelFunc
-	closeOnce   sync.Once
+	closeOnce sync.Once
 
 	mu     sync.Mutex
 	closed bool
@@ -147,8 +146,7 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 
 // checkMaxmemoryAsync is checkMaxmemory in the background; close stops it.
 func (dep *deployment) checkMaxmemoryAsync(what string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	dep.checkCancel = cancel
+	ctx, cancel := context.WithTimeout(dep.ctx, 5*time.Second)
 	dep.wg.Add(1)
 	go func() {
 		defer dep.wg.Done()
@@ -180,9 +178,6 @@ func (dep *deployment) close() error {
 	dep.mu.Unlock()
 	dep.unroute()
 	dep.cancel()
-	if dep.checkCancel != nil {
-		dep.checkCancel()
-	}
 	for _, h := range hubs {
 		_ = h.ps.Close()
 		h.failBarriers(backend.ErrClosed)

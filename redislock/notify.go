@@ -402,7 +402,10 @@ func (h *hub) run() {
 			// again, but what was published meanwhile is lost: subscribers
 			// get a value once their channel is subscribed again (below),
 			// and subscriptions must be confirmed anew.
-			h.failed(fmt.Errorf("pub/sub connection: %w", err))
+			dep.mu.Lock()
+			h.failed()
+			dep.mu.Unlock()
+			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
 				t := time.NewTimer(backoff.Next())
@@ -475,16 +478,9 @@ func (h *hub) run() {
 }
 
 // failed records that the hub's connection failed (or was given up):
-// subscriptions must be confirmed anew, and subscribers are owed a value.
-func (h *hub) failed(reason error) {
-	h.dep.mu.Lock()
-	h.failedLocked()
-	h.dep.mu.Unlock()
-	h.failBarriers(reason)
-}
-
-// failedLocked is failed's bookkeeping; dep.mu is held.
-func (h *hub) failedLocked() {
+// subscriptions must be confirmed anew, and subscribers are owed a value;
+// dep.mu is held.
+func (h *hub) failed() {
 	h.epoch++
 	for _, st := range h.chans {
 		st.active = false
@@ -594,7 +590,7 @@ func (h *hub) replace(reason error) {
 	for ch := range h.chans {
 		channels = append(channels, ch)
 	}
-	h.failedLocked() // before run can read a confirmation on ps
+	h.failed() // before run can read a confirmation on ps
 	dep.mu.Unlock()
 	_ = old.Close()
 	h.failBarriers(reason)

@@ -54,14 +54,6 @@ type straggler struct {
 	r     result
 }
 
-func (q *Quorum) forget(token string, st *acquisition) {
-	q.mu.Lock()
-	if q.inflight[token] == st {
-		delete(q.inflight, token)
-	}
-	q.mu.Unlock()
-}
-
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
 	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64, work: make(chan func())}
 	q.closing = q.gate.Context().Done()
@@ -381,7 +373,11 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			q.deps[i].cleanup(ctx, l, value)
 		}
 		if st.pending.Add(-1) == 0 {
-			q.forget(l.Token, st)
+			q.mu.Lock()
+			if q.inflight[l.Token] == st {
+				delete(q.inflight, l.Token)
+			}
+			q.mu.Unlock()
 			close(st.settled)
 		}
 	}

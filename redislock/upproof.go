@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"math/bits"
 	"regexp"
 	"strconv"
 	"sync/atomic"
@@ -63,15 +64,10 @@ func serverInfo(s string) (runID string, up int64, ok bool) {
 // provenUp is the X for an uptime of up whole seconds: the largest power
 // of two seconds not above up-1, in milliseconds, or 0.
 func provenUp(up int64) int64 {
-	s := up - 1
-	if s < 1 {
+	if up < 2 {
 		return 0
 	}
-	x := int64(1)
-	for x*2 <= s && x < 1<<30 {
-		x *= 2
-	}
-	return x * 1000
+	return min(int64(1)<<(bits.Len64(uint64(up-1))-1), 1<<30) * 1000
 }
 
 // run runs the acquire script for a restart delay of delay ms: the proven
