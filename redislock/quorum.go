@@ -551,23 +551,9 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 	return ch
 }
 
-// Refresh implements backend.Driver: it succeeds when a majority of the
-// servers extended the lock for the token, and reports ErrNotHeld when so
-// many show it free or another token's that no majority can hold it.
+// Refresh implements backend.Driver: RefreshMany's batch of one.
 func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
-	if q.gate.Closed() {
-		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
-	}
-	if l.TTL < minQuorumTTL {
-		l.TTL = minQuorumTTL
-	}
-	px := q.px(l.TTL)
-	t0 := time.Now()
-	res := q.gather(ctx, l.TTL, false, func(ctx context.Context, i int) result {
-		ok, err := q.deps[i].refresh(ctx, l, px)
-		return result{ok: ok, err: err}
-	}, q.decidedBy, nil)
-	return q.verdict(ctx, "refresh", res, t0, l.TTL)
+	return q.RefreshMany(ctx, []backend.Claim{l})[0]
 }
 
 // verdict decides a refresh or a release (op) from the servers' answers;

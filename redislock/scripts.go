@@ -155,11 +155,6 @@ func notAcquired(op string, r int64) error {
 	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
 }
 
-func (dep *deployment) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
-	v, err := dep.run(ctx, refreshScript, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
-	return v == 1, classify(err)
-}
-
 func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, error) {
 	k := keysFor(l.Key)
 	v, err := dep.run(ctx, releaseScript, []string{k.lock}, holder(l), k.channel, "0").Int64()
