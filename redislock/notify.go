@@ -112,15 +112,9 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	route := dep.route(channel)
 	sub := &subscription{ch: ch, id: id}
 	var h *hub
-	var st *chanState
-	for h == nil {
+	for {
 		dep.mu.Lock()
-		if dep.closed {
-			dep.mu.Unlock()
-			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-		}
-		if cur := dep.hubs[route]; cur != nil && !cur.dead {
-			h = cur
+		if h = dep.hubs[route]; dep.closed || h != nil && !h.dead {
 			break
 		}
 		dep.mu.Unlock()
@@ -128,12 +122,7 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 		// already subscribes.
 		ps := dep.pubSub(ctx, route)
 		dep.mu.Lock()
-		if dep.closed {
-			dep.mu.Unlock()
-			_ = ps.Close()
-			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-		}
-		if cur := dep.hubs[route]; cur != nil && !cur.dead {
+		if cur := dep.hubs[route]; dep.closed || cur != nil && !cur.dead {
 			dep.mu.Unlock()
 			_ = ps.Close()
 			continue
@@ -143,9 +132,13 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 		dep.wg.Add(2)
 		go h.run()
 		go h.check()
+		break
 	}
-	// dep.mu is held.
-	st = h.add(channel, sub)
+	if dep.closed {
+		dep.mu.Unlock()
+		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	st := h.add(channel, sub)
 	active := st.active
 	dep.mu.Unlock()
 
