@@ -235,44 +235,26 @@ const barrierTimeout = 2 * time.Second
 // subscription. On a connection replaced meanwhile, go-redis subscribed
 // again before sending anything else, so a later PONG proves it too.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
-	dep := h.dep
-	deadline := time.NewTimer(barrierTimeout)
-	defer deadline.Stop()
+	wait, cancel := context.WithTimeoutCause(ctx, barrierTimeout, errors.New("no confirmation from the server"))
+	defer cancel()
 	// Wait for the connection ctx-aware: a write to a dead server blocks.
 	select {
 	case h.wmu <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("redislock: subscribe: %w", context.Cause(ctx))
-	case <-deadline.C:
-		return errors.New("redislock: subscribe: the pub/sub connection is busy")
-	}
-	seq, epoch, done, ok := h.addBarrier()
-	if !ok {
-		<-h.wmu
-		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-	}
-	w := dep.in.CutOnEnd(ctx) // dialing the connection reads the server's greeting
-	err := h.ps.Subscribe(ctx, channel)
-	w.Stop()
-	if err == nil {
-		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
-	}
-	<-h.wmu
-	if err == nil {
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			err = context.Cause(ctx)
-		case <-deadline.C:
-			err = errors.New("no confirmation from the server")
+	case <-wait.Done():
+		if ctx.Err() == nil {
+			return errors.New("redislock: subscribe: the pub/sub connection is busy")
 		}
+		return fmt.Errorf("redislock: subscribe: %w", context.Cause(ctx))
 	}
-	dep.mu.Lock()
-	delete(h.barriers, seq)
+	epoch, err := h.barrier(ctx, wait, func() error {
+		defer h.dep.in.CutOnEnd(ctx).Stop() // dialing the connection reads the server's greeting
+		return h.ps.Subscribe(ctx, channel)
+	})
+	h.dep.mu.Lock()
 	if err == nil && h.epoch == epoch && !h.dead {
 		st.active = true
 	}
-	dep.mu.Unlock()
+	h.dep.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("redislock: subscribe: %w", err)
 	}
@@ -281,19 +263,40 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 
 const pingPrefix = "redislock:"
 
-// addBarrier registers the waiter of the next PING on h's connection: its
-// payload's number, the connection's epoch, and where its PONG goes; not
-// ok when h is dead. h.wmu is held.
-func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
-	h.dep.mu.Lock()
-	defer h.dep.mu.Unlock()
+// barrier writes what write sends (if not nil), then a PING whose PONG it
+// waits for until wait ends, and gives back h.wmu, which the caller holds
+// (h.ps changes only under it: replace), once written. It returns the
+// connection's epoch at the PING; ErrClosed when h is dead.
+func (h *hub) barrier(ctx, wait context.Context, write func() error) (epoch uint64, err error) {
+	dep := h.dep
+	dep.mu.Lock()
 	if h.dead {
-		return 0, 0, nil, false
+		dep.mu.Unlock()
+		<-h.wmu
+		return 0, backend.ErrClosed
 	}
-	h.dep.seq++
-	done = make(chan error, 1)
-	h.barriers[h.dep.seq] = done
-	return h.dep.seq, h.epoch, done, true
+	dep.seq++
+	seq, epoch, done := dep.seq, h.epoch, make(chan error, 1)
+	h.barriers[seq] = done
+	dep.mu.Unlock()
+	if write != nil {
+		err = write()
+	}
+	if err == nil {
+		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	}
+	<-h.wmu
+	if err == nil {
+		select {
+		case err = <-done:
+		case <-wait.Done():
+			err = context.Cause(wait)
+		}
+	}
+	dep.mu.Lock()
+	delete(h.barriers, seq)
+	dep.mu.Unlock()
+	return epoch, err
 }
 
 // unsubscribe removes sub, and UNSUBSCRIBEs an idle channel after linger.
@@ -521,37 +524,19 @@ func (h *hub) lockWrites() bool {
 // still unconfirmed after a failure (its SUBSCRIBE was lost). A connection
 // that fails outright is left to run and go-redis, which reconnect.
 func (h *hub) ping() {
-	dep := h.dep
 	if !h.lockWrites() {
 		return
 	}
-	seq, epoch, done, ok := h.addBarrier()
-	if !ok {
-		<-h.wmu
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), pongWait, errNoPong)
 	defer cancel()
-	// h.ps changes only under h.wmu (replace).
-	err := h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
-	<-h.wmu
-	if err == nil {
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			err = errNoPong
-		case <-h.quit:
-			err = backend.ErrClosed
-		}
-	}
-	dep.mu.Lock()
-	delete(h.barriers, seq)
+	epoch, err := h.barrier(ctx, ctx, nil)
+	h.dep.mu.Lock()
 	same := h.epoch == epoch && !h.dead
 	stale := false
 	for _, st := range h.chans {
 		stale = stale || st.stale
 	}
-	dep.mu.Unlock()
+	h.dep.mu.Unlock()
 	switch {
 	case !same:
 	case errors.Is(err, errNoPong):
