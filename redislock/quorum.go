@@ -398,14 +398,17 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		return r
 	}, q.decidedBy, late)
 	granted, denied := count(res)
+	// The fence is the highest granted; confirmed, the servers at it.
 	var fence uint64
-	unanswered := int64(0)
+	unanswered, confirmed := int64(0), 0
 	for _, r := range res {
 		switch {
 		case !r.answered:
 			unanswered++
-		case r.ok && r.err == nil:
-			fence = max(fence, r.fence)
+		case r.ok && r.err == nil && r.fence > fence:
+			fence, confirmed = r.fence, 1
+		case r.ok && r.err == nil && r.fence == fence:
+			confirmed++
 		}
 	}
 	st.pending.Store(unanswered)
@@ -452,15 +455,10 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 
 	// Raise the granting servers' counters below the fence (see
 	// docs/backends/redislock.md, Quorum, Fencing).
-	confirmed, lostRace := 0, false
+	lostRace := false
 	var raiseErr error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, r := range res {
-		if r.answered && r.ok && r.err == nil && r.fence == fence {
-			confirmed++
-		}
-	}
 	if confirmed < granted { // some granting servers are below the fence
 		rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
 		defer cancel()
