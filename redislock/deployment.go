@@ -21,9 +21,8 @@ import (
 // a Quorum one per member, and decides by majority.
 type deployment struct {
 	rdb   redis.UniversalClient
-	addr  string // for messages
-	owned bool   // opened by us: Close closes it
-	ring  bool   // *redis.Ring: subscriptions must be routed per channel
+	owned bool // opened by us: Close closes it
+	ring  bool // *redis.Ring: subscriptions must be routed per channel
 	// up proves the server's uptime (upproof.go); nil but on a *redis.Client.
 	up     *uptime
 	log    *slog.Logger
