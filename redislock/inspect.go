@@ -297,17 +297,9 @@ var (
 	sharedBreakScript   = redis.NewScript(lua("shared", "shared_break"))
 )
 
-// sharedInspectKeys are the shared inspect script's keys for object name.
-func sharedInspectKeys(name string, m backend.Mode) []string {
-	if m == backend.Permit {
-		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
-	}
-	return []string{name, name + ".h", name + ".q", name + ".live"}
-}
-
 // inspectShared reads key's object m (Permit or Read).
 func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}), m)
+	ks := fairSharedKeys(backend.Claim{Key: key, Mode: m})
 	r, err := dep.run(ctx, sharedInspectScript, ks).Slice()
 	if err != nil {
 		return backend.State{}, classify(err)
@@ -321,7 +313,7 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 	var out []backend.State
 	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
 		cmds := dep.pipelined(ctx, len(names), func(i int) (*redis.Script, []string, []any) {
-			return sharedInspectScript, sharedInspectKeys(names[i], m), nil
+			return sharedInspectScript, fairSharedKeys(backend.Claim{Key: keys[i], Mode: m}), nil
 		})
 		for i, cmd := range cmds {
 			r, err := cmd.Slice()

@@ -171,17 +171,6 @@ func (dep *deployment) pubSub(ctx context.Context, route string) *redis.PubSub {
 	return dep.rdb.Subscribe(ctx)
 }
 
-// activeHub is the live hub on which key's channel is confirmed; dep.mu is
-// held.
-func (dep *deployment) activeHub(key string) (*hub, string) {
-	channel := keysFor(key).channel
-	h := dep.hubs[dep.route(channel)]
-	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
-		return nil, channel
-	}
-	return h, channel
-}
-
 // mayBeActive says, without building a channel's name, whether a channel
 // may be confirmed on a live connection: false when no hub has one, as on
 // a Driver that nobody waited on in a while.
@@ -199,10 +188,11 @@ func (dep *deployment) mayBeActive() bool {
 // subscribeActive is subscribe without a round trip, when key's channel is
 // already confirmed on a live connection; nil otherwise.
 func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
+	channel := keysFor(key).channel
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
-	h, channel := dep.activeHub(key)
-	if h == nil {
+	h := dep.hubs[dep.route(channel)]
+	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
 		return nil, nil
 	}
 	sub := &subscription{ch: ch, id: id}
