@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -68,6 +69,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 		ctx:        ctx,
 		cancel:     cancel,
 		hubs:       map[string]*hub{},
+		marks:      map[string]*watchMark{},
 		unroute:    routeLogs(cfg.logger),
 	}
 }
@@ -179,7 +181,7 @@ func (dep *deployment) close() error {
 	dep.cancel()
 	for _, h := range hubs {
 		_ = h.ps.Close()
-		h.failBarriers(backend.ErrClosed)
+		h.endBarriers(math.MaxUint64, backend.ErrClosed)
 	}
 	dep.wg.Wait()
 	return dep.closeClient()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -329,7 +330,7 @@ func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	dep.mu.Unlock()
 	if last {
 		_ = h.ps.Close()
-		h.failBarriers(backend.ErrClosed)
+		h.endBarriers(math.MaxUint64, backend.ErrClosed)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -345,15 +346,18 @@ func (h *hub) kill() {
 	}
 }
 
-func (h *hub) failBarriers(err error) {
+// endBarriers hands err to the barriers up to seq (all: math.MaxUint64).
+func (h *hub) endBarriers(seq uint64, err error) {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
-	for seq, done := range h.barriers {
-		select {
-		case done <- err:
-		default:
+	for s, done := range h.barriers {
+		if s <= seq {
+			select {
+			case done <- err:
+			default:
+			}
+			delete(h.barriers, s)
 		}
-		delete(h.barriers, seq)
 	}
 }
 
@@ -391,7 +395,7 @@ func (h *hub) run() {
 			dep.mu.Lock()
 			h.failed()
 			dep.mu.Unlock()
-			h.failBarriers(fmt.Errorf("pub/sub connection: %w", err))
+			h.endBarriers(math.MaxUint64, fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
 				t := time.NewTimer(backoff.Next())
@@ -448,17 +452,7 @@ func (h *hub) run() {
 				continue
 			}
 			// PONGs come in order: earlier barriers are passed too.
-			dep.mu.Lock()
-			for s, done := range h.barriers {
-				if s <= seq {
-					select {
-					case done <- nil:
-					default:
-					}
-					delete(h.barriers, s)
-				}
-			}
-			dep.mu.Unlock()
+			h.endBarriers(seq, nil)
 		}
 	}
 }
@@ -561,7 +555,7 @@ func (h *hub) replace(reason error) {
 	h.failed() // before run can read a confirmation on ps
 	dep.mu.Unlock()
 	_ = old.Close()
-	h.failBarriers(reason)
+	h.endBarriers(math.MaxUint64, reason)
 	if !dep.ring && len(channels) > 0 {
 		// On failure go-redis subscribes them again when it reconnects.
 		_ = ps.Subscribe(ctx, channels...)
