@@ -131,7 +131,7 @@ func (dep *deployment) released(v int64) bool {
 	return v >= 1
 }
 
-// run runs s on dep; the end of ctx cuts its reads (see watch).
+// run runs s on dep; the end of ctx cuts its reads (interrupt.go).
 func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	defer dep.in.CutOnEnd(ctx).Stop()
 	return s.Run(ctx, dep.rdb, keys, args...)
