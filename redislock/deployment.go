@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -164,9 +166,8 @@ func (dep *deployment) close() error {
 		return nil
 	}
 	dep.closed = true
-	var hubs []*hub
-	for _, h := range dep.hubs {
-		hubs = append(hubs, h)
+	hubs := slices.Collect(maps.Values(dep.hubs))
+	for _, h := range hubs {
 		h.kill()
 		for _, st := range h.chans {
 			if st.idle != nil && st.idle.Stop() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -548,10 +549,7 @@ func (h *hub) replace(reason error) {
 	}
 	old := h.ps
 	h.ps = ps
-	channels := make([]string, 0, len(h.chans))
-	for ch := range h.chans {
-		channels = append(channels, ch)
-	}
+	channels := slices.Collect(maps.Keys(h.chans))
 	h.failed() // before run can read a confirmation on ps
 	dep.mu.Unlock()
 	_ = old.Close()

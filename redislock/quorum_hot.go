@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"hash/fnv"
+	"maps"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -85,12 +86,8 @@ func (q *Quorum) pruneHot(now time.Time) {
 	if len(q.hot) < q.hotPrune {
 		return
 	}
-	for k, h := range q.hot {
-		// A grant lost and never released must not keep a name forever.
-		if now.Sub(h.denied) > hotFor {
-			delete(q.hot, k)
-		}
-	}
+	// A grant lost and never released must not keep a name forever.
+	maps.DeleteFunc(q.hot, func(_ string, h *hotKey) bool { return now.Sub(h.denied) > hotFor })
 	q.hotPrune = max(64, 2*len(q.hot))
 }
 
