@@ -692,9 +692,7 @@ func (q *Quorum) Close() error {
 	context.AfterFunc(q.gate.Context(), func() {
 		var errs []error
 		for _, dep := range q.deps {
-			if err := dep.closeClient(); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, dep.closeClient())
 		}
 		closed <- errs
 	})
@@ -703,9 +701,7 @@ func (q *Quorum) Close() error {
 	}
 	errs := <-closed
 	for _, dep := range q.deps {
-		if err := dep.close(); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, dep.close()) // Join drops the nils
 	}
 	return errors.Join(errs...)
 }
