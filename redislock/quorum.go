@@ -646,22 +646,20 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	ch := make(chan struct{}, 1)
 	var mu sync.Mutex
-	var cancels []func()
-	cancelled := false
+	cancels := []func(){} // nil once cancelled
 	add := func(c func()) {
 		mu.Lock()
-		if cancelled {
-			mu.Unlock()
+		defer mu.Unlock()
+		if cancels == nil {
 			c()
 			return
 		}
 		cancels = append(cancels, c)
-		mu.Unlock()
 	}
 	cancel := func() {
 		mu.Lock()
 		cs := cancels
-		cancels, cancelled = nil, true
+		cancels = nil
 		mu.Unlock()
 		for _, c := range cs {
 			c()
