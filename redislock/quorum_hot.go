@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"hash/fnv"
-	"maps"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -86,8 +85,12 @@ func (q *Quorum) pruneHot(now time.Time) {
 	if len(q.hot) < q.hotPrune {
 		return
 	}
-	// A grant lost and never released must not keep a name forever.
-	maps.DeleteFunc(q.hot, func(_ string, h *hotKey) bool { return now.Sub(h.denied) > hotFor })
+	for k, h := range q.hot {
+		// A grant lost and never released must not keep a name forever.
+		if now.Sub(h.denied) > hotFor {
+			delete(q.hot, k)
+		}
+	}
 	q.hotPrune = max(64, 2*len(q.hot))
 }
 
