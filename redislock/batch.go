@@ -84,8 +84,10 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 }
 
 // RefreshMany implements backend.BatchRefresher: one pipeline per server,
-// in parallel, and for each lock Refresh's verdict from its answers. It
-// returns once every lock is decided, every server answered, or ctx ended.
+// in parallel. A lock is refreshed when a majority of the servers
+// extended it for the token, and ErrNotHeld when so many show it free or
+// another token's that no majority can hold it. It returns once every
+// lock is decided, every server answered, or ctx ended.
 func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error {
 	errs := make([]error, len(locks))
 	if len(locks) == 0 {

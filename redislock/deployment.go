@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,9 +24,8 @@ import (
 // a Quorum one per member, and decides by majority.
 type deployment struct {
 	rdb   redis.UniversalClient
-	addr  string // for messages
-	owned bool   // opened by us: Close closes it
-	ring  bool   // *redis.Ring: subscriptions must be routed per channel
+	owned bool // opened by us: Close closes it
+	ring  bool // *redis.Ring: subscriptions must be routed per channel
 	// up proves the server's uptime (upproof.go); nil but on a *redis.Client.
 	up     *uptime
 	log    *slog.Logger
@@ -40,8 +42,7 @@ type deployment struct {
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
 
-	checkCancel context.CancelFunc
-	closeOnce   sync.Once
+	closeOnce sync.Once
 
 	mu     sync.Mutex
 	closed bool
@@ -70,6 +71,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 		ctx:        ctx,
 		cancel:     cancel,
 		hubs:       map[string]*hub{},
+		marks:      map[string]*watchMark{},
 		unroute:    routeLogs(cfg.logger),
 	}
 }
@@ -147,8 +149,7 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 
 // checkMaxmemoryAsync is checkMaxmemory in the background; close stops it.
 func (dep *deployment) checkMaxmemoryAsync(what string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	dep.checkCancel = cancel
+	ctx, cancel := context.WithTimeout(dep.ctx, 5*time.Second)
 	dep.wg.Add(1)
 	go func() {
 		defer dep.wg.Done()
@@ -165,9 +166,8 @@ func (dep *deployment) close() error {
 		return nil
 	}
 	dep.closed = true
-	var hubs []*hub
-	for _, h := range dep.hubs {
-		hubs = append(hubs, h)
+	hubs := slices.Collect(maps.Values(dep.hubs))
+	for _, h := range hubs {
 		h.kill()
 		for _, st := range h.chans {
 			if st.idle != nil && st.idle.Stop() {
@@ -180,12 +180,9 @@ func (dep *deployment) close() error {
 	dep.mu.Unlock()
 	dep.unroute()
 	dep.cancel()
-	if dep.checkCancel != nil {
-		dep.checkCancel()
-	}
 	for _, h := range hubs {
 		_ = h.ps.Close()
-		h.failBarriers(backend.ErrClosed)
+		h.endBarriers(math.MaxUint64, backend.ErrClosed)
 	}
 	dep.wg.Wait()
 	return dep.closeClient()

@@ -123,18 +123,9 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 	return backend.Grant{Fence: uint64(r), TTL: time.Duration(px) * time.Millisecond}, nil
 }
 
-// Refresh implements backend.Driver.
+// Refresh implements backend.Driver: RefreshMany's batch of one.
 func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
-	ctx, done, err := d.gate.Enter(ctx)
-	if err != nil {
-		return fmt.Errorf("redislock: %w", err)
-	}
-	defer done()
-	refresh := d.dep.refresh
-	if l.Mode != backend.Exclusive {
-		refresh = d.dep.refreshShared
-	}
-	return heldErr(refresh(ctx, l, ttlMillis(l.TTL)))
+	return d.RefreshMany(ctx, []backend.Claim{l})[0]
 }
 
 // Release implements backend.Driver. A lock with live waiters goes to the

@@ -43,11 +43,6 @@ func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (boo
 	if err != nil {
 		return false, classify(err)
 	}
-	return dep.handedOff(l, r)
-}
-
-// handedOff reads handoff_release.lua's answer r for l.
-func (dep *deployment) handedOff(l backend.Claim, r any) (bool, error) {
 	switch r := r.(type) {
 	case int64:
 		return dep.released(r), nil

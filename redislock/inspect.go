@@ -152,43 +152,37 @@ func (dep *deployment) list(ctx context.Context, prefix string) (map[string]hold
 	var mu sync.Mutex
 	found := map[string]holding{}
 	err := dep.scan(ctx, prefix, ":lock", func(ctx context.Context, keys, names []string) error {
-		return dep.readLocks(ctx, keys, names, &mu, found)
+		type read struct {
+			val  *redis.StringCmd
+			pttl *redis.DurationCmd
+		}
+		reads := make([]read, len(names))
+		p := dep.rdb.Pipeline()
+		for i, name := range names {
+			reads[i] = read{p.Get(ctx, name), p.PTTL(ctx, name)}
+		}
+		_, _ = p.Exec(ctx) // each command's error is read below
+		for _, r := range reads {
+			// redis.Nil: the lock went between SCAN and GET.
+			for _, err := range []error{r.val.Err(), r.pttl.Err()} {
+				if err != nil && !errors.Is(err, redis.Nil) {
+					return err
+				}
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i, r := range reads {
+			if h, ok := parseValue(r.val.Val(), r.pttl.Val().Milliseconds()); ok {
+				found[keys[i]] = h
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return found, nil
-}
-
-// readLocks adds the held ones of the lock keys names to found.
-func (dep *deployment) readLocks(ctx context.Context, keys, names []string, mu *sync.Mutex, found map[string]holding) error {
-	type read struct {
-		key  string
-		val  *redis.StringCmd
-		pttl *redis.DurationCmd
-	}
-	var reads []read
-	p := dep.rdb.Pipeline()
-	for i, name := range names {
-		reads = append(reads, read{keys[i], p.Get(ctx, name), p.PTTL(ctx, name)})
-	}
-	_, _ = p.Exec(ctx) // each command's error is read below
-	for _, r := range reads {
-		// redis.Nil: the lock went between SCAN and GET.
-		for _, err := range []error{r.val.Err(), r.pttl.Err()} {
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return err
-			}
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, r := range reads {
-		if h, ok := parseValue(r.val.Val(), r.pttl.Val().Milliseconds()); ok {
-			found[r.key] = h
-		}
-	}
-	return nil
 }
 
 // keyOf returns the key whose object of kind (":lock", ":sem", ":rw") is
@@ -303,27 +297,9 @@ var (
 	sharedBreakScript   = redis.NewScript(lua("shared", "shared_break"))
 )
 
-// sharedKnows is what a semaphore's or a read-write lock's keys record of
-// each grant (owner, fence, expiry, permits), and the permits' limit.
-func sharedKnows(m backend.Mode) backend.Fields {
-	k := backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsHolders
-	if m == backend.Permit {
-		k |= backend.KnowsLimit
-	}
-	return k
-}
-
-// sharedInspectKeys are the shared inspect script's keys for object name.
-func sharedInspectKeys(name string, m backend.Mode) []string {
-	if m == backend.Permit {
-		return []string{name, name + ".h", name + ".q", name + ".live", name + ".limit"}
-	}
-	return []string{name, name + ".h", name + ".q", name + ".live"}
-}
-
 // inspectShared reads key's object m (Permit or Read).
 func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	ks := sharedInspectKeys(sharedPrefix(backend.Claim{Key: key, Mode: m}), m)
+	ks := fairSharedKeys(backend.Claim{Key: key, Mode: m})
 	r, err := dep.run(ctx, sharedInspectScript, ks).Slice()
 	if err != nil {
 		return backend.State{}, classify(err)
@@ -337,7 +313,7 @@ func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.
 	var out []backend.State
 	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
 		cmds := dep.pipelined(ctx, len(names), func(i int) (*redis.Script, []string, []any) {
-			return sharedInspectScript, sharedInspectKeys(names[i], m), nil
+			return sharedInspectScript, fairSharedKeys(backend.Claim{Key: keys[i], Mode: m}), nil
 		})
 		for i, cmd := range cmds {
 			r, err := cmd.Slice()
@@ -368,7 +344,7 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 	if n < 0 || int64(len(r)) < 2+holderFields*n {
 		return backend.State{}, fmt.Errorf("shared inspect script: unexpected answer %v", r)
 	}
-	st := backend.State{Key: key, Mode: m, Known: sharedKnows(m) | backend.KnowsWaiters | backend.KnowsQueue}
+	st := backend.State{Key: key, Mode: m, Known: lockKnows.For(m) | backend.KnowsWaiters | backend.KnowsQueue}
 	for i := range n {
 		h, err := sharedHolder(m, r[2+holderFields*i:])
 		if err != nil {
@@ -443,7 +419,7 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 	}
 	sent, _ := r[1+holderFields].(int64)
 	dep.released(sent)
-	return backend.State{Key: key, Mode: m, Held: true, Limit: limitOf(m, r[0]), Holders: []backend.Holder{h}, Known: sharedKnows(m)}, true, nil
+	return backend.State{Key: key, Mode: m, Held: true, Limit: limitOf(m, r[0]), Holders: []backend.Holder{h}, Known: lockKnows.For(m)}, true, nil
 }
 
 // inspectTimeout bounds a Quorum's operator calls on each server.

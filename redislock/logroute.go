@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,10 +26,7 @@ type logRouter struct{}
 func (logRouter) Printf(ctx context.Context, format string, v ...any) {
 	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
 	goredisLog.mu.Lock()
-	loggers := make([]*slog.Logger, 0, len(goredisLog.loggers))
-	for l := range goredisLog.loggers {
-		loggers = append(loggers, l)
-	}
+	loggers := slices.Collect(maps.Keys(goredisLog.loggers))
 	goredisLog.mu.Unlock()
 	for _, l := range loggers {
 		l.WarnContext(ctx, "redislock: go-redis: "+msg)

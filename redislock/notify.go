@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,15 +114,9 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	route := dep.route(channel)
 	sub := &subscription{ch: ch, id: id}
 	var h *hub
-	var st *chanState
-	for h == nil {
+	for {
 		dep.mu.Lock()
-		if dep.closed {
-			dep.mu.Unlock()
-			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-		}
-		if cur := dep.hubs[route]; cur != nil && !cur.dead {
-			h = cur
+		if h = dep.hubs[route]; dep.closed || h != nil && !h.dead {
 			break
 		}
 		dep.mu.Unlock()
@@ -128,12 +124,7 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 		// already subscribes.
 		ps := dep.pubSub(ctx, route)
 		dep.mu.Lock()
-		if dep.closed {
-			dep.mu.Unlock()
-			_ = ps.Close()
-			return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-		}
-		if cur := dep.hubs[route]; cur != nil && !cur.dead {
+		if cur := dep.hubs[route]; dep.closed || cur != nil && !cur.dead {
 			dep.mu.Unlock()
 			_ = ps.Close()
 			continue
@@ -143,9 +134,13 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 		dep.wg.Add(2)
 		go h.run()
 		go h.check()
+		break
 	}
-	// dep.mu is held.
-	st = h.add(channel, sub)
+	if dep.closed {
+		dep.mu.Unlock()
+		return nil, nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	st := h.add(channel, sub)
 	active := st.active
 	dep.mu.Unlock()
 
@@ -178,17 +173,6 @@ func (dep *deployment) pubSub(ctx context.Context, route string) *redis.PubSub {
 	return dep.rdb.Subscribe(ctx)
 }
 
-// activeHub is the live hub on which key's channel is confirmed; dep.mu is
-// held.
-func (dep *deployment) activeHub(key string) (*hub, string) {
-	channel := keysFor(key).channel
-	h := dep.hubs[dep.route(channel)]
-	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
-		return nil, channel
-	}
-	return h, channel
-}
-
 // mayBeActive says, without building a channel's name, whether a channel
 // may be confirmed on a live connection: false when no hub has one, as on
 // a Driver that nobody waited on in a while.
@@ -206,10 +190,11 @@ func (dep *deployment) mayBeActive() bool {
 // subscribeActive is subscribe without a round trip, when key's channel is
 // already confirmed on a live connection; nil otherwise.
 func (dep *deployment) subscribeActive(key, id string, ch chan struct{}) (*subscription, func()) {
+	channel := keysFor(key).channel
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
-	h, channel := dep.activeHub(key)
-	if h == nil {
+	h := dep.hubs[dep.route(channel)]
+	if dep.closed || h == nil || h.dead || h.chans[channel] == nil || !h.chans[channel].active {
 		return nil, nil
 	}
 	sub := &subscription{ch: ch, id: id}
@@ -242,44 +227,26 @@ const barrierTimeout = 2 * time.Second
 // subscription. On a connection replaced meanwhile, go-redis subscribed
 // again before sending anything else, so a later PONG proves it too.
 func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error {
-	dep := h.dep
-	deadline := time.NewTimer(barrierTimeout)
-	defer deadline.Stop()
+	wait, cancel := context.WithTimeoutCause(ctx, barrierTimeout, errors.New("no confirmation from the server"))
+	defer cancel()
 	// Wait for the connection ctx-aware: a write to a dead server blocks.
 	select {
 	case h.wmu <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("redislock: subscribe: %w", context.Cause(ctx))
-	case <-deadline.C:
-		return errors.New("redislock: subscribe: the pub/sub connection is busy")
-	}
-	seq, epoch, done, ok := h.addBarrier()
-	if !ok {
-		<-h.wmu
-		return fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
-	}
-	w := dep.in.CutOnEnd(ctx) // dialing the connection reads the server's greeting
-	err := h.ps.Subscribe(ctx, channel)
-	w.Stop()
-	if err == nil {
-		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
-	}
-	<-h.wmu
-	if err == nil {
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			err = context.Cause(ctx)
-		case <-deadline.C:
-			err = errors.New("no confirmation from the server")
+	case <-wait.Done():
+		if ctx.Err() == nil {
+			return errors.New("redislock: subscribe: the pub/sub connection is busy")
 		}
+		return fmt.Errorf("redislock: subscribe: %w", context.Cause(ctx))
 	}
-	dep.mu.Lock()
-	delete(h.barriers, seq)
+	epoch, err := h.barrier(ctx, wait, func() error {
+		defer h.dep.in.CutOnEnd(ctx).Stop() // dialing the connection reads the server's greeting
+		return h.ps.Subscribe(ctx, channel)
+	})
+	h.dep.mu.Lock()
 	if err == nil && h.epoch == epoch && !h.dead {
 		st.active = true
 	}
-	dep.mu.Unlock()
+	h.dep.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("redislock: subscribe: %w", err)
 	}
@@ -288,19 +255,40 @@ func (h *hub) confirm(ctx context.Context, channel string, st *chanState) error 
 
 const pingPrefix = "redislock:"
 
-// addBarrier registers the waiter of the next PING on h's connection: its
-// payload's number, the connection's epoch, and where its PONG goes; not
-// ok when h is dead. h.wmu is held.
-func (h *hub) addBarrier() (seq, epoch uint64, done chan error, ok bool) {
-	h.dep.mu.Lock()
-	defer h.dep.mu.Unlock()
+// barrier writes what write sends (if not nil), then a PING whose PONG it
+// waits for until wait ends, and gives back h.wmu, which the caller holds
+// (h.ps changes only under it: replace), once written. It returns the
+// connection's epoch at the PING; ErrClosed when h is dead.
+func (h *hub) barrier(ctx, wait context.Context, write func() error) (epoch uint64, err error) {
+	dep := h.dep
+	dep.mu.Lock()
 	if h.dead {
-		return 0, 0, nil, false
+		dep.mu.Unlock()
+		<-h.wmu
+		return 0, backend.ErrClosed
 	}
-	h.dep.seq++
-	done = make(chan error, 1)
-	h.barriers[h.dep.seq] = done
-	return h.dep.seq, h.epoch, done, true
+	dep.seq++
+	seq, epoch, done := dep.seq, h.epoch, make(chan error, 1)
+	h.barriers[seq] = done
+	dep.mu.Unlock()
+	if write != nil {
+		err = write()
+	}
+	if err == nil {
+		err = h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
+	}
+	<-h.wmu
+	if err == nil {
+		select {
+		case err = <-done:
+		case <-wait.Done():
+			err = context.Cause(wait)
+		}
+	}
+	dep.mu.Lock()
+	delete(h.barriers, seq)
+	dep.mu.Unlock()
+	return epoch, err
 }
 
 // unsubscribe removes sub, and UNSUBSCRIBEs an idle channel after linger.
@@ -343,7 +331,7 @@ func (h *hub) expire(channel string, st *chanState, gen uint64) {
 	dep.mu.Unlock()
 	if last {
 		_ = h.ps.Close()
-		h.failBarriers(backend.ErrClosed)
+		h.endBarriers(math.MaxUint64, backend.ErrClosed)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -359,15 +347,18 @@ func (h *hub) kill() {
 	}
 }
 
-func (h *hub) failBarriers(err error) {
+// endBarriers hands err to the barriers up to seq (all: math.MaxUint64).
+func (h *hub) endBarriers(seq uint64, err error) {
 	h.dep.mu.Lock()
 	defer h.dep.mu.Unlock()
-	for seq, done := range h.barriers {
-		select {
-		case done <- err:
-		default:
+	for s, done := range h.barriers {
+		if s <= seq {
+			select {
+			case done <- err:
+			default:
+			}
+			delete(h.barriers, s)
 		}
-		delete(h.barriers, seq)
 	}
 }
 
@@ -402,7 +393,10 @@ func (h *hub) run() {
 			// again, but what was published meanwhile is lost: subscribers
 			// get a value once their channel is subscribed again (below),
 			// and subscriptions must be confirmed anew.
-			h.failed(fmt.Errorf("pub/sub connection: %w", err))
+			dep.mu.Lock()
+			h.failed()
+			dep.mu.Unlock()
+			h.endBarriers(math.MaxUint64, fmt.Errorf("pub/sub connection: %w", err))
 			failures++
 			if failures > 1 {
 				t := time.NewTimer(backoff.Next())
@@ -459,32 +453,15 @@ func (h *hub) run() {
 				continue
 			}
 			// PONGs come in order: earlier barriers are passed too.
-			dep.mu.Lock()
-			for s, done := range h.barriers {
-				if s <= seq {
-					select {
-					case done <- nil:
-					default:
-					}
-					delete(h.barriers, s)
-				}
-			}
-			dep.mu.Unlock()
+			h.endBarriers(seq, nil)
 		}
 	}
 }
 
 // failed records that the hub's connection failed (or was given up):
-// subscriptions must be confirmed anew, and subscribers are owed a value.
-func (h *hub) failed(reason error) {
-	h.dep.mu.Lock()
-	h.failedLocked()
-	h.dep.mu.Unlock()
-	h.failBarriers(reason)
-}
-
-// failedLocked is failed's bookkeeping; dep.mu is held.
-func (h *hub) failedLocked() {
+// subscriptions must be confirmed anew, and subscribers are owed a value;
+// dep.mu is held.
+func (h *hub) failed() {
 	h.epoch++
 	for _, st := range h.chans {
 		st.active = false
@@ -532,37 +509,19 @@ func (h *hub) lockWrites() bool {
 // still unconfirmed after a failure (its SUBSCRIBE was lost). A connection
 // that fails outright is left to run and go-redis, which reconnect.
 func (h *hub) ping() {
-	dep := h.dep
 	if !h.lockWrites() {
 		return
 	}
-	seq, epoch, done, ok := h.addBarrier()
-	if !ok {
-		<-h.wmu
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), pongWait)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), pongWait, errNoPong)
 	defer cancel()
-	// h.ps changes only under h.wmu (replace).
-	err := h.ps.Ping(ctx, pingPrefix+strconv.FormatUint(seq, 10))
-	<-h.wmu
-	if err == nil {
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			err = errNoPong
-		case <-h.quit:
-			err = backend.ErrClosed
-		}
-	}
-	dep.mu.Lock()
-	delete(h.barriers, seq)
+	epoch, err := h.barrier(ctx, ctx, nil)
+	h.dep.mu.Lock()
 	same := h.epoch == epoch && !h.dead
 	stale := false
 	for _, st := range h.chans {
 		stale = stale || st.stale
 	}
-	dep.mu.Unlock()
+	h.dep.mu.Unlock()
 	switch {
 	case !same:
 	case errors.Is(err, errNoPong):
@@ -590,14 +549,11 @@ func (h *hub) replace(reason error) {
 	}
 	old := h.ps
 	h.ps = ps
-	channels := make([]string, 0, len(h.chans))
-	for ch := range h.chans {
-		channels = append(channels, ch)
-	}
-	h.failedLocked() // before run can read a confirmation on ps
+	channels := slices.Collect(maps.Keys(h.chans))
+	h.failed() // before run can read a confirmation on ps
 	dep.mu.Unlock()
 	_ = old.Close()
-	h.failBarriers(reason)
+	h.endBarriers(math.MaxUint64, reason)
 	if !dep.ring && len(channels) > 0 {
 		// On failure go-redis subscribes them again when it reconnects.
 		_ = ps.Subscribe(ctx, channels...)

@@ -330,10 +330,10 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		options = append(options, o)
 	}
 	var deps []*deployment
-	for i, o := range options {
+	for _, o := range options {
 		in := interruptible(o) // before the client copies o
 		dep := newDeployment(redis.NewClient(o), true, &cfg)
-		dep.addr, dep.in = hosts[i], in
+		dep.in = in
 		deps = append(deps, dep)
 	}
 	q := newQuorum(deps, hosts, cfg)
@@ -353,7 +353,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		dep := q.deps[i]
 		err := classify(dep.rdb.Ping(ctx).Err())
 		if err == nil {
-			dep.checkMaxmemory(ctx, dep.addr)
+			dep.checkMaxmemory(ctx, hosts[i])
 		}
 		return result{ok: err == nil, err: err}
 	}, func(ok, _ int) bool { return ok >= q.quorum }, warn)

@@ -54,14 +54,6 @@ type straggler struct {
 	r     result
 }
 
-func (q *Quorum) forget(token string, st *acquisition) {
-	q.mu.Lock()
-	if q.inflight[token] == st {
-		delete(q.inflight, token)
-	}
-	q.mu.Unlock()
-}
-
 func newQuorum(deps []*deployment, addrs []string, cfg config) *Quorum {
 	q := &Quorum{deps: deps, addrs: addrs, quorum: len(deps)/2 + 1, cfg: cfg, inflight: map[string]*acquisition{}, hot: map[string]*hotKey{}, hotPrune: 64, work: make(chan func())}
 	q.closing = q.gate.Context().Done()
@@ -381,7 +373,11 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			q.deps[i].cleanup(ctx, l, value)
 		}
 		if st.pending.Add(-1) == 0 {
-			q.forget(l.Token, st)
+			q.mu.Lock()
+			if q.inflight[l.Token] == st {
+				delete(q.inflight, l.Token)
+			}
+			q.mu.Unlock()
 			close(st.settled)
 		}
 	}
@@ -402,14 +398,17 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		return r
 	}, q.decidedBy, late)
 	granted, denied := count(res)
+	// The fence is the highest granted; confirmed, the servers at it.
 	var fence uint64
-	unanswered := int64(0)
+	unanswered, confirmed := int64(0), 0
 	for _, r := range res {
 		switch {
 		case !r.answered:
 			unanswered++
-		case r.ok && r.err == nil:
-			fence = max(fence, r.fence)
+		case r.ok && r.err == nil && r.fence > fence:
+			fence, confirmed = r.fence, 1
+		case r.ok && r.err == nil && r.fence == fence:
+			confirmed++
 		}
 	}
 	st.pending.Store(unanswered)
@@ -456,15 +455,10 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 
 	// Raise the granting servers' counters below the fence (see
 	// docs/backends/redislock.md, Quorum, Fencing).
-	confirmed, lostRace := 0, false
+	lostRace := false
 	var raiseErr error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, r := range res {
-		if r.answered && r.ok && r.err == nil && r.fence == fence {
-			confirmed++
-		}
-	}
 	if confirmed < granted { // some granting servers are below the fence
 		rctx, cancel := context.WithDeadline(ctx, t0.Add(ttl))
 		defer cancel()
@@ -555,23 +549,9 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 	return ch
 }
 
-// Refresh implements backend.Driver: it succeeds when a majority of the
-// servers extended the lock for the token, and reports ErrNotHeld when so
-// many show it free or another token's that no majority can hold it.
+// Refresh implements backend.Driver: RefreshMany's batch of one.
 func (q *Quorum) Refresh(ctx context.Context, l backend.Claim) error {
-	if q.gate.Closed() {
-		return fmt.Errorf("redislock: quorum: refresh: %w", backend.ErrClosed)
-	}
-	if l.TTL < minQuorumTTL {
-		l.TTL = minQuorumTTL
-	}
-	px := q.px(l.TTL)
-	t0 := time.Now()
-	res := q.gather(ctx, l.TTL, false, func(ctx context.Context, i int) result {
-		ok, err := q.deps[i].refresh(ctx, l, px)
-		return result{ok: ok, err: err}
-	}, q.decidedBy, nil)
-	return q.verdict(ctx, "refresh", res, t0, l.TTL)
+	return q.RefreshMany(ctx, []backend.Claim{l})[0]
 }
 
 // verdict decides a refresh or a release (op) from the servers' answers;
@@ -666,22 +646,20 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	ch := make(chan struct{}, 1)
 	var mu sync.Mutex
-	var cancels []func()
-	cancelled := false
+	cancels := []func(){} // nil once cancelled
 	add := func(c func()) {
 		mu.Lock()
-		if cancelled {
-			mu.Unlock()
+		defer mu.Unlock()
+		if cancels == nil {
 			c()
 			return
 		}
 		cancels = append(cancels, c)
-		mu.Unlock()
 	}
 	cancel := func() {
 		mu.Lock()
 		cs := cancels
-		cancels, cancelled = nil, true
+		cancels = nil
 		mu.Unlock()
 		for _, c := range cs {
 			c()
@@ -712,9 +690,7 @@ func (q *Quorum) Close() error {
 	context.AfterFunc(q.gate.Context(), func() {
 		var errs []error
 		for _, dep := range q.deps {
-			if err := dep.closeClient(); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, dep.closeClient())
 		}
 		closed <- errs
 	})
@@ -723,9 +699,7 @@ func (q *Quorum) Close() error {
 	}
 	errs := <-closed
 	for _, dep := range q.deps {
-		if err := dep.close(); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, dep.close()) // Join drops the nils
 	}
 	return errors.Join(errs...)
 }

@@ -131,7 +131,7 @@ func (dep *deployment) released(v int64) bool {
 	return v >= 1
 }
 
-// run runs s on dep; the end of ctx cuts its reads (see watch).
+// run runs s on dep; the end of ctx cuts its reads (interrupt.go).
 func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	defer dep.in.CutOnEnd(ctx).Stop()
 	return s.Run(ctx, dep.rdb, keys, args...)
@@ -153,11 +153,6 @@ func notAcquired(op string, r int64) error {
 			"the server started less than a TTL ago and may have forgotten a holder; it grants this name in %v", time.Duration(-r)*time.Millisecond)})
 	}
 	return fmt.Errorf("redislock: %s: %w", op, backend.ErrNotAcquired)
-}
-
-func (dep *deployment) refresh(ctx context.Context, l backend.Claim, px int64) (bool, error) {
-	v, err := dep.run(ctx, refreshScript, []string{keysFor(l.Key).lock}, holder(l), px).Int64()
-	return v == 1, classify(err)
 }
 
 func (dep *deployment) release(ctx context.Context, l backend.Claim) (bool, error) {

@@ -120,12 +120,6 @@ func limitMismatch(op string, r sharedAnswer, c backend.Claim) error {
 	return fmt.Errorf("redislock: %s: %w: held under %s, asked with %d", op, backend.ErrLimitMismatch, r.limit, c.Limit)
 }
 
-// refreshShared is Refresh for a permit, a read or a write.
-func (dep *deployment) refreshShared(ctx context.Context, c backend.Claim, px int64) (bool, error) {
-	v, err := dep.run(ctx, sharedRefreshScript, sharedKeys(c), c.Token, px).Int64()
-	return v == 1, classify(err)
-}
-
 // releaseShared is Release for a permit, a read or a write.
 func (dep *deployment) releaseShared(ctx context.Context, c backend.Claim) (bool, error) {
 	v, err := dep.run(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, "").Int64()

@@ -2,8 +2,9 @@ package redislock
 
 import (
 	"context"
-	"regexp"
+	"math/bits"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,37 +42,24 @@ func upVariant(prefix string, upMs int64) string {
 	return lua("value", "fence") + prefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
 }
 
-var (
-	uptimeRe  = regexp.MustCompile(`uptime_in_seconds:(\d+)`)
-	runIDRe   = regexp.MustCompile(`run_id:([0-9a-f]+)`)
-	versionRe = regexp.MustCompile(`redis_version:(\d+)\.`)
-)
-
 // serverInfo reads run_id and uptime from INFO server; not ok before 7.
 func serverInfo(s string) (runID string, up int64, ok bool) {
-	m, r, v := uptimeRe.FindStringSubmatch(s), runIDRe.FindStringSubmatch(s), versionRe.FindStringSubmatch(s)
-	if m == nil || r == nil || v == nil {
+	runID = infoField(s, "run_id")
+	major, _, _ := strings.Cut(infoField(s, "redis_version"), ".")
+	up, err := strconv.ParseInt(infoField(s, "uptime_in_seconds"), 10, 64)
+	if v, _ := strconv.Atoi(major); v < 7 || err != nil || runID == "" {
 		return "", 0, false
 	}
-	if major, err := strconv.Atoi(v[1]); err != nil || major < 7 {
-		return "", 0, false
-	}
-	up, err := strconv.ParseInt(m[1], 10, 64)
-	return r[1], up, err == nil
+	return runID, up, true
 }
 
 // provenUp is the X for an uptime of up whole seconds: the largest power
 // of two seconds not above up-1, in milliseconds, or 0.
 func provenUp(up int64) int64 {
-	s := up - 1
-	if s < 1 {
+	if up < 2 {
 		return 0
 	}
-	x := int64(1)
-	for x*2 <= s && x < 1<<30 {
-		x *= 2
-	}
-	return x * 1000
+	return min(int64(1)<<(bits.Len64(uint64(up-1))-1), 1<<30) * 1000
 }
 
 // run runs the acquire script for a restart delay of delay ms: the proven

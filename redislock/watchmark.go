@@ -48,9 +48,6 @@ func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (
 	if dep.closed {
 		return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
 	}
-	if dep.marks == nil {
-		dep.marks = map[string]*watchMark{}
-	}
 	m := dep.marks[live]
 	if m == nil {
 		m = &watchMark{chans: map[chan struct{}]struct{}{}, ok: sent}

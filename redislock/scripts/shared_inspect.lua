@@ -2,8 +2,9 @@
 -- shared.lua) and live waiters without changing them, in one atomic step.
 --
 -- KEYS[1], KEYS[2]  the holders' sorted set and hash, as in shared.lua
--- KEYS[3], KEYS[4]  the queue, as KEYS[4] and KEYS[5] in shared_queue.lua
--- KEYS[5]  a semaphore's only: its resize record (shared_resize.lua)
+-- KEYS[3]  the fence counter, unused (the keys are the acquire script's)
+-- KEYS[4], KEYS[5]  the queue, as in shared_queue.lua
+-- KEYS[6]  a semaphore's only: its resize record (shared_resize.lua)
 --
 -- Returns {the permits' limit: the record's, a number, when one stands,
 -- else the holders' ('' for none), n, then for each of the n
@@ -16,8 +17,8 @@ local now = now_ms()
 local hs = redis.call('ZRANGEBYSCORE', z, '(' .. now, '+inf', 'WITHSCORES')
 local writer = redis.call('HGET', h, '#w')
 local out = {redis.call('HGET', h, '#limit') or '', 0}
-if KEYS[5] then
-  out[1] = tonumber(redis.call('GET', KEYS[5])) or out[1]
+if KEYS[6] then
+  out[1] = tonumber(redis.call('GET', KEYS[6])) or out[1]
 end
 for i = 1, #hs, 2 do
   local v = redis.call('HGET', h, hs[i])
@@ -30,4 +31,4 @@ for i = 1, #hs, 2 do
     out[2] = out[2] + 1
   end
 end
-return live_waiters(KEYS[3], KEYS[4], out)
+return live_waiters(KEYS[4], KEYS[5], out)
