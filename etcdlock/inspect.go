@@ -91,10 +91,10 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]
 
 // holding counts the entries of object m that hold it, the first of kvs
 // (in creation order): the lock's first; a semaphore's first, those up to
-// its record r's last holder, and the next ones while all their permits
-// are at most r's limit, else the first one's, all under that limit; a
-// read-write lock's first writer alone, or its readers up to the first
-// writer (see "Semaphores and read-write locks" in the docs).
+// its record r's last holder, and the next ones while each fits behind
+// those ahead (see admit); a read-write lock's first writer alone, or its
+// readers up to the first writer (see "Semaphores and read-write locks"
+// in the docs).
 func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 	switch {
 	case len(kvs) == 0:
@@ -102,20 +102,16 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 	case m == backend.Exclusive:
 		return 1
 	case m == backend.Permit:
-		limit, _ := permitOf(kvs[0])
-		if r.limit > 0 {
-			limit = r.limit
-		}
-		sum, mixed := 0, false
+		p := permits{r: r}
 		for i, kv := range kvs {
 			// The oldest holds whatever its weight: one above a lowered
 			// limit was granted before it, a waiter leaves at its look.
-			w, err := weigh(kv, limit, r.limit)
-			if i > 0 && kv.CreateRevision > r.upto && (mixed || err != nil || sum+w > limit) {
-				return i
+			if n, w := permitOf(kv); i > 0 && kv.CreateRevision > r.upto {
+				if _, fits, _ := p.admit(n, w); !fits {
+					return i
+				}
 			}
-			_, w = permitOf(kv)
-			sum, mixed = sum+w, mixed || err != nil
+			p.add(kv)
 		}
 		return len(kvs)
 	}

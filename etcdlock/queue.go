@@ -209,8 +209,8 @@ func (t *ticket) read(maxRev int64) []clientv3.Op {
 
 // settle takes the key for t's claim, or notes what it waits for, from
 // rs, read at revision rev (see read): the youngest other entry, or, a
-// semaphore's, every other while their permits and t's exceed the limit
-// it is judged under (see under and weigh).
+// semaphore's, every other while t's claim does not fit behind them (see
+// admit).
 func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev int64) (backend.Grant, error) {
 	var r record
 	if t.limit > 0 {
@@ -219,12 +219,7 @@ func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev 
 	}
 	// One of the resize record's holders holds whatever the limit.
 	held := t.rev <= r.upto
-	if t.limit > 0 && !held {
-		var err error
-		if t.under, err = under(t.limit, t.weight, r.limit); err != nil {
-			return backend.Grant{}, err
-		}
-	}
+	p := permits{r: r}
 	older, ahead, oldest := map[string]int{}, 0, t.rev
 	for _, kv := range rs[0].GetResponseRange().GetKvs() {
 		k := string(kv.Key)
@@ -235,13 +230,15 @@ func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev 
 			older[k], ahead = 1, 1
 			break
 		}
-		w, err := weigh(kv, t.under, r.limit)
-		if err != nil {
+		older[k] = p.add(kv)
+		oldest = min(oldest, kv.CreateRevision)
+	}
+	if t.limit > 0 && !held {
+		var err error
+		if t.under, _, err = p.admit(t.limit, t.weight); err != nil {
 			return backend.Grant{}, err
 		}
-		older[k] = w
-		ahead += w
-		oldest = min(oldest, kv.CreateRevision)
+		ahead = p.sum
 	}
 	t.d.forgetRemoved(ctx, t.over, r, oldest)
 	t.older, t.ahead, t.checked = older, ahead, rev
