@@ -198,7 +198,12 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	}
 	defer done()
 	base := d.prefix + "/"
-	start := base + escapedPrefix(prefix)
+	start := base
+	if strings.Trim(prefix, ".") != "" {
+		// EscapeKey escapes byte by byte but for the keys "." and ".."
+		// (%2E): a prefix of dots only is matched on the client.
+		start += backend.EscapeKey(prefix)
+	}
 	end := clientv3.GetPrefixRangeEnd(start)
 	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name and tag
 	resizes := map[string]record{}          // the semaphores', by escaped name and tag
@@ -244,16 +249,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	}
 	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
-}
-
-// escapedPrefix is the start of the escaped form of every key with prefix
-// p. EscapeKey escapes byte by byte but for the keys "." and ".." (%2E):
-// a prefix of dots only is matched on the client.
-func escapedPrefix(p string) string {
-	if strings.Trim(p, ".") == "" {
-		return ""
-	}
-	return backend.EscapeKey(p)
 }
 
 // leaseTTLs sets the TTLs of sts from their holders' leases (leases[i]

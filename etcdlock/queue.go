@@ -83,22 +83,19 @@ func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
 		return backend.Grant{}, fmt.Errorf("etcdlock: wait: %w", err)
 	}
 	defer done()
-	g, err := t.wait(ctx)
-	return t.after(ctx, "wait", g, err)
-}
-
-func (t *ticket) wait(ctx context.Context) (backend.Grant, error) {
+	var g backend.Grant
 	if t.older != nil {
-		err := t.await(ctx)
+		err = t.await(ctx)
 		t.older = nil
-		if err != nil {
-			return backend.Grant{}, err
-		}
 	}
-	if t.rev == 0 {
-		return t.put(ctx) // an earlier put went unanswered
+	switch {
+	case err != nil:
+	case t.rev == 0:
+		g, err = t.put(ctx) // an earlier put went unanswered
+	default:
+		g, err = t.look(ctx)
 	}
-	return t.look(ctx)
+	return t.after(ctx, "wait", g, err)
 }
 
 // after ends t's use of its lease once its claim holds the key or its
