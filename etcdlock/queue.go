@@ -194,14 +194,14 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 // read is the entries under over created at revision maxRev or before
 // (0: any) that decide whether t waits: a semaphore's all, and its resize
 // key; else the youngest two (in put's transaction, ours and the one just
-// ahead).
-func (t *ticket) read(maxRev int64) []clientv3.Op {
+// ahead). opts apply to each.
+func (t *ticket) read(maxRev int64, opts ...clientv3.OpOption) []clientv3.Op {
 	if t.limit > 0 {
-		return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev)),
-			clientv3.OpGet(resizeKey(t.over))}
+		return []clientv3.Op{clientv3.OpGet(t.over, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev))...),
+			clientv3.OpGet(resizeKey(t.over), opts...)}
 	}
-	return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(maxRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))}
+	return []clientv3.Op{clientv3.OpGet(t.over, append(opts, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(maxRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))...)}
 }
 
 // settle takes the key for t's claim, or notes what it waits for, from
@@ -339,14 +339,8 @@ func (t *ticket) justAhead() string {
 func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	local := []clientv3.OpOption{clientv3.WithSerializable(), clientv3.WithKeysOnly()}
-	reads := []clientv3.Op{clientv3.OpGet(t.justAhead(), append(local, clientv3.WithMaxCreateRev(t.rev-1))...)}
-	if t.limit > 0 {
-		reads = []clientv3.Op{clientv3.OpGet(t.over, append(local, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev-1))...),
-			clientv3.OpGet(resizeKey(t.over), local...)}
-	}
 	// Reads alone, all serializable: etcd serves them locally.
-	resp, err := t.d.cli.Txn(ctx).Then(reads...).Commit()
+	resp, err := t.d.cli.Txn(ctx).Then(t.read(t.rev-1, clientv3.WithSerializable())...).Commit()
 	if err != nil || resp.Header.Revision < rev {
 		return false
 	}
