@@ -154,10 +154,9 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 		h := backend.Holder{Mode: m, Owner: owner, Fence: uint64(kv.CreateRevision), Weight: 1}
 		switch {
 		case m == backend.Permit:
-			_, h.Weight = permitOf(kv)
-			if st.Limit == 0 { // the oldest's, which the others are judged under
-				st.Limit, _ = permitOf(kv)
-			}
+			var n int
+			n, h.Weight = permitOf(kv)
+			st.Limit = cmp.Or(st.Limit, n) // the oldest's, which the others are judged under
 		case writes(kv):
 			h.Mode = backend.Write
 		}
