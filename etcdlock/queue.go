@@ -322,15 +322,11 @@ func (t *ticket) watched() (string, []clientv3.OpOption) {
 	if t.limit > 0 {
 		return resizeKey(t.over), []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(t.over))}
 	}
-	return t.justAhead(), []clientv3.OpOption{clientv3.WithFilterPut()}
-}
-
-// justAhead is the one entry a lock's or a read-write lock's claim waits for.
-func (t *ticket) justAhead() string {
-	for k := range t.older {
-		return k
+	var ahead string // the one entry a lock's or a read-write lock's claim waits for
+	for ahead = range t.older {
+		break
 	}
-	return ""
+	return ahead, []clientv3.OpOption{clientv3.WithFilterPut()}
 }
 
 // blocked drops from t.older the entries that a local read at revision

@@ -14,11 +14,9 @@ import (
 )
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
-// entries' values "<backend.PermitTag> <owner>"; an entry holds if it is
-// one of the holders of Resize's record, in <prefix>/<EscapeKey(k)>%s, or
-// while its permits and those of the older ones are at most the limit:
-// the record's, else the entries' own (see "Semaphores and read-write
-// locks" in docs/backends/etcdlock.md).
+// entries' values "<backend.PermitTag> <owner>", and Resize's record is
+// <prefix>/<EscapeKey(k)>%s; which entries hold is admit's rule (see
+// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
 
 var _ backend.Resizer = (*Driver)(nil)
 
