@@ -91,10 +91,10 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]
 
 // holding counts the entries of object m that hold it, the first of kvs
 // (in creation order): the lock's first; a semaphore's first, those up to
-// its record r's last holder, and the next ones while all their permits
-// are at most r's limit, else the first one's, all under that limit; a
-// read-write lock's first writer alone, or its readers up to the first
-// writer (see "Semaphores and read-write locks" in the docs).
+// its record r's last holder, and the next ones while each fits behind
+// those ahead (see admit); a read-write lock's first writer alone, or its
+// readers up to the first writer (see "Semaphores and read-write locks"
+// in the docs).
 func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 	switch {
 	case len(kvs) == 0:
@@ -102,20 +102,16 @@ func holding(m backend.Mode, kvs []*mvccpb.KeyValue, r record) int {
 	case m == backend.Exclusive:
 		return 1
 	case m == backend.Permit:
-		limit, _ := permitOf(kvs[0])
-		if r.limit > 0 {
-			limit = r.limit
-		}
-		sum, mixed := 0, false
+		p := permits{r: r}
 		for i, kv := range kvs {
 			// The oldest holds whatever its weight: one above a lowered
 			// limit was granted before it, a waiter leaves at its look.
-			w, err := weigh(kv, limit, r.limit)
-			if i > 0 && kv.CreateRevision > r.upto && (mixed || err != nil || sum+w > limit) {
-				return i
+			if n, w := permitOf(kv); i > 0 && kv.CreateRevision > r.upto {
+				if _, fits, _ := p.admit(n, w); !fits {
+					return i
+				}
 			}
-			_, w = permitOf(kv)
-			sum, mixed = sum+w, mixed || err != nil
+			p.add(kv)
 		}
 		return len(kvs)
 	}
@@ -158,10 +154,9 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 		h := backend.Holder{Mode: m, Owner: owner, Fence: uint64(kv.CreateRevision), Weight: 1}
 		switch {
 		case m == backend.Permit:
-			_, h.Weight = permitOf(kv)
-			if st.Limit == 0 { // the oldest's, which the others are judged under
-				st.Limit, _ = permitOf(kv)
-			}
+			var n int
+			n, h.Weight = permitOf(kv)
+			st.Limit = cmp.Or(st.Limit, n) // the oldest's, which the others are judged under
 		case writes(kv):
 			h.Mode = backend.Write
 		}
@@ -202,7 +197,12 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	}
 	defer done()
 	base := d.prefix + "/"
-	start := base + escapedPrefix(prefix)
+	start := base
+	if strings.Trim(prefix, ".") != "" {
+		// EscapeKey escapes byte by byte but for the keys "." and ".."
+		// (%2E): a prefix of dots only is matched on the client.
+		start += backend.EscapeKey(prefix)
+	}
 	end := clientv3.GetPrefixRangeEnd(start)
 	dirs := map[string][]*mvccpb.KeyValue{} // by escaped name and tag
 	resizes := map[string]record{}          // the semaphores', by escaped name and tag
@@ -248,16 +248,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	}
 	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
-}
-
-// escapedPrefix is the start of the escaped form of every key with prefix
-// p. EscapeKey escapes byte by byte but for the keys "." and ".." (%2E):
-// a prefix of dots only is matched on the client.
-func escapedPrefix(p string) string {
-	if strings.Trim(p, ".") == "" {
-		return ""
-	}
-	return backend.EscapeKey(p)
 }
 
 // leaseTTLs sets the TTLs of sts from their holders' leases (leases[i]

@@ -83,22 +83,19 @@ func (t *ticket) Wait(ctx context.Context) (backend.Grant, error) {
 		return backend.Grant{}, fmt.Errorf("etcdlock: wait: %w", err)
 	}
 	defer done()
-	g, err := t.wait(ctx)
-	return t.after(ctx, "wait", g, err)
-}
-
-func (t *ticket) wait(ctx context.Context) (backend.Grant, error) {
+	var g backend.Grant
 	if t.older != nil {
-		err := t.await(ctx)
+		err = t.await(ctx)
 		t.older = nil
-		if err != nil {
-			return backend.Grant{}, err
-		}
 	}
-	if t.rev == 0 {
-		return t.put(ctx) // an earlier put went unanswered
+	switch {
+	case err != nil:
+	case t.rev == 0:
+		g, err = t.put(ctx) // an earlier put went unanswered
+	default:
+		g, err = t.look(ctx)
 	}
-	return t.look(ctx)
+	return t.after(ctx, "wait", g, err)
 }
 
 // after ends t's use of its lease once its claim holds the key or its
@@ -197,20 +194,20 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 // read is the entries under over created at revision maxRev or before
 // (0: any) that decide whether t waits: a semaphore's all, and its resize
 // key; else the youngest two (in put's transaction, ours and the one just
-// ahead).
-func (t *ticket) read(maxRev int64) []clientv3.Op {
+// ahead). opts apply to each.
+func (t *ticket) read(maxRev int64, opts ...clientv3.OpOption) []clientv3.Op {
 	if t.limit > 0 {
-		return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev)),
-			clientv3.OpGet(resizeKey(t.over))}
+		return []clientv3.Op{clientv3.OpGet(t.over, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(maxRev))...),
+			clientv3.OpGet(resizeKey(t.over), opts...)}
 	}
-	return []clientv3.Op{clientv3.OpGet(t.over, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(maxRev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))}
+	return []clientv3.Op{clientv3.OpGet(t.over, append(opts, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(maxRev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))...)}
 }
 
 // settle takes the key for t's claim, or notes what it waits for, from
 // rs, read at revision rev (see read): the youngest other entry, or, a
-// semaphore's, every other while their permits and t's exceed the limit
-// it is judged under (see under and weigh).
+// semaphore's, every other while t's claim does not fit behind them (see
+// admit).
 func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev int64) (backend.Grant, error) {
 	var r record
 	if t.limit > 0 {
@@ -219,12 +216,7 @@ func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev 
 	}
 	// One of the resize record's holders holds whatever the limit.
 	held := t.rev <= r.upto
-	if t.limit > 0 && !held {
-		var err error
-		if t.under, err = under(t.limit, t.weight, r.limit); err != nil {
-			return backend.Grant{}, err
-		}
-	}
+	p := permits{r: r}
 	older, ahead, oldest := map[string]int{}, 0, t.rev
 	for _, kv := range rs[0].GetResponseRange().GetKvs() {
 		k := string(kv.Key)
@@ -235,13 +227,15 @@ func (t *ticket) settle(ctx context.Context, rs []*etcdserverpb.ResponseOp, rev 
 			older[k], ahead = 1, 1
 			break
 		}
-		w, err := weigh(kv, t.under, r.limit)
-		if err != nil {
+		older[k] = p.add(kv)
+		oldest = min(oldest, kv.CreateRevision)
+	}
+	if t.limit > 0 && !held {
+		var err error
+		if t.under, _, err = p.admit(t.limit, t.weight); err != nil {
 			return backend.Grant{}, err
 		}
-		older[k] = w
-		ahead += w
-		oldest = min(oldest, kv.CreateRevision)
+		ahead = p.sum
 	}
 	t.d.forgetRemoved(ctx, t.over, r, oldest)
 	t.older, t.ahead, t.checked = older, ahead, rev
@@ -328,15 +322,11 @@ func (t *ticket) watched() (string, []clientv3.OpOption) {
 	if t.limit > 0 {
 		return resizeKey(t.over), []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(t.over))}
 	}
-	return t.justAhead(), []clientv3.OpOption{clientv3.WithFilterPut()}
-}
-
-// justAhead is the one entry a lock's or a read-write lock's claim waits for.
-func (t *ticket) justAhead() string {
-	for k := range t.older {
-		return k
+	var ahead string // the one entry a lock's or a read-write lock's claim waits for
+	for ahead = range t.older {
+		break
 	}
-	return ""
+	return ahead, []clientv3.OpOption{clientv3.WithFilterPut()}
 }
 
 // blocked drops from t.older the entries that a local read at revision
@@ -345,14 +335,8 @@ func (t *ticket) justAhead() string {
 func (t *ticket) blocked(ctx context.Context, rev int64) bool {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	local := []clientv3.OpOption{clientv3.WithSerializable(), clientv3.WithKeysOnly()}
-	reads := []clientv3.Op{clientv3.OpGet(t.justAhead(), append(local, clientv3.WithMaxCreateRev(t.rev-1))...)}
-	if t.limit > 0 {
-		reads = []clientv3.Op{clientv3.OpGet(t.over, append(local, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev-1))...),
-			clientv3.OpGet(resizeKey(t.over), local...)}
-	}
 	// Reads alone, all serializable: etcd serves them locally.
-	resp, err := t.d.cli.Txn(ctx).Then(reads...).Commit()
+	resp, err := t.d.cli.Txn(ctx).Then(t.read(t.rev-1, clientv3.WithSerializable())...).Commit()
 	if err != nil || resp.Header.Revision < rev {
 		return false
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -15,11 +14,9 @@ import (
 )
 
 // A semaphore of key k is the queue <prefix>/<EscapeKey(k)>%s/, its
-// entries' values "<backend.PermitTag> <owner>"; an entry holds if it is
-// one of the holders of Resize's record, in <prefix>/<EscapeKey(k)>%s, or
-// while its permits and those of the older ones are at most the limit:
-// the record's, else the entries' own (see "Semaphores and read-write
-// locks" in docs/backends/etcdlock.md).
+// entries' values "<backend.PermitTag> <owner>", and Resize's record is
+// <prefix>/<EscapeKey(k)>%s; which entries hold is admit's rule (see
+// "Semaphores and read-write locks" in docs/backends/etcdlock.md).
 
 var _ backend.Resizer = (*Driver)(nil)
 
@@ -102,34 +99,56 @@ func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
 	return w, nil
 }
 
-// permitted returns the entry key among kvs, a semaphore's oldest entries
-// in creation order, when it is one of r's holders or its weight and the
-// permits ahead fit the limit it is judged under; nil otherwise.
-func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) (*mvccpb.KeyValue, error) {
-	i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == key })
-	if i >= 0 && kvs[i].CreateRevision <= r.upto {
-		return kvs[i], nil
+// permits tallies the entries of a semaphore ahead of a claim, in any
+// order, to judge it under record r (see admit).
+type permits struct {
+	r            record
+	sum          int              // their permits
+	first, other *mvccpb.KeyValue // the first, and the first of another limit than its
+}
+
+// add counts kv's permits, and returns them.
+func (p *permits) add(kv *mvccpb.KeyValue) int {
+	n, w := permitOf(kv)
+	if p.first == nil {
+		p.first = kv
+	} else if m, _ := permitOf(p.first); p.other == nil && n != m {
+		p.other = kv
 	}
-	limit, err := under(limit, weight, r.limit)
-	if err != nil {
-		return nil, err
-	}
-	ahead := kvs
-	if i >= 0 {
-		ahead = kvs[:i]
-	}
-	sum := 0
-	for _, kv := range ahead {
-		w, err := weigh(kv, limit, r.limit)
-		if err != nil {
-			return nil, err
+	p.sum += w
+	return w
+}
+
+// admit returns the limit a claim of limit and weight permits behind the
+// entries added is judged under (see under and weigh), and whether it
+// fits there. It is the one permit rule: a try's, a waiter's look's, and
+// Inspect's holders (see holding).
+func (p *permits) admit(limit, weight int) (int, bool, error) {
+	limit, err := under(limit, weight, p.r.limit)
+	for _, kv := range []*mvccpb.KeyValue{p.first, p.other} {
+		if kv != nil && err == nil {
+			_, err = weigh(kv, limit, p.r.limit)
 		}
-		sum += w
 	}
-	if i < 0 || sum+weight > limit {
-		return nil, nil
+	return limit, err == nil && p.sum+weight <= limit, err
+}
+
+// permitted returns the entry key among kvs, a semaphore's oldest entries
+// in creation order, when it is one of r's holders or fits behind the
+// entries ahead; nil otherwise.
+func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) (*mvccpb.KeyValue, error) {
+	p := permits{r: r}
+	for _, kv := range kvs {
+		if string(kv.Key) == key {
+			if _, fits, err := p.admit(limit, weight); !fits && kv.CreateRevision > r.upto {
+				return nil, err
+			}
+			return kv, nil
+		}
+		p.add(kv)
 	}
-	return kvs[i], nil
+	_, _, err := p.admit(limit, weight)
+	return nil, err
 }
 
 // tryPermit puts s's entry and reads the resize key and the l.Limit
