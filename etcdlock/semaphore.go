@@ -181,9 +181,6 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 // Resize implements backend.Resizer (see resize). Waiters watch the
 // record (see await): a raised limit lets them in.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("etcdlock: resize: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
-	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: resize: %w", err)

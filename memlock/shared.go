@@ -152,9 +152,6 @@ func (s *Store) releaseShared(c backend.Claim, now time.Time) error {
 // Resize implements backend.Resizer.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	return d.locked(ctx, func(s *Store, now time.Time) error {
-		if limit < 0 || limit > backend.MaxLimit {
-			return fmt.Errorf("memlock: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
-		}
 		if limit == 0 {
 			delete(s.limits, key)
 			return nil
