@@ -84,7 +84,7 @@ func under(limit, weight, r int) (int, error) {
 	case r == 0:
 		return limit, nil
 	case weight > r:
-		return 0, fmt.Errorf("%w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, weight, r)
+		return 0, backend.ResizedTo(weight, r)
 	}
 	return r, nil
 }
@@ -97,7 +97,7 @@ func under(limit, weight, r int) (int, error) {
 func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
 	n, w := permitOf(kv)
 	if r == 0 && n != limit {
-		return 0, fmt.Errorf("%w: held under %d, asked with %d", backend.ErrLimitMismatch, n, limit)
+		return 0, backend.HeldUnder(n, limit)
 	}
 	return w, nil
 }
