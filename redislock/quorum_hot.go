@@ -106,7 +106,7 @@ func (q *Quorum) arbiter(key string) int {
 // it to a full round, which cleans up after the arbiter.
 func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string, value string, px int64) (pre *result, refused bool) {
 	a := q.arbiter(l.Key)
-	closing, done, ok := q.enter()
+	closing, done, ok := q.gate.Background()
 	if !ok {
 		return nil, false
 	}
