@@ -1,9 +1,11 @@
 package locker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +90,7 @@ func (c *Client) state(s backend.State) State {
 		for i, h := range s.Holders {
 			st.Holders[i] = Holder{Owner: h.Owner, Fence: h.Fence, TTL: h.TTL, Weight: h.Weight, Write: h.Mode == backend.Write}
 		}
+		slices.SortFunc(st.Holders, func(a, b Holder) int { return cmp.Compare(a.Fence, b.Fence) })
 	}
 	return st
 }
@@ -158,6 +161,7 @@ func (c *Client) List(ctx context.Context, prefix string, opts ...LockOption) ([
 	for i, s := range ss {
 		out[i] = c.state(s)
 	}
+	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

@@ -55,3 +55,16 @@ type Finding struct {
 	Why   string `json:"why,omitempty"`
 	Fix   string `json:"fix,omitempty"`
 }
+
+// Findings collects a diagnosis. Add prefixes each Finding's Check with
+// Check (the driver's, "redis.") and its What with What (the server's
+// address and ": ", or "" when the check is of the whole deployment).
+type Findings struct {
+	Check, What string
+	List        []Finding
+}
+
+// Add appends a Finding; why and fix are "" when l is Sound.
+func (fs *Findings) Add(check string, l Level, what, why, fix string) {
+	fs.List = append(fs.List, Finding{Check: fs.Check + check, Level: l, What: fs.What + what, Why: why, Fix: fix})
+}

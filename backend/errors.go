@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -51,6 +52,19 @@ var (
 	// semaphore is; waiting would not mend it.
 	ErrLimitMismatch = errors.New("semaphore limit differs from its holders'")
 )
+
+// HeldUnder is ErrLimitMismatch for a claim with limit asked of a
+// semaphore whose permits are held under held (a limit, or a range such
+// as "2 to 3").
+func HeldUnder(held any, asked int) error {
+	return fmt.Errorf("%w: held under %v, asked with %d", ErrLimitMismatch, held, asked)
+}
+
+// ResizedTo is ErrLimitMismatch for a claim of weight permits of a
+// semaphore resized to limit, below it.
+func ResizedTo(weight int, limit any) error {
+	return fmt.Errorf("%w: %d permits asked of a semaphore resized to %v", ErrLimitMismatch, weight, limit)
+}
 
 // Permanent reports errors that sending the request again cannot mend: a
 // closed client or driver, bad input, an unsupported request, a refused

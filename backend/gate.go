@@ -52,6 +52,14 @@ func (g *Gate) Enter(ctx context.Context) (context.Context, func(), error) {
 	return ctx, done, nil
 }
 
+// Background enters work that is no call's (a cleanup, a probe) and that
+// Close ends and awaits: closing ends when Close begins; ok is false, and
+// there is no done, once it has.
+func (g *Gate) Background() (closing context.Context, done func(), ok bool) {
+	closing, done, err := g.Enter(context.Background())
+	return closing, done, err == nil
+}
+
 // Track registers a call whose context the caller made, with its cancel,
 // which Close calls: Enter without a context of its own, for a context
 // that needs one anyway (a deadline on a context that ends with nothing

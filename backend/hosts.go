@@ -2,6 +2,7 @@ package backend
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"strings"
@@ -41,4 +42,12 @@ func Hosts(u *url.URL, defaultPort string) ([]string, error) {
 		out = append(out, net.JoinHostPort(host, port))
 	}
 	return out, nil
+}
+
+// OneOf spreads names over n places (servers, slots): s's place, 0 to
+// n-1, is FNV-1a of s mod n, the same in every process and version.
+func OneOf(s string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return int(h.Sum32() % uint32(n))
 }

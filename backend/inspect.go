@@ -44,7 +44,7 @@ type State struct {
 	// [KnowsLimit].
 	Limit int
 	// Holders are the unexpired grants of a semaphore or a read-write
-	// lock, by fence, lowest first; each holder's Owner and TTL mean
+	// lock, in any order (the locker package sorts them); each holder's Owner and TTL mean
 	// something only with KnowsOwner and KnowsTTL. [KnowsHolders].
 	Holders []Holder
 	// Known says which fields the store reported.
@@ -115,7 +115,8 @@ type Inspector interface {
 // Lister is implemented by drivers whose store can enumerate its objects.
 type Lister interface {
 	// List returns the state of every held object of mode m whose key
-	// starts with prefix, sorted by key. It reads the store in pages, but
+	// starts with prefix, in any order (the locker package sorts them by
+	// key). It reads the store in pages, but
 	// returns all it found.
 	List(ctx context.Context, prefix string, m Mode) ([]State, error)
 }

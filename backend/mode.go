@@ -102,17 +102,17 @@ type Modal interface {
 // Resizer is implemented by Modal drivers whose store keeps a limit that
 // an operator sets on a semaphore in use.
 type Resizer interface {
-	// Resize sets the limit of key's semaphore to limit, 1 to MaxLimit,
-	// until the next Resize; limit 0 removes the limit Resize set. While
-	// one stands, every Permit claim of key is judged under it whatever
-	// its own Limit (never ErrLimitMismatch, unless the claim's Weight
-	// exceeds it), holders above it keep their permits until they release
-	// or expire, and Inspect reports it as State.Limit. It is kept in the
-	// store without expiry: one record per resized semaphore, until
-	// removed. Once it is removed, claims' own Limits rule again: while
-	// permits granted under it are held, a claim whose Limit differs from
-	// theirs may fail with ErrLimitMismatch. A raised limit wakes waiters
-	// as a release does.
+	// Resize sets the limit of key's semaphore to limit, 1 to MaxLimit
+	// (checked by the locker package), until the next Resize; limit 0
+	// removes the limit Resize set. While one stands, every Permit claim
+	// of key is judged under it whatever its own Limit (never
+	// ErrLimitMismatch, unless the claim's Weight exceeds it), holders
+	// above it keep their permits until they release or expire, and
+	// Inspect reports it as State.Limit. It is kept in the store without
+	// expiry: one record per resized semaphore, until removed. Once it is
+	// removed, claims' own Limits rule again: while permits granted under
+	// it are held, a claim whose Limit differs from theirs may fail with
+	// ErrLimitMismatch. A raised limit wakes waiters as a release does.
 	Resize(ctx context.Context, key string, limit int) error
 }
 

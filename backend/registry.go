@@ -22,6 +22,17 @@ type Opener struct {
 	Open func(ctx context.Context, u *url.URL) (Driver, error)
 }
 
+// OpenTimeout bounds a driver's Open whose ctx has no deadline.
+const OpenTimeout = 10 * time.Second
+
+// OpenContext is ctx, bounded by OpenTimeout when it has no deadline.
+func OpenContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, OpenTimeout)
+}
+
 type defaultTTLKey struct{}
 
 // WithDefaultTTL returns ctx carrying the default lock TTL of the Client

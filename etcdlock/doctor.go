@@ -42,7 +42,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		return nil, fmt.Errorf("etcdlock: diagnose: %w", err)
 	}
 	defer done()
-	var fs findings
+	fs := backend.Findings{Check: "etcd."}
 	ml, err := d.cli.MemberList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: diagnose: %w", err)
@@ -55,62 +55,55 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	}
 	switch {
 	case voters == 1:
-		fs.add("members", backend.Warning, "a single member",
+		fs.Add("members", backend.Warning, "a single member",
 			"while it is down no lock can be taken or kept, and if its data directory is lost a new one counts revisions from 1 again, so fences go back",
 			"run 3 (or 5) members")
 	case voters%2 == 0:
-		fs.add("members", backend.Warning, fmt.Sprintf("%d voting members, an even number", voters),
+		fs.Add("members", backend.Warning, fmt.Sprintf("%d voting members, an even number", voters),
 			fmt.Sprintf("a quorum is %d, so it tolerates no more members down than %d would, and a partition can split it with no quorum on either side", voters/2+1, voters-1),
 			"add or remove one member: 3 or 5")
 	default:
-		fs.add("members", backend.Sound, fmt.Sprintf("%d voting members: locks survive %d down", voters, voters/2), "", "")
+		fs.Add("members", backend.Sound, fmt.Sprintf("%d voting members: locks survive %d down", voters, voters/2), "", "")
 	}
-	fs = append(fs, d.members(ctx, ml.Members)...)
+	fs.List = append(fs.List, d.members(ctx, ml.Members).List...)
 
 	if al, err := d.cli.AlarmList(ctx); err != nil {
-		fs.add("alarms", backend.Warning, "cannot list the alarms: "+err.Error(), "a full or corrupt database cannot be seen",
+		fs.Add("alarms", backend.Warning, "cannot list the alarms: "+err.Error(), "a full or corrupt database cannot be seen",
 			"run etcdctl alarm list by hand")
 	} else if len(al.Alarms) == 0 {
-		fs.add("alarms", backend.Sound, "no alarm", "", "")
+		fs.Add("alarms", backend.Sound, "no alarm", "", "")
 	} else {
 		for _, a := range al.Alarms {
 			who := memberName(ml.Members, a.MemberID)
 			switch a.Alarm {
 			case pb.AlarmType_NOSPACE:
-				fs.add("alarms", backend.Unsafe, who+": NOSPACE, the database is over its quota",
+				fs.Add("alarms", backend.Unsafe, who+": NOSPACE, the database is over its quota",
 					"etcd refuses every write and lease grant until the alarm is disarmed: no lock can be taken, no waiter can queue",
 					"etcdctl compact and etcdctl defrag (and raise --quota-backend-bytes if the data needs it), then etcdctl alarm disarm")
 			case pb.AlarmType_CORRUPT:
-				fs.add("alarms", backend.Unsafe, who+": CORRUPT, its data differs from the other members'",
+				fs.Add("alarms", backend.Unsafe, who+": CORRUPT, its data differs from the other members'",
 					"which entries hold a lock is in doubt, and etcd refuses requests until the member is replaced",
 					"remove the member, wipe its data directory, add it back, then etcdctl alarm disarm")
 			default:
-				fs.add("alarms", backend.Warning, who+": alarm "+a.Alarm.String(), "etcd may refuse requests while it is raised",
+				fs.Add("alarms", backend.Warning, who+": alarm "+a.Alarm.String(), "etcd may refuse requests while it is raised",
 					"see etcd's documentation for the alarm, then etcdctl alarm disarm")
 			}
 		}
 	}
 
-	fs = append(fs, d.auth(ctx)...)
+	fs.List = append(fs.List, d.auth(ctx).List...)
 
 	if ttl > 0 {
 		if err := d.minLease(ctx, ttl, &fs); err != nil {
 			return nil, fmt.Errorf("etcdlock: diagnose: %w", err)
 		}
 	}
-	return fs, nil
-}
-
-// findings collects a diagnosis.
-type findings []backend.Finding
-
-func (fs *findings) add(check string, l backend.Level, what, why, fix string) {
-	*fs = append(*fs, backend.Finding{Check: "etcd." + check, Level: l, What: what, Why: why, Fix: fix})
+	return fs.List, nil
 }
 
 // members asks each member its Status: whether it answers, its errors,
 // its leader and term, and how far its raft log is behind the leader's.
-func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
+func (d *Driver) members(ctx context.Context, ms []*pb.Member) backend.Findings {
 	sts := make([]*clientv3.StatusResponse, len(ms))
 	errs := make([]error, len(ms))
 	var wg sync.WaitGroup
@@ -127,7 +120,7 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 	}
 	wg.Wait()
 
-	var fs findings
+	fs := backend.Findings{Check: "etcd."}
 	leaders := map[uint64][]string{} // leader ID → the members that name it
 	var leaderIndex uint64
 	for i, m := range ms {
@@ -135,19 +128,19 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 		st := sts[i]
 		switch {
 		case errs[i] != nil:
-			fs.add("health", backend.Warning, who+" does not answer: "+errs[i].Error(),
+			fs.Add("health", backend.Warning, who+" does not answer: "+errs[i].Error(),
 				"the cluster tolerates one member fewer down, and clients sent to it fail over",
 				"restart the member, or check that its advertised client URL is reachable from this host")
 			continue
 		case len(errsBut(st.Errors, "alarm:")) > 0:
-			fs.add("health", backend.Warning, who+" reports: "+strings.Join(errsBut(st.Errors, "alarm:"), "; "),
+			fs.Add("health", backend.Warning, who+" reports: "+strings.Join(errsBut(st.Errors, "alarm:"), "; "),
 				"it may refuse requests", "see the member's log")
 		case st.Leader == 0:
-			fs.add("health", backend.Warning, who+" has no leader",
+			fs.Add("health", backend.Warning, who+" has no leader",
 				"it refuses every lock request, and keep-alives through it fail",
 				"check the network between the members")
 		default:
-			fs.add("health", backend.Sound, fmt.Sprintf("%s answers, leader %s, term %d", who, memberName(ms, st.Leader), st.RaftTerm), "", "")
+			fs.Add("health", backend.Sound, fmt.Sprintf("%s answers, leader %s, term %d", who, memberName(ms, st.Leader), st.RaftTerm), "", "")
 		}
 		if st.Leader != 0 {
 			leaders[st.Leader] = append(leaders[st.Leader], m.Name)
@@ -159,15 +152,15 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 	answered := slices.ContainsFunc(sts, func(st *clientv3.StatusResponse) bool { return st != nil })
 	switch {
 	case !answered:
-		fs.add("leader", backend.Warning, "no member answered at its advertised client URL: the leader is not checked",
+		fs.Add("leader", backend.Warning, "no member answered at its advertised client URL: the leader is not checked",
 			"a cluster without a leader refuses every lock", "run doctor where the members' advertised client URLs are reachable")
 	case len(leaders) == 0:
-		fs.add("leader", backend.Unsafe, "no member has a leader",
+		fs.Add("leader", backend.Unsafe, "no member has a leader",
 			"every lock request and keep-alive fails; held locks are lost a TTL later",
 			"restore a quorum: start the members that are down, check the network between them")
 	case len(leaders) == 1:
 		for id := range leaders {
-			fs.add("leader", backend.Sound, "one leader: "+memberName(ms, id), "", "")
+			fs.Add("leader", backend.Sound, "one leader: "+memberName(ms, id), "", "")
 		}
 	default:
 		var says []string
@@ -175,7 +168,7 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 			says = append(says, strings.Join(by, ", ")+" follow "+memberName(ms, id))
 		}
 		slices.Sort(says)
-		fs.add("leader", backend.Warning, "the members disagree on the leader: "+strings.Join(says, "; "),
+		fs.Add("leader", backend.Warning, "the members disagree on the leader: "+strings.Join(says, "; "),
 			"an election is under way or a member is cut off, and requests through a member that follows an old leader fail",
 			"run doctor again; if it persists, check the network between the members")
 	}
@@ -191,11 +184,11 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) findings {
 			behind = 0
 		}
 		if behind > maxRaftGap || unapplied > maxRaftGap {
-			fs.add("raft-lag", backend.Warning, fmt.Sprintf("%s is %d entries behind the leader, %d committed but not applied", who, behind, unapplied),
+			fs.Add("raft-lag", backend.Warning, fmt.Sprintf("%s is %d entries behind the leader, %d committed but not applied", who, behind, unapplied),
 				fmt.Sprintf("requests through it wait for it to catch up, and past %d unapplied entries it refuses them", maxRaftGap),
 				"check its disk (fsync latency) and its network to the leader")
 		} else {
-			fs.add("raft-lag", backend.Sound, fmt.Sprintf("%s is %d entries behind the leader, %d unapplied", who, max(behind, 0), max(unapplied, 0)), "", "")
+			fs.Add("raft-lag", backend.Sound, fmt.Sprintf("%s is %d entries behind the leader, %d unapplied", who, max(behind, 0), max(unapplied, 0)), "", "")
 		}
 	}
 	return fs
@@ -221,35 +214,35 @@ func memberName(ms []*pb.Member, id uint64) string {
 
 // auth checks that authentication is on for a cluster reached over the
 // network, and that the credential's roles reach nothing beyond the prefix.
-func (d *Driver) auth(ctx context.Context) findings {
-	var fs findings
+func (d *Driver) auth(ctx context.Context) backend.Findings {
+	fs := backend.Findings{Check: "etcd."}
 	on, err := authEnabled(ctx, d.cli)
 	if err != nil {
-		fs.add("auth", backend.Warning, "cannot tell whether authentication is on: "+err.Error(),
+		fs.Add("auth", backend.Warning, "cannot tell whether authentication is on: "+err.Error(),
 			"without it, whoever reaches the cluster can take any lock", "run etcdctl auth status by hand")
 		return fs
 	}
 	if !on {
 		if remote := remoteEndpoints(d.cli.Endpoints()); len(remote) > 0 {
-			fs.add("auth", backend.Warning, "authentication is off, and the cluster is reached over the network ("+strings.Join(remote, ", ")+")",
+			fs.Add("auth", backend.Warning, "authentication is off, and the cluster is reached over the network ("+strings.Join(remote, ", ")+")",
 				"whoever reaches the port can delete any lock's entry or revoke its holder's lease, and take the lock",
 				"enable authentication (etcdctl user add root, etcdctl auth enable) with a user for the locks: docs/backends/etcdlock.md, Least privilege")
 		} else {
-			fs.add("auth", backend.Sound, "authentication is off, on loopback only", "", "")
+			fs.Add("auth", backend.Sound, "authentication is off, on loopback only", "", "")
 		}
 		return fs
 	}
-	fs.add("auth", backend.Sound, "authentication is on", "", "")
+	fs.Add("auth", backend.Sound, "authentication is on", "", "")
 	user := d.cli.Username
 	if user == "" {
-		fs.add("roles", backend.Warning, "the roles of the client certificate's user are not checked",
+		fs.Add("roles", backend.Warning, "the roles of the client certificate's user are not checked",
 			"a role beyond the lock prefix lets a leaked lock credential change other data",
 			"check by hand: etcdctl user get CN --detail")
 		return fs
 	}
 	u, err := d.cli.UserGet(ctx, user)
 	if err != nil {
-		fs.add("roles", backend.Warning, fmt.Sprintf("cannot read user %q: %v", user, err),
+		fs.Add("roles", backend.Warning, fmt.Sprintf("cannot read user %q: %v", user, err),
 			"its roles cannot be checked", "check by hand: etcdctl user get "+user+" --detail")
 		return fs
 	}
@@ -263,7 +256,7 @@ func (d *Driver) auth(ctx context.Context) findings {
 		}
 		rg, err := d.cli.RoleGet(ctx, r)
 		if err != nil {
-			fs.add("roles", backend.Warning, fmt.Sprintf("cannot read role %q: %v", r, err),
+			fs.Add("roles", backend.Warning, fmt.Sprintf("cannot read role %q: %v", r, err),
 				"its permissions cannot be checked", "check by hand: etcdctl role get "+r)
 			continue
 		}
@@ -274,11 +267,11 @@ func (d *Driver) auth(ctx context.Context) findings {
 		}
 	}
 	if len(beyond) > 0 {
-		fs.add("roles", backend.Warning, fmt.Sprintf("user %q may reach beyond %s: %s", user, prefix, strings.Join(beyond, "; ")),
+		fs.Add("roles", backend.Warning, fmt.Sprintf("user %q may reach beyond %s: %s", user, prefix, strings.Join(beyond, "; ")),
 			"a leaked lock credential can then read or change data that locks do not need",
 			"grant the user one role with readwrite --prefix=true "+prefix+" only (docs/backends/etcdlock.md, Least privilege)")
 	} else {
-		fs.add("roles", backend.Sound, fmt.Sprintf("user %q reaches nothing beyond %s", user, prefix), "", "")
+		fs.Add("roles", backend.Sound, fmt.Sprintf("user %q reaches nothing beyond %s", user, prefix), "", "")
 	}
 	return fs
 }
@@ -352,14 +345,14 @@ func remoteEndpoints(eps []string) []string {
 
 // minLease grants a lease for ttl, as the driver would, and revokes it:
 // etcd raises a TTL below its minimum (1.5 election timeouts) silently.
-func (d *Driver) minLease(ctx context.Context, ttl time.Duration, fs *findings) error {
+func (d *Driver) minLease(ctx context.Context, ttl time.Duration, fs *backend.Findings) error {
 	sec, err := ttlSeconds(ttl)
 	if err != nil {
 		return err
 	}
 	g, err := d.cli.Grant(ctx, sec)
 	if err != nil {
-		fs.add("lease-ttl", backend.Warning, "cannot grant a lease: "+err.Error(),
+		fs.Add("lease-ttl", backend.Warning, "cannot grant a lease: "+err.Error(),
 			"the TTL etcd gives locks is not checked", "run doctor again once the cluster takes requests")
 		return nil
 	}
@@ -372,11 +365,11 @@ func (d *Driver) minLease(ctx context.Context, ttl time.Duration, fs *findings) 
 		asked += fmt.Sprintf(" (%ds: leases are whole seconds)", sec)
 	}
 	if g.TTL > sec {
-		fs.add("lease-ttl", backend.Warning, fmt.Sprintf("etcd grants %s as %ds, its minimum", asked, g.TTL),
+		fs.Add("lease-ttl", backend.Warning, fmt.Sprintf("etcd grants %s as %ds, its minimum", asked, g.TTL),
 			fmt.Sprintf("a lock whose holder dies stays taken for %ds, not %v", g.TTL, ttl),
 			fmt.Sprintf("a TTL of at least %ds, or a shorter --election-timeout on the members (the minimum is 1.5 times it)", g.TTL))
 	} else {
-		fs.add("lease-ttl", backend.Sound, fmt.Sprintf("etcd grants %s as asked", asked), "", "")
+		fs.Add("lease-ttl", backend.Sound, fmt.Sprintf("etcd grants %s as asked", asked), "", "")
 	}
 	return nil
 }

@@ -246,7 +246,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	if err := d.leaseTTLs(ctx, out, leases); err != nil {
 		return nil, fmt.Errorf("etcdlock: %w", err)
 	}
-	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 

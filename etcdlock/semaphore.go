@@ -81,7 +81,7 @@ func under(limit, weight, r int) (int, error) {
 	case r == 0:
 		return limit, nil
 	case weight > r:
-		return 0, fmt.Errorf("%w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, weight, r)
+		return 0, backend.ResizedTo(weight, r)
 	}
 	return r, nil
 }
@@ -94,7 +94,7 @@ func under(limit, weight, r int) (int, error) {
 func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
 	n, w := permitOf(kv)
 	if r == 0 && n != limit {
-		return 0, fmt.Errorf("%w: held under %d, asked with %d", backend.ErrLimitMismatch, n, limit)
+		return 0, backend.HeldUnder(n, limit)
 	}
 	return w, nil
 }
@@ -200,9 +200,6 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 // Resize implements backend.Resizer (see resize). Waiters watch the
 // record (see await): a raised limit lets them in.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("etcdlock: resize: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
-	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: resize: %w", err)

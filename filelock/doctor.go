@@ -20,32 +20,29 @@ func (d *Driver) Diagnose(ctx context.Context, _ time.Duration) ([]backend.Findi
 		return nil, fmt.Errorf("filelock: diagnose: %w", err)
 	}
 	defer done()
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "file." + check, Level: l, What: d.dir + ": " + what, Why: why, Fix: fix})
-	}
+	fs := backend.Findings{Check: "file.", What: d.dir + ": "}
 	switch name, network := fsType(d.dir); {
 	case network:
-		add("filesystem", backend.Unsafe, "on "+name, "flock and the state files' renames are not reliable between hosts of a network file system, and the locks exclude only this host's processes anyway",
+		fs.Add("filesystem", backend.Unsafe, "on "+name, "flock and the state files' renames are not reliable between hosts of a network file system, and the locks exclude only this host's processes anyway",
 			"a directory on a local file system; for several hosts, a server backend")
 	case name != "":
-		add("filesystem", backend.Sound, "on "+name+", local", "", "")
+		fs.Add("filesystem", backend.Sound, "on "+name+", local", "", "")
 	}
 	st, err := os.Stat(d.dir)
 	if err != nil {
 		return nil, fmt.Errorf("filelock: diagnose: %w", err)
 	}
 	if perm := st.Mode().Perm(); perm&0o002 != 0 {
-		add("permissions", backend.Warning, fmt.Sprintf("mode %v: every user may write it", perm),
+		fs.Add("permissions", backend.Warning, fmt.Sprintf("mode %v: every user may write it", perm),
 			"any user of the host can delete a holder's state file and so let a second holder in",
 			"chmod o-w on the directory (New makes it 0700)")
 	} else {
-		add("permissions", backend.Sound, fmt.Sprintf("mode %v", perm), "", "")
+		fs.Add("permissions", backend.Sound, fmt.Sprintf("mode %v", perm), "", "")
 	}
 	if !d.sync {
-		add("sync", backend.Warning, "state files are not synced (sync=false)",
+		fs.Add("sync", backend.Warning, "state files are not synced (sync=false)",
 			"a power loss can take the fence counter back, so fences after it can repeat earlier ones",
 			"sync=true (the default), unless the fences matter to nothing")
 	}
-	return fs, nil
+	return fs.List, nil
 }

@@ -474,6 +474,7 @@ func TestListLongKeysAndOlderFiles(t *testing.T) {
 			}
 			ks = append(ks, st.Key)
 		}
+		slices.Sort(ks)
 		return ks
 	}
 	if got := keys(); !slices.Equal(got, []string{"ns/short", long}) {

@@ -40,7 +40,6 @@ func objectState(key string, m backend.Mode, o *object, now int64) backend.State
 	for _, h := range o.holders {
 		st.Holders = append(st.Holders, backend.Holder{Mode: h.mode, Owner: h.owner, Fence: h.fence, TTL: time.Duration(h.expires - now), Weight: h.weight})
 	}
-	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
 	return st
 }
 
@@ -130,7 +129,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 			out = append(out, st)
 		}
 	}
-	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 

@@ -53,9 +53,6 @@ func (d *Driver) readLimit(key string) (int, error) {
 // semaphore with holders is written, which wakes its waiters as a release
 // does (inotify), and its holders are then under the new limit.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("filelock: %w: %d", backend.ErrInvalidLimit, limit)
-	}
 	return d.updateObject(ctx, backend.Claim{Key: key, Mode: backend.Permit}, true, func(o *object, _ int64) (bool, error) {
 		if err := d.writeLimit(key, limit); err != nil {
 			return false, err

@@ -22,10 +22,10 @@ func (d *Driver) trySemaphore(ctx context.Context, c backend.Claim) (backend.Gra
 		case limit == 0:
 			limit = c.Limit
 			if len(o.holders) > 0 && o.limit != limit {
-				return false, fmt.Errorf("filelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, o.limit, limit)
+				return false, fmt.Errorf("filelock: %w", backend.HeldUnder(o.limit, limit))
 			}
 		case max(c.Weight, 1) > limit:
-			return false, fmt.Errorf("filelock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, c.Weight, limit)
+			return false, fmt.Errorf("filelock: %w", backend.ResizedTo(c.Weight, limit))
 		}
 		used := 0
 		for _, h := range o.holders {

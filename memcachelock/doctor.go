@@ -56,27 +56,24 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 
 // judge weighs one server's settings and stats.
 func judge(addr string, settings, stats map[string]string, ttl time.Duration) []backend.Finding {
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "memcache." + check, Level: l, What: addr + ": " + what, Why: why, Fix: fix})
-	}
+	fs := backend.Findings{Check: "memcache.", What: addr + ": "}
 	const lost = "an evicted lock item is a lock lost without its holder knowing until its next refresh, and a second holder let in"
 	switch evicted := stats["evictions"]; {
 	case settings["evictions"] == "off":
-		add("eviction", backend.Sound, "evictions off (-M): a full server refuses new locks instead of dropping held ones", "", "")
+		fs.Add("eviction", backend.Sound, "evictions off (-M): a full server refuses new locks instead of dropping held ones", "", "")
 	case evicted != "" && evicted != "0":
-		add("eviction", backend.Unsafe, fmt.Sprintf("evictions on, and %s items evicted so far (%s of %s bytes in use)", evicted, stats["bytes"], stats["limit_maxbytes"]),
+		fs.Add("eviction", backend.Unsafe, fmt.Sprintf("evictions on, and %s items evicted so far (%s of %s bytes in use)", evicted, stats["bytes"], stats["limit_maxbytes"]),
 			lost, "memcached -M (refuse rather than evict), or more memory (-m), or a server of its own for locks")
 	default:
-		add("eviction", backend.Warning, fmt.Sprintf("evictions on, none yet (%s of %s bytes in use)", stats["bytes"], stats["limit_maxbytes"]),
+		fs.Add("eviction", backend.Warning, fmt.Sprintf("evictions on, none yet (%s of %s bytes in use)", stats["bytes"], stats["limit_maxbytes"]),
 			"once the memory fills, "+lost, "memcached -M (refuse rather than evict), or a server of its own for locks")
 	}
 	delay := "one TTL"
 	if ttl > 0 {
 		delay = ttl.String()
 	}
-	add("restart", backend.Sound, fmt.Sprintf("up %ss; memcached keeps nothing across a restart, so a restarted server refuses the names it has no fence for, for %s (the delayed restart)", stats["uptime"], delay), "", "")
-	return fs
+	fs.Add("restart", backend.Sound, fmt.Sprintf("up %ss; memcached keeps nothing across a restart, so a restarted server refuses the names it has no fence for, for %s (the delayed restart)", stats["uptime"], delay), "", "")
+	return fs.List
 }
 
 // stats sends cmd (a stats command) and reads its STAT lines.

@@ -41,10 +41,6 @@ func checkLimit(limit int) error {
 	return nil
 }
 
-func mismatch(held, asked int) error {
-	return fmt.Errorf("memcachelock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, held, asked)
-}
-
 // otherLimit returns the limit of a permit among items held under another
 // limit than ours, by another token.
 func otherLimit(items map[string]*memcache.Item, token string, limit int) (int, bool) {
@@ -65,7 +61,7 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 	slot, err := d.takeSlot(ctx, keys, pref, permitValue(c.Token, c.Limit), exp, c.Token,
 		func(items map[string]*memcache.Item) error {
 			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
-				return mismatch(l, c.Limit)
+				return fmt.Errorf("memcachelock: %w", backend.HeldUnder(l, c.Limit))
 			}
 			return nil
 		})
@@ -160,7 +156,7 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 				return fmt.Errorf("memcachelock: gets: %w", err)
 			}
 			if l, ok := otherLimit(items, c.Token, c.Limit); ok {
-				return mismatch(l, c.Limit)
+				return fmt.Errorf("memcachelock: %w", backend.HeldUnder(l, c.Limit))
 			}
 		}
 		if err := live(ctx, "acquire"); err != nil {

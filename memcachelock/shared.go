@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strconv"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -47,20 +46,14 @@ func slotKeys(base, tag string, n int) []string {
 }
 
 // slots are the slot items of c's semaphore (Permit) or read-write lock
-// (Read), the one c.Token tries first, and what names them in errors.
+// (Read), the one c.Token tries first (so that Refresh and Release find it
+// in one get as a rule, and concurrent claimants spread out), and what
+// names them in errors.
 func slots(c backend.Claim) (keys []string, pref int, what string) {
 	if c.Mode == backend.Permit {
-		return slotKeys(objBase(c.Key), "s", c.Limit), slotOf(c.Token, c.Limit), "permit"
+		return slotKeys(objBase(c.Key), "s", c.Limit), backend.OneOf(c.Token, c.Limit), "permit"
 	}
-	return slotKeys(objBase(c.Key), "r", MaxReaders), slotOf(c.Token, MaxReaders), "reader"
-}
-
-// slotOf is the slot a token tries first, so that Refresh and Release
-// find it in one get as a rule, and concurrent claimants spread out.
-func slotOf(token string, n int) int {
-	h := fnv.New32a()
-	h.Write([]byte(token))
-	return int(h.Sum32() % uint32(n))
+	return slotKeys(objBase(c.Key), "r", MaxReaders), backend.OneOf(c.Token, MaxReaders), "reader"
 }
 
 // heldByOther reports whether an item names a holder other than token

@@ -132,7 +132,7 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 		for _, limit := range []int{1, 2, 8} {
 			_, err := d.TryAcquire(ctx, permit(key, limit))
 			if !errors.Is(err, backend.ErrLimitMismatch) {
-				t.Fatalf("try %d: limit %d with a permit of 7 held in slot %d: %v, want ErrLimitMismatch", i, limit, slotOf(big.Token, 7), err)
+				t.Fatalf("try %d: limit %d with a permit of 7 held in slot %d: %v, want ErrLimitMismatch", i, limit, backend.OneOf(big.Token, 7), err)
 			}
 		}
 		if n, err := h.Entries(ctx, key); err != nil || n != 1 {
@@ -165,7 +165,7 @@ func TestSemaphoreStaleLimitRecord(t *testing.T) {
 	}
 	mc := memcache.New(testenv.MemcacheAddr())
 	defer mc.Close()
-	it, err := d.findSlot(ctx, "test", "permit", slotKeys(objBase(key), "s", 4), slotOf(c.Token, 4), c.Token)
+	it, err := d.findSlot(ctx, "test", "permit", slotKeys(objBase(key), "s", 4), backend.OneOf(c.Token, 4), c.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,8 +156,8 @@ func (d *Driver) unmarkLater(key, id string) {
 // spawn runs f in a goroutine entered in the gate, so that Close waits for
 // it; it reports false, and runs nothing, once Close has begun.
 func (d *Driver) spawn(f func()) bool {
-	_, done, err := d.gate.Enter(context.Background())
-	if err != nil {
+	_, done, ok := d.gate.Background()
+	if !ok {
 		return false
 	}
 	go func() {

@@ -1,7 +1,6 @@
 package memlock
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -32,7 +31,6 @@ func (sh *shared) state(o object, now time.Time) backend.State {
 		}
 		st.Holders = append(st.Holders, h)
 	}
-	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
 	st.Held = len(st.Holders) > 0
 	return st
 }
@@ -83,7 +81,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (out [
 		}
 		return nil
 	})
-	slices.SortFunc(out, func(a, b backend.State) int { return strings.Compare(a.Key, b.Key) })
 	return out, err
 }
 

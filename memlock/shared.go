@@ -74,11 +74,11 @@ func (s *Store) tryShared(c backend.Claim, now time.Time) (backend.Grant, error)
 		held := sh.holders[c.Token].weight
 		if r := s.limits[c.Key]; r > 0 {
 			if max(c.Weight, 1) > r && held == 0 {
-				return backend.Grant{}, fmt.Errorf("memlock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, c.Weight, r)
+				return backend.Grant{}, fmt.Errorf("memlock: %w", backend.ResizedTo(c.Weight, r))
 			}
 			limit = r
 		} else if len(sh.holders) > 0 && sh.limit != c.Limit {
-			return backend.Grant{}, fmt.Errorf("memlock: %w: held under %d, asked with %d", backend.ErrLimitMismatch, sh.limit, c.Limit)
+			return backend.Grant{}, fmt.Errorf("memlock: %w", backend.HeldUnder(sh.limit, c.Limit))
 		}
 		w := max(c.Weight, 1) - held
 		if held == 0 && sh.used+w > limit {
@@ -152,9 +152,6 @@ func (s *Store) releaseShared(c backend.Claim, now time.Time) error {
 // Resize implements backend.Resizer.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	return d.locked(ctx, func(s *Store, now time.Time) error {
-		if limit < 0 || limit > backend.MaxLimit {
-			return fmt.Errorf("memlock: %w: %d (want 0 to %d)", backend.ErrInvalidLimit, limit, backend.MaxLimit)
-		}
 		if limit == 0 {
 			delete(s.limits, key)
 			return nil

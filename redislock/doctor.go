@@ -94,25 +94,22 @@ func (d *Driver) StoreTime(ctx context.Context) (time.Time, error) {
 
 // diagnose checks one server.
 func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax time.Duration) ([]backend.Finding, error) {
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "redis." + check, Level: l, What: addr + ": " + what, Why: why, Fix: fix})
-	}
+	fs := backend.Findings{Check: "redis.", What: addr + ": "}
 	cfg, err := c.ConfigGet(ctx, "*").Result()
 	if err != nil {
-		add("config", backend.Warning, "cannot read the configuration: "+err.Error(),
+		fs.Add("config", backend.Warning, "cannot read the configuration: "+err.Error(),
 			"eviction and persistence cannot be checked", "allow CONFIG GET to the doctor's user, or check maxmemory-policy and appendfsync by hand")
 	} else {
 		policy, maxmem := cfg["maxmemory-policy"], cfg["maxmemory"]
 		switch {
 		case policy == "noeviction":
-			add("maxmemory-policy", backend.Sound, "maxmemory-policy noeviction", "", "")
+			fs.Add("maxmemory-policy", backend.Sound, "maxmemory-policy noeviction", "", "")
 		case maxmem == "0":
-			add("maxmemory-policy", backend.Warning, "maxmemory-policy "+policy+" with no maxmemory: nothing is evicted today",
+			fs.Add("maxmemory-policy", backend.Warning, "maxmemory-policy "+policy+" with no maxmemory: nothing is evicted today",
 				"once a maxmemory is set, an evicted lock key is a lock lost without its holder knowing, and a second holder let in",
 				"CONFIG SET maxmemory-policy noeviction (and in redis.conf)")
 		default:
-			add("maxmemory-policy", backend.Unsafe, "maxmemory-policy "+policy+" with maxmemory "+maxmem,
+			fs.Add("maxmemory-policy", backend.Unsafe, "maxmemory-policy "+policy+" with maxmemory "+maxmem,
 				"an evicted lock key is a lock lost without its holder knowing, and a second holder let in",
 				"CONFIG SET maxmemory-policy noeviction (and in redis.conf), or a server of its own for locks")
 		}
@@ -134,22 +131,22 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 				what += ", so the delayed restart (" + delay + " refusing names after each restart) buys nothing here: restart_delay=0 turns it off"
 			}
 		}
-		add("persistence", backend.Sound, what, "", "")
+		fs.Add("persistence", backend.Sound, what, "", "")
 	}
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
-		return fs, err
+		return fs.List, err
 	}
 	switch role, n := infoField(info, "role"), infoField(info, "connected_slaves"); {
 	case role != "master":
-		add("replication", backend.Unsafe, "a replica (role "+role+")", "a replica refuses writes, and a lock taken on it would not be seen by its master",
+		fs.Add("replication", backend.Unsafe, "a replica (role "+role+")", "a replica refuses writes, and a lock taken on it would not be seen by its master",
 			"point the URL at the master")
 	case n != "" && n != "0":
-		add("replication", backend.Warning, n+" replicas, replicated asynchronously",
+		fs.Add("replication", backend.Warning, n+" replicas, replicated asynchronously",
 			"a failover to a replica that missed the last grants hands those locks out again while their holders run (fences stay ordered by the clock floor)",
 			"use a Quorum over independent servers (redis+quorum://) for locks that must survive a failover, or no replicas")
 	default:
-		add("replication", backend.Sound, "no replicas", "", "")
+		fs.Add("replication", backend.Sound, "no replicas", "", "")
 	}
 	user, err := c.Do(ctx, "ACL", "WHOAMI").Text()
 	if err != nil {
@@ -170,14 +167,14 @@ func diagnose(ctx context.Context, c *redis.Client, addr string, ttl, restartMax
 		}
 		switch {
 		case strings.Contains(commands, "+@all"):
-			add("acl", backend.Warning, "the credential may run every command",
+			fs.Add("acl", backend.Warning, "the credential may run every command",
 				"a leaked lock credential can then read or wipe everything on the server",
 				"a user with the least rules: see redislock.ACL and docs/backends/redislock.md, Least privilege")
 		case commands != "":
-			add("acl", backend.Sound, "the credential's commands are limited", "", "")
+			fs.Add("acl", backend.Sound, "the credential's commands are limited", "", "")
 		}
 	}
-	return fs, nil
+	return fs.List, nil
 }
 
 // infoField returns a field of an INFO or CLUSTER INFO reply.

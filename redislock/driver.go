@@ -168,11 +168,5 @@ func (d *Driver) Close() error {
 
 // acquire runs the plain acquire script (see deployment.acquire).
 func (d *Driver) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
-	return d.dep.acquire(ctx, d.enter, l, value, px)
-}
-
-// enter enters the gate for background work that Close ends and awaits.
-func (d *Driver) enter() (context.Context, func(), bool) {
-	closing, done, err := d.gate.Enter(context.Background())
-	return closing, done, err == nil
+	return d.dep.acquire(ctx, d.gate.Background, l, value, px)
 }

@@ -250,7 +250,6 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	if err != nil {
 		return nil, fmt.Errorf("redislock: %w", err)
 	}
-	slices.SortFunc(out, func(a, b backend.State) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
@@ -352,7 +351,6 @@ func sharedState(key string, m backend.Mode, r []any) (backend.State, error) {
 		}
 		st.Holders = append(st.Holders, h)
 	}
-	slices.SortFunc(st.Holders, func(a, b backend.Holder) int { return cmp.Compare(a.Fence, b.Fence) })
 	_, resized := r[0].(int64)
 	if st.Held = len(st.Holders) > 0; st.Held || resized {
 		// The resize record's limit, else the holders': none without them.
@@ -540,7 +538,6 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	if uncertain > 0 {
 		return nil, fmt.Errorf("redislock: quorum: list: %d keys held on a minority of the servers that answered, which those that did not could make a majority: %s", uncertain, q.errSummary(res))
 	}
-	slices.SortFunc(out, func(a, b backend.State) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil
 }
 

@@ -24,7 +24,9 @@ func interruptible(o *redis.Options) *conntrack.Tracker {
 	if o.Dialer == nil {
 		o.Dialer = redis.NewDialer(o) // reads o's DialTimeout and TLSConfig when it dials
 	}
-	return track(&o.Dialer)
+	t := conntrack.New()
+	o.Dialer = t.Dialer(o.Dialer)
+	return t
 }
 
 // interruptibleCluster is interruptible for all of a cluster's nodes.
@@ -35,21 +37,7 @@ func interruptibleCluster(o *redis.ClusterOptions) *conntrack.Tracker {
 			return redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})(ctx, network, addr)
 		}
 	}
-	return track(&o.Dialer)
-}
-
-// track has the dialer *dial track the connections it makes. The tracked
-// connection keeps go-redis's health check, which peeks at the socket of
-// a connection that is a syscall.Conn (and only then).
-func track(dial *func(context.Context, string, string) (net.Conn, error)) *conntrack.Tracker {
 	t := conntrack.New()
-	next := *dial
-	*dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := next(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return t.Add(c)
-	}
+	o.Dialer = t.Dialer(o.Dialer)
 	return t
 }

@@ -170,9 +170,6 @@ func parseURL(rawURL string) (*url.URL, error) {
 	return u, nil
 }
 
-// defaultOpenTimeout bounds Open when ctx has no deadline.
-const defaultOpenTimeout = 10 * time.Second
-
 // Open connects to the deployment that rawURL names (redis://, rediss://,
 // redis+cluster://, rediss+cluster://; see the package documentation;
 // fair=true is OpenFair's) and returns a Driver that owns the connection.
@@ -222,7 +219,7 @@ func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, e
 	default:
 		return nil, fmt.Errorf("redislock: %w: scheme %q (want redis, rediss, redis+cluster or rediss+cluster; redis+quorum: OpenQuorum)", backend.ErrInvalidURL, u.Scheme)
 	}
-	ctx, cancel := openContext(ctx)
+	ctx, cancel := backend.OpenContext(ctx)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
@@ -272,13 +269,6 @@ func retryOnce(o *redis.Options, u *url.URL) {
 	if !q.Has("dialer_retries") {
 		o.DialerRetries = 1
 	}
-}
-
-func openContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, defaultOpenTimeout)
 }
 
 // defaultPort is Redis's, for a listed host without one.
@@ -337,10 +327,10 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		deps = append(deps, dep)
 	}
 	q := newQuorum(deps, hosts, cfg)
-	ctx, cancel := openContext(ctx)
+	ctx, cancel := backend.OpenContext(ctx)
 	defer cancel()
 	// Wait for a majority, not a silent server; later answers are checked.
-	timeout := defaultOpenTimeout
+	timeout := backend.OpenTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}

@@ -152,7 +152,7 @@ func fanOut[T any](q *Quorum, ctx context.Context, timeout time.Duration, linked
 	take func(i int, v T) bool,
 	late func(i int, v T),
 ) bool {
-	closing, done, ok := q.enter()
+	closing, done, ok := q.gate.Background()
 	if !ok {
 		return false
 	}
@@ -211,12 +211,6 @@ func closedResults(n int) []result {
 		res[i] = result{answered: true, err: backend.ErrClosed}
 	}
 	return res
-}
-
-// enter is a background gate.Enter: closing ends when Close begins.
-func (q *Quorum) enter() (closing context.Context, done func(), ok bool) {
-	closing, done, err := q.gate.Enter(context.Background())
-	return closing, done, err == nil
 }
 
 // decidedBy: a majority said yes, or so many said no that none can.
@@ -523,7 +517,7 @@ func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res
 				q.deps[i].cleanup(ctx, l, value)
 			}()
 		case r.answered && r.err != nil:
-			closing, done, ok := q.enter()
+			closing, done, ok := q.gate.Background()
 			if !ok {
 				q.deps[i].cleanup(ctx, l, value) // closing: no background left
 				continue

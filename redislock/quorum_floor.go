@@ -16,7 +16,7 @@ import (
 // majority of the releases answered, as a quorum's acquire and release
 // would; the rest finish in the background (Close waits for them).
 func (q *Quorum) rawFloor(ctx context.Context, key string) error {
-	closing, done, ok := q.enter()
+	closing, done, ok := q.gate.Background()
 	if !ok {
 		return fmt.Errorf("redislock: quorum: raw floor: %w", backend.ErrClosed)
 	}

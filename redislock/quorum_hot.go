@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"hash/fnv"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
@@ -96,9 +95,7 @@ func (q *Quorum) pruneHot(now time.Time) {
 
 // arbiter is the server a hot key's attempts ask first.
 func (q *Quorum) arbiter(key string) int {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return int(h.Sum32() % uint32(len(q.deps)))
+	return backend.OneOf(key, len(q.deps))
 }
 
 // tryArbiter asks key's arbiter alone: granted, the attempt goes on with
@@ -106,7 +103,7 @@ func (q *Quorum) arbiter(key string) int {
 // it to a full round, which cleans up after the arbiter.
 func (q *Quorum) tryArbiter(ctx context.Context, l backend.Claim, keys []string, value string, px int64) (pre *result, refused bool) {
 	a := q.arbiter(l.Key)
-	closing, done, ok := q.enter()
+	closing, done, ok := q.gate.Background()
 	if !ok {
 		return nil, false
 	}

@@ -25,7 +25,7 @@ func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []s
 	dep := q.deps[i]
 	delay := dep.restartDelay(px)
 	defer dep.in.CutOnEnd(ctx).Stop()
-	return dep.up.run(ctx, dep, q.enter, quorumAcquireScript, quorumPrefix, delay, keys, value, px, holder(l), delay, dep.retention, l.Owner, dep.grain())
+	return dep.up.run(ctx, dep, q.gate.Background, quorumAcquireScript, quorumPrefix, delay, keys, value, px, holder(l), delay, dep.retention, l.Owner, dep.grain())
 }
 
 // lockKeys are the acquire script's keys for key.

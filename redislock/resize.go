@@ -16,9 +16,6 @@ var sharedResizeScript = redis.NewScript(lua("shared_resize"))
 // semaphore's, {E}:sem.limit, without expiry, that every permit's
 // acquire script reads.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("redislock: resize: %w: %d", backend.ErrInvalidLimit, limit)
-	}
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
 		return fmt.Errorf("redislock: %w", err)

@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -20,9 +19,6 @@ func TestResizeWakesAndLeavesNothing(t *testing.T) {
 	key := uniqueKey(t)
 	sem := func() backend.Claim {
 		return backend.Claim{Key: key, Token: newToken(), TTL: time.Minute, Mode: backend.Permit, Limit: 1}
-	}
-	if err := d.Resize(ctx, key, backend.MaxLimit+1); !errors.Is(err, backend.ErrInvalidLimit) {
-		t.Errorf("Resize above MaxLimit = %v, want ErrInvalidLimit", err)
 	}
 	a, b := sem(), sem()
 	if _, err := d.TryAcquire(ctx, a); err != nil {

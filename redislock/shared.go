@@ -115,9 +115,9 @@ func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uin
 
 func limitMismatch(op string, r sharedAnswer, c backend.Claim) error {
 	if r.resized {
-		return fmt.Errorf("redislock: %s: %w: %d permits asked of a semaphore resized to %s", op, backend.ErrLimitMismatch, max(c.Weight, 1), r.limit)
+		return fmt.Errorf("redislock: %s: %w", op, backend.ResizedTo(max(c.Weight, 1), r.limit))
 	}
-	return fmt.Errorf("redislock: %s: %w: held under %s, asked with %d", op, backend.ErrLimitMismatch, r.limit, c.Limit)
+	return fmt.Errorf("redislock: %s: %w", op, backend.HeldUnder(r.limit, c.Limit))
 }
 
 // releaseShared is Release for a permit, a read or a write.

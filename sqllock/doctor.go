@@ -34,42 +34,39 @@ func (d *Driver) Diagnose(ctx context.Context, _ time.Duration) ([]backend.Findi
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: diagnose: %w", err)
 	}
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "postgres." + check, Level: l, What: what, Why: why, Fix: fix})
-	}
+	fs := backend.Findings{Check: "postgres."}
 	const forgets = "a crash can forget lock rows committed just before it, whose holders still run: the next grant lets a second holder in"
 	switch {
 	case fsync != "on":
-		add("durability", backend.Unsafe, "fsync "+fsync, forgets, "fsync = on in postgresql.conf")
+		fs.Add("durability", backend.Unsafe, "fsync "+fsync, forgets, "fsync = on in postgresql.conf")
 	case syncCommit == "off":
-		add("durability", backend.Unsafe, "synchronous_commit off", forgets,
+		fs.Add("durability", backend.Unsafe, "synchronous_commit off", forgets,
 			"synchronous_commit = on (or ALTER ROLE <the lock role> SET synchronous_commit = on)")
 	case fpw != "on":
-		add("durability", backend.Warning, "full_page_writes "+fpw, "a crash mid-write can leave torn pages in the lock table",
+		fs.Add("durability", backend.Warning, "full_page_writes "+fpw, "a crash mid-write can leave torn pages in the lock table",
 			"full_page_writes = on")
 	default:
-		add("durability", backend.Sound, "fsync on, synchronous_commit "+syncCommit, "", "")
+		fs.Add("durability", backend.Sound, "fsync on, synchronous_commit "+syncCommit, "", "")
 	}
 	switch {
 	case inRecovery:
-		add("replication", backend.Unsafe, "a standby (pg_is_in_recovery)", "a standby refuses writes: no lock can be taken",
+		fs.Add("replication", backend.Unsafe, "a standby (pg_is_in_recovery)", "a standby refuses writes: no lock can be taken",
 			"point the URL at the primary")
 	case replicas > 0 && standbys == "":
-		add("replication", backend.Warning, fmt.Sprintf("%d standbys, replicated asynchronously", replicas),
+		fs.Add("replication", backend.Warning, fmt.Sprintf("%d standbys, replicated asynchronously", replicas),
 			"a failover to a standby that missed the last grants hands those locks out again while their holders run",
 			"synchronous_standby_names (with synchronous_commit on or remote_apply), or accept the loss at failover")
 	default:
-		add("replication", backend.Sound, fmt.Sprintf("%d standbys, synchronous_standby_names %q", replicas, standbys), "", "")
+		fs.Add("replication", backend.Sound, fmt.Sprintf("%d standbys, synchronous_standby_names %q", replicas, standbys), "", "")
 	}
 	if super {
-		add("role", backend.Warning, "the lock role is a superuser",
+		fs.Add("role", backend.Warning, "the lock role is a superuser",
 			"a leaked lock credential can then read or change every database",
 			"a role with only what locking needs: see docs/backends/sqllock.md, Least privilege")
 	} else {
-		add("role", backend.Sound, "the lock role is not a superuser", "", "")
+		fs.Add("role", backend.Sound, "the lock role is not a superuser", "", "")
 	}
-	return fs, nil
+	return fs.List, nil
 }
 
 // StoreTime implements backend.StoreClock: the server's clock_timestamp().

@@ -372,7 +372,7 @@ func (l *listener) connect() (*pgx.Conn, error) {
 	defer cancel()
 	pc := l.d.pool.Config()
 	cc := pc.ConnConfig // a copy, as pc is
-	cc.DialFunc = trackDial(l.socks, cc.DialFunc)
+	cc.DialFunc = l.socks.Dialer(cc.DialFunc)
 	if cc.BuildContextWatcherHandler != nil {
 		// Its waits are cancelled as a matter of course: no
 		// CancelRequest for them (cancelOnServer is for the pool's).

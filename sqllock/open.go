@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -76,10 +75,6 @@ var serverParams = []string{
 	"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout",
 }
 
-// defaultConnectTimeout bounds Open's connection attempt when the URL has no
-// connect_timeout and ctx no deadline.
-const defaultConnectTimeout = 10 * time.Second
-
 // Open connects to PostgreSQL with a URL of the form the package doc
 // gives, checks that the server answers, and creates the lock table unless
 // create_table=false. Options given here override the URL's (lock_table=
@@ -132,7 +127,7 @@ func openURL(ctx context.Context, u *url.URL, opts []Option) (*Driver, error) {
 		return nil, fmt.Errorf("sqllock: %w: %s", backend.ErrInvalidURL, backend.Scrub(parseError(err), u))
 	}
 	if !q.Has("connect_timeout") && cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+		cfg.ConnConfig.ConnectTimeout = backend.OpenTimeout
 	}
 	cancelOnServer(cfg)
 	return openConfig(ctx, cfg, "", append(urlOpts, opts...))
@@ -177,20 +172,19 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, where string, opts []O
 	// The pool's connections, and the listener's (a copy of its
 	// configuration), dial through socks.
 	socks := conntrack.New()
-	cfg.ConnConfig.DialFunc = trackDial(socks, cfg.ConnConfig.DialFunc)
+	cfg.ConnConfig.DialFunc = socks.Dialer(cfg.ConnConfig.DialFunc)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s%v", prefix(op), err)
 	}
 	d := newDriver(pool, true, dcfg)
 	// Close cuts the own pool's connections as it begins, so that calls in
-	// flight on a dead network return at once.
+	// flight on a dead network return at once: pgx ends connections
+	// politely, which there waits up to 15 seconds a connection (see
+	// docs/backends/sqllock.md, Cancelled statements and Close).
 	context.AfterFunc(d.gate.Context(), socks.Cut)
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)
-		defer cancel()
-	}
+	ctx, cancel := backend.OpenContext(ctx)
+	defer cancel()
 	if err := pool.Ping(ctx); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("%s%w", prefix(op), permission(onceEach(err)))

@@ -1,11 +1,6 @@
 package sqllock
 
-import (
-	"context"
-	"fmt"
-
-	"github.com/lockerhq/locker/backend"
-)
+import "context"
 
 // Resize implements backend.Resizer. The limit is a row of the shared
 // table (kind 5, token objects.RecordToken, expiring never), which every
@@ -13,9 +8,6 @@ import (
 // semaphore's lock as a grant does, and notifies as a release does.
 // Limit 0 deletes the row.
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("sqllock: resize: %w: %d, want 0 to %d", backend.ErrInvalidLimit, limit, backend.MaxLimit)
-	}
 	ctx, leave, err := d.begin(ctx, "resize", true)
 	if err != nil {
 		return err

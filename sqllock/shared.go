@@ -364,13 +364,13 @@ func (d *Driver) tryShared(ctx context.Context, l backend.Claim) (backend.Grant,
 	case version != nil:
 		return backend.Grant{Fence: uint64(*version), TTL: time.Duration(us) * time.Microsecond}, nil
 	case resized > 0 && max(l.Weight, 1) > int(resized):
-		return backend.Grant{}, fmt.Errorf("sqllock: %w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, max(l.Weight, 1), resized)
+		return backend.Grant{}, fmt.Errorf("sqllock: %w", backend.ResizedTo(max(l.Weight, 1), resized))
 	case resized == 0 && n > 0 && (lo != int64(l.Limit) || hi != int64(l.Limit)):
 		held := strconv.FormatInt(lo, 10)
 		if hi != lo {
 			held += " to " + strconv.FormatInt(hi, 10)
 		}
-		return backend.Grant{}, fmt.Errorf("sqllock: %w: held under %s, asked with %d", backend.ErrLimitMismatch, held, l.Limit)
+		return backend.Grant{}, fmt.Errorf("sqllock: %w", backend.HeldUnder(held, l.Limit))
 	}
 	return backend.Grant{}, fmt.Errorf("sqllock: %w", backend.ErrNotAcquired)
 }

@@ -27,10 +27,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		return nil, err
 	}
 	defer done()
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "zk." + check, Level: l, What: what, Why: why, Fix: fix})
-	}
+	fs := backend.Findings{Check: "zk."}
 	servers := d.servers()
 
 	// Each server's mode: one that serves no requests is out of the quorum.
@@ -47,25 +44,25 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		var op *net.OpError
 		switch {
 		case errors.As(err, &op) && op.Op == "dial":
-			add("mode", backend.Warning, s+": unreachable: "+err.Error(),
+			fs.Add("mode", backend.Warning, s+": unreachable: "+err.Error(),
 				"a server down or cut off: the ensemble tolerates one failure fewer, and a standalone server none",
 				"start it, or take it out of the URL if it left the ensemble")
 		case err != nil:
-			add("mode", backend.Warning, s+": cannot run the four-letter word srvr: "+err.Error(),
+			fs.Add("mode", backend.Warning, s+": cannot run the four-letter word srvr: "+err.Error(),
 				"whether the server is in a quorum cannot be checked (a TLS-only port does not answer four-letter words in the clear)",
 				"allow srvr in 4lw.commands.whitelist (it is by default) and reach the client port, or check `Mode:` by hand")
 		case strings.Contains(out, "not in the whitelist"):
-			add("mode", backend.Warning, s+": srvr is not in 4lw.commands.whitelist",
+			fs.Add("mode", backend.Warning, s+": srvr is not in 4lw.commands.whitelist",
 				"whether the server is in a quorum cannot be checked", "add srvr to 4lw.commands.whitelist in zoo.cfg")
 		case !ok:
 			line, _, _ := strings.Cut(out, "\n")
-			add("mode", backend.Warning, s+": not serving requests ("+strings.TrimSpace(line)+")",
+			fs.Add("mode", backend.Warning, s+": not serving requests ("+strings.TrimSpace(line)+")",
 				"a server out of the quorum refuses every request: the ensemble tolerates one failure fewer, and sessions on it move or expire",
 				"bring it back into the quorum (its log says why it is out)")
 		case mode == "leader" || mode == "follower" || mode == "observer" || mode == "standalone":
-			add("mode", backend.Sound, s+": "+mode, "", "")
+			fs.Add("mode", backend.Sound, s+": "+mode, "", "")
 		default:
-			add("mode", backend.Warning, s+": mode "+mode,
+			fs.Add("mode", backend.Warning, s+": mode "+mode,
 				"a server in this mode may refuse writes, and so every lock", "bring it back into the quorum as a leader or follower")
 		}
 	}
@@ -83,13 +80,13 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	}
 	switch {
 	case ttl <= 0 || d.ttl == ttl:
-		add("session-timeout", backend.Sound, fmt.Sprintf("session timeout %v: every lock of this client lives as long as its session", d.ttl), "", "")
+		fs.Add("session-timeout", backend.Sound, fmt.Sprintf("session timeout %v: every lock of this client lives as long as its session", d.ttl), "", "")
 	default:
 		why := "a lock lives as long as the session, not the TTL asked: a crashed holder's locks go after the session timeout, sooner than the TTL"
 		if d.ttl > ttl {
 			why = "a lock lives as long as the session, not the TTL asked: a crashed holder keeps others out for the session timeout, longer than the TTL"
 		}
-		add("session-timeout", backend.Warning, fmt.Sprintf("session timeout %v, lock TTL %v", d.ttl, ttl), why,
+		fs.Add("session-timeout", backend.Warning, fmt.Sprintf("session timeout %v, lock TTL %v", d.ttl, ttl), why,
 			fmt.Sprintf("ask session_timeout=%v in the URL, within %s (zoo.cfg), or a TTL of %v", ttl, bounds, d.ttl))
 	}
 
@@ -110,25 +107,25 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	}
 	switch {
 	case err != nil:
-		add("ensemble", backend.Warning, "cannot read /zookeeper/config: "+err.Error(),
+		fs.Add("ensemble", backend.Warning, "cannot read /zookeeper/config: "+err.Error(),
 			"whether the ensemble tolerates a server's failure cannot be checked", "give the credential READ on /zookeeper/config (world:anyone:r by default)")
 	case voters <= 1:
-		add("ensemble", backend.Warning, "a standalone server (/zookeeper/config lists no other voting member)",
+		fs.Add("ensemble", backend.Warning, "a standalone server (/zookeeper/config lists no other voting member)",
 			"no fault tolerance: while it is down nothing can be locked, and a holder whose session it cannot renew loses its lock",
 			"an ensemble of 3 or 5 servers, all of them in the URL")
 	case voters == 2:
-		add("ensemble", backend.Warning, "an ensemble of 2 voting members",
+		fs.Add("ensemble", backend.Warning, "an ensemble of 2 voting members",
 			"a majority of 2 is 2: when either server fails, nothing can be locked, and holders lose their locks after the session timeout",
 			"3 or 5 voting members")
 	case d.own && len(servers) == 1:
 		// With New, the caller's connection may know more servers.
-		add("ensemble", backend.Warning, fmt.Sprintf("%s: the only server in the URL, of an ensemble of %d", servers[0], voters),
+		fs.Add("ensemble", backend.Warning, fmt.Sprintf("%s: the only server in the URL, of an ensemble of %d", servers[0], voters),
 			"when it fails, the client cannot move its session to another server, and its locks are lost after the session timeout",
 			"list every server of the ensemble in the URL (zk://zk1:2181,zk2:2181,zk3:2181/...)")
 	case d.own:
-		add("ensemble", backend.Sound, fmt.Sprintf("an ensemble of %d voting members, %d servers in the URL", voters, len(servers)), "", "")
+		fs.Add("ensemble", backend.Sound, fmt.Sprintf("an ensemble of %d voting members, %d servers in the URL", voters, len(servers)), "", "")
 	default:
-		add("ensemble", backend.Sound, fmt.Sprintf("an ensemble of %d voting members", voters), "", "")
+		fs.Add("ensemble", backend.Sound, fmt.Sprintf("an ensemble of %d voting members", voters), "", "")
 	}
 
 	// The root's ACL, which every node under it gets, and against which
@@ -139,10 +136,10 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	})
 	switch {
 	case errors.Is(err, zk.ErrNoAuth):
-		add("acl", backend.Warning, d.root+": cannot read its ACL",
+		fs.Add("acl", backend.Warning, d.root+": cannot read its ACL",
 			"whether others may delete a holder's node cannot be checked", "give the credential READ on "+d.root)
 	case errors.Is(err, zk.ErrNoNode):
-		add("acl", backend.Sound, d.root+": deleted since Open; the next acquisition makes it again with "+formatACL(d.acl), "", "")
+		fs.Add("acl", backend.Sound, d.root+": deleted since Open; the next acquisition makes it again with "+formatACL(d.acl), "", "")
 	case err != nil:
 		return nil, fmt.Errorf("zklock: diagnose: read the ACL of %s: %w", d.root, err)
 	default:
@@ -154,15 +151,15 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		}
 		switch {
 		case world&(zk.PermDelete|zk.PermWrite|zk.PermAdmin) != 0:
-			add("acl", backend.Unsafe, d.root+": ACL "+formatACL(acl)+": anyone who can reach the server may write or delete the lock nodes",
+			fs.Add("acl", backend.Unsafe, d.root+": ACL "+formatACL(acl)+": anyone who can reach the server may write or delete the lock nodes",
 				"anyone can delete or overwrite a holder's node and so let a second holder in (the first is told, a round trip later)",
 				"a credential: zk://user:password@... (the driver then gives its nodes DigestACL), and a root with that ACL (see docs/backends/zklock.md, ACLs)")
 		case world&zk.PermCreate != 0:
-			add("acl", backend.Warning, d.root+": ACL "+formatACL(acl)+": anyone may create under the root",
+			fs.Add("acl", backend.Warning, d.root+": ACL "+formatACL(acl)+": anyone may create under the root",
 				"anyone can make a name's node with an ACL the driver refuses, and so deny that name to every client",
 				"drop CREATE for world:anyone (zkCli: setAcl "+d.root+" ...)")
 		default:
-			add("acl", backend.Sound, d.root+": ACL "+formatACL(acl), "", "")
+			fs.Add("acl", backend.Sound, d.root+": ACL "+formatACL(acl), "", "")
 		}
 	}
 
@@ -179,16 +176,16 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		switch {
 		case d.digest != "":
 			user, _, _ := strings.Cut(d.digest, ":")
-			add("auth", backend.Sound, "authenticates as the digest user "+user, "", "")
+			fs.Add("auth", backend.Sound, "authenticates as the digest user "+user, "", "")
 		case remote != "":
-			add("auth", backend.Warning, remote+": no credential, to a server on another host",
+			fs.Add("auth", backend.Warning, remote+": no credential, to a server on another host",
 				"every client that reaches the server has the same rights on the locks as this one",
 				"a user and password in the URL (zk://user:password@...), and TLS")
 		default:
-			add("auth", backend.Sound, "no credential, to servers on this host only", "", "")
+			fs.Add("auth", backend.Sound, "no credential, to servers on this host only", "", "")
 		}
 	}
-	return fs, nil
+	return fs.List, nil
 }
 
 // StoreTime implements backend.StoreClock: the leader's stamp on a

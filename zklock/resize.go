@@ -62,9 +62,6 @@ func (d *Driver) readResized(parent string, names []string) (*resized, error) {
 // it, or, while its holders are not those the claims' own limits make,
 // keeps their last, with no limit (see forgetInert).
 func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) {
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("zklock: resize: %w: %d", backend.ErrInvalidLimit, limit)
-	}
 	parent := d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit})
 	return d.operate(ctx, "resize", func(ctx context.Context) error {
 		return d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) })

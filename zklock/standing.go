@@ -1,7 +1,6 @@
 package zklock
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/lockerhq/locker/backend"
@@ -21,7 +20,7 @@ func permitStanding(ahead []snode, seq int64, r *resized, limit, weight int) sta
 	case r.limit == 0:
 		// Removed: the claims' limits rule.
 	case weight > r.limit:
-		return standing{mismatch: fmt.Errorf("%w: %d permits asked of a semaphore resized to %d", backend.ErrLimitMismatch, weight, r.limit)}
+		return standing{mismatch: backend.ResizedTo(weight, r.limit)}
 	default:
 		return standing{held: permits(ahead)+weight <= r.limit}
 	}
@@ -35,7 +34,7 @@ func permitStanding(ahead []snode, seq int64, r *resized, limit, weight int) sta
 		}
 	}
 	if held, _ := permitOf(first.tag); held != limit {
-		return standing{mismatch: fmt.Errorf("%w: held under %d, asked with %d", backend.ErrLimitMismatch, held, limit)}
+		return standing{mismatch: backend.HeldUnder(held, limit)}
 	}
 	return standing{held: permits(ahead)+weight <= limit}
 }

@@ -7,6 +7,7 @@
 package conntrack
 
 import (
+	"context"
 	"errors"
 	"net"
 	"sync"
@@ -30,6 +31,21 @@ type Tracker struct {
 
 // New returns an empty Tracker.
 func New() *Tracker { return &Tracker{conns: map[*Conn]struct{}{}} }
+
+// Dialer returns a dial function that dials with dial (a net.Dialer's if
+// nil) and tracks each connection in t.
+func (t *Tracker) Dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return t.Add(c)
+	}
+}
 
 // Add tracks c, which was just dialed, and returns the connection to give
 // the client: a *Conn, or one that also exposes c's syscall.Conn (go-redis

@@ -25,12 +25,7 @@ func init() {
 	}))
 }
 
-const (
-	defaultPort = "3306"
-	// defaultConnectTimeout bounds a connection attempt when the URL sets
-	// no connect_timeout, and Open's check when ctx has no deadline.
-	defaultConnectTimeout = 10 * time.Second
-)
+const defaultPort = "3306"
 
 // Open connects to MySQL or MariaDB with a URL of the form the package doc
 // gives, checks that the server answers, and creates the lock table
@@ -78,7 +73,7 @@ func config(u *url.URL) (*gomysql.Config, []sqldb.Option, error) {
 	}
 	cfg := gomysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", hosts[0], db
-	cfg.Timeout = p.Duration("connect_timeout", defaultConnectTimeout)
+	cfg.Timeout = p.Duration("connect_timeout", backend.OpenTimeout)
 	cfg.ReadTimeout = p.Duration("read_timeout", 0)
 	cfg.WriteTimeout = p.Duration("write_timeout", 0)
 	tc, err := p.TLS(false)
@@ -147,11 +142,8 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 		why, _ := strings.CutPrefix(err.Error(), "mysql: "+backend.ErrInvalidOption.Error()+": ")
 		return nil, fmt.Errorf("mysql: %w: %s", backend.ErrInvalidURL, why) // lock_table=
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultConnectTimeout)
-		defer cancel()
-	}
+	ctx, cancel := backend.OpenContext(ctx)
+	defer cancel()
 	// MySQL's messages name users and tables, never a password.
 	return sqldb.Open(ctx, db, sqldb.MySQL, append(urlOpts, opts...)...)
 }

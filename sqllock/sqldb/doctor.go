@@ -39,25 +39,22 @@ func (d *Driver) Diagnose(ctx context.Context, _ time.Duration) ([]backend.Findi
 const forgets = "a crash can forget lock rows committed just before it, whose holders still run: the next grant lets a second holder in"
 
 func diagnoseMySQL(ctx context.Context, db *sql.DB) ([]backend.Finding, error) {
-	var fs []backend.Finding
-	add := func(check string, l backend.Level, what, why, fix string) {
-		fs = append(fs, backend.Finding{Check: "mysql." + check, Level: l, What: what, Why: why, Fix: fix})
-	}
+	fs := backend.Findings{Check: "mysql."}
 	var flush, readOnly int
 	if err := db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit, @@read_only").Scan(&flush, &readOnly); err != nil {
 		return nil, err
 	}
 	if flush != 1 {
-		add("durability", backend.Unsafe, fmt.Sprintf("innodb_flush_log_at_trx_commit %d", flush), forgets,
+		fs.Add("durability", backend.Unsafe, fmt.Sprintf("innodb_flush_log_at_trx_commit %d", flush), forgets,
 			"innodb_flush_log_at_trx_commit = 1 (SET GLOBAL, and in my.cnf)")
 	} else {
-		add("durability", backend.Sound, "innodb_flush_log_at_trx_commit 1", "", "")
+		fs.Add("durability", backend.Sound, "innodb_flush_log_at_trx_commit 1", "", "")
 	}
 	if readOnly != 0 {
-		add("replication", backend.Unsafe, "read_only is on (a replica?)", "no lock can be taken on a read-only server",
+		fs.Add("replication", backend.Unsafe, "read_only is on (a replica?)", "no lock can be taken on a read-only server",
 			"point the URL at the primary")
 	} else if rows, err := db.QueryContext(ctx, "SHOW SLAVE HOSTS"); err != nil {
-		add("replication", backend.Warning, "cannot list the replicas: "+err.Error(),
+		fs.Add("replication", backend.Warning, "cannot list the replicas: "+err.Error(),
 			"a failover to a replica that missed the last grants hands those locks out again", "grant the privilege the error names to the doctor's user, or check the replicas by hand")
 	} else {
 		n := 0
@@ -66,11 +63,11 @@ func diagnoseMySQL(ctx context.Context, db *sql.DB) ([]backend.Finding, error) {
 		}
 		rows.Close()
 		if n > 0 {
-			add("replication", backend.Warning, fmt.Sprintf("%d replicas", n),
+			fs.Add("replication", backend.Warning, fmt.Sprintf("%d replicas", n),
 				"replication is asynchronous unless semi-synchronous: a failover to a replica that missed the last grants hands those locks out again while their holders run",
 				"semi-synchronous replication (rpl_semi_sync_master_enabled, wait point AFTER_SYNC), or accept the loss at failover")
 		} else {
-			add("replication", backend.Sound, "no replicas", "", "")
+			fs.Add("replication", backend.Sound, "no replicas", "", "")
 		}
 	}
 	rows, err := db.QueryContext(ctx, "SHOW GRANTS")
@@ -89,13 +86,13 @@ func diagnoseMySQL(ctx context.Context, db *sql.DB) ([]backend.Finding, error) {
 		}
 	}
 	if wide != "" {
-		add("grants", backend.Warning, "the credential has "+strings.SplitN(wide, " TO ", 2)[0],
+		fs.Add("grants", backend.Warning, "the credential has "+strings.SplitN(wide, " TO ", 2)[0],
 			"a leaked lock credential can then read or change every database",
 			"a user with only what locking needs on its tables: see docs/backends/sqllock.md")
 	} else {
-		add("grants", backend.Sound, "the credential's privileges stop at its databases", "", "")
+		fs.Add("grants", backend.Sound, "the credential's privileges stop at its databases", "", "")
 	}
-	return fs, rows.Err()
+	return fs.List, rows.Err()
 }
 
 func diagnoseSQLite(ctx context.Context, db *sql.DB) ([]backend.Finding, error) {

@@ -2,7 +2,6 @@ package sqldb
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/sqllock/internal/objects"
@@ -22,9 +21,6 @@ const never = int64(1) << 62
 func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	if err := d.modeOK(backend.Permit); err != nil {
 		return err
-	}
-	if limit < 0 || limit > backend.MaxLimit {
-		return fmt.Errorf("%s%w: %d, want 0 to %d", d.prefix("resize"), backend.ErrInvalidLimit, limit, backend.MaxLimit)
 	}
 	ctx, leave, err := d.begin(ctx, "resize")
 	if err != nil {
