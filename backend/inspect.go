@@ -44,8 +44,9 @@ type State struct {
 	// [KnowsLimit].
 	Limit int
 	// Holders are the unexpired grants of a semaphore or a read-write
-	// lock, in any order (the locker package sorts them); each holder's Owner and TTL mean
-	// something only with KnowsOwner and KnowsTTL. [KnowsHolders].
+	// lock, in any order (the locker package sorts them); each holder's
+	// Owner and TTL mean something only with KnowsOwner and KnowsTTL.
+	// [KnowsHolders].
 	Holders []Holder
 	// Known says which fields the store reported.
 	Known Fields
@@ -116,8 +117,7 @@ type Inspector interface {
 type Lister interface {
 	// List returns the state of every held object of mode m whose key
 	// starts with prefix, in any order (the locker package sorts them by
-	// key). It reads the store in pages, but
-	// returns all it found.
+	// key). It reads the store in pages, but returns all it found.
 	List(ctx context.Context, prefix string, m Mode) ([]State, error)
 }
 
