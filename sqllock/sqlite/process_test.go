@@ -354,13 +354,22 @@ func openAsOther(t *testing.T, url string) string {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A link, not a copy: a file this process wrote may still be open for
+	// writing in a child another test is forking, and exec fails with
+	// ETXTBSY while it is (Go issue 22315).
 	bin := filepath.Join(tmp, "bin")
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
+	if err := os.Link(os.Args[0], bin); err != nil {
+		// Another file system: a copy, then.
+		self, err := os.ReadFile(os.Args[0])
+		if err == nil {
+			err = os.WriteFile(bin, self, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
+	if st, err := os.Stat(bin); err != nil || st.Mode().Perm()&0o005 != 0o005 {
+		t.Fatalf("the test binary's mode does not let others run it: %v %v", st.Mode(), err)
 	}
 	cmd := exec.Command(bin, "-test.run=^TestChild$", "-test.count=1")
 	cmd.Env = []string{childEnv + "=open", "SQLITE_TEST_URL=" + url, "HOME=/", "TMPDIR=/tmp"}
