@@ -38,13 +38,12 @@ type qnode struct {
 // Inspect implements backend.Inspector: a listing of the queue of key's
 // object m and a read of each node.
 func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (st backend.State, err error) {
-	if m, err = object(m); err != nil {
-		return backend.State{}, err
+	if m, err = object(m); err == nil {
+		err = d.operate(ctx, "inspect", func(ctx context.Context) (err error) {
+			st, err = d.objectState(ctx, key, m)
+			return err
+		})
 	}
-	err = d.operate(ctx, "inspect", func(ctx context.Context) (err error) {
-		st, err = d.objectState(ctx, key, m)
-		return err
-	})
 	if err != nil {
 		return backend.State{}, err
 	}
@@ -127,7 +126,6 @@ func (d *Driver) queueState(ctx context.Context, key string) (backend.State, err
 			lost, nodes = &nodes[0], nodes[1:]
 		}
 		st.Held, st.Owner, st.Fence = true, lost.owner, uint64(lost.czxid)
-		st.Queue = nil
 		for _, n := range nodes {
 			if !n.gone {
 				st.Queue = append(st.Queue, n.owner)
@@ -182,15 +180,9 @@ func (d *Driver) catchUp(ctx context.Context) error {
 	})
 }
 
-// queue lists the nodes of parent's queue, first (the holder) first; none
+// listing lists the nodes of parent's queue, first (the holder) first,
+// and the delay markers beside them (only a lock's queue has any); none
 // when the name's node does not exist.
-func (d *Driver) queue(ctx context.Context, parent string) ([]qnode, error) {
-	nodes, _, err := d.listing(ctx, parent)
-	return nodes, err
-}
-
-// listing is queue, and the names of the delay markers beside the nodes
-// (only a lock's queue has any).
 func (d *Driver) listing(ctx context.Context, parent string) (nodes []qnode, markers []string, err error) {
 	names, err := d.children(ctx, parent)
 	if errors.Is(err, zk.ErrNoNode) {

@@ -56,7 +56,7 @@ func TestInspectQueueAndBreak(t *testing.T) {
 			}
 		})
 		for deadline := time.Now().Add(5 * time.Second); ; { // one at a time: a known order
-			nodes, err := ops.queue(ctx, ops.parentPath(key))
+			nodes, _, err := ops.listing(ctx, ops.parentPath(key))
 			if err == nil && len(nodes) == i+2 {
 				break
 			}
@@ -73,7 +73,7 @@ func TestInspectQueueAndBreak(t *testing.T) {
 	if !st.Held || st.Owner != "holder" || st.Fence != g.Fence || st.Waiters != 2 || strings.Join(st.Queue, ",") != "w1,w2" || st.Known != known {
 		t.Fatalf("Inspect = %+v, want the holder (fence %d) and the queue w1,w2", st, g.Fence)
 	}
-	nodes, err := ops.queue(ctx, ops.parentPath(key))
+	nodes, _, err := ops.listing(ctx, ops.parentPath(key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -216,8 +216,15 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 
 // stand lists t's queue: whether its node holds, else what is in its way.
 func (t *ticket) stand(ctx context.Context) (bool, error) {
+	d, e := t.d, t.e
 	if t.l.Mode != backend.Exclusive {
-		st, ch, err := t.d.judge(ctx, t.e, t.l, t.waits && t.l.Mode == backend.Permit)
+		// A semaphore's waiter watches the queue's children: any node
+		// ahead that goes may free its permit.
+		lk, err := d.sharedListing(ctx, e.parent, t.l.Mode, e, t.waits && t.l.Mode == backend.Permit)
+		if err != nil {
+			return false, err
+		}
+		st, err := standingIn(lk.names, lk.r, e, t.l) // no names: errGone
 		switch {
 		case err != nil:
 			return false, err
@@ -225,20 +232,25 @@ func (t *ticket) stand(ctx context.Context) (bool, error) {
 			return false, st.mismatch
 		}
 		if t.l.Mode == backend.Permit {
-			t.watch = ch
+			t.watch = lk.ch
 		} else if st.block != t.pred {
 			t.pred, t.watch = st.block, nil
 		}
 		return st.held, nil
 	}
-	p, p2, n, dead, marked, err := t.d.predecessor(ctx, t.e)
+	nodes, markers, err := d.listing(ctx, e.parent)
 	if err != nil {
 		return false, err
 	}
-	t.marked, t.delayed = marked, ""
-	if p == "" {
-		for _, m := range dead {
-			left, err := t.d.judgeMarker(ctx, t.e.parent, m, t.e.fence)
+	i := slices.IndexFunc(nodes, func(n qnode) bool { return n.name == e.name })
+	if i < 0 {
+		return false, errGone
+	}
+	// Whether it saw another claim's delay marker than e's own.
+	t.marked, t.delayed = len(markers) > 0 && (!e.marked || len(markers) > 1), ""
+	if i == 0 {
+		for _, m := range deadMarkers(nodes, markers) {
+			left, err := d.judgeMarker(ctx, e.parent, m, e.fence)
 			if err != nil {
 				return false, err
 			}
@@ -248,14 +260,22 @@ func (t *ticket) stand(ctx context.Context) (bool, error) {
 			}
 		}
 	}
+	// Watched: the node just ahead, and the one ahead of that.
+	var p, p2 string
+	if i > 0 {
+		p = nodes[i-1].name
+	}
+	if i > 1 {
+		p2 = nodes[i-2].name
+	}
 	if p != t.pred {
 		t.pred, t.watch = p, nil
 	}
 	if p2 != t.pred2 {
 		t.pred2, t.watch2 = p2, nil
 	}
-	t.ahead = n
-	return p == "", nil
+	t.ahead = i
+	return i == 0, nil
 }
 
 // failed is the error of an Enqueue or Wait that failed with err (t nil:
@@ -341,28 +361,6 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 	d.mu.Unlock()
 	sid := e.session
 	return backend.Grant{Fence: e.fence, TTL: max(l.TTL, d.ttl), SessionTTL: d.ttl, Contact: func() time.Time { return d.contactOf(sid) }}, nil
-}
-
-// predecessor lists the queue: the node just ahead of e ("" when first),
-// the one ahead of that, how many are ahead, the lost locks' delay
-// markers, and whether it saw another claim's marker.
-func (d *Driver) predecessor(ctx context.Context, e *entry) (pred, pred2 string, ahead int, dead []string, marked bool, err error) {
-	nodes, markers, err := d.listing(ctx, e.parent)
-	if err != nil {
-		return "", "", 0, nil, false, err
-	}
-	i := slices.IndexFunc(nodes, func(n qnode) bool { return n.name == e.name })
-	if i < 0 {
-		return "", "", 0, nil, false, errGone
-	}
-	marked = len(markers) > 0 && (!e.marked || len(markers) > 1)
-	if i > 0 {
-		pred = nodes[i-1].name
-	}
-	if i > 1 {
-		pred2 = nodes[i-2].name
-	}
-	return pred, pred2, i, deadMarkers(nodes, markers), marked, nil
 }
 
 // waitDelay waits until the marker in t's way is due, by the server's

@@ -55,7 +55,7 @@ func TestAcquireAll(t *testing.T) {
 		return m
 	}
 	nodes := func(key string) int {
-		ns, err := d.queue(ctx, d.parentPath(key))
+		ns, _, err := d.listing(ctx, d.parentPath(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestReleaseAllOneGone(t *testing.T) {
 		if gone := i == 1; gone != errors.Is(err, backend.ErrNotHeld) || !gone && err != nil {
 			t.Errorf("ReleaseAll %s: %v (node deleted: %v)", cs[i].Key, err, gone)
 		}
-		if ns, err := d.queue(ctx, d.parentPath(cs[i].Key)); err != nil || len(ns) != 0 {
+		if ns, _, err := d.listing(ctx, d.parentPath(cs[i].Key)); err != nil || len(ns) != 0 {
 			t.Errorf("%s: %d nodes left: %v", cs[i].Key, len(ns), err)
 		}
 	}
@@ -223,7 +223,7 @@ func TestAcquireAllCancelled(t *testing.T) {
 			}
 			cut++
 			for _, k := range keys {
-				if ns, qerr := d.queue(ctx, d.parentPath(k)); qerr != nil || len(ns) != 0 {
+				if ns, _, qerr := d.listing(ctx, d.parentPath(k)); qerr != nil || len(ns) != 0 {
 					t.Fatalf("aside %v, round %d: TryAcquireAll returned %v, and left %d nodes under %s (%v)", aside, i, err, len(ns), k, qerr)
 				}
 			}

@@ -77,18 +77,6 @@ type standing struct {
 	block    string // a read-write lock's waiter: the node whose deletion may let it in
 }
 
-// judge lists e's queue and says where e stands in it (errGone when not
-// in it). With watch, the listing watches the queue's children, for a
-// semaphore's waiter: any node ahead that goes may free its permit.
-func (d *Driver) judge(ctx context.Context, e *entry, l backend.Claim, watch bool) (standing, <-chan zk.Event, error) {
-	lk, err := d.sharedListing(ctx, e.parent, l.Mode, e, watch)
-	if err != nil {
-		return standing{}, nil, err
-	}
-	st, err := standingIn(lk.names, lk.r, e, l) // no names: errGone
-	return st, lk.ch, err
-}
-
 // standingIn is where e stands among its queue's names, with its
 // semaphore's resize record r (errGone when not among them).
 func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing, error) {
