@@ -10,12 +10,6 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-func (d *Driver) deleteQuiet(path string) {
-	if err := d.conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		d.log.Debug("zklock: delete failed", "path", path, "err", err)
-	}
-}
-
 // abandon deletes queue nodes for a call about to return: it waits for
 // the answer, but once ctx is done only quickWait, so that a caller who
 // gave up is not held by a dead connection (see abandonAsync).

@@ -293,7 +293,9 @@ func (d *Driver) find(parent, head, hash string) (*entry, error) {
 		return nil, nil
 	}
 	for _, n := range mine[1:] {
-		d.deleteQuiet(parent + "/" + n.name)
+		if err := d.conn.Delete(parent+"/"+n.name, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			d.log.Debug("zklock: delete failed", "path", parent+"/"+n.name, "err", err)
+		}
 	}
 	best := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
 	ok, st, err := d.conn.Exists(best.path())

@@ -22,10 +22,7 @@ const maxSessionRequest = math.MaxInt32 * time.Millisecond
 // connect timeout, for a session. Close closes the connection, which ends
 // the session and frees its locks at once.
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error) {
-	cfg := defaults()
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := defaults(opts)
 	if err := checkRoot(cfg.root); err != nil {
 		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidOption, err)
 	}
@@ -48,9 +45,10 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Driver, error
 		d.digest = zk.DigestACL(0, cfg.user, cfg.password)[0].ID
 	}
 	hs := newHandshake()
-	d.dialed = newDialed()
+	dctx, cancel := context.WithCancel(context.Background())
+	d.dialed = &dialed{ctx: dctx, cancel: cancel, conns: conntrack.New()}
 	d.hosts = &hostList{}
-	tr := newTrace(cfg.tls, d.dialed.dialer(cfg.dialer))
+	tr := &trace{tls: cfg.tls, dial: d.dialed.dialer(cfg.dialer), last: map[string]error{}}
 	// The server clamps it into its bounds; the protocol has int32 ms.
 	cfg.sessionTimeout = min(cfg.sessionTimeout, maxSessionRequest)
 	conn, events, err := zk.Connect(servers, cfg.sessionTimeout,
@@ -215,11 +213,6 @@ type dialed struct {
 	ctx    context.Context // ends dials in progress
 	cancel context.CancelFunc
 	conns  *conntrack.Tracker
-}
-
-func newDialed() *dialed {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &dialed{ctx: ctx, cancel: cancel, conns: conntrack.New()}
 }
 
 // dialer wraps dial, or a dialer that Close can interrupt when dial is nil.

@@ -88,11 +88,7 @@ func New(conn *zk.Conn, opts ...Option) (*Driver, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zklock: New: %w: nil *zk.Conn", backend.ErrInvalidOption)
 	}
-	cfg := defaults()
-	cfg.sessionTimeout = 0
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := defaults(append([]Option{WithSessionTimeout(0)}, opts...))
 	if err := checkRoot(cfg.root); err != nil {
 		return nil, fmt.Errorf("zklock: %w: %v", backend.ErrInvalidOption, err)
 	}
@@ -236,15 +232,13 @@ func (d *Driver) Close() error {
 		wg.Go(func() { _ = d.deleteWith(p[0], p[1], -1) })
 	}
 	waitTimeout(&wg, closeLimit/2)
+	limit := closeLimit - 100*time.Millisecond
 	if d.own {
 		d.closeConn(start, true)
-		if !waitTimeout(&d.wg, closeLimit-time.Since(start)) {
-			d.log.Debug("zklock: close: a call of the driver is still running")
-		}
-		return nil
+		limit = closeLimit
 	}
-	if !waitTimeout(&d.wg, closeLimit-100*time.Millisecond-time.Since(start)) {
-		d.log.Debug("zklock: close: a call on the connection is still running")
+	if !waitTimeout(&d.wg, limit-time.Since(start)) {
+		d.log.Debug("zklock: close: a call of the driver is still running")
 	}
 	return nil
 }

@@ -40,11 +40,7 @@ func open(ctx context.Context, u *url.URL, extra []Option) (*Driver, error) {
 	}
 	log := backend.Logger(ctx)
 	opts = append(append([]Option{WithLogger(log)}, opts...), extra...)
-	var probe config
-	for _, o := range opts {
-		o(&probe)
-	}
-	backend.WarnTransport(log, u, probe.tls)
+	backend.WarnTransport(log, u, defaults(opts).tls)
 	return Dial(ctx, servers, opts...)
 }
 

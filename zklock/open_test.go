@@ -38,10 +38,7 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: %v", tc.url, err)
 			continue
 		}
-		cfg := defaults()
-		for _, o := range opts {
-			o(&cfg)
-		}
+		cfg := defaults(opts)
 		if strings.Join(servers, " ") != strings.Join(tc.servers, " ") || cfg.root != tc.root || cfg.sessionTimeout != tc.st || cfg.hasAuth != tc.auth {
 			t.Errorf("%s: servers %v root %q timeout %v auth %v", tc.url, servers, cfg.root, cfg.sessionTimeout, cfg.hasAuth)
 		}

@@ -83,11 +83,16 @@ func DigestACL(user, password string) []zk.ACL {
 	return append(zk.DigestACL(zk.PermAll, user, password), zk.WorldACL(zk.PermRead)...)
 }
 
-func defaults() config {
-	return config{
+// defaults is the configuration opts make of the defaults.
+func defaults(opts []Option) config {
+	cfg := config{
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
 		connectTimeout: DefaultConnectTimeout,
 		logger:         slog.New(slog.DiscardHandler),
 	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
 }

@@ -29,10 +29,6 @@ type trace struct {
 	latest error
 }
 
-func newTrace(c *tls.Config, dial zk.Dialer) *trace {
-	return &trace{tls: c, dial: dial, last: map[string]error{}}
-}
-
 func (t *trace) note(addr string, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
