@@ -291,7 +291,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) (err error) {
 		return err
 	}
 	defer done()
-	path, marker, session, err := d.heldNode(ctx, l, d.unhold(l.Token), true)
+	path, marker, session, err := d.heldNode(ctx, l, d.unhold(l.Token, ""), true)
 	if err != nil {
 		return err
 	}
@@ -334,15 +334,17 @@ func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session in
 	}
 }
 
-// unhold forgets token's lock, if any: no watch, no loss to report.
-func (d *Driver) unhold(token string) *held {
+// unhold forgets token's lock, if any (of node path, unless ""): no
+// watch, no loss to report.
+func (d *Driver) unhold(token, path string) *held {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h := d.holds[token]
-	delete(d.holds, token)
-	if h != nil {
-		d.unwatch(h)
+	if h == nil || path != "" && h.path != path {
+		return nil
 	}
+	delete(d.holds, token)
+	d.unwatch(h)
 	return h
 }
 

@@ -295,12 +295,7 @@ func (t *ticket) failed(ctx context.Context, d *Driver, op string, err error) er
 // connection, the delete goes on in the background while the session may.
 func (t *ticket) Leave(ctx context.Context) error {
 	d := t.d
-	d.mu.Lock()
-	if h := d.holds[t.l.Token]; h != nil && h.path == t.e.path() {
-		delete(d.holds, t.l.Token)
-		d.unwatch(h)
-	}
-	d.mu.Unlock()
+	d.unhold(t.l.Token, t.e.path())
 	timer := time.NewTimer(d.quickWait())
 	defer timer.Stop()
 	select {

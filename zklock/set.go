@@ -81,7 +81,7 @@ func (d *Driver) holdSet(ctx context.Context, claims []backend.Claim, es []*entr
 		g, err := d.grant(ctx, e, claims[i])
 		if err != nil {
 			for _, l := range claims[:i] {
-				d.unhold(l.Token)
+				d.unhold(l.Token, "")
 			}
 			if errors.Is(err, errGone) {
 				err = d.goneErr(e)
@@ -114,7 +114,7 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	var ns []node
 	var ops []any
 	for i, l := range claims {
-		path, marker, session, err := d.heldNode(ctx, l, d.unhold(l.Token), true)
+		path, marker, session, err := d.heldNode(ctx, l, d.unhold(l.Token, ""), true)
 		if err != nil {
 			errs[i] = permitted(err)
 			continue

@@ -1,6 +1,8 @@
 package zklock
 
 import (
+	"cmp"
+	"slices"
 	"strings"
 
 	"github.com/lockerhq/locker/backend"
@@ -27,12 +29,7 @@ func permitStanding(ahead []snode, seq int64, r *resized, limit, weight int) sta
 	if len(ahead) == 0 {
 		return standing{held: true}
 	}
-	first := ahead[0]
-	for _, n := range ahead {
-		if n.seq < first.seq {
-			first = n
-		}
-	}
+	first := slices.MinFunc(ahead, func(a, b snode) int { return cmp.Compare(a.seq, b.seq) })
 	if held, _ := permitOf(first.tag); held != limit {
 		return standing{mismatch: backend.HeldUnder(held, limit)}
 	}
@@ -65,8 +62,7 @@ func permitOf(tag string) (limit, weight int) {
 // first (readers cannot starve writers). Else it watches block: the
 // nearest writer ahead of a reader, the node just ahead of a writer.
 func rwStanding(ahead []snode, mode backend.Mode) standing {
-	var block snode
-	block.seq = -1
+	block := snode{seq: -1}
 	for _, n := range ahead {
 		if (mode == backend.Write || n.tag == "w") && n.seq > block.seq {
 			block = n
