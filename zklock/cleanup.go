@@ -59,13 +59,19 @@ func (d *Driver) deleteAll(es []*entry) error {
 		if e.name == "" {
 			return errGone
 		}
-		ops = append(ops, &zk.DeleteRequest{Path: e.path(), Version: -1})
-		if m := e.marker(); m != "" {
-			ops = append(ops, &zk.DeleteRequest{Path: m, Version: -1})
-		}
+		ops = deleteOps(ops, e.path(), e.marker())
 	}
 	_, err := request(d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 	return err
+}
+
+// deleteOps appends to ops the deletes of node path and its marker, if any.
+func deleteOps(ops []any, path, marker string) []any {
+	ops = append(ops, &zk.DeleteRequest{Path: path, Version: -1})
+	if marker != "" {
+		ops = append(ops, &zk.DeleteRequest{Path: marker, Version: -1})
+	}
+	return ops
 }
 
 func (d *Driver) abandonOne(e *entry) {

@@ -105,11 +105,24 @@ func tokenNodes(names []string, head, hash string) []snode {
 }
 
 // lookup lists l.Key's queue for l.Token's node: its path, its marker's
-// ("" if none), and whether it is first.
+// ("" if none), and whether it is first (shared: holds).
 func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker string, first bool, err error) {
 	if l.Mode != backend.Exclusive {
-		path, first, err = d.lookupShared(ctx, l)
-		return path, "", first, err
+		if err := checkShared(l); err != nil {
+			return "", "", false, err
+		}
+		parent := d.sharedParent(l)
+		lk, err := d.sharedListing(ctx, parent, l.Mode, nil, false)
+		if err != nil {
+			return "", "", false, err
+		}
+		mine := tokenNodes(lk.names, sharedHead(l), tokenHash(l.Token))
+		if len(mine) == 0 {
+			return "", "", false, nil
+		}
+		e := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
+		st, _ := standingIn(lk.names, lk.r, e, l)
+		return e.path(), "", st.held && st.mismatch == nil, nil
 	}
 	parent := d.parentPath(l.Key)
 	nodes, markers, err := d.listing(ctx, parent)

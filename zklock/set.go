@@ -120,10 +120,7 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 			continue
 		}
 		ns = append(ns, node{i, path, marker, session})
-		ops = append(ops, &zk.DeleteRequest{Path: path, Version: -1})
-		if marker != "" {
-			ops = append(ops, &zk.DeleteRequest{Path: marker, Version: -1})
-		}
+		ops = deleteOps(ops, path, marker)
 	}
 	if len(ns) == 0 {
 		return errs

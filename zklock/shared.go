@@ -101,25 +101,6 @@ func standingIn(names []string, r *resized, e *entry, l backend.Claim) (standing
 	return rwStanding(ahead, l.Mode), nil
 }
 
-// lookupShared is lookup for a semaphore or a read-write lock.
-func (d *Driver) lookupShared(ctx context.Context, l backend.Claim) (string, bool, error) {
-	if err := checkShared(l); err != nil {
-		return "", false, err
-	}
-	parent := d.sharedParent(l)
-	lk, err := d.sharedListing(ctx, parent, l.Mode, nil, false)
-	if err != nil {
-		return "", false, err
-	}
-	mine := tokenNodes(lk.names, sharedHead(l), tokenHash(l.Token))
-	if len(mine) == 0 {
-		return "", false, nil
-	}
-	e := &entry{parent: parent, name: mine[0].name, seq: mine[0].seq}
-	st, _ := standingIn(lk.names, lk.r, e, l)
-	return e.path(), st.held && st.mismatch == nil, nil
-}
-
 // sharedList is a shared queue's children, resize record and watch.
 type sharedList struct {
 	names []string
