@@ -203,9 +203,6 @@ func (h *hostList) Connected() {
 	h.tried = 0
 }
 
-// errDialClosed: the driver is closing; its zk client must not reconnect.
-var errDialClosed = errors.New("zklock: driver closed")
-
 // dialed keeps the connections the driver's own zk client dialed, for
 // Close to cut: told to close, the zk client still waits for a dead
 // server's answer up to its read timeout (ten times that while connecting).
@@ -225,17 +222,13 @@ func (t *dialed) dialer(dial zk.Dialer) zk.Dialer {
 	}
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		if t.ctx.Err() != nil {
-			return nil, errDialClosed
+			return nil, conntrack.ErrCut // the zk client must not reconnect
 		}
 		c, err := dial(network, addr, timeout)
 		if err != nil {
 			return nil, err
 		}
-		tc, err := t.conns.Add(c)
-		if errors.Is(err, conntrack.ErrCut) {
-			return nil, errDialClosed
-		}
-		return tc, err
+		return t.conns.Add(c)
 	}
 }
 

@@ -51,14 +51,22 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (st ba
 }
 
 // operate runs f, an operator's call (Inspect, List, Break, Resize),
-// through the gate, after catchUp.
+// through the gate, once our server applied every write the leader had
+// committed: a lock another client took through another member must show.
 func (d *Driver) operate(ctx context.Context, op string, f func(ctx context.Context) error) error {
 	ctx, done, err := d.enter(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err = d.catchUp(ctx); err == nil {
+	err = d.retrying(ctx, func() error {
+		_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(d.root) })
+		if errors.Is(err, zk.ErrNoNode) {
+			err = nil // no lock was ever taken under the root
+		}
+		return err
+	})
+	if err == nil {
 		err = f(ctx)
 	}
 	switch {
@@ -166,18 +174,6 @@ func (d *Driver) retrying(ctx context.Context, f func() error) error {
 	return retry.Call(ctx, *newBackoff(), retry.Budget, func(err error) bool {
 		return errors.Is(err, errChanged) || transient(err)
 	}, func(context.Context) error { return f() })
-}
-
-// catchUp makes our server apply every write the leader had committed: a
-// lock another client took through another member must show.
-func (d *Driver) catchUp(ctx context.Context) error {
-	return d.retrying(ctx, func() error {
-		_, err := call(ctx, d, func() (string, error) { return d.conn.Sync(d.root) })
-		if errors.Is(err, zk.ErrNoNode) {
-			err = nil // no lock was ever taken under the root
-		}
-		return err
-	})
 }
 
 // listing lists the nodes of parent's queue, first (the holder) first,

@@ -15,6 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/conntrack"
 )
 
 // trace keeps what became of the latest connection to each server, so that
@@ -41,7 +42,7 @@ func (t *trace) note(addr string, err error) {
 func (t *trace) dialer(network, addr string, timeout time.Duration) (net.Conn, error) {
 	raw, err := t.dial(network, addr, timeout)
 	if err != nil {
-		if !errors.Is(err, errDialClosed) {
+		if !errors.Is(err, conntrack.ErrCut) {
 			t.note(addr, err)
 		}
 		return nil, err
