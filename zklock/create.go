@@ -59,14 +59,6 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 	}
 }
 
-// queueOf is the node of l's queue, and the head of its nodes' names.
-func (d *Driver) queueOf(l backend.Claim) (parent, head string) {
-	if l.Mode != backend.Exclusive {
-		return d.sharedParent(l), sharedHead(l)
-	}
-	return d.parentPath(l.Key), nodePrefix
-}
-
 // create makes the claims' queue nodes, parent/head+hash+"-"+sequence, in
 // one multi-op whose zxid is every fence (see docs/backends/zklock.md, The
 // recipe): a write of the root first when a name's node is made; then for
@@ -92,7 +84,7 @@ func (d *Driver) create(ctx context.Context, claims []backend.Claim, waits, inli
 	n := len(claims)
 	ns := make([]node, n)
 	for i, l := range claims {
-		parent, head := d.queueOf(l)
+		parent, head := d.queueParent(l), queueHead(l)
 		q := node{parent: parent, hash: tokenHash(l.Token), marked: d.marks(l), checked: d.knownParent(parent)}
 		q.prefix, q.fresh = parent+"/"+head+q.hash+"-", !q.checked
 		ns[i] = q

@@ -208,14 +208,14 @@ func (d *Driver) Close() error {
 	d.stopped = true
 	// As by a release, with the markers of the locks not lost (a lost one
 	// keeps its delay); on our own connection the nodes go with the session.
-	var drops [][2]string
+	var wg sync.WaitGroup
 	for _, h := range d.holds {
 		marker := h.marker
 		if h.lost {
 			marker = ""
 		}
 		if !d.own || marker != "" {
-			drops = append(drops, [2]string{h.path, marker})
+			wg.Go(func() { _ = d.deleteWith(h.path, marker, -1) })
 		}
 	}
 	d.holds = map[string]*held{}
@@ -227,10 +227,6 @@ func (d *Driver) Close() error {
 		d.watches.armed = false
 	}
 	d.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range drops {
-		wg.Go(func() { _ = d.deleteWith(p[0], p[1], -1) })
-	}
 	waitTimeout(&wg, closeLimit/2)
 	limit := closeLimit - 100*time.Millisecond
 	if d.own {

@@ -222,8 +222,8 @@ func holderSession(conn *zk.Conn, d *Driver, key string) (int64, string, error) 
 func objectParents(d *Driver, key string) []string {
 	return []string{
 		d.parentPath(key),
-		d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit}),
-		d.sharedParent(backend.Claim{Key: key, Mode: backend.Read}),
+		d.queueParent(backend.Claim{Key: key, Mode: backend.Permit}),
+		d.queueParent(backend.Claim{Key: key, Mode: backend.Read}),
 	}
 }
 

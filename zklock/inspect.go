@@ -418,7 +418,7 @@ func (d *Driver) lockTarget(ctx context.Context, key string, fence uint64, tried
 func (d *Driver) sharedState(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
 	var st backend.State
 	err := d.retrying(ctx, func() error {
-		nodes, r, err := d.sharedNodes(ctx, d.sharedParent(backend.Claim{Key: key, Mode: m}), m)
+		nodes, r, err := d.sharedNodes(ctx, d.queueParent(backend.Claim{Key: key, Mode: m}), m)
 		if err != nil {
 			return err
 		}
@@ -498,7 +498,7 @@ func sharedOf(key string, m backend.Mode, nodes []qnode, r *resized, keep func(q
 
 // sharedTarget is lockTarget for a semaphore or a read-write lock (m).
 func (d *Driver) sharedTarget(ctx context.Context, key string, m backend.Mode, fence uint64, tried string) (target, error) {
-	parent := d.sharedParent(backend.Claim{Key: key, Mode: m})
+	parent := d.queueParent(backend.Claim{Key: key, Mode: m})
 	nodes, r, err := d.sharedNodes(ctx, parent, m)
 	if err != nil {
 		return target{}, err

@@ -238,11 +238,11 @@ func TestInspectSharedQueue(t *testing.T) {
 			c.m == backend.Permit && st.Limit != 2 {
 			t.Fatalf("%v: Inspect = %+v, want the holder %+v and the queue b,c", c.m, st, want)
 		}
-		nodes, _, err := ops.listing(ctx, ops.sharedParent(first))
+		nodes, _, err := ops.listing(ctx, ops.queueParent(first))
 		if err != nil || len(nodes) != 3 {
 			t.Fatalf("%v: queue %+v, %v", c.m, nodes, err)
 		}
-		_, next, err := ops.conn.Exists(ops.sharedParent(first) + "/" + nodes[1].name)
+		_, next, err := ops.conn.Exists(ops.queueParent(first) + "/" + nodes[1].name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -111,12 +111,12 @@ func (d *Driver) lookup(ctx context.Context, l backend.Claim) (path, marker stri
 		if err := checkShared(l); err != nil {
 			return "", "", false, err
 		}
-		parent := d.sharedParent(l)
+		parent := d.queueParent(l)
 		lk, err := d.sharedListing(ctx, parent, l.Mode, nil, false)
 		if err != nil {
 			return "", "", false, err
 		}
-		mine := tokenNodes(lk.names, sharedHead(l), tokenHash(l.Token))
+		mine := tokenNodes(lk.names, queueHead(l), tokenHash(l.Token))
 		if len(mine) == 0 {
 			return "", "", false, nil
 		}

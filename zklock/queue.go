@@ -187,7 +187,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 		return backend.Grant{}, errNoSession
 	}
 	if t.e.name == "" {
-		parent, head := d.queueOf(t.l)
+		parent, head := d.queueParent(t.l), queueHead(t.l)
 		e, err := call(ctx, d, func() (*entry, error) { return d.find(parent, head, t.e.hash) })
 		switch {
 		case err != nil:

@@ -62,7 +62,7 @@ func (d *Driver) readResized(parent string, names []string) (*resized, error) {
 // it, or, while its holders are not those the claims' own limits make,
 // keeps their last, with no limit (see forgetInert).
 func (d *Driver) Resize(ctx context.Context, key string, limit int) (err error) {
-	parent := d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit})
+	parent := d.queueParent(backend.Claim{Key: key, Mode: backend.Permit})
 	return d.operate(ctx, "resize", func(ctx context.Context) error {
 		return d.retrying(ctx, func() error { return d.resize(ctx, parent, limit) })
 	})

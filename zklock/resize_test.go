@@ -24,7 +24,7 @@ func TestResizeKeepsHolders(t *testing.T) {
 	defer cancel()
 	d, ops := dial(t, servers), dial(t, servers)
 	key := uniqueKey(t)
-	record := d.sharedParent(backend.Claim{Key: key, Mode: backend.Permit}) + "/" + resizeName
+	record := d.queueParent(backend.Claim{Key: key, Mode: backend.Permit}) + "/" + resizeName
 	take := func(limit, weight int) (backend.Claim, error) {
 		c := sharedClaim(t, key, backend.Permit, limit)
 		c.Weight = weight
@@ -101,7 +101,7 @@ func TestResizeKeepsHolders(t *testing.T) {
 	if err := ops.Resize(ctx, fresh, 0); err != nil {
 		t.Fatal(err)
 	}
-	parent := ops.sharedParent(backend.Claim{Key: fresh, Mode: backend.Permit})
+	parent := ops.queueParent(backend.Claim{Key: fresh, Mode: backend.Permit})
 	if ok, _, err := ops.conn.Exists(parent); err != nil || ok {
 		t.Fatalf("Resize 0 of a name never resized made its node: %v, %v", ok, err)
 	}

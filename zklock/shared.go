@@ -22,8 +22,8 @@ func (d *Driver) Modes() backend.ModeSet {
 // Weighs implements backend.Weigher: a permit node's tag has its weight.
 func (d *Driver) Weighs() bool { return true }
 
-// sharedParent is the node of l's semaphore or read-write lock.
-func (d *Driver) sharedParent(l backend.Claim) string {
+// queueParent is the node of l's queue (a lock's: parentPath).
+func (d *Driver) queueParent(l backend.Claim) string {
 	return d.root + "/" + objectHead(l.Mode) + backend.EscapeKey(l.Key)
 }
 
@@ -38,9 +38,11 @@ func objectHead(m backend.Mode) string {
 	return ""
 }
 
-// sharedHead is the start of l's node names: its tag and a dash.
-func sharedHead(l backend.Claim) string {
+// queueHead is the start of l's node names: its tag and a dash.
+func queueHead(l backend.Claim) string {
 	switch l.Mode {
+	case backend.Exclusive:
+		return nodePrefix
 	case backend.Permit:
 		return permitTag(l.Limit, max(l.Weight, 1)) + "-"
 	case backend.Read:

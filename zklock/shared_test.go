@@ -24,7 +24,7 @@ func sharedClaim(t testing.TB, key string, mode backend.Mode, limit int) backend
 // sharedEntries counts the nodes of key's semaphore or read-write lock.
 func sharedEntries(t testing.TB, d *Driver, l backend.Claim) int {
 	t.Helper()
-	parent := d.sharedParent(l)
+	parent := d.queueParent(l)
 	if _, err := d.conn.Sync(parent); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatal(err)
 	}
