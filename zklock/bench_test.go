@@ -254,7 +254,7 @@ func BenchmarkContended(b *testing.B) {
 }
 
 // BenchmarkInlineCalls: an uncontended acquire+release on a new name with
-// the driver's calls on the caller's goroutine (interrupt.go) and with
+// the driver's calls on the caller's goroutine (inline, retry.go) and with
 // each on a goroutine of its own, as before, on the same driver, op by op
 // with the raw floor, 7 rounds; ratios are ops/s over the floor's (and
 // inline over aside), median and range of the rounds.
@@ -311,7 +311,7 @@ func BenchmarkInlineCalls(b *testing.B) {
 // BenchmarkContendedInline: BenchmarkContended's workload (8 workers, one
 // driver each, one name, 1 ms hold), in alternating rounds of 50 with the
 // drivers' calls on the callers' goroutines and each on a goroutine of its
-// own (as before interrupt.go). inline/aside-acq/s is the median, least
+// own (as before calls ran inline). inline/aside-acq/s is the median, least
 // and greatest over the pairs of rounds.
 func BenchmarkContendedInline(b *testing.B) {
 	servers := testenv.ZKAddrs()

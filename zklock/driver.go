@@ -53,7 +53,7 @@ type Driver struct {
 
 	testHookWatch     func() // tests: called before a waiter watches its predecessor
 	testHookHeldWatch func() // tests: called before the theft watch of a held node is set
-	testNoInline      bool   // tests: every call on a goroutine of its own, as before interrupt.go
+	testNoInline      bool   // tests: every call on a goroutine of its own, as before calls ran inline
 	testNoMarker      bool   // tests (broken): acquisitions leave no delay marker
 }
 

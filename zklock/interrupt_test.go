@@ -11,7 +11,7 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-// A call that runs on the caller's goroutine (interrupt.go) still returns
+// A call that runs on the caller's goroutine (inline, retry.go) still returns
 // soon after its context ends on a connection that answers nothing: the
 // read it waits on is cut, well before the zk client's own timeout (two
 // thirds of the session timeout); the session lives on, and the node is

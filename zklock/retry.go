@@ -70,7 +70,8 @@ func call[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error)
 }
 
 // callInline is call for one request: on the caller's goroutine when the
-// driver can interrupt it (see interrupt.go).
+// driver can interrupt it (inline), cut when ctx ends (conntrack.CutOnEnd;
+// see docs/backends/zklock.md, Calls and cancellation).
 func callInline[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, error) {
 	if ctx.Done() == nil || !d.inline() {
 		return call(ctx, d, f)
@@ -87,6 +88,13 @@ func callInline[T any](ctx context.Context, d *Driver, f func() (T, error)) (T, 
 		return zero, context.Cause(ctx)
 	}
 	return v, err
+}
+
+// inline reports whether a call may run on the caller's goroutine: the
+// driver dialed the connection (it can cut its reads) and has a session (a
+// request is sent at once, not queued for the next connection).
+func (d *Driver) inline() bool {
+	return d.dialed != nil && !d.testNoInline && d.conn.State() == zk.StateHasSession
 }
 
 func (d *Driver) children(ctx context.Context, parent string) ([]string, error) {
