@@ -67,12 +67,7 @@ func otherPassword(acl, ours []zk.ACL) (string, bool) {
 
 // grants reports whether acl gives the digest id (user:hash) perm.
 func grants(acl []zk.ACL, id string, perm int32) bool {
-	for _, x := range acl {
-		if x.Scheme == "digest" && x.ID == id && x.Perms&perm != 0 {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(acl, func(x zk.ACL) bool { return x.Scheme == "digest" && x.ID == id && x.Perms&perm != 0 })
 }
 
 // checkPerms proves, in one round trip that changes nothing, that our

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,14 +83,7 @@ func deadMarkers(nodes []qnode, markers []string) []string {
 	var dead []string
 	for _, m := range markers {
 		h, _ := markerHash(m)
-		live := false
-		for _, n := range nodes {
-			if hashOf(n.name) == h {
-				live = true
-				break
-			}
-		}
-		if !live {
+		if !slices.ContainsFunc(nodes, func(n qnode) bool { return hashOf(n.name) == h }) {
 			dead = append(dead, m)
 		}
 	}

@@ -15,10 +15,9 @@ import (
 	"github.com/lockerhq/locker/internal/retry"
 )
 
-// known is what a name's queue records: its nodes in order, the first the
-// holder's, each with its owner as data and its creation zxid, the fence.
-// Not the time left: a node has no expiry, and the holder's session is the
-// server's business.
+// known is what a lock's queue records: its nodes in order, each with its
+// owner as data and its creation zxid, the fence; not the time left (a
+// node has no expiry: the holder's session is the server's business).
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsWaiters | backend.KnowsQueue
 
 // readers bounds the reads Inspect and List have in flight at once.

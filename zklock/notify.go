@@ -64,8 +64,8 @@ func (d *Driver) watchQueue(parent string) (<-chan zk.Event, error) {
 }
 
 // relay forwards the events of ev, and of the watches set after it, to ch
-// until ctx ends. Each value is sent once the next watch is set, so that a
-// change after the read that follows the value fires that watch.
+// until ctx ends: a change after the read that follows a value fires the
+// watch set before it.
 func (d *Driver) relay(ctx context.Context, parent string, ev <-chan zk.Event, ch chan<- struct{}) {
 	for {
 		select {

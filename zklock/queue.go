@@ -363,21 +363,20 @@ func (d *Driver) grant(ctx context.Context, e *entry, l backend.Claim) (backend.
 func (t *ticket) waitDelay(ctx context.Context) error {
 	d, path, until := t.d, t.e.parent+"/"+t.delayed, t.until
 	t.delayed = ""
-	type exists struct {
-		ok bool
-		ch <-chan zk.Event
-	}
-	r, err := call(ctx, d, func() (exists, error) {
+	ch, err := call(ctx, d, func() (<-chan zk.Event, error) {
 		ok, _, ch, err := d.conn.ExistsW(path)
-		return exists{ok, ch}, err
+		if !ok {
+			ch = nil // gone
+		}
+		return ch, err
 	})
-	if err != nil || !r.ok {
+	if err != nil || ch == nil {
 		return err
 	}
 	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	select {
-	case <-r.ch:
+	case <-ch:
 	case <-timer.C:
 	case <-ctx.Done():
 		return d.ended(ctx)
