@@ -157,20 +157,9 @@ func (d *Driver) releaseSlot(ctx context.Context, c backend.Claim) error {
 	if err != nil {
 		return err
 	}
-	if err := live(ctx, "release"); err != nil {
-		return err
-	}
 	// The item found holding our token, with its cas id: the cas frees it
-	// only if it is unchanged since (drop's own gets, a round trip saved).
-	err = d.cas(tombstoneOf(cur))
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-		return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
-	case errors.Is(err, memcache.ErrCASConflict):
-		// Changed since (a concurrent refresh of ours): the long way.
-		return d.drop(ctx, "release", what, cur.Key, c.Token)
-	}
-	return fmt.Errorf("memcachelock: cas: %w", err)
+	// only if it is unchanged since (a round trip saved); else (a
+	// concurrent refresh of ours) casHeld looks again.
+	_, err = d.casHeld(ctx, "release", what, cur.Key, cur, heldCheck(c.Token), tombstoneOf, d.cas)
+	return err
 }
