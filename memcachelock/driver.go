@@ -18,31 +18,19 @@ import (
 
 // Driver is the memcached driver. See the package documentation.
 type Driver struct {
-	mc  *memcache.Client
-	own bool // we made mc, so Close closes it
-	// servers is mc's server list when Open made it (see seed); nil
-	// for New.
-	servers memcache.ServerSelector
-	// restartMax caps how long a young server refuses (see seed);
-	// < 0: no cap, the lock's TTL.
-	restartMax time.Duration
-	// fenceExp is the fence counters' expiration in seconds (WithRetention).
-	fenceExp int32
+	mc         *memcache.Client
+	own        bool                    // we made mc, so Close closes it
+	servers    memcache.ServerSelector // mc's server list if Open made it, else nil (see seed)
+	restartMax time.Duration           // caps how long a young server refuses (seed); < 0: the TTL
+	fenceExp   int32                   // the fence counters' expiration in seconds (WithRetention)
+	slots      chan struct{}           // bounds the requests in flight on mc (inFlight)
 
-	gate backend.Gate // calls in flight, and background cleanups, awaited by Close
-
-	batch batchStats // RefreshMany's counts (batch.go)
-
-	probes probes // the restart check's connections (restart.go)
-
-	waits waits // waiters, holders and the poller (waiting.go)
-
-	held heldItems // the items of the locks we hold, as last read (held.go)
-
-	draws draws // fences drawn at release for our next acquisitions (fence.go)
-
-	// slots bounds the requests in flight on mc (see inFlight).
-	slots chan struct{}
+	gate   backend.Gate // calls in flight, and background cleanups, awaited by Close
+	batch  batchStats   // RefreshMany's counts, for tests (batch.go)
+	probes probes       // the driver's own connections (restart.go)
+	waits  waits        // waiters, holders and the poller (waiting.go)
+	held   heldItems    // the items of the locks we hold, as last read (held.go)
+	draws  draws        // fences drawn at release for our next acquisitions (fence.go)
 }
 
 // Requests in flight on a driver's client, per server: gomemcache dials for

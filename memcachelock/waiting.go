@@ -70,7 +70,7 @@ func (w *waits) get(key string) *keyWait {
 	sweep(w.keys, &w.swept, func(kw *keyWait, now time.Time) bool { return len(kw.subs) == 0 && !now.Before(kw.yieldEnd) })
 	kw := w.keys[key]
 	if kw == nil {
-		kw = &keyWait{}
+		kw = &keyWait{subs: map[chan struct{}]struct{}{}}
 		w.keys[key] = kw
 	}
 	return kw
@@ -264,9 +264,6 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	w := &d.waits
 	w.mu.Lock()
 	kw := w.get(key)
-	if kw.subs == nil {
-		kw.subs = map[chan struct{}]struct{}{}
-	}
 	if len(kw.subs) == 0 {
 		kw.seen, kw.polled = seenOf(items[lk], items[fk]), true
 	} else if h := seenOf(items[lk], items[fk]); kw.polled && h != kw.seen {
@@ -282,8 +279,10 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	poll := w.poll
 	w.mu.Unlock()
-	if start {
-		d.startPoller(poll)
+	if start && !d.spawn(func() { d.poller(poll) }) {
+		w.mu.Lock()
+		w.poll = nil
+		w.mu.Unlock()
 	}
 	return ch, sync.OnceFunc(func() {
 		w.mu.Lock()
@@ -313,15 +312,7 @@ func seenOf(lock, counter *memcache.Item) string {
 	return string(tok) + "/" + string(counter.Value)
 }
 
-// startPoller runs the poller until no key is watched or the driver closes.
-func (d *Driver) startPoller(poll chan struct{}) {
-	if !d.spawn(func() { d.poller(poll) }) {
-		d.waits.mu.Lock()
-		d.waits.poll = nil
-		d.waits.mu.Unlock()
-	}
-}
-
+// poller polls the watched keys until none is or the driver closes.
 func (d *Driver) poller(poll chan struct{}) {
 	closing := d.gate.Context()
 	w := &d.waits
