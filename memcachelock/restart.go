@@ -192,11 +192,11 @@ func (p *probe) ranFor(check time.Duration) error {
 		return nil
 	}
 	if p.started.IsZero() {
-		up, err := p.uptime()
+		up, err := p.stat("uptime")
 		if err != nil {
-			return fmt.Errorf("uptime: %w", err)
+			return err
 		}
-		p.started = time.Now().Add(-up)
+		p.started = time.Now().Add(uptimeSkew - time.Duration(up)*time.Second)
 	}
 	if up := time.Since(p.started); up < check {
 		return &backend.NotAcquiredError{Reason: fmt.Sprintf(
@@ -307,21 +307,17 @@ func (ps *probes) close() {
 	ps.idle = nil
 }
 
-// uptime asks the server for its uptime, less uptimeSkew.
-func (p *probe) uptime() (time.Duration, error) {
+// stat reads the server's statistic name, a count.
+func (p *probe) stat(name string) (int64, error) {
 	st, err := p.stats("stats\r\n")
 	if err != nil {
 		return 0, err
 	}
-	up, ok := st["uptime"]
-	if !ok {
-		return 0, errors.New("no uptime in the server's stats")
-	}
-	n, err := strconv.ParseInt(up, 10, 64)
+	n, err := strconv.ParseInt(st[name], 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("unexpected uptime %q", up)
+		return 0, fmt.Errorf("the server's %s: unexpected %q", name, st[name])
 	}
-	return time.Duration(n)*time.Second - uptimeSkew, nil
+	return n, nil
 }
 
 // line reads the next reply line; the usual replies cost no allocation.
