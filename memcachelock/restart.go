@@ -72,7 +72,7 @@ func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, 
 	v = uint64(time.Now().UnixMicro())
 	val := strconv.FormatUint(v, 10)
 	if d.servers == nil {
-		err := d.add(&memcache.Item{Key: fk, Value: []byte(val), Expiration: d.fenceExp})
+		err := d.add(context.Background(), &memcache.Item{Key: fk, Value: []byte(val), Expiration: d.fenceExp})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: %w", err)
 		}

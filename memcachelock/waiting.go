@@ -90,7 +90,7 @@ func (d *Driver) ourTurn(ctx context.Context, key string) error {
 	}
 	refused := fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	lk, fk := lockKey(key), fenceKey(key)
-	items, err := d.getMulti([]string{lk, fk})
+	items, err := d.getMulti(ctx, []string{lk, fk})
 	if err != nil {
 		return fmt.Errorf("memcachelock: gets: %w", err)
 	}
@@ -256,7 +256,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	defer done()
 	lk, fk := lockKey(key), fenceKey(key)
-	items, err := d.getMulti([]string{lk, fk})
+	items, err := d.getMulti(ctx, []string{lk, fk})
 	if err != nil {
 		return nil, nil, fmt.Errorf("memcachelock: subscribe: gets: %w", err)
 	}
@@ -345,7 +345,7 @@ func (d *Driver) poller(poll chan struct{}) {
 		}
 		next := w.next
 		w.mu.Unlock()
-		items, err := d.getMulti(lks)
+		items, err := d.getMulti(context.Background(), lks)
 		changed := false
 		if err == nil {
 			now := time.Now()
