@@ -52,7 +52,7 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 		case err == nil:
 			return fence, cur, addr, nil
 		case !errors.Is(err, memcache.ErrCacheMiss):
-			return 0, nil, nil, fenceErr("incr", err)
+			return 0, nil, nil, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
 		seed, stored, cur, err := d.seed(fk, lk, ttl)
 		if err != nil {

@@ -87,22 +87,16 @@ func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, 
 		keys = []string{lk}
 	}
 	lines, items, err := d.pipe(addr, d.checkTTL(ttl), true, appendAdd(nil, fk, d.fenceExp, []byte(val)), 1, keys...)
+	var refused *backend.NotAcquiredError
 	switch {
+	case errors.As(err, &refused):
+		return 0, false, nil, fmt.Errorf("memcachelock: %w", err)
 	case err != nil:
-		return 0, false, nil, fenceErr("seed", err)
+		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: %w", err)
 	case lines[0] != "STORED" && lines[0] != "NOT_STORED":
 		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", lines[0])
 	}
 	return v, lines[0] == "STORED", items[lk], nil
-}
-
-// fenceErr wraps an error of pipe during the fence's step op.
-func fenceErr(op string, err error) error {
-	var refused *backend.NotAcquiredError
-	if errors.As(err, &refused) {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
 }
 
 // pipe sends cmd, n commands that reply with one line each, then a gets of
