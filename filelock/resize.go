@@ -85,10 +85,8 @@ func (d *Driver) writeLimit(key string, limit int) error {
 		return fmt.Errorf("filelock: %w", err)
 	}
 	defer f.Close()
-	r, _, empty, err := readFile(f, path)
-	if err != nil {
-		r = record{} // damaged: written afresh
-	} else if !empty && r.fence == uint64(limit) {
+	r, _, empty, err := readFile(f, path) // damaged (err): written afresh
+	if err == nil && !empty && r.fence == uint64(limit) {
 		return nil
 	}
 	r.fence = uint64(limit)

@@ -352,7 +352,7 @@ func isPath(f *os.File, path string) (bool, error) {
 
 // readFile reads the newer valid record of a state file, and the key a
 // lock file records ("" when it has none); the zero record, and empty, for
-// an empty file.
+// an empty file; the zero record with an error.
 func readFile(f *os.File, path string) (_ record, key string, empty bool, _ error) {
 	var buf [fileMax]byte
 	n, err := f.ReadAt(buf[:], 0)
@@ -414,12 +414,10 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	// Without a boot ID (off Linux) a lost write cannot be told from an
 	// old one: every new fence is fsynced in the counter itself.
 	ceilings := d.sync && d.clk.boot != [16]byte{}
+	// Damaged, r is the zero record: as if lost, the ceiling bounds it.
 	r, _, _, err := readFile(f.File, path)
 	if err != nil && !ceilings {
 		return 0, err
-	}
-	if err != nil {
-		r = record{} // damaged: as if lost, the ceiling bounds it
 	}
 	if ceilings && r.boot != d.clk.boot {
 		// Written in another boot, or never: its last writes may be lost.
