@@ -247,13 +247,11 @@ func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p 
 	ps.dials.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
-	var c net.Conn
-	if d.mc.DialContext != nil {
-		c, err = d.mc.DialContext(ctx, addr.Network(), addr.String())
-	} else {
-		var nd net.Dialer
-		c, err = nd.DialContext(ctx, addr.Network(), addr.String())
+	dial := d.mc.DialContext
+	if dial == nil {
+		dial = new(net.Dialer).DialContext
 	}
+	c, err := dial(ctx, addr.Network(), addr.String())
 	if err != nil {
 		d.dropProbe(addr, nil)
 		return nil, false, err

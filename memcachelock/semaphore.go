@@ -119,15 +119,12 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 	rk := base + "sl"
 	val := []byte(strconv.Itoa(c.Limit))
 	for i := range maxAttempts {
-		var cur *memcache.Item
-		var err error
+		cur, err := rec, error(nil)
 		switch {
 		case i > 0 || !read:
 			cur, err = d.get(ctx, rk)
 		case rec == nil:
 			err = memcache.ErrCacheMiss
-		default:
-			cur = rec
 		}
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
