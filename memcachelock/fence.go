@@ -124,14 +124,11 @@ func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 	return addr
 }
 
-// draws are fences drawn at release: a release whose item and counter share
-// a server sends, with its cas, the incr that draws the fence of this
-// driver's next acquisition of the key. That one adds its item with the
-// fence in it and reads the counter back in the same write: unchanged,
+// draws are fences drawn at release, with its cas (freeLock), for this
+// driver's next acquisition of the key, which adds its item with the fence
+// in it and reads the counter back in the same write (tryPiped): unchanged,
 // nobody drew one in between, so the fence is above every earlier grant's.
-// Changed, it draws another and records it with a cas. Without a drawn
-// fence it guesses the name is new and seeds (tryPiped). See
-// docs/backends/memcachelock.md, "Acquiring in one round trip".
+// See docs/backends/memcachelock.md, "Acquiring in one round trip".
 type draws struct {
 	mu sync.Mutex
 	m  map[string]uint64
