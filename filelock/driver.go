@@ -16,14 +16,10 @@ type Driver struct {
 	sync bool
 	clk  clock
 	gate backend.Gate
-	// notifiers keeps idle inotify instances for waiters (Linux).
-	notifiers notifierPool
-	// woken counts the kernel's wake-ups of this driver's tickets (Linux):
-	// a lock's, one per release that hands the lock to one of them.
-	woken atomic.Uint64
-	// tries counts the looks at a lock its tickets make (Linux), for
-	// internal/bench (measure.RegisterStoreTries).
-	tries atomic.Uint64
+
+	notifiers notifierPool  // idle inotify instances for waiters (Linux)
+	woken     atomic.Uint64 // the kernel's wake-ups of our tickets (Linux): a lock's, one per release that hands it on
+	tries     atomic.Uint64 // our tickets' looks at a lock (Linux), for internal/bench (measure.RegisterStoreTries)
 }
 
 var (
@@ -116,7 +112,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		}
 		return d.take(ctx, l, r, now, &g)
 	})
-	closeWake(wake)
+	wake.Close() // wakes the next waiter, if any (see next)
 	if err != nil {
 		return backend.Grant{}, err
 	}
@@ -144,14 +140,6 @@ func (d *Driver) take(ctx context.Context, l backend.Claim, r *record, now int64
 	r.owner = l.Owner
 	*g = backend.Grant{Fence: r.fence, TTL: l.TTL}
 	return write, nil
-}
-
-// closeWake wakes the waiter next handed the lock, once the key's flock
-// is dropped (so that it does not find the flock taken).
-func closeWake(f *os.File) {
-	if f != nil {
-		f.Close()
-	}
 }
 
 // Refresh implements backend.Driver.
@@ -187,7 +175,7 @@ func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 		what, wake = d.free(l.Key, r, now)
 		return what
 	}))
-	closeWake(wake)
+	wake.Close() // wakes the next waiter, if any (see next)
 	return err
 }
 

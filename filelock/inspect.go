@@ -181,7 +181,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 			what, wake = d.free(key, r, now)
 			return what, nil
 		})
-		closeWake(wake)
+		wake.Close() // see next
 	}
 	if err != nil {
 		return backend.State{}, err

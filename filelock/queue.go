@@ -31,10 +31,11 @@ func queued(r *record, t uint64) bool { return t >= r.qhead && t < r.qtail }
 
 // next decides, for a lock that is free or expired, which queued ticket
 // may take it: the one it is kept for, or the first live one, which it
-// then keeps for it and returns open in wake (close wake after the key's
-// flock is dropped, to wake it). ok is false when no live waiter is
-// queued. It passes over, and removes the files of, dead waiters. The
-// caller holds the key's flock and writes r back.
+// then keeps for it and returns open in wake: closing wake (nil-safe)
+// after the key's flock is dropped wakes it without it finding the flock
+// taken. ok is false when no live waiter is queued. It passes over, and
+// removes the files of, dead waiters. The caller holds the key's flock
+// and writes r back.
 func (d *Driver) next(key string, r *record, now int64) (t uint64, ok bool, wake *os.File) {
 	if r.resvExp != 0 && r.qhead < r.qtail {
 		// Probed even when late, so that a dead waiter's file goes; read

@@ -70,15 +70,13 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 func (d *Driver) writeLimit(key string, limit int) error {
 	path := d.limitPath(key)
 	if limit == 0 {
-		err := os.Remove(path)
-		if errors.Is(err, fs.ErrNotExist) {
+		switch err := os.Remove(path); {
+		case errors.Is(err, fs.ErrNotExist):
 			return nil
-		}
-		if err == nil && d.sync {
-			err = syncDir(d.dir)
-		}
-		if err != nil {
+		case err != nil:
 			return fmt.Errorf("filelock: %w", err)
+		case d.sync:
+			return syncDir(d.dir)
 		}
 		return nil
 	}
@@ -87,26 +85,16 @@ func (d *Driver) writeLimit(key string, limit int) error {
 		return fmt.Errorf("filelock: %w", err)
 	}
 	defer f.Close()
-	r, _, empty, err := readFile(f, path)
-	if err != nil {
-		r = record{} // damaged: written afresh
-	} else if !empty && r.fence == uint64(limit) {
+	r, _, empty, err := readFile(f, path) // damaged (err): written afresh
+	if err == nil && !empty && r.fence == uint64(limit) {
 		return nil
 	}
 	r.fence = uint64(limit)
-	if err := writeRecord(f, path, &r); err != nil {
+	if err := writeRecord(f, path, &r, d.sync); err != nil {
 		return err
 	}
-	if !d.sync {
-		return nil
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("filelock: sync %s: %w", path, err)
-	}
-	if empty {
-		if err := syncDir(d.dir); err != nil {
-			return fmt.Errorf("filelock: sync %s: %w", d.dir, err)
-		}
+	if empty && d.sync {
+		return syncDir(d.dir) // the file's name
 	}
 	return nil
 }

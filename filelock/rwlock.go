@@ -3,6 +3,7 @@ package filelock
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/lockerhq/locker/backend"
 )
@@ -11,36 +12,26 @@ import (
 // (backend.Modal). Writers are preferred: a writer refused records itself
 // as the waiting writer, and readers are refused while that record lives.
 func (d *Driver) tryRW(ctx context.Context, c backend.Claim, record bool) (backend.Grant, error) {
+	refused := fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 	return d.tryObject(ctx, c, func(o *object, tok [32]byte, now int64) (bool, error) {
 		waiting := o.waitExp != 0
 		if c.Mode == backend.Read {
-			for _, h := range o.holders {
-				if h.mode == backend.Write {
-					return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
-				}
-			}
 			// The file holds at most MaxLimit holders: more readers wait.
-			if waiting && o.waitTok != tok || len(o.holders) >= backend.MaxLimit {
-				return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+			if slices.ContainsFunc(o.holders, func(h holder) bool { return h.mode == backend.Write }) ||
+				waiting && o.waitTok != tok || len(o.holders) >= backend.MaxLimit {
+				return false, refused
 			}
 			return true, nil
 		}
 		if len(o.holders) > 0 {
-			if !record {
-				return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
-			}
-			if waiting && o.waitTok == tok && o.waitExp-now > int64(c.TTL)*3/4 {
-				// Renewed only past a quarter of its TTL: a refused try
-				// that writes nothing wakes no waiter (a watchTicket watches
-				// writes), and the writer tries at least that often.
-				return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
-			}
-			if !waiting || o.waitTok == tok {
+			// Our record is renewed only past a quarter of its TTL: a
+			// refused try that writes nothing wakes no waiter (a ticket
+			// watches writes), and the writer tries at least that often.
+			if record && (!waiting || o.waitTok == tok && o.waitExp-now <= int64(c.TTL)*3/4) {
 				o.waitTok, o.waitExp = tok, now+int64(c.TTL)
-				// The record must be written with the refusal.
-				return true, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+				return true, refused // the record is written with the refusal
 			}
-			return false, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
+			return false, refused
 		}
 		if waiting && o.waitTok == tok {
 			o.waitExp, o.waitTok = 0, [32]byte{}

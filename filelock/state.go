@@ -186,7 +186,7 @@ func (d *Driver) locked(ctx context.Context, key string, create bool, fn func(r 
 				return fmt.Errorf("filelock: write %s: %w", path, werr)
 			}
 		}
-		if werr := writeRecord(f.File, path, &cur); werr != nil {
+		if werr := writeRecord(f.File, path, &cur, false); werr != nil {
 			return werr
 		}
 	}
@@ -352,7 +352,7 @@ func isPath(f *os.File, path string) (bool, error) {
 
 // readFile reads the newer valid record of a state file, and the key a
 // lock file records ("" when it has none); the zero record, and empty, for
-// an empty file.
+// an empty file; the zero record with an error.
 func readFile(f *os.File, path string) (_ record, key string, empty bool, _ error) {
 	var buf [fileMax]byte
 	n, err := f.ReadAt(buf[:], 0)
@@ -374,11 +374,17 @@ func readFile(f *os.File, path string) (_ record, key string, empty bool, _ erro
 	return cur, key, n == 0, nil
 }
 
-// writeRecord writes r over the older of the file's two records.
-func writeRecord(f *os.File, path string, r *record) error {
+// writeRecord writes r over the older of the file's two records, and
+// fsyncs the file if sync.
+func writeRecord(f *os.File, path string, r *record, sync bool) error {
 	r.seq++
 	if _, err := f.WriteAt(r.encode(), int64(r.seq%2)*recSize); err != nil {
 		return fmt.Errorf("filelock: write %s: %w", path, err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("filelock: sync %s: %w", path, err)
+		}
 	}
 	return nil
 }
@@ -408,12 +414,10 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 	// Without a boot ID (off Linux) a lost write cannot be told from an
 	// old one: every new fence is fsynced in the counter itself.
 	ceilings := d.sync && d.clk.boot != [16]byte{}
+	// Damaged, r is the zero record: as if lost, the ceiling bounds it.
 	r, _, _, err := readFile(f.File, path)
 	if err != nil && !ceilings {
 		return 0, err
-	}
-	if err != nil {
-		r = record{} // damaged: as if lost, the ceiling bounds it
 	}
 	if ceilings && r.boot != d.clk.boot {
 		// Written in another boot, or never: its last writes may be lost.
@@ -432,13 +436,8 @@ func (d *Driver) nextFence(ctx context.Context, floor uint64) (uint64, error) {
 		}
 		r.ceiling = c
 	}
-	if err := writeRecord(f.File, path, &r); err != nil {
+	if err := writeRecord(f.File, path, &r, d.sync && !ceilings); err != nil {
 		return 0, err
-	}
-	if d.sync && !ceilings {
-		if err := f.Sync(); err != nil {
-			return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
-		}
 	}
 	return r.fence, nil
 }
@@ -457,11 +456,8 @@ func (d *Driver) ceiling(ctx context.Context, raise uint64) (uint64, error) {
 		return r.fence, err
 	}
 	r.fence = max(r.fence, raise)
-	if err := writeRecord(f.File, path, &r); err != nil {
+	if err := writeRecord(f.File, path, &r, true); err != nil {
 		return 0, err
-	}
-	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("filelock: sync %s: %w", path, err)
 	}
 	return r.fence, nil
 }
@@ -483,9 +479,7 @@ func makeCounter(dir string, sync bool) error {
 		made = true
 	}
 	if made && sync {
-		if err := syncDir(dir); err != nil {
-			return fmt.Errorf("filelock: sync %s: %w", dir, err)
-		}
+		return syncDir(dir)
 	}
 	return nil
 }
@@ -508,9 +502,12 @@ func openState(path string, create bool) (*os.File, error) {
 
 func syncDir(dir string) error {
 	f, err := os.Open(dir)
-	if err != nil {
-		return err
+	if err == nil {
+		err = f.Sync()
+		f.Close()
 	}
-	defer f.Close()
-	return f.Sync()
+	if err != nil {
+		return fmt.Errorf("filelock: sync %s: %w", dir, err)
+	}
+	return nil
 }

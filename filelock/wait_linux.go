@@ -281,7 +281,7 @@ func (t *ticket) turn(ctx context.Context) (backend.Grant, error) {
 		}
 		return write, fmt.Errorf("filelock: %w", backend.ErrNotAcquired)
 	})
-	closeWake(wake)
+	wake.Close() // see next
 	t.until = max(t.until, time.Millisecond)
 	return g, err
 }
@@ -366,7 +366,7 @@ func (d *Driver) leaveQueue(ctx context.Context, key string, w *waiter) {
 		}
 		return write, nil
 	})
-	closeWake(wake)
+	wake.Close() // see next
 	if err != nil {
 		d.dropWaiter(w) // the others pass over its ticket
 	}

@@ -57,8 +57,8 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 	}
 
 	// Group the locks by server, in order of first appearance.
-	var order []string
-	groups := map[string]*batchGroup{}
+	var groups []*batchGroup
+	byAddr := map[string]*batchGroup{}
 	for _, i := range valid {
 		lk := lockKey(locks[i].Key)
 		addr, err := d.servers.PickServer(lk)
@@ -67,21 +67,29 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 			continue
 		}
 		name := addr.Network() + "!" + addr.String()
-		g := groups[name]
+		g := byAddr[name]
 		if g == nil {
 			g = &batchGroup{addr: addr}
-			groups[name] = g
-			order = append(order, name)
+			byAddr[name] = g
+			groups = append(groups, g)
 		}
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, lk)
 	}
-	var again []int // EXISTS: changed since the gets
-	for _, name := range order {
-		again = d.refreshGroup(ctx, groups[name], locks, exps, errs, again)
-	}
-	for _, i := range again {
-		errs[i] = d.refresh(ctx, locks[i], exps[i])
+	// Each group in as few round trips as the replies' size allows.
+	for _, g := range groups {
+		for start := 0; start < len(g.idx); {
+			end, size := start, 0
+			for end < len(g.idx) {
+				size += replyEstimate(g.keys[end], locks[g.idx[end]])
+				if end > start && size > maxTripResponse {
+					break
+				}
+				end++
+			}
+			d.refreshPart(ctx, g.addr, g.idx[start:end], g.keys[start:end], locks, exps, errs)
+			start = end
+		}
 	}
 	return errs
 }
@@ -110,33 +118,18 @@ func replyEstimate(key string, l backend.Claim) int {
 	return len(key) + 40 + tokenLen + 22 + 1 + min(len(l.Owner), maxOwnerLen) + 2
 }
 
-// refreshGroup refreshes g's locks, in as few round trips as the replies'
-// size allows, and appends to again those whose cas found the item changed.
-func (d *Driver) refreshGroup(ctx context.Context, g *batchGroup, locks []backend.Claim, exps []int32, errs []error, again []int) []int {
-	for start := 0; start < len(g.idx); {
-		end, size := start, 0
-		for end < len(g.idx) {
-			size += replyEstimate(g.keys[end], locks[g.idx[end]])
-			if end > start && size > maxTripResponse {
-				break
-			}
-			end++
-		}
-		again = d.refreshPart(ctx, g.addr, g.idx[start:end], g.keys[start:end], locks, exps, errs, again)
-		start = end
-	}
-	return again
-}
-
-func (d *Driver) refreshPart(ctx context.Context, addr net.Addr, idx []int, keys []string, locks []backend.Claim, exps []int32, errs []error, again []int) []int {
-	fail := func(is []int, err error) []int {
+// refreshPart refreshes the locks idx, whose items keys live on addr: one
+// round trip of gets, one of cas; a cas that finds the item changed takes
+// Refresh's path.
+func (d *Driver) refreshPart(ctx context.Context, addr net.Addr, idx []int, keys []string, locks []backend.Claim, exps []int32, errs []error) {
+	fail := func(is []int, err error) {
 		for _, i := range is {
 			errs[i] = err
 		}
-		return again
 	}
 	if err := live(ctx, "refresh"); err != nil {
-		return fail(idx, err)
+		fail(idx, err)
+		return
 	}
 	var items map[string]*memcache.Item
 	err := d.onProbe(ctx, addr, true, func(p *probe) (err error) {
@@ -145,7 +138,8 @@ func (d *Driver) refreshPart(ctx context.Context, addr net.Addr, idx []int, keys
 		return err
 	})
 	if err != nil {
-		return fail(idx, fmt.Errorf("memcachelock: gets: %w", withCause(ctx, err)))
+		fail(idx, fmt.Errorf("memcachelock: gets: %w", withCause(ctx, err)))
+		return
 	}
 
 	// The cas commands, for the locks still held by their token.
@@ -164,10 +158,11 @@ func (d *Driver) refreshPart(ctx context.Context, addr net.Addr, idx []int, keys
 		}
 	}
 	if len(held) == 0 {
-		return again
+		return
 	}
 	if err := live(ctx, "refresh"); err != nil {
-		return fail(held, err)
+		fail(held, err)
+		return
 	}
 	var replies []string
 	err = d.onProbe(ctx, addr, true, func(p *probe) error {
@@ -199,15 +194,14 @@ func (d *Driver) refreshPart(ctx context.Context, addr net.Addr, idx []int, keys
 		switch {
 		case n >= len(replies):
 			errs[i] = fmt.Errorf("memcachelock: cas: %w", withCause(ctx, err))
-		case replies[n] == "EXISTS":
-			again = append(again, i)
+		case replies[n] == "EXISTS": // changed since the gets
+			errs[i] = d.refresh(ctx, locks[i], exps[i])
 		case replies[n] == "NOT_FOUND", replies[n] == "NOT_STORED":
 			errs[i] = fmt.Errorf("memcachelock: %w: no lock (it expired or was evicted just now)", backend.ErrNotHeld)
 		case replies[n] != "STORED":
 			errs[i] = fmt.Errorf("memcachelock: cas: %s", replies[n]) // SERVER_ERROR
 		}
 	}
-	return again
 }
 
 // appendCas appends to b memcached's cas command for an item.

@@ -128,7 +128,7 @@ func TestCallWaitsAtMostTimeout(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := d.get("mctest-" + randHex(4) + "-absent")
+		_, err := d.get(context.Background(), "mctest-"+randHex(4)+"-absent")
 		done <- err
 	}()
 	select {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -113,16 +112,11 @@ func (d *Driver) StoreTime(ctx context.Context) (time.Time, error) {
 			return nil
 		}
 		return d.onProbe(context.Background(), addr, true, func(p *probe) error {
-			st, err := p.stats("stats\r\n")
-			if err != nil {
-				return err
+			sec, err := p.stat("time")
+			if err == nil {
+				t = time.Unix(sec, int64(500*time.Millisecond))
 			}
-			sec, err := strconv.ParseInt(st["time"], 10, 64)
-			if err != nil {
-				return fmt.Errorf("the server's time %q: %w", st["time"], err)
-			}
-			t = time.Unix(sec, int64(500*time.Millisecond))
-			return nil
+			return err
 		})
 	})
 	if err != nil {

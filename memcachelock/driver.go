@@ -18,31 +18,19 @@ import (
 
 // Driver is the memcached driver. See the package documentation.
 type Driver struct {
-	mc  *memcache.Client
-	own bool // we made mc, so Close closes it
-	// servers is mc's server list when Open made it (see seed); nil
-	// for New.
-	servers memcache.ServerSelector
-	// restartMax caps how long a young server refuses (see seed);
-	// < 0: no cap, the lock's TTL.
-	restartMax time.Duration
-	// fenceExp is the fence counters' expiration in seconds (WithRetention).
-	fenceExp int32
+	mc         *memcache.Client
+	own        bool                    // we made mc, so Close closes it
+	servers    memcache.ServerSelector // mc's server list if Open made it, else nil (see seed)
+	restartMax time.Duration           // caps how long a young server refuses (seed); < 0: the TTL
+	fenceExp   int32                   // the fence counters' expiration in seconds (WithRetention)
+	slots      chan struct{}           // bounds the requests in flight on mc (inFlight)
 
-	gate backend.Gate // calls in flight, and background cleanups, awaited by Close
-
-	batch batchStats // RefreshMany's counts (batch.go)
-
-	probes probes // the restart check's connections (restart.go)
-
-	waits waits // waiters, holders and the poller (waiting.go)
-
-	held heldItems // the items of the locks we hold, as last read (held.go)
-
-	draws draws // fences drawn at release for our next acquisitions (fence.go)
-
-	// slots bounds the requests in flight on mc (see inFlight).
-	slots chan struct{}
+	gate   backend.Gate // calls in flight, and background cleanups, awaited by Close
+	batch  batchStats   // RefreshMany's counts, for tests (batch.go)
+	probes probes       // the driver's own connections (restart.go)
+	waits  waits        // waiters, holders and the poller (waiting.go)
+	held   heldItems    // the items of the locks we hold, as last read (held.go)
+	draws  draws        // fences drawn at release for our next acquisitions (fence.go)
 }
 
 // Requests in flight on a driver's client, per server: gomemcache dials for
@@ -118,8 +106,9 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// live is ctx's end, checked before every round trip: gomemcache takes no
-// context. op is "" for the operator's calls, which the Client's error names.
+// live is ctx's end, checked where retried does not (before a pipe, and
+// between steps). op is "" for the operator's calls, which the Client's
+// error names.
 func live(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
 		if op == "" {
@@ -142,9 +131,13 @@ func staleConn(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// retried runs f within the driver's bound, and once more if it failed
-// on a stale connection.
-func (d *Driver) retried(f func() error) error {
+// retried runs f within the driver's bound, unless ctx ended (checked
+// before every round trip: gomemcache takes no context), and once more if
+// it failed on a stale connection.
+func (d *Driver) retried(ctx context.Context, f func() error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
 	err := d.call(f)
 	if staleConn(err) {
 		err = d.call(f)
@@ -152,21 +145,21 @@ func (d *Driver) retried(f func() error) error {
 	return err
 }
 
-func (d *Driver) get(key string) (it *memcache.Item, err error) {
-	err = d.retried(func() (err error) { it, err = d.mc.Get(key); return err })
+func (d *Driver) get(ctx context.Context, key string) (it *memcache.Item, err error) {
+	err = d.retried(ctx, func() (err error) { it, err = d.mc.Get(key); return err })
 	return it, err
 }
 
-func (d *Driver) add(it *memcache.Item) error {
-	return d.retried(func() error { return d.mc.Add(it) })
+func (d *Driver) add(ctx context.Context, it *memcache.Item) error {
+	return d.retried(ctx, func() error { return d.mc.Add(it) })
 }
 
-func (d *Driver) cas(it *memcache.Item) error {
-	return d.retried(func() error { return d.mc.CompareAndSwap(it) })
+func (d *Driver) cas(ctx context.Context, it *memcache.Item) error {
+	return d.retried(ctx, func() error { return d.mc.CompareAndSwap(it) })
 }
 
-func (d *Driver) incr(key string) (n uint64, err error) {
-	err = d.retried(func() (err error) { n, err = d.mc.Increment(key, 1); return err })
+func (d *Driver) incr(ctx context.Context, key string) (n uint64, err error) {
+	err = d.retried(ctx, func() (err error) { n, err = d.mc.Increment(key, 1); return err })
 	return n, err
 }
 
@@ -367,7 +360,7 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, value 
 	}
 	put := d.cas
 	if addr != nil {
-		put = func(it *memcache.Item) error { return d.casRead(addr, it, l, until) }
+		put = func(ctx context.Context, it *memcache.Item) error { return d.casRead(ctx, addr, it, l, until) }
 	}
 	_, err := d.casHeld(ctx, "acquire", "lock", lk, cur, heldCheck(l.Token), func(cur *memcache.Item) *memcache.Item {
 		// Waiter marks appended since the add stay (see Waiting).
@@ -389,7 +382,7 @@ func (d *Driver) confirm(ctx context.Context, lk string, l backend.Claim, value 
 // holder's value when it read one.
 func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (won bool, holder []byte, err error) {
 	for range maxAttempts {
-		err = d.add(item)
+		err = d.add(ctx, item)
 		switch {
 		case err == nil:
 			return true, nil, nil
@@ -397,10 +390,7 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 			return false, nil, fmt.Errorf("memcachelock: add: %w", err)
 		}
 		// Something is there: a holder, or a tombstone a server kept.
-		if err := live(ctx, "acquire"); err != nil {
-			return false, nil, err
-		}
-		cur, err := d.get(item.Key)
+		cur, err := d.get(ctx, item.Key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			continue // gone since the add: try again
@@ -412,12 +402,9 @@ func (d *Driver) claim(ctx context.Context, item *memcache.Item, token string) (
 		case !isTombstone(cur.Value):
 			return false, cur.Value, nil
 		}
-		if err := live(ctx, "acquire"); err != nil {
-			return false, nil, err
-		}
 		over := *item
 		over.CasID = cur.CasID
-		err = d.cas(&over)
+		err = d.cas(ctx, &over)
 		switch {
 		case err == nil:
 			return true, nil, nil
@@ -483,14 +470,11 @@ func heldCheck(token string) func([]byte) error {
 // if check passes its value, stores what next makes of it with put (a cas:
 // if the item changed since, it looks again, a bounded number of times). It
 // returns the item as read. what names the item in errors.
-func (d *Driver) casHeld(ctx context.Context, op, what, key string, first *memcache.Item, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(*memcache.Item) error) (*memcache.Item, error) {
+func (d *Driver) casHeld(ctx context.Context, op, what, key string, first *memcache.Item, check func([]byte) error, next func(*memcache.Item) *memcache.Item, put func(context.Context, *memcache.Item) error) (*memcache.Item, error) {
 	for range maxAttempts {
-		if err := live(ctx, op); err != nil {
-			return nil, err
-		}
 		cur, err := first, error(nil)
 		if first == nil {
-			cur, err = d.get(key)
+			cur, err = d.get(ctx, key)
 		}
 		first = nil
 		switch {
@@ -502,10 +486,10 @@ func (d *Driver) casHeld(ctx context.Context, op, what, key string, first *memca
 		if err := check(cur.Value); err != nil {
 			return nil, err
 		}
-		if err := live(ctx, op); err != nil {
+		if err := live(ctx, op); err != nil { // put may pipe, which takes no ctx
 			return nil, err
 		}
-		err = put(next(cur))
+		err = put(ctx, next(cur))
 		switch {
 		case err == nil:
 			return cur, nil
@@ -551,7 +535,7 @@ func (d *Driver) release(ctx context.Context, l backend.Claim) error {
 		// frees it; else (a refresh, a mark, an expiry) gets, then cas.
 		first = &memcache.Item{Key: lockKey(l.Key), Value: it.value, CasID: it.cas}
 	}
-	free := func(it *memcache.Item) error { return d.freeLock(l.Key, it) }
+	free := func(ctx context.Context, it *memcache.Item) error { return d.freeLock(ctx, l.Key, it) }
 	cur, err := d.casHeld(ctx, "release", "lock", lockKey(l.Key), first, heldCheck(l.Token), func(it *memcache.Item) *memcache.Item { return it }, free)
 	if err != nil {
 		return err

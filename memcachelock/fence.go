@@ -2,6 +2,7 @@ package memcachelock
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -29,13 +30,13 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 	}
 	for range maxAttempts {
 		if addr == nil {
-			fence, err = d.incr(fk)
+			fence, err = d.incr(context.Background(), fk)
 		} else {
 			lines, items, perr := d.pipe(addr, 0, false, []byte("incr "+fk+" 1\r\n"), 1, lk)
 			switch {
 			case errors.Is(perr, errBusy):
 				addr, lk = nil, ""
-				fence, err = d.incr(fk)
+				fence, err = d.incr(context.Background(), fk)
 			case perr != nil:
 				err = perr
 			case lines[0] == "NOT_FOUND":
@@ -51,7 +52,7 @@ func (d *Driver) drawFence(lk, fk string, ttl time.Duration) (fence uint64, cur 
 		case err == nil:
 			return fence, cur, addr, nil
 		case !errors.Is(err, memcache.ErrCacheMiss):
-			return 0, nil, nil, fenceErr("incr", err)
+			return 0, nil, nil, fmt.Errorf("memcachelock: fence: incr: %w", err)
 		}
 		seed, stored, cur, err := d.seed(fk, lk, ttl)
 		if err != nil {
@@ -76,11 +77,11 @@ func shows(counter *memcache.Item, fence uint64) bool {
 // casRead is cas for the lock item it, held by l's token, with a gets of it
 // in the same write to addr: the item as read (its new cas id), still ours,
 // is kept for Release (heldItems) until then (zero: not kept).
-func (d *Driver) casRead(addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
+func (d *Driver) casRead(ctx context.Context, addr net.Addr, it *memcache.Item, l backend.Claim, until time.Time) error {
 	cmd := appendCas(nil, it.Key, it.Flags, it.Expiration, it.Value, it.CasID)
 	lines, items, err := d.pipe(addr, 0, false, cmd, 1, it.Key)
 	if errors.Is(err, errBusy) {
-		return d.cas(it)
+		return d.cas(ctx, it)
 	}
 	if err != nil {
 		return err
@@ -123,14 +124,11 @@ func (d *Driver) pipeAddr(lk, fk string) net.Addr {
 	return addr
 }
 
-// draws are fences drawn at release: a release whose item and counter share
-// a server sends, with its cas, the incr that draws the fence of this
-// driver's next acquisition of the key. That one adds its item with the
-// fence in it and reads the counter back in the same write: unchanged,
+// draws are fences drawn at release, with its cas (freeLock), for this
+// driver's next acquisition of the key, which adds its item with the fence
+// in it and reads the counter back in the same write (tryPiped): unchanged,
 // nobody drew one in between, so the fence is above every earlier grant's.
-// Changed, it draws another and records it with a cas. Without a drawn
-// fence it guesses the name is new and seeds (tryPiped). See
-// docs/backends/memcachelock.md, "Acquiring in one round trip".
+// See docs/backends/memcachelock.md, "Acquiring in one round trip".
 type draws struct {
 	mu sync.Mutex
 	m  map[string]uint64
@@ -170,22 +168,22 @@ func (w *draws) peek(key string) uint64 {
 // acquisition of key (draws), in the same write where pipeAddr allows. The
 // incr also shows pollers that a hold came and went, which an acquisition
 // with a drawn fence does not.
-func (d *Driver) freeLock(key string, cur *memcache.Item) error {
+func (d *Driver) freeLock(ctx context.Context, key string, cur *memcache.Item) error {
 	it := tombstoneOf(cur)
 	fk := it.Key + fenceSuffix // fenceKey(key)
 	addr := d.pipeAddr(it.Key, fk)
 	if addr == nil {
-		return d.cas(it)
+		return d.cas(ctx, it)
 	}
 	cmd := appendCas(make([]byte, 0, 64+2*len(it.Key)), it.Key, 0, it.Expiration, it.Value, it.CasID)
 	cmd = append(append(append(cmd, "incr "...), fk...), " 1\r\n"...)
 	lines, _, err := d.pipe(addr, 0, false, cmd, 2)
 	if errors.Is(err, errBusy) {
 		// gomemcache's connections: the incr still goes (see above).
-		if err := d.cas(it); err != nil {
+		if err := d.cas(ctx, it); err != nil {
 			return err
 		}
-		if f, err := d.incr(fk); err == nil {
+		if f, err := d.incr(ctx, fk); err == nil {
 			d.draws.put(key, f)
 		}
 		return nil

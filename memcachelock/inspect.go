@@ -44,7 +44,7 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 	defer done()
 	lk := lockKey(key)
 	fk := lk + fenceSuffix // fenceKey(key)
-	items, err := d.getMulti([]string{lk, fk})
+	items, err := d.getMulti(ctx, []string{lk, fk})
 	if err != nil {
 		return backend.State{}, fmt.Errorf("memcachelock: %w", err)
 	}

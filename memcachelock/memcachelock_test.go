@@ -397,7 +397,7 @@ func TestTTLRoundedUp(t *testing.T) {
 				return
 			}
 			for {
-				_, err := d.get(lockKey(key))
+				_, err := d.get(context.Background(), lockKey(key))
 				if errors.Is(err, memcache.ErrCacheMiss) {
 					break
 				}

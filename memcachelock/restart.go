@@ -72,7 +72,7 @@ func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, 
 	v = uint64(time.Now().UnixMicro())
 	val := strconv.FormatUint(v, 10)
 	if d.servers == nil {
-		err := d.add(&memcache.Item{Key: fk, Value: []byte(val), Expiration: d.fenceExp})
+		err := d.add(context.Background(), &memcache.Item{Key: fk, Value: []byte(val), Expiration: d.fenceExp})
 		if err != nil && !errors.Is(err, memcache.ErrNotStored) {
 			return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: %w", err)
 		}
@@ -87,22 +87,16 @@ func (d *Driver) seed(fk, lk string, ttl time.Duration) (v uint64, stored bool, 
 		keys = []string{lk}
 	}
 	lines, items, err := d.pipe(addr, d.checkTTL(ttl), true, appendAdd(nil, fk, d.fenceExp, []byte(val)), 1, keys...)
+	var refused *backend.NotAcquiredError
 	switch {
+	case errors.As(err, &refused):
+		return 0, false, nil, fmt.Errorf("memcachelock: %w", err)
 	case err != nil:
-		return 0, false, nil, fenceErr("seed", err)
+		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: %w", err)
 	case lines[0] != "STORED" && lines[0] != "NOT_STORED":
 		return 0, false, nil, fmt.Errorf("memcachelock: fence: seed: unexpected reply %q", lines[0])
 	}
 	return v, lines[0] == "STORED", items[lk], nil
-}
-
-// fenceErr wraps an error of pipe during the fence's step op.
-func fenceErr(op string, err error) error {
-	var refused *backend.NotAcquiredError
-	if errors.As(err, &refused) {
-		return fmt.Errorf("memcachelock: %w", err)
-	}
-	return fmt.Errorf("memcachelock: fence: %s: %w", op, err)
 }
 
 // pipe sends cmd, n commands that reply with one line each, then a gets of
@@ -192,11 +186,11 @@ func (p *probe) ranFor(check time.Duration) error {
 		return nil
 	}
 	if p.started.IsZero() {
-		up, err := p.uptime()
+		up, err := p.stat("uptime")
 		if err != nil {
-			return fmt.Errorf("uptime: %w", err)
+			return err
 		}
-		p.started = time.Now().Add(-up)
+		p.started = time.Now().Add(uptimeSkew - time.Duration(up)*time.Second)
 	}
 	if up := time.Since(p.started); up < check {
 		return &backend.NotAcquiredError{Reason: fmt.Sprintf(
@@ -253,13 +247,11 @@ func (d *Driver) probe(ctx context.Context, addr net.Addr, fresh, must bool) (p 
 	ps.dials.Add(1)
 	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
-	var c net.Conn
-	if d.mc.DialContext != nil {
-		c, err = d.mc.DialContext(ctx, addr.Network(), addr.String())
-	} else {
-		var nd net.Dialer
-		c, err = nd.DialContext(ctx, addr.Network(), addr.String())
+	dial := d.mc.DialContext
+	if dial == nil {
+		dial = new(net.Dialer).DialContext
 	}
+	c, err := dial(ctx, addr.Network(), addr.String())
 	if err != nil {
 		d.dropProbe(addr, nil)
 		return nil, false, err
@@ -307,21 +299,17 @@ func (ps *probes) close() {
 	ps.idle = nil
 }
 
-// uptime asks the server for its uptime, less uptimeSkew.
-func (p *probe) uptime() (time.Duration, error) {
+// stat reads the server's statistic name, a count.
+func (p *probe) stat(name string) (int64, error) {
 	st, err := p.stats("stats\r\n")
 	if err != nil {
 		return 0, err
 	}
-	up, ok := st["uptime"]
-	if !ok {
-		return 0, errors.New("no uptime in the server's stats")
-	}
-	n, err := strconv.ParseInt(up, 10, 64)
+	n, err := strconv.ParseInt(st[name], 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("unexpected uptime %q", up)
+		return 0, fmt.Errorf("the server's %s: unexpected %q", name, st[name])
 	}
-	return time.Duration(n)*time.Second - uptimeSkew, nil
+	return n, nil
 }
 
 // line reads the next reply line; the usual replies cost no allocation.

@@ -34,7 +34,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 	}
 	// A look first, so that a reader adds no slot while a writer holds or
 	// waits: slots that come and go would keep a waiting writer out.
-	items, err := d.getMulti([]string{wk, qk})
+	items, err := d.getMulti(ctx, []string{wk, qk})
 	if err != nil {
 		return backend.Grant{}, fmt.Errorf("memcachelock: gets: %w", err)
 	}
@@ -88,7 +88,7 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	if q := items[qk]; q != nil && heldBy(q.Value, c.Token) {
 		// Granted: our record of waiting goes. If the cas fails, the
 		// record changed or expired since: it is not ours to clear.
-		_ = d.cas(tombstoneOf(q))
+		_ = d.cas(ctx, tombstoneOf(q))
 	}
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
@@ -103,10 +103,7 @@ func (d *Driver) fenceThenRead(ctx context.Context, base string, eff time.Durati
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := live(ctx, "acquire"); err != nil {
-		return 0, nil, err
-	}
-	items, err := d.getMulti(keys)
+	items, err := d.getMulti(ctx, keys)
 	if err != nil {
 		return 0, nil, fmt.Errorf("memcachelock: gets: %w", err)
 	}

@@ -119,22 +119,16 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 	rk := base + "sl"
 	val := []byte(strconv.Itoa(c.Limit))
 	for i := range maxAttempts {
-		if err := live(ctx, "acquire"); err != nil {
-			return err
-		}
-		var cur *memcache.Item
-		var err error
+		cur, err := rec, error(nil)
 		switch {
 		case i > 0 || !read:
-			cur, err = d.get(rk)
+			cur, err = d.get(ctx, rk)
 		case rec == nil:
 			err = memcache.ErrCacheMiss
-		default:
-			cur = rec
 		}
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
-			err := d.add(&memcache.Item{Key: rk, Value: val, Expiration: exp})
+			err := d.add(ctx, &memcache.Item{Key: rk, Value: val, Expiration: exp})
 			switch {
 			case err == nil:
 				return nil
@@ -148,10 +142,7 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 		if m, err := strconv.Atoi(string(cur.Value)); err == nil && m != c.Limit && m >= 1 && m <= backend.MaxLimit {
 			// The record says M: write over it only if no permit of
 			// another limit is held in M's slots.
-			if err := live(ctx, "acquire"); err != nil {
-				return err
-			}
-			items, err := d.getMulti(slotKeys(base, "s", m))
+			items, err := d.getMulti(ctx, slotKeys(base, "s", m))
 			if err != nil {
 				return fmt.Errorf("memcachelock: gets: %w", err)
 			}
@@ -159,11 +150,8 @@ func (d *Driver) markLimit(ctx context.Context, base string, c backend.Claim, ex
 				return fmt.Errorf("memcachelock: %w", backend.HeldUnder(l, c.Limit))
 			}
 		}
-		if err := live(ctx, "acquire"); err != nil {
-			return err
-		}
 		cur.Value, cur.Expiration = val, exp
-		err = d.cas(cur)
+		err = d.cas(ctx, cur)
 		switch {
 		case err == nil:
 			return nil
@@ -183,9 +171,9 @@ func (d *Driver) refreshPermit(ctx context.Context, c backend.Claim, exp int32) 
 	// The limit record must outlive every permit. Missing (evicted), it
 	// is written again unless another was written since.
 	rexp := max(exp, d.fenceExp)
-	err := d.touch(base+"sl", rexp)
+	err := d.touch(ctx, base+"sl", rexp)
 	if errors.Is(err, memcache.ErrCacheMiss) {
-		err = d.add(&memcache.Item{Key: base + "sl", Value: []byte(strconv.Itoa(c.Limit)), Expiration: rexp})
+		err = d.add(ctx, &memcache.Item{Key: base + "sl", Value: []byte(strconv.Itoa(c.Limit)), Expiration: rexp})
 		if errors.Is(err, memcache.ErrNotStored) {
 			err = nil
 		}

@@ -63,13 +63,13 @@ func heldByOther(it *memcache.Item, token string) bool {
 }
 
 // getMulti is GetMulti, repeated once on a stale pooled connection.
-func (d *Driver) getMulti(keys []string) (items map[string]*memcache.Item, err error) {
-	err = d.retried(func() (err error) { items, err = d.mc.GetMulti(keys); return err })
+func (d *Driver) getMulti(ctx context.Context, keys []string) (items map[string]*memcache.Item, err error) {
+	err = d.retried(ctx, func() (err error) { items, err = d.mc.GetMulti(keys); return err })
 	return items, err
 }
 
-func (d *Driver) touch(key string, exp int32) error {
-	return d.retried(func() error { return d.mc.Touch(key, exp) })
+func (d *Driver) touch(ctx context.Context, key string, exp int32) error {
+	return d.retried(ctx, func() error { return d.mc.Touch(key, exp) })
 }
 
 // takeSlot stores value in one of the slots keys for token, trying pref
@@ -97,10 +97,7 @@ func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []
 		if items != nil {
 			continue
 		}
-		if err := live(ctx, "acquire"); err != nil {
-			return -1, err
-		}
-		if items, err = d.getMulti(keys); err != nil {
+		if items, err = d.getMulti(ctx, keys); err != nil {
 			return -1, fmt.Errorf("memcachelock: gets: %w", err)
 		}
 		if check != nil {
@@ -114,18 +111,15 @@ func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []
 
 // findSlot returns the item (with its cas id) of the slot that token
 // holds: pref's, as a rule, or the one a look at all of them finds.
-func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, pref int, token string) (*memcache.Item, error) {
-	it, err := d.get(keys[pref])
+func (d *Driver) findSlot(ctx context.Context, what string, keys []string, pref int, token string) (*memcache.Item, error) {
+	it, err := d.get(ctx, keys[pref])
 	switch {
 	case err == nil && heldBy(it.Value, token):
 		return it, nil
 	case err != nil && !errors.Is(err, memcache.ErrCacheMiss):
 		return nil, fmt.Errorf("memcachelock: gets: %w", err)
 	}
-	if err := live(ctx, op); err != nil {
-		return nil, err
-	}
-	items, err := d.getMulti(keys)
+	items, err := d.getMulti(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("memcachelock: gets: %w", err)
 	}
@@ -139,11 +133,8 @@ func (d *Driver) findSlot(ctx context.Context, op, what string, keys []string, p
 
 // refreshSlot extends the slot of c (see slots) to exp.
 func (d *Driver) refreshSlot(ctx context.Context, c backend.Claim, exp int32) error {
-	if err := live(ctx, "refresh"); err != nil {
-		return err
-	}
 	keys, pref, what := slots(c)
-	it, err := d.findSlot(ctx, "refresh", what, keys, pref, c.Token)
+	it, err := d.findSlot(ctx, what, keys, pref, c.Token)
 	if err != nil {
 		return err
 	}
@@ -153,24 +144,13 @@ func (d *Driver) refreshSlot(ctx context.Context, c backend.Claim, exp int32) er
 // releaseSlot frees the slot of c (see slots).
 func (d *Driver) releaseSlot(ctx context.Context, c backend.Claim) error {
 	keys, pref, what := slots(c)
-	cur, err := d.findSlot(ctx, "release", what, keys, pref, c.Token)
+	cur, err := d.findSlot(ctx, what, keys, pref, c.Token)
 	if err != nil {
 		return err
 	}
-	if err := live(ctx, "release"); err != nil {
-		return err
-	}
 	// The item found holding our token, with its cas id: the cas frees it
-	// only if it is unchanged since (drop's own gets, a round trip saved).
-	err = d.cas(tombstoneOf(cur))
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-		return fmt.Errorf("memcachelock: %w: no %s (it expired or was evicted just now)", backend.ErrNotHeld, what)
-	case errors.Is(err, memcache.ErrCASConflict):
-		// Changed since (a concurrent refresh of ours): the long way.
-		return d.drop(ctx, "release", what, cur.Key, c.Token)
-	}
-	return fmt.Errorf("memcachelock: cas: %w", err)
+	// only if it is unchanged since (a round trip saved); else (a
+	// concurrent refresh of ours) casHeld looks again.
+	_, err = d.casHeld(ctx, "release", what, cur.Key, cur, heldCheck(c.Token), tombstoneOf, d.cas)
+	return err
 }

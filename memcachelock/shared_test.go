@@ -165,7 +165,7 @@ func TestSemaphoreStaleLimitRecord(t *testing.T) {
 	}
 	mc := memcache.New(testenv.MemcacheAddr())
 	defer mc.Close()
-	it, err := d.findSlot(ctx, "test", "permit", slotKeys(objBase(key), "s", 4), backend.OneOf(c.Token, 4), c.Token)
+	it, err := d.findSlot(ctx, "permit", slotKeys(objBase(key), "s", 4), backend.OneOf(c.Token, 4), c.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

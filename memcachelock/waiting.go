@@ -70,7 +70,7 @@ func (w *waits) get(key string) *keyWait {
 	sweep(w.keys, &w.swept, func(kw *keyWait, now time.Time) bool { return len(kw.subs) == 0 && !now.Before(kw.yieldEnd) })
 	kw := w.keys[key]
 	if kw == nil {
-		kw = &keyWait{}
+		kw = &keyWait{subs: map[chan struct{}]struct{}{}}
 		w.keys[key] = kw
 	}
 	return kw
@@ -90,7 +90,7 @@ func (d *Driver) ourTurn(ctx context.Context, key string) error {
 	}
 	refused := fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	lk, fk := lockKey(key), fenceKey(key)
-	items, err := d.getMulti([]string{lk, fk})
+	items, err := d.getMulti(ctx, []string{lk, fk})
 	if err != nil {
 		return fmt.Errorf("memcachelock: gets: %w", err)
 	}
@@ -256,7 +256,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	defer done()
 	lk, fk := lockKey(key), fenceKey(key)
-	items, err := d.getMulti([]string{lk, fk})
+	items, err := d.getMulti(ctx, []string{lk, fk})
 	if err != nil {
 		return nil, nil, fmt.Errorf("memcachelock: subscribe: gets: %w", err)
 	}
@@ -264,9 +264,6 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	w := &d.waits
 	w.mu.Lock()
 	kw := w.get(key)
-	if kw.subs == nil {
-		kw.subs = map[chan struct{}]struct{}{}
-	}
 	if len(kw.subs) == 0 {
 		kw.seen, kw.polled = seenOf(items[lk], items[fk]), true
 	} else if h := seenOf(items[lk], items[fk]); kw.polled && h != kw.seen {
@@ -282,8 +279,10 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	poll := w.poll
 	w.mu.Unlock()
-	if start {
-		d.startPoller(poll)
+	if start && !d.spawn(func() { d.poller(poll) }) {
+		w.mu.Lock()
+		w.poll = nil
+		w.mu.Unlock()
 	}
 	return ch, sync.OnceFunc(func() {
 		w.mu.Lock()
@@ -313,15 +312,7 @@ func seenOf(lock, counter *memcache.Item) string {
 	return string(tok) + "/" + string(counter.Value)
 }
 
-// startPoller runs the poller until no key is watched or the driver closes.
-func (d *Driver) startPoller(poll chan struct{}) {
-	if !d.spawn(func() { d.poller(poll) }) {
-		d.waits.mu.Lock()
-		d.waits.poll = nil
-		d.waits.mu.Unlock()
-	}
-}
-
+// poller polls the watched keys until none is or the driver closes.
 func (d *Driver) poller(poll chan struct{}) {
 	closing := d.gate.Context()
 	w := &d.waits
@@ -354,7 +345,7 @@ func (d *Driver) poller(poll chan struct{}) {
 		}
 		next := w.next
 		w.mu.Unlock()
-		items, err := d.getMulti(lks)
+		items, err := d.getMulti(context.Background(), lks)
 		changed := false
 		if err == nil {
 			now := time.Now()
