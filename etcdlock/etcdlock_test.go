@@ -439,17 +439,21 @@ func TestNewKeepsUserClient(t *testing.T) {
 	}
 }
 
-// TestMemberStopped: with a member of the cluster stopped (first etcd-c1,
+// TestMemberStopped: with a member of the cluster stopped (first etcd-1,
 // then whichever member leads), locks keep working through the others, no
 // two holders ever hold at once, fences keep increasing, and a lock held
-// across the stop is not lost. Not parallel: the package's parallel tests
-// need every member (TestRefreshRightAfterAcquire failed in CI on a member
-// this test had stopped); they run once the sequential tests are done.
+// across the stop is not lost. The cluster is the test's own: the shared
+// one (etcd-c1..c3) serves other tests and other runs meanwhile.
 func TestMemberStopped(t *testing.T) {
-	h := newHarness(t, testenv.EtcdClusterEndpoints())
-	memberStopped(t, h, "etcd-c1")
-	leader := leaderInstance(t, h)
-	t.Logf("the leader is %s", leader)
+	members := testenv.StartEtcdCluster(t, 3)
+	var endpoints []string
+	for _, m := range members {
+		endpoints = append(endpoints, m.Addr)
+	}
+	h := newHarness(t, endpoints)
+	memberStopped(t, h, members[0])
+	leader := members[leaderIndex(t, h)]
+	t.Logf("the leader is %s", leader.Name)
 	memberStopped(t, h, leader)
 }
 
@@ -482,8 +486,8 @@ func waitHealthy(t *testing.T, h *harness) {
 	}
 }
 
-// leaderInstance names the instance of the cluster's leader.
-func leaderInstance(t *testing.T, h *harness) string {
+// leaderIndex is the index in h.endpoints of the cluster's leader.
+func leaderIndex(t *testing.T, h *harness) int {
 	t.Helper()
 	ctx := testCtx(t, 10*time.Second)
 	var leader uint64
@@ -500,10 +504,11 @@ func leaderInstance(t *testing.T, h *harness) string {
 	if !ok {
 		t.Fatalf("leader %x is none of %v", leader, h.endpoints)
 	}
-	return "etcd-c" + string(rune('1'+i))
+	return i
 }
 
-func memberStopped(t *testing.T, h *harness, instance string) {
+func memberStopped(t *testing.T, h *harness, m *testenv.Server) {
+	instance := m.Name
 	ctx := testCtx(t, 2*time.Minute)
 	c1, _ := h.client(t)
 	c2, _ := h.client(t)
@@ -566,7 +571,9 @@ func memberStopped(t *testing.T, h *harness, instance string) {
 	}
 	time.Sleep(time.Second)
 	before := acquired.Load()
-	testenv.Stop(t, instance)
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	stopped.Store(true)
 	stoppedAt := time.Now()
 	// The member stays down for at least 4 s, and until 20 acquisitions
@@ -585,7 +592,9 @@ func memberStopped(t *testing.T, h *harness, instance string) {
 	}
 	during := afterStop.Load()
 	down := time.Since(stoppedAt)
-	testenv.Start(t, instance)
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
 	waitHealthy(t, h)
 	close(stopWorker)
 	wg.Wait()

@@ -272,7 +272,7 @@ func quorumAdmins(t *testing.T, addrs []string) []redis.Cmdable {
 }
 
 func TestRefreshManyQuorum(t *testing.T) {
-	addrs := privateQuorum(t)
+	_, addrs := privateQuorum(t)
 	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(addrs, ",")+"/0")
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestRefreshManyQuorum(t *testing.T) {
 // blackholed it fails with an error that is not ErrNotHeld (it cannot
 // tell), when its context ends.
 func TestRefreshManyQuorumFaults(t *testing.T) {
-	addrs := privateQuorum(t)
+	_, addrs := privateQuorum(t)
 	ctx := testCtx(t)
 	var proxies []*faultproxy.Proxy
 	var clients []redis.UniversalClient

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +20,9 @@ import (
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
-func openTestQuorum(t *testing.T) *Quorum {
+func openTestQuorum(t *testing.T, addrs []string) *Quorum {
 	t.Helper()
-	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(testenv.RedisQuorumAddrs(), ",")+"/0")
+	q, err := OpenQuorum(testCtx(t), "redis+quorum://"+strings.Join(addrs, ",")+"/0")
 	if err != nil {
 		t.Fatalf("OpenQuorum: %v", err)
 	}
@@ -31,23 +30,39 @@ func openTestQuorum(t *testing.T) *Quorum {
 	return q
 }
 
+// privateQuorum starts five private servers for a quorum, so that the
+// test neither sees nor disturbs the shared ones (redis-q1..q5), which
+// other tests and other runs use meanwhile: a test that stops servers
+// stops these.
+func privateQuorum(t *testing.T) ([]*testenv.Server, []string) {
+	t.Helper()
+	var srvs []*testenv.Server
+	var addrs []string
+	for range 5 {
+		s := testenv.StartRedis(t)
+		srvs, addrs = append(srvs, s), append(addrs, s.Addr)
+	}
+	return srvs, addrs
+}
+
 // With three of five servers stopped, acquisition fails with an error that
 // says so, and leaves nothing held on the two that answer; a blocked
 // Acquire returns that error (after the locker package's retry window)
 // rather than waiting forever.
 func TestQuorumThreeDown(t *testing.T) {
-	addrs := testenv.RedisQuorumAddrs()
-	testenv.Require(t, addrs...)
+	srvs, addrs := privateQuorum(t)
 	ctx := testCtx(t)
-	q := openTestQuorum(t)
+	q := openTestQuorum(t, addrs)
 	c, err := locker.New(q, locker.WithNamespace("redislock-q3down"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	admins := []*redis.Client{adminClient(t, addrs[0]), adminClient(t, addrs[1])}
-	for _, in := range []string{"redis-q3", "redis-q4", "redis-q5"} {
-		testenv.Stop(t, in)
+	for _, s := range srvs[2:] {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	name := "q3down-" + randHex(4)
 	key := backend.Key("redislock-q3down", name)
@@ -101,7 +116,7 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	q := openTestQuorum(t)
+	q := openTestQuorum(t, addrs)
 	var admins []*redis.Client
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
@@ -176,10 +191,9 @@ func TestQuorumFenceAcrossMajorities(t *testing.T) {
 // (4 and 5 stopped), the second's 3-5 (1 and 2 stopped, 4 and 5 restarted
 // without their data).
 func TestQuorumFenceAcrossOutages(t *testing.T) {
-	addrs := testenv.RedisQuorumAddrs()
-	testenv.Require(t, addrs...)
+	srvs, addrs := privateQuorum(t)
 	ctx := testCtx(t)
-	q := openTestQuorum(t)
+	q := openTestQuorum(t, addrs)
 	key := uniqueKey(t)
 	var fences []uint64
 	take := func() {
@@ -205,17 +219,22 @@ func TestQuorumFenceAcrossOutages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// each runs Stop or Start on the servers numbered (from 1) in is.
+	each := func(op func(*testenv.Server) error, is ...int) {
+		t.Helper()
+		for _, i := range is {
+			if err := op(srvs[i-1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	take()
-	testenv.Stop(t, "redis-q4")
-	testenv.Stop(t, "redis-q5")
+	each((*testenv.Server).Stop, 4, 5)
 	take()
-	testenv.Start(t, "redis-q4")
-	testenv.Start(t, "redis-q5")
-	testenv.Stop(t, "redis-q1")
-	testenv.Stop(t, "redis-q2")
+	each((*testenv.Server).Start, 4, 5)
+	each((*testenv.Server).Stop, 1, 2)
 	take()
-	testenv.Start(t, "redis-q1")
-	testenv.Start(t, "redis-q2")
+	each((*testenv.Server).Start, 1, 2)
 	take()
 	for i := 1; i < len(fences); i++ {
 		if fences[i] <= fences[i-1] {
@@ -231,7 +250,7 @@ func TestQuorumSimultaneousTries(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	qs := []*Quorum{openTestQuorum(t), openTestQuorum(t), openTestQuorum(t), openTestQuorum(t)}
+	qs := []*Quorum{openTestQuorum(t, addrs), openTestQuorum(t, addrs), openTestQuorum(t, addrs), openTestQuorum(t, addrs)}
 	const rounds, tries = 30, 12
 	zero := 0
 	for r := range rounds {
@@ -281,7 +300,7 @@ func TestQuorumRefreshMajority(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	q := openTestQuorum(t)
+	q := openTestQuorum(t, addrs)
 	var admins []*redis.Client
 	for _, a := range addrs {
 		admins = append(admins, adminClient(t, a))
@@ -494,47 +513,6 @@ func TestQuorumLateGrantAfterRelease(t *testing.T) {
 	}
 }
 
-// privateRedis starts a redis-server of this test's own, without
-// persistence, on port (a free one if 0), and returns its address and a
-// function that kills it.
-func privateRedis(t *testing.T, port int) (addr string, kill func()) {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("a private server: %v", err)
-	}
-	if port == 0 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	}
-	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	kill = func() {
-		once.Do(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
-		})
-	}
-	t.Cleanup(kill)
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the private server on %s does not answer", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return addr, kill
-}
-
 // The restart check stays in force with the proven variant of the acquire
 // script (upproof.go), for a Quorum's servers and a Driver's: once a
 // server has run long enough, new names cost it no INFO; after a restart
@@ -547,7 +525,8 @@ func TestRestartCheckWithoutInfo(t *testing.T) { restartCheckWithoutInfo(t, fals
 func restartCheckWithoutInfo(t *testing.T, quorum bool) {
 	t.Parallel()
 	ctx := testCtx(t)
-	addr, kill := privateRedis(t, 0)
+	srv := testenv.StartRedis(t)
+	addr := srv.Addr
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
 	var d backend.Driver
@@ -620,10 +599,9 @@ func restartCheckWithoutInfo(t *testing.T, quorum bool) {
 	// Restarted without its data: the variant's EVALSHA meets NOSCRIPT,
 	// and the plain script refuses. The first request may fail on a
 	// pooled connection to the old process.
-	kill()
-	_, p, _ := net.SplitHostPort(addr)
-	port, _ := strconv.Atoi(p)
-	privateRedis(t, port)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; ; i++ {
 		err := try()
 		if errors.Is(err, backend.ErrNotAcquired) {
@@ -647,7 +625,7 @@ func TestQuorumHotName(t *testing.T) {
 	testenv.Require(t, addrs...)
 	t.Parallel()
 	ctx := testCtx(t)
-	qs := []*Quorum{openTestQuorum(t), openTestQuorum(t), openTestQuorum(t)}
+	qs := []*Quorum{openTestQuorum(t, addrs), openTestQuorum(t, addrs), openTestQuorum(t, addrs)}
 	key := uniqueKey(t)
 	const workers, grants = 6, 120
 	var (

@@ -92,7 +92,7 @@ func TestRefreshScales(t *testing.T) {
 		testRefreshScales(t, d, []string{testenv.RedisAddr()}, []*callCounter{c})
 	})
 	t.Run("quorum", func(t *testing.T) {
-		addrs := privateQuorum(t)
+		_, addrs := privateQuorum(t)
 		var clients []redis.UniversalClient
 		var counters []*callCounter
 		for _, a := range addrs {
@@ -106,16 +106,6 @@ func TestRefreshScales(t *testing.T) {
 		}
 		testRefreshScales(t, q, addrs, counters)
 	})
-}
-
-// privateQuorum starts five private servers for a quorum, so that the
-// test neither sees nor disturbs the shared ones (which other tests stop).
-func privateQuorum(t *testing.T) []string {
-	var addrs []string
-	for range 5 {
-		addrs = append(addrs, testenv.StartRedis(t).Addr)
-	}
-	return addrs
 }
 
 // timedBatch times a driver's RefreshMany calls.
