@@ -140,6 +140,11 @@ func (s *suite) lockSetLost(t *testing.T) {
 // the whole set if the network comes back in time, and otherwise what
 // TryAcquireAll would.
 func (s *suite) lockSetMidway(t *testing.T) {
+	// The subcases run side by side, each on names and a cut driver of its
+	// own, most of their time spent waiting out budgets and TTLs; the
+	// goroutine check covers them all once they are done (the harness's
+	// proxies outlive their drivers: they are not the Client's).
+	t.Cleanup(leakCheck(t, append(slices.Clip(s.tr.IgnoreGoroutines), "internal/faultproxy.")))
 	for _, sc := range []struct {
 		name      string
 		set, wait bool
@@ -152,7 +157,10 @@ func (s *suite) lockSetMidway(t *testing.T) {
 		{"Blocking/HealedBeforeGiveBack", false, true, healBeforeGiveBack},
 		{"Blocking/HealedAtReturn", false, true, healAtReturn},
 	} {
-		t.Run(sc.name, func(t *testing.T) { s.midway(t, sc.set, sc.wait, sc.heal) })
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			s.midway(t, sc.set, sc.wait, sc.heal)
+		})
 	}
 }
 
@@ -182,8 +190,6 @@ func (s *suite) midway(t *testing.T, set, wait bool, heal healAt) {
 		mustRelease(t, ctx, l)
 	}
 
-	// The harness's proxies outlive the driver; they are not the Client's.
-	check := leakCheck(t, append(slices.Clip(s.tr.IgnoreGoroutines), "internal/faultproxy."))
 	drv, down, err := o.NewCutDriver(ctx)
 	if err != nil {
 		t.Fatalf("NewCutDriver: %v", err)
@@ -209,12 +215,9 @@ func (s *suite) midway(t *testing.T, set, wait bool, heal healAt) {
 		drv.Close()
 		t.Fatalf("locker.New: %v", err)
 	}
-	closed := false
 	defer func() {
-		if !closed {
-			down(false)
-			c.Close()
-		}
+		down(false)
+		c.Close()
 	}()
 
 	op, acquireAll := "TryAcquireAll", c.TryAcquireAll
@@ -294,10 +297,6 @@ func (s *suite) midway(t *testing.T, set, wait bool, heal healAt) {
 			mustRelease(t, ctx, l)
 		}
 	}
-	down(false)
-	c.Close()
-	closed = true
-	check()
 }
 
 // fenceAbove fails t when l's fence is not above top.
