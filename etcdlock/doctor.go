@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -19,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // No backend.StoreClock: etcd tells no time, and leases count durations
@@ -105,20 +104,15 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 // its leader and term, and how far its raft log is behind the leader's.
 func (d *Driver) members(ctx context.Context, ms []*pb.Member) backend.Findings {
 	sts := make([]*clientv3.StatusResponse, len(ms))
-	errs := make([]error, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		if len(m.ClientURLs) == 0 {
-			errs[i] = errors.New("it has not started (no client URL)")
-			continue
+	errs := parallel.Each(len(ms), len(ms), func(i int) (err error) {
+		if len(ms[i].ClientURLs) == 0 {
+			return errors.New("it has not started (no client URL)")
 		}
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-			defer cancel()
-			sts[i], errs[i] = d.cli.Status(ctx, m.ClientURLs[0])
-		})
-	}
-	wg.Wait()
+		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		defer cancel()
+		sts[i], err = d.cli.Status(ctx, ms[i].ClientURLs[0])
+		return err
+	})
 
 	fs := backend.Findings{Check: "etcd."}
 	leaders := map[uint64][]string{} // leader ID → the members that name it
@@ -223,7 +217,7 @@ func (d *Driver) auth(ctx context.Context) backend.Findings {
 		return fs
 	}
 	if !on {
-		if remote := remoteEndpoints(d.cli.Endpoints()); len(remote) > 0 {
+		if remote := backend.Remote(d.cli.Endpoints()); len(remote) > 0 {
 			fs.Add("auth", backend.Warning, "authentication is off, and the cluster is reached over the network ("+strings.Join(remote, ", ")+")",
 				"whoever reaches the port can delete any lock's entry or revoke its holder's lease, and take the lock",
 				"enable authentication (etcdctl user add root, etcdctl auth enable) with a user for the locks: docs/backends/etcdlock.md, Least privilege")
@@ -326,21 +320,6 @@ func permRange(p *authpb.Permission) string {
 		return fmt.Sprintf("prefix %q", p.Key)
 	}
 	return fmt.Sprintf("[%q, %q)", p.Key, p.RangeEnd)
-}
-
-// remoteEndpoints returns the endpoints whose host is not loopback.
-func remoteEndpoints(eps []string) []string {
-	var remote []string
-	for _, ep := range eps {
-		host := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			host = u.Host
-		}
-		if !backend.Loopback(&url.URL{Host: host}) {
-			remote = append(remote, ep)
-		}
-	}
-	return remote
 }
 
 // minLease grants a lease for ttl, as the driver would, and revokes it:

@@ -8,10 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 	"github.com/lockerhq/locker/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -77,7 +77,7 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]
 	resp, err := d.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(dir)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 	}
 	kvs := resp.Kvs
 	var r record
@@ -177,7 +177,7 @@ func (d *Driver) leaseTime(ctx context.Context, id clientv3.LeaseID) (time.Durat
 	case isLeaseNotFound(err):
 		return 0, nil
 	case err != nil:
-		return 0, d.failed(ctx, err)
+		return 0, d.gate.Failed(ctx, err)
 	}
 	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
 }
@@ -210,7 +210,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	for from := start; ; {
 		resp, err := d.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
 		if err != nil {
-			return nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+			return nil, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -253,39 +253,26 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // of sts[i]), asking once per lease, a few at a time; a holder's lease
 // without time left (see leaseTime) clears its state's KnowsTTL.
 func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, leases [][]clientv3.LeaseID) error {
-	type ttl struct {
-		left time.Duration
-		err  error
+	ids := slices.Compact(slices.Sorted(slices.Values(slices.Concat(leases...))))
+	left := make([]time.Duration, len(ids))
+	err := cmp.Or(parallel.Each(len(ids), 16, func(i int) (err error) {
+		left[i], err = d.leaseTime(ctx, ids[i])
+		return err
+	})...)
+	if err != nil {
+		return err
 	}
-	ttls := map[clientv3.LeaseID]*ttl{}
-	for _, ids := range leases {
-		for _, id := range ids {
-			ttls[id] = &ttl{}
-		}
-	}
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for id, t := range ttls {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			t.left, t.err = d.leaseTime(ctx, id)
-		})
-	}
-	wg.Wait()
-	for i, ids := range leases {
+	for i, ls := range leases {
 		st := &sts[i]
-		for j, id := range ids {
-			t := ttls[id]
-			switch {
-			case t.err != nil:
-				return t.err
-			case t.left == 0:
+		for j, id := range ls {
+			k, _ := slices.BinarySearch(ids, id)
+			switch t := left[k]; {
+			case t == 0:
 				st.Known &^= backend.KnowsTTL
 			case st.Mode == backend.Exclusive:
-				st.TTL = t.left
+				st.TTL = t
 			default:
-				st.Holders[j].TTL = t.left
+				st.Holders[j].TTL = t
 			}
 		}
 	}
@@ -335,7 +322,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 			Then(clientv3.OpDelete(string(kv.Key)))
 	})
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 	}
 	// After an attempt whose reply was lost, an entry found gone was most
 	// likely deleted by that attempt.

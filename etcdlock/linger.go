@@ -29,7 +29,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 	}
 	g, err := d.cli.Grant(ctx, sec)
 	if err != nil {
-		return fmt.Errorf("etcdlock: grant: %w", d.failed(ctx, permission(err)))
+		return fmt.Errorf("etcdlock: grant: %w", d.gate.Failed(ctx, permission(err)))
 	}
 	// No loss is reported for the entry from here on: its holder is done.
 	if !d.forget(e) {

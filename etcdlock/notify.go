@@ -32,7 +32,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	dir := d.Dir(key)
 	resp, err := d.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(d.failed(ctx, err)))
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(d.gate.Failed(ctx, err)))
 	}
 	// Running when Subscribe returns: a refusal shows here, and a stop
 	// right away closes it cleanly.
@@ -51,7 +51,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		}
 	case <-ctx.Done():
 		cancel()
-		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.failed(ctx, nil))
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.gate.Failed(ctx, nil))
 	}
 	ch := make(chan struct{}, 1)
 	ended := make(chan struct{})

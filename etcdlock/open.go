@@ -12,10 +12,10 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -181,13 +181,8 @@ const probeTimeout = time.Second
 func probe(ctx context.Context, cfg clientv3.Config) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
-	errs := make([]error, len(cfg.Endpoints))
-	var wg sync.WaitGroup
-	for i, ep := range cfg.Endpoints {
-		wg.Go(func() { errs[i] = probeOne(ctx, ep, cfg.TLS) })
-	}
-	wg.Wait()
-	return cmp.Or(errs...) // the first
+	eps := cfg.Endpoints
+	return cmp.Or(parallel.Each(len(eps), len(eps), func(i int) error { return probeOne(ctx, eps[i], cfg.TLS) })...) // the first
 }
 
 func probeOne(ctx context.Context, ep string, tc *tls.Config) error {

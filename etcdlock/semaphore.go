@@ -206,7 +206,7 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	}
 	defer done()
 	if err := d.resize(ctx, d.dir(key, semTag), limit); err != nil {
-		return fmt.Errorf("etcdlock: resize: %w", d.failed(ctx, err))
+		return fmt.Errorf("etcdlock: resize: %w", d.gate.Failed(ctx, err))
 	}
 	return nil
 }
