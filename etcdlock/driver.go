@@ -459,7 +459,7 @@ func (d *Driver) Close() error {
 	var ids []clientv3.LeaseID
 	for _, ls := range leases {
 		d.mu.Lock()
-		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
+		d.endLocked(ls, fmt.Errorf("etcdlock: %w", backend.ErrClosed))
 		d.mu.Unlock()
 		// Mark leases too: closing is no loss, and keeps no delay.
 		ids = append(append(ids, ls.id), d.takeMarks(ls)...)

@@ -49,10 +49,6 @@ type record struct {
 	mod   int64
 }
 
-func (r record) value() string {
-	return strconv.Itoa(r.limit) + " " + strconv.FormatInt(r.upto, 10)
-}
-
 // resized is the record in kvs, a read of a resize key; a limit alone
 // (an earlier version's) has no holder, and a value Resize did not write
 // keeps neither.
@@ -71,32 +67,6 @@ func resized(kvs []*mvccpb.KeyValue) record {
 		r.limit, r.upto = n, u
 	}
 	return r
-}
-
-// under is the limit a claim of limit and weight permits is judged
-// under: the resized one, r, if it stands (ErrLimitMismatch below the
-// weight), else its own.
-func under(limit, weight, r int) (int, error) {
-	switch {
-	case r == 0:
-		return limit, nil
-	case weight > r:
-		return 0, backend.ResizedTo(weight, r)
-	}
-	return r, nil
-}
-
-// weigh is the permits of kv, an entry ahead of a claim judged under
-// limit: ErrLimitMismatch if kv has another limit and no resized one (r)
-// stands. So a permit granted under the entries' own limits was granted
-// behind entries of its limit only, and the permits held never exceed the
-// limit they were taken with, or the resized one.
-func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
-	n, w := permitOf(kv)
-	if r == 0 && n != limit {
-		return 0, backend.HeldUnder(n, limit)
-	}
-	return w, nil
 }
 
 // permits tallies the entries of a semaphore ahead of a claim, in any
@@ -120,17 +90,30 @@ func (p *permits) add(kv *mvccpb.KeyValue) int {
 }
 
 // admit returns the limit a claim of limit and weight permits behind the
-// entries added is judged under (see under and weigh), and whether it
-// fits there. It is the one permit rule: a try's, a waiter's look's, and
-// Inspect's holders (see holding).
+// entries added is judged under, and whether it fits there: the resized
+// limit if one stands (ErrLimitMismatch below the weight), else its own,
+// and then ErrLimitMismatch if an entry ahead has another limit. So a
+// permit granted under the entries' own limits was granted behind entries
+// of its limit only, and the permits held never exceed the limit they were
+// taken with, or the resized one. It is the one permit rule: a try's, a
+// waiter's look's, and Inspect's holders (see holding).
 func (p *permits) admit(limit, weight int) (int, bool, error) {
-	limit, err := under(limit, weight, p.r.limit)
-	for _, kv := range []*mvccpb.KeyValue{p.first, p.other} {
-		if kv != nil && err == nil {
-			_, err = weigh(kv, limit, p.r.limit)
+	if r := p.r.limit; r > 0 {
+		if weight > r {
+			return 0, false, backend.ResizedTo(weight, r)
+		}
+		limit = r
+	} else {
+		for _, kv := range []*mvccpb.KeyValue{p.first, p.other} {
+			if kv == nil {
+				break // no other without a first
+			}
+			if n, _ := permitOf(kv); n != limit {
+				return limit, false, backend.HeldUnder(n, limit)
+			}
 		}
 	}
-	return limit, err == nil && p.sum+weight <= limit, err
+	return limit, p.sum+weight <= limit, nil
 }
 
 // permitted returns the entry key among kvs, a semaphore's oldest entries
@@ -242,7 +225,7 @@ func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 	upto := lastHolding(kvs, old)
 	for range resizeTries {
 		r := record{limit: limit, upto: upto}
-		write := clientv3.OpPut(rk, r.value())
+		write := clientv3.OpPut(rk, fmt.Sprintf("%d %d", limit, upto))
 		keep := limit > 0 || lastHolding(kvs, record{}) < upto
 		if !keep {
 			r, write = record{}, clientv3.OpDelete(rk)
