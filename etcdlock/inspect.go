@@ -165,23 +165,6 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 	return st, leases
 }
 
-// leaseTime is the time left of lease id, in whole seconds (rounded
-// down); 0 for a lease gone or about to expire, with its entries.
-func (d *Driver) leaseTime(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
-	var resp *clientv3.LeaseTimeToLiveResponse
-	_, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.TimeToLive(ctx, id)
-		return err
-	})
-	switch {
-	case isLeaseNotFound(err):
-		return 0, nil
-	case err != nil:
-		return 0, d.gate.Failed(ctx, err)
-	}
-	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
-}
-
 // List implements backend.Lister: it reads the directories whose escaped
 // name starts with prefix's, in pages from one snapshot, keeps the held
 // objects m, and asks for the time left of each holder's lease.
@@ -250,14 +233,24 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 }
 
 // leaseTTLs sets the TTLs of sts from their holders' leases (leases[i]
-// of sts[i]), asking once per lease, a few at a time; a holder's lease
-// without time left (see leaseTime) clears its state's KnowsTTL.
+// of sts[i]), asking once per lease, a few at a time, in whole seconds
+// (rounded down); a holder's lease gone or about to expire, with its
+// entries, clears its state's KnowsTTL.
 func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, leases [][]clientv3.LeaseID) error {
 	ids := slices.Compact(slices.Sorted(slices.Values(slices.Concat(leases...))))
 	left := make([]time.Duration, len(ids))
-	err := cmp.Or(parallel.Each(len(ids), 16, func(i int) (err error) {
-		left[i], err = d.leaseTime(ctx, ids[i])
-		return err
+	err := cmp.Or(parallel.Each(len(ids), 16, func(i int) error {
+		var resp *clientv3.LeaseTimeToLiveResponse
+		_, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
+			resp, err = d.cli.TimeToLive(ctx, ids[i])
+			return err
+		})
+		if err == nil {
+			left[i] = time.Duration(max(resp.TTL, 0)) * time.Second
+		} else if !isLeaseNotFound(err) {
+			return d.gate.Failed(ctx, err)
+		}
+		return nil
 	})...)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,10 +44,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	case wr, ok := <-wch:
 		if !ok || wr.Err() != nil || !wr.Created {
 			cancel()
-			err := wr.Err()
-			if err == nil {
-				err = errors.New("the watch ended before it started")
-			}
+			err := cmp.Or(wr.Err(), errors.New("the watch ended before it started"))
 			return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(err))
 		}
 	case <-ctx.Done():

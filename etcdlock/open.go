@@ -132,23 +132,21 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 // read of at most one key, and a write in a transaction whose comparison
 // never holds (etcd checks the permission of every operation in it).
 func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) error {
-	need := fmt.Sprintf("the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %s/", prefix)
-	_, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
-	if err != nil {
+	refused := func(err error, may string) error {
 		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return fmt.Errorf("%w: %s may not read the key prefix %s/ (%s)", err, who, prefix, need)
+			return fmt.Errorf("%w: %s may not %s the key prefix %s/ (the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %[4]s/)", err, who, may, prefix)
 		}
 		return err
 	}
+	if _, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()); err != nil {
+		return refused(err, "read")
+	}
 	key := prefix + "/" // in no lock's queue directory, so harmless even if written
-	_, err = cli.Txn(clientv3.WithRequireLeader(ctx)).
+	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "<", 0)).
 		Then(clientv3.OpPut(key, "")).Commit()
 	if err != nil {
-		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return fmt.Errorf("%w: %s may not write under the key prefix %s/ (%s)", err, who, prefix, need)
-		}
-		return err
+		return refused(err, "write under")
 	}
 	return nil
 }

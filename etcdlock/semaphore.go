@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -170,12 +171,9 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		d.forgetRemoved(ctx, s.dir, r, kvs[0].CreateRevision)
 	}
 	if mine == nil {
-		if err == nil {
-			err = backend.ErrNotAcquired
-		}
 		// Whatever its revision: an attempt whose reply was lost may have put it.
 		d.remove(ctx, s, 0)
-		return backend.Grant{}, err
+		return backend.Grant{}, cmp.Or(err, backend.ErrNotAcquired)
 	}
 	return d.grant(ctx, s, l, mine.CreateRevision, mine.CreateRevision)
 }
