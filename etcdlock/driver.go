@@ -346,22 +346,23 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
+	if _, _, err := d.deleteEntry(ctx, s.key, rev); err != nil {
 		d.orphan(s, rev)
 		return
 	}
 	d.free(s)
 }
 
-func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
+// deleteEntry deletes key if its creation revision is rev (0: any), and
+// reports whether an attempt that failed may have been applied (see txn).
+func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) (*clientv3.TxnResponse, bool, error) {
 	cond := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
 	if rev == 0 {
 		cond = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
-	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	return d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(key))
 	})
-	return err
 }
 
 // Refresh checks that l's entry is unmodified since its creation or its
@@ -373,7 +374,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return err
 	}
 	defer end()
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)).

@@ -310,10 +310,7 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	if st, err = d.withTTLs(ctx, st, leases[i:i+1]); err != nil {
 		return backend.State{}, err
 	}
-	tresp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-			Then(clientv3.OpDelete(string(kv.Key)))
-	})
+	tresp, ambiguous, err := d.deleteEntry(ctx, string(kv.Key), kv.CreateRevision)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 	}

@@ -345,7 +345,7 @@ func (d *Driver) sweep() {
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		err := d.deleteEntry(ctx, s.key, rev)
+		_, _, err := d.deleteEntry(ctx, s.key, rev)
 		cancel()
 		if err == nil {
 			d.mu.Lock()

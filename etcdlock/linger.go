@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 var _ backend.Lingerer = (*Driver)(nil)
@@ -36,7 +37,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		d.revokeLater(g.ID)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).
 			Then(clientv3.OpPut(e.s.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID)))
 	})

@@ -176,7 +176,7 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d := t.d
 	t.broken = d.brokenConn()
-	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.s.key), "=", t.rev)).

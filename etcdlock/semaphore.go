@@ -160,7 +160,7 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 	kvs := rs[1].GetResponseRange().GetKvs()
 	mine, err := permitted(kvs, s.key, l.Limit, weight, r)
 	if mine == nil && err == nil && r.limit > l.Limit && len(kvs) == l.Limit {
-		resp, _, err = d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(read(r.limit)...) })
+		resp, _, err = d.txn(ctx, run, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(read(r.limit)...) })
 		if err == nil {
 			r = resized(resp.Responses[0].GetResponseRange().GetKvs())
 			kvs = resp.Responses[1].GetResponseRange().GetKvs()
@@ -211,7 +211,7 @@ var errResizeRaced = errors.New("the semaphore's holders changed at each of its 
 func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 	rk := resizeKey(dir)
 	entries := clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(clientv3.OpGet(rk), entries) })
+	resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(clientv3.OpGet(rk), entries) })
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 		if !keep {
 			r, write = record{}, clientv3.OpDelete(rk)
 		}
-		resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 			return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", old.mod)).
 				Then(write, entries).Else(clientv3.OpGet(rk), entries)
 		})
@@ -273,7 +273,7 @@ func (d *Driver) forgetRemoved(ctx context.Context, dir string, r record, oldest
 		return
 	}
 	rk := resizeKey(dir)
-	d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", r.mod)).Then(clientv3.OpDelete(rk))
 	})
 }
