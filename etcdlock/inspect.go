@@ -27,20 +27,6 @@ var (
 // fence and lease) and the waiters' behind them.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsWaiters | backend.KnowsQueue
 
-// tagOf is the tag of the directory of object m (see dirs); false for
-// none.
-func tagOf(m backend.Mode) (string, bool) {
-	switch m {
-	case backend.Exclusive:
-		return "", true
-	case backend.Permit:
-		return semTag, true
-	case backend.Read:
-		return rwTag, true
-	}
-	return "", false
-}
-
 // listPage bounds the keys of one read of List.
 const listPage = 1000
 
@@ -65,7 +51,7 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // range a semaphore's resize record, whose key sorts just before it, and
 // describes the object (see stateOf).
 func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]*mvccpb.KeyValue, backend.State, []clientv3.LeaseID, error) {
-	tag, ok := tagOf(m)
+	tag, ok := tags[m]
 	if !ok {
 		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
@@ -170,7 +156,7 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 // objects m, and asks for the time left of each holder's lease.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	m = backend.Object(m)
-	tag, ok := tagOf(m)
+	tag, ok := tags[m]
 	if !ok {
 		return nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}

@@ -298,10 +298,9 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	}
 	d.mu.Unlock()
 	if idle {
-		for _, id := range d.takeMarks(ls) {
+		for _, id := range append(d.takeMarks(ls), ls.id) {
 			d.revoke(d.gate.Context(), id)
 		}
-		d.revoke(d.gate.Context(), ls.id)
 	}
 	return idle
 }

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -45,10 +46,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		d.revokeLater(g.ID)
 		// Under the session's lease, or gone: released either way.
 		d.orphan(e.s, e.rev)
-		if err != nil {
-			return fmt.Errorf("etcdlock: %w", err)
-		}
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", cmp.Or(err, backend.ErrNotHeld))
 	}
 	// The slot's name stays taken until etcd has deleted the entry, so that
 	// no later acquisition of this driver reuses it meanwhile.

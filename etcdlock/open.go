@@ -207,15 +207,7 @@ func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 // reads the first frame header of the answer: under TLS 1.3 a server that
 // rejects our certificate says so only then.
 func exchange(ctx context.Context, ep string, tc *tls.Config) error {
-	var conn net.Conn
-	var err error
-	if tc != nil {
-		tc = tc.Clone()
-		tc.NextProtos = []string{"h2"}
-		conn, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", ep)
-	} else {
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ep)
-	}
+	conn, err := dial(ctx, ep, tc)
 	if err != nil {
 		return err
 	}
@@ -233,13 +225,21 @@ func exchange(ctx context.Context, ep string, tc *tls.Config) error {
 // speaksTLS reports whether ep completes a TLS handshake, whatever its
 // certificate.
 func speaksTLS(ctx context.Context, ep string) bool {
-	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}
-	conn, err := d.DialContext(ctx, "tcp", ep)
-	if err != nil {
-		return false
+	conn, err := dial(ctx, ep, &tls.Config{InsecureSkipVerify: true})
+	if err == nil {
+		conn.Close()
 	}
-	conn.Close()
-	return true
+	return err == nil
+}
+
+// dial connects to ep as gRPC does: over TLS, offering HTTP/2, if tc is set.
+func dial(ctx context.Context, ep string, tc *tls.Config) (net.Conn, error) {
+	if tc == nil {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", ep)
+	}
+	tc = tc.Clone()
+	tc.NextProtos = []string{"h2"}
+	return (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", ep)
 }
 
 // ClientConfig turns an etcd URL (see Open) into a client configuration
@@ -257,16 +257,13 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w: %s", backend.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
-	endpoints, err := backend.Hosts(u, "2379")
-	if err != nil {
-		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
-	}
+	endpoints, herr := backend.Hosts(u, "2379")
 	p := backend.NewParams(u)
 	tc, err := p.TLS(false)
 	dial := cmp.Or(p.Duration("dial_timeout", defaultDialTimeout), defaultDialTimeout) // 0: the default
 	kaTime := p.Duration("keepalive_time", defaultKeepAliveTime)
 	kaTimeout := p.Duration("keepalive_timeout", defaultKeepAliveTimeout)
-	if err := cmp.Or(err, p.Err()); err != nil {
+	if err := cmp.Or(herr, err, p.Err()); err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	switch {
