@@ -122,17 +122,14 @@ func (p *permits) admit(limit, weight int) (int, bool, error) {
 // entries ahead; nil otherwise.
 func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) (*mvccpb.KeyValue, error) {
 	p := permits{r: r}
-	for _, kv := range kvs {
-		if string(kv.Key) == key {
-			if _, fits, err := p.admit(limit, weight); !fits && kv.CreateRevision > r.upto {
-				return nil, err
-			}
-			return kv, nil
-		}
-		p.add(kv)
+	i := 0
+	for ; i < len(kvs) && string(kvs[i].Key) != key; i++ {
+		p.add(kvs[i])
 	}
-	_, _, err := p.admit(limit, weight)
-	return nil, err
+	if _, fits, err := p.admit(limit, weight); i == len(kvs) || !fits && kvs[i].CreateRevision > r.upto {
+		return nil, err
+	}
+	return kvs[i], nil
 }
 
 // tryPermit puts s's entry and reads the resize key and the l.Limit
