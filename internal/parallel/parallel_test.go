@@ -3,27 +3,31 @@ package parallel
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 )
 
 func TestEach(t *testing.T) {
 	for _, limit := range []int{0, 1, 3, 50} {
-		var running, most atomic.Int32
+		var mu sync.Mutex
+		running, most := 0, 0
 		errs := Each(20, limit, func(i int) error {
-			n := running.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
 			time.Sleep(time.Millisecond)
-			running.Add(-1)
+			mu.Lock()
+			running--
+			mu.Unlock()
 			if i%2 == 1 {
 				return fmt.Errorf("odd %d", i)
 			}
 			return nil
 		})
-		if got := int(most.Load()); got > max(limit, 1) {
-			t.Errorf("limit %d: %d ran at once", limit, got)
+		if most > max(limit, 1) {
+			t.Errorf("limit %d: %d ran at once", limit, most)
 		}
 		if len(errs) != 20 {
 			t.Fatalf("limit %d: %d errors, want one per i", limit, len(errs))
