@@ -241,9 +241,9 @@ func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, leases [][]
 	if err != nil {
 		return err
 	}
-	for i, ls := range leases {
+	for i, holders := range leases {
 		st := &sts[i]
-		for j, id := range ls {
+		for j, id := range holders {
 			k, _ := slices.BinarySearch(ids, id)
 			switch t := left[k]; {
 			case t == 0:
