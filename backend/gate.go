@@ -140,6 +140,18 @@ func (g *Gate) Closed() bool {
 	return g.closed
 }
 
+// Failed is the error of a call entered with ctx that failed with err:
+// err, or, once ctx ended, ErrClosed if Close has begun, else ctx's cause.
+func (g *Gate) Failed(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() == nil:
+		return err
+	case g.Closed():
+		return ErrClosed
+	}
+	return context.Cause(ctx)
+}
+
 // Context returns a context that ends when Close begins, for work that is
 // no single call's (a background loop, a session's keep-alive).
 func (g *Gate) Context() context.Context {

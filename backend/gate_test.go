@@ -149,3 +149,20 @@ func TestGateEndlessCallDetached(t *testing.T) {
 		t.Fatalf("after Close: Cause = %v, %v; want context.Canceled for both", context.Cause(ctx), context.Cause(child))
 	}
 }
+
+func TestGateFailed(t *testing.T) {
+	var g Gate
+	cause := errors.New("cause")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if err := g.Failed(ctx, cause); err != cause {
+		t.Fatalf("Failed with ctx alive = %v, want the error itself", err)
+	}
+	cancel(errors.New("caller gave up"))
+	if err := g.Failed(ctx, cause); err == nil || err.Error() != "caller gave up" {
+		t.Fatalf("Failed with ctx ended = %v, want ctx's cause", err)
+	}
+	g.Close()
+	if err := g.Failed(ctx, cause); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Failed once closed = %v, want ErrClosed", err)
+	}
+}

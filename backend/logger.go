@@ -75,3 +75,19 @@ func Loopback(u *url.URL) bool {
 	}
 	return true
 }
+
+// Remote returns the servers, each host:port or a URL, that are not this
+// machine (see Loopback; a host's case does not matter).
+func Remote(servers []string) []string {
+	var remote []string
+	for _, s := range servers {
+		host := s
+		if u, err := url.Parse(s); err == nil && u.Host != "" {
+			host = u.Host
+		}
+		if !Loopback(&url.URL{Host: strings.ToLower(host)}) {
+			remote = append(remote, s)
+		}
+	}
+	return remote
+}

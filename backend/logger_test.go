@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,5 +46,14 @@ func TestWarnTransport(t *testing.T) {
 	}
 	if backend.Logger(context.Background()) == nil {
 		t.Error("Logger without WithLogger is nil")
+	}
+}
+
+func TestRemote(t *testing.T) {
+	got := backend.Remote([]string{"127.0.0.1:2379", "LOCALHOST:2181", "[::1]:2379", "http://localhost:2379", "https://[::1]:2379",
+		"10.0.0.5:2379", "zk-1.example:2181", "https://etcd-1:2379", "unix:///tmp/etcd.sock"})
+	want := []string{"10.0.0.5:2379", "zk-1.example:2181", "https://etcd-1:2379", "unix:///tmp/etcd.sock"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Remote = %q, want %q", got, want)
 	}
 }

@@ -19,35 +19,25 @@ const cutTick = attemptTimeout / 8
 // ticks back.
 type cutter struct {
 	mu   sync.Mutex
-	ring [attemptTimeout/cutTick + 1]map[*cutAttempt]struct{}
-	cur  int
-	n    int           // attempts filed
-	wake chan struct{} // an attempt was filed when none was
+	tick int                 // ticks so far
+	live map[*cutAttempt]int // attempts in flight → the tick they were filed at
+	wake chan struct{}       // an attempt was filed when none was
 }
 
-type cutAttempt struct {
-	cancel context.CancelFunc
-	slot   int // where in ring it is filed, unless cut since
-}
+type cutAttempt struct{ cancel context.CancelFunc }
 
 func newCutter() *cutter {
-	c := &cutter{wake: make(chan struct{}, 1)}
-	for i := range c.ring {
-		c.ring[i] = map[*cutAttempt]struct{}{}
-	}
-	return c
+	return &cutter{live: map[*cutAttempt]int{}, wake: make(chan struct{}, 1)}
 }
 
 // start returns ctx for one attempt, cut once it has run for
 // attemptTimeout, and end, which the attempt calls when it returns.
 func (c *cutter) start(ctx context.Context) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	a := &cutAttempt{cancel: cancel}
+	a := &cutAttempt{cancel}
 	c.mu.Lock()
-	a.slot = c.cur
-	c.ring[a.slot][a] = struct{}{}
-	c.n++
-	if c.n == 1 {
+	c.live[a] = c.tick
+	if len(c.live) == 1 {
 		select {
 		case c.wake <- struct{}{}:
 		default: // a wake-up is pending already
@@ -56,11 +46,7 @@ func (c *cutter) start(ctx context.Context) (context.Context, func()) {
 	c.mu.Unlock()
 	return ctx, func() {
 		c.mu.Lock()
-		// A slot cut since has a new map, without a.
-		if _, ok := c.ring[a.slot][a]; ok {
-			delete(c.ring[a.slot], a)
-			c.n--
-		}
+		delete(c.live, a)
 		c.mu.Unlock()
 		cancel()
 	}
@@ -82,20 +68,19 @@ func (c *cutter) run(ctx context.Context) {
 				return
 			case <-t.C:
 			}
+			var late []*cutAttempt
 			c.mu.Lock()
-			c.cur = (c.cur + 1) % len(c.ring)
-			// Filed attemptTimeout to attemptTimeout+cutTick ago; the map
-			// stays in the ring, for new attempts, only if empty.
-			old := c.ring[c.cur]
-			if len(old) > 0 {
-				c.ring[c.cur] = map[*cutAttempt]struct{}{}
-				c.n -= len(old)
-			} else {
-				old = nil
+			c.tick++
+			for a, filed := range c.live {
+				// Filed attemptTimeout to attemptTimeout+cutTick ago.
+				if c.tick-filed > int(attemptTimeout/cutTick) {
+					delete(c.live, a)
+					late = append(late, a)
+				}
 			}
-			busy = c.n > 0
+			busy = len(c.live) > 0
 			c.mu.Unlock()
-			for a := range old {
+			for _, a := range late {
 				a.cancel()
 			}
 		}

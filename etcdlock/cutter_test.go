@@ -16,7 +16,7 @@ func TestCutterCutsLateAttempts(t *testing.T) {
 	go func() { defer close(done); c.run(ctx) }()
 	defer func() { stop(); <-done }()
 
-	// Short attempts come and go meanwhile, filed in every slot in turn, as
+	// Short attempts come and go meanwhile, filed at every tick in turn, as
 	// the ticks go by (under -race: the cutter's sweep against them).
 	churned := make(chan struct{})
 	go func() {
@@ -51,7 +51,7 @@ func TestCutterCutsLateAttempts(t *testing.T) {
 			<-churned
 		}
 		c.mu.Lock()
-		n := c.n
+		n := len(c.live)
 		c.mu.Unlock()
 		if n != 0 {
 			t.Fatalf("round %d: %d attempts still filed", round, n)

@@ -87,7 +87,7 @@ func (s *slot) leaseOf() clientv3.LeaseID {
 // lease once it holds, and returns its new modification revision;
 // ErrRequeue if the entry is gone.
 func (d *Driver) toMark(ctx context.Context, s *slot, rev int64) (int64, error) {
-	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", rev)).
 			Then(clientv3.OpPut(s.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(s.mark.id)))
 	})

@@ -5,10 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -19,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // No backend.StoreClock: etcd tells no time, and leases count durations
@@ -65,7 +64,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	default:
 		fs.Add("members", backend.Sound, fmt.Sprintf("%d voting members: locks survive %d down", voters, voters/2), "", "")
 	}
-	fs.List = append(fs.List, d.members(ctx, ml.Members).List...)
+	d.members(ctx, ml.Members, &fs)
 
 	if al, err := d.cli.AlarmList(ctx); err != nil {
 		fs.Add("alarms", backend.Warning, "cannot list the alarms: "+err.Error(), "a full or corrupt database cannot be seen",
@@ -91,7 +90,7 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		}
 	}
 
-	fs.List = append(fs.List, d.auth(ctx).List...)
+	d.auth(ctx, &fs)
 
 	if ttl > 0 {
 		if err := d.minLease(ctx, ttl, &fs); err != nil {
@@ -103,24 +102,18 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 
 // members asks each member its Status: whether it answers, its errors,
 // its leader and term, and how far its raft log is behind the leader's.
-func (d *Driver) members(ctx context.Context, ms []*pb.Member) backend.Findings {
+func (d *Driver) members(ctx context.Context, ms []*pb.Member, fs *backend.Findings) {
 	sts := make([]*clientv3.StatusResponse, len(ms))
-	errs := make([]error, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		if len(m.ClientURLs) == 0 {
-			errs[i] = errors.New("it has not started (no client URL)")
-			continue
+	errs := parallel.Each(len(ms), len(ms), func(i int) (err error) {
+		if len(ms[i].ClientURLs) == 0 {
+			return errors.New("it has not started (no client URL)")
 		}
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-			defer cancel()
-			sts[i], errs[i] = d.cli.Status(ctx, m.ClientURLs[0])
-		})
-	}
-	wg.Wait()
+		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		defer cancel()
+		sts[i], err = d.cli.Status(ctx, ms[i].ClientURLs[0])
+		return err
+	})
 
-	fs := backend.Findings{Check: "etcd."}
 	leaders := map[uint64][]string{} // leader ID → the members that name it
 	var leaderIndex uint64
 	for i, m := range ms {
@@ -191,7 +184,6 @@ func (d *Driver) members(ctx context.Context, ms []*pb.Member) backend.Findings 
 			fs.Add("raft-lag", backend.Sound, fmt.Sprintf("%s is %d entries behind the leader, %d unapplied", who, max(behind, 0), max(unapplied, 0)), "", "")
 		}
 	}
-	return fs
 }
 
 // errsBut is errs but those that contain s (the alarms, said apart).
@@ -214,23 +206,22 @@ func memberName(ms []*pb.Member, id uint64) string {
 
 // auth checks that authentication is on for a cluster reached over the
 // network, and that the credential's roles reach nothing beyond the prefix.
-func (d *Driver) auth(ctx context.Context) backend.Findings {
-	fs := backend.Findings{Check: "etcd."}
+func (d *Driver) auth(ctx context.Context, fs *backend.Findings) {
 	on, err := authEnabled(ctx, d.cli)
 	if err != nil {
 		fs.Add("auth", backend.Warning, "cannot tell whether authentication is on: "+err.Error(),
 			"without it, whoever reaches the cluster can take any lock", "run etcdctl auth status by hand")
-		return fs
+		return
 	}
 	if !on {
-		if remote := remoteEndpoints(d.cli.Endpoints()); len(remote) > 0 {
+		if remote := backend.Remote(d.cli.Endpoints()); len(remote) > 0 {
 			fs.Add("auth", backend.Warning, "authentication is off, and the cluster is reached over the network ("+strings.Join(remote, ", ")+")",
 				"whoever reaches the port can delete any lock's entry or revoke its holder's lease, and take the lock",
 				"enable authentication (etcdctl user add root, etcdctl auth enable) with a user for the locks: docs/backends/etcdlock.md, Least privilege")
 		} else {
 			fs.Add("auth", backend.Sound, "authentication is off, on loopback only", "", "")
 		}
-		return fs
+		return
 	}
 	fs.Add("auth", backend.Sound, "authentication is on", "", "")
 	user := d.cli.Username
@@ -238,13 +229,13 @@ func (d *Driver) auth(ctx context.Context) backend.Findings {
 		fs.Add("roles", backend.Warning, "the roles of the client certificate's user are not checked",
 			"a role beyond the lock prefix lets a leaked lock credential change other data",
 			"check by hand: etcdctl user get CN --detail")
-		return fs
+		return
 	}
 	u, err := d.cli.UserGet(ctx, user)
 	if err != nil {
 		fs.Add("roles", backend.Warning, fmt.Sprintf("cannot read user %q: %v", user, err),
 			"its roles cannot be checked", "check by hand: etcdctl user get "+user+" --detail")
-		return fs
+		return
 	}
 	prefix := d.prefix + "/"
 	end := clientv3.GetPrefixRangeEnd(prefix)
@@ -273,7 +264,6 @@ func (d *Driver) auth(ctx context.Context) backend.Findings {
 	} else {
 		fs.Add("roles", backend.Sound, fmt.Sprintf("user %q reaches nothing beyond %s", user, prefix), "", "")
 	}
-	return fs
 }
 
 // authEnabled asks AuthStatus (etcd 3.5+), else RoleList, refused only
@@ -328,21 +318,6 @@ func permRange(p *authpb.Permission) string {
 	return fmt.Sprintf("[%q, %q)", p.Key, p.RangeEnd)
 }
 
-// remoteEndpoints returns the endpoints whose host is not loopback.
-func remoteEndpoints(eps []string) []string {
-	var remote []string
-	for _, ep := range eps {
-		host := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			host = u.Host
-		}
-		if !backend.Loopback(&url.URL{Host: host}) {
-			remote = append(remote, ep)
-		}
-	}
-	return remote
-}
-
 // minLease grants a lease for ttl, as the driver would, and revokes it:
 // etcd raises a TTL below its minimum (1.5 election timeouts) silently.
 func (d *Driver) minLease(ctx context.Context, ttl time.Duration, fs *backend.Findings) error {
@@ -357,9 +332,7 @@ func (d *Driver) minLease(ctx context.Context, ttl time.Duration, fs *backend.Fi
 		return nil
 	}
 	// Revoked even if ctx ends; a lease not revoked expires on its own.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	d.cli.Revoke(rctx, g.ID)
-	cancel()
+	d.revoke(context.WithoutCancel(ctx), g.ID)
 	asked := fmt.Sprintf("a lease for a TTL of %v", ttl)
 	if time.Duration(sec)*time.Second != ttl {
 		asked += fmt.Sprintf(" (%ds: leases are whole seconds)", sec)

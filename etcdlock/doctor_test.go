@@ -249,10 +249,3 @@ func TestDiagnoseRoles(t *testing.T) {
 }
 
 func hasCheck(got map[string]backend.Level, c string) bool { _, ok := got[c]; return ok }
-
-func TestRemoteEndpoints(t *testing.T) {
-	got := remoteEndpoints([]string{"127.0.0.1:2379", "http://localhost:2379", "https://[::1]:2379", "10.0.0.5:2379", "https://etcd-1:2379"})
-	if strings.Join(got, " ") != "10.0.0.5:2379 https://etcd-1:2379" {
-		t.Errorf("remote: %q", got)
-	}
-}

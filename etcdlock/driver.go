@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 	"github.com/lockerhq/locker/internal/retry"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -196,18 +197,6 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return sec, nil
 }
 
-// failed is err, or, once ctx ended, ErrClosed if the driver closed, else
-// ctx's cause.
-func (d *Driver) failed(ctx context.Context, err error) error {
-	switch {
-	case ctx.Err() == nil:
-		return err
-	case d.gate.Closed():
-		return backend.ErrClosed
-	}
-	return context.Cause(ctx)
-}
-
 // permission marks the server's refusal of our credentials or of an
 // operation as backend.ErrPermission, which waiting cannot fix.
 func permission(err error) error {
@@ -255,7 +244,7 @@ func (d *Driver) tryAcquire(ctx context.Context, claims []backend.Claim) ([]back
 			if errors.Is(err, backend.ErrRequeue) && requeues < 5 {
 				continue
 			}
-			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.failed(ctx, err))
+			return nil, fmt.Errorf("etcdlock: try-acquire: lease: %w", d.gate.Failed(ctx, err))
 		}
 		ss := make([]*slot, len(claims))
 		for i := range claims {
@@ -275,7 +264,7 @@ func (d *Driver) tryAcquire(ctx context.Context, claims []backend.Claim) ([]back
 		}
 		if err != nil {
 			if !errors.Is(err, backend.ErrNotAcquired) {
-				err = d.failed(ctx, err)
+				err = d.gate.Failed(ctx, err)
 			}
 			return nil, fmt.Errorf("etcdlock: try-acquire: %w", err)
 		}
@@ -357,22 +346,23 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := d.deleteEntry(ctx, s.key, rev); err != nil {
+	if _, _, err := d.deleteEntry(ctx, s.key, rev); err != nil {
 		d.orphan(s, rev)
 		return
 	}
 	d.free(s)
 }
 
-func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) error {
+// deleteEntry deletes key if its creation revision is rev (0: any), and
+// reports whether an attempt that failed may have been applied (see txn).
+func (d *Driver) deleteEntry(ctx context.Context, key string, rev int64) (*clientv3.TxnResponse, bool, error) {
 	cond := clientv3.Compare(clientv3.CreateRevision(key), "=", rev)
 	if rev == 0 {
 		cond = clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
 	}
-	_, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	return d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(cond).Then(clientv3.OpDelete(key))
 	})
-	return err
 }
 
 // Refresh checks that l's entry is unmodified since its creation or its
@@ -384,7 +374,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 		return err
 	}
 	defer end()
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		// The Get is not decoration: etcd serves a transaction without
 		// operations as a serializable read, from a member that may lag.
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.s.key), "=", e.mod)).
@@ -470,7 +460,7 @@ func (d *Driver) Close() error {
 	var ids []clientv3.LeaseID
 	for _, ls := range leases {
 		d.mu.Lock()
-		ls.end(fmt.Errorf("etcdlock: %w", backend.ErrClosed))
+		d.endLocked(ls, fmt.Errorf("etcdlock: %w", backend.ErrClosed))
 		d.mu.Unlock()
 		// Mark leases too: closing is no loss, and keeps no delay.
 		ids = append(append(ids, ls.id), d.takeMarks(ls)...)
@@ -479,16 +469,12 @@ func (d *Driver) Close() error {
 	// leases. So Close waits for it at most closeRevokeTimeout.
 	ctx, cancel := context.WithTimeout(context.Background(), closeRevokeTimeout)
 	defer cancel()
-	errs := make([]error, len(ids)) // errors.Join skips the nils
-	var wg sync.WaitGroup
-	for i, id := range ids {
-		wg.Go(func() {
-			if _, err := d.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-				errs[i] = fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(id), err)
-			}
-		})
-	}
-	wg.Wait()
+	errs := parallel.Each(len(ids), len(ids), func(i int) error {
+		if _, err := d.cli.Revoke(ctx, ids[i]); err != nil && !isLeaseNotFound(err) {
+			return fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(ids[i]), err)
+		}
+		return nil
+	})
 	if d.owned {
 		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			errs = append(errs, fmt.Errorf("etcdlock: close: %w", err))

@@ -8,10 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 	"github.com/lockerhq/locker/internal/retry"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,20 +26,6 @@ var (
 // known is what a queue directory records: the holders' entries (owner,
 // fence and lease) and the waiters' behind them.
 const known = backend.KnowsOwner | backend.KnowsFence | backend.KnowsTTL | backend.KnowsWaiters | backend.KnowsQueue
-
-// tagOf is the tag of the directory of object m (see dirs); false for
-// none.
-func tagOf(m backend.Mode) (string, bool) {
-	switch m {
-	case backend.Exclusive:
-		return "", true
-	case backend.Permit:
-		return semTag, true
-	case backend.Read:
-		return rwTag, true
-	}
-	return "", false
-}
 
 // listPage bounds the keys of one read of List.
 const listPage = 1000
@@ -65,7 +51,7 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // range a semaphore's resize record, whose key sorts just before it, and
 // describes the object (see stateOf).
 func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]*mvccpb.KeyValue, backend.State, []clientv3.LeaseID, error) {
-	tag, ok := tagOf(m)
+	tag, ok := tags[m]
 	if !ok {
 		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
@@ -77,7 +63,7 @@ func (d *Driver) readObject(ctx context.Context, key string, m backend.Mode) ([]
 	resp, err := d.get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(dir)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return nil, backend.State{}, nil, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 	}
 	kvs := resp.Kvs
 	var r record
@@ -165,29 +151,12 @@ func stateOf(key string, m backend.Mode, kvs []*mvccpb.KeyValue, r record) (back
 	return st, leases
 }
 
-// leaseTime is the time left of lease id, in whole seconds (rounded
-// down); 0 for a lease gone or about to expire, with its entries.
-func (d *Driver) leaseTime(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
-	var resp *clientv3.LeaseTimeToLiveResponse
-	_, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.TimeToLive(ctx, id)
-		return err
-	})
-	switch {
-	case isLeaseNotFound(err):
-		return 0, nil
-	case err != nil:
-		return 0, d.failed(ctx, err)
-	}
-	return time.Duration(max(resp.TTL, 0)) * time.Second, nil
-}
-
 // List implements backend.Lister: it reads the directories whose escaped
 // name starts with prefix's, in pages from one snapshot, keeps the held
 // objects m, and asks for the time left of each holder's lease.
 func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
 	m = backend.Object(m)
-	tag, ok := tagOf(m)
+	tag, ok := tags[m]
 	if !ok {
 		return nil, fmt.Errorf("etcdlock: %w: mode %v", backend.ErrUnsupported, m)
 	}
@@ -210,7 +179,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 	for from := start; ; {
 		resp, err := d.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
 		if err != nil {
-			return nil, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+			return nil, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
@@ -250,42 +219,39 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 }
 
 // leaseTTLs sets the TTLs of sts from their holders' leases (leases[i]
-// of sts[i]), asking once per lease, a few at a time; a holder's lease
-// without time left (see leaseTime) clears its state's KnowsTTL.
+// of sts[i]), asking once per lease, a few at a time, in whole seconds
+// (rounded down); a holder's lease gone or about to expire, with its
+// entries, clears its state's KnowsTTL.
 func (d *Driver) leaseTTLs(ctx context.Context, sts []backend.State, leases [][]clientv3.LeaseID) error {
-	type ttl struct {
-		left time.Duration
-		err  error
-	}
-	ttls := map[clientv3.LeaseID]*ttl{}
-	for _, ids := range leases {
-		for _, id := range ids {
-			ttls[id] = &ttl{}
-		}
-	}
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for id, t := range ttls {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			t.left, t.err = d.leaseTime(ctx, id)
+	ids := slices.Compact(slices.Sorted(slices.Values(slices.Concat(leases...))))
+	left := make([]time.Duration, len(ids))
+	err := cmp.Or(parallel.Each(len(ids), 16, func(i int) error {
+		var resp *clientv3.LeaseTimeToLiveResponse
+		_, err := d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
+			resp, err = d.cli.TimeToLive(ctx, ids[i])
+			return err
 		})
+		if err == nil {
+			left[i] = time.Duration(max(resp.TTL, 0)) * time.Second
+		} else if !isLeaseNotFound(err) {
+			return d.gate.Failed(ctx, err)
+		}
+		return nil
+	})...)
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	for i, ids := range leases {
+	for i, holders := range leases {
 		st := &sts[i]
-		for j, id := range ids {
-			t := ttls[id]
-			switch {
-			case t.err != nil:
-				return t.err
-			case t.left == 0:
+		for j, id := range holders {
+			k, _ := slices.BinarySearch(ids, id)
+			switch t := left[k]; {
+			case t == 0:
 				st.Known &^= backend.KnowsTTL
 			case st.Mode == backend.Exclusive:
-				st.TTL = t.left
+				st.TTL = t
 			default:
-				st.Holders[j].TTL = t.left
+				st.Holders[j].TTL = t
 			}
 		}
 	}
@@ -330,12 +296,9 @@ func (d *Driver) Break(ctx context.Context, key string, m backend.Mode, fence ui
 	if st, err = d.withTTLs(ctx, st, leases[i:i+1]); err != nil {
 		return backend.State{}, err
 	}
-	tresp, ambiguous, err := d.txnRun(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
-		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-			Then(clientv3.OpDelete(string(kv.Key)))
-	})
+	tresp, ambiguous, err := d.deleteEntry(ctx, string(kv.Key), kv.CreateRevision)
 	if err != nil {
-		return backend.State{}, fmt.Errorf("etcdlock: %w", d.failed(ctx, err))
+		return backend.State{}, fmt.Errorf("etcdlock: %w", d.gate.Failed(ctx, err))
 	}
 	// After an attempt whose reply was lost, an entry found gone was most
 	// likely deleted by that attempt.

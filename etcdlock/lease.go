@@ -28,18 +28,21 @@ type lease struct {
 	idleSince time.Time               // when it last had no user and no entry
 	marks     map[int64]*mark         // by delay in seconds: its mark leases
 
-	done context.Context // ends when the lease does (end, by stop)
+	done context.Context // ends when the lease does (endLocked, by stop)
 	stop func()
 	err  error // why it ended; set once, as done ends
 }
 
-// end marks the lease gone. Call with the driver's mutex held.
-func (ls *lease) end(err error) bool {
+// endLocked marks ls gone, once, and takes it off d.leases.
+func (d *Driver) endLocked(ls *lease, err error) bool {
 	if ls.err != nil {
 		return false
 	}
 	ls.err = err
 	ls.stop()
+	if d.leases[ls.sec] == ls {
+		delete(d.leases, ls.sec)
+	}
 	return true
 }
 
@@ -96,9 +99,8 @@ func (d *Driver) useLease(ctx context.Context, run *retry.Failing, ttl time.Dura
 	ls.users++
 	d.leases[ls.sec] = ls
 	d.lastTTL = ls.ttl
-	d.bg.Add(1)
 	d.mu.Unlock()
-	go d.keepAlive(ls)
+	d.bg.Go(func() { d.keepAlive(ls) }) // inside the gate: Close waits for the calls before bg
 	return ls, nil
 }
 
@@ -173,12 +175,9 @@ func (d *Driver) renew(ctx context.Context, ls *lease) error {
 func (d *Driver) loseLease(ls *lease, why string) {
 	err := fmt.Errorf("etcdlock: session lease %x %s: %w", int64(ls.id), why, backend.ErrLost)
 	d.mu.Lock()
-	if !ls.end(err) {
+	if !d.endLocked(ls, err) {
 		d.mu.Unlock()
 		return
-	}
-	if d.leases[ls.sec] == ls {
-		delete(d.leases, ls.sec)
 	}
 	var lost []func(error)
 	for e := range ls.entries {
@@ -246,7 +245,6 @@ func (d *Driver) revoke(ctx context.Context, id clientv3.LeaseID) {
 // keepAlive renews ls every TTL/3 until the driver closes or the lease is
 // lost, retires it when idle, verifies its entries and sweeps.
 func (d *Driver) keepAlive(ls *lease) {
-	defer d.bg.Done()
 	period := ls.ttl / 3
 	// After a failed keep-alive, try again soon: the lease ends a TTL
 	// after the last one that got through.
@@ -296,17 +294,13 @@ func (d *Driver) retireIfIdle(ls *lease) bool {
 	d.mu.Lock()
 	idle := ls.users == 0 && len(ls.entries) == 0 && !ls.idleSince.IsZero() && time.Since(ls.idleSince) > idleLease
 	if idle {
-		if d.leases[ls.sec] == ls {
-			delete(d.leases, ls.sec)
-		}
-		ls.end(fmt.Errorf("etcdlock: session lease %x retired: %w", int64(ls.id), backend.ErrClosed))
+		d.endLocked(ls, fmt.Errorf("etcdlock: session lease %x retired: %w", int64(ls.id), backend.ErrClosed))
 	}
 	d.mu.Unlock()
 	if idle {
-		for _, id := range d.takeMarks(ls) {
+		for _, id := range append(d.takeMarks(ls), ls.id) {
 			d.revoke(d.gate.Context(), id)
 		}
-		d.revoke(d.gate.Context(), ls.id)
 	}
 	return idle
 }
@@ -350,7 +344,7 @@ func (d *Driver) sweep() {
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		err := d.deleteEntry(ctx, s.key, rev)
+		_, _, err := d.deleteEntry(ctx, s.key, rev)
 		cancel()
 		if err == nil {
 			d.mu.Lock()
@@ -361,6 +355,4 @@ func (d *Driver) sweep() {
 	}
 }
 
-func isLeaseNotFound(err error) bool {
-	return err != nil && errors.Is(err, rpctypes.ErrLeaseNotFound)
-}
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }

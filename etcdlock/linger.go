@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -8,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/retry"
 )
 
 var _ backend.Lingerer = (*Driver)(nil)
@@ -29,14 +31,14 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 	}
 	g, err := d.cli.Grant(ctx, sec)
 	if err != nil {
-		return fmt.Errorf("etcdlock: grant: %w", d.failed(ctx, permission(err)))
+		return fmt.Errorf("etcdlock: grant: %w", d.gate.Failed(ctx, permission(err)))
 	}
 	// No loss is reported for the entry from here on: its holder is done.
 	if !d.forget(e) {
 		d.revokeLater(g.ID)
 		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
 	}
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(e.s.key), "=", e.rev)).
 			Then(clientv3.OpPut(e.s.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID)))
 	})
@@ -44,10 +46,7 @@ func (d *Driver) Linger(ctx context.Context, l backend.Claim) error {
 		d.revokeLater(g.ID)
 		// Under the session's lease, or gone: released either way.
 		d.orphan(e.s, e.rev)
-		if err != nil {
-			return fmt.Errorf("etcdlock: %w", err)
-		}
-		return fmt.Errorf("etcdlock: %w", backend.ErrNotHeld)
+		return fmt.Errorf("etcdlock: %w", cmp.Or(err, backend.ErrNotHeld))
 	}
 	// The slot's name stays taken until etcd has deleted the entry, so that
 	// no later acquisition of this driver reuses it meanwhile.

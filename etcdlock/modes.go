@@ -24,6 +24,9 @@ const (
 	rwTag  = "%r"
 )
 
+// tags is the tag of the directory of each object (see dirs).
+var tags = map[backend.Mode]string{backend.Exclusive: "", backend.Permit: semTag, backend.Read: rwTag}
+
 // dirs checks l and returns the directory of its entry and the prefix of
 // the entries that may be ahead of it. The escaped key followed by '%' and
 // a letter is no escaped key (EscapeKey puts two hex digits after '%'), so
@@ -33,7 +36,7 @@ func (d *Driver) dirs(l backend.Claim) (dir, over string, err error) {
 	if _, err := ttlSeconds(l.TTL + l.Delay); err != nil {
 		return "", "", err
 	}
-	tag, ok := tagOf(backend.Object(l.Mode))
+	tag, ok := tags[backend.Object(l.Mode)]
 	if !ok {
 		return "", "", fmt.Errorf("%w: mode %v", backend.ErrUnsupported, l.Mode)
 	}

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	dir := d.Dir(key)
 	resp, err := d.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(d.failed(ctx, err)))
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(d.gate.Failed(ctx, err)))
 	}
 	// Running when Subscribe returns: a refusal shows here, and a stop
 	// right away closes it cleanly.
@@ -43,15 +44,12 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	case wr, ok := <-wch:
 		if !ok || wr.Err() != nil || !wr.Created {
 			cancel()
-			err := wr.Err()
-			if err == nil {
-				err = errors.New("the watch ended before it started")
-			}
+			err := cmp.Or(wr.Err(), errors.New("the watch ended before it started"))
 			return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", permission(err))
 		}
 	case <-ctx.Done():
 		cancel()
-		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.failed(ctx, nil))
+		return nil, nil, fmt.Errorf("etcdlock: subscribe: %w", d.gate.Failed(ctx, nil))
 	}
 	ch := make(chan struct{}, 1)
 	ended := make(chan struct{})

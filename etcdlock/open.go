@@ -12,10 +12,10 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -132,23 +132,21 @@ func connect(ctx context.Context, cfg clientv3.Config, prefix string) (*clientv3
 // read of at most one key, and a write in a transaction whose comparison
 // never holds (etcd checks the permission of every operation in it).
 func checkAccess(ctx context.Context, cli *clientv3.Client, prefix, who string) error {
-	need := fmt.Sprintf("the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %s/", prefix)
-	_, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly())
-	if err != nil {
+	refused := func(err error, may string) error {
 		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return fmt.Errorf("%w: %s may not read the key prefix %s/ (%s)", err, who, prefix, need)
+			return fmt.Errorf("%w: %s may not %s the key prefix %s/ (the driver needs readwrite on it: etcdctl role grant-permission --prefix=true ROLE readwrite %[4]s/)", err, who, may, prefix)
 		}
 		return err
 	}
+	if _, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()); err != nil {
+		return refused(err, "read")
+	}
 	key := prefix + "/" // in no lock's queue directory, so harmless even if written
-	_, err = cli.Txn(clientv3.WithRequireLeader(ctx)).
+	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "<", 0)).
 		Then(clientv3.OpPut(key, "")).Commit()
 	if err != nil {
-		if err := permission(err); errors.Is(err, backend.ErrPermission) {
-			return fmt.Errorf("%w: %s may not write under the key prefix %s/ (%s)", err, who, prefix, need)
-		}
-		return err
+		return refused(err, "write under")
 	}
 	return nil
 }
@@ -181,13 +179,8 @@ const probeTimeout = time.Second
 func probe(ctx context.Context, cfg clientv3.Config) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
-	errs := make([]error, len(cfg.Endpoints))
-	var wg sync.WaitGroup
-	for i, ep := range cfg.Endpoints {
-		wg.Go(func() { errs[i] = probeOne(ctx, ep, cfg.TLS) })
-	}
-	wg.Wait()
-	return cmp.Or(errs...) // the first
+	eps := cfg.Endpoints
+	return cmp.Or(parallel.Each(len(eps), len(eps), func(i int) error { return probeOne(ctx, eps[i], cfg.TLS) })...) // the first
 }
 
 func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
@@ -214,15 +207,7 @@ func probeOne(ctx context.Context, ep string, tc *tls.Config) error {
 // reads the first frame header of the answer: under TLS 1.3 a server that
 // rejects our certificate says so only then.
 func exchange(ctx context.Context, ep string, tc *tls.Config) error {
-	var conn net.Conn
-	var err error
-	if tc != nil {
-		tc = tc.Clone()
-		tc.NextProtos = []string{"h2"}
-		conn, err = (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", ep)
-	} else {
-		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", ep)
-	}
+	conn, err := dial(ctx, ep, tc)
 	if err != nil {
 		return err
 	}
@@ -240,13 +225,21 @@ func exchange(ctx context.Context, ep string, tc *tls.Config) error {
 // speaksTLS reports whether ep completes a TLS handshake, whatever its
 // certificate.
 func speaksTLS(ctx context.Context, ep string) bool {
-	d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}}
-	conn, err := d.DialContext(ctx, "tcp", ep)
-	if err != nil {
-		return false
+	conn, err := dial(ctx, ep, &tls.Config{InsecureSkipVerify: true})
+	if err == nil {
+		conn.Close()
 	}
-	conn.Close()
-	return true
+	return err == nil
+}
+
+// dial connects to ep as gRPC does: over TLS, offering HTTP/2, if tc is set.
+func dial(ctx context.Context, ep string, tc *tls.Config) (net.Conn, error) {
+	if tc == nil {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", ep)
+	}
+	tc = tc.Clone()
+	tc.NextProtos = []string{"h2"}
+	return (&tls.Dialer{Config: tc}).DialContext(ctx, "tcp", ep)
 }
 
 // ClientConfig turns an etcd URL (see Open) into a client configuration
@@ -264,16 +257,13 @@ func clientConfig(u *url.URL) (clientv3.Config, string, error) {
 	fail := func(format string, args ...any) (clientv3.Config, string, error) {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w: %s", backend.ErrInvalidURL, fmt.Sprintf(format, args...))
 	}
-	endpoints, err := backend.Hosts(u, "2379")
-	if err != nil {
-		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
-	}
+	endpoints, herr := backend.Hosts(u, "2379")
 	p := backend.NewParams(u)
 	tc, err := p.TLS(false)
 	dial := cmp.Or(p.Duration("dial_timeout", defaultDialTimeout), defaultDialTimeout) // 0: the default
 	kaTime := p.Duration("keepalive_time", defaultKeepAliveTime)
 	kaTimeout := p.Duration("keepalive_timeout", defaultKeepAliveTimeout)
-	if err := cmp.Or(err, p.Err()); err != nil {
+	if err := cmp.Or(herr, err, p.Err()); err != nil {
 		return clientv3.Config{}, "", fmt.Errorf("etcdlock: %w", err)
 	}
 	switch {

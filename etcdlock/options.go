@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"log/slog"
 	"strings"
 )
@@ -29,13 +30,7 @@ func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = cleanPrefix(prefix) }
 }
 
-func cleanPrefix(p string) string {
-	p = strings.TrimRight(p, "/")
-	if p == "" {
-		return DefaultPrefix
-	}
-	return p
-}
+func cleanPrefix(p string) string { return cmp.Or(strings.TrimRight(p, "/"), DefaultPrefix) }
 
 // WithLogger sends the messages of the etcd client that Open makes to l,
 // at their own level. Without it, Open uses the logger in its context

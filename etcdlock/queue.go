@@ -54,7 +54,7 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	ls, m, err := d.session(ctx, nil, c.TTL, c.Delay)
 	if err != nil {
 		if !errors.Is(err, backend.ErrRequeue) {
-			err = fmt.Errorf("lease: %w", d.failed(ctx, err))
+			err = fmt.Errorf("lease: %w", d.gate.Failed(ctx, err))
 		}
 		return backend.Grant{}, nil, fmt.Errorf("etcdlock: enqueue: %w", err)
 	}
@@ -109,7 +109,7 @@ func (t *ticket) after(ctx context.Context, op string, g backend.Grant, err erro
 		t.d.free(t.s)
 		t.d.unuse(t.s.ls)
 	case !errors.Is(err, backend.ErrNotAcquired):
-		err = t.d.failed(ctx, err)
+		err = t.d.gate.Failed(ctx, err)
 	}
 	return backend.Grant{}, fmt.Errorf("etcdlock: %s: %w", op, err)
 }
@@ -176,7 +176,7 @@ func (t *ticket) put(ctx context.Context) (backend.Grant, error) {
 func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 	d := t.d
 	t.broken = d.brokenConn()
-	resp, _, err := d.txnRun(ctx, nil, func(ctx context.Context) clientv3.Txn {
+	resp, _, err := d.txn(ctx, nil, func(ctx context.Context) clientv3.Txn {
 		d.tries.Add(1)
 		return d.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(t.s.key), "=", t.rev)).

@@ -16,26 +16,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// txn commits the transaction that build makes, sending it again while
-// etcd is out of reach or between leaders, for up to retry.Budget. Every
+// txn commits the transaction that build makes, sent again as resend
+// says within run (a run of failures that may have begun before it), and
+// reports whether a failed attempt may have been applied. Every
 // transaction of this package is safe to repeat.
-func (d *Driver) txn(ctx context.Context, build func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
-	resp, _, err := d.txnRun(ctx, new(retry.Failing), build)
-	return resp, err
-}
-
-// get reads key, sent again as txn is.
-func (d *Driver) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
-	_, err = d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
-		resp, err = d.cli.Get(ctx, key, opts...)
-		return err
-	})
-	return resp, err
-}
-
-// txnRun is txn within a run of failures that may have begun before it,
-// and reports whether a failed attempt may have been applied.
-func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (resp *clientv3.TxnResponse, ambiguous bool, err error) {
+func (d *Driver) txn(ctx context.Context, run *retry.Failing, build func(context.Context) clientv3.Txn) (resp *clientv3.TxnResponse, ambiguous bool, err error) {
 	ambiguous, err = d.resend(ctx, run, func(ctx context.Context) (err error) {
 		resp, err = build(ctx).Commit()
 		return err
@@ -47,6 +32,15 @@ func (d *Driver) txnRun(ctx context.Context, run *retry.Failing, build func(cont
 // forwarded to a leader that died reaches the new one (see "Store
 // failures" in docs/backends/etcdlock.md for the choice of 2s).
 const attemptTimeout = 2 * time.Second
+
+// get reads key, sent again as txn is.
+func (d *Driver) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+	_, err = d.resend(ctx, new(retry.Failing), func(ctx context.Context) (err error) {
+		resp, err = d.cli.Get(ctx, key, opts...)
+		return err
+	})
+	return resp, err
+}
 
 // errUnanswered is an attempt that timed out: also how an unreachable
 // cluster shows, since the client waits for a connection.
@@ -108,7 +102,7 @@ func resendable(err error) bool {
 // answered within CancelGrace after its caller gave up.
 var errUnsettled = fmt.Errorf("no answer from etcd within %v after the caller gave up", backend.CancelGrace)
 
-// putRun is txnRun for a transaction that may put an entry: an attempt in
+// putRun is txn for a transaction that may put an entry: an attempt in
 // flight when ctx ends is awaited for up to CancelGrace, so that the
 // caller learns whether its entry exists and can delete it (an abandoned
 // put may land after a later delete: see "Store failures" in the docs);
@@ -128,7 +122,7 @@ func (d *Driver) putRun(ctx context.Context, run *retry.Failing, build func(cont
 		}
 	})
 	defer stop()
-	resp, _, err := d.txnRun(sctx, run, build)
+	resp, _, err := d.txn(sctx, run, build)
 	if err != nil && unsettled.Load() {
 		return nil, fmt.Errorf("%w: %w", errUnsettled, context.Cause(ctx))
 	}

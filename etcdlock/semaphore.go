@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,10 +50,6 @@ type record struct {
 	mod   int64
 }
 
-func (r record) value() string {
-	return strconv.Itoa(r.limit) + " " + strconv.FormatInt(r.upto, 10)
-}
-
 // resized is the record in kvs, a read of a resize key; a limit alone
 // (an earlier version's) has no holder, and a value Resize did not write
 // keeps neither.
@@ -71,32 +68,6 @@ func resized(kvs []*mvccpb.KeyValue) record {
 		r.limit, r.upto = n, u
 	}
 	return r
-}
-
-// under is the limit a claim of limit and weight permits is judged
-// under: the resized one, r, if it stands (ErrLimitMismatch below the
-// weight), else its own.
-func under(limit, weight, r int) (int, error) {
-	switch {
-	case r == 0:
-		return limit, nil
-	case weight > r:
-		return 0, backend.ResizedTo(weight, r)
-	}
-	return r, nil
-}
-
-// weigh is the permits of kv, an entry ahead of a claim judged under
-// limit: ErrLimitMismatch if kv has another limit and no resized one (r)
-// stands. So a permit granted under the entries' own limits was granted
-// behind entries of its limit only, and the permits held never exceed the
-// limit they were taken with, or the resized one.
-func weigh(kv *mvccpb.KeyValue, limit, r int) (int, error) {
-	n, w := permitOf(kv)
-	if r == 0 && n != limit {
-		return 0, backend.HeldUnder(n, limit)
-	}
-	return w, nil
 }
 
 // permits tallies the entries of a semaphore ahead of a claim, in any
@@ -120,17 +91,30 @@ func (p *permits) add(kv *mvccpb.KeyValue) int {
 }
 
 // admit returns the limit a claim of limit and weight permits behind the
-// entries added is judged under (see under and weigh), and whether it
-// fits there. It is the one permit rule: a try's, a waiter's look's, and
-// Inspect's holders (see holding).
+// entries added is judged under, and whether it fits there: the resized
+// limit if one stands (ErrLimitMismatch below the weight), else its own,
+// and then ErrLimitMismatch if an entry ahead has another limit. So a
+// permit granted under the entries' own limits was granted behind entries
+// of its limit only, and the permits held never exceed the limit they were
+// taken with, or the resized one. It is the one permit rule: a try's, a
+// waiter's look's, and Inspect's holders (see holding).
 func (p *permits) admit(limit, weight int) (int, bool, error) {
-	limit, err := under(limit, weight, p.r.limit)
-	for _, kv := range []*mvccpb.KeyValue{p.first, p.other} {
-		if kv != nil && err == nil {
-			_, err = weigh(kv, limit, p.r.limit)
+	if r := p.r.limit; r > 0 {
+		if weight > r {
+			return 0, false, backend.ResizedTo(weight, r)
+		}
+		limit = r
+	} else {
+		for _, kv := range []*mvccpb.KeyValue{p.first, p.other} {
+			if kv == nil {
+				break // no other without a first
+			}
+			if n, _ := permitOf(kv); n != limit {
+				return limit, false, backend.HeldUnder(n, limit)
+			}
 		}
 	}
-	return limit, err == nil && p.sum+weight <= limit, err
+	return limit, p.sum+weight <= limit, nil
 }
 
 // permitted returns the entry key among kvs, a semaphore's oldest entries
@@ -138,17 +122,14 @@ func (p *permits) admit(limit, weight int) (int, bool, error) {
 // entries ahead; nil otherwise.
 func permitted(kvs []*mvccpb.KeyValue, key string, limit, weight int, r record) (*mvccpb.KeyValue, error) {
 	p := permits{r: r}
-	for _, kv := range kvs {
-		if string(kv.Key) == key {
-			if _, fits, err := p.admit(limit, weight); !fits && kv.CreateRevision > r.upto {
-				return nil, err
-			}
-			return kv, nil
-		}
-		p.add(kv)
+	i := 0
+	for ; i < len(kvs) && string(kvs[i].Key) != key; i++ {
+		p.add(kvs[i])
 	}
-	_, _, err := p.admit(limit, weight)
-	return nil, err
+	if _, fits, err := p.admit(limit, weight); i == len(kvs) || !fits && kvs[i].CreateRevision > r.upto {
+		return nil, err
+	}
+	return kvs[i], nil
 }
 
 // tryPermit puts s's entry and reads the resize key and the l.Limit
@@ -176,7 +157,7 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 	kvs := rs[1].GetResponseRange().GetKvs()
 	mine, err := permitted(kvs, s.key, l.Limit, weight, r)
 	if mine == nil && err == nil && r.limit > l.Limit && len(kvs) == l.Limit {
-		resp, _, err = d.txnRun(ctx, run, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(read(r.limit)...) })
+		resp, _, err = d.txn(ctx, run, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(read(r.limit)...) })
 		if err == nil {
 			r = resized(resp.Responses[0].GetResponseRange().GetKvs())
 			kvs = resp.Responses[1].GetResponseRange().GetKvs()
@@ -187,12 +168,9 @@ func (d *Driver) tryPermit(ctx context.Context, run *retry.Failing, s *slot, l b
 		d.forgetRemoved(ctx, s.dir, r, kvs[0].CreateRevision)
 	}
 	if mine == nil {
-		if err == nil {
-			err = backend.ErrNotAcquired
-		}
 		// Whatever its revision: an attempt whose reply was lost may have put it.
 		d.remove(ctx, s, 0)
-		return backend.Grant{}, err
+		return backend.Grant{}, cmp.Or(err, backend.ErrNotAcquired)
 	}
 	return d.grant(ctx, s, l, mine.CreateRevision, mine.CreateRevision)
 }
@@ -206,7 +184,7 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 	}
 	defer done()
 	if err := d.resize(ctx, d.dir(key, semTag), limit); err != nil {
-		return fmt.Errorf("etcdlock: resize: %w", d.failed(ctx, err))
+		return fmt.Errorf("etcdlock: resize: %w", d.gate.Failed(ctx, err))
 	}
 	return nil
 }
@@ -230,7 +208,7 @@ var errResizeRaced = errors.New("the semaphore's holders changed at each of its 
 func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 	rk := resizeKey(dir)
 	entries := clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(clientv3.OpGet(rk), entries) })
+	resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn { return d.cli.Txn(ctx).Then(clientv3.OpGet(rk), entries) })
 	if err != nil {
 		return err
 	}
@@ -242,12 +220,12 @@ func (d *Driver) resize(ctx context.Context, dir string, limit int) error {
 	upto := lastHolding(kvs, old)
 	for range resizeTries {
 		r := record{limit: limit, upto: upto}
-		write := clientv3.OpPut(rk, r.value())
+		write := clientv3.OpPut(rk, fmt.Sprintf("%d %d", limit, upto))
 		keep := limit > 0 || lastHolding(kvs, record{}) < upto
 		if !keep {
 			r, write = record{}, clientv3.OpDelete(rk)
 		}
-		resp, err := d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+		resp, _, err := d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 			return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", old.mod)).
 				Then(write, entries).Else(clientv3.OpGet(rk), entries)
 		})
@@ -292,7 +270,7 @@ func (d *Driver) forgetRemoved(ctx context.Context, dir string, r record, oldest
 		return
 	}
 	rk := resizeKey(dir)
-	d.txn(ctx, func(ctx context.Context) clientv3.Txn {
+	d.txn(ctx, new(retry.Failing), func(ctx context.Context) clientv3.Txn {
 		return d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", r.mod)).Then(clientv3.OpDelete(rk))
 	})
 }

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -64,10 +65,7 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 	}
 	gs := make([]backend.Grant, len(ss))
 	for i, s := range ss {
-		rev := resp.Header.Revision
-		if revs[i] != 0 {
-			rev = revs[i]
-		}
+		rev := cmp.Or(revs[i], resp.Header.Revision)
 		if gs[i], err = d.grant(ctx, s, claims[i], rev, rev); err != nil {
 			// The lease was lost meanwhile: grant removed this entry; the
 			// ones before it go too, and the ones after it are removed.

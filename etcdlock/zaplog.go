@@ -58,10 +58,7 @@ func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 
 func (c slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range c.fields {
-		f.AddTo(enc)
-	}
-	for _, f := range fields {
+	for _, f := range slices.Concat(c.fields, fields) {
 		f.AddTo(enc)
 	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // creating runs mk, which makes queue nodes and returns them, on the
@@ -20,7 +21,7 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 		w := d.dialed.conns.CutOnEnd(ctx)
 		es, err := mk(ctx, true)
 		w.Stop()
-		return es, d.failed(ctx, err)
+		return es, d.gate.Failed(ctx, err)
 	}
 	type result struct {
 		es  []*entry
@@ -232,12 +233,12 @@ func (d *Driver) create(ctx context.Context, claims []backend.Claim, waits, inli
 		}
 		if err == nil {
 			// Names' nodes there before us must carry our ACL.
-			err = each(n, n, func(i int) error {
+			err = errors.Join(parallel.Each(n, n, func(i int) error {
 				if ns[i].checked || ns[i].fresh {
 					return nil
 				}
 				return d.checkACL(ns[i].parent)
-			})
+			})...)
 		}
 		if err != nil {
 			d.abandon(ctx, es...)

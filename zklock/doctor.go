@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"strings"
 	"time"
 
@@ -166,19 +165,13 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 	// A credential, where the connection leaves this host (with New, the
 	// driver cannot tell).
 	if d.own {
-		remote := ""
-		for _, s := range servers {
-			if !backend.Loopback(&url.URL{Host: strings.ToLower(s)}) {
-				remote = s
-				break
-			}
-		}
+		remote := backend.Remote(servers)
 		switch {
 		case d.digest != "":
 			user, _, _ := strings.Cut(d.digest, ":")
 			fs.Add("auth", backend.Sound, "authenticates as the digest user "+user, "", "")
-		case remote != "":
-			fs.Add("auth", backend.Warning, remote+": no credential, to a server on another host",
+		case len(remote) > 0:
+			fs.Add("auth", backend.Warning, remote[0]+": no credential, to a server on another host",
 				"every client that reaches the server has the same rights on the locks as this one",
 				"a user and password in the URL (zk://user:password@...), and TLS")
 		default:

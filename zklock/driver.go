@@ -326,7 +326,7 @@ func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session in
 		i := strings.LastIndexByte(path, '/')
 		parent, name := path[:i], path[i+1:]
 		d.spawn(func() { d.reapHash(parent, hashOf(name), session) })
-		return fmt.Errorf("zklock: %w (deleting the node in the background)", d.failed(ctx, err))
+		return fmt.Errorf("zklock: %w (deleting the node in the background)", d.gate.Failed(ctx, err))
 	}
 }
 

@@ -8,10 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 	"github.com/lockerhq/locker/internal/retry"
 )
 
@@ -74,7 +74,7 @@ func (d *Driver) operate(ctx context.Context, op string, f func(ctx context.Cont
 	case errors.Is(err, backend.ErrNotHeld):
 		return fmt.Errorf("zklock: %s: %w", op, err) // an answer, whatever became of ctx since
 	}
-	return permitted(fmt.Errorf("zklock: %s: %w", op, d.failed(ctx, err)))
+	return permitted(fmt.Errorf("zklock: %s: %w", op, d.gate.Failed(ctx, err)))
 }
 
 // object is the object of mode m for Inspect, List and Break; a mode the
@@ -92,14 +92,6 @@ func (d *Driver) objectState(ctx context.Context, key string, m backend.Mode) (b
 		return d.queueState(ctx, key)
 	}
 	return d.sharedState(ctx, key, m)
-}
-
-// failed is the error of a read that failed with err.
-func (d *Driver) failed(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return d.ended(ctx)
-	}
-	return err
 }
 
 // queueState reads key's queue: the holder is its first node (or a lost
@@ -206,7 +198,7 @@ func queueNodes(names []string) (nodes []qnode, markers []string) {
 // readNodes reads the owner (data), creation zxid and version of nodes.
 func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) error {
 	_, err := call(ctx, d, func() (struct{}, error) {
-		return struct{}{}, each(len(nodes), readers, func(i int) error {
+		return struct{}{}, errors.Join(parallel.Each(len(nodes), readers, func(i int) error {
 			n := &nodes[i]
 			r, err := d.get(parent + "/" + n.name)
 			switch {
@@ -218,25 +210,9 @@ func (d *Driver) readNodes(ctx context.Context, parent string, nodes []qnode) er
 				n.owner, n.czxid, n.version = string(r.data), r.st.Czxid, r.st.Version
 			}
 			return nil
-		})
+		})...)
 	})
 	return err
-}
-
-// each runs f(i) for every i below n, limit at a time; errors joined.
-func each(n, limit int, f func(i int) error) error {
-	errs := make([]error, n)
-	sem := make(chan struct{}, limit)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = f(i)
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 type getResult struct {
@@ -283,10 +259,10 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) (out [
 		}
 		slices.Sort(keys)
 		sts := make([]backend.State, len(keys))
-		err = each(len(keys), 8, func(i int) (err error) {
+		err = errors.Join(parallel.Each(len(keys), 8, func(i int) (err error) {
 			sts[i], err = d.objectState(ctx, keys[i], m)
 			return err
-		})
+		})...)
 		for _, st := range sts {
 			if st.Held {
 				out = append(out, st)

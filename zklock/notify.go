@@ -31,7 +31,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (_ <-chan struct{}, 
 	parent := d.parentPath(key)
 	ev, err := call(ctx, d, func() (<-chan zk.Event, error) { return d.watchQueue(parent) })
 	if err != nil {
-		return nil, nil, fmt.Errorf("zklock: subscribe: %w", d.failed(ctx, err))
+		return nil, nil, fmt.Errorf("zklock: subscribe: %w", d.gate.Failed(ctx, err))
 	}
 	ch := make(chan struct{}, 1)
 	sctx, cancel := context.WithCancel(d.gate.Context())

@@ -47,7 +47,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 		}
 		// As TryAcquire: a failure that left no node is tried again.
 		if es != nil || try == 3 || !transient(err) || !pause(ctx, bo) {
-			return nil, fmt.Errorf("zklock: try-acquire: %w", d.failed(ctx, err))
+			return nil, fmt.Errorf("zklock: try-acquire: %w", d.gate.Failed(ctx, err))
 		}
 	}
 }
