@@ -58,6 +58,11 @@ func (dep *deployment) inspect(ctx context.Context, key string, fair bool) (h ho
 	if err != nil {
 		return holding{}, false, nil, classify(err)
 	}
+	return inspected(r)
+}
+
+// inspected reads the inspect script's answer r.
+func inspected(r []any) (h holding, held bool, queue []string, err error) {
 	if len(r) < 2 {
 		return holding{}, false, nil, fmt.Errorf("inspect script: unexpected answer %v", r)
 	}
@@ -109,11 +114,13 @@ func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, 
 // scanCount is how many keys a SCAN page asks for.
 const scanCount = 1000
 
-// scan hands read, page by page, the keys starting with prefix whose Redis
-// name ends in kind (":lock", ":sem", ":rw"), found with SCAN (never KEYS,
-// which blocks the server) on every server, concurrently. The key comes
-// back from the escaped name (backend.EscapeKey is reversible).
-func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(ctx context.Context, keys, names []string) error) error {
+// scan runs script, in one pipeline a page, on the keys (script's keys:
+// keys(key)) that start with prefix and whose Redis name ends in kind
+// (":lock", ":sem", ":rw"), found with SCAN (never KEYS, which blocks the
+// server) on every server, concurrently, and hands take each answer, one
+// at a time. The key comes back from the escaped name (backend.EscapeKey
+// is reversible).
+func (dep *deployment) scan(ctx context.Context, prefix, kind string, script *redis.Script, keys func(key string) []string, take func(key string, r []any) error) error {
 	defer dep.in.CutOnEnd(ctx).Stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
 	// prefix escapes as at the start of every longer key ("." and ".." are
@@ -121,6 +128,7 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 	esc := backend.EscapeKey(prefix + "a")
 	// EscapeKey's output has none of the glob's special characters.
 	pattern := "{" + esc[:len(esc)-1] + "*}" + kind
+	var mu sync.Mutex
 	scan := func(ctx context.Context, node *redis.Client) error {
 		var cursor uint64
 		for {
@@ -128,56 +136,40 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 			if err != nil {
 				return err
 			}
-			var keys, names []string
+			var found []string
 			for _, name := range page {
 				if key, ok := keyOf(name, kind); ok && strings.HasPrefix(key, prefix) {
-					keys, names = append(keys, key), append(names, name)
+					found = append(found, key)
 				}
 			}
-			if len(keys) > 0 {
-				if err := read(ctx, keys, names); err != nil {
-					return err
+			cmds := dep.pipelined(ctx, len(found), func(i int) (*redis.Script, []string, []any) {
+				return script, keys(found[i]), nil
+			})
+			mu.Lock()
+			for i := 0; i < len(cmds) && err == nil; i++ {
+				var r []any
+				if r, err = cmds[i].Slice(); err == nil {
+					err = take(found[i], r)
 				}
 			}
-			if cursor = next; cursor == 0 {
-				return nil
+			mu.Unlock()
+			if cursor = next; cursor == 0 || err != nil {
+				return err
 			}
 		}
 	}
 	return classify(dep.eachServer(ctx, scan))
 }
 
-// list reads the value and PTTL of every lock whose key starts with prefix.
+// list reads the holder of every lock whose key starts with prefix.
 func (dep *deployment) list(ctx context.Context, prefix string) (map[string]holding, error) {
-	var mu sync.Mutex
 	found := map[string]holding{}
-	err := dep.scan(ctx, prefix, ":lock", func(ctx context.Context, keys, names []string) error {
-		type read struct {
-			val  *redis.StringCmd
-			pttl *redis.DurationCmd
+	err := dep.scan(ctx, prefix, ":lock", inspectScript, func(key string) []string { return []string{keysFor(key).lock} }, func(key string, r []any) error {
+		h, held, _, err := inspected(r)
+		if held {
+			found[key] = h
 		}
-		reads := make([]read, len(names))
-		p := dep.rdb.Pipeline()
-		for i, name := range names {
-			reads[i] = read{p.Get(ctx, name), p.PTTL(ctx, name)}
-		}
-		_, _ = p.Exec(ctx) // each command's error is read below
-		for _, r := range reads {
-			// redis.Nil: the lock went between SCAN and GET.
-			for _, err := range []error{r.val.Err(), r.pttl.Err()} {
-				if err != nil && !errors.Is(err, redis.Nil) {
-					return err
-				}
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for i, r := range reads {
-			if h, ok := parseValue(r.val.Val(), r.pttl.Val().Milliseconds()); ok {
-				found[keys[i]] = h
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -308,28 +300,15 @@ func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.
 
 // listShared reads every held object of mode m whose key starts with prefix.
 func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	var mu sync.Mutex
 	var out []backend.State
-	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
-		cmds := dep.pipelined(ctx, len(names), func(i int) (*redis.Script, []string, []any) {
-			return sharedInspectScript, fairSharedKeys(backend.Claim{Key: keys[i], Mode: m}), nil
-		})
-		for i, cmd := range cmds {
-			r, err := cmd.Slice()
-			if err != nil {
-				return err
-			}
-			st, err := sharedState(keys[i], m, r)
-			if err != nil {
-				return err
-			}
-			if st.Held {
-				mu.Lock()
-				out = append(out, st)
-				mu.Unlock()
-			}
+	err := dep.scan(ctx, prefix, sharedKind(m), sharedInspectScript, func(key string) []string {
+		return fairSharedKeys(backend.Claim{Key: key, Mode: m})
+	}, func(key string, r []any) error {
+		st, err := sharedState(key, m, r)
+		if st.Held {
+			out = append(out, st)
 		}
-		return nil
+		return err
 	})
 	return out, err
 }
