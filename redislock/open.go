@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,44 +33,26 @@ func init() {
 
 // openAny is the registry's opener: a FairDriver when fair=true.
 func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
-	fair, err := fairParam(u)
-	if err != nil {
+	d, err := open(ctx, u, nil, nil)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	d, err := open(ctx, u, fair, nil)
-	if err != nil {
-		return nil, err
-	}
-	if fair {
+	case d.fair:
 		return &FairDriver{d}, nil
 	}
 	return d, nil
 }
 
-// fairParam reads the URL's fair parameter, which is ours, not go-redis's.
-func fairParam(u *url.URL) (bool, error) {
-	q := u.Query()
-	if !q.Has("fair") {
-		return false, nil
-	}
-	fair, err := strconv.ParseBool(q.Get("fair"))
-	if err != nil {
-		return false, fmt.Errorf("redislock: %w: fair=%q is not a boolean", backend.ErrInvalidURL, q.Get("fair"))
-	}
-	return fair, nil
-}
-
-// ownParams takes the driver's own parameters off u: fair (read by
-// fairParam), restart_delay and retention (Options after opts: the URL has
+// ownParams takes the driver's own parameters off u: fair, restart_delay and retention (Options after opts: the URL has
 // the last word) and the TLS ones (backend.Params.TLS; rediss implies
 // TLS), which replace go-redis's TLS configuration. It returns the options'
 // config, with ctx's logger first, and warns of a weak transport.
-func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config, *tls.Config, error) {
+func ownParams(ctx context.Context, u *url.URL, opts []Option) (_ *url.URL, _ config, _ *tls.Config, fair bool, _ error) {
 	if u.Opaque != "" { // go-redis would dial localhost:6379 for "redis:pw@host"
-		return nil, config{}, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
+		return nil, config{}, nil, false, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
 	}
 	if err := checkUser(u); err != nil {
-		return nil, config{}, nil, err
+		return nil, config{}, nil, false, err
 	}
 	q := u.Query()
 	own := url.Values{}
@@ -86,7 +67,7 @@ func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config
 	var tc *tls.Config
 	if len(own) > 0 || strings.HasPrefix(u.Scheme, "rediss") {
 		p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
-		p.Has("fair")
+		fair = p.Bool("fair", false)
 		delay := p.Duration("restart_delay", -1)
 		retention := p.Duration("retention", 0)
 		var err error
@@ -95,14 +76,14 @@ func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config
 			err = p.Err()
 		}
 		if err != nil {
-			return nil, config{}, nil, fmt.Errorf("redislock: %w", err)
+			return nil, config{}, nil, false, fmt.Errorf("redislock: %w", err)
 		}
 		if delay >= 0 {
 			opts = append(opts, WithRestartDelay(delay))
 		}
 		if p.Has("retention") {
 			if retention <= 0 {
-				return nil, config{}, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+				return nil, config{}, nil, false, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
 			}
 			opts = append(opts, WithRetention(retention))
 		}
@@ -112,11 +93,11 @@ func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config
 	}
 	cfg, err := buildConfig(opts)
 	if err != nil {
-		return nil, config{}, nil, err
+		return nil, config{}, nil, false, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	installLogRouter()
-	return u, cfg, tc, nil
+	return u, cfg, tc, fair, nil
 }
 
 // checkUser refuses a URL that names a user but no password: go-redis
@@ -149,13 +130,10 @@ func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 // OpenFair is Open for a FairDriver; the URL may say fair=true.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
 	u, err := parseURL(rawURL)
-	if err == nil {
-		_, err = fairParam(u)
-	}
 	if err != nil {
 		return nil, err
 	}
-	d, err := open(ctx, u, true, opts)
+	d, err := open(ctx, u, opts, new(true))
 	if err != nil {
 		return nil, err
 	}
@@ -180,21 +158,20 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	fair, err := fairParam(u)
-	if err == nil && fair {
-		err = fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return open(ctx, u, false, opts)
+	return open(ctx, u, opts, new(false))
 }
 
-// open is Open, OpenFair and the registry's opener.
-func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, error) {
-	u, cfg, tc, err := ownParams(ctx, u, opts)
-	if err != nil {
+// open is Open (fair false), OpenFair (fair true) and the registry's opener
+// (fair nil: as the URL says).
+func open(ctx context.Context, u *url.URL, opts []Option, fair *bool) (*Driver, error) {
+	u, cfg, tc, urlFair, err := ownParams(ctx, u, opts)
+	switch {
+	case err != nil:
 		return nil, err
+	case fair == nil:
+		fair = &urlFair
+	case urlFair && !*fair:
+		return nil, fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
 	}
 	var rdb redis.UniversalClient
 	var in *conntrack.Tracker
@@ -228,7 +205,7 @@ func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, e
 	dep := newDeployment(rdb, true, &cfg)
 	dep.in = in
 	dep.checkMaxmemory(ctx, u.Host)
-	return &Driver{dep: dep, fair: fair}, nil
+	return &Driver{dep: dep, fair: *fair}, nil
 }
 
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
@@ -296,7 +273,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if u.Query().Has("fair") {
 		return nil, fmt.Errorf("redislock: %w: quorum mode has no fair queue", backend.ErrInvalidURL)
 	}
-	u, cfg, tc, err := ownParams(ctx, u, opts)
+	u, cfg, tc, _, err := ownParams(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
