@@ -639,31 +639,13 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
-	var mu sync.Mutex
-	cancels := []func(){} // nil once cancelled
-	add := func(c func()) {
-		mu.Lock()
-		defer mu.Unlock()
-		if cancels == nil {
-			c()
-			return
-		}
-		cancels = append(cancels, c)
-	}
-	cancel := func() {
-		mu.Lock()
-		cs := cancels
-		cancels = nil
-		mu.Unlock()
-		for _, c := range cs {
-			c()
-		}
-	}
+	// Every server's subscription ends with subs, even one confirmed later.
+	subs, cancel := context.WithCancel(context.Background())
 	// Linked: the caller's ctx ends the wait for a confirmation.
 	res := q.gather(ctx, barrierTimeout, true, func(sctx context.Context, i int) result {
 		_, c, err := q.deps[i].subscribe(sctx, key, "", ch)
 		if err == nil {
-			add(c)
+			context.AfterFunc(subs, c)
 		}
 		return result{ok: err == nil, err: err}
 	}, func(ok, _ int) bool { return ok >= q.quorum }, nil)
