@@ -177,12 +177,10 @@ func open(ctx context.Context, u *url.URL, opts []Option, fair *bool) (*Driver, 
 	var in *conntrack.Tracker
 	switch u.Scheme {
 	case "redis", "rediss":
-		o, err := redis.ParseURL(u.String())
+		o, err := serverOptions(u, tc)
 		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
+			return nil, err
 		}
-		withTLS(&o.TLSConfig, tc, o.Addr)
-		retryOnce(o, u)
 		in = interruptible(o)
 		rdb = redis.NewClient(o)
 	case "redis+cluster", "rediss+cluster":
@@ -234,11 +232,17 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 	return o, nil
 }
 
-// retryOnce turns go-redis's own retries off unless the URL sets them
+// serverOptions are go-redis's options for the one server of u, with tc
+// (see withTLS) and go-redis's own retries off unless the URL sets them
 // (max_retries=, dialer_retries=): the Client already retries store
 // failures within its budget, and go-redis's would make a refused
 // connection take half a second to report.
-func retryOnce(o *redis.Options, u *url.URL) {
+func serverOptions(u *url.URL, tc *tls.Config) (*redis.Options, error) {
+	o, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
+	}
+	withTLS(&o.TLSConfig, tc, o.Addr)
 	q := u.Query()
 	if !q.Has("max_retries") {
 		o.MaxRetries = -1
@@ -246,6 +250,7 @@ func retryOnce(o *redis.Options, u *url.URL) {
 	if !q.Has("dialer_retries") {
 		o.DialerRetries = 1
 	}
+	return o, nil
 }
 
 // defaultPort is Redis's, for a listed host without one.
@@ -287,13 +292,11 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		c := *u
 		c.Scheme = strings.TrimSuffix(u.Scheme, "+quorum")
 		c.Host = h
-		o, err := redis.ParseURL(c.String())
-		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
-		}
-		withTLS(&o.TLSConfig, tc, o.Addr)
 		// A refused connection is one lost vote, not to be waited for.
-		retryOnce(o, u)
+		o, err := serverOptions(&c, tc)
+		if err != nil {
+			return nil, err
+		}
 		options = append(options, o)
 	}
 	var deps []*deployment
