@@ -18,13 +18,10 @@ type Driver struct {
 	dep  *deployment
 	fair bool         // a FairDriver's: acquire and release mind the queue
 	gate backend.Gate // calls in flight, ended and awaited by Close
-	// tries counts the scripts that queued acquisitions sent (storeTries).
+	// tries counts the scripts that queued acquisitions sent that could
+	// grant them (measure.StoreTries); a hand-off's message costs none.
 	tries atomic.Uint64
 }
-
-// storeTries counts the scripts that queued acquisitions sent that could
-// grant them; a lock handed over in a release message costs none.
-func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // The optional interfaces, each implemented in a file of its own.
 var (

@@ -16,8 +16,8 @@ func init() {
 	measure.RegisterRawFloor((*Driver).rawFloor)
 	measure.RegisterRawFloor((*FairDriver).rawFloor)
 	measure.RegisterRawFloor((*Quorum).rawFloor)
-	measure.RegisterStoreTries((*Driver).storeTries)
-	measure.RegisterStoreTries((*FairDriver).storeTries)
+	measure.RegisterStoreTries(func(d *Driver) uint64 { return d.tries.Load() })
+	measure.RegisterStoreTries(func(d *FairDriver) uint64 { return d.tries.Load() })
 }
 
 // rawRelease is the floors' compare-and-delete (floor.go, quorum_floor.go).

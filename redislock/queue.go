@@ -78,8 +78,7 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 		return backend.Grant{}, t, nil
 	case t.queuedAt == 0:
 		// What the looks left goes before the claim's next Enqueue.
-		t.stop()
-		d.dep.undo(ctx, func(ctx context.Context) { _ = t.leave(ctx) })
+		d.dep.undo(ctx, func(ctx context.Context) { _ = t.Leave(ctx) })
 		return backend.Grant{}, nil, err
 	}
 	return backend.Grant{}, t, err
@@ -216,10 +215,6 @@ const minRenewal = 5 * time.Millisecond
 // look of the wait was granted, a lock handed on to the next waiter.
 func (t *ticket) Leave(ctx context.Context) error {
 	t.stop()
-	return t.leave(ctx)
-}
-
-func (t *ticket) leave(ctx context.Context) error {
 	t.join() // a ticket that never joined has no entry: any name will do
 	switch {
 	case t.c.Mode != backend.Exclusive:
