@@ -23,9 +23,8 @@ import (
 // maxmemory-policy and holds the release subscriptions. A Driver uses one;
 // a Quorum one per member, and decides by majority.
 type deployment struct {
-	rdb   redis.UniversalClient
-	owned bool // opened by us: Close closes it
-	ring  bool // *redis.Ring: subscriptions must be routed per channel
+	rdb  redis.UniversalClient
+	ring bool // *redis.Ring: subscriptions must be routed per channel
 	// up proves the server's uptime (upproof.go); nil but on a *redis.Client.
 	up     *uptime
 	log    *slog.Logger
@@ -36,8 +35,10 @@ type deployment struct {
 	retention int64
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
-	in            *conntrack.Tracker // cuts calls on a dead connection short; nil for a caller's client
-	unroute       func()             // takes log off go-redis's messages (see routeLogs)
+	// in cuts calls on a dead connection short, on a client we dialed,
+	// which Close closes; nil for a caller's client.
+	in      *conntrack.Tracker
+	unroute func() // takes log off go-redis's messages (see routeLogs)
 
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
@@ -52,7 +53,7 @@ type deployment struct {
 	wg     sync.WaitGroup        // hub goroutines, linger timers, the maxmemory check
 }
 
-func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployment {
+func newDeployment(rdb redis.UniversalClient, in *conntrack.Tracker, cfg *config) *deployment {
 	_, ring := rdb.(*redis.Ring)
 	var up *uptime
 	if _, one := rdb.(*redis.Client); one {
@@ -61,7 +62,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 	ctx, cancel := context.WithCancel(context.Background())
 	return &deployment{
 		rdb:        rdb,
-		owned:      owned,
+		in:         in,
 		ring:       ring,
 		up:         up,
 		log:        cfg.logger,
@@ -158,7 +159,7 @@ func (dep *deployment) checkMaxmemoryAsync(what string) {
 	}()
 }
 
-// close stops the goroutines and subscriptions, and closes an owned client.
+// close stops the goroutines and subscriptions, and closes a client we dialed.
 func (dep *deployment) close() error {
 	dep.mu.Lock()
 	if dep.closed {
@@ -188,10 +189,10 @@ func (dep *deployment) close() error {
 	return dep.closeClient()
 }
 
-// closeClient closes the client if this package dialed it (owned), once.
+// closeClient closes the client if this package dialed it, once.
 func (dep *deployment) closeClient() error {
 	var err error
-	if dep.owned {
+	if dep.in != nil {
 		dep.closeOnce.Do(func() { err = dep.rdb.Close() })
 	}
 	return err

@@ -57,7 +57,7 @@ func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, er
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dep: newDeployment(rdb, false, &cfg), fair: fair}
+	d := &Driver{dep: newDeployment(rdb, nil, &cfg), fair: fair}
 	d.dep.checkMaxmemoryAsync("redis")
 	return d, nil
 }

@@ -402,11 +402,28 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 // inspectTimeout bounds a Quorum's operator calls on each server.
 const inspectTimeout = 10 * time.Second
 
-// each runs fn on every server and returns their answers (answered false
-// for one that did not answer in time). linked: the caller's ctx cancels
-// the requests (not for Break, whose requests should complete).
-func (q *Quorum) each(ctx context.Context, linked bool, fn func(ctx context.Context, i int) result) []result {
-	return q.gather(ctx, inspectTimeout, linked, fn, func(int, int) bool { return false }, nil)
+// each refuses every object but the lock (a Quorum takes no other mode:
+// see its Modes), then a closed Quorum, for op; then it runs fn on every
+// server and returns their answers, the holdings they reported and how
+// many did not answer in time. linked: the caller's ctx cancels the
+// requests (not for Break, whose requests should complete).
+func (q *Quorum) each(ctx context.Context, op string, m backend.Mode, linked bool, fn func(context.Context, *deployment) result) (res []result, views []holding, missing int, err error) {
+	if m != backend.Exclusive {
+		return nil, nil, 0, fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
+	}
+	if q.gate.Closed() {
+		return nil, nil, 0, fmt.Errorf("redislock: quorum: %s: %w", op, backend.ErrClosed)
+	}
+	res = q.gather(ctx, inspectTimeout, linked, func(ctx context.Context, i int) result { return fn(ctx, q.deps[i]) }, func(int, int) bool { return false }, nil)
+	for _, r := range res {
+		switch {
+		case !r.answered || r.err != nil:
+			missing++
+		case r.ok:
+			views = append(views, r.view)
+		}
+	}
+	return res, views, missing, nil
 }
 
 // majority judges the servers' views of one key: the holding that a
@@ -435,43 +452,17 @@ func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, unc
 	return holding{}, false, best+unanswered >= q.quorum
 }
 
-// views are the holdings the servers reported, and how many did not answer.
-func views(res []result) (vs []holding, missing int) {
-	for _, r := range res {
-		switch {
-		case !r.answered || r.err != nil:
-			missing++
-		case r.ok:
-			vs = append(vs, r.view)
-		}
-	}
-	return vs, missing
-}
-
-// checkObject refuses every object but the lock (a Quorum takes no other
-// mode: see its Modes), then a closed Quorum.
-func (q *Quorum) checkObject(op string, m backend.Mode) error {
-	if m != backend.Exclusive {
-		return fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
-	}
-	if q.gate.Closed() {
-		return fmt.Errorf("redislock: quorum: %s: %w", op, backend.ErrClosed)
-	}
-	return nil
-}
-
 // Inspect implements backend.Inspector: the lock is held when a majority
 // of the servers hold it for the same acquisition. It fails when the
 // silent servers could make or unmake that majority.
 func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := q.checkObject("inspect", m); err != nil {
-		return backend.State{}, err
-	}
-	res := q.each(ctx, true, func(ctx context.Context, i int) result {
-		h, held, _, err := q.deps[i].inspect(ctx, key, false)
+	res, vs, missing, err := q.each(ctx, "inspect", m, true, func(ctx context.Context, dep *deployment) result {
+		h, held, _, err := dep.inspect(ctx, key, false)
 		return result{ok: held, view: h, err: err}
 	})
-	vs, missing := views(res)
+	if err != nil {
+		return backend.State{}, err
+	}
 	h, held, uncertain := q.majority(vs, missing)
 	switch {
 	case held:
@@ -486,14 +477,13 @@ func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // servers. It fails when the silent servers could make a majority for a
 // key that the others show on a minority.
 func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if err := q.checkObject("list", m); err != nil {
-		return nil, err
-	}
-	res := q.each(ctx, true, func(ctx context.Context, i int) result {
-		found, err := q.deps[i].list(ctx, prefix)
+	res, _, missing, err := q.each(ctx, "list", m, true, func(ctx context.Context, dep *deployment) result {
+		found, err := dep.list(ctx, prefix)
 		return result{ok: err == nil, found: found, err: err}
 	})
-	_, missing := views(res)
+	if err != nil {
+		return nil, err
+	}
 	if len(q.deps)-missing < q.quorum {
 		return nil, fmt.Errorf("redislock: quorum: list: %d of %d servers answered, %d needed: %s", len(q.deps)-missing, len(q.deps), q.quorum, q.errSummary(res))
 	}
@@ -524,14 +514,13 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // every server where its value records fence (waking the waiters there);
 // it succeeds when it removed it from a majority.
 func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if err := q.checkObject("break", m); err != nil {
-		return backend.State{}, err
-	}
-	res := q.each(ctx, false, func(ctx context.Context, i int) result {
-		h, held, err := q.deps[i].breakLock(ctx, key, fence, false)
+	res, removed, missing, err := q.each(ctx, "break", m, false, func(ctx context.Context, dep *deployment) result {
+		h, held, err := dep.breakLock(ctx, key, fence, false)
 		return result{ok: held, view: h, err: err}
 	})
-	removed, missing := views(res)
+	if err != nil {
+		return backend.State{}, err
+	}
 	h, held, uncertain := q.majority(removed, missing)
 	switch {
 	case held:

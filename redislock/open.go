@@ -200,8 +200,7 @@ func open(ctx context.Context, u *url.URL, opts []Option, fair *bool) (*Driver, 
 		rdb.Close()
 		return nil, fmt.Errorf("redislock: %w", classify(err))
 	}
-	dep := newDeployment(rdb, true, &cfg)
-	dep.in = in
+	dep := newDeployment(rdb, in, &cfg)
 	dep.checkMaxmemory(ctx, u.Host)
 	return &Driver{dep: dep, fair: *fair}, nil
 }
@@ -302,9 +301,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	var deps []*deployment
 	for _, o := range options {
 		in := interruptible(o) // before the client copies o
-		dep := newDeployment(redis.NewClient(o), true, &cfg)
-		dep.in = in
-		deps = append(deps, dep)
+		deps = append(deps, newDeployment(redis.NewClient(o), in, &cfg))
 	}
 	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := backend.OpenContext(ctx)

@@ -87,7 +87,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 		if c == nil {
 			return nil, fmt.Errorf("redislock: NewQuorum: %w: client %d is nil", backend.ErrInvalidOption, i)
 		}
-		deps = append(deps, newDeployment(c, false, &cfg))
+		deps = append(deps, newDeployment(c, nil, &cfg))
 		addr := fmt.Sprintf("server %d", i+1)
 		if cl, ok := c.(*redis.Client); ok {
 			addr = cl.Options().Addr
