@@ -87,25 +87,23 @@ const cleanupWait = 50 * time.Millisecond
 // background (f bounds itself by cleanupTimeout); close interrupts it and
 // waits for it (on a caller's client, up to its ReadTimeout).
 func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
+	done := make(chan struct{})
+	bg := context.WithoutCancel(ctx)
 	dep.mu.Lock()
 	if dep.closed {
 		dep.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+		ctx, cancel := context.WithTimeout(bg, cleanupWait)
 		defer cancel()
 		f(ctx)
 		return
 	}
-	dep.wg.Add(1)
-	dep.mu.Unlock()
-	done := make(chan struct{})
-	bg := context.WithoutCancel(ctx)
-	go func() {
-		defer dep.wg.Done()
+	dep.wg.Go(func() {
 		defer close(done)
 		// f ignores cancellation, but close cuts a read it is stuck on.
 		defer dep.in.CutOnEnd(dep.ctx).Stop()
 		f(bg)
-	}()
+	})
+	dep.mu.Unlock()
 	select {
 	case <-done:
 		return
@@ -151,12 +149,10 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 // checkMaxmemoryAsync is checkMaxmemory in the background; close stops it.
 func (dep *deployment) checkMaxmemoryAsync(what string) {
 	ctx, cancel := context.WithTimeout(dep.ctx, 5*time.Second)
-	dep.wg.Add(1)
-	go func() {
-		defer dep.wg.Done()
+	dep.wg.Go(func() {
 		defer cancel()
 		dep.checkMaxmemory(ctx, what)
-	}()
+	})
 }
 
 // close stops the goroutines and subscriptions, and closes a client we dialed.

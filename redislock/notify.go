@@ -131,9 +131,8 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 		}
 		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]chan error{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
 		dep.hubs[route] = h
-		dep.wg.Add(2)
-		go h.run()
-		go h.check()
+		dep.wg.Go(h.run)
+		dep.wg.Go(h.check)
 		break
 	}
 	if dep.closed {
@@ -366,7 +365,6 @@ func (h *hub) endBarriers(seq uint64, err error) {
 // is closed.
 func (h *hub) run() {
 	dep := h.dep
-	defer dep.wg.Done()
 	ctx := context.Background()
 	failures := 0
 	// Reconnections after the first are paced (go-redis reconnects on Receive).
@@ -481,7 +479,6 @@ var errNoPong = errors.New("pub/sub connection: no answer to a health check")
 
 // check runs a health check every healthEvery until the hub dies.
 func (h *hub) check() {
-	defer h.dep.wg.Done()
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for {

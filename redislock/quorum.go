@@ -460,9 +460,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			if !r.answered || !r.ok || r.err != nil || r.fence == fence {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				left := px - time.Since(t0).Milliseconds() - 1
 				ok, err := q.deps[i].raise(rctx, l, value, fence, left)
 				mu.Lock()
@@ -477,7 +475,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 				default:
 					lostRace = true
 				}
-			}()
+			})
 		}
 		wg.Wait()
 	}
@@ -507,38 +505,26 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 // undone is closed when those are done); late answers release themselves.
 func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) (undone <-chan struct{}) {
 	var wg, bg sync.WaitGroup
-	background := false
 	for i, r := range res {
 		switch {
 		case r.answered && r.ok && r.err == nil:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				q.deps[i].cleanup(ctx, l, value)
-			}()
+			wg.Go(func() { q.deps[i].cleanup(ctx, l, value) })
 		case r.answered && r.err != nil:
 			closing, done, ok := q.gate.Background()
 			if !ok {
 				q.deps[i].cleanup(ctx, l, value) // closing: no background left
 				continue
 			}
-			bg.Add(1)
-			background = true
-			go func() {
-				defer bg.Done()
+			bg.Go(func() {
 				defer done()
 				// The cleanup ignores ctx; Close cuts its reads.
 				defer q.deps[i].in.CutOnEnd(closing).Stop()
 				q.deps[i].cleanup(ctx, l, value)
-			}()
+			})
 		}
 	}
 	wg.Wait()
 	ch := make(chan struct{})
-	if !background {
-		close(ch)
-		return ch
-	}
 	go func() { bg.Wait(); close(ch) }()
 	return ch
 }

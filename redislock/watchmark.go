@@ -52,8 +52,7 @@ func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (
 	if m == nil {
 		m = &watchMark{chans: map[chan struct{}]struct{}{}, ok: sent}
 		dep.marks[live] = m
-		dep.wg.Add(1)
-		go dep.renewMark(live, m)
+		dep.wg.Go(func() { dep.renewMark(live, m) })
 	}
 	m.chans[ch] = struct{}{}
 	return sync.OnceFunc(func() {
@@ -69,7 +68,6 @@ func (dep *deployment) writeMark(ctx context.Context, live string) error {
 
 // renewMark renews m until it has no watchers or dep closes.
 func (dep *deployment) renewMark(live string, m *watchMark) {
-	defer dep.wg.Done()
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	lapsed := false
