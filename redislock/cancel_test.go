@@ -263,7 +263,7 @@ func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *conntr
 	}
 	in := interruptible(o)
 	rdb := redis.NewClient(o)
-	cfg := defaultConfig()
+	cfg, _ := buildConfig(nil)
 	d := &Driver{dep: newDeployment(rdb, in, &cfg)}
 	t.Cleanup(func() { d.Close() })
 	return d, in

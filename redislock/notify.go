@@ -81,18 +81,12 @@ type handoff struct {
 // parseHandoff reads a hand-off message, "!<attempt>:<fence>:<waiter>".
 func parseHandoff(payload string) (id string, h handoff, ok bool) {
 	rest, ok := strings.CutPrefix(payload, "!")
-	if !ok {
-		return "", handoff{}, false
-	}
 	a, rest, ok1 := strings.Cut(rest, ":")
 	f, id, ok2 := strings.Cut(rest, ":")
 	var err1, err2 error
 	h.attempt, err1 = strconv.ParseUint(a, 10, 64)
 	h.fence, err2 = strconv.ParseUint(f, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil {
-		return "", handoff{}, false
-	}
-	return id, h, true
+	return id, h, ok && ok1 && ok2 && err1 == nil && err2 == nil
 }
 
 // maxHanded bounds a subscription's list: only the latest matter.
@@ -144,12 +138,11 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	dep.mu.Unlock()
 
 	cancel := sync.OnceFunc(func() { dep.unsubscribe(h, channel, st, sub) })
-	if active {
-		return sub, cancel, nil
-	}
-	if err := h.confirm(ctx, channel, st); err != nil {
-		cancel()
-		return nil, nil, err
+	if !active {
+		if err := h.confirm(ctx, channel, st); err != nil {
+			cancel()
+			return nil, nil, err
+		}
 	}
 	return sub, cancel, nil
 }
@@ -352,10 +345,7 @@ func (h *hub) endBarriers(seq uint64, err error) {
 	defer h.dep.mu.Unlock()
 	for s, done := range h.barriers {
 		if s <= seq {
-			select {
-			case done <- err:
-			default:
-			}
+			done <- err // its only value: it leaves the map with it
 			delete(h.barriers, s)
 		}
 	}

@@ -350,10 +350,6 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	// outcome is closed when this attempt is settled; failed tells how.
 	outcome := make(chan struct{})
 	var failed atomic.Bool
-	settle := func(ok bool) {
-		failed.Store(!ok)
-		close(outcome)
-	}
 	// A server that grants after the attempt was given up, or after its
 	// lock was released (the request can reach the server after the
 	// release's, on another connection), releases it at once.
@@ -411,7 +407,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}
 	fail := func(split bool, err error) (backend.Grant, bool, error) {
 		undone := q.abandon(ctx, l, value, res)
-		settle(false)
+		failed.Store(true)
+		close(outcome)
 		if ctx.Err() != nil {
 			// The caller gave up: what its requests granted is undone
 			// before it hears so, within CancelGrace (the rest in the
@@ -495,7 +492,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		q.inflight[l.Token] = st
 		q.mu.Unlock()
 	}
-	settle(true)
+	close(outcome)
 	q.noteGranted(l.Key)
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
