@@ -368,13 +368,10 @@ func (h *hub) run() {
 			dep.mu.Lock()
 			dead, replaced := h.dead, h.ps != ps
 			dep.mu.Unlock()
-			if dead {
-				return
-			}
-			if replaced {
+			if replaced && !dead {
 				continue // by check, which did what follows
 			}
-			if errors.Is(err, redis.ErrClosed) {
+			if dead || errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			// The connection failed; go-redis reconnects and subscribes
@@ -403,11 +400,8 @@ func (h *hub) run() {
 		case *redis.Subscription:
 			// Subscribed again after a failure: what was published
 			// meanwhile went unheard, and what comes after is ours.
-			if m.Kind != "subscribe" {
-				continue
-			}
 			dep.mu.Lock()
-			if st := h.chans[m.Channel]; st != nil && st.stale {
+			if st := h.chans[m.Channel]; m.Kind == "subscribe" && st != nil && st.stale {
 				st.stale = false
 				for s := range st.subs {
 					backend.Notify(s.ch)
@@ -420,28 +414,22 @@ func (h *hub) run() {
 			// All are told: the Client's turnstile orders its own waiters.
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
-					switch {
-					case handed && s.id == to:
+					mine := handed && s.id == to
+					if mine {
 						s.addHanded(ho)
-						backend.Notify(s.ch)
-					case handed:
-						if s.id == "" {
-							backend.Notify(s.ch)
-						}
-					case m.Payload == "" || s.id == "" || s.id == m.Payload:
+					}
+					if mine || s.id == "" || !handed && (m.Payload == "" || s.id == m.Payload) {
 						backend.Notify(s.ch)
 					}
 				}
 			}
 			dep.mu.Unlock()
 		case *redis.Pong:
-			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
-			seq, err := strconv.ParseUint(digits, 10, 64)
-			if !ours || err != nil {
-				continue
-			}
 			// PONGs come in order: earlier barriers are passed too.
-			h.endBarriers(seq, nil)
+			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
+			if seq, err := strconv.ParseUint(digits, 10, 64); ours && err == nil {
+				h.endBarriers(seq, nil)
+			}
 		}
 	}
 }

@@ -307,16 +307,13 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	ctx, cancel := backend.OpenContext(ctx)
 	defer cancel()
 	// Wait for a majority, not a silent server; later answers are checked.
-	timeout := backend.OpenTimeout
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
+	deadline, _ := ctx.Deadline() // OpenContext's ctx has one
 	warn := func(i int, r result) {
 		if r.err != nil {
 			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
 		}
 	}
-	res := q.gather(ctx, timeout, false, func(ctx context.Context, i int) result {
+	res := q.gather(ctx, time.Until(deadline), false, func(ctx context.Context, i int) result {
 		dep := q.deps[i]
 		err := classify(dep.rdb.Ping(ctx).Err())
 		if err == nil {

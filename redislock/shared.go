@@ -146,12 +146,11 @@ func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
 		return fmt.Errorf("redislock: %w", err)
 	}
 	defer done()
-	dep := d.dep
 	ks := fairSharedKeys(backend.Claim{Key: key, Mode: backend.Permit})
-	v, err := dep.run(ctx, sharedResizeScript, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
+	v, err := d.dep.run(ctx, sharedResizeScript, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
 	if err != nil {
 		return fmt.Errorf("redislock: resize: %w", classify(err))
 	}
-	dep.released(v)
+	d.dep.released(v)
 	return nil
 }
