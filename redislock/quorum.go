@@ -571,12 +571,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	var arbiterAnswered atomic.Bool
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	var grace *time.Timer
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
+	var grace *time.Timer // its stop after the return is a no-op
 	decided := func(ok, notOK int) bool {
 		switch {
 		case notOK > len(q.deps)-q.quorum:
