@@ -455,7 +455,11 @@ const pongWait = 2 * time.Second
 
 var errNoPong = errors.New("pub/sub connection: no answer to a health check")
 
-// check runs a health check every healthEvery until the hub dies.
+// check sends a PING on the hub's connection every healthEvery until the
+// hub dies, and replaces the connection if no PONG comes within pongWait,
+// or if one comes while a channel is still unconfirmed after a failure
+// (its SUBSCRIBE was lost). A connection that fails outright is left to
+// run and go-redis, which reconnect.
 func (h *hub) check() {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
@@ -465,7 +469,26 @@ func (h *hub) check() {
 		case <-h.quit:
 			return
 		}
-		h.ping()
+		if !h.lockWrites() {
+			return
+		}
+		ctx, cancel := context.WithTimeoutCause(context.Background(), pongWait, errNoPong)
+		epoch, err := h.barrier(ctx, ctx, nil)
+		cancel()
+		h.dep.mu.Lock()
+		same := h.epoch == epoch && !h.dead
+		stale := false
+		for _, st := range h.chans {
+			stale = stale || st.stale
+		}
+		h.dep.mu.Unlock()
+		switch {
+		case !same:
+		case errors.Is(err, errNoPong):
+			h.replace(err)
+		case err == nil && stale:
+			h.replace(errors.New("pub/sub connection: a subscription was lost"))
+		}
 	}
 }
 
@@ -476,33 +499,6 @@ func (h *hub) lockWrites() bool {
 		return true
 	case <-h.quit:
 		return false
-	}
-}
-
-// ping sends a PING on the hub's connection and replaces the connection
-// if no PONG comes within pongWait, or if one comes while a channel is
-// still unconfirmed after a failure (its SUBSCRIBE was lost). A connection
-// that fails outright is left to run and go-redis, which reconnect.
-func (h *hub) ping() {
-	if !h.lockWrites() {
-		return
-	}
-	ctx, cancel := context.WithTimeoutCause(context.Background(), pongWait, errNoPong)
-	defer cancel()
-	epoch, err := h.barrier(ctx, ctx, nil)
-	h.dep.mu.Lock()
-	same := h.epoch == epoch && !h.dead
-	stale := false
-	for _, st := range h.chans {
-		stale = stale || st.stale
-	}
-	h.dep.mu.Unlock()
-	switch {
-	case !same:
-	case errors.Is(err, errNoPong):
-		h.replace(err)
-	case err == nil && stale:
-		h.replace(errors.New("pub/sub connection: a subscription was lost"))
 	}
 }
 
