@@ -201,23 +201,21 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		return backend.State{}, err
 	}
 	defer done()
+	var st backend.State
 	if m = backend.Object(m); m != backend.Exclusive {
-		st, err := d.dep.inspectShared(ctx, key, m)
-		if err != nil {
-			return backend.State{}, fmt.Errorf("redislock: %w", err)
+		st, err = d.dep.inspectShared(ctx, key, m)
+	} else {
+		// Both modes queue waiters, in the same keys.
+		h, held, queue, e := d.dep.inspect(ctx, key, true)
+		st, err = backend.State{Key: key, Known: fairKnows}, e
+		if held {
+			st = h.state(key, fairKnows)
 		}
-		return st, nil
+		st.Waiters, st.Queue = len(queue), queue
 	}
-	// Both modes queue waiters, in the same keys.
-	h, held, queue, err := d.dep.inspect(ctx, key, true)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
-	st := backend.State{Key: key, Known: fairKnows}
-	if held {
-		st = h.state(key, fairKnows)
-	}
-	st.Waiters, st.Queue = len(queue), queue
 	return st, nil
 }
 
