@@ -48,7 +48,7 @@ type deployment struct {
 	mu     sync.Mutex
 	closed bool
 	hubs   map[string]*hub       // by route: "" for a client or cluster, the channel for a ring
-	marks  map[string]*watchMark // watched keys' marks, by {E}:live (watchmark.go)
+	marks  map[string]*watchMark // watched keys' marks, by {E}:live (notify.go)
 	seq    uint64                // last barrier PING payload sent, on any hub
 	wg     sync.WaitGroup        // hub goroutines, linger timers, the maxmemory check
 }
