@@ -295,12 +295,10 @@ func (h *hub) add(channel string, sub *subscription) *chanState {
 		st = &chanState{subs: map[*subscription]struct{}{}}
 		h.chans[channel] = st
 	}
-	if st.idle != nil {
-		if st.idle.Stop() {
-			h.dep.wg.Done()
-		}
-		st.idle = nil
+	if st.idle != nil && st.idle.Stop() {
+		h.dep.wg.Done()
 	}
+	st.idle = nil
 	st.subs[sub] = struct{}{}
 	return st
 }

@@ -284,14 +284,12 @@ func (dep *deployment) handLocal(key, msg string) {
 	channel := keysFor(key).channel
 	dep.mu.Lock()
 	defer dep.mu.Unlock()
-	if hb := dep.hubs[dep.route(channel)]; hb != nil {
-		if st := hb.chans[channel]; st != nil {
-			for s := range st.subs {
-				if s.id == to {
-					s.addHanded(h)
-					backend.Notify(s.ch)
-					break
-				}
+	if hb := dep.hubs[dep.route(channel)]; hb != nil && hb.chans[channel] != nil {
+		for s := range hb.chans[channel].subs {
+			if s.id == to {
+				s.addHanded(h)
+				backend.Notify(s.ch)
+				break
 			}
 		}
 	}
