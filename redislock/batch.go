@@ -13,8 +13,9 @@ import (
 
 // Refreshing in batches: a pipeline (a Quorum's, per server) per batch.
 
-// refreshMany runs the refresh script of each of locks in one pipeline.
-func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, pxs []int64) []result {
+// refreshMany runs the refresh script of each of locks, for px(TTL) ms,
+// in one pipeline.
+func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, px func(time.Duration) int64) []result {
 	res := make([]result, len(locks))
 	if len(locks) == 0 {
 		return res
@@ -23,9 +24,9 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 	cmds := dep.pipelined(ctx, len(locks), func(i int) (*redis.Script, []string, []any) {
 		l := locks[i]
 		if l.Mode != backend.Exclusive {
-			return sharedRefreshScript, sharedKeys(l), []any{l.Token, pxs[i]}
+			return sharedRefreshScript, sharedKeys(l), []any{l.Token, px(l.TTL)}
 		}
-		return refreshScript, []string{keysFor(l.Key).lock}, []any{holder(l), pxs[i]}
+		return refreshScript, []string{keysFor(l.Key).lock}, []any{holder(l), px(l.TTL)}
 	})
 	for i, c := range cmds {
 		v, err := c.Int64()
@@ -73,11 +74,7 @@ func (d *Driver) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		return errs
 	}
 	defer done()
-	pxs := make([]int64, len(locks))
-	for i, l := range locks {
-		pxs[i] = ttlMillis(l.TTL)
-	}
-	for i, r := range d.dep.refreshMany(ctx, locks, pxs) {
+	for i, r := range d.dep.refreshMany(ctx, locks, ttlMillis) {
 		errs[i] = heldErr(r.ok, r.err)
 	}
 	return errs
@@ -100,32 +97,19 @@ func (q *Quorum) RefreshMany(ctx context.Context, locks []backend.Claim) []error
 		return errs
 	}
 	ls := make([]backend.Claim, len(locks))
-	pxs := make([]int64, len(locks))
 	var timeout time.Duration
 	for i, l := range locks {
-		if l.TTL < minQuorumTTL {
-			l.TTL = minQuorumTTL
-		}
-		ls[i], pxs[i] = l, q.px(l.TTL)
+		l.TTL = max(l.TTL, minQuorumTTL)
 		// A batch waits as long as the longest TTL in it would.
-		timeout = max(timeout, l.TTL)
+		ls[i], timeout = l, max(timeout, l.TTL)
 	}
 	t0 := time.Now()
-	res := q.gatherMany(ctx, timeout, ls, pxs)
-	for i, l := range ls {
-		errs[i] = q.verdict(ctx, "refresh", res[i*len(q.deps):(i+1)*len(q.deps)], t0, l.TTL)
-	}
-	return errs
-}
-
-// gatherMany is gather for a batch: one pipeline per server; lock i's
-// results are res[i*N:(i+1)*N] for N servers.
-func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []backend.Claim, pxs []int64) []result {
+	// One pipeline per server; lock i's results are res[i*nd:(i+1)*nd].
 	nd := len(q.deps)
-	res := make([]result, len(locks)*nd)
-	undecided := len(locks)
+	res := make([]result, len(ls)*nd)
+	undecided := len(ls)
 	started := fanOut(q, ctx, timeout, false, func(ctx context.Context, i int) []result {
-		return q.deps[i].refreshMany(ctx, locks, pxs)
+		return q.deps[i].refreshMany(ctx, ls, q.px)
 	}, func(i int, rs []result) bool {
 		for j, r := range rs {
 			mine := res[j*nd : (j+1)*nd]
@@ -139,7 +123,10 @@ func (q *Quorum) gatherMany(ctx context.Context, timeout time.Duration, locks []
 		return undecided == 0
 	}, nil)
 	if !started {
-		return closedResults(len(locks) * nd)
+		res = closedResults(len(res))
 	}
-	return res
+	for i, l := range ls {
+		errs[i] = q.verdict(ctx, "refresh", res[i*nd:(i+1)*nd], t0, l.TTL)
+	}
+	return errs
 }

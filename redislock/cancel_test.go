@@ -263,9 +263,8 @@ func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *conntr
 	}
 	in := interruptible(o)
 	rdb := redis.NewClient(o)
-	cfg := defaultConfig()
-	d := &Driver{dep: newDeployment(rdb, true, &cfg)}
-	d.dep.in = in
+	cfg, _ := buildConfig(nil)
+	d := &Driver{dep: newDeployment(rdb, in, &cfg)}
 	t.Cleanup(func() { d.Close() })
 	return d, in
 }

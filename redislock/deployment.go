@@ -23,9 +23,8 @@ import (
 // maxmemory-policy and holds the release subscriptions. A Driver uses one;
 // a Quorum one per member, and decides by majority.
 type deployment struct {
-	rdb   redis.UniversalClient
-	owned bool // opened by us: Close closes it
-	ring  bool // *redis.Ring: subscriptions must be routed per channel
+	rdb  redis.UniversalClient
+	ring bool // *redis.Ring: subscriptions must be routed per channel
 	// up proves the server's uptime (upproof.go); nil but on a *redis.Client.
 	up     *uptime
 	log    *slog.Logger
@@ -36,8 +35,10 @@ type deployment struct {
 	retention int64
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
-	in            *conntrack.Tracker // cuts calls on a dead connection short; nil for a caller's client
-	unroute       func()             // takes log off go-redis's messages (see routeLogs)
+	// in cuts calls on a dead connection short, on a client we dialed,
+	// which Close closes; nil for a caller's client.
+	in      *conntrack.Tracker
+	unroute func() // takes log off go-redis's messages (see routeLogs)
 
 	ctx    context.Context // ended by close: interrupts background cleanups
 	cancel context.CancelFunc
@@ -47,12 +48,12 @@ type deployment struct {
 	mu     sync.Mutex
 	closed bool
 	hubs   map[string]*hub       // by route: "" for a client or cluster, the channel for a ring
-	marks  map[string]*watchMark // watched keys' marks, by {E}:live (watchmark.go)
+	marks  map[string]*watchMark // watched keys' marks, by {E}:live (notify.go)
 	seq    uint64                // last barrier PING payload sent, on any hub
 	wg     sync.WaitGroup        // hub goroutines, linger timers, the maxmemory check
 }
 
-func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployment {
+func newDeployment(rdb redis.UniversalClient, in *conntrack.Tracker, cfg *config) *deployment {
 	_, ring := rdb.(*redis.Ring)
 	var up *uptime
 	if _, one := rdb.(*redis.Client); one {
@@ -61,7 +62,7 @@ func newDeployment(rdb redis.UniversalClient, owned bool, cfg *config) *deployme
 	ctx, cancel := context.WithCancel(context.Background())
 	return &deployment{
 		rdb:        rdb,
-		owned:      owned,
+		in:         in,
 		ring:       ring,
 		up:         up,
 		log:        cfg.logger,
@@ -86,25 +87,23 @@ const cleanupWait = 50 * time.Millisecond
 // background (f bounds itself by cleanupTimeout); close interrupts it and
 // waits for it (on a caller's client, up to its ReadTimeout).
 func (dep *deployment) undo(ctx context.Context, f func(context.Context)) {
+	done := make(chan struct{})
+	bg := context.WithoutCancel(ctx)
 	dep.mu.Lock()
 	if dep.closed {
 		dep.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupWait)
+		ctx, cancel := context.WithTimeout(bg, cleanupWait)
 		defer cancel()
 		f(ctx)
 		return
 	}
-	dep.wg.Add(1)
-	dep.mu.Unlock()
-	done := make(chan struct{})
-	bg := context.WithoutCancel(ctx)
-	go func() {
-		defer dep.wg.Done()
+	dep.wg.Go(func() {
 		defer close(done)
 		// f ignores cancellation, but close cuts a read it is stuck on.
 		defer dep.in.CutOnEnd(dep.ctx).Stop()
 		f(bg)
-	}()
+	})
+	dep.mu.Unlock()
 	select {
 	case <-done:
 		return
@@ -150,15 +149,13 @@ func (dep *deployment) eachServer(ctx context.Context, f func(context.Context, *
 // checkMaxmemoryAsync is checkMaxmemory in the background; close stops it.
 func (dep *deployment) checkMaxmemoryAsync(what string) {
 	ctx, cancel := context.WithTimeout(dep.ctx, 5*time.Second)
-	dep.wg.Add(1)
-	go func() {
-		defer dep.wg.Done()
+	dep.wg.Go(func() {
 		defer cancel()
 		dep.checkMaxmemory(ctx, what)
-	}()
+	})
 }
 
-// close stops the goroutines and subscriptions, and closes an owned client.
+// close stops the goroutines and subscriptions, and closes a client we dialed.
 func (dep *deployment) close() error {
 	dep.mu.Lock()
 	if dep.closed {
@@ -188,10 +185,10 @@ func (dep *deployment) close() error {
 	return dep.closeClient()
 }
 
-// closeClient closes the client if this package dialed it (owned), once.
+// closeClient closes the client if this package dialed it, once.
 func (dep *deployment) closeClient() error {
 	var err error
-	if dep.owned {
+	if dep.in != nil {
 		dep.closeOnce.Do(func() { err = dep.rdb.Close() })
 	}
 	return err

@@ -21,25 +21,24 @@ func (d *Driver) Diagnose(ctx context.Context, ttl time.Duration) ([]backend.Fin
 		return nil, fmt.Errorf("redislock: diagnose: %w", err)
 	}
 	defer done()
-	var fs []backend.Finding
+	fs := backend.Findings{Check: "redis."}
 	if c, ok := d.dep.rdb.(*redis.ClusterClient); ok {
 		info, err := c.ClusterInfo(ctx).Result()
 		if err != nil {
 			return nil, fmt.Errorf("redislock: diagnose: %w", err)
 		}
 		if state := infoField(info, "cluster_state"); state != "ok" {
-			fs = append(fs, backend.Finding{Check: "redis.cluster-state", Level: backend.Unsafe,
-				What: "cluster_state is " + state, Why: "slots without a master refuse every lock on them",
-				Fix: "bring the cluster back to cluster_state:ok (redis-cli --cluster check)"})
+			fs.Add("cluster-state", backend.Unsafe, "cluster_state is "+state, "slots without a master refuse every lock on them",
+				"bring the cluster back to cluster_state:ok (redis-cli --cluster check)")
 		} else {
-			fs = append(fs, backend.Finding{Check: "redis.cluster-state", Level: backend.Sound, What: "cluster_state ok"})
+			fs.Add("cluster-state", backend.Sound, "cluster_state ok", "", "")
 		}
 	}
 	f, err := d.dep.diagnose(ctx, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("redislock: diagnose: %w", err)
 	}
-	return append(fs, f...), nil
+	return append(fs.List, f...), nil
 }
 
 // Diagnose implements backend.Diagnoser for a quorum: each member's

@@ -18,13 +18,10 @@ type Driver struct {
 	dep  *deployment
 	fair bool         // a FairDriver's: acquire and release mind the queue
 	gate backend.Gate // calls in flight, ended and awaited by Close
-	// tries counts the scripts that queued acquisitions sent (storeTries).
+	// tries counts the scripts that queued acquisitions sent that could
+	// grant them (measure.StoreTries); a hand-off's message costs none.
 	tries atomic.Uint64
 }
-
-// storeTries counts the scripts that queued acquisitions sent that could
-// grant them; a lock handed over in a release message costs none.
-func (d *Driver) storeTries() uint64 { return d.tries.Load() }
 
 // The optional interfaces, each implemented in a file of its own.
 var (
@@ -60,7 +57,7 @@ func newDriver(rdb redis.UniversalClient, fair bool, opts []Option) (*Driver, er
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dep: newDeployment(rdb, false, &cfg), fair: fair}
+	d := &Driver{dep: newDeployment(rdb, nil, &cfg), fair: fair}
 	d.dep.checkMaxmemoryAsync("redis")
 	return d, nil
 }
@@ -129,7 +126,7 @@ func (d *Driver) Refresh(ctx context.Context, l backend.Claim) error {
 }
 
 // Release implements backend.Driver. A lock with live waiters goes to the
-// first (handoff.go); otherwise the release wakes the key's waiters.
+// first (queue.go, handoffRelease); otherwise the release wakes the key's waiters.
 func (d *Driver) Release(ctx context.Context, l backend.Claim) error {
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {
@@ -169,4 +166,30 @@ func (d *Driver) Close() error {
 // acquire runs the plain acquire script (see deployment.acquire).
 func (d *Driver) acquire(ctx context.Context, l backend.Claim, value string, px int64) (int64, error) {
 	return d.dep.acquire(ctx, d.gate.Background, l, value, px)
+}
+
+// FairDriver is a Driver whose waiters are served in arrival order: a free
+// lock goes to the longest-waiting live waiter only (backend.Queuer).
+// Every client of a name must use the same mode: a plain Driver's
+// TryAcquire does not look at the queue.
+//
+// Fairness costs throughput under contention (the lock is idle until the
+// head of the queue tries again) and a key per waiter; a lost release
+// message delays the head by up to a third of livenessTTL.
+type FairDriver struct {
+	*Driver
+}
+
+// livenessTTL is how long a waiter that stopped renewing keeps its place
+// (a waiter renews it at least every livenessTTL/3): a dead waiter holds
+// the queue up for at most this long.
+const livenessTTL = 2 * time.Second
+
+// NewFair returns a FairDriver that uses rdb, as New does.
+func NewFair(rdb redis.UniversalClient, opts ...Option) (*FairDriver, error) {
+	d, err := newDriver(rdb, true, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &FairDriver{d}, nil
 }

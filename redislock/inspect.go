@@ -58,6 +58,11 @@ func (dep *deployment) inspect(ctx context.Context, key string, fair bool) (h ho
 	if err != nil {
 		return holding{}, false, nil, classify(err)
 	}
+	return inspected(r)
+}
+
+// inspected reads the inspect script's answer r.
+func inspected(r []any) (h holding, held bool, queue []string, err error) {
 	if len(r) < 2 {
 		return holding{}, false, nil, fmt.Errorf("inspect script: unexpected answer %v", r)
 	}
@@ -109,11 +114,13 @@ func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, 
 // scanCount is how many keys a SCAN page asks for.
 const scanCount = 1000
 
-// scan hands read, page by page, the keys starting with prefix whose Redis
-// name ends in kind (":lock", ":sem", ":rw"), found with SCAN (never KEYS,
-// which blocks the server) on every server, concurrently. The key comes
-// back from the escaped name (backend.EscapeKey is reversible).
-func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(ctx context.Context, keys, names []string) error) error {
+// scan runs script, in one pipeline a page, on the keys (script's keys:
+// keys(key)) that start with prefix and whose Redis name ends in kind
+// (":lock", ":sem", ":rw"), found with SCAN (never KEYS, which blocks the
+// server) on every server, concurrently, and hands take each answer, one
+// at a time. The key comes back from the escaped name (backend.EscapeKey
+// is reversible).
+func (dep *deployment) scan(ctx context.Context, prefix, kind string, script *redis.Script, keys func(key string) []string, take func(key string, r []any) error) error {
 	defer dep.in.CutOnEnd(ctx).Stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
 	// prefix escapes as at the start of every longer key ("." and ".." are
@@ -121,6 +128,7 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 	esc := backend.EscapeKey(prefix + "a")
 	// EscapeKey's output has none of the glob's special characters.
 	pattern := "{" + esc[:len(esc)-1] + "*}" + kind
+	var mu sync.Mutex
 	scan := func(ctx context.Context, node *redis.Client) error {
 		var cursor uint64
 		for {
@@ -128,56 +136,40 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, read func(
 			if err != nil {
 				return err
 			}
-			var keys, names []string
+			var found []string
 			for _, name := range page {
 				if key, ok := keyOf(name, kind); ok && strings.HasPrefix(key, prefix) {
-					keys, names = append(keys, key), append(names, name)
+					found = append(found, key)
 				}
 			}
-			if len(keys) > 0 {
-				if err := read(ctx, keys, names); err != nil {
-					return err
+			cmds := dep.pipelined(ctx, len(found), func(i int) (*redis.Script, []string, []any) {
+				return script, keys(found[i]), nil
+			})
+			mu.Lock()
+			for i := 0; i < len(cmds) && err == nil; i++ {
+				var r []any
+				if r, err = cmds[i].Slice(); err == nil {
+					err = take(found[i], r)
 				}
 			}
-			if cursor = next; cursor == 0 {
-				return nil
+			mu.Unlock()
+			if cursor = next; cursor == 0 || err != nil {
+				return err
 			}
 		}
 	}
 	return classify(dep.eachServer(ctx, scan))
 }
 
-// list reads the value and PTTL of every lock whose key starts with prefix.
+// list reads the holder of every lock whose key starts with prefix.
 func (dep *deployment) list(ctx context.Context, prefix string) (map[string]holding, error) {
-	var mu sync.Mutex
 	found := map[string]holding{}
-	err := dep.scan(ctx, prefix, ":lock", func(ctx context.Context, keys, names []string) error {
-		type read struct {
-			val  *redis.StringCmd
-			pttl *redis.DurationCmd
+	err := dep.scan(ctx, prefix, ":lock", inspectScript, func(key string) []string { return []string{keysFor(key).lock} }, func(key string, r []any) error {
+		h, held, _, err := inspected(r)
+		if held {
+			found[key] = h
 		}
-		reads := make([]read, len(names))
-		p := dep.rdb.Pipeline()
-		for i, name := range names {
-			reads[i] = read{p.Get(ctx, name), p.PTTL(ctx, name)}
-		}
-		_, _ = p.Exec(ctx) // each command's error is read below
-		for _, r := range reads {
-			// redis.Nil: the lock went between SCAN and GET.
-			for _, err := range []error{r.val.Err(), r.pttl.Err()} {
-				if err != nil && !errors.Is(err, redis.Nil) {
-					return err
-				}
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for i, r := range reads {
-			if h, ok := parseValue(r.val.Val(), r.pttl.Val().Milliseconds()); ok {
-				found[keys[i]] = h
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -209,23 +201,21 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		return backend.State{}, err
 	}
 	defer done()
+	var st backend.State
 	if m = backend.Object(m); m != backend.Exclusive {
-		st, err := d.dep.inspectShared(ctx, key, m)
-		if err != nil {
-			return backend.State{}, fmt.Errorf("redislock: %w", err)
+		st, err = d.dep.inspectShared(ctx, key, m)
+	} else {
+		// Both modes queue waiters, in the same keys.
+		h, held, queue, e := d.dep.inspect(ctx, key, true)
+		st, err = backend.State{Key: key, Known: fairKnows}, e
+		if held {
+			st = h.state(key, fairKnows)
 		}
-		return st, nil
+		st.Waiters, st.Queue = len(queue), queue
 	}
-	// Both modes queue waiters, in the same keys.
-	h, held, queue, err := d.dep.inspect(ctx, key, true)
 	if err != nil {
 		return backend.State{}, fmt.Errorf("redislock: %w", err)
 	}
-	st := backend.State{Key: key, Known: fairKnows}
-	if held {
-		st = h.state(key, fairKnows)
-	}
-	st.Waiters, st.Queue = len(queue), queue
 	return st, nil
 }
 
@@ -308,28 +298,15 @@ func (dep *deployment) inspectShared(ctx context.Context, key string, m backend.
 
 // listShared reads every held object of mode m whose key starts with prefix.
 func (dep *deployment) listShared(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	var mu sync.Mutex
 	var out []backend.State
-	err := dep.scan(ctx, prefix, sharedKind(m), func(ctx context.Context, keys, names []string) error {
-		cmds := dep.pipelined(ctx, len(names), func(i int) (*redis.Script, []string, []any) {
-			return sharedInspectScript, fairSharedKeys(backend.Claim{Key: keys[i], Mode: m}), nil
-		})
-		for i, cmd := range cmds {
-			r, err := cmd.Slice()
-			if err != nil {
-				return err
-			}
-			st, err := sharedState(keys[i], m, r)
-			if err != nil {
-				return err
-			}
-			if st.Held {
-				mu.Lock()
-				out = append(out, st)
-				mu.Unlock()
-			}
+	err := dep.scan(ctx, prefix, sharedKind(m), sharedInspectScript, func(key string) []string {
+		return fairSharedKeys(backend.Claim{Key: key, Mode: m})
+	}, func(key string, r []any) error {
+		st, err := sharedState(key, m, r)
+		if st.Held {
+			out = append(out, st)
 		}
-		return nil
+		return err
 	})
 	return out, err
 }
@@ -423,11 +400,28 @@ func (dep *deployment) breakShared(ctx context.Context, key string, m backend.Mo
 // inspectTimeout bounds a Quorum's operator calls on each server.
 const inspectTimeout = 10 * time.Second
 
-// each runs fn on every server and returns their answers (answered false
-// for one that did not answer in time). linked: the caller's ctx cancels
-// the requests (not for Break, whose requests should complete).
-func (q *Quorum) each(ctx context.Context, linked bool, fn func(ctx context.Context, i int) result) []result {
-	return q.gather(ctx, inspectTimeout, linked, fn, func(int, int) bool { return false }, nil)
+// each refuses every object but the lock (a Quorum takes no other mode:
+// see its Modes), then a closed Quorum, for op; then it runs fn on every
+// server and returns their answers, the holdings they reported and how
+// many did not answer in time. linked: the caller's ctx cancels the
+// requests (not for Break, whose requests should complete).
+func (q *Quorum) each(ctx context.Context, op string, m backend.Mode, linked bool, fn func(context.Context, *deployment) result) (res []result, views []holding, missing int, err error) {
+	if m != backend.Exclusive {
+		return nil, nil, 0, fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
+	}
+	if q.gate.Closed() {
+		return nil, nil, 0, fmt.Errorf("redislock: quorum: %s: %w", op, backend.ErrClosed)
+	}
+	res = q.gather(ctx, inspectTimeout, linked, func(ctx context.Context, i int) result { return fn(ctx, q.deps[i]) }, func(int, int) bool { return false }, nil)
+	for _, r := range res {
+		switch {
+		case !r.answered || r.err != nil:
+			missing++
+		case r.ok:
+			views = append(views, r.view)
+		}
+	}
+	return res, views, missing, nil
 }
 
 // majority judges the servers' views of one key: the holding that a
@@ -456,43 +450,17 @@ func (q *Quorum) majority(views []holding, unanswered int) (h holding, held, unc
 	return holding{}, false, best+unanswered >= q.quorum
 }
 
-// views are the holdings the servers reported, and how many did not answer.
-func views(res []result) (vs []holding, missing int) {
-	for _, r := range res {
-		switch {
-		case !r.answered || r.err != nil:
-			missing++
-		case r.ok:
-			vs = append(vs, r.view)
-		}
-	}
-	return vs, missing
-}
-
-// checkObject refuses every object but the lock (a Quorum takes no other
-// mode: see its Modes), then a closed Quorum.
-func (q *Quorum) checkObject(op string, m backend.Mode) error {
-	if m != backend.Exclusive {
-		return fmt.Errorf("redislock: quorum: %s: %w: a quorum has no %s objects (it takes only exclusive locks)", op, backend.ErrUnsupported, backend.Object(m))
-	}
-	if q.gate.Closed() {
-		return fmt.Errorf("redislock: quorum: %s: %w", op, backend.ErrClosed)
-	}
-	return nil
-}
-
 // Inspect implements backend.Inspector: the lock is held when a majority
 // of the servers hold it for the same acquisition. It fails when the
 // silent servers could make or unmake that majority.
 func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backend.State, error) {
-	if err := q.checkObject("inspect", m); err != nil {
-		return backend.State{}, err
-	}
-	res := q.each(ctx, true, func(ctx context.Context, i int) result {
-		h, held, _, err := q.deps[i].inspect(ctx, key, false)
+	res, vs, missing, err := q.each(ctx, "inspect", m, true, func(ctx context.Context, dep *deployment) result {
+		h, held, _, err := dep.inspect(ctx, key, false)
 		return result{ok: held, view: h, err: err}
 	})
-	vs, missing := views(res)
+	if err != nil {
+		return backend.State{}, err
+	}
 	h, held, uncertain := q.majority(vs, missing)
 	switch {
 	case held:
@@ -507,14 +475,13 @@ func (q *Quorum) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 // servers. It fails when the silent servers could make a majority for a
 // key that the others show on a minority.
 func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]backend.State, error) {
-	if err := q.checkObject("list", m); err != nil {
-		return nil, err
-	}
-	res := q.each(ctx, true, func(ctx context.Context, i int) result {
-		found, err := q.deps[i].list(ctx, prefix)
+	res, _, missing, err := q.each(ctx, "list", m, true, func(ctx context.Context, dep *deployment) result {
+		found, err := dep.list(ctx, prefix)
 		return result{ok: err == nil, found: found, err: err}
 	})
-	_, missing := views(res)
+	if err != nil {
+		return nil, err
+	}
 	if len(q.deps)-missing < q.quorum {
 		return nil, fmt.Errorf("redislock: quorum: list: %d of %d servers answered, %d needed: %s", len(q.deps)-missing, len(q.deps), q.quorum, q.errSummary(res))
 	}
@@ -545,14 +512,13 @@ func (q *Quorum) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // every server where its value records fence (waking the waiters there);
 // it succeeds when it removed it from a majority.
 func (q *Quorum) Break(ctx context.Context, key string, m backend.Mode, fence uint64) (backend.State, error) {
-	if err := q.checkObject("break", m); err != nil {
-		return backend.State{}, err
-	}
-	res := q.each(ctx, false, func(ctx context.Context, i int) result {
-		h, held, err := q.deps[i].breakLock(ctx, key, fence, false)
+	res, removed, missing, err := q.each(ctx, "break", m, false, func(ctx context.Context, dep *deployment) result {
+		h, held, err := dep.breakLock(ctx, key, fence, false)
 		return result{ok: held, view: h, err: err}
 	})
-	removed, missing := views(res)
+	if err != nil {
+		return backend.State{}, err
+	}
 	h, held, uncertain := q.majority(removed, missing)
 	switch {
 	case held:

@@ -28,7 +28,7 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 	if err != nil {
 		return nil, nil, err
 	}
-	// A release publishes only when marked (see watchmark.go); the mark
+	// A release publishes only when marked (see watchMark); the mark
 	// comes after the subscription, so that no release after it is missed.
 	unmark, err := d.dep.mark(ctx, key, ch)
 	if err != nil {
@@ -36,6 +36,100 @@ func (d *Driver) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		return nil, nil, err
 	}
 	return ch, func() { unmark(); cancel() }, nil
+}
+
+// A release publishes a wake-up only when the lock's {E}:live hash exists
+// (handoff_release.lua): queued waiters have entries there, and a watcher
+// (Subscribe) a field of its own, watchField, renewed while it watches. So
+// a release nobody waits for or watches costs no PUBLISH, which a cluster
+// sends to every node.
+
+// watchField is the watchers' field of {E}:live (no waiter is named so).
+const watchField = "~watch"
+
+// watchEvery renews a mark that lives 2*livenessTTL, as waiters' entries.
+const watchEvery = livenessTTL / 2
+
+var watchScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`)
+
+// watchMark is one key's mark: its watchers' channels, woken when a renewal
+// failed or came late (a release may have gone unpublished).
+type watchMark struct {
+	chans map[chan struct{}]struct{}
+	ok    time.Time // last renewal that succeeded
+}
+
+// mark puts key's mark in place until stop, waking ch whenever it may have
+// lapsed. The first is written before mark returns, so that no release
+// after Subscribe goes unpublished.
+func (dep *deployment) mark(ctx context.Context, key string, ch chan struct{}) (stop func(), err error) {
+	live := keysFor(key).live
+	sent := time.Now()
+	if err := dep.writeMark(ctx, live); err != nil {
+		return nil, fmt.Errorf("redislock: subscribe: %w", err)
+	}
+	dep.mu.Lock()
+	defer dep.mu.Unlock()
+	if dep.closed {
+		return nil, fmt.Errorf("redislock: subscribe: %w", backend.ErrClosed)
+	}
+	m := dep.marks[live]
+	if m == nil {
+		m = &watchMark{chans: map[chan struct{}]struct{}{}, ok: sent}
+		dep.marks[live] = m
+		dep.wg.Go(func() { dep.renewMark(live, m) })
+	}
+	m.chans[ch] = struct{}{}
+	return sync.OnceFunc(func() {
+		dep.mu.Lock()
+		delete(m.chans, ch)
+		dep.mu.Unlock()
+	}), nil
+}
+
+func (dep *deployment) writeMark(ctx context.Context, live string) error {
+	return classify(dep.run(ctx, watchScript, []string{live}, watchField, (2 * livenessTTL).Milliseconds()).Err())
+}
+
+// renewMark renews m until it has no watchers or dep closes.
+func (dep *deployment) renewMark(live string, m *watchMark) {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	lapsed := false
+	for {
+		select {
+		case <-dep.ctx.Done():
+			return
+		case <-t.C:
+		}
+		dep.mu.Lock()
+		if len(m.chans) == 0 {
+			delete(dep.marks, live)
+			dep.mu.Unlock()
+			return
+		}
+		dep.mu.Unlock()
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(dep.ctx, watchEvery)
+		err := dep.writeMark(ctx, live)
+		cancel()
+		dep.mu.Lock()
+		// The mark lives 2*livenessTTL from the last write that landed,
+		// sent at m.ok or later.
+		lapsed = lapsed || err != nil || time.Since(m.ok) >= 2*livenessTTL
+		if err == nil {
+			m.ok = sent
+			if lapsed {
+				for ch := range m.chans {
+					backend.Notify(ch)
+				}
+				lapsed = false
+			}
+		}
+		dep.mu.Unlock()
+	}
 }
 
 // A hub is one pub/sub connection and the goroutine that reads it: one for
@@ -81,18 +175,12 @@ type handoff struct {
 // parseHandoff reads a hand-off message, "!<attempt>:<fence>:<waiter>".
 func parseHandoff(payload string) (id string, h handoff, ok bool) {
 	rest, ok := strings.CutPrefix(payload, "!")
-	if !ok {
-		return "", handoff{}, false
-	}
 	a, rest, ok1 := strings.Cut(rest, ":")
 	f, id, ok2 := strings.Cut(rest, ":")
 	var err1, err2 error
 	h.attempt, err1 = strconv.ParseUint(a, 10, 64)
 	h.fence, err2 = strconv.ParseUint(f, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil {
-		return "", handoff{}, false
-	}
-	return id, h, true
+	return id, h, ok && ok1 && ok2 && err1 == nil && err2 == nil
 }
 
 // maxHanded bounds a subscription's list: only the latest matter.
@@ -131,9 +219,8 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 		}
 		h = &hub{dep: dep, route: route, ps: ps, chans: map[string]*chanState{}, barriers: map[uint64]chan error{}, quit: make(chan struct{}), wmu: make(chan struct{}, 1)}
 		dep.hubs[route] = h
-		dep.wg.Add(2)
-		go h.run()
-		go h.check()
+		dep.wg.Go(h.run)
+		dep.wg.Go(h.check)
 		break
 	}
 	if dep.closed {
@@ -145,12 +232,11 @@ func (dep *deployment) subscribe(ctx context.Context, key, id string, ch chan st
 	dep.mu.Unlock()
 
 	cancel := sync.OnceFunc(func() { dep.unsubscribe(h, channel, st, sub) })
-	if active {
-		return sub, cancel, nil
-	}
-	if err := h.confirm(ctx, channel, st); err != nil {
-		cancel()
-		return nil, nil, err
+	if !active {
+		if err := h.confirm(ctx, channel, st); err != nil {
+			cancel()
+			return nil, nil, err
+		}
 	}
 	return sub, cancel, nil
 }
@@ -209,12 +295,10 @@ func (h *hub) add(channel string, sub *subscription) *chanState {
 		st = &chanState{subs: map[*subscription]struct{}{}}
 		h.chans[channel] = st
 	}
-	if st.idle != nil {
-		if st.idle.Stop() {
-			h.dep.wg.Done()
-		}
-		st.idle = nil
+	if st.idle != nil && st.idle.Stop() {
+		h.dep.wg.Done()
 	}
+	st.idle = nil
 	st.subs[sub] = struct{}{}
 	return st
 }
@@ -353,10 +437,7 @@ func (h *hub) endBarriers(seq uint64, err error) {
 	defer h.dep.mu.Unlock()
 	for s, done := range h.barriers {
 		if s <= seq {
-			select {
-			case done <- err:
-			default:
-			}
+			done <- err // its only value: it leaves the map with it
 			delete(h.barriers, s)
 		}
 	}
@@ -366,7 +447,6 @@ func (h *hub) endBarriers(seq uint64, err error) {
 // is closed.
 func (h *hub) run() {
 	dep := h.dep
-	defer dep.wg.Done()
 	ctx := context.Background()
 	failures := 0
 	// Reconnections after the first are paced (go-redis reconnects on Receive).
@@ -380,13 +460,10 @@ func (h *hub) run() {
 			dep.mu.Lock()
 			dead, replaced := h.dead, h.ps != ps
 			dep.mu.Unlock()
-			if dead {
-				return
-			}
-			if replaced {
+			if replaced && !dead {
 				continue // by check, which did what follows
 			}
-			if errors.Is(err, redis.ErrClosed) {
+			if dead || errors.Is(err, redis.ErrClosed) {
 				return
 			}
 			// The connection failed; go-redis reconnects and subscribes
@@ -415,11 +492,8 @@ func (h *hub) run() {
 		case *redis.Subscription:
 			// Subscribed again after a failure: what was published
 			// meanwhile went unheard, and what comes after is ours.
-			if m.Kind != "subscribe" {
-				continue
-			}
 			dep.mu.Lock()
-			if st := h.chans[m.Channel]; st != nil && st.stale {
+			if st := h.chans[m.Channel]; m.Kind == "subscribe" && st != nil && st.stale {
 				st.stale = false
 				for s := range st.subs {
 					backend.Notify(s.ch)
@@ -432,28 +506,22 @@ func (h *hub) run() {
 			// All are told: the Client's turnstile orders its own waiters.
 			if st := h.chans[m.Channel]; st != nil {
 				for s := range st.subs {
-					switch {
-					case handed && s.id == to:
+					mine := handed && s.id == to
+					if mine {
 						s.addHanded(ho)
-						backend.Notify(s.ch)
-					case handed:
-						if s.id == "" {
-							backend.Notify(s.ch)
-						}
-					case m.Payload == "" || s.id == "" || s.id == m.Payload:
+					}
+					if mine || s.id == "" || !handed && (m.Payload == "" || s.id == m.Payload) {
 						backend.Notify(s.ch)
 					}
 				}
 			}
 			dep.mu.Unlock()
 		case *redis.Pong:
-			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
-			seq, err := strconv.ParseUint(digits, 10, 64)
-			if !ours || err != nil {
-				continue
-			}
 			// PONGs come in order: earlier barriers are passed too.
-			h.endBarriers(seq, nil)
+			digits, ours := strings.CutPrefix(m.Payload, pingPrefix)
+			if seq, err := strconv.ParseUint(digits, 10, 64); ours && err == nil {
+				h.endBarriers(seq, nil)
+			}
 		}
 	}
 }
@@ -479,9 +547,12 @@ const pongWait = 2 * time.Second
 
 var errNoPong = errors.New("pub/sub connection: no answer to a health check")
 
-// check runs a health check every healthEvery until the hub dies.
+// check sends a PING on the hub's connection every healthEvery until the
+// hub dies, and replaces the connection if no PONG comes within pongWait,
+// or if one comes while a channel is still unconfirmed after a failure
+// (its SUBSCRIBE was lost). A connection that fails outright is left to
+// run and go-redis, which reconnect.
 func (h *hub) check() {
-	defer h.dep.wg.Done()
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
 	for {
@@ -490,7 +561,26 @@ func (h *hub) check() {
 		case <-h.quit:
 			return
 		}
-		h.ping()
+		if !h.lockWrites() {
+			return
+		}
+		ctx, cancel := context.WithTimeoutCause(context.Background(), pongWait, errNoPong)
+		epoch, err := h.barrier(ctx, ctx, nil)
+		cancel()
+		h.dep.mu.Lock()
+		same := h.epoch == epoch && !h.dead
+		stale := false
+		for _, st := range h.chans {
+			stale = stale || st.stale
+		}
+		h.dep.mu.Unlock()
+		switch {
+		case !same:
+		case errors.Is(err, errNoPong):
+			h.replace(err)
+		case err == nil && stale:
+			h.replace(errors.New("pub/sub connection: a subscription was lost"))
+		}
 	}
 }
 
@@ -501,33 +591,6 @@ func (h *hub) lockWrites() bool {
 		return true
 	case <-h.quit:
 		return false
-	}
-}
-
-// ping sends a PING on the hub's connection and replaces the connection
-// if no PONG comes within pongWait, or if one comes while a channel is
-// still unconfirmed after a failure (its SUBSCRIBE was lost). A connection
-// that fails outright is left to run and go-redis, which reconnect.
-func (h *hub) ping() {
-	if !h.lockWrites() {
-		return
-	}
-	ctx, cancel := context.WithTimeoutCause(context.Background(), pongWait, errNoPong)
-	defer cancel()
-	epoch, err := h.barrier(ctx, ctx, nil)
-	h.dep.mu.Lock()
-	same := h.epoch == epoch && !h.dead
-	stale := false
-	for _, st := range h.chans {
-		stale = stale || st.stale
-	}
-	h.dep.mu.Unlock()
-	switch {
-	case !same:
-	case errors.Is(err, errNoPong):
-		h.replace(err)
-	case err == nil && stale:
-		h.replace(errors.New("pub/sub connection: a subscription was lost"))
 	}
 }
 

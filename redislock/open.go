@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,44 +33,26 @@ func init() {
 
 // openAny is the registry's opener: a FairDriver when fair=true.
 func openAny(ctx context.Context, u *url.URL) (backend.Driver, error) {
-	fair, err := fairParam(u)
-	if err != nil {
+	d, err := open(ctx, u, nil, nil)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	d, err := open(ctx, u, fair, nil)
-	if err != nil {
-		return nil, err
-	}
-	if fair {
+	case d.fair:
 		return &FairDriver{d}, nil
 	}
 	return d, nil
 }
 
-// fairParam reads the URL's fair parameter, which is ours, not go-redis's.
-func fairParam(u *url.URL) (bool, error) {
-	q := u.Query()
-	if !q.Has("fair") {
-		return false, nil
-	}
-	fair, err := strconv.ParseBool(q.Get("fair"))
-	if err != nil {
-		return false, fmt.Errorf("redislock: %w: fair=%q is not a boolean", backend.ErrInvalidURL, q.Get("fair"))
-	}
-	return fair, nil
-}
-
-// ownParams takes the driver's own parameters off u: fair (read by
-// fairParam), restart_delay and retention (Options after opts: the URL has
+// ownParams takes the driver's own parameters off u: fair, restart_delay and retention (Options after opts: the URL has
 // the last word) and the TLS ones (backend.Params.TLS; rediss implies
 // TLS), which replace go-redis's TLS configuration. It returns the options'
 // config, with ctx's logger first, and warns of a weak transport.
-func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config, *tls.Config, error) {
+func ownParams(ctx context.Context, u *url.URL, opts []Option) (_ *url.URL, _ config, _ *tls.Config, fair bool, _ error) {
 	if u.Opaque != "" { // go-redis would dial localhost:6379 for "redis:pw@host"
-		return nil, config{}, nil, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
+		return nil, config{}, nil, false, fmt.Errorf("redislock: %w: want %s://[user:password@]host:port/db, with the two slashes", backend.ErrInvalidURL, u.Scheme)
 	}
 	if err := checkUser(u); err != nil {
-		return nil, config{}, nil, err
+		return nil, config{}, nil, false, err
 	}
 	q := u.Query()
 	own := url.Values{}
@@ -86,7 +67,7 @@ func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config
 	var tc *tls.Config
 	if len(own) > 0 || strings.HasPrefix(u.Scheme, "rediss") {
 		p := backend.NewParams(&url.URL{RawQuery: own.Encode()})
-		p.Has("fair")
+		fair = p.Bool("fair", false)
 		delay := p.Duration("restart_delay", -1)
 		retention := p.Duration("retention", 0)
 		var err error
@@ -95,14 +76,14 @@ func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config
 			err = p.Err()
 		}
 		if err != nil {
-			return nil, config{}, nil, fmt.Errorf("redislock: %w", err)
+			return nil, config{}, nil, false, fmt.Errorf("redislock: %w", err)
 		}
 		if delay >= 0 {
 			opts = append(opts, WithRestartDelay(delay))
 		}
 		if p.Has("retention") {
 			if retention <= 0 {
-				return nil, config{}, nil, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
+				return nil, config{}, nil, false, fmt.Errorf("redislock: %w: retention=%s: want a positive duration", backend.ErrInvalidURL, own.Get("retention"))
 			}
 			opts = append(opts, WithRetention(retention))
 		}
@@ -112,11 +93,11 @@ func ownParams(ctx context.Context, u *url.URL, opts []Option) (*url.URL, config
 	}
 	cfg, err := buildConfig(opts)
 	if err != nil {
-		return nil, config{}, nil, err
+		return nil, config{}, nil, false, err
 	}
 	backend.WarnTransport(backend.Logger(ctx), u, tc)
 	installLogRouter()
-	return u, cfg, tc, nil
+	return u, cfg, tc, fair, nil
 }
 
 // checkUser refuses a URL that names a user but no password: go-redis
@@ -149,13 +130,10 @@ func withTLS(dst **tls.Config, tc *tls.Config, addr string) {
 // OpenFair is Open for a FairDriver; the URL may say fair=true.
 func OpenFair(ctx context.Context, rawURL string, opts ...Option) (*FairDriver, error) {
 	u, err := parseURL(rawURL)
-	if err == nil {
-		_, err = fairParam(u)
-	}
 	if err != nil {
 		return nil, err
 	}
-	d, err := open(ctx, u, true, opts)
+	d, err := open(ctx, u, opts, new(true))
 	if err != nil {
 		return nil, err
 	}
@@ -180,32 +158,29 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	fair, err := fairParam(u)
-	if err == nil && fair {
-		err = fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return open(ctx, u, false, opts)
+	return open(ctx, u, opts, new(false))
 }
 
-// open is Open, OpenFair and the registry's opener.
-func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, error) {
-	u, cfg, tc, err := ownParams(ctx, u, opts)
-	if err != nil {
+// open is Open (fair false), OpenFair (fair true) and the registry's opener
+// (fair nil: as the URL says).
+func open(ctx context.Context, u *url.URL, opts []Option, fair *bool) (*Driver, error) {
+	u, cfg, tc, urlFair, err := ownParams(ctx, u, opts)
+	switch {
+	case err != nil:
 		return nil, err
+	case fair == nil:
+		fair = &urlFair
+	case urlFair && !*fair:
+		return nil, fmt.Errorf("redislock: %w: fair=true needs OpenFair", backend.ErrInvalidURL)
 	}
 	var rdb redis.UniversalClient
 	var in *conntrack.Tracker
 	switch u.Scheme {
 	case "redis", "rediss":
-		o, err := redis.ParseURL(u.String())
+		o, err := serverOptions(u, tc)
 		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
+			return nil, err
 		}
-		withTLS(&o.TLSConfig, tc, o.Addr)
-		retryOnce(o, u)
 		in = interruptible(o)
 		rdb = redis.NewClient(o)
 	case "redis+cluster", "rediss+cluster":
@@ -225,10 +200,9 @@ func open(ctx context.Context, u *url.URL, fair bool, opts []Option) (*Driver, e
 		rdb.Close()
 		return nil, fmt.Errorf("redislock: %w", classify(err))
 	}
-	dep := newDeployment(rdb, true, &cfg)
-	dep.in = in
+	dep := newDeployment(rdb, in, &cfg)
 	dep.checkMaxmemory(ctx, u.Host)
-	return &Driver{dep: dep, fair: fair}, nil
+	return &Driver{dep: dep, fair: *fair}, nil
 }
 
 // clusterOptions turns redis+cluster://h1:p1,h2:p2?opts into go-redis's
@@ -257,11 +231,17 @@ func clusterOptions(u *url.URL) (*redis.ClusterOptions, error) {
 	return o, nil
 }
 
-// retryOnce turns go-redis's own retries off unless the URL sets them
+// serverOptions are go-redis's options for the one server of u, with tc
+// (see withTLS) and go-redis's own retries off unless the URL sets them
 // (max_retries=, dialer_retries=): the Client already retries store
 // failures within its budget, and go-redis's would make a refused
 // connection take half a second to report.
-func retryOnce(o *redis.Options, u *url.URL) {
+func serverOptions(u *url.URL, tc *tls.Config) (*redis.Options, error) {
+	o, err := redis.ParseURL(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
+	}
+	withTLS(&o.TLSConfig, tc, o.Addr)
 	q := u.Query()
 	if !q.Has("max_retries") {
 		o.MaxRetries = -1
@@ -269,6 +249,7 @@ func retryOnce(o *redis.Options, u *url.URL) {
 	if !q.Has("dialer_retries") {
 		o.DialerRetries = 1
 	}
+	return o, nil
 }
 
 // defaultPort is Redis's, for a listed host without one.
@@ -296,7 +277,7 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 	if u.Query().Has("fair") {
 		return nil, fmt.Errorf("redislock: %w: quorum mode has no fair queue", backend.ErrInvalidURL)
 	}
-	u, cfg, tc, err := ownParams(ctx, u, opts)
+	u, cfg, tc, _, err := ownParams(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -310,36 +291,29 @@ func openQuorum(ctx context.Context, u *url.URL, opts []Option) (*Quorum, error)
 		c := *u
 		c.Scheme = strings.TrimSuffix(u.Scheme, "+quorum")
 		c.Host = h
-		o, err := redis.ParseURL(c.String())
-		if err != nil {
-			return nil, fmt.Errorf("redislock: %w: %v", backend.ErrInvalidURL, err)
-		}
-		withTLS(&o.TLSConfig, tc, o.Addr)
 		// A refused connection is one lost vote, not to be waited for.
-		retryOnce(o, u)
+		o, err := serverOptions(&c, tc)
+		if err != nil {
+			return nil, err
+		}
 		options = append(options, o)
 	}
 	var deps []*deployment
 	for _, o := range options {
 		in := interruptible(o) // before the client copies o
-		dep := newDeployment(redis.NewClient(o), true, &cfg)
-		dep.in = in
-		deps = append(deps, dep)
+		deps = append(deps, newDeployment(redis.NewClient(o), in, &cfg))
 	}
 	q := newQuorum(deps, hosts, cfg)
 	ctx, cancel := backend.OpenContext(ctx)
 	defer cancel()
 	// Wait for a majority, not a silent server; later answers are checked.
-	timeout := backend.OpenTimeout
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
+	deadline, _ := ctx.Deadline() // OpenContext's ctx has one
 	warn := func(i int, r result) {
 		if r.err != nil {
 			cfg.logger.Warn("redislock: quorum server unreachable at open", "server", hosts[i], "err", r.err)
 		}
 	}
-	res := q.gather(ctx, timeout, false, func(ctx context.Context, i int) result {
+	res := q.gather(ctx, time.Until(deadline), false, func(ctx context.Context, i int) result {
 		dep := q.deps[i]
 		err := classify(dep.rdb.Ping(ctx).Err())
 		if err == nil {

@@ -26,8 +26,9 @@ type config struct {
 	err error
 }
 
-func defaultConfig() config {
-	return config{
+// buildConfig applies opts to the defaults; the first bad one is an error.
+func buildConfig(opts []Option) (config, error) {
+	cfg := config{
 		logger:       slog.New(slog.DiscardHandler),
 		linger:       time.Second,
 		driftFactor:  0.01,
@@ -35,11 +36,6 @@ func defaultConfig() config {
 		restartDelay: defaultRestartDelay,
 		retention:    DefaultRetention,
 	}
-}
-
-// buildConfig applies opts to the defaults; the first bad one is an error.
-func buildConfig(opts []Option) (config, error) {
-	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -107,12 +103,8 @@ func WithLogger(l *slog.Logger) Option {
 // fixed (default 2ms, not negative). A Driver ignores it.
 func WithClockDrift(factor float64, fixed time.Duration) Option {
 	return func(c *config) {
-		if !(factor >= 0 && factor < 0.5) {
-			c.invalid("WithClockDrift(%v, %v): the factor must be at least 0 and less than 0.5", factor, fixed)
-			return
-		}
-		if fixed < 0 {
-			c.invalid("WithClockDrift(%v, %v): negative fixed drift", factor, fixed)
+		if !(factor >= 0 && factor < 0.5) || fixed < 0 {
+			c.invalid("WithClockDrift(%v, %v): want a factor in [0, 0.5) and a fixed drift not negative", factor, fixed)
 			return
 		}
 		c.driftFactor, c.driftMin = factor, fixed

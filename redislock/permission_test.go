@@ -98,7 +98,7 @@ func TestReleaseWithoutChannelPermission(t *testing.T) {
 				t.Fatalf("fair=%v: TryAcquire: %v", fair, err)
 			}
 			// The default mode publishes only to waiters and watchers
-			// (watchmark.go): a watcher elsewhere, by hand.
+			// (notify.go, watchMark): a watcher elsewhere, by hand.
 			live := keysFor(l.Key).live
 			if err := admin.HSet(ctx, live, watchField, "1").Err(); err != nil {
 				t.Fatal(err)

@@ -87,7 +87,7 @@ func NewQuorum(clients []redis.UniversalClient, opts ...Option) (*Quorum, error)
 		if c == nil {
 			return nil, fmt.Errorf("redislock: NewQuorum: %w: client %d is nil", backend.ErrInvalidOption, i)
 		}
-		deps = append(deps, newDeployment(c, false, &cfg))
+		deps = append(deps, newDeployment(c, nil, &cfg))
 		addr := fmt.Sprintf("server %d", i+1)
 		if cl, ok := c.(*redis.Client); ok {
 			addr = cl.Options().Addr
@@ -350,10 +350,6 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	// outcome is closed when this attempt is settled; failed tells how.
 	outcome := make(chan struct{})
 	var failed atomic.Bool
-	settle := func(ok bool) {
-		failed.Store(!ok)
-		close(outcome)
-	}
 	// A server that grants after the attempt was given up, or after its
 	// lock was released (the request can reach the server after the
 	// release's, on another connection), releases it at once.
@@ -411,7 +407,8 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 	}
 	fail := func(split bool, err error) (backend.Grant, bool, error) {
 		undone := q.abandon(ctx, l, value, res)
-		settle(false)
+		failed.Store(true)
+		close(outcome)
 		if ctx.Err() != nil {
 			// The caller gave up: what its requests granted is undone
 			// before it hears so, within CancelGrace (the rest in the
@@ -460,9 +457,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 			if !r.answered || !r.ok || r.err != nil || r.fence == fence {
 				continue
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				left := px - time.Since(t0).Milliseconds() - 1
 				ok, err := q.deps[i].raise(rctx, l, value, fence, left)
 				mu.Lock()
@@ -477,7 +472,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 				default:
 					lostRace = true
 				}
-			}()
+			})
 		}
 		wg.Wait()
 	}
@@ -497,7 +492,7 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 		q.inflight[l.Token] = st
 		q.mu.Unlock()
 	}
-	settle(true)
+	close(outcome)
 	q.noteGranted(l.Key)
 	return backend.Grant{Fence: fence, TTL: ttl}, false, nil
 }
@@ -507,38 +502,26 @@ func (q *Quorum) tryOnce(ctx context.Context, l backend.Claim, hot bool) (_ back
 // undone is closed when those are done); late answers release themselves.
 func (q *Quorum) abandon(ctx context.Context, l backend.Claim, value string, res []result) (undone <-chan struct{}) {
 	var wg, bg sync.WaitGroup
-	background := false
 	for i, r := range res {
 		switch {
 		case r.answered && r.ok && r.err == nil:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				q.deps[i].cleanup(ctx, l, value)
-			}()
+			wg.Go(func() { q.deps[i].cleanup(ctx, l, value) })
 		case r.answered && r.err != nil:
 			closing, done, ok := q.gate.Background()
 			if !ok {
 				q.deps[i].cleanup(ctx, l, value) // closing: no background left
 				continue
 			}
-			bg.Add(1)
-			background = true
-			go func() {
-				defer bg.Done()
+			bg.Go(func() {
 				defer done()
 				// The cleanup ignores ctx; Close cuts its reads.
 				defer q.deps[i].in.CutOnEnd(closing).Stop()
 				q.deps[i].cleanup(ctx, l, value)
-			}()
+			})
 		}
 	}
 	wg.Wait()
 	ch := make(chan struct{})
-	if !background {
-		close(ch)
-		return ch
-	}
 	go func() { bg.Wait(); close(ch) }()
 	return ch
 }
@@ -588,12 +571,7 @@ func (q *Quorum) Release(ctx context.Context, l backend.Claim) error {
 	var arbiterAnswered atomic.Bool
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
-	var grace *time.Timer
-	defer func() {
-		if grace != nil {
-			grace.Stop()
-		}
-	}()
+	var grace *time.Timer // its stop after the return is a no-op
 	decided := func(ok, notOK int) bool {
 		switch {
 		case notOK > len(q.deps)-q.quorum:
@@ -639,31 +617,13 @@ func (q *Quorum) Subscribe(ctx context.Context, key string) (<-chan struct{}, fu
 		return nil, nil, fmt.Errorf("redislock: quorum: subscribe: %w", backend.ErrClosed)
 	}
 	ch := make(chan struct{}, 1)
-	var mu sync.Mutex
-	cancels := []func(){} // nil once cancelled
-	add := func(c func()) {
-		mu.Lock()
-		defer mu.Unlock()
-		if cancels == nil {
-			c()
-			return
-		}
-		cancels = append(cancels, c)
-	}
-	cancel := func() {
-		mu.Lock()
-		cs := cancels
-		cancels = nil
-		mu.Unlock()
-		for _, c := range cs {
-			c()
-		}
-	}
+	// Every server's subscription ends with subs, even one confirmed later.
+	subs, cancel := context.WithCancel(context.Background())
 	// Linked: the caller's ctx ends the wait for a confirmation.
 	res := q.gather(ctx, barrierTimeout, true, func(sctx context.Context, i int) result {
 		_, c, err := q.deps[i].subscribe(sctx, key, "", ch)
 		if err == nil {
-			add(c)
+			context.AfterFunc(subs, c)
 		}
 		return result{ok: err == nil, err: err}
 	}, func(ok, _ int) bool { return ok >= q.quorum }, nil)
@@ -696,4 +656,30 @@ func (q *Quorum) Close() error {
 		errs = append(errs, dep.close()) // Join drops the nils
 	}
 	return errors.Join(errs...)
+}
+
+// quorumPrefix declares the acquire script's settings, from ARGV[4..7]:
+// acquire.lua's, and the clock floor's grain (see fence.lua).
+const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\nfence_grain = tonumber(ARGV[7])\n"
+
+// quorumAcquireScript is the plain quorum acquire script.
+var quorumAcquireScript = redis.NewScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
+
+// grain rounds the clock floor, in µs: a second, or half the retention.
+func (dep *deployment) grain() int64 {
+	return max(min(1_000_000, dep.retention*1000/2), 1)
+}
+
+// acquireOn is acquire on server i; keys are lockKeys', built once.
+func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []string, value string, px int64) (int64, error) {
+	dep := q.deps[i]
+	delay := dep.restartDelay(px)
+	defer dep.in.CutOnEnd(ctx).Stop()
+	return dep.up.run(ctx, dep, q.gate.Background, quorumAcquireScript, quorumPrefix, delay, keys, value, px, holder(l), delay, dep.retention, l.Owner, dep.grain())
+}
+
+// lockKeys are the acquire script's keys for key.
+func lockKeys(key string) []string {
+	k := keysFor(key)
+	return []string{k.lock, k.fence}
 }

@@ -16,7 +16,7 @@ import (
 
 // BenchmarkQuorumUncontended measures one acquire+release of a new name
 // per operation over the five quorum servers, on one Quorum (its own
-// clients), against the raw floor (quorum_floor.go: SET NX PX and a
+// clients), against the raw floor (floor.go: SET NX PX and a
 // compare-and-delete on every server, each at the first majority), in
 // alternating blocks of 50 operations, rotated so that none always follows
 // the same one:

@@ -43,10 +43,9 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 	}
 	defer done()
 	px := ttlMillis(claims[0].TTL)
-	delay := d.dep.restartDelay(px)
 	keys := make([]string, 0, 2*len(claims))
 	values := make([]string, len(claims))
-	args := []any{px, delay, d.dep.retention, claims[0].Owner}
+	args := []any{px, d.dep.restartDelay(px), d.dep.retention, claims[0].Owner}
 	for i, l := range claims {
 		k := keysFor(l.Key)
 		keys = append(keys, k.lock, k.fence)

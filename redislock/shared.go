@@ -18,6 +18,7 @@ var (
 	sharedRefreshScript = redis.NewScript(lua("shared", "shared_refresh"))
 	sharedReleaseScript = redis.NewScript(lua("shared", "shared_release"))
 	sharedLeaveScript   = redis.NewScript(lua("shared", "shared_leave"))
+	sharedResizeScript  = redis.NewScript(lua("shared_resize"))
 )
 
 // Modes implements backend.Modal: semaphores and read-write locks, in
@@ -134,4 +135,22 @@ func (dep *deployment) leaveShared(ctx context.Context, c backend.Claim, n uint6
 // cleanupShared is cleanup for attempt n of c.
 func (dep *deployment) cleanupShared(ctx context.Context, c backend.Claim, n uint64) {
 	_ = dep.evalCleanup(ctx, sharedReleaseScript, sharedKeys(c), c.Token, keysFor(c.Key).channel, strconv.FormatUint(n, 10))
+}
+
+// Resize implements backend.Resizer: the limit is a key beside the
+// semaphore's, {E}:sem.limit, without expiry, that every permit's
+// acquire script reads.
+func (d *Driver) Resize(ctx context.Context, key string, limit int) error {
+	ctx, done, err := d.gate.Enter(ctx)
+	if err != nil {
+		return fmt.Errorf("redislock: %w", err)
+	}
+	defer done()
+	ks := fairSharedKeys(backend.Claim{Key: key, Mode: backend.Permit})
+	v, err := d.dep.run(ctx, sharedResizeScript, []string{ks[1], ks[5]}, strconv.Itoa(limit), keysFor(key).channel).Int64()
+	if err != nil {
+		return fmt.Errorf("redislock: resize: %w", classify(err))
+	}
+	d.dep.released(v)
+	return nil
 }

@@ -81,6 +81,8 @@ func TestOpenBadURLs(t *testing.T) {
 		"redis+quorum://" + addr + "," + addr + "/0?retention=0",
 		"redis:s3cret@" + addr + "/0", // no "//": never the default server
 		"redis+quorum:s3cret@" + addr + "," + addr + "/0",
+		"redis://" + addr + "/0?fair=maybe",
+		"redis+quorum://" + addr + "," + addr + "/0?fair=false",
 	} {
 		_, err := locker.Open(ctx, u)
 		if !errors.Is(err, locker.ErrInvalidURL) {
@@ -97,6 +99,25 @@ func TestOpenBadURLs(t *testing.T) {
 	}
 	if _, err := OpenQuorum(ctx, "redis://x"); !errors.Is(err, backend.ErrInvalidURL) {
 		t.Errorf("OpenQuorum(redis://) = %v", err)
+	}
+	// fair=true is OpenFair's; a bad value is refused by both.
+	for _, u := range []string{"redis://" + addr + "/0?fair=true", "redis://" + addr + "/0?fair=maybe"} {
+		if d, err := Open(ctx, u); !errors.Is(err, backend.ErrInvalidURL) {
+			t.Errorf("Open(%q) = %v, %v, want ErrInvalidURL", u, d, err)
+		}
+	}
+	if d, err := OpenFair(ctx, "redis://"+addr+"/0?fair=maybe"); !errors.Is(err, backend.ErrInvalidURL) {
+		t.Errorf("OpenFair(fair=maybe) = %v, %v, want ErrInvalidURL", d, err)
+	}
+	for _, u := range []string{"redis://" + addr + "/0?fair=false", "redis://" + addr + "/0"} {
+		d, err := OpenFair(ctx, u)
+		if err != nil {
+			t.Fatalf("OpenFair(%q): %v", u, err)
+		}
+		if !d.fair {
+			t.Errorf("OpenFair(%q) is not fair", u)
+		}
+		d.Close()
 	}
 }
 
