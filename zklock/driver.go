@@ -179,15 +179,6 @@ func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(),
 	return ctx, done, nil
 }
 
-// ended is the error of a call whose context ended: the caller's cause,
-// or ErrClosed when Close ended it.
-func (d *Driver) ended(ctx context.Context) error {
-	if d.gate.Closed() {
-		return backend.ErrClosed
-	}
-	return context.Cause(ctx)
-}
-
 // closeLimit bounds Close, connection dead or alive.
 const closeLimit = 2 * time.Second
 
