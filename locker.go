@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // Client acquires locks through one backend driver. It is safe for
@@ -327,18 +328,11 @@ func (c *Client) Close() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
-	sem := make(chan struct{}, maxClosing)
-	var releases sync.WaitGroup
-	for _, h := range holds {
+	parallel.Each(len(holds), maxClosing, func(i int) error {
+		h := holds[i]
 		h.loseBy(LostClosed, fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
-		sem <- struct{}{}
-		releases.Add(1)
-		go func() {
-			defer func() { <-sem; releases.Done() }()
-			_ = c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, h.lock()) })
-		}()
-	}
-	releases.Wait()
+		return c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, h.lock()) })
+	})
 	err := c.drv.Close()
 	// Closing the driver ends the calls that outlived their contexts; a
 	// driver that breaks that promise must not hang Close.
