@@ -287,21 +287,6 @@ func (c *Client) Driver() backend.Driver { return c.drv }
 // up to 2 s of it after the releases' 1 s.
 const closeDrainBy = 2500 * time.Millisecond
 
-// waitAtMost waits for wg, for at most d.
-func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
 // maxClosing bounds the releases Close has in flight at once.
 const maxClosing = 64
 
@@ -337,7 +322,7 @@ func (c *Client) Close() error {
 	// Closing the driver ends the calls that outlived their contexts; a
 	// driver that breaks that promise must not hang Close.
 	drainUntil := began.Add(closeDrainBy)
-	waitAtMost(&c.dog.busy, time.Until(drainUntil))
-	waitAtMost(&c.bg, time.Until(drainUntil))
+	parallel.Wait(&c.dog.busy, time.Until(drainUntil))
+	parallel.Wait(&c.bg, time.Until(drainUntil))
 	return err
 }

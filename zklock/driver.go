@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // ErrSessionExpired is wrapped by the error of a TryAcquire, Enqueue or
@@ -218,35 +219,16 @@ func (d *Driver) Close() error {
 		d.watches.armed = false
 	}
 	d.mu.Unlock()
-	waitTimeout(&wg, closeLimit/2)
+	parallel.Wait(&wg, closeLimit/2)
 	limit := closeLimit - 100*time.Millisecond
 	if d.own {
 		d.closeConn(start, true)
 		limit = closeLimit
 	}
-	if !waitTimeout(&d.wg, limit-time.Since(start)) {
+	if !parallel.Wait(&d.wg, limit-time.Since(start)) {
 		d.log.Debug("zklock: close: a call of the driver is still running")
 	}
 	return nil
-}
-
-// waitTimeout waits for wg, at most limit; false if it gave up.
-func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
-	ch := make(chan struct{})
-	go func() { wg.Wait(); close(ch) }()
-	return within(ch, limit)
-}
-
-// within waits for ch, at most limit; false if it gave up.
-func within(ch <-chan struct{}, limit time.Duration) bool {
-	t := time.NewTimer(max(limit, 0))
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
