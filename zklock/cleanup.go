@@ -119,7 +119,7 @@ func (d *Driver) reapHash(parent, hash string, session int64) {
 				return
 			}
 		}
-		if !pause(d.gate.Context(), bo) {
+		if !bo.Pause(d.gate.Context()) {
 			return
 		}
 	}

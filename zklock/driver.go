@@ -246,7 +246,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (g backend.Gra
 			d.abandon(ctx, t.e)
 			return g, err
 		}
-		if err == nil || try == 3 || !transient(err) || !pause(ctx, bo) {
+		if err == nil || try == 3 || !transient(err) || !bo.Pause(ctx) {
 			return g, err
 		}
 	}
@@ -287,7 +287,7 @@ func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session in
 			return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 		case transient(err) && ctx.Err() == nil:
 			uncertain = true
-			if pause(ctx, bo) {
+			if bo.Pause(ctx) {
 				continue
 			}
 		}
