@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // Client acquires locks through one backend driver. It is safe for
@@ -286,21 +287,6 @@ func (c *Client) Driver() backend.Driver { return c.drv }
 // up to 2 s of it after the releases' 1 s.
 const closeDrainBy = 2500 * time.Millisecond
 
-// waitAtMost waits for wg, for at most d.
-func waitAtMost(wg *sync.WaitGroup, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
 // maxClosing bounds the releases Close has in flight at once.
 const maxClosing = 64
 
@@ -327,23 +313,16 @@ func (c *Client) Close() error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
-	sem := make(chan struct{}, maxClosing)
-	var releases sync.WaitGroup
-	for _, h := range holds {
+	parallel.Each(len(holds), maxClosing, func(i int) error {
+		h := holds[i]
 		h.loseBy(LostClosed, fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
-		sem <- struct{}{}
-		releases.Add(1)
-		go func() {
-			defer func() { <-sem; releases.Done() }()
-			_ = c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, h.lock()) })
-		}()
-	}
-	releases.Wait()
+		return c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, h.lock()) })
+	})
 	err := c.drv.Close()
 	// Closing the driver ends the calls that outlived their contexts; a
 	// driver that breaks that promise must not hang Close.
 	drainUntil := began.Add(closeDrainBy)
-	waitAtMost(&c.dog.busy, time.Until(drainUntil))
-	waitAtMost(&c.bg, time.Until(drainUntil))
+	parallel.Wait(&c.dog.busy, time.Until(drainUntil))
+	parallel.Wait(&c.bg, time.Until(drainUntil))
 	return err
 }

@@ -201,7 +201,7 @@ func (c *Client) queue(ctx context.Context, req backend.Claim, st *tries) (backe
 			// A blip in reaching the store does not end the wait.
 			c.storeError(st.h, "acquire", true, err)
 			c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
-			if retry.Sleep(ctx, b.Next()) == nil {
+			if b.Pause(ctx) {
 				continue
 			}
 		}

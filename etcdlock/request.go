@@ -70,7 +70,7 @@ func (d *Driver) resend(ctx context.Context, run *retry.Failing, send func(conte
 			return ambiguous, permission(err)
 		}
 		ambiguous = true
-		if retry.Sleep(ctx, bo.Next()) != nil {
+		if !bo.Pause(ctx) {
 			return ambiguous, err
 		}
 	}

@@ -18,7 +18,7 @@ func (d *Driver) keepStream() {
 		for range d.cli.Watch(clientv3.WithRequireLeader(ctx), d.prefix+"/") {
 			bo.Reset()
 		}
-		if retry.Sleep(ctx, bo.Next()) != nil {
+		if !bo.Pause(ctx) {
 			return
 		}
 	}

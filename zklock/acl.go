@@ -119,7 +119,7 @@ func (d *Driver) checkPerms(ctx context.Context) error {
 				return fmt.Errorf("check the permissions under %s: %w", d.root, res[i].Error)
 			}
 		}
-		if err == nil || !transient(err) || !pause(ctx, bo) {
+		if err == nil || !transient(err) || !bo.Pause(ctx) {
 			return fmt.Errorf("check the permissions under %s: %w", d.root, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // abandon deletes queue nodes for a call about to return: it waits for
@@ -22,7 +23,7 @@ func (d *Driver) abandon(ctx context.Context, es ...*entry) {
 	case <-t.C:
 	case <-d.done:
 	case <-ctx.Done():
-		within(done, d.quickWait())
+		parallel.Within(done, d.quickWait())
 	}
 }
 
@@ -118,7 +119,7 @@ func (d *Driver) reapHash(parent, hash string, session int64) {
 				return
 			}
 		}
-		if !pause(d.gate.Context(), bo) {
+		if !bo.Pause(d.gate.Context()) {
 			return
 		}
 	}

@@ -55,8 +55,8 @@ func creating(ctx context.Context, d *Driver, mk func(ctx context.Context, inlin
 		cancel()
 		// Usually a round trip: wait, but not for a dead connection (the
 		// nodes, if any, are then deleted in the background).
-		within(finished, d.quickWait())
-		return nil, d.ended(ctx)
+		parallel.Within(finished, d.quickWait())
+		return nil, d.gate.Failed(ctx, ctx.Err())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
 	"github.com/lockerhq/locker/internal/conntrack"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // maxSessionRequest is the longest session timeout the protocol can ask for.
@@ -125,14 +126,14 @@ func (d *Driver) closeConn(start time.Time, waitNoSession bool) {
 		// No session: nothing to close politely.
 		wait = 0
 	}
-	within(polite, wait)
+	parallel.Within(polite, wait)
 	d.hosts.stop()
 	d.dialed.cut()
 	d.drainEvents(closeLimit - 100*time.Millisecond - time.Since(start))
 	if !waitNoSession && d.conn.SessionID() == 0 {
 		return
 	}
-	if !within(polite, closeLimit-100*time.Millisecond-time.Since(start)) {
+	if !parallel.Within(polite, closeLimit-100*time.Millisecond-time.Since(start)) {
 		d.log.Debug("zklock: the zk client is still sending its close request")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/parallel"
 )
 
 // ErrSessionExpired is wrapped by the error of a TryAcquire, Enqueue or
@@ -179,15 +180,6 @@ func (d *Driver) enter(ctx context.Context, op string) (context.Context, func(),
 	return ctx, done, nil
 }
 
-// ended is the error of a call whose context ended: the caller's cause,
-// or ErrClosed when Close ended it.
-func (d *Driver) ended(ctx context.Context) error {
-	if d.gate.Closed() {
-		return backend.ErrClosed
-	}
-	return context.Cause(ctx)
-}
-
 // closeLimit bounds Close, connection dead or alive.
 const closeLimit = 2 * time.Second
 
@@ -227,35 +219,16 @@ func (d *Driver) Close() error {
 		d.watches.armed = false
 	}
 	d.mu.Unlock()
-	waitTimeout(&wg, closeLimit/2)
+	parallel.Wait(&wg, closeLimit/2)
 	limit := closeLimit - 100*time.Millisecond
 	if d.own {
 		d.closeConn(start, true)
 		limit = closeLimit
 	}
-	if !waitTimeout(&d.wg, limit-time.Since(start)) {
+	if !parallel.Wait(&d.wg, limit-time.Since(start)) {
 		d.log.Debug("zklock: close: a call of the driver is still running")
 	}
 	return nil
-}
-
-// waitTimeout waits for wg, at most limit; false if it gave up.
-func waitTimeout(wg *sync.WaitGroup, limit time.Duration) bool {
-	ch := make(chan struct{})
-	go func() { wg.Wait(); close(ch) }()
-	return within(ch, limit)
-}
-
-// within waits for ch, at most limit; false if it gave up.
-func within(ch <-chan struct{}, limit time.Duration) bool {
-	t := time.NewTimer(max(limit, 0))
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // TryAcquire takes l.Key if nobody holds it or waits for it: it queues a
@@ -273,7 +246,7 @@ func (d *Driver) TryAcquire(ctx context.Context, l backend.Claim) (g backend.Gra
 			d.abandon(ctx, t.e)
 			return g, err
 		}
-		if err == nil || try == 3 || !transient(err) || !pause(ctx, bo) {
+		if err == nil || try == 3 || !transient(err) || !bo.Pause(ctx) {
 			return g, err
 		}
 	}
@@ -314,7 +287,7 @@ func (d *Driver) deleteHeld(ctx context.Context, path, marker string, session in
 			return fmt.Errorf("zklock: %w: session %#x expired", backend.ErrNotHeld, session)
 		case transient(err) && ctx.Err() == nil:
 			uncertain = true
-			if pause(ctx, bo) {
+			if bo.Pause(ctx) {
 				continue
 			}
 		}

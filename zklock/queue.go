@@ -162,7 +162,7 @@ func (t *ticket) wait(ctx context.Context) error {
 				return nil
 			}
 		case <-ctx.Done():
-			return d.ended(ctx)
+			return d.gate.Failed(ctx, ctx.Err())
 		}
 	}
 }
@@ -281,13 +281,10 @@ func (t *ticket) stand(ctx context.Context) (bool, error) {
 // failed is the error of an Enqueue or Wait that failed with err (t nil:
 // no node made); a node gone is backend.ErrRequeue, with why.
 func (t *ticket) failed(ctx context.Context, d *Driver, op string, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		err = d.ended(ctx)
-	case errors.Is(err, errGone) && t != nil:
+	if errors.Is(err, errGone) && t != nil && ctx.Err() == nil {
 		err = d.goneErr(t.e)
 	}
-	return fmt.Errorf("zklock: %s: %w", op, err)
+	return fmt.Errorf("zklock: %s: %w", op, d.gate.Failed(ctx, err))
 }
 
 // Leave implements backend.Ticket: it deletes the node, which frees the
@@ -379,7 +376,7 @@ func (t *ticket) waitDelay(ctx context.Context) error {
 	case <-ch:
 	case <-timer.C:
 	case <-ctx.Done():
-		return d.ended(ctx)
+		return d.gate.Failed(ctx, ctx.Err())
 	}
 	return nil
 }

@@ -108,6 +108,3 @@ func (d *Driver) children(ctx context.Context, parent string) ([]string, error) 
 func newBackoff() *retry.Backoff {
 	return &retry.Backoff{Min: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 }
-
-// pause waits bo's next step; false if ctx ended first.
-func pause(ctx context.Context, bo *retry.Backoff) bool { return retry.Sleep(ctx, bo.Next()) == nil }

@@ -96,7 +96,7 @@ func (d *Driver) dropLost(path, marker string, session int64) {
 			d.log.Warn("zklock: could not delete the node of a lost lock; it goes with the session", "path", path, "err", err)
 			return
 		}
-		if !pause(d.gate.Context(), bo) {
+		if !bo.Pause(d.gate.Context()) {
 			return
 		}
 	}

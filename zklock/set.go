@@ -46,7 +46,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 			d.abandon(ctx, es...)
 		}
 		// As TryAcquire: a failure that left no node is tried again.
-		if es != nil || try == 3 || !transient(err) || !pause(ctx, bo) {
+		if es != nil || try == 3 || !transient(err) || !bo.Pause(ctx) {
 			return nil, fmt.Errorf("zklock: try-acquire: %w", d.gate.Failed(ctx, err))
 		}
 	}

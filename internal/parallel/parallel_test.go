@@ -42,3 +42,24 @@ func TestEach(t *testing.T) {
 		t.Errorf("Each(0) = %v", errs)
 	}
 }
+
+func TestWait(t *testing.T) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	start := time.Now()
+	if Wait(&wg, 20*time.Millisecond) || time.Since(start) < 20*time.Millisecond {
+		t.Errorf("Wait on a busy group: true, or gave up after %v < 20ms", time.Since(start))
+	}
+	if Wait(&wg, 0) || Wait(&wg, -time.Second) {
+		t.Error("Wait(d <= 0) on a busy group = true")
+	}
+	time.AfterFunc(10*time.Millisecond, wg.Done)
+	if !Wait(&wg, 5*time.Second) {
+		t.Error("Wait gave up on a group done in 10ms")
+	}
+	ch := make(chan struct{})
+	close(ch)
+	if !Within(ch, time.Second) {
+		t.Error("Within a closed channel = false")
+	}
+}

@@ -41,6 +41,9 @@ func (b *Backoff) Next() time.Duration {
 // Reset starts the doubling again from Min, after a success.
 func (b *Backoff) Reset() { b.cur = 0 }
 
+// Pause waits the next wait; false if ctx ended first.
+func (b *Backoff) Pause(ctx context.Context) bool { return Sleep(ctx, b.Next()) == nil }
+
 // Failing tracks a run of failures: since when every try has failed.
 // The zero value is a run of none.
 type Failing struct {
@@ -89,7 +92,7 @@ func Call(ctx context.Context, bo Backoff, budget time.Duration, isRetryable fun
 		if !retryable || run.Fail(sent, budget) {
 			return err
 		}
-		if Sleep(ctx, bo.Next()) != nil {
+		if !bo.Pause(ctx) {
 			return context.Cause(ctx)
 		}
 	}

@@ -93,3 +93,15 @@ func TestFailingRun(t *testing.T) {
 		t.Fatal("Ok did not end the run")
 	}
 }
+
+func TestPause(t *testing.T) {
+	b := Backoff{Min: time.Millisecond, Max: time.Millisecond}
+	if !b.Pause(context.Background()) {
+		t.Error("Pause on a live context = false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b.Pause(ctx) {
+		t.Error("Pause on an ended context = true")
+	}
+}
