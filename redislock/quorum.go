@@ -319,7 +319,7 @@ func (q *Quorum) TryAcquire(ctx context.Context, l backend.Claim) (backend.Grant
 		if !split || attempt > splitRetries || ctx.Err() != nil {
 			return g, err
 		}
-		if retry.Sleep(ctx, backoff.Next()) != nil {
+		if !backoff.Pause(ctx) {
 			return g, err
 		}
 	}

@@ -240,7 +240,7 @@ func (l *listener) run() {
 			if l.stopIfIdle(0) {
 				return
 			}
-			_ = retry.Sleep(l.ctx, bo.Next())
+			bo.Pause(l.ctx)
 			continue
 		}
 		bo.Reset()
