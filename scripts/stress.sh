@@ -35,9 +35,13 @@ flaky=(
 	"./internal/faults ^TestFaults$/zk/server-paused"
 	"./sqllock/sqlite ^TestConformance/.*/(RW|CounterUnderContention|LongWaitKeepsLock|CancelledAcquireLeavesNameFree)"
 	"./sqllock/sqldb ^TestSQLiteCancelledAcquireLeavesNothing$"
-	"./election ^TestFailover$/memcache"
+	"./election ^TestFailover$/(memcache|postgres)"
 	"./sqllock/sqlite ^TestConformance/.*/(Semaphore|Watchdog)"
 	"./etcdlock ^TestDiagnoseDownAndEven$"
+	"./etcdlock ^TestSecureTheft$"
+	"./etcdlock ^TestConformance$/Single/Parallel/CancelledAcquireLeavesNameFree$"
+	"./sqllock ^TestConformance$/Parallel/Semaphore"
+	"./redislock ^TestRefreshScales$/quorum$"
 )
 
 pids=()
