@@ -26,7 +26,7 @@ if not cur or string.sub(cur, 1, #mine) ~= mine then
 end
 -- {E}:live exists while a waiter is queued (handoff_acquire.lua writes
 -- its entry there with its place in the queue, and both go together) or
--- a release is watched (watchmark.go): without it, nobody is told.
+-- a release is watched (notify.go, the watchers' marks): without it, nobody is told.
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[1])
   return 1
