@@ -45,11 +45,14 @@ func objectState(key string, m backend.Mode, o *object, now int64) backend.State
 
 // view reads the file at path of an object of mode m under its flock,
 // without changing it, and prunes its expired entries: its state without
-// the key, and the key it records. A missing file is a free object.
-func (d *Driver) view(ctx context.Context, path string, m backend.Mode) (backend.State, string, error) {
+// the key, and the key it records. A missing file is a free object. For
+// a semaphore's limitKey, the limit a Resize set is read under the same
+// flock, which Resize holds while it writes both.
+func (d *Driver) view(ctx context.Context, path string, m backend.Mode, limitKey string) (backend.State, string, error) {
 	var r record
 	var o object
 	var key string
+	limit := 0
 	f, err := openLocked(ctx, path, false)
 	switch {
 	case errors.Is(err, errNoFile): // never taken, or released meanwhile
@@ -67,12 +70,19 @@ func (d *Driver) view(ctx context.Context, path string, m backend.Mode) (backend
 			return backend.State{}, "", err
 		}
 	}
+	if m == backend.Permit && limitKey != "" {
+		if limit, err = d.readLimit(limitKey); err != nil {
+			return backend.State{}, "", err
+		}
+	}
 	now := d.clk.now()
 	if m == backend.Exclusive {
 		return d.state("", &r, now), key, nil
 	}
 	o.prune(now)
-	return objectState("", m, &o, now), key, nil
+	st := objectState("", m, &o, now)
+	st.Limit = cmp.Or(limit, st.Limit) // a resized one's, held or free
+	return st, key, nil
 }
 
 // Inspect implements backend.Inspector: it reads the key's file (its
@@ -85,20 +95,11 @@ func (d *Driver) Inspect(ctx context.Context, key string, m backend.Mode) (backe
 		return backend.State{}, fmt.Errorf("filelock: %w", err)
 	}
 	defer leave()
-	st, _, err := d.view(ctx, d.objectPath(key, m), m)
+	st, _, err := d.view(ctx, d.objectPath(key, m), m, key)
 	if err != nil {
 		return backend.State{}, err
 	}
 	st.Key = key
-	if m == backend.Permit {
-		// A limit Resize set is the semaphore's, held or free; held
-		// permits are under it too (Resize writes both).
-		limit, err := d.readLimit(key)
-		if err != nil {
-			return backend.State{}, err
-		}
-		st.Limit = cmp.Or(limit, st.Limit)
-	}
 	return st, nil
 }
 
@@ -139,7 +140,7 @@ func (d *Driver) List(ctx context.Context, prefix string, m backend.Mode) ([]bac
 // its name.
 func (d *Driver) listOne(ctx context.Context, base string, m backend.Mode) (backend.State, error) {
 	path := filepath.Join(d.dir, base+suffixOf(m))
-	st, key, err := d.view(ctx, path, m)
+	st, key, err := d.view(ctx, path, m, "")
 	if err != nil {
 		return backend.State{}, err
 	}
