@@ -27,12 +27,14 @@ func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []stri
 // evalsha sends EVALSHA of hash, and EVAL of src if src is not empty and
 // the server answers NOSCRIPT, with the command's arguments in one slice
 // that go-redis sends as it is: its Eval copies keys and args into one of
-// its own and boxes the hash, at every call. Neither keys nor args escape.
+// its own, boxes the hash and each key, at every call. Here the keys go as
+// pointers into keys (go-redis writes a *string as the string): one
+// allocation, keys', where each key would cost one.
 func evalsha(ctx context.Context, rdb redis.UniversalClient, hash any, src string, keys []string, args ...any) *redis.Cmd {
 	a := make([]any, 3, 3+len(keys)+len(args))
 	a[0], a[1], a[2] = "evalsha", hash, len(keys)
-	for _, k := range keys {
-		a = append(a, k)
+	for i := range keys {
+		a = append(a, &keys[i])
 	}
 	a = append(a, args...)
 	cmd := process(ctx, rdb, a)

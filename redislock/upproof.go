@@ -132,5 +132,6 @@ func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	return &upScript{hash: hash, upMs: x, runID: runID}
 }
 
-// isNoScript reports a NOSCRIPT answer.
-func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+// isNoScript reports a NOSCRIPT answer. (HasErrorPrefix allocates, even
+// for a nil err.)
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
