@@ -3,7 +3,6 @@ package backend
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"strings"
 )
 
 // EscapeKey encodes key as ASCII letters, digits, '.', '_', '-' and %XX for
@@ -12,20 +11,23 @@ import (
 // it is safe as a ZooKeeper node name, a memcached key, one etcd path
 // segment or a Redis Cluster hash tag. It is at most 3*MaxKeyLen bytes long.
 func EscapeKey(key string) string {
-	var b strings.Builder
-	b.Grow(len(key) + 8)
+	var buf [128]byte // on the stack, for the keys of most names
+	return string(AppendEscapedKey(buf[:0], key))
+}
+
+// AppendEscapedKey appends EscapeKey(key) to dst, for a driver that puts
+// it in a longer name.
+func AppendEscapedKey(dst []byte, key string) []byte {
 	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(key); i++ {
 		c := key[i]
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || (c == '.' && !dotOnly(key)) {
-			b.WriteByte(c)
+			dst = append(dst, c)
 			continue
 		}
-		b.WriteByte('%')
-		b.WriteByte(hexDigits[c>>4])
-		b.WriteByte(hexDigits[c&15])
+		dst = append(dst, '%', hexDigits[c>>4], hexDigits[c&15])
 	}
-	return b.String()
+	return dst
 }
 
 // dotOnly reports whether key is "." or "..", which paths reserve.

@@ -21,7 +21,7 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 		return res
 	}
 	defer dep.in.CutOnEnd(ctx).Stop()
-	cmds := dep.pipelined(ctx, len(locks), func(i int) (*redis.Script, []string, []any) {
+	cmds := dep.pipelined(ctx, len(locks), func(i int) (*script, []string, []any) {
 		l := locks[i]
 		if l.Mode != backend.Exclusive {
 			return sharedRefreshScript, sharedKeys(l), []any{l.Token, px(l.TTL)}
@@ -38,7 +38,7 @@ func (dep *deployment) refreshMany(ctx context.Context, locks []backend.Claim, p
 // pipelined sends the scripts that call(i) names in one pipeline as
 // EVALSHA, and those answered NOSCRIPT (an emptied script cache) again as
 // EVAL, in a second, as Script.Run does for one.
-func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*redis.Script, []string, []any)) []*redis.Cmd {
+func (dep *deployment) pipelined(ctx context.Context, n int, call func(i int) (*script, []string, []any)) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, n)
 	send := func(eval bool) {
 		_, _ = dep.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -291,3 +291,59 @@ func (l legacyDriver) Close() error { return nil }
 func (l legacyDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	return l.d.Subscribe(ctx, key)
 }
+
+// BenchmarkCycle runs one uncontended acquire+release alone, for profiles
+// and allocs/op: the raw floor, the Driver, and a locker.Client over a
+// Driver on a given go-redis client and over one that Open dialed
+// (interruptible connections, contexts watched).
+func BenchmarkCycle(b *testing.B) {
+	testenv.Require(b, testenv.RedisAddr())
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	d := mustNew(b, rdb)
+	defer d.Close()
+	c := benchClientOn(b, mustNew(b, rdb), "redislock-bench")
+	od, err := Open(ctx, "redis://"+testenv.RedisAddr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	oc := benchClientOn(b, od, "redislock-bench")
+	floor, _ := measure.RawFloor(d)
+	key := backend.Key("redislock-bench", "cycle-"+randHex(4))
+	token := newToken()
+	name := "cycle-" + randHex(4)
+	cycle := func(c *locker.Client) func() error {
+		return func() error {
+			l, err := c.Acquire(ctx, name)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}
+	}
+	for _, s := range []struct {
+		name string
+		op   func() error
+	}{
+		{"raw", func() error { return floor(ctx, key) }},
+		{"driver", func() error {
+			cl := backend.Claim{Key: key, Token: token, TTL: 30 * time.Second}
+			if _, err := d.TryAcquire(ctx, cl); err != nil {
+				return err
+			}
+			return d.Release(ctx, cl)
+		}},
+		{"client", cycle(c)},
+		{"client-open", cycle(oc)},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.op(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -206,7 +206,7 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 			if err := admin.ScriptFlush(testCtx(t)).Err(); err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range []*redis.Script{acquireScript, fairAcquireScript} {
+			for _, s := range []*script{acquireScript, fairAcquireScript} {
 				if err := s.Load(testCtx(t), admin).Err(); err != nil {
 					t.Fatal(err)
 				}

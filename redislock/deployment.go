@@ -31,8 +31,10 @@ type deployment struct {
 	linger time.Duration
 	// restartMax caps restartDelay; < 0: no cap.
 	restartMax time.Duration
-	// retention is WithRetention's, in milliseconds.
-	retention int64
+	// retention is WithRetention's, in milliseconds; retentionArg, the
+	// same boxed once for the scripts' arguments.
+	retention    int64
+	retentionArg any
 	// publishDenied warns once of a refused wake-up (see released).
 	publishDenied sync.Once
 	// in cuts calls on a dead connection short, on a client we dialed,
@@ -60,20 +62,22 @@ func newDeployment(rdb redis.UniversalClient, in *conntrack.Tracker, cfg *config
 		up = &uptime{}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	retention := ttlMillis(cfg.retention)
 	return &deployment{
-		rdb:        rdb,
-		in:         in,
-		ring:       ring,
-		up:         up,
-		log:        cfg.logger,
-		linger:     cfg.linger,
-		restartMax: cfg.restartDelay,
-		retention:  ttlMillis(cfg.retention),
-		ctx:        ctx,
-		cancel:     cancel,
-		hubs:       map[string]*hub{},
-		marks:      map[string]*watchMark{},
-		unroute:    routeLogs(cfg.logger),
+		rdb:          rdb,
+		in:           in,
+		ring:         ring,
+		up:           up,
+		log:          cfg.logger,
+		linger:       cfg.linger,
+		restartMax:   cfg.restartDelay,
+		retention:    retention,
+		retentionArg: retention,
+		ctx:          ctx,
+		cancel:       cancel,
+		hubs:         map[string]*hub{},
+		marks:        map[string]*watchMark{},
+		unroute:      routeLogs(cfg.logger),
 	}
 }
 

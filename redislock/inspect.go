@@ -114,13 +114,13 @@ func (dep *deployment) breakLock(ctx context.Context, key string, fence uint64, 
 // scanCount is how many keys a SCAN page asks for.
 const scanCount = 1000
 
-// scan runs script, in one pipeline a page, on the keys (script's keys:
+// scan runs s, in one pipeline a page, on the keys (s's keys:
 // keys(key)) that start with prefix and whose Redis name ends in kind
 // (":lock", ":sem", ":rw"), found with SCAN (never KEYS, which blocks the
 // server) on every server, concurrently, and hands take each answer, one
 // at a time. The key comes back from the escaped name (backend.EscapeKey
 // is reversible).
-func (dep *deployment) scan(ctx context.Context, prefix, kind string, script *redis.Script, keys func(key string) []string, take func(key string, r []any) error) error {
+func (dep *deployment) scan(ctx context.Context, prefix, kind string, s *script, keys func(key string) []string, take func(key string, r []any) error) error {
 	defer dep.in.CutOnEnd(ctx).Stop()
 	// EscapeKey escapes a key of only dots whole; with a letter after it,
 	// prefix escapes as at the start of every longer key ("." and ".." are
@@ -142,8 +142,8 @@ func (dep *deployment) scan(ctx context.Context, prefix, kind string, script *re
 					found = append(found, key)
 				}
 			}
-			cmds := dep.pipelined(ctx, len(found), func(i int) (*redis.Script, []string, []any) {
-				return script, keys(found[i]), nil
+			cmds := dep.pipelined(ctx, len(found), func(i int) (*script, []string, []any) {
+				return s, keys(found[i]), nil
 			})
 			mu.Lock()
 			for i := 0; i < len(cmds) && err == nil; i++ {
@@ -282,8 +282,8 @@ func (d *Driver) enterObject(ctx context.Context, m backend.Mode) (context.Conte
 
 // The operator's scripts of semaphores and read-write locks (shared.go).
 var (
-	sharedInspectScript = redis.NewScript(lua("shared", "waiters", "shared_inspect"))
-	sharedBreakScript   = redis.NewScript(lua("shared", "shared_break"))
+	sharedInspectScript = newScript(lua("shared", "waiters", "shared_inspect"))
+	sharedBreakScript   = newScript(lua("shared", "shared_break"))
 )
 
 // inspectShared reads key's object m (Permit or Read).

@@ -49,8 +49,8 @@ func TestValueRecordsFenceAndOwner(t *testing.T) {
 		t.Errorf("Inspect shows the token: %+v", st)
 	}
 	// A retry of the same attempt reports the fence recorded in the value.
-	value := attempt(l)
 	k := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: 5 * time.Second}
+	value := attempt(k)
 	f1, err := d.acquire(ctx, k, value, 5000)
 	if err != nil || f1 <= 0 {
 		t.Fatal(f1, err)

@@ -1,6 +1,10 @@
 package redislock
 
-import "github.com/lockerhq/locker/backend"
+import (
+	"strings"
+
+	"github.com/lockerhq/locker/backend"
+)
 
 // keys are the Redis names of one lock key's state. All share the hash tag
 // {E}, E being backend.EscapeKey(key) (which has no braces), so they live
@@ -21,8 +25,17 @@ type keys struct {
 
 // keysFor returns the names of key's state, in one allocation.
 func keysFor(key string) keys {
-	e := backend.EscapeKey(key)
-	all := "{" + e + "}:lock{" + e + "}:fence{" + e + "}:released{" + e + "}:queue{" + e + "}:live{" + e + "}:hand"
+	var buf [128]byte // on the stack, for the keys of most names
+	e := backend.AppendEscapedKey(buf[:0], key)
+	var b strings.Builder
+	b.Grow(len(keySuffixes)*(len(e)+2) + len(":lock:fence:released:queue:live:hand"))
+	for _, suffix := range keySuffixes {
+		b.WriteByte('{')
+		b.Write(e)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+	}
+	all := b.String()
 	next := func(suffix string) string {
 		name := all[:len(e)+2+len(suffix)]
 		all = all[len(name):]
@@ -30,3 +43,6 @@ func keysFor(key string) keys {
 	}
 	return keys{lock: next(":lock"), fence: next(":fence"), channel: next(":released"), queue: next(":queue"), live: next(":live"), hand: next(":hand")}
 }
+
+// keySuffixes are keys' names after the hash tag, in keysFor's order.
+var keySuffixes = [...]string{":lock", ":fence", ":released", ":queue", ":live", ":hand"}

@@ -50,7 +50,7 @@ const watchField = "~watch"
 // watchEvery renews a mark that lives 2*livenessTTL, as waiters' entries.
 const watchEvery = livenessTTL / 2
 
-var watchScript = redis.NewScript(`redis.call('HSET', KEYS[1], ARGV[1], '1')
+var watchScript = newScript(`redis.call('HSET', KEYS[1], ARGV[1], '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`)
 

@@ -60,7 +60,9 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 			return backend.Grant{}, nil, fmt.Errorf("redislock: %w", err)
 		}
 	}
-	t := &ticket{d: d, c: c, px: ttlMillis(c.TTL), first: attempts.Add(1)}
+	// On the stack: a free lock's try needs no ticket; one that waits
+	// gets a copy (kept).
+	t := ticket{d: d, c: c, px: ttlMillis(c.TTL), first: attempts.Add(1)}
 	if !t.handoff() || d.dep.mayBeActive() {
 		t.join()
 		t.sub, t.cancel = d.dep.subscribeActive(c.Key, t.w, t.ch)
@@ -75,13 +77,20 @@ func (d *Driver) Enqueue(ctx context.Context, c backend.Claim) (backend.Grant, b
 	case err == nil:
 		return g, nil, nil
 	case errors.Is(err, backend.ErrNotAcquired):
-		return backend.Grant{}, t, nil
+		return backend.Grant{}, t.kept(), nil
 	case t.queuedAt == 0:
 		// What the looks left goes before the claim's next Enqueue.
-		d.dep.undo(ctx, func(ctx context.Context) { _ = t.Leave(ctx) })
+		left := t.kept()
+		d.dep.undo(ctx, func(ctx context.Context) { _ = left.Leave(ctx) })
 		return backend.Grant{}, nil, err
 	}
-	return backend.Grant{}, t, err
+	return backend.Grant{}, t.kept(), err
+}
+
+// kept is a copy of t that outlives its Enqueue.
+func (t *ticket) kept() *ticket {
+	k := *t
+	return &k
 }
 
 // join names the waiter and makes its wake-ups' channel, once it may wait.
@@ -256,7 +265,7 @@ func handoffKeys(key string) ([]string, string) {
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
 	ks, channel := handoffKeys(l.Key)
-	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), channel, "0", dep.retention).Result()
+	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), channel, "0", dep.retentionArg).Result()
 	if err != nil {
 		return false, classify(err)
 	}
@@ -298,7 +307,7 @@ func (dep *deployment) handLocal(key, msg string) {
 // handoffCleanup is cleanup for the default mode: a lock taken is handed on.
 func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
 	ks, channel := handoffKeys(l.Key)
-	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retention)
+	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retentionArg)
 }
 
 // handoffLeave takes waiter w out of l.Key's queue and hands on the lock
@@ -306,5 +315,5 @@ func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, valu
 // waiter that could not leave is skipped once its liveness runs out.
 func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first uint64, w string) error {
 	ks, channel := handoffKeys(l.Key)
-	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retention)
+	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retentionArg)
 }

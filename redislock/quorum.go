@@ -663,7 +663,7 @@ func (q *Quorum) Close() error {
 const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\nfence_grain = tonumber(ARGV[7])\n"
 
 // quorumAcquireScript is the plain quorum acquire script.
-var quorumAcquireScript = redis.NewScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
+var quorumAcquireScript = newScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
 
 // grain rounds the clock floor, in µs: a second, or half the retention.
 func (dep *deployment) grain() int64 {
@@ -675,7 +675,7 @@ func (q *Quorum) acquireOn(ctx context.Context, i int, l backend.Claim, keys []s
 	dep := q.deps[i]
 	delay := dep.restartDelay(px)
 	defer dep.in.CutOnEnd(ctx).Stop()
-	return dep.up.run(ctx, dep, q.gate.Background, quorumAcquireScript, quorumPrefix, delay, keys, value, px, holder(l), delay, dep.retention, l.Owner, dep.grain())
+	return dep.up.run(ctx, dep, q.gate.Background, quorumAcquireScript, quorumPrefix, delay, keys, value, px, holderOf(l, value), delay, dep.retentionArg, l.Owner, dep.grain())
 }
 
 // lockKeys are the acquire script's keys for key.

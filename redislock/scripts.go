@@ -38,25 +38,25 @@ const acquirePrefix = "local restart_delay, retention, owner = tonumber(ARGV[4])
 const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), ARGV[8], ARGV[9]\nlocal function acquire()\n"
 
 var (
-	// Script.Run sends EVALSHA, and EVAL on NOSCRIPT (an emptied cache).
-	acquireScript = redis.NewScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
-	refreshScript = redis.NewScript(lua("refresh"))
-	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
-	raiseScript   = redis.NewScript(lua("value", "raise"))
-	inspectScript = redis.NewScript(lua("queue", "waiters", "inspect"))
-	breakScript   = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("break"))
+	// script.run sends EVALSHA, and EVAL on NOSCRIPT (an emptied cache).
+	acquireScript = newScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
+	refreshScript = newScript(lua("refresh"))
+	releaseScript = newScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
+	raiseScript   = newScript(lua("value", "raise"))
+	inspectScript = newScript(lua("queue", "waiters", "inspect"))
+	breakScript   = newScript(lua("value") + "local function next_waiter() return '' end\n" + lua("break"))
 
 	// Fair mode's: its acquire grants the head of the queue only.
-	fairAcquireScript = redis.NewScript(lua("value", "fence", "queue") + queueArgs + lua("acquire") + "\nend\n" + lua("fair_acquire"))
-	fairReleaseScript = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("release"))
-	fairBreakScript   = redis.NewScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("break"))
-	leaveScript       = redis.NewScript(lua("value", "queue", "leave"))
+	fairAcquireScript = newScript(lua("value", "fence", "queue") + queueArgs + lua("acquire") + "\nend\n" + lua("fair_acquire"))
+	fairReleaseScript = newScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("release"))
+	fairBreakScript   = newScript(lua("value", "queue") + "local function next_waiter() return live_head(KEYS[2], KEYS[3], '') end\n" + lua("break"))
+	leaveScript       = newScript(lua("value", "queue", "leave"))
 
 	// The default mode's: a release hands the lock to the first waiter.
 	handoffPrefix        = lua("value", "fence", "queue", "handoff")
-	handoffAcquireScript = redis.NewScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
-	handoffReleaseScript = redis.NewScript(lua("handoff_release", "value", "fence", "queue", "handoff", "handoff_queued"))
-	handoffLeaveScript   = redis.NewScript(handoffPrefix + lua("handoff_leave"))
+	handoffAcquireScript = newScript(handoffPrefix + queueArgs + lua("acquire") + "\nend\n" + lua("handoff_acquire"))
+	handoffReleaseScript = newScript(lua("handoff_release", "value", "fence", "queue", "handoff", "handoff_queued"))
+	handoffLeaveScript   = newScript(handoffPrefix + lua("handoff_leave"))
 )
 
 // ttlMillis rounds ttl up to whole milliseconds, PX's unit, at least 1.
@@ -88,6 +88,9 @@ func attemptValue(token string, n uint64) string {
 
 func holder(l backend.Claim) string { return l.Token + "." }
 
+// holderOf is holder(l) for a value of l's (see attempt), without a copy.
+func holderOf(l backend.Claim, value string) string { return value[:len(l.Token)+1] }
+
 // acquire runs the acquire script for one attempt: the fence; 0 when
 // another token holds the lock; -n when the server started less than a TTL
 // ago and grants the name in n ms. enter is the Driver's gate, for the
@@ -96,7 +99,7 @@ func (dep *deployment) acquire(ctx context.Context, enter func() (context.Contex
 	defer dep.in.CutOnEnd(ctx).Stop()
 	k := keysFor(l.Key)
 	delay := dep.restartDelay(px)
-	return dep.up.run(ctx, dep, enter, acquireScript, acquirePrefix, delay, []string{k.lock, k.fence}, value, px, holder(l), delay, dep.retention, l.Owner)
+	return dep.up.run(ctx, dep, enter, acquireScript, acquirePrefix, delay, []string{k.lock, k.fence}, value, px, holderOf(l, value), delay, dep.retentionArg, l.Owner)
 }
 
 // classify marks the server's refusal of our identity or of a command
@@ -132,9 +135,9 @@ func (dep *deployment) released(v int64) bool {
 }
 
 // run runs s on dep; the end of ctx cuts its reads (interrupt.go).
-func (dep *deployment) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (dep *deployment) run(ctx context.Context, s *script, keys []string, args ...any) *redis.Cmd {
 	defer dep.in.CutOnEnd(ctx).Stop()
-	return s.Run(ctx, dep.rdb, keys, args...)
+	return s.run(ctx, dep.rdb, keys, args...)
 }
 
 // restartDelay is how long, in ms, a server that started refuses a name it
@@ -172,7 +175,7 @@ func (dep *deployment) queueAcquire(ctx context.Context, fair bool, l backend.Cl
 	if !fair {
 		script, ks = handoffAcquireScript, append(ks, k.hand)
 	}
-	v, err := dep.run(ctx, script, ks, value, px, holder(l), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retention, l.Owner).Int64()
+	v, err := dep.run(ctx, script, ks, value, px, holderOf(l, value), w, livenessTTL.Milliseconds(), mode, dep.restartDelay(px), dep.retentionArg, l.Owner).Int64()
 	return v, classify(err)
 }
 
@@ -194,7 +197,7 @@ func (dep *deployment) leave(ctx context.Context, l backend.Claim, value, w stri
 // raise runs the raise script; left is the lock's expiry left, in ms.
 func (dep *deployment) raise(ctx context.Context, l backend.Claim, value string, fence uint64, left int64) (bool, error) {
 	k := keysFor(l.Key)
-	v, err := dep.run(ctx, raiseScript, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retention, max(left, 1)).Int64()
+	v, err := dep.run(ctx, raiseScript, []string{k.lock, k.fence}, value, strconv.FormatUint(fence, 10), dep.retentionArg, max(left, 1)).Int64()
 	return v == 1, classify(err)
 }
 
@@ -211,7 +214,7 @@ func (dep *deployment) cleanup(ctx context.Context, l backend.Claim, value strin
 }
 
 // evalCleanup sends s whole (EVAL), ctx done or not, for cleanupTimeout.
-func (dep *deployment) evalCleanup(ctx context.Context, s *redis.Script, keys []string, args ...any) error {
+func (dep *deployment) evalCleanup(ctx context.Context, s *script, keys []string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	defer dep.in.CutOnEnd(ctx).Stop()

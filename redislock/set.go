@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	acquireAllScript = redis.NewScript(lua("value", "fence", "acquire_all"))
-	releaseAllScript = redis.NewScript(lua("release_all"))
+	acquireAllScript = newScript(lua("value", "fence", "acquire_all"))
+	releaseAllScript = newScript(lua("release_all"))
 )
 
 // oneServer says whether claims can be taken by one script: the default
@@ -45,7 +45,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 	px := ttlMillis(claims[0].TTL)
 	keys := make([]string, 0, 2*len(claims))
 	values := make([]string, len(claims))
-	args := []any{px, d.dep.restartDelay(px), d.dep.retention, claims[0].Owner}
+	args := []any{px, d.dep.restartDelay(px), d.dep.retentionArg, claims[0].Owner}
 	for i, l := range claims {
 		k := keysFor(l.Key)
 		keys = append(keys, k.lock, k.fence)

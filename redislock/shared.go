@@ -6,19 +6,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockerhq/locker/backend"
 )
 
 // Semaphores and read-write locks (backend.Modal): see scripts/shared.lua.
 
 var (
-	sharedAcquireScript = redis.NewScript(lua("fence", "shared", "shared_queue", "shared_acquire"))
-	sharedRefreshScript = redis.NewScript(lua("shared", "shared_refresh"))
-	sharedReleaseScript = redis.NewScript(lua("shared", "shared_release"))
-	sharedLeaveScript   = redis.NewScript(lua("shared", "shared_leave"))
-	sharedResizeScript  = redis.NewScript(lua("shared_resize"))
+	sharedAcquireScript = newScript(lua("fence", "shared", "shared_queue", "shared_acquire"))
+	sharedRefreshScript = newScript(lua("shared", "shared_refresh"))
+	sharedReleaseScript = newScript(lua("shared", "shared_release"))
+	sharedLeaveScript   = newScript(lua("shared", "shared_leave"))
+	sharedResizeScript  = newScript(lua("shared_resize"))
 )
 
 // Modes implements backend.Modal: semaphores and read-write locks, in
@@ -95,7 +93,7 @@ type sharedAnswer struct {
 // acquireShared runs the shared acquire script for attempt n of c, as
 // waiter w, in mode "try", "wait" or "look" (scripts/shared_queue.lua).
 func (dep *deployment) acquireShared(ctx context.Context, c backend.Claim, n uint64, px int64, w, mode string) (sharedAnswer, error) {
-	r, err := dep.run(ctx, sharedAcquireScript, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retention,
+	r, err := dep.run(ctx, sharedAcquireScript, fairSharedKeys(c), sharedMode(c), c.Token, n, px, c.Limit, dep.restartDelay(px), dep.retentionArg,
 		w, livenessTTL.Milliseconds(), mode, keysFor(c.Key).channel, max(c.Weight, 1), c.Owner).Result()
 	if err != nil {
 		return sharedAnswer{}, classify(err)

@@ -22,7 +22,7 @@ import (
 
 // upScript is a server's proven variant of the acquire script.
 type upScript struct {
-	hash  string
+	hash  any   // boxed once (see evalsha)
 	upMs  int64 // restart delays up to this are known to have passed
 	runID string
 }
@@ -66,10 +66,10 @@ func provenUp(up int64) int64 {
 // variant when one covers it, else plain, and learns a variant in the
 // background (enter: the owner's gate). A nil u (a cluster, a ring) runs
 // plain.
-func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context.Context, func(), bool), plain *redis.Script, prefix string, delay int64, keys []string, args ...any) (int64, error) {
+func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context.Context, func(), bool), plain *script, prefix string, delay int64, keys []string, args ...any) (int64, error) {
 	if u != nil && delay > 0 {
 		if s := u.script.Load(); s != nil && delay <= s.upMs {
-			v, err := dep.rdb.EvalSha(ctx, s.hash, keys, args...).Int64()
+			v, err := evalsha(ctx, dep.rdb, s.hash, "", keys, args...).Int64()
 			if !isNoScript(err) {
 				return v, classify(err)
 			}
@@ -78,7 +78,7 @@ func (u *uptime) run(ctx context.Context, dep *deployment, enter func() (context
 		}
 		u.probe(dep, enter, prefix)
 	}
-	v, err := plain.Run(ctx, dep.rdb, keys, args...).Int64()
+	v, err := plain.run(ctx, dep.rdb, keys, args...).Int64()
 	return v, classify(err)
 }
 
@@ -132,5 +132,6 @@ func (dep *deployment) learnUp(ctx context.Context, prefix string) *upScript {
 	return &upScript{hash: hash, upMs: x, runID: runID}
 }
 
-// isNoScript reports a NOSCRIPT answer.
-func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+// isNoScript reports a NOSCRIPT answer. (HasErrorPrefix allocates, even
+// for a nil err.)
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
