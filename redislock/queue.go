@@ -255,8 +255,8 @@ func handoffKeys(key string) ([]string, string) {
 // handoffRelease is release that hands the lock to the first live waiter;
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	ks, channel := handoffKeys(l.Key)
-	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), channel, "0", dep.retention).Result()
+	ks, _ := handoffKeys(l.Key)
+	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), dep.retention).Result()
 	if err != nil {
 		return false, classify(err)
 	}
@@ -297,8 +297,8 @@ func (dep *deployment) handLocal(key, msg string) {
 
 // handoffCleanup is cleanup for the default mode: a lock taken is handed on.
 func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
-	ks, channel := handoffKeys(l.Key)
-	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retention)
+	ks, _ := handoffKeys(l.Key)
+	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, dep.retention)
 }
 
 // handoffLeave takes waiter w out of l.Key's queue and hands on the lock

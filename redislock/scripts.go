@@ -39,7 +39,7 @@ const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), AR
 
 var (
 	// Script.Run sends EVALSHA, and EVAL on NOSCRIPT (an emptied cache).
-	acquireScript = redis.NewScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
+	acquireScript = redis.NewScript(lua("fence") + acquirePrefix + lua("acquire"))
 	refreshScript = redis.NewScript(lua("refresh"))
 	releaseScript = redis.NewScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
 	raiseScript   = redis.NewScript(lua("value", "raise"))
