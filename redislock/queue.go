@@ -264,8 +264,8 @@ func handoffKeys(key string) ([]string, string) {
 // handoffRelease is release that hands the lock to the first live waiter;
 // a waiter of this process learns it from the reply, ahead of pub/sub.
 func (dep *deployment) handoffRelease(ctx context.Context, l backend.Claim) (bool, error) {
-	ks, channel := handoffKeys(l.Key)
-	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), channel, "0", dep.retentionArg).Result()
+	ks, _ := handoffKeys(l.Key)
+	r, err := dep.run(ctx, handoffReleaseScript, ks, holder(l), dep.retentionArg).Result()
 	if err != nil {
 		return false, classify(err)
 	}
@@ -306,8 +306,8 @@ func (dep *deployment) handLocal(key, msg string) {
 
 // handoffCleanup is cleanup for the default mode: a lock taken is handed on.
 func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, value string) {
-	ks, channel := handoffKeys(l.Key)
-	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, channel, "1", dep.retentionArg)
+	ks, _ := handoffKeys(l.Key)
+	_ = dep.evalCleanup(ctx, handoffReleaseScript, ks, value, dep.retentionArg)
 }
 
 // handoffLeave takes waiter w out of l.Key's queue and hands on the lock

@@ -663,7 +663,7 @@ func (q *Quorum) Close() error {
 const quorumPrefix = "local restart_delay, retention, owner = tonumber(ARGV[4]), ARGV[5], ARGV[6]\nfence_grain = tonumber(ARGV[7])\n"
 
 // quorumAcquireScript is the plain quorum acquire script.
-var quorumAcquireScript = newScript(lua("value", "fence") + quorumPrefix + lua("acquire"))
+var quorumAcquireScript = newScript(lua("fence") + quorumPrefix + lua("acquire"))
 
 // grain rounds the clock floor, in µs: a second, or half the retention.
 func (dep *deployment) grain() int64 {

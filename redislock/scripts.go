@@ -39,7 +39,7 @@ const queueArgs = "local restart_delay, retention, owner = tonumber(ARGV[7]), AR
 
 var (
 	// script.run sends EVALSHA, and EVAL on NOSCRIPT (an emptied cache).
-	acquireScript = newScript(lua("value", "fence") + acquirePrefix + lua("acquire"))
+	acquireScript = newScript(lua("fence") + acquirePrefix + lua("acquire"))
 	refreshScript = newScript(lua("refresh"))
 	releaseScript = newScript(lua("value") + "local function next_waiter() return '' end\n" + lua("release"))
 	raiseScript   = newScript(lua("value", "raise"))

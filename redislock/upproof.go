@@ -39,7 +39,7 @@ const probeEvery = time.Second
 
 // upVariant is the acquire script that skips delays up to upMs ms.
 func upVariant(prefix string, upMs int64) string {
-	return lua("value", "fence") + prefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
+	return lua("fence") + prefix + "if restart_delay <= " + strconv.FormatInt(upMs, 10) + " then restart_delay = 0 end\n" + lua("acquire")
 }
 
 // serverInfo reads run_id and uptime from INFO server; not ok before 7.

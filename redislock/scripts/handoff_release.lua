@@ -7,8 +7,12 @@
 -- others.
 --
 -- KEYS[1..5]  see handoff.lua
--- ARGV[1..3]  as for release.lua
--- ARGV[4]     the fence counter's retention in milliseconds
+-- ARGV[1]     "<token>." to release whatever attempt of the token holds
+--             it, or "<token>.<attempt>" to clean up after that failed
+--             attempt only (a later attempt of the same token may hold it)
+-- ARGV[2]     the fence counter's retention in milliseconds
+-- The release channel is "{E}:released", from KEYS[1]: every argument
+-- costs the server on every release.
 --
 -- Returns as release.lua: 1 released, 2 released but the wake-up was
 -- refused, 0 not held; after a hand-off, {1 or 2, the hand-off's message},
@@ -18,7 +22,7 @@ local cur = redis.call('GET', KEYS[1])
 -- "<token>.<attempt>:" (see value.lua, which is defined after this part:
 -- a release with nobody waiting makes none of its functions).
 local mine = ARGV[1]
-if ARGV[3] == '1' then
+if string.sub(mine, -1) ~= '.' then
   mine = mine .. ':'
 end
 if not cur or string.sub(cur, 1, #mine) ~= mine then
