@@ -95,8 +95,8 @@ func (d *Driver) create(ctx context.Context, claims []backend.Claim, waits, inli
 		if (waits || inline) && !d.settled(ctx) {
 			return nil, fmt.Errorf("create the queue node: %w", errNoSession)
 		}
-		var ops []any
-		var owner []int // each op's claim, -1 for the root's write
+		ops := make([]any, 0, 4*n+1)   // the root's write, each claim's at most 4
+		owner := make([]int, 0, 4*n+1) // each op's claim, -1 for the root's write
 		add := func(i int, op any) { owner = append(owner, i); ops = append(ops, op) }
 		anyFresh := slices.ContainsFunc(ns, func(q node) bool { return q.fresh })
 		if anyFresh {
@@ -204,9 +204,11 @@ func (d *Driver) create(ctx context.Context, claims []backend.Claim, waits, inli
 		es := make([]*entry, n)
 		for i, q := range ns {
 			e := &entry{parent: q.parent, hash: q.hash, session: sid, marked: q.marked, first: true}
-			path := q.prefix + firstSeq
+			var path string
 			if q.at < len(res) {
 				path = res[q.at].String
+			} else {
+				path = q.prefix + firstSeq
 			}
 			if under(path, q.parent) {
 				e.name, e.full = path[len(q.parent)+1:], path
@@ -231,8 +233,9 @@ func (d *Driver) create(ctx context.Context, claims []backend.Claim, waits, inli
 			// The session changed: the nodes may be gone or the new one's.
 			err = fmt.Errorf("create the queue node: %w", zk.ErrSessionExpired)
 		}
-		if err == nil {
-			// Names' nodes there before us must carry our ACL.
+		if err == nil && slices.ContainsFunc(ns, func(q node) bool { return !q.checked && !q.fresh }) {
+			// Names' nodes there before us must carry our ACL (no
+			// goroutine per name when all are known, as a rule).
 			err = errors.Join(parallel.Each(n, n, func(i int) error {
 				if ns[i].checked || ns[i].fresh {
 					return nil
