@@ -18,6 +18,8 @@ import (
 // throughput.
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	nop := func(context.Context) error { return nil }
 	cycles := []struct {
 		name  string
@@ -36,6 +38,15 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				return err
 			}
 			return l.Release(ctx)
+		}},
+		// A caller's context that can end (a request's): the Client's
+		// gate gives the call a context of its own.
+		{"TryAcquireCancel", func(c *locker.Client, name string) error {
+			l, err := c.TryAcquire(cctx, name)
+			if err != nil {
+				return err
+			}
+			return l.Release(cctx)
 		}},
 		{"Do", func(c *locker.Client, name string) error { return c.Do(ctx, name, nop) }},
 		// LockDelay adds no request and should add nothing measurable:

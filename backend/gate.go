@@ -20,6 +20,10 @@ type Gate struct {
 	// children map and lock every call would share.
 	calls gateCall
 	done  func() // g.ops.Done, made once (lazy): the done of enterEndless's calls
+	// the contexts of calls entered from another gate's endless calls (a
+	// Client's, into its driver): one for each such gate, which ends with
+	// either gate's Close (see enterEndless).
+	joints map[context.Context]joint
 }
 
 // gateCall is one call in flight, linked in its Gate's list.
@@ -27,7 +31,12 @@ type gateCall struct {
 	g          *Gate
 	prev, next *gateCall
 	cancel     context.CancelFunc
+	done       func() // c.leave, made once: a gateCall is reused (gateCalls)
 }
+
+// gateCalls keeps the gateCalls of calls that returned, for reuse: two
+// allocations less a call. A done called twice is a bug already (ops).
+var gateCalls sync.Pool
 
 func (g *Gate) lazy() {
 	if g.ctx == nil {
@@ -41,7 +50,10 @@ func (g *Gate) lazy() {
 // no done, once Close has begun.
 func (g *Gate) Enter(ctx context.Context) (context.Context, func(), error) {
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
-		return g.enterEndless(ctx)
+		return g.enterEndless(ctx, nil)
+	}
+	if c, ok := ctx.(gateCtx); ok {
+		return g.enterEndless(c.values, c.Context)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done, err := g.Track(cancel)
@@ -66,7 +78,12 @@ func (g *Gate) Background() (closing context.Context, done func(), ok bool) {
 // else). It returns done, which the call must call when it returns, and
 // which calls cancel; or ErrClosed, and no done, once Close has begun.
 func (g *Gate) Track(cancel context.CancelFunc) (done func(), err error) {
-	c := &gateCall{g: g, cancel: cancel}
+	c, _ := gateCalls.Get().(*gateCall)
+	if c == nil {
+		c = &gateCall{}
+		c.done = c.leave
+	}
+	c.g, c.cancel = g, cancel
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -79,7 +96,7 @@ func (g *Gate) Track(cancel context.CancelFunc) (done func(), err error) {
 	c.next.prev, g.calls.next = c, c
 	g.ops.Add(1)
 	g.mu.Unlock()
-	return c.leave, nil
+	return c.done, nil
 }
 
 // enterEndless is Enter for a context that never ends
@@ -89,16 +106,48 @@ func (g *Gate) Track(cancel context.CancelFunc) (done func(), err error) {
 // cancels, as its parent (see gateCtx.Value): in the map and under the
 // lock that such calls share, which costs no allocation where a context
 // in the list costs three.
-func (g *Gate) enterEndless(ctx context.Context) (context.Context, func(), error) {
+//
+// With other, the closing context of another gate, ctx was entered there
+// (a Client's call into its driver): the call's context is then the
+// joint of both gates', which ends with either and is made once.
+func (g *Gate) enterEndless(ctx, other context.Context) (context.Context, func(), error) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
 		return nil, nil, ErrClosed
 	}
 	g.lazy()
+	closing := g.ctx
+	if other != nil && other != g.ctx {
+		closing = g.joint(other)
+	}
 	g.ops.Add(1)
 	g.mu.Unlock()
-	return gateCtx{g.ctx, ctx}, g.done, nil
+	return gateCtx{closing, ctx}, g.done, nil
+}
+
+// joint returns the context that ends when other or g's Close does,
+// made under g.mu on first use, and forgotten once other has ended.
+func (g *Gate) joint(other context.Context) context.Context {
+	if j, ok := g.joints[other]; ok {
+		return j.ctx
+	}
+	ctx, cancel := context.WithCancel(other)
+	if g.joints == nil {
+		g.joints = map[context.Context]joint{}
+	}
+	g.joints[other] = joint{ctx, cancel}
+	context.AfterFunc(other, func() {
+		g.mu.Lock()
+		delete(g.joints, other)
+		g.mu.Unlock()
+	})
+	return ctx
+}
+
+type joint struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // gateCtx is the gate's context with the values of a call's context,
@@ -129,7 +178,10 @@ func (c *gateCall) leave() {
 		c.prev, c.next = nil, nil
 	}
 	g.mu.Unlock()
-	c.cancel()
+	cancel := c.cancel
+	c.g, c.cancel = nil, nil
+	gateCalls.Put(c)
+	cancel()
 	g.ops.Done()
 }
 
@@ -181,6 +233,9 @@ func (g *Gate) Close() bool {
 		c = next
 	}
 	g.calls.prev, g.calls.next = nil, nil
+	for _, j := range g.joints {
+		cancels = append(cancels, j.cancel)
+	}
 	g.mu.Unlock()
 	g.cancel()
 	// Outside the lock: a cancel runs its context's children's.

@@ -118,6 +118,77 @@ func TestGateEndlessCall(t *testing.T) {
 	}
 }
 
+// A call entered from another gate's endless call (a Client's into its
+// driver) gets no context of its own, yet ends with either gate's Close.
+func TestGateNestedEndlessCall(t *testing.T) {
+	type key struct{}
+	parent := context.WithValue(context.Background(), key{}, "v")
+	for _, closeOuter := range []bool{true, false} {
+		var outer, inner Gate
+		octx, odone, err := outer.Enter(parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() {
+			_, done, err := inner.Enter(octx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done()
+		}); n > 1 {
+			t.Fatalf("Enter+done from another gate's endless call: %v allocations, want at most 1", n)
+		}
+		ctx, done, err := inner.Enter(octx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctx.Value(key{}) != "v" {
+			t.Fatal("the call's context lost the caller's value")
+		}
+		go func() {
+			<-ctx.Done()
+			done()
+		}()
+		closing := &inner
+		if closeOuter {
+			closing = &outer
+			go func() {
+				<-octx.Done()
+				odone()
+			}()
+		} else {
+			defer odone()
+		}
+		closed := make(chan bool)
+		go func() { closed <- closing.Close() }()
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("closing the outer gate (%v) or the inner did not end the call", closeOuter)
+		}
+		<-closed
+		if closeOuter {
+			// The joint is forgotten once the outer gate has closed.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				inner.mu.Lock()
+				n := len(inner.joints)
+				inner.mu.Unlock()
+				if n == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the inner gate kept the joint of a closed gate")
+				}
+				time.Sleep(time.Millisecond)
+			}
+		} else if octx.Err() != nil {
+			t.Fatal("closing the inner gate ended the outer gate's call")
+		}
+		inner.Close()
+	}
+}
+
 // detached is a hand-written context.WithoutCancel, as code older than it
 // has: it never ends, and passes every Value through, its parent's
 // cancellation included.

@@ -20,6 +20,7 @@ const maxRounds = 20
 type Watch struct {
 	t      *Tracker
 	stopAF func() bool
+	fire   func() // w.watch, made once: a Watch is reused (watches)
 	mu     sync.Mutex
 	done   bool          // Stop was called
 	ended  chan struct{} // made by fire, closed by Stop
@@ -36,15 +37,29 @@ func (t *Tracker) CutOnEnd(ctx context.Context) *Watch {
 	if t == nil || ctx.Done() == nil {
 		return nil
 	}
-	w := &Watch{t: t}
+	w := watches.Get().(*Watch)
+	w.t = t
 	w.stopAF = context.AfterFunc(ctx, w.fire)
 	return w
 }
 
+// watches keeps the Watches whose fire never ran, for reuse: two
+// allocations less a call.
+var watches = sync.Pool{New: func() any {
+	w := &Watch{}
+	w.fire = w.watch
+	return w
+}}
+
 // Stop ends the watch: the call returned.
 func (w *Watch) Stop() {
-	if w == nil || w.stopAF() {
-		return // fire never runs: nothing to tell it
+	if w == nil {
+		return
+	}
+	if w.stopAF() { // fire never runs: nothing to tell it
+		w.t, w.stopAF = nil, nil
+		watches.Put(w)
+		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -56,7 +71,7 @@ func (w *Watch) Stop() {
 	}
 }
 
-func (w *Watch) fire() {
+func (w *Watch) watch() {
 	w.mu.Lock()
 	if w.done {
 		w.mu.Unlock()
