@@ -318,6 +318,55 @@ func TestCloseIsBounded(t *testing.T) {
 	}
 }
 
+// A Release in flight ends as Close begins, long before its own bound
+// (10 s for this TTL).
+func TestCloseEndsReleaseInFlight(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	c, err := locker.New(stuckEntered{stuck{memDriver(memlock.NewStore())}, entered})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(context.Background(), "x", locker.TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- l.Release(context.Background()) }()
+	<-entered
+	start := time.Now()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		c.Close()
+	}()
+	defer func() { <-closed }()
+	select {
+	case err := <-released:
+		if err == nil {
+			t.Fatal("a Release that Close cut short reported success")
+		}
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Fatalf("Release returned %v after Close began", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the Release in flight")
+	}
+}
+
+// stuckEntered is stuck that says when a Release enters it.
+type stuckEntered struct {
+	stuck
+	entered chan struct{}
+}
+
+func (d stuckEntered) Release(ctx context.Context, l backend.Claim) error {
+	select {
+	case d.entered <- struct{}{}:
+	default:
+	}
+	return d.stuck.Release(ctx, l)
+}
+
 func TestSessionShorterThanTTLCounts(t *testing.T) {
 	const sessionTTL = 400 * time.Millisecond
 	d := &session{Driver: memDriver(memlock.NewStore()), ttl: sessionTTL}
