@@ -19,7 +19,8 @@ type Gate struct {
 	// calls than registering each with ctx (context.AfterFunc), whose
 	// children map and lock every call would share.
 	calls gateCall
-	done  func() // g.ops.Done, made once (lazy): the done of enterEndless's calls
+	done  func()          // g.ops.Done, made once (lazy): the done of enterEndless's calls
+	bg    context.Context // the context of enterEndless's calls on context.Background(), made once
 	// the contexts of calls entered from another gate's endless calls (a
 	// Client's, into its driver): one for each such gate, which ends with
 	// either gate's Close (see enterEndless).
@@ -41,7 +42,7 @@ var gateCalls sync.Pool
 func (g *Gate) lazy() {
 	if g.ctx == nil {
 		g.ctx, g.cancel = context.WithCancel(context.Background())
-		g.done = g.ops.Done
+		g.done, g.bg = g.ops.Done, gateCtx{g.ctx, context.Background()}
 	}
 }
 
@@ -117,37 +118,44 @@ func (g *Gate) enterEndless(ctx, other context.Context) (context.Context, func()
 		return nil, nil, ErrClosed
 	}
 	g.lazy()
-	closing := g.ctx
+	j := joint{g.ctx, nil, g.bg}
 	if other != nil && other != g.ctx {
-		closing = g.joint(other)
+		j = g.joint(other)
 	}
 	g.ops.Add(1)
 	g.mu.Unlock()
-	return gateCtx{closing, ctx}, g.done, nil
+	if ctx == context.Background() {
+		return j.bg, g.done, nil // made once: no allocation
+	}
+	return gateCtx{j.ctx, ctx}, g.done, nil
 }
 
 // joint returns the context that ends when other or g's Close does,
 // made under g.mu on first use, and forgotten once other has ended.
-func (g *Gate) joint(other context.Context) context.Context {
+func (g *Gate) joint(other context.Context) joint {
 	if j, ok := g.joints[other]; ok {
-		return j.ctx
+		return j
 	}
 	ctx, cancel := context.WithCancel(other)
 	if g.joints == nil {
 		g.joints = map[context.Context]joint{}
 	}
-	g.joints[other] = joint{ctx, cancel}
+	j := joint{ctx, cancel, gateCtx{ctx, context.Background()}}
+	g.joints[other] = j
 	context.AfterFunc(other, func() {
 		g.mu.Lock()
 		delete(g.joints, other)
 		g.mu.Unlock()
 	})
-	return ctx
+	return j
 }
 
+// joint is a context that ends with either of two gates, its cancel, and
+// the context of its calls on context.Background().
 type joint struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	bg     context.Context
 }
 
 // gateCtx is the gate's context with the values of a call's context,

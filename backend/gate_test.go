@@ -138,6 +138,17 @@ func TestGateNestedEndlessCall(t *testing.T) {
 		}); n > 1 {
 			t.Fatalf("Enter+done from another gate's endless call: %v allocations, want at most 1", n)
 		}
+		if n := testing.AllocsPerRun(100, func() {
+			octx, odone, _ := outer.Enter(context.Background())
+			_, done, err := inner.Enter(octx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done()
+			odone()
+		}); n > 0 {
+			t.Fatalf("Enter+done on context.Background(), then from it into another gate: %v allocations, want none", n)
+		}
 		ctx, done, err := inner.Enter(octx)
 		if err != nil {
 			t.Fatal(err)
