@@ -368,15 +368,16 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("locker: release %q: %w: released already", h.name, ErrNotHeld)
 	}
-	// The bound's context, which Close cancels (Track): no context of
-	// the gate's before it, nor a place among the gate context's children.
-	rctx, cancel := context.WithTimeout(outlive(ctx), releaseTimeout(h.ttl))
-	end, err := h.c.gate.Track(cancel)
+	// outlive's context never ends: the gate's own, which Close ends,
+	// with ctx's values, and no context of the call's own before the
+	// bound's.
+	gctx, end, err := h.c.gate.Enter(outlive(ctx))
 	if err != nil {
-		cancel()
 		return fmt.Errorf("locker: release %q: %w", h.name, err)
 	}
 	defer end()
+	rctx, cancel := context.WithTimeout(gctx, releaseTimeout(h.ttl))
+	defer cancel()
 	err = h.c.release(rctx, h)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNotHeld) {
 		return fmt.Errorf("%w; the caller's context had ended: %w", err, context.Cause(ctx))

@@ -32,12 +32,7 @@ type gateCall struct {
 	g          *Gate
 	prev, next *gateCall
 	cancel     context.CancelFunc
-	done       func() // c.leave, made once: a gateCall is reused (gateCalls)
 }
-
-// gateCalls keeps the gateCalls of calls that returned, for reuse: two
-// allocations less a call. A done called twice is a bug already (ops).
-var gateCalls sync.Pool
 
 func (g *Gate) lazy() {
 	if g.ctx == nil {
@@ -79,12 +74,9 @@ func (g *Gate) Background() (closing context.Context, done func(), ok bool) {
 // else). It returns done, which the call must call when it returns, and
 // which calls cancel; or ErrClosed, and no done, once Close has begun.
 func (g *Gate) Track(cancel context.CancelFunc) (done func(), err error) {
-	c, _ := gateCalls.Get().(*gateCall)
-	if c == nil {
-		c = &gateCall{}
-		c.done = c.leave
-	}
-	c.g, c.cancel = g, cancel
+	// Not reused from a pool: a done called twice (a driver's bug) would
+	// then unlink another call, which Close would no longer end.
+	c := &gateCall{g: g, cancel: cancel}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -97,7 +89,7 @@ func (g *Gate) Track(cancel context.CancelFunc) (done func(), err error) {
 	c.next.prev, g.calls.next = c, c
 	g.ops.Add(1)
 	g.mu.Unlock()
-	return c.done, nil
+	return c.leave, nil
 }
 
 // enterEndless is Enter for a context that never ends
@@ -186,10 +178,7 @@ func (c *gateCall) leave() {
 		c.prev, c.next = nil, nil
 	}
 	g.mu.Unlock()
-	cancel := c.cancel
-	c.g, c.cancel = nil, nil
-	gateCalls.Put(c)
-	cancel()
+	c.cancel()
 	g.ops.Done()
 }
 
