@@ -69,6 +69,7 @@ var cases = []testCase{
 	{"LockSetAllOrNothing", false, (*suite).lockSetAllOrNothing},
 	{"LockSetCrossedOrders", false, (*suite).lockSetCrossedOrders},
 	{"LockSetLost", false, (*suite).lockSetLost},
+	{"LockSetManyNames", false, (*suite).lockSetMany},
 	{"LockDelayAfterLoss", false, (*suite).lockDelay},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
