@@ -188,7 +188,10 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 	for i := range as {
 		as[i].st.tried(err)
 	}
-	if err == nil && len(grants) != len(claims) {
+	short := err == nil && len(grants) != len(claims)
+	if short {
+		// Given back, these claims are tried no more: a name taken
+		// again with one would be freed by its give-back.
 		err = fmt.Errorf("the driver granted %d claims of %d", len(grants), len(claims))
 		for _, cl := range claims {
 			c.releaseLater(cl)
@@ -212,7 +215,7 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 		// slots, say): name by name, as any store.
 		return c.takeInOrder(s, as, locks, errs, &done)
 	}
-	if ctx.Err() != nil || !(wait || errors.Is(err, ErrNotAcquired)) {
+	if short || ctx.Err() != nil || !(wait || errors.Is(err, ErrNotAcquired)) {
 		// Nothing to wait for: every attempt ends with the request's error.
 		for ; done < len(as); done++ {
 			_, errs[done] = as[done].finish(backend.Grant{}, start, err)
