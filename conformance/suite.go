@@ -70,6 +70,7 @@ var cases = []testCase{
 	{"LockSetCrossedOrders", false, (*suite).lockSetCrossedOrders},
 	{"LockSetLost", false, (*suite).lockSetLost},
 	{"LockSetManyNames", false, (*suite).lockSetMany},
+	{"LockSetOneGone", false, (*suite).lockSetOneGone},
 	{"LockDelayAfterLoss", false, (*suite).lockDelay},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
