@@ -58,7 +58,7 @@ var brokenVariants = map[string][]string{
 	// A TryAcquire whose caller gives up while its request is on the wire
 	// returns at once, and the request lands later: after the Client's
 	// release of what the call may have left, which overtakes it.
-	"lands-late": {"CancelledAcquireLeavesNameFree"},
+	"lands-late": {"CancelledAcquireLeavesNameFree", "LockSetCancelledLeavesNamesFree"},
 	// A TryAcquire that failed for want of the store is sent again by the
 	// driver once the network is back (a client library's retry on
 	// reconnect): the name is taken after its caller was told it failed,

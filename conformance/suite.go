@@ -71,6 +71,7 @@ var cases = []testCase{
 	{"LockSetLost", false, (*suite).lockSetLost},
 	{"LockSetManyNames", false, (*suite).lockSetMany},
 	{"LockSetOneGone", false, (*suite).lockSetOneGone},
+	{"LockSetCancelledLeavesNamesFree", false, (*suite).lockSetCancelled},
 	{"LockDelayAfterLoss", false, (*suite).lockDelay},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},
