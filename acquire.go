@@ -326,9 +326,11 @@ func (a *attempt) finish(grant backend.Grant, start time.Time, err error) (*Lock
 	}
 	c.mu.Lock()
 	if c.gate.Closed() {
+		// Close, which waits for this call, releases it before it closes
+		// the driver: a release of its own might come after.
+		c.late = append(c.late, h.lock())
 		c.mu.Unlock()
 		c.abandon(h)
-		c.releaseLater(h.lock())
 		return nil, fmt.Errorf("locker: %s %q: %w", op, name, ErrClosed)
 	}
 	h.depth = 1

@@ -457,3 +457,69 @@ func TestDeadlineCountsFromGrantSent(t *testing.T) {
 		t.Fatalf("deadline %v before the grant was sent, %v, + TTL - margin = %v", l.Deadline(), d.sent, want)
 	}
 }
+
+// grantAtClose grants at once and answers when its call's context ends
+// (Close ends it): a grant that crossed the Client's closing. Its
+// releases take a round trip.
+type grantAtClose struct {
+	*memlock.Driver
+	granted chan struct{}
+}
+
+func (d grantAtClose) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	g, err := d.Driver.TryAcquire(ctx, c)
+	d.granted <- struct{}{}
+	<-ctx.Done()
+	return g, err
+}
+
+func (d grantAtClose) TryAcquireAll(ctx context.Context, cs []backend.Claim) ([]backend.Grant, error) {
+	gs, err := d.Driver.TryAcquireAll(ctx, cs)
+	d.granted <- struct{}{}
+	<-ctx.Done()
+	return gs, err
+}
+
+func (d grantAtClose) Release(ctx context.Context, c backend.Claim) error {
+	time.Sleep(5 * time.Millisecond)
+	return d.Driver.Release(ctx, c)
+}
+
+// A grant that arrives as the Client closes holds nothing once Close has
+// returned: Close releases it before it closes the driver, as it does the
+// Client's locks, for a lock and for a set.
+func TestCloseReleasesGrantsInFlight(t *testing.T) {
+	s := memlock.NewStore()
+	obs := newClient(t, s)
+	for _, set := range []bool{false, true} {
+		d := grantAtClose{memDriver(s), make(chan struct{}, 1)}
+		c, err := locker.New(d, locker.WithDefaultTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{"a", "b"}
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			if set {
+				_, err = c.TryAcquireAll(context.Background(), names)
+			} else {
+				_, err = c.TryAcquire(context.Background(), names[0])
+				names = names[:1]
+			}
+			done <- err
+		}()
+		<-d.granted
+		c.Close()
+		if err := <-done; !errors.Is(err, locker.ErrClosed) {
+			t.Fatalf("set %v: the call crossing Close = %v, want ErrClosed", set, err)
+		}
+		for _, n := range names {
+			l, err := obs.TryAcquire(context.Background(), n)
+			if err != nil {
+				t.Fatalf("set %v: %s after Close returned: %v, want it free", set, n, err)
+			}
+			l.Release(context.Background())
+		}
+	}
+}

@@ -51,6 +51,7 @@ type Client struct {
 	mu        sync.Mutex
 	reentries map[reentryKey]*hold  // holds with a Reentrant key
 	live      map[*hold]struct{}    // every hold not yet released, for Close
+	late      []backend.Claim       // grants that arrived as Close began, for Close
 	turns     map[object]*turnstile // this Client's waiters, per object (turnstile.go)
 	waiting   atomic.Int64          // how many waiters the turnstiles hold
 }
@@ -309,14 +310,21 @@ func (c *Client) Close() error {
 	for h := range c.live {
 		holds = append(holds, h)
 	}
+	late := c.late
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeReleaseTimeout)
 	defer cancel()
-	parallel.Each(len(holds), maxClosing, func(i int) error {
-		h := holds[i]
-		h.loseBy(LostClosed, fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
-		return c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, h.lock()) })
+	parallel.Each(len(holds)+len(late), maxClosing, func(i int) error {
+		cl := backend.Claim{}
+		if i < len(holds) {
+			h := holds[i]
+			h.loseBy(LostClosed, fmt.Errorf("locker: %q: %w", h.name, ErrClosed))
+			cl = h.lock()
+		} else {
+			cl = late[i-len(holds)]
+		}
+		return c.errCall(ctx, func(ctx context.Context) error { return c.drv.Release(ctx, cl) })
 	})
 	err := c.drv.Close()
 	// Closing the driver ends the calls that outlived their contexts; a

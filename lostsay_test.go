@@ -103,3 +103,37 @@ func TestReleaseFindingTheLockGoneIsALoss(t *testing.T) {
 		t.Fatalf("Do whose lock was gone at its release = %v, want ErrLost", err)
 	}
 }
+
+// A lock set's Release that finds one of its locks gone reports the loss
+// as Lock.Release does: the set's Lost is closed, asked for before the
+// Release or after.
+func TestLockSetReleaseFindingALockGoneIsALoss(t *testing.T) {
+	s := memlock.NewStore()
+	c := newClient(t, s)
+	ctx := context.Background()
+	for _, before := range []bool{true, false} {
+		set, err := c.AcquireAll(ctx, []string{"a", "b"}, locker.TTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lost <-chan struct{}
+		if before {
+			lost = set.Lost()
+		}
+		if !s.Expire(backend.Key("locker", "b")) {
+			t.Fatal("the store had no lock to expire")
+		}
+		err = set.Release(ctx)
+		if !before {
+			lost = set.Lost()
+		}
+		select {
+		case <-lost:
+		default:
+			t.Fatalf("Lost asked for before the Release %v: the Release found b gone (%v), and Lost is still open", before, err)
+		}
+		if !errors.Is(err, locker.ErrLost) || !errors.Is(set.Err(), locker.ErrLost) {
+			t.Fatalf("Release = %v, Err = %v; want ErrLost", err, set.Err())
+		}
+	}
+}

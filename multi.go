@@ -188,7 +188,10 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 	for i := range as {
 		as[i].st.tried(err)
 	}
-	if err == nil && len(grants) != len(claims) {
+	short := err == nil && len(grants) != len(claims)
+	if short {
+		// Given back, these claims are tried no more: a name taken
+		// again with one would be freed by its give-back.
 		err = fmt.Errorf("the driver granted %d claims of %d", len(grants), len(claims))
 		for _, cl := range claims {
 			c.releaseLater(cl)
@@ -212,7 +215,7 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 		// slots, say): name by name, as any store.
 		return c.takeInOrder(s, as, locks, errs, &done)
 	}
-	if ctx.Err() != nil || !(wait || errors.Is(err, ErrNotAcquired)) {
+	if short || ctx.Err() != nil || !(wait || errors.Is(err, ErrNotAcquired)) {
 		// Nothing to wait for: every attempt ends with the request's error.
 		for ; done < len(as); done++ {
 			_, errs[done] = as[done].finish(backend.Grant{}, start, err)
@@ -264,7 +267,8 @@ func (s *LockSet) Fence(name string) uint64 {
 }
 
 // Lost returns a channel that is closed as soon as any lock of the set is
-// known lost (see Lock.Lost). It is not closed by Release.
+// known lost (see Lock.Lost), by a Release that finds one gone too. It is
+// not closed by Release.
 func (s *LockSet) Lost() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -272,10 +276,15 @@ func (s *LockSet) Lost() <-chan struct{} {
 		return s.lost
 	}
 	s.lost = make(chan struct{})
-	for _, l := range s.locks {
-		if !s.released {
-			s.stops = append(s.stops, l.h.afterLost(func(error) { s.once.Do(func() { close(s.lost) }) }))
+	if s.released {
+		// No more watches: closed if a loss is known.
+		if s.Err() != nil {
+			close(s.lost)
 		}
+		return s.lost
+	}
+	for _, l := range s.locks {
+		s.stops = append(s.stops, l.h.afterLost(func(error) { s.once.Do(func() { close(s.lost) }) }))
 	}
 	return s.lost
 }
@@ -331,12 +340,9 @@ func (s *LockSet) Release(ctx context.Context) error {
 	if len(s.locks) > 0 && s.locks[0].released.Load() {
 		return fmt.Errorf("locker: release lock set: %w: released already", ErrNotHeld)
 	}
-	s.mu.Lock()
-	s.released = true
-	for _, stop := range s.stops {
-		stop()
-	}
-	s.mu.Unlock()
+	// The watches end after the store's answers: a lock they find gone
+	// closes Lost, as Lock.Release's does.
+	defer s.unwatch()
 	if len(s.locks) > 1 {
 		if sa, ok := backend.As[backend.SetAcquirer](s.locks[0].h.c.drv); ok {
 			return s.releaseAll(ctx, sa)
@@ -347,6 +353,16 @@ func (s *LockSet) Release(ctx context.Context) error {
 		errs = append(errs, l.Release(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// unwatch ends Lost's watches on the set's locks, for good.
+func (s *LockSet) unwatch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released = true
+	for _, stop := range s.stops {
+		stop()
+	}
 }
 
 // releaseAll is Release with one request for the locks that the store

@@ -412,3 +412,72 @@ func TestLockSetDelayedSession(t *testing.T) {
 		t.Fatalf("%d TryAcquire and %d TryAcquireAll calls for a delayed set of three, want 3 and 0", one, all)
 	}
 }
+
+// shortGrants takes a set whole and answers one grant short (a driver's
+// bug); it grants a name again to the token that holds it (as Redis does
+// for a later attempt of the same token), and its releases land late.
+type shortGrants struct {
+	*memlock.Driver
+	mu   sync.Mutex
+	held map[string]string // key: token, taken by TryAcquireAll
+}
+
+func (d *shortGrants) TryAcquireAll(ctx context.Context, cs []backend.Claim) ([]backend.Grant, error) {
+	gs, err := d.Driver.TryAcquireAll(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	for _, c := range cs {
+		d.held[c.Key] = c.Token
+	}
+	d.mu.Unlock()
+	return gs[1:], nil
+}
+
+func (d *shortGrants) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	d.mu.Lock()
+	again := d.held[c.Key] == c.Token
+	d.mu.Unlock()
+	if again {
+		return backend.Grant{Fence: 1, TTL: c.TTL}, nil
+	}
+	return d.Driver.TryAcquire(ctx, c)
+}
+
+func (d *shortGrants) Release(ctx context.Context, c backend.Claim) error {
+	time.Sleep(50 * time.Millisecond)
+	d.mu.Lock()
+	delete(d.held, c.Key)
+	d.mu.Unlock()
+	return d.Driver.Release(ctx, c)
+}
+
+// A driver that answers a set with too few grants fails it: its claims,
+// which the Client gives back, are not tried again, or the give-back
+// would free names the set goes on to hold.
+func TestLockSetShortGrants(t *testing.T) {
+	ctx := context.Background()
+	s := memlock.NewStore()
+	md, err := memlock.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := locker.New(&shortGrants{Driver: md, held: map[string]string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	obs := newClient(t, s)
+	names := []string{"a", "b", "c"}
+	set, err := c.AcquireAll(ctx, names)
+	time.Sleep(200 * time.Millisecond) // the give-backs have landed
+	if err == nil {
+		got := free(t, obs, names...)
+		set.Release(ctx)
+		t.Fatalf("AcquireAll returned a set whose names %v are free in the store", got)
+	}
+	if got := free(t, obs, names...); len(got) != 3 {
+		t.Fatalf("after the failed set: %v free, want all", got)
+	}
+}

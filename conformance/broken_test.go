@@ -41,6 +41,13 @@ var brokenVariants = map[string][]string{
 	"lossy-keys": {"IndependentNames", "AnyValidNameWorks"},
 	// A set refused for one held name keeps the others it took.
 	"set-keeps-part": {"LockSetAllOrNothing"},
+	// A set's one request fails, as a store error, for more names than
+	// the store takes in one request (etcd's 128 operations).
+	"set-size-limit": {"LockSetManyNames"},
+	// A set's release stops at a claim not held, and leaves the claims
+	// after it held (a statement that fails whole, not followed by each
+	// claim's release).
+	"release-all-stops-at-gone": {"LockSetOneGone"},
 	// Release reports success but leaves the lock held for an hour.
 	"release-keeps-lock": {"ReacquireAfterRelease", "WaiterWakesAfterRelease", "SemaphoreWaiterWakes", "RWWaitersWake", "ReleaseAfterCancelFreesName", "LockSetAllOrNothing"},
 	// The store takes a claim that carries the holder's label for the
@@ -51,7 +58,7 @@ var brokenVariants = map[string][]string{
 	// A TryAcquire whose caller gives up while its request is on the wire
 	// returns at once, and the request lands later: after the Client's
 	// release of what the call may have left, which overtakes it.
-	"lands-late": {"CancelledAcquireLeavesNameFree"},
+	"lands-late": {"CancelledAcquireLeavesNameFree", "LockSetCancelledLeavesNamesFree"},
 	// A TryAcquire that failed for want of the store is sent again by the
 	// driver once the network is back (a client library's retry on
 	// reconnect): the name is taken after its caller was told it failed,
@@ -474,10 +481,18 @@ func (d *brokenDriver) RefreshMany(ctx context.Context, locks []backend.Claim) [
 	return errs
 }
 
+// setSizeLimit is set-size-limit's most claims in one request.
+const setSizeLimit = 64
+
+var errTooManyOps = errors.New("too many operations in one request")
+
 // TryAcquireAll takes the claims one by one through the variant's
 // TryAcquire, and gives back what it took when one is refused, unless
 // the variant keeps it.
 func (d *brokenDriver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	if d.h.variant == "set-size-limit" && len(claims) > setSizeLimit {
+		return nil, errTooManyOps
+	}
 	grants := make([]backend.Grant, 0, len(claims))
 	for i, l := range claims {
 		g, err := d.TryAcquire(ctx, l)
@@ -494,8 +509,20 @@ func (d *brokenDriver) TryAcquireAll(ctx context.Context, claims []backend.Claim
 
 func (d *brokenDriver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	errs := make([]error, len(claims))
+	if d.h.variant == "set-size-limit" && len(claims) > setSizeLimit {
+		for i := range errs {
+			errs[i] = errTooManyOps
+		}
+		return errs
+	}
 	for i, l := range claims {
 		errs[i] = d.Release(ctx, l)
+		if d.h.variant == "release-all-stops-at-gone" && errors.Is(errs[i], backend.ErrNotHeld) {
+			for j := i + 1; j < len(claims); j++ {
+				errs[j] = errs[i]
+			}
+			break
+		}
 	}
 	return errs
 }

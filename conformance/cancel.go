@@ -139,3 +139,61 @@ func (s *suite) heldFor(ctx context.Context, c *locker.Client, name string, sinc
 	}
 	return fmt.Sprintf("it was still held %v after the call returned", time.Since(since).Round(time.Millisecond))
 }
+
+// lockSetCancelled is cancelCrossed for lock sets: once an AcquireAll or
+// TryAcquireAll whose context was cancelled has returned an error, none
+// of its names is held, whatever moment of the set's requests the cancel
+// met; the holder's name (the set's middle one) is released around it.
+func (s *suite) lockSetCancelled(t *testing.T) {
+	ctx := s.ctx(t)
+	holder, caller, checker := s.client(t), s.client(t), s.client(t)
+	names := []string{s.name(t, "a"), s.name(t, "b"), s.name(t, "c")}
+	var cancelled, won int
+	start := time.Now()
+	for i := 0; i < crossedRounds && time.Since(start) < crossedFor; i++ {
+		r := crossedRound(i)
+		var l *locker.Lock
+		if r.held {
+			var err error
+			if l, err = holder.TryAcquire(ctx, names[1]); err != nil {
+				t.Fatalf("round %d: the holder's TryAcquire at the start of the round: %v", i, err)
+			}
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		released := make(chan error, 1)
+		if r.held {
+			time.AfterFunc(r.releaseAt, func() { released <- l.Release(ctx) })
+		}
+		stop := time.AfterFunc(r.cancelAt, cancel)
+		take := caller.TryAcquireAll
+		if r.wait {
+			take = caller.AcquireAll
+		}
+		set, err := take(cctx, names)
+		returned := time.Now()
+		stop.Stop()
+		cancel()
+		if r.held {
+			if rerr := <-released; rerr != nil {
+				t.Fatalf("round %d (%s): the holder's Release: %v", i, r, rerr)
+			}
+		}
+		if err == nil {
+			won++
+			if err := set.Release(ctx); err != nil {
+				t.Fatalf("round %d (%s): the set's Release: %v", i, r, err)
+			}
+		} else {
+			cancelled++
+		}
+		for _, n := range names {
+			c, cerr := checker.TryAcquire(ctx, n)
+			if cerr != nil {
+				t.Fatalf("round %d (%s, a set): the call returned %v; %v later, another client's TryAcquire(%q) = %v, want the lock (%s)",
+					i, r, err, time.Since(returned).Round(time.Microsecond), n, cerr, s.heldFor(ctx, checker, n, returned))
+			}
+			mustRelease(t, ctx, c)
+		}
+	}
+	t.Logf("%d rounds in %v: %d cancelled calls, %d won the race", cancelled+won, time.Since(start).Round(time.Millisecond), cancelled, won)
+}

@@ -126,6 +126,78 @@ func (s *suite) lockSetLost(t *testing.T) {
 	mustRelease(t, ctx, acquireWithin(t, ctx, obs, q, s.ttl()+s.slack()))
 }
 
+// lockSetOneGone: a set one of whose locks the store took away (as when
+// its TTL runs out there) reports it: Refresh's error and Err name it,
+// and Lost fires; Release says so, and frees the other names all the
+// same, at once.
+func (s *suite) lockSetOneGone(t *testing.T) {
+	ctx := s.ctx(t)
+	c, obs := s.client(t), s.client(t)
+	p, q, r := s.name(t, "p"), s.name(t, "q"), s.name(t, "r")
+	set, err := c.AcquireAll(ctx, []string{r, q, p})
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	// p comes first in the set's order: the others come after the one gone.
+	if err := s.h.Expire(ctx, s.key(p)); err != nil {
+		t.Fatalf("Harness.Expire: %v", err)
+	}
+	if err := set.Refresh(ctx); !errors.Is(err, locker.ErrNotHeld) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("the set's Refresh with %s gone = %v, want ErrNotHeld naming it", p, err)
+	}
+	select {
+	case <-set.Lost():
+	default:
+		t.Fatal("a lock of the set is gone, and Lost has not fired")
+	}
+	if err := set.Err(); !errors.Is(err, locker.ErrLost) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("the set's Err = %v, want ErrLost naming %s", err, p)
+	}
+	if err := set.Release(ctx); !errors.Is(err, locker.ErrNotHeld) {
+		t.Fatalf("the set's Release with %s gone = %v, want ErrNotHeld", p, err)
+	}
+	for _, n := range []string{q, r} {
+		mustRelease(t, ctx, mustAcquire(t, ctx, obs, n))
+	}
+	mustRelease(t, ctx, acquireWithin(t, ctx, obs, p, s.slack()))
+}
+
+// lockSetMany: a set of more names than some stores take in one request
+// (etcd's transaction: 128 operations by default) is still taken whole by
+// TryAcquireAll, each name with a fence above its previous holder's, and
+// released whole by one Release: every name free at once.
+func (s *suite) lockSetMany(t *testing.T) {
+	ctx := s.ctx(t)
+	c, obs := s.client(t), s.client(t)
+	names := make([]string, 150)
+	top := map[string]uint64{}
+	for i := range names {
+		names[i] = s.name(t, fmt.Sprintf("%03d", i))
+		l := mustAcquire(t, ctx, obs, names[i])
+		top[names[i]] = l.Fence()
+		mustRelease(t, ctx, l)
+	}
+	set, err := c.TryAcquireAll(ctx, names)
+	if err != nil {
+		t.Fatalf("TryAcquireAll of %d free names: %v", len(names), err)
+	}
+	for _, n := range names {
+		if f := set.Fence(n); top[n] != 0 && f <= top[n] {
+			t.Fatalf("%q's fence in the set %d, not above its previous holder's %d", n, f, top[n])
+		}
+		top[n] = set.Fence(n)
+		mustRefuse(t, ctx, obs, n, "the set holds it")
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("the set's Release: %v", err)
+	}
+	for _, n := range names {
+		l := mustAcquire(t, ctx, obs, n)
+		fenceAbove(t, l, top[n])
+		mustRelease(t, ctx, l)
+	}
+}
+
 // lockSetMidway: the store is cut off from a set's acquisition at its most
 // exposed moment: right after the store granted the set's first name and
 // before the next request (NameByName: the driver's one-request path is

@@ -69,6 +69,9 @@ var cases = []testCase{
 	{"LockSetAllOrNothing", false, (*suite).lockSetAllOrNothing},
 	{"LockSetCrossedOrders", false, (*suite).lockSetCrossedOrders},
 	{"LockSetLost", false, (*suite).lockSetLost},
+	{"LockSetManyNames", false, (*suite).lockSetMany},
+	{"LockSetOneGone", false, (*suite).lockSetOneGone},
+	{"LockSetCancelledLeavesNamesFree", false, (*suite).lockSetCancelled},
 	{"LockDelayAfterLoss", false, (*suite).lockDelay},
 
 	{"SemaphoreAtMostLimit", false, (*suite).semAtMostLimit},

@@ -14,10 +14,20 @@ import (
 
 var _ backend.SetAcquirer = (*Driver)(nil)
 
+// maxTxnOps is etcd's default --max-txn-ops: the most operations a
+// transaction's server takes in each of its lists (compares, then, else).
+// A larger transaction fails, whatever the locks' state.
+const maxTxnOps = 128
+
 // TryAcquireAll implements backend.SetAcquirer: one transaction puts every
 // claim's entry if no entry is under any of their directories (see
-// trySet); every fence is then the transaction's revision.
+// trySet); every fence is then the transaction's revision. A set whose
+// compares (two a claim) exceed maxTxnOps is ErrUnsupported: the Client
+// takes it name by name.
 func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]backend.Grant, error) {
+	if 2*len(claims) > maxTxnOps {
+		return nil, fmt.Errorf("etcdlock: try-acquire: a set of %d names, more than one transaction takes: %w", len(claims), backend.ErrUnsupported)
+	}
 	for _, l := range claims {
 		if l.Mode != backend.Exclusive || l.Delay > 0 || l.TTL != claims[0].TTL {
 			return nil, fmt.Errorf("etcdlock: try-acquire: a set of claims that differ, or not exclusive: %w", backend.ErrUnsupported)
@@ -89,7 +99,11 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 // was the entry of the claim's fence. A plain delete, faster than a
 // compare-and-delete: no other acquisition's entry has our reserved name,
 // so a retry never deletes a newer lock (see "How locks are stored").
+// Past maxTxnOps claims, one transaction per maxTxnOps.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
+	if len(claims) > maxTxnOps {
+		return append(d.ReleaseAll(ctx, claims[:maxTxnOps]), d.ReleaseAll(ctx, claims[maxTxnOps:])...)
+	}
 	errs := make([]error, len(claims))
 	ctx, done, err := d.gate.Enter(ctx)
 	if err != nil {

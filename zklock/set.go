@@ -25,6 +25,9 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 			return nil, fmt.Errorf("zklock: try-acquire: a set of claims with a lock-delay, or not exclusive: %w", backend.ErrUnsupported)
 		}
 	}
+	if d.multiBytes(claims) > maxMultiBytes {
+		return nil, fmt.Errorf("zklock: try-acquire: a set of %d names, more than one request takes: %w", len(claims), backend.ErrUnsupported)
+	}
 	ctx, done, err := d.enter(ctx, "try-acquire")
 	if err != nil {
 		return nil, err
@@ -50,6 +53,28 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) (_ [
 			return nil, fmt.Errorf("zklock: try-acquire: %w", d.gate.Failed(ctx, err))
 		}
 	}
+}
+
+// maxMultiBytes bounds a set's multi-op: the server drops the connection
+// that sends a request past its jute.maxbuffer (1 MiB by default), and
+// the session's every lock loses contact. Half of it, for what
+// multiBytes leaves out.
+const maxMultiBytes = 512 << 10
+
+// multiBytes is about the size of create's multi-op for claims: per name,
+// its node's and its queue node's creates, with paths, ACLs and data, and
+// a write of its node.
+func (d *Driver) multiBytes(claims []backend.Claim) int {
+	acl := 0
+	for _, a := range d.acl {
+		acl += 12 + len(a.Scheme) + len(a.ID)
+	}
+	n := 0
+	for _, l := range claims {
+		// 128: the queue node's head, hash and sequence, and each op's header.
+		n += 3*len(d.queueParent(l)) + 2*acl + len(l.Owner) + 128
+	}
+	return n
 }
 
 // holdSet looks at the nodes es, just made for claims, as TryAcquire does,

@@ -3,7 +3,11 @@ package zklock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,5 +312,30 @@ func TestAcquireAllReplyLost(t *testing.T) {
 	}
 	if d.conn.SessionID() != sid {
 		t.Errorf("the session changed: the nodes went with it, not by the driver")
+	}
+}
+
+// A set too large for one request (the server drops the connection that
+// sends a request past its jute.maxbuffer, 1 MiB by default) is declined,
+// for the Client to take name by name: the connection stays.
+func TestSetTooLargeForOneRequest(t *testing.T) {
+	t.Parallel()
+	var dials atomic.Int32
+	d := dial(t, testenv.ZKAddrs(), WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		dials.Add(1)
+		return net.DialTimeout(network, addr, timeout)
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	base, long := uniqueKey(t), strings.Repeat("x", 240)
+	cs := make([]backend.Claim, 2000)
+	for i := range cs {
+		cs[i] = lockFor(t, fmt.Sprintf("%s/%s%04d", base, long, i))
+	}
+	if _, err := d.TryAcquireAll(ctx, cs); !errors.Is(err, backend.ErrUnsupported) {
+		t.Fatalf("TryAcquireAll of 2000 long names: %v, want ErrUnsupported", err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d dials: a request dropped the connection", n)
 	}
 }
