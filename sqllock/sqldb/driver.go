@@ -148,11 +148,7 @@ func answered(err error) bool {
 // meets the winner's row. Permits, readers and writers take the shared
 // table's transaction instead (grantShared), in the same frame.
 func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	grant, undo := d.grant, func(ctx context.Context) error {
-		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
-		d.hub.notify(c.Key)
-		return err
-	}
+	grant, undo := d.grant, func(ctx context.Context) error { return d.forgetLive(ctx, c) }
 	if c.Mode != backend.Exclusive {
 		if err := d.modeOK(c.Mode); err != nil {
 			return backend.Grant{}, err
@@ -182,6 +178,26 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		return backend.Grant{}, d.acquireErr(err)
 	}
 	return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond, Sent: sent}, nil
+}
+
+// forgetLive frees c.Token's live row of c.Key, the undo of an
+// acquisition: the row's fence, read first, goes in the forget, so that
+// a forget the server applies late (its answer never came, and it may
+// land whenever) frees nothing granted since. The Client's wait tries
+// again with the same claim, which draws a higher fence; a forget
+// without one would free that grant, letting a second holder in.
+func (d *Driver) forgetLive(ctx context.Context, c backend.Claim) error {
+	var owner string
+	var fence, left int64
+	err := d.db.QueryRowContext(ctx, d.sql.inspect, c.Key).Scan(&owner, &fence, &left)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil // free, or expired: nothing to undo
+	}
+	if err == nil {
+		_, err = d.write1(ctx, d.sql.forget, c.Key, c.Token, fence, fence)
+		d.hub.notify(c.Key)
+	}
+	return err
 }
 
 // acquireErr is the error of an acquisition whose write failed with err.
