@@ -49,8 +49,7 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 		return err
 	}, func(ctx context.Context) error {
 		for _, c := range claims {
-			d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
-			d.hub.notify(c.Key)
+			d.forgetLive(ctx, c) // the Client may take the names one by one with the same claims
 		}
 		return nil
 	})

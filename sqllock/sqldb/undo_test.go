@@ -21,7 +21,10 @@ import (
 // later. The Client's wait tries again with the same claim, token and
 // all, which may be granted before the stale undo lands: the undo must
 // not free that later grant, or a second holder gets in while the first
-// believes it holds (it learns only at its next refresh).
+// believes it holds (it learns only at its next refresh). A set's undo
+// too, after which the Client takes the names one by one. A semaphore's
+// undo is a transaction under the object's anchor lock: its late COMMIT
+// holds back the later grant, which the Permit case shows.
 //
 // Here the proxy delays what the driver sends by 6 s: the first try's
 // statement outlives writeTimeout (5 s), its undo outlives undoTimeout
@@ -33,15 +36,16 @@ func TestStaleUndoSparesLaterGrant(t *testing.T) {
 		name  string
 		mode  backend.Mode
 		limit int
-	}{{"Exclusive", backend.Exclusive, 0}, {"Permit", backend.Permit, 1}} {
+		set   bool // the first try a set's (the Client then takes its names one by one)
+	}{{"Exclusive", backend.Exclusive, 0, false}, {"Permit", backend.Permit, 1, false}, {"Set", backend.Exclusive, 0, true}} {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			staleUndo(t, m.mode, m.limit)
+			staleUndo(t, m.mode, m.limit, m.set)
 		})
 	}
 }
 
-func staleUndo(t *testing.T, mode backend.Mode, limit int) {
+func staleUndo(t *testing.T, mode backend.Mode, limit int, set bool) {
 	tb := newTable(t)
 	other := driver(t, tb)
 	cfg := sqltest.MySQLConfig(t)
@@ -67,9 +71,19 @@ func staleUndo(t *testing.T, mode backend.Mode, limit int) {
 	// Two idle connections, on each of which the driver has prepared its
 	// statements, so that the undo goes out on one at once rather than
 	// waiting on a prepare (database/sql hands out the last idle one).
+	try := func(c backend.Claim) (backend.Grant, error) {
+		if !set {
+			return d.TryAcquire(ctx, c)
+		}
+		gs, err := d.TryAcquireAll(ctx, []backend.Claim{c})
+		if err != nil {
+			return backend.Grant{}, err
+		}
+		return gs[0], nil
+	}
 	prime := func() {
 		c := backend.Claim{Key: "ns/prime", Token: randHex(16), TTL: time.Minute, Mode: mode, Limit: limit, Weight: min(limit, 1)}
-		g, err := d.TryAcquire(ctx, c)
+		g, err := try(c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +114,7 @@ func staleUndo(t *testing.T, mode backend.Mode, limit int) {
 	c := backend.Claim{Key: "ns/n", Token: randHex(16), TTL: time.Minute, Mode: mode, Limit: limit, Weight: min(limit, 1)}
 	start := time.Now()
 	p.Delay(6*time.Second, 0)
-	if _, err := d.TryAcquire(ctx, c); err == nil || errors.Is(err, backend.ErrNotAcquired) {
+	if _, err := try(c); err == nil || errors.Is(err, backend.ErrNotAcquired) {
 		t.Fatalf("first try through a 6 s delay: %v, want a failure to reach the store", err)
 	}
 	t.Logf("first try failed after %v", time.Since(start))
