@@ -187,16 +187,12 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 // again with the same claim, which draws a higher fence; a forget
 // without one would free that grant, letting a second holder in.
 func (d *Driver) forgetLive(ctx context.Context, c backend.Claim) error {
-	var owner string
-	var fence, left int64
-	err := d.db.QueryRowContext(ctx, d.sql.inspect, c.Key).Scan(&owner, &fence, &left)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil // free, or expired: nothing to undo
+	st, err := d.inspect(ctx, c.Key)
+	if err != nil || !st.Held {
+		return err // free, or expired: nothing to undo
 	}
-	if err == nil {
-		_, err = d.write1(ctx, d.sql.forget, c.Key, c.Token, fence, fence)
-		d.hub.notify(c.Key)
-	}
+	_, err = d.write1(ctx, d.sql.forget, c.Key, c.Token, int64(st.Fence), int64(st.Fence))
+	d.hub.notify(c.Key)
 	return err
 }
 
