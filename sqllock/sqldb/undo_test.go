@@ -118,8 +118,23 @@ func staleUndo(t *testing.T, mode backend.Mode, limit int, set bool) {
 		t.Fatalf("first try through a 6 s delay: %v, want a failure to reach the store", err)
 	}
 	t.Logf("first try failed after %v", time.Since(start))
-	time.Sleep(time.Until(start.Add(7 * time.Second))) // its statement lands at 6 s
 	p.Delay(0, 0)
+	// A lock's statement lands at 6 s (a semaphore's transaction never
+	// got past its first statement): the second try comes after it, else
+	// the first would take the name again over the second's grant.
+	for mode == backend.Exclusive {
+		st, err := other.Inspect(ctx, c.Key, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Held {
+			break
+		}
+		if time.Since(start) > 9*time.Second {
+			t.Skip("the first try's statement did not land within 9 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	g, err := d.TryAcquire(ctx, c)
 	if err != nil {
 		t.Fatalf("second try: %v", err)
