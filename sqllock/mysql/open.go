@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,11 +106,24 @@ func config(u *url.URL) (*gomysql.Config, []sqldb.Option, error) {
 	// (escaped for the connection's utf8mb4), not a prepare and an
 	// execute each.
 	cfg.InterpolateParams = true
+	cfg.Params = map[string]string{"wait_timeout": strconv.Itoa(int(waitTimeout / time.Second))}
 	return cfg, opts, nil
 }
 
-// maxIdle is how many idle connections Open's pool keeps.
-const maxIdle = 16
+const (
+	// maxIdle is how many idle connections Open's pool keeps, and
+	// maxIdleTime for how long.
+	maxIdle     = 16
+	maxIdleTime = time.Minute
+)
+
+// waitTimeout is the sessions' wait_timeout, above maxIdleTime: the server
+// drops a session silent for longer. A client cut off without a FIN (a
+// partition, a host gone) between two statements of a semaphore's or
+// read-write lock's transaction leaves it holding the object's anchor
+// lock, which every grant of the object waits for, until then; by
+// default, 8 hours. A var for the test.
+var waitTimeout = 2 * time.Minute
 
 // openURL is Open for a parsed URL; the registry's opener calls it too.
 func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Driver, error) {
@@ -136,7 +150,7 @@ func openURL(ctx context.Context, u *url.URL, opts []sqldb.Option) (*sqldb.Drive
 	// and authenticates anew (some 50 a second under 16 goroutines).
 	// Those a burst opened stay for a minute instead.
 	db.SetMaxIdleConns(maxIdle)
-	db.SetConnMaxIdleTime(time.Minute)
+	db.SetConnMaxIdleTime(maxIdleTime)
 	if _, err := sqldb.New(db, sqldb.MySQL, urlOpts...); err != nil {
 		db.Close()
 		why, _ := strings.CutPrefix(err.Error(), "mysql: "+backend.ErrInvalidOption.Error()+": ")

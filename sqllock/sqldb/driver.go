@@ -148,17 +148,15 @@ func answered(err error) bool {
 // meets the winner's row. Permits, readers and writers take the shared
 // table's transaction instead (grantShared), in the same frame.
 func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
-	grant, undo := d.grant, func(ctx context.Context) error {
-		_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
-		d.hub.notify(c.Key)
-		return err
-	}
+	var fence int64 // the grant's, known to the undo when the write answered
+	var sent time.Time
+	grant, undo := d.grant, func(ctx context.Context) error { return d.forgetLive(ctx, c, fence) }
 	if c.Mode != backend.Exclusive {
 		if err := d.modeOK(c.Mode); err != nil {
 			return backend.Grant{}, err
 		}
 		grant, undo = d.grantShared, func(ctx context.Context) error {
-			_, err := d.releaseShared(ctx, c, 0)
+			_, err := d.releaseShared(ctx, c, uint64(fence))
 			return err
 		}
 	}
@@ -171,8 +169,6 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		return backend.Grant{}, err
 	}
 	defer leave()
-	var fence int64
-	var sent time.Time
 	err = d.write(ctx, func(ctx context.Context) error {
 		var err error
 		fence, sent, err = grant(ctx, c, us)
@@ -182,6 +178,26 @@ func (d *Driver) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant
 		return backend.Grant{}, d.acquireErr(err)
 	}
 	return backend.Grant{Fence: uint64(fence), TTL: time.Duration(us) * time.Microsecond, Sent: sent}, nil
+}
+
+// forgetLive frees c.Token's row of c.Key of fence, the undo of an
+// acquisition; when the fence is unknown (0: the write's answer never
+// came), that of the live row, read first. A forget the server applies
+// late (its answer never came either, and it may land whenever) so frees
+// nothing granted since: the Client's wait tries again with the same
+// claim, which draws a higher fence, and a forget of any fence would free
+// that grant, letting a second holder in.
+func (d *Driver) forgetLive(ctx context.Context, c backend.Claim, fence int64) error {
+	if fence == 0 {
+		st, err := d.inspect(ctx, c.Key)
+		if err != nil || !st.Held {
+			return err // free, or expired: nothing to undo
+		}
+		fence = int64(st.Fence)
+	}
+	_, err := d.write1(ctx, d.sql.forget, c.Key, c.Token, fence, fence)
+	d.hub.notify(c.Key)
+	return err
 }
 
 // acquireErr is the error of an acquisition whose write failed with err.

@@ -86,13 +86,29 @@ type on struct {
 	tx  *sql.Tx
 }
 
-// prep returns query's prepared statement for o, or nil.
+// prep returns query's prepared statement for o, or nil. In a
+// transaction, only one prepared before it began (see prepareTx):
+// preparing on the pool needs a connection besides the transaction's,
+// which a pool of one (SetMaxOpenConns(1), as SQLite's users often have
+// it) never frees.
 func (o on) prep(query string) *sql.Stmt {
-	s := o.d.stmt(o.ctx, query)
-	if s != nil && o.tx != nil {
-		s = o.tx.StmtContext(o.ctx, s)
+	if o.tx == nil {
+		return o.d.stmt(o.ctx, query)
 	}
-	return s
+	if s, ok := o.d.prepared.stmts.Load(query); ok {
+		return o.tx.StmtContext(o.ctx, s.(*sql.Stmt))
+	}
+	return nil
+}
+
+// prepareTx prepares the statements of the shared table's transactions,
+// before one begins (each once, then a lookup).
+func (d *Driver) prepareTx(ctx context.Context) {
+	q := &d.sql
+	for _, query := range [...]string{q.sharedAnchor, q.sharedLockAnchor, q.sharedPurge, q.sharedRows,
+		q.sharedInsert, q.sharedWait, q.sharedRelease, q.sharedForget, q.sharedCount, q.sharedDrop} {
+		d.stmt(ctx, query)
+	}
 }
 
 func (o on) exec(query string, args ...any) (sql.Result, error) {

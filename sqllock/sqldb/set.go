@@ -48,9 +48,12 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 		fences, sent, err = d.grantMany(ctx, claims, args)
 		return err
 	}, func(ctx context.Context) error {
-		for _, c := range claims {
-			d.write1(ctx, d.sql.forget, c.Key, c.Token, 0, 0)
-			d.hub.notify(c.Key)
+		for i, c := range claims {
+			fence := int64(0)
+			if fences != nil {
+				fence = fences[i]
+			}
+			d.forgetLive(ctx, c, fence) // the Client may take the names one by one with the same claims
 		}
 		return nil
 	})

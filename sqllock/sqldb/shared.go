@@ -246,6 +246,7 @@ func liveRows(tx on, key string, obj int) ([]holder, error) {
 // inTx runs f in a transaction, committed when f returns nil, through
 // the write gate (as a grant's or not).
 func (d *Driver) inTx(ctx context.Context, grant bool, f func(on) error) error {
+	d.prepareTx(ctx)
 	unlock, err := d.lockWriter(ctx, grant)
 	if err != nil {
 		return err

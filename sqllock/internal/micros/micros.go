@@ -15,5 +15,9 @@ func Of(prefix string, ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
 		return 0, fmt.Errorf("%s%w: %v", prefix, backend.ErrInvalidTTL, ttl)
 	}
-	return int64((ttl + time.Microsecond - 1) / time.Microsecond), nil
+	us := int64(ttl / time.Microsecond)
+	if ttl%time.Microsecond != 0 {
+		us++ // not ttl + 999ns first, which wraps near the largest Duration
+	}
+	return us, nil
 }
