@@ -114,8 +114,52 @@ func (c roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 func (c roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (c roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	c.n.Add(1)
 	return ctx
 }
 
-func (c roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+func (c roundTrips) TracePrepareEnd(_ context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
+	if !d.AlreadyPrepared { // sent nothing
+		c.n.Add(1)
+	}
+}
+
+// The set's statement, which the driver keeps prepared outside pgx's
+// cache, is prepared again after the server forgot it, as the cache's are.
+func TestSetStatementPreparedAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // the connection that forgets is the set's
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	set := func() []backend.Claim {
+		return []backend.Claim{{Key: "p/a", Token: randHex(16), TTL: time.Minute}, {Key: "p/b", Token: randHex(16), TTL: time.Minute}}
+	}
+	if _, err := d.TryAcquireAll(ctx, set()); err != nil {
+		t.Fatalf("TryAcquireAll: %v", err)
+	}
+	if _, err := pool.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquireAll(ctx, set()); err == nil || errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquireAll of a statement the server forgot: %v, want its error", err)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM "+d.sql.table+" WHERE name LIKE 'p/%'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquireAll(ctx, set()); err != nil {
+		t.Fatalf("TryAcquireAll after that: %v, want the set (prepared again)", err)
+	}
+}
