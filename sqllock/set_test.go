@@ -80,23 +80,9 @@ func TestSetRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(baseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sent atomic.Int64 // statements and prepares
-	cfg.ConnConfig.Tracer = roundTrips{&sent}
-	cfg.MaxConns = 1 // so that the first cycle prepares every statement
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	// One connection, so that the first cycle prepares every statement.
+	_, d := oneConnDriver(t, ctx, roundTrips{&sent})
 	testutil.SetRoundTrips(t, ctx, d, sent.Load) // the table's check, the statements' prepares
 	if a, f, r := testutil.SetRoundTrips(t, ctx, d, sent.Load); a != 1 || f != 1 || r != 1 {
 		t.Fatalf("round trips of a set of 4: acquire %d, refused %d, release %d; want 1 each", a, f, r)
@@ -129,21 +115,7 @@ func TestSetStatementPreparedAgain(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(baseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // the connection that forgets is the set's
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	pool, d := oneConnDriver(t, ctx, nil) // the connection that forgets is the set's
 	set := func() []backend.Claim {
 		return []backend.Claim{{Key: "p/a", Token: randHex(16), TTL: time.Minute}, {Key: "p/b", Token: randHex(16), TTL: time.Minute}}
 	}
@@ -162,4 +134,29 @@ func TestSetStatementPreparedAgain(t *testing.T) {
 	if _, err := d.TryAcquireAll(ctx, set()); err != nil {
 		t.Fatalf("TryAcquireAll after that: %v, want the set (prepared again)", err)
 	}
+}
+
+// oneConnDriver is a driver on a fresh table and a pool of one connection,
+// traced by tracer unless nil; both are closed at cleanup.
+func oneConnDriver(t *testing.T, ctx context.Context, tracer pgx.QueryTracer) (*pgxpool.Pool, *Driver) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return pool, d
 }
