@@ -111,9 +111,10 @@ RETURNING version`,
 		// one length) is acquire for every element, all or none: each key
 		// and its version when it took all, and division_by_zero as soon as
 		// it finds a key held, the one way a plain statement rolls itself
-		// back (not a count of the rows taken: a CTE and a window cost the
-		// server more than the 4 rows of a set). Keys come in byte order, so
-		// two sets take their fence locks in one order.
+		// back (rather than by a count of the rows taken, which took a CTE
+		// and a window, more work for the server); l.version - l.version is
+		// a zero the planner does not fold, as it would 1 / 0. Keys come in
+		// byte order, so two sets take their fence locks in one order.
 		acquireMany: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT w.name, w.token, nullif(w.owner, ''), clock_timestamp(), clock_timestamp() + w.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS w(name, token, owner, us)
