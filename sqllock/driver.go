@@ -43,6 +43,8 @@ type Driver struct {
 	// explicitGrant: a grant found its session's isolation other than
 	// READ COMMITTED, and grants run in explicit transactions since.
 	explicitGrant atomic.Bool
+	// prepares: the pool prepares statements (pgx's default QueryExecMode).
+	prepares bool
 
 	lis *listener
 }
@@ -75,6 +77,7 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Driver, error) {
 
 func newDriver(pool *pgxpool.Pool, own bool, cfg config) *Driver {
 	d := &Driver{pool: pool, ownPool: own, cfg: cfg, sql: newStatements(cfg.schema, cfg.table), schemaMu: make(chan struct{}, 1)}
+	d.prepares = pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
 	d.shared = newSharedStatements(cfg.schema, cfg.table)
 	d.lis = newListener(d)
 	return d

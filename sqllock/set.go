@@ -15,7 +15,8 @@ import (
 
 var _ backend.SetAcquirer = (*Driver)(nil)
 
-// errSomeHeld: acquireMany returned no row, or had to undo itself.
+// errSomeHeld: acquireMany returned fewer rows than keys, which it does
+// not do (it takes every key or fails with division_by_zero).
 var errSomeHeld = errors.New("a key of the set is held")
 
 // TryAcquireAll implements backend.SetAcquirer with one statement,
@@ -43,17 +44,37 @@ func (d *Driver) TryAcquireAll(ctx context.Context, claims []backend.Claim) ([]b
 	// Idempotent for the same tokens, as acquire: retried after a lost
 	// connection.
 	err = d.retry(ctx, func() error {
+		c, err := d.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		// Prepared under its own text, outside pgx's statement cache, which
+		// forgets a statement whose execution failed: a refused set fails
+		// by design, and the connection's next set would prepare it again,
+		// a round trip more, and plan it anew. Not without the cache (the
+		// simple protocol behind PgBouncer has no prepared statements).
+		if d.prepares {
+			if _, err := c.Conn().Prepare(ctx, d.sql.acquireMany, d.sql.acquireMany); err != nil { // once per connection
+				return err
+			}
+		}
 		got := 0
 		var key string
 		var version int64
-		rows, _ := d.pool.Query(ctx, d.sql.acquireMany, keys, tokens, owners, us, int64(n)) // its error comes back from ForEachRow
-		_, err := pgx.ForEachRow(rows, []any{&key, &version, nil}, func() error {
+		rows, _ := c.Query(ctx, d.sql.acquireMany, keys, tokens, owners, us) // its error comes back from ForEachRow
+		_, err = pgx.ForEachRow(rows, []any{&key, &version}, func() error {
 			if i, ok := at[key]; ok {
 				grants[i] = backend.Grant{Fence: uint64(version), TTL: time.Duration(us[i]) * time.Microsecond}
 				got++
 			}
 			return nil
 		})
+		if code := sqlState(err); d.prepares && (code == codeNoStatement || code == codeChangedResult) {
+			// The server forgot it (DISCARD ALL) or cannot run it any more:
+			// prepared again next time, as pgx's cache would.
+			_ = c.Conn().Deallocate(ctx, d.sql.acquireMany)
+		}
 		if err == nil && got < n {
 			return errSomeHeld
 		}

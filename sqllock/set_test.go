@@ -80,23 +80,9 @@ func TestSetRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg, err := pgxpool.ParseConfig(baseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var sent atomic.Int64 // statements and prepares
-	cfg.ConnConfig.Tracer = roundTrips{&sent}
-	cfg.MaxConns = 1 // so that the first cycle prepares every statement
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	// One connection, so that the first cycle prepares every statement.
+	_, d := oneConnDriver(t, ctx, roundTrips{&sent})
 	testutil.SetRoundTrips(t, ctx, d, sent.Load) // the table's check, the statements' prepares
 	if a, f, r := testutil.SetRoundTrips(t, ctx, d, sent.Load); a != 1 || f != 1 || r != 1 {
 		t.Fatalf("round trips of a set of 4: acquire %d, refused %d, release %d; want 1 each", a, f, r)
@@ -114,8 +100,63 @@ func (c roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Trac
 func (c roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (c roundTrips) TracePrepareStart(ctx context.Context, _ *pgx.Conn, _ pgx.TracePrepareStartData) context.Context {
-	c.n.Add(1)
 	return ctx
 }
 
-func (c roundTrips) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+func (c roundTrips) TracePrepareEnd(_ context.Context, _ *pgx.Conn, d pgx.TracePrepareEndData) {
+	if !d.AlreadyPrepared { // sent nothing
+		c.n.Add(1)
+	}
+}
+
+// The set's statement, which the driver keeps prepared outside pgx's
+// cache, is prepared again after the server forgot it, as the cache's are.
+func TestSetStatementPreparedAgain(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, d := oneConnDriver(t, ctx, nil) // the connection that forgets is the set's
+	set := func() []backend.Claim {
+		return []backend.Claim{{Key: "p/a", Token: randHex(16), TTL: time.Minute}, {Key: "p/b", Token: randHex(16), TTL: time.Minute}}
+	}
+	if _, err := d.TryAcquireAll(ctx, set()); err != nil {
+		t.Fatalf("TryAcquireAll: %v", err)
+	}
+	if _, err := pool.Exec(ctx, "DEALLOCATE ALL", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquireAll(ctx, set()); err == nil || errors.Is(err, backend.ErrNotAcquired) {
+		t.Fatalf("TryAcquireAll of a statement the server forgot: %v, want its error", err)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM "+d.sql.table+" WHERE name LIKE 'p/%'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquireAll(ctx, set()); err != nil {
+		t.Fatalf("TryAcquireAll after that: %v, want the set (prepared again)", err)
+	}
+}
+
+// oneConnDriver is a driver on a fresh table and a pool of one connection,
+// traced by tracer unless nil; both are closed at cleanup.
+func oneConnDriver(t *testing.T, ctx context.Context, tracer pgx.QueryTracer) (*pgxpool.Pool, *Driver) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(baseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := New(pool, WithTable(testTable(t, adminPool(t), "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return pool, d
+}

@@ -71,13 +71,14 @@ func newStatements(schema, table string) statements {
 	channel := fit("sqllock:"+qualified, "sqllock:", qualified)
 	class, presence := classOf("fence", qualified), classOf("presence", qualified)
 	fenceClass, presenceClass := strconv.Itoa(int(class)), strconv.Itoa(int(presence))
-	// take is the upsert of acquire and acquireMany: a free or expired row,
-	// or the token's own, is taken anew, with a new fence.
+	// take is the upsert of acquire and acquireMany, and free its
+	// condition: a free or expired row, or the token's own, is taken anew,
+	// with a new fence.
 	take := `ON CONFLICT (name) DO UPDATE
 SET token = excluded.token, owner = excluded.owner, version = DEFAULT,
     acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
-WHERE l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token
-RETURNING `
+WHERE `
+	free := `l.token IS NULL OR l.expires_at <= clock_timestamp() OR l.token = excluded.token`
 	d := statements{
 		table:         t,
 		fenceClass:    class,
@@ -104,20 +105,22 @@ RETURNING `
 		acquire: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT $1, $2, nullif($3, ''), clock_timestamp(), clock_timestamp() + $4::int8 * interval '1 microsecond'
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext($1)) IS NOT NULL
-` + take + `version`,
+` + take + free + `
+RETURNING version`,
 		// acquireMany($1 keys, $2 tokens, $3 owners, $4 ttls µs, arrays of
-		// length $5) is acquire for every element, all or none: each key and
-		// its version when it took all, no row when it took none, and
-		// division_by_zero when it took some, the one way a plain statement
-		// rolls itself back. Keys come in byte order, so two sets take their
-		// fence locks in one order.
-		acquireMany: `WITH got AS (
-INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
+		// one length) is acquire for every element, all or none: each key
+		// and its version when it took all, and division_by_zero as soon as
+		// it finds a key held, the one way a plain statement rolls itself
+		// back (rather than by a count of the rows taken, which took a CTE
+		// and a window, more work for the server); l.version - l.version is
+		// a zero the planner does not fold, as it would 1 / 0. Keys come in
+		// byte order, so two sets take their fence locks in one order.
+		acquireMany: `INSERT INTO ` + t + ` AS l (name, token, owner, acquired_at, expires_at)
 SELECT w.name, w.token, nullif(w.owner, ''), clock_timestamp(), clock_timestamp() + w.us * interval '1 microsecond'
 FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS w(name, token, owner, us)
 WHERE pg_advisory_xact_lock_shared(` + fenceClass + `, hashtext(w.name)) IS NOT NULL
-` + take + `name, version)
-SELECT name, version, 1 / (count(*) OVER () / $5::int8) FROM got`,
+` + take + `CASE WHEN ` + free + ` THEN true ELSE 1 / (l.version - l.version) = 0 END
+RETURNING name, version`,
 		// refresh($1 key, $2 token, $3 fence or 0, $4 ttl µs, $5 owner)
 		// extends a live lock of the token, no row otherwise; a rewritten
 		// owner reads as a theft.
@@ -307,12 +310,14 @@ func (d statements) createLockKey() int64 {
 // PostgreSQL error codes (SQLSTATE) that the driver handles.
 const (
 	codeSerialization = "40001" // serialization_failure
-	codeDivByZero     = "22012" // division_by_zero: acquireMany took some keys, not all
+	codeDivByZero     = "22012" // division_by_zero: acquireMany found a key held
 	codeDeadlock      = "40P01" // deadlock_detected
 	codeUnique        = "23505" // unique_violation (concurrent CREATE ... IF NOT EXISTS, or a first INSERT race)
 	codeDupTable      = "42P07" // duplicate_table
 	codeDupSchema     = "42P06" // duplicate_schema
 	codeUndefTable    = "42P01" // undefined_table
+	codeNoStatement   = "26000" // invalid_sql_statement_name: a prepared statement the server does not have
+	codeChangedResult = "0A000" // feature_not_supported: "cached plan must not change result type"
 )
 
 func sqlState(err error) string {
