@@ -271,7 +271,9 @@ func (a *attempt) end(l **Lock, err *error) {
 // try is the attempt's request to the store: a wait, or one try.
 func (a *attempt) try() (backend.Grant, time.Time, error) {
 	if a.wait {
-		return a.c.wait(a.ctx, a.req, &a.st)
+		g, start, err := a.c.wait(a.ctx, &a.req, &a.st)
+		a.h.token = a.req.Token
+		return g, start, err
 	}
 	start := time.Now()
 	grant, err := a.c.drv.TryAcquire(a.ctx, a.req)

@@ -222,6 +222,16 @@ func (c *Client) takeSet(ctx context.Context, sa backend.SetAcquirer, s *LockSet
 		}
 		return errs[0]
 	}
+	if !errors.Is(err, ErrNotAcquired) {
+		// The request's fate is unknown: its claims are tried no more
+		// (see Client.wait).
+		for i := range as {
+			if as[i].req.Token, err = newToken(c.cfg.rand); err != nil {
+				return err
+			}
+			as[i].h.token = as[i].req.Token
+		}
+	}
 	return c.takeInOrder(s, as, locks, errs, &done)
 }
 

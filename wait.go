@@ -14,7 +14,11 @@ import (
 // queue, or first in this Client's turnstile for the object, woken by the
 // store's notifications or this Client's releases, or backing off with
 // jitter. It returns the grant and when the successful request was sent.
-func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backend.Grant, time.Time, error) {
+// A try that failed other than by a refusal is not tried again under its
+// token: its fate is unknown, and the driver may be freeing what it took,
+// by that token, after the next try. So req may come back with another.
+func (c *Client) wait(ctx context.Context, claim *backend.Claim, st *tries) (backend.Grant, time.Time, error) {
+	req := *claim
 	if c.queues(req.Mode) {
 		return c.queue(ctx, req, st)
 	}
@@ -106,6 +110,10 @@ func (c *Client) wait(ctx context.Context, req backend.Claim, st *tries) (backen
 				// A blip in reaching the store does not end the wait.
 				c.storeError(st.h, "acquire", true, err)
 				c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
+				if req.Token, err = newToken(c.cfg.rand); err != nil {
+					return backend.Grant{}, start, err
+				}
+				claim.Token = req.Token
 			}
 			if !subscribed {
 				// Waiting: subscribe, and after a refusal try again at

@@ -139,7 +139,10 @@ type Driver interface {
 	// returns: a call whose ctx ended undoes what it may have written
 	// (within CancelGrace), and a request it stopped waiting for must not
 	// be applied after that undo (the conformance case
-	// CancelledAcquireLeavesNameFree checks it).
+	// CancelledAcquireLeavesNameFree checks it). An undo of a request whose
+	// fate is unknown may free c.Token's lock whatever its fence, even
+	// late: the locker package's waits never call TryAcquire (nor
+	// TryAcquireAll) with a token again after such an error.
 	TryAcquire(ctx context.Context, c Claim) (Grant, error)
 
 	// Refresh extends the lock to c.TTL from now if, and only if, c.Token
