@@ -36,13 +36,27 @@ func (d *Driver) Diagnose(ctx context.Context, _ time.Duration) ([]backend.Findi
 	return fs, nil
 }
 
+// maxSilence is the longest wait_timeout the doctor finds sound: the
+// mysql:// opener's.
+const maxSilence = 2 * time.Minute
+
 const forgets = "a crash can forget lock rows committed just before it, whose holders still run: the next grant lets a second holder in"
 
 func diagnoseMySQL(ctx context.Context, db *sql.DB) ([]backend.Finding, error) {
 	fs := backend.Findings{Check: "mysql."}
-	var flush, readOnly int
-	if err := db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit, @@read_only").Scan(&flush, &readOnly); err != nil {
+	var flush, readOnly, idle int
+	if err := db.QueryRowContext(ctx, "SELECT @@innodb_flush_log_at_trx_commit, @@read_only, @@session.wait_timeout").Scan(&flush, &readOnly, &idle); err != nil {
 		return nil, err
+	}
+	// A client cut off without a FIN between two statements of a
+	// semaphore's or read-write lock's transaction keeps the object's
+	// anchor row locked until the server drops its session.
+	if limit := int(maxSilence / time.Second); idle > limit {
+		fs.Add("wait-timeout", backend.Warning, fmt.Sprintf("the sessions' wait_timeout is %d s", idle),
+			"a client cut off in a semaphore's or read-write lock's transaction blocks that object's grants until the server drops its session",
+			fmt.Sprintf("wait_timeout of %d s or less for the lock sessions (the mysql:// opener sets %d s), or MariaDB's idle_transaction_timeout", limit, limit))
+	} else {
+		fs.Add("wait-timeout", backend.Sound, fmt.Sprintf("the sessions' wait_timeout is %d s", idle), "", "")
 	}
 	if flush != 1 {
 		fs.Add("durability", backend.Unsafe, fmt.Sprintf("innodb_flush_log_at_trx_commit %d", flush), forgets,

@@ -38,12 +38,17 @@ func diagnoseLevels(t *testing.T, db *sql.DB, d Dialect) map[string]backend.Leve
 
 // The shared MariaDB flushes its log once a second (as scripts/services.sh
 // configures it, for speed): unsafe; its user's grants stop at its
-// database. SQLite with synchronous OFF is unsafe, with the opener's FULL
+// database; its sessions' wait_timeout is the default 8 hours. SQLite with synchronous OFF is unsafe, with the opener's FULL
 // sound.
 func TestDiagnose(t *testing.T) {
 	my := sqltest.MySQLDB(t, sqltest.MySQLConfig(t))
-	if got := diagnoseLevels(t, my, MySQL); got["mysql.durability"] != backend.Unsafe || got["mysql.grants"] != backend.Sound {
-		t.Errorf("the shared MariaDB: %v", got)
+	if got := diagnoseLevels(t, my, MySQL); got["mysql.durability"] != backend.Unsafe || got["mysql.grants"] != backend.Sound || got["mysql.wait-timeout"] != backend.Warning {
+		t.Errorf("the shared MariaDB (wait_timeout 8 h): %v", got)
+	}
+	cfg := sqltest.MySQLConfig(t)
+	cfg.Params = map[string]string{"wait_timeout": "120"}
+	if got := diagnoseLevels(t, sqltest.MySQLDB(t, cfg), MySQL); got["mysql.wait-timeout"] != backend.Sound {
+		t.Errorf("sessions with wait_timeout 120 s: %v", got)
 	}
 	dir := t.TempDir()
 	for sync, want := range map[string]backend.Level{"OFF": backend.Unsafe, "NORMAL": backend.Warning, "FULL": backend.Sound} {
