@@ -114,6 +114,10 @@ func (c *Client) wait(ctx context.Context, claim *backend.Claim, st *tries) (bac
 				// A blip in reaching the store does not end the wait.
 				c.storeError(st.h, "acquire", true, err)
 				c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
+				// What the try may have left under its token (a grant, a
+				// writer's record of waiting, which refuses readers) goes
+				// with it: the token is never used again.
+				c.releaseLater(req)
 				if req.Token, err = newToken(c.cfg.rand); err != nil {
 					return backend.Grant{}, start, err
 				}
