@@ -5,7 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lockerhq/locker"
 	"github.com/lockerhq/locker/backend"
@@ -104,4 +106,50 @@ func TestWaitRetriesUnderANewToken(t *testing.T) {
 			t.Fatalf("set %v: %v", set, err)
 		}
 	}
+}
+
+// writerBlip answers its first Write claim with an error after the store
+// has refused it and recorded its token as the waiting writer, as a reply
+// lost on its way back.
+type writerBlip struct {
+	*memlock.Driver
+	calls atomic.Int32
+}
+
+func (d *writerBlip) TryAcquire(ctx context.Context, c backend.Claim) (backend.Grant, error) {
+	g, err := d.Driver.TryAcquire(ctx, c)
+	if c.Mode == backend.Write && d.calls.Add(1) == 1 && errors.Is(err, backend.ErrNotAcquired) {
+		return backend.Grant{}, errors.New("read: connection reset by peer")
+	}
+	return g, err
+}
+
+// TestRetiredWriterTokenLeavesNoRecord: a writer's wait that tries again
+// under a new token after a failure withdraws what the failed try may have
+// left under the old one: its record of waiting refused readers for a TTL
+// after the writer gave up.
+func TestRetiredWriterTokenLeavesNoRecord(t *testing.T) {
+	ctx := context.Background()
+	store := memlock.NewStore()
+	readers := newClient(t, store)
+	d := &writerBlip{Driver: memDriver(store)}
+	c := newClientOn(t, d, locker.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	r1, err := readers.TryAcquire(ctx, "x", locker.Read())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "x", locker.Write(), locker.WaitAtMost(100*time.Millisecond)); !errors.Is(err, locker.ErrNotAcquired) {
+		t.Fatalf("writer: %v, want ErrNotAcquired", err)
+	}
+	if n := d.calls.Load(); n < 2 {
+		t.Fatalf("the writer tried %d times, want a try after the failed one", n)
+	}
+	if err := r1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := readers.TryAcquire(ctx, "x", locker.Read())
+	if err != nil {
+		t.Fatalf("a reader after the writer gave up: %v", err)
+	}
+	r2.Release(ctx)
 }

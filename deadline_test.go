@@ -7,6 +7,7 @@ package locker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +83,61 @@ func TestLostFiresAtTheDeadlineWhileARefreshHangs(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), locker.ErrLost) {
 		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
+// starved is a slow store: the refreshes of locks labelled "h" answer with
+// an error, the first one just late enough that the watchdog's retry
+// falls due shortly before the lock's deadline (set by the test); every
+// other lock's refresh hangs until the test ends, so that the watchdog
+// has its most refreshes in flight.
+type starved struct {
+	backend.Driver
+	stop     chan struct{}
+	first    chan struct{} // closed at the first refresh of "h"
+	deadline atomic.Int64  // the deadline of "h", in Unix nanoseconds
+	ttl      time.Duration // of "h"
+	calls    atomic.Int32
+}
+
+func (d *starved) Refresh(ctx context.Context, l backend.Claim) error {
+	if l.Owner != "h" {
+		<-d.stop
+		return context.DeadlineExceeded
+	}
+	if d.calls.Add(1) == 1 {
+		close(d.first)
+		// The watchdog retries TTL/10 after a failure: here 40 ms before
+		// the deadline.
+		time.Sleep(time.Until(time.Unix(0, d.deadline.Load()).Add(-d.ttl/10 - 40*time.Millisecond)))
+	}
+	return errors.New("read: connection reset by peer")
+}
+
+// TestLostFiresAtTheDeadlineWhileRefreshesQueue: a lock whose refresh is
+// put off because the watchdog has its most refreshes in flight is still
+// lost at its deadline, not at the next try after it.
+func TestLostFiresAtTheDeadlineWhileRefreshesQueue(t *testing.T) {
+	t.Parallel()
+	const ttl = 4 * time.Second
+	d := &starved{Driver: memDriver(memlock.NewStore()), stop: make(chan struct{}), first: make(chan struct{}), ttl: ttl}
+	c := newClientOn(t, d)
+	defer close(d.stop) // runs before c.Close, which waits for the refreshes
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "x", locker.TTL(ttl), locker.Label("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.deadline.Store(l.Deadline().UnixNano())
+	<-d.first
+	for i := range 64 { // the watchdog's bound on refreshes in flight
+		if _, err := c.TryAcquire(ctx, fmt.Sprint("b", i), locker.TTL(3*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, lag := lostAfter(t, l, l.Deadline(), "lost never fired while refreshes queued")
+	if lag > 100*time.Millisecond {
+		t.Fatalf("lost fired %v after a timer of the test's for its deadline", lag)
 	}
 }
 

@@ -76,12 +76,16 @@ func (c *Client) wait(ctx context.Context, claim *backend.Claim, st *tries) (bac
 	for tries := 0; ; tries++ {
 		// Watch for local releases before trying, so that none is missed.
 		freed := c.freed(obj, ts)
-		skip = skip || tries == 0 && t.ready != nil && c.heldHere(ts)
+		// The try before joining is the first one here, unless it was
+		// refused and a turn waited for since: then it is stale. One that
+		// failed otherwise is taken as this try's failure even behind
+		// others, so that its token is never tried again.
+		reuse := tries == 0 && first != nil && (t.ready == nil || !errors.Is(first, ErrNotAcquired))
+		skip = !reuse && (skip || tries == 0 && t.ready != nil && c.heldHere(ts))
 		start := time.Now()
 		if !skip {
 			var g backend.Grant
 			var err error
-			reuse := tries == 0 && t.ready == nil && first != nil
 			switch {
 			case reuse:
 				err = first // made and counted before joining
@@ -110,6 +114,10 @@ func (c *Client) wait(ctx context.Context, claim *backend.Claim, st *tries) (bac
 				// A blip in reaching the store does not end the wait.
 				c.storeError(st.h, "acquire", true, err)
 				c.cfg.logger.Warn("locker: acquire failed, retrying", "key", req.Key, "err", err)
+				// What the try may have left under its token (a grant, a
+				// writer's record of waiting, which refuses readers) goes
+				// with it: the token is never used again.
+				c.releaseLater(req)
 				if req.Token, err = newToken(c.cfg.rand); err != nil {
 					return backend.Grant{}, start, err
 				}

@@ -207,10 +207,10 @@ func (w *watchdog) fire(ready []due, now time.Time) {
 		case w.sem <- struct{}{}:
 		default:
 			// Too many refreshes in flight (a slow store): try these
-			// again shortly; their deadlines stay scheduled meanwhile.
+			// again shortly, or else at their deadlines.
 			for _, h := range append(group, refresh...) {
 				h.renewed()
-				w.put(h, now.Add(max(h.ttl/20, time.Millisecond)), false)
+				w.retry(h, now.Add(max(h.ttl/20, time.Millisecond)))
 			}
 			return
 		}
@@ -289,15 +289,23 @@ func (w *watchdog) settle(h *hold, start time.Time, err error) {
 		w.c.cfg.logger.Warn("locker: refresh failed, retrying", "name", h.name, "token", Token(h.token), "err", err)
 		h.mu.Lock()
 		h.refreshErr = err
-		until := h.validUntil
 		h.mu.Unlock()
-		at := time.Now().Add(max(h.ttl/10, 10*time.Millisecond))
-		if !at.Before(until) {
-			w.put(h, until, true)
-			return
-		}
-		w.put(h, at, false)
+		w.retry(h, time.Now().Add(max(h.ttl/10, 10*time.Millisecond)))
 	}
+}
+
+// retry schedules h's next refresh at at, or its deadline if that comes
+// first: h has one place in the heap, and its loss must not wait for a
+// try after its deadline.
+func (w *watchdog) retry(h *hold, at time.Time) {
+	h.mu.Lock()
+	until := h.validUntil
+	h.mu.Unlock()
+	if !at.Before(until) {
+		w.put(h, until, true)
+		return
+	}
+	w.put(h, at, false)
 }
 
 // holdHeap orders holds by due time.
