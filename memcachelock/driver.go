@@ -257,7 +257,7 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 		value = holdValue(l.Token, l.Owner)
 		won, holder, err := d.claim(ctx, &memcache.Item{Key: lk, Value: value, Expiration: exp}, l.Token)
 		if err != nil {
-			return d.backedOut(lk, l.Token, err)
+			return d.backedOut(ctx, lk, l.Token, err)
 		}
 		if !won {
 			d.foundHeld(ctx, l.Key, holder)
@@ -265,17 +265,17 @@ func (d *Driver) tryLock(ctx context.Context, l backend.Claim, exp int32, eff ti
 		}
 	}
 	if err := live(ctx, "acquire"); err != nil {
-		return d.backedOut(lk, l.Token, err)
+		return d.backedOut(ctx, lk, l.Token, err)
 	}
 	fence, cur, addr, err := d.drawFence(lk, fk, eff)
 	if err != nil {
-		return d.backedOut(lk, l.Token, err)
+		return d.backedOut(ctx, lk, l.Token, err)
 	}
 	if err := d.confirm(ctx, lk, l, value, fence, exp, cur, addr, keepUntil); err != nil {
 		if errors.Is(err, backend.ErrNotAcquired) {
 			return backend.Grant{}, err
 		}
-		return d.backedOut(lk, l.Token, err)
+		return d.backedOut(ctx, lk, l.Token, err)
 	}
 	d.granted(l.Key)
 	return backend.Grant{Fence: fence, TTL: eff}, nil
@@ -321,7 +321,7 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 		keep()
 		return g, nil, false, nil
 	case err != nil:
-		d.backOut(lk, l.Token) // see tryLock
+		d.backOut(ctx, lk, l.Token, false) // see tryLock
 		return g, nil, true, fmt.Errorf("memcachelock: add: %w", err)
 	case line == "NOT_STORED" && (cur == nil || !heldBy(cur.Value, l.Token)):
 		keep()
@@ -331,7 +331,7 @@ func (d *Driver) tryPiped(ctx context.Context, l backend.Claim, lk, fk string, e
 		d.foundHeld(ctx, l.Key, cur.Value)
 		return g, nil, true, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	case line != "STORED" && line != "NOT_STORED":
-		d.backOut(lk, l.Token)
+		d.backOut(ctx, lk, l.Token, false)
 		return g, nil, true, fmt.Errorf("memcachelock: add: unexpected reply %q", line)
 	case cur == nil || !heldBy(cur.Value, l.Token):
 		return g, nil, true, fmt.Errorf("memcachelock: %w: the lock expired or was evicted before the acquisition completed", backend.ErrNotAcquired)

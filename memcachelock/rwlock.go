@@ -53,7 +53,7 @@ func (d *Driver) tryRead(ctx context.Context, c backend.Claim, exp int32, eff ti
 		err = busy(items)
 	}
 	if err != nil {
-		return d.backedOut(keys[slot], c.Token, err)
+		return d.backedOut(ctx, keys[slot], c.Token, err)
 	}
 	if it := items[keys[slot]]; it == nil || !heldBy(it.Value, c.Token) {
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w: the reader's slot expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
@@ -66,7 +66,7 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	wk, qk := base+"w", base+"q"
 	won, _, err := d.claim(ctx, &memcache.Item{Key: wk, Value: []byte(c.Token), Expiration: exp}, c.Token)
 	if err != nil {
-		return d.backedOut(wk, c.Token, err)
+		return d.backedOut(ctx, wk, c.Token, err)
 	}
 	if !won {
 		return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
@@ -74,15 +74,14 @@ func (d *Driver) tryWrite(ctx context.Context, c backend.Claim, exp int32, eff t
 	keys := append(slotKeys(base, "r", MaxReaders), wk, qk)
 	fence, items, err := d.fenceThenRead(ctx, base, eff, keys)
 	if err != nil {
-		return d.backedOut(wk, c.Token, err)
+		return d.backedOut(ctx, wk, c.Token, err)
 	}
 	if it := items[wk]; it == nil || !heldBy(it.Value, c.Token) {
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w: the writer's item expired or was evicted before the acquisition completed", backend.ErrNotAcquired)
 	}
 	for _, k := range keys[:MaxReaders] {
 		if heldByOther(items[k], c.Token) {
-			d.backOut(wk, c.Token)
-			return backend.Grant{}, d.waitWrite(ctx, qk, c.Token, exp)
+			return d.backedOut(ctx, wk, c.Token, d.waitWrite(ctx, qk, c.Token, exp))
 		}
 	}
 	if q := items[qk]; q != nil && heldBy(q.Value, c.Token) {

@@ -72,16 +72,16 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 		return backend.Grant{}, fmt.Errorf("memcachelock: %w", backend.ErrNotAcquired)
 	}
 	if err := live(ctx, "acquire"); err != nil {
-		return d.backedOut(keys[slot], c.Token, err)
+		return d.backedOut(ctx, keys[slot], c.Token, err)
 	}
 	// The draw reads the limit record too (after our add, as markLimit's
 	// own gets would), in the same write when it can: a round trip saved.
 	fence, rec, addr, err := d.drawFence(base+"sl", base+"sf", eff)
 	if err != nil {
-		return d.backedOut(keys[slot], c.Token, err)
+		return d.backedOut(ctx, keys[slot], c.Token, err)
 	}
 	if err := d.markLimit(ctx, base, c, max(exp, d.fenceExp), rec, addr != nil); err != nil {
-		return d.backedOut(keys[slot], c.Token, err)
+		return d.backedOut(ctx, keys[slot], c.Token, err)
 	}
 	return backend.Grant{Fence: fence, TTL: eff}, nil
 }
@@ -91,24 +91,42 @@ func (d *Driver) tryPermit(ctx context.Context, c backend.Claim, exp int32, eff 
 // name free. It waits at most CancelGrace (on a dead connection a round trip
 // takes the client's timeout); the rest goes on in the background, which
 // Close awaits. Best effort: unreachable, the item expires after its TTL.
-func (d *Driver) backOut(key, token string) {
+// The undo of a refused call (refused) is waited for while ctx lives: the
+// locker package tries a refused token again, claim keeps an item of its
+// token, and an undo still running would free that try's grant. It reports
+// whether the undo is done.
+func (d *Driver) backOut(ctx context.Context, key, token string, refused bool) bool {
 	drop := func() { _ = d.drop(context.Background(), "release", "item", key, token) }
 	fin := make(chan struct{})
 	if !d.spawn(func() { defer close(fin); drop() }) {
 		drop() // closing: within the caller's call, which Close awaits
-		return
+		return true
+	}
+	if refused {
+		select {
+		case <-fin:
+			return true
+		case <-ctx.Done():
+		}
 	}
 	t := time.NewTimer(backend.CancelGrace)
 	defer t.Stop()
 	select {
 	case <-fin:
+		return true
 	case <-t.C:
+		return false
 	}
 }
 
-// backedOut is a failed acquisition's end: backOut, then err.
-func (d *Driver) backedOut(key, token string, err error) (backend.Grant, error) {
-	d.backOut(key, token)
+// backedOut is a failed acquisition's end: backOut, then err; or, for a
+// refusal whose undo still runs (ctx ended), ctx's end, so that nothing
+// tries the token again.
+func (d *Driver) backedOut(ctx context.Context, key, token string, err error) (backend.Grant, error) {
+	refused := errors.Is(err, backend.ErrNotAcquired)
+	if !d.backOut(ctx, key, token, refused) && refused {
+		err = fmt.Errorf("memcachelock: acquire: %w", context.Cause(ctx))
+	}
 	return backend.Grant{}, err
 }
 

@@ -88,7 +88,7 @@ func (d *Driver) takeSlot(ctx context.Context, keys []string, pref int, value []
 		}
 		won, _, err := d.claim(ctx, &memcache.Item{Key: keys[i], Value: value, Expiration: exp}, token)
 		if err != nil {
-			d.backOut(keys[i], token)
+			d.backOut(ctx, keys[i], token, false)
 			return -1, err
 		}
 		if won {
