@@ -90,6 +90,11 @@ type slot struct {
 	n    int
 	key  string
 	mark *mark // the lease of the entry, if its claim has a delay
+	// spent: a delete of key that matches any entry there may still land
+	// (an attempt unanswered, sent again or given up), so key is never
+	// given to another acquisition of its lease: that delete would free
+	// its lock, the holder untold.
+	spent bool
 }
 
 // New returns a driver that uses cli, a client the caller built and keeps
@@ -162,7 +167,7 @@ func (d *Driver) freeLocked(s *slot) {
 		}
 		s.mark = nil // once, for a slot freed twice
 	}
-	if used := s.ls.slots[s.dir]; used != nil {
+	if used := s.ls.slots[s.dir]; used != nil && !s.spent {
 		delete(used, s.n)
 		if len(used) == 0 {
 			delete(s.ls.slots, s.dir)
@@ -346,11 +351,22 @@ func (d *Driver) remove(ctx context.Context, s *slot, rev int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if _, _, err := d.deleteEntry(ctx, s.key, rev); err != nil {
+	_, ambiguous, err := d.deleteEntry(ctx, s.key, rev)
+	if rev == 0 && (ambiguous || err != nil) {
+		d.spend(s)
+	}
+	if err != nil {
 		d.orphan(s, rev)
 		return
 	}
 	d.free(s)
+}
+
+// spend marks s spent (see slot).
+func (d *Driver) spend(s *slot) {
+	d.mu.Lock()
+	s.spent = true
+	d.mu.Unlock()
 }
 
 // deleteEntry deletes key if its creation revision is rev (0: any), and

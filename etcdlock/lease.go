@@ -344,14 +344,15 @@ func (d *Driver) sweep() {
 	d.mu.Unlock()
 	for s, rev := range orphans {
 		ctx, cancel := context.WithTimeout(d.gate.Context(), opTimeout)
-		_, _, err := d.deleteEntry(ctx, s.key, rev)
+		_, ambiguous, err := d.deleteEntry(ctx, s.key, rev)
 		cancel()
+		d.mu.Lock()
+		s.spent = s.spent || rev == 0 && (ambiguous || err != nil)
 		if err == nil {
-			d.mu.Lock()
 			delete(d.orphans, s)
 			d.freeLocked(s)
-			d.mu.Unlock()
 		}
+		d.mu.Unlock()
 	}
 }
 

@@ -98,7 +98,8 @@ func (d *Driver) trySet(ctx context.Context, run *retry.Failing, ss []*slot, cla
 // entries in one request, and reports ErrNotHeld unless the key deleted
 // was the entry of the claim's fence. A plain delete, faster than a
 // compare-and-delete: no other acquisition's entry has our reserved name,
-// so a retry never deletes a newer lock (see "How locks are stored").
+// so a retry never deletes a newer lock, nor an attempt that lands late
+// (the name is spent: see slot; "How locks are stored").
 // Past maxTxnOps claims, one transaction per maxTxnOps.
 func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error {
 	if len(claims) > maxTxnOps {
@@ -143,6 +144,9 @@ func (d *Driver) ReleaseAll(ctx context.Context, claims []backend.Claim) []error
 	for i, e := range es {
 		if e == nil {
 			continue
+		}
+		if ambiguous || err != nil {
+			d.spend(e.s) // a plain delete
 		}
 		if err != nil {
 			d.orphan(e.s, e.rev)
