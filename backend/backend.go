@@ -142,7 +142,9 @@ type Driver interface {
 	// CancelledAcquireLeavesNameFree checks it). An undo of a request whose
 	// fate is unknown may free c.Token's lock whatever its fence, even
 	// late: the locker package's waits never call TryAcquire (nor
-	// TryAcquireAll) with a token again after such an error.
+	// TryAcquireAll) with a token again after such an error. A refusal
+	// (ErrNotAcquired) is tried again under its token: what the call wrote
+	// before it refused is taken back before it returns.
 	TryAcquire(ctx context.Context, c Claim) (Grant, error)
 
 	// Refresh extends the lock to c.TTL from now if, and only if, c.Token
