@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,9 +166,9 @@ func TestHandoffLeaveHandsOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	holds(w1, n1)
-	d.dep.handoffLeave(ctx, w1, n1, "w1:")
+	d.dep.handoffLeave(ctx, w1, n1, n1, "w1:")
 	holds(w2, n2)
-	d.dep.handoffLeave(ctx, w2, n2, "w2:")
+	d.dep.handoffLeave(ctx, w2, n2, n2, "w2:")
 	if v := lockValue(t, d, key); v != "" {
 		t.Fatalf("the last waiter left, and the lock holds %q", v)
 	}
@@ -195,5 +196,59 @@ func TestHandedToOnlyTheLatestQueuedAttempt(t *testing.T) {
 		if ok != (p == "!1:2:w:o") || (ok && (id != "w:o" || h != handoff{1, 2})) {
 			t.Errorf("parseHandoff(%q) = %q, %+v, %v", p, id, h, ok)
 		}
+	}
+}
+
+// The clean-up of an Enqueue whose answer was lost (its Leave) frees only
+// what that Enqueue's looks took: when it reaches the server late, after
+// the claim's next Enqueue (the Client retries under the same token) was
+// granted the lock, that grant stays. The late requests are held back by
+// a stalled proxy while the retry goes straight to the server.
+func TestLateLeaveSparesNextEnqueue(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	p := newFaultProxy(t)
+	proxied, direct := p.Addr(), testenv.RedisAddr()
+	var route atomic.Pointer[string]
+	route.Store(&proxied)
+	d, _ := routedDriver(t, &route, func(o *redis.Options) {
+		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
+	})
+	// Connections made before the stall, for the try and its clean-up:
+	// a new one would wait for the server's greeting in vain.
+	var spare []*redis.Conn
+	for range 2 {
+		c := d.dep.rdb.(*redis.Client).Conn()
+		if err := c.Ping(testCtx(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		spare = append(spare, c)
+	}
+	for _, c := range spare {
+		c.Close()
+	}
+	c := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+	p.Stall()
+	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
+		t.Fatalf("Enqueue through a stalled proxy: ticket %v, %v", tk, err)
+	}
+	route.Store(&direct)
+	g, tk, err := d.Enqueue(testCtx(t), c)
+	if err != nil || tk != nil {
+		t.Fatalf("Enqueue again: ticket %v, %v", tk, err)
+	}
+	held := lockValue(t, d, c.Key)
+	up := p.Stats().ForwardedUp
+	p.Heal()
+	for deadline := time.Now().Add(2 * time.Second); p.Stats().ForwardedUp == up || p.Conns() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held requests did not reach the server: %+v, %d connections", p.Stats(), p.Conns())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if v := lockValue(t, d, c.Key); v != held {
+		t.Fatalf("the first Enqueue's late clean-up changed the second's grant (fence %d): %q, was %q", g.Fence, v, held)
+	}
+	if err := d.Refresh(testCtx(t), c); err != nil {
+		t.Fatalf("refresh of the second grant: %v", err)
 	}
 }
