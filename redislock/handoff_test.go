@@ -252,3 +252,77 @@ func TestLateLeaveSparesNextEnqueue(t *testing.T) {
 		t.Fatalf("refresh of the second grant: %v", err)
 	}
 }
+
+// A look of a wait that lands late, after a later look of the same token
+// took the lock (its answer was lost: the stalled proxy holds it), does
+// not queue: its entry would be handed the lock at the holder's release,
+// and the name would stay held, by nobody, for a TTL.
+func TestLateLookDoesNotQueue(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	p := newFaultProxy(t)
+	proxied, direct := p.Addr(), testenv.RedisAddr()
+	var route atomic.Pointer[string]
+	route.Store(&direct)
+	d, _ := routedDriver(t, &route, func(o *redis.Options) {
+		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
+	})
+	key := uniqueKey(t)
+	other := directDriver(t, false)
+	x := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
+	if _, err := other.TryAcquire(testCtx(t), x); err != nil {
+		t.Fatal(err)
+	}
+	// A wait that left keeps the key's channel subscribed for a second
+	// (linger), so that the next wait's first look joins the queue; it
+	// loads the script too.
+	c := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
+	_, tk, err := d.Enqueue(testCtx(t), c)
+	if err != nil || tk == nil {
+		t.Fatalf("Enqueue behind a holder: ticket %v, %v", tk, err)
+	}
+	if err := tk.Leave(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	// The idle connection taken first (LIFO) goes through the proxy, for
+	// the look; the clean-up after it dials straight to the server.
+	var conns []*redis.Conn
+	route.Store(&proxied)
+	for p.Conns() == 0 {
+		if len(conns) == 4 {
+			t.Fatal("no connection through the proxy")
+		}
+		cn := d.dep.rdb.(*redis.Client).Conn()
+		if err := cn.Ping(testCtx(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, cn)
+	}
+	route.Store(&direct)
+	for _, cn := range conns {
+		cn.Close()
+	}
+	p.Stall()
+	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
+		t.Fatalf("Enqueue through a stalled proxy: ticket %v, %v", tk, err)
+	}
+	if err := other.Release(testCtx(t), x); err != nil {
+		t.Fatal(err)
+	}
+	if _, tk, err := d.Enqueue(testCtx(t), c); err != nil || tk != nil {
+		t.Fatalf("Enqueue of a free lock: ticket %v, %v", tk, err)
+	}
+	up := p.Stats().ForwardedUp
+	p.Heal()
+	for deadline := time.Now().Add(time.Second); p.Stats().ForwardedUp == up || p.Conns() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held look did not reach the server: %+v, %d connections", p.Stats(), p.Conns())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := d.Release(testCtx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	if v := lockValue(t, d, key); v != "" {
+		t.Fatalf("after the holder's release, the lock holds %q: its late look was handed it", v)
+	}
+}
