@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -199,44 +200,47 @@ func TestHandedToOnlyTheLatestQueuedAttempt(t *testing.T) {
 	}
 }
 
-// The clean-up of an Enqueue whose answer was lost (its Leave) frees only
-// what that Enqueue's looks took: when it reaches the server late, after
-// the claim's next Enqueue (the Client retries under the same token) was
-// granted the lock, that grant stays. The late requests are held back by
-// a stalled proxy while the retry goes straight to the server.
-func TestLateLeaveSparesNextEnqueue(t *testing.T) {
-	testenv.Require(t, testenv.RedisAddr())
+// stallable is a Driver whose new connections dial the server, and whose
+// next n requests (n idle connections, taken last in, first out) go
+// through p, which a test stalls to hold them back and heals to let them
+// land late. A read waits 300ms, and nothing is retried.
+func stallable(t *testing.T, n int) (*Driver, *faultproxy.Proxy) {
+	t.Helper()
 	p := newFaultProxy(t)
 	proxied, direct := p.Addr(), testenv.RedisAddr()
 	var route atomic.Pointer[string]
-	route.Store(&proxied)
+	route.Store(&direct)
 	d, _ := routedDriver(t, &route, func(o *redis.Options) {
 		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
 	})
-	// Connections made before the stall, for the try and its clean-up:
-	// a new one would wait for the server's greeting in vain.
-	var spare []*redis.Conn
-	for range 2 {
+	// The script, loaded now: a NOSCRIPT answer would send it again.
+	if err := handoffAcquireScript.Load(testCtx(t), d.dep.rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Connections already idle are taken out while n are made through p;
+	// those go back last, to be taken first.
+	var conns []*redis.Conn
+	route.Store(&proxied)
+	for p.Conns() < n {
+		if len(conns) == n+4 {
+			t.Fatalf("%d connections through the proxy, want %d", p.Conns(), n)
+		}
 		c := d.dep.rdb.(*redis.Client).Conn()
 		if err := c.Ping(testCtx(t)).Err(); err != nil {
 			t.Fatal(err)
 		}
-		spare = append(spare, c)
-	}
-	for _, c := range spare {
-		c.Close()
-	}
-	c := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
-	p.Stall()
-	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
-		t.Fatalf("Enqueue through a stalled proxy: ticket %v, %v", tk, err)
+		conns = append(conns, c)
 	}
 	route.Store(&direct)
-	g, tk, err := d.Enqueue(testCtx(t), c)
-	if err != nil || tk != nil {
-		t.Fatalf("Enqueue again: ticket %v, %v", tk, err)
+	for _, c := range conns {
+		c.Close()
 	}
-	held := lockValue(t, d, c.Key)
+	return d, p
+}
+
+// landed heals p and waits until what it held reached the server.
+func landed(t *testing.T, p *faultproxy.Proxy) {
+	t.Helper()
 	up := p.Stats().ForwardedUp
 	p.Heal()
 	for deadline := time.Now().Add(2 * time.Second); p.Stats().ForwardedUp == up || p.Conns() > 0; {
@@ -245,6 +249,26 @@ func TestLateLeaveSparesNextEnqueue(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// The clean-up of an Enqueue whose answer was lost (its Leave) frees only
+// what that Enqueue's looks took: when it reaches the server late, after
+// the claim's next Enqueue (the Client retries under the same token) was
+// granted the lock, that grant stays.
+func TestLateLeaveSparesNextEnqueue(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	d, p := stallable(t, 2) // the try and its clean-up
+	c := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+	p.Stall()
+	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
+		t.Fatalf("Enqueue through a stalled proxy: ticket %v, %v", tk, err)
+	}
+	g, tk, err := d.Enqueue(testCtx(t), c)
+	if err != nil || tk != nil {
+		t.Fatalf("Enqueue again: ticket %v, %v", tk, err)
+	}
+	held := lockValue(t, d, c.Key)
+	landed(t, p)
 	if v := lockValue(t, d, c.Key); v != held {
 		t.Fatalf("the first Enqueue's late clean-up changed the second's grant (fence %d): %q, was %q", g.Fence, v, held)
 	}
@@ -254,18 +278,12 @@ func TestLateLeaveSparesNextEnqueue(t *testing.T) {
 }
 
 // A look of a wait that lands late, after a later look of the same token
-// took the lock (its answer was lost: the stalled proxy holds it), does
-// not queue: its entry would be handed the lock at the holder's release,
-// and the name would stay held, by nobody, for a TTL.
+// took the lock (its answer was lost), does not queue: its entry would be
+// handed the lock at the holder's release, and the name would stay held,
+// by nobody, for a TTL.
 func TestLateLookDoesNotQueue(t *testing.T) {
 	testenv.Require(t, testenv.RedisAddr())
-	p := newFaultProxy(t)
-	proxied, direct := p.Addr(), testenv.RedisAddr()
-	var route atomic.Pointer[string]
-	route.Store(&direct)
-	d, _ := routedDriver(t, &route, func(o *redis.Options) {
-		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
-	})
+	d, p := stallable(t, 1) // the look; its clean-up lands at once
 	key := uniqueKey(t)
 	other := directDriver(t, false)
 	x := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
@@ -273,8 +291,7 @@ func TestLateLookDoesNotQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A wait that left keeps the key's channel subscribed for a second
-	// (linger), so that the next wait's first look joins the queue; it
-	// loads the script too.
+	// (linger), so that the next wait's first look joins the queue.
 	c := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
 	_, tk, err := d.Enqueue(testCtx(t), c)
 	if err != nil || tk == nil {
@@ -282,24 +299,6 @@ func TestLateLookDoesNotQueue(t *testing.T) {
 	}
 	if err := tk.Leave(testCtx(t)); err != nil {
 		t.Fatal(err)
-	}
-	// The idle connection taken first (LIFO) goes through the proxy, for
-	// the look; the clean-up after it dials straight to the server.
-	var conns []*redis.Conn
-	route.Store(&proxied)
-	for p.Conns() == 0 {
-		if len(conns) == 4 {
-			t.Fatal("no connection through the proxy")
-		}
-		cn := d.dep.rdb.(*redis.Client).Conn()
-		if err := cn.Ping(testCtx(t)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, cn)
-	}
-	route.Store(&direct)
-	for _, cn := range conns {
-		cn.Close()
 	}
 	p.Stall()
 	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
@@ -311,14 +310,7 @@ func TestLateLookDoesNotQueue(t *testing.T) {
 	if _, tk, err := d.Enqueue(testCtx(t), c); err != nil || tk != nil {
 		t.Fatalf("Enqueue of a free lock: ticket %v, %v", tk, err)
 	}
-	up := p.Stats().ForwardedUp
-	p.Heal()
-	for deadline := time.Now().Add(time.Second); p.Stats().ForwardedUp == up || p.Conns() > 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the held look did not reach the server: %+v, %d connections", p.Stats(), p.Conns())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	landed(t, p)
 	if err := d.Release(testCtx(t), c); err != nil {
 		t.Fatal(err)
 	}
