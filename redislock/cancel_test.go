@@ -251,8 +251,9 @@ func TestCancelLostAnswerLeavesLockFree(t *testing.T) {
 }
 
 // routedDriver is a Driver whose client dials *route at each new
-// connection, made interruptible as Open makes it.
-func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *conntrack.Tracker) {
+// connection, made interruptible as Open makes it; tune, if given, sets
+// the client's other options.
+func routedDriver(t *testing.T, route *atomic.Pointer[string], tune ...func(*redis.Options)) (*Driver, *conntrack.Tracker) {
 	t.Helper()
 	o := &redis.Options{
 		Addr: "routed:0",
@@ -260,6 +261,9 @@ func routedDriver(t *testing.T, route *atomic.Pointer[string]) (*Driver, *conntr
 			var d net.Dialer
 			return d.DialContext(ctx, network, *route.Load())
 		},
+	}
+	for _, f := range tune {
+		f(o)
 	}
 	in := interruptible(o)
 	rdb := redis.NewClient(o)

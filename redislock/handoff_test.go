@@ -4,12 +4,14 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockerhq/locker/backend"
+	"github.com/lockerhq/locker/internal/faultproxy"
 	"github.com/lockerhq/locker/internal/testenv"
 )
 
@@ -165,9 +167,9 @@ func TestHandoffLeaveHandsOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	holds(w1, n1)
-	d.dep.handoffLeave(ctx, w1, n1, "w1:")
+	d.dep.handoffLeave(ctx, w1, n1, n1, "w1:")
 	holds(w2, n2)
-	d.dep.handoffLeave(ctx, w2, n2, "w2:")
+	d.dep.handoffLeave(ctx, w2, n2, n2, "w2:")
 	if v := lockValue(t, d, key); v != "" {
 		t.Fatalf("the last waiter left, and the lock holds %q", v)
 	}
@@ -195,5 +197,124 @@ func TestHandedToOnlyTheLatestQueuedAttempt(t *testing.T) {
 		if ok != (p == "!1:2:w:o") || (ok && (id != "w:o" || h != handoff{1, 2})) {
 			t.Errorf("parseHandoff(%q) = %q, %+v, %v", p, id, h, ok)
 		}
+	}
+}
+
+// stallable is a Driver whose new connections dial the server, and whose
+// next n requests (n idle connections, taken last in, first out) go
+// through p, which a test stalls to hold them back and heals to let them
+// land late. A read waits 300ms, and nothing is retried.
+func stallable(t *testing.T, n int) (*Driver, *faultproxy.Proxy) {
+	t.Helper()
+	p := newFaultProxy(t)
+	proxied, direct := p.Addr(), testenv.RedisAddr()
+	var route atomic.Pointer[string]
+	route.Store(&direct)
+	d, _ := routedDriver(t, &route, func(o *redis.Options) {
+		o.ReadTimeout, o.MaxRetries = 300*time.Millisecond, -1
+	})
+	// The script, loaded now: a NOSCRIPT answer would send it again.
+	if err := handoffAcquireScript.Load(testCtx(t), d.dep.rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Connections already idle are taken out while n are made through p;
+	// those go back last, to be taken first.
+	var conns []*redis.Conn
+	route.Store(&proxied)
+	for p.Conns() < n {
+		if len(conns) == n+4 {
+			t.Fatalf("%d connections through the proxy, want %d", p.Conns(), n)
+		}
+		c := d.dep.rdb.(*redis.Client).Conn()
+		if err := c.Ping(testCtx(t)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	route.Store(&direct)
+	for _, c := range conns {
+		c.Close()
+	}
+	return d, p
+}
+
+// landed heals p and waits until what it held reached the server.
+func landed(t *testing.T, p *faultproxy.Proxy) {
+	t.Helper()
+	up := p.Stats().ForwardedUp
+	p.Heal()
+	for deadline := time.Now().Add(2 * time.Second); p.Stats().ForwardedUp == up || p.Conns() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the held requests did not reach the server: %+v, %d connections", p.Stats(), p.Conns())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The clean-up of an Enqueue whose answer was lost (its Leave) frees only
+// what that Enqueue's looks took: when it reaches the server late, after
+// the claim's next Enqueue (the Client retries under the same token) was
+// granted the lock, that grant stays.
+func TestLateLeaveSparesNextEnqueue(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	d, p := stallable(t, 2) // the try and its clean-up
+	c := backend.Claim{Key: uniqueKey(t), Token: newToken(), TTL: time.Minute}
+	p.Stall()
+	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
+		t.Fatalf("Enqueue through a stalled proxy: ticket %v, %v", tk, err)
+	}
+	g, tk, err := d.Enqueue(testCtx(t), c)
+	if err != nil || tk != nil {
+		t.Fatalf("Enqueue again: ticket %v, %v", tk, err)
+	}
+	held := lockValue(t, d, c.Key)
+	landed(t, p)
+	if v := lockValue(t, d, c.Key); v != held {
+		t.Fatalf("the first Enqueue's late clean-up changed the second's grant (fence %d): %q, was %q", g.Fence, v, held)
+	}
+	if err := d.Refresh(testCtx(t), c); err != nil {
+		t.Fatalf("refresh of the second grant: %v", err)
+	}
+}
+
+// A look of a wait that lands late, after a later look of the same token
+// took the lock (its answer was lost), does not queue: its entry would be
+// handed the lock at the holder's release, and the name would stay held,
+// by nobody, for a TTL.
+func TestLateLookDoesNotQueue(t *testing.T) {
+	testenv.Require(t, testenv.RedisAddr())
+	d, p := stallable(t, 1) // the look; its clean-up lands at once
+	key := uniqueKey(t)
+	other := directDriver(t, false)
+	x := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
+	if _, err := other.TryAcquire(testCtx(t), x); err != nil {
+		t.Fatal(err)
+	}
+	// A wait that left keeps the key's channel subscribed for a second
+	// (linger), so that the next wait's first look joins the queue.
+	c := backend.Claim{Key: key, Token: newToken(), TTL: time.Minute}
+	_, tk, err := d.Enqueue(testCtx(t), c)
+	if err != nil || tk == nil {
+		t.Fatalf("Enqueue behind a holder: ticket %v, %v", tk, err)
+	}
+	if err := tk.Leave(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.Stall()
+	if _, tk, err := d.Enqueue(testCtx(t), c); err == nil || tk != nil {
+		t.Fatalf("Enqueue through a stalled proxy: ticket %v, %v", tk, err)
+	}
+	if err := other.Release(testCtx(t), x); err != nil {
+		t.Fatal(err)
+	}
+	if _, tk, err := d.Enqueue(testCtx(t), c); err != nil || tk != nil {
+		t.Fatalf("Enqueue of a free lock: ticket %v, %v", tk, err)
+	}
+	landed(t, p)
+	if err := d.Release(testCtx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	if v := lockValue(t, d, key); v != "" {
+		t.Fatalf("after the holder's release, the lock holds %q: its late look was handed it", v)
 	}
 }

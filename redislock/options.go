@@ -52,8 +52,8 @@ func (c *config) invalid(format string, args ...any) {
 // defaultRestartDelay is the cap by default: none. A variable for the tests.
 var defaultRestartDelay time.Duration = -1
 
-// WithRestartDelay caps how long a server refuses, after it starts, the
-// names it has no fence counter for (URL: restart_delay=; default: the
+// WithRestartDelay caps how long a server refuses, after it starts, every
+// name (URL: restart_delay=; default: the
 // lock's TTL, so that holders a restart forgot run out first: see
 // docs/backends/redislock.md, What Redis cannot promise). A server
 // that persists every write (appendfsync always) forgets nothing: 0 turns

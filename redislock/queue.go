@@ -32,6 +32,10 @@ type ticket struct {
 	// readers behind it wait.
 	w     string
 	first uint64 // the wait's first attempt; the default mode's later looks take later ones
+	// last is the latest look's attempt: a Leave frees none after it,
+	// which would be the claim's next Enqueue's (the Client's retry under
+	// the same token, which a late Leave must not free).
+	last uint64
 	// queuedAt is the attempt of the latest look answered "queued", sent
 	// at queuedSent: a hand-off to it came after. Once set, an entry found
 	// gone is not made again.
@@ -179,6 +183,7 @@ func (t *ticket) look(ctx context.Context) (backend.Grant, error) {
 			n = attempts.Add(1) // each look its own: a later one takes over what an earlier left
 		}
 	}
+	t.last = n
 	value := attemptValue(c.Token, n)
 	sent := time.Now()
 	d.tries.Add(1)
@@ -231,7 +236,7 @@ func (t *ticket) Leave(ctx context.Context) error {
 	case t.d.fair:
 		return t.d.dep.leave(ctx, t.c, attemptValue(t.c.Token, t.first), t.w)
 	}
-	return t.d.dep.handoffLeave(ctx, t.c, t.first, t.w)
+	return t.d.dep.handoffLeave(ctx, t.c, t.first, max(t.last, t.first), t.w)
 }
 
 // The default mode's queue: a release hands a contended lock to the
@@ -311,9 +316,9 @@ func (dep *deployment) handoffCleanup(ctx context.Context, l backend.Claim, valu
 }
 
 // handoffLeave takes waiter w out of l.Key's queue and hands on the lock
-// if an attempt of the wait (from first on) holds it. Best effort: a
+// if an attempt of the wait (first to last) holds it. Best effort: a
 // waiter that could not leave is skipped once its liveness runs out.
-func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first uint64, w string) error {
+func (dep *deployment) handoffLeave(ctx context.Context, l backend.Claim, first, last uint64, w string) error {
 	ks, channel := handoffKeys(l.Key)
-	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retentionArg)
+	return dep.evalCleanup(ctx, handoffLeaveScript, ks, holder(l), strconv.FormatUint(first, 10), channel, w, dep.retentionArg, strconv.FormatUint(last, 10))
 }

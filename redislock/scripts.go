@@ -140,8 +140,8 @@ func (dep *deployment) run(ctx context.Context, s *script, keys []string, args .
 	return s.run(ctx, dep.rdb, keys, args...)
 }
 
-// restartDelay is how long, in ms, a server that started refuses a name it
-// has no fence counter for, for a lock of px ms.
+// restartDelay is how long, in ms, a server that started refuses every
+// name, for a lock of px ms.
 func (dep *deployment) restartDelay(px int64) int64 {
 	if dep.restartMax < 0 {
 		return px

@@ -30,12 +30,11 @@ for i = 1, n do
   if cur and attempt_of(cur) ~= ARGV[4 + i] then
     return {0}
   end
-  if restart_delay > 0 and not vals[2 * i] and not cur then
-    local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
-    if up and (up - 1) * 1000 < restart_delay then
-      return {-(restart_delay - (up - 1) * 1000)}
-    end
-    restart_delay = 0 -- up long enough: once is enough
+end
+if restart_delay > 0 then -- see acquire.lua; only when granting
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
+  if up and (up - 1) * 1000 < restart_delay then
+    return {-(restart_delay - (up - 1) * 1000)}
   end
 end
 local fences, now = {}, nil

@@ -25,6 +25,13 @@ if f ~= 0 then
   end
   return f
 end
+-- A later attempt of this token holds the lock: this try is a straggler
+-- (its answer was lost, the wait went on). Queued, it would be handed the
+-- lock at that holder's release, and hold it, for nobody, for its TTL.
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[3]) == ARGV[3] then
+  return 0
+end
 local me, ttl = ARGV[4], tonumber(ARGV[5])
 local t = redis.call('TIME')
 if not redis.call('ZSCORE', KEYS[3], me) then

@@ -25,13 +25,6 @@
 -- entry to look at is gone (see shared_queue.lua).
 local z, h, fk = KEYS[1], KEYS[2], KEYS[3]
 local mode, tok, att, px, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local restart_delay = tonumber(ARGV[6])
-if restart_delay > 0 and redis.call('EXISTS', fk) == 0 then
-  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
-  if up and (up - 1) * 1000 < restart_delay then
-    return -(restart_delay - (up - 1) * 1000)
-  end
-end
 -- One clock reading serves the expiries (ms) and the fence (µs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -75,7 +68,6 @@ if mode == 'p' then
   if not mine and held + x + ahead + permits > limit then
     return refused(now, us)
   end
-  redis.call('HSET', h, '#limit', limit)
 elseif mode == 'r' then
   if redis.call('HEXISTS', h, '#w') == 1 or writer_ahead then
     return refused(now, us)
@@ -86,6 +78,19 @@ else
   if held > (mine and 1 or 0) or ahead > 0 then
     return refused(now, us)
   end
+end
+-- The delayed restart (see acquire.lua), only when granting.
+local restart_delay = tonumber(ARGV[6])
+if restart_delay > 0 then
+  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or '')
+  if up and (up - 1) * 1000 < restart_delay then
+    settle(z, h, now)
+    return -(restart_delay - (up - 1) * 1000)
+  end
+end
+if mode == 'p' then
+  redis.call('HSET', h, '#limit', limit)
+elseif mode == 'w' then
   redis.call('HSET', h, '#w', tok)
 end
 granted()
