@@ -498,7 +498,9 @@ func (d *brokenDriver) TryAcquireAll(ctx context.Context, claims []backend.Claim
 		g, err := d.TryAcquire(ctx, l)
 		if err != nil {
 			if d.h.variant != "set-keeps-part" {
-				d.ReleaseAll(ctx, claims[:i])
+				// Not on ctx: a try that failed as ctx ended undoes
+				// what it took all the same.
+				d.ReleaseAll(context.WithoutCancel(ctx), claims[:i])
 			}
 			return nil, err
 		}
