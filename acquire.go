@@ -326,6 +326,9 @@ func (a *attempt) finish(grant backend.Grant, start time.Time, err error) (*Lock
 	if grant.SessionTTL > 0 {
 		h.session = grant.SessionTTL
 	}
+	// Its deadline before anyone can re-enter it: a re-entry's refresh is
+	// bounded by it, and a zero one has passed.
+	h.extend(start)
 	c.mu.Lock()
 	if c.gate.Closed() {
 		// Close, which waits for this call, releases it before it closes
@@ -342,7 +345,7 @@ func (a *attempt) finish(grant backend.Grant, start time.Time, err error) (*Lock
 	if h.ready != nil {
 		close(h.ready)
 	}
-	h.confirmed(start)
+	c.dog.schedule(h, start)
 	return &h.first, nil
 }
 

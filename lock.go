@@ -218,6 +218,13 @@ func (h *hold) ranOut(lastErr error) error {
 // margin sooner still, is never later than the store's. A session-backed
 // lock lives as long as its session instead: see sessionUntil.
 func (h *hold) confirmed(start time.Time) {
+	h.extend(start)
+	h.c.dog.schedule(h, start)
+}
+
+// extend moves h's deadline to what the store's confirmation at start
+// gives it.
+func (h *hold) extend(start time.Time) {
 	var until time.Time
 	if h.contact != nil {
 		until = h.sessionUntil()
@@ -229,7 +236,6 @@ func (h *hold) confirmed(start time.Time) {
 		h.validUntil = until
 	}
 	h.mu.Unlock()
-	h.c.dog.schedule(h, start)
 }
 
 // sessionGone declares a session-backed hold lost, and reports so, once at

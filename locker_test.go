@@ -138,6 +138,9 @@ func TestSameReentrantKeyConcurrentFirstAcquire(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if t.Failed() {
+		return
+	}
 	for _, l := range locks[1:] {
 		if l.Fence() != locks[0].Fence() {
 			t.Fatalf("fences %d and %d: all %d acquisitions should share one hold", l.Fence(), locks[0].Fence(), n)
